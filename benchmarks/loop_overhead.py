@@ -1,0 +1,141 @@
+"""Trainer vs a raw PyTorch loop: the time the Trainer adds to a training epoch.
+
+The seed's 784-128-10 MLP, batch 16, Adam, on generated data, one epoch per run. Runs
+alternate (raw, trainer-lean, trainer-defaults[, lightning]) in one process so that machine
+noise hits every variant alike; the medians' ratios are printed.
+
+    python benchmarks/loop_overhead.py [--samples 16384] [--repeats 9]
+
+"lean" is the Trainer with extras off (no progress bar, logger, checkpointing, summary);
+"defaults" is ``Trainer()`` as a user gets it (progress bar, CSV logger, a checkpoint at
+the epoch's end, model summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from trainmesh.data.synthetic import make_classification_tensors
+
+
+def build_mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+
+class MLPModule(tm.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = build_mlp()
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def raw_loop(loader: DataLoader) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = build_mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def trainer_loop(loader: DataLoader, *, defaults: bool, root: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    module = MLPModule()
+    if defaults:
+        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root, num_sanity_val_steps=0)
+    else:
+        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
+                             enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(module, loader)
+    return module.net
+
+
+def lightning_loop(loader: DataLoader, *, root: str) -> torch.nn.Module | None:
+    try:
+        import lightning as L
+    except ImportError:
+        return None
+
+    class LitMLP(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = build_mlp()
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    module = LitMLP()
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
+                        enable_checkpointing=False, enable_model_summary=False, default_root_dir=root)
+    trainer.fit(module, loader)
+    return module.net
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, torch.nn.Module | None]:
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=16384)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = least noise)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    x, y = make_classification_tensors(args.samples, 784, 10, seed=0)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    times: dict[str, list[float]] = {"raw": [], "lean": [], "defaults": [], "lightning": []}
+    with tempfile.TemporaryDirectory() as root:
+        raw_loop(loader)  # warm-up: allocator, kernels, first-call imports
+        trainer_loop(loader, defaults=False, root=root)
+        for _ in range(args.repeats):
+            t, ref = timed(raw_loop, loader)
+            times["raw"].append(t)
+            t, lean = timed(trainer_loop, loader, defaults=False, root=root)
+            times["lean"].append(t)
+            t, _ = timed(trainer_loop, loader, defaults=True, root=root)
+            times["defaults"].append(t)
+            t, lit = timed(lightning_loop, loader, root=root)
+            if lit is not None:
+                times["lightning"].append(t)
+        identical = all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), lean.state_dict().values()))
+    raw = statistics.median(times["raw"])
+    steps = len(loader)
+    print(f"{steps} steps per run, {args.repeats} alternating runs each, torch threads={args.threads}")
+    print(f"raw PyTorch loop     median {raw:.3f} s  ({raw / steps * 1e6:.0f} us/step)")
+    for name in ("lean", "defaults", "lightning"):
+        if times[name]:
+            median = statistics.median(times[name])
+            print(f"{name:20s} median {median:.3f} s  ratio {median / raw:.3f}")
+    print(f"trainer-lean weights identical to the raw loop: {identical}")
+
+
+if __name__ == "__main__":
+    main()

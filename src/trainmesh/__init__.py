@@ -1,0 +1,18 @@
+"""trainmesh: one PyTorch model, written once, trained on one device or many.
+
+>>> import trainmesh as tm
+>>> tm.seed_everything(0)
+0
+"""
+
+from trainmesh.callbacks.base import Callback
+from trainmesh.datamodule import DataModule
+from trainmesh.module import Module
+from trainmesh.runtime import Runtime
+from trainmesh.seed import seed_everything
+from trainmesh.trainer.trainer import Trainer
+from trainmesh.utilities.rank_zero import rank_zero_only
+
+__version__ = "0.1.0"
+
+__all__ = ["Callback", "DataModule", "Module", "Runtime", "Trainer", "rank_zero_only", "seed_everything", "__version__"]

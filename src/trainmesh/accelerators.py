@@ -1,0 +1,104 @@
+"""Turn the user's ``accelerator`` and ``devices`` settings into a device type and indices."""
+
+from __future__ import annotations
+
+import torch
+
+ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    """"auto" picks cuda, then mps, then cpu; "gpu" means cuda. Returns a torch device type."""
+    if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
+        raise ValueError(
+            f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}"
+        )
+    name = accelerator.lower()
+    if name == "gpu":
+        name = "cuda"
+    if name == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if _mps_available():
+            return "mps"
+        return "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "accelerator='cuda' was asked for but no CUDA device is visible to torch "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
+            "run on CPU with accelerator='cpu', or check CUDA_VISIBLE_DEVICES and the driver"
+        )
+    if name == "mps" and not _mps_available():
+        raise ValueError("accelerator='mps' was asked for but this machine has no MPS device; use 'cpu'")
+    return name
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def device_count(device_type: str) -> int | None:
+    """How many devices of this type exist; None for CPU, where processes are not limited."""
+    if device_type == "cuda":
+        return torch.cuda.device_count()
+    if device_type == "mps":
+        return 1
+    return None
+
+
+def resolve_devices(device_type: str, devices: int | str | list[int] | tuple[int, ...]) -> list[int]:
+    """The device indices this process group uses on one node.
+
+    ``devices`` is "auto" (every GPU, or one CPU process), a count, a list of indices, or a
+    string of either ("2", "0,1", "-1" for all).
+    """
+    available = device_count(device_type)
+    parsed = _parse_devices(devices)
+    if parsed == "auto":
+        return list(range(available if available else 1))
+    if parsed == -1:
+        if available is None:
+            raise ValueError("devices=-1 (all devices) needs a GPU accelerator; on CPU give a process count")
+        return list(range(available))
+    if isinstance(parsed, int):
+        if parsed < 1:
+            raise ValueError(f"devices={devices!r} must be at least 1 (or 'auto' / -1 for all)")
+        indices = list(range(parsed))
+    else:
+        indices = list(parsed)
+        if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
+            raise ValueError(f"devices={devices!r} lists a device twice or a negative index")
+    if available is not None and (not indices or max(indices) >= available):
+        raise ValueError(
+            f"devices={devices!r} asks for {device_type} device(s) {indices} but this machine has "
+            f"{available} {device_type} device(s); ask for at most {available}"
+            + (", or use accelerator='cpu'" if device_type != "cpu" else "")
+        )
+    return indices
+
+
+def _parse_devices(devices: object) -> int | str | list[int]:
+    if isinstance(devices, bool):
+        raise ValueError(f"devices={devices!r}: give a count, a list of indices or 'auto'")
+    if isinstance(devices, int):
+        return devices
+    if isinstance(devices, (list, tuple)):
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+            raise ValueError(f"devices={devices!r}: a list of devices must hold integer indices")
+        return list(devices)
+    if isinstance(devices, str):
+        text = devices.strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            if "," in text:
+                return [int(part) for part in text.split(",") if part.strip()]
+            return int(text)
+        except ValueError:
+            pass
+    raise ValueError(f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'")
+
+
+def device_for(device_type: str, index: int) -> torch.device:
+    return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, index)

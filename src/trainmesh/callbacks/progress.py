@@ -1,0 +1,303 @@
+"""A progress bar for training, validation, test and predict runs, drawn with rich.
+
+rich is imported inside the hooks, so importing this module costs nothing. Per batch the bar
+stores one integer; rich is touched only every ``refresh_rate`` batches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from trainmesh.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+    """Render metrics compactly, three significant digits each.
+
+    >>> format_metrics({"loss": 0.23141, "val_acc": 0.95, "epoch": 3})
+    'loss=0.231 val_acc=0.95 epoch=3'
+    """
+    return " ".join(f"{key}={_format_value(value)}" for key, value in metrics.items())
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, int):
+        return str(value)
+    try:
+        return f"{value:.3g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _total(count: int | float | None) -> int | None:
+    # rich takes total=None for "unknown": an iterable dataset has no length.
+    if count is None or (isinstance(count, float) and math.isinf(count)):
+        return None
+    return int(count)
+
+
+def _make_progress(console: Console, *, transient: bool) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class SpeedColumn(ProgressColumn):
+        """Batches per second, or seconds per batch when a batch takes longer than one."""
+
+        def render(self, task: Task) -> Text:
+            speed = task.speed
+            if not speed:
+                return Text("? it/s", style="progress.data.speed")
+            text = f"{speed:.2f} it/s" if speed >= 1 else f"{1 / speed:.2f} s/it"
+            return Text(text, style="progress.data.speed")
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        SpeedColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[metrics]}"),
+        console=console,
+        # Redraw only when a hook asks: no background thread competing with the training loop
+        # for the GIL, and the per-batch cost is nil between refreshes.
+        auto_refresh=False,
+        transient=transient,
+    )
+
+
+class ProgressBar(Callback):
+    """Show a bar per training epoch and transient bars for validation, test and predict.
+
+    The training bar reads ``Epoch 3/10`` (epochs counted from 1), batches done of the total,
+    speed, elapsed and remaining time, and ``trainer.progress_bar_metrics``, updated every
+    ``refresh_rate`` batches (``0`` turns the bar off). With ``leave=True`` each finished
+    epoch's bar stays on screen. When the console is not a terminal (CI logs) nothing is
+    animated: one plain line is printed per epoch and per test or predict run. Only global
+    rank 0 draws. ``console`` replaces rich's default stdout console (tests pass one that
+    writes to a string).
+
+    >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=10)])  # doctest: +SKIP
+    """
+
+    def __init__(self, refresh_rate: int = 1, leave: bool = True, *, console: Console | None = None) -> None:
+        if refresh_rate < 0:
+            raise ValueError(
+                f"ProgressBar(refresh_rate={refresh_rate}): it is the number of batches between "
+                "redraws and cannot be negative. Use 1 to redraw every batch, 0 to hide the bar."
+            )
+        self.refresh_rate = refresh_rate
+        self.leave = leave
+        self._console = console
+        self._progress: Progress | None = None
+        self._train_task: TaskID | None = None
+        self._eval_task: TaskID | None = None
+        self._eval_owns_progress = False  # the live display was started for an eval run alone
+        self._epoch_started_at = 0.0
+        self._eval_started_at = 0.0
+        self._train_done = 0
+        self._eval_done = 0
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        return self._console
+
+    def _enabled(self, trainer: Any) -> bool:
+        return self.refresh_rate > 0 and bool(getattr(trainer, "is_global_zero", True))
+
+    def _animated(self) -> bool:
+        # Not a terminal (CI, a file): a live display would print a line per refresh.
+        return self.console.is_interactive
+
+    def _ensure_progress(self, *, transient: bool) -> Progress:
+        if self._progress is None:
+            self._progress = _make_progress(self.console, transient=transient)
+            self._progress.start()
+        return self._progress
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()  # with transient=False the last frame stays on screen
+        self._progress = None
+        self._train_task = None
+        self._eval_task = None
+        self._eval_owns_progress = False
+
+    def _print(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    # training
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if not self._enabled(trainer):
+            return
+        self._epoch_started_at = time.monotonic()
+        self._train_done = 0
+        if not self._animated():
+            return
+        if self._train_task is not None and self.leave:
+            self._stop()  # freeze the finished epoch's bar above the next one
+        progress = self._ensure_progress(transient=not self.leave)
+        total = _total(trainer.num_training_batches)
+        description = _epoch_description(trainer)
+        if self._train_task is None:
+            self._train_task = progress.add_task(description, total=total, metrics="")
+        else:
+            progress.reset(self._train_task, total=total, description=description, metrics="")
+        progress.refresh()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._train_done = batch_idx + 1
+        if self._train_task is None or self._train_done % self.refresh_rate:
+            return
+        self._update_train(trainer)
+
+    def _update_train(self, trainer: Any) -> None:
+        assert self._progress is not None and self._train_task is not None
+        self._progress.update(
+            self._train_task,
+            completed=self._train_done,
+            total=_total(trainer.num_training_batches),
+            metrics=format_metrics(trainer.progress_bar_metrics),
+            refresh=True,
+        )
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if not self._enabled(trainer):
+            return
+        if self._train_task is not None:
+            self._update_train(trainer)
+        elif not self._animated():
+            elapsed = time.monotonic() - self._epoch_started_at
+            total = _total(trainer.num_training_batches)
+            speed = self._train_done / elapsed if elapsed > 0 else 0.0
+            self._print(
+                f"{_epoch_description(trainer)}: {self._train_done}/{'?' if total is None else total} "
+                f"batches in {_format_duration(elapsed)} ({speed:.2f} it/s) "
+                f"{format_metrics(trainer.progress_bar_metrics)}".rstrip()
+            )
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self._stop()
+
+    # validation, test, predict: one transient bar each
+
+    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+        self._start_eval(trainer, "Sanity check", "num_val_batches")
+
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+        self._end_eval(trainer, None)
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        if self._eval_task is None:  # on_sanity_check_start may have opened it already
+            label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
+            self._start_eval(trainer, label, "num_val_batches")
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._advance_eval(trainer, batch_idx, "num_val_batches")
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self._end_eval(trainer, None)
+        if self._train_task is not None and not getattr(trainer, "sanity_checking", False):
+            self._update_train(trainer)  # show the validation metrics just logged
+
+    def on_test_start(self, trainer: Any, module: Any) -> None:
+        self._start_eval(trainer, "Testing", "num_test_batches")
+
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._advance_eval(trainer, batch_idx, "num_test_batches")
+
+    def on_test_end(self, trainer: Any, module: Any) -> None:
+        self._end_eval(trainer, "Testing")
+
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
+        self._start_eval(trainer, "Predicting", "num_predict_batches")
+
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._advance_eval(trainer, batch_idx, "num_predict_batches")
+
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
+        self._end_eval(trainer, "Predicting")
+
+    def _start_eval(self, trainer: Any, label: str, count_attr: str) -> None:
+        if not self._enabled(trainer):
+            return
+        self._eval_started_at = time.monotonic()
+        self._eval_done = 0
+        if not self._animated():
+            return
+        if self._eval_task is not None:  # a run that ended without its end hook
+            self._end_eval(trainer, None)
+        self._eval_owns_progress = self._progress is None
+        progress = self._ensure_progress(transient=True)
+        total = _total(getattr(trainer, count_attr, None))
+        self._eval_task = progress.add_task(label, total=total, metrics="")
+        progress.refresh()
+
+    def _advance_eval(self, trainer: Any, batch_idx: int, count_attr: str) -> None:
+        self._eval_done = batch_idx + 1
+        if self._eval_task is None or self._eval_done % self.refresh_rate:
+            return
+        assert self._progress is not None
+        total = _total(getattr(trainer, count_attr, None))
+        self._progress.update(self._eval_task, completed=self._eval_done, total=total, refresh=True)
+
+    def _end_eval(self, trainer: Any, plain_label: str | None) -> None:
+        """Drop the eval bar; without a terminal print ``plain_label``'s summary line, if any."""
+        if self._eval_task is not None:
+            assert self._progress is not None
+            self._progress.remove_task(self._eval_task)
+            self._eval_task = None
+            if self._eval_owns_progress:
+                self._stop()
+            else:
+                self._progress.refresh()
+        elif plain_label is not None and self._enabled(trainer) and not self._animated():
+            elapsed = time.monotonic() - self._eval_started_at
+            self._print(f"{plain_label}: {self._eval_done} batches in {_format_duration(elapsed)}")
+
+    # clean-up: never leave the terminal in a live display
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._stop()
+
+    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+        self._stop()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawn launchers pickle callbacks; a live display and a console hold threads and
+        # open files, so the receiving process starts without them.
+        state = self.__dict__.copy()
+        state.update(_progress=None, _train_task=None, _eval_task=None, _eval_owns_progress=False, _console=None)
+        return state
+
+
+def _epoch_description(trainer: Any) -> str:
+    epoch = trainer.current_epoch + 1
+    max_epochs = getattr(trainer, "max_epochs", None)
+    return f"Epoch {epoch}/{max_epochs}" if max_epochs is not None and max_epochs > 0 else f"Epoch {epoch}"
+
+
+def _format_duration(seconds: float) -> str:
+    return str(timedelta(seconds=int(seconds)))

@@ -1,0 +1,47 @@
+"""DataModule: the data side of a run (download/prepare, split, loaders) in one object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DataModule:
+    """Groups the data preparation and the loaders a Trainer needs.
+
+    ``prepare_data`` runs once per machine (on local rank 0) for work that writes to disk;
+    ``setup(stage)`` runs in every process, with stage one of "fit", "validate", "test",
+    "predict".
+
+    >>> import torch
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> class Ones(DataModule):
+    ...     def setup(self, stage):
+    ...         self.ds = TensorDataset(torch.ones(8, 2), torch.zeros(8, dtype=torch.long))
+    ...     def train_dataloader(self):
+    ...         return DataLoader(self.ds, batch_size=4)
+    """
+
+    trainer: Any = None
+
+    def prepare_data(self) -> None: ...
+
+    def setup(self, stage: str) -> None: ...
+
+    def teardown(self, stage: str) -> None: ...
+
+    def train_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} defines no train_dataloader()")
+
+    def val_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} defines no val_dataloader()")
+
+    def test_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} defines no test_dataloader()")
+
+    def predict_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader()")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...

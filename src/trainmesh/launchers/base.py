@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """Where this process sits among all the run's processes."""
+
+    global_rank: int = 0
+    local_rank: int = 0
+    node_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+
+class Launcher(Protocol):
+    """Starts the processes of a run and calls ``fn`` in each one.
+
+    ``launch`` returns what ``fn`` returned in this process (rank 0's result for launchers that
+    bring results back to a parent process).
+    """
+
+    def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+    def process_info(self) -> ProcessInfo:
+        """This process's place in the run, valid inside ``fn``."""
+        ...

@@ -1,0 +1,245 @@
+"""Log metrics to a CSV file and hyperparameters to a YAML file, with no extra dependency.
+
+The helpers at the top (version numbering, metric conversion, ``hparams.yaml``) are shared
+with :mod:`trainmesh.loggers.tensorboard`, so both loggers lay out their folders the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import numbers
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainmesh.loggers.base import Logger
+
+METRICS_FILE = "metrics.csv"
+HPARAMS_FILE = "hparams.yaml"
+
+_VERSION_DIR = re.compile(r"^version_(\d+)$")
+
+
+def next_version(root: str | os.PathLike) -> int:
+    """The next free ``version_N`` number under ``root`` (0 when there is none yet).
+
+    >>> next_version("/nonexistent/trainmesh")
+    0
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return 0
+    taken = [int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := _VERSION_DIR.match(p.name))]
+    # max + 1 rather than the smallest gap: a deleted version_1 must not make the next run
+    # sort between older and newer runs.
+    return max(taken) + 1 if taken else 0
+
+
+def version_dir_name(version: int | str) -> str:
+    """``version_3`` for an integer, the string itself for a named version."""
+    return version if isinstance(version, str) else f"version_{version}"
+
+
+def metric_to_float(key: str, value: Any) -> float:
+    """Convert a logged value (Python number, NumPy scalar, one-element tensor) to a float.
+
+    >>> metric_to_float("loss", torch.tensor(0.5))
+    0.5
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"metric {key!r} is a tensor of shape {tuple(value.shape)}; a logger stores one "
+                "number per metric and step. Reduce it first, e.g. log `value.mean()`."
+            )
+        # .item() synchronizes with the device; it runs once per log call, not per batch.
+        return float(value.detach().item())
+    try:
+        return float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"metric {key!r} has value {value!r} of type {type(value).__name__}, which is not a "
+            "number; loggers store numbers only. Log a float, int or one-element tensor."
+        ) from err
+
+
+def to_yaml_safe(value: Any) -> Any:
+    """``value`` rebuilt from types ``yaml.safe_dump`` accepts; anything else becomes its repr.
+
+    >>> to_yaml_safe({"lr": torch.tensor(0.5), "act": torch.nn.ReLU(), "dims": (1, 2)})
+    {'lr': 0.5, 'act': 'ReLU()', 'dims': [1, 2]}
+    """
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, str):  # str subclasses (StrEnum) are rejected by the safe dumper
+        return str(value)
+    if isinstance(value, numbers.Integral):  # NumPy integers are not int subclasses
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {_yaml_key(k): to_yaml_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_yaml_safe(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return to_yaml_safe(value.item())  # 0-d tensors and arrays
+    return repr(value)
+
+
+def _yaml_key(key: Any) -> Any:
+    return key if type(key) in (bool, int, float, str) else repr(key)
+
+
+def hparams_to_dict(params: Mapping[str, Any] | argparse.Namespace) -> dict[str, Any]:
+    """Accept the two shapes users pass hyperparameters in: a mapping or an argparse result."""
+    if isinstance(params, argparse.Namespace):
+        return vars(params).copy()
+    if not isinstance(params, Mapping):
+        raise TypeError(
+            f"log_hyperparams got a {type(params).__name__}; it takes a dict (or argparse "
+            "Namespace) of names to values. Pass e.g. `{'lr': 0.01}`."
+        )
+    return dict(params)
+
+
+def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) -> Path:
+    """Write ``hparams`` to ``log_dir/hparams.yaml``, creating ``log_dir``; return the path."""
+    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
+
+    path = Path(log_dir) / HPARAMS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(to_yaml_safe(dict(hparams)), sort_keys=False)
+    _atomic_write_text(path, text)
+    return path
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    # Write then rename, so that a crash mid-write never leaves a truncated file behind.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class CSVLogger(Logger):
+    """Write metrics to ``save_dir/name/version_N/metrics.csv`` and hparams to ``hparams.yaml``.
+
+    Rows are buffered and written every ``flush_every_n_steps`` calls to :meth:`log_metrics`
+    and on :meth:`save` / :meth:`finalize`. The header is the union of all metric names seen
+    plus ``step``; when a new name appears the file is rewritten with the wider header, and
+    rows that lack a column leave it empty. Nothing is created on disk before the first write.
+
+    >>> logger = CSVLogger("trainmesh_runs")
+    >>> logger.log_metrics({"loss": 0.25}, step=10)
+    >>> logger.finalize("success")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike,
+        name: str = "trainmesh",
+        version: int | str | None = None,
+        flush_every_n_steps: int = 100,
+    ) -> None:
+        if flush_every_n_steps < 1:
+            raise ValueError(
+                f"flush_every_n_steps={flush_every_n_steps} must be at least 1: it is the number "
+                "of log calls between writes to metrics.csv. Use 1 to write on every call."
+            )
+        self._save_dir = Path(save_dir)
+        self._name = name
+        self._version = version
+        self._flush_every_n_steps = flush_every_n_steps
+        self._hparams: dict[str, Any] = {}
+        self._buffer: list[dict[str, float | int]] = []
+        self._columns: list[str] | None = None  # the header of metrics.csv; None: not read yet
+        self._calls_since_flush = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def save_dir(self) -> str:
+        return os.fspath(self._save_dir)
+
+    @property
+    def version(self) -> int | str:
+        # Resolved once, on first use, so that every file of this run lands in one folder even
+        # if another run claims the next number meanwhile.
+        if self._version is None:
+            self._version = next_version(self._save_dir / self._name)
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
+
+    @property
+    def metrics_file(self) -> str:
+        return os.path.join(self.log_dir, METRICS_FILE)
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        """Merge ``params`` into the saved hyperparameters and rewrite ``hparams.yaml``."""
+        self._hparams.update(hparams_to_dict(params))
+        save_hparams_yaml(self.log_dir, self._hparams)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Buffer one row: every metric of ``metrics`` at ``step``."""
+        row: dict[str, float | int] = {key: metric_to_float(key, value) for key, value in metrics.items()}
+        row["step"] = int(step)
+        self._buffer.append(row)
+        self._calls_since_flush += 1
+        if self._calls_since_flush >= self._flush_every_n_steps:
+            self.save()
+
+    def save(self) -> None:
+        """Write the buffered rows to ``metrics.csv``."""
+        self._calls_since_flush = 0
+        if not self._buffer:
+            return
+        path = Path(self.metrics_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self._columns is None:
+            # A run resumed into an existing version appends to that run's file.
+            self._columns = _read_header(path)
+        columns = list(self._columns)
+        for row in self._buffer:
+            columns.extend(key for key in row if key not in columns)
+        if columns != self._columns or not path.exists():
+            _rewrite_with_header(path, columns, self._buffer)
+        else:
+            with path.open("a", newline="", encoding="utf-8") as file:
+                csv.DictWriter(file, fieldnames=columns, restval="").writerows(self._buffer)
+        self._columns = columns
+        self._buffer = []
+
+    def finalize(self, status: str) -> None:
+        self.save()
+
+
+def _read_header(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as file:
+        return next(csv.reader(file), [])
+
+
+def _rewrite_with_header(path: Path, columns: list[str], new_rows: list[dict[str, float | int]]) -> None:
+    old_rows: list[dict[str, str]] = []
+    if path.exists():
+        with path.open(newline="", encoding="utf-8") as file:
+            old_rows = list(csv.DictReader(file))
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(old_rows)
+        writer.writerows(new_rows)
+    os.replace(tmp, path)

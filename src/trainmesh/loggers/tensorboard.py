@@ -1,0 +1,127 @@
+"""Log metrics and hyperparameters to TensorBoard event files.
+
+tensorboard is an optional dependency: it is imported when a :class:`TensorBoardLogger` is
+constructed, never when this module is imported, so ``import trainmesh`` stays fast and works
+without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainmesh.loggers.base import Logger
+from trainmesh.loggers.csv_logger import (
+    hparams_to_dict,
+    metric_to_float,
+    next_version,
+    save_hparams_yaml,
+    to_yaml_safe,
+    version_dir_name,
+)
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+
+def _import_summary_writer() -> type[SummaryWriter]:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:
+        raise ImportError(
+            "TensorBoardLogger needs the `tensorboard` package, which is not installed. "
+            'Install it with: pip install "trainmesh[tensorboard]" (or use CSVLogger, which '
+            "needs nothing extra)."
+        ) from err
+    return SummaryWriter
+
+
+class TensorBoardLogger(Logger):
+    """Write TensorBoard event files to ``save_dir/name/version_N``.
+
+    Hyperparameters go to the TEXT tab as YAML (and to ``hparams.yaml`` next to the events).
+    The event writer, and with it the folder, is created on the first write.
+    Extra keyword arguments (``flush_secs``, ``max_queue``...) go to ``SummaryWriter``.
+
+    >>> logger = TensorBoardLogger("trainmesh_runs")  # doctest: +SKIP
+    >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike,
+        name: str = "trainmesh",
+        version: int | str | None = None,
+        **writer_kwargs: Any,
+    ) -> None:
+        # Fail here, when the user builds the Trainer, not hours later at the first log call.
+        self._writer_cls = _import_summary_writer()
+        self._save_dir = Path(save_dir)
+        self._name = name
+        self._version = version
+        self._writer_kwargs = writer_kwargs
+        self._writer: SummaryWriter | None = None
+        self._hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def save_dir(self) -> str:
+        return os.fspath(self._save_dir)
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:  # resolved once, so all files of this run share a folder
+            self._version = next_version(self._save_dir / self._name)
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
+
+    @property
+    def experiment(self) -> SummaryWriter:
+        """The underlying ``SummaryWriter``, for images, histograms and the like."""
+        if self._writer is None:
+            self._writer = self._writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
+        return self._writer
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        """Record ``params`` as YAML text in TensorBoard and in ``log_dir/hparams.yaml``."""
+        import yaml
+
+        self._hparams.update(hparams_to_dict(params))
+        text = yaml.safe_dump(to_yaml_safe(self._hparams), sort_keys=False)
+        # TensorBoard renders text as Markdown; indenting makes it a code block, so the YAML
+        # keeps its line breaks and indentation.
+        markdown = "".join(f"    {line}\n" for line in text.splitlines())
+        self.experiment.add_text("hparams", markdown)
+        save_hparams_yaml(self.log_dir, self._hparams)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        writer = self.experiment
+        for key, value in metrics.items():
+            writer.add_scalar(key, metric_to_float(key, value), global_step=int(step))
+
+    def save(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def finalize(self, status: str) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            # A later log call (e.g. trainer.test after fit) opens a fresh event file.
+            self._writer = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A SummaryWriter holds a thread and an open file: spawn launchers pickle loggers, so
+        # send the configuration and let the receiving process open its own writer.
+        state = self.__dict__.copy()
+        state["_writer"] = None
+        return state

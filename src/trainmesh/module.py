@@ -1,0 +1,253 @@
+"""Module: a ``torch.nn.Module`` that also says how to train, validate, test and predict itself.
+
+It holds no device code: the strategy places it, and batches reach its hooks on the right
+device. While a Trainer runs it, ``self.trainer`` points back to that Trainer; logging and the
+loop-position properties read from there.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainmesh.utilities.attribute_dict import AttributeDict
+
+_REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
+
+
+class Module(nn.Module):
+    """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
+
+    >>> import torch.nn.functional as F
+    >>> class Classifier(Module):
+    ...     def __init__(self, hidden: int = 32):
+    ...         super().__init__()
+    ...         self.save_hyperparameters()
+    ...         self.net = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+    ...                                        torch.nn.Linear(hidden, 10))
+    ...     def training_step(self, batch, batch_idx):
+    ...         x, y = batch
+    ...         loss = F.cross_entropy(self.net(x), y)
+    ...         self.log("train_loss", loss)
+    ...         return loss
+    ...     def configure_optimizers(self):
+    ...         return torch.optim.Adam(self.parameters(), lr=1e-3)
+    >>> Classifier().hparams.hidden
+    32
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Plain attributes set through object.__setattr__ so nn.Module does not try to register
+        # a Trainer as a submodule or parameter.
+        object.__setattr__(self, "_trainer", None)
+        object.__setattr__(self, "_hparams", AttributeDict())
+        object.__setattr__(self, "_log_sink", None)
+
+    # ---- hooks a user overrides -------------------------------------------------------------
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no training_step(batch, batch_idx): define it to return "
+            "the loss tensor (or a dict with a 'loss' key)"
+        )
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any: ...
+    def test_step(self, batch: Any, batch_idx: int) -> Any: ...
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """By default the forward pass on the batch (its first element if it is a pair)."""
+        if isinstance(batch, (tuple, list)) and len(batch) == 2:
+            batch = batch[0]
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no configure_optimizers(): return an optimizer, "
+            "([optimizers], [schedulers]) or {'optimizer': ..., 'lr_scheduler': ...}"
+        )
+
+    def configure_model(self) -> None:
+        """Build layers here (instead of ``__init__``) to let sharded strategies create them
+        on the meta device and materialize only each process's shard."""
+
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+    # ---- logging ------------------------------------------------------------------------------
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Any = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        """Record a metric for the loggers, the progress bar and ``trainer.callback_metrics``.
+
+        In ``training_step`` the default is per step; in validation and test, per epoch. Epoch
+        values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
+        ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
+        """
+        sink = self._log_sink
+        if sink is None:
+            _warn_no_trainer(name)
+            return
+        sink.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
+                 reduce_fx=_reduce_fx_name(reduce_fx), sync_dist=sync_dist, batch_size=batch_size)
+
+    def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+        """``self.log`` for each item of ``metrics`` with the same options."""
+        for name, value in metrics.items():
+            self.log(name, value, **kwargs)
+
+    # ---- hyperparameters ----------------------------------------------------------------------
+    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
+        """Store the arguments of the calling ``__init__`` in ``self.hparams`` and checkpoints.
+
+        With ``names``, only those arguments; ``ignore`` leaves some out (big objects such as
+        an already-built network).
+        """
+        frame = inspect.currentframe()
+        assert frame is not None and frame.f_back is not None
+        init_frame = frame.f_back
+        args = _init_arguments(init_frame)
+        del frame, init_frame
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
+        if names:
+            missing = [n for n in names if n not in args]
+            if missing:
+                raise ValueError(
+                    f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not "
+                    f"arguments of {type(self).__name__}.__init__; its arguments are {sorted(args)}"
+                )
+            args = {n: args[n] for n in names}
+        self._hparams.update({k: v for k, v in args.items() if k not in ignored})
+
+    @property
+    def hparams(self) -> AttributeDict:
+        return self._hparams
+
+    # ---- where the module is running --------------------------------------------------------
+    @property
+    def trainer(self) -> Any:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
+        return self._trainer
+
+    @property
+    def device(self) -> torch.device:
+        for tensor in self.parameters():
+            return tensor.device
+        for tensor in self.buffers():
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return self._trainer.world_size if self._trainer is not None else 1
+
+    @property
+    def current_epoch(self) -> int:
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    @property
+    def global_step(self) -> int:
+        return self._trainer.global_step if self._trainer is not None else 0
+
+    def all_gather(self, value: Any) -> Any:
+        """Gather ``value`` (tensors in any nesting) from every process, stacked on a new dim 0."""
+        return self.trainer.strategy.all_gather(value)
+
+    def attach(self, trainer: Any, log_sink: Any) -> None:
+        """Point the module at the running Trainer (called by the Trainer, not by users)."""
+        object.__setattr__(self, "_trainer", trainer)
+        object.__setattr__(self, "_log_sink", log_sink)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A module travels to spawned processes and into pickled checkpoints without its Trainer.
+        state = self.__dict__.copy()
+        state["_trainer"] = None
+        state["_log_sink"] = None
+        return state
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str, *, map_location: Any = "cpu", **overrides: Any) -> Module:
+        """Build the module from the hyperparameters saved in a checkpoint and load its weights.
+
+        ``overrides`` replace saved hyperparameters.
+        """
+        from trainmesh.checkpoint.io import load_checkpoint_file
+
+        checkpoint = load_checkpoint_file(path, map_location=map_location)
+        hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
+        module = cls(**hparams)
+        module.configure_model()
+        module.load_state_dict(checkpoint["state_dict"])
+        return module
+
+
+def _init_arguments(frame: Any) -> dict[str, Any]:
+    """The named arguments of the ``__init__`` running in ``frame``, without ``self``."""
+    info = inspect.getargvalues(frame)
+    args = {name: info.locals[name] for name in info.args if name != "self"}
+    if info.keywords:
+        args.update(info.locals[info.keywords])
+    args.pop("__class__", None)
+    return args
+
+
+def _reduce_fx_name(reduce_fx: Any) -> str:
+    if isinstance(reduce_fx, str):
+        name = reduce_fx
+    else:
+        name = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(reduce_fx, "")
+    if name not in _REDUCE_FX_NAMES:
+        raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(_REDUCE_FX_NAMES)}")
+    return name
+
+
+_warned_names: set[str] = set()
+
+
+def _warn_no_trainer(name: str) -> None:
+    if name not in _warned_names:
+        _warned_names.add(name)
+        warnings.warn(
+            f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
+            stacklevel=3,
+        )

@@ -1,0 +1,102 @@
+"""One precision setting turned into autocast, a gradient scaler, and dtype conversions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+from trainmesh.utilities.collections import apply_to_tensors
+
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+# Spellings from Lightning 1.x and 2.x that users carry over.
+_ALIASES = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed",
+            "64": "64-true", 64: "64-true"}
+
+_NO_AUTOCAST = contextlib.nullcontext()
+
+
+def normalize_precision(precision: str | int) -> str:
+    name = _ALIASES.get(precision, precision)
+    if name not in PRECISIONS:
+        raise ValueError(
+            f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)} "
+            "(or 32 / 16 / 'bf16')"
+        )
+    return str(name)
+
+
+class Precision:
+    """Autocast, loss scaling and dtype casts for one precision setting.
+
+    >>> p = Precision("bf16-mixed", device_type="cpu")
+    >>> with p.autocast():
+    ...     y = torch.nn.Linear(2, 2)(torch.ones(1, 2))
+    >>> y.dtype
+    torch.bfloat16
+    """
+
+    def __init__(self, precision: str | int, *, device_type: str) -> None:
+        self.name = normalize_precision(precision)
+        self.device_type = device_type
+        self.scaler: torch.amp.GradScaler | None = None
+        if self.name == "16-mixed":
+            # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
+            self.scaler = torch.amp.GradScaler(device_type)
+        self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(self.name)
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        return self._true_dtype or torch.float32
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.name, self.param_dtype)
+
+    def autocast(self) -> ContextManager[Any]:
+        if self.name in ("bf16-mixed", "16-mixed"):
+            return torch.autocast(self.device_type, dtype=self.compute_dtype)
+        return _NO_AUTOCAST
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        if self._true_dtype is not None:
+            return module.to(dtype=self._true_dtype)
+        return module
+
+    @property
+    def converts_input(self) -> bool:
+        return self._true_dtype is not None
+
+    def convert_input(self, batch: Any) -> Any:
+        """Cast floating tensors of a batch to the parameters' dtype under a "-true" precision."""
+        if self._true_dtype is None:
+            return batch
+        dtype = self._true_dtype
+        return apply_to_tensors(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss) if self.scaler is not None else loss
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true size before clipping reads them."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        if self.scaler is None:
+            return optimizer.step(closure) if closure is not None else optimizer.step()
+        if closure is not None:
+            raise ValueError("precision='16-mixed' cannot run an optimizer closure (LBFGS); use 'bf16-mixed' or '32'")
+        result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
+        self.scaler.update()
+        return result
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,65 @@
+"""The strategy protocol: how a model, its optimizers and its data are placed on devices.
+
+The Trainer and the Runtime talk to strategies only through these methods; a behaviour that
+differs between strategies is a method here, never an ``isinstance`` check in the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ContextManager, Protocol
+
+import torch
+from torch import nn
+
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.precision import Precision
+
+ReduceOp = str  # "mean" | "sum" | "max" | "min"
+
+
+class Strategy(Protocol):
+    name: str
+    precision: Precision
+
+    @property
+    def root_device(self) -> torch.device: ...
+    @property
+    def process(self) -> ProcessInfo: ...
+
+    def setup_environment(self, process: ProcessInfo) -> None:
+        """Join the process group (if any) and pick this process's device."""
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Place, wrap or shard the module; returns what the loop calls."""
+    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]: ...
+    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+        """Add a distributed sampler or anything else the strategy needs in the loader."""
+    def batch_to_device(self, batch: Any) -> Any: ...
+    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int) -> Any:
+        """Call ``module.<hook>(batch, batch_idx)`` through whatever wrapper the strategy added."""
+    def backward(self, loss: torch.Tensor) -> None: ...
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        """Skip the gradient synchronisation for an accumulation micro-batch."""
+    def clip_gradients(self, module: nn.Module, max_norm: float, norm_type: float) -> torch.Tensor: ...
+    def clip_gradients_by_value(self, module: nn.Module, clip_value: float) -> None: ...
+    def reduce(self, value: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor: ...
+    def all_gather(self, value: Any) -> Any: ...
+    def barrier(self, name: str | None = None) -> None: ...
+    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The full (unsharded, unwrapped) weights, for a checkpoint."""
+    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None: ...
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]: ...
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None: ...
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None: ...
+    def load_checkpoint(self, path: str) -> dict[str, Any]: ...
+    def teardown(self) -> None: ...
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's module inside DDP/DP-style wrappers (which keep it as ``.module``)."""
+    while hasattr(module, "module") and isinstance(getattr(module, "module"), nn.Module) and not hasattr(
+        module, "training_step"
+    ):
+        module = module.module
+    return module

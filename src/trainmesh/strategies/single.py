@@ -1,0 +1,116 @@
+"""One process, one device: the strategy every other one is checked against."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.precision import Precision
+from trainmesh.utilities.collections import move_to_device
+
+_NO_SYNC_NEEDED = contextlib.nullcontext()
+_REDUCE_OPS = ("mean", "sum", "max", "min")
+
+
+class SingleDeviceStrategy:
+    """Train on one device in this process.
+
+    >>> strategy = SingleDeviceStrategy(torch.device("cpu"), precision=Precision("32", device_type="cpu"))
+    >>> strategy.reduce(torch.tensor(3.0))
+    tensor(3.)
+    """
+
+    name = "single"
+
+    def __init__(self, device: torch.device, *, precision: Precision) -> None:
+        self._device = device
+        self.precision = precision
+        self._process = ProcessInfo()
+        # On CPU in full precision batches are already where they belong: skip the walk.
+        self._moves_batches = device.type != "cpu" or precision.converts_input
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._device
+
+    @property
+    def process(self) -> ProcessInfo:
+        return self._process
+
+    def setup_environment(self, process: ProcessInfo) -> None:
+        assert process.world_size == 1, "a single-device strategy runs in one process"
+        self._process = process
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        return self.precision.convert_module(module.to(self._device))
+
+    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        return list(optimizers)
+
+    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+        return loader
+
+    def batch_to_device(self, batch: Any) -> Any:
+        if not self._moves_batches:
+            return batch
+        return self.precision.convert_input(move_to_device(batch, self._device, non_blocking=True))
+
+    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int) -> Any:
+        return getattr(module, hook)(batch, batch_idx)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        return _NO_SYNC_NEEDED
+
+    def clip_gradients(self, module: nn.Module, max_norm: float, norm_type: float) -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
+
+    def clip_gradients_by_value(self, module: nn.Module, clip_value: float) -> None:
+        torch.nn.utils.clip_grad_value_(module.parameters(), clip_value)
+
+    def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"reduce op {op!r} is not known; use one of {_REDUCE_OPS}")
+        return value
+
+    def all_gather(self, value: Any) -> Any:
+        from trainmesh.utilities.collections import apply_to_tensors
+
+        return apply_to_tensors(value, lambda t: t.unsqueeze(0))
+
+    def barrier(self, name: str | None = None) -> None:
+        return None
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        return module.state_dict()
+
+    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
+        module.load_state_dict(state, strict=strict)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        atomic_save(checkpoint, path)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        return load_checkpoint_file(path, map_location=self._device)
+
+    def teardown(self) -> None:
+        return None

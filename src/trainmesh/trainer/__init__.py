@@ -1,0 +1,3 @@
+from trainmesh.trainer.trainer import Trainer
+
+__all__ = ["Trainer"]

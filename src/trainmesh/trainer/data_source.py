@@ -1,0 +1,78 @@
+"""Where a stage's dataloaders come from: arguments, a DataModule, or the Module itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_LOADER_METHOD = {"train": "train_dataloader", "validate": "val_dataloader",
+                  "test": "test_dataloader", "predict": "predict_dataloader"}
+
+
+@dataclass
+class DataSource:
+    datamodule: Any = None
+    model: Any = None
+    given: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:
+        _check_exclusive(train, datamodule, "train_dataloaders")
+        _check_exclusive(val, datamodule, "val_dataloaders")
+        given = {k: v for k, v in (("train", train), ("validate", val)) if v is not None}
+        return cls(datamodule=datamodule, model=model, given=given)
+
+    @classmethod
+    def for_stage(cls, stage: str, model: Any, loaders: Any, datamodule: Any) -> DataSource:
+        _check_exclusive(loaders, datamodule, "dataloaders")
+        return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
+
+    def prepare(self, trainer: Any, stage: str) -> None:
+        """prepare_data (once per machine) then setup(stage) in every process."""
+        if self.datamodule is None:
+            return
+        self.datamodule.trainer = trainer
+        if trainer.local_rank == 0:
+            self.datamodule.prepare_data()
+        trainer.strategy.barrier("prepare_data")
+        self.datamodule.setup(stage)
+
+    def teardown(self, stage: str) -> None:
+        if self.datamodule is not None:
+            self.datamodule.teardown(stage)
+
+    def loaders(self, kind: str, *, required: bool) -> list[Any]:
+        """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
+        if kind in self.given:
+            return _as_list(self.given[kind])
+        method = _LOADER_METHOD[kind]
+        for owner in (self.datamodule, self.model):
+            if owner is None:
+                continue
+            impl = getattr(owner, method, None)
+            if impl is None:
+                continue
+            try:
+                return _as_list(impl())
+            except NotImplementedError:
+                continue
+        if required:
+            arg = "train_dataloaders" if kind == "train" else ("val_dataloaders" if kind == "validate" else "dataloaders")
+            raise ValueError(
+                f"no {kind} dataloader: pass {arg}=..., a datamodule with {method}(), or define "
+                f"{method}() on the model"
+            )
+        return []
+
+
+def _as_list(loaders: Any) -> list[Any]:
+    if loaders is None:
+        return []
+    if isinstance(loaders, (list, tuple)):
+        return list(loaders)
+    return [loaders]
+
+
+def _check_exclusive(loaders: Any, datamodule: Any, name: str) -> None:
+    if loaders is not None and datamodule is not None:
+        raise ValueError(f"pass either {name}= or datamodule=, not both: trainmesh would not know which to use")

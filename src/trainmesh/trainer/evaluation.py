@@ -1,0 +1,139 @@
+"""Validation, test and predict loops, and the sanity check before training."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from trainmesh.trainer.batch_counts import limited_count
+
+_STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
+              "sanity_check": "validation_step"}
+_EPOCH_END_HOOK = {"validate": "on_validation_epoch_end", "test": "on_test_epoch_end",
+                   "predict": "on_predict_epoch_end", "sanity_check": "on_validation_epoch_end"}
+_BATCH_END_HOOK = {"validate": "on_validation_batch_end", "test": "on_test_batch_end",
+                   "predict": "on_predict_batch_end", "sanity_check": "on_validation_batch_end"}
+
+
+def run_sanity_check(trainer: Any, val_loaders: list[Any]) -> None:
+    """Run a few validation batches before training so a broken validation_step fails fast."""
+    trainer.sanity_checking = True
+    hooks = trainer.hooks
+    try:
+        hooks.call_callbacks("on_sanity_check_start")
+        limit = trainer.num_sanity_val_steps
+        _run_loop(trainer, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
+        hooks.call_callbacks("on_sanity_check_end")
+    finally:
+        trainer.sanity_checking = False
+
+
+def run_validation(trainer: Any, val_loaders: list[Any]) -> list[dict[str, float]]:
+    """Validation inside fit: results go to callback_metrics and the loggers."""
+    trainer.loop.validated_since_step = True
+    hooks = trainer.hooks
+    hooks.call("on_validation_start")
+    results = _run_loop(trainer, "validate", val_loaders, trainer.limit_val_batches)
+    hooks.call("on_validation_end")
+    return results
+
+
+def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, float]]:
+    """``trainer.validate()`` / ``trainer.test()``."""
+    kind = "validate" if stage == "validate" else "test"
+    loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
+    limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
+    start, end = ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
+    trainer.hooks.call(start)
+    results = _run_loop(trainer, stage, loaders, limit)
+    trainer.hooks.call(end)
+    return results
+
+
+def run_predict(trainer: Any, data: Any) -> Any:
+    loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
+    trainer.hooks.call("on_predict_start")
+    outputs = _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
+    trainer.hooks.call("on_predict_end")
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
+    """Run ``stage`` over every loader; metrics per loader (or predictions for predict)."""
+    model, module, sink, hooks = trainer.model, trainer.module, trainer.sink, trainer.hooks
+    strategy, autocast = trainer.strategy, trainer.runtime.precision.autocast
+    step_hook, batch_end = _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
+    if stage != "predict" and not hooks.module_overrides(step_hook):
+        return [{} for _ in loaders]
+    passes_loader_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_hook))
+    was_training = model.training
+    model.eval()
+    results: list[Any] = []
+    grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    try:
+        with grad_mode:
+            for loader_idx, loader in enumerate(loaders):
+                limit = limited_count(loader, limit_setting)
+                _set_count(trainer, stage, limit)
+                sink.start_stage()
+                predictions: list[Any] = []
+                for batch_idx, batch in enumerate(loader):
+                    if batch_idx >= limit:
+                        break
+                    sink.set_batch(step_hook, batch)
+                    with autocast():
+                        if passes_loader_index:
+                            output = getattr(model, step_hook)(batch, batch_idx, loader_idx)
+                        else:
+                            output = strategy.run_step(model, step_hook, batch, batch_idx)
+                    if stage == "predict":
+                        predictions.append(output)
+                    hooks.call_callbacks(batch_end, output, batch, batch_idx)
+                sink.set_batch(_EPOCH_END_HOOK[stage], None)
+                hooks.call_module(_EPOCH_END_HOOK[stage])
+                if stage == "predict":
+                    results.append(predictions)
+                    continue
+                metrics = sink.epoch_metrics()
+                suffix = f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
+                if stage == "sanity_check":
+                    results.append({})
+                else:
+                    results.append(trainer.publish_epoch_metrics(metrics, suffix=suffix, to_logger=stage != "predict"))
+            hooks.call_callbacks(_EPOCH_END_HOOK[stage])
+    finally:
+        if was_training:
+            model.train()
+    return results
+
+
+def _set_count(trainer: Any, stage: str, count: int | float) -> None:
+    attr = {"validate": "num_val_batches", "sanity_check": "num_val_batches", "test": "num_test_batches",
+            "predict": "num_predict_batches"}[stage]
+    setattr(trainer, attr, count)
+
+
+def _accepts_dataloader_idx(step: Any) -> bool:
+    try:
+        return len(inspect.signature(step).parameters) >= 3
+    except (TypeError, ValueError):
+        return False
+
+
+def print_results(stage: str, results: list[dict[str, float]]) -> None:
+    """A table of the metrics each dataloader produced, as users of the seeds expect."""
+    if not results or not any(results):
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{stage} results")
+    table.add_column("metric")
+    for index in range(len(results)):
+        table.add_column(f"dataloader {index}" if len(results) > 1 else "value", justify="right")
+    names = sorted({name for result in results for name in result})
+    for name in names:
+        table.add_row(name, *[f"{r[name]:.6g}" if name in r else "" for r in results])
+    Console().print(table)

@@ -1,0 +1,270 @@
+"""The fit loop: epochs of training batches, optimizer steps, validation cadence.
+
+Resuming is exact: a checkpoint records where in the epoch it was taken and every RNG state,
+and the resumed run replays the epoch's data order before continuing (see ``_open_epoch``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainmesh.seed import capture_rng_state, restore_rng_state
+from trainmesh.trainer import evaluation
+from trainmesh.trainer.optimizers import step_scheduler
+from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.utilities.dataloaders import skip_batches
+
+
+@dataclass
+class LoopPosition:
+    """Where the fit loop is; saved in every checkpoint."""
+
+    batches_done: int = 0          # training batches finished in the current epoch
+    epoch_finished: bool = False
+    epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
+    last_loss: torch.Tensor | None = None
+    validated_since_step: bool = False
+
+
+def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
+    from trainmesh.trainer.checkpointing import restore_checkpoint
+
+    train_loaders = data.loaders("train", required=True)
+    if len(train_loaders) != 1:
+        raise ValueError(f"fit trains on one dataloader; got {len(train_loaders)}. Combine them into one dataset")
+    runtime = trainer.runtime
+    train_loader = runtime.setup_dataloaders(train_loaders[0], train=True)
+    val_loaders = [runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)]
+    trainer.num_training_batches = limited_count(train_loader, trainer.limit_train_batches)
+    trainer.val_loaders = val_loaders
+    trainer.loop = LoopPosition()
+    resume_rng = None
+    if checkpoint is not None:
+        resume_rng = restore_checkpoint(trainer, checkpoint, source=source, weights_only=False)
+
+    hooks = trainer.hooks
+    trainer.model.train()
+    hooks.call("on_fit_start")
+    if val_loaders and trainer.num_sanity_val_steps != 0 and checkpoint is None:
+        evaluation.run_sanity_check(trainer, val_loaders)
+    hooks.call("on_train_start")
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_hyperparams(dict(getattr(trainer.module, "hparams", {})))
+    try:
+        while not _fit_done(trainer):
+            _run_epoch(trainer, train_loader, resume_rng)
+            resume_rng = None
+    finally:
+        trainer.loop.last_loss = None
+    hooks.call("on_train_end")
+    hooks.call("on_fit_end")
+
+
+def _fit_done(trainer: Any) -> bool:
+    if trainer.should_stop:
+        return True
+    if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        return True
+    return trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs
+
+
+def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> Any:
+    """Start the epoch's data iterator, replaying the interrupted epoch when resuming.
+
+    A shuffling sampler draws its order from the global RNG when its iterator starts, so a
+    resume restores the RNG as it was at the epoch's start, starts the iterator (skipping the
+    batches already trained on, by index only), and then restores the RNG as it was when the
+    checkpoint was taken.
+    """
+    loop = trainer.loop
+    loader.set_epoch(trainer.current_epoch)
+    skip = loop.batches_done if resume_rng is not None else 0
+    if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
+        restore_rng_state(loop.epoch_start_rng)
+        iterator = iter(_skipping(loader, skip))
+        restore_rng_state(resume_rng)
+        return iterator
+    if resume_rng is not None:
+        restore_rng_state(resume_rng)
+    loop.epoch_start_rng = capture_rng_state()
+    loop.batches_done = 0
+    return iter(loader)
+
+
+def _skipping(loader: Any, skip: int) -> Any:
+    from trainmesh.runtime import DeviceDataLoader
+
+    return DeviceDataLoader(skip_batches(loader.loader, skip), loader._strategy)
+
+
+def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> None:
+    loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+    if resume_rng is not None and loop.epoch_finished:
+        # The checkpoint was taken after this epoch's end-of-epoch work: go on with the next.
+        trainer.current_epoch += 1
+        loop.epoch_finished, loop.batches_done = False, 0
+        restore_rng_state(resume_rng)
+        resume_rng = None
+        if _fit_done(trainer):
+            return
+    mid_epoch_resume = resume_rng is not None
+    if not mid_epoch_resume:
+        sink.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
+    train_results = sink.results
+    trainer.train_results = train_results
+    iterator = _open_epoch(trainer, loader, resume_rng)
+    if not mid_epoch_resume:
+        hooks.call("on_train_epoch_start")
+    limit = trainer.num_training_batches
+    val_every = _val_check_batches(trainer, limit)
+    _train_batches(trainer, iterator, loop.batches_done, limit, val_every, train_results)
+    _end_epoch(trainer, train_results, val_every)
+
+
+def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, val_every: int | float | None, train_results: Any) -> None:
+    loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
+    strategy, model, module = runtime.strategy, trainer.model, trainer.module
+    accumulate = trainer.accumulate_grad_batches
+    autocast = runtime.precision.autocast
+    check_finite_now = runtime.device.type == "cpu"  # a float() per step is free on CPU only
+    batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
+    batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
+    batch_idx = start - 1
+    for batch_idx, batch in enumerate(iterator, start=start):
+        if batch_idx >= limit:
+            break
+        sink.set_batch("training_step", batch)
+        if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
+            break  # the module asked to end the epoch early
+        is_last = batch_idx + 1 == limit
+        steps_now = (batch_idx + 1) % accumulate == 0 or is_last
+        sync_context = runtime.no_backward_sync(model, enabled=not steps_now)
+        with sync_context:
+            with autocast():
+                output = strategy.run_step(model, "training_step", batch, batch_idx)
+            loss = _loss_of(output, module)
+            if loss is not None:
+                if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
+                    _check_finite(loss, trainer, batch_idx)
+                runtime.backward(loss / accumulate if accumulate > 1 else loss)
+        loop.last_loss = loss.detach() if loss is not None else None
+        if steps_now:
+            _optimizer_step(trainer, module)
+        loop.batches_done = batch_idx + 1
+        loop.validated_since_step = False
+        if val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last:
+            evaluation.run_validation(trainer, trainer.val_loaders)
+            sink.start_stage(train_results)
+        if trainer.global_step % trainer.log_every_n_steps == 0:
+            trainer.publish_step_metrics()
+        if batch_end_hooks:
+            hooks.call("on_train_batch_end", output, batch, batch_idx)
+        if trainer.should_stop or (trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps):
+            break
+
+
+def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) -> None:
+    loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+    if val_every is not None and trainer.val_loaders and not loop.validated_since_step:
+        evaluation.run_validation(trainer, trainer.val_loaders)
+    sink.start_stage(train_results)
+    sink.set_batch("on_train_epoch_end", None)
+    hooks.call_module("on_train_epoch_end")
+    trainer.publish_epoch_metrics(sink.epoch_metrics())
+    for config in trainer.lr_scheduler_configs:
+        if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0:
+            step_scheduler(config, trainer.callback_metrics)
+    loop.epoch_finished = True
+    hooks.call_callbacks("on_train_epoch_end")
+    trainer.current_epoch += 1
+    loop.epoch_finished = False
+    loop.batches_done = 0
+    if trainer.min_epochs is not None and trainer.current_epoch < trainer.min_epochs:
+        trainer.should_stop = False
+
+
+def _optimizer_step(trainer: Any, module: Any) -> None:
+    runtime = trainer.runtime
+    for optimizer in trainer.optimizers:
+        if trainer.gradient_clip_val is not None:
+            if trainer.gradient_clip_algorithm == "norm":
+                runtime.clip_gradients(trainer.model, optimizer, max_norm=trainer.gradient_clip_val)
+            else:
+                runtime.clip_gradients(trainer.model, optimizer, clip_val=trainer.gradient_clip_val)
+        if trainer.hooks.module_overrides("on_before_optimizer_step"):
+            module.on_before_optimizer_step(optimizer.optimizer)
+        optimizer.step()
+        optimizer.zero_grad()
+    trainer.global_step += 1
+    for config in trainer.lr_scheduler_configs:
+        if config.interval == "step" and trainer.global_step % config.frequency == 0:
+            step_scheduler(config, trainer.callback_metrics)
+
+
+def _loss_of(output: Any, module: Any) -> torch.Tensor | None:
+    name = type(module).__name__
+    if isinstance(output, torch.Tensor):
+        loss = output
+    elif isinstance(output, dict):
+        if "loss" not in output:
+            raise ValueError(
+                f"{name}.training_step returned a dict without a 'loss' key (keys: {sorted(output)}); "
+                "put the tensor to minimise under 'loss'"
+            )
+        loss = output["loss"]
+    elif output is None:
+        raise ValueError(
+            f"{name}.training_step returned None; return the loss tensor (or a dict with 'loss'). "
+            "To skip a batch on purpose, return None from a manual-optimization module instead"
+        )
+    else:
+        raise TypeError(f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'")
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(
+            f"{name}.training_step's loss must be a scalar tensor, got {shape}; reduce it "
+            "(e.g. loss.mean()) before returning"
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            f"{name}.training_step's loss does not require grad: it was computed without the "
+            "model's parameters, under torch.no_grad(), or detached. Return the loss the "
+            "parameters produced"
+        )
+    return loss
+
+
+def _check_finite(loss: torch.Tensor, trainer: Any, batch_idx: int) -> None:
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        callback = trainer.checkpoint_callback
+        last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") if callback else ""
+        where = f"the last good checkpoint is {last}" if last else "no checkpoint had been written yet"
+        raise FloatingPointError(
+            f"the training loss is {value} at global step {trainer.global_step} (epoch "
+            f"{trainer.current_epoch}, batch {batch_idx}); training stopped before this step "
+            f"changed the weights, and {where}. Lower the learning rate, clip gradients "
+            "(gradient_clip_val=1.0) or check the data for NaN/inf"
+        )
+
+
+def _val_check_batches(trainer: Any, limit: int | float) -> int | float | None:
+    """How many training batches between validations this epoch; None when none is due."""
+    if not trainer.val_loaders or trainer.limit_val_batches == 0:
+        return None
+    every_n = trainer.check_val_every_n_epoch
+    if every_n is not None and (trainer.current_epoch + 1) % every_n != 0:
+        return None
+    interval = trainer.val_check_interval
+    if isinstance(interval, int):
+        return interval
+    if limit == math.inf:
+        if interval != 1.0:
+            raise ValueError("val_check_interval as a fraction needs a train loader with a length; give an int")
+        return math.inf  # unknown length: validate once, at the end of the epoch
+    return max(1, int(limit * interval))

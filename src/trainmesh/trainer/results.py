@@ -1,0 +1,174 @@
+"""What ``self.log`` records: step values and epoch accumulators, reduced across processes.
+
+Epoch values are batch-size-weighted means by default, accumulated in float64 on the device so
+that the hot path never waits for a device-to-host copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainmesh.utilities.collections import infer_batch_size
+
+Reducer = Callable[[torch.Tensor, str], torch.Tensor]
+
+# Defaults Lightning users expect: per step while training, per epoch while evaluating.
+_STEP_HOOKS = {"training_step"}
+
+
+@dataclass
+class _Entry:
+    prog_bar: bool
+    logger: bool
+    on_step: bool
+    on_epoch: bool
+    reduce_fx: str
+    sync_dist: bool
+    total: torch.Tensor | None = None  # float64 accumulator for "mean"/"sum"/"max"/"min"
+    weight: float = 0.0
+    metric: Any = None  # a torchmetrics Metric computes its own epoch value
+
+
+@dataclass
+class StageResults:
+    """The metrics logged during one stage run (a training epoch, one validation run, ...)."""
+
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    step_values: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        # Kept in checkpoints so a mid-epoch resume reports the same epoch means.
+        return {
+            name: {"total": e.total, "weight": e.weight, "options": (e.prog_bar, e.logger, e.on_step, e.on_epoch, e.reduce_fx, e.sync_dist)}
+            for name, e in self.entries.items()
+            if e.metric is None
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, saved in state.items():
+            entry = _Entry(*saved["options"])
+            entry.total, entry.weight = saved["total"], saved["weight"]
+            self.entries[name] = entry
+
+
+class MetricSink:
+    """Receives ``self.log`` calls from a Module and turns them into metric dicts.
+
+    The loop tells it which hook is running (for on_step/on_epoch defaults) and the current
+    batch (for the batch-size weights).
+    """
+
+    def __init__(self, reducer: Reducer) -> None:
+        self._reduce = reducer
+        self.results = StageResults()
+        self.hook = "training_step"
+        self._batch: Any = None
+        self._batch_size: int | None = None
+
+    def start_stage(self, results: StageResults | None = None) -> None:
+        self.results = results if results is not None else StageResults()
+
+    def set_batch(self, hook: str, batch: Any) -> None:
+        self.hook = hook
+        self._batch = batch
+        self._batch_size = None
+
+    def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
+            on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+        entry = self.results.entries.get(name)
+        if entry is None:
+            step_default = self.hook in _STEP_HOOKS
+            entry = _Entry(
+                prog_bar=prog_bar, logger=logger,
+                on_step=step_default if on_step is None else on_step,
+                on_epoch=(not step_default) if on_epoch is None else on_epoch,
+                reduce_fx=reduce_fx, sync_dist=sync_dist,
+            )
+            if not (entry.on_step or entry.on_epoch):
+                raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
+            self.results.entries[name] = entry
+        if _is_metric_object(value):
+            entry.metric = value
+            cached = getattr(value, "_forward_cache", None)
+            if entry.on_step and isinstance(cached, torch.Tensor):
+                self.results.step_values[name] = cached.detach()
+            return
+        tensor = _as_scalar_tensor(name, value)
+        if entry.on_step:
+            self.results.step_values[name] = self._reduce(tensor, "mean") if entry.sync_dist else tensor
+        if entry.on_epoch:
+            self._accumulate(entry, tensor, batch_size)
+
+    def _accumulate(self, entry: _Entry, tensor: torch.Tensor, batch_size: int | None) -> None:
+        if entry.reduce_fx == "mean" or entry.reduce_fx == "sum":
+            if batch_size is None:
+                if self._batch_size is None:
+                    self._batch_size = infer_batch_size(self._batch)
+                batch_size = self._batch_size
+            weight = batch_size if entry.reduce_fx == "mean" else 1
+            if entry.total is None:
+                entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)
+            entry.total.add_(tensor, alpha=weight)
+            entry.weight += weight
+        else:
+            value = tensor.to(torch.float64)
+            if entry.total is None:
+                entry.total = value.clone()
+            else:
+                entry.total = torch.maximum(entry.total, value) if entry.reduce_fx == "max" else torch.minimum(entry.total, value)
+            entry.weight = 1.0
+
+    # ---- reading metrics --------------------------------------------------------------------
+    def step_metrics(self, *, prog_bar_only: bool = False, logger_only: bool = False) -> dict[str, float]:
+        out: dict[str, float] = {}
+        entries = self.results.entries
+        for name, value in self.results.step_values.items():
+            entry = entries[name]
+            if (prog_bar_only and not entry.prog_bar) or (logger_only and not entry.logger):
+                continue
+            out[f"{name}_step" if entry.on_epoch else name] = float(value)
+        return out
+
+    def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
+        """Each epoch-level metric reduced across processes (every rank gets the same value)."""
+        out: dict[str, tuple[float, _Entry]] = {}
+        for name, entry in self.results.entries.items():
+            if not entry.on_epoch:
+                continue
+            if entry.metric is not None:
+                value = entry.metric.compute()
+                entry.metric.reset()
+                out[name] = (float(value), entry)
+                continue
+            if entry.total is None:
+                continue
+            if entry.reduce_fx in ("mean", "sum"):
+                total = self._reduce(entry.total.clone(), "sum")
+                weight = self._reduce(torch.tensor(entry.weight, dtype=torch.float64, device=total.device), "sum")
+                value = total / weight if entry.reduce_fx == "mean" else total
+            else:
+                value = self._reduce(entry.total.clone(), entry.reduce_fx)
+            out[name] = (float(value), entry)
+        return out
+
+
+def _is_metric_object(value: Any) -> bool:
+    # Duck-typed so torchmetrics stays optional.
+    return not isinstance(value, torch.Tensor) and hasattr(value, "compute") and hasattr(value, "update") and hasattr(value, "reset")
+
+
+def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; log a scalar "
+                "(reduce it with .mean() or log each element under its own name)"
+            )
+        return value.detach().reshape(())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(float(value))
+    raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric")

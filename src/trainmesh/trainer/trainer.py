@@ -1,0 +1,451 @@
+"""Trainer: the loop (epochs, steps, hooks, logging, checkpoint cadence) over a Runtime."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainmesh.callbacks.base import Callback
+from trainmesh.runtime import Runtime
+from trainmesh.trainer import evaluation, fit_loop
+from trainmesh.trainer.checkpointing import build_checkpoint, resolve_ckpt_path, restore_checkpoint
+from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
+from trainmesh.trainer.results import MetricSink
+from trainmesh.utilities.rank_zero import rank_zero_info
+
+
+class Trainer:
+    """Runs a :class:`trainmesh.Module` through fit, validate, test and predict.
+
+    >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,
+    ...                   enable_checkpointing=False, enable_model_summary=False)
+    >>> # trainer.fit(model, datamodule=dm); trainer.test(model, datamodule=dm)
+    """
+
+    def __init__(
+        self,
+        *,
+        accelerator: str = "auto",
+        devices: int | str | list[int] = "auto",
+        num_nodes: int = 1,
+        strategy: str | Any = "auto",
+        precision: str | int = "32-true",
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int = 2,
+        log_every_n_steps: int = 50,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        callbacks: list[Callback] | Callback | None = None,
+        logger: Any = True,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_progress_bar: bool = True,
+        enable_checkpointing: bool = True,
+        enable_model_summary: bool = True,
+        deterministic: bool = False,
+        fast_dev_run: bool | int = False,
+        inference_mode: bool = True,
+    ) -> None:
+        self.runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy,
+                               precision=precision, num_nodes=num_nodes)
+        self.default_root_dir = str(default_root_dir or os.getcwd())
+        self.fast_dev_run = _check_fast_dev_run(fast_dev_run)
+        if self.fast_dev_run:
+            # One quick pass through every stage to shake out bugs: no logs, no checkpoints.
+            n = self.fast_dev_run
+            max_epochs, max_steps, num_sanity_val_steps = 1, n, 0
+            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
+            val_check_interval, logger, enable_checkpointing = 1.0, False, False
+        self.max_steps = _check_int("max_steps", max_steps, minimum=-1)
+        if max_epochs is None:
+            max_epochs = 1000 if max_steps == -1 else -1
+        self.max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
+        self.min_epochs = min_epochs
+        self.limit_train_batches = _check_limit("limit_train_batches", limit_train_batches)
+        self.limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
+        self.limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
+        self.limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
+        self.val_check_interval = _check_val_interval(val_check_interval)
+        self.check_val_every_n_epoch = check_val_every_n_epoch
+        self.num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
+        self.log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
+        self.accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+        if gradient_clip_val is not None and gradient_clip_val <= 0:
+            raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.inference_mode = inference_mode
+        if deterministic:
+            torch.use_deterministic_algorithms(True)
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        self.loggers = _build_loggers(logger, self.default_root_dir)
+        self.callbacks = _build_callbacks(
+            callbacks, progress_bar=enable_progress_bar, checkpointing=enable_checkpointing,
+            summary=enable_model_summary,
+        )
+
+        # Run state, read by callbacks and by the Module's properties.
+        self.current_epoch = 0
+        self.global_step = 0
+        self.should_stop = False
+        self.sanity_checking = False
+        self.stage: str | None = None
+        self.epoch_metrics: dict[str, float] = {}
+        self.train_results: Any = None
+        self._last_logged_step = -1
+        self.logged_metrics: dict[str, float] = {}
+        self.num_training_batches: int | float = 0
+        self.num_val_batches: int = 0
+        self.num_test_batches: int = 0
+        self.num_predict_batches: int = 0
+        self.module: Any = None
+        self.model: Any = None
+        self.datamodule: Any = None
+        self.optimizers: list[Any] = []
+        self.lr_scheduler_configs: list[SchedulerConfig] = []
+        self.sink = MetricSink(self.runtime.strategy.reduce)
+        self.hooks: HookDispatcher | None = None
+        self.loop = fit_loop.LoopPosition()
+        self._prepared_module_id: int | None = None
+
+    # ---- where the run is ---------------------------------------------------------------------
+    @property
+    def strategy(self) -> Any:
+        return self.runtime.strategy
+
+    @property
+    def precision(self) -> str:
+        return self.runtime.precision.name
+
+    @property
+    def global_rank(self) -> int:
+        return self.runtime.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.runtime.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.runtime.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.runtime.is_global_zero
+
+    @property
+    def logger(self) -> Any:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+
+    @property
+    def lightning_module(self) -> Any:
+        return self.module
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        """Latest value of every logged metric: epoch values, and this epoch's step values.
+
+        Step values stay tensors until read here, so logging costs no device sync per step.
+        """
+        metrics = dict(self.epoch_metrics)
+        if self.train_results is not None:
+            entries = self.train_results.entries
+            for name, value in self.train_results.step_values.items():
+                number = float(value)
+                if entries[name].on_epoch:
+                    metrics[f"{name}_step"] = number
+                    if self.loop.batches_done and not self.loop.epoch_finished:
+                        metrics[name] = number
+                else:
+                    metrics[name] = number
+        return metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        loss = self.loop.last_loss
+        if loss is not None and self.stage == "fit":
+            metrics["loss"] = float(loss)
+        if self.train_results is not None and self.stage == "fit":
+            entries = self.train_results.entries
+            for name, value in self.train_results.step_values.items():
+                if entries[name].prog_bar:
+                    metrics[name] = float(value)
+        for name, value in self.epoch_metrics.items():
+            if name in self._prog_bar_names:
+                metrics.setdefault(name, value)
+        return metrics
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        from trainmesh.callbacks.early_stopping import EarlyStopping
+
+        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
+
+    # ---- public entry points ------------------------------------------------------------------
+    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            datamodule: Any = None, ckpt_path: str | None = None) -> None:
+        """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
+        data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
+        self.runtime.launch(self._run, "fit", model, data, ckpt_path)
+
+    def validate(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+                 ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+        """Run validation once; returns one dict of logged metrics per dataloader."""
+        return self._evaluate("validate", model, dataloaders, datamodule, ckpt_path, verbose)
+
+    def test(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+             ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+        """Run the test set once; returns one dict of logged metrics per dataloader."""
+        return self._evaluate("test", model, dataloaders, datamodule, ckpt_path, verbose)
+
+    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+                ckpt_path: str | None = None) -> Any:
+        """Run ``predict_step`` over the data; returns the outputs (a list per dataloader)."""
+        model = self._model_or_last(model, "predict")
+        data = DataSource.for_stage("predict", model, dataloaders, datamodule)
+        return self.runtime.launch(self._run, "predict", model, data, ckpt_path)
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Write the full training state to ``path`` (atomically)."""
+        if self.module is None:
+            raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
+        checkpoint = build_checkpoint(self)
+        self.strategy.save_checkpoint(checkpoint, str(path))
+        self.strategy.barrier("save_checkpoint")
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,
+                  ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
+        model = self._model_or_last(model, stage)
+        data = DataSource.for_stage(stage, model, dataloaders, datamodule)
+        results = self.runtime.launch(self._run, stage, model, data, ckpt_path)
+        if verbose and self.is_global_zero:
+            evaluation.print_results(stage, results)
+        return results
+
+    def _model_or_last(self, model: Any, stage: str) -> Any:
+        if model is None:
+            if self.module is None:
+                raise ValueError(f"trainer.{stage}() needs a model: pass it, or call fit(model) first")
+            return self.module
+        return model
+
+    def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+        self.stage = stage
+        status = "failed"
+        try:
+            self._prepare(model, data, stage)
+            if stage == "fit":
+                checkpoint, source = None, ""
+                if ckpt_path is not None:
+                    source = resolve_ckpt_path(self, ckpt_path)
+                    checkpoint = self.strategy.load_checkpoint(source)
+                result = fit_loop.run_fit(self, data, checkpoint, source)
+            elif stage == "predict":
+                self._load_weights_for_eval(ckpt_path)
+                result = evaluation.run_predict(self, data)
+            else:
+                self._load_weights_for_eval(ckpt_path)
+                result = evaluation.run_evaluation_stage(self, stage, data)
+            status = "success"
+            return result
+        except KeyboardInterrupt as exc:
+            status = "interrupted"
+            rank_zero_info("\nInterrupted: stopping; checkpoints already written are complete and usable.")
+            self._on_exception(exc)
+            raise
+        except BaseException as exc:
+            self._on_exception(exc)
+            raise
+        finally:
+            self._finish(data, stage, status)
+
+    def _prepare(self, model: Any, data: DataSource, stage: str) -> None:
+        from trainmesh.module import Module
+
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
+        self.module = model
+        self.datamodule = data.datamodule
+        self.sink = MetricSink(self.strategy.reduce)
+        self.train_results = None
+        self._prog_bar_names: set[str] = set()
+        if isinstance(model, Module):
+            model.attach(self, self.sink)
+        data.prepare(self, stage)
+        self.hooks = HookDispatcher(self, model, self.callbacks)
+        self.hooks.call_callbacks("setup", stage)
+        if self._prepared_module_id != id(model):
+            # configure_model and placement run once per model object, so fit-then-test keeps
+            # the trained (wrapped) model instead of wrapping it a second time.
+            if hasattr(model, "configure_model"):
+                model.configure_model()
+            self.model = self.runtime.setup_module(model)
+            self._prepared_module_id = id(model)
+            self.optimizers, self.lr_scheduler_configs = [], []
+        if stage == "fit" and not self.optimizers:
+            optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
+            self.optimizers = self.runtime.setup_optimizers(*optimizers)
+
+    def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
+        if ckpt_path is None:
+            return
+        source = resolve_ckpt_path(self, ckpt_path)
+        restore_checkpoint(self, self.strategy.load_checkpoint(source), source=source, weights_only=True)
+
+    def _on_exception(self, exc: BaseException) -> None:
+        if self.hooks is not None:
+            for callback in self.hooks.callbacks_for("on_exception"):
+                try:
+                    callback.on_exception(self, self.module, exc)
+                except Exception:  # the original error matters more than a callback's
+                    pass
+
+    def _finish(self, data: DataSource, stage: str, status: str) -> None:
+        if self.hooks is not None:
+            self.hooks.call_callbacks("teardown", stage)
+        data.teardown(stage)
+        if self.is_global_zero:
+            for logger in self.loggers:
+                logger.finalize(status)
+
+    # ---- used by the loops --------------------------------------------------------------------
+    def publish_epoch_metrics(self, metrics: dict[str, tuple[float, Any]], *, suffix: str = "", to_logger: bool = True) -> dict[str, float]:
+        """Put reduced epoch metrics into callback_metrics (and the loggers); returns them."""
+        published: dict[str, float] = {}
+        for name, (value, entry) in metrics.items():
+            key = f"{name}{suffix}"
+            published[key] = value
+            self.epoch_metrics[key] = value
+            if entry.on_step:
+                self.epoch_metrics[f"{name}_epoch{suffix}"] = value
+            if entry.prog_bar:
+                self._prog_bar_names.add(key)
+            if entry.logger:
+                self.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = value
+        if to_logger:
+            logged = {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
+            self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
+        return published
+
+    def publish_step_metrics(self) -> None:
+        """Send the step values to the loggers, once per optimizer step at most."""
+        if self._last_logged_step == self.global_step or not self.loggers:
+            return
+        self._last_logged_step = self.global_step
+        logged = self.sink.step_metrics(logger_only=True)
+        self.logged_metrics.update(logged)
+        if logged:
+            self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
+
+    def log_to_loggers(self, metrics: dict[str, float]) -> None:
+        if self.loggers and self.is_global_zero and not self.sanity_checking:
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=self.global_step)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _check_limit(name: str, value: int | float | None) -> int | float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+    if isinstance(value, float) and not (0.0 <= value <= 1.0):
+        raise ValueError(f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{name}={value} must not be negative")
+    return value
+
+
+def _check_val_interval(value: int | float | None) -> int | float:
+    if value is None:
+        return 1.0
+    if isinstance(value, float) and not (0.0 < value <= 1.0):
+        raise ValueError(f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval={value} must be at least 1 batch")
+    return value
+
+
+def _check_fast_dev_run(value: bool | int) -> int:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise ValueError(f"fast_dev_run={value!r}: use True, False or a number of batches")
+
+
+def _build_loggers(logger: Any, root: str) -> list[Any]:
+    if logger is False or logger is None:
+        return []
+    if logger is True:
+        from trainmesh.loggers.csv_logger import CSVLogger
+
+        return [CSVLogger(root, name="trainmesh_runs")]
+    if isinstance(logger, Iterable) and not isinstance(logger, (str, bytes)):
+        return list(logger)
+    return [logger]
+
+
+def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool) -> list[Callback]:
+    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+    given = [] if callbacks is None else ([callbacks] if isinstance(callbacks, Callback) else list(callbacks))
+    for item in given:
+        if not isinstance(item, Callback):
+            raise TypeError(f"callbacks must be trainmesh Callback objects; got {type(item).__name__}")
+    result = list(given)
+    if summary and not any(type(cb).__name__ == "ModelSummary" for cb in result):
+        from trainmesh.callbacks.model_summary import ModelSummary
+
+        result.insert(0, ModelSummary())
+    if progress_bar and not any(type(cb).__name__ == "ProgressBar" for cb in result):
+        from trainmesh.callbacks.progress import ProgressBar
+
+        result.append(ProgressBar())
+    if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
+        result.append(ModelCheckpoint())
+    if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in result):
+        raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
+    # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
+    return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
+
+
+def _unused(*_: Any) -> None:  # keeps linters quiet about helpers kept for later strategies
+    return None
+
+
+_ = (math, Path, _unused)

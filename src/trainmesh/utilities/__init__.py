@@ -1,0 +1,1 @@
+"""Small helpers shared by every layer; nothing here imports a higher layer."""

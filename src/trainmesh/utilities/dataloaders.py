@@ -1,0 +1,120 @@
+"""Rebuild a user's DataLoader with another (batch) sampler, keeping every other setting."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sized
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+
+class SkipBatchSampler(Sampler[list[int]]):
+    """Yields the batches of ``batch_sampler`` after the first ``skip``.
+
+    Skipping happens on indices, so no sample is loaded for the skipped batches, and the inner
+    sampler draws its random order exactly as it did in the run being resumed.
+    """
+
+    def __init__(self, batch_sampler: Any, skip: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for position, batch in enumerate(self.batch_sampler):
+            if position >= self.skip:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.batch_sampler) - self.skip, 0)
+
+
+def has_len(loader: Any) -> bool:
+    try:
+        len(loader)
+    except (TypeError, NotImplementedError):
+        return False
+    return True
+
+
+def is_iterable_dataset_loader(loader: Any) -> bool:
+    return isinstance(loader, DataLoader) and isinstance(loader.dataset, IterableDataset)
+
+
+def replace_batch_sampler(loader: DataLoader, batch_sampler: Any) -> DataLoader:
+    """A shallow copy of ``loader`` that draws its batches from ``batch_sampler``.
+
+    A copy (rather than calling ``DataLoader(...)`` again) keeps subclasses and every option
+    intact. ``DataLoader`` forbids setting ``batch_sampler`` after construction, hence
+    ``object.__setattr__``; the copy gets its own iterator state.
+    """
+    clone = copy.copy(loader)
+    object.__setattr__(clone, "batch_sampler", batch_sampler)
+    object.__setattr__(clone, "sampler", getattr(batch_sampler, "sampler", loader.sampler))
+    object.__setattr__(clone, "batch_size", None)
+    object.__setattr__(clone, "drop_last", False)
+    object.__setattr__(clone, "_iterator", None)
+    return clone
+
+
+def index_batches(loader: DataLoader) -> Any:
+    """The loader's source of index batches, whether it batches automatically or not."""
+    if loader.batch_sampler is not None:
+        return loader.batch_sampler
+    # batch_size=None: each "batch" is one sample index from the sampler.
+    return _SingletonBatches(loader.sampler)
+
+
+class _SingletonBatches(Sampler[list[int]]):
+    def __init__(self, sampler: Sized) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for index in self.sampler:  # type: ignore[attr-defined]
+            yield [index]
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def skip_batches(loader: Any, skip: int) -> Any:
+    """``loader`` starting at batch ``skip`` of its next epoch (for a mid-epoch resume)."""
+    if skip <= 0:
+        return loader
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return _ConsumingSkip(loader, skip)
+    if loader.batch_sampler is None:
+        # Unbatched loaders fetch one sample per index; skipping whole indices keeps that.
+        clone = copy.copy(loader)
+        object.__setattr__(clone, "sampler", _SkipSampler(loader.sampler, skip))
+        object.__setattr__(clone, "_iterator", None)
+        return clone
+    return replace_batch_sampler(loader, SkipBatchSampler(loader.batch_sampler, skip))
+
+
+class _SkipSampler(Sampler[int]):
+    def __init__(self, sampler: Any, skip: int) -> None:
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self) -> Iterator[int]:
+        for position, index in enumerate(self.sampler):
+            if position >= self.skip:
+                yield index
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
+
+
+class _ConsumingSkip:
+    """For loaders without indices (iterable datasets): fetch and drop the first batches."""
+
+    def __init__(self, loader: Any, skip: int) -> None:
+        self.loader, self.skip = loader, skip
+
+    def __iter__(self) -> Iterator[Any]:
+        for position, batch in enumerate(self.loader):
+            if position >= self.skip:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.skip, 0)

@@ -1,0 +1,53 @@
+"""Run or print something on global rank 0 only.
+
+The rank is read from the environment variables that every launcher trainmesh supports sets
+(torchrun's ``RANK``, SLURM's ``SLURM_PROCID``), because a decorator at import time has no
+runtime object to ask.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def global_rank_from_env() -> int:
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return 0
+
+
+def rank_zero_only(fn: F) -> F:
+    """Decorate ``fn`` so that it runs on global rank 0 and returns None elsewhere.
+
+    >>> @rank_zero_only
+    ... def report(msg):
+    ...     return msg
+    >>> report("hi")
+    'hi'
+    """
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if global_rank_from_env() == 0:
+            return fn(*args, **kwargs)
+        return None
+
+    return wrapped  # type: ignore[return-value]
+
+
+@rank_zero_only
+def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+@rank_zero_only
+def rank_zero_info(message: str) -> None:
+    print(message, flush=True)

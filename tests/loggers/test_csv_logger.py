@@ -1,0 +1,117 @@
+import csv
+import os
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from trainmesh.loggers.csv_logger import CSVLogger, next_version, to_yaml_safe
+
+
+def read_rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as file:
+        reader = csv.DictReader(file)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def test_columns_widen_and_values_read_back(tmp_path):
+    logger = CSVLogger(tmp_path, flush_every_n_steps=1)
+    logger.log_metrics({"loss": 0.5}, step=0)
+    logger.log_metrics({"loss": 0.25, "val_acc": torch.tensor(0.75)}, step=1)
+    logger.log_metrics({"lr": np.float32(0.125)}, step=2)
+    logger.finalize("success")
+
+    header, rows = read_rows(logger.metrics_file)
+    assert set(header) == {"loss", "val_acc", "lr", "step"}
+    assert len(header) == 4
+    assert [row["step"] for row in rows] == ["0", "1", "2"]
+    assert float(rows[0]["loss"]) == 0.5 and rows[0]["val_acc"] == "" and rows[0]["lr"] == ""
+    assert float(rows[1]["val_acc"]) == 0.75
+    assert float(rows[2]["lr"]) == 0.125 and rows[2]["loss"] == ""
+
+
+def test_rows_are_buffered_until_flush_interval_or_save(tmp_path):
+    logger = CSVLogger(tmp_path, flush_every_n_steps=3)
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.log_metrics({"loss": 2.0}, step=1)
+    assert not os.path.exists(logger.metrics_file)
+    logger.log_metrics({"loss": 3.0}, step=2)  # third call: flushed
+    assert len(read_rows(logger.metrics_file)[1]) == 3
+    logger.log_metrics({"loss": 4.0, "acc": 1.0}, step=3)
+    assert len(read_rows(logger.metrics_file)[1]) == 3
+    logger.save()
+    header, rows = read_rows(logger.metrics_file)
+    assert "acc" in header
+    assert [float(r["loss"]) for r in rows] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_no_directory_before_first_write(tmp_path):
+    logger = CSVLogger(tmp_path / "runs")
+    assert logger.log_dir == str(tmp_path / "runs" / "trainmesh" / "version_0")
+    logger.log_metrics({"loss": 1.0}, step=0)
+    assert not (tmp_path / "runs").exists()
+    logger.finalize("success")
+    assert os.path.isfile(logger.metrics_file)
+
+
+def test_versions_increment(tmp_path):
+    first = CSVLogger(tmp_path, name="exp")
+    first.log_hyperparams({"lr": 0.1})
+    second = CSVLogger(tmp_path, name="exp")
+    second.log_hyperparams({"lr": 0.2})
+    assert (first.version, second.version) == (0, 1)
+    assert second.log_dir.endswith(os.path.join("exp", "version_1"))
+    (tmp_path / "exp" / "version_7").mkdir()
+    (tmp_path / "exp" / "not_a_version").mkdir()
+    assert next_version(tmp_path / "exp") == 8
+    # the version is resolved once: creating folders later does not move this run
+    assert CSVLogger(tmp_path, name="other").version == 0
+
+
+def test_explicit_version(tmp_path):
+    assert CSVLogger(tmp_path, version=5).log_dir == str(tmp_path / "trainmesh" / "version_5")
+    assert CSVLogger(tmp_path, version="ablation").log_dir == str(tmp_path / "trainmesh" / "ablation")
+
+
+def test_resuming_into_existing_version_appends(tmp_path):
+    first = CSVLogger(tmp_path, version=0)
+    first.log_metrics({"loss": 1.0}, step=0)
+    first.finalize("success")
+    resumed = CSVLogger(tmp_path, version=0)
+    resumed.log_metrics({"loss": 0.5, "acc": 0.9}, step=1)
+    resumed.finalize("success")
+    header, rows = read_rows(resumed.metrics_file)
+    assert set(header) == {"loss", "acc", "step"}
+    assert [r["step"] for r in rows] == ["0", "1"]
+
+
+def test_hparams_yaml(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_hyperparams({"lr": 0.01, "layers": (64, 32), "act": torch.nn.ReLU(), "out": tmp_path})
+    logger.log_hyperparams({"batch_size": 32, "scale": torch.tensor(2.0), "nested": {"a": {1, 2}}})
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as file:
+        loaded = yaml.safe_load(file)
+    assert loaded == {
+        "lr": 0.01,
+        "layers": [64, 32],
+        "act": "ReLU()",
+        "out": str(tmp_path),
+        "batch_size": 32,
+        "scale": 2.0,
+        "nested": {"a": [1, 2]},
+    }
+
+
+def test_to_yaml_safe_numpy_and_odd_keys():
+    assert to_yaml_safe({np.int64(3): np.int64(4), (1, 2): np.bool_(True)}) == {"np.int64(3)": 4, "(1, 2)": True}
+
+
+def test_bad_metrics_and_arguments(tmp_path):
+    logger = CSVLogger(tmp_path)
+    with pytest.raises(ValueError, match="shape"):
+        logger.log_metrics({"loss": torch.ones(3)}, step=0)
+    with pytest.raises(ValueError, match="not a number"):
+        logger.log_metrics({"name": "abc"}, step=0)
+    with pytest.raises(ValueError, match="flush_every_n_steps"):
+        CSVLogger(tmp_path, flush_every_n_steps=0)

@@ -1,0 +1,88 @@
+import importlib.util
+import os
+import pickle
+import sys
+
+import pytest
+import torch
+import yaml
+
+import trainmesh.loggers.tensorboard
+from trainmesh.loggers import TensorBoardLogger
+
+pytest.importorskip("tensorboard")
+
+
+def load_events(log_dir: str):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(log_dir, size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_scalars_read_back(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    assert not tmp_path.joinpath("trainmesh").exists()  # nothing on disk before the first write
+    for step in range(3):
+        logger.log_metrics({"train/loss": 1.0 / (step + 1), "acc": torch.tensor(0.5 * step)}, step=step)
+    logger.finalize("success")
+
+    assert logger.log_dir == str(tmp_path / "trainmesh" / "version_0")
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(logger.log_dir))
+    events = load_events(logger.log_dir)
+    assert set(events.Tags()["scalars"]) == {"train/loss", "acc"}
+    loss = events.Scalars("train/loss")
+    assert [e.step for e in loss] == [0, 1, 2]
+    assert [e.value for e in loss] == pytest.approx([1.0, 0.5, 1 / 3])
+    assert [e.value for e in events.Scalars("acc")] == pytest.approx([0.0, 0.5, 1.0])
+
+
+def test_hparams_text_and_yaml(tmp_path):
+    logger = TensorBoardLogger(tmp_path, name="exp", version=3)
+    logger.log_hyperparams({"lr": 0.01, "act": torch.nn.Tanh()})
+    logger.finalize("success")
+
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as file:
+        assert yaml.safe_load(file) == {"lr": 0.01, "act": "Tanh()"}
+    events = load_events(logger.log_dir)
+    (tag,) = events.Tags()["tensors"]
+    assert tag.startswith("hparams")
+    text = events.Tensors(tag)[0].tensor_proto.string_val[0].decode()
+    assert "lr: 0.01" in text and "act: Tanh()" in text
+
+
+def test_versions_increment(tmp_path):
+    first = TensorBoardLogger(tmp_path)
+    first.log_metrics({"x": 1.0}, step=0)
+    first.finalize("success")
+    second = TensorBoardLogger(tmp_path)
+    assert second.version == 1
+
+
+def test_pickles_without_its_writer(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_metrics({"x": 1.0}, step=0)
+    clone = pickle.loads(pickle.dumps(logger))
+    assert clone.log_dir == logger.log_dir and clone._writer is None
+    logger.finalize("success")
+
+
+def test_missing_tensorboard_raises_at_construction(tmp_path, monkeypatch):
+    # None in sys.modules makes `import torch.utils.tensorboard` raise ImportError
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(ImportError, match=r'pip install "trainmesh\[tensorboard\]"'):
+        TensorBoardLogger(tmp_path)
+
+
+def test_module_imports_without_tensorboard(tmp_path, monkeypatch):
+    # Load a fresh copy of the module while tensorboard cannot be imported: importing must
+    # work (tensorboard is optional), constructing must fail with the install hint.
+    for name in ("tensorboard", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, name, None)
+    path = trainmesh.loggers.tensorboard.__file__
+    spec = importlib.util.spec_from_file_location("fresh_tensorboard_logger", path)
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    with pytest.raises(ImportError, match="trainmesh\\[tensorboard\\]"):
+        fresh.TensorBoardLogger(tmp_path)
