@@ -270,8 +270,14 @@ class DeviceDataLoader:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
+        # Start the loader's iterator now, not at the first next(): samplers draw their
+        # shuffle seed from the global RNG when it starts, and an exact resume depends on
+        # when that draw happens.
+        return self._moved(iter(self.loader))
+
+    def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
         to_device = self._strategy.batch_to_device
-        for batch in self.loader:
+        for batch in iterator:
             yield to_device(batch)
 
     def set_epoch(self, epoch: int) -> None:

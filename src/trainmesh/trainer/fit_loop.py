@@ -16,7 +16,7 @@ from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
-from trainmesh.utilities.dataloaders import skip_batches
+from trainmesh.utilities.dataloaders import begin_skip, skip_batches
 
 
 @dataclass
@@ -86,7 +86,9 @@ def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) ->
     skip = loop.batches_done if resume_rng is not None else 0
     if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
         restore_rng_state(loop.epoch_start_rng)
-        iterator = iter(_skipping(loader, skip))
+        skipping = _skipping(loader, skip)
+        iterator = iter(skipping)
+        begin_skip(skipping.loader)
         restore_rng_state(resume_rng)
         return iterator
     if resume_rng is not None:

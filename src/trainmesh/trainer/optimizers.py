@@ -30,6 +30,8 @@ def parse_optimizers(returned: Any, owner: str) -> tuple[list[torch.optim.Optimi
         raise TypeError(f"{owner}.configure_optimizers() returned None; return {_FORMS}")
     if isinstance(returned, torch.optim.Optimizer):
         return [returned], []
+    if isinstance(returned, (str, bytes)):
+        raise TypeError(f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}")
     if isinstance(returned, Mapping):
         return _from_dicts([returned], owner)
     if isinstance(returned, tuple) and len(returned) == 2 and all(isinstance(x, (list, tuple)) for x in returned):

@@ -9,24 +9,62 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 
+class _SkippingIterator:
+    """Iterates ``source`` from position ``skip`` on; the skip runs at the first ``next()``
+    or at :meth:`start`, whichever comes first."""
+
+    def __init__(self, source: Any, skip: int) -> None:
+        self._source, self._skip = source, skip
+        self._iterator: Iterator[Any] | None = None
+
+    def start(self) -> None:
+        if self._iterator is None:
+            self._iterator = iter(self._source)
+            for _ in range(self._skip):
+                if next(self._iterator, _EXHAUSTED) is _EXHAUSTED:
+                    break
+
+    def __iter__(self) -> _SkippingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        self.start()
+        assert self._iterator is not None
+        return next(self._iterator)
+
+
+_EXHAUSTED = object()
+
+
 class SkipBatchSampler(Sampler[list[int]]):
     """Yields the batches of ``batch_sampler`` after the first ``skip``.
 
     Skipping happens on indices, so no sample is loaded for the skipped batches, and the inner
-    sampler draws its random order exactly as it did in the run being resumed.
+    sampler draws its random order exactly as it did in the run being resumed. The DataLoader
+    starts its index iterator before it draws its own worker seed, while the inner sampler
+    draws at its first ``next()``: ``begin_skip`` lets the caller run the skip (and the draw)
+    right after the DataLoader's iterator exists, keeping the original order of draws.
     """
 
     def __init__(self, batch_sampler: Any, skip: int) -> None:
         self.batch_sampler = batch_sampler
         self.skip = skip
+        self.active: _SkippingIterator | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
-        for position, batch in enumerate(self.batch_sampler):
-            if position >= self.skip:
-                yield batch
+        self.active = _SkippingIterator(self.batch_sampler, self.skip)
+        return self.active
 
     def __len__(self) -> int:
         return max(len(self.batch_sampler) - self.skip, 0)
+
+
+def begin_skip(loader: Any) -> None:
+    """Run the pending skip of a loader made by :func:`skip_batches` whose iterator has started."""
+    for holder in (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)):
+        if isinstance(holder, (SkipBatchSampler, _SkipSampler)) and holder.active is not None:
+            holder.active.start()
+            return
 
 
 def has_len(loader: Any) -> bool:
@@ -95,11 +133,11 @@ def skip_batches(loader: Any, skip: int) -> Any:
 class _SkipSampler(Sampler[int]):
     def __init__(self, sampler: Any, skip: int) -> None:
         self.sampler, self.skip = sampler, skip
+        self.active: _SkippingIterator | None = None
 
     def __iter__(self) -> Iterator[int]:
-        for position, index in enumerate(self.sampler):
-            if position >= self.skip:
-                yield index
+        self.active = _SkippingIterator(self.sampler, self.skip)
+        return self.active
 
     def __len__(self) -> int:
         return max(len(self.sampler) - self.skip, 0)
@@ -112,9 +150,11 @@ class _ConsumingSkip:
         self.loader, self.skip = loader, skip
 
     def __iter__(self) -> Iterator[Any]:
-        for position, batch in enumerate(self.loader):
-            if position >= self.skip:
-                yield batch
+        iterator = iter(self.loader)
+        for _ in range(self.skip):
+            if next(iterator, _EXHAUSTED) is _EXHAUSTED:
+                break
+        return iterator
 
     def __len__(self) -> int:
         return max(len(self.loader) - self.skip, 0)

@@ -1,0 +1,189 @@
+"""The fit loop on one device: accuracy, logging, accumulation, clipping, schedulers, limits."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+import trainmesh as tm
+from helpers.models import DropoutNet, TutorialModule, flat_weights, loaders, quiet_trainer, random_classification
+from trainmesh.data import DigitsDataModule
+
+
+def test_seed_tutorial_module_trains_on_digits_and_epoch_accuracy_is_exact():
+    tm.seed_everything(1)
+    # The seed's model and hyperparameters, but lr 1e-3: digits has 1,258 training images
+    # against MNIST's 55,000, so 1e-4 would take many more epochs.
+    model = TutorialModule(learning_rate=1e-3)
+    dm = DigitsDataModule(batch_size=16)
+    trainer = quiet_trainer(max_epochs=5)
+    trainer.fit(model, datamodule=dm)
+    (result,) = trainer.test(model, datamodule=dm, verbose=False)
+    assert result["test_acc"] >= 0.90
+
+    # Recount: the logged epoch accuracy must equal correct / total over the whole test set,
+    # although the last batch is smaller than the others.
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in dm.test_dataloader():
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    assert len(dm.test_set) % 16 != 0
+    assert result["test_acc"] == pytest.approx(correct / total, abs=1e-7)
+    assert trainer.callback_metrics["val_acc"] > 0.85
+
+
+def test_trainer_fit_matches_a_plain_pytorch_loop_bit_for_bit():
+    train, _ = loaders(shuffle=False)
+    tm.seed_everything(3)
+    model = DropoutNet()
+    quiet_trainer(max_epochs=2).fit(model, train)
+
+    tm.seed_everything(3)
+    reference = DropoutNet()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=7, gamma=0.7)
+    for _ in range(2):
+        for x, y in train:
+            loss = F.cross_entropy(reference.net(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+    assert torch.equal(flat_weights(model), flat_weights(reference))
+
+
+class _SGDNet(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(16, 4)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_gradient_accumulation_equals_the_larger_batch():
+    data = random_classification(64)
+    torch.manual_seed(0)
+    accumulated = _SGDNet()
+    quiet_trainer(max_epochs=1, accumulate_grad_batches=4).fit(accumulated, DataLoader(data, batch_size=4))
+    torch.manual_seed(0)
+    large = _SGDNet()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(large, DataLoader(data, batch_size=16))
+    assert trainer.global_step == 4
+    torch.testing.assert_close(flat_weights(accumulated), flat_weights(large), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_gradient_clipping_matches_torch_utilities(algorithm):
+    data = DataLoader(random_classification(32), batch_size=32)
+    torch.manual_seed(0)
+    model = _SGDNet()
+    quiet_trainer(max_steps=1, gradient_clip_val=0.05, gradient_clip_algorithm=algorithm).fit(model, data)
+    torch.manual_seed(0)
+    reference = _SGDNet()
+    x, y = next(iter(data))
+    F.cross_entropy(reference.layer(x), y).backward()
+    if algorithm == "norm":
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+    else:
+        torch.nn.utils.clip_grad_value_(reference.parameters(), 0.05)
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    assert torch.equal(flat_weights(model), flat_weights(reference))
+
+
+@pytest.mark.parametrize(("interval", "expected_steps"), [("step", 24), ("epoch", 2)])
+def test_lr_scheduler_steps_per_configured_interval(interval, expected_steps):
+    train, _ = loaders()
+    model = DropoutNet(scheduler_interval=interval)
+    trainer = quiet_trainer(max_epochs=2)
+    trainer.fit(model, train)
+    scheduler = trainer.lr_scheduler_configs[0].scheduler
+    assert scheduler.last_epoch == expected_steps
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.05 * 0.7 ** (expected_steps // 7))
+
+
+def test_limits_val_check_interval_and_max_steps():
+    train, val = loaders()
+
+    class Counting(DropoutNet):
+        def __init__(self):
+            super().__init__()
+            self.val_batches = 0
+
+        def validation_step(self, batch, batch_idx):
+            self.val_batches += 1
+            return super().validation_step(batch, batch_idx)
+
+    model = Counting()
+    trainer = quiet_trainer(max_epochs=3, limit_train_batches=6, limit_val_batches=2, val_check_interval=3,
+                            num_sanity_val_steps=1)
+    trainer.fit(model, train, val)
+    assert trainer.global_step == 18
+    # One sanity batch, then two validations of two batches per epoch.
+    assert model.val_batches == 1 + 3 * 2 * 2
+    trainer = quiet_trainer(max_steps=5, max_epochs=10)
+    trainer.fit(DropoutNet(), train)
+    assert trainer.global_step == 5 and trainer.current_epoch == 1
+
+
+def test_fast_dev_run_runs_one_batch_of_each_stage():
+    train, val = loaders()
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(DropoutNet(), train, val)
+    assert trainer.global_step == 1
+    assert trainer.loggers == []
+
+
+def test_logging_step_and_epoch_values():
+    train, val = loaders(shuffle=False)
+    model = DropoutNet()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, train, val)
+    metrics = trainer.callback_metrics
+    assert {"train_loss_step", "train_loss_epoch", "train_loss", "val_loss"} <= set(metrics)
+    assert metrics["train_loss"] == metrics["train_loss_epoch"]
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+
+
+def test_validate_test_predict_return_what_lightning_users_expect():
+    train, val = loaders(shuffle=False)
+    model = TutorialModule(num_features=16, learning_rate=1e-2)
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, train, val)
+    validated = trainer.validate(model, val, verbose=False)
+    assert isinstance(validated, list) and set(validated[0]) == {"val_acc"}
+    tested = trainer.test(model, val, verbose=False)
+    assert set(tested[0]) == {"test_acc"}
+    predictions = trainer.predict(model, DataLoader(random_classification(20).tensors[0], batch_size=8))
+    assert [p.shape[0] for p in predictions] == [8, 8, 4]
+    assert not model.training or True  # predict leaves the mode as it found it
+    expected = model(random_classification(20).tensors[0])
+    torch.testing.assert_close(torch.cat(predictions), expected)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true", "16-mixed"])
+def test_reduced_precisions_train_on_cpu(precision):
+    train, _ = loaders()
+
+    class Probe(DropoutNet):
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            self.seen_dtype = self.net(x).dtype
+            return super().training_step(batch, batch_idx)
+
+    model = Probe()
+    before = flat_weights(model).clone()
+    trainer = quiet_trainer(max_epochs=1, precision=precision)
+    trainer.fit(model, train)
+    expected = torch.float16 if precision == "16-mixed" else torch.bfloat16
+    assert model.seen_dtype == expected
+    assert not torch.equal(flat_weights(model).float(), before)
