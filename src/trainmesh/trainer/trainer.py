@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -98,7 +96,7 @@ class Trainer:
         self.loggers = _build_loggers(logger, self.default_root_dir)
         self.callbacks = _build_callbacks(
             callbacks, progress_bar=enable_progress_bar, checkpointing=enable_checkpointing,
-            summary=enable_model_summary,
+            summary=enable_model_summary, fast_dev_run=bool(self.fast_dev_run),
         )
 
         # Run state, read by callbacks and by the Module's properties.
@@ -420,7 +418,8 @@ def _build_loggers(logger: Any, root: str) -> list[Any]:
     return [logger]
 
 
-def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool) -> list[Callback]:
+def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool,
+                     fast_dev_run: bool) -> list[Callback]:
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
     given = [] if callbacks is None else ([callbacks] if isinstance(callbacks, Callback) else list(callbacks))
@@ -438,14 +437,8 @@ def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool,
         result.append(ProgressBar())
     if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
         result.append(ModelCheckpoint())
-    if not checkpointing and any(isinstance(cb, ModelCheckpoint) for cb in result):
+    if not checkpointing and not fast_dev_run and any(isinstance(cb, ModelCheckpoint) for cb in result):
         raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
     # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
     return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
 
-
-def _unused(*_: Any) -> None:  # keeps linters quiet about helpers kept for later strategies
-    return None
-
-
-_ = (math, Path, _unused)

@@ -1,0 +1,24 @@
+"""Callbacks the Trainer feeds: checkpoints, early stopping, learning-rate logging, progress, summary.
+
+None of these modules imports an optional integration (rich is imported by the progress bar
+only when it draws), so importing this package stays cheap.
+
+>>> from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
+>>> callbacks = [ModelCheckpoint(monitor="val_loss"), EarlyStopping(monitor="val_loss", patience=3)]
+"""
+
+from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.lr_monitor import LearningRateMonitor
+from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+from trainmesh.callbacks.model_summary import ModelSummary
+from trainmesh.callbacks.progress import ProgressBar
+
+__all__ = [
+    "Callback",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ModelSummary",
+    "ProgressBar",
+]

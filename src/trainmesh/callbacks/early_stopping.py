@@ -1,0 +1,183 @@
+"""Stop fit when a monitored metric stops improving, crosses a threshold, or stops being finite."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainmesh.callbacks.base import Callback
+
+_MODES = ("min", "max")
+
+
+class EarlyStopping(Callback):
+    """Set ``trainer.should_stop`` once ``monitor`` has not improved for ``patience`` checks.
+
+    A check runs at the end of every training epoch, after that epoch's validation (or, with
+    ``check_on_train_epoch_end=False``, after every validation run). An improvement must beat the
+    best value so far by more than ``min_delta`` in the direction of ``mode``. Training also
+    stops at once when the value reaches ``stopping_threshold`` (good enough), passes
+    ``divergence_threshold`` (hopeless), or is NaN/inf (with ``check_finite``).
+
+    After a stop, ``stopped_epoch`` is the epoch of the check and ``stopping_reason`` one of
+    ``"patience_exhausted"``, ``"stopping_threshold"``, ``"divergence_threshold"`` or
+    ``"non_finite_metric"`` (``"not_stopped"`` before; ``"stopped_by_another_rank"`` where only
+    another rank's value called for it); ``stopping_reason_message`` says more.
+
+    >>> early_stop = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
+    >>> early_stop.evaluate(0.50), early_stop.evaluate(0.495), early_stop.evaluate(0.49)
+    (False, False, True)
+    >>> early_stop.stopping_reason
+    'patience_exhausted'
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool = True,
+        verbose: bool = False,
+    ) -> None:
+        _check_arguments(monitor, min_delta, patience, mode)
+        self.monitor = monitor
+        self.min_delta = float(min_delta)
+        self.patience = patience
+        self.mode = mode
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.verbose = verbose
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = math.inf if mode == "min" else -math.inf
+        self.stopping_reason = "not_stopped"
+        self.stopping_reason_message: str | None = None
+
+    @property
+    def state_key(self) -> str:
+        # Several EarlyStopping callbacks (one per metric) keep separate state in a checkpoint.
+        return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.check_on_train_epoch_end:
+            self._check(trainer)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if not self.check_on_train_epoch_end and getattr(trainer, "stage", "fit") == "fit":
+            self._check(trainer)
+
+    def _check(self, trainer: Any) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking:
+            return
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            if self.strict:
+                raise ValueError(
+                    f"EarlyStopping(monitor={self.monitor!r}): that metric was not logged; logged metrics: "
+                    f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value) in the Module, set "
+                    "monitor to one of the names above, or pass strict=False to skip checks without it"
+                )
+            return
+        local_stop = self.evaluate(metrics[self.monitor])
+        # callback_metrics are reduced across ranks already, but a step-only metric is not: one
+        # rank wanting to stop stops all, so no rank trains on alone and hangs in a collective.
+        flag = torch.tensor(float(local_stop), device=getattr(trainer.strategy, "root_device", "cpu"))
+        should_stop = bool(trainer.strategy.reduce(flag, "max").item() > 0)
+        if should_stop and not local_stop:
+            self._stop("stopped_by_another_rank", f"another rank's check of {self.monitor} decided to stop")
+        if should_stop:
+            self.stopped_epoch = trainer.current_epoch
+            trainer.should_stop = True
+        if self.verbose and trainer.is_global_zero and self.stopping_reason_message:
+            print(f"Epoch {trainer.current_epoch}: {self.stopping_reason_message}", flush=True)
+
+    # ---- the decision -------------------------------------------------------------------------
+    def evaluate(self, value: Any) -> bool:
+        """Take one new value of the monitored metric; return whether training should stop.
+
+        Updates ``best_score``, ``wait_count`` and ``stopping_reason``. The Trainer's hooks call
+        this; it is public so the rule can be checked without a Trainer.
+        """
+        current = float(value)
+        better = _better_than(self.mode)
+        if self.check_finite and not math.isfinite(current):
+            return self._stop("non_finite_metric", f"{self.monitor} = {current} is not finite; the best value "
+                                                   f"was {self.best_score:.5g}. Stopping")
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            return self._stop("stopping_threshold", f"{self.monitor} = {current:.5g} reached the stopping threshold "
+                                                    f"{self.stopping_threshold}. Stopping")
+        if self.divergence_threshold is not None and better(self.divergence_threshold, current):
+            return self._stop("divergence_threshold", f"{self.monitor} = {current:.5g} is past the divergence "
+                                                      f"threshold {self.divergence_threshold}. Stopping")
+        if self._improves(current):
+            previous, self.best_score, self.wait_count = self.best_score, current, 0
+            self.stopping_reason_message = _improvement_message(self.monitor, previous, current)
+            return False
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return self._stop("patience_exhausted", f"{self.monitor} did not improve in the last {self.wait_count} "
+                                                    f"checks; the best value was {self.best_score:.5g}. Stopping")
+        self.stopping_reason_message = None
+        return False
+
+    def _improves(self, current: float) -> bool:
+        if self.mode == "min":
+            return current < self.best_score - self.min_delta
+        return current > self.best_score + self.min_delta
+
+    def _stop(self, reason: str, message: str) -> bool:
+        self.stopping_reason, self.stopping_reason_message = reason, message
+        return True
+
+    # ---- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "stopping_reason": self.stopping_reason,
+            "stopping_reason_message": self.stopping_reason_message,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = float(state_dict["best_score"])
+        self.stopping_reason = state_dict.get("stopping_reason", "not_stopped")
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
+
+
+def _better_than(mode: str) -> Callable[[float, float], bool]:
+    return (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+
+
+def _improvement_message(monitor: str, previous: float, current: float) -> str:
+    if math.isfinite(previous):
+        return f"{monitor} improved by {abs(previous - current):.5g} to {current:.5g}"
+    return f"{monitor} improved to {current:.5g}"
+
+
+def _check_arguments(monitor: str, min_delta: float, patience: int, mode: str) -> None:
+    if not isinstance(monitor, str) or not monitor:
+        raise ValueError(f"EarlyStopping(monitor={monitor!r}): give the name of a logged metric, e.g. 'val_loss'")
+    if mode not in _MODES:
+        raise ValueError(f"EarlyStopping(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)")
+    if min_delta < 0:
+        raise ValueError(
+            f"EarlyStopping(min_delta={min_delta}): min_delta is how much better than the best a value must be "
+            "to count as an improvement, in the direction mode already gives; use a value >= 0"
+        )
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        raise ValueError(f"EarlyStopping(patience={patience!r}) must be an integer >= 0 (checks without improvement)")

@@ -1,0 +1,155 @@
+"""Log each optimizer's learning rate (and optionally momentum) as training runs."""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from typing import Any
+
+from trainmesh.callbacks.base import Callback
+
+_INTERVALS = (None, "step", "epoch")
+
+
+class LearningRateMonitor(Callback):
+    """Send the learning rate of every optimizer and parameter group to the loggers.
+
+    Names follow Lightning: ``lr-<OptimizerClass>``, or the scheduler config's ``name``; a
+    ``-1``, ``-2`` suffix for the second and third optimizer of one class; ``/pg1``, ``/pg2``
+    (or the group's ``"name"``) when an optimizer has several parameter groups. With
+    ``log_momentum=True`` each also gets ``<name>-momentum`` (SGD's ``momentum``, Adam's
+    ``betas[0]``).
+
+    ``logging_interval="step"`` logs after optimizer steps (every ``log_every_n_steps``),
+    ``"epoch"`` at the start of each epoch, and ``None`` follows each scheduler's own interval
+    (optimizers without a scheduler are logged at both).
+
+    >>> monitor = LearningRateMonitor(logging_interval="step", log_momentum=True)
+    >>> # Trainer(callbacks=[monitor]) logs e.g. {"lr-SGD": 0.1, "lr-SGD-momentum": 0.9}
+    """
+
+    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False) -> None:
+        if logging_interval not in _INTERVALS:
+            raise ValueError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}): use 'step', 'epoch', or None "
+                "to follow each scheduler's own interval"
+            )
+        self.logging_interval = logging_interval
+        self.log_momentum = log_momentum
+        self.lrs: dict[str, list[float]] = {}  # every value logged, by name, on global rank 0
+        self.last_momentum_values: dict[str, float] = {}
+        self._last_logged_step = -1
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        # fast_dev_run turns loggers off on purpose; there is nothing to complain about then.
+        if stage == "fit" and not trainer.loggers and not trainer.fast_dev_run:
+            raise ValueError(
+                "LearningRateMonitor needs a logger: set Trainer(logger=True) (the default CSV logger) or "
+                "pass one, e.g. Trainer(logger=TensorBoardLogger(...)); or drop the callback"
+            )
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self._last_logged_step = -1
+        if self.log_momentum and trainer.is_global_zero:
+            lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
+            if lacking:
+                warnings.warn(f"LearningRateMonitor(log_momentum=True): {', '.join(lacking)} has no momentum or "
+                              "betas; its momentum is logged as 0", UserWarning, stacklevel=2)
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if self.logging_interval != "step":
+            self._log(trainer, "epoch" if self.logging_interval is None else "any")
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.logging_interval == "epoch":
+            return
+        step = trainer.global_step
+        # Accumulating batches end without a step: log once per optimizer step, at the loggers' pace.
+        if step == self._last_logged_step or step % getattr(trainer, "log_every_n_steps", 1) != 0:
+            return
+        self._last_logged_step = step
+        self._log(trainer, "step" if self.logging_interval is None else "any")
+
+    # ---- what is logged -----------------------------------------------------------------------
+    def _log(self, trainer: Any, interval: str) -> None:
+        if not trainer.is_global_zero or trainer.sanity_checking or not trainer.loggers:
+            return
+        stats = self.extract_stats(trainer, interval)
+        if stats:
+            for logger in trainer.loggers:
+                logger.log_metrics(stats, step=trainer.global_step)
+
+    def extract_stats(self, trainer: Any, interval: str = "any") -> dict[str, float]:
+        """The current values to log: schedulers whose interval matches (all for ``"any"``),
+        and every optimizer that has no scheduler."""
+        stats: dict[str, float] = {}
+        for names, optimizer, scheduler_interval in optimizer_names(trainer):
+            if scheduler_interval is not None and interval not in (scheduler_interval, "any"):
+                continue
+            uses_betas = "betas" in optimizer.defaults
+            for name, group in zip(names, optimizer.param_groups):
+                stats[name] = float(group["lr"])
+                self.lrs.setdefault(name, []).append(stats[name])
+                if self.log_momentum:
+                    momentum = group["betas"][0] if uses_betas else group.get("momentum", 0.0)
+                    stats[f"{name}-momentum"] = self.last_momentum_values[f"{name}-momentum"] = float(momentum)
+        return stats
+
+
+def optimizer_names(trainer: Any) -> list[tuple[list[str], Any, str | None]]:
+    """``(names per param group, torch optimizer, scheduler interval or None)`` for each optimizer.
+
+    Optimizers driven by a scheduler come first, in scheduler order, then the rest.
+
+    >>> import torch, types
+    >>> opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    >>> optimizer_names(types.SimpleNamespace(lr_scheduler_configs=[], optimizers=[opt]))[0][0]
+    ['lr-SGD']
+    """
+    entries: list[tuple[list[str], Any, str | None]] = []
+    seen: list[Any] = []
+    per_class: dict[type, int] = defaultdict(int)
+    for config in trainer.lr_scheduler_configs:
+        optimizer = getattr(config.scheduler, "optimizer", None)
+        if optimizer is None:
+            continue  # a custom scheduler that holds no optimizer: nothing to read the lr from
+        entries.append((_group_names(optimizer, config.name, per_class), optimizer, config.interval))
+        seen.append(optimizer)
+    for optimizer in _torch_optimizers(trainer):
+        if not any(optimizer is other for other in seen):
+            entries.append((_group_names(optimizer, None, per_class), optimizer, None))
+            seen.append(optimizer)
+    _check_unique([name for names, _, _ in entries for name in names])
+    return entries
+
+
+def _group_names(optimizer: Any, given: str | None, per_class: dict[type, int]) -> list[str]:
+    base = given
+    if base is None:
+        cls = type(optimizer)
+        per_class[cls] += 1
+        base = f"lr-{cls.__name__}" + (f"-{per_class[cls] - 1}" if per_class[cls] > 1 else "")
+    groups = optimizer.param_groups
+    if len(groups) == 1:
+        group_name = groups[0].get("name")
+        return [f"{base}/{group_name}" if group_name else base]
+    return [f"{base}/{group.get('name', f'pg{i + 1}')}" for i, group in enumerate(groups)]
+
+
+def _check_unique(names: list[str]) -> None:
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"LearningRateMonitor: several optimizers or parameter groups would be logged as {repeated}; give "
+            "each parameter group a distinct 'name' and each lr_scheduler config a distinct 'name'"
+        )
+
+
+def _torch_optimizers(trainer: Any) -> list[Any]:
+    # The Trainer may hold wrappers; the learning rate lives on the torch optimizer inside.
+    return [getattr(opt, "optimizer", opt) for opt in trainer.optimizers]
+
+
+def _has_momentum(optimizer: Any) -> bool:
+    return "betas" in optimizer.defaults or "momentum" in optimizer.defaults

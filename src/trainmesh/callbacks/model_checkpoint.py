@@ -1,0 +1,391 @@
+"""Save checkpoints during fit: on a step or epoch cadence, keeping the best k by a metric.
+
+Every decision here (whether to save, which name, which file drops out of the top k) is made
+from values that are identical on every rank: ``callback_metrics`` after the epoch-end
+reduction, the step and epoch counters, and a file name broadcast from rank 0. That matters
+because ``trainer.save_checkpoint`` is collective: a rank that skipped a save another rank made
+would hang the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from trainmesh.callbacks.base import Callback
+
+# "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
+_FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
+_MODES = ("min", "max")
+
+
+class ModelCheckpoint(Callback):
+    """Write checkpoints during ``fit`` and keep the best ``save_top_k`` of them.
+
+    With ``monitor=None`` the latest checkpoint is kept (``save_top_k=-1`` keeps every one);
+    with a monitor, the ``save_top_k`` best by that metric are kept and the others deleted.
+    Saves happen every ``every_n_epochs`` epochs (after that epoch's validation) and/or every
+    ``every_n_train_steps`` optimizer steps; with neither given, once per epoch.
+
+    ``filename`` is a template: ``{epoch}``, ``{step}`` and any logged metric, with an optional
+    format spec (``{val_loss:.3f}``). Like Lightning, a bare ``{val_loss}`` is written as
+    ``val_loss=0.123`` unless the template already spells ``val_loss=`` before it or
+    ``auto_insert_metric_name=False``; a "/" in a metric name becomes "_" so it makes no folder.
+
+    >>> checkpoint = ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True,
+    ...                              filename="{epoch}-{val_loss:.2f}")
+    >>> checkpoint.format_checkpoint_name({"val_loss": 0.25}, epoch=3, step=120)  # dirpath is set in setup()
+    'epoch=3-val_loss=0.25.ckpt'
+    """
+
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_last: bool | None = None,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool = True,
+        verbose: bool = False,
+        *,
+        auto_insert_metric_name: bool = True,
+    ) -> None:
+        _check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
+        self._dirpath_given = dirpath is not None
+        self.dirpath: str | None = _absolute(dirpath) if dirpath is not None else None
+        self.filename = filename
+        self.monitor = monitor
+        self.mode = mode
+        self.save_top_k = save_top_k
+        self.save_last = bool(save_last)
+        if every_n_train_steps is None and every_n_epochs is None:
+            every_n_epochs = 1
+        self.every_n_train_steps = every_n_train_steps or 0
+        self.every_n_epochs = every_n_epochs or 0
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.verbose = verbose
+        self.auto_insert_metric_name = auto_insert_metric_name
+
+        self.best_model_path = ""
+        self.best_model_score: float | None = None
+        self.current_score: float | None = None
+        self.last_model_path = ""
+        self.kth_best_model_path = ""
+        self.kth_value = _worst(mode)
+        self.best_k_models: dict[str, float] = {}
+        # Step 0 counts as saved: a checkpoint of untrained weights is never worth writing.
+        self._last_global_step_saved = 0
+        self._owned: set[str] = set()  # files this callback wrote (or restored as its own)
+        self._validated_since_check = False
+        self._validated_this_fit = False
+        self._warned_missing = False
+        self._dir_checked = False
+
+    @property
+    def state_key(self) -> str:
+        # Two checkpoint callbacks (say, best-by-loss and every-1000-steps) keep separate state.
+        key = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self.every_n_train_steps,
+               "every_n_epochs": self.every_n_epochs}
+        return f"{type(self).__qualname__}{key!r}"
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
+            # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
+            self.dirpath = trainer.strategy.broadcast(_absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self._validated_since_check = self._validated_this_fit = False
+        self._dir_checked = False
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if not trainer.sanity_checking:
+            self._validated_since_check = self._validated_this_fit = True
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        validated, self._validated_since_check = self._validated_since_check, False
+        if self._skip(trainer):
+            return
+        step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
+        # save_on_train_epoch_end=False: save after every validation, mid-epoch ones included.
+        after_validation = validated and not self.save_on_train_epoch_end and self._epoch_due(trainer)
+        if step_due or after_validation:
+            self._save(trainer, mid_epoch=not after_validation)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        validated, self._validated_since_check = self._validated_since_check, False
+        if self._skip(trainer) or not self._epoch_due(trainer):
+            return
+        if self.save_on_train_epoch_end or validated:
+            self._save(trainer, mid_epoch=False)
+
+    # ---- names --------------------------------------------------------------------------------
+    def format_checkpoint_name(self, metrics: dict[str, Any], epoch: int, step: int, *, version: int | None = None) -> str:
+        """The path a checkpoint taken at ``epoch``/``step`` with these metrics gets.
+
+        >>> ModelCheckpoint(filename="{epoch:02d}-{val/acc:.2f}").format_checkpoint_name({"val/acc": 0.9}, 1, 50)
+        'epoch=01-val_acc=0.90.ckpt'
+        """
+        return self._path_for(self._template(), metrics, epoch, step, version)
+
+    def _path_for(self, template: str, metrics: dict[str, Any], epoch: int, step: int, version: int | None) -> str:
+        name = render_filename(template, {**metrics, "epoch": epoch, "step": step},
+                               auto_insert_metric_name=self.auto_insert_metric_name)
+        if version is not None:
+            name = f"{name}-v{version}"
+        name += self.FILE_EXTENSION
+        return os.path.join(self.dirpath, name) if self.dirpath else name
+
+    def _free_path(self, trainer: Any, template: str, metrics: dict[str, Any], replaceable: str | None) -> str:
+        """A path for the new checkpoint that overwrites nothing but ``replaceable``.
+
+        A file of the same name from another run, or one of our own still-kept checkpoints,
+        must survive: the new file gets a ``-v1``, ``-v2`` suffix instead.
+        """
+        epoch, step = trainer.current_epoch, trainer.global_step
+        path = self._path_for(template, metrics, epoch, step, None)
+        version = 1
+        while os.path.exists(path) and path != replaceable:
+            path = self._path_for(template, metrics, epoch, step, version)
+            version += 1
+        # File systems need not agree across nodes; every rank must save under one name.
+        return trainer.strategy.broadcast(path, src=0)
+
+    # ---- saving -------------------------------------------------------------------------------
+    def _skip(self, trainer: Any) -> bool:
+        # Already saved at this step: a step-cadence save on an epoch's last batch is the same
+        # training state as the epoch-end one, so it is not written twice.
+        return bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
+
+    def _epoch_due(self, trainer: Any) -> bool:
+        return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    def _save(self, trainer: Any, *, mid_epoch: bool) -> None:
+        metrics = dict(trainer.callback_metrics)
+        ranked = self._monitor_available(metrics, mid_epoch)
+        if not self._dir_checked:
+            self._dir_checked = True
+            self._warn_about_foreign_files(trainer)
+        # Set before writing: this counter is part of the state the checkpoint holds.
+        self._last_global_step_saved = trainer.global_step
+        if self.save_top_k != 0:
+            if self.monitor is None:
+                self._save_latest(trainer, metrics)
+            elif ranked:
+                self._save_if_top_k(trainer, metrics, metrics[self.monitor])
+        if self.save_last:
+            self._save_last(trainer, metrics)
+
+    def _warn_about_foreign_files(self, trainer: Any) -> None:
+        # Checked at the first save, not in setup, so that a resumed run's restored files count as ours.
+        if not trainer.is_global_zero or self.dirpath is None or not os.path.isdir(self.dirpath):
+            return
+        foreign = [entry.name for entry in os.scandir(self.dirpath)
+                   if not entry.name.startswith(".") and _absolute(entry.path) not in self._owned]
+        if foreign:
+            warnings.warn(
+                f"checkpoint directory {self.dirpath} already holds files of another run ({len(foreign)}, e.g. "
+                f"{sorted(foreign)[0]}); they are kept, and a new checkpoint whose name is taken gets a -v1, -v2 "
+                "suffix. Set ModelCheckpoint(dirpath=...) to a fresh folder to keep runs apart",
+                UserWarning, stacklevel=4)
+
+    def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
+        if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
+            return True
+        if mid_epoch and not self._validated_this_fit:
+            # A validation metric cannot exist before the first validation: skip ranking for
+            # now rather than fail a step-cadence save; the epoch-end save still checks.
+            if not self._warned_missing:
+                self._warned_missing = True
+                warnings.warn(f"ModelCheckpoint(monitor={self.monitor!r}): not logged yet (no validation has run); "
+                              "this step's checkpoint is not ranked", UserWarning, stacklevel=3)
+            return False
+        raise ValueError(
+            f"ModelCheckpoint(monitor={self.monitor!r}) cannot rank checkpoints: {self.monitor!r} is not "
+            f"among the logged metrics {sorted(metrics)}. Log it in the Module with "
+            f"self.log({self.monitor!r}, value) (a validation metric needs validation data), or set "
+            "monitor to one of the names above"
+        )
+
+    def _save_latest(self, trainer: Any, metrics: dict[str, Any]) -> None:
+        previous = self.best_model_path
+        replaceable = previous if self.save_top_k == 1 else None
+        path = self._free_path(trainer, self._template(), metrics, replaceable)
+        self.best_model_path = path
+        self._write(trainer, path)
+        if self.save_top_k == 1 and previous and previous != path:
+            self._remove(trainer, previous)
+
+    def _save_if_top_k(self, trainer: Any, metrics: dict[str, Any], value: Any) -> None:
+        score = float(value)
+        if math.isnan(score):
+            score = _worst(self.mode)  # NaN never ranks above a real value
+        self.current_score = score
+        if not self._is_top_k(score):
+            self._say(trainer, f"{self.monitor!r} was {score:.5g}, not in the top {self.save_top_k}")
+            return
+        dropped = None
+        if self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k:
+            dropped = self.kth_best_model_path
+            self.best_k_models.pop(dropped)
+        path = self._free_path(trainer, self._template(), metrics, dropped)
+        self.best_k_models[path] = score
+        self._update_ranking()
+        self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self.best_model_score:.5g}); saving {path}")
+        self._write(trainer, path)
+        if dropped and dropped != path:
+            self._remove(trainer, dropped)
+
+    def _is_top_k(self, score: float) -> bool:
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        kth = self.best_k_models[self.kth_best_model_path]
+        return score < kth if self.mode == "min" else score > kth
+
+    def _update_ranking(self) -> None:
+        # min()/max() keep the first of equal scores, and every rank inserted in the same order.
+        worse, better = (max, min) if self.mode == "min" else (min, max)
+        self.kth_best_model_path = worse(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.kth_value = self.best_k_models[self.kth_best_model_path]
+        self.best_model_path = better(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.best_model_score = self.best_k_models[self.best_model_path]
+
+    def _save_last(self, trainer: Any, metrics: dict[str, Any]) -> None:
+        path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
+        previous, self.last_model_path = self.last_model_path, path
+        self._write(trainer, path)
+        if previous and previous != path:
+            self._remove(trainer, previous)
+
+    def _template(self) -> str:
+        return self.filename or "epoch={epoch}-step={step}"
+
+    def _write(self, trainer: Any, path: str) -> None:
+        self._owned.add(path)
+        trainer.save_checkpoint(path)  # collective: every rank calls it with the same path
+
+    def _remove(self, trainer: Any, path: str) -> None:
+        owned = path in self._owned
+        self._owned.discard(path)
+        if not trainer.is_global_zero or not owned or not _inside(path, self.dirpath):
+            return
+        resumed_from = getattr(trainer, "ckpt_path", None)
+        if resumed_from and _absolute(resumed_from) == _absolute(path):
+            return  # the file this run resumed from stays, whatever its rank now
+        if os.path.isdir(path):  # a sharded checkpoint is a folder
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.remove(path)
+
+    def _say(self, trainer: Any, message: str) -> None:
+        if self.verbose and trainer.is_global_zero:
+            print(f"Epoch {trainer.current_epoch}, step {trainer.global_step}: {message}", flush=True)
+
+    # ---- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "monitor": self.monitor,
+            "mode": self.mode,
+            "dirpath": self.dirpath,
+            "best_model_path": self.best_model_path,
+            "best_model_score": self.best_model_score,
+            "current_score": self.current_score,
+            "last_model_path": self.last_model_path,
+            "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
+            "best_k_models": dict(self.best_k_models),
+            "last_global_step_saved": self._last_global_step_saved,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved_dir = state_dict.get("dirpath")
+        self._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
+        self.best_model_path = state_dict.get("best_model_path", "")
+        self.best_model_score = state_dict.get("best_model_score")
+        if self._dirpath_given and saved_dir is not None and saved_dir != self.dirpath:
+            warnings.warn(f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
+                          "starts afresh there (best_model_path and best_model_score are kept)", UserWarning, stacklevel=2)
+            return
+        if state_dict.get("monitor") != self.monitor:
+            warnings.warn(f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
+                          f"{self.monitor!r}; the top-k ranking starts afresh", UserWarning, stacklevel=2)
+            return
+        # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
+        # resumed run keeps ranking, and deleting, the files the first run wrote.
+        self.dirpath = saved_dir or self.dirpath
+        self.current_score = state_dict.get("current_score")
+        self.last_model_path = state_dict.get("last_model_path", "")
+        self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
+        self.kth_value = state_dict.get("kth_value", _worst(self.mode))
+        self.best_k_models = {str(k): float(v) for k, v in state_dict.get("best_k_models", {}).items()}
+        self._owned.update(p for p in (*self.best_k_models, self.best_model_path, self.last_model_path) if p)
+
+
+def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric_name: bool = True) -> str:
+    """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template.
+
+    A name not in ``values`` renders as 0, as in Lightning, so an early save still gets a name.
+
+    >>> render_filename("{epoch}-{val/loss:.2f}", {"epoch": 2, "val/loss": 0.1234})
+    'epoch=2-val_loss=0.12'
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        name, spec = match.group(1), (match.group(2) or ":")[1:]
+        value = values.get(name, 0)
+        value = value.item() if hasattr(value, "item") else value
+        try:
+            text = format(value, spec)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"checkpoint filename {template!r}: cannot format {name}={value!r} with {{:{spec}}} ({exc}); "
+                "metrics are floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
+            ) from None
+        label = name.replace("/", "_")
+        before = template[:match.start()]
+        if auto_insert_metric_name and not before.endswith((f"{name}=", f"{label}=")):
+            return f"{label}={text}"
+        return text
+
+    return _FIELD.sub(fill, template)
+
+
+def _check_arguments(monitor: str | None, mode: str, save_top_k: int, every_n_train_steps: int | None,
+                     every_n_epochs: int | None) -> None:
+    if mode not in _MODES:
+        raise ValueError(f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)")
+    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1")
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise ValueError(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+            "ranking to pick the top k by; set monitor='val_loss' (say), or save_top_k=-1 to keep every checkpoint"
+        )
+    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"ModelCheckpoint({name}={value!r}) must be an integer >= 0 (0 turns that cadence off)")
+
+
+def _worst(mode: str) -> float:
+    return math.inf if mode == "min" else -math.inf
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+def _inside(path: str, directory: str | None) -> bool:
+    # Only files under our own folder are ever deleted, whatever a restored state says.
+    return directory is not None and Path(_absolute(path)).is_relative_to(directory)
+

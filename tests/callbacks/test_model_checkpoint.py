@@ -1,0 +1,367 @@
+import math
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainmesh.callbacks.model_checkpoint import ModelCheckpoint, render_filename
+
+
+class FakeStrategy:
+    root_device = torch.device("cpu")
+
+    def __init__(self):
+        self.broadcasts = []
+
+    def broadcast(self, obj, src=0):
+        self.broadcasts.append(obj)
+        return obj
+
+    def reduce(self, value, op="mean"):
+        return value
+
+    def barrier(self, name=None):
+        return None
+
+
+def make_trainer(tmp_path, **overrides):
+    values = dict(
+        current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, global_rank=0,
+        world_size=1, log_dir=str(tmp_path / "logs"), default_root_dir=str(tmp_path), loggers=[],
+        strategy=FakeStrategy(), should_stop=False, optimizers=[], lr_scheduler_configs=[],
+        sanity_checking=False, fast_dev_run=0, stage="fit", callbacks=[],
+    )
+    values.update(overrides)
+    trainer = SimpleNamespace(**values)
+    trainer.saved = []
+
+    def save_checkpoint(path):
+        # What the real Trainer does, in small: every callback's state goes into the file.
+        state = {cb.state_key: cb.state_dict() for cb in trainer.callbacks}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save({"global_step": trainer.global_step, "callbacks": state}, path)
+        trainer.saved.append(path)
+
+    trainer.save_checkpoint = save_checkpoint
+    return trainer
+
+
+def attach(trainer, callback):
+    trainer.callbacks.append(callback)
+    callback.setup(trainer, None, "fit")
+    callback.on_train_start(trainer, None)
+    return callback
+
+
+def end_epoch(callback, trainer, metrics, *, steps=10, validate=True):
+    """One epoch of ``steps`` optimizer steps, then validation and the epoch-end hook."""
+    trainer.global_step += steps
+    trainer.callback_metrics = dict(metrics)
+    if validate:
+        callback.on_validation_end(trainer, None)
+    callback.on_train_epoch_end(trainer, None)
+    trainer.current_epoch += 1
+
+
+def files_in(directory):
+    return sorted(name for name in os.listdir(directory) if not name.startswith("."))
+
+
+def test_setup_puts_checkpoints_under_log_dir(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint())
+    assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
+    assert trainer.strategy.broadcasts == [checkpoint.dirpath]
+
+
+def test_explicit_dirpath_is_kept_and_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    checkpoint = attach(make_trainer(tmp_path), ModelCheckpoint(dirpath="ckpts"))
+    assert checkpoint.dirpath == str(tmp_path / "ckpts")
+
+
+def test_top_k_min_keeps_the_k_lowest_and_deletes_the_rest(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path / "c", monitor="val_loss", save_top_k=2))
+    for loss in (0.5, 0.4, 0.6, 0.3):
+        end_epoch(checkpoint, trainer, {"val_loss": loss})
+    # 0.6 never made the top 2 and was never written; 0.5 was written, then deleted.
+    assert [os.path.basename(p) for p in trainer.saved] == [
+        "epoch=0-step=10.ckpt", "epoch=1-step=20.ckpt", "epoch=3-step=40.ckpt"]
+    assert files_in(tmp_path / "c") == ["epoch=1-step=20.ckpt", "epoch=3-step=40.ckpt"]
+    assert checkpoint.best_model_path == str(tmp_path / "c" / "epoch=3-step=40.ckpt")
+    assert checkpoint.best_model_score == pytest.approx(0.3)
+    assert checkpoint.kth_best_model_path == str(tmp_path / "c" / "epoch=1-step=20.ckpt")
+    assert checkpoint.kth_value == pytest.approx(0.4)
+    assert sorted(checkpoint.best_k_models.values()) == pytest.approx([0.3, 0.4])
+    assert checkpoint.current_score == pytest.approx(0.3)
+
+
+def test_top_k_max_keeps_the_highest(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="acc", mode="max", save_top_k=1,
+                                                 filename="{acc:.2f}"))
+    for acc in (0.7, 0.9, 0.8):
+        end_epoch(checkpoint, trainer, {"acc": acc})
+    assert files_in(tmp_path) == ["acc=0.90.ckpt"]
+    assert checkpoint.best_model_score == pytest.approx(0.9)
+    assert checkpoint.best_k_models == {str(tmp_path / "acc=0.90.ckpt"): pytest.approx(0.9)}
+
+
+def test_save_top_k_all_keeps_every_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=-1))
+    for loss in (0.5, 0.6, 0.4):
+        end_epoch(checkpoint, trainer, {"val_loss": loss})
+    assert len(files_in(tmp_path)) == 3
+    assert checkpoint.best_model_score == pytest.approx(0.4)
+    assert checkpoint.kth_value == pytest.approx(0.6)
+
+
+def test_nan_never_beats_a_real_value(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2))
+    end_epoch(checkpoint, trainer, {"val_loss": float("nan")})
+    assert checkpoint.best_model_score == math.inf  # kept while there is room, ranked worst
+    end_epoch(checkpoint, trainer, {"val_loss": 0.5})
+    end_epoch(checkpoint, trainer, {"val_loss": float("nan")})
+    end_epoch(checkpoint, trainer, {"val_loss": 0.7})
+    assert sorted(checkpoint.best_k_models.values()) == pytest.approx([0.5, 0.7])
+    assert len(files_in(tmp_path)) == 2
+
+
+def test_no_monitor_keeps_only_the_latest(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path))
+    for _ in range(3):
+        end_epoch(checkpoint, trainer, {})
+    assert files_in(tmp_path) == ["epoch=2-step=30.ckpt"]
+    assert checkpoint.best_model_path == str(tmp_path / "epoch=2-step=30.ckpt")
+    assert checkpoint.best_model_score is None
+
+
+def test_no_monitor_with_a_fixed_name_overwrites_its_own_file(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, filename="model"))
+    end_epoch(checkpoint, trainer, {})
+    end_epoch(checkpoint, trainer, {})
+    assert files_in(tmp_path) == ["model.ckpt"]
+    assert torch.load(tmp_path / "model.ckpt")["global_step"] == 20
+
+
+def test_no_monitor_save_all_and_save_none(tmp_path):
+    trainer = make_trainer(tmp_path)
+    keep_all = attach(trainer, ModelCheckpoint(dirpath=tmp_path / "all", save_top_k=-1))
+    none = attach(trainer, ModelCheckpoint(dirpath=tmp_path / "none", save_top_k=0, save_last=True))
+    for _ in range(3):
+        trainer.global_step += 5
+        keep_all.on_train_epoch_end(trainer, None)
+        none.on_train_epoch_end(trainer, None)
+        trainer.current_epoch += 1
+    assert len(files_in(tmp_path / "all")) == 3
+    assert files_in(tmp_path / "none") == ["last.ckpt"]
+
+
+def test_save_last_rewrites_last_ckpt_every_save(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_last=True))
+    end_epoch(checkpoint, trainer, {"val_loss": 0.5})
+    end_epoch(checkpoint, trainer, {"val_loss": 0.9})  # not a top-1 save, but last.ckpt is rewritten
+    assert files_in(tmp_path) == ["epoch=0-step=10.ckpt", "last.ckpt"]
+    assert checkpoint.last_model_path == str(tmp_path / "last.ckpt")
+    stored = torch.load(tmp_path / "last.ckpt")
+    assert stored["global_step"] == 20
+    # The checkpoint holds the callback state as it was at that save, last_model_path included.
+    assert stored["callbacks"][checkpoint.state_key]["last_model_path"] == checkpoint.last_model_path
+
+
+def test_filename_placeholders_and_metric_names_with_slashes():
+    checkpoint = ModelCheckpoint(filename="{epoch:02d}-{val/loss:.3f}")
+    assert checkpoint.format_checkpoint_name({"val/loss": 0.12345}, 3, 40) == "epoch=03-val_loss=0.123.ckpt"
+    default = ModelCheckpoint()
+    assert default.format_checkpoint_name({}, 1, 7) == "epoch=1-step=7.ckpt"
+    assert default.format_checkpoint_name({}, 1, 7, version=2) == "epoch=1-step=7-v2.ckpt"
+
+
+def test_filename_names_already_written_are_not_doubled():
+    assert render_filename("run-{epoch}-val_loss={val_loss:.1f}", {"epoch": 2, "val_loss": 0.25}) == \
+        "run-epoch=2-val_loss=0.2"
+    assert render_filename("{epoch}_{step}", {"epoch": 1, "step": 9}, auto_insert_metric_name=False) == "1_9"
+    assert render_filename("{missing:.2f}", {}) == "missing=0.00"
+
+
+def test_filename_with_a_bad_format_spec_says_why():
+    with pytest.raises(ValueError, match="cannot format val_loss=0.5"):
+        render_filename("{val_loss:03d}", {"val_loss": 0.5})
+
+
+def test_dirpath_joins_the_formatted_name(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{step}")
+    assert checkpoint.format_checkpoint_name({}, 0, 5) == str(tmp_path / "step=5.ckpt")
+
+
+def test_every_n_train_steps_saves_once_per_due_step(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1))
+    # Accumulating two batches per step: each step shows up at two batch ends.
+    for batch_idx in range(8):
+        trainer.global_step = (batch_idx + 1) // 2
+        checkpoint.on_train_batch_end(trainer, None, None, None, batch_idx)
+    assert [torch.load(p)["global_step"] for p in trainer.saved] == [2, 4]
+    # The epoch cadence is off when only a step cadence is given; and step 4 is saved already.
+    checkpoint.on_train_epoch_end(trainer, None)
+    assert len(trainer.saved) == 2
+
+
+def test_epoch_end_at_an_already_saved_step_is_skipped(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, every_n_epochs=1, save_top_k=-1))
+    trainer.global_step = 5
+    checkpoint.on_train_batch_end(trainer, None, None, None, 4)
+    checkpoint.on_train_epoch_end(trainer, None)
+    assert len(trainer.saved) == 1
+    trainer.current_epoch, trainer.global_step = 1, 8
+    checkpoint.on_train_epoch_end(trainer, None)
+    assert len(trainer.saved) == 2
+
+
+def test_every_n_epochs(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, every_n_epochs=2, save_top_k=-1))
+    for _ in range(5):
+        end_epoch(checkpoint, trainer, {})
+    assert files_in(tmp_path) == ["epoch=1-step=20.ckpt", "epoch=3-step=40.ckpt"]
+
+
+def test_save_after_every_validation_when_not_on_train_epoch_end(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=-1,
+                                                 save_on_train_epoch_end=False))
+    trainer.global_step, trainer.callback_metrics = 3, {"val_loss": 0.4}
+    checkpoint.on_validation_end(trainer, None)  # a mid-epoch validation at this batch
+    checkpoint.on_train_batch_end(trainer, None, None, None, 2)
+    trainer.global_step = 4
+    checkpoint.on_train_batch_end(trainer, None, None, None, 3)  # no validation: no save
+    end_epoch(checkpoint, trainer, {"val_loss": 0.3}, steps=2)
+    trainer.global_step += 6
+    checkpoint.on_train_epoch_end(trainer, None)  # an epoch without validation: no save
+    assert [torch.load(p)["global_step"] for p in trainer.saved] == [3, 6]
+
+
+def test_existing_file_of_another_run_gets_a_version_suffix(tmp_path):
+    (tmp_path / "epoch=0-step=10.ckpt").write_bytes(b"another run")
+    (tmp_path / "epoch=0-step=10-v1.ckpt").write_bytes(b"another run")
+    (tmp_path / "last.ckpt").write_bytes(b"another run")
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, save_last=True))
+    with pytest.warns(UserWarning, match="already holds files of another run"):
+        end_epoch(checkpoint, trainer, {})
+    assert checkpoint.best_model_path == str(tmp_path / "epoch=0-step=10-v2.ckpt")
+    assert checkpoint.last_model_path == str(tmp_path / "last-v1.ckpt")
+    end_epoch(checkpoint, trainer, {})
+    # Our own files are replaced; the other run's files are never touched.
+    assert files_in(tmp_path) == ["epoch=0-step=10-v1.ckpt", "epoch=0-step=10.ckpt", "epoch=1-step=20.ckpt",
+                                  "last-v1.ckpt", "last.ckpt"]
+    assert (tmp_path / "last.ckpt").read_bytes() == b"another run"
+
+
+def test_only_global_zero_deletes_but_every_rank_saves(tmp_path):
+    trainer = make_trainer(tmp_path, is_global_zero=False, global_rank=1)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path))
+    end_epoch(checkpoint, trainer, {})
+    end_epoch(checkpoint, trainer, {})
+    assert len(trainer.saved) == 2
+    assert len(files_in(tmp_path)) == 2  # rank 0 would have deleted the first
+
+
+def test_missing_monitor_raises_with_the_available_names(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_acc"))
+    with pytest.raises(ValueError, match=r"'val_acc'.*\['train_loss', 'val_loss'\]"):
+        end_epoch(checkpoint, trainer, {"val_loss": 0.1, "train_loss": 0.2})
+
+
+def test_missing_monitor_is_not_checked_when_no_save_is_due(tmp_path):
+    fast = make_trainer(tmp_path, fast_dev_run=1)
+    checkpoint = attach(fast, ModelCheckpoint(dirpath=tmp_path, monitor="val_acc"))
+    end_epoch(checkpoint, fast, {})
+    assert fast.saved == []
+    sanity = make_trainer(tmp_path, sanity_checking=True)
+    checkpoint = attach(sanity, ModelCheckpoint(dirpath=tmp_path, monitor="val_acc"))
+    end_epoch(checkpoint, sanity, {})
+    assert sanity.saved == []
+
+
+def test_step_save_before_the_first_validation_warns_and_skips_ranking(tmp_path):
+    trainer = make_trainer(tmp_path)
+    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", every_n_train_steps=1,
+                                                 save_last=True))
+    trainer.global_step, trainer.callback_metrics = 1, {"train_loss": 1.0}
+    with pytest.warns(UserWarning, match="not logged yet"):
+        checkpoint.on_train_batch_end(trainer, None, None, None, 0)
+    assert files_in(tmp_path) == ["last.ckpt"]
+    checkpoint.on_validation_end(trainer, None)
+    trainer.global_step = 2
+    with pytest.raises(ValueError, match="val_loss"):
+        checkpoint.on_train_batch_end(trainer, None, None, None, 1)
+
+
+def test_state_dict_round_trip_keeps_the_ranking(tmp_path):
+    trainer = make_trainer(tmp_path)
+    first = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2, save_last=True))
+    for loss in (0.5, 0.4):
+        end_epoch(first, trainer, {"val_loss": loss})
+    state = torch.load(first.last_model_path)["callbacks"][first.state_key]
+    assert state == first.state_dict()
+
+    resumed_trainer = make_trainer(tmp_path, current_epoch=2, global_step=20)
+    resumed = attach(resumed_trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2,
+                                                      save_last=True))
+    resumed.load_state_dict(state)
+    for key in ("best_model_path", "best_model_score", "kth_best_model_path", "best_k_models", "last_model_path",
+                "dirpath", "monitor"):
+        assert getattr(resumed, key) == getattr(first, key)
+    resumed_trainer.global_step = 20  # already saved at this step: no second copy
+    resumed.on_train_epoch_end(resumed_trainer, None)
+    assert resumed_trainer.saved == []
+    end_epoch(resumed, resumed_trainer, {"val_loss": 0.3})
+    # The first run's 0.5 checkpoint fell out of the top 2 and was deleted; last.ckpt was reused.
+    assert files_in(tmp_path) == ["epoch=1-step=20.ckpt", "epoch=2-step=30.ckpt", "last.ckpt"]
+
+
+def test_default_dirpath_is_taken_from_the_checkpoint(tmp_path):
+    state = ModelCheckpoint(dirpath=tmp_path / "old", monitor="m").state_dict()
+    checkpoint = attach(make_trainer(tmp_path), ModelCheckpoint(monitor="m"))
+    checkpoint.load_state_dict(state)
+    assert checkpoint.dirpath == str(tmp_path / "old")
+
+
+def test_changed_dirpath_or_monitor_restarts_the_ranking(tmp_path):
+    old = ModelCheckpoint(dirpath=tmp_path / "old", monitor="m")
+    old.best_k_models = {str(tmp_path / "old" / "a.ckpt"): 0.1}
+    old.best_model_path, old.best_model_score = str(tmp_path / "old" / "a.ckpt"), 0.1
+    moved = ModelCheckpoint(dirpath=tmp_path / "new", monitor="m")
+    with pytest.warns(UserWarning, match="dirpath changed"):
+        moved.load_state_dict(old.state_dict())
+    assert moved.best_k_models == {} and moved.best_model_score == 0.1
+    other_metric = ModelCheckpoint(dirpath=tmp_path / "old", monitor="acc", mode="max")
+    with pytest.warns(UserWarning, match="ranked by 'm'"):
+        other_metric.load_state_dict(old.state_dict())
+    assert other_metric.best_k_models == {}
+
+
+def test_state_key_tells_checkpoint_callbacks_apart():
+    assert ModelCheckpoint(monitor="a").state_key != ModelCheckpoint(monitor="b").state_key
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "lowest"}, "mode"),
+    ({"save_top_k": -2}, "save_top_k"),
+    ({"save_top_k": 3}, "without a monitored metric"),
+    ({"every_n_train_steps": -1}, "every_n_train_steps"),
+    ({"every_n_epochs": 1.5}, "every_n_epochs"),
+])
+def test_invalid_arguments_are_explained(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ModelCheckpoint(**kwargs)

@@ -1,0 +1,201 @@
+"""The ``trainmesh`` command line: class selection, help, configs, errors and one real run."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import trainmesh
+from trainmesh.cli.main import CLIError, collate_predictions, find_class_paths, main
+
+_HELPER_MODULE = "tests_helpers_module"
+_HELPER_SOURCE = textwrap.dedent(
+    """
+    import torch
+    import trainmesh
+
+
+    class Net(trainmesh.Module):
+        def __init__(self, width: int = 7, activation: str = "relu"):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(64, width)
+    """
+)
+
+
+@pytest.fixture
+def helper_module(tmp_path, monkeypatch):
+    """A user's model file on sys.path, as `--model tests_helpers_module:Net` finds it."""
+    (tmp_path / f"{_HELPER_MODULE}.py").write_text(_HELPER_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield _HELPER_MODULE
+    sys.modules.pop(_HELPER_MODULE, None)
+
+
+def _print_config(capsys, *args: str) -> dict:
+    assert main(["fit", *args, "--print_config"]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_fit_help_lists_trainer_model_data_and_config_options(capsys):
+    assert main(["fit", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--trainer.max_epochs", "--trainer.devices", "--model.hidden_dim", "--data.batch_size",
+                   "--config", "--print_config", "--ckpt_path", "--seed", "--no_test"):
+        assert option in out, option
+    assert "class_path:" in out  # the epilog documents the config layout
+
+
+def test_help_lists_the_arguments_of_the_chosen_model(helper_module, capsys):
+    for spelling in (f"{helper_module}:Net", f"{helper_module}.Net"):
+        assert main(["fit", "--model", spelling, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "--model.width" in out and "--model.activation" in out
+        assert f"Model: {spelling}" in out
+        assert "--model.hidden_dim HIDDEN_DIM" not in out  # the default model's options are gone
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("fit", "validate", "test", "predict"):
+        assert command in out
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("nope.mod:X", "cannot import module 'nope.mod' (no module named 'nope')"),
+        ("trainmesh.demo:Nope", "module 'trainmesh.demo' has no attribute 'Nope'"),
+        ("Net", "is not an import path"),
+    ],
+)
+def test_bad_model_path_exits_2_with_a_message(capsys, path, expected):
+    assert main(["fit", "--model", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert expected in err
+    assert "package.module:ClassName" in err
+    assert "Traceback" not in err
+
+
+def test_a_class_that_is_not_a_module_is_refused(capsys):
+    assert main(["fit", "--model", "trainmesh.data.digits:DigitsDataModule"]) == 2
+    assert "is not a trainmesh.Module" in capsys.readouterr().err
+
+
+def test_traceback_flag_and_env_let_the_error_through(monkeypatch):
+    with pytest.raises(CLIError, match="nope"):
+        main(["fit", "--model", "nope.mod:X", "--traceback"])
+    monkeypatch.setenv("TRAINMESH_TRACEBACK", "1")
+    with pytest.raises(CLIError, match="nope"):
+        main(["fit", "--model", "nope.mod:X"])
+
+
+def test_an_invalid_trainer_setting_exits_2(capsys):
+    assert main(["fit", "--trainer.max_epochs", "-5", "--trainer.logger", "false"]) == 2
+    assert "max_epochs=-5" in capsys.readouterr().err
+
+
+def test_argument_type_errors_exit_2(capsys):
+    assert main(["fit", "--model.hidden_dim", "wide"]) == 2
+    assert "model.hidden_dim" in capsys.readouterr().err
+
+
+def test_cli_defaults_and_flags_reach_the_config(capsys):
+    config = _print_config(capsys, "--model.hidden_dim", "64", "--data.batch_size", "16", "--no_test")
+    assert config["model"]["class_path"] == "trainmesh.demo:DigitsClassifier"
+    assert config["model"]["hidden_dim"] == 64
+    assert config["data"]["batch_size"] == 16
+    assert config["trainer"]["max_epochs"] == 20
+    assert config["trainer"]["default_root_dir"] == "./trainmesh_runs"
+    assert config["seed"] == 0 and config["test"] is False
+    assert _print_config(capsys, "--test", "false")["test"] is False
+
+
+def test_yaml_config_sets_trainer_model_and_data_arguments(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"hidden_dim": 48, "dropout": 0.0},
+        "data": {"batch_size": 16},
+        "trainer": {"max_epochs": 3, "logger": False},
+        "seed": 7,
+    }))
+    config = _print_config(capsys, "--config", str(path))
+    assert config["model"]["hidden_dim"] == 48 and config["model"]["dropout"] == 0.0
+    assert config["data"]["batch_size"] == 16
+    assert config["trainer"]["max_epochs"] == 3 and config["trainer"]["logger"] is False
+    assert config["seed"] == 7
+    # Left to right: a flag after the config overrides it.
+    assert _print_config(capsys, "--config", str(path), "--model.hidden_dim", "50")["model"]["hidden_dim"] == 50
+
+
+def test_yaml_config_chooses_the_model_class(tmp_path, helper_module, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"model": {"class_path": f"{helper_module}:Net", "width": 3}}))
+    config = _print_config(capsys, "--config", str(path))
+    assert config["model"] == {"class_path": f"{helper_module}:Net", "width": 3, "activation": "relu"}
+
+
+def test_printed_config_round_trips(tmp_path, capsys):
+    first = _print_config(capsys, "--model.hidden_dim", "32", "--trainer.max_epochs", "4")
+    path = tmp_path / "printed.yaml"
+    path.write_text(yaml.safe_dump(first))
+    assert _print_config(capsys, "--config", str(path)) == first
+
+
+def test_a_model_given_as_a_string_in_a_config_is_explained(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: trainmesh.demo:DigitsClassifier\n")
+    assert main(["fit", "--config", str(path)]) == 2
+    assert "must be a mapping" in capsys.readouterr().err
+
+
+def test_missing_config_file_exits_2(tmp_path, capsys):
+    assert main(["fit", "--config", str(tmp_path / "absent.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_find_class_paths_rewrites_the_short_flags():
+    args, paths = find_class_paths(["--model=a.b:Net", "--data", "c.d:Data", "--model.width", "3"])
+    assert args == ["--model.class_path", "a.b:Net", "--data.class_path", "c.d:Data", "--model.width", "3"]
+    assert paths == {"model": "a.b:Net", "data": "c.d:Data"}
+
+
+def test_collate_predictions_concatenates_batches():
+    assert torch.equal(collate_predictions([torch.tensor([1, 2]), torch.tensor([3])]), torch.tensor([1, 2, 3]))
+    two_loaders = collate_predictions([[torch.tensor([1])], [torch.tensor([2]), torch.tensor([3])]])
+    assert [t.tolist() for t in two_loaders] == [[1], [2, 3]]
+    assert collate_predictions([{"a": 1}]) == [{"a": 1}]
+
+
+@pytest.mark.slow
+def test_fit_then_predict_end_to_end(tmp_path, capsys):
+    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
+    assert main(["fit", "--trainer.max_epochs", "2", *common]) == 0
+    out = capsys.readouterr().out
+    assert "test_acc" in out and "test_loss" in out and "val_acc" in out
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in out.splitlines() if ": " in line}
+    checkpoint = Path(lines["best checkpoint"])
+    assert checkpoint.is_file()
+    assert Path(lines["logs"]).is_dir()
+
+    output = tmp_path / "preds.pt"
+    assert main(["predict", "--ckpt_path", str(checkpoint), "--output", str(output), *common]) == 0
+    predictions = torch.load(output)
+    assert predictions.shape == (359,) and predictions.dtype == torch.int64
+
+
+def test_python_dash_m_trainmesh_help_exits_0():
+    src = str(Path(trainmesh.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "trainmesh", "--help"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "fit" in result.stdout

@@ -1,0 +1,95 @@
+"""Checkpoints written by the Trainer: cadence, atomicity, Ctrl-C, resume from 'last'."""
+
+import csv
+
+import pytest
+import torch
+
+import trainmesh as tm
+from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
+from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+
+
+def test_model_checkpoint_keeps_top_k_and_last_and_resume_from_last(tmp_path):
+    train, val = loaders()
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="val_loss", save_top_k=2, save_last=True)
+    trainer = quiet_trainer(max_epochs=4, callbacks=[checkpoint], enable_checkpointing=True)
+    trainer.fit(DropoutNet(), train, val)
+    kept = sorted(p.name for p in (tmp_path / "ckpts").glob("*.ckpt"))
+    assert len(kept) == 3 and "last.ckpt" in kept
+    assert checkpoint.best_model_score == min(checkpoint.best_k_models.values())
+    saved = load_checkpoint_file(checkpoint.last_model_path)
+    assert saved["global_step"] == 48 and saved["loop"]["epoch_finished"]
+    assert saved["hyper_parameters"]["lr"] == 0.05
+
+    resumed = DropoutNet()
+    trainer2 = quiet_trainer(max_epochs=5, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)],
+                             enable_checkpointing=True)
+    trainer2.fit(resumed, train, val, ckpt_path=checkpoint.last_model_path)
+    assert trainer2.global_step == 60 and trainer2.current_epoch == 5
+
+
+def test_load_from_checkpoint_rebuilds_the_module(tmp_path):
+    train, _ = loaders()
+    model = DropoutNet(lr=0.01)
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(model, train)
+    trainer.save_checkpoint(tmp_path / "m.ckpt")
+    loaded = DropoutNet.load_from_checkpoint(str(tmp_path / "m.ckpt"))
+    assert loaded.hparams.lr == 0.01
+    assert torch.equal(flat_weights(loaded), flat_weights(model))
+
+
+def test_early_stopping_ends_fit(tmp_path):
+    train, val = loaders()
+    stopper = EarlyStopping(monitor="val_loss", patience=0, min_delta=10.0)  # nothing improves by 10
+    trainer = quiet_trainer(max_epochs=20, callbacks=[stopper])
+    trainer.fit(DropoutNet(), train, val)
+    assert trainer.current_epoch == 2  # epoch 0 sets the best, epoch 1 fails to improve
+
+
+def test_csv_logger_records_epoch_metrics(tmp_path):
+    train, val = loaders()
+    trainer = quiet_trainer(max_epochs=2, logger=True, default_root_dir=tmp_path, log_every_n_steps=5)
+    trainer.fit(DropoutNet(), train, val)
+    with open(f"{trainer.log_dir}/metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert any(row.get("val_loss") for row in rows)
+    assert any(row.get("train_loss_step") for row in rows)
+    assert sum(1 for row in rows if row.get("train_loss_epoch")) == 2
+
+
+def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "state.ckpt"
+    atomic_save({"generation": 1}, path)
+
+    def torn_save(obj, handle):
+        handle.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_save({"generation": 2}, path)
+    monkeypatch.undo()
+    assert load_checkpoint_file(path) == {"generation": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.ckpt"], "no temporary file is left behind"
+
+
+def test_ctrl_c_ends_cleanly_and_the_last_checkpoint_resumes(tmp_path):
+    train, val = loaders()
+
+    class CtrlC(tm.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 30:
+                raise KeyboardInterrupt
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=10, save_last=True)
+    trainer = quiet_trainer(max_epochs=5, callbacks=[CtrlC(), checkpoint], enable_checkpointing=True)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(DropoutNet(), train, val)
+    last = load_checkpoint_file(tmp_path / "last.ckpt")
+    assert last["global_step"] == 20  # the interrupt came before step 30's save
+    trainer = quiet_trainer(max_epochs=5)
+    trainer.fit(DropoutNet(), train, val, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert trainer.global_step == 60

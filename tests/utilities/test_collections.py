@@ -1,0 +1,36 @@
+import dataclasses
+from collections import namedtuple
+
+import torch
+
+from trainmesh.utilities.collections import apply_to_tensors, infer_batch_size, move_to_device
+
+Pair = namedtuple("Pair", ["x", "y"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    image: torch.Tensor
+    label: int
+    extra: dict
+
+
+def test_nested_batches_keep_their_types_and_every_tensor_is_mapped():
+    batch = {"pair": Pair(torch.ones(2), [torch.zeros(3), (torch.ones(1), "s")]),
+             "frozen": Frozen(torch.ones(4), 7, {"mask": torch.ones(2, dtype=torch.bool)})}
+    doubled = apply_to_tensors(batch, lambda t: t * 2)
+    assert isinstance(doubled["pair"], Pair)
+    assert torch.equal(doubled["pair"].x, torch.full((2,), 2.0))
+    assert isinstance(doubled["pair"].y[1], tuple) and doubled["pair"].y[1][1] == "s"
+    assert isinstance(doubled["frozen"], Frozen) and doubled["frozen"].label == 7
+    assert torch.equal(doubled["frozen"].image, torch.full((4,), 2.0))
+    assert doubled["frozen"].extra["mask"].dtype == torch.int64  # bool * 2 promotes, proving it was mapped
+    assert torch.equal(batch["frozen"].image, torch.ones(4)), "the input batch is left alone"
+
+
+def test_move_to_device_and_batch_size():
+    batch = (torch.ones(5, 3), {"y": torch.zeros(5)})
+    moved = move_to_device(batch, torch.device("meta"))
+    assert moved[0].device.type == "meta" and moved[1]["y"].device.type == "meta"
+    assert infer_batch_size(batch) == 5
+    assert infer_batch_size({"n": 3}) == 1
