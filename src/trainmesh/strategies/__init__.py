@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from trainmesh.precision import Precision
-from trainmesh.strategies.base import Strategy, unwrap
+from trainmesh.strategies.base import Strategy
 from trainmesh.strategies.single import SingleDeviceStrategy
 
 # name -> class; later strategies add one line each.
@@ -30,12 +30,14 @@ def build_strategy(
     name = strategy.lower()
     if name == "auto":
         name = "single" if len(devices) * num_nodes == 1 else "ddp"
+        if name not in STRATEGIES:
+            raise ValueError(
+                f"{len(devices)} device(s) x {num_nodes} node(s) need a multi-process strategy "
+                f"('ddp'), which this build does not have yet; use devices=1, num_nodes=1"
+            )
     if name not in STRATEGIES:
         available = ", ".join(sorted(STRATEGIES))
-        hint = ""
-        if name == "ddp" and name not in STRATEGIES:
-            hint = "; more than one device or node needs a multi-process strategy, which this build does not have yet"
-        raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {available}{hint}")
+        raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {available}")
     if name == "single":
         if len(devices) * num_nodes != 1:
             raise ValueError(
@@ -47,4 +49,4 @@ def build_strategy(
     return STRATEGIES[name](device_type=device_type, devices=devices, num_nodes=num_nodes, precision=precision)
 
 
-__all__ = ["STRATEGIES", "Strategy", "SingleDeviceStrategy", "build_strategy", "unwrap"]
+__all__ = ["STRATEGIES", "Strategy", "SingleDeviceStrategy", "build_strategy"]

@@ -55,11 +55,3 @@ class Strategy(Protocol):
     def load_checkpoint(self, path: str) -> dict[str, Any]: ...
     def teardown(self) -> None: ...
 
-
-def unwrap(module: nn.Module) -> nn.Module:
-    """The user's module inside DDP/DP-style wrappers (which keep it as ``.module``)."""
-    while hasattr(module, "module") and isinstance(getattr(module, "module"), nn.Module) and not hasattr(
-        module, "training_step"
-    ):
-        module = module.module
-    return module

@@ -123,5 +123,5 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str]) -> str:
 def _newest_last_ckpt(trainer: Any) -> str:
     candidates = []
     for root, _dirs, files in os.walk(trainer.default_root_dir):
-        candidates += [os.path.join(root, f) for f in files if f == "last.ckpt"]
+        candidates += [os.path.join(root, f) for f in files if f.startswith("last") and f.endswith(".ckpt")]
     return max(candidates, key=os.path.getmtime) if candidates else ""

@@ -412,7 +412,7 @@ def _build_loggers(logger: Any, root: str) -> list[Any]:
     if logger is True:
         from trainmesh.loggers.csv_logger import CSVLogger
 
-        return [CSVLogger(root, name="trainmesh_runs")]
+        return [CSVLogger(root, name="trainmesh_logs")]
     if isinstance(logger, Iterable) and not isinstance(logger, (str, bytes)):
         return list(logger)
     return [logger]
@@ -436,7 +436,8 @@ def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool,
 
         result.append(ProgressBar())
     if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
-        result.append(ModelCheckpoint())
+        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
+        result.append(ModelCheckpoint(save_last=True))
     if not checkpointing and not fast_dev_run and any(isinstance(cb, ModelCheckpoint) for cb in result):
         raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
     # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.

@@ -1,0 +1,470 @@
+"""``trainmesh``: fit, validate, test or predict any Module on any DataModule from the shell.
+
+Usage::
+
+    trainmesh fit                                    # the demo: an MLP on scikit-learn's digits
+    trainmesh fit --model my_pkg.models:Net --model.hidden_dim 64 --data my_pkg.data:Images \\
+                  --data.batch_size 64 --trainer.max_epochs 5 --trainer.devices 2
+    trainmesh fit --model my_pkg.models:Net --help   # lists Net's own arguments
+    trainmesh test --ckpt_path trainmesh_runs/.../last.ckpt
+    trainmesh fit --print_config > run.yaml; trainmesh fit --config run.yaml
+
+The model and data classes are chosen first (from ``--model`` / ``--data`` and any ``--config``),
+then their ``__init__`` arguments become ``--model.<arg>`` / ``--data.<arg>`` options next to
+every Trainer argument as ``--trainer.<arg>``. A config file has the same shape::
+
+    model:
+      class_path: trainmesh.demo:DigitsClassifier     # --model
+      hidden_dim: 64                                  # --model.hidden_dim
+    data:
+      class_path: trainmesh.data.digits:DigitsDataModule
+      batch_size: 64
+    trainer:
+      max_epochs: 5
+    seed: 0
+
+>>> main(["fit", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "trainmesh.demo:DigitsClassifier"
+DEFAULT_DATA = "trainmesh.data.digits:DigitsDataModule"
+DEFAULT_ROOT_DIR = "./trainmesh_runs"
+FIT_MAX_EPOCHS = 20
+
+_COMMANDS = {
+    "fit": "Train the model (validating as it goes), then test it and report the metrics.",
+    "validate": "Run the validation set once and report the metrics.",
+    "test": "Run the test set once and report the metrics.",
+    "predict": "Run predict_step over the predict data and save the outputs with torch.save.",
+}
+_CLASS_ROLES = ("model", "data")
+
+_EPILOG = """\
+classes:
+  --model and --data take package.module:ClassName (or package.module.ClassName);
+  the current directory is searched too. Their __init__ arguments become
+  --model.<arg> and --data.<arg>: `trainmesh {command} --model my.mod:Net --help`
+  lists Net's. Later sources win, left to right, config files included.
+
+config files (--config FILE, repeatable; `--print_config > run.yaml` writes one):
+  model:
+    class_path: trainmesh.demo:DigitsClassifier   # same as --model
+    hidden_dim: 64                                # same as --model.hidden_dim
+  data:
+    class_path: trainmesh.data.digits:DigitsDataModule
+    batch_size: 64
+  trainer:
+    max_epochs: 5
+  seed: 0
+
+errors:
+  A mistake in the arguments prints `error: ...` and exits with status 2; pass
+  --traceback (or set TRAINMESH_TRACEBACK=1) to see where it was raised.
+"""
+
+# The Trainer's docstring has no per-argument section, so the common options get their help here.
+_TRAINER_HELP = {
+    "accelerator": "Where to run: 'cpu', 'cuda', 'mps' or 'auto'.",
+    "devices": "How many devices (or which ids, or 'auto') per node.",
+    "num_nodes": "How many machines take part.",
+    "strategy": "How to parallelize: 'auto', 'ddp', 'fsdp', ... (see trainmesh.strategies).",
+    "precision": "Numeric precision, e.g. '32-true', 'bf16-mixed', '16-mixed'.",
+    "max_epochs": "Stop after this many epochs (null: 1000, or unbounded when max_steps is set).",
+    "max_steps": "Stop after this many optimizer steps (-1: no limit).",
+    "limit_train_batches": "Batches per training epoch: a count (int) or a fraction (float).",
+    "limit_val_batches": "Batches per validation run: a count (int) or a fraction (float).",
+    "limit_test_batches": "Batches per test run: a count (int) or a fraction (float).",
+    "limit_predict_batches": "Batches per predict run: a count (int) or a fraction (float).",
+    "callbacks": "Callbacks to add, e.g. --trainer.callbacks+=EarlyStopping --trainer.callbacks.monitor=val_loss.",
+    "logger": "true: a CSV logger under default_root_dir; false: no logging.",
+    "default_root_dir": "Folder for logs and checkpoints.",
+    "enable_progress_bar": "Show a progress bar while running.",
+    "enable_checkpointing": "Save checkpoints (best and last) during fit.",
+    "fast_dev_run": "Run this many batches of every stage (true: 1) as a smoke test; no logs or checkpoints.",
+}
+
+
+class CLIError(ValueError):
+    """A mistake on the command line; ``main`` prints its message without a traceback."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``trainmesh`` command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    0 on success, 2 for a mistake in the arguments or the run's settings (message on stderr),
+    130 when interrupted.
+
+    >>> main(["--help"])  # doctest: +SKIP
+    0
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    env_traceback = os.environ.get("TRAINMESH_TRACEBACK", "").lower() in ("1", "true", "yes")
+    show_traceback = "--traceback" in args or env_traceback
+    args = [arg for arg in args if arg != "--traceback"]
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted (checkpoints already written are complete)", file=sys.stderr)
+        return 130
+    except SystemExit as exit_:  # --help, --print_config and argument errors end this way
+        return _exit_status(exit_.code)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
+        # trainmesh reports a user's mistake with these types (what, why, fix), so the message
+        # is the useful part; a genuine bug still shows its traceback with --traceback.
+        if show_traceback:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        print("(run again with --traceback for the full traceback)", file=sys.stderr)
+        return 2
+
+
+def _exit_status(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run(args: list[str]) -> int:
+    command = args[0] if args and args[0] in _COMMANDS else None
+    # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
+    class_args = args[1:] if command else []
+    class_args, class_paths = find_class_paths(class_args)
+    classes = {role: import_class(path, role) for role, path in class_paths.items()}
+    _check_model_class(classes["model"], class_paths["model"])
+    parser = build_parser(classes, class_paths)
+    config = parser.parse_args(([command] + class_args) if command else args)
+    command = config.subcommand
+    return _execute(command, parser, config)
+
+
+# ---- stage one: which classes ----------------------------------------------------------------
+def find_class_paths(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Find the ``--model`` / ``--data`` choice before the full parser exists.
+
+    Returns ``args`` with the short ``--model X`` spelled ``--model.class_path X`` (the key the
+    parser and config files use) and the chosen import paths, reading left to right so that a
+    later flag or ``--config`` wins, as it does in the full parse.
+
+    >>> args, paths = find_class_paths(["--model", "a.b:Net", "--model.hidden_dim", "3"])
+    >>> args
+    ['--model.class_path', 'a.b:Net', '--model.hidden_dim', '3']
+    >>> paths["model"], paths["data"]
+    ('a.b:Net', 'trainmesh.data.digits:DigitsDataModule')
+    """
+    paths = {"model": DEFAULT_MODEL, "data": DEFAULT_DATA}
+    rewritten: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name, has_inline, inline = arg.partition("=")
+        value = inline if has_inline else (args[index + 1] if index + 1 < len(args) else None)
+        step = 1 if has_inline or value is None else 2
+        role = name[2:].removesuffix(".class_path") if name.startswith("--") else ""
+        if role in _CLASS_ROLES and value is not None:
+            paths[role] = value
+            rewritten += [f"--{role}.class_path", value]
+        elif name == "--config" and value is not None:
+            paths.update(_class_paths_in_config(value))
+            rewritten += args[index : index + step]
+        else:
+            step = 1
+            rewritten.append(arg)
+        index += step
+    return rewritten, paths
+
+
+def _class_paths_in_config(source: str) -> dict[str, str]:
+    import yaml
+
+    path = Path(source)
+    if path.is_file():
+        text = path.read_text()
+    elif "\n" in source or source.lstrip().startswith("{"):
+        text = source  # an inline YAML/JSON config, as jsonargparse accepts
+    else:
+        raise FileNotFoundError(f"--config {source}: no such file; give the path of a YAML config file")
+    try:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CLIError(f"--config {source} is not valid YAML: {err}") from err
+    if not isinstance(content, dict):
+        raise CLIError(
+            f"--config {source} must hold a mapping with model/data/trainer keys; it holds {type(content).__name__}"
+        )
+    found: dict[str, str] = {}
+    for role in _CLASS_ROLES:
+        section = content.get(role)
+        if isinstance(section, str):
+            raise CLIError(
+                f"--config {source}: '{role}: {section}' must be a mapping; write\n"
+                f"  {role}:\n    class_path: {section}\n    <argument>: <value>"
+            )
+        if isinstance(section, dict) and isinstance(section.get("class_path"), str):
+            found[role] = section["class_path"]
+    return found
+
+
+def import_class(path: str, role: str = "model") -> type:
+    """The class that ``path`` (``package.module:ClassName`` or ``package.module.ClassName``) names.
+
+    >>> import_class("trainmesh.demo:DigitsClassifier").__name__
+    'DigitsClassifier'
+    """
+    module_name, attr = _split_import_path(path, role)
+    module = _import_module(module_name, path, role)
+    obj: Any = module
+    for part in attr.split("."):  # nested classes: pkg.mod:Outer.Inner
+        if not hasattr(obj, part):
+            classes = {n: v for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")}
+            defined = sorted(n for n, v in classes.items() if v.__module__ == module.__name__) or sorted(classes)
+            raise CLIError(
+                f"--{role} {path}: module '{module_name}' has no attribute '{part}'; the classes it "
+                f"has are {defined or 'none'} (expected form: package.module:ClassName)"
+            )
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise CLIError(f"--{role} {path}: '{attr}' is a {type(obj).__name__}, not a class; name a class")
+    return obj
+
+
+def _split_import_path(path: str, role: str) -> tuple[str, str]:
+    text = path.strip()
+    if ":" in text:
+        module_name, _, attr = text.partition(":")
+    else:
+        module_name, _, attr = text.rpartition(".")
+    if not module_name or not attr or not all(p.isidentifier() for p in module_name.split(".") + attr.split(".")):
+        raise CLIError(
+            f"--{role} {path!r} is not an import path; expected package.module:ClassName, "
+            f"e.g. --{role} {DEFAULT_MODEL if role == 'model' else DEFAULT_DATA}"
+        )
+    return module_name, attr
+
+
+def _import_module(module_name: str, path: str, role: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or module_name
+        if not (module_name == missing or module_name.startswith(missing + ".")):
+            # The module exists but one of its own imports is missing: a different fix.
+            raise CLIError(f"--{role} {path}: importing '{module_name}' failed: {err}") from err
+    # The console script does not put the working directory on sys.path as `python -m` does;
+    # a model file next to the user is the common case, so look there before giving up.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            pass
+    raise CLIError(
+        f"--{role} {path}: cannot import module '{module_name}' (no module named '{missing}'); expected "
+        "package.module:ClassName with the module importable: is its folder the current directory or on PYTHONPATH?"
+    )
+
+
+def _check_model_class(cls: type, path: str) -> None:
+    import torch
+
+    if not issubclass(cls, torch.nn.Module):
+        raise CLIError(f"--model {path}: {cls.__name__} is not a trainmesh.Module; subclass trainmesh.Module")
+
+
+# ---- stage two: the full parser ---------------------------------------------------------------
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's YAML example as written; jsonargparse's formatter is mixed in below."""
+
+
+def build_parser(classes: dict[str, type], class_paths: dict[str, str]) -> Any:
+    """The ``trainmesh`` parser, with ``fit``/``validate``/``test``/``predict`` built for ``classes``."""
+    from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+    formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
+    parser = ArgumentParser(
+        prog="trainmesh", description="Train and evaluate trainmesh models.", formatter_class=formatter,
+        epilog=_EPILOG.format(command="fit"),
+    )
+    subcommands = parser.add_subcommands(dest="subcommand", required=True)
+    for command, summary in _COMMANDS.items():
+        usage = (f"trainmesh {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
+                 "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]")
+        sub = ArgumentParser(description=summary, usage=usage, formatter_class=formatter,
+                             epilog=_EPILOG.format(command=command))
+        _add_command_arguments(sub, command, classes, class_paths)
+        subcommands.add_subcommand(command, sub, help=summary)
+    return parser
+
+
+def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], class_paths: dict[str, str]) -> None:
+    from jsonargparse import ActionConfigFile, ActionYesNo
+
+    from trainmesh.trainer import Trainer
+
+    parser.add_argument("--config", action=ActionConfigFile, help="A YAML config file (see below); repeatable.")
+    parser.add_argument("--seed", type=int | None, default=0, help="Seed every random generator (null: do not seed).")
+    ckpt_help = ("Resume from this checkpoint ('last' or a path)." if command == "fit"
+                 else "Load the weights from this checkpoint ('best', 'last' or a path).")
+    parser.add_argument("--ckpt_path", type=str | None, default=None, help=ckpt_help)
+    if command == "fit":
+        parser.add_argument("--test", action=ActionYesNo(yes_prefix="", no_prefix="no_"), nargs="?", default=True,
+                            help="Test the trained model after fitting (--no_test or --test false to skip).")
+    if command == "predict":
+        parser.add_argument("--output", type=str | None, default=None,
+                            help="Where to torch.save the predictions "
+                                 "(default: <trainer.default_root_dir>/predictions.pt).")
+    for role, title in (("model", "Model"), ("data", "Data")):
+        _add_class_group(parser, role, title, classes[role], class_paths[role])
+
+    group = parser.add_argument_group("Trainer", description="Arguments of trainmesh.Trainer.")
+    group.add_class_arguments(Trainer, "trainer", as_group=False, instantiate=False, fail_untyped=False)
+    defaults: dict[str, Any] = {"trainer.default_root_dir": DEFAULT_ROOT_DIR}
+    if command == "fit":
+        defaults["trainer.max_epochs"] = FIT_MAX_EPOCHS
+    parser.set_defaults(defaults)
+    for action in parser._actions:  # argparse keeps no public list of actions; help text only
+        name = action.dest.removeprefix("trainer.")
+        if action.dest.startswith("trainer.") and name in _TRAINER_HELP and not action.help:
+            action.help = _TRAINER_HELP[name]
+
+
+def _add_class_group(parser: Any, role: str, title: str, cls: type, path: str) -> None:
+    summary = (cls.__doc__ or "").strip().split("\n")[0]
+    group = parser.add_argument_group(f"{title}: {path}", description=summary or None)
+    group.add_argument(f"--{role}.class_path", type=str, default=path,
+                       help=f"The {role} class as package.module:ClassName; --{role} for short.")
+    added = group.add_class_arguments(cls, role, as_group=False, instantiate=False, fail_untyped=False)
+    if f"{role}.class_path" in added:
+        raise CLIError(f"{cls.__name__}.__init__ has an argument named 'class_path', which the CLI reserves; rename it")
+
+
+# ---- running a command ------------------------------------------------------------------------
+def _execute(command: str, parser: Any, config: Any) -> int:
+    from trainmesh.seed import seed_everything
+    from trainmesh.trainer import Trainer
+
+    settings = config[command]
+    if settings.seed is not None:
+        seed_everything(settings.seed, workers=True)  # before any weights are initialized
+    # Builds what the settings describe as class_path entries (callbacks, typed model arguments).
+    built = parser.instantiate(config)[command]
+    model = _build_from_group(built.model, "model")
+    datamodule = _build_from_group(built.data, "data")
+    trainer = Trainer(**built.trainer.as_dict())
+    runner = {"fit": _fit, "validate": _evaluate, "test": _evaluate, "predict": _predict}[command]
+    runner(command, trainer, model, datamodule, settings)
+    return 0
+
+
+def _build_from_group(group: Any, role: str) -> Any:
+    kwargs = {key: value for key, value in vars(group).items() if key != "class_path"}
+    cls = import_class(group.class_path, role)
+    return cls(**kwargs)
+
+
+def _fit(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+    trainer.fit(model, datamodule=datamodule, ckpt_path=settings.ckpt_path)
+    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")}
+    if settings.test and _defines(datamodule, "test_dataloader"):
+        metrics.update(_merge(trainer.test(model, datamodule=datamodule, verbose=False)))
+    if not trainer.is_global_zero:
+        return
+    _print_metrics("Results", metrics)
+    checkpoint = trainer.checkpoint_callback
+    if checkpoint is None:
+        print("checkpoints: none (checkpointing disabled)")
+    else:
+        print(f"best checkpoint: {checkpoint.best_model_path or '(none saved)'}")
+        print(f"last checkpoint: {checkpoint.last_model_path or '(none saved)'}")
+    print(f"logs: {os.path.abspath(trainer.log_dir)}" if trainer.logger is not None else "logs: none (logger disabled)")
+
+
+def _evaluate(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+    _warn_if_untrained(command, settings)
+    run = trainer.validate if command == "validate" else trainer.test
+    metrics = _merge(run(model, datamodule=datamodule, ckpt_path=settings.ckpt_path, verbose=False))
+    if trainer.is_global_zero:
+        _print_metrics("Validation" if command == "validate" else "Test", metrics)
+
+
+def _predict(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+    import torch
+
+    _warn_if_untrained(command, settings)
+    outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=settings.ckpt_path)
+    if not trainer.is_global_zero:
+        return
+    predictions = collate_predictions(outputs)
+    output = Path(settings.output or Path(trainer.default_root_dir) / "predictions.pt").absolute()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(predictions, output)
+    size = f" ({len(predictions)} rows)" if isinstance(predictions, torch.Tensor) and predictions.dim() else ""
+    print(f"predictions{size} written to {output}")
+
+
+def collate_predictions(outputs: Any) -> Any:
+    """One tensor from a list of per-batch tensors (one per dataloader for several loaders).
+
+    Anything else (dicts, mixed types) is returned as it is, for ``torch.save`` to store.
+
+    >>> import torch
+    >>> collate_predictions([torch.tensor([1, 2]), torch.tensor([3])])
+    tensor([1, 2, 3])
+    """
+    import torch
+
+    if isinstance(outputs, list) and outputs and all(isinstance(o, list) for o in outputs):
+        return [collate_predictions(o) for o in outputs]
+    if isinstance(outputs, list) and outputs and all(isinstance(o, torch.Tensor) for o in outputs):
+        if all(o.dim() == 0 for o in outputs):
+            return torch.stack(outputs)
+        if all(o.dim() > 0 and o.shape[1:] == outputs[0].shape[1:] for o in outputs):
+            return torch.cat(outputs)
+    return outputs
+
+
+def _warn_if_untrained(command: str, settings: Any) -> None:
+    if settings.ckpt_path is None:
+        print(f"note: no --ckpt_path given, so {command} runs on freshly initialized weights", file=sys.stderr)
+
+
+def _defines(datamodule: Any, method: str) -> bool:
+    from trainmesh.datamodule import DataModule
+
+    impl = getattr(type(datamodule), method, None)
+    return impl is not None and impl is not getattr(DataModule, method, None)
+
+
+def _merge(results: list[dict[str, float]]) -> dict[str, float]:
+    merged: dict[str, float] = {}
+    for result in results:
+        merged.update(result)
+    return merged
+
+
+def _print_metrics(title: str, metrics: dict[str, float]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        table.add_row(name, f"{float(value):.4f}")
+    if not metrics:
+        table.add_row("(no metrics logged)", "")
+    # Built per call so the table goes to whatever sys.stdout is now (tests capture it).
+    Console(file=sys.stdout, highlight=False).print(table)
