@@ -143,6 +143,30 @@ def test_fast_dev_run_runs_one_batch_of_each_stage():
     assert trainer.loggers == []
 
 
+def test_epoch_value_is_the_batch_size_weighted_mean():
+    class LogsBatchMean(DropoutNet):
+        def validation_step(self, batch, batch_idx):
+            self.log("x_mean", batch[0][:, 0].mean())
+
+    data = random_classification(20)
+    trainer = quiet_trainer(max_epochs=1)
+    (result,) = trainer.validate(LogsBatchMean(), DataLoader(data, batch_size=8), verbose=False)  # 8, 8, 4
+    assert result["x_mean"] == pytest.approx(float(data.tensors[0][:, 0].double().mean()), abs=1e-7)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Five batches' worth of samples, and no length."""
+
+    def __iter__(self):
+        yield from zip(*random_classification(40).tensors)
+
+
+def test_accumulation_remainder_steps_at_the_end_of_an_epoch_without_length():
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2)
+    trainer.fit(_SGDNet(), DataLoader(_Stream(), batch_size=8))
+    assert trainer.global_step == 6  # 5 batches: steps after 2, 4 and the leftover 5th, per epoch
+
+
 def test_logging_step_and_epoch_values():
     train, val = loaders(shuffle=False)
     model = DropoutNet()
@@ -163,9 +187,11 @@ def test_validate_test_predict_return_what_lightning_users_expect():
     assert isinstance(validated, list) and set(validated[0]) == {"val_acc"}
     tested = trainer.test(model, val, verbose=False)
     assert set(tested[0]) == {"test_acc"}
+    model.train()
     predictions = trainer.predict(model, DataLoader(random_classification(20).tensors[0], batch_size=8))
     assert [p.shape[0] for p in predictions] == [8, 8, 4]
-    assert not model.training or True  # predict leaves the mode as it found it
+    assert model.training, "predict leaves the module in the mode it found it in"
+    model.eval()
     expected = model(random_classification(20).tensors[0])
     torch.testing.assert_close(torch.cat(predictions), expected)
 

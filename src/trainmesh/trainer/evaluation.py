@@ -11,6 +11,8 @@ from trainmesh.trainer.batch_counts import limited_count
 
 _STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
               "sanity_check": "validation_step"}
+_EPOCH_START_HOOK = {"validate": "on_validation_epoch_start", "test": "on_test_epoch_start",
+                     "predict": "on_predict_epoch_start", "sanity_check": "on_validation_epoch_start"}
 _EPOCH_END_HOOK = {"validate": "on_validation_epoch_end", "test": "on_test_epoch_end",
                    "predict": "on_predict_epoch_end", "sanity_check": "on_validation_epoch_end"}
 _BATCH_END_HOOK = {"validate": "on_validation_batch_end", "test": "on_test_batch_end",
@@ -55,58 +57,80 @@ def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, 
 def run_predict(trainer: Any, data: Any) -> Any:
     loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
     trainer.hooks.call("on_predict_start")
-    outputs = _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
+    outputs = [trainer.strategy.collect_predictions(per_loader)
+               for per_loader in _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)]
     trainer.hooks.call("on_predict_end")
     return outputs[0] if len(outputs) == 1 else outputs
 
 
 def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
     """Run ``stage`` over every loader; metrics per loader (or predictions for predict)."""
-    model, module, sink, hooks = trainer.model, trainer.module, trainer.sink, trainer.hooks
-    strategy, autocast = trainer.strategy, trainer.runtime.precision.autocast
-    step_hook, batch_end = _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
+    model, module, hooks = trainer.model, trainer.module, trainer.hooks
+    step_hook = _STEP_HOOK[stage]
     if stage != "predict" and not hooks.module_overrides(step_hook):
         return [{} for _ in loaders]
-    passes_loader_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_hook))
+    if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(module)):
+        raise ValueError(
+            f"{type(module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
+            "define one of them to predict"
+        )
+    extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_hook))
     was_training = model.training
     model.eval()
     results: list[Any] = []
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     try:
         with grad_mode:
+            hooks.call(_EPOCH_START_HOOK[stage])
             for loader_idx, loader in enumerate(loaders):
-                limit = limited_count(loader, limit_setting)
-                _set_count(trainer, stage, limit)
-                sink.start_stage()
-                predictions: list[Any] = []
-                for batch_idx, batch in enumerate(loader):
-                    if batch_idx >= limit:
-                        break
-                    sink.set_batch(step_hook, batch)
-                    with autocast():
-                        if passes_loader_index:
-                            output = getattr(model, step_hook)(batch, batch_idx, loader_idx)
-                        else:
-                            output = strategy.run_step(model, step_hook, batch, batch_idx)
-                    if stage == "predict":
-                        predictions.append(output)
-                    hooks.call_callbacks(batch_end, output, batch, batch_idx)
-                sink.set_batch(_EPOCH_END_HOOK[stage], None)
-                hooks.call_module(_EPOCH_END_HOOK[stage])
-                if stage == "predict":
-                    results.append(predictions)
-                    continue
-                metrics = sink.epoch_metrics()
-                suffix = f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
-                if stage == "sanity_check":
-                    results.append({})
-                else:
-                    results.append(trainer.publish_epoch_metrics(metrics, suffix=suffix, to_logger=stage != "predict"))
-            hooks.call_callbacks(_EPOCH_END_HOOK[stage])
+                extra = (loader_idx,) if extra_index else ()
+                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra))
+            trainer.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+            hooks.call(_EPOCH_END_HOOK[stage])
+            if stage != "predict":
+                results = _publish(trainer, stage, results)
     finally:
         if was_training:
             model.train()
     return results
+
+
+def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...]) -> Any:
+    """Predictions of one loader, or its metric results (not yet reduced across ranks)."""
+    sink, hooks, strategy = trainer.sink, trainer.hooks, trainer.strategy
+    autocast, step_hook, batch_end = trainer.runtime.precision.autocast, _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
+    limit = limited_count(loader, limit_setting)
+    _set_count(trainer, stage, limit)
+    sink.start_stage()
+    predictions: list[Any] = []
+    for batch_idx, batch in enumerate(loader):
+        if batch_idx >= limit:
+            break
+        sink.set_batch(step_hook, batch)
+        with autocast():
+            output = strategy.run_step(trainer.model, step_hook, batch, batch_idx, *extra)
+        if stage == "predict":
+            predictions.append(output)
+        hooks.call(batch_end, output, batch, batch_idx)
+    return predictions if stage == "predict" else sink.results
+
+
+def _publish(trainer: Any, stage: str, per_loader: list[Any]) -> list[dict[str, float]]:
+    """Reduce each loader's metrics across ranks and publish them (not for the sanity check)."""
+    published = []
+    for loader_idx, results in enumerate(per_loader):
+        trainer.sink.start_stage(results)
+        metrics = trainer.sink.epoch_metrics()
+        if stage == "sanity_check":
+            published.append({})
+            continue
+        suffix = f"/dataloader_idx_{loader_idx}" if len(per_loader) > 1 else ""
+        published.append(trainer.publish_epoch_metrics(metrics, suffix=suffix))
+    return published
+
+
+def _has_forward(module: Any) -> bool:
+    return type(module).forward is not torch.nn.Module.forward
 
 
 def _set_count(trainer: Any, stage: str, count: int | float) -> None:

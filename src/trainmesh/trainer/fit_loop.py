@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from trainmesh.seed import capture_rng_state, restore_rng_state
+from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
@@ -49,12 +50,17 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     hooks = trainer.hooks
     trainer.model.train()
     hooks.call("on_fit_start")
-    if val_loaders and trainer.num_sanity_val_steps != 0 and checkpoint is None:
+    if val_loaders and trainer.num_sanity_val_steps != 0 and trainer.limit_val_batches != 0 and checkpoint is None:
         evaluation.run_sanity_check(trainer, val_loaders)
     hooks.call("on_train_start")
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_hyperparams(dict(getattr(trainer.module, "hparams", {})))
+    if trainer.num_training_batches == 0:
+        rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
+        hooks.call("on_train_end")
+        hooks.call("on_fit_end")
+        return
     try:
         while not _fit_done(trainer):
             _run_epoch(trainer, train_loader, resume_rng)
@@ -124,6 +130,7 @@ def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> 
         hooks.call("on_train_epoch_start")
     limit = trainer.num_training_batches
     val_every = _val_check_batches(trainer, limit)
+    loop.validated_since_step = False
     _train_batches(trainer, iterator, loop.batches_done, limit, val_every, train_results)
     _end_epoch(trainer, train_results, val_every)
 
@@ -136,7 +143,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     check_finite_now = runtime.device.type == "cpu"  # a float() per step is free on CPU only
     batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
-    batch_idx = start - 1
+    pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     for batch_idx, batch in enumerate(iterator, start=start):
         if batch_idx >= limit:
             break
@@ -154,9 +161,11 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
                 if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
                     _check_finite(loss, trainer, batch_idx)
                 runtime.backward(loss / accumulate if accumulate > 1 else loss)
+                pending_gradients = True
         loop.last_loss = loss.detach() if loss is not None else None
         if steps_now:
             _optimizer_step(trainer, module)
+            pending_gradients = False
         loop.batches_done = batch_idx + 1
         loop.validated_since_step = False
         if val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last:
@@ -168,6 +177,10 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             hooks.call("on_train_batch_end", output, batch, batch_idx)
         if trainer.should_stop or (trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps):
             break
+    if pending_gradients:
+        # The epoch ended inside an accumulation window (a loader without a length, or the
+        # module ended the epoch early): step on what was accumulated rather than carry it over.
+        _optimizer_step(trainer, module)
 
 
 def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) -> None:

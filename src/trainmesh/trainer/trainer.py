@@ -16,6 +16,7 @@ from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
@@ -73,12 +74,14 @@ class Trainer:
         if max_epochs is None:
             max_epochs = 1000 if max_steps == -1 else -1
         self.max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
-        self.min_epochs = min_epochs
+        self.min_epochs = None if min_epochs is None else _check_int("min_epochs", min_epochs, minimum=0)
         self.limit_train_batches = _check_limit("limit_train_batches", limit_train_batches)
         self.limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
         self.limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
         self.limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
         self.val_check_interval = _check_val_interval(val_check_interval)
+        if check_val_every_n_epoch is not None:
+            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
         self.check_val_every_n_epoch = check_val_every_n_epoch
         self.num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         self.log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
@@ -212,7 +215,7 @@ class Trainer:
             datamodule: Any = None, ckpt_path: str | None = None) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
-        self.runtime.launch(self._run, "fit", model, data, ckpt_path)
+        self._launch("fit", model, data, ckpt_path)
 
     def validate(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
                  ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
@@ -229,7 +232,7 @@ class Trainer:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader)."""
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
-        return self.runtime.launch(self._run, "predict", model, data, ckpt_path)
+        return self._launch("predict", model, data, ckpt_path)
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Write the full training state to ``path`` (atomically)."""
@@ -244,10 +247,16 @@ class Trainer:
                   ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
-        results = self.runtime.launch(self._run, stage, model, data, ckpt_path)
+        results = self._launch(stage, model, data, ckpt_path)
         if verbose and self.is_global_zero:
             evaluation.print_results(stage, results)
         return results
+
+    def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+        outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
+        if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
+            return outcome.adopt(self, model)
+        return outcome
 
     def _model_or_last(self, model: Any, stage: str) -> Any:
         if model is None:
@@ -274,6 +283,8 @@ class Trainer:
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_evaluation_stage(self, stage, data)
             status = "success"
+            if self.strategy.process.reports_to_parent and self.is_global_zero:
+                return WorkerOutcome.capture(self, result)
             return result
         except KeyboardInterrupt as exc:
             status = "interrupted"
@@ -300,6 +311,7 @@ class Trainer:
             model.attach(self, self.sink)
         data.prepare(self, stage)
         self.hooks = HookDispatcher(self, model, self.callbacks)
+        self.hooks.call_module("setup", stage)
         self.hooks.call_callbacks("setup", stage)
         if self._prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
@@ -330,6 +342,7 @@ class Trainer:
     def _finish(self, data: DataSource, stage: str, status: str) -> None:
         if self.hooks is not None:
             self.hooks.call_callbacks("teardown", stage)
+            self.hooks.call_module("teardown", stage)
         data.teardown(stage)
         if self.is_global_zero:
             for logger in self.loggers:

@@ -1,0 +1,50 @@
+"""What spawned workers send back to the process that called ``fit``/``test``.
+
+Under ``ddp_spawn`` the training happens in child processes; rank 0 returns this, and the
+parent adopts it so that after ``fit`` its model holds the trained weights and its trainer the
+metrics and the best checkpoint's path, as in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class WorkerOutcome:
+    result: Any
+    state_dict: dict[str, torch.Tensor]
+    metrics: dict[str, float]
+    logged_metrics: dict[str, float]
+    current_epoch: int
+    global_step: int
+    callback_states: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def capture(cls, trainer: Any, result: Any) -> WorkerOutcome:
+        weights = trainer.strategy.module_state_dict(trainer.module)
+        return cls(
+            result=result,
+            state_dict={k: v.detach().cpu() for k, v in weights.items()},
+            metrics=trainer.callback_metrics,
+            logged_metrics=dict(trainer.logged_metrics),
+            current_epoch=trainer.current_epoch,
+            global_step=trainer.global_step,
+            callback_states={cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        )
+
+    def adopt(self, trainer: Any, model: Any) -> Any:
+        """Copy the workers' end state into this process; returns the stage's result."""
+        model.load_state_dict(self.state_dict)
+        trainer.module = model
+        trainer.epoch_metrics = dict(self.metrics)
+        trainer.logged_metrics = dict(self.logged_metrics)
+        trainer.current_epoch, trainer.global_step = self.current_epoch, self.global_step
+        for callback in trainer.callbacks:
+            state = self.callback_states.get(callback.state_key)
+            if state:
+                callback.load_state_dict(state)
+        return self.result
