@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
-from trainmesh.launchers import InProcessLauncher, Launcher
+from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.precision import Precision
 from trainmesh.strategies import build_strategy
 from trainmesh.utilities.collections import apply_to_tensors
@@ -53,7 +53,9 @@ class Runtime:
             num_nodes=num_nodes,
             precision=self.precision,
         )
-        self.launcher: Launcher = getattr(self.strategy, "launcher", None) or InProcessLauncher()
+        self.launcher: Launcher = build_launcher(
+            self.strategy.start_method, devices=len(self.device_indices), num_nodes=num_nodes
+        )
         self._environment_ready = False
 
     # ---- processes --------------------------------------------------------------------------
@@ -63,7 +65,17 @@ class Runtime:
 
     def _run_in_worker(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.setup_environment()
-        return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            # Leave the process group now, so that peers blocked on this process fail fast
+            # instead of waiting for a collective that will never complete.
+            self.strategy.teardown(failed=True)
+            self._environment_ready = False
+            raise
+        if self.strategy.process.reports_to_parent:
+            self.teardown()  # a spawned worker ends with this call: leave its group cleanly
+        return result
 
     def setup_environment(self) -> None:
         """Join the process group and claim a device; idempotent."""
@@ -227,7 +239,7 @@ class Runtime:
         return {key: value for key, value in checkpoint.items() if key not in state}
 
     def teardown(self) -> None:
-        self.strategy.teardown()
+        self.strategy.teardown(failed=False)
         self._environment_ready = False
 
 

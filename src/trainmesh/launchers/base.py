@@ -14,6 +14,11 @@ class ProcessInfo:
     node_rank: int = 0
     world_size: int = 1
     local_world_size: int = 1
+    # Where rank 0 listens for the process group's rendezvous.
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    # Set in processes whose launcher sends rank 0's results back to a waiting parent (spawn).
+    reports_to_parent: bool = False
 
     @property
     def is_global_zero(self) -> bool:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Sequence
 from typing import Any, ContextManager
 
 import torch
 from torch import nn
 
+from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
@@ -21,19 +23,33 @@ _REDUCE_OPS = ("mean", "sum", "max", "min")
 class SingleDeviceStrategy:
     """Train on one device in this process.
 
-    >>> strategy = SingleDeviceStrategy(torch.device("cpu"), precision=Precision("32", device_type="cpu"))
+    >>> strategy = SingleDeviceStrategy(torch.device("cpu"))
     >>> strategy.reduce(torch.tensor(3.0))
     tensor(3.)
     """
 
     name = "single"
+    start_method = "in_process"
 
-    def __init__(self, device: torch.device, *, precision: Precision) -> None:
-        self._device = device
-        self.precision = precision
+    def __init__(self, device: torch.device | None = None) -> None:
+        self._device = device or torch.device("cpu")
+        self.precision = Precision("32-true", device_type=self._device.type)
         self._process = ProcessInfo()
+        self._moves_batches = False
+
+    def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> SingleDeviceStrategy:
+        """A copy of this strategy for the Runtime's device and precision."""
+        if len(devices) * num_nodes != 1:
+            raise ValueError(
+                f"strategy='single' runs on one device, but devices={devices} and num_nodes={num_nodes} "
+                "ask for more; use devices=1 or a multi-device strategy such as 'ddp'"
+            )
+        bound = copy.copy(self)
+        bound._device = device_for(device_type, devices[0])
+        bound.precision = precision
         # On CPU in full precision batches are already where they belong: skip the walk.
-        self._moves_batches = device.type != "cpu" or precision.converts_input
+        bound._moves_batches = bound._device.type != "cpu" or precision.converts_input
+        return bound
 
     @property
     def root_device(self) -> torch.device:
@@ -63,8 +79,8 @@ class SingleDeviceStrategy:
             return batch
         return self.precision.convert_input(move_to_device(batch, self._device, non_blocking=True))
 
-    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int) -> Any:
-        return getattr(module, hook)(batch, batch_idx)
+    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
+        return getattr(module, hook)(batch, batch_idx, *extra)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -87,6 +103,9 @@ class SingleDeviceStrategy:
         from trainmesh.utilities.collections import apply_to_tensors
 
         return apply_to_tensors(value, lambda t: t.unsqueeze(0))
+
+    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+        return outputs
 
     def barrier(self, name: str | None = None) -> None:
         return None
@@ -112,5 +131,5 @@ class SingleDeviceStrategy:
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         return load_checkpoint_file(path, map_location=self._device)
 
-    def teardown(self) -> None:
+    def teardown(self, *, failed: bool = False) -> None:
         return None

@@ -1,0 +1,129 @@
+"""``ddp``'s launcher: re-run this script once per device through PyTorch's elastic agent.
+
+This is what ``torchrun --nproc-per-node N script.py`` does, started from inside the script:
+the first process becomes the agent, which starts the workers, watches them, stops them all
+when one fails, and exits with their status. Under torchrun or SLURM the processes already
+exist and the launcher only reads where this one sits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.environments import check_port_free, find_free_port, managed_process
+
+
+class ElasticLauncher:
+    def __init__(self, *, devices: int, num_nodes: int) -> None:
+        self.devices, self.num_nodes = devices, num_nodes
+        self._process: ProcessInfo | None = None
+
+    def process_info(self) -> ProcessInfo:
+        assert self._process is not None, "process_info() is valid inside launch()"
+        return self._process
+
+    def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._process is None:
+            self._process = managed_process(devices=self.devices, num_nodes=self.num_nodes)
+        if self._process is None and self.devices * self.num_nodes == 1:
+            self._process = ProcessInfo(master_port=find_free_port())
+        if self._process is not None:
+            return _run_recording_errors(fn, *args, **kwargs)
+        run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes)
+        raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
+
+
+def script_command() -> list[str]:
+    """The arguments that re-run this program: a script path or ``-m module``, then its args."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name not in ("__main__", None):
+        module = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+        return ["-m", module, *sys.argv[1:]]
+    script = sys.argv[0] if sys.argv else ""
+    if hasattr(sys, "ps1") or script in ("", "-c") or not os.path.isfile(script):
+        raise ValueError(
+            "strategy='ddp' starts its workers by running this program again, but this is an "
+            "interactive session (notebook, REPL or python -c) with no script to re-run; use "
+            "strategy='ddp_fork' (notebooks, CPU) or 'ddp_spawn', or put the code in a script"
+        )
+    return [script, *sys.argv[1:]]
+
+
+def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
+    """Start ``devices`` workers on this node (of ``num_nodes``) and wait for them."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if num_nodes == 1:
+        # As torchrun --standalone: a private rendezvous on this machine, on MASTER_PORT when
+        # the user chose one.
+        port = int(os.environ.get("MASTER_PORT") or find_free_port())
+        check_port_free("127.0.0.1", port)
+        backend, endpoint, configs = "c10d", f"127.0.0.1:{port}", {}
+    else:
+        backend, endpoint, configs = "static", _multi_node_endpoint(), {"rank": _node_rank()}
+    # Two workers on a few cores should not each start a thread per core.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
+    config = LaunchConfig(
+        min_nodes=num_nodes, max_nodes=num_nodes, nproc_per_node=devices, run_id=f"trainmesh-{uuid.uuid4().hex[:8]}",
+        rdzv_backend=backend, rdzv_endpoint=endpoint, rdzv_configs=configs,
+        max_restarts=0,  # a failure ends the run; restarting would hide the error
+        monitor_interval=0.1,
+    )
+    try:
+        elastic_launch(config, entrypoint=sys.executable)(*command)
+    except ChildFailedError as failure:
+        rank, error = failure.get_first_failure()
+        print(
+            f"\ntrainmesh: worker rank {rank} failed (exit code {error.exitcode}); every worker was "
+            f"stopped.\n{_failure_text(error)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(error.exitcode if error.exitcode and error.exitcode > 0 else 1) from None
+
+
+def _failure_text(error: Any) -> str:
+    message = error.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    return str(message or "its traceback is printed above")
+
+
+def _multi_node_endpoint() -> str:
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        raise ValueError(
+            "num_nodes > 1 outside torchrun and SLURM needs MASTER_ADDR and MASTER_PORT (node 0's "
+            "address and a free port) and NODE_RANK on every node; or start the script with torchrun "
+            "--nnodes, or from an sbatch script with srun"
+        )
+    if _node_rank() == 0:
+        check_port_free("0.0.0.0", int(port))
+    return f"{addr}:{port}"
+
+
+def _node_rank() -> int:
+    value = os.environ.get("NODE_RANK")
+    if value is None or not value.isdigit():
+        raise ValueError("num_nodes > 1 without torchrun or SLURM needs NODE_RANK (0 on the first node, 1, ...)")
+    return int(value)
+
+
+def _run_recording_errors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn``; under an elastic agent, hand a failure's traceback to the agent's error file."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:
+        return fn(*args, **kwargs)
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        ErrorHandler().record_exception(exc)
+        raise

@@ -1,0 +1,105 @@
+"""Recognise processes started by torchrun or SLURM, and read their place in the run.
+
+Under either, trainmesh starts no process itself: the scheduler already started one per
+device, and the environment says which one this is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+
+from trainmesh.launchers.base import ProcessInfo
+
+
+def managed_process(environ: Mapping[str, str] | None = None, *, devices: int, num_nodes: int) -> ProcessInfo | None:
+    """This process's place when torchrun or SLURM started it; None when nothing did."""
+    env = os.environ if environ is None else environ
+    if "TORCHELASTIC_RUN_ID" in env or {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"} <= set(env):
+        process = _torchrun_process(env)
+    elif _in_slurm_job_step(env):
+        process = _slurm_process(env, devices=devices)
+    else:
+        return None
+    expected = devices * num_nodes
+    if process.world_size != expected:
+        raise ValueError(
+            f"the launcher started {process.world_size} processes but Trainer(devices={devices}, "
+            f"num_nodes={num_nodes}) expects {expected}; make them agree (torchrun: --nproc-per-node "
+            "and --nnodes; SLURM: --ntasks-per-node and --nodes)"
+        )
+    return process
+
+
+def _torchrun_process(env: Mapping[str, str]) -> ProcessInfo:
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    rank = int(env["RANK"])
+    return ProcessInfo(
+        global_rank=rank,
+        local_rank=int(env["LOCAL_RANK"]),
+        node_rank=int(env.get("GROUP_RANK", rank // max(local_world, 1))),
+        world_size=int(env["WORLD_SIZE"]),
+        local_world_size=local_world,
+        master_addr=env["MASTER_ADDR"],
+        master_port=int(env["MASTER_PORT"]),
+    )
+
+
+def _in_slurm_job_step(env: Mapping[str, str]) -> bool:
+    # An interactive `salloc` shell also has SLURM_NTASKS, but its job name is the shell's.
+    return "SLURM_NTASKS" in env and "SLURM_PROCID" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+
+
+def _slurm_process(env: Mapping[str, str], *, devices: int) -> ProcessInfo:
+    per_node = env.get("SLURM_NTASKS_PER_NODE")
+    if per_node is not None:
+        count = int(re.match(r"\d+", per_node).group())  # "2(x3)" -> 2
+        if count != devices:
+            raise ValueError(
+                f"SLURM starts {count} task(s) per node (--ntasks-per-node={per_node}) but "
+                f"Trainer(devices={devices}); set --ntasks-per-node={devices} in the sbatch script, "
+                "or devices to match it"
+            )
+    return ProcessInfo(
+        global_rank=int(env["SLURM_PROCID"]),
+        local_rank=int(env.get("SLURM_LOCALID", "0")),
+        node_rank=int(env.get("SLURM_NODEID", "0")),
+        world_size=int(env["SLURM_NTASKS"]),
+        local_world_size=devices,
+        master_addr=env.get("MASTER_ADDR") or first_host(env.get("SLURM_NODELIST", "127.0.0.1")),
+        # Every task of the job must agree on the port without talking: derive it from the job id.
+        master_port=int(env.get("MASTER_PORT") or 15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000),
+    )
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: "node[003-005,9],gpu1" -> "node003"."""
+    match = re.match(r"([^,\[]+)(\[([^\]]+)\])?", nodelist.strip())
+    if match is None:
+        raise ValueError(f"cannot read the SLURM node list {nodelist!r}; set MASTER_ADDR to the first node's address")
+    prefix, ranges = match.group(1), match.group(3)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail early, with the fix, when the rendezvous port is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise ValueError(
+                f"port {port} on {host} is already in use ({err.strerror}), so the processes cannot "
+                "meet there; set MASTER_PORT to a free port, or unset it to let trainmesh pick one"
+            ) from None

@@ -1,0 +1,102 @@
+"""``ddp_spawn`` / ``ddp_fork``: start the workers with ``torch.multiprocessing`` and bring
+rank 0's result back to this process."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.environments import find_free_port, managed_process
+
+
+class SpawnLauncher:
+    def __init__(self, *, devices: int, num_nodes: int, start_method: str = "spawn") -> None:
+        if start_method not in ("spawn", "fork", "forkserver"):
+            raise ValueError(f"start_method={start_method!r}; use 'spawn', 'fork' or 'forkserver'")
+        if num_nodes != 1:
+            raise ValueError(
+                f"ddp_{start_method} starts processes on this machine only, but num_nodes={num_nodes}; "
+                "use strategy='ddp' with torchrun or SLURM for several nodes"
+            )
+        self.devices, self.num_nodes, self.start_method = devices, num_nodes, start_method
+        self._process: ProcessInfo | None = None
+
+    def process_info(self) -> ProcessInfo:
+        assert self._process is not None, "process_info() is valid inside launch()"
+        return self._process
+
+    def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._process is None:
+            self._process = managed_process(devices=self.devices, num_nodes=self.num_nodes)
+        if self._process is not None:
+            return fn(*args, **kwargs)  # torchrun/SLURM already started one process per device
+        import torch.multiprocessing as mp
+
+        payload: Any = (self, fn, args, kwargs)
+        if self.start_method != "fork":
+            check_picklable({"function": fn, "arguments": args, "keyword arguments": kwargs})
+            # Plain pickle bytes: torch's process pickler would put every tensor (the model's
+            # parameters!) in memory shared by all workers, and each rank's optimizer would
+            # then step the same weights.
+            payload = pickle.dumps(payload)
+        template = ProcessInfo(world_size=self.devices, local_world_size=self.devices,
+                               master_port=find_free_port(), reports_to_parent=True)
+        context = mp.get_context(self.start_method)
+        results = context.SimpleQueue()
+        mp.start_processes(_worker, args=(payload, template, results), nprocs=self.devices,
+                           join=True, start_method=self.start_method)
+        return pickle.loads(results.get()) if not results.empty() else None
+
+
+def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) -> None:
+    launcher, fn, args, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    launcher._process = replace(template, global_rank=local_rank, local_rank=local_rank)
+    result = fn(*args, **kwargs)
+    if local_rank == 0:
+        # Plain pickle bytes: torch's queue pickler would share tensors through this process's
+        # file descriptors, which are gone once it exits, before the parent reads them.
+        results.put(pickle.dumps(result))
+
+
+def check_picklable(objects: dict[str, Any]) -> None:
+    """Name the attribute that cannot travel to a spawned process, before any process starts."""
+    for label, obj in objects.items():
+        try:
+            pickle.dumps(obj)
+        except Exception as err:  # pickle raises several types (PicklingError, TypeError, AttributeError)
+            path = _find_unpicklable(obj, label, depth=4) or label
+            raise ValueError(
+                f"ddp_spawn must send the model, data and callbacks to new processes by pickling, but "
+                f"{path} cannot be pickled ({type(err).__name__}: {err}). Make it picklable (e.g. build "
+                "it in setup()), or use strategy='ddp', which re-runs the script instead of pickling"
+            ) from None
+
+
+def _find_unpicklable(obj: Any, path: str, depth: int) -> str | None:
+    """The deepest attribute path (``DropoutNet.loss_fn``) under ``obj`` that fails to pickle."""
+    children: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        children = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+    elif hasattr(obj, "__self__") and hasattr(obj, "__func__"):  # a bound method: look at its object
+        children = [(type(obj.__self__).__name__, obj.__self__)]
+    elif hasattr(obj, "__dict__"):
+        state = obj.__getstate__() if hasattr(obj, "__getstate__") else vars(obj)
+        if isinstance(state, dict):
+            # nn.Module keeps submodules in _modules: name them as attributes, as users wrote them.
+            flat = {**state.get("_modules", {}), **{k: v for k, v in state.items() if k != "_modules"}}
+            children = [(f"{path}.{k}", v) for k, v in flat.items()]
+    if depth == 0:
+        return None
+    for child_path, child in children:
+        try:
+            pickle.dumps(child)
+        except Exception:
+            if not isinstance(child, (dict, list, tuple)) and hasattr(child, "__dict__") and "[" in child_path:
+                child_path = type(child).__name__  # start a readable path at the object's class
+            return _find_unpicklable(child, child_path, depth - 1) or child_path
+    return None

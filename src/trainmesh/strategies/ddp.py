@@ -1,0 +1,292 @@
+"""DistributedDataParallel: one process per device, each on its shard of the data, gradients
+averaged by DDP's bucketed all-reduce during backward."""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import os
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ContextManager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+
+from trainmesh.accelerators import device_for
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.precision import Precision
+from trainmesh.utilities.collections import apply_to_tensors, move_to_device
+from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.distributed_samplers import (
+    ContiguousBatchShard,
+    ContiguousShardSampler,
+    DistributedSamplerWrapper,
+)
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+class StepCall:
+    """Marks a call through the DDP wrapper as "run this hook", not the module's forward."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+
+class StepDispatcher(nn.Module):
+    """Lets DDP's forward (which prepares the gradient all-reduce) run ``training_step``."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], StepCall):
+            return getattr(self.module, args[0].hook)(*args[1:], **kwargs)
+        return self.module(*args, **kwargs)
+
+
+class DDPStrategy:
+    """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
+
+    >>> DDPStrategy(bucket_cap_mb=50).options["bucket_cap_mb"]
+    50
+    """
+
+    name = "ddp"
+
+    def __init__(
+        self,
+        *,
+        start_method: str = "elastic",
+        find_unused_parameters: bool = False,
+        bucket_cap_mb: float | None = None,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        timeout: timedelta = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+    ) -> None:
+        if start_method not in ("elastic", "spawn", "fork"):
+            raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
+        self.start_method = start_method
+        self.options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
+                        "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
+        self.timeout = timeout
+        self.process_group_backend = process_group_backend
+        self.device_type, self.devices, self.num_nodes = "cpu", [0], 1
+        self.precision: Precision = Precision("32-true", device_type="cpu")
+        self._process = ProcessInfo()
+        self._device = torch.device("cpu")
+        self._owns_process_group = False
+        self._module: nn.Module | None = None
+
+    def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> DDPStrategy:
+        """A copy of this strategy for the Runtime's devices and precision."""
+        bound = copy.copy(self)
+        bound.device_type, bound.devices, bound.num_nodes, bound.precision = device_type, list(devices), num_nodes, precision
+        return bound
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._device
+
+    @property
+    def process(self) -> ProcessInfo:
+        return self._process
+
+    # ---- processes ----------------------------------------------------------------------------
+    def setup_environment(self, process: ProcessInfo) -> None:
+        self._process = process
+        self._device = device_for(self.device_type, self.devices[process.local_rank % len(self.devices)])
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
+        if dist.is_available() and dist.is_initialized():
+            return  # the user (or a test harness) made the group; use it and leave it to them
+        backend = self.process_group_backend or ("nccl" if self._device.type == "cuda" else "gloo")
+        dist.init_process_group(
+            backend, init_method=f"tcp://{process.master_addr}:{process.master_port}",
+            rank=process.global_rank, world_size=process.world_size, timeout=self.timeout,
+        )
+        self._owns_process_group = True
+        # Processes started to run a whole script end there; close the group on the way out.
+        atexit.register(self.teardown)
+
+    def teardown(self, *, failed: bool = False) -> None:
+        if self._owns_process_group and dist.is_initialized():
+            self._owns_process_group = False
+            if failed:
+                # Closing our connections is what unblocks peers waiting on us in a collective.
+                dist.destroy_process_group()
+                return
+            # Leave together: a rank that tears its group down while a peer still talks to the
+            # rendezvous store can abort in gloo's threads.
+            try:
+                if dist.get_backend() == "gloo":
+                    dist.monitored_barrier(timeout=timedelta(seconds=60))
+                else:
+                    dist.barrier()
+            except RuntimeError:
+                pass
+            dist.destroy_process_group()
+
+    # ---- model and data -----------------------------------------------------------------------
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        self._module = self.precision.convert_module(module.to(self._device))
+        device_ids = [self._device.index] if self._device.type == "cuda" else None
+        return DistributedDataParallel(StepDispatcher(self._module), device_ids=device_ids, **self.options)
+
+    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        return list(optimizers)
+
+    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+        if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+            return loader  # an iterable dataset shards itself (get_worker_info / rank)
+        if _already_distributed(loader):
+            return loader
+        world, rank = self._process.world_size, self._process.global_rank
+        if not train:
+            return _shard_for_evaluation(loader, world, rank)
+        if len(loader.dataset) < world:
+            raise ValueError(
+                f"the training set has {len(loader.dataset)} sample(s) but there are {world} processes; "
+                "every process needs at least one sample. Use fewer devices or more data"
+            )
+        sampler = loader.sampler
+        if type(sampler) in (RandomSampler, SequentialSampler):
+            seed = int(os.environ.get("TRAINMESH_GLOBAL_SEED", "0"))
+            sharded: Any = DistributedSampler(loader.dataset, num_replicas=world, rank=rank,
+                                              shuffle=type(sampler) is RandomSampler, seed=seed)
+        else:
+            sharded = DistributedSamplerWrapper(sampler, num_replicas=world, rank=rank)
+        if loader.batch_sampler is None:
+            return _with_sampler(loader, sharded)
+        if type(loader.batch_sampler) is not BatchSampler:
+            raise ValueError(
+                f"the training DataLoader uses a custom batch_sampler ({type(loader.batch_sampler).__name__}), "
+                "which trainmesh cannot split across processes; make it distributed yourself (it will be "
+                "kept as it is), or use sampler= with batch_size="
+            )
+        batches = BatchSampler(sharded, loader.batch_sampler.batch_size, loader.batch_sampler.drop_last)
+        return replace_batch_sampler(loader, batches)
+
+    def batch_to_device(self, batch: Any) -> Any:
+        if self._device.type == "cpu" and not self.precision.converts_input:
+            return batch
+        return self.precision.convert_input(move_to_device(batch, self._device, non_blocking=True))
+
+    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
+        if hook != "training_step":
+            # Evaluation needs no gradient sync, and shards may differ in length by a batch:
+            # going around DDP keeps per-batch collectives (buffer broadcasts) out of it.
+            return getattr(self._module, hook)(batch, batch_idx, *extra)
+        try:
+            return module(StepCall(hook), batch, batch_idx, *extra)
+        except RuntimeError as err:
+            if "find_unused_parameters" in str(err):
+                raise RuntimeError(
+                    "DDP found parameters that received no gradient in the last step (a branch not "
+                    "taken, a frozen head). Use Trainer(strategy=DDPStrategy(find_unused_parameters=True)), "
+                    f"or make every parameter take part in the loss.\nDDP said: {err}"
+                ) from err
+            raise
+
+    # ---- the step -----------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        return module.no_sync()
+
+    def clip_gradients(self, module: nn.Module, max_norm: float, norm_type: float) -> torch.Tensor:
+        # After DDP's all-reduce every rank holds the same gradients, so the local norm is global.
+        return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
+
+    def clip_gradients_by_value(self, module: nn.Module, clip_value: float) -> None:
+        torch.nn.utils.clip_grad_value_(module.parameters(), clip_value)
+
+    # ---- collectives --------------------------------------------------------------------------
+    def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"reduce op {op!r} is not known; use one of {sorted(_REDUCE_OPS)}")
+        reduced = value.clone()
+        dist.all_reduce(reduced, op=_REDUCE_OPS[op])
+        return reduced / self._process.world_size if op == "mean" else reduced
+
+    def all_gather(self, value: Any) -> Any:
+        def gather(tensor: torch.Tensor) -> torch.Tensor:
+            parts = [torch.empty_like(tensor) for _ in range(self._process.world_size)]
+            dist.all_gather(parts, tensor.contiguous())
+            return torch.stack(parts)
+
+        return apply_to_tensors(value, gather)
+
+    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+        """Every rank's predictions, in rank order: the dataset's order, as shards are contiguous."""
+        gathered: list[Any] = [None] * self._process.world_size
+        cpu_outputs = apply_to_tensors(outputs, lambda t: t.cpu())
+        dist.all_gather_object(gathered, cpu_outputs)
+        return [batch for part in gathered for batch in part]
+
+    def barrier(self, name: str | None = None) -> None:
+        dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=src)
+        return holder[0]
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        return unwrap(module).state_dict()
+
+    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
+        unwrap(module).load_state_dict(state, strict=strict)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        if self._process.global_rank == 0:
+            atomic_save(checkpoint, path)
+        self.barrier()
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        return load_checkpoint_file(path, map_location=self._device)
+
+
+def _shard_for_evaluation(loader: DataLoader, world: int, rank: int) -> DataLoader:
+    """Contiguous shards with no padding: every sample once, rank order = dataset order."""
+    if loader.batch_sampler is None:
+        order = None if type(loader.sampler) is SequentialSampler else loader.sampler
+        return _with_sampler(loader, ContiguousShardSampler(loader.dataset, num_replicas=world, rank=rank, sampler=order))
+    return replace_batch_sampler(loader, ContiguousBatchShard(loader.batch_sampler, num_replicas=world, rank=rank))
+
+
+def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
+    clone = copy.copy(loader)
+    object.__setattr__(clone, "sampler", sampler)
+    object.__setattr__(clone, "_iterator", None)
+    return clone
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's module inside DDP and the step dispatcher."""
+    while isinstance(module, (DistributedDataParallel, StepDispatcher)):
+        module = module.module
+    return module
+
+
+def _already_distributed(loader: DataLoader) -> bool:
+    samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler]
+    ours = (DistributedSampler, DistributedSamplerWrapper, ContiguousShardSampler, ContiguousBatchShard)
+    return any(isinstance(s, ours) for s in samplers)

@@ -1,0 +1,85 @@
+"""Samplers that split a dataset across processes.
+
+Training uses PyTorch's ``DistributedSampler`` (every rank the same number of batches, as DDP
+needs). Evaluation uses contiguous shards without padding, so every sample is seen exactly
+once and rank 0's shard, then rank 1's, ... is the dataset in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sized
+from typing import Any
+
+from torch.utils.data import Sampler
+
+
+def shard_bounds(num_samples: int, num_replicas: int, rank: int) -> tuple[int, int]:
+    """[start, end) of ``rank``'s contiguous shard; shard sizes differ by at most one."""
+    base, extra = divmod(num_samples, num_replicas)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+class ContiguousBatchShard(Sampler[list[int]]):
+    """This rank's contiguous run of the batches ``batch_sampler`` makes.
+
+    Each batch is exactly the batch one process would see, so per-batch results (predictions,
+    batch metrics) are bit-identical to a one-process run; the rank order is dataset order.
+    """
+
+    def __init__(self, batch_sampler: Sampler[list[int]], *, num_replicas: int, rank: int) -> None:
+        self.batch_sampler, self.num_replicas, self.rank = batch_sampler, num_replicas, rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = list(self.batch_sampler)
+        start, end = shard_bounds(len(batches), self.num_replicas, self.rank)
+        return iter(batches[start:end])
+
+    def __len__(self) -> int:
+        start, end = shard_bounds(len(self.batch_sampler), self.num_replicas, self.rank)  # type: ignore[arg-type]
+        return end - start
+
+
+class ContiguousShardSampler(Sampler[int]):
+    """This rank's contiguous slice of the order ``sampler`` gives (or of 0..n-1)."""
+
+    def __init__(self, source: Sized, *, num_replicas: int, rank: int, sampler: Sampler[int] | None = None) -> None:
+        self.num_samples = len(source)
+        self.num_replicas, self.rank, self.sampler = num_replicas, rank, sampler
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(self.sampler) if self.sampler is not None else range(self.num_samples)
+        start, end = shard_bounds(len(order), self.num_replicas, self.rank)
+        return iter(order[start:end])
+
+    def __len__(self) -> int:
+        start, end = shard_bounds(self.num_samples, self.num_replicas, self.rank)
+        return end - start
+
+
+class DistributedSamplerWrapper(Sampler[int]):
+    """Shards a custom sampler's indices across ranks for training (each rank every W-th index).
+
+    The user's sampler decides the order (weighted, stratified, ...); padding by repetition
+    gives every rank the same count, as ``DistributedSampler`` does.
+    """
+
+    def __init__(self, sampler: Sampler[int], *, num_replicas: int, rank: int) -> None:
+        self.sampler, self.num_replicas, self.rank = sampler, num_replicas, rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def _padded(self) -> list[Any]:
+        order = list(self.sampler)
+        total = -(-len(order) // self.num_replicas) * self.num_replicas
+        return (order * (total // max(len(order), 1) + 1))[:total] if order else []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._padded()[self.rank :: self.num_replicas])
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.num_replicas)  # type: ignore[arg-type]

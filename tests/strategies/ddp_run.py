@@ -1,0 +1,139 @@
+"""Legs of the ddp tests, each run as its own program (ddp re-runs the script it is in).
+
+python ddp_run.py trainer OUT [STRATEGY DEVICES NODES]  -> Trainer run; rank 0 saves weights
+python ddp_run.py handwritten OUT                       -> the keras-io seed's hand-written DDP loop
+python ddp_run.py single OUT                            -> one process, the global batch of 32
+python ddp_run.py fail                                  -> rank 1 raises at batch 40
+python ddp_run.py evaluate OUT                          -> validate + predict on 1001 samples
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from helpers.models import quiet_trainer  # noqa: E402
+
+EPOCHS, PER_RANK_BATCH = 2, 16
+
+
+def dataset(n=256):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 16, generator=g)
+    return TensorDataset(x, (x[:, :4].argmax(1) + (x[:, 5] > 1).long()) % 4)
+
+
+def net():
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+
+class Net(tm.Module):
+    def __init__(self, fail_at: int | None = None):
+        super().__init__()
+        self.net = net()
+        self.fail_at = fail_at
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        if self.fail_at is not None and self.global_rank == 1 and self.global_step == self.fail_at:
+            raise RuntimeError(f"planted failure in rank 1 at step {self.global_step}")
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", F.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+    def predict_step(self, batch, batch_idx):
+        return self.net(batch[0])
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+
+def save_rank_zero(out, module, **extra):
+    if int(os.environ.get("RANK", "0")) == 0:
+        torch.save({"state_dict": module.state_dict(), **extra}, out)
+
+
+def run_trainer(out, strategy="ddp", devices=2, nodes=1):
+    trainer = quiet_trainer(strategy=strategy, devices=devices, num_nodes=nodes, max_epochs=EPOCHS)
+    model = Net()
+    trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
+    torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
+                "world_size": trainer.world_size}, out) if trainer.is_global_zero else None
+
+
+def handwritten_worker(rank, out, port):
+    # The keras-io seed's loop: a DistributedSampler without shuffling, DDP, Adam.
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    data = dataset()
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
+    loader = DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
+    model = torch.nn.parallel.DistributedDataParallel(net())
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    if rank == 0:
+        torch.save({"state_dict": {f"net.{k}": v for k, v in model.module.state_dict().items()}}, out)
+    dist.destroy_process_group()
+
+
+def run_single(out):
+    model = Net()
+    quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
+    torch.save({"state_dict": model.state_dict()}, out)
+
+
+def run_fail():
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=50)
+    started = time.time()
+    try:
+        trainer.fit(Net(fail_at=40), DataLoader(dataset(), batch_size=PER_RANK_BATCH))
+    finally:
+        print(f"rank {os.environ.get('RANK')} left fit after {time.time() - started:.1f}s", file=sys.stderr)
+
+
+def run_evaluate(out):
+    model = Net()
+    data = DataLoader(dataset(1001), batch_size=16)
+    trainer = quiet_trainer(strategy="ddp", devices=2)
+    metrics = trainer.validate(model, data, verbose=False)
+    predictions = trainer.predict(model, data)
+    if trainer.is_global_zero:
+        torch.save({"metrics": metrics, "predictions": torch.cat(predictions)}, out)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "trainer":
+        extra = sys.argv[3:]
+        run_trainer(sys.argv[2], *(extra[:1]), *map(int, extra[1:]))
+    elif mode == "handwritten":
+        from trainmesh.launchers.environments import find_free_port
+
+        torch.multiprocessing.spawn(handwritten_worker, args=(sys.argv[2], find_free_port()), nprocs=2)
+    elif mode == "single":
+        run_single(sys.argv[2])
+    elif mode == "fail":
+        run_fail()
+    elif mode == "evaluate":
+        run_evaluate(sys.argv[2])

@@ -1,0 +1,118 @@
+"""ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "ddp_run.py"
+sys.path.insert(0, str(HERE))
+
+from ddp_run import Net, dataset  # noqa: E402
+from helpers.models import quiet_trainer  # noqa: E402
+from trainmesh.launchers.environments import find_free_port  # noqa: E402
+
+
+def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=HERE)
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def handwritten(tmp_path_factory) -> dict[str, torch.Tensor]:
+    out = tmp_path_factory.mktemp("ref") / "handwritten.pt"
+    result = run(str(SCRIPT), "handwritten", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return weights(out)
+
+
+def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(tmp_path, handwritten):
+    out = tmp_path / "ddp.pt"
+    result = run(str(SCRIPT), "trainer", str(out), "ddp", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(out)
+    assert saved["world_size"] == 2
+    for name, tensor in handwritten.items():
+        assert torch.equal(saved["state_dict"][name], tensor), name
+    assert {"train_loss_epoch", "val_loss"} <= set(saved["metrics"])
+
+
+def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
+    model = Net()
+    trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=2, enable_checkpointing=True,
+                            default_root_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / f"spawn-{os.getpid()}"))
+    trainer.fit(model, DataLoader(dataset(), batch_size=16), DataLoader(dataset(64), batch_size=8))
+    for name, tensor in handwritten.items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    assert "val_loss" in trainer.callback_metrics and trainer.global_step == 16
+    assert Path(trainer.checkpoint_callback.best_model_path).exists()
+
+
+def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
+    port = str(find_free_port())
+    outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
+             str(SCRIPT), "trainer", str(outs[rank]), "ddp", "1", "2"],
+            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for rank in range(2)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=120)
+        assert node.returncode == 0, err[-3000:]
+    saved = torch.load(outs[0])
+    assert saved["world_size"] == 2
+    for name, tensor in handwritten.items():
+        assert torch.equal(saved["state_dict"][name], tensor), name
+
+
+def test_ddp_matches_one_device_with_the_global_batch(tmp_path):
+    ddp_out, single_out = tmp_path / "ddp.pt", tmp_path / "single.pt"
+    for args in (("trainer", str(ddp_out), "ddp", "2"), ("single", str(single_out))):
+        result = run(str(SCRIPT), *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+    ddp, single = weights(ddp_out), weights(single_out)
+    for name in single:
+        torch.testing.assert_close(ddp[name], single[name], rtol=0, atol=1e-6)
+
+
+def test_validate_and_predict_see_every_sample_once_in_order(tmp_path):
+    out = tmp_path / "evaluate.pt"
+    result = run(str(SCRIPT), "evaluate", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    distributed = torch.load(out)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count: same kernels, same rounding
+    try:
+        model, data = Net(), DataLoader(dataset(1001), batch_size=16)
+        trainer = quiet_trainer()
+        expected_metrics = trainer.validate(model, data, verbose=False)
+        expected_predictions = torch.cat(trainer.predict(model, data))
+    finally:
+        torch.set_num_threads(threads)
+    assert distributed["metrics"] == expected_metrics
+    assert distributed["predictions"].shape == (1001, 4)
+    assert torch.equal(distributed["predictions"], expected_predictions)
+
+
+def test_an_exception_in_rank_1_ends_every_rank_quickly():
+    started = time.monotonic()
+    result = run(str(SCRIPT), "fail", timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "planted failure in rank 1 at step 40" in result.stderr
+    assert "worker rank 1 failed" in result.stderr
+    assert elapsed < 30, f"the run took {elapsed:.1f}s to end"
