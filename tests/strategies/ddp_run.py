@@ -122,6 +122,87 @@ def run_evaluate(out):
         torch.save({"metrics": metrics, "predictions": torch.cat(predictions)}, out)
 
 
+class MetricsNet(Net):
+    """Logs rank-dependent values to show what is reduced across ranks and what stays local."""
+
+    def __init__(self):
+        super().__init__()
+        import torchmetrics
+
+        self.mean_rank = torchmetrics.MeanMetric()
+
+    def training_step(self, batch, batch_idx):
+        rank = float(self.global_rank)
+        self.log("rank_step", rank)
+        self.log("rank_synced", rank, sync_dist=True)
+        self.log("rank_epoch", rank, on_step=False, on_epoch=True)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.mean_rank.update(torch.tensor(float(self.global_rank)))
+        self.log("tm_mean_rank", self.mean_rank)
+        self.gathered = self.all_gather(torch.tensor([self.global_rank]))
+
+
+calls_on_rank_zero = []
+
+
+@tm.rank_zero_only
+def note_call():
+    calls_on_rank_zero.append(1)
+
+
+def run_metrics(out):
+    model = MetricsNet()
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=1)
+    trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
+    note_call()
+    torch.save({"metrics": trainer.callback_metrics, "gathered": model.gathered, "calls": len(calls_on_rank_zero)},
+               f"{out}.rank{trainer.global_rank}")
+
+
+def run_accumulate(out, accumulate, batch):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    counter = {"allreduce": 0}
+
+    def counting_hook(state, bucket):
+        counter["allreduce"] += 1
+        return default_hooks.allreduce_hook(None, bucket)
+
+    class CountAllReduce(tm.Callback):
+        def on_fit_start(self, trainer, module):
+            trainer.model.register_comm_hook(None, counting_hook)
+
+    model = Net()
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=1, accumulate_grad_batches=accumulate,
+                            callbacks=[CountAllReduce()])
+    trainer.fit(model, DataLoader(dataset(), batch_size=batch))
+    if trainer.is_global_zero:
+        torch.save({"state_dict": model.state_dict(), "allreduce_calls": counter["allreduce"],
+                    "steps": trainer.global_step}, out)
+
+
+def run_runtime(out):
+    # The keras-io seed's loop, made multi-process by the Runtime alone.
+    runtime = tm.Runtime(accelerator="cpu", strategy="ddp", devices=2)
+
+    def train():
+        model = net()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        model, optimizer = runtime.setup(model, optimizer)
+        loader = runtime.setup_dataloaders(DataLoader(dataset(), batch_size=PER_RANK_BATCH))
+        for epoch in range(EPOCHS):
+            loader.set_epoch(epoch)
+            for x, y in loader:
+                optimizer.zero_grad()
+                runtime.backward(F.cross_entropy(model(x), y))
+                optimizer.step()
+        runtime.save(out, {"model": model})
+
+    runtime.launch(train)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "trainer":
@@ -137,3 +218,9 @@ if __name__ == "__main__":
         run_fail()
     elif mode == "evaluate":
         run_evaluate(sys.argv[2])
+    elif mode == "metrics":
+        run_metrics(sys.argv[2])
+    elif mode == "accumulate":
+        run_accumulate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "runtime":
+        run_runtime(sys.argv[2])

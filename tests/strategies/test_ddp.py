@@ -116,3 +116,59 @@ def test_an_exception_in_rank_1_ends_every_rank_quickly():
     assert "planted failure in rank 1 at step 40" in result.stderr
     assert "worker rank 1 failed" in result.stderr
     assert elapsed < 30, f"the run took {elapsed:.1f}s to end"
+
+
+def test_epoch_metrics_are_reduced_step_metrics_stay_local(tmp_path):
+    out = tmp_path / "metrics"
+    result = run(str(SCRIPT), "metrics", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(f"{out}.rank{rank}") for rank in range(2)]
+    for rank, saved in enumerate(ranks):
+        metrics = saved["metrics"]
+        assert metrics["rank_step"] == rank  # step values stay local
+        assert metrics["rank_synced"] == 0.5  # unless sync_dist=True
+        assert metrics["rank_epoch"] == 0.5  # epoch values are reduced without asking
+        assert metrics["tm_mean_rank"] == 0.5  # a torchmetrics Metric syncs itself
+        assert saved["gathered"].tolist() == [[0], [1]]
+    assert [saved["calls"] for saved in ranks] == [1, 0]  # rank_zero_only
+
+
+def test_gradient_accumulation_skips_the_all_reduce_until_the_last_micro_batch(tmp_path):
+    accumulated, large = tmp_path / "acc.pt", tmp_path / "large.pt"
+    for args in (("accumulate", str(accumulated), "4", "8"), ("accumulate", str(large), "1", "32")):
+        result = run(str(SCRIPT), *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+    acc, big = torch.load(accumulated), torch.load(large)
+    assert acc["steps"] == big["steps"] == 4
+    # 16 micro-batches per rank, one gradient bucket: one all-reduce per optimizer step.
+    assert acc["allreduce_calls"] == big["allreduce_calls"] == 4
+    for name, tensor in big["state_dict"].items():
+        torch.testing.assert_close(acc["state_dict"][name], tensor, rtol=0, atol=1e-6)
+
+
+def test_runtime_makes_the_handwritten_loop_multi_process(tmp_path, handwritten):
+    out = tmp_path / "runtime.pt"
+    result = run(str(SCRIPT), "runtime", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(out)["model"]
+    for name, tensor in handwritten.items():
+        assert torch.equal(saved[name.removeprefix("net.")], tensor), name
+
+
+def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handwritten):
+    # Two tasks as `srun --ntasks-per-node=2` would start them on one node.
+    port, out = str(find_free_port()), tmp_path / "slurm.pt"
+    tasks = []
+    for rank in range(2):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank),
+               "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1",
+               "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "MASTER_PORT": port}
+        tasks.append(subprocess.Popen([sys.executable, str(SCRIPT), "trainer", str(out), "ddp", "2"], cwd=HERE,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for task in tasks:
+        _, err = task.communicate(timeout=120)
+        assert task.returncode == 0, err[-3000:]
+    saved = torch.load(out)
+    assert saved["world_size"] == 2
+    for name, tensor in handwritten.items():
+        assert torch.equal(saved["state_dict"][name], tensor), name
