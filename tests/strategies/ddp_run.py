@@ -183,6 +183,20 @@ def run_accumulate(out, accumulate, batch):
                     "steps": trainer.global_step}, out)
 
 
+class UnusedHead(Net):
+    def __init__(self):
+        super().__init__()
+        self.unused = torch.nn.Linear(4, 4)  # never part of the loss
+
+
+def run_unused(find_unused: bool):
+    from trainmesh.strategies import DDPStrategy
+
+    strategy = DDPStrategy(find_unused_parameters=find_unused)
+    trainer = quiet_trainer(strategy=strategy, devices=2, max_epochs=1)
+    trainer.fit(UnusedHead(), DataLoader(dataset(), batch_size=PER_RANK_BATCH))
+
+
 def run_runtime(out):
     # The keras-io seed's loop, made multi-process by the Runtime alone.
     runtime = tm.Runtime(accelerator="cpu", strategy="ddp", devices=2)
@@ -222,5 +236,7 @@ if __name__ == "__main__":
         run_metrics(sys.argv[2])
     elif mode == "accumulate":
         run_accumulate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "unused":
+        run_unused(sys.argv[2] == "find")
     elif mode == "runtime":
         run_runtime(sys.argv[2])

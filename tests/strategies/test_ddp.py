@@ -172,3 +172,19 @@ def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handw
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():
         assert torch.equal(saved["state_dict"][name], tensor), name
+
+
+def test_unused_parameters_error_names_the_option_and_the_option_fixes_it():
+    result = run(str(SCRIPT), "unused", "default", timeout=90)
+    assert result.returncode != 0
+    assert "DDPStrategy(find_unused_parameters=True)" in result.stderr
+    result = run(str(SCRIPT), "unused", "find", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_ddp_fork_returns_the_trained_weights_to_the_parent(handwritten):
+    model = Net()
+    trainer = quiet_trainer(strategy="ddp_fork", devices=2, max_epochs=2)
+    trainer.fit(model, DataLoader(dataset(), batch_size=16))
+    for name, tensor in handwritten.items():
+        assert torch.equal(model.state_dict()[name], tensor), name

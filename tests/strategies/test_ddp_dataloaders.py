@@ -188,10 +188,6 @@ def test_unbatched_evaluation_loader_keeps_its_samplers_order():
     assert views[0] + views[1] == reference and len(views[0]) == 4
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an unbatched evaluation loader whose sampler yields fewer indices than the dataset holds "
-    "(SubsetRandomSampler) gets a ContiguousShardSampler whose len() counts dataset samples, not the "
-    "sampler's: len(loader) overstates the batches it yields (ContiguousShardSampler.__len__ uses len(source))"))
 def test_unbatched_evaluation_loader_over_a_subset_has_the_length_it_yields():
     loader = DataLoader(indices(100), batch_size=None,
                         sampler=SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0)))
@@ -211,3 +207,11 @@ def test_iterable_datasets_and_plain_iterables_are_returned_unchanged():
     assert strategy.process_dataloader(stream, train=True) is stream
     batches = [torch.ones(2), torch.zeros(2)]
     assert strategy.process_dataloader(batches, train=False) is batches
+
+
+def test_random_sampler_with_replacement_keeps_its_own_draws():
+    replacement = torch.utils.data.RandomSampler(indices(20), replacement=True, num_samples=8)
+    loader = DataLoader(indices(20), batch_size=4, sampler=replacement)
+    sharded = strategy_for(0).process_dataloader(loader, train=True)
+    assert isinstance(sharded.sampler, DistributedSamplerWrapper)
+    assert len(sharded.sampler) == 4  # half of the 8 draws, not half of the dataset

@@ -159,7 +159,7 @@ class DDPStrategy:
                 "every process needs at least one sample. Use fewer devices or more data"
             )
         sampler = loader.sampler
-        if type(sampler) in (RandomSampler, SequentialSampler):
+        if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
             seed = int(os.environ.get("TRAINMESH_GLOBAL_SEED", "0"))
             sharded: Any = DistributedSampler(loader.dataset, num_replicas=world, rank=rank,
                                               shuffle=type(sampler) is RandomSampler, seed=seed)
@@ -262,6 +262,12 @@ class DDPStrategy:
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         return load_checkpoint_file(path, map_location=self._device)
+
+
+def _plain_shuffle(sampler: Any) -> bool:
+    """A RandomSampler that DistributedSampler(shuffle=True) can stand in for without loss."""
+    return (type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+            and sampler.generator is None)
 
 
 def _shard_for_evaluation(loader: DataLoader, world: int, rank: int) -> DataLoader:

@@ -44,7 +44,8 @@ class ContiguousShardSampler(Sampler[int]):
     """This rank's contiguous slice of the order ``sampler`` gives (or of 0..n-1)."""
 
     def __init__(self, source: Sized, *, num_replicas: int, rank: int, sampler: Sampler[int] | None = None) -> None:
-        self.num_samples = len(source)
+        # A sampler may yield fewer or more indices than the dataset has (a subset, weights).
+        self.num_samples = len(sampler) if sampler is not None else len(source)  # type: ignore[arg-type]
         self.num_replicas, self.rank, self.sampler = num_replicas, rank, sampler
 
     def __iter__(self) -> Iterator[int]:

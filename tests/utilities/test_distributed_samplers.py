@@ -1,0 +1,130 @@
+"""Splitting indices across ranks: contiguous unpadded shards for evaluation, every-W-th with
+padding for training."""
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
+
+from trainmesh.utilities.distributed_samplers import (
+    ContiguousBatchShard,
+    ContiguousShardSampler,
+    DistributedSamplerWrapper,
+    shard_bounds,
+)
+
+
+# ---- shard_bounds ------------------------------------------------------------------------------
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7, 8])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 7, 16, 63, 100, 1001])
+def test_shard_bounds_cover_every_index_once_in_order(n, world):
+    bounds = [shard_bounds(n, world, rank) for rank in range(world)]
+    covered = [i for start, end in bounds for i in range(start, end)]
+    assert covered == list(range(n))
+    sizes = [end - start for start, end in bounds]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the earlier ranks take the remainder
+
+
+def test_shard_bounds_with_fewer_samples_than_ranks_leaves_later_ranks_empty():
+    assert [shard_bounds(2, 4, rank) for rank in range(4)] == [(0, 1), (1, 2), (2, 2), (2, 2)]
+
+
+# ---- ContiguousBatchShard ----------------------------------------------------------------------
+@pytest.mark.parametrize("world", [2, 3])
+def test_contiguous_batch_shards_concatenate_to_the_one_process_batches(world):
+    def batches():
+        return BatchSampler(SequentialSampler(range(1001)), batch_size=16, drop_last=False)
+
+    single = list(batches())
+    shards = [ContiguousBatchShard(batches(), num_replicas=world, rank=rank) for rank in range(world)]
+    per_rank = [list(shard) for shard in shards]
+    assert [batch for part in per_rank for batch in part] == single
+    assert [len(shard) for shard in shards] == [len(part) for part in per_rank]
+    assert sum(len(shard) for shard in shards) == len(single) == 63
+    assert len(single[-1]) == 1001 % 16  # the short last batch stays short: no padding
+
+
+def test_contiguous_batch_shard_with_more_ranks_than_batches():
+    inner = BatchSampler(SequentialSampler(range(5)), batch_size=4, drop_last=False)
+    parts = [list(ContiguousBatchShard(inner, num_replicas=3, rank=rank)) for rank in range(3)]
+    assert parts == [[[0, 1, 2, 3]], [[4]], []]
+
+
+# ---- ContiguousShardSampler --------------------------------------------------------------------
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_contiguous_shard_sampler_without_a_sampler_splits_0_to_n(world):
+    source = range(10)
+    parts = [list(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)]
+    assert [i for part in parts for i in part] == list(range(10))
+    assert [len(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == \
+        [len(part) for part in parts]
+
+
+def test_contiguous_shard_sampler_slices_the_order_of_its_sampler():
+    order = RandomSampler(range(11), generator=torch.Generator().manual_seed(3))
+    expected = list(RandomSampler(range(11), generator=torch.Generator().manual_seed(3)))
+    assert sorted(expected) == list(range(11)) and expected != list(range(11))
+    # Each rank draws the order itself, from an identically seeded generator (as separate processes would).
+    parts = [list(ContiguousShardSampler(range(11), num_replicas=2, rank=rank,
+                                         sampler=RandomSampler(range(11), generator=torch.Generator().manual_seed(3))))
+             for rank in range(2)]
+    assert parts[0] + parts[1] == expected
+    assert [len(part) for part in parts] == [6, 5]
+    assert len(list(ContiguousShardSampler(range(11), num_replicas=2, rank=0, sampler=order))) == 6
+
+
+def test_contiguous_shard_sampler_length_matches_its_iteration_for_a_subset_sampler():
+    subset = SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0))
+    shard = ContiguousShardSampler(range(100), num_replicas=2, rank=0, sampler=subset)
+    assert len(shard) == len(list(shard))
+
+
+# ---- DistributedSamplerWrapper -----------------------------------------------------------------
+def weighted(seed: int = 11, num_samples: int = 23) -> WeightedRandomSampler:
+    weights = torch.linspace(0.1, 1.0, 40)
+    return WeightedRandomSampler(weights, num_samples=num_samples, replacement=True,
+                                 generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_wrapper_over_a_weighted_sampler_splits_one_epoch_across_ranks(world):
+    reference = list(weighted())
+    # One inner sampler per rank, seeded alike: what each process of a real run holds.
+    wrappers = [DistributedSamplerWrapper(weighted(), num_replicas=world, rank=rank) for rank in range(world)]
+    parts = [list(wrapper) for wrapper in wrappers]
+    lengths = {len(part) for part in parts}
+    assert lengths == {len(wrappers[0])} == {-(-23 // world)}
+    # Rank r holds every world-th index starting at r: interleaving the ranks rebuilds the order.
+    interleaved = [parts[rank][i] for i in range(len(parts[0])) for rank in range(world)]
+    assert interleaved[:23] == reference
+    assert interleaved[23:] == reference[: len(interleaved) - 23]  # padding repeats from the start
+    assert set().union(*map(set, parts)) == set(reference)
+
+
+def test_wrapper_iterates_a_fresh_draw_each_epoch():
+    wrapper = DistributedSamplerWrapper(weighted(num_samples=200), num_replicas=2, rank=0)
+    assert list(wrapper) != list(wrapper)
+
+
+class EpochAwareSampler(SequentialSampler):
+    def __init__(self, data):
+        super().__init__(data)
+        self.epochs: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+
+def test_wrapper_forwards_set_epoch_to_its_sampler():
+    inner = EpochAwareSampler(range(6))
+    wrapper = DistributedSamplerWrapper(inner, num_replicas=2, rank=1)
+    wrapper.set_epoch(3)
+    wrapper.set_epoch(4)
+    assert inner.epochs == [3, 4] and wrapper.epoch == 4
+    DistributedSamplerWrapper(weighted(), num_replicas=2, rank=0).set_epoch(1)  # no set_epoch: ignored
+    assert list(wrapper) == [1, 3, 5]
+
+
+def test_wrapper_over_an_empty_sampler_yields_nothing():
+    wrapper = DistributedSamplerWrapper(SequentialSampler(range(0)), num_replicas=2, rank=1)
+    assert list(wrapper) == [] and len(wrapper) == 0
