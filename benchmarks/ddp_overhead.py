@@ -4,8 +4,9 @@ The seed's loop: ``DistributedSampler(shuffle=False)``, ``DistributedDataParalle
 on the 784-128-10 MLP, batch 16 per process, generated data, one epoch per run. One pair of
 worker processes (started with ``torch.multiprocessing.spawn``) joins one gloo process group
 and runs the variants alternately (hand-written, trainmesh[, lightning]), so that machine
-noise hits every variant alike; each run is timed on rank 0 between two barriers, and the
-medians' ratios are printed.
+noise hits every variant alike. A run (building the model, and the Trainer, then one epoch) is
+timed on rank 0 between two barriers; the medians' ratios are printed, and whether the
+Trainer's final weights are bit-identical to the hand-written loop's.
 
     python benchmarks/ddp_overhead.py [--samples 8192] [--repeats 7] [--no-lightning]
 
@@ -56,10 +57,14 @@ class MLPModule(tm.Module):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
+def seed_loader(dataset: TensorDataset, *, rank: int, batch_size: int) -> DataLoader:
+    sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=False)
+    return DataLoader(dataset, sampler=sampler, batch_size=batch_size, shuffle=False)
+
+
 def handwritten_loop(dataset: TensorDataset, *, rank: int, batch_size: int) -> torch.nn.Module:
     # The keras-io seed's per-device function, minus the process group (made once, outside).
-    sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=False)
-    loader = DataLoader(dataset, sampler=sampler, batch_size=batch_size, shuffle=False)
+    loader = seed_loader(dataset, rank=rank, batch_size=batch_size)
     torch.manual_seed(0)
     model = DistributedDataParallel(build_mlp())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -83,7 +88,7 @@ def trainer_loop(dataset: TensorDataset, *, batch_size: int) -> torch.nn.Module:
     return module.net
 
 
-def lightning_loop(dataset: TensorDataset, *, batch_size: int, root: str) -> torch.nn.Module:
+def lightning_loop(dataset: TensorDataset, *, rank: int, batch_size: int, root: str) -> torch.nn.Module:
     import lightning as L
 
     for name in ("lightning.pytorch", "lightning.fabric"):
@@ -105,8 +110,10 @@ def lightning_loop(dataset: TensorDataset, *, batch_size: int, root: str) -> tor
     module = LitMLP()
     trainer = L.Trainer(strategy="ddp", devices=WORLD_SIZE, accelerator="cpu", max_epochs=1,
                         enable_progress_bar=False, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, default_root_dir=root)
-    trainer.fit(module, DataLoader(dataset, batch_size=batch_size))
+                        enable_model_summary=False, default_root_dir=root, use_distributed_sampler=False)
+    # The seed's loader, kept as it is: the sampler Lightning would add always shuffles a
+    # training set (PL_GLOBAL_SEED order), so its weights could not match the seed's.
+    trainer.fit(module, seed_loader(dataset, rank=rank, batch_size=batch_size))
     return module.net
 
 
@@ -124,7 +131,7 @@ def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def lightning_reuses_group(dataset: TensorDataset, *, batch_size: int, root: str) -> str | None:
+def lightning_reuses_group(dataset: TensorDataset, *, rank: int, batch_size: int, root: str) -> str | None:
     """Run Lightning once; None when it trained in our group and left it usable, else why not."""
     try:
         import lightning  # noqa: F401
@@ -132,8 +139,8 @@ def lightning_reuses_group(dataset: TensorDataset, *, batch_size: int, root: str
         return "lightning is not installed"
     group, environment, threads = dist.group.WORLD, dict(os.environ), torch.get_num_threads()
     try:
-        lightning_loop(dataset, batch_size=batch_size, root=root)
-    except Exception as err:  # deterministic, so both ranks fail alike and none waits on the other
+        lightning_loop(dataset, rank=rank, batch_size=batch_size, root=root)
+    except Exception as err:  # a peer left waiting in a collective fails at the group's timeout
         return f"its fit failed in the shared group ({type(err).__name__}: {err})"
     if not dist.is_initialized() or dist.group.WORLD is not group:
         return "it replaced or destroyed the process group"
@@ -170,18 +177,20 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
         handwritten_loop(dataset, rank=rank, batch_size=args.batch_size)
         trainer_loop(dataset, batch_size=args.batch_size)
         skip_lightning = "--no-lightning given" if args.no_lightning else lightning_reuses_group(
-            dataset, batch_size=args.batch_size, root=root)
+            dataset, rank=rank, batch_size=args.batch_size, root=root)
+        reasons: list[str | None] = [None] * WORLD_SIZE
+        dist.all_gather_object(reasons, skip_lightning)  # every rank must make the same choice
+        skip_lightning = next((reason for reason in reasons if reason), None)
         for _ in range(args.repeats):
             t, ref = timed(handwritten_loop, dataset, rank=rank, batch_size=args.batch_size)
             times["handwritten"].append(t)
             t, ours = timed(trainer_loop, dataset, batch_size=args.batch_size)
             times["trainmesh"].append(t)
             if skip_lightning is None:
-                t, lit = timed(lightning_loop, dataset, batch_size=args.batch_size, root=root)
+                t, lit = timed(lightning_loop, dataset, rank=rank, batch_size=args.batch_size, root=root)
                 times["lightning"].append(t)
     if rank == 0:
-        steps = len(DataLoader(dataset, batch_size=args.batch_size,
-                               sampler=DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=0, shuffle=False)))
+        steps = len(seed_loader(dataset, rank=0, batch_size=args.batch_size))
         report(args, times, steps=steps, identical=same_weights(ref, ours),
                lightning_identical=None if skip_lightning else same_weights(ref, lit), skip_lightning=skip_lightning)
     dist.barrier()
@@ -191,14 +200,21 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
 def report(args: argparse.Namespace, times: dict[str, list[float]], *, steps: int, identical: bool,
            lightning_identical: bool | None, skip_lightning: str | None) -> None:
     base = statistics.median(times["handwritten"])
+
+    def ratios(name: str) -> str:
+        # The ratio of medians, and the median of each repeat's own ratio (its neighbours in
+        # time), which drifts in the machine's load cancel better.
+        paired = statistics.median(t / h for t, h in zip(times[name], times["handwritten"]))
+        return f"ratio {statistics.median(times[name]) / base:.3f} (paired {paired:.3f})"
+
     print(f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
           f"{args.repeats} alternating runs each, torch threads={args.threads} per process")
     print(f"hand-written DDP     median {base:.3f} s  ({base / steps * 1e6:.0f} us/step)")
     ours = statistics.median(times["trainmesh"])
-    print(f"trainmesh ddp        median {ours:.3f} s  ratio {ours / base:.3f}  (target <= 1.05)")
+    print(f"trainmesh ddp        median {ours:.3f} s  {ratios('trainmesh')}  target <= 1.05")
     if times["lightning"]:
         lit = statistics.median(times["lightning"])
-        print(f"lightning ddp        median {lit:.3f} s  ratio {lit / base:.3f}")
+        print(f"lightning ddp        median {lit:.3f} s  {ratios('lightning')}")
     else:
         print(f"lightning ddp        skipped: {skip_lightning}")
     print(f"trainmesh weights bit-identical to the hand-written loop: {identical}")
@@ -208,9 +224,9 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], *, steps: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=8192)
+    parser.add_argument("--samples", type=int, default=32768)
     parser.add_argument("--batch-size", type=int, default=16, help="per process")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process (1 = least noise)")
     parser.add_argument("--no-lightning", action="store_true", help="do not time Lightning even if installed")
     args = parser.parse_args()

@@ -94,6 +94,16 @@ def handwritten_worker(rank, out, port):
             optimizer.step()
     if rank == 0:
         torch.save({"state_dict": {f"net.{k}": v for k, v in model.module.state_dict().items()}}, out)
+    dist.barrier()  # leave together: gloo can abort a rank that exits while its peer still talks
+    dist.destroy_process_group()
+
+
+def existing_group_worker(rank, out, port):
+    # A harness that made its own process group, with no launcher variables in the environment.
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    run_trainer(out)
+    assert dist.is_initialized(), "the Trainer must leave a group it did not create"
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -226,6 +236,10 @@ if __name__ == "__main__":
         from trainmesh.launchers.environments import find_free_port
 
         torch.multiprocessing.spawn(handwritten_worker, args=(sys.argv[2], find_free_port()), nprocs=2)
+    elif mode == "existing":
+        from trainmesh.launchers.environments import find_free_port
+
+        torch.multiprocessing.spawn(existing_group_worker, args=(sys.argv[2], find_free_port()), nprocs=2)
     elif mode == "single":
         run_single(sys.argv[2])
     elif mode == "fail":

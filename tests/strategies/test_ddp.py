@@ -1,6 +1,7 @@
 """ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,8 +21,17 @@ from trainmesh.launchers.environments import find_free_port  # noqa: E402
 
 
 def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=HERE)
+    """Run a leg in its own session; on timeout kill the whole session so no worker outlives it."""
+    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=HERE,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -188,3 +198,12 @@ def test_ddp_fork_returns_the_trained_weights_to_the_parent(handwritten):
     trainer.fit(model, DataLoader(dataset(), batch_size=16))
     for name, tensor in handwritten.items():
         assert torch.equal(model.state_dict()[name], tensor), name
+
+
+def test_an_existing_process_group_is_used_as_it_is(tmp_path, handwritten):
+    out = tmp_path / "existing.pt"
+    result = run(str(SCRIPT), "existing", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(out)
+    for name, tensor in handwritten.items():
+        assert torch.equal(saved["state_dict"][name], tensor), name

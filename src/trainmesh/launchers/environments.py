@@ -33,6 +33,23 @@ def managed_process(environ: Mapping[str, str] | None = None, *, devices: int, n
     return process
 
 
+def existing_group_process(*, devices: int, num_nodes: int) -> ProcessInfo | None:
+    """This process's place in a process group the user (or a harness) already created."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world != devices * num_nodes:
+        raise ValueError(
+            f"torch.distributed is already initialized with {world} processes, but Trainer(devices={devices}, "
+            f"num_nodes={num_nodes}) expects {devices * num_nodes}; make them agree"
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", rank % devices))
+    return ProcessInfo(global_rank=rank, local_rank=local_rank, node_rank=rank // devices, world_size=world,
+                       local_world_size=devices)
+
+
 def _torchrun_process(env: Mapping[str, str]) -> ProcessInfo:
     local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     rank = int(env["RANK"])
