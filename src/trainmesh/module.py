@@ -71,6 +71,15 @@ class Module(nn.Module):
             "([optimizers], [schedulers]) or {'optimizer': ..., 'lr_scheduler': ...}"
         )
 
+    def configure_ddp(self, model: nn.Module, device_ids: list[int] | None) -> nn.Module | None:
+        """Return your own DDP wrapper around ``model`` (ddp, ddp_spawn, ddp2), or None for
+        trainmesh's. ``model`` forwards the Trainer's step calls to this module: wrap it as is.
+
+        >>> # def configure_ddp(self, model, device_ids):
+        >>> #     return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        """
+        return None
+
     def configure_model(self) -> None:
         """Build layers here (instead of ``__init__``) to let sharded strategies create them
         on the meta device and materialize only each process's shard."""

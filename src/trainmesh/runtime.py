@@ -54,7 +54,7 @@ class Runtime:
             precision=self.precision,
         )
         self.launcher: Launcher = build_launcher(
-            self.strategy.start_method, devices=len(self.device_indices), num_nodes=num_nodes
+            self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes
         )
         self._environment_ready = False
 

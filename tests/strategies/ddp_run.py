@@ -70,12 +70,33 @@ def save_rank_zero(out, module, **extra):
         torch.save({"state_dict": module.state_dict(), **extra}, out)
 
 
+class NodeBatchNet(Net):
+    """ddp2: training_step_end sees the node's whole batch, one loss per device."""
+
+    def training_step_end(self, outputs):
+        assert outputs.shape == (2,), f"expected one loss per device, got {tuple(outputs.shape)}"
+        self.node_batches = getattr(self, "node_batches", 0) + 1
+        return outputs.mean()
+
+
+class CustomDDP(torch.nn.parallel.DistributedDataParallel):
+    """A user's own DDP subclass, returned from configure_ddp."""
+
+
+class OwnDDPNet(Net):
+    def configure_ddp(self, model, device_ids):
+        return CustomDDP(model, device_ids=device_ids, find_unused_parameters=True)
+
+
 def run_trainer(out, strategy="ddp", devices=2, nodes=1):
     trainer = quiet_trainer(strategy=strategy, devices=devices, num_nodes=nodes, max_epochs=EPOCHS)
-    model = Net()
+    model = {"ddp2": NodeBatchNet, "own_ddp": OwnDDPNet}.get(os.environ.get("MODEL", strategy), Net)()
     trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
-    torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
-                "world_size": trainer.world_size}, out) if trainer.is_global_zero else None
+    if trainer.is_global_zero:
+        torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
+                    "world_size": trainer.world_size, "wrapper": type(trainer.model).__name__,
+                    "find_unused": getattr(trainer.model, "find_unused_parameters", None),
+                    "node_batches": getattr(model, "node_batches", 0)}, out)
 
 
 def handwritten_worker(rank, out, port):

@@ -1,7 +1,6 @@
 """ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,35 +14,10 @@ HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
 sys.path.insert(0, str(HERE))
 
+from legs import run, weights  # noqa: E402
 from ddp_run import Net, dataset  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402
-
-
-def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run a leg in its own session; on timeout kill the whole session so no worker outlives it."""
-    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=HERE,
-                               start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
-
-
-def weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path)["state_dict"]
-
-
-@pytest.fixture(scope="module")
-def handwritten(tmp_path_factory) -> dict[str, torch.Tensor]:
-    out = tmp_path_factory.mktemp("ref") / "handwritten.pt"
-    result = run(str(SCRIPT), "handwritten", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return weights(out)
 
 
 def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(tmp_path, handwritten):
@@ -193,6 +167,13 @@ def test_unused_parameters_error_names_the_option_and_the_option_fixes_it():
 
 
 def test_ddp_fork_returns_the_trained_weights_to_the_parent(handwritten):
+    # Start this process's OpenMP pool first: a forked worker that inherits it must not hang.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    a = torch.randn(256, 256)
+    for _ in range(5):
+        a @ a
+    torch.set_num_threads(threads)
     model = Net()
     trainer = quiet_trainer(strategy="ddp_fork", devices=2, max_epochs=2)
     trainer.fit(model, DataLoader(dataset(), batch_size=16))

@@ -56,6 +56,12 @@ class SpawnLauncher:
 
 def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) -> None:
     launcher, fn, args, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    if launcher.start_method == "fork":
+        # A forked child inherits the parent's OpenMP thread-pool state but not its threads: the
+        # first multi-threaded kernel would wait forever for them. One thread per worker is safe.
+        import torch
+
+        torch.set_num_threads(1)
     launcher._process = replace(template, global_rank=local_rank, local_rank=local_rank)
     result = fn(*args, **kwargs)
     if local_rank == 0:

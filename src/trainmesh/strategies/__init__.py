@@ -9,6 +9,7 @@ from typing import Any
 from trainmesh.precision import Precision
 from trainmesh.strategies.base import Strategy
 from trainmesh.strategies.ddp import DDPStrategy
+from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.single import SingleDeviceStrategy
 
 # name -> a constructor taking no arguments; the Runtime then binds it to devices and precision.
@@ -17,6 +18,8 @@ STRATEGIES: dict[str, Callable[[], Any]] = {
     "ddp": DDPStrategy,
     "ddp_spawn": functools.partial(DDPStrategy, start_method="spawn"),
     "ddp_fork": functools.partial(DDPStrategy, start_method="fork"),
+    "ddp2": functools.partial(DDPStrategy, ddp2=True),
+    "dp": DataParallelStrategy,
 }
 
 
@@ -41,4 +44,4 @@ def build_strategy(
     return strategy.bind(device_type=device_type, devices=devices, num_nodes=num_nodes, precision=precision)
 
 
-__all__ = ["STRATEGIES", "DDPStrategy", "SingleDeviceStrategy", "Strategy", "build_strategy"]
+__all__ = ["STRATEGIES", "DDPStrategy", "DataParallelStrategy", "SingleDeviceStrategy", "Strategy", "build_strategy"]

@@ -22,6 +22,7 @@ class Strategy(Protocol):
     name: str
     precision: Precision
     start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
+    processes_per_node: int
 
     def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> Strategy:
         """A copy configured for the run's devices and precision (user instances carry options only)."""
@@ -41,6 +42,9 @@ class Strategy(Protocol):
     def batch_to_device(self, batch: Any) -> Any: ...
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
         """Call ``module.<hook>(batch, batch_idx, *extra)`` through whatever wrapper the strategy added."""
+    def reduce_step_output(self, output: Any) -> Any:
+        """What ``training_step`` gave, made into one step's output when the module has no
+        ``training_step_end`` (dp/ddp2: the mean of the per-device losses)."""
     def backward(self, loss: torch.Tensor) -> None: ...
     def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
         """Skip the gradient synchronisation for an accumulation micro-batch."""

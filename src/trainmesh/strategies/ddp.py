@@ -20,6 +20,8 @@ from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
+from trainmesh.strategies.data_parallel_ops import mean_loss, run_chunked_step
+from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
 from trainmesh.utilities.collections import apply_to_tensors, move_to_device
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.distributed_samplers import (
@@ -31,41 +33,22 @@ from trainmesh.utilities.distributed_samplers import (
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
-class StepCall:
-    """Marks a call through the DDP wrapper as "run this hook", not the module's forward."""
-
-    __slots__ = ("hook",)
-
-    def __init__(self, hook: str) -> None:
-        self.hook = hook
-
-
-class StepDispatcher(nn.Module):
-    """Lets DDP's forward (which prepares the gradient all-reduce) run ``training_step``."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if args and isinstance(args[0], StepCall):
-            return getattr(self.module, args[0].hook)(*args[1:], **kwargs)
-        return self.module(*args, **kwargs)
-
-
 class DDPStrategy:
     """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
+
+    With ``ddp2=True`` (``strategy="ddp2"``) there is one process per node instead of one per
+    device: each step splits the node's batch across its devices as DataParallel does (so
+    ``*_step_end`` sees the node's whole batch), and DDP averages gradients across nodes.
 
     >>> DDPStrategy(bucket_cap_mb=50).options["bucket_cap_mb"]
     50
     """
 
-    name = "ddp"
-
     def __init__(
         self,
         *,
         start_method: str = "elastic",
+        ddp2: bool = False,
         find_unused_parameters: bool = False,
         bucket_cap_mb: float | None = None,
         gradient_as_bucket_view: bool = False,
@@ -76,6 +59,8 @@ class DDPStrategy:
         if start_method not in ("elastic", "spawn", "fork"):
             raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
         self.start_method = start_method
+        self.ddp2 = ddp2
+        self.name = "ddp2" if ddp2 else "ddp"
         self.options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
                         "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
         self.timeout = timeout
@@ -101,10 +86,20 @@ class DDPStrategy:
     def process(self) -> ProcessInfo:
         return self._process
 
+    @property
+    def processes_per_node(self) -> int:
+        return 1 if self.ddp2 else len(self.devices)
+
+    @property
+    def _chunk_devices(self) -> list[torch.device] | None:
+        """ddp2: the node's devices a batch is split across; None for plain ddp."""
+        return [device_for(self.device_type, index) for index in self.devices] if self.ddp2 else None
+
     # ---- processes ----------------------------------------------------------------------------
     def setup_environment(self, process: ProcessInfo) -> None:
         self._process = process
-        self._device = device_for(self.device_type, self.devices[process.local_rank % len(self.devices)])
+        local_index = 0 if self.ddp2 else process.local_rank % len(self.devices)
+        self._device = device_for(self.device_type, self.devices[local_index])
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
         if dist.is_available() and dist.is_initialized():
@@ -139,8 +134,14 @@ class DDPStrategy:
     # ---- model and data -----------------------------------------------------------------------
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._module = self.precision.convert_module(module.to(self._device))
-        device_ids = [self._device.index] if self._device.type == "cuda" else None
-        return DistributedDataParallel(StepDispatcher(self._module), device_ids=device_ids, **self.options)
+        dispatcher = StepDispatcher(self._module, self._chunk_devices)
+        # A module spread over several devices (ddp2 on GPUs) must not name device_ids.
+        device_ids = [self._device.index] if self._device.type == "cuda" and not self.ddp2 else None
+        configure_ddp = getattr(module, "configure_ddp", None)
+        custom = configure_ddp(dispatcher, device_ids) if callable(configure_ddp) else None
+        if custom is not None:
+            return custom  # the seeds' "implement your own distributed training" hook
+        return DistributedDataParallel(dispatcher, device_ids=device_ids, **self.options)
 
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)
@@ -185,6 +186,8 @@ class DDPStrategy:
         if hook != "training_step":
             # Evaluation needs no gradient sync, and shards may differ in length by a batch:
             # going around DDP keeps per-batch collectives (buffer broadcasts) out of it.
+            if self.ddp2:
+                return run_chunked_step(self._module, hook, batch, (batch_idx, *extra), self._chunk_devices)
             return getattr(self._module, hook)(batch, batch_idx, *extra)
         try:
             return module(StepCall(hook), batch, batch_idx, *extra)
@@ -196,6 +199,10 @@ class DDPStrategy:
                     f"or make every parameter take part in the loss.\nDDP said: {err}"
                 ) from err
             raise
+
+    def reduce_step_output(self, output: Any) -> Any:
+        """ddp2 without ``training_step_end``: the loss is the mean over the node's chunks."""
+        return mean_loss(output) if self.ddp2 else output
 
     # ---- the step -----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor) -> None:
@@ -286,8 +293,8 @@ def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
 
 
 def unwrap(module: nn.Module) -> nn.Module:
-    """The user's module inside DDP and the step dispatcher."""
-    while isinstance(module, (DistributedDataParallel, StepDispatcher)):
+    """The user's module inside DDP (or a configure_ddp wrapper) and the step dispatcher."""
+    while not hasattr(module, "training_step") and isinstance(getattr(module, "module", None), nn.Module):
         module = module.module
     return module
 

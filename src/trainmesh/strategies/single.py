@@ -30,6 +30,7 @@ class SingleDeviceStrategy:
 
     name = "single"
     start_method = "in_process"
+    processes_per_node = 1
 
     def __init__(self, device: torch.device | None = None) -> None:
         self._device = device or torch.device("cpu")
@@ -81,6 +82,9 @@ class SingleDeviceStrategy:
 
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
         return getattr(module, hook)(batch, batch_idx, *extra)
+
+    def reduce_step_output(self, output: Any) -> Any:
+        return output
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

@@ -37,6 +37,8 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
         "train_results": trainer.train_results.state_dict() if trainer.train_results is not None else {},
         "epoch_metrics": dict(trainer.epoch_metrics),
     }
+    if loop.epoch_outputs:
+        checkpoint["epoch_outputs"] = loop.epoch_outputs  # training_epoch_end gets the whole epoch
     pending = _pending_gradients(trainer)
     if pending is not None:
         checkpoint["pending_gradients"] = pending
@@ -92,6 +94,7 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
     trainer.loop.epoch_finished = loop_state["epoch_finished"]
     trainer.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     trainer.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
+    trainer.loop.epoch_outputs = list(checkpoint.get("epoch_outputs", []))
     trainer.sink.results.load_state_dict(checkpoint.get("train_results", {}))
     for param, grad in zip(module.parameters(), checkpoint.get("pending_gradients", [])):
         param.grad = None if grad is None else grad.to(param.device)

@@ -11,6 +11,9 @@ from trainmesh.trainer.batch_counts import limited_count
 
 _STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
               "sanity_check": "validation_step"}
+_STEP_END_HOOK = {"validate": "validation_step_end", "test": "test_step_end", "sanity_check": "validation_step_end"}
+# Lightning 1.x's epoch-end hooks that receive the epoch's step outputs.
+_OUTPUTS_HOOK = {"validate": "validation_epoch_end", "test": "test_epoch_end", "sanity_check": "validation_epoch_end"}
 _EPOCH_START_HOOK = {"validate": "on_validation_epoch_start", "test": "on_test_epoch_start",
                      "predict": "on_predict_epoch_start", "sanity_check": "on_validation_epoch_start"}
 _EPOCH_END_HOOK = {"validate": "on_validation_epoch_end", "test": "on_test_epoch_end",
@@ -82,9 +85,14 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     try:
         with grad_mode:
             hooks.call(_EPOCH_START_HOOK[stage])
+            kept: list[list[Any]] = []
             for loader_idx, loader in enumerate(loaders):
                 extra = (loader_idx,) if extra_index else ()
-                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra))
+                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra, kept))
+            outputs_hook = _OUTPUTS_HOOK.get(stage)
+            if outputs_hook is not None and hooks.module_overrides(outputs_hook):
+                trainer.sink.set_batch(outputs_hook, None)
+                hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
             trainer.sink.set_batch(_EPOCH_END_HOOK[stage], None)
             hooks.call(_EPOCH_END_HOOK[stage])
             if stage != "predict":
@@ -95,23 +103,38 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     return results
 
 
-def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...]) -> Any:
-    """Predictions of one loader, or its metric results (not yet reduced across ranks)."""
+def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...],
+                    kept: list[list[Any]]) -> Any:
+    """Predictions of one loader, or its metric results (not yet reduced across ranks).
+
+    Step outputs are appended to ``kept`` (one list per loader) when the module defines
+    ``validation_epoch_end`` / ``test_epoch_end``, and only then.
+    """
     sink, hooks, strategy = trainer.sink, trainer.hooks, trainer.strategy
     autocast, step_hook, batch_end = trainer.runtime.precision.autocast, _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
     limit = limited_count(loader, limit_setting)
     _set_count(trainer, stage, limit)
     sink.start_stage()
     predictions: list[Any] = []
+    step_end = _STEP_END_HOOK.get(stage)
+    step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
+    outputs_hook = _OUTPUTS_HOOK.get(stage)
+    outputs = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     for batch_idx, batch in enumerate(loader):
         if batch_idx >= limit:
             break
         sink.set_batch(step_hook, batch)
         with autocast():
             output = strategy.run_step(trainer.model, step_hook, batch, batch_idx, *extra)
+            if step_end is not None:
+                output = getattr(trainer.module, step_end)(output)
         if stage == "predict":
             predictions.append(output)
+        elif outputs is not None:
+            outputs.append(output)
         hooks.call(batch_end, output, batch, batch_idx)
+    if outputs is not None:
+        kept.append(outputs)
     return predictions if stage == "predict" else sink.results
 
 

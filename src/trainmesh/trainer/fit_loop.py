@@ -7,7 +7,7 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip, skip_batches
 
 
@@ -29,6 +30,8 @@ class LoopPosition:
     epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
     last_loss: torch.Tensor | None = None
     validated_since_step: bool = False
+    # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
+    epoch_outputs: list[Any] = field(default_factory=list)
 
 
 def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
@@ -144,6 +147,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
+    step_end = hooks.module_overrides("training_step_end")
+    keep_outputs = hooks.module_overrides("training_epoch_end")
     for batch_idx, batch in enumerate(iterator, start=start):
         if batch_idx >= limit:
             break
@@ -156,6 +161,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         with sync_context:
             with autocast():
                 output = strategy.run_step(model, "training_step", batch, batch_idx)
+                # The seeds' hook: called whatever the strategy, it sees every device's output.
+                output = module.training_step_end(output) if step_end else strategy.reduce_step_output(output)
             loss = _loss_of(output, module)
             if loss is not None:
                 if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
@@ -163,6 +170,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
                 runtime.backward(loss / accumulate if accumulate > 1 else loss)
                 pending_gradients = True
         loop.last_loss = loss.detach() if loss is not None else None
+        if keep_outputs:
+            loop.epoch_outputs.append(detached(output))
         if steps_now:
             _optimizer_step(trainer, module)
             pending_gradients = False
@@ -189,6 +198,10 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) 
         evaluation.run_validation(trainer, trainer.val_loaders)
     sink.start_stage(train_results)
     sink.set_batch("on_train_epoch_end", None)
+    if hooks.module_overrides("training_epoch_end"):
+        sink.set_batch("training_epoch_end", None)
+        hooks.call_module("training_epoch_end", loop.epoch_outputs)
+    loop.epoch_outputs = []
     hooks.call_module("on_train_epoch_end")
     trainer.publish_epoch_metrics(sink.epoch_metrics())
     for config in trainer.lr_scheduler_configs:
@@ -219,6 +232,10 @@ def _optimizer_step(trainer: Any, module: Any) -> None:
     for config in trainer.lr_scheduler_configs:
         if config.interval == "step" and trainer.global_step % config.frequency == 0:
             step_scheduler(config, trainer.callback_metrics)
+
+
+def detached(output: Any) -> Any:
+    return apply_to_tensors(output, lambda t: t.detach())
 
 
 def _loss_of(output: Any, module: Any) -> torch.Tensor | None:

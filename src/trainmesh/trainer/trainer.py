@@ -10,7 +10,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime
-from trainmesh.trainer import evaluation, fit_loop
+from trainmesh.trainer import evaluation, fit_loop, seed_spellings
 from trainmesh.trainer.checkpointing import build_checkpoint, resolve_ckpt_path, restore_checkpoint
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.hooks import HookDispatcher
@@ -59,7 +59,19 @@ class Trainer:
         deterministic: bool = False,
         fast_dev_run: bool | int = False,
         inference_mode: bool = True,
+        gpus: int | list[int] | None = None,
+        distributed_backend: str | None = None,
+        weights_summary: str | None = "top",
+        num_tpu_cores: int | None = None,
     ) -> None:
+        # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
+        settings = seed_spellings.translate(
+            accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
+            gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
+            num_tpu_cores=num_tpu_cores,
+        )
+        accelerator, devices, strategy = settings.accelerator, settings.devices, settings.strategy
+        enable_model_summary = settings.enable_model_summary
         self.runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy,
                                precision=precision, num_nodes=num_nodes)
         self.default_root_dir = str(default_root_dir or os.getcwd())
