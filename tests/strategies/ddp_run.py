@@ -128,6 +128,64 @@ def existing_group_worker(rank, out, port):
     dist.destroy_process_group()
 
 
+class Wide(tm.Module):
+    """Equal-size layers, for sharding: every rank gets a similar share of every unit.
+
+    Memory is measured just before the last optimizer step, when gradients and optimizer
+    state both exist.
+    """
+
+    def on_before_optimizer_step(self, optimizer):
+        from trainmesh.utilities.memory import local_state_bytes
+
+        self.memory = local_state_bytes(self.trainer.model, self.trainer.optimizers)
+
+    def __init__(self, width: int = 64, depth: int = 4):
+        super().__init__()
+        torch.manual_seed(11)
+        self.blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
+                                            for _ in range(depth)])
+        self.head = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", F.cross_entropy(self(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def wide_dataset(n=640):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n, 64, generator=g)
+    return TensorDataset(x, x[:, :4].argmax(1))
+
+
+def run_sharded(out, strategy, devices=2):
+    from trainmesh.strategies import FSDPStrategy
+
+    model = Wide()
+    if strategy == "hsdp":  # world 4: shard within pairs, replicate across the two pairs
+        strategy = FSDPStrategy(shard_size=2)
+    clip = float(os.environ["CLIP"]) if "CLIP" in os.environ else None
+    trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=20, limit_val_batches=2,
+                            gradient_clip_val=clip, accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")))
+    trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), DataLoader(wide_dataset(64), batch_size=16))
+    memory = model.memory
+    state = trainer.strategy.module_state_dict(model)
+    if trainer.is_global_zero:
+        torch.save({"state_dict": state, "memory": memory, "steps": trainer.global_step,
+                    "metrics": trainer.callback_metrics}, out)
+
+
 def run_single(out):
     model = Net()
     quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
@@ -271,6 +329,8 @@ if __name__ == "__main__":
         run_metrics(sys.argv[2])
     elif mode == "accumulate":
         run_accumulate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "sharded":
+        run_sharded(sys.argv[2], sys.argv[3], *sys.argv[4:])
     elif mode == "unused":
         run_unused(sys.argv[2] == "find")
     elif mode == "runtime":

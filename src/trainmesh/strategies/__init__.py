@@ -10,6 +10,7 @@ from trainmesh.precision import Precision
 from trainmesh.strategies.base import Strategy
 from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.strategies.dp import DataParallelStrategy
+from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.single import SingleDeviceStrategy
 
 # name -> a constructor taking no arguments; the Runtime then binds it to devices and precision.
@@ -20,6 +21,10 @@ STRATEGIES: dict[str, Callable[[], Any]] = {
     "ddp_fork": functools.partial(DDPStrategy, start_method="fork"),
     "ddp2": functools.partial(DDPStrategy, ddp2=True),
     "dp": DataParallelStrategy,
+    "zero1": functools.partial(DDPStrategy, shard_optimizer_state=True),
+    "sharded": functools.partial(FSDPStrategy, reshard_after_forward=False),
+    "fsdp": FSDPStrategy,
+    "hsdp": functools.partial(FSDPStrategy, hybrid=True),
 }
 
 
@@ -44,4 +49,4 @@ def build_strategy(
     return strategy.bind(device_type=device_type, devices=devices, num_nodes=num_nodes, precision=precision)
 
 
-__all__ = ["STRATEGIES", "DDPStrategy", "DataParallelStrategy", "SingleDeviceStrategy", "Strategy", "build_strategy"]
+__all__ = ["STRATEGIES", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "build_strategy"]

@@ -23,6 +23,7 @@ class Strategy(Protocol):
     precision: Precision
     start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
     processes_per_node: int
+    inference_mode_safe: bool  # may evaluation run under torch.inference_mode()
 
     def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> Strategy:
         """A copy configured for the run's devices and precision (user instances carry options only)."""
@@ -34,6 +35,8 @@ class Strategy(Protocol):
 
     def setup_environment(self, process: ProcessInfo) -> None:
         """Join the process group (if any) and pick this process's device."""
+    def module_init_context(self) -> ContextManager[Any]:
+        """Entered around ``configure_model``: the meta device for sharded strategies."""
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Place, wrap or shard the module; returns what the loop calls."""
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]: ...

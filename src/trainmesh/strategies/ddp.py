@@ -4,6 +4,7 @@ averaged by DDP's bucketed all-reduce during backward."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import os
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import Any, ContextManager
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
@@ -44,11 +46,14 @@ class DDPStrategy:
     50
     """
 
+    inference_mode_safe = True
+
     def __init__(
         self,
         *,
         start_method: str = "elastic",
         ddp2: bool = False,
+        shard_optimizer_state: bool = False,
         find_unused_parameters: bool = False,
         bucket_cap_mb: float | None = None,
         gradient_as_bucket_view: bool = False,
@@ -60,7 +65,9 @@ class DDPStrategy:
             raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
         self.start_method = start_method
         self.ddp2 = ddp2
-        self.name = "ddp2" if ddp2 else "ddp"
+        # zero1: DDP with each rank keeping only its shard of the optimizer state (ZeRO stage 1).
+        self.shard_optimizer_state = shard_optimizer_state
+        self.name = "ddp2" if ddp2 else ("zero1" if shard_optimizer_state else "ddp")
         self.options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
                         "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
         self.timeout = timeout
@@ -132,6 +139,10 @@ class DDPStrategy:
             dist.destroy_process_group()
 
     # ---- model and data -----------------------------------------------------------------------
+    def module_init_context(self) -> ContextManager[Any]:
+        """Where configure_model builds layers: here, on the real device (after setup_module)."""
+        return contextlib.nullcontext()
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._module = self.precision.convert_module(module.to(self._device))
         dispatcher = StepDispatcher(self._module, self._chunk_devices)
@@ -144,7 +155,9 @@ class DDPStrategy:
         return DistributedDataParallel(dispatcher, device_ids=device_ids, **self.options)
 
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
-        return list(optimizers)
+        if not self.shard_optimizer_state:
+            return list(optimizers)
+        return [shard_optimizer_state(optimizer) for optimizer in optimizers]
 
     def process_dataloader(self, loader: Any, *, train: bool) -> Any:
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
@@ -257,6 +270,10 @@ class DDPStrategy:
         unwrap(module).load_state_dict(state, strict=strict)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        if isinstance(optimizer, ZeroRedundancyOptimizer):
+            # Every rank sends its shard to rank 0, which holds the whole state for the file.
+            optimizer.consolidate_state_dict(to=0)
+            return optimizer.state_dict() if self._process.global_rank == 0 else {}
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
@@ -269,6 +286,20 @@ class DDPStrategy:
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         return load_checkpoint_file(path, map_location=self._device)
+
+
+def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
+    """The same optimizer (class, groups, options) with its state split across ranks."""
+    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("differentiable",)}
+    groups = [dict(group) for group in optimizer.param_groups]
+    first = groups[0]
+    zero = ZeroRedundancyOptimizer(first.pop("params"), optimizer_class=type(optimizer),
+                                   **{**defaults, **{k: v for k, v in first.items() if k in defaults}})
+    for key, value in first.items():
+        zero.param_groups[0].setdefault(key, value)  # e.g. initial_lr, which schedulers read
+    for group in groups[1:]:
+        zero.add_param_group(group)
+    return zero
 
 
 def _plain_shuffle(sampler: Any) -> bool:

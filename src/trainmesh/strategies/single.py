@@ -31,6 +31,7 @@ class SingleDeviceStrategy:
     name = "single"
     start_method = "in_process"
     processes_per_node = 1
+    inference_mode_safe = True
 
     def __init__(self, device: torch.device | None = None) -> None:
         self._device = device or torch.device("cpu")
@@ -65,6 +66,10 @@ class SingleDeviceStrategy:
         self._process = process
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
+
+    def module_init_context(self) -> ContextManager[Any]:
+        """Where configure_model builds layers: here, on the real device (after setup_module)."""
+        return contextlib.nullcontext()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         return self.precision.convert_module(module.to(self._device))

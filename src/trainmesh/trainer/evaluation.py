@@ -81,7 +81,8 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     was_training = model.training
     model.eval()
     results: list[Any] = []
-    grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    inference = trainer.inference_mode and trainer.strategy.inference_mode_safe
+    grad_mode = torch.inference_mode() if inference else torch.no_grad()
     try:
         with grad_mode:
             hooks.call(_EPOCH_START_HOOK[stage])

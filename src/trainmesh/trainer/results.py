@@ -109,6 +109,8 @@ class MetricSink:
                 if self._batch_size is None:
                     self._batch_size = infer_batch_size(self._batch)
                 batch_size = self._batch_size
+            if batch_size == 0:
+                return  # a padding batch (equal-length evaluation shards) carries no data
             weight = batch_size if entry.reduce_fx == "mean" else 1
             if entry.total is None:
                 entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)

@@ -329,13 +329,15 @@ class Trainer:
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
             if hasattr(model, "configure_model"):
-                model.configure_model()
+                with self.strategy.module_init_context():
+                    model.configure_model()
             self.model = self.runtime.setup_module(model)
             self._prepared_module_id = id(model)
             self.optimizers, self.lr_scheduler_configs = [], []
         if stage == "fit" and not self.optimizers:
             optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
             self.optimizers = self.runtime.setup_optimizers(*optimizers)
+            _point_schedulers_at(self.lr_scheduler_configs, optimizers, self.optimizers)
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
@@ -393,6 +395,16 @@ class Trainer:
         if self.loggers and self.is_global_zero and not self.sanity_checking:
             for logger in self.loggers:
                 logger.log_metrics(metrics, step=self.global_step)
+
+
+def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:
+    """A strategy may replace an optimizer (zero1 shards its state): schedulers follow it."""
+    for old, new in zip(given, prepared):
+        inner = getattr(new, "optimizer", new)
+        if inner is not old:
+            for config in configs:
+                if getattr(config.scheduler, "optimizer", None) is old:
+                    config.scheduler.optimizer = inner
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> int:

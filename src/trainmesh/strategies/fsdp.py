@@ -1,0 +1,261 @@
+"""Sharded data parallel on FSDP2 (``fully_shard``): ``sharded`` (ZeRO-2), ``fsdp`` (ZeRO-3)
+and ``hsdp`` (sharded within a group, replicated across groups, on a 2-D DeviceMesh).
+
+Process groups, data sharding and collectives are DDP's (the same processes, the same
+samplers); what differs is how the module and its optimizer state are split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Sequence
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+from trainmesh.precision import Precision
+from trainmesh.strategies.ddp import DDPStrategy
+from trainmesh.utilities.collections import apply_to_tensors
+
+_STEP_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
+def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, min_num_params: int | None) -> list[nn.Module]:
+    """The submodules that become their own shard units, innermost first (as fully_shard needs)."""
+    if wrap:
+        units = [m for m in module.modules() if m is not module and isinstance(m, tuple(wrap))]
+        if not units:
+            names = ", ".join(t.__name__ for t in wrap)
+            raise ValueError(
+                f"FSDPStrategy(wrap=[{names}]) matches no submodule of {type(module).__name__}; name classes "
+                "the model contains (e.g. its transformer block), or use min_num_params="
+            )
+        return units[::-1]
+    if min_num_params:
+        def own_size(m: nn.Module) -> int:
+            return sum(p.numel() for p in m.parameters())
+        return [m for m in list(module.modules())[::-1] if m is not module and own_size(m) >= min_num_params
+                and not any(own_size(c) >= min_num_params for c in m.children())]
+    return []
+
+
+def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
+               mp_policy: Any, offload_policy: Any) -> nn.Module:
+    """fully_shard each unit, then the root (which holds whatever no unit took)."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    options: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if mp_policy is not None:
+        options["mp_policy"] = mp_policy
+    if offload_policy is not None:
+        options["offload_policy"] = offload_policy
+    for unit in units:
+        fully_shard(unit, **options)
+    fully_shard(module, **options)
+    # The loop calls training_step, not forward: make the root's (un)shard hooks run around it.
+    for hook in _STEP_HOOKS:
+        if hasattr(module, hook):
+            register_fsdp_forward_method(module, hook)
+    return module
+
+
+def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.Module]]) -> None:
+    """Recompute these blocks' activations in backward instead of keeping them."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
+
+    apply(module, check_fn=lambda m: isinstance(m, tuple(classes)))
+
+
+class FSDPStrategy:
+    """``Trainer(strategy=FSDPStrategy(wrap=[Block], cpu_offload=True))``.
+
+    ``wrap`` (module classes) or ``min_num_params`` choose the shard units; without either,
+    the whole model is one unit, or use the units a ``configure_model`` already sharded.
+    ``reshard_after_forward=False`` keeps parameters whole between forward and backward
+    (``sharded``, ZeRO-2). ``shard_size`` makes a 2-D mesh: shard within groups of that many
+    processes, replicate across groups (``hsdp``).
+    """
+
+    # Parameters unsharded under inference_mode would be inference tensors that training
+    # cannot update in place afterwards: evaluate under no_grad instead.
+    inference_mode_safe = False
+
+    def __init__(self, *, wrap: Sequence[type[nn.Module]] | None = None, min_num_params: int | None = None,
+                 reshard_after_forward: bool = True, cpu_offload: bool = False,
+                 activation_checkpointing: Sequence[type[nn.Module]] | None = None,
+                 shard_size: int | None = None, hybrid: bool = False, start_method: str = "elastic") -> None:
+        self.wrap, self.min_num_params = list(wrap or []), min_num_params
+        self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
+        self.activation_checkpointing = list(activation_checkpointing or [])
+        self.shard_size, self.hybrid = shard_size, hybrid or shard_size is not None
+        self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
+        self._group = DDPStrategy(start_method=start_method)
+        self._module: nn.Module | None = None
+
+    def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> FSDPStrategy:
+        bound = copy.copy(self)
+        bound._group = self._group.bind(device_type=device_type, devices=devices, num_nodes=num_nodes, precision=precision)
+        return bound
+
+    def __getattr__(self, name: str) -> Any:
+        # Processes, devices, data sharding and collectives are DDP's.
+        if name.startswith("__") or name == "_group":
+            raise AttributeError(name)
+        return getattr(self._group, name)
+
+    def module_init_context(self) -> ContextManager[Any]:
+        """configure_model builds on the meta device: no process holds the whole model."""
+        return torch.device("meta")
+
+    def _mesh(self) -> Any:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        world = self._group.process.world_size
+        device_type = self._group.root_device.type
+        if not self.hybrid:
+            return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
+        shard = self.shard_size or self._group.processes_per_node
+        if shard < 1 or world % shard:
+            raise ValueError(
+                f"hsdp shard groups of {shard} processes do not divide the {world} processes; choose a "
+                f"shard_size that divides {world}"
+            )
+        return init_device_mesh(device_type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+
+    def _mixed_precision(self) -> Any:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        compute = self._group.precision.compute_dtype
+        if compute == torch.float32:
+            return None
+        # Compute in the low precision, reduce gradients in fp32 (as the precision setting asks).
+        return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        if not any(True for _ in module.parameters()):
+            raise ValueError(f"{type(module).__name__} has no parameters: there is nothing for fsdp to shard")
+        device = self._group.root_device
+        if self.activation_checkpointing:
+            apply_activation_checkpointing(module, self.activation_checkpointing)
+        units = shard_units(module, wrap=self.wrap, min_num_params=self.min_num_params)
+        on_meta = any(p.is_meta for p in module.parameters())
+        if not on_meta:
+            module.to(device)
+        apply_fsdp(module, self._mesh(), units, reshard_after_forward=self.reshard_after_forward,
+                   mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if self.cpu_offload else None)
+        if on_meta:
+            materialize(module, torch.device("cpu") if self.cpu_offload else device)
+        self._module = module
+        return module
+
+    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        return list(optimizers)  # built after sharding, over the local shards
+
+    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
+        return getattr(module, hook)(batch, batch_idx, *extra)
+
+    def reduce_step_output(self, output: Any) -> Any:
+        return output
+
+    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+        sharded = self._group.process_dataloader(loader, train=train)
+        if train:
+            return sharded
+        # Every forward is a collective under fsdp: ranks must run as many evaluation batches
+        # as each other, so the shorter shards end with an empty batch (its logs weigh 0).
+        return EqualLengthLoader(sharded, self._group)
+
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        return _gradient_sync_off(module)
+
+    def clip_gradients(self, module: nn.Module, max_norm: float, norm_type: float) -> torch.Tensor:
+        # clip_grad_norm_ on DTensor gradients computes the norm across every shard.
+        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True, strict=strict))
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        assert self._module is not None
+        return get_optimizer_state_dict(self._module, optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        assert self._module is not None
+        set_optimizer_state_dict(self._module, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        from trainmesh.checkpoint.io import load_checkpoint_file
+
+        return load_checkpoint_file(path, map_location="cpu")  # full tensors, resharded on load
+
+
+def materialize(module: nn.Module, device: torch.device) -> None:
+    """Allocate the local shards of a meta-built model and initialise them with each layer's
+    own ``reset_parameters`` (DTensor random ops keep the shards consistent across ranks)."""
+    module.to_empty(device=device)
+    with torch.no_grad():
+        for submodule in module.modules():
+            reset = getattr(submodule, "reset_parameters", None)
+            if callable(reset):
+                reset()
+
+
+def _gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
+    """Accumulate unsharded gradients locally; reduce-scatter on the last micro-batch only."""
+    from torch.distributed.fsdp import FSDPModule
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
+        for m in fsdp_modules:
+            m.set_requires_gradient_sync(False, recurse=False)
+        try:
+            yield
+        finally:
+            for m in fsdp_modules:
+                m.set_requires_gradient_sync(True, recurse=False)
+
+    return context()
+
+
+class EqualLengthLoader:
+    """Iterates a rank's evaluation shard, then empty batches up to the longest shard's length."""
+
+    def __init__(self, loader: Any, group: DDPStrategy) -> None:
+        self.loader, self._group = loader, group
+        self._longest: int | None = None
+
+    def __len__(self) -> int:
+        if self._longest is None:
+            local = torch.tensor(len(self.loader), device=self._group.root_device)
+            self._longest = int(self._group.reduce(local, "max"))
+        return self._longest
+
+    def __iter__(self) -> Any:
+        longest, last, count = len(self), None, 0
+        for batch in self.loader:
+            last, count = batch, count + 1
+            yield batch
+        for _ in range(longest - count):
+            assert last is not None, "an evaluation shard with no batch at all cannot be padded"
+            yield apply_to_tensors(last, lambda t: t[:0])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
