@@ -163,6 +163,19 @@ class Wide(tm.Module):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
+class MetaBuilt(Wide):
+    """Layers made in configure_model: under fsdp they start on the meta device."""
+
+    def __init__(self):
+        tm.Module.__init__(self)
+
+    def configure_model(self):
+        self.blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
+                                            for _ in range(4)])
+        self.head = torch.nn.Linear(64, 4)
+        self.built_on = self.head.weight.device.type
+
+
 def wide_dataset(n=640):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(n, 64, generator=g)
@@ -175,6 +188,11 @@ def run_sharded(out, strategy, devices=2):
     model = Wide()
     if strategy == "hsdp":  # world 4: shard within pairs, replicate across the two pairs
         strategy = FSDPStrategy(shard_size=2)
+    elif strategy == "fsdp" and os.environ.get("FSDP_OPTIONS") == "offload+checkpointing":
+        block = torch.nn.Sequential  # the Wide model's blocks
+        strategy = FSDPStrategy(wrap=[block], cpu_offload=True, activation_checkpointing=[torch.nn.Linear])
+    elif strategy == "fsdp-meta":
+        strategy, model = "fsdp", MetaBuilt()
     clip = float(os.environ["CLIP"]) if "CLIP" in os.environ else None
     trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=20, limit_val_batches=2,
                             gradient_clip_val=clip, accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")))
@@ -183,7 +201,7 @@ def run_sharded(out, strategy, devices=2):
     state = trainer.strategy.module_state_dict(model)
     if trainer.is_global_zero:
         torch.save({"state_dict": state, "memory": memory, "steps": trainer.global_step,
-                    "metrics": trainer.callback_metrics}, out)
+                    "metrics": trainer.callback_metrics, "built_on": getattr(model, "built_on", None)}, out)
 
 
 def run_single(out):

@@ -17,7 +17,8 @@ from torch import nn
 
 from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy
-from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.collections import apply_to_tensors, first_tensor
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 _STEP_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
 
@@ -139,6 +140,10 @@ class FSDPStrategy:
         if not any(True for _ in module.parameters()):
             raise ValueError(f"{type(module).__name__} has no parameters: there is nothing for fsdp to shard")
         device = self._group.root_device
+        offload = self.cpu_offload and device.type != "cpu"
+        if self.cpu_offload and not offload:
+            # FSDP's offload moves shards from an accelerator to host memory; on CPU they are there.
+            rank_zero_warn("FSDPStrategy(cpu_offload=True) has no effect on CPU: the shards already live in CPU memory")
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)
         units = shard_units(module, wrap=self.wrap, min_num_params=self.min_num_params)
@@ -146,9 +151,9 @@ class FSDPStrategy:
         if not on_meta:
             module.to(device)
         apply_fsdp(module, self._mesh(), units, reshard_after_forward=self.reshard_after_forward,
-                   mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if self.cpu_offload else None)
+                   mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)
         if on_meta:
-            materialize(module, torch.device("cpu") if self.cpu_offload else device)
+            materialize(module, torch.device("cpu") if offload else device)
         self._module = module
         return module
 
@@ -168,6 +173,11 @@ class FSDPStrategy:
         # Every forward is a collective under fsdp: ranks must run as many evaluation batches
         # as each other, so the shorter shards end with an empty batch (its logs weigh 0).
         return EqualLengthLoader(sharded, self._group)
+
+    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+        # Drop the outputs of the empty batches that padded the shorter evaluation shards.
+        real = [o for o in outputs if (t := first_tensor(o)) is None or t.dim() == 0 or t.shape[0] > 0]
+        return self._group.collect_predictions(real)
 
     def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
         return _gradient_sync_off(module)
