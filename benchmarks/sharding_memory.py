@@ -155,6 +155,13 @@ def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespa
                   f"{rss:6.0f} ({rss / (ddp['peak_rss_kib'] / 1024):4.2f}) {growth:11.0f}")
     print(f"hsdp: with {n} processes on one node its default shard group S is both processes (a 1 x {n} "
           "mesh), so it is fsdp; a real 2-D mesh (replicate x shard, both > 1) needs at least 4 processes.")
+    if "sharded" in results and results["sharded"][0]["parameters"] < 0.9 * 4 * psi:
+        print("sharded: FSDP2 keeps parameters whole only from forward to backward (reshard_after_forward="
+              "False); post-backward reshards them (reshard_after_backward defaults to True) and Adam updates "
+              "the shards, so at the step a rank holds 4Ψ/N of parameters, not ZeRO-2's 4Ψ.")
+    print("sharded/fsdp/hsdp by name shard the whole model as one unit: each step all-gathers every parameter "
+          "and reduce-scatters every gradient at once, transient full copies that the formulas (persistent "
+          "state) leave out and peak RSS includes; FSDPStrategy(wrap=[...]) bounds them to one unit.")
     print("peak RSS = ru_maxrss of the worker (MiB), which includes torch itself; 'above start' = peak RSS "
           "minus the peak before the model was built.")
 

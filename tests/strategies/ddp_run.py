@@ -204,6 +204,27 @@ def run_sharded(out, strategy, devices=2):
                     "metrics": trainer.callback_metrics, "built_on": getattr(model, "built_on", None)}, out)
 
 
+def run_dcp_save(directory, out):
+    """fsdp on 2 processes: train, write a distributed checkpoint, keep the full weights."""
+    model = Wide()
+    trainer = quiet_trainer(strategy="fsdp", devices=2, max_steps=20)
+    trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH))
+    trainer.save_checkpoint(directory)
+    state = trainer.strategy.module_state_dict(model)
+    if trainer.is_global_zero:
+        torch.save({"state_dict": state}, out)
+
+
+def run_dcp_resume(directory, out, strategy, devices):
+    """Resume the distributed checkpoint under another layout and keep the weights it loaded."""
+    model = Wide()
+    trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=20)
+    trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), ckpt_path=directory)
+    state = trainer.strategy.module_state_dict(model)
+    if trainer.is_global_zero:
+        torch.save({"state_dict": state, "steps": trainer.global_step}, out)
+
+
 def run_single(out):
     model = Net()
     quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
@@ -349,6 +370,10 @@ if __name__ == "__main__":
         run_accumulate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "sharded":
         run_sharded(sys.argv[2], sys.argv[3], *sys.argv[4:])
+    elif mode == "dcp_save":
+        run_dcp_save(sys.argv[2], sys.argv[3])
+    elif mode == "dcp_resume":
+        run_dcp_resume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif mode == "unused":
         run_unused(sys.argv[2] == "find")
     elif mode == "runtime":

@@ -138,6 +138,10 @@ def _exit_status(code: Any) -> int:
 
 
 def _run(args: list[str]) -> int:
+    if args and args[0] == "checkpoint":
+        from trainmesh.cli.checkpoint_command import run_checkpoint_command
+
+        return run_checkpoint_command(args[1:])
     command = args[0] if args and args[0] in _COMMANDS else None
     # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
     class_args = args[1:] if command else []

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from trainmesh.accelerators import device_for
+from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
@@ -78,6 +79,7 @@ class DDPStrategy:
         self._device = torch.device("cpu")
         self._owns_process_group = False
         self._module: nn.Module | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
 
     def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> DDPStrategy:
         """A copy of this strategy for the Runtime's devices and precision."""
@@ -155,9 +157,10 @@ class DDPStrategy:
         return DistributedDataParallel(dispatcher, device_ids=device_ids, **self.options)
 
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
-        if not self.shard_optimizer_state:
-            return list(optimizers)
-        return [shard_optimizer_state(optimizer) for optimizer in optimizers]
+        if self.shard_optimizer_state:
+            optimizers = [shard_optimizer_state(optimizer) for optimizer in optimizers]
+        self._optimizers = list(optimizers)  # templates for loading a distributed checkpoint
+        return list(optimizers)
 
     def process_dataloader(self, loader: Any, *, train: bool) -> Any:
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
@@ -263,13 +266,13 @@ class DDPStrategy:
         return holder[0]
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+    def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:
         return unwrap(module).state_dict()
 
     def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
         unwrap(module).load_state_dict(state, strict=strict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
         if isinstance(optimizer, ZeroRedundancyOptimizer):
             # Every rank sends its shard to rank 0, which holds the whole state for the file.
             optimizer.consolidate_state_dict(to=0)
@@ -285,6 +288,9 @@ class DDPStrategy:
         self.barrier()
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
+        if is_distributed_checkpoint(path):
+            assert self._module is not None, "load a checkpoint after setup_module"
+            return load_distributed(path, self._module, self._optimizers)
         return load_checkpoint_file(path, map_location=self._device)
 
 

@@ -15,6 +15,7 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
+from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, save_distributed
 from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.utilities.collections import apply_to_tensors, first_tensor
@@ -94,6 +95,7 @@ class FSDPStrategy:
         self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
         self._group = DDPStrategy(start_method=start_method)
         self._module: nn.Module | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
 
     def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> FSDPStrategy:
         bound = copy.copy(self)
@@ -157,9 +159,6 @@ class FSDPStrategy:
         self._module = module
         return module
 
-    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
-        return list(optimizers)  # built after sharding, over the local shards
-
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
         return getattr(module, hook)(batch, batch_idx, *extra)
 
@@ -187,33 +186,54 @@ class FSDPStrategy:
         norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
-    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+    def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded))
 
     def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True, strict=strict))
+        # Full tensors (a single-file checkpoint) are sharded on the way in; shards go as they are.
+        full = not any(_is_dtensor(v) for v in state.values())
+        set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=full, strict=strict))
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         assert self._module is not None
         return get_optimizer_state_dict(self._module, optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+                                        options=StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded))
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         assert self._module is not None
-        set_optimizer_state_dict(self._module, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        full = not any(_is_dtensor(v) for entry in state.get("state", {}).values() for v in entry.values())
+        set_optimizer_state_dict(self._module, optimizer, state, options=StateDictOptions(full_state_dict=full))
+
+    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        self._optimizers = list(optimizers)  # built after sharding, over the local shards
+        return list(optimizers)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        if "state_dict" not in checkpoint:
+            self._group.save_checkpoint(checkpoint, path)  # Runtime.save: full state dicts, one file
+            return
+        # Every rank writes its own shards, in parallel: no rank ever holds the whole state.
+        save_distributed(checkpoint, path, rank=self._group.process.global_rank)
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         from trainmesh.checkpoint.io import load_checkpoint_file
 
-        return load_checkpoint_file(path, map_location="cpu")  # full tensors, resharded on load
+        assert self._module is not None, "load a checkpoint after setup_module"
+        if is_distributed_checkpoint(path):
+            return load_distributed(path, self._module, self._optimizers)
+        return load_checkpoint_file(path, map_location="cpu")  # full tensors, sharded on load
+
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor"
 
 
 def materialize(module: nn.Module, device: torch.device) -> None:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
+from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
@@ -38,6 +39,8 @@ class SingleDeviceStrategy:
         self.precision = Precision("32-true", device_type=self._device.type)
         self._process = ProcessInfo()
         self._moves_batches = False
+        self._module: nn.Module | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
 
     def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> SingleDeviceStrategy:
         """A copy of this strategy for the Runtime's device and precision."""
@@ -72,9 +75,11 @@ class SingleDeviceStrategy:
         return contextlib.nullcontext()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        return self.precision.convert_module(module.to(self._device))
+        self._module = self.precision.convert_module(module.to(self._device))
+        return self._module
 
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        self._optimizers = list(optimizers)  # templates for loading a distributed checkpoint
         return list(optimizers)
 
     def process_dataloader(self, loader: Any, *, train: bool) -> Any:
@@ -122,13 +127,13 @@ class SingleDeviceStrategy:
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         return obj
 
-    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+    def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:
         return module.state_dict()
 
     def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
         module.load_state_dict(state, strict=strict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
@@ -138,6 +143,8 @@ class SingleDeviceStrategy:
         atomic_save(checkpoint, path)
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
+        if is_distributed_checkpoint(path):
+            return load_distributed(path, self._module, self._optimizers)
         return load_checkpoint_file(path, map_location=self._device)
 
     def teardown(self, *, failed: bool = False) -> None:

@@ -27,8 +27,9 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
             "epoch_finished": loop.epoch_finished,
             "epoch_start_rng": loop.epoch_start_rng,
         },
-        "state_dict": strategy.module_state_dict(module),
-        "optimizer_states": [strategy.optimizer_state_dict(opt.optimizer) for opt in trainer.optimizers],
+        # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
+        "state_dict": strategy.module_state_dict(module, sharded=True),
+        "optimizer_states": [strategy.optimizer_state_dict(opt.optimizer, sharded=True) for opt in trainer.optimizers],
         "lr_schedulers": [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs],
         "precision": trainer.runtime.precision.state_dict(),
         "rng": capture_rng_state(),

@@ -1,0 +1,84 @@
+"""``trainmesh checkpoint consolidate SRC DST`` and ``trainmesh checkpoint inspect SRC``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def run_checkpoint_command(args: list[str]) -> int:
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="trainmesh checkpoint", description="Work with trainmesh checkpoints.")
+    commands = parser.add_subcommands(dest="action")
+    consolidate = ArgumentParser(description="Write a distributed checkpoint (a directory) as one file that "
+                                             "torch.load reads, with the full weights under 'state_dict'.")
+    consolidate.add_argument("source", type=str, help="the distributed checkpoint directory")
+    consolidate.add_argument("destination", type=str, help="the file to write")
+    inspect = ArgumentParser(description="List what a checkpoint (file or directory) holds.")
+    inspect.add_argument("source", type=str, help="a checkpoint file or directory")
+    commands.add_subcommand("consolidate", consolidate, help="one file from a distributed checkpoint")
+    commands.add_subcommand("inspect", inspect, help="what a checkpoint holds")
+    config = parser.parse_args(args)
+    if config.action == "consolidate":
+        return _consolidate(config.consolidate.source, config.consolidate.destination)
+    return _inspect(config.inspect.source)
+
+
+def _consolidate(source: str, destination: str) -> int:
+    from trainmesh.checkpoint.distributed import consolidate
+
+    if not Path(source).is_dir():
+        raise ValueError(f"{source} is not a distributed checkpoint directory (a single file already is consolidated)")
+    written = consolidate(source, destination)
+    print(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)['state_dict'] holds the full weights")
+    return 0
+
+
+def _inspect(source: str) -> int:
+    import torch
+
+    path = Path(source)
+    if path.is_dir():
+        import torch.distributed.checkpoint as dcp
+
+        from trainmesh.checkpoint.distributed import STATE_FILE, check_complete
+
+        check_complete(path)
+        metadata = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        rest = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+        tensors = {key: tuple(meta.size) for key, meta in metadata.items() if hasattr(meta, "size")}
+        print(f"{path}: distributed checkpoint, {len(list(path.glob('*.distcp')))} shard file(s)")
+    else:
+        from trainmesh.checkpoint.io import load_checkpoint_file
+
+        rest = load_checkpoint_file(path)
+        tensors = {f"model.{k}": tuple(v.shape) for k, v in rest.pop("state_dict", {}).items() if hasattr(v, "shape")}
+        rest.pop("optimizer_states", None)
+        print(f"{path}: single-file checkpoint")
+    _print_summary(rest, tensors)
+    return 0
+
+
+def _print_summary(rest: dict[str, Any], tensors: dict[str, tuple[int, ...]]) -> None:
+    print(f"  trainmesh {rest.get('trainmesh_version', '?')}, epoch {rest.get('epoch')}, global step {rest.get('global_step')}")
+    loop = rest.get("loop", {})
+    if loop:
+        print(f"  loop: {loop.get('batches_done')} batch(es) into the epoch, epoch finished: {loop.get('epoch_finished')}")
+    if rest.get("hyper_parameters"):
+        print(f"  hyperparameters: {rest['hyper_parameters']}")
+    print(f"  callbacks: {sorted(rest.get('callbacks', {}))}")
+    model = {k: v for k, v in tensors.items() if k.startswith("model.")}
+    count = sum(_numel(shape) for shape in model.values())
+    print(f"  model: {len(model)} tensors, {count:,} values")
+    for key, shape in model.items():
+        print(f"    {key[len('model.'):]}: {list(shape)}")
+    others = sorted(k for k in rest if k not in ("loop", "hyper_parameters", "callbacks"))
+    print(f"  other entries: {others}")
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
