@@ -240,9 +240,17 @@ def run_fail():
         print(f"rank {os.environ.get('RANK')} left fit after {time.time() - started:.1f}s", file=sys.stderr)
 
 
-def run_evaluate(out):
-    model = Net()
-    data = DataLoader(dataset(1001), batch_size=16)
+class GatheringNet(Net):
+    """A collective inside validation_step: every rank must run as many steps as the others."""
+
+    def validation_step(self, batch, batch_idx):
+        self.all_gather(torch.tensor([batch[0].shape[0]]))
+        return super().validation_step(batch, batch_idx)
+
+
+def run_evaluate(out, samples=1001):
+    model = GatheringNet()
+    data = DataLoader(dataset(int(samples)), batch_size=16)
     trainer = quiet_trainer(strategy="ddp", devices=2)
     metrics = trainer.validate(model, data, verbose=False)
     predictions = trainer.predict(model, data)
@@ -363,7 +371,7 @@ if __name__ == "__main__":
     elif mode == "fail":
         run_fail()
     elif mode == "evaluate":
-        run_evaluate(sys.argv[2])
+        run_evaluate(*sys.argv[2:])
     elif mode == "metrics":
         run_metrics(sys.argv[2])
     elif mode == "accumulate":

@@ -73,22 +73,23 @@ def test_ddp_matches_one_device_with_the_global_batch(tmp_path):
         torch.testing.assert_close(ddp[name], single[name], rtol=0, atol=1e-6)
 
 
-def test_validate_and_predict_see_every_sample_once_in_order(tmp_path):
+@pytest.mark.parametrize("samples", [1001, 1])  # 1: a rank with no sample at all
+def test_validate_and_predict_see_every_sample_once_in_order(tmp_path, samples):
     out = tmp_path / "evaluate.pt"
-    result = run(str(SCRIPT), "evaluate", str(out))
+    result = run(str(SCRIPT), "evaluate", str(out), str(samples))
     assert result.returncode == 0, result.stderr[-3000:]
     distributed = torch.load(out)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers' thread count: same kernels, same rounding
     try:
-        model, data = Net(), DataLoader(dataset(1001), batch_size=16)
+        model, data = Net(), DataLoader(dataset(samples), batch_size=16)
         trainer = quiet_trainer()
         expected_metrics = trainer.validate(model, data, verbose=False)
         expected_predictions = torch.cat(trainer.predict(model, data))
     finally:
         torch.set_num_threads(threads)
     assert distributed["metrics"] == expected_metrics
-    assert distributed["predictions"].shape == (1001, 4)
+    assert distributed["predictions"].shape == (samples, 4)
     assert torch.equal(distributed["predictions"], expected_predictions)
 
 

@@ -98,3 +98,85 @@ def test_fsdp_builds_configure_model_on_the_meta_device_and_trains(tmp_path):
     weights = saved["state_dict"]
     assert all(torch.isfinite(t).all() and t.abs().sum() > 0 for t in weights.values())
     assert saved["metrics"]["train_loss_epoch"] < 1.45  # it learned (chance level is ln 4 = 1.386 at start)
+
+
+@pytest.fixture(scope="module")
+def fsdp_checkpoint(tmp_path_factory):
+    """fsdp on 2 processes: a distributed checkpoint and the full weights it was taken from."""
+    root = tmp_path_factory.mktemp("dcp")
+    directory, weights = root / "fsdp.ckpt", root / "weights.pt"
+    result = run(str(SCRIPT), "dcp_save", str(directory), str(weights), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory, torch.load(weights)["state_dict"]
+
+
+@pytest.mark.parametrize(("strategy", "devices"), [("single", 1), ("ddp", 2), ("fsdp", 4)])
+def test_a_distributed_checkpoint_reshards_onto_another_layout(tmp_path, fsdp_checkpoint, strategy, devices):
+    directory, trained = fsdp_checkpoint
+    assert (directory / ".metadata").exists() and len(list(directory.glob("*.distcp"))) == 2  # one per rank
+    out = tmp_path / "resumed.pt"
+    result = run(str(SCRIPT), "dcp_resume", str(directory), str(out), strategy, str(devices), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = torch.load(out)
+    assert resumed["steps"] == 20
+    for name, tensor in trained.items():
+        assert torch.equal(resumed["state_dict"][name], tensor), name
+
+
+def test_consolidate_and_inspect(tmp_path, fsdp_checkpoint, capsys):
+    from trainmesh.cli.main import main
+
+    directory, trained = fsdp_checkpoint
+    target = tmp_path / "whole.ckpt"
+    assert main(["checkpoint", "consolidate", str(directory), str(target)]) == 0
+    whole = torch.load(target, weights_only=False)
+    for name, tensor in trained.items():
+        assert torch.equal(whole["state_dict"][name], tensor), name
+    assert whole["global_step"] == 20 and len(whole["optimizer_states"]) == 1
+    assert main(["checkpoint", "inspect", str(directory)]) == 0
+    shown = capsys.readouterr().out
+    assert "distributed checkpoint, 2 shard file(s)" in shown and "global step 20" in shown
+    assert "blocks.0.0.weight: [64, 64]" in shown
+
+
+def test_an_incomplete_distributed_checkpoint_is_refused(tmp_path, fsdp_checkpoint):
+    import shutil
+
+    from trainmesh.checkpoint.distributed import load_distributed
+
+    broken = tmp_path / "broken.ckpt"
+    shutil.copytree(fsdp_checkpoint[0], broken)
+    (broken / ".metadata").unlink()
+    with pytest.raises(ValueError, match=r"not a complete distributed checkpoint: \.metadata missing"):
+        load_distributed(broken, nn.Linear(2, 2), [])
+
+
+def test_a_distributed_checkpoint_for_another_model_names_the_difference(fsdp_checkpoint):
+    from trainmesh.checkpoint.distributed import load_distributed
+
+    other = nn.Sequential()
+    other.add_module("head", nn.Linear(32, 4))
+    with pytest.raises(ValueError, match=r"head\.weight: checkpoint \(4, 64\) vs model \(4, 32\)"):
+        load_distributed(fsdp_checkpoint[0], other, [])
+
+
+def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path, monkeypatch):
+    import torch.distributed.checkpoint as dcp
+
+    from trainmesh.checkpoint.distributed import load_distributed, save_distributed
+
+    target = tmp_path / "last.ckpt"
+    model = nn.Linear(3, 3)
+    save_distributed({"state_dict": model.state_dict(), "epoch": 1}, target, rank=0)
+
+    def torn(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(dcp, "save", torn)
+    with pytest.raises(OSError, match="disk full"):
+        save_distributed({"state_dict": nn.Linear(3, 3).state_dict(), "epoch": 2}, target, rank=0)
+    monkeypatch.undo()
+    fresh = nn.Linear(3, 3)
+    loaded = load_distributed(target, fresh, [])
+    assert loaded["epoch"] == 1 and torch.equal(loaded["state_dict"]["weight"], model.weight)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no half-written directory left

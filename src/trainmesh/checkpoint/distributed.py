@@ -40,10 +40,15 @@ def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *
     target = Path(path)
     staging = _shared_staging_dir(target, rank)
     tensors = {"model": checkpoint["state_dict"], "optimizers": dict(enumerate(checkpoint.get("optimizer_states", [])))}
-    dcp.save(tensors, checkpoint_id=str(staging), no_dist=not _distributed())
-    if rank == 0:
-        atomic_save({k: v for k, v in checkpoint.items() if k not in TENSOR_KEYS}, staging / STATE_FILE)
-        _replace_directory(staging, target)
+    try:
+        dcp.save(tensors, checkpoint_id=str(staging), no_dist=not _distributed())
+        if rank == 0:
+            atomic_save({k: v for k, v in checkpoint.items() if k not in TENSOR_KEYS}, staging / STATE_FILE)
+            _replace_directory(staging, target)
+    except BaseException:
+        # The previous checkpoint at `path` was never touched; drop the half-written one.
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     _barrier()
 
 

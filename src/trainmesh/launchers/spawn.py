@@ -47,11 +47,18 @@ class SpawnLauncher:
             payload = pickle.dumps(payload)
         template = ProcessInfo(world_size=self.devices, local_world_size=self.devices,
                                master_port=find_free_port(), reports_to_parent=True)
-        context = mp.get_context(self.start_method)
-        results = context.SimpleQueue()
-        mp.start_processes(_worker, args=(payload, template, results), nprocs=self.devices,
-                           join=True, start_method=self.start_method)
-        return pickle.loads(results.get()) if not results.empty() else None
+        results = mp.get_context(self.start_method).SimpleQueue()
+        workers = mp.start_processes(_worker, args=(payload, template, results), nprocs=self.devices,
+                                     join=False, start_method=self.start_method)
+        # Read rank 0's result while waiting: a result larger than the pipe's buffer would
+        # otherwise block rank 0 in put() while this process blocks in join().
+        received = None
+        while not workers.join(timeout=0.05):  # raises, and stops every worker, if one fails
+            while not results.empty():
+                received = results.get()
+        while not results.empty():
+            received = results.get()
+        return pickle.loads(received) if received is not None else None
 
 
 def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) -> None:

@@ -31,6 +31,8 @@ from trainmesh.utilities.distributed_samplers import (
     ContiguousBatchShard,
     ContiguousShardSampler,
     DistributedSamplerWrapper,
+    EqualLengthLoader,
+    is_padding,
 )
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -169,7 +171,10 @@ class DDPStrategy:
             return loader
         world, rank = self._process.world_size, self._process.global_rank
         if not train:
-            return _shard_for_evaluation(loader, world, rank)
+            sharded = _shard_for_evaluation(loader, world, rank)
+            if sharded.batch_sampler is None:
+                return sharded  # unbatched loaders have no empty batch to pad with
+            return EqualLengthLoader(sharded, lambda n: int(self.reduce(torch.tensor(n, device=self._device), "max")))
         if len(loader.dataset) < world:
             raise ValueError(
                 f"the training set has {len(loader.dataset)} sample(s) but there are {world} processes; "
@@ -253,17 +258,28 @@ class DDPStrategy:
     def collect_predictions(self, outputs: list[Any]) -> list[Any]:
         """Every rank's predictions, in rank order: the dataset's order, as shards are contiguous."""
         gathered: list[Any] = [None] * self._process.world_size
-        cpu_outputs = apply_to_tensors(outputs, lambda t: t.cpu())
+        cpu_outputs = apply_to_tensors([o for o in outputs if not is_padding(o)], lambda t: t.cpu())
         dist.all_gather_object(gathered, cpu_outputs)
         return [batch for part in gathered for batch in part]
 
     def barrier(self, name: str | None = None) -> None:
-        dist.barrier()
+        if dist.is_initialized():  # e.g. the parent of ddp_spawn workers, after they ended
+            dist.barrier()
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
         holder = [obj]
         dist.broadcast_object_list(holder, src=src)
         return holder[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """``obj`` from every rank, in rank order (small Python objects: RNG states, flags)."""
+        if not dist.is_initialized():
+            return [obj]
+        gathered: list[Any] = [None] * self._process.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
 
     # ---- checkpoints --------------------------------------------------------------------------
     def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:

@@ -17,12 +17,9 @@ from torch import nn
 
 from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, save_distributed
 from trainmesh.precision import Precision
-from trainmesh.strategies.ddp import DDPStrategy
-from trainmesh.utilities.collections import apply_to_tensors, first_tensor
+from trainmesh.strategies.ddp import DDPStrategy, unwrap
+from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
 from trainmesh.utilities.rank_zero import rank_zero_warn
-
-_STEP_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
-
 
 def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, min_num_params: int | None) -> list[nn.Module]:
     """The submodules that become their own shard units, innermost first (as fully_shard needs)."""
@@ -45,8 +42,14 @@ def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, mi
 
 def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
                mp_policy: Any, offload_policy: Any) -> nn.Module:
-    """fully_shard each unit, then the root (which holds whatever no unit took)."""
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+    """fully_shard each unit, then a root around the module (which holds what no unit took).
+
+    The root is a ``StepDispatcher``: the loop calls ``training_step`` through its forward, so
+    FSDP's root hooks run once around the whole step, and the module's own ``forward`` (which
+    ``training_step`` calls) adds no second post-forward that would reshard what
+    ``reshard_after_forward=False`` means to keep whole until backward.
+    """
+    from torch.distributed.fsdp import fully_shard
 
     options: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
     if mp_policy is not None:
@@ -55,12 +58,7 @@ def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_
         options["offload_policy"] = offload_policy
     for unit in units:
         fully_shard(unit, **options)
-    fully_shard(module, **options)
-    # The loop calls training_step, not forward: make the root's (un)shard hooks run around it.
-    for hook in _STEP_HOOKS:
-        if hasattr(module, hook):
-            register_fsdp_forward_method(module, hook)
-    return module
+    return fully_shard(StepDispatcher(module), **options)
 
 
 def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.Module]]) -> None:
@@ -152,31 +150,18 @@ class FSDPStrategy:
         on_meta = any(p.is_meta for p in module.parameters())
         if not on_meta:
             module.to(device)
-        apply_fsdp(module, self._mesh(), units, reshard_after_forward=self.reshard_after_forward,
-                   mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)
+        root = apply_fsdp(module, self._mesh(), units, reshard_after_forward=self.reshard_after_forward,
+                          mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)
         if on_meta:
             materialize(module, torch.device("cpu") if offload else device)
         self._module = module
-        return module
+        return root
 
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
-        return getattr(module, hook)(batch, batch_idx, *extra)
+        return module(StepCall(hook), batch, batch_idx, *extra)  # through the root's FSDP hooks
 
     def reduce_step_output(self, output: Any) -> Any:
         return output
-
-    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
-        sharded = self._group.process_dataloader(loader, train=train)
-        if train:
-            return sharded
-        # Every forward is a collective under fsdp: ranks must run as many evaluation batches
-        # as each other, so the shorter shards end with an empty batch (its logs weigh 0).
-        return EqualLengthLoader(sharded, self._group)
-
-    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
-        # Drop the outputs of the empty batches that padded the shorter evaluation shards.
-        real = [o for o in outputs if (t := first_tensor(o)) is None or t.dim() == 0 or t.shape[0] > 0]
-        return self._group.collect_predictions(real)
 
     def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
         return _gradient_sync_off(module)
@@ -189,14 +174,15 @@ class FSDPStrategy:
     def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded))
+        return get_model_state_dict(unwrap(module), options=StateDictOptions(full_state_dict=not sharded,
+                                                                              cpu_offload=not sharded))
 
     def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         # Full tensors (a single-file checkpoint) are sharded on the way in; shards go as they are.
         full = not any(_is_dtensor(v) for v in state.values())
-        set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=full, strict=strict))
+        set_model_state_dict(unwrap(module), state, options=StateDictOptions(full_state_dict=full, strict=strict))
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
@@ -263,29 +249,3 @@ def _gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
                 m.set_requires_gradient_sync(True, recurse=False)
 
     return context()
-
-
-class EqualLengthLoader:
-    """Iterates a rank's evaluation shard, then empty batches up to the longest shard's length."""
-
-    def __init__(self, loader: Any, group: DDPStrategy) -> None:
-        self.loader, self._group = loader, group
-        self._longest: int | None = None
-
-    def __len__(self) -> int:
-        if self._longest is None:
-            local = torch.tensor(len(self.loader), device=self._group.root_device)
-            self._longest = int(self._group.reduce(local, "max"))
-        return self._longest
-
-    def __iter__(self) -> Any:
-        longest, last, count = len(self), None, 0
-        for batch in self.loader:
-            last, count = batch, count + 1
-            yield batch
-        for _ in range(longest - count):
-            assert last is not None, "an evaluation shard with no batch at all cannot be padded"
-            yield apply_to_tensors(last, lambda t: t[:0])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)

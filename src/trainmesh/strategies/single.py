@@ -121,6 +121,9 @@ class SingleDeviceStrategy:
     def collect_predictions(self, outputs: list[Any]) -> list[Any]:
         return outputs
 
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
     def barrier(self, name: str | None = None) -> None:
         return None
 

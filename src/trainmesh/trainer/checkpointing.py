@@ -64,7 +64,8 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
     strategy, module = trainer.strategy, trainer.module
     if "state_dict" not in checkpoint:
         raise ValueError(f"this file is not a trainmesh checkpoint (no 'state_dict'; keys: {sorted(checkpoint)})")
-    check_state_dict_fits(strategy.module_state_dict(module), checkpoint["state_dict"], source=source)
+    # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
+    check_state_dict_fits(strategy.module_state_dict(module, sharded=True), checkpoint["state_dict"], source=source)
     strategy.load_module_state_dict(module, checkpoint["state_dict"])
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.utilities.distributed_samplers import is_padding
 
 _STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
               "sanity_check": "validation_step"}
@@ -131,7 +132,7 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
                 output = getattr(trainer.module, step_end)(output)
         if stage == "predict":
             predictions.append(output)
-        elif outputs is not None:
+        elif outputs is not None and not is_padding(output):
             outputs.append(output)
         hooks.call(batch_end, output, batch, batch_idx)
     if outputs is not None:

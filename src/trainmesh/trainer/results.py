@@ -109,14 +109,20 @@ class MetricSink:
                 if self._batch_size is None:
                     self._batch_size = infer_batch_size(self._batch)
                 batch_size = self._batch_size
+            if entry.total is None:
+                entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)
             if batch_size == 0:
                 return  # a padding batch (equal-length evaluation shards) carries no data
             weight = batch_size if entry.reduce_fx == "mean" else 1
-            if entry.total is None:
-                entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)
             entry.total.add_(tensor, alpha=weight)
             entry.weight += weight
         else:
+            if batch_size == 0 or (batch_size is None and infer_batch_size(self._batch) == 0):
+                # A padding batch: the identity of max/min, so every rank still takes part.
+                if entry.total is None:
+                    entry.total = torch.tensor(float("-inf") if entry.reduce_fx == "max" else float("inf"),
+                                               dtype=torch.float64, device=tensor.device)
+                return
             value = tensor.to(torch.float64)
             if entry.total is None:
                 entry.total = value.clone()

@@ -251,8 +251,7 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         checkpoint = build_checkpoint(self)
-        self.strategy.save_checkpoint(checkpoint, str(path))
-        self.strategy.barrier("save_checkpoint")
+        self.strategy.save_checkpoint(checkpoint, str(path))  # the strategy waits for every rank
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,

@@ -7,10 +7,12 @@ once and rank 0's shard, then rank 1's, ... is the dataset in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 from torch.utils.data import Sampler
+
+from trainmesh.utilities.collections import apply_to_tensors, first_tensor
 
 
 def shard_bounds(num_samples: int, num_replicas: int, rank: int) -> tuple[int, int]:
@@ -84,3 +86,46 @@ class DistributedSamplerWrapper(Sampler[int]):
 
     def __len__(self) -> int:
         return -(-len(self.sampler) // self.num_replicas)  # type: ignore[arg-type]
+
+
+class EqualLengthLoader:
+    """A rank's evaluation shard, then empty batches up to the longest shard's batch count.
+
+    Contiguous shards differ by a batch; ranks that run collectives per step (fsdp's
+    all-gathers, a ``self.all_gather`` or ``sync_dist`` in ``validation_step``) must run as many
+    steps as each other. An empty batch (every tensor sliced to 0 rows) carries no data: its
+    logged values weigh 0 and its predictions are dropped.
+    """
+
+    def __init__(self, loader: Any, longest_of: Callable[[int], int]) -> None:
+        self.loader, self._longest_of = loader, longest_of
+        self._longest: int | None = None
+
+    def __len__(self) -> int:
+        if self._longest is None:
+            self._longest = self._longest_of(len(self.loader))  # a collective: every rank asks
+        return self._longest
+
+    def __iter__(self) -> Iterator[Any]:
+        longest, last, count = len(self), None, 0
+        for batch in self.loader:
+            last, count = batch, count + 1
+            yield batch
+        if count < longest:
+            template = last if last is not None else self._one_sample_batch()
+            empty = apply_to_tensors(template, lambda t: t[:0])
+            for _ in range(longest - count):
+                yield empty
+
+    def _one_sample_batch(self) -> Any:
+        # This rank's shard is empty: make the padding's structure from the dataset's first sample.
+        return self.loader.collate_fn([self.loader.dataset[0]])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+def is_padding(output: Any) -> bool:
+    """Whether ``output`` came from an :class:`EqualLengthLoader` padding batch."""
+    tensor = first_tensor(output)
+    return tensor is not None and tensor.dim() > 0 and tensor.shape[0] == 0
