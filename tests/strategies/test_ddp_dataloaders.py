@@ -19,6 +19,8 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.utilities.distributed_samplers import (
+    EqualLengthLoader,
+    is_padding,
     ContiguousBatchShard,
     ContiguousShardSampler,
     DistributedSamplerWrapper,
@@ -161,7 +163,9 @@ def test_other_dataloader_options_are_kept():
 @pytest.mark.parametrize("world", [2, 3])
 def test_evaluation_loaders_get_contiguous_unpadded_shards(world):
     loader = DataLoader(indices(1001), batch_size=16)
-    shards = [strategy_for(rank, world).process_dataloader(loader, train=False) for rank in range(world)]
+    padded = [strategy_for(rank, world).process_dataloader(loader, train=False) for rank in range(world)]
+    assert all(isinstance(p, EqualLengthLoader) for p in padded)  # equal step counts (see below)
+    shards = [p.loader for p in padded]
     for sharded in shards:
         assert type(sharded.batch_sampler) is ContiguousBatchShard
     batches = [[b[0].tolist() for b in sharded] for sharded in shards]
@@ -215,3 +219,13 @@ def test_random_sampler_with_replacement_keeps_its_own_draws():
     sharded = strategy_for(0).process_dataloader(loader, train=True)
     assert isinstance(sharded.sampler, DistributedSamplerWrapper)
     assert len(sharded.sampler) == 4  # half of the 8 draws, not half of the dataset
+
+
+def test_equal_length_loader_pads_shorter_shards_with_empty_batches():
+    loader = DataLoader(indices(5), batch_size=2)  # batches of 2, 2, 1
+    padded = EqualLengthLoader(loader, longest_of=lambda own: 5)
+    batches = list(padded)
+    assert len(padded) == 5 and [b[0].shape[0] for b in batches] == [2, 2, 1, 0, 0]
+    assert [is_padding(b) for b in batches] == [False, False, False, True, True]
+    empty_shard = DataLoader(indices(3), batch_size=2, sampler=[])  # a rank that got no sample
+    assert [b[0].shape[0] for b in EqualLengthLoader(empty_shard, longest_of=lambda own: 2)] == [0, 0]

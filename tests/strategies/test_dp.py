@@ -189,3 +189,21 @@ def test_step_outputs_are_not_kept_without_an_epoch_end_hook():
 
     trainer.callbacks.append(Watch())
     trainer.fit(Net(), DataLoader(dataset(64), batch_size=16))
+
+
+def test_dp_logs_inside_step_are_weighted_by_each_chunk():
+    class LogsInStep(Net):
+        def training_step(self, batch, batch_idx):
+            self.log("n", float(batch[0].shape[0]))  # 8 and 8 -> the step value is the batch's mean
+            return super().training_step(batch, batch_idx)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_x", x[:, 0].mean())
+
+    data = dataset(20)
+    model = LogsInStep()
+    trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="dp", max_steps=1, num_sanity_val_steps=0)
+    trainer.fit(model, DataLoader(dataset(64), batch_size=16), DataLoader(data, batch_size=3))  # chunks 2 + 1
+    assert trainer.callback_metrics["n"] == 8.0
+    assert trainer.callback_metrics["val_x"] == pytest.approx(float(data.tensors[0][:, 0].double().mean()), abs=1e-6)

@@ -49,11 +49,13 @@ def main() -> None:
     if mode == "stop":
         callbacks.append(DieAfter(sys.argv[3], int(sys.argv[4]), len(train)))
     trainer = quiet_trainer(max_epochs=int(os.environ.get("EPOCHS", "3")), callbacks=callbacks,
+                            strategy=os.environ.get("STRATEGY", "auto"), devices=int(os.environ.get("DEVICES", "1")),
                             accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
                             val_check_interval=0.5)
     trainer.fit(model, train, val, ckpt_path=sys.argv[3] if mode == "resume" else None)
-    torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
-                "global_step": trainer.global_step}, out)
+    if trainer.is_global_zero:
+        torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
+                    "global_step": trainer.global_step}, out)
 
 
 if __name__ == "__main__":

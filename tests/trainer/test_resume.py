@@ -24,6 +24,8 @@ def _run(*args: str, env: dict[str, str], expect: int = 0) -> None:
         pytest.param(12, {}, id="epoch-end"),  # 96 samples / 8 = 12 batches per epoch
         pytest.param(20, {"ACCUMULATE": "3", "SCHED": "epoch"}, id="mid-accumulation"),
         pytest.param(7, {"WORKERS": "2"}, id="loader-workers"),
+        # 2 ranks x 6 batches an epoch: batch 17 is mid-epoch; epoch means must not double count.
+        pytest.param(17, {"STRATEGY": "ddp", "DEVICES": "2", "OMP_NUM_THREADS": "1"}, id="ddp-mid-epoch"),
     ],
 )
 def test_stop_and_resume_is_bit_identical(tmp_path, stop_batch, env):

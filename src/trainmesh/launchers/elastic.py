@@ -84,8 +84,14 @@ def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
         max_restarts=0,  # a failure ends the run; restarting would hide the error
         monitor_interval=0.1,
     )
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     try:
         elastic_launch(config, entrypoint=sys.executable)(*command)
+    except SignalException as signal_:
+        # Ctrl-C (or the scheduler's SIGTERM): the agent has already stopped every worker.
+        print(f"\ntrainmesh: stopped by {signal_.sigval.name}; every worker was stopped.", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except ChildFailedError as failure:
         rank, error = failure.get_first_failure()
         print(

@@ -26,6 +26,15 @@ class Logger:
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def agree_on_version(self, broadcast: Any) -> None:
+        """Make every process use rank 0's version (its folder), via ``broadcast(obj)``.
+
+        Each process would otherwise pick the next free version on its own, and a later one
+        could see rank 0's new folder and pick another.
+        """
+        if hasattr(self, "_version"):
+            self._version = broadcast(self.version)
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
 

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.utilities.chunk_context import running_chunk
+
 
 def split_batch(batch: Any, chunks: int) -> list[Any]:
     """``batch`` cut along dim 0 into at most ``chunks`` pieces, as DataParallel scatters.
@@ -80,7 +82,7 @@ def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, 
     chunks = split_batch(batch, len(devices))
     if devices[0].type != "cuda" or len(chunks) == 1:
         # CPU: the same arithmetic, one chunk after another, on the module itself.
-        return gather_outputs([getattr(module, hook)(chunk, *args) for chunk in chunks])
+        return gather_outputs([run_on_chunk(module, hook, chunk, args) for chunk in chunks])
     from torch.nn.parallel import parallel_apply, replicate
 
     from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
@@ -88,9 +90,16 @@ def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, 
 
     used = list(devices[: len(chunks)])
     # As DataParallel: fresh replicas every step, so state a step changes on one is lost.
-    replicas = replicate(StepDispatcher(module), used)
+    dispatcher = StepDispatcher(module)
+    dispatcher.is_replica = True
+    replicas = replicate(dispatcher, used)
     inputs = [(StepCall(hook), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)]
     return gather_outputs(parallel_apply(replicas, inputs, devices=used), used[0])
+
+
+def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...]) -> Any:
+    with running_chunk(chunk):  # so that self.log weighs values by this chunk's size
+        return getattr(module, hook)(chunk, *args)
 
 
 def mean_loss(output: Any) -> Any:

@@ -34,6 +34,7 @@ class StepDispatcher(nn.Module):
         super().__init__()
         self.module = module
         self.chunk_devices = list(chunk_devices) if chunk_devices else None
+        self.is_replica = False
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args and isinstance(args[0], StepCall):
@@ -42,5 +43,11 @@ class StepDispatcher(nn.Module):
                 from trainmesh.strategies.data_parallel_ops import run_chunked_step
 
                 return run_chunked_step(self.module, hook, args[1], args[2:], self.chunk_devices)
+            if self.is_replica:
+                # dp on GPUs: this replica's thread runs one chunk; let self.log know its size.
+                from trainmesh.utilities.chunk_context import running_chunk
+
+                with running_chunk(args[1]):
+                    return getattr(self.module, hook)(*args[1:], **kwargs)
             return getattr(self.module, hook)(*args[1:], **kwargs)
         return self.module(*args, **kwargs)

@@ -9,6 +9,8 @@ import torch
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.seed import capture_rng_state
+from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 CHECKPOINT_FORMAT = 1
 
@@ -32,17 +34,19 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
         "optimizer_states": [strategy.optimizer_state_dict(opt.optimizer, sharded=True) for opt in trainer.optimizers],
         "lr_schedulers": [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs],
         "precision": trainer.runtime.precision.state_dict(),
-        "rng": capture_rng_state(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(getattr(module, "hparams", {})),
-        "train_results": trainer.train_results.state_dict() if trainer.train_results is not None else {},
+        # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
+        "train_results": _reduced_results(trainer),
         "epoch_metrics": dict(trainer.epoch_metrics),
+        # What differs between processes, one entry per rank (a collective: every rank saves).
+        "per_rank": strategy.all_gather_object({
+            "rng": capture_rng_state(),
+            "pending_gradients": _pending_gradients(trainer),
+            "epoch_outputs": apply_to_tensors(loop.epoch_outputs, lambda t: t.cpu()),
+        }),
     }
-    if loop.epoch_outputs:
-        checkpoint["epoch_outputs"] = loop.epoch_outputs  # training_epoch_end gets the whole epoch
-    pending = _pending_gradients(trainer)
-    if pending is not None:
-        checkpoint["pending_gradients"] = pending
+    checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     if trainer.datamodule is not None and hasattr(trainer.datamodule, "state_dict"):
         checkpoint["datamodule"] = trainer.datamodule.state_dict()
     if hasattr(module, "on_save_checkpoint"):
@@ -56,7 +60,25 @@ def _pending_gradients(trainer: Any) -> list[torch.Tensor | None] | None:
     """Gradients accumulated over micro-batches that no optimizer step has used yet."""
     if trainer.accumulate_grad_batches == 1 or trainer.loop.batches_done % trainer.accumulate_grad_batches == 0:
         return None
-    return [None if p.grad is None else p.grad.detach().clone() for p in trainer.module.parameters()]
+    params = list(trainer.module.parameters())
+    if any(type(p).__name__ == "DTensor" for p in params):
+        return None  # sharded gradients: a resume restarts the accumulation window (see notes)
+    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
+
+
+def _reduced_results(trainer: Any) -> dict[str, Any]:
+    if trainer.train_results is None:
+        return {}
+    state = trainer.train_results.state_dict()
+    reduce = trainer.strategy.reduce
+    for name in sorted(state):  # the same order on every rank: these are collectives
+        entry = state[name]
+        op = entry["options"][4] if entry["options"][4] in ("max", "min") else "sum"
+        if entry["total"] is not None:
+            entry["total"] = reduce(entry["total"], op).cpu()
+        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.strategy.root_device)
+        entry["weight"] = float(reduce(weight, "sum"))
+    return state
 
 
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str, weights_only: bool) -> dict[str, Any] | None:
@@ -96,11 +118,37 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
     trainer.loop.epoch_finished = loop_state["epoch_finished"]
     trainer.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     trainer.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
-    trainer.loop.epoch_outputs = list(checkpoint.get("epoch_outputs", []))
-    trainer.sink.results.load_state_dict(checkpoint.get("train_results", {}))
-    for param, grad in zip(module.parameters(), checkpoint.get("pending_gradients", [])):
+    own = _own_entry(trainer, checkpoint)
+    trainer.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
+    trainer.sink.results.load_state_dict(_results_for_this_rank(checkpoint.get("train_results", {}), trainer.global_rank))
+    for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
-    return checkpoint["rng"]
+    return own.get("rng", checkpoint["rng"])
+
+
+def _own_entry(trainer: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """This rank's saved RNG, pending gradients and outputs; rank 0's RNG on another layout."""
+    per_rank = checkpoint.get("per_rank", [])
+    if len(per_rank) == trainer.world_size:
+        return per_rank[trainer.global_rank]
+    if per_rank and (per_rank[0].get("pending_gradients") or per_rank[0].get("epoch_outputs")):
+        rank_zero_warn(
+            f"the checkpoint was written by {len(per_rank)} process(es) and is resumed on {trainer.world_size}: "
+            "gradients of an unfinished accumulation window and kept training_epoch_end outputs are dropped"
+        )
+    return {"rng": checkpoint["rng"]}
+
+
+def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
+    if rank == 0:
+        return state
+    neutral = {}
+    for name, entry in state.items():
+        op = entry["options"][4]
+        fill = float("-inf") if op == "max" else float("inf") if op == "min" else 0.0
+        total = None if entry["total"] is None else torch.full_like(entry["total"], fill)
+        neutral[name] = {**entry, "total": total, "weight": 0.0}
+    return neutral
 
 
 def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str]) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.chunk_context import current_chunk
 from trainmesh.utilities.collections import infer_batch_size
 
 Reducer = Callable[[torch.Tensor, str], torch.Tensor]
@@ -68,6 +69,7 @@ class MetricSink:
         self.hook = "training_step"
         self._batch: Any = None
         self._batch_size: int | None = None
+        self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
 
     def start_stage(self, results: StageResults | None = None) -> None:
         self.results = results if results is not None else StageResults()
@@ -76,6 +78,7 @@ class MetricSink:
         self.hook = hook
         self._batch = batch
         self._batch_size = None
+        self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
 
     def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
@@ -98,10 +101,24 @@ class MetricSink:
                 self.results.step_values[name] = cached.detach()
             return
         tensor = _as_scalar_tensor(name, value)
+        chunk = current_chunk()
+        if chunk is not None and batch_size is None:
+            batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
         if entry.on_step:
-            self.results.step_values[name] = self._reduce(tensor, "mean") if entry.sync_dist else tensor
+            if chunk is not None:
+                tensor_for_step = self._mean_over_chunks(name, tensor, batch_size or 0)
+            else:
+                tensor_for_step = tensor
+            self.results.step_values[name] = self._reduce(tensor_for_step, "mean") if entry.sync_dist else tensor_for_step
         if entry.on_epoch:
             self._accumulate(entry, tensor, batch_size)
+
+    def _mean_over_chunks(self, name: str, tensor: torch.Tensor, size: int) -> torch.Tensor:
+        """The step value of a split batch: the chunks' values weighted by their sizes."""
+        total, count = self._chunk_steps.get(name, (torch.zeros((), dtype=torch.float64, device=tensor.device), 0))
+        total, count = total + tensor.double() * size, count + size
+        self._chunk_steps[name] = (total, count)
+        return (total / max(count, 1)).to(tensor.dtype)
 
     def _accumulate(self, entry: _Entry, tensor: torch.Tensor, batch_size: int | None) -> None:
         if entry.reduce_fx == "mean" or entry.reduce_fx == "sum":
@@ -111,6 +128,8 @@ class MetricSink:
                 batch_size = self._batch_size
             if entry.total is None:
                 entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)
+            elif entry.total.device != tensor.device:  # restored from a checkpoint (kept on CPU)
+                entry.total = entry.total.to(tensor.device)
             if batch_size == 0:
                 return  # a padding batch (equal-length evaluation shards) carries no data
             weight = batch_size if entry.reduce_fx == "mean" else 1

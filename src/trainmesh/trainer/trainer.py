@@ -321,6 +321,9 @@ class Trainer:
         if isinstance(model, Module):
             model.attach(self, self.sink)
         data.prepare(self, stage)
+        if self.world_size > 1:
+            for logger in self.loggers:
+                logger.agree_on_version(self.strategy.broadcast)
         self.hooks = HookDispatcher(self, model, self.callbacks)
         self.hooks.call_module("setup", stage)
         self.hooks.call_callbacks("setup", stage)
