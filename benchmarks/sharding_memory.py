@@ -159,9 +159,9 @@ def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespa
         print("sharded: FSDP2 keeps parameters whole only from forward to backward (reshard_after_forward="
               "False); post-backward reshards them (reshard_after_backward defaults to True) and Adam updates "
               "the shards, so at the step a rank holds 4Ψ/N of parameters, not ZeRO-2's 4Ψ.")
-    print("sharded/fsdp/hsdp by name shard the whole model as one unit: each step all-gathers every parameter "
-          "and reduce-scatters every gradient at once, transient full copies that the formulas (persistent "
-          "state) leave out and peak RSS includes; FSDPStrategy(wrap=[...]) bounds them to one unit.")
+    print("peak RSS includes what the formulas (persistent state) leave out: each block's parameters gathered "
+          "while it runs, gradients before their reduce-scatter, and here the whole model built on every rank "
+          "before sharding (build it in configure_model to start on the meta device).")
     print("peak RSS = ru_maxrss of the worker (MiB), which includes torch itself; 'above start' = peak RSS "
           "minus the peak before the model was built.")
 

@@ -204,10 +204,10 @@ def run_sharded(out, strategy, devices=2):
                     "metrics": trainer.callback_metrics, "built_on": getattr(model, "built_on", None)}, out)
 
 
-def run_dcp_save(directory, out):
-    """fsdp on 2 processes: train, write a distributed checkpoint, keep the full weights."""
+def run_dcp_save(directory, out, strategy="fsdp"):
+    """Train on 2 processes, write a checkpoint (fsdp: a distributed one), keep the full weights."""
     model = Wide()
-    trainer = quiet_trainer(strategy="fsdp", devices=2, max_steps=20)
+    trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=20)
     trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH))
     trainer.save_checkpoint(directory)
     state = trainer.strategy.module_state_dict(model)
@@ -223,6 +223,14 @@ def run_dcp_resume(directory, out, strategy, devices):
     state = trainer.strategy.module_state_dict(model)
     if trainer.is_global_zero:
         torch.save({"state_dict": state, "steps": trainer.global_step}, out)
+
+
+def run_sharded_predict(out, strategy):
+    model = Wide()
+    trainer = quiet_trainer(strategy=strategy, devices=2 if strategy != "single" else 1)
+    predictions = trainer.predict(model, DataLoader(wide_dataset(101), batch_size=16))
+    if trainer.is_global_zero:
+        torch.save(torch.cat(predictions), out)
 
 
 def run_single(out):
@@ -379,9 +387,11 @@ if __name__ == "__main__":
     elif mode == "sharded":
         run_sharded(sys.argv[2], sys.argv[3], *sys.argv[4:])
     elif mode == "dcp_save":
-        run_dcp_save(sys.argv[2], sys.argv[3])
+        run_dcp_save(*sys.argv[2:])
     elif mode == "dcp_resume":
         run_dcp_resume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    elif mode == "predict":
+        run_sharded_predict(sys.argv[2], sys.argv[3])
     elif mode == "unused":
         run_unused(sys.argv[2] == "find")
     elif mode == "runtime":

@@ -37,7 +37,14 @@ def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, mi
             return sum(p.numel() for p in m.parameters())
         return [m for m in list(module.modules())[::-1] if m is not module and own_size(m) >= min_num_params
                 and not any(own_size(c) >= min_num_params for c in m.children())]
-    return []
+    # By default each block is a unit, as torchtitan shards each transformer block: the top
+    # level's children, and the members of top-level containers (Sequential, ModuleList).
+    # One unit for the whole model would gather every parameter at once.
+    units: list[nn.Module] = []
+    for child in module.children():
+        members = list(child.children()) if isinstance(child, (nn.Sequential, nn.ModuleList, nn.ModuleDict)) else [child]
+        units += [m for m in members if any(True for _ in m.parameters())]
+    return units
 
 
 def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
@@ -72,7 +79,7 @@ class FSDPStrategy:
     """``Trainer(strategy=FSDPStrategy(wrap=[Block], cpu_offload=True))``.
 
     ``wrap`` (module classes) or ``min_num_params`` choose the shard units; without either,
-    the whole model is one unit, or use the units a ``configure_model`` already sharded.
+    each block is one (the model's children, and the members of its top-level containers).
     ``reshard_after_forward=False`` keeps parameters whole between forward and backward
     (``sharded``, ZeRO-2). ``shard_size`` makes a 2-D mesh: shard within groups of that many
     processes, replicate across groups (``hsdp``).
@@ -196,6 +203,8 @@ class FSDPStrategy:
 
         assert self._module is not None
         full = not any(_is_dtensor(v) for entry in state.get("state", {}).values() for v in entry.values())
+        if any(isinstance(key, int) for key in state.get("state", {})):
+            state = keyed_by_name(state, optimizer, self._module)  # torch's own format, from a 1-D run
         set_optimizer_state_dict(self._module, optimizer, state, options=StateDictOptions(full_state_dict=full))
 
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
@@ -216,6 +225,18 @@ class FSDPStrategy:
         if is_distributed_checkpoint(path):
             return load_distributed(path, self._module, self._optimizers)
         return load_checkpoint_file(path, map_location="cpu")  # full tensors, sharded on load
+
+
+def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
+    """``optimizer.state_dict()``'s numbered parameters renamed to the module's parameter names,
+    the form ``set_optimizer_state_dict`` reads. Numbers follow the param groups' order, which
+    is the same for the same model and ``configure_optimizers``."""
+    names = {id(param): name for name, param in module.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    groups = []
+    for group in state["param_groups"]:
+        groups.append({**group, "params": [ordered[i] for i in group["params"]]})
+    return {"state": {ordered[i]: value for i, value in state["state"].items()}, "param_groups": groups}
 
 
 def _is_dtensor(value: Any) -> bool:
