@@ -292,6 +292,12 @@ class DeviceDataLoader:
         for batch in iterator:
             yield to_device(batch)
 
+    def skipping(self, batches: int) -> DeviceDataLoader:
+        """The same loader starting ``batches`` into its next epoch (a mid-epoch resume)."""
+        from trainmesh.utilities.dataloaders import skip_batches
+
+        return DeviceDataLoader(skip_batches(self.loader, batches), self._strategy)
+
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""
         for holder in (getattr(self.loader, "sampler", None), getattr(getattr(self.loader, "batch_sampler", None), "sampler", None)):

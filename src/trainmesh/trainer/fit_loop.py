@@ -18,7 +18,7 @@ from trainmesh.trainer import evaluation
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.dataloaders import begin_skip, skip_batches
+from trainmesh.utilities.dataloaders import begin_skip
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) ->
     skip = loop.batches_done if resume_rng is not None else 0
     if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
         restore_rng_state(loop.epoch_start_rng)
-        skipping = _skipping(loader, skip)
+        skipping = loader.skipping(skip)
         iterator = iter(skipping)
         begin_skip(skipping.loader)
         restore_rng_state(resume_rng)
@@ -105,12 +105,6 @@ def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) ->
     loop.epoch_start_rng = capture_rng_state()
     loop.batches_done = 0
     return iter(loader)
-
-
-def _skipping(loader: Any, skip: int) -> Any:
-    from trainmesh.runtime import DeviceDataLoader
-
-    return DeviceDataLoader(skip_batches(loader.loader, skip), loader._strategy)
 
 
 def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> None:
