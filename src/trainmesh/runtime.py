@@ -7,7 +7,7 @@ handful of verbs, and the Trainer is built on exactly these verbs: there is one 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, ContextManager
 
 import torch

@@ -28,3 +28,28 @@ def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path)["state_dict"]
+
+
+def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120) -> None:
+    """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each)."""
+    from trainmesh.launchers.environments import find_free_port
+
+    port = str(find_free_port())
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(outs)), "--nproc-per-node", "1",
+             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
+             str(SCRIPT), leg[0], str(out), *leg[1:]],
+            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )
+        for rank, out in enumerate(outs)
+    ]
+    for node in nodes:
+        try:
+            _, err = node.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for each in nodes:
+                os.killpg(each.pid, signal.SIGKILL)
+            raise
+        assert node.returncode == 0, err[-3000:]

@@ -14,7 +14,7 @@ HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
 sys.path.insert(0, str(HERE))
 
-from legs import run, weights  # noqa: E402
+from legs import run, run_torchrun_nodes, weights  # noqa: E402
 from ddp_run import Net, dataset  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402
@@ -43,20 +43,8 @@ def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
 
 
 def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
-    port = str(find_free_port())
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    nodes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
-             str(SCRIPT), "trainer", str(outs[rank]), "ddp", "1", "2"],
-            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for rank in range(2)
-    ]
-    for node in nodes:
-        _, err = node.communicate(timeout=120)
-        assert node.returncode == 0, err[-3000:]
+    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs)
     saved = torch.load(outs[0])
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():

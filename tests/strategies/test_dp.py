@@ -1,9 +1,5 @@
 """The seeds' dp and ddp2 modes, *_step_end / *_epoch_end hooks, and configure_ddp."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,11 +10,9 @@ from torch.utils.data import DataLoader
 import trainmesh as tm
 from ddp_run import Net, dataset
 from helpers.models import TutorialModule, quiet_trainer
-from legs import SCRIPT, run
+from legs import SCRIPT, run, run_torchrun_nodes
 from trainmesh.data import DigitsDataModule
-from trainmesh.launchers.environments import find_free_port
 
-HERE = Path(__file__).parent
 
 
 class SeedDPModuleExample1(TutorialModule):
@@ -111,21 +105,8 @@ def test_dp_loss_without_step_end_is_the_mean_of_the_device_losses():
 
 
 def test_ddp2_on_two_torchrun_nodes_matches_the_handwritten_ddp_loop(tmp_path, handwritten):
-    port = str(find_free_port())
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    nodes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
-             str(SCRIPT), "trainer", str(outs[rank]), "ddp2", "2", "2"],
-            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True,
-        )
-        for rank in range(2)
-    ]
-    for node in nodes:
-        _, err = node.communicate(timeout=120)
-        assert node.returncode == 0, err[-3000:]
+    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs)
     saved = torch.load(outs[0])
     assert saved["world_size"] == 2  # one process per node
     assert saved["node_batches"] == 16  # training_step_end saw each node's batch, one loss per device

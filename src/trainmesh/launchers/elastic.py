@@ -15,12 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.environments import (
-    check_port_free,
-    existing_group_process,
-    find_free_port,
-    managed_process,
-)
+from trainmesh.launchers.environments import already_started, check_port_free, find_free_port
 
 
 class ElasticLauncher:
@@ -34,10 +29,7 @@ class ElasticLauncher:
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._process is None:
-            # A group that already exists, or processes torchrun/SLURM started: start nothing.
-            self._process = existing_group_process(devices=self.devices, num_nodes=self.num_nodes) or managed_process(
-                devices=self.devices, num_nodes=self.num_nodes
-            )
+            self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
         if self._process is None and self.devices * self.num_nodes == 1:
             self._process = ProcessInfo(master_port=find_free_port())
         if self._process is not None:

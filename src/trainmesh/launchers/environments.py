@@ -33,6 +33,14 @@ def managed_process(environ: Mapping[str, str] | None = None, *, devices: int, n
     return process
 
 
+def already_started(*, devices: int, num_nodes: int) -> ProcessInfo | None:
+    """This process's place when something else started the run's processes: a process group
+    that already exists, or torchrun/SLURM. None when the launcher must start them itself."""
+    return existing_group_process(devices=devices, num_nodes=num_nodes) or managed_process(
+        devices=devices, num_nodes=num_nodes
+    )
+
+
 def existing_group_process(*, devices: int, num_nodes: int) -> ProcessInfo | None:
     """This process's place in a process group the user (or a harness) already created."""
     import torch.distributed as dist

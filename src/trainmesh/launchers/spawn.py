@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.environments import existing_group_process, find_free_port, managed_process
+from trainmesh.launchers.environments import already_started, find_free_port
 
 
 class SpawnLauncher:
@@ -30,10 +30,7 @@ class SpawnLauncher:
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._process is None:
-            # A group that already exists, or processes torchrun/SLURM started: start nothing.
-            self._process = existing_group_process(devices=self.devices, num_nodes=self.num_nodes) or managed_process(
-                devices=self.devices, num_nodes=self.num_nodes
-            )
+            self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
         if self._process is not None:
             return fn(*args, **kwargs)  # torchrun/SLURM already started one process per device
         import torch.multiprocessing as mp
