@@ -233,6 +233,19 @@ def run_sharded_predict(out, strategy):
         torch.save(torch.cat(predictions), out)
 
 
+def run_callbacks(out, directory):
+    """ModelCheckpoint and EarlyStopping decide on rank-identical values: no rank waits for another."""
+    from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=directory, monitor="val_loss", save_top_k=2, save_last=True)
+    stopper = EarlyStopping(monitor="val_loss", patience=1, min_delta=10.0)  # nothing improves by 10
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=20, callbacks=[checkpoint, stopper],
+                            enable_checkpointing=True)
+    trainer.fit(Net(), DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
+    torch.save({"epoch": trainer.current_epoch, "best": checkpoint.best_model_path,
+                "kept": sorted(checkpoint.best_k_models)}, f"{out}.rank{trainer.global_rank}")
+
+
 def run_single(out):
     model = Net()
     quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
@@ -392,6 +405,8 @@ if __name__ == "__main__":
         run_dcp_resume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif mode == "predict":
         run_sharded_predict(sys.argv[2], sys.argv[3])
+    elif mode == "callbacks":
+        run_callbacks(sys.argv[2], sys.argv[3])
     elif mode == "unused":
         run_unused(sys.argv[2] == "find")
     elif mode == "runtime":

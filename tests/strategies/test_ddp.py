@@ -177,3 +177,13 @@ def test_an_existing_process_group_is_used_as_it_is(tmp_path, handwritten):
     saved = torch.load(out)
     for name, tensor in handwritten.items():
         assert torch.equal(saved["state_dict"][name], tensor), name
+
+
+def test_checkpoint_and_early_stopping_decide_the_same_on_every_rank(tmp_path):
+    out, directory = tmp_path / "callbacks", tmp_path / "ckpts"
+    result = run(str(SCRIPT), "callbacks", str(out), str(directory), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(f"{out}.rank{rank}") for rank in range(2)]
+    assert ranks[0] == ranks[1]  # same stopping epoch, same best path, same kept files
+    assert ranks[0]["epoch"] == 2  # epoch 0 sets the best, epoch 1 fails to improve by 10: patience 1 spent
+    assert sorted(p.name for p in directory.iterdir()) == sorted([Path(p).name for p in ranks[0]["kept"]] + ["last.ckpt"])
