@@ -34,27 +34,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import trainmesh as tm
+from seed_mlp import MLPModule, build_mlp, lightning_mlp
 from trainmesh.data.synthetic import make_classification_tensors
 from trainmesh.launchers.environments import find_free_port
 
 WORLD_SIZE = 2
 
 
-def build_mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
 
-
-class MLPModule(tm.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = build_mlp()  # the same layers, so net.state_dict() has the raw model's keys
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return F.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
 def seed_loader(dataset: TensorDataset, *, rank: int, batch_size: int) -> DataLoader:
@@ -94,20 +81,8 @@ def lightning_loop(dataset: TensorDataset, *, rank: int, batch_size: int, root: 
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)  # the "GPU available" lines, in every run
 
-    class LitMLP(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_mlp()
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return F.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=1e-3)
-
     torch.manual_seed(0)
-    module = LitMLP()
+    module = lightning_mlp()
     trainer = L.Trainer(strategy="ddp", devices=WORLD_SIZE, accelerator="cpu", max_epochs=1,
                         enable_progress_bar=False, logger=False, enable_checkpointing=False,
                         enable_model_summary=False, default_root_dir=root, use_distributed_sampler=False)

@@ -24,24 +24,11 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
+from seed_mlp import MLPModule, build_mlp, lightning_mlp
 from trainmesh.data.synthetic import make_classification_tensors
 
 
-def build_mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
 
-
-class MLPModule(tm.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = build_mlp()
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return F.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
 def raw_loop(loader: DataLoader) -> torch.nn.Module:
@@ -75,20 +62,8 @@ def lightning_loop(loader: DataLoader, *, root: str) -> torch.nn.Module | None:
     except ImportError:
         return None
 
-    class LitMLP(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_mlp()
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return F.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=1e-3)
-
     torch.manual_seed(0)
-    module = LitMLP()
+    module = lightning_mlp()
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
                         enable_checkpointing=False, enable_model_summary=False, default_root_dir=root)
     trainer.fit(module, loader)
