@@ -11,17 +11,8 @@ Usage::
 
 The model and data classes are chosen first (from ``--model`` / ``--data`` and any ``--config``),
 then their ``__init__`` arguments become ``--model.<arg>`` / ``--data.<arg>`` options next to
-every Trainer argument as ``--trainer.<arg>``. A config file has the same shape::
-
-    model:
-      class_path: trainmesh.demo:DigitsClassifier     # --model
-      hidden_dim: 64                                  # --model.hidden_dim
-    data:
-      class_path: trainmesh.data.digits:DigitsDataModule
-      batch_size: 64
-    trainer:
-      max_epochs: 5
-    seed: 0
+every Trainer argument as ``--trainer.<arg>``. A config file has the same shape, with
+``model``, ``data`` and ``trainer`` sections (``trainmesh fit --help`` shows an example).
 
 >>> main(["fit", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # doctest: +SKIP
 0

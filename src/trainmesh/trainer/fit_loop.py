@@ -158,12 +158,11 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
                 # The seeds' hook: called whatever the strategy, it sees every device's output.
                 output = module.training_step_end(output) if step_end else strategy.reduce_step_output(output)
             loss = _loss_of(output, module)
-            if loss is not None:
-                if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
-                    _check_finite(loss, trainer, batch_idx)
-                runtime.backward(loss / accumulate if accumulate > 1 else loss)
-                pending_gradients = True
-        loop.last_loss = loss.detach() if loss is not None else None
+            if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
+                _check_finite(loss, trainer, batch_idx)
+            runtime.backward(loss / accumulate if accumulate > 1 else loss)
+            pending_gradients = True
+        loop.last_loss = loss.detach()
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now:
@@ -232,7 +231,7 @@ def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
 
 
-def _loss_of(output: Any, module: Any) -> torch.Tensor | None:
+def _loss_of(output: Any, module: Any) -> torch.Tensor:
     name = type(module).__name__
     if isinstance(output, torch.Tensor):
         loss = output
