@@ -1,3 +1,4 @@
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,21 @@ from legs import SCRIPT, run, weights  # noqa: E402
 def handwritten(tmp_path_factory) -> dict[str, torch.Tensor]:
     """The keras-io seed's hand-written 2-process DDP loop: batch 16 per rank, Adam, 2 epochs."""
     out = tmp_path_factory.mktemp("ref") / "handwritten.pt"
-    result = run(str(SCRIPT), "handwritten", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
+    # The reference is torch alone (mp.spawn, gloo, DDP). It hung once in ~40 runs of this
+    # suite on a loaded 2-core machine; one retry keeps one such hang from failing every
+    # test that compares with it, and a second failure still fails them, with both reports.
+    first = _reference_run(out)
+    if first is None:
+        return weights(out)
+    second = _reference_run(out)
+    assert second is None, f"first try:\n{first}\nsecond try:\n{second}"
     return weights(out)
+
+
+def _reference_run(out: Path) -> str | None:
+    """None when the hand-written run succeeded, else what it printed."""
+    try:
+        result = run(str(SCRIPT), "handwritten", str(out))
+    except subprocess.TimeoutExpired as timeout:
+        return f"timed out: {timeout}"
+    return None if result.returncode == 0 else result.stderr[-2000:]

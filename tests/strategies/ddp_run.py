@@ -7,9 +7,11 @@ python ddp_run.py fail                                  -> rank 1 raises at batc
 python ddp_run.py evaluate OUT                          -> validate + predict on 1001 samples
 """
 
+import faulthandler
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -101,7 +103,9 @@ def run_trainer(out, strategy="ddp", devices=2, nodes=1):
 
 def handwritten_worker(rank, out, port):
     # The keras-io seed's loop: a DistributedSampler without shuffling, DDP, Adam.
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where it hangs, then ends
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=timedelta(seconds=60))
     data = dataset()
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
     loader = DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
@@ -375,6 +379,9 @@ def run_runtime(out):
 
 
 if __name__ == "__main__":
+    # Every leg (and every worker that re-runs this script) prints its stacks and ends if it
+    # hangs, instead of waiting for the test's timeout.
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "100")), exit=True)
     mode = sys.argv[1]
     if mode == "trainer":
         extra = sys.argv[3:]
