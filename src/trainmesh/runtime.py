@@ -17,6 +17,7 @@ from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.precision import Precision
 from trainmesh.strategies import build_strategy
+from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.utilities.collections import apply_to_tensors
 
 
@@ -42,6 +43,11 @@ class Runtime:
     ) -> None:
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes!r} must be a positive integer")
+        from trainmesh.seed import SeedSettings, seed_settings
+
+        # Captured now, so that it travels with this object to the processes a spawn launcher
+        # starts (they never ran the script's seed_everything).
+        self.seed_settings: SeedSettings | None = seed_settings()
         self.device_type = resolve_accelerator(accelerator)
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
@@ -57,6 +63,7 @@ class Runtime:
             self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes
         )
         self._environment_ready = False
+        self._parameter_moves: list[ParameterMoves] = []  # one per module placed
 
     # ---- processes --------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -120,18 +127,48 @@ class Runtime:
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
-        return self.strategy.setup_module(module)
+        moves = ParameterMoves(module)
+        placed = self.strategy.setup_module(module)
+        moves.record_placement(module)
+        self._parameter_moves.append(moves)
+        return placed
 
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> list[RuntimeOptimizer]:
+        """Wrap the optimizers for the strategy; one built before ``setup_module`` (over the
+        parameters the strategy then replaced, as fsdp does) is pointed at the new ones."""
         self.setup_environment()
+        for optimizer in optimizers:
+            for moves in self._parameter_moves:
+                rebind_optimizer(_inner(optimizer), moves)
         prepared = self.strategy.setup_optimizers(optimizers)
         return [RuntimeOptimizer(opt, self) for opt in prepared]
 
     def setup_dataloaders(self, *loaders: Any, train: bool = True) -> Any:
-        """Add what the strategy needs (a distributed sampler) and move batches to the device."""
+        """Add what the strategy needs (a distributed sampler) and move batches to the device.
+
+        After ``seed_everything(seed, workers=True)``, a loader with workers and no
+        ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
+        process's rank, the worker id and the loader's base seed (:func:`trainmesh.seed.seed_worker`).
+        """
+        import functools
+
+        from trainmesh.seed import seed_settings, seed_worker
+        from trainmesh.utilities.dataloaders import with_worker_init_fn
+
         self.setup_environment()
-        wrapped = [DeviceDataLoader(self.strategy.process_dataloader(loader, train=train), self.strategy)
-                   for loader in loaders]
+        # This process's latest seed_everything wins (it may have come after this Runtime was
+        # built); a spawned process never ran one and has the settings captured in __init__.
+        settings = seed_settings() or self.seed_settings
+        seed = settings.seed if settings is not None else 0
+        if train and self.world_size > 1:
+            # Every process must shuffle with one seed, or the shards overlap and miss samples
+            # (a script seeded per rank, say): rank 0's wins.
+            seed = self.strategy.broadcast(seed, 0)
+        wrapped = []
+        for loader in loaders:
+            if settings is not None and settings.workers:
+                loader = with_worker_init_fn(loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank))
+            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.strategy))
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:

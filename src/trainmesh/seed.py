@@ -2,28 +2,61 @@
 
 from __future__ import annotations
 
-import os
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+
+@dataclass(frozen=True)
+class SeedSettings:
+    """What the last :func:`seed_everything` in this process asked for.
+
+    A :class:`~trainmesh.Runtime` captures it when it is built and carries it to the processes
+    it starts, and hands the seed to its strategy (a distributed sampler shuffles with it) and
+    the ``workers`` choice to its data loaders: passed explicitly, never through the
+    environment.
+    """
+
+    seed: int
+    workers: bool = False
+
+
+_settings: SeedSettings | None = None  # this process's last seed_everything call
+
+
+def seed_settings() -> SeedSettings | None:
+    """The settings of this process's last :func:`seed_everything` call; None if it made none.
+
+    >>> seed_everything(3, workers=True)
+    3
+    >>> seed_settings()
+    SeedSettings(seed=3, workers=True)
+    """
+    return _settings
 
 
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     """Seed Python's ``random``, NumPy and torch (all devices) with one number.
 
-    With ``workers=True`` each DataLoader worker is seeded from the base seed and its worker id
-    (``PL_SEED_WORKERS``-style), so augmentations in workers are reproducible too.
+    With ``workers=True`` the Runtime gives every DataLoader with workers (and no
+    ``worker_init_fn`` of its own) :func:`seed_worker`, so each worker of each process draws
+    its own reproducible random numbers. ``seed=None`` means 0 (with a warning), as in
+    Lightning 2: every process of a run, however started, must agree on the seed.
 
     >>> seed_everything(7)
     7
     """
+    global _settings
     if seed is None:
-        seed = int(os.environ.get("TRAINMESH_GLOBAL_SEED", random.SystemRandom().randint(0, 2**31 - 1)))
-    if not isinstance(seed, int) or not (0 <= seed < 2**32):
+        seed = 0
+        rank_zero_warn("seed_everything(): no seed given, so the seed is 0; pass one to choose it")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed < 2**32):
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    os.environ["TRAINMESH_GLOBAL_SEED"] = str(seed)
-    os.environ["TRAINMESH_SEED_WORKERS"] = "1" if workers else "0"
+    _settings = SeedSettings(seed=seed, workers=bool(workers))
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     try:
@@ -33,6 +66,30 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     except ImportError:  # numpy is optional for torch itself
         pass
     return seed
+
+
+def seed_worker(worker_id: int, *, seed: int, rank: int) -> None:
+    """A DataLoader ``worker_init_fn``: seed the worker's torch, ``random`` and NumPy from the
+    run's seed, the process rank, the worker id and the loader's base seed (as Lightning's
+    ``pl_worker_init_function``). The Runtime passes ``functools.partial(seed_worker,
+    seed=seed, rank=rank)``.
+    """
+    # torch starts each worker with torch.manual_seed(base_seed + worker_id), base_seed drawn
+    # from the loader's generator when its iterator starts: new every epoch, so augmentations
+    # differ between epochs. But it is the same in every process whose generator is in the
+    # same state (all of them, after one seed_everything), and a spawned process's generator
+    # never saw seed_everything: the rank and the run's seed are mixed in. A str seed is
+    # hashed with SHA-512, not hash(): the same in every process.
+    base_seed = torch.initial_seed() - worker_id
+    mixer = random.Random(f"trainmesh-worker/{seed}/{rank}/{worker_id}/{base_seed}")
+    torch.manual_seed(mixer.getrandbits(63))
+    random.seed(mixer.getrandbits(63))
+    try:
+        import numpy as np
+
+        np.random.seed([mixer.getrandbits(32) for _ in range(4)])
+    except ImportError:
+        pass
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -30,7 +30,7 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path)["state_dict"]
 
 
-def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120) -> None:
+def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120, script: Path = SCRIPT) -> None:
     """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each)."""
     from trainmesh.launchers.environments import find_free_port
 
@@ -39,7 +39,7 @@ def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(outs)), "--nproc-per-node", "1",
              "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
-             str(SCRIPT), leg[0], str(out), *leg[1:]],
+             str(script), leg[0], str(out), *leg[1:]],
             cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True,
         )

@@ -43,29 +43,24 @@ def seen(loader) -> list[int]:
     return [int(i) for batch in loader for i in batch[0].reshape(-1)]
 
 
-@pytest.fixture(autouse=True)
-def _fixed_seed(monkeypatch):
-    monkeypatch.setenv("TRAINMESH_GLOBAL_SEED", "1234")
-
-
 # ---- training ----------------------------------------------------------------------------------
 def test_unshuffled_training_loader_gets_an_unshuffled_distributed_sampler():
     loader = DataLoader(indices(20), batch_size=4, shuffle=False)
-    sharded = strategy_for(1).process_dataloader(loader, train=True)
+    sharded = strategy_for(1).process_dataloader(loader, train=True, seed=1234)
     sampler = sharded.sampler
     assert type(sampler) is DistributedSampler
     assert (sampler.shuffle, sampler.num_replicas, sampler.rank) == (False, 2, 1)
     assert sharded.batch_sampler.sampler is sampler and sharded.batch_sampler.batch_size == 4
     assert seen(sharded) == list(range(1, 20, 2))
     assert [len(batch[0]) for batch in sharded] == [4, 4, 2] and len(sharded) == 3
-    assert seen(strategy_for(0).process_dataloader(loader, train=True)) == list(range(0, 20, 2))
+    assert seen(strategy_for(0).process_dataloader(loader, train=True, seed=1234)) == list(range(0, 20, 2))
     assert seen(loader) == list(range(20))  # the user's loader is left as it was
     assert type(loader.sampler) is SequentialSampler
 
 
 def test_shuffled_training_loader_gets_a_seeded_shuffling_distributed_sampler():
     loader = DataLoader(indices(50), batch_size=5, shuffle=True)
-    ranks = [strategy_for(rank).process_dataloader(loader, train=True) for rank in range(2)]
+    ranks = [strategy_for(rank).process_dataloader(loader, train=True, seed=1234) for rank in range(2)]
     for rank, sharded in enumerate(ranks):
         assert type(sharded.sampler) is DistributedSampler
         assert sharded.sampler.shuffle and sharded.sampler.seed == 1234 and sharded.sampler.rank == rank
@@ -90,15 +85,15 @@ def test_shuffled_training_loader_gets_a_seeded_shuffling_distributed_sampler():
 def test_a_distributed_sampler_the_user_made_is_not_sharded_again():
     data = indices(20)
     loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, num_replicas=2, rank=1, shuffle=False))
-    assert strategy_for(1).process_dataloader(loader, train=True) is loader
-    assert strategy_for(1).process_dataloader(loader, train=False) is loader
+    assert strategy_for(1).process_dataloader(loader, train=True, seed=1234) is loader
+    assert strategy_for(1).process_dataloader(loader, train=False, seed=1234) is loader
     assert seen(loader) == list(range(1, 20, 2))
 
 
 def test_processing_twice_keeps_the_first_sharding():
     strategy = strategy_for(1)
-    once = strategy.process_dataloader(DataLoader(indices(20), batch_size=4), train=True)
-    assert strategy.process_dataloader(once, train=True) is once
+    once = strategy.process_dataloader(DataLoader(indices(20), batch_size=4), train=True, seed=1234)
+    assert strategy.process_dataloader(once, train=True, seed=1234) is once
 
 
 def test_a_custom_sampler_is_wrapped_and_keeps_deciding_the_order():
@@ -108,7 +103,7 @@ def test_a_custom_sampler_is_wrapped_and_keeps_deciding_the_order():
         sampler = WeightedRandomSampler(weights, num_samples=30, generator=torch.Generator().manual_seed(5))
         return DataLoader(indices(30), batch_size=4, sampler=sampler)
 
-    ranks = [strategy_for(rank).process_dataloader(loader(), train=True) for rank in range(2)]
+    ranks = [strategy_for(rank).process_dataloader(loader(), train=True, seed=1234) for rank in range(2)]
     for rank, sharded in enumerate(ranks):
         assert type(sharded.sampler) is DistributedSamplerWrapper and sharded.sampler.rank == rank
         assert isinstance(sharded.sampler.sampler, WeightedRandomSampler)
@@ -120,7 +115,7 @@ def test_a_custom_sampler_is_wrapped_and_keeps_deciding_the_order():
 
 def test_a_training_set_smaller_than_the_world_is_refused():
     with pytest.raises(ValueError, match="1 sample.*2 processes"):
-        strategy_for(1).process_dataloader(DataLoader(indices(1), batch_size=1), train=True)
+        strategy_for(1).process_dataloader(DataLoader(indices(1), batch_size=1), train=True, seed=1234)
 
 
 def test_a_custom_batch_sampler_is_refused_for_training():
@@ -129,12 +124,12 @@ def test_a_custom_batch_sampler_is_refused_for_training():
 
     loader = DataLoader(indices(8), batch_sampler=EveryOther(SequentialSampler(range(8)), 2, False))
     with pytest.raises(ValueError, match="EveryOther"):
-        strategy_for(0).process_dataloader(loader, train=True)
+        strategy_for(0).process_dataloader(loader, train=True, seed=1234)
 
 
 def test_unbatched_training_loader_is_sharded_sample_by_sample():
     loader = DataLoader(indices(9), batch_size=None)
-    ranks = [strategy_for(rank).process_dataloader(loader, train=True) for rank in range(2)]
+    ranks = [strategy_for(rank).process_dataloader(loader, train=True, seed=1234) for rank in range(2)]
     for sharded in ranks:
         assert sharded.batch_sampler is None and type(sharded.sampler) is DistributedSampler
     views = [[int(sample[0]) for sample in sharded] for sharded in ranks]
@@ -149,7 +144,7 @@ def test_other_dataloader_options_are_kept():
 
     loader = DataLoader(indices(22), batch_size=4, shuffle=False, num_workers=2, collate_fn=collate,
                         pin_memory=True, drop_last=True, persistent_workers=False, timeout=20)
-    sharded = strategy_for(1).process_dataloader(loader, train=True)
+    sharded = strategy_for(1).process_dataloader(loader, train=True, seed=1234)
     assert (sharded.num_workers, sharded.collate_fn, sharded.pin_memory, sharded.timeout) == (2, collate, True, 20)
     assert sharded.batch_sampler.drop_last is True
     assert len(sharded) == 2  # 11 samples on this rank: two full batches, the partial one dropped
@@ -163,7 +158,7 @@ def test_other_dataloader_options_are_kept():
 @pytest.mark.parametrize("world", [2, 3])
 def test_evaluation_loaders_get_contiguous_unpadded_shards(world):
     loader = DataLoader(indices(1001), batch_size=16)
-    padded = [strategy_for(rank, world).process_dataloader(loader, train=False) for rank in range(world)]
+    padded = [strategy_for(rank, world).process_dataloader(loader, train=False, seed=1234) for rank in range(world)]
     assert all(isinstance(p, EqualLengthLoader) for p in padded)  # equal step counts (see below)
     shards = [p.loader for p in padded]
     for sharded in shards:
@@ -175,7 +170,7 @@ def test_evaluation_loaders_get_contiguous_unpadded_shards(world):
 
 def test_unbatched_evaluation_loader_gets_a_contiguous_sample_shard():
     loader = DataLoader(indices(7), batch_size=None)
-    shards = [strategy_for(rank).process_dataloader(loader, train=False) for rank in range(2)]
+    shards = [strategy_for(rank).process_dataloader(loader, train=False, seed=1234) for rank in range(2)]
     assert all(type(s.sampler) is ContiguousShardSampler for s in shards)
     views = [[int(sample[0]) for sample in s] for s in shards]
     assert views == [[0, 1, 2, 3], [4, 5, 6]]
@@ -188,14 +183,14 @@ def test_unbatched_evaluation_loader_keeps_its_samplers_order():
                           sampler=RandomSampler(range(7), generator=torch.Generator().manual_seed(2)))
 
     reference = [int(s[0]) for s in loader()]
-    views = [[int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False)] for rank in range(2)]
+    views = [[int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False, seed=1234)] for rank in range(2)]
     assert views[0] + views[1] == reference and len(views[0]) == 4
 
 
 def test_unbatched_evaluation_loader_over_a_subset_has_the_length_it_yields():
     loader = DataLoader(indices(100), batch_size=None,
                         sampler=SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0)))
-    sharded = strategy_for(0).process_dataloader(loader, train=False)
+    sharded = strategy_for(0).process_dataloader(loader, train=False, seed=1234)
     assert len(sharded) == len(list(sharded))
 
 
@@ -208,15 +203,15 @@ class Stream(IterableDataset):
 def test_iterable_datasets_and_plain_iterables_are_returned_unchanged():
     stream = DataLoader(Stream(), batch_size=2)
     strategy = strategy_for(1)
-    assert strategy.process_dataloader(stream, train=True) is stream
+    assert strategy.process_dataloader(stream, train=True, seed=1234) is stream
     batches = [torch.ones(2), torch.zeros(2)]
-    assert strategy.process_dataloader(batches, train=False) is batches
+    assert strategy.process_dataloader(batches, train=False, seed=1234) is batches
 
 
 def test_random_sampler_with_replacement_keeps_its_own_draws():
     replacement = torch.utils.data.RandomSampler(indices(20), replacement=True, num_samples=8)
     loader = DataLoader(indices(20), batch_size=4, sampler=replacement)
-    sharded = strategy_for(0).process_dataloader(loader, train=True)
+    sharded = strategy_for(0).process_dataloader(loader, train=True, seed=1234)
     assert isinstance(sharded.sampler, DistributedSamplerWrapper)
     assert len(sharded.sampler) == 4  # half of the 8 draws, not half of the dataset
 

@@ -40,8 +40,11 @@ class Strategy(Protocol):
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Place, wrap or shard the module; returns what the loop calls."""
     def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]: ...
-    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
-        """Add a distributed sampler or anything else the strategy needs in the loader."""
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+        """Add a distributed sampler or anything else the strategy needs in the loader.
+
+        ``seed`` is the run's seed (``seed_everything``, 0 without it), the same in every
+        process: a distributed sampler shuffles with it, so the shards make one permutation."""
     def batch_to_device(self, batch: Any) -> Any: ...
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
         """Call ``module.<hook>(batch, batch_idx, *extra)`` through whatever wrapper the strategy added."""

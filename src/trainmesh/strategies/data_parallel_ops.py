@@ -7,7 +7,8 @@ chunk (on replicas across GPUs, or one after another on CPU), and gather the out
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -80,9 +81,11 @@ def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, 
                      devices: Sequence[torch.device]) -> Any:
     """``module.<hook>`` on each chunk of ``batch``, outputs gathered on ``devices[0]``."""
     chunks = split_batch(batch, len(devices))
-    if devices[0].type != "cuda" or len(chunks) == 1:
-        # CPU: the same arithmetic, one chunk after another, on the module itself.
-        return gather_outputs([run_on_chunk(module, hook, chunk, args) for chunk in chunks])
+    if len(chunks) == 1:
+        return gather_outputs([run_on_chunk(module, hook, chunks[0], args)])
+    if devices[0].type != "cuda":
+        calls = [functools.partial(run_on_chunk, module, hook, chunk, args) for chunk in chunks]
+        return gather_outputs(run_chunks_in_turn(module, calls))
     from torch.nn.parallel import parallel_apply, replicate
 
     from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
@@ -95,6 +98,75 @@ def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, 
     replicas = replicate(dispatcher, used)
     inputs = [(StepCall(hook), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)]
     return gather_outputs(parallel_apply(replicas, inputs, devices=used), used[0])
+
+
+def split_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  devices: Sequence[torch.device]) -> Any:
+    """DataParallel's forward: the inputs split along dim 0, a forward per device, outputs
+    gathered. This is what a user's own loop gets from ``Runtime(strategy="dp")``."""
+    if devices[0].type == "cuda" and len(devices) > 1:
+        from torch.nn.parallel import data_parallel
+
+        return data_parallel(module, args, device_ids=[d.index for d in devices], module_kwargs=kwargs)
+    pieces = split_batch((args, kwargs), len(devices))
+    if len(pieces) == 1:
+        return module(*args, **kwargs)
+    calls = [functools.partial(module, *piece_args, **piece_kwargs) for piece_args, piece_kwargs in pieces]
+    return gather_outputs(run_chunks_in_turn(module, calls))
+
+
+class SplitForward(nn.Module):
+    """``strategy="dp"``'s placed model: calling it splits the batch across the devices.
+
+    Its state dict is the wrapped module's own, so checkpoints carry the user's names.
+    """
+
+    def __init__(self, module: nn.Module, devices: Sequence[torch.device]) -> None:
+        super().__init__()
+        self.module = module
+        self.devices = list(devices)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return split_forward(self.module, args, kwargs, self.devices)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def run_chunks_in_turn(module: nn.Module, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """CPU: the chunks' calls one after another on the module itself, each as if on its own device.
+
+    Every device of a ddp run seeded alike starts a step with the same RNG state and the same
+    buffers, and the run keeps rank 0's buffers (DDP broadcasts them; DataParallel keeps
+    device 0's). So each chunk starts from the step's RNG state and forward-time state
+    (buffers such as BatchNorm's running statistics, and frozen parameters such as Keras'
+    moving statistics and dropout seed), and chunk 0's end state is the one kept: dropout
+    masks and running statistics then match ddp's.
+    """
+    state = _forward_time_state(module)
+    start_rng, start_state = torch.get_rng_state(), [t.detach().clone() for t in state]
+    outputs = [calls[0]()]
+    kept_rng, kept_state = torch.get_rng_state(), [t.data for t in state]
+    for call in calls[1:]:
+        torch.set_rng_state(start_rng)
+        for tensor, start in zip(state, start_state):
+            # .data, not copy_(): an in-place write would invalidate tensors autograd saved in
+            # the earlier chunks' forward, and the objects must stay (DDP and Keras hold them).
+            tensor.data = start.clone()
+        outputs.append(call())
+    torch.set_rng_state(kept_rng)
+    for tensor, kept in zip(state, kept_state):
+        tensor.data = kept
+    return outputs
+
+
+def _forward_time_state(module: nn.Module) -> list[torch.Tensor]:
+    """What a forward pass may change besides the graph: buffers and non-trained parameters."""
+    frozen = [p for p in module.parameters() if not p.requires_grad]
+    return [*module.buffers(), *frozen]
 
 
 def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...]) -> Any:

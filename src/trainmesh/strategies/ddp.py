@@ -6,15 +6,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import inspect
 import os
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
@@ -34,6 +34,9 @@ from trainmesh.utilities.distributed_samplers import (
     EqualLengthLoader,
     is_padding,
 )
+
+if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
@@ -141,6 +144,8 @@ class DDPStrategy:
             except RuntimeError:
                 pass
             dist.destroy_process_group()
+            import time
+            time.sleep(float(os.environ.get("TM_EXP_SLEEP", "0")))
 
     # ---- model and data -----------------------------------------------------------------------
     def module_init_context(self) -> ContextManager[Any]:
@@ -164,7 +169,7 @@ class DDPStrategy:
         self._optimizers = list(optimizers)  # templates for loading a distributed checkpoint
         return list(optimizers)
 
-    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
             return loader  # an iterable dataset shards itself (get_worker_info / rank)
         if _already_distributed(loader):
@@ -182,7 +187,6 @@ class DDPStrategy:
             )
         sampler = loader.sampler
         if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
-            seed = int(os.environ.get("TRAINMESH_GLOBAL_SEED", "0"))
             sharded: Any = DistributedSampler(loader.dataset, num_replicas=world, rank=rank,
                                               shuffle=type(sampler) is RandomSampler, seed=seed)
         else:
@@ -289,6 +293,8 @@ class DDPStrategy:
         unwrap(module).load_state_dict(state, strict=strict)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
         if isinstance(optimizer, ZeroRedundancyOptimizer):
             # Every rank sends its shard to rank 0, which holds the whole state for the file.
             optimizer.consolidate_state_dict(to=0)
@@ -312,16 +318,52 @@ class DDPStrategy:
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
     """The same optimizer (class, groups, options) with its state split across ranks."""
-    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("differentiable",)}
-    groups = [dict(group) for group in optimizer.param_groups]
-    first = groups[0]
-    zero = ZeroRedundancyOptimizer(first.pop("params"), optimizer_class=type(optimizer),
-                                   **{**defaults, **{k: v for k, v in first.items() if k in defaults}})
-    for key, value in first.items():
-        zero.param_groups[0].setdefault(key, value)  # e.g. initial_lr, which schedulers read
-    for group in groups[1:]:
-        zero.add_param_group(group)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    # ZeroRedundancyOptimizer builds each rank's optimizer as ``cls(groups, **defaults)``, but
+    # ``defaults`` may hold keys ``__init__`` does not take (AdamW's decoupled_weight_decay):
+    # pass only the ones it takes. Every key still reaches the groups, which carry them whole.
+    accepted = _init_keywords(type(optimizer))
+    defaults = {k: v for k, v in optimizer.defaults.items() if accepted is None or k in accepted}
+    # Parameters that take no gradient (frozen layers; Keras' moving statistics and its integer
+    # dropout seed) are left out: an optimizer never changes them, ZeRO requires one dtype, and
+    # after each step it broadcasts every parameter from the rank owning it, which would put
+    # another rank's moving statistics over this rank's. Groups stay, even empty (schedulers
+    # count them).
+    groups = [{**group, "params": [p for p in group["params"] if p.requires_grad]}  # with initial_lr
+              for group in optimizer.param_groups]
+    zero = ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **defaults)
+    zero.defaults = dict(optimizer.defaults)  # groups added later get every default, as in the original
+    left_out = [p for group in optimizer.param_groups for p in group["params"] if not p.requires_grad]
+    if left_out:
+        step = zero.step
+
+        def step_unless_unfrozen(*args: Any, **kwargs: Any) -> Any:
+            _refuse_unfrozen(left_out)
+            return step(*args, **kwargs)
+
+        zero.step = step_unless_unfrozen  # type: ignore[method-assign]
     return zero
+
+
+def _refuse_unfrozen(left_out: list[torch.Tensor]) -> None:
+    """A parameter frozen when zero1 sharded the optimizer and trained since: it would never move."""
+    unfrozen = [tuple(p.shape) for p in left_out if p.requires_grad and p.grad is not None]
+    if unfrozen:
+        raise RuntimeError(
+            f"{len(unfrozen)} parameter(s) of shapes {unfrozen[:4]} did not require grad when strategy='zero1' "
+            "sharded the optimizer, so they are not in it, and now they have gradients: they would never "
+            "be updated. Add them with optimizer.add_param_group({'params': [...]}) when you unfreeze them, "
+            "or unfreeze them before fit"
+        )
+
+
+def _init_keywords(cls: type) -> set[str] | None:
+    """The keyword arguments ``cls(...)`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
 def _plain_shuffle(sampler: Any) -> bool:

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainmesh.accelerators import device_for
 from trainmesh.precision import Precision
-from trainmesh.strategies.data_parallel_ops import mean_loss, run_chunked_step
+from trainmesh.strategies.data_parallel_ops import SplitForward, mean_loss, run_chunked_step
 from trainmesh.strategies.single import SingleDeviceStrategy
 
 
@@ -56,8 +56,13 @@ class DataParallelStrategy:
             raise AttributeError(name)
         return getattr(self._root, name)
 
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        # Calling the placed model splits the batch, so a user's own loop gets dp too.
+        return SplitForward(self._root.setup_module(module), self.chunk_devices)
+
     def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
-        return run_chunked_step(module, hook, batch, (batch_idx, *extra), self.chunk_devices)
+        inner = module.module if isinstance(module, SplitForward) else module
+        return run_chunked_step(inner, hook, batch, (batch_idx, *extra), self.chunk_devices)
 
     def reduce_step_output(self, output: Any) -> Any:
         return mean_loss(output)

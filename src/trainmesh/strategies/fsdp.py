@@ -18,6 +18,7 @@ from torch import nn
 from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, save_distributed
 from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy, unwrap
+from trainmesh.strategies.materialize import materialize
 from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -66,6 +67,19 @@ def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_
     for unit in units:
         fully_shard(unit, **options)
     return fully_shard(StepDispatcher(module), **options)
+
+
+def refuse_keras(module: nn.Module, strategy: str) -> None:
+    """Keras layers cannot be sharded by FSDP2: say so before training, not after."""
+    keras_layer = next((m for m in module.modules() if type(m).__module__.split(".")[0] == "keras"), None)
+    if keras_layer is not None:
+        raise ValueError(
+            f"strategy={strategy!r} cannot train {type(keras_layer).__name__}, a Keras model: Keras layers "
+            "read their weights through their own Variable objects, while FSDP2 shards a model by "
+            "swapping the torch module's parameters, which the Keras layers never read, so the model "
+            "would silently train nothing. Use strategy='ddp' (or 'zero1', which shards the optimizer "
+            "state) for Keras models"
+        )
 
 
 def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.Module]]) -> None:
@@ -146,6 +160,7 @@ class FSDPStrategy:
 
         if not any(True for _ in module.parameters()):
             raise ValueError(f"{type(module).__name__} has no parameters: there is nothing for fsdp to shard")
+        refuse_keras(module, self.name)
         device = self._group.root_device
         offload = self.cpu_offload and device.type != "cpu"
         if self.cpu_offload and not offload:
@@ -241,17 +256,6 @@ def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, modul
 
 def _is_dtensor(value: Any) -> bool:
     return type(value).__name__ == "DTensor"
-
-
-def materialize(module: nn.Module, device: torch.device) -> None:
-    """Allocate the local shards of a meta-built model and initialise them with each layer's
-    own ``reset_parameters`` (DTensor random ops keep the shards consistent across ranks)."""
-    module.to_empty(device=device)
-    with torch.no_grad():
-        for submodule in module.modules():
-            reset = getattr(submodule, "reset_parameters", None)
-            if callable(reset):
-                reset()
 
 
 def _gradient_sync_off(module: nn.Module) -> ContextManager[Any]:

@@ -82,7 +82,7 @@ class SingleDeviceStrategy:
         self._optimizers = list(optimizers)  # templates for loading a distributed checkpoint
         return list(optimizers)
 
-    def process_dataloader(self, loader: Any, *, train: bool) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         return loader
 
     def batch_to_device(self, batch: Any) -> Any:

@@ -50,4 +50,9 @@ class StepDispatcher(nn.Module):
                 with running_chunk(args[1]):
                     return getattr(self.module, hook)(*args[1:], **kwargs)
             return getattr(self.module, hook)(*args[1:], **kwargs)
+        if self.chunk_devices is not None:
+            # ddp2 in a user's own loop: the node's batch is split across its devices here too.
+            from trainmesh.strategies.data_parallel_ops import split_forward
+
+            return split_forward(self.module, args, kwargs, self.chunk_devices)
         return self.module(*args, **kwargs)

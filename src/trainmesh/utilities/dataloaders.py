@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -92,6 +92,20 @@ def replace_batch_sampler(loader: DataLoader, batch_sampler: Any) -> DataLoader:
     object.__setattr__(clone, "batch_size", None)
     object.__setattr__(clone, "drop_last", False)
     object.__setattr__(clone, "_iterator", None)
+    return clone
+
+
+def with_worker_init_fn(loader: Any, worker_init_fn: Callable[[int], None]) -> Any:
+    """A shallow copy of ``loader`` whose worker processes start with ``worker_init_fn``.
+
+    ``loader`` itself when it is no DataLoader, has no workers, or names a ``worker_init_fn``
+    of its own (the user's choice stands). The user's loader is never changed.
+    """
+    if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.worker_init_fn is not None:
+        return loader
+    clone = copy.copy(loader)
+    clone.worker_init_fn = worker_init_fn
+    object.__setattr__(clone, "_iterator", None)  # persistent workers: the copy starts its own
     return clone
 
 

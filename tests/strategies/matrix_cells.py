@@ -1,0 +1,98 @@
+"""The strategy matrix: what each cell must give, how its legs run, and how a cell is judged.
+
+Used by test_matrix.py (which asserts it) and by ``python matrix_cells.py`` (which runs every
+leg and prints the README's strategy table from the outcomes).
+"""
+
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from legs import run, run_torchrun_nodes
+
+MATRIX = Path(__file__).parent / "matrix_run.py"
+ENTRIES = ("trainer", "runtime_before", "runtime_after")
+KINDS = ("torch", "keras")
+CELLS = [f"{entry}-{kind}" for kind in KINDS for entry in ENTRIES]
+
+# strategy -> (reference leg, tolerance on every weight and buffer; 0 means bit-exact)
+EXPECTED = {
+    # One process: the hand-written PyTorch loop is the reference (with BatchNorm, one device
+    # with the global batch cannot equal ddp's per-rank statistics, by design).
+    "single": ("plain", 0.0),
+    "ddp": ("ddp", 0.0), "ddp_spawn": ("ddp", 0.0), "ddp_fork": ("ddp", 0.0), "zero1": ("ddp", 0.0),
+    "dp": ("ddp", 1e-5),
+    "ddp2": ("ddp4", 1e-5),  # 2 nodes x 2 devices against ddp on 4 processes
+    "sharded": ("ddp", 1e-4), "fsdp": ("ddp", 1e-4), "hsdp": ("ddp4", 1e-4),
+}
+# (strategy, kind) -> what the refusal must say; every other cell must train and match.
+REFUSED = {
+    (name, "keras"): rf"strategy='{name}' cannot train Sequential, a Keras model.*Use strategy='ddp'"
+    for name in ("sharded", "fsdp", "hsdp")
+}
+REFERENCE_CELLS = {"ddp4": "trainer-torch,trainer-keras"}
+
+
+def run_leg(strategy: str, outdir: Path) -> None:
+    """Every cell of ``strategy`` in one process group; rank 0 writes one file per cell."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    cells = [REFERENCE_CELLS[strategy]] if strategy in REFERENCE_CELLS else []
+    if strategy == "ddp2":  # two torchrun agents on 127.0.0.1, one process each
+        run_torchrun_nodes([strategy], [outdir, outdir], script=MATRIX, timeout=300)
+        return
+    result = run(str(MATRIX), strategy, str(outdir), *cells, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def outcome(path: Path) -> dict[str, torch.Tensor] | str:
+    """A cell's trained weights, or the text of the error that refused it."""
+    saved = torch.load(path, weights_only=False)
+    return saved["error"] if "error" in saved else saved["model"]
+
+
+def judge(strategy: str, cell: str, results: dict[str, Path]) -> str:
+    """'' when the cell is as the matrix requires, else what is wrong with it."""
+    reference_leg, tolerance = EXPECTED[strategy]
+    kind = cell.split("-")[1]
+    got = outcome(results[strategy] / f"{cell}.pt")
+    expected_refusal = REFUSED.get((strategy, kind))
+    if expected_refusal is not None:
+        if isinstance(got, str) and re.search(expected_refusal, got, re.S):
+            return ""
+        return f"should refuse with /{expected_refusal}/, got {'error: ' + got if isinstance(got, str) else 'weights'}"
+    if isinstance(got, str):
+        return f"refused unexpectedly: {got}"
+    reference = outcome(results[reference_leg] / f"trainer-{kind}.pt")
+    assert isinstance(reference, dict), reference
+    if set(got) != set(reference):
+        return f"different keys: {sorted(set(got) ^ set(reference))}"
+    worst = max((got[k].double() - reference[k].double()).abs().max().item() for k in reference)
+    exact = all(torch.equal(got[k], reference[k]) for k in reference)
+    if (tolerance == 0 and not exact) or worst > tolerance:
+        return f"weights differ from {reference_leg} by {worst:.3e} (allowed {tolerance:g})"
+    return ""
+
+
+def table(results: dict[str, Path]) -> str:
+    """The README's strategy table: one row per strategy, one column per cell."""
+    lines = ["| strategy | " + " | ".join(CELLS) + " |", "|---" * (len(CELLS) + 1) + "|"]
+    for strategy, (reference_leg, tolerance) in EXPECTED.items():
+        marks = []
+        for cell in CELLS:
+            problem = judge(strategy, cell, results)
+            refused = (strategy, cell.split("-")[1]) in REFUSED
+            marks.append("FAILS" if problem else f"refused[^{cell.split('-')[1]}]" if refused else "= " + reference_leg)
+        lines.append(f"| {strategy} | " + " | ".join(marks) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("matrix-results")
+    legs = {leg for leg, _ in EXPECTED.values()} | set(EXPECTED)
+    outcomes = {}
+    for leg in sorted(legs):
+        run_leg(leg, root / leg)
+        outcomes[leg] = root / leg
+    print(table(outcomes))

@@ -1,0 +1,177 @@
+"""seed_everything: settings passed explicitly (never through the environment), DataLoader
+workers seeded per worker, rank and epoch, the distributed sampler shuffled with the seed.
+
+Run as a script (``python test_seed.py ddp OUT``), this file is the multi-process leg.
+"""
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import trainmesh as tm  # noqa: E402
+from helpers.models import quiet_trainer  # noqa: E402
+from trainmesh.seed import SeedSettings, seed_settings, seed_worker  # noqa: E402
+
+
+class NoisyIndices(Dataset):
+    """Sample ``i`` is ``(i, noise)``: a random augmentation drawn where the sample is loaded
+    (in a worker process), from torch, ``random`` and NumPy."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int):
+        noise = torch.rand(()).item() + random.random() + float(np.random.rand())
+        return torch.tensor([float(index)]), torch.tensor([noise])
+
+
+class RecordsBatches(tm.Module):
+    """Keeps every batch its training_step saw; with ``out_dir``, each rank writes them there."""
+
+    def __init__(self, out_dir: str | None = None) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.out_dir = out_dir
+        self.seen: list[tuple[list[float], list[float]]] = []
+
+    def training_step(self, batch, batch_idx):
+        x, noise = batch
+        self.seen.append((x.flatten().tolist(), noise.flatten().tolist()))
+        return self.layer(x + noise).pow(2).mean()
+
+    def on_train_end(self):
+        if self.out_dir is not None:
+            torch.save(self.seen, Path(self.out_dir) / f"rank{self.trainer.global_rank}.pt")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def noisy_loader(size: int = 16) -> DataLoader:
+    return DataLoader(NoisyIndices(size), batch_size=4, shuffle=True, num_workers=2)
+
+
+@pytest.fixture(autouse=True)
+def _keep_seed_settings(monkeypatch):
+    # These tests call seed_everything: later tests in this process get the settings back.
+    import trainmesh.seed
+
+    monkeypatch.setattr(trainmesh.seed, "_settings", trainmesh.seed._settings)
+
+
+def test_seed_everything_passes_nothing_through_the_environment(monkeypatch):
+    for name in ("TRAINMESH_GLOBAL_SEED", "TRAINMESH_SEED_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    assert tm.seed_everything(5, workers=True) == 5
+    assert dict(os.environ) == before
+    assert seed_settings() == SeedSettings(seed=5, workers=True)
+    tm.seed_everything(6)
+    assert seed_settings() == SeedSettings(seed=6, workers=False)
+
+
+def test_seed_none_is_zero_in_every_process_whatever_the_environment(monkeypatch):
+    # Every process of a run must agree without a side channel: no random pick, no variable.
+    monkeypatch.setenv("TRAINMESH_GLOBAL_SEED", "99")
+    with pytest.warns(UserWarning, match="no seed given"):
+        assert tm.seed_everything() == 0
+    assert seed_settings() == SeedSettings(seed=0, workers=False)
+
+
+def test_the_runtime_seeds_the_workers_of_training_and_evaluation_loaders_when_asked():
+    runtime = tm.Runtime(accelerator="cpu", devices=1)
+    users, without_workers = noisy_loader(), DataLoader(NoisyIndices(4), batch_size=2)
+
+    def own_init(worker_id):
+        pass
+
+    with_own = DataLoader(NoisyIndices(4), batch_size=2, num_workers=2, worker_init_fn=own_init)
+    tm.seed_everything(5, workers=True)
+    for train in (True, False):
+        prepared = runtime.setup_dataloaders(users, without_workers, with_own, train=train)
+        init = prepared[0].loader.worker_init_fn
+        assert init.func is seed_worker and init.keywords == {"seed": 5, "rank": 0}
+        assert prepared[1].loader.worker_init_fn is None  # no worker processes to seed
+        assert prepared[2].loader.worker_init_fn is own_init  # the user's choice stands
+    assert users.worker_init_fn is None  # the user's loader is left as it was
+    tm.seed_everything(5)
+    assert runtime.setup_dataloaders(users).loader.worker_init_fn is None
+
+
+def test_the_runtime_takes_the_settings_it_was_built_with_where_seed_everything_never_ran(monkeypatch):
+    tm.seed_everything(8, workers=True)
+    runtime = tm.Runtime(accelerator="cpu", devices=1)
+    assert runtime.seed_settings == SeedSettings(seed=8, workers=True)
+    monkeypatch.setattr("trainmesh.seed._settings", None)  # as in a process ddp_spawn started
+    init = runtime.setup_dataloaders(noisy_loader()).loader.worker_init_fn
+    assert init.keywords == {"seed": 8, "rank": 0}
+
+
+def test_seed_worker_depends_on_the_seed_the_rank_the_worker_and_the_epoch():
+    def draws(base_seed: int, worker_id: int, *, seed: int = 3, rank: int = 0) -> tuple[float, float, float]:
+        torch.manual_seed(base_seed + worker_id)  # what torch does in a new worker
+        seed_worker(worker_id, seed=seed, rank=rank)
+        return torch.rand(()).item(), random.random(), float(np.random.rand())
+
+    state = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    try:
+        reference = draws(1000, 1)
+        assert draws(1000, 1) == reference
+        others = [draws(1000, 1, rank=1), draws(1000, 1, seed=4), draws(1000, 0), draws(2000, 1)]
+        assert all(all(a != b for a, b in zip(other, reference)) for other in others)
+    finally:
+        torch.set_rng_state(state[0])
+        random.setstate(state[1])
+        np.random.set_state(state[2])
+
+
+def test_two_seeded_runs_with_worker_augmentation_see_the_same_batches():
+    runs = []
+    for _ in range(2):
+        tm.seed_everything(11, workers=True)
+        model = RecordsBatches()
+        quiet_trainer(max_epochs=2).fit(model, noisy_loader())
+        runs.append(model.seen)
+    assert runs[0] == runs[1]
+    epochs = runs[0][:4], runs[0][4:]
+    noise = [sorted(n for _, batch in epoch for n in batch) for epoch in epochs]
+    assert noise[0] != noise[1]  # new augmentations every epoch, not the same ones replayed
+
+
+def test_ddp_processes_seed_their_workers_apart_and_shuffle_with_the_seed(tmp_path):
+    result = subprocess.run([sys.executable, __file__, "ddp", str(tmp_path)], capture_output=True, text=True,
+                            timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    # The two shards are halves of the permutation DistributedSampler draws from seed 7, epoch 0.
+    permutation = torch.randperm(16, generator=torch.Generator().manual_seed(7)).tolist()
+    seen = [[int(i) for indices, _ in batches for i in indices] for batches in ranks]
+    assert seen == [permutation[0::2], permutation[1::2]]
+    # Each rank's workers draw their own augmentations (torch alone gives both ranks the same).
+    noise = [[n for _, values in batches for n in values] for batches in ranks]
+    assert all(a != b for a, b in zip(*noise))
+
+
+def _ddp_leg(out_dir: str) -> None:
+    tm.seed_everything(7, workers=True)
+    # Forked processes start with this one's generators, so torch alone would give both ranks'
+    # workers the same seeds. (Spawned ones start unseeded: see the launcher.)
+    trainer = quiet_trainer(strategy="ddp_fork", devices=2, max_epochs=1)
+    trainer.fit(RecordsBatches(out_dir), noisy_loader())
+
+
+if __name__ == "__main__":
+    assert sys.argv[1] == "ddp"
+    _ddp_leg(sys.argv[2])
