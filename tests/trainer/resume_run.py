@@ -4,10 +4,15 @@ python resume_run.py full OUT                 -> train to the end, save final we
 python resume_run.py stop OUT CKPT BATCH      -> save a checkpoint after training batch BATCH
                                                   (counted over the whole run), then die hard
 python resume_run.py resume OUT CKPT          -> resume from CKPT, train to the end, save weights
-Options via env: ACCUMULATE, WORKERS, EPOCHS, SCHED (step|epoch).
+python resume_run.py pause OUT CKPT STEPS HOW  -> fit(max_steps=STEPS) to its normal end, then keep
+                                                  the checkpoint HOW says: "trainer" (save_checkpoint
+                                                  after fit) or "last" (ModelCheckpoint's last.ckpt)
+Options via env: ACCUMULATE, WORKERS, EPOCHS, SCHED (step|epoch), MAX_STEPS (the full and resumed
+runs stop on max_steps instead of max_epochs).
 """
 
 import os
+import shutil
 import sys
 
 import torch
@@ -15,6 +20,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
 from helpers.models import DropoutNet, loaders, quiet_trainer  # noqa: E402
 
 
@@ -39,23 +45,48 @@ class DieAfter(tm.Callback):
         os._exit(17)
 
 
+class CountBatches(tm.Callback):
+    """How many training batches this process ran (a resume must run exactly the rest)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.count += 1
+
+
 def main() -> None:
     mode, out = sys.argv[1], sys.argv[2]
     tm.seed_everything(1234)
     workers = int(os.environ.get("WORKERS", "0"))
     train, val = loaders(batch_size=8, shuffle=True, num_workers=workers)
     model = DropoutNet(scheduler_interval=os.environ.get("SCHED", "step"))
-    callbacks = []
+    counter = CountBatches()
+    callbacks = [counter]
     if mode == "stop":
         callbacks.append(DieAfter(sys.argv[3], int(sys.argv[4]), len(train)))
-    trainer = quiet_trainer(max_epochs=int(os.environ.get("EPOCHS", "3")), callbacks=callbacks,
+    keep_last = mode == "pause" and sys.argv[5] == "last"
+    if mode == "pause":
+        length = {"max_steps": int(sys.argv[4])}
+        if keep_last:
+            callbacks.append(ModelCheckpoint(dirpath=os.path.join(os.path.dirname(out), "checkpoints"), save_last=True))
+    elif "MAX_STEPS" in os.environ:
+        length = {"max_steps": int(os.environ["MAX_STEPS"])}
+    else:
+        length = {"max_epochs": int(os.environ.get("EPOCHS", "3"))}
+    trainer = quiet_trainer(**length, callbacks=callbacks, enable_checkpointing=keep_last,
                             strategy=os.environ.get("STRATEGY", "auto"), devices=int(os.environ.get("DEVICES", "1")),
                             accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
                             val_check_interval=0.5)
     trainer.fit(model, train, val, ckpt_path=sys.argv[3] if mode == "resume" else None)
+    if mode == "pause":
+        if not keep_last:
+            trainer.save_checkpoint(sys.argv[3])
+        elif trainer.is_global_zero:
+            shutil.copy(trainer.checkpoint_callback.last_model_path, sys.argv[3])
     if trainer.is_global_zero:
         torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
-                    "global_step": trainer.global_step}, out)
+                    "global_step": trainer.global_step, "batches_run": counter.count}, out)
 
 
 if __name__ == "__main__":

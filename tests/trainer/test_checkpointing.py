@@ -93,3 +93,51 @@ def test_ctrl_c_ends_cleanly_and_the_last_checkpoint_resumes(tmp_path):
     trainer = quiet_trainer(max_epochs=5)
     trainer.fit(DropoutNet(), train, val, ckpt_path=str(tmp_path / "last.ckpt"))
     assert trainer.global_step == 60
+
+
+def test_fit_from_last_with_no_checkpoint_yet_starts_from_scratch(tmp_path, capsys):
+    # A script a scheduler restarts passes ckpt_path="last" every time, the first time included.
+    train, val = loaders()
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=True)
+    trainer.fit(DropoutNet(), train, val, ckpt_path="last")
+    assert trainer.global_step == 12
+    out = capsys.readouterr().out
+    assert f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch" in out
+    assert out.count("starting from scratch") == 1, "one line"
+
+    restarted = quiet_trainer(max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=True)
+    restarted.fit(DropoutNet(), train, val, ckpt_path="last")
+    assert restarted.global_step == 24, "the restart resumed from the first run's last.ckpt"
+    assert "starting from scratch" not in capsys.readouterr().out
+
+
+def test_fit_from_last_looks_in_the_checkpoint_callbacks_own_folder(tmp_path):
+    # A last.ckpt outside default_root_dir must be found, not replaced by a fresh start.
+    train, val = loaders()
+    elsewhere = tmp_path / "elsewhere"
+
+    def trainer(epochs):
+        return quiet_trainer(max_epochs=epochs, default_root_dir=tmp_path / "root", enable_checkpointing=True,
+                             callbacks=[ModelCheckpoint(dirpath=elsewhere, save_last=True)])
+
+    trainer(1).fit(DropoutNet(), train, val)
+    restarted = trainer(2)
+    restarted.fit(DropoutNet(), train, val, ckpt_path="last")
+    assert restarted.global_step == 24
+
+
+def test_fit_from_a_missing_file_or_from_best_is_still_an_error(tmp_path):
+    train, _ = loaders()
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        trainer.fit(DropoutNet(), train, ckpt_path=str(tmp_path / "gone.ckpt"))
+    with pytest.raises(ValueError, match="no best checkpoint is known"):
+        trainer.fit(DropoutNet(), train, ckpt_path="best")
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_evaluating_from_last_with_no_checkpoint_is_an_error(tmp_path, stage):
+    _, val = loaders()
+    trainer = quiet_trainer(default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=f"ckpt_path='last': no checkpoint found under {tmp_path}.*{stage}"):
+        getattr(trainer, stage)(DropoutNet(), val, ckpt_path="last")

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.models import DropoutNet, loaders, quiet_trainer
+
 SCRIPT = Path(__file__).with_name("resume_run.py")
 
 
@@ -42,3 +44,68 @@ def test_stop_and_resume_is_bit_identical(tmp_path, stop_batch, env):
     # The epoch means logged after resuming equal the uninterrupted run's, too.
     assert candidate["metrics"]["train_loss_epoch"] == reference["metrics"]["train_loss_epoch"]
     assert candidate["metrics"]["val_loss"] == reference["metrics"]["val_loss"]
+
+
+@pytest.mark.parametrize(
+    ("pause_steps", "how", "env"),
+    [
+        # 12 batches an epoch: step 17 ends 5 batches into epoch 1; the other 7 must still run.
+        pytest.param(17, "trainer", {"MAX_STEPS": "30"}, id="then-more-steps"),
+        pytest.param(17, "trainer", {}, id="then-max-epochs"),
+        pytest.param(17, "last", {"MAX_STEPS": "30"}, id="last-ckpt"),
+        # An epoch-interval scheduler must not step for an epoch that max_steps cut short.
+        pytest.param(17, "trainer", {"SCHED": "epoch"}, id="epoch-scheduler"),
+        # 4 steps an epoch: step 5 ends 3 batches into epoch 1.
+        pytest.param(5, "last", {"ACCUMULATE": "3", "MAX_STEPS": "9"}, id="accumulation"),
+    ],
+)
+def test_max_steps_inside_an_epoch_then_resume_is_bit_identical(tmp_path, pause_steps, how, env):
+    """A run that max_steps ended mid-epoch goes on, resumed, as if it had never stopped."""
+    full, paused, resumed, ckpt = (tmp_path / name for name in ("full.pt", "paused.pt", "resumed.pt", "pause.ckpt"))
+    _run("full", str(full), env=env)
+    _run("pause", str(paused), str(ckpt), str(pause_steps), how, env=env)
+    _run("resume", str(resumed), str(ckpt), env=env)
+
+    reference, first, candidate = torch.load(full), torch.load(paused), torch.load(resumed)
+    assert first["global_step"] == pause_steps
+    assert first["batches_run"] + candidate["batches_run"] == reference["batches_run"]
+    assert candidate["global_step"] == reference["global_step"]
+    for name, tensor in reference["state_dict"].items():
+        assert torch.equal(tensor, candidate["state_dict"][name]), f"{name} differs after resume"
+    assert candidate["metrics"]["train_loss_epoch"] == reference["metrics"]["train_loss_epoch"]
+    assert candidate["metrics"]["val_loss"] == reference["metrics"]["val_loss"]
+
+
+def test_max_steps_inside_an_epoch_reports_the_partial_epoch_but_does_not_end_it(tmp_path):
+    """The run's last, partial epoch is reported like any epoch end (its final weights
+    validated too), but no epoch scheduler steps for it, and its checkpoint points inside it."""
+
+    class Recording(DropoutNet):
+        def __init__(self):
+            super().__init__(scheduler_interval="epoch")
+            self.validations, self.epoch_ends, self.outputs_seen = 0, 0, []
+
+        def on_validation_end(self):
+            self.validations += 1
+
+        def training_epoch_end(self, outputs):
+            self.outputs_seen.append(len(outputs))
+
+        def on_train_epoch_end(self):
+            self.epoch_ends += 1
+
+    train, val = loaders()  # 12 batches an epoch; validation every 6
+    model = Recording()
+    trainer = quiet_trainer(max_steps=17, val_check_interval=0.5, num_sanity_val_steps=0)
+    trainer.fit(model, train, val)
+    assert trainer.global_step == 17 and trainer.current_epoch == 2  # reported like a finished epoch
+    assert model.epoch_ends == 2 and model.outputs_seen == [12, 5]
+    assert model.validations == 3  # epoch 0's two, and the final weights'
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 1  # stepped for epoch 0 only
+    assert "train_loss_epoch" in trainer.callback_metrics
+
+    trainer.save_checkpoint(tmp_path / "paused.ckpt")
+    saved = torch.load(tmp_path / "paused.ckpt", weights_only=False)
+    assert (saved["epoch"], saved["global_step"]) == (1, 17)
+    assert saved["loop"]["batches_done"] == 5 and not saved["loop"]["epoch_finished"]
+    assert [len(entry["epoch_outputs"]) for entry in saved["per_rank"]] == [5]

@@ -19,14 +19,17 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
     from trainmesh import __version__
 
     strategy, module, loop = trainer.strategy, trainer.module, trainer.loop
+    # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
+    # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
+    stop = loop.stopped_inside
     checkpoint: dict[str, Any] = {
         "trainmesh_version": __version__,
         "format": CHECKPOINT_FORMAT,
-        "epoch": trainer.current_epoch,
+        "epoch": trainer.current_epoch if stop is None else stop.epoch,
         "global_step": trainer.global_step,
         "loop": {
-            "batches_done": loop.batches_done,
-            "epoch_finished": loop.epoch_finished,
+            "batches_done": loop.batches_done if stop is None else stop.batches_done,
+            "epoch_finished": loop.epoch_finished and stop is None,
             "epoch_start_rng": loop.epoch_start_rng,
         },
         # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
@@ -41,9 +44,9 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
         "epoch_metrics": dict(trainer.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
         "per_rank": strategy.all_gather_object({
-            "rng": capture_rng_state(),
+            "rng": capture_rng_state() if stop is None else stop.rng,
             "pending_gradients": _pending_gradients(trainer),
-            "epoch_outputs": apply_to_tensors(loop.epoch_outputs, lambda t: t.cpu()),
+            "epoch_outputs": apply_to_tensors(loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()),
         }),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
@@ -67,9 +70,13 @@ def _pending_gradients(trainer: Any) -> list[torch.Tensor | None] | None:
 
 
 def _reduced_results(trainer: Any) -> dict[str, Any]:
-    if trainer.train_results is None:
+    stop = trainer.loop.stopped_inside
+    if stop is not None:
+        state = {name: dict(entry) for name, entry in stop.train_results.items()}  # reduced anew each save
+    elif trainer.train_results is None:
         return {}
-    state = trainer.train_results.state_dict()
+    else:
+        state = trainer.train_results.state_dict()
     reduce = trainer.strategy.reduce
     for name in sorted(state):  # the same order on every rank: these are collectives
         entry = state[name]
@@ -151,14 +158,32 @@ def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
     return neutral
 
 
-def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str]) -> str:
-    """Turn "last" / "best" into a file, and check that a given path exists."""
+def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
+                      allow_fresh_start: bool = False) -> str | None:
+    """Turn "last" / "best" into a file, and check that a given path exists.
+
+    With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns None after a
+    one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"`` from its
+    very first run on. A named file that is missing, "best" with none known, and "last" for
+    validate/test/predict (which need trained weights) stay errors.
+    """
     path = str(ckpt_path)
     if path in ("last", "best"):
         callback = trainer.checkpoint_callback
         found = getattr(callback, f"{path}_model_path", "") if callback is not None else ""
         if not found and path == "last":
-            found = _newest_last_ckpt(trainer)
+            found, searched = _newest_last_ckpt(trainer)
+            if not found:
+                where = " or ".join(searched)
+                if not allow_fresh_start:
+                    raise ValueError(
+                        f"ckpt_path='last': no checkpoint found under {where}, and {trainer.stage or 'this stage'} "
+                        "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
+                        "save_last=True), the default checkpointing, writes last.ckpt)"
+                    )
+                if trainer.is_global_zero:
+                    print(f"ckpt_path='last': no checkpoint found under {where}; starting from scratch", flush=True)
+                return None
         if not found:
             raise ValueError(
                 f"ckpt_path={path!r}: no {path} checkpoint is known for this trainer. Pass the file's "
@@ -173,8 +198,21 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str]) -> str:
     return path
 
 
-def _newest_last_ckpt(trainer: Any) -> str:
+def _newest_last_ckpt(trainer: Any) -> tuple[str, list[str]]:
+    """The newest ``last*.ckpt`` an earlier run of this set-up wrote ("" if none), and the folders searched."""
+    # An earlier run wrote under default_root_dir, or in its own version folder next to this
+    # run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
+    # there would make fit start from scratch instead of resuming.
+    folders = [trainer.default_root_dir]
+    if trainer.loggers:
+        folders.append(os.path.dirname(trainer.log_dir))
+    callback = trainer.checkpoint_callback
+    if callback is not None and callback.dirpath:
+        folders.append(callback.dirpath)
+    folders = list(dict.fromkeys(os.path.abspath(folder) for folder in folders))
+    folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]
     candidates = []
-    for root, _dirs, files in os.walk(trainer.default_root_dir):
-        candidates += [os.path.join(root, f) for f in files if f.startswith("last") and f.endswith(".ckpt")]
-    return max(candidates, key=os.path.getmtime) if candidates else ""
+    for folder in folders:
+        for root, _dirs, files in os.walk(folder):
+            candidates += [os.path.join(root, f) for f in files if f.startswith("last") and f.endswith(".ckpt")]
+    return (max(candidates, key=os.path.getmtime) if candidates else ""), folders

@@ -32,6 +32,23 @@ class LoopPosition:
     validated_since_step: bool = False
     # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
     epoch_outputs: list[Any] = field(default_factory=list)
+    stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch
+
+
+@dataclass
+class StoppedInsideEpoch:
+    """Where max_steps ended the fit with batches of the epoch still untrained.
+
+    Taken before the epoch's end-of-epoch reporting runs (see ``_end_epoch``): a checkpoint
+    written during or after that reporting records this position, so a resume with a larger
+    max_steps or max_epochs trains the rest of the epoch, as the run that never stopped does.
+    """
+
+    epoch: int
+    batches_done: int
+    rng: dict[str, Any]  # this process's generators when the last step ended
+    train_results: dict[str, Any]  # this process's epoch accumulators (copied: hooks may log more)
+    epoch_outputs: list[Any]
 
 
 def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
@@ -68,6 +85,10 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
         while not _fit_done(trainer):
             _run_epoch(trainer, train_loader, resume_rng)
             resume_rng = None
+        if resume_rng is not None:
+            # Resumed with nothing left to train: still hold the generators the checkpoint
+            # held, for a checkpoint saved now.
+            restore_rng_state(resume_rng)
     finally:
         trainer.loop.last_loss = None
     hooks.call("on_train_end")
@@ -128,11 +149,12 @@ def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> 
     limit = trainer.num_training_batches
     val_every = _val_check_batches(trainer, limit)
     loop.validated_since_step = False
-    _train_batches(trainer, iterator, loop.batches_done, limit, val_every, train_results)
-    _end_epoch(trainer, train_results, val_every)
+    cut_short = _train_batches(trainer, iterator, loop.batches_done, limit, val_every, train_results)
+    _end_epoch(trainer, train_results, val_every, cut_short=cut_short)
 
 
-def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, val_every: int | float | None, train_results: Any) -> None:
+def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, val_every: int | float | None, train_results: Any) -> bool:
+    """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
     strategy, model, module = runtime.strategy, trainer.model, trainer.module
     accumulate = trainer.accumulate_grad_batches
@@ -143,6 +165,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     step_end = hooks.module_overrides("training_step_end")
     keep_outputs = hooks.module_overrides("training_epoch_end")
+    cut_short = False
     for batch_idx, batch in enumerate(iterator, start=start):
         if batch_idx >= limit:
             break
@@ -177,16 +200,38 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             trainer.publish_step_metrics()
         if batch_end_hooks:
             hooks.call("on_train_batch_end", output, batch, batch_idx)
-        if trainer.should_stop or (trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps):
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            cut_short = not is_last  # right after an optimizer step: no gradients are pending
+            break
+        if trainer.should_stop:
             break
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.
         _optimizer_step(trainer, module)
+    return cut_short
 
 
-def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) -> None:
+def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, *, cut_short: bool) -> None:
+    """The end of an epoch: validation, epoch-end hooks, epoch metrics, epoch schedulers.
+
+    ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
+    the epoch does not. What reports on the run still happens, as at any epoch end: validation
+    of the final weights, training_epoch_end with the outputs so far, on_train_epoch_end, the
+    epoch means over the batches trained, current_epoch advancing (as in Lightning, which skips
+    the validation), so the loggers get the last steps and ModelCheckpoint(save_last=True)
+    writes them. What would change how training goes on does not: epoch-interval schedulers do
+    not step, and the position is recorded first (``StoppedInsideEpoch``), so a checkpoint
+    resumes the epoch where training stopped, with that moment's generators, accumulators and
+    outputs, and the resumed run reports the whole epoch at its real end. (Callbacks acting on
+    epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
+    """
     loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+    if cut_short:
+        loop.stopped_inside = StoppedInsideEpoch(
+            epoch=trainer.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
+            train_results=_copied_results(train_results), epoch_outputs=list(loop.epoch_outputs),
+        )
     if val_every is not None and trainer.val_loaders and not loop.validated_since_step:
         evaluation.run_validation(trainer, trainer.val_loaders)
     sink.start_stage(train_results)
@@ -198,7 +243,7 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) 
     hooks.call_module("on_train_epoch_end")
     trainer.publish_epoch_metrics(sink.epoch_metrics())
     for config in trainer.lr_scheduler_configs:
-        if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0:
+        if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0 and not cut_short:
             step_scheduler(config, trainer.callback_metrics)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end")
@@ -207,6 +252,14 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None) 
     loop.batches_done = 0
     if trainer.min_epochs is not None and trainer.current_epoch < trainer.min_epochs:
         trainer.should_stop = False
+
+
+def _copied_results(results: Any) -> dict[str, Any]:
+    state = results.state_dict()
+    for entry in state.values():
+        if entry["total"] is not None:
+            entry["total"] = entry["total"].clone()  # accumulated in place by later self.log calls
+    return state
 
 
 def _optimizer_step(trainer: Any, module: Any) -> None:

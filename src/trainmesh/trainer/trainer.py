@@ -282,11 +282,10 @@ class Trainer:
         try:
             self._prepare(model, data, stage)
             if stage == "fit":
-                checkpoint, source = None, ""
-                if ckpt_path is not None:
-                    source = resolve_ckpt_path(self, ckpt_path)
-                    checkpoint = self.strategy.load_checkpoint(source)
-                result = fit_loop.run_fit(self, data, checkpoint, source)
+                # None: no ckpt_path, or "last" before any checkpoint exists (a fresh start).
+                source = None if ckpt_path is None else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True)
+                checkpoint = None if source is None else self.strategy.load_checkpoint(source)
+                result = fit_loop.run_fit(self, data, checkpoint, source or "")
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(self, data)
