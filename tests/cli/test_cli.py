@@ -1,6 +1,7 @@
 """The ``trainmesh`` command line: class selection, help, configs, errors and one real run."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import yaml
 
 import trainmesh
 from trainmesh.cli.main import CLIError, collate_predictions, find_class_paths, main
+from trainmesh.trainer.seed_spellings import SeedSpellingNotice
 
 _HELPER_MODULE = "tests_helpers_module"
 _HELPER_SOURCE = textwrap.dedent(
@@ -36,6 +38,15 @@ def helper_module(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield _HELPER_MODULE
     sys.modules.pop(_HELPER_MODULE, None)
+
+
+_ONE_STEP = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+             "--trainer.num_sanity_val_steps", "0", "--no_test", "--trainer.enable_progress_bar", "false",
+             "--trainer.enable_model_summary", "false"]
+
+
+def _printed(out: str, label: str) -> str:
+    return next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith(f"{label}: "))
 
 
 def _print_config(capsys, *args: str) -> dict:
@@ -66,6 +77,66 @@ def test_top_level_help_lists_the_commands(capsys):
     out = capsys.readouterr().out
     for command in ("fit", "validate", "test", "predict"):
         assert command in out
+    # The README's `trainmesh checkpoint consolidate|inspect` is listed with what it does.
+    assert re.search(r"^ +checkpoint +Consolidate or inspect a saved checkpoint\.$", out, re.MULTILINE), out
+    assert "{fit,validate,test,predict,checkpoint}" in out
+
+
+def test_the_checkpoint_command_keeps_its_own_help(capsys):
+    assert main(["checkpoint", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "consolidate" in out and "inspect" in out
+
+
+@pytest.mark.parametrize("args", [
+    ["fit", "--trainer.max_epoch", "2"],
+    ["fit", "--trainer.max_epoch=2"],
+    ["fit", "--model.hidden_di", "8"],
+    ["fit", "--no_tes"],
+])
+def test_abbreviated_options_are_refused(capsys, args):
+    # argparse would take --trainer.max_epoch for --trainer.max_epochs without a word.
+    assert main([*args, "--print_config"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: " + args[1].split("=")[0] in err, err
+
+
+def test_abbreviated_options_are_refused_by_the_checkpoint_command(tmp_path, capsys):
+    assert main(["checkpoint", "inspect", str(tmp_path / "x.ckpt"), "--hel"]) == 2
+    assert "unrecognized arguments: --hel" in capsys.readouterr().err
+
+
+_SEED_SPELLINGS = ("gpus", "distributed_backend", "weights_summary", "num_tpu_cores")
+
+
+def test_print_config_and_help_leave_out_the_seed_spellings(capsys):
+    assert not set(_SEED_SPELLINGS) & set(_print_config(capsys)["trainer"])
+    assert main(["fit", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert not [name for name in _SEED_SPELLINGS if f"--trainer.{name}" in out]
+
+
+def test_seed_spellings_are_accepted_and_printed_in_todays_spelling(tmp_path, capsys):
+    with pytest.warns(SeedSpellingNotice) as notices:
+        config = _print_config(capsys, "--trainer.gpus", "0", "--trainer.distributed_backend", "ddp_spawn",
+                               "--trainer.weights_summary", "null")
+    assert len(notices) == 3
+    trainer = config["trainer"]
+    assert (trainer["accelerator"], trainer["devices"], trainer["strategy"]) == ("cpu", 1, "ddp_spawn")
+    assert trainer["enable_model_summary"] is False
+    assert not set(_SEED_SPELLINGS) & set(trainer)
+    # An old config file too; the printed config then means the same run in today's spelling.
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"accelerator": "ddp", "gpus": 0}}))
+    with pytest.warns(SeedSpellingNotice):
+        trainer = _print_config(capsys, "--config", str(path))["trainer"]
+    assert (trainer["accelerator"], trainer["devices"], trainer["strategy"]) == ("cpu", 1, "ddp")
+
+
+def test_seed_spellings_still_run_as_translated(tmp_path, capsys):
+    with pytest.warns(SeedSpellingNotice, match="today: accelerator='cpu', devices=1"):
+        assert main(["fit", "--trainer.gpus", "0", *_ONE_STEP, "--trainer.default_root_dir", str(tmp_path)]) == 0
+    assert "val_loss" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -114,7 +185,7 @@ def test_cli_defaults_and_flags_reach_the_config(capsys):
     assert config["model"]["hidden_dim"] == 64
     assert config["data"]["batch_size"] == 16
     assert config["trainer"]["max_epochs"] == 20
-    assert config["trainer"]["default_root_dir"] == "./trainmesh_runs"
+    assert config["trainer"]["default_root_dir"] is None  # the current directory, as in the Python API
     assert config["seed"] == 0 and config["test"] is False
     assert _print_config(capsys, "--test", "false")["test"] is False
 
@@ -190,6 +261,15 @@ def test_fit_then_predict_end_to_end(tmp_path, capsys):
     assert main(["predict", "--ckpt_path", str(checkpoint), "--output", str(output), *common]) == 0
     predictions = torch.load(output)
     assert predictions.shape == (359,) and predictions.dtype == torch.int64
+
+
+def test_cli_and_python_api_log_to_the_same_default_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", *_ONE_STEP]) == 0
+    logs = Path(_printed(capsys.readouterr().out, "logs"))
+    assert logs == tmp_path / "trainmesh_logs" / "version_0" and logs.is_dir()
+    api = trainmesh.Trainer(accelerator="cpu", enable_progress_bar=False)
+    assert Path(api.log_dir) == tmp_path / "trainmesh_logs" / "version_1"
 
 
 def test_python_dash_m_trainmesh_help_exits_0():

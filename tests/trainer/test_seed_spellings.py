@@ -53,3 +53,13 @@ def test_num_tpu_cores_is_a_clear_error():
 def test_todays_spelling_prints_no_notice(recwarn):
     quiet(accelerator="cpu", devices=1, strategy="auto")
     assert not [w for w in recwarn if issubclass(w.category, SeedSpellingNotice)]
+
+
+@pytest.mark.parametrize("gpus", [0, []])
+def test_gpus_zero_means_cpu_and_the_notice_says_so(gpus):
+    # Lightning 1.x ran gpus=0 (and gpus=[]) on the CPU: the notice names what really runs.
+    with pytest.warns(SeedSpellingNotice, match=r"today: accelerator='cpu', devices=1$") as notices:
+        trainer = quiet(gpus=gpus)
+    assert not any("cuda" in str(notice.message) for notice in notices)
+    assert trainer.runtime.device_type == "cpu" and trainer.strategy.root_device.type == "cpu"
+    assert trainer.world_size == 1

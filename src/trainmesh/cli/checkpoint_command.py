@@ -6,16 +6,23 @@ from pathlib import Path
 from typing import Any
 
 
+# One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
+SUMMARY = "Consolidate or inspect a saved checkpoint."
+
+
 def run_checkpoint_command(args: list[str]) -> int:
     from jsonargparse import ArgumentParser
 
-    parser = ArgumentParser(prog="trainmesh checkpoint", description="Work with trainmesh checkpoints.")
+    # allow_abbrev=False: argparse would otherwise take a prefix of an option for the option.
+    parser = ArgumentParser(prog="trainmesh checkpoint", description="Work with trainmesh checkpoints.",
+                            allow_abbrev=False)
     commands = parser.add_subcommands(dest="action")
     consolidate = ArgumentParser(description="Write a distributed checkpoint (a directory) as one file that "
-                                             "torch.load reads, with the full weights under 'state_dict'.")
+                                             "torch.load reads, with the full weights under 'state_dict'.",
+                                 allow_abbrev=False)
     consolidate.add_argument("source", type=str, help="the distributed checkpoint directory")
     consolidate.add_argument("destination", type=str, help="the file to write")
-    inspect = ArgumentParser(description="List what a checkpoint (file or directory) holds.")
+    inspect = ArgumentParser(description="List what a checkpoint (file or directory) holds.", allow_abbrev=False)
     inspect.add_argument("source", type=str, help="a checkpoint file or directory")
     commands.add_subcommand("consolidate", consolidate, help="one file from a distributed checkpoint")
     commands.add_subcommand("inspect", inspect, help="what a checkpoint holds")

@@ -6,7 +6,8 @@ Usage::
     trainmesh fit --model my_pkg.models:Net --model.hidden_dim 64 --data my_pkg.data:Images \\
                   --data.batch_size 64 --trainer.max_epochs 5 --trainer.devices 2
     trainmesh fit --model my_pkg.models:Net --help   # lists Net's own arguments
-    trainmesh test --ckpt_path trainmesh_runs/.../last.ckpt
+    trainmesh test --ckpt_path trainmesh_logs/version_0/checkpoints/last.ckpt
+    trainmesh checkpoint inspect trainmesh_logs/version_0/checkpoints/last.ckpt
     trainmesh fit --print_config > run.yaml; trainmesh fit --config run.yaml
 
 The model and data classes are chosen first (from ``--model`` / ``--data`` and any ``--config``),
@@ -21,6 +22,7 @@ every Trainer argument as ``--trainer.<arg>``. A config file has the same shape,
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -29,7 +31,6 @@ from typing import Any
 
 DEFAULT_MODEL = "trainmesh.demo:DigitsClassifier"
 DEFAULT_DATA = "trainmesh.data.digits:DigitsDataModule"
-DEFAULT_ROOT_DIR = "./trainmesh_runs"
 FIT_MAX_EPOCHS = 20
 
 _COMMANDS = {
@@ -77,8 +78,8 @@ _TRAINER_HELP = {
     "limit_test_batches": "Batches per test run: a count (int) or a fraction (float).",
     "limit_predict_batches": "Batches per predict run: a count (int) or a fraction (float).",
     "callbacks": "Callbacks to add, e.g. --trainer.callbacks+=EarlyStopping --trainer.callbacks.monitor=val_loss.",
-    "logger": "true: a CSV logger under default_root_dir; false: no logging.",
-    "default_root_dir": "Folder for logs and checkpoints.",
+    "logger": "true: a CSV logger writing to <default_root_dir>/trainmesh_logs/version_N; false: no logging.",
+    "default_root_dir": "Folder for logs and checkpoints (null: the current directory).",
     "enable_progress_bar": "Show a progress bar while running.",
     "enable_checkpointing": "Save checkpoints (best and last) during fit.",
     "fast_dev_run": "Run this many batches of every stage (true: 1) as a smoke test; no logs or checkpoints.",
@@ -288,26 +289,54 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str]) -> Any:
     """The ``trainmesh`` parser, with ``fit``/``validate``/``test``/``predict`` built for ``classes``."""
     from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
+    from trainmesh.cli.checkpoint_command import SUMMARY
+
     formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
+    # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
+    # --trainer.max_epochs without a word (jsonargparse 4.x only warns that this is deprecated).
     parser = ArgumentParser(
         prog="trainmesh", description="Train and evaluate trainmesh models.", formatter_class=formatter,
-        epilog=_EPILOG.format(command="fit"),
+        epilog=_EPILOG.format(command="fit"), allow_abbrev=False,
     )
     subcommands = parser.add_subcommands(dest="subcommand", required=True)
     for command, summary in _COMMANDS.items():
         usage = (f"trainmesh {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
                  "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]")
-        sub = ArgumentParser(description=summary, usage=usage, formatter_class=formatter,
-                             epilog=_EPILOG.format(command=command))
+        sub = _command_parser_class()(description=summary, usage=usage, formatter_class=formatter,
+                                      epilog=_EPILOG.format(command=command), allow_abbrev=False)
         _add_command_arguments(sub, command, classes, class_paths)
         subcommands.add_subcommand(command, sub, help=summary)
+    # Listed for --help only: `_run` hands `trainmesh checkpoint ...` to its own parser (whose
+    # nested subcommands jsonargparse cannot attach here after they are built).
+    subcommands.add_subcommand("checkpoint", ArgumentParser(description=SUMMARY, allow_abbrev=False), help=SUMMARY)
     return parser
+
+
+@functools.cache
+def _command_parser_class() -> type:
+    """A parser whose --print_config writes the seeds' Trainer spellings (gpus=...) as today's."""
+    from jsonargparse import ArgumentParser
+
+    from trainmesh.trainer import seed_spellings
+
+    class CommandParser(ArgumentParser):
+        def dump(self, namespace: Any, *args: Any, **kwargs: Any) -> str:
+            # The old arguments are hidden (help=SUPPRESS), so the dump leaves them out; their
+            # translation must land in today's arguments first, or the printed config would
+            # silently describe a different run (gpus=0 is a CPU run, not accelerator='auto').
+            if "trainer" in namespace:
+                namespace = namespace.clone()
+                for key, value in seed_spellings.in_todays_spelling(namespace["trainer"], check_cuda=False).items():
+                    namespace[f"trainer.{key}"] = value
+            return super().dump(namespace, *args, **kwargs)
+
+    return CommandParser
 
 
 def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], class_paths: dict[str, str]) -> None:
     from jsonargparse import ActionConfigFile, ActionYesNo
 
-    from trainmesh.trainer import Trainer
+    from trainmesh.trainer import Trainer, seed_spellings
 
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML config file (see below); repeatable.")
     parser.add_argument("--seed", type=int | None, default=0, help="Seed every random generator (null: do not seed).")
@@ -320,19 +349,25 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
     if command == "predict":
         parser.add_argument("--output", type=str | None, default=None,
                             help="Where to torch.save the predictions "
-                                 "(default: <trainer.default_root_dir>/predictions.pt).")
+                                 "(default: predictions.pt in trainer.default_root_dir or the current directory).")
     for role, title in (("model", "Model"), ("data", "Data")):
         _add_class_group(parser, role, title, classes[role], class_paths[role])
 
     group = parser.add_argument_group("Trainer", description="Arguments of trainmesh.Trainer.")
     group.add_class_arguments(Trainer, "trainer", as_group=False, instantiate=False, fail_untyped=False)
-    defaults: dict[str, Any] = {"trainer.default_root_dir": DEFAULT_ROOT_DIR}
+    # default_root_dir stays the Trainer's own default (the current directory), so the CLI and
+    # the Python API both log to ./trainmesh_logs/version_N.
     if command == "fit":
-        defaults["trainer.max_epochs"] = FIT_MAX_EPOCHS
-    parser.set_defaults(defaults)
+        parser.set_defaults({"trainer.max_epochs": FIT_MAX_EPOCHS})
     for action in parser._actions:  # argparse keeps no public list of actions; help text only
         name = action.dest.removeprefix("trainer.")
-        if action.dest.startswith("trainer.") and name in _TRAINER_HELP and not action.help:
+        if not action.dest.startswith("trainer."):
+            continue
+        if name in seed_spellings.OLD_ARGUMENTS:
+            # Accepted from old configs and flags (the Trainer translates them with a notice),
+            # but neither offered in --help nor written by --print_config.
+            action.help = argparse.SUPPRESS
+        elif name in _TRAINER_HELP and not action.help:
             action.help = _TRAINER_HELP[name]
 
 

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 # Lightning 1.x put the strategy in `accelerator` (and earlier in `distributed_backend`).
 _STRATEGY_NAMES = {"dp", "ddp", "ddp2", "ddp_spawn", "ddp_fork", "ddp_cpu"}
+
+# The Trainer arguments only the seeds spell, with their defaults: still accepted, but a config
+# written today (the CLI's --print_config) holds their translation instead.
+OLD_ARGUMENTS: dict[str, Any] = {"gpus": None, "distributed_backend": None, "weights_summary": "top",
+                                 "num_tpu_cores": None}
 
 
 class SeedSpellingNotice(UserWarning):
@@ -29,9 +35,27 @@ class Translated:
     enable_model_summary: bool
 
 
+def in_todays_spelling(settings: Mapping[str, Any], *, check_cuda: bool = True) -> dict[str, Any]:
+    """The Trainer arguments to replace in ``settings`` so that it holds no old spelling (with notices).
+
+    >>> old = {"accelerator": "ddp", "devices": 2, "strategy": "auto", "enable_model_summary": True, **OLD_ARGUMENTS}
+    >>> new = in_todays_spelling(old)  # notice: accelerator='ddp' is Lightning 1.x's spelling; today: strategy='ddp'
+    >>> new["accelerator"], new["strategy"]
+    ('auto', 'ddp')
+    """
+    names = ("accelerator", "devices", "strategy", "enable_model_summary", *OLD_ARGUMENTS)
+    translated = translate(**{name: settings[name] for name in names}, check_cuda=check_cuda)
+    return {**asdict(translated), **OLD_ARGUMENTS}
+
+
 def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_summary: bool, gpus: Any,
-              distributed_backend: str | None, weights_summary: Any, num_tpu_cores: int | None) -> Translated:
-    """Today's settings for a mix of old and new spellings (old ones print a notice)."""
+              distributed_backend: str | None, weights_summary: Any, num_tpu_cores: int | None,
+              check_cuda: bool = True) -> Translated:
+    """Today's settings for a mix of old and new spellings (old ones print a notice).
+
+    ``check_cuda=False`` translates ``gpus=2`` on a machine without CUDA too (for a config to
+    run elsewhere) instead of stopping with an error.
+    """
     out = Translated(accelerator, devices, strategy, enable_model_summary)
     if num_tpu_cores is not None:
         _tpu_error(num_tpu_cores)
@@ -44,14 +68,16 @@ def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_sum
         out.strategy = distributed_backend
     if gpus is not None:
         count = len(gpus) if isinstance(gpus, (list, tuple)) else int(gpus)
-        if count and not torch.cuda.is_available():
+        if count and check_cuda and not torch.cuda.is_available():
             raise ValueError(
                 f"gpus={gpus!r} asks for CUDA devices, but no CUDA device is visible to torch on this "
                 f"machine. To run on CPU: Trainer(accelerator='cpu', devices={count or 1}, "
                 f"strategy={out.strategy!r}) (dp and ddp run on CPU too)"
             )
-        _notice(f"gpus={gpus!r} is Lightning 1.x's spelling; today: accelerator='cuda', devices={gpus!r}")
+        # Lightning 1.x ran gpus=0 (and gpus=[]) on one CPU process: the notice names what runs.
         out.accelerator, out.devices = ("cuda", gpus) if count else ("cpu", 1)
+        _notice(f"gpus={gpus!r} is Lightning 1.x's spelling; today: accelerator={out.accelerator!r}, "
+                f"devices={out.devices!r}")
     if weights_summary != "top":
         _notice(f"weights_summary={weights_summary!r} is Lightning 1.x's spelling; today: "
                 f"enable_model_summary={weights_summary is not None}")

@@ -2,7 +2,7 @@
 
 Under ``ddp_spawn`` the training happens in child processes; rank 0 returns this, and the
 parent adopts it so that after ``fit`` its model holds the trained weights and its trainer the
-metrics and the best checkpoint's path, as in one process.
+metrics, the best checkpoint's path and the loggers' version folders, as in one process.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ class WorkerOutcome:
     current_epoch: int
     global_step: int
     callback_states: dict[str, Any] = field(default_factory=dict)
+    # One entry per logger (None: it keeps no version). The parent never ran the logger set-up:
+    # without these, its logger would pick the next free version, and the folder it reports
+    # (and the one the next stage's workers log to) would not be the one the workers wrote.
+    logger_versions: list[int | str | None] = field(default_factory=list)
 
     @classmethod
     def capture(cls, trainer: Any, result: Any) -> WorkerOutcome:
@@ -34,6 +38,7 @@ class WorkerOutcome:
             current_epoch=trainer.current_epoch,
             global_step=trainer.global_step,
             callback_states={cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+            logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
         )
 
     def adopt(self, trainer: Any, model: Any) -> Any:
@@ -47,4 +52,7 @@ class WorkerOutcome:
             state = self.callback_states.get(callback.state_key)
             if state:
                 callback.load_state_dict(state)
+        for logger, version in zip(trainer.loggers, self.logger_versions):
+            if version is not None:
+                logger.agree_on_version(lambda _own, version=version: version)  # rank 0's, as in the workers
         return self.result
