@@ -3,14 +3,12 @@ and fit and test share it."""
 
 import csv
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import trainmesh
+from helpers.processes import run_program
 
 _TINY_RUN = [
     "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_epochs", "1",
@@ -28,17 +26,10 @@ def _run_cli(cwd: Path, *args: str, timeout: float = 240) -> str:
     """``python -m trainmesh ARGS`` in its own session; on timeout the whole session is killed,
     workers included, and the test fails instead of hanging."""
     src = str(Path(trainmesh.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen([sys.executable, "-m", "trainmesh", *args], cwd=cwd, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    assert process.returncode == 0, out[-3000:] + err[-3000:]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    result = run_program(["-m", "trainmesh", *args], timeout=timeout, env=env, without=_LAUNCHER_VARIABLES, cwd=cwd)
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 0, out[-3000:] + err[-3000:]
     return out
 
 

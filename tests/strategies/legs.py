@@ -8,22 +8,17 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from helpers.processes import run_program  # noqa: E402
+
 HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
 
 
 def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a leg in its own session; on timeout kill the whole session so no worker outlives it."""
-    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=HERE,
-                               start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return run_program(list(args), timeout=timeout, env=env, cwd=HERE)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
