@@ -24,18 +24,30 @@ class ElasticLauncher:
         self._process: ProcessInfo | None = None
 
     def process_info(self) -> ProcessInfo:
-        assert self._process is not None, "process_info() is valid inside launch()"
-        return self._process
+        process = self._find_process()
+        if process is None:
+            raise RuntimeError(
+                f"this Runtime runs {self.devices * self.num_nodes} processes (devices={self.devices}, "
+                f"num_nodes={self.num_nodes}) and starts them in runtime.launch(fn), which has not run: "
+                "call the training code as runtime.launch(train) (see README, 'Your own loop'), or start "
+                "the script with torchrun, which makes the processes itself"
+            )
+        return process
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._find_process() is not None:
+            return _run_recording_errors(fn, *args, **kwargs)
+        run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes)
+        raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
+
+    def _find_process(self) -> ProcessInfo | None:
+        """This process's place when it is one of the run's (torchrun, SLURM, an existing group,
+        or a run of one process); None when launch() must start the processes."""
         if self._process is None:
             self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
         if self._process is None and self.devices * self.num_nodes == 1:
             self._process = ProcessInfo(master_port=find_free_port())
-        if self._process is not None:
-            return _run_recording_errors(fn, *args, **kwargs)
-        run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes)
-        raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
+        return self._process
 
 
 def script_command() -> list[str]:

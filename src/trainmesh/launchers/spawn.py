@@ -3,6 +3,7 @@ rank 0's result back to this process."""
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,7 +26,17 @@ class SpawnLauncher:
         self._process: ProcessInfo | None = None
 
     def process_info(self) -> ProcessInfo:
-        assert self._process is not None, "process_info() is valid inside launch()"
+        if self._process is None:
+            # A second launcher in a worker (the user's module-level Runtime, built again when
+            # the worker imports the script) joins the group that launch() made, as under torchrun.
+            self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
+        if self._process is None:
+            raise RuntimeError(
+                f"this Runtime (strategy 'ddp_{self.start_method}', devices={self.devices}) starts its processes "
+                "in runtime.launch(fn), and this process is not one of them: call the training code as "
+                "runtime.launch(train) (see README, 'Your own loop'), or start the script with torchrun, "
+                "which makes the processes itself"
+            )
         return self._process
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -60,18 +71,39 @@ class SpawnLauncher:
 
 def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) -> None:
     launcher, fn, args, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
-    if launcher.start_method == "fork":
-        # A forked child inherits the parent's OpenMP thread-pool state but not its threads: the
-        # first multi-threaded kernel would wait forever for them. One thread per worker is safe.
-        import torch
-
-        torch.set_num_threads(1)
-    launcher._process = replace(template, global_rank=local_rank, local_rank=local_rank)
+    process = replace(template, global_rank=local_rank, local_rank=local_rank)
+    limit_threads(launcher.start_method, workers=process.local_world_size)
+    # What torchrun tells its workers: code with no runtime to ask (rank_zero_only, a user's
+    # own `if os.environ["RANK"] == "0"`) reads its place from these.
+    os.environ.update(torchrun_variables(process))
+    launcher._process = process
     result = fn(*args, **kwargs)
     if local_rank == 0:
         # Plain pickle bytes: torch's queue pickler would share tensors through this process's
         # file descriptors, which are gone once it exits, before the parent reads them.
         results.put(pickle.dumps(result))
+
+
+def limit_threads(start_method: str, *, workers: int) -> None:
+    """Give each of ``workers`` processes its share of the cores, as the elastic launcher does."""
+    import torch
+
+    if start_method == "fork":
+        # A forked child inherits the parent's OpenMP thread-pool state but not its threads: the
+        # first multi-threaded kernel waits forever for them (checked, torch 2.13: a fork child
+        # with 2 threads hangs in a matmul once the parent ran one; with 1 it does not).
+        torch.set_num_threads(1)
+    elif "OMP_NUM_THREADS" not in os.environ:  # the user's choice, read by torch at start, wins
+        # Workers that each start a thread per core oversubscribe them: 2 workers x 2 threads
+        # on 2 cores ran about 7x slower than with 1 thread each.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def torchrun_variables(process: ProcessInfo) -> dict[str, str]:
+    """The environment variables torchrun sets for a worker at ``process`` (one node)."""
+    return {"RANK": str(process.global_rank), "LOCAL_RANK": str(process.local_rank),
+            "WORLD_SIZE": str(process.world_size), "LOCAL_WORLD_SIZE": str(process.local_world_size),
+            "GROUP_RANK": str(process.node_rank)}
 
 
 def check_picklable(objects: dict[str, Any]) -> None:

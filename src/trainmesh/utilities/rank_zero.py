@@ -1,8 +1,9 @@
 """Run or print something on global rank 0 only.
 
 The rank is read from the environment variables that every launcher trainmesh supports sets
-(torchrun's ``RANK``, SLURM's ``SLURM_PROCID``), because a decorator at import time has no
-runtime object to ask.
+(torchrun's ``RANK``, which the elastic agent and the ddp_spawn/ddp_fork launcher also set for
+their workers; SLURM's ``SLURM_PROCID``), because a decorator at import time has no runtime
+object to ask.
 """
 
 from __future__ import annotations

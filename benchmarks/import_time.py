@@ -1,0 +1,64 @@
+"""What ``import trainmesh`` adds to ``import torch``, in fresh interpreters.
+
+Each run is a new ``python -c`` process, timed from start to exit: ``import torch`` alone, then
+``import torch, trainmesh``, alternated ``--repeats`` times so that machine noise (a busy core,
+a cold file cache) hits both alike. The medians' difference is trainmesh's own cost; the target
+is at most 0.20 s of wall-clock time. The processes' CPU time (user + system) is printed too: on
+a machine that others load, it varies less than the wall clock does.
+
+The target holds only while every heavy or optional dependency (DTensor and sympy behind
+ZeroRedundancyOptimizer, FSDP, checkpointing, loggers, the CLI) is imported where it is used.
+``python -X importtime -c "import torch, trainmesh"`` shows which import is to blame.
+
+    python benchmarks/import_time.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET_S = 0.20
+VARIANTS = {"torch": "import torch", "torch + trainmesh": "import torch, trainmesh"}
+
+
+def time_once(code: str) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of a fresh interpreter that runs ``code``, start to exit."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    time_once(VARIANTS["torch + trainmesh"])  # warm the file cache; not counted
+    walls: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    cpus: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(args.repeats):
+        for name, code in VARIANTS.items():
+            wall, cpu = time_once(code)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    for name in VARIANTS:
+        print(f"{name:18s} wall median {statistics.median(walls[name]):.3f} s (min {min(walls[name]):.3f}, "
+              f"max {max(walls[name]):.3f}); CPU median {statistics.median(cpus[name]):.3f} s; {args.repeats} runs")
+    delta = statistics.median(walls["torch + trainmesh"]) - statistics.median(walls["torch"])
+    cpu_delta = statistics.median(cpus["torch + trainmesh"]) - statistics.median(cpus["torch"])
+    verdict = "meets" if delta <= TARGET_S else "MISSES"
+    print(f"import trainmesh adds {delta:.3f} s (wall; CPU {cpu_delta:.3f} s) to import torch: {verdict} the "
+          f"target of <= {TARGET_S:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

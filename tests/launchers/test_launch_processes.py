@@ -1,0 +1,113 @@
+"""What the launchers give the processes they start: a share of the cores, torchrun's variables
+(so rank_zero_only knows its rank), and a Runtime that works, or says what to do, however the
+script holds it. Each multi-process case runs as a real program with a hard timeout."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainmesh as tm
+
+HERE = Path(__file__).parent
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+
+
+def run_program(script: str, *args: str, env: dict[str, str] | None = None, cwd: Path = HERE,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``script`` in its own session with no launcher variables and no OMP_NUM_THREADS
+    unless ``env`` gives one; on timeout kill the session, so that no worker outlives it."""
+    clean = {k: v for k, v in os.environ.items() if k not in (*LAUNCHER_VARIABLES, "OMP_NUM_THREADS")}
+    process = subprocess.Popen([sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**clean, **(env or {})}, cwd=cwd,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def read_ranks(out: Path, world_size: int = 2) -> list[dict]:
+    return [json.loads(Path(f"{out}.rank{rank}").read_text()) for rank in range(world_size)]
+
+
+@pytest.fixture(scope="module")
+def spawn_places(tmp_path_factory) -> tuple[list[dict], subprocess.CompletedProcess]:
+    """Two ddp_spawn workers, started with OMP_NUM_THREADS unset, each reporting its place."""
+    out = tmp_path_factory.mktemp("spawn") / "place"
+    result = run_program("spawn_run.py", "place", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return read_ranks(out), result
+
+
+# ---- threads per worker ------------------------------------------------------------------------
+def test_spawn_workers_use_their_share_of_the_cores(spawn_places):
+    places, _ = spawn_places
+    expected = max(1, (os.cpu_count() or 1) // 2)  # as the elastic launcher: cores // workers
+    assert [place["threads"] for place in places] == [expected, expected]
+
+
+def test_spawn_workers_keep_the_threads_the_user_chose(tmp_path):
+    # What a plain process makes of OMP_NUM_THREADS=2 (torch caps it at the cores it finds).
+    plain = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], text=True,
+                           capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "2"}, timeout=60, check=True)
+    out = tmp_path / "place"
+    result = run_program("spawn_run.py", "place", str(out), env={"OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [place["threads"] for place in read_ranks(out)] == [int(plain.stdout)] * 2
+
+
+# ---- torchrun's variables, and rank_zero_only --------------------------------------------------
+def test_spawn_workers_see_torchrun_variables(spawn_places):
+    places, _ = spawn_places
+    for rank, place in enumerate(places):
+        assert place["rank"] == rank
+        assert place["env"] == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
+
+
+def test_rank_zero_only_runs_in_exactly_one_spawn_worker(spawn_places):
+    places, result = spawn_places
+    assert [place["rank_zero_only_ran"] for place in places] == [True, False]
+    assert result.stdout.count("rank_zero_info ran") == 1, result.stdout
+
+
+# ---- a Runtime outside launch() ----------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_multi_process_runtime_without_launch_says_to_call_launch(strategy, monkeypatch):
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    runtime = tm.Runtime(accelerator="cpu", strategy=strategy, devices=2)
+    with pytest.raises(RuntimeError, match=r"runtime\.launch\(fn\)") as info:
+        runtime.setup(torch.nn.Linear(4, 1))
+    message = str(info.value)
+    assert "runtime.launch(train)" in message and "torchrun" in message
+
+
+def test_module_level_runtime_works_inside_ddp_spawn(tmp_path):
+    out = tmp_path / "module_level"
+    result = run_program("module_level_runtime_run.py", str(out), env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_ranks(out) == [{"rank": 0, "world_size": 2, "rank_sum": 1.0},
+                               {"rank": 1, "world_size": 2, "rank_sum": 1.0}]
+
+
+def test_runtime_launch_example_trains_on_two_processes(tmp_path):
+    # The README's example of runtime.launch, run as the program a user would paste.
+    result = run_program("runtime_launch_example.py", env={"OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1", "epoch 2"]  # rank 0 alone prints
+    losses = [float(line.rsplit(" ", 1)[1]) for line in lines]
+    assert losses[-1] < losses[0]
+    state = torch.load(tmp_path / "model.pt")
+    assert set(state) == {"model", "optimizer"} and "0.weight" in state["model"]
