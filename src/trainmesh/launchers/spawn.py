@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.launchers.environments import already_started, find_free_port
 
 
@@ -55,8 +56,12 @@ class SpawnLauncher:
             payload = pickle.dumps(payload)
         template = ProcessInfo(world_size=self.devices, local_world_size=self.devices,
                                master_port=find_free_port(), reports_to_parent=True)
+        # A spawned interpreter starts with fresh generators, so a seed_everything() in this
+        # process would not reach the workers: they start from this process's RNG state, where a
+        # ddp worker (which ran the script up to here itself) would be.
+        rng = pickle.dumps(capture_rng_state())
         results = mp.get_context(self.start_method).SimpleQueue()
-        workers = mp.start_processes(_worker, args=(payload, template, results), nprocs=self.devices,
+        workers = mp.start_processes(_worker, args=(payload, template, results, rng), nprocs=self.devices,
                                      join=False, start_method=self.start_method)
         # Read rank 0's result while waiting: a result larger than the pipe's buffer would
         # otherwise block rank 0 in put() while this process blocks in join().
@@ -69,7 +74,7 @@ class SpawnLauncher:
         return pickle.loads(received) if received is not None else None
 
 
-def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) -> None:
+def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any, rng: bytes) -> None:
     launcher, fn, args, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
     process = replace(template, global_rank=local_rank, local_rank=local_rank)
     limit_threads(launcher.start_method, workers=process.local_world_size)
@@ -77,6 +82,7 @@ def _worker(local_rank: int, payload: Any, template: ProcessInfo, results: Any) 
     # own `if os.environ["RANK"] == "0"`) reads its place from these.
     os.environ.update(torchrun_variables(process))
     launcher._process = process
+    restore_rng_state(pickle.loads(rng))
     result = fn(*args, **kwargs)
     if local_rank == 0:
         # Plain pickle bytes: torch's queue pickler would share tensors through this process's
