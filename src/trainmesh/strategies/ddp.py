@@ -8,6 +8,7 @@ import contextlib
 import copy
 import inspect
 import os
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ContextManager
@@ -128,12 +129,10 @@ class DDPStrategy:
         atexit.register(self.teardown)
 
     def teardown(self, *, failed: bool = False) -> None:
-        if self._owns_process_group and dist.is_initialized():
-            self._owns_process_group = False
-            if failed:
-                # Closing our connections is what unblocks peers waiting on us in a collective.
-                dist.destroy_process_group()
-                return
+        if not (self._owns_process_group and dist.is_initialized()):
+            return
+        self._owns_process_group = False
+        if not failed:  # after a failure, closing our connections is what unblocks waiting peers
             # Leave together: a rank that tears its group down while a peer still talks to the
             # rendezvous store can abort in gloo's threads.
             try:
@@ -143,9 +142,14 @@ class DDPStrategy:
                     dist.barrier()
             except RuntimeError:
                 pass
-            dist.destroy_process_group()
-            import time
-            time.sleep(float(os.environ.get("TM_EXP_SLEEP", "0")))
+        dist.destroy_process_group()
+        # The group's worker threads outlive it (DDP and ZeroRedundancyOptimizer still hold it),
+        # and one may not yet have freed the tensors of its last collective (zero1 broadcasts
+        # parameters at every step). Freeing a tensor that Python can see takes the GIL, and a
+        # thread that asks for it once the interpreter is finalizing aborts the process
+        # ("terminate called without an active exception"; pytorch/pytorch#190489). Give them
+        # the GIL and the CPU for a moment while the interpreter is whole.
+        time.sleep(0.1)
 
     # ---- model and data -----------------------------------------------------------------------
     def module_init_context(self) -> ContextManager[Any]:
