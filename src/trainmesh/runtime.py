@@ -7,6 +7,7 @@ handful of verbs, and the Trainer is built on exactly these verbs: there is one 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, ContextManager
 
@@ -17,8 +18,10 @@ from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.precision import Precision
 from trainmesh.strategies import build_strategy
+from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.dataloaders import with_worker_init_fn
 
 
 class Runtime:
@@ -43,8 +46,6 @@ class Runtime:
     ) -> None:
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes!r} must be a positive integer")
-        from trainmesh.seed import SeedSettings, seed_settings
-
         # Captured now, so that it travels with this object to the processes a spawn launcher
         # starts (they never ran the script's seed_everything).
         self.seed_settings: SeedSettings | None = seed_settings()
@@ -150,11 +151,6 @@ class Runtime:
         ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
         process's rank, the worker id and the loader's base seed (:func:`trainmesh.seed.seed_worker`).
         """
-        import functools
-
-        from trainmesh.seed import seed_settings, seed_worker
-        from trainmesh.utilities.dataloaders import with_worker_init_fn
-
         self.setup_environment()
         # This process's latest seed_everything wins (it may have come after this Runtime was
         # built); a spawned process never ran one and has the settings captured in __init__.
