@@ -80,9 +80,14 @@ class Module(nn.Module):
         """
         return None
 
-    def configure_model(self) -> None:
+    def configure_model(self, mesh: Any = None) -> None:
         """Build layers here (instead of ``__init__``) to let sharded strategies create them
-        on the meta device and materialize only each process's shard."""
+        on the meta device and materialize only each process's shard.
+
+        Defined with a ``mesh`` argument, it receives the run's ``ParallelMesh`` (its
+        ``device_mesh``, ``submesh("tp")``, ``dp_rank``...), to apply a parallelism of your own
+        here, as torchtitan's ``parallelize`` functions do. ``def configure_model(self)`` works too.
+        """
 
     def setup(self, stage: str) -> None:
         """Called in every process at the start of fit/validate/test/predict, before
@@ -212,7 +217,7 @@ class Module(nn.Module):
 
     def all_gather(self, value: Any) -> Any:
         """Gather ``value`` (tensors in any nesting) from every process, stacked on a new dim 0."""
-        return self.trainer.strategy.all_gather(value)
+        return self.trainer.runtime.all_gather(value)
 
     def attach(self, trainer: Any, log_sink: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
@@ -237,9 +242,22 @@ class Module(nn.Module):
         checkpoint = load_checkpoint_file(path, map_location=map_location)
         hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
         module = cls(**hparams)
-        module.configure_model()
+        call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"])
         return module
+
+
+def call_configure_model(module: Any, mesh: Any) -> None:
+    """``module.configure_model(mesh)``, or ``configure_model()`` when it takes no argument."""
+    configure = module.configure_model
+    try:
+        takes_mesh = len(inspect.signature(configure).parameters) >= 1
+    except (TypeError, ValueError):
+        takes_mesh = False
+    if takes_mesh:
+        configure(mesh)
+    else:
+        configure()
 
 
 def _init_arguments(frame: Any) -> dict[str, Any]:

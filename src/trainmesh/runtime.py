@@ -1,14 +1,15 @@
-"""Runtime: devices, precision and strategy for any training loop, the Trainer's included.
+"""Runtime: devices, precision, strategy and mesh for any training loop, the Trainer's included.
 
 A user with a loop of their own (the keras-io seed's, say) gets multi-device training from a
 handful of verbs, and the Trainer is built on exactly these verbs: there is one code path.
+The Trainer, callbacks and modules reach the strategy and the collectives only through here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ContextManager
 
 import torch
@@ -16,12 +17,18 @@ from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.launchers import Launcher, build_launcher
+from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
-from trainmesh.strategies import build_strategy
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
+from trainmesh.strategies import build_strategy, collectives
+from trainmesh.strategies.mesh import ParallelMesh
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
-from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.strategies.step import StepHooks, StepResult
+from trainmesh.utilities.collections import apply_to_tensors, move_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
+from trainmesh.utilities.distributed_samplers import is_padding
 
 
 class Runtime:
@@ -53,18 +60,15 @@ class Runtime:
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
         self.precision = Precision(precision, device_type=self.device_type)
-        self.strategy = build_strategy(
-            strategy,
-            device_type=self.device_type,
-            devices=self.device_indices,
-            num_nodes=num_nodes,
-            precision=self.precision,
-        )
+        placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision)
+        self.strategy: Strategy = build_strategy(strategy, placement)
         self.launcher: Launcher = build_launcher(
             self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes
         )
+        self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self._environment_ready = False
         self._parameter_moves: list[ParameterMoves] = []  # one per module placed
+        self._placed: nn.Module | None = None  # the latest placed module: sharded optimizer state is keyed by it
 
     # ---- processes --------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -81,41 +85,60 @@ class Runtime:
             self.strategy.teardown(failed=True)
             self._environment_ready = False
             raise
-        if self.strategy.process.reports_to_parent:
+        if self.process.reports_to_parent:
             self.teardown()  # a spawned worker ends with this call: leave its group cleanly
         return result
 
     def setup_environment(self) -> None:
-        """Join the process group and claim a device; idempotent."""
+        """Join the process group, build the mesh and claim a device; idempotent."""
         if not self._environment_ready:
-            self.strategy.setup_environment(self.launcher.process_info())
+            self.process = self.launcher.process_info()
+            self.strategy.setup_environment(self.process)
             self._environment_ready = True
 
     @property
     def global_rank(self) -> int:
-        return self.strategy.process.global_rank
+        return self.process.global_rank
 
     @property
     def local_rank(self) -> int:
-        return self.strategy.process.local_rank
+        return self.process.local_rank
 
     @property
     def node_rank(self) -> int:
-        return self.strategy.process.node_rank
+        return self.process.node_rank
 
     @property
     def world_size(self) -> int:
-        return self.strategy.process.world_size
+        return self.process.world_size
 
     @property
     def is_global_zero(self) -> bool:
-        return self.strategy.process.global_rank == 0
+        return self.process.global_rank == 0
+
+    @property
+    def reports_to_parent(self) -> bool:
+        """This process sends its results back to a waiting parent (a spawned worker)."""
+        return self.process.reports_to_parent
 
     @property
     def device(self) -> torch.device:
         return self.strategy.root_device
 
+    @property
+    def mesh(self) -> ParallelMesh:
+        """The run's named device mesh: data-parallel rank and size, groups by axis."""
+        return self.strategy.mesh
+
+    @property
+    def inference_mode_safe(self) -> bool:
+        return self.strategy.inference_mode_safe
+
     # ---- model, optimizers, data ------------------------------------------------------------
+    def module_init_context(self) -> ContextManager[Any]:
+        """Where ``configure_model`` builds layers: the meta device where the strategy shards."""
+        return self.strategy.module_init_context()
+
     def setup(self, module: nn.Module, *optimizers: torch.optim.Optimizer) -> Any:
         """Place ``module`` (and wrap it as the strategy needs) and wrap the optimizers so that
         ``optimizer.step()`` applies loss scaling. Returns the module, or (module, *optimizers).
@@ -132,6 +155,7 @@ class Runtime:
         placed = self.strategy.setup_module(module)
         moves.record_placement(module)
         self._parameter_moves.append(moves)
+        self._placed = placed
         return placed
 
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> list[RuntimeOptimizer]:
@@ -141,7 +165,9 @@ class Runtime:
         for optimizer in optimizers:
             for moves in self._parameter_moves:
                 rebind_optimizer(_inner(optimizer), moves)
-        prepared = self.strategy.setup_optimizers(optimizers)
+        if self._placed is None:
+            raise RuntimeError("set up the model first: runtime.setup(model, optimizer) or runtime.setup_module(model)")
+        prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer(opt, self) for opt in prepared]
 
     def setup_dataloaders(self, *loaders: Any, train: bool = True) -> Any:
@@ -159,24 +185,40 @@ class Runtime:
         if train and self.world_size > 1:
             # Every process must shuffle with one seed, or the shards overlap and miss samples
             # (a script seeded per rank, say): rank 0's wins.
-            seed = self.strategy.broadcast(seed, 0)
+            seed = self.broadcast(seed, 0)
         wrapped = []
         for loader in loaders:
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank))
-            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.strategy))
+            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.to_device))
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:
-        return self.strategy.batch_to_device(data)
+        """``data``'s tensors on this process's device, in the precision's input dtype."""
+        device = self.strategy.root_device
+        if device.type == "cpu" and not self.precision.converts_input:
+            return data  # already where it belongs: skip the walk
+        return self.precision.convert_input(move_to_device(data, device, non_blocking=True))
 
     # ---- the step ---------------------------------------------------------------------------
+    def train_step(self, model: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool = True,
+                   hooks: StepHooks | None = None) -> StepResult:
+        """One training step run by the strategy: forward (``training_step``), ``hooks.step_end``,
+        the loss and backward. Returns the loss (None on ranks that have none) and the output."""
+        return self.strategy.train_step(model, batch, batch_idx, sync_grads=sync_grads,
+                                        hooks=hooks or StepHooks(backward=self.backward))
+
+    def eval_step(self, model: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
+                  hooks: StepHooks | None = None) -> Any:
+        """``model.<hook>(batch, batch_idx, *extra)`` for evaluation, run by the strategy."""
+        return self.strategy.eval_step(model, hook, batch, batch_idx, *extra, hooks=hooks or StepHooks())
+
     def autocast(self) -> ContextManager[Any]:
         """Run the forward pass in the precision's compute dtype (a no-op in full precision)."""
         return self.precision.autocast()
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.strategy.backward(self.precision.scale_loss(loss))
+        self.precision.scale_loss(loss).backward()
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
@@ -200,53 +242,78 @@ class Runtime:
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         self.precision.unscale_gradients(inner)
-        if max_norm is not None:
-            return self.strategy.clip_gradients(module, max_norm, norm_type)
-        self.strategy.clip_gradients_by_value(module, clip_val)
-        return None
+        return self.strategy.clip_gradients(module, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type)
 
     # ---- collectives ------------------------------------------------------------------------
-    def all_reduce(self, value: Any, op: str = "mean") -> Any:
-        """Reduce tensors (or numbers) across processes; every process gets the result."""
+    def all_reduce(self, value: Any, op: str = "mean", *, over: str = "dp") -> Any:
+        """Reduce tensors (or numbers) across the processes of a mesh axis ("dp": every
+        data-parallel replica); every one of them gets the result."""
         def reduce_one(tensor: torch.Tensor) -> torch.Tensor:
-            return self.strategy.reduce(tensor, op)
+            return collectives.reduce(self.mesh, tensor, op, over=over)
 
         if isinstance(value, (int, float)):
             return reduce_one(torch.tensor(float(value), device=self.device)).item()
         return apply_to_tensors(value, reduce_one)
 
-    def all_gather(self, value: Any) -> Any:
-        return self.strategy.all_gather(value)
+    def all_gather(self, value: Any, *, over: str = "dp") -> Any:
+        """Tensors from every process of the axis, stacked along a new first dimension."""
+        return collectives.all_gather(self.mesh, value, over=over)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """A picklable object from every process, in rank order."""
+        return collectives.all_gather_object(self.mesh, obj)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
-        return self.strategy.broadcast(obj, src)
+        return collectives.broadcast(self.mesh, obj, src)
 
     def barrier(self, name: str | None = None) -> None:
-        self.strategy.barrier(name)
+        collectives.barrier(self.mesh)
+
+    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+        """Every data-parallel rank's predictions, in dataset order."""
+        return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
 
     # ---- checkpoints ------------------------------------------------------------------------
+    def state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], *, sharded: bool = False) -> dict[str, Any]:
+        """``{"model": ..., "optim": [...]}``: full tensors, or each rank's shards (``sharded``)."""
+        return self.strategy.state_dict(model, [_inner(o) for o in optimizers], sharded=sharded)
+
+    def load_state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *,
+                         strict: bool = True) -> None:
+        """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
+        self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None) -> None:
+        """Write ``checkpoint``; the entries ``sharded`` names may be written shard by shard."""
+        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded)
+
+    def load_checkpoint(self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *,
+                        keys: CheckpointKeys) -> dict[str, Any]:
+        """A checkpoint file, or a distributed one loaded into state shaped like ``model``'s."""
+        return self.strategy.load_checkpoint(path, model, [_inner(o) for o in optimizers], keys=keys)
+
     def save(self, path: str, state: dict[str, Any]) -> None:
         """Save ``state``: modules and optimizers in it are saved as state dicts, the rest as is.
 
         >>> # runtime.save("ckpt.pt", {"model": model, "optimizer": optimizer, "step": 10})
         """
-        self.strategy.save_checkpoint(self.state_to_checkpoint(state), path)
+        self.save_checkpoint(self.state_to_checkpoint(state), path)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place.
 
         Returns the entries of the checkpoint that were not loaded into an object.
         """
-        checkpoint = self.strategy.load_checkpoint(path)
+        checkpoint = self.strategy.load_checkpoint(path, self._placed, [], keys=_USER_KEYS)
         return self.restore_from_checkpoint(checkpoint, state or {}, strict=strict)
 
     def state_to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
         converted: dict[str, Any] = {}
         for key, value in state.items():
             if isinstance(value, nn.Module):
-                converted[key] = self.strategy.module_state_dict(value)
+                converted[key] = self.state_dicts(value, [])["model"]
             elif isinstance(value, (torch.optim.Optimizer, RuntimeOptimizer)):
-                converted[key] = self.strategy.optimizer_state_dict(_inner(value))
+                converted[key] = self.state_dicts(self._placed, [value])["optim"][0]
             elif hasattr(value, "state_dict") and callable(value.state_dict):
                 converted[key] = value.state_dict()
             else:
@@ -262,9 +329,9 @@ class Runtime:
                 continue
             value = checkpoint[key]
             if isinstance(target, nn.Module):
-                self.strategy.load_module_state_dict(target, value, strict=strict)
+                self.load_state_dicts(target, [], {"model": value}, strict=strict)
             elif isinstance(target, (torch.optim.Optimizer, RuntimeOptimizer)):
-                self.strategy.load_optimizer_state_dict(_inner(target), value)
+                self.load_state_dicts(self._placed, [target], {"optim": [value]})
             elif hasattr(target, "load_state_dict") and callable(target.load_state_dict):
                 target.load_state_dict(value)
             else:
@@ -274,6 +341,12 @@ class Runtime:
     def teardown(self) -> None:
         self.strategy.teardown(failed=False)
         self._environment_ready = False
+
+
+# Runtime.save writes one file with the user's own keys; these name no entry in it, so a
+# distributed checkpoint directory (written by the Trainer) is loaded with none of its
+# shards in this run's layout: use the Trainer, or consolidate it first, for those.
+_USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
 
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:
@@ -307,9 +380,9 @@ class RuntimeOptimizer:
 class DeviceDataLoader:
     """Iterates a loader and hands out batches already on the strategy's device."""
 
-    def __init__(self, loader: Any, strategy: Any) -> None:
+    def __init__(self, loader: Any, to_device: Callable[[Any], Any]) -> None:
         self.loader = loader
-        self._strategy = strategy
+        self._to_device = to_device
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -321,7 +394,7 @@ class DeviceDataLoader:
         return self._moved(iter(self.loader))
 
     def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        to_device = self._strategy.batch_to_device
+        to_device = self._to_device
         for batch in iterator:
             yield to_device(batch)
 
@@ -329,7 +402,7 @@ class DeviceDataLoader:
         """The same loader starting ``batches`` into its next epoch (a mid-epoch resume)."""
         from trainmesh.utilities.dataloaders import skip_batches
 
-        return DeviceDataLoader(skip_batches(self.loader, batches), self._strategy)
+        return DeviceDataLoader(skip_batches(self.loader, batches), self._to_device)
 
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""

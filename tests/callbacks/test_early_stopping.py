@@ -7,8 +7,8 @@ import torch
 from trainmesh.callbacks.early_stopping import EarlyStopping
 
 
-class FakeStrategy:
-    root_device = torch.device("cpu")
+class FakeRuntime:
+    device = torch.device("cpu")
 
     def __init__(self, other_rank_stops=False):
         self.other_rank_stops = other_rank_stops
@@ -17,7 +17,7 @@ class FakeStrategy:
     def broadcast(self, obj, src=0):
         return obj
 
-    def reduce(self, value, op="mean"):
+    def all_reduce(self, value, op="mean"):
         self.reduce_ops.append(op)
         # Stands in for another rank whose own check said "stop".
         return torch.ones_like(value) if self.other_rank_stops else value
@@ -28,7 +28,7 @@ class FakeStrategy:
 
 def make_trainer(**overrides):
     values = dict(current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, should_stop=False,
-                  strategy=FakeStrategy(), sanity_checking=False, fast_dev_run=0, stage="fit")
+                  runtime=FakeRuntime(), sanity_checking=False, fast_dev_run=0, stage="fit")
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -52,7 +52,7 @@ def test_stops_after_patience_checks_without_improvement():
     assert callback.best_score == pytest.approx(0.8)
     assert callback.stopping_reason == "patience_exhausted"
     assert "did not improve in the last 2" in callback.stopping_reason_message
-    assert trainer.strategy.reduce_ops == ["max"] * 4
+    assert trainer.runtime.reduce_ops == ["max"] * 4
 
 
 def test_an_improvement_resets_the_wait():
@@ -115,11 +115,11 @@ def test_missing_monitor_is_skipped_when_not_strict():
     callback = EarlyStopping(monitor="val_loss", strict=False)
     callback.on_train_epoch_end(trainer, None)
     assert not trainer.should_stop and callback.wait_count == 0
-    assert trainer.strategy.reduce_ops == []  # every rank skips alike: no collective is started
+    assert trainer.runtime.reduce_ops == []  # every rank skips alike: no collective is started
 
 
 def test_another_ranks_stop_stops_this_rank():
-    trainer = make_trainer(strategy=FakeStrategy(other_rank_stops=True))
+    trainer = make_trainer(runtime=FakeRuntime(other_rank_stops=True))
     callback = EarlyStopping(monitor="val_loss")
     assert run_epochs(callback, trainer, [1.0]) == 0
     assert callback.stopping_reason == "stopped_by_another_rank"

@@ -8,8 +8,8 @@ import torch
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint, render_filename
 
 
-class FakeStrategy:
-    root_device = torch.device("cpu")
+class FakeRuntime:
+    device = torch.device("cpu")
 
     def __init__(self):
         self.broadcasts = []
@@ -18,7 +18,7 @@ class FakeStrategy:
         self.broadcasts.append(obj)
         return obj
 
-    def reduce(self, value, op="mean"):
+    def all_reduce(self, value, op="mean"):
         return value
 
     def barrier(self, name=None):
@@ -29,7 +29,7 @@ def make_trainer(tmp_path, **overrides):
     values = dict(
         current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, global_rank=0,
         world_size=1, log_dir=str(tmp_path / "logs"), default_root_dir=str(tmp_path), loggers=[],
-        strategy=FakeStrategy(), should_stop=False, optimizers=[], lr_scheduler_configs=[],
+        runtime=FakeRuntime(), should_stop=False, optimizers=[], lr_scheduler_configs=[],
         sanity_checking=False, fast_dev_run=0, stage="fit", callbacks=[],
     )
     values.update(overrides)
@@ -72,7 +72,7 @@ def test_setup_puts_checkpoints_under_log_dir(tmp_path):
     trainer = make_trainer(tmp_path)
     checkpoint = attach(trainer, ModelCheckpoint())
     assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
-    assert trainer.strategy.broadcasts == [checkpoint.dirpath]
+    assert trainer.runtime.broadcasts == [checkpoint.dirpath]
 
 
 def test_explicit_dirpath_is_kept_and_made_absolute(tmp_path, monkeypatch):

@@ -202,7 +202,7 @@ def run_sharded(out, strategy, devices=2):
                             gradient_clip_val=clip, accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")))
     trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), DataLoader(wide_dataset(64), batch_size=16))
     memory = model.memory
-    state = trainer.strategy.module_state_dict(model)
+    state = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         torch.save({"state_dict": state, "memory": memory, "steps": trainer.global_step,
                     "metrics": trainer.callback_metrics, "built_on": getattr(model, "built_on", None)}, out)
@@ -214,7 +214,7 @@ def run_dcp_save(directory, out, strategy="fsdp"):
     trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=20)
     trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH))
     trainer.save_checkpoint(directory)
-    state = trainer.strategy.module_state_dict(model)
+    state = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         torch.save({"state_dict": state}, out)
 
@@ -224,7 +224,7 @@ def run_dcp_resume(directory, out, strategy, devices):
     model = Wide()
     trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=20)
     trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), ckpt_path=directory)
-    state = trainer.strategy.module_state_dict(model)
+    state = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         torch.save({"state_dict": state, "steps": trainer.global_step}, out)
 

@@ -15,9 +15,10 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
-from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy
+from trainmesh.strategies.mesh import ParallelMesh
+from trainmesh.strategies.protocol import Placement
 from trainmesh.utilities.distributed_samplers import (
     EqualLengthLoader,
     is_padding,
@@ -28,9 +29,9 @@ from trainmesh.utilities.distributed_samplers import (
 
 
 def strategy_for(rank: int, world: int = 2) -> DDPStrategy:
-    strategy = DDPStrategy().bind(device_type="cpu", devices=list(range(world)), num_nodes=1,
-                                  precision=Precision("32", device_type="cpu"))
-    strategy._process = ProcessInfo(global_rank=rank, local_rank=rank, world_size=world, local_world_size=world)
+    strategy = DDPStrategy(placement=Placement("cpu", tuple(range(world)), 1, Precision("32", device_type="cpu")))
+    # What setup_environment builds in rank `rank` of `world` processes (no process group here).
+    strategy._mesh = ParallelMesh(strategy.dims(world), global_rank=rank)
     return strategy
 
 

@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from legs import SCRIPT, run
-from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.strategies.fsdp import FSDPStrategy, shard_units
+from trainmesh.strategies.protocol import Placement
 
 
 def train(tmp_path, strategy, devices=2, env=None):
@@ -68,10 +68,7 @@ def test_wrap_class_that_matches_nothing_is_named():
 
 
 def _bound(world=2, **options):
-    strategy = FSDPStrategy(**options).bind(device_type="cpu", devices=list(range(world)), num_nodes=1,
-                                           precision=Precision("32", device_type="cpu"))
-    strategy._group._process = ProcessInfo(world_size=world, local_world_size=world)
-    return strategy
+    return FSDPStrategy(**options, placement=Placement("cpu", tuple(range(world)), 1, Precision("32", device_type="cpu")))
 
 
 def test_fsdp_on_a_model_without_parameters_is_a_clear_error():
@@ -81,7 +78,7 @@ def test_fsdp_on_a_model_without_parameters_is_a_clear_error():
 
 def test_hsdp_mesh_that_does_not_divide_the_world_is_a_clear_error():
     with pytest.raises(ValueError, match="shard groups of 3 processes do not divide the 4 processes"):
-        _bound(world=4, shard_size=3)._mesh()
+        _bound(world=4, shard_size=3).dims(4)
 
 
 def test_fsdp_with_wrap_classes_and_activation_checkpointing_matches_ddp(tmp_path, ddp_run):
@@ -148,7 +145,7 @@ def test_an_incomplete_distributed_checkpoint_is_refused(tmp_path, fsdp_checkpoi
     shutil.copytree(fsdp_checkpoint[0], broken)
     (broken / ".metadata").unlink()
     with pytest.raises(ValueError, match=r"not a complete distributed checkpoint: \.metadata missing"):
-        load_distributed(broken, nn.Linear(2, 2), [])
+        load_distributed(broken, {"state_dict": nn.Linear(2, 2).state_dict()})
 
 
 def test_a_distributed_checkpoint_for_another_model_names_the_difference(fsdp_checkpoint):
@@ -157,7 +154,7 @@ def test_a_distributed_checkpoint_for_another_model_names_the_difference(fsdp_ch
     other = nn.Sequential()
     other.add_module("head", nn.Linear(32, 4))
     with pytest.raises(ValueError, match=r"head\.weight: checkpoint \(4, 64\) vs model \(4, 32\)"):
-        load_distributed(fsdp_checkpoint[0], other, [])
+        load_distributed(fsdp_checkpoint[0], {"state_dict": other.state_dict()})
 
 
 def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path, monkeypatch):
@@ -167,17 +164,18 @@ def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path
 
     target = tmp_path / "last.ckpt"
     model = nn.Linear(3, 3)
-    save_distributed({"state_dict": model.state_dict(), "epoch": 1}, target, rank=0)
+    save_distributed({"state_dict": model.state_dict(), "epoch": 1}, target, rank=0, sharded_keys=["state_dict"])
 
     def torn(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(dcp, "save", torn)
     with pytest.raises(OSError, match="disk full"):
-        save_distributed({"state_dict": nn.Linear(3, 3).state_dict(), "epoch": 2}, target, rank=0)
+        save_distributed({"state_dict": nn.Linear(3, 3).state_dict(), "epoch": 2}, target, rank=0,
+                         sharded_keys=["state_dict"])
     monkeypatch.undo()
     fresh = nn.Linear(3, 3)
-    loaded = load_distributed(target, fresh, [])
+    loaded = load_distributed(target, {"state_dict": fresh.state_dict()})
     assert loaded["epoch"] == 1 and torch.equal(loaded["state_dict"]["weight"], model.weight)
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no half-written directory left
 

@@ -93,8 +93,8 @@ class EarlyStopping(Callback):
         local_stop = self.evaluate(metrics[self.monitor])
         # callback_metrics are reduced across ranks already, but a step-only metric is not: one
         # rank wanting to stop stops all, so no rank trains on alone and hangs in a collective.
-        flag = torch.tensor(float(local_stop), device=getattr(trainer.strategy, "root_device", "cpu"))
-        should_stop = bool(trainer.strategy.reduce(flag, "max").item() > 0)
+        flag = torch.tensor(float(local_stop), device=trainer.runtime.device)
+        should_stop = bool(trainer.runtime.all_reduce(flag, "max").item() > 0)
         if should_stop and not local_stop:
             self._stop("stopped_by_another_rank", f"another rank's check of {self.monitor} decided to stop")
         if should_stop:

@@ -103,7 +103,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
-            self.dirpath = trainer.strategy.broadcast(_absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+            self.dirpath = trainer.runtime.broadcast(_absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
@@ -160,7 +160,7 @@ class ModelCheckpoint(Callback):
             path = self._path_for(template, metrics, epoch, step, version)
             version += 1
         # File systems need not agree across nodes; every rank must save under one name.
-        return trainer.strategy.broadcast(path, src=0)
+        return trainer.runtime.broadcast(path, src=0)
 
     # ---- saving -------------------------------------------------------------------------------
     def _skip(self, trainer: Any) -> bool:

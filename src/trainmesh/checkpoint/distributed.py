@@ -1,9 +1,13 @@
 """Distributed checkpoints: a directory that every rank writes its shards into, in parallel,
 with PyTorch's distributed checkpoint (DCP); loading reshards to any number of processes.
 
+This module stores the pieces it is handed and knows none of their names: the caller says
+which entries of the checkpoint dict are sharded (``sharded_keys``), and the state file records
+them, so that load and consolidate rebuild the same dict.
+
 Layout of ``path/``:
-  ``.metadata`` and ``__*_*.distcp``  DCP's files: the model's and optimizers' tensors
-  ``trainer_state.pt``               everything else (loop position, RNG, callbacks, ...)
+  ``.metadata`` and ``__*_*.distcp``  DCP's files: the sharded entries' tensors
+  ``trainer_state.pt``               every other entry, plus the record of the sharded ones
 
 A save goes to a temporary directory beside ``path`` and is renamed into place only when it
 is complete, so a crash mid-save leaves the previous checkpoint valid.
@@ -14,36 +18,62 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim import Optimizer
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.checkpoint.io import atomic_save
 
-TENSOR_KEYS = ("state_dict", "optimizer_states")
-STATE_FILE = "trainer_state.pt"
+STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
 METADATA_FILE = ".metadata"
+
+# The state file's entry that records the sharded entries. Its value:
+#   {"version": 1, "entries": {KEY: {"stored_as": DCP_KEY, "list": BOOL}, ...}}
+# KEY is the checkpoint dict's key, DCP_KEY the top-level key DCP stored it under (the same key
+# since version 1), and "list" says the entry was a list, stored as a dict keyed "0", "1", ...
+RECORD_KEY = "__trainmesh_sharded_entries__"
+RECORD_VERSION = 1
+
+# Legacy: directories written before the record existed hold no RECORD_KEY. That code stored the
+# Trainer's model ("state_dict") under the DCP key "model" and its list of optimizer states
+# ("optimizer_states") under "optimizers". A state file without a record is read as if it held
+# this one, so those checkpoints keep loading. This is the only place those names may appear.
+LEGACY_RECORD: dict[str, Any] = {
+    "version": 0,
+    "entries": {
+        "state_dict": {"stored_as": "model", "list": False},
+        "optimizer_states": {"stored_as": "optimizers", "list": True},
+    },
+}
 
 
 def is_distributed_checkpoint(path: str | os.PathLike[str]) -> bool:
     return Path(path).is_dir()
 
 
-def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *, rank: int) -> None:
-    """Every rank calls this with its own (sharded) state dicts; rank 0 writes the rest."""
+def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *, rank: int,
+                     sharded_keys: Sequence[str]) -> None:
+    """Every rank calls this with its own shards of the ``sharded_keys`` entries; rank 0 writes the rest.
+
+    A sharded entry that is a list (one state dict per optimizer, say) is stored item by item
+    and comes back as a list. A key of ``sharded_keys`` that ``checkpoint`` lacks is skipped.
+    """
     import torch.distributed.checkpoint as dcp
 
+    tensors, record = _split_sharded(checkpoint, sharded_keys)
     target = Path(path)
     staging = _shared_staging_dir(target, rank)
-    tensors = {"model": checkpoint["state_dict"], "optimizers": dict(enumerate(checkpoint.get("optimizer_states", [])))}
     try:
         dcp.save(tensors, checkpoint_id=str(staging), no_dist=not _distributed())
         if rank == 0:
-            atomic_save({k: v for k, v in checkpoint.items() if k not in TENSOR_KEYS}, staging / STATE_FILE)
+            rest = {k: v for k, v in checkpoint.items() if k not in record["entries"]}
+            atomic_save({**rest, RECORD_KEY: record}, staging / STATE_FILE)
             _replace_directory(staging, target)
     except BaseException:
         # The previous checkpoint at `path` was never touched; drop the half-written one.
@@ -52,31 +82,84 @@ def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *
     _barrier()
 
 
-def load_distributed(path: str | os.PathLike[str], module: nn.Module, optimizers: list[torch.optim.Optimizer]) -> dict[str, Any]:
-    """Load ``path`` into state dicts shaped like ``module``'s and ``optimizers``' own.
+def _split_sharded(checkpoint: dict[str, Any], sharded_keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The entries DCP writes (lists as dicts keyed "0", "1", ...) and the record that rebuilds them."""
+    if isinstance(sharded_keys, str):
+        raise ValueError(f"sharded_keys={sharded_keys!r} is one string; pass a sequence of keys, e.g. [{sharded_keys!r}]")
+    if RECORD_KEY in checkpoint:
+        raise ValueError(f"the checkpoint has an entry {RECORD_KEY!r}, a key reserved for the distributed "
+                         "checkpoint's own record; rename that entry")
+    tensors: dict[str, Any] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for key in sharded_keys:
+        if key not in checkpoint:
+            continue
+        # DCP joins nested keys with "." in its metadata; a dot in a key would make them ambiguous.
+        if not isinstance(key, str) or not key or "." in key:
+            raise ValueError(f"sharded key {key!r} cannot name a DCP entry: use a non-empty string without '.'")
+        value = checkpoint[key]
+        is_list = isinstance(value, (list, tuple))
+        tensors[key] = {str(i): item for i, item in enumerate(value)} if is_list else value
+        entries[key] = {"stored_as": key, "list": is_list}
+    return tensors, {"version": RECORD_VERSION, "entries": entries}
 
-    The templates come from the live objects, so the shards land wherever this run keeps
-    them: a checkpoint written by 2 processes loads on 1, 4, or under another strategy.
+
+def templates_for(module: nn.Module, optimizers: Sequence[Optimizer], *, model_key: str,
+                  optimizers_key: str) -> dict[str, Any]:
+    """Templates for :func:`load_distributed` shaped like ``module``'s and ``optimizers``' own state.
+
+    They come from the live objects, so the shards land wherever this run keeps them: a
+    checkpoint written by 2 processes loads on 1, 4, or under another strategy.
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    return {
+        model_key: get_model_state_dict(module),
+        optimizers_key: [get_optimizer_state_dict(module, optimizer) for optimizer in optimizers],
+    }
+
+
+def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any]) -> dict[str, Any]:
+    """Load ``path``: the state file's entries, plus each sharded entry loaded into its template.
+
+    ``templates`` maps a sharded key to a state shaped like this run's (a state dict, or a list
+    of them for a list entry); see :func:`templates_for`. A template key the checkpoint does not
+    hold is left out of the result, and so is a sharded entry without a template. A list entry
+    the checkpoint holds fewer items of comes back with only the items it holds.
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     source = Path(path)
     check_complete(source)
+    rest, record = _read_state_file(source)
     metadata = dcp.FileSystemReader(str(source)).read_metadata().state_dict_metadata
-    model = get_model_state_dict(module)
-    saved_model = {key[len("model."):]: meta for key, meta in metadata.items() if key.startswith("model.")}
-    check_state_dict_fits(model, {k: _Shape(m) for k, m in saved_model.items() if hasattr(m, "size")},
-                          source=str(source))
-    optimizer_states = [get_optimizer_state_dict(module, optimizer) for optimizer in optimizers]
-    saved_optimizers = {key.split(".")[1] for key in metadata if key.startswith("optimizers.")}
-    tensors: dict[str, Any] = {"model": model}
-    if saved_optimizers:
-        tensors["optimizers"] = {i: state for i, state in enumerate(optimizer_states) if str(i) in saved_optimizers}
+    held = {key: entry for key, entry in record["entries"].items() if key in templates}
+    tensors = {entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source)
+               for key, entry in held.items()}
     dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
-    rest = torch.load(source / STATE_FILE, map_location="cpu", weights_only=False)
-    loaded = [tensors.get("optimizers", {}).get(i) for i in range(len(optimizers))]
-    return {**rest, "state_dict": tensors["model"], "optimizer_states": [s for s in loaded if s is not None]}
+    loaded = {}
+    for key, entry in held.items():
+        value = tensors[entry["stored_as"]]
+        # Only the items the checkpoint holds were asked for (see _fit_template), in their order.
+        loaded[key] = [value[k] for k in sorted(value, key=int)] if entry["list"] else value
+    return {**rest, **loaded}
+
+
+def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapping[str, Any], source: Path) -> Any:
+    """What DCP should load for one entry: the template, checked against what the checkpoint holds."""
+    stored = _stored_under(entry["stored_as"], metadata)
+    if entry["list"] != isinstance(template, (list, tuple)):
+        saved_as = "a list" if entry["list"] else "one value"
+        raise ValueError(f"the checkpoint {source} holds {key!r} as {saved_as}, but its template is "
+                         f"{type(template).__name__}: pass a template of the same form")
+    if entry["list"]:
+        held = {name.split(".", 1)[0] for name in stored}
+        # Only the items the checkpoint holds: DCP refuses a template key it cannot find.
+        return {str(i): item for i, item in enumerate(template) if str(i) in held}
+    if _is_tensor_dict(template):
+        check_state_dict_fits(template, {k: _Shape(m) for k, m in stored.items() if hasattr(m, "size")},
+                              source=str(source))
+    return template
 
 
 def check_complete(path: Path) -> None:
@@ -101,10 +184,54 @@ def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[s
         tensors = torch.load(scratch, map_location="cpu", weights_only=False)
     finally:
         scratch.unlink(missing_ok=True)
-    rest = torch.load(src / STATE_FILE, map_location="cpu", weights_only=False)
-    optimizers = tensors.get("optimizers", {})
-    return atomic_save({**rest, "state_dict": tensors["model"],
-                        "optimizer_states": [optimizers[k] for k in sorted(optimizers, key=int)]}, destination)
+    rest, record = _read_state_file(src)
+    entries = {}
+    for key, entry in record["entries"].items():
+        # An empty entry left nothing in DCP's files: it comes back empty, as it was saved.
+        value = tensors.get(entry["stored_as"], {})
+        # Legacy directories keyed list items by int, version 1 by str: int() orders both.
+        entries[key] = [value[k] for k in sorted(value, key=int)] if entry["list"] else value
+    return atomic_save({**rest, **entries}, destination)
+
+
+def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, dict[str, tuple[int, ...]]]]:
+    """The state file's entries, and each sharded entry's tensor shapes by name, read without loading tensors.
+
+    A list entry's names start with the item's index (``"0.state.weight.exp_avg"``).
+    """
+    import torch.distributed.checkpoint as dcp
+
+    source = Path(path)
+    check_complete(source)
+    rest, record = _read_state_file(source)
+    metadata = dcp.FileSystemReader(str(source)).read_metadata().state_dict_metadata
+    shapes = {
+        key: {name: tuple(meta.size) for name, meta in _stored_under(entry["stored_as"], metadata).items()
+              if hasattr(meta, "size")}
+        for key, entry in record["entries"].items()
+    }
+    return rest, shapes
+
+
+def _read_state_file(source: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The state file's own entries, and the record of the sharded ones (the legacy one if it has none)."""
+    rest = torch.load(source / STATE_FILE, map_location="cpu", weights_only=False)
+    record = rest.pop(RECORD_KEY, LEGACY_RECORD)
+    if record.get("version", 0) > RECORD_VERSION:
+        raise ValueError(f"{source} was written by a newer trainmesh (distributed checkpoint record version "
+                         f"{record['version']}, this one reads up to {RECORD_VERSION}); upgrade trainmesh to load it")
+    return rest, record
+
+
+def _stored_under(stored_as: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """DCP's metadata of one top-level key, by the name below it (DCP flattens nested keys with ".")."""
+    prefix = f"{stored_as}."
+    return {key[len(prefix):]: meta for key, meta in metadata.items() if key.startswith(prefix)}
+
+
+def _is_tensor_dict(value: Any) -> bool:
+    """A flat dict of tensors: a model's state dict, whose names and shapes can be checked up front."""
+    return isinstance(value, Mapping) and all(isinstance(v, torch.Tensor) for v in value.values())
 
 
 class _Shape:

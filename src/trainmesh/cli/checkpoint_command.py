@@ -9,6 +9,10 @@ from typing import Any
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
 SUMMARY = "Consolidate or inspect a saved checkpoint."
 
+# Where the Trainer keeps the model's weights (trainer/checkpointing.py): the checkpoint code
+# stores entries without knowing their names, this command shows the Trainer's model entry.
+MODEL_KEY = "state_dict"
+
 
 def run_checkpoint_command(args: list[str]) -> int:
     from jsonargparse import ArgumentParser
@@ -18,7 +22,7 @@ def run_checkpoint_command(args: list[str]) -> int:
                             allow_abbrev=False)
     commands = parser.add_subcommands(dest="action")
     consolidate = ArgumentParser(description="Write a distributed checkpoint (a directory) as one file that "
-                                             "torch.load reads, with the full weights under 'state_dict'.",
+                                             f"torch.load reads, with the full weights under {MODEL_KEY!r}.",
                                  allow_abbrev=False)
     consolidate.add_argument("source", type=str, help="the distributed checkpoint directory")
     consolidate.add_argument("destination", type=str, help="the file to write")
@@ -38,36 +42,32 @@ def _consolidate(source: str, destination: str) -> int:
     if not Path(source).is_dir():
         raise ValueError(f"{source} is not a distributed checkpoint directory (a single file already is consolidated)")
     written = consolidate(source, destination)
-    print(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)['state_dict'] holds the full weights")
+    print(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)[{MODEL_KEY!r}] holds the full weights")
     return 0
 
 
 def _inspect(source: str) -> int:
-    import torch
-
     path = Path(source)
     if path.is_dir():
-        import torch.distributed.checkpoint as dcp
+        from trainmesh.checkpoint.distributed import inspect_distributed
 
-        from trainmesh.checkpoint.distributed import STATE_FILE, check_complete
-
-        check_complete(path)
-        metadata = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-        rest = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
-        tensors = {key: tuple(meta.size) for key, meta in metadata.items() if hasattr(meta, "size")}
+        # Sharded entries are not in `rest`, as the file branch pops the tensor entries below.
+        rest, shapes = inspect_distributed(path)
+        model = shapes.get(MODEL_KEY, {})
         print(f"{path}: distributed checkpoint, {len(list(path.glob('*.distcp')))} shard file(s)")
     else:
         from trainmesh.checkpoint.io import load_checkpoint_file
 
         rest = load_checkpoint_file(path)
-        tensors = {f"model.{k}": tuple(v.shape) for k, v in rest.pop("state_dict", {}).items() if hasattr(v, "shape")}
+        model = {k: tuple(v.shape) for k, v in rest.pop(MODEL_KEY, {}).items() if hasattr(v, "shape")}
         rest.pop("optimizer_states", None)
         print(f"{path}: single-file checkpoint")
-    _print_summary(rest, tensors)
+    _print_summary(rest, model)
     return 0
 
 
-def _print_summary(rest: dict[str, Any], tensors: dict[str, tuple[int, ...]]) -> None:
+def _print_summary(rest: dict[str, Any], model: dict[str, tuple[int, ...]]) -> None:
+    """``model``: the model's tensor shapes by parameter name; ``rest``: the other entries."""
     print(f"  trainmesh {rest.get('trainmesh_version', '?')}, epoch {rest.get('epoch')}, global step {rest.get('global_step')}")
     loop = rest.get("loop", {})
     if loop:
@@ -75,11 +75,10 @@ def _print_summary(rest: dict[str, Any], tensors: dict[str, tuple[int, ...]]) ->
     if rest.get("hyper_parameters"):
         print(f"  hyperparameters: {rest['hyper_parameters']}")
     print(f"  callbacks: {sorted(rest.get('callbacks', {}))}")
-    model = {k: v for k, v in tensors.items() if k.startswith("model.")}
     count = sum(_numel(shape) for shape in model.values())
     print(f"  model: {len(model)} tensors, {count:,} values")
     for key, shape in model.items():
-        print(f"    {key[len('model.'):]}: {list(shape)}")
+        print(f"    {key}: {list(shape)}")
     others = sorted(k for k in rest if k not in ("loop", "hyper_parameters", "callbacks"))
     print(f"  other entries: {others}")
 

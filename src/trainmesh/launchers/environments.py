@@ -128,3 +128,9 @@ def check_port_free(host: str, port: int) -> None:
                 f"port {port} on {host} is already in use ({err.strerror}), so the processes cannot "
                 "meet there; set MASTER_PORT to a free port, or unset it to let trainmesh pick one"
             ) from None
+
+
+def require_deterministic_cublas() -> None:
+    """cuBLAS is deterministic only with a fixed workspace (torch.use_deterministic_algorithms
+    raises without one); set it for this process and the ones it starts, unless the user did."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -8,61 +8,63 @@ arithmetic; it is not faster, but dp code can be written and tested on a laptop.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
-from trainmesh.precision import Precision
-from trainmesh.strategies.data_parallel_ops import SplitForward, mean_loss, run_chunked_step
+from trainmesh.strategies.data_parallel import SplitForward, mean_loss, run_chunked_step
+from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.single import SingleDeviceStrategy
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step
 
 
-class DataParallelStrategy:
+class DataParallelStrategy(SingleDeviceStrategy):
     """The seeds' ``dp`` mode; ``training_step_end`` sees the outputs of all devices.
 
-    >>> strategy = DataParallelStrategy().bind(device_type="cpu", devices=[0, 1], num_nodes=1,
-    ...                                       precision=Precision("32", device_type="cpu"))
-    >>> strategy.reduce_step_output({"loss": torch.tensor([1.0, 3.0])})["loss"]
-    tensor(2.)
+    Everything but the step is one device's (the first): placement, checkpoints, the trivial
+    collectives of one process. So this is the one-device strategy with the step split.
+
+    >>> strategy = DataParallelStrategy(placement=Placement("cpu", (0, 1)))
+    >>> [d.index for d in strategy.chunk_devices]
+    [0, 1]
     """
 
     name = "dp"
-    start_method = "in_process"
-    processes_per_node = 1
 
-    def __init__(self) -> None:
-        self.chunk_devices = [torch.device("cpu")]
-        # Everything about placement, checkpoints and (trivial) collectives is one device's.
-        self._root = SingleDeviceStrategy()
-
-    def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> DataParallelStrategy:
-        if num_nodes != 1:
+    def __init__(self, *, placement: Placement | None = None) -> None:
+        self.placement = placement or Placement()
+        if self.placement.num_nodes != 1:
             raise ValueError(
-                f"strategy='dp' runs in one process on one machine, but num_nodes={num_nodes}; use "
+                f"strategy='dp' runs in one process on one machine, but num_nodes={self.placement.num_nodes}; use "
                 "'ddp2' (dp within a node, DDP across nodes) or 'ddp'"
             )
-        bound = copy.copy(self)
-        bound.chunk_devices = [device_for(device_type, index) for index in devices]
-        bound._root = SingleDeviceStrategy().bind(device_type=device_type, devices=devices[:1], num_nodes=1,
-                                                  precision=precision)
-        return bound
-
-    def __getattr__(self, name: str) -> Any:
-        # Placement, precision, checkpoints and collectives: the root device's strategy.
-        if name.startswith("__") or name == "_root":
-            raise AttributeError(name)
-        return getattr(self._root, name)
+        self.precision = self.placement.precision
+        self.chunk_devices = [device_for(self.placement.device_type, index) for index in self.placement.devices]
+        self._device = self.chunk_devices[0]
+        self._mesh = ParallelMesh(ParallelDims().resolved(1))
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         # Calling the placed model splits the batch, so a user's own loop gets dp too.
-        return SplitForward(self._root.setup_module(module), self.chunk_devices)
+        return SplitForward(super().setup_module(module), self.chunk_devices)
 
-    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
-        inner = module.module if isinstance(module, SplitForward) else module
-        return run_chunked_step(inner, hook, batch, (batch_idx, *extra), self.chunk_devices)
+    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
+                   hooks: StepHooks) -> StepResult:
+        inner = _inner(module)
+        return run_train_step(
+            lambda: run_chunked_step(inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope),
+            combine=mean_loss, hooks=hooks, autocast=self.precision.autocast(), no_sync=None)
 
-    def reduce_step_output(self, output: Any) -> Any:
-        return mean_loss(output)
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
+                  hooks: StepHooks) -> Any:
+        inner = _inner(module)
+        return run_eval_step(
+            lambda: run_chunked_step(inner, hook, batch, (batch_idx, *extra), self.chunk_devices, hooks.chunk_scope),
+            hooks=hooks, autocast=self.precision.autocast())
+
+
+def _inner(module: nn.Module) -> nn.Module:
+    return module.module if isinstance(module, SplitForward) else module
+
+

@@ -1,26 +1,32 @@
 """Sharded data parallel on FSDP2 (``fully_shard``): ``sharded`` (ZeRO-2), ``fsdp`` (ZeRO-3)
-and ``hsdp`` (sharded within a group, replicated across groups, on a 2-D DeviceMesh).
+and ``hsdp`` (sharded within a group, replicated across groups, on a 2-D mesh).
 
-Process groups, data sharding and collectives are DDP's (the same processes, the same
-samplers); what differs is how the module and its optimizer state are split.
+Process groups, data sharding and collectives are every multi-process strategy's
+(``distributed.py``); what differs is how the module and its optimizer state are split.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, ContextManager
 
 import torch
 from torch import nn
 
-from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, save_distributed
-from trainmesh.precision import Precision
-from trainmesh.strategies.ddp import DDPStrategy, unwrap
+from trainmesh.checkpoint.distributed import save_distributed
+from trainmesh.checkpoint.io import load_checkpoint_file
+from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
+from trainmesh.strategies.distributed import DistributedStrategy
+from trainmesh.strategies.gradients import fsdp_gradient_sync_off
 from trainmesh.strategies.materialize import materialize
-from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
+from trainmesh.strategies.mesh import ParallelDims
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step
 from trainmesh.utilities.rank_zero import rank_zero_warn
+
 
 def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, min_num_params: int | None) -> list[nn.Module]:
     """The submodules that become their own shard units, innermost first (as fully_shard needs)."""
@@ -89,14 +95,18 @@ def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.
     apply(module, check_fn=lambda m: isinstance(m, tuple(classes)))
 
 
-class FSDPStrategy:
+def _whole(output: Any) -> Any:
+    return output
+
+
+class FSDPStrategy(DistributedStrategy):
     """``Trainer(strategy=FSDPStrategy(wrap=[Block], cpu_offload=True))``.
 
     ``wrap`` (module classes) or ``min_num_params`` choose the shard units; without either,
     each block is one (the model's children, and the members of its top-level containers).
     ``reshard_after_forward=False`` keeps parameters whole between forward and backward
-    (``sharded``, ZeRO-2). ``shard_size`` makes a 2-D mesh: shard within groups of that many
-    processes, replicate across groups (``hsdp``).
+    (``sharded``, ZeRO-2). ``shard_size`` (or ``hybrid=True``: a node's processes) makes a 2-D
+    mesh: shard within groups of that many processes, replicate across groups (``hsdp``).
     """
 
     # Parameters unsharded under inference_mode would be inference tensors that training
@@ -106,50 +116,39 @@ class FSDPStrategy:
     def __init__(self, *, wrap: Sequence[type[nn.Module]] | None = None, min_num_params: int | None = None,
                  reshard_after_forward: bool = True, cpu_offload: bool = False,
                  activation_checkpointing: Sequence[type[nn.Module]] | None = None,
-                 shard_size: int | None = None, hybrid: bool = False, start_method: str = "elastic") -> None:
+                 shard_size: int | None = None, hybrid: bool = False, start_method: str = "elastic",
+                 timeout: timedelta = timedelta(minutes=30), process_group_backend: str | None = None,
+                 placement: Placement | None = None) -> None:
+        super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
+                         placement=placement)
         self.wrap, self.min_num_params = list(wrap or []), min_num_params
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
         self.activation_checkpointing = list(activation_checkpointing or [])
         self.shard_size, self.hybrid = shard_size, hybrid or shard_size is not None
         self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
-        self._group = DDPStrategy(start_method=start_method)
-        self._module: nn.Module | None = None
-        self._optimizers: list[torch.optim.Optimizer] = []
+        self.options.update(wrap=self.wrap, min_num_params=min_num_params, reshard_after_forward=reshard_after_forward,
+                            cpu_offload=cpu_offload, activation_checkpointing=self.activation_checkpointing,
+                            shard_size=shard_size, hybrid=hybrid)
 
-    def bind(self, *, device_type: str, devices: list[int], num_nodes: int, precision: Precision) -> FSDPStrategy:
-        bound = copy.copy(self)
-        bound._group = self._group.bind(device_type=device_type, devices=devices, num_nodes=num_nodes, precision=precision)
-        return bound
-
-    def __getattr__(self, name: str) -> Any:
-        # Processes, devices, data sharding and collectives are DDP's.
-        if name.startswith("__") or name == "_group":
-            raise AttributeError(name)
-        return getattr(self._group, name)
+    def dims(self, world_size: int) -> ParallelDims:
+        if not self.hybrid:
+            return ParallelDims(dp_shard=-1).resolved(world_size)
+        shard = self.shard_size or self.processes_per_node
+        if shard < 1 or world_size % shard:
+            raise ValueError(
+                f"hsdp shard groups of {shard} processes do not divide the {world_size} processes; choose a "
+                f"shard_size that divides {world_size}"
+            )
+        return ParallelDims(dp_replicate=-1, dp_shard=shard).resolved(world_size)
 
     def module_init_context(self) -> ContextManager[Any]:
         """configure_model builds on the meta device: no process holds the whole model."""
         return torch.device("meta")
 
-    def _mesh(self) -> Any:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        world = self._group.process.world_size
-        device_type = self._group.root_device.type
-        if not self.hybrid:
-            return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
-        shard = self.shard_size or self._group.processes_per_node
-        if shard < 1 or world % shard:
-            raise ValueError(
-                f"hsdp shard groups of {shard} processes do not divide the {world} processes; choose a "
-                f"shard_size that divides {world}"
-            )
-        return init_device_mesh(device_type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
-
     def _mixed_precision(self) -> Any:
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        compute = self._group.precision.compute_dtype
+        compute = self.precision.compute_dtype
         if compute == torch.float32:
             return None
         # Compute in the low precision, reduce gradients in fp32 (as the precision setting asks).
@@ -161,84 +160,83 @@ class FSDPStrategy:
         if not any(True for _ in module.parameters()):
             raise ValueError(f"{type(module).__name__} has no parameters: there is nothing for fsdp to shard")
         refuse_keras(module, self.name)
-        device = self._group.root_device
-        offload = self.cpu_offload and device.type != "cpu"
+        offload = self.cpu_offload and self._device.type != "cpu"
         if self.cpu_offload and not offload:
             # FSDP's offload moves shards from an accelerator to host memory; on CPU they are there.
             rank_zero_warn("FSDPStrategy(cpu_offload=True) has no effect on CPU: the shards already live in CPU memory")
+        # The order matters: activation checkpointing wraps blocks first, so that the shard
+        # units chosen next are the wrapped blocks; sharding before materializing means a model
+        # built on the meta device is only ever allocated shard by shard.
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)
         units = shard_units(module, wrap=self.wrap, min_num_params=self.min_num_params)
         on_meta = any(p.is_meta for p in module.parameters())
         if not on_meta:
-            module.to(device)
-        root = apply_fsdp(module, self._mesh(), units, reshard_after_forward=self.reshard_after_forward,
+            module.to(self._device)
+        mesh = self._mesh.submesh("dp_replicate", "dp_shard") if not self.hybrid else self._mesh.device_mesh
+        root = apply_fsdp(module, mesh, units, reshard_after_forward=self.reshard_after_forward,
                           mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)
         if on_meta:
-            materialize(module, torch.device("cpu") if offload else device)
-        self._module = module
+            materialize(module, torch.device("cpu") if offload else self._device)
         return root
 
-    def run_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any) -> Any:
-        return module(StepCall(hook), batch, batch_idx, *extra)  # through the root's FSDP hooks
+    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        return list(optimizers)  # built (or rebound) over the local shards
 
-    def reduce_step_output(self, output: Any) -> Any:
-        return output
+    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
+                   hooks: StepHooks) -> StepResult:
+        # Through the root, so FSDP's root hooks run once around the whole step.
+        return run_train_step(lambda: module(StepCall("training_step"), batch, batch_idx), combine=_whole,
+                              hooks=hooks, autocast=self.precision.autocast(),
+                              no_sync=None if sync_grads else fsdp_gradient_sync_off(module))
+
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
+                  hooks: StepHooks) -> Any:
+        return run_eval_step(lambda: module(StepCall(hook), batch, batch_idx, *extra), hooks=hooks,
+                             autocast=self.precision.autocast())
 
     def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
-        return _gradient_sync_off(module)
+        return fsdp_gradient_sync_off(module)
 
-    def clip_gradients(self, module: nn.Module, max_norm: float, norm_type: float) -> torch.Tensor:
-        # clip_grad_norm_ on DTensor gradients computes the norm across every shard.
-        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
-        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                   sharded: bool) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
-    def module_state_dict(self, module: nn.Module, *, sharded: bool = False) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded)
+        assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
+        inner = checkpoints.unwrap(module)
+        return {"model": get_model_state_dict(inner, options=options),
+                "optim": [get_optimizer_state_dict(inner, optimizer, options=options) for optimizer in optimizers]}
 
-        return get_model_state_dict(unwrap(module), options=StateDictOptions(full_state_dict=not sharded,
-                                                                              cpu_offload=not sharded))
+    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
+                        state: dict[str, Any], *, strict: bool = True) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
-    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], *, strict: bool = True) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
+        inner = checkpoints.unwrap(module)
+        if "model" in state:
+            # Full tensors (a single-file checkpoint) are sharded on the way in; shards go as they are.
+            full = not any(_is_dtensor(v) for v in state["model"].values())
+            set_model_state_dict(inner, state["model"], options=StateDictOptions(full_state_dict=full, strict=strict))
+        for optimizer, saved in zip(optimizers, state.get("optim", [])):
+            full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
+            if any(isinstance(key, int) for key in saved.get("state", {})):
+                saved = keyed_by_name(saved, optimizer, inner)  # torch's own format, from a 1-D run
+            set_optimizer_state_dict(inner, optimizer, saved, options=StateDictOptions(full_state_dict=full))
 
-        # Full tensors (a single-file checkpoint) are sharded on the way in; shards go as they are.
-        full = not any(_is_dtensor(v) for v in state.values())
-        set_model_state_dict(unwrap(module), state, options=StateDictOptions(full_state_dict=full, strict=strict))
-
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, *, sharded: bool = False) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        assert self._module is not None
-        return get_optimizer_state_dict(self._module, optimizer,
-                                        options=StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded))
-
-    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        assert self._module is not None
-        full = not any(_is_dtensor(v) for entry in state.get("state", {}).values() for v in entry.values())
-        if any(isinstance(key, int) for key in state.get("state", {})):
-            state = keyed_by_name(state, optimizer, self._module)  # torch's own format, from a 1-D run
-        set_optimizer_state_dict(self._module, optimizer, state, options=StateDictOptions(full_state_dict=full))
-
-    def setup_optimizers(self, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
-        self._optimizers = list(optimizers)  # built after sharding, over the local shards
-        return list(optimizers)
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
-        if "state_dict" not in checkpoint:
-            self._group.save_checkpoint(checkpoint, path)  # Runtime.save: full state dicts, one file
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+        if sharded is None:
+            super().save_checkpoint(checkpoint, path, sharded=None)  # full state dicts, one file
             return
         # Every rank writes its own shards, in parallel: no rank ever holds the whole state.
-        save_distributed(checkpoint, path, rank=self._group.process.global_rank)
+        save_distributed(checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers))
 
-    def load_checkpoint(self, path: str) -> dict[str, Any]:
-        from trainmesh.checkpoint.io import load_checkpoint_file
+    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                        keys: CheckpointKeys) -> dict[str, Any]:
+        from trainmesh.checkpoint.distributed import is_distributed_checkpoint
 
-        assert self._module is not None, "load a checkpoint after setup_module"
         if is_distributed_checkpoint(path):
-            return load_distributed(path, self._module, self._optimizers)
+            return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
         return load_checkpoint_file(path, map_location="cpu")  # full tensors, sharded on load
 
 
@@ -256,21 +254,3 @@ def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, modul
 
 def _is_dtensor(value: Any) -> bool:
     return type(value).__name__ == "DTensor"
-
-
-def _gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
-    """Accumulate unsharded gradients locally; reduce-scatter on the last micro-batch only."""
-    from torch.distributed.fsdp import FSDPModule
-
-    @contextlib.contextmanager
-    def context() -> Any:
-        fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
-        for m in fsdp_modules:
-            m.set_requires_gradient_sync(False, recurse=False)
-        try:
-            yield
-        finally:
-            for m in fsdp_modules:
-                m.set_requires_gradient_sync(True, recurse=False)
-
-    return context()

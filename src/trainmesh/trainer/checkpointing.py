@@ -9,16 +9,22 @@ import torch
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.seed import capture_rng_state
+from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 CHECKPOINT_FORMAT = 1
+# The entries holding the model's and the optimizers' state: a strategy that shards writes
+# them shard by shard (a distributed checkpoint), and reads them back in this run's layout.
+TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states")
 
 
 def build_checkpoint(trainer: Any) -> dict[str, Any]:
     from trainmesh import __version__
 
-    strategy, module, loop = trainer.strategy, trainer.module, trainer.loop
+    runtime, module, loop = trainer.runtime, trainer.module, trainer.loop
+    # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
+    pieces = runtime.state_dicts(trainer.model, trainer.optimizers, sharded=True)
     # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
     # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
     stop = loop.stopped_inside
@@ -32,9 +38,8 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
             "epoch_finished": loop.epoch_finished and stop is None,
             "epoch_start_rng": loop.epoch_start_rng,
         },
-        # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
-        "state_dict": strategy.module_state_dict(module, sharded=True),
-        "optimizer_states": [strategy.optimizer_state_dict(opt.optimizer, sharded=True) for opt in trainer.optimizers],
+        "state_dict": pieces["model"],
+        "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs],
         "precision": trainer.runtime.precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
@@ -43,7 +48,7 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
         "train_results": _reduced_results(trainer),
         "epoch_metrics": dict(trainer.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
-        "per_rank": strategy.all_gather_object({
+        "per_rank": runtime.all_gather_object({
             "rng": capture_rng_state() if stop is None else stop.rng,
             "pending_gradients": _pending_gradients(trainer),
             "epoch_outputs": apply_to_tensors(loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()),
@@ -77,25 +82,26 @@ def _reduced_results(trainer: Any) -> dict[str, Any]:
         return {}
     else:
         state = trainer.train_results.state_dict()
-    reduce = trainer.strategy.reduce
+    reduce = trainer.runtime.all_reduce
     for name in sorted(state):  # the same order on every rank: these are collectives
         entry = state[name]
         op = entry["options"][4] if entry["options"][4] in ("max", "min") else "sum"
         if entry["total"] is not None:
             entry["total"] = reduce(entry["total"], op).cpu()
-        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.strategy.root_device)
+        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.runtime.device)
         entry["weight"] = float(reduce(weight, "sum"))
     return state
 
 
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str, weights_only: bool) -> dict[str, Any] | None:
     """Load ``checkpoint`` into the trainer; returns the RNG state to resume with (fit only)."""
-    strategy, module = trainer.strategy, trainer.module
+    runtime, module = trainer.runtime, trainer.module
     if "state_dict" not in checkpoint:
         raise ValueError(f"this file is not a trainmesh checkpoint (no 'state_dict'; keys: {sorted(checkpoint)})")
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
-    check_state_dict_fits(strategy.module_state_dict(module, sharded=True), checkpoint["state_dict"], source=source)
-    strategy.load_module_state_dict(module, checkpoint["state_dict"])
+    check_state_dict_fits(runtime.state_dicts(trainer.model, [], sharded=True)["model"], checkpoint["state_dict"],
+                          source=source)
+    runtime.load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
     if weights_only:
@@ -106,8 +112,7 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
             f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
             f"made {len(trainer.optimizers)}; resume with the same optimizer setup"
         )
-    for optimizer, state in zip(trainer.optimizers, saved_optimizers):
-        strategy.load_optimizer_state_dict(optimizer.optimizer, state)
+    runtime.load_state_dicts(trainer.model, trainer.optimizers, {"optim": saved_optimizers})
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(state)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))

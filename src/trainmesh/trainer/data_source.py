@@ -34,7 +34,7 @@ class DataSource:
         self.datamodule.trainer = trainer
         if trainer.local_rank == 0:
             self.datamodule.prepare_data()
-        trainer.strategy.barrier("prepare_data")
+        trainer.runtime.barrier("prepare_data")
         self.datamodule.setup(stage)
 
     def teardown(self, stage: str) -> None:

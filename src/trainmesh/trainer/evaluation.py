@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.utilities.distributed_samplers import is_padding
 
@@ -61,7 +62,7 @@ def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, 
 def run_predict(trainer: Any, data: Any) -> Any:
     loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
     trainer.hooks.call("on_predict_start")
-    outputs = [trainer.strategy.collect_predictions(per_loader)
+    outputs = [trainer.runtime.collect_predictions(per_loader)
                for per_loader in _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)]
     trainer.hooks.call("on_predict_end")
     return outputs[0] if len(outputs) == 1 else outputs
@@ -82,7 +83,7 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     was_training = model.training
     model.eval()
     results: list[Any] = []
-    inference = trainer.inference_mode and trainer.strategy.inference_mode_safe
+    inference = trainer.inference_mode and trainer.runtime.inference_mode_safe
     grad_mode = torch.inference_mode() if inference else torch.no_grad()
     try:
         with grad_mode:
@@ -112,24 +113,23 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
     Step outputs are appended to ``kept`` (one list per loader) when the module defines
     ``validation_epoch_end`` / ``test_epoch_end``, and only then.
     """
-    sink, hooks, strategy = trainer.sink, trainer.hooks, trainer.strategy
-    autocast, step_hook, batch_end = trainer.runtime.precision.autocast, _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
+    sink, hooks, runtime = trainer.sink, trainer.hooks, trainer.runtime
+    step_hook, batch_end = _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
     limit = limited_count(loader, limit_setting)
     _set_count(trainer, stage, limit)
     sink.start_stage()
     predictions: list[Any] = []
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
+    step_hooks = StepHooks(step_end=None if step_end is None else getattr(trainer.module, step_end),
+                           chunk_scope=sink.chunk_scope)
     outputs_hook = _OUTPUTS_HOOK.get(stage)
     outputs = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     for batch_idx, batch in enumerate(loader):
         if batch_idx >= limit:
             break
         sink.set_batch(step_hook, batch)
-        with autocast():
-            output = strategy.run_step(trainer.model, step_hook, batch, batch_idx, *extra)
-            if step_end is not None:
-                output = getattr(trainer.module, step_end)(output)
+        output = runtime.eval_step(trainer.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
         if stage == "predict":
             predictions.append(output)
         elif outputs is not None and not is_padding(output):

@@ -6,6 +6,8 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import torch
 
 from trainmesh.seed import capture_rng_state, restore_rng_state
+from trainmesh.strategies.step import StepHooks
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.optimizers import step_scheduler
@@ -156,14 +159,14 @@ def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> 
 def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, val_every: int | float | None, train_results: Any) -> bool:
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
-    strategy, model, module = runtime.strategy, trainer.model, trainer.module
+    model, module = trainer.model, trainer.module
     accumulate = trainer.accumulate_grad_batches
-    autocast = runtime.precision.autocast
     check_finite_now = runtime.device.type == "cpu"  # a float() per step is free on CPU only
     batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
-    step_end = hooks.module_overrides("training_step_end")
+    step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+                           loss_of=functools.partial(_loss_of, module=module), chunk_scope=sink.chunk_scope)
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     for batch_idx, batch in enumerate(iterator, start=start):
@@ -174,18 +177,16 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        sync_context = runtime.no_backward_sync(model, enabled=not steps_now)
-        with sync_context:
-            with autocast():
-                output = strategy.run_step(model, "training_step", batch, batch_idx)
-                # The seeds' hook: called whatever the strategy, it sees every device's output.
-                output = module.training_step_end(output) if step_end else strategy.reduce_step_output(output)
-            loss = _loss_of(output, module)
-            if check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
-                _check_finite(loss, trainer, batch_idx)
-            runtime.backward(loss / accumulate if accumulate > 1 else loss)
-            pending_gradients = True
-        loop.last_loss = loss.detach()
+        check_finite = check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0
+        hooks_now = dataclasses.replace(step_hooks, backward=functools.partial(
+            _backward, runtime, accumulate=accumulate, check=check_finite, trainer=trainer, batch_idx=batch_idx))
+        # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
+        # output), the loss and backward; gradients stay local until the window's last batch.
+        result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=hooks_now)
+        output = result.output
+        pending_gradients = True
+        if result.loss is not None:
+            loop.last_loss = result.loss.detach()
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now:
@@ -282,6 +283,14 @@ def _optimizer_step(trainer: Any, module: Any) -> None:
 
 def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
+
+
+def _backward(runtime: Any, loss: torch.Tensor, *, accumulate: int, check: bool, trainer: Any, batch_idx: int) -> None:
+    """What the loop does with a step's loss: check it is finite (before it changes anything),
+    then backward, scaled for the accumulation window."""
+    if check:
+        _check_finite(loss, trainer, batch_idx)
+    runtime.backward(loss / accumulate if accumulate > 1 else loss)
 
 
 def _loss_of(output: Any, module: Any) -> torch.Tensor:

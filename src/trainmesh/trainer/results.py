@@ -6,13 +6,14 @@ that the hot path never waits for a device-to-host copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from trainmesh.utilities.chunk_context import current_chunk
 from trainmesh.utilities.collections import infer_batch_size
 
 Reducer = Callable[[torch.Tensor, str], torch.Tensor]
@@ -70,6 +71,28 @@ class MetricSink:
         self._batch: Any = None
         self._batch_size: int | None = None
         self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
+        # dp/ddp2 run a step's chunks in turn (CPU) or in one thread per device (GPU): each
+        # thread knows which chunk it is stepping.
+        self._running = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # ddp_spawn pickles the Trainer (and this sink) to its workers: a thread-local cannot travel.
+        return {key: value for key, value in self.__dict__.items() if key != "_running"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._running = threading.local()
+
+    @contextlib.contextmanager
+    def chunk_scope(self, chunk: Any) -> Iterator[None]:
+        """While a split batch's ``chunk`` is stepped here, ``self.log`` weighs by its size
+        (the strategy enters this around each chunk: ``StepHooks.chunk_scope``)."""
+        previous = getattr(self._running, "chunk", None)
+        self._running.chunk = chunk
+        try:
+            yield
+        finally:
+            self._running.chunk = previous
 
     def start_stage(self, results: StageResults | None = None) -> None:
         self.results = results if results is not None else StageResults()
@@ -101,7 +124,7 @@ class MetricSink:
                 self.results.step_values[name] = cached.detach()
             return
         tensor = _as_scalar_tensor(name, value)
-        chunk = current_chunk()
+        chunk = getattr(self._running, "chunk", None)
         if chunk is not None and batch_size is None:
             batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
         if entry.on_step:

@@ -9,13 +9,15 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.runtime import Runtime
+from trainmesh.runtime import Runtime, Strategy
 from trainmesh.trainer import evaluation, fit_loop, seed_spellings
-from trainmesh.trainer.checkpointing import build_checkpoint, resolve_ckpt_path, restore_checkpoint
+from trainmesh.launchers.environments import require_deterministic_cublas
+from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, build_checkpoint, resolve_ckpt_path, restore_checkpoint
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.settings import LoopSettings, check_loop_settings
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -64,57 +66,50 @@ class Trainer:
         weights_summary: str | None = "top",
         num_tpu_cores: int | None = None,
     ) -> None:
-        # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
-        settings = seed_spellings.translate(
-            accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
-            gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
-            num_tpu_cores=num_tpu_cores,
+        self.runtime, enable_model_summary = _build_runtime(
+            accelerator=accelerator, devices=devices, strategy=strategy, precision=precision, num_nodes=num_nodes,
+            enable_model_summary=enable_model_summary, gpus=gpus, distributed_backend=distributed_backend,
+            weights_summary=weights_summary, num_tpu_cores=num_tpu_cores,
         )
-        accelerator, devices, strategy = settings.accelerator, settings.devices, settings.strategy
-        enable_model_summary = settings.enable_model_summary
-        self.runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy,
-                               precision=precision, num_nodes=num_nodes)
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        self.fast_dev_run = _check_fast_dev_run(fast_dev_run)
-        if self.fast_dev_run:
-            # One quick pass through every stage to shake out bugs: no logs, no checkpoints.
-            n = self.fast_dev_run
-            max_epochs, max_steps, num_sanity_val_steps = 1, n, 0
-            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
-            val_check_interval, logger, enable_checkpointing = 1.0, False, False
-        self.max_steps = _check_int("max_steps", max_steps, minimum=-1)
-        if max_epochs is None:
-            max_epochs = 1000 if max_steps == -1 else -1
-        self.max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
-        self.min_epochs = None if min_epochs is None else _check_int("min_epochs", min_epochs, minimum=0)
-        self.limit_train_batches = _check_limit("limit_train_batches", limit_train_batches)
-        self.limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
-        self.val_check_interval = _check_val_interval(val_check_interval)
-        if check_val_every_n_epoch is not None:
-            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-        self.log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
-        self.accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
-        if gradient_clip_algorithm not in ("norm", "value"):
-            raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
-        if gradient_clip_val is not None and gradient_clip_val <= 0:
-            raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
-        self.gradient_clip_val = gradient_clip_val
-        self.gradient_clip_algorithm = gradient_clip_algorithm
+        loop = check_loop_settings(
+            fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
+            limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
+            val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
+        )
+        self._adopt_loop_settings(loop)
         self.inference_mode = inference_mode
         if deterministic:
-            torch.use_deterministic_algorithms(True)
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        self.loggers = _build_loggers(logger, self.default_root_dir)
-        self.callbacks = _build_callbacks(
-            callbacks, progress_bar=enable_progress_bar, checkpointing=enable_checkpointing,
-            summary=enable_model_summary, fast_dev_run=bool(self.fast_dev_run),
-        )
+            _make_deterministic()
+        self.loggers = _build_loggers(loop.logger, self.default_root_dir)
+        self.callbacks = _build_callbacks(callbacks, progress_bar=enable_progress_bar, summary=enable_model_summary,
+                                          checkpointing=loop.enable_checkpointing, fast_dev_run=bool(self.fast_dev_run))
+        self._reset_run_state()
 
-        # Run state, read by callbacks and by the Module's properties.
+    def _adopt_loop_settings(self, loop: LoopSettings) -> None:
+        """The checked loop settings as attributes: the loop, callbacks and users read them here."""
+        self.fast_dev_run = loop.fast_dev_run
+        self.max_steps = loop.max_steps
+        self.max_epochs = loop.max_epochs
+        self.min_epochs = loop.min_epochs
+        self.limit_train_batches = loop.limit_train_batches
+        self.limit_val_batches = loop.limit_val_batches
+        self.limit_test_batches = loop.limit_test_batches
+        self.limit_predict_batches = loop.limit_predict_batches
+        self.val_check_interval = loop.val_check_interval
+        self.check_val_every_n_epoch = loop.check_val_every_n_epoch
+        self.num_sanity_val_steps = loop.num_sanity_val_steps
+        self.log_every_n_steps = loop.log_every_n_steps
+        self.accumulate_grad_batches = loop.accumulate_grad_batches
+        self.gradient_clip_val = loop.gradient_clip_val
+        self.gradient_clip_algorithm = loop.gradient_clip_algorithm
+
+    def _reset_run_state(self) -> None:
+        """Run state, read by callbacks and by the Module's properties."""
         self.current_epoch = 0
         self.global_step = 0
         self.should_stop = False
@@ -133,14 +128,15 @@ class Trainer:
         self.datamodule: Any = None
         self.optimizers: list[Any] = []
         self.lr_scheduler_configs: list[SchedulerConfig] = []
-        self.sink = MetricSink(self.runtime.strategy.reduce)
+        self.sink = MetricSink(self.runtime.all_reduce)
         self.hooks: HookDispatcher | None = None
         self.loop = fit_loop.LoopPosition()
         self._prepared_module_id: int | None = None
 
     # ---- where the run is ---------------------------------------------------------------------
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
+        """The run's strategy object, for users' code that inspects it (the loop never does)."""
         return self.runtime.strategy
 
     @property
@@ -251,7 +247,8 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         checkpoint = build_checkpoint(self)
-        self.strategy.save_checkpoint(checkpoint, str(path))  # the strategy waits for every rank
+        # The strategy waits for every rank; one that shards writes each rank's shards.
+        self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,
@@ -284,7 +281,7 @@ class Trainer:
             if stage == "fit":
                 # None: no ckpt_path, or "last" before any checkpoint exists (a fresh start).
                 source = None if ckpt_path is None else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True)
-                checkpoint = None if source is None else self.strategy.load_checkpoint(source)
+                checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
                 result = fit_loop.run_fit(self, data, checkpoint, source or "")
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
@@ -293,7 +290,7 @@ class Trainer:
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_evaluation_stage(self, stage, data)
             status = "success"
-            if self.strategy.process.reports_to_parent and self.is_global_zero:
+            if self.runtime.reports_to_parent and self.is_global_zero:
                 return WorkerOutcome.capture(self, result)
             return result
         except KeyboardInterrupt as exc:
@@ -308,13 +305,13 @@ class Trainer:
             self._finish(data, stage, status)
 
     def _prepare(self, model: Any, data: DataSource, stage: str) -> None:
-        from trainmesh.module import Module
+        from trainmesh.module import Module, call_configure_model
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
         self.module = model
         self.datamodule = data.datamodule
-        self.sink = MetricSink(self.strategy.reduce)
+        self.sink = MetricSink(self.runtime.all_reduce)
         self.train_results = None
         self._prog_bar_names: set[str] = set()
         if isinstance(model, Module):
@@ -322,7 +319,7 @@ class Trainer:
         data.prepare(self, stage)
         if self.world_size > 1:
             for logger in self.loggers:
-                logger.agree_on_version(self.strategy.broadcast)
+                logger.agree_on_version(self.runtime.broadcast)
         self.hooks = HookDispatcher(self, model, self.callbacks)
         self.hooks.call_module("setup", stage)
         self.hooks.call_callbacks("setup", stage)
@@ -330,8 +327,8 @@ class Trainer:
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
             if hasattr(model, "configure_model"):
-                with self.strategy.module_init_context():
-                    model.configure_model()
+                with self.runtime.module_init_context():
+                    call_configure_model(model, self.runtime.mesh)
             self.model = self.runtime.setup_module(model)
             self._prepared_module_id = id(model)
             self.optimizers, self.lr_scheduler_configs = [], []
@@ -344,7 +341,11 @@ class Trainer:
         if ckpt_path is None:
             return
         source = resolve_ckpt_path(self, ckpt_path)
-        restore_checkpoint(self, self.strategy.load_checkpoint(source), source=source, weights_only=True)
+        restore_checkpoint(self, self._read_checkpoint(source, with_optimizers=False), source=source, weights_only=True)
+
+    def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
+        optimizers = self.optimizers if with_optimizers else []
+        return self.runtime.load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
         if self.hooks is not None:
@@ -408,40 +409,26 @@ def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepa
                     config.scheduler.optimizer = inner
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-    return value
+def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
+                   num_nodes: int, enable_model_summary: bool, gpus: int | list[int] | None,
+                   distributed_backend: str | None, weights_summary: str | None,
+                   num_tpu_cores: int | None) -> tuple[Runtime, bool]:
+    """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
+    # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
+    settings = seed_spellings.translate(
+        accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
+        gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
+        num_tpu_cores=num_tpu_cores,
+    )
+    runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
+                      precision=precision, num_nodes=num_nodes)
+    return runtime, settings.enable_model_summary
 
 
-def _check_limit(name: str, value: int | float | None) -> int | float:
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
-    if isinstance(value, float) and not (0.0 <= value <= 1.0):
-        raise ValueError(f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"{name}={value} must not be negative")
-    return value
-
-
-def _check_val_interval(value: int | float | None) -> int | float:
-    if value is None:
-        return 1.0
-    if isinstance(value, float) and not (0.0 < value <= 1.0):
-        raise ValueError(f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches")
-    if isinstance(value, int) and value < 1:
-        raise ValueError(f"val_check_interval={value} must be at least 1 batch")
-    return value
-
-
-def _check_fast_dev_run(value: bool | int) -> int:
-    if isinstance(value, bool):
-        return 1 if value else 0
-    if isinstance(value, int) and value >= 0:
-        return value
-    raise ValueError(f"fast_dev_run={value!r}: use True, False or a number of batches")
+def _make_deterministic() -> None:
+    torch.use_deterministic_algorithms(True)
+    # cuBLAS is deterministic only with a fixed workspace; the launchers own the environment.
+    require_deterministic_cublas()
 
 
 def _build_loggers(logger: Any, root: str) -> list[Any]:

@@ -29,7 +29,7 @@ class WorkerOutcome:
 
     @classmethod
     def capture(cls, trainer: Any, result: Any) -> WorkerOutcome:
-        weights = trainer.strategy.module_state_dict(trainer.module)
+        weights = trainer.runtime.state_dicts(trainer.model, [])["model"]
         return cls(
             result=result,
             state_dict={k: v.detach().cpu() for k, v in weights.items()},

@@ -1,20 +1,73 @@
 """DataParallel's arithmetic as plain functions: split a batch along dim 0, run a step per
-chunk (on replicas across GPUs, or one after another on CPU), and gather the outputs.
+chunk (on replicas across GPUs, or one after another on CPU), and gather the outputs; and the
+step dispatcher that lets a wrapper (DDP, FSDP's root, a replica) run a step hook.
 
 ``dp`` uses them in one process; ``ddp2`` uses them inside each node's process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from torch import nn
 
-from trainmesh.utilities.chunk_context import running_chunk
+
+
+ChunkScope = Callable[[Any], ContextManager[Any]]
+
+
+class StepCall:
+    """Marks a call through a wrapper as "run this hook", not the module's forward.
+
+    DDP (and DataParallel's replicas, and FSDP's root) only run ``forward``, and DDP prepares
+    its gradient all-reduce in that call: passing a ``StepCall`` as the first argument makes
+    the forward run ``training_step`` (or another hook) instead, so the wrapper does its work
+    around the step. ``chunk_scope``, when given, is entered around the hook (a replica's chunk).
+    """
+
+    __slots__ = ("hook", "chunk_scope")
+
+    def __init__(self, hook: str, chunk_scope: ChunkScope | None = None) -> None:
+        self.hook = hook
+        self.chunk_scope = chunk_scope
+
+
+class StepDispatcher(nn.Module):
+    """``forward(StepCall(hook), batch, ...)`` runs ``module.<hook>(batch, ...)``; any other
+    call is the module's forward.
+
+    With ``chunk_devices`` (ddp2), the batch is split across those devices as DataParallel
+    does, and the outputs are gathered.
+    """
+
+    def __init__(self, module: nn.Module, chunk_devices: Sequence[torch.device] | None = None) -> None:
+        super().__init__()
+        self.module = module
+        self.chunk_devices = list(chunk_devices) if chunk_devices else None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], StepCall):
+            call = args[0]
+            if self.chunk_devices is not None:
+                scope = call.chunk_scope or _no_scope
+                return run_chunked_step(self.module, call.hook, args[1], args[2:], self.chunk_devices, scope)
+            if call.chunk_scope is not None:  # dp on GPUs: this replica's thread runs one chunk
+                with call.chunk_scope(args[1]):
+                    return getattr(self.module, call.hook)(*args[1:], **kwargs)
+            return getattr(self.module, call.hook)(*args[1:], **kwargs)
+        if self.chunk_devices is not None:
+            # ddp2 in a user's own loop: the node's batch is split across its devices here too.
+            return split_forward(self.module, args, kwargs, self.chunk_devices)
+        return self.module(*args, **kwargs)
+
+
+def _no_scope(chunk: Any) -> ContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 def split_batch(batch: Any, chunks: int) -> list[Any]:
@@ -78,25 +131,23 @@ def gather_outputs(outputs: Sequence[Any], device: torch.device | None = None) -
 
 
 def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, ...],
-                     devices: Sequence[torch.device]) -> Any:
-    """``module.<hook>`` on each chunk of ``batch``, outputs gathered on ``devices[0]``."""
+                     devices: Sequence[torch.device], chunk_scope: ChunkScope) -> Any:
+    """``module.<hook>`` on each chunk of ``batch``, outputs gathered on ``devices[0]``;
+    ``chunk_scope(chunk)`` is entered around each chunk's call."""
     chunks = split_batch(batch, len(devices))
     if len(chunks) == 1:
-        return gather_outputs([run_on_chunk(module, hook, chunks[0], args)])
+        return gather_outputs([run_on_chunk(module, hook, chunks[0], args, chunk_scope)])
     if devices[0].type != "cuda":
-        calls = [functools.partial(run_on_chunk, module, hook, chunk, args) for chunk in chunks]
+        calls = [functools.partial(run_on_chunk, module, hook, chunk, args, chunk_scope) for chunk in chunks]
         return gather_outputs(run_chunks_in_turn(module, calls))
     from torch.nn.parallel import parallel_apply, replicate
 
-    from trainmesh.strategies.step_dispatch import StepCall, StepDispatcher
     from trainmesh.utilities.collections import move_to_device
 
     used = list(devices[: len(chunks)])
     # As DataParallel: fresh replicas every step, so state a step changes on one is lost.
-    dispatcher = StepDispatcher(module)
-    dispatcher.is_replica = True
-    replicas = replicate(dispatcher, used)
-    inputs = [(StepCall(hook), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)]
+    replicas = replicate(StepDispatcher(module), used)
+    inputs = [(StepCall(hook, chunk_scope), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)]
     return gather_outputs(parallel_apply(replicas, inputs, devices=used), used[0])
 
 
@@ -169,8 +220,8 @@ def _forward_time_state(module: nn.Module) -> list[torch.Tensor]:
     return [*module.buffers(), *frozen]
 
 
-def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...]) -> Any:
-    with running_chunk(chunk):  # so that self.log weighs values by this chunk's size
+def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...], chunk_scope: ChunkScope) -> Any:
+    with chunk_scope(chunk):  # so that self.log weighs values by this chunk's size
         return getattr(module, hook)(chunk, *args)
 
 

@@ -1,0 +1,84 @@
+"""Collectives over one axis of the run's mesh: what metric reduction, early stopping and
+prediction gathering use. On one process every call is local and free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainmesh.strategies.mesh import ParallelMesh
+from trainmesh.utilities.collections import apply_to_tensors
+
+_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def _talks(mesh: ParallelMesh, axis: str) -> bool:
+    """Whether a collective along ``axis`` has anyone to talk to."""
+    return mesh.group_size(axis) > 1 and dist.is_available() and dist.is_initialized()
+
+
+def reduce(mesh: ParallelMesh, value: torch.Tensor, op: str = "mean", *, over: str = "dp") -> torch.Tensor:
+    """``value`` reduced over the processes along ``over``; every one of them gets the result.
+
+    >>> from trainmesh.strategies.mesh import ParallelDims
+    >>> reduce(ParallelMesh(ParallelDims().resolved(1)), torch.tensor(3.0), "sum")
+    tensor(3.)
+    """
+    if op not in _OPS:
+        raise ValueError(f"reduce op {op!r} is not known; use one of {sorted(_OPS)}")
+    if not _talks(mesh, over):
+        return value
+    reduced = value.clone()
+    dist.all_reduce(reduced, op=getattr(dist.ReduceOp, _OPS[op]), group=mesh.group(over))
+    return reduced / mesh.group_size(over) if op == "mean" else reduced
+
+
+def all_gather(mesh: ParallelMesh, value: Any, *, over: str = "dp") -> Any:
+    """Every tensor in ``value`` stacked over the processes along ``over`` (a new first dim)."""
+    if not _talks(mesh, over):
+        return apply_to_tensors(value, lambda t: t.unsqueeze(0))
+    group, size = mesh.group(over), mesh.group_size(over)
+
+    def gather(tensor: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(tensor) for _ in range(size)]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        return torch.stack(parts)
+
+    return apply_to_tensors(value, gather)
+
+
+def all_gather_object(mesh: ParallelMesh, obj: Any, *, over: str = "world") -> list[Any]:
+    """A picklable object from every process (``over="world"``) or along an axis, in rank order."""
+    size = mesh.world_size if over == "world" else mesh.group_size(over)
+    if size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, obj, group=None if over == "world" else mesh.group(over))
+    return gathered
+
+
+def broadcast(mesh: ParallelMesh, obj: Any, src: int = 0) -> Any:
+    """A picklable object from global rank ``src`` to every process."""
+    if mesh.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
+
+
+def barrier(mesh: ParallelMesh) -> None:
+    # The parent of ddp_spawn workers has a mesh of many but no group once they ended.
+    if mesh.world_size > 1 and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def collect_predictions(mesh: ParallelMesh, outputs: list[Any], *, is_padding: Any) -> list[Any]:
+    """Every data-parallel rank's predictions in rank order: the dataset's order, as evaluation
+    shards are contiguous. ``is_padding`` marks the empty batches that equal-length shards add."""
+    kept = [o for o in outputs if not is_padding(o)]
+    if not _talks(mesh, "dp"):
+        return kept
+    parts = all_gather_object(mesh, apply_to_tensors(kept, lambda t: t.cpu()), over="dp")
+    return [batch for part in parts for batch in part]

@@ -1,0 +1,133 @@
+"""What every multi-process strategy shares: the process group, the mesh, sharded data,
+checkpoints written by one process. The strategies built on it (``ddp.py``, ``fsdp.py``) add
+how the model and optimizer are placed, and how a step runs through them."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+from trainmesh.accelerators import device_for
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies import collectives
+from trainmesh.strategies.gradients import clip_gradients_locally
+from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+from trainmesh.strategies.process_group import join_process_group, leave_process_group
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.sampling import shard_dataloader
+
+START_METHODS = ("elastic", "spawn", "fork")
+
+
+class DistributedStrategy:
+    """One process per device (``processes_per_node``), joined in one process group.
+
+    Subclasses name their mesh (``dims``) and place the model; their constructor options are
+    kept in ``options`` so that ``placed`` can build the same strategy for the run's devices.
+    """
+
+    name = "distributed"
+    inference_mode_safe = True
+
+    def __init__(self, *, start_method: str = "elastic", timeout: timedelta = timedelta(minutes=30),
+                 process_group_backend: str | None = None, placement: Placement | None = None) -> None:
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
+        self.start_method = start_method
+        self.timeout = timeout
+        self.process_group_backend = process_group_backend
+        self.placement = placement or Placement()
+        self.precision = self.placement.precision
+        self.options: dict[str, Any] = {"start_method": start_method, "timeout": timeout,
+                                        "process_group_backend": process_group_backend}
+        self._device = torch.device("cpu")
+        self._mesh = ParallelMesh(ParallelDims().resolved(1))
+        self._owns_process_group = False
+
+    def placed(self, placement: Placement) -> Any:
+        return type(self)(**self.options, placement=placement)
+
+    @property
+    def processes_per_node(self) -> int:
+        return len(self.placement.devices)
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._device
+
+    @property
+    def mesh(self) -> ParallelMesh:
+        return self._mesh
+
+    def dims(self, world_size: int) -> ParallelDims:
+        """How this strategy divides ``world_size`` processes (resolved)."""
+        return ParallelDims(dp_replicate=-1, dp_shard=1).resolved(world_size)
+
+    def device_index(self, process: ProcessInfo) -> int:
+        """Which of the node's devices this process drives."""
+        return self.placement.devices[process.local_rank % len(self.placement.devices)]
+
+    # ---- processes ----------------------------------------------------------------------------
+    def setup_environment(self, process: ProcessInfo) -> None:
+        dims = self.dims(process.world_size)  # a mesh that cannot be built fails before any group forms
+        self._device = device_for(self.placement.device_type, self.device_index(process))
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
+        if join_process_group(process, self._device, backend=self.process_group_backend, timeout=self.timeout):
+            self._owns_process_group = True
+            # Processes started to run a whole script end there; close the group on the way out.
+            atexit.register(self.teardown)
+        self._mesh = ParallelMesh.build(dims, global_rank=process.global_rank, world_size=process.world_size,
+                                        device_type=self._device.type)
+
+    def teardown(self, *, failed: bool = False) -> None:
+        if self._owns_process_group:
+            self._owns_process_group = False
+            leave_process_group(failed=failed)
+
+    # ---- model and data -----------------------------------------------------------------------
+    def module_init_context(self) -> ContextManager[Any]:
+        """Where configure_model builds layers: here, on the real device (after setup_module)."""
+        return contextlib.nullcontext()
+
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+        mesh = self._mesh
+        return shard_dataloader(loader, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, train=train, seed=seed,
+                                longest=self._longest_over_ranks)
+
+    def _longest_over_ranks(self, count: int) -> int:
+        return int(collectives.reduce(self._mesh, torch.tensor(count, device=self._device), "max"))
+
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        return module.no_sync()
+
+    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
+                       norm_type: float) -> torch.Tensor | None:
+        # After DDP's all-reduce every rank holds the same gradients, so the local norm is global.
+        return clip_gradients_locally(module, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                   sharded: bool) -> dict[str, Any]:
+        return checkpoints.plain_state_dict(module, optimizers)
+
+    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
+                        state: dict[str, Any], *, strict: bool = True) -> None:
+        checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+        # Every rank holds the whole state: the first one writes, the others wait for the file.
+        checkpoints.save_file(checkpoint, path, writer=self._mesh.global_rank == 0)
+        collectives.barrier(self._mesh)
+
+    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                        keys: CheckpointKeys) -> dict[str, Any]:
+        return checkpoints.load(path, module, optimizers, keys=keys, map_location=self._device)

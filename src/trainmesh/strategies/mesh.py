@@ -1,0 +1,171 @@
+"""One named device mesh per run: how the processes divide the work.
+
+Every run has one ``ParallelMesh``, described by a ``ParallelDims`` value (torchtitan's idea):
+``pp`` pipeline stages, ``dp_replicate`` replica groups, ``dp_shard`` shards of each replica,
+``tp`` tensor-parallel ways. Their product is the number of processes. Data is sharded by the
+data-parallel rank and size (the ``dp_replicate`` x ``dp_shard`` coordinates), metrics are
+reduced over the data-parallel group; with data parallelism alone the mesh is 1-D and the
+data-parallel rank is the global rank.
+
+>>> dims = ParallelDims(dp_replicate=2, dp_shard=-1).resolved(8)
+>>> dims.dp_shard, dims.dp_size
+(4, 8)
+>>> ParallelMesh(dims, global_rank=5).dp_rank
+5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+AXES = ("pp", "dp_replicate", "dp_shard", "tp")  # outermost first: ranks next to each other share a tp group
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelDims:
+    """How many ways each parallelism divides the processes; ``-1`` means "the rest"."""
+
+    dp_replicate: int = 1
+    dp_shard: int = -1
+    tp: int = 1
+    pp: int = 1
+
+    def resolved(self, world_size: int) -> ParallelDims:
+        """These dims with ``-1`` filled in, checked against ``world_size`` processes."""
+        sizes = {axis: getattr(self, axis) for axis in AXES}
+        bad = {axis: size for axis, size in sizes.items() if not isinstance(size, int) or size == 0 or size < -1}
+        if bad:
+            raise ValueError(f"mesh sizes must be positive integers or -1 (the rest); got {bad}")
+        rest = [axis for axis, size in sizes.items() if size == -1]
+        if len(rest) > 1:
+            raise ValueError(f"only one mesh axis may be -1 (the rest of the processes); {rest} are")
+        known = 1
+        for size in sizes.values():
+            known *= size if size != -1 else 1
+        if rest:
+            if world_size % known:
+                raise ValueError(
+                    f"{world_size} processes cannot be divided into {_describe(sizes)}: {known} does not divide "
+                    f"{world_size}. Use a number of devices that {known} divides, or other sizes"
+                )
+            sizes[rest[0]] = world_size // known
+        elif known != world_size:
+            raise ValueError(
+                f"the mesh {_describe(sizes)} needs {known} processes, but the run has {world_size}; "
+                "make the sizes multiply to the number of processes (devices x nodes), or give one as -1"
+            )
+        return ParallelDims(**sizes)
+
+    @property
+    def dp_size(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp_replicate * self.dp_shard * self.tp
+
+    def used_axes(self) -> tuple[str, ...]:
+        """The axes that divide anything (size > 1), outermost first; () for one process."""
+        return tuple(axis for axis in AXES if getattr(self, axis) > 1)
+
+
+def _describe(sizes: dict[str, int]) -> str:
+    return " x ".join(f"{axis}={size}" for axis, size in sizes.items() if size != 1)
+
+
+class ParallelMesh:
+    """The run's mesh: this process's coordinates on each axis, and the groups along them.
+
+    The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``); a
+    one-process run has none and answers every question locally.
+    """
+
+    def __init__(self, dims: ParallelDims, *, global_rank: int = 0, device_mesh: Any = None) -> None:
+        assert all(getattr(dims, axis) >= 1 for axis in AXES), "resolve the dims first"
+        self.dims = dims
+        self.global_rank = global_rank
+        self.device_mesh = device_mesh
+        # Row-major coordinates over AXES, as init_device_mesh lays the ranks out.
+        coordinates, rest = {}, global_rank
+        for axis in reversed(AXES):
+            size = getattr(dims, axis)
+            coordinates[axis], rest = rest % size, rest // size
+        self.coordinates = coordinates
+
+    @classmethod
+    def build(cls, dims: ParallelDims, *, global_rank: int, world_size: int, device_type: str) -> ParallelMesh:
+        """Resolve ``dims`` for the run and make the named ``DeviceMesh`` over its used axes.
+
+        A 1-D mesh over every process reuses the default process group (no new group is made).
+        """
+        dims = dims.resolved(world_size)
+        if world_size == 1:
+            return cls(dims, global_rank=global_rank)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        axes = dims.used_axes() or ("dp_replicate",)
+        shape = tuple(getattr(dims, axis) for axis in axes)
+        return cls(dims, global_rank=global_rank,
+                   device_mesh=init_device_mesh(device_type, shape, mesh_dim_names=axes))
+
+    @property
+    def world_size(self) -> int:
+        return self.dims.world_size
+
+    def rank(self, axis: str) -> int:
+        """This process's index along ``axis``."""
+        return self.coordinates[self._axis(axis)]
+
+    @property
+    def dp_rank(self) -> int:
+        """This process's place among the data-parallel replicas and shards: which data it reads."""
+        return self.coordinates["dp_replicate"] * self.dims.dp_shard + self.coordinates["dp_shard"]
+
+    @property
+    def dp_size(self) -> int:
+        return self.dims.dp_size
+
+    def submesh(self, *axes: str) -> Any:
+        """The ``DeviceMesh`` along ``axes`` (flattened into one dimension when several); None
+        on one process. Axes of size 1 are left out."""
+        if self.device_mesh is None:
+            return None
+        used = [self._axis(axis) for axis in axes if getattr(self.dims, self._axis(axis)) > 1]
+        if not used:
+            return None
+        names = self.device_mesh.mesh_dim_names
+        if tuple(used) == tuple(names):
+            return self.device_mesh
+        if len(used) == 1:
+            return self.device_mesh[used[0]]
+        flat_name = "_".join(used)
+        return self.device_mesh[tuple(used)]._flatten(flat_name)
+
+    def group(self, axis: str = "dp") -> Any:
+        """The process group along ``axis`` ("dp" is replicate x shard); None means "every
+        process" (the default group) or, on one process, nothing to talk to."""
+        axes = ("dp_replicate", "dp_shard") if axis == "dp" else (axis,)
+        sizes = [getattr(self.dims, self._axis(a)) for a in axes]
+        product = 1
+        for size in sizes:
+            product *= size
+        if product == self.world_size:
+            return None  # the default group: no need to ask the mesh
+        sub = self.submesh(*axes)
+        return None if sub is None else sub.get_group()
+
+    def group_size(self, axis: str = "dp") -> int:
+        if axis == "dp":
+            return self.dp_size
+        return getattr(self.dims, self._axis(axis))
+
+    @staticmethod
+    def _axis(axis: str) -> str:
+        if axis not in AXES:
+            raise ValueError(f"mesh axis {axis!r} is not known; the axes are {AXES} (and 'dp' for replicate x shard)")
+        return axis
+
+    def __repr__(self) -> str:
+        used = ", ".join(f"{axis}={getattr(self.dims, axis)}" for axis in self.dims.used_axes()) or "one process"
+        return f"ParallelMesh({used}; rank {self.global_rank}, dp_rank {self.dp_rank})"

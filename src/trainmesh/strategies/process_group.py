@@ -1,0 +1,50 @@
+"""Joining and leaving the run's process group (torch.distributed's default group)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from trainmesh.launchers.base import ProcessInfo
+
+
+def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None,
+                       timeout: timedelta) -> bool:
+    """Initialise the default process group for ``process``; False when one already exists
+    (the user, or a test harness, made it: use it and leave it to them)."""
+    if dist.is_available() and dist.is_initialized():
+        return False
+    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    dist.init_process_group(
+        backend, init_method=f"tcp://{process.master_addr}:{process.master_port}",
+        rank=process.global_rank, world_size=process.world_size, timeout=timeout,
+    )
+    return True
+
+
+def leave_process_group(*, failed: bool) -> None:
+    """Destroy the default group; after a failure at once, since closing our connections is
+    what unblocks waiting peers."""
+    if not dist.is_initialized():
+        return
+    if not failed:
+        # Leave together: a rank that tears its group down while a peer still talks to the
+        # rendezvous store can abort in gloo's threads.
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=timedelta(seconds=60))
+            else:
+                dist.barrier()
+        except RuntimeError:
+            pass
+    dist.destroy_process_group()
+    # The group's worker threads outlive it (DDP and ZeroRedundancyOptimizer still hold it),
+    # and one may not yet have freed the tensors of its last collective (zero1 broadcasts
+    # parameters at every step). Freeing a tensor that Python can see takes the GIL, and a
+    # thread that asks for it once the interpreter is finalizing aborts the process
+    # ("terminate called without an active exception"; pytorch/pytorch#190489). Give them
+    # the GIL and the CPU for a moment while the interpreter is whole.
+    time.sleep(0.1)

@@ -1,0 +1,87 @@
+"""Each data-parallel rank reads its own share of the data: samplers for training (one shuffled
+permutation split across the ranks) and for evaluation (contiguous shards, every sample once)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+
+from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.distributed_samplers import (
+    ContiguousBatchShard,
+    ContiguousShardSampler,
+    DistributedSamplerWrapper,
+    EqualLengthLoader,
+)
+
+
+def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, seed: int,
+                     longest: Callable[[int], int]) -> Any:
+    """``loader`` reading only data-parallel rank ``dp_rank``'s share out of ``dp_size``.
+
+    ``seed`` (the same on every rank) shuffles one permutation that the shards split.
+    ``longest(n)`` is the largest ``n`` over the ranks (a collective): evaluation shards are
+    padded to it with empty batches, so every rank runs as many steps and collectives.
+    A loader that is already distributed, or not a map-style DataLoader, is kept as it is.
+    """
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return loader  # an iterable dataset shards itself (get_worker_info / rank)
+    if _already_distributed(loader):
+        return loader
+    if not train:
+        sharded = _shard_for_evaluation(loader, dp_size, dp_rank)
+        if sharded.batch_sampler is None:
+            return sharded  # unbatched loaders have no empty batch to pad with
+        return EqualLengthLoader(sharded, longest)
+    if len(loader.dataset) < dp_size:
+        raise ValueError(
+            f"the training set has {len(loader.dataset)} sample(s) but there are {dp_size} processes reading "
+            "their own share of it (data-parallel ranks); every one needs at least one sample. Use fewer "
+            "devices or more data"
+        )
+    sampler = loader.sampler
+    if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
+        shard: Any = DistributedSampler(loader.dataset, num_replicas=dp_size, rank=dp_rank,
+                                        shuffle=type(sampler) is RandomSampler, seed=seed)
+    else:
+        shard = DistributedSamplerWrapper(sampler, num_replicas=dp_size, rank=dp_rank)
+    if loader.batch_sampler is None:
+        return _with_sampler(loader, shard)
+    if type(loader.batch_sampler) is not BatchSampler:
+        raise ValueError(
+            f"the training DataLoader uses a custom batch_sampler ({type(loader.batch_sampler).__name__}), "
+            "which trainmesh cannot split across processes; make it distributed yourself (it will be "
+            "kept as it is), or use sampler= with batch_size="
+        )
+    batches = BatchSampler(shard, loader.batch_sampler.batch_size, loader.batch_sampler.drop_last)
+    return replace_batch_sampler(loader, batches)
+
+
+def _plain_shuffle(sampler: Any) -> bool:
+    """A RandomSampler that DistributedSampler(shuffle=True) can stand in for without loss."""
+    return (type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+            and sampler.generator is None)
+
+
+def _shard_for_evaluation(loader: DataLoader, world: int, rank: int) -> DataLoader:
+    """Contiguous shards with no padding: every sample once, rank order = dataset order."""
+    if loader.batch_sampler is None:
+        order = None if type(loader.sampler) is SequentialSampler else loader.sampler
+        return _with_sampler(loader, ContiguousShardSampler(loader.dataset, num_replicas=world, rank=rank, sampler=order))
+    return replace_batch_sampler(loader, ContiguousBatchShard(loader.batch_sampler, num_replicas=world, rank=rank))
+
+
+def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
+    clone = copy.copy(loader)
+    object.__setattr__(clone, "sampler", sampler)
+    object.__setattr__(clone, "_iterator", None)
+    return clone
+
+
+def _already_distributed(loader: DataLoader) -> bool:
+    samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler]
+    ours = (DistributedSampler, DistributedSamplerWrapper, ContiguousShardSampler, ContiguousBatchShard)
+    return any(isinstance(s, ours) for s in samplers)

@@ -1,0 +1,131 @@
+"""The Trainer's loop settings (limits, cadences, accumulation, clipping), checked when it is built.
+
+A mistake such as ``max_epochs=-5`` or ``limit_val_batches=1.5`` stops ``Trainer(...)`` with a
+message that names the argument, instead of surfacing somewhere inside ``fit``. The checks run
+in the Trainer's argument order, so the first mistake is the one reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The checked values; the Trainer exposes each as an attribute of the same name.
+
+    ``logger`` and ``enable_checkpointing`` are the Trainer's arguments after ``fast_dev_run``
+    has switched them off: the Trainer builds its loggers and callbacks from these.
+    """
+
+    fast_dev_run: int
+    max_steps: int
+    max_epochs: int
+    min_epochs: int | None
+    limit_train_batches: int | float
+    limit_val_batches: int | float
+    limit_test_batches: int | float
+    limit_predict_batches: int | float
+    val_check_interval: int | float
+    check_val_every_n_epoch: int | None
+    num_sanity_val_steps: int
+    log_every_n_steps: int
+    accumulate_grad_batches: int
+    gradient_clip_val: float | None
+    gradient_clip_algorithm: str
+    logger: Any
+    enable_checkpointing: bool
+
+
+def check_loop_settings(
+    *,
+    fast_dev_run: bool | int,
+    max_epochs: int | None,
+    min_epochs: int | None,
+    max_steps: int,
+    limit_train_batches: int | float | None,
+    limit_val_batches: int | float | None,
+    limit_test_batches: int | float | None,
+    limit_predict_batches: int | float | None,
+    val_check_interval: int | float | None,
+    check_val_every_n_epoch: int | None,
+    num_sanity_val_steps: int,
+    log_every_n_steps: int,
+    accumulate_grad_batches: int,
+    gradient_clip_val: float | None,
+    gradient_clip_algorithm: str,
+    logger: Any,
+    enable_checkpointing: bool,
+) -> LoopSettings:
+    """The Trainer's loop arguments checked (``ValueError`` naming the first bad one), with defaults filled in."""
+    dev_run = _check_fast_dev_run(fast_dev_run)
+    if dev_run:
+        # One quick pass through every stage to shake out bugs: no logs, no checkpoints.
+        max_epochs, max_steps, num_sanity_val_steps = 1, dev_run, 0
+        limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = dev_run
+        val_check_interval, logger, enable_checkpointing = 1.0, False, False
+    max_steps = _check_int("max_steps", max_steps, minimum=-1)
+    if max_epochs is None:
+        max_epochs = 1000 if max_steps == -1 else -1
+    max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
+    min_epochs = None if min_epochs is None else _check_int("min_epochs", min_epochs, minimum=0)
+    limit_train_batches = _check_limit("limit_train_batches", limit_train_batches)
+    limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
+    limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
+    limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
+    val_check_interval = _check_val_interval(val_check_interval)
+    if check_val_every_n_epoch is not None:
+        _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
+    num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
+    log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
+    accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
+    if gradient_clip_algorithm not in ("norm", "value"):
+        raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+    if gradient_clip_val is not None and gradient_clip_val <= 0:
+        raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
+    return LoopSettings(
+        fast_dev_run=dev_run, max_steps=max_steps, max_epochs=max_epochs, min_epochs=min_epochs,
+        limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+        limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
+        val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
+        num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
+        accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+        gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
+    )
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _check_limit(name: str, value: int | float | None) -> int | float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+    if isinstance(value, float) and not (0.0 <= value <= 1.0):
+        raise ValueError(f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{name}={value} must not be negative")
+    return value
+
+
+def _check_val_interval(value: int | float | None) -> int | float:
+    if value is None:
+        return 1.0
+    if isinstance(value, float) and not (0.0 < value <= 1.0):
+        raise ValueError(f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval={value} must be at least 1 batch")
+    return value
+
+
+def _check_fast_dev_run(value: bool | int) -> int:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise ValueError(f"fast_dev_run={value!r}: use True, False or a number of batches")

@@ -1,0 +1,571 @@
+"""The layering rules of DESIGN.md, checked statically over the source with ``ast``.
+
+Nothing here imports trainmesh: the checks read the files, so they are fast and they still
+run when an import-time bug would hide a violation. Each checker is a plain function from a
+parsed file to a list of ``"path:line: what"`` entries; the self-tests at the bottom feed each
+one a small violating snippet, so a checker that silently stops matching fails too.
+
+``python tests/test_architecture.py`` prints every check's entries and the functions longer
+than the house limit (reported, not asserted).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PACKAGE = SRC / "trainmesh"
+
+MAX_FILE_LINES = 500  # "files under ~500 lines"
+MAX_FUNCTION_LINES = 60  # "functions under ~60": reported by long_functions(), not asserted
+
+# The Trainer side: it talks to the Runtime, never to a strategy.
+TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module")
+# The one strategies module whose value types (StepHooks, StepResult) cross the layers.
+STEP_TYPES_MODULE = "trainmesh.strategies.step"
+# Lower layers, and what they must never import.
+LOWER_LAYERS = ("trainmesh.strategies", "trainmesh.launchers", "trainmesh.checkpoint", "trainmesh.utilities",
+                "trainmesh.precision", "trainmesh.accelerators", "trainmesh.seed")
+HIGHER_LAYERS = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module", "trainmesh.cli",
+                 "trainmesh.loggers", "trainmesh.runtime")
+
+
+# ---- reading the source -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Source:
+    path: str  # relative to the repository, as printed in the entries
+    module: str  # dotted name; a package's __init__ is the package's name
+    is_package: bool
+    text: str
+    tree: ast.Module
+
+
+def parse(text: str, *, module: str = "trainmesh.snippet", path: str = "snippet.py", is_package: bool = False) -> Source:
+    return Source(path, module, is_package, text, ast.parse(text, filename=path))
+
+
+@functools.lru_cache(maxsize=1)
+def sources() -> tuple[Source, ...]:
+    found = []
+    for file in sorted(PACKAGE.rglob("*.py")):
+        parts = list(file.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        text = file.read_text()
+        found.append(Source(str(file.relative_to(REPO)), ".".join(parts), is_package, text, ast.parse(text, str(file))))
+    return tuple(found)
+
+
+def known_modules() -> dict[str, bool]:
+    """Every trainmesh module name -> whether it is a package (an ``__init__``)."""
+    return {source.module: source.is_package for source in sources()}
+
+
+def within(module: str, prefixes: Iterable[str]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+@dataclass(frozen=True)
+class Import:
+    line: int
+    module: str  # the module named by the statement, relative imports resolved
+    names: tuple[str, ...]  # for ``from module import a, b``; empty for ``import module``
+
+
+def imports(source: Source) -> Iterator[Import]:
+    """Every import statement, at any depth: inside functions, ``if TYPE_CHECKING:`` blocks
+    included (a lazy or typing-only import is still a dependency of the design)."""
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(node.lineno, alias.name, ())
+        elif isinstance(node, ast.ImportFrom):
+            yield Import(node.lineno, _absolute(source, node), tuple(alias.name for alias in node.names))
+
+
+def _absolute(source: Source, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = source.module.split(".") if source.is_package else source.module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def import_targets(statement: Import, modules: dict[str, bool]) -> list[str]:
+    """The modules a statement loads: ``from a import b`` is ``a.b`` when that is a module,
+    else ``a``; ``import a.b.c`` is the longest prefix that is a module."""
+    if not statement.names:
+        parts = statement.module.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in modules:
+                return [".".join(parts[:end])]
+        return [statement.module]
+    return [f"{statement.module}.{name}" if f"{statement.module}.{name}" in modules else statement.module
+            for name in statement.names]
+
+
+def entry(source: Source, node: ast.AST | int, what: str) -> str:
+    line = node if isinstance(node, int) else getattr(node, "lineno", 0)
+    return f"{source.path}:{line}: {what}"
+
+
+# ---- the checkers: each returns its entries, empty when the rule holds --------------------------
+def getattr_delegation(source: Source) -> list[str]:
+    """(a) A class that defines ``__getattr__`` (or ``__getattribute__``) forwards what it does
+    not have to another object: between strategies that hides which one does the work."""
+    found = []
+    for cls in (node for node in ast.walk(source.tree) if isinstance(node, ast.ClassDef)):
+        for item in cls.body:
+            names = []
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [item.name]
+            elif isinstance(item, ast.Assign):  # __getattr__ = _forward
+                names = [t.id for t in item.targets if isinstance(t, ast.Name)]
+            for name in names:
+                if name in ("__getattr__", "__getattribute__"):
+                    found.append(entry(source, item, f"class {cls.name} defines {name}"))
+    return found
+
+
+_ENVIRON_WRITERS = {"setdefault", "update", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+
+
+def environment_writes(source: Source) -> list[str]:
+    """(b) Writes to the process environment: ``os.environ[k] = v``, ``del os.environ[k]``,
+    ``os.environ.setdefault/update/pop/...``, ``os.putenv/unsetenv``, with ``import os as x``
+    and ``from os import environ, putenv`` spellings followed."""
+    os_names, environ_names, function_names = {"os"}, set(), set()
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import):
+            os_names |= {alias.asname or alias.name for alias in node.names if alias.name == "os"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            environ_names |= {alias.asname or alias.name for alias in node.names if alias.name == "environ"}
+            function_names |= {alias.asname or alias.name for alias in node.names if alias.name in ("putenv", "unsetenv")}
+
+    def is_environ(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in environ_names
+        return (isinstance(node, ast.Attribute) and node.attr == "environ"
+                and isinstance(node.value, ast.Name) and node.value.id in os_names)
+
+    found = []
+    for node in ast.walk(source.tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            if isinstance(target, ast.Subscript) and is_environ(target.value):
+                verb = "del os.environ[...]" if isinstance(node, ast.Delete) else "os.environ[...] = ..."
+                found.append(entry(source, node, verb))
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _ENVIRON_WRITERS and is_environ(func.value):
+                found.append(entry(source, node, f"os.environ.{func.attr}(...)"))
+            elif (isinstance(func, ast.Attribute) and func.attr in ("putenv", "unsetenv")
+                  and isinstance(func.value, ast.Name) and func.value.id in os_names):
+                found.append(entry(source, node, f"os.{func.attr}(...)"))
+            elif isinstance(func, ast.Name) and func.id in function_names:
+                found.append(entry(source, node, f"{func.id}(...) from os"))
+    return found
+
+
+def context_vars(source: Source) -> list[str]:
+    """(c) ``contextvars`` imported or ``ContextVar`` named: a channel between layers that no
+    signature shows."""
+    found = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import) and any(alias.name == "contextvars" for alias in node.names):
+            found.append(entry(source, node, "import contextvars"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "contextvars":
+            found.append(entry(source, node, f"from contextvars import {', '.join(a.name for a in node.names)}"))
+        elif isinstance(node, ast.Name) and node.id == "ContextVar":
+            found.append(entry(source, node, "ContextVar used"))
+        elif isinstance(node, ast.Attribute) and node.attr == "ContextVar":
+            found.append(entry(source, node, "contextvars.ContextVar used"))
+    return sorted(set(found), key=_by_line)
+
+
+# The objects through which code can reach the run's strategy object. A plain settings value
+# that happens to have a ``strategy`` field (the name a user passed) is not one of them.
+RUN_OBJECTS = {"self", "trainer", "runtime", "_trainer", "_runtime", "pl_module", "module"}
+
+
+def _reaches_run_object(value: ast.expr) -> bool:
+    """``trainer.strategy``, ``self.trainer.strategy``, ``self.runtime.strategy``, ``runtime.strategy``..."""
+    if isinstance(value, ast.Name):
+        return value.id in RUN_OBJECTS
+    if isinstance(value, ast.Attribute):
+        return value.attr in RUN_OBJECTS or _reaches_run_object(value.value)
+    return isinstance(value, ast.Call)  # get_trainer().strategy: assume the worst
+
+
+def strategy_reach(source: Source, *, allowed_property_class: str | None = None) -> list[str]:
+    """(d) On the Trainer side: any attribute named ``strategy`` (``trainer.strategy.reduce``,
+    ``self.strategy = ...``), ``getattr(x, "strategy")``, or an import from
+    ``trainmesh.strategies`` other than its step value types. ``allowed_property_class`` names
+    the class whose ``@property def strategy`` may touch it (Trainer's, handed to users)."""
+    exempt: set[int] = set()
+    for cls in ast.walk(source.tree):
+        if isinstance(cls, ast.ClassDef) and cls.name == allowed_property_class:
+            for item in cls.body:
+                if (isinstance(item, ast.FunctionDef) and item.name == "strategy"
+                        and any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list)):
+                    exempt |= {id(node) for node in ast.walk(item)}
+    found = []
+    for node in ast.walk(source.tree):
+        if id(node) in exempt:
+            continue
+        if isinstance(node, ast.Attribute) and node.attr == "strategy" and _reaches_run_object(node.value):
+            found.append(entry(source, node, f"attribute .strategy ({ast.unparse(node)})"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and node.args[1].value == "strategy"):
+            found.append(entry(source, node, f"{node.func.id}(..., 'strategy')"))
+    for statement in imports(source):
+        if not within(statement.module, ["trainmesh.strategies"]):
+            continue
+        step_types = statement.module == STEP_TYPES_MODULE or (
+            statement.module == "trainmesh.strategies" and statement.names == ("step",))
+        if step_types:
+            continue
+        names = ", ".join(statement.names)
+        what = f"from {statement.module} import {names}" if names else f"import {statement.module}"
+        found.append(entry(source, statement.line, what))
+    return sorted(set(found), key=_by_line)
+
+
+def upward_imports(source: Source, modules: dict[str, bool], reexports: dict[str, dict[str, str]]) -> list[str]:
+    """(e) A lower-layer module importing a higher layer, by module or through a package's
+    re-export (``from trainmesh import Trainer`` is ``trainmesh.trainer.trainer``)."""
+    found = []
+    for statement in imports(source):
+        loaded = {statement.module, *import_targets(statement, modules)}
+        for name in statement.names:
+            loaded.add(reexports.get(statement.module, {}).get(name, statement.module))
+        upward = sorted(target for target in loaded if within(target, HIGHER_LAYERS))
+        if upward:
+            found.append(entry(source, statement.line, f"imports {', '.join(upward)}"))
+    return found
+
+
+def package_reexports(source: Source) -> dict[str, str]:
+    """name -> the module it comes from, for the ``from m import name`` lines of an ``__init__``."""
+    names = {}
+    for node in source.tree.body:
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(source, node)
+            for alias in node.names:
+                names[alias.asname or alias.name] = module
+    return names
+
+
+def import_edges(all_sources: Iterable[Source]) -> dict[tuple[str, str], str]:
+    """(f) The module graph: (importer, imported) -> where, for every import statement.
+    Edges into a package ``__init__`` (imported for its re-exports) and edges out of one are
+    left out: a package's ``__init__`` importing its own submodules is not a cycle."""
+    all_sources = list(all_sources)
+    modules = {source.module: source.is_package for source in all_sources}
+    edges: dict[tuple[str, str], str] = {}
+    for source in all_sources:
+        if source.is_package:
+            continue
+        for statement in imports(source):
+            for target in import_targets(statement, modules):
+                if target in modules and not modules[target] and target != source.module:
+                    edges.setdefault((source.module, target), f"{source.path}:{statement.line}")
+    return edges
+
+
+def import_cycles(edges: dict[tuple[str, str], str]) -> list[str]:
+    """One cycle per strongly connected component of the graph, as its edges with file:line."""
+    graph: dict[str, list[str]] = {}
+    for importer, imported in edges:
+        graph.setdefault(importer, []).append(imported)
+        graph.setdefault(imported, [])
+    found = []
+    for component in _strongly_connected(graph):
+        if len(component) < 2:
+            continue
+        cycle = _cycle_within(graph, set(component))
+        hops = [f"{edges[(a, b)]}: {a} -> {b}" for a, b in zip(cycle, cycle[1:] + cycle[:1])]
+        found.append("cycle " + " -> ".join([*cycle, cycle[0]]) + "\n      " + "\n      ".join(hops))
+    return found
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    # Tarjan's algorithm, iterative so that a long chain cannot hit the recursion limit.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    components.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return components
+
+
+def _cycle_within(graph: dict[str, list[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the component's first node (breadth-first back to it)."""
+    start = min(component)
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child not in component:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return path[::-1]
+                if child not in parents:
+                    parents[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"no cycle in the strongly connected component {sorted(component)}")
+
+
+def long_file(source: Source) -> list[str]:
+    """(g) A file of ``MAX_FILE_LINES`` lines or more."""
+    lines = len(source.text.splitlines())
+    return [entry(source, 1, f"{lines} lines")] if lines >= MAX_FILE_LINES else []
+
+
+def function_lengths(source: Source) -> list[tuple[str, int]]:
+    """Every function and method (nested ones too) with its length from ``def`` (not its
+    decorators) to the last line of its body."""
+    return [(entry(source, node, node.name), node.end_lineno - node.lineno + 1)
+            for node in ast.walk(source.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def long_functions() -> list[tuple[str, int]]:
+    found = [(where, length) for source in sources() for where, length in function_lengths(source)
+             if length > MAX_FUNCTION_LINES]
+    return sorted(found, key=lambda item: -item[1])
+
+
+def _by_line(item: str) -> tuple[str, int]:
+    path, line, _ = item.split(":", 2)
+    return path, int(line)
+
+
+# ---- the rules on the current source -------------------------------------------------------------
+def _report(entries: list[str], rule: str) -> str:
+    return f"{rule}; {len(entries)} offending:\n  " + "\n  ".join(entries)
+
+
+def test_no_strategy_delegates_with_getattr() -> None:
+    found = [e for s in sources() if within(s.module, ["trainmesh.strategies"]) for e in getattr_delegation(s)]
+    assert not found, _report(found, "a strategy forwards attributes to another (DESIGN: no __getattr__ delegation)")
+
+
+def test_only_launchers_write_the_environment() -> None:
+    found = [e for s in sources() if not within(s.module, ["trainmesh.launchers"]) for e in environment_writes(s)]
+    assert not found, _report(found, "the environment is written outside launchers/ (DESIGN: no environment side channel)")
+
+
+def test_no_context_vars() -> None:
+    found = [e for s in sources() for e in context_vars(s)]
+    assert not found, _report(found, "a ContextVar carries state between layers (DESIGN: pass it explicitly)")
+
+
+def test_trainer_side_talks_only_to_the_runtime() -> None:
+    found = []
+    for source in sources():
+        if within(source.module, TRAINER_SIDE):
+            owner = "Trainer" if source.module == "trainmesh.trainer.trainer" else None
+            found += strategy_reach(source, allowed_property_class=owner)
+    assert not found, _report(found, "the Trainer side reaches a strategy (DESIGN: it talks only to the Runtime)")
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    modules = known_modules()
+    reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
+    found = [e for s in sources() if within(s.module, LOWER_LAYERS) for e in upward_imports(s, modules, reexports)]
+    assert not found, _report(found, f"a lower layer ({', '.join(LOWER_LAYERS)}) imports a higher one")
+
+
+def test_no_import_cycles() -> None:
+    found = import_cycles(import_edges(sources()))
+    assert not found, _report(found, "trainmesh modules import each other in a cycle")
+
+
+def test_files_are_short() -> None:
+    found = [e for s in sources() for e in long_file(s)]
+    assert not found, _report(found, f"files of {MAX_FILE_LINES} lines or more")
+
+
+def test_the_checks_see_the_whole_package() -> None:
+    # An empty or misplaced source tree would make every rule above pass vacuously.
+    modules = known_modules()
+    assert {"trainmesh", "trainmesh.runtime", "trainmesh.trainer.trainer", "trainmesh.strategies"} <= set(modules)
+
+
+# ---- the checkers catch what they claim to --------------------------------------------------------
+VIOLATIONS = [
+    (getattr_delegation, "class S:\n    def __getattr__(self, name):\n        return getattr(self._root, name)\n",
+     "snippet.py:2: class S defines __getattr__"),
+    (getattr_delegation, "class S:\n    class Inner:\n        __getattr__ = forward\n", "snippet.py:3: class Inner"),
+    (environment_writes, "import os\nos.environ['A'] = '1'\n", "snippet.py:2: os.environ[...] = ..."),
+    (environment_writes, "import os\ndef f():\n    os.environ.setdefault('A', '1')\n", "snippet.py:3: os.environ.setdefault"),
+    (environment_writes, "import os\nos.environ.update({'A': '1'})\n", "snippet.py:2: os.environ.update"),
+    (environment_writes, "import os\nos.putenv('A', '1')\n", "snippet.py:2: os.putenv"),
+    (environment_writes, "import os\ndel os.environ['A']\n", "snippet.py:2: del os.environ[...]"),
+    (environment_writes, "import os\nos.environ.pop('A', None)\n", "snippet.py:2: os.environ.pop"),
+    (environment_writes, "import os as _os\n_os.environ['A'] += 'x'\n", "snippet.py:2: os.environ[...] = ..."),
+    (environment_writes, "from os import environ as env\nenv['A'] = '1'\n", "snippet.py:2: os.environ[...] = ..."),
+    (context_vars, "from contextvars import ContextVar\nv = ContextVar('v')\n", "snippet.py:1: from contextvars import ContextVar"),
+    (context_vars, "import contextvars\nv = contextvars.ContextVar('v')\n", "snippet.py:2: contextvars.ContextVar used"),
+    (strategy_reach, "def f(trainer):\n    return trainer.strategy.reduce(1)\n", "snippet.py:2: attribute .strategy"),
+    (strategy_reach, "class T:\n    def __init__(self, r):\n        self.strategy = r\n", "snippet.py:3: attribute .strategy"),
+    (strategy_reach, "def f(r):\n    return getattr(r, 'strategy')\n", "snippet.py:2: getattr(..., 'strategy')"),
+    (strategy_reach, "def f():\n    from trainmesh.strategies.dp import DataParallelStrategy\n",
+     "snippet.py:2: from trainmesh.strategies.dp import DataParallelStrategy"),
+    (strategy_reach, "from trainmesh.strategies import build_strategy\n", "snippet.py:1: from trainmesh.strategies import"),
+    (strategy_reach, "import trainmesh.strategies.ddp\n", "snippet.py:1: import trainmesh.strategies.ddp"),
+    (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
+]
+
+
+@pytest.mark.parametrize(("checker", "text", "expected"), VIOLATIONS,
+                         ids=[f"{checker.__name__}-{i}" for i, (checker, _, _) in enumerate(VIOLATIONS)])
+def test_checker_reports_a_violation(checker, text: str, expected: str) -> None:
+    found = checker(parse(text, module="trainmesh.trainer.snippet"))
+    assert any(e.startswith(expected) for e in found), found
+
+
+CLEAN = [
+    (getattr_delegation, "class S:\n    def __getitem__(self, key):\n        return 1\ndef __getattr__(name):\n    return 1\n"),
+    (environment_writes, "import os\nx = os.environ.get('A')\ny = os.environ['A']\nenv = dict(os.environ)\nenv['A'] = '1'\n"
+                         "env.update(B='2')\nsubprocess.run([], env={**os.environ, 'A': '1'})\n"),
+    (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
+    (strategy_reach, "from trainmesh.strategies.step import StepResult\nfrom trainmesh.strategies import step\n"
+                     "r = Runtime(strategy='dp')\nname = trainer.strategy_name\n"),
+]
+
+
+@pytest.mark.parametrize(("checker", "text"), CLEAN, ids=[c.__name__ for c, _ in CLEAN])
+def test_checker_passes_clean_code(checker, text: str) -> None:
+    assert checker(parse(text, module="trainmesh.trainer.snippet")) == []
+
+
+def test_strategy_reach_allows_only_the_trainer_strategy_property() -> None:
+    text = (
+        "class Trainer:\n"
+        "    @property\n"
+        "    def strategy(self):\n"
+        "        return self.runtime.strategy\n"
+        "    def fit(self):\n"
+        "        self.strategy.barrier()\n"
+        "class Other:\n"
+        "    @property\n"
+        "    def strategy(self):\n"
+        "        return self.runtime.strategy\n"
+    )
+    found = strategy_reach(parse(text), allowed_property_class="Trainer")
+    assert [e.split(": ")[0] for e in found] == ["snippet.py:6", "snippet.py:10"], found
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("from trainmesh.trainer.trainer import Trainer\n", "imports trainmesh.trainer.trainer"),
+    ("def f():\n    import trainmesh.runtime\n", "snippet.py:2: imports trainmesh.runtime"),
+    ("from trainmesh import Trainer\n", "imports trainmesh.trainer.trainer"),  # through the package's re-export
+    ("from trainmesh import module\n", "imports trainmesh.module"),
+    ("from ...callbacks import Callback\n", "imports trainmesh.callbacks"),  # relative, from trainmesh.utilities.x.y
+])
+def test_upward_imports_are_found(text: str, expected: str) -> None:
+    modules = {"trainmesh": True, "trainmesh.module": False, "trainmesh.trainer": True, "trainmesh.trainer.trainer": False,
+               "trainmesh.runtime": False, "trainmesh.callbacks": True}
+    reexports = {"trainmesh": {"Trainer": "trainmesh.trainer.trainer"}}
+    found = upward_imports(parse(text, module="trainmesh.utilities.x.y"), modules, reexports)
+    assert len(found) == 1 and expected in found[0], found
+    assert upward_imports(parse("from trainmesh.seed import seed_everything\nimport torch\n"), modules, reexports) == []
+
+
+def test_import_cycles_are_found_and_package_inits_are_not_edges() -> None:
+    files = {
+        "trainmesh.a": ("from trainmesh.b import thing\n", False),
+        "trainmesh.b": ("def f():\n    from trainmesh import c\n", False),  # a module, not the package: an edge
+        "trainmesh.c": ("import trainmesh.a\n", False),
+        "trainmesh.d": ("import trainmesh.pkg\n", False),  # into an __init__: no edge
+        "trainmesh.pkg": ("from trainmesh.d import x\n", True),  # out of an __init__: no edge
+    }
+    snippets = [parse(text, module=name, path=f"{name}.py", is_package=is_package)
+                for name, (text, is_package) in files.items()]
+    edges = import_edges(snippets)
+    assert set(edges) == {("trainmesh.a", "trainmesh.b"), ("trainmesh.b", "trainmesh.c"), ("trainmesh.c", "trainmesh.a")}
+    (cycle,) = import_cycles(edges)
+    assert cycle.startswith("cycle trainmesh.a -> trainmesh.b -> trainmesh.c -> trainmesh.a")
+    assert "trainmesh.b.py:2: trainmesh.b -> trainmesh.c" in cycle
+    assert import_cycles({("x", "y"): "x.py:1"}) == []
+
+
+def test_file_and_function_lengths_are_measured() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    source = parse(f"@decorator\ndef f():\n{body}\n" + "y = 1\n" * MAX_FILE_LINES)
+    assert function_lengths(source) == [("snippet.py:2: f", MAX_FUNCTION_LINES + 1)]  # from def, not the decorator
+    assert long_file(source) == [f"snippet.py:1: {MAX_FILE_LINES + MAX_FUNCTION_LINES + 2} lines"]
+    assert long_file(parse("y = 1\n" * (MAX_FILE_LINES - 1))) == []
+
+
+if __name__ == "__main__":
+    checks = {
+        "test_no_strategy_delegates_with_getattr": test_no_strategy_delegates_with_getattr,
+        "test_only_launchers_write_the_environment": test_only_launchers_write_the_environment,
+        "test_no_context_vars": test_no_context_vars,
+        "test_trainer_side_talks_only_to_the_runtime": test_trainer_side_talks_only_to_the_runtime,
+        "test_lower_layers_never_import_higher_ones": test_lower_layers_never_import_higher_ones,
+        "test_no_import_cycles": test_no_import_cycles,
+        "test_files_are_short": test_files_are_short,
+    }
+    for name, check in checks.items():
+        try:
+            check()
+            print(f"PASS {name}")
+        except AssertionError as failure:
+            print(f"FAIL {name}: {failure}")
+    print(f"\nfunctions longer than {MAX_FUNCTION_LINES} lines (reported, not asserted):")
+    for where, length in long_functions():
+        print(f"  {length:4d}  {where}")
