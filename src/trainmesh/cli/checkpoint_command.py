@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainmesh.trainer.checkpointing import TENSOR_ENTRIES
 
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
 SUMMARY = "Consolidate or inspect a saved checkpoint."
 
-# Where the Trainer keeps the model's weights (trainer/checkpointing.py): the checkpoint code
-# stores entries without knowing their names, this command shows the Trainer's model entry.
-MODEL_KEY = "state_dict"
+# Where the Trainer keeps the model's weights: the checkpoint code stores entries without
+# knowing their names, this command shows the Trainer's model entry.
+MODEL_KEY = TENSOR_ENTRIES.model
 
 
 def run_checkpoint_command(args: list[str]) -> int:

@@ -134,6 +134,11 @@ class FSDPStrategy(DistributedStrategy):
         if not self.hybrid:
             return ParallelDims(dp_shard=-1).resolved(world_size)
         shard = self.shard_size or self.processes_per_node
+        if shard == 1 and world_size > 1:
+            raise ValueError(
+                "hsdp with shard groups of 1 process shards nothing: every process would hold the whole "
+                "model. Use strategy='ddp' for that, or a shard_size above 1"
+            )
         if shard < 1 or world_size % shard:
             raise ValueError(
                 f"hsdp shard groups of {shard} processes do not divide the {world_size} processes; choose a "

@@ -144,7 +144,7 @@ class ParallelMesh:
 
     def group(self, axis: str = "dp") -> Any:
         """The process group along ``axis`` ("dp" is replicate x shard); None means "every
-        process" (the default group) or, on one process, nothing to talk to."""
+        process" (the default group). An axis of size 1 has none (ValueError)."""
         axes = ("dp_replicate", "dp_shard") if axis == "dp" else (axis,)
         sizes = [getattr(self.dims, self._axis(a)) for a in axes]
         product = 1
@@ -152,8 +152,13 @@ class ParallelMesh:
             product *= size
         if product == self.world_size:
             return None  # the default group: no need to ask the mesh
+        if product == 1:
+            # None would mean "every process" to torch.distributed: a collective meant for this
+            # axis alone would silently run over the whole world.
+            raise ValueError(f"mesh axis {axis!r} has size 1: there is no group to talk to; check group_size() first")
         sub = self.submesh(*axes)
-        return None if sub is None else sub.get_group()
+        assert sub is not None, "a mesh with several processes has a DeviceMesh once the process group exists"
+        return sub.get_group()
 
     def group_size(self, axis: str = "dp") -> int:
         if axis == "dp":

@@ -6,7 +6,6 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -165,8 +164,10 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
+    backward = _LossBackward(trainer, accumulate)  # told each step whether to check the loss
     step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-                           loss_of=functools.partial(_loss_of, module=module), chunk_scope=sink.chunk_scope)
+                           loss_of=functools.partial(_loss_of, module=module), backward=backward,
+                           chunk_scope=sink.chunk_scope)
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     for batch_idx, batch in enumerate(iterator, start=start):
@@ -177,12 +178,11 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        check_finite = check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0
-        hooks_now = dataclasses.replace(step_hooks, backward=functools.partial(
-            _backward, runtime, accumulate=accumulate, check=check_finite, trainer=trainer, batch_idx=batch_idx))
+        backward.check = check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0
+        backward.batch_idx = batch_idx
         # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
         # output), the loss and backward; gradients stay local until the window's last batch.
-        result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=hooks_now)
+        result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
         output = result.output
         pending_gradients = True
         if result.loss is not None:
@@ -285,12 +285,19 @@ def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
 
 
-def _backward(runtime: Any, loss: torch.Tensor, *, accumulate: int, check: bool, trainer: Any, batch_idx: int) -> None:
-    """What the loop does with a step's loss: check it is finite (before it changes anything),
-    then backward, scaled for the accumulation window."""
-    if check:
-        _check_finite(loss, trainer, batch_idx)
-    runtime.backward(loss / accumulate if accumulate > 1 else loss)
+class _LossBackward:
+    """What the loop does with a step's loss: check it is finite (before it changes anything,
+    when ``check`` is set for this step), then backward, scaled for the accumulation window.
+    One per epoch, updated per step: the hot path allocates nothing."""
+
+    def __init__(self, trainer: Any, accumulate: int) -> None:
+        self.trainer, self.runtime, self.accumulate = trainer, trainer.runtime, accumulate
+        self.check, self.batch_idx = True, 0
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        if self.check:
+            _check_finite(loss, self.trainer, self.batch_idx)
+        self.runtime.backward(loss / self.accumulate if self.accumulate > 1 else loss)
 
 
 def _loss_of(output: Any, module: Any) -> torch.Tensor:
