@@ -165,8 +165,6 @@ class Runtime:
         for optimizer in optimizers:
             for moves in self._parameter_moves:
                 rebind_optimizer(_inner(optimizer), moves)
-        if self._placed is None:
-            raise RuntimeError("set up the model first: runtime.setup(model, optimizer) or runtime.setup_module(model)")
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer(opt, self) for opt in prepared]
 

@@ -78,7 +78,7 @@ class DDPStrategy(DistributedStrategy):
         module = self.precision.convert_module(module.to(self._device))
         return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices(), options=self.ddp_options)
 
-    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
@@ -138,7 +138,7 @@ class ZeRO1Strategy(DDPStrategy):
 
     name = "zero1"
 
-    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return [shard_optimizer_state(optimizer) for optimizer in optimizers]
 
     def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,

@@ -185,7 +185,7 @@ class FSDPStrategy(DistributedStrategy):
             materialize(module, torch.device("cpu") if offload else self._device)
         return root
 
-    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)  # built (or rebound) over the local shards
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,

@@ -54,8 +54,9 @@ class Strategy(Protocol):
         """Entered around ``configure_model``: the meta device for sharded strategies."""
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Place, wrap or shard the module; returns what the loop calls."""
-    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
-        """The optimizers as the strategy steps them (zero1: state sharded); ``module`` is the placed one."""
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        """The optimizers as the strategy steps them (zero1: state sharded); ``module`` is the
+        placed one (None when a user's loop sets up optimizers first)."""
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         """Add a distributed sampler or anything else the strategy needs in the loader.
 

@@ -72,7 +72,7 @@ class SingleDeviceStrategy:
     def setup_module(self, module: nn.Module) -> nn.Module:
         return self.precision.convert_module(module.to(self._device))
 
-    def setup_optimizers(self, module: nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
