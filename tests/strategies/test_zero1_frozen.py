@@ -33,3 +33,15 @@ def test_zero1_skips_frozen_parameters_and_refuses_them_unfrozen_later():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REFUSED 2 parameter(s) of shapes [(4, 4), (4,)] did not require grad" in result.stdout
     assert "optimizer.add_param_group" in result.stdout
+
+
+def test_zero1_refuses_lbfgs_before_it_could_hang():
+    import pytest
+    import torch
+
+    from trainmesh.strategies.ddp import shard_optimizer_state
+
+    model = torch.nn.Linear(4, 1)
+    # No process group is needed: the refusal comes before ZeroRedundancyOptimizer is built.
+    with pytest.raises(ValueError, match="zero1' cannot shard LBFGS.*hang.*strategy='ddp'"):
+        shard_optimizer_state(torch.optim.LBFGS(model.parameters()))

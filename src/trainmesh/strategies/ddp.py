@@ -161,6 +161,16 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOpt
     """The same optimizer (class, groups, options) with its state split across ranks."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
+    if isinstance(optimizer, torch.optim.LBFGS):
+        # Each rank's LBFGS steps only its own shard and re-evaluates the closure (forward and
+        # backward, with DDP's all-reduce) as often as its own line search needs: the ranks
+        # would wait on each other's collectives for ever.
+        raise ValueError(
+            "strategy='zero1' cannot shard LBFGS: every rank would call the closure (forward and backward "
+            "with a gradient all-reduce) a different number of times for its own shard, and the run would "
+            "hang. Use strategy='ddp' with LBFGS, or a first-order optimizer (SGD, Adam, ...) with zero1"
+        )
+
     # ZeroRedundancyOptimizer builds each rank's optimizer as ``cls(groups, **defaults)``, but
     # ``defaults`` may hold keys ``__init__`` does not take (AdamW's decoupled_weight_decay):
     # pass only the ones it takes. Every key still reaches the groups, which carry them whole.
