@@ -63,3 +63,15 @@ def test_gpus_zero_means_cpu_and_the_notice_says_so(gpus):
     assert not any("cuda" in str(notice.message) for notice in notices)
     assert trainer.runtime.device_type == "cpu" and trainer.strategy.root_device.type == "cpu"
     assert trainer.world_size == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
+@pytest.mark.parametrize("gpus, devices", [("0,1", "devices=2"), ("2", "devices=2"), ("-1", "devices=1"), (-1, "devices=1")])
+def test_gpus_as_lightning_1x_strings_are_read_and_without_cuda_say_how_to_run_on_cpu(gpus, devices):
+    with pytest.raises(ValueError, match=rf"gpus={gpus!r} asks for CUDA devices.*accelerator='cpu', {devices}"):
+        quiet(gpus=gpus)
+
+
+def test_gpus_that_name_no_count_or_indices_are_a_clear_error():
+    with pytest.raises(ValueError, match=r"gpus='two' is neither a number of GPUs.*devices=\[0, 1\]"):
+        quiet(gpus="two")

@@ -67,22 +67,42 @@ def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_sum
         _notice(f"distributed_backend={distributed_backend!r} is Lightning 1.x's spelling; today: strategy={distributed_backend!r}")
         out.strategy = distributed_backend
     if gpus is not None:
-        count = len(gpus) if isinstance(gpus, (list, tuple)) else int(gpus)
-        if count and check_cuda and not torch.cuda.is_available():
+        given, gpus = gpus, _parse_gpus(gpus)
+        count = len(gpus) if isinstance(gpus, (list, tuple)) else (gpus if gpus >= 0 else torch.cuda.device_count())
+        if (count or gpus == -1) and check_cuda and not torch.cuda.is_available():
             raise ValueError(
-                f"gpus={gpus!r} asks for CUDA devices, but no CUDA device is visible to torch on this "
+                f"gpus={given!r} asks for CUDA devices, but no CUDA device is visible to torch on this "
                 f"machine. To run on CPU: Trainer(accelerator='cpu', devices={count or 1}, "
                 f"strategy={out.strategy!r}) (dp and ddp run on CPU too)"
             )
         # Lightning 1.x ran gpus=0 (and gpus=[]) on one CPU process: the notice names what runs.
         out.accelerator, out.devices = ("cuda", gpus) if count else ("cpu", 1)
-        _notice(f"gpus={gpus!r} is Lightning 1.x's spelling; today: accelerator={out.accelerator!r}, "
+        _notice(f"gpus={given!r} is Lightning 1.x's spelling; today: accelerator={out.accelerator!r}, "
                 f"devices={out.devices!r}")
     if weights_summary != "top":
         _notice(f"weights_summary={weights_summary!r} is Lightning 1.x's spelling; today: "
                 f"enable_model_summary={weights_summary is not None}")
         out.enable_model_summary = weights_summary is not None
     return out
+
+
+def _parse_gpus(gpus: Any) -> int | list[int]:
+    """Lightning 1.x's ``gpus``: a count (2, "2", -1 or "-1" for all), or device indices
+    ([0, 1], "0,1", "1,")."""
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, str, list, tuple)):
+        raise ValueError(f"gpus={gpus!r}: give a number of GPUs (2), -1 for all, or their indices ([0, 1] or '0,1')")
+    if not isinstance(gpus, str):
+        return list(gpus) if isinstance(gpus, tuple) else gpus
+    text = gpus.strip()
+    try:
+        if "," in text:
+            return [int(part) for part in text.split(",") if part.strip()]
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"gpus={gpus!r} is neither a number of GPUs ('2', '-1' for all) nor a list of indices ('0,1'); "
+            "today's spelling is accelerator='cuda', devices=2 (or devices=[0, 1])"
+        ) from None
 
 
 def _tpu_error(cores: int) -> None:
