@@ -135,6 +135,24 @@ def test_limits_val_check_interval_and_max_steps():
     assert trainer.global_step == 5 and trainer.current_epoch == 1
 
 
+def test_the_sanity_check_runs_no_more_batches_than_limit_val_batches():
+    train, val = loaders()
+
+    class Counting(DropoutNet):
+        def __init__(self):
+            super().__init__()
+            self.val_batches = 0
+
+        def validation_step(self, batch, batch_idx):
+            self.val_batches += 1
+            return super().validation_step(batch, batch_idx)
+
+    model = Counting()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=2)
+    trainer.fit(model, train, val)
+    assert model.val_batches == 1 + 1  # as Lightning: min(num_sanity_val_steps, limit_val_batches), then one validation
+
+
 def test_fast_dev_run_runs_one_batch_of_each_stage():
     train, val = loaders()
     trainer = quiet_trainer(fast_dev_run=True)

@@ -116,6 +116,8 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
     sink, hooks, runtime = trainer.sink, trainer.hooks, trainer.runtime
     step_hook, batch_end = _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
     limit = limited_count(loader, limit_setting)
+    if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
+        limit = min(limit, limited_count(loader, trainer.limit_val_batches))
     _set_count(trainer, stage, limit)
     sink.start_stage()
     predictions: list[Any] = []
