@@ -12,6 +12,16 @@ from helpers.models import DropoutNet, TutorialModule, flat_weights, loaders, qu
 from trainmesh.data import DigitsDataModule
 
 
+class ValidationCounting(DropoutNet):
+    def __init__(self):
+        super().__init__()
+        self.val_batches = 0
+
+    def validation_step(self, batch, batch_idx):
+        self.val_batches += 1
+        return super().validation_step(batch, batch_idx)
+
+
 def test_seed_tutorial_module_trains_on_digits_and_epoch_accuracy_is_exact():
     tm.seed_everything(1)
     # The seed's model and hyperparameters, but lr 1e-3: digits has 1,258 training images
@@ -114,16 +124,7 @@ def test_lr_scheduler_steps_per_configured_interval(interval, expected_steps):
 def test_limits_val_check_interval_and_max_steps():
     train, val = loaders()
 
-    class Counting(DropoutNet):
-        def __init__(self):
-            super().__init__()
-            self.val_batches = 0
-
-        def validation_step(self, batch, batch_idx):
-            self.val_batches += 1
-            return super().validation_step(batch, batch_idx)
-
-    model = Counting()
+    model = ValidationCounting()
     trainer = quiet_trainer(max_epochs=3, limit_train_batches=6, limit_val_batches=2, val_check_interval=3,
                             num_sanity_val_steps=1)
     trainer.fit(model, train, val)
@@ -138,16 +139,7 @@ def test_limits_val_check_interval_and_max_steps():
 def test_the_sanity_check_runs_no_more_batches_than_limit_val_batches():
     train, val = loaders()
 
-    class Counting(DropoutNet):
-        def __init__(self):
-            super().__init__()
-            self.val_batches = 0
-
-        def validation_step(self, batch, batch_idx):
-            self.val_batches += 1
-            return super().validation_step(batch, batch_idx)
-
-    model = Counting()
+    model = ValidationCounting()
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=2)
     trainer.fit(model, train, val)
     assert model.val_batches == 1 + 1  # as Lightning: min(num_sanity_val_steps, limit_val_batches), then one validation

@@ -1,5 +1,5 @@
-"""State dicts and checkpoint files as the strategies without sharded state write them; the
-distributed (sharded) form is in ``trainmesh.checkpoint.distributed``."""
+"""State dicts as the strategies without sharded state make them, and loading a checkpoint file
+or a distributed (sharded) checkpoint, whose format is in ``trainmesh.checkpoint.distributed``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, templates_for
-from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.checkpoint.io import load_checkpoint_file
 from trainmesh.checkpoint.keys import CheckpointKeys
 
 
@@ -47,9 +47,3 @@ def load(path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.O
         return load_distributed(path, templates_for(unwrap(module), list(optimizers), model_key=keys.model,
                                                     optimizers_key=keys.optimizers))
     return load_checkpoint_file(path, map_location=map_location)
-
-
-def save_file(checkpoint: dict[str, Any], path: str, *, writer: bool) -> None:
-    """One file, written (atomically) by the process that ``writer`` names."""
-    if writer:
-        atomic_save(checkpoint, path)

@@ -7,7 +7,6 @@ step dispatcher that lets a wrapper (DDP, FSDP's root, a replica) run a step hoo
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +14,8 @@ from typing import Any, ContextManager
 
 import torch
 from torch import nn
+
+from trainmesh.strategies.step import no_chunk_scope
 
 
 
@@ -54,7 +55,7 @@ class StepDispatcher(nn.Module):
         if args and isinstance(args[0], StepCall):
             call = args[0]
             if self.chunk_devices is not None:
-                scope = call.chunk_scope or _no_scope
+                scope = call.chunk_scope or no_chunk_scope
                 return run_chunked_step(self.module, call.hook, args[1], args[2:], self.chunk_devices, scope)
             if call.chunk_scope is not None:  # dp on GPUs: this replica's thread runs one chunk
                 with call.chunk_scope(args[1]):
@@ -64,10 +65,6 @@ class StepDispatcher(nn.Module):
             # ddp2 in a user's own loop: the node's batch is split across its devices here too.
             return split_forward(self.module, args, kwargs, self.chunk_devices)
         return self.module(*args, **kwargs)
-
-
-def _no_scope(chunk: Any) -> ContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 def split_batch(batch: Any, chunks: int) -> list[Any]:

@@ -5,6 +5,7 @@ sharded across the processes)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from datetime import timedelta
@@ -43,10 +44,6 @@ def apply_ddp(module: nn.Module, *, device: torch.device, chunk_devices: Sequenc
     return DistributedDataParallel(dispatcher, device_ids=device_ids, **options)
 
 
-def _whole(output: Any) -> Any:
-    return output
-
-
 class DDPStrategy(DistributedStrategy):
     """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
 
@@ -66,6 +63,7 @@ class DDPStrategy(DistributedStrategy):
                             "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
         self.options.update(self.ddp_options)
 
+    @functools.cached_property
     def chunk_devices(self) -> list[torch.device] | None:
         """The devices a process splits its batch across (ddp2); None: the process's own device."""
         return None
@@ -76,14 +74,14 @@ class DDPStrategy(DistributedStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module.to(self._device))
-        return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices(), options=self.ddp_options)
+        return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=self.ddp_options)
 
     def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
-        step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices() else None)
+        step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
         try:
             return run_train_step(lambda: module(step, batch, batch_idx), combine=self.combine, hooks=hooks,
                                   autocast=self.precision.autocast(),
@@ -102,7 +100,7 @@ class DDPStrategy(DistributedStrategy):
         # Evaluation needs no gradient sync, and shards may differ in length by a batch: going
         # around DDP keeps per-batch collectives (buffer broadcasts) out of it.
         inner = checkpoints.unwrap(module)
-        chunk_devices = self.chunk_devices()
+        chunk_devices = self.chunk_devices
         if chunk_devices:
             def forward() -> Any:
                 return run_chunked_step(inner, hook, batch, (batch_idx, *extra), chunk_devices, hooks.chunk_scope)
@@ -126,6 +124,7 @@ class DDP2Strategy(DDPStrategy):
     def device_index(self, process: ProcessInfo) -> int:
         return self.placement.devices[0]
 
+    @functools.cached_property
     def chunk_devices(self) -> list[torch.device] | None:
         return [device_for(self.placement.device_type, index) for index in self.placement.devices]
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
+from trainmesh.checkpoint.io import atomic_save
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -125,7 +126,8 @@ class DistributedStrategy:
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
         # Every rank holds the whole state: the first one writes, the others wait for the file.
-        checkpoints.save_file(checkpoint, path, writer=self._mesh.global_rank == 0)
+        if self._mesh.global_rank == 0:
+            atomic_save(checkpoint, path)
         collectives.barrier(self._mesh)
 
     def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,

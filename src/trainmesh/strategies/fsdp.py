@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.distributed import save_distributed
-from trainmesh.checkpoint.io import load_checkpoint_file
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
@@ -24,7 +23,7 @@ from trainmesh.strategies.materialize import materialize
 from trainmesh.strategies.mesh import ParallelDims
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
@@ -93,10 +92,6 @@ def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
 
     apply(module, check_fn=lambda m: isinstance(m, tuple(classes)))
-
-
-def _whole(output: Any) -> Any:
-    return output
 
 
 class FSDPStrategy(DistributedStrategy):
@@ -191,7 +186,7 @@ class FSDPStrategy(DistributedStrategy):
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
         # Through the root, so FSDP's root hooks run once around the whole step.
-        return run_train_step(lambda: module(StepCall("training_step"), batch, batch_idx), combine=_whole,
+        return run_train_step(lambda: module(StepCall("training_step"), batch, batch_idx), combine=whole_output,
                               hooks=hooks, autocast=self.precision.autocast(),
                               no_sync=None if sync_grads else fsdp_gradient_sync_off(module))
 
@@ -238,11 +233,8 @@ class FSDPStrategy(DistributedStrategy):
 
     def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                         keys: CheckpointKeys) -> dict[str, Any]:
-        from trainmesh.checkpoint.distributed import is_distributed_checkpoint
-
-        if is_distributed_checkpoint(path):
-            return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
-        return load_checkpoint_file(path, map_location="cpu")  # full tensors, sharded on load
+        # A file holds full tensors: loaded on the CPU, then sharded by load_state_dict.
+        return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
 
 
 def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:

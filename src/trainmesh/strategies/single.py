@@ -10,19 +10,16 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
+from trainmesh.checkpoint.io import atomic_save
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 
 _NO_SYNC_NEEDED = contextlib.nullcontext()
-
-
-def _whole(output: Any) -> Any:
-    return output
 
 
 class SingleDeviceStrategy:
@@ -80,7 +77,7 @@ class SingleDeviceStrategy:
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
-        return run_train_step(lambda: module.training_step(batch, batch_idx), combine=_whole, hooks=hooks,
+        return run_train_step(lambda: module.training_step(batch, batch_idx), combine=whole_output, hooks=hooks,
                               autocast=self.precision.autocast(), no_sync=None)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
@@ -105,7 +102,7 @@ class SingleDeviceStrategy:
         checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict, unwrapped=False)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
-        checkpoints.save_file(checkpoint, path, writer=True)
+        atomic_save(checkpoint, path)
 
     def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                         keys: CheckpointKeys) -> dict[str, Any]:

@@ -16,8 +16,14 @@ from typing import Any, ContextManager
 import torch
 
 
-def _no_scope(chunk: Any) -> ContextManager[Any]:
+def no_chunk_scope(chunk: Any) -> ContextManager[Any]:
+    """The chunk scope of a step whose batch is not split."""
     return contextlib.nullcontext()
+
+
+def whole_output(output: Any) -> Any:
+    """``combine`` for a strategy whose step output is already one (not per device)."""
+    return output
 
 
 def _loss_entry(output: Any) -> torch.Tensor:
@@ -44,7 +50,7 @@ class StepHooks:
     backward: Callable[[torch.Tensor], None] = _plain_backward
     # Entered around each chunk's call when a batch is split across devices (dp, ddp2), so
     # that ``self.log`` weighs a value by its chunk's size; called from the chunk's thread.
-    chunk_scope: Callable[[Any], ContextManager[Any]] = _no_scope
+    chunk_scope: Callable[[Any], ContextManager[Any]] = no_chunk_scope
 
 
 @dataclasses.dataclass(frozen=True)
