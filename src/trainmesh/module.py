@@ -89,6 +89,34 @@ class Module(nn.Module):
         here, as torchtitan's ``parallelize`` functions do. ``def configure_model(self)`` works too.
         """
 
+    def tensor_parallel_plan(self) -> dict[str, Any] | None:
+        """How tensor parallelism splits this model: ``{submodule name: ParallelStyle}`` (torch's
+        ``ColwiseParallel``, ``RowwiseParallel``, ``SequenceParallel``...; names may be fnmatch
+        patterns like ``"layers.*.up"``). None: no plan (a strategy with tp > 1 then asks for one,
+        unless ``configure_model(mesh)`` applied ``parallelize_module`` itself)."""
+        return None
+
+    def pipeline_input(self, batch: Any) -> Any:
+        """What the first pipeline stage receives from a batch: the model's input, the one
+        ``training_step`` passes to ``self(...)``. By default the batch's first element (or the
+        batch, when it is a tensor); override it for other batch forms."""
+        if isinstance(batch, torch.Tensor):
+            return batch
+        if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor):
+            return batch[0]
+        raise TypeError(
+            f"{type(self).__name__}.pipeline_input cannot tell the model's input in a batch of type "
+            f"{type(batch).__name__}; override pipeline_input(batch) to return the tensor training_step passes to self(...)"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # On a pipeline's last stage, a step hook's self(x) is answered by the output the
+        # pipeline computed (trainmesh.strategies.pipeline.replaying); anywhere else, forward.
+        replayed = self.__dict__.get("_replayed_forward")
+        if replayed is not None:
+            return replayed(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
     def setup(self, stage: str) -> None:
         """Called in every process at the start of fit/validate/test/predict, before
         ``configure_model``: build what depends on the data or the process here."""

@@ -131,6 +131,12 @@ class Runtime:
         return self.strategy.mesh
 
     @property
+    def from_logging_ranks(self) -> Callable[[Any], Any] | None:
+        """Where only the last pipeline stage computes the loss and logs: a function giving every
+        rank that stage's value of an object (None when every rank logs)."""
+        return self.strategy.metrics_source
+
+    @property
     def inference_mode_safe(self) -> bool:
         return self.strategy.inference_mode_safe
 

@@ -9,6 +9,8 @@ from typing import Any
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
+from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
+from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.single import SingleDeviceStrategy
@@ -25,7 +27,19 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "sharded": functools.partial(FSDPStrategy, reshard_after_forward=False),
     "fsdp": FSDPStrategy,
     "hsdp": functools.partial(FSDPStrategy, hybrid=True),
+    # Model parallelism (ModelParallelStrategy(pp=, tp=, dp_shard=, dp_replicate=) for other layouts):
+    "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),                # every process one tensor-parallel way
+    "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),                # every process one pipeline stage
+    "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),           # 2-D: tp pairs, sharded across them
+    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # seed 003 (b)
+    "layers_on_devices": LayersOnDevicesStrategy,                                    # seed 003 (a): one process
 }
+
+
+def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
+    """Each node's devices hold one pipeline (a stage each); the nodes are its replicas."""
+    return ModelParallelStrategy(pp=len(placement.devices), dp_replicate=-1, dp_shard=1, pp_within_node=True,
+                                 placement=placement)
 
 
 def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
@@ -42,5 +56,5 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
     return strategy.placed(placement)
 
 
-__all__ = ["STRATEGIES", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelDims",
-           "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy", "ZeRO1Strategy", "build_strategy"]
+__all__ = ["STRATEGIES", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",
+           "ModelParallelStrategy", "ParallelDims", "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy", "ZeRO1Strategy", "build_strategy"]

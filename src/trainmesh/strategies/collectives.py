@@ -68,6 +68,23 @@ def broadcast(mesh: ParallelMesh, obj: Any, src: int = 0) -> Any:
     return holder[0]
 
 
+def from_last_stage(mesh: ParallelMesh, value: Any, *, stage_rank: int) -> Any:
+    """The last pipeline stage's ``value`` (a tensor, or any picklable object), on every stage of
+    this process's pipeline (``stage_rank``: the pipeline rank holding that stage): what only the
+    last stage computes (the loss, logged metrics, a prediction) reaches the others, so that
+    they all decide alike. Free without pipelining."""
+    stages = mesh.group_size("pp")
+    if stages == 1 or not (dist.is_available() and dist.is_initialized()):
+        return value
+    src, group = mesh.global_rank_with(pp=stage_rank), mesh.group("pp")
+    if isinstance(value, torch.Tensor):
+        dist.broadcast(value, src=src, group=group)
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=src, group=group)
+    return holder[0]
+
+
 def barrier(mesh: ParallelMesh) -> None:
     # The parent of ddp_spawn workers has a mesh of many but no group once they ended.
     if mesh.world_size > 1 and dist.is_available() and dist.is_initialized():

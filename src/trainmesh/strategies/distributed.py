@@ -68,6 +68,10 @@ class DistributedStrategy:
     def mesh(self) -> ParallelMesh:
         return self._mesh
 
+    @property
+    def metrics_source(self) -> Any:
+        return None  # every rank computes its loss and logs
+
     def dims(self, world_size: int) -> ParallelDims:
         """How this strategy divides ``world_size`` processes (resolved)."""
         return ParallelDims(dp_replicate=-1, dp_shard=1).resolved(world_size)

@@ -40,3 +40,37 @@ def fsdp_gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
                 m.set_requires_gradient_sync(True, recurse=False)
 
     return context()
+
+
+def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float | None, clip_value: float | None,
+                            norm_type: float, across_stages: bool, stage_group: Any = None) -> torch.Tensor | None:
+    """Clip by the norm of the whole model's gradient when its parameters are split: DTensor
+    shards (tensor parallel, fsdp: their norm spans their mesh) and pipeline stages (each rank
+    holds some layers: with ``across_stages`` the stages' norms are combined over ``stage_group``)."""
+    import torch.distributed as dist
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if max_norm is None:
+        assert clip_value is not None
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        return None
+    # One norm per mesh and layout (DTensors on different meshes cannot share a foreach kernel):
+    # each becomes a plain tensor, the norm over all of that group's shards.
+    by_layout: dict[Any, list[torch.Tensor]] = {}
+    for grad in grads:
+        mesh = getattr(grad, "device_mesh", None)
+        key = (id(mesh), tuple(getattr(grad, "placements", ())), grad.dtype, grad.device)
+        by_layout.setdefault(key, []).append(grad)
+    device = grads[0].device if grads else torch.device("cpu")
+    norms = []
+    for group in by_layout.values():
+        norm = torch.nn.utils.get_total_norm(group, norm_type=norm_type)
+        norms.append((norm.full_tensor() if hasattr(norm, "full_tensor") else norm).to(device, torch.float32))
+    inf = norm_type == float("inf")
+    local = (torch.stack(norms).max() if inf else torch.stack(norms).pow(norm_type).sum()) if norms \
+        else torch.zeros((), device=device)
+    if across_stages and dist.is_available() and dist.is_initialized():
+        dist.all_reduce(local, op=dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM, group=stage_group)
+    total = local if inf else local.pow(1.0 / norm_type)
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return total

@@ -30,9 +30,16 @@ class ParallelDims:
     dp_shard: int = -1
     tp: int = 1
     pp: int = 1
+    # How consecutive ranks are laid out, outermost axis first. The default keeps a tensor-parallel
+    # group on neighbouring ranks (one node) and puts pipeline stages furthest apart (their traffic
+    # is the lightest); seed 003's "model split over a machine's devices, replicated across
+    # machines" puts "pp" inside "dp_replicate" instead.
+    order: tuple[str, ...] = AXES
 
     def resolved(self, world_size: int) -> ParallelDims:
         """These dims with ``-1`` filled in, checked against ``world_size`` processes."""
+        if sorted(self.order) != sorted(AXES):
+            raise ValueError(f"mesh order {self.order} must name each of {AXES} once")
         sizes = {axis: getattr(self, axis) for axis in AXES}
         bad = {axis: size for axis, size in sizes.items() if not isinstance(size, int) or size == 0 or size < -1}
         if bad:
@@ -55,7 +62,7 @@ class ParallelDims:
                 f"the mesh {_describe(sizes)} needs {known} processes, but the run has {world_size}; "
                 "make the sizes multiply to the number of processes (devices x nodes), or give one as -1"
             )
-        return ParallelDims(**sizes)
+        return ParallelDims(**sizes, order=tuple(self.order))
 
     @property
     def dp_size(self) -> int:
@@ -67,7 +74,7 @@ class ParallelDims:
 
     def used_axes(self) -> tuple[str, ...]:
         """The axes that divide anything (size > 1), outermost first; () for one process."""
-        return tuple(axis for axis in AXES if getattr(self, axis) > 1)
+        return tuple(axis for axis in self.order if getattr(self, axis) > 1)
 
 
 def _describe(sizes: dict[str, int]) -> str:
@@ -86,9 +93,9 @@ class ParallelMesh:
         self.dims = dims
         self.global_rank = global_rank
         self.device_mesh = device_mesh
-        # Row-major coordinates over AXES, as init_device_mesh lays the ranks out.
+        # Row-major coordinates over the dims' order, as init_device_mesh lays the ranks out.
         coordinates, rest = {}, global_rank
-        for axis in reversed(AXES):
+        for axis in reversed(dims.order):
             size = getattr(dims, axis)
             coordinates[axis], rest = rest % size, rest // size
         self.coordinates = coordinates
@@ -116,6 +123,15 @@ class ParallelMesh:
     def rank(self, axis: str) -> int:
         """This process's index along ``axis``."""
         return self.coordinates[self._axis(axis)]
+
+    def global_rank_with(self, **coordinates: int) -> int:
+        """The global rank of the process at this one's coordinates, changed where given
+        (``mesh.global_rank_with(pp=mesh.group_size("pp") - 1)``: this rank's last stage)."""
+        where = {**self.coordinates, **coordinates}
+        rank = 0
+        for axis in self.dims.order:
+            rank = rank * getattr(self.dims, axis) + where[axis]
+        return rank
 
     @property
     def dp_rank(self) -> int:

@@ -10,7 +10,7 @@ mesh (``trainmesh.strategies.collectives``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ContextManager, Protocol
 
 import torch
@@ -44,6 +44,11 @@ class Strategy(Protocol):
     @property
     def mesh(self) -> ParallelMesh:
         """The run's mesh (a one-process mesh until ``setup_environment``)."""
+
+    @property
+    def metrics_source(self) -> Callable[[Any], Any] | None:
+        """Where only some ranks compute the loss and log (a pipeline's last stage): a function
+        giving every rank those ranks' value of an object; None where every rank logs."""
 
     def placed(self, placement: Placement) -> Strategy:
         """A new strategy with this one's options, built for ``placement`` (a user's instance

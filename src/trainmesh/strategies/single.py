@@ -57,6 +57,10 @@ class SingleDeviceStrategy:
     def mesh(self) -> ParallelMesh:
         return self._mesh
 
+    @property
+    def metrics_source(self) -> Any:
+        return None  # every rank computes its loss and logs
+
     def setup_environment(self, process: ProcessInfo) -> None:
         assert process.world_size == 1, "a one-process strategy runs in one process"
         if self._device.type == "cuda":

@@ -34,6 +34,10 @@ def _plain_backward(loss: torch.Tensor) -> None:
     loss.backward()
 
 
+def _no_check(loss: torch.Tensor) -> None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class StepHooks:
     """What the loop wants done with a step's output; the strategy decides where it happens.
@@ -51,6 +55,11 @@ class StepHooks:
     # Entered around each chunk's call when a batch is split across devices (dp, ddp2), so
     # that ``self.log`` weighs a value by its chunk's size; called from the chunk's thread.
     chunk_scope: Callable[[Any], ContextManager[Any]] = no_chunk_scope
+    # A strategy whose schedule runs backward itself (pipeline) cannot call ``backward``: it
+    # divides each loss by ``loss_divisor`` (the accumulation window) before the schedule
+    # backpropagates it, and calls ``check_loss`` on the step's loss once every rank has it.
+    loss_divisor: int = 1
+    check_loss: Callable[[torch.Tensor], None] = _no_check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,7 +167,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     backward = _LossBackward(trainer, accumulate)  # told each step whether to check the loss
     step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
                            loss_of=functools.partial(_loss_of, module=module), backward=backward,
-                           chunk_scope=sink.chunk_scope)
+                           chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     for batch_idx, batch in enumerate(iterator, start=start):
@@ -187,6 +187,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         pending_gradients = True
         if result.loss is not None:
             loop.last_loss = result.loss.detach()
+        sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now:
@@ -295,9 +296,12 @@ class _LossBackward:
         self.check, self.batch_idx = True, 0
 
     def __call__(self, loss: torch.Tensor) -> None:
+        self.check_loss(loss)
+        self.runtime.backward(loss / self.accumulate if self.accumulate > 1 else loss)
+
+    def check_loss(self, loss: torch.Tensor) -> None:
         if self.check:
             _check_finite(loss, self.trainer, self.batch_idx)
-        self.runtime.backward(loss / self.accumulate if self.accumulate > 1 else loss)
 
 
 def _loss_of(output: Any, module: Any) -> torch.Tensor:

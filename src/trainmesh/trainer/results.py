@@ -66,6 +66,8 @@ class MetricSink:
 
     def __init__(self, reducer: Reducer) -> None:
         self._reduce = reducer
+        # Set when only some ranks log (pipeline: the last stage): their results, to every rank.
+        self.from_logging_ranks: Callable[[Any], Any] | None = None
         self.results = StageResults()
         self.hook = "training_step"
         self._batch: Any = None
@@ -172,6 +174,23 @@ class MetricSink:
                 entry.total = torch.maximum(entry.total, value) if entry.reduce_fx == "max" else torch.minimum(entry.total, value)
             entry.weight = 1.0
 
+    def end_step(self) -> None:
+        """A step's values are complete: where only the last pipeline stage logs, every other
+        stage takes its results, so callbacks and loggers decide alike on every rank."""
+        if self.from_logging_ranks is None:
+            return
+        mine = {"entries": self.results.state_dict(),
+                "step_values": {k: v.cpu() for k, v in self.results.step_values.items()}}
+        shared = self.from_logging_ranks(mine)
+        if shared is mine:
+            return  # this rank is a logging one: it keeps its own (metric objects included)
+        results = self.results
+        device = next((v.device for v in results.step_values.values()), None)
+        results.entries.clear()
+        results.load_state_dict(shared["entries"])
+        results.step_values.clear()
+        results.step_values.update({k: v if device is None else v.to(device) for k, v in shared["step_values"].items()})
+
     # ---- reading metrics --------------------------------------------------------------------
     def step_metrics(self, *, prog_bar_only: bool = False, logger_only: bool = False) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -185,6 +204,7 @@ class MetricSink:
 
     def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
         """Each epoch-level metric reduced across processes (every rank gets the same value)."""
+        self.end_step()
         out: dict[str, tuple[float, _Entry]] = {}
         for name, entry in self.results.entries.items():
             if not entry.on_epoch:
@@ -213,6 +233,8 @@ def _is_metric_object(value: Any) -> bool:
 
 def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
+        if hasattr(value, "full_tensor"):
+            value = value.full_tensor()  # a DTensor (tensor parallel, loss_parallel): its value, as a plain tensor
         if value.numel() != 1:
             raise ValueError(
                 f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; log a scalar "

@@ -332,6 +332,7 @@ class Trainer:
             self.model = self.runtime.setup_module(model)
             self._prepared_module_id = id(model)
             self.optimizers, self.lr_scheduler_configs = [], []
+        self.sink.from_logging_ranks = self.runtime.from_logging_ranks
         if stage == "fit" and not self.optimizers:
             optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
             self.optimizers = self.runtime.setup_optimizers(*optimizers)

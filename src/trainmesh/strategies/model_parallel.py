@@ -1,0 +1,402 @@
+"""Model parallelism on one mesh: pipeline stages (``pp``), replicas (``dp_replicate``), shards
+(``dp_shard``) and tensor-parallel ways (``tp``), any of them 1, with PyTorch's own engine.
+
+``ModelParallelStrategy`` applies, in this order (torchtitan's):
+
+1. the pipeline cut: this rank keeps its stages' layers (``pipeline.py``); cutting first means
+   everything after it touches only the layers this rank holds;
+2. tensor parallelism on the ``tp`` axis (``tensor_parallel.py``): it must see plain
+   ``nn.Linear``/``nn.Embedding`` layers, before any wrapper;
+3. activation checkpointing, around the (tensor-parallel) blocks;
+4. data parallelism on the data-parallel axes with FSDP2: ``fully_shard`` (dp_shard, and HSDP
+   with dp_replicate) or its ``replicate``. Never ``nn.parallel.DistributedDataParallel``: with
+   pipeline or tensor parallelism it asserts, or runs and is silently wrong (see
+   ``../shared/experiments/mesh_test.py``);
+5. the pipeline schedule, built at the first step (a stage fixes its shapes then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+from trainmesh.checkpoint.distributed import save_distributed
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies import collectives
+from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
+from trainmesh.strategies.distributed import DistributedStrategy
+from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_keras, shard_units
+from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
+from trainmesh.strategies.mesh import AXES, ParallelDims
+from trainmesh.strategies.pipeline import (
+    Pipeline, check_pipeline_loader, choose_schedule, keep_only, replaying, rows, split_parts, stage_indices, stage_view,
+)
+from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
+from trainmesh.utilities.collections import apply_to_tensors
+
+# Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
+# on neighbouring ranks (one node), replicas across nodes.
+PP_WITHIN_NODE_ORDER = ("dp_replicate", "dp_shard", "pp", "tp")
+
+_DDP_DOES_NOT_COMPOSE = (
+    "nn.parallel.DistributedDataParallel does not compose with pipeline or tensor parallelism: with a "
+    "pipeline it hits an internal assert, or (static_graph=True) trains silently wrong weights; with tensor "
+    "parallelism it fails on mixed Tensor/DTensor gradients. trainmesh replicates model-parallel runs with "
+    "FSDP2 instead (replicate for dp_replicate, fully_shard for dp_shard), which gives the same result"
+)
+
+
+class ModelParallelStrategy(DistributedStrategy):
+    """``Trainer(devices=4, strategy=ModelParallelStrategy(pp=2, dp_shard=-1, schedule="1F1B", microbatches=4))``.
+
+    Sizes multiply to the number of processes (one may be ``-1``: the rest). ``pp``: pipeline
+    stages across ranks (``stages_per_rank`` more per rank for the interleaved and V schedules),
+    cut at ``split_points`` or balanced by parameter count; ``microbatches`` per batch (default:
+    the number of stages). ``tp``: tensor-parallel ways, by the module's
+    ``tensor_parallel_plan()``; ``loss_parallel=True`` runs the step (forward and backward)
+    under torch's ``loss_parallel`` for a vocabulary-sharded cross-entropy. ``dp_shard`` /
+    ``dp_replicate``: FSDP2 sharding / replication of each stage and shard.
+    ``pp_within_node=True`` puts a pipeline's stages on one node's devices and replicas across
+    nodes (seed 003's distributed model and data parallel).
+    """
+
+    name = "model_parallel"
+    # DTensor and FSDP parameters must not become inference tensors between training steps.
+    inference_mode_safe = False
+
+    def __init__(self, *, pp: int = 1, tp: int = 1, dp_shard: int = -1, dp_replicate: int = 1,
+                 schedule: str = "1F1B", microbatches: int | None = None, split_points: Sequence[str] | None = None,
+                 stages_per_rank: int | None = None, loss_parallel: bool = False,
+                 activation_checkpointing: Sequence[type[nn.Module]] | None = None, reshard_after_forward: bool = True,
+                 data_parallel: str = "fsdp", pp_within_node: bool = False, start_method: str = "elastic",
+                 timeout: timedelta = timedelta(minutes=30), process_group_backend: str | None = None,
+                 placement: Placement | None = None) -> None:
+        super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
+                         placement=placement)
+        if data_parallel != "fsdp":
+            raise ValueError(f"data_parallel={data_parallel!r}: {_DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
+                             if data_parallel == "ddp" else
+                             f"data_parallel={data_parallel!r} is not known; model-parallel runs replicate and shard with 'fsdp'")
+        self.schedule = choose_schedule(schedule, stages_per_rank)
+        if microbatches is not None and (not isinstance(microbatches, int) or microbatches < 1):
+            raise ValueError(f"microbatches={microbatches!r}; give a positive number of micro-batches per batch")
+        if self.precision.scaler is not None:
+            raise ValueError(
+                f"precision={self.precision.name!r} scales the loss with a GradScaler, which cannot see a pipeline "
+                "stage's or a tensor shard's overflow on the other ranks; use precision='bf16-mixed' (no scaling needed)"
+            )
+        self.sizes = {"pp": pp, "tp": tp, "dp_shard": dp_shard, "dp_replicate": dp_replicate}
+        self.microbatches, self.split_points = microbatches, list(split_points or []) or None
+        self.loss_parallel, self.reshard_after_forward = loss_parallel, reshard_after_forward
+        self.activation_checkpointing = list(activation_checkpointing or [])
+        self.order = PP_WITHIN_NODE_ORDER if pp_within_node else AXES
+        self.options.update(pp=pp, tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, schedule=schedule,
+                            microbatches=microbatches, split_points=split_points, stages_per_rank=stages_per_rank,
+                            loss_parallel=loss_parallel, activation_checkpointing=self.activation_checkpointing,
+                            reshard_after_forward=reshard_after_forward, data_parallel=data_parallel,
+                            pp_within_node=pp_within_node)
+        self._pipeline: Pipeline | None = None
+        self._root: nn.Module | None = None  # the FSDP root a stage-less step runs through
+
+    @property
+    def metrics_source(self) -> Any:
+        if self._pipeline is None:
+            return None
+        # The pipeline rank holding the last stage (the first one, under a V-shaped schedule).
+        return functools.partial(collectives.from_last_stage, self._mesh, stage_rank=self._pipeline.last_stage_rank)
+
+    def dims(self, world_size: int) -> ParallelDims:
+        stages = self.sizes["pp"]
+        if isinstance(stages, int) and stages > world_size:
+            raise ValueError(f"pp={stages} pipeline stages need at least {stages} processes, but the run has "
+                             f"{world_size}; use pp <= devices x nodes (and stages_per_rank for more stages per rank)")
+        return ParallelDims(**self.sizes, order=self.order).resolved(world_size)
+
+    # ---- placing the model: the written order -------------------------------------------------
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        refuse_keras(module, self.name)
+        if _defines_configure_ddp(module):
+            raise ValueError(f"{type(module).__name__} defines configure_ddp, but {_DDP_DOES_NOT_COMPOSE}; remove "
+                             "configure_ddp for model-parallel runs")
+        mesh = self._mesh
+        plan = tensor_parallel_plan(module)
+        tp = mesh.group_size("tp")
+        if tp > 1:
+            if plan is None and not _has_dtensors(module):
+                raise ValueError(f"tp={tp} but {type(module).__name__} states no tensor_parallel_plan() and applied "
+                                 "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}")
+            if plan is not None:
+                check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
+        module = self.precision.convert_module(module.to(self._device))
+        stage_parts = self._cut_pipeline(module)                                   # 1
+        if tp > 1 and plan is not None:
+            apply_tp(module, mesh.submesh("tp"), plan)                             # 2
+        if self.activation_checkpointing:
+            apply_activation_checkpointing(module, self.activation_checkpointing)  # 3
+        stages = {index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
+                  for index, parts in stage_parts.items()}
+        if mesh.dp_size > 1:                                                       # 4
+            for view in stages.values():
+                self._apply_data_parallel(view, as_step_root=mesh.group_size("pp") == 1)
+        if mesh.group_size("pp") > 1:                                              # 5 (built at the first step)
+            num_stages = self._num_stages()
+            self._pipeline = Pipeline(stages, stage_parts, num_stages, self.schedule, self.microbatches or num_stages,
+                                      mesh.group("pp"), self._device)
+        return module
+
+    def _cut_pipeline(self, module: nn.Module) -> dict[int, list[str]]:
+        """This rank's stages and their parts ({0: everything} without a pipeline)."""
+        pp = self._mesh.group_size("pp")
+        if pp == 1:
+            return {0: []}
+        cut = split_parts(module, self._num_stages(), self.split_points)
+        mine = {index: cut[index] for index in stage_indices(self._mesh.rank("pp"), pp, self.schedule)}
+        keep_only(module, {part for parts in mine.values() for part in parts})
+        return mine
+
+    def _apply_data_parallel(self, stage: nn.Module, *, as_step_root: bool) -> None:
+        """FSDP2 on the data-parallel axes: each block its own unit, then the stage's root."""
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self._mesh
+        replicas, shards = mesh.group_size("dp_replicate"), mesh.group_size("dp_shard")
+        if shards > 1:
+            dp_mesh = mesh.device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else mesh.submesh("dp_shard")
+            for unit in shard_units(stage, wrap=None, min_num_params=None):
+                fully_shard(unit, mesh=dp_mesh, reshard_after_forward=self.reshard_after_forward)
+            root = StepDispatcher(stage) if as_step_root else stage
+            fully_shard(root, mesh=dp_mesh, reshard_after_forward=self.reshard_after_forward)
+        else:
+            root = StepDispatcher(stage) if as_step_root else stage
+            replicate(root, mesh=mesh.submesh("dp_replicate"))
+        if as_step_root:
+            self._root = root
+
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+        loader = super().process_dataloader(loader, train=train, seed=seed)
+        if self._mesh.group_size("pp") > 1:
+            check_pipeline_loader(loader, train=train, microbatches=self.microbatches or self._num_stages(),
+                                  schedule=self.schedule)
+        return loader
+
+    def _num_stages(self) -> int:
+        return self._mesh.group_size("pp") * self.schedule.stages_per_rank
+
+    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+        return list(optimizers)  # built over (or rebound to) this rank's layers and shards
+
+    # ---- the step -------------------------------------------------------------------------------
+    def _step_context(self) -> ContextManager[Any]:
+        if not self.loss_parallel:
+            return self.precision.autocast()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(loss_parallel())
+        stack.enter_context(self.precision.autocast())
+        return stack
+
+    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
+                   hooks: StepHooks) -> StepResult:
+        if self._pipeline is None:
+            root = self._root
+            forward = ((lambda: root(StepCall("training_step"), batch, batch_idx)) if root is not None
+                       else (lambda: module.training_step(batch, batch_idx)))
+            no_sync = None if sync_grads or root is None else fsdp_gradient_sync_off(module)
+            with self._step_context() if self.loss_parallel else contextlib.nullcontext():
+                return run_train_step(forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(),
+                                      no_sync=no_sync)
+        return self._pipelined_train_step(module, batch, batch_idx, hooks)
+
+    def _pipelined_train_step(self, module: nn.Module, batch: Any, batch_idx: int, hooks: StepHooks) -> StepResult:
+        assert self._pipeline is not None
+        if hooks.step_end is not None:
+            raise ValueError(f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
+                             "step's output exists per micro-batch on the last stage only; fold it into training_step")
+        inputs = module.pipeline_input(batch)
+        losses: list[torch.Tensor] = []
+
+        def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
+            microbatch = rows(batch, index)
+            with replaying(module, output, module.pipeline_input(microbatch), "training_step"), \
+                    hooks.chunk_scope(microbatch):
+                loss = hooks.loss_of(module.training_step(microbatch, batch_idx))
+            losses.append(loss.detach())
+            return loss / hooks.loss_divisor if hooks.loss_divisor > 1 else loss
+
+        self._follow_mode(module)
+        with self._step_context():
+            self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch)
+        # Every stage gets the last stage's loss: the progress bar, the finiteness check and
+        # anything deciding from it run alike on every rank.
+        loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)
+        loss = collectives.from_last_stage(self._mesh, loss.float(), stage_rank=self._pipeline.last_stage_rank)
+        hooks.check_loss(loss)
+        return StepResult(loss, {"loss": loss})
+
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
+                  hooks: StepHooks) -> Any:
+        if self._pipeline is None:
+            root = self._root
+            forward = ((lambda: root(StepCall(hook), batch, batch_idx, *extra)) if root is not None
+                       else (lambda: getattr(module, hook)(batch, batch_idx, *extra)))
+            with self._step_context() if self.loss_parallel else contextlib.nullcontext():
+                return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
+        inputs = module.pipeline_input(batch)
+        size = _rows_in(inputs)
+        # Data-parallel peers may hold batches of different sizes here (run in different numbers
+        # of micro-batches), or a padding batch: the shards are gathered once per batch, the
+        # same collective on every peer, and stay whole through the micro-batches.
+        with _gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward):
+            if size == 0:
+                return None  # a padding batch (equal-length evaluation shards): nothing to run
+            self._follow_mode(module)
+            with self._step_context():
+                output = self._pipeline.step(inputs, size, training=False)
+        result = None
+        if self._pipeline.holds_last:
+            with replaying(module, output, inputs, hook):
+                result = run_eval_step(lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks,
+                                       autocast=contextlib.nullcontext())
+            result = apply_to_tensors(result, lambda t: t.detach().cpu())
+        return collectives.from_last_stage(self._mesh, result, stage_rank=self._pipeline.last_stage_rank)
+
+    def _follow_mode(self, module: nn.Module) -> None:
+        """Stage views of a rank with several stages follow the module's train/eval mode."""
+        assert self._pipeline is not None
+        for view in self._pipeline.stages.values():
+            if view is not module and view.training != module.training:
+                view.train(module.training)
+
+    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+        return fsdp_gradient_sync_off(module)
+
+    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
+                       norm_type: float) -> torch.Tensor | None:
+        pipelined = self._mesh.group_size("pp") > 1
+        return clip_gradients_globally(list(module.parameters()), max_norm=max_norm, clip_value=clip_value,
+                                       norm_type=norm_type, across_stages=pipelined,
+                                       stage_group=self._mesh.group("pp") if pipelined else None)
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                   sharded: bool) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+        assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
+        pipelined = self._mesh.group_size("pp") > 1
+        # Full state without a pipeline: gathered onto rank 0's CPU. With one, every stage first
+        # gathers its own layers (torch would give them to its first rank only), then the
+        # stages' pieces make the whole model.
+        options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and not pipelined)
+        state = {"model": get_model_state_dict(module, options=options),
+                 "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
+        if sharded or not pipelined:
+            return state
+        pieces = collectives.all_gather_object(self._mesh, apply_to_tensors(state, lambda t: t.detach().cpu()), over="pp")
+        return {"model": {k: v for piece in pieces for k, v in piece["model"].items()},
+                "optim": [_merged_optimizer_states([piece["optim"][i] for piece in pieces]) for i in range(len(optimizers))]}
+
+    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
+                        state: dict[str, Any], *, strict: bool = True) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+        assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
+        own = set(module.state_dict())
+        if "model" in state:
+            full = not any(_is_dtensor(v) for v in state["model"].values())
+            # A whole model's state (a file): this stage takes its own layers' entries.
+            model_state = {k: v for k, v in state["model"].items() if k in own}
+            set_model_state_dict(module, model_state, options=StateDictOptions(full_state_dict=full, strict=strict))
+        for optimizer, saved in zip(optimizers, state.get("optim", [])):
+            full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
+            set_optimizer_state_dict(module, optimizer, _only_params_of(saved, optimizer, module),
+                                     options=StateDictOptions(full_state_dict=full))
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+        if sharded is None:
+            super().save_checkpoint(checkpoint, path, sharded=None)
+            return
+        # Every rank writes its own layers and shards; replicas' copies are written once.
+        save_distributed(checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers))
+
+    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
+                        keys: CheckpointKeys) -> dict[str, Any]:
+        return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
+
+
+@contextlib.contextmanager
+def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool) -> Any:
+    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside."""
+    from torch.distributed.fsdp import FSDPModule
+
+    seen: dict[int, Any] = {}
+    for root in [module, *stages]:
+        for m in root.modules():
+            if isinstance(m, FSDPModule) and id(m) not in seen:
+                seen[id(m)] = m
+    sharded = list(seen.values())
+    for m in sharded:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in sharded:
+            m.reshard()
+            m.set_reshard_after_forward(reshard_after_forward, recurse=False)
+
+
+def _defines_configure_ddp(module: nn.Module) -> bool:
+    """Whether the user's class (not trainmesh's Module, whose default returns None) defines it."""
+    for cls in type(module).__mro__:
+        if "configure_ddp" in vars(cls):
+            return cls.__module__ != "trainmesh.module"
+    return False
+
+
+def _has_dtensors(module: nn.Module) -> bool:
+    return any(_is_dtensor(p) for p in module.parameters())
+
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor"
+
+
+def _rows_in(inputs: Any) -> int:
+    first = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+    return int(first.shape[0])
+
+
+def _merged_optimizer_states(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """One optimizer state (keyed by parameter name) from the stages' pieces."""
+    merged: dict[str, Any] = {"state": {}, "param_groups": []}
+    for piece in pieces:
+        merged["state"].update(piece.get("state", {}))
+        for index, group in enumerate(piece.get("param_groups", [])):
+            if index == len(merged["param_groups"]):
+                merged["param_groups"].append({**group, "params": list(group["params"])})
+            else:
+                merged["param_groups"][index]["params"] += [p for p in group["params"]
+                                                            if p not in merged["param_groups"][index]["params"]]
+    return merged
+
+
+def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
+    """A name-keyed optimizer state cut down to the parameters this stage's optimizer holds."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    held = {names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names}
+    if not saved.get("state") or not any(isinstance(k, str) for k in saved["state"]):
+        return saved
+    groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
+    return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}

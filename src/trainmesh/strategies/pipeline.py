@@ -1,0 +1,430 @@
+"""Pipeline parallelism on ``torch.distributed.pipelining``: the model cut into stages, each rank
+holding its stages' layers, batches run through a schedule in micro-batches.
+
+How a model is cut. Its *parts*, in the order its forward runs them, are its top-level children,
+with top-level containers (``nn.Sequential``, ``nn.ModuleList``, ``nn.ModuleDict``) counted
+member by member (``"layers.3"``). A stage is a run of consecutive parts: named by split points
+(``split_points=["layers.4"]`` starts the second stage at ``layers.4``) or, by default, balanced
+by parameter count. A rank keeps its stages' parts and drops the rest, torchtitan's way: a
+dropped top-level child becomes ``None`` and a dropped container member is removed with its
+name kept, so parameter names stay those of the whole model (one distributed checkpoint, written
+by every stage, loads into the whole model). The stage's forward is the model's own ``forward``:
+it must skip what is ``None`` (``h = self.embed(x) if self.embed is not None else x``); an
+``nn.Sequential`` left empty passes its input through. The first step checks that each stage
+ran exactly its parts, in their order, so a forward that runs parts in another order than they
+were registered is an error, not a wrong model.
+
+How the loss is computed. Only the last stage has the model's output. There, for each
+micro-batch, the module's own ``training_step`` runs with ``self(x)`` answered by the pipeline's
+output for that micro-batch (``replaying``); validation, test and predict steps run the same way
+on the whole batch's output of a forward-only pass (``schedule.eval``). The input fed to the
+first stage is ``module.pipeline_input(batch)`` (the first element of a tuple batch by default).
+
+A stage fixes its activation shapes at its first step, so each distinct input shape gets its own
+stages and schedule (a partial last batch, an evaluation batch size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainmesh.utilities.collections import apply_to_tensors
+
+# Schedule names (case and "_" ignored) -> torch's class name. Multi-stage schedules hold
+# several stages per rank; the V-shaped ones place them r and 2*pp-1-r.
+SCHEDULES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved1f1b": "ScheduleInterleaved1F1B",
+    "loopedbfs": "ScheduleLoopedBFS",
+    "interleavedzerobubble": "ScheduleInterleavedZeroBubble",
+    "zbvzerobubble": "ScheduleZBVZeroBubble",
+    "dualpipev": "ScheduleDualPipeV",
+}
+_SINGLE_STAGE = {"gpipe", "1f1b"}
+_V_SHAPED = {"zbvzerobubble", "dualpipev"}
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleChoice:
+    key: str
+    class_name: str
+    stages_per_rank: int
+
+    @property
+    def v_shaped(self) -> bool:
+        return self.key in _V_SHAPED
+
+
+def choose_schedule(name: str, stages_per_rank: int | None) -> ScheduleChoice:
+    key = name.lower().replace("_", "").replace("-", "")
+    if key not in SCHEDULES:
+        raise ValueError(f"pipeline schedule {name!r} is not known; choose one of: {', '.join(SCHEDULES)}")
+    if key in _SINGLE_STAGE:
+        if stages_per_rank not in (None, 1):
+            raise ValueError(f"schedule {name!r} runs one stage per rank; stages_per_rank={stages_per_rank} needs an "
+                             "interleaved schedule (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble)")
+        return ScheduleChoice(key, SCHEDULES[key], 1)
+    per_rank = 2 if stages_per_rank is None else stages_per_rank
+    if key in _V_SHAPED and per_rank != 2:
+        raise ValueError(f"schedule {name!r} places exactly 2 stages on each rank (a V); stages_per_rank={per_rank}")
+    if per_rank < 2:
+        raise ValueError(f"schedule {name!r} interleaves several stages per rank; give stages_per_rank of 2 or more")
+    return ScheduleChoice(key, SCHEDULES[key], per_rank)
+
+
+def stage_indices(pp_rank: int, pp_size: int, choice: ScheduleChoice) -> list[int]:
+    """The stages rank ``pp_rank`` holds: ``r, r+pp, ...`` (looped) or ``r, 2*pp-1-r`` (V)."""
+    if choice.v_shaped:
+        return [pp_rank, 2 * pp_size - 1 - pp_rank]
+    return [pp_rank + round_ * pp_size for round_ in range(choice.stages_per_rank)]
+
+
+# ---- cutting the model ----------------------------------------------------------------------
+def pipeline_parts(module: nn.Module) -> list[str]:
+    """The model's parts in registration order: top-level children, containers member by member."""
+    own = [name for name, p in module._parameters.items() if p is not None]
+    if own:
+        raise ValueError(
+            f"{type(module).__name__} holds parameters directly ({', '.join(own)}), which no pipeline stage can "
+            "own; put them in a submodule (e.g. an nn.Embedding or a small nn.Module) so that one stage holds them"
+        )
+    parts: list[str] = []
+    for name, child in module.named_children():
+        if isinstance(child, _CONTAINERS):
+            parts += [f"{name}.{key}" for key, member in child._modules.items() if member is not None]
+        else:
+            parts.append(name)
+    return parts
+
+
+def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] | None) -> list[list[str]]:
+    """The parts of each stage: cut before each split point, or balanced by parameter count."""
+    parts = pipeline_parts(module)
+    owner = type(module).__name__
+    if len(parts) < num_stages:
+        raise ValueError(
+            f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages; "
+            "use fewer stages (pp x stages_per_rank), or a model with more blocks"
+        )
+    if split_points:
+        points = list(split_points)
+        if len(points) != num_stages - 1:
+            raise ValueError(f"{num_stages} pipeline stages need {num_stages - 1} split points; got {len(points)}: {points}")
+        missing = [p for p in points if p not in parts]
+        if missing:
+            raise ValueError(
+                f"split point(s) {missing} name no part of {owner}; a split point is a top-level child or a member of a "
+                f"top-level container, one of: {', '.join(parts)}"
+            )
+        cuts = [parts.index(p) for p in points]
+        if cuts != sorted(set(cuts)) or cuts[0] == 0:
+            raise ValueError(f"split points {points} must be in the model's order, distinct, and not its first part {parts[0]!r}")
+    else:
+        cuts = _balanced_cuts([_parameter_count(module.get_submodule(p)) for p in parts], num_stages)
+    bounds = [0, *cuts, len(parts)]
+    return [parts[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _balanced_cuts(sizes: list[int], num_stages: int) -> list[int]:
+    """Cut points giving each stage about ``1/num_stages`` of the parameters, each stage non-empty."""
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    total, cuts, previous = prefix[-1], [], 0
+    for k in range(1, num_stages):
+        candidates = range(previous + 1, len(sizes) - (num_stages - k) + 1)
+        best = min(candidates, key=lambda c: abs(prefix[c] - k * total / num_stages))
+        cuts.append(best)
+        previous = best
+    return cuts
+
+
+def keep_only(module: nn.Module, parts: set[str]) -> None:
+    """Drop, in place, every part not in ``parts`` (names of the rest are unchanged)."""
+    for name in pipeline_parts(module):
+        if name in parts:
+            continue
+        container, _, member = name.partition(".")
+        if member:
+            del module.get_submodule(container)._modules[member]  # not `del seq[i]`: that renumbers
+        else:
+            setattr(module, name, None)
+
+
+def stage_view(module: nn.Module, parts: set[str]) -> nn.Module:
+    """A module sharing ``module``'s layers (the same objects) that holds only ``parts``: one
+    stage of a rank that holds several. Sharding or splitting a layer shows in both."""
+    view = copy.copy(module)
+    view._modules = dict(module._modules)
+    for name, child in module._modules.items():
+        if child is None:
+            continue
+        if isinstance(child, _CONTAINERS):
+            kept = copy.copy(child)
+            kept._modules = {key: member for key, member in child._modules.items() if f"{name}.{key}" in parts}
+            view._modules[name] = kept
+        elif name not in parts:
+            view._modules[name] = None
+    return view
+
+
+class PartOrderCheck:
+    """Records which parts a stage's forward ran, in which order, to compare with its cut."""
+
+    def __init__(self, stage_module: nn.Module, parts: list[str], stage_index: int) -> None:
+        self.parts, self.stage_index, self.seen = parts, stage_index, []  # type: ignore[var-annotated]
+        self.handles = [stage_module.get_submodule(name).register_forward_pre_hook(self._recorder(name))
+                        for name in parts]
+
+    def _recorder(self, name: str) -> Callable[..., None]:
+        def record(*_: Any) -> None:
+            if name not in self.seen:
+                self.seen.append(name)
+        return record
+
+    def verify(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        if self.seen == self.parts:
+            return
+        skipped = [p for p in self.parts if p not in self.seen]
+        problem = (f"its forward never ran {skipped}" if skipped
+                   else f"its forward ran them in the order {self.seen}")
+        raise RuntimeError(
+            f"pipeline stage {self.stage_index} holds the parts {self.parts} (in registration order), but {problem}. "
+            "A stage's parts must run in the order the model registers them, each on the stage's input: register "
+            "the layers in the order forward uses them, or name split_points that follow it"
+        )
+
+
+# ---- the last stage's hooks, answered by the pipeline's output ------------------------------
+class ReplayedForward:
+    """Stands in for ``self(...)`` inside a step hook: returns what the pipeline computed."""
+
+    def __init__(self, output: Any, expected_input: Any, hook: str) -> None:
+        self.output, self.expected_input, self.hook, self.calls = output, expected_input, hook, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError(
+                f"{self.hook} called self(...) twice; under pipeline parallelism the model's forward runs once per "
+                "batch, across the stages. Call it once, on pipeline_input(batch)"
+            )
+        given = args[0] if len(args) == 1 and not kwargs else (args, kwargs)
+        if not _same(given, self.expected_input):
+            raise ValueError(
+                f"{self.hook} called self(...) on something other than pipeline_input(batch), which is what the first "
+                "pipeline stage received. Do the transformation inside forward, or override pipeline_input(batch) "
+                "to return the model's input"
+            )
+        return self.output
+
+
+def _same(given: Any, expected: Any) -> bool:
+    if given is expected:
+        return True
+    if isinstance(given, torch.Tensor) and isinstance(expected, torch.Tensor):
+        return given.shape == expected.shape and given.dtype == expected.dtype and bool(torch.equal(given, expected))
+    return False
+
+
+@contextlib.contextmanager
+def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str) -> Iterator[ReplayedForward]:
+    """While inside, ``module(...)`` returns ``output`` (see ``Module.__call__``)."""
+    replay = ReplayedForward(output, expected_input, hook)
+    module.__dict__["_replayed_forward"] = replay
+    try:
+        yield replay
+    finally:
+        module.__dict__.pop("_replayed_forward", None)
+    if replay.calls == 0:
+        raise RuntimeError(
+            f"{hook} never called self(...): under pipeline parallelism its result must come from the model's "
+            "forward, which the pipeline runs; call self(pipeline_input(batch)) once"
+        )
+
+
+def rows(batch: Any, index: torch.Tensor) -> Any:
+    """The micro-batch of ``batch`` at ``index`` (every tensor's leading rows)."""
+    return apply_to_tensors(batch, lambda t: t[index] if t.dim() > 0 else t)
+
+
+def check_pipeline_loader(loader: Any, *, train: bool, microbatches: int, schedule: ScheduleChoice) -> None:
+    """Refuse, before any step, the loaders a pipeline cannot run: training batches that do not
+    cut into ``microbatches`` equal micro-batches (the last, partial one included), and any
+    evaluation under a schedule that cannot run forward only."""
+    if not train:
+        if schedule.v_shaped:
+            raise ValueError(
+                f"the {schedule.class_name} schedule cannot run forward only in this torch (its V-shaped action list "
+                "runs backward steps even in eval() and fails), so validation, test and predict cannot run under it. "
+                "Use Interleaved1F1B or InterleavedZeroBubble, which evaluate, or train without evaluation"
+            )
+        return  # evaluation batches of any size run (in as many micro-batches as divide them)
+    batch_size = getattr(loader, "batch_size", None)
+    if batch_size is None:
+        return  # a batch sampler of the user's: checked at each step
+    if batch_size % microbatches:
+        raise ValueError(
+            f"the training batch size {batch_size} cannot be cut into {microbatches} equal pipeline micro-batches; "
+            f"use a batch size divisible by {microbatches}, or microbatches= that divides {batch_size}"
+        )
+    try:
+        samples = len(loader.sampler)
+    except TypeError:
+        return
+    last = samples % batch_size
+    if last and not getattr(loader, "drop_last", False) and last % microbatches:
+        raise ValueError(
+            f"each epoch ends with a partial batch of {last} samples ({samples} samples per data-parallel rank, "
+            f"batches of {batch_size}), which {microbatches} pipeline micro-batches cannot cut evenly; pass "
+            f"drop_last=True to the DataLoader, or use a dataset size that leaves no partial batch"
+        )
+
+
+# ---- stages and schedules ------------------------------------------------------------------
+class Pipeline:
+    """This rank's stages, and one schedule per input shape (a stage fixes its shapes at its
+    first step). ``step`` runs a batch through the whole pipeline."""
+
+    def __init__(self, stages: dict[int, nn.Module], parts: dict[int, list[str]], num_stages: int,
+                 choice: ScheduleChoice, microbatches: int, group: Any, device: torch.device) -> None:
+        self.stages, self.parts, self.num_stages = stages, parts, num_stages
+        self.choice, self.microbatches, self.group, self.device = choice, microbatches, group, device
+        self.holds_first, self.holds_last = 0 in stages, num_stages - 1 in stages
+        pp_size = num_stages // choice.stages_per_rank
+        self.last_stage_rank = next(r for r in range(pp_size) if num_stages - 1 in stage_indices(r, pp_size, choice))
+        self._schedules: dict[Any, _Scheduled] = {}
+        self._checked = False
+
+    def microbatches_for(self, size: int, *, training: bool) -> int:
+        """How many micro-batches a batch of ``size`` runs in (training: exactly ``microbatches``)."""
+        if training:
+            if size % self.microbatches:
+                raise ValueError(
+                    f"a training batch of {size} samples cannot be cut into {self.microbatches} equal micro-batches; "
+                    f"use a batch size divisible by {self.microbatches} (and drop_last=True for a partial last batch)"
+                )
+            return self.microbatches
+        # Forward only: any count works; the most micro-batches that divide the batch.
+        return max(d for d in range(1, min(self.microbatches, size) + 1) if size % d == 0)
+
+    def _schedule(self, example: Any, count: int, training: bool) -> _Scheduled:
+        # Training and evaluation keep separate schedules: torch re-infers a schedule's shapes
+        # (with a round of messages) whenever it switches between the two.
+        shapes = tuple((tuple(t.shape), t.dtype) for t in _tensors(example))
+        key = (shapes, count, training)
+        if key not in self._schedules:
+            self._schedules[key] = self._build(count, training)
+        return self._schedules[key]
+
+    def _build(self, count: int, training: bool) -> _Scheduled:
+        from torch.distributed import pipelining
+        from torch.distributed.pipelining import schedules
+
+        built = [pipelining.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
+                 for index, module in sorted(self.stages.items())]
+        cls = getattr(schedules, self.choice.class_name)
+        scheduled = _Scheduled(count)
+        try:
+            # Without a loss a schedule runs forward only: evaluation's.
+            scheduled.schedule = cls(built[0] if len(built) == 1 else built, n_microbatches=count,
+                                     loss_fn=scheduled.loss if training else None)
+        except (ValueError, AssertionError) as err:
+            raise ValueError(f"torch's {self.choice.class_name} refuses this layout ({len(built)} stage(s) per rank, "
+                             f"{self.num_stages} stages, {count} micro-batches): {err}") from err
+        return scheduled
+
+    def step(self, inputs: Any, size: int, *, training: bool,
+             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None) -> Any:
+        """Run one batch (``inputs`` for the first stage; ``size`` rows). Training calls
+        ``loss(output, rows)`` on the last stage per micro-batch and backpropagates it; returns
+        the last stage's merged output when evaluating (None elsewhere)."""
+        if not training and self.choice.v_shaped:
+            raise ValueError(
+                f"the {self.choice.class_name} schedule cannot run forward only in this torch: its V-shaped action list "
+                "runs backward steps even in eval() and fails. Train without validation/test/predict under it, or "
+                "use Interleaved1F1B or InterleavedZeroBubble, which evaluate"
+            )
+        count = self.microbatches_for(size, training=training)
+        scheduled = self._schedule(inputs, count, training)
+        args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
+        args = args if self.holds_first else ()
+        check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
+        if not training:
+            output = scheduled.schedule.step(*args)
+        else:
+            kwargs = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
+            with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
+                output = scheduled.schedule.step(*args, return_outputs=False, **kwargs)
+        if check is not None:
+            self._checked = True
+            for stage_check in check:
+                stage_check.verify()
+        return output
+
+
+class _Scheduled:
+    """One torch schedule, and the loss its last stage calls during a training step.
+
+    A new schedule first infers its stages' shapes: on the last stage that calls the loss once
+    on placeholder tensors (uninitialised memory). That call must not reach the module's
+    ``training_step`` (it would log garbage): it gets a stand-in of the right shape, and the
+    calls that follow are counted, so that a torch that skipped the inference would be caught
+    rather than lose a micro-batch.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count, self.schedule = count, None  # type: ignore[var-annotated]
+        self.inferred = False
+        self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
+        self._calls = 0
+
+    @contextlib.contextmanager
+    def computing(self, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None, *, expected_calls: int) -> Iterator[None]:
+        self._loss, self._calls = loss, 0
+        try:
+            yield
+        finally:
+            self._loss = None
+        self.inferred = True
+        if self._calls != expected_calls:
+            raise RuntimeError(
+                f"the pipeline's last stage computed {self._calls} micro-batch losses in a step of {expected_calls} "
+                "micro-batches: this torch version's schedule calls the loss differently than trainmesh expects, "
+                "and the step's gradient would be wrong. Please report it with the torch version"
+            )
+
+    def loss(self, output: Any, index: torch.Tensor) -> torch.Tensor:
+        if not self.inferred:  # the very first call of a new schedule: shape inference
+            self.inferred = True
+            return _placeholder_loss(output)
+        self._calls += 1
+        assert self._loss is not None, "the loss is set for the duration of a training step"
+        return self._loss(output, index)
+
+
+def _placeholder_loss(output: Any) -> torch.Tensor:
+    """A loss with the output's gradient shapes and no value that matters (shape inference)."""
+    parts = [(t.float() * 0).sum() for t in _tensors(output) if t.is_floating_point()]
+    return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    apply_to_tensors(value, lambda t: found.append(t) or t)
+    return found

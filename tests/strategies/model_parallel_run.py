@@ -1,0 +1,129 @@
+"""The processes of test_model_parallel.py: one Trainer run under a named layout.
+
+python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
+  LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
+          | ddp | fsdp | pp_split
+  KEY=VALUE: clip=1.0, accumulate=2, epochs=2, resume=PATH, save=PATH, steps=N
+Rank 0 writes OUT: the whole model's weights (gathered), callback_metrics, the step count.
+The global batch is the same in every layout (16 samples), so every layout matches `single`.
+"""
+
+import faulthandler
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from trainmesh.strategies import ModelParallelStrategy
+
+GLOBAL_BATCH, D = 16, 16
+
+
+def dataset(n=96, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    return TensorDataset(x, (x[:, :4].argmax(1) + (x[:, 5] > 1).long()) % 4)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(D)
+        self.up = nn.Linear(D, 2 * D)
+        self.down = nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(self.norm(x))))
+
+
+class Net(tm.Module):
+    """A small transformer-like stack; forward skips the parts another pipeline stage holds."""
+
+    def __init__(self, lossp=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lossp = lossp
+        self.inp = nn.Linear(8, D)
+        self.layers = nn.ModuleDict({str(i): Block() for i in range(4)})
+        self.head = nn.Linear(D, 4)
+
+    def forward(self, x):
+        h = self.inp(x) if self.inp is not None else x
+        for layer in self.layers.values():
+            h = layer(h)
+        return self.head(h) if self.head is not None else h
+
+    def tensor_parallel_plan(self):
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        plan = {"layers.*.up": ColwiseParallel(), "layers.*.down": RowwiseParallel()}
+        if self.lossp:
+            plan["head"] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+        return plan
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, on_epoch=True, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", F.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(-1) == y).float().mean() if not self.lossp else torch.tensor(0.0))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+
+LAYOUTS = {
+    "single": (1, lambda: "single"),
+    "ddp": (2, lambda: "ddp"),
+    "fsdp": (2, lambda: "fsdp"),
+    "pp_gpipe": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="GPipe", microbatches=4)),
+    "pp_1f1b": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)),
+    "pp_split": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", split_points=["layers.1"])),
+    "pp_interleaved": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="Interleaved1F1B", microbatches=4)),
+    "pp_zbv": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="ZBVZeroBubble", microbatches=4)),
+    "tp": (2, lambda: "tp"),
+    "tp_lossp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1, loss_parallel=True)),
+    "fsdp_tp": (4, lambda: "fsdp_tp"),
+    "pp_replicate": (4, lambda: ModelParallelStrategy(pp=2, dp_replicate=2, dp_shard=1, microbatches=2)),
+    "pp_fsdp": (4, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2)),
+}
+
+
+def main():
+    faulthandler.dump_traceback_later(int(os.environ.get("RUN_TIMEOUT", "240")), exit=True)
+    out, layout = sys.argv[1], sys.argv[2]
+    opts = dict(arg.split("=", 1) for arg in sys.argv[3:])
+    devices, strategy = LAYOUTS[layout]
+    model = Net(lossp=layout == "tp_lossp")
+    dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2}.get(layout, 1)
+    loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp)
+    val = DataLoader(dataset(40, seed=1), batch_size=GLOBAL_BATCH // dp)
+    trainer = tm.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy(), max_epochs=int(opts.get("epochs", 2)),
+        max_steps=int(opts.get("steps", -1)), enable_progress_bar=False, enable_model_summary=False, logger=False,
+        enable_checkpointing="save" in opts, num_sanity_val_steps=0,
+        gradient_clip_val=float(opts["clip"]) if "clip" in opts else None,
+        accumulate_grad_batches=int(opts.get("accumulate", 1)),
+        default_root_dir=opts.get("save", os.path.dirname(out)),
+    )
+    trainer.fit(model, loader, val if opts.get("val", "1") == "1" else None, ckpt_path=opts.get("resume"))
+    if "save" in opts:
+        trainer.save_checkpoint(opts["save"])
+    full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
+    if trainer.is_global_zero:
+        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()},
+                    "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step}, out)
+
+
+if __name__ == "__main__":
+    main()
