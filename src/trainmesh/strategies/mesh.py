@@ -46,7 +46,9 @@ class ParallelDims:
             raise ValueError(f"mesh sizes must be positive integers or -1 (the rest); got {bad}")
         rest = [axis for axis, size in sizes.items() if size == -1]
         if len(rest) > 1:
-            raise ValueError(f"only one mesh axis may be -1 (the rest of the processes); {rest} are")
+            default = " (dp_shard is -1 unless given: set dp_shard=1 for another axis to take the rest)" \
+                if "dp_shard" in rest else ""
+            raise ValueError(f"only one mesh axis may be -1 (the rest of the processes); {rest} are{default}")
         known = 1
         for size in sizes.values():
             known *= size if size != -1 else 1
@@ -59,8 +61,8 @@ class ParallelDims:
             sizes[rest[0]] = world_size // known
         elif known != world_size:
             raise ValueError(
-                f"the mesh {_describe(sizes)} needs {known} processes, but the run has {world_size}; "
-                "make the sizes multiply to the number of processes (devices x nodes), or give one as -1"
+                f"the mesh {_describe(sizes)} needs {known} process{'es' if known != 1 else ''}, but the run has "
+                f"{world_size}; make the sizes multiply to the number of processes (devices x nodes), or give one as -1"
             )
         return ParallelDims(**sizes, order=tuple(self.order))
 
@@ -78,7 +80,8 @@ class ParallelDims:
 
 
 def _describe(sizes: dict[str, int]) -> str:
-    return " x ".join(f"{axis}={size}" for axis, size in sizes.items() if size != 1)
+    named = " x ".join(f"{axis}={size}" for axis, size in sizes.items() if size != 1)
+    return named or "of one process (every size 1)"
 
 
 class ParallelMesh:

@@ -26,7 +26,8 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
-from trainmesh.checkpoint.distributed import save_distributed
+from trainmesh.checkpoint.compat import check_state_dict_fits
+from trainmesh.checkpoint.distributed import is_distributed_checkpoint, save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -332,7 +333,31 @@ class ModelParallelStrategy(DistributedStrategy):
 
     def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                         keys: CheckpointKeys) -> dict[str, Any]:
-        return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
+        checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
+        if self._mesh.group_size("pp") == 1 or is_distributed_checkpoint(path) or module is None:
+            return checkpoint  # a distributed checkpoint was read into this stage's own layers only
+        return self._stage_share_of_file(checkpoint, path, module, keys, with_optimizers=bool(optimizers))
+
+    def _stage_share_of_file(self, checkpoint: dict[str, Any], path: str, module: nn.Module, keys: CheckpointKeys, *,
+                             with_optimizers: bool) -> dict[str, Any]:
+        """A whole model's checkpoint file, cut down to this stage's layers (checked against
+        the whole pipeline's: every stage's names together must be the file's)."""
+        own = {name: value for name, value in module.state_dict().items()}
+        shapes = {name: tuple(value.shape) for name, value in own.items()}
+        whole: dict[str, Any] = {}
+        for piece in collectives.all_gather_object(self._mesh, shapes, over="pp"):
+            whole.update({name: torch.empty(shape, device="meta") for name, shape in piece.items()})
+        check_state_dict_fits(whole, checkpoint[keys.model], source=path)
+        checkpoint[keys.model] = {k: v for k, v in checkpoint[keys.model].items() if k in own}
+        saved_optimizers = checkpoint.get(keys.optimizers) or []
+        if with_optimizers and any(isinstance(k, int) for state in saved_optimizers for k in state.get("state", {})):
+            raise ValueError(
+                f"{path} holds optimizer state numbered by the whole model's parameters (a one-file checkpoint), which "
+                "a pipeline stage holding some of them cannot place. Resume a pipelined run from a distributed "
+                "checkpoint (written by fsdp or a model-parallel run), or load only the weights (Trainer.validate/"
+                "test/predict with ckpt_path=, or Module.load_from_checkpoint) and train on from there"
+            )
+        return checkpoint
 
 
 @contextlib.contextmanager

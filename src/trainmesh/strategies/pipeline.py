@@ -65,9 +65,12 @@ class ScheduleChoice:
 
 
 def choose_schedule(name: str, stages_per_rank: int | None) -> ScheduleChoice:
+    if stages_per_rank is not None and (not isinstance(stages_per_rank, int) or isinstance(stages_per_rank, bool)):
+        raise TypeError(f"stages_per_rank={stages_per_rank!r}; give a whole number of stages per rank (or leave it unset)")
     key = name.lower().replace("_", "").replace("-", "")
     if key not in SCHEDULES:
-        raise ValueError(f"pipeline schedule {name!r} is not known; choose one of: {', '.join(SCHEDULES)}")
+        known = ", ".join(cls.removeprefix("Schedule") for cls in SCHEDULES.values())
+        raise ValueError(f"pipeline schedule {name!r} is not known; choose one of: {known}")
     if key in _SINGLE_STAGE:
         if stages_per_rank not in (None, 1):
             raise ValueError(f"schedule {name!r} runs one stage per rank; stages_per_rank={stages_per_rank} needs an "
@@ -75,7 +78,8 @@ def choose_schedule(name: str, stages_per_rank: int | None) -> ScheduleChoice:
         return ScheduleChoice(key, SCHEDULES[key], 1)
     per_rank = 2 if stages_per_rank is None else stages_per_rank
     if key in _V_SHAPED and per_rank != 2:
-        raise ValueError(f"schedule {name!r} places exactly 2 stages on each rank (a V); stages_per_rank={per_rank}")
+        raise ValueError(f"schedule {name!r} places exactly 2 stages on each rank (a V); stages_per_rank={per_rank}: "
+                         "leave stages_per_rank unset, or give 2")
     if per_rank < 2:
         raise ValueError(f"schedule {name!r} interleaves several stages per rank; give stages_per_rank of 2 or more")
     return ScheduleChoice(key, SCHEDULES[key], per_rank)
@@ -115,6 +119,8 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
             f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages; "
             "use fewer stages (pp x stages_per_rank), or a model with more blocks"
         )
+    if isinstance(split_points, str):
+        raise TypeError(f"split_points={split_points!r} is one string; give a list of part names, e.g. split_points=[{split_points!r}]")
     if split_points:
         points = list(split_points)
         if len(points) != num_stages - 1:
@@ -224,7 +230,10 @@ class ReplayedForward:
                 f"{self.hook} called self(...) twice; under pipeline parallelism the model's forward runs once per "
                 "batch, across the stages. Call it once, on pipeline_input(batch)"
             )
-        given = args[0] if len(args) == 1 and not kwargs else (args, kwargs)
+        if kwargs:
+            given: Any = (args, kwargs)
+        else:
+            given = args[0] if len(args) == 1 else args  # self(x), or self(x, mask) for a tuple input
         if not _same(given, self.expected_input):
             raise ValueError(
                 f"{self.hook} called self(...) on something other than pipeline_input(batch), which is what the first "
@@ -239,6 +248,10 @@ def _same(given: Any, expected: Any) -> bool:
         return True
     if isinstance(given, torch.Tensor) and isinstance(expected, torch.Tensor):
         return given.shape == expected.shape and given.dtype == expected.dtype and bool(torch.equal(given, expected))
+    if isinstance(given, (tuple, list)) and isinstance(expected, (tuple, list)):
+        return len(given) == len(expected) and all(_same(a, b) for a, b in zip(given, expected))
+    if isinstance(given, dict) and isinstance(expected, dict):
+        return given.keys() == expected.keys() and all(_same(given[k], expected[k]) for k in given)
     return False
 
 

@@ -1,8 +1,8 @@
 """Tensor parallelism: a module's layers split across the ``tp`` axis with PyTorch's own
 ``parallelize_module`` and the plan the module states.
 
-A plan maps module names (``fnmatch`` patterns such as ``"layers.*.up"`` are allowed, as in
-``parallelize_module``) to ``ParallelStyle`` objects. It is checked before anything is split: a
+A plan maps module names (``fnmatch`` patterns such as ``"layers.*.up"`` are allowed, matched
+one dotted component at a time as ``parallelize_module`` matches them) to ``ParallelStyle`` objects. It is checked before anything is split: a
 name that matches no module, or a layer whose split dimension the tensor-parallel size does not
 divide, is an error that names it.
 """
@@ -33,7 +33,7 @@ def check_tensor_parallel_plan(module: nn.Module, plan: Mapping[str, Any], tp_si
     names = [name for name, _ in module.named_modules() if name]
     owner = type(module).__name__
     for pattern, style in plan.items():
-        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        matched = [name for name in names if plan_key_matches(name, pattern)]
         if not matched:
             shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
             raise ValueError(
@@ -52,6 +52,14 @@ def check_tensor_parallel_plan(module: nn.Module, plan: Mapping[str, Any], tp_si
                     f"which {tp_size} tensor-parallel ranks cannot divide evenly. Choose a tp size that divides "
                     f"{size}, a layer size divisible by {tp_size}, or leave {name!r} out of the plan"
                 )
+
+
+def plan_key_matches(name: str, pattern: str) -> bool:
+    """Whether plan key ``pattern`` names module ``name`` as ``parallelize_module`` reads it:
+    component by component (``"layers.*.up"`` matches ``"layers.3.up"``; ``"*.up"`` does not,
+    since ``*`` stands for one name, not a dotted path)."""
+    names, patterns = name.split("."), pattern.split(".")
+    return len(names) == len(patterns) and all(fnmatch.fnmatchcase(n, p) for n, p in zip(names, patterns))
 
 
 def _split_dimension(layer: nn.Module, style: Any, colwise: type, rowwise: type) -> tuple[str, int] | None:
