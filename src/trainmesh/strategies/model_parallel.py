@@ -258,7 +258,9 @@ class ModelParallelStrategy(DistributedStrategy):
         # Data-parallel peers may hold batches of different sizes here (run in different numbers
         # of micro-batches), or a padding batch: the shards are gathered once per batch, the
         # same collective on every peer, and stay whole through the micro-batches.
-        with _gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward):
+        sharded = self._mesh.group_size("dp_shard") > 1
+        with _gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward) if sharded \
+                else contextlib.nullcontext():
             if size == 0:
                 return None  # a padding batch (equal-length evaluation shards): nothing to run
             self._follow_mode(module)
@@ -362,13 +364,15 @@ class ModelParallelStrategy(DistributedStrategy):
 
 @contextlib.contextmanager
 def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool) -> Any:
-    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside."""
+    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside
+    (``replicate``'s modules, FSDPModules too, hold whole parameters already: left alone)."""
+    from torch.distributed._composable.replicate_with_fsdp import ReplicateModule
     from torch.distributed.fsdp import FSDPModule
 
     seen: dict[int, Any] = {}
     for root in [module, *stages]:
         for m in root.modules():
-            if isinstance(m, FSDPModule) and id(m) not in seen:
+            if isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule) and id(m) not in seen:
                 seen[id(m)] = m
     sharded = list(seen.values())
     for m in sharded:

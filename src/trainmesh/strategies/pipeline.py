@@ -122,7 +122,8 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
     if isinstance(split_points, str):
         raise TypeError(f"split_points={split_points!r} is one string; give a list of part names, e.g. split_points=[{split_points!r}]")
     if split_points:
-        points = list(split_points)
+        # A top-level container's name cuts before its first member ("seq2" = "seq2.0").
+        points = [_first_member(module, p) if p not in parts else p for p in split_points]
         if len(points) != num_stages - 1:
             raise ValueError(f"{num_stages} pipeline stages need {num_stages - 1} split points; got {len(points)}: {points}")
         missing = [p for p in points if p not in parts]
@@ -138,6 +139,13 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
         cuts = _balanced_cuts([_parameter_count(module.get_submodule(p)) for p in parts], num_stages)
     bounds = [0, *cuts, len(parts)]
     return [parts[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _first_member(module: nn.Module, name: str) -> str:
+    child = module._modules.get(name)
+    if isinstance(child, _CONTAINERS) and child._modules:
+        return f"{name}.{next(iter(child._modules))}"
+    return name
 
 
 def _parameter_count(module: nn.Module) -> int:
