@@ -3,8 +3,12 @@
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
           | ddp | fsdp | pp_split
-  KEY=VALUE: clip=1.0, accumulate=2, epochs=2, resume=PATH, save=PATH, steps=N
+  KEY=VALUE: clip=1.0, accumulate=2, epochs=2, steps=N, val=0 (no validation loader),
+             save=PATH (after fit: Trainer.save_checkpoint(PATH); a model-parallel or fsdp run writes a
+             distributed checkpoint directory there), resume=PATH (fit(ckpt_path=PATH): another layout may
+             resume it; with epochs= the saved run's epochs no training step runs)
 Rank 0 writes OUT: the whole model's weights (gathered), callback_metrics, the step count.
+The Trainer's own files (ModelCheckpoint's, with save=) go to OUT's folder, never into PATH.
 The global batch is the same in every layout (16 samples), so every layout matches `single`.
 """
 
@@ -114,7 +118,7 @@ def main():
         enable_checkpointing="save" in opts, num_sanity_val_steps=0,
         gradient_clip_val=float(opts["clip"]) if "clip" in opts else None,
         accumulate_grad_batches=int(opts.get("accumulate", 1)),
-        default_root_dir=opts.get("save", os.path.dirname(out)),
+        default_root_dir=os.path.dirname(os.path.abspath(out)),
     )
     trainer.fit(model, loader, val if opts.get("val", "1") == "1" else None, ckpt_path=opts.get("resume"))
     if "save" in opts:
