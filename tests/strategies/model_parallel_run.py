@@ -2,7 +2,7 @@
 
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
-          | ddp | fsdp | pp_split
+          | ddp | fsdp | pp_split | pp_fsdp_tp (world 8)
   KEY=VALUE: clip=1.0, accumulate=2, epochs=2, steps=N, val=0 (no validation loader),
              save=PATH (after fit: Trainer.save_checkpoint(PATH); a model-parallel or fsdp run writes a
              distributed checkpoint directory there), resume=PATH (fit(ckpt_path=PATH): another layout may
@@ -99,6 +99,7 @@ LAYOUTS = {
     "tp_lossp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1, loss_parallel=True)),
     "fsdp_tp": (4, lambda: "fsdp_tp"),
     "pp_replicate": (4, lambda: ModelParallelStrategy(pp=2, dp_replicate=2, dp_shard=1, microbatches=2)),
+    "pp_fsdp_tp": (8, lambda: ModelParallelStrategy(pp=2, dp_shard=2, tp=2, microbatches=2)),
     "pp_fsdp": (4, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2)),
 }
 
@@ -109,7 +110,7 @@ def main():
     opts = dict(arg.split("=", 1) for arg in sys.argv[3:])
     devices, strategy = LAYOUTS[layout]
     model = Net(lossp=layout == "tp_lossp")
-    dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2}.get(layout, 1)
+    dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2, "pp_fsdp_tp": 2}.get(layout, 1)
     loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp)
     val = DataLoader(dataset(40, seed=1), batch_size=GLOBAL_BATCH // dp)
     trainer = tm.Trainer(

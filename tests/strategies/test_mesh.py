@@ -2,7 +2,6 @@
 data sharding and reductions by the data-parallel rank and group."""
 
 import json
-from pathlib import Path
 
 import pytest
 

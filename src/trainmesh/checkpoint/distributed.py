@@ -119,13 +119,15 @@ def templates_for(module: nn.Module, optimizers: Sequence[Optimizer], *, model_k
     }
 
 
-def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any]) -> dict[str, Any]:
+def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *, part: bool = False) -> dict[str, Any]:
     """Load ``path``: the state file's entries, plus each sharded entry loaded into its template.
 
     ``templates`` maps a sharded key to a state shaped like this run's (a state dict, or a list
     of them for a list entry); see :func:`templates_for`. A template key the checkpoint does not
     hold is left out of the result, and so is a sharded entry without a template. A list entry
-    the checkpoint holds fewer items of comes back with only the items it holds.
+    the checkpoint holds fewer items of comes back with only the items it holds. With ``part``
+    a template may hold some of the checkpoint's names only (a pipeline stage's layers; the caller
+    checks that the stages together hold them all).
     """
     import torch.distributed.checkpoint as dcp
 
@@ -134,7 +136,7 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any]) ->
     rest, record = _read_state_file(source)
     metadata = dcp.FileSystemReader(str(source)).read_metadata().state_dict_metadata
     held = {key: entry for key, entry in record["entries"].items() if key in templates}
-    tensors = {entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source)
+    tensors = {entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
                for key, entry in held.items()}
     dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
     loaded = {}
@@ -145,7 +147,8 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any]) ->
     return {**rest, **loaded}
 
 
-def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapping[str, Any], source: Path) -> Any:
+def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapping[str, Any], source: Path, *,
+                  part: bool = False) -> Any:
     """What DCP should load for one entry: the template, checked against what the checkpoint holds."""
     stored = _stored_under(entry["stored_as"], metadata)
     if entry["list"] != isinstance(template, (list, tuple)):
@@ -157,7 +160,8 @@ def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapp
         # Only the items the checkpoint holds: DCP refuses a template key it cannot find.
         return {str(i): item for i, item in enumerate(template) if str(i) in held}
     if _is_tensor_dict(template):
-        check_state_dict_fits(template, {k: _Shape(m) for k, m in stored.items() if hasattr(m, "size")},
+        shapes = {k: _Shape(m) for k, m in stored.items() if hasattr(m, "size")}
+        check_state_dict_fits(template, {k: v for k, v in shapes.items() if k in template} if part else shapes,
                               source=str(source))
     return template
 

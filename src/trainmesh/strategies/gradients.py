@@ -52,7 +52,8 @@ def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float |
     grads = [p.grad for p in parameters if p.grad is not None]
     if max_norm is None:
         assert clip_value is not None
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        for grad in grads:  # one by one: torch's foreach refuses DTensors of different meshes together
+            grad.clamp_(-clip_value, clip_value)
         return None
     # One norm per mesh and layout (DTensors on different meshes cannot share a foreach kernel):
     # each becomes a plain tensor, the norm over all of that group's shards.
@@ -72,5 +73,10 @@ def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float |
     if across_stages and dist.is_available() and dist.is_initialized():
         dist.all_reduce(local, op=dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM, group=stage_group)
     total = local if inf else local.pow(1.0 / norm_type)
-    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    # Scaled group by group, by a number: one foreach over DTensors of different meshes (or
+    # DTensors and plain tensors) is refused by torch.
+    coefficient = min(1.0, max_norm / (float(total) + 1e-6))
+    if coefficient < 1.0:
+        for group in by_layout.values():
+            torch._foreach_mul_(group, coefficient)
     return total

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.distributed import is_distributed_checkpoint, save_distributed
+from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint, save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -107,6 +107,7 @@ class ModelParallelStrategy(DistributedStrategy):
                             pp_within_node=pp_within_node)
         self._pipeline: Pipeline | None = None
         self._root: nn.Module | None = None  # the FSDP root a stage-less step runs through
+        self._whole_model_order: dict[str, int] = {}
 
     @property
     def metrics_source(self) -> Any:
@@ -159,6 +160,8 @@ class ModelParallelStrategy(DistributedStrategy):
         pp = self._mesh.group_size("pp")
         if pp == 1:
             return {0: []}
+        # Parameter names in the whole model's order: the order one process's optimizer lists them.
+        self._whole_model_order = {name: i for i, (name, _) in enumerate(module.named_parameters())}
         cut = split_parts(module, self._num_stages(), self.split_points)
         mine = {index: cut[index] for index in stage_indices(self._mesh.rank("pp"), pp, self.schedule)}
         keep_only(module, {part for parts in mine.values() for part in parts})
@@ -304,11 +307,26 @@ class ModelParallelStrategy(DistributedStrategy):
         options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and not pipelined)
         state = {"model": get_model_state_dict(module, options=options),
                  "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
-        if sharded or not pipelined:
+        if not pipelined:
+            return state
+        if sharded:
+            # One optimizer record for the whole model: each stage's parameter groups list its
+            # own names only, and the checkpoint keeps one stage's copy.
+            state["optim"] = [self._with_every_stages_names(optimizer_state) for optimizer_state in state["optim"]]
             return state
         pieces = collectives.all_gather_object(self._mesh, apply_to_tensors(state, lambda t: t.detach().cpu()), over="pp")
         return {"model": {k: v for piece in pieces for k, v in piece["model"].items()},
                 "optim": [_merged_optimizer_states([piece["optim"][i] for piece in pieces]) for i in range(len(optimizers))]}
+
+    def _with_every_stages_names(self, optimizer_state: dict[str, Any]) -> dict[str, Any]:
+        names = [group["params"] for group in optimizer_state.get("param_groups", [])]
+        pieces = collectives.all_gather_object(self._mesh, names, over="pp")
+        order = self._whole_model_order
+        groups = []
+        for index, group in enumerate(optimizer_state.get("param_groups", [])):
+            every = {name for piece in pieces for name in piece[index]}
+            groups.append({**group, "params": sorted(every, key=lambda name: order.get(name, len(order)))})
+        return {**optimizer_state, "param_groups": groups}
 
     def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
                         state: dict[str, Any], *, strict: bool = True) -> None:
@@ -335,21 +353,31 @@ class ModelParallelStrategy(DistributedStrategy):
 
     def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                         keys: CheckpointKeys) -> dict[str, Any]:
-        checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
-        if self._mesh.group_size("pp") == 1 or is_distributed_checkpoint(path) or module is None:
-            return checkpoint  # a distributed checkpoint was read into this stage's own layers only
+        pipelined = self._mesh.group_size("pp") > 1 and module is not None
+        if pipelined and is_distributed_checkpoint(path):
+            # Each stage reads its own layers; together the stages must hold the checkpoint's.
+            stored = {name: torch.empty(shape, device="meta") for name, shape in inspect_distributed(path)[1][keys.model].items()}
+            check_state_dict_fits(self._whole_model_shapes(module), stored, source=path)
+        checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu", part_of_model=pipelined)
+        if not pipelined or is_distributed_checkpoint(path):
+            return checkpoint
+        assert module is not None
         return self._stage_share_of_file(checkpoint, path, module, keys, with_optimizers=bool(optimizers))
+
+    def _whole_model_shapes(self, module: nn.Module) -> dict[str, Any]:
+        """Every stage's state names and shapes (meta tensors), gathered over the pipeline."""
+        shapes = {name: tuple(value.shape) for name, value in module.state_dict().items()}
+        whole: dict[str, Any] = {}
+        for piece in collectives.all_gather_object(self._mesh, shapes, over="pp"):
+            whole.update({name: torch.empty(shape, device="meta") for name, shape in piece.items()})
+        return whole
 
     def _stage_share_of_file(self, checkpoint: dict[str, Any], path: str, module: nn.Module, keys: CheckpointKeys, *,
                              with_optimizers: bool) -> dict[str, Any]:
         """A whole model's checkpoint file, cut down to this stage's layers (checked against
         the whole pipeline's: every stage's names together must be the file's)."""
-        own = {name: value for name, value in module.state_dict().items()}
-        shapes = {name: tuple(value.shape) for name, value in own.items()}
-        whole: dict[str, Any] = {}
-        for piece in collectives.all_gather_object(self._mesh, shapes, over="pp"):
-            whole.update({name: torch.empty(shape, device="meta") for name, shape in piece.items()})
-        check_state_dict_fits(whole, checkpoint[keys.model], source=path)
+        own = module.state_dict()
+        check_state_dict_fits(self._whole_model_shapes(module), checkpoint[keys.model], source=path)
         checkpoint[keys.model] = {k: v for k, v in checkpoint[keys.model].items() if k in own}
         saved_optimizers = checkpoint.get(keys.optimizers) or []
         if with_optimizers and any(isinstance(k, int) for state in saved_optimizers for k in state.get("state", {})):

@@ -363,8 +363,11 @@ class Pipeline:
         scheduled = _Scheduled(count)
         try:
             # Without a loss a schedule runs forward only: evaluation's.
+            # scale_grads=False: torch would divide every gradient by the micro-batch count after
+            # each step, a gradient accumulated over earlier batches too; each micro-batch's
+            # loss is divided instead (``_Scheduled.loss``), which touches this step's share only.
             scheduled.schedule = cls(built[0] if len(built) == 1 else built, n_microbatches=count,
-                                     loss_fn=scheduled.loss if training else None)
+                                     loss_fn=scheduled.loss if training else None, scale_grads=False)
         except (ValueError, AssertionError) as err:
             raise ValueError(f"torch's {self.choice.class_name} refuses this layout ({len(built)} stage(s) per rank, "
                              f"{self.num_stages} stages, {count} micro-batches): {err}") from err
@@ -436,7 +439,7 @@ class _Scheduled:
             return _placeholder_loss(output)
         self._calls += 1
         assert self._loss is not None, "the loss is set for the duration of a training step"
-        return self._loss(output, index)
+        return self._loss(output, index) / self.count  # the batch's mean over its micro-batches
 
 
 def _placeholder_loss(output: Any) -> torch.Tensor:

@@ -140,7 +140,9 @@ def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> 
         resume_rng = None
         if _fit_done(trainer):
             return
-    mid_epoch_resume = resume_rng is not None
+    # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
+    # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
+    mid_epoch_resume = resume_rng is not None and loop.batches_done > 0
     if not mid_epoch_resume:
         sink.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
     train_results = sink.results
