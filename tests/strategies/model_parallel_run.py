@@ -6,7 +6,8 @@ python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
   KEY=VALUE: clip=1.0, accumulate=2, epochs=2, steps=N, val=0 (no validation loader),
              save=PATH (after fit: Trainer.save_checkpoint(PATH); a model-parallel or fsdp run writes a
              distributed checkpoint directory there), resume=PATH (fit(ckpt_path=PATH): another layout may
-             resume it; with epochs= the saved run's epochs no training step runs)
+             resume it; with epochs= the saved run's epochs no training step runs), evaluate=1 (after fit:
+             Trainer.test and Trainer.predict on 37 held-out samples, saved as "test" and "predictions")
 Rank 0 writes OUT: the whole model's weights (gathered), callback_metrics, the step count.
 The Trainer's own files (ModelCheckpoint's, with save=) go to OUT's folder, never into PATH.
 The global batch is the same in every layout (16 samples), so every layout matches `single`.
@@ -82,6 +83,10 @@ class Net(tm.Module):
         self.log("val_loss", F.cross_entropy(logits, y))
         self.log("val_acc", (logits.argmax(-1) == y).float().mean() if not self.lossp else torch.tensor(0.0))
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", F.cross_entropy(self(x), y))
+
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
@@ -124,10 +129,16 @@ def main():
     trainer.fit(model, loader, val if opts.get("val", "1") == "1" else None, ckpt_path=opts.get("resume"))
     if "save" in opts:
         trainer.save_checkpoint(opts["save"])
+    evaluated = {}
+    if opts.get("evaluate") == "1":
+        # test and predict after fit: a batch of 7 (37 samples) is the last one of each shard.
+        held_out = DataLoader(dataset(37, seed=2), batch_size=GLOBAL_BATCH // dp)
+        evaluated["test"] = trainer.test(model, held_out, verbose=False)
+        evaluated["predictions"] = torch.cat([p.cpu() for p in trainer.predict(model, held_out)])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:
         torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()},
-                    "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step}, out)
+                    "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step, **evaluated}, out)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,15 @@ def test_pipeline_x_fsdp_x_tensor_parallel_on_eight_processes_matches_one_proces
     assert_matches(legs("pp_fsdp_tp"), legs("single"))
 
 
+@pytest.mark.parametrize("layout", ["pp_1f1b", "fsdp_tp"])
+def test_test_and_predict_after_fit_match_one_process(legs, layout):
+    # 37 samples: each data-parallel shard ends with a short batch, run in fewer micro-batches.
+    got, expected = legs(layout, evaluate=1), legs("single", evaluate=1)
+    assert got["test"][0]["test_loss"] == pytest.approx(expected["test"][0]["test_loss"], abs=ATOL)
+    assert got["predictions"].shape == expected["predictions"].shape == (37, 4)
+    torch.testing.assert_close(got["predictions"], expected["predictions"], rtol=0, atol=ATOL)
+
+
 # ---- 5. checkpoints -------------------------------------------------------------------------------
 
 def test_pipeline_writes_a_distributed_checkpoint_with_every_stage(legs):

@@ -68,8 +68,17 @@ def broadcast(mesh: ParallelMesh, obj: Any, src: int = 0) -> Any:
     return holder[0]
 
 
+def loss_from_last_stage(mesh: ParallelMesh, loss: torch.Tensor, *, stage_rank: int) -> torch.Tensor:
+    """The last pipeline stage's scalar ``loss``, in place on every stage (the others pass a
+    placeholder of the same shape and dtype). Free without pipelining."""
+    if mesh.group_size("pp") == 1 or not (dist.is_available() and dist.is_initialized()):
+        return loss
+    dist.broadcast(loss, src=mesh.global_rank_with(pp=stage_rank), group=mesh.group("pp"))
+    return loss
+
+
 def from_last_stage(mesh: ParallelMesh, value: Any, *, stage_rank: int) -> Any:
-    """The last pipeline stage's ``value`` (a tensor, or any picklable object), on every stage of
+    """The last pipeline stage's ``value`` (any picklable object; the others pass anything), on every stage of
     this process's pipeline (``stage_rank``: the pipeline rank holding that stage): what only the
     last stage computes (the loss, logged metrics, a prediction) reaches the others, so that
     they all decide alike. Free without pipelining."""
@@ -77,9 +86,6 @@ def from_last_stage(mesh: ParallelMesh, value: Any, *, stage_rank: int) -> Any:
     if stages == 1 or not (dist.is_available() and dist.is_initialized()):
         return value
     src, group = mesh.global_rank_with(pp=stage_rank), mesh.group("pp")
-    if isinstance(value, torch.Tensor):
-        dist.broadcast(value, src=src, group=group)
-        return value
     holder = [value]
     dist.broadcast_object_list(holder, src=src, group=group)
     return holder[0]

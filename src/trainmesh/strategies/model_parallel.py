@@ -244,7 +244,7 @@ class ModelParallelStrategy(DistributedStrategy):
         # Every stage gets the last stage's loss: the progress bar, the finiteness check and
         # anything deciding from it run alike on every rank.
         loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)
-        loss = collectives.from_last_stage(self._mesh, loss.float(), stage_rank=self._pipeline.last_stage_rank)
+        loss = collectives.loss_from_last_stage(self._mesh, loss.float(), stage_rank=self._pipeline.last_stage_rank)
         hooks.check_loss(loss)
         return StepResult(loss, {"loss": loss})
 

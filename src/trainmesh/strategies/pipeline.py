@@ -21,7 +21,8 @@ on the whole batch's output of a forward-only pass (``schedule.eval``). The inpu
 first stage is ``module.pipeline_input(batch)`` (the first element of a tuple batch by default).
 
 A stage fixes its activation shapes at its first step, so each distinct input shape gets its own
-stages and schedule (a partial last batch, an evaluation batch size).
+stages and schedule (an evaluation batch size). Evaluation batches of any size run: padded with
+copies of their last row to a multiple of the micro-batch count, the padding's outputs dropped.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ def check_pipeline_loader(loader: Any, *, train: bool, microbatches: int, schedu
                 "runs backward steps even in eval() and fails), so validation, test and predict cannot run under it. "
                 "Use Interleaved1F1B or InterleavedZeroBubble, which evaluate, or train without evaluation"
             )
-        return  # evaluation batches of any size run (in as many micro-batches as divide them)
+        return  # evaluation batches of any size run (padded to equal micro-batches)
     batch_size = getattr(loader, "batch_size", None)
     if batch_size is None:
         return  # a batch sampler of the user's: checked at each step
@@ -332,17 +333,12 @@ class Pipeline:
         self._schedules: dict[Any, _Scheduled] = {}
         self._checked = False
 
-    def microbatches_for(self, size: int, *, training: bool) -> int:
-        """How many micro-batches a batch of ``size`` runs in (training: exactly ``microbatches``)."""
-        if training:
-            if size % self.microbatches:
-                raise ValueError(
-                    f"a training batch of {size} samples cannot be cut into {self.microbatches} equal micro-batches; "
-                    f"use a batch size divisible by {self.microbatches} (and drop_last=True for a partial last batch)"
-                )
-            return self.microbatches
-        # Forward only: any count works; the most micro-batches that divide the batch.
-        return max(d for d in range(1, min(self.microbatches, size) + 1) if size % d == 0)
+    def check_training_batch(self, size: int) -> None:
+        if size % self.microbatches:
+            raise ValueError(
+                f"a training batch of {size} samples cannot be cut into {self.microbatches} equal micro-batches; "
+                f"use a batch size divisible by {self.microbatches} (and drop_last=True for a partial last batch)"
+            )
 
     def _schedule(self, example: Any, count: int, training: bool) -> _Scheduled:
         # Training and evaluation keep separate schedules: torch re-infers a schedule's shapes
@@ -384,13 +380,20 @@ class Pipeline:
                 "runs backward steps even in eval() and fails. Train without validation/test/predict under it, or "
                 "use Interleaved1F1B or InterleavedZeroBubble, which evaluate"
             )
-        count = self.microbatches_for(size, training=training)
+        count = self.microbatches
+        if training:
+            self.check_training_batch(size)
+        else:
+            # Forward only, any size: padded (with copies of its last row) to equal micro-batches
+            # the schedule accepts; the padding's outputs are cut off again below.
+            inputs = _padded(inputs, -size % count)
         scheduled = self._schedule(inputs, count, training)
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
         check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
         if not training:
             output = scheduled.schedule.step(*args)
+            output = apply_to_tensors(output, lambda t: t[:size]) if output is not None else None
         else:
             kwargs = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
             with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
@@ -446,6 +449,13 @@ def _placeholder_loss(output: Any) -> torch.Tensor:
     """A loss with the output's gradient shapes and no value that matters (shape inference)."""
     parts = [(t.float() * 0).sum() for t in _tensors(output) if t.is_floating_point()]
     return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
+def _padded(inputs: Any, rows: int) -> Any:
+    """``inputs`` with ``rows`` copies of their last row added (every tensor along dim 0)."""
+    if rows == 0:
+        return inputs
+    return apply_to_tensors(inputs, lambda t: torch.cat([t, t[-1:].expand(rows, *t.shape[1:])]))
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
