@@ -111,10 +111,15 @@ class Module(nn.Module):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # On a pipeline's last stage, a step hook's self(x) is answered by the output the
-        # pipeline computed (trainmesh.strategies.pipeline.replaying); anywhere else, forward.
+        # pipeline computed (trainmesh.strategies.pipeline.replaying); a pipeline stage called
+        # outside its schedule is refused (it would return its activations as the model's output);
+        # anywhere else, forward.
         replayed = self.__dict__.get("_replayed_forward")
         if replayed is not None:
             return replayed(*args, **kwargs)
+        refusal = self.__dict__.get("_outside_pipeline")
+        if refusal is not None:
+            raise RuntimeError(refusal)  # one stage of a pipeline, called as if it were the model
         return super().__call__(*args, **kwargs)
 
     def setup(self, stage: str) -> None:

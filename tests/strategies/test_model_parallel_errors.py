@@ -608,6 +608,19 @@ def test_setup_module_keeps_only_this_ranks_stage():
     assert pipeline.parts == {1: ["layers.2", "layers.3", "head"]} and pipeline.microbatches == 2
 
 
+def test_a_pipeline_stage_called_outside_its_schedule_is_refused():
+    # A user's own loop calling model(x) on a stage would get the stage's activations as the output.
+    strategy = _one_rank_of(ModelParallelStrategy(pp=2, dp_shard=1, split_points=["layers.2"]), 0, pp=2)
+    model = strategy.setup_module(Net())
+    tokens = torch.randint(0, 12, (2, 5))
+    _raises(RuntimeError, lambda: model(tokens), "one stage of a pipeline", "runtime.train_step")
+    from trainmesh.strategies.pipeline import _inside_schedule
+
+    with _inside_schedule(strategy._pipeline.stages.values()):  # what the schedule itself calls
+        assert model(tokens).shape == (2, 5, D)  # stage 0's activations: embed, layers 0-1
+    _raises(RuntimeError, lambda: model(tokens), "one stage of a pipeline")
+
+
 def test_a_bad_split_point_is_refused_at_setup():
     strategy = _one_rank_of(ModelParallelStrategy(pp=2, dp_shard=1, split_points=["layers.9"]), 0, pp=2)
     _raises(ValueError, lambda: strategy.setup_module(Net()), "['layers.9'] name no part of Net")

@@ -37,7 +37,7 @@ from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_ker
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.pipeline import (
-    Pipeline, check_pipeline_loader, choose_schedule, keep_only, replaying, rows, split_parts, stage_indices, stage_view,
+    Pipeline, check_pipeline_loader, choose_schedule, keep_only, refuse_direct_calls, replaying, rows, split_parts, stage_indices, stage_view,
 )
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
@@ -153,6 +153,7 @@ class ModelParallelStrategy(DistributedStrategy):
             num_stages = self._num_stages()
             self._pipeline = Pipeline(stages, stage_parts, num_stages, self.schedule, self.microbatches or num_stages,
                                       mesh.group("pp"), self._device)
+            refuse_direct_calls(module)  # a user's loop calling model(x) would get a stage's activations
         return module
 
     def _cut_pipeline(self, module: nn.Module) -> dict[int, list[str]]:

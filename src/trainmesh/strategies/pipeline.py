@@ -391,6 +391,16 @@ class Pipeline:
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
         check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
+        with _inside_schedule(self.stages.values()):
+            output = self._run(scheduled, args, size, count, training, loss)
+        if check is not None:
+            self._checked = True
+            for stage_check in check:
+                stage_check.verify()
+        return output
+
+    def _run(self, scheduled: _Scheduled, args: tuple[Any, ...], size: int, count: int, training: bool,
+             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None) -> Any:
         if not training:
             output = scheduled.schedule.step(*args)
             output = apply_to_tensors(output, lambda t: t[:size]) if output is not None else None
@@ -398,10 +408,6 @@ class Pipeline:
             kwargs = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
             with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
                 output = scheduled.schedule.step(*args, return_outputs=False, **kwargs)
-        if check is not None:
-            self._checked = True
-            for stage_check in check:
-                stage_check.verify()
         return output
 
 
@@ -449,6 +455,29 @@ def _placeholder_loss(output: Any) -> torch.Tensor:
     """A loss with the output's gradient shapes and no value that matters (shape inference)."""
     parts = [(t.float() * 0).sum() for t in _tensors(output) if t.is_floating_point()]
     return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
+OUTSIDE_PIPELINE = (
+    "this module is one stage of a pipeline (ModelParallelStrategy(pp=...)): called directly, it would return "
+    "its stage's activations as if they were the model's output. Run steps through the Trainer, or "
+    "runtime.train_step / runtime.eval_step in your own loop"
+)
+
+
+def refuse_direct_calls(module: nn.Module) -> None:
+    """From now on ``module(...)`` outside the pipeline's schedule is an error (``Module.__call__``)."""
+    module.__dict__["_outside_pipeline"] = OUTSIDE_PIPELINE
+
+
+@contextlib.contextmanager
+def _inside_schedule(stages: Any) -> Iterator[None]:
+    """The schedule calls the stages' modules: lift their refusal meanwhile."""
+    lifted = [m for m in stages if m.__dict__.pop("_outside_pipeline", None) is not None]
+    try:
+        yield
+    finally:
+        for m in lifted:
+            refuse_direct_calls(m)
 
 
 def _padded(inputs: Any, rows: int) -> Any:
