@@ -259,9 +259,9 @@ class ModelParallelStrategy(DistributedStrategy):
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
         inputs = module.pipeline_input(batch)
         size = _rows_in(inputs)
-        # Data-parallel peers may hold batches of different sizes here (run in different numbers
-        # of micro-batches), or a padding batch: the shards are gathered once per batch, the
-        # same collective on every peer, and stay whole through the micro-batches.
+        # Data-parallel peers may hold batches of different sizes here (micro-batches of other
+        # shapes), or a padding batch: the shards are gathered once per batch, the same
+        # collective on every peer, and stay whole through the micro-batches.
         sharded = self._mesh.group_size("dp_shard") > 1
         with _gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward) if sharded \
                 else contextlib.nullcontext():
