@@ -270,6 +270,10 @@ class Runtime:
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         return collectives.broadcast(self.mesh, obj, src)
 
+    def broadcast_tensors(self, tensors: Sequence[torch.Tensor], src: int = 0, *, over: str = "dp") -> None:
+        """In place: ``tensors`` take rank ``src``'s values on every process of the axis (free on one)."""
+        collectives.broadcast_tensors(self.mesh, tensors, src, over=over)
+
     def barrier(self, name: str | None = None) -> None:
         collectives.barrier(self.mesh)
 

@@ -68,6 +68,25 @@ def broadcast(mesh: ParallelMesh, obj: Any, src: int = 0) -> Any:
     return holder[0]
 
 
+def broadcast_tensors(mesh: ParallelMesh, tensors: Any, src: int = 0, *, over: str = "dp") -> None:
+    """In place: every tensor takes its value on the process of rank ``src`` along ``over``
+    (its rank within that axis's group). Tensors of one dtype travel as one flat message."""
+    tensors = list(tensors)
+    if not tensors or not _talks(mesh, over):
+        return
+    group = mesh.group(over)
+    source = src if group is None else dist.get_global_rank(group, src)
+    by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_kind.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+    with torch.no_grad():
+        for same in by_kind.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in same])
+            dist.broadcast(flat, src=source, group=group)
+            for tensor, piece in zip(same, flat.split([t.numel() for t in same])):
+                tensor.copy_(piece.view_as(tensor))
+
+
 def loss_from_last_stage(mesh: ParallelMesh, loss: torch.Tensor, *, stage_rank: int) -> torch.Tensor:
     """The last pipeline stage's scalar ``loss``, in place on every stage (the others pass a
     placeholder of the same shape and dtype). Free without pipelining."""
