@@ -9,7 +9,9 @@ exist and the launcher only reads where this one sits.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +47,8 @@ class ElasticLauncher:
         or a run of one process); None when launch() must start the processes."""
         if self._process is None:
             self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
+            if self._process is not None:
+                die_with_agent()
         if self._process is None and self.devices * self.num_nodes == 1:
             self._process = ProcessInfo(master_port=find_free_port())
         return self._process
@@ -80,10 +84,14 @@ def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
         backend, endpoint, configs = "c10d", f"127.0.0.1:{port}", {}
     else:
         backend, endpoint, configs = "static", _multi_node_endpoint(), {"rank": _node_rank()}
+    run_id = f"trainmesh-{uuid.uuid4().hex[:8]}"
+    # The workers check that this process is still their parent (die_with_agent); torch does
+    # not tell them its pid.
+    os.environ[AGENT_VARIABLE] = f"{os.getpid()} {run_id}"
     # Two workers on a few cores should not each start a thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
     config = LaunchConfig(
-        min_nodes=num_nodes, max_nodes=num_nodes, nproc_per_node=devices, run_id=f"trainmesh-{uuid.uuid4().hex[:8]}",
+        min_nodes=num_nodes, max_nodes=num_nodes, nproc_per_node=devices, run_id=run_id,
         rdzv_backend=backend, rdzv_endpoint=endpoint, rdzv_configs=configs,
         max_restarts=0,  # a failure ends the run; restarting would hide the error
         monitor_interval=0.1,
@@ -105,6 +113,75 @@ def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
             flush=True,
         )
         raise SystemExit(error.exitcode if error.exitcode and error.exitcode > 0 else 1) from None
+
+
+AGENT_VARIABLE = "TRAINMESH_ELASTIC_AGENT"  # "<agent pid> <run id>", set by run_agent for its workers
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_watching_agent = False
+
+
+def die_with_agent() -> None:
+    """In a worker of an elastic agent (ours or torchrun's), die when the agent dies.
+
+    The agent stops its workers when it stops normally, on an error, Ctrl-C or SIGTERM; but
+    SIGKILL (the OOM killer, ``kill -9``, a scheduler's last resort) gives it no chance, and its
+    workers would live on as orphans: nothing can stop them or hear that they failed any more,
+    and they keep training and writing checkpoints over the files of the run that replaces them.
+    So on Linux the kernel sends each worker SIGKILL when its parent dies (PR_SET_PDEATHSIG);
+    elsewhere a thread watches the parent's pid. PR_SET_PDEATHSIG fires when the *thread* that
+    started the worker exits; the elastic agent starts its workers with subprocess from the
+    thread that runs it, which lives until the workers are done.
+    """
+    global _watching_agent
+    if _watching_agent or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    _watching_agent = True
+    agent = _agent_pid()
+    if not _kill_me_when_parent_dies():
+        threading.Thread(target=_watch_parent, args=(agent,), name="trainmesh-agent-watch", daemon=True).start()
+    # After asking for the signal, not before: a parent that died in between would never send it.
+    if os.getppid() != agent:
+        _agent_gone(agent)
+
+
+def _agent_pid() -> int:
+    """The pid of the agent that started this worker: the one trainmesh's agent recorded for
+    this run, else (torchrun) this process's parent now."""
+    pid, _, run_id = os.environ.get(AGENT_VARIABLE, "").partition(" ")
+    if pid.isdigit() and run_id == os.environ.get("TORCHELASTIC_RUN_ID"):
+        return int(pid)
+    return os.getppid()
+
+
+def _kill_me_when_parent_dies() -> bool:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL) through libc; False where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        result = libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                            ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        return False
+    return result == 0
+
+
+def _watch_parent(agent: int) -> None:
+    while True:
+        if os.getppid() != agent:
+            _agent_gone(agent)
+        threading.Event().wait(1.0)
+
+
+def _agent_gone(agent: int) -> None:
+    try:
+        print(f"trainmesh: worker {os.getpid()} stops: its elastic agent (pid {agent}) is gone", file=sys.stderr,
+              flush=True)
+    except Exception:  # noqa: BLE001 - the agent may have held the other end of stderr
+        pass
+    os._exit(1)
 
 
 def _failure_text(error: Any) -> str:
