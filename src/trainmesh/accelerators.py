@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 
@@ -75,7 +79,78 @@ def resolve_devices(device_type: str, devices: int | str | list[int] | tuple[int
             f"{available} {device_type} device(s); ask for at most {available}"
             + (", or use accelerator='cpu'" if device_type != "cpu" else "")
         )
+    if device_type == "cpu":
+        check_cpu_processes(len(indices))
     return indices
+
+
+# More CPU processes per node than this many times the logical cores is refused: each would get
+# a sliver of a core, and the run would crawl (or exhaust memory) rather than train.
+CPU_OVERSUBSCRIPTION_LIMIT = 4
+
+
+def check_cpu_processes(processes: int) -> None:
+    """Warn when ``processes`` CPU processes on this node outnumber its physical cores; refuse far beyond.
+
+    Runs where the devices are resolved, before any process starts.
+    """
+    logical = logical_cpu_count()
+    if processes > CPU_OVERSUBSCRIPTION_LIMIT * logical:
+        raise ValueError(
+            f"devices={processes} on CPU would start {processes} processes on this node, but it has only "
+            f"{logical} logical CPU core(s) (more than {CPU_OVERSUBSCRIPTION_LIMIT}x oversubscribed). Use fewer "
+            f"devices: at most {physical_cpu_count()} (one process per physical core) for speed, and no more "
+            f"than {CPU_OVERSUBSCRIPTION_LIMIT * logical}; for more processes use more nodes (num_nodes)"
+        )
+    physical = physical_cpu_count()
+    if processes > physical:
+        rank_zero_warn(
+            f"devices={processes} on CPU starts {processes} processes on this node, which has {physical} physical "
+            f"CPU core(s) ({logical} logical): each process gets about {physical / processes:.2g} of a core, and "
+            f"training is slower than with devices={physical} or fewer",
+            stacklevel=3,
+        )
+
+
+def logical_cpu_count() -> int:
+    """The logical CPUs this process may run on (its affinity set where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def physical_cpu_count() -> int:
+    """Physical cores (psutil if installed, else /proc/cpuinfo), at most the logical CPUs usable."""
+    logical = logical_cpu_count()
+    physical = None
+    try:
+        import psutil  # type: ignore[import-not-found]
+
+        physical = psutil.cpu_count(logical=False)
+    except Exception:  # not installed, or it could not tell
+        physical = None
+    if not physical:
+        physical = _physical_cores_from_cpuinfo()
+    return max(1, min(physical or logical, logical))
+
+
+def _physical_cores_from_cpuinfo(path: str = "/proc/cpuinfo") -> int | None:
+    """Distinct (physical id, core id) pairs in ``path``; None where it lists no core ids (e.g. ARM)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    cores = set()
+    for block in text.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        if "core id" in fields:
+            cores.add((fields.get("physical id", "0"), fields["core id"]))
+    return len(cores) or None
 
 
 def _parse_devices(devices: object) -> int | str | list[int]:

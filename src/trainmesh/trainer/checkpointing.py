@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
+from trainmesh.checkpoint.distributed import STATE_FILE, check_complete, is_distributed_checkpoint
 from trainmesh.seed import capture_rng_state
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
@@ -204,7 +206,12 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
 
 
 def _newest_last_ckpt(trainer: Any) -> tuple[str, list[str]]:
-    """The newest ``last*.ckpt`` an earlier run of this set-up wrote ("" if none), and the folders searched."""
+    """The newest complete ``last*.ckpt`` an earlier run of this set-up wrote ("" if none), and the folders searched.
+
+    A checkpoint is a file, or a directory (a distributed checkpoint: fsdp, sharded, hsdp,
+    model-parallel) that holds everything a complete save writes. trainmesh's own temporaries
+    (``.NAME.xxxx.tmp`` while saving, ``.NAME.xxxx.old`` while replacing) are never candidates.
+    """
     # An earlier run wrote under default_root_dir, or in its own version folder next to this
     # run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
     # there would make fit start from scratch instead of resuming.
@@ -216,8 +223,46 @@ def _newest_last_ckpt(trainer: Any) -> tuple[str, list[str]]:
         folders.append(callback.dirpath)
     folders = list(dict.fromkeys(os.path.abspath(folder) for folder in folders))
     folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]
-    candidates = []
+    candidates: dict[str, float] = {}  # path -> when it was completed
     for folder in folders:
-        for root, _dirs, files in os.walk(folder):
-            candidates += [os.path.join(root, f) for f in files if f.startswith("last") and f.endswith(".ckpt")]
-    return (max(candidates, key=os.path.getmtime) if candidates else ""), folders
+        for root, dirs, files in os.walk(folder):
+            for name in files:
+                if _is_last_name(name):
+                    path = os.path.join(root, name)
+                    candidates[path] = os.path.getmtime(path)
+            descend = []
+            for name in dirs:
+                path = os.path.join(root, name)
+                if _is_trainmesh_temporary(name):
+                    continue  # a save in progress or a retired checkpoint being deleted
+                if _is_last_name(name) and is_distributed_checkpoint(path):
+                    completed = _completed_at(path)
+                    if completed is not None:
+                        candidates[path] = completed
+                    continue  # a checkpoint's insides hold no further checkpoints
+                descend.append(name)
+            dirs[:] = descend
+    return (max(candidates, key=candidates.__getitem__) if candidates else ""), folders
+
+
+def _is_last_name(name: str) -> bool:
+    return name.startswith("last") and name.endswith(".ckpt")
+
+
+def _is_trainmesh_temporary(name: str) -> bool:
+    # atomic_save's and save_distributed's staging names, and _replace_directory's retired one.
+    return name.startswith(".") and name.endswith((".tmp", ".old"))
+
+
+def _completed_at(path: str) -> float | None:
+    """When the distributed checkpoint at ``path`` was completed; None if it is incomplete."""
+    try:
+        check_complete(Path(path))
+    except ValueError:
+        return None
+    # The state file is written last, inside the staging directory, just before the rename: its
+    # time is the save's (a directory's own mtime need not change when it is renamed into place).
+    try:
+        return max(os.path.getmtime(os.path.join(path, STATE_FILE)), os.path.getmtime(path))
+    except OSError:  # removed while we looked
+        return None
