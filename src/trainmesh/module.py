@@ -110,16 +110,12 @@ class Module(nn.Module):
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # On a pipeline's last stage, a step hook's self(x) is answered by the output the
-        # pipeline computed (trainmesh.strategies.pipeline.replaying); a pipeline stage called
-        # outside its schedule is refused (it would return its activations as the model's output);
-        # anywhere else, forward.
-        replayed = self.__dict__.get("_replayed_forward")
-        if replayed is not None:
-            return replayed(*args, **kwargs)
-        refusal = self.__dict__.get("_outside_pipeline")
-        if refusal is not None:
-            raise RuntimeError(refusal)  # one stage of a pipeline, called as if it were the model
+        # A pipeline puts something here (trainmesh.strategies.stage_calls.CALL_INSTEAD): on its last
+        # stage, a step hook's self(x) answered by the output the pipeline computed; on a stage
+        # called outside its schedule, a refusal. Anywhere else: forward, at one dict lookup's cost.
+        instead = self.__dict__.get("_call_instead")
+        if instead is not None:
+            return instead(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 
     def setup(self, stage: str) -> None:

@@ -17,9 +17,10 @@ from trainmesh.precision import Precision
 from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import PP_WITHIN_NODE_ORDER, ModelParallelStrategy, _defines_configure_ddp
 from trainmesh.strategies.pipeline import (
-    PartOrderCheck, _balanced_cuts, check_pipeline_loader, choose_schedule, keep_only, pipeline_parts, replaying,
-    split_parts, stage_indices, stage_view,
+    PartOrderCheck, _balanced_cuts, check_pipeline_loader, choose_schedule, keep_only, pipeline_parts, split_parts,
+    stage_indices, stage_view,
 )
+from trainmesh.strategies.stage_calls import replaying
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.tensor_parallel import check_tensor_parallel_plan, tensor_parallel_plan
 
@@ -442,7 +443,7 @@ def test_replay_answers_an_equal_input_once_and_forward_runs_again_after():
     model, x = Net(), torch.arange(4)
     with replaying(model, "output", x, "training_step") as replay:
         assert model(x.clone()) == "output"  # equal values, another tensor: the same input
-    assert replay.calls == 1 and "_replayed_forward" not in model.__dict__
+    assert replay.calls == 1 and "_call_instead" not in model.__dict__
     assert model(x).shape == (4, 3)
 
 
@@ -451,7 +452,7 @@ def test_an_error_inside_the_hook_is_not_masked_by_the_replay_check():
     with pytest.raises(KeyError, match="boom"):
         with replaying(model, "output", torch.arange(2), "training_step"):
             raise KeyError("boom")
-    assert "_replayed_forward" not in model.__dict__
+    assert "_call_instead" not in model.__dict__
 
 
 def test_pipeline_input_takes_the_first_element_and_refuses_a_dict_naming_the_override():
@@ -614,9 +615,9 @@ def test_a_pipeline_stage_called_outside_its_schedule_is_refused():
     model = strategy.setup_module(Net())
     tokens = torch.randint(0, 12, (2, 5))
     _raises(RuntimeError, lambda: model(tokens), "one stage of a pipeline", "runtime.train_step")
-    from trainmesh.strategies.pipeline import _inside_schedule
+    from trainmesh.strategies.stage_calls import inside_schedule
 
-    with _inside_schedule(strategy._pipeline.stages.values()):  # what the schedule itself calls
+    with inside_schedule(strategy._pipeline.stages.values()):  # what the schedule itself calls
         assert model(tokens).shape == (2, 5, D)  # stage 0's activations: embed, layers 0-1
     _raises(RuntimeError, lambda: model(tokens), "one stage of a pipeline")
 

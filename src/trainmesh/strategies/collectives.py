@@ -87,15 +87,6 @@ def broadcast_tensors(mesh: ParallelMesh, tensors: Any, src: int = 0, *, over: s
                 tensor.copy_(piece.view_as(tensor))
 
 
-def loss_from_last_stage(mesh: ParallelMesh, loss: torch.Tensor, *, stage_rank: int) -> torch.Tensor:
-    """The last pipeline stage's scalar ``loss``, in place on every stage (the others pass a
-    placeholder of the same shape and dtype). Free without pipelining."""
-    if mesh.group_size("pp") == 1 or not (dist.is_available() and dist.is_initialized()):
-        return loss
-    dist.broadcast(loss, src=mesh.global_rank_with(pp=stage_rank), group=mesh.group("pp"))
-    return loss
-
-
 def from_last_stage(mesh: ParallelMesh, value: Any, *, stage_rank: int) -> Any:
     """The last pipeline stage's ``value`` (any picklable object; the others pass anything), on every stage of
     this process's pipeline (``stage_rank``: the pipeline rank holding that stage): what only the

@@ -37,8 +37,9 @@ from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_ker
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.pipeline import (
-    Pipeline, check_pipeline_loader, choose_schedule, keep_only, refuse_direct_calls, replaying, rows, split_parts, stage_indices, stage_view,
+    Pipeline, check_pipeline_loader, choose_schedule, keep_only, rows, split_parts, stage_indices, stage_view,
 )
+from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
@@ -244,8 +245,8 @@ class ModelParallelStrategy(DistributedStrategy):
             self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch)
         # Every stage gets the last stage's loss: the progress bar, the finiteness check and
         # anything deciding from it run alike on every rank.
-        loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)
-        loss = collectives.loss_from_last_stage(self._mesh, loss.float(), stage_rank=self._pipeline.last_stage_rank)
+        loss = (torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)).float()
+        collectives.broadcast_tensors(self._mesh, [loss], src=self._pipeline.last_stage_rank, over="pp")
         hooks.check_loss(loss)
         return StepResult(loss, {"loss": loss})
 
@@ -311,23 +312,27 @@ class ModelParallelStrategy(DistributedStrategy):
         if not pipelined:
             return state
         if sharded:
-            # One optimizer record for the whole model: each stage's parameter groups list its
-            # own names only, and the checkpoint keeps one stage's copy.
-            state["optim"] = [self._with_every_stages_names(optimizer_state) for optimizer_state in state["optim"]]
+            # Each stage writes its own shards, but one optimizer record for the whole model:
+            # its parameter groups must name every stage's parameters (the checkpoint keeps one copy).
+            for optimizer_state in state["optim"]:
+                names = collectives.all_gather_object(self._mesh, _group_names(optimizer_state), over="pp")
+                optimizer_state["param_groups"] = self._every_stages_groups(optimizer_state, names)
             return state
         pieces = collectives.all_gather_object(self._mesh, apply_to_tensors(state, lambda t: t.detach().cpu()), over="pp")
-        return {"model": {k: v for piece in pieces for k, v in piece["model"].items()},
-                "optim": [_merged_optimizer_states([piece["optim"][i] for piece in pieces]) for i in range(len(optimizers))]}
+        optim = []
+        for index, optimizer_state in enumerate(state["optim"]):
+            stage_states = [piece["optim"][index] for piece in pieces]
+            optim.append({"state": {k: v for each in stage_states for k, v in each.get("state", {}).items()},
+                          "param_groups": self._every_stages_groups(optimizer_state, map(_group_names, stage_states))})
+        return {"model": {k: v for piece in pieces for k, v in piece["model"].items()}, "optim": optim}
 
-    def _with_every_stages_names(self, optimizer_state: dict[str, Any]) -> dict[str, Any]:
-        names = [group["params"] for group in optimizer_state.get("param_groups", [])]
-        pieces = collectives.all_gather_object(self._mesh, names, over="pp")
-        order = self._whole_model_order
-        groups = []
-        for index, group in enumerate(optimizer_state.get("param_groups", [])):
-            every = {name for piece in pieces for name in piece[index]}
-            groups.append({**group, "params": sorted(every, key=lambda name: order.get(name, len(order)))})
-        return {**optimizer_state, "param_groups": groups}
+    def _every_stages_groups(self, optimizer_state: dict[str, Any], names: Any) -> list[dict[str, Any]]:
+        """This stage's parameter groups listing every stage's parameter names (``names``: per
+        stage, per group), in the order one process's optimizer lists them."""
+        per_stage, order = list(names), self._whole_model_order
+        return [{**group, "params": sorted({name for stage in per_stage for name in stage[index]},
+                                           key=lambda name: order.get(name, len(order)))}
+                for index, group in enumerate(optimizer_state.get("param_groups", []))]
 
     def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
                         state: dict[str, Any], *, strict: bool = True) -> None:
@@ -393,15 +398,14 @@ class ModelParallelStrategy(DistributedStrategy):
 
 @contextlib.contextmanager
 def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool) -> Any:
-    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside
-    (``replicate``'s modules, FSDPModules too, hold whole parameters already: left alone)."""
-    from torch.distributed._composable.replicate_with_fsdp import ReplicateModule
+    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside (called
+    with dp_shard > 1, where every data-parallel module is ``fully_shard``'s, never ``replicate``'s)."""
     from torch.distributed.fsdp import FSDPModule
 
     seen: dict[int, Any] = {}
     for root in [module, *stages]:
         for m in root.modules():
-            if isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule) and id(m) not in seen:
+            if isinstance(m, FSDPModule) and id(m) not in seen:
                 seen[id(m)] = m
     sharded = list(seen.values())
     for m in sharded:
@@ -436,18 +440,8 @@ def _rows_in(inputs: Any) -> int:
     return int(first.shape[0])
 
 
-def _merged_optimizer_states(pieces: list[dict[str, Any]]) -> dict[str, Any]:
-    """One optimizer state (keyed by parameter name) from the stages' pieces."""
-    merged: dict[str, Any] = {"state": {}, "param_groups": []}
-    for piece in pieces:
-        merged["state"].update(piece.get("state", {}))
-        for index, group in enumerate(piece.get("param_groups", [])):
-            if index == len(merged["param_groups"]):
-                merged["param_groups"].append({**group, "params": list(group["params"])})
-            else:
-                merged["param_groups"][index]["params"] += [p for p in group["params"]
-                                                            if p not in merged["param_groups"][index]["params"]]
-    return merged
+def _group_names(optimizer_state: dict[str, Any]) -> list[list[str]]:
+    return [list(group["params"]) for group in optimizer_state.get("param_groups", [])]
 
 
 def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:

@@ -16,8 +16,8 @@ were registered is an error, not a wrong model.
 
 How the loss is computed. Only the last stage has the model's output. There, for each
 micro-batch, the module's own ``training_step`` runs with ``self(x)`` answered by the pipeline's
-output for that micro-batch (``replaying``); validation, test and predict steps run the same way
-on the whole batch's output of a forward-only pass (``schedule.eval``). The input fed to the
+output for that micro-batch (``stage_calls.replaying``); validation, test and predict steps run the same way
+on the whole batch's output of a forward-only pass (a schedule built without a loss). The input fed to the
 first stage is ``module.pipeline_input(batch)`` (the first element of a tuple batch by default).
 
 A stage fixes its activation shapes at its first step, so each distinct input shape gets its own
@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.strategies.stage_calls import inside_schedule
 from trainmesh.utilities.collections import apply_to_tensors
 
 # Schedule names (case and "_" ignored) -> torch's class name. Multi-stage schedules hold
@@ -225,64 +226,18 @@ class PartOrderCheck:
         )
 
 
-# ---- the last stage's hooks, answered by the pipeline's output ------------------------------
-class ReplayedForward:
-    """Stands in for ``self(...)`` inside a step hook: returns what the pipeline computed."""
-
-    def __init__(self, output: Any, expected_input: Any, hook: str) -> None:
-        self.output, self.expected_input, self.hook, self.calls = output, expected_input, hook, 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls > 1:
-            raise RuntimeError(
-                f"{self.hook} called self(...) twice; under pipeline parallelism the model's forward runs once per "
-                "batch, across the stages. Call it once, on pipeline_input(batch)"
-            )
-        if kwargs:
-            given: Any = (args, kwargs)
-        else:
-            given = args[0] if len(args) == 1 else args  # self(x), or self(x, mask) for a tuple input
-        if not _same(given, self.expected_input):
-            raise ValueError(
-                f"{self.hook} called self(...) on something other than pipeline_input(batch), which is what the first "
-                "pipeline stage received. Do the transformation inside forward, or override pipeline_input(batch) "
-                "to return the model's input"
-            )
-        return self.output
-
-
-def _same(given: Any, expected: Any) -> bool:
-    if given is expected:
-        return True
-    if isinstance(given, torch.Tensor) and isinstance(expected, torch.Tensor):
-        return given.shape == expected.shape and given.dtype == expected.dtype and bool(torch.equal(given, expected))
-    if isinstance(given, (tuple, list)) and isinstance(expected, (tuple, list)):
-        return len(given) == len(expected) and all(_same(a, b) for a, b in zip(given, expected))
-    if isinstance(given, dict) and isinstance(expected, dict):
-        return given.keys() == expected.keys() and all(_same(given[k], expected[k]) for k in given)
-    return False
-
-
-@contextlib.contextmanager
-def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str) -> Iterator[ReplayedForward]:
-    """While inside, ``module(...)`` returns ``output`` (see ``Module.__call__``)."""
-    replay = ReplayedForward(output, expected_input, hook)
-    module.__dict__["_replayed_forward"] = replay
-    try:
-        yield replay
-    finally:
-        module.__dict__.pop("_replayed_forward", None)
-    if replay.calls == 0:
-        raise RuntimeError(
-            f"{hook} never called self(...): under pipeline parallelism its result must come from the model's "
-            "forward, which the pipeline runs; call self(pipeline_input(batch)) once"
-        )
-
-
 def rows(batch: Any, index: torch.Tensor) -> Any:
     """The micro-batch of ``batch`` at ``index`` (every tensor's leading rows)."""
     return apply_to_tensors(batch, lambda t: t[index] if t.dim() > 0 else t)
+
+
+def refuse_evaluation_under_v(schedule: ScheduleChoice) -> None:
+    if schedule.v_shaped:
+        raise ValueError(
+            f"the {schedule.class_name} schedule cannot run forward only in this torch (its V-shaped action list "
+            "runs backward steps even in eval() and fails), so validation, test and predict cannot run under it. "
+            "Use Interleaved1F1B or InterleavedZeroBubble, which evaluate, or train without evaluation"
+        )
 
 
 def check_pipeline_loader(loader: Any, *, train: bool, microbatches: int, schedule: ScheduleChoice) -> None:
@@ -290,12 +245,7 @@ def check_pipeline_loader(loader: Any, *, train: bool, microbatches: int, schedu
     cut into ``microbatches`` equal micro-batches (the last, partial one included), and any
     evaluation under a schedule that cannot run forward only."""
     if not train:
-        if schedule.v_shaped:
-            raise ValueError(
-                f"the {schedule.class_name} schedule cannot run forward only in this torch (its V-shaped action list "
-                "runs backward steps even in eval() and fails), so validation, test and predict cannot run under it. "
-                "Use Interleaved1F1B or InterleavedZeroBubble, which evaluate, or train without evaluation"
-            )
+        refuse_evaluation_under_v(schedule)
         return  # evaluation batches of any size run (padded to equal micro-batches)
     batch_size = getattr(loader, "batch_size", None)
     if batch_size is None:
@@ -374,12 +324,8 @@ class Pipeline:
         """Run one batch (``inputs`` for the first stage; ``size`` rows). Training calls
         ``loss(output, rows)`` on the last stage per micro-batch and backpropagates it; returns
         the last stage's merged output when evaluating (None elsewhere)."""
-        if not training and self.choice.v_shaped:
-            raise ValueError(
-                f"the {self.choice.class_name} schedule cannot run forward only in this torch: its V-shaped action list "
-                "runs backward steps even in eval() and fails. Train without validation/test/predict under it, or "
-                "use Interleaved1F1B or InterleavedZeroBubble, which evaluate"
-            )
+        if not training:
+            refuse_evaluation_under_v(self.choice)  # a user's loop reaches here without a loader check
         count = self.microbatches
         if training:
             self.check_training_batch(size)
@@ -391,7 +337,7 @@ class Pipeline:
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
         check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
-        with _inside_schedule(self.stages.values()):
+        with inside_schedule(self.stages.values()):
             output = self._run(scheduled, args, size, count, training, loss)
         if check is not None:
             self._checked = True
@@ -455,29 +401,6 @@ def _placeholder_loss(output: Any) -> torch.Tensor:
     """A loss with the output's gradient shapes and no value that matters (shape inference)."""
     parts = [(t.float() * 0).sum() for t in _tensors(output) if t.is_floating_point()]
     return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
-
-
-OUTSIDE_PIPELINE = (
-    "this module is one stage of a pipeline (ModelParallelStrategy(pp=...)): called directly, it would return "
-    "its stage's activations as if they were the model's output. Run steps through the Trainer, or "
-    "runtime.train_step / runtime.eval_step in your own loop"
-)
-
-
-def refuse_direct_calls(module: nn.Module) -> None:
-    """From now on ``module(...)`` outside the pipeline's schedule is an error (``Module.__call__``)."""
-    module.__dict__["_outside_pipeline"] = OUTSIDE_PIPELINE
-
-
-@contextlib.contextmanager
-def _inside_schedule(stages: Any) -> Iterator[None]:
-    """The schedule calls the stages' modules: lift their refusal meanwhile."""
-    lifted = [m for m in stages if m.__dict__.pop("_outside_pipeline", None) is not None]
-    try:
-        yield
-    finally:
-        for m in lifted:
-            refuse_direct_calls(m)
 
 
 def _padded(inputs: Any, rows: int) -> Any:
