@@ -2,7 +2,8 @@
 
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
-          | ddp | fsdp | pp_split | pp_fsdp_tp (world 8)
+          | ddp | fsdp | pp_split | pp_fsdp_tp (world 8) | pp_looped | pp_izb | pp_dualpipev
+          | pp_tp_ac (pp=2 x tp=2, activation checkpointing)
   KEY=VALUE: clip=1.0, accumulate=2, epochs=2, steps=N, val=0 (no validation loader),
              save=PATH (after fit: Trainer.save_checkpoint(PATH); a model-parallel or fsdp run writes a
              distributed checkpoint directory there), resume=PATH (fit(ckpt_path=PATH): another layout may
@@ -99,6 +100,10 @@ LAYOUTS = {
     "pp_1f1b": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)),
     "pp_split": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", split_points=["layers.1"])),
     "pp_interleaved": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="Interleaved1F1B", microbatches=4)),
+    "pp_looped": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="LoopedBFS", microbatches=4)),
+    "pp_izb": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="InterleavedZeroBubble", microbatches=4)),
+    "pp_dualpipev": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="DualPipeV", microbatches=4)),
+    "pp_tp_ac": (4, lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1, microbatches=2, activation_checkpointing=[Block])),
     "pp_zbv": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="ZBVZeroBubble", microbatches=4)),
     "tp": (2, lambda: "tp"),
     "tp_lossp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1, loss_parallel=True)),

@@ -112,6 +112,24 @@ def test_zero_bubble_v_schedule_matches_one_process_without_validation(legs):
     assert_matches(legs("pp_zbv", val=0), legs("single", val=0), metrics=("train_loss",))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["pp_looped", "pp_izb"])
+def test_the_other_multi_stage_schedules_match_one_process(legs, layout):
+    # LoopedBFS and InterleavedZeroBubble (split input/weight backward), with validation.
+    assert_matches(legs(layout), legs("single"))
+
+
+@pytest.mark.slow
+def test_dualpipev_matches_one_process_without_validation(legs):
+    assert_matches(legs("pp_dualpipev", val=0), legs("single", val=0), metrics=("train_loss",))
+
+
+@pytest.mark.slow
+def test_pipeline_x_tensor_parallel_with_activation_checkpointing_matches_one_process(legs):
+    # pp=2 x tp=2 on 4 processes, each block recomputed in backward: the cut, TP, then checkpointing.
+    assert_matches(legs("pp_tp_ac"), legs("single"))
+
+
 # ---- 3. two-dimensional meshes, world 4 -----------------------------------------------------------
 
 @pytest.mark.slow
