@@ -13,6 +13,8 @@ python keras_run.py fit OUT MODEL DEVICES BATCH [OPT [STRATEGY]]  (STRATEGY: ddp
                                                    also saves OUT.keras, held-out images (OUT.x.npy) and the
                                                    trained model's predictions on them (OUT.pred.npy)
 python keras_run.py load KERAS_FILE X OUT       -> plain Keras alone: keras.saving.load_model, predict X
+python keras_run.py --batch SPEC.json           -> several fit legs of one world size in one launch, one
+                                                   after another (see tests/helpers/batches.py)
 
 MODEL is "guide" (the guide's convnet: BatchNormalization and Dropout) or "plain" (the same
 convnet without BatchNormalization and Dropout; see test_keras_ddp.py for why).
@@ -77,6 +79,9 @@ def build(kind: str):
     """Every process builds the same model: the same seed before get_model on every rank."""
     import keras
 
+    # Layer names restart (variable paths are compared across processes) when several legs run in
+    # one process (--batch); a fresh process starts this way anyway.
+    keras.backend.clear_session()
     keras.utils.set_random_seed(SEED)
     return get_model(kind)
 
@@ -172,17 +177,29 @@ def run_load(keras_file: str, x_file: str, out: str) -> None:
     np.save(out, np.asarray(model.predict(np.load(x_file), batch_size=32, verbose=0)))
 
 
-if __name__ == "__main__":
-    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "120")), exit=True)
-    mode = sys.argv[1]
+def run_mode(argv: list[str]) -> None:
+    """One leg: ``argv`` is the command line after the program (MODE ARGS...)."""
+    mode = argv[0]
     if mode == "handwritten":
         from trainmesh.launchers.environments import find_free_port
 
-        batch = int(sys.argv[3]) if len(sys.argv) > 3 else 16
-        torch.multiprocessing.spawn(handwritten_worker, args=(sys.argv[2], find_free_port(), batch), nprocs=2)
+        batch = int(argv[2]) if len(argv) > 2 else 16
+        torch.multiprocessing.spawn(handwritten_worker, args=(argv[1], find_free_port(), batch), nprocs=2)
     elif mode == "fit":
-        run_fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:8])
+        run_fit(argv[1], argv[2], int(argv[3]), int(argv[4]), *argv[5:7])
     elif mode == "load":
-        run_load(sys.argv[2], sys.argv[3], sys.argv[4])
+        run_load(argv[1], argv[2], argv[3])
     else:
         raise SystemExit(f"unknown leg {mode!r}")
+
+
+if __name__ == "__main__":
+    watchdog = int(os.environ.get("LEG_WATCHDOG_S", "120"))
+    if sys.argv[1] == "--batch":  # several fit legs of one world size in one launch (tests/helpers/batches.py)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], run_mode, limit=watchdog)
+    else:
+        faulthandler.dump_traceback_later(watchdog, exit=True)
+        run_mode(sys.argv[1:])

@@ -3,7 +3,8 @@
 The guide is seed 004_* ("Multi-GPU distributed training with PyTorch"): its get_model()
 convnet with BatchNormalization and Dropout, DistributedSampler(shuffle=False), DDP, torch
 Adam, CrossEntropyLoss on logits. Every leg is a real program (keras_run.py) with a hard
-timeout; trainmesh's ddp re-runs that program once per rank.
+timeout; trainmesh's ddp re-runs that program once per rank. The fit legs of one world size
+share one launch (``plan``), one after another in the same processes.
 """
 
 import importlib.util
@@ -19,6 +20,7 @@ HERE = Path(__file__).parent
 SCRIPT = HERE / "keras_run.py"
 sys.path.insert(0, str(HERE.parent))
 
+from helpers.batches import Batches  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 # Checked without importing keras here: the legs run it on the torch backend in their own processes.
@@ -41,16 +43,43 @@ def load(out: Path, rank: int = 0) -> dict:
     return torch.load(f"{out}.rank{rank}")
 
 
+def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
+    """(name, world size, keras_run.py arguments, environment) of every fit leg: legs of one world
+    size run in one launch, one after another in the same processes (helpers/batches.py). A leg
+    NAME writes root/NAME.rank{R}. The guide's loop (its own process group) and the plain-Keras
+    load (a process without trainmesh) keep their own launches."""
+    def fit(name, devices, batch, *options):
+        return name, devices, ["fit", str(root / name), *options[:1], str(devices), str(batch), *options[1:]], \
+            {"KERAS_BACKEND": "torch"}
+
+    return [
+        fit("ddp", 2, BATCH, "guide"),
+        fit("plain_ddp_sgd", 2, BATCH, "plain", "sgd"),
+        fit("plain_ddp_adam", 2, BATCH, "plain", "adam"),
+        fit("zero1", 2, BATCH, "guide", "adam", "zero1"),
+        fit("plain_single_sgd", 1, 2 * BATCH, "plain", "sgd"),
+        fit("plain_single_adam", 1, 2 * BATCH, "plain", "adam"),
+    ]
+
+
+class Legs(Batches):
+    def out(self, name: str) -> Path:
+        """The leg's output prefix, once it ran."""
+        self(name)
+        return self.root / name
+
+
 @pytest.fixture(scope="module")
-def legs(tmp_path_factory):
-    return tmp_path_factory.mktemp("keras_legs")
+def legs(tmp_path_factory) -> Legs:
+    root = tmp_path_factory.mktemp("keras_legs")
+    return Legs(SCRIPT, root, plan(root), leg_timeout=150, cwd=HERE)
 
 
 @pytest.fixture(scope="module")
 def handwritten(legs) -> Path:
     """The guide's loop at world 2. It is torch and Keras alone (mp.spawn, gloo, DDP); like the
     torch reference in tests/strategies/conftest.py it gets one retry for a hang on a loaded machine."""
-    out = legs / "handwritten"
+    out = legs.root / "handwritten"
     errors = []
     for _ in range(2):
         try:
@@ -67,9 +96,7 @@ def handwritten(legs) -> Path:
 @pytest.fixture(scope="module")
 def trainmesh_ddp(legs) -> Path:
     """trainmesh.keras.fit(strategy="ddp", devices=2) on the guide's model; every rank saves."""
-    out = legs / "ddp"
-    run_leg("fit", str(out), "guide", "2", str(BATCH))
-    return out
+    return legs.out("ddp")
 
 
 def test_ddp_fit_is_bit_identical_to_the_guides_loop(handwritten, trainmesh_ddp):
@@ -133,9 +160,7 @@ def test_ddp_matches_one_device_with_the_global_batch(legs, optimizer, tolerance
     one process at 32, the same float32 convnet, no trainmesh) already differ by 2.6e-5 in 12 of
     the 10368 entries of the second convolution's kernel after 16 steps. So Adam is held to 1e-4.
     """
-    ddp, single = legs / f"plain_ddp_{optimizer}", legs / f"plain_single_{optimizer}"
-    run_leg("fit", str(ddp), "plain", "2", str(BATCH), optimizer)
-    run_leg("fit", str(single), "plain", "1", str(2 * BATCH), optimizer)
+    ddp, single = legs.out(f"plain_ddp_{optimizer}"), legs.out(f"plain_single_{optimizer}")
     ours, reference = load(ddp)["variables"], load(single)["variables"]
     assert set(ours) == set(reference)
     assert not any("moving_" in name or "seed_generator" in name for name in reference)
@@ -165,8 +190,7 @@ def test_saved_model_predicts_the_same_in_plain_keras(trainmesh_ddp):
 def test_zero1_trains_the_guides_model_to_ddps_weights(legs, trainmesh_ddp):
     # zero1 shards Adam's state across the ranks; the arithmetic is ddp's, so every variable
     # (moving statistics included) is bit-identical on every rank.
-    out = legs / "zero1"
-    run_leg("fit", str(out), "guide", "2", str(BATCH), "adam", "zero1")
+    out = legs.out("zero1")
     for rank in (0, 1):
         expected, got = load(trainmesh_ddp, rank)["variables"], load(out, rank)["variables"]
         assert expected.keys() == got.keys()

@@ -5,6 +5,8 @@ python ddp_run.py handwritten OUT                       -> the keras-io seed's h
 python ddp_run.py single OUT                            -> one process, the global batch of 32
 python ddp_run.py fail                                  -> rank 1 raises at batch 40
 python ddp_run.py evaluate OUT                          -> validate + predict on 1001 samples
+python ddp_run.py --batch SPEC.json                     -> several legs of one world size in one launch,
+                                                           one after another (see helpers/batches.py)
 """
 
 import faulthandler
@@ -378,43 +380,56 @@ def run_runtime(out):
     runtime.launch(train)
 
 
-if __name__ == "__main__":
-    # Every leg (and every worker that re-runs this script) prints its stacks and ends if it
-    # hangs, instead of waiting for the test's timeout.
-    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "100")), exit=True)
-    mode = sys.argv[1]
+def run_mode(argv: list[str]) -> None:
+    """One leg: ``argv`` is the command line after the program (MODE ARGS...)."""
+    mode = argv[0]
     if mode == "trainer":
-        extra = sys.argv[3:]
-        run_trainer(sys.argv[2], *(extra[:1]), *map(int, extra[1:]))
+        extra = argv[2:]
+        run_trainer(argv[1], *(extra[:1]), *map(int, extra[1:]))
     elif mode == "handwritten":
         from trainmesh.launchers.environments import find_free_port
 
-        torch.multiprocessing.spawn(handwritten_worker, args=(sys.argv[2], find_free_port()), nprocs=2)
+        torch.multiprocessing.spawn(handwritten_worker, args=(argv[1], find_free_port()), nprocs=2)
     elif mode == "existing":
         from trainmesh.launchers.environments import find_free_port
 
-        torch.multiprocessing.spawn(existing_group_worker, args=(sys.argv[2], find_free_port()), nprocs=2)
+        torch.multiprocessing.spawn(existing_group_worker, args=(argv[1], find_free_port()), nprocs=2)
     elif mode == "single":
-        run_single(sys.argv[2])
+        run_single(argv[1])
     elif mode == "fail":
         run_fail()
     elif mode == "evaluate":
-        run_evaluate(*sys.argv[2:])
+        run_evaluate(*argv[1:])
     elif mode == "metrics":
-        run_metrics(sys.argv[2])
+        run_metrics(argv[1])
     elif mode == "accumulate":
-        run_accumulate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        run_accumulate(argv[1], int(argv[2]), int(argv[3]))
     elif mode == "sharded":
-        run_sharded(sys.argv[2], sys.argv[3], *sys.argv[4:])
+        run_sharded(argv[1], argv[2], *argv[3:])
     elif mode == "dcp_save":
-        run_dcp_save(*sys.argv[2:])
+        run_dcp_save(*argv[1:])
     elif mode == "dcp_resume":
-        run_dcp_resume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+        run_dcp_resume(argv[1], argv[2], argv[3], argv[4])
     elif mode == "predict":
-        run_sharded_predict(sys.argv[2], sys.argv[3])
+        run_sharded_predict(argv[1], argv[2])
     elif mode == "callbacks":
-        run_callbacks(sys.argv[2], sys.argv[3])
+        run_callbacks(argv[1], argv[2])
     elif mode == "unused":
-        run_unused(sys.argv[2] == "find")
+        run_unused(argv[1] == "find")
     elif mode == "runtime":
-        run_runtime(sys.argv[2])
+        run_runtime(argv[1])
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    # Every leg (and every worker that re-runs this script) prints its stacks and ends if it
+    # hangs, instead of waiting for the test's timeout.
+    watchdog = int(os.environ.get("LEG_WATCHDOG_S", "100"))
+    if sys.argv[1] == "--batch":  # several legs in one launch (helpers/batches.py), a watchdog each
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], run_mode, limit=watchdog)
+    else:
+        faulthandler.dump_traceback_later(watchdog, exit=True)
+        run_mode(sys.argv[1:])

@@ -4,7 +4,9 @@ Used by test_matrix.py (which asserts it) and by ``python matrix_cells.py`` (whi
 leg and prints the README's strategy table from the outcomes).
 """
 
+import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,17 +35,51 @@ REFUSED = {
     for name in ("sharded", "fsdp", "hsdp")
 }
 REFERENCE_CELLS = {"ddp4": "trainer-torch,trainer-keras"}
+# Legs of one world size started the same way (ddp through the elastic agent, or one process)
+# share one launch: one after another in the same processes and process group. ddp_spawn,
+# ddp_fork and ddp2 (two torchrun nodes) test how their processes start: one launch each.
+LAUNCHES = [("ddp", "zero1", "sharded", "fsdp"), ("ddp4", "hsdp"), ("plain", "single", "dp"),
+            ("ddp_spawn",), ("ddp_fork",), ("ddp2",)]
+LEG_TIMEOUT = 300  # seconds per leg; a launch of n legs gets n times this
 
 
-def run_leg(strategy: str, outdir: Path) -> None:
-    """Every cell of ``strategy`` in one process group; rank 0 writes one file per cell."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    cells = [REFERENCE_CELLS[strategy]] if strategy in REFERENCE_CELLS else []
-    if strategy == "ddp2":  # two torchrun agents on 127.0.0.1, one process each
-        run_torchrun_nodes([strategy], [outdir, outdir], script=MATRIX, timeout=300)
-        return
-    result = run(str(MATRIX), strategy, str(outdir), *cells, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+def launch_of(strategy: str) -> tuple[str, ...]:
+    """The legs that run in the same launch as ``strategy``."""
+    return next(launch for launch in LAUNCHES if strategy in launch)
+
+
+def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
+    """Every cell of each of ``legs`` (one launch); rank 0 writes one file per cell into
+    ``root/<leg>``. Returns, per leg, '' when it ran to its end, else why not."""
+    for leg in legs:
+        (root / leg).mkdir(parents=True, exist_ok=True)
+    if legs == ("ddp2",):  # two torchrun agents on 127.0.0.1, one process each
+        try:
+            run_torchrun_nodes(["ddp2"], [root / "ddp2", root / "ddp2"], script=MATRIX, timeout=LEG_TIMEOUT)
+        except AssertionError as failure:
+            return {"ddp2": f"ddp2 failed: {failure}"}
+        return {"ddp2": ""}
+    if len(legs) == 1 and legs[0] in ("ddp_spawn", "ddp_fork"):
+        result = run(str(MATRIX), legs[0], str(root / legs[0]), timeout=LEG_TIMEOUT)
+        return {legs[0]: "" if result.returncode == 0 else f"{legs[0]} failed:\n{result.stderr[-4000:]}"}
+    batch = root / f"batch-{'-'.join(legs)}.json"
+    batch.write_text(json.dumps([[leg, str(root / leg), REFERENCE_CELLS[leg].split(",") if leg in REFERENCE_CELLS
+                                  else None] for leg in legs]))
+    try:
+        result = run(str(MATRIX), "--batch", str(batch), timeout=LEG_TIMEOUT * len(legs))
+    except subprocess.TimeoutExpired as timeout:
+        return {leg: f"{leg}: its launch ({', '.join(legs)}) was killed: {timeout}" for leg in legs}
+    problems = {}
+    for leg in legs:
+        errors = sorted((root / leg).glob("error-*"))
+        if errors:
+            problems[leg] = f"{leg} failed:\n{errors[0].read_text()[-4000:]}"
+        elif result.returncode != 0 or not (root / leg / "complete").exists():
+            problems[leg] = (f"{leg} did not run to its end: its launch ({', '.join(legs)}) exited {result.returncode} "
+                             f"(an earlier leg of the launch failed?):\n{result.stderr[-4000:]}")
+        else:
+            problems[leg] = ""
+    return problems
 
 
 def outcome(path: Path) -> dict[str, torch.Tensor] | str:
@@ -90,9 +126,11 @@ def table(results: dict[str, Path]) -> str:
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("matrix-results")
-    legs = {leg for leg, _ in EXPECTED.values()} | set(EXPECTED)
+    needed = {leg for leg, _ in EXPECTED.values()} | set(EXPECTED)
     outcomes = {}
-    for leg in sorted(legs):
-        run_leg(leg, root / leg)
-        outcomes[leg] = root / leg
+    for launch in LAUNCHES:
+        if needed & set(launch):
+            problems = run_legs(launch, root)
+            assert not any(problems.values()), problems
+            outcomes.update({leg: root / leg for leg in launch})
     print(table(outcomes))

@@ -1,6 +1,12 @@
 """One leg of the strategy matrix: every cell of one strategy, in one process group.
 
 python matrix_run.py STRATEGY OUTDIR [CELLS]
+python matrix_run.py --batch LEGS.json   (a list of [STRATEGY, OUTDIR, CELLS or null], one world size,
+                                          started as ddp: no ddp_spawn, ddp_fork or ddp2)
+  The batch form runs the legs one after another in the same processes (one launch, one process
+  group): starting the interpreters of each leg was most of its time. A leg that fails writes
+  its traceback to OUTDIR/error-RANK and ends the launch; a leg that ran to its end leaves
+  OUTDIR/complete.
 
 A cell is an entry point (the Trainer; a Runtime loop with the optimizer built before
 ``setup``; a Runtime loop with the optimizer built after ``setup_module``) times a model kind
@@ -14,9 +20,11 @@ reads as its batch k, so BatchNorm's per-device statistics and dropout masks can
 """
 
 import faulthandler
+import json
 import os
 import random
 import sys
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -170,10 +178,45 @@ def run_cells(strategy: str, outdir: Path, cells: list[str]) -> None:
             torch.distributed.barrier()
 
 
+def run_batch(legs: list[tuple[str, Path, list[str]]], limit: int) -> None:
+    """Every leg's cells, one leg after another, in this process (group)."""
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    for strategy, outdir, cells in legs:
+        faulthandler.dump_traceback_later(limit, exit=True)  # per leg: a hang ends the launch
+        try:
+            run_cells(strategy, outdir, cells)
+        except Exception:  # not SystemExit: the agent process ends that way once its workers ran the batch
+            (outdir / f"error-{rank}").write_text(traceback.format_exc())
+            raise
+        if rank == 0:
+            (outdir / "complete").write_text("")
+    faulthandler.cancel_dump_traceback_later()
+
+
+def all_cells(strategy: str) -> list[str]:
+    return [f"{e}-{k}" for k in KINDS for e in ENTRIES]
+
+
 def main() -> None:
-    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "240")), exit=True)
+    limit = int(os.environ.get("LEG_WATCHDOG_S", "240"))
+    if sys.argv[1] == "--batch":
+        legs = [(strategy, Path(outdir), cells or all_cells(strategy))
+                for strategy, outdir, cells in json.loads(Path(sys.argv[2]).read_text())]
+        assert len({LAYOUTS[strategy][0] * LAYOUTS[strategy][1] for strategy, _, _ in legs}) == 1, legs
+        assert not {"ddp_spawn", "ddp_fork", "ddp2"} & {strategy for strategy, _, _ in legs}, legs
+        # The agent process waits here for the whole batch; each worker's watchdog restarts per leg.
+        faulthandler.dump_traceback_later(limit * len(legs), exit=True)
+        strategy = legs[0][0]
+        processes, nodes, _ = LAYOUTS[strategy]
+        if processes * nodes == 1:
+            run_batch(legs, limit)
+            return
+        outer = tm.Runtime(accelerator="cpu", strategy="ddp", devices=processes, num_nodes=nodes)
+        outer.launch(run_batch, legs, limit)
+        return
+    faulthandler.dump_traceback_later(limit, exit=True)
     strategy, outdir = sys.argv[1], Path(sys.argv[2])
-    cells = sys.argv[3].split(",") if len(sys.argv) > 3 else [f"{e}-{k}" for k in KINDS for e in ENTRIES]
+    cells = sys.argv[3].split(",") if len(sys.argv) > 3 else all_cells(strategy)
     processes, nodes, chunks = LAYOUTS[strategy]
     if processes * nodes == 1:
         run_cells(strategy, outdir, cells)

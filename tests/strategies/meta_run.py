@@ -1,6 +1,7 @@
 """Leg: transformer layers built in configure_model (meta device under fsdp), 10 Adam steps.
 
 python meta_run.py STRATEGY OUT -> rank 0 saves the full weights at fit start and at the end.
+python meta_run.py --batch SPEC.json -> several legs in one launch, one after another (tests/helpers/batches.py)
 """
 
 import faulthandler
@@ -38,7 +39,6 @@ class TinyTransformer(tm.Module):
 
 
 def main(strategy, out):
-    faulthandler.dump_traceback_later(150, exit=True)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(320, 6, 16, generator=g)
@@ -52,4 +52,10 @@ def main(strategy, out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--batch":
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], lambda argv: main(*argv), limit=150)
+    else:
+        faulthandler.dump_traceback_later(150, exit=True)
+        main(sys.argv[1], sys.argv[2])

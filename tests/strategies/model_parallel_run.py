@@ -1,6 +1,10 @@
-"""The processes of test_model_parallel.py: one Trainer run under a named layout.
+"""The processes of test_model_parallel.py: Trainer runs under named layouts.
 
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
+python model_parallel_run.py --batch LEGS.json   (a list of [OUT, LAYOUT, {KEY: VALUE}], one world size)
+  The batch form runs the legs one after another in the same processes (one launch, one process
+  group): starting 2-8 interpreters per leg was most of this module's time. A leg that fails
+  writes its traceback to OUT.error-RANK and ends the launch.
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
           | ddp | fsdp | pp_split | pp_fsdp_tp (world 8) | pp_looped | pp_izb | pp_dualpipev
           | pp_tp_ac (pp=2 x tp=2, activation checkpointing)
@@ -15,8 +19,11 @@ The global batch is the same in every layout (16 samples), so every layout match
 """
 
 import faulthandler
+import json
 import os
 import sys
+import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -114,10 +121,7 @@ LAYOUTS = {
 }
 
 
-def main():
-    faulthandler.dump_traceback_later(int(os.environ.get("RUN_TIMEOUT", "240")), exit=True)
-    out, layout = sys.argv[1], sys.argv[2]
-    opts = dict(arg.split("=", 1) for arg in sys.argv[3:])
+def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
     devices, strategy = LAYOUTS[layout]
     model = Net(lossp=layout == "tp_lossp")
     dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2, "pp_fsdp_tp": 2}.get(layout, 1)
@@ -144,6 +148,24 @@ def main():
     if trainer.is_global_zero:
         torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()},
                     "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step, **evaluated}, out)
+
+
+def main():
+    limit = int(os.environ.get("RUN_TIMEOUT", "240"))
+    if sys.argv[1] == "--batch":
+        legs = json.loads(Path(sys.argv[2]).read_text())
+    else:
+        legs = [[sys.argv[1], sys.argv[2], dict(arg.split("=", 1) for arg in sys.argv[3:])]]
+    for index, (out, layout, opts) in enumerate(legs):
+        # A hang ends the launch. The legs left, not one: the agent process waits inside the first
+        # leg's fit while its workers run the whole batch.
+        faulthandler.dump_traceback_later(limit * (len(legs) - index), exit=True)
+        try:
+            run_leg(out, layout, opts)
+        except Exception:  # not SystemExit: the agent process ends that way once its workers ran the batch
+            Path(f"{out}.error-{os.environ.get('RANK', '0')}").write_text(traceback.format_exc())
+            raise
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2."""
+"""ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2.
+
+The legs that need no launch of their own are listed once in ``plan`` and run once per module,
+legs of one world size in one launch (helpers/batches.py).
+"""
 
 import os
 import subprocess
@@ -16,15 +20,48 @@ sys.path.insert(0, str(HERE))
 
 from legs import run, run_torchrun_nodes, weights  # noqa: E402
 from ddp_run import Net, dataset  # noqa: E402
+from helpers.batches import Batches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402
 
 
-def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(tmp_path, handwritten):
-    out = tmp_path / "ddp.pt"
-    result = run(str(SCRIPT), "trainer", str(out), "ddp", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    saved = torch.load(out)
+def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
+    """(name, world size, ddp_run.py arguments, environment) of the legs that need no launch of
+    their own; legs of one world size run in one launch, one after another in the same processes
+    (helpers/batches.py). A leg NAME writes root/NAME (.pt, or .rank{R} per rank). The tests of
+    start methods, torchrun nodes, SLURM, an existing process group and failing ranks start
+    their own processes."""
+    def leg(name, world, mode, *args):
+        return name, world, [mode, str(root / name), *args], {}
+
+    return [
+        leg("ddp.pt", 2, "trainer", "ddp", "2"),
+        leg("evaluate-1001.pt", 2, "evaluate", "1001"),
+        leg("evaluate-1.pt", 2, "evaluate", "1"),
+        leg("metrics", 2, "metrics"),
+        leg("accumulate-4-8.pt", 2, "accumulate", "4", "8"),
+        leg("accumulate-1-32.pt", 2, "accumulate", "1", "32"),
+        leg("runtime.pt", 2, "runtime"),
+        leg("callbacks", 2, "callbacks", str(root / "ckpts")),
+        leg("single.pt", 1, "single"),
+    ]
+
+
+class Legs(Batches):
+    def out(self, name: str) -> Path:
+        """The leg's output path, once it ran."""
+        self(name)
+        return self.root / name
+
+
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory) -> Legs:
+    root = tmp_path_factory.mktemp("ddp_legs")
+    return Legs(SCRIPT, root, plan(root), leg_timeout=120, cwd=HERE)
+
+
+def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(legs, handwritten):
+    saved = torch.load(legs.out("ddp.pt"))
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():
         assert torch.equal(saved["state_dict"][name], tensor), name
@@ -51,22 +88,15 @@ def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
         assert torch.equal(saved["state_dict"][name], tensor), name
 
 
-def test_ddp_matches_one_device_with_the_global_batch(tmp_path):
-    ddp_out, single_out = tmp_path / "ddp.pt", tmp_path / "single.pt"
-    for args in (("trainer", str(ddp_out), "ddp", "2"), ("single", str(single_out))):
-        result = run(str(SCRIPT), *args)
-        assert result.returncode == 0, result.stderr[-3000:]
-    ddp, single = weights(ddp_out), weights(single_out)
+def test_ddp_matches_one_device_with_the_global_batch(legs):
+    ddp, single = weights(legs.out("ddp.pt")), weights(legs.out("single.pt"))
     for name in single:
         torch.testing.assert_close(ddp[name], single[name], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("samples", [1001, 1])  # 1: a rank with no sample at all
-def test_validate_and_predict_see_every_sample_once_in_order(tmp_path, samples):
-    out = tmp_path / "evaluate.pt"
-    result = run(str(SCRIPT), "evaluate", str(out), str(samples))
-    assert result.returncode == 0, result.stderr[-3000:]
-    distributed = torch.load(out)
+def test_validate_and_predict_see_every_sample_once_in_order(legs, samples):
+    distributed = torch.load(legs.out(f"evaluate-{samples}.pt"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers' thread count: same kernels, same rounding
     try:
@@ -91,10 +121,8 @@ def test_an_exception_in_rank_1_ends_every_rank_quickly():
     assert elapsed < 30, f"the run took {elapsed:.1f}s to end"
 
 
-def test_epoch_metrics_are_reduced_step_metrics_stay_local(tmp_path):
-    out = tmp_path / "metrics"
-    result = run(str(SCRIPT), "metrics", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_epoch_metrics_are_reduced_step_metrics_stay_local(legs):
+    out = legs.out("metrics")
     ranks = [torch.load(f"{out}.rank{rank}") for rank in range(2)]
     for rank, saved in enumerate(ranks):
         metrics = saved["metrics"]
@@ -106,11 +134,8 @@ def test_epoch_metrics_are_reduced_step_metrics_stay_local(tmp_path):
     assert [saved["calls"] for saved in ranks] == [1, 0]  # rank_zero_only
 
 
-def test_gradient_accumulation_skips_the_all_reduce_until_the_last_micro_batch(tmp_path):
-    accumulated, large = tmp_path / "acc.pt", tmp_path / "large.pt"
-    for args in (("accumulate", str(accumulated), "4", "8"), ("accumulate", str(large), "1", "32")):
-        result = run(str(SCRIPT), *args)
-        assert result.returncode == 0, result.stderr[-3000:]
+def test_gradient_accumulation_skips_the_all_reduce_until_the_last_micro_batch(legs):
+    accumulated, large = legs.out("accumulate-4-8.pt"), legs.out("accumulate-1-32.pt")
     acc, big = torch.load(accumulated), torch.load(large)
     assert acc["steps"] == big["steps"] == 4
     # 16 micro-batches per rank, one gradient bucket: one all-reduce per optimizer step.
@@ -119,11 +144,8 @@ def test_gradient_accumulation_skips_the_all_reduce_until_the_last_micro_batch(t
         torch.testing.assert_close(acc["state_dict"][name], tensor, rtol=0, atol=1e-6)
 
 
-def test_runtime_makes_the_handwritten_loop_multi_process(tmp_path, handwritten):
-    out = tmp_path / "runtime.pt"
-    result = run(str(SCRIPT), "runtime", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    saved = torch.load(out)["model"]
+def test_runtime_makes_the_handwritten_loop_multi_process(legs, handwritten):
+    saved = torch.load(legs.out("runtime.pt"))["model"]
     for name, tensor in handwritten.items():
         assert torch.equal(saved[name.removeprefix("net.")], tensor), name
 
@@ -179,10 +201,8 @@ def test_an_existing_process_group_is_used_as_it_is(tmp_path, handwritten):
         assert torch.equal(saved["state_dict"][name], tensor), name
 
 
-def test_checkpoint_and_early_stopping_decide_the_same_on_every_rank(tmp_path):
-    out, directory = tmp_path / "callbacks", tmp_path / "ckpts"
-    result = run(str(SCRIPT), "callbacks", str(out), str(directory), timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_checkpoint_and_early_stopping_decide_the_same_on_every_rank(legs):
+    out, directory = legs.out("callbacks"), legs.root / "ckpts"
     ranks = [torch.load(f"{out}.rank{rank}") for rank in range(2)]
     assert ranks[0] == ranks[1]  # same stopping epoch, same best path, same kept files
     assert ranks[0]["epoch"] == 2  # epoch 0 sets the best, epoch 1 fails to improve by 10: patience 1 spent

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from legs import HERE, run
+from helpers.batches import Batches
+from legs import HERE
 
 
 def transformer() -> nn.Module:
@@ -44,12 +45,13 @@ def test_tensors_no_initialiser_covers_are_named():
 
 
 def test_fsdp_meta_built_transformer_starts_and_ends_as_ddp(tmp_path):
+    # Both legs in one launch, one after another in the same processes (helpers/batches.py).
+    legs = Batches(HERE / "meta_run.py", tmp_path, [(strategy, 2, [strategy, str(tmp_path / f"{strategy}.pt")], {})
+                                                    for strategy in ("ddp", "fsdp")], leg_timeout=180, cwd=HERE)
     saved = {}
     for strategy in ("ddp", "fsdp"):
-        out = tmp_path / f"{strategy}.pt"
-        result = run(str(HERE / "meta_run.py"), strategy, str(out), timeout=180)
-        assert result.returncode == 0, result.stderr[-3000:]
-        saved[strategy] = torch.load(out)
+        legs(strategy)
+        saved[strategy] = torch.load(tmp_path / f"{strategy}.pt")
     assert saved["fsdp"]["built_on"] == "meta" and saved["ddp"]["built_on"] == "cpu"
     for name, value in saved["ddp"]["initial"].items():
         assert torch.equal(value, saved["fsdp"]["initial"][name]), name

@@ -1,28 +1,30 @@
 """Every strategy x entry point x model kind either trains to its reference's weights or is
 refused before training with an error naming the combination and the alternative.
 
-Each strategy's leg runs all six of its cells in one process group (see matrix_run.py).
+Each strategy's leg runs all six of its cells in one process group (see matrix_run.py); legs of
+the same world size and start method share one launch (matrix_cells.LAUNCHES).
 """
 
 from pathlib import Path
 
 import pytest
 
-from matrix_cells import CELLS, EXPECTED, judge, run_leg  # noqa: E402
+from matrix_cells import CELLS, EXPECTED, judge, launch_of, run_legs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def leg_results(tmp_path_factory):
-    """Runs each leg once, on first use, and remembers where its cells' files are."""
+    """Runs each leg once, on first use, with the other legs of its launch, and remembers where
+    its cells' files are (or why it did not run)."""
     root = tmp_path_factory.mktemp("matrix")
-    done: dict[str, Path] = {}
+    problems: dict[str, str] = {}
 
     def results_for(*legs: str) -> dict[str, Path]:
         for leg in legs:
-            if leg not in done:
-                run_leg(leg, root / leg)
-                done[leg] = root / leg
-        return done
+            if leg not in problems:
+                problems.update(run_legs(launch_of(leg), root))
+            assert not problems[leg], problems[leg]
+        return {leg: root / leg for leg in problems}
 
     return results_for
 

@@ -30,24 +30,56 @@ class RunFailed(Exception):
     """A program exited non-zero (its stderr tail is the message)."""
 
 
+CLIPPED = {"clip": 0.05, "accumulate": 2}
+
+# Every leg the tests below use, launched once each, in batches of one world size (one launch,
+# one process group per batch: starting 2-8 interpreters per leg was most of this module's time).
+# The order matters: a leg that resumes a checkpoint comes after the leg that saves it.
+PLAN: list[tuple[str, dict]] = [
+    # world 4 (fsdp_tp saves the checkpoint that ddp and single resume)
+    ("fsdp_tp", {"save": "fsdp_tp.ckpt"}), ("fsdp_tp", {"accumulate": 2}), ("fsdp_tp", CLIPPED),
+    ("fsdp_tp", {"evaluate": 1}), ("pp_replicate", {}), ("pp_fsdp", {}), ("pp_tp_ac", {}),
+    # world 2
+    ("pp_1f1b", {"save": "pp_1f1b.ckpt"}), ("pp_1f1b", {"resume": "pp_1f1b.ckpt"}),
+    ("ddp", {"resume": "fsdp_tp.ckpt"}), ("pp_1f1b", {"clip": 0.05}), ("pp_1f1b", CLIPPED),
+    ("pp_1f1b", {"evaluate": 1}), ("pp_gpipe", {}), ("pp_interleaved", {}), ("pp_zbv", {"val": 0}),
+    ("pp_looped", {}), ("pp_izb", {}), ("pp_dualpipev", {"val": 0}), ("tp", {}), ("tp_lossp", {}),
+    ("tp", {"clip": 0.05}),
+    # world 1: the references, and the resumes on one process
+    ("single", {}), ("single", {"val": 0}), ("single", {"clip": 0.05}), ("single", {"accumulate": 2}),
+    ("single", CLIPPED), ("single", {"evaluate": 1}), ("single", {"epochs": 3}),
+    ("single", {"resume": "pp_1f1b.ckpt"}), ("single", {"resume": "pp_1f1b.ckpt", "epochs": 3}),
+    ("single", {"resume": "fsdp_tp.ckpt", "epochs": 3}),
+    # world 8
+    ("pp_fsdp_tp", {}),
+]
+
+
+def _world(layout: str) -> int:
+    import model_parallel_run
+
+    return model_parallel_run.LAYOUTS[layout][0]
+
+
 class Legs:
-    """Runs ``model_parallel_run.py LAYOUT KEY=VALUE...`` once per module and keeps its output."""
+    """Runs ``model_parallel_run.py`` legs (a layout and KEY=VALUE options) and keeps their outputs.
+
+    The first request runs the whole PLAN; a leg outside it runs alone. A checkpoint path option
+    (``save=``/``resume=``) is a name inside this module's folder.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.done: dict[tuple, dict | RunFailed] = {}
+        self.planned = False
 
     def __call__(self, layout: str, timeout: float = 180, **options: object) -> dict:
-        key = (layout, *sorted(options.items()))
+        key = self._key(layout, options)
+        if key not in self.done and not self.planned:
+            self.planned = True
+            self._run_plan()
         if key not in self.done:
-            folder = self.root / "-".join([layout, *(f"{k}={Path(str(v)).name}" for k, v in sorted(options.items()))])
-            folder.mkdir()
-            out = folder / "out.pt"
-            result = run(str(SCRIPT), str(out), layout, *(f"{k}={v}" for k, v in options.items()), timeout=timeout)
-            if result.returncode != 0:
-                self.done[key] = RunFailed(f"{layout} {options} exited {result.returncode}:\n{result.stderr[-4000:]}")
-            else:
-                self.done[key] = torch.load(out)
+            self._launch([(layout, options)], timeout=timeout)
         saved = self.done[key]
         if isinstance(saved, RunFailed):
             raise saved
@@ -55,8 +87,43 @@ class Legs:
 
     def checkpoint(self, layout: str, **options: object) -> tuple[Path, dict]:
         """The run of ``layout`` that saves a checkpoint at the end: (its path, its output)."""
-        path = self.root / f"{layout}.ckpt"
-        return path, self(layout, save=path, **options)
+        return self.root / f"{layout}.ckpt", self(layout, save=f"{layout}.ckpt", **options)
+
+    def _key(self, layout: str, options: dict) -> tuple:
+        return (layout, *sorted((k, str(v)) for k, v in options.items()))
+
+    def _run_plan(self) -> None:
+        batch: list[tuple[str, dict]] = []
+        for layout, options in PLAN:
+            if batch and _world(batch[0][0]) != _world(layout):
+                self._launch(batch, timeout=120 * len(batch))
+                batch = []
+            batch.append((layout, options))
+        self._launch(batch, timeout=120 * len(batch))
+
+    def _launch(self, legs: list[tuple[str, dict]], *, timeout: float) -> None:
+        import json
+
+        specs = []
+        for layout, options in legs:
+            folder = self.root / "-".join([layout, *(f"{k}={v}" for k, v in sorted(options.items()))])
+            folder.mkdir()
+            opts = {k: str(self.root / str(v)) if k in ("save", "resume") else str(v) for k, v in options.items()}
+            specs.append([str(folder / "out.pt"), layout, opts])
+        batch_file = self.root / f"batch-{len(self.done)}.json"
+        batch_file.write_text(json.dumps(specs))
+        result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout)
+        for (layout, options), (out, _, _) in zip(legs, specs):
+            errors = sorted(Path(out).parent.glob("out.pt.error-*"))
+            if errors:
+                failure = RunFailed(f"{layout} {options} failed:\n" + errors[0].read_text()[-4000:])
+            elif result.returncode != 0 or not Path(out).exists():
+                failure = RunFailed(f"{layout} {options} did not run: its launch exited {result.returncode} "
+                                    f"(an earlier leg of the batch failed?):\n{result.stderr[-4000:]}")
+            else:
+                self.done[self._key(layout, options)] = torch.load(out)
+                continue
+            self.done[self._key(layout, options)] = failure
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +213,6 @@ def test_pipeline_x_replicate_with_validation_matches_one_process(legs):
 
 # ---- 4. validation + gradient clipping + accumulation ---------------------------------------------
 
-CLIPPED = {"clip": 0.05, "accumulate": 2}
-
 
 def test_clipping_really_clips_in_the_reference(legs):
     """Without this, the clipped comparisons below would pass with clipping ignored."""
@@ -212,7 +277,7 @@ def test_pipeline_writes_a_distributed_checkpoint_with_every_stage(legs):
 @pytest.mark.slow
 def test_pipeline_checkpoint_resumes_on_one_process_with_the_same_weights(legs):
     path, trained = legs.checkpoint("pp_1f1b")
-    resumed = legs("single", resume=path)  # epochs=2, as saved: no training step runs
+    resumed = legs("single", resume=path.name)  # epochs=2, as saved: no training step runs
     assert resumed["steps"] == STEPS
     assert_identical(resumed, trained)
 
@@ -221,7 +286,7 @@ def test_pipeline_checkpoint_resumes_on_one_process_with_the_same_weights(legs):
 @pytest.mark.parametrize("layout", ["pp_1f1b", "fsdp_tp"])
 def test_a_model_parallel_checkpoint_continues_on_one_process_like_an_uninterrupted_run(legs, layout):
     path, _ = legs.checkpoint(layout)
-    assert_matches(legs("single", resume=path, epochs=3), legs("single", epochs=3), steps=STEPS * 3 // 2)
+    assert_matches(legs("single", resume=path.name, epochs=3), legs("single", epochs=3), steps=STEPS * 3 // 2)
 
 
 def test_consolidated_pipeline_checkpoint_holds_the_whole_trained_model(legs, tmp_path):
@@ -242,7 +307,7 @@ def test_consolidated_pipeline_checkpoint_holds_the_whole_trained_model(legs, tm
 @pytest.mark.slow
 def test_pipeline_checkpoint_resumes_under_the_same_pipeline_with_the_same_weights(legs):
     path, trained = legs.checkpoint("pp_1f1b")
-    resumed = legs("pp_1f1b", resume=path)
+    resumed = legs("pp_1f1b", resume=path.name)
     assert resumed["steps"] == STEPS
     assert_identical(resumed, trained)
 
@@ -260,7 +325,7 @@ def test_consolidated_pipeline_checkpoint_optimizer_groups_name_every_parameter(
 def test_fsdp_x_tp_checkpoint_resumes_under_ddp_with_the_same_weights(legs):
     path, trained = legs.checkpoint("fsdp_tp")
     assert path.is_dir() and len(list(path.glob("*.distcp"))) == 4
-    resumed = legs("ddp", resume=path)  # epochs=2, as saved: no training step runs
+    resumed = legs("ddp", resume=path.name)  # epochs=2, as saved: no training step runs
     assert resumed["steps"] == STEPS
     assert_identical(resumed, trained)
 
@@ -270,6 +335,6 @@ def test_fsdp_x_tp_checkpoint_resumes_under_ddp_with_the_same_weights(legs):
 @pytest.mark.slow
 def test_a_resumed_epoch_reports_its_own_train_loss(legs):
     path, _ = legs.checkpoint("fsdp_tp")
-    resumed, uninterrupted = legs("single", resume=path, epochs=3), legs("single", epochs=3)
+    resumed, uninterrupted = legs("single", resume=path.name, epochs=3), legs("single", epochs=3)
     assert float(resumed["metrics"]["train_loss"]) == pytest.approx(float(uninterrupted["metrics"]["train_loss"]),
                                                                      abs=ATOL)

@@ -1,20 +1,71 @@
-"""zero1, sharded (ZeRO-2), fsdp (ZeRO-3) and hsdp against ddp, with real processes on gloo."""
+"""zero1, sharded (ZeRO-2), fsdp (ZeRO-3) and hsdp against ddp, with real processes on gloo.
+
+The legs (programs of ddp_run.py) are listed once in ``plan``: legs of one world size run in one
+launch, one after another in the same processes (helpers/batches.py), and each runs once per
+module, so the ddp references and the checkpoint legs serve several tests.
+"""
+
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from legs import SCRIPT, run
+from helpers.batches import Batches
+from legs import HERE, SCRIPT
 from trainmesh.precision import Precision
 from trainmesh.strategies.fsdp import FSDPStrategy, shard_units
 from trainmesh.strategies.protocol import Placement
 
+CLIPPED = {"CLIP": "0.05", "ACCUMULATE": "2"}
 
-def train(tmp_path, strategy, devices=2, env=None):
-    out = tmp_path / f"{strategy}-{devices}.pt"
-    result = run(str(SCRIPT), "sharded", str(out), strategy, str(devices), env=env, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {**torch.load(out), "stderr": result.stderr}
+
+def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
+    """(name, world size, ddp_run.py arguments, environment) of every leg, in the order they run:
+    a checkpoint is written before the legs that resume it. A leg NAME writes root/NAME.pt."""
+    def leg(name, world, *args, env=None):
+        return name, world, [args[0], *(str(root / f"{name}.pt") if a == "OUT" else a for a in args[1:])], env or {}
+
+    checkpoint, file = str(root / "fsdp.ckpt"), str(root / "ddp.ckpt")
+    return [
+        # world 2
+        leg("ddp", 2, "sharded", "OUT", "ddp", "2"),
+        *(leg(name, 2, "sharded", "OUT", name, "2") for name in ("zero1", "sharded", "fsdp")),
+        leg("ddp-clipped", 2, "sharded", "OUT", "ddp", "2", env=CLIPPED),
+        leg("fsdp-clipped", 2, "sharded", "OUT", "fsdp", "2", env=CLIPPED),
+        leg("fsdp-offload", 2, "sharded", "OUT", "fsdp", "2", env={"FSDP_OPTIONS": "offload+checkpointing"}),
+        leg("fsdp-meta", 2, "sharded", "OUT", "fsdp-meta", "2"),
+        leg("dcp_save", 2, "dcp_save", checkpoint, "OUT"),
+        leg("resume-ddp-2", 2, "dcp_resume", checkpoint, "OUT", "ddp", "2"),
+        leg("dcp_save-ddp", 2, "dcp_save", file, "OUT", "ddp"),
+        leg("file-resume-fsdp-2", 2, "dcp_resume", file, "OUT", "fsdp", "2"),
+        leg("predict-fsdp", 2, "predict", "OUT", "fsdp"),
+        # world 4
+        leg("ddp-4", 4, "sharded", "OUT", "ddp", "4"),
+        leg("hsdp-4", 4, "sharded", "OUT", "hsdp", "4"),
+        leg("resume-fsdp-4", 4, "dcp_resume", checkpoint, "OUT", "fsdp", "4"),
+        # world 1
+        leg("resume-single-1", 1, "dcp_resume", checkpoint, "OUT", "single", "1"),
+        leg("predict-single", 1, "predict", "OUT", "single"),
+    ]
+
+
+class Legs(Batches):
+    def out(self, name: str) -> Path:
+        """The leg's output file, once it ran."""
+        self(name)
+        return self.root / f"{name}.pt"
+
+
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory) -> Legs:
+    root = tmp_path_factory.mktemp("sharded")
+    return Legs(SCRIPT, root, plan(root), leg_timeout=180, cwd=HERE)
+
+
+def train(legs, name):
+    stderr = legs(name)
+    return {**torch.load(legs.out(name)), "stderr": stderr}
 
 
 def weight_sum(saved):
@@ -22,13 +73,13 @@ def weight_sum(saved):
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("ddp"), "ddp")
+def ddp_run(legs):
+    return train(legs, "ddp")
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "sharded", "fsdp"])
-def test_sharded_strategies_match_ddp_after_20_adam_steps(tmp_path, ddp_run, strategy):
-    saved = train(tmp_path, strategy)
+def test_sharded_strategies_match_ddp_after_20_adam_steps(legs, ddp_run, strategy):
+    saved = train(legs, strategy)
     assert saved["steps"] == 20
     assert abs(weight_sum(saved) - weight_sum(ddp_run)) <= 1e-4
     assert saved["metrics"]["val_loss"] == pytest.approx(ddp_run["metrics"]["val_loss"], abs=1e-4)
@@ -41,15 +92,14 @@ def test_sharded_strategies_match_ddp_after_20_adam_steps(tmp_path, ddp_run, str
         assert held["gradients"] <= 0.55 * reference["gradients"]
 
 
-def test_hsdp_on_a_2x2_mesh_matches_ddp(tmp_path):
-    reference, saved = train(tmp_path, "ddp", devices=4), train(tmp_path, "hsdp", devices=4)
+def test_hsdp_on_a_2x2_mesh_matches_ddp(legs):
+    reference, saved = train(legs, "ddp-4"), train(legs, "hsdp-4")
     assert abs(weight_sum(saved) - weight_sum(reference)) <= 1e-4
     assert saved["memory"]["parameters"] <= 0.55 * reference["memory"]["parameters"]  # sharded in pairs
 
 
-def test_fsdp_clips_by_the_global_norm_and_accumulates_without_sync(tmp_path):
-    env = {"CLIP": "0.05", "ACCUMULATE": "2"}
-    reference, saved = train(tmp_path, "ddp", env=env), train(tmp_path, "fsdp", env=env)
+def test_fsdp_clips_by_the_global_norm_and_accumulates_without_sync(legs):
+    reference, saved = train(legs, "ddp-clipped"), train(legs, "fsdp-clipped")
     assert saved["steps"] == 20
     assert abs(weight_sum(saved) - weight_sum(reference)) <= 1e-4
 
@@ -81,15 +131,15 @@ def test_hsdp_mesh_that_does_not_divide_the_world_is_a_clear_error():
         _bound(world=4, shard_size=3).dims(4)
 
 
-def test_fsdp_with_wrap_classes_and_activation_checkpointing_matches_ddp(tmp_path, ddp_run):
-    saved = train(tmp_path, "fsdp", env={"FSDP_OPTIONS": "offload+checkpointing"})
+def test_fsdp_with_wrap_classes_and_activation_checkpointing_matches_ddp(legs, ddp_run):
+    saved = train(legs, "fsdp-offload")
     assert abs(weight_sum(saved) - weight_sum(ddp_run)) <= 1e-4
     # CPU offload moves shards off an accelerator; on a CPU run it says it does nothing.
     assert "cpu_offload=True) has no effect on CPU" in saved["stderr"]
 
 
-def test_fsdp_builds_configure_model_on_the_meta_device_and_trains(tmp_path):
-    saved = train(tmp_path, "fsdp-meta")
+def test_fsdp_builds_configure_model_on_the_meta_device_and_trains(legs):
+    saved = train(legs, "fsdp-meta")
     assert saved["built_on"] == "meta"
     assert saved["steps"] == 20
     weights = saved["state_dict"]
@@ -98,23 +148,16 @@ def test_fsdp_builds_configure_model_on_the_meta_device_and_trains(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fsdp_checkpoint(tmp_path_factory):
+def fsdp_checkpoint(legs):
     """fsdp on 2 processes: a distributed checkpoint and the full weights it was taken from."""
-    root = tmp_path_factory.mktemp("dcp")
-    directory, weights = root / "fsdp.ckpt", root / "weights.pt"
-    result = run(str(SCRIPT), "dcp_save", str(directory), str(weights), timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return directory, torch.load(weights)["state_dict"]
+    return legs.root / "fsdp.ckpt", torch.load(legs.out("dcp_save"))["state_dict"]
 
 
 @pytest.mark.parametrize(("strategy", "devices"), [("single", 1), ("ddp", 2), ("fsdp", 4)])
-def test_a_distributed_checkpoint_reshards_onto_another_layout(tmp_path, fsdp_checkpoint, strategy, devices):
+def test_a_distributed_checkpoint_reshards_onto_another_layout(legs, fsdp_checkpoint, strategy, devices):
     directory, trained = fsdp_checkpoint
     assert (directory / ".metadata").exists() and len(list(directory.glob("*.distcp"))) == 2  # one per rank
-    out = tmp_path / "resumed.pt"
-    result = run(str(SCRIPT), "dcp_resume", str(directory), str(out), strategy, str(devices), timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    resumed = torch.load(out)
+    resumed = torch.load(legs.out(f"resume-{strategy}-{devices}"))
     assert resumed["steps"] == 20
     for name, tensor in trained.items():
         assert torch.equal(resumed["state_dict"][name], tensor), name
@@ -180,25 +223,16 @@ def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no half-written directory left
 
 
-def test_a_single_file_checkpoint_loads_into_a_sharded_run(tmp_path):
-    file, weights = tmp_path / "ddp.ckpt", tmp_path / "weights.pt"
-    result = run(str(SCRIPT), "dcp_save", str(file), str(weights), "ddp", timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_a_single_file_checkpoint_loads_into_a_sharded_run(legs):
+    file, weights = legs.root / "ddp.ckpt", legs.out("dcp_save-ddp")
     assert file.is_file()
-    out = tmp_path / "resumed.pt"
-    result = run(str(SCRIPT), "dcp_resume", str(file), str(out), "fsdp", "2", timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = legs.out("file-resume-fsdp-2")
     trained, resumed = torch.load(weights)["state_dict"], torch.load(out)["state_dict"]
     for name, tensor in trained.items():
         assert torch.equal(resumed[name], tensor), name
 
 
-def test_predict_under_fsdp_returns_every_prediction_in_order(tmp_path):
-    outs = {}
-    for strategy in ("single", "fsdp"):
-        outs[strategy] = tmp_path / f"{strategy}.pt"
-        result = run(str(SCRIPT), "predict", str(outs[strategy]), strategy, timeout=180)
-        assert result.returncode == 0, result.stderr[-3000:]
-    single, sharded = torch.load(outs["single"]), torch.load(outs["fsdp"])
+def test_predict_under_fsdp_returns_every_prediction_in_order(legs):
+    single, sharded = torch.load(legs.out("predict-single")), torch.load(legs.out("predict-fsdp"))
     assert sharded.shape == (101, 4)  # 7 batches over 2 ranks: the short shard was padded, then dropped
     torch.testing.assert_close(sharded, single, rtol=0, atol=1e-6)

@@ -9,6 +9,9 @@ python resume_run.py pause OUT CKPT STEPS HOW  -> fit(max_steps=STEPS) to its no
                                                   after fit) or "last" (ModelCheckpoint's last.ckpt)
 Options via env: ACCUMULATE, WORKERS, EPOCHS, SCHED (step|epoch), MAX_STEPS (the full and resumed
 runs stop on max_steps instead of max_epochs).
+python resume_run.py --batch SPEC.json        -> several full, pause or resume legs of one world size
+                                                  in one launch, one after another, each with its own
+                                                  environment (see tests/helpers/batches.py)
 """
 
 import os
@@ -55,8 +58,9 @@ class CountBatches(tm.Callback):
         self.count += 1
 
 
-def main() -> None:
-    mode, out = sys.argv[1], sys.argv[2]
+def main(argv: list[str]) -> None:
+    """One leg: ``argv`` is the command line after the program (MODE OUT ...)."""
+    mode, out = argv[0], argv[1]
     tm.seed_everything(1234)
     workers = int(os.environ.get("WORKERS", "0"))
     train, val = loaders(batch_size=8, shuffle=True, num_workers=workers)
@@ -64,10 +68,10 @@ def main() -> None:
     counter = CountBatches()
     callbacks = [counter]
     if mode == "stop":
-        callbacks.append(DieAfter(sys.argv[3], int(sys.argv[4]), len(train)))
-    keep_last = mode == "pause" and sys.argv[5] == "last"
+        callbacks.append(DieAfter(argv[2], int(argv[3]), len(train)))
+    keep_last = mode == "pause" and argv[4] == "last"
     if mode == "pause":
-        length = {"max_steps": int(sys.argv[4])}
+        length = {"max_steps": int(argv[3])}
         if keep_last:
             callbacks.append(ModelCheckpoint(dirpath=os.path.join(os.path.dirname(out), "checkpoints"), save_last=True))
     elif "MAX_STEPS" in os.environ:
@@ -78,16 +82,21 @@ def main() -> None:
                             strategy=os.environ.get("STRATEGY", "auto"), devices=int(os.environ.get("DEVICES", "1")),
                             accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
                             val_check_interval=0.5)
-    trainer.fit(model, train, val, ckpt_path=sys.argv[3] if mode == "resume" else None)
+    trainer.fit(model, train, val, ckpt_path=argv[2] if mode == "resume" else None)
     if mode == "pause":
         if not keep_last:
-            trainer.save_checkpoint(sys.argv[3])
+            trainer.save_checkpoint(argv[2])
         elif trainer.is_global_zero:
-            shutil.copy(trainer.checkpoint_callback.last_model_path, sys.argv[3])
+            shutil.copy(trainer.checkpoint_callback.last_model_path, argv[2])
     if trainer.is_global_zero:
         torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
                     "global_step": trainer.global_step, "batches_run": counter.count}, out)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--batch":
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], main, limit=120)
+    else:
+        main(sys.argv[1:])

@@ -1,4 +1,8 @@
-"""Stop anywhere, resume in a new process, end bit-identical to the run that never stopped."""
+"""Stop anywhere, resume in a new process, end bit-identical to the run that never stopped.
+
+Every case's legs run once per module (``Legs``): the stops each in its own process, the other
+legs of one world size in one launch (helpers/batches.py).
+"""
 
 import os
 import subprocess
@@ -8,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.batches import Batches
 from helpers.models import DropoutNet, loaders, quiet_trainer
 
 SCRIPT = Path(__file__).with_name("resume_run.py")
@@ -19,23 +24,101 @@ def _run(*args: str, env: dict[str, str], expect: int = 0) -> None:
     assert result.returncode == expect, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize(
-    ("stop_batch", "env"),
-    [
-        pytest.param(17, {}, id="mid-epoch"),
-        pytest.param(12, {}, id="epoch-end"),  # 96 samples / 8 = 12 batches per epoch
-        pytest.param(20, {"ACCUMULATE": "3", "SCHED": "epoch"}, id="mid-accumulation"),
-        pytest.param(7, {"WORKERS": "2"}, id="loader-workers"),
-        # 2 ranks x 6 batches an epoch: batch 17 is mid-epoch; epoch means must not double count.
-        pytest.param(17, {"STRATEGY": "ddp", "DEVICES": "2", "OMP_NUM_THREADS": "1"}, id="ddp-mid-epoch"),
-    ],
-)
-def test_stop_and_resume_is_bit_identical(tmp_path, stop_batch, env):
+STOPS = [
+    pytest.param(17, {}, id="mid-epoch"),
+    pytest.param(12, {}, id="epoch-end"),  # 96 samples / 8 = 12 batches per epoch
+    pytest.param(20, {"ACCUMULATE": "3", "SCHED": "epoch"}, id="mid-accumulation"),
+    pytest.param(7, {"WORKERS": "2"}, id="loader-workers"),
+    # 2 ranks x 6 batches an epoch: batch 17 is mid-epoch; epoch means must not double count.
+    pytest.param(17, {"STRATEGY": "ddp", "DEVICES": "2", "OMP_NUM_THREADS": "1"}, id="ddp-mid-epoch"),
+]
+PAUSES = [
+    # 12 batches an epoch: step 17 ends 5 batches into epoch 1; the other 7 must still run.
+    pytest.param(17, "trainer", {"MAX_STEPS": "30"}, id="then-more-steps"),
+    pytest.param(17, "trainer", {}, id="then-max-epochs"),
+    pytest.param(17, "last", {"MAX_STEPS": "30"}, id="last-ckpt"),
+    # An epoch-interval scheduler must not step for an epoch that max_steps cut short.
+    pytest.param(17, "trainer", {"SCHED": "epoch"}, id="epoch-scheduler"),
+    # 4 steps an epoch: step 5 ends 3 batches into epoch 1.
+    pytest.param(5, "last", {"ACCUMULATE": "3", "MAX_STEPS": "9"}, id="accumulation"),
+]
+
+
+class Legs:
+    """Every case's legs, run once per module on first use; each case's files are in root/ID/.
+
+    A stop leg dies hard (os._exit), so each runs in its own process, first. The other legs run
+    through helpers/batches.py, legs of one world size in one launch: the full and pause legs,
+    then the resume legs in other processes (a resume never shares a process with the leg that
+    wrote its checkpoint, nor with the uninterrupted run it is compared with). Each leg sets only
+    its own case's environment variables.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.batches, self.stopped = root, None, {}
+
+    def folder(self, case: str) -> Path:
+        self.run()
+        if self.stopped.get(case):
+            raise AssertionError(self.stopped[case])
+        return self.root / case
+
+    def __call__(self, case: str, leg: str) -> None:
+        """Raise if the case's leg ("full", "pause" or "resume") failed."""
+        self.folder(case)
+        self.batches(f"{case}/{leg}")
+
+    def run(self) -> None:
+        if self.batches is not None:
+            return
+        cases = [(param.id, param.values) for param in STOPS + PAUSES]
+        for case, _ in cases:
+            (self.root / case).mkdir()
+        for param in STOPS:
+            stop_batch, env = param.values
+            folder = self.root / param.id
+            try:
+                _run("stop", str(folder / "unused.pt"), str(folder / "stop.ckpt"), str(stop_batch), env=env, expect=17)
+            except (AssertionError, subprocess.TimeoutExpired) as failure:
+                self.stopped[param.id] = f"the stop leg failed: {failure}"
+
+        def world(env):
+            return int(env.get("DEVICES", "1"))
+
+        def leg(case, name, env, *args):
+            folder = self.root / case
+            return (f"{case}/{name}", world(env), [name, *(str(folder / a) if a.endswith((".pt", ".ckpt")) else a
+                                                          for a in args)], env)
+
+        first, resumes = [], []
+        for param in STOPS:
+            stop_batch, env = param.values
+            first.append(leg(param.id, "full", env, "full.pt"))
+            if param.id not in self.stopped:
+                resumes.append(leg(param.id, "resume", env, "resumed.pt", "stop.ckpt"))
+        for param in PAUSES:
+            pause_steps, how, env = param.values
+            first.append(leg(param.id, "full", env, "full.pt"))
+            first.append(leg(param.id, "pause", env, "paused.pt", "pause.ckpt", str(pause_steps), how))
+            resumes.append(leg(param.id, "resume", env, "resumed.pt", "pause.ckpt"))
+        # One launch per world size for the first legs, then for the resumes.
+        plan = sorted(first, key=lambda entry: entry[1]) + sorted(resumes, key=lambda entry: entry[1])
+        self.batches = Batches(SCRIPT, self.root, plan, leg_timeout=120)
+
+
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory) -> Legs:
+    return Legs(tmp_path_factory.mktemp("resume"))
+
+
+@pytest.mark.parametrize(("stop_batch", "env"), STOPS)
+def test_stop_and_resume_is_bit_identical(legs, request, stop_batch, env):
+    case = request.node.callspec.id
+    tmp_path = legs.folder(case)
     full, resumed, ckpt = tmp_path / "full.pt", tmp_path / "resumed.pt", tmp_path / "stop.ckpt"
-    _run("full", str(full), env=env)
-    _run("stop", str(tmp_path / "unused.pt"), str(ckpt), str(stop_batch), env=env, expect=17)
+    legs(case, "full")
     assert ckpt.exists()
-    _run("resume", str(resumed), str(ckpt), env=env)
+    legs(case, "resume")
 
     reference, candidate = torch.load(full), torch.load(resumed)
     assert candidate["global_step"] == reference["global_step"]
@@ -46,25 +129,15 @@ def test_stop_and_resume_is_bit_identical(tmp_path, stop_batch, env):
     assert candidate["metrics"]["val_loss"] == reference["metrics"]["val_loss"]
 
 
-@pytest.mark.parametrize(
-    ("pause_steps", "how", "env"),
-    [
-        # 12 batches an epoch: step 17 ends 5 batches into epoch 1; the other 7 must still run.
-        pytest.param(17, "trainer", {"MAX_STEPS": "30"}, id="then-more-steps"),
-        pytest.param(17, "trainer", {}, id="then-max-epochs"),
-        pytest.param(17, "last", {"MAX_STEPS": "30"}, id="last-ckpt"),
-        # An epoch-interval scheduler must not step for an epoch that max_steps cut short.
-        pytest.param(17, "trainer", {"SCHED": "epoch"}, id="epoch-scheduler"),
-        # 4 steps an epoch: step 5 ends 3 batches into epoch 1.
-        pytest.param(5, "last", {"ACCUMULATE": "3", "MAX_STEPS": "9"}, id="accumulation"),
-    ],
-)
-def test_max_steps_inside_an_epoch_then_resume_is_bit_identical(tmp_path, pause_steps, how, env):
+@pytest.mark.parametrize(("pause_steps", "how", "env"), PAUSES)
+def test_max_steps_inside_an_epoch_then_resume_is_bit_identical(legs, request, pause_steps, how, env):
     """A run that max_steps ended mid-epoch goes on, resumed, as if it had never stopped."""
+    case = request.node.callspec.id
+    tmp_path = legs.folder(case)
     full, paused, resumed, ckpt = (tmp_path / name for name in ("full.pt", "paused.pt", "resumed.pt", "pause.ckpt"))
-    _run("full", str(full), env=env)
-    _run("pause", str(paused), str(ckpt), str(pause_steps), how, env=env)
-    _run("resume", str(resumed), str(ckpt), env=env)
+    legs(case, "full")
+    legs(case, "pause")
+    legs(case, "resume")
 
     reference, first, candidate = torch.load(full), torch.load(paused), torch.load(resumed)
     assert first["global_step"] == pause_steps

@@ -1,0 +1,150 @@
+"""Several legs of a test program in one launch: one after another in the same processes.
+
+Starting a leg's interpreters (an elastic agent and its workers, each importing torch and
+trainmesh), its rendezvous and its teardown cost more than the training of most legs. So a
+module lists its legs once (a PLAN) and legs of the same world size run in one launch of
+``python PROGRAM --batch SPEC.json``, sharing one process group (the first leg's Trainer makes
+it; the next ones use it as it is). Tests of process start-up, start methods, crashes or exit
+keep their own launches.
+
+Harness side: ``Batches(program, root, plan, leg_timeout=...)``; ``batches(name)`` runs, on
+first use, every launch of the plan up to the one holding ``name`` (a leg may read what an
+earlier one wrote) and returns the leg's stderr, or raises ``LegFailed``.
+
+Program side: ``run_batch(spec_file, run_leg)`` where ``run_leg(argv)`` is the program's own
+single-leg entry point. Each leg gets its own environment variables (the launch's environment
+with the leg's ``env`` on top, none of an earlier leg's), its own stderr (``LOG.stderr-RANK``)
+and its own watchdog; a leg that fails writes ``LOG.error-RANK`` and ends the launch, and every
+later leg of that launch then fails too, saying so.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+
+class LegFailed(Exception):
+    """A leg failed, or did not run because its launch ended (the message says which)."""
+
+
+class Batches:
+    def __init__(self, program: Path, root: Path, plan: list[tuple[str, int, list[str], dict[str, str]] | None], *,
+                 leg_timeout: float, cwd: Path | None = None) -> None:
+        """``plan``: (name, world size, argv after the program, extra environment) per leg, in the
+        order they must run; consecutive legs of one world size share a launch, unless a None
+        between them separates them."""
+        names = [leg[0] for leg in plan if leg is not None]
+        assert len(set(names)) == len(names), f"two legs of the plan have the same name: {names}"
+        self.program, self.root, self.leg_timeout, self.cwd = program, root, leg_timeout, cwd
+        self.launches: list[list[tuple[str, int, list[str], dict[str, str]]]] = []
+        separated = True
+        for leg in plan:
+            if leg is None:
+                separated = True
+            elif not separated and self.launches[-1][0][1] == leg[1]:
+                self.launches[-1].append(leg)
+            else:
+                self.launches.append([leg])
+                separated = False
+        self.outcomes: dict[str, str | LegFailed] = {}
+
+    def __call__(self, name: str) -> str:
+        """The leg's stderr (every rank's, rank 0 first) once its launch ran; LegFailed if it failed."""
+        assert any(leg[0] == name for launch in self.launches for leg in launch), f"{name} is not in the plan"
+        for launch in self.launches:
+            if name in self.outcomes:
+                break
+            if launch[0][0] not in self.outcomes:
+                self._launch(launch)
+        outcome = self.outcomes[name]
+        if isinstance(outcome, LegFailed):
+            raise outcome
+        return outcome
+
+    def _launch(self, legs: list[tuple[str, int, list[str], dict[str, str]]]) -> None:
+        index = len(self.outcomes)
+        logs = [self.root / f"leg{index + i}" for i in range(len(legs))]
+        spec = self.root / f"batch{index}.json"
+        spec.write_text(json.dumps({"world": legs[0][1], "legs": [[argv, env, str(log)] for (_, _, argv, env), log
+                                                                  in zip(legs, logs)]}))
+        timeout = self.leg_timeout * len(legs)
+        process = subprocess.Popen([sys.executable, str(self.program), "--batch", str(spec)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                   cwd=self.cwd, start_new_session=True)
+        try:
+            _, err = process.communicate(timeout=timeout)
+            returncode = process.returncode
+        except subprocess.TimeoutExpired:
+            err, returncode = "", None
+        finally:
+            if process.poll() is None:  # timed out, or the test itself was stopped: no worker outlives it
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        together = ", ".join(name for name, *_ in legs)
+        ended = f"exited {returncode}" if returncode is not None else f"was killed after {timeout:.0f}s (its timeout)"
+        for (name, _, argv, _), log in zip(legs, logs):
+            stderr = "".join(path.read_text() for path in sorted(log.parent.glob(f"{log.name}.stderr-*")))
+            errors = sorted(log.parent.glob(f"{log.name}.error-*"))
+            if errors:
+                self.outcomes[name] = LegFailed(f"{name} ({' '.join(argv)}) failed:\n{errors[0].read_text()[-4000:]}")
+            elif returncode != 0:
+                self.outcomes[name] = LegFailed(
+                    f"{name} ({' '.join(argv)}) did not end well: its launch ({together}) {ended} (a leg of it failed "
+                    f"or hung?); the leg's stderr:\n{stderr[-3000:]}\nthe launch's stderr:\n{err[-3000:]}")
+            else:
+                self.outcomes[name] = stderr
+
+
+def run_batch(spec_file: str, run_leg: Callable[[list[str]], object], *, limit: float) -> None:
+    """In the program: every leg of the batch, each with its own environment, stderr and watchdog
+    (``limit`` seconds). World > 1: this first process is the elastic agent of the workers that run them."""
+    spec = json.loads(Path(spec_file).read_text())
+    world, legs = spec["world"], spec["legs"]
+    if world > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+        import trainmesh as tm
+
+        faulthandler.dump_traceback_later(limit * len(legs), exit=True)  # the agent waits for the whole batch
+        tm.Runtime(accelerator="cpu", strategy="ddp", devices=world).launch(_run_legs, legs, run_leg, limit)
+        return  # not reached: the agent exits once its workers ran the batch
+    _run_legs(legs, run_leg, limit)
+
+
+def _run_legs(legs: list, run_leg: Callable[[list[str]], object], limit: float) -> None:
+    rank = os.environ.get("RANK", "0")
+    base = {name: os.environ.get(name) for _, env, _ in legs for name in env}
+    for argv, env, log in legs:
+        faulthandler.dump_traceback_later(limit, exit=True)  # per leg: a hang ends the launch
+        _set_environment(base)  # this leg's settings, none of an earlier leg's
+        os.environ.update(env)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stderr = os.dup(2)
+        with open(f"{log}.stderr-{rank}", "a") as leg_stderr:
+            os.dup2(leg_stderr.fileno(), 2)
+        try:
+            run_leg(argv)
+        except Exception:  # not SystemExit
+            Path(f"{log}.error-{rank}").write_text(traceback.format_exc())
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(stderr, 2)
+            os.close(stderr)
+    faulthandler.cancel_dump_traceback_later()
+    _set_environment(base)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
