@@ -50,6 +50,7 @@ class Runtime:
         precision: str | int = "32-true",
         *,
         num_nodes: int = 1,
+        max_restarts: int = 0,
     ) -> None:
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes!r} must be a positive integer")
@@ -63,7 +64,8 @@ class Runtime:
         placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision)
         self.strategy: Strategy = build_strategy(strategy, placement)
         self.launcher: Launcher = build_launcher(
-            self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes
+            self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes,
+            max_restarts=max_restarts,
         )
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self._environment_ready = False

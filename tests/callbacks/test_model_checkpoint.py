@@ -30,7 +30,7 @@ def make_trainer(tmp_path, **overrides):
         current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, global_rank=0,
         world_size=1, log_dir=str(tmp_path / "logs"), default_root_dir=str(tmp_path), loggers=[],
         runtime=FakeRuntime(), should_stop=False, optimizers=[], lr_scheduler_configs=[],
-        sanity_checking=False, fast_dev_run=0, stage="fit", callbacks=[],
+        sanity_checking=False, fast_dev_run=0, stage="fit", callbacks=[], ckpt_path=None,
     )
     values.update(overrides)
     trainer = SimpleNamespace(**values)
@@ -365,3 +365,27 @@ def test_state_key_tells_checkpoint_callbacks_apart():
 def test_invalid_arguments_are_explained(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ModelCheckpoint(**kwargs)
+
+
+def test_the_checkpoint_a_run_resumed_from_is_never_deleted(tmp_path):
+    # A real fit: trainer.ckpt_path is what the run resumed from, and ModelCheckpoint keeps that
+    # file even when it drops out of the top k: it is the way back should the resumed run go wrong.
+    from helpers.models import DropoutNet, loaders, quiet_trainer
+
+    class Rising(DropoutNet):
+        def training_step(self, batch, batch_idx):
+            self.log("score", float(self.global_step))  # every save ranks above the ones before
+            return super().training_step(batch, batch_idx)
+
+    def fit(steps, ckpt_path=None):
+        callback = ModelCheckpoint(dirpath=tmp_path, monitor="score", mode="max", save_top_k=1,
+                                   every_n_train_steps=1)
+        trainer = quiet_trainer(max_steps=steps, enable_checkpointing=True, callbacks=[callback])
+        trainer.fit(Rising(), loaders()[0], ckpt_path=ckpt_path)
+        return trainer
+
+    resumed_from = fit(3).checkpoint_callback.best_model_path
+    assert files_in(tmp_path) == ["epoch=0-step=3.ckpt"]
+    resumed = fit(5, ckpt_path=resumed_from)
+    assert files_in(tmp_path) == ["epoch=0-step=3.ckpt", "epoch=0-step=5.ckpt"]  # step 4's was replaced by 5's
+    assert resumed.ckpt_path == resumed_from

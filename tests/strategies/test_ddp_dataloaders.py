@@ -119,6 +119,14 @@ def test_a_training_set_smaller_than_the_world_is_refused():
         strategy_for(1).process_dataloader(DataLoader(indices(1), batch_size=1), train=True, seed=1234)
 
 
+def test_an_empty_training_set_gives_every_rank_no_batches_as_on_one_device():
+    # One device warns that the train dataloader is empty and trains nothing; ddp does the same
+    # on every rank instead of refusing a set "smaller than the world".
+    for rank in range(2):
+        loader = strategy_for(rank).process_dataloader(DataLoader(indices(0), batch_size=4), train=True, seed=1234)
+        assert len(loader) == 0 and seen(loader) == []
+
+
 def test_a_custom_batch_sampler_is_refused_for_training():
     class EveryOther(BatchSampler):
         pass

@@ -4,6 +4,7 @@ python last_dirs_run.py ROOT OUT STRATEGY STEPS [last]
   Train on 2 CPU processes with ModelCheckpoint(save_last=True) under ROOT up to global step STEPS;
   with "last", fit(ckpt_path="last"). Rank 0 saves to OUT the full weights and global step at the
   start of training (after any resume) and at the end.
+python last_dirs_run.py --batch SPEC.json  -> several legs in one launch, one after another
 """
 
 import os
@@ -51,9 +52,9 @@ class Record(tm.Callback):
         self._keep(trainer, module, "end")
 
 
-def main() -> None:
-    root, out, strategy, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    resume = len(sys.argv) > 5 and sys.argv[5] == "last"
+def main(argv: list[str]) -> None:
+    root, out, strategy, steps = argv[0], argv[1], argv[2], int(argv[3])
+    resume = len(argv) > 4 and argv[4] == "last"
     g = torch.Generator().manual_seed(3)
     x = torch.randn(256, 16, generator=g)
     data = DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=8)
@@ -67,4 +68,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--batch":  # several legs in one launch, one after another (tests/helpers/batches.py)
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], main, limit=240)
+    else:
+        main(sys.argv[1:])

@@ -8,26 +8,52 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.processes import run_program
-from trainmesh.checkpoint.distributed import METADATA_FILE, STATE_FILE
+from helpers.batches import Batches, LegFailed
+from trainmesh.checkpoint.distributed import METADATA_FILE, save_distributed
 from trainmesh.trainer.checkpointing import resolve_ckpt_path
 
 SCRIPT = Path(__file__).parent / "last_dirs_run.py"
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # one-process DCP
 
 
-def leg(root, out, strategy, steps, *extra):
-    result = run_program([str(SCRIPT), str(root), str(out), strategy, str(steps), *extra], timeout=240,
-                         cwd=SCRIPT.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return torch.load(out, weights_only=False)
+STRATEGIES = ["fsdp", "sharded"]
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "sharded"])
-def test_fsdp_resumes_from_its_last_directory_checkpoint(tmp_path, strategy):
-    first = leg(tmp_path, tmp_path / "first.pt", strategy, 6)
-    last = [p for p in tmp_path.rglob("last*.ckpt")]
-    assert len(last) == 1 and last[0].is_dir(), last  # fsdp's last checkpoint is a directory
-    second = leg(tmp_path, tmp_path / "second.pt", strategy, 10, "last")
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory) -> Batches:
+    """Both strategies' first legs in one launch, then (in other processes) both resumes in another:
+    one after another in the same processes (helpers/batches.py). Strategy S trains under root/S."""
+    root = tmp_path_factory.mktemp("last_dirs")
+    def leg(strategy, name, steps, *extra):
+        (root / strategy).mkdir(exist_ok=True)
+        return (f"{strategy}/{name}", 2, [str(root / strategy), str(root / strategy / f"{name}.pt"), strategy,
+                                          str(steps), *extra], {})
+
+    plan = [*(leg(strategy, "first", 6) for strategy in STRATEGIES), None,
+            *(leg(strategy, "second", 10, "last") for strategy in STRATEGIES)]
+    batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent)
+    try:
+        batches(f"{STRATEGIES[0]}/first")  # the first launch
+    except LegFailed:
+        pass  # each test says so
+    # The last checkpoints as the first legs left them, before the resumes write theirs.
+    batches.last_after_first = {strategy: [(path, path.is_dir()) for path in (root / strategy).rglob("last*.ckpt")]
+                                for strategy in STRATEGIES}
+    return batches
+
+
+def leg(legs, strategy, name):
+    legs(f"{strategy}/{name}")
+    return torch.load(legs.root / strategy / f"{name}.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fsdp_resumes_from_its_last_directory_checkpoint(legs, strategy):
+    first = leg(legs, strategy, "first")
+    last = [path for path, _ in legs.last_after_first[strategy]]
+    is_dir = [directory for _, directory in legs.last_after_first[strategy]]  # when the first leg ended
+    assert len(last) == 1 and is_dir[0], last  # fsdp's last checkpoint is a directory
+    second = leg(legs, strategy, "second")
     # Resumed from the directory, not started over (step 0 means "last" found nothing).
     assert second["start"]["step"] == 6, "ckpt_path='last' did not resume from " + str(last[0])
     assert second["end"]["step"] == 10
@@ -45,11 +71,11 @@ def fake_trainer(root):
 
 
 def distributed_dir(path, *, complete=True, age=0.0):
-    path.mkdir(parents=True)
-    (path / "__0_0.distcp").write_bytes(b"x")
-    if complete:
-        (path / METADATA_FILE).write_bytes(b"x")
-        (path / STATE_FILE).write_bytes(b"x")
+    # A real (tiny) one: "last" reads the index of what it picks, and skips what is unreadable.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_distributed({"state_dict": {"w": torch.zeros(2)}, "global_step": 1}, path, rank=0, sharded_keys=["state_dict"])
+    if not complete:
+        (path / METADATA_FILE).unlink()
     stamp = time.time() - age
     for each in (*path.iterdir(), path):
         os.utime(each, (stamp, stamp))
@@ -58,7 +84,7 @@ def distributed_dir(path, *, complete=True, age=0.0):
 
 def checkpoint_file(path, *, age=0.0):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x")
+    torch.save({"global_step": 1}, path)
     stamp = time.time() - age
     os.utime(path, (stamp, stamp))
     return path
@@ -83,10 +109,12 @@ def test_last_skips_incomplete_directories_and_temporaries(tmp_path):
     distributed_dir(tmp_path / ".last.ckpt.0123abcd.tmp")  # trainmesh's staging directory
     distributed_dir(tmp_path / ".last.ckpt.0123abcd.old")  # a retired one being deleted
     checkpoint_file(tmp_path / ".last.ckpt.k2j3h4.tmp")  # atomic_save's temporary file
-    assert resolve_ckpt_path(fake_trainer(tmp_path), "last") == str(good)
+    with pytest.warns(UserWarning, match=r"skipped .*last-v1\.ckpt is not a complete distributed checkpoint"):
+        assert resolve_ckpt_path(fake_trainer(tmp_path), "last") == str(good)
 
 
 def test_last_with_only_an_incomplete_directory_starts_fresh(tmp_path, capsys):
     distributed_dir(tmp_path / "last.ckpt", complete=False)
-    assert resolve_ckpt_path(fake_trainer(tmp_path), "last", allow_fresh_start=True) is None
+    with pytest.warns(UserWarning, match=r"no complete checkpoint; skipped .*last\.ckpt is not a complete"):
+        assert resolve_ckpt_path(fake_trainer(tmp_path), "last", allow_fresh_start=True) is None
     assert "starting from scratch" in capsys.readouterr().out

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.checkpoint.io import remove_checkpoint
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
@@ -280,13 +280,12 @@ class ModelCheckpoint(Callback):
         self._owned.discard(path)
         if not trainer.is_global_zero or not owned or not _inside(path, self.dirpath):
             return
-        resumed_from = getattr(trainer, "ckpt_path", None)
-        if resumed_from and _absolute(resumed_from) == _absolute(path):
-            return  # the file this run resumed from stays, whatever its rank now
-        if os.path.isdir(path):  # a sharded checkpoint is a folder
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.exists(path):
-            os.remove(path)
+        # The checkpoint this run resumed from stays, whatever its rank now: it is the way back
+        # should this run go wrong, and the user named it.
+        if trainer.ckpt_path and _absolute(trainer.ckpt_path) == _absolute(path):
+            return
+        # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted.
+        remove_checkpoint(path)
 
     def _say(self, trainer: Any, message: str) -> None:
         if self.verbose and trainer.is_global_zero:

@@ -9,15 +9,17 @@ Layout of ``path/``:
   ``.metadata`` and ``__*_*.distcp``  DCP's files: the sharded entries' tensors
   ``trainer_state.pt``               every other entry, plus the record of the sharded ones
 
-A save goes to a temporary directory beside ``path`` and is renamed into place only when it
-is complete, so a crash mid-save leaves the previous checkpoint valid.
+A save goes to a temporary directory beside ``path`` (``.NAME.xxxxxxxx.tmp``) and takes the
+old one's place only when it is complete, in one atomic exchange where the file system has one,
+so a directory visible under its name is always a complete checkpoint. Before anything is loaded,
+every file DCP's metadata names is checked to be there and long enough, so a torn or missing
+shard is named instead of leaving a model half-loaded.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ from torch import nn
 from torch.optim import Optimizer
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.io import atomic_save
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.io import atomic_save, delete_entry, exchange_paths, hidden_sibling, no_space_error
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
 METADATA_FILE = ".metadata"
@@ -75,9 +78,13 @@ def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *
             rest = {k: v for k, v in checkpoint.items() if k not in record["entries"]}
             atomic_save({**rest, RECORD_KEY: record}, staging / STATE_FILE)
             _replace_directory(staging, target)
-    except BaseException:
-        # The previous checkpoint at `path` was never touched; drop the half-written one.
+    except BaseException as exc:
+        # The previous checkpoint at `path` is untouched until the swap, which puts it back on an
+        # error: drop the half-written one.
         shutil.rmtree(staging, ignore_errors=True)
+        full = no_space_error(exc, target)
+        if full is not None:
+            raise full from exc
         raise
     _barrier()
 
@@ -132,9 +139,10 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     import torch.distributed.checkpoint as dcp
 
     source = Path(path)
-    check_complete(source)
+    # DCP loads into the templates in place (they share the model's storage): a shard found torn
+    # halfway through would leave the model half-loaded, so every file is checked first.
+    metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
-    metadata = dcp.FileSystemReader(str(source)).read_metadata().state_dict_metadata
     held = {key: entry for key, entry in record["entries"].items() if key in templates}
     tensors = {entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
                for key, entry in held.items()}
@@ -169,11 +177,41 @@ def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapp
 def check_complete(path: Path) -> None:
     missing = [name for name in (METADATA_FILE, STATE_FILE) if not (path / name).exists()]
     if missing:
-        raise ValueError(
+        foreign = (" A DCP checkpoint written by other code (it has .metadata but no trainer state) loads with "
+                   "torch.distributed.checkpoint.load into your model's state dict." if missing == [STATE_FILE] else "")
+        raise UnreadableCheckpoint(
             f"{path} is not a complete distributed checkpoint: {', '.join(missing)} missing (a save that "
             "was interrupted, or a directory of something else). Use the previous checkpoint, or the "
-            "'last' one that was fully written"
+            f"'last' one that was fully written.{foreign}"
         )
+
+
+def readable_metadata(path: Path) -> Any:
+    """DCP's metadata of the checkpoint at ``path``, after checking that every file it names is
+    there in full and that the state file is sound; UnreadableCheckpoint names what is not."""
+    import torch.distributed.checkpoint as dcp
+
+    check_complete(path)
+    try:
+        metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    except Exception as exc:  # noqa: BLE001 - any failure to unpickle means the same: a torn file
+        raise UnreadableCheckpoint(f"{path} is not a readable distributed checkpoint: its {METADATA_FILE} is "
+                                   f"truncated or damaged ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    needed: dict[str, int] = {}  # shard file -> the end of the last byte range read from it
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(needed.items()):
+        shard = path / name
+        size = shard.stat().st_size if shard.is_file() else None
+        if size is None or size < end:
+            state = "is missing" if size is None else f"is truncated ({size} bytes of at least {end})"
+            raise UnreadableCheckpoint(
+                f"{path} is not a readable distributed checkpoint: shard {name} {state}. A copy that did not "
+                "finish, or a damaged disk: copy the directory again, or use an earlier checkpoint")
+    problem = file_problem(path / STATE_FILE)
+    if problem is not None:
+        raise UnreadableCheckpoint(problem)
+    return metadata
 
 
 def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
@@ -181,8 +219,8 @@ def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[s
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     src = Path(source)
-    check_complete(src)
-    scratch = Path(destination).with_name(f".{Path(destination).name}.{uuid.uuid4().hex[:8]}.tmp")
+    readable_metadata(src)
+    scratch = hidden_sibling(Path(destination), "tmp")
     try:
         dcp_to_torch_save(src, scratch)
         tensors = torch.load(scratch, map_location="cpu", weights_only=False)
@@ -203,12 +241,9 @@ def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], d
 
     A list entry's names start with the item's index (``"0.state.weight.exp_avg"``).
     """
-    import torch.distributed.checkpoint as dcp
-
     source = Path(path)
-    check_complete(source)
+    metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
-    metadata = dcp.FileSystemReader(str(source)).read_metadata().state_dict_metadata
     shapes = {
         key: {name: tuple(meta.size) for name, meta in _stored_under(entry["stored_as"], metadata).items()
               if hasattr(meta, "size")}
@@ -247,7 +282,7 @@ class _Shape:
 
 def _shared_staging_dir(target: Path, rank: int) -> Path:
     # All ranks must write into the same new directory: rank 0 names it, the others learn it.
-    name = [f".{target.name}.{uuid.uuid4().hex[:8]}.tmp" if rank == 0 else None]
+    name = [hidden_sibling(target, "tmp").name if rank == 0 else None]
     if _distributed():
         dist.broadcast_object_list(name, src=0)
     staging = target.parent / str(name[0])
@@ -256,14 +291,25 @@ def _shared_staging_dir(target: Path, rank: int) -> Path:
 
 
 def _replace_directory(staging: Path, target: Path) -> None:
-    """Put the complete new checkpoint where the old one was, the old one out of the way first."""
-    retired = None
-    if target.exists():
-        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
+    """Put the complete new checkpoint at ``target`` in one step: readers find the old one or the
+    new one there, never neither and never a mix; the old one is deleted afterwards, out of sight."""
+    if not os.path.lexists(target):
+        os.replace(staging, target)
+        return
+    retired = hidden_sibling(target, "old")
+    if exchange_paths(staging, target):
+        os.replace(staging, retired)  # the staging name now holds the old checkpoint
+    else:
+        # No atomic exchange here (NFS, Lustre, not Linux): two renames, with a moment between
+        # them when `target` is missing. A kill there leaves the complete new checkpoint in
+        # staging beside the retired one; the next start puts it in place (see cleanup).
         os.replace(target, retired)
-    os.replace(staging, target)
-    if retired is not None:
-        shutil.rmtree(retired, ignore_errors=True) if retired.is_dir() else retired.unlink()
+        try:
+            os.replace(staging, target)
+        except BaseException:
+            os.replace(retired, target)  # an error (not a kill) between them: the old one goes back
+            raise
+    delete_entry(retired)
 
 
 def _distributed() -> bool:

@@ -10,13 +10,30 @@ from trainmesh.launchers.in_process import InProcessLauncher
 from trainmesh.launchers.spawn import SpawnLauncher
 
 
-def build_launcher(start_method: str, *, devices: int, num_nodes: int) -> Any:
-    """The launcher for a strategy's ``start_method``."""
+def build_launcher(start_method: str, *, devices: int, num_nodes: int, max_restarts: int = 0) -> Any:
+    """The launcher for a strategy's ``start_method``; ``max_restarts``: how many times the
+    elastic agent starts the workers again after a failure."""
+    _check_max_restarts(max_restarts, start_method=start_method, processes=devices * num_nodes)
     if start_method == "in_process":
         return InProcessLauncher()
     if start_method == "elastic":
-        return ElasticLauncher(devices=devices, num_nodes=num_nodes)
+        return ElasticLauncher(devices=devices, num_nodes=num_nodes, max_restarts=max_restarts)
     return SpawnLauncher(devices=devices, num_nodes=num_nodes, start_method=start_method)
+
+
+def _check_max_restarts(max_restarts: int, *, start_method: str, processes: int) -> None:
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts={max_restarts!r} must be an integer >= 0 (0: a failure ends the run)")
+    if max_restarts == 0:
+        return
+    if start_method != "elastic" or processes == 1:
+        why = "one process" if processes == 1 else f"start method {start_method!r}"
+        raise ValueError(
+            f"max_restarts={max_restarts}: restarts are made by the elastic agent that strategy='ddp' starts for "
+            f"several processes, and this run has {why}, with no agent to restart it. Use strategy='ddp' with "
+            "devices > 1, or start the script with torchrun --max-restarts N (--nproc-per-node 1 for one "
+            "process), or set max_restarts=0"
+        )
 
 
 __all__ = ["ElasticLauncher", "InProcessLauncher", "Launcher", "ProcessInfo", "SpawnLauncher", "build_launcher"]

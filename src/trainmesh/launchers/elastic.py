@@ -2,8 +2,10 @@
 
 This is what ``torchrun --nproc-per-node N script.py`` does, started from inside the script:
 the first process becomes the agent, which starts the workers, watches them, stops them all
-when one fails, and exits with their status. Under torchrun or SLURM the processes already
-exist and the launcher only reads where this one sits.
+when one fails (and, with ``max_restarts``, starts them again: they resume from the newest
+complete checkpoint), passes SIGTERM and SIGUSR1 on to them (they save, see
+``trainer/preemption.py``), and exits with a status of ``exit_status``. Under torchrun or
+SLURM the processes already exist and the launcher only reads where this one sits.
 """
 
 from __future__ import annotations
@@ -11,18 +13,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
+from trainmesh.launchers import exit_status
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import already_started, check_port_free, find_free_port
 
 
 class ElasticLauncher:
-    def __init__(self, *, devices: int, num_nodes: int) -> None:
-        self.devices, self.num_nodes = devices, num_nodes
+    def __init__(self, *, devices: int, num_nodes: int, max_restarts: int = 0) -> None:
+        self.devices, self.num_nodes, self.max_restarts = devices, num_nodes, max_restarts
         self._process: ProcessInfo | None = None
 
     def process_info(self) -> ProcessInfo:
@@ -39,7 +44,7 @@ class ElasticLauncher:
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._find_process() is not None:
             return _run_recording_errors(fn, *args, **kwargs)
-        run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes)
+        run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes, max_restarts=self.max_restarts)
         raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
 
     def _find_process(self) -> ProcessInfo | None:
@@ -49,9 +54,29 @@ class ElasticLauncher:
             self._process = already_started(devices=self.devices, num_nodes=self.num_nodes)
             if self._process is not None:
                 die_with_agent()
+                _check_restart_settings(self._process, self.max_restarts)
         if self._process is None and self.devices * self.num_nodes == 1:
             self._process = ProcessInfo(master_port=find_free_port())
         return self._process
+
+
+def _check_restart_settings(process: ProcessInfo, max_restarts: int) -> None:
+    """Warn (rank 0) where restarts are torchrun's business, or would fail as torchrun is set up."""
+    if not process.is_global_zero:
+        return
+    if max_restarts > 0 and _own_agent_run_id() is None:
+        warnings.warn(
+            f"Trainer(max_restarts={max_restarts}) does nothing here: torchrun or SLURM started these processes, "
+            "and restarting them is its job (torchrun --max-restarts N, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+            "in its environment; SLURM: requeue). Drop max_restarts, or start the script with python",
+            UserWarning, stacklevel=4)
+    torchrun_restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if (torchrun_restarts.isdigit() and int(torchrun_restarts) > 0
+            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):
+        warnings.warn(
+            f"torchrun --max-restarts {torchrun_restarts} shares its rendezvous store with the workers, and a "
+            "restart then often fails or hangs forming the process group (pytorch/pytorch#135712); start torchrun with "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment", UserWarning, stacklevel=4)
 
 
 def script_command() -> list[str]:
@@ -71,10 +96,29 @@ def script_command() -> list[str]:
     return [script, *sys.argv[1:]]
 
 
-def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
-    """Start ``devices`` workers on this node (of ``num_nodes``) and wait for them."""
+def run_agent(command: list[str], *, devices: int, num_nodes: int, max_restarts: int = 0) -> None:
+    """Start ``devices`` workers on this node (of ``num_nodes``) and wait for them; on a failure,
+    stop them all and start them again, up to ``max_restarts`` times (each start resumes from
+    the newest complete checkpoint). Ends the process with a status of ``exit_status``."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
+
+    config = _launch_config(devices=devices, num_nodes=num_nodes, max_restarts=max_restarts)
+    try:
+        elastic_launch(config, entrypoint=sys.executable)(*command)
+    except SignalException as signal_:
+        # SIGTERM, SIGUSR1, Ctrl-C...: torch's agent has sent the same signal to every worker
+        # and waited for them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s, then SIGKILL).
+        raise SystemExit(_stopped_by_signal(signal_.sigval, config.run_id)) from None
+    except ChildFailedError as failure:
+        raise SystemExit(_workers_failed(failure, config.run_id, max_restarts)) from None
+    finally:
+        _take_preemption_report(config.run_id)  # never leave the file behind
+
+
+def _launch_config(*, devices: int, num_nodes: int, max_restarts: int) -> Any:
+    from torch.distributed.launcher.api import LaunchConfig
 
     if num_nodes == 1:
         # As torchrun --standalone: a private rendezvous on this machine, on MASTER_PORT when
@@ -90,29 +134,95 @@ def run_agent(command: list[str], *, devices: int, num_nodes: int) -> None:
     os.environ[AGENT_VARIABLE] = f"{os.getpid()} {run_id}"
     # Two workers on a few cores should not each start a thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
-    config = LaunchConfig(
+    if max_restarts > 0:
+        # With the rendezvous store shared between agent and workers (torch's default), the
+        # workers of a restart often meet stale keys of the attempt before and fail to form
+        # their group (pytorch/pytorch#135712): give each attempt a store of its own.
+        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return LaunchConfig(
         min_nodes=num_nodes, max_nodes=num_nodes, nproc_per_node=devices, run_id=run_id,
         rdzv_backend=backend, rdzv_endpoint=endpoint, rdzv_configs=configs,
-        max_restarts=0,  # a failure ends the run; restarting would hide the error
-        monitor_interval=0.1,
+        max_restarts=max_restarts, monitor_interval=0.1,
+        # SLURM's --signal=USR1@SECONDS asks for a save (and a requeue) before the time limit:
+        # the agent passes it on to the workers as it does SIGTERM, instead of dying of it.
+        signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
     )
-    from torch.distributed.elastic.multiprocessing.api import SignalException
 
+
+def _stopped_by_signal(sig: signal.Signals, run_id: str) -> int:
+    """Say how a signal to the agent ended the run; its exit status."""
+    report = _take_preemption_report(run_id)
+    if report is not None:
+        _say(f"stopped by {sig.name}: {report}")
+        return exit_status.PREEMPTED
+    if sig == signal.SIGINT:
+        _say("stopped by SIGINT (Ctrl-C); every worker was stopped.")
+        return exit_status.INTERRUPTED
+    status = exit_status.killed_by_signal(sig.value)
+    _say(f"stopped by {sig.name}, and every worker with it, before a checkpoint was saved (the workers save "
+         f"on SIGTERM/SIGUSR1 only inside fit, within TORCH_ELASTIC_SHUTDOWN_TIMEOUT); exit status {status}.")
+    return status
+
+
+def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
+    """Say how a worker's end ended the run (the first one to end); the run's exit status."""
+    rank, error = failure.get_first_failure()
+    again = f", after {max_restarts} restart(s) that failed too" if max_restarts else ""
+    if error.exitcode == exit_status.PREEMPTED:
+        report = _take_preemption_report(run_id) or "their checkpoint is saved"
+        _say(f"the workers were preempted (a signal reached them, not this process): {report}")
+        return exit_status.PREEMPTED
+    if error.exitcode < 0:
+        name = exit_status.describe_signal(-error.exitcode)
+        status = exit_status.killed_by_signal(-error.exitcode)
+        _say(f"worker rank {rank} was killed by {name} (signal {-error.exitcode}){again}: its program did not "
+             "fail, something outside stopped it (SIGKILL: often the out-of-memory killer; else a scheduler or a "
+             f"user); every worker was stopped. Exit status {status}.")
+        return status
+    _say(f"worker rank {rank} failed (exit code {error.exitcode}){again}; every worker was stopped.\n"
+         f"{_failure_text(error)}")
+    return error.exitcode if error.exitcode and error.exitcode > 0 else 1
+
+
+def _say(message: str) -> None:
+    print(f"\ntrainmesh: {message}", file=sys.stderr, flush=True)
+
+
+def tell_agent_preempted(report: str) -> bool:
+    """In a worker of trainmesh's own agent: tell it the run was preempted with its checkpoint
+    saved, so that it exits with ``exit_status.PREEMPTED`` rather than as killed by the signal,
+    and prints ``report``. (torch's agent reports no exit status of workers it stopped itself.)
+    False where no agent of ours reads it (torchrun's agent, SLURM, one process)."""
+    run_id = _own_agent_run_id()
+    if run_id is None:
+        return False
+    path = _preemption_report_path(run_id)
+    with open(f"{path}.{os.getpid()}.tmp", "w") as file:
+        file.write(report)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)  # the agent never reads half a report
+    return True
+
+
+def _own_agent_run_id() -> str | None:
+    """The run id of the trainmesh agent that started this worker; None for any other process."""
+    run_id = os.environ.get(AGENT_VARIABLE, "").partition(" ")[2]
+    return run_id if run_id and run_id == os.environ.get("TORCHELASTIC_RUN_ID") else None
+
+
+def _take_preemption_report(run_id: str) -> str | None:
+    path = _preemption_report_path(run_id)
     try:
-        elastic_launch(config, entrypoint=sys.executable)(*command)
-    except SignalException as signal_:
-        # Ctrl-C (or the scheduler's SIGTERM): the agent has already stopped every worker.
-        print(f"\ntrainmesh: stopped by {signal_.sigval.name}; every worker was stopped.", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
-    except ChildFailedError as failure:
-        rank, error = failure.get_first_failure()
-        print(
-            f"\ntrainmesh: worker rank {rank} failed (exit code {error.exitcode}); every worker was "
-            f"stopped.\n{_failure_text(error)}",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(error.exitcode if error.exitcode and error.exitcode > 0 else 1) from None
+        with open(path) as file:
+            report = file.read()
+        os.remove(path)
+    except OSError:
+        return None
+    return report
+
+
+def _preemption_report_path(run_id: str) -> str:
+    # The workers inherit the agent's environment, so they find the same temporary folder.
+    return os.path.join(tempfile.gettempdir(), f"{run_id}.preempted")
 
 
 AGENT_VARIABLE = "TRAINMESH_ELASTIC_AGENT"  # "<agent pid> <run id>", set by run_agent for its workers

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
+import subprocess
 from collections.abc import Mapping
 
 from trainmesh.launchers.base import ProcessInfo
@@ -97,6 +99,45 @@ def _slurm_process(env: Mapping[str, str], *, devices: int) -> ProcessInfo:
         # Every task of the job must agree on the port without talking: derive it from the job id.
         master_port=int(env.get("MASTER_PORT") or 15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000),
     )
+
+
+def restart_reason(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why this process is a second (or later) start of the same run: an elastic agent restarted
+    its workers after a failure, or SLURM requeued the job; None on a first start."""
+    env = os.environ if environ is None else environ
+    # Per node (pytorch/pytorch#108158): a healthy node's workers may still read 0 here.
+    restarts = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restarts.isdigit() and int(restarts) > 0:
+        return f"restart {restarts} of the elastic agent"
+    requeues = env.get("SLURM_RESTART_COUNT", "0")
+    if requeues.isdigit() and int(requeues) > 0:
+        return f"SLURM requeue {requeues} of job {env.get('SLURM_JOB_ID', '?')}"
+    return None
+
+
+def requeue_slurm_job(environ: Mapping[str, str] | None = None) -> str | None:
+    """Put this SLURM job back in the queue (``scontrol requeue``); what happened, in one
+    sentence, or None outside a SLURM job. A failure is reported, not raised: the checkpoint
+    is already saved, and the job can be resubmitted by hand."""
+    env = os.environ if environ is None else environ
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"  # requeue this task only
+    command = ["scontrol", "requeue", job]
+    if shutil.which("scontrol") is None:
+        return (f"SLURM job {job} was NOT requeued: `scontrol` is not on PATH in this process; requeue it "
+                f"from a login node ({' '.join(command)}) or submit the script again: it resumes from the checkpoint")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"SLURM job {job} was NOT requeued: `{' '.join(command)}` failed ({err}); requeue or resubmit it by hand"
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        return (f"SLURM job {job} was NOT requeued: `{' '.join(command)}` said: {why} (was the job submitted "
+                "with --no-requeue?); resubmit it by hand: it resumes from the checkpoint")
+    return f"requeued SLURM job {job} ({' '.join(command)}); it resumes from the checkpoint when it starts again"
 
 
 def first_host(nodelist: str) -> str:

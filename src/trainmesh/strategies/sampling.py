@@ -36,6 +36,9 @@ def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, se
         if sharded.batch_sampler is None:
             return sharded  # unbatched loaders have no empty batch to pad with
         return EqualLengthLoader(sharded, longest)
+    if len(loader.dataset) == 0:
+        # Empty on every rank alike: the fit loop warns and trains nothing, as on one device.
+        return loader
     if len(loader.dataset) < dp_size:
         raise ValueError(
             f"the training set has {len(loader.dataset)} sample(s) but there are {dp_size} processes reading "

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainmesh.checkpoint.cleanup import clean_stale_temporaries
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.distributed import STATE_FILE, check_complete, is_distributed_checkpoint
+from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem, file_problem
+from trainmesh.checkpoint.io import TEMPORARY_NAME
 from trainmesh.seed import capture_rng_state
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
@@ -96,25 +102,26 @@ def _reduced_results(trainer: Any) -> dict[str, Any]:
 
 
 def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str, weights_only: bool) -> dict[str, Any] | None:
-    """Load ``checkpoint`` into the trainer; returns the RNG state to resume with (fit only)."""
+    """Load ``checkpoint`` into the trainer; returns the RNG state to resume with (fit only).
+
+    Everything that can refuse the checkpoint is checked before the model changes, so a failed
+    load leaves the model as it was.
+    """
     runtime, module = trainer.runtime, trainer.module
-    if "state_dict" not in checkpoint:
-        raise ValueError(f"this file is not a trainmesh checkpoint (no 'state_dict'; keys: {sorted(checkpoint)})")
+    problem = content_problem(checkpoint, source)
+    if problem is not None:
+        raise UnreadableCheckpoint(problem)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     check_state_dict_fits(runtime.state_dicts(trainer.model, [], sharded=True)["model"], checkpoint["state_dict"],
                           source=source)
+    if not weights_only:
+        _check_resumable(trainer, checkpoint, source)
     runtime.load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
     if weights_only:
         return None
-    saved_optimizers = checkpoint.get("optimizer_states", [])
-    if len(saved_optimizers) != len(trainer.optimizers):
-        raise ValueError(
-            f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
-            f"made {len(trainer.optimizers)}; resume with the same optimizer setup"
-        )
-    runtime.load_state_dicts(trainer.model, trainer.optimizers, {"optim": saved_optimizers})
+    runtime.load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(state)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
@@ -138,6 +145,20 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
     return own.get("rng", checkpoint["rng"])
+
+
+def _check_resumable(trainer: Any, checkpoint: dict[str, Any], source: str) -> None:
+    missing = [key for key in ("epoch", "global_step", "loop") if key not in checkpoint]
+    if missing:
+        raise ValueError(f"{source} holds weights but not where training stopped (no {missing}), so fit cannot "
+                         "resume from it: load only its weights (validate/test with ckpt_path=, or "
+                         "Module.load_from_checkpoint) and fit without ckpt_path")
+    saved_optimizers = checkpoint.get("optimizer_states", [])
+    if len(saved_optimizers) != len(trainer.optimizers):
+        raise ValueError(
+            f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
+            f"made {len(trainer.optimizers)}; resume with the same optimizer setup"
+        )
 
 
 def _own_entry(trainer: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -169,34 +190,25 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
                       allow_fresh_start: bool = False) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists.
 
-    With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns None after a
-    one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"`` from its
-    very first run on. A named file that is missing, "best" with none known, and "last" for
-    validate/test/predict (which need trained weights) stay errors.
+    "last" is the newest ``last*.ckpt``; one that is torn or incomplete is skipped, with a warning
+    naming it, for the newest complete checkpoint (another last one, or one beside a last one:
+    the run's top-k). With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns
+    None after a one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"``
+    from its very first run on (with only damaged ones, a warning names them too). A named file
+    that is missing, "best" with none known, and "last" for validate/test/predict (which need
+    trained weights) stay errors.
     """
     path = str(ckpt_path)
-    if path in ("last", "best"):
+    if path == "last":
+        return _resolve_last(trainer, allow_fresh_start=allow_fresh_start)
+    if path == "best":
         callback = trainer.checkpoint_callback
-        found = getattr(callback, f"{path}_model_path", "") if callback is not None else ""
-        if not found and path == "last":
-            found, searched = _newest_last_ckpt(trainer)
-            if not found:
-                where = " or ".join(searched)
-                if not allow_fresh_start:
-                    raise ValueError(
-                        f"ckpt_path='last': no checkpoint found under {where}, and {trainer.stage or 'this stage'} "
-                        "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
-                        "save_last=True), the default checkpointing, writes last.ckpt)"
-                    )
-                if trainer.is_global_zero:
-                    print(f"ckpt_path='last': no checkpoint found under {where}; starting from scratch", flush=True)
-                return None
-        if not found:
+        path = getattr(callback, "best_model_path", "") if callback is not None else ""
+        if not path:
             raise ValueError(
-                f"ckpt_path={path!r}: no {path} checkpoint is known for this trainer. Pass the file's "
+                "ckpt_path='best': no best checkpoint is known for this trainer. Pass the file's "
                 "path, or enable ModelCheckpoint(save_last=True) in the earlier run"
             )
-        path = found
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"ckpt_path={path!r} does not exist (looked at {os.path.abspath(path)}); pass a checkpoint "
@@ -205,12 +217,86 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
     return path
 
 
-def _newest_last_ckpt(trainer: Any) -> tuple[str, list[str]]:
-    """The newest complete ``last*.ckpt`` an earlier run of this set-up wrote ("" if none), and the folders searched.
+def _resolve_last(trainer: Any, *, allow_fresh_start: bool) -> str | None:
+    callback = trainer.checkpoint_callback
+    known = getattr(callback, "last_model_path", "") if callback is not None else ""
+    scan = _scan_checkpoints(trainer)
+    found = _last_candidates(scan)
+    skipped: list[str] = []
+    for candidate in dict.fromkeys([known, *found] if known and os.path.exists(known) else found):
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            if skipped and trainer.is_global_zero:
+                warnings.warn(f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
+                              f"resuming from the newest complete one, {candidate}", UserWarning, stacklevel=4)
+            return candidate
+        skipped.append(problem)
+    where = " or ".join(scan.searched)
+    if not allow_fresh_start:
+        found_none = f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
+        raise ValueError(
+            f"ckpt_path='last': {found_none}, and {trainer.stage or 'this stage'} "
+            "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
+            "save_last=True), the default checkpointing, writes last.ckpt)"
+        )
+    if trainer.is_global_zero:
+        if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
+            warnings.warn(f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning,
+                          stacklevel=4)
+        print(f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
+              "starting from scratch", flush=True)
+    return None
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why ``path`` is not a readable checkpoint (one message), or None; reads indexes, not tensors."""
+    if is_distributed_checkpoint(path):
+        try:
+            readable_metadata(Path(path))
+        except UnreadableCheckpoint as exc:
+            return str(exc)
+        return None
+    return file_problem(Path(path))
+
+
+def clear_interrupted_saves(trainer: Any, ckpt_path: str | os.PathLike[str] | None) -> None:
+    """At the start of fit, before this run saves anything: global rank 0 deletes the temporaries
+    that killed saves left (see ``trainmesh.checkpoint.cleanup``) where this run saves and where it
+    resumes from; the other ranks wait, so that every rank then finds the same checkpoints.
+
+    Only what nothing modified since this moment is deleted: another live run's save in progress
+    keeps touching its files.
+    """
+    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+    if trainer.is_global_zero:
+        started = time.time()
+        folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+        if ckpt_path is not None and str(ckpt_path) == "last":
+            folders += _scan_checkpoints(trainer).folders
+        elif ckpt_path is not None and str(ckpt_path) != "best":
+            folders.append(os.path.dirname(os.path.abspath(ckpt_path)))
+        removed = [path for folder in dict.fromkeys(folders)
+                   for path in clean_stale_temporaries(folder, older_than=started)]
+        if removed:
+            print(f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves "
+                  f"(e.g. {removed[0]})", flush=True)
+    trainer.runtime.barrier()
+
+
+@dataclasses.dataclass
+class _Scan:
+    searched: list[str]  # the folders searched, each with everything below it
+    found: dict[str, float]  # every visible *.ckpt file or checkpoint directory -> when it was completed
+    folders: list[str]  # the folders that hold a checkpoint or a trainmesh temporary
+
+
+def _scan_checkpoints(trainer: Any) -> _Scan:
+    """Every checkpoint an earlier run of this set-up may have written, and where.
 
     A checkpoint is a file, or a directory (a distributed checkpoint: fsdp, sharded, hsdp,
-    model-parallel) that holds everything a complete save writes. trainmesh's own temporaries
-    (``.NAME.xxxx.tmp`` while saving, ``.NAME.xxxx.old`` while replacing) are never candidates.
+    model-parallel). trainmesh's own temporaries (``.NAME.xxxx.tmp`` while saving, ``.NAME.xxxx.old``
+    while replacing) are never checkpoints.
     """
     # An earlier run wrote under default_root_dir, or in its own version folder next to this
     # run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
@@ -223,26 +309,39 @@ def _newest_last_ckpt(trainer: Any) -> tuple[str, list[str]]:
         folders.append(callback.dirpath)
     folders = list(dict.fromkeys(os.path.abspath(folder) for folder in folders))
     folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]
-    candidates: dict[str, float] = {}  # path -> when it was completed
+    found: dict[str, float] = {}
+    holding: dict[str, None] = {}  # ordered set
     for folder in folders:
         for root, dirs, files in os.walk(folder):
             for name in files:
-                if _is_last_name(name):
-                    path = os.path.join(root, name)
-                    candidates[path] = os.path.getmtime(path)
+                if name.endswith(".ckpt") and not name.startswith("."):
+                    found[os.path.join(root, name)] = os.path.getmtime(os.path.join(root, name))
+                if name.endswith(".ckpt") or TEMPORARY_NAME.match(name):
+                    holding[root] = None
             descend = []
             for name in dirs:
                 path = os.path.join(root, name)
                 if _is_trainmesh_temporary(name):
-                    continue  # a save in progress or a retired checkpoint being deleted
-                if _is_last_name(name) and is_distributed_checkpoint(path):
-                    completed = _completed_at(path)
-                    if completed is not None:
-                        candidates[path] = completed
-                    continue  # a checkpoint's insides hold no further checkpoints
-                descend.append(name)
+                    holding[root] = None
+                elif name.endswith(".ckpt") and is_distributed_checkpoint(path):
+                    holding[root] = None
+                    found[path] = _completed_at(path)
+                else:  # a checkpoint's insides hold no further checkpoints
+                    descend.append(name)
             dirs[:] = descend
-    return (max(candidates, key=candidates.__getitem__) if candidates else ""), folders
+    return _Scan(searched=folders, found=found, folders=list(holding))
+
+
+def _last_candidates(scan: _Scan) -> list[str]:
+    """The newest ``last*.ckpt`` first; after it, should it be unreadable, the other checkpoints
+    beside a last one, newest first (a run's top-k checkpoints live beside its last.ckpt)."""
+    lasts = [path for path in scan.found if _is_last_name(os.path.basename(path))]
+    if not lasts:
+        return []
+    newest = max(lasts, key=scan.found.__getitem__)
+    beside = {os.path.dirname(path) for path in lasts}
+    rest = [path for path in scan.found if path != newest and (path in lasts or os.path.dirname(path) in beside)]
+    return [newest, *sorted(rest, key=scan.found.__getitem__, reverse=True)]
 
 
 def _is_last_name(name: str) -> bool:
@@ -254,15 +353,10 @@ def _is_trainmesh_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith((".tmp", ".old"))
 
 
-def _completed_at(path: str) -> float | None:
-    """When the distributed checkpoint at ``path`` was completed; None if it is incomplete."""
-    try:
-        check_complete(Path(path))
-    except ValueError:
-        return None
+def _completed_at(path: str) -> float:
+    """When the distributed checkpoint at ``path`` was completed (an incomplete one: when last
+    touched, so that "last" names it when it skips it)."""
     # The state file is written last, inside the staging directory, just before the rename: its
     # time is the save's (a directory's own mtime need not change when it is renamed into place).
-    try:
-        return max(os.path.getmtime(os.path.join(path, STATE_FILE)), os.path.getmtime(path))
-    except OSError:  # removed while we looked
-        return None
+    times = [os.path.join(path, STATE_FILE), path]
+    return max((os.path.getmtime(t) for t in times if os.path.exists(t)), default=0.0)

@@ -83,6 +83,7 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         return
+    trainer.watchdog.start()
     try:
         while not _fit_done(trainer):
             _run_epoch(trainer, train_loader, resume_rng)
@@ -92,6 +93,7 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
             # held, for a checkpoint saved now.
             restore_rng_state(resume_rng)
     finally:
+        trainer.watchdog.stop()
         trainer.loop.last_loss = None
     hooks.call("on_train_end")
     hooks.call("on_fit_end")
@@ -196,6 +198,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             _optimizer_step(trainer, module)
             pending_gradients = False
         loop.batches_done = batch_idx + 1
+        trainer.watchdog.feed()
         loop.validated_since_step = False
         if val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last:
             evaluation.run_validation(trainer, trainer.val_loaders)
@@ -209,6 +212,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             break
         if trainer.should_stop:
             break
+        if trainer.preemption.stop_agreed():  # SIGTERM/SIGUSR1 (preemption.py): every rank stops here
+            trainer.preemption.save_and_exit(trainer)
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.

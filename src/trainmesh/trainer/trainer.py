@@ -10,14 +10,16 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, seed_spellings
+from trainmesh.trainer import evaluation, fit_loop, preemption, seed_spellings
 from trainmesh.launchers.environments import require_deterministic_cublas
-from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, build_checkpoint, resolve_ckpt_path, restore_checkpoint
+from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
+                                             resolve_ckpt_path, restore_checkpoint)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.results import MetricSink
 from trainmesh.trainer.settings import LoopSettings, check_loop_settings
+from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -36,6 +38,7 @@ class Trainer:
         accelerator: str = "auto",
         devices: int | str | list[int] = "auto",
         num_nodes: int = 1,
+        max_restarts: int = 0,
         strategy: str | Any = "auto",
         precision: str | int = "32-true",
         max_epochs: int | None = None,
@@ -59,6 +62,7 @@ class Trainer:
         enable_checkpointing: bool = True,
         enable_model_summary: bool = True,
         deterministic: bool = False,
+        watchdog_timeout: float | None = DEFAULT_TIMEOUT,
         fast_dev_run: bool | int = False,
         inference_mode: bool = True,
         gpus: int | list[int] | None = None,
@@ -69,8 +73,7 @@ class Trainer:
         self.runtime, enable_model_summary = _build_runtime(
             accelerator=accelerator, devices=devices, strategy=strategy, precision=precision, num_nodes=num_nodes,
             enable_model_summary=enable_model_summary, gpus=gpus, distributed_backend=distributed_backend,
-            weights_summary=weights_summary, num_tpu_cores=num_tpu_cores,
-        )
+            weights_summary=weights_summary, num_tpu_cores=num_tpu_cores, max_restarts=max_restarts)
         self.default_root_dir = str(default_root_dir or os.getcwd())
         loop = check_loop_settings(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
@@ -82,7 +85,7 @@ class Trainer:
             gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
         )
         self._adopt_loop_settings(loop)
-        self.inference_mode = inference_mode
+        self.inference_mode, self.watchdog = inference_mode, StepWatchdog(watchdog_timeout)  # trainer/watchdog.py
         if deterministic:
             _make_deterministic()
         self.loggers = _build_loggers(loop.logger, self.default_root_dir)
@@ -115,6 +118,8 @@ class Trainer:
         self.should_stop = False
         self.sanity_checking = False
         self.stage: str | None = None
+        # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
+        self.ckpt_path: str | None = None
         self.epoch_metrics: dict[str, float] = {}
         self.train_results: Any = None
         self._last_logged_step = -1
@@ -246,9 +251,10 @@ class Trainer:
         """Write the full training state to ``path`` (atomically)."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
-        checkpoint = build_checkpoint(self)
-        # The strategy waits for every rank; one that shards writes each rank's shards.
-        self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
+        with self.watchdog.paused():  # a save may legitimately take longer than a step
+            checkpoint = build_checkpoint(self)
+            # The strategy waits for every rank; one that shards writes each rank's shards.
+            self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,
@@ -279,10 +285,17 @@ class Trainer:
         try:
             self._prepare(model, data, stage)
             if stage == "fit":
-                # None: no ckpt_path, or "last" before any checkpoint exists (a fresh start).
-                source = None if ckpt_path is None else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True)
+                clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
+                # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
+                # a restart or the run after a preemption finds its checkpoint (preemption.py).
+                source = (preemption.resume_source(self) if ckpt_path is None
+                          else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True))
+                self.ckpt_path = source
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
-                result = fit_loop.run_fit(self, data, checkpoint, source or "")
+                self.preemption = preemption.SignalStop()  # SIGTERM/SIGUSR1: save and exit 75
+                with self.preemption.armed(self.runtime):
+                    result = fit_loop.run_fit(self, data, checkpoint, source or "")
+                    self.preemption.finish_fit(self)
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(self, data)
@@ -341,7 +354,7 @@ class Trainer:
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
             return
-        source = resolve_ckpt_path(self, ckpt_path)
+        source = self.ckpt_path = resolve_ckpt_path(self, ckpt_path)
         restore_checkpoint(self, self._read_checkpoint(source, with_optimizers=False), source=source, weights_only=True)
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
@@ -411,7 +424,7 @@ def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepa
 
 
 def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
-                   num_nodes: int, enable_model_summary: bool, gpus: int | list[int] | None,
+                   num_nodes: int, max_restarts: int, enable_model_summary: bool, gpus: int | list[int] | None,
                    distributed_backend: str | None, weights_summary: str | None,
                    num_tpu_cores: int | None) -> tuple[Runtime, bool]:
     """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
@@ -422,7 +435,7 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
         num_tpu_cores=num_tpu_cores,
     )
     runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
-                      precision=precision, num_nodes=num_nodes)
+                      precision=precision, num_nodes=num_nodes, max_restarts=max_restarts)
     return runtime, settings.enable_model_summary
 
 

@@ -1,0 +1,140 @@
+"""Preemption: on SIGTERM or SIGUSR1 every process finishes the same step, saves, and exits 75.
+
+SIGTERM is what SLURM, Kubernetes and torch's elastic agent send before they kill a process;
+SIGUSR1 is what SLURM's ``--signal=USR1@SECONDS`` sends before the time limit. During ``fit``
+either one only sets a flag (work done inside a signal handler, a collective or a file write, can
+deadlock against the code it interrupted). The loop looks at the flag after every step; the
+processes agree on the step to stop after (``stop_agreement.py``: one small all_reduce about
+every quarter second of training, so within about half a second), then save the full training state
+to ``<default_root_dir>/last-preempted.ckpt`` (a collective, like every save), and exit with
+status 75 (``launchers/exit_status.py``). Under SLURM, SIGUSR1 also requeues the job.
+
+The next start resumes by itself: ``fit`` with ``ckpt_path=None`` resumes from the newest
+complete ``last*.ckpt`` when the previous run was preempted (that file exists), when an elastic
+agent restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0), or when SLURM requeued the job
+(``SLURM_RESTART_COUNT`` > 0). A fit that then ends normally removes ``last-preempted.ckpt``, so
+that the following run of the script starts afresh.
+
+>>> # sbatch --signal=USR1@90 --requeue train.sh; in train.py, as always:
+>>> # trainer.fit(model, datamodule=dm)   # stops, saves and requeues on USR1; resumes when requeued
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any, NoReturn
+
+from trainmesh.checkpoint.io import remove_checkpoint
+from trainmesh.launchers import exit_status
+from trainmesh.launchers.elastic import tell_agent_preempted
+from trainmesh.launchers.environments import requeue_slurm_job, restart_reason
+from trainmesh.trainer.checkpointing import resolve_ckpt_path
+from trainmesh.trainer.stop_agreement import StopAgreement
+
+PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(SystemExit):
+    """Raised on every process after a preemption checkpoint is saved: the program exits with
+    status 75 (``exit_status.PREEMPTED``) unless the script catches it."""
+
+    def __init__(self, report: str, *, checkpoint: str, step: int, signal_name: str) -> None:
+        super().__init__(exit_status.PREEMPTED)
+        self.report, self.checkpoint, self.step, self.signal_name = report, checkpoint, step, signal_name
+
+
+class SignalStop:
+    """What SIGTERM and SIGUSR1 do during one ``fit``: see the module's docstring."""
+
+    def __init__(self) -> None:
+        self._received = 0  # the largest signal number received (SIGTERM 15 beats SIGUSR1 10)
+        self._agreement: StopAgreement | None = None
+
+    @contextlib.contextmanager
+    def armed(self, runtime: Any) -> Iterator[None]:
+        """Catch the stop signals while the block runs; the previous handlers afterwards."""
+        if threading.current_thread() is not threading.main_thread():
+            # Python runs signal handlers in the main thread only, and only it may install them.
+            yield
+            return
+        self._received = 0
+        self._agreement = StopAgreement() if runtime.world_size > 1 else None
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            if self._agreement is not None:
+                self._agreement.close()
+            self._agreement = None
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Nothing but the flag: the loop acts on it at the next step's end.
+        self._received = max(self._received, signum)
+
+    def stop_agreed(self) -> bool:
+        """After a step: whether every process stops now (the same answer on each one)."""
+        if self._agreement is None:
+            return self._received != 0
+        return self._agreement.exchange(self._received) != 0
+
+    def save_and_exit(self, trainer: Any) -> NoReturn:
+        """Save the training state as it is after this step, report, and raise ``Preempted``."""
+        agreed = self._agreement.settle() if self._agreement is not None else self._received
+        name = exit_status.describe_signal(agreed)
+        path = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
+        trainer.save_checkpoint(path)  # a collective: every process has stopped after the same step
+        who = "every process" if trainer.world_size > 1 else "training"
+        report = (f"{who} stopped after step {trainer.global_step} (epoch {trainer.current_epoch}) and "
+                  f"the checkpoint {path} is saved; exit status {exit_status.PREEMPTED}. Run the same command "
+                  "again: fit resumes from it")
+        if agreed == signal.SIGUSR1 and trainer.is_global_zero:
+            requeued = requeue_slurm_job()
+            report += f". {requeued}" if requeued else ""
+        # trainmesh's own agent prints the report as it exits (once per node); else rank 0 does.
+        told_agent = trainer.local_rank == 0 and tell_agent_preempted(report)
+        if trainer.is_global_zero and not told_agent:
+            print(f"trainmesh: stopped by {name}: {report}", file=sys.stderr, flush=True)
+        raise Preempted(report, checkpoint=path, step=trainer.global_step, signal_name=name)
+
+    def finish_fit(self, trainer: Any) -> None:
+        """After the loop: a signal that came after the last step still saves and exits; a fit
+        that ends normally retires the preemption checkpoint it may have resumed from."""
+        agreed = self._agreement.settle(self._received) if self._agreement is not None else self._received
+        if agreed:
+            self.save_and_exit(trainer)
+        path = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
+        if trainer.is_global_zero and os.path.exists(path):
+            # Kept, the next run of the script would resume from it instead of starting afresh.
+            remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
+            print(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint", flush=True)
+
+
+def resume_source(trainer: Any) -> str | None:
+    """The checkpoint ``fit(ckpt_path=None)`` resumes from: None on a first start; after a
+    preemption, a restart or a requeue, what ``ckpt_path="last"`` finds (rank 0's answer)."""
+    marker = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
+    reason = restart_reason() or ("the previous run was preempted" if os.path.exists(marker) else None)
+    # Any process's reason counts: an elastic agent counts only its own node's restarts.
+    reason = next((r for r in trainer.runtime.all_gather_object(reason) if r), None)
+    if reason is None:
+        return None
+    # One answer for all: processes that resumed from different files would train on silently apart.
+    found = resolve_ckpt_path(trainer, "last", allow_fresh_start=True) if trainer.is_global_zero else None
+    found = trainer.runtime.broadcast(found, src=0)
+    if trainer.is_global_zero:
+        if found:
+            print(f"trainmesh: {reason}: resuming from {found}", flush=True)
+        else:
+            print(f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
+                  "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
+                  "so that a restart resumes", flush=True)
+    return found

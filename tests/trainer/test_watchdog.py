@@ -1,0 +1,141 @@
+"""The stuck-rank watchdog (trainer/watchdog.py): a run in which a rank stops completing steps
+ends within the watchdog's time, non-zero, naming the rank the others wait for and showing
+where it was; slow but legitimate work (a first step, a long validation, a save) goes through.
+
+One ddp run (2 workers started the way users start them: ``python script.py``, which re-runs
+itself through the elastic agent) and one single-process run, started together.
+"""
+
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+TIMEOUT = 2.0  # watchdog_run.TIMEOUT
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "SLURM_NTASKS",
+                      "SLURM_PROCID", "OMP_NUM_THREADS")
+
+
+class Run:
+    def __init__(self, mode: str, out: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+        self.process = subprocess.Popen([sys.executable, str(HERE / "watchdog_run.py"), mode, str(out)], cwd=out,
+                                        env={**env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.out = out
+        self.output, self.ended_at, self.returncode = "", 0.0, None
+
+    def wait(self, deadline: float) -> None:
+        try:
+            self.output, _ = self.process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the agent and its workers: never leave one behind
+            self.output, _ = self.process.communicate()
+        self.ended_at, self.returncode = time.time(), self.process.returncode
+
+    def stalled_for(self) -> float:
+        """Seconds from the stuck rank's last words (``STALL <time>``) to the end of the run."""
+        match = re.search(r"^STALL (\S+)$", self.output, re.MULTILINE)
+        assert match, f"the run never reached the stuck step (exit {self.returncode}):\n{self.output[-4000:]}"
+        return self.ended_at - float(match[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    started = {mode: Run(mode, tmp_path_factory.mktemp(mode)) for mode in ("ddp", "single")}
+    deadline = time.monotonic() + 120  # each leg also ends itself after 100 s (faulthandler)
+    for run in started.values():
+        run.wait(deadline)
+    return started
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the elastic agent re-running the script is POSIX-only here")
+def test_ddp_run_with_a_stuck_rank_ends_naming_it_and_showing_where_it_was(runs):
+    run = runs["ddp"]
+    tail = run.output[-6000:]
+    # The first epoch's slow first step, long validation and slow save did not fire it.
+    assert (run.out / "checkpoints" / "last.ckpt").exists(), tail
+    assert run.stalled_for() < TIMEOUT + 30, tail
+    assert run.returncode == 124, tail
+    assert "FIT ENDED" not in run.output
+    # The agent names the stuck rank, and the verdict says it is the one the others wait for.
+    assert "worker rank 1 failed (exit code 124)" in run.output, tail
+    verdict = run.output[run.output.index("rank 1 did not arrive"):]
+    where = verdict[verdict.index("Where rank 1 was"):verdict.index("Every rank")]
+    assert re.search(r'watchdog_run\.py", line \d+, in training_step\n\s+time\.sleep\(3600\)', where), verdict
+    assert re.search(r"rank 0: .* at \S+ in \w+", verdict), verdict
+    # Every rank dumped its threads with faulthandler.
+    for rank in (0, 1):
+        assert f"trainmesh watchdog: rank {rank}'s threads" in run.output, tail
+    assert re.search(r'watchdog_run\.py", line \d+ in training_step', run.output), tail
+
+
+def test_single_process_run_with_a_stuck_step_ends_with_its_stack(runs):
+    run = runs["single"]
+    tail = run.output[-6000:]
+    assert (run.out / "checkpoints" / "last.ckpt").exists(), tail
+    assert run.stalled_for() < TIMEOUT + 30, tail
+    assert run.returncode == 124, tail
+    assert "FIT ENDED" not in run.output
+    assert "no training or validation step completed" in run.output, tail
+    assert re.search(r'watchdog_run\.py", line \d+, in training_step\n\s+time\.sleep\(3600\)', run.output), tail
+    assert "trainmesh watchdog: rank 0's threads" in run.output, tail
+
+
+def _report(rank: int, collectives: dict[str, int], *, where: str = "train.py"):
+    from trainmesh.trainer.stall_report import RankReport
+
+    frame = f'  File "/x/{where}", line 7, in training_step\n    time.sleep(9)\n'
+    return RankReport(rank=rank, stalled=True, idle_s=5.0, steps=3, collectives=collectives, stack=[frame])
+
+
+def test_verdict_blames_the_rank_behind_in_collectives_and_it_exits_first():
+    from trainmesh.trainer.stall_report import decide
+
+    reports = {0: _report(0, {"0": 8, "1": 4}), 1: _report(1, {"0": 8}), 2: _report(2, {"0": 7, "1": 4})}
+    verdict = decide(reports, world_size=3, timeout=5)
+    assert verdict.stuck == (2,)
+    assert "rank 2 did not arrive" in verdict.message
+    assert "rank 2: 3 steps completed, idle 5.0 s, at train.py:7 in training_step" in verdict.message
+    assert [verdict.exits_first(rank) for rank in range(3)] == [False, False, True]
+
+
+def test_verdict_without_a_rank_behind_names_one_that_did_not_answer():
+    from trainmesh.trainer.stall_report import decide
+
+    verdict = decide({0: _report(0, {"0": 8}), 1: _report(1, {"0": 8})}, world_size=3, timeout=5)
+    assert verdict.stuck == (2,)
+    assert "rank 2 did not arrive" in verdict.message and "rank 2: no answer" in verdict.message
+    assert verdict.exits_first(0) and not verdict.exits_first(1)  # the reporter ends the run
+    everyone_stuck = decide({0: _report(0, {"0": 8}), 1: _report(1, {"0": 8})}, world_size=2, timeout=5)
+    assert everyone_stuck.stuck == () and "no rank is behind the others" in everyone_stuck.message
+    # A rank whose loop ended is not stuck: the one still in the loop is.
+    left_behind = decide({1: _report(1, {"0": 8})}, world_size=2, timeout=5, finished={0})
+    assert left_behind.stuck == (1,) and "rank 0: finished the loop" in left_behind.message
+
+
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-3.0, ValueError), (float("inf"), ValueError),
+                                              ("300", TypeError), (True, TypeError)])
+def test_a_bad_watchdog_timeout_says_what_it_is_and_how_to_fix_it(value, error):
+    import trainmesh as tm
+
+    with pytest.raises(error, match=r"watchdog_timeout=.*seconds.*None to turn the watchdog off"):
+        tm.Trainer(watchdog_timeout=value, accelerator="cpu", logger=False, enable_progress_bar=False)
+
+
+def test_a_trainer_with_a_watchdog_pickles_for_ddp_spawn():
+    from trainmesh.trainer.watchdog import StepWatchdog
+
+    watchdog = StepWatchdog(timeout=30)
+    watchdog.start()
+    watchdog.feed()
+    watchdog.stop()
+    assert pickle.loads(pickle.dumps(watchdog)).timeout == 30.0
