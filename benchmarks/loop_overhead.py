@@ -5,6 +5,11 @@ alternate (raw, trainer-lean, trainer-defaults[, lightning]) in one process so t
 noise hits every variant alike; the medians' ratios are printed.
 
     python benchmarks/loop_overhead.py [--samples 16384] [--repeats 9]
+    python benchmarks/loop_overhead.py --compile [inductor|aot_eager] [--repeats 3]
+
+``--compile`` measures instead the step time of ``Trainer(compile=...)`` against eager on a
+small transformer (2 encoder layers, d=64, sequence 32, batch 16): the median step after the
+first 10 (compilation and warm-up excluded), in alternating runs.
 
 "lean" is the Trainer with extras off (no progress bar, logger, checkpointing, summary);
 "defaults" is ``Trainer()`` as a user gets it (progress bar, CSV logger, a checkpoint at
@@ -70,6 +75,59 @@ def lightning_loop(loader: DataLoader, *, root: str) -> torch.nn.Module | None:
     return module.net
 
 
+class StepTimes(tm.Callback):
+    """The time of each training step (from one batch's end to the next)."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, *args: object) -> None:
+        self.ends.append(time.perf_counter())
+
+
+class SmallTransformer(tm.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(1))
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def step_time(loader: DataLoader, compile: bool | dict, *, skip: int = 10) -> float:
+    """Median seconds per step of one fit, past its first ``skip`` steps."""
+    timer = StepTimes()
+    trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
+                         enable_checkpointing=False, enable_model_summary=False, callbacks=[timer], compile=compile)
+    trainer.fit(SmallTransformer(), loader)
+    return statistics.median(b - a for a, b in zip(timer.ends[skip:], timer.ends[skip + 1:]))
+
+
+def compare_compile(backend: str, repeats: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16 * 60, 32, 64, generator=g)
+    loader = DataLoader(TensorDataset(x, torch.randint(0, 10, (len(x),), generator=g)), batch_size=16)
+    eager, compiled = [], []
+    for _ in range(repeats):  # alternating, so machine noise hits both alike
+        eager.append(step_time(loader, False))
+        compiled.append(step_time(loader, {"backend": backend}))
+    e, c = statistics.median(eager), statistics.median(compiled)
+    print(f"small transformer, {len(loader)} steps per run, {repeats} alternating runs each, torch threads="
+          f"{torch.get_num_threads()}")
+    print(f"eager                median {e * 1e3:.2f} ms/step")
+    print(f"compile={backend:12s} median {c * 1e3:.2f} ms/step  ratio compiled/eager {c / e:.3f}")
+
+
 def timed(fn, *args, **kwargs) -> tuple[float, torch.nn.Module | None]:
     start = time.perf_counter()
     result = fn(*args, **kwargs)
@@ -81,9 +139,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = least noise)")
+    parser.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                        help="compare Trainer(compile={'backend': BACKEND}) with eager on a small transformer")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
+    if args.compile:
+        compare_compile(args.compile, args.repeats)
+        return
     x, y = make_classification_tensors(args.samples, 784, 10, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=16)
     times: dict[str, list[float]] = {"raw": [], "lean": [], "defaults": [], "lightning": []}

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainmesh.hyperparameters import HyperparametersMixin
 
-class DataModule:
+
+class DataModule(HyperparametersMixin):
     """Groups the data preparation and the loaders a Trainer needs.
 
     ``prepare_data`` runs once per machine (on local rank 0) for work that writes to disk;
     ``setup(stage)`` runs in every process, with stage one of "fit", "validate", "test",
-    "predict".
+    "predict". ``self.save_hyperparameters()`` in ``__init__`` stores its arguments in
+    ``self.hparams``, in checkpoints (``datamodule_hyper_parameters``) and in the loggers.
 
     >>> import torch
     >>> from torch.utils.data import DataLoader, TensorDataset

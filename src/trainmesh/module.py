@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.utilities.attribute_dict import AttributeDict
 
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
 
-class Module(nn.Module):
+class Module(HyperparametersMixin, nn.Module):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
     >>> import torch.nn.functional as F
@@ -182,32 +183,7 @@ class Module(nn.Module):
         for name, value in metrics.items():
             self.log(name, value, **kwargs)
 
-    # ---- hyperparameters ----------------------------------------------------------------------
-    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
-        """Store the arguments of the calling ``__init__`` in ``self.hparams`` and checkpoints.
-
-        With ``names``, only those arguments; ``ignore`` leaves some out (big objects such as
-        an already-built network).
-        """
-        frame = inspect.currentframe()
-        assert frame is not None and frame.f_back is not None
-        init_frame = frame.f_back
-        args = _init_arguments(init_frame)
-        del frame, init_frame
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
-        if names:
-            missing = [n for n in names if n not in args]
-            if missing:
-                raise ValueError(
-                    f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not "
-                    f"arguments of {type(self).__name__}.__init__; its arguments are {sorted(args)}"
-                )
-            args = {n: args[n] for n in names}
-        self._hparams.update({k: v for k, v in args.items() if k not in ignored})
-
-    @property
-    def hparams(self) -> AttributeDict:
-        return self._hparams
+    # save_hyperparameters() and hparams: trainmesh.hyperparameters.HyperparametersMixin
 
     # ---- where the module is running --------------------------------------------------------
     @property
@@ -244,9 +220,71 @@ class Module(nn.Module):
     def global_step(self) -> int:
         return self._trainer.global_step if self._trainer is not None else 0
 
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger, or None (no Trainer, or ``logger=False``).
+
+        >>> # self.logger.experiment.add_image("samples", grid, self.global_step)
+        """
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger of the Trainer (empty without a Trainer or with ``logger=False``)."""
+        return list(self._trainer.loggers) if self._trainer is not None else []
+
     def all_gather(self, value: Any) -> Any:
         """Gather ``value`` (tensors in any nesting) from every process, stacked on a new dim 0."""
         return self.trainer.runtime.all_gather(value)
+
+    # ---- manual optimization (trainmesh.trainer.manual_optimization) ------------------------
+    # Set ``self.automatic_optimization = False`` to step the optimizers in training_step.
+    automatic_optimization: bool = True
+
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer (a list when configure_optimizers made several); ``step()`` goes through
+        the precision and the strategy, and counts in ``global_step``."""
+        from trainmesh.trainer import manual_optimization
+
+        return manual_optimization.optimizers_of(self.trainer, wrapped=use_pl_optimizer)
+
+    def lr_schedulers(self) -> Any:
+        """The scheduler (a list when there are several, None without); step them yourself."""
+        from trainmesh.trainer import manual_optimization
+
+        return manual_optimization.lr_schedulers_of(self.trainer)
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` through the precision (loss scaling) and the strategy (DDP's sync)."""
+        manual = getattr(self.trainer, "manual_backward", None)
+        if manual is None:
+            raise RuntimeError(
+                f"manual_backward is for manual optimization: set self.automatic_optimization = False in "
+                f"{type(self).__name__}.__init__, or return the loss from training_step and let the loop backpropagate"
+            )
+        manual(loss)
+
+    def no_backward_sync(self, enabled: bool = True) -> Any:
+        """Inside, ``manual_backward`` accumulates gradients locally, without the all-reduce."""
+        return self.trainer.runtime.no_backward_sync(self.trainer.model, enabled=enabled)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Turn off requires_grad of every parameter the other optimizers hold (until untoggle)."""
+        from trainmesh.trainer import manual_optimization
+
+        object.__setattr__(self, "_toggled", manual_optimization.toggle_optimizer(self.trainer, optimizer))
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        from trainmesh.trainer import manual_optimization
+
+        manual_optimization.untoggle_optimizer(self.__dict__.pop("_toggled", {}))
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> torch.Tensor | None:
+        """Clip the gradients (global norm across devices, or by value) before ``optimizer.step()``."""
+        from trainmesh.trainer import manual_optimization
+
+        return manual_optimization.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def attach(self, trainer: Any, log_sink: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
@@ -261,18 +299,22 @@ class Module(nn.Module):
         return state
 
     @classmethod
-    def load_from_checkpoint(cls, path: str, *, map_location: Any = "cpu", **overrides: Any) -> Module:
+    def load_from_checkpoint(cls, checkpoint_path: str, *, map_location: Any = "cpu", strict: bool = True,
+                             **overrides: Any) -> Module:
         """Build the module from the hyperparameters saved in a checkpoint and load its weights.
 
-        ``overrides`` replace saved hyperparameters.
+        ``overrides`` replace saved hyperparameters; ``strict=False`` tolerates missing or extra
+        weights (Lightning's spelling, as is ``checkpoint_path``).
+
+        >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
         from trainmesh.checkpoint.io import load_checkpoint_file
 
-        checkpoint = load_checkpoint_file(path, map_location=map_location)
+        checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
         hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
         module = cls(**hparams)
         call_configure_model(module, None)
-        module.load_state_dict(checkpoint["state_dict"])
+        module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
 
 
@@ -287,16 +329,6 @@ def call_configure_model(module: Any, mesh: Any) -> None:
         configure(mesh)
     else:
         configure()
-
-
-def _init_arguments(frame: Any) -> dict[str, Any]:
-    """The named arguments of the ``__init__`` running in ``frame``, without ``self``."""
-    info = inspect.getargvalues(frame)
-    args = {name: info.locals[name] for name in info.args if name != "self"}
-    if info.keywords:
-        args.update(info.locals[info.keywords])
-    args.pop("__class__", None)
-    return args
 
 
 def _reduce_fx_name(reduce_fx: Any) -> str:

@@ -21,6 +21,7 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
+from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement, Strategy
@@ -33,6 +34,9 @@ from trainmesh.utilities.distributed_samplers import is_padding
 
 class Runtime:
     """Place a model, its optimizers and its data, and synchronise values across processes.
+
+    ``compile=True`` (or a dict of ``torch.compile`` options) has the strategy compile the module
+    in place where its order of wrapping says (strategies/compile.py); its keys stay its own.
 
     >>> runtime = Runtime(accelerator="cpu", devices=1)
     >>> model = torch.nn.Linear(4, 1)
@@ -51,6 +55,7 @@ class Runtime:
         *,
         num_nodes: int = 1,
         max_restarts: int = 0,
+        compile: bool | dict[str, Any] | None = False,
     ) -> None:
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes!r} must be a positive integer")
@@ -61,7 +66,8 @@ class Runtime:
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
         self.precision = Precision(precision, device_type=self.device_type)
-        placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision)
+        placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision,
+                              compile=compile_options(compile))
         self.strategy: Strategy = build_strategy(strategy, placement)
         self.launcher: Launcher = build_launcher(
             self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes,
@@ -159,6 +165,7 @@ class Runtime:
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
+        refuse_compiled_module(module)
         moves = ParameterMoves(module)
         placed = self.strategy.setup_module(module)
         moves.record_placement(module)

@@ -98,7 +98,10 @@ def capture_rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()
+        # The key array as a tensor: a checkpoint then holds only what
+        # torch.load(weights_only=True) reads (no numpy object).
+        name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+        state["numpy"] = (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian)
     except ImportError:
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -113,6 +116,9 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])
+        name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+        if isinstance(keys, torch.Tensor):  # else an ndarray: a checkpoint written before the tensor form
+            keys = keys.numpy().astype(np.uint32)
+        np.random.set_state((name, keys, position, has_gauss, cached_gaussian))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -25,7 +25,8 @@ class RecordStepLoss(tm.Callback):
         self.seen = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.seen.append(trainer.callback_metrics.get("train_loss_step"))
+        value = trainer.callback_metrics.get("train_loss_step")  # a tensor: .item() for the JSON report
+        self.seen.append(None if value is None else value.item())
 
 
 def main():
@@ -43,7 +44,7 @@ def main():
     trainer.fit(Net(), DataLoader(dataset(), batch_size=GLOBAL_BATCH), DataLoader(dataset(40, seed=1), batch_size=8))
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump({"epoch": trainer.current_epoch, "step": trainer.global_step, "stopped": trainer.should_stop,
-                   "metrics": dict(trainer.callback_metrics), "best": best.best_model_path,
+                   "metrics": {k: v.item() for k, v in trainer.callback_metrics.items()}, "best": best.best_model_path,
                    "step_losses": record.seen, "log_dir": trainer.log_dir}, f)
 
 

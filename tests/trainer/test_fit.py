@@ -185,7 +185,8 @@ def test_logging_step_and_epoch_values():
     metrics = trainer.callback_metrics
     assert {"train_loss_step", "train_loss_epoch", "train_loss", "val_loss"} <= set(metrics)
     assert metrics["train_loss"] == metrics["train_loss_epoch"]
-    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+    # Scalar tensors, as in Lightning (programs call .item() on them).
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and math.isfinite(v.item()) for v in metrics.values())
 
 
 def test_validate_test_predict_return_what_lightning_users_expect():

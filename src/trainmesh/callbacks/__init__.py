@@ -11,8 +11,8 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-from trainmesh.callbacks.model_summary import ModelSummary
-from trainmesh.callbacks.progress import ProgressBar
+from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
+from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
 
 __all__ = [
     "Callback",
@@ -21,4 +21,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "RichModelSummary",
+    "RichProgressBar",
+    "TQDMProgressBar",
 ]

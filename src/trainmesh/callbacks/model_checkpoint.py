@@ -16,6 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from trainmesh.callbacks.base import Callback
 from trainmesh.checkpoint.io import remove_checkpoint
 
@@ -36,6 +38,13 @@ class ModelCheckpoint(Callback):
     format spec (``{val_loss:.3f}``). Like Lightning, a bare ``{val_loss}`` is written as
     ``val_loss=0.123`` unless the template already spells ``val_loss=`` before it or
     ``auto_insert_metric_name=False``; a "/" in a metric name becomes "_" so it makes no folder.
+    A name already taken gets ``-v1``, ``-v2``... unless ``enable_version_counter=False``
+    (then the file is overwritten).
+
+    ``save_weights_only=True`` writes the weights and hyperparameters alone (smaller files):
+    validate/test/predict and ``Module.load_from_checkpoint`` load them, ``fit`` cannot resume.
+    After fit, ``best_model_path``, ``best_model_score`` (a tensor), ``best_k_models``
+    (path -> score) and ``last_model_path`` say what was kept.
 
     >>> checkpoint = ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True,
     ...                              filename="{epoch}-{val_loss:.2f}")
@@ -56,10 +65,12 @@ class ModelCheckpoint(Callback):
         save_last: bool | None = None,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = None,
-        save_on_train_epoch_end: bool = True,
+        save_on_train_epoch_end: bool | None = True,
         verbose: bool = False,
         *,
         auto_insert_metric_name: bool = True,
+        save_weights_only: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
         _check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
         self._dirpath_given = dirpath is not None
@@ -73,12 +84,15 @@ class ModelCheckpoint(Callback):
             every_n_epochs = 1
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
-        self.save_on_train_epoch_end = save_on_train_epoch_end
+        # None is Lightning's default spelling; here it means the default cadence, True.
+        self.save_on_train_epoch_end = True if save_on_train_epoch_end is None else save_on_train_epoch_end
+        self.save_weights_only = save_weights_only
+        self.enable_version_counter = enable_version_counter
         self.verbose = verbose
         self.auto_insert_metric_name = auto_insert_metric_name
 
         self.best_model_path = ""
-        self.best_model_score: float | None = None
+        self._best_score: float | None = None  # a float here (and in the state); a tensor to users
         self.current_score: float | None = None
         self.last_model_path = ""
         self.kth_best_model_path = ""
@@ -91,6 +105,16 @@ class ModelCheckpoint(Callback):
         self._validated_this_fit = False
         self._warned_missing = False
         self._dir_checked = False
+
+    @property
+    def best_model_score(self) -> torch.Tensor | None:
+        """The monitored value of the best checkpoint, as a 0-d tensor (None before one is ranked)."""
+        # float64: the same number as best_k_models[best_model_path], with no rounding.
+        return None if self._best_score is None else torch.tensor(self._best_score, dtype=torch.float64)
+
+    @best_model_score.setter
+    def best_model_score(self, value: float | torch.Tensor | None) -> None:
+        self._best_score = None if value is None else float(value)
 
     @property
     def state_key(self) -> str:
@@ -156,7 +180,8 @@ class ModelCheckpoint(Callback):
         epoch, step = trainer.current_epoch, trainer.global_step
         path = self._path_for(template, metrics, epoch, step, None)
         version = 1
-        while os.path.exists(path) and path != replaceable:
+        # enable_version_counter=False: the user asked for the name as it is, overwriting.
+        while self.enable_version_counter and os.path.exists(path) and path != replaceable:
             path = self._path_for(template, metrics, epoch, step, version)
             version += 1
         # File systems need not agree across nodes; every rank must save under one name.
@@ -242,7 +267,7 @@ class ModelCheckpoint(Callback):
         path = self._free_path(trainer, self._template(), metrics, dropped)
         self.best_k_models[path] = score
         self._update_ranking()
-        self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self.best_model_score:.5g}); saving {path}")
+        self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self._best_score:.5g}); saving {path}")
         self._write(trainer, path)
         if dropped and dropped != path:
             self._remove(trainer, dropped)
@@ -259,7 +284,7 @@ class ModelCheckpoint(Callback):
         self.kth_best_model_path = worse(self.best_k_models, key=self.best_k_models.__getitem__)
         self.kth_value = self.best_k_models[self.kth_best_model_path]
         self.best_model_path = better(self.best_k_models, key=self.best_k_models.__getitem__)
-        self.best_model_score = self.best_k_models[self.best_model_path]
+        self._best_score = self.best_k_models[self.best_model_path]
 
     def _save_last(self, trainer: Any, metrics: dict[str, Any]) -> None:
         path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
@@ -273,7 +298,11 @@ class ModelCheckpoint(Callback):
 
     def _write(self, trainer: Any, path: str) -> None:
         self._owned.add(path)
-        trainer.save_checkpoint(path)  # collective: every rank calls it with the same path
+        # Collective: every rank calls it with the same path.
+        if self.save_weights_only:
+            trainer.save_checkpoint(path, weights_only=True)
+        else:
+            trainer.save_checkpoint(path)
 
     def _remove(self, trainer: Any, path: str) -> None:
         owned = path in self._owned
@@ -298,7 +327,7 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "dirpath": self.dirpath,
             "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,
+            "best_model_score": self._best_score,
             "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "kth_best_model_path": self.kth_best_model_path,
@@ -311,7 +340,7 @@ class ModelCheckpoint(Callback):
         saved_dir = state_dict.get("dirpath")
         self._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
         self.best_model_path = state_dict.get("best_model_path", "")
-        self.best_model_score = state_dict.get("best_model_score")
+        self.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
         if self._dirpath_given and saved_dir is not None and saved_dir != self.dirpath:
             warnings.warn(f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
                           "starts afresh there (best_model_path and best_model_score are kept)", UserWarning, stacklevel=2)

@@ -146,15 +146,22 @@ class ModelSummary(Callback):
     >>> trainer = Trainer(callbacks=[ModelSummary(max_depth=2)])  # doctest: +SKIP
     """
 
-    def __init__(self, max_depth: int = 1) -> None:
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        # summarize_kwargs: what Lightning's RichModelSummary(max_depth, **summarize_kwargs)
+        # takes for its styling; the table here has one look, so they are kept but not used.
         if max_depth < -1:
             raise ValueError(
                 f"ModelSummary(max_depth={max_depth}): use 1 for the top-level layers, a larger "
                 "number for nested ones, -1 for every layer, or 0 to print nothing."
             )
         self.max_depth = max_depth
+        self.summarize_kwargs = summarize_kwargs
 
     def on_fit_start(self, trainer: Any, module: Any) -> None:
         if self.max_depth == 0 or not getattr(trainer, "is_global_zero", True):
             return
         print(format_summary(summarize(module, self.max_depth)), flush=True)
+
+
+# Lightning's name for its rich summary; it replaces the default summary as ModelSummary does.
+RichModelSummary = ModelSummary

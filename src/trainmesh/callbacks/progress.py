@@ -97,7 +97,10 @@ class ProgressBar(Callback):
     >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=10)])  # doctest: +SKIP
     """
 
-    def __init__(self, refresh_rate: int = 1, leave: bool = True, *, console: Console | None = None) -> None:
+    def __init__(self, refresh_rate: int = 1, leave: bool = True, theme: Any = None, process_position: int = 0,
+                 *, console: Console | None = None, console_kwargs: dict[str, Any] | None = None) -> None:
+        # theme and process_position are accepted so that Lightning's RichProgressBar(theme=...)
+        # and TQDMProgressBar(process_position=...) run unchanged; this bar has one look.
         if refresh_rate < 0:
             raise ValueError(
                 f"ProgressBar(refresh_rate={refresh_rate}): it is the number of batches between "
@@ -105,6 +108,12 @@ class ProgressBar(Callback):
             )
         self.refresh_rate = refresh_rate
         self.leave = leave
+        self.theme = theme
+        self.process_position = process_position
+        if console is None and console_kwargs:
+            from rich.console import Console
+
+            console = Console(**console_kwargs)
         self._console = console
         self._progress: Progress | None = None
         self._train_task: TaskID | None = None
@@ -301,3 +310,9 @@ def _epoch_description(trainer: Any) -> str:
 
 def _format_duration(seconds: float) -> str:
     return str(timedelta(seconds=int(seconds)))
+
+
+# Lightning's names for its progress bars: templates pass them, and each one replaces the
+# default bar (the Trainer recognizes this class), so a run never draws two.
+RichProgressBar = ProgressBar
+TQDMProgressBar = ProgressBar

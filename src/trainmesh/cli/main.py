@@ -84,11 +84,12 @@ _TRAINER_HELP = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, cli: Any = None) -> int:
     """Run the ``trainmesh`` command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
     0 on success, 2 for a mistake in the arguments or the run's settings (message on stderr),
-    130 when interrupted.
+    130 when interrupted. ``cli``: a :class:`trainmesh.cli.CLI` whose fixed classes replace
+    ``--model``/``--data``, and which receives the trainer, model and datamodule it built.
 
     >>> main(["--help"])  # doctest: +SKIP
     0
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     show_traceback = "--traceback" in args or env_traceback
     args = [arg for arg in args if arg != "--traceback"]
     try:
-        return _run(args)
+        return _run(args, cli)
     except KeyboardInterrupt:
         print("\ninterrupted (checkpoints already written are complete)", file=sys.stderr)
         return 130
@@ -123,7 +124,7 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
-def _run(args: list[str]) -> int:
+def _run(args: list[str], cli: Any = None) -> int:
     if args and args[0] == "checkpoint":
         from trainmesh.cli.checkpoint_command import run_checkpoint_command
 
@@ -131,13 +132,17 @@ def _run(args: list[str]) -> int:
     command = args[0] if args and args[0] in _COMMANDS else None
     # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
     class_args = args[1:] if command else []
-    class_args, class_paths = find_class_paths(class_args)
-    classes = {role: import_class(path, role) for role, path in class_paths.items()}
+    if cli is None:
+        class_args, class_paths = find_class_paths(class_args)
+        classes = {role: import_class(path, role) for role, path in class_paths.items()}
+    else:  # a user's script fixed them: CLI(Model, DataModule)
+        classes = cli.classes
+        class_paths = {role: f"{cls.__module__}:{cls.__qualname__}" for role, cls in classes.items()}
     check_model_class(classes["model"], class_paths["model"])
-    parser = build_parser(classes, class_paths)
+    parser = build_parser(classes, class_paths, prog=cli.prog if cli is not None else "trainmesh")
     config = parser.parse_args(([command] + class_args) if command else args)
     command = config.subcommand
-    return _execute(command, parser, config)
+    return _execute(command, parser, config, cli)
 
 
 # ---- stage two (stage one, the classes, is trainmesh.cli.classes): the full parser ------------
@@ -145,8 +150,9 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's YAML example as written; jsonargparse's formatter is mixed in below."""
 
 
-def build_parser(classes: dict[str, type], class_paths: dict[str, str]) -> Any:
-    """The ``trainmesh`` parser, with ``fit``/``validate``/``test``/``predict`` built for ``classes``."""
+def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog: str = "trainmesh") -> Any:
+    """The ``trainmesh`` parser, with ``fit``/``validate``/``test``/``predict`` built for ``classes``
+    (``model``, and ``data`` unless the model brings its own dataloaders)."""
     from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
     from trainmesh.cli.checkpoint_command import SUMMARY
@@ -155,12 +161,12 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str]) -> Any:
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
     # --trainer.max_epochs without a word (jsonargparse 4.x only warns that this is deprecated).
     parser = ArgumentParser(
-        prog="trainmesh", description="Train and evaluate trainmesh models.", formatter_class=formatter,
+        prog=prog, description="Train and evaluate trainmesh models.", formatter_class=formatter,
         epilog=_EPILOG.format(command="fit"), allow_abbrev=False,
     )
     subcommands = parser.add_subcommands(dest="subcommand", required=True)
     for command, summary in _COMMANDS.items():
-        usage = (f"trainmesh {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
+        usage = (f"{prog} {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
                  "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]")
         sub = _command_parser_class()(description=summary, usage=usage, formatter_class=formatter,
                                       epilog=_EPILOG.format(command=command), allow_abbrev=False)
@@ -211,7 +217,8 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
                             help="Where to torch.save the predictions "
                                  "(default: predictions.pt in trainer.default_root_dir or the current directory).")
     for role, title in (("model", "Model"), ("data", "Data")):
-        _add_class_group(parser, role, title, classes[role], class_paths[role])
+        if role in classes:  # CLI(Model) alone: the model defines its own *_dataloader methods
+            _add_class_group(parser, role, title, classes[role], class_paths[role])
 
     group = parser.add_argument_group("Trainer", description="Arguments of trainmesh.Trainer.")
     group.add_class_arguments(Trainer, "trainer", as_group=False, instantiate=False, fail_untyped=False)
@@ -242,7 +249,7 @@ def _add_class_group(parser: Any, role: str, title: str, cls: type, path: str) -
 
 
 # ---- running a command ------------------------------------------------------------------------
-def _execute(command: str, parser: Any, config: Any) -> int:
+def _execute(command: str, parser: Any, config: Any, cli: Any = None) -> int:
     from trainmesh.seed import seed_everything
     from trainmesh.trainer import Trainer
 
@@ -252,8 +259,10 @@ def _execute(command: str, parser: Any, config: Any) -> int:
     # Builds what the settings describe as class_path entries (callbacks, typed model arguments).
     built = parser.instantiate(config)[command]
     model = _build_from_group(built.model, "model")
-    datamodule = _build_from_group(built.data, "data")
+    datamodule = _build_from_group(built.data, "data") if "data" in built else None
     trainer = Trainer(**built.trainer.as_dict())
+    if cli is not None:  # the user's script reads them after the run, as LightningCLI offers
+        cli.trainer, cli.model, cli.datamodule = trainer, model, datamodule
     runner = {"fit": _fit, "validate": _evaluate, "test": _evaluate, "predict": _predict}[command]
     runner(command, trainer, model, datamodule, settings)
     return 0

@@ -44,3 +44,31 @@ class Logger:
     def finalize(self, status: str) -> None:
         """Called once when the run ends; ``status`` is "success", "failed" or "interrupted"."""
         self.save()
+
+
+class DummyExperiment:
+    """What ``logger.experiment`` is on ranks other than global rank 0: every call does nothing.
+
+    A Module runs on every rank, so ``self.logger.experiment.add_image(...)`` in a hook runs on
+    every rank too; only rank 0 may write, or each process would write its own event file into
+    the same folder. As in Lightning, the other ranks get this stand-in instead of a writer.
+
+    >>> DummyExperiment().add_image("samples", None, 3) is None
+    True
+    """
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return self.nop
+
+    def __getitem__(self, index: Any) -> DummyExperiment:
+        return self
+
+
+def on_rank_zero() -> bool:
+    """Whether this process is global rank 0 (the launchers' RANK variable, as rank_zero_only reads it)."""
+    from trainmesh.utilities.rank_zero import global_rank_from_env
+
+    return global_rank_from_env() == 0

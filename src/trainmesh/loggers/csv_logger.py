@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.loggers.base import Logger
+from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 
 METRICS_FILE = "metrics.csv"
 HPARAMS_FILE = "hparams.yaml"
@@ -185,8 +185,20 @@ class CSVLogger(Logger):
     def metrics_file(self) -> str:
         return os.path.join(self.log_dir, METRICS_FILE)
 
+    @property
+    def experiment(self) -> CSVLogger | DummyExperiment:
+        """This logger itself (it writes its files directly), or on ranks other than global rank 0
+        a :class:`DummyExperiment` that ignores every call, so a Module's
+        ``self.logger.experiment.log_metrics(...)`` writes once."""
+        return self if on_rank_zero() else DummyExperiment()
+
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
-        """Merge ``params`` into the saved hyperparameters and rewrite ``hparams.yaml``."""
+        """Merge ``params`` into the saved hyperparameters and rewrite ``hparams.yaml``.
+
+        Only global rank 0 writes: a Module's own call runs on every rank.
+        """
+        if not on_rank_zero():
+            return
         self._hparams.update(hparams_to_dict(params))
         save_hparams_yaml(self.log_dir, self._hparams)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.loggers.base import Logger
+from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import (
     hparams_to_dict,
     metric_to_float,
@@ -85,8 +85,15 @@ class TensorBoardLogger(Logger):
         return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
 
     @property
-    def experiment(self) -> SummaryWriter:
-        """The underlying ``SummaryWriter``, for images, histograms and the like."""
+    def experiment(self) -> SummaryWriter | DummyExperiment:
+        """The underlying ``SummaryWriter``, for images, histograms and the like.
+
+        On ranks other than global rank 0 a :class:`DummyExperiment` that ignores every call.
+
+        >>> # self.logger.experiment.add_image("samples", grid, self.global_step)
+        """
+        if not on_rank_zero():
+            return DummyExperiment()
         if self._writer is None:
             self._writer = self._writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
@@ -95,6 +102,8 @@ class TensorBoardLogger(Logger):
         """Record ``params`` as YAML text in TensorBoard and in ``log_dir/hparams.yaml``."""
         import yaml
 
+        if not on_rank_zero():  # a Module's own call runs on every rank; rank 0 writes
+            return
         self._hparams.update(hparams_to_dict(params))
         text = yaml.safe_dump(to_yaml_safe(self._hparams), sort_keys=False)
         # TensorBoard renders text as Markdown; indenting makes it a code block, so the YAML

@@ -5,6 +5,7 @@ sharded across the processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Sequence
@@ -19,10 +20,11 @@ from torch.nn.parallel import DistributedDataParallel
 from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.compile import apply_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher, mean_loss, run_chunked_step
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step
+from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 
 if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -74,13 +76,26 @@ class DDPStrategy(DistributedStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module.to(self._device))
-        return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=self.ddp_options)
+        if self.placement.compile is not None:
+            # The inner module's forward, compiled in place, runs inside DDP's forward (the
+            # dispatcher's training_step calls it), where dynamo sees the active DDP module and
+            # splits its graph at the gradient buckets (DDPOptimizer), as for compile(DDP(m));
+            # compiling DDP(dispatcher) instead would trace training_step, logging and all.
+            apply_compile(module, options=self.placement.compile)
+        options = self.ddp_options
+        if getattr(module, "automatic_optimization", True) is False:
+            # Manual optimization (a GAN): each backward reaches only one optimizer's parameters, so
+            # the reducer must be told which ones the loss leaves out (Lightning 1.x's default).
+            options = {**options, "find_unused_parameters": True}
+        return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
 
     def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
+        if hooks.backward_scope is not None and not self.chunk_devices:
+            return manual_train_step(module, batch, batch_idx, hooks=hooks, autocast=self.precision.autocast())
         step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
         try:
             return run_train_step(lambda: module(step, batch, batch_idx), combine=self.combine, hooks=hooks,
@@ -154,6 +169,45 @@ class ZeRO1Strategy(DDPStrategy):
             else:
                 state["optim"].append(optimizer.state_dict())
         return state
+
+
+def manual_train_step(module: nn.Module, batch: Any, batch_idx: int, *, hooks: StepHooks,
+                      autocast: Any) -> StepResult:
+    """A manual-optimization step through DDP: training_step runs its own backward calls.
+
+    DDP's forward runs with gradient sync off, so its post-forward prepares no reduction for
+    the step's output (it would wait for gradients that the step's own backward calls already
+    produced, and fail the next step). Inside the hook sync is back on, and each
+    ``manual_backward`` prepares the reducer for its own loss, as Lightning does; a
+    ``no_backward_sync`` inside training_step turns it off for the backward calls it holds.
+    """
+    assert hooks.backward_scope is not None
+
+    @contextlib.contextmanager
+    def sync_in_hook(chunk: Any) -> Any:
+        module.require_backward_grad_sync = True
+        try:
+            yield
+        finally:
+            module.require_backward_grad_sync = False
+
+    step = StepCall("training_step", sync_in_hook)
+    with module.no_sync(), hooks.backward_scope(functools.partial(prepare_reducer, module)):
+        return run_train_step(lambda: module(step, batch, batch_idx), combine=whole_output, hooks=hooks,
+                              autocast=autocast, no_sync=None)
+
+
+def prepare_reducer(module: nn.Module, loss: torch.Tensor) -> None:
+    """Tell DDP's reducer which parameters ``loss`` reaches before its backward runs: the others
+    (another optimizer's, frozen by toggle_optimizer) count as ready, so the all-reduce ends."""
+    if not (torch.is_grad_enabled() and module.require_backward_grad_sync):
+        return  # inside no_backward_sync: gradients stay local
+    from torch.nn.parallel.distributed import _find_tensors
+
+    module.require_forward_param_sync = True  # the next forward broadcasts buffers again
+    reducer = module.reducer
+    reducer._rebuild_buckets()
+    reducer.prepare_for_backward(list(_find_tensors(loss)) if module.find_unused_parameters else [])
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:

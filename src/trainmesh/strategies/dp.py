@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from trainmesh.strategies.compile import refuse_compile
 from trainmesh.accelerators import device_for
 from trainmesh.strategies.data_parallel import SplitForward, mean_loss, run_chunked_step
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
@@ -40,6 +41,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
                 f"strategy='dp' runs in one process on one machine, but num_nodes={self.placement.num_nodes}; use "
                 "'ddp2' (dp within a node, DDP across nodes) or 'ddp'"
             )
+        refuse_compile(self.placement.compile, "dp", instead="DataParallel replicates the module every step")
         self.precision = self.placement.precision
         self.chunk_devices = [device_for(self.placement.device_type, index) for index in self.placement.devices]
         self._device = self.chunk_devices[0]

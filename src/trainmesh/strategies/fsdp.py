@@ -16,6 +16,7 @@ from torch import nn
 
 from trainmesh.checkpoint.distributed import save_distributed
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.compile import apply_compile, innermost
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.gradients import fsdp_gradient_sync_off
@@ -170,6 +171,10 @@ class FSDPStrategy(DistributedStrategy):
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)
         units = shard_units(module, wrap=self.wrap, min_num_params=self.min_num_params)
+        if self.placement.compile is not None:
+            # Each block compiled, then sharded (torchtitan's order): its FSDP hooks wrap the
+            # compiled block, and no graph holds another unit's all-gathers.
+            apply_compile(module, options=self.placement.compile, units=innermost(units))
         on_meta = any(p.is_meta for p in module.parameters())
         if not on_meta:
             module.to(self._device)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.strategies.compile import refuse_compile
 from trainmesh.accelerators import device_for
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.pipeline import split_parts
@@ -35,6 +36,7 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
         if self.placement.num_nodes != 1:
             raise ValueError(f"strategy={self.name!r} runs in one process on one machine; num_nodes="
                              f"{self.placement.num_nodes} needs ModelParallelStrategy(pp=..., pp_within_node=True)")
+        refuse_compile(self.placement.compile, self.name, instead="a graph would span the devices")
         self.split_points = split_points
         self.precision = self.placement.precision
         self.devices = [device_for(self.placement.device_type, index) for index in self.placement.devices]

@@ -26,6 +26,7 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
+from trainmesh.strategies.compile import refuse_compile
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint, save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
@@ -84,6 +85,7 @@ class ModelParallelStrategy(DistributedStrategy):
                  placement: Placement | None = None) -> None:
         super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
                          placement=placement)
+        refuse_compile(self.placement.compile, self.name, instead="compile with tensor parallel and pipelines is untested")
         if data_parallel != "fsdp":
             raise ValueError(f"data_parallel={data_parallel!r}: {_DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
                              if data_parallel == "ddp" else

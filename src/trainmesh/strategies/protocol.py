@@ -31,6 +31,9 @@ class Placement:
     devices: tuple[int, ...] = (0,)
     num_nodes: int = 1
     precision: Precision = dataclasses.field(default_factory=lambda: Precision("32-true", device_type="cpu"))
+    # torch.compile's options (None: eager); the strategy compiles at its point in the order
+    # in which it applies parallelisms (strategies/compile.py).
+    compile: dict[str, Any] | None = None
 
 
 class Strategy(Protocol):

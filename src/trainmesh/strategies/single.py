@@ -13,6 +13,7 @@ from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.compile import apply_compile
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
@@ -71,7 +72,10 @@ class SingleDeviceStrategy:
         return contextlib.nullcontext()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        return self.precision.convert_module(module.to(self._device))
+        module = self.precision.convert_module(module.to(self._device))
+        if self.placement.compile is not None:
+            apply_compile(module, options=self.placement.compile)  # in place: the module stays the user's
+        return module
 
     def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return list(optimizers)

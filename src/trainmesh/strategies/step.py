@@ -60,6 +60,10 @@ class StepHooks:
     # backpropagates it, and calls ``check_loss`` on the step's loss once every rank has it.
     loss_divisor: int = 1
     check_loss: Callable[[torch.Tensor], None] = _no_check
+    # Manual optimization: training_step runs its own backward calls (``manual_backward``), the
+    # strategy runs none. A strategy that must act before each of them (DDP prepares its
+    # reducer for that loss) enters ``backward_scope(prepare)`` around the step; None: automatic.
+    backward_scope: Callable[[Callable[[torch.Tensor], None]], ContextManager[Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

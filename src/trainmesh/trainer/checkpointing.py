@@ -27,9 +27,11 @@ CHECKPOINT_FORMAT = 1
 TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states")
 
 
-def build_checkpoint(trainer: Any) -> dict[str, Any]:
+def build_checkpoint(trainer: Any, *, weights_only: bool = False) -> dict[str, Any]:
     from trainmesh import __version__
 
+    if weights_only:
+        return _weights_only_checkpoint(trainer, __version__)
     runtime, module, loop = trainer.runtime, trainer.module, trainer.loop
     # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
     pieces = runtime.state_dicts(trainer.model, trainer.optimizers, sharded=True)
@@ -65,10 +67,33 @@ def build_checkpoint(trainer: Any) -> dict[str, Any]:
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     if trainer.datamodule is not None and hasattr(trainer.datamodule, "state_dict"):
         checkpoint["datamodule"] = trainer.datamodule.state_dict()
+    if getattr(trainer.datamodule, "hparams", None):
+        checkpoint["datamodule_hyper_parameters"] = dict(trainer.datamodule.hparams)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     for callback in trainer.callbacks:
         callback.on_save_checkpoint(trainer, module, checkpoint)
+    return checkpoint
+
+
+def _weights_only_checkpoint(trainer: Any, version: str) -> dict[str, Any]:
+    """The weights and what loading them needs (hyperparameters), as ModelCheckpoint(save_weights_only=True)
+    writes: no optimizer, scheduler, callback or loop state, so ``fit`` refuses to resume from it."""
+    module = trainer.module
+    checkpoint: dict[str, Any] = {
+        "trainmesh_version": version,
+        "format": CHECKPOINT_FORMAT,
+        "weights_only": True,
+        # Where the weights were taken, for people reading the file; not a resumable position.
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
+        "state_dict": trainer.runtime.state_dicts(trainer.model, [], sharded=True)["model"],
+        "optimizer_states": [],
+        "hyper_parameters": dict(getattr(module, "hparams", {})),
+    }
+    if hasattr(module, "on_save_checkpoint"):
+        module.on_save_checkpoint(checkpoint)
     return checkpoint
 
 
@@ -148,6 +173,13 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
 
 
 def _check_resumable(trainer: Any, checkpoint: dict[str, Any], source: str) -> None:
+    if checkpoint.get("weights_only"):
+        raise ValueError(
+            f"{source} holds only the model's weights (written with ModelCheckpoint(save_weights_only=True) or "
+            "save_checkpoint(weights_only=True)): no optimizer, scheduler or loop state, so fit cannot resume "
+            "from it. Load it for validate/test/predict(ckpt_path=...), or load its weights into the module and "
+            "fit without ckpt_path; to resume later, save full checkpoints (save_weights_only=False)"
+        )
     missing = [key for key in ("epoch", "global_step", "loop") if key not in checkpoint]
     if missing:
         raise ValueError(f"{source} holds weights but not where training stopped (no {missing}), so fit cannot "

@@ -17,6 +17,7 @@ class DataSource:
 
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:
+        train, datamodule = _datamodule_in_loader_place(train, datamodule, "train_dataloaders")
         _check_exclusive(train, datamodule, "train_dataloaders")
         _check_exclusive(val, datamodule, "val_dataloaders")
         given = {k: v for k, v in (("train", train), ("validate", val)) if v is not None}
@@ -24,6 +25,7 @@ class DataSource:
 
     @classmethod
     def for_stage(cls, stage: str, model: Any, loaders: Any, datamodule: Any) -> DataSource:
+        loaders, datamodule = _datamodule_in_loader_place(loaders, datamodule, "dataloaders")
         _check_exclusive(loaders, datamodule, "dataloaders")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
@@ -63,6 +65,30 @@ class DataSource:
                 f"{method}() on the model"
             )
         return []
+
+
+def is_datamodule(obj: Any) -> bool:
+    """A trainmesh DataModule, or any object that has loader methods and is not itself a
+    loader (a Lightning-style data module ported with its class name only)."""
+    from trainmesh.datamodule import DataModule
+
+    if isinstance(obj, DataModule):
+        return True
+    if hasattr(obj, "__iter__") or hasattr(obj, "__len__"):
+        return False
+    return any(callable(getattr(obj, method, None)) for method in _LOADER_METHOD.values())
+
+
+def _datamodule_in_loader_place(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:
+    """``trainer.fit(model, dm)``: a data module passed where the loaders go is taken as ``datamodule``."""
+    if loaders is None or not is_datamodule(loaders):
+        return loaders, datamodule
+    if datamodule is not None:
+        raise ValueError(
+            f"{name} is a data module ({type(loaders).__name__}) and datamodule= is given too: trainmesh would "
+            f"not know which to use. Pass one data module, as datamodule=..."
+        )
+    return None, loaders
 
 
 def _as_list(loaders: Any) -> list[Any]:

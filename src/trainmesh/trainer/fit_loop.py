@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
+from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.strategies.step import StepHooks
 from trainmesh.utilities.rank_zero import rank_zero_warn
-from trainmesh.trainer import evaluation
+from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.utilities.collections import apply_to_tensors
@@ -65,6 +66,10 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     trainer.num_training_batches = limited_count(train_loader, trainer.limit_train_batches)
     trainer.val_loaders = val_loaders
     trainer.loop = LoopPosition()
+    trainer.manual_backward = None
+    if manual_optimization.is_manual(trainer.module):
+        manual_optimization.check_manual_settings(trainer, trainer.module)
+        trainer.manual_backward = manual_optimization.ManualBackward(runtime.backward)
     resume_rng = None
     if checkpoint is not None:
         resume_rng = restore_checkpoint(trainer, checkpoint, source=source, weights_only=False)
@@ -77,7 +82,7 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     hooks.call("on_train_start")
     if trainer.is_global_zero:
         for logger in trainer.loggers:
-            logger.log_hyperparams(dict(getattr(trainer.module, "hparams", {})))
+            logger.log_hyperparams(hyperparameters_to_log(trainer.module, trainer.datamodule))
     if trainer.num_training_batches == 0:
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
         hooks.call("on_train_end")
@@ -169,9 +174,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(trainer, accumulate)  # told each step whether to check the loss
-    step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-                           loss_of=functools.partial(_loss_of, module=module), backward=backward,
-                           chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
+    step_hooks = _step_hooks(trainer, module, backward, accumulate)
+    manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     for batch_idx, batch in enumerate(iterator, start=start):
@@ -188,15 +192,15 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # output), the loss and backward; gradients stay local until the window's last batch.
         result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
         output = result.output
-        pending_gradients = True
+        pending_gradients = not manual
         if result.loss is not None:
             loop.last_loss = result.loss.detach()
         sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
-        if steps_now:
+        if steps_now and not manual:
             _optimizer_step(trainer, module)
-            pending_gradients = False
+        pending_gradients = pending_gradients and not steps_now and not manual
         loop.batches_done = batch_idx + 1
         trainer.watchdog.feed()
         loop.validated_since_step = False
@@ -219,6 +223,16 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # module ended the epoch early): step on what was accumulated rather than carry it over.
         _optimizer_step(trainer, module)
     return cut_short
+
+
+def _step_hooks(trainer: Any, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
+    hooks, sink = trainer.hooks, trainer.sink
+    step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+                           loss_of=functools.partial(_loss_of, module=module), backward=backward,
+                           chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
+    if trainer.manual_backward is None:
+        return step_hooks
+    return manual_optimization.manual_step_hooks(step_hooks, trainer.manual_backward, module)
 
 
 def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, *, cut_short: bool) -> None:
@@ -251,7 +265,7 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, 
     loop.epoch_outputs = []
     hooks.call_module("on_train_epoch_end")
     trainer.publish_epoch_metrics(sink.epoch_metrics())
-    for config in trainer.lr_scheduler_configs:
+    for config in trainer.lr_scheduler_configs if trainer.manual_backward is None else []:  # manual: the module steps them
         if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0 and not cut_short:
             step_scheduler(config, trainer.callback_metrics)
     loop.epoch_finished = True

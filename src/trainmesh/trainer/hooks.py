@@ -6,9 +6,68 @@ costs one dict lookup in the training step.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from trainmesh.callbacks.base import Callback, overrides
+
+# The positional arguments the Trainer passes to each batch-level hook (after trainer and
+# module, for a callback). Lightning programs often define fewer (``training_step(self,
+# batch)``): such a hook gets only the first ones it accepts.
+_PASSED_ARGS = {
+    "training_step": 2, "validation_step": 2, "test_step": 2, "predict_step": 2,
+    "on_train_batch_start": 2, "on_train_batch_end": 3, "on_validation_batch_end": 3,
+    "on_test_batch_end": 3, "on_predict_batch_end": 3,
+}
+
+
+class _LeadingArgs:
+    """Calls ``function(owner, *args[:count])``: a hook that accepts fewer arguments than the
+    Trainer passes. A plain object (not a closure), so a module holding it still pickles."""
+
+    def __init__(self, function: Any, owner: Any, count: int) -> None:
+        self.function, self.owner, self.count = function, owner, count
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(self.owner, *args[: self.count])
+
+
+def _positional_capacity(method: Any) -> int | None:
+    """How many positional arguments ``method`` takes; None: any number (``*args``) or unknown."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: call it as is
+        return None
+    count = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return None
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            count += 1
+    return count
+
+
+def fit_hook_arities(obj: Any, *, leading: int = 0) -> None:
+    """Make each batch hook of ``obj`` that accepts fewer arguments than the Trainer passes
+    take just its leading ones, by an instance attribute set once per run: the signature is
+    read here, never per step, and a hook with the full signature is left untouched.
+    ``leading``: the arguments passed before the hook's own (trainer and module: 2).
+
+    >>> class M:
+    ...     def training_step(self, batch):
+    ...         return batch
+    >>> m = M(); fit_hook_arities(m); m.training_step("b", 0)
+    'b'
+    """
+    for hook, passed in _PASSED_ARGS.items():
+        # A plain function on the class (not a staticmethod, a partial or a builtin): its first
+        # parameter is self. Anything else is called with every argument, as before.
+        function = inspect.getattr_static(type(obj), hook, None)
+        if not inspect.isfunction(function) or hook in vars(obj):
+            continue
+        capacity = _positional_capacity(function)
+        if capacity is not None and capacity - 1 < leading + passed:  # - 1: self
+            object.__setattr__(obj, hook, _LeadingArgs(function, obj, capacity - 1))
 
 
 class HookDispatcher:
@@ -21,6 +80,9 @@ class HookDispatcher:
         self._module_base = Module
         self._by_hook: dict[str, list[Callback]] = {}
         self._module_overrides: dict[str, bool] = {}
+        fit_hook_arities(module)
+        for callback in callbacks:
+            fit_hook_arities(callback, leading=2)
 
     def callbacks_for(self, hook: str) -> list[Callback]:
         found = self._by_hook.get(hook)

@@ -244,3 +244,13 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value))
     raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric")
+
+
+def metric_tensor(value: Any) -> torch.Tensor:
+    """A metric as ``callback_metrics`` / ``logged_metrics`` hand it out: a scalar tensor, as
+    Lightning programs expect (they call ``.item()``). A step value stays where it is (no device
+    sync); a reduced epoch value (a float) becomes a float64 tensor, so comparing or formatting
+    it gives exactly the float the callbacks used before."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.tensor(float(value), dtype=torch.float64)

@@ -17,7 +17,7 @@ from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, c
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
-from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.results import MetricSink, metric_tensor
 from trainmesh.trainer.settings import LoopSettings, check_loop_settings
 from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
@@ -41,6 +41,7 @@ class Trainer:
         max_restarts: int = 0,
         strategy: str | Any = "auto",
         precision: str | int = "32-true",
+        compile: bool | dict[str, Any] = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
         max_steps: int = -1,
@@ -70,10 +71,9 @@ class Trainer:
         weights_summary: str | None = "top",
         num_tpu_cores: int | None = None,
     ) -> None:
-        self.runtime, enable_model_summary = _build_runtime(
-            accelerator=accelerator, devices=devices, strategy=strategy, precision=precision, num_nodes=num_nodes,
-            enable_model_summary=enable_model_summary, gpus=gpus, distributed_backend=distributed_backend,
-            weights_summary=weights_summary, num_tpu_cores=num_tpu_cores, max_restarts=max_restarts)
+        self.runtime, enable_model_summary = _build_runtime(accelerator=accelerator, devices=devices, strategy=strategy,
+            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus, num_tpu_cores=num_tpu_cores,
+            enable_model_summary=enable_model_summary, distributed_backend=distributed_backend, weights_summary=weights_summary)
         self.default_root_dir = str(default_root_dir or os.getcwd())
         loop = check_loop_settings(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
@@ -123,7 +123,7 @@ class Trainer:
         self.epoch_metrics: dict[str, float] = {}
         self.train_results: Any = None
         self._last_logged_step = -1
-        self.logged_metrics: dict[str, float] = {}
+        self.logged_metrics: dict[str, torch.Tensor] = {}
         self.num_training_batches: int | float = 0
         self.num_val_batches: int = 0
         self.num_test_batches: int = 0
@@ -177,16 +177,16 @@ class Trainer:
         return self.module
 
     @property
-    def callback_metrics(self) -> dict[str, float]:
-        """Latest value of every logged metric: epoch values, and this epoch's step values.
-
-        Step values stay tensors until read here, so logging costs no device sync per step.
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Latest value of every logged metric (scalar tensors): epoch values, and this epoch's
+        step values. Step values are handed out as the tensors logged, so reading them here
+        costs no device sync either.
         """
-        metrics = dict(self.epoch_metrics)
+        metrics = {name: metric_tensor(value) for name, value in self.epoch_metrics.items()}
         if self.train_results is not None:
             entries = self.train_results.entries
             for name, value in self.train_results.step_values.items():
-                number = float(value)
+                number = metric_tensor(value)
                 if entries[name].on_epoch:
                     metrics[f"{name}_step"] = number
                     if self.loop.batches_done and not self.loop.epoch_finished:
@@ -247,12 +247,13 @@ class Trainer:
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
         return self._launch("predict", model, data, ckpt_path)
 
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Write the full training state to ``path`` (atomically)."""
+    def save_checkpoint(self, path: str | os.PathLike[str], weights_only: bool = False) -> None:
+        """Write the full training state to ``path`` (atomically); with ``weights_only`` the
+        weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.watchdog.paused():  # a save may legitimately take longer than a step
-            checkpoint = build_checkpoint(self)
+            checkpoint = build_checkpoint(self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
             self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
@@ -391,7 +392,7 @@ class Trainer:
             if entry.prog_bar:
                 self._prog_bar_names.add(key)
             if entry.logger:
-                self.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = value
+                self.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = metric_tensor(value)
         if to_logger:
             logged = {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
             self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
@@ -403,7 +404,7 @@ class Trainer:
             return
         self._last_logged_step = self.global_step
         logged = self.sink.step_metrics(logger_only=True)
-        self.logged_metrics.update(logged)
+        self.logged_metrics.update({name: metric_tensor(value) for name, value in logged.items()})
         if logged:
             self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
 
@@ -424,8 +425,8 @@ def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepa
 
 
 def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
-                   num_nodes: int, max_restarts: int, enable_model_summary: bool, gpus: int | list[int] | None,
-                   distributed_backend: str | None, weights_summary: str | None,
+                   compile: bool | dict[str, Any], num_nodes: int, max_restarts: int, enable_model_summary: bool,
+                   gpus: int | list[int] | None, distributed_backend: str | None, weights_summary: str | None,
                    num_tpu_cores: int | None) -> tuple[Runtime, bool]:
     """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
@@ -435,7 +436,7 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
         num_tpu_cores=num_tpu_cores,
     )
     runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
-                      precision=precision, num_nodes=num_nodes, max_restarts=max_restarts)
+                      precision=precision, num_nodes=num_nodes, max_restarts=max_restarts, compile=compile)
     return runtime, settings.enable_model_summary
 
 

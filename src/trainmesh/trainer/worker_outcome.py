@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from trainmesh.trainer.results import metric_tensor
+
 
 @dataclass
 class WorkerOutcome:
@@ -33,8 +35,9 @@ class WorkerOutcome:
         return cls(
             result=result,
             state_dict={k: v.detach().cpu() for k, v in weights.items()},
-            metrics=trainer.callback_metrics,
-            logged_metrics=dict(trainer.logged_metrics),
+            # Floats across the process boundary: a step value may be a tensor on the worker's device.
+            metrics={name: float(value) for name, value in trainer.callback_metrics.items()},
+            logged_metrics={name: float(value) for name, value in trainer.logged_metrics.items()},
             current_epoch=trainer.current_epoch,
             global_step=trainer.global_step,
             callback_states={cb.state_key: cb.state_dict() for cb in trainer.callbacks},
@@ -46,7 +49,7 @@ class WorkerOutcome:
         model.load_state_dict(self.state_dict)
         trainer.module = model
         trainer.epoch_metrics = dict(self.metrics)
-        trainer.logged_metrics = dict(self.logged_metrics)
+        trainer.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         trainer.current_epoch, trainer.global_step = self.current_epoch, self.global_step
         for callback in trainer.callbacks:
             state = self.callback_states.get(callback.state_key)

@@ -1,0 +1,97 @@
+"""``save_hyperparameters`` and ``hparams``, shared by Module and DataModule.
+
+The arguments of the ``__init__`` that calls ``save_hyperparameters`` (or a dict/Namespace
+given to it) become ``self.hparams``; the Trainer stores them in checkpoints and logs them
+unless ``logger=False``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from trainmesh.utilities.attribute_dict import AttributeDict
+
+
+class HyperparametersMixin:
+    """Gives a class ``save_hyperparameters()`` and ``hparams``.
+
+    >>> class Data(HyperparametersMixin):
+    ...     def __init__(self, batch_size: int = 32, data_dir: str = "data"):
+    ...         self.save_hyperparameters(ignore="data_dir")
+    >>> Data(batch_size=8).hparams
+    {'batch_size': 8}
+    """
+
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True) -> None:
+        """Store the arguments of the calling ``__init__`` in ``self.hparams`` and checkpoints.
+
+        ``args``: names of some of those arguments, or one dict / ``argparse.Namespace`` to store
+        instead of them; ``ignore`` leaves some out (big objects such as an already-built
+        network); ``logger=False`` keeps them out of the loggers (checkpoints still hold them).
+        """
+        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
+            given = args[0]
+            found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
+        else:
+            found = self._named_init_arguments(args)
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
+        self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        object.__setattr__(self, "_log_hyperparams", logger)
+
+    def _named_init_arguments(self, names: tuple[Any, ...]) -> dict[str, Any]:
+        frame = inspect.currentframe()
+        # This method, save_hyperparameters, then the __init__ that called it.
+        assert frame is not None and frame.f_back is not None and frame.f_back.f_back is not None
+        args = _init_arguments(frame.f_back.f_back)
+        del frame
+        bad = [n for n in names if not isinstance(n, str)]
+        if bad:
+            raise TypeError(
+                f"save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
+                f"{[type(b).__name__ for b in bad]}; pass e.g. save_hyperparameters('lr') or save_hyperparameters(vars(args))"
+            )
+        missing = [n for n in names if n not in args]
+        if missing:
+            raise ValueError(
+                f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not "
+                f"arguments of {type(self).__name__}.__init__; its arguments are {sorted(args)}"
+            )
+        return {n: args[n] for n in names} if names else args
+
+    @property
+    def hparams(self) -> AttributeDict:
+        # Created on first use: a DataModule subclass need not call super().__init__().
+        found = self.__dict__.get("_hparams")
+        if found is None:
+            found = AttributeDict()
+            object.__setattr__(self, "_hparams", found)
+        return found
+
+    @property
+    def log_hyperparams_enabled(self) -> bool:
+        """False after ``save_hyperparameters(logger=False)``: the Trainer does not log them."""
+        return bool(self.__dict__.get("_log_hyperparams", True))
+
+
+def _init_arguments(frame: Any) -> dict[str, Any]:
+    """The named arguments of the ``__init__`` running in ``frame``, without ``self``."""
+    info = inspect.getargvalues(frame)
+    args = {name: info.locals[name] for name in info.args if name != "self"}
+    if info.keywords:
+        args.update(info.locals[info.keywords])
+    args.pop("__class__", None)
+    return args
+
+
+def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any]:
+    """The module's and the data module's hparams for the loggers, less those saved with
+    ``logger=False``; on a name both define, the module's value wins."""
+    logged: dict[str, Any] = {}
+    for owner in (datamodule, module):
+        hparams = getattr(owner, "hparams", None) if owner is not None else None
+        if hparams and getattr(owner, "log_hyperparams_enabled", True):
+            logged.update(hparams)
+    return logged

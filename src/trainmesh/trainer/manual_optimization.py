@@ -1,0 +1,177 @@
+"""Manual optimization: a module with ``automatic_optimization = False`` steps its optimizers itself.
+
+GANs and RL programs written for Lightning call ``self.optimizers()``, ``self.manual_backward``,
+``opt.step()``, ``self.toggle_optimizer`` inside ``training_step``. The loop then runs no
+backward and no optimizer step; what it still owns goes through here, so that a step the user
+writes takes the same route as the loop's own: backward through the precision (loss scaling)
+and the strategy (DDP's reducer), ``opt.step()`` through the precision's scaler and the
+strategy's optimizer (zero1), clipping through the strategy's (global norm under fsdp).
+
+>>> class GAN(Module):                           # doctest: +SKIP
+...     def __init__(self):
+...         super().__init__()
+...         self.automatic_optimization = False
+...     def training_step(self, batch, batch_idx):
+...         opt_g, opt_d = self.optimizers()
+...         self.toggle_optimizer(opt_g)
+...         self.manual_backward(g_loss)
+...         opt_g.step(); opt_g.zero_grad()
+...         self.untoggle_optimizer(opt_g)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from trainmesh.strategies.step import StepHooks
+
+
+def is_manual(module: Any) -> bool:
+    return getattr(module, "automatic_optimization", True) is False
+
+
+def check_manual_settings(trainer: Any, module: Any) -> None:
+    """Refuse the loop's own accumulation and clipping: in manual mode the loop never steps."""
+    name = type(module).__name__
+    if trainer.accumulate_grad_batches != 1:
+        raise ValueError(
+            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) with {name}.automatic_optimization "
+            "= False: the loop makes no optimizer step in manual optimization, so it cannot accumulate. Drop the "
+            "argument and accumulate in training_step: call opt.step() and opt.zero_grad() every N batches "
+            "(wrap the other batches' manual_backward in `with self.no_backward_sync():` to skip the gradient sync)"
+        )
+    if trainer.gradient_clip_val is not None:
+        raise ValueError(
+            f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) with {name}.automatic_optimization = False: "
+            "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "
+            "and call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm='norm') in "
+            "training_step before opt.step()"
+        )
+
+
+class ManualBackward:
+    """``module.manual_backward(loss)``: backward through the runtime (precision loss scaling),
+    after what the strategy asked to happen before each backward of the step (see
+    ``StepHooks.backward_scope``: DDP prepares its reducer for this loss)."""
+
+    def __init__(self, backward: Callable[[torch.Tensor], None]) -> None:
+        self._backward = backward
+        self._prepare: Callable[[torch.Tensor], None] | None = None
+
+    @contextlib.contextmanager
+    def scope(self, prepare: Callable[[torch.Tensor], None]) -> Iterator[None]:
+        previous, self._prepare = self._prepare, prepare
+        try:
+            yield
+        finally:
+            self._prepare = previous
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        if self._prepare is not None:
+            self._prepare(loss)
+        self._backward(loss)
+
+
+def _no_backward(loss: torch.Tensor | None) -> None:
+    return None  # the module ran its backward calls itself
+
+
+def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> StepHooks:
+    """The loop's step hooks for a manual module: the returned value is only read (a loss to
+    log and report, or None), never backpropagated."""
+    def loss_or_none(output: Any) -> torch.Tensor | None:
+        loss = output.get("loss") if isinstance(output, dict) else output
+        if loss is not None and not isinstance(loss, torch.Tensor):
+            raise TypeError(
+                f"{type(module).__name__}.training_step returned {type(loss).__name__}; with manual optimization "
+                "return None, a loss tensor, or a dict with 'loss'"
+            )
+        return loss.detach() if loss is not None else None
+
+    return StepHooks(step_end=hooks.step_end, loss_of=loss_or_none, backward=_no_backward,
+                     chunk_scope=hooks.chunk_scope, backward_scope=manual.scope)
+
+
+class ManualOptimizer:
+    """What ``self.optimizers()`` hands out: ``step()`` through the runtime (the precision's grad
+    scaler; zero1's sharded optimizer), counted in ``trainer.global_step`` as Lightning counts
+    manual steps. Every other attribute is the optimizer's own."""
+
+    def __init__(self, optimizer: Any, trainer: Any) -> None:
+        self.optimizer = optimizer  # the runtime's wrapper
+        self._trainer = trainer
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        module = self._trainer.module
+        if self._trainer.hooks is not None and self._trainer.hooks.module_overrides("on_before_optimizer_step"):
+            module.on_before_optimizer_step(self.optimizer.optimizer)
+        result = self.optimizer.step(closure)
+        self._trainer.global_step += 1
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"ManualOptimizer({self.optimizer.optimizer!r})"
+
+
+def optimizers_of(trainer: Any, *, wrapped: bool) -> Any:
+    """One optimizer, or a list when configure_optimizers made several (as Lightning returns)."""
+    given = trainer.optimizers
+    if not given:
+        raise RuntimeError("self.optimizers() is available once fit has called configure_optimizers (in training_step, say)")
+    found = [ManualOptimizer(o, trainer) if wrapped else o.optimizer for o in given]
+    return found[0] if len(found) == 1 else found
+
+
+def lr_schedulers_of(trainer: Any) -> Any:
+    """None, one scheduler, or a list (Lightning's forms)."""
+    found = [config.scheduler for config in trainer.lr_scheduler_configs]
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else found
+
+
+def _parameters(optimizer: Any) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def toggle_optimizer(trainer: Any, optimizer: Any) -> dict[torch.Tensor, bool]:
+    """Freeze every parameter of the other optimizers (their requires_grad, saved for untoggle),
+    so that this optimizer's backward computes no gradient for them, as Lightning does."""
+    saved: dict[torch.Tensor, bool] = {}
+    for other in trainer.optimizers:
+        for param in _parameters(other):
+            if param not in saved:
+                saved[param] = param.requires_grad
+                param.requires_grad_(False)
+    for param in _parameters(optimizer):
+        param.requires_grad_(saved.get(param, True))
+    return saved
+
+
+def untoggle_optimizer(saved: dict[torch.Tensor, bool]) -> None:
+    for param, requires_grad in saved.items():
+        param.requires_grad_(requires_grad)
+
+
+def clip_gradients(trainer: Any, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
+    """Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    if value is None:
+        return None
+    algorithm = algorithm or "norm"
+    if algorithm not in ("norm", "value"):
+        raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
+    inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
+    runtime = trainer.runtime
+    if algorithm == "norm":
+        return runtime.clip_gradients(trainer.model, inner, max_norm=value)
+    return runtime.clip_gradients(trainer.model, inner, clip_val=value)

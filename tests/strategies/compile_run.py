@@ -1,0 +1,129 @@
+"""Legs of test_compile: a small transformer-like model trained by the Trainer, eager or compiled.
+
+python compile_run.py train STRATEGY WORLD COMPILE OUT [STEPS [SAVE_AT]]
+    COMPILE: "no", "aot_eager" or "inductor"; rank 0 saves {"state_dict", "checkpoint_keys"} to
+    OUT, and with SAVE_AT a checkpoint of the run after SAVE_AT steps to OUT.ckpt.
+    [BATCH_SIZE]: 8 by default (per process).
+python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT  -> resumes CKPT up to 20 steps.
+python compile_run.py refuse OUT -> {"message": what Runtime.setup(torch.compile(module)) raised}
+python compile_run.py --batch SPEC.json -> several legs in one launch (tests/helpers/batches.py)
+"""
+
+import faulthandler
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from helpers.models import quiet_trainer  # noqa: E402
+
+D, STEPS = 16, 20
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(D), nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class Net(tm.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Linear(8, D)
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+        self.head = nn.Linear(D, 4)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+
+def data(batch_size: int = 8) -> DataLoader:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(320, 8, generator=g)
+    return DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=batch_size)
+
+
+def trainer_for(strategy: str, world: str, compile: str, steps: int, root: str) -> tm.Trainer:
+    options = {} if compile == "no" else {"backend": compile}
+    return quiet_trainer(strategy=strategy, devices=int(world), max_steps=steps, default_root_dir=root,
+                         compile=options if options else False)
+
+
+class SaveAt(tm.Callback):
+    def __init__(self, step: int, path: str) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def finish(trainer: tm.Trainer, model: Net, out: str) -> None:
+    state = trainer.runtime.state_to_checkpoint({"model": model})["model"]
+    if trainer.is_global_zero:
+        compiled = [name for name, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
+        from torch._dynamo.utils import counters  # graphs dynamo built in this process (all legs so far)
+
+        torch.save({"state_dict": {k: v.clone() for k, v in state.items()}, "compiled": compiled,
+                    "graphs": int(counters["stats"]["unique_graphs"])}, out)
+
+
+def train(strategy: str, world: str, compile: str, out: str, steps: str = str(STEPS), save_at: str = "",
+          batch_size: str = "8") -> None:
+    model = Net()
+    trainer = trainer_for(strategy, world, compile, int(steps), os.path.dirname(out))
+    if save_at:
+        trainer.callbacks.append(SaveAt(int(save_at), out + ".ckpt"))
+    trainer.fit(model, data(int(batch_size)))
+    finish(trainer, model, out)
+
+
+def refuse(out: str) -> None:
+    """What setting up a module compiled by torch.compile says (dynamo is imported by now: cheap here)."""
+    try:
+        tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(nn.Linear(2, 2)))
+    except TypeError as err:
+        torch.save({"message": str(err)}, out)
+
+
+def resume(strategy: str, world: str, compile: str, ckpt: str, out: str) -> None:
+    model = Net()
+    trainer = trainer_for(strategy, world, compile, STEPS, os.path.dirname(out))
+    trainer.fit(model, data(), ckpt_path=ckpt)
+    finish(trainer, model, out)
+
+
+def main(argv: list[str]) -> None:
+    {"train": train, "resume": resume, "refuse": refuse}[argv[0]](*argv[1:])
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--batch":
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], main, limit=240)
+    else:
+        faulthandler.dump_traceback_later(240, exit=True)
+        main(sys.argv[1:])

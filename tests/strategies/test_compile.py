@@ -1,0 +1,105 @@
+"""Trainer(compile=...): the compiled run trains the weights the eager run trains (single, ddp,
+fsdp: 20 Adam steps, within 1e-5), its checkpoints hold the module's own keys, and a compiled
+run's checkpoint resumes compiled or eager. Legs of compile_run.py, batched per world size
+(helpers/batches.py); ``backend="aot_eager"`` (fast), one inductor leg marked slow."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainmesh as tm
+from helpers.batches import Batches
+from legs import HERE
+
+PROGRAM = HERE / "compile_run.py"
+
+
+def plan(root: Path) -> list:
+    def leg(name, world, *args):
+        return name, world, [a.replace("OUT", str(root / f"{name}.pt")) for a in args], {}
+
+    checkpoint = str(root / "single-compiled.pt.ckpt")
+    return [
+        leg("single-eager", 1, "train", "single", "1", "no", "OUT"),
+        leg("single-compiled", 1, "train", "single", "1", "aot_eager", "OUT", "20", "10"),
+        leg("resume-compiled", 1, "resume", "single", "1", "aot_eager", checkpoint, "OUT"),
+        leg("resume-eager", 1, "resume", "single", "1", "no", checkpoint, "OUT"),
+        # Two processes of batch 8 each see, step by step, the batch of 16 one process sees.
+        leg("single-eager-16", 1, "train", "single", "1", "no", "OUT", "20", "", "16"),
+        leg("refuse", 1, "refuse", "OUT"),
+        leg("ddp-compiled", 2, "train", "ddp", "2", "aot_eager", "OUT"),
+        leg("fsdp-compiled", 2, "train", "fsdp", "2", "aot_eager", "OUT"),
+        None,  # its own launch: only the slow test asks for it
+        leg("single-inductor", 1, "train", "single", "1", "inductor", "OUT"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory) -> Batches:
+    root = tmp_path_factory.mktemp("compile")
+    return Batches(PROGRAM, root, plan(root), leg_timeout=240, cwd=HERE)
+
+
+def result(legs: Batches, name: str) -> dict:
+    legs(name)
+    return torch.load(legs.root / f"{name}.pt")
+
+
+def assert_same_weights(got: dict, expected: dict, atol: float) -> None:
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        torch.testing.assert_close(got[key], value, rtol=0, atol=atol, msg=key)
+
+
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
+def test_compiled_training_matches_eager_and_keeps_the_modules_keys(legs, strategy):
+    # The reference is eager on one process (the same global batches under ddp and fsdp).
+    eager = result(legs, "single-eager" if strategy == "single" else "single-eager-16")
+    compiled = result(legs, f"{strategy}-compiled")
+    assert compiled["graphs"] >= 1 and compiled["compiled"], "the run did not compile anything"
+    # fsdp compiles each block before sharding it (torchtitan's order); the others the whole forward.
+    assert compiled["compiled"] == (["embed", "blocks.0", "blocks.1", "head"] if strategy == "fsdp" else [""])
+    assert not any("_orig_mod" in key for key in compiled["state_dict"])
+    assert_same_weights(compiled["state_dict"], eager["state_dict"], atol=1e-5)
+    # A real change: 20 Adam steps moved the weights well past the tolerance.
+    assert not torch.allclose(eager["state_dict"]["head.weight"], initial_head(), atol=1e-3)
+
+
+def initial_head() -> torch.Tensor:
+    from compile_run import Net
+
+    return Net().head.weight.detach()
+
+
+def test_a_compiled_runs_checkpoint_resumes_compiled_and_eager(legs):
+    uninterrupted = result(legs, "single-compiled")
+    checkpoint = torch.load(legs.root / "single-compiled.pt.ckpt", weights_only=False)
+    assert checkpoint["global_step"] == 10
+    assert list(checkpoint["state_dict"]) == list(uninterrupted["state_dict"])  # embed.weight, ...: no _orig_mod
+    for name in ("resume-compiled", "resume-eager"):
+        resumed = result(legs, name)
+        assert_same_weights(resumed["state_dict"], uninterrupted["state_dict"], atol=1e-6)
+    assert result(legs, "resume-compiled")["graphs"] >= 1
+
+
+@pytest.mark.slow
+def test_inductor_matches_eager(legs):
+    assert_same_weights(result(legs, "single-inductor")["state_dict"], result(legs, "single-eager")["state_dict"],
+                        atol=1e-5)
+
+
+def test_compile_settings_are_checked():
+    from trainmesh.strategies.compile import compile_options
+
+    assert compile_options(True) == {} and compile_options(False) is None
+    with pytest.raises(TypeError, match="must be True, False or a dict of torch.compile options"):
+        tm.Trainer(accelerator="cpu", devices=1, compile="max-autotune", logger=False)
+    with pytest.raises(ValueError, match="strategy='dp'"):
+        tm.Trainer(accelerator="cpu", devices=2, strategy="dp", compile=True, logger=False)
+
+
+def test_a_module_compiled_by_the_user_is_refused_with_the_fix(legs):
+    # Run in a leg: importing dynamo for torch.compile costs seconds, already paid there.
+    message = result(legs, "refuse")["message"]
+    assert "torch.compile(Linear(...))" in message and "Trainer(compile=True)" in message and "_orig_mod" in message
