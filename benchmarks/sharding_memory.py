@@ -15,6 +15,9 @@ parameter):
     fsdp    (P_os+g+p)  16Ψ/N
     hsdp                16Ψ/S, S the shard group (the processes of a node by default)
 
+Next to them, trainmesh's own estimate made before any run (``tm.estimate_memory``, the figure
+``trainmesh estimate`` prints and ``strategy="auto"`` decides by) and its ratio to each measured part.
+
     python benchmarks/sharding_memory.py [--steps 10] [--width 640] [--depth 8]
 
 The parent runs one program per strategy (``--worker STRATEGY --out FILE``); that program is
@@ -40,6 +43,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
 from trainmesh.data.synthetic import make_classification_tensors
+from trainmesh.memory_estimate import estimate_memory
 from trainmesh.utilities.memory import local_state_bytes
 
 WORLD_SIZE, CLASSES, PER_RANK_BATCH = 2, 10, 32
@@ -131,12 +135,16 @@ def run_strategy(strategy: str, out: str, args: argparse.Namespace) -> list[dict
 
 def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespace) -> None:
     n = shard = WORLD_SIZE  # hsdp's default shard group: the processes of one node, here all of them
+    # trainmesh's own estimate (trainmesh estimate / tm.estimate_memory), made before any run.
+    model = WideNet(width=args.width, depth=args.depth)
+    estimates = {s: estimate_memory(model, strategy=s, world_size=n, optimizer="adam") for s in results}
     keys = ("parameters", "gradients", "optimizer_state")
     print(f"Ψ = {psi:,} parameters ({args.depth} x Linear({args.width}, {args.width}) + head), N = {n} CPU "
           f"processes (gloo), fp32 Adam (K = 8), {args.steps} steps; MiB per rank, (x ddp) = ratio to ddp's "
           "same rank")
     header = (f"{'strategy':8s} {'rank':>4s} | {'params':>13s} {'grads':>13s} {'optim state':>13s} "
               f"{'total':>13s} | {'ZeRO formula':17s} {'MiB':>6s} {'meas/formula p g o':>20s} | "
+              f"{'estimate':>8s} {'est/meas p g o total':>23s} | "
               f"{'peak RSS':>14s} {'above start':>11s}")
     print(header)
     print("-" * len(header))
@@ -149,9 +157,13 @@ def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespa
             cells = [f"{figures[k] / MiB:6.2f} ({figures[k] / ddp[k]:4.2f})" for k in keys]
             cells.append(f"{figures['total'] / MiB:6.2f} ({figures['total'] / ddp_total:4.2f})")
             match = " ".join(f"{figures[k] / expected[k]:.3f}" for k in keys)
+            estimate = estimates[strategy]
+            ratios = " ".join(f"{getattr(estimate, k) / figures[k]:.3f}" for k in keys)
+            ratios += f" {estimate.state / figures['total']:.3f}"
             rss, growth = figures["peak_rss_kib"] / 1024, (figures["peak_rss_kib"] - figures["baseline_rss_kib"]) / 1024
             print(f"{strategy:8s} {rank:4d} | {' '.join(f'{c:>13s}' for c in cells)} | {text:17s} "
                   f"{sum(expected.values()) / MiB:6.2f} {match:>20s} | "
+                  f"{estimate.state / MiB:8.2f} {ratios:>23s} | "
                   f"{rss:6.0f} ({rss / (ddp['peak_rss_kib'] / 1024):4.2f}) {growth:11.0f}")
     print(f"hsdp: with {n} processes on one node its default shard group S is both processes (a 1 x {n} "
           "mesh), so it is fsdp; a real 2-D mesh (replicate x shard, both > 1) needs at least 4 processes.")

@@ -7,6 +7,7 @@
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.datamodule import DataModule
+from trainmesh.memory_estimate import estimate_memory
 from trainmesh.module import Module
 from trainmesh.runtime import Runtime
 from trainmesh.seed import seed_everything
@@ -15,4 +16,4 @@ from trainmesh.utilities.rank_zero import rank_zero_only
 
 __version__ = "0.1.0"
 
-__all__ = ["Callback", "DataModule", "Module", "Runtime", "Trainer", "rank_zero_only", "seed_everything", "__version__"]
+__all__ = ["Callback", "DataModule", "Module", "Runtime", "Trainer", "estimate_memory", "rank_zero_only", "seed_everything", "__version__"]

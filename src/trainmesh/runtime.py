@@ -21,6 +21,7 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
+from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
@@ -69,6 +70,8 @@ class Runtime:
         placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision,
                               compile=compile_options(compile))
         self.strategy: Strategy = build_strategy(strategy, placement)
+        # "auto" on several processes is provisional (ddp) until the model is known: choose_strategy.
+        self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
         self.launcher: Launcher = build_launcher(
             self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes,
             max_restarts=max_restarts,
@@ -103,6 +106,10 @@ class Runtime:
             self.process = self.launcher.process_info()
             self.strategy.setup_environment(self.process)
             self._environment_ready = True
+            if self._auto_reason and self.process.global_rank == 0:
+                # Said here, in the process that trains: under the elastic agent the process that
+                # chose first is the agent, which re-runs the script (and the choice) as the workers.
+                print(self._auto_reason, flush=True)
 
     @property
     def global_rank(self) -> int:
@@ -139,6 +146,16 @@ class Runtime:
         return self.strategy.mesh
 
     @property
+    def strategy_choice(self) -> str:
+        """Why ``strategy="auto"`` picked this strategy ("" when it did not choose by memory)."""
+        return self._auto_reason
+
+    @property
+    def strategy_name(self) -> str:
+        """The strategy's name ("ddp", "fsdp", ...), for what the run reports about itself."""
+        return self.strategy.name
+
+    @property
     def from_logging_ranks(self) -> Callable[[Any], Any] | None:
         """Where only the last pipeline stage computes the loss and logs: a function giving every
         rank that stage's value of an object (None when every rank logs)."""
@@ -147,6 +164,22 @@ class Runtime:
     @property
     def inference_mode_safe(self) -> bool:
         return self.strategy.inference_mode_safe
+
+    def choose_strategy(self, module: nn.Module) -> None:
+        """For ``strategy="auto"`` on several processes: ddp, zero1, sharded or fsdp, the first
+        whose per-rank memory estimate for ``module`` fits a device; says on rank 0 which and why.
+
+        Called before the processes set up (the Trainer does, with the model it was given).
+        """
+        world_size = len(self.device_indices) * self.num_nodes
+        if self._auto is None or world_size == 1 or self._environment_ready:
+            return
+        name, reason = self._auto.choose(module, world_size=world_size, placement=self._placement)
+        chosen = build_strategy(name, self._placement)
+        # The launcher was built for the provisional ddp; every candidate starts the same processes.
+        assert (chosen.start_method, chosen.processes_per_node) == (self.strategy.start_method,
+                                                                    self.strategy.processes_per_node)
+        self.strategy, self._auto_reason = chosen, reason
 
     # ---- model, optimizers, data ------------------------------------------------------------
     def module_init_context(self) -> ContextManager[Any]:

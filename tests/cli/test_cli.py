@@ -79,7 +79,8 @@ def test_top_level_help_lists_the_commands(capsys):
         assert command in out
     # The README's `trainmesh checkpoint consolidate|inspect` is listed with what it does.
     assert re.search(r"^ +checkpoint +Consolidate or inspect a saved checkpoint\.$", out, re.MULTILINE), out
-    assert "{fit,validate,test,predict,checkpoint}" in out
+    assert "{fit,validate,test,predict,checkpoint,estimate}" in out
+    assert re.search(r"^ +estimate +Estimate per-rank memory", out, re.MULTILINE), out
 
 
 def test_the_checkpoint_command_keeps_its_own_help(capsys):

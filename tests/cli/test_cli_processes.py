@@ -41,8 +41,14 @@ def _printed(out: str, label: str) -> str:
 @pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp"])
 def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
     # ckpt_path="last" on a first run starts from scratch, with one notice (from rank 0 only).
-    out = _run_cli(tmp_path, "fit", "--trainer.strategy", strategy, "--ckpt_path", "last", *_TINY_RUN)
+    # The summary on: rank 0 alone prints each stage's start line (fit, then the CLI's test);
+    # ddp_spawn and ddp_fork are ddp started another way.
+    out = _run_cli(tmp_path, "fit", "--trainer.strategy", strategy, "--ckpt_path", "last", *_TINY_RUN,
+                   "--trainer.enable_model_summary", "true")
     assert out.count(f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch") == 1, out
+    for stage in ("fit", "test"):
+        assert out.count(f"trainmesh {stage}: strategy ddp, 2 processes (2 per node x 1 node), "
+                         "mesh dp_replicate=2, device cpu, precision 32-true, global batch ") == 1, out
     logs = Path(_printed(out, "logs"))
     # The same default as the Python API: <cwd>/trainmesh_logs/version_N.
     assert logs == tmp_path / "trainmesh_logs" / "version_0"

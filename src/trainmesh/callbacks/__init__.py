@@ -1,4 +1,5 @@
-"""Callbacks the Trainer feeds: checkpoints, early stopping, learning-rate logging, progress, summary.
+"""Callbacks the Trainer feeds: checkpoints, early stopping, learning-rate logging, progress, summary,
+throughput.
 
 None of these modules imports an optional integration (rich is imported by the progress bar
 only when it draws), so importing this package stays cheap.
@@ -13,6 +14,7 @@ from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
+from trainmesh.callbacks.throughput import ThroughputMonitor
 
 __all__ = [
     "Callback",
@@ -24,4 +26,5 @@ __all__ = [
     "RichModelSummary",
     "RichProgressBar",
     "TQDMProgressBar",
+    "ThroughputMonitor",
 ]

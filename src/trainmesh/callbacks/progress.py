@@ -188,7 +188,7 @@ class ProgressBar(Callback):
             self._train_task,
             completed=self._train_done,
             total=_total(trainer.num_training_batches),
-            metrics=format_metrics(trainer.progress_bar_metrics),
+            metrics=format_metrics(self._bar_metrics(trainer)),
             refresh=True,
         )
 
@@ -204,11 +204,18 @@ class ProgressBar(Callback):
             self._print(
                 f"{_epoch_description(trainer)}: {self._train_done}/{'?' if total is None else total} "
                 f"batches in {_format_duration(elapsed)} ({speed:.2f} it/s) "
-                f"{format_metrics(trainer.progress_bar_metrics)}".rstrip()
+                f"{format_metrics(self._bar_metrics(trainer))}".rstrip()
             )
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
         self._stop()
+
+    def _bar_metrics(self, trainer: Any) -> dict[str, Any]:
+        # Callbacks with figures to show (ThroughputMonitor's samples/s, MFU) offer `bar_metrics`.
+        shown = dict(trainer.progress_bar_metrics)
+        for callback in getattr(trainer, "callbacks", ()):
+            shown.update(getattr(callback, "bar_metrics", None) or {})
+        return shown
 
     # validation, test, predict: one transient bar each
 

@@ -8,6 +8,7 @@ Usage::
     trainmesh fit --model my_pkg.models:Net --help   # lists Net's own arguments
     trainmesh test --ckpt_path trainmesh_logs/version_0/checkpoints/last.ckpt
     trainmesh checkpoint inspect trainmesh_logs/version_0/checkpoints/last.ckpt
+    trainmesh estimate --model my_pkg.models:Net --world_size 8 --precision bf16-mixed   # memory per rank
     trainmesh fit --print_config > run.yaml; trainmesh fit --config run.yaml
 
 The model and data classes are chosen first (from ``--model`` / ``--data`` and any ``--config``),
@@ -129,6 +130,14 @@ def _run(args: list[str], cli: Any = None) -> int:
         from trainmesh.cli.checkpoint_command import run_checkpoint_command
 
         return run_checkpoint_command(args[1:])
+    if args and args[0] == "estimate":
+        from trainmesh.cli.estimate_command import run_estimate_command
+
+        return run_estimate_command(args[1:])
+    if args and args[0] == "scale":  # its own parser: it launches processes, it builds no Trainer
+        from trainmesh.scaling.command import run_scale_command
+
+        return run_scale_command(args[1:])
     command = args[0] if args and args[0] in _COMMANDS else None
     # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
     class_args = args[1:] if command else []
@@ -156,6 +165,7 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
     from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
     from trainmesh.cli.checkpoint_command import SUMMARY
+    from trainmesh.cli.estimate_command import SUMMARY as ESTIMATE
 
     formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
@@ -175,6 +185,7 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
     # Listed for --help only: `_run` hands `trainmesh checkpoint ...` to its own parser (whose
     # nested subcommands jsonargparse cannot attach here after they are built).
     subcommands.add_subcommand("checkpoint", ArgumentParser(description=SUMMARY, allow_abbrev=False), help=SUMMARY)
+    subcommands.add_subcommand("estimate", ArgumentParser(description=ESTIMATE, allow_abbrev=False), help=ESTIMATE)
     return parser
 
 

@@ -151,3 +151,10 @@ def _find_unpicklable(obj: Any, path: str, depth: int) -> str | None:
                 child_path = type(child).__name__  # start a readable path at the object's class
             return _find_unpicklable(child, child_path, depth - 1) or child_path
     return None
+
+
+def set_torchrun_environment(process: ProcessInfo) -> None:
+    """Make this process look started by torchrun at ``process``, so a Runtime of any strategy
+    joins its group instead of launching (used by ``trainmesh scale``'s workers)."""
+    os.environ.update(torchrun_variables(process), MASTER_ADDR=process.master_addr,
+                      MASTER_PORT=str(process.master_port))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
+from trainmesh.strategies.auto import AutoStrategy
 from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
@@ -43,7 +44,8 @@ def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
 
 
 def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
-    """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count."""
+    """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
+    (provisionally: with several, ``Runtime.choose_strategy`` decides by memory once the model is known)."""
     if isinstance(strategy, str):
         name = strategy.lower()
         if name == "auto":
@@ -56,5 +58,5 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
     return strategy.placed(placement)
 
 
-__all__ = ["STRATEGIES", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",
+__all__ = ["STRATEGIES", "AutoStrategy", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",
            "ModelParallelStrategy", "ParallelDims", "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy", "ZeRO1Strategy", "build_strategy"]

@@ -9,6 +9,7 @@ import torch
 
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.distributed_samplers import is_padding
 
 _STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
@@ -52,6 +53,7 @@ def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, 
     kind = "validate" if stage == "validate" else "test"
     loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
     limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
+    announce_run(trainer, stage, loaders[0] if loaders else None)
     start, end = ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
     trainer.hooks.call(start)
     results = _run_loop(trainer, stage, loaders, limit)
@@ -61,6 +63,7 @@ def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, 
 
 def run_predict(trainer: Any, data: Any) -> Any:
     loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
+    announce_run(trainer, "predict", loaders[0] if loaders else None)
     trainer.hooks.call("on_predict_start")
     outputs = [trainer.runtime.collect_predictions(per_loader)
                for per_loader in _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)]

@@ -20,6 +20,7 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 
@@ -65,6 +66,7 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     val_loaders = [runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)]
     trainer.num_training_batches = limited_count(train_loader, trainer.limit_train_batches)
     trainer.val_loaders = val_loaders
+    announce_run(trainer, "fit", train_loader)
     trainer.loop = LoopPosition()
     trainer.manual_backward = None
     if manual_optimization.is_manual(trainer.module):

@@ -268,6 +268,7 @@ class Trainer:
         return results
 
     def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+        self.runtime.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
             return outcome.adopt(self, model)
@@ -475,6 +476,12 @@ def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool,
         from trainmesh.callbacks.progress import ProgressBar
 
         result.append(ProgressBar())
+    if progress_bar and not any(type(cb).__name__ == "ThroughputMonitor" for cb in result):
+        from trainmesh.callbacks.throughput import ThroughputMonitor
+
+        # Every run with a bar reports its throughput; placed before the bar, which shows its latest figures.
+        bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ == "ProgressBar"), len(result))
+        result.insert(bar_at, ThroughputMonitor())
     if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
         # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
         result.append(ModelCheckpoint(save_last=True))

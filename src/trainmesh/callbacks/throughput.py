@@ -1,0 +1,280 @@
+"""Throughput of every training run: samples, batches and tokens per second, FLOPs, MFU, data wait, memory.
+
+The per-batch cost is two ``time.perf_counter()`` calls and reading one tensor's shape: no device
+synchronisation. Rates are computed once per logging window (``log_every_n_steps``), where one
+synchronisation on CUDA makes the window's wall time include the work queued in it. FLOPs are
+counted once, on the first training batch, with ``torch.utils.flop_counter.FlopCounterMode``
+(imported then, not when this module is imported).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from trainmesh.callbacks.base import Callback
+
+# Dense (no structured sparsity) peak FLOP/s per device, from the vendors' data sheets; the
+# SXM figures unless the name says PCIe/NVL. fp32 is plain FP32, not TF32: a run that enables
+# TF32 gets a pessimistic MFU, never an inflated one. Longer keys first: "h100 pcie" before "h100".
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "h200": {"bf16": 989.4e12, "fp16": 989.4e12, "fp32": 66.9e12},
+    "h100 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "fp32": 60.0e12},
+    "h100 pcie": {"bf16": 756.5e12, "fp16": 756.5e12, "fp32": 51.2e12},
+    "h100": {"bf16": 989.4e12, "fp16": 989.4e12, "fp32": 66.9e12},
+    "a100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+    "l40s": {"bf16": 362.05e12, "fp16": 362.05e12, "fp32": 91.6e12},
+    "l4": {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12},
+    "a10g": {"bf16": 70e12, "fp16": 70e12, "fp32": 31.2e12},
+    "v100": {"fp16": 125e12, "fp32": 15.7e12},  # no bf16 units
+    "t4": {"fp16": 65e12, "fp32": 8.1e12},
+}
+
+PREFIX = "throughput/"
+
+
+def peak_flops_for(device_name: str, precision: str) -> float | None:
+    """The table's dense peak FLOP/s for a device name (as CUDA reports it) and a precision setting.
+
+    >>> peak_flops_for("NVIDIA H100 80GB HBM3", "bf16-mixed")
+    989400000000000.0
+    >>> peak_flops_for("NVIDIA A100-SXM4-80GB", "32-true")
+    19500000000000.0
+    >>> peak_flops_for("cpu", "32-true") is None
+    True
+    """
+    dtype = "bf16" if "bf16" in precision else "fp16" if precision.startswith("16") else "fp32"
+    name = device_name.lower()
+    for key in sorted(PEAK_FLOPS, key=len, reverse=True):
+        if key in name:
+            return PEAK_FLOPS[key].get(dtype)
+    return None
+
+
+def throughput_figures(*, seconds: float, data_seconds: float, batches: int, samples: int, tokens: int | None,
+                       flops_per_batch: int | None, peak_flops: float | None) -> dict[str, float]:
+    """Rates over one window of ``seconds`` of training (this process's share of the work).
+
+    >>> figures = throughput_figures(seconds=2.0, data_seconds=0.5, batches=10, samples=160, tokens=None,
+    ...                              flops_per_batch=3_000, peak_flops=30_000.0)
+    >>> figures["samples_per_sec"], figures["flops_per_sec"], figures["mfu"], figures["data_wait_share"]
+    (80.0, 15000.0, 0.5, 0.25)
+    """
+    assert seconds > 0, "a window has a positive duration"
+    figures = {"batches_per_sec": batches / seconds, "samples_per_sec": samples / seconds,
+               "data_wait_share": data_seconds / seconds}
+    if tokens is not None:
+        figures["tokens_per_sec"] = tokens / seconds
+    if flops_per_batch is not None:
+        figures["flops_per_sec"] = flops_per_batch * batches / seconds
+        if peak_flops:
+            figures["mfu"] = figures["flops_per_sec"] / peak_flops
+    return figures
+
+
+def count_step_flops() -> Any:
+    """A ``FlopCounterMode`` that prints nothing: ``with count_step_flops() as c: ...; c.get_total_flops()``."""
+    from torch.utils.flop_counter import FlopCounterMode  # imported when counting, not with trainmesh
+
+    return FlopCounterMode(display=False)
+
+
+class ThroughputMonitor(Callback):
+    """Log what the hardware delivers: samples/s, batches/s, tokens/s, FLOP/s, MFU, data wait, peak memory.
+
+    Every ``log_every_n_steps`` optimizer steps the loggers receive ``throughput/samples_per_sec``,
+    ``throughput/batches_per_sec``, ``throughput/data_wait_share`` (the share of the window spent
+    waiting for the next batch), ``throughput/peak_memory_mb`` (peak RSS on CPU,
+    ``torch.cuda.max_memory_allocated`` on CUDA), and where known ``throughput/tokens_per_sec``,
+    ``throughput/flops_per_sec`` and ``throughput/mfu``. Figures are this process's (one device's).
+
+    Tokens: a batch whose input (first tensor) is an integer tensor of shape ``(B, T)`` counts
+    ``B * T``; ``tokens_per_sample`` or ``tokens_in_batch(batch) -> int`` says otherwise. FLOPs per
+    batch (forward and backward) are counted on the first training batch; MFU divides the FLOP/s by
+    ``peak_flops`` (per device), or by the table's figure for the CUDA device and precision (CPU:
+    no MFU unless given). The Trainer adds one to every run that shows a progress bar, and the bar
+    shows ``samples/s`` (and ``MFU``).
+
+    >>> monitor = ThroughputMonitor(tokens_per_sample=512, peak_flops=312e12)
+    >>> # Trainer(callbacks=[monitor]) logs e.g. {"throughput/samples_per_sec": 880.0, "throughput/mfu": 0.41}
+    """
+
+    def __init__(self, *, tokens_per_sample: int | None = None, tokens_in_batch: Callable[[Any], int] | None = None,
+                 peak_flops: float | None = None, count_flops: bool = True) -> None:
+        if tokens_per_sample is not None and tokens_in_batch is not None:
+            raise ValueError("ThroughputMonitor: give tokens_per_sample or tokens_in_batch, not both; "
+                             "tokens_in_batch(batch) returns the batch's token count")
+        if peak_flops is not None and peak_flops <= 0:
+            raise ValueError(f"ThroughputMonitor(peak_flops={peak_flops}): the device's peak FLOP/s must be positive")
+        self.tokens_per_sample = tokens_per_sample
+        self.tokens_in_batch = tokens_in_batch
+        self.peak_flops = peak_flops
+        self.count_flops = count_flops
+        self.flops_per_batch: int | None = None
+        self.last_figures: dict[str, float] = {}  # the latest window's figures, unprefixed
+        self.history: list[dict[str, float]] = []  # every window's figures (global rank 0 logs them)
+        self._counter: Any = None
+        self._skip_flops = False
+        self._reset_window(time.perf_counter())
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start = now
+        self._last_end = now  # when the previous batch ended: from then until the next starts is data wait
+        self._paused_at: float | None = None
+        self._excluded = 0.0  # validation and epoch-boundary time inside the window
+        self._data_seconds = 0.0
+        self._batches = 0
+        self._samples = 0
+        self._tokens: int | None = 0
+        self._last_logged_step = -1
+
+    @property
+    def bar_metrics(self) -> dict[str, float]:
+        """What the progress bar shows: samples/s, and MFU where known."""
+        shown = {"samples/s": self.last_figures["samples_per_sec"]} if self.last_figures else {}
+        if "mfu" in self.last_figures:
+            shown["MFU"] = self.last_figures["mfu"]
+        return shown
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self.last_figures, self.history = {}, []
+        if self.peak_flops is None:
+            self._peak = _table_peak(trainer)
+        else:
+            self._peak = self.peak_flops
+        # A dispatch mode around a compiled module's first call would be traced into its graph.
+        model = getattr(trainer, "model", None)
+        self._skip_flops = isinstance(model, torch.nn.Module) and any(
+            getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+        self._reset_window(time.perf_counter())
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self._resume(time.perf_counter())
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        self._data_seconds += now - self._last_end
+        if self.count_flops and self.flops_per_batch is None and self._counter is None and not self._skip_flops:
+            # Counted on the real first step (forward, backward): no copy of the model, no state changed.
+            self._counter = count_step_flops()
+            self._counter.__enter__()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._counter is not None:
+            self._finish_flop_count()
+            # The counted step ran slower: the first window starts after it.
+            self._reset_window(time.perf_counter())
+            return
+        self._batches += 1
+        self._count_batch(batch)
+        step = trainer.global_step
+        if step != self._last_logged_step and step % trainer.log_every_n_steps == 0:
+            self._last_logged_step = step
+            self._close_window(trainer)
+        self._last_end = time.perf_counter()
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        self._pause(time.perf_counter())
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self._resume(time.perf_counter())
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self._pause(time.perf_counter())
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self._counter = None
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+    def _pause(self, now: float) -> None:
+        if self._paused_at is None:
+            self._paused_at = now
+
+    def _resume(self, now: float) -> None:
+        if self._paused_at is not None:
+            gap = now - self._paused_at
+            self._excluded += gap
+            self._last_end += gap  # the paused time is not time spent waiting for data
+            self._paused_at = None
+
+    def _finish_flop_count(self) -> None:
+        counter, self._counter = self._counter, None
+        counter.__exit__(None, None, None)
+        self.flops_per_batch = int(counter.get_total_flops())
+
+    def _count_batch(self, batch: Any) -> None:
+        first = first_tensor(batch)
+        size = int(first.shape[0]) if first is not None and first.dim() else 1
+        self._samples += size
+        if self._tokens is None:
+            return
+        if self.tokens_in_batch is not None:
+            self._tokens += int(self.tokens_in_batch(batch))
+        elif self.tokens_per_sample is not None:
+            self._tokens += size * self.tokens_per_sample
+        elif first is not None and first.dim() == 2 and not first.is_floating_point() and not first.is_complex():
+            self._tokens += size * int(first.shape[1])
+        else:
+            self._tokens = None  # not a token batch: no tokens/s for this run
+
+    def _close_window(self, trainer: Any) -> None:
+        device = getattr(getattr(trainer, "runtime", None), "device", torch.device("cpu"))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # once per window: its time then covers the work queued in it
+        now = time.perf_counter()
+        seconds = now - self._window_start - self._excluded
+        if seconds <= 0 or not self._batches:
+            return
+        figures = throughput_figures(seconds=seconds, data_seconds=self._data_seconds, batches=self._batches,
+                                     samples=self._samples, tokens=self._tokens or None,
+                                     flops_per_batch=self.flops_per_batch, peak_flops=self._peak)
+        figures["peak_memory_mb"] = peak_memory_bytes(device) / 2**20
+        self.last_figures = figures
+        self.history.append(figures)
+        tokens = self._tokens
+        self._reset_window(now)
+        self._last_logged_step = trainer.global_step
+        self._tokens = tokens if tokens is None else 0  # once known not to be tokens, stay so
+        if trainer.is_global_zero and not trainer.sanity_checking and trainer.loggers:
+            logged = {PREFIX + name: value for name, value in figures.items()}
+            for logger in trainer.loggers:
+                logger.log_metrics(logged, step=trainer.global_step)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this process: allocated tensors on CUDA, resident set size elsewhere."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    try:
+        import resource
+    except ImportError:  # Windows has no getrusage
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+
+
+def _table_peak(trainer: Any) -> float | None:
+    device = getattr(getattr(trainer, "runtime", None), "device", None)
+    if device is None or device.type != "cuda":
+        return None
+    return peak_flops_for(torch.cuda.get_device_name(device), str(getattr(trainer, "precision", "32")))
+
+
+def first_tensor(batch: Any) -> torch.Tensor | None:
+    # The input comes first by convention: (x, y), [x, y], {"input_ids": x, ...}.
+    while True:
+        if isinstance(batch, torch.Tensor):
+            return batch
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, Mapping) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            return None

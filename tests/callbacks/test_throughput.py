@@ -1,0 +1,151 @@
+import csv
+import io
+from types import SimpleNamespace
+
+import pytest
+import torch
+from rich.console import Console
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from trainmesh.callbacks import ThroughputMonitor
+from trainmesh.callbacks import throughput
+from trainmesh.callbacks.progress import ProgressBar
+from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
+from trainmesh.loggers import CSVLogger
+from tests.helpers.models import quiet_trainer
+
+B, IN, OUT = 4, 8, 3
+
+
+class LinearNet(tm.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(IN, OUT)
+
+    def training_step(self, batch, batch_idx):
+        # The input asks for its gradient, so backward runs both matmuls: 2x the forward's FLOPs.
+        x = batch[0].clone().requires_grad_()
+        return self.layer(x).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def linear_loader(batches: int = 5) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(B * batches, IN, generator=g)), batch_size=B)
+
+
+def test_flops_of_a_linear_layer_are_counted_once_and_change_no_weights(tmp_path):
+    peak = 1e6
+    monitor = ThroughputMonitor(peak_flops=peak)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[monitor], logger=CSVLogger(tmp_path), log_every_n_steps=1)
+    counted = LinearNet()
+    trainer.fit(counted, linear_loader())
+    assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)  # forward 2*B*in*out, backward twice that
+
+    plain = LinearNet()
+    quiet_trainer(max_epochs=1).fit(plain, linear_loader())
+    assert torch.equal(counted.layer.weight, plain.layer.weight), "counting FLOPs changed the training"
+
+    # The CSV logger received every window's figures (the counted first step opens no window).
+    with open(f"{trainer.log_dir}/metrics.csv") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("throughput/samples_per_sec")]
+    assert [int(row["step"]) for row in rows] == [2, 3, 4, 5]
+    for row in rows:
+        samples, batches = float(row["throughput/samples_per_sec"]), float(row["throughput/batches_per_sec"])
+        flops, mfu = float(row["throughput/flops_per_sec"]), float(row["throughput/mfu"])
+        assert samples == pytest.approx(B * batches)
+        assert flops == pytest.approx(monitor.flops_per_batch * batches)
+        assert mfu == pytest.approx(flops / peak)
+        assert 0 <= float(row["throughput/data_wait_share"]) < 1
+        assert float(row["throughput/peak_memory_mb"]) > 0  # peak RSS of this process
+        assert not row.get("throughput/tokens_per_sec"), "float inputs are not tokens"
+
+
+def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(throughput.time, "perf_counter", lambda: now[0])
+    logged = []
+    logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
+    trainer = SimpleNamespace(global_step=0, log_every_n_steps=2, is_global_zero=True, sanity_checking=False,
+                              loggers=[logger], runtime=SimpleNamespace(device=torch.device("cpu")), model=None,
+                              precision="32-true")
+    monitor = ThroughputMonitor(count_flops=False, tokens_per_sample=10)
+    batch = (torch.zeros(B, IN), torch.zeros(B))
+    monitor.on_train_start(trainer, None)
+    monitor.on_train_epoch_start(trainer, None)
+    for start, end, validation in ((1.0, 4.0, None), (5.0, 10.0, (7.0, 9.0))):
+        now[0] = start
+        monitor.on_train_batch_start(trainer, None, batch, 0)
+        trainer.global_step += 1
+        if validation:  # validation runs inside the step, before the batch's end hooks
+            now[0] = validation[0]
+            monitor.on_validation_start(trainer, None)
+            now[0] = validation[1]
+            monitor.on_validation_end(trainer, None)
+        now[0] = end
+        monitor.on_train_batch_end(trainer, None, None, batch, 0)
+    # 10 s elapsed less 2 s of validation = 8 s; waiting for data: 0-1 and 4-5.
+    assert len(logged) == 1 and logged[0][0] == 2
+    metrics = logged[0][1]
+    assert metrics["throughput/batches_per_sec"] == 2 / 8
+    assert metrics["throughput/samples_per_sec"] == 2 * B / 8
+    assert metrics["throughput/tokens_per_sec"] == 2 * B * 10 / 8
+    assert metrics["throughput/data_wait_share"] == 2 / 8
+    assert "throughput/mfu" not in metrics and "throughput/flops_per_sec" not in metrics  # CPU, nothing given
+
+
+def test_throughput_figures_and_mfu_arithmetic():
+    figures = throughput_figures(seconds=4.0, data_seconds=1.0, batches=8, samples=256, tokens=256 * 128,
+                                 flops_per_batch=10**12, peak_flops=989.4e12)
+    assert figures["batches_per_sec"] == 2.0
+    assert figures["samples_per_sec"] == 64.0
+    assert figures["tokens_per_sec"] == 64.0 * 128
+    assert figures["flops_per_sec"] == 2e12
+    assert figures["mfu"] == pytest.approx(2e12 / 989.4e12)
+    assert figures["data_wait_share"] == 0.25
+    assert peak_flops_for("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989.4e12
+    assert peak_flops_for("NVIDIA H100 PCIe", "16-mixed") == 756.5e12
+    assert peak_flops_for("NVIDIA A100-SXM4-40GB", "32-true") == 19.5e12
+    assert peak_flops_for("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # no bf16 units
+    assert peak_flops_for("NVIDIA L4", "bf16-true") == 121e12
+
+
+def test_integer_batches_of_shape_b_t_count_b_times_t_tokens():
+    T = 7
+    tokens = torch.randint(0, 50, (B * 3, T))
+
+    class Embedder(tm.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 4)
+
+        def training_step(self, batch, batch_idx):
+            return self.embed(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    monitor = ThroughputMonitor(count_flops=False)
+    given = ThroughputMonitor(count_flops=False, tokens_in_batch=lambda batch: 5)
+    quiet_trainer(max_epochs=1, callbacks=[monitor, given], log_every_n_steps=1).fit(
+        Embedder(), DataLoader(TensorDataset(tokens), batch_size=B))
+    assert monitor.history and given.history
+    for figures in monitor.history:
+        assert figures["tokens_per_sec"] == pytest.approx(T * figures["samples_per_sec"])
+    for figures in given.history:
+        assert figures["tokens_per_sec"] == pytest.approx(5 * figures["batches_per_sec"])
+
+
+def test_a_trainer_with_a_progress_bar_reports_throughput_on_the_bar():
+    console = Console(file=io.StringIO(), width=200)
+    bar = ProgressBar(console=console)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[bar], enable_progress_bar=True, log_every_n_steps=1)
+    names = [type(cb).__name__ for cb in trainer.callbacks]
+    assert names.index("ThroughputMonitor") < names.index("ProgressBar")  # the bar shows fresh figures
+    trainer.fit(LinearNet(), linear_loader())
+    assert "samples/s=" in console.file.getvalue()
+    assert not any(isinstance(cb, ThroughputMonitor) for cb in quiet_trainer().callbacks), "no bar, no monitor"

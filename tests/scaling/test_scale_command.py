@@ -1,0 +1,44 @@
+"""``trainmesh scale`` on real processes (N = 1 and 2, gloo): the table, its verdict and the three files."""
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import trainmesh
+from helpers.processes import run_program
+
+
+@pytest.mark.slow
+def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    src = str(Path(trainmesh.__file__).resolve().parents[1])
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+    result = run_program(["-m", "trainmesh", "scale", "--processes", "1,2", "--steps", "3", "--windows", "1",
+                          "--warmup-steps", "1", "--mode", "strong", "--peak-flops", "1e12",
+                          "--out-dir", str(tmp_path)], timeout=120, env=env, without=launcher)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("N "))
+    assert lines[header - 1] == "strong scaling (global batch fixed)"
+    columns = re.split(r"\s{2,}", lines[header].strip())
+    assert "MFU" in columns and "tokens/s" in columns
+    rows = [dict(zip(columns, lines[header + i].split())) for i in (1, 2)]
+    assert [row["N"] for row in rows] == ["1", "2"] and [row["batch/rank"] for row in rows] == ["64", "32"]
+    # The digits batch is float pixels, not tokens; the FLOPs were counted and --peak-flops given.
+    assert all(row["tokens/s"] == "-" and re.fullmatch(r"\d+\.\d%", row["MFU"]) for row in rows)
+    verdict = lines[header + 3]
+    assert verdict.startswith(("N=2 runs at", "scaling pays up to N=")), verdict
+    with open(tmp_path / "scaling.csv") as file:
+        table = list(csv.DictReader(file))
+    assert {"mode", "processes", "speedup", "efficiency", "mfu", "tokens_per_s", "noisy"} <= set(table[0])
+    assert [(r["mode"], r["processes"]) for r in table] == [("strong", "1"), ("strong", "2")]
+    saved = json.loads((tmp_path / "scaling.json").read_text())
+    assert [r["processes"] for r in saved["rows"]] == [1, 2] and saved["settings"]["peak_flops"] == 1e12
+    assert all(0 < r["mfu"] < 1 for r in saved["rows"]) and saved["rows"][0]["speedup"] == 1.0
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
