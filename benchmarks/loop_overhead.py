@@ -49,11 +49,14 @@ def raw_loop(loader: DataLoader) -> torch.nn.Module:
     return model
 
 
-def trainer_loop(loader: DataLoader, *, defaults: bool, root: str) -> torch.nn.Module:
+def trainer_loop(loader: DataLoader, *, defaults: bool, root: str, monitor: bool = True) -> torch.nn.Module:
     torch.manual_seed(0)
     module = MLPModule()
     if defaults:
         trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root, num_sanity_val_steps=0)
+        if not monitor:
+            # The defaults less the ThroughputMonitor the progress bar brings: what the monitor costs.
+            trainer.callbacks = [cb for cb in trainer.callbacks if type(cb).__name__ != "ThroughputMonitor"]
     else:
         trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
                              enable_checkpointing=False, enable_model_summary=False)
@@ -149,7 +152,7 @@ def main() -> None:
         return
     x, y = make_classification_tensors(args.samples, 784, 10, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=16)
-    times: dict[str, list[float]] = {"raw": [], "lean": [], "defaults": [], "lightning": []}
+    times: dict[str, list[float]] = {"raw": [], "lean": [], "defaults": [], "no_monitor": [], "lightning": []}
     with tempfile.TemporaryDirectory() as root:
         raw_loop(loader)  # warm-up: allocator, kernels, first-call imports
         trainer_loop(loader, defaults=False, root=root)
@@ -160,6 +163,8 @@ def main() -> None:
             times["lean"].append(t)
             t, _ = timed(trainer_loop, loader, defaults=True, root=root)
             times["defaults"].append(t)
+            t, _ = timed(trainer_loop, loader, defaults=True, root=root, monitor=False)
+            times["no_monitor"].append(t)
             t, lit = timed(lightning_loop, loader, root=root)
             if lit is not None:
                 times["lightning"].append(t)
@@ -172,6 +177,10 @@ def main() -> None:
         if times[name]:
             median = statistics.median(times[name])
             print(f"{name:20s} median {median:.3f} s  ratio {median / raw:.3f}")
+    monitor = statistics.median(times["defaults"]) / statistics.median(times["no_monitor"])
+    paired = statistics.median(d / n for d, n in zip(times["defaults"], times["no_monitor"]))
+    print(f"defaults without the ThroughputMonitor: ratio {statistics.median(times['no_monitor']) / raw:.3f}; "
+          f"the monitor's cost: defaults / without it {monitor:.3f} (paired {paired:.3f})  target < 1.02")
     print(f"trainer-lean weights identical to the raw loop: {identical}")
 
 

@@ -75,7 +75,8 @@ def test_ddp_run_with_a_stuck_rank_ends_naming_it_and_showing_where_it_was(runs)
     # Every rank dumped its threads with faulthandler.
     for rank in (0, 1):
         assert f"trainmesh watchdog: rank {rank}'s threads" in run.output, tail
-    assert re.search(r'watchdog_run\.py", line \d+ in training_step', run.output), tail
+    # (Where each rank was is asserted on the verdict above: the ranks' dumps share one stderr and
+    # their lines can interleave, so the dump's own text is not matched line by line.)
 
 
 def test_single_process_run_with_a_stuck_step_ends_with_its_stack(runs):

@@ -149,8 +149,13 @@ class ThroughputMonitor(Callback):
             self._peak = self.peak_flops
         # A dispatch mode around a compiled module's first call would be traced into its graph.
         model = getattr(trainer, "model", None)
-        self._skip_flops = isinstance(model, torch.nn.Module) and any(
+        compiled = isinstance(model, torch.nn.Module) and any(
             getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+        # A pipeline (only some ranks log: from_logging_ranks) runs each stage's backward with
+        # torch.autograd.grad, which the counter's module tracker refuses (a leaf node passed to
+        # _will_engine_execute_node): its FLOPs are not counted, and no MFU is shown.
+        pipelined = getattr(getattr(trainer, "runtime", None), "from_logging_ranks", None) is not None
+        self._skip_flops = compiled or pipelined
         self._reset_window(time.perf_counter())
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
