@@ -80,3 +80,14 @@ def test_accumulation_clipping_and_schedulers_match_plain_torch(tmp_path):
     # Clipping changes the result here, so the equality above shows it ran.
     unclipped, _ = handwritten(clip=None)
     assert any(not torch.equal(unclipped[name], tensor) for name, tensor in expected.items())
+
+
+def test_a_strategy_manual_optimization_was_not_checked_under_is_refused_before_training(tmp_path):
+    module = Accumulating()
+    before = {name: tensor.clone() for name, tensor in module.state_dict().items()}
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="dp", max_epochs=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"strategy 'dp' with Accumulating.automatic_optimization = False"):
+        trainer.fit(module, DataLoader(data(), batch_size=8))
+    assert all(torch.equal(module.state_dict()[name], tensor) for name, tensor in before.items())

@@ -30,13 +30,26 @@ import torch
 from trainmesh.strategies.step import StepHooks
 
 
+MANUAL_STRATEGIES = ("single", "ddp", "fsdp")  # each has a parity test (tests/trainer/test_manual_optimization*.py)
+
+
 def is_manual(module: Any) -> bool:
     return getattr(module, "automatic_optimization", True) is False
 
 
 def check_manual_settings(trainer: Any, module: Any) -> None:
-    """Refuse the loop's own accumulation and clipping: in manual mode the loop never steps."""
+    """Refuse the loop's own accumulation and clipping (in manual mode the loop never steps), and
+    the strategies manual optimization was never checked under."""
     name = type(module).__name__
+    strategy = trainer.runtime.strategy_name
+    if strategy not in MANUAL_STRATEGIES:
+        raise ValueError(
+            f"strategy {strategy!r} with {name}.automatic_optimization = False: manual optimization is checked "
+            f"against plain torch only under {', '.join(MANUAL_STRATEGIES)} (dp and ddp2 split a batch across "
+            "devices inside one step, zero1 and sharded change how a step updates, pipelines run training_step "
+            "per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
+            "loss from training_step (automatic optimization works under every strategy)"
+        )
     if trainer.accumulate_grad_batches != 1:
         raise ValueError(
             f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) with {name}.automatic_optimization "
