@@ -146,3 +146,47 @@ class _WideModule(tm.Module):
     def __init__(self) -> None:
         super().__init__()
         self.net = wide_net()
+
+
+class _BuiltInConfigureModel(tm.Module):
+    """Its 1M parameters exist only once configure_model has run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net: torch.nn.Module | None = None
+
+    def configure_model(self) -> None:
+        if self.net is None:
+            self.net = wide_net(width=500, depth=4)
+
+
+def test_auto_counts_the_layers_configure_model_builds() -> None:
+    module = _BuiltInConfigureModel()
+    ddp = estimate_memory(wide_net(width=500, depth=4), strategy="ddp", world_size=2).peak
+    name, line = AutoStrategy(memory_budget=ddp - 1).choose(module, world_size=2)
+    assert name == "zero1", line  # before, the empty module looked small enough for ddp
+    assert "built in configure_model" in line
+    assert module.net is None  # built on a copy: the module the run builds is untouched
+
+
+def test_auto_says_so_when_configure_model_cannot_run_ahead() -> None:
+    class NeedsMesh(tm.Module):
+        def configure_model(self, mesh) -> None:
+            self.net = torch.nn.Linear(4, 4, device=mesh.device_mesh.device_type)
+
+    with pytest.raises(ValueError, match="configure_model.*Name the strategy"):
+        AutoStrategy(memory_budget=MiB).choose(NeedsMesh(), world_size=2)
+
+
+def test_mixed_precision_activations_are_measured_under_autocast() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    batch = torch.zeros(64, 16)
+    fp32 = measure_activation_bytes(model, batch)
+    bf16 = measure_activation_bytes(model, batch, precision="bf16-mixed")
+    # Per row the saved inputs are 16-bit: half of fp32's 48 floats; besides, once per forward,
+    # autocast's bf16 copy of the second weight (32x4), which does not grow with the rows (the
+    # first layer's weight is not saved: its input needs no gradient).
+    assert fp32 == 64 * 48 * 4
+    assert bf16 == 64 * 48 * 2 + 32 * 4 * 2, (bf16, fp32)
+    estimate = estimate_memory(model, strategy="ddp", world_size=2, precision="bf16-mixed", batch=batch)
+    assert estimate.activations == bf16

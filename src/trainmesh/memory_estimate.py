@@ -112,7 +112,8 @@ def estimate_memory(model: nn.Module, *, strategy: str = "ddp", world_size: int 
     split_p, split_g, split_o = (divisors[key] for key in _SHARDING[name])
     # Whole parameters gathered from forward to backward where they are sharded at the step.
     transient = param_bytes - param_bytes // split_p if name == "sharded" else 0
-    activations = measure_activation_bytes(model, batch, probe_rows=probe_rows) if batch is not None else 0
+    activations = (measure_activation_bytes(model, batch, probe_rows=probe_rows, precision=precision)
+                   if batch is not None else 0)
     if name in ("tp", "pp", "fsdp_tp"):
         activations //= world_size  # roughly: each rank runs 1/tp of each layer or 1/pp of the layers
     formula, formula_bytes = zero_formula(name, psi, world_size, precision=precision,
@@ -196,16 +197,29 @@ def _probe_states(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) ->
     return sum(v.numel() // probe.numel() for v in state if isinstance(v, torch.Tensor) and v.dim() > 0)
 
 
-def measure_activation_bytes(model: nn.Module, batch: Any, *, probe_rows: int = 2) -> int:
+def measure_activation_bytes(model: nn.Module, batch: Any, *, probe_rows: int = 2, precision: str = "32-true") -> int:
     """Bytes autograd saves for backward in one forward pass on ``batch`` (one rank's batch),
-    measured on its first ``probe_rows`` rows and scaled linearly to its rows.
+    measured on its first ``probe_rows`` rows and scaled linearly to its rows. Under a mixed
+    ``precision`` the pass runs under autocast, as training would: most saved tensors are then
+    16-bit.
 
     >>> measure_activation_bytes(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), torch.zeros(4, 8))
     256
     """
     inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
     rows = inputs.shape[0]
-    probe = inputs[:probe_rows]
+    if rows <= 2 * probe_rows:
+        return _saved_bytes(model, inputs, precision)
+    # Two probes, to split what grows with the rows from what does not (autocast's 16-bit copies
+    # of the weights, saved once per forward): bytes = fixed + per_row * rows.
+    small = _saved_bytes(model, inputs[:probe_rows], precision)
+    large = _saved_bytes(model, inputs[: 2 * probe_rows], precision)
+    per_row = (large - small) / probe_rows
+    return max(0, round(small - per_row * probe_rows + per_row * rows))
+
+
+def _saved_bytes(model: nn.Module, inputs: torch.Tensor, precision: str) -> int:
+    """Bytes autograd saves for backward in one forward pass on ``inputs``."""
     # Weights saved for backward are counted as parameters, not as activations.
     param_ptrs = {p.data_ptr() for p in model.parameters()}
     seen: set[tuple[int, int]] = set()
@@ -219,9 +233,19 @@ def measure_activation_bytes(model: nn.Module, batch: Any, *, probe_rows: int = 
             total += tensor.numel() * tensor.element_size()
         return tensor
 
-    with _buffers_kept(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(probe)
-    return total * rows // probe.shape[0]
+    with _buffers_kept(model), _autocast_like_training(model, precision), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(inputs)
+    return total
+
+
+def _autocast_like_training(model: nn.Module, precision: str) -> Any:
+    """The autocast the Trainer runs forward under for ``precision`` (none unless mixed)."""
+    if precision not in MIXED:
+        return contextlib.nullcontext()
+    device_type = next((p.device.type for p in model.parameters()), "cpu")
+    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
+    return torch.autocast(device_type=device_type, dtype=dtype)
 
 
 @contextlib.contextmanager

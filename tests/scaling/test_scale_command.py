@@ -42,3 +42,21 @@ def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png
     assert [r["processes"] for r in saved["rows"]] == [1, 2] and saved["settings"]["peak_flops"] == 1e12
     assert all(0 < r["mfu"] < 1 for r in saved["rows"]) and saved["rows"][0]["speedup"] == 1.0
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scale_takes_the_configs_strategy_precision_and_says_what_it_leaves(tmp_path: Path, monkeypatch, capsys) -> None:
+    import trainmesh.scaling as scaling
+    from trainmesh.scaling.command import run_scale_command
+
+    config = tmp_path / "fit.yaml"
+    config.write_text("trainer:\n  strategy: fsdp\n  precision: bf16-mixed\n  max_epochs: 3\n"
+                      "model:\n  hidden: 64\n")
+    seen: dict = {}
+    monkeypatch.setattr(scaling, "run_scaling", lambda **kwargs: seen.update(kwargs))
+    assert run_scale_command(["--config", str(config), "--max-processes", "1"]) == 0
+    assert (seen["strategy"], seen["precision"], seen["accelerator"]) == ("fsdp", "bf16-mixed", "cpu")
+    assert seen["model_kwargs"] == {"hidden": 64}
+    assert "trainer settings max_epochs are not applied" in capsys.readouterr().out
+    # A flag wins over the config.
+    assert run_scale_command(["--config", str(config), "--precision", "32-true", "--strategy", "ddp"]) == 0
+    assert (seen["strategy"], seen["precision"]) == ("ddp", "32-true")

@@ -36,7 +36,7 @@ def process_counts(*, processes: list[int] | None = None, max_processes: int | N
 def run_scaling(*, model: str = DEMO_MODEL, model_kwargs: dict[str, Any] | None = None, data: str = DEMO_DATA,
                 data_kwargs: dict[str, Any] | None = None, processes: list[int] | None = None,
                 max_processes: int | None = 2, mode: str = "both", strategy: str = "ddp", accelerator: str = "cpu",
-                batch_size: int | None = None, warmup_steps: int = 5, steps_per_window: int = 20, windows: int = 3,
+                precision: str = "32-true", batch_size: int | None = None, warmup_steps: int = 5, steps_per_window: int = 20, windows: int = 3,
                 out_dir: str | Path = "scaling", peak_flops: float | None = None,
                 print_fn: Any = print) -> list[ScalingRow]:
     """Measure the model's training step at each N, print the table and its verdict, write CSV/JSON/PNG.
@@ -56,7 +56,7 @@ def run_scaling(*, model: str = DEMO_MODEL, model_kwargs: dict[str, Any] | None 
     batches = {m: base_batch * (max(counts) if m == "strong" and batch_size is None else 1) for m in modes}
     _warn_oversubscribed(max(counts), accelerator, print_fn)
     workload = Workload(model, dict(model_kwargs or {}), data, dict(data_kwargs or {}), strategy=strategy,
-                        accelerator=accelerator, warmup_steps=warmup_steps, steps_per_window=steps_per_window,
+                        accelerator=accelerator, precision=precision, warmup_steps=warmup_steps, steps_per_window=steps_per_window,
                         windows=windows, peak_flops=peak_flops)
     measured: dict[str, list[Measurement]] = {m: [] for m in modes}
     for n in counts:

@@ -15,15 +15,17 @@ SUMMARY = "Measure throughput, speedup and efficiency at 1, 2, 4, ... processes 
 def build_scale_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainmesh scale", description=SUMMARY, allow_abbrev=False,
                                      epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
-                                            "as for `trainmesh fit`; a --config file's model/data sections too.")
+                                            "as for `trainmesh fit`; a --config file's model/data sections too, and its "
+                                            "trainer section's strategy, accelerator and precision.")
     parser.add_argument("--config", action="append", default=[], help="A `trainmesh fit` YAML config; repeatable.")
     parser.add_argument("--model", help="package.module:ClassName (default: the demo classifier).")
     parser.add_argument("--data", help="package.module:ClassName (default: the digits data).")
     parser.add_argument("--processes", help="Comma-separated process counts, e.g. 1,2,4.")
     parser.add_argument("--max-processes", type=int, default=2, help="Measure 1, 2, 4, ... up to this (default 2).")
     parser.add_argument("--mode", choices=("strong", "weak", "both"), default="both")
-    parser.add_argument("--strategy", default="ddp", help="Any trainmesh strategy name (default ddp).")
-    parser.add_argument("--accelerator", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--strategy", help="Any trainmesh strategy name (default: the config's, else ddp).")
+    parser.add_argument("--accelerator", choices=("cpu", "cuda"), help="Default: the config's, else cpu.")
+    parser.add_argument("--precision", help="e.g. bf16-mixed (default: the config's, else 32-true).")
     parser.add_argument("--batch-size", type=int, help="Global batch (strong) and per-rank batch (weak).")
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="Steps per timed window.")
@@ -43,25 +45,40 @@ def run_scale_command(args: list[str]) -> int:
     model = options.model or groups["model"].pop("class_path", DEMO_MODEL)
     data = options.data or groups["data"].pop("class_path", DEMO_DATA)
     groups["model"].pop("class_path", None), groups["data"].pop("class_path", None)
+    trainer = groups["trainer"]
     processes = [int(n) for n in options.processes.split(",")] if options.processes else None
     run_scaling(model=model, model_kwargs=groups["model"], data=data, data_kwargs=groups["data"],
                 processes=processes, max_processes=options.max_processes, mode=options.mode,
-                strategy=options.strategy, accelerator=options.accelerator, batch_size=options.batch_size,
+                strategy=str(options.strategy or trainer.get("strategy", "ddp")),
+                accelerator=str(options.accelerator or trainer.get("accelerator", "cpu")),
+                precision=str(options.precision or trainer.get("precision", "32-true")), batch_size=options.batch_size,
                 warmup_steps=options.warmup_steps, steps_per_window=options.steps, windows=options.windows,
                 out_dir=options.out_dir, peak_flops=options.peak_flops)
     return 0
 
 
+_APPLIED_TRAINER_SETTINGS = ("strategy", "accelerator", "precision")
+
+
 def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, Any]]:
-    """The model and data arguments from config files, then ``--model.x V`` flags (later wins)."""
+    """The model and data arguments from config files, then ``--model.x V`` flags (later wins), and
+    the trainer settings the sweep applies (strategy, accelerator, precision)."""
     import yaml
 
     groups: dict[str, dict[str, Any]] = {"model": {}, "data": {}}
+    trainer: dict[str, Any] = {}
     for path in configs:
         with open(path) as file:
             loaded = yaml.safe_load(file) or {}
         for role in groups:
             groups[role].update(loaded.get(role) or {})
+        trainer.update(loaded.get("trainer") or {})
+    unapplied = sorted(set(trainer) - set(_APPLIED_TRAINER_SETTINGS))
+    if unapplied:
+        # Said, not silently dropped: the sweep times one training step (forward, backward,
+        # optimizer) per N on a fixed batch, so loop settings have no place in it.
+        print(f"trainmesh scale: the config's trainer settings {', '.join(unapplied)} are not applied; the sweep "
+              f"times the training step at each N and applies only {', '.join(_APPLIED_TRAINER_SETTINGS)}")
     pairs = iter(extra)
     for flag in pairs:
         role, _, name = flag.removeprefix("--").partition(".")
@@ -69,4 +86,5 @@ def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, A
             raise ValueError(f"unknown argument {flag!r}; see `trainmesh scale --help`")
         name, _, value = name.partition("=")
         groups[role][name] = yaml.safe_load(value if value else next(pairs, ""))
+    groups["trainer"] = {key: trainer[key] for key in _APPLIED_TRAINER_SETTINGS if key in trainer}
     return groups

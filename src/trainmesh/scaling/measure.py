@@ -29,6 +29,7 @@ class Workload:
     data_kwargs: dict[str, Any]
     strategy: str = "ddp"
     accelerator: str = "cpu"
+    precision: str = "32-true"
     warmup_steps: int = 5
     steps_per_window: int = 20
     windows: int = 3
@@ -86,7 +87,8 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
     # The step runs outside a Trainer, so self.log has nowhere to send values: expected here.
     warnings.filterwarnings("ignore", message=r".*called outside a Trainer run.*")
     # One Runtime (one process group) for every mode: a second rendezvous would cost seconds.
-    runtime = Runtime(accelerator=workload.accelerator, devices=processes, strategy=workload.strategy)
+    runtime = Runtime(accelerator=workload.accelerator, devices=processes, strategy=workload.strategy,
+                      precision=workload.precision)
     runtime.setup_environment()
     measured = {mode: _measure_mode(runtime, workload, processes, batch) for mode, batch in batches.items()}
     if rank == 0:

@@ -9,6 +9,7 @@ device, elastic), so the launcher built for the provisional ddp stays right.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from typing import Any
@@ -54,12 +55,16 @@ class AutoStrategy:
         precision = placement.precision.name
         mib = 2**20
         tried = []
+        model, built_on_meta = model_for_estimate(model)
+        # A batch cannot run through layers that exist only on the meta device: no activations then.
+        batch = None if built_on_meta else self.batch
+        counted = " (layers built in configure_model counted, on the meta device)" if built_on_meta else ""
         for name in CANDIDATES:
             estimate = estimate_memory(model, strategy=name, world_size=world_size, precision=precision,
-                                       optimizer=self.optimizer, batch=self.batch)
+                                       optimizer=self.optimizer, batch=batch)
             if estimate.peak <= budget:
                 because = "; ".join(tried + [f"{name} needs {estimate.peak / mib:.1f} MiB"])
-                return name, (f'strategy="auto" picked {name}: {because} per rank, within the budget of '
+                return name, (f'strategy="auto" picked {name}: {because} per rank{counted}, within the budget of '
                               f"{budget / mib:.1f} MiB per device")
             tried.append(f"{name} needs {estimate.peak / mib:.1f} MiB")
         raise ValueError(
@@ -68,6 +73,32 @@ class AutoStrategy:
             "parallel pairs, sharded across them) or 'pp' (pipeline stages), use more devices, or raise the "
             "budget with AutoStrategy(memory_budget=...)"
         )
+
+
+def model_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
+    """The model whose memory "auto" estimates, and whether it was built on the meta device.
+
+    A module that builds its layers in ``configure_model`` has few or no parameters yet when
+    "auto" decides (before the processes start): estimated as given, it would always look small
+    enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
+    initialisation), exactly as a sharding strategy would build them, without a mesh.
+    """
+    from trainmesh.module import Module, call_configure_model
+
+    configure = getattr(type(module), "configure_model", None)
+    if configure is None or configure is Module.configure_model:
+        return module, False
+    probe = copy.deepcopy(module)
+    try:
+        with torch.device("meta"):
+            call_configure_model(probe, None)
+    except Exception as error:
+        raise ValueError(
+            f'strategy="auto" decides by the model\'s memory, and {type(module).__name__} builds its layers in '
+            f"configure_model, which failed when run ahead on the meta device without a mesh "
+            f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
+        ) from error
+    return probe, True
 
 
 def device_memory_budget(placement: Placement) -> int:
