@@ -163,8 +163,10 @@ class _BuiltInConfigureModel(tm.Module):
 def test_auto_counts_the_layers_configure_model_builds() -> None:
     module = _BuiltInConfigureModel()
     ddp = estimate_memory(wide_net(width=500, depth=4), strategy="ddp", world_size=2).peak
-    name, line = AutoStrategy(memory_budget=ddp - 1).choose(module, world_size=2)
-    assert name == "zero1", line  # before, the empty module looked small enough for ddp
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=ddp - 1), logger=False)
+    trainer.runtime.choose_strategy(module)
+    line = trainer.runtime.strategy_choice
+    assert trainer.strategy.name == "zero1", line  # before, the empty module looked small enough for ddp
     assert "built in configure_model" in line
     assert module.net is None  # built on a copy: the module the run builds is untouched
 
@@ -174,8 +176,9 @@ def test_auto_says_so_when_configure_model_cannot_run_ahead() -> None:
         def configure_model(self, mesh) -> None:
             self.net = torch.nn.Linear(4, 4, device=mesh.device_mesh.device_type)
 
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=MiB), logger=False)
     with pytest.raises(ValueError, match="configure_model.*Name the strategy"):
-        AutoStrategy(memory_budget=MiB).choose(NeedsMesh(), world_size=2)
+        trainer.runtime.choose_strategy(NeedsMesh())
 
 
 def test_mixed_precision_activations_are_measured_under_autocast() -> None:

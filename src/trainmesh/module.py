@@ -7,6 +7,7 @@ loop-position properties read from there.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from collections.abc import Mapping
@@ -175,8 +176,10 @@ class Module(HyperparametersMixin, nn.Module):
         if sink is None:
             _warn_no_trainer(name)
             return
+        if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
+            reduce_fx = _reduce_fx_name(reduce_fx)
         sink.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
-                 reduce_fx=_reduce_fx_name(reduce_fx), sync_dist=sync_dist, batch_size=batch_size)
+                 reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
         """``self.log`` for each item of ``metrics`` with the same options."""
@@ -316,6 +319,30 @@ class Module(HyperparametersMixin, nn.Module):
         call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
+
+
+def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
+    """The model whose memory "auto" estimates, and whether it was built on the meta device.
+
+    For ``strategy="auto"``: a module that builds its layers in ``configure_model`` has few or
+    no parameters yet when "auto" decides (before the processes start): estimated as given, it
+    would always look small enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
+    initialisation), exactly as a sharding strategy would build them, without a mesh.
+    """
+    configure = getattr(type(module), "configure_model", None)
+    if configure is None or configure is Module.configure_model:
+        return module, False
+    probe = copy.deepcopy(module)
+    try:
+        with torch.device("meta"):
+            call_configure_model(probe, None)
+    except Exception as error:
+        raise ValueError(
+            f'strategy="auto" decides by the model\'s memory, and {type(module).__name__} builds its layers in '
+            f"configure_model, which failed when run ahead on the meta device without a mesh "
+            f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
+        ) from error
+    return probe, True
 
 
 def call_configure_model(module: Any, mesh: Any) -> None:

@@ -174,7 +174,11 @@ class Runtime:
         world_size = len(self.device_indices) * self.num_nodes
         if self._auto is None or world_size == 1 or self._environment_ready:
             return
-        name, reason = self._auto.choose(module, world_size=world_size, placement=self._placement)
+        from trainmesh.module import built_for_estimate
+
+        estimated, on_meta = built_for_estimate(module)
+        name, reason = self._auto.choose(estimated, world_size=world_size, placement=self._placement,
+                                         built_on_meta=on_meta)
         chosen = build_strategy(name, self._placement)
         # The launcher was built for the provisional ddp; every candidate starts the same processes.
         assert (chosen.start_method, chosen.processes_per_node) == (self.strategy.start_method,

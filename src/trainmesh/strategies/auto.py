@@ -9,7 +9,6 @@ device, elastic), so the launcher built for the provisional ddp stays right.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from typing import Any
@@ -46,8 +45,11 @@ class AutoStrategy:
         processes = len(placement.devices) * placement.num_nodes
         return STRATEGIES["single" if processes == 1 else "ddp"](placement=placement)
 
-    def choose(self, model: nn.Module, *, world_size: int, placement: Placement | None = None) -> tuple[str, str]:
-        """The strategy name for ``model`` on ``world_size`` ranks and one line saying why."""
+    def choose(self, model: nn.Module, *, world_size: int, placement: Placement | None = None,
+               built_on_meta: bool = False) -> tuple[str, str]:
+        """The strategy name for ``model`` on ``world_size`` ranks and one line saying why.
+        ``built_on_meta``: ``model`` is a copy whose ``configure_model`` layers were built on the
+        meta device (``trainmesh.module.built_for_estimate``)."""
         from trainmesh.memory_estimate import estimate_memory
 
         placement = placement or Placement()
@@ -55,7 +57,6 @@ class AutoStrategy:
         precision = placement.precision.name
         mib = 2**20
         tried = []
-        model, built_on_meta = model_for_estimate(model)
         # A batch cannot run through layers that exist only on the meta device: no activations then.
         batch = None if built_on_meta else self.batch
         counted = " (layers built in configure_model counted, on the meta device)" if built_on_meta else ""
@@ -73,32 +74,6 @@ class AutoStrategy:
             "parallel pairs, sharded across them) or 'pp' (pipeline stages), use more devices, or raise the "
             "budget with AutoStrategy(memory_budget=...)"
         )
-
-
-def model_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
-    """The model whose memory "auto" estimates, and whether it was built on the meta device.
-
-    A module that builds its layers in ``configure_model`` has few or no parameters yet when
-    "auto" decides (before the processes start): estimated as given, it would always look small
-    enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
-    initialisation), exactly as a sharding strategy would build them, without a mesh.
-    """
-    from trainmesh.module import Module, call_configure_model
-
-    configure = getattr(type(module), "configure_model", None)
-    if configure is None or configure is Module.configure_model:
-        return module, False
-    probe = copy.deepcopy(module)
-    try:
-        with torch.device("meta"):
-            call_configure_model(probe, None)
-    except Exception as error:
-        raise ValueError(
-            f'strategy="auto" decides by the model\'s memory, and {type(module).__name__} builds its layers in '
-            f"configure_model, which failed when run ahead on the meta device without a mesh "
-            f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
-        ) from error
-    return probe, True
 
 
 def device_memory_budget(placement: Placement) -> int:

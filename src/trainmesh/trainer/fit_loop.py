@@ -20,6 +20,7 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
@@ -37,6 +38,7 @@ class LoopPosition:
     # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
     epoch_outputs: list[Any] = field(default_factory=list)
     stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch
+    loss_check: FiniteLossCheck | None = None  # set for fit (finite_loss.py)
 
 
 @dataclass
@@ -67,7 +69,7 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     trainer.num_training_batches = limited_count(train_loader, trainer.limit_train_batches)
     trainer.val_loaders = val_loaders
     announce_run(trainer, "fit", train_loader)
-    trainer.loop = LoopPosition()
+    trainer.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(trainer, runtime.device))
     trainer.manual_backward = None
     if manual_optimization.is_manual(trainer.module):
         manual_optimization.check_manual_settings(trainer, trainer.module)
@@ -171,11 +173,10 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
     model, module = trainer.model, trainer.module
     accumulate = trainer.accumulate_grad_batches
-    check_finite_now = runtime.device.type == "cpu"  # a float() per step is free on CPU only
     batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
     batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
-    backward = _LossBackward(trainer, accumulate)  # told each step whether to check the loss
+    backward = _LossBackward(trainer, accumulate)
     step_hooks = _step_hooks(trainer, module, backward, accumulate)
     manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
@@ -188,7 +189,6 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        backward.check = check_finite_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0
         backward.batch_idx = batch_idx
         # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
         # output), the loss and backward; gradients stay local until the window's last batch.
@@ -206,7 +206,10 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         loop.batches_done = batch_idx + 1
         trainer.watchdog.feed()
         loop.validated_since_step = False
-        if val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last:
+        validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
+        if validate_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
+            loop.loss_check.verify()  # where the check is deferred (finite_loss.py), its read
+        if validate_now:
             evaluation.run_validation(trainer, trainer.val_loaders)
             sink.start_stage(train_results)
         if trainer.global_step % trainer.log_every_n_steps == 0:
@@ -252,6 +255,8 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, 
     epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
     """
     loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+    if loop.loss_check is not None:
+        loop.loss_check.verify()  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
             epoch=trainer.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
@@ -310,21 +315,21 @@ def detached(output: Any) -> Any:
 
 
 class _LossBackward:
-    """What the loop does with a step's loss: check it is finite (before it changes anything,
-    when ``check`` is set for this step), then backward, scaled for the accumulation window.
-    One per epoch, updated per step: the hot path allocates nothing."""
+    """What the loop does with a step's loss: check it is finite (on CPU before it changes
+    anything; on an accelerator recorded on the device and read later: finite_loss.py), then
+    backward, scaled for the accumulation window. One per epoch, updated per step."""
 
     def __init__(self, trainer: Any, accumulate: int) -> None:
         self.trainer, self.runtime, self.accumulate = trainer, trainer.runtime, accumulate
-        self.check, self.batch_idx = True, 0
+        self.loss_check = trainer.loop.loss_check
+        self.batch_idx = 0
 
     def __call__(self, loss: torch.Tensor) -> None:
         self.check_loss(loss)
         self.runtime.backward(loss / self.accumulate if self.accumulate > 1 else loss)
 
     def check_loss(self, loss: torch.Tensor) -> None:
-        if self.check:
-            _check_finite(loss, self.trainer, self.batch_idx)
+        self.loss_check.check(loss, self.batch_idx)
 
 
 def _loss_of(output: Any, module: Any) -> torch.Tensor:
@@ -358,20 +363,6 @@ def _loss_of(output: Any, module: Any) -> torch.Tensor:
             "parameters produced"
         )
     return loss
-
-
-def _check_finite(loss: torch.Tensor, trainer: Any, batch_idx: int) -> None:
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        callback = trainer.checkpoint_callback
-        last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") if callback else ""
-        where = f"the last good checkpoint is {last}" if last else "no checkpoint had been written yet"
-        raise FloatingPointError(
-            f"the training loss is {value} at global step {trainer.global_step} (epoch "
-            f"{trainer.current_epoch}, batch {batch_idx}); training stopped before this step "
-            f"changed the weights, and {where}. Lower the learning rate, clip gradients "
-            "(gradient_clip_val=1.0) or check the data for NaN/inf"
-        )
 
 
 def _val_check_batches(trainer: Any, limit: int | float) -> int | float | None:

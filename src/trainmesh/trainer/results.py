@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,11 @@ class _Entry:
     total: torch.Tensor | None = None  # float64 accumulator for "mean"/"sum"/"max"/"min"
     weight: float = 0.0
     metric: Any = None  # a torchmetrics Metric computes its own epoch value
+    # A step value and nothing else (training_step's default): self.log's fast path.
+    plain_step: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.plain_step = self.on_step and not self.on_epoch and not self.sync_dist
 
 
 @dataclass
@@ -40,7 +45,9 @@ class StageResults:
     """The metrics logged during one stage run (a training epoch, one validation run, ...)."""
 
     entries: dict[str, _Entry] = field(default_factory=dict)
-    step_values: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The latest step value of each name: a detached tensor where it was logged (nothing is read
+    # from the device until a logger or the progress bar shows it), or a Python float.
+    step_values: dict[str, torch.Tensor | float] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         # Kept in checkpoints so a mid-epoch resume reports the same epoch means.
@@ -74,8 +81,10 @@ class MetricSink:
         self._batch_size: int | None = None
         self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
         # dp/ddp2 run a step's chunks in turn (CPU) or in one thread per device (GPU): each
-        # thread knows which chunk it is stepping.
+        # thread knows which chunk it is stepping. ``_chunked``: a chunk scope was ever entered,
+        # so self.log must look for one (other strategies never pay for the thread-local).
         self._running = threading.local()
+        self._chunked = False
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles the Trainer (and this sink) to its workers: a thread-local cannot travel.
@@ -89,6 +98,7 @@ class MetricSink:
     def chunk_scope(self, chunk: Any) -> Iterator[None]:
         """While a split batch's ``chunk`` is stepped here, ``self.log`` weighs by its size
         (the strategy enters this around each chunk: ``StepHooks.chunk_scope``)."""
+        self._chunked = True
         previous = getattr(self._running, "chunk", None)
         self._running.chunk = chunk
         try:
@@ -107,36 +117,60 @@ class MetricSink:
 
     def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+        """Record one ``self.log`` call.
+
+        The options of a name's first call in a stage hold for the stage; they are checked then,
+        once. The common case, a step value of a scalar tensor or a number, stores it and returns:
+        no tensor is made for a number and nothing is read from a device (values are read where
+        they are shown, at the loggers' and the progress bar's cadence).
+        """
         entry = self.results.entries.get(name)
         if entry is None:
-            step_default = self.hook in _STEP_HOOKS
-            entry = _Entry(
-                prog_bar=prog_bar, logger=logger,
-                on_step=step_default if on_step is None else on_step,
-                on_epoch=(not step_default) if on_epoch is None else on_epoch,
-                reduce_fx=reduce_fx, sync_dist=sync_dist,
-            )
-            if not (entry.on_step or entry.on_epoch):
-                raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
-            self.results.entries[name] = entry
+            entry = self._new_entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        if entry.plain_step and not self._chunked:
+            kind = type(value)
+            if kind is torch.Tensor and value.ndim == 0:
+                self.results.step_values[name] = value.detach()
+                return
+            if kind is float:
+                self.results.step_values[name] = value
+                return
+        self._log_any(name, entry, value, batch_size)
+
+    def _new_entry(self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+                   reduce_fx: str, sync_dist: bool) -> _Entry:
+        step_default = self.hook in _STEP_HOOKS
+        entry = _Entry(
+            prog_bar=prog_bar, logger=logger,
+            on_step=step_default if on_step is None else on_step,
+            on_epoch=(not step_default) if on_epoch is None else on_epoch,
+            reduce_fx=reduce_fx, sync_dist=sync_dist,
+        )
+        if not (entry.on_step or entry.on_epoch):
+            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
+        self.results.entries[name] = entry
+        return entry
+
+    def _log_any(self, name: str, entry: _Entry, value: Any, batch_size: int | None) -> None:
+        """Every other case: a metric object, a chunk of a split batch, an epoch value, sync_dist."""
         if _is_metric_object(value):
             entry.metric = value
             cached = getattr(value, "_forward_cache", None)
             if entry.on_step and isinstance(cached, torch.Tensor):
                 self.results.step_values[name] = cached.detach()
             return
-        tensor = _as_scalar_tensor(name, value)
-        chunk = getattr(self._running, "chunk", None)
+        number = _as_scalar(name, value)
+        chunk = getattr(self._running, "chunk", None) if self._chunked else None
         if chunk is not None and batch_size is None:
             batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
         if entry.on_step:
             if chunk is not None:
-                tensor_for_step = self._mean_over_chunks(name, tensor, batch_size or 0)
+                step_value = self._mean_over_chunks(name, _as_tensor(number), batch_size or 0)
             else:
-                tensor_for_step = tensor
-            self.results.step_values[name] = self._reduce(tensor_for_step, "mean") if entry.sync_dist else tensor_for_step
+                step_value = number
+            self.results.step_values[name] = self._reduce(_as_tensor(step_value), "mean") if entry.sync_dist else step_value
         if entry.on_epoch:
-            self._accumulate(entry, tensor, batch_size)
+            self._accumulate(entry, _as_tensor(number), batch_size)
 
     def _mean_over_chunks(self, name: str, tensor: torch.Tensor, size: int) -> torch.Tensor:
         """The step value of a split batch: the chunks' values weighted by their sizes."""
@@ -180,27 +214,28 @@ class MetricSink:
         if self.from_logging_ranks is None:
             return
         mine = {"entries": self.results.state_dict(),
-                "step_values": {k: v.cpu() for k, v in self.results.step_values.items()}}
+                "step_values": {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self.results.step_values.items()}}
         shared = self.from_logging_ranks(mine)
         if shared is mine:
             return  # this rank is a logging one: it keeps its own (metric objects included)
         results = self.results
-        device = next((v.device for v in results.step_values.values()), None)
+        device = next((v.device for v in results.step_values.values() if isinstance(v, torch.Tensor)), None)
         results.entries.clear()
         results.load_state_dict(shared["entries"])
         results.step_values.clear()
-        results.step_values.update({k: v if device is None else v.to(device) for k, v in shared["step_values"].items()})
+        results.step_values.update({k: v.to(device) if device is not None and isinstance(v, torch.Tensor) else v
+                                    for k, v in shared["step_values"].items()})
 
     # ---- reading metrics --------------------------------------------------------------------
     def step_metrics(self, *, prog_bar_only: bool = False, logger_only: bool = False) -> dict[str, float]:
-        out: dict[str, float] = {}
+        chosen: dict[str, torch.Tensor | float] = {}
         entries = self.results.entries
         for name, value in self.results.step_values.items():
             entry = entries[name]
             if (prog_bar_only and not entry.prog_bar) or (logger_only and not entry.logger):
                 continue
-            out[f"{name}_step" if entry.on_epoch else name] = float(value)
-        return out
+            chosen[f"{name}_step" if entry.on_epoch else name] = value
+        return read_floats(chosen)
 
     def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
         """Each epoch-level metric reduced across processes (every rank gets the same value)."""
@@ -231,9 +266,11 @@ def _is_metric_object(value: Any) -> bool:
     return not isinstance(value, torch.Tensor) and hasattr(value, "compute") and hasattr(value, "update") and hasattr(value, "reset")
 
 
-def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
+def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
+    """A logged value as a detached 0-dim tensor, or a Python float for a number (making a
+    tensor of it costs more than the rest of self.log; it is made only where one is needed)."""
     if isinstance(value, torch.Tensor):
-        if hasattr(value, "full_tensor"):
+        if type(value) is not torch.Tensor and hasattr(value, "full_tensor"):  # (a failed hasattr is slow)
             value = value.full_tensor()  # a DTensor (tensor parallel, loss_parallel): its value, as a plain tensor
         if value.numel() != 1:
             raise ValueError(
@@ -242,8 +279,36 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
             )
         return value.detach().reshape(())
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return torch.tensor(float(value))
+        return float(value)
     raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric")
+
+
+def _as_tensor(value: torch.Tensor | float) -> torch.Tensor:
+    # float64 holds a Python float exactly.
+    return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float64)
+
+
+def read_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
+    """``values`` as Python floats, in their order, with one device-to-host copy per device
+    rather than one per value: on a GPU each ``.item()`` waits for the device to catch up."""
+    out: dict[str, float] = dict.fromkeys(values, 0.0)  # the order of ``values``, filled below
+    on_device: dict[torch.device, list[str]] = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            on_device.setdefault(value.device, []).append(name)
+        else:
+            out[name] = float(value)
+    for names in on_device.values():
+        # float64 holds every float32/bf16/int32 value exactly: the same floats as float(value).
+        numbers = torch.stack([values[name].detach().reshape(()).to(torch.float64) for name in names]).tolist()
+        out.update(zip(names, numbers))
+    return out
+
+
+def step_tensor(value: torch.Tensor | float) -> torch.Tensor:
+    """A step value as ``callback_metrics`` hands it out: the tensor logged (no device sync),
+    or for a logged number a tensor of the default dtype, as Lightning makes it."""
+    return value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value)
 
 
 def metric_tensor(value: Any) -> torch.Tensor:

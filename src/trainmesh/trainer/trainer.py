@@ -15,9 +15,10 @@ from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
                                              resolve_ckpt_path, restore_checkpoint)
 from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
-from trainmesh.trainer.results import MetricSink, metric_tensor
+from trainmesh.trainer.results import MetricSink, metric_tensor, read_floats, step_tensor
 from trainmesh.trainer.settings import LoopSettings, check_loop_settings
 from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
@@ -186,7 +187,7 @@ class Trainer:
         if self.train_results is not None:
             entries = self.train_results.entries
             for name, value in self.train_results.step_values.items():
-                number = metric_tensor(value)
+                number = step_tensor(value)
                 if entries[name].on_epoch:
                     metrics[f"{name}_step"] = number
                     if self.loop.batches_done and not self.loop.epoch_finished:
@@ -197,15 +198,16 @@ class Trainer:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        metrics: dict[str, float] = {}
+        shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
         loss = self.loop.last_loss
         if loss is not None and self.stage == "fit":
-            metrics["loss"] = float(loss)
+            shown["loss"] = loss
         if self.train_results is not None and self.stage == "fit":
             entries = self.train_results.entries
             for name, value in self.train_results.step_values.items():
                 if entries[name].prog_bar:
-                    metrics[name] = float(value)
+                    shown[name] = value
+        metrics = read_floats(shown)
         for name, value in self.epoch_metrics.items():
             if name in self._prog_bar_names:
                 metrics.setdefault(name, value)
@@ -253,6 +255,7 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.watchdog.paused():  # a save may legitimately take longer than a step
+            verify_finite_losses(self, str(path))  # no checkpoint of weights a non-finite step produced
             checkpoint = build_checkpoint(self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
             self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)

@@ -1,0 +1,104 @@
+"""What ``self.log`` hands the loggers on its fast path (a scalar tensor or a number, on_step in
+training_step): the value logged, read only at the loggers' cadence; and, on CUDA, no wait for
+the device inside a step. The epoch means and the rest are in test_fit.py and tests/loggers."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from helpers.models import quiet_trainer, random_classification
+from trainmesh.loggers import Logger
+
+
+class Rows(Logger):
+    """Keeps what the Trainer sends, in memory."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "rows"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    @property
+    def log_dir(self) -> str:
+        return "."
+
+    def log_hyperparams(self, params) -> None:
+        pass
+
+    def log_metrics(self, metrics, step) -> None:
+        self.rows.append((step, dict(metrics)))
+
+
+class LogsNumbers(tm.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(16, 4)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("loss", loss)
+        self.log("lr", 0.1)  # not a float32 number: it must reach the logger as 0.1
+        self.log("third", 1 / 3, on_epoch=True)
+        self.log("batch", batch_idx)  # an int
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_numbers_reach_the_loggers_as_logged_at_their_cadence():
+    rows = Rows()
+    trainer = quiet_trainer(max_epochs=1, logger=rows, log_every_n_steps=4)
+    trainer.fit(LogsNumbers(), DataLoader(random_classification(96), batch_size=8))  # 12 steps
+    step_rows = [(step, metrics) for step, metrics in rows.rows if "lr" in metrics]
+    assert [step for step, _ in step_rows] == [4, 8, 12]
+    for step, metrics in step_rows:
+        assert metrics["lr"] == 0.1 and metrics["third_step"] == 1 / 3
+        assert metrics["batch"] == step - 1
+        assert isinstance(metrics["loss"], float)
+    epoch_row = next(metrics for _, metrics in rows.rows if "third_epoch" in metrics)
+    assert epoch_row["third_epoch"] == pytest.approx(1 / 3, rel=1e-15)
+    # Handed to callbacks as tensors, as before: the default dtype for a number.
+    assert trainer.callback_metrics["lr"].dtype == torch.get_default_dtype()
+    assert trainer.logged_metrics["lr"].item() == 0.1
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_training_step_with_self_log_never_waits_for_the_device():
+    class SyncsAreErrors(tm.Callback):
+        # Between a batch's start and end: forward, self.log, the finiteness check, backward and
+        # the optimizer step. Any host-device synchronisation in there raises.
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            torch.cuda.set_sync_debug_mode("error")
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            torch.cuda.set_sync_debug_mode("default")
+
+    class LogsOnCuda(LogsNumbers):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("loss_epoch_mean", loss, on_epoch=True, prog_bar=True)
+            return loss
+
+    data = random_classification(96)
+    on_device = TensorDataset(*(t.cuda() for t in data.tensors))  # no host-to-device copy in the step
+    rows = Rows()
+    trainer = quiet_trainer(accelerator="cuda", max_epochs=1, logger=rows, log_every_n_steps=1000,
+                            callbacks=[SyncsAreErrors()])
+    try:
+        trainer.fit(LogsOnCuda(), DataLoader(on_device, batch_size=8))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.global_step == 12
+    assert trainer.callback_metrics["loss_epoch_mean"].isfinite()
+    epoch_row = next(metrics for _, metrics in rows.rows if "third_epoch" in metrics)
+    assert epoch_row["third_epoch"] == pytest.approx(1 / 3, rel=1e-15)
