@@ -58,8 +58,9 @@ def test_compiled_training_matches_eager_and_keeps_the_modules_keys(legs, strate
     eager = result(legs, "single-eager" if strategy == "single" else "single-eager-16")
     compiled = result(legs, f"{strategy}-compiled")
     assert compiled["graphs"] >= 1 and compiled["compiled"], "the run did not compile anything"
-    # fsdp compiles each block before sharding it (torchtitan's order); the others the whole forward.
-    assert compiled["compiled"] == (["embed", "blocks.0", "blocks.1", "head"] if strategy == "fsdp" else [""])
+    # fsdp compiles each block before sharding it (torchtitan's order; the small embed and head stay
+    # in the root, uncompiled, as torchtitan compiles only the blocks); the others the whole forward.
+    assert compiled["compiled"] == (["blocks.0", "blocks.1"] if strategy == "fsdp" else [""])
     assert not any("_orig_mod" in key for key in compiled["state_dict"])
     assert_same_weights(compiled["state_dict"], eager["state_dict"], atol=1e-5)
     # A real change: 20 Adam steps moved the weights well past the tolerance.

@@ -18,6 +18,15 @@ def test_format_multiplies_batch_by_data_parallel_size_and_accumulation():
                     "device cuda, precision bf16-mixed, global batch 128 (16 per rank x 4 data-parallel x 2 accumulated)")
 
 
+def test_format_says_how_many_shard_units_fsdp_chose():
+    line = format_run_summary(stage="fit", strategy="fsdp", processes=2, nodes=1, mesh_sizes={"dp_shard": 2},
+                              device="cpu", precision="32-true", batch_size=4, dp_size=2, shard_units=11)
+    assert line.startswith("trainmesh fit: strategy fsdp (11 shard units), 2 processes"), line
+    one = format_run_summary(stage="fit", strategy="fsdp", processes=2, nodes=1, mesh_sizes={"dp_shard": 2},
+                             device="cpu", precision="32-true", batch_size=4, dp_size=2, shard_units=1)
+    assert "strategy fsdp (1 shard unit), " in one  # every parameter gathered at once: worth seeing
+
+
 def test_format_one_process_and_unknown_batch():
     line = format_run_summary(stage="predict", strategy="single", processes=1, nodes=1, mesh_sizes={},
                               device="cpu", precision="32-true", batch_size=None, dp_size=1)

@@ -24,34 +24,10 @@ from trainmesh.strategies.materialize import materialize
 from trainmesh.strategies.mesh import ParallelDims
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.utilities.host_memory import release_large_frees
 from trainmesh.utilities.rank_zero import rank_zero_warn
-
-
-def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, min_num_params: int | None) -> list[nn.Module]:
-    """The submodules that become their own shard units, innermost first (as fully_shard needs)."""
-    if wrap:
-        units = [m for m in module.modules() if m is not module and isinstance(m, tuple(wrap))]
-        if not units:
-            names = ", ".join(t.__name__ for t in wrap)
-            raise ValueError(
-                f"FSDPStrategy(wrap=[{names}]) matches no submodule of {type(module).__name__}; name classes "
-                "the model contains (e.g. its transformer block), or use min_num_params="
-            )
-        return units[::-1]
-    if min_num_params:
-        def own_size(m: nn.Module) -> int:
-            return sum(p.numel() for p in m.parameters())
-        return [m for m in list(module.modules())[::-1] if m is not module and own_size(m) >= min_num_params
-                and not any(own_size(c) >= min_num_params for c in m.children())]
-    # By default each block is a unit, as torchtitan shards each transformer block: the top
-    # level's children, and the members of top-level containers (Sequential, ModuleList).
-    # One unit for the whole model would gather every parameter at once.
-    units: list[nn.Module] = []
-    for child in module.children():
-        members = list(child.children()) if isinstance(child, (nn.Sequential, nn.ModuleList, nn.ModuleDict)) else [child]
-        units += [m for m in members if any(True for _ in m.parameters())]
-    return units
 
 
 def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
@@ -99,7 +75,9 @@ class FSDPStrategy(DistributedStrategy):
     """``Trainer(strategy=FSDPStrategy(wrap=[Block], cpu_offload=True))``.
 
     ``wrap`` (module classes) or ``min_num_params`` choose the shard units; without either,
-    each block is one (the model's children, and the members of its top-level containers).
+    each repeated block (transformer layers: the members of a ``ModuleList``/``Sequential`` of
+    one class), plus large modules outside them such as embeddings and the output head, wherever
+    they are in the model (``strategies/shard_units.py`` says how).
     ``reshard_after_forward=False`` keeps parameters whole between forward and backward
     (``sharded``, ZeRO-2). ``shard_size`` (or ``hybrid=True``: a node's processes) makes a 2-D
     mesh: shard within groups of that many processes, replicate across groups (``hsdp``).
@@ -175,6 +153,10 @@ class FSDPStrategy(DistributedStrategy):
             # Each block compiled, then sharded (torchtitan's order): its FSDP hooks wrap the
             # compiled block, and no graph holds another unit's all-gathers.
             apply_compile(module, options=self.placement.compile, units=innermost(units))
+        if self._device.type == "cpu" or offload:
+            # Shards, optimizer state and what each step gathers live in host memory: freed,
+            # they go back to the system instead of staying resident as heap holes.
+            release_large_frees()
         on_meta = any(p.is_meta for p in module.parameters())
         if not on_meta:
             module.to(self._device)

@@ -8,6 +8,7 @@ run says about itself when it starts.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,21 +17,25 @@ from trainmesh.utilities.rank_zero import rank_zero_info
 
 def format_run_summary(*, stage: str, strategy: str, processes: int, nodes: int, mesh_sizes: Mapping[str, int],
                        device: str, precision: str, batch_size: int | None, dp_size: int,
-                       accumulation: int = 1) -> str:
+                       accumulation: int = 1, shard_units: int = 0) -> str:
     """One line saying what ``stage`` runs on; ``mesh_sizes`` lists the axes that divide anything.
 
     The global batch is what one optimizer step sees: each data-parallel rank reads its own
-    batch, and pipeline or tensor ranks of one data-parallel rank share it.
+    batch, and pipeline or tensor ranks of one data-parallel rank share it. ``shard_units``:
+    FSDP's units (the root included; 0 where nothing is sharded), each gathered whole only
+    while it runs: 1 means every parameter is gathered at once.
 
     >>> format_run_summary(stage="fit", strategy="fsdp", processes=4, nodes=1, mesh_sizes={"pp": 2, "dp_shard": 2},
-    ...                    device="cpu", precision="32-true", batch_size=8, dp_size=2, accumulation=3)
-    'trainmesh fit: strategy fsdp, 4 processes (4 per node x 1 node), mesh pp=2 x dp_shard=2, device cpu, precision 32-true, global batch 48 (8 per rank x 2 data-parallel x 3 accumulated)'
+    ...                    device="cpu", precision="32-true", batch_size=8, dp_size=2, accumulation=3, shard_units=9)
+    'trainmesh fit: strategy fsdp (9 shard units), 4 processes (4 per node x 1 node), mesh pp=2 x dp_shard=2, device cpu, precision 32-true, global batch 48 (8 per rank x 2 data-parallel x 3 accumulated)'
     """
     if processes == 1:
         where = "1 process"
     else:
         where = f"{processes} processes ({processes // nodes} per node x {nodes} node{'s' if nodes != 1 else ''})"
     mesh = " x ".join(f"{axis}={size}" for axis, size in mesh_sizes.items()) or "none"
+    if shard_units:
+        strategy = f"{strategy} ({shard_units} shard unit{'s' if shard_units != 1 else ''})"
     if batch_size is None:
         # An iterable with no batch_size (a generator, a custom loader): say so rather than guess.
         batch = f"batch size unknown ({dp_size} data-parallel x {accumulation} accumulated)"
@@ -73,4 +78,18 @@ def announce_run(trainer: Any, stage: str, loader: Any) -> None:
         mesh_sizes={axis: getattr(dims, axis) for axis in dims.used_axes()}, device=runtime.device_type,
         precision=runtime.precision.name, batch_size=loader_batch_size(loader), dp_size=runtime.mesh.dp_size,
         accumulation=trainer.accumulate_grad_batches if stage == "fit" else 1,
+        shard_units=count_shard_units(trainer.model),
     ))
+
+
+def count_shard_units(model: Any) -> int:
+    """FSDP2 units in the set-up model, the root included; 0 where nothing is sharded.
+
+    >>> import torch
+    >>> count_shard_units(torch.nn.Linear(2, 2))
+    0
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # never imported: nothing was sharded
+    if fsdp is None or not hasattr(model, "modules"):
+        return 0
+    return sum(isinstance(m, fsdp.FSDPModule) for m in model.modules())
