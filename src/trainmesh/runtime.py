@@ -245,10 +245,13 @@ class Runtime:
 
     def to_device(self, data: Any) -> Any:
         """``data``'s tensors on this process's device, in the precision's input dtype."""
-        device = self.strategy.root_device
-        if device.type == "cpu" and not self.precision.converts_input:
+        if not self.moves_batches():
             return data  # already where it belongs: skip the walk
-        return self.precision.convert_input(move_to_device(data, device, non_blocking=True))
+        return self.precision.convert_input(move_to_device(data, self.strategy.root_device, non_blocking=True))
+
+    def moves_batches(self) -> bool:
+        """Whether :meth:`to_device` changes anything: not on CPU in the inputs' own dtype."""
+        return self.strategy.root_device.type != "cpu" or self.precision.converts_input
 
     # ---- the step ---------------------------------------------------------------------------
     def train_step(self, model: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool = True,
@@ -445,7 +448,11 @@ class DeviceDataLoader:
         # Start the loader's iterator now, not at the first next(): samplers draw their
         # shuffle seed from the global RNG when it starts, and an exact resume depends on
         # when that draw happens.
-        return self._moved(iter(self.loader))
+        iterator = iter(self.loader)
+        # Where batches need no move (CPU, inputs in their own dtype) they are handed out as the
+        # loader makes them: a generator in between costs a resume per batch.
+        moves = getattr(getattr(self._to_device, "__self__", None), "moves_batches", None)
+        return iterator if moves is not None and not moves() else self._moved(iterator)
 
     def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
         to_device = self._to_device

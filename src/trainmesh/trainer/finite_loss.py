@@ -44,7 +44,7 @@ class FiniteLossCheck:
     def check(self, loss: torch.Tensor, batch_idx: int) -> None:
         """The step's loss, before it changes the weights (see the module's docstring)."""
         if not self.deferred:
-            value = float(loss.detach())
+            value = loss.item()  # no detach needed: item() records nothing for autograd
             if not math.isfinite(value):
                 raise FloatingPointError(self._message(value, (self.trainer.global_step, self.trainer.current_epoch, batch_idx), None))
             return
