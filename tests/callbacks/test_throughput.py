@@ -149,3 +149,19 @@ def test_a_trainer_with_a_progress_bar_reports_throughput_on_the_bar():
     trainer.fit(LinearNet(), linear_loader())
     assert "samples/s=" in console.file.getvalue()
     assert not any(isinstance(cb, ThroughputMonitor) for cb in quiet_trainer().callbacks), "no bar, no monitor"
+
+
+@pytest.mark.parametrize("dims", [{"tp": 2, "pp": 1}, {"tp": 1, "pp": 2}, {"tp": 1, "pp": 1}])
+def test_flops_are_not_counted_where_the_model_itself_is_split(dims):
+    # Under tensor parallel FlopCounterMode counts DTensor ops at their global shapes (tp times
+    # one rank's work), and a pipeline's stages run backward with autograd.grad: no figure rather
+    # than a wrong one. Data parallel alone (tp = pp = 1) is counted.
+    mesh = SimpleNamespace(dims=SimpleNamespace(**dims))
+    trainer = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cpu"), mesh=mesh), model=None,
+                              precision="32-true")
+    monitor = ThroughputMonitor(peak_flops=1e12)
+    monitor.on_train_start(trainer, None)
+    monitor.on_train_batch_start(trainer, None, (torch.zeros(B, IN), torch.zeros(B)), 0)
+    counting = monitor._counter is not None
+    monitor.on_exception(trainer, None, RuntimeError("end of the test"))  # leaves the counter's mode
+    assert counting == (dims == {"tp": 1, "pp": 1})

@@ -104,3 +104,11 @@ def test_a_module_compiled_by_the_user_is_refused_with_the_fix(legs):
     # Run in a leg: importing dynamo for torch.compile costs seconds, already paid there.
     message = result(legs, "refuse")["message"]
     assert "torch.compile(Linear(...))" in message and "Trainer(compile=True)" in message and "_orig_mod" in message
+
+
+@pytest.mark.parametrize("strategy", ["ddp2", "zero1", "sharded", "hsdp"])
+def test_compile_is_refused_where_no_compiled_run_is_checked_against_eager(strategy):
+    # Only single, ddp and fsdp have a parity test above: the others stop before any process starts.
+    with pytest.raises(ValueError, match=f"compile is not supported with strategy='{strategy}'"):
+        tm.Trainer(accelerator="cpu", devices=2, strategy=strategy, compile=True, logger=False)
+    tm.Trainer(accelerator="cpu", devices=2, strategy=strategy, compile=False, logger=False)  # eager: as before

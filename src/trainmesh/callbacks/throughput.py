@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.utilities.collections import first_tensor
 
 # Dense (no structured sparsity) peak FLOP/s per device, from the vendors' data sheets; the
 # SXM figures unless the name says PCIe/NVL. fp32 is plain FP32, not TF32: a run that enables
@@ -151,11 +152,13 @@ class ThroughputMonitor(Callback):
         model = getattr(trainer, "model", None)
         compiled = isinstance(model, torch.nn.Module) and any(
             getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
-        # A pipeline (only some ranks log: from_logging_ranks) runs each stage's backward with
-        # torch.autograd.grad, which the counter's module tracker refuses (a leaf node passed to
-        # _will_engine_execute_node): its FLOPs are not counted, and no MFU is shown.
-        pipelined = getattr(getattr(trainer, "runtime", None), "from_logging_ranks", None) is not None
-        self._skip_flops = compiled or pipelined
+        # Where the model itself is split, one rank's count is not its share: a pipeline's stages
+        # run backward with torch.autograd.grad, which the counter's module tracker refuses, and
+        # tensor parallel's DTensor ops are counted at their global shapes (tp times this rank's
+        # work). No FLOPs, hence no MFU, rather than a wrong figure.
+        dims = getattr(getattr(getattr(trainer, "runtime", None), "mesh", None), "dims", None)
+        split = dims is not None and (dims.tp > 1 or dims.pp > 1)
+        self._skip_flops = compiled or split
         self._reset_window(time.perf_counter())
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
@@ -270,16 +273,3 @@ def _table_peak(trainer: Any) -> float | None:
     if device is None or device.type != "cuda":
         return None
     return peak_flops_for(torch.cuda.get_device_name(device), str(getattr(trainer, "precision", "32")))
-
-
-def first_tensor(batch: Any) -> torch.Tensor | None:
-    # The input comes first by convention: (x, y), [x, y], {"input_ids": x, ...}.
-    while True:
-        if isinstance(batch, torch.Tensor):
-            return batch
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, Mapping) and batch:
-            batch = next(iter(batch.values()))
-        else:
-            return None

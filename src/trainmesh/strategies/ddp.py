@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
-from trainmesh.strategies.compile import apply_compile
+from trainmesh.strategies.compile import apply_compile, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher, mean_loss, run_chunked_step
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.protocol import Placement
@@ -54,6 +54,8 @@ class DDPStrategy(DistributedStrategy):
     """
 
     name = "ddp"
+    # Why compile is refused with this strategy (None: a compiled run is checked against eager).
+    compile_refusal: str | None = None
 
     def __init__(self, *, start_method: str = "elastic", find_unused_parameters: bool = False,
                  bucket_cap_mb: float | None = None, gradient_as_bucket_view: bool = False,
@@ -64,6 +66,8 @@ class DDPStrategy(DistributedStrategy):
         self.ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
                             "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
         self.options.update(self.ddp_options)
+        if self.compile_refusal is not None:
+            refuse_compile(self.placement.compile, self.name, instead=self.compile_refusal)
 
     @functools.cached_property
     def chunk_devices(self) -> list[torch.device] | None:
@@ -131,6 +135,7 @@ class DDP2Strategy(DDPStrategy):
     batch), and DDP averages gradients across nodes."""
 
     name = "ddp2"
+    compile_refusal = "each step replicates the module across the node's devices, as dp does"
 
     @property
     def processes_per_node(self) -> int:
@@ -151,6 +156,7 @@ class ZeRO1Strategy(DDPStrategy):
     """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1)."""
 
     name = "zero1"
+    compile_refusal = "no compiled zero1 run is checked against eager yet"
 
     def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
         return [shard_optimizer_state(optimizer) for optimizer in optimizers]

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainmesh.checkpoint.distributed import save_distributed
 from trainmesh.strategies import checkpoint as checkpoints
-from trainmesh.strategies.compile import apply_compile, innermost
+from trainmesh.strategies.compile import apply_compile, innermost, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.gradients import fsdp_gradient_sync_off
@@ -100,6 +100,9 @@ class FSDPStrategy(DistributedStrategy):
         self.activation_checkpointing = list(activation_checkpointing or [])
         self.shard_size, self.hybrid = shard_size, hybrid or shard_size is not None
         self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
+        if self.name != "fsdp":
+            refuse_compile(self.placement.compile, self.name, instead=f"no compiled {self.name} run is checked "
+                                                                       "against eager yet; fsdp's is")
         self.options.update(wrap=self.wrap, min_num_params=min_num_params, reshard_after_forward=reshard_after_forward,
                             cpu_offload=cpu_offload, activation_checkpointing=self.activation_checkpointing,
                             shard_size=shard_size, hybrid=hybrid)
