@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
-from seed_mlp import MLPModule, lightning_mlp
+from seed_mlp import MLPModule, lightning_mlp, one_epoch_options
 from trainmesh.data.synthetic import make_classification_tensors
 
 CALLS_PER_STEP = 5
@@ -91,12 +91,7 @@ def lightning_module(*, logging: bool) -> Any:
 def trainmesh_run(loader: DataLoader, *, logging: bool, defaults: bool, root: str) -> None:
     torch.manual_seed(0)
     module = LoggingMLP(INSIDE.setdefault("defaults" if defaults else "lean", [])) if logging else MLPModule()
-    if defaults:
-        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root, num_sanity_val_steps=0)
-    else:
-        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                             enable_checkpointing=False, enable_model_summary=False, default_root_dir=root)
-    trainer.fit(module, loader)
+    tm.Trainer(**one_epoch_options(defaults=defaults, root=root)).fit(module, loader)
 
 
 def lightning_run(loader: DataLoader, *, logging: bool, defaults: bool, root: str) -> None:
@@ -104,12 +99,7 @@ def lightning_run(loader: DataLoader, *, logging: bool, defaults: bool, root: st
 
     torch.manual_seed(0)
     module = lightning_module(logging=logging)
-    if defaults:
-        trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root, num_sanity_val_steps=0)
-    else:
-        trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                            enable_checkpointing=False, enable_model_summary=False, default_root_dir=root)
-    trainer.fit(module, loader)
+    L.Trainer(**one_epoch_options(defaults=defaults, root=root)).fit(module, loader)
 
 
 def timed(run: Callable[..., None], *args: Any, **kwargs: Any) -> float:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
-from seed_mlp import MLPModule, build_mlp, lightning_mlp
+from seed_mlp import MLPModule, build_mlp, lightning_mlp, one_epoch_options
 from trainmesh.data.synthetic import make_classification_tensors
 
 
@@ -52,14 +52,10 @@ def raw_loop(loader: DataLoader) -> torch.nn.Module:
 def trainer_loop(loader: DataLoader, *, defaults: bool, root: str, monitor: bool = True) -> torch.nn.Module:
     torch.manual_seed(0)
     module = MLPModule()
-    if defaults:
-        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root, num_sanity_val_steps=0)
-        if not monitor:
-            # The defaults less the ThroughputMonitor the progress bar brings: what the monitor costs.
-            trainer.callbacks = [cb for cb in trainer.callbacks if type(cb).__name__ != "ThroughputMonitor"]
-    else:
-        trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                             enable_checkpointing=False, enable_model_summary=False)
+    trainer = tm.Trainer(**one_epoch_options(defaults=defaults, root=root))
+    if defaults and not monitor:
+        # The defaults less the ThroughputMonitor the progress bar brings: what the monitor costs.
+        trainer.callbacks = [cb for cb in trainer.callbacks if type(cb).__name__ != "ThroughputMonitor"]
     trainer.fit(module, loader)
     return module.net
 
@@ -72,9 +68,7 @@ def lightning_loop(loader: DataLoader, *, root: str) -> torch.nn.Module | None:
 
     torch.manual_seed(0)
     module = lightning_mlp()
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                        enable_checkpointing=False, enable_model_summary=False, default_root_dir=root)
-    trainer.fit(module, loader)
+    L.Trainer(**one_epoch_options(defaults=False, root=root)).fit(module, loader)
     return module.net
 
 

@@ -11,6 +11,16 @@ import torch.nn.functional as F
 import trainmesh as tm
 
 
+def one_epoch_options(*, defaults: bool, root: str) -> dict[str, Any]:
+    """Trainer arguments (trainmesh's and Lightning's alike) for one CPU epoch: ``defaults`` as a
+    user gets ``Trainer()`` (progress bar, logger, checkpoint, summary), else with those off."""
+    options: dict[str, Any] = dict(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root)
+    if defaults:
+        return {**options, "num_sanity_val_steps": 0}
+    return {**options, "enable_progress_bar": False, "logger": False, "enable_checkpointing": False,
+            "enable_model_summary": False}
+
+
 def build_mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
 

@@ -1,18 +1,8 @@
 """The hand-written reference for benchmarks/startup.py: the seed MLP under DDP, started by torchrun.
 
-Each process appends "<rank> <phase> <time.time()>" lines to the file STARTUP_MARKS names.
+Each process marks its phases (startup_common.mark).
 """
-import os
-import time
-
-_MARKS = os.environ.get("STARTUP_MARKS")
-
-
-def mark(phase: str) -> None:
-    if _MARKS:
-        with open(_MARKS, "a") as file:
-            file.write(f"{os.environ.get('RANK', 'agent')} {phase} {time.time()}\n")
-
+from startup_common import BATCH, STEPS, generated_data, mark
 
 mark("start")  # the first line of user code
 
@@ -23,10 +13,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
 
 mark("imported")
-STEPS, BATCH, SAMPLES = int(os.environ.get("STARTUP_STEPS", "30")), 16, 4096
-generator = torch.Generator().manual_seed(0)
-x = torch.randn(SAMPLES, 784, generator=generator)
-y = (x @ torch.randn(784, 10, generator=generator)).argmax(dim=1)
+x, y = generated_data()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
 mark("built")

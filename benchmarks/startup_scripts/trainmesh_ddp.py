@@ -1,20 +1,9 @@
 """The trainmesh script for benchmarks/startup.py: the seed MLP with Trainer(strategy="ddp", devices=2).
 
 Run as ``python trainmesh_ddp.py`` it starts its own workers; under torchrun it uses torchrun's.
-Each process appends "<rank> <phase> <time.time()>" lines to the file STARTUP_MARKS names
-(rank "agent" in the process that launches the workers).
+Each process marks its phases (startup_common.mark).
 """
-import os
-import time
-
-_MARKS = os.environ.get("STARTUP_MARKS")
-
-
-def mark(phase: str) -> None:
-    if _MARKS:
-        with open(_MARKS, "a") as file:
-            file.write(f"{os.environ.get('RANK', 'agent')} {phase} {time.time()}\n")
-
+from startup_common import BATCH, STEPS, generated_data, mark
 
 mark("start")  # the first line of user code
 
@@ -25,7 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 import trainmesh as tm  # noqa: E402
 
 mark("imported")
-STEPS, BATCH, SAMPLES = int(os.environ.get("STARTUP_STEPS", "30")), 16, 4096
 
 
 class MLPModule(tm.Module):
@@ -44,9 +32,7 @@ class MLPModule(tm.Module):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
-generator = torch.Generator().manual_seed(0)
-x = torch.randn(SAMPLES, 784, generator=generator)
-y = (x @ torch.randn(784, 10, generator=generator)).argmax(dim=1)
+x, y = generated_data()
 torch.manual_seed(0)
 model = MLPModule()
 mark("built")

@@ -240,7 +240,8 @@ class Runtime:
         for loader in loaders:
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank))
-            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.to_device))
+            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.to_device,
+                                            self.moves_batches))
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:
@@ -437,9 +438,10 @@ class RuntimeOptimizer:
 class DeviceDataLoader:
     """Iterates a loader and hands out batches already on the strategy's device."""
 
-    def __init__(self, loader: Any, to_device: Callable[[Any], Any]) -> None:
+    def __init__(self, loader: Any, to_device: Callable[[Any], Any], moves: Callable[[], bool]) -> None:
         self.loader = loader
         self._to_device = to_device
+        self._moves = moves  # whether to_device changes anything (asked when an epoch starts)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -451,8 +453,7 @@ class DeviceDataLoader:
         iterator = iter(self.loader)
         # Where batches need no move (CPU, inputs in their own dtype) they are handed out as the
         # loader makes them: a generator in between costs a resume per batch.
-        moves = getattr(getattr(self._to_device, "__self__", None), "moves_batches", None)
-        return iterator if moves is not None and not moves() else self._moved(iterator)
+        return self._moved(iterator) if self._moves() else iterator
 
     def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
         to_device = self._to_device
@@ -463,7 +464,7 @@ class DeviceDataLoader:
         """The same loader starting ``batches`` into its next epoch (a mid-epoch resume)."""
         from trainmesh.utilities.dataloaders import skip_batches
 
-        return DeviceDataLoader(skip_batches(self.loader, batches), self._to_device)
+        return DeviceDataLoader(skip_batches(self.loader, batches), self._to_device, self._moves)
 
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""

@@ -94,27 +94,12 @@ def _warn_oversubscribed(largest: int, accelerator: str, print_fn: Any) -> None:
 
         available, what = torch.cuda.device_count(), "GPUs"
     else:
-        available, what = _physical_cores(), "physical CPU cores"
+        from trainmesh.accelerators import physical_cpu_count
+
+        available, what = physical_cpu_count(), "physical CPU cores"
     if largest > available:
         print(f"warning: N={largest} exceeds the {available} {what} here; rows beyond {available} measure "
               "processes sharing hardware, not scaling", file=sys.stderr)
-
-
-def _physical_cores() -> int:
-    try:  # Linux: distinct (package, core) pairs; hyper-threads share a core
-        cores = set()
-        package = core = None
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("physical id"):
-                package = line.split(":")[1].strip()
-            elif line.startswith("core id"):
-                core = line.split(":")[1].strip()
-                cores.add((package, core))
-        if cores:
-            return len(cores)
-    except OSError:
-        pass
-    return os.cpu_count() or 1
 
 
 __all__ = ["MODES", "Measurement", "ScalingRow", "karp_flatt", "process_counts", "run_scaling", "scaling_rows",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 MODES = ("strong", "weak")
@@ -39,7 +39,6 @@ class Measurement:
     step_s: list[float]
     no_sync_step_s: list[float]
     peak_memory_bytes: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     # Counted once on one rank's step (forward and backward); None where not counted.
     flops_per_rank_step: int | None = None
     # B * T of an integer (B, T) input per rank's step (the throughput module's rule); None otherwise.

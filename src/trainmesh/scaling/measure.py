@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +118,9 @@ def _measure_mode(runtime: Any, workload: Workload, processes: int, batch_size: 
             step(sync)
         for _ in range(workload.windows):
             windows[sync].append(_timed_window(runtime, step, sync, workload.steps_per_window))
-    peak = _peak_memory_bytes(runtime.device)
+    from trainmesh.callbacks.throughput import peak_memory_bytes
+
+    peak = peak_memory_bytes(runtime.device)
     peak_all = max(runtime.all_gather_object(peak))
     return Measurement(processes=processes, per_rank_batch=batch_size, step_s=windows[True],
                        no_sync_step_s=windows[False], peak_memory_bytes=peak_all, flops_per_rank_step=flops,
@@ -138,7 +139,7 @@ def _count_flops(step: Any) -> int:
 
 def _tokens(batch: Any) -> int | None:
     """B * T for an integer (B, T) input, the rule ThroughputMonitor uses; None for other batches."""
-    from trainmesh.callbacks.throughput import first_tensor
+    from trainmesh.utilities.collections import first_tensor
 
     first = first_tensor(batch)
     if first is None or first.dim() != 2 or first.is_floating_point() or first.is_complex():
@@ -214,15 +215,3 @@ def _concat(pieces: list[Any], size: int, torch: Any) -> Any:
         return {key: _concat([p[key] for p in pieces], size, torch) for key in first}
     raise TypeError(f"cannot build a fixed batch from {type(first).__name__}; batches must be tensors, "
                     "tuples, lists or dicts of them")
-
-
-def _peak_memory_bytes(device: Any) -> int:
-    """Peak memory of this rank: allocated tensors on CUDA, the process's resident set on CPU."""
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.max_memory_allocated(device))
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB

@@ -353,7 +353,7 @@ def _scan_checkpoints(trainer: Any) -> _Scan:
             descend = []
             for name in dirs:
                 path = os.path.join(root, name)
-                if _is_trainmesh_temporary(name):
+                if TEMPORARY_NAME.match(name):  # a staging or retired checkpoint directory
                     holding[root] = None
                 elif name.endswith(".ckpt") and is_distributed_checkpoint(path):
                     holding[root] = None
@@ -378,11 +378,6 @@ def _last_candidates(scan: _Scan) -> list[str]:
 
 def _is_last_name(name: str) -> bool:
     return name.startswith("last") and name.endswith(".ckpt")
-
-
-def _is_trainmesh_temporary(name: str) -> bool:
-    # atomic_save's and save_distributed's staging names, and _replace_directory's retired one.
-    return name.startswith(".") and name.endswith((".tmp", ".old"))
 
 
 def _completed_at(path: str) -> float:

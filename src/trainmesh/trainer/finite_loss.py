@@ -18,10 +18,6 @@ from typing import Any
 
 import torch
 
-# Tests set this to run the accelerator's (deferred) check on CPU.
-DEFERRED_ON_CPU = False
-
-
 class FiniteLossCheck:
     """One per fit. ``check`` runs on every step's loss; ``verify`` reads what was deferred."""
 
@@ -39,7 +35,7 @@ class FiniteLossCheck:
 
     @classmethod
     def for_device(cls, trainer: Any, device: torch.device) -> FiniteLossCheck:
-        return cls(trainer, deferred=device.type != "cpu" or DEFERRED_ON_CPU)
+        return cls(trainer, deferred=device.type != "cpu")
 
     def check(self, loss: torch.Tensor, batch_idx: int) -> None:
         """The step's loss, before it changes the weights (see the module's docstring)."""

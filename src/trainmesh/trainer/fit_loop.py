@@ -194,7 +194,6 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # output), the loss and backward; gradients stay local until the window's last batch.
         result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
         output = result.output
-        pending_gradients = not manual
         if result.loss is not None:
             loop.last_loss = result.loss.detach()
         sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
@@ -202,7 +201,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             loop.epoch_outputs.append(detached(output))
         if steps_now and not manual:
             _optimizer_step(trainer, module)
-        pending_gradients = pending_gradients and not steps_now and not manual
+        pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
         trainer.watchdog.feed()
         loop.validated_since_step = False
