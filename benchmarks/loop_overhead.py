@@ -172,18 +172,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         raw_loop(loader)  # warm-up: allocator, kernels, first-call imports
         trainer_loop(loader, defaults=False, root=root)
-        for _ in range(args.repeats):
-            t, ref = timed(raw_loop, loader)
-            times["raw"].append(t)
-            t, lean = timed(trainer_loop, loader, defaults=False, root=root)
-            times["lean"].append(t)
-            t, _ = timed(trainer_loop, loader, defaults=True, root=root)
-            times["defaults"].append(t)
-            t, _ = timed(trainer_loop, loader, defaults=True, root=root, monitor=False)
-            times["no_monitor"].append(t)
-            t, lit = timed(lightning_loop, loader, root=root)
-            if lit is not None:
-                times["lightning"].append(t)
+        variants = {
+            "raw": lambda: raw_loop(loader),
+            "lean": lambda: trainer_loop(loader, defaults=False, root=root),
+            "defaults": lambda: trainer_loop(loader, defaults=True, root=root),
+            "no_monitor": lambda: trainer_loop(loader, defaults=True, root=root, monitor=False),
+            "lightning": lambda: lightning_loop(loader, root=root),
+        }
+        names, results = list(variants), {}
+        for repeat in range(args.repeats):
+            # The order rotates each repeat, so that no variant always runs after the same one
+            # (a run's aftermath, such as the files the defaults write, slows the next).
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                t, results[name] = timed(variants[name])
+                if results[name] is not None:
+                    times[name].append(t)
+        ref, lean = results["raw"], results["lean"]
         identical = all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), lean.state_dict().values()))
     raw = statistics.median(times["raw"])
     steps = len(loader)
