@@ -1,5 +1,6 @@
 import csv
 import io
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -70,16 +71,16 @@ def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
     monkeypatch.setattr(throughput.time, "perf_counter", lambda: now[0])
     logged = []
     logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
+    loop = SimpleNamespace(data_seconds=0.0, batches_done=0)  # the fit loop times the waits for batches
     trainer = SimpleNamespace(global_step=0, log_every_n_steps=2, is_global_zero=True, sanity_checking=False,
                               loggers=[logger], runtime=SimpleNamespace(device=torch.device("cpu")), model=None,
-                              precision="32-true")
+                              precision="32-true", loop=loop)
     monitor = ThroughputMonitor(count_flops=False, tokens_per_sample=10)
     batch = (torch.zeros(B, IN), torch.zeros(B))
     monitor.on_train_start(trainer, None)
     monitor.on_train_epoch_start(trainer, None)
     for start, end, validation in ((1.0, 4.0, None), (5.0, 10.0, (7.0, 9.0))):
-        now[0] = start
-        monitor.on_train_batch_start(trainer, None, batch, 0)
+        loop.data_seconds += 1.0  # each batch waited for: 0-1 and 4-5
         trainer.global_step += 1
         if validation:  # validation runs inside the step, before the batch's end hooks
             now[0] = validation[0]
@@ -88,7 +89,7 @@ def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
             monitor.on_validation_end(trainer, None)
         now[0] = end
         monitor.on_train_batch_end(trainer, None, None, batch, 0)
-    # 10 s elapsed less 2 s of validation = 8 s; waiting for data: 0-1 and 4-5.
+    # 10 s elapsed less 2 s of validation = 8 s, 2 of them waiting for data.
     assert len(logged) == 1 and logged[0][0] == 2
     metrics = logged[0][1]
     assert metrics["throughput/batches_per_sec"] == 2 / 8
@@ -96,6 +97,29 @@ def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
     assert metrics["throughput/tokens_per_sec"] == 2 * B * 10 / 8
     assert metrics["throughput/data_wait_share"] == 2 / 8
     assert "throughput/mfu" not in metrics and "throughput/flops_per_sec" not in metrics  # CPU, nothing given
+
+
+def test_the_fit_loop_times_the_wait_for_each_batch(tmp_path):
+    class SlowLoader:
+        """Five batches, each 30 ms in coming."""
+
+        def __init__(self) -> None:
+            self.data = linear_loader()
+
+        def __len__(self) -> int:
+            return len(self.data)
+
+        def __iter__(self):
+            for batch in self.data:
+                time.sleep(0.03)
+                yield batch
+
+    monitor = ThroughputMonitor(count_flops=False)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[monitor], log_every_n_steps=5)
+    trainer.fit(LinearNet(), SlowLoader())
+    assert trainer.loop.data_seconds >= 5 * 0.03
+    (figures,) = monitor.history  # one window: steps 1-5
+    assert figures["data_wait_share"] > 0.5, "the loader's 30 ms per batch is most of each step"
 
 
 def test_throughput_figures_and_mfu_arithmetic():
@@ -161,7 +185,82 @@ def test_flops_are_not_counted_where_the_model_itself_is_split(dims):
                               precision="32-true")
     monitor = ThroughputMonitor(peak_flops=1e12)
     monitor.on_train_start(trainer, None)
-    monitor.on_train_batch_start(trainer, None, (torch.zeros(B, IN), torch.zeros(B)), 0)
+    monitor.on_train_epoch_start(trainer, None)
     counting = monitor._counter is not None
     monitor.on_exception(trainer, None, RuntimeError("end of the test"))  # leaves the counter's mode
     assert counting == (dims == {"tp": 1, "pp": 1})
+
+
+class MatmulSGD(torch.optim.SGD):
+    """SGD whose step also runs a matmul: FLOPs that a count of forward and backward must not include."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                torch.mm(p.reshape(1, -1), p.reshape(-1, 1))
+        return loss
+
+
+def test_the_flop_count_ends_where_the_optimizer_steps_and_leaves_no_hook():
+    class StepsWithMatmuls(LinearNet):
+        def configure_optimizers(self):
+            return MatmulSGD(self.parameters(), lr=0.1)
+
+    monitor = ThroughputMonitor()
+    trainer = quiet_trainer(max_epochs=1, callbacks=[monitor])
+    trainer.fit(StepsWithMatmuls(), linear_loader())
+    assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)  # the model's forward and backward only
+    assert not trainer.optimizers[0].optimizer._optimizer_step_pre_hooks, "the pre-hook outlived the count"
+
+
+def test_a_module_stepping_with_a_closure_is_counted_through_its_batch():
+    class ManualClosure(LinearNet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            optimizer = self.optimizers()
+
+            def closure():
+                optimizer.zero_grad()
+                loss = LinearNet.training_step(self, batch, batch_idx)
+                self.manual_backward(loss)
+                return loss
+
+            return optimizer.step(closure)
+
+    monitor = ThroughputMonitor()
+    quiet_trainer(max_epochs=1, callbacks=[monitor]).fit(ManualClosure(), linear_loader())
+    # forward and backward run inside step(closure): a count that ended when step() began would be 0
+    assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
+
+
+class BigValidation(LinearNet):
+    """Validation runs a matmul far larger than training's: FLOPs that a training count must not take in."""
+
+    def validation_step(self, batch, batch_idx):
+        torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+
+
+def test_validation_inside_the_counted_batch_is_not_counted():
+    # Accumulating two batches, checking every batch: the first batch's validation runs before its
+    # end hooks, with no optimizer step to end the count before it.
+    monitor = ThroughputMonitor()
+    quiet_trainer(max_epochs=1, callbacks=[monitor], accumulate_grad_batches=2, val_check_interval=1,
+                  num_sanity_val_steps=0, limit_val_batches=1).fit(BigValidation(), linear_loader(), linear_loader(1))
+    assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
+
+
+def test_a_run_resumed_inside_an_epoch_counts_its_next_step(tmp_path):
+    first = quiet_trainer(max_steps=2, default_root_dir=tmp_path)
+    first.fit(LinearNet(), linear_loader())
+    first.save_checkpoint(tmp_path / "mid.ckpt")
+    monitor = ThroughputMonitor()
+    resumed = quiet_trainer(max_epochs=1, callbacks=[monitor], log_every_n_steps=1)
+    resumed.fit(LinearNet(), linear_loader(), ckpt_path=str(tmp_path / "mid.ckpt"))
+    assert resumed.global_step == 5 and monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
+    assert [round(f["samples_per_sec"] / f["batches_per_sec"]) for f in monitor.history] == [B], \
+        "one window after the counted step (the fourth), with step 5 in it"

@@ -3,7 +3,7 @@ from collections import namedtuple
 
 import torch
 
-from trainmesh.utilities.collections import apply_to_tensors, infer_batch_size, move_to_device
+from trainmesh.utilities.collections import apply_to_tensors, first_tensor, infer_batch_size, move_to_device
 
 Pair = namedtuple("Pair", ["x", "y"])
 
@@ -34,3 +34,12 @@ def test_move_to_device_and_batch_size():
     assert moved[0].device.type == "meta" and moved[1]["y"].device.type == "meta"
     assert infer_batch_size(batch) == 5
     assert infer_batch_size({"n": 3}) == 1
+
+
+def test_first_tensor_is_found_depth_first_in_every_shape_of_batch():
+    a, b = torch.ones(2), torch.zeros(3)
+    assert first_tensor([a, b]) is a and first_tensor((a, b)) is a  # the fast path: (inputs, targets)
+    assert first_tensor(["text", b]) is b and first_tensor([[a], b]) is a and first_tensor(([], b)) is b
+    assert first_tensor(Pair("x", b)) is b and first_tensor({"k": 1, "v": (a,)}) is a
+    assert first_tensor(Frozen(a, 1, {})) is a
+    assert first_tensor([]) is None and first_tensor(("text", 1)) is None and first_tensor(a) is a

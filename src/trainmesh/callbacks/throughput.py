@@ -1,10 +1,11 @@
 """Throughput of every training run: samples, batches and tokens per second, FLOPs, MFU, data wait, memory.
 
-The per-batch cost is two ``time.perf_counter()`` calls and reading one tensor's shape: no device
-synchronisation. Rates are computed once per logging window (``log_every_n_steps``), where one
-synchronisation on CUDA makes the window's wall time include the work queued in it. FLOPs are
-counted once, on the first training batch, with ``torch.utils.flop_counter.FlopCounterMode``
-(imported then, not when this module is imported).
+The per-batch cost is one hook at the batch's end that reads one tensor's shape, with no device
+synchronisation (under 1% of a 0.8 ms CPU step, measured by ``benchmarks/loop_overhead.py``);
+the fit loop itself times the wait for each batch. Rates are computed once per logging window
+(``log_every_n_steps``), where one synchronisation on CUDA makes the window's wall time include
+the work queued in it. FLOPs are counted once, over the first step's forward and backward, with
+``torch.utils.flop_counter.FlopCounterMode`` (imported then, not when this module is imported).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
 }
 
 PREFIX = "throughput/"
+
+# Where the monitor's one FLOP count stands.
+_PENDING, _COUNTING, _COUNTED, _DONE = "pending", "counting", "counted", "done"
 
 
 def peak_flops_for(device_name: str, precision: str) -> float | None:
@@ -119,15 +123,16 @@ class ThroughputMonitor(Callback):
         self.last_figures: dict[str, float] = {}  # the latest window's figures, unprefixed
         self.history: list[dict[str, float]] = []  # every window's figures (global rank 0 logs them)
         self._counter: Any = None
-        self._skip_flops = False
+        self._flops = _DONE  # where the one FLOP count stands: _PENDING, _COUNTING, _COUNTED, _DONE
+        self._count_from_batches = 0  # the loop's batches_done when the count began
+        self._step_hooks: list[Any] = []
         self._reset_window(time.perf_counter())
 
-    def _reset_window(self, now: float) -> None:
+    def _reset_window(self, now: float, data_seconds: float = 0.0) -> None:
         self._window_start = now
-        self._last_end = now  # when the previous batch ended: from then until the next starts is data wait
+        self._window_data_seconds = data_seconds  # the fit loop's data wait so far, when the window opened
         self._paused_at: float | None = None
         self._excluded = 0.0  # validation and epoch-boundary time inside the window
-        self._data_seconds = 0.0
         self._batches = 0
         self._samples = 0
         self._tokens: int | None = 0
@@ -142,6 +147,11 @@ class ThroughputMonitor(Callback):
         return shown
 
     # ---- hooks --------------------------------------------------------------------------------
+    # One hook runs every step, on_train_batch_end, and briefly: in a training step each Python
+    # call costs about a microsecond (caches cold after the step's kernels), and the target is 2%
+    # of a 0.8 ms CPU step (benchmarks/loop_overhead.py). So no on_train_batch_start: the fit loop
+    # times the wait for each batch itself (``trainer.loop.data_seconds``), and the FLOP count
+    # starts at the epoch's start.
     def on_train_start(self, trainer: Any, module: Any) -> None:
         self.last_figures, self.history = {}, []
         if self.peak_flops is None:
@@ -158,47 +168,51 @@ class ThroughputMonitor(Callback):
         # work). No FLOPs, hence no MFU, rather than a wrong figure.
         dims = getattr(getattr(getattr(trainer, "runtime", None), "mesh", None), "dims", None)
         split = dims is not None and (dims.tp > 1 or dims.pp > 1)
-        self._skip_flops = compiled or split
-        self._reset_window(time.perf_counter())
+        counts = self.count_flops and self.flops_per_batch is None and not (compiled or split)
+        self._flops = _PENDING if counts else _DONE
+        self._reset_window(time.perf_counter(), _data_seconds(trainer))
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
         self._resume(time.perf_counter())
-
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-        now = time.perf_counter()
-        self._data_seconds += now - self._last_end
-        if self.count_flops and self.flops_per_batch is None and self._counter is None and not self._skip_flops:
-            # Counted on the real first step (forward, backward): no copy of the model, no state changed.
-            self._counter = count_step_flops()
-            self._counter.__enter__()
+        if self._flops is _PENDING:
+            self._start_flop_count(trainer, module)
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._counter is not None:
-            self._finish_flop_count()
-            # The counted step ran slower: the first window starts after it.
-            self._reset_window(time.perf_counter())
+        if self._flops is not _DONE:
+            self._flop_count_at_batch_end(trainer, module)
             return
         self._batches += 1
-        self._count_batch(batch)
+        first = first_tensor(batch)
+        shape = () if first is None else first.shape  # one read of the tensor
+        self._samples += shape[0] if shape else 1
+        if self._tokens is not None:
+            self._count_tokens(batch, first, shape)
         step = trainer.global_step
-        if step != self._last_logged_step and step % trainer.log_every_n_steps == 0:
+        if step % trainer.log_every_n_steps == 0 and step != self._last_logged_step:
             self._last_logged_step = step
             self._close_window(trainer)
-        self._last_end = time.perf_counter()
 
     def on_validation_start(self, trainer: Any, module: Any) -> None:
         self._pause(time.perf_counter())
+        if self._flops is _COUNTING:  # validation inside the counted step (accumulating, checking every batch)
+            self._end_flop_count(trainer)
 
     def on_validation_end(self, trainer: Any, module: Any) -> None:
         self._resume(time.perf_counter())
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self._flops is _COUNTING:
+            self._end_flop_count(trainer)
+        if self._flops is _COUNTED:  # ended by this epoch's last validation: no batch end follows
+            self._flops = _DONE
+            self._reset_window(time.perf_counter(), _data_seconds(trainer))
         self._pause(time.perf_counter())
 
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self._abandon_flop_count()
+
     def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
-        if self._counter is not None:
-            self._counter.__exit__(None, None, None)
-            self._counter = None
+        self._abandon_flop_count()
 
     # ---- bookkeeping --------------------------------------------------------------------------
     def _pause(self, now: float) -> None:
@@ -207,28 +221,70 @@ class ThroughputMonitor(Callback):
 
     def _resume(self, now: float) -> None:
         if self._paused_at is not None:
-            gap = now - self._paused_at
-            self._excluded += gap
-            self._last_end += gap  # the paused time is not time spent waiting for data
+            self._excluded += now - self._paused_at
             self._paused_at = None
 
-    def _finish_flop_count(self) -> None:
-        counter, self._counter = self._counter, None
-        counter.__exit__(None, None, None)
-        self.flops_per_batch = int(counter.get_total_flops())
-
-    def _count_batch(self, batch: Any) -> None:
-        first = first_tensor(batch)
-        size = int(first.shape[0]) if first is not None and first.dim() else 1
-        self._samples += size
-        if self._tokens is None:
+    # The FLOP count: the forward and backward of one real training step, counted where they run
+    # (no copy of the model, no state changed). It starts at the first epoch's start and ends at
+    # the first of: the optimizer's step (a pre-hook, removed when it fires: an optimizer's ops
+    # count no FLOPs, and under the counter each op is dispatched through Python, so an Adam step
+    # would take most of the counted step's extra time), validation, the batch's end. A run that
+    # resumes inside an epoch starts it at its first batch's end, counting the next step. A count
+    # that saw no training step (the epoch ended first) is dropped and tried again.
+    def _start_flop_count(self, trainer: Any, module: Any) -> None:
+        self._flops = _COUNTING
+        self._count_from_batches = _batches_done(trainer)
+        self._counter = count_step_flops()
+        self._counter.__enter__()
+        # A module that steps itself may pass step() a closure that runs forward and backward:
+        # its count ends with the batch.
+        if not getattr(module, "automatic_optimization", True):
             return
+        for optimizer in getattr(trainer, "optimizers", ()):
+            inner = getattr(optimizer, "optimizer", optimizer)  # the Trainer's RuntimeOptimizer wraps it
+            if isinstance(inner, torch.optim.Optimizer):
+                self._step_hooks.append(inner.register_step_pre_hook(self._end_count_before_step))
+
+    def _end_count_before_step(self, *args: Any) -> None:
+        self._stop_counter(keep=True)  # backward has run: the step's FLOPs are all counted
+        self._flops = _COUNTED
+
+    def _end_flop_count(self, trainer: Any) -> None:
+        stepped = _batches_done(trainer) != self._count_from_batches
+        self._stop_counter(keep=stepped)
+        self._flops = _COUNTED if stepped else _PENDING
+
+    def _flop_count_at_batch_end(self, trainer: Any, module: Any) -> None:
+        if self._flops is _PENDING:  # resumed inside an epoch: count the next step
+            self._start_flop_count(trainer, module)
+            return
+        if self._flops is _COUNTING:
+            self._end_flop_count(trainer)
+        # The counted step ran slower: the first window starts after it.
+        self._flops = _DONE
+        self._reset_window(time.perf_counter(), _data_seconds(trainer))
+
+    def _abandon_flop_count(self) -> None:
+        self._stop_counter(keep=False)
+        self._flops = _DONE
+
+    def _stop_counter(self, *, keep: bool) -> None:
+        for handle in self._step_hooks:
+            handle.remove()
+        self._step_hooks = []
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            counter.__exit__(None, None, None)
+            if keep:
+                self.flops_per_batch = int(counter.get_total_flops())
+
+    def _count_tokens(self, batch: Any, first: torch.Tensor | None, shape: Any) -> None:
         if self.tokens_in_batch is not None:
             self._tokens += int(self.tokens_in_batch(batch))
         elif self.tokens_per_sample is not None:
-            self._tokens += size * self.tokens_per_sample
-        elif first is not None and first.dim() == 2 and not first.is_floating_point() and not first.is_complex():
-            self._tokens += size * int(first.shape[1])
+            self._tokens += (shape[0] if shape else 1) * self.tokens_per_sample
+        elif len(shape) == 2 and not first.is_floating_point() and not first.is_complex():
+            self._tokens += shape[0] * shape[1]
         else:
             self._tokens = None  # not a token batch: no tokens/s for this run
 
@@ -240,14 +296,16 @@ class ThroughputMonitor(Callback):
         seconds = now - self._window_start - self._excluded
         if seconds <= 0 or not self._batches:
             return
-        figures = throughput_figures(seconds=seconds, data_seconds=self._data_seconds, batches=self._batches,
+        data_seconds = _data_seconds(trainer)
+        figures = throughput_figures(seconds=seconds, data_seconds=data_seconds - self._window_data_seconds,
+                                     batches=self._batches,
                                      samples=self._samples, tokens=self._tokens or None,
                                      flops_per_batch=self.flops_per_batch, peak_flops=self._peak)
         figures["peak_memory_mb"] = peak_memory_bytes(device) / 2**20
         self.last_figures = figures
         self.history.append(figures)
         tokens = self._tokens
-        self._reset_window(now)
+        self._reset_window(now, data_seconds)
         self._last_logged_step = trainer.global_step
         self._tokens = tokens if tokens is None else 0  # once known not to be tokens, stay so
         if trainer.is_global_zero and not trainer.sanity_checking and trainer.loggers:
@@ -266,6 +324,15 @@ def peak_memory_bytes(device: torch.device) -> int:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+
+
+def _data_seconds(trainer: Any) -> float:
+    """Seconds the fit loop has waited for training batches so far (0 where there is no loop)."""
+    return getattr(getattr(trainer, "loop", None), "data_seconds", 0.0)
+
+
+def _batches_done(trainer: Any) -> int:
+    return getattr(getattr(trainer, "loop", None), "batches_done", 0)
 
 
 def _table_peak(trainer: Any) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ class LoopPosition:
     epoch_outputs: list[Any] = field(default_factory=list)
     stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch
     loss_check: FiniteLossCheck | None = None  # set for fit (finite_loss.py)
+    # Seconds this process has waited for training batches (the loader's next()), for the
+    # ThroughputMonitor's data-wait share; a figure of this run, not saved in checkpoints.
+    data_seconds: float = 0.0
 
 
 @dataclass
@@ -181,7 +185,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
-    for batch_idx, batch in enumerate(iterator, start=start):
+    for batch_idx, batch in _timed_fetches(enumerate(iterator, start=start), loop):
         if batch_idx >= limit:
             break
         sink.set_batch("training_step", batch)
@@ -227,6 +231,18 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # module ended the epoch early): step on what was accumulated rather than carry it over.
         _optimizer_step(trainer, module)
     return cut_short
+
+
+def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
+    """``batches``' items, adding the time each took to come to ``loop.data_seconds``."""
+    clock = time.perf_counter
+    while True:
+        started = clock()
+        numbered = next(batches, None)
+        loop.data_seconds += clock() - started
+        if numbered is None:
+            return
+        yield numbered
 
 
 def _step_hooks(trainer: Any, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:

@@ -43,7 +43,12 @@ def first_tensor(data: Any) -> torch.Tensor | None:
     """The first tensor found in a nested batch, depth first; None when there is none."""
     if isinstance(data, torch.Tensor):
         return data
-    if isinstance(data, Mapping):
+    # Called on every batch (ThroughputMonitor): the usual (inputs, targets) answers without the
+    # Mapping and dataclass checks, which cost several microseconds inside a training step.
+    if type(data) is tuple or type(data) is list:
+        if data and isinstance(data[0], torch.Tensor):
+            return data[0]
+    elif isinstance(data, Mapping):
         data = list(data.values())
     elif dataclasses.is_dataclass(data) and not isinstance(data, type):
         data = [getattr(data, field.name) for field in dataclasses.fields(data)]
