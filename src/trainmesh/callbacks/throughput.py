@@ -81,6 +81,17 @@ def throughput_figures(*, seconds: float, data_seconds: float, batches: int, sam
     return figures
 
 
+def token_count(inputs: torch.Tensor | None) -> int | None:
+    """``B * T`` for an integer input of shape ``(B, T)`` (token ids); None for any other input.
+
+    >>> token_count(torch.zeros(4, 128, dtype=torch.long)), token_count(torch.zeros(4, 128))
+    (512, None)
+    """
+    if inputs is None or inputs.dim() != 2 or inputs.is_floating_point() or inputs.is_complex():
+        return None
+    return inputs.shape[0] * inputs.shape[1]
+
+
 def count_step_flops() -> Any:
     """A ``FlopCounterMode`` that prints nothing: ``with count_step_flops() as c: ...; c.get_total_flops()``."""
     from torch.utils.flop_counter import FlopCounterMode  # imported when counting, not with trainmesh
@@ -283,8 +294,8 @@ class ThroughputMonitor(Callback):
             self._tokens += int(self.tokens_in_batch(batch))
         elif self.tokens_per_sample is not None:
             self._tokens += (shape[0] if shape else 1) * self.tokens_per_sample
-        elif len(shape) == 2 and not first.is_floating_point() and not first.is_complex():
-            self._tokens += shape[0] * shape[1]
+        elif (tokens := token_count(first)) is not None:
+            self._tokens += tokens
         else:
             self._tokens = None  # not a token batch: no tokens/s for this run
 

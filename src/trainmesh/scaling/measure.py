@@ -139,12 +139,10 @@ def _count_flops(step: Any) -> int:
 
 def _tokens(batch: Any) -> int | None:
     """B * T for an integer (B, T) input, the rule ThroughputMonitor uses; None for other batches."""
+    from trainmesh.callbacks.throughput import token_count
     from trainmesh.utilities.collections import first_tensor
 
-    first = first_tensor(batch)
-    if first is None or first.dim() != 2 or first.is_floating_point() or first.is_complex():
-        return None
-    return int(first.shape[0]) * int(first.shape[1])
+    return token_count(first_tensor(batch))
 
 
 def _peak_flops(workload: Workload, runtime: Any) -> float | None:
