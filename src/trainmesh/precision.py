@@ -46,6 +46,7 @@ class Precision:
         if self.name == "16-mixed":
             # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
             self.scaler = torch.amp.GradScaler(device_type)
+        self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the scaler's last update
         self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(self.name)
 
     @property
@@ -81,9 +82,11 @@ class Precision:
         return self.scaler.scale(loss) if self.scaler is not None else loss
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Bring gradients back to their true size before clipping reads them."""
-        if self.scaler is not None:
+        """Bring gradients back to their true size before clipping (or on_before_optimizer_step)
+        reads them; once per step: GradScaler refuses a second unscale_ before its update."""
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
             self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         if self.scaler is None:
@@ -92,6 +95,7 @@ class Precision:
             raise ValueError("precision='16-mixed' cannot run an optimizer closure (LBFGS); use 'bf16-mixed' or '32'")
         result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
         self.scaler.update()
+        self._unscaled.clear()  # update() starts every optimizer's next step scaled
         return result
 
     def state_dict(self) -> dict[str, Any]:

@@ -45,7 +45,10 @@ if "RANK" not in os.environ:  # the agent: what its last exit handler sees
 def train(runtime):
     model = runtime.setup(torch.nn.Linear(2, 1))
     runtime.backward(model(torch.ones(1, 2)).sum())
-    print("worker", runtime.global_rank, "trained", flush=True)
+    # One write of the whole line: print() writes its parts one by one, and the two workers'
+    # parts then interleave on the shared pipe ("workerworker  01  trainedtrained").
+    sys.stdout.write(f"worker {runtime.global_rank} trained\\n")
+    sys.stdout.flush()
 
 runtime = tm.Runtime(accelerator="cpu", strategy="ddp", devices=2)
 runtime.launch(train, runtime)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmesh.trainer.unsupported_hooks import refuse_uncalled_datamodule_hooks
+
 _LOADER_METHOD = {"train": "train_dataloader", "validate": "val_dataloader",
                   "test": "test_dataloader", "predict": "predict_dataloader"}
 
@@ -33,6 +35,7 @@ class DataSource:
         """prepare_data (once per machine) then setup(stage) in every process."""
         if self.datamodule is None:
             return
+        refuse_uncalled_datamodule_hooks(self.datamodule)
         self.datamodule.trainer = trainer
         if trainer.local_rank == 0:
             self.datamodule.prepare_data()

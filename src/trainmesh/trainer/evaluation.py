@@ -23,6 +23,8 @@ _EPOCH_END_HOOK = {"validate": "on_validation_epoch_end", "test": "on_test_epoch
                    "predict": "on_predict_epoch_end", "sanity_check": "on_validation_epoch_end"}
 _BATCH_END_HOOK = {"validate": "on_validation_batch_end", "test": "on_test_batch_end",
                    "predict": "on_predict_batch_end", "sanity_check": "on_validation_batch_end"}
+_BATCH_START_HOOK = {"validate": "on_validation_batch_start", "test": "on_test_batch_start",
+                     "predict": "on_predict_batch_start", "sanity_check": "on_validation_batch_start"}
 
 
 def run_sanity_check(trainer: Any, val_loaders: list[Any]) -> None:
@@ -94,7 +96,9 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
             kept: list[list[Any]] = []
             for loader_idx, loader in enumerate(loaders):
                 extra = (loader_idx,) if extra_index else ()
-                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra, kept))
+                # The batch hooks get dataloader_idx where there are several loaders (as in Lightning)
+                hook_extra = (loader_idx,) if len(loaders) > 1 else ()
+                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra, kept, hook_extra))
             outputs_hook = _OUTPUTS_HOOK.get(stage)
             if outputs_hook is not None and hooks.module_overrides(outputs_hook):
                 trainer.sink.set_batch(outputs_hook, None)
@@ -110,14 +114,15 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
 
 
 def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...],
-                    kept: list[list[Any]]) -> Any:
+                    kept: list[list[Any]], hook_extra: tuple[int, ...]) -> Any:
     """Predictions of one loader, or its metric results (not yet reduced across ranks).
 
     Step outputs are appended to ``kept`` (one list per loader) when the module defines
     ``validation_epoch_end`` / ``test_epoch_end``, and only then.
     """
     sink, hooks, runtime = trainer.sink, trainer.hooks, trainer.runtime
-    step_hook, batch_end = _STEP_HOOK[stage], _BATCH_END_HOOK[stage]
+    step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
+    calls_batch_start = bool(hooks.callbacks_for(batch_start)) or hooks.module_overrides(batch_start)
     limit = limited_count(loader, limit_setting)
     if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
         limit = min(limit, limited_count(loader, trainer.limit_val_batches))
@@ -134,12 +139,14 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
         if batch_idx >= limit:
             break
         sink.set_batch(step_hook, batch)
+        if calls_batch_start:
+            hooks.call(batch_start, batch, batch_idx, *hook_extra)
         output = runtime.eval_step(trainer.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
         if stage == "predict":
             predictions.append(output)
         elif outputs is not None and not is_padding(output):
             outputs.append(output)
-        hooks.call(batch_end, output, batch, batch_idx)
+        hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
         trainer.watchdog.feed()
     if outputs is not None:
         kept.append(outputs)

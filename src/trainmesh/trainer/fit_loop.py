@@ -22,6 +22,7 @@ from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
@@ -75,9 +76,11 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
     announce_run(trainer, "fit", train_loader)
     trainer.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(trainer, runtime.device))
     trainer.manual_backward = None
-    if manual_optimization.is_manual(trainer.module):
+    manual = manual_optimization.is_manual(trainer.module)
+    if manual:
         manual_optimization.check_manual_settings(trainer, trainer.module)
-        trainer.manual_backward = manual_optimization.ManualBackward(runtime.backward)
+        trainer.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(trainer.hooks, runtime))
+    refuse_uncallable_step_hooks(trainer, manual=manual)
     resume_rng = None
     if checkpoint is not None:
         resume_rng = restore_checkpoint(trainer, checkpoint, source=source, weights_only=False)
@@ -182,6 +185,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(trainer, accumulate)
     step_hooks = _step_hooks(trainer, module, backward, accumulate)
+    optimizer_hooks = LoopStepHooks(hooks, runtime)  # on_before_optimizer_step/zero_grad, looked up once here
     manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
@@ -204,7 +208,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now and not manual:
-            _optimizer_step(trainer, module)
+            _optimizer_step(trainer, optimizer_hooks)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
         trainer.watchdog.feed()
@@ -229,7 +233,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.
-        _optimizer_step(trainer, module)
+        _optimizer_step(trainer, optimizer_hooks)
     return cut_short
 
 
@@ -307,17 +311,19 @@ def _copied_results(results: Any) -> dict[str, Any]:
     return state
 
 
-def _optimizer_step(trainer: Any, module: Any) -> None:
+def _optimizer_step(trainer: Any, hooks: LoopStepHooks) -> None:
     runtime = trainer.runtime
     for optimizer in trainer.optimizers:
+        if hooks.before_step:  # Lightning's order: the hook, then clipping, then the step
+            hooks.call_before_step(optimizer.optimizer)
         if trainer.gradient_clip_val is not None:
             if trainer.gradient_clip_algorithm == "norm":
                 runtime.clip_gradients(trainer.model, optimizer, max_norm=trainer.gradient_clip_val)
             else:
                 runtime.clip_gradients(trainer.model, optimizer, clip_val=trainer.gradient_clip_val)
-        if trainer.hooks.module_overrides("on_before_optimizer_step"):
-            module.on_before_optimizer_step(optimizer.optimizer)
         optimizer.step()
+        if hooks.before_zero_grad:
+            hooks.call_before_zero_grad(optimizer.optimizer)
         optimizer.zero_grad()
     trainer.global_step += 1
     for config in trainer.lr_scheduler_configs:
@@ -335,13 +341,15 @@ class _LossBackward:
     backward, scaled for the accumulation window. One per epoch, updated per step."""
 
     def __init__(self, trainer: Any, accumulate: int) -> None:
-        self.trainer, self.runtime, self.accumulate = trainer, trainer.runtime, accumulate
+        self.trainer, self.accumulate = trainer, accumulate
+        # runtime.backward, inside on_before_backward/on_after_backward when anyone overrides them
+        self.backward = with_backward_hooks(trainer.hooks, trainer.runtime)
         self.loss_check = trainer.loop.loss_check
         self.batch_idx = 0
 
     def __call__(self, loss: torch.Tensor) -> None:
         self.check_loss(loss)
-        self.runtime.backward(loss / self.accumulate if self.accumulate > 1 else loss)
+        self.backward(loss / self.accumulate if self.accumulate > 1 else loss)
 
     def check_loss(self, loss: torch.Tensor) -> None:
         self.loss_check.check(loss, self.batch_idx)

@@ -10,14 +10,18 @@ import inspect
 from typing import Any
 
 from trainmesh.callbacks.base import Callback, overrides
+from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 
 # The positional arguments the Trainer passes to each batch-level hook (after trainer and
 # module, for a callback). Lightning programs often define fewer (``training_step(self,
 # batch)``): such a hook gets only the first ones it accepts.
 _PASSED_ARGS = {
     "training_step": 2, "validation_step": 2, "test_step": 2, "predict_step": 2,
-    "on_train_batch_start": 2, "on_train_batch_end": 3, "on_validation_batch_end": 3,
-    "on_test_batch_end": 3, "on_predict_batch_end": 3,
+    "on_train_batch_start": 2, "on_train_batch_end": 3,
+    # evaluation's batch hooks: dataloader_idx last, where there are several loaders
+    "on_validation_batch_start": 3, "on_test_batch_start": 3, "on_predict_batch_start": 3,
+    "on_validation_batch_end": 4, "on_test_batch_end": 4, "on_predict_batch_end": 4,
+    "on_before_backward": 1, "on_before_optimizer_step": 1, "on_before_zero_grad": 1,
 }
 
 
@@ -80,6 +84,7 @@ class HookDispatcher:
         self._module_base = Module
         self._by_hook: dict[str, list[Callback]] = {}
         self._module_overrides: dict[str, bool] = {}
+        refuse_uncalled_hooks(module, callbacks)  # before anything runs: setup is the stage's first hook
         fit_hook_arities(module)
         for callback in callbacks:
             fit_hook_arities(callback, leading=2)

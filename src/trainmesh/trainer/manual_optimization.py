@@ -22,12 +22,14 @@ strategy's optimizer (zero1), clipping through the strategy's (global norm under
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from trainmesh.strategies.step import StepHooks
+from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, overridden, then_hooks
 
 
 MANUAL_STRATEGIES = ("single", "ddp", "fsdp")  # each has a parity test (tests/trainer/test_manual_optimization*.py)
@@ -67,8 +69,9 @@ def check_manual_settings(trainer: Any, module: Any) -> None:
 
 
 class ManualBackward:
-    """``module.manual_backward(loss)``: backward through the runtime (precision loss scaling),
-    after what the strategy asked to happen before each backward of the step (see
+    """``module.manual_backward(loss)``: backward through the runtime (precision loss scaling; with
+    on_before_backward/on_after_backward around it where overridden: optimization_hooks.py), after
+    what the strategy asked to happen before each backward of the step (see
     ``StepHooks.backward_scope``: DDP prepares its reducer for this loss)."""
 
     def __init__(self, backward: Callable[[torch.Tensor], None]) -> None:
@@ -119,11 +122,15 @@ class ManualOptimizer:
         self._trainer = trainer
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        module = self._trainer.module
-        if self._trainer.hooks is not None and self._trainer.hooks.module_overrides("on_before_optimizer_step"):
-            module.on_before_optimizer_step(self.optimizer.optimizer)
+        trainer = self._trainer
+        if trainer.hooks is not None and overridden(trainer.hooks, "on_before_optimizer_step"):
+            announce = functools.partial(call_before_optimizer_step, trainer.hooks, trainer.runtime, self.optimizer.optimizer)
+            if closure is None:
+                announce()
+            else:  # as in Lightning: once the closure has run its backward
+                closure = then_hooks(closure, announce)
         result = self.optimizer.step(closure)
-        self._trainer.global_step += 1
+        trainer.global_step += 1
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
