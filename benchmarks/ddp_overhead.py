@@ -29,12 +29,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import trainmesh as tm
-from seed_mlp import MLPModule, build_mlp, lightning_mlp
+from seed_mlp import MLPModule, build_mlp, handwritten_epoch, lightning_mlp
 from trainmesh.data.synthetic import make_classification_tensors
 from trainmesh.launchers.environments import find_free_port
 
@@ -54,13 +53,7 @@ def handwritten_loop(dataset: TensorDataset, *, rank: int, batch_size: int) -> t
     loader = seed_loader(dataset, rank=rank, batch_size=batch_size)
     torch.manual_seed(0)
     model = DistributedDataParallel(build_mlp())
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    model.train()
-    for x, y in loader:
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    handwritten_epoch(model, torch.optim.Adam(model.parameters(), lr=1e-3), loader)
     return model.module
 
 

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
 from ddp_overhead import WORLD_SIZE, seed_loader, timed
+from seed_mlp import handwritten_epoch
 from trainmesh.data.synthetic import make_classification_tensors
 from trainmesh.launchers.environments import find_free_port
 
@@ -61,13 +62,7 @@ def handwritten_loop(dataset: TensorDataset, args: argparse.Namespace, rank: int
     for block in model[0]:
         fully_shard(block)
     fully_shard(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    model.train()
-    for x, y in loader:
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    handwritten_epoch(model, torch.optim.Adam(model.parameters(), lr=1e-3), loader)
     return {name: p.full_tensor() for name, p in model.named_parameters()}
 
 

@@ -200,8 +200,8 @@ class MonitorSwitch(tm.Callback):
     puts it back after the next ``block``, stamping each step's end: one fit then times steps with
     and without the monitor side by side, too close in time for the machine's speed to differ.
 
-    It reaches into ``trainer.hooks`` (a benchmark may; nothing else should): out of the lists the
-    fit loop holds, the monitor is not called at all, not even through the dispatcher. Put first
+    It reaches into ``trainer.hooks`` (a benchmark may; nothing else should): out of the hook
+    dispatcher's lists, the monitor is not called at all. Put first
     among the callbacks, so that the monitor's place in the batch-end list comes after it: the state
     set at one step's end then holds for everything until the next step's end."""
 

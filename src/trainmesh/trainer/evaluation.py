@@ -122,7 +122,7 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
     """
     sink, hooks, runtime = trainer.sink, trainer.hooks, trainer.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
-    calls_batch_start = bool(hooks.callbacks_for(batch_start)) or hooks.module_overrides(batch_start)
+    calls_batch_start = hooks.overridden(batch_start)
     limit = limited_count(loader, limit_setting)
     if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
         limit = min(limit, limited_count(loader, trainer.limit_val_batches))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+
 class FiniteLossCheck:
     """One per fit. ``check`` runs on every step's loss; ``verify`` reads what was deferred."""
 

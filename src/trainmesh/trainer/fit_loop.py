@@ -180,8 +180,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
     model, module = trainer.model, trainer.module
     accumulate = trainer.accumulate_grad_batches
-    batch_start_hooks = hooks.callbacks_for("on_train_batch_start") or hooks.module_overrides("on_train_batch_start")
-    batch_end_hooks = hooks.callbacks_for("on_train_batch_end") or hooks.module_overrides("on_train_batch_end")
+    batch_start_hooks, batch_end_hooks = hooks.overridden("on_train_batch_start"), hooks.overridden("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(trainer, accumulate)
     step_hooks = _step_hooks(trainer, module, backward, accumulate)
@@ -274,8 +273,7 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, 
     epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
     """
     loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
-    if loop.loss_check is not None:
-        loop.loss_check.verify()  # before validation and the epoch's checkpoints
+    loop.loss_check.verify()  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
             epoch=trainer.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),

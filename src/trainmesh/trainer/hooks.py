@@ -105,6 +105,10 @@ class HookDispatcher:
             self._module_overrides[hook] = found
         return found
 
+    def overridden(self, hook: str) -> bool:
+        """Whether the module or any callback overrides ``hook``."""
+        return bool(self.callbacks_for(hook)) or self.module_overrides(hook)
+
     def call(self, hook: str, *args: Any) -> Any:
         """The module's hook first (it may log metrics that callbacks then read), then callbacks."""
         result = None

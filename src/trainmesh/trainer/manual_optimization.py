@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from trainmesh.strategies.step import StepHooks
-from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, overridden, then_hooks
+from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 
 
 MANUAL_STRATEGIES = ("single", "ddp", "fsdp")  # each has a parity test (tests/trainer/test_manual_optimization*.py)
@@ -123,7 +123,7 @@ class ManualOptimizer:
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         trainer = self._trainer
-        if trainer.hooks is not None and overridden(trainer.hooks, "on_before_optimizer_step"):
+        if trainer.hooks is not None and trainer.hooks.overridden("on_before_optimizer_step"):
             announce = functools.partial(call_before_optimizer_step, trainer.hooks, trainer.runtime, self.optimizer.optimizer)
             if closure is None:
                 announce()

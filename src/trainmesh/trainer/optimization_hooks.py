@@ -32,15 +32,10 @@ import torch
 BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
 
 
-def overridden(hooks: Any, hook: str) -> bool:
-    """Whether the module or any callback overrides ``hook`` (the dispatcher caches the answer)."""
-    return bool(hooks.callbacks_for(hook)) or hooks.module_overrides(hook)
-
-
 def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[[torch.Tensor], None]:
     """``runtime.backward``, between ``on_before_backward`` and ``on_after_backward`` where anyone
     overrides them; ``runtime.backward`` itself where nobody does."""
-    before, after = overridden(hooks, "on_before_backward"), overridden(hooks, "on_after_backward")
+    before, after = hooks.overridden("on_before_backward"), hooks.overridden("on_after_backward")
     if not (before or after):
         return runtime.backward
     return _HookedBackward(hooks, runtime, before=before, after=after)
@@ -72,8 +67,8 @@ class LoopStepHooks:
 
     def __init__(self, hooks: Any, runtime: Any) -> None:
         self.hooks, self.runtime = hooks, runtime
-        self.before_step = overridden(hooks, "on_before_optimizer_step")
-        self.before_zero_grad = overridden(hooks, "on_before_zero_grad")
+        self.before_step = hooks.overridden("on_before_optimizer_step")
+        self.before_zero_grad = hooks.overridden("on_before_zero_grad")
 
     def call_before_step(self, optimizer: torch.optim.Optimizer) -> None:
         call_before_optimizer_step(self.hooks, self.runtime, optimizer)
