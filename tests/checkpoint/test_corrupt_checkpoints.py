@@ -89,8 +89,23 @@ def keras_archive(path: Path, good: dict[str, Path]) -> None:
         archive.writestr("model.weights.h5", b"\x89HDF\r\n\x1a\n")
 
 
+def overwritten_in_place(path: Path, good: dict[str, Path]) -> None:
+    """Bytes inside the largest tensor's record flipped, the size unchanged: the index still opens."""
+    data = bytearray(good["file"].read_bytes())
+    with zipfile.ZipFile(good["file"]) as archive:
+        record = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    # The record's data follows its local header (30 bytes, the name, the extra field).
+    name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26: record.header_offset + 30])
+    start = record.header_offset + 30 + name_length + extra_length
+    for offset in range(start, start + min(64, record.file_size)):
+        data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
 DAMAGED: dict[str, tuple[Callable[[Path, dict[str, Path]], None], str]] = {
     "truncated": (truncated, r"is not a readable trainmesh checkpoint: truncated\?"),
+    "overwritten in place": (overwritten_in_place, r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches "
+                                                   r"the checksum written with it"),
     "zero bytes": (lambda p, g: p.write_bytes(b""), r"not a readable trainmesh checkpoint: truncated\? \(it is empty"),
     "random bytes": (lambda p, g: p.write_bytes(os.urandom(4096)), r"not a readable trainmesh checkpoint: truncated\?"),
     "lightning": (lightning, r"is a PyTorch Lightning checkpoint \(Lightning 2\.4\.0\), not a trainmesh one: .*"

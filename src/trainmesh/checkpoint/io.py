@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
 
 # mkstemp's 8 characters are [a-z0-9_], uuid4's hex prefix [0-9a-f]: both fit.
 TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?P<kind>tmp|old)$")
@@ -76,6 +76,12 @@ def load_checkpoint_file(path: str | os.PathLike[str], *, map_location: Any = "c
     problem = file_problem(source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
+    damaged = damaged_record(source)
+    if damaged is not None:
+        raise UnreadableCheckpoint(
+            f"{source} is damaged: its record {damaged} no longer matches the checksum written with it "
+            "(bytes changed on disk or in a copy after the save). Nothing was loaded; resume from an "
+            "earlier checkpoint of the run, or copy the file again from where it was written")
     # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
     # plain tensors. Only load checkpoints you trust, as with any pickle.
     try:
