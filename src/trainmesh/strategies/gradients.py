@@ -43,13 +43,17 @@ def fsdp_gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
 
 
 def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float | None, clip_value: float | None,
-                            norm_type: float, across_stages: bool, stage_group: Any = None) -> torch.Tensor | None:
+                            norm_type: float, across_stages: bool, stage_group: Any = None,
+                            counted_elsewhere: set[int] | frozenset[int] = frozenset()) -> torch.Tensor | None:
     """Clip by the norm of the whole model's gradient when its parameters are split: DTensor
     shards (tensor parallel, fsdp: their norm spans their mesh) and pipeline stages (each rank
-    holds some layers: with ``across_stages`` the stages' norms are combined over ``stage_group``)."""
+    holds some layers: with ``across_stages`` the stages' norms are combined over ``stage_group``).
+    ``counted_elsewhere``: ids of parameters (a tied weight's copy on a later stage) clipped here
+    but whose gradient another stage counts in the norm, so that it counts once."""
     import torch.distributed as dist
 
     grads = [p.grad for p in parameters if p.grad is not None]
+    counted = [p.grad for p in parameters if p.grad is not None and id(p) not in counted_elsewhere]
     if max_norm is None:
         assert clip_value is not None
         for grad in grads:  # one by one: torch's foreach refuses DTensors of different meshes together
@@ -57,14 +61,10 @@ def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float |
         return None
     # One norm per mesh and layout (DTensors on different meshes cannot share a foreach kernel):
     # each becomes a plain tensor, the norm over all of that group's shards.
-    by_layout: dict[Any, list[torch.Tensor]] = {}
-    for grad in grads:
-        mesh = getattr(grad, "device_mesh", None)
-        key = (id(mesh), tuple(getattr(grad, "placements", ())), grad.dtype, grad.device)
-        by_layout.setdefault(key, []).append(grad)
+    by_layout, counted_by_layout = _by_layout(grads), _by_layout(counted)
     device = grads[0].device if grads else torch.device("cpu")
     norms = []
-    for group in by_layout.values():
+    for group in counted_by_layout.values():
         norm = torch.nn.utils.get_total_norm(group, norm_type=norm_type)
         norms.append((norm.full_tensor() if hasattr(norm, "full_tensor") else norm).to(device, torch.float32))
     inf = norm_type == float("inf")
@@ -80,3 +80,12 @@ def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float |
         for group in by_layout.values():
             torch._foreach_mul_(group, coefficient)
     return total
+
+
+def _by_layout(grads: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
+    by_layout: dict[Any, list[torch.Tensor]] = {}
+    for grad in grads:
+        mesh = getattr(grad, "device_mesh", None)
+        key = (id(mesh), tuple(getattr(grad, "placements", ())), grad.dtype, grad.device)
+        by_layout.setdefault(key, []).append(grad)
+    return by_layout

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, ContextManager
 
@@ -44,6 +44,7 @@ from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
+from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
 
 # Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
@@ -111,6 +112,8 @@ class ModelParallelStrategy(DistributedStrategy):
         self._pipeline: Pipeline | None = None
         self._root: nn.Module | None = None  # the FSDP root a stage-less step runs through
         self._whole_model_order: dict[str, int] = {}
+        self._stage_copies: StageCopies | None = None  # tied weights whose uses sit on different pipeline ranks
+        self._gradient_sync_off = False  # inside no_backward_sync: tied copies' gradients not summed yet
 
     @property
     def metrics_source(self) -> Any:
@@ -142,9 +145,18 @@ class ModelParallelStrategy(DistributedStrategy):
             if plan is not None:
                 check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
         module = self.precision.convert_module(module.to(self._device))
+        # Tied weights, found while the model is whole: the cut and tensor parallelism replace
+        # or drop parameters, after which nothing shows which names were one tensor.
+        ties = tied_parameters(module)
         stage_parts = self._cut_pipeline(module)                                   # 1
         if tp > 1 and plan is not None:
             apply_tp(module, mesh.submesh("tp"), plan)                             # 2
+            retie_after_tp(module, ties)
+        if mesh.group_size("pp") > 1 and ties:
+            # Before data parallelism: the copies are made equal on tensors it has not sharded yet.
+            self._stage_copies = StageCopies.build(
+                module, ties, stage_parts=stage_parts, sharded_by_data_parallel=mesh.dp_size > 1,
+                pp_rank=mesh.rank("pp"), mesh=mesh, device=self._device)
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)  # 3
         stages = {index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
@@ -224,7 +236,13 @@ class ModelParallelStrategy(DistributedStrategy):
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_train_step(forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(),
                                       no_sync=no_sync)
-        return self._pipelined_train_step(module, batch, batch_idx, hooks)
+        result = self._pipelined_train_step(module, batch, batch_idx, hooks)
+        if self._stage_copies is not None and sync_grads and not self._gradient_sync_off:
+            # The window's gradients are final here (data parallel reduced them in the schedule's
+            # backward): each tied copy's becomes the sum of every stage's, before clipping and
+            # the optimizer step, so the copies take the same update.
+            self._stage_copies.sum_gradients(module, self._device)
+        return result
 
     def _pipelined_train_step(self, module: nn.Module, batch: Any, batch_idx: int, hooks: StepHooks) -> StepResult:
         assert self._pipeline is not None
@@ -288,15 +306,24 @@ class ModelParallelStrategy(DistributedStrategy):
             if view is not module and view.training != module.training:
                 view.train(module.training)
 
-    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
-        return fsdp_gradient_sync_off(module)
+    @contextlib.contextmanager
+    def no_backward_sync(self, module: nn.Module) -> Iterator[None]:
+        # Tied copies' gradients are summed once per accumulation window, like data parallel's.
+        self._gradient_sync_off = True
+        try:
+            with fsdp_gradient_sync_off(module):
+                yield
+        finally:
+            self._gradient_sync_off = False
 
     def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
                        norm_type: float) -> torch.Tensor | None:
         pipelined = self._mesh.group_size("pp") > 1
+        counted_elsewhere = self._stage_copies.counted_elsewhere(module) if self._stage_copies is not None else set()
         return clip_gradients_globally(list(module.parameters()), max_norm=max_norm, clip_value=clip_value,
                                        norm_type=norm_type, across_stages=pipelined,
-                                       stage_group=self._mesh.group("pp") if pipelined else None)
+                                       stage_group=self._mesh.group("pp") if pipelined else None,
+                                       counted_elsewhere=counted_elsewhere)
 
     # ---- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
