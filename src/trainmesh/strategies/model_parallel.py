@@ -141,7 +141,7 @@ class ModelParallelStrategy(DistributedStrategy):
                                  "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}")
             if plan is not None:
                 check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
-        module = self.precision.convert_module(module.to(self._device))
+        module = self.precision.convert_module(module, device=self._device)
         stage_parts = self._cut_pipeline(module)                                   # 1
         if tp > 1 and plan is not None:
             apply_tp(module, mesh.submesh("tp"), plan)                             # 2
