@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.placement import place_tensors
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 # Spellings from Lightning 1.x and 2.x that users carry over.
@@ -57,22 +58,29 @@ class Precision:
     def compute_dtype(self) -> torch.dtype:
         return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.name, self.param_dtype)
 
+    @property
+    def mixed(self) -> bool:
+        """fp32 parameters, computed in a lower precision under autocast."""
+        return self.name in ("bf16-mixed", "16-mixed")
+
     def autocast(self) -> ContextManager[Any]:
-        if self.name in ("bf16-mixed", "16-mixed"):
+        if self.mixed:
             return torch.autocast(self.device_type, dtype=self.compute_dtype)
         return _NO_AUTOCAST
 
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        if self._true_dtype is not None:
-            return module.to(dtype=self._true_dtype)
-        return module
+    def convert_module(self, module: nn.Module, *, device: torch.device | None = None) -> nn.Module:
+        """``module`` on ``device`` (None: where it is), its floating-point tensors in the
+        parameters' dtype under a "-true" precision. Complex buffers (RoPE's ``freqs_cis``),
+        integer and bool ones keep their dtype; every strategy places its module through this."""
+        return place_tensors(module, device=device, dtype=self._true_dtype)
 
     @property
     def converts_input(self) -> bool:
         return self._true_dtype is not None
 
     def convert_input(self, batch: Any) -> Any:
-        """Cast floating tensors of a batch to the parameters' dtype under a "-true" precision."""
+        """Cast floating tensors of a batch to the parameters' dtype under a "-true" precision
+        (complex, integer and bool ones keep theirs, as ``convert_module`` keeps a module's)."""
         if self._true_dtype is None:
             return batch
         dtype = self._true_dtype

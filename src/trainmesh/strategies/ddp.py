@@ -79,7 +79,7 @@ class DDPStrategy(DistributedStrategy):
         return output
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        module = self.precision.convert_module(module.to(self._device))
+        module = self.precision.convert_module(module, device=self._device)
         if self.placement.compile is not None:
             # The inner module's forward, compiled in place, runs inside DDP's forward (the
             # dispatcher's training_step calls it), where dynamo sees the active DDP module and

@@ -130,11 +130,13 @@ class FSDPStrategy(DistributedStrategy):
     def _mixed_precision(self) -> Any:
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        compute = self.precision.compute_dtype
-        if compute == torch.float32:
+        if not self.precision.mixed:
+            # Full precision, or a "-true" one: the parameters themselves are in the compute
+            # dtype (setup_module converts the module, as every strategy does), and gradients
+            # are reduced in it, as ddp reduces them.
             return None
-        # Compute in the low precision, reduce gradients in fp32 (as the precision setting asks).
-        return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+        # Mixed: fp32 parameters, computed in the low precision, gradients reduced in fp32.
+        return MixedPrecisionPolicy(param_dtype=self.precision.compute_dtype, reduce_dtype=torch.float32)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import CPUOffloadPolicy
@@ -161,8 +163,10 @@ class FSDPStrategy(DistributedStrategy):
             # they go back to the system instead of staying resident as heap holes.
             release_large_frees()
         on_meta = any(p.is_meta for p in module.parameters())
-        if not on_meta:
-            module.to(self._device)
+        # Converted before sharding, so each shard is made in the parameters' dtype ("-true"
+        # precisions; complex buffers such as RoPE's keep theirs). On the meta device only the
+        # dtype changes: materialize allocates on the device.
+        self.precision.convert_module(module, device=None if on_meta else self._device)
         mesh = self._mesh.submesh("dp_replicate", "dp_shard") if not self.hybrid else self._mesh.device_mesh
         root = apply_fsdp(module, mesh, units, reshard_after_forward=self.reshard_after_forward,
                           mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)

@@ -23,6 +23,7 @@ from trainmesh.strategies.pipeline import split_parts
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.single import SingleDeviceStrategy
 from trainmesh.utilities.collections import move_to_device
+from trainmesh.utilities.placement import place_tensors
 
 
 class LayersOnDevicesStrategy(SingleDeviceStrategy):
@@ -53,13 +54,14 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         cut = split_parts(module, len(self.devices), self.split_points)
-        module.to(self._device)  # what no part holds (buffers of the module itself) stays with the batch
+        # What no part holds (buffers of the module itself) stays with the batch.
+        self.precision.convert_module(module, device=self._device)
         for parts, device in zip(cut, self.devices):
             for name in parts:
-                part = module.get_submodule(name).to(device)
+                part = place_tensors(module.get_submodule(name), device=device)
                 part.register_forward_pre_hook(_inputs_to(device), with_kwargs=True)
         module.register_forward_hook(_output_to(self._device))
-        return self.precision.convert_module(module)
+        return module
 
 
 def _inputs_to(device: torch.device) -> Any:

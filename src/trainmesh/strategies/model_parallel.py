@@ -144,7 +144,7 @@ class ModelParallelStrategy(DistributedStrategy):
                                  "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}")
             if plan is not None:
                 check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
-        module = self.precision.convert_module(module.to(self._device))
+        module = self.precision.convert_module(module, device=self._device)
         # Tied weights, found while the model is whole: the cut and tensor parallelism replace
         # or drop parameters, after which nothing shows which names were one tensor.
         ties = tied_parameters(module)

@@ -9,36 +9,49 @@ new ones of the same name, keeping the groups' hyper-parameters and any state.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
 from torch import nn
 
+# The attribute each parameter carries from the ParameterMoves that saw it: (that record's token,
+# the parameter's name). Not a weak reference: torch cannot swap a tensor that has one
+# (torch.utils.swap_tensors, which Module.to uses for DTensor parameters), so a model that
+# applied its own parallelize_module in configure_model(mesh) could not be moved or cast.
+_ORIGIN = "_trainmesh_origin"
+
 
 class ParameterMoves:
-    """Which parameter objects a placement replaced, and by what (matched by name)."""
+    """Which parameter objects a placement replaced, and by what (matched by name).
+
+    Each parameter is marked with its name (an attribute on the tensor object, so that no other
+    object, such as a later tensor reusing a freed one's ``id``, can be taken for it) and no
+    reference to it is kept: keeping the old full-size tensors alive would defeat sharding.
+    """
 
     def __init__(self, module: nn.Module) -> None:
-        # Weak references: keeping the old full-size tensors alive would defeat sharding.
-        self._before = {id(p): (weakref.ref(p), name) for name, p in module.named_parameters()}
+        self._token = object()  # this record's marks, and no other's (another Runtime's, a copy's)
+        for name, param in module.named_parameters():
+            setattr(param, _ORIGIN, (self._token, name))
         self._after: dict[str, nn.Parameter] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Object identities mean nothing in another process (a spawned worker): travel empty.
-        return {"_before": {}, "_after": {}}
+        return {"_token": object(), "_after": {}}
+
+    def _name(self, param: torch.Tensor) -> str | None:
+        """The name ``param`` had when this record saw it, if it is one of those parameters."""
+        origin = getattr(param, _ORIGIN, None)
+        return origin[1] if isinstance(origin, tuple) and origin[0] is self._token else None
 
     def record_placement(self, module: nn.Module) -> None:
         """Note the parameters ``module`` holds now, after the strategy placed it."""
-        now = dict(module.named_parameters())
-        self._after = {name: now[name] for ref, name in self._before.values()
-                       if name in now and ref() is not None and ref() is not now[name]}
+        self._after = {name: param for name, param in module.named_parameters() if self._name(param) != name}
 
     def replacement(self, param: torch.Tensor) -> nn.Parameter | None:
-        entry = self._before.get(id(param))
-        if entry is None or entry[0]() is not param:
-            return None
-        return self._after.get(entry[1])
+        name = self._name(param)
+        new = self._after.get(name) if name is not None else None
+        return new if new is not param else None
 
 
 def rebind_optimizer(optimizer: torch.optim.Optimizer, moves: ParameterMoves) -> int:

@@ -72,7 +72,7 @@ class SingleDeviceStrategy:
         return contextlib.nullcontext()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        module = self.precision.convert_module(module.to(self._device))
+        module = self.precision.convert_module(module, device=self._device)
         if self.placement.compile is not None:
             apply_compile(module, options=self.placement.compile)  # in place: the module stays the user's
         return module
