@@ -42,13 +42,17 @@ def materialize(module: nn.Module, device: torch.device) -> None:
     slots = {id(slot.tensor): slot for slot in _slots(module)}
     written: set[int] = set()
     model_hook = model_initialiser(module)
+    initialisers = [(submodule, initialise) for submodule in _post_order(module)
+                    if (initialise := own_initialiser(submodule)) is not None
+                    and not (submodule is module and initialise == model_hook)]
     with torch.no_grad():
-        for submodule in _post_order(module):
-            initialise = own_initialiser(submodule)
-            if initialise is not None and not (submodule is module and initialise == model_hook):
-                _run_on_full_tensors(submodule, initialise, written)
-        if model_hook is not None:
-            _run_on_full_tensors(module, model_hook, written)
+        if model_hook is None:
+            for submodule, initialise in initialisers:  # one module whole at a time
+                _run_on_full_tensors(submodule, [initialise], written)
+        else:
+            # The model's hook touches any tensor: everything this rank holds is whole once, for
+            # the layers' initialisers and the hook together (no shard gathered back for it).
+            _run_on_full_tensors(module, [initialise for _, initialise in initialisers] + [model_hook], written)
     missed = [slot.name for key, slot in slots.items() if key not in written]
     if missed:
         shown = ", ".join(missed[:8]) + (f" and {len(missed) - 8} more" if len(missed) > 8 else "")
@@ -138,9 +142,9 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield module
 
 
-def _run_on_full_tensors(submodule: nn.Module, initialise: Callable[[], Any], written: set[int]) -> None:
-    """Run ``initialise`` with every sharded tensor of ``submodule`` swapped for a whole one,
-    then keep this rank's shard of each tensor it wrote."""
+def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], Any]], written: set[int]) -> None:
+    """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
+    then keep this rank's shard of each tensor they wrote."""
     swapped: list[tuple[_Slot, torch.Tensor, int]] = []
     for slot in _slots(submodule):
         live = slot.tensor
@@ -155,7 +159,8 @@ def _run_on_full_tensors(submodule: nn.Module, initialise: Callable[[], Any], wr
         else:
             swapped.append((slot, live, live._version))
     try:
-        initialise()
+        for initialise in initialisers:
+            initialise()
     finally:
         for slot, stand_in, version in swapped:
             registry = getattr(slot.owner, slot.kind)

@@ -46,6 +46,7 @@ from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.host_memory import release_large_frees
 
 # Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
 # on neighbouring ranks (one node), replicas across nodes.
@@ -149,6 +150,8 @@ class ModelParallelStrategy(DistributedStrategy):
         # Built on the meta device (configure_model): cut, split and sharded there, then only this
         # rank's layers and shards are allocated (materialize, after 4), torchtitan's order.
         on_meta = bool(meta_tensor_names(module))
+        if on_meta and self._device.type == "cpu":
+            release_large_frees()  # the whole stand-ins init_weights ran on go back to the system
         module = self.precision.convert_module(module if on_meta else module.to(self._device))
         stage_parts = self._cut_pipeline(module)                                   # 1
         if tp > 1 and plan is not None:
