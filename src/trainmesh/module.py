@@ -111,6 +111,19 @@ class Module(HyperparametersMixin, nn.Module):
             f"{type(batch).__name__}; override pipeline_input(batch) to return the tensor training_step passes to self(...)"
         )
 
+    def pipeline_kwargs(self, batch: Any) -> dict[str, Any]:
+        """Keyword inputs that every pipeline stage's forward receives besides its activations
+        (attention masks, position ids, document ids): ``self(pipeline_input(batch), **these)``.
+        Each tensor is cut into micro-batches along its first dimension, as the input is, so
+        each must have one row per sample. None by default.
+
+        >>> # def forward(self, tokens, *, positions): ...
+        >>> # def pipeline_kwargs(self, batch):
+        >>> #     tokens, targets, positions = batch
+        >>> #     return {"positions": positions}
+        """
+        return {}
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # A pipeline puts something here (trainmesh.strategies.stage_calls.CALL_INSTEAD): on its last
         # stage, a step hook's self(x) answered by the output the pipeline computed; on a stage

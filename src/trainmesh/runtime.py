@@ -23,6 +23,7 @@ from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
+from trainmesh.strategies.materialize import refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement, Strategy
@@ -203,6 +204,8 @@ class Runtime:
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
         refuse_compiled_module(module)
+        if not _builds_on_meta(self.strategy):
+            refuse_meta_tensors(module, self.strategy.name)
         moves = ParameterMoves(module)
         placed = self.strategy.setup_module(module)
         moves.record_placement(module)
@@ -405,6 +408,12 @@ class Runtime:
 # distributed checkpoint directory (written by the Trainer) is loaded with none of its
 # shards in this run's layout: use the Trainer, or consolidate it first, for those.
 _USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
+
+
+def _builds_on_meta(strategy: Strategy) -> bool:
+    """Whether the strategy builds configure_model on the meta device (and so materialises it)."""
+    context = strategy.module_init_context()
+    return isinstance(context, torch.device) and context.type == "meta"
 
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:

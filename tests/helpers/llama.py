@@ -40,8 +40,10 @@ def precompute_freqs_cis(head_dim: int, seq_len: int, theta: float) -> torch.Ten
 
 
 def apply_rotary(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    """``freqs_cis``: the table (positions 0, 1, ... in every row) or per-row rotations [batch, seq, :]."""
     pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    rotated = pairs * freqs_cis[: x.shape[1]].view(1, x.shape[1], 1, -1)
+    per_row = freqs_cis if freqs_cis.dim() == 3 else freqs_cis[: x.shape[1]].unsqueeze(0)
+    rotated = pairs * per_row.unsqueeze(2)
     return torch.view_as_real(rotated).flatten(3).type_as(x)
 
 
@@ -109,10 +111,20 @@ class Block(nn.Module):
 class Llama(tm.Module):
     """Tokens in, logits out (activations in and out on middle pipeline stages); AdamW, mean loss."""
 
-    def __init__(self, config: LlamaConfig = LlamaConfig(), lr: float = 1e-2):
+    def __init__(self, config: LlamaConfig = LlamaConfig(), lr: float = 1e-2, *, build_in_configure_model: bool = False):
         super().__init__()
         self.config = config
         self.lr = lr
+        if not build_in_configure_model:
+            self.build()
+
+    def configure_model(self) -> None:
+        """Builds the layers here when asked to (the meta device under fsdp, tp and pp)."""
+        if "layers" not in self._modules:
+            self.build()
+
+    def build(self) -> None:
+        config = self.config
         self.tok_embeddings = nn.Embedding(config.vocab, config.dim)
         self.register_buffer("freqs_cis", self._freqs_cis(), persistent=True)
         self.layers = nn.ModuleDict({str(i): Block(config) for i in range(config.n_layers)})
@@ -120,6 +132,9 @@ class Llama(tm.Module):
         self.output = nn.Linear(config.dim, config.vocab, bias=False)
         if config.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
+        # torchtitan's convention: __init__ ends with init_weights(), so an eager build and a
+        # meta build (trainmesh calls init_weights() after sharding) draw the same numbers.
+        self.init_weights()
 
     def _freqs_cis(self) -> torch.Tensor:
         config = self.config
@@ -142,16 +157,22 @@ class Llama(tm.Module):
         if self.output is not None and not self.config.tie_embeddings:
             nn.init.normal_(self.output.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions`` [batch, seq]: each token's position in its document (packed documents
+        restart at 0), used by the rotary embedding of every block."""
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        freqs_cis = self.freqs_cis if positions is None else self.freqs_cis[positions]
         for layer in self.layers.values():
-            h = layer(h, self.freqs_cis)
+            h = layer(h, freqs_cis)
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
+    def pipeline_kwargs(self, batch):
+        return {"positions": batch[2]} if len(batch) == 3 else {}
+
     def training_step(self, batch, batch_idx):
-        tokens, targets = batch
-        logits = self(tokens)
+        tokens, targets = batch[:2]
+        logits = self(tokens, **self.pipeline_kwargs(batch))
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
         self.log("train_loss", loss)
         return loss
@@ -191,3 +212,21 @@ def token_batches(config: LlamaConfig, *, samples: int = 32, seed: int = 0, unev
 
 def token_loader(config: LlamaConfig, *, batch_size: int = 8, **kwargs) -> DataLoader:
     return DataLoader(token_batches(config, **kwargs), batch_size=batch_size, shuffle=False)
+
+
+def packed_positions(config: LlamaConfig, samples: int, *, seed: int = 1) -> torch.Tensor:
+    """Per-row positions of packed documents: each row restarts at 0 at its own boundaries."""
+    generator = torch.Generator().manual_seed(seed)
+    positions = torch.empty(samples, config.seq_len, dtype=torch.long)
+    for row in range(samples):
+        start = int(torch.randint(1, config.seq_len, (1,), generator=generator))
+        positions[row] = torch.cat([torch.arange(start), torch.arange(config.seq_len - start)])
+    return positions
+
+
+def position_loader(config: LlamaConfig, *, batch_size: int = 8, samples: int = 32, seed: int = 0,
+                    uneven_padding: bool = True) -> DataLoader:
+    """(tokens, targets, positions) batches: packed documents, positions restarting in each row."""
+    tokens, targets = token_batches(config, samples=samples, seed=seed, uneven_padding=uneven_padding).tensors
+    return DataLoader(TensorDataset(tokens, targets, packed_positions(config, samples, seed=seed + 1)),
+                      batch_size=batch_size, shuffle=False)

@@ -58,3 +58,55 @@ def test_fsdp_meta_built_transformer_starts_and_ends_as_ddp(tmp_path):
     assert all(torch.isfinite(t).all() for t in saved["fsdp"]["final"].values())
     worst = max((saved["fsdp"]["final"][k] - v).abs().max().item() for k, v in saved["ddp"]["final"].items())
     assert worst <= 1e-4, worst
+
+
+def test_llama_built_on_meta_and_initialised_by_init_weights_equals_the_eager_build():
+    # init_weights() assigns freqs_cis afresh (torchtitan's way) instead of writing into it.
+    from helpers.llama import Llama, LlamaConfig
+    from trainmesh.strategies.materialize import materialize
+
+    class ResetLlama(Llama):
+        reset_parameters = Llama.init_weights  # the hook under torch's name too: run once
+
+    for cls, config in [(Llama, LlamaConfig()), (Llama, LlamaConfig(tie_embeddings=True)), (ResetLlama, LlamaConfig())]:
+        torch.manual_seed(0)
+        eager = cls(config)
+        torch.manual_seed(0)
+        with torch.device("meta"):
+            meta_built = cls(config)
+        materialize(meta_built, torch.device("cpu"))
+        for name, expected in eager.state_dict().items():
+            assert torch.equal(expected, meta_built.state_dict()[name]), (cls.__name__, config, name)
+        if config.tie_embeddings:
+            assert meta_built.output.weight is meta_built.tok_embeddings.weight  # still tied
+
+
+class Replacing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(3))
+
+    def init_weights(self):
+        self.w = nn.Parameter(torch.ones(3))
+
+
+def test_an_init_weights_that_replaces_a_parameter_is_refused():
+    from trainmesh.strategies.materialize import materialize
+
+    with torch.device("meta"):
+        model = Replacing()
+    with pytest.raises(ValueError, match=r"replaced w \(a parameter\).*fill it in place \(nn.init.normal_"):
+        materialize(model, torch.device("cpu"))
+
+
+def test_a_model_built_on_meta_outside_configure_model_is_refused_naming_configure_model():
+    import trainmesh as tm
+    from helpers.llama import Llama, LlamaConfig, token_loader
+
+    with torch.device("meta"):
+        model = Llama(LlamaConfig())
+    trainer = tm.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ValueError, match=r"Llama has tensors on the meta device \(freqs_cis, tok_embeddings.weight, "
+                                         r".*outside configure_model.*Build those layers in the Module's configure_model"):
+        trainer.fit(model, token_loader(LlamaConfig()))

@@ -17,7 +17,7 @@ from trainmesh.precision import Precision
 from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import PP_WITHIN_NODE_ORDER, ModelParallelStrategy, _defines_configure_ddp
 from trainmesh.strategies.pipeline import (
-    PartOrderCheck, _balanced_cuts, check_pipeline_loader, choose_schedule, keep_only, pipeline_parts, split_parts,
+    PartOrderCheck, _balanced_cuts, check_pipeline_loader, check_stage_kwargs, choose_schedule, keep_only, pipeline_parts, split_parts,
     stage_indices, stage_view,
 )
 from trainmesh.strategies.stage_calls import replaying
@@ -426,9 +426,8 @@ def test_a_hook_that_calls_the_model_twice_is_refused():
     lambda model, x: model(x + 1),           # transformed outside forward
     lambda model, x: model(x[:1]),           # other rows
     lambda model, x: model(x.float()),       # another dtype
-    lambda model, x: model(x, extra=True),   # more than the input
     lambda model, x: model("text"),
-], ids=["transformed", "rows", "dtype", "kwargs", "not_a_tensor"])
+], ids=["transformed", "rows", "dtype", "not_a_tensor"])
 def test_a_hook_that_calls_the_model_on_another_input_is_refused(call):
     model, x = Net(), torch.arange(4)
     with pytest.raises(ValueError) as caught:
@@ -437,6 +436,51 @@ def test_a_hook_that_calls_the_model_on_another_input_is_refused(call):
     message = str(caught.value)
     assert "training_step called self(...) on something other than pipeline_input(batch)" in message
     assert "Do the transformation inside forward, or override pipeline_input(batch)" in message
+
+
+def test_a_hook_passing_keyword_inputs_other_than_pipeline_kwargs_is_refused():
+    model, x = Net(), torch.arange(4)
+    with pytest.raises(ValueError, match=r"keyword inputs \['extra'\] other than pipeline_kwargs\(batch\) \(\[\]\)"):
+        with replaying(model, "output", x, "training_step"):
+            model(x, extra=torch.ones(4))
+    with replaying(model, "output", x, "training_step", {"mask": torch.ones(4)}) as replay:
+        assert model(x, mask=torch.ones(4)) == "output"  # the declared keyword inputs: answered
+    assert replay.calls == 1
+
+
+def test_pipeline_kwargs_must_be_per_sample_tensors_torch_can_cut():
+    assert tm.Module().pipeline_kwargs((torch.ones(2), torch.ones(2))) == {}
+    _raises(ValueError, lambda: check_stage_kwargs({"mask": torch.ones(16, 16)}, 8),
+            "pipeline_kwargs(batch)['mask'] is (16, 16), not a tensor with one row per sample (8)",
+            "cuts every keyword input into micro-batches along its first dimension", "expand a mask")
+    _raises(ValueError, lambda: check_stage_kwargs({"causal": True}, 8), "['causal'] is bool")
+    _raises(ValueError, lambda: check_stage_kwargs({"target": torch.ones(8)}, 8),
+            "names 'target', which torch's schedule.step takes for itself")
+    _raises(TypeError, lambda: check_stage_kwargs([torch.ones(8)], 8), "returned list; return a dict")
+    assert check_stage_kwargs({"positions": torch.ones(8, 3)}, 8).keys() == {"positions"}
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, D)
+        self.layers = nn.ModuleList([Block() for _ in range(4)])
+
+
+class Wrapped(tm.Module):
+    """Blocks one level down (``self.model.layers``), as Hugging Face models hold them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Inner()
+        self.head = nn.Linear(D, 3)
+
+
+def test_blocks_nested_one_level_down_are_named_with_how_to_expose_them():
+    _raises(ValueError, lambda: split_parts(Wrapped(), 4, None),
+            "Wrapped has 2 parts (model, head) but the pipeline needs 4 stages: its blocks are nested, "
+            "model.layers (4 blocks) sits inside 'model'", "cuts only the model's top-level children",
+            "attributes of Wrapped itself, e.g. self.layers = nn.ModuleDict(...)")
 
 
 def test_replay_answers_an_equal_input_once_and_forward_runs_again_after():

@@ -7,6 +7,15 @@ RNG state gives the same weights as an eager build, so a meta-built model under 
 where the same model under ddp starts. Each initialiser runs on whole (full-size) tensors of
 its own module only, and each rank keeps its shard of the result: one module at a time is
 ever whole, never the model.
+
+Then the model's own initialiser runs, if it declares one: ``init_weights()`` (torchtitan's
+hook: build on meta, parallelize, ``to_empty``, ``init_weights()``), or a ``reset_parameters``
+of the model itself (``reset_parameters = init_weights``). It runs last, as it does at the end
+of an eager ``__init__``, on whole stand-ins of this rank's tensors (its pipeline stage's only),
+and each rank keeps its shard: so the RNG is drawn in the eager build's order, and sharded
+weights equal the eager build's (DTensor's own random ops would not: on CPU every shard would
+draw the same numbers). It may replace a buffer (``self.freqs_cis = precompute(...)``) but not
+a parameter, which sharding has already replaced by its own.
 """
 
 from __future__ import annotations
@@ -25,23 +34,64 @@ def materialize(module: nn.Module, device: torch.device) -> None:
     Raises ``ValueError`` naming every parameter or buffer that no initialiser wrote: left
     alone, it would hold whatever the allocator found in memory.
     """
+    ties = _tied_slots(module)
     module.to_empty(device=device)
+    for first, *others in ties:  # to_empty gives each registration its own tensor: tie them again
+        for owner, kind, key in others:
+            getattr(owner, kind)[key] = getattr(first[0], first[1])[first[2]]
     slots = {id(slot.tensor): slot for slot in _slots(module)}
     written: set[int] = set()
+    model_hook = model_initialiser(module)
+    initialisers = [(submodule, initialise) for submodule in _post_order(module)
+                    if (initialise := own_initialiser(submodule)) is not None
+                    and not (submodule is module and initialise == model_hook)]
     with torch.no_grad():
-        for submodule in _post_order(module):
-            initialise = own_initialiser(submodule)
-            if initialise is not None:
-                _run_on_full_tensors(submodule, initialise, written)
+        if model_hook is None:
+            for submodule, initialise in initialisers:  # one module whole at a time
+                _run_on_full_tensors(submodule, [initialise], written)
+        else:
+            # The model's hook touches any tensor: everything this rank holds is whole once, for
+            # the layers' initialisers and the hook together (no shard gathered back for it).
+            _run_on_full_tensors(module, [initialise for _, initialise in initialisers] + [model_hook], written)
     missed = [slot.name for key, slot in slots.items() if key not in written]
     if missed:
         shown = ", ".join(missed[:8]) + (f" and {len(missed) - 8} more" if len(missed) > 8 else "")
         raise ValueError(
             f"configure_model built {shown} on the meta device, but no reset_parameters() of the "
-            "module that holds them (or of a module above it) initialises them, so they would start "
-            "with arbitrary memory contents. Give that module a reset_parameters() that fills them "
-            "(as torch's own layers have), or create them in __init__ instead of configure_model"
+            "module that holds them (or of a module above it) and no init_weights() of the model "
+            "initialises them, so they would start with arbitrary memory contents. Give the model an "
+            "init_weights() that fills them (torchtitan's hook; trainmesh calls it after sharding), or "
+            "that module a reset_parameters() (as torch's own layers have), or create them in __init__ "
+            "instead of configure_model"
         )
+
+
+def meta_tensor_names(module: nn.Module) -> list[str]:
+    """The parameters and buffers of ``module`` that live on the meta device (no data yet)."""
+    return [slot.name for slot in _slots(module) if slot.tensor.is_meta]
+
+
+def refuse_meta_tensors(module: nn.Module, strategy_name: str) -> None:
+    """A model handed over on the meta device to a strategy that places whole models (it would
+    fail in ``.to(device)`` with torch's "Cannot copy out of meta tensor")."""
+    names = meta_tensor_names(module)
+    if names:
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise ValueError(
+            f"{type(module).__name__} has tensors on the meta device ({shown}): it was built on the meta device "
+            f"outside configure_model, and strategy {strategy_name!r} places whole models, with nothing to fill them "
+            "from (torch would fail with 'Cannot copy out of meta tensor'). Build those layers in the Module's "
+            "configure_model() instead: trainmesh runs it on the meta device where the strategy shards or splits "
+            "the model (fsdp, tp, pp), materialises each rank's share and calls init_weights(), and on the real "
+            "device elsewhere"
+        )
+
+
+def model_initialiser(module: nn.Module) -> Callable[[], Any] | None:
+    """``init_weights()`` (torchtitan's name), run after every layer's initialiser. (A
+    ``reset_parameters()`` of the model itself already runs last: the model is the root.)"""
+    hook = getattr(module, "init_weights", None)
+    return hook if callable(hook) else None
 
 
 def own_initialiser(module: nn.Module) -> Callable[[], Any] | None:
@@ -75,15 +125,26 @@ def _slots(module: nn.Module, prefix: str = "") -> Iterator[_Slot]:
                     yield _Slot(owner, kind, key, f"{owner_name}.{key}" if owner_name else key, tensor)
 
 
+def _tied_slots(module: nn.Module) -> list[list[tuple[nn.Module, str, str]]]:
+    """Registrations sharing one tensor (tied embeddings), as (owner, kind, key), grouped."""
+    places: dict[int, list[tuple[nn.Module, str, str]]] = {}
+    for owner in module.modules():
+        for kind in ("_parameters", "_buffers"):
+            for key, tensor in getattr(owner, kind).items():
+                if tensor is not None:
+                    places.setdefault(id(tensor), []).append((owner, kind, key))
+    return [group for group in places.values() if len(group) > 1]
+
+
 def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     for child in module.children():
         yield from _post_order(child)
     yield module
 
 
-def _run_on_full_tensors(submodule: nn.Module, initialise: Callable[[], Any], written: set[int]) -> None:
-    """Run ``initialise`` with every sharded tensor of ``submodule`` swapped for a whole one,
-    then keep this rank's shard of each tensor it wrote."""
+def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], Any]], written: set[int]) -> None:
+    """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
+    then keep this rank's shard of each tensor they wrote."""
     swapped: list[tuple[_Slot, torch.Tensor, int]] = []
     for slot in _slots(submodule):
         live = slot.tensor
@@ -98,16 +159,36 @@ def _run_on_full_tensors(submodule: nn.Module, initialise: Callable[[], Any], wr
         else:
             swapped.append((slot, live, live._version))
     try:
-        initialise()
+        for initialise in initialisers:
+            initialise()
     finally:
         for slot, stand_in, version in swapped:
-            live = slot.tensor
-            if stand_in is not live:
-                if stand_in._version != version:
-                    _keep_local_shard(live, stand_in)
-                getattr(slot.owner, slot.kind)[slot.key] = live
-            if stand_in._version != version:
+            registry = getattr(slot.owner, slot.kind)
+            live, now = slot.tensor, registry.get(slot.key)
+            replaced = now is not stand_in
+            if replaced:
+                _check_replacement(slot, now)  # a buffer assigned afresh stays as assigned
+            changed = replaced or stand_in._version != version
+            if stand_in is not live:  # a whole stand-in of a sharded tensor
+                if changed:
+                    _keep_local_shard(live, now)
+                registry[slot.key] = live
+            if changed:
                 written.add(id(live))
+
+
+def _check_replacement(slot: _Slot, now: Any) -> None:
+    """An initialiser assigned a new tensor to ``slot``: fine for a buffer, not for a parameter."""
+    if slot.kind == "_parameters" or not isinstance(now, torch.Tensor):
+        raise ValueError(
+            f"the initialiser replaced {slot.name} ({'a parameter' if slot.kind == '_parameters' else 'a buffer'}) "
+            f"with {type(now).__name__} instead of writing into it. Sharding (fsdp, tp) and the optimizer hold the "
+            "parameter itself: fill it in place (nn.init.normal_(self.w), self.w.copy_(...)); only a buffer may be "
+            "assigned afresh (self.freqs_cis = precompute(...))"
+        )
+    if now.is_meta:
+        raise ValueError(f"the initialiser set the buffer {slot.name} on the meta device; build it on the device of "
+                         "the tensors it replaces (e.g. with torch.device(self.freqs_cis.device): ...)")
 
 
 def _keep_local_shard(sharded: Any, whole: torch.Tensor) -> None:

@@ -35,6 +35,7 @@ from trainmesh.strategies import collectives
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_keras, shard_units
+from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.pipeline import (
@@ -46,6 +47,7 @@ from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.host_memory import release_large_frees
 
 # Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
 # on neighbouring ranks (one node), replicas across nodes.
@@ -130,6 +132,10 @@ class ModelParallelStrategy(DistributedStrategy):
         return ParallelDims(**self.sizes, order=self.order).resolved(world_size)
 
     # ---- placing the model: the written order -------------------------------------------------
+    def module_init_context(self) -> ContextManager[Any]:
+        """configure_model builds on the meta device: each rank allocates only its stages' shards."""
+        return torch.device("meta")
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         refuse_keras(module, self.name)
         if _defines_configure_ddp(module):
@@ -144,7 +150,12 @@ class ModelParallelStrategy(DistributedStrategy):
                                  "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}")
             if plan is not None:
                 check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
-        module = self.precision.convert_module(module, device=self._device)
+        # Built on the meta device (configure_model): cut, split and sharded there, then only this
+        # rank's layers and shards are allocated (materialize, after 4), torchtitan's order.
+        on_meta = bool(meta_tensor_names(module))
+        if on_meta and self._device.type == "cpu":
+            release_large_frees()  # the whole stand-ins init_weights ran on go back to the system
+        module = self.precision.convert_module(module, device=None if on_meta else self._device)
         # Tied weights, found while the model is whole: the cut and tensor parallelism replace
         # or drop parameters, after which nothing shows which names were one tensor.
         ties = tied_parameters(module)
@@ -154,9 +165,10 @@ class ModelParallelStrategy(DistributedStrategy):
             retie_after_tp(module, ties)
         if mesh.group_size("pp") > 1 and ties:
             # Before data parallelism: the copies are made equal on tensors it has not sharded yet.
+            # On meta the copies are made equal once materialized (each stage initialised its own).
             self._stage_copies = StageCopies.build(
                 module, ties, stage_parts=stage_parts, sharded_by_data_parallel=mesh.dp_size > 1,
-                pp_rank=mesh.rank("pp"), mesh=mesh, device=self._device)
+                pp_rank=mesh.rank("pp"), mesh=mesh, device=self._device, equalize=not on_meta)
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)  # 3
         stages = {index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
@@ -164,6 +176,10 @@ class ModelParallelStrategy(DistributedStrategy):
         if mesh.dp_size > 1:                                                       # 4
             for view in stages.values():
                 self._apply_data_parallel(view, as_step_root=mesh.group_size("pp") == 1)
+        if on_meta:
+            materialize(module, self._device)  # every layer's initialiser, then the model's init_weights()
+            if self._stage_copies is not None:
+                self._stage_copies.make_equal(module, self._device)
         if mesh.group_size("pp") > 1:                                              # 5 (built at the first step)
             num_stages = self._num_stages()
             self._pipeline = Pipeline(stages, stage_parts, num_stages, self.schedule, self.microbatches or num_stages,
@@ -249,20 +265,20 @@ class ModelParallelStrategy(DistributedStrategy):
         if hooks.step_end is not None:
             raise ValueError(f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
                              "step's output exists per micro-batch on the last stage only; fold it into training_step")
-        inputs = module.pipeline_input(batch)
+        inputs, kwargs = module.pipeline_input(batch), module.pipeline_kwargs(batch)
         losses: list[torch.Tensor] = []
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
-            with replaying(module, output, module.pipeline_input(microbatch), "training_step"), \
-                    hooks.chunk_scope(microbatch):
+            with replaying(module, output, module.pipeline_input(microbatch), "training_step",
+                           module.pipeline_kwargs(microbatch)), hooks.chunk_scope(microbatch):
                 loss = hooks.loss_of(module.training_step(microbatch, batch_idx))
             losses.append(loss.detach())
             return loss / hooks.loss_divisor if hooks.loss_divisor > 1 else loss
 
         self._follow_mode(module)
         with self._step_context():
-            self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch)
+            self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
         # Every stage gets the last stage's loss: the progress bar, the finiteness check and
         # anything deciding from it run alike on every rank.
         loss = (torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)).float()
@@ -278,7 +294,7 @@ class ModelParallelStrategy(DistributedStrategy):
                        else (lambda: getattr(module, hook)(batch, batch_idx, *extra)))
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
-        inputs = module.pipeline_input(batch)
+        inputs, kwargs = module.pipeline_input(batch), module.pipeline_kwargs(batch)
         size = _rows_in(inputs)
         # Data-parallel peers may hold batches of different sizes here (micro-batches of other
         # shapes), or a padding batch: the shards are gathered once per batch, the same
@@ -290,10 +306,10 @@ class ModelParallelStrategy(DistributedStrategy):
                 return None  # a padding batch (equal-length evaluation shards): nothing to run
             self._follow_mode(module)
             with self._step_context():
-                output = self._pipeline.step(inputs, size, training=False)
+                output = self._pipeline.step(inputs, size, training=False, kwargs=kwargs)
         result = None
         if self._pipeline.holds_last:
-            with replaying(module, output, inputs, hook):
+            with replaying(module, output, inputs, hook, kwargs):
                 result = run_eval_step(lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks,
                                        autocast=contextlib.nullcontext())
             result = apply_to_tensors(result, lambda t: t.detach().cpu())

@@ -18,7 +18,9 @@ How the loss is computed. Only the last stage has the model's output. There, for
 micro-batch, the module's own ``training_step`` runs with ``self(x)`` answered by the pipeline's
 output for that micro-batch (``stage_calls.replaying``); validation, test and predict steps run the same way
 on the whole batch's output of a forward-only pass (a schedule built without a loss). The input fed to the
-first stage is ``module.pipeline_input(batch)`` (the first element of a tuple batch by default).
+first stage is ``module.pipeline_input(batch)`` (the first element of a tuple batch by default);
+``module.pipeline_kwargs(batch)`` (none by default) are keyword inputs every stage's forward
+receives, cut into micro-batches as the input is (torch's own ``schedule.step(x, **kwargs)``).
 
 A stage fixes its activation shapes at its first step, so each distinct input shape gets its own
 stages and schedule (an evaluation batch size). Evaluation batches of any size run: padded with
@@ -117,6 +119,18 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
     parts = pipeline_parts(module)
     owner = type(module).__name__
     if len(parts) < num_stages:
+        nested = _nested_blocks(module, num_stages)
+        if nested is not None:
+            name, count = nested
+            top = name.split(".")[0]
+            raise ValueError(
+                f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages: its "
+                f"blocks are nested, {name} ({count} blocks) sits inside {top!r}, and a pipeline cuts only the model's "
+                f"top-level children and the members of its top-level containers. Expose the blocks: hold them (and "
+                f"the layers before and after them) as attributes of {owner} itself, e.g. self.layers = "
+                f"nn.ModuleDict(...) as torchtitan's models do, with a forward that skips what another stage holds "
+                f"(None); or use fewer stages (pp x stages_per_rank)"
+            )
         raise ValueError(
             f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages; "
             "use fewer stages (pp x stages_per_rank), or a model with more blocks"
@@ -141,6 +155,15 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
         cuts = _balanced_cuts([_parameter_count(module.get_submodule(p)) for p in parts], num_stages)
     bounds = [0, *cuts, len(parts)]
     return [parts[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _nested_blocks(module: nn.Module, num_stages: int) -> tuple[str, int] | None:
+    """The first container below the top level with at least ``num_stages`` members (blocks
+    held one level down, ``self.model.layers``): its dotted name and size."""
+    for name, child in module.named_modules():
+        if "." in name and isinstance(child, _CONTAINERS) and len(child._modules) >= num_stages:
+            return name, len(child._modules)
+    return None
 
 
 def _first_member(module: nn.Module, name: str) -> str:
@@ -224,6 +247,32 @@ class PartOrderCheck:
             "A stage's parts must run in the order the model registers them, each on the stage's input: register "
             "the layers in the order forward uses them, or name split_points that follow it"
         )
+
+
+# The keyword arguments of torch's ``schedule.step`` itself: a model input of these names would
+# never reach the stages.
+_SCHEDULE_STEP_NAMES = {"target", "losses", "return_outputs", "loss_kwargs"}
+
+
+def check_stage_kwargs(kwargs: Any, size: int) -> dict[str, Any]:
+    """``pipeline_kwargs(batch)``: a dict of per-sample tensors (``size`` rows each), which torch
+    can cut into micro-batches the way it cuts the input."""
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"pipeline_kwargs(batch) returned {type(kwargs).__name__}; return a dict of the forward's "
+                        "keyword inputs, e.g. {'positions': positions}")
+    for name, value in kwargs.items():
+        if name in _SCHEDULE_STEP_NAMES:
+            raise ValueError(f"pipeline_kwargs(batch) names {name!r}, which torch's schedule.step takes for itself "
+                             "and would not pass to the stages; rename that forward argument")
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != size:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(
+                f"pipeline_kwargs(batch)[{name!r}] is {shape}, not a tensor with one row per sample ({size}): the "
+                "pipeline cuts every keyword input into micro-batches along its first dimension, as it cuts the "
+                "input. Give it a leading batch dimension (expand a mask shared by all samples), or build a value "
+                "that does not depend on the batch inside forward (or as a buffer)"
+            )
+    return kwargs
 
 
 def rows(batch: Any, index: torch.Tensor) -> Any:
@@ -320,40 +369,44 @@ class Pipeline:
         return scheduled
 
     def step(self, inputs: Any, size: int, *, training: bool,
-             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None) -> Any:
-        """Run one batch (``inputs`` for the first stage; ``size`` rows). Training calls
-        ``loss(output, rows)`` on the last stage per micro-batch and backpropagates it; returns
-        the last stage's merged output when evaluating (None elsewhere)."""
+             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None,
+             kwargs: dict[str, Any] | None = None) -> Any:
+        """Run one batch (``inputs`` for the first stage, ``kwargs`` for every stage's forward;
+        ``size`` rows). Training calls ``loss(output, rows)`` on the last stage per micro-batch and
+        backpropagates it; returns the last stage's merged output when evaluating (None elsewhere)."""
         if not training:
             refuse_evaluation_under_v(self.choice)  # a user's loop reaches here without a loader check
+        kwargs = check_stage_kwargs(kwargs or {}, size)
         count = self.microbatches
         if training:
             self.check_training_batch(size)
         else:
             # Forward only, any size: padded (with copies of its last row) to equal micro-batches
             # the schedule accepts; the padding's outputs are cut off again below.
-            inputs = _padded(inputs, -size % count)
-        scheduled = self._schedule(inputs, count, training)
+            inputs, kwargs = _padded(inputs, -size % count), _padded(kwargs, -size % count)
+        scheduled = self._schedule((inputs, kwargs), count, training)
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
         check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
         with inside_schedule(self.stages.values()):
-            output = self._run(scheduled, args, size, count, training, loss)
+            output = self._run(scheduled, args, kwargs, size, count, training, loss)
         if check is not None:
             self._checked = True
             for stage_check in check:
                 stage_check.verify()
         return output
 
-    def _run(self, scheduled: _Scheduled, args: tuple[Any, ...], size: int, count: int, training: bool,
-             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None) -> Any:
+    def _run(self, scheduled: _Scheduled, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, count: int,
+             training: bool, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None) -> Any:
+        # torch cuts ``kwargs`` into micro-batches as it cuts the input (and the target: the row
+        # indices the loss reads its micro-batch by) and gives each stage's forward its chunk.
         if not training:
-            output = scheduled.schedule.step(*args)
+            output = scheduled.schedule.step(*args, **kwargs)
             output = apply_to_tensors(output, lambda t: t[:size]) if output is not None else None
         else:
-            kwargs = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
+            targets = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
             with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
-                output = scheduled.schedule.step(*args, return_outputs=False, **kwargs)
+                output = scheduled.schedule.step(*args, return_outputs=False, **targets, **kwargs)
         return output
 
 

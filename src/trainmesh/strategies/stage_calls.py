@@ -22,8 +22,9 @@ CALL_INSTEAD = "_call_instead"
 class ReplayedForward:
     """Stands in for ``self(...)`` inside a step hook: returns what the pipeline computed."""
 
-    def __init__(self, output: Any, expected_input: Any, hook: str) -> None:
+    def __init__(self, output: Any, expected_input: Any, hook: str, expected_kwargs: dict[str, Any] | None = None) -> None:
         self.output, self.expected_input, self.hook, self.calls = output, expected_input, hook, 0
+        self.expected_kwargs = expected_kwargs or {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
@@ -32,15 +33,18 @@ class ReplayedForward:
                 f"{self.hook} called self(...) twice; under pipeline parallelism the model's forward runs once per "
                 "batch, across the stages. Call it once, on pipeline_input(batch)"
             )
-        if kwargs:
-            given: Any = (args, kwargs)
-        else:
-            given = args[0] if len(args) == 1 else args  # self(x), or self(x, mask) for a tuple input
+        given = args[0] if len(args) == 1 else args  # self(x), or self(x, mask) for a tuple input
         if not _same(given, self.expected_input):
             raise ValueError(
                 f"{self.hook} called self(...) on something other than pipeline_input(batch), which is what the first "
                 "pipeline stage received. Do the transformation inside forward, or override pipeline_input(batch) "
                 "to return the model's input"
+            )
+        if not _same(kwargs, self.expected_kwargs):
+            raise ValueError(
+                f"{self.hook} called self(...) with keyword inputs {sorted(kwargs)} other than pipeline_kwargs(batch) "
+                f"({sorted(self.expected_kwargs)}), which are what every pipeline stage received. Return the model's "
+                "keyword inputs from pipeline_kwargs(batch) and pass exactly those"
             )
         return self.output
 
@@ -58,9 +62,10 @@ def _same(given: Any, expected: Any) -> bool:
 
 
 @contextlib.contextmanager
-def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str) -> Iterator[ReplayedForward]:
+def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str,
+              expected_kwargs: dict[str, Any] | None = None) -> Iterator[ReplayedForward]:
     """While inside, ``module(...)`` returns ``output`` (see ``Module.__call__``)."""
-    replay = ReplayedForward(output, expected_input, hook)
+    replay = ReplayedForward(output, expected_input, hook, expected_kwargs)
     previous = module.__dict__.get(CALL_INSTEAD)  # a stage's refusal of direct calls, restored after
     module.__dict__[CALL_INSTEAD] = replay
     try:

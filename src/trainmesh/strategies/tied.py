@@ -108,7 +108,8 @@ class StageCopies:
 
     @classmethod
     def build(cls, module: nn.Module, ties: list[tuple[str, ...]], *, stage_parts: Mapping[int, list[str]],
-              sharded_by_data_parallel: bool, pp_rank: int, mesh: Any, device: torch.device) -> StageCopies:
+              sharded_by_data_parallel: bool, pp_rank: int, mesh: Any, device: torch.device,
+              equalize: bool = True) -> StageCopies:
         from trainmesh.strategies import collectives
 
         mine = []
@@ -131,8 +132,15 @@ class StageCopies:
                                      how="the pipeline stages' tensor parallelism")
             shape, dtype = next(iter(held.values()))[2]
             copies.append(_Copies(tuple(mine[index][0]), tuple(sorted(held)), shape, dtype))
+        if copies and not equalize and sharded_by_data_parallel and len(everyone) > 2:
+            # Made equal after sharding, a stage without the weight could not know its shard's shape.
+            raise ValueError(
+                f"tied weights {', '.join(ties[0])} on a model built on the meta device, with more than 2 "
+                "pipeline stages and data parallelism sharding them, are not supported: build the model "
+                "eagerly (outside configure_model), use 2 pipeline stages, or untie the weights")
         built = cls(copies, pp_rank, mesh.group("pp"))
-        built.make_equal(module, device)
+        if equalize:
+            built.make_equal(module, device)
         return built
 
     def _tensor(self, module: nn.Module, copy: _Copies, *, grad: bool) -> torch.Tensor | None:

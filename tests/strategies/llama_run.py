@@ -1,0 +1,78 @@
+"""Legs of test_llama_parallel.py: the Llama helper trained a few steps under a named layout.
+
+python llama_run.py --batch SPEC.json   (legs of one world size, one launch: tests/helpers/batches.py)
+  a leg's argv: OUT LAYOUT [KEY=VALUE ...]
+  LAYOUT: single | ddp | fsdp | tp | pp (pp=2, 1F1B, 4 micro-batches of 2 rows)
+  build=meta: the layers are built in configure_model (the meta device under fsdp, tp and pp;
+              the real device under single and ddp); build=eager (default): in __init__.
+  positions=1: (tokens, targets, positions) batches, positions given to every block's rotary
+              embedding (pipeline_kwargs under pp); validation on the same kind of batches.
+  start=PATH: load the "initial" weights a leg saved into the model before training.
+Rank 0 writes OUT: the whole model's weights at fit start and at the end, callback_metrics.
+The global batch is 8 samples in every layout.
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from helpers.llama import Llama, LlamaConfig, position_loader, token_loader  # noqa: E402
+from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
+
+GLOBAL_BATCH = 8
+LAYOUTS = {
+    "single": (1, lambda: "single"),
+    "ddp": (2, lambda: "ddp"),
+    "fsdp": (2, lambda: "fsdp"),
+    "tp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1)),
+    "pp": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)),
+}
+
+
+class RecordedLlama(Llama):
+    def on_fit_start(self):
+        # Copies: a state dict shares storage with the parameters, which train on.
+        state = self.trainer.runtime.state_to_checkpoint({"model": self})["model"]
+        self.initial = {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+
+    def validation_step(self, batch, batch_idx):
+        tokens, targets = batch[:2]
+        logits = self(tokens, **self.pipeline_kwargs(batch))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        self.log("val_loss", loss)
+
+
+def run_leg(argv: list[str]) -> None:
+    out, layout, *options = argv
+    opts = dict(option.split("=", 1) for option in options)
+    devices, strategy = LAYOUTS[layout]
+    config = LlamaConfig()
+    torch.manual_seed(0)
+    model = RecordedLlama(config, lr=1e-3, build_in_configure_model=opts.get("build") == "meta")
+    if "start" in opts:
+        model.load_state_dict(torch.load(opts["start"])["initial"])
+    dp = 2 if layout in ("ddp", "fsdp") else 1
+    loaders = position_loader if opts.get("positions") == "1" else token_loader
+    # No padding: a mean over each rank's (or micro-batch's) tokens is then the batch's mean.
+    train = loaders(config, batch_size=GLOBAL_BATCH // dp, samples=32, uneven_padding=False)
+    val = (loaders(config, batch_size=GLOBAL_BATCH // dp, samples=12, seed=5, uneven_padding=False)
+           if opts.get("positions") == "1" else None)
+    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(), max_steps=int(opts.get("steps", 4)),
+                         enable_progress_bar=False, enable_model_summary=False, logger=False,
+                         enable_checkpointing=False, num_sanity_val_steps=0,
+                         default_root_dir=os.path.dirname(os.path.abspath(out)))
+    trainer.fit(model, train, val)
+    final = trainer.runtime.state_to_checkpoint({"model": model})["model"]
+    if trainer.is_global_zero:
+        torch.save({"initial": model.initial, "final": {k: v.detach().cpu() for k, v in final.items()},
+                    "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}, out)
+
+
+if __name__ == "__main__":
+    from helpers.batches import run_batch
+
+    run_batch(sys.argv[2], run_leg, limit=150)
