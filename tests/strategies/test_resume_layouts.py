@@ -140,3 +140,37 @@ def test_the_readme_table_is_what_the_tests_check():
     table = {row[0]: dict(zip(header, row[1:])) for row in body}
     # Every cell "resumes", each backed by test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run.
     assert table == {saved: {resumed: "resumes" for resumed in LAYOUTS} for saved in LAYOUTS}
+
+
+def test_a_dp_checkpoint_names_the_parameters_as_the_module_does(tmp_path):
+    # dp's splitter holds the module as "module": the names must be the module's own, or a
+    # pipeline stage would find none of its parameters in the file.
+    import trainmesh as tm
+    from helpers.llama import Llama, LlamaConfig, token_loader
+
+    model = Llama(LlamaConfig())
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="dp", max_steps=1, enable_progress_bar=False,
+                         enable_model_summary=False, logger=False, enable_checkpointing=False,
+                         default_root_dir=tmp_path)
+    trainer.fit(model, token_loader(LlamaConfig(), samples=8))
+    trainer.save_checkpoint(tmp_path / "dp.ckpt")
+    (optimizer,) = torch.load(tmp_path / "dp.ckpt", weights_only=False)["optimizer_states"]
+    assert optimizer["param_groups"][0]["param_names"] == [name for name, _ in model.named_parameters()]
+
+
+def test_optimizer_state_under_other_names_is_an_error_not_a_fresh_optimizer():
+    # Named state is cut down to a stage's own parameters by name: names that match none of them
+    # (another model, a prefix) must not leave this run's parameters without their state.
+    from torch import nn
+
+    from trainmesh.strategies.model_parallel import _only_params_of
+
+    module = nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(module.parameters())
+    saved = {"state": {"module.weight": {"step": torch.tensor(2.0)}, "module.bias": {"step": torch.tensor(2.0)}},
+             "param_groups": [{"lr": 1e-3, "params": ["module.weight", "module.bias"]}]}
+    with pytest.raises(ValueError, match=r"does not name this run's parameters \['bias', 'weight'\]"):
+        _only_params_of(saved, optimizer, module)
+    renamed = {"state": {k.split(".")[1]: v for k, v in saved["state"].items()},
+               "param_groups": [{"lr": 1e-3, "params": ["weight", "bias"]}]}
+    assert _only_params_of(renamed, optimizer, module)["state"].keys() == {"weight", "bias"}

@@ -25,11 +25,12 @@ def plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.
                      unwrapped: bool = True) -> dict[str, Any]:
     """The module's and optimizers' own state dicts; ``unwrapped``: the user's module inside
     the strategy's wrappers (one process places the module itself and keeps it as it is)."""
-    inner = (unwrap(module) if unwrapped else module) if module is not None else None
-    state: dict[str, Any] = {"optim": [with_param_names(optimizer.state_dict(), optimizer, inner)
+    # Parameters are named as in the user's module (dp's splitter would prefix them "module.").
+    named = unwrap(module) if module is not None else None
+    state: dict[str, Any] = {"optim": [with_param_names(optimizer.state_dict(), optimizer, named)
                                        for optimizer in optimizers]}
-    if inner is not None:
-        state["model"] = inner.state_dict()
+    if module is not None:
+        state["model"] = (unwrap(module) if unwrapped else module).state_dict()
     return state
 
 

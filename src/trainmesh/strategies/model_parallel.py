@@ -463,5 +463,10 @@ def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, mod
     held = {names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names}
     if not saved.get("state") or not any(isinstance(k, str) for k in saved["state"]):
         return saved
+    unnamed = held - {name for group in saved.get("param_groups", []) for name in group["params"]}
+    if unnamed:
+        raise ValueError(f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
+                         "it was saved from another model, or under other names; resume with the same model, or "
+                         "load only its weights and train on")
     groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
     return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}
