@@ -25,10 +25,29 @@ def plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.
                      unwrapped: bool = True) -> dict[str, Any]:
     """The module's and optimizers' own state dicts; ``unwrapped``: the user's module inside
     the strategy's wrappers (one process places the module itself and keeps it as it is)."""
-    state: dict[str, Any] = {"optim": [optimizer.state_dict() for optimizer in optimizers]}
+    # Parameters are named as in the user's module (dp's splitter would prefix them "module.").
+    named = unwrap(module) if module is not None else None
+    state: dict[str, Any] = {"optim": [with_param_names(optimizer.state_dict(), optimizer, named)
+                                       for optimizer in optimizers]}
     if module is not None:
         state["model"] = (unwrap(module) if unwrapped else module).state_dict()
     return state
+
+
+def with_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module | None) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with each group's parameter names (torch's optional
+    ``param_names``), so that a run holding only some of the parameters (a pipeline stage) can
+    tell which numbered state is whose; numbers alone name positions in this optimizer only."""
+    if module is None or not state.get("param_groups"):
+        return state
+    names = {id(p): name for name, p in module.named_parameters()}
+    groups = []
+    for saved, live in zip(state["param_groups"], optimizer.param_groups):
+        group_names = [names.get(id(p)) for p in live["params"]]
+        if "param_names" in saved or None in group_names or len(group_names) != len(saved["params"]):
+            return state  # named by the user already, or over parameters outside the module
+        groups.append({**saved, "param_names": group_names})
+    return {**state, "param_groups": groups}
 
 
 def load_plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
@@ -39,7 +58,44 @@ def load_plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.o
     for optimizer, optimizer_state in zip(optimizers, state.get("optim", [])):
         if inner is not None and any(isinstance(key, str) for key in optimizer_state.get("state", {})):
             optimizer_state = numbered_by_position(optimizer_state, optimizer, inner)
-        optimizer.load_state_dict(optimizer_state)
+        optimizer.load_state_dict(without_param_names(optimizer_state, optimizer))
+
+
+def without_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The saved groups without the names ``with_param_names`` recorded, unless this optimizer
+    names its parameters itself (torch would copy them into groups built without names)."""
+    if any("param_names" in group for group in optimizer.param_groups):
+        return state
+    return {**state, "param_groups": [{k: v for k, v in group.items() if k != "param_names"}
+                                      for group in state.get("param_groups", [])]}
+
+
+def has_param_names(state: dict[str, Any]) -> bool:
+    groups = state.get("param_groups", [])
+    return bool(groups) and all("param_names" in group for group in groups)
+
+
+def is_numbered(state: dict[str, Any]) -> bool:
+    """Torch's own form: state keyed by the parameter's position in its optimizer."""
+    return any(isinstance(key, int) for key in state.get("state", {}))
+
+
+def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
+    """``optimizer.state_dict()``'s numbered parameters renamed to the module's parameter names,
+    the form ``set_optimizer_state_dict`` reads. By the names the checkpoint recorded
+    (``with_param_names``) where it has them; else by position, which is right only where this
+    optimizer lists the same parameters in the same order as the one that saved (the same model
+    and ``configure_optimizers``, every parameter on this process)."""
+    if has_param_names(state):
+        ordered = [name for group in state["param_groups"] for name in group["param_names"]]
+        numbers = [number for group in state["param_groups"] for number in group["params"]]
+        by_number = dict(zip(numbers, ordered))
+    else:
+        names = {id(param): name for name, param in module.named_parameters()}
+        by_number = dict(enumerate(names[id(p)] for group in optimizer.param_groups for p in group["params"]))
+    groups = [{**{k: v for k, v in group.items() if k != "param_names"},
+               "params": [by_number[i] for i in group["params"]]} for group in state["param_groups"]]
+    return {"state": {by_number[i]: value for i, value in state["state"].items()}, "param_groups": groups}
 
 
 def numbered_by_position(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:

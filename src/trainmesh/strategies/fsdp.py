@@ -214,8 +214,8 @@ class FSDPStrategy(DistributedStrategy):
             set_model_state_dict(inner, state["model"], options=StateDictOptions(full_state_dict=full, strict=strict))
         for optimizer, saved in zip(optimizers, state.get("optim", [])):
             full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
-            if any(isinstance(key, int) for key in saved.get("state", {})):
-                saved = keyed_by_name(saved, optimizer, inner)  # torch's own format, from a 1-D run
+            if checkpoints.is_numbered(saved):
+                saved = checkpoints.keyed_by_name(saved, optimizer, inner)  # torch's own format, from a 1-D run
             set_optimizer_state_dict(inner, optimizer, saved, options=StateDictOptions(full_state_dict=full))
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
@@ -229,18 +229,6 @@ class FSDPStrategy(DistributedStrategy):
                         keys: CheckpointKeys) -> dict[str, Any]:
         # A file holds full tensors: loaded on the CPU, then sharded by load_state_dict.
         return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
-
-
-def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
-    """``optimizer.state_dict()``'s numbered parameters renamed to the module's parameter names,
-    the form ``set_optimizer_state_dict`` reads. Numbers follow the param groups' order, which
-    is the same for the same model and ``configure_optimizers``."""
-    names = {id(param): name for name, param in module.named_parameters()}
-    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-    groups = []
-    for group in state["param_groups"]:
-        groups.append({**group, "params": [ordered[i] for i in group["params"]]})
-    return {"state": {ordered[i]: value for i, value in state["state"].items()}, "param_groups": groups}
 
 
 def _is_dtensor(value: Any) -> bool:

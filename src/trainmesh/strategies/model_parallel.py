@@ -60,6 +60,14 @@ _DDP_DOES_NOT_COMPOSE = (
     "FSDP2 instead (replicate for dp_replicate, fully_shard for dp_shard), which gives the same result"
 )
 
+_NUMBERED_WITHOUT_NAMES = (
+    "numbered by position, without the parameters' names (torch's optimizer.state_dict(): a one-file "
+    "checkpoint written by another program, or by trainmesh before it recorded the names), so a pipeline "
+    "stage, holding some of the parameters, cannot tell which numbers are its own. Resume it once without a "
+    "pipeline (one process, ddp, fsdp or tp) and save again, which records the names; or load only the "
+    "weights (Trainer.validate/test/predict with ckpt_path=, or Module.load_from_checkpoint) and train on"
+)
+
 
 class ModelParallelStrategy(DistributedStrategy):
     """``Trainer(devices=4, strategy=ModelParallelStrategy(pp=2, dp_shard=-1, schedule="1F1B", microbatches=4))``.
@@ -391,6 +399,12 @@ class ModelParallelStrategy(DistributedStrategy):
             model_state = {k: v for k, v in state["model"].items() if k in own}
             set_model_state_dict(module, model_state, options=StateDictOptions(full_state_dict=full, strict=strict))
         for optimizer, saved in zip(optimizers, state.get("optim", [])):
+            if checkpoints.is_numbered(saved):
+                # torch's own numbered form (a one-file checkpoint of one process or ddp): by the
+                # names it records; by position only where this process holds every parameter.
+                if self._mesh.group_size("pp") > 1 and not checkpoints.has_param_names(saved):
+                    raise ValueError(f"the optimizer state {_NUMBERED_WITHOUT_NAMES}")
+                saved = checkpoints.keyed_by_name(saved, optimizer, module)
             full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
             set_optimizer_state_dict(module, optimizer, _only_params_of(saved, optimizer, module),
                                      options=StateDictOptions(full_state_dict=full))
@@ -431,13 +445,10 @@ class ModelParallelStrategy(DistributedStrategy):
         check_state_dict_fits(self._whole_model_shapes(module), checkpoint[keys.model], source=path)
         checkpoint[keys.model] = {k: v for k, v in checkpoint[keys.model].items() if k in own}
         saved_optimizers = checkpoint.get(keys.optimizers) or []
-        if with_optimizers and any(isinstance(k, int) for state in saved_optimizers for k in state.get("state", {})):
-            raise ValueError(
-                f"{path} holds optimizer state numbered by the whole model's parameters (a one-file checkpoint), which "
-                "a pipeline stage holding some of them cannot place. Resume a pipelined run from a distributed "
-                "checkpoint (written by fsdp or a model-parallel run), or load only the weights (Trainer.validate/"
-                "test/predict with ckpt_path=, or Module.load_from_checkpoint) and train on from there"
-            )
+        unnamed = [state for state in saved_optimizers if checkpoints.is_numbered(state)
+                   and not checkpoints.has_param_names(state)]
+        if with_optimizers and unnamed:
+            raise ValueError(f"{path} holds optimizer state {_NUMBERED_WITHOUT_NAMES}")
         return checkpoint
 
 
@@ -495,5 +506,10 @@ def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, mod
     held = {names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names}
     if not saved.get("state") or not any(isinstance(k, str) for k in saved["state"]):
         return saved
+    unnamed = held - {name for group in saved.get("param_groups", []) for name in group["params"]}
+    if unnamed:
+        raise ValueError(f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
+                         "it was saved from another model, or under other names; resume with the same model, or "
+                         "load only its weights and train on")
     groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
     return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}

@@ -1,0 +1,92 @@
+"""The processes of test_resume_layouts.py: the tiny Llama trained under one layout, saved, and
+resumed under another.
+
+python resume_layouts_run.py MODE OUT LAYOUT [CKPT]
+python resume_layouts_run.py --batch SPEC.json   (legs of one world size in one launch; helpers/batches.py)
+  MODE: full    train STEPS steps from scratch
+        pause   train PAUSE steps, then Trainer.save_checkpoint(CKPT) (a file from one process or ddp,
+                a distributed checkpoint directory from fsdp and the model-parallel layouts)
+        resume  fit(ckpt_path=CKPT) up to STEPS steps: the rest of the uninterrupted run
+        unnamed CKPT's optimizer state as torch's optimizer.state_dict() alone writes it (numbered,
+                without the parameters' names) into CKPT.unnamed (a one-process leg)
+        refused resume CKPT, which must be refused before any step: OUT gets the error's message
+  LAYOUT: single | ddp | fsdp | tp | pp | fsdp_tp (world 4) | pp_tp (world 4)
+Rank 0 writes OUT: the whole model's weights (gathered), every parameter's AdamW step count, the
+step count. The global batch is 8 samples in every layout, and no row is padded, so that every
+layout computes the same loss (up to the order of float32 sums).
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
+from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
+
+PAUSE, STEPS, GLOBAL_BATCH = 2, 4, 8
+CONFIG = LlamaConfig()
+# name -> (processes, data-parallel size, strategy)
+LAYOUTS = {
+    "single": (1, 1, lambda: "single"),
+    "ddp": (2, 2, lambda: "ddp"),
+    "fsdp": (2, 2, lambda: "fsdp"),
+    "tp": (2, 1, lambda: "tp"),
+    "pp": (2, 1, lambda: "pp"),
+    "fsdp_tp": (4, 2, lambda: "fsdp_tp"),
+    "pp_tp": (4, 1, lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1)),
+}
+
+
+def strip_param_names(path: str) -> None:
+    checkpoint = torch.load(path, weights_only=False)
+    for state in checkpoint["optimizer_states"]:
+        for group in state["param_groups"]:
+            group.pop("param_names", None)
+    torch.save(checkpoint, path + ".unnamed")
+
+
+def main(argv: list[str]) -> None:
+    mode, out, layout = argv[:3]
+    if mode == "unnamed":
+        strip_param_names(argv[3])
+        torch.save({}, out)
+        return
+    devices, dp, strategy = LAYOUTS[layout]
+    torch.manual_seed(0)
+    model = Llama(CONFIG)
+    loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=4 * GLOBAL_BATCH, uneven_padding=False)
+    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(),
+                         max_steps=PAUSE if mode == "pause" else STEPS, enable_progress_bar=False,
+                         enable_model_summary=False, logger=False, enable_checkpointing=False,
+                         default_root_dir=os.path.dirname(out))
+    ckpt_path = argv[3] if mode in ("resume", "refused") else None
+    if mode == "refused":
+        try:
+            trainer.fit(model, loader, ckpt_path=ckpt_path)
+        except ValueError as exc:
+            if trainer.is_global_zero:
+                torch.save({"error": str(exc), "steps": trainer.global_step}, out)
+            return
+        raise AssertionError(f"{layout} resumed {ckpt_path}, which it should have refused")
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    if mode == "pause":
+        trainer.save_checkpoint(argv[3])
+    full = trainer.runtime.state_dicts(trainer.model, trainer.optimizers, sharded=False)
+    if trainer.is_global_zero:
+        (optimizer,) = full["optim"]
+        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full["model"].items()},
+                    "adam_steps": sorted({float(entry["step"]) for entry in optimizer["state"].values()}),
+                    "steps": trainer.global_step}, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--batch":
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], main, limit=120)
+    else:
+        main(sys.argv[1:])

@@ -1,0 +1,176 @@
+"""Resuming a checkpoint under another layout: every direction between one process, ddp, fsdp,
+tp, pp, fsdp x tp and pp x tp (world 4) either continues like the uninterrupted run, weights and
+AdamW state, or is refused before training with the reason (README: "Resuming under another
+layout"). resume_layouts_run.py trains the tiny Llama (helpers/llama.py) 2 steps, saves, and
+resumes for 2 more; the reference is the uninterrupted 4-step run at the resuming layout.
+
+Tolerance: bit-equal where the two layouts do the same arithmetic (the same layout; ddp and
+fsdp), else every weight within ATOL. The uninterrupted runs of two layouts differ by up to
+2.1e-5 (float32 sums in another order, which AdamW's first steps turn into weight differences of
+that size), so 1e-6 cannot hold between layouts; a resume that lost the optimizer state is off
+by 3.5e-2, one that restarted the data by 2e-2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from helpers.batches import Batches  # noqa: E402
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "resume_layouts_run.py"
+README = HERE.parents[1] / "README.md"
+ATOL = 1e-4
+WORLD = {"single": 1, "ddp": 2, "fsdp": 2, "tp": 2, "pp": 2, "fsdp_tp": 4, "pp_tp": 4}
+LAYOUTS = list(WORLD)
+SAME_ARITHMETIC = {frozenset({"ddp", "fsdp"})}
+WRITES_A_FILE = {"single", "ddp"}  # the others write a distributed checkpoint (a directory)
+# A one-file checkpoint whose optimizer state is numbered without the parameters' names (torch's
+# optimizer.state_dict() as it is: another program's, or trainmesh's before it recorded them).
+UNNAMED = "single.ckpt.unnamed"
+REFUSED = ["pp", "pp_tp"]
+BY_POSITION = ["tp", "fsdp_tp"]
+
+
+def _plan(root: Path) -> list:
+    def leg(mode: str, layout: str, name: str, ckpt: str | None = None) -> tuple:
+        argv = [mode, str(root / f"{name}.pt"), layout, *([str(root / ckpt)] if ckpt else [])]
+        return name, WORLD[layout], argv, {}
+
+    def first(layouts: list[str]) -> list:
+        return [entry for layout in layouts for entry in (leg("full", layout, f"full-{layout}"),
+                                                         leg("pause", layout, f"pause-{layout}", f"{layout}.ckpt"))]
+
+    def resumes(saved: list[str], at: list[str]) -> list:
+        return [leg("resume", r, f"{s}-to-{r}", f"{s}.ckpt") for r in at for s in saved]
+
+    def unnamed(layout: str) -> tuple:
+        return leg("refused" if layout in REFUSED else "resume", layout, f"unnamed-to-{layout}", UNNAMED)
+
+    two, four = ["ddp", "fsdp", "tp", "pp"], ["fsdp_tp", "pp_tp"]
+    # Five launches: a checkpoint is resumed only after the launch that saved it. The refusals
+    # come last in theirs.
+    return [
+        *first(["single"]), leg("unnamed", "single", "unnamed", "single.ckpt"), None,
+        *first(two), *resumes(["single", *two], two), unnamed("tp"), None,
+        *first(four), *resumes(LAYOUTS, four), unnamed("fsdp_tp"), unnamed("pp_tp"), None,
+        *resumes(four, two), unnamed("pp"), None,
+        *resumes(LAYOUTS, ["single"]),
+    ]
+
+
+class Runs:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.batches = Batches(SCRIPT, root, _plan(root), leg_timeout=120)
+
+    def __call__(self, name: str) -> dict:
+        self.batches(name)
+        return torch.load(self.root / f"{name}.pt", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("resume_layouts"))
+
+
+@pytest.mark.parametrize(("saved", "resumed"), list(itertools.product(LAYOUTS, LAYOUTS)))
+def test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run(runs, saved, resumed):
+    run, reference = runs(f"{saved}-to-{resumed}"), runs(f"full-{resumed}")
+    assert run["steps"] == reference["steps"] == 4
+    # AdamW's step count carried over: a fresh optimizer would count 2 steps.
+    assert run["adam_steps"] == reference["adam_steps"] == [4.0]
+    ours, theirs = run["state_dict"], reference["state_dict"]
+    assert sorted(ours) == sorted(theirs)
+    exact = saved == resumed or frozenset({saved, resumed}) in SAME_ARITHMETIC
+    for name, tensor in theirs.items():
+        if exact:
+            assert torch.equal(ours[name], tensor), name
+        else:
+            torch.testing.assert_close(ours[name], tensor, rtol=0, atol=ATOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_process_and_ddp_write_a_file_the_sharded_layouts_a_directory(runs, layout):
+    runs(f"pause-{layout}")
+    path = runs.root / f"{layout}.ckpt"
+    assert path.is_dir() == (layout not in WRITES_A_FILE)
+
+
+def test_a_one_file_checkpoint_records_the_optimizer_parameters_names(runs):
+    runs("unnamed")  # the run that reads single.ckpt
+    checkpoint = torch.load(runs.root / "single.ckpt", weights_only=False)
+    (optimizer,) = checkpoint["optimizer_states"]
+    (group,) = optimizer["param_groups"]
+    assert group["param_names"] == [name for name in checkpoint["state_dict"] if name != "freqs_cis"]
+    assert group["params"] == list(range(len(group["param_names"])))
+
+
+@pytest.mark.parametrize("layout", BY_POSITION)
+def test_optimizer_state_numbered_without_names_resumes_by_position_where_every_parameter_is_held(runs, layout):
+    # Checkpoints written before the names were recorded: tp and fsdp x tp number them as one process.
+    run, reference = runs(f"unnamed-to-{layout}"), runs(f"full-{layout}")
+    assert run["adam_steps"] == [4.0]
+    for name, tensor in reference["state_dict"].items():
+        torch.testing.assert_close(run["state_dict"][name], tensor, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("layout", REFUSED)
+def test_a_pipeline_refuses_optimizer_state_numbered_without_names_before_training(runs, layout):
+    refused = runs(f"unnamed-to-{layout}")
+    assert refused["steps"] == 0
+    assert "numbered by position, without the parameters' names" in refused["error"]
+    assert "Resume it once without a pipeline" in refused["error"]
+
+
+def test_the_readme_table_is_what_the_tests_check():
+    text = README.read_text()
+    section = text[text.index("#### Resuming under another layout"):]
+    rows = [line for line in section.splitlines()[1:40] if line.startswith("| ")]
+    cells = [[cell.strip(" `") for cell in row.strip().strip("|").split("|")] for row in rows]
+    header, body = cells[0][1:], cells[1:]  # (the |---| line is not a "| " row)
+    table = {row[0]: dict(zip(header, row[1:])) for row in body}
+    # Every cell "resumes", each backed by test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run.
+    assert table == {saved: {resumed: "resumes" for resumed in LAYOUTS} for saved in LAYOUTS}
+
+
+def test_a_dp_checkpoint_names_the_parameters_as_the_module_does(tmp_path):
+    # dp's splitter holds the module as "module": the names must be the module's own, or a
+    # pipeline stage would find none of its parameters in the file.
+    import trainmesh as tm
+    from helpers.llama import Llama, LlamaConfig, token_loader
+
+    model = Llama(LlamaConfig())
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="dp", max_steps=1, enable_progress_bar=False,
+                         enable_model_summary=False, logger=False, enable_checkpointing=False,
+                         default_root_dir=tmp_path)
+    trainer.fit(model, token_loader(LlamaConfig(), samples=8))
+    trainer.save_checkpoint(tmp_path / "dp.ckpt")
+    (optimizer,) = torch.load(tmp_path / "dp.ckpt", weights_only=False)["optimizer_states"]
+    assert optimizer["param_groups"][0]["param_names"] == [name for name, _ in model.named_parameters()]
+
+
+def test_optimizer_state_under_other_names_is_an_error_not_a_fresh_optimizer():
+    # Named state is cut down to a stage's own parameters by name: names that match none of them
+    # (another model, a prefix) must not leave this run's parameters without their state.
+    from torch import nn
+
+    from trainmesh.strategies.model_parallel import _only_params_of
+
+    module = nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(module.parameters())
+    saved = {"state": {"module.weight": {"step": torch.tensor(2.0)}, "module.bias": {"step": torch.tensor(2.0)}},
+             "param_groups": [{"lr": 1e-3, "params": ["module.weight", "module.bias"]}]}
+    with pytest.raises(ValueError, match=r"does not name this run's parameters \['bias', 'weight'\]"):
+        _only_params_of(saved, optimizer, module)
+    renamed = {"state": {k.split(".")[1]: v for k, v in saved["state"].items()},
+               "param_groups": [{"lr": 1e-3, "params": ["weight", "bias"]}]}
+    assert _only_params_of(renamed, optimizer, module)["state"].keys() == {"weight", "bias"}
