@@ -86,9 +86,7 @@ class Losses(Callback):
 
 def build(cls=Llama) -> Llama:
     torch.manual_seed(0)
-    model = cls(CONFIG, lr=LR)
-    model.init_weights()  # small weights: N(0, 0.02)
-    return model
+    return cls(CONFIG, lr=LR)  # __init__ ends with init_weights(): small weights, N(0, 0.02)
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
