@@ -111,13 +111,14 @@ class FirstFiniteGradients(tm.Callback):
             trainer.should_stop = True
 
 
-def mean_loss_gradients(rows: slice) -> dict:
-    """One process, the mean loss over the valid tokens of these rows, at the initial weights."""
+def mean_loss_gradients(rows: slice) -> tuple[float, dict]:
+    """One process, the mean loss over the valid tokens of these rows at the initial weights, and its gradients."""
     torch.manual_seed(0)
     model = Llama(CONFIG)
-    tokens, targets = token_loader(CONFIG, batch_size=32).dataset[rows]
-    F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX).backward()
-    return {n: p.grad for n, p in model.named_parameters()}
+    tokens, targets = token_loader(CONFIG).dataset[rows]
+    loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+    loss.backward()
+    return loss.item(), {n: p.grad for n, p in model.named_parameters()}
 
 
 def test_16_mixed_unscales_the_token_normalised_gradients():
@@ -131,7 +132,7 @@ def test_16_mixed_unscales_the_token_normalised_gradients():
     trainer.fit(Llama(CONFIG, summed_loss=True), token_loader(CONFIG, batch_size=4))
     assert seen.grads is not None, "every step overflowed"
     first_row = 8 * (seen.step % 4)
-    reference = mean_loss_gradients(slice(first_row, first_row + 8))
+    _, reference = mean_loss_gradients(slice(first_row, first_row + 8))
     flat = torch.cat([g.flatten() for g in reference.values()])
     gap = torch.cat([(seen.grads[n] - g).flatten() for n, g in reference.items()])
     assert gap.norm() / flat.norm() < 1e-2
@@ -174,3 +175,17 @@ def test_a_count_that_is_not_one_number_of_tokens_is_refused(count):
     with pytest.raises(ValueError, match="num_tokens="):
         quiet_trainer(max_steps=1).fit(BadCount(CONFIG, summed_loss=True), token_loader(CONFIG, batch_size=8))
 
+
+
+def test_a_users_loop_divides_by_the_token_count_with_normalize_gradients():
+    runtime = tm.Runtime(accelerator="cpu", devices=1)
+    torch.manual_seed(0)
+    model, _ = runtime.setup(Llama(CONFIG, summed_loss=True), torch.optim.SGD([torch.zeros(1)], lr=0.1))
+    tokens, targets = token_loader(CONFIG).dataset[0:8]
+    results = [runtime.train_step(model, (tokens[rows], targets[rows]), 0) for rows in (slice(0, 3), slice(3, 8))]
+    mean = runtime.normalize_gradients(model, sum(r.num_tokens for r in results),
+                                       loss_sum=sum(r.loss for r in results))
+    reference_loss, reference = mean_loss_gradients(slice(0, 8))
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, reference[name], rtol=1e-5, atol=1e-7)
+    assert float(mean) == pytest.approx(reference_loss, abs=1e-6)

@@ -306,7 +306,7 @@ class Pipeline:
         built = [pipelining.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
                  for index, module in sorted(self.stages.items())]
         cls = getattr(schedules, self.choice.class_name)
-        scheduled = _Scheduled(count)
+        scheduled = _Scheduled()
         try:
             # Without a loss a schedule runs forward only: evaluation's.
             # scale_grads=False: torch would divide every gradient by the micro-batch count after
@@ -368,8 +368,8 @@ class _Scheduled:
     rather than lose a micro-batch.
     """
 
-    def __init__(self, count: int) -> None:
-        self.count, self.schedule = count, None  # type: ignore[var-annotated]
+    def __init__(self) -> None:
+        self.schedule = None  # type: ignore[var-annotated]
         self.inferred = False
         self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
         self._calls = 0

@@ -203,9 +203,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # output), the loss and backward; gradients stay local until the window's last batch.
         result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
         output = result.output
-        window.add(result)
-        if result.loss is not None and result.num_tokens is None:  # a summed loss: its mean, at the step
-            loop.last_loss = result.loss.detach()
+        _record_loss(loop, window, result)
         sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
@@ -237,6 +235,14 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # module ended the epoch early): step on what was accumulated rather than carry it over.
         _optimizer_step(trainer, optimizer_hooks, window)
     return cut_short
+
+
+def _record_loss(loop: LoopPosition, window: TokenLossWindow, result: Any) -> None:
+    """A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
+    step, which reports the global mean."""
+    window.add(result)
+    if result.loss is not None and result.num_tokens is None:
+        loop.last_loss = result.loss.detach()
 
 
 def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
