@@ -23,6 +23,7 @@ from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
+from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.checkpoint.keys import CheckpointKeys
@@ -300,6 +301,23 @@ class Runtime:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         self.precision.unscale_gradients(inner)
         return self.strategy.clip_gradients(module, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type)
+
+    def normalize_gradients(self, model: nn.Module, num_tokens: torch.Tensor, *,
+                            loss_sum: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Divide the gradients of a summed loss by the global count of valid tokens, once the
+        optimizer step's gradients are complete (after its last backward, before clipping).
+
+        ``num_tokens``: this process's count over the step (what ``train_step`` returned in
+        ``StepResult.num_tokens``, summed over accumulated batches). Every layout then trains
+        as one process on the whole batch with the mean loss. Returns the global mean of
+        ``loss_sum`` when given. The fit loop calls it for a ``training_step`` that returns
+        ``{"loss": summed, "num_tokens": n}``.
+
+        >>> result = runtime.train_step(model, batch, 0)        # doctest: +SKIP
+        >>> runtime.normalize_gradients(model, result.num_tokens)  # doctest: +SKIP
+        >>> optimizer.step()                                    # doctest: +SKIP
+        """
+        return divide_by_global_tokens(self.mesh, model.parameters(), num_tokens, loss_sum)
 
     # ---- collectives ------------------------------------------------------------------------
     def all_reduce(self, value: Any, op: str = "mean", *, over: str = "dp") -> Any:

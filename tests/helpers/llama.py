@@ -109,12 +109,17 @@ class Block(nn.Module):
 
 
 class Llama(tm.Module):
-    """Tokens in, logits out (activations in and out on middle pipeline stages); AdamW, mean loss."""
+    """Tokens in, logits out (activations in and out on middle pipeline stages); AdamW, mean loss.
 
-    def __init__(self, config: LlamaConfig = LlamaConfig(), lr: float = 1e-2, *, build_in_configure_model: bool = False):
+    ``summed_loss=True``: training_step returns torchtitan's form, ``{"loss": summed over the valid
+    tokens, "num_tokens": their count}``, for a loss normalised by the global token count."""
+
+    def __init__(self, config: LlamaConfig = LlamaConfig(), lr: float = 1e-2, summed_loss: bool = False, *,
+                 build_in_configure_model: bool = False):
         super().__init__()
         self.config = config
         self.lr = lr
+        self.summed_loss = summed_loss
         if not build_in_configure_model:
             self.build()
 
@@ -173,7 +178,11 @@ class Llama(tm.Module):
     def training_step(self, batch, batch_idx):
         tokens, targets = batch[:2]
         logits = self(tokens, **self.pipeline_kwargs(batch))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        reduction = "sum" if self.summed_loss else "mean"
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                               reduction=reduction)
+        if self.summed_loss:
+            return {"loss": loss, "num_tokens": (targets != IGNORE_INDEX).sum()}
         self.log("train_loss", loss)
         return loss
 

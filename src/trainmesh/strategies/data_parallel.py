@@ -223,9 +223,15 @@ def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...]
 
 
 def mean_loss(output: Any) -> Any:
-    """Without a ``training_step_end``, the loss is the mean of the per-chunk losses."""
+    """Without a ``training_step_end``, the loss is the mean of the per-chunk losses; a loss summed
+    over valid tokens (``"num_tokens"`` beside it) is the sum of the chunks' sums, its count
+    theirs, as one device's over the whole batch."""
     if isinstance(output, torch.Tensor):
         return output.mean()
     if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        counts = output.get("num_tokens")
+        if counts is not None:
+            total = torch.stack([torch.as_tensor(n) for n in counts]).sum() if isinstance(counts, list) else counts.sum()
+            return {**output, "loss": output["loss"].sum(), "num_tokens": total}
         return {**output, "loss": output["loss"].mean()}
     return output

@@ -1,14 +1,18 @@
 """Gradient clipping and accumulation without synchronisation, for the strategies that need
-more than the plain local versions."""
+more than the plain local versions; and the division of a summed loss's gradients by the
+global count of valid tokens."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ContextManager
 
 import torch
 from torch import nn
+
+from trainmesh.strategies import collectives
+from trainmesh.strategies.mesh import ParallelMesh
 
 
 def clip_gradients_locally(module: nn.Module, *, max_norm: float | None, clip_value: float | None,
@@ -89,3 +93,32 @@ def _by_layout(grads: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
         key = (id(mesh), tuple(getattr(grad, "placements", ())), grad.dtype, grad.device)
         by_layout.setdefault(key, []).append(grad)
     return by_layout
+
+
+def divide_by_global_tokens(mesh: ParallelMesh, parameters: Iterable[torch.Tensor], num_tokens: torch.Tensor,
+                            loss_sum: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Make the gradients of a summed loss those of its mean over the global batch's tokens.
+
+    ``num_tokens`` is this process's count of valid tokens over one optimizer step (every
+    micro-batch and accumulated batch of it), ``loss_sum`` its summed loss. Counts (and sums)
+    are added up over the data-parallel group. Every strategy *averages* gradients over that
+    group (DDP's all-reduce, ZeRO's DDP, FSDP2's reduce-scatter and ``replicate``; a
+    one-process strategy has a group of one), so the gradients hold ``sum / dp_size``:
+    multiplied by ``dp_size / global count`` they are the global mean's. Returns the global
+    mean loss (None without ``loss_sum``).
+    """
+    local = torch.stack([num_tokens, loss_sum.detach().to(num_tokens)]) if loss_sum is not None else num_tokens[None]
+    total = collectives.reduce(mesh, local, "sum", over="dp")
+    # No valid token anywhere: the summed loss is 0 and so is every gradient; nothing to divide.
+    count = total[0].clamp_min(1)
+    factor = (mesh.dp_size / count).float()  # bf16 gradients are scaled in float, as any bf16 op computes
+    with torch.no_grad():
+        for param in parameters:
+            grad = param.grad
+            if grad is None:
+                continue
+            # The local shard of a DTensor: every placement (sharded, replicated, partial sums)
+            # scales with it, and a plain tensor factor cannot meet a DTensor in one op.
+            local_grad = grad.to_local() if hasattr(grad, "to_local") else grad
+            local_grad.mul_(factor.to(local_grad.device))
+    return total[1] / count if loss_sum is not None else None

@@ -43,7 +43,7 @@ from trainmesh.strategies.pipeline import (
 )
 from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.step import StepHooks, StepResult, loss_to_backward, run_eval_step, run_train_step, whole_output
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
@@ -274,25 +274,36 @@ class ModelParallelStrategy(DistributedStrategy):
             raise ValueError(f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
                              "step's output exists per micro-batch on the last stage only; fold it into training_step")
         inputs, kwargs = module.pipeline_input(batch), module.pipeline_kwargs(batch)
+        microbatches = self._pipeline.microbatches
         losses: list[torch.Tensor] = []
+        counts: list[torch.Tensor | None] = []
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
             with replaying(module, output, module.pipeline_input(microbatch), "training_step",
                            module.pipeline_kwargs(microbatch)), hooks.chunk_scope(microbatch):
-                loss = hooks.loss_of(module.training_step(microbatch, batch_idx))
+                step_output = module.training_step(microbatch, batch_idx)
+                loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
-            return loss / hooks.loss_divisor if hooks.loss_divisor > 1 else loss
+            counts.append(count)
+            if count is not None:
+                return loss  # summed over tokens: the gradients are divided by the global count later
+            # A mean loss: the batch's mean over its micro-batches (torch's scale_grads is off, see Pipeline).
+            loss = loss_to_backward(loss, None, hooks.loss_divisor)
+            return loss / microbatches
 
         self._follow_mode(module)
         with self._step_context():
             self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
-        # Every stage gets the last stage's loss: the progress bar, the finiteness check and
-        # anything deciding from it run alike on every rank.
-        loss = (torch.stack(losses).mean() if losses else torch.zeros((), device=self._device)).float()
-        collectives.broadcast_tensors(self._mesh, [loss], src=self._pipeline.last_stage_rank, over="pp")
+        loss, count = _step_loss(losses, counts, owner=type(module).__name__, device=self._device)
+        # Every stage gets the last stage's loss (and token count, -1 for none): the progress bar,
+        # the finiteness check, the gradients' division by the count run alike on every rank.
+        no_count = torch.full((), -1.0, dtype=torch.float64, device=self._device)
+        totals = torch.stack([loss.to(no_count), no_count if count is None else count.to(no_count)])
+        collectives.broadcast_tensors(self._mesh, [totals], src=self._pipeline.last_stage_rank, over="pp")
+        loss, count = totals[0].float(), (totals[1] if bool(totals[1] >= 0) else None)
         hooks.check_loss(loss)
-        return StepResult(loss, {"loss": loss})
+        return StepResult(loss, {"loss": loss}, count)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
                   hooks: StepHooks) -> Any:
@@ -473,6 +484,21 @@ def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool)
         for m in sharded:
             m.reshard()
             m.set_reshard_after_forward(reshard_after_forward, recurse=False)
+
+
+def _step_loss(losses: list[torch.Tensor], counts: list[torch.Tensor | None], *, owner: str,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The step's loss on the last stage (mean of the micro-batches' means, or sum of their sums)
+    and its token count (None for a mean loss); zeros on the other stages, which receive them."""
+    if not losses:
+        return torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.float64)
+    given = [c for c in counts if c is not None]
+    if not given:
+        return torch.stack(losses).mean().float(), None
+    if len(given) != len(counts):
+        raise ValueError(f"{owner}.training_step returned num_tokens for some pipeline micro-batches and not for "
+                         "others; return {'loss': summed_loss, 'num_tokens': n} from every one, or a mean loss")
+    return torch.stack(losses).float().sum(), torch.stack(given).sum()
 
 
 def _defines_configure_ddp(module: nn.Module) -> bool:

@@ -355,12 +355,13 @@ class Pipeline:
         built = [pipelining.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
                  for index, module in sorted(self.stages.items())]
         cls = getattr(schedules, self.choice.class_name)
-        scheduled = _Scheduled(count)
+        scheduled = _Scheduled()
         try:
             # Without a loss a schedule runs forward only: evaluation's.
             # scale_grads=False: torch would divide every gradient by the micro-batch count after
-            # each step, a gradient accumulated over earlier batches too; each micro-batch's
-            # loss is divided instead (``_Scheduled.loss``), which touches this step's share only.
+            # each step, a gradient accumulated over earlier batches too; the strategy's loss
+            # divides each micro-batch's mean loss instead, which touches this step's share only
+            # (and leaves a loss summed over tokens whole: its gradients are divided by the count).
             scheduled.schedule = cls(built[0] if len(built) == 1 else built, n_microbatches=count,
                                      loss_fn=scheduled.loss if training else None, scale_grads=False)
         except (ValueError, AssertionError) as err:
@@ -420,8 +421,8 @@ class _Scheduled:
     rather than lose a micro-batch.
     """
 
-    def __init__(self, count: int) -> None:
-        self.count, self.schedule = count, None  # type: ignore[var-annotated]
+    def __init__(self) -> None:
+        self.schedule = None  # type: ignore[var-annotated]
         self.inferred = False
         self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
         self._calls = 0
@@ -447,7 +448,7 @@ class _Scheduled:
             return _placeholder_loss(output)
         self._calls += 1
         assert self._loss is not None, "the loss is set for the duration of a training step"
-        return self._loss(output, index) / self.count  # the batch's mean over its micro-batches
+        return self._loss(output, index)
 
 
 def _placeholder_loss(output: Any) -> torch.Tensor:

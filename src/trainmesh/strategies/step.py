@@ -30,6 +30,35 @@ def _loss_entry(output: Any) -> torch.Tensor:
     return output["loss"] if isinstance(output, dict) else output
 
 
+def tokens_in(output: Any, *, owner: str = "training_step") -> torch.Tensor | None:
+    """The count of valid tokens a step's output reports (``{"loss": summed, "num_tokens": n}``),
+    as a 0-dim float tensor on the loss's device; None when it reports none (a mean loss).
+
+    >>> tokens_in({"loss": torch.tensor(6.0), "num_tokens": 3})
+    tensor(3., dtype=torch.float64)
+    """
+    count = output.get("num_tokens") if isinstance(output, dict) else None
+    if count is None:
+        return None
+    if isinstance(count, torch.Tensor):
+        usable = count.numel() == 1 and not count.is_complex() and count.dtype != torch.bool
+    else:
+        usable = isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    if not usable:
+        shown = f"a tensor of shape {tuple(count.shape)} and dtype {count.dtype}" if isinstance(count, torch.Tensor) \
+            else repr(count)
+        raise ValueError(
+            f"{owner} returned num_tokens={shown}; give the count of valid tokens in this (micro-)batch, the "
+            "ones the summed loss adds up: a non-negative int or a one-element tensor, e.g. "
+            "(targets != ignore_index).sum()"
+        )
+    loss = output.get("loss")
+    device = loss.device if isinstance(loss, torch.Tensor) else torch.device("cpu")
+    # float64 counts stay exact far past any batch's tokens (MPS has no float64).
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    return torch.as_tensor(count).detach().to(device=device, dtype=dtype).reshape(())
+
+
 def _plain_backward(loss: torch.Tensor) -> None:
     loss.backward()
 
@@ -50,14 +79,20 @@ class StepHooks:
     step_end: Callable[[Any], Any] | None = None
     # The loss tensor in the (combined) output; the loop checks it and says what was wrong.
     loss_of: Callable[[Any], torch.Tensor] = _loss_entry
-    # Called with the loss; the loop scales it (precision, accumulation) and checks it first.
+    # The count of valid tokens the output reports (``"num_tokens"``): its loss is then a sum
+    # over them, backpropagated as it is (never divided by the accumulation window or the
+    # micro-batch count), and the gradients are divided by the global count before the
+    # optimizer steps (``Runtime.normalize_gradients``). None: a mean loss.
+    count_of: Callable[[Any], torch.Tensor | None] = tokens_in
+    # Called with the loss (divided by ``loss_divisor`` when it is a mean); the loop scales it
+    # for the precision and runs backward.
     backward: Callable[[torch.Tensor], None] = _plain_backward
     # Entered around each chunk's call when a batch is split across devices (dp, ddp2), so
     # that ``self.log`` weighs a value by its chunk's size; called from the chunk's thread.
     chunk_scope: Callable[[Any], ContextManager[Any]] = no_chunk_scope
-    # A strategy whose schedule runs backward itself (pipeline) cannot call ``backward``: it
-    # divides each loss by ``loss_divisor`` (the accumulation window) before the schedule
-    # backpropagates it, and calls ``check_loss`` on the step's loss once every rank has it.
+    # A mean loss is divided by ``loss_divisor`` (the accumulation window) before backward;
+    # ``check_loss`` sees it undivided, before backward (a strategy whose schedule runs backward
+    # itself, the pipeline, calls it on the step's loss once every rank has it).
     loss_divisor: int = 1
     check_loss: Callable[[torch.Tensor], None] = _no_check
     # Manual optimization: training_step runs its own backward calls (``manual_backward``), the
@@ -69,10 +104,18 @@ class StepHooks:
 @dataclasses.dataclass(frozen=True)
 class StepResult:
     """A training step's outcome: the loss (None on ranks that have none, such as pipeline
-    stages before the last) and the step's output."""
+    stages before the last) and the step's output; ``num_tokens``, where the loss is a sum over
+    valid tokens, their count in the step (every micro-batch and chunk of this process's batch)."""
 
     loss: torch.Tensor | None
     output: Any
+    num_tokens: torch.Tensor | None = None
+
+
+def loss_to_backward(loss: torch.Tensor, num_tokens: torch.Tensor | None, divisor: int) -> torch.Tensor:
+    """What backward runs on: a mean loss divided by ``divisor`` (its share of the accumulated
+    mean); a summed loss as it is (the gradients are divided by the global count later)."""
+    return loss / divisor if num_tokens is None and divisor > 1 else loss
 
 
 def run_train_step(forward: Callable[[], Any], *, combine: Callable[[Any], Any], hooks: StepHooks,
@@ -85,8 +128,10 @@ def run_train_step(forward: Callable[[], Any], *, combine: Callable[[Any], Any],
             output = forward()
             output = hooks.step_end(output) if hooks.step_end is not None else combine(output)
         loss = hooks.loss_of(output)
-        hooks.backward(loss)
-    return StepResult(loss, output)
+        num_tokens = hooks.count_of(output)
+        hooks.check_loss(loss)
+        hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor))
+    return StepResult(loss, output, num_tokens)
 
 
 def run_eval_step(forward: Callable[[], Any], *, hooks: StepHooks, autocast: ContextManager[Any]) -> Any:

@@ -16,7 +16,7 @@ import torch
 
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.seed import capture_rng_state, restore_rng_state
-from trainmesh.strategies.step import StepHooks
+from trainmesh.strategies.step import StepHooks, tokens_in
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
@@ -24,6 +24,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 
@@ -182,9 +183,10 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     accumulate = trainer.accumulate_grad_batches
     batch_start_hooks, batch_end_hooks = hooks.overridden("on_train_batch_start"), hooks.overridden("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
-    backward = _LossBackward(trainer, accumulate)
+    backward = _LossBackward(trainer)
     step_hooks = _step_hooks(trainer, module, backward, accumulate)
     optimizer_hooks = LoopStepHooks(hooks, runtime)  # on_before_optimizer_step/zero_grad, looked up once here
+    window = TokenLossWindow(type(module).__name__)  # a summed loss's tokens until the optimizer step
     manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
@@ -201,13 +203,12 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         # output), the loss and backward; gradients stay local until the window's last batch.
         result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
         output = result.output
-        if result.loss is not None:
-            loop.last_loss = result.loss.detach()
+        _record_loss(loop, window, result)
         sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now and not manual:
-            _optimizer_step(trainer, optimizer_hooks)
+            _optimizer_step(trainer, optimizer_hooks, window)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
         trainer.watchdog.feed()
@@ -232,8 +233,16 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.
-        _optimizer_step(trainer, optimizer_hooks)
+        _optimizer_step(trainer, optimizer_hooks, window)
     return cut_short
+
+
+def _record_loss(loop: LoopPosition, window: TokenLossWindow, result: Any) -> None:
+    """A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
+    step, which reports the global mean."""
+    window.add(result)
+    if result.loss is not None and result.num_tokens is None:
+        loop.last_loss = result.loss.detach()
 
 
 def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
@@ -251,7 +260,9 @@ def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
 def _step_hooks(trainer: Any, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
     hooks, sink = trainer.hooks, trainer.sink
     step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-                           loss_of=functools.partial(_loss_of, module=module), backward=backward,
+                           loss_of=functools.partial(_loss_of, module=module),
+                           count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
+                           backward=backward,
                            chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
     if trainer.manual_backward is None:
         return step_hooks
@@ -309,8 +320,13 @@ def _copied_results(results: Any) -> dict[str, Any]:
     return state
 
 
-def _optimizer_step(trainer: Any, hooks: LoopStepHooks) -> None:
+def _optimizer_step(trainer: Any, hooks: LoopStepHooks, window: TokenLossWindow) -> None:
     runtime = trainer.runtime
+    # A summed loss's gradients are complete now (all batches of the window, reduced over the
+    # data-parallel ranks): divided by the global token count before anyone reads them.
+    mean_loss = window.close(runtime, trainer.model)
+    if mean_loss is not None:
+        trainer.loop.last_loss = mean_loss
     for optimizer in trainer.optimizers:
         if hooks.before_step:  # Lightning's order: the hook, then clipping, then the step
             hooks.call_before_step(optimizer.optimizer)
@@ -334,20 +350,20 @@ def detached(output: Any) -> Any:
 
 
 class _LossBackward:
-    """What the loop does with a step's loss: check it is finite (on CPU before it changes
-    anything; on an accelerator recorded on the device and read later: finite_loss.py), then
-    backward, scaled for the accumulation window. One per epoch, updated per step."""
+    """What the loop does with a step's loss: check it is finite (``check_loss``, which the
+    strategy calls first: on CPU before it changes anything; on an accelerator recorded on the
+    device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
+    by the accumulation window). One per epoch, updated per step."""
 
-    def __init__(self, trainer: Any, accumulate: int) -> None:
-        self.trainer, self.accumulate = trainer, accumulate
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
         # runtime.backward, inside on_before_backward/on_after_backward when anyone overrides them
         self.backward = with_backward_hooks(trainer.hooks, trainer.runtime)
         self.loss_check = trainer.loop.loss_check
         self.batch_idx = 0
 
     def __call__(self, loss: torch.Tensor) -> None:
-        self.check_loss(loss)
-        self.backward(loss / self.accumulate if self.accumulate > 1 else loss)
+        self.backward(loss)
 
     def check_loss(self, loss: torch.Tensor) -> None:
         self.loss_check.check(loss, self.batch_idx)

@@ -30,6 +30,7 @@ import torch
 
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
+from trainmesh.trainer.token_loss import refuse_manual_tokens
 
 
 MANUAL_STRATEGIES = ("single", "ddp", "fsdp")  # each has a parity test (tests/trainer/test_manual_optimization*.py)
@@ -108,7 +109,10 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
             )
         return loss.detach() if loss is not None else None
 
-    return StepHooks(step_end=hooks.step_end, loss_of=loss_or_none, backward=_no_backward,
+    def no_token_count(output: Any) -> None:
+        refuse_manual_tokens(output, type(module).__name__)
+
+    return StepHooks(step_end=hooks.step_end, loss_of=loss_or_none, count_of=no_token_count, backward=_no_backward,
                      chunk_scope=hooks.chunk_scope, backward_scope=manual.scope)
 
 

@@ -1,0 +1,81 @@
+"""The legs of test_token_loss.py: the Llama test model on unevenly padded tokens, one epoch of
+4 optimizer steps of a global batch of 8 sequences, under a layout.
+
+python token_loss_run.py OUT LAYOUT [KEY=VALUE ...]
+python token_loss_run.py --batch SPEC.json   (several legs in one launch: helpers/batches.py)
+  LAYOUT: single | dp (2 devices, one process) | ddp | zero1 | fsdp (2 processes)
+          | pp_gpipe (pp=2, 4 micro-batches) | pp_1f1b (pp=2, 2 micro-batches)
+  KEY=VALUE: summed=1 (training_step returns {"loss": summed, "num_tokens": n}; else the mean loss),
+             accumulate=N (the per-rank batch shrinks to keep the global batch at 8), clip=MAX_NORM
+Rank 0 writes OUT: the whole model's weights and the loss the loop reports at each optimizer step.
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
+from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
+
+# seq_len 14: the padding leaves 50, 62, 60, 58 valid tokens in the four global batches, split
+# unevenly over ranks and micro-batches (with seq_len 16 every batch of 8 holds 68, and a loss
+# scaled by the count would move AdamW's weights as the mean does).
+CONFIG = LlamaConfig(seq_len=14)
+GLOBAL_BATCH = 8
+# AdamW moves a weight whose gradient is about 0 by up to lr on rounding noise alone: at 1e-3 the
+# same arithmetic reordered stays within 1e-6, and a wrongly scaled gradient moves weights by 1e-3.
+LR = 1e-3
+
+LAYOUTS = {
+    "single": (1, 1, lambda: "single"),
+    "dp": (2, 1, lambda: "dp"),
+    "ddp": (2, 2, lambda: "ddp"),
+    "zero1": (2, 2, lambda: "zero1"),
+    "fsdp": (2, 2, lambda: "fsdp"),
+    "pp_gpipe": (2, 1, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="GPipe", microbatches=4)),
+    "pp_1f1b": (2, 1, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=2)),
+}
+
+
+class StepLosses(tm.Callback):
+    """The loss the loop reports (the progress bar's) after each optimizer step."""
+
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step > len(self.losses):
+            self.losses.append(trainer.progress_bar_metrics["loss"])
+
+
+def run_leg(argv):
+    out, layout, opts = argv[0], argv[1], dict(arg.split("=", 1) for arg in argv[2:])
+    devices, dp, strategy = LAYOUTS[layout]
+    accumulate = int(opts.get("accumulate", 1))
+    torch.manual_seed(0)
+    model = Llama(CONFIG, lr=LR, summed_loss=opts.get("summed", "1") == "1")
+    losses = StepLosses()
+    trainer = tm.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy(), max_epochs=1, accumulate_grad_batches=accumulate,
+        gradient_clip_val=float(opts["clip"]) if "clip" in opts else None, callbacks=[losses],
+        enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp // accumulate))
+    full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
+    if trainer.is_global_zero:
+        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()}, "losses": losses.losses,
+                    "steps": trainer.global_step}, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--batch":
+        from helpers.batches import run_batch
+
+        run_batch(sys.argv[2], run_leg, limit=120)
+    else:
+        run_leg(sys.argv[1:])
