@@ -304,18 +304,11 @@ class Runtime:
 
     def normalize_gradients(self, model: nn.Module, num_tokens: torch.Tensor, *,
                             loss_sum: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Divide the gradients of a summed loss by the global count of valid tokens, once the
-        optimizer step's gradients are complete (after its last backward, before clipping).
+        """After a step's last backward, before clipping: the gradients of a summed loss become
+        those of its mean over the global batch's valid tokens (``num_tokens``: this process's
+        count over the step). Returns the global mean of ``loss_sum`` when given.
 
-        ``num_tokens``: this process's count over the step (what ``train_step`` returned in
-        ``StepResult.num_tokens``, summed over accumulated batches). Every layout then trains
-        as one process on the whole batch with the mean loss. Returns the global mean of
-        ``loss_sum`` when given. The fit loop calls it for a ``training_step`` that returns
-        ``{"loss": summed, "num_tokens": n}``.
-
-        >>> result = runtime.train_step(model, batch, 0)        # doctest: +SKIP
-        >>> runtime.normalize_gradients(model, result.num_tokens)  # doctest: +SKIP
-        >>> optimizer.step()                                    # doctest: +SKIP
+        >>> runtime.normalize_gradients(model, runtime.train_step(model, batch, 0).num_tokens)  # doctest: +SKIP
         """
         return divide_by_global_tokens(self.mesh, model.parameters(), num_tokens, loss_sum)
 

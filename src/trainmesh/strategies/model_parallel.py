@@ -31,7 +31,7 @@ from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint, save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
-from trainmesh.strategies import collectives
+from trainmesh.strategies import collectives, stage_state
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_keras, shard_units
@@ -60,13 +60,6 @@ _DDP_DOES_NOT_COMPOSE = (
     "FSDP2 instead (replicate for dp_replicate, fully_shard for dp_shard), which gives the same result"
 )
 
-_NUMBERED_WITHOUT_NAMES = (
-    "numbered by position, without the parameters' names (torch's optimizer.state_dict(): a one-file "
-    "checkpoint written by another program, or by trainmesh before it recorded the names), so a pipeline "
-    "stage, holding some of the parameters, cannot tell which numbers are its own. Resume it once without a "
-    "pipeline (one process, ddp, fsdp or tp) and save again, which records the names; or load only the "
-    "weights (Trainer.validate/test/predict with ckpt_path=, or Module.load_from_checkpoint) and train on"
-)
 
 
 class ModelParallelStrategy(DistributedStrategy):
@@ -360,65 +353,17 @@ class ModelParallelStrategy(DistributedStrategy):
                                        stage_group=self._mesh.group("pp") if pipelined else None,
                                        counted_elsewhere=counted_elsewhere)
 
-    # ---- checkpoints ------------------------------------------------------------------------------
+    # ---- checkpoints (stage_state.py: every stage's share of one whole model's state) ------------
     def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                    sharded: bool) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
-        pipelined = self._mesh.group_size("pp") > 1
-        # Full state without a pipeline: gathered onto rank 0's CPU. With one, every stage first
-        # gathers its own layers (torch would give them to its first rank only), then the
-        # stages' pieces make the whole model.
-        options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and not pipelined)
-        state = {"model": get_model_state_dict(module, options=options),
-                 "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
-        if not pipelined:
-            return state
-        if sharded:
-            # Each stage writes its own shards, but one optimizer record for the whole model:
-            # its parameter groups must name every stage's parameters (the checkpoint keeps one copy).
-            for optimizer_state in state["optim"]:
-                names = collectives.all_gather_object(self._mesh, _group_names(optimizer_state), over="pp")
-                optimizer_state["param_groups"] = self._every_stages_groups(optimizer_state, names)
-            return state
-        pieces = collectives.all_gather_object(self._mesh, apply_to_tensors(state, lambda t: t.detach().cpu()), over="pp")
-        optim = []
-        for index, optimizer_state in enumerate(state["optim"]):
-            stage_states = [piece["optim"][index] for piece in pieces]
-            optim.append({"state": {k: v for each in stage_states for k, v in each.get("state", {}).items()},
-                          "param_groups": self._every_stages_groups(optimizer_state, map(_group_names, stage_states))})
-        return {"model": {k: v for piece in pieces for k, v in piece["model"].items()}, "optim": optim}
-
-    def _every_stages_groups(self, optimizer_state: dict[str, Any], names: Any) -> list[dict[str, Any]]:
-        """This stage's parameter groups listing every stage's parameter names (``names``: per
-        stage, per group), in the order one process's optimizer lists them."""
-        per_stage, order = list(names), self._whole_model_order
-        return [{**group, "params": sorted({name for stage in per_stage for name in stage[index]},
-                                           key=lambda name: order.get(name, len(order)))}
-                for index, group in enumerate(optimizer_state.get("param_groups", []))]
+        return stage_state.state_dict(module, optimizers, self._mesh, sharded=sharded,
+                                      whole_model_order=self._whole_model_order)
 
     def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
                         state: dict[str, Any], *, strict: bool = True) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
-        own = set(module.state_dict())
-        if "model" in state:
-            full = not any(_is_dtensor(v) for v in state["model"].values())
-            # A whole model's state (a file): this stage takes its own layers' entries.
-            model_state = {k: v for k, v in state["model"].items() if k in own}
-            set_model_state_dict(module, model_state, options=StateDictOptions(full_state_dict=full, strict=strict))
-        for optimizer, saved in zip(optimizers, state.get("optim", [])):
-            if checkpoints.is_numbered(saved):
-                # torch's own numbered form (a one-file checkpoint of one process or ddp): by the
-                # names it records; by position only where this process holds every parameter.
-                if self._mesh.group_size("pp") > 1 and not checkpoints.has_param_names(saved):
-                    raise ValueError(f"the optimizer state {_NUMBERED_WITHOUT_NAMES}")
-                saved = checkpoints.keyed_by_name(saved, optimizer, module)
-            full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
-            set_optimizer_state_dict(module, optimizer, _only_params_of(saved, optimizer, module),
-                                     options=StateDictOptions(full_state_dict=full))
+        stage_state.load_state_dict(module, optimizers, state, self._mesh, strict=strict)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
         if sharded is None:
@@ -431,36 +376,16 @@ class ModelParallelStrategy(DistributedStrategy):
                         keys: CheckpointKeys) -> dict[str, Any]:
         pipelined = self._mesh.group_size("pp") > 1 and module is not None
         if pipelined and is_distributed_checkpoint(path):
+            assert module is not None
             # Each stage reads its own layers; together the stages must hold the checkpoint's.
             stored = {name: torch.empty(shape, device="meta") for name, shape in inspect_distributed(path)[1][keys.model].items()}
-            check_state_dict_fits(self._whole_model_shapes(module), stored, source=path)
+            check_state_dict_fits(stage_state.whole_model_shapes(module, self._mesh), stored, source=path)
         checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu", part_of_model=pipelined)
         if not pipelined or is_distributed_checkpoint(path):
             return checkpoint
         assert module is not None
-        return self._stage_share_of_file(checkpoint, path, module, keys, with_optimizers=bool(optimizers))
-
-    def _whole_model_shapes(self, module: nn.Module) -> dict[str, Any]:
-        """Every stage's state names and shapes (meta tensors), gathered over the pipeline."""
-        shapes = {name: tuple(value.shape) for name, value in module.state_dict().items()}
-        whole: dict[str, Any] = {}
-        for piece in collectives.all_gather_object(self._mesh, shapes, over="pp"):
-            whole.update({name: torch.empty(shape, device="meta") for name, shape in piece.items()})
-        return whole
-
-    def _stage_share_of_file(self, checkpoint: dict[str, Any], path: str, module: nn.Module, keys: CheckpointKeys, *,
-                             with_optimizers: bool) -> dict[str, Any]:
-        """A whole model's checkpoint file, cut down to this stage's layers (checked against
-        the whole pipeline's: every stage's names together must be the file's)."""
-        own = module.state_dict()
-        check_state_dict_fits(self._whole_model_shapes(module), checkpoint[keys.model], source=path)
-        checkpoint[keys.model] = {k: v for k, v in checkpoint[keys.model].items() if k in own}
-        saved_optimizers = checkpoint.get(keys.optimizers) or []
-        unnamed = [state for state in saved_optimizers if checkpoints.is_numbered(state)
-                   and not checkpoints.has_param_names(state)]
-        if with_optimizers and unnamed:
-            raise ValueError(f"{path} holds optimizer state {_NUMBERED_WITHOUT_NAMES}")
-        return checkpoint
+        return stage_state.stage_share_of_file(checkpoint, path, module, keys, self._mesh,
+                                               with_optimizers=bool(optimizers))
 
 
 @contextlib.contextmanager
@@ -522,20 +447,3 @@ def _rows_in(inputs: Any) -> int:
     return int(first.shape[0])
 
 
-def _group_names(optimizer_state: dict[str, Any]) -> list[list[str]]:
-    return [list(group["params"]) for group in optimizer_state.get("param_groups", [])]
-
-
-def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
-    """A name-keyed optimizer state cut down to the parameters this stage's optimizer holds."""
-    names = {id(p): n for n, p in module.named_parameters()}
-    held = {names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names}
-    if not saved.get("state") or not any(isinstance(k, str) for k in saved["state"]):
-        return saved
-    unnamed = held - {name for group in saved.get("param_groups", []) for name in group["params"]}
-    if unnamed:
-        raise ValueError(f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
-                         "it was saved from another model, or under other names; resume with the same model, or "
-                         "load only its weights and train on")
-    groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
-    return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}
