@@ -8,6 +8,8 @@ python llama_run.py --batch SPEC.json   (legs of one world size, one launch: tes
   positions=1: (tokens, targets, positions) batches, positions given to every block's rotary
               embedding (pipeline_kwargs under pp); validation on the same kind of batches.
   start=PATH: load the "initial" weights a leg saved into the model before training.
+  whole=1: the issue-23 model: tied embeddings, sequence 14, uneven ignore_index padding, the loss
+           summed over tokens with num_tokens (normalised by the global count), 20 steps.
 Rank 0 writes OUT: the whole model's weights at fit start and at the end, callback_metrics.
 The global batch is 8 samples in every layout.
 """
@@ -30,6 +32,8 @@ LAYOUTS = {
     "fsdp": (2, lambda: "fsdp"),
     "tp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1)),
     "pp": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)),
+    "pp_tp": (4, lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1, schedule="1F1B", microbatches=4)),
+    "fsdp_tp": (4, lambda: ModelParallelStrategy(tp=2, dp_shard=2)),
 }
 
 
@@ -50,18 +54,22 @@ def run_leg(argv: list[str]) -> None:
     out, layout, *options = argv
     opts = dict(option.split("=", 1) for option in options)
     devices, strategy = LAYOUTS[layout]
-    config = LlamaConfig()
+    whole = opts.get("whole") == "1"
+    steps = int(opts.get("steps", 20 if whole else 4))
+    config = LlamaConfig(seq_len=14, tie_embeddings=True) if whole else LlamaConfig()
     torch.manual_seed(0)
-    model = RecordedLlama(config, lr=1e-3, build_in_configure_model=opts.get("build") == "meta")
+    model = RecordedLlama(config, lr=1e-3, summed_loss=whole, build_in_configure_model=opts.get("build") == "meta")
     if "start" in opts:
         model.load_state_dict(torch.load(opts["start"])["initial"])
-    dp = 2 if layout in ("ddp", "fsdp") else 1
+    dp = 2 if layout in ("ddp", "fsdp", "fsdp_tp") else 1
     loaders = position_loader if opts.get("positions") == "1" else token_loader
-    # No padding: a mean over each rank's (or micro-batch's) tokens is then the batch's mean.
-    train = loaders(config, batch_size=GLOBAL_BATCH // dp, samples=32, uneven_padding=False)
+    # Without whole=1, no padding: a mean over each rank's (or micro-batch's) tokens is then the
+    # batch's mean. With it, padding and the summed loss: the global token count normalises.
+    samples = GLOBAL_BATCH * steps if whole else 32
+    train = loaders(config, batch_size=GLOBAL_BATCH // dp, samples=samples, uneven_padding=whole)
     val = (loaders(config, batch_size=GLOBAL_BATCH // dp, samples=12, seed=5, uneven_padding=False)
            if opts.get("positions") == "1" else None)
-    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(), max_steps=int(opts.get("steps", 4)),
+    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(), max_steps=steps,
                          enable_progress_bar=False, enable_model_summary=False, logger=False,
                          enable_checkpointing=False, num_sanity_val_steps=0,
                          default_root_dir=os.path.dirname(os.path.abspath(out)))

@@ -127,13 +127,17 @@ def _slots(module: nn.Module, prefix: str = "") -> Iterator[_Slot]:
 
 def _tied_slots(module: nn.Module) -> list[list[tuple[nn.Module, str, str]]]:
     """Registrations sharing one tensor (tied embeddings), as (owner, kind, key), grouped."""
-    places: dict[int, list[tuple[nn.Module, str, str]]] = {}
+    return [group for group, _ in _tied_groups(module)]
+
+
+def _tied_groups(module: nn.Module) -> list[tuple[list[tuple[nn.Module, str, str]], torch.Tensor]]:
+    places: dict[int, tuple[list[tuple[nn.Module, str, str]], torch.Tensor]] = {}
     for owner in module.modules():
         for kind in ("_parameters", "_buffers"):
             for key, tensor in getattr(owner, kind).items():
                 if tensor is not None:
-                    places.setdefault(id(tensor), []).append((owner, kind, key))
-    return [group for group in places.values() if len(group) > 1]
+                    places.setdefault(id(tensor), ([], tensor))[0].append((owner, kind, key))
+    return [(group, tensor) for group, tensor in places.values() if len(group) > 1]
 
 
 def _post_order(module: nn.Module) -> Iterator[nn.Module]:
@@ -146,7 +150,8 @@ def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], A
     """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
     then keep this rank's shard of each tensor they wrote."""
     swapped: list[tuple[_Slot, torch.Tensor, int]] = []
-    for slot in _slots(submodule):
+    shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}
+    for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
         live = slot.tensor
         if _is_dtensor(live):
             # Whole values are needed only where an earlier initialiser already wrote them (a
@@ -154,7 +159,10 @@ def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], A
             whole = live.full_tensor() if id(live) in written else torch.empty(live.shape, dtype=live.dtype,
                                                                                  device=live.to_local().device)
             stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
-            getattr(slot.owner, slot.kind)[slot.key] = stand_in
+            # A tied tensor gets the stand-in under every name, so that each of its owners'
+            # initialisers draws into it as in the eager build (never into the DTensor itself).
+            for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
+                getattr(owner, kind)[key] = stand_in
             swapped.append((slot, stand_in, stand_in._version))
         else:
             swapped.append((slot, live, live._version))
@@ -172,7 +180,8 @@ def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], A
             if stand_in is not live:  # a whole stand-in of a sharded tensor
                 if changed:
                     _keep_local_shard(live, now)
-                registry[slot.key] = live
+                for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
+                    getattr(owner, kind)[key] = live
             if changed:
                 written.add(id(live))
 
