@@ -14,7 +14,7 @@ from trainmesh.callbacks import throughput
 from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
 from trainmesh.loggers import CSVLogger
-from tests.helpers.models import quiet_trainer
+from helpers.models import quiet_trainer
 
 B, IN, OUT = 4, 8, 3
 
