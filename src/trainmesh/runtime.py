@@ -22,6 +22,7 @@ from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
+from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import refuse_meta_tensors
@@ -164,8 +165,9 @@ class Runtime:
         return self.strategy.metrics_source
 
     @property
-    def inference_mode_safe(self) -> bool:
-        return self.strategy.inference_mode_safe
+    def capabilities(self) -> StrategyCapabilities:
+        """What the strategy supports in this run (manual optimization, compile, FLOP counting, ...)."""
+        return self.strategy.capabilities
 
     def choose_strategy(self, module: nn.Module) -> None:
         """For ``strategy="auto"`` on several processes: ddp, zero1, sharded or fsdp, the first

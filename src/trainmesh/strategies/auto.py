@@ -38,7 +38,7 @@ class AutoStrategy:
     optimizer: Any = "adam"
     batch: Any = None
 
-    def placed(self, placement: Placement) -> Any:
+    def with_placement(self, placement: Placement) -> Any:
         """The provisional strategy, before the model is known: single for one process, else ddp."""
         from trainmesh.strategies import STRATEGIES
 

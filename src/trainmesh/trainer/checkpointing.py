@@ -19,6 +19,7 @@ from trainmesh.checkpoint.io import TEMPORARY_NAME
 from trainmesh.seed import capture_rng_state
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 CHECKPOINT_FORMAT = 1
@@ -102,7 +103,7 @@ def _pending_gradients(trainer: Any) -> list[torch.Tensor | None] | None:
     if trainer.accumulate_grad_batches == 1 or trainer.loop.batches_done % trainer.accumulate_grad_batches == 0:
         return None
     params = list(trainer.module.parameters())
-    if any(type(p).__name__ == "DTensor" for p in params):
+    if any(is_dtensor(p) for p in params):
         return None  # sharded gradients: a resume restarts the accumulation window (see notes)
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
