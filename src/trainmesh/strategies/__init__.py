@@ -53,7 +53,7 @@ def memory_models() -> dict[str, MemoryModel]:
 
 def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
     """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
-    (provisionally: with several, ``Runtime.choose_strategy`` decides by memory once the model is known)."""
+    (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known)."""
     if isinstance(strategy, str):
         name = strategy.lower()
         if name == "auto":

@@ -142,12 +142,12 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
                           source=source)
     if not weights_only:
         _check_resumable(trainer, checkpoint, source)
-    runtime.load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
+    runtime._load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
     if weights_only:
         return None
-    runtime.load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    runtime._load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(state)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
