@@ -33,8 +33,8 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),                # every process one tensor-parallel way
     "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),                # every process one pipeline stage
     "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),           # 2-D: tp pairs, sharded across them
-    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # seed 003 (b)
-    "layers_on_devices": LayersOnDevicesStrategy,                                    # seed 003 (a): one process
+    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # stages within a node, replicas across
+    "layers_on_devices": LayersOnDevicesStrategy,                                    # one process, layers over its devices
 }
 
 

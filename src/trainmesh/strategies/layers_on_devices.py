@@ -1,4 +1,4 @@
-"""Seed 003's single-machine model parallel: one process, the model's parts on different
+"""Single-machine model parallel: one process, the model's parts on different
 devices, activations moved from one to the next.
 
 The parts are cut as a pipeline's are (``pipeline.split_parts``: balanced by parameter count, or

@@ -32,7 +32,7 @@ from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
-from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
+from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.fsdp import (
@@ -53,8 +53,8 @@ from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.host_memory import release_large_frees
 
-# Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
-# on neighbouring ranks (one node), replicas across nodes.
+# A model split over a machine's devices, replicated across machines: pipeline stages on
+# neighbouring ranks (one node), replicas across nodes.
 PP_WITHIN_NODE_ORDER = ("dp_replicate", "dp_shard", "pp", "tp")
 
 # Roughly: each rank holds 1/tp or 1/pp of the model and runs that share of its work.
@@ -80,7 +80,7 @@ class ModelParallelStrategy(DistributedStrategy):
     under torch's ``loss_parallel`` for a vocabulary-sharded cross-entropy. ``dp_shard`` /
     ``dp_replicate``: FSDP2 sharding / replication of each stage and shard.
     ``pp_within_node=True`` puts a pipeline's stages on one node's devices and replicas across
-    nodes (seed 003's distributed model and data parallel).
+    nodes (model parallel within a machine, data parallel across machines).
     """
 
     name = "model_parallel"

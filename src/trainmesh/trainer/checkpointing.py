@@ -19,6 +19,7 @@ from trainmesh.checkpoint.io import TEMPORARY_NAME
 from trainmesh.seed import capture_rng_state
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.trainer.results import StageResults
 from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -119,7 +120,8 @@ def _reduced_results(trainer: Any) -> dict[str, Any]:
     reduce = trainer.runtime.all_reduce
     for name in sorted(state):  # the same order on every rank: these are collectives
         entry = state[name]
-        op = entry["options"][4] if entry["options"][4] in ("max", "min") else "sum"
+        reduce_fx = StageResults.saved_reduce_fx(entry)
+        op = reduce_fx if reduce_fx in ("max", "min") else "sum"
         if entry["total"] is not None:
             entry["total"] = reduce(entry["total"], op).cpu()
         weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.runtime.device)
@@ -212,7 +214,7 @@ def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
         return state
     neutral = {}
     for name, entry in state.items():
-        op = entry["options"][4]
+        op = StageResults.saved_reduce_fx(entry)
         fill = float("-inf") if op == "max" else float("inf") if op == "min" else 0.0
         total = None if entry["total"] is None else torch.full_like(entry["total"], fill)
         neutral[name] = {**entry, "total": total, "weight": 0.0}

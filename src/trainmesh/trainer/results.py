@@ -57,6 +57,11 @@ class StageResults:
             if e.metric is None
         }
 
+    @staticmethod
+    def saved_reduce_fx(saved: dict[str, Any]) -> str:
+        """The ``reduce_fx`` of one name's entry in ``state_dict()`` ("mean", "sum", "max", "min")."""
+        return _Entry(*saved["options"]).reduce_fx
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, saved in state.items():
             entry = _Entry(*saved["options"])

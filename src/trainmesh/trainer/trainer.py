@@ -10,7 +10,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, preemption, seed_spellings
+from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, preemption
 from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
                                              resolve_ckpt_path, restore_checkpoint)
@@ -434,7 +434,7 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
                    num_tpu_cores: int | None) -> tuple[Runtime, bool]:
     """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
-    settings = seed_spellings.translate(
+    settings = legacy_arguments.translate(
         accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
         gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
         num_tpu_cores=num_tpu_cores,
