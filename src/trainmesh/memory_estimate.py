@@ -25,26 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-# How a strategy divides each part of the state among the ranks: (parameters, gradients,
-# optimizer state); "n" = the world size, "s" = hsdp's shard group, 1 = kept whole.
-_SHARDING: dict[str, tuple[str, str, str]] = {
-    "single": ("1", "1", "1"),
-    "dp": ("1", "1", "1"),
-    "ddp": ("1", "1", "1"),
-    "ddp_spawn": ("1", "1", "1"),
-    "ddp_fork": ("1", "1", "1"),
-    "ddp2": ("1", "1", "1"),
-    "zero1": ("1", "1", "n"),
-    # FSDP2 with reshard_after_forward=False: at the optimizer step parameters are sharded too
-    # (post-backward reshards them); they are whole from forward to backward (see `transient`).
-    "sharded": ("n", "n", "n"),
-    "fsdp": ("n", "n", "n"),
-    "hsdp": ("s", "s", "s"),
-    # Model parallelism, roughly: each rank holds 1/tp or 1/pp of the model.
-    "tp": ("n", "n", "n"),
-    "pp": ("n", "n", "n"),
-    "fsdp_tp": ("n", "n", "n"),
-}
+from trainmesh.strategies.capabilities import REPLICATED, SHARD_GROUP, WHOLE, WORLD, MemoryModel
+
 # Adam's two moments, SGD's momentum buffer: tensors of a parameter's size, per parameter.
 _KNOWN_STATES = {"adam": 2, "adamw": 2, "sgd": 0, "sgd_momentum": 1}
 MIXED = ("16-mixed", "bf16-mixed")
@@ -100,8 +82,10 @@ def estimate_memory(model: nn.Module, *, strategy: str = "ddp", world_size: int 
     440
     """
     name = strategy.lower()
-    if name not in _SHARDING:
-        raise ValueError(f"strategy={strategy!r} has no memory model; choose one of: {', '.join(sorted(_SHARDING))}")
+    models = memory_models()
+    if name not in models:
+        raise ValueError(f"strategy={strategy!r} has no memory model; choose one of: {', '.join(sorted(models))}")
+    model_of = models[name]
     if world_size < 1:
         raise ValueError(f"world_size={world_size} must be at least 1")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -109,12 +93,12 @@ def estimate_memory(model: nn.Module, *, strategy: str = "ddp", world_size: int 
     param_bytes = sum(p.numel() * _element_size(p, precision) for p in params)
     states = optimizer_states_per_parameter(optimizer)
     divisors = {"1": 1, "n": world_size, "s": shard_size or world_size}
-    split_p, split_g, split_o = (divisors[key] for key in _SHARDING[name])
+    split_p, split_g, split_o = (divisors[key] for key in _parts(model_of))
     # Whole parameters gathered from forward to backward where they are sharded at the step.
-    transient = param_bytes - param_bytes // split_p if name == "sharded" else 0
+    transient = param_bytes - param_bytes // split_p if model_of.gathered_for_backward else 0
     activations = (measure_activation_bytes(model, batch, probe_rows=probe_rows, precision=precision)
                    if batch is not None else 0)
-    if name in ("tp", "pp", "fsdp_tp"):
+    if model_of.splits_activations:
         activations //= world_size  # roughly: each rank runs 1/tp of each layer or 1/pp of the layers
     formula, formula_bytes = zero_formula(name, psi, world_size, precision=precision,
                                           states=states, shard_size=shard_size or world_size)
@@ -144,17 +128,30 @@ def zero_formula(strategy: str, psi: int, n: int, *, precision: str = "32-true",
     width = _bytes_of(precision)
     p, g, k = (2, 2, 4 + 4 * states) if precision in MIXED else (width, width, width * states)
     shard = shard_size or n
-    split = {key: {"1": 1, "n": n, "s": shard}[key] for key in "1ns"}
-    parts = _SHARDING.get(strategy, ("1", "1", "1"))
-    if strategy in ("zero1", "single", "dp", "ddp", "ddp_spawn", "ddp_fork", "ddp2"):
-        # ZeRO-2 keeps whole parameters; the paper's P_os+g is sharded's ideal
-        text = f"{p}Ψ+{g}Ψ+{k}Ψ" + ("/N" if strategy == "zero1" else "")
-    elif strategy == "sharded":
-        text, parts = f"{p}Ψ+({g}Ψ+{k}Ψ)/N", ("1", "n", "n")
+    split = {key: {WHOLE: 1, WORLD: n, SHARD_GROUP: shard}[key] for key in (WHOLE, WORLD, SHARD_GROUP)}
+    model_of = memory_models().get(strategy.lower(), REPLICATED)
+    parts = _parts(model_of)
+    if model_of.gathered_for_backward:
+        # The paper's P_os+g: parameters whole, gradients and optimizer state sharded.
+        text, parts = f"{p}Ψ+({g}Ψ+{k}Ψ)/N", (WHOLE, WORLD, WORLD)
+    elif parts[0] == WHOLE:
+        # Whole parameters and gradients (ZeRO-2 keeps whole parameters too).
+        text = f"{p}Ψ+{g}Ψ+{k}Ψ" + ("/N" if parts[2] == WORLD else "")
     else:
-        text = f"{p + g + k}Ψ/" + ("S" if strategy == "hsdp" else "N")
+        text = f"{p + g + k}Ψ/" + ("S" if parts[0] == SHARD_GROUP else "N")
     total = sum(bytes_ * psi / split[key] for bytes_, key in zip((p, g, k), parts))
     return text, round(total)
+
+
+def memory_models() -> dict[str, MemoryModel]:
+    """The named strategies that state a memory model (``capabilities.memory_model``), by name."""
+    from trainmesh.strategies import memory_models as stated
+
+    return stated()
+
+
+def _parts(model: MemoryModel) -> tuple[str, str, str]:
+    return model.parameters, model.gradients, model.optimizer_state
 
 
 def _bytes_of(precision: str) -> int:

@@ -124,15 +124,6 @@ class Module(HyperparametersMixin, nn.Module):
         """
         return {}
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # A pipeline puts something here (trainmesh.strategies.stage_calls.CALL_INSTEAD): on its last
-        # stage, a step hook's self(x) answered by the output the pipeline computed; on a stage
-        # called outside its schedule, a refusal. Anywhere else: forward, at one dict lookup's cost.
-        instead = self.__dict__.get("_call_instead")
-        if instead is not None:
-            return instead(*args, **kwargs)
-        return super().__call__(*args, **kwargs)
-
     def setup(self, stage: str) -> None:
         """Called in every process at the start of fit/validate/test/predict, before
         ``configure_model``: build what depends on the data or the process here."""

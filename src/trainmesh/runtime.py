@@ -22,6 +22,7 @@ from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
+from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import refuse_meta_tensors
@@ -72,7 +73,7 @@ class Runtime:
         placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision,
                               compile=compile_options(compile))
         self.strategy: Strategy = build_strategy(strategy, placement)
-        # "auto" on several processes is provisional (ddp) until the model is known: choose_strategy.
+        # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
         self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
         self.launcher: Launcher = build_launcher(
             self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes,
@@ -134,7 +135,7 @@ class Runtime:
         return self.process.global_rank == 0
 
     @property
-    def reports_to_parent(self) -> bool:
+    def _reports_to_parent(self) -> bool:
         """This process sends its results back to a waiting parent (a spawned worker)."""
         return self.process.reports_to_parent
 
@@ -158,20 +159,21 @@ class Runtime:
         return self.strategy.name
 
     @property
-    def from_logging_ranks(self) -> Callable[[Any], Any] | None:
+    def _metrics_source(self) -> Callable[[Any], Any] | None:
         """Where only the last pipeline stage computes the loss and logs: a function giving every
-        rank that stage's value of an object (None when every rank logs)."""
+        rank that stage's value of an object (None when every rank logs). The Trainer's."""
         return self.strategy.metrics_source
 
     @property
-    def inference_mode_safe(self) -> bool:
-        return self.strategy.inference_mode_safe
+    def capabilities(self) -> StrategyCapabilities:
+        """What the strategy supports in this run (manual optimization, compile, FLOP counting, ...)."""
+        return self.strategy.capabilities
 
-    def choose_strategy(self, module: nn.Module) -> None:
+    def _choose_strategy(self, module: nn.Module) -> None:
         """For ``strategy="auto"`` on several processes: ddp, zero1, sharded or fsdp, the first
         whose per-rank memory estimate for ``module`` fits a device; says on rank 0 which and why.
 
-        Called before the processes set up (the Trainer does, with the model it was given).
+        Called before the processes set up (by the Trainer, with the model it was given).
         """
         world_size = len(self.device_indices) * self.num_nodes
         if self._auto is None or world_size == 1 or self._environment_ready:
@@ -245,16 +247,16 @@ class Runtime:
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank))
             wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.to_device,
-                                            self.moves_batches))
+                                            self._moves_batches))
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:
         """``data``'s tensors on this process's device, in the precision's input dtype."""
-        if not self.moves_batches():
+        if not self._moves_batches():
             return data  # already where it belongs: skip the walk
         return self.precision.convert_input(move_to_device(data, self.strategy.root_device, non_blocking=True))
 
-    def moves_batches(self) -> bool:
+    def _moves_batches(self) -> bool:
         """Whether :meth:`to_device` changes anything: not on CPU in the inputs' own dtype."""
         return self.strategy.root_device.type != "cpu" or self.precision.converts_input
 
@@ -345,21 +347,21 @@ class Runtime:
         """Every data-parallel rank's predictions, in dataset order."""
         return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
 
-    # ---- checkpoints ------------------------------------------------------------------------
+    # ---- checkpoints: save / load (state_dicts reads what they write) --------------------------
     def state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], *, sharded: bool = False) -> dict[str, Any]:
         """``{"model": ..., "optim": [...]}``: full tensors, or each rank's shards (``sharded``)."""
         return self.strategy.state_dict(model, [_inner(o) for o in optimizers], sharded=sharded)
 
-    def load_state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *,
+    def _load_state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *,
                          strict: bool = True) -> None:
         """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
         self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None) -> None:
-        """Write ``checkpoint``; the entries ``sharded`` names may be written shard by shard."""
+    def _save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None) -> None:
+        """Write ``checkpoint``; the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
         self.strategy.save_checkpoint(checkpoint, path, sharded=sharded)
 
-    def load_checkpoint(self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *,
+    def _load_checkpoint(self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *,
                         keys: CheckpointKeys) -> dict[str, Any]:
         """A checkpoint file, or a distributed one loaded into state shaped like ``model``'s."""
         return self.strategy.load_checkpoint(path, model, [_inner(o) for o in optimizers], keys=keys)
@@ -369,7 +371,7 @@ class Runtime:
 
         >>> # runtime.save("ckpt.pt", {"model": model, "optimizer": optimizer, "step": 10})
         """
-        self.save_checkpoint(self.state_to_checkpoint(state), path)
+        self._save_checkpoint(self._state_to_checkpoint(state), path)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place.
@@ -377,9 +379,9 @@ class Runtime:
         Returns the entries of the checkpoint that were not loaded into an object.
         """
         checkpoint = self.strategy.load_checkpoint(path, self._placed, [], keys=_USER_KEYS)
-        return self.restore_from_checkpoint(checkpoint, state or {}, strict=strict)
+        return self._restore_from_checkpoint(checkpoint, state or {}, strict=strict)
 
-    def state_to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _state_to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
         converted: dict[str, Any] = {}
         for key, value in state.items():
             if isinstance(value, nn.Module):
@@ -392,7 +394,7 @@ class Runtime:
                 converted[key] = value
         return converted
 
-    def restore_from_checkpoint(self, checkpoint: dict[str, Any], state: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    def _restore_from_checkpoint(self, checkpoint: dict[str, Any], state: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
         missing = [key for key in state if key not in checkpoint]
         if missing and strict:
             raise KeyError(f"the checkpoint has no entries {missing}; it holds {sorted(checkpoint)}")
@@ -401,9 +403,9 @@ class Runtime:
                 continue
             value = checkpoint[key]
             if isinstance(target, nn.Module):
-                self.load_state_dicts(target, [], {"model": value}, strict=strict)
+                self._load_state_dicts(target, [], {"model": value}, strict=strict)
             elif isinstance(target, (torch.optim.Optimizer, RuntimeOptimizer)):
-                self.load_state_dicts(self._placed, [target], {"optim": [value]})
+                self._load_state_dicts(self._placed, [target], {"optim": [value]})
             elif hasattr(target, "load_state_dict") and callable(target.load_state_dict):
                 target.load_state_dict(value)
             else:

@@ -14,6 +14,8 @@ from trainmesh.callbacks import throughput
 from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
 from trainmesh.loggers import CSVLogger
+from trainmesh.strategies.mesh import ParallelDims
+from trainmesh.strategies.model_parallel import model_parallel_capabilities
 from helpers.models import quiet_trainer
 
 B, IN, OUT = 4, 8, 3
@@ -180,9 +182,10 @@ def test_flops_are_not_counted_where_the_model_itself_is_split(dims):
     # Under tensor parallel FlopCounterMode counts DTensor ops at their global shapes (tp times
     # one rank's work), and a pipeline's stages run backward with autograd.grad: no figure rather
     # than a wrong one. Data parallel alone (tp = pp = 1) is counted.
-    mesh = SimpleNamespace(dims=SimpleNamespace(**dims))
-    trainer = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cpu"), mesh=mesh), model=None,
-                              precision="32-true")
+    capabilities = model_parallel_capabilities(ParallelDims(**dims, dp_shard=1).resolved(dims["tp"] * dims["pp"]),
+                                               replicated=False)
+    trainer = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cpu"), capabilities=capabilities),
+                              model=None, precision="32-true")
     monitor = ThroughputMonitor(peak_flops=1e12)
     monitor.on_train_start(trainer, None)
     monitor.on_train_epoch_start(trainer, None)

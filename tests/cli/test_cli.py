@@ -13,7 +13,7 @@ import yaml
 
 import trainmesh
 from trainmesh.cli.main import CLIError, collate_predictions, find_class_paths, main
-from trainmesh.trainer.seed_spellings import SeedSpellingNotice
+from trainmesh.trainer.legacy_arguments import LegacyArgumentNotice
 
 _HELPER_MODULE = "tests_helpers_module"
 _HELPER_SOURCE = textwrap.dedent(
@@ -118,7 +118,7 @@ def test_print_config_and_help_leave_out_the_seed_spellings(capsys):
 
 
 def test_seed_spellings_are_accepted_and_printed_in_todays_spelling(tmp_path, capsys):
-    with pytest.warns(SeedSpellingNotice) as notices:
+    with pytest.warns(LegacyArgumentNotice) as notices:
         config = _print_config(capsys, "--trainer.gpus", "0", "--trainer.distributed_backend", "ddp_spawn",
                                "--trainer.weights_summary", "null")
     assert len(notices) == 3
@@ -129,13 +129,13 @@ def test_seed_spellings_are_accepted_and_printed_in_todays_spelling(tmp_path, ca
     # An old config file too; the printed config then means the same run in today's spelling.
     path = tmp_path / "old.yaml"
     path.write_text(yaml.safe_dump({"trainer": {"accelerator": "ddp", "gpus": 0}}))
-    with pytest.warns(SeedSpellingNotice):
+    with pytest.warns(LegacyArgumentNotice):
         trainer = _print_config(capsys, "--config", str(path))["trainer"]
     assert (trainer["accelerator"], trainer["devices"], trainer["strategy"]) == ("cpu", 1, "ddp")
 
 
 def test_seed_spellings_still_run_as_translated(tmp_path, capsys):
-    with pytest.warns(SeedSpellingNotice, match="today: accelerator='cpu', devices=1"):
+    with pytest.warns(LegacyArgumentNotice, match="today: accelerator='cpu', devices=1"):
         assert main(["fit", "--trainer.gpus", "0", *_ONE_STEP, "--trainer.default_root_dir", str(tmp_path)]) == 0
     assert "val_loss" in capsys.readouterr().out
 

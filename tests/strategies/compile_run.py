@@ -81,7 +81,7 @@ class SaveAt(tm.Callback):
 
 
 def finish(trainer: tm.Trainer, model: Net, out: str) -> None:
-    state = trainer.runtime.state_to_checkpoint({"model": model})["model"]
+    state = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         compiled = [name for name, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
         from torch._dynamo.utils import counters  # graphs dynamo built in this process (all legs so far)

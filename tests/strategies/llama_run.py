@@ -40,7 +40,7 @@ LAYOUTS = {
 class RecordedLlama(Llama):
     def on_fit_start(self):
         # Copies: a state dict shares storage with the parameters, which train on.
-        state = self.trainer.runtime.state_to_checkpoint({"model": self})["model"]
+        state = self.trainer.runtime.state_dicts(self, [])["model"]
         self.initial = {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
 
     def validation_step(self, batch, batch_idx):
@@ -74,7 +74,7 @@ def run_leg(argv: list[str]) -> None:
                          enable_checkpointing=False, num_sanity_val_steps=0,
                          default_root_dir=os.path.dirname(os.path.abspath(out)))
     trainer.fit(model, train, val)
-    final = trainer.runtime.state_to_checkpoint({"model": model})["model"]
+    final = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         torch.save({"initial": model.initial, "final": {k: v.detach().cpu() for k, v in final.items()},
                     "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}, out)

@@ -27,7 +27,7 @@ class TinyTransformer(tm.Module):
 
     def on_fit_start(self):
         # Copies: a state dict shares storage with the parameters, which train on.
-        state = self.trainer.runtime.state_to_checkpoint({"model": self})["model"]
+        state = self.trainer.runtime.state_dicts(self, [])["model"]
         self.initial = {name: tensor.clone() for name, tensor in state.items()}
 
     def training_step(self, batch, batch_idx):
@@ -46,7 +46,7 @@ def main(strategy, out):
     model = TinyTransformer()
     trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=10)
     trainer.fit(model, DataLoader(data, batch_size=16))
-    final = trainer.runtime.state_to_checkpoint({"model": model})["model"]
+    final = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
         torch.save({"initial": model.initial, "final": final, "built_on": model.built_on}, out)
 

@@ -309,8 +309,8 @@ def test_fp16_mixed_precision_is_refused_and_bf16_suggested():
     fp16 = Placement(precision=Precision("16-mixed", device_type="cpu"))
     words = ("precision='16-mixed'", "GradScaler", "overflow on the other ranks", "precision='bf16-mixed'")
     _raises(ValueError, lambda: ModelParallelStrategy(pp=2, placement=fp16), *words)
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2).placed(fp16), *words)  # the Trainer's placement
-    ModelParallelStrategy(pp=2).placed(Placement(precision=Precision("bf16-mixed", device_type="cpu")))
+    _raises(ValueError, lambda: ModelParallelStrategy(pp=2).with_placement(fp16), *words)  # the Trainer's placement
+    ModelParallelStrategy(pp=2).with_placement(Placement(precision=Precision("bf16-mixed", device_type="cpu")))
 
 
 @pytest.mark.parametrize("microbatches", [0, -2, 1.5])

@@ -124,7 +124,7 @@ def test_layers_on_devices_trains_exactly_like_one_device(reference, monkeypatch
 
 
 def test_split_point_may_name_a_container_as_the_docstring_spells_it():
-    strategy = LayersOnDevicesStrategy(split_points=["seq2"]).placed(Placement("cpu", (0, 1)))
+    strategy = LayersOnDevicesStrategy(split_points=["seq2"]).with_placement(Placement("cpu", (0, 1)))
     model = run.Net()
     strategy.setup_module(model)  # cuts before seq2's first member: the same cut as "seq2.0"
     assert split_parts(run.Net(), 2, ["seq2"]) == split_parts(run.Net(), 2, ["seq2.0"]) == [["seq1.0"], ["seq2.0"]]

@@ -334,13 +334,20 @@ def test_evaluation_batch_start_hooks():
 def test_pipeline_refuses_backward_hooks_at_fit_start(hook):
     """A pipeline's schedule runs backward per micro-batch and stage: the hooks cannot run as
     Lightning's do, so fit refuses them instead of skipping them."""
+    from trainmesh.strategies.mesh import ParallelDims
+    from trainmesh.strategies.model_parallel import model_parallel_capabilities
     from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks
 
     module = type("WithHook", (tm.Module,), {hook: lambda self, *args: None})()
-    trainer = SimpleNamespace(module=module, runtime=SimpleNamespace(mesh=SimpleNamespace(dims=SimpleNamespace(pp=2))))
+    def runtime(pp):
+        dims = ParallelDims(pp=pp, dp_shard=1).resolved(pp)
+        return SimpleNamespace(mesh=SimpleNamespace(dims=dims),
+                               capabilities=model_parallel_capabilities(dims, replicated=False))
+
+    trainer = SimpleNamespace(module=module, runtime=runtime(2))
     callback = type("HookCallback", (tm.Callback,), {hook: lambda self, *args: None})()
     trainer.hooks = HookDispatcher(trainer, module, [callback])
     with pytest.raises(ValueError, match=rf"{hook} \(defined by WithHook and HookCallback\).*pipeline parallelism"):
         refuse_uncallable_step_hooks(trainer, manual=False)
-    trainer.runtime.mesh.dims.pp = 1
+    trainer.runtime = runtime(1)
     refuse_uncallable_step_hooks(trainer, manual=False)  # without stages they run (tests above)

@@ -173,13 +173,10 @@ class ThroughputMonitor(Callback):
         model = getattr(trainer, "model", None)
         compiled = isinstance(model, torch.nn.Module) and any(
             getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
-        # Where the model itself is split, one rank's count is not its share: a pipeline's stages
-        # run backward with torch.autograd.grad, which the counter's module tracker refuses, and
-        # tensor parallel's DTensor ops are counted at their global shapes (tp times this rank's
-        # work). No FLOPs, hence no MFU, rather than a wrong figure.
-        dims = getattr(getattr(getattr(trainer, "runtime", None), "mesh", None), "dims", None)
-        split = dims is not None and (dims.tp > 1 or dims.pp > 1)
-        counts = self.count_flops and self.flops_per_batch is None and not (compiled or split)
+        # Where one rank's count is not its share (the model itself split: tensor parallel,
+        # pipelines), the strategy says so: no FLOPs, hence no MFU, rather than a wrong figure.
+        counts = (self.count_flops and self.flops_per_batch is None and not compiled
+                  and trainer.runtime.capabilities.flop_counting)
         self._flops = _PENDING if counts else _DONE
         self._reset_window(time.perf_counter(), _data_seconds(trainer))
 

@@ -10,7 +10,6 @@ from typing import Any
 
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
 SUMMARY = "Estimate per-rank memory (parameters, gradients, optimizer state, activations) under each strategy."
-STRATEGIES = ("single", "ddp", "zero1", "sharded", "fsdp", "hsdp", "tp", "pp")
 
 
 def run_estimate_command(args: list[str]) -> int:
@@ -20,7 +19,7 @@ def run_estimate_command(args: list[str]) -> int:
     0
     """
     from trainmesh.cli.classes import import_class
-    from trainmesh.memory_estimate import estimate_memory
+    from trainmesh.memory_estimate import estimate_memory, memory_models
 
     parser = argparse.ArgumentParser(prog="trainmesh estimate", description=SUMMARY, allow_abbrev=False)
     parser.add_argument("--model", default="trainmesh.demo:DigitsClassifier",
@@ -32,7 +31,9 @@ def run_estimate_command(args: list[str]) -> int:
                         help="adam, adamw, sgd, sgd_momentum (default: the model's configure_optimizers, else adam)")
     parser.add_argument("--batch_shape", default=None,
                         help="one rank's input batch shape, e.g. 32,64: adds activations")
-    parser.add_argument("--strategy", action="append", choices=STRATEGIES, help="repeatable (default: all)")
+    # The strategies that state a memory model (their capabilities), one line each.
+    strategies = sorted(memory_models())
+    parser.add_argument("--strategy", action="append", choices=strategies, help="repeatable (default: all)")
     parser.add_argument("--memory_budget", type=float, default=None, help="MiB per device: say what 'auto' picks")
     config = parser.parse_args(args)
     model = import_class(config.model, "model")()
@@ -41,7 +42,7 @@ def run_estimate_command(args: list[str]) -> int:
     print(f"{config.model}: {sum(p.numel() for p in model.parameters()):,} parameters, optimizer "
           f"{optimizer if isinstance(optimizer, str) else type(optimizer).__name__}, "
           f"precision {config.precision}, N = {config.world_size}")
-    for strategy in config.strategy or STRATEGIES:
+    for strategy in config.strategy or strategies:
         estimate = estimate_memory(model, strategy=strategy, world_size=config.world_size, precision=config.precision,
                                    optimizer=optimizer, batch=batch, shard_size=config.shard_size)
         print(estimate.describe())

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.auto import AutoStrategy
+from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
 from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
@@ -32,8 +33,8 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),                # every process one tensor-parallel way
     "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),                # every process one pipeline stage
     "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),           # 2-D: tp pairs, sharded across them
-    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # seed 003 (b)
-    "layers_on_devices": LayersOnDevicesStrategy,                                    # seed 003 (a): one process
+    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # stages within a node, replicas across
+    "layers_on_devices": LayersOnDevicesStrategy,                                    # one process, layers over its devices
 }
 
 
@@ -43,9 +44,16 @@ def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
                                  placement=placement)
 
 
+@functools.cache
+def memory_models() -> dict[str, MemoryModel]:
+    """Each named strategy's memory model (``capabilities.memory_model``), where it states one."""
+    stated = {name: make(placement=Placement()).capabilities.memory_model for name, make in STRATEGIES.items()}
+    return {name: model for name, model in stated.items() if model is not None}
+
+
 def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
     """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
-    (provisionally: with several, ``Runtime.choose_strategy`` decides by memory once the model is known)."""
+    (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known)."""
     if isinstance(strategy, str):
         name = strategy.lower()
         if name == "auto":
@@ -53,10 +61,11 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
         if name not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
         return STRATEGIES[name](placement=placement)
-    if not callable(getattr(strategy, "placed", None)):
+    if not callable(getattr(strategy, "with_placement", None)):
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
-    return strategy.placed(placement)
+    return strategy.with_placement(placement)
 
 
 __all__ = ["STRATEGIES", "AutoStrategy", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",
-           "ModelParallelStrategy", "ParallelDims", "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy", "ZeRO1Strategy", "build_strategy"]
+           "MemoryModel", "ModelParallelStrategy", "ParallelDims", "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy",
+           "StrategyCapabilities", "ZeRO1Strategy", "build_strategy", "memory_models"]

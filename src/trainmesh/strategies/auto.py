@@ -1,7 +1,7 @@
 """``strategy="auto"``: the least sharding whose per-rank memory estimate fits a device.
 
 With one process "auto" is single-device. With several, the model is needed to decide, so the
-choice is made once the Trainer has it (``Runtime.choose_strategy``, just before the processes
+choice is made once the Trainer has it (``Runtime._choose_strategy``, just before the processes
 start): ddp when its estimate fits the per-device budget, else zero1, sharded, fsdp, in that
 order (each shards more and communicates more). All four start the same processes (one per
 device, elastic), so the launcher built for the provisional ddp stays right.
@@ -38,7 +38,7 @@ class AutoStrategy:
     optimizer: Any = "adam"
     batch: Any = None
 
-    def placed(self, placement: Placement) -> Any:
+    def with_placement(self, placement: Placement) -> Any:
         """The provisional strategy, before the model is known: single for one process, else ddp."""
         from trainmesh.strategies import STRATEGIES
 

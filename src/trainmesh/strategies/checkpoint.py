@@ -1,5 +1,7 @@
-"""State dicts as the strategies without sharded state make them, and loading a checkpoint file
-or a distributed (sharded) checkpoint, whose format is in ``trainmesh.checkpoint.distributed``."""
+"""State dicts: as the strategies without sharded state make them (``plain_state_dict``), and as
+torch's ``get/set_model_state_dict`` make them for sharded and split models (``sharded_state_dict``,
+the one path of fsdp and model parallel); loading a checkpoint file or a distributed (sharded)
+checkpoint, whose format is in ``trainmesh.checkpoint.distributed``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from torch import nn
 from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, templates_for
 from trainmesh.checkpoint.io import load_checkpoint_file
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.utilities.dtensors import is_dtensor
 
 
 def unwrap(module: nn.Module) -> nn.Module:
@@ -32,6 +35,35 @@ def plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.
     if module is not None:
         state["model"] = (unwrap(module) if unwrapped else module).state_dict()
     return state
+
+
+def sharded_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool,
+                       cpu_offload: bool = True) -> dict[str, Any]:
+    """``{"model": ..., "optim": [...]}`` of a module whose parameters may be DTensors (FSDP2
+    shards, tensor-parallel ways), optimizer state keyed by parameter name: full tensors gathered
+    onto rank 0 (``cpu_offload``: in CPU memory), or with ``sharded=True`` each rank's shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and cpu_offload)
+    return {"model": get_model_state_dict(module, options=options),
+            "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
+
+
+def load_sharded_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], state: dict[str, Any], *,
+                            strict: bool) -> None:
+    """Load ``state``'s ``"model"`` and ``"optim"`` entries into a module whose parameters may be
+    DTensors: full tensors (a single-file checkpoint) are sharded on the way in, shards go as
+    they are; torch's numbered optimizer state (a one-process run's) is keyed by name first."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    if "model" in state:
+        full = not any(is_dtensor(v) for v in state["model"].values())
+        set_model_state_dict(module, state["model"], options=StateDictOptions(full_state_dict=full, strict=strict))
+    for optimizer, saved in zip(optimizers, state.get("optim", [])):
+        if is_numbered(saved):
+            saved = keyed_by_name(saved, optimizer, module)
+        full = not any(is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
+        set_optimizer_state_dict(module, optimizer, saved, options=StateDictOptions(full_state_dict=full))
 
 
 def with_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module | None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.capabilities import REPLICATED, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher, mean_loss, run_chunked_step
 from trainmesh.strategies.distributed import DistributedStrategy
@@ -49,13 +50,16 @@ def apply_ddp(module: nn.Module, *, device: torch.device, chunk_devices: Sequenc
 class DDPStrategy(DistributedStrategy):
     """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
 
-    >>> DDPStrategy(bucket_cap_mb=50).options["bucket_cap_mb"]
+    >>> DDPStrategy(bucket_cap_mb=50).init_arguments["bucket_cap_mb"]
     50
     """
 
     name = "ddp"
-    # Why compile is refused with this strategy (None: a compiled run is checked against eager).
-    compile_refusal: str | None = None
+    # Manual optimization and compile are checked against plain torch and eager (tests/trainer/
+    # test_manual_optimization.py, tests/strategies/test_compile.py).
+    capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED)
+    # Why compile is refused where ``capabilities.compile`` is False.
+    compile_refusal = ""
 
     def __init__(self, *, start_method: str = "elastic", find_unused_parameters: bool = False,
                  bucket_cap_mb: float | None = None, gradient_as_bucket_view: bool = False,
@@ -65,8 +69,7 @@ class DDPStrategy(DistributedStrategy):
                          placement=placement)
         self.ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
                             "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
-        self.options.update(self.ddp_options)
-        if self.compile_refusal is not None:
+        if not self.capabilities.compile:
             refuse_compile(self.placement.compile, self.name, instead=self.compile_refusal)
 
     @functools.cached_property
@@ -135,6 +138,7 @@ class DDP2Strategy(DDPStrategy):
     batch), and DDP averages gradients across nodes."""
 
     name = "ddp2"
+    capabilities = StrategyCapabilities(memory_model=REPLICATED)
     compile_refusal = "each step replicates the module across the node's devices, as dp does"
 
     @property
@@ -156,6 +160,7 @@ class ZeRO1Strategy(DDPStrategy):
     """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1)."""
 
     name = "zero1"
+    capabilities = StrategyCapabilities(memory_model=MemoryModel(optimizer_state=WORLD))
     compile_refusal = "no compiled zero1 run is checked against eager yet"
 
     def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:

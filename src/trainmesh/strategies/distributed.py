@@ -18,6 +18,7 @@ from trainmesh.checkpoint.io import atomic_save
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
+from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.process_group import join_process_group, leave_process_group
@@ -31,12 +32,12 @@ START_METHODS = ("elastic", "spawn", "fork")
 class DistributedStrategy:
     """One process per device (``processes_per_node``), joined in one process group.
 
-    Subclasses name their mesh (``dims``) and place the model; their constructor options are
-    kept in ``options`` so that ``placed`` can build the same strategy for the run's devices.
+    Subclasses name their mesh (``dims``), place the model and state their ``capabilities``;
+    their constructor arguments are kept (``init_arguments``) so that ``with_placement`` can
+    build the same strategy for the run's devices.
     """
 
     name = "distributed"
-    inference_mode_safe = True
 
     def __init__(self, *, start_method: str = "elastic", timeout: timedelta = timedelta(minutes=30),
                  process_group_backend: str | None = None, placement: Placement | None = None) -> None:
@@ -47,14 +48,15 @@ class DistributedStrategy:
         self.process_group_backend = process_group_backend
         self.placement = placement or Placement()
         self.precision = self.placement.precision
-        self.options: dict[str, Any] = {"start_method": start_method, "timeout": timeout,
-                                        "process_group_backend": process_group_backend}
         self._device = torch.device("cpu")
         self._mesh = ParallelMesh(ParallelDims().resolved(1))
         self._owns_process_group = False
 
-    def placed(self, placement: Placement) -> Any:
-        return type(self)(**self.options, placement=placement)
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return new_keeping_arguments(cls, args, kwargs)
+
+    def with_placement(self, placement: Placement) -> Any:
+        return rebuilt(self, placement)
 
     @property
     def processes_per_node(self) -> int:

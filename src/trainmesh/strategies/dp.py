@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.accelerators import device_for
 from trainmesh.strategies.data_parallel import SplitForward, mean_loss, run_chunked_step
@@ -33,6 +34,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
     """
 
     name = "dp"
+    capabilities = StrategyCapabilities(memory_model=REPLICATED)
 
     def __init__(self, *, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()

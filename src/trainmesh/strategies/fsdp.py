@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.distributed import save_distributed
+from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.capabilities import SHARD_GROUP, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, innermost, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
@@ -31,13 +33,14 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
 def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
-               mp_policy: Any, offload_policy: Any) -> nn.Module:
+               mp_policy: Any = None, offload_policy: Any = None, step_root: bool = True) -> nn.Module:
     """fully_shard each unit, then a root around the module (which holds what no unit took).
 
     The root is a ``StepDispatcher``: the loop calls ``training_step`` through its forward, so
     FSDP's root hooks run once around the whole step, and the module's own ``forward`` (which
     ``training_step`` calls) adds no second post-forward that would reshard what
-    ``reshard_after_forward=False`` means to keep whole until backward.
+    ``reshard_after_forward=False`` means to keep whole until backward. ``step_root=False``:
+    the module itself is the root (a pipeline stage, which the schedule calls).
     """
     from torch.distributed.fsdp import fully_shard
 
@@ -48,7 +51,29 @@ def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_
         options["offload_policy"] = offload_policy
     for unit in units:
         fully_shard(unit, **options)
-    return fully_shard(StepDispatcher(module), **options)
+    return fully_shard(StepDispatcher(module) if step_root else module, **options)
+
+
+def apply_replicate(module: nn.Module, mesh: Any, *, mp_policy: Any = None, step_root: bool = True) -> nn.Module:
+    """FSDP2's ``replicate`` (every rank the whole module, gradients all-reduced), with the same
+    root and mixed precision as ``apply_fsdp``."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    root = StepDispatcher(module) if step_root else module
+    if mp_policy is None:
+        return replicate(root, mesh=mesh)
+    return replicate(root, mesh=mesh, mp_policy=mp_policy)
+
+
+def mixed_precision_policy(precision: Precision) -> Any:
+    """FSDP2's policy for ``precision``: None for full precision or a "-true" one (the parameters
+    themselves are in the compute dtype, and gradients are reduced in it, as ddp reduces them);
+    for a mixed one, fp32 parameters computed in the low precision, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if not precision.mixed:
+        return None
+    return MixedPrecisionPolicy(param_dtype=precision.compute_dtype, reduce_dtype=torch.float32)
 
 
 def refuse_keras(module: nn.Module, strategy: str) -> None:
@@ -71,6 +96,15 @@ def apply_activation_checkpointing(module: nn.Module, classes: Sequence[type[nn.
     apply(module, check_fn=lambda m: isinstance(m, tuple(classes)))
 
 
+_MEMORY_MODELS = {
+    "fsdp": MemoryModel(WORLD, WORLD, WORLD),
+    # At the optimizer step parameters are sharded too (post-backward reshards them); they are
+    # whole from forward to backward.
+    "sharded": MemoryModel(WORLD, WORLD, WORLD, gathered_for_backward=True),
+    "hsdp": MemoryModel(SHARD_GROUP, SHARD_GROUP, SHARD_GROUP),
+}
+
+
 class FSDPStrategy(DistributedStrategy):
     """``Trainer(strategy=FSDPStrategy(wrap=[Block], cpu_offload=True))``.
 
@@ -82,10 +116,6 @@ class FSDPStrategy(DistributedStrategy):
     (``sharded``, ZeRO-2). ``shard_size`` (or ``hybrid=True``: a node's processes) makes a 2-D
     mesh: shard within groups of that many processes, replicate across groups (``hsdp``).
     """
-
-    # Parameters unsharded under inference_mode would be inference tensors that training
-    # cannot update in place afterwards: evaluate under no_grad instead.
-    inference_mode_safe = False
 
     def __init__(self, *, wrap: Sequence[type[nn.Module]] | None = None, min_num_params: int | None = None,
                  reshard_after_forward: bool = True, cpu_offload: bool = False,
@@ -100,12 +130,18 @@ class FSDPStrategy(DistributedStrategy):
         self.activation_checkpointing = list(activation_checkpointing or [])
         self.shard_size, self.hybrid = shard_size, hybrid or shard_size is not None
         self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
-        if self.name != "fsdp":
+        if not self.capabilities.compile:
             refuse_compile(self.placement.compile, self.name, instead=f"no compiled {self.name} run is checked "
                                                                        "against eager yet; fsdp's is")
-        self.options.update(wrap=self.wrap, min_num_params=min_num_params, reshard_after_forward=reshard_after_forward,
-                            cpu_offload=cpu_offload, activation_checkpointing=self.activation_checkpointing,
-                            shard_size=shard_size, hybrid=hybrid)
+
+    @property
+    def capabilities(self) -> StrategyCapabilities:
+        # Parameters unsharded under inference_mode would be inference tensors that training
+        # cannot update in place afterwards: evaluation runs under no_grad instead. Manual
+        # optimization and compile are checked (against plain torch and eager) under fsdp only.
+        checked = self.name == "fsdp"
+        return StrategyCapabilities(manual_optimization=checked, compile=checked, inference_mode=False,
+                                    memory_model=_MEMORY_MODELS[self.name])
 
     def dims(self, world_size: int) -> ParallelDims:
         if not self.hybrid:
@@ -126,17 +162,6 @@ class FSDPStrategy(DistributedStrategy):
     def module_init_context(self) -> ContextManager[Any]:
         """configure_model builds on the meta device: no process holds the whole model."""
         return torch.device("meta")
-
-    def _mixed_precision(self) -> Any:
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
-        if not self.precision.mixed:
-            # Full precision, or a "-true" one: the parameters themselves are in the compute
-            # dtype (setup_module converts the module, as every strategy does), and gradients
-            # are reduced in it, as ddp reduces them.
-            return None
-        # Mixed: fp32 parameters, computed in the low precision, gradients reduced in fp32.
-        return MixedPrecisionPolicy(param_dtype=self.precision.compute_dtype, reduce_dtype=torch.float32)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import CPUOffloadPolicy
@@ -169,7 +194,7 @@ class FSDPStrategy(DistributedStrategy):
         self.precision.convert_module(module, device=None if on_meta else self._device)
         mesh = self._mesh.submesh("dp_replicate", "dp_shard") if not self.hybrid else self._mesh.device_mesh
         root = apply_fsdp(module, mesh, units, reshard_after_forward=self.reshard_after_forward,
-                          mp_policy=self._mixed_precision(), offload_policy=CPUOffloadPolicy() if offload else None)
+                          mp_policy=mixed_precision_policy(self.precision), offload_policy=CPUOffloadPolicy() if offload else None)
         if on_meta:
             materialize(module, torch.device("cpu") if offload else self._device)
         return root
@@ -194,29 +219,13 @@ class FSDPStrategy(DistributedStrategy):
 
     def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
                    sharded: bool) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-
-        options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded)
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
-        inner = checkpoints.unwrap(module)
-        return {"model": get_model_state_dict(inner, options=options),
-                "optim": [get_optimizer_state_dict(inner, optimizer, options=options) for optimizer in optimizers]}
+        return checkpoints.sharded_state_dict(checkpoints.unwrap(module), optimizers, sharded=sharded)
 
     def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
                         state: dict[str, Any], *, strict: bool = True) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
-        inner = checkpoints.unwrap(module)
-        if "model" in state:
-            # Full tensors (a single-file checkpoint) are sharded on the way in; shards go as they are.
-            full = not any(_is_dtensor(v) for v in state["model"].values())
-            set_model_state_dict(inner, state["model"], options=StateDictOptions(full_state_dict=full, strict=strict))
-        for optimizer, saved in zip(optimizers, state.get("optim", [])):
-            full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
-            if checkpoints.is_numbered(saved):
-                saved = checkpoints.keyed_by_name(saved, optimizer, inner)  # torch's own format, from a 1-D run
-            set_optimizer_state_dict(inner, optimizer, saved, options=StateDictOptions(full_state_dict=full))
+        checkpoints.load_sharded_state_dict(checkpoints.unwrap(module), optimizers, state, strict=strict)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
         if sharded is None:
@@ -229,7 +238,3 @@ class FSDPStrategy(DistributedStrategy):
                         keys: CheckpointKeys) -> dict[str, Any]:
         # A file holds full tensors: loaded on the CPU, then sharded by load_state_dict.
         return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
-
-
-def _is_dtensor(value: Any) -> bool:
-    return type(value).__name__ == "DTensor"

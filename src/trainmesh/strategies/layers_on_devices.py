@@ -1,4 +1,4 @@
-"""Seed 003's single-machine model parallel: one process, the model's parts on different
+"""Single-machine model parallel: one process, the model's parts on different
 devices, activations moved from one to the next.
 
 The parts are cut as a pipeline's are (``pipeline.split_parts``: balanced by parameter count, or
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.accelerators import device_for
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
@@ -31,6 +32,7 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
     model's layers spread over the devices (``split_points=["seq2"]`` to choose the cut)."""
 
     name = "layers_on_devices"
+    capabilities = StrategyCapabilities()  # no memory model: each device holds the layers it was given
 
     def __init__(self, *, split_points: list[str] | None = None, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()
@@ -43,9 +45,6 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
         self.devices = [device_for(self.placement.device_type, index) for index in self.placement.devices]
         self._device = self.devices[0]
         self._mesh = ParallelMesh(ParallelDims().resolved(1))
-
-    def placed(self, placement: Placement) -> LayersOnDevicesStrategy:
-        return type(self)(split_points=self.split_points, placement=placement)
 
     def setup_environment(self, process: Any) -> None:
         assert process.world_size == 1, "a one-process strategy runs in one process"

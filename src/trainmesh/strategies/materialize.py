@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from trainmesh.utilities.dtensors import is_dtensor
 
 
 def materialize(module: nn.Module, device: torch.device) -> None:
@@ -210,4 +211,4 @@ def _keep_local_shard(sharded: Any, whole: torch.Tensor) -> None:
 
 
 def _is_dtensor(value: Any) -> bool:
-    return type(value).__name__ == "DTensor" or type(getattr(value, "data", None)).__name__ == "DTensor"
+    return is_dtensor(value) or is_dtensor(getattr(value, "data", None))

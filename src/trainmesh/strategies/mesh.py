@@ -32,8 +32,8 @@ class ParallelDims:
     pp: int = 1
     # How consecutive ranks are laid out, outermost axis first. The default keeps a tensor-parallel
     # group on neighbouring ranks (one node) and puts pipeline stages furthest apart (their traffic
-    # is the lightest); seed 003's "model split over a machine's devices, replicated across
-    # machines" puts "pp" inside "dp_replicate" instead.
+    # is the lightest); a model split over a machine's devices and replicated across machines
+    # (pp_within_node) puts "pp" inside "dp_replicate" instead.
     order: tuple[str, ...] = AXES
 
     def resolved(self, world_size: int) -> ParallelDims:

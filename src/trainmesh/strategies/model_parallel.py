@@ -32,9 +32,12 @@ from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
-from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
+from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
-from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_keras, shard_units
+from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
+from trainmesh.strategies.fsdp import (
+    apply_activation_checkpointing, apply_fsdp, apply_replicate, mixed_precision_policy, refuse_keras, shard_units,
+)
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.mesh import AXES, ParallelDims
@@ -47,11 +50,15 @@ from trainmesh.strategies.step import StepHooks, StepResult, loss_to_backward, r
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.host_memory import release_large_frees
 
-# Seed 003's "model split over a machine's devices, replicated across machines": pipeline stages
-# on neighbouring ranks (one node), replicas across nodes.
+# A model split over a machine's devices, replicated across machines: pipeline stages on
+# neighbouring ranks (one node), replicas across nodes.
 PP_WITHIN_NODE_ORDER = ("dp_replicate", "dp_shard", "pp", "tp")
+
+# Roughly: each rank holds 1/tp or 1/pp of the model and runs that share of its work.
+_SPLIT_MODEL = MemoryModel(WORLD, WORLD, WORLD, splits_activations=True)
 
 _DDP_DOES_NOT_COMPOSE = (
     "nn.parallel.DistributedDataParallel does not compose with pipeline or tensor parallelism: with a "
@@ -73,12 +80,10 @@ class ModelParallelStrategy(DistributedStrategy):
     under torch's ``loss_parallel`` for a vocabulary-sharded cross-entropy. ``dp_shard`` /
     ``dp_replicate``: FSDP2 sharding / replication of each stage and shard.
     ``pp_within_node=True`` puts a pipeline's stages on one node's devices and replicas across
-    nodes (seed 003's distributed model and data parallel).
+    nodes (model parallel within a machine, data parallel across machines).
     """
 
     name = "model_parallel"
-    # DTensor and FSDP parameters must not become inference tensors between training steps.
-    inference_mode_safe = False
 
     def __init__(self, *, pp: int = 1, tp: int = 1, dp_shard: int = -1, dp_replicate: int = 1,
                  schedule: str = "1F1B", microbatches: int | None = None, split_points: Sequence[str] | None = None,
@@ -107,16 +112,15 @@ class ModelParallelStrategy(DistributedStrategy):
         self.loss_parallel, self.reshard_after_forward = loss_parallel, reshard_after_forward
         self.activation_checkpointing = list(activation_checkpointing or [])
         self.order = PP_WITHIN_NODE_ORDER if pp_within_node else AXES
-        self.options.update(pp=pp, tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, schedule=schedule,
-                            microbatches=microbatches, split_points=split_points, stages_per_rank=stages_per_rank,
-                            loss_parallel=loss_parallel, activation_checkpointing=self.activation_checkpointing,
-                            reshard_after_forward=reshard_after_forward, data_parallel=data_parallel,
-                            pp_within_node=pp_within_node)
         self._pipeline: Pipeline | None = None
         self._root: nn.Module | None = None  # the FSDP root a stage-less step runs through
         self._whole_model_order: dict[str, int] = {}
         self._stage_copies: StageCopies | None = None  # tied weights whose uses sit on different pipeline ranks
         self._gradient_sync_off = False  # inside no_backward_sync: tied copies' gradients not summed yet
+
+    @property
+    def capabilities(self) -> StrategyCapabilities:
+        return model_parallel_capabilities(self._mesh.dims, replicated=self.sizes["dp_replicate"] != 1)
 
     @property
     def metrics_source(self) -> Any:
@@ -201,21 +205,17 @@ class ModelParallelStrategy(DistributedStrategy):
         return mine
 
     def _apply_data_parallel(self, stage: nn.Module, *, as_step_root: bool) -> None:
-        """FSDP2 on the data-parallel axes: each block its own unit, then the stage's root."""
-        from torch.distributed._composable.replicate_with_fsdp import replicate
-        from torch.distributed.fsdp import fully_shard
-
+        """FSDP2 on the data-parallel axes (fsdp.py's functions, with the run's mixed precision):
+        each block its own unit, then the stage's root."""
         mesh = self._mesh
         replicas, shards = mesh.group_size("dp_replicate"), mesh.group_size("dp_shard")
+        policy = mixed_precision_policy(self.precision)
         if shards > 1:
             dp_mesh = mesh.device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else mesh.submesh("dp_shard")
-            for unit in shard_units(stage, wrap=None, min_num_params=None):
-                fully_shard(unit, mesh=dp_mesh, reshard_after_forward=self.reshard_after_forward)
-            root = StepDispatcher(stage) if as_step_root else stage
-            fully_shard(root, mesh=dp_mesh, reshard_after_forward=self.reshard_after_forward)
+            root = apply_fsdp(stage, dp_mesh, shard_units(stage, wrap=None, min_num_params=None),
+                              reshard_after_forward=self.reshard_after_forward, mp_policy=policy, step_root=as_step_root)
         else:
-            root = StepDispatcher(stage) if as_step_root else stage
-            replicate(root, mesh=mesh.submesh("dp_replicate"))
+            root = apply_replicate(stage, mesh.submesh("dp_replicate"), mp_policy=policy, step_root=as_step_root)
         if as_step_root:
             self._root = root
 
@@ -411,6 +411,23 @@ def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool)
             m.set_reshard_after_forward(reshard_after_forward, recurse=False)
 
 
+def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> StrategyCapabilities:
+    """What a model-parallel run on ``dims`` supports (``replicated``: dp_replicate asked for).
+
+    >>> model_parallel_capabilities(ParallelDims(tp=2, dp_shard=1).resolved(2), replicated=False).flop_counting
+    False
+    """
+    # FlopCounterMode counts DTensor ops at their global shapes (tp times one rank's work), and a
+    # pipeline's stages run backward with autograd.grad, which its module tracker refuses; the
+    # schedule runs backward per micro-batch and stage, with no loss on most ranks, so the
+    # backward hooks have nothing to run around. DTensor and FSDP parameters must not become
+    # inference tensors between training steps. Each rank holds a share of the model; with
+    # replicas (pp_within_node) a rank holds 1/pp of it, not 1/world size, which the memory model
+    # cannot say.
+    return StrategyCapabilities(flop_counting=dims.tp == 1 and dims.pp == 1, backward_hooks=dims.pp == 1,
+                                inference_mode=False, memory_model=None if replicated else _SPLIT_MODEL)
+
+
 def _step_loss(losses: list[torch.Tensor], counts: list[torch.Tensor | None], *, owner: str,
                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The step's loss on the last stage (mean of the micro-batches' means, or sum of their sums)
@@ -435,11 +452,7 @@ def _defines_configure_ddp(module: nn.Module) -> bool:
 
 
 def _has_dtensors(module: nn.Module) -> bool:
-    return any(_is_dtensor(p) for p in module.parameters())
-
-
-def _is_dtensor(value: Any) -> bool:
-    return type(value).__name__ == "DTensor"
+    return any(is_dtensor(p) for p in module.parameters())
 
 
 def _rows_in(inputs: Any) -> int:

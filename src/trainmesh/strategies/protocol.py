@@ -19,6 +19,7 @@ from torch import nn
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
+from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.step import StepHooks, StepResult
 
@@ -40,8 +41,11 @@ class Strategy(Protocol):
     name: str
     start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
     processes_per_node: int
-    inference_mode_safe: bool  # may evaluation run under torch.inference_mode()
 
+    @property
+    def capabilities(self) -> StrategyCapabilities:
+        """What this strategy supports (manual optimization, compile, FLOP counting, ...): read
+        instead of the strategy's name or type."""
     @property
     def root_device(self) -> torch.device: ...
     @property
@@ -53,9 +57,9 @@ class Strategy(Protocol):
         """Where only some ranks compute the loss and log (a pipeline's last stage): a function
         giving every rank those ranks' value of an object; None where every rank logs."""
 
-    def placed(self, placement: Placement) -> Strategy:
-        """A new strategy with this one's options, built for ``placement`` (a user's instance
-        carries options only: the Trainer's devices and precision come later)."""
+    def with_placement(self, placement: Placement) -> Strategy:
+        """A new strategy with this one's constructor arguments, built for ``placement`` (a user's
+        instance carries its arguments only: the Trainer's devices and precision come later)."""
     def setup_environment(self, process: ProcessInfo) -> None:
         """Join the process group (if any), build the mesh and pick this process's device."""
     def module_init_context(self) -> ContextManager[Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from trainmesh.utilities.dtensors import is_dtensor
 
 # The attribute each parameter carries from the ParameterMoves that saw it: (that record's token,
 # the parameter's name). Not a weak reference: torch cannot swap a tensor that has one
@@ -77,7 +78,7 @@ def _like(value: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
     """A state entry of ``old`` made to sit beside ``new`` (sharded as it is, on its device)."""
     if not isinstance(value, torch.Tensor) or value.shape != old.shape or value.dim() == 0:
         return value  # a step counter or anything not per-element: kept as it is
-    if type(new).__name__ == "DTensor":
+    if is_dtensor(new):
         from torch.distributed.tensor import distribute_tensor
 
         # Every rank holds the same whole state (it was built for the whole model): keep this

@@ -13,6 +13,8 @@ from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
+from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
@@ -34,7 +36,11 @@ class SingleDeviceStrategy:
     name = "single"
     start_method = "in_process"
     processes_per_node = 1
-    inference_mode_safe = True
+    # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization*.py).
+    capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SingleDeviceStrategy:
+        return new_keeping_arguments(cls, args, kwargs)
 
     def __init__(self, *, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()
@@ -47,8 +53,8 @@ class SingleDeviceStrategy:
         self._device = device_for(self.placement.device_type, self.placement.devices[0])
         self._mesh = ParallelMesh(ParallelDims().resolved(1))
 
-    def placed(self, placement: Placement) -> SingleDeviceStrategy:
-        return type(self)(placement=placement)
+    def with_placement(self, placement: Placement) -> SingleDeviceStrategy:
+        return rebuilt(self, placement)
 
     @property
     def root_device(self) -> torch.device:

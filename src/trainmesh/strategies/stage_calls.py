@@ -1,22 +1,54 @@
-"""What a pipeline stage's ``self(...)`` does instead of forward (``Module.__call__`` reads it).
+"""What a pipeline stage's ``self(...)`` does instead of forward.
 
 On the last stage, a step hook's ``self(x)`` is answered by the output the pipeline computed
 for that micro-batch or batch (``replaying``), checked to be called once, on the input the first
 stage received. A stage called outside its schedule, by a user's loop doing ``model(x)``, is
 refused: it would return its activations as if they were the model's output.
+
+Only a pipeline's module pays for this: its class is swapped for a subclass that adds
+``StageCalls.__call__`` (as FSDP2's ``fully_shard`` swaps a module's class), so every other
+model's forward runs torch's ``nn.Module.__call__`` untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-# The instance attribute ``Module.__call__`` answers with instead of running forward.
-CALL_INSTEAD = "_call_instead"
+
+
+class StageCalls:
+    """Mixed in before a pipeline module's own class: ``self(...)`` answers with ``call_instead``
+    while one is set (a replay, or a refusal), else runs forward as usual."""
+
+    call_instead: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        instead = self.call_instead
+        if instead is not None:
+            return instead(*args, **kwargs)
+        return super().__call__(*args, **kwargs)  # type: ignore[misc]
+
+
+_STAGE_CLASSES: dict[type, type] = {}
+
+
+def as_stage(module: nn.Module) -> StageCalls:
+    """``module``, its class swapped (once) for one with ``StageCalls`` mixed in; same name."""
+    if not isinstance(module, StageCalls):
+        cls = type(module)
+        stage_class = _STAGE_CLASSES.get(cls)
+        if stage_class is None:
+            stage_class = type(cls.__name__, (StageCalls, cls), {"__module__": cls.__module__,
+                                                                  "__qualname__": cls.__qualname__})
+            _STAGE_CLASSES[cls] = stage_class
+        module.__class__ = stage_class
+    assert isinstance(module, StageCalls)
+    return module
 
 
 class ReplayedForward:
@@ -64,17 +96,15 @@ def _same(given: Any, expected: Any) -> bool:
 @contextlib.contextmanager
 def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str,
               expected_kwargs: dict[str, Any] | None = None) -> Iterator[ReplayedForward]:
-    """While inside, ``module(...)`` returns ``output`` (see ``Module.__call__``)."""
+    """While inside, ``module(...)`` returns ``output``."""
     replay = ReplayedForward(output, expected_input, hook, expected_kwargs)
-    previous = module.__dict__.get(CALL_INSTEAD)  # a stage's refusal of direct calls, restored after
-    module.__dict__[CALL_INSTEAD] = replay
+    stage = as_stage(module)
+    previous = stage.call_instead  # a stage's refusal of direct calls, restored after
+    stage.call_instead = replay
     try:
         yield replay
     finally:
-        if previous is None:
-            module.__dict__.pop(CALL_INSTEAD, None)
-        else:
-            module.__dict__[CALL_INSTEAD] = previous
+        stage.call_instead = previous
     if replay.calls == 0:
         raise RuntimeError(
             f"{hook} never called self(...): under pipeline parallelism its result must come from the model's "
@@ -94,14 +124,16 @@ def _refuse_call(*args: Any, **kwargs: Any) -> Any:
 
 
 def refuse_direct_calls(module: nn.Module) -> None:
-    """From now on ``module(...)`` outside the pipeline's schedule is an error (``Module.__call__``)."""
-    module.__dict__[CALL_INSTEAD] = _refuse_call
+    """From now on ``module(...)`` outside the pipeline's schedule is an error."""
+    as_stage(module).call_instead = _refuse_call
 
 
 @contextlib.contextmanager
 def inside_schedule(stages: Any) -> Iterator[None]:
     """The schedule calls the stages' modules: lift their refusal meanwhile."""
-    lifted = [m for m in stages if m.__dict__.pop(CALL_INSTEAD, None) is not None]
+    lifted = [m for m in stages if isinstance(m, StageCalls) and m.call_instead is not None]
+    for m in lifted:
+        m.call_instead = None
     try:
         yield
     finally:

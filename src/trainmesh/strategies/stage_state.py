@@ -33,15 +33,11 @@ _NUMBERED_WITHOUT_NAMES = (
 
 def state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], mesh: ParallelMesh, *,
                sharded: bool, whole_model_order: dict[str, int]) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-
     pipelined = mesh.group_size("pp") > 1
     # Full state without a pipeline: gathered onto rank 0's CPU. With one, every stage first
     # gathers its own layers (torch would give them to its first rank only), then the
     # stages' pieces make the whole model.
-    options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and not pipelined)
-    state = {"model": get_model_state_dict(module, options=options),
-             "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
+    state = checkpoints.sharded_state_dict(module, optimizers, sharded=sharded, cpu_offload=not pipelined)
     if not pipelined:
         return state
     if sharded:
@@ -72,24 +68,24 @@ def every_stages_groups(optimizer_state: dict[str, Any], names: Any, order: dict
 
 def load_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], state: dict[str, Any],
                     mesh: ParallelMesh, *, strict: bool = True) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-
+    """This stage's share of ``state`` (a whole model's, or this stage's shards), loaded by the
+    one sharded path (``checkpoints.load_sharded_state_dict``)."""
     own = set(module.state_dict())
+    share: dict[str, Any] = {}
     if "model" in state:
-        full = not any(_is_dtensor(v) for v in state["model"].values())
         # A whole model's state (a file): this stage takes its own layers' entries.
-        model_state = {k: v for k, v in state["model"].items() if k in own}
-        set_model_state_dict(module, model_state, options=StateDictOptions(full_state_dict=full, strict=strict))
-    for optimizer, saved in zip(optimizers, state.get("optim", [])):
-        if checkpoints.is_numbered(saved):
-            # torch's own numbered form (a one-file checkpoint of one process or ddp): by the
-            # names it records; by position only where this process holds every parameter.
-            if mesh.group_size("pp") > 1 and not checkpoints.has_param_names(saved):
-                raise ValueError(f"the optimizer state {_NUMBERED_WITHOUT_NAMES}")
-            saved = checkpoints.keyed_by_name(saved, optimizer, module)
-        full = not any(_is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
-        set_optimizer_state_dict(module, optimizer, _only_params_of(saved, optimizer, module),
-                                 options=StateDictOptions(full_state_dict=full))
+        share["model"] = {k: v for k, v in state["model"].items() if k in own}
+    if "optim" in state:
+        share["optim"] = []
+        for optimizer, saved in zip(optimizers, state["optim"]):
+            if checkpoints.is_numbered(saved):
+                # torch's own numbered form (a one-file checkpoint of one process or ddp): by the
+                # names it records; by position only where this process holds every parameter.
+                if mesh.group_size("pp") > 1 and not checkpoints.has_param_names(saved):
+                    raise ValueError(f"the optimizer state {_NUMBERED_WITHOUT_NAMES}")
+                saved = checkpoints.keyed_by_name(saved, optimizer, module)
+            share["optim"].append(_only_params_of(saved, optimizer, module))
+    checkpoints.load_sharded_state_dict(module, optimizers, share, strict=strict)
 
 
 def whole_model_shapes(module: nn.Module, mesh: ParallelMesh) -> dict[str, Any]:
@@ -114,10 +110,6 @@ def stage_share_of_file(checkpoint: dict[str, Any], path: str, module: nn.Module
     if with_optimizers and unnamed:
         raise ValueError(f"{path} holds optimizer state {_NUMBERED_WITHOUT_NAMES}")
     return checkpoint
-
-
-def _is_dtensor(value: Any) -> bool:
-    return type(value).__name__ == "DTensor"
 
 
 def _group_names(optimizer_state: dict[str, Any]) -> list[list[str]]:

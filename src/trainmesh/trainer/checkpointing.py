@@ -19,6 +19,8 @@ from trainmesh.checkpoint.io import TEMPORARY_NAME
 from trainmesh.seed import capture_rng_state
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.trainer.results import StageResults
+from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 CHECKPOINT_FORMAT = 1
@@ -102,7 +104,7 @@ def _pending_gradients(trainer: Any) -> list[torch.Tensor | None] | None:
     if trainer.accumulate_grad_batches == 1 or trainer.loop.batches_done % trainer.accumulate_grad_batches == 0:
         return None
     params = list(trainer.module.parameters())
-    if any(type(p).__name__ == "DTensor" for p in params):
+    if any(is_dtensor(p) for p in params):
         return None  # sharded gradients: a resume restarts the accumulation window (see notes)
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
@@ -118,7 +120,8 @@ def _reduced_results(trainer: Any) -> dict[str, Any]:
     reduce = trainer.runtime.all_reduce
     for name in sorted(state):  # the same order on every rank: these are collectives
         entry = state[name]
-        op = entry["options"][4] if entry["options"][4] in ("max", "min") else "sum"
+        reduce_fx = StageResults.saved_reduce_fx(entry)
+        op = reduce_fx if reduce_fx in ("max", "min") else "sum"
         if entry["total"] is not None:
             entry["total"] = reduce(entry["total"], op).cpu()
         weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.runtime.device)
@@ -141,12 +144,12 @@ def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str,
                           source=source)
     if not weights_only:
         _check_resumable(trainer, checkpoint, source)
-    runtime.load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
+    runtime._load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
     if weights_only:
         return None
-    runtime.load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    runtime._load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(state)
     trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
@@ -211,7 +214,7 @@ def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
         return state
     neutral = {}
     for name, entry in state.items():
-        op = entry["options"][4]
+        op = StageResults.saved_reduce_fx(entry)
         fill = float("-inf") if op == "max" else float("inf") if op == "min" else 0.0
         total = None if entry["total"] is None else torch.full_like(entry["total"], fill)
         neutral[name] = {**entry, "total": total, "weight": 0.0}

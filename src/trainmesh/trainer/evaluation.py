@@ -88,7 +88,7 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     was_training = model.training
     model.eval()
     results: list[Any] = []
-    inference = trainer.inference_mode and trainer.runtime.inference_mode_safe
+    inference = trainer.inference_mode and trainer.runtime.capabilities.inference_mode
     grad_mode = torch.inference_mode() if inference else torch.no_grad()
     try:
         with grad_mode:

@@ -33,7 +33,9 @@ from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, the
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 
 
-MANUAL_STRATEGIES = ("single", "ddp", "fsdp")  # each has a parity test (tests/trainer/test_manual_optimization*.py)
+# Where manual optimization is checked against plain torch (each has a parity test,
+# tests/trainer/test_manual_optimization*.py): the strategies that state it in their capabilities.
+CHECKED_UNDER = "single, ddp, fsdp"
 
 
 def is_manual(module: Any) -> bool:
@@ -44,11 +46,10 @@ def check_manual_settings(trainer: Any, module: Any) -> None:
     """Refuse the loop's own accumulation and clipping (in manual mode the loop never steps), and
     the strategies manual optimization was never checked under."""
     name = type(module).__name__
-    strategy = trainer.runtime.strategy_name
-    if strategy not in MANUAL_STRATEGIES:
+    if not trainer.runtime.capabilities.manual_optimization:
         raise ValueError(
-            f"strategy {strategy!r} with {name}.automatic_optimization = False: manual optimization is checked "
-            f"against plain torch only under {', '.join(MANUAL_STRATEGIES)} (dp and ddp2 split a batch across "
+            f"strategy {trainer.runtime.strategy_name!r} with {name}.automatic_optimization = False: manual "
+            f"optimization is checked against plain torch only under {CHECKED_UNDER} (dp and ddp2 split a batch across "
             "devices inside one step, zero1 and sharded change how a step updates, pipelines run training_step "
             "per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
             "loss from training_step (automatic optimization works under every strategy)"

@@ -102,7 +102,7 @@ def refuse_uncallable_step_hooks(trainer: Any, *, manual: bool) -> None:
                 "for code that reads the updated weights, such as an EMA)"
             )
         return
-    if trainer.runtime.mesh.dims.pp > 1:
+    if not trainer.runtime.capabilities.backward_hooks:
         for hook in BACKWARD_HOOKS:
             owners = _owners(hooks, module, hook)
             if owners:

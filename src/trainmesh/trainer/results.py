@@ -57,6 +57,11 @@ class StageResults:
             if e.metric is None
         }
 
+    @staticmethod
+    def saved_reduce_fx(saved: dict[str, Any]) -> str:
+        """The ``reduce_fx`` of one name's entry in ``state_dict()`` ("mean", "sum", "max", "min")."""
+        return _Entry(*saved["options"]).reduce_fx
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, saved in state.items():
             entry = _Entry(*saved["options"])
@@ -74,7 +79,7 @@ class MetricSink:
     def __init__(self, reducer: Reducer) -> None:
         self._reduce = reducer
         # Set when only some ranks log (pipeline: the last stage): their results, to every rank.
-        self.from_logging_ranks: Callable[[Any], Any] | None = None
+        self.metrics_source: Callable[[Any], Any] | None = None
         self.results = StageResults()
         self.hook = "training_step"
         self._batch: Any = None
@@ -211,11 +216,11 @@ class MetricSink:
     def end_step(self) -> None:
         """A step's values are complete: where only the last pipeline stage logs, every other
         stage takes its results, so callbacks and loggers decide alike on every rank."""
-        if self.from_logging_ranks is None:
+        if self.metrics_source is None:
             return
         mine = {"entries": self.results.state_dict(),
                 "step_values": {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self.results.step_values.items()}}
-        shared = self.from_logging_ranks(mine)
+        shared = self.metrics_source(mine)
         if shared is mine:
             return  # this rank is a logging one: it keeps its own (metric objects included)
         results = self.results

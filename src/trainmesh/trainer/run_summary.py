@@ -8,10 +8,10 @@ run says about itself when it starts.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
+from trainmesh.utilities.dtensors import count_fsdp_units
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
@@ -89,7 +89,4 @@ def count_shard_units(model: Any) -> int:
     >>> count_shard_units(torch.nn.Linear(2, 2))
     0
     """
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # never imported: nothing was sharded
-    if fsdp is None or not hasattr(model, "modules"):
-        return 0
-    return sum(isinstance(m, fsdp.FSDPModule) for m in model.modules())
+    return count_fsdp_units(model)

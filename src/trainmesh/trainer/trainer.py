@@ -10,7 +10,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, preemption, seed_spellings
+from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, preemption
 from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
                                              resolve_ckpt_path, restore_checkpoint)
@@ -258,7 +258,7 @@ class Trainer:
             verify_finite_losses(self, str(path))  # no checkpoint of weights a non-finite step produced
             checkpoint = build_checkpoint(self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime.save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
+            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,
@@ -271,7 +271,7 @@ class Trainer:
         return results
 
     def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
-        self.runtime.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
+        self.runtime._choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
             return outcome.adopt(self, model)
@@ -308,7 +308,7 @@ class Trainer:
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_evaluation_stage(self, stage, data)
             status = "success"
-            if self.runtime.reports_to_parent and self.is_global_zero:
+            if self.runtime._reports_to_parent and self.is_global_zero:
                 return WorkerOutcome.capture(self, result)
             return result
         except KeyboardInterrupt as exc:
@@ -350,7 +350,7 @@ class Trainer:
             self.model = self.runtime.setup_module(model)
             self._prepared_module_id = id(model)
             self.optimizers, self.lr_scheduler_configs = [], []
-        self.sink.from_logging_ranks = self.runtime.from_logging_ranks
+        self.sink.metrics_source = self.runtime._metrics_source
         if stage == "fit" and not self.optimizers:
             optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
             self.optimizers = self.runtime.setup_optimizers(*optimizers)
@@ -364,7 +364,7 @@ class Trainer:
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         optimizers = self.optimizers if with_optimizers else []
-        return self.runtime.load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
+        return self.runtime._load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
         if self.hooks is not None:
@@ -434,7 +434,7 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
                    num_tpu_cores: int | None) -> tuple[Runtime, bool]:
     """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
-    settings = seed_spellings.translate(
+    settings = legacy_arguments.translate(
         accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
         gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
         num_tpu_cores=num_tpu_cores,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -75,10 +75,6 @@ def has_len(loader: Any) -> bool:
     return True
 
 
-def is_iterable_dataset_loader(loader: Any) -> bool:
-    return isinstance(loader, DataLoader) and isinstance(loader.dataset, IterableDataset)
-
-
 def replace_batch_sampler(loader: DataLoader, batch_sampler: Any) -> DataLoader:
     """A shallow copy of ``loader`` that draws its batches from ``batch_sampler``.
 
@@ -107,26 +103,6 @@ def with_worker_init_fn(loader: Any, worker_init_fn: Callable[[int], None]) -> A
     clone.worker_init_fn = worker_init_fn
     object.__setattr__(clone, "_iterator", None)  # persistent workers: the copy starts its own
     return clone
-
-
-def index_batches(loader: DataLoader) -> Any:
-    """The loader's source of index batches, whether it batches automatically or not."""
-    if loader.batch_sampler is not None:
-        return loader.batch_sampler
-    # batch_size=None: each "batch" is one sample index from the sampler.
-    return _SingletonBatches(loader.sampler)
-
-
-class _SingletonBatches(Sampler[list[int]]):
-    def __init__(self, sampler: Sized) -> None:
-        self.sampler = sampler
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for index in self.sampler:  # type: ignore[attr-defined]
-            yield [index]
-
-    def __len__(self) -> int:
-        return len(self.sampler)
 
 
 def skip_batches(loader: Any, skip: int) -> Any:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import trainmesh as tm
-from trainmesh.trainer.seed_spellings import SeedSpellingNotice
+from trainmesh.trainer.legacy_arguments import LegacyArgumentNotice
 
 
 def quiet(**kwargs):
@@ -13,20 +13,20 @@ def quiet(**kwargs):
 
 @pytest.mark.parametrize("old", ["dp", "ddp", "ddp2", "ddp_spawn"])
 def test_accelerator_holding_a_strategy_name(old):
-    with pytest.warns(SeedSpellingNotice, match=f"today: strategy='{old}'"):
+    with pytest.warns(LegacyArgumentNotice, match=f"today: strategy='{old}'"):
         trainer = quiet(accelerator=old, devices=2 if old == "dp" else 1)
     assert trainer.strategy.name == {"ddp_spawn": "ddp"}.get(old, old)
     assert trainer.runtime.device_type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def test_distributed_backend_is_the_strategy():
-    with pytest.warns(SeedSpellingNotice, match="today: strategy='dp'"):
+    with pytest.warns(LegacyArgumentNotice, match="today: strategy='dp'"):
         trainer = quiet(distributed_backend="dp", devices=2, accelerator="cpu")
     assert trainer.strategy.name == "dp"
 
 
 def test_weights_summary_none_turns_the_summary_off():
-    with pytest.warns(SeedSpellingNotice, match="today: enable_model_summary=False"):
+    with pytest.warns(LegacyArgumentNotice, match="today: enable_model_summary=False"):
         trainer = quiet(weights_summary=None)
     assert not any(type(cb).__name__ == "ModelSummary" for cb in trainer.callbacks)
 
@@ -40,7 +40,7 @@ def test_gpus_without_cuda_says_so_and_how_to_run_on_cpu():
 
 @pytest.mark.cuda
 def test_gpus_means_cuda_devices():
-    with pytest.warns(SeedSpellingNotice, match="today: accelerator='cuda', devices=1"):
+    with pytest.warns(LegacyArgumentNotice, match="today: accelerator='cuda', devices=1"):
         trainer = quiet(gpus=1)
     assert trainer.runtime.device_type == "cuda"
 
@@ -52,13 +52,13 @@ def test_num_tpu_cores_is_a_clear_error():
 
 def test_todays_spelling_prints_no_notice(recwarn):
     quiet(accelerator="cpu", devices=1, strategy="auto")
-    assert not [w for w in recwarn if issubclass(w.category, SeedSpellingNotice)]
+    assert not [w for w in recwarn if issubclass(w.category, LegacyArgumentNotice)]
 
 
 @pytest.mark.parametrize("gpus", [0, []])
 def test_gpus_zero_means_cpu_and_the_notice_says_so(gpus):
     # Lightning 1.x ran gpus=0 (and gpus=[]) on the CPU: the notice names what really runs.
-    with pytest.warns(SeedSpellingNotice, match=r"today: accelerator='cpu', devices=1$") as notices:
+    with pytest.warns(LegacyArgumentNotice, match=r"today: accelerator='cpu', devices=1$") as notices:
         trainer = quiet(gpus=gpus)
     assert not any("cuda" in str(notice.message) for notice in notices)
     assert trainer.runtime.device_type == "cpu" and trainer.strategy.root_device.type == "cpu"

@@ -1,6 +1,6 @@
 """The Trainer arguments of the Lightning 1.x documents our users come from, mapped to today's.
 
-``Trainer(gpus=2, accelerator="dp")`` from the seeds means ``Trainer(accelerator="cuda",
+``Trainer(gpus=2, accelerator="dp")`` in Lightning 1.x means ``Trainer(accelerator="cuda",
 devices=2, strategy="dp")``. Each old spelling works and prints one line with the new one.
 """
 
@@ -17,13 +17,13 @@ import torch
 # Lightning 1.x put the strategy in `accelerator` (and earlier in `distributed_backend`).
 _STRATEGY_NAMES = {"dp", "ddp", "ddp2", "ddp_spawn", "ddp_fork", "ddp_cpu"}
 
-# The Trainer arguments only the seeds spell, with their defaults: still accepted, but a config
+# The Trainer arguments only Lightning 1.x spells, with their defaults: still accepted, but a config
 # written today (the CLI's --print_config) holds their translation instead.
 OLD_ARGUMENTS: dict[str, Any] = {"gpus": None, "distributed_backend": None, "weights_summary": "top",
                                  "num_tpu_cores": None}
 
 
-class SeedSpellingNotice(UserWarning):
+class LegacyArgumentNotice(UserWarning):
     """An old Trainer spelling was translated; the message gives today's."""
 
 
@@ -118,4 +118,4 @@ def _tpu_error(cores: int) -> None:
 
 
 def _notice(message: str) -> None:
-    warnings.warn(message, SeedSpellingNotice, stacklevel=4)
+    warnings.warn(message, LegacyArgumentNotice, stacklevel=4)

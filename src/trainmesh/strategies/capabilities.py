@@ -1,0 +1,62 @@
+"""What a strategy supports, stated by the strategy as one typed value.
+
+The loop, the callbacks and the tools read a strategy's ``capabilities`` instead of keeping
+tables of strategy names or checking types: a new strategy states its own, and nothing else
+changes.
+
+>>> StrategyCapabilities(manual_optimization=True).backward_hooks
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# How a part of the training state is divided among the ranks: kept whole on every rank, split
+# over the world, or split over hsdp's shard group.
+WHOLE, WORLD, SHARD_GROUP = "1", "n", "s"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+    """How a strategy divides a model's training state among the ranks (``estimate_memory``).
+
+    ``parameters``, ``gradients`` and ``optimizer_state``: each ``WHOLE``, ``WORLD`` or
+    ``SHARD_GROUP``. ``gathered_for_backward``: the parameters, sharded at the optimizer step,
+    are whole from forward to backward (ZeRO-2). ``splits_activations``: each rank runs a share
+    of each layer or of the layers (tensor and pipeline parallel), so holds that share of them.
+    """
+
+    parameters: str = WHOLE
+    gradients: str = WHOLE
+    optimizer_state: str = WHOLE
+    gathered_for_backward: bool = False
+    splits_activations: bool = False
+
+
+REPLICATED = MemoryModel()
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyCapabilities:
+    """What a strategy supports in this run (read once its mesh is built where it depends on it).
+
+    - ``manual_optimization``: a module that steps its own optimizers trains as under plain
+      torch (each such strategy has a parity test);
+    - ``compile``: ``torch.compile`` at the strategy's point in its order of wrapping;
+    - ``flop_counting``: one rank's ``FlopCounterMode`` count is its share of the step (not where
+      the model itself is split: DTensor ops count at global shapes, a pipeline's stages run
+      backward with ``autograd.grad``);
+    - ``backward_hooks``: ``on_before_backward``/``on_after_backward`` have a loss and a backward
+      to run around (not where a pipeline schedule runs backward per micro-batch and stage);
+    - ``inference_mode``: evaluation may run under ``torch.inference_mode()`` (not where
+      parameters unsharded under it would become inference tensors training cannot update);
+    - ``memory_model``: how the training state is divided among ranks (None: no estimate).
+    """
+
+    manual_optimization: bool = False
+    compile: bool = False
+    flop_counting: bool = True
+    backward_hooks: bool = True
+    inference_mode: bool = True
+    memory_model: MemoryModel | None = None

@@ -1,0 +1,42 @@
+"""What each strategy states about itself (strategies/capabilities.py), read instead of its name,
+and its constructor arguments kept whole when the Trainer builds it for its devices."""
+
+from datetime import timedelta
+
+from trainmesh.strategies import STRATEGIES, DDPStrategy, StrategyCapabilities, memory_models
+from trainmesh.strategies.protocol import Placement
+
+
+def _built(name: str):
+    return STRATEGIES[name](placement=Placement("cpu", (0,) if name == "single" else (0, 1)))
+
+
+def test_every_strategy_states_its_capabilities_as_one_value():
+    stated = {name: _built(name).capabilities for name in STRATEGIES}
+    assert all(isinstance(value, StrategyCapabilities) for value in stated.values())
+    # The strategies with a manual-optimization parity test (tests/trainer/test_manual_optimization*.py).
+    assert {name for name, value in stated.items() if value.manual_optimization} == {"single", "ddp", "ddp_spawn",
+                                                                                      "ddp_fork", "fsdp"}
+    assert {name for name, value in stated.items() if not value.inference_mode} == {
+        "sharded", "fsdp", "hsdp", "tp", "pp", "fsdp_tp", "pp_replicate"}
+
+
+def test_the_memory_models_are_the_strategies_own():
+    assert sorted(memory_models()) == ["ddp", "ddp2", "ddp_fork", "ddp_spawn", "dp", "fsdp", "fsdp_tp", "hsdp",
+                                       "pp", "sharded", "single", "tp", "zero1"]
+    assert memory_models()["sharded"].gathered_for_backward and memory_models()["tp"].splits_activations
+
+
+class BucketedDDP(DDPStrategy):
+    """A user's subclass with an argument of its own, which it does not hand to DDPStrategy."""
+
+    def __init__(self, *, bucket_view: bool = False, **kwargs) -> None:
+        super().__init__(gradient_as_bucket_view=bucket_view, **kwargs)
+        self.bucket_view = bucket_view
+
+
+def test_a_strategy_built_for_the_run_keeps_every_argument_a_subclass_was_given():
+    mine = BucketedDDP(bucket_view=True, timeout=timedelta(minutes=3))
+    again = mine.with_placement(Placement("cpu", (0, 1)))
+    assert type(again) is BucketedDDP and again.bucket_view and again.ddp_options["gradient_as_bucket_view"]
+    assert again.timeout == timedelta(minutes=3) and again.placement.devices == (0, 1)
