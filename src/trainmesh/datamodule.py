@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainmesh.hyperparameters import HyperparametersMixin
+from trainmesh.trainer_view import TrainerView
 
 
 class DataModule(HyperparametersMixin):
@@ -24,7 +25,7 @@ class DataModule(HyperparametersMixin):
     ...         return DataLoader(self.ds, batch_size=4)
     """
 
-    trainer: Any = None
+    trainer: TrainerView | None = None
 
     def prepare_data(self) -> None: ...
 

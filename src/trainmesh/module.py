@@ -18,6 +18,7 @@ from torch import nn
 
 from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.utilities.attribute_dict import AttributeDict
+from trainmesh.trainer_view import TrainerView
 
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
@@ -203,7 +204,7 @@ class Module(HyperparametersMixin, nn.Module):
 
     # ---- where the module is running --------------------------------------------------------
     @property
-    def trainer(self) -> Any:
+    def trainer(self) -> TrainerView:
         if self._trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
         return self._trainer
@@ -302,7 +303,7 @@ class Module(HyperparametersMixin, nn.Module):
 
         return manual_optimization.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
-    def attach(self, trainer: Any, log_sink: Any) -> None:
+    def attach(self, trainer: TrainerView, log_sink: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
         object.__setattr__(self, "_trainer", trainer)
         object.__setattr__(self, "_log_sink", log_sink)

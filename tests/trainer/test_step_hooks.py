@@ -348,6 +348,6 @@ def test_pipeline_refuses_backward_hooks_at_fit_start(hook):
     callback = type("HookCallback", (tm.Callback,), {hook: lambda self, *args: None})()
     trainer.hooks = HookDispatcher(trainer, module, [callback])
     with pytest.raises(ValueError, match=rf"{hook} \(defined by WithHook and HookCallback\).*pipeline parallelism"):
-        refuse_uncallable_step_hooks(trainer, manual=False)
+        refuse_uncallable_step_hooks(trainer.hooks, module, trainer.runtime, manual=False)
     trainer.runtime = runtime(1)
-    refuse_uncallable_step_hooks(trainer, manual=False)  # without stages they run (tests above)
+    refuse_uncallable_step_hooks(trainer.hooks, module, trainer.runtime, manual=False)  # without stages they run (tests above)

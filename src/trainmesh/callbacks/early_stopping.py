@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
 
 _MODES = ("min", "max")
 
@@ -70,15 +71,15 @@ class EarlyStopping(Callback):
         return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if self.check_on_train_epoch_end:
             self._check(trainer)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         if not self.check_on_train_epoch_end and getattr(trainer, "stage", "fit") == "fit":
             self._check(trainer)
 
-    def _check(self, trainer: Any) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
         metrics = trainer.callback_metrics

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
 
 _INTERVALS = (None, "step", "epoch")
 
@@ -41,7 +42,7 @@ class LearningRateMonitor(Callback):
         self._last_logged_step = -1
 
     # ---- hooks --------------------------------------------------------------------------------
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         # fast_dev_run turns loggers off on purpose; there is nothing to complain about then.
         if stage == "fit" and not trainer.loggers and not trainer.fast_dev_run:
             raise ValueError(
@@ -49,7 +50,7 @@ class LearningRateMonitor(Callback):
                 "pass one, e.g. Trainer(logger=TensorBoardLogger(...)); or drop the callback"
             )
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._last_logged_step = -1
         if self.log_momentum and trainer.is_global_zero:
             lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
@@ -57,11 +58,11 @@ class LearningRateMonitor(Callback):
                 warnings.warn(f"LearningRateMonitor(log_momentum=True): {', '.join(lacking)} has no momentum or "
                               "betas; its momentum is logged as 0", UserWarning, stacklevel=2)
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any")
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
         step = trainer.global_step
@@ -72,7 +73,7 @@ class LearningRateMonitor(Callback):
         self._log(trainer, "step" if self.logging_interval is None else "any")
 
     # ---- what is logged -----------------------------------------------------------------------
-    def _log(self, trainer: Any, interval: str) -> None:
+    def _log(self, trainer: TrainerView, interval: str) -> None:
         if not trainer.is_global_zero or trainer.sanity_checking or not trainer.loggers:
             return
         stats = self.extract_stats(trainer, interval)
@@ -80,7 +81,7 @@ class LearningRateMonitor(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(stats, step=trainer.global_step)
 
-    def extract_stats(self, trainer: Any, interval: str = "any") -> dict[str, float]:
+    def extract_stats(self, trainer: TrainerView, interval: str = "any") -> dict[str, float]:
         """The current values to log: schedulers whose interval matches (all for ``"any"``),
         and every optimizer that has no scheduler."""
         stats: dict[str, float] = {}
@@ -97,7 +98,7 @@ class LearningRateMonitor(Callback):
         return stats
 
 
-def optimizer_names(trainer: Any) -> list[tuple[list[str], Any, str | None]]:
+def optimizer_names(trainer: TrainerView) -> list[tuple[list[str], Any, str | None]]:
     """``(names per param group, torch optimizer, scheduler interval or None)`` for each optimizer.
 
     Optimizers driven by a scheduler come first, in scheduler order, then the rest.
@@ -146,7 +147,7 @@ def _check_unique(names: list[str]) -> None:
         )
 
 
-def _torch_optimizers(trainer: Any) -> list[Any]:
+def _torch_optimizers(trainer: TrainerView) -> list[Any]:
     # The Trainer may hold wrappers; the learning rate lives on the torch optimizer inside.
     return [getattr(opt, "optimizer", opt) for opt in trainer.optimizers]
 

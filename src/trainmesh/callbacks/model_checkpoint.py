@@ -20,6 +20,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.checkpoint.io import remove_checkpoint
+from trainmesh.trainer_view import TrainerView
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
@@ -124,20 +125,20 @@ class ModelCheckpoint(Callback):
         return f"{type(self).__qualname__}{key!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
             self.dirpath = trainer.runtime.broadcast(_absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
         self._dir_checked = False
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         if not trainer.sanity_checking:
             self._validated_since_check = self._validated_this_fit = True
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer):
             return
@@ -147,7 +148,7 @@ class ModelCheckpoint(Callback):
         if step_due or after_validation:
             self._save(trainer, mid_epoch=not after_validation)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer) or not self._epoch_due(trainer):
             return
@@ -171,7 +172,7 @@ class ModelCheckpoint(Callback):
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
-    def _free_path(self, trainer: Any, template: str, metrics: dict[str, Any], replaceable: str | None) -> str:
+    def _free_path(self, trainer: TrainerView, template: str, metrics: dict[str, Any], replaceable: str | None) -> str:
         """A path for the new checkpoint that overwrites nothing but ``replaceable``.
 
         A file of the same name from another run, or one of our own still-kept checkpoints,
@@ -188,15 +189,15 @@ class ModelCheckpoint(Callback):
         return trainer.runtime.broadcast(path, src=0)
 
     # ---- saving -------------------------------------------------------------------------------
-    def _skip(self, trainer: Any) -> bool:
+    def _skip(self, trainer: TrainerView) -> bool:
         # Already saved at this step: a step-cadence save on an epoch's last batch is the same
         # training state as the epoch-end one, so it is not written twice.
         return bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
 
-    def _epoch_due(self, trainer: Any) -> bool:
+    def _epoch_due(self, trainer: TrainerView) -> bool:
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
-    def _save(self, trainer: Any, *, mid_epoch: bool) -> None:
+    def _save(self, trainer: TrainerView, *, mid_epoch: bool) -> None:
         metrics = dict(trainer.callback_metrics)
         ranked = self._monitor_available(metrics, mid_epoch)
         if not self._dir_checked:
@@ -212,7 +213,7 @@ class ModelCheckpoint(Callback):
         if self.save_last:
             self._save_last(trainer, metrics)
 
-    def _warn_about_foreign_files(self, trainer: Any) -> None:
+    def _warn_about_foreign_files(self, trainer: TrainerView) -> None:
         # Checked at the first save, not in setup, so that a resumed run's restored files count as ours.
         if not trainer.is_global_zero or self.dirpath is None or not os.path.isdir(self.dirpath):
             return
@@ -243,7 +244,7 @@ class ModelCheckpoint(Callback):
             "monitor to one of the names above"
         )
 
-    def _save_latest(self, trainer: Any, metrics: dict[str, Any]) -> None:
+    def _save_latest(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         previous = self.best_model_path
         replaceable = previous if self.save_top_k == 1 else None
         path = self._free_path(trainer, self._template(), metrics, replaceable)
@@ -252,7 +253,7 @@ class ModelCheckpoint(Callback):
         if self.save_top_k == 1 and previous and previous != path:
             self._remove(trainer, previous)
 
-    def _save_if_top_k(self, trainer: Any, metrics: dict[str, Any], value: Any) -> None:
+    def _save_if_top_k(self, trainer: TrainerView, metrics: dict[str, Any], value: Any) -> None:
         score = float(value)
         if math.isnan(score):
             score = _worst(self.mode)  # NaN never ranks above a real value
@@ -286,7 +287,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = better(self.best_k_models, key=self.best_k_models.__getitem__)
         self._best_score = self.best_k_models[self.best_model_path]
 
-    def _save_last(self, trainer: Any, metrics: dict[str, Any]) -> None:
+    def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
         previous, self.last_model_path = self.last_model_path, path
         self._write(trainer, path)
@@ -296,7 +297,7 @@ class ModelCheckpoint(Callback):
     def _template(self) -> str:
         return self.filename or "epoch={epoch}-step={step}"
 
-    def _write(self, trainer: Any, path: str) -> None:
+    def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
         # Collective: every rank calls it with the same path.
         if self.save_weights_only:
@@ -304,7 +305,7 @@ class ModelCheckpoint(Callback):
         else:
             trainer.save_checkpoint(path)
 
-    def _remove(self, trainer: Any, path: str) -> None:
+    def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned
         self._owned.discard(path)
         if not trainer.is_global_zero or not owned or not _inside(path, self.dirpath):
@@ -316,7 +317,7 @@ class ModelCheckpoint(Callback):
         # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted.
         remove_checkpoint(path)
 
-    def _say(self, trainer: Any, message: str) -> None:
+    def _say(self, trainer: TrainerView, message: str) -> None:
         if self.verbose and trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch}, step {trainer.global_step}: {message}", flush=True)
 

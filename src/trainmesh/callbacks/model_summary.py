@@ -10,6 +10,7 @@ import torch
 from torch.nn.parameter import UninitializedParameter
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
 
 _COUNT_LABELS = ("", "K", "M", "B", "T")
 
@@ -157,7 +158,7 @@ class ModelSummary(Callback):
         self.max_depth = max_depth
         self.summarize_kwargs = summarize_kwargs
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         if self.max_depth == 0 or not getattr(trainer, "is_global_zero", True):
             return
         print(format_summary(summarize(module, self.max_depth)), flush=True)

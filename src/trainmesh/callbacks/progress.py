@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -132,7 +133,7 @@ class ProgressBar(Callback):
             self._console = Console()
         return self._console
 
-    def _enabled(self, trainer: Any) -> bool:
+    def _enabled(self, trainer: TrainerView) -> bool:
         return self.refresh_rate > 0 and bool(getattr(trainer, "is_global_zero", True))
 
     def _animated(self) -> bool:
@@ -158,7 +159,7 @@ class ProgressBar(Callback):
 
     # training
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if not self._enabled(trainer):
             return
         self._epoch_started_at = time.monotonic()
@@ -176,13 +177,13 @@ class ProgressBar(Callback):
             progress.reset(self._train_task, total=total, description=description, metrics="")
         progress.refresh()
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._train_done = batch_idx + 1
         if self._train_task is None or self._train_done % self.refresh_rate:
             return
         self._update_train(trainer)
 
-    def _update_train(self, trainer: Any) -> None:
+    def _update_train(self, trainer: TrainerView) -> None:
         assert self._progress is not None and self._train_task is not None
         self._progress.update(
             self._train_task,
@@ -192,7 +193,7 @@ class ProgressBar(Callback):
             refresh=True,
         )
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if not self._enabled(trainer):
             return
         if self._train_task is not None:
@@ -207,10 +208,10 @@ class ProgressBar(Callback):
                 f"{format_metrics(self._bar_metrics(trainer))}".rstrip()
             )
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._stop()
 
-    def _bar_metrics(self, trainer: Any) -> dict[str, Any]:
+    def _bar_metrics(self, trainer: TrainerView) -> dict[str, Any]:
         # Callbacks with figures to show (ThroughputMonitor's samples/s, MFU) offer `bar_metrics`.
         shown = dict(trainer.progress_bar_metrics)
         for callback in getattr(trainer, "callbacks", ()):
@@ -219,44 +220,44 @@ class ProgressBar(Callback):
 
     # validation, test, predict: one transient bar each
 
-    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Sanity check", "num_val_batches")
 
-    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_end(self, trainer: TrainerView, module: Any) -> None:
         self._end_eval(trainer, None)
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         if self._eval_task is None:  # on_sanity_check_start may have opened it already
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
             self._start_eval(trainer, label, "num_val_batches")
 
-    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._advance_eval(trainer, batch_idx, "num_val_batches")
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._end_eval(trainer, None)
         if self._train_task is not None and not getattr(trainer, "sanity_checking", False):
             self._update_train(trainer)  # show the validation metrics just logged
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Testing", "num_test_batches")
 
-    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._advance_eval(trainer, batch_idx, "num_test_batches")
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         self._end_eval(trainer, "Testing")
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Predicting", "num_predict_batches")
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._advance_eval(trainer, batch_idx, "num_predict_batches")
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         self._end_eval(trainer, "Predicting")
 
-    def _start_eval(self, trainer: Any, label: str, count_attr: str) -> None:
+    def _start_eval(self, trainer: TrainerView, label: str, count_attr: str) -> None:
         if not self._enabled(trainer):
             return
         self._eval_started_at = time.monotonic()
@@ -271,7 +272,7 @@ class ProgressBar(Callback):
         self._eval_task = progress.add_task(label, total=total, metrics="")
         progress.refresh()
 
-    def _advance_eval(self, trainer: Any, batch_idx: int, count_attr: str) -> None:
+    def _advance_eval(self, trainer: TrainerView, batch_idx: int, count_attr: str) -> None:
         self._eval_done = batch_idx + 1
         if self._eval_task is None or self._eval_done % self.refresh_rate:
             return
@@ -279,7 +280,7 @@ class ProgressBar(Callback):
         total = _total(getattr(trainer, count_attr, None))
         self._progress.update(self._eval_task, completed=self._eval_done, total=total, refresh=True)
 
-    def _end_eval(self, trainer: Any, plain_label: str | None) -> None:
+    def _end_eval(self, trainer: TrainerView, plain_label: str | None) -> None:
         """Drop the eval bar; without a terminal print ``plain_label``'s summary line, if any."""
         if self._eval_task is not None:
             assert self._progress is not None
@@ -295,10 +296,10 @@ class ProgressBar(Callback):
 
     # clean-up: never leave the terminal in a live display
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         self._stop()
 
-    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
         self._stop()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -309,7 +310,7 @@ class ProgressBar(Callback):
         return state
 
 
-def _epoch_description(trainer: Any) -> str:
+def _epoch_description(trainer: TrainerView) -> str:
     epoch = trainer.current_epoch + 1
     max_epochs = getattr(trainer, "max_epochs", None)
     return f"Epoch {epoch}/{max_epochs}" if max_epochs is not None and max_epochs > 0 else f"Epoch {epoch}"

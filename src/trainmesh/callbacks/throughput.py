@@ -19,6 +19,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.utilities.collections import first_tensor
+from trainmesh.trainer_view import TrainerView
 
 # Dense (no structured sparsity) peak FLOP/s per device, from the vendors' data sheets; the
 # SXM figures unless the name says PCIe/NVL. fp32 is plain FP32, not TF32: a run that enables
@@ -163,7 +164,7 @@ class ThroughputMonitor(Callback):
     # of a 0.8 ms CPU step (benchmarks/loop_overhead.py). So no on_train_batch_start: the fit loop
     # times the wait for each batch itself (``trainer.loop.data_seconds``), and the FLOP count
     # starts at the epoch's start.
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self.last_figures, self.history = {}, []
         if self.peak_flops is None:
             self._peak = _table_peak(trainer)
@@ -180,12 +181,12 @@ class ThroughputMonitor(Callback):
         self._flops = _PENDING if counts else _DONE
         self._reset_window(time.perf_counter(), _data_seconds(trainer))
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         self._resume(time.perf_counter())
         if self._flops is _PENDING:
             self._start_flop_count(trainer, module)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._flops is not _DONE:
             self._flop_count_at_batch_end(trainer, module)
             return
@@ -200,15 +201,15 @@ class ThroughputMonitor(Callback):
             self._last_logged_step = step
             self._close_window(trainer)
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         self._pause(time.perf_counter())
         if self._flops is _COUNTING:  # validation inside the counted step (accumulating, checking every batch)
             self._end_flop_count(trainer)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._resume(time.perf_counter())
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if self._flops is _COUNTING:
             self._end_flop_count(trainer)
         if self._flops is _COUNTED:  # ended by this epoch's last validation: no batch end follows
@@ -216,10 +217,10 @@ class ThroughputMonitor(Callback):
             self._reset_window(time.perf_counter(), _data_seconds(trainer))
         self._pause(time.perf_counter())
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._abandon_flop_count()
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         self._abandon_flop_count()
 
     # ---- bookkeeping --------------------------------------------------------------------------
@@ -239,7 +240,7 @@ class ThroughputMonitor(Callback):
     # would take most of the counted step's extra time), validation, the batch's end. A run that
     # resumes inside an epoch starts it at its first batch's end, counting the next step. A count
     # that saw no training step (the epoch ended first) is dropped and tried again.
-    def _start_flop_count(self, trainer: Any, module: Any) -> None:
+    def _start_flop_count(self, trainer: TrainerView, module: Any) -> None:
         self._flops = _COUNTING
         self._count_from_batches = _batches_done(trainer)
         self._counter = count_step_flops()
@@ -257,12 +258,12 @@ class ThroughputMonitor(Callback):
         self._stop_counter(keep=True)  # backward has run: the step's FLOPs are all counted
         self._flops = _COUNTED
 
-    def _end_flop_count(self, trainer: Any) -> None:
+    def _end_flop_count(self, trainer: TrainerView) -> None:
         stepped = _batches_done(trainer) != self._count_from_batches
         self._stop_counter(keep=stepped)
         self._flops = _COUNTED if stepped else _PENDING
 
-    def _flop_count_at_batch_end(self, trainer: Any, module: Any) -> None:
+    def _flop_count_at_batch_end(self, trainer: TrainerView, module: Any) -> None:
         if self._flops is _PENDING:  # resumed inside an epoch: count the next step
             self._start_flop_count(trainer, module)
             return
@@ -296,7 +297,7 @@ class ThroughputMonitor(Callback):
         else:
             self._tokens = None  # not a token batch: no tokens/s for this run
 
-    def _close_window(self, trainer: Any) -> None:
+    def _close_window(self, trainer: TrainerView) -> None:
         device = getattr(getattr(trainer, "runtime", None), "device", torch.device("cpu"))
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # once per window: its time then covers the work queued in it
@@ -334,16 +335,16 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
 
 
-def _data_seconds(trainer: Any) -> float:
+def _data_seconds(trainer: TrainerView) -> float:
     """Seconds the fit loop has waited for training batches so far (0 where there is no loop)."""
     return getattr(getattr(trainer, "loop", None), "data_seconds", 0.0)
 
 
-def _batches_done(trainer: Any) -> int:
+def _batches_done(trainer: TrainerView) -> int:
     return getattr(getattr(trainer, "loop", None), "batches_done", 0)
 
 
-def _table_peak(trainer: Any) -> float | None:
+def _table_peak(trainer: TrainerView) -> float | None:
     device = getattr(getattr(trainer, "runtime", None), "device", None)
     if device is None or device.type != "cuda":
         return None

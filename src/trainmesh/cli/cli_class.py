@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.trainer import Trainer
 
 
 class CLI:
@@ -39,7 +42,7 @@ class CLI:
             self.classes["data"] = datamodule_class
         self.prog = os.path.basename(sys.argv[0]) or "main.py"
         self.args = list(sys.argv[1:] if args is None else args)
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.model: Any = None
         self.datamodule: Any = None
         if run:

@@ -27,9 +27,12 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmesh.cli.classes import CLIError, check_model_class, find_class_paths, import_class
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.trainer import Trainer
 
 FIT_MAX_EPOCHS = 20
 
@@ -285,7 +288,7 @@ def _build_from_group(group: Any, role: str) -> Any:
     return cls(**kwargs)
 
 
-def _fit(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+def _fit(command: str, trainer: Trainer, model: Any, datamodule: Any, settings: Any) -> None:
     trainer.fit(model, datamodule=datamodule, ckpt_path=settings.ckpt_path)
     metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")}
     if settings.test and _defines(datamodule, "test_dataloader"):
@@ -302,7 +305,7 @@ def _fit(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any)
     print(f"logs: {os.path.abspath(trainer.log_dir)}" if trainer.logger is not None else "logs: none (logger disabled)")
 
 
-def _evaluate(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+def _evaluate(command: str, trainer: Trainer, model: Any, datamodule: Any, settings: Any) -> None:
     _warn_if_untrained(command, settings)
     run = trainer.validate if command == "validate" else trainer.test
     metrics = _merge(run(model, datamodule=datamodule, ckpt_path=settings.ckpt_path, verbose=False))
@@ -310,7 +313,7 @@ def _evaluate(command: str, trainer: Any, model: Any, datamodule: Any, settings:
         _print_metrics("Validation" if command == "validate" else "Test", metrics)
 
 
-def _predict(command: str, trainer: Any, model: Any, datamodule: Any, settings: Any) -> None:
+def _predict(command: str, trainer: Trainer, model: Any, datamodule: Any, settings: Any) -> None:
     import torch
 
     _warn_if_untrained(command, settings)

@@ -20,6 +20,7 @@ from trainmesh.keras.backend import is_keras_object
 from trainmesh.keras.inputs import to_loader, validation_loader
 from trainmesh.seed import seed_everything
 from trainmesh.trainer.trainer import Trainer
+from trainmesh.trainer_view import TrainerView
 
 # Keras' fit writes no files and runs no sanity check: these Trainer defaults follow it, and
 # any of them can be set back through the keyword arguments (logger=True, enable_checkpointing=True...).
@@ -51,7 +52,7 @@ class HistoryCallback(Callback):
         self.history: dict[str, list[float]] = {}
         self.epoch: list[int] = []
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         metrics = trainer.epoch_metrics
         self.epoch.append(trainer.current_epoch)
         for name in self.names:

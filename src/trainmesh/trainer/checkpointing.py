@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,11 @@ from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.trainer.results import StageResults
 from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.trainer_view import TrainerView
+
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
+    from trainmesh.trainer.loop_state import LoopState
 
 CHECKPOINT_FORMAT = 1
 # The entries holding the model's and the optimizers' state: a strategy that shards writes
@@ -29,22 +34,24 @@ CHECKPOINT_FORMAT = 1
 TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states")
 
 
-def build_checkpoint(trainer: Any, *, weights_only: bool = False) -> dict[str, Any]:
+def build_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView, *,
+                     weights_only: bool = False) -> dict[str, Any]:
+    """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive."""
     from trainmesh import __version__
 
     if weights_only:
-        return _weights_only_checkpoint(trainer, __version__)
-    runtime, module, loop = trainer.runtime, trainer.module, trainer.loop
+        return _weights_only_checkpoint(state, runtime, __version__)
+    module, loop = state.module, state.loop
     # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
-    pieces = runtime.state_dicts(trainer.model, trainer.optimizers, sharded=True)
+    pieces = runtime.state_dicts(state.model, state.optimizers, sharded=True)
     # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
     # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
     stop = loop.stopped_inside
     checkpoint: dict[str, Any] = {
         "trainmesh_version": __version__,
         "format": CHECKPOINT_FORMAT,
-        "epoch": trainer.current_epoch if stop is None else stop.epoch,
-        "global_step": trainer.global_step,
+        "epoch": state.current_epoch if stop is None else stop.epoch,
+        "global_step": state.global_step,
         "loop": {
             "batches_done": loop.batches_done if stop is None else stop.batches_done,
             "epoch_finished": loop.epoch_finished and stop is None,
@@ -52,25 +59,26 @@ def build_checkpoint(trainer: Any, *, weights_only: bool = False) -> dict[str, A
         },
         "state_dict": pieces["model"],
         "optimizer_states": pieces["optim"],
-        "lr_schedulers": [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs],
-        "precision": trainer.runtime.precision.state_dict(),
+        "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
+        "precision": runtime.precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(getattr(module, "hparams", {})),
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
-        "train_results": _reduced_results(trainer),
-        "epoch_metrics": dict(trainer.epoch_metrics),
+        "train_results": _reduced_results(state, runtime),
+        "epoch_metrics": dict(state.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
         "per_rank": runtime.all_gather_object({
             "rng": capture_rng_state() if stop is None else stop.rng,
-            "pending_gradients": _pending_gradients(trainer),
+            "pending_gradients": _pending_gradients(state, trainer.accumulate_grad_batches),
             "epoch_outputs": apply_to_tensors(loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()),
         }),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
-    if trainer.datamodule is not None and hasattr(trainer.datamodule, "state_dict"):
-        checkpoint["datamodule"] = trainer.datamodule.state_dict()
-    if getattr(trainer.datamodule, "hparams", None):
-        checkpoint["datamodule_hyper_parameters"] = dict(trainer.datamodule.hparams)
+    datamodule = state.datamodule
+    if datamodule is not None and hasattr(datamodule, "state_dict"):
+        checkpoint["datamodule"] = datamodule.state_dict()
+    if getattr(datamodule, "hparams", None):
+        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     for callback in trainer.callbacks:
@@ -78,19 +86,19 @@ def build_checkpoint(trainer: Any, *, weights_only: bool = False) -> dict[str, A
     return checkpoint
 
 
-def _weights_only_checkpoint(trainer: Any, version: str) -> dict[str, Any]:
+def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
     """The weights and what loading them needs (hyperparameters), as ModelCheckpoint(save_weights_only=True)
     writes: no optimizer, scheduler, callback or loop state, so ``fit`` refuses to resume from it."""
-    module = trainer.module
+    module = state.module
     checkpoint: dict[str, Any] = {
         "trainmesh_version": version,
         "format": CHECKPOINT_FORMAT,
         "weights_only": True,
         # Where the weights were taken, for people reading the file; not a resumable position.
-        "epoch": trainer.current_epoch,
-        "global_step": trainer.global_step,
+        "epoch": state.current_epoch,
+        "global_step": state.global_step,
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
-        "state_dict": trainer.runtime.state_dicts(trainer.model, [], sharded=True)["model"],
+        "state_dict": runtime.state_dicts(state.model, [], sharded=True)["model"],
         "optimizer_states": [],
         "hyper_parameters": dict(getattr(module, "hparams", {})),
     }
@@ -99,83 +107,85 @@ def _weights_only_checkpoint(trainer: Any, version: str) -> dict[str, Any]:
     return checkpoint
 
 
-def _pending_gradients(trainer: Any) -> list[torch.Tensor | None] | None:
+def _pending_gradients(state: LoopState, accumulate: int) -> list[torch.Tensor | None] | None:
     """Gradients accumulated over micro-batches that no optimizer step has used yet."""
-    if trainer.accumulate_grad_batches == 1 or trainer.loop.batches_done % trainer.accumulate_grad_batches == 0:
+    if accumulate == 1 or state.loop.batches_done % accumulate == 0:
         return None
-    params = list(trainer.module.parameters())
+    params = list(state.module.parameters())
     if any(is_dtensor(p) for p in params):
         return None  # sharded gradients: a resume restarts the accumulation window (see notes)
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
 
-def _reduced_results(trainer: Any) -> dict[str, Any]:
-    stop = trainer.loop.stopped_inside
+def _reduced_results(loop_state: LoopState, runtime: Runtime) -> dict[str, Any]:
+    stop = loop_state.loop.stopped_inside
     if stop is not None:
         state = {name: dict(entry) for name, entry in stop.train_results.items()}  # reduced anew each save
-    elif trainer.train_results is None:
+    elif loop_state.train_results is None:
         return {}
     else:
-        state = trainer.train_results.state_dict()
-    reduce = trainer.runtime.all_reduce
+        state = loop_state.train_results.state_dict()
+    reduce = runtime.all_reduce
     for name in sorted(state):  # the same order on every rank: these are collectives
         entry = state[name]
         reduce_fx = StageResults.saved_reduce_fx(entry)
         op = reduce_fx if reduce_fx in ("max", "min") else "sum"
         if entry["total"] is not None:
             entry["total"] = reduce(entry["total"], op).cpu()
-        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=trainer.runtime.device)
+        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=runtime.device)
         entry["weight"] = float(reduce(weight, "sum"))
     return state
 
 
-def restore_checkpoint(trainer: Any, checkpoint: dict[str, Any], *, source: str, weights_only: bool) -> dict[str, Any] | None:
-    """Load ``checkpoint`` into the trainer; returns the RNG state to resume with (fit only).
+def restore_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView, checkpoint: dict[str, Any], *,
+                       source: str, weights_only: bool) -> dict[str, Any] | None:
+    """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
+    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive.
 
     Everything that can refuse the checkpoint is checked before the model changes, so a failed
     load leaves the model as it was.
     """
-    runtime, module = trainer.runtime, trainer.module
+    module, model = state.module, state.model
     problem = content_problem(checkpoint, source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
-    check_state_dict_fits(runtime.state_dicts(trainer.model, [], sharded=True)["model"], checkpoint["state_dict"],
+    check_state_dict_fits(runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"],
                           source=source)
     if not weights_only:
-        _check_resumable(trainer, checkpoint, source)
-    runtime._load_state_dicts(trainer.model, [], {"model": checkpoint["state_dict"]})
+        _check_resumable(len(state.optimizers), checkpoint, source)
+    runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
     if weights_only:
         return None
-    runtime._load_state_dicts(trainer.model, trainer.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
-    for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
-        config.scheduler.load_state_dict(state)
-    trainer.runtime.precision.load_state_dict(checkpoint.get("precision", {}))
+    runtime._load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        config.scheduler.load_state_dict(saved)
+    runtime.precision.load_state_dict(checkpoint.get("precision", {}))
     for callback in trainer.callbacks:
-        state = checkpoint.get("callbacks", {}).get(callback.state_key)
-        if state is not None:
-            callback.load_state_dict(state)
+        saved = checkpoint.get("callbacks", {}).get(callback.state_key)
+        if saved is not None:
+            callback.load_state_dict(saved)
         callback.on_load_checkpoint(trainer, module, checkpoint)
-    if trainer.datamodule is not None and "datamodule" in checkpoint and hasattr(trainer.datamodule, "load_state_dict"):
-        trainer.datamodule.load_state_dict(checkpoint["datamodule"])
-    trainer.current_epoch = checkpoint["epoch"]
-    trainer.global_step = checkpoint["global_step"]
+    if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
+        state.datamodule.load_state_dict(checkpoint["datamodule"])
+    state.current_epoch = checkpoint["epoch"]
+    state.global_step = checkpoint["global_step"]
     loop_state = checkpoint["loop"]
-    trainer.loop.batches_done = loop_state["batches_done"]
-    trainer.loop.epoch_finished = loop_state["epoch_finished"]
-    trainer.loop.epoch_start_rng = loop_state["epoch_start_rng"]
-    trainer.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
-    own = _own_entry(trainer, checkpoint)
-    trainer.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
-    trainer.sink.results.load_state_dict(_results_for_this_rank(checkpoint.get("train_results", {}), trainer.global_rank))
+    state.loop.batches_done = loop_state["batches_done"]
+    state.loop.epoch_finished = loop_state["epoch_finished"]
+    state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
+    state.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
+    own = _own_entry(runtime, checkpoint)
+    state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
+    state.sink.results.load_state_dict(_results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank))
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
     return own.get("rng", checkpoint["rng"])
 
 
-def _check_resumable(trainer: Any, checkpoint: dict[str, Any], source: str) -> None:
+def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: str) -> None:
     if checkpoint.get("weights_only"):
         raise ValueError(
             f"{source} holds only the model's weights (written with ModelCheckpoint(save_weights_only=True) or "
@@ -189,21 +199,21 @@ def _check_resumable(trainer: Any, checkpoint: dict[str, Any], source: str) -> N
                          "resume from it: load only its weights (validate/test with ckpt_path=, or "
                          "Module.load_from_checkpoint) and fit without ckpt_path")
     saved_optimizers = checkpoint.get("optimizer_states", [])
-    if len(saved_optimizers) != len(trainer.optimizers):
+    if len(saved_optimizers) != optimizer_count:
         raise ValueError(
             f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
-            f"made {len(trainer.optimizers)}; resume with the same optimizer setup"
+            f"made {optimizer_count}; resume with the same optimizer setup"
         )
 
 
-def _own_entry(trainer: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
+def _own_entry(runtime: Runtime, checkpoint: dict[str, Any]) -> dict[str, Any]:
     """This rank's saved RNG, pending gradients and outputs; rank 0's RNG on another layout."""
     per_rank = checkpoint.get("per_rank", [])
-    if len(per_rank) == trainer.world_size:
-        return per_rank[trainer.global_rank]
+    if len(per_rank) == runtime.world_size:
+        return per_rank[runtime.global_rank]
     if per_rank and (per_rank[0].get("pending_gradients") or per_rank[0].get("epoch_outputs")):
         rank_zero_warn(
-            f"the checkpoint was written by {len(per_rank)} process(es) and is resumed on {trainer.world_size}: "
+            f"the checkpoint was written by {len(per_rank)} process(es) and is resumed on {runtime.world_size}: "
             "gradients of an unfinished accumulation window and kept training_epoch_end outputs are dropped"
         )
     return {"rng": checkpoint["rng"]}
@@ -221,7 +231,7 @@ def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
     return neutral
 
 
-def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
+def resolve_ckpt_path(trainer: TrainerView, ckpt_path: str | os.PathLike[str], *,
                       allow_fresh_start: bool = False) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists.
 
@@ -252,7 +262,7 @@ def resolve_ckpt_path(trainer: Any, ckpt_path: str | os.PathLike[str], *,
     return path
 
 
-def _resolve_last(trainer: Any, *, allow_fresh_start: bool) -> str | None:
+def _resolve_last(trainer: TrainerView, *, allow_fresh_start: bool) -> str | None:
     callback = trainer.checkpoint_callback
     known = getattr(callback, "last_model_path", "") if callback is not None else ""
     scan = _scan_checkpoints(trainer)
@@ -294,7 +304,7 @@ def checkpoint_problem(path: str) -> str | None:
     return file_problem(Path(path))
 
 
-def clear_interrupted_saves(trainer: Any, ckpt_path: str | os.PathLike[str] | None) -> None:
+def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[str] | None) -> None:
     """At the start of fit, before this run saves anything: global rank 0 deletes the temporaries
     that killed saves left (see ``trainmesh.checkpoint.cleanup``) where this run saves and where it
     resumes from; the other ranks wait, so that every rank then finds the same checkpoints.
@@ -326,7 +336,7 @@ class _Scan:
     folders: list[str]  # the folders that hold a checkpoint or a trainmesh temporary
 
 
-def _scan_checkpoints(trainer: Any) -> _Scan:
+def _scan_checkpoints(trainer: TrainerView) -> _Scan:
     """Every checkpoint an earlier run of this set-up may have written, and where.
 
     A checkpoint is a file, or a directory (a distributed checkpoint: fsdp, sharded, hsdp,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_datamodule_hooks
+from trainmesh.trainer_view import TrainerView
 
 _LOADER_METHOD = {"train": "train_dataloader", "validate": "val_dataloader",
                   "test": "test_dataloader", "predict": "predict_dataloader"}
@@ -31,7 +32,7 @@ class DataSource:
         _check_exclusive(loaders, datamodule, "dataloaders")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
-    def prepare(self, trainer: Any, stage: str) -> None:
+    def prepare(self, trainer: TrainerView, stage: str) -> None:
         """prepare_data (once per machine) then setup(stage) in every process."""
         if self.datamodule is None:
             return

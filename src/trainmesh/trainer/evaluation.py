@@ -9,6 +9,7 @@ import torch
 
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.distributed_samplers import is_padding
 
@@ -27,55 +28,56 @@ _BATCH_START_HOOK = {"validate": "on_validation_batch_start", "test": "on_test_b
                      "predict": "on_predict_batch_start", "sanity_check": "on_validation_batch_start"}
 
 
-def run_sanity_check(trainer: Any, val_loaders: list[Any]) -> None:
+def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
     """Run a few validation batches before training so a broken validation_step fails fast."""
-    trainer.sanity_checking = True
-    hooks = trainer.hooks
+    ctx.state.sanity_checking = True
+    hooks = ctx.hooks
     try:
         hooks.call_callbacks("on_sanity_check_start")
-        limit = trainer.num_sanity_val_steps
-        _run_loop(trainer, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
+        limit = ctx.settings.num_sanity_val_steps
+        _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
         hooks.call_callbacks("on_sanity_check_end")
     finally:
-        trainer.sanity_checking = False
+        ctx.state.sanity_checking = False
 
 
-def run_validation(trainer: Any, val_loaders: list[Any]) -> list[dict[str, float]]:
+def run_validation(ctx: LoopContext, val_loaders: list[Any]) -> list[dict[str, float]]:
     """Validation inside fit: results go to callback_metrics and the loggers."""
-    trainer.loop.validated_since_step = True
-    hooks = trainer.hooks
+    ctx.state.loop.validated_since_step = True
+    hooks = ctx.hooks
     hooks.call("on_validation_start")
-    results = _run_loop(trainer, "validate", val_loaders, trainer.limit_val_batches)
+    results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
     hooks.call("on_validation_end")
     return results
 
 
-def run_evaluation_stage(trainer: Any, stage: str, data: Any) -> list[dict[str, float]]:
+def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
-    loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
-    limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
-    announce_run(trainer, stage, loaders[0] if loaders else None)
+    loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
+    limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
+    announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     start, end = ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
-    trainer.hooks.call(start)
-    results = _run_loop(trainer, stage, loaders, limit)
-    trainer.hooks.call(end)
+    ctx.hooks.call(start)
+    results = _run_loop(ctx, stage, loaders, limit)
+    ctx.hooks.call(end)
     return results
 
 
-def run_predict(trainer: Any, data: Any) -> Any:
-    loaders = [trainer.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
-    announce_run(trainer, "predict", loaders[0] if loaders else None)
-    trainer.hooks.call("on_predict_start")
-    outputs = [trainer.runtime.collect_predictions(per_loader)
-               for per_loader in _run_loop(trainer, "predict", loaders, trainer.limit_predict_batches)]
-    trainer.hooks.call("on_predict_end")
+def run_predict(ctx: LoopContext, data: Any) -> Any:
+    loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
+    announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
+    ctx.hooks.call("on_predict_start")
+    outputs = [ctx.runtime.collect_predictions(per_loader)
+               for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)]
+    ctx.hooks.call("on_predict_end")
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
+def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
     """Run ``stage`` over every loader; metrics per loader (or predictions for predict)."""
-    model, module, hooks = trainer.model, trainer.module, trainer.hooks
+    state, hooks = ctx.state, ctx.hooks
+    model, module = state.model, state.module
     step_hook = _STEP_HOOK[stage]
     if stage != "predict" and not hooks.module_overrides(step_hook):
         return [{} for _ in loaders]
@@ -88,7 +90,7 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
     was_training = model.training
     model.eval()
     results: list[Any] = []
-    inference = trainer.inference_mode and trainer.runtime.capabilities.inference_mode
+    inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
     grad_mode = torch.inference_mode() if inference else torch.no_grad()
     try:
         with grad_mode:
@@ -98,40 +100,40 @@ def _run_loop(trainer: Any, stage: str, loaders: list[Any], limit_setting: int |
                 extra = (loader_idx,) if extra_index else ()
                 # The batch hooks get dataloader_idx where there are several loaders (as in Lightning)
                 hook_extra = (loader_idx,) if len(loaders) > 1 else ()
-                results.append(_run_one_loader(trainer, stage, loader, limit_setting, extra, kept, hook_extra))
+                results.append(_run_one_loader(ctx, stage, loader, limit_setting, extra, kept, hook_extra))
             outputs_hook = _OUTPUTS_HOOK.get(stage)
             if outputs_hook is not None and hooks.module_overrides(outputs_hook):
-                trainer.sink.set_batch(outputs_hook, None)
+                state.sink.set_batch(outputs_hook, None)
                 hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
-            trainer.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+            state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
             hooks.call(_EPOCH_END_HOOK[stage])
             if stage != "predict":
-                results = _publish(trainer, stage, results)
+                results = _publish(ctx, stage, results)
     finally:
         if was_training:
             model.train()
     return results
 
 
-def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...],
+def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...],
                     kept: list[list[Any]], hook_extra: tuple[int, ...]) -> Any:
     """Predictions of one loader, or its metric results (not yet reduced across ranks).
 
     Step outputs are appended to ``kept`` (one list per loader) when the module defines
     ``validation_epoch_end`` / ``test_epoch_end``, and only then.
     """
-    sink, hooks, runtime = trainer.sink, trainer.hooks, trainer.runtime
+    state, sink, hooks, runtime = ctx.state, ctx.state.sink, ctx.hooks, ctx.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
     limit = limited_count(loader, limit_setting)
     if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
-        limit = min(limit, limited_count(loader, trainer.limit_val_batches))
-    _set_count(trainer, stage, limit)
+        limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches))
+    state.set_batch_count(stage, limit)
     sink.start_stage()
     predictions: list[Any] = []
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
-    step_hooks = StepHooks(step_end=None if step_end is None else getattr(trainer.module, step_end),
+    step_hooks = StepHooks(step_end=None if step_end is None else getattr(state.module, step_end),
                            chunk_scope=sink.chunk_scope)
     outputs_hook = _OUTPUTS_HOOK.get(stage)
     outputs = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
@@ -141,40 +143,35 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
         sink.set_batch(step_hook, batch)
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
-        output = runtime.eval_step(trainer.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
+        output = runtime.eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
         if stage == "predict":
             predictions.append(output)
         elif outputs is not None and not is_padding(output):
             outputs.append(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
-        trainer.watchdog.feed()
+        ctx.watchdog.feed()
     if outputs is not None:
         kept.append(outputs)
     return predictions if stage == "predict" else sink.results
 
 
-def _publish(trainer: Any, stage: str, per_loader: list[Any]) -> list[dict[str, float]]:
+def _publish(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, float]]:
     """Reduce each loader's metrics across ranks and publish them (not for the sanity check)."""
     published = []
+    sink = ctx.state.sink
     for loader_idx, results in enumerate(per_loader):
-        trainer.sink.start_stage(results)
-        metrics = trainer.sink.epoch_metrics()
+        sink.start_stage(results)
+        metrics = sink.epoch_metrics()
         if stage == "sanity_check":
             published.append({})
             continue
         suffix = f"/dataloader_idx_{loader_idx}" if len(per_loader) > 1 else ""
-        published.append(trainer.publish_epoch_metrics(metrics, suffix=suffix))
+        published.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix))
     return published
 
 
 def _has_forward(module: Any) -> bool:
     return type(module).forward is not torch.nn.Module.forward
-
-
-def _set_count(trainer: Any, stage: str, count: int | float) -> None:
-    attr = {"validate": "num_val_batches", "sanity_check": "num_val_batches", "test": "num_test_batches",
-            "predict": "num_predict_batches"}[stage]
-    setattr(trainer, attr, count)
 
 
 def _accepts_dataloader_idx(step: Any) -> bool:

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 import torch
+
+from trainmesh.trainer_view import TrainerView
 
 
 class FiniteLossCheck:
     """One per fit. ``check`` runs on every step's loss; ``verify`` reads what was deferred."""
 
-    def __init__(self, trainer: Any, *, deferred: bool) -> None:
+    def __init__(self, trainer: TrainerView, *, deferred: bool) -> None:
         self.trainer = trainer
         self.deferred = deferred
         # Deferred: (global step, epoch, batch) of each step checked since the last clean verify;
@@ -35,7 +36,7 @@ class FiniteLossCheck:
         self._checked_saves: list[str] = []
 
     @classmethod
-    def for_device(cls, trainer: Any, device: torch.device) -> FiniteLossCheck:
+    def for_device(cls, trainer: TrainerView, device: torch.device) -> FiniteLossCheck:
         return cls(trainer, deferred=device.type != "cpu")
 
     def check(self, loss: torch.Tensor, batch_idx: int) -> None:
@@ -104,9 +105,8 @@ class FiniteLossCheck:
         )
 
 
-def verify_finite_losses(trainer: Any, path: str) -> None:
+def verify_finite_losses(check: FiniteLossCheck | None, path: str) -> None:
     """Before the checkpoint ``path`` is built: refuse it if a deferred check holds a
-    non-finite step (outside fit there is no check)."""
-    check = getattr(getattr(trainer, "loop", None), "loss_check", None)
+    non-finite step (outside fit there is no check: None)."""
     if check is not None:
         check.before_save(path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,109 +21,80 @@ from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.settings import LoopSettings
 from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 
 
-@dataclass
-class LoopPosition:
-    """Where the fit loop is; saved in every checkpoint."""
-
-    batches_done: int = 0          # training batches finished in the current epoch
-    epoch_finished: bool = False
-    epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
-    last_loss: torch.Tensor | None = None
-    validated_since_step: bool = False
-    # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
-    epoch_outputs: list[Any] = field(default_factory=list)
-    stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch
-    loss_check: FiniteLossCheck | None = None  # set for fit (finite_loss.py)
-    # Seconds this process has waited for training batches (the loader's next()), for the
-    # ThroughputMonitor's data-wait share; a figure of this run, not saved in checkpoints.
-    data_seconds: float = 0.0
-
-
-@dataclass
-class StoppedInsideEpoch:
-    """Where max_steps ended the fit with batches of the epoch still untrained.
-
-    Taken before the epoch's end-of-epoch reporting runs (see ``_end_epoch``): a checkpoint
-    written during or after that reporting records this position, so a resume with a larger
-    max_steps or max_epochs trains the rest of the epoch, as the run that never stopped does.
-    """
-
-    epoch: int
-    batches_done: int
-    rng: dict[str, Any]  # this process's generators when the last step ended
-    train_results: dict[str, Any]  # this process's epoch accumulators (copied: hooks may log more)
-    epoch_outputs: list[Any]
-
-
-def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
+def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
     from trainmesh.trainer.checkpointing import restore_checkpoint
 
     train_loaders = data.loaders("train", required=True)
     if len(train_loaders) != 1:
         raise ValueError(f"fit trains on one dataloader; got {len(train_loaders)}. Combine them into one dataset")
-    runtime = trainer.runtime
+    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     train_loader = runtime.setup_dataloaders(train_loaders[0], train=True)
     val_loaders = [runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)]
-    trainer.num_training_batches = limited_count(train_loader, trainer.limit_train_batches)
-    trainer.val_loaders = val_loaders
-    announce_run(trainer, "fit", train_loader)
-    trainer.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(trainer, runtime.device))
-    trainer.manual_backward = None
-    manual = manual_optimization.is_manual(trainer.module)
+    state.num_training_batches = limited_count(train_loader, settings.limit_train_batches)
+    state.val_loaders = val_loaders
+    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
+    state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
+    state.manual_backward = None
+    manual = manual_optimization.is_manual(state.module)
     if manual:
-        manual_optimization.check_manual_settings(trainer, trainer.module)
-        trainer.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(trainer.hooks, runtime))
-    refuse_uncallable_step_hooks(trainer, manual=manual)
+        manual_optimization.check_manual_settings(runtime.strategy_name, runtime.capabilities.manual_optimization,
+                                                  settings, state.module)
+        state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime))
+    refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
     if checkpoint is not None:
-        resume_rng = restore_checkpoint(trainer, checkpoint, source=source, weights_only=False)
+        resume_rng = restore_checkpoint(state, runtime, ctx.view, checkpoint, source=source, weights_only=False)
 
-    hooks = trainer.hooks
-    trainer.model.train()
+    state.model.train()
     hooks.call("on_fit_start")
-    if val_loaders and trainer.num_sanity_val_steps != 0 and trainer.limit_val_batches != 0 and checkpoint is None:
-        evaluation.run_sanity_check(trainer, val_loaders)
+    if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0 and checkpoint is None:
+        evaluation.run_sanity_check(ctx, val_loaders)
     hooks.call("on_train_start")
-    if trainer.is_global_zero:
-        for logger in trainer.loggers:
-            logger.log_hyperparams(hyperparameters_to_log(trainer.module, trainer.datamodule))
-    if trainer.num_training_batches == 0:
+    if ctx.publisher.is_global_zero:
+        for logger in ctx.publisher.loggers:
+            logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
+    if state.num_training_batches == 0:
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         return
-    trainer.watchdog.start()
+    ctx.watchdog.start()
     try:
-        while not _fit_done(trainer):
-            _run_epoch(trainer, train_loader, resume_rng)
+        while not _fit_done(state, settings):
+            _run_epoch(ctx, train_loader, resume_rng)
             resume_rng = None
         if resume_rng is not None:
             # Resumed with nothing left to train: still hold the generators the checkpoint
             # held, for a checkpoint saved now.
             restore_rng_state(resume_rng)
     finally:
-        trainer.watchdog.stop()
-        trainer.loop.last_loss = None
+        ctx.watchdog.stop()
+        state.loop.last_loss = None
     hooks.call("on_train_end")
     hooks.call("on_fit_end")
 
 
-def _fit_done(trainer: Any) -> bool:
-    if trainer.should_stop:
+def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
+    if state.should_stop:
         return True
-    if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+    if settings.max_steps != -1 and state.global_step >= settings.max_steps:
         return True
-    return trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs
+    return settings.max_epochs != -1 and state.current_epoch >= settings.max_epochs
 
 
-def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> Any:
+def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None) -> Any:
     """Start the epoch's data iterator, replaying the interrupted epoch when resuming.
 
     A shuffling sampler draws its order from the global RNG when its iterator starts, so a
@@ -132,8 +102,8 @@ def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) ->
     batches already trained on, by index only), and then restores the RNG as it was when the
     checkpoint was taken.
     """
-    loop = trainer.loop
-    loader.set_epoch(trainer.current_epoch)
+    loop = state.loop
+    loader.set_epoch(state.current_epoch)
     skip = loop.batches_done if resume_rng is not None else 0
     if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
         restore_rng_state(loop.epoch_start_rng)
@@ -149,15 +119,16 @@ def _open_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) ->
     return iter(loader)
 
 
-def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> None:
-    loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> None:
+    state, hooks = ctx.state, ctx.hooks
+    loop, sink = state.loop, state.sink
     if resume_rng is not None and loop.epoch_finished:
         # The checkpoint was taken after this epoch's end-of-epoch work: go on with the next.
-        trainer.current_epoch += 1
+        state.current_epoch += 1
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
-        if _fit_done(trainer):
+        if _fit_done(state, ctx.settings):
             return
     # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
@@ -165,26 +136,27 @@ def _run_epoch(trainer: Any, loader: Any, resume_rng: dict[str, Any] | None) -> 
     if not mid_epoch_resume:
         sink.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
     train_results = sink.results
-    trainer.train_results = train_results
-    iterator = _open_epoch(trainer, loader, resume_rng)
+    state.train_results = train_results
+    iterator = _open_epoch(state, loader, resume_rng)
     if not mid_epoch_resume:
         hooks.call("on_train_epoch_start")
-    limit = trainer.num_training_batches
-    val_every = _val_check_batches(trainer, limit)
+    limit = state.num_training_batches
+    val_every = _val_check_batches(state, ctx.settings, limit)
     loop.validated_since_step = False
-    cut_short = _train_batches(trainer, iterator, loop.batches_done, limit, val_every, train_results)
-    _end_epoch(trainer, train_results, val_every, cut_short=cut_short)
+    cut_short = _train_batches(ctx, iterator, loop.batches_done, limit, val_every, train_results)
+    _end_epoch(ctx, train_results, val_every, cut_short=cut_short)
 
 
-def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, val_every: int | float | None, train_results: Any) -> bool:
+def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | float, val_every: int | float | None,
+                   train_results: StageResults) -> bool:
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
-    loop, hooks, sink, runtime = trainer.loop, trainer.hooks, trainer.sink, trainer.runtime
-    model, module = trainer.model, trainer.module
-    accumulate = trainer.accumulate_grad_batches
+    state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
+    loop, sink, model, module = state.loop, state.sink, state.model, state.module
+    accumulate, preemption = settings.accumulate_grad_batches, ctx.preemption
     batch_start_hooks, batch_end_hooks = hooks.overridden("on_train_batch_start"), hooks.overridden("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
-    backward = _LossBackward(trainer)
-    step_hooks = _step_hooks(trainer, module, backward, accumulate)
+    backward = _LossBackward(ctx)
+    step_hooks = _step_hooks(ctx, module, backward, accumulate)
     optimizer_hooks = LoopStepHooks(hooks, runtime)  # on_before_optimizer_step/zero_grad, looked up once here
     window = TokenLossWindow(type(module).__name__)  # a summed loss's tokens until the optimizer step
     manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
@@ -208,32 +180,32 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         if steps_now and not manual:
-            _optimizer_step(trainer, optimizer_hooks, window)
+            _optimizer_step(ctx, optimizer_hooks, window)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
-        trainer.watchdog.feed()
+        ctx.watchdog.feed()
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
-        if validate_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
+        if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
             loop.loss_check.verify()  # where the check is deferred (finite_loss.py), its read
         if validate_now:
-            evaluation.run_validation(trainer, trainer.val_loaders)
+            evaluation.run_validation(ctx, state.val_loaders)
             sink.start_stage(train_results)
-        if trainer.global_step % trainer.log_every_n_steps == 0:
-            trainer.publish_step_metrics()
+        if state.global_step % settings.log_every_n_steps == 0:
+            ctx.publisher.step_metrics()
         if batch_end_hooks:
             hooks.call("on_train_batch_end", output, batch, batch_idx)
-        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break
-        if trainer.should_stop:
+        if state.should_stop:
             break
-        if trainer.preemption.stop_agreed():  # SIGTERM/SIGUSR1 (preemption.py): every rank stops here
-            trainer.preemption.save_and_exit(trainer)
+        if preemption is not None and preemption.stop_agreed():  # SIGTERM/SIGUSR1 (preemption.py): every rank stops
+            preemption.save_and_exit(ctx.view)
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.
-        _optimizer_step(trainer, optimizer_hooks, window)
+        _optimizer_step(ctx, optimizer_hooks, window)
     return cut_short
 
 
@@ -257,19 +229,19 @@ def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
         yield numbered
 
 
-def _step_hooks(trainer: Any, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
-    hooks, sink = trainer.hooks, trainer.sink
+def _step_hooks(ctx: LoopContext, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
+    hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
     step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
                            loss_of=functools.partial(_loss_of, module=module),
                            count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
                            backward=backward,
                            chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
-    if trainer.manual_backward is None:
+    if manual_backward is None:
         return step_hooks
-    return manual_optimization.manual_step_hooks(step_hooks, trainer.manual_backward, module)
+    return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
 
 
-def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, *, cut_short: bool) -> None:
+def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | float | None, *, cut_short: bool) -> None:
     """The end of an epoch: validation, epoch-end hooks, epoch metrics, epoch schedulers.
 
     ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
@@ -283,15 +255,17 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, 
     outputs, and the resumed run reports the whole epoch at its real end. (Callbacks acting on
     epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
     """
-    loop, hooks, sink = trainer.loop, trainer.hooks, trainer.sink
+    state, hooks = ctx.state, ctx.hooks
+    loop, sink = state.loop, state.sink
+    assert loop.loss_check is not None  # fit sets it
     loop.loss_check.verify()  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
-            epoch=trainer.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
+            epoch=state.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
             train_results=_copied_results(train_results), epoch_outputs=list(loop.epoch_outputs),
         )
-    if val_every is not None and trainer.val_loaders and not loop.validated_since_step:
-        evaluation.run_validation(trainer, trainer.val_loaders)
+    if val_every is not None and state.val_loaders and not loop.validated_since_step:
+        evaluation.run_validation(ctx, state.val_loaders)
     sink.start_stage(train_results)
     sink.set_batch("on_train_epoch_end", None)
     if hooks.module_overrides("training_epoch_end"):
@@ -299,17 +273,17 @@ def _end_epoch(trainer: Any, train_results: Any, val_every: int | float | None, 
         hooks.call_module("training_epoch_end", loop.epoch_outputs)
     loop.epoch_outputs = []
     hooks.call_module("on_train_epoch_end")
-    trainer.publish_epoch_metrics(sink.epoch_metrics())
-    for config in trainer.lr_scheduler_configs if trainer.manual_backward is None else []:  # manual: the module steps them
-        if config.interval == "epoch" and (trainer.current_epoch + 1) % config.frequency == 0 and not cut_short:
-            step_scheduler(config, trainer.callback_metrics)
+    ctx.publisher.epoch_metrics(sink.epoch_metrics())
+    for config in state.lr_scheduler_configs if state.manual_backward is None else []:  # manual: the module steps them
+        if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
+            step_scheduler(config, callback_metrics(state))
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end")
-    trainer.current_epoch += 1
+    state.current_epoch += 1
     loop.epoch_finished = False
     loop.batches_done = 0
-    if trainer.min_epochs is not None and trainer.current_epoch < trainer.min_epochs:
-        trainer.should_stop = False
+    if ctx.settings.min_epochs is not None and state.current_epoch < ctx.settings.min_epochs:
+        state.should_stop = False
 
 
 def _copied_results(results: Any) -> dict[str, Any]:
@@ -320,29 +294,29 @@ def _copied_results(results: Any) -> dict[str, Any]:
     return state
 
 
-def _optimizer_step(trainer: Any, hooks: LoopStepHooks, window: TokenLossWindow) -> None:
-    runtime = trainer.runtime
+def _optimizer_step(ctx: LoopContext, hooks: LoopStepHooks, window: TokenLossWindow) -> None:
+    state, settings, runtime = ctx.state, ctx.settings, ctx.runtime
     # A summed loss's gradients are complete now (all batches of the window, reduced over the
     # data-parallel ranks): divided by the global token count before anyone reads them.
-    mean_loss = window.close(runtime, trainer.model)
+    mean_loss = window.close(runtime, state.model)
     if mean_loss is not None:
-        trainer.loop.last_loss = mean_loss
-    for optimizer in trainer.optimizers:
+        state.loop.last_loss = mean_loss
+    for optimizer in state.optimizers:
         if hooks.before_step:  # Lightning's order: the hook, then clipping, then the step
             hooks.call_before_step(optimizer.optimizer)
-        if trainer.gradient_clip_val is not None:
-            if trainer.gradient_clip_algorithm == "norm":
-                runtime.clip_gradients(trainer.model, optimizer, max_norm=trainer.gradient_clip_val)
+        if settings.gradient_clip_val is not None:
+            if settings.gradient_clip_algorithm == "norm":
+                runtime.clip_gradients(state.model, optimizer, max_norm=settings.gradient_clip_val)
             else:
-                runtime.clip_gradients(trainer.model, optimizer, clip_val=trainer.gradient_clip_val)
+                runtime.clip_gradients(state.model, optimizer, clip_val=settings.gradient_clip_val)
         optimizer.step()
         if hooks.before_zero_grad:
             hooks.call_before_zero_grad(optimizer.optimizer)
         optimizer.zero_grad()
-    trainer.global_step += 1
-    for config in trainer.lr_scheduler_configs:
-        if config.interval == "step" and trainer.global_step % config.frequency == 0:
-            step_scheduler(config, trainer.callback_metrics)
+    state.global_step += 1
+    for config in state.lr_scheduler_configs:
+        if config.interval == "step" and state.global_step % config.frequency == 0:
+            step_scheduler(config, callback_metrics(state))
 
 
 def detached(output: Any) -> Any:
@@ -355,11 +329,12 @@ class _LossBackward:
     device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
     by the accumulation window). One per epoch, updated per step."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
+    def __init__(self, ctx: LoopContext) -> None:
         # runtime.backward, inside on_before_backward/on_after_backward when anyone overrides them
-        self.backward = with_backward_hooks(trainer.hooks, trainer.runtime)
-        self.loss_check = trainer.loop.loss_check
+        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime)
+        loss_check = ctx.state.loop.loss_check
+        assert loss_check is not None  # fit sets it
+        self.loss_check = loss_check
         self.batch_idx = 0
 
     def __call__(self, loss: torch.Tensor) -> None:
@@ -402,14 +377,14 @@ def _loss_of(output: Any, module: Any) -> torch.Tensor:
     return loss
 
 
-def _val_check_batches(trainer: Any, limit: int | float) -> int | float | None:
+def _val_check_batches(state: LoopState, settings: LoopSettings, limit: int | float) -> int | float | None:
     """How many training batches between validations this epoch; None when none is due."""
-    if not trainer.val_loaders or trainer.limit_val_batches == 0:
+    if not state.val_loaders or settings.limit_val_batches == 0:
         return None
-    every_n = trainer.check_val_every_n_epoch
-    if every_n is not None and (trainer.current_epoch + 1) % every_n != 0:
+    every_n = settings.check_val_every_n_epoch
+    if every_n is not None and (state.current_epoch + 1) % every_n != 0:
         return None
-    interval = trainer.val_check_interval
+    interval = settings.val_check_interval
     if isinstance(interval, int):
         return interval
     if limit == math.inf:

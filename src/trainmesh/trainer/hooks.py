@@ -11,6 +11,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback, overrides
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
+from trainmesh.trainer_view import TrainerView
 
 # The positional arguments the Trainer passes to each batch-level hook (after trainer and
 # module, for a callback). Lightning programs often define fewer (``training_step(self,
@@ -75,7 +76,7 @@ def fit_hook_arities(obj: Any, *, leading: int = 0) -> None:
 
 
 class HookDispatcher:
-    def __init__(self, trainer: Any, module: Any, callbacks: list[Callback]) -> None:
+    def __init__(self, trainer: TrainerView, module: Any, callbacks: list[Callback]) -> None:
         from trainmesh.module import Module
 
         self._trainer = trainer

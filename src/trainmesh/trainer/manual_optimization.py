@@ -24,13 +24,25 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
+from trainmesh.trainer_view import RuntimeView, TrainerView
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.settings import LoopSettings
+
+
+class StepCount(Protocol):
+    """The part of the loop state a manual ``opt.step()`` touches (loop_state.LoopState; not
+    imported: the Module imports this module, and the state's types lead back to the Module)."""
+
+    global_step: int
+    hooks: Any
 
 
 # Where manual optimization is checked against plain torch (each has a parity test,
@@ -42,28 +54,28 @@ def is_manual(module: Any) -> bool:
     return getattr(module, "automatic_optimization", True) is False
 
 
-def check_manual_settings(trainer: Any, module: Any) -> None:
+def check_manual_settings(strategy: str, supported: bool, settings: LoopSettings, module: Any) -> None:
     """Refuse the loop's own accumulation and clipping (in manual mode the loop never steps), and
     the strategies manual optimization was never checked under."""
     name = type(module).__name__
-    if not trainer.runtime.capabilities.manual_optimization:
+    if not supported:  # the strategy's capabilities
         raise ValueError(
-            f"strategy {trainer.runtime.strategy_name!r} with {name}.automatic_optimization = False: manual "
+            f"strategy {strategy!r} with {name}.automatic_optimization = False: manual "
             f"optimization is checked against plain torch only under {CHECKED_UNDER} (dp and ddp2 split a batch across "
             "devices inside one step, zero1 and sharded change how a step updates, pipelines run training_step "
             "per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
             "loss from training_step (automatic optimization works under every strategy)"
         )
-    if trainer.accumulate_grad_batches != 1:
+    if settings.accumulate_grad_batches != 1:
         raise ValueError(
-            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) with {name}.automatic_optimization "
+            f"Trainer(accumulate_grad_batches={settings.accumulate_grad_batches}) with {name}.automatic_optimization "
             "= False: the loop makes no optimizer step in manual optimization, so it cannot accumulate. Drop the "
             "argument and accumulate in training_step: call opt.step() and opt.zero_grad() every N batches "
             "(wrap the other batches' manual_backward in `with self.no_backward_sync():` to skip the gradient sync)"
         )
-    if trainer.gradient_clip_val is not None:
+    if settings.gradient_clip_val is not None:
         raise ValueError(
-            f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) with {name}.automatic_optimization = False: "
+            f"Trainer(gradient_clip_val={settings.gradient_clip_val}) with {name}.automatic_optimization = False: "
             "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "
             "and call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm='norm') in "
             "training_step before opt.step()"
@@ -117,25 +129,36 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
                      chunk_scope=hooks.chunk_scope, backward_scope=manual.scope)
 
 
+class ManualSteps:
+    """What ``Module.optimizers()`` wraps each optimizer with (``trainer.manual_steps``): its
+    ``step()`` calls the hooks and counts in the loop state's ``global_step``."""
+
+    def __init__(self, state: StepCount, runtime: RuntimeView) -> None:
+        self.state, self.runtime = state, runtime
+
+    def wrap(self, optimizer: Any) -> ManualOptimizer:
+        return ManualOptimizer(optimizer, self)
+
+
 class ManualOptimizer:
     """What ``self.optimizers()`` hands out: ``step()`` through the runtime (the precision's grad
     scaler; zero1's sharded optimizer), counted in ``trainer.global_step`` as Lightning counts
     manual steps. Every other attribute is the optimizer's own."""
 
-    def __init__(self, optimizer: Any, trainer: Any) -> None:
+    def __init__(self, optimizer: Any, steps: ManualSteps) -> None:
         self.optimizer = optimizer  # the runtime's wrapper
-        self._trainer = trainer
+        self._steps = steps
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        trainer = self._trainer
-        if trainer.hooks is not None and trainer.hooks.overridden("on_before_optimizer_step"):
-            announce = functools.partial(call_before_optimizer_step, trainer.hooks, trainer.runtime, self.optimizer.optimizer)
+        state, runtime = self._steps.state, self._steps.runtime
+        if state.hooks is not None and state.hooks.overridden("on_before_optimizer_step"):
+            announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer.optimizer)
             if closure is None:
                 announce()
             else:  # as in Lightning: once the closure has run its backward
                 closure = then_hooks(closure, announce)
         result = self.optimizer.step(closure)
-        trainer.global_step += 1
+        state.global_step += 1
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -148,16 +171,17 @@ class ManualOptimizer:
         return f"ManualOptimizer({self.optimizer.optimizer!r})"
 
 
-def optimizers_of(trainer: Any, *, wrapped: bool) -> Any:
+def optimizers_of(trainer: TrainerView, *, wrapped: bool) -> Any:
     """One optimizer, or a list when configure_optimizers made several (as Lightning returns)."""
     given = trainer.optimizers
     if not given:
         raise RuntimeError("self.optimizers() is available once fit has called configure_optimizers (in training_step, say)")
-    found = [ManualOptimizer(o, trainer) if wrapped else o.optimizer for o in given]
+    steps = trainer.manual_steps
+    found = [steps.wrap(o) if wrapped and steps is not None else o.optimizer for o in given]
     return found[0] if len(found) == 1 else found
 
 
-def lr_schedulers_of(trainer: Any) -> Any:
+def lr_schedulers_of(trainer: TrainerView) -> Any:
     """None, one scheduler, or a list (Lightning's forms)."""
     found = [config.scheduler for config in trainer.lr_scheduler_configs]
     if not found:
@@ -169,7 +193,7 @@ def _parameters(optimizer: Any) -> list[torch.Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def toggle_optimizer(trainer: Any, optimizer: Any) -> dict[torch.Tensor, bool]:
+def toggle_optimizer(trainer: TrainerView, optimizer: Any) -> dict[torch.Tensor, bool]:
     """Freeze every parameter of the other optimizers (their requires_grad, saved for untoggle),
     so that this optimizer's backward computes no gradient for them, as Lightning does."""
     saved: dict[torch.Tensor, bool] = {}
@@ -188,7 +212,7 @@ def untoggle_optimizer(saved: dict[torch.Tensor, bool]) -> None:
         param.requires_grad_(requires_grad)
 
 
-def clip_gradients(trainer: Any, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
+def clip_gradients(trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
     """Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
     if value is None:
         return None

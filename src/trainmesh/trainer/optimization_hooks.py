@@ -89,9 +89,8 @@ def then_hooks(closure: Callable[[], Any], announce: Callable[[], None]) -> Call
     return closure_then_hooks
 
 
-def refuse_uncallable_step_hooks(trainer: Any, *, manual: bool) -> None:
+def refuse_uncallable_step_hooks(hooks: Any, module: Any, runtime: Any, *, manual: bool) -> None:
     """At fit's start: the step hooks this run would have to skip, refused rather than skipped."""
-    hooks, module = trainer.hooks, trainer.module
     if manual:
         owners = _owners(hooks, module, "on_before_zero_grad")
         if owners:
@@ -102,13 +101,13 @@ def refuse_uncallable_step_hooks(trainer: Any, *, manual: bool) -> None:
                 "for code that reads the updated weights, such as an EMA)"
             )
         return
-    if not trainer.runtime.capabilities.backward_hooks:
+    if not runtime.capabilities.backward_hooks:
         for hook in BACKWARD_HOOKS:
             owners = _owners(hooks, module, hook)
             if owners:
                 raise ValueError(
                     f"{hook} (defined by {owners}) cannot run under pipeline parallelism (pp="
-                    f"{trainer.runtime.mesh.dims.pp}): the schedule runs backward itself, per micro-batch and per "
+                    f"{runtime.mesh.dims.pp}): the schedule runs backward itself, per micro-batch and per "
                     "stage, and no rank holds the loss before it. Use on_before_optimizer_step(optimizer), "
                     "called on every rank once all of the step's gradients exist (before clipping), or a "
                     "strategy without pipeline stages"

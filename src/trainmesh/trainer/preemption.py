@@ -36,6 +36,7 @@ from trainmesh.launchers.elastic import tell_agent_preempted
 from trainmesh.launchers.environments import requeue_slurm_job, restart_reason
 from trainmesh.trainer.checkpointing import resolve_ckpt_path
 from trainmesh.trainer.stop_agreement import StopAgreement
+from trainmesh.trainer_view import TrainerView
 
 PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -86,7 +87,7 @@ class SignalStop:
             return self._received != 0
         return self._agreement.exchange(self._received) != 0
 
-    def save_and_exit(self, trainer: Any) -> NoReturn:
+    def save_and_exit(self, trainer: TrainerView) -> NoReturn:
         """Save the training state as it is after this step, report, and raise ``Preempted``."""
         agreed = self._agreement.settle() if self._agreement is not None else self._received
         name = exit_status.describe_signal(agreed)
@@ -105,7 +106,7 @@ class SignalStop:
             print(f"trainmesh: stopped by {name}: {report}", file=sys.stderr, flush=True)
         raise Preempted(report, checkpoint=path, step=trainer.global_step, signal_name=name)
 
-    def finish_fit(self, trainer: Any) -> None:
+    def finish_fit(self, trainer: TrainerView) -> None:
         """After the loop: a signal that came after the last step still saves and exits; a fit
         that ends normally retires the preemption checkpoint it may have resumed from."""
         agreed = self._agreement.settle(self._received) if self._agreement is not None else self._received
@@ -118,7 +119,7 @@ class SignalStop:
             print(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint", flush=True)
 
 
-def resume_source(trainer: Any) -> str | None:
+def resume_source(trainer: TrainerView) -> str | None:
     """The checkpoint ``fit(ckpt_path=None)`` resumes from: None on a first start; after a
     preemption, a restart or a requeue, what ``ckpt_path="last"`` finds (rank 0's answer)."""
     marker = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)

@@ -9,10 +9,15 @@ run says about itself when it starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.dtensors import count_fsdp_units
 from trainmesh.utilities.rank_zero import rank_zero_info
+
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
+    from trainmesh.trainer.loop_state import LoopState
 
 
 def format_run_summary(*, stage: str, strategy: str, processes: int, nodes: int, mesh_sizes: Mapping[str, int],
@@ -67,18 +72,17 @@ def loader_batch_size(loader: Any) -> int | None:
     return None
 
 
-def announce_run(trainer: Any, stage: str, loader: Any) -> None:
+def announce_run(trainer: TrainerView, state: LoopState, runtime: Runtime, stage: str, loader: Any, *,
+                 accumulation: int = 1) -> None:
     """Print the start line for ``stage`` on rank 0, unless the model summary is turned off."""
     if not trainer.is_global_zero or not any(type(cb).__name__ == "ModelSummary" for cb in trainer.callbacks):
         return
-    runtime = trainer.runtime
     dims = runtime.mesh.dims
     rank_zero_info(format_run_summary(
         stage=stage, strategy=runtime.strategy_name, processes=runtime.world_size, nodes=runtime.num_nodes,
         mesh_sizes={axis: getattr(dims, axis) for axis in dims.used_axes()}, device=runtime.device_type,
         precision=runtime.precision.name, batch_size=loader_batch_size(loader), dp_size=runtime.mesh.dp_size,
-        accumulation=trainer.accumulate_grad_batches if stage == "fit" else 1,
-        shard_units=count_shard_units(trainer.model),
+        accumulation=accumulation, shard_units=count_shard_units(state.model),
     ))
 
 

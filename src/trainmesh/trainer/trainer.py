@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -10,16 +11,20 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, preemption
+from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, preemption, publishing
 from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
                                              resolve_ckpt_path, restore_checkpoint)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
+from trainmesh.trainer.manual_optimization import ManualSteps
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
-from trainmesh.trainer.results import MetricSink, metric_tensor, read_floats, step_tensor
-from trainmesh.trainer.settings import LoopSettings, check_loop_settings
+from trainmesh.trainer.publishing import Publisher
+from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
@@ -76,68 +81,64 @@ class Trainer:
             precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus, num_tpu_cores=num_tpu_cores,
             enable_model_summary=enable_model_summary, distributed_backend=distributed_backend, weights_summary=weights_summary)
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        loop = check_loop_settings(
+        self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
             limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
             limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
             val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
             num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
-        )
-        self._adopt_loop_settings(loop)
+            gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing)
         self.inference_mode, self.watchdog = inference_mode, StepWatchdog(watchdog_timeout)  # trainer/watchdog.py
         if deterministic:
             _make_deterministic()
         self.loggers = _build_loggers(loop.logger, self.default_root_dir)
         self.callbacks = _build_callbacks(callbacks, progress_bar=enable_progress_bar, summary=enable_model_summary,
                                           checkpointing=loop.enable_checkpointing, fast_dev_run=bool(self.fast_dev_run))
-        self._reset_run_state()
+        self._state = LoopState(sink=MetricSink(self.runtime.all_reduce))  # loop_state.py: the properties below read it
 
-    def _adopt_loop_settings(self, loop: LoopSettings) -> None:
-        """The checked loop settings as attributes: the loop, callbacks and users read them here."""
-        self.fast_dev_run = loop.fast_dev_run
-        self.max_steps = loop.max_steps
-        self.max_epochs = loop.max_epochs
-        self.min_epochs = loop.min_epochs
-        self.limit_train_batches = loop.limit_train_batches
-        self.limit_val_batches = loop.limit_val_batches
-        self.limit_test_batches = loop.limit_test_batches
-        self.limit_predict_batches = loop.limit_predict_batches
-        self.val_check_interval = loop.val_check_interval
-        self.check_val_every_n_epoch = loop.check_val_every_n_epoch
-        self.num_sanity_val_steps = loop.num_sanity_val_steps
-        self.log_every_n_steps = loop.log_every_n_steps
-        self.accumulate_grad_batches = loop.accumulate_grad_batches
-        self.gradient_clip_val = loop.gradient_clip_val
-        self.gradient_clip_algorithm = loop.gradient_clip_algorithm
+    # ---- the checked settings (settings.py) -----------------------------------------------------
+    fast_dev_run: StateField[int] = StateField("_settings")
+    max_steps: StateField[int] = StateField("_settings")
+    max_epochs: StateField[int] = StateField("_settings")
+    min_epochs: StateField[int | None] = StateField("_settings")
+    limit_train_batches: StateField[int | float] = StateField("_settings")
+    limit_val_batches: StateField[int | float] = StateField("_settings")
+    limit_test_batches: StateField[int | float] = StateField("_settings")
+    limit_predict_batches: StateField[int | float] = StateField("_settings")
+    val_check_interval: StateField[int | float] = StateField("_settings")
+    check_val_every_n_epoch: StateField[int | None] = StateField("_settings")
+    num_sanity_val_steps: StateField[int] = StateField("_settings")
+    log_every_n_steps: StateField[int] = StateField("_settings")
+    accumulate_grad_batches: StateField[int] = StateField("_settings")
+    gradient_clip_val: StateField[float | None] = StateField("_settings")
+    gradient_clip_algorithm: StateField[str] = StateField("_settings")
 
-    def _reset_run_state(self) -> None:
-        """Run state, read by callbacks and by the Module's properties."""
-        self.current_epoch = 0
-        self.global_step = 0
-        self.should_stop = False
-        self.sanity_checking = False
-        self.stage: str | None = None
-        # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
-        self.ckpt_path: str | None = None
-        self.epoch_metrics: dict[str, float] = {}
-        self.train_results: Any = None
-        self._last_logged_step = -1
-        self.logged_metrics: dict[str, torch.Tensor] = {}
-        self.num_training_batches: int | float = 0
-        self.num_val_batches: int = 0
-        self.num_test_batches: int = 0
-        self.num_predict_batches: int = 0
-        self.module: Any = None
-        self.model: Any = None
-        self.datamodule: Any = None
-        self.optimizers: list[Any] = []
-        self.lr_scheduler_configs: list[SchedulerConfig] = []
-        self.sink = MetricSink(self.runtime.all_reduce)
-        self.hooks: HookDispatcher | None = None
-        self.loop = fit_loop.LoopPosition()
-        self._prepared_module_id: int | None = None
+    # ---- the loop's state (loop_state.LoopState), read by callbacks and the Module ---------------
+    stage: StateField[str | None] = StateField("_state")
+    current_epoch: StateField[int] = StateField("_state")
+    global_step: StateField[int] = StateField("_state")
+    should_stop: StateField[bool] = StateField("_state")
+    sanity_checking: StateField[bool] = StateField("_state")
+    num_training_batches: StateField[int | float] = StateField("_state")
+    num_val_batches: StateField[int | float] = StateField("_state")
+    num_test_batches: StateField[int | float] = StateField("_state")
+    num_predict_batches: StateField[int | float] = StateField("_state")
+    ckpt_path: StateField[str | None] = StateField("_state")
+    epoch_metrics: StateField[dict[str, float]] = StateField("_state")
+    logged_metrics: StateField[dict[str, torch.Tensor]] = StateField("_state")
+    train_results: StateField[Any] = StateField("_state")
+    loop: StateField[LoopPosition] = StateField("_state")
+    module: StateField[Any] = StateField("_state")
+    model: StateField[Any] = StateField("_state")
+    datamodule: StateField[Any] = StateField("_state")
+    optimizers: StateField[list[Any]] = StateField("_state")
+    lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
+    sink: StateField[MetricSink] = StateField("_state")
+    hooks: StateField[HookDispatcher | None] = StateField("_state")
+    val_loaders: StateField[list[Any]] = StateField("_state")
+    manual_backward: StateField[Any] = StateField("_state")
+    manual_steps: StateField[Any] = StateField("_state")
 
     # ---- where the run is ---------------------------------------------------------------------
     @property
@@ -179,39 +180,12 @@ class Trainer:
 
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """Latest value of every logged metric (scalar tensors): epoch values, and this epoch's
-        step values. Step values are handed out as the tensors logged, so reading them here
-        costs no device sync either.
-        """
-        metrics = {name: metric_tensor(value) for name, value in self.epoch_metrics.items()}
-        if self.train_results is not None:
-            entries = self.train_results.entries
-            for name, value in self.train_results.step_values.items():
-                number = step_tensor(value)
-                if entries[name].on_epoch:
-                    metrics[f"{name}_step"] = number
-                    if self.loop.batches_done and not self.loop.epoch_finished:
-                        metrics[name] = number
-                else:
-                    metrics[name] = number
-        return metrics
+        """Latest value of every logged metric (scalar tensors); see publishing.callback_metrics."""
+        return publishing.callback_metrics(self._state)
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
-        loss = self.loop.last_loss
-        if loss is not None and self.stage == "fit":
-            shown["loss"] = loss
-        if self.train_results is not None and self.stage == "fit":
-            entries = self.train_results.entries
-            for name, value in self.train_results.step_values.items():
-                if entries[name].prog_bar:
-                    shown[name] = value
-        metrics = read_floats(shown)
-        for name, value in self.epoch_metrics.items():
-            if name in self._prog_bar_names:
-                metrics.setdefault(name, value)
-        return metrics
+        return publishing.progress_bar_metrics(self._state)
 
     @property
     def checkpoint_callback(self) -> Any:
@@ -255,8 +229,8 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.watchdog.paused():  # a save may legitimately take longer than a step
-            verify_finite_losses(self, str(path))  # no checkpoint of weights a non-finite step produced
-            checkpoint = build_checkpoint(self, weights_only=weights_only)
+            verify_finite_losses(self._state.loop.loss_check, str(path))  # no checkpoint of weights a non-finite step produced
+            checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
             self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
@@ -274,7 +248,7 @@ class Trainer:
         self.runtime._choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
-            return outcome.adopt(self, model)
+            return outcome.adopt(self._state, self, model)
         return outcome
 
     def _model_or_last(self, model: Any, stage: str) -> Any:
@@ -285,28 +259,29 @@ class Trainer:
         return model
 
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
-        self.stage = stage
+        state = self._state
+        state.stage = stage
         status = "failed"
         try:
-            self._prepare(model, data, stage)
+            loop = self._prepare(model, data, stage)
             if stage == "fit":
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
                 # a restart or the run after a preemption finds its checkpoint (preemption.py).
                 source = (preemption.resume_source(self) if ckpt_path is None
                           else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True))
-                self.ckpt_path = source
+                state.ckpt_path = source
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
-                self.preemption = preemption.SignalStop()  # SIGTERM/SIGUSR1: save and exit 75
-                with self.preemption.armed(self.runtime):
-                    result = fit_loop.run_fit(self, data, checkpoint, source or "")
-                    self.preemption.finish_fit(self)
+                stop = preemption.SignalStop()  # SIGTERM/SIGUSR1: save and exit 75
+                with stop.armed(self.runtime):
+                    result = fit_loop.run_fit(dataclasses.replace(loop, preemption=stop), data, checkpoint, source or "")
+                    stop.finish_fit(self)
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
-                result = evaluation.run_predict(self, data)
+                result = evaluation.run_predict(loop, data)
             else:
                 self._load_weights_for_eval(ckpt_path)
-                result = evaluation.run_evaluation_stage(self, stage, data)
+                result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
             if self.runtime._reports_to_parent and self.is_global_zero:
                 return WorkerOutcome.capture(self, result)
@@ -322,45 +297,49 @@ class Trainer:
         finally:
             self._finish(data, stage, status)
 
-    def _prepare(self, model: Any, data: DataSource, stage: str) -> None:
+    def _prepare(self, model: Any, data: DataSource, stage: str) -> LoopContext:
         from trainmesh.module import Module, call_configure_model
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
-        self.module = model
-        self.datamodule = data.datamodule
-        self.sink = MetricSink(self.runtime.all_reduce)
-        self.train_results = None
-        self._prog_bar_names: set[str] = set()
+        state, runtime = self._state, self.runtime
+        state.module, state.datamodule = model, data.datamodule
+        state.sink = MetricSink(runtime.all_reduce)
+        state.train_results, state.prog_bar_names = None, set()
         if isinstance(model, Module):
-            model.attach(self, self.sink)
+            model.attach(self, state.sink)
         data.prepare(self, stage)
         if self.world_size > 1:
             for logger in self.loggers:
-                logger.agree_on_version(self.runtime.broadcast)
-        self.hooks = HookDispatcher(self, model, self.callbacks)
-        self.hooks.call_module("setup", stage)
-        self.hooks.call_callbacks("setup", stage)
-        if self._prepared_module_id != id(model):
+                logger.agree_on_version(runtime.broadcast)
+        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)
+        hooks.call_module("setup", stage)
+        hooks.call_callbacks("setup", stage)
+        if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
             if hasattr(model, "configure_model"):
-                with self.runtime.module_init_context():
-                    call_configure_model(model, self.runtime.mesh)
-            self.model = self.runtime.setup_module(model)
-            self._prepared_module_id = id(model)
-            self.optimizers, self.lr_scheduler_configs = [], []
-        self.sink.metrics_source = self.runtime._metrics_source
-        if stage == "fit" and not self.optimizers:
-            optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
-            self.optimizers = self.runtime.setup_optimizers(*optimizers)
-            _point_schedulers_at(self.lr_scheduler_configs, optimizers, self.optimizers)
+                with runtime.module_init_context():
+                    call_configure_model(model, runtime.mesh)
+            state.model = runtime.setup_module(model)
+            state.prepared_module_id = id(model)
+            state.optimizers, state.lr_scheduler_configs = [], []
+        state.sink.metrics_source = runtime._metrics_source
+        if stage == "fit" and not state.optimizers:
+            optimizers, state.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
+            state.optimizers = runtime.setup_optimizers(*optimizers)
+            _point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
+        state.manual_steps = ManualSteps(state, runtime)
+        return LoopContext(state=state, settings=self._settings, runtime=runtime, hooks=hooks,
+                           publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
+                           watchdog=self.watchdog, view=self, inference_mode=self.inference_mode)
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
             return
-        source = self.ckpt_path = resolve_ckpt_path(self, ckpt_path)
-        restore_checkpoint(self, self._read_checkpoint(source, with_optimizers=False), source=source, weights_only=True)
+        source = self._state.ckpt_path = resolve_ckpt_path(self, ckpt_path)
+        restore_checkpoint(self._state, self.runtime, self, self._read_checkpoint(source, with_optimizers=False),
+                           source=source, weights_only=True)
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         optimizers = self.optimizers if with_optimizers else []
@@ -382,41 +361,6 @@ class Trainer:
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
-
-    # ---- used by the loops --------------------------------------------------------------------
-    def publish_epoch_metrics(self, metrics: dict[str, tuple[float, Any]], *, suffix: str = "", to_logger: bool = True) -> dict[str, float]:
-        """Put reduced epoch metrics into callback_metrics (and the loggers); returns them."""
-        published: dict[str, float] = {}
-        for name, (value, entry) in metrics.items():
-            key = f"{name}{suffix}"
-            published[key] = value
-            self.epoch_metrics[key] = value
-            if entry.on_step:
-                self.epoch_metrics[f"{name}_epoch{suffix}"] = value
-            if entry.prog_bar:
-                self._prog_bar_names.add(key)
-            if entry.logger:
-                self.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = metric_tensor(value)
-        if to_logger:
-            logged = {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
-            self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
-        return published
-
-    def publish_step_metrics(self) -> None:
-        """Send the step values to the loggers, once per optimizer step at most."""
-        if self._last_logged_step == self.global_step or not self.loggers:
-            return
-        self._last_logged_step = self.global_step
-        logged = self.sink.step_metrics(logger_only=True)
-        self.logged_metrics.update({name: metric_tensor(value) for name, value in logged.items()})
-        if logged:
-            self.log_to_loggers({**logged, "epoch": float(self.current_epoch)})
-
-    def log_to_loggers(self, metrics: dict[str, float]) -> None:
-        if self.loggers and self.is_global_zero and not self.sanity_checking:
-            for logger in self.loggers:
-                logger.log_metrics(metrics, step=self.global_step)
-
 
 def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:
     """A strategy may replace an optimizer (zero1 shards its state): schedulers follow it."""

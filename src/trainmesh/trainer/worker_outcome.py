@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
+from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor
+from trainmesh.trainer_view import TrainerView
 
 
 @dataclass
@@ -30,7 +32,7 @@ class WorkerOutcome:
     logger_versions: list[int | str | None] = field(default_factory=list)
 
     @classmethod
-    def capture(cls, trainer: Any, result: Any) -> WorkerOutcome:
+    def capture(cls, trainer: TrainerView, result: Any) -> WorkerOutcome:
         weights = trainer.runtime.state_dicts(trainer.model, [])["model"]
         return cls(
             result=result,
@@ -44,13 +46,14 @@ class WorkerOutcome:
             logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
         )
 
-    def adopt(self, trainer: Any, model: Any) -> Any:
-        """Copy the workers' end state into this process; returns the stage's result."""
+    def adopt(self, state: LoopState, trainer: TrainerView, model: Any) -> Any:
+        """Copy the workers' end state into this process's loop state (and ``trainer``'s callbacks
+        and loggers); returns the stage's result."""
         model.load_state_dict(self.state_dict)
-        trainer.module = model
-        trainer.epoch_metrics = dict(self.metrics)
-        trainer.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
-        trainer.current_epoch, trainer.global_step = self.current_epoch, self.global_step
+        state.module = model
+        state.epoch_metrics = dict(self.metrics)
+        state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
+        state.current_epoch, state.global_step = self.current_epoch, self.global_step
         for callback in trainer.callbacks:
             state = self.callback_states.get(callback.state_key)
             if state:

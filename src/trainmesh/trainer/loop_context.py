@@ -1,0 +1,36 @@
+"""What a loop function takes: the loop's state and the parts it calls, as one typed value.
+
+The Trainer builds one per fit/validate/test/predict call (``Trainer._prepare``); the loop
+functions (fit_loop.py, evaluation.py) take it instead of the Trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainmesh.trainer.loop_state import LoopState
+
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
+    from trainmesh.trainer.hooks import HookDispatcher
+    from trainmesh.trainer.preemption import SignalStop
+    from trainmesh.trainer.publishing import Publisher
+    from trainmesh.trainer.settings import LoopSettings
+    from trainmesh.trainer.watchdog import StepWatchdog
+    from trainmesh.trainer_view import TrainerView
+
+
+@dataclass(frozen=True)
+class LoopContext:
+    """What the loop functions take: the state they update and the parts they call."""
+
+    state: LoopState
+    settings: LoopSettings
+    runtime: Runtime
+    hooks: HookDispatcher
+    publisher: Publisher  # the loggers, and metrics into the state
+    watchdog: StepWatchdog
+    view: TrainerView  # what callbacks receive (and a preemption save goes through)
+    inference_mode: bool = True
+    preemption: SignalStop | None = None  # fit's SIGTERM/SIGUSR1 handling (preemption.py)

@@ -1,0 +1,128 @@
+"""The loop's state: one typed value the loops own and the Trainer's properties read.
+
+``LoopState`` is where the run is (stage, epoch, step, batch counts, stop flags), its metrics,
+and what it trains (module, model, optimizers, schedulers, the metric sink, the hooks).
+What a loop function works with besides it is ``loop_context.LoopContext``. The Trainer exposes
+the Lightning-compatible names (``trainer.current_epoch``, ...) as ``StateField`` properties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trainmesh.trainer.finite_loss import FiniteLossCheck
+    from trainmesh.trainer.hooks import HookDispatcher
+    from trainmesh.trainer.optimizers import SchedulerConfig
+    from trainmesh.trainer.results import MetricSink, StageResults
+    from trainmesh.trainer_view import ManualSteps
+
+
+@dataclass
+class LoopPosition:
+    """Where the fit loop is; saved in every checkpoint."""
+
+    batches_done: int = 0          # training batches finished in the current epoch
+    epoch_finished: bool = False
+    epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
+    last_loss: torch.Tensor | None = None
+    validated_since_step: bool = False
+    # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
+    epoch_outputs: list[Any] = field(default_factory=list)
+    stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch
+    loss_check: FiniteLossCheck | None = None  # set for fit (finite_loss.py)
+    # Seconds this process has waited for training batches (the loader's next()), for the
+    # ThroughputMonitor's data-wait share; a figure of this run, not saved in checkpoints.
+    data_seconds: float = 0.0
+
+
+@dataclass
+class StoppedInsideEpoch:
+    """Where max_steps ended the fit with batches of the epoch still untrained.
+
+    Taken before the epoch's end-of-epoch reporting runs (see ``fit_loop._end_epoch``): a
+    checkpoint written during or after that reporting records this position, so a resume with a
+    larger max_steps or max_epochs trains the rest of the epoch, as the run that never stopped does.
+    """
+
+    epoch: int
+    batches_done: int
+    rng: dict[str, Any]  # this process's generators when the last step ended
+    train_results: dict[str, Any]  # this process's epoch accumulators (copied: hooks may log more)
+    epoch_outputs: list[Any]
+
+
+_COUNT_OF_STAGE = {"validate": "num_val_batches", "sanity_check": "num_val_batches", "test": "num_test_batches",
+                   "predict": "num_predict_batches"}
+
+
+@dataclass
+class LoopState:
+    """Everything a run changes as it goes; one per Trainer, kept across its fit/validate/test calls."""
+
+    sink: MetricSink
+    stage: str | None = None
+    current_epoch: int = 0
+    global_step: int = 0
+    should_stop: bool = False
+    sanity_checking: bool = False
+    num_training_batches: int | float = 0
+    num_val_batches: int | float = 0
+    num_test_batches: int | float = 0
+    num_predict_batches: int | float = 0
+    # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
+    ckpt_path: str | None = None
+    epoch_metrics: dict[str, float] = field(default_factory=dict)
+    logged_metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    prog_bar_names: set[str] = field(default_factory=set)
+    last_logged_step: int = -1
+    train_results: StageResults | None = None
+    loop: LoopPosition = field(default_factory=LoopPosition)
+    # What the run trains, set when a stage is prepared.
+    module: Any = None
+    model: Any = None
+    datamodule: Any = None
+    optimizers: list[Any] = field(default_factory=list)
+    lr_scheduler_configs: list[SchedulerConfig] = field(default_factory=list)
+    hooks: HookDispatcher | None = None
+    val_loaders: list[Any] = field(default_factory=list)
+    # manual_optimization.ManualBackward, set by fit for a manual-optimization module
+    manual_backward: Callable[[torch.Tensor], None] | None = None
+    manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
+    prepared_module_id: int | None = None  # the model configure_model and placement ran for
+
+    def set_batch_count(self, stage: str, count: int | float) -> None:
+        """The batch count of an evaluation stage (``num_val_batches``, ...) as its loop runs."""
+        setattr(self, _COUNT_OF_STAGE[stage], count)
+
+
+T = TypeVar("T")
+
+
+class StateField(Generic[T]):
+    """A Trainer property reading and writing one field of ``holder`` (the Trainer's ``_state``,
+    or its frozen ``_settings``, which a write replaces: users may still set ``trainer.max_epochs``)."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder, self.name = holder, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        return getattr(getattr(obj, self.holder), self.name)  # type: ignore[no-any-return]
+
+    def __set__(self, obj: Any, value: T) -> None:
+        held = getattr(obj, self.holder)
+        if dataclasses.is_dataclass(held) and held.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            setattr(obj, self.holder, dataclasses.replace(held, **{self.name: value}))
+        else:
+            setattr(held, self.name, value)
