@@ -147,7 +147,7 @@ def _run_one_loader(trainer: Any, stage: str, loader: Any, limit_setting: int | 
         elif outputs is not None and not is_padding(output):
             outputs.append(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
-        trainer.watchdog.feed()
+        trainer.runtime.supervision.step_done()
     if outputs is not None:
         kept.append(outputs)
     return predictions if stage == "predict" else sink.results

@@ -100,18 +100,17 @@ def run_fit(trainer: Any, data: Any, checkpoint: dict[str, Any] | None, source: 
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         return
-    trainer.watchdog.start()
-    try:
-        while not _fit_done(trainer):
-            _run_epoch(trainer, train_loader, resume_rng)
-            resume_rng = None
-        if resume_rng is not None:
-            # Resumed with nothing left to train: still hold the generators the checkpoint
-            # held, for a checkpoint saved now.
-            restore_rng_state(resume_rng)
-    finally:
-        trainer.watchdog.stop()
-        trainer.loop.last_loss = None
+    with trainer.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+        try:
+            while not _fit_done(trainer):
+                _run_epoch(trainer, train_loader, resume_rng)
+                resume_rng = None
+            if resume_rng is not None:
+                # Resumed with nothing left to train: still hold the generators the checkpoint
+                # held, for a checkpoint saved now.
+                restore_rng_state(resume_rng)
+        finally:
+            trainer.loop.last_loss = None
     hooks.call("on_train_end")
     hooks.call("on_fit_end")
 
@@ -211,7 +210,7 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             _optimizer_step(trainer, optimizer_hooks, window)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
-        trainer.watchdog.feed()
+        trainer.runtime.supervision.step_done()
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and trainer.global_step % trainer.log_every_n_steps == 0:
@@ -228,8 +227,8 @@ def _train_batches(trainer: Any, iterator: Any, start: int, limit: int | float, 
             break
         if trainer.should_stop:
             break
-        if trainer.preemption.stop_agreed():  # SIGTERM/SIGUSR1 (preemption.py): every rank stops here
-            trainer.preemption.save_and_exit(trainer)
+        if trainer.runtime.supervision.stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
+            trainer.runtime.supervision.save_and_exit(step=trainer.global_step, epoch=trainer.current_epoch)
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.

@@ -10,17 +10,17 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, preemption, seed_spellings
-from trainmesh.launchers.environments import require_deterministic_cublas
+from trainmesh.seed import make_deterministic
+from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
+from trainmesh.trainer import evaluation, fit_loop, seed_spellings
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
-                                             resolve_ckpt_path, restore_checkpoint)
+                                             resolve_ckpt_path, restore_checkpoint, resume_source)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.results import MetricSink, metric_tensor, read_floats, step_tensor
 from trainmesh.trainer.settings import LoopSettings, check_loop_settings
-from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -64,7 +64,7 @@ class Trainer:
         enable_checkpointing: bool = True,
         enable_model_summary: bool = True,
         deterministic: bool = False,
-        watchdog_timeout: float | None = DEFAULT_TIMEOUT,
+        watchdog_timeout: float | None = DEFAULT_WATCHDOG_TIMEOUT,
         fast_dev_run: bool | int = False,
         inference_mode: bool = True,
         gpus: int | list[int] | None = None,
@@ -73,9 +73,10 @@ class Trainer:
         num_tpu_cores: int | None = None,
     ) -> None:
         self.runtime, enable_model_summary = _build_runtime(accelerator=accelerator, devices=devices, strategy=strategy,
-            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus, num_tpu_cores=num_tpu_cores,
-            enable_model_summary=enable_model_summary, distributed_backend=distributed_backend, weights_summary=weights_summary)
-        self.default_root_dir = str(default_root_dir or os.getcwd())
+            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus,
+            num_tpu_cores=num_tpu_cores, enable_model_summary=enable_model_summary, watchdog_timeout=watchdog_timeout,
+            distributed_backend=distributed_backend, weights_summary=weights_summary)
+        self.default_root_dir, self.inference_mode = str(default_root_dir or os.getcwd()), inference_mode
         loop = check_loop_settings(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
             limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
@@ -86,9 +87,8 @@ class Trainer:
             gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
         )
         self._adopt_loop_settings(loop)
-        self.inference_mode, self.watchdog = inference_mode, StepWatchdog(watchdog_timeout)  # trainer/watchdog.py
         if deterministic:
-            _make_deterministic()
+            make_deterministic()
         self.loggers = _build_loggers(loop.logger, self.default_root_dir)
         self.callbacks = _build_callbacks(callbacks, progress_bar=enable_progress_bar, summary=enable_model_summary,
                                           checkpointing=loop.enable_checkpointing, fast_dev_run=bool(self.fast_dev_run))
@@ -254,7 +254,7 @@ class Trainer:
         weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
-        with self.watchdog.paused():  # a save may legitimately take longer than a step
+        with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
             verify_finite_losses(self, str(path))  # no checkpoint of weights a non-finite step produced
             checkpoint = build_checkpoint(self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
@@ -292,15 +292,15 @@ class Trainer:
             if stage == "fit":
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
-                # a restart or the run after a preemption finds its checkpoint (preemption.py).
-                source = (preemption.resume_source(self) if ckpt_path is None
+                # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
+                source = (resume_source(self) if ckpt_path is None
                           else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True))
                 self.ckpt_path = source
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
-                self.preemption = preemption.SignalStop()  # SIGTERM/SIGUSR1: save and exit 75
-                with self.preemption.armed(self.runtime):
+                supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
+                with supervision.stop_signals(self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint):
                     result = fit_loop.run_fit(self, data, checkpoint, source or "")
-                    self.preemption.finish_fit(self)
+                    supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(self, data)
@@ -431,8 +431,9 @@ def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepa
 def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
                    compile: bool | dict[str, Any], num_nodes: int, max_restarts: int, enable_model_summary: bool,
                    gpus: int | list[int] | None, distributed_backend: str | None, weights_summary: str | None,
-                   num_tpu_cores: int | None) -> tuple[Runtime, bool]:
-    """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
+                   num_tpu_cores: int | None, watchdog_timeout: float | None) -> tuple[Runtime, bool]:
+    """The Runtime the arguments describe (its watchdog's timeout checked and set), and enable_model_summary
+    (the seeds' weights_summary sets it too)."""
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
     settings = seed_spellings.translate(
         accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
@@ -441,13 +442,8 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
     )
     runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
                       precision=precision, num_nodes=num_nodes, max_restarts=max_restarts, compile=compile)
+    runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     return runtime, settings.enable_model_summary
-
-
-def _make_deterministic() -> None:
-    torch.use_deterministic_algorithms(True)
-    # cuBLAS is deterministic only with a fixed workspace; the launchers own the environment.
-    require_deterministic_cublas()
 
 
 def _build_loggers(logger: Any, root: str) -> list[Any]:
