@@ -1,4 +1,4 @@
-"""The stuck-rank watchdog (trainer/watchdog.py): a run in which a rank stops completing steps
+"""The stuck-rank watchdog (supervision/watchdog.py): a run in which a rank stops completing steps
 ends within the watchdog's time, non-zero, naming the rank the others wait for and showing
 where it was; slow but legitimate work (a first step, a long validation, a save) goes through.
 
