@@ -64,12 +64,13 @@ class SignalStop:
     def armed(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> Iterator[None]:
         """Catch the stop signals while the block runs; the previous handlers afterwards. On a
         stop, ``save(path)`` writes the checkpoint (a collective) under ``folder``."""
+        # Each fit starts afresh (one service serves every fit of a Runtime).
+        self._received, self._agreement = 0, None
+        self._process, self._folder, self._save = process, folder, save
         if threading.current_thread() is not threading.main_thread():
             # Python runs signal handlers in the main thread only, and only it may install them.
             yield
             return
-        self._received = 0
-        self._process, self._folder, self._save = process, folder, save
         self._agreement = StopAgreement() if process.world_size > 1 else None
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
