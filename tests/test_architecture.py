@@ -32,7 +32,24 @@ TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module")
 STEP_TYPES_MODULE = "trainmesh.strategies.step"
 # Lower layers, and what they must never import.
 LOWER_LAYERS = ("trainmesh.strategies", "trainmesh.launchers", "trainmesh.checkpoint", "trainmesh.utilities",
-                "trainmesh.precision", "trainmesh.accelerators", "trainmesh.seed")
+                "trainmesh.precision", "trainmesh.accelerators", "trainmesh.seed", "trainmesh.supervision")
+# The one door (DESIGN: "The trainer side"): the Trainer side reaches the distributed world only
+# through the Runtime. From these packages it imports nothing but the names below.
+OUTSIDE_THE_DOOR = ("torch.distributed", "trainmesh.launchers", "trainmesh.strategies", "trainmesh.checkpoint",
+                    "trainmesh.supervision")
+THROUGH_THE_DOOR = {
+    # Value types: frozen dataclasses, exceptions, constants. ``tokens_in`` reads the user's step
+    # output ({"loss", "num_tokens"}): the step's contract, a pure function of a value.
+    "trainmesh.strategies.step": {"StepHooks", "StepResult", "tokens_in"},
+    "trainmesh.launchers.base": {"ProcessInfo"},
+    "trainmesh.checkpoint.keys": {"CheckpointKeys"},
+    "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},
+    # checkpoint/'s public face: files and paths, no collective ("last"/"best" resolution, reading
+    # and removing one checkpoint, format checks); sharded saves and loads go through the Runtime.
+    "trainmesh.checkpoint": {"CheckpointKeys", "CheckpointPlaces", "UnreadableCheckpoint", "atomic_save",
+                             "check_state_dict_fits", "content_problem", "load_checkpoint_file", "remove_checkpoint",
+                             "remove_interrupted_saves", "resolve_checkpoint"},
+}
 HIGHER_LAYERS = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module", "trainmesh.cli",
                  "trainmesh.loggers", "trainmesh.runtime")
 
@@ -246,6 +263,27 @@ def strategy_reach(source: Source, *, allowed_property_class: str | None = None)
     return sorted(set(found), key=_by_line)
 
 
+def one_door(source: Source) -> list[str]:
+    """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
+    strategies, checkpoint/'s internals or the supervision service, other than the value types
+    and public names of ``THROUGH_THE_DOOR`` (``from torch import distributed`` and
+    ``from trainmesh.checkpoint import io`` count as imports of those modules)."""
+    found = []
+    for statement in imports(source):
+        names = statement.names or ("",)
+        for name in names:
+            target = f"{statement.module}.{name}" if name else statement.module
+            if name and not within(statement.module, OUTSIDE_THE_DOOR) and not within(target, OUTSIDE_THE_DOOR):
+                continue
+            if not name and not within(target, OUTSIDE_THE_DOOR):
+                continue
+            if name and name in THROUGH_THE_DOOR.get(statement.module, ()):
+                continue
+            what = f"from {statement.module} import {name}" if name else f"import {statement.module}"
+            found.append(entry(source, statement.line, what))
+    return sorted(set(found), key=_by_line)
+
+
 def upward_imports(source: Source, modules: dict[str, bool], reexports: dict[str, dict[str, str]]) -> list[str]:
     """(e) A lower-layer module importing a higher layer, by module or through a package's
     re-export (``from trainmesh import Trainer`` is ``trainmesh.trainer.trainer``)."""
@@ -420,6 +458,12 @@ def test_trainer_side_talks_only_to_the_runtime() -> None:
     assert not found, _report(found, "the Trainer side reaches a strategy (DESIGN: it talks only to the Runtime)")
 
 
+def test_trainer_side_has_one_door() -> None:
+    found = [e for s in sources() if within(s.module, TRAINER_SIDE) for e in one_door(s)]
+    assert not found, _report(found, "the Trainer side goes around the Runtime (DESIGN: one door; allowed: "
+                                     "THROUGH_THE_DOOR in tests/test_architecture.py)")
+
+
 def test_lower_layers_never_import_higher_ones() -> None:
     modules = known_modules()
     reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
@@ -471,6 +515,22 @@ VIOLATIONS = [
     (strategy_reach, "from trainmesh.strategies import build_strategy\n", "snippet.py:1: from trainmesh.strategies import"),
     (strategy_reach, "import trainmesh.strategies.ddp\n", "snippet.py:1: import trainmesh.strategies.ddp"),
     (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
+    (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
+    (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
+    (one_door, "def f():\n    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler\n",
+     "snippet.py:2: from torch.distributed.elastic.multiprocessing.errors import ErrorHandler"),
+    (one_door, "from trainmesh.launchers.environments import restart_reason\n",
+     "snippet.py:1: from trainmesh.launchers.environments import restart_reason"),
+    (one_door, "from trainmesh.launchers import exit_status\n", "snippet.py:1: from trainmesh.launchers import exit_status"),
+    (one_door, "from trainmesh.checkpoint.io import remove_checkpoint\n",
+     "snippet.py:1: from trainmesh.checkpoint.io import remove_checkpoint"),
+    (one_door, "from trainmesh.checkpoint import io\n", "snippet.py:1: from trainmesh.checkpoint import io"),
+    (one_door, "from trainmesh import strategies\n", "snippet.py:1: from trainmesh import strategies"),
+    (one_door, "from ..supervision.watchdog import StepWatchdog\n",
+     "snippet.py:1: from trainmesh.supervision.watchdog import StepWatchdog"),
+    (one_door, "from trainmesh.supervision import Supervision\n", "snippet.py:1: from trainmesh.supervision import Supervision"),
+    (one_door, "from trainmesh.strategies.step import StepHooks, run_train_step\n",
+     "snippet.py:1: from trainmesh.strategies.step import run_train_step"),
 ]
 
 
@@ -488,6 +548,10 @@ CLEAN = [
     (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
     (strategy_reach, "from trainmesh.strategies.step import StepResult\nfrom trainmesh.strategies import step\n"
                      "r = Runtime(strategy='dp')\nname = trainer.strategy_name\n"),
+    (one_door, "import torch\nfrom torch import nn\nfrom trainmesh.strategies.step import StepHooks, tokens_in\n"
+               "from trainmesh.checkpoint import CheckpointPlaces, resolve_checkpoint\n"
+               "from trainmesh.supervision import Preempted\nfrom trainmesh.runtime import Runtime\n"
+               "from ..utilities.rank_zero import rank_zero_warn\nimport torch.nn.functional as F\n"),
 ]
 
 
@@ -561,6 +625,7 @@ if __name__ == "__main__":
         "test_only_launchers_write_the_environment": test_only_launchers_write_the_environment,
         "test_no_context_vars": test_no_context_vars,
         "test_trainer_side_talks_only_to_the_runtime": test_trainer_side_talks_only_to_the_runtime,
+        "test_trainer_side_has_one_door": test_trainer_side_has_one_door,
         "test_lower_layers_never_import_higher_ones": test_lower_layers_never_import_higher_ones,
         "test_no_import_cycles": test_no_import_cycles,
         "test_files_are_short": test_files_are_short,

@@ -325,7 +325,7 @@ class Module(HyperparametersMixin, nn.Module):
 
         >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
-        from trainmesh.checkpoint.io import load_checkpoint_file
+        from trainmesh.checkpoint import load_checkpoint_file
 
         checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
         hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}

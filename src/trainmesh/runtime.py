@@ -31,6 +31,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
+from trainmesh.supervision import Supervision
 from trainmesh.utilities.collections import apply_to_tensors, move_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.distributed_samplers import is_padding
@@ -80,6 +81,7 @@ class Runtime:
             max_restarts=max_restarts,
         )
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
+        self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/
         self._environment_ready = False
         self._parameter_moves: list[ParameterMoves] = []  # one per module placed
         self._placed: nn.Module | None = None  # the latest placed module: sharded optimizer state is keyed by it

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
@@ -122,3 +123,10 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((name, keys, position, has_gauss, cached_gaussian))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def make_deterministic() -> None:
+    """``Trainer(deterministic=True)``: torch's deterministic algorithms, and the fixed cuBLAS
+    workspace they need (set by the launchers, which own the environment)."""
+    torch.use_deterministic_algorithms(True)
+    require_deterministic_cublas()

@@ -30,7 +30,7 @@ from helpers.models import DropoutNet, random_classification  # noqa: E402
 
 import trainmesh as tm  # noqa: E402
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
-from trainmesh.trainer import stop_agreement  # noqa: E402
+from trainmesh.supervision import stop_agreement  # noqa: E402
 
 CHECKPOINT_EVERY = 8  # steps: the periodic last.ckpt a restart resumes from
 

@@ -14,7 +14,6 @@ by 3.5e-2, one that restarted the data by 2e-2.
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 from pathlib import Path
 

@@ -20,7 +20,6 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import trainmesh as tm  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.callbacks import Callback  # noqa: E402

@@ -1,4 +1,4 @@
-"""The stuck-rank watchdog (trainer/watchdog.py): a run in which a rank stops completing steps
+"""The stuck-rank watchdog (supervision/watchdog.py): a run in which a rank stops completing steps
 ends within the watchdog's time, non-zero, naming the rank the others wait for and showing
 where it was; slow but legitimate work (a first step, a long validation, a save) goes through.
 
@@ -92,14 +92,14 @@ def test_single_process_run_with_a_stuck_step_ends_with_its_stack(runs):
 
 
 def _report(rank: int, collectives: dict[str, int], *, where: str = "train.py"):
-    from trainmesh.trainer.stall_report import RankReport
+    from trainmesh.supervision.stall_report import RankReport
 
     frame = f'  File "/x/{where}", line 7, in training_step\n    time.sleep(9)\n'
     return RankReport(rank=rank, stalled=True, idle_s=5.0, steps=3, collectives=collectives, stack=[frame])
 
 
 def test_verdict_blames_the_rank_behind_in_collectives_and_it_exits_first():
-    from trainmesh.trainer.stall_report import decide
+    from trainmesh.supervision.stall_report import decide
 
     reports = {0: _report(0, {"0": 8, "1": 4}), 1: _report(1, {"0": 8}), 2: _report(2, {"0": 7, "1": 4})}
     verdict = decide(reports, world_size=3, timeout=5)
@@ -110,7 +110,7 @@ def test_verdict_blames_the_rank_behind_in_collectives_and_it_exits_first():
 
 
 def test_verdict_without_a_rank_behind_names_one_that_did_not_answer():
-    from trainmesh.trainer.stall_report import decide
+    from trainmesh.supervision.stall_report import decide
 
     verdict = decide({0: _report(0, {"0": 8}), 1: _report(1, {"0": 8})}, world_size=3, timeout=5)
     assert verdict.stuck == (2,)
@@ -133,7 +133,7 @@ def test_a_bad_watchdog_timeout_says_what_it_is_and_how_to_fix_it(value, error):
 
 
 def test_a_trainer_with_a_watchdog_pickles_for_ddp_spawn():
-    from trainmesh.trainer.watchdog import StepWatchdog
+    from trainmesh.supervision.watchdog import StepWatchdog
 
     watchdog = StepWatchdog(timeout=30)
     watchdog.start()

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.checkpoint.io import remove_checkpoint
+from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.trainer_view import TrainerView
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").

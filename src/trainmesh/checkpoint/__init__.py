@@ -1,5 +1,15 @@
-"""Checkpoint files: atomic writes and reads. Distributed (sharded) checkpoints live here too."""
+"""Checkpoint files: atomic writes and reads. Distributed (sharded) checkpoints live here too.
 
-from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+What the Trainer side (trainer/, callbacks/, module.py) may use is exported here; the modules
+below are this package's own (tests/test_architecture.py: the one-door rule).
+"""
 
-__all__ = ["atomic_save", "load_checkpoint_file"]
+from trainmesh.checkpoint.compat import check_state_dict_fits
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, remove_checkpoint
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.paths import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
+
+__all__ = ["CheckpointKeys", "CheckpointPlaces", "UnreadableCheckpoint", "atomic_save", "check_state_dict_fits",
+           "content_problem", "load_checkpoint_file", "remove_checkpoint", "remove_interrupted_saves",
+           "resolve_checkpoint"]

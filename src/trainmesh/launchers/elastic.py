@@ -4,7 +4,7 @@ This is what ``torchrun --nproc-per-node N script.py`` does, started from inside
 the first process becomes the agent, which starts the workers, watches them, stops them all
 when one fails (and, with ``max_restarts``, starts them again: they resume from the newest
 complete checkpoint), passes SIGTERM and SIGUSR1 on to them (they save, see
-``trainer/preemption.py``), and exits with a status of ``exit_status``. Under torchrun or
+``supervision/preemption.py``), and exits with a status of ``exit_status``. Under torchrun or
 SLURM the processes already exist and the launcher only reads where this one sits.
 """
 

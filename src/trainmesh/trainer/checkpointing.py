@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.checkpoint.cleanup import clean_stale_temporaries
-from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
-from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem, file_problem
-from trainmesh.checkpoint.io import TEMPORARY_NAME
+from trainmesh.checkpoint import (CheckpointKeys, CheckpointPlaces, UnreadableCheckpoint, check_state_dict_fits,
+                                  content_problem, remove_interrupted_saves, resolve_checkpoint)
 from trainmesh.seed import capture_rng_state
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.trainer.results import StageResults
 from trainmesh.utilities.dtensors import is_dtensor
@@ -231,77 +224,29 @@ def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
     return neutral
 
 
+def checkpoint_places(trainer: TrainerView) -> CheckpointPlaces:
+    """Where an earlier run of this set-up may have saved, as ``checkpoint/paths.py`` searches it.
+
+    An earlier run wrote under default_root_dir, or in its own version folder next to this
+    run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
+    there would make fit start from scratch instead of resuming.
+    """
+    folders = [trainer.default_root_dir]
+    if trainer.loggers:
+        folders.append(os.path.dirname(trainer.log_dir))
+    callback = trainer.checkpoint_callback
+    if callback is not None and callback.dirpath:
+        folders.append(callback.dirpath)
+    return CheckpointPlaces(folders=tuple(folders), last_known=getattr(callback, "last_model_path", "") or "",
+                            best_known=getattr(callback, "best_model_path", "") or "", stage=trainer.stage or "",
+                            announces=trainer.is_global_zero)
+
+
 def resolve_ckpt_path(trainer: TrainerView, ckpt_path: str | os.PathLike[str], *,
                       allow_fresh_start: bool = False) -> str | None:
-    """Turn "last" / "best" into a file, and check that a given path exists.
-
-    "last" is the newest ``last*.ckpt``; one that is torn or incomplete is skipped, with a warning
-    naming it, for the newest complete checkpoint (another last one, or one beside a last one:
-    the run's top-k). With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns
-    None after a one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"``
-    from its very first run on (with only damaged ones, a warning names them too). A named file
-    that is missing, "best" with none known, and "last" for validate/test/predict (which need
-    trained weights) stay errors.
-    """
-    path = str(ckpt_path)
-    if path == "last":
-        return _resolve_last(trainer, allow_fresh_start=allow_fresh_start)
-    if path == "best":
-        callback = trainer.checkpoint_callback
-        path = getattr(callback, "best_model_path", "") if callback is not None else ""
-        if not path:
-            raise ValueError(
-                "ckpt_path='best': no best checkpoint is known for this trainer. Pass the file's "
-                "path, or enable ModelCheckpoint(save_last=True) in the earlier run"
-            )
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"ckpt_path={path!r} does not exist (looked at {os.path.abspath(path)}); pass a checkpoint "
-            "file written by trainmesh, 'last' or 'best'"
-        )
-    return path
-
-
-def _resolve_last(trainer: TrainerView, *, allow_fresh_start: bool) -> str | None:
-    callback = trainer.checkpoint_callback
-    known = getattr(callback, "last_model_path", "") if callback is not None else ""
-    scan = _scan_checkpoints(trainer)
-    found = _last_candidates(scan)
-    skipped: list[str] = []
-    for candidate in dict.fromkeys([known, *found] if known and os.path.exists(known) else found):
-        problem = checkpoint_problem(candidate)
-        if problem is None:
-            if skipped and trainer.is_global_zero:
-                warnings.warn(f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
-                              f"resuming from the newest complete one, {candidate}", UserWarning, stacklevel=4)
-            return candidate
-        skipped.append(problem)
-    where = " or ".join(scan.searched)
-    if not allow_fresh_start:
-        found_none = f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
-        raise ValueError(
-            f"ckpt_path='last': {found_none}, and {trainer.stage or 'this stage'} "
-            "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
-            "save_last=True), the default checkpointing, writes last.ckpt)"
-        )
-    if trainer.is_global_zero:
-        if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
-            warnings.warn(f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning,
-                          stacklevel=4)
-        print(f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
-              "starting from scratch", flush=True)
-    return None
-
-
-def checkpoint_problem(path: str) -> str | None:
-    """Why ``path`` is not a readable checkpoint (one message), or None; reads indexes, not tensors."""
-    if is_distributed_checkpoint(path):
-        try:
-            readable_metadata(Path(path))
-        except UnreadableCheckpoint as exc:
-            return str(exc)
-        return None
-    return file_problem(Path(path))
+    """Turn "last" / "best" into a file, and check that a given path exists
+    (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
+    return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
 
 
 def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[str] | None) -> None:
@@ -315,88 +260,30 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
     if trainer.is_global_zero:
-        started = time.time()
         folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
-        if ckpt_path is not None and str(ckpt_path) == "last":
-            folders += _scan_checkpoints(trainer).folders
-        elif ckpt_path is not None and str(ckpt_path) != "best":
-            folders.append(os.path.dirname(os.path.abspath(ckpt_path)))
-        removed = [path for folder in dict.fromkeys(folders)
-                   for path in clean_stale_temporaries(folder, older_than=started)]
+        removed = remove_interrupted_saves(folders, ckpt_path, checkpoint_places(trainer), older_than=time.time())
         if removed:
             print(f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves "
                   f"(e.g. {removed[0]})", flush=True)
     trainer.runtime.barrier()
 
 
-@dataclasses.dataclass
-class _Scan:
-    searched: list[str]  # the folders searched, each with everything below it
-    found: dict[str, float]  # every visible *.ckpt file or checkpoint directory -> when it was completed
-    folders: list[str]  # the folders that hold a checkpoint or a trainmesh temporary
-
-
-def _scan_checkpoints(trainer: TrainerView) -> _Scan:
-    """Every checkpoint an earlier run of this set-up may have written, and where.
-
-    A checkpoint is a file, or a directory (a distributed checkpoint: fsdp, sharded, hsdp,
-    model-parallel). trainmesh's own temporaries (``.NAME.xxxx.tmp`` while saving, ``.NAME.xxxx.old``
-    while replacing) are never checkpoints.
-    """
-    # An earlier run wrote under default_root_dir, or in its own version folder next to this
-    # run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
-    # there would make fit start from scratch instead of resuming.
-    folders = [trainer.default_root_dir]
-    if trainer.loggers:
-        folders.append(os.path.dirname(trainer.log_dir))
-    callback = trainer.checkpoint_callback
-    if callback is not None and callback.dirpath:
-        folders.append(callback.dirpath)
-    folders = list(dict.fromkeys(os.path.abspath(folder) for folder in folders))
-    folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]
-    found: dict[str, float] = {}
-    holding: dict[str, None] = {}  # ordered set
-    for folder in folders:
-        for root, dirs, files in os.walk(folder):
-            for name in files:
-                if name.endswith(".ckpt") and not name.startswith("."):
-                    found[os.path.join(root, name)] = os.path.getmtime(os.path.join(root, name))
-                if name.endswith(".ckpt") or TEMPORARY_NAME.match(name):
-                    holding[root] = None
-            descend = []
-            for name in dirs:
-                path = os.path.join(root, name)
-                if TEMPORARY_NAME.match(name):  # a staging or retired checkpoint directory
-                    holding[root] = None
-                elif name.endswith(".ckpt") and is_distributed_checkpoint(path):
-                    holding[root] = None
-                    found[path] = _completed_at(path)
-                else:  # a checkpoint's insides hold no further checkpoints
-                    descend.append(name)
-            dirs[:] = descend
-    return _Scan(searched=folders, found=found, folders=list(holding))
-
-
-def _last_candidates(scan: _Scan) -> list[str]:
-    """The newest ``last*.ckpt`` first; after it, should it be unreadable, the other checkpoints
-    beside a last one, newest first (a run's top-k checkpoints live beside its last.ckpt)."""
-    lasts = [path for path in scan.found if _is_last_name(os.path.basename(path))]
-    if not lasts:
-        return []
-    newest = max(lasts, key=scan.found.__getitem__)
-    beside = {os.path.dirname(path) for path in lasts}
-    rest = [path for path in scan.found if path != newest and (path in lasts or os.path.dirname(path) in beside)]
-    return [newest, *sorted(rest, key=scan.found.__getitem__, reverse=True)]
-
-
-def _is_last_name(name: str) -> bool:
-    return name.startswith("last") and name.endswith(".ckpt")
-
-
-def _completed_at(path: str) -> float:
-    """When the distributed checkpoint at ``path`` was completed (an incomplete one: when last
-    touched, so that "last" names it when it skips it)."""
-    # The state file is written last, inside the staging directory, just before the rename: its
-    # time is the save's (a directory's own mtime need not change when it is renamed into place).
-    times = [os.path.join(path, STATE_FILE), path]
-    return max((os.path.getmtime(t) for t in times if os.path.exists(t)), default=0.0)
+def resume_source(trainer: TrainerView, runtime: Runtime) -> str | None:
+    """The checkpoint ``fit(ckpt_path=None)`` resumes from: None on a first start; after a
+    preemption, a restart or a requeue, what ``ckpt_path="last"`` finds (rank 0's answer)."""
+    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+    # Any process's reason counts: an elastic agent counts only its own node's restarts.
+    reason = next((r for r in runtime.all_gather_object(reason) if r), None)
+    if reason is None:
+        return None
+    # One answer for all: processes that resumed from different files would train on silently apart.
+    found = resolve_ckpt_path(trainer, "last", allow_fresh_start=True) if trainer.is_global_zero else None
+    found = runtime.broadcast(found, src=0)
+    if trainer.is_global_zero:
+        if found:
+            print(f"trainmesh: {reason}: resuming from {found}", flush=True)
+        else:
+            print(f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
+                  "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
+                  "so that a restart resumes", flush=True)
+    return found

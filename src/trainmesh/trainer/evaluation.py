@@ -149,7 +149,7 @@ def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: in
         elif outputs is not None and not is_padding(output):
             outputs.append(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
-        ctx.watchdog.feed()
+        runtime.supervision.step_done()
     if outputs is not None:
         kept.append(outputs)
     return predictions if stage == "predict" else sink.results

@@ -70,18 +70,17 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         return
-    ctx.watchdog.start()
-    try:
-        while not _fit_done(state, settings):
-            _run_epoch(ctx, train_loader, resume_rng)
-            resume_rng = None
-        if resume_rng is not None:
-            # Resumed with nothing left to train: still hold the generators the checkpoint
-            # held, for a checkpoint saved now.
-            restore_rng_state(resume_rng)
-    finally:
-        ctx.watchdog.stop()
-        state.loop.last_loss = None
+    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+        try:
+            while not _fit_done(state, settings):
+                _run_epoch(ctx, train_loader, resume_rng)
+                resume_rng = None
+            if resume_rng is not None:
+                # Resumed with nothing left to train: still hold the generators the checkpoint
+                # held, for a checkpoint saved now.
+                restore_rng_state(resume_rng)
+        finally:
+            state.loop.last_loss = None
     hooks.call("on_train_end")
     hooks.call("on_fit_end")
 
@@ -152,7 +151,7 @@ def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | flo
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, sink, model, module = state.loop, state.sink, state.model, state.module
-    accumulate, preemption = settings.accumulate_grad_batches, ctx.preemption
+    accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
     batch_start_hooks, batch_end_hooks = hooks.overridden("on_train_batch_start"), hooks.overridden("on_train_batch_end")
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(ctx)
@@ -183,7 +182,7 @@ def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | flo
             _optimizer_step(ctx, optimizer_hooks, window)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
-        ctx.watchdog.feed()
+        supervision.step_done()
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
@@ -200,8 +199,8 @@ def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | flo
             break
         if state.should_stop:
             break
-        if preemption is not None and preemption.stop_agreed():  # SIGTERM/SIGUSR1 (preemption.py): every rank stops
-            preemption.save_and_exit(ctx.view)
+        if supervision.stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
+            supervision.save_and_exit(step=state.global_step, epoch=state.current_epoch)
     if pending_gradients:
         # The epoch ended inside an accumulation window (a loader without a length, or the
         # module ended the epoch early): step on what was accumulated rather than carry it over.

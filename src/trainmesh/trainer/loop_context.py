@@ -14,10 +14,8 @@ from trainmesh.trainer.loop_state import LoopState
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
     from trainmesh.trainer.hooks import HookDispatcher
-    from trainmesh.trainer.preemption import SignalStop
     from trainmesh.trainer.publishing import Publisher
     from trainmesh.trainer.settings import LoopSettings
-    from trainmesh.trainer.watchdog import StepWatchdog
     from trainmesh.trainer_view import TrainerView
 
 
@@ -30,7 +28,5 @@ class LoopContext:
     runtime: Runtime
     hooks: HookDispatcher
     publisher: Publisher  # the loggers, and metrics into the state
-    watchdog: StepWatchdog
     view: TrainerView  # what callbacks receive (and a preemption save goes through)
     inference_mode: bool = True
-    preemption: SignalStop | None = None  # fit's SIGTERM/SIGUSR1 handling (preemption.py)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -11,10 +10,11 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime, Strategy
-from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, preemption, publishing
-from trainmesh.launchers.environments import require_deterministic_cublas
+from trainmesh.seed import make_deterministic
+from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
+from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, publishing
 from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
-                                             resolve_ckpt_path, restore_checkpoint)
+                                             resolve_ckpt_path, restore_checkpoint, resume_source)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
@@ -25,7 +25,6 @@ from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
 from trainmesh.trainer.settings import check_loop_settings
-from trainmesh.trainer.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -69,7 +68,7 @@ class Trainer:
         enable_checkpointing: bool = True,
         enable_model_summary: bool = True,
         deterministic: bool = False,
-        watchdog_timeout: float | None = DEFAULT_TIMEOUT,
+        watchdog_timeout: float | None = DEFAULT_WATCHDOG_TIMEOUT,
         fast_dev_run: bool | int = False,
         inference_mode: bool = True,
         gpus: int | list[int] | None = None,
@@ -78,8 +77,9 @@ class Trainer:
         num_tpu_cores: int | None = None,
     ) -> None:
         self.runtime, enable_model_summary = _build_runtime(accelerator=accelerator, devices=devices, strategy=strategy,
-            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus, num_tpu_cores=num_tpu_cores,
-            enable_model_summary=enable_model_summary, distributed_backend=distributed_backend, weights_summary=weights_summary)
+            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus,
+            num_tpu_cores=num_tpu_cores, enable_model_summary=enable_model_summary, watchdog_timeout=watchdog_timeout,
+            distributed_backend=distributed_backend, weights_summary=weights_summary)
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
@@ -89,9 +89,9 @@ class Trainer:
             num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing)
-        self.inference_mode, self.watchdog = inference_mode, StepWatchdog(watchdog_timeout)  # trainer/watchdog.py
+        self.inference_mode = inference_mode
         if deterministic:
-            _make_deterministic()
+            make_deterministic()
         self.loggers = _build_loggers(loop.logger, self.default_root_dir)
         self.callbacks = _build_callbacks(callbacks, progress_bar=enable_progress_bar, summary=enable_model_summary,
                                           checkpointing=loop.enable_checkpointing, fast_dev_run=bool(self.fast_dev_run))
@@ -228,7 +228,7 @@ class Trainer:
         weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
-        with self.watchdog.paused():  # a save may legitimately take longer than a step
+        with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
             verify_finite_losses(self._state.loop.loss_check, str(path))  # no checkpoint of weights a non-finite step produced
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
@@ -267,15 +267,15 @@ class Trainer:
             if stage == "fit":
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
-                # a restart or the run after a preemption finds its checkpoint (preemption.py).
-                source = (preemption.resume_source(self) if ckpt_path is None
+                # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
+                source = (resume_source(self, self.runtime) if ckpt_path is None
                           else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True))
                 state.ckpt_path = source
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
-                stop = preemption.SignalStop()  # SIGTERM/SIGUSR1: save and exit 75
-                with stop.armed(self.runtime):
-                    result = fit_loop.run_fit(dataclasses.replace(loop, preemption=stop), data, checkpoint, source or "")
-                    stop.finish_fit(self)
+                supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
+                with supervision.stop_signals(self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint):
+                    result = fit_loop.run_fit(loop, data, checkpoint, source or "")
+                    supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(loop, data)
@@ -332,7 +332,7 @@ class Trainer:
         state.manual_steps = ManualSteps(state, runtime)
         return LoopContext(state=state, settings=self._settings, runtime=runtime, hooks=hooks,
                            publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
-                           watchdog=self.watchdog, view=self, inference_mode=self.inference_mode)
+                           view=self, inference_mode=self.inference_mode)
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
@@ -375,8 +375,9 @@ def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepa
 def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
                    compile: bool | dict[str, Any], num_nodes: int, max_restarts: int, enable_model_summary: bool,
                    gpus: int | list[int] | None, distributed_backend: str | None, weights_summary: str | None,
-                   num_tpu_cores: int | None) -> tuple[Runtime, bool]:
-    """The Runtime the arguments describe, and enable_model_summary (the seeds' weights_summary sets it too)."""
+                   num_tpu_cores: int | None, watchdog_timeout: float | None) -> tuple[Runtime, bool]:
+    """The Runtime the arguments describe (its watchdog's timeout checked and set), and enable_model_summary
+    (the seeds' weights_summary sets it too)."""
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
     settings = legacy_arguments.translate(
         accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
@@ -385,13 +386,8 @@ def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy
     )
     runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
                       precision=precision, num_nodes=num_nodes, max_restarts=max_restarts, compile=compile)
+    runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     return runtime, settings.enable_model_summary
-
-
-def _make_deterministic() -> None:
-    torch.use_deterministic_algorithms(True)
-    # cuBLAS is deterministic only with a fixed workspace; the launchers own the environment.
-    require_deterministic_cublas()
 
 
 def _build_loggers(logger: Any, root: str) -> list[Any]:

@@ -7,8 +7,9 @@ other ranks blocked inside the next one. Nothing fails until the process group's
 
 How, in each process:
 
-- The loop calls :meth:`StepWatchdog.feed` after every training and evaluation step: a clock
-  read and two attribute writes, nothing else on the hot path (no collective, no store call).
+- The loop calls :meth:`StepWatchdog.feed` (as ``runtime.supervision.step_done()``) after every
+  training and evaluation step: a clock read and two attribute writes, nothing else on the hot
+  path (no collective, no store call).
 - A daemon thread wakes every ``poll`` seconds (a tenth of the timeout, at most 2 s). When its
   own rank has not completed a step within the allowance, or when another rank's watchdog
   raised the alarm in the run's c10d store, it ends the run (``_end_run``): it publishes its
@@ -48,7 +49,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from trainmesh.trainer.stall_report import (EXIT_STATUS, RankReport, collectives_issued, decide, loop_thread_stack)
+from trainmesh.supervision.stall_report import (EXIT_STATUS, RankReport, collectives_issued, decide, loop_thread_stack)
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 DEFAULT_TIMEOUT = 300.0  # seconds: far below the process group's 30 minutes, far above a step

@@ -26,17 +26,17 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from trainmesh.checkpoint.io import remove_checkpoint
 from trainmesh.launchers import exit_status
 from trainmesh.launchers.elastic import tell_agent_preempted
-from trainmesh.launchers.environments import requeue_slurm_job, restart_reason
-from trainmesh.trainer.checkpointing import resolve_ckpt_path
-from trainmesh.trainer.stop_agreement import StopAgreement
-from trainmesh.trainer_view import TrainerView
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.environments import requeue_slurm_job
+from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
+from trainmesh.supervision.stop_agreement import StopAgreement
 
 PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -57,16 +57,21 @@ class SignalStop:
     def __init__(self) -> None:
         self._received = 0  # the largest signal number received (SIGTERM 15 beats SIGUSR1 10)
         self._agreement: StopAgreement | None = None
+        self._process, self._folder = ProcessInfo(), ""
+        self._save: Callable[[str], None] | None = None  # while armed
 
     @contextlib.contextmanager
-    def armed(self, runtime: Any) -> Iterator[None]:
-        """Catch the stop signals while the block runs; the previous handlers afterwards."""
+    def armed(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> Iterator[None]:
+        """Catch the stop signals while the block runs; the previous handlers afterwards. On a
+        stop, ``save(path)`` writes the checkpoint (a collective) under ``folder``."""
+        # Each fit starts afresh (one service serves every fit of a Runtime).
+        self._received, self._agreement = 0, None
+        self._process, self._folder, self._save = process, folder, save
         if threading.current_thread() is not threading.main_thread():
             # Python runs signal handlers in the main thread only, and only it may install them.
             yield
             return
-        self._received = 0
-        self._agreement = StopAgreement() if runtime.world_size > 1 else None
+        self._agreement = StopAgreement() if process.world_size > 1 else None
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
             yield
@@ -76,6 +81,7 @@ class SignalStop:
             if self._agreement is not None:
                 self._agreement.close()
             self._agreement = None
+            self._save = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Nothing but the flag: the loop acts on it at the next step's end.
@@ -87,55 +93,42 @@ class SignalStop:
             return self._received != 0
         return self._agreement.exchange(self._received) != 0
 
-    def save_and_exit(self, trainer: TrainerView) -> NoReturn:
+    def save_and_exit(self, *, step: int, epoch: int) -> NoReturn:
         """Save the training state as it is after this step, report, and raise ``Preempted``."""
         agreed = self._agreement.settle() if self._agreement is not None else self._received
         name = exit_status.describe_signal(agreed)
-        path = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
-        trainer.save_checkpoint(path)  # a collective: every process has stopped after the same step
-        who = "every process" if trainer.world_size > 1 else "training"
-        report = (f"{who} stopped after step {trainer.global_step} (epoch {trainer.current_epoch}) and "
+        process = self._process
+        path = os.path.join(self._folder, PREEMPTION_CHECKPOINT)
+        assert self._save is not None, "save_and_exit runs inside armed()"
+        self._save(path)  # a collective: every process has stopped after the same step
+        who = "every process" if process.world_size > 1 else "training"
+        report = (f"{who} stopped after step {step} (epoch {epoch}) and "
                   f"the checkpoint {path} is saved; exit status {exit_status.PREEMPTED}. Run the same command "
                   "again: fit resumes from it")
-        if agreed == signal.SIGUSR1 and trainer.is_global_zero:
+        if agreed == signal.SIGUSR1 and process.is_global_zero:
             requeued = requeue_slurm_job()
             report += f". {requeued}" if requeued else ""
         # trainmesh's own agent prints the report as it exits (once per node); else rank 0 does.
-        told_agent = trainer.local_rank == 0 and tell_agent_preempted(report)
-        if trainer.is_global_zero and not told_agent:
+        told_agent = process.local_rank == 0 and tell_agent_preempted(report)
+        if process.is_global_zero and not told_agent:
             print(f"trainmesh: stopped by {name}: {report}", file=sys.stderr, flush=True)
-        raise Preempted(report, checkpoint=path, step=trainer.global_step, signal_name=name)
+        raise Preempted(report, checkpoint=path, step=step, signal_name=name)
 
-    def finish_fit(self, trainer: TrainerView) -> None:
+    def finish_fit(self, *, step: int, epoch: int) -> None:
         """After the loop: a signal that came after the last step still saves and exits; a fit
         that ends normally retires the preemption checkpoint it may have resumed from."""
         agreed = self._agreement.settle(self._received) if self._agreement is not None else self._received
         if agreed:
-            self.save_and_exit(trainer)
-        path = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
-        if trainer.is_global_zero and os.path.exists(path):
+            self.save_and_exit(step=step, epoch=epoch)
+        path = os.path.join(self._folder, PREEMPTION_CHECKPOINT)
+        if self._process.is_global_zero and os.path.exists(path):
             # Kept, the next run of the script would resume from it instead of starting afresh.
             remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
             print(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint", flush=True)
 
 
-def resume_source(trainer: TrainerView) -> str | None:
-    """The checkpoint ``fit(ckpt_path=None)`` resumes from: None on a first start; after a
-    preemption, a restart or a requeue, what ``ckpt_path="last"`` finds (rank 0's answer)."""
-    marker = os.path.join(trainer.default_root_dir, PREEMPTION_CHECKPOINT)
-    reason = restart_reason() or ("the previous run was preempted" if os.path.exists(marker) else None)
-    # Any process's reason counts: an elastic agent counts only its own node's restarts.
-    reason = next((r for r in trainer.runtime.all_gather_object(reason) if r), None)
-    if reason is None:
-        return None
-    # One answer for all: processes that resumed from different files would train on silently apart.
-    found = resolve_ckpt_path(trainer, "last", allow_fresh_start=True) if trainer.is_global_zero else None
-    found = trainer.runtime.broadcast(found, src=0)
-    if trainer.is_global_zero:
-        if found:
-            print(f"trainmesh: {reason}: resuming from {found}", flush=True)
-        else:
-            print(f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
-                  "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
-                  "so that a restart resumes", flush=True)
-    return found
+def restart_reason(folder: str) -> str | None:
+    """Why this process resumes rather than starts afresh: an elastic restart or a SLURM requeue
+    (the launcher's answer), or a preemption checkpoint in ``folder``; None on a first start."""
+    marker = os.path.join(folder, PREEMPTION_CHECKPOINT)
+    return restart_reason_of_launch() or ("the previous run was preempted" if os.path.exists(marker) else None)

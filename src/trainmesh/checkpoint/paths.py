@@ -1,0 +1,177 @@
+"""Which checkpoint a ``ckpt_path`` names: "last" (the newest complete one an earlier run of
+this set-up left), "best", or a path; and where an earlier run may have saved.
+
+File-system work only (no collective): the Trainer gathers the folders to search into a
+:class:`CheckpointPlaces` and asks here; it agrees across ranks itself.
+
+A checkpoint is a file, or a directory (a distributed checkpoint: fsdp, sharded, hsdp,
+model-parallel). trainmesh's own temporaries (``.NAME.xxxx.tmp`` while saving, ``.NAME.xxxx.old``
+while replacing) are never checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from pathlib import Path
+
+from trainmesh.checkpoint.cleanup import clean_stale_temporaries
+from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.io import TEMPORARY_NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointPlaces:
+    """Where an earlier run of this set-up may have saved, and what this run's checkpoint
+    callback knows of its own saves."""
+
+    folders: tuple[str, ...]  # searched with everything below them (nested ones are searched once)
+    last_known: str = ""  # the checkpoint callback's last_model_path
+    best_known: str = ""  # the checkpoint callback's best_model_path
+    stage: str = ""  # what asks: fit, validate, test or predict (named in errors)
+    announces: bool = True  # this process warns and prints (global rank 0)
+
+
+def resolve_checkpoint(ckpt_path: str | os.PathLike[str], places: CheckpointPlaces, *,
+                       allow_fresh_start: bool = False) -> str | None:
+    """Turn "last" / "best" into a file, and check that a given path exists.
+
+    "last" is the newest ``last*.ckpt``; one that is torn or incomplete is skipped, with a warning
+    naming it, for the newest complete checkpoint (another last one, or one beside a last one:
+    the run's top-k). With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns
+    None after a one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"``
+    from its very first run on (with only damaged ones, a warning names them too). A named file
+    that is missing, "best" with none known, and "last" for validate/test/predict (which need
+    trained weights) stay errors.
+    """
+    path = str(ckpt_path)
+    if path == "last":
+        return _resolve_last(places, allow_fresh_start=allow_fresh_start)
+    if path == "best":
+        path = places.best_known
+        if not path:
+            raise ValueError(
+                "ckpt_path='best': no best checkpoint is known for this trainer. Pass the file's "
+                "path, or enable ModelCheckpoint(save_last=True) in the earlier run"
+            )
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"ckpt_path={path!r} does not exist (looked at {os.path.abspath(path)}); pass a checkpoint "
+            "file written by trainmesh, 'last' or 'best'"
+        )
+    return path
+
+
+def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str | None:
+    known = places.last_known
+    scan = scan_checkpoints(places.folders)
+    found = _last_candidates(scan)
+    skipped: list[str] = []
+    for candidate in dict.fromkeys([known, *found] if known and os.path.exists(known) else found):
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            if skipped and places.announces:
+                warnings.warn(f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
+                              f"resuming from the newest complete one, {candidate}", UserWarning, stacklevel=5)
+            return candidate
+        skipped.append(problem)
+    where = " or ".join(scan.searched)
+    if not allow_fresh_start:
+        found_none = f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
+        raise ValueError(
+            f"ckpt_path='last': {found_none}, and {places.stage or 'this stage'} "
+            "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
+            "save_last=True), the default checkpointing, writes last.ckpt)"
+        )
+    if places.announces:
+        if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
+            warnings.warn(f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning,
+                          stacklevel=5)
+        print(f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
+              "starting from scratch", flush=True)
+    return None
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why ``path`` is not a readable checkpoint (one message), or None; reads indexes, not tensors."""
+    if is_distributed_checkpoint(path):
+        try:
+            readable_metadata(Path(path))
+        except UnreadableCheckpoint as exc:
+            return str(exc)
+        return None
+    return file_problem(Path(path))
+
+
+def remove_interrupted_saves(folders: list[str], ckpt_path: str | os.PathLike[str] | None,
+                             places: CheckpointPlaces, *, older_than: float) -> list[Path]:
+    """Delete the temporaries that killed saves left (see ``cleanup.py``) in ``folders`` (where
+    this run saves) and where it resumes from: the folders ``places`` searches for "last", or the
+    named checkpoint's folder. Only what nothing modified since ``older_than`` is deleted."""
+    folders = list(folders)
+    if ckpt_path is not None and str(ckpt_path) == "last":
+        folders += scan_checkpoints(places.folders).folders
+    elif ckpt_path is not None and str(ckpt_path) != "best":
+        folders.append(os.path.dirname(os.path.abspath(ckpt_path)))
+    return [path for folder in dict.fromkeys(folders) for path in clean_stale_temporaries(folder, older_than=older_than)]
+
+
+@dataclasses.dataclass
+class Scan:
+    searched: list[str]  # the folders searched, each with everything below it
+    found: dict[str, float]  # every visible *.ckpt file or checkpoint directory -> when it was completed
+    folders: list[str]  # the folders that hold a checkpoint or a trainmesh temporary
+
+
+def scan_checkpoints(folders: tuple[str, ...] | list[str]) -> Scan:
+    """Every checkpoint under ``folders`` (an earlier run's), and the folders that hold one."""
+    folders = list(dict.fromkeys(os.path.abspath(folder) for folder in folders))
+    folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]
+    found: dict[str, float] = {}
+    holding: dict[str, None] = {}  # ordered set
+    for folder in folders:
+        for root, dirs, files in os.walk(folder):
+            for name in files:
+                if name.endswith(".ckpt") and not name.startswith("."):
+                    found[os.path.join(root, name)] = os.path.getmtime(os.path.join(root, name))
+                if name.endswith(".ckpt") or TEMPORARY_NAME.match(name):
+                    holding[root] = None
+            descend = []
+            for name in dirs:
+                path = os.path.join(root, name)
+                if TEMPORARY_NAME.match(name):  # a staging or retired checkpoint directory
+                    holding[root] = None
+                elif name.endswith(".ckpt") and is_distributed_checkpoint(path):
+                    holding[root] = None
+                    found[path] = _completed_at(path)
+                else:  # a checkpoint's insides hold no further checkpoints
+                    descend.append(name)
+            dirs[:] = descend
+    return Scan(searched=folders, found=found, folders=list(holding))
+
+
+def _last_candidates(scan: Scan) -> list[str]:
+    """The newest ``last*.ckpt`` first; after it, should it be unreadable, the other checkpoints
+    beside a last one, newest first (a run's top-k checkpoints live beside its last.ckpt)."""
+    lasts = [path for path in scan.found if _is_last_name(os.path.basename(path))]
+    if not lasts:
+        return []
+    newest = max(lasts, key=scan.found.__getitem__)
+    beside = {os.path.dirname(path) for path in lasts}
+    rest = [path for path in scan.found if path != newest and (path in lasts or os.path.dirname(path) in beside)]
+    return [newest, *sorted(rest, key=scan.found.__getitem__, reverse=True)]
+
+
+def _is_last_name(name: str) -> bool:
+    return name.startswith("last") and name.endswith(".ckpt")
+
+
+def _completed_at(path: str) -> float:
+    """When the distributed checkpoint at ``path`` was completed (an incomplete one: when last
+    touched, so that "last" names it when it skips it)."""
+    # The state file is written last, inside the staging directory, just before the rename: its
+    # time is the save's (a directory's own mtime need not change when it is renamed into place).
+    times = [os.path.join(path, STATE_FILE), path]
+    return max((os.path.getmtime(t) for t in times if os.path.exists(t)), default=0.0)

@@ -1,0 +1,85 @@
+"""The run's supervision as one service, reached through ``Runtime.supervision``.
+
+Three watches that the loop only feeds and asks, so that the Trainer side never touches
+``torch.distributed``, the process group's store or the launcher itself:
+
+- the stuck-rank watchdog (``watchdog.py``, its verdict in ``stall_report.py``): a run in which
+  no step completes on some rank for ``watchdog_timeout`` seconds ends with status 124, naming
+  the rank the others wait for;
+- preemption (``preemption.py``): SIGTERM/SIGUSR1 during fit make every process finish the same
+  step (agreed by ``stop_agreement.py``), save, and exit with status 75;
+- why a start is a restart (an elastic restart, a SLURM requeue, a preempted run's checkpoint),
+  so that ``fit`` resumes by itself.
+
+>>> supervision = Supervision()
+>>> supervision.set_watchdog_timeout(120)
+>>> with supervision.watching():
+...     supervision.step_done()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, ContextManager, NoReturn
+
+from trainmesh.launchers.base import ProcessInfo
+from trainmesh.supervision.preemption import SignalStop, restart_reason
+from trainmesh.supervision.watchdog import DEFAULT_TIMEOUT, StepWatchdog
+
+
+class Supervision:
+    """Watchdog, stop agreement and preemption of one run (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._watchdog = StepWatchdog(DEFAULT_TIMEOUT)
+        self._signals = SignalStop()
+
+    # ---- the stuck-rank watchdog ----------------------------------------------------------------
+    def set_watchdog_timeout(self, timeout: Any) -> None:
+        """``Trainer(watchdog_timeout=...)``: seconds (checked, with an error that says how to
+        give it), or None to turn the watchdog off."""
+        self._watchdog = StepWatchdog(timeout)
+
+    @property
+    def watchdog_timeout(self) -> float | None:
+        return self._watchdog.timeout
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Watch the calling thread's training loop while the block runs."""
+        self._watchdog.start()
+        try:
+            yield
+        finally:
+            self._watchdog.stop()
+
+    def step_done(self) -> None:
+        """A training or evaluation step completed (a clock read: the hot path's only cost)."""
+        self._watchdog.feed()
+
+    def paused(self) -> ContextManager[None]:
+        """Stop the watchdog's clock for work that may legitimately take long (a checkpoint save)."""
+        return self._watchdog.paused()
+
+    # ---- preemption -----------------------------------------------------------------------------
+    def stop_signals(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> ContextManager[None]:
+        """During the block, SIGTERM/SIGUSR1 only set a flag; on a stop, ``save(path)`` writes
+        ``<folder>/last-preempted.ckpt`` (a collective) before the run exits with status 75."""
+        return self._signals.armed(process, folder=folder, save=save)
+
+    def stop_agreed(self) -> bool:
+        """After a step: whether every process stops now (the same answer on each one)."""
+        return self._signals.stop_agreed()
+
+    def save_and_exit(self, *, step: int, epoch: int) -> NoReturn:
+        """Save the training state as it is after this step, report, and raise ``Preempted``."""
+        self._signals.save_and_exit(step=step, epoch=epoch)
+
+    def finish_fit(self, *, step: int, epoch: int) -> None:
+        """After the loop: a late signal still saves and exits; else the preemption checkpoint goes."""
+        self._signals.finish_fit(step=step, epoch=epoch)
+
+    def restart_reason(self, folder: str) -> str | None:
+        """Why this process resumes (this process's answer; the caller agrees across ranks), or None."""
+        return restart_reason(folder)
