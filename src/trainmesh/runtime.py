@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ContextManager
 
 import torch
@@ -34,6 +34,7 @@ from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
 from trainmesh.utilities.collections import apply_to_tensors, move_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
+from trainmesh.utilities.device_loader import DeviceDataLoader
 from trainmesh.utilities.distributed_samplers import is_padding
 
 
@@ -457,45 +458,3 @@ class RuntimeOptimizer:
 
     def __repr__(self) -> str:
         return f"RuntimeOptimizer({self.optimizer!r})"
-
-
-class DeviceDataLoader:
-    """Iterates a loader and hands out batches already on the strategy's device."""
-
-    def __init__(self, loader: Any, to_device: Callable[[Any], Any], moves: Callable[[], bool]) -> None:
-        self.loader = loader
-        self._to_device = to_device
-        self._moves = moves  # whether to_device changes anything (asked when an epoch starts)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        # Start the loader's iterator now, not at the first next(): samplers draw their
-        # shuffle seed from the global RNG when it starts, and an exact resume depends on
-        # when that draw happens.
-        iterator = iter(self.loader)
-        # Where batches need no move (CPU, inputs in their own dtype) they are handed out as the
-        # loader makes them: a generator in between costs a resume per batch.
-        return self._moved(iterator) if self._moves() else iterator
-
-    def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        to_device = self._to_device
-        for batch in iterator:
-            yield to_device(batch)
-
-    def skipping(self, batches: int) -> DeviceDataLoader:
-        """The same loader starting ``batches`` into its next epoch (a mid-epoch resume)."""
-        from trainmesh.utilities.dataloaders import skip_batches
-
-        return DeviceDataLoader(skip_batches(self.loader, batches), self._to_device, self._moves)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""
-        for holder in (getattr(self.loader, "sampler", None), getattr(getattr(self.loader, "batch_sampler", None), "sampler", None)):
-            if holder is not None and hasattr(holder, "set_epoch"):
-                holder.set_epoch(epoch)
-                return
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
