@@ -162,7 +162,7 @@ def test_optimizer_state_under_other_names_is_an_error_not_a_fresh_optimizer():
     # (another model, a prefix) must not leave this run's parameters without their state.
     from torch import nn
 
-    from trainmesh.strategies.model_parallel import _only_params_of
+    from trainmesh.strategies.stage_state import _only_params_of
 
     module = nn.Linear(2, 2)
     optimizer = torch.optim.AdamW(module.parameters())
