@@ -10,8 +10,12 @@ import pytest
 import torch
 
 import trainmesh as tm
-from trainmesh.memory_estimate import (estimate_memory, measure_activation_bytes, optimizer_states_per_parameter,
-                                        zero_formula)
+from trainmesh.memory_estimate import (
+    estimate_memory,
+    measure_activation_bytes,
+    optimizer_states_per_parameter,
+    zero_formula,
+)
 from trainmesh.strategies.auto import AutoStrategy
 
 MiB = 2**20

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from trainmesh.hyperparameters import HyperparametersMixin
-from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.attribute_dict import AttributeDict
 
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
+from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
@@ -27,7 +28,6 @@ from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult

@@ -9,14 +9,13 @@ from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
-from trainmesh.callbacks import ThroughputMonitor
-from trainmesh.callbacks import throughput
+from helpers.models import quiet_trainer
+from trainmesh.callbacks import ThroughputMonitor, throughput
 from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
 from trainmesh.loggers import CSVLogger
 from trainmesh.strategies.mesh import ParallelDims
 from trainmesh.strategies.model_parallel import model_parallel_capabilities
-from helpers.models import quiet_trainer
 
 B, IN, OUT = 4, 8, 3
 

@@ -138,7 +138,6 @@ def handwritten_worker(rank: int, out: str, port: int, batch: int) -> None:
 
 def run_fit(out: str, kind: str, devices: int, batch: int, optimizer: str = "adam", strategy: str = "ddp") -> None:
     import keras
-
     import trainmesh.keras as tk
 
     model = build(kind)

@@ -6,11 +6,11 @@ import sys
 
 os.environ["KERAS_BACKEND"] = "torch"
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import keras  # noqa: E402
 import trainmesh.keras as tmk  # noqa: E402
 from trainmesh.keras.mapping import torch_loss, torch_metric  # noqa: E402
 from trainmesh.keras.optimizers import torch_optimizer_factory  # noqa: E402

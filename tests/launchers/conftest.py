@@ -3,9 +3,9 @@ test_restarts (computed once per session)."""
 
 import pytest
 import torch
+from preemption_helpers import RUN, launcher_variables
 
 from helpers.processes import run_program
-from preemption_helpers import RUN, launcher_variables
 
 
 @pytest.fixture(scope="session")

@@ -26,9 +26,8 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-from helpers.models import DropoutNet, random_classification  # noqa: E402
-
 import trainmesh as tm  # noqa: E402
+from helpers.models import DropoutNet, random_classification  # noqa: E402
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
 from trainmesh.supervision import stop_agreement  # noqa: E402
 

@@ -5,9 +5,9 @@ import os
 from pathlib import Path
 
 import pytest
+from preemption_helpers import launcher_variables
 
 from helpers.processes import run_program
-from preemption_helpers import launcher_variables
 from trainmesh.launchers.elastic import AGENT_VARIABLE, _launch_config
 
 HERE = Path(__file__).parent

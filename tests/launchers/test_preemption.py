@@ -20,11 +20,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from preemption_helpers import (
+    MAX_STEPS,
+    checkpoint_step,
+    launcher_variables,
+    run_script,
+    run_slurm_tasks,
+    same_weights,
+    stopped_steps,
+)
 
 import trainmesh as tm
 from helpers.processes import run_program
-from preemption_helpers import (MAX_STEPS, checkpoint_step, launcher_variables, run_script, run_slurm_tasks,
-                                same_weights, stopped_steps)
 from trainmesh.launchers.environments import find_free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")

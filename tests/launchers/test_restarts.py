@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import trainmesh as tm
 from preemption_helpers import run_script, same_weights
 from preemption_run import CHECKPOINT_EVERY
+
+import trainmesh as tm
 
 DIE_AT = 30  # the last rank dies before step 31, on the first attempt only (last checkpoint: step 24)
 TORCHRUN = ("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")
@@ -74,6 +74,7 @@ def test_max_restarts_is_checked_and_says_where_restarts_come_from():
 def main(times: int) -> None:
     """Both launchers ``times`` times in a row against one reference run; prints a summary."""
     from preemption_helpers import RUN, launcher_variables
+
     from helpers.processes import run_program
 
     with tempfile.TemporaryDirectory() as folder:

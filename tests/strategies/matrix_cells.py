@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from legs import run, run_torchrun_nodes
 
 MATRIX = Path(__file__).parent / "matrix_run.py"

@@ -11,10 +11,10 @@ import json
 import os
 import sys
 
+from model_parallel_run import GLOBAL_BATCH, Net, dataset
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
-from model_parallel_run import GLOBAL_BATCH, Net, dataset
 from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
 from trainmesh.loggers import CSVLogger
 from trainmesh.strategies import ModelParallelStrategy

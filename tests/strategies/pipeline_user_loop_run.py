@@ -8,10 +8,10 @@ import faulthandler
 import sys
 
 import torch
+from model_parallel_run import GLOBAL_BATCH, Net, dataset
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
-from model_parallel_run import GLOBAL_BATCH, Net, dataset
 from trainmesh.strategies import ModelParallelStrategy
 
 

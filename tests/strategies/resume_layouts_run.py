@@ -24,8 +24,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
-from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
+from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
 PAUSE, STEPS, GLOBAL_BATCH = 2, 4, 8
 CONFIG = LlamaConfig()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from legs import HERE
 
 import trainmesh as tm
 from helpers.batches import Batches
-from legs import HERE
 
 PROGRAM = HERE / "compile_run.py"
 

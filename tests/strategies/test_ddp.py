@@ -18,8 +18,9 @@ HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
 sys.path.insert(0, str(HERE))
 
-from legs import run, run_torchrun_nodes, weights  # noqa: E402
 from ddp_run import Net, dataset  # noqa: E402
+from legs import run, run_torchrun_nodes, weights  # noqa: E402
+
 from helpers.batches import Batches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402

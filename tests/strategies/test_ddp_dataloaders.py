@@ -20,11 +20,11 @@ from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.utilities.distributed_samplers import (
-    EqualLengthLoader,
-    is_padding,
     ContiguousBatchShard,
     ContiguousShardSampler,
     DistributedSamplerWrapper,
+    EqualLengthLoader,
+    is_padding,
 )
 
 

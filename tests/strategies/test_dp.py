@@ -5,14 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from ddp_run import Net, dataset
+from legs import SCRIPT, run, run_torchrun_nodes
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
-from ddp_run import Net, dataset
 from helpers.models import TutorialModule, quiet_trainer
-from legs import SCRIPT, run, run_torchrun_nodes
 from trainmesh.data import DigitsDataModule
-
 
 
 class SeedDPModuleExample1(TutorialModule):

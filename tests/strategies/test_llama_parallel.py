@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from legs import HERE
 
 from helpers.batches import Batches
-from legs import HERE
 
 ATOL = 1e-6
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from legs import HERE
 
 from helpers.batches import Batches
 from helpers.llama import Llama, LlamaConfig
-from legs import HERE
 
 # The user-route legs in launches of their own: a leg that fails ends its launch's other legs.
 LEGS = [("ddp", "bf16-true", "plan"), ("fsdp", "bf16-true", "plan"), ("tp", "bf16-true", "plan"),

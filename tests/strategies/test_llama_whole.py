@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from legs import HERE
 
 from helpers.batches import Batches
-from legs import HERE
 
 ATOL = 1e-5
 PIPELINED = ("pp", "pp_tp")

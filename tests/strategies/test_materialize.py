@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from legs import HERE
 from torch import nn
 
 from helpers.batches import Batches
-from legs import HERE
 
 
 def transformer() -> nn.Module:

@@ -8,7 +8,6 @@ the same world size and start method share one launch (matrix_cells.LAUNCHES).
 from pathlib import Path
 
 import pytest
-
 from matrix_cells import CELLS, EXPECTED, judge, launch_of, run_legs  # noqa: E402
 
 

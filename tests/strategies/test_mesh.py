@@ -4,8 +4,8 @@ data sharding and reductions by the data-parallel rank and group."""
 import json
 
 import pytest
-
 from legs import HERE, run
+
 from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
 
 # ---- ParallelDims.resolved ------------------------------------------------------------------

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from legs import HERE, run
 
 SCRIPT = HERE / "model_parallel_run.py"

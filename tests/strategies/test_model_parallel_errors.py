@@ -17,11 +17,19 @@ from trainmesh.precision import Precision
 from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import PP_WITHIN_NODE_ORDER, ModelParallelStrategy, _defines_configure_ddp
 from trainmesh.strategies.pipeline import (
-    PartOrderCheck, _balanced_cuts, check_pipeline_loader, check_stage_kwargs, choose_schedule, keep_only, pipeline_parts, split_parts,
-    stage_indices, stage_view,
+    PartOrderCheck,
+    _balanced_cuts,
+    check_pipeline_loader,
+    check_stage_kwargs,
+    choose_schedule,
+    keep_only,
+    pipeline_parts,
+    split_parts,
+    stage_indices,
+    stage_view,
 )
-from trainmesh.strategies.stage_calls import replaying
 from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.stage_calls import replaying
 from trainmesh.strategies.tensor_parallel import check_tensor_parallel_plan, tensor_parallel_plan
 
 D = 8

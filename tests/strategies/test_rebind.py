@@ -1,7 +1,6 @@
 """An optimizer built before setup is pointed at the parameters a strategy put in place."""
 
 import torch
-
 from legs import HERE, run
 
 

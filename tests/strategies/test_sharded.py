@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from legs import HERE, SCRIPT
 from torch import nn
 
 from helpers.batches import Batches
-from legs import HERE, SCRIPT
 from trainmesh.precision import Precision
 from trainmesh.strategies.fsdp import FSDPStrategy, shard_units
 from trainmesh.strategies.protocol import Placement

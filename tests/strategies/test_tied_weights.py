@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from legs import HERE
 from torch import nn
 
 from helpers.batches import Batches
-from legs import HERE
 
 PROGRAM = HERE / "tied_run.py"
 ATOL = 1e-5

@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
-from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
+from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
 
 
 class Wide(tm.Module):

@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
-from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
 from helpers.models import DropoutNet, loaders, quiet_trainer  # noqa: E402
+from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
 
 
 class DieAfter(tm.Callback):

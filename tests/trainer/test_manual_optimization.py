@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 from manual_optimization_run import GAN, PER_RANK_BATCH, train_set  # noqa: E402
+
 from helpers.batches import Batches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 

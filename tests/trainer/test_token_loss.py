@@ -21,10 +21,11 @@ import trainmesh as tm
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
+from token_loss_run import CONFIG  # noqa: E402
+
 from helpers.batches import Batches  # noqa: E402
 from helpers.llama import IGNORE_INDEX, Llama, token_loader  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
-from token_loss_run import CONFIG  # noqa: E402
 
 SCRIPT = HERE / "token_loss_run.py"
 ATOL = 1e-5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+
 from trainmesh.trainer_view import TrainerView
 
 

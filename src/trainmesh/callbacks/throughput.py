@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.utilities.collections import first_tensor
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.collections import first_tensor
 
 # Dense (no structured sparsity) peak FLOP/s per device, from the vendors' data sheets; the
 # SXM figures unless the name says PCIe/NVL. fp32 is plain FP32, not TF32: a run that enables

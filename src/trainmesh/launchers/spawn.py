@@ -10,8 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.launchers.environments import already_started, find_free_port
+from trainmesh.seed import capture_rng_state, restore_rng_state
 
 
 class SpawnLauncher:

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainmesh.scaling.analysis import (MODES, Measurement, ScalingRow, karp_flatt, per_rank_batch, scaling_rows,
-                                        verdict)
+from trainmesh.scaling.analysis import MODES, Measurement, ScalingRow, karp_flatt, per_rank_batch, scaling_rows, verdict
 
 DEMO_MODEL = "trainmesh.demo:DigitsClassifier"
 DEMO_DATA = "trainmesh.data.digits:DigitsDataModule"

@@ -6,14 +6,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.auto import AutoStrategy
 from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
+from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
-from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.single import SingleDeviceStrategy
 

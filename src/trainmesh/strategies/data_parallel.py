@@ -17,8 +17,6 @@ from torch import nn
 
 from trainmesh.strategies.step import no_chunk_scope
 
-
-
 ChunkScope = Callable[[Any], ContextManager[Any]]
 
 

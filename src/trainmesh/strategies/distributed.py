@@ -15,6 +15,7 @@ from torch import nn
 
 from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save
+from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -22,7 +23,6 @@ from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.process_group import join_process_group, leave_process_group
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.sampling import shard_dataloader
 

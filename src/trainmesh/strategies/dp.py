@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import nn
 
+from trainmesh.accelerators import device_for
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
-from trainmesh.accelerators import device_for
 from trainmesh.strategies.data_parallel import SplitForward, mean_loss, run_chunked_step
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.distributed import save_distributed
+from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import SHARD_GROUP, WORLD, MemoryModel, StrategyCapabilities
@@ -24,7 +25,6 @@ from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.gradients import fsdp_gradient_sync_off
 from trainmesh.strategies.materialize import materialize
 from trainmesh.strategies.mesh import ParallelDims
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.accelerators import device_for
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
-from trainmesh.accelerators import device_for
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.pipeline import split_parts
 from trainmesh.strategies.protocol import Placement

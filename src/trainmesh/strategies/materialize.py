@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainmesh.utilities.dtensors import is_dtensor
 
 

@@ -26,27 +26,46 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
-from trainmesh.strategies.compile import refuse_compile
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint, save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
+from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
+from trainmesh.strategies.compile import refuse_compile
 from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
-from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.fsdp import (
-    apply_activation_checkpointing, apply_fsdp, apply_replicate, mixed_precision_policy, refuse_keras, shard_units,
+    apply_activation_checkpointing,
+    apply_fsdp,
+    apply_replicate,
+    mixed_precision_policy,
+    refuse_keras,
+    shard_units,
 )
-from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
+from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.pipeline import (
-    Pipeline, check_pipeline_loader, choose_schedule, keep_only, rows, split_parts, stage_indices, stage_view,
+    Pipeline,
+    check_pipeline_loader,
+    choose_schedule,
+    keep_only,
+    rows,
+    split_parts,
+    stage_indices,
+    stage_view,
 )
-from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, loss_to_backward, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
+from trainmesh.strategies.step import (
+    StepHooks,
+    StepResult,
+    loss_to_backward,
+    run_eval_step,
+    run_train_step,
+    whole_output,
+)
 from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainmesh.utilities.dtensors import is_dtensor
 
 # The attribute each parameter carries from the ParameterMoves that saw it: (that record's token,

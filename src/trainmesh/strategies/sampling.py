@@ -7,7 +7,14 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.distributed_samplers import (

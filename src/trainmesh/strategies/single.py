@@ -11,6 +11,7 @@ from torch import nn
 
 from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.io import atomic_save
+from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
@@ -18,7 +19,6 @@ from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
 

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 
-
 class StageCalls:
     """Mixed in before a pipeline module's own class: ``self(...)`` answers with ``call_instead``
     while one is set (a replay, or a refusal), else runs forward as usual."""

@@ -32,8 +32,8 @@ from typing import NoReturn
 
 from trainmesh.checkpoint.io import remove_checkpoint
 from trainmesh.launchers import exit_status
-from trainmesh.launchers.elastic import tell_agent_preempted
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.elastic import tell_agent_preempted
 from trainmesh.launchers.environments import requeue_slurm_job
 from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
 from trainmesh.supervision.stop_agreement import StopAgreement

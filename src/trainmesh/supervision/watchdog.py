@@ -49,7 +49,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from trainmesh.supervision.stall_report import (EXIT_STATUS, RankReport, collectives_issued, decide, loop_thread_stack)
+from trainmesh.supervision.stall_report import EXIT_STATUS, RankReport, collectives_issued, decide, loop_thread_stack
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 DEFAULT_TIMEOUT = 300.0  # seconds: far below the process group's 30 minutes, far above a step

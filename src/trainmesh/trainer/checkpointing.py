@@ -8,14 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.checkpoint import (CheckpointKeys, CheckpointPlaces, UnreadableCheckpoint, check_state_dict_fits,
-                                  content_problem, remove_interrupted_saves, resolve_checkpoint)
+from trainmesh.checkpoint import (
+    CheckpointKeys,
+    CheckpointPlaces,
+    UnreadableCheckpoint,
+    check_state_dict_fits,
+    content_problem,
+    remove_interrupted_saves,
+    resolve_checkpoint,
+)
 from trainmesh.seed import capture_rng_state
-from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.trainer.results import StageResults
+from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
-from trainmesh.trainer_view import TrainerView
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime

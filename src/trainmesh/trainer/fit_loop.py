@@ -16,21 +16,21 @@ import torch
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.strategies.step import StepHooks, tokens_in
-from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
-from trainmesh.trainer.run_summary import announce_run
-from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
 from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
 def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:

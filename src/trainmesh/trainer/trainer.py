@@ -13,8 +13,14 @@ from trainmesh.runtime import Runtime, Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, publishing
-from trainmesh.trainer.checkpointing import (TENSOR_ENTRIES, build_checkpoint, clear_interrupted_saves,
-                                             resolve_ckpt_path, restore_checkpoint, resume_source)
+from trainmesh.trainer.checkpointing import (
+    TENSOR_ENTRIES,
+    build_checkpoint,
+    clear_interrupted_saves,
+    resolve_ckpt_path,
+    restore_checkpoint,
+    resume_source,
+)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
