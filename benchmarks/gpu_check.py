@@ -254,7 +254,7 @@ def in_fresh_process(variant: str, sizes: Sizes, device: str, timeout: float) ->
                "--device", device]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_with_source_path())
     if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]}
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -310,8 +310,7 @@ def fmt(value: float | None, digits: int = 2) -> str:
 
 
 def table(device_name: str, sizes: Sizes, runs: dict, tests: dict, scale: dict, seconds: float) -> str:
-    raw32, tm32 = runs["raw-32-true"], runs["trainer-32-true"]
-    rawbf, tmbf, comp = runs["raw-bf16-mixed"], runs["trainer-bf16-mixed"], runs["compiled"]
+    raw32, tm32, tmbf = runs["raw-32-true"], runs["trainer-32-true"], runs["trainer-bf16-mixed"]
     monitor = runs["monitor"][0]
     step = {name: median_of(results, "step_ms") for name, results in runs.items()}
     cpu = {name: median_of(results, "cpu_ms") for name, results in runs.items()}

@@ -162,7 +162,7 @@ def time_inside(monitor: ThroughputMonitor) -> list[float]:
     spent = [0.0]
     for hook in ("on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_validation_start",
                  "on_validation_end", "on_train_epoch_end", "on_train_end"):
-        def timed_hook(*args: Any, _hook: Any = getattr(monitor, hook)) -> None:
+        def timed_hook(*args: Any, _hook: Any = getattr(monitor, hook)) -> None:  # noqa: B008 binds this hook
             start = time.perf_counter()
             _hook(*args)
             spent[0] += time.perf_counter() - start

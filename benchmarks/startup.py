@@ -148,7 +148,7 @@ def main() -> None:
     variants = {name: command for name, command in VARIANTS.items() if args.only is None or name[0] in args.only}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as folder:
-        for name, command in variants.items():  # warm-up: the file cache, .pyc files
+        for command in variants.values():  # warm-up: the file cache, .pyc files
             run_once(command, steps=args.steps, folder=folder, bytecode_cache=not args.no_bytecode_cache)
         for _ in range(args.repeats):
             for name, command in variants.items():

@@ -36,14 +36,14 @@ def test_ddp_on_two_gpus_uses_nccl(tmp_path):
     script = Path(__file__).parent / "strategies" / "ddp_run.py"
     out = tmp_path / "gpu.pt"
     code = (
-        "import sys, torch; sys.argv=['x']; sys.path.insert(0, %r); import ddp_run as r;"
+        f"import sys, torch; sys.argv=['x']; sys.path.insert(0, {str(script.parent)!r}); import ddp_run as r;"
         "from helpers.models import quiet_trainer; from torch.utils.data import DataLoader\n"
         "if __name__ == '__main__':\n"
         "    t = quiet_trainer(accelerator='cuda', strategy='ddp', devices=2, max_epochs=1)\n"
         "    m = r.Net(); t.fit(m, DataLoader(r.dataset(), batch_size=16))\n"
         "    assert torch.distributed.get_backend() == 'nccl'\n"
-        "    t.is_global_zero and torch.save(m.state_dict(), %r)\n"
-    ) % (str(script.parent), str(out))
+        f"    t.is_global_zero and torch.save(m.state_dict(), {str(out)!r})\n"
+    )
     runner = tmp_path / "gpu_ddp.py"
     runner.write_text(code)
     result = subprocess.run([sys.executable, str(runner)], capture_output=True, text=True, timeout=300,

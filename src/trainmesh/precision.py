@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,7 +64,7 @@ class Precision:
         """fp32 parameters, computed in a lower precision under autocast."""
         return self.name in ("bf16-mixed", "16-mixed")
 
-    def autocast(self) -> ContextManager[Any]:
+    def autocast(self) -> AbstractContextManager[Any]:
         if self.mixed:
             return torch.autocast(self.device_type, dtype=self.compute_dtype)
         return _NO_AUTOCAST

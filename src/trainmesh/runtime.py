@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -193,7 +194,7 @@ class Runtime:
         self.strategy, self._auto_reason = chosen, reason
 
     # ---- model, optimizers, data ------------------------------------------------------------
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """Where ``configure_model`` builds layers: the meta device where the strategy shards."""
         return self.strategy.module_init_context()
 
@@ -276,7 +277,7 @@ class Runtime:
         """``model.<hook>(batch, batch_idx, *extra)`` for evaluation, run by the strategy."""
         return self.strategy.eval_step(model, hook, batch, batch_idx, *extra, hooks=hooks or StepHooks())
 
-    def autocast(self) -> ContextManager[Any]:
+    def autocast(self) -> AbstractContextManager[Any]:
         """Run the forward pass in the precision's compute dtype (a no-op in full precision)."""
         return self.precision.autocast()
 
@@ -287,7 +288,7 @@ class Runtime:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         return self.precision.optimizer_step(inner, closure)
 
-    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> ContextManager[Any]:
+    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> AbstractContextManager[Any]:
         """Inside this context, ``backward`` accumulates gradients without synchronising them."""
         return self.strategy.no_backward_sync(module) if enabled else contextlib.nullcontext()
 

@@ -80,7 +80,7 @@ def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
     batch = (torch.zeros(B, IN), torch.zeros(B))
     monitor.on_train_start(trainer, None)
     monitor.on_train_epoch_start(trainer, None)
-    for start, end, validation in ((1.0, 4.0, None), (5.0, 10.0, (7.0, 9.0))):
+    for _start, end, validation in ((1.0, 4.0, None), (5.0, 10.0, (7.0, 9.0))):
         loop.data_seconds += 1.0  # each batch waited for: 0-1 and 4-5
         trainer.global_step += 1
         if validation:  # validation runs inside the step, before the batch's end hooks

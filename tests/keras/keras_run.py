@@ -119,7 +119,7 @@ def handwritten_worker(rank: int, out: str, port: int, batch: int) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=LR, eps=1e-7)
     loss_fn = torch.nn.CrossEntropyLoss()
     ddp_model = torch.nn.parallel.DistributedDataParallel(model)
-    for epoch in range(EPOCHS):
+    for _epoch in range(EPOCHS):
         for inputs, targets in loader:
             # training=True: the guide calls model(inputs), which in Keras 3 runs BatchNormalization
             # and Dropout in inference mode (model.train() does not change that).

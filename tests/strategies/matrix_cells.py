@@ -113,7 +113,7 @@ def judge(strategy: str, cell: str, results: dict[str, Path]) -> str:
 def table(results: dict[str, Path]) -> str:
     """The README's strategy table: one row per strategy, one column per cell."""
     lines = ["| strategy | " + " | ".join(CELLS) + " |", "|---" * (len(CELLS) + 1) + "|"]
-    for strategy, (reference_leg, tolerance) in EXPECTED.items():
+    for strategy, (reference_leg, _tolerance) in EXPECTED.items():
         marks = []
         for cell in CELLS:
             problem = judge(strategy, cell, results)

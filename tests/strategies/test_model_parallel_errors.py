@@ -307,7 +307,7 @@ def test_a_module_defining_configure_ddp_is_refused_at_setup():
 
     strategy = ModelParallelStrategy()  # a one-process mesh: the check comes first
     for cls in (WithDDP, Inherits):
-        _raises(ValueError, lambda: strategy.setup_module(cls()), f"{cls.__name__} defines configure_ddp",
+        _raises(ValueError, lambda: strategy.setup_module(cls()), f"{cls.__name__} defines configure_ddp",  # noqa: B023
                 "does not compose", "remove configure_ddp for model-parallel runs")
     assert _defines_configure_ddp(Inherits()) and not _defines_configure_ddp(Net())
     assert not _defines_configure_ddp(nn.Linear(2, 2))
@@ -513,7 +513,7 @@ def test_pipeline_input_takes_the_first_element_and_refuses_a_dict_naming_the_ov
     assert model.pipeline_input((x, torch.ones(3))) is x
     assert model.pipeline_input([x]) is x
     for batch in ({"x": x}, (), ("text", x)):
-        _raises(TypeError, lambda: model.pipeline_input(batch), "Net.pipeline_input cannot tell the model's input",
+        _raises(TypeError, lambda: model.pipeline_input(batch), "Net.pipeline_input cannot tell the model's input",  # noqa: B023
                 f"batch of type {type(batch).__name__}", "override pipeline_input(batch)")
 
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainmesh.strategies.step import no_chunk_scope
 
-ChunkScope = Callable[[Any], ContextManager[Any]]
+ChunkScope = Callable[[Any], AbstractContextManager[Any]]
 
 
 class StepCall:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -101,7 +102,7 @@ class DistributedStrategy:
             leave_process_group(failed=failed)
 
     # ---- model and data -----------------------------------------------------------------------
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """Where configure_model builds layers: here, on the real device (after setup_module)."""
         return contextlib.nullcontext()
 
@@ -113,7 +114,7 @@ class DistributedStrategy:
     def _longest_over_ranks(self, count: int) -> int:
         return int(collectives.reduce(self._mesh, torch.tensor(count, device=self._device), "max"))
 
-    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+    def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return module.no_sync()
 
     def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,

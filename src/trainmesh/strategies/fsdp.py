@@ -8,8 +8,9 @@ Process groups, data sharding and collectives are every multi-process strategy's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -159,7 +160,7 @@ class FSDPStrategy(DistributedStrategy):
             )
         return ParallelDims(dp_replicate=-1, dp_shard=shard).resolved(world_size)
 
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """configure_model builds on the meta device: no process holds the whole model."""
         return torch.device("meta")
 
@@ -214,7 +215,7 @@ class FSDPStrategy(DistributedStrategy):
         return run_eval_step(lambda: module(StepCall(hook), batch, batch_idx, *extra), hooks=hooks,
                              autocast=self.precision.autocast())
 
-    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+    def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return fsdp_gradient_sync_off(module)
 
     def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,

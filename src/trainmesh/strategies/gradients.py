@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ def clip_gradients_locally(module: nn.Module, *, max_norm: float | None, clip_va
     return None
 
 
-def fsdp_gradient_sync_off(module: nn.Module) -> ContextManager[Any]:
+def fsdp_gradient_sync_off(module: nn.Module) -> AbstractContextManager[Any]:
     """Accumulate unsharded gradients locally; reduce-scatter on the last micro-batch only."""
     from torch.distributed.fsdp import FSDPModule
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -156,7 +157,7 @@ class ModelParallelStrategy(DistributedStrategy):
         return ParallelDims(**self.sizes, order=self.order).resolved(world_size)
 
     # ---- placing the model: the written order -------------------------------------------------
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """configure_model builds on the meta device: each rank allocates only its stages' shards."""
         return torch.device("meta")
 
@@ -252,7 +253,7 @@ class ModelParallelStrategy(DistributedStrategy):
         return list(optimizers)  # built over (or rebound to) this rank's layers and shards
 
     # ---- the step -------------------------------------------------------------------------------
-    def _step_context(self) -> ContextManager[Any]:
+    def _step_context(self) -> AbstractContextManager[Any]:
         if not self.loss_parallel:
             return self.precision.autocast()
         from torch.distributed.tensor.parallel import loss_parallel

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -62,7 +63,7 @@ class Strategy(Protocol):
         instance carries its arguments only: the Trainer's devices and precision come later)."""
     def setup_environment(self, process: ProcessInfo) -> None:
         """Join the process group (if any), build the mesh and pick this process's device."""
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """Entered around ``configure_model``: the meta device for sharded strategies."""
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Place, wrap or shard the module; returns what the loop calls."""
@@ -81,7 +82,7 @@ class Strategy(Protocol):
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
                   hooks: StepHooks) -> Any:
         """``module.<hook>(batch, batch_idx, *extra)`` (and its ``*_step_end``) for evaluation."""
-    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+    def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         """Skip the gradient synchronisation for an accumulation micro-batch (user loops)."""
     def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
                        norm_type: float) -> torch.Tensor | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -73,7 +74,7 @@ class SingleDeviceStrategy:
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
 
-    def module_init_context(self) -> ContextManager[Any]:
+    def module_init_context(self) -> AbstractContextManager[Any]:
         """Where configure_model builds layers: here, on the real device (after setup_module)."""
         return contextlib.nullcontext()
 
@@ -99,7 +100,7 @@ class SingleDeviceStrategy:
         return run_eval_step(lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks,
                              autocast=self.precision.autocast())
 
-    def no_backward_sync(self, module: nn.Module) -> ContextManager[Any]:
+    def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return _NO_SYNC_NEEDED
 
     def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,

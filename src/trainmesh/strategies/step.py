@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
 
-def no_chunk_scope(chunk: Any) -> ContextManager[Any]:
+def no_chunk_scope(chunk: Any) -> AbstractContextManager[Any]:
     """The chunk scope of a step whose batch is not split."""
     return contextlib.nullcontext()
 
@@ -89,7 +90,7 @@ class StepHooks:
     backward: Callable[[torch.Tensor], None] = _plain_backward
     # Entered around each chunk's call when a batch is split across devices (dp, ddp2), so
     # that ``self.log`` weighs a value by its chunk's size; called from the chunk's thread.
-    chunk_scope: Callable[[Any], ContextManager[Any]] = no_chunk_scope
+    chunk_scope: Callable[[Any], AbstractContextManager[Any]] = no_chunk_scope
     # A mean loss is divided by ``loss_divisor`` (the accumulation window) before backward;
     # ``check_loss`` sees it undivided, before backward (a strategy whose schedule runs backward
     # itself, the pipeline, calls it on the step's loss once every rank has it).
@@ -98,7 +99,7 @@ class StepHooks:
     # Manual optimization: training_step runs its own backward calls (``manual_backward``), the
     # strategy runs none. A strategy that must act before each of them (DDP prepares its
     # reducer for that loss) enters ``backward_scope(prepare)`` around the step; None: automatic.
-    backward_scope: Callable[[Callable[[torch.Tensor], None]], ContextManager[Any]] | None = None
+    backward_scope: Callable[[Callable[[torch.Tensor], None]], AbstractContextManager[Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,7 @@ def loss_to_backward(loss: torch.Tensor, num_tokens: torch.Tensor | None, diviso
 
 
 def run_train_step(forward: Callable[[], Any], *, combine: Callable[[Any], Any], hooks: StepHooks,
-                   autocast: ContextManager[Any], no_sync: ContextManager[Any] | None) -> StepResult:
+                   autocast: AbstractContextManager[Any], no_sync: AbstractContextManager[Any] | None) -> StepResult:
     """Forward, ``*_step_end`` (or ``combine``), the loss and backward: one step of a strategy
     whose forward and backward are separate calls. ``no_sync`` skips the gradient
     synchronisation (an accumulation micro-batch)."""
@@ -134,7 +135,7 @@ def run_train_step(forward: Callable[[], Any], *, combine: Callable[[Any], Any],
     return StepResult(loss, output, num_tokens)
 
 
-def run_eval_step(forward: Callable[[], Any], *, hooks: StepHooks, autocast: ContextManager[Any]) -> Any:
+def run_eval_step(forward: Callable[[], Any], *, hooks: StepHooks, autocast: AbstractContextManager[Any]) -> Any:
     """An evaluation step's output, through the module's ``*_step_end`` when it has one."""
     with autocast:
         output = forward()

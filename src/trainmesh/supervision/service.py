@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, ContextManager, NoReturn
+from contextlib import AbstractContextManager
+from typing import Any, NoReturn
 
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.supervision.preemption import SignalStop, restart_reason
@@ -58,12 +59,12 @@ class Supervision:
         """A training or evaluation step completed (a clock read: the hot path's only cost)."""
         self._watchdog.feed()
 
-    def paused(self) -> ContextManager[None]:
+    def paused(self) -> AbstractContextManager[None]:
         """Stop the watchdog's clock for work that may legitimately take long (a checkpoint save)."""
         return self._watchdog.paused()
 
     # ---- preemption -----------------------------------------------------------------------------
-    def stop_signals(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> ContextManager[None]:
+    def stop_signals(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> AbstractContextManager[None]:
         """During the block, SIGTERM/SIGUSR1 only set a flag; on a stop, ``save(path)`` writes
         ``<folder>/last-preempted.ckpt`` (a collective) before the run exits with status 75."""
         return self._signals.armed(process, folder=folder, save=save)
