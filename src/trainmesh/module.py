@@ -44,6 +44,10 @@ class Module(HyperparametersMixin, nn.Module):
     32
     """
 
+    # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
+    _trainer: TrainerView | None
+    _log_sink: Any
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Plain attributes set through object.__setattr__ so nn.Module does not try to register
@@ -211,10 +215,10 @@ class Module(HyperparametersMixin, nn.Module):
 
     @property
     def device(self) -> torch.device:
-        for tensor in self.parameters():
-            return tensor.device
-        for tensor in self.buffers():
-            return tensor.device
+        for parameter in self.parameters():
+            return parameter.device
+        for buffer in self.buffers():
+            return buffer.device
         return torch.device("cpu")
 
     @property

@@ -63,7 +63,8 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
         return STRATEGIES[name](placement=placement)
     if not callable(getattr(strategy, "with_placement", None)):
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
-    return strategy.with_placement(placement)
+    placed: Strategy = strategy.with_placement(placement)  # a user's strategy object: typed from here on
+    return placed
 
 
 __all__ = ["STRATEGIES", "AutoStrategy", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",

@@ -10,7 +10,7 @@ import functools
 import inspect
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -41,7 +41,7 @@ def apply_ddp(module: nn.Module, *, device: torch.device, chunk_devices: Sequenc
     # A module spread over several devices (ddp2 on GPUs) must not name device_ids.
     device_ids = [device.index] if device.type == "cuda" and not chunk_devices else None
     configure_ddp = getattr(module, "configure_ddp", None)
-    custom = configure_ddp(dispatcher, device_ids) if callable(configure_ddp) else None
+    custom: nn.Module | None = configure_ddp(dispatcher, device_ids) if callable(configure_ddp) else None
     if custom is not None:
         return custom
     return DistributedDataParallel(dispatcher, device_ids=device_ids, **options)
@@ -102,12 +102,12 @@ class DDPStrategy(DistributedStrategy):
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
         if hooks.backward_scope is not None and not self.chunk_devices:
-            return manual_train_step(module, batch, batch_idx, hooks=hooks, autocast=self.precision.autocast())
+            return manual_train_step(_ddp(module), batch, batch_idx, hooks=hooks, autocast=self.precision.autocast())
         step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
         try:
             return run_train_step(lambda: module(step, batch, batch_idx), combine=self.combine, hooks=hooks,
                                   autocast=self.precision.autocast(),
-                                  no_sync=None if sync_grads else module.no_sync())
+                                  no_sync=None if sync_grads else _ddp(module).no_sync())
         except RuntimeError as err:
             if "find_unused_parameters" in str(err):
                 raise RuntimeError(
@@ -182,7 +182,13 @@ class ZeRO1Strategy(DDPStrategy):
         return state
 
 
-def manual_train_step(module: nn.Module, batch: Any, batch_idx: int, *, hooks: StepHooks,
+def _ddp(module: nn.Module) -> DistributedDataParallel:
+    """The module ``setup_module`` returned: DDP, or what the module's ``configure_ddp`` built, which
+    has DDP's interface (``no_sync``, the reducer) by the hook's contract."""
+    return cast(DistributedDataParallel, module)
+
+
+def manual_train_step(module: DistributedDataParallel, batch: Any, batch_idx: int, *, hooks: StepHooks,
                       autocast: Any) -> StepResult:
     """A manual-optimization step through DDP: training_step runs its own backward calls.
 
@@ -208,7 +214,7 @@ def manual_train_step(module: nn.Module, batch: Any, batch_idx: int, *, hooks: S
                               autocast=autocast, no_sync=None)
 
 
-def prepare_reducer(module: nn.Module, loss: torch.Tensor) -> None:
+def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor) -> None:
     """Tell DDP's reducer which parameters ``loss`` reaches before its backward runs: the others
     (another optimizer's, frozen by toggle_optimizer) count as ready, so the all-reduce ends."""
     if not (torch.is_grad_enabled() and module.require_backward_grad_sync):
@@ -218,7 +224,9 @@ def prepare_reducer(module: nn.Module, loss: torch.Tensor) -> None:
     module.require_forward_param_sync = True  # the next forward broadcasts buffers again
     reducer = module.reducer
     reducer._rebuild_buckets()
-    reducer.prepare_for_backward(list(_find_tensors(loss)) if module.find_unused_parameters else [])
+    reducer.prepare_for_backward(
+        list(_find_tensors(loss)) if module.find_unused_parameters else []  # type: ignore[no-untyped-call]  # torch's own, unannotated
+    )
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
@@ -275,7 +283,7 @@ def _refuse_unfrozen(left_out: list[torch.Tensor]) -> None:
 
 def _init_keywords(cls: type) -> set[str] | None:
     """The keyword arguments ``cls(...)`` takes; None when it takes any (``**kwargs``)."""
-    parameters = inspect.signature(cls.__init__).parameters.values()
+    parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]  # the class's own, on purpose
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}

@@ -22,7 +22,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -42,7 +42,6 @@ from trainmesh.strategies.fsdp import (
     apply_replicate,
     mixed_precision_policy,
     refuse_keras,
-    shard_units,
 )
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
@@ -58,9 +57,11 @@ from trainmesh.strategies.pipeline import (
     stage_view,
 )
 from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.step import (
     StepHooks,
+    StepModule,
     StepResult,
     loss_to_backward,
     run_eval_step,
@@ -268,7 +269,7 @@ class ModelParallelStrategy(DistributedStrategy):
         if self._pipeline is None:
             root = self._root
             forward = ((lambda: root(StepCall("training_step"), batch, batch_idx)) if root is not None
-                       else (lambda: module.training_step(batch, batch_idx)))
+                       else (lambda: cast(StepModule, module).training_step(batch, batch_idx)))
             no_sync = None if sync_grads or root is None else fsdp_gradient_sync_off(module)
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_train_step(forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(),
@@ -286,16 +287,17 @@ class ModelParallelStrategy(DistributedStrategy):
         if hooks.step_end is not None:
             raise ValueError(f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
                              "step's output exists per micro-batch on the last stage only; fold it into training_step")
-        inputs, kwargs = module.pipeline_input(batch), module.pipeline_kwargs(batch)
+        hooks_of = cast(StepModule, module)
+        inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
         microbatches = self._pipeline.microbatches
         losses: list[torch.Tensor] = []
         counts: list[torch.Tensor | None] = []
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
-            with replaying(module, output, module.pipeline_input(microbatch), "training_step",
-                           module.pipeline_kwargs(microbatch)), hooks.chunk_scope(microbatch):
-                step_output = module.training_step(microbatch, batch_idx)
+            with replaying(module, output, hooks_of.pipeline_input(microbatch), "training_step",
+                           hooks_of.pipeline_kwargs(microbatch)), hooks.chunk_scope(microbatch):
+                step_output = hooks_of.training_step(microbatch, batch_idx)
                 loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
             counts.append(count)
@@ -326,7 +328,8 @@ class ModelParallelStrategy(DistributedStrategy):
                        else (lambda: getattr(module, hook)(batch, batch_idx, *extra)))
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
-        inputs, kwargs = module.pipeline_input(batch), module.pipeline_kwargs(batch)
+        hooks_of = cast(StepModule, module)
+        inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
         size = _rows_in(inputs)
         # Data-parallel peers may hold batches of different sizes here (micro-batches of other
         # shapes), or a padding batch: the shards are gathered once per batch, the same

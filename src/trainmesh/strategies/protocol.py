@@ -41,7 +41,9 @@ class Placement:
 class Strategy(Protocol):
     name: str
     start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
-    processes_per_node: int
+
+    @property
+    def processes_per_node(self) -> int: ...
 
     @property
     def capabilities(self) -> StrategyCapabilities:

@@ -12,9 +12,18 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+
+
+class StepModule(Protocol):
+    """The user's module as a strategy calls its hooks directly (its trainmesh ``Module`` methods);
+    a strategy's signatures take ``nn.Module``, and it casts where it calls these."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any: ...
+    def pipeline_input(self, batch: Any) -> Any: ...
+    def pipeline_kwargs(self, batch: Any) -> dict[str, Any]: ...
 
 
 def no_chunk_scope(chunk: Any) -> AbstractContextManager[Any]:
