@@ -56,7 +56,7 @@ class AutoStrategy:
         budget = self.memory_budget or device_memory_budget(placement)
         precision = placement.precision.name
         mib = 2**20
-        tried = []
+        tried: list[str] = []
         # A batch cannot run through layers that exist only on the meta device: no activations then.
         batch = None if built_on_meta else self.batch
         counted = " (layers built in configure_model counted, on the meta device)" if built_on_meta else ""

@@ -19,8 +19,11 @@ from trainmesh.utilities.dtensors import is_dtensor
 
 def unwrap(module: nn.Module) -> nn.Module:
     """The user's module inside DDP (or a configure_ddp wrapper), the step dispatcher, or dp's splitter."""
-    while not hasattr(module, "training_step") and isinstance(getattr(module, "module", None), nn.Module):
-        module = module.module
+    while not hasattr(module, "training_step"):
+        inner = getattr(module, "module", None)
+        if not isinstance(inner, nn.Module):
+            break
+        module = inner
     return module
 
 

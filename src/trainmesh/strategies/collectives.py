@@ -83,7 +83,7 @@ def broadcast_tensors(mesh: ParallelMesh, tensors: Any, src: int = 0, *, over: s
         for same in by_kind.values():
             flat = torch.cat([t.detach().reshape(-1) for t in same])
             dist.broadcast(flat, src=source, group=group)
-            for tensor, piece in zip(same, flat.split([t.numel() for t in same])):
+            for tensor, piece in zip(same, torch.split(flat, [t.numel() for t in same])):
                 tensor.copy_(piece.view_as(tensor))
 
 

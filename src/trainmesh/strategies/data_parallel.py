@@ -83,8 +83,9 @@ def _split(data: Any, chunks: int) -> list[Any] | None:
     if isinstance(data, torch.Tensor):
         return list(data.chunk(chunks, dim=0)) if data.dim() > 0 else None
     if isinstance(data, Mapping):
-        parts = {key: _split(value, chunks) for key, value in data.items()}
-        return _combine(parts.values(), lambda values: type(data)(zip(parts.keys(), values)), data.values())
+        by_key = {key: _split(value, chunks) for key, value in data.items()}
+        mapping_type: Any = type(data)  # the batch's own mapping class, rebuilt from pairs
+        return _combine(by_key.values(), lambda values: mapping_type(zip(by_key.keys(), values)), data.values())
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         names = [f.name for f in dataclasses.fields(data)]
         parts = [_split(getattr(data, name), chunks) for name in names]
@@ -115,7 +116,8 @@ def gather_outputs(outputs: Sequence[Any], device: torch.device | None = None) -
         moved = [o.to(device) if device is not None else o for o in outputs]
         return torch.stack(moved) if first.dim() == 0 else torch.cat(moved, dim=0)
     if isinstance(first, Mapping):
-        return type(first)((key, gather_outputs([o[key] for o in outputs], device)) for key in first)
+        mapping_type: Any = type(first)  # the step's own mapping class, rebuilt from pairs
+        return mapping_type((key, gather_outputs([o[key] for o in outputs], device)) for key in first)
     if isinstance(first, (list, tuple)):
         merged = [gather_outputs([o[i] for o in outputs], device) for i in range(len(first))]
         if isinstance(first, tuple) and hasattr(first, "_fields"):

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,9 @@ from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.process_group import join_process_group, leave_process_group
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.sampling import shard_dataloader
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 START_METHODS = ("elastic", "spawn", "fork")
 
@@ -115,7 +118,7 @@ class DistributedStrategy:
         return int(collectives.reduce(self._mesh, torch.tensor(count, device=self._device), "max"))
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
-        return module.no_sync()
+        return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in
 
     def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
                        norm_type: float) -> torch.Tensor | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -52,7 +52,8 @@ def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_
         options["offload_policy"] = offload_policy
     for unit in units:
         fully_shard(unit, **options)
-    return fully_shard(StepDispatcher(module) if step_root else module, **options)
+    # fully_shard returns the module it was given (its class now also an FSDPModule).
+    return cast(nn.Module, fully_shard(StepDispatcher(module) if step_root else module, **options))
 
 
 def apply_replicate(module: nn.Module, mesh: Any, *, mp_policy: Any = None, step_root: bool = True) -> nn.Module:
@@ -62,8 +63,8 @@ def apply_replicate(module: nn.Module, mesh: Any, *, mp_policy: Any = None, step
 
     root = StepDispatcher(module) if step_root else module
     if mp_policy is None:
-        return replicate(root, mesh=mesh)
-    return replicate(root, mesh=mesh, mp_policy=mp_policy)
+        return cast(nn.Module, replicate(root, mesh=mesh))
+    return cast(nn.Module, replicate(root, mesh=mesh, mp_policy=mp_policy))
 
 
 def mixed_precision_policy(precision: Precision) -> Any:

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import nn
 
 from trainmesh.utilities.dtensors import is_dtensor
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 
 def materialize(module: nn.Module, device: torch.device) -> None:
@@ -102,7 +105,8 @@ def own_initialiser(module: nn.Module) -> Callable[[], Any] | None:
     for name in ("reset_parameters", "_reset_parameters"):
         method = getattr(module, name, None)
         if callable(method):
-            return method
+            initialiser: Callable[[], Any] = method
+            return initialiser
     return None
 
 
@@ -211,5 +215,5 @@ def _keep_local_shard(sharded: Any, whole: torch.Tensor) -> None:
     sharded.to_local().copy_(piece.to_local())
 
 
-def _is_dtensor(value: Any) -> bool:
+def _is_dtensor(value: Any) -> TypeGuard[DTensor]:  # a DTensor itself or a Parameter around one
     return is_dtensor(value) or is_dtensor(getattr(value, "data", None))

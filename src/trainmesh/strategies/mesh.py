@@ -97,7 +97,8 @@ class ParallelMesh:
         self.global_rank = global_rank
         self.device_mesh = device_mesh
         # Row-major coordinates over the dims' order, as init_device_mesh lays the ranks out.
-        coordinates, rest = {}, global_rank
+        coordinates: dict[str, int] = {}
+        rest = global_rank
         for axis in reversed(dims.order):
             size = getattr(dims, axis)
             coordinates[axis], rest = rest % size, rest // size
@@ -182,7 +183,8 @@ class ParallelMesh:
     def group_size(self, axis: str = "dp") -> int:
         if axis == "dp":
             return self.dp_size
-        return getattr(self.dims, self._axis(axis))
+        size: int = getattr(self.dims, self._axis(axis))
+        return size
 
     @staticmethod
     def _axis(axis: str) -> str:

@@ -33,10 +33,13 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining.schedules import _PipelineSchedule
 
 from trainmesh.strategies.stage_calls import inside_schedule
 from trainmesh.utilities.collections import apply_to_tensors
@@ -401,11 +404,12 @@ class Pipeline:
              training: bool, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None) -> Any:
         # torch cuts ``kwargs`` into micro-batches as it cuts the input (and the target: the row
         # indices the loss reads its micro-batch by) and gives each stage's forward its chunk.
+        assert scheduled.schedule is not None
         if not training:
             output = scheduled.schedule.step(*args, **kwargs)
             output = apply_to_tensors(output, lambda t: t[:size]) if output is not None else None
         else:
-            targets = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
+            targets: dict[str, Any] = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
             with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
                 output = scheduled.schedule.step(*args, return_outputs=False, **targets, **kwargs)
         return output
@@ -422,7 +426,7 @@ class _Scheduled:
     """
 
     def __init__(self) -> None:
-        self.schedule = None  # type: ignore[var-annotated]
+        self.schedule: _PipelineSchedule | None = None  # set by the builder, right after
         self.inferred = False
         self._loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
         self._calls = 0
@@ -466,5 +470,10 @@ def _padded(inputs: Any, rows: int) -> Any:
 
 def _tensors(value: Any) -> list[torch.Tensor]:
     found: list[torch.Tensor] = []
-    apply_to_tensors(value, lambda t: found.append(t) or t)
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        found.append(tensor)
+        return tensor
+
+    apply_to_tensors(value, keep)
     return found

@@ -4,8 +4,8 @@ permutation split across the ranks) and for evaluation (contiguous shards, every
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sized
+from typing import Any, cast
 
 from torch.utils.data import (
     BatchSampler,
@@ -13,6 +13,7 @@ from torch.utils.data import (
     DistributedSampler,
     IterableDataset,
     RandomSampler,
+    Sampler,
     SequentialSampler,
 )
 
@@ -43,12 +44,13 @@ def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, se
         if sharded.batch_sampler is None:
             return sharded  # unbatched loaders have no empty batch to pad with
         return EqualLengthLoader(sharded, longest)
-    if len(loader.dataset) == 0:
+    dataset = cast(Sized, loader.dataset)  # map-style (an iterable one returned above): it has a length
+    if len(dataset) == 0:
         # Empty on every rank alike: the fit loop warns and trains nothing, as on one device.
         return loader
-    if len(loader.dataset) < dp_size:
+    if len(dataset) < dp_size:
         raise ValueError(
-            f"the training set has {len(loader.dataset)} sample(s) but there are {dp_size} processes reading "
+            f"the training set has {len(dataset)} sample(s) but there are {dp_size} processes reading "
             "their own share of it (data-parallel ranks); every one needs at least one sample. Use fewer "
             "devices or more data"
         )
@@ -57,7 +59,7 @@ def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, se
         shard: Any = DistributedSampler(loader.dataset, num_replicas=dp_size, rank=dp_rank,
                                         shuffle=type(sampler) is RandomSampler, seed=seed)
     else:
-        shard = DistributedSamplerWrapper(sampler, num_replicas=dp_size, rank=dp_rank)
+        shard = DistributedSamplerWrapper(cast(Sampler[int], sampler), num_replicas=dp_size, rank=dp_rank)
     if loader.batch_sampler is None:
         return _with_sampler(loader, shard)
     if type(loader.batch_sampler) is not BatchSampler:
@@ -76,22 +78,24 @@ def _plain_shuffle(sampler: Any) -> bool:
             and sampler.generator is None)
 
 
-def _shard_for_evaluation(loader: DataLoader, world: int, rank: int) -> DataLoader:
+def _shard_for_evaluation(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
     """Contiguous shards with no padding: every sample once, rank order = dataset order."""
     if loader.batch_sampler is None:
         order = None if type(loader.sampler) is SequentialSampler else loader.sampler
-        return _with_sampler(loader, ContiguousShardSampler(loader.dataset, num_replicas=world, rank=rank, sampler=order))
-    return replace_batch_sampler(loader, ContiguousBatchShard(loader.batch_sampler, num_replicas=world, rank=rank))
+        return _with_sampler(loader, ContiguousShardSampler(cast(Sized, loader.dataset), num_replicas=world, rank=rank,
+                                                            sampler=cast("Sampler[int] | None", order)))
+    batches = cast(Sampler[list[int]], loader.batch_sampler)
+    return replace_batch_sampler(loader, ContiguousBatchShard(batches, num_replicas=world, rank=rank))
 
 
-def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
+def _with_sampler(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
     clone = copy.copy(loader)
     object.__setattr__(clone, "sampler", sampler)
     object.__setattr__(clone, "_iterator", None)
     return clone
 
 
-def _already_distributed(loader: DataLoader) -> bool:
+def _already_distributed(loader: DataLoader[Any]) -> bool:
     samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler]
     ours = (DistributedSampler, DistributedSamplerWrapper, ContiguousShardSampler, ContiguousBatchShard)
     return any(isinstance(s, ours) for s in samplers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -21,7 +21,7 @@ from trainmesh.strategies.compile import apply_compile
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.step import StepHooks, StepModule, StepResult, run_eval_step, run_train_step, whole_output
 
 _NO_SYNC_NEEDED = contextlib.nullcontext()
 
@@ -92,7 +92,7 @@ class SingleDeviceStrategy:
 
     def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
                    hooks: StepHooks) -> StepResult:
-        return run_train_step(lambda: module.training_step(batch, batch_idx), combine=whole_output, hooks=hooks,
+        return run_train_step(lambda: cast(StepModule, module).training_step(batch, batch_idx), combine=whole_output, hooks=hooks,
                               autocast=self.precision.autocast(), no_sync=None)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,

@@ -37,7 +37,8 @@ def whole_output(output: Any) -> Any:
 
 
 def _loss_entry(output: Any) -> torch.Tensor:
-    return output["loss"] if isinstance(output, dict) else output
+    loss: torch.Tensor = output["loss"] if isinstance(output, dict) else output
+    return loss
 
 
 def tokens_in(output: Any, *, owner: str = "training_step") -> torch.Tensor | None:
@@ -70,7 +71,7 @@ def tokens_in(output: Any, *, owner: str = "training_step") -> torch.Tensor | No
 
 
 def _plain_backward(loss: torch.Tensor) -> None:
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
 
 
 def _no_check(loss: torch.Tensor) -> None:

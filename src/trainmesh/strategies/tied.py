@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.utilities.dtensors import is_dtensor
+
 
 def tied_parameters(module: nn.Module) -> list[tuple[str, ...]]:
     """The names of each parameter registered under two or more names, in registration order.
@@ -47,11 +49,10 @@ def held_names(module: nn.Module, group: Iterable[str]) -> list[str]:
 
 def layout(tensor: torch.Tensor) -> str:
     """How a parameter is laid out across ranks, for comparison and messages."""
-    placements = getattr(tensor, "placements", None)
-    if placements is None:
+    if not is_dtensor(tensor):
         return f"whole (not split), shape {tuple(tensor.shape)}"
     mesh = tensor.device_mesh
-    return f"{tuple(placements)} on mesh {tuple(mesh.mesh_dim_names or ())}, shape {tuple(tensor.shape)}"
+    return f"{tuple(tensor.placements)} on mesh {tuple(mesh.mesh_dim_names or ())}, shape {tuple(tensor.shape)}"
 
 
 def _differ(names: Mapping[str, str]) -> str:
@@ -187,7 +188,7 @@ def _grad_laid_out_as_parameter(parameter: nn.Parameter) -> None:
     grad = parameter.grad
     if grad is None:
         parameter.grad = torch.zeros_like(parameter)
-    elif hasattr(grad, "placements") and tuple(grad.placements) != tuple(parameter.placements):
+    elif is_dtensor(grad) and is_dtensor(parameter) and tuple(grad.placements) != tuple(parameter.placements):
         parameter.grad = grad.redistribute(parameter.device_mesh, parameter.placements)
 
 

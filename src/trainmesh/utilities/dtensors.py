@@ -10,12 +10,15 @@ not with trainmesh (``import trainmesh`` stays fast; a one-process run may never
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
-def is_dtensor(value: Any) -> bool:
+
+def is_dtensor(value: Any) -> TypeGuard[DTensor]:
     """Whether ``value`` is a DTensor (an FSDP2 shard, a tensor-parallel way, or a replica of one)."""
     if not isinstance(value, torch.Tensor) or not torch.distributed.is_available():
         return False
