@@ -29,7 +29,8 @@ from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
-from trainmesh.strategies.protocol import Placement, Strategy
+from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: the type of trainer.strategy
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
@@ -282,7 +283,7 @@ class Runtime:
         return self.precision.autocast()
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.precision.scale_loss(loss).backward()
+        self.precision.scale_loss(loss).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -182,7 +182,8 @@ def restore_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView,
     state.sink.results.load_state_dict(_results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank))
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
-    return own.get("rng", checkpoint["rng"])
+    rng: dict[str, Any] | None = own.get("rng", checkpoint["rng"])
+    return rng
 
 
 def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: str) -> None:
@@ -210,7 +211,8 @@ def _own_entry(runtime: Runtime, checkpoint: dict[str, Any]) -> dict[str, Any]:
     """This rank's saved RNG, pending gradients and outputs; rank 0's RNG on another layout."""
     per_rank = checkpoint.get("per_rank", [])
     if len(per_rank) == runtime.world_size:
-        return per_rank[runtime.global_rank]
+        own: dict[str, Any] = per_rank[runtime.global_rank]
+        return own
     if per_rank and (per_rank[0].get("pending_gradients") or per_rank[0].get("epoch_outputs")):
         rank_zero_warn(
             f"the checkpoint was written by {len(per_rank)} process(es) and is resumed on {runtime.world_size}: "
@@ -285,7 +287,7 @@ def resume_source(trainer: TrainerView, runtime: Runtime) -> str | None:
         return None
     # One answer for all: processes that resumed from different files would train on silently apart.
     found = resolve_ckpt_path(trainer, "last", allow_fresh_start=True) if trainer.is_global_zero else None
-    found = runtime.broadcast(found, src=0)
+    found = cast("str | None", runtime.broadcast(found, src=0))
     if trainer.is_global_zero:
         if found:
             print(f"trainmesh: {reason}: resuming from {found}", flush=True)

@@ -136,7 +136,7 @@ def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: in
     step_hooks = StepHooks(step_end=None if step_end is None else getattr(state.module, step_end),
                            chunk_scope=sink.chunk_scope)
     outputs_hook = _OUTPUTS_HOOK.get(stage)
-    outputs = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
+    outputs: list[Any] | None = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     for batch_idx, batch in enumerate(loader):
         if batch_idx >= limit:
             break
@@ -157,7 +157,7 @@ def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: in
 
 def _publish(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, float]]:
     """Reduce each loader's metrics across ranks and publish them (not for the sanity check)."""
-    published = []
+    published: list[dict[str, float]] = []
     sink = ctx.state.sink
     for loader_idx, results in enumerate(per_loader):
         sink.start_stage(results)

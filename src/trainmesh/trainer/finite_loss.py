@@ -55,6 +55,7 @@ class FiniteLossCheck:
         self._positions.append((self.trainer.global_step, self.trainer.current_epoch, batch_idx))
         newly_bad = torch.logical_and(torch.isfinite(loss).logical_not(), self._first_bad < 0)
         self._first_bad = torch.where(newly_bad, index, self._first_bad)
+        assert self._bad_value is not None  # set with _first_bad
         self._bad_value = torch.where(newly_bad, loss.float(), self._bad_value)
 
     def verify(self) -> None:
@@ -80,7 +81,7 @@ class FiniteLossCheck:
     def _last_good_checkpoint(self) -> str:
         callback = self.trainer.checkpoint_callback
         # A resumed fit's callback knows the checkpoints of the run before.
-        known = [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")] if callback else []
+        known: list[str] = [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")] if callback else []
         for path in reversed(known + self._checked_saves):
             if path and os.path.exists(path):
                 return path

@@ -186,6 +186,7 @@ def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | flo
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
+            assert loop.loss_check is not None  # fit sets it
             loop.loss_check.verify()  # where the check is deferred (finite_loss.py), its read
         if validate_now:
             evaluation.run_validation(ctx, state.val_loaders)
@@ -286,7 +287,7 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | f
 
 
 def _copied_results(results: Any) -> dict[str, Any]:
-    state = results.state_dict()
+    state: dict[str, Any] = results.state_dict()
     for entry in state.values():
         if entry["total"] is not None:
             entry["total"] = entry["total"].clone()  # accumulated in place by later self.log calls

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import torch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from trainmesh.trainer.finite_loss import FiniteLossCheck
     from trainmesh.trainer.hooks import HookDispatcher
+    from trainmesh.trainer.manual_optimization import ManualBackward
     from trainmesh.trainer.optimizers import SchedulerConfig
     from trainmesh.trainer.results import MetricSink, StageResults
     from trainmesh.trainer_view import ManualSteps
@@ -93,7 +93,7 @@ class LoopState:
     hooks: HookDispatcher | None = None
     val_loaders: list[Any] = field(default_factory=list)
     # manual_optimization.ManualBackward, set by fit for a manual-optimization module
-    manual_backward: Callable[[torch.Tensor], None] | None = None
+    manual_backward: ManualBackward | None = None
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for
 
@@ -122,7 +122,8 @@ class StateField(Generic[T]):
 
     def __set__(self, obj: Any, value: T) -> None:
         held = getattr(obj, self.holder)
-        if dataclasses.is_dataclass(held) and held.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        params = getattr(held, "__dataclass_params__", None)  # a dataclass instance's
+        if params is not None and params.frozen:
             setattr(obj, self.holder, dataclasses.replace(held, **{self.name: value}))
         else:
             setattr(held, self.name, value)

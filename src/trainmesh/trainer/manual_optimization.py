@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -125,7 +125,8 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
     def no_token_count(output: Any) -> None:
         refuse_manual_tokens(output, type(module).__name__)
 
-    return StepHooks(step_end=hooks.step_end, loss_of=loss_or_none, count_of=no_token_count, backward=_no_backward,
+    # A None loss passes through the strategy's step untouched: no check, no backward, divisor 1.
+    return StepHooks(step_end=hooks.step_end, loss_of=cast(Callable[[Any], torch.Tensor], loss_or_none), count_of=no_token_count, backward=_no_backward,
                      chunk_scope=hooks.chunk_scope, backward_scope=manual.scope)
 
 
@@ -221,6 +222,6 @@ def clip_gradients(trainer: TrainerView, optimizer: Any, value: float | None, al
         raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     runtime = trainer.runtime
-    if algorithm == "norm":
-        return runtime.clip_gradients(trainer.model, inner, max_norm=value)
-    return runtime.clip_gradients(trainer.model, inner, clip_val=value)
+    norm: torch.Tensor | None = (runtime.clip_gradients(trainer.model, inner, max_norm=value) if algorithm == "norm"
+                                 else runtime.clip_gradients(trainer.model, inner, clip_val=value))
+    return norm

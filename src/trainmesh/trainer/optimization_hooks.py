@@ -37,7 +37,8 @@ def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[[torch.Tensor], No
     overrides them; ``runtime.backward`` itself where nobody does."""
     before, after = hooks.overridden("on_before_backward"), hooks.overridden("on_after_backward")
     if not (before or after):
-        return runtime.backward
+        backward: Callable[[torch.Tensor], None] = runtime.backward
+        return backward
     return _HookedBackward(hooks, runtime, before=before, after=after)
 
 

@@ -96,7 +96,7 @@ def _needs_metric(scheduler: Any) -> bool:
     return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-def step_scheduler(config: SchedulerConfig, metrics: Mapping[str, float]) -> None:
+def step_scheduler(config: SchedulerConfig, metrics: Mapping[str, torch.Tensor | float]) -> None:
     if _needs_metric(config.scheduler):
         assert config.monitor is not None
         if config.monitor not in metrics:

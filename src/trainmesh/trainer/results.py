@@ -118,7 +118,7 @@ class MetricSink:
         self.hook = hook
         self._batch = batch
         self._batch_size = None
-        self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
+        self._chunk_steps = {}
 
     def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
@@ -169,6 +169,7 @@ class MetricSink:
         if chunk is not None and batch_size is None:
             batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
         if entry.on_step:
+            step_value: torch.Tensor | float
             if chunk is not None:
                 step_value = self._mean_over_chunks(name, _as_tensor(number), batch_size or 0)
             else:
@@ -282,7 +283,8 @@ def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
                 f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; log a scalar "
                 "(reduce it with .mean() or log each element under its own name)"
             )
-        return value.detach().reshape(())
+        scalar: torch.Tensor = value.detach().reshape(())
+        return scalar
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric")
@@ -297,16 +299,16 @@ def read_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     """``values`` as Python floats, in their order, with one device-to-host copy per device
     rather than one per value: on a GPU each ``.item()`` waits for the device to catch up."""
     out: dict[str, float] = dict.fromkeys(values, 0.0)  # the order of ``values``, filled below
-    on_device: dict[torch.device, list[str]] = {}
+    on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
     for name, value in values.items():
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            on_device.setdefault(value.device, []).append(name)
+            on_device.setdefault(value.device, {})[name] = value
         else:
             out[name] = float(value)
-    for names in on_device.values():
+    for tensors in on_device.values():
         # float64 holds every float32/bf16/int32 value exactly: the same floats as float(value).
-        numbers = torch.stack([values[name].detach().reshape(()).to(torch.float64) for name in names]).tolist()
-        out.update(zip(names, numbers))
+        numbers = torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors.values()]).tolist()
+        out.update(zip(tensors, numbers))
     return out
 
 

@@ -62,7 +62,8 @@ class TokenLossWindow:
         self.mean_losses = 0
         if tokens is None:
             return None
-        return runtime.normalize_gradients(model, tokens, loss_sum=loss_sum)
+        mean_loss: torch.Tensor | None = runtime.normalize_gradients(model, tokens, loss_sum=loss_sum)
+        return mean_loss
 
 
 def refuse_manual_tokens(output: Any, owner: str) -> None:

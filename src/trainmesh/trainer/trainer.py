@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -245,7 +245,7 @@ class Trainer:
                   ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
-        results = self._launch(stage, model, data, ckpt_path)
+        results: list[dict[str, float]] = self._launch(stage, model, data, ckpt_path)
         if verbose and self.is_global_zero:
             evaluation.print_results(stage, results)
         return results
@@ -280,7 +280,8 @@ class Trainer:
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
                 with supervision.stop_signals(self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint):
-                    result = fit_loop.run_fit(loop, data, checkpoint, source or "")
+                    fit_loop.run_fit(loop, data, checkpoint, source or "")
+                    result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
                 self._load_weights_for_eval(ckpt_path)
@@ -332,7 +333,7 @@ class Trainer:
             state.optimizers, state.lr_scheduler_configs = [], []
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
-            optimizers, state.lr_scheduler_configs = parse_optimizers(model.configure_optimizers(), type(model).__name__)
+            optimizers, state.lr_scheduler_configs = parse_optimizers(cast(Module, model).configure_optimizers(), type(model).__name__)
             state.optimizers = runtime.setup_optimizers(*optimizers)
             _point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
         state.manual_steps = ManualSteps(state, runtime)
@@ -344,6 +345,7 @@ class Trainer:
         if ckpt_path is None:
             return
         source = self._state.ckpt_path = resolve_ckpt_path(self, ckpt_path)
+        assert source is not None  # None only with allow_fresh_start
         restore_checkpoint(self._state, self.runtime, self, self._read_checkpoint(source, with_optimizers=False),
                            source=source, weights_only=True)
 

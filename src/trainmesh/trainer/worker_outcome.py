@@ -55,9 +55,9 @@ class WorkerOutcome:
         state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         state.current_epoch, state.global_step = self.current_epoch, self.global_step
         for callback in trainer.callbacks:
-            state = self.callback_states.get(callback.state_key)
-            if state:
-                callback.load_state_dict(state)
+            saved = self.callback_states.get(callback.state_key)
+            if saved:
+                callback.load_state_dict(saved)
         for logger, version in zip(trainer.loggers, self.logger_versions):
             if version is not None:
                 logger.agree_on_version(lambda _own, version=version: version)  # rank 0's, as in the workers
