@@ -70,6 +70,7 @@ def resolve_devices(device_type: str, devices: int | str | list[int] | tuple[int
             raise ValueError(f"devices={devices!r} must be at least 1 (or 'auto' / -1 for all)")
         indices = list(range(parsed))
     else:
+        assert not isinstance(parsed, str)  # "auto" is the one string _parse_devices returns
         indices = list(parsed)
         if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
             raise ValueError(f"devices={devices!r} lists a device twice or a negative index")
@@ -125,7 +126,7 @@ def physical_cpu_count() -> int:
     logical = logical_cpu_count()
     physical = None
     try:
-        import psutil  # type: ignore[import-not-found]
+        import psutil
 
         physical = psutil.cpu_count(logical=False)
     except Exception:  # not installed, or it could not tell

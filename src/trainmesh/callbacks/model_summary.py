@@ -18,7 +18,7 @@ _COUNT_LABELS = ("", "K", "M", "B", "T")
 class SummaryRow(NamedTuple):
     """One layer of the table: its position, dotted name, class name and parameter count."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: the row's position
     name: str
     type_name: str
     params: int

@@ -231,7 +231,8 @@ class ProgressBar(Callback):
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
             self._start_eval(trainer, label, "num_val_batches")
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                           dataloader_idx: int = 0) -> None:
         self._advance_eval(trainer, batch_idx, "num_val_batches")
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
@@ -242,7 +243,8 @@ class ProgressBar(Callback):
     def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Testing", "num_test_batches")
 
-    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                           dataloader_idx: int = 0) -> None:
         self._advance_eval(trainer, batch_idx, "num_test_batches")
 
     def on_test_end(self, trainer: TrainerView, module: Any) -> None:
@@ -251,7 +253,8 @@ class ProgressBar(Callback):
     def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Predicting", "num_predict_batches")
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                           dataloader_idx: int = 0) -> None:
         self._advance_eval(trainer, batch_idx, "num_predict_batches")
 
     def on_predict_end(self, trainer: TrainerView, module: Any) -> None:

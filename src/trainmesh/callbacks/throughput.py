@@ -288,6 +288,7 @@ class ThroughputMonitor(Callback):
                 self.flops_per_batch = int(counter.get_total_flops())
 
     def _count_tokens(self, batch: Any, first: torch.Tensor | None, shape: Any) -> None:
+        assert self._tokens is not None  # the caller counts only while tokens are counted
         if self.tokens_in_batch is not None:
             self._tokens += int(self.tokens_in_batch(batch))
         elif self.tokens_per_sample is not None:

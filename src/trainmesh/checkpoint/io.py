@@ -106,6 +106,7 @@ def no_space_error(error: BaseException, target: Path) -> OSError | None:
         free = f"{shutil.disk_usage(target.parent).free / 1e6:.0f} MB free there now"
     except OSError:
         free = "free space unknown"
+    assert cause.errno is not None  # _full_disk_cause found it in _FULL_DISK
     return OSError(cause.errno, (
         f"{_FULL_DISK[cause.errno]} while saving the checkpoint {target} (in {target.parent}, {free}); "
         "the partial file was removed and earlier checkpoints are untouched. Free some space, save "

@@ -290,7 +290,7 @@ def _build_from_group(group: Any, role: str) -> Any:
 
 def _fit(command: str, trainer: Trainer, model: Any, datamodule: Any, settings: Any) -> None:
     trainer.fit(model, datamodule=datamodule, ckpt_path=settings.ckpt_path)
-    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")}
+    metrics: dict[str, Any] = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")}
     if settings.test and _defines(datamodule, "test_dataloader"):
         metrics.update(_merge(trainer.test(model, datamodule=datamodule, verbose=False)))
     if not trainer.is_global_zero:
@@ -368,7 +368,7 @@ def _merge(results: list[dict[str, float]]) -> dict[str, float]:
     return merged
 
 
-def _print_metrics(title: str, metrics: dict[str, float]) -> None:
+def _print_metrics(title: str, metrics: dict[str, Any]) -> None:  # floats or 0-dim tensors
     from rich.console import Console
     from rich.table import Table
 

@@ -209,7 +209,8 @@ class MNISTDataModule(DataModule):
         return dataset
 
     def _loader(self, dataset: TensorDataset | torch.Tensor, *, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers)
+        # predict passes a tensor: its rows serve as a map-style dataset
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers)  # type: ignore[arg-type]
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._require(self.train_set, "train_dataloader", "fit"), shuffle=True)

@@ -108,7 +108,8 @@ class SyntheticDataModule(DataModule):
         return dataset
 
     def _loader(self, dataset: TensorDataset | torch.Tensor, *, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle)
+        # predict passes a tensor: its rows serve as a map-style dataset
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle)  # type: ignore[arg-type]
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._require(self.train_set, "train_dataloader"), shuffle=self.shuffle)

@@ -82,7 +82,11 @@ def _in_slurm_job_step(env: Mapping[str, str]) -> bool:
 def _slurm_process(env: Mapping[str, str], *, devices: int) -> ProcessInfo:
     per_node = env.get("SLURM_NTASKS_PER_NODE")
     if per_node is not None:
-        count = int(re.match(r"\d+", per_node).group())  # "2(x3)" -> 2
+        leading = re.match(r"\d+", per_node)  # "2(x3)" -> 2
+        if leading is None:
+            raise ValueError(f"SLURM_NTASKS_PER_NODE={per_node!r} does not start with a task count; expected a form "
+                             "such as '2' or '2(x3)': check the job's --ntasks-per-node")
+        count = int(leading.group())
         if count != devices:
             raise ValueError(
                 f"SLURM starts {count} task(s) per node (--ntasks-per-node={per_node}) but "

@@ -180,6 +180,7 @@ def _fixed_batch(workload: Workload, batch_size: int) -> Any:
 
     from trainmesh.cli.classes import import_class
 
+    assert workload.data_path is not None  # a measured workload names its data
     data = import_class(workload.data_path, "data")(**workload.data_kwargs)
     data.prepare_data()
     data.setup("fit")

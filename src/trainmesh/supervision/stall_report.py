@@ -84,10 +84,10 @@ def collectives_issued() -> dict[str, int]:
     """How many collectives this process issued on each process group it belongs to."""
     if not (dist.is_available() and dist.is_initialized()):
         return {}
-    counts = {}
+    counts: dict[str, int] = {}
     for group, name in list(dist.distributed_c10d._world.pg_names.items()):
         try:
-            counts[name] = group._get_sequence_number_for_group()
+            counts[name] = group._get_sequence_number_for_group()  # type: ignore[attr-defined]  # private, caught below
         except (AttributeError, RuntimeError):  # a backend that keeps no count
             continue
     return counts

@@ -227,7 +227,7 @@ class _RankChannel:
             return None
         # A clone is a connection of its own (torch's way to use a store from several threads):
         # this thread never waits behind a store call of the training thread.
-        store = dist.distributed_c10d._get_default_store().clone()
+        store = dist.distributed_c10d._get_default_store().clone()  # type: ignore[attr-defined]  # not in torch's stubs
         store.set_timeout(_STORE_TIMEOUT)
         return cls(store, rank=dist.get_rank(), world_size=dist.get_world_size(), watch=watch)
 

@@ -28,7 +28,8 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         return type(data)(items)
     if isinstance(data, Mapping):
         mapped = {key: apply_to_tensors(value, fn) for key, value in data.items()}
-        return mapped if type(data) is dict else type(data)(mapped)
+        mapping_type: Any = type(data)  # the input's own mapping class
+        return mapped if mapping_type is dict else mapping_type(mapped)
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         # Frozen dataclasses and fields with init=False cannot go through the constructor,
         # so copy the object and set the mapped fields directly.
