@@ -186,8 +186,7 @@ def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | flo
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
-            assert loop.loss_check is not None  # fit sets it
-            loop.loss_check.verify()  # where the check is deferred (finite_loss.py), its read
+            _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         if validate_now:
             evaluation.run_validation(ctx, state.val_loaders)
             sink.start_stage(train_results)
@@ -257,8 +256,7 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | f
     """
     state, hooks = ctx.state, ctx.hooks
     loop, sink = state.loop, state.sink
-    assert loop.loss_check is not None  # fit sets it
-    loop.loss_check.verify()  # before validation and the epoch's checkpoints
+    _verify_losses(loop)  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
             epoch=state.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
@@ -284,6 +282,11 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | f
     loop.batches_done = 0
     if ctx.settings.min_epochs is not None and state.current_epoch < ctx.settings.min_epochs:
         state.should_stop = False
+
+
+def _verify_losses(loop: LoopPosition) -> None:
+    assert loop.loss_check is not None  # fit sets it
+    loop.loss_check.verify()
 
 
 def _copied_results(results: Any) -> dict[str, Any]:
