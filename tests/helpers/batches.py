@@ -148,3 +148,12 @@ def _set_environment(values: dict[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def dispatch(programs: dict[str, Callable[..., object]], argv: list[str]) -> None:
+    """Run one program of a ``*_run.py`` file: ``argv`` is NAME ARGS..., NAME a key of the file's
+    ``PROGRAMS`` table; the program's function gets ARGS, as strings."""
+    name, *args = argv
+    if name not in programs:
+        raise ValueError(f"unknown program {name!r}: the programs of this file are {', '.join(programs)}")
+    programs[name](*args)

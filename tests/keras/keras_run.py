@@ -176,20 +176,28 @@ def run_load(keras_file: str, x_file: str, out: str) -> None:
     np.save(out, np.asarray(model.predict(np.load(x_file), batch_size=32, verbose=0)))
 
 
-def run_mode(argv: list[str]) -> None:
-    """One leg: ``argv`` is the command line after the program (MODE ARGS...)."""
-    mode = argv[0]
-    if mode == "handwritten":
-        from trainmesh.launchers.environments import find_free_port
+def run_handwritten(out: str, batch: str = "16") -> None:
+    """handwritten OUT [BATCH]: the guide's own loop, in two spawned processes."""
+    from trainmesh.launchers.environments import find_free_port
 
-        batch = int(argv[2]) if len(argv) > 2 else 16
-        torch.multiprocessing.spawn(handwritten_worker, args=(argv[1], find_free_port(), batch), nprocs=2)
-    elif mode == "fit":
-        run_fit(argv[1], argv[2], int(argv[3]), int(argv[4]), *argv[5:7])
-    elif mode == "load":
-        run_load(argv[1], argv[2], argv[3])
-    else:
-        raise SystemExit(f"unknown leg {mode!r}")
+    torch.multiprocessing.spawn(handwritten_worker, args=(out, find_free_port(), int(batch)), nprocs=2)
+
+
+def run_fit_leg(out: str, kind: str, devices: str, batch: str, *rest: str) -> None:
+    """fit OUT MODEL DEVICES BATCH [OPT [STRATEGY]]: trainmesh.keras.fit."""
+    run_fit(out, kind, int(devices), int(batch), *rest[:2])
+
+
+# The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
+PROGRAMS = {"handwritten": run_handwritten, "fit": run_fit_leg, "load": run_load}
+
+
+def run_mode(argv: list[str]) -> None:
+    """One leg: ``argv`` is the command line after the program (NAME ARGS..., NAME a key of PROGRAMS)."""
+    name = argv[0]
+    if name not in PROGRAMS:
+        raise SystemExit(f"unknown leg {name!r}")
+    PROGRAMS[name](*argv[1:])
 
 
 if __name__ == "__main__":

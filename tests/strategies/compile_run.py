@@ -115,8 +115,12 @@ def resume(strategy: str, world: str, compile: str, ckpt: str, out: str) -> None
     finish(trainer, model, out)
 
 
+# The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
+PROGRAMS = {"train": train, "resume": resume, "refuse": refuse}
+
+
 def main(argv: list[str]) -> None:
-    {"train": train, "resume": resume, "refuse": refuse}[argv[0]](*argv[1:])
+    PROGRAMS[argv[0]](*argv[1:])
 
 
 if __name__ == "__main__":

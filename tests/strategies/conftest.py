@@ -32,3 +32,12 @@ def _reference_run(out: Path) -> str | None:
     except subprocess.TimeoutExpired as timeout:
         return f"timed out: {timeout}"
     return None if result.returncode == 0 else result.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def model_parallel_legs(tmp_path_factory):
+    """The model-parallel legs (model_parallel_legs.py), shared by test_model_parallel.py,
+    test_pipeline.py and test_tensor_parallel.py: every leg of its plan runs once per session."""
+    from model_parallel_legs import Legs
+
+    return Legs(tmp_path_factory.mktemp("model_parallel"))

@@ -1,4 +1,5 @@
-"""Legs of the ddp tests, each run as its own program (ddp re-runs the script it is in).
+"""Programs of the ddp tests, each a function of the PROGRAMS table (at the end) run as its own
+program (ddp re-runs the script it is in): ``python ddp_run.py NAME ARGS...``, for instance
 
 python ddp_run.py trainer OUT [STRATEGY DEVICES NODES]  -> Trainer run; rank 0 saves weights
 python ddp_run.py handwritten OUT                       -> the keras-io seed's hand-written DDP loop
@@ -380,46 +381,60 @@ def run_runtime(out):
     runtime.launch(train)
 
 
+def run_trainer_leg(out, strategy="ddp", devices="2", nodes="1"):
+    """trainer OUT [STRATEGY DEVICES NODES]: a Trainer run; rank 0 saves weights."""
+    run_trainer(out, strategy, int(devices), int(nodes))
+
+
+def run_handwritten(out):
+    """handwritten OUT: the keras-io seed's hand-written DDP loop, in two spawned processes."""
+    from trainmesh.launchers.environments import find_free_port
+
+    torch.multiprocessing.spawn(handwritten_worker, args=(out, find_free_port()), nprocs=2)
+
+
+def run_existing(out):
+    """existing OUT: a harness's own process group, made before the Trainer."""
+    from trainmesh.launchers.environments import find_free_port
+
+    torch.multiprocessing.spawn(existing_group_worker, args=(out, find_free_port()), nprocs=2)
+
+
+def run_accumulate_leg(out, accumulate, batch):
+    """accumulate OUT ACCUMULATE BATCH: counted all-reduces under gradient accumulation."""
+    run_accumulate(out, int(accumulate), int(batch))
+
+
+def run_unused_leg(find):
+    """unused find|default: DDP with parameters outside the loss."""
+    run_unused(find == "find")
+
+
+# The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
+PROGRAMS = {
+    "trainer": run_trainer_leg,
+    "handwritten": run_handwritten,
+    "existing": run_existing,
+    "single": run_single,
+    "fail": run_fail,
+    "evaluate": run_evaluate,
+    "metrics": run_metrics,
+    "accumulate": run_accumulate_leg,
+    "sharded": run_sharded,
+    "dcp_save": run_dcp_save,
+    "dcp_resume": run_dcp_resume,
+    "predict": run_sharded_predict,
+    "callbacks": run_callbacks,
+    "unused": run_unused_leg,
+    "runtime": run_runtime,
+}
+
+
 def run_mode(argv: list[str]) -> None:
-    """One leg: ``argv`` is the command line after the program (MODE ARGS...)."""
-    mode = argv[0]
-    if mode == "trainer":
-        extra = argv[2:]
-        run_trainer(argv[1], *(extra[:1]), *map(int, extra[1:]))
-    elif mode == "handwritten":
-        from trainmesh.launchers.environments import find_free_port
+    """One leg: ``argv`` is the command line after the program (NAME ARGS..., NAME a key of PROGRAMS)."""
+    from helpers.batches import dispatch
 
-        torch.multiprocessing.spawn(handwritten_worker, args=(argv[1], find_free_port()), nprocs=2)
-    elif mode == "existing":
-        from trainmesh.launchers.environments import find_free_port
-
-        torch.multiprocessing.spawn(existing_group_worker, args=(argv[1], find_free_port()), nprocs=2)
-    elif mode == "single":
-        run_single(argv[1])
-    elif mode == "fail":
-        run_fail()
-    elif mode == "evaluate":
-        run_evaluate(*argv[1:])
-    elif mode == "metrics":
-        run_metrics(argv[1])
-    elif mode == "accumulate":
-        run_accumulate(argv[1], int(argv[2]), int(argv[3]))
-    elif mode == "sharded":
-        run_sharded(argv[1], argv[2], *argv[3:])
-    elif mode == "dcp_save":
-        run_dcp_save(*argv[1:])
-    elif mode == "dcp_resume":
-        run_dcp_resume(argv[1], argv[2], argv[3], argv[4])
-    elif mode == "predict":
-        run_sharded_predict(argv[1], argv[2])
-    elif mode == "callbacks":
-        run_callbacks(argv[1], argv[2])
-    elif mode == "unused":
-        run_unused(argv[1] == "find")
-    elif mode == "runtime":
-        run_runtime(argv[1])
-    else:
-        raise ValueError(f"unknown mode {mode!r}")
+    dispatch(PROGRAMS, argv)
 
 
 if __name__ == "__main__":

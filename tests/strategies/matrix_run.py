@@ -145,6 +145,21 @@ def runtime_cell(strategy: str, kind: str, path: Path, *, optimizer_first: bool)
     runtime.launch(loop)
 
 
+def runtime_before_cell(strategy: str, kind: str, path: Path) -> None:
+    """A Runtime loop whose optimizer exists before setup (the README's pattern)."""
+    runtime_cell(strategy, kind, path, optimizer_first=True)
+
+
+def runtime_after_cell(strategy: str, kind: str, path: Path) -> None:
+    """A Runtime loop that sets up the module, then makes its optimizer."""
+    runtime_cell(strategy, kind, path, optimizer_first=False)
+
+
+# The programs of a cell ENTRY-KIND under a strategy: the entry's function on the KIND of model
+# (ENTRIES, in order); the strategy "plain" runs plain_cell alone.
+PROGRAMS = {"trainer": trainer_cell, "runtime_before": runtime_before_cell, "runtime_after": runtime_after_cell}
+
+
 def plain_cell(kind: str, path: Path) -> None:
     """The hand-written one-process loop: PyTorch alone."""
     module = MatrixModule(kind)
@@ -167,10 +182,8 @@ def run_cells(strategy: str, outdir: Path, cells: list[str]) -> None:
         try:
             if strategy == "plain":
                 plain_cell(kind, path)
-            elif entry == "trainer":
-                trainer_cell(strategy, kind, path)
             else:
-                runtime_cell(strategy, kind, path, optimizer_first=entry == "runtime_before")
+                PROGRAMS[entry](strategy, kind, path)
         except (ValueError, TypeError) as refusal:  # a refusal before training: record it, go on
             if rank == 0:
                 torch.save({"error": f"{type(refusal).__name__}: {refusal}"}, path)

@@ -1,4 +1,5 @@
-"""The processes of test_model_parallel.py: Trainer runs under named layouts.
+"""The processes of test_model_parallel.py, test_pipeline.py and test_tensor_parallel.py
+(model_parallel_legs.py): Trainer runs under named layouts.
 
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
 python model_parallel_run.py --batch LEGS.json   (a list of [OUT, LAYOUT, {KEY: VALUE}], one world size)

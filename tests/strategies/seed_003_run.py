@@ -113,20 +113,34 @@ def where_this_rank_sits(trainer: tm.Trainer) -> dict:
     }
 
 
+def single(validate: bool) -> tm.Trainer:
+    """One process, one device: the reference."""
+    return fit(validate=validate)[0]
+
+
+def layers_on_devices(validate: bool) -> tm.Trainer:
+    """(a) one process, the model's halves on devices 0 and 1."""
+    return fit(accelerator=os.environ.get("ACCELERATOR", "cpu"), devices=2, strategy="layers_on_devices",
+               validate=validate)[0]
+
+
+def pp_replicate(validate: bool) -> tm.Trainer:
+    """(b) under torchrun, 2 nodes x 2 processes: a pipeline per node, the nodes replicas."""
+    return fit(devices=2, num_nodes=REPLICAS, strategy="pp_replicate", per_rank_batch=GLOBAL_BATCH // REPLICAS,
+               validate=validate)[0]
+
+
+# The programs of this file (LEG on the command line); each returns the Trainer it fitted.
+PROGRAMS = {"single": single, "layers_on_devices": layers_on_devices, "pp_replicate": pp_replicate}
+
+
 def main() -> None:
     faulthandler.dump_traceback_later(int(os.environ.get("RUN_TIMEOUT", "240")), exit=True)
     leg, out = sys.argv[1], sys.argv[2]
     validate = dict(arg.split("=", 1) for arg in sys.argv[3:]).get("val", "1") == "1"
-    if leg == "single":
-        trainer, _ = fit(validate=validate)
-    elif leg == "layers_on_devices":
-        trainer, _ = fit(accelerator=os.environ.get("ACCELERATOR", "cpu"), devices=2, strategy="layers_on_devices",
-                         validate=validate)
-    elif leg == "pp_replicate":
-        trainer, _ = fit(devices=2, num_nodes=REPLICAS, strategy="pp_replicate",
-                         per_rank_batch=GLOBAL_BATCH // REPLICAS, validate=validate)
-    else:
+    if leg not in PROGRAMS:
         raise SystemExit(f"unknown leg {leg!r}")
+    trainer = PROGRAMS[leg](validate)
     weights = whole_weights(trainer)
     if leg == "pp_replicate":
         torch.save({"state_dict": weights, "place": where_this_rank_sits(trainer),

@@ -137,8 +137,12 @@ def refuse(name: str, out: str) -> None:
     raise AssertionError(f"{name} trained: it should have been refused")
 
 
+# The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
+PROGRAMS = {"train": train, "refuse": refuse}
+
+
 def main(argv: list[str]) -> None:
-    {"train": train, "refuse": refuse}[argv[0]](*argv[1:])
+    PROGRAMS[argv[0]](*argv[1:])
 
 
 if __name__ == "__main__":

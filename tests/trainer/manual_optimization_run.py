@@ -135,15 +135,21 @@ def handwritten_worker(rank, out, port):
     dist.destroy_process_group()
 
 
-def run_mode(argv):
-    if argv[0] == "trainer":
-        run_trainer(*argv[1:])
-    elif argv[0] == "handwritten":
-        from trainmesh.launchers.environments import find_free_port
+def run_handwritten(out):
+    """handwritten OUT: the GAN as a plain torch program, in two spawned processes."""
+    from trainmesh.launchers.environments import find_free_port
 
-        torch.multiprocessing.spawn(handwritten_worker, args=(argv[1], find_free_port()), nprocs=2)
-    else:
-        raise ValueError(f"unknown mode {argv[0]!r}")
+    torch.multiprocessing.spawn(handwritten_worker, args=(out, find_free_port()), nprocs=2)
+
+
+# The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
+PROGRAMS = {"trainer": run_trainer, "handwritten": run_handwritten}
+
+
+def run_mode(argv):
+    from helpers.batches import dispatch
+
+    dispatch(PROGRAMS, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What ``self.log`` hands the loggers on its fast path (a scalar tensor or a number, on_step in
 training_step): the value logged, read only at the loggers' cadence; and, on CUDA, no wait for
-the device inside a step. The epoch means and the rest are in test_fit.py and tests/loggers."""
+the device inside a step. The epoch means and the rest are in test_fit_loop.py and tests/loggers."""
 
 import pytest
 import torch

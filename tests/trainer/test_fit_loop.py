@@ -189,24 +189,6 @@ def test_logging_step_and_epoch_values():
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and math.isfinite(v.item()) for v in metrics.values())
 
 
-def test_validate_test_predict_return_what_lightning_users_expect():
-    train, val = loaders(shuffle=False)
-    model = TutorialModule(num_features=16, learning_rate=1e-2)
-    trainer = quiet_trainer(max_epochs=1)
-    trainer.fit(model, train, val)
-    validated = trainer.validate(model, val, verbose=False)
-    assert isinstance(validated, list) and set(validated[0]) == {"val_acc"}
-    tested = trainer.test(model, val, verbose=False)
-    assert set(tested[0]) == {"test_acc"}
-    model.train()
-    predictions = trainer.predict(model, DataLoader(random_classification(20).tensors[0], batch_size=8))
-    assert [p.shape[0] for p in predictions] == [8, 8, 4]
-    assert model.training, "predict leaves the module in the mode it found it in"
-    model.eval()
-    expected = model(random_classification(20).tensors[0])
-    torch.testing.assert_close(torch.cat(predictions), expected)
-
-
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true", "16-mixed"])
 def test_reduced_precisions_train_on_cpu(precision):
     train, _ = loaders()

@@ -1,0 +1,189 @@
+"""Which test file covers which source module: the index in tests/README.md, kept true by this test.
+
+A module's test files are the ones named after it (tests/<package>/test_<module>.py, or
+test_<module>_<more>.py beside it) and the ones COVERED_BY lists for it by hand, where the module is
+exercised through another's tests (a cross-cutting behaviour). Every module of src/trainmesh with
+public functions or classes must have at least one; every test file must cover some module or be
+listed in CROSS_CUTTING with what it checks. ``python tests/test_layout.py`` rewrites the index.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC, TESTS = ROOT / "src" / "trainmesh", ROOT / "tests"
+README = TESTS / "README.md"
+BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<!-- index: end -->"
+
+# Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
+COVERED_BY: dict[str, list[str]] = {
+    "accelerators.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],
+    "callbacks/base.py": ["callbacks/test_lightning_names.py", "trainer/test_hooks.py"],
+    "checkpoint/cleanup.py": ["checkpoint/test_kill_during_save.py"],
+    "checkpoint/compat.py": ["trainer/test_bad_input.py", "strategies/test_fsdp.py"],
+    "checkpoint/distributed.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py"],
+    "checkpoint/formats.py": ["checkpoint/test_corrupt_checkpoints.py"],
+    "checkpoint/io.py": ["checkpoint/test_kill_during_save.py", "checkpoint/test_corrupt_checkpoints.py"],
+    "checkpoint/keys.py": ["trainer/test_checkpointing.py"],
+    "checkpoint/paths.py": ["trainer/test_last_checkpoint_dirs.py", "trainer/test_checkpointing.py"],
+    "cli/checkpoint_command.py": ["cli/test_cli.py", "strategies/test_fsdp.py"],
+    "cli/classes.py": ["cli/test_cli.py"],
+    "cli/estimate_command.py": ["cli/test_cli.py"],
+    "cli/main.py": ["cli/test_cli.py", "cli/test_cli_processes.py"],
+    "datamodule.py": ["trainer/test_lightning_api.py", "data/test_digits.py"],
+    "demo.py": ["cli/test_cli.py"],
+    "hyperparameters.py": ["trainer/test_lightning_api.py"],
+    "keras/adapter.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/backend.py": ["keras/test_keras_api.py"],
+    "keras/inputs.py": ["keras/test_keras_api.py"],
+    "keras/mapping.py": ["keras/test_keras_api.py"],
+    "keras/optimizers.py": ["keras/test_keras_api.py"],
+    "keras/training.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "launchers/__init__.py": ["launchers/test_launch_processes.py"],
+    "launchers/base.py": ["launchers/test_environments.py"],
+    "launchers/elastic.py": ["launchers/test_launch_processes.py", "launchers/test_restarts.py",
+                             "launchers/test_agent_startup.py", "launchers/test_orphans.py"],
+    "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
+    "launchers/in_process.py": ["test_runtime.py"],
+    "loggers/base.py": ["loggers/test_module_logger.py"],
+    "module.py": ["trainer/test_lightning_api.py", "trainer/test_log_values.py", "trainer/test_hooks.py"],
+    "scaling/__init__.py": ["scaling/test_scale_command.py"],
+    "scaling/command.py": ["scaling/test_scale_command.py"],
+    "scaling/measure.py": ["scaling/test_scale_command.py"],
+    "scaling/report.py": ["scaling/test_analysis_and_report.py", "scaling/test_verdict_mfu_tokens.py"],
+    "strategies/__init__.py": ["trainer/test_bad_input.py", "strategies/test_capabilities.py"],
+    "strategies/arguments.py": ["callbacks/test_model_checkpoint_weights_only.py", "trainer/test_lightning_api.py"],
+    "strategies/auto.py": ["test_memory_estimate.py"],
+    "strategies/checkpoint.py": ["strategies/test_fsdp.py", "trainer/test_checkpointing.py"],
+    "strategies/collectives.py": ["test_runtime.py", "strategies/test_ddp.py"],
+    "strategies/data_parallel.py": ["strategies/test_dp.py", "strategies/test_dp_user_loop.py"],
+    "strategies/distributed.py": ["strategies/test_ddp.py", "strategies/test_protocol.py"],
+    "strategies/gradients.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py", "trainer/test_token_loss.py"],
+    "strategies/layers_on_devices.py": ["strategies/test_seed_003.py"],
+    "strategies/model_parallel.py": ["strategies/test_llama_parallel.py", "strategies/test_llama_placement.py",
+                                     "strategies/test_resume_layouts.py"],
+    "strategies/process_group.py": ["strategies/test_ddp.py"],
+    "strategies/sampling.py": ["strategies/test_ddp_dataloaders.py"],
+    "strategies/single.py": ["trainer/test_fit_loop.py", "strategies/test_matrix.py"],
+    "strategies/stage_state.py": ["strategies/test_pipeline.py", "checkpoint/test_distributed_pieces.py"],
+    "strategies/step.py": ["trainer/test_step_hooks.py", "strategies/test_dp.py"],
+    "supervision/preemption.py": ["launchers/test_preemption.py"],
+    "supervision/service.py": ["launchers/test_preemption.py", "trainer/test_watchdog.py"],
+    "supervision/stall_report.py": ["trainer/test_watchdog.py"],
+    "supervision/stop_agreement.py": ["launchers/test_preemption.py"],
+    "supervision/watchdog.py": ["trainer/test_watchdog.py"],
+    "trainer/batch_counts.py": ["trainer/test_fit_loop.py"],
+    "trainer/data_source.py": ["trainer/test_bad_input.py", "trainer/test_lightning_api.py"],
+    "trainer/evaluation.py": ["trainer/test_trainer.py", "trainer/test_hooks.py", "strategies/test_ddp.py"],
+    "trainer/fit_loop.py": ["trainer/test_resume.py"],
+    "trainer/loop_context.py": ["trainer/test_fit_loop.py"],
+    "trainer/loop_state.py": ["test_trainer_view.py", "trainer/test_resume.py"],
+    "trainer/optimization_hooks.py": ["trainer/test_step_hooks.py"],
+    "trainer/optimizers.py": ["trainer/test_bad_input.py", "callbacks/test_lr_monitor.py", "trainer/test_fit_loop.py"],
+    "trainer/publishing.py": ["trainer/test_log_values.py"],
+    "trainer/results.py": ["trainer/test_log_values.py", "trainer/test_fit_loop.py"],
+    "trainer/settings.py": ["trainer/test_bad_input.py"],
+    "trainer/trainer.py": ["trainer/test_lightning_api.py"],
+    "trainer/worker_outcome.py": ["launchers/test_spawn.py", "strategies/test_ddp.py"],
+    "utilities/attribute_dict.py": ["trainer/test_lightning_api.py"],
+    "utilities/dataloaders.py": ["trainer/test_resume.py"],
+    "utilities/device_loader.py": ["test_runtime.py"],
+    "utilities/dtensors.py": ["trainer/test_run_summary.py", "callbacks/test_model_summary.py"],
+    "utilities/memory.py": ["test_memory_estimate.py", "strategies/test_fsdp.py"],
+    "utilities/placement.py": ["test_precision.py"],
+    "utilities/rank_zero.py": ["launchers/test_launch_processes.py", "launchers/test_spawn.py"],
+}
+
+# Test files of behaviour across modules, not of one module: test file -> what it checks.
+CROSS_CUTTING: dict[str, str] = {
+    "test_architecture.py": "who may import whom (layers, the one door), with a self-test of its checkers",
+    "test_import.py": "the package imports and its public names",
+    "test_gpu_check.py": "benchmarks/gpu_check.py",
+    "test_layout.py": "this index",
+    "keras/test_keras_ddp.py": "Keras models under ddp/zero1 against the keras-io guide's own loop",
+    "strategies/test_matrix.py": "every strategy x (Trainer, Runtime) x (torch, Keras) cell against a plain loop",
+    "strategies/test_llama_whole.py": "the Llama test model trained whole",
+    "strategies/test_zero1_frozen.py": "ZeRO-1 with frozen parameters",
+    "strategies/test_zero1_optimizers.py": "ZeRO-1 against torch's optimizers",
+}
+
+
+def has_public_code(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+               for node in tree.body)
+
+
+def all_test_files() -> list[str]:
+    return sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py"))
+
+
+def named_after(module: str, files: list[str]) -> list[str]:
+    """tests/<package>/test_<module>.py and test_<module>_*.py beside it."""
+    path = Path(module)
+    return [name for name in files if Path(name).parent == path.parent
+            and (Path(name).stem == f"test_{path.stem}" or Path(name).stem.startswith(f"test_{path.stem}_"))]
+
+
+def index() -> dict[str, list[str]]:
+    """Every module of src/trainmesh -> its test files (empty for a module without public code)."""
+    files = all_test_files()
+    rows = {}
+    for path in sorted(SRC.rglob("*.py")):
+        module = str(path.relative_to(SRC))
+        covering = named_after(module, files) + [f for f in COVERED_BY.get(module, []) if f not in named_after(module, files)]
+        rows[module] = covering
+    return rows
+
+
+def table() -> str:
+    lines = ["| source module (src/trainmesh/) | test files (tests/) |", "| --- | --- |"]
+    for module, files in index().items():
+        lines.append(f"| `{module}` | {', '.join(f'`{name}`' for name in files) or '(no public code)'} |")
+    lines += ["", "| test file (tests/) | what it checks, across modules |", "| --- | --- |"]
+    lines += [f"| `{name}` | {what} |" for name, what in sorted(CROSS_CUTTING.items())]
+    return "\n".join(lines)
+
+
+def written_table() -> str:
+    text = README.read_text()
+    assert BEGIN in text and END in text, f"{README} lost its index markers; run python tests/test_layout.py"
+    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
+
+
+def test_every_module_with_public_code_has_a_test_file():
+    missing = [module for module, files in index().items() if not files and has_public_code(SRC / module)]
+    assert not missing, (f"modules with public functions or classes and no test file: {missing}; name a test file "
+                         "after the module (tests/<package>/test_<module>.py) or list its tests in COVERED_BY")
+
+
+def test_the_index_names_only_files_and_modules_that_exist():
+    files = set(all_test_files())
+    named = {name for listed in COVERED_BY.values() for name in listed} | set(CROSS_CUTTING)
+    assert named <= files, f"COVERED_BY/CROSS_CUTTING name test files that do not exist: {sorted(named - files)}"
+    stale = [module for module in COVERED_BY if not (SRC / module).exists()]
+    assert not stale, f"COVERED_BY names modules that do not exist: {stale}"
+
+
+def test_every_test_file_covers_a_module_or_says_what_it_checks():
+    covering = {name for files in index().values() for name in files} | set(CROSS_CUTTING)
+    orphans = sorted(set(all_test_files()) - covering)
+    assert not orphans, (f"test files in no row of the index: {orphans}; name them after their module, or list "
+                         "them in COVERED_BY or CROSS_CUTTING")
+
+
+def test_the_readme_index_is_the_generated_one():
+    assert written_table() == table(), "tests/README.md's index is out of date: run python tests/test_layout.py"
+
+
+def write_index() -> None:
+    text = README.read_text()
+    README.write_text(text[:text.index(BEGIN) + len(BEGIN)] + "\n" + table() + "\n" + text[text.index(END):])
+
+
+if __name__ == "__main__":
+    write_index()
+    sys.exit(0)
