@@ -51,9 +51,11 @@ def main() -> None:
     parser.add_argument("old")
     parser.add_argument("new", nargs="?", default=None, help="default: this working tree")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
-    args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        parser.error("give the benchmark after --: ... -- benchmarks/loop_overhead.py [ARGS...]")
+    split = argv.index("--")
+    args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     with tempfile.TemporaryDirectory() as scratch:
         sources = {"old": source_of(args.old, Path(scratch) / "old"),
                    "new": source_of(args.new, Path(scratch) / "new")}
