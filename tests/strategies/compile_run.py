@@ -120,7 +120,9 @@ PROGRAMS = {"train": train, "resume": resume, "refuse": refuse}
 
 
 def main(argv: list[str]) -> None:
-    PROGRAMS[argv[0]](*argv[1:])
+    from helpers.batches import dispatch
+
+    dispatch(PROGRAMS, argv)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def plan(root: Path) -> list:
         leg("tp_mismatch", 2, "refuse", "tp_mismatch", "OUT"),
         leg("tp_whole", 2, "refuse", "tp_whole", "OUT"),
         leg("pp_tp", 4, "train", "pp_tp", "OUT"),
+        leg("pp4", 4, "train", "pp4", "OUT"),
         leg("pp_fsdp", 4, "train", "pp_fsdp", "OUT"),
         leg("pp_tp_mismatch", 4, "refuse", "pp_tp_mismatch", "OUT"),
         leg("pp_v_fsdp", 4, "refuse", "pp_v_fsdp", "OUT"),
@@ -98,6 +99,14 @@ def test_pipeline_stages_keep_their_copies_equal_and_train_like_one_process(legs
         assert held == [sorted(TIED), []]
     else:
         assert sorted(map(tuple, held)) == sorted([(TIED[0],), (TIED[1],)] * (len(held) // 2))
+    assert_trained_like(got, result(legs, "single"))
+
+
+def test_four_pipeline_stages_sum_the_tied_copies_over_the_middle_stages_too(legs):
+    got = result(legs, "pp4")
+    assert_still_tied(got)
+    held = [sorted(names) for names in got["copies"]]
+    assert held == [[TIED[0]], [], [], [TIED[1]]]  # the embedding first, the head last, none between
     assert_trained_like(got, result(legs, "single"))
 
 

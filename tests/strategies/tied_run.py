@@ -43,6 +43,8 @@ LAYOUTS = {
     "pp": (2, _mp(pp=2), 1),
     "pp_v": (2, _mp(pp=2, schedule="ZBVZeroBubble"), 1),  # both uses on rank 0: one object there
     "pp_tp": (4, _mp(pp=2, tp=2), 1),
+    # Four stages: the middle ranks hold no copy and add zeros to the sum over pp.
+    "pp4": (4, lambda: ModelParallelStrategy(pp=4, dp_shard=1, microbatches=4), 1),
     "pp_fsdp": (4, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2), 2),
     "pp_replicate": (4, lambda: ModelParallelStrategy(pp=2, dp_replicate=2, dp_shard=1, microbatches=2), 2),
 }
@@ -142,7 +144,9 @@ PROGRAMS = {"train": train, "refuse": refuse}
 
 
 def main(argv: list[str]) -> None:
-    PROGRAMS[argv[0]](*argv[1:])
+    from helpers.batches import dispatch
+
+    dispatch(PROGRAMS, argv)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,6 @@ from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dtensors import is_dtensor
-from trainmesh.utilities.host_memory import release_large_frees
 
 # A model split over a machine's devices, replicated across machines: pipeline stages on
 # neighbouring ranks (one node), replicas across nodes.
@@ -179,8 +178,6 @@ class ModelParallelStrategy(DistributedStrategy):
         # Built on the meta device (configure_model): cut, split and sharded there, then only this
         # rank's layers and shards are allocated (materialize, after 4), torchtitan's order.
         on_meta = bool(meta_tensor_names(module))
-        if on_meta and self._device.type == "cpu":
-            release_large_frees()  # the whole stand-ins init_weights ran on go back to the system
         module = self.precision.convert_module(module, device=None if on_meta else self._device)
         # Tied weights, found while the model is whole: the cut and tensor parallelism replace
         # or drop parameters, after which nothing shows which names were one tensor.
