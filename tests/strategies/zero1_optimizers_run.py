@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from trainmesh.strategies.ddp import shard_optimizer_state  # noqa: E402
+from trainmesh.strategies.process_group import leave_process_group  # noqa: E402
 
 STEPS, LR = 3, 0.01
 # LBFGS is left out: it treats all of its parameters as one vector (curvature history, line
@@ -115,8 +116,7 @@ def worker(rank: int, out: str, port: int) -> None:
     if rank == 0:
         with open(out, "w") as file:
             json.dump(problems, file)
-    dist.barrier()  # leave together: gloo can abort a rank that exits while its peer still talks
-    dist.destroy_process_group()
+    leave_process_group(failed=False)  # together, and giving zero1's gloo threads time to let go
 
 
 if __name__ == "__main__":
