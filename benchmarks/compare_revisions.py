@@ -57,19 +57,20 @@ def main() -> None:
     split = argv.index("--")
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     with tempfile.TemporaryDirectory() as scratch:
-        sources = {"old": source_of(args.old, Path(scratch) / "old"),
-                   "new": source_of(args.new, Path(scratch) / "new")}
+        sources = {"old": source_of(args.old, Path(scratch) / "old"), "new": source_of(args.new, Path(scratch) / "new")}
         try:
             runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
             for round_ in range(args.rounds):
-                for label in (("old", "new") if round_ % 2 == 0 else ("new", "old")):
+                for label in ("old", "new") if round_ % 2 == 0 else ("new", "old"):
                     runs[label].append(ratios(sources[label], command))
                     print(f"round {round_ + 1} {label}: {runs[label][-1]}", flush=True)
         finally:
             for label, revision in (("old", args.old), ("new", args.new)):
                 if revision is not None:
-                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                    str(Path(scratch) / label)], check=False)
+                    subprocess.run(
+                        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(scratch) / label)],
+                        check=False,
+                    )
     names = sorted(set(runs["old"][0]) & set(runs["new"][0]))
     print(f"\n{args.rounds} rounds, alternating; medians of the benchmark's own ratios")
     for name in names:

@@ -40,9 +40,6 @@ from trainmesh.launchers.environments import find_free_port
 WORLD_SIZE = 2
 
 
-
-
-
 def seed_loader(dataset: TensorDataset, *, rank: int, batch_size: int) -> DataLoader:
     sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=False)
     return DataLoader(dataset, sampler=sampler, batch_size=batch_size, shuffle=False)
@@ -60,9 +57,16 @@ def handwritten_loop(dataset: TensorDataset, *, rank: int, batch_size: int) -> t
 def trainer_loop(dataset: TensorDataset, *, batch_size: int) -> torch.nn.Module:
     torch.manual_seed(0)
     module = MLPModule()
-    trainer = tm.Trainer(strategy="ddp", devices=WORLD_SIZE, accelerator="cpu", max_epochs=1,
-                         enable_progress_bar=False, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False)
+    trainer = tm.Trainer(
+        strategy="ddp",
+        devices=WORLD_SIZE,
+        accelerator="cpu",
+        max_epochs=1,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     # A plain loader: the Trainer adds the DistributedSampler (no shuffle, as the seed's).
     trainer.fit(module, DataLoader(dataset, batch_size=batch_size))
     return module.net
@@ -76,9 +80,18 @@ def lightning_loop(dataset: TensorDataset, *, rank: int, batch_size: int, root: 
 
     torch.manual_seed(0)
     module = lightning_mlp()
-    trainer = L.Trainer(strategy="ddp", devices=WORLD_SIZE, accelerator="cpu", max_epochs=1,
-                        enable_progress_bar=False, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, default_root_dir=root, use_distributed_sampler=False)
+    trainer = L.Trainer(
+        strategy="ddp",
+        devices=WORLD_SIZE,
+        accelerator="cpu",
+        max_epochs=1,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        use_distributed_sampler=False,
+    )
     # The seed's loader, kept as it is: the sampler Lightning would add always shuffles a
     # training set (PL_GLOBAL_SEED order), so its weights could not match the seed's.
     trainer.fit(module, seed_loader(dataset, rank=rank, batch_size=batch_size))
@@ -127,16 +140,24 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     # torchrun's environment, so that the Trainers take these processes as a launcher's. The run
     # id matters to Lightning: without it Lightning picks its own LightningEnvironment, whose
     # teardown deletes WORLD_SIZE, and the next trainmesh Trainer would then start an agent.
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(WORLD_SIZE),
-                      LOCAL_WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      TORCHELASTIC_RUN_ID=f"ddp-overhead-{port}",
-                      # Lightning sets the thread count to cores / processes unless this is set.
-                      OMP_NUM_THREADS=str(args.threads))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        GROUP_RANK="0",
+        WORLD_SIZE=str(WORLD_SIZE),
+        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_RUN_ID=f"ddp-overhead-{port}",
+        # Lightning sets the thread count to cores / processes unless this is set.
+        OMP_NUM_THREADS=str(args.threads),
+    )
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     # A timeout so that a rank left waiting in a collective fails rather than hangs.
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE,
-                            timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=120)
+    )
     x, y = make_classification_tensors(args.samples, 784, 10, seed=0)
     dataset = TensorDataset(x, y)
     times: dict[str, list[float]] = {"handwritten": [], "trainmesh": [], "lightning": []}
@@ -144,8 +165,11 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
         # Warm-up: allocator, kernels, first-call imports.
         handwritten_loop(dataset, rank=rank, batch_size=args.batch_size)
         trainer_loop(dataset, batch_size=args.batch_size)
-        skip_lightning = "--no-lightning given" if args.no_lightning else lightning_reuses_group(
-            dataset, rank=rank, batch_size=args.batch_size, root=root)
+        skip_lightning = (
+            "--no-lightning given"
+            if args.no_lightning
+            else lightning_reuses_group(dataset, rank=rank, batch_size=args.batch_size, root=root)
+        )
         reasons: list[str | None] = [None] * WORLD_SIZE
         dist.all_gather_object(reasons, skip_lightning)  # every rank must make the same choice
         skip_lightning = next((reason for reason in reasons if reason), None)
@@ -159,14 +183,27 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
                 times["lightning"].append(t)
     if rank == 0:
         steps = len(seed_loader(dataset, rank=0, batch_size=args.batch_size))
-        report(args, times, steps=steps, identical=same_weights(ref, ours),
-               lightning_identical=None if skip_lightning else same_weights(ref, lit), skip_lightning=skip_lightning)
+        report(
+            args,
+            times,
+            steps=steps,
+            identical=same_weights(ref, ours),
+            lightning_identical=None if skip_lightning else same_weights(ref, lit),
+            skip_lightning=skip_lightning,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
-def report(args: argparse.Namespace, times: dict[str, list[float]], *, steps: int, identical: bool,
-           lightning_identical: bool | None, skip_lightning: str | None) -> None:
+def report(
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    *,
+    steps: int,
+    identical: bool,
+    lightning_identical: bool | None,
+    skip_lightning: str | None,
+) -> None:
     base = statistics.median(times["handwritten"])
 
     def ratios(name: str) -> str:
@@ -175,8 +212,10 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], *, steps: in
         paired = statistics.median(t / h for t, h in zip(times[name], times["handwritten"]))
         return f"ratio {statistics.median(times[name]) / base:.3f} (paired {paired:.3f})"
 
-    print(f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
-          f"{args.repeats} alternating runs each, torch threads={args.threads} per process")
+    print(
+        f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
+        f"{args.repeats} alternating runs each, torch threads={args.threads} per process"
+    )
     print(f"hand-written DDP     median {base:.3f} s  ({base / steps * 1e6:.0f} us/step)")
     ours = statistics.median(times["trainmesh"])
     print(f"trainmesh ddp        median {ours:.3f} s  {ratios('trainmesh')}  target <= 1.05")

@@ -36,8 +36,9 @@ CLASSES = 10
 
 def build_net(width: int, depth: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
-                                   for _ in range(depth)])
+    blocks = torch.nn.Sequential(
+        *[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(depth)]
+    )
     return torch.nn.Sequential(blocks, torch.nn.Linear(width, CLASSES))
 
 
@@ -68,22 +69,40 @@ def handwritten_loop(dataset: TensorDataset, args: argparse.Namespace, rank: int
 
 def trainer_loop(dataset: TensorDataset, args: argparse.Namespace, rank: int) -> dict[str, torch.Tensor]:
     module = NetModule(args.width, args.depth)
-    trainer = tm.Trainer(strategy="fsdp", devices=WORLD_SIZE, accelerator="cpu", max_epochs=1,
-                         enable_progress_bar=False, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False)
+    trainer = tm.Trainer(
+        strategy="fsdp",
+        devices=WORLD_SIZE,
+        accelerator="cpu",
+        max_epochs=1,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, DataLoader(dataset, batch_size=args.batch_size))
-    return {name.removeprefix("net."): p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
-            for name, p in module.named_parameters()}
+    return {
+        name.removeprefix("net."): p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+        for name, p in module.named_parameters()
+    }
 
 
 def worker(rank: int, args: argparse.Namespace, port: int) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(WORLD_SIZE),
-                      LOCAL_WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      TORCHELASTIC_RUN_ID=f"fsdp-overhead-{port}", OMP_NUM_THREADS=str(args.threads))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        GROUP_RANK="0",
+        WORLD_SIZE=str(WORLD_SIZE),
+        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_RUN_ID=f"fsdp-overhead-{port}",
+        OMP_NUM_THREADS=str(args.threads),
+    )
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE,
-                            timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=120)
+    )
     x, y = make_classification_tensors(args.samples, args.width, CLASSES, seed=0)
     dataset = TensorDataset(x, y)
     times: dict[str, list[float]] = {"handwritten": [], "trainmesh": []}
@@ -100,10 +119,14 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
         paired = statistics.median(t / h for t, h in zip(times["trainmesh"], times["handwritten"]))
         params = sum(p.numel() for p in ref.values())
         same = list(ref) == list(ours) and all(torch.equal(ref[k], ours[k]) for k in ref)
-        print(f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
-              f"{params / 1e6:.2f}M parameters, {args.repeats} alternating runs each, torch threads={args.threads}")
+        print(
+            f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
+            f"{params / 1e6:.2f}M parameters, {args.repeats} alternating runs each, torch threads={args.threads}"
+        )
         print(f"hand-written FSDP2   median {base:.3f} s  ({base / steps * 1e6:.0f} us/step)")
-        print(f"trainmesh fsdp       median {mine:.3f} s  ratio {mine / base:.3f} (paired {paired:.3f})  target <= 1.05")
+        print(
+            f"trainmesh fsdp       median {mine:.3f} s  ratio {mine / base:.3f} (paired {paired:.3f})  target <= 1.05"
+        )
         print(f"trainmesh weights identical to the hand-written loop: {same}")
     dist.barrier()
     dist.destroy_process_group()

@@ -61,12 +61,12 @@ def build_gpt(sizes: Sizes):
             super().__init__()
             self.embed = nn.Embedding(sizes.vocab, sizes.width)
             self.position = nn.Parameter(torch.zeros(sizes.seq, sizes.width))
-            layer = nn.TransformerEncoderLayer(sizes.width, sizes.heads, 4 * sizes.width, dropout=0.0,
-                                               batch_first=True, norm_first=True)
+            layer = nn.TransformerEncoderLayer(
+                sizes.width, sizes.heads, 4 * sizes.width, dropout=0.0, batch_first=True, norm_first=True
+            )
             self.blocks = nn.TransformerEncoder(layer, sizes.layers, enable_nested_tensor=False)
             self.head = nn.Linear(sizes.width, sizes.vocab, bias=False)
-            self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(sizes.seq),
-                                 persistent=False)
+            self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(sizes.seq), persistent=False)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             h = self.embed(tokens) + self.position[: tokens.shape[1]]
@@ -162,8 +162,10 @@ class StepClock:
     def result(self, batches: int) -> dict:
         _sync(self.device)
         timed = batches - self.warmup
-        figures = {"step_ms": (time.perf_counter() - self.wall) * 1e3 / timed,
-                   "cpu_ms": (time.process_time() - self.cpu) * 1e3 / timed}
+        figures = {
+            "step_ms": (time.perf_counter() - self.wall) * 1e3 / timed,
+            "cpu_ms": (time.process_time() - self.cpu) * 1e3 / timed,
+        }
         if self.device == "cuda":
             import torch
 
@@ -196,9 +198,20 @@ def _gpt_module(sizes: Sizes):
 def _lean_trainer(device: str, precision: str, *, callbacks: list, compile: bool = False, **options):
     import trainmesh as tm
 
-    return tm.Trainer(accelerator=device, devices=1, precision=precision, max_epochs=1, logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      num_sanity_val_steps=0, callbacks=callbacks, compile=compile, **options)
+    return tm.Trainer(
+        accelerator=device,
+        devices=1,
+        precision=precision,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        compile=compile,
+        **options,
+    )
 
 
 def trainer_loop(sizes: Sizes, device: str, *, precision: str, compile: bool = False) -> dict:
@@ -228,8 +241,9 @@ def _memory_estimate(module, sizes: Sizes, precision: str) -> int:
     from trainmesh.memory_estimate import estimate_memory
 
     tokens, targets = next(iter(token_data(sizes)))
-    return estimate_memory(module, strategy="ddp", world_size=1, precision=precision, optimizer="adamw",
-                           batch=(tokens, targets)).peak
+    return estimate_memory(
+        module, strategy="ddp", world_size=1, precision=precision, optimizer="adamw", batch=(tokens, targets)
+    ).peak
 
 
 def monitor_count(sizes: Sizes, device: str) -> dict:
@@ -238,8 +252,12 @@ def monitor_count(sizes: Sizes, device: str) -> dict:
     monitor = ThroughputMonitor()
     trainer = _lean_trainer(device, "bf16-mixed", callbacks=[monitor], log_every_n_steps=max(1, sizes.steps // 3))
     trainer.fit(_gpt_module(sizes), token_data(sizes))
-    return {"flops_per_batch": monitor.flops_per_batch, "hand_flops_per_batch": hand_flops_per_batch(sizes),
-            "mfu": monitor.last_figures.get("mfu"), "flops_per_sec": monitor.last_figures.get("flops_per_sec")}
+    return {
+        "flops_per_batch": monitor.flops_per_batch,
+        "hand_flops_per_batch": hand_flops_per_batch(sizes),
+        "mfu": monitor.last_figures.get("mfu"),
+        "flops_per_sec": monitor.last_figures.get("flops_per_sec"),
+    }
 
 
 # ---- the driver -----------------------------------------------------------------------------------
@@ -250,8 +268,7 @@ def _with_source_path() -> dict[str, str]:
 
 
 def in_fresh_process(variant: str, sizes: Sizes, device: str, timeout: float) -> dict:
-    command = [sys.executable, __file__, "--variant", variant, "--sizes", json.dumps(asdict(sizes)),
-               "--device", device]
+    command = [sys.executable, __file__, "--variant", variant, "--sizes", json.dumps(asdict(sizes)), "--device", device]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_with_source_path())
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]}
@@ -261,7 +278,7 @@ def in_fresh_process(variant: str, sizes: Sizes, device: str, timeout: float) ->
 def measure_alternating(variants: list[str], repeats: int, sizes: Sizes, device: str, timeout: float) -> dict:
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     for repeat in range(repeats):
-        order = variants[repeat % len(variants):] + variants[: repeat % len(variants)]  # rotate the order
+        order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]  # rotate the order
         for name in order:
             runs[name].append(in_fresh_process(name, sizes, device, timeout))
     return runs
@@ -275,22 +292,48 @@ def median_of(runs: list[dict], key: str) -> float | None:
 def cuda_tests(dry_run: bool, timeout: float) -> dict:
     # A test module that imports a package this machine lacks (keras, say) must not stop the
     # CUDA tests of the others from running: its collection error is counted in the summary.
-    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider",
-               "--continue-on-collection-errors", str(ROOT / "tests")]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        str(ROOT / "tests"),
+    ]
     if dry_run:
         command.append("--collect-only")
     # From tests/, as the suite's own command runs it (`python -m pytest` puts the working
     # directory on the path, and the tests import their helpers from there).
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT / "tests",
-                          env=_with_source_path())
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd=ROOT / "tests", env=_with_source_path()
+    )
     last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
     return {"summary": last, "returncode": done.returncode}
 
 
 def trainmesh_scale(device: str, dry_run: bool, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "trainmesh", "scale", "--processes", "1", "--accelerator", device,
-                   "--steps", "5" if dry_run else "30", "--windows", "2" if dry_run else "3", "--out-dir", out]
+        command = [
+            sys.executable,
+            "-m",
+            "trainmesh",
+            "scale",
+            "--processes",
+            "1",
+            "--accelerator",
+            device,
+            "--steps",
+            "5" if dry_run else "30",
+            "--windows",
+            "2" if dry_run else "3",
+            "--out-dir",
+            out,
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_with_source_path())
         # "[strong] N=1: 40946 samples/s, ..." and the step time's row of the strong table.
         lines = done.stdout.splitlines()
@@ -316,31 +359,57 @@ def table(device_name: str, sizes: Sizes, runs: dict, tests: dict, scale: dict, 
     cpu = {name: median_of(results, "cpu_ms") for name, results in runs.items()}
     rows = [
         ("CUDA-marked tests (`pytest -m cuda`)", tests["summary"], f"exit {tests['returncode']}"),
-        ("Trainer / raw loop, 32-true, step time", ratio(step["trainer-32-true"], step["raw-32-true"]),
-         f"{fmt(step['trainer-32-true'])} / {fmt(step['raw-32-true'])} ms; CPU {fmt(cpu['trainer-32-true'])} / "
-         f"{fmt(cpu['raw-32-true'])} ms"),
-        ("Trainer / raw loop, bf16-mixed, step time", ratio(step["trainer-bf16-mixed"], step["raw-bf16-mixed"]),
-         f"{fmt(step['trainer-bf16-mixed'])} / {fmt(step['raw-bf16-mixed'])} ms; CPU "
-         f"{fmt(cpu['trainer-bf16-mixed'])} / {fmt(cpu['raw-bf16-mixed'])} ms"),
-        ("compiled / eager (Trainer, bf16-mixed), step time", ratio(step["compiled"], step["trainer-bf16-mixed"]),
-         f"{fmt(step['compiled'])} / {fmt(step['trainer-bf16-mixed'])} ms"),
-        ("ThroughputMonitor FLOPs per batch / hand count", ratio(monitor.get("flops_per_batch"),
-                                                                 monitor.get("hand_flops_per_batch")),
-         f"{monitor.get('flops_per_batch')} / {monitor.get('hand_flops_per_batch')}"),
-        ("ThroughputMonitor MFU (bf16-mixed)", fmt(monitor.get("mfu"), 3),
-         f"{fmt((monitor.get('flops_per_sec') or 0) / 1e12, 1)} TFLOP/s counted"),
+        (
+            "Trainer / raw loop, 32-true, step time",
+            ratio(step["trainer-32-true"], step["raw-32-true"]),
+            f"{fmt(step['trainer-32-true'])} / {fmt(step['raw-32-true'])} ms; CPU {fmt(cpu['trainer-32-true'])} / "
+            f"{fmt(cpu['raw-32-true'])} ms",
+        ),
+        (
+            "Trainer / raw loop, bf16-mixed, step time",
+            ratio(step["trainer-bf16-mixed"], step["raw-bf16-mixed"]),
+            f"{fmt(step['trainer-bf16-mixed'])} / {fmt(step['raw-bf16-mixed'])} ms; CPU "
+            f"{fmt(cpu['trainer-bf16-mixed'])} / {fmt(cpu['raw-bf16-mixed'])} ms",
+        ),
+        (
+            "compiled / eager (Trainer, bf16-mixed), step time",
+            ratio(step["compiled"], step["trainer-bf16-mixed"]),
+            f"{fmt(step['compiled'])} / {fmt(step['trainer-bf16-mixed'])} ms",
+        ),
+        (
+            "ThroughputMonitor FLOPs per batch / hand count",
+            ratio(monitor.get("flops_per_batch"), monitor.get("hand_flops_per_batch")),
+            f"{monitor.get('flops_per_batch')} / {monitor.get('hand_flops_per_batch')}",
+        ),
+        (
+            "ThroughputMonitor MFU (bf16-mixed)",
+            fmt(monitor.get("mfu"), 3),
+            f"{fmt((monitor.get('flops_per_sec') or 0) / 1e12, 1)} TFLOP/s counted",
+        ),
     ]
     for precision, results in (("32-true", tm32), ("bf16-mixed", tmbf)):
         estimate, measured = median_of(results, "estimate_mib"), median_of(results, "max_allocated_mib")
-        rows.append((f"estimate_memory / max_memory_allocated, {precision}", ratio(estimate, measured),
-                     f"{fmt(estimate, 0)} / {fmt(measured, 0)} MiB"))
-    rows.append(("`trainmesh scale --processes 1`", f"exit {scale['returncode']}",
-                 "; ".join(scale["lines"]).replace("|", "/")[:200] or scale["error"][-200:]))
+        rows.append(
+            (
+                f"estimate_memory / max_memory_allocated, {precision}",
+                ratio(estimate, measured),
+                f"{fmt(estimate, 0)} / {fmt(measured, 0)} MiB",
+            )
+        )
+    rows.append(
+        (
+            "`trainmesh scale --processes 1`",
+            f"exit {scale['returncode']}",
+            "; ".join(scale["lines"]).replace("|", "/")[:200] or scale["error"][-200:],
+        )
+    )
     errors = [f"{name}: {run['error']}" for name, results in runs.items() for run in results if "error" in run]
-    header = (f"GPU check on {device_name}, {time.strftime('%Y-%m-%d')}, {seconds:.0f} s. GPT: vocab {sizes.vocab}, "
-              f"width {sizes.width}, {sizes.layers} layers, sequence {sizes.seq}, batch {sizes.batch}; "
-              f"{sizes.steps} timed steps after {sizes.warmup}; medians of {len(raw32)} fresh-process runs each, "
-              "variants alternating.\n\n")
+    header = (
+        f"GPU check on {device_name}, {time.strftime('%Y-%m-%d')}, {seconds:.0f} s. GPT: vocab {sizes.vocab}, "
+        f"width {sizes.width}, {sizes.layers} layers, sequence {sizes.seq}, batch {sizes.batch}; "
+        f"{sizes.steps} timed steps after {sizes.warmup}; medians of {len(raw32)} fresh-process runs each, "
+        "variants alternating.\n\n"
+    )
     body = "| what | figure | detail |\n|---|---|---|\n" + "".join(f"| {a} | {b} | {c} |\n" for a, b, c in rows)
     return header + body + "".join(f"\nerror: {line}" for line in errors) + "\n"
 

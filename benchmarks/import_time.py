@@ -51,13 +51,17 @@ def main() -> None:
             walls[name].append(wall)
             cpus[name].append(cpu)
     for name in VARIANTS:
-        print(f"{name:18s} wall median {statistics.median(walls[name]):.3f} s (min {min(walls[name]):.3f}, "
-              f"max {max(walls[name]):.3f}); CPU median {statistics.median(cpus[name]):.3f} s; {args.repeats} runs")
+        print(
+            f"{name:18s} wall median {statistics.median(walls[name]):.3f} s (min {min(walls[name]):.3f}, "
+            f"max {max(walls[name]):.3f}); CPU median {statistics.median(cpus[name]):.3f} s; {args.repeats} runs"
+        )
     delta = statistics.median(walls["torch + trainmesh"]) - statistics.median(walls["torch"])
     cpu_delta = statistics.median(cpus["torch + trainmesh"]) - statistics.median(cpus["torch"])
     verdict = "meets" if delta <= TARGET_S else "MISSES"
-    print(f"import trainmesh adds {delta:.3f} s (wall; CPU {cpu_delta:.3f} s) to import torch: {verdict} the "
-          f"target of <= {TARGET_S:.2f} s")
+    print(
+        f"import trainmesh adds {delta:.3f} s (wall; CPU {cpu_delta:.3f} s) to import torch: {verdict} the "
+        f"target of <= {TARGET_S:.2f} s"
+    )
 
 
 if __name__ == "__main__":

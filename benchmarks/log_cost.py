@@ -113,11 +113,15 @@ def timed(run: Callable[..., None], *args: Any, **kwargs: Any) -> float:
 def report(label: str, silent: list[float], logging: list[float], calls: int, inside: list[float] | None) -> None:
     s, g = statistics.median(silent), statistics.median(logging)
     paired = statistics.median(b - a for a, b in zip(silent, logging))
-    line = (f"{label:20s} silent {s:.3f} s  logging {g:.3f} s  ratio {g / s:.3f}  "
-            f"per self.log call {(g - s) / calls * 1e6:.2f} us (paired {paired / calls * 1e6:.2f} us)")
+    line = (
+        f"{label:20s} silent {s:.3f} s  logging {g:.3f} s  ratio {g / s:.3f}  "
+        f"per self.log call {(g - s) / calls * 1e6:.2f} us (paired {paired / calls * 1e6:.2f} us)"
+    )
     if inside:
-        line += (f"; timed inside: median {statistics.median(inside) / CALLS_PER_STEP * 1e6:.2f} us, "
-                 f"mean {statistics.fmean(inside) / CALLS_PER_STEP * 1e6:.2f} us")
+        line += (
+            f"; timed inside: median {statistics.median(inside) / CALLS_PER_STEP * 1e6:.2f} us, "
+            f"mean {statistics.fmean(inside) / CALLS_PER_STEP * 1e6:.2f} us"
+        )
     print(line)
 
 
@@ -136,7 +140,9 @@ def main() -> None:
     variants = [("trainmesh lean", trainmesh_run, False), ("trainmesh defaults", trainmesh_run, True)]
     if has_lightning:
         variants += [("lightning lean", lightning_run, False), ("lightning defaults", lightning_run, True)]
-    times: dict[tuple[str, bool], list[float]] = {(name, logging): [] for name, _, _ in variants for logging in (False, True)}
+    times: dict[tuple[str, bool], list[float]] = {
+        (name, logging): [] for name, _, _ in variants for logging in (False, True)
+    }
     with tempfile.TemporaryDirectory() as root:
         for _, run, defaults in variants:  # warm-up: allocator, kernels, first-call imports
             timed(run, loader, logging=True, defaults=defaults, root=root)
@@ -145,8 +151,10 @@ def main() -> None:
             for name, run, defaults in variants:
                 for logging in (False, True):
                     times[(name, logging)].append(timed(run, loader, logging=logging, defaults=defaults, root=root))
-    print(f"{len(loader)} steps per run, {CALLS_PER_STEP} self.log calls per step ({calls} per run), "
-          f"{args.repeats} alternating runs each, torch threads={args.threads}")
+    print(
+        f"{len(loader)} steps per run, {CALLS_PER_STEP} self.log calls per step ({calls} per run), "
+        f"{args.repeats} alternating runs each, torch threads={args.threads}"
+    )
     for name, _, defaults in variants:
         inside = INSIDE.get("defaults" if defaults else "lean") if name.startswith("trainmesh") else None
         report(name, times[(name, False)], times[(name, True)], calls, inside)

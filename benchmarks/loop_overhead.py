@@ -116,10 +116,19 @@ class SmallTransformer(tm.Module):
 def step_time(loader: DataLoader, compile: bool | dict, *, skip: int = 10) -> float:
     """Median seconds per step of one fit, past its first ``skip`` steps."""
     timer = StepTimes()
-    trainer = tm.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                         enable_checkpointing=False, enable_model_summary=False, callbacks=[timer], compile=compile)
+    trainer = tm.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        compile=compile,
+    )
     trainer.fit(SmallTransformer(), loader)
-    return statistics.median(b - a for a, b in zip(timer.ends[skip:], timer.ends[skip + 1:]))
+    return statistics.median(b - a for a, b in zip(timer.ends[skip:], timer.ends[skip + 1 :]))
 
 
 def compare_compile(backend: str, repeats: int) -> None:
@@ -131,8 +140,10 @@ def compare_compile(backend: str, repeats: int) -> None:
         eager.append(step_time(loader, False))
         compiled.append(step_time(loader, {"backend": backend}))
     e, c = statistics.median(eager), statistics.median(compiled)
-    print(f"small transformer, {len(loader)} steps per run, {repeats} alternating runs each, torch threads="
-          f"{torch.get_num_threads()}")
+    print(
+        f"small transformer, {len(loader)} steps per run, {repeats} alternating runs each, torch threads="
+        f"{torch.get_num_threads()}"
+    )
     print(f"eager                median {e * 1e3:.2f} ms/step")
     print(f"compile={backend:12s} median {c * 1e3:.2f} ms/step  ratio compiled/eager {c / e:.3f}")
 
@@ -160,12 +171,21 @@ def time_inside(monitor: ThroughputMonitor) -> list[float]:
     """Wrap the monitor's hooks (on the instance) to add up the seconds spent in them, where they
     run: inside a fit, after a step's kernels, Python code runs slower than in a tight loop."""
     spent = [0.0]
-    for hook in ("on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_validation_start",
-                 "on_validation_end", "on_train_epoch_end", "on_train_end"):
+    for hook in (
+        "on_train_start",
+        "on_train_epoch_start",
+        "on_train_batch_end",
+        "on_validation_start",
+        "on_validation_end",
+        "on_train_epoch_end",
+        "on_train_end",
+    ):
+
         def timed_hook(*args: Any, _hook: Any = getattr(monitor, hook)) -> None:  # noqa: B008 binds this hook
             start = time.perf_counter()
             _hook(*args)
             spent[0] += time.perf_counter() - start
+
         setattr(monitor, hook, timed_hook)
     return spent
 
@@ -190,7 +210,7 @@ def paired_default_runs(loader: DataLoader, root: str, pairs: int) -> dict[bool,
     alternates, so that a run's aftermath (files written, caches) hits both alike."""
     runs: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
     for pair in range(pairs):
-        for monitor in ((True, False) if pair % 2 == 0 else (False, True)):
+        for monitor in (True, False) if pair % 2 == 0 else (False, True):
             runs[monitor].append(default_run(loader, root, monitor=monitor))
     return runs
 
@@ -213,8 +233,11 @@ class MonitorSwitch(tm.Callback):
     def on_train_start(self, trainer: Any, module: Any) -> None:
         self.monitor = next(cb for cb in trainer.callbacks if isinstance(cb, ThroughputMonitor))
         # The per-batch hooks that the monitor has (today only the batch end's).
-        self.lists = [hooks for hooks in map(trainer.hooks.callbacks_for, ("on_train_batch_start", "on_train_batch_end"))
-                      if self.monitor in hooks]
+        self.lists = [
+            hooks
+            for hooks in map(trainer.hooks.callbacks_for, ("on_train_batch_start", "on_train_batch_end"))
+            if self.monitor in hooks
+        ]
         self.places = [hooks.index(self.monitor) for hooks in self.lists]
         self.on = True
 
@@ -242,7 +265,9 @@ def switched_block_ratios(loader: DataLoader, root: str, fits: int, block: int =
         trainer.callbacks = [switch] + trainer.callbacks
         trainer.fit(MLPModule(), loader)
         steps = zip((b - a for a, b in zip(switch.ends, switch.ends[1:])), switch.present)
-        blocks = [(on, statistics.fmean(t for t, _ in group)) for on, group in itertools.groupby(steps, key=lambda s: s[1])]
+        blocks = [
+            (on, statistics.fmean(t for t, _ in group)) for on, group in itertools.groupby(steps, key=lambda s: s[1])
+        ]
         blocks = blocks[2:-1]
         ratios += [with_it / without for (on, with_it), (_, without) in zip(blocks, blocks[1:]) if on]
     return ratios
@@ -265,16 +290,22 @@ def report_monitor(runs: dict[bool, list[tuple[float, float, float]]], block_rat
     inside = statistics.median(r[2] for r in runs[True])
     first_step = statistics.median(r[1] for r in runs[True]) - statistics.median(r[1] for r in runs[False])
     fits = len(runs[True])
-    print(f"the ThroughputMonitor: inside its hooks {inside * 1e3:.2f} ms a fit ({inside / raw:.2%} of the raw loop's "
-          f"run), first step +{first_step * 1e3:.2f} ms ({first_step / raw:.2%}; the FLOP count); together "
-          f"{(inside + first_step) / raw:.2%}  target < 2%   (medians of {fits} default fits with it, {fits} without)")
+    print(
+        f"the ThroughputMonitor: inside its hooks {inside * 1e3:.2f} ms a fit ({inside / raw:.2%} of the raw loop's "
+        f"run), first step +{first_step * 1e3:.2f} ms ({first_step / raw:.2%}; the FLOP count); together "
+        f"{(inside + first_step) / raw:.2%}  target < 2%   (medians of {fits} default fits with it, {fits} without)"
+    )
     low, high = median_interval(block_ratios)
-    print(f"cross-check, side by side: a {BLOCK}-step block with it / the block without it that follows, median of "
-          f"{len(block_ratios)} pairs {statistics.median(block_ratios):.4f} (95% interval {low:.4f}-{high:.4f})")
+    print(
+        f"cross-check, side by side: a {BLOCK}-step block with it / the block without it that follows, median of "
+        f"{len(block_ratios)} pairs {statistics.median(block_ratios):.4f} (95% interval {low:.4f}-{high:.4f})"
+    )
     ratios = [a[0] / b[0] for a, b in zip(runs[True], runs[False])]
     low, high = median_interval(ratios)
-    print(f"cross-check, whole default runs with / without it: median of {len(ratios)} back-to-back pairs "
-          f"{statistics.median(ratios):.3f} (95% interval {low:.3f}-{high:.3f})")
+    print(
+        f"cross-check, whole default runs with / without it: median of {len(ratios)} back-to-back pairs "
+        f"{statistics.median(ratios):.3f} (95% interval {low:.3f}-{high:.3f})"
+    )
 
 
 def timed(fn, *args, **kwargs) -> tuple[float, torch.nn.Module | None]:
@@ -287,12 +318,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--monitor-pairs", type=int, default=12,
-                        help="back-to-back default runs with and without the ThroughputMonitor, and as many "
-                             "fits that switch it on and off every 16 steps")
+    parser.add_argument(
+        "--monitor-pairs",
+        type=int,
+        default=12,
+        help="back-to-back default runs with and without the ThroughputMonitor, and as many "
+        "fits that switch it on and off every 16 steps",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = least noise)")
-    parser.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
-                        help="compare Trainer(compile={'backend': BACKEND}) with eager on a small transformer")
+    parser.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        metavar="BACKEND",
+        help="compare Trainer(compile={'backend': BACKEND}) with eager on a small transformer",
+    )
     args = parser.parse_args()
     if args.monitor_pairs < 2:
         parser.error("--monitor-pairs must be at least 2: the monitor's first-step cost is a median over fits")
@@ -317,7 +358,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             # The order rotates each repeat, so that no variant always runs after the same one
             # (a run's aftermath, such as the files the defaults write, slows the next).
-            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+            for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
                 t, results[name] = timed(variants[name])
                 if results[name] is not None:
                     times[name].append(t)

@@ -59,10 +59,12 @@ class Measured(Llama):
         reset_peak()  # training's own peak from here
 
     def on_train_end(self) -> None:
-        figures = {"rank": self.trainer.global_rank, "setup": self.setup_peak - self.baseline,
-                   "training": peak_mib() - self.baseline,
-                   "parameters": sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
-                                     for p in self.parameters())}
+        figures = {
+            "rank": self.trainer.global_rank,
+            "setup": self.setup_peak - self.baseline,
+            "training": peak_mib() - self.baseline,
+            "parameters": sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in self.parameters()),
+        }
         ranks = [None] * self.trainer.world_size
         if dist.is_initialized():
             dist.all_gather_object(ranks, figures)
@@ -76,15 +78,25 @@ class Measured(Llama):
 def run_worker(layout: str, out: str, args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore")
     config = LlamaConfig(vocab=args.vocab, dim=args.dim, n_layers=args.layers, n_heads=8, n_kv_heads=4, seq_len=64)
-    strategy = {"single": "single", "tp": ModelParallelStrategy(tp=2, dp_shard=1),
-                "pp": ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=2)}[layout.split("-")[0]]
+    strategy = {
+        "single": "single",
+        "tp": ModelParallelStrategy(tp=2, dp_shard=1),
+        "pp": ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=2),
+    }[layout.split("-")[0]]
     baseline = reset_peak()
     torch.manual_seed(0)
     model = Measured(config, lr=1e-4, build_in_configure_model=layout.endswith("meta"))
     model.baseline, model.out = baseline, out
-    trainer = tm.Trainer(accelerator="cpu", devices=1 if layout == "single" else 2, strategy=strategy,
-                         max_steps=args.steps, enable_progress_bar=False, enable_model_summary=False, logger=False,
-                         enable_checkpointing=False)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1 if layout == "single" else 2,
+        strategy=strategy,
+        max_steps=args.steps,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(model, token_loader(config, batch_size=4, samples=4 * args.steps))
 
 
@@ -100,21 +112,43 @@ def main() -> None:
     if args.worker:
         run_worker(args.worker, args.out, args)
         return
-    shape = ["--dim", str(args.dim), "--layers", str(args.layers), "--vocab", str(args.vocab), "--steps", str(args.steps)]
-    whole = sum(p.numel() for p in Llama(LlamaConfig(vocab=args.vocab, dim=args.dim, n_layers=args.layers, n_heads=8,
-                                                     n_kv_heads=4, seq_len=64)).parameters())
-    print(f"Llama dim={args.dim} layers={args.layers} vocab={args.vocab}: {whole / 1e6:.1f}M parameters, "
-          f"{whole * 4 / 2**20:.0f} MiB in fp32; peaks above each rank's baseline, MiB")
+    shape = [
+        "--dim",
+        str(args.dim),
+        "--layers",
+        str(args.layers),
+        "--vocab",
+        str(args.vocab),
+        "--steps",
+        str(args.steps),
+    ]
+    whole = sum(
+        p.numel()
+        for p in Llama(
+            LlamaConfig(vocab=args.vocab, dim=args.dim, n_layers=args.layers, n_heads=8, n_kv_heads=4, seq_len=64)
+        ).parameters()
+    )
+    print(
+        f"Llama dim={args.dim} layers={args.layers} vocab={args.vocab}: {whole / 1e6:.1f}M parameters, "
+        f"{whole * 4 / 2**20:.0f} MiB in fp32; peaks above each rank's baseline, MiB"
+    )
     print(f"{'layout':10} {'rank':>4} {'params held':>12} {'setup peak':>11} {'training peak':>14}")
     with tempfile.TemporaryDirectory() as folder:
         for layout in LAYOUTS:
             out = os.path.join(folder, f"{layout}.json")
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", layout, "--out", out, *shape],
-                           check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--worker", layout, "--out", out, *shape],
+                check=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                timeout=600,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             for rank in json.load(open(out)):
-                print(f"{layout:10} {rank['rank']:>4} {rank['parameters'] / 1e6:>11.1f}M {rank['setup']:>11.0f} "
-                      f"{rank['training']:>14.0f}")
+                print(
+                    f"{layout:10} {rank['rank']:>4} {rank['parameters'] / 1e6:>11.1f}M {rank['setup']:>11.0f} "
+                    f"{rank['training']:>14.0f}"
+                )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import trainmesh as tm
 from trainmesh.data.synthetic import make_classification_tensors
 from trainmesh.strategies import ModelParallelStrategy
-from trainmesh.strategies.pipeline import split_parts
+from trainmesh.strategies.pipeline_cut import split_parts
 from trainmesh.utilities.memory import local_state_bytes
 
 WORLD_SIZE, FEATURES, CLASSES, PER_RANK_BATCH = 2, 64, 10, 32
@@ -153,9 +153,17 @@ def build_strategy(layout: str, microbatches: int):
 def train(args: argparse.Namespace, *, strategy, devices: int, out: str | None) -> TinyTransformer:
     model = TinyTransformer(dim=args.dim, blocks=args.blocks)
     x, y = make_classification_tensors(WORLD_SIZE * PER_RANK_BATCH * args.steps, FEATURES, CLASSES, seed=0)
-    trainer = tm.Trainer(accelerator="cpu", strategy=strategy, devices=devices, max_steps=args.steps,
-                         callbacks=[GatherMemory(out)], enable_progress_bar=False, enable_model_summary=False,
-                         logger=False, enable_checkpointing=False)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        strategy=strategy,
+        devices=devices,
+        max_steps=args.steps,
+        callbacks=[GatherMemory(out)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=PER_RANK_BATCH))
     return model
 
@@ -167,14 +175,29 @@ def run_worker(args: argparse.Namespace) -> None:
 
 
 def run_layout(layout: str, out: str, args: argparse.Namespace) -> tuple[list[dict], float]:
-    command = [sys.executable, os.path.abspath(__file__), "--worker", layout, "--out", out, "--steps", str(args.steps),
-               "--dim", str(args.dim), "--blocks", str(args.blocks), "--microbatches", str(args.microbatches)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        layout,
+        "--out",
+        out,
+        "--steps",
+        str(args.steps),
+        "--dim",
+        str(args.dim),
+        "--blocks",
+        str(args.blocks),
+        "--microbatches",
+        str(args.microbatches),
+    ]
     # One thread per worker: 2 workers on a small machine must not oversubscribe its cores.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     # Its own session, so that on timeout the agent and its workers go together.
-    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = child.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -196,13 +219,17 @@ def expected_fractions(layout: str, model: TinyTransformer) -> tuple[list[float]
         return [1.0] * WORLD_SIZE, "whole model"
     if layout == "fsdp":
         # FSDP2 shards dim 0 as torch.chunk does (rank 0 gets the larger chunk of an odd size).
-        held = [sum(rows_of_chunk(p.shape[0], r) * (p.numel() // p.shape[0]) for p in params.values())
-                for r in range(WORLD_SIZE)]
+        held = [
+            sum(rows_of_chunk(p.shape[0], r) * (p.numel() // p.shape[0]) for p in params.values())
+            for r in range(WORLD_SIZE)
+        ]
         return [h / total for h in held], "dim-0 chunks"
     if layout == "pp":
         stages = split_parts(model, WORLD_SIZE, None)
         counts = [sum(p.numel() for part in parts for p in model.get_submodule(part).parameters()) for parts in stages]
-        described = "; ".join(f"stage {i}: {span(parts)} = {c:,} params" for i, (parts, c) in enumerate(zip(stages, counts)))
+        described = "; ".join(
+            f"stage {i}: {span(parts)} = {c:,} params" for i, (parts, c) in enumerate(zip(stages, counts))
+        )
         return [c / total for c in counts], described
     if layout == "tp":
         plan = model.tensor_parallel_plan()
@@ -225,17 +252,29 @@ def span(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else f"{parts[0]}..{parts[-1]}"
 
 
-def print_table(reference: dict[str, int], psi: int, results: dict[str, list[dict]], expected: dict,
-                seconds: dict[str, float], args: argparse.Namespace) -> None:
+def print_table(
+    reference: dict[str, int],
+    psi: int,
+    results: dict[str, list[dict]],
+    expected: dict,
+    seconds: dict[str, float],
+    args: argparse.Namespace,
+) -> None:
     ref_total = sum(reference[k] for k in KEYS)
-    print(f"model: Linear({FEATURES},{args.dim}) + {args.blocks} x [LayerNorm, Linear({args.dim},{4 * args.dim}), GELU, "
-          f"Linear({4 * args.dim},{args.dim})] + Linear({args.dim},{CLASSES}); Ψ = {psi:,} parameters, fp32, Adam; "
-          f"{args.steps} steps on {WORLD_SIZE} CPU processes (gloo)")
-    print(f"reference (one process, whole model): params {reference['parameters'] / MiB:.2f} MiB, grads "
-          f"{reference['gradients'] / MiB:.2f} MiB, optim {reference['optimizer_state'] / MiB:.2f} MiB, total "
-          f"{ref_total / MiB:.2f} MiB")
-    header = (f"{'layout':6s} {'rank':>4s} | {'param MiB':>9s} {'grad MiB':>9s} {'optim MiB':>9s} {'total MiB':>9s} | "
-              f"{'fraction of reference p / g / o':>31s} {'total':>6s} | {'expected':>8s} | holds")
+    print(
+        f"model: Linear({FEATURES},{args.dim}) + {args.blocks} x [LayerNorm, Linear({args.dim},{4 * args.dim}), GELU, "
+        f"Linear({4 * args.dim},{args.dim})] + Linear({args.dim},{CLASSES}); Ψ = {psi:,} parameters, fp32, Adam; "
+        f"{args.steps} steps on {WORLD_SIZE} CPU processes (gloo)"
+    )
+    print(
+        f"reference (one process, whole model): params {reference['parameters'] / MiB:.2f} MiB, grads "
+        f"{reference['gradients'] / MiB:.2f} MiB, optim {reference['optimizer_state'] / MiB:.2f} MiB, total "
+        f"{ref_total / MiB:.2f} MiB"
+    )
+    header = (
+        f"{'layout':6s} {'rank':>4s} | {'param MiB':>9s} {'grad MiB':>9s} {'optim MiB':>9s} {'total MiB':>9s} | "
+        f"{'fraction of reference p / g / o':>31s} {'total':>6s} | {'expected':>8s} | holds"
+    )
     print(header)
     print("-" * len(header))
     for layout, ranks in results.items():
@@ -245,12 +284,16 @@ def print_table(reference: dict[str, int], psi: int, results: dict[str, list[dic
             total = sum(figures[k] for k in KEYS)
             mib = " ".join(f"{figures[k] / MiB:9.2f}" for k in KEYS)
             frac = " / ".join(f"{figures[k] / reference[k]:.4f}" for k in KEYS)
-            print(f"{layout:6s} {rank:4d} | {mib} {total / MiB:9.2f} | {frac:>31s} {total / ref_total:6.4f} | "
-                  f"{fractions[rank]:8.4f} | {span(figures['parts'])}")
+            print(
+                f"{layout:6s} {rank:4d} | {mib} {total / MiB:9.2f} | {frac:>31s} {total / ref_total:6.4f} | "
+                f"{fractions[rank]:8.4f} | {span(figures['parts'])}"
+            )
     for layout in results:
         print(f"expected {layout:5s}: {expected[layout][1]}")
-    print("wall time per layout (launch + 2 workers + training): "
-          + ", ".join(f"{layout} {s:.1f}s" for layout, s in seconds.items()))
+    print(
+        "wall time per layout (launch + 2 workers + training): "
+        + ", ".join(f"{layout} {s:.1f}s" for layout, s in seconds.items())
+    )
 
 
 def main() -> None:
@@ -284,10 +327,17 @@ def main() -> None:
         assert steps == {args.steps}, f"{layout} ran {steps} steps, not {args.steps}"
         assert [r["rank"] for r in ranks] == list(range(WORLD_SIZE)), f"{layout}: ranks {[r['rank'] for r in ranks]}"
     print_table(reference, psi, results, expected, seconds, args)
-    odd = [f"{layout} rank {r['rank']}" for layout, ranks in results.items() for r in ranks if not r["unchanged_after_step"]]
+    odd = [
+        f"{layout} rank {r['rank']}"
+        for layout, ranks in results.items()
+        for r in ranks
+        if not r["unchanged_after_step"]
+    ]
     if odd:
-        print(f"note: parameter or optimizer-state bytes changed between the last step and the end of training on: "
-              f"{', '.join(odd)}")
+        print(
+            f"note: parameter or optimizer-state bytes changed between the last step and the end of training on: "
+            f"{', '.join(odd)}"
+        )
     print(f"total wall time {time.perf_counter() - start:.1f}s")
 
 

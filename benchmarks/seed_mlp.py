@@ -17,8 +17,13 @@ def one_epoch_options(*, defaults: bool, root: str) -> dict[str, Any]:
     options: dict[str, Any] = dict(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=root)
     if defaults:
         return {**options, "num_sanity_val_steps": 0}
-    return {**options, "enable_progress_bar": False, "logger": False, "enable_checkpointing": False,
-            "enable_model_summary": False}
+    return {
+        **options,
+        "enable_progress_bar": False,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+    }
 
 
 def handwritten_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Any) -> None:

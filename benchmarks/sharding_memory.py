@@ -78,8 +78,9 @@ class WideNet(tm.Module):
     def __init__(self, *, width: int, depth: int) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
-                                            for _ in range(depth)])
+        self.blocks = torch.nn.Sequential(
+            *[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(depth)]
+        )
         self.head = torch.nn.Linear(width, CLASSES)
         self.memory: dict[str, int] = {}
 
@@ -105,9 +106,14 @@ class TransformerLM(torch.nn.Module):
     def __init__(self, *, vocab: int, width: int, depth: int) -> None:
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, width)
-        self.layers = torch.nn.ModuleList([
-            torch.nn.TransformerEncoderLayer(width, width // 64, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
-            for _ in range(depth)])
+        self.layers = torch.nn.ModuleList(
+            [
+                torch.nn.TransformerEncoderLayer(
+                    width, width // 64, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+                )
+                for _ in range(depth)
+            ]
+        )
         self.norm = torch.nn.LayerNorm(width)
         self.head = torch.nn.Linear(width, vocab, bias=False)
 
@@ -210,42 +216,73 @@ def run_worker(strategy: str, out: str, args: argparse.Namespace) -> None:
     steps = args.steps
     if args.large:
         model: Any = LargeLM(vocab=args.vocab, width=args.width, depth=args.depth)
-        tokens = torch.randint(args.vocab, (WORLD_SIZE * LARGE_BATCH * steps, LARGE_SEQUENCE + 1),
-                               generator=torch.Generator().manual_seed(0))
+        tokens = torch.randint(
+            args.vocab,
+            (WORLD_SIZE * LARGE_BATCH * steps, LARGE_SEQUENCE + 1),
+            generator=torch.Generator().manual_seed(0),
+        )
         data = TensorDataset(tokens[:, :-1], tokens[:, 1:])
         batch_size = LARGE_BATCH
     else:
         model = WideNet(width=args.width, depth=args.depth)
-        data = TensorDataset(*make_classification_tensors(WORLD_SIZE * PER_RANK_BATCH * steps, args.width, CLASSES,
-                                                          seed=0))
+        data = TensorDataset(
+            *make_classification_tensors(WORLD_SIZE * PER_RANK_BATCH * steps, args.width, CLASSES, seed=0)
+        )
         batch_size = PER_RANK_BATCH
-    trainer = tm.Trainer(accelerator="cpu", strategy=make_strategy(strategy), devices=WORLD_SIZE, max_steps=steps,
-                         enable_progress_bar=False, enable_model_summary=False, logger=False,
-                         enable_checkpointing=False)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        strategy=make_strategy(strategy),
+        devices=WORLD_SIZE,
+        max_steps=steps,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(model, DataLoader(data, batch_size=batch_size))
     figures = {**model.memory, "steps": trainer.global_step, "shard_units": count_shard_units(trainer.model)}
     if args.large:
         model.phases.close("end")
         step_times = [b - a for a, b in zip(model.step_ends, model.step_ends[1:])]
-        figures.update(phases=model.phases.peaks, peak_rss_kib=max(model.phases.peaks.values()),
-                       step_s=statistics.median(step_times) if step_times else float("nan"),
-                       baseline_rss_kib=model.phases.peaks["start"])
+        figures.update(
+            phases=model.phases.peaks,
+            peak_rss_kib=max(model.phases.peaks.values()),
+            step_s=statistics.median(step_times) if step_times else float("nan"),
+            baseline_rss_kib=model.phases.peaks["start"],
+        )
     else:
-        figures.update(peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # KiB on Linux
-                       baseline_rss_kib=baseline_kib)
+        figures.update(
+            peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # KiB on Linux
+            baseline_rss_kib=baseline_kib,
+        )
     with open(f"{out}.rank{trainer.global_rank}", "w") as file:
         json.dump(figures, file)
 
 
 def run_strategy(strategy: str, out: str, args: argparse.Namespace) -> list[dict]:
-    command = [sys.executable, os.path.abspath(__file__), "--worker", strategy, "--out", out,
-               "--steps", str(args.steps), "--width", str(args.width), "--depth", str(args.depth),
-               "--vocab", str(args.vocab), *(["--large"] if args.large else [])]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        strategy,
+        "--out",
+        out,
+        "--steps",
+        str(args.steps),
+        "--width",
+        str(args.width),
+        "--depth",
+        str(args.depth),
+        "--vocab",
+        str(args.vocab),
+        *(["--large"] if args.large else []),
+    ]
     # One thread per worker: 2 workers on a small machine must not oversubscribe its cores.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # Its own session, so that on timeout the agent and its workers go together.
-    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = child.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -267,13 +304,17 @@ def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespa
     model = WideNet(width=args.width, depth=args.depth)
     estimates = {s: estimate_memory(model, strategy=s, world_size=n, optimizer="adam") for s in results}
     keys = ("parameters", "gradients", "optimizer_state")
-    print(f"Ψ = {psi:,} parameters ({args.depth} x Linear({args.width}, {args.width}) + head), N = {n} CPU "
-          f"processes (gloo), fp32 Adam (K = 8), {args.steps} steps; MiB per rank, (x ddp) = ratio to ddp's "
-          "same rank")
-    header = (f"{'strategy':8s} {'rank':>4s} | {'params':>13s} {'grads':>13s} {'optim state':>13s} "
-              f"{'total':>13s} | {'ZeRO formula':17s} {'MiB':>6s} {'meas/formula p g o':>20s} | "
-              f"{'estimate':>8s} {'est/meas p g o total':>23s} | "
-              f"{'peak RSS':>14s} {'above start':>11s}")
+    print(
+        f"Ψ = {psi:,} parameters ({args.depth} x Linear({args.width}, {args.width}) + head), N = {n} CPU "
+        f"processes (gloo), fp32 Adam (K = 8), {args.steps} steps; MiB per rank, (x ddp) = ratio to ddp's "
+        "same rank"
+    )
+    header = (
+        f"{'strategy':8s} {'rank':>4s} | {'params':>13s} {'grads':>13s} {'optim state':>13s} "
+        f"{'total':>13s} | {'ZeRO formula':17s} {'MiB':>6s} {'meas/formula p g o':>20s} | "
+        f"{'estimate':>8s} {'est/meas p g o total':>23s} | "
+        f"{'peak RSS':>14s} {'above start':>11s}"
+    )
     print(header)
     print("-" * len(header))
     for strategy, ranks in results.items():
@@ -289,34 +330,51 @@ def print_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespa
             ratios = " ".join(f"{getattr(estimate, k) / figures[k]:.3f}" for k in keys)
             ratios += f" {estimate.state / figures['total']:.3f}"
             rss, growth = figures["peak_rss_kib"] / 1024, (figures["peak_rss_kib"] - figures["baseline_rss_kib"]) / 1024
-            print(f"{strategy:8s} {rank:4d} | {' '.join(f'{c:>13s}' for c in cells)} | {text:17s} "
-                  f"{sum(expected.values()) / MiB:6.2f} {match:>20s} | "
-                  f"{estimate.state / MiB:8.2f} {ratios:>23s} | "
-                  f"{rss:6.0f} ({rss / (ddp['peak_rss_kib'] / 1024):4.2f}) {growth:11.0f}")
-    print(f"hsdp: with {n} processes on one node its default shard group S is both processes (a 1 x {n} "
-          "mesh), so it is fsdp; a real 2-D mesh (replicate x shard, both > 1) needs at least 4 processes.")
+            print(
+                f"{strategy:8s} {rank:4d} | {' '.join(f'{c:>13s}' for c in cells)} | {text:17s} "
+                f"{sum(expected.values()) / MiB:6.2f} {match:>20s} | "
+                f"{estimate.state / MiB:8.2f} {ratios:>23s} | "
+                f"{rss:6.0f} ({rss / (ddp['peak_rss_kib'] / 1024):4.2f}) {growth:11.0f}"
+            )
+    print(
+        f"hsdp: with {n} processes on one node its default shard group S is both processes (a 1 x {n} "
+        "mesh), so it is fsdp; a real 2-D mesh (replicate x shard, both > 1) needs at least 4 processes."
+    )
     if "sharded" in results and results["sharded"][0]["parameters"] < 0.9 * 4 * psi:
-        print("sharded: FSDP2 keeps parameters whole only from forward to backward (reshard_after_forward="
-              "False); post-backward reshards them (reshard_after_backward defaults to True) and Adam updates "
-              "the shards, so at the step a rank holds 4Ψ/N of parameters, not ZeRO-2's 4Ψ.")
-    print("peak RSS includes what the formulas (persistent state) leave out: each block's parameters gathered "
-          "while it runs, gradients before their reduce-scatter, and here the whole model built on every rank "
-          "before sharding (build it in configure_model to start on the meta device).")
-    print("peak RSS = ru_maxrss of the worker (MiB), which includes torch itself; 'above start' = peak RSS "
-          "minus the peak before the model was built.")
+        print(
+            "sharded: FSDP2 keeps parameters whole only from forward to backward (reshard_after_forward="
+            "False); post-backward reshards them (reshard_after_backward defaults to True) and Adam updates "
+            "the shards, so at the step a rank holds 4Ψ/N of parameters, not ZeRO-2's 4Ψ."
+        )
+    print(
+        "peak RSS includes what the formulas (persistent state) leave out: each block's parameters gathered "
+        "while it runs, gradients before their reduce-scatter, and here the whole model built on every rank "
+        "before sharding (build it in configure_model to start on the meta device)."
+    )
+    print(
+        "peak RSS = ru_maxrss of the worker (MiB), which includes torch itself; 'above start' = peak RSS "
+        "minus the peak before the model was built."
+    )
 
 
 def print_large_table(results: dict[str, list[dict]], psi: int, args: argparse.Namespace) -> None:
     """Each phase's peak RSS per rank, the run's peak, and its ratio to ddp's."""
-    print(f"Ψ = {psi:,} parameters (TransformerLM: vocab {args.vocab}, width {args.width}, {args.depth} layers; "
-          f"built in configure_model, held as self.net), N = {WORLD_SIZE} CPU processes (gloo), fp32 Adam, "
-          f"{args.steps} steps of {LARGE_BATCH} x {LARGE_SEQUENCE} tokens per rank; MiB per rank")
+    print(
+        f"Ψ = {psi:,} parameters (TransformerLM: vocab {args.vocab}, width {args.width}, {args.depth} layers; "
+        f"built in configure_model, held as self.net), N = {WORLD_SIZE} CPU processes (gloo), fp32 Adam, "
+        f"{args.steps} steps of {LARGE_BATCH} x {LARGE_SEQUENCE} tokens per rank; MiB per rank"
+    )
     phases = PhasePeaks.PHASES
-    header = (f"{'strategy':10s} {'rank':>4s} {'units':>5s} | {'state p+g+o':>11s} | "
-              + " ".join(f"{p:>8s}" for p in phases) + f" | {'peak':>6s} {'x ddp':>5s} | {'above start':>11s} {'x ddp':>5s}")
-    print("phase peaks: start = torch + trainmesh + process group, before any model; build = configure_model, "
-          "sharding, materialising, optimizers; step 1 = the first step (gradients and Adam state appear); "
-          "end = after fit returns")
+    header = (
+        f"{'strategy':10s} {'rank':>4s} {'units':>5s} | {'state p+g+o':>11s} | "
+        + " ".join(f"{p:>8s}" for p in phases)
+        + f" | {'peak':>6s} {'x ddp':>5s} | {'above start':>11s} {'x ddp':>5s}"
+    )
+    print(
+        "phase peaks: start = torch + trainmesh + process group, before any model; build = configure_model, "
+        "sharding, materialising, optimizers; step 1 = the first step (gradients and Adam state appear); "
+        "end = after fit returns"
+    )
     print(header)
     print("-" * len(header))
     for strategy, ranks in results.items():
@@ -326,30 +384,42 @@ def print_large_table(results: dict[str, list[dict]], psi: int, args: argparse.N
             peak, start = figures["peak_rss_kib"] / 1024, figures["baseline_rss_kib"] / 1024
             ddp_peak, ddp_start = ddp["peak_rss_kib"] / 1024, ddp["baseline_rss_kib"] / 1024
             cells = " ".join(f"{figures['phases'][p] / 1024:8.0f}" for p in phases)
-            print(f"{strategy:10s} {rank:4d} {figures['shard_units']:5d} | {state / MiB:11.0f} | {cells} | {peak:6.0f} "
-                  f"{peak / ddp_peak:5.2f} | {peak - start:11.0f} {(peak - start) / (ddp_peak - ddp_start):5.2f}")
+            print(
+                f"{strategy:10s} {rank:4d} {figures['shard_units']:5d} | {state / MiB:11.0f} | {cells} | {peak:6.0f} "
+                f"{peak / ddp_peak:5.2f} | {peak - start:11.0f} {(peak - start) / (ddp_peak - ddp_start):5.2f}"
+            )
     worst = max(r["peak_rss_kib"] / d["peak_rss_kib"] for r, d in zip(results["fsdp"], results["ddp"]))
     print(f"fsdp / ddp peak RSS per rank (worst rank): {worst:.2f} (target <= 0.60)")
     if "fsdp-1unit" in results:
         one = max(r["peak_rss_kib"] / d["peak_rss_kib"] for r, d in zip(results["fsdp-1unit"], results["ddp"]))
-        print(f"fsdp-1unit / ddp: {one:.2f} (the whole model one shard unit, as self.net = Model() was sharded "
-              "before units were chosen automatically; host memory released as fsdp now does on CPU)")
-    print("units = FSDP2 units, the root included; state p+g+o = parameters + gradients + optimizer state held "
-          "locally at the last step (DTensor shards counted locally).")
+        print(
+            f"fsdp-1unit / ddp: {one:.2f} (the whole model one shard unit, as self.net = Model() was sharded "
+            "before units were chosen automatically; host memory released as fsdp now does on CPU)"
+        )
+    print(
+        "units = FSDP2 units, the root included; state p+g+o = parameters + gradients + optimizer state held "
+        "locally at the last step (DTensor shards counted locally)."
+    )
 
 
 def print_unit_comparison(results: dict[str, list[dict]]) -> None:
     """fsdp's automatic units against one unit for the whole model, peak RSS per rank."""
     auto, one = results["fsdp"], results["fsdp-1unit"]
-    cells = ", ".join(f"rank {r}: {a['peak_rss_kib'] / 1024:.0f} vs {o['peak_rss_kib'] / 1024:.0f} MiB "
-                      f"({a['peak_rss_kib'] / o['peak_rss_kib']:.2f})" for r, (a, o) in enumerate(zip(auto, one)))
+    cells = ", ".join(
+        f"rank {r}: {a['peak_rss_kib'] / 1024:.0f} vs {o['peak_rss_kib'] / 1024:.0f} MiB "
+        f"({a['peak_rss_kib'] / o['peak_rss_kib']:.2f})"
+        for r, (a, o) in enumerate(zip(auto, one))
+    )
     print(f"fsdp, automatic units ({auto[0]['shard_units']} with the root) vs one unit for the whole model: {cells}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--large", action="store_true",
-                        help="a >= 100M-parameter transformer built on the meta device, phase by phase peak RSS")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="a >= 100M-parameter transformer built on the meta device, phase by phase peak RSS",
+    )
     parser.add_argument("--steps", type=int, help="optimizer steps (default 10; 3 with --large)")
     parser.add_argument("--width", type=int, help="default 640; 1024 with --large")
     parser.add_argument("--depth", type=int, help="default 8 blocks; 8 transformer layers with --large")
@@ -366,7 +436,7 @@ def main() -> None:
         return
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as root:
-        for strategy in (LARGE_STRATEGIES if args.large else STRATEGIES + ("fsdp-1unit",)):
+        for strategy in LARGE_STRATEGIES if args.large else STRATEGIES + ("fsdp-1unit",):
             results[strategy] = run_strategy(strategy, os.path.join(root, strategy), args)
     for strategy, ranks in results.items():
         steps = {r["steps"] for r in ranks}

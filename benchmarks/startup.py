@@ -111,30 +111,40 @@ def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace)
     names = list(results)
     reference = results[names[0]]
     cache = "off (PYTHONDONTWRITEBYTECODE kept)" if args.no_bytecode_cache else "on"
-    print(f"{args.steps} steps of the seed MLP (batch 16 per process, 2 processes, gloo), {args.repeats} alternating "
-          f"runs of each command; medians, seconds from the command's start; bytecode cache {cache}")
-    print(f"{'command':28s} {'whole':>7s} {'ratio':>6s} {'paired':>6s} {'1st wkr':>8s} {'vs (a)':>7s} "
-          f"{'last wkr':>8s} {'1st step':>8s} {'vs (a)':>7s} {'exit':>6s}")
+    print(
+        f"{args.steps} steps of the seed MLP (batch 16 per process, 2 processes, gloo), {args.repeats} alternating "
+        f"runs of each command; medians, seconds from the command's start; bytecode cache {cache}"
+    )
+    print(
+        f"{'command':28s} {'whole':>7s} {'ratio':>6s} {'paired':>6s} {'1st wkr':>8s} {'vs (a)':>7s} "
+        f"{'last wkr':>8s} {'1st step':>8s} {'vs (a)':>7s} {'exit':>6s}"
+    )
     for name, runs in results.items():
         whole = median_of(runs, "whole")
         paired = statistics.median(run["whole"] / ref["whole"] for run, ref in zip(runs, reference))
-        print(f"{name:28s} {whole:7.2f} {whole / median_of(reference, 'whole'):6.3f} {paired:6.3f} "
-              f"{median_of(runs, 'first_worker'):8.2f} "
-              f"{median_of(runs, 'first_worker') - median_of(reference, 'first_worker'):+7.2f} "
-              f"{median_of(runs, 'last_worker'):8.2f} {median_of(runs, 'first_step'):8.2f} "
-              f"{median_of(runs, 'first_step') - median_of(reference, 'first_step'):+7.2f} "
-              f"{median_of(runs, 'after_workers'):6.2f}")
-    print("targets: (b)/(a) whole <= 1.05; (b)'s first worker within +0.30 s of (a)'s. "
-          "'exit': from the last worker's end to the command's exit")
+        print(
+            f"{name:28s} {whole:7.2f} {whole / median_of(reference, 'whole'):6.3f} {paired:6.3f} "
+            f"{median_of(runs, 'first_worker'):8.2f} "
+            f"{median_of(runs, 'first_worker') - median_of(reference, 'first_worker'):+7.2f} "
+            f"{median_of(runs, 'last_worker'):8.2f} {median_of(runs, 'first_step'):8.2f} "
+            f"{median_of(runs, 'first_step') - median_of(reference, 'first_step'):+7.2f} "
+            f"{median_of(runs, 'after_workers'):6.2f}"
+        )
+    print(
+        "targets: (b)/(a) whole <= 1.05; (b)'s first worker within +0.30 s of (a)'s. "
+        "'exit': from the last worker's end to the command's exit"
+    )
     print("inside a worker (medians over runs and ranks, seconds):")
     for name, runs in results.items():
         phases = worker_phase_medians(runs)
         print(f"  {name:26s} " + "  ".join(f"{phase} {value:.2f}" for phase, value in phases.items()))
     for name, runs in results.items():
         if "agent_until_launch" in runs[0]:
-            print(f"  {name:26s} agent: script start to its last line before launching "
-                  f"{median_of(runs, 'agent_until_launch'):.2f}, then to the first worker's start "
-                  f"{median_of(runs, 'agent_launch_to_first_worker'):.2f}")
+            print(
+                f"  {name:26s} agent: script start to its last line before launching "
+                f"{median_of(runs, 'agent_until_launch'):.2f}, then to the first worker's start "
+                f"{median_of(runs, 'agent_launch_to_first_worker'):.2f}"
+            )
 
 
 def main() -> None:
@@ -142,8 +152,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=30, help="training steps per run")
     parser.add_argument("--only", nargs="*", default=None, help="variant letters to run (default: a b c)")
-    parser.add_argument("--no-bytecode-cache", action="store_true",
-                        help="keep PYTHONDONTWRITEBYTECODE if set (every process compiles trainmesh's sources)")
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE if set (every process compiles trainmesh's sources)",
+    )
     args = parser.parse_args()
     variants = {name: command for name, command in VARIANTS.items() if args.only is None or name[0] in args.only}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
@@ -152,8 +165,9 @@ def main() -> None:
             run_once(command, steps=args.steps, folder=folder, bytecode_cache=not args.no_bytecode_cache)
         for _ in range(args.repeats):
             for name, command in variants.items():
-                results[name].append(run_once(command, steps=args.steps, folder=folder,
-                                              bytecode_cache=not args.no_bytecode_cache))
+                results[name].append(
+                    run_once(command, steps=args.steps, folder=folder, bytecode_cache=not args.no_bytecode_cache)
+                )
     report(results, args)
 
 

@@ -18,6 +18,7 @@ def cores(monkeypatch):
     def set_cores(logical, physical):
         monkeypatch.setattr(accelerators, "logical_cpu_count", lambda: logical)
         monkeypatch.setattr(accelerators, "physical_cpu_count", lambda: physical)
+
     return set_cores
 
 
@@ -31,8 +32,11 @@ def test_up_to_the_physical_cores_says_nothing(cores):
 
 def test_more_processes_than_physical_cores_warns(cores):
     cores(logical=4, physical=2)
-    with pytest.warns(UserWarning, match=r"devices=6 on CPU starts 6 processes on this node, which has 2 physical "
-                                         r"CPU core\(s\) \(4 logical\): each process gets about 0.33 of a core"):
+    with pytest.warns(
+        UserWarning,
+        match=r"devices=6 on CPU starts 6 processes on this node, which has 2 physical "
+        r"CPU core\(s\) \(4 logical\): each process gets about 0.33 of a core",
+    ):
         assert resolve_devices("cpu", 6) == list(range(6))
 
 
@@ -40,8 +44,11 @@ def test_far_more_processes_than_cores_is_refused_before_any_process_starts(core
     cores(logical=2, physical=2)
     started = []
     monkeypatch.setattr("trainmesh.runtime.build_launcher", lambda *a, **k: started.append(a))
-    with pytest.raises(ValueError, match=r"devices=99 on CPU would start 99 processes on this node, but it has only "
-                                         r"2 logical CPU core\(s\).*Use fewer devices: at most 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"devices=99 on CPU would start 99 processes on this node, but it has only "
+        r"2 logical CPU core\(s\).*Use fewer devices: at most 2",
+    ):
         tm.Trainer(accelerator="cpu", devices=99, logger=False)
     assert not started
 
@@ -67,8 +74,9 @@ def test_gpu_devices_are_not_counted_against_cpu_cores(cores, monkeypatch):
 def test_physical_cores_come_from_cpuinfo(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     # Two sockets, two cores each, two hyperthreads per core: 8 logical CPUs, 4 physical cores.
-    info.write_text("\n\n".join(f"processor\t: {i}\nphysical id\t: {i // 4}\ncore id\t\t: {(i // 2) % 2}"
-                                for i in range(8)) + "\n")
+    info.write_text(
+        "\n\n".join(f"processor\t: {i}\nphysical id\t: {i // 4}\ncore id\t\t: {(i // 2) % 2}" for i in range(8)) + "\n"
+    )
     assert accelerators._physical_cores_from_cpuinfo(str(info)) == 4
     (tmp_path / "arm").write_text("processor\t: 0\nBogoMIPS\t: 50\n\nprocessor\t: 1\nBogoMIPS\t: 50\n")
     assert accelerators._physical_cores_from_cpuinfo(str(tmp_path / "arm")) is None

@@ -46,7 +46,12 @@ def test_ddp_on_two_gpus_uses_nccl(tmp_path):
     )
     runner = tmp_path / "gpu_ddp.py"
     runner.write_text(code)
-    result = subprocess.run([sys.executable, str(runner)], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    result = subprocess.run(
+        [sys.executable, str(runner)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.exists()

@@ -23,8 +23,9 @@ ROWS = [
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     out = tmp_path / "gpu_check.md"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)],
-                          capture_output=True, text=True, timeout=280)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True, text=True, timeout=280
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     table = out.read_text()
     assert "error:" not in table, table
@@ -41,6 +42,7 @@ def test_gpu_check_refuses_to_run_without_cuda_unless_dry_run(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.md")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.md")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0 and "--dry-run" in done.stderr

@@ -15,8 +15,14 @@ HEAVY_OR_OPTIONAL = ("torch.distributed.tensor", "sympy", "keras", "tensorboard"
 def modules_after_import() -> set[str]:
     # A fresh interpreter: this one has imported whatever other tests needed.
     code = "import sys, json, trainmesh; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=True,
+    )
     return set(json.loads(result.stdout))
 
 

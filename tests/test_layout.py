@@ -44,8 +44,12 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/training.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "launchers/__init__.py": ["launchers/test_launch_processes.py"],
     "launchers/base.py": ["launchers/test_environments.py"],
-    "launchers/elastic.py": ["launchers/test_launch_processes.py", "launchers/test_restarts.py",
-                             "launchers/test_agent_startup.py", "launchers/test_orphans.py"],
+    "launchers/elastic.py": [
+        "launchers/test_launch_processes.py",
+        "launchers/test_restarts.py",
+        "launchers/test_agent_startup.py",
+        "launchers/test_orphans.py",
+    ],
     "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
     "launchers/in_process.py": ["test_runtime.py"],
     "loggers/base.py": ["loggers/test_module_logger.py"],
@@ -63,8 +67,11 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/distributed.py": ["strategies/test_ddp.py", "strategies/test_protocol.py"],
     "strategies/gradients.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py", "trainer/test_token_loss.py"],
     "strategies/layers_on_devices.py": ["strategies/test_seed_003.py"],
-    "strategies/model_parallel.py": ["strategies/test_llama_parallel.py", "strategies/test_llama_placement.py",
-                                     "strategies/test_resume_layouts.py"],
+    "strategies/model_parallel.py": [
+        "strategies/test_llama_parallel.py",
+        "strategies/test_llama_placement.py",
+        "strategies/test_resume_layouts.py",
+    ],
     "strategies/process_group.py": ["strategies/test_ddp.py"],
     "strategies/sampling.py": ["strategies/test_ddp_dataloaders.py"],
     "strategies/single.py": ["trainer/test_fit_loop.py", "strategies/test_matrix.py"],
@@ -113,8 +120,10 @@ CROSS_CUTTING: dict[str, str] = {
 
 def has_public_code(path: Path) -> bool:
     tree = ast.parse(path.read_text())
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
-               for node in tree.body)
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+        for node in tree.body
+    )
 
 
 def all_test_files() -> list[str]:
@@ -124,8 +133,12 @@ def all_test_files() -> list[str]:
 def named_after(module: str, files: list[str]) -> list[str]:
     """tests/<package>/test_<module>.py and test_<module>_*.py beside it."""
     path = Path(module)
-    return [name for name in files if Path(name).parent == path.parent
-            and (Path(name).stem == f"test_{path.stem}" or Path(name).stem.startswith(f"test_{path.stem}_"))]
+    return [
+        name
+        for name in files
+        if Path(name).parent == path.parent
+        and (Path(name).stem == f"test_{path.stem}" or Path(name).stem.startswith(f"test_{path.stem}_"))
+    ]
 
 
 def index() -> dict[str, list[str]]:
@@ -134,7 +147,9 @@ def index() -> dict[str, list[str]]:
     rows = {}
     for path in sorted(SRC.rglob("*.py")):
         module = str(path.relative_to(SRC))
-        covering = named_after(module, files) + [f for f in COVERED_BY.get(module, []) if f not in named_after(module, files)]
+        covering = named_after(module, files) + [
+            f for f in COVERED_BY.get(module, []) if f not in named_after(module, files)
+        ]
         rows[module] = covering
     return rows
 
@@ -151,13 +166,15 @@ def table() -> str:
 def written_table() -> str:
     text = README.read_text()
     assert BEGIN in text and END in text, f"{README} lost its index markers; run python tests/test_layout.py"
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
+    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
 
 
 def test_every_module_with_public_code_has_a_test_file():
     missing = [module for module, files in index().items() if not files and has_public_code(SRC / module)]
-    assert not missing, (f"modules with public functions or classes and no test file: {missing}; name a test file "
-                         "after the module (tests/<package>/test_<module>.py) or list its tests in COVERED_BY")
+    assert not missing, (
+        f"modules with public functions or classes and no test file: {missing}; name a test file "
+        "after the module (tests/<package>/test_<module>.py) or list its tests in COVERED_BY"
+    )
 
 
 def test_the_index_names_only_files_and_modules_that_exist():
@@ -171,8 +188,10 @@ def test_the_index_names_only_files_and_modules_that_exist():
 def test_every_test_file_covers_a_module_or_says_what_it_checks():
     covering = {name for files in index().values() for name in files} | set(CROSS_CUTTING)
     orphans = sorted(set(all_test_files()) - covering)
-    assert not orphans, (f"test files in no row of the index: {orphans}; name them after their module, or list "
-                         "them in COVERED_BY or CROSS_CUTTING")
+    assert not orphans, (
+        f"test files in no row of the index: {orphans}; name them after their module, or list "
+        "them in COVERED_BY or CROSS_CUTTING"
+    )
 
 
 def test_the_readme_index_is_the_generated_one():
@@ -181,7 +200,7 @@ def test_the_readme_index_is_the_generated_one():
 
 def write_index() -> None:
     text = README.read_text()
-    README.write_text(text[:text.index(BEGIN) + len(BEGIN)] + "\n" + table() + "\n" + text[text.index(END):])
+    README.write_text(text[: text.index(BEGIN) + len(BEGIN)] + "\n" + table() + "\n" + text[text.index(END) :])
 
 
 if __name__ == "__main__":

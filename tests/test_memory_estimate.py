@@ -126,8 +126,19 @@ def test_auto_with_one_device_stays_single() -> None:
 def test_estimate_command_prints_every_strategy_beside_zero(capsys: pytest.CaptureFixture[str]) -> None:
     from trainmesh.cli.main import main
 
-    status = main(["estimate", "--model", "trainmesh.demo:DigitsClassifier", "--world_size", "4",
-                   "--precision", "16-mixed", "--batch_shape", "32,64"])
+    status = main(
+        [
+            "estimate",
+            "--model",
+            "trainmesh.demo:DigitsClassifier",
+            "--world_size",
+            "4",
+            "--precision",
+            "16-mixed",
+            "--batch_shape",
+            "32,64",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0
     for strategy in ("single", "ddp", "zero1", "sharded", "fsdp", "hsdp"):
@@ -136,8 +147,9 @@ def test_estimate_command_prints_every_strategy_beside_zero(capsys: pytest.Captu
 
 
 def test_trainer_fit_decides_before_the_processes_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=int(2.2 * MiB)),
-                         logger=False)
+    trainer = tm.Trainer(
+        accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=int(2.2 * MiB)), logger=False
+    )
     launched: list[str] = []
     # Stands in for starting the processes: what matters is the strategy they would start with.
     monkeypatch.setattr(trainer.runtime, "launch", lambda *args, **kwargs: launched.append(trainer.strategy.name))

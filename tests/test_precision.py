@@ -38,14 +38,23 @@ class RecordingLlama(Llama):
 def fit(precision: str, steps: int) -> RecordingLlama:
     torch.manual_seed(0)
     model = RecordingLlama(CONFIG)
-    trainer = tm.Trainer(accelerator="cpu", devices=1, precision=precision, max_steps=steps, logger=False,
-                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        max_steps=steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(model, token_loader(CONFIG, batch_size=4, samples=16))
     return model
 
 
-@pytest.mark.parametrize("precision,dtype", [("bf16-true", torch.bfloat16), ("16-true", torch.float16),
-                                             ("64-true", torch.float64)])
+@pytest.mark.parametrize(
+    "precision,dtype", [("bf16-true", torch.bfloat16), ("16-true", torch.float16), ("64-true", torch.float64)]
+)
 def test_true_precisions_keep_the_complex_rope_buffer(precision, dtype):
     model = fit(precision, steps=1)
     assert {param.dtype for param in model.parameters()} == {dtype}

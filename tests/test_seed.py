@@ -151,8 +151,13 @@ def test_two_seeded_runs_with_worker_augmentation_see_the_same_batches():
 
 
 def test_ddp_processes_seed_their_workers_apart_and_shuffle_with_the_seed(tmp_path):
-    result = subprocess.run([sys.executable, __file__, "ddp", str(tmp_path)], capture_output=True, text=True,
-                            timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, __file__, "ddp", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     # The two shards are halves of the permutation DistributedSampler draws from seed 7, epoch 0.

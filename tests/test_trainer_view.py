@@ -65,9 +65,23 @@ def test_fit_updates_the_loop_state_and_the_properties_read_it():
     train, _ = loaders()
     assert state.current_epoch == 2 and state.global_step == 2 * len(train)
     assert state.num_training_batches == len(train) and state.stage == "fit"
-    for name in ("current_epoch", "global_step", "should_stop", "sanity_checking", "num_training_batches",
-                 "num_val_batches", "stage", "ckpt_path", "epoch_metrics", "logged_metrics", "loop", "optimizers",
-                 "lr_scheduler_configs", "model", "datamodule"):
+    for name in (
+        "current_epoch",
+        "global_step",
+        "should_stop",
+        "sanity_checking",
+        "num_training_batches",
+        "num_val_batches",
+        "stage",
+        "ckpt_path",
+        "epoch_metrics",
+        "logged_metrics",
+        "loop",
+        "optimizers",
+        "lr_scheduler_configs",
+        "model",
+        "datamodule",
+    ):
         assert getattr(trainer, name) is getattr(state, name), name
     assert trainer.lightning_module is state.module
     assert "val_loss" in state.epoch_metrics

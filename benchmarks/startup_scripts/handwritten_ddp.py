@@ -2,6 +2,7 @@
 
 Each process marks its phases (startup_common.mark).
 """
+
 from startup_common import BATCH, STEPS, generated_data, mark
 
 mark("start")  # the first line of user code

@@ -2,6 +2,7 @@
 
 Tiny and torch-free at import, so importing it before the first mark costs nothing measurable.
 """
+
 import os
 import time
 

@@ -3,6 +3,7 @@
 Run as ``python trainmesh_ddp.py`` it starts its own workers; under torchrun it uses torchrun's.
 Each process marks its phases (startup_common.mark).
 """
+
 from startup_common import BATCH, STEPS, generated_data, mark
 
 mark("start")  # the first line of user code
@@ -19,8 +20,9 @@ mark("imported")
 class MLPModule(tm.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(),
-                                       torch.nn.Linear(128, 10))
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        )
 
     def training_step(self, batch, batch_idx):
         if batch_idx == 0:
@@ -36,8 +38,16 @@ x, y = generated_data()
 torch.manual_seed(0)
 model = MLPModule()
 mark("built")
-trainer = tm.Trainer(strategy="ddp", devices=2, accelerator="cpu", max_steps=STEPS, enable_progress_bar=False,
-                     logger=False, enable_checkpointing=False, enable_model_summary=False)
+trainer = tm.Trainer(
+    strategy="ddp",
+    devices=2,
+    accelerator="cpu",
+    max_steps=STEPS,
+    enable_progress_bar=False,
+    logger=False,
+    enable_checkpointing=False,
+    enable_model_summary=False,
+)
 mark("trainer")
 trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=BATCH))
 mark("trained")

@@ -16,4 +16,14 @@ from trainmesh.utilities.rank_zero import rank_zero_only
 
 __version__ = "0.1.0"
 
-__all__ = ["Callback", "DataModule", "Module", "Runtime", "Trainer", "estimate_memory", "rank_zero_only", "seed_everything", "__version__"]
+__all__ = [
+    "Callback",
+    "DataModule",
+    "Module",
+    "Runtime",
+    "Trainer",
+    "estimate_memory",
+    "rank_zero_only",
+    "seed_everything",
+    "__version__",
+]

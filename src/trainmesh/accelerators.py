@@ -12,11 +12,9 @@ ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 
 
 def resolve_accelerator(accelerator: str) -> str:
-    """"auto" picks cuda, then mps, then cpu; "gpu" means cuda. Returns a torch device type."""
+    """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda. Returns a torch device type."""
     if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
-        raise ValueError(
-            f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}"
-        )
+        raise ValueError(f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}")
     name = accelerator.lower()
     if name == "gpu":
         name = "cuda"
@@ -173,7 +171,9 @@ def _parse_devices(devices: object) -> int | str | list[int]:
             return int(text)
         except ValueError:
             pass
-    raise ValueError(f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'")
+    raise ValueError(
+        f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'"
+    )
 
 
 def device_for(device_type: str, index: int) -> torch.device:

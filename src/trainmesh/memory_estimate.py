@@ -61,15 +61,25 @@ class MemoryEstimate:
     def describe(self) -> str:
         """One line: the estimate's parts in MiB and ZeRO's formula beside it."""
         mib = 2**20
-        return (f"{self.strategy:8s} N={self.world_size}: params {self.parameters / mib:.2f} + grads "
-                f"{self.gradients / mib:.2f} + optimizer {self.optimizer_state / mib:.2f} + activations "
-                f"{self.activations / mib:.2f} + transient {self.transient / mib:.2f} = {self.peak / mib:.2f} MiB "
-                f"per rank | ZeRO {self.formula} = {self.formula_bytes / mib:.2f} MiB")
+        return (
+            f"{self.strategy:8s} N={self.world_size}: params {self.parameters / mib:.2f} + grads "
+            f"{self.gradients / mib:.2f} + optimizer {self.optimizer_state / mib:.2f} + activations "
+            f"{self.activations / mib:.2f} + transient {self.transient / mib:.2f} = {self.peak / mib:.2f} MiB "
+            f"per rank | ZeRO {self.formula} = {self.formula_bytes / mib:.2f} MiB"
+        )
 
 
-def estimate_memory(model: nn.Module, *, strategy: str = "ddp", world_size: int = 1, precision: str = "32-true",
-                    optimizer: Any = "adam", batch: Any = None, shard_size: int | None = None,
-                    probe_rows: int = 2) -> MemoryEstimate:
+def estimate_memory(
+    model: nn.Module,
+    *,
+    strategy: str = "ddp",
+    world_size: int = 1,
+    precision: str = "32-true",
+    optimizer: Any = "adam",
+    batch: Any = None,
+    shard_size: int | None = None,
+    probe_rows: int = 2,
+) -> MemoryEstimate:
     """Per-rank bytes of ``model`` trained with ``optimizer`` under ``strategy`` on ``world_size`` ranks.
 
     ``optimizer``: a name ("adam", "adamw", "sgd", "sgd_momentum"), an optimizer class or
@@ -96,16 +106,25 @@ def estimate_memory(model: nn.Module, *, strategy: str = "ddp", world_size: int 
     split_p, split_g, split_o = (divisors[key] for key in _parts(model_of))
     # Whole parameters gathered from forward to backward where they are sharded at the step.
     transient = param_bytes - param_bytes // split_p if model_of.gathered_for_backward else 0
-    activations = (measure_activation_bytes(model, batch, probe_rows=probe_rows, precision=precision)
-                   if batch is not None else 0)
+    activations = (
+        measure_activation_bytes(model, batch, probe_rows=probe_rows, precision=precision) if batch is not None else 0
+    )
     if model_of.splits_activations:
         activations //= world_size  # roughly: each rank runs 1/tp of each layer or 1/pp of the layers
-    formula, formula_bytes = zero_formula(name, psi, world_size, precision=precision,
-                                          states=states, shard_size=shard_size or world_size)
+    formula, formula_bytes = zero_formula(
+        name, psi, world_size, precision=precision, states=states, shard_size=shard_size or world_size
+    )
     return MemoryEstimate(
-        strategy=name, world_size=world_size, num_parameters=psi, parameters=math.ceil(param_bytes / split_p),
-        gradients=math.ceil(param_bytes / split_g), optimizer_state=math.ceil(states * param_bytes / split_o),
-        activations=activations, transient=transient, formula=formula, formula_bytes=formula_bytes,
+        strategy=name,
+        world_size=world_size,
+        num_parameters=psi,
+        parameters=math.ceil(param_bytes / split_p),
+        gradients=math.ceil(param_bytes / split_g),
+        optimizer_state=math.ceil(states * param_bytes / split_o),
+        activations=activations,
+        transient=transient,
+        formula=formula,
+        formula_bytes=formula_bytes,
     )
 
 
@@ -115,8 +134,9 @@ def _element_size(param: torch.Tensor, precision: str) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def zero_formula(strategy: str, psi: int, n: int, *, precision: str = "32-true", states: int = 2,
-                 shard_size: int | None = None) -> tuple[str, int]:
+def zero_formula(
+    strategy: str, psi: int, n: int, *, precision: str = "32-true", states: int = 2, shard_size: int | None = None
+) -> tuple[str, int]:
     """ZeRO's per-rank bytes for ``psi`` parameters: ("2Ψ+2Ψ+12Ψ/N", bytes) and the like.
 
     Mixed precision is the paper's 2 + 2 + K with K = 4 (fp32 master) + 4 x states; otherwise
@@ -167,8 +187,10 @@ def optimizer_states_per_parameter(optimizer: Any) -> int:
     if isinstance(optimizer, str):
         key = optimizer.lower()
         if key not in _KNOWN_STATES:
-            raise ValueError(f"optimizer={optimizer!r} is not known by name; choose one of {sorted(_KNOWN_STATES)} "
-                             "or pass the optimizer class or instance")
+            raise ValueError(
+                f"optimizer={optimizer!r} is not known by name; choose one of {sorted(_KNOWN_STATES)} "
+                "or pass the optimizer class or instance"
+            )
         return _KNOWN_STATES[key]
     if isinstance(optimizer, torch.optim.Optimizer):
         defaults, cls = dict(optimizer.defaults), type(optimizer)
@@ -230,8 +252,11 @@ def _saved_bytes(model: nn.Module, inputs: torch.Tensor, precision: str) -> int:
             total += tensor.numel() * tensor.element_size()
         return tensor
 
-    with _buffers_kept(model), _autocast_like_training(model, precision), \
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with (
+        _buffers_kept(model),
+        _autocast_like_training(model, precision),
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+    ):
         model(inputs)
     return total
 

@@ -196,8 +196,17 @@ class Module(HyperparametersMixin, nn.Module):
             return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
             reduce_fx = _reduce_fx_name(reduce_fx)
-        sink.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
-                 reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+        sink.log(
+            name,
+            value,
+            prog_bar=prog_bar,
+            logger=logger,
+            on_step=on_step,
+            on_epoch=on_epoch,
+            reduce_fx=reduce_fx,
+            sync_dist=sync_dist,
+            batch_size=batch_size,
+        )
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
         """``self.log`` for each item of ``metrics`` with the same options."""
@@ -300,8 +309,9 @@ class Module(HyperparametersMixin, nn.Module):
 
         manual_optimization.untoggle_optimizer(self.__dict__.pop("_toggled", {}))
 
-    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
-                       gradient_clip_algorithm: str | None = None) -> torch.Tensor | None:
+    def clip_gradients(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> torch.Tensor | None:
         """Clip the gradients (global norm across devices, or by value) before ``optimizer.step()``."""
         from trainmesh.trainer import manual_optimization
 
@@ -320,8 +330,9 @@ class Module(HyperparametersMixin, nn.Module):
         return state
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: str, *, map_location: Any = "cpu", strict: bool = True,
-                             **overrides: Any) -> Module:
+    def load_from_checkpoint(
+        cls, checkpoint_path: str, *, map_location: Any = "cpu", strict: bool = True, **overrides: Any
+    ) -> Module:
         """Build the module from the hyperparameters saved in a checkpoint and load its weights.
 
         ``overrides`` replace saved hyperparameters; ``strict=False`` tolerates missing or extra

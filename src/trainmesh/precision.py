@@ -15,8 +15,15 @@ from trainmesh.utilities.placement import place_tensors
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 # Spellings from Lightning 1.x and 2.x that users carry over.
-_ALIASES = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed",
-            "64": "64-true", 64: "64-true"}
+_ALIASES = {
+    "32": "32-true",
+    32: "32-true",
+    "16": "16-mixed",
+    16: "16-mixed",
+    "bf16": "bf16-mixed",
+    "64": "64-true",
+    64: "64-true",
+}
 
 _NO_AUTOCAST = contextlib.nullcontext()
 
@@ -25,8 +32,7 @@ def normalize_precision(precision: str | int) -> str:
     name = _ALIASES.get(precision, precision)
     if name not in PRECISIONS:
         raise ValueError(
-            f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)} "
-            "(or 32 / 16 / 'bf16')"
+            f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)} (or 32 / 16 / 'bf16')"
         )
     return str(name)
 
@@ -49,7 +55,9 @@ class Precision:
             # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
             self.scaler = torch.amp.GradScaler(device_type)
         self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the scaler's last update
-        self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(self.name)
+        self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(
+            self.name
+        )
 
     @property
     def param_dtype(self) -> torch.dtype:

@@ -74,13 +74,16 @@ class Runtime:
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
         self.precision = Precision(precision, device_type=self.device_type)
-        placement = Placement(self.device_type, tuple(self.device_indices), num_nodes, self.precision,
-                              compile=compile_options(compile))
+        placement = Placement(
+            self.device_type, tuple(self.device_indices), num_nodes, self.precision, compile=compile_options(compile)
+        )
         self.strategy: Strategy = build_strategy(strategy, placement)
         # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
         self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
         self.launcher: Launcher = build_launcher(
-            self.strategy.start_method, devices=self.strategy.processes_per_node, num_nodes=num_nodes,
+            self.strategy.start_method,
+            devices=self.strategy.processes_per_node,
+            num_nodes=num_nodes,
             max_restarts=max_restarts,
         )
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
@@ -186,12 +189,15 @@ class Runtime:
         from trainmesh.module import built_for_estimate
 
         estimated, on_meta = built_for_estimate(module)
-        name, reason = self._auto.choose(estimated, world_size=world_size, placement=self._placement,
-                                         built_on_meta=on_meta)
+        name, reason = self._auto.choose(
+            estimated, world_size=world_size, placement=self._placement, built_on_meta=on_meta
+        )
         chosen = build_strategy(name, self._placement)
         # The launcher was built for the provisional ddp; every candidate starts the same processes.
-        assert (chosen.start_method, chosen.processes_per_node) == (self.strategy.start_method,
-                                                                    self.strategy.processes_per_node)
+        assert (chosen.start_method, chosen.processes_per_node) == (
+            self.strategy.start_method,
+            self.strategy.processes_per_node,
+        )
         self.strategy, self._auto_reason = chosen, reason
 
     # ---- model, optimizers, data ------------------------------------------------------------
@@ -250,9 +256,16 @@ class Runtime:
         wrapped = []
         for loader in loaders:
             if settings is not None and settings.workers:
-                loader = with_worker_init_fn(loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank))
-            wrapped.append(DeviceDataLoader(self.strategy.process_dataloader(loader, train=train, seed=seed), self.to_device,
-                                            self._moves_batches))
+                loader = with_worker_init_fn(
+                    loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
+                )
+            wrapped.append(
+                DeviceDataLoader(
+                    self.strategy.process_dataloader(loader, train=train, seed=seed),
+                    self.to_device,
+                    self._moves_batches,
+                )
+            )
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:
@@ -266,15 +279,18 @@ class Runtime:
         return self.strategy.root_device.type != "cpu" or self.precision.converts_input
 
     # ---- the step ---------------------------------------------------------------------------
-    def train_step(self, model: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool = True,
-                   hooks: StepHooks | None = None) -> StepResult:
+    def train_step(
+        self, model: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool = True, hooks: StepHooks | None = None
+    ) -> StepResult:
         """One training step run by the strategy: forward (``training_step``), ``hooks.step_end``,
         the loss and backward. Returns the loss (None on ranks that have none) and the output."""
-        return self.strategy.train_step(model, batch, batch_idx, sync_grads=sync_grads,
-                                        hooks=hooks or StepHooks(backward=self.backward))
+        return self.strategy.train_step(
+            model, batch, batch_idx, sync_grads=sync_grads, hooks=hooks or StepHooks(backward=self.backward)
+        )
 
-    def eval_step(self, model: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks | None = None) -> Any:
+    def eval_step(
+        self, model: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks | None = None
+    ) -> Any:
         """``model.<hook>(batch, batch_idx, *extra)`` for evaluation, run by the strategy."""
         return self.strategy.eval_step(model, hook, batch, batch_idx, *extra, hooks=hooks or StepHooks())
 
@@ -309,8 +325,9 @@ class Runtime:
         self.precision.unscale_gradients(inner)
         return self.strategy.clip_gradients(module, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type)
 
-    def normalize_gradients(self, model: nn.Module, num_tokens: torch.Tensor, *,
-                            loss_sum: torch.Tensor | None = None) -> torch.Tensor | None:
+    def normalize_gradients(
+        self, model: nn.Module, num_tokens: torch.Tensor, *, loss_sum: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         """After a step's last backward, before clipping: the gradients of a summed loss become
         those of its mean over the global batch's valid tokens (``num_tokens``: this process's
         count over the step). Returns the global mean of ``loss_sum`` when given.
@@ -323,6 +340,7 @@ class Runtime:
     def all_reduce(self, value: Any, op: str = "mean", *, over: str = "dp") -> Any:
         """Reduce tensors (or numbers) across the processes of a mesh axis ("dp": every
         data-parallel replica); every one of them gets the result."""
+
         def reduce_one(tensor: torch.Tensor) -> torch.Tensor:
             return collectives.reduce(self.mesh, tensor, op, over=over)
 
@@ -353,12 +371,15 @@ class Runtime:
         return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
 
     # ---- checkpoints: save / load (state_dicts reads what they write) --------------------------
-    def state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], *, sharded: bool = False) -> dict[str, Any]:
+    def state_dicts(
+        self, model: nn.Module | None, optimizers: Sequence[Any], *, sharded: bool = False
+    ) -> dict[str, Any]:
         """``{"model": ..., "optim": [...]}``: full tensors, or each rank's shards (``sharded``)."""
         return self.strategy.state_dict(model, [_inner(o) for o in optimizers], sharded=sharded)
 
-    def _load_state_dicts(self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *,
-                         strict: bool = True) -> None:
+    def _load_state_dicts(
+        self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *, strict: bool = True
+    ) -> None:
         """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
         self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
 
@@ -366,8 +387,9 @@ class Runtime:
         """Write ``checkpoint``; the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
         self.strategy.save_checkpoint(checkpoint, path, sharded=sharded)
 
-    def _load_checkpoint(self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+    def _load_checkpoint(
+        self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         """A checkpoint file, or a distributed one loaded into state shaped like ``model``'s."""
         return self.strategy.load_checkpoint(path, model, [_inner(o) for o in optimizers], keys=keys)
 
@@ -399,7 +421,9 @@ class Runtime:
                 converted[key] = value
         return converted
 
-    def _restore_from_checkpoint(self, checkpoint: dict[str, Any], state: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    def _restore_from_checkpoint(
+        self, checkpoint: dict[str, Any], state: dict[str, Any], *, strict: bool = True
+    ) -> dict[str, Any]:
         missing = [key for key in state if key not in checkpoint]
         if missing and strict:
             raise KeyError(f"the checkpoint has no entries {missing}; it holds {sorted(checkpoint)}")

@@ -102,7 +102,13 @@ def capture_rng_state() -> dict[str, Any]:
         # The key array as a tensor: a checkpoint then holds only what
         # torch.load(weights_only=True) reads (no numpy object).
         name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-        state["numpy"] = (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), position, has_gauss, cached_gaussian)
+        state["numpy"] = (
+            name,
+            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            position,
+            has_gauss,
+            cached_gaussian,
+        )
     except ImportError:
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -27,8 +27,17 @@ class FakeRuntime:
 
 
 def make_trainer(**overrides):
-    values = dict(current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, should_stop=False,
-                  runtime=FakeRuntime(), sanity_checking=False, fast_dev_run=0, stage="fit")
+    values = dict(
+        current_epoch=0,
+        global_step=0,
+        callback_metrics={},
+        is_global_zero=True,
+        should_stop=False,
+        runtime=FakeRuntime(),
+        sanity_checking=False,
+        fast_dev_run=0,
+        stage="fit",
+    )
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -163,7 +172,9 @@ def test_state_dict_round_trip():
 
 
 def test_verbose_prints_on_rank_zero_only(capsys):
-    EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(make_trainer(callback_metrics={"val_loss": 1.0}), None)
+    EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(
+        make_trainer(callback_metrics={"val_loss": 1.0}), None
+    )
     assert "val_loss improved to 1" in capsys.readouterr().out
     quiet_trainer = make_trainer(callback_metrics={"val_loss": 1.0}, is_global_zero=False)
     EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(quiet_trainer, None)
@@ -174,12 +185,15 @@ def test_state_key_tells_callbacks_apart():
     assert EarlyStopping(monitor="a").state_key != EarlyStopping(monitor="b").state_key
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"monitor": "x", "mode": "up"}, "mode"),
-    ({"monitor": "x", "min_delta": -0.1}, "min_delta"),
-    ({"monitor": "x", "patience": -1}, "patience"),
-    ({"monitor": ""}, "monitor"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"monitor": "x", "mode": "up"}, "mode"),
+        ({"monitor": "x", "min_delta": -0.1}, "min_delta"),
+        ({"monitor": "x", "patience": -1}, "patience"),
+        ({"monitor": ""}, "monitor"),
+    ],
+)
 def test_invalid_arguments_are_explained(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EarlyStopping(**kwargs)

@@ -19,13 +19,15 @@ def _only(trainer: tm.Trainer, cls: type) -> object:
     return found[0]
 
 
-@pytest.mark.parametrize("bar", [
-    RichProgressBar(refresh_rate=5, leave=False, theme={"progress_bar": "green"}),
-    TQDMProgressBar(refresh_rate=5, process_position=0, leave=False),
-])
+@pytest.mark.parametrize(
+    "bar",
+    [
+        RichProgressBar(refresh_rate=5, leave=False, theme={"progress_bar": "green"}),
+        TQDMProgressBar(refresh_rate=5, process_position=0, leave=False),
+    ],
+)
 def test_lightning_progress_bar_names_replace_the_default(bar, tmp_path):
     summary = RichModelSummary(max_depth=2)
-    trainer = tm.Trainer(callbacks=[bar, summary], default_root_dir=tmp_path, logger=False,
-                         enable_checkpointing=False)
+    trainer = tm.Trainer(callbacks=[bar, summary], default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
     assert _only(trainer, ProgressBar) is bar and bar.refresh_rate == 5 and bar.leave is False
     assert _only(trainer, ModelSummary) is summary and summary.max_depth == 2

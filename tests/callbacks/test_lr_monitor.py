@@ -36,9 +36,17 @@ torch.optim.SGD(params(), lr=0.1)
 
 
 def make_trainer(optimizers=(), configs=(), **overrides):
-    values = dict(current_epoch=0, global_step=0, is_global_zero=True, sanity_checking=False, fast_dev_run=0,
-                  loggers=[FakeLogger()], optimizers=[Wrapper(o) for o in optimizers],
-                  lr_scheduler_configs=list(configs), log_every_n_steps=1)
+    values = dict(
+        current_epoch=0,
+        global_step=0,
+        is_global_zero=True,
+        sanity_checking=False,
+        fast_dev_run=0,
+        loggers=[FakeLogger()],
+        optimizers=[Wrapper(o) for o in optimizers],
+        lr_scheduler_configs=list(configs),
+        log_every_n_steps=1,
+    )
     values.update(overrides)
     return SimpleNamespace(**values)
 

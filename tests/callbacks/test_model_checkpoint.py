@@ -27,10 +27,24 @@ class FakeRuntime:
 
 def make_trainer(tmp_path, **overrides):
     values = dict(
-        current_epoch=0, global_step=0, callback_metrics={}, is_global_zero=True, global_rank=0,
-        world_size=1, log_dir=str(tmp_path / "logs"), default_root_dir=str(tmp_path), loggers=[],
-        runtime=FakeRuntime(), should_stop=False, optimizers=[], lr_scheduler_configs=[],
-        sanity_checking=False, fast_dev_run=0, stage="fit", callbacks=[], ckpt_path=None,
+        current_epoch=0,
+        global_step=0,
+        callback_metrics={},
+        is_global_zero=True,
+        global_rank=0,
+        world_size=1,
+        log_dir=str(tmp_path / "logs"),
+        default_root_dir=str(tmp_path),
+        loggers=[],
+        runtime=FakeRuntime(),
+        should_stop=False,
+        optimizers=[],
+        lr_scheduler_configs=[],
+        sanity_checking=False,
+        fast_dev_run=0,
+        stage="fit",
+        callbacks=[],
+        ckpt_path=None,
     )
     values.update(overrides)
     trainer = SimpleNamespace(**values)
@@ -88,7 +102,10 @@ def test_top_k_min_keeps_the_k_lowest_and_deletes_the_rest(tmp_path):
         end_epoch(checkpoint, trainer, {"val_loss": loss})
     # 0.6 never made the top 2 and was never written; 0.5 was written, then deleted.
     assert [os.path.basename(p) for p in trainer.saved] == [
-        "epoch=0-step=10.ckpt", "epoch=1-step=20.ckpt", "epoch=3-step=40.ckpt"]
+        "epoch=0-step=10.ckpt",
+        "epoch=1-step=20.ckpt",
+        "epoch=3-step=40.ckpt",
+    ]
     assert files_in(tmp_path / "c") == ["epoch=1-step=20.ckpt", "epoch=3-step=40.ckpt"]
     assert checkpoint.best_model_path == str(tmp_path / "c" / "epoch=3-step=40.ckpt")
     assert checkpoint.best_model_score == pytest.approx(0.3)
@@ -100,8 +117,9 @@ def test_top_k_min_keeps_the_k_lowest_and_deletes_the_rest(tmp_path):
 
 def test_top_k_max_keeps_the_highest(tmp_path):
     trainer = make_trainer(tmp_path)
-    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="acc", mode="max", save_top_k=1,
-                                                 filename="{acc:.2f}"))
+    checkpoint = attach(
+        trainer, ModelCheckpoint(dirpath=tmp_path, monitor="acc", mode="max", save_top_k=1, filename="{acc:.2f}")
+    )
     for acc in (0.7, 0.9, 0.8):
         end_epoch(checkpoint, trainer, {"acc": acc})
     assert files_in(tmp_path) == ["acc=0.90.ckpt"]
@@ -185,8 +203,10 @@ def test_filename_placeholders_and_metric_names_with_slashes():
 
 
 def test_filename_names_already_written_are_not_doubled():
-    assert render_filename("run-{epoch}-val_loss={val_loss:.1f}", {"epoch": 2, "val_loss": 0.25}) == \
-        "run-epoch=2-val_loss=0.2"
+    assert (
+        render_filename("run-{epoch}-val_loss={val_loss:.1f}", {"epoch": 2, "val_loss": 0.25})
+        == "run-epoch=2-val_loss=0.2"
+    )
     assert render_filename("{epoch}_{step}", {"epoch": 1, "step": 9}, auto_insert_metric_name=False) == "1_9"
     assert render_filename("{missing:.2f}", {}) == "missing=0.00"
 
@@ -216,7 +236,9 @@ def test_every_n_train_steps_saves_once_per_due_step(tmp_path):
 
 def test_epoch_end_at_an_already_saved_step_is_skipped(tmp_path):
     trainer = make_trainer(tmp_path)
-    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, every_n_epochs=1, save_top_k=-1))
+    checkpoint = attach(
+        trainer, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, every_n_epochs=1, save_top_k=-1)
+    )
     trainer.global_step = 5
     checkpoint.on_train_batch_end(trainer, None, None, None, 4)
     checkpoint.on_train_epoch_end(trainer, None)
@@ -236,8 +258,9 @@ def test_every_n_epochs(tmp_path):
 
 def test_save_after_every_validation_when_not_on_train_epoch_end(tmp_path):
     trainer = make_trainer(tmp_path)
-    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=-1,
-                                                 save_on_train_epoch_end=False))
+    checkpoint = attach(
+        trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=-1, save_on_train_epoch_end=False)
+    )
     trainer.global_step, trainer.callback_metrics = 3, {"val_loss": 0.4}
     checkpoint.on_validation_end(trainer, None)  # a mid-epoch validation at this batch
     checkpoint.on_train_batch_end(trainer, None, None, None, 2)
@@ -261,8 +284,13 @@ def test_existing_file_of_another_run_gets_a_version_suffix(tmp_path):
     assert checkpoint.last_model_path == str(tmp_path / "last-v1.ckpt")
     end_epoch(checkpoint, trainer, {})
     # Our own files are replaced; the other run's files are never touched.
-    assert files_in(tmp_path) == ["epoch=0-step=10-v1.ckpt", "epoch=0-step=10.ckpt", "epoch=1-step=20.ckpt",
-                                  "last-v1.ckpt", "last.ckpt"]
+    assert files_in(tmp_path) == [
+        "epoch=0-step=10-v1.ckpt",
+        "epoch=0-step=10.ckpt",
+        "epoch=1-step=20.ckpt",
+        "last-v1.ckpt",
+        "last.ckpt",
+    ]
     assert (tmp_path / "last.ckpt").read_bytes() == b"another run"
 
 
@@ -295,8 +323,9 @@ def test_missing_monitor_is_not_checked_when_no_save_is_due(tmp_path):
 
 def test_step_save_before_the_first_validation_warns_and_skips_ranking(tmp_path):
     trainer = make_trainer(tmp_path)
-    checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", every_n_train_steps=1,
-                                                 save_last=True))
+    checkpoint = attach(
+        trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", every_n_train_steps=1, save_last=True)
+    )
     trainer.global_step, trainer.callback_metrics = 1, {"train_loss": 1.0}
     with pytest.warns(UserWarning, match="not logged yet"):
         checkpoint.on_train_batch_end(trainer, None, None, None, 0)
@@ -316,11 +345,19 @@ def test_state_dict_round_trip_keeps_the_ranking(tmp_path):
     assert state == first.state_dict()
 
     resumed_trainer = make_trainer(tmp_path, current_epoch=2, global_step=20)
-    resumed = attach(resumed_trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2,
-                                                      save_last=True))
+    resumed = attach(
+        resumed_trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2, save_last=True)
+    )
     resumed.load_state_dict(state)
-    for key in ("best_model_path", "best_model_score", "kth_best_model_path", "best_k_models", "last_model_path",
-                "dirpath", "monitor"):
+    for key in (
+        "best_model_path",
+        "best_model_score",
+        "kth_best_model_path",
+        "best_k_models",
+        "last_model_path",
+        "dirpath",
+        "monitor",
+    ):
         assert getattr(resumed, key) == getattr(first, key)
     resumed_trainer.global_step = 20  # already saved at this step: no second copy
     resumed.on_train_epoch_end(resumed_trainer, None)
@@ -355,13 +392,16 @@ def test_state_key_tells_checkpoint_callbacks_apart():
     assert ModelCheckpoint(monitor="a").state_key != ModelCheckpoint(monitor="b").state_key
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"mode": "lowest"}, "mode"),
-    ({"save_top_k": -2}, "save_top_k"),
-    ({"save_top_k": 3}, "without a monitored metric"),
-    ({"every_n_train_steps": -1}, "every_n_train_steps"),
-    ({"every_n_epochs": 1.5}, "every_n_epochs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mode": "lowest"}, "mode"),
+        ({"save_top_k": -2}, "save_top_k"),
+        ({"save_top_k": 3}, "without a monitored metric"),
+        ({"every_n_train_steps": -1}, "every_n_train_steps"),
+        ({"every_n_epochs": 1.5}, "every_n_epochs"),
+    ],
+)
 def test_invalid_arguments_are_explained(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ModelCheckpoint(**kwargs)
@@ -378,8 +418,7 @@ def test_the_checkpoint_a_run_resumed_from_is_never_deleted(tmp_path):
             return super().training_step(batch, batch_idx)
 
     def fit(steps, ckpt_path=None):
-        callback = ModelCheckpoint(dirpath=tmp_path, monitor="score", mode="max", save_top_k=1,
-                                   every_n_train_steps=1)
+        callback = ModelCheckpoint(dirpath=tmp_path, monitor="score", mode="max", save_top_k=1, every_n_train_steps=1)
         trainer = quiet_trainer(max_steps=steps, enable_checkpointing=True, callbacks=[callback])
         trainer.fit(Rising(), loaders()[0], ckpt_path=ckpt_path)
         return trainer

@@ -10,19 +10,29 @@ from trainmesh.callbacks import ModelCheckpoint
 
 
 def _loaders():
-    return (DataLoader(random_classification(), batch_size=8, shuffle=True),
-            DataLoader(random_classification(40, seed=1), batch_size=8))
+    return (
+        DataLoader(random_classification(), batch_size=8, shuffle=True),
+        DataLoader(random_classification(40, seed=1), batch_size=8),
+    )
 
 
 def test_weights_only_checkpoints_load_for_evaluation_and_refuse_resume(tmp_path):
     torch.manual_seed(0)
-    best = ModelCheckpoint(dirpath=tmp_path / "best", monitor="val_loss", save_top_k=2, save_last=True,
-                           save_weights_only=True, filename="{epoch}-{val_loss:.3f}", save_on_train_epoch_end=None)
+    best = ModelCheckpoint(
+        dirpath=tmp_path / "best",
+        monitor="val_loss",
+        save_top_k=2,
+        save_last=True,
+        save_weights_only=True,
+        filename="{epoch}-{val_loss:.3f}",
+        save_on_train_epoch_end=None,
+    )
     # A foreign file with the name the second callback uses: without the version counter it is overwritten.
     (tmp_path / "fixed").mkdir()
     (tmp_path / "fixed" / "latest.ckpt").write_text("not a checkpoint")
-    latest = ModelCheckpoint(dirpath=tmp_path / "fixed", filename="latest", enable_version_counter=False,
-                             auto_insert_metric_name=False)
+    latest = ModelCheckpoint(
+        dirpath=tmp_path / "fixed", filename="latest", enable_version_counter=False, auto_insert_metric_name=False
+    )
     trainer = quiet_trainer(max_epochs=3, limit_train_batches=3, enable_checkpointing=True, callbacks=[best, latest])
     model = DropoutNet()
     with pytest.warns(UserWarning, match="already holds files of another run"):

@@ -15,7 +15,7 @@ from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
 from trainmesh.loggers import CSVLogger
 from trainmesh.strategies.mesh import ParallelDims
-from trainmesh.strategies.model_parallel import model_parallel_capabilities
+from trainmesh.strategies.model_parallel_support import model_parallel_capabilities
 
 B, IN, OUT = 4, 8, 3
 
@@ -73,9 +73,17 @@ def test_figures_are_the_arithmetic_of_the_recorded_times(monkeypatch):
     logged = []
     logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
     loop = SimpleNamespace(data_seconds=0.0, batches_done=0)  # the fit loop times the waits for batches
-    trainer = SimpleNamespace(global_step=0, log_every_n_steps=2, is_global_zero=True, sanity_checking=False,
-                              loggers=[logger], runtime=SimpleNamespace(device=torch.device("cpu")), model=None,
-                              precision="32-true", loop=loop)
+    trainer = SimpleNamespace(
+        global_step=0,
+        log_every_n_steps=2,
+        is_global_zero=True,
+        sanity_checking=False,
+        loggers=[logger],
+        runtime=SimpleNamespace(device=torch.device("cpu")),
+        model=None,
+        precision="32-true",
+        loop=loop,
+    )
     monitor = ThroughputMonitor(count_flops=False, tokens_per_sample=10)
     batch = (torch.zeros(B, IN), torch.zeros(B))
     monitor.on_train_start(trainer, None)
@@ -124,8 +132,15 @@ def test_the_fit_loop_times_the_wait_for_each_batch(tmp_path):
 
 
 def test_throughput_figures_and_mfu_arithmetic():
-    figures = throughput_figures(seconds=4.0, data_seconds=1.0, batches=8, samples=256, tokens=256 * 128,
-                                 flops_per_batch=10**12, peak_flops=989.4e12)
+    figures = throughput_figures(
+        seconds=4.0,
+        data_seconds=1.0,
+        batches=8,
+        samples=256,
+        tokens=256 * 128,
+        flops_per_batch=10**12,
+        peak_flops=989.4e12,
+    )
     assert figures["batches_per_sec"] == 2.0
     assert figures["samples_per_sec"] == 64.0
     assert figures["tokens_per_sec"] == 64.0 * 128
@@ -157,7 +172,8 @@ def test_integer_batches_of_shape_b_t_count_b_times_t_tokens():
     monitor = ThroughputMonitor(count_flops=False)
     given = ThroughputMonitor(count_flops=False, tokens_in_batch=lambda batch: 5)
     quiet_trainer(max_epochs=1, callbacks=[monitor, given], log_every_n_steps=1).fit(
-        Embedder(), DataLoader(TensorDataset(tokens), batch_size=B))
+        Embedder(), DataLoader(TensorDataset(tokens), batch_size=B)
+    )
     assert monitor.history and given.history
     for figures in monitor.history:
         assert figures["tokens_per_sec"] == pytest.approx(T * figures["samples_per_sec"])
@@ -181,10 +197,12 @@ def test_flops_are_not_counted_where_the_model_itself_is_split(dims):
     # Under tensor parallel FlopCounterMode counts DTensor ops at their global shapes (tp times
     # one rank's work), and a pipeline's stages run backward with autograd.grad: no figure rather
     # than a wrong one. Data parallel alone (tp = pp = 1) is counted.
-    capabilities = model_parallel_capabilities(ParallelDims(**dims, dp_shard=1).resolved(dims["tp"] * dims["pp"]),
-                                               replicated=False)
-    trainer = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cpu"), capabilities=capabilities),
-                              model=None, precision="32-true")
+    capabilities = model_parallel_capabilities(
+        ParallelDims(**dims, dp_shard=1).resolved(dims["tp"] * dims["pp"]), replicated=False
+    )
+    trainer = SimpleNamespace(
+        runtime=SimpleNamespace(device=torch.device("cpu"), capabilities=capabilities), model=None, precision="32-true"
+    )
     monitor = ThroughputMonitor(peak_flops=1e12)
     monitor.on_train_start(trainer, None)
     monitor.on_train_epoch_start(trainer, None)
@@ -251,8 +269,14 @@ def test_validation_inside_the_counted_batch_is_not_counted():
     # Accumulating two batches, checking every batch: the first batch's validation runs before its
     # end hooks, with no optimizer step to end the count before it.
     monitor = ThroughputMonitor()
-    quiet_trainer(max_epochs=1, callbacks=[monitor], accumulate_grad_batches=2, val_check_interval=1,
-                  num_sanity_val_steps=0, limit_val_batches=1).fit(BigValidation(), linear_loader(), linear_loader(1))
+    quiet_trainer(
+        max_epochs=1,
+        callbacks=[monitor],
+        accumulate_grad_batches=2,
+        val_check_interval=1,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+    ).fit(BigValidation(), linear_loader(), linear_loader(1))
     assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
 
 
@@ -264,5 +288,6 @@ def test_a_run_resumed_inside_an_epoch_counts_its_next_step(tmp_path):
     resumed = quiet_trainer(max_epochs=1, callbacks=[monitor], log_every_n_steps=1)
     resumed.fit(LinearNet(), linear_loader(), ckpt_path=str(tmp_path / "mid.ckpt"))
     assert resumed.global_step == 5 and monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
-    assert [round(f["samples_per_sec"] / f["batches_per_sec"]) for f in monitor.history] == [B], \
+    assert [round(f["samples_per_sec"] / f["batches_per_sec"]) for f in monitor.history] == [B], (
         "one window after the counted step (the fourth), with step 5 in it"
+    )

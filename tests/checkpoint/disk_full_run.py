@@ -41,7 +41,14 @@ if __name__ == "__main__":
         os.fsync = full_disk
     x = torch.randn(32, 4)
     loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    trainer = tm.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_steps=2, enable_progress_bar=False,
-                         enable_model_summary=False, logger=False,
-                         callbacks=[tm.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=1)])
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        strategy="ddp",
+        devices=2,
+        max_steps=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        callbacks=[tm.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=1)],
+    )
     trainer.fit(Tiny(), loader)

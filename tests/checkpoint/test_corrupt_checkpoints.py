@@ -73,8 +73,19 @@ def truncated(path: Path, good: dict[str, Path]) -> None:
 
 def lightning(path: Path, good: dict[str, Path]) -> None:
     weights = load_checkpoint_file(good["file"])["state_dict"]
-    torch.save({"epoch": 1, "global_step": 3, "pytorch-lightning_version": "2.4.0", "state_dict": weights,
-                "loops": {}, "callbacks": {}, "optimizer_states": [], "lr_schedulers": []}, path)
+    torch.save(
+        {
+            "epoch": 1,
+            "global_step": 3,
+            "pytorch-lightning_version": "2.4.0",
+            "state_dict": weights,
+            "loops": {},
+            "callbacks": {},
+            "optimizer_states": [],
+            "lr_schedulers": [],
+        },
+        path,
+    )
 
 
 def safetensors_file(path: Path, good: dict[str, Path]) -> None:
@@ -95,7 +106,7 @@ def overwritten_in_place(path: Path, good: dict[str, Path]) -> None:
     with zipfile.ZipFile(good["file"]) as archive:
         record = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     # The record's data follows its local header (30 bytes, the name, the extra field).
-    name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26: record.header_offset + 30])
+    name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
     start = record.header_offset + 30 + name_length + extra_length
     for offset in range(start, start + min(64, record.file_size)):
         data[offset] ^= 0x5A
@@ -104,17 +115,27 @@ def overwritten_in_place(path: Path, good: dict[str, Path]) -> None:
 
 DAMAGED: dict[str, tuple[Callable[[Path, dict[str, Path]], None], str]] = {
     "truncated": (truncated, r"is not a readable trainmesh checkpoint: truncated\?"),
-    "overwritten in place": (overwritten_in_place, r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches "
-                                                   r"the checksum written with it"),
+    "overwritten in place": (
+        overwritten_in_place,
+        r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches "
+        r"the checksum written with it",
+    ),
     "zero bytes": (lambda p, g: p.write_bytes(b""), r"not a readable trainmesh checkpoint: truncated\? \(it is empty"),
     "random bytes": (lambda p, g: p.write_bytes(os.urandom(4096)), r"not a readable trainmesh checkpoint: truncated\?"),
-    "lightning": (lightning, r"is a PyTorch Lightning checkpoint \(Lightning 2\.4\.0\), not a trainmesh one: .*"
-                             r"module\.load_state_dict\(torch\.load\(.*\)\['state_dict'\]\)"),
-    "bare state dict": (lambda p, g: torch.save(DropoutNet().state_dict(), p),
-                        r"holds a bare state dict \(4 tensors, e\.g\. 'net\.0\.weight'\), not a trainmesh checkpoint: "
-                        r"module\.load_state_dict"),
-    "another framework's dict": (lambda p, g: torch.save({"model": DropoutNet().state_dict(), "step": 3}, p),
-                                 r"is not a trainmesh checkpoint .*its 'model' entry looks like model weights"),
+    "lightning": (
+        lightning,
+        r"is a PyTorch Lightning checkpoint \(Lightning 2\.4\.0\), not a trainmesh one: .*"
+        r"module\.load_state_dict\(torch\.load\(.*\)\['state_dict'\]\)",
+    ),
+    "bare state dict": (
+        lambda p, g: torch.save(DropoutNet().state_dict(), p),
+        r"holds a bare state dict \(4 tensors, e\.g\. 'net\.0\.weight'\), not a trainmesh checkpoint: "
+        r"module\.load_state_dict",
+    ),
+    "another framework's dict": (
+        lambda p, g: torch.save({"model": DropoutNet().state_dict(), "step": 3}, p),
+        r"is not a trainmesh checkpoint .*its 'model' entry looks like model weights",
+    ),
     "safetensors": (safetensors_file, r"is a safetensors file \(Hugging Face's weights format\)"),
     "keras h5": (lambda p, g: p.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64)), r"is an HDF5 file \(Keras \.h5"),
     "keras archive": (keras_archive, r"is a Keras 3 model archive \(\.keras\)"),
@@ -150,8 +171,9 @@ def aged(path: Path, seconds: float) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("newest", "sibling"), [("torn file", True), ("directory with a truncated shard", True),
-                                                ("torn file", False)])
+@pytest.mark.parametrize(
+    ("newest", "sibling"), [("torn file", True), ("directory with a truncated shard", True), ("torn file", False)]
+)
 def test_last_skips_a_damaged_newest_checkpoint_for_the_newest_complete_one(newest, sibling, good, tmp_path):
     """Newest first: run_b/last.ckpt (damaged), run_b/epoch=0-step=3.ckpt (a top-k one of the same
     run, if ``sibling``), run_a/last.ckpt (a distributed checkpoint)."""
@@ -172,8 +194,11 @@ def test_last_skips_a_damaged_newest_checkpoint_for_the_newest_complete_one(newe
         shard = next(damaged.glob("*.distcp"))
         os.truncate(shard, shard.stat().st_size // 2)
     expected = beside if sibling else older
-    with pytest.warns(UserWarning, match=rf"ckpt_path='last': skipped .*{damaged}.*resuming from the newest "
-                                         rf"complete one, {expected}"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"ckpt_path='last': skipped .*{damaged}.*resuming from the newest "
+        rf"complete one, {expected}",
+    ):
         trainer = fit_from("last", default_root_dir=tmp_path)
     assert trainer.ckpt_path == str(expected) and trainer.global_step == STEPS + 1
 
@@ -181,14 +206,19 @@ def test_last_skips_a_damaged_newest_checkpoint_for_the_newest_complete_one(newe
 def test_last_with_only_damaged_checkpoints_is_never_silent(good, tmp_path, capsys):
     truncated(tmp_path / "last.ckpt", good)
     _, val = loaders()
-    with pytest.raises(ValueError, match=r"ckpt_path='last': no readable checkpoint \(.*last\.ckpt is not a "
-                                         r"readable trainmesh checkpoint: truncated\?.*\), and validate needs"):
+    with pytest.raises(
+        ValueError,
+        match=r"ckpt_path='last': no readable checkpoint \(.*last\.ckpt is not a "
+        r"readable trainmesh checkpoint: truncated\?.*\), and validate needs",
+    ):
         quiet_trainer(default_root_dir=tmp_path).validate(DropoutNet(), val, ckpt_path="last")
     with pytest.warns(UserWarning, match=r"ckpt_path='last': no complete checkpoint; skipped .*truncated\?"):
         trainer = fit_from("last", default_root_dir=tmp_path)
     assert trainer.global_step == STEPS + 1 and trainer.ckpt_path is None
-    assert f"ckpt_path='last': no complete checkpoint found under {tmp_path}; starting from scratch" in \
-        capsys.readouterr().out
+    assert (
+        f"ckpt_path='last': no complete checkpoint found under {tmp_path}; starting from scratch"
+        in capsys.readouterr().out
+    )
 
 
 # ---- a full disk -------------------------------------------------------------------------------------
@@ -220,8 +250,11 @@ def test_disk_full_while_saving_a_file_names_the_place_and_leaves_nothing_partia
     atomic_save({"global_step": 1, "w": torch.zeros(10)}, target)
     real_fdopen = os.fdopen
     monkeypatch.setattr(os, "fdopen", lambda fd, mode: FillsUp(real_fdopen(fd, mode), room=2000))
-    with pytest.raises(OSError, match=rf"no space left on device while saving the checkpoint {target} "
-                                      rf"\(in {tmp_path}, \d+ MB free there now\)") as caught:
+    with pytest.raises(
+        OSError,
+        match=rf"no space left on device while saving the checkpoint {target} "
+        rf"\(in {tmp_path}, \d+ MB free there now\)",
+    ) as caught:
         atomic_save({"global_step": 2, "w": torch.zeros(10_000)}, target)
     monkeypatch.undo()
     assert caught.value.errno == errno.ENOSPC
@@ -233,7 +266,9 @@ def test_disk_full_while_saving_a_distributed_checkpoint_leaves_nothing_partial(
     from torch.distributed.checkpoint.filesystem import FileSystem
 
     target = tmp_path / "last.ckpt"
-    save_distributed({"state_dict": {"w": torch.ones(4)}, "global_step": 1}, target, rank=0, sharded_keys=["state_dict"])
+    save_distributed(
+        {"state_dict": {"w": torch.ones(4)}, "global_step": 1}, target, rank=0, sharded_keys=["state_dict"]
+    )
     real = FileSystem.create_stream
 
     @contextlib.contextmanager
@@ -243,8 +278,9 @@ def test_disk_full_while_saving_a_distributed_checkpoint_leaves_nothing_partial(
 
     monkeypatch.setattr(FileSystem, "create_stream", full_disk)
     with pytest.raises(OSError, match=rf"no space left on device while saving the checkpoint {target}") as caught:
-        save_distributed({"state_dict": {"w": torch.zeros(10_000)}, "global_step": 2}, target, rank=0,
-                         sharded_keys=["state_dict"])
+        save_distributed(
+            {"state_dict": {"w": torch.zeros(10_000)}, "global_step": 2}, target, rank=0, sharded_keys=["state_dict"]
+        )
     monkeypatch.undo()
     assert caught.value.errno == errno.ENOSPC
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the staging directory is gone
@@ -256,8 +292,10 @@ def test_disk_full_under_ddp_is_in_the_agents_summary(tmp_path):
     script = Path(__file__).parent / "disk_full_run.py"
     result = run_program([str(script), str(tmp_path / "ckpt")], timeout=240, cwd=script.parent)
     assert result.returncode != 0
-    summary = result.stderr[result.stderr.rindex("trainmesh: worker rank"):]
+    summary = result.stderr[result.stderr.rindex("trainmesh: worker rank") :]
     assert "failed (exit code 1); every worker was stopped" in summary, result.stderr[-3000:]
-    assert (f"OSError: [Errno 28] no space left on device while saving the checkpoint {tmp_path / 'ckpt'}"
-            f"/epoch=0-step=1.ckpt (in {tmp_path / 'ckpt'}") in summary, summary
+    assert (
+        f"OSError: [Errno 28] no space left on device while saving the checkpoint {tmp_path / 'ckpt'}"
+        f"/epoch=0-step=1.ckpt (in {tmp_path / 'ckpt'}"
+    ) in summary, summary
     assert not [p.name for p in (tmp_path / "ckpt").iterdir()], "a partial checkpoint was left behind"

@@ -32,8 +32,10 @@ def build(seed: int) -> tuple[nn.Module, list[torch.optim.Optimizer]]:
     """A small model and two optimizers over different layers, each after one step (so they hold state)."""
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
-    optimizers = [torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9),
-                  torch.optim.Adam(model[2].parameters(), lr=0.01)]
+    optimizers = [
+        torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9),
+        torch.optim.Adam(model[2].parameters(), lr=0.01),
+    ]
     model(torch.randn(8, 3)).pow(2).sum().backward()
     for optimizer in optimizers:
         optimizer.step()
@@ -66,8 +68,13 @@ def saved(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     """A checkpoint under key names the Trainer does not use, and what went into it."""
     model, optimizers = build(seed=0)
     weights, optimizer_states = pieces(model, optimizers)
-    checkpoint = {"weights": weights, "optim": optimizer_states, "step": 7,
-                  "schedulers": [{"last_epoch": 3}], "notes": {"tag": "run-a"}}
+    checkpoint = {
+        "weights": weights,
+        "optim": optimizer_states,
+        "step": 7,
+        "schedulers": [{"last_epoch": 3}],
+        "notes": {"tag": "run-a"},
+    }
     target = tmp_path / "run.ckpt"
     save_distributed(checkpoint, target, rank=0, sharded_keys=["weights", "optim"])
     return target, checkpoint
@@ -143,7 +150,9 @@ def test_legacy_directory_without_a_record_still_loads_and_consolidates(tmp_path
     weights, optimizer_states = pieces(model, optimizers)
     legacy = tmp_path / "old.ckpt"
     # Exactly what the code before the record wrote: fixed DCP keys, optimizers keyed by int.
-    dcp.save({"model": weights, "optimizers": dict(enumerate(optimizer_states))}, checkpoint_id=str(legacy), no_dist=True)
+    dcp.save(
+        {"model": weights, "optimizers": dict(enumerate(optimizer_states))}, checkpoint_id=str(legacy), no_dist=True
+    )
     torch.save({"epoch": 4, "global_step": 40}, legacy / STATE_FILE)
     fresh, fresh_optimizers = build(seed=1)
     templates = templates_for(fresh, fresh_optimizers, model_key="state_dict", optimizers_key="optimizer_states")
@@ -167,10 +176,13 @@ def test_an_incomplete_directory_names_what_is_missing(saved, tmp_path, removed)
         consolidate(broken, tmp_path / "whole.pt")
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    ("weights", r"sharded_keys='weights' is one string; pass a sequence of keys"),
-    (["a.b"], r"sharded key 'a\.b' cannot name a DCP entry"),
-])
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ("weights", r"sharded_keys='weights' is one string; pass a sequence of keys"),
+        (["a.b"], r"sharded key 'a\.b' cannot name a DCP entry"),
+    ],
+)
 def test_unusable_sharded_keys_are_refused_before_anything_is_written(tmp_path, keys, message):
     with pytest.raises(ValueError, match=message):
         save_distributed({"weights": {}, "a.b": {}}, tmp_path / "c", rank=0, sharded_keys=keys)
@@ -202,8 +214,12 @@ def test_cli_inspects_and_consolidates_a_trainer_directory(tmp_path, capsys):
     model, optimizers = build(seed=0)
     weights, optimizer_states = pieces(model, optimizers)
     target = tmp_path / "trainer.ckpt"
-    save_distributed({"state_dict": weights, "optimizer_states": optimizer_states, "global_step": 9, "epoch": 1},
-                     target, rank=0, sharded_keys=["state_dict", "optimizer_states"])
+    save_distributed(
+        {"state_dict": weights, "optimizer_states": optimizer_states, "global_step": 9, "epoch": 1},
+        target,
+        rank=0,
+        sharded_keys=["state_dict", "optimizer_states"],
+    )
     assert main(["checkpoint", "inspect", str(target)]) == 0
     shown = capsys.readouterr().out
     assert "global step 9" in shown and "model: 4 tensors, 32 values" in shown and "2.weight: [2, 5]" in shown

@@ -136,10 +136,20 @@ class Reporting(ModelCheckpoint):
 def fit_with_resume(folder: Path, fd: int, *, max_steps: int) -> None:
     """A real Trainer.fit(ckpt_path="last") with ModelCheckpoint(save_top_k=2, save_last=True)."""
     loader = DataLoader(TensorDataset(torch.randn(64, 64)), batch_size=8)
-    trainer = tm.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=folder,
-                         callbacks=[Reporting(fd, dirpath=folder, monitor="score", mode="max", save_top_k=2,
-                                              every_n_train_steps=1, save_last=True)])
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=folder,
+        callbacks=[
+            Reporting(
+                fd, dirpath=folder, monitor="score", mode="max", save_top_k=2, every_n_train_steps=1, save_last=True
+            )
+        ],
+    )
     trainer.fit(Scored(), loader, ckpt_path="last")
 
 
@@ -163,19 +173,34 @@ def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_step
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     mesh = init_device_mesh("cpu", (2,))
-    callback = ModelCheckpoint(dirpath=folder, monitor="score", mode="max", save_top_k=2, every_n_train_steps=1,
-                               save_last=True)
-    trainer = SimpleNamespace(runtime=Collectives(), is_global_zero=rank == 0, ckpt_path=None, callbacks=[callback],
-                              checkpoint_callback=callback, default_root_dir=str(folder), loggers=[], stage="fit",
-                              global_step=0, current_epoch=0, callback_metrics={}, fast_dev_run=0,
-                              sanity_checking=False)
+    callback = ModelCheckpoint(
+        dirpath=folder, monitor="score", mode="max", save_top_k=2, every_n_train_steps=1, save_last=True
+    )
+    trainer = SimpleNamespace(
+        runtime=Collectives(),
+        is_global_zero=rank == 0,
+        ckpt_path=None,
+        callbacks=[callback],
+        checkpoint_callback=callback,
+        default_root_dir=str(folder),
+        loggers=[],
+        stage="fit",
+        global_step=0,
+        current_epoch=0,
+        callback_metrics={},
+        fast_dev_run=0,
+        sanity_checking=False,
+    )
 
     def sharded(step: int) -> dict[str, Any]:
         return {"w": distribute_tensor(torch.full((WIDTH,), float(step)), mesh, [Shard(0)])}
 
     def save_checkpoint(path: str) -> None:
-        checkpoint = {"state_dict": sharded(trainer.global_step), "global_step": trainer.global_step,
-                      "callbacks": {callback.state_key: callback.state_dict()}}
+        checkpoint = {
+            "state_dict": sharded(trainer.global_step),
+            "global_step": trainer.global_step,
+            "callbacks": {callback.state_key: callback.state_dict()},
+        }
         save_distributed(checkpoint, path, rank=rank, sharded_keys=["state_dict"])
 
     trainer.save_checkpoint = save_checkpoint
@@ -262,12 +287,20 @@ class Round:
         killed = [os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGKILL for s in self.statuses.values()]
         for status, was_killed in zip(self.statuses.values(), killed):
             peer_gone = os.WIFEXITED(status) and os.WEXITSTATUS(status) == PEER_GONE and any(killed)
-            assert was_killed or peer_gone, \
+            assert was_killed or peer_gone, (
                 f"a child failed by itself (status {status}); its traceback is in the captured stderr"
+            )
 
 
-def kill_loop(folder: Path, start: Callable[[bool, int], Round], newest_step: Callable[[], int],
-              check_visible: Callable[[Path], None], *, rng: random.Random, latest: float) -> dict[str, int]:
+def kill_loop(
+    folder: Path,
+    start: Callable[[bool, int], Round],
+    newest_step: Callable[[], int],
+    check_visible: Callable[[Path], None],
+    *,
+    rng: random.Random,
+    latest: float,
+) -> dict[str, int]:
     """``KILLS`` rounds of start, random kill, check; then one run that ends by itself."""
     counts = {"parent kills": 0, "fault kills": 0, "temporaries left": 0, "cleaned at start": 0}
     saved, expected_start = 0, 0
@@ -292,8 +325,9 @@ def kill_loop(folder: Path, start: Callable[[bool, int], Round], newest_step: Ca
         for path in visible(folder):
             check_visible(path)
         expected_start = newest_step()
-        assert saved <= expected_start <= saved + 1, \
+        assert saved <= expected_start <= saved + 1, (
             f"'last' is at step {expected_start}, saves reached {saved}: {sorted(os.listdir(folder))} {run.text[-200:]!r}"
+        )
         counts["temporaries left"] += bool(temporaries(folder))
     final = start(False, expected_start + 3)
     final.finish(timeout=120)
@@ -305,8 +339,9 @@ def kill_loop(folder: Path, start: Callable[[bool, int], Round], newest_step: Ca
 
 
 def fake_trainer(folder: Path) -> SimpleNamespace:
-    return SimpleNamespace(checkpoint_callback=None, default_root_dir=str(folder), loggers=[], stage="fit",
-                           is_global_zero=True)
+    return SimpleNamespace(
+        checkpoint_callback=None, default_root_dir=str(folder), loggers=[], stage="fit", is_global_zero=True
+    )
 
 
 def warm_up() -> None:
@@ -332,6 +367,7 @@ def test_kill_9_during_single_file_saves_and_deletions(tmp_path: Path) -> None:
             if faulty:
                 inject_faults(random.Random(seed), 0.05)
             fit_with_resume(folder, fd, max_steps=max_steps)
+
         return Round([body])
 
     def newest_step() -> int:
@@ -362,7 +398,9 @@ def test_kill_9_during_distributed_saves_swaps_and_deletions(tmp_path: Path) -> 
                 if faulty and r == 0:  # rank 0 renames and deletes
                     inject_faults(random.Random(seed), 0.12)
                 distributed_saves(r, folder, store, fd, max_steps=max_steps)
+
             return body
+
         return Round([rank(0), rank(1)])
 
     def newest_step() -> int:
@@ -391,8 +429,12 @@ def test_a_kill_after_each_rename_of_a_directory_swap_resumes_from_the_newest(tm
     import trainmesh.checkpoint.distributed as distributed
 
     def save(step: int) -> None:
-        save_distributed({"state_dict": {"w": torch.full((4,), float(step))}, "global_step": step},
-                         folder / "last.ckpt", rank=0, sharded_keys=["state_dict"])
+        save_distributed(
+            {"state_dict": {"w": torch.full((4,), float(step))}, "global_step": step},
+            folder / "last.ckpt",
+            rank=0,
+            sharded_keys=["state_dict"],
+        )
 
     for kill_after in (1, 2, 3):
         folder = tmp_path / f"after-{kill_after}"
@@ -400,6 +442,7 @@ def test_a_kill_after_each_rename_of_a_directory_swap_resumes_from_the_newest(tm
         save(1)
         pid = os.fork()
         if pid == 0:
+
             def body() -> None:
                 if not exchange:
                     distributed.exchange_paths = lambda first, second: False
@@ -410,8 +453,10 @@ def test_a_kill_after_each_rename_of_a_directory_swap_resumes_from_the_newest(tm
                     renames.append(dst)
                     if len(renames) == kill_after:  # noqa: B023 the forked child runs body in this iteration
                         os.kill(os.getpid(), signal.SIGKILL)
+
                 os.replace = replace_then_die
                 save(2)
+
             child_main(body)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, "the child failed: see its traceback"

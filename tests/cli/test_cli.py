@@ -40,9 +40,21 @@ def helper_module(tmp_path, monkeypatch):
     sys.modules.pop(_HELPER_MODULE, None)
 
 
-_ONE_STEP = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
-             "--trainer.num_sanity_val_steps", "0", "--no_test", "--trainer.enable_progress_bar", "false",
-             "--trainer.enable_model_summary", "false"]
+_ONE_STEP = [
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "1",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.num_sanity_val_steps",
+    "0",
+    "--no_test",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 
 
 def _printed(out: str, label: str) -> str:
@@ -57,8 +69,17 @@ def _print_config(capsys, *args: str) -> dict:
 def test_fit_help_lists_trainer_model_data_and_config_options(capsys):
     assert main(["fit", "--help"]) == 0
     out = capsys.readouterr().out
-    for option in ("--trainer.max_epochs", "--trainer.devices", "--model.hidden_dim", "--data.batch_size",
-                   "--config", "--print_config", "--ckpt_path", "--seed", "--no_test"):
+    for option in (
+        "--trainer.max_epochs",
+        "--trainer.devices",
+        "--model.hidden_dim",
+        "--data.batch_size",
+        "--config",
+        "--print_config",
+        "--ckpt_path",
+        "--seed",
+        "--no_test",
+    ):
         assert option in out, option
     assert "class_path:" in out  # the epilog documents the config layout
 
@@ -89,12 +110,15 @@ def test_the_checkpoint_command_keeps_its_own_help(capsys):
     assert "consolidate" in out and "inspect" in out
 
 
-@pytest.mark.parametrize("args", [
-    ["fit", "--trainer.max_epoch", "2"],
-    ["fit", "--trainer.max_epoch=2"],
-    ["fit", "--model.hidden_di", "8"],
-    ["fit", "--no_tes"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fit", "--trainer.max_epoch", "2"],
+        ["fit", "--trainer.max_epoch=2"],
+        ["fit", "--model.hidden_di", "8"],
+        ["fit", "--no_tes"],
+    ],
+)
 def test_abbreviated_options_are_refused(capsys, args):
     # argparse would take --trainer.max_epoch for --trainer.max_epochs without a word.
     assert main([*args, "--print_config"]) == 2
@@ -119,8 +143,15 @@ def test_print_config_and_help_leave_out_the_seed_spellings(capsys):
 
 def test_seed_spellings_are_accepted_and_printed_in_todays_spelling(tmp_path, capsys):
     with pytest.warns(LegacyArgumentNotice) as notices:
-        config = _print_config(capsys, "--trainer.gpus", "0", "--trainer.distributed_backend", "ddp_spawn",
-                               "--trainer.weights_summary", "null")
+        config = _print_config(
+            capsys,
+            "--trainer.gpus",
+            "0",
+            "--trainer.distributed_backend",
+            "ddp_spawn",
+            "--trainer.weights_summary",
+            "null",
+        )
     assert len(notices) == 3
     trainer = config["trainer"]
     assert (trainer["accelerator"], trainer["devices"], trainer["strategy"]) == ("cpu", 1, "ddp_spawn")
@@ -193,12 +224,16 @@ def test_cli_defaults_and_flags_reach_the_config(capsys):
 
 def test_yaml_config_sets_trainer_model_and_data_arguments(tmp_path, capsys):
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({
-        "model": {"hidden_dim": 48, "dropout": 0.0},
-        "data": {"batch_size": 16},
-        "trainer": {"max_epochs": 3, "logger": False},
-        "seed": 7,
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hidden_dim": 48, "dropout": 0.0},
+                "data": {"batch_size": 16},
+                "trainer": {"max_epochs": 3, "logger": False},
+                "seed": 7,
+            }
+        )
+    )
     config = _print_config(capsys, "--config", str(path))
     assert config["model"]["hidden_dim"] == 48 and config["model"]["dropout"] == 0.0
     assert config["data"]["batch_size"] == 16
@@ -276,7 +311,8 @@ def test_cli_and_python_api_log_to_the_same_default_folder(tmp_path, monkeypatch
 def test_python_dash_m_trainmesh_help_exits_0():
     src = str(Path(trainmesh.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "trainmesh", "--help"], capture_output=True, text=True,
-                            env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainmesh", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "fit" in result.stdout

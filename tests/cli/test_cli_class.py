@@ -14,7 +14,7 @@ import trainmesh as tm
 from helpers.processes import run_program
 from trainmesh.cli import CLI
 
-_SCRIPT = '''
+_SCRIPT = """
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -60,21 +60,33 @@ if __name__ == "__main__":
     cli = CLI(Net, Data)
     torch.save(cli.model.state_dict(), "weights.pt")
     print(f"hidden={cli.model.hparams.hidden} batch_size={cli.datamodule.batch_size}")
-'''
+"""
 
-_QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False, "accelerator": "cpu",
-          "devices": 1, "limit_train_batches": 3, "num_sanity_val_steps": 0}
+_QUIET = {
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "logger": False,
+    "accelerator": "cpu",
+    "devices": 1,
+    "limit_train_batches": 3,
+    "num_sanity_val_steps": 0,
+}
 
 
 def _flags(settings: dict) -> list[str]:
-    return [part for key, value in settings.items() for part in (f"--trainer.{key}", str(value).lower()
-                                                                    if isinstance(value, bool) else str(value))]
+    return [
+        part
+        for key, value in settings.items()
+        for part in (f"--trainer.{key}", str(value).lower() if isinstance(value, bool) else str(value))
+    ]
 
 
 def _run_script(cwd: Path, *args: str) -> str:
     src = str(Path(tm.__file__).resolve().parents[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    result = run_program(["main.py", *args], timeout=120, env=env, without=("RANK", "WORLD_SIZE", "LOCAL_RANK"), cwd=cwd)
+    result = run_program(
+        ["main.py", *args], timeout=120, env=env, without=("RANK", "WORLD_SIZE", "LOCAL_RANK"), cwd=cwd
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -107,8 +119,11 @@ def test_script_fits_from_flags_and_a_config_file_like_the_python_api(tmp_path, 
     assert all(torch.equal(trained[k], v) for k, v in reference.state_dict().items())
 
     # validate (in this process) loads the checkpoint the script wrote and reports the reference's val_loss.
-    cli = CLI(user.Net, user.Data, args=["validate", "--config", str(tmp_path / "x.yaml"), "--model.hidden", "8",
-                                         "--ckpt_path", last])
+    cli = CLI(
+        user.Net,
+        user.Data,
+        args=["validate", "--config", str(tmp_path / "x.yaml"), "--model.hidden", "8", "--ckpt_path", last],
+    )
     assert all(torch.equal(cli.model.state_dict()[k], v) for k, v in reference.state_dict().items())
     [expected] = trainer.validate(reference, datamodule=user.Data(batch_size=8), verbose=False)
     assert float(cli.trainer.callback_metrics["val_loss"]) == pytest.approx(expected["val_loss"], rel=1e-6)

@@ -11,15 +11,39 @@ import trainmesh
 from helpers.processes import run_program
 
 _TINY_RUN = [
-    "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_epochs", "1",
-    "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
-    "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
-    "--trainer.enable_model_summary", "false",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.devices",
+    "2",
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "2",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.limit_test_batches",
+    "1",
+    "--trainer.num_sanity_val_steps",
+    "0",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
 ]
 
 
-_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+_LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+)
 
 
 def _run_cli(cwd: Path, *args: str, timeout: float = 240) -> str:
@@ -43,12 +67,26 @@ def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
     # ckpt_path="last" on a first run starts from scratch, with one notice (from rank 0 only).
     # The summary on: rank 0 alone prints each stage's start line (fit, then the CLI's test);
     # ddp_spawn and ddp_fork are ddp started another way.
-    out = _run_cli(tmp_path, "fit", "--trainer.strategy", strategy, "--ckpt_path", "last", *_TINY_RUN,
-                   "--trainer.enable_model_summary", "true")
+    out = _run_cli(
+        tmp_path,
+        "fit",
+        "--trainer.strategy",
+        strategy,
+        "--ckpt_path",
+        "last",
+        *_TINY_RUN,
+        "--trainer.enable_model_summary",
+        "true",
+    )
     assert out.count(f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch") == 1, out
     for stage in ("fit", "test"):
-        assert out.count(f"trainmesh {stage}: strategy ddp, 2 processes (2 per node x 1 node), "
-                         "mesh dp_replicate=2, device cpu, precision 32-true, global batch ") == 1, out
+        assert (
+            out.count(
+                f"trainmesh {stage}: strategy ddp, 2 processes (2 per node x 1 node), "
+                "mesh dp_replicate=2, device cpu, precision 32-true, global batch "
+            )
+            == 1
+        ), out
     logs = Path(_printed(out, "logs"))
     # The same default as the Python API: <cwd>/trainmesh_logs/version_N.
     assert logs == tmp_path / "trainmesh_logs" / "version_0"

@@ -36,6 +36,7 @@ def test_split_sizes_add_up_and_are_disjoint():
     splits = [zip(*ds.tensors) for ds in (dm.train_set, dm.val_set, dm.test_set)]
     assert _row_counts(*splits) == _row_counts(reference)
 
+
 def test_split_is_deterministic_per_seed_and_independent_of_global_rng():
     torch.manual_seed(1)
     a = _ready(seed=3)

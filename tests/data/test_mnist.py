@@ -22,8 +22,9 @@ from trainmesh.data.mnist import (
 NUM_TRAIN, NUM_TEST = 50, 20
 
 
-def _fake_mnist(root: Path, *, gz: bool = False, subfolder: str = "", num_train: int = NUM_TRAIN,
-                num_test: int = NUM_TEST) -> dict[str, np.ndarray]:
+def _fake_mnist(
+    root: Path, *, gz: bool = False, subfolder: str = "", num_train: int = NUM_TRAIN, num_test: int = NUM_TEST
+) -> dict[str, np.ndarray]:
     """Random uint8 images with a known 0 and 255 pixel, labels 0..9; returns what was written."""
     rng = np.random.RandomState(0)
     folder = root / subfolder

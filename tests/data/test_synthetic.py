@@ -68,8 +68,12 @@ def test_defaults_build_quickly_with_expected_sizes():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"num_samples": 0}, "num_samples"), ({"num_classes": 1}, "num_classes"), ({"batch_size": 0}, "batch_size"),
-     ({"seed": -1}, "seed")],
+    [
+        ({"num_samples": 0}, "num_samples"),
+        ({"num_classes": 1}, "num_classes"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"seed": -1}, "seed"),
+    ],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

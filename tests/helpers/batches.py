@@ -36,8 +36,15 @@ class LegFailed(Exception):
 
 
 class Batches:
-    def __init__(self, program: Path, root: Path, plan: list[tuple[str, int, list[str], dict[str, str]] | None], *,
-                 leg_timeout: float, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        program: Path,
+        root: Path,
+        plan: list[tuple[str, int, list[str], dict[str, str]] | None],
+        *,
+        leg_timeout: float,
+        cwd: Path | None = None,
+    ) -> None:
         """``plan``: (name, world size, argv after the program, extra environment) per leg, in the
         order they must run; consecutive legs of one world size share a launch, unless a None
         between them separates them."""
@@ -73,12 +80,21 @@ class Batches:
         index = len(self.outcomes)
         logs = [self.root / f"leg{index + i}" for i in range(len(legs))]
         spec = self.root / f"batch{index}.json"
-        spec.write_text(json.dumps({"world": legs[0][1], "legs": [[argv, env, str(log)] for (_, _, argv, env), log
-                                                                  in zip(legs, logs)]}))
+        spec.write_text(
+            json.dumps(
+                {"world": legs[0][1], "legs": [[argv, env, str(log)] for (_, _, argv, env), log in zip(legs, logs)]}
+            )
+        )
         timeout = self.leg_timeout * len(legs)
-        process = subprocess.Popen([sys.executable, str(self.program), "--batch", str(spec)], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                                   cwd=self.cwd, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, str(self.program), "--batch", str(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            cwd=self.cwd,
+            start_new_session=True,
+        )
         try:
             _, err = process.communicate(timeout=timeout)
             returncode = process.returncode
@@ -98,7 +114,8 @@ class Batches:
             elif returncode != 0:
                 self.outcomes[name] = LegFailed(
                     f"{name} ({' '.join(argv)}) did not end well: its launch ({together}) {ended} (a leg of it failed "
-                    f"or hung?); the leg's stderr:\n{stderr[-3000:]}\nthe launch's stderr:\n{err[-3000:]}")
+                    f"or hung?); the leg's stderr:\n{stderr[-3000:]}\nthe launch's stderr:\n{err[-3000:]}"
+                )
             else:
                 self.outcomes[name] = stderr
 

@@ -114,8 +114,14 @@ class Llama(tm.Module):
     ``summed_loss=True``: training_step returns torchtitan's form, ``{"loss": summed over the valid
     tokens, "num_tokens": their count}``, for a loss normalised by the global token count."""
 
-    def __init__(self, config: LlamaConfig = LlamaConfig(), lr: float = 1e-2, summed_loss: bool = False, *,
-                 build_in_configure_model: bool = False):
+    def __init__(
+        self,
+        config: LlamaConfig = LlamaConfig(),
+        lr: float = 1e-2,
+        summed_loss: bool = False,
+        *,
+        build_in_configure_model: bool = False,
+    ):
         super().__init__()
         self.config = config
         self.lr = lr
@@ -152,8 +158,15 @@ class Llama(tm.Module):
         if self.tok_embeddings is not None:
             nn.init.normal_(self.tok_embeddings.weight, std=0.02)
         for block in self.layers.values():
-            for linear in (block.attention.wq, block.attention.wk, block.attention.wv, block.attention.wo,
-                           block.feed_forward.w1, block.feed_forward.w2, block.feed_forward.w3):
+            for linear in (
+                block.attention.wq,
+                block.attention.wk,
+                block.attention.wv,
+                block.attention.wo,
+                block.feed_forward.w1,
+                block.feed_forward.w2,
+                block.feed_forward.w3,
+            ):
                 nn.init.normal_(linear.weight, std=0.02)
             block.attention_norm.reset_parameters()
             block.ffn_norm.reset_parameters()
@@ -179,8 +192,9 @@ class Llama(tm.Module):
         tokens, targets = batch[:2]
         logits = self(tokens, **self.pipeline_kwargs(batch))
         reduction = "sum" if self.summed_loss else "mean"
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
-                               reduction=reduction)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
+        )
         if self.summed_loss:
             return {"loss": loss, "num_tokens": (targets != IGNORE_INDEX).sum()}
         self.log("train_loss", loss)
@@ -206,7 +220,9 @@ class Llama(tm.Module):
         }
 
 
-def token_batches(config: LlamaConfig, *, samples: int = 32, seed: int = 0, uneven_padding: bool = True) -> TensorDataset:
+def token_batches(
+    config: LlamaConfig, *, samples: int = 32, seed: int = 0, uneven_padding: bool = True
+) -> TensorDataset:
     """Random tokens with next-token targets; some rows padded with IGNORE_INDEX by different amounts."""
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, config.vocab, (samples, config.seq_len + 1), generator=generator)
@@ -233,9 +249,13 @@ def packed_positions(config: LlamaConfig, samples: int, *, seed: int = 1) -> tor
     return positions
 
 
-def position_loader(config: LlamaConfig, *, batch_size: int = 8, samples: int = 32, seed: int = 0,
-                    uneven_padding: bool = True) -> DataLoader:
+def position_loader(
+    config: LlamaConfig, *, batch_size: int = 8, samples: int = 32, seed: int = 0, uneven_padding: bool = True
+) -> DataLoader:
     """(tokens, targets, positions) batches: packed documents, positions restarting in each row."""
     tokens, targets = token_batches(config, samples=samples, seed=seed, uneven_padding=uneven_padding).tensors
-    return DataLoader(TensorDataset(tokens, targets, packed_positions(config, samples, seed=seed + 1)),
-                      batch_size=batch_size, shuffle=False)
+    return DataLoader(
+        TensorDataset(tokens, targets, packed_positions(config, samples, seed=seed + 1)),
+        batch_size=batch_size,
+        shuffle=False,
+    )

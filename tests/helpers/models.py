@@ -65,10 +65,15 @@ class DropoutNet(tm.Module):
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=7, gamma=0.7)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.hparams.scheduler_interval}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": self.hparams.scheduler_interval},
+        }
 
 
-def random_classification(num_samples: int = 96, num_features: int = 16, num_classes: int = 4, seed: int = 0) -> TensorDataset:
+def random_classification(
+    num_samples: int = 96, num_features: int = 16, num_classes: int = 4, seed: int = 0
+) -> TensorDataset:
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num_samples, num_features, generator=generator)
     y = torch.randint(0, num_classes, (num_samples,), generator=generator)
@@ -83,8 +88,14 @@ def loaders(batch_size: int = 8, shuffle: bool = True, num_workers: int = 0) -> 
 
 def quiet_trainer(**kwargs) -> tm.Trainer:
     """A Trainer without progress bar, summary, logger or checkpoints, unless asked."""
-    options = dict(accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
-                   logger=False, enable_checkpointing=False)
+    options = dict(
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     options.update(kwargs)
     return tm.Trainer(**options)
 

@@ -6,15 +6,22 @@ import subprocess
 import sys
 
 
-def run_program(args: list[str], *, timeout: float, env: dict | None = None, without: tuple[str, ...] = (),
-                cwd=None) -> subprocess.CompletedProcess:
+def run_program(
+    args: list[str], *, timeout: float, env: dict | None = None, without: tuple[str, ...] = (), cwd=None
+) -> subprocess.CompletedProcess:
     """``python ARGS`` in its own session, one thread per process unless ``env`` says otherwise,
     with this environment less the ``without`` variables; on timeout the whole session (workers
     included) is killed and TimeoutExpired raised."""
     environment = {k: v for k, v in os.environ.items() if k not in without}
-    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**environment, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=cwd,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**environment, "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

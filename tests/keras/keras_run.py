@@ -103,8 +103,9 @@ def handwritten_worker(rank: int, out: str, port: int, batch: int) -> None:
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where it hangs, then ends
     world = 2
     dist = torch.distributed
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )
     x, y = get_data()
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     model = build("guide")
@@ -142,12 +143,21 @@ def run_fit(out: str, kind: str, devices: int, batch: int, optimizer: str = "ada
 
     model = build(kind)
     chosen = keras.optimizers.Adam(LR) if optimizer == "adam" else keras.optimizers.SGD(SGD_LR)
-    model.compile(optimizer=chosen,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer=chosen, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = get_data()
     initial = variables(model)
-    history = tk.fit(model, x, y, batch_size=batch, epochs=EPOCHS, shuffle=False, seed=SEED,
-                     strategy=strategy if devices > 1 else "auto", devices=devices, verbose=False)
+    history = tk.fit(
+        model,
+        x,
+        y,
+        batch_size=batch,
+        epochs=EPOCHS,
+        shuffle=False,
+        seed=SEED,
+        strategy=strategy if devices > 1 else "auto",
+        devices=devices,
+        verbose=False,
+    )
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gathered = None
@@ -158,8 +168,9 @@ def run_fit(out: str, kind: str, devices: int, batch: int, optimizer: str = "ada
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, stats)
         gathered = everyone
-    save_rank(out, model, rank, world, history=dict(getattr(history, "history", {}) or {}), gathered=gathered,
-              initial=initial)
+    save_rank(
+        out, model, rank, world, history=dict(getattr(history, "history", {}) or {}), gathered=gathered, initial=initial
+    )
     if rank == 0:
         held_out, _ = get_data(64, seed=1)
         model.save(f"{out}.keras")

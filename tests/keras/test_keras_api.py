@@ -33,8 +33,11 @@ def small_model(dropout=0.0, compiled=True):
         layers.append(keras.layers.Dropout(dropout))
     model = keras.Sequential([*layers, keras.layers.Dense(10)])
     if compiled:
-        model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
     return model
 
 
@@ -67,7 +70,7 @@ def test_inputs_dataset_loader_and_pydataset():
             return 4
 
         def __getitem__(self, i):
-            return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]
+            return x[i * 32 : (i + 1) * 32], y[i * 32 : (i + 1) * 32]
 
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     for data in (dataset, torch.utils.data.DataLoader(dataset, batch_size=32), Batches()):
@@ -77,12 +80,19 @@ def test_inputs_dataset_loader_and_pydataset():
         assert tmk.predict(model, x[:10], verbose=False).shape == (10, 10)
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("sparse_categorical_crossentropy", {"from_logits": True}), ("sparse_categorical_crossentropy", {"from_logits": False}),
-    ("categorical_crossentropy", {"from_logits": True}), ("categorical_crossentropy", {"from_logits": False}),
-    ("binary_crossentropy", {"from_logits": True}), ("binary_crossentropy", {"from_logits": False}),
-    ("mse", {}), ("mae", {}),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("sparse_categorical_crossentropy", {"from_logits": True}),
+        ("sparse_categorical_crossentropy", {"from_logits": False}),
+        ("categorical_crossentropy", {"from_logits": True}),
+        ("categorical_crossentropy", {"from_logits": False}),
+        ("binary_crossentropy", {"from_logits": True}),
+        ("binary_crossentropy", {"from_logits": False}),
+        ("mse", {}),
+        ("mae", {}),
+    ],
+)
 def test_losses_match_keras(name, kwargs):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(16, 5, generator=g)
@@ -96,9 +106,18 @@ def test_losses_match_keras(name, kwargs):
         y_true, y_pred = torch.randn(16, 5, generator=g), logits
     if not kwargs.get("from_logits", True):
         y_pred = torch.softmax(logits, -1) if not name.startswith("binary") else torch.sigmoid(logits)
-    keras_loss = keras.losses.get({"class_name": {"mse": "MeanSquaredError", "mae": "MeanAbsoluteError"}.get(
-        name, "".join(p.capitalize() for p in name.split("_")).replace("Crossentropy", "Crossentropy")),
-        "config": kwargs}) if kwargs or name in ("mse", "mae") else None
+    keras_loss = (
+        keras.losses.get(
+            {
+                "class_name": {"mse": "MeanSquaredError", "mae": "MeanAbsoluteError"}.get(
+                    name, "".join(p.capitalize() for p in name.split("_")).replace("Crossentropy", "Crossentropy")
+                ),
+                "config": kwargs,
+            }
+        )
+        if kwargs or name in ("mse", "mae")
+        else None
+    )
     expected = keras_loss(y_true, y_pred)
     for spec in ([name] if not kwargs.get("from_logits") else []) + [keras_loss]:
         got = torch_loss(spec)(y_true, y_pred)
@@ -112,12 +131,19 @@ def test_metrics_match_keras():
     g = torch.Generator().manual_seed(1)
     logits, labels = torch.randn(32, 4, generator=g), torch.randint(0, 4, (32,), generator=g)
     one_hot = torch.nn.functional.one_hot(labels, 4).float()
-    cases = [("accuracy", labels, logits, keras.metrics.SparseCategoricalAccuracy()),
-             ("sparse_categorical_accuracy", labels, logits, keras.metrics.SparseCategoricalAccuracy()),
-             ("categorical_accuracy", one_hot, logits, keras.metrics.CategoricalAccuracy()),
-             ("binary_accuracy", (labels % 2).float()[:, None], torch.sigmoid(logits[:, :1]), keras.metrics.BinaryAccuracy()),
-             ("mae", one_hot, logits, keras.metrics.MeanAbsoluteError()),
-             ("mse", one_hot, logits, keras.metrics.MeanSquaredError())]
+    cases = [
+        ("accuracy", labels, logits, keras.metrics.SparseCategoricalAccuracy()),
+        ("sparse_categorical_accuracy", labels, logits, keras.metrics.SparseCategoricalAccuracy()),
+        ("categorical_accuracy", one_hot, logits, keras.metrics.CategoricalAccuracy()),
+        (
+            "binary_accuracy",
+            (labels % 2).float()[:, None],
+            torch.sigmoid(logits[:, :1]),
+            keras.metrics.BinaryAccuracy(),
+        ),
+        ("mae", one_hot, logits, keras.metrics.MeanAbsoluteError()),
+        ("mse", one_hot, logits, keras.metrics.MeanSquaredError()),
+    ]
     for name, y_true, y_pred, reference in cases:
         reference.update_state(y_true, y_pred)
         logged, fn = torch_metric(name)
@@ -147,7 +173,10 @@ def test_optimizer_mapping():
     # KerasModule: the compiled optimizer, or a torch class or factory given instead
     module = tmk.KerasModule(small_model())
     assert type(module.configure_optimizers()) is torch.optim.Adam
-    assert type(tmk.KerasModule(small_model(), optimizer=torch.optim.RMSprop).configure_optimizers()) is torch.optim.RMSprop
+    assert (
+        type(tmk.KerasModule(small_model(), optimizer=torch.optim.RMSprop).configure_optimizers())
+        is torch.optim.RMSprop
+    )
     given = tmk.KerasModule(small_model(), optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
     opt = given.configure_optimizers()
     assert type(opt) is torch.optim.SGD and all(p.requires_grad for g in opt.param_groups for p in g["params"])
@@ -158,7 +187,7 @@ class _Sink:
         self.logged = {}
 
     def log(self, name, value, **kwargs):
-        self.logged[name] = float(value.detach() if hasattr(value, 'detach') else value)
+        self.logged[name] = float(value.detach() if hasattr(value, "detach") else value)
 
 
 def test_training_step_trains_and_evaluation_does_not():
@@ -172,7 +201,9 @@ def test_training_step_trains_and_evaluation_does_not():
     # The steps pass training= themselves: dropout differs in training, never in validation.
     from unittest import mock
 
-    with mock.patch.object(type(module.model), "__call__", autospec=True, side_effect=lambda self, *a, **k: original(*a, **k)) as called:
+    with mock.patch.object(
+        type(module.model), "__call__", autospec=True, side_effect=lambda self, *a, **k: original(*a, **k)
+    ) as called:
         module.training_step((x, y), 0)
         module.validation_step((x, y), 0)
         module.test_step((x, y), 0)
@@ -194,8 +225,12 @@ def test_uncompiled_model_without_loss_is_refused():
     assert tmk.predict(model, np.zeros((4, 64), "float32"), verbose=False).shape == (4, 10)
     # a loss given, but no optimizer anywhere
     with pytest.raises(ValueError, match="no optimizer"):
-        tmk.fit(tmk.KerasModule(model, loss="sparse_categorical_crossentropy"), np.zeros((4, 64), "float32"),
-                np.zeros(4, "int64"), verbose=False)
+        tmk.fit(
+            tmk.KerasModule(model, loss="sparse_categorical_crossentropy"),
+            np.zeros((4, 64), "float32"),
+            np.zeros(4, "int64"),
+            verbose=False,
+        )
 
 
 def test_not_a_keras_model_and_bad_inputs_are_refused():
@@ -207,7 +242,13 @@ def test_not_a_keras_model_and_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="drop y"):
         tmk.fit(model, torch.utils.data.TensorDataset(torch.zeros(2, 64)), np.zeros(2), verbose=False)
     with pytest.raises(TypeError, match="Keras callbacks"):
-        tmk.fit(model, np.zeros((4, 64), "float32"), np.zeros(4, "int64"), callbacks=[keras.callbacks.History()], verbose=False)
+        tmk.fit(
+            model,
+            np.zeros((4, 64), "float32"),
+            np.zeros(4, "int64"),
+            callbacks=[keras.callbacks.History()],
+            verbose=False,
+        )
 
 
 def test_fsdp_still_refuses_keras_models():
@@ -216,29 +257,44 @@ def test_fsdp_still_refuses_keras_models():
 
 
 def _run(code, **env):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )
 
 
 def test_wrong_backend_is_refused():
-    code = ("import trainmesh.keras as tmk\n"
-            "try:\n    tmk.KerasModule(None)\nexcept (ImportError, RuntimeError) as e:\n    print(type(e).__name__, e)\n")
+    code = (
+        "import trainmesh.keras as tmk\n"
+        "try:\n    tmk.KerasModule(None)\nexcept (ImportError, RuntimeError) as e:\n    print(type(e).__name__, e)\n"
+    )
     for backend in ("tensorflow", "jax", "numpy"):
         result = _run(code, KERAS_BACKEND=backend)
-        assert "KERAS_BACKEND=torch" in result.stdout and "before" in result.stdout, (backend, result.stdout, result.stderr)
+        assert "KERAS_BACKEND=torch" in result.stdout and "before" in result.stdout, (
+            backend,
+            result.stdout,
+            result.stderr,
+        )
 
 
 def test_keras_not_installed_is_refused():
-    code = ("import sys; sys.modules['keras'] = None\n"
-            "import trainmesh.keras as tmk\n"
-            "try:\n    tmk.fit(None)\nexcept ImportError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['keras'] = None\n"
+        "import trainmesh.keras as tmk\n"
+        "try:\n    tmk.fit(None)\nexcept ImportError as e:\n    print(e)\n"
+    )
     result = _run(code)
     assert "pip install 'trainmesh[keras]'" in result.stdout, (result.stdout, result.stderr)
 
 
 def test_import_trainmesh_does_not_import_keras():
-    result = _run("import sys, trainmesh; assert 'keras' not in sys.modules; import trainmesh.keras; "
-                  "assert 'keras' not in sys.modules; print('ok')")
+    result = _run(
+        "import sys, trainmesh; assert 'keras' not in sys.modules; import trainmesh.keras; "
+        "assert 'keras' not in sys.modules; print('ok')"
+    )
     assert result.stdout.strip() == "ok", result.stderr
 
 
@@ -254,8 +310,9 @@ def test_a_checkpointed_keras_run_resumes_exactly(tmp_path):
     full = tmk.fit(whole, x, y, batch_size=32, epochs=3, verbose=False)
     keras.backend.clear_session()
     first = small_model(dropout=0.2)
-    tmk.fit(first, x, y, batch_size=32, epochs=2, verbose=False, enable_checkpointing=True,
-            default_root_dir=str(tmp_path))
+    tmk.fit(
+        first, x, y, batch_size=32, epochs=2, verbose=False, enable_checkpointing=True, default_root_dir=str(tmp_path)
+    )
     last = next(tmp_path.rglob("last.ckpt"))
     keras.backend.clear_session()
     resumed_model = small_model(dropout=0.2)

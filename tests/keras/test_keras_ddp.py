@@ -24,8 +24,9 @@ from helpers.batches import Batches  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 # Checked without importing keras here: the legs run it on the torch backend in their own processes.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("keras") is None,
-                                reason="the keras extra is not installed (pip install trainmesh[keras])")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
+)
 
 BATCH = 16  # per process, as the guide's batch_size with its DistributedSampler
 
@@ -48,9 +49,14 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
     size run in one launch, one after another in the same processes (helpers/batches.py). A leg
     NAME writes root/NAME.rank{R}. The guide's loop (its own process group) and the plain-Keras
     load (a process without trainmesh) keep their own launches."""
+
     def fit(name, devices, batch, *options):
-        return name, devices, ["fit", str(root / name), *options[:1], str(devices), str(batch), *options[1:]], \
-            {"KERAS_BACKEND": "torch"}
+        return (
+            name,
+            devices,
+            ["fit", str(root / name), *options[:1], str(devices), str(batch), *options[1:]],
+            {"KERAS_BACKEND": "torch"},
+        )
 
     return [
         fit("ddp", 2, BATCH, "guide"),
@@ -114,8 +120,11 @@ def test_ddp_fit_is_bit_identical_to_the_guides_loop(handwritten, trainmesh_ddp)
     assert ours["world_size"] == 2
     assert set(ours["variables"]) == set(reference)
     assert any("moving_mean" in name for name in reference) and any("seed_generator" in name for name in reference)
-    different = {name: (ours["variables"][name].double() - tensor.double()).abs().max().item()
-                 for name, tensor in reference.items() if not torch.equal(ours["variables"][name], tensor)}
+    different = {
+        name: (ours["variables"][name].double() - tensor.double()).abs().max().item()
+        for name, tensor in reference.items()
+        if not torch.equal(ours["variables"][name], tensor)
+    }
     assert not different, f"rank 0 differs from the guide's loop (max abs difference per variable): {different}"
     history = ours["history"]
     assert len(history.get("loss", [])) == 2, history
@@ -165,8 +174,10 @@ def test_ddp_matches_one_device_with_the_global_batch(legs, optimizer, tolerance
     assert set(ours) == set(reference)
     assert not any("moving_" in name or "seed_generator" in name for name in reference)
     worst = {name: (ours[name] - tensor).abs().max().item() for name, tensor in reference.items()}
-    print(f"{optimizer}: max |ddp(2 x {BATCH}) - one device({2 * BATCH})| per variable:",
-          {name: f"{value:.1e}" for name, value in worst.items()})
+    print(
+        f"{optimizer}: max |ddp(2 x {BATCH}) - one device({2 * BATCH})| per variable:",
+        {name: f"{value:.1e}" for name, value in worst.items()},
+    )
     assert max(worst.values()) <= tolerance, worst
     # the weights moved: this compares two trained models, not two copies of the initial one
     initial = load(single)["initial"]
@@ -179,8 +190,11 @@ def test_saved_model_predicts_the_same_in_plain_keras(trainmesh_ddp):
     (keras.saving.load_model) and predicts what the trained model predicted."""
     out = Path(f"{trainmesh_ddp}.loaded.npy")
     run_leg("load", f"{trainmesh_ddp}.keras", f"{trainmesh_ddp}.x.npy", str(out))
-    trained, direct, loaded = (np.load(f"{trainmesh_ddp}.pred.npy"), np.load(f"{trainmesh_ddp}.direct.npy"),
-                               np.load(out))
+    trained, direct, loaded = (
+        np.load(f"{trainmesh_ddp}.pred.npy"),
+        np.load(f"{trainmesh_ddp}.direct.npy"),
+        np.load(out),
+    )
     assert loaded.shape == trained.shape == (64, 10)
     assert np.abs(loaded - trained).max() <= 1e-6, np.abs(loaded - trained).max()
     assert np.abs(trained - direct).max() <= 1e-6

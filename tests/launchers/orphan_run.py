@@ -47,7 +47,15 @@ if __name__ == "__main__":
     out = sys.argv[1]
     x = torch.randn(64, 4)
     loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    trainer = tm.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1_000_000,
-                         enable_progress_bar=False, enable_model_summary=False, logger=False,
-                         enable_checkpointing=False, callbacks=[WritePid(out)])
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        strategy="ddp",
+        devices=2,
+        max_epochs=1_000_000,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[WritePid(out)],
+    )
     trainer.fit(Tiny(), loader)

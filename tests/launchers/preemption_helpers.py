@@ -19,8 +19,17 @@ from helpers.processes import run_program  # noqa: E402
 
 RUN = str(HERE / "preemption_run.py")
 MAX_STEPS = 60  # preemption_run.py's default
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TRAINMESH_ELASTIC_AGENT", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TRAINMESH_ELASTIC_AGENT",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+)
 
 
 def launcher_variables() -> tuple[str, ...]:
@@ -29,8 +38,13 @@ def launcher_variables() -> tuple[str, ...]:
     return tuple(k for k in os.environ if k in LAUNCHER_VARIABLES or k.startswith(("SLURM_", "TORCHELASTIC_")))
 
 
-def run_script(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
-               torchrun: tuple[str, ...] | None = None) -> subprocess.CompletedProcess:
+def run_script(
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    torchrun: tuple[str, ...] | None = None,
+) -> subprocess.CompletedProcess:
     """``python preemption_run.py ROOT ARGS`` (or under ``torchrun`` with those options) in a clean
     environment; the whole session is killed on timeout."""
     command = [RUN, str(root), *args]
@@ -39,18 +53,35 @@ def run_script(root: Path, *args: str, env: dict[str, str] | None = None, timeou
     return run_program(command, timeout=timeout, env=env, without=launcher_variables(), cwd=root)
 
 
-def run_slurm_tasks(root: Path, *args: str, env: dict[str, str], tasks: int = 2,
-                    timeout: float = 120) -> list[subprocess.CompletedProcess]:
+def run_slurm_tasks(
+    root: Path, *args: str, env: dict[str, str], tasks: int = 2, timeout: float = 120
+) -> list[subprocess.CompletedProcess]:
     """``srun --ntasks-per-node=TASKS python preemption_run.py ROOT ARGS`` on one node, as SLURM
     starts it: one process per task with SLURM's variables, and no agent."""
     base = {k: v for k, v in os.environ.items() if k not in launcher_variables()}
-    common = {**base, "OMP_NUM_THREADS": "1", "SLURM_NTASKS": str(tasks), "SLURM_NTASKS_PER_NODE": str(tasks),
-              "SLURM_NODEID": "0", "SLURM_JOB_NAME": "train", "SLURM_NODELIST": "localhost",
-              "MASTER_ADDR": "127.0.0.1", **env}
-    processes = [subprocess.Popen([sys.executable, RUN, str(root), *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, cwd=root, start_new_session=True,
-                                  env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)})
-                 for rank in range(tasks)]
+    common = {
+        **base,
+        "OMP_NUM_THREADS": "1",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_NTASKS_PER_NODE": str(tasks),
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NODELIST": "localhost",
+        "MASTER_ADDR": "127.0.0.1",
+        **env,
+    }
+    processes = [
+        subprocess.Popen(
+            [sys.executable, RUN, str(root), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            start_new_session=True,
+            env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+        )
+        for rank in range(tasks)
+    ]
     deadline = time.monotonic() + timeout
     results = []
     try:

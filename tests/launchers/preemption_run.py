@@ -81,16 +81,33 @@ class DieOnce(tm.Callback):
             os._exit(3)
 
 
-def build_trainer(root: Path, *, devices: int, max_steps: int, max_restarts: int = 0, strategy: str = "ddp",
-                  callbacks: list[tm.Callback] = ()) -> tm.Trainer:
+def build_trainer(
+    root: Path,
+    *,
+    devices: int,
+    max_steps: int,
+    max_restarts: int = 0,
+    strategy: str = "ddp",
+    callbacks: list[tm.Callback] = (),
+) -> tm.Trainer:
     """The run's Trainer; the tests build the uninterrupted reference run with it too."""
     restarts = {"max_restarts": max_restarts} if max_restarts else {}  # only where asked: older code lacks it
     return tm.Trainer(
-        accelerator="cpu", devices=devices, strategy=strategy if devices > 1 else "auto", max_steps=max_steps,
-        default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, **restarts,
-        callbacks=[ModelCheckpoint(save_last=True, save_top_k=0, every_n_train_steps=CHECKPOINT_EVERY),
-                   RecordStart(root), *callbacks],
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy if devices > 1 else "auto",
+        max_steps=max_steps,
+        default_root_dir=root,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **restarts,
+        callbacks=[
+            ModelCheckpoint(save_last=True, save_top_k=0, every_n_train_steps=CHECKPOINT_EVERY),
+            RecordStart(root),
+            *callbacks,
+        ],
     )
 
 
@@ -109,8 +126,12 @@ def main() -> None:
     parser.add_argument("--at", type=int, default=0)
     parser.add_argument("--to", default="agent")
     parser.add_argument("--die-at", type=int, default=None)
-    parser.add_argument("--exchange-every", type=float, default=None,
-                        help="seconds of training between the ranks' stop-request exchanges (0: every step)")
+    parser.add_argument(
+        "--exchange-every",
+        type=float,
+        default=None,
+        help="seconds of training between the ranks' stop-request exchanges (0: every step)",
+    )
     args = parser.parse_args()
     if args.exchange_every is not None:
         # The library's default (a quarter second) lets these few-millisecond steps run on for up
@@ -123,16 +144,26 @@ def main() -> None:
         callbacks.append(DieOnce(args.root, args.die_at))
     tm.seed_everything(0)
     model = DropoutNet()
-    trainer = build_trainer(args.root, devices=args.devices, max_steps=args.max_steps, strategy=args.strategy,
-                            max_restarts=args.max_restarts, callbacks=callbacks)
+    trainer = build_trainer(
+        args.root,
+        devices=args.devices,
+        max_steps=args.max_steps,
+        strategy=args.strategy,
+        max_restarts=args.max_restarts,
+        callbacks=callbacks,
+    )
     try:
         trainer.fit(model, train_loader())
     except SystemExit as stop:
         # trainmesh's Preempted (a SystemExit: status 75) in a worker; not the agent's own exit,
         # which ends this script in the process that started the workers.
         if hasattr(stop, "step"):
-            report = {"step": stop.step, "checkpoint": stop.checkpoint, "status": stop.code,
-                      "global_step": trainer.global_step}
+            report = {
+                "step": stop.step,
+                "checkpoint": stop.checkpoint,
+                "status": stop.code,
+                "global_step": trainer.global_step,
+            }
             (args.root / f"stopped.rank{trainer.global_rank}.json").write_text(json.dumps(report))
         raise
     if trainer.is_global_zero:

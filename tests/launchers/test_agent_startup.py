@@ -63,5 +63,7 @@ def test_the_agent_skips_the_final_garbage_collection_when_it_exits(tmp_path):
     done = run_program([str(script)], timeout=120, without=(*launcher_variables(), "MASTER_PORT"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("worker")) == [
-        "worker 0 trained", "worker 1 trained"]
+        "worker 0 trained",
+        "worker 1 trained",
+    ]
     assert "agent frozen at exit: True" in done.stdout, done.stdout

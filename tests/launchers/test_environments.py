@@ -10,17 +10,34 @@ from trainmesh.launchers.environments import check_port_free, find_free_port, fi
 
 def torchrun_env(rank: int, *, local_rank: int, world: int = 4, local_world: int = 2, group_rank: int = 0) -> dict:
     return {
-        "RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
-        "LOCAL_WORLD_SIZE": str(local_world), "GROUP_RANK": str(group_rank),
-        "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "run-42",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(group_rank),
+        "MASTER_ADDR": "10.1.2.3",
+        "MASTER_PORT": "29511",
+        "TORCHELASTIC_RUN_ID": "run-42",
     }
 
 
-def slurm_env(procid: int, *, localid: int, nodeid: int, ntasks: int = 6, job_id: str = "123456",
-              per_node: str | None = "2(x3)", job_name: str = "train.sh") -> dict:
+def slurm_env(
+    procid: int,
+    *,
+    localid: int,
+    nodeid: int,
+    ntasks: int = 6,
+    job_id: str = "123456",
+    per_node: str | None = "2(x3)",
+    job_name: str = "train.sh",
+) -> dict:
     env = {
-        "SLURM_NTASKS": str(ntasks), "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid),
-        "SLURM_NODEID": str(nodeid), "SLURM_NODELIST": "node[003-005,9]", "SLURM_JOB_ID": job_id,
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NODEID": str(nodeid),
+        "SLURM_NODELIST": "node[003-005,9]",
+        "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": job_name,
     }
     if per_node is not None:
@@ -31,8 +48,15 @@ def slurm_env(procid: int, *, localid: int, nodeid: int, ntasks: int = 6, job_id
 # ---- torchrun --------------------------------------------------------------------------------
 def test_torchrun_environment_gives_this_process_place():
     process = managed_process(torchrun_env(3, local_rank=1, group_rank=1), devices=2, num_nodes=2)
-    assert process == ProcessInfo(global_rank=3, local_rank=1, node_rank=1, world_size=4, local_world_size=2,
-                                  master_addr="10.1.2.3", master_port=29511)
+    assert process == ProcessInfo(
+        global_rank=3,
+        local_rank=1,
+        node_rank=1,
+        world_size=4,
+        local_world_size=2,
+        master_addr="10.1.2.3",
+        master_port=29511,
+    )
     assert not process.is_global_zero
 
 
@@ -71,8 +95,10 @@ def test_slurm_task_gets_its_ranks_and_the_first_node_as_master():
 
 
 def test_slurm_port_comes_from_the_job_id_and_is_the_same_for_every_task():
-    tasks = [managed_process(slurm_env(rank, localid=rank % 2, nodeid=rank // 2), devices=2, num_nodes=3)
-             for rank in range(6)]
+    tasks = [
+        managed_process(slurm_env(rank, localid=rank % 2, nodeid=rank // 2), devices=2, num_nodes=3)
+        for rank in range(6)
+    ]
     assert {t.master_port for t in tasks} == {15000 + 123456 % 20000}
     assert {t.master_addr for t in tasks} == {"node003"}
     assert [t.global_rank for t in tasks] == list(range(6))
@@ -113,14 +139,17 @@ def test_torchrun_wins_over_an_enclosing_slurm_allocation():
     assert (process.global_rank, process.world_size, process.master_addr) == (1, 2, "10.1.2.3")
 
 
-@pytest.mark.parametrize(("nodelist", "first"), [
-    ("a", "a"),
-    ("a,b", "a"),
-    ("gpu[1-4]", "gpu1"),
-    ("n[07,09]", "n07"),
-    ("node[003-005,9],gpu1", "node003"),
-    ("  host-7  ", "host-7"),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "first"),
+    [
+        ("a", "a"),
+        ("a,b", "a"),
+        ("gpu[1-4]", "gpu1"),
+        ("n[07,09]", "n07"),
+        ("node[003-005,9],gpu1", "node003"),
+        ("  host-7  ", "host-7"),
+    ],
+)
 def test_first_host_of_a_node_list(nodelist, first):
     assert first_host(nodelist) == first
 

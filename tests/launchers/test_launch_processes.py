@@ -15,18 +15,35 @@ import torch
 import trainmesh as tm
 
 HERE = Path(__file__).parent
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+)
 
 
-def run_program(script: str, *args: str, env: dict[str, str] | None = None, cwd: Path = HERE,
-                timeout: float = 120) -> subprocess.CompletedProcess:
+def run_program(
+    script: str, *args: str, env: dict[str, str] | None = None, cwd: Path = HERE, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run ``script`` in its own session with no launcher variables and no OMP_NUM_THREADS
     unless ``env`` gives one; on timeout kill the session, so that no worker outlives it."""
     clean = {k: v for k, v in os.environ.items() if k not in (*LAUNCHER_VARIABLES, "OMP_NUM_THREADS")}
-    process = subprocess.Popen([sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**clean, **(env or {})}, cwd=cwd,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -58,8 +75,14 @@ def test_spawn_workers_use_their_share_of_the_cores(spawn_places):
 
 def test_spawn_workers_keep_the_threads_the_user_chose(tmp_path):
     # What a plain process makes of OMP_NUM_THREADS=2 (torch caps it at the cores it finds).
-    plain = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], text=True,
-                           capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "2"}, timeout=60, check=True)
+    plain = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        text=True,
+        capture_output=True,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        timeout=60,
+        check=True,
+    )
     out = tmp_path / "place"
     result = run_program("spawn_run.py", "place", str(out), env={"OMP_NUM_THREADS": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -71,8 +94,13 @@ def test_spawn_workers_see_torchrun_variables(spawn_places):
     places, _ = spawn_places
     for rank, place in enumerate(places):
         assert place["rank"] == rank
-        assert place["env"] == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
+        assert place["env"] == {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "0",
+        }
 
 
 def test_rank_zero_only_runs_in_exactly_one_spawn_worker(spawn_places):
@@ -97,8 +125,10 @@ def test_module_level_runtime_works_inside_ddp_spawn(tmp_path):
     out = tmp_path / "module_level"
     result = run_program("module_level_runtime_run.py", str(out), env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert read_ranks(out) == [{"rank": 0, "world_size": 2, "rank_sum": 1.0},
-                               {"rank": 1, "world_size": 2, "rank_sum": 1.0}]
+    assert read_ranks(out) == [
+        {"rank": 0, "world_size": 2, "rank_sum": 1.0},
+        {"rank": 1, "world_size": 2, "rank_sum": 1.0},
+    ]
 
 
 def test_runtime_launch_example_trains_on_two_processes(tmp_path):

@@ -12,8 +12,18 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+)
 
 
 def alive(pid: int) -> bool:
@@ -36,16 +46,23 @@ def test_workers_die_when_the_agent_is_killed(tmp_path):
     out = tmp_path / "pid"
     env = {k: v for k, v in os.environ.items() if k not in (*LAUNCHER_VARIABLES, "OMP_NUM_THREADS")}
     env["OMP_NUM_THREADS"] = "1"
-    agent = subprocess.Popen([sys.executable, str(HERE / "orphan_run.py"), str(out)], cwd=tmp_path, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    agent = subprocess.Popen(
+        [sys.executable, str(HERE / "orphan_run.py"), str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
         files = [Path(f"{out}.rank{rank}") for rank in range(2)]
         while not all(file.exists() for file in files):
             if agent.poll() is not None:
-                pytest.fail(f"the run ended (exit {agent.returncode}) before training started:\n"
-                            f"{agent.stderr.read()[-3000:]}")
+                pytest.fail(
+                    f"the run ended (exit {agent.returncode}) before training started:\n{agent.stderr.read()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 pytest.fail("the workers did not start training within 60 s")
             time.sleep(0.1)

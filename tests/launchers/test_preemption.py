@@ -70,26 +70,38 @@ def chain(tmp_path_factory) -> dict[str, Stage]:
     root = tmp_path_factory.mktemp("preempted")
     fake = root / "bin"
     fake.mkdir()
-    (fake / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {root / 'scontrol.log'}\n")
+    (fake / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {root / "scontrol.log"}\n')
     (fake / "scontrol").chmod(0o755)
 
     def slurm(**more: str) -> dict[str, str]:  # sbatch's variables, a port of the job's own, and the fake
-        return {"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB, "MASTER_PORT": str(find_free_port()),
-                **more}
+        return {
+            "PATH": f"{fake}:{os.environ['PATH']}",
+            "SLURM_JOB_ID": JOB,
+            "MASTER_PORT": str(find_free_port()),
+            **more,
+        }
 
     draw = random.Random()
     stages: dict[str, Stage] = {}
     at = draw.randint(3, 12)
     # Here the ranks exchange stop requests every ~20 ms of training (a few steps, the interval
     # adapting to the step time, as by default every ~250 ms); in the other runs after every step.
-    stages["agent"] = record(root, at, [run_script(root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent",
-                                                   "--exchange-every", "0.02")])
+    stages["agent"] = record(
+        root,
+        at,
+        [run_script(root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02")],
+    )
     for name, sig in (("every", "SIGTERM"), ("usr1", "SIGUSR1")):
         if stages[list(stages)[-1]].saved_step is None:
             return stages  # the chain broke: the tests of what follows fail on a missing stage
         at = stages[list(stages)[-1]].saved_step + draw.randint(3, 10)
-        stages[name] = record(root, at, run_slurm_tasks(root, "--signal", sig, "--at", str(at), "--to", "workers",
-                                                        "--exchange-every", "0", env=slurm()))
+        stages[name] = record(
+            root,
+            at,
+            run_slurm_tasks(
+                root, "--signal", sig, "--at", str(at), "--to", "workers", "--exchange-every", "0", env=slurm()
+            ),
+        )
     if stages["usr1"].saved_step is not None:
         stages["requeued"] = record(root, MAX_STEPS, run_slurm_tasks(root, env=slurm(SLURM_RESTART_COUNT="1")))
     return stages
@@ -156,7 +168,9 @@ def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     resumed = one_process_fit(tmp_path)  # the same script run again: fit(ckpt_path=None)
-    assert f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in capsys.readouterr().out
+    assert (
+        f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in capsys.readouterr().out
+    )
     assert same_weights(resumed, one_process_fit(tmp_path / "never_stopped")), context
     assert not (tmp_path / "last-preempted.ckpt").exists()
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # fit's handlers are gone again
@@ -177,8 +191,7 @@ def test_the_agent_names_the_signal_that_ended_the_run_in_its_message_and_status
     killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     # SIGTERM to the agent while its workers are outside fit: nothing saved, so not 75, and not Ctrl-C's 130.
     terminated = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
-    done = run_program(["-c", AGENT_RUNS, killed, terminated], timeout=120, without=launcher_variables(),
-                       cwd=tmp_path)
+    done = run_program(["-c", AGENT_RUNS, killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-3000:]}"
     assert done.stdout.split() == ["status", "137", "status", "143"], context
     assert "was killed by SIGKILL (signal 9)" in done.stderr and "Exit status 137" in done.stderr, context

@@ -33,8 +33,9 @@ TORCHRUN = ("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")
 def run_with_a_death(root: Path, launcher: str) -> subprocess.CompletedProcess:
     if launcher == "trainmesh":
         return run_script(root, "--die-at", str(DIE_AT), "--max-restarts", "2", timeout=150)
-    return run_script(root, "--die-at", str(DIE_AT), torchrun=TORCHRUN, timeout=150,
-                      env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    return run_script(
+        root, "--die-at", str(DIE_AT), torchrun=TORCHRUN, timeout=150, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    )
 
 
 def problem(root: Path, done: subprocess.CompletedProcess, reference: dict[str, torch.Tensor]) -> str | None:
@@ -95,8 +96,10 @@ def main(times: int) -> None:
                 seconds.append(time.monotonic() - start)
                 good += found is None
                 print(f"{launcher} run {attempt + 1}: {found or 'bit-identical'} ({seconds[-1]:.1f} s)", flush=True)
-            print(f"{launcher}: {good}/{times} bit-identical, none hung: {max(seconds) < 150} "
-                  f"(max {max(seconds):.1f} s)", flush=True)
+            print(
+                f"{launcher}: {good}/{times} bit-identical, none hung: {max(seconds) < 150} (max {max(seconds):.1f} s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,18 @@ from helpers.models import quiet_trainer, random_classification
 from trainmesh.launchers.elastic import script_command
 from trainmesh.launchers.spawn import SpawnLauncher, check_picklable
 
-TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+)
 
 
 class LambdaLossNet(tm.Module):
@@ -139,8 +149,9 @@ def test_elastic_launch_from_python_c_reports_the_fix_without_starting_workers()
     """)
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES}
     env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
-                            cwd=Path(__file__).parent)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=Path(__file__).parent
+    )
     assert result.returncode != 0
     assert "FIT RETURNED" not in result.stdout
     last_line = result.stderr.strip().splitlines()[-1]

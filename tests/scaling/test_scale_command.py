@@ -17,11 +17,41 @@ def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png
     pytest.importorskip("matplotlib")
     src = str(Path(trainmesh.__file__).resolve().parents[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID")
-    result = run_program(["-m", "trainmesh", "scale", "--processes", "1,2", "--steps", "3", "--windows", "1",
-                          "--warmup-steps", "1", "--mode", "strong", "--peak-flops", "1e12",
-                          "--out-dir", str(tmp_path)], timeout=120, env=env, without=launcher)
+    launcher = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "SLURM_NTASKS",
+        "SLURM_PROCID",
+    )
+    result = run_program(
+        [
+            "-m",
+            "trainmesh",
+            "scale",
+            "--processes",
+            "1,2",
+            "--steps",
+            "3",
+            "--windows",
+            "1",
+            "--warmup-steps",
+            "1",
+            "--mode",
+            "strong",
+            "--peak-flops",
+            "1e12",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        timeout=120,
+        env=env,
+        without=launcher,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("N "))
@@ -44,13 +74,14 @@ def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_scale_takes_the_configs_strategy_precision_and_says_what_it_leaves(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_scale_takes_the_configs_strategy_precision_and_says_what_it_leaves(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     import trainmesh.scaling as scaling
     from trainmesh.scaling.command import run_scale_command
 
     config = tmp_path / "fit.yaml"
-    config.write_text("trainer:\n  strategy: fsdp\n  precision: bf16-mixed\n  max_epochs: 3\n"
-                      "model:\n  hidden: 64\n")
+    config.write_text("trainer:\n  strategy: fsdp\n  precision: bf16-mixed\n  max_epochs: 3\nmodel:\n  hidden: 64\n")
     seen: dict = {}
     monkeypatch.setattr(scaling, "run_scaling", lambda **kwargs: seen.update(kwargs))
     assert run_scale_command(["--config", str(config), "--max-processes", "1"]) == 0

@@ -18,15 +18,19 @@ def _strong(*steps: float, spreads: dict[int, list[float]] | None = None) -> lis
 
 
 def test_mfu_and_tokens_per_s_from_counted_flops_tokens_and_peak() -> None:
-    runs = [Measurement(1, 8, [0.010], [0.010], flops_per_rank_step=2_000_000, tokens_per_rank_step=8 * 128,
-                        peak_flops=1e9),
-            Measurement(2, 8, [0.020], [0.015], flops_per_rank_step=2_000_000, tokens_per_rank_step=8 * 128,
-                        peak_flops=1e9)]
+    runs = [
+        Measurement(
+            1, 8, [0.010], [0.010], flops_per_rank_step=2_000_000, tokens_per_rank_step=8 * 128, peak_flops=1e9
+        ),
+        Measurement(
+            2, 8, [0.020], [0.015], flops_per_rank_step=2_000_000, tokens_per_rank_step=8 * 128, peak_flops=1e9
+        ),
+    ]
     one, two = scaling_rows("weak", runs)
-    assert one.mfu == pytest.approx(2e6 / 0.010 / 1e9)           # 0.2
-    assert two.mfu == pytest.approx(2e6 / 0.020 / 1e9)           # 0.1: per device, each rank does the same step
+    assert one.mfu == pytest.approx(2e6 / 0.010 / 1e9)  # 0.2
+    assert two.mfu == pytest.approx(2e6 / 0.020 / 1e9)  # 0.1: per device, each rank does the same step
     assert one.tokens_per_s == pytest.approx(1024 / 0.010)
-    assert two.tokens_per_s == pytest.approx(2 * 1024 / 0.020)   # both ranks' tokens
+    assert two.tokens_per_s == pytest.approx(2 * 1024 / 0.020)  # both ranks' tokens
     table = format_table("weak", [one, two])
     assert "20.0%" in table and "10.0%" in table and "102400" in table
 
@@ -41,8 +45,9 @@ def test_no_peak_or_no_tokens_shows_a_dash() -> None:
 
 def test_verdict_stay_at_one_when_the_second_n_loses() -> None:
     rows = _strong(0.010, 0.0145)  # speedup 0.69, efficiency 0.34
-    assert verdict(rows) == ("N=2 runs at 0.34 efficiency: 2 processes finish 0.69x as fast as 1; "
-                             "on this machine stay at N=1.")
+    assert verdict(rows) == (
+        "N=2 runs at 0.34 efficiency: 2 processes finish 0.69x as fast as 1; on this machine stay at N=1."
+    )
 
 
 def test_verdict_names_where_scaling_stops_paying_and_what_the_next_n_adds() -> None:
@@ -58,7 +63,7 @@ def test_weak_verdict_speaks_of_samples_per_second() -> None:
 
 
 def test_noise_flag_on_superlinear_efficiency_and_on_wide_spread() -> None:
-    superlinear = _strong(0.010, 0.0045)                   # efficiency 1.11
+    superlinear = _strong(0.010, 0.0045)  # efficiency 1.11
     assert [row.noisy for row in superlinear] == [False, True]
     assert verdict(superlinear).endswith("N=2 noisy: rerun with more --windows/--steps.")
     # N=2 windows at 8, 6 and 20 ms: 8000 samples/s median, 3200-10667 spread = 93% of it.

@@ -67,8 +67,13 @@ def data(batch_size: int = 8) -> DataLoader:
 
 def trainer_for(strategy: str, world: str, compile: str, steps: int, root: str) -> tm.Trainer:
     options = {} if compile == "no" else {"backend": compile}
-    return quiet_trainer(strategy=strategy, devices=int(world), max_steps=steps, default_root_dir=root,
-                         compile=options if options else False)
+    return quiet_trainer(
+        strategy=strategy,
+        devices=int(world),
+        max_steps=steps,
+        default_root_dir=root,
+        compile=options if options else False,
+    )
 
 
 class SaveAt(tm.Callback):
@@ -86,12 +91,19 @@ def finish(trainer: tm.Trainer, model: Net, out: str) -> None:
         compiled = [name for name, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
         from torch._dynamo.utils import counters  # graphs dynamo built in this process (all legs so far)
 
-        torch.save({"state_dict": {k: v.clone() for k, v in state.items()}, "compiled": compiled,
-                    "graphs": int(counters["stats"]["unique_graphs"])}, out)
+        torch.save(
+            {
+                "state_dict": {k: v.clone() for k, v in state.items()},
+                "compiled": compiled,
+                "graphs": int(counters["stats"]["unique_graphs"]),
+            },
+            out,
+        )
 
 
-def train(strategy: str, world: str, compile: str, out: str, steps: str = str(STEPS), save_at: str = "",
-          batch_size: str = "8") -> None:
+def train(
+    strategy: str, world: str, compile: str, out: str, steps: str = str(STEPS), save_at: str = "", batch_size: str = "8"
+) -> None:
     model = Net()
     trainer = trainer_for(strategy, world, compile, int(steps), os.path.dirname(out))
     if save_at:

@@ -98,17 +98,25 @@ def run_trainer(out, strategy="ddp", devices=2, nodes=1):
     model = {"ddp2": NodeBatchNet, "own_ddp": OwnDDPNet}.get(os.environ.get("MODEL", strategy), Net)()
     trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
     if trainer.is_global_zero:
-        torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
-                    "world_size": trainer.world_size, "wrapper": type(trainer.model).__name__,
-                    "find_unused": getattr(trainer.model, "find_unused_parameters", None),
-                    "node_batches": getattr(model, "node_batches", 0)}, out)
+        torch.save(
+            {
+                "state_dict": model.state_dict(),
+                "metrics": trainer.callback_metrics,
+                "world_size": trainer.world_size,
+                "wrapper": type(trainer.model).__name__,
+                "find_unused": getattr(trainer.model, "find_unused_parameters", None),
+                "node_batches": getattr(model, "node_batches", 0),
+            },
+            out,
+        )
 
 
 def handwritten_worker(rank, out, port):
     # The keras-io seed's loop: a DistributedSampler without shuffling, DDP, Adam.
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where it hangs, then ends
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
     data = dataset()
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
     loader = DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
@@ -150,8 +158,9 @@ class Wide(tm.Module):
     def __init__(self, width: int = 64, depth: int = 4):
         super().__init__()
         torch.manual_seed(11)
-        self.blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
-                                            for _ in range(depth)])
+        self.blocks = torch.nn.Sequential(
+            *[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(depth)]
+        )
         self.head = torch.nn.Linear(width, 4)
 
     def forward(self, x):
@@ -177,8 +186,9 @@ class MetaBuilt(Wide):
         tm.Module.__init__(self)
 
     def configure_model(self):
-        self.blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
-                                            for _ in range(4)])
+        self.blocks = torch.nn.Sequential(
+            *[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)]
+        )
         self.head = torch.nn.Linear(64, 4)
         self.built_on = self.head.weight.device.type
 
@@ -201,14 +211,30 @@ def run_sharded(out, strategy, devices=2):
     elif strategy == "fsdp-meta":
         strategy, model = "fsdp", MetaBuilt()
     clip = float(os.environ["CLIP"]) if "CLIP" in os.environ else None
-    trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=20, limit_val_batches=2,
-                            gradient_clip_val=clip, accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")))
-    trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), DataLoader(wide_dataset(64), batch_size=16))
+    trainer = quiet_trainer(
+        strategy=strategy,
+        devices=int(devices),
+        max_steps=20,
+        limit_val_batches=2,
+        gradient_clip_val=clip,
+        accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
+    )
+    trainer.fit(
+        model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH), DataLoader(wide_dataset(64), batch_size=16)
+    )
     memory = model.memory
     state = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
-        torch.save({"state_dict": state, "memory": memory, "steps": trainer.global_step,
-                    "metrics": trainer.callback_metrics, "built_on": getattr(model, "built_on", None)}, out)
+        torch.save(
+            {
+                "state_dict": state,
+                "memory": memory,
+                "steps": trainer.global_step,
+                "metrics": trainer.callback_metrics,
+                "built_on": getattr(model, "built_on", None),
+            },
+            out,
+        )
 
 
 def run_dcp_save(directory, out, strategy="fsdp"):
@@ -246,11 +272,14 @@ def run_callbacks(out, directory):
 
     checkpoint = ModelCheckpoint(dirpath=directory, monitor="val_loss", save_top_k=2, save_last=True)
     stopper = EarlyStopping(monitor="val_loss", patience=1, min_delta=10.0)  # nothing improves by 10
-    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=20, callbacks=[checkpoint, stopper],
-                            enable_checkpointing=True)
+    trainer = quiet_trainer(
+        strategy="ddp", devices=2, max_epochs=20, callbacks=[checkpoint, stopper], enable_checkpointing=True
+    )
     trainer.fit(Net(), DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
-    torch.save({"epoch": trainer.current_epoch, "best": checkpoint.best_model_path,
-                "kept": sorted(checkpoint.best_k_models)}, f"{out}.rank{trainer.global_rank}")
+    torch.save(
+        {"epoch": trainer.current_epoch, "best": checkpoint.best_model_path, "kept": sorted(checkpoint.best_k_models)},
+        f"{out}.rank{trainer.global_rank}",
+    )
 
 
 def run_single(out):
@@ -321,8 +350,10 @@ def run_metrics(out):
     trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=1)
     trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
     note_call()
-    torch.save({"metrics": trainer.callback_metrics, "gathered": model.gathered, "calls": len(calls_on_rank_zero)},
-               f"{out}.rank{trainer.global_rank}")
+    torch.save(
+        {"metrics": trainer.callback_metrics, "gathered": model.gathered, "calls": len(calls_on_rank_zero)},
+        f"{out}.rank{trainer.global_rank}",
+    )
 
 
 def run_accumulate(out, accumulate, batch):
@@ -339,12 +370,15 @@ def run_accumulate(out, accumulate, batch):
             trainer.model.register_comm_hook(None, counting_hook)
 
     model = Net()
-    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=1, accumulate_grad_batches=accumulate,
-                            callbacks=[CountAllReduce()])
+    trainer = quiet_trainer(
+        strategy="ddp", devices=2, max_epochs=1, accumulate_grad_batches=accumulate, callbacks=[CountAllReduce()]
+    )
     trainer.fit(model, DataLoader(dataset(), batch_size=batch))
     if trainer.is_global_zero:
-        torch.save({"state_dict": model.state_dict(), "allreduce_calls": counter["allreduce"],
-                    "steps": trainer.global_step}, out)
+        torch.save(
+            {"state_dict": model.state_dict(), "allreduce_calls": counter["allreduce"], "steps": trainer.global_step},
+            out,
+        )
 
 
 class UnusedHead(Net):

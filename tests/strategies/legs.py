@@ -32,11 +32,31 @@ def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120
     port = str(find_free_port())
     nodes = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(outs)), "--nproc-per-node", "1",
-             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
-             str(script), leg[0], str(out), *leg[1:]],
-            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(len(outs)),
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                str(script),
+                leg[0],
+                str(out),
+                *leg[1:],
+            ],
+            cwd=HERE,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         for rank, out in enumerate(outs)
     ]

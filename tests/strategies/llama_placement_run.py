@@ -51,12 +51,23 @@ def main(layout: str, precision: str, route: str, out: str) -> None:
     torch.manual_seed(0)
     model = UserParallelizedLlama(CONFIG) if route == "user" else Llama(CONFIG)
     dp = {"ddp": 2, "fsdp": 2, "fsdp_tp": 2}.get(layout, 1)
-    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(), precision=precision, max_steps=2,
-                         enable_progress_bar=False, enable_model_summary=False, logger=False,
-                         enable_checkpointing=False, default_root_dir=os.path.dirname(os.path.abspath(out)))
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy(),
+        precision=precision,
+        max_steps=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=os.path.dirname(os.path.abspath(out)),
+    )
     trainer.fit(model, token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=16))
-    mine = {"freqs_cis": model.freqs_cis.detach().cpu().clone(),
-            "dtypes": {name: param.dtype for name, param in model.named_parameters()}}
+    mine = {
+        "freqs_cis": model.freqs_cis.detach().cpu().clone(),
+        "dtypes": {name: param.dtype for name, param in model.named_parameters()},
+    }
     torch.save(mine, f"{out}.rank-{trainer.global_rank}")
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:

@@ -67,17 +67,34 @@ def run_leg(argv: list[str]) -> None:
     # batch's mean. With it, padding and the summed loss: the global token count normalises.
     samples = GLOBAL_BATCH * steps if whole else 32
     train = loaders(config, batch_size=GLOBAL_BATCH // dp, samples=samples, uneven_padding=whole)
-    val = (loaders(config, batch_size=GLOBAL_BATCH // dp, samples=12, seed=5, uneven_padding=False)
-           if opts.get("positions") == "1" else None)
-    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(), max_steps=steps,
-                         enable_progress_bar=False, enable_model_summary=False, logger=False,
-                         enable_checkpointing=False, num_sanity_val_steps=0,
-                         default_root_dir=os.path.dirname(os.path.abspath(out)))
+    val = (
+        loaders(config, batch_size=GLOBAL_BATCH // dp, samples=12, seed=5, uneven_padding=False)
+        if opts.get("positions") == "1"
+        else None
+    )
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy(),
+        max_steps=steps,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=os.path.dirname(os.path.abspath(out)),
+    )
     trainer.fit(model, train, val)
     final = trainer.runtime.state_dicts(model, [])["model"]
     if trainer.is_global_zero:
-        torch.save({"initial": model.initial, "final": {k: v.detach().cpu() for k, v in final.items()},
-                    "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}, out)
+        torch.save(
+            {
+                "initial": model.initial,
+                "final": {k: v.detach().cpu() for k, v in final.items()},
+                "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            },
+            out,
+        )
 
 
 if __name__ == "__main__":

@@ -23,10 +23,15 @@ EXPECTED = {
     # One process: the hand-written PyTorch loop is the reference (with BatchNorm, one device
     # with the global batch cannot equal ddp's per-rank statistics, by design).
     "single": ("plain", 0.0),
-    "ddp": ("ddp", 0.0), "ddp_spawn": ("ddp", 0.0), "ddp_fork": ("ddp", 0.0), "zero1": ("ddp", 0.0),
+    "ddp": ("ddp", 0.0),
+    "ddp_spawn": ("ddp", 0.0),
+    "ddp_fork": ("ddp", 0.0),
+    "zero1": ("ddp", 0.0),
     "dp": ("ddp", 1e-5),
     "ddp2": ("ddp4", 1e-5),  # 2 nodes x 2 devices against ddp on 4 processes
-    "sharded": ("ddp", 1e-4), "fsdp": ("ddp", 1e-4), "hsdp": ("ddp4", 1e-4),
+    "sharded": ("ddp", 1e-4),
+    "fsdp": ("ddp", 1e-4),
+    "hsdp": ("ddp4", 1e-4),
 }
 # (strategy, kind) -> what the refusal must say; every other cell must train and match.
 REFUSED = {
@@ -37,8 +42,14 @@ REFERENCE_CELLS = {"ddp4": "trainer-torch,trainer-keras"}
 # Legs of one world size started the same way (ddp through the elastic agent, or one process)
 # share one launch: one after another in the same processes and process group. ddp_spawn,
 # ddp_fork and ddp2 (two torchrun nodes) test how their processes start: one launch each.
-LAUNCHES = [("ddp", "zero1", "sharded", "fsdp"), ("ddp4", "hsdp"), ("plain", "single", "dp"),
-            ("ddp_spawn",), ("ddp_fork",), ("ddp2",)]
+LAUNCHES = [
+    ("ddp", "zero1", "sharded", "fsdp"),
+    ("ddp4", "hsdp"),
+    ("plain", "single", "dp"),
+    ("ddp_spawn",),
+    ("ddp_fork",),
+    ("ddp2",),
+]
 LEG_TIMEOUT = 300  # seconds per leg; a launch of n legs gets n times this
 
 
@@ -62,8 +73,14 @@ def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
         result = run(str(MATRIX), legs[0], str(root / legs[0]), timeout=LEG_TIMEOUT)
         return {legs[0]: "" if result.returncode == 0 else f"{legs[0]} failed:\n{result.stderr[-4000:]}"}
     batch = root / f"batch-{'-'.join(legs)}.json"
-    batch.write_text(json.dumps([[leg, str(root / leg), REFERENCE_CELLS[leg].split(",") if leg in REFERENCE_CELLS
-                                  else None] for leg in legs]))
+    batch.write_text(
+        json.dumps(
+            [
+                [leg, str(root / leg), REFERENCE_CELLS[leg].split(",") if leg in REFERENCE_CELLS else None]
+                for leg in legs
+            ]
+        )
+    )
     try:
         result = run(str(MATRIX), "--batch", str(batch), timeout=LEG_TIMEOUT * len(legs))
     except subprocess.TimeoutExpired as timeout:
@@ -74,8 +91,10 @@ def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
         if errors:
             problems[leg] = f"{leg} failed:\n{errors[0].read_text()[-4000:]}"
         elif result.returncode != 0 or not (root / leg / "complete").exists():
-            problems[leg] = (f"{leg} did not run to its end: its launch ({', '.join(legs)}) exited {result.returncode} "
-                             f"(an earlier leg of the launch failed?):\n{result.stderr[-4000:]}")
+            problems[leg] = (
+                f"{leg} did not run to its end: its launch ({', '.join(legs)}) exited {result.returncode} "
+                f"(an earlier leg of the launch failed?):\n{result.stderr[-4000:]}"
+            )
         else:
             problems[leg] = ""
     return problems

@@ -44,9 +44,18 @@ KINDS = ("torch", "keras")
 
 # strategy -> (processes per node, nodes, devices each process splits its batch across)
 LAYOUTS = {
-    "single": (1, 1, 1), "plain": (1, 1, 1), "ddp": (2, 1, 1), "ddp_spawn": (2, 1, 1), "ddp_fork": (2, 1, 1),
-    "dp": (1, 1, 2), "ddp2": (1, 2, 2), "zero1": (2, 1, 1), "sharded": (2, 1, 1), "fsdp": (2, 1, 1),
-    "hsdp": (4, 1, 1), "ddp4": (4, 1, 1),
+    "single": (1, 1, 1),
+    "plain": (1, 1, 1),
+    "ddp": (2, 1, 1),
+    "ddp_spawn": (2, 1, 1),
+    "ddp_fork": (2, 1, 1),
+    "dp": (1, 1, 2),
+    "ddp2": (1, 2, 2),
+    "zero1": (2, 1, 1),
+    "sharded": (2, 1, 1),
+    "fsdp": (2, 1, 1),
+    "hsdp": (4, 1, 1),
+    "ddp4": (4, 1, 1),
 }
 
 
@@ -82,14 +91,26 @@ def build_net(kind: str) -> torch.nn.Module:
     random.seed(0)
     torch.manual_seed(0)
     if kind == "torch":
-        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.BatchNorm1d(32),
-                                   torch.nn.Dropout(0.25), torch.nn.Linear(32, 4))
+        return torch.nn.Sequential(
+            torch.nn.Linear(16, 32),
+            torch.nn.ReLU(),
+            torch.nn.BatchNorm1d(32),
+            torch.nn.Dropout(0.25),
+            torch.nn.Linear(32, 4),
+        )
     import keras
 
     keras.backend.clear_session()  # layer names restart: every cell's weights have the same keys
     keras.utils.set_random_seed(0)
-    return keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                             keras.layers.BatchNormalization(), keras.layers.Dropout(0.25), keras.layers.Dense(4)])
+    return keras.Sequential(
+        [
+            keras.Input((16,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.25),
+            keras.layers.Dense(4),
+        ]
+    )
 
 
 class MatrixModule(tm.Module):
@@ -213,8 +234,10 @@ def all_cells(strategy: str) -> list[str]:
 def main() -> None:
     limit = int(os.environ.get("LEG_WATCHDOG_S", "240"))
     if sys.argv[1] == "--batch":
-        legs = [(strategy, Path(outdir), cells or all_cells(strategy))
-                for strategy, outdir, cells in json.loads(Path(sys.argv[2]).read_text())]
+        legs = [
+            (strategy, Path(outdir), cells or all_cells(strategy))
+            for strategy, outdir, cells in json.loads(Path(sys.argv[2]).read_text())
+        ]
         assert len({LAYOUTS[strategy][0] * LAYOUTS[strategy][1] for strategy, _, _ in legs}) == 1, legs
         assert not {"ddp_spawn", "ddp_fork", "ddp2"} & {strategy for strategy, _, _ in legs}, legs
         # The agent process waits here for the whole batch; each worker's watchdog restarts per leg.

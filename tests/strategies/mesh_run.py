@@ -31,15 +31,20 @@ def check(runtime: tm.Runtime, out_dir: str) -> None:
     seen: dict = {"global_rank": r, "world_size": world}
 
     # a. tp=2 x dp_replicate=2; our coordinates against the DeviceMesh's own.
-    mesh = ParallelMesh.build(ParallelDims(dp_replicate=2, dp_shard=1, tp=2), global_rank=r, world_size=world,
-                              device_type="cpu")
+    mesh = ParallelMesh.build(
+        ParallelDims(dp_replicate=2, dp_shard=1, tp=2), global_rank=r, world_size=world, device_type="cpu"
+    )
     device_mesh = mesh.device_mesh
     seen["tp_mesh"] = {
         "dim_names": list(device_mesh.mesh_dim_names),
         "layout": device_mesh.mesh.tolist(),
-        "dp_rank": mesh.dp_rank, "dp_size": mesh.dp_size,
-        "tp": mesh.rank("tp"), "dp_replicate": mesh.rank("dp_replicate"), "dp_shard": mesh.rank("dp_shard"),
-        "torch_tp": device_mesh.get_local_rank("tp"), "torch_dp_replicate": device_mesh.get_local_rank("dp_replicate"),
+        "dp_rank": mesh.dp_rank,
+        "dp_size": mesh.dp_size,
+        "tp": mesh.rank("tp"),
+        "dp_replicate": mesh.rank("dp_replicate"),
+        "dp_shard": mesh.rank("dp_shard"),
+        "torch_tp": device_mesh.get_local_rank("tp"),
+        "torch_dp_replicate": device_mesh.get_local_rank("dp_replicate"),
     }
 
     # b. data sharded by the data-parallel rank: in order, and shuffled with one seed. No
@@ -49,9 +54,16 @@ def check(runtime: tm.Runtime, out_dir: str) -> None:
     seen["samples"] = {}
     for name, shuffle in (("in_order", False), ("shuffled", True)):
         try:
-            seen["samples"][name] = read_indices(shard_dataloader(
-                DataLoader(data, batch_size=4, shuffle=shuffle), dp_rank=mesh.dp_rank, dp_size=mesh.dp_size,
-                train=True, seed=0, longest=longest))
+            seen["samples"][name] = read_indices(
+                shard_dataloader(
+                    DataLoader(data, batch_size=4, shuffle=shuffle),
+                    dp_rank=mesh.dp_rank,
+                    dp_size=mesh.dp_size,
+                    train=True,
+                    seed=0,
+                    longest=longest,
+                )
+            )
         except Exception as error:  # noqa: BLE001
             seen["samples"][name] = f"{type(error).__name__}: {error}"
 
@@ -69,12 +81,15 @@ def check(runtime: tm.Runtime, out_dir: str) -> None:
     }
 
     # d. the hsdp layout, dp_replicate=2 x dp_shard=2: pure data parallelism on a 2-D mesh.
-    hsdp = ParallelMesh.build(ParallelDims(dp_replicate=2, dp_shard=2), global_rank=r, world_size=world,
-                              device_type="cpu")
+    hsdp = ParallelMesh.build(
+        ParallelDims(dp_replicate=2, dp_shard=2), global_rank=r, world_size=world, device_type="cpu"
+    )
     seen["dp_mesh"] = {
         "dim_names": list(hsdp.device_mesh.mesh_dim_names),
-        "dp_rank": hsdp.dp_rank, "dp_size": hsdp.dp_size,
-        "dp_replicate": hsdp.rank("dp_replicate"), "dp_shard": hsdp.rank("dp_shard"),
+        "dp_rank": hsdp.dp_rank,
+        "dp_size": hsdp.dp_size,
+        "dp_replicate": hsdp.rank("dp_replicate"),
+        "dp_shard": hsdp.rank("dp_shard"),
         "torch_dp_replicate": hsdp.device_mesh.get_local_rank("dp_replicate"),
         "torch_dp_shard": hsdp.device_mesh.get_local_rank("dp_shard"),
         "dp_sum": collectives.reduce(hsdp, value, "sum", over="dp").item(),
@@ -86,10 +101,13 @@ def check(runtime: tm.Runtime, out_dir: str) -> None:
     # e. the Runtime of this hsdp run: its mesh and its training loader.
     loader = runtime.setup_dataloaders(DataLoader(data, batch_size=4))
     seen["runtime"] = {
-        "dp_rank": runtime.mesh.dp_rank, "dp_size": runtime.mesh.dp_size,
-        "dp_replicate": runtime.mesh.dims.dp_replicate, "dp_shard": runtime.mesh.dims.dp_shard,
+        "dp_rank": runtime.mesh.dp_rank,
+        "dp_size": runtime.mesh.dp_size,
+        "dp_replicate": runtime.mesh.dims.dp_replicate,
+        "dp_shard": runtime.mesh.dims.dp_shard,
         "sampler": type(loader.sampler).__name__,
-        "num_replicas": loader.sampler.num_replicas, "rank": loader.sampler.rank,
+        "num_replicas": loader.sampler.num_replicas,
+        "rank": loader.sampler.rank,
         "samples": read_indices(loader),
         "all_reduce_sum": runtime.all_reduce(value, "sum").item(),
     }

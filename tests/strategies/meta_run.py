@@ -20,8 +20,9 @@ from helpers.models import quiet_trainer  # noqa: E402
 
 class TinyTransformer(tm.Module):
     def configure_model(self):
-        self.layers = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
-                                            for _ in range(2)])
+        self.layers = torch.nn.Sequential(
+            *[torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True) for _ in range(2)]
+        )
         self.head = torch.nn.Linear(16, 4)
         self.built_on = self.head.weight.device.type
 

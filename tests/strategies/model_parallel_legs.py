@@ -38,18 +38,39 @@ CLIPPED = {"clip": 0.05, "accumulate": 2}
 # The order matters: a leg that resumes a checkpoint comes after the leg that saves it.
 PLAN: list[tuple[str, dict]] = [
     # world 4 (fsdp_tp saves the checkpoint that ddp and single resume)
-    ("fsdp_tp", {"save": "fsdp_tp.ckpt"}), ("fsdp_tp", {"accumulate": 2}), ("fsdp_tp", CLIPPED),
-    ("fsdp_tp", {"evaluate": 1}), ("pp_replicate", {}), ("pp_fsdp", {}), ("pp_tp_ac", {}),
+    ("fsdp_tp", {"save": "fsdp_tp.ckpt"}),
+    ("fsdp_tp", {"accumulate": 2}),
+    ("fsdp_tp", CLIPPED),
+    ("fsdp_tp", {"evaluate": 1}),
+    ("pp_replicate", {}),
+    ("pp_fsdp", {}),
+    ("pp_tp_ac", {}),
     # world 2
-    ("pp_1f1b", {"save": "pp_1f1b.ckpt"}), ("pp_1f1b", {"resume": "pp_1f1b.ckpt"}),
-    ("ddp", {"resume": "fsdp_tp.ckpt"}), ("pp_1f1b", {"clip": 0.05}), ("pp_1f1b", CLIPPED),
-    ("pp_1f1b", {"evaluate": 1}), ("pp_gpipe", {}), ("pp_interleaved", {}), ("pp_zbv", {"val": 0}),
-    ("pp_looped", {}), ("pp_izb", {}), ("pp_dualpipev", {"val": 0}), ("tp", {}), ("tp_lossp", {}),
+    ("pp_1f1b", {"save": "pp_1f1b.ckpt"}),
+    ("pp_1f1b", {"resume": "pp_1f1b.ckpt"}),
+    ("ddp", {"resume": "fsdp_tp.ckpt"}),
+    ("pp_1f1b", {"clip": 0.05}),
+    ("pp_1f1b", CLIPPED),
+    ("pp_1f1b", {"evaluate": 1}),
+    ("pp_gpipe", {}),
+    ("pp_interleaved", {}),
+    ("pp_zbv", {"val": 0}),
+    ("pp_looped", {}),
+    ("pp_izb", {}),
+    ("pp_dualpipev", {"val": 0}),
+    ("tp", {}),
+    ("tp_lossp", {}),
     ("tp", {"clip": 0.05}),
     # world 1: the references, and the resumes on one process
-    ("single", {}), ("single", {"val": 0}), ("single", {"clip": 0.05}), ("single", {"accumulate": 2}),
-    ("single", CLIPPED), ("single", {"evaluate": 1}), ("single", {"epochs": 3}),
-    ("single", {"resume": "pp_1f1b.ckpt"}), ("single", {"resume": "pp_1f1b.ckpt", "epochs": 3}),
+    ("single", {}),
+    ("single", {"val": 0}),
+    ("single", {"clip": 0.05}),
+    ("single", {"accumulate": 2}),
+    ("single", CLIPPED),
+    ("single", {"evaluate": 1}),
+    ("single", {"epochs": 3}),
+    ("single", {"resume": "pp_1f1b.ckpt"}),
+    ("single", {"resume": "pp_1f1b.ckpt", "epochs": 3}),
     ("single", {"resume": "fsdp_tp.ckpt", "epochs": 3}),
     # world 8
     ("pp_fsdp_tp", {}),
@@ -119,8 +140,10 @@ class Legs:
             if errors:
                 failure = RunFailed(f"{layout} {options} failed:\n" + errors[0].read_text()[-4000:])
             elif result.returncode != 0 or not Path(out).exists():
-                failure = RunFailed(f"{layout} {options} did not run: its launch exited {result.returncode} "
-                                    f"(an earlier leg of the batch failed?):\n{result.stderr[-4000:]}")
+                failure = RunFailed(
+                    f"{layout} {options} did not run: its launch exited {result.returncode} "
+                    f"(an earlier leg of the batch failed?):\n{result.stderr[-4000:]}"
+                )
             else:
                 self.done[self._key(layout, options)] = torch.load(out)
                 continue

@@ -111,7 +111,10 @@ LAYOUTS = {
     "pp_looped": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="LoopedBFS", microbatches=4)),
     "pp_izb": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="InterleavedZeroBubble", microbatches=4)),
     "pp_dualpipev": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="DualPipeV", microbatches=4)),
-    "pp_tp_ac": (4, lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1, microbatches=2, activation_checkpointing=[Block])),
+    "pp_tp_ac": (
+        4,
+        lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1, microbatches=2, activation_checkpointing=[Block]),
+    ),
     "pp_zbv": (2, lambda: ModelParallelStrategy(pp=2, dp_shard=1, schedule="ZBVZeroBubble", microbatches=4)),
     "tp": (2, lambda: "tp"),
     "tp_lossp": (2, lambda: ModelParallelStrategy(tp=2, dp_shard=1, loss_parallel=True)),
@@ -125,13 +128,22 @@ LAYOUTS = {
 def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
     devices, strategy = LAYOUTS[layout]
     model = Net(lossp=layout == "tp_lossp")
-    dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2, "pp_fsdp_tp": 2}.get(layout, 1)
+    dp = {"single": 1, "ddp": 2, "fsdp": 2, "fsdp_tp": 2, "pp_replicate": 2, "pp_fsdp": 2, "pp_fsdp_tp": 2}.get(
+        layout, 1
+    )
     loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp)
     val = DataLoader(dataset(40, seed=1), batch_size=GLOBAL_BATCH // dp)
     trainer = tm.Trainer(
-        accelerator="cpu", devices=devices, strategy=strategy(), max_epochs=int(opts.get("epochs", 2)),
-        max_steps=int(opts.get("steps", -1)), enable_progress_bar=False, enable_model_summary=False, logger=False,
-        enable_checkpointing="save" in opts, num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy(),
+        max_epochs=int(opts.get("epochs", 2)),
+        max_steps=int(opts.get("steps", -1)),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing="save" in opts,
+        num_sanity_val_steps=0,
         gradient_clip_val=float(opts["clip"]) if "clip" in opts else None,
         accumulate_grad_batches=int(opts.get("accumulate", 1)),
         default_root_dir=os.path.dirname(os.path.abspath(out)),
@@ -147,8 +159,15 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         evaluated["predictions"] = torch.cat([p.cpu() for p in trainer.predict(model, held_out)])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:
-        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()},
-                    "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step, **evaluated}, out)
+        torch.save(
+            {
+                "state_dict": {k: v.detach().cpu() for k, v in full.items()},
+                "metrics": dict(trainer.callback_metrics),
+                "steps": trainer.global_step,
+                **evaluated,
+            },
+            out,
+        )
 
 
 def main():

@@ -38,14 +38,29 @@ def main():
     stopper = EarlyStopping(monitor="val_loss", patience=0, min_delta=10.0, mode="min")
     best = ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), monitor="val_loss", save_top_k=1, mode="min")
     # Defaults otherwise: a sanity check (validation before training), the progress bar, the summary.
-    trainer = tm.Trainer(accelerator="cpu", devices=2, max_epochs=5, log_every_n_steps=1,
-                         strategy=ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4),
-                         callbacks=[record, stopper, best], logger=CSVLogger(out, name="logs"))
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=2,
+        max_epochs=5,
+        log_every_n_steps=1,
+        strategy=ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4),
+        callbacks=[record, stopper, best],
+        logger=CSVLogger(out, name="logs"),
+    )
     trainer.fit(Net(), DataLoader(dataset(), batch_size=GLOBAL_BATCH), DataLoader(dataset(40, seed=1), batch_size=8))
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
-        json.dump({"epoch": trainer.current_epoch, "step": trainer.global_step, "stopped": trainer.should_stop,
-                   "metrics": {k: v.item() for k, v in trainer.callback_metrics.items()}, "best": best.best_model_path,
-                   "step_losses": record.seen, "log_dir": trainer.log_dir}, f)
+        json.dump(
+            {
+                "epoch": trainer.current_epoch,
+                "step": trainer.global_step,
+                "stopped": trainer.should_stop,
+                "metrics": {k: v.item() for k, v in trainer.callback_metrics.items()},
+                "best": best.best_model_path,
+                "step_losses": record.seen,
+                "log_dir": trainer.log_dir,
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

@@ -26,17 +26,23 @@ def train(runtime: tm.Runtime, out: str) -> None:
             optimizer.step()
     held_out = runtime.setup_dataloaders(DataLoader(dataset(40, seed=1), batch_size=GLOBAL_BATCH), train=False)
     with torch.no_grad():
-        predictions = torch.cat([runtime.eval_step(model, "predict_step", batch, i) for i, batch in enumerate(held_out)])
+        predictions = torch.cat(
+            [runtime.eval_step(model, "predict_step", batch, i) for i, batch in enumerate(held_out)]
+        )
     whole = runtime.state_dicts(model, [], sharded=False)["model"]
     if runtime.is_global_zero:
-        torch.save({"state_dict": {k: v.detach().cpu() for k, v in whole.items()}, "predictions": predictions.cpu()}, out)
+        torch.save(
+            {"state_dict": {k: v.detach().cpu() for k, v in whole.items()}, "predictions": predictions.cpu()}, out
+        )
 
 
 if __name__ == "__main__":
     faulthandler.dump_traceback_later(200, exit=True)
     out, layout = sys.argv[1], sys.argv[2]
     if layout == "pp":
-        runtime = tm.Runtime(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(pp=2, dp_shard=1, microbatches=4))
+        runtime = tm.Runtime(
+            accelerator="cpu", devices=2, strategy=ModelParallelStrategy(pp=2, dp_shard=1, microbatches=4)
+        )
     else:
         runtime = tm.Runtime(accelerator="cpu", devices=1)
     runtime.launch(train, runtime, out)

@@ -21,8 +21,9 @@ def model():
 
 def stepped_once(net):
     """Two groups with their own learning rates, and Adam state from one step."""
-    optimizer = torch.optim.Adam([{"params": net[0].parameters(), "lr": 0.1},
-                                  {"params": net[2].parameters(), "lr": 0.01, "betas": (0.8, 0.9)}])
+    optimizer = torch.optim.Adam(
+        [{"params": net[0].parameters(), "lr": 0.1}, {"params": net[2].parameters(), "lr": 0.01, "betas": (0.8, 0.9)}]
+    )
     net(torch.ones(3, 8)).sum().backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -36,7 +37,9 @@ def main(out):
     def check():
         net = model()
         optimizer = stepped_once(net)
-        whole_state = {name: {k: v.clone() for k, v in optimizer.state[p].items()} for name, p in net.named_parameters()}
+        whole_state = {
+            name: {k: v.clone() for k, v in optimizer.state[p].items()} for name, p in net.named_parameters()
+        }
         placed, rebound = runtime.setup(net, optimizer)
         params_now = dict(net.named_parameters())
         in_optimizer = [p for group in rebound.param_groups for p in group["params"]]
@@ -47,7 +50,9 @@ def main(out):
             # Each rank's shard of the moments equals its piece of the whole moment it had.
             "moments_match": all(
                 torch.equal(rebound.state[params_now[name]][key].full_tensor(), value)
-                for name, state in whole_state.items() for key, value in state.items() if value.dim() > 0
+                for name, state in whole_state.items()
+                for key, value in state.items()
+                if value.dim() > 0
             ),
             "steps_kept": all(float(rebound.state[params_now[n]]["step"]) == 1.0 for n in whole_state),
         }

@@ -59,10 +59,17 @@ def main(argv: list[str]) -> None:
     torch.manual_seed(0)
     model = Llama(CONFIG)
     loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=4 * GLOBAL_BATCH, uneven_padding=False)
-    trainer = tm.Trainer(accelerator="cpu", devices=devices, strategy=strategy(),
-                         max_steps=PAUSE if mode == "pause" else STEPS, enable_progress_bar=False,
-                         enable_model_summary=False, logger=False, enable_checkpointing=False,
-                         default_root_dir=os.path.dirname(out))
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy(),
+        max_steps=PAUSE if mode == "pause" else STEPS,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=os.path.dirname(out),
+    )
     ckpt_path = argv[3] if mode in ("resume", "refused") else None
     if mode == "refused":
         try:
@@ -78,9 +85,14 @@ def main(argv: list[str]) -> None:
     full = trainer.runtime.state_dicts(trainer.model, trainer.optimizers, sharded=False)
     if trainer.is_global_zero:
         (optimizer,) = full["optim"]
-        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full["model"].items()},
-                    "adam_steps": sorted({float(entry["step"]) for entry in optimizer["state"].values()}),
-                    "steps": trainer.global_step}, out)
+        torch.save(
+            {
+                "state_dict": {k: v.detach().cpu() for k, v in full["model"].items()},
+                "adam_steps": sorted({float(entry["step"]) for entry in optimizer["state"].values()}),
+                "steps": trainer.global_step,
+            },
+            out,
+        )
 
 
 if __name__ == "__main__":

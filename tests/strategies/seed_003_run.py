@@ -72,16 +72,34 @@ class Net(tm.Module):
 def loaders(per_rank_batch: int) -> tuple[DataLoader, DataLoader]:
     # 64 training samples: 4 global batches of 16 per epoch. 32 validation samples: every
     # evaluation batch full in every layout, so a mean of batch means is the mean over samples.
-    return (DataLoader(dataset(), batch_size=per_rank_batch),
-            DataLoader(dataset(32, seed=1), batch_size=per_rank_batch))
+    return (
+        DataLoader(dataset(), batch_size=per_rank_batch),
+        DataLoader(dataset(32, seed=1), batch_size=per_rank_batch),
+    )
 
 
-def fit(accelerator: str = "cpu", devices: int = 1, strategy="single", num_nodes: int = 1,
-        per_rank_batch: int = GLOBAL_BATCH, model: Net | None = None, validate: bool = True) -> tuple[tm.Trainer, Net]:
+def fit(
+    accelerator: str = "cpu",
+    devices: int = 1,
+    strategy="single",
+    num_nodes: int = 1,
+    per_rank_batch: int = GLOBAL_BATCH,
+    model: Net | None = None,
+    validate: bool = True,
+) -> tuple[tm.Trainer, Net]:
     model = model or Net()
-    trainer = tm.Trainer(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy,
-                         max_epochs=EPOCHS, num_sanity_val_steps=0, enable_progress_bar=False,
-                         enable_model_summary=False, logger=False, enable_checkpointing=False)
+    trainer = tm.Trainer(
+        accelerator=accelerator,
+        devices=devices,
+        num_nodes=num_nodes,
+        strategy=strategy,
+        max_epochs=EPOCHS,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     train, val = loaders(per_rank_batch)
     trainer.fit(model, train, val if validate else None)
     return trainer, model
@@ -120,14 +138,20 @@ def single(validate: bool) -> tm.Trainer:
 
 def layers_on_devices(validate: bool) -> tm.Trainer:
     """(a) one process, the model's halves on devices 0 and 1."""
-    return fit(accelerator=os.environ.get("ACCELERATOR", "cpu"), devices=2, strategy="layers_on_devices",
-               validate=validate)[0]
+    return fit(
+        accelerator=os.environ.get("ACCELERATOR", "cpu"), devices=2, strategy="layers_on_devices", validate=validate
+    )[0]
 
 
 def pp_replicate(validate: bool) -> tm.Trainer:
     """(b) under torchrun, 2 nodes x 2 processes: a pipeline per node, the nodes replicas."""
-    return fit(devices=2, num_nodes=REPLICAS, strategy="pp_replicate", per_rank_batch=GLOBAL_BATCH // REPLICAS,
-               validate=validate)[0]
+    return fit(
+        devices=2,
+        num_nodes=REPLICAS,
+        strategy="pp_replicate",
+        per_rank_batch=GLOBAL_BATCH // REPLICAS,
+        validate=validate,
+    )[0]
 
 
 # The programs of this file (LEG on the command line); each returns the Trainer it fitted.
@@ -143,10 +167,14 @@ def main() -> None:
     trainer = PROGRAMS[leg](validate)
     weights = whole_weights(trainer)
     if leg == "pp_replicate":
-        torch.save({"state_dict": weights, "place": where_this_rank_sits(trainer),
-                    "metrics": dict(trainer.callback_metrics)}, f"{out}.rank{trainer.global_rank}")
+        torch.save(
+            {"state_dict": weights, "place": where_this_rank_sits(trainer), "metrics": dict(trainer.callback_metrics)},
+            f"{out}.rank{trainer.global_rank}",
+        )
     if trainer.is_global_zero:
-        torch.save({"state_dict": weights, "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step}, out)
+        torch.save(
+            {"state_dict": weights, "metrics": dict(trainer.callback_metrics), "steps": trainer.global_step}, out
+        )
 
 
 if __name__ == "__main__":

@@ -15,15 +15,40 @@ def test_every_strategy_states_its_capabilities_as_one_value():
     stated = {name: _built(name).capabilities for name in STRATEGIES}
     assert all(isinstance(value, StrategyCapabilities) for value in stated.values())
     # The strategies with a manual-optimization parity test (tests/trainer/test_manual_optimization*.py).
-    assert {name for name, value in stated.items() if value.manual_optimization} == {"single", "ddp", "ddp_spawn",
-                                                                                      "ddp_fork", "fsdp"}
+    assert {name for name, value in stated.items() if value.manual_optimization} == {
+        "single",
+        "ddp",
+        "ddp_spawn",
+        "ddp_fork",
+        "fsdp",
+    }
     assert {name for name, value in stated.items() if not value.inference_mode} == {
-        "sharded", "fsdp", "hsdp", "tp", "pp", "fsdp_tp", "pp_replicate"}
+        "sharded",
+        "fsdp",
+        "hsdp",
+        "tp",
+        "pp",
+        "fsdp_tp",
+        "pp_replicate",
+    }
 
 
 def test_the_memory_models_are_the_strategies_own():
-    assert sorted(memory_models()) == ["ddp", "ddp2", "ddp_fork", "ddp_spawn", "dp", "fsdp", "fsdp_tp", "hsdp",
-                                       "pp", "sharded", "single", "tp", "zero1"]
+    assert sorted(memory_models()) == [
+        "ddp",
+        "ddp2",
+        "ddp_fork",
+        "ddp_spawn",
+        "dp",
+        "fsdp",
+        "fsdp_tp",
+        "hsdp",
+        "pp",
+        "sharded",
+        "single",
+        "tp",
+        "zero1",
+    ]
     assert memory_models()["sharded"].gathered_for_backward and memory_models()["tp"].splits_activations
 
 

@@ -86,8 +86,9 @@ def test_a_compiled_runs_checkpoint_resumes_compiled_and_eager(legs):
 
 @pytest.mark.slow
 def test_inductor_matches_eager(legs):
-    assert_same_weights(result(legs, "single-inductor")["state_dict"], result(legs, "single-eager")["state_dict"],
-                        atol=1e-5)
+    assert_same_weights(
+        result(legs, "single-inductor")["state_dict"], result(legs, "single-eager")["state_dict"], atol=1e-5
+    )
 
 
 def test_compile_settings_are_checked():

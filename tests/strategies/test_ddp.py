@@ -32,6 +32,7 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
     (helpers/batches.py). A leg NAME writes root/NAME (.pt, or .rank{R} per rank). The tests of
     start methods, torchrun nodes, SLURM, an existing process group and failing ranks start
     their own processes."""
+
     def leg(name, world, mode, *args):
         return name, world, [mode, str(root / name), *args], {}
 
@@ -71,8 +72,13 @@ def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(legs, handwritten):
 
 def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
     model = Net()
-    trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=2, enable_checkpointing=True,
-                            default_root_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / f"spawn-{os.getpid()}"))
+    trainer = quiet_trainer(
+        strategy="ddp_spawn",
+        devices=2,
+        max_epochs=2,
+        enable_checkpointing=True,
+        default_root_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / f"spawn-{os.getpid()}"),
+    )
     trainer.fit(model, DataLoader(dataset(), batch_size=16), DataLoader(dataset(64), batch_size=8))
     for name, tensor in handwritten.items():
         assert torch.equal(model.state_dict()[name], tensor), name
@@ -156,11 +162,29 @@ def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handw
     port, out = str(find_free_port()), tmp_path / "slurm.pt"
     tasks = []
     for rank in range(2):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank),
-               "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1",
-               "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "MASTER_PORT": port}
-        tasks.append(subprocess.Popen([sys.executable, str(SCRIPT), "trainer", str(out), "ddp", "2"], cwd=HERE,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NODEID": "0",
+            "SLURM_NODELIST": "127.0.0.1",
+            "SLURM_NTASKS_PER_NODE": "2",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NAME": "train",
+            "MASTER_PORT": port,
+        }
+        tasks.append(
+            subprocess.Popen(
+                [sys.executable, str(SCRIPT), "trainer", str(out), "ddp", "2"],
+                cwd=HERE,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for task in tasks:
         _, err = task.communicate(timeout=120)
         assert task.returncode == 0, err[-3000:]
@@ -207,4 +231,6 @@ def test_checkpoint_and_early_stopping_decide_the_same_on_every_rank(legs):
     ranks = [torch.load(f"{out}.rank{rank}") for rank in range(2)]
     assert ranks[0] == ranks[1]  # same stopping epoch, same best path, same kept files
     assert ranks[0]["epoch"] == 2  # epoch 0 sets the best, epoch 1 fails to improve by 10: patience 1 spent
-    assert sorted(p.name for p in directory.iterdir()) == sorted([Path(p).name for p in ranks[0]["kept"]] + ["last.ckpt"])
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        [Path(p).name for p in ranks[0]["kept"]] + ["last.ckpt"]
+    )

@@ -151,8 +151,17 @@ def test_other_dataloader_options_are_kept():
     def collate(samples):
         return ("collated", torch.stack([s[0] for s in samples]))
 
-    loader = DataLoader(indices(22), batch_size=4, shuffle=False, num_workers=2, collate_fn=collate,
-                        pin_memory=True, drop_last=True, persistent_workers=False, timeout=20)
+    loader = DataLoader(
+        indices(22),
+        batch_size=4,
+        shuffle=False,
+        num_workers=2,
+        collate_fn=collate,
+        pin_memory=True,
+        drop_last=True,
+        persistent_workers=False,
+        timeout=20,
+    )
     sharded = strategy_for(1).process_dataloader(loader, train=True, seed=1234)
     assert (sharded.num_workers, sharded.collate_fn, sharded.pin_memory, sharded.timeout) == (2, collate, True, 20)
     assert sharded.batch_sampler.drop_last is True
@@ -188,17 +197,24 @@ def test_unbatched_evaluation_loader_gets_a_contiguous_sample_shard():
 
 def test_unbatched_evaluation_loader_keeps_its_samplers_order():
     def loader() -> DataLoader:
-        return DataLoader(indices(7), batch_size=None,
-                          sampler=RandomSampler(range(7), generator=torch.Generator().manual_seed(2)))
+        return DataLoader(
+            indices(7), batch_size=None, sampler=RandomSampler(range(7), generator=torch.Generator().manual_seed(2))
+        )
 
     reference = [int(s[0]) for s in loader()]
-    views = [[int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False, seed=1234)] for rank in range(2)]
+    views = [
+        [int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False, seed=1234)]
+        for rank in range(2)
+    ]
     assert views[0] + views[1] == reference and len(views[0]) == 4
 
 
 def test_unbatched_evaluation_loader_over_a_subset_has_the_length_it_yields():
-    loader = DataLoader(indices(100), batch_size=None,
-                        sampler=SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0)))
+    loader = DataLoader(
+        indices(100),
+        batch_size=None,
+        sampler=SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0)),
+    )
     sharded = strategy_for(0).process_dataloader(loader, train=False, seed=1234)
     assert len(sharded) == len(list(sharded))
 

@@ -1,6 +1,5 @@
 """The seeds' dp and ddp2 modes, *_step_end / *_epoch_end hooks, and configure_ddp."""
 
-
 import pytest
 import torch
 import torch.nn.functional as F

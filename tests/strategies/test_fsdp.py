@@ -23,6 +23,7 @@ CLIPPED = {"CLIP": "0.05", "ACCUMULATE": "2"}
 def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
     """(name, world size, ddp_run.py arguments, environment) of every leg, in the order they run:
     a checkpoint is written before the legs that resume it. A leg NAME writes root/NAME.pt."""
+
     def leg(name, world, *args, env=None):
         return name, world, [args[0], *(str(root / f"{name}.pt") if a == "OUT" else a for a in args[1:])], env or {}
 
@@ -87,7 +88,9 @@ def test_sharded_strategies_match_ddp_after_20_adam_steps(legs, ddp_run, strateg
     # Per-rank local bytes at world size 2 (the ZeRO paper's 1/N of the sharded parts).
     assert held["optimizer_state"] <= 0.55 * reference["optimizer_state"]
     if strategy == "fsdp":
-        assert held["parameters"] + held["optimizer_state"] <= 0.55 * (reference["parameters"] + reference["optimizer_state"])
+        assert held["parameters"] + held["optimizer_state"] <= 0.55 * (
+            reference["parameters"] + reference["optimizer_state"]
+        )
     if strategy in ("sharded", "fsdp"):
         assert held["gradients"] <= 0.55 * reference["gradients"]
 
@@ -118,7 +121,9 @@ def test_wrap_class_that_matches_nothing_is_named():
 
 
 def _bound(world=2, **options):
-    return FSDPStrategy(**options, placement=Placement("cpu", tuple(range(world)), 1, Precision("32", device_type="cpu")))
+    return FSDPStrategy(
+        **options, placement=Placement("cpu", tuple(range(world)), 1, Precision("32", device_type="cpu"))
+    )
 
 
 def test_fsdp_on_a_model_without_parameters_is_a_clear_error():
@@ -214,8 +219,9 @@ def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path
 
     monkeypatch.setattr(dcp, "save", torn)
     with pytest.raises(OSError, match="disk full"):
-        save_distributed({"state_dict": nn.Linear(3, 3).state_dict(), "epoch": 2}, target, rank=0,
-                         sharded_keys=["state_dict"])
+        save_distributed(
+            {"state_dict": nn.Linear(3, 3).state_dict(), "epoch": 2}, target, rank=0, sharded_keys=["state_dict"]
+        )
     monkeypatch.undo()
     fresh = nn.Linear(3, 3)
     loaded = load_distributed(target, {"state_dict": fresh.state_dict()})

@@ -22,19 +22,25 @@ ATOL = 1e-6
 
 # (leg name, world size, options); the pp meta leg writes the start the "single-from-pp" leg reads.
 LEGS = [
-    ("tp-meta", 2, ["tp", "build=meta"]), ("fsdp-meta", 2, ["fsdp", "build=meta"]),
-    ("ddp-meta", 2, ["ddp", "build=meta"]), ("pp-meta", 2, ["pp", "build=meta"]),
+    ("tp-meta", 2, ["tp", "build=meta"]),
+    ("fsdp-meta", 2, ["fsdp", "build=meta"]),
+    ("ddp-meta", 2, ["ddp", "build=meta"]),
+    ("pp-meta", 2, ["pp", "build=meta"]),
     ("pp-positions", 2, ["pp", "positions=1"]),
-    ("single", 1, ["single"]), ("single-meta", 1, ["single", "build=meta"]),
-    ("single-positions", 1, ["single", "positions=1"]), ("single-from-pp", 1, ["single", "start=pp-meta.pt"]),
+    ("single", 1, ["single"]),
+    ("single-meta", 1, ["single", "build=meta"]),
+    ("single-positions", 1, ["single", "positions=1"]),
+    ("single-from-pp", 1, ["single", "start=pp-meta.pt"]),
 ]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("llama")
-    plan = [(name, world, [str(root / f"{name}.pt"), layout, *(o.replace("start=", f"start={root}/") for o in opts)], {})
-            for name, world, (layout, *opts) in LEGS]
+    plan = [
+        (name, world, [str(root / f"{name}.pt"), layout, *(o.replace("start=", f"start={root}/") for o in opts)], {})
+        for name, world, (layout, *opts) in LEGS
+    ]
     legs = Batches(HERE / "llama_run.py", root, plan, leg_timeout=150, cwd=HERE)
 
     def saved(name: str) -> dict:

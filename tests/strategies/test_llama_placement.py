@@ -19,10 +19,19 @@ from helpers.batches import Batches
 from helpers.llama import Llama, LlamaConfig
 
 # The user-route legs in launches of their own: a leg that fails ends its launch's other legs.
-LEGS = [("ddp", "bf16-true", "plan"), ("fsdp", "bf16-true", "plan"), ("tp", "bf16-true", "plan"),
-        ("pp", "bf16-true", "plan"), ("tp", "32-true", "plan"), None,
-        ("tp", "32-true", "user"), ("tp", "bf16-true", "user"), None,
-        ("fsdp_tp", "32-true", "plan"), ("fsdp_tp", "32-true", "user")]
+LEGS = [
+    ("ddp", "bf16-true", "plan"),
+    ("fsdp", "bf16-true", "plan"),
+    ("tp", "bf16-true", "plan"),
+    ("pp", "bf16-true", "plan"),
+    ("tp", "32-true", "plan"),
+    None,
+    ("tp", "32-true", "user"),
+    ("tp", "bf16-true", "user"),
+    None,
+    ("fsdp_tp", "32-true", "plan"),
+    ("fsdp_tp", "32-true", "user"),
+]
 WORLD = {"ddp": 2, "fsdp": 2, "tp": 2, "pp": 2, "fsdp_tp": 4}
 
 
@@ -33,8 +42,7 @@ def _name(layout: str, precision: str, route: str) -> str:
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("llama_placement")
-    plan = [None if leg is None else (_name(*leg), WORLD[leg[0]], [*leg, str(root / _name(*leg))], {})
-            for leg in LEGS]
+    plan = [None if leg is None else (_name(*leg), WORLD[leg[0]], [*leg, str(root / _name(*leg))], {}) for leg in LEGS]
     batches = Batches(HERE / "llama_placement_run.py", root, plan, leg_timeout=180, cwd=HERE)
 
     def outputs(layout: str, precision: str, route: str = "plan") -> tuple[dict, list[dict]]:
@@ -42,6 +50,7 @@ def legs(tmp_path_factory):
         batches(name)
         ranks = [torch.load(root / f"{name}.rank-{rank}") for rank in range(WORLD[layout])]
         return torch.load(root / name), ranks
+
     return outputs
 
 

@@ -33,11 +33,20 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("llama_whole")
-    legs = [(layout, WORLD[layout], [str(root / f"{layout}.pt"), layout, "whole=1", "build=meta"], {})
-            for layout in sorted(LAYOUTS, key=lambda name: -WORLD[name])]
+    legs = [
+        (layout, WORLD[layout], [str(root / f"{layout}.pt"), layout, "whole=1", "build=meta"], {})
+        for layout in sorted(LAYOUTS, key=lambda name: -WORLD[name])
+    ]
     legs += [("single", 1, [str(root / "single.pt"), "single", "whole=1"], {})]
-    legs += [(f"single-from-{name}", 1, [str(root / f"single-from-{name}.pt"), "single", "whole=1",
-                                         f"start={root / name}.pt"], {}) for name in PIPELINED]
+    legs += [
+        (
+            f"single-from-{name}",
+            1,
+            [str(root / f"single-from-{name}.pt"), "single", "whole=1", f"start={root / name}.pt"],
+            {},
+        )
+        for name in PIPELINED
+    ]
     batches = Batches(HERE / "llama_run.py", root, legs, leg_timeout=240, cwd=HERE)
 
     def saved(name: str) -> dict:

@@ -11,8 +11,9 @@ from helpers.batches import Batches
 def transformer() -> nn.Module:
     # Layers built one by one (torchtitan's pattern), not nn.TransformerEncoder, which deep-copies
     # one layer so that every layer starts alike: no replay of initialisers can know that.
-    return nn.Sequential(*[nn.TransformerEncoderLayer(16, 2, 32, batch_first=True) for _ in range(2)],
-                         nn.LayerNorm(16), nn.Linear(16, 4))
+    return nn.Sequential(
+        *[nn.TransformerEncoderLayer(16, 2, 32, batch_first=True) for _ in range(2)], nn.LayerNorm(16), nn.Linear(16, 4)
+    )
 
 
 def test_meta_built_transformer_layers_start_with_the_eager_weights():
@@ -40,14 +41,21 @@ def test_tensors_no_initialiser_covers_are_named():
         model = nn.Sequential(nn.Linear(4, 4), Scale())
     from trainmesh.strategies.materialize import materialize
 
-    with pytest.raises(ValueError, match=r"configure_model built 1\.gain, 1\.table on the meta device.*reset_parameters"):
+    with pytest.raises(
+        ValueError, match=r"configure_model built 1\.gain, 1\.table on the meta device.*reset_parameters"
+    ):
         materialize(model, torch.device("cpu"))
 
 
 def test_fsdp_meta_built_transformer_starts_and_ends_as_ddp(tmp_path):
     # Both legs in one launch, one after another in the same processes (helpers/batches.py).
-    legs = Batches(HERE / "meta_run.py", tmp_path, [(strategy, 2, [strategy, str(tmp_path / f"{strategy}.pt")], {})
-                                                    for strategy in ("ddp", "fsdp")], leg_timeout=180, cwd=HERE)
+    legs = Batches(
+        HERE / "meta_run.py",
+        tmp_path,
+        [(strategy, 2, [strategy, str(tmp_path / f"{strategy}.pt")], {}) for strategy in ("ddp", "fsdp")],
+        leg_timeout=180,
+        cwd=HERE,
+    )
     saved = {}
     for strategy in ("ddp", "fsdp"):
         legs(strategy)
@@ -105,8 +113,18 @@ def test_a_model_built_on_meta_outside_configure_model_is_refused_naming_configu
 
     with torch.device("meta"):
         model = Llama(LlamaConfig())
-    trainer = tm.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
-    with pytest.raises(ValueError, match=r"Llama has tensors on the meta device \(freqs_cis, tok_embeddings.weight, "
-                                         r".*outside configure_model.*Build those layers in the Module's configure_model"):
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"Llama has tensors on the meta device \(freqs_cis, tok_embeddings.weight, "
+        r".*outside configure_model.*Build those layers in the Module's configure_model",
+    ):
         trainer.fit(model, token_loader(LlamaConfig()))

@@ -11,14 +11,17 @@ from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
 # ---- ParallelDims.resolved ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("dims", "world", "expected"), [
-    (ParallelDims(dp_replicate=2, dp_shard=-1), 8, ParallelDims(dp_replicate=2, dp_shard=4)),
-    (ParallelDims(), 4, ParallelDims(dp_shard=4)),  # data parallelism alone: dp_shard takes everything
-    (ParallelDims(dp_replicate=-1, dp_shard=2, tp=2), 8, ParallelDims(dp_replicate=2, dp_shard=2, tp=2)),
-    (ParallelDims(dp_shard=1, tp=-1, pp=2), 6, ParallelDims(dp_shard=1, tp=3, pp=2)),
-    (ParallelDims(dp_replicate=2, dp_shard=2, tp=2), 8, ParallelDims(dp_replicate=2, dp_shard=2, tp=2)),
-    (ParallelDims(), 1, ParallelDims(dp_shard=1)),
-])
+@pytest.mark.parametrize(
+    ("dims", "world", "expected"),
+    [
+        (ParallelDims(dp_replicate=2, dp_shard=-1), 8, ParallelDims(dp_replicate=2, dp_shard=4)),
+        (ParallelDims(), 4, ParallelDims(dp_shard=4)),  # data parallelism alone: dp_shard takes everything
+        (ParallelDims(dp_replicate=-1, dp_shard=2, tp=2), 8, ParallelDims(dp_replicate=2, dp_shard=2, tp=2)),
+        (ParallelDims(dp_shard=1, tp=-1, pp=2), 6, ParallelDims(dp_shard=1, tp=3, pp=2)),
+        (ParallelDims(dp_replicate=2, dp_shard=2, tp=2), 8, ParallelDims(dp_replicate=2, dp_shard=2, tp=2)),
+        (ParallelDims(), 1, ParallelDims(dp_shard=1)),
+    ],
+)
 def test_minus_one_takes_the_rest_of_the_processes(dims, world, expected):
     resolved = dims.resolved(world)
     assert resolved == expected
@@ -40,11 +43,14 @@ def test_sizes_that_do_not_multiply_to_the_world_say_how_many_processes_are_need
         ParallelDims(dp_replicate=2, dp_shard=2, tp=2).resolved(4)
 
 
-@pytest.mark.parametrize(("dims", "world"), [
-    (ParallelDims(dp_replicate=4, dp_shard=-1), 6),
-    (ParallelDims(dp_shard=-1, tp=2), 3),
-    (ParallelDims(dp_shard=-1, tp=2, pp=2), 2),  # fewer processes than the known sizes
-])
+@pytest.mark.parametrize(
+    ("dims", "world"),
+    [
+        (ParallelDims(dp_replicate=4, dp_shard=-1), 6),
+        (ParallelDims(dp_shard=-1, tp=2), 3),
+        (ParallelDims(dp_shard=-1, tp=2, pp=2), 2),  # fewer processes than the known sizes
+    ],
+)
 def test_a_rest_that_is_not_a_whole_number_is_refused(dims, world):
     with pytest.raises(ValueError, match=rf"{world} processes cannot be divided into .*does not divide {world}"):
         dims.resolved(world)

@@ -101,5 +101,6 @@ def test_fsdp_x_tp_checkpoint_resumes_under_ddp_with_the_same_weights(legs):
 def test_a_resumed_epoch_reports_its_own_train_loss(legs):
     path, _ = legs.checkpoint("fsdp_tp")
     resumed, uninterrupted = legs("single", resume=path.name, epochs=3), legs("single", epochs=3)
-    assert float(resumed["metrics"]["train_loss"]) == pytest.approx(float(uninterrupted["metrics"]["train_loss"]),
-                                                                     abs=ATOL)
+    assert float(resumed["metrics"]["train_loss"]) == pytest.approx(
+        float(uninterrupted["metrics"]["train_loss"]), abs=ATOL
+    )

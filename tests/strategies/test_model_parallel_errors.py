@@ -15,19 +15,16 @@ from torch.utils.data import DataLoader, TensorDataset
 import trainmesh as tm
 from trainmesh.precision import Precision
 from trainmesh.strategies.mesh import AXES, ParallelDims, ParallelMesh
-from trainmesh.strategies.model_parallel import PP_WITHIN_NODE_ORDER, ModelParallelStrategy, _defines_configure_ddp
+from trainmesh.strategies.model_parallel import PP_WITHIN_NODE_ORDER, ModelParallelStrategy
+from trainmesh.strategies.model_parallel_support import _defines_configure_ddp
 from trainmesh.strategies.pipeline import (
     PartOrderCheck,
-    _balanced_cuts,
     check_pipeline_loader,
     check_stage_kwargs,
     choose_schedule,
-    keep_only,
-    pipeline_parts,
-    split_parts,
     stage_indices,
-    stage_view,
 )
+from trainmesh.strategies.pipeline_cut import _balanced_cuts, keep_only, pipeline_parts, split_parts, stage_view
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.stage_calls import replaying
 from trainmesh.strategies.tensor_parallel import check_tensor_parallel_plan, tensor_parallel_plan
@@ -90,8 +87,9 @@ def _one_rank_of(strategy: ModelParallelStrategy, rank: int, **sizes: int) -> Mo
     """``strategy`` seeing the mesh of ``sizes`` as rank ``rank`` (no process group: only the
     code before anything distributed can run)."""
     dims = ParallelDims(**{"dp_shard": 1, **sizes}, order=strategy.order)
-    strategy._mesh = ParallelMesh(dims.resolved(dims.pp * dims.tp * dims.dp_replicate * dims.dp_shard),
-                                  global_rank=rank)
+    strategy._mesh = ParallelMesh(
+        dims.resolved(dims.pp * dims.tp * dims.dp_replicate * dims.dp_shard), global_rank=rank
+    )
     return strategy
 
 
@@ -99,8 +97,13 @@ def _one_rank_of(strategy: ModelParallelStrategy, rank: int, **sizes: int) -> Mo
 
 
 def test_a_split_point_naming_no_part_says_which_and_lists_the_parts():
-    message = _raises(ValueError, lambda: split_parts(Net(), 2, ["layers.7"]),
-                      "['layers.7']", "name no part of Net", "top-level child or a member of a top-level container")
+    message = _raises(
+        ValueError,
+        lambda: split_parts(Net(), 2, ["layers.7"]),
+        "['layers.7']",
+        "name no part of Net",
+        "top-level child or a member of a top-level container",
+    )
     assert "embed, layers.0, layers.1, layers.2, layers.3, head" in message
 
 
@@ -109,41 +112,67 @@ def test_a_split_point_inside_a_part_is_not_a_part_and_a_container_cuts_before_i
     assert split_parts(Net(), 2, ["layers"]) == split_parts(Net(), 2, ["layers.0"])
 
 
-@pytest.mark.parametrize("points", [["layers.3", "layers.1"], ["layers.1", "layers.1"], ["embed", "layers.2"]],
-                         ids=["out_of_order", "repeated", "first_part"])
+@pytest.mark.parametrize(
+    "points",
+    [["layers.3", "layers.1"], ["layers.1", "layers.1"], ["embed", "layers.2"]],
+    ids=["out_of_order", "repeated", "first_part"],
+)
 def test_split_points_out_of_order_repeated_or_at_the_first_part_are_refused(points):
-    _raises(ValueError, lambda: split_parts(Net(), 3, points),
-            f"split points {points}", "in the model's order, distinct, and not its first part 'embed'")
+    _raises(
+        ValueError,
+        lambda: split_parts(Net(), 3, points),
+        f"split points {points}",
+        "in the model's order, distinct, and not its first part 'embed'",
+    )
 
 
 @pytest.mark.parametrize("points", [["layers.2"], ["layers.1", "layers.2", "layers.3"]])
 def test_a_wrong_number_of_split_points_says_how_many_are_needed(points):
-    _raises(ValueError, lambda: split_parts(Net(), 3, points),
-            "3 pipeline stages need 2 split points", f"got {len(points)}: {points}")
+    _raises(
+        ValueError,
+        lambda: split_parts(Net(), 3, points),
+        "3 pipeline stages need 2 split points",
+        f"got {len(points)}: {points}",
+    )
 
 
 def test_split_points_cut_before_each_named_part():
     assert split_parts(Net(), 3, ["layers.1", "layers.3"]) == [
-        ["embed", "layers.0"], ["layers.1", "layers.2"], ["layers.3", "head"]]
+        ["embed", "layers.0"],
+        ["layers.1", "layers.2"],
+        ["layers.3", "head"],
+    ]
 
 
 def test_more_stages_than_parts_says_how_many_parts_there_are():
-    _raises(ValueError, lambda: split_parts(Net(blocks=1), 4, None),
-            "Net has 3 parts (embed, layers.0, head)", "needs 4 stages", "use fewer stages (pp x stages_per_rank)")
+    _raises(
+        ValueError,
+        lambda: split_parts(Net(blocks=1), 4, None),
+        "Net has 3 parts (embed, layers.0, head)",
+        "needs 4 stages",
+        "use fewer stages (pp x stages_per_rank)",
+    )
 
 
 def test_parameters_held_by_the_model_itself_cannot_be_given_to_a_stage():
     model = Net()
     model.scale = nn.Parameter(torch.ones(1))
-    _raises(ValueError, lambda: pipeline_parts(model), "Net holds parameters directly (scale)", "put them in a submodule")
+    _raises(
+        ValueError, lambda: pipeline_parts(model), "Net holds parameters directly (scale)", "put them in a submodule"
+    )
 
 
 # ---- the mesh -------------------------------------------------------------------------------
 
 
 def test_more_pipeline_stages_than_processes_is_refused_before_any_mesh():
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=4).dims(2),
-            "pp=4 pipeline stages need at least 4 processes", "the run has 2", "use pp <= devices x nodes")
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=4).dims(2),
+        "pp=4 pipeline stages need at least 4 processes",
+        "the run has 2",
+        "use pp <= devices x nodes",
+    )
 
 
 def test_model_parallel_dims_fill_the_rest_and_keep_the_order():
@@ -154,17 +183,32 @@ def test_model_parallel_dims_fill_the_rest_and_keep_the_order():
 
 
 def test_a_mesh_whose_sizes_do_not_multiply_to_the_world_says_how_many_it_needs():
-    _raises(ValueError, lambda: ParallelDims(pp=2, tp=2, dp_shard=1).resolved(8),
-            "pp=2 x tp=2 needs 4 processes, but the run has 8", "multiply to the number of processes")
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2, tp=3).dims(8),
-            "8 processes cannot be divided into", "3", "does not divide 8")
+    _raises(
+        ValueError,
+        lambda: ParallelDims(pp=2, tp=2, dp_shard=1).resolved(8),
+        "pp=2 x tp=2 needs 4 processes, but the run has 8",
+        "multiply to the number of processes",
+    )
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=2, tp=3).dims(8),
+        "8 processes cannot be divided into",
+        "3",
+        "does not divide 8",
+    )
 
 
 def test_two_rest_axes_are_refused_by_name():
-    _raises(ValueError, lambda: ParallelDims(pp=-1, tp=-1, dp_shard=1).resolved(4),
-            "only one mesh axis may be -1", "['pp', 'tp']")
+    _raises(
+        ValueError,
+        lambda: ParallelDims(pp=-1, tp=-1, dp_shard=1).resolved(4),
+        "only one mesh axis may be -1",
+        "['pp', 'tp']",
+    )
     # dp_shard is -1 by default: a second -1 elsewhere is two.
-    _raises(ValueError, lambda: ModelParallelStrategy(tp=-1).dims(4), "only one mesh axis may be -1", "'tp'", "'dp_shard'")
+    _raises(
+        ValueError, lambda: ModelParallelStrategy(tp=-1).dims(4), "only one mesh axis may be -1", "'tp'", "'dp_shard'"
+    )
 
 
 def test_a_mesh_order_must_name_every_axis_once():
@@ -198,49 +242,68 @@ def test_coordinates_follow_the_order_and_global_rank_with_round_trips(order):
 def test_pp_within_node_puts_a_pipeline_on_neighbouring_ranks():
     dims = ParallelDims(dp_replicate=2, dp_shard=1, pp=2, tp=2, order=PP_WITHIN_NODE_ORDER).resolved(8)
     mesh = ParallelMesh(dims, global_rank=0)
-    assert [mesh.global_rank_with(pp=s) for s in range(2)] == [0, 2]          # one node of 4: ranks 0-3
+    assert [mesh.global_rank_with(pp=s) for s in range(2)] == [0, 2]  # one node of 4: ranks 0-3
     assert [mesh.global_rank_with(dp_replicate=r) for r in range(2)] == [0, 4]  # replicas across nodes
     assert ParallelMesh(dims, global_rank=5).coordinates == {"tp": 1, "pp": 0, "dp_shard": 0, "dp_replicate": 1}
     default = ParallelMesh(ParallelDims(dp_replicate=2, dp_shard=1, pp=2, tp=2).resolved(8), global_rank=0)
-    assert [default.global_rank_with(pp=s) for s in range(2)] == [0, 4]       # stages furthest apart
+    assert [default.global_rank_with(pp=s) for s in range(2)] == [0, 4]  # stages furthest apart
 
 
 # ---- tensor-parallel plans ------------------------------------------------------------------
 
 
 def test_a_plan_naming_a_missing_module_lists_the_submodules():
-    _raises(ValueError, lambda: check_tensor_parallel_plan(Net(), {"layers.0.gate": ColwiseParallel()}, 2),
-            "'layers.0.gate'", "Net has no such submodule", "embed", "layers.0.up", "fnmatch patterns")
+    _raises(
+        ValueError,
+        lambda: check_tensor_parallel_plan(Net(), {"layers.0.gate": ColwiseParallel()}, 2),
+        "'layers.0.gate'",
+        "Net has no such submodule",
+        "embed",
+        "layers.0.up",
+        "fnmatch patterns",
+    )
 
 
-@pytest.mark.parametrize(("name", "style", "what", "size"), [
-    ("layers.0.up", ColwiseParallel(), "out_features", 2 * D + 2),
-    ("layers.0.down", RowwiseParallel(), "in_features", 2 * D + 2),
-])
+@pytest.mark.parametrize(
+    ("name", "style", "what", "size"),
+    [
+        ("layers.0.up", ColwiseParallel(), "out_features", 2 * D + 2),
+        ("layers.0.down", RowwiseParallel(), "in_features", 2 * D + 2),
+    ],
+)
 def test_a_linear_split_the_tp_size_does_not_divide_is_named(name, style, what, size):
     model = Net(hidden=size)  # 18: divisible by 2 and 3, not by 4
     check_tensor_parallel_plan(model, {name: style}, 2)
-    _raises(ValueError, lambda: check_tensor_parallel_plan(model, {name: style}, 4),
-            f"splits {name} (Linear) along its {what} of {size}", "4 tensor-parallel ranks cannot divide",
-            "Choose a tp size that divides", f"leave {name!r} out of the plan")
+    _raises(
+        ValueError,
+        lambda: check_tensor_parallel_plan(model, {name: style}, 4),
+        f"splits {name} (Linear) along its {what} of {size}",
+        "4 tensor-parallel ranks cannot divide",
+        "Choose a tp size that divides",
+        f"leave {name!r} out of the plan",
+    )
 
 
 def test_a_linear_is_checked_along_the_dimension_its_style_splits():
     model = Net()
     model.head = nn.Linear(D, 3)  # in 8, out 3
     check_tensor_parallel_plan(model, {"head": RowwiseParallel()}, 4)  # in_features 8
-    _raises(ValueError, lambda: check_tensor_parallel_plan(model, {"head": ColwiseParallel()}, 4),
-            "out_features of 3")
+    _raises(ValueError, lambda: check_tensor_parallel_plan(model, {"head": ColwiseParallel()}, 4), "out_features of 3")
 
 
-@pytest.mark.parametrize(("style", "what", "size"), [(ColwiseParallel(), "embedding_dim", D),
-                                                     (RowwiseParallel(), "num_embeddings", 10)])
+@pytest.mark.parametrize(
+    ("style", "what", "size"), [(ColwiseParallel(), "embedding_dim", D), (RowwiseParallel(), "num_embeddings", 10)]
+)
 def test_an_embedding_split_the_tp_size_does_not_divide_is_named(style, what, size):
     model = Net(vocab=10)  # 10 rows of 8
     check_tensor_parallel_plan(model, {"embed": style}, 2)
     tp = 3
-    _raises(ValueError, lambda: check_tensor_parallel_plan(model, {"embed": style}, tp),
-            f"splits embed (Embedding) along its {what} of {size}", f"{tp} tensor-parallel ranks cannot divide")
+    _raises(
+        ValueError,
+        lambda: check_tensor_parallel_plan(model, {"embed": style}, tp),
+        f"splits embed (Embedding) along its {what} of {size}",
+        f"{tp} tensor-parallel ranks cannot divide",
+    )
 
 
 def test_fnmatch_patterns_match_every_block_and_check_each():
@@ -249,8 +312,12 @@ def test_fnmatch_patterns_match_every_block_and_check_each():
     check_tensor_parallel_plan(model, plan, 4)
     model.layers[2].up = nn.Linear(D, 6)  # one block's up no longer divisible by 4
     _raises(ValueError, lambda: check_tensor_parallel_plan(model, plan, 4), "splits layers.2.up (Linear)", "of 6")
-    _raises(ValueError, lambda: check_tensor_parallel_plan(model, {"blocks.*.up": ColwiseParallel()}, 4),
-            "'blocks.*.up'", "no such submodule")
+    _raises(
+        ValueError,
+        lambda: check_tensor_parallel_plan(model, {"blocks.*.up": ColwiseParallel()}, 4),
+        "'blocks.*.up'",
+        "no such submodule",
+    )
 
 
 def test_styles_that_split_no_weight_are_not_size_checked():
@@ -264,16 +331,25 @@ def test_a_plan_that_is_not_a_dict_names_the_type_returned():
         def tensor_parallel_plan(self):
             return [("layers.0.up", ColwiseParallel())]
 
-    _raises(TypeError, lambda: tensor_parallel_plan(ListPlan()),
-            "ListPlan.tensor_parallel_plan() returned list", "return a dict", "or None")
+    _raises(
+        TypeError,
+        lambda: tensor_parallel_plan(ListPlan()),
+        "ListPlan.tensor_parallel_plan() returned list",
+        "return a dict",
+        "or None",
+    )
     assert tensor_parallel_plan(Net()) is None
     assert tensor_parallel_plan(nn.Linear(2, 2)) is None  # a plain nn.Module states none
 
 
 def test_tp_without_a_plan_is_refused_at_setup():
     strategy = _one_rank_of(ModelParallelStrategy(tp=2, dp_shard=1), 0, tp=2)
-    _raises(ValueError, lambda: strategy.setup_module(Net()),
-            "tp=2 but Net states no tensor_parallel_plan()", "return {module name: ColwiseParallel()")
+    _raises(
+        ValueError,
+        lambda: strategy.setup_module(Net()),
+        "tp=2 but Net states no tensor_parallel_plan()",
+        "return {module name: ColwiseParallel()",
+    )
 
 
 def test_a_bad_plan_is_refused_at_setup_before_anything_is_split():
@@ -291,9 +367,14 @@ def test_a_bad_plan_is_refused_at_setup_before_anything_is_split():
 
 
 def test_ddp_is_refused_and_fsdp2_named_instead():
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2, data_parallel="ddp"),
-            "data_parallel='ddp'", "does not compose with pipeline or tensor parallelism",
-            "FSDP2 instead", "Leave data_parallel='fsdp'")
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=2, data_parallel="ddp"),
+        "data_parallel='ddp'",
+        "does not compose with pipeline or tensor parallelism",
+        "FSDP2 instead",
+        "Leave data_parallel='fsdp'",
+    )
     _raises(ValueError, lambda: ModelParallelStrategy(data_parallel="zero"), "'zero' is not known", "'fsdp'")
 
 
@@ -307,8 +388,13 @@ def test_a_module_defining_configure_ddp_is_refused_at_setup():
 
     strategy = ModelParallelStrategy()  # a one-process mesh: the check comes first
     for cls in (WithDDP, Inherits):
-        _raises(ValueError, lambda: strategy.setup_module(cls()), f"{cls.__name__} defines configure_ddp",  # noqa: B023
-                "does not compose", "remove configure_ddp for model-parallel runs")
+        _raises(
+            ValueError,
+            lambda: strategy.setup_module(cls()),  # noqa: B023
+            f"{cls.__name__} defines configure_ddp",
+            "does not compose",
+            "remove configure_ddp for model-parallel runs",
+        )
     assert _defines_configure_ddp(Inherits()) and not _defines_configure_ddp(Net())
     assert not _defines_configure_ddp(nn.Linear(2, 2))
 
@@ -323,36 +409,60 @@ def test_fp16_mixed_precision_is_refused_and_bf16_suggested():
 
 @pytest.mark.parametrize("microbatches", [0, -2, 1.5])
 def test_microbatches_must_be_a_positive_count(microbatches):
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2, microbatches=microbatches),
-            f"microbatches={microbatches!r}", "positive number")
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=2, microbatches=microbatches),
+        f"microbatches={microbatches!r}",
+        "positive number",
+    )
 
 
 def test_an_unknown_schedule_lists_the_known_ones():
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2, schedule="zigzag"),
-            "pipeline schedule 'zigzag' is not known", "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble")
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=2, schedule="zigzag"),
+        "pipeline schedule 'zigzag' is not known",
+        "GPipe",
+        "1F1B",
+        "Interleaved1F1B",
+        "ZBVZeroBubble",
+    )
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("GPipe", ("ScheduleGPipe", 1)), ("1F1B", ("Schedule1F1B", 1)),
-    ("Interleaved1F1B", ("ScheduleInterleaved1F1B", 2)), ("interleaved_zero_bubble", ("ScheduleInterleavedZeroBubble", 2)),
-    ("ZBV-ZeroBubble", ("ScheduleZBVZeroBubble", 2)), ("DualPipeV", ("ScheduleDualPipeV", 2)),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("GPipe", ("ScheduleGPipe", 1)),
+        ("1F1B", ("Schedule1F1B", 1)),
+        ("Interleaved1F1B", ("ScheduleInterleaved1F1B", 2)),
+        ("interleaved_zero_bubble", ("ScheduleInterleavedZeroBubble", 2)),
+        ("ZBV-ZeroBubble", ("ScheduleZBVZeroBubble", 2)),
+        ("DualPipeV", ("ScheduleDualPipeV", 2)),
+    ],
+)
 def test_schedule_names_ignore_case_dashes_and_underscores(name, expected):
     choice = choose_schedule(name, None)
     assert (choice.class_name, choice.stages_per_rank) == expected
 
 
-@pytest.mark.parametrize(("name", "per_rank", "words"), [
-    ("1F1B", 2, ("runs one stage per rank", "stages_per_rank=2 needs an interleaved schedule")),
-    ("GPipe", 3, ("runs one stage per rank", "Interleaved1F1B")),
-    ("Interleaved1F1B", 1, ("interleaves several stages per rank", "stages_per_rank of 2 or more")),
-    ("LoopedBFS", 0, ("stages_per_rank of 2 or more",)),
-    ("ZBVZeroBubble", 3, ("exactly 2 stages on each rank (a V)", "stages_per_rank=3")),
-    ("DualPipeV", 4, ("exactly 2 stages on each rank",)),
-])
+@pytest.mark.parametrize(
+    ("name", "per_rank", "words"),
+    [
+        ("1F1B", 2, ("runs one stage per rank", "stages_per_rank=2 needs an interleaved schedule")),
+        ("GPipe", 3, ("runs one stage per rank", "Interleaved1F1B")),
+        ("Interleaved1F1B", 1, ("interleaves several stages per rank", "stages_per_rank of 2 or more")),
+        ("LoopedBFS", 0, ("stages_per_rank of 2 or more",)),
+        ("ZBVZeroBubble", 3, ("exactly 2 stages on each rank (a V)", "stages_per_rank=3")),
+        ("DualPipeV", 4, ("exactly 2 stages on each rank",)),
+    ],
+)
 def test_stages_per_rank_inconsistent_with_the_schedule_is_refused(name, per_rank, words):
-    _raises(ValueError, lambda: ModelParallelStrategy(pp=2, schedule=name, stages_per_rank=per_rank),
-            f"schedule {name!r}", *words)
+    _raises(
+        ValueError,
+        lambda: ModelParallelStrategy(pp=2, schedule=name, stages_per_rank=per_rank),
+        f"schedule {name!r}",
+        *words,
+    )
 
 
 def test_stage_indices_are_looped_or_v_shaped():
@@ -375,16 +485,26 @@ def _loader(samples: int, batch_size: int, drop_last: bool = False) -> DataLoade
 
 
 def test_a_training_batch_the_microbatches_do_not_divide_is_refused():
-    _raises(ValueError, lambda: check_pipeline_loader(_loader(12, 6), train=True, microbatches=4,
-                                                      schedule=choose_schedule("1F1B", None)),
-            "training batch size 6 cannot be cut into 4 equal pipeline micro-batches",
-            "batch size divisible by 4", "microbatches= that divides 6")
+    _raises(
+        ValueError,
+        lambda: check_pipeline_loader(
+            _loader(12, 6), train=True, microbatches=4, schedule=choose_schedule("1F1B", None)
+        ),
+        "training batch size 6 cannot be cut into 4 equal pipeline micro-batches",
+        "batch size divisible by 4",
+        "microbatches= that divides 6",
+    )
 
 
 def test_a_partial_last_batch_the_microbatches_do_not_divide_is_refused_unless_dropped():
     one_f_one_b = choose_schedule("1F1B", None)
-    _raises(ValueError, lambda: check_pipeline_loader(_loader(11, 4), train=True, microbatches=2, schedule=one_f_one_b),
-            "partial batch of 3 samples", "11 samples per data-parallel rank, batches of 4", "drop_last=True")
+    _raises(
+        ValueError,
+        lambda: check_pipeline_loader(_loader(11, 4), train=True, microbatches=2, schedule=one_f_one_b),
+        "partial batch of 3 samples",
+        "11 samples per data-parallel rank, batches of 4",
+        "drop_last=True",
+    )
     check_pipeline_loader(_loader(11, 4, drop_last=True), train=True, microbatches=2, schedule=one_f_one_b)
     check_pipeline_loader(_loader(10, 4), train=True, microbatches=2, schedule=one_f_one_b)  # last batch of 2: fine
     check_pipeline_loader(_loader(12, 4), train=True, microbatches=4, schedule=one_f_one_b)
@@ -392,15 +512,21 @@ def test_a_partial_last_batch_the_microbatches_do_not_divide_is_refused_unless_d
 
 def test_evaluation_batches_of_any_size_are_accepted():
     check_pipeline_loader(_loader(11, 5), train=False, microbatches=4, schedule=choose_schedule("1F1B", None))
-    check_pipeline_loader(_loader(11, 5), train=False, microbatches=4, schedule=choose_schedule("Interleaved1F1B", None))
+    check_pipeline_loader(
+        _loader(11, 5), train=False, microbatches=4, schedule=choose_schedule("Interleaved1F1B", None)
+    )
 
 
 @pytest.mark.parametrize("name", ["ZBVZeroBubble", "DualPipeV"])
 def test_a_v_shaped_schedule_refuses_evaluation_loaders(name):
     schedule = choose_schedule(name, None)
-    _raises(ValueError, lambda: check_pipeline_loader(_loader(8, 4), train=False, microbatches=2, schedule=schedule),
-            "cannot run forward only", "validation, test and predict cannot run under it",
-            "Use Interleaved1F1B or InterleavedZeroBubble")
+    _raises(
+        ValueError,
+        lambda: check_pipeline_loader(_loader(8, 4), train=False, microbatches=2, schedule=schedule),
+        "cannot run forward only",
+        "validation, test and predict cannot run under it",
+        "Use Interleaved1F1B or InterleavedZeroBubble",
+    )
     check_pipeline_loader(_loader(8, 4), train=True, microbatches=2, schedule=schedule)
 
 
@@ -426,16 +552,25 @@ def test_a_hook_that_calls_the_model_twice_is_refused():
     model, x = Net(), torch.zeros(2, dtype=torch.long)
     with replaying(model, "output", x, "validation_step"):
         assert model(x) == "output"
-        _raises(RuntimeError, lambda: model(x), "validation_step called self(...) twice",
-                "runs once per batch", "Call it once, on pipeline_input(batch)")
+        _raises(
+            RuntimeError,
+            lambda: model(x),
+            "validation_step called self(...) twice",
+            "runs once per batch",
+            "Call it once, on pipeline_input(batch)",
+        )
 
 
-@pytest.mark.parametrize("call", [
-    lambda model, x: model(x + 1),           # transformed outside forward
-    lambda model, x: model(x[:1]),           # other rows
-    lambda model, x: model(x.float()),       # another dtype
-    lambda model, x: model("text"),
-], ids=["transformed", "rows", "dtype", "not_a_tensor"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda model, x: model(x + 1),  # transformed outside forward
+        lambda model, x: model(x[:1]),  # other rows
+        lambda model, x: model(x.float()),  # another dtype
+        lambda model, x: model("text"),
+    ],
+    ids=["transformed", "rows", "dtype", "not_a_tensor"],
+)
 def test_a_hook_that_calls_the_model_on_another_input_is_refused(call):
     model, x = Net(), torch.arange(4)
     with pytest.raises(ValueError) as caught:
@@ -458,12 +593,19 @@ def test_a_hook_passing_keyword_inputs_other_than_pipeline_kwargs_is_refused():
 
 def test_pipeline_kwargs_must_be_per_sample_tensors_torch_can_cut():
     assert tm.Module().pipeline_kwargs((torch.ones(2), torch.ones(2))) == {}
-    _raises(ValueError, lambda: check_stage_kwargs({"mask": torch.ones(16, 16)}, 8),
-            "pipeline_kwargs(batch)['mask'] is (16, 16), not a tensor with one row per sample (8)",
-            "cuts every keyword input into micro-batches along its first dimension", "expand a mask")
+    _raises(
+        ValueError,
+        lambda: check_stage_kwargs({"mask": torch.ones(16, 16)}, 8),
+        "pipeline_kwargs(batch)['mask'] is (16, 16), not a tensor with one row per sample (8)",
+        "cuts every keyword input into micro-batches along its first dimension",
+        "expand a mask",
+    )
     _raises(ValueError, lambda: check_stage_kwargs({"causal": True}, 8), "['causal'] is bool")
-    _raises(ValueError, lambda: check_stage_kwargs({"target": torch.ones(8)}, 8),
-            "names 'target', which torch's schedule.step takes for itself")
+    _raises(
+        ValueError,
+        lambda: check_stage_kwargs({"target": torch.ones(8)}, 8),
+        "names 'target', which torch's schedule.step takes for itself",
+    )
     _raises(TypeError, lambda: check_stage_kwargs([torch.ones(8)], 8), "returned list; return a dict")
     assert check_stage_kwargs({"positions": torch.ones(8, 3)}, 8).keys() == {"positions"}
 
@@ -485,10 +627,14 @@ class Wrapped(tm.Module):
 
 
 def test_blocks_nested_one_level_down_are_named_with_how_to_expose_them():
-    _raises(ValueError, lambda: split_parts(Wrapped(), 4, None),
-            "Wrapped has 2 parts (model, head) but the pipeline needs 4 stages: its blocks are nested, "
-            "model.layers (4 blocks) sits inside 'model'", "cuts only the model's top-level children",
-            "attributes of Wrapped itself, e.g. self.layers = nn.ModuleDict(...)")
+    _raises(
+        ValueError,
+        lambda: split_parts(Wrapped(), 4, None),
+        "Wrapped has 2 parts (model, head) but the pipeline needs 4 stages: its blocks are nested, "
+        "model.layers (4 blocks) sits inside 'model'",
+        "cuts only the model's top-level children",
+        "attributes of Wrapped itself, e.g. self.layers = nn.ModuleDict(...)",
+    )
 
 
 def test_replay_answers_an_equal_input_once_and_forward_runs_again_after():
@@ -513,8 +659,13 @@ def test_pipeline_input_takes_the_first_element_and_refuses_a_dict_naming_the_ov
     assert model.pipeline_input((x, torch.ones(3))) is x
     assert model.pipeline_input([x]) is x
     for batch in ({"x": x}, (), ("text", x)):
-        _raises(TypeError, lambda: model.pipeline_input(batch), "Net.pipeline_input cannot tell the model's input",  # noqa: B023
-                f"batch of type {type(batch).__name__}", "override pipeline_input(batch)")
+        _raises(
+            TypeError,
+            lambda: model.pipeline_input(batch),  # noqa: B023
+            "Net.pipeline_input cannot tell the model's input",
+            f"batch of type {type(batch).__name__}",
+            "override pipeline_input(batch)",
+        )
 
 
 # ---- each stage runs its parts in their order ----------------------------------------------------
@@ -551,9 +702,14 @@ def test_a_stage_running_its_parts_in_their_order_passes_and_removes_its_hooks()
 
 def test_a_stage_running_its_parts_in_another_order_is_named():
     check = _check_order(["a", "c", "b"], ["a", "b", "c"])
-    message = _raises(RuntimeError, check.verify, "pipeline stage 1 holds the parts ['a', 'b', 'c']",
-                      "ran them in the order ['a', 'c', 'b']", "register the layers in the order forward uses them",
-                      "split_points")
+    message = _raises(
+        RuntimeError,
+        check.verify,
+        "pipeline stage 1 holds the parts ['a', 'b', 'c']",
+        "ran them in the order ['a', 'c', 'b']",
+        "register the layers in the order forward uses them",
+        "split_points",
+    )
     assert "never ran" not in message
 
 
@@ -593,14 +749,17 @@ def test_parts_are_top_level_children_with_containers_member_by_member():
     assert pipeline_parts(Net(blocks=2)) == ["embed", "layers.0", "layers.1", "head"]
 
 
-@pytest.mark.parametrize(("sizes", "stages", "cuts"), [
-    ([10, 10, 10, 10], 2, [2]),
-    ([10, 10, 10, 10], 4, [1, 2, 3]),
-    ([30, 10, 10, 10], 2, [1]),
-    ([1, 1, 1, 1, 100], 2, [4]),       # the one big part alone
-    ([100, 1, 1, 1, 1], 3, [1, 2]),    # every stage non-empty even when unbalanced
-    ([0, 0, 0], 3, [1, 2]),            # no parameters at all
-])
+@pytest.mark.parametrize(
+    ("sizes", "stages", "cuts"),
+    [
+        ([10, 10, 10, 10], 2, [2]),
+        ([10, 10, 10, 10], 4, [1, 2, 3]),
+        ([30, 10, 10, 10], 2, [1]),
+        ([1, 1, 1, 1, 100], 2, [4]),  # the one big part alone
+        ([100, 1, 1, 1, 1], 3, [1, 2]),  # every stage non-empty even when unbalanced
+        ([0, 0, 0], 3, [1, 2]),  # no parameters at all
+    ],
+)
 def test_balanced_cuts_give_each_stage_about_its_share(sizes, stages, cuts):
     assert _balanced_cuts(sizes, stages) == cuts
 
@@ -636,7 +795,10 @@ def test_keep_only_on_a_sequential_keeps_layers_3_weight_and_the_stage_runs():
 
 def test_stage_view_shares_the_layers_and_leaves_the_module_whole():
     model = Net()
-    first, second = stage_view(model, {"embed", "layers.0", "layers.1"}), stage_view(model, {"layers.2", "layers.3", "head"})
+    first, second = (
+        stage_view(model, {"embed", "layers.0", "layers.1"}),
+        stage_view(model, {"layers.2", "layers.3", "head"}),
+    )
     assert first.embed is model.embed and first.head is None and list(first.layers._modules) == ["0", "1"]
     assert second.embed is None and second.head is model.head and list(second.layers._modules) == ["2", "3"]
     assert second.layers._modules["2"] is model.layers[2]
@@ -708,8 +870,12 @@ def test_split_points_given_as_one_string_say_to_pass_a_list():
 
 
 def test_stages_per_rank_that_is_not_a_number_is_named():
-    _raises(TypeError, lambda: ModelParallelStrategy(pp=2, schedule="Interleaved1F1B", stages_per_rank="2"),
-            "stages_per_rank='2'", "whole number")
+    _raises(
+        TypeError,
+        lambda: ModelParallelStrategy(pp=2, schedule="Interleaved1F1B", stages_per_rank="2"),
+        "stages_per_rank='2'",
+        "whole number",
+    )
 
 
 def test_two_rest_axes_because_of_dp_shards_default_say_how_to_fix_it():

@@ -45,8 +45,14 @@ def _plan(root: Path) -> list:
         return name, WORLD[layout], argv, {}
 
     def first(layouts: list[str]) -> list:
-        return [entry for layout in layouts for entry in (leg("full", layout, f"full-{layout}"),
-                                                         leg("pause", layout, f"pause-{layout}", f"{layout}.ckpt"))]
+        return [
+            entry
+            for layout in layouts
+            for entry in (
+                leg("full", layout, f"full-{layout}"),
+                leg("pause", layout, f"pause-{layout}", f"{layout}.ckpt"),
+            )
+        ]
 
     def resumes(saved: list[str], at: list[str]) -> list:
         return [leg("resume", r, f"{s}-to-{r}", f"{s}.ckpt") for r in at for s in saved]
@@ -58,10 +64,21 @@ def _plan(root: Path) -> list:
     # Five launches: a checkpoint is resumed only after the launch that saved it. The refusals
     # come last in theirs.
     return [
-        *first(["single"]), leg("unnamed", "single", "unnamed", "single.ckpt"), None,
-        *first(two), *resumes(["single", *two], two), unnamed("tp"), None,
-        *first(four), *resumes(LAYOUTS, four), unnamed("fsdp_tp"), unnamed("pp_tp"), None,
-        *resumes(four, two), unnamed("pp"), None,
+        *first(["single"]),
+        leg("unnamed", "single", "unnamed", "single.ckpt"),
+        None,
+        *first(two),
+        *resumes(["single", *two], two),
+        unnamed("tp"),
+        None,
+        *first(four),
+        *resumes(LAYOUTS, four),
+        unnamed("fsdp_tp"),
+        unnamed("pp_tp"),
+        None,
+        *resumes(four, two),
+        unnamed("pp"),
+        None,
         *resumes(LAYOUTS, ["single"]),
     ]
 
@@ -132,7 +149,7 @@ def test_a_pipeline_refuses_optimizer_state_numbered_without_names_before_traini
 
 def test_the_readme_table_is_what_the_tests_check():
     text = README.read_text()
-    section = text[text.index("#### Resuming under another layout"):]
+    section = text[text.index("#### Resuming under another layout") :]
     rows = [line for line in section.splitlines()[1:40] if line.startswith("| ")]
     cells = [[cell.strip(" `") for cell in row.strip().strip("|").split("|")] for row in rows]
     header, body = cells[0][1:], cells[1:]  # (the |---| line is not a "| " row)
@@ -148,9 +165,17 @@ def test_a_dp_checkpoint_names_the_parameters_as_the_module_does(tmp_path):
     from helpers.llama import Llama, LlamaConfig, token_loader
 
     model = Llama(LlamaConfig())
-    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="dp", max_steps=1, enable_progress_bar=False,
-                         enable_model_summary=False, logger=False, enable_checkpointing=False,
-                         default_root_dir=tmp_path)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="dp",
+        max_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model, token_loader(LlamaConfig(), samples=8))
     trainer.save_checkpoint(tmp_path / "dp.ckpt")
     (optimizer,) = torch.load(tmp_path / "dp.ckpt", weights_only=False)["optimizer_states"]
@@ -166,10 +191,14 @@ def test_optimizer_state_under_other_names_is_an_error_not_a_fresh_optimizer():
 
     module = nn.Linear(2, 2)
     optimizer = torch.optim.AdamW(module.parameters())
-    saved = {"state": {"module.weight": {"step": torch.tensor(2.0)}, "module.bias": {"step": torch.tensor(2.0)}},
-             "param_groups": [{"lr": 1e-3, "params": ["module.weight", "module.bias"]}]}
+    saved = {
+        "state": {"module.weight": {"step": torch.tensor(2.0)}, "module.bias": {"step": torch.tensor(2.0)}},
+        "param_groups": [{"lr": 1e-3, "params": ["module.weight", "module.bias"]}],
+    }
     with pytest.raises(ValueError, match=r"does not name this run's parameters \['bias', 'weight'\]"):
         _only_params_of(saved, optimizer, module)
-    renamed = {"state": {k.split(".")[1]: v for k, v in saved["state"].items()},
-               "param_groups": [{"lr": 1e-3, "params": ["weight", "bias"]}]}
+    renamed = {
+        "state": {k.split(".")[1]: v for k, v in saved["state"].items()},
+        "param_groups": [{"lr": 1e-3, "params": ["weight", "bias"]}],
+    }
     assert _only_params_of(renamed, optimizer, module)["state"].keys() == {"weight", "bias"}

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import trainmesh as tm
 from trainmesh.strategies import LayersOnDevicesStrategy, Placement
 from trainmesh.strategies import layers_on_devices as lod
-from trainmesh.strategies.pipeline import split_parts
+from trainmesh.strategies.pipeline_cut import split_parts
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -82,6 +82,7 @@ class HookSpy:
             def hook(module, args, kwargs):
                 self.moves.append((self.names.get(id(module), "?"), device))
                 return move(module, args, kwargs)
+
             return hook
 
         def spying_output_to(device):
@@ -90,6 +91,7 @@ class HookSpy:
             def hook(module, args, output):
                 self.moves.append(("output", device))
                 return move(module, args, output)
+
             return hook
 
         monkeypatch.setattr(lod, "_inputs_to", spying_inputs_to)
@@ -108,15 +110,20 @@ def test_layers_on_devices_trains_exactly_like_one_device(reference, monkeypatch
     # The cut: seq1's layer is part 0 (device 0), seq2's part 1 (device 1), balanced by
     # parameter count (110 vs 55) or named.
     assert split_parts(model, 2, None) == [["seq1.0"], ["seq2.0"]]
-    choice = "layers_on_devices" if strategy == "layers_on_devices" else LayersOnDevicesStrategy(split_points=["seq2.0"])
+    choice = (
+        "layers_on_devices" if strategy == "layers_on_devices" else LayersOnDevicesStrategy(split_points=["seq2.0"])
+    )
     trainer, model = run.fit(devices=2, strategy=choice, model=model)
 
     assert isinstance(trainer.strategy, LayersOnDevicesStrategy)
     assert trainer.world_size == 1 and trainer.strategy.devices == [torch.device("cpu", 0), torch.device("cpu", 1)]
     # Every forward (8 training steps, 4 validation batches) moved seq1's input to device 0,
     # seq2's to device 1, and the output back to device 0, in that order.
-    one_forward = [("seq1.0", torch.device("cpu", 0)), ("seq2.0", torch.device("cpu", 1)),
-                   ("output", torch.device("cpu", 0))]
+    one_forward = [
+        ("seq1.0", torch.device("cpu", 0)),
+        ("seq2.0", torch.device("cpu", 1)),
+        ("output", torch.device("cpu", 0)),
+    ]
     assert spy.moves == one_forward * (STEPS + VAL_BATCHES)
     assert trainer.global_step == STEPS
     assert_same_weights(weights_of(model), reference["weights"], atol=0.0)
@@ -213,13 +220,32 @@ def run_torchrun_nodes(leg: list[str], *, nodes: int, per_node: int, timeout: fl
     for rank in range(nodes):
         log = open(logs / f"node{rank}.log", "w")
         files.append(log)
-        started.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(per_node),
-             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", port,
-             str(HERE / "seed_003_run.py"), *leg],
-            cwd=HERE, env={**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": str(int(timeout))},
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        started.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes",
+                    str(nodes),
+                    "--nproc-per-node",
+                    str(per_node),
+                    "--node-rank",
+                    str(rank),
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    port,
+                    str(HERE / "seed_003_run.py"),
+                    *leg,
+                ],
+                cwd=HERE,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": str(int(timeout))},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
     deadline, failed_at, timed_out = time.monotonic() + timeout, None, False
     try:
         while any(p.poll() is None for p in started):
@@ -284,8 +310,9 @@ def stop(agents: list[subprocess.Popen]) -> None:
 
 def pp_replicate_run(tmp_path: Path, *, validate: bool) -> list[dict]:
     out = tmp_path / "pp_replicate.pt"
-    run_torchrun_nodes(["pp_replicate", str(out), f"val={int(validate)}"], nodes=2, per_node=2, timeout=180,
-                       logs=tmp_path)
+    run_torchrun_nodes(
+        ["pp_replicate", str(out), f"val={int(validate)}"], nodes=2, per_node=2, timeout=180, logs=tmp_path
+    )
     return [torch.load(f"{out}.rank{rank}") for rank in range(4)]
 
 
@@ -297,8 +324,12 @@ def assert_pipeline_within_each_node(ranks: list[dict]) -> None:
         node, local = divmod(rank, 2)
         assert place["strategy"] == "ModelParallelStrategy"
         assert place["dims"] == {"pp": 2, "dp_replicate": 2, "dp_shard": 1, "tp": 1}
-        assert (place["global_rank"], place["node_rank"], place["env_group_rank"], place["local_rank"]) == \
-            (rank, node, node, local)
+        assert (place["global_rank"], place["node_rank"], place["env_group_rank"], place["local_rank"]) == (
+            rank,
+            node,
+            node,
+            local,
+        )
         assert (place["pp"], place["dp_replicate"], place["dp_rank"]) == (local, node, node)
         assert place["pp_group"] == [2 * node, 2 * node + 1], "a pipeline's stages are on one node"
         assert place["replica_group"] == [local, local + 2], "a stage's replicas are one per node"

@@ -44,22 +44,37 @@ def test_a_model_held_as_one_attribute_is_sharded_block_by_block():
     # One unit for self.net would gather every parameter at once: each layer is one, and the
     # embedding and the head, as large as a layer, are units too; the small final norm stays in the root.
     assert names(Holder(LanguageModel(layers=4))) == [
-        "net.embed", "net.layers.0", "net.layers.1", "net.layers.2", "net.layers.3", "net.head"]
+        "net.embed",
+        "net.layers.0",
+        "net.layers.1",
+        "net.layers.2",
+        "net.layers.3",
+        "net.head",
+    ]
 
 
 def test_wrap_and_min_num_params_override_the_automatic_units():
     model = Holder(LanguageModel(layers=3))
     assert names(model)[1:4] == ["net.layers.0", "net.layers.1", "net.layers.2"]
     assert names(model, wrap=[LanguageModel]) == ["net"]
-    assert set(names(model, wrap=[nn.Linear])) == {f"net.layers.{i}.{p}" for i in range(3) for p in ("up", "down")} | {"net.head"}
+    assert set(names(model, wrap=[nn.Linear])) == {f"net.layers.{i}.{p}" for i in range(3) for p in ("up", "down")} | {
+        "net.head"
+    }
     # min_num_params: the smallest modules holding at least that many parameters.
     assert names(model, min_num_params=10**9) == []
-    assert names(model, min_num_params=5_000) == ["net.head", "net.layers.2", "net.layers.1", "net.layers.0", "net.embed"]
+    assert names(model, min_num_params=5_000) == [
+        "net.head",
+        "net.layers.2",
+        "net.layers.1",
+        "net.layers.0",
+        "net.embed",
+    ]
 
 
 def test_torch_transformer_layers_are_blocks_wherever_they_are():
-    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 2, 64, batch_first=True), num_layers=3,
-                                    enable_nested_tensor=False)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(32, 2, 64, batch_first=True), num_layers=3, enable_nested_tensor=False
+    )
     model = Holder(nn.ModuleDict({"encoder": encoder, "classifier": nn.Linear(32, 10)}))
     assert names(model) == ["net.encoder.layers.0", "net.encoder.layers.1", "net.encoder.layers.2"]
     alone = Holder(nn.TransformerDecoderLayer(32, 2, 64))  # one layer, in no container: still a block

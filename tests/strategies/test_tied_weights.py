@@ -24,8 +24,12 @@ CLIPPED = ["clip=0.05", "accumulate=2"]
 
 def plan(root: Path) -> list:
     def leg(name, world, *args):
-        return name, world, [a.replace("OUT", str(root / f"{name}.pt")).replace("CKPT", str(root / "pp.ckpt"))
-                             for a in args], {}
+        return (
+            name,
+            world,
+            [a.replace("OUT", str(root / f"{name}.pt")).replace("CKPT", str(root / "pp.ckpt")) for a in args],
+            {},
+        )
 
     return [
         leg("tp", 2, "train", "tp", "OUT"),
@@ -125,16 +129,44 @@ def test_a_pipelined_checkpoint_loads_into_one_process_tied_and_resumes_like_one
     assert_trained_like(resumed, result(legs, "single"))
 
 
-@pytest.mark.parametrize(("name", "words"), [
-    ("tp_mismatch", ["tok_embeddings.weight and output.weight", "(Shard(dim=0),)", "(Shard(dim=1),)",
-                     "tensor-parallel plan", "same placement", "untie"]),
-    ("tp_whole", ["tok_embeddings.weight and output.weight", "(Shard(dim=0),)", "output.weight: whole (not split)",
-                  "same placement"]),
-    ("pp_tp_mismatch", ["tok_embeddings.weight and output.weight", "pipeline stages' tensor parallelism",
-                        "(Shard(dim=1),)", "same placement"]),
-    ("pp_v_fsdp", ["tok_embeddings.weight and output.weight", "stages [0, 3]", "one rank", "1F1B",
-                   "dp_shard=1", "untie"]),
-])
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        (
+            "tp_mismatch",
+            [
+                "tok_embeddings.weight and output.weight",
+                "(Shard(dim=0),)",
+                "(Shard(dim=1),)",
+                "tensor-parallel plan",
+                "same placement",
+                "untie",
+            ],
+        ),
+        (
+            "tp_whole",
+            [
+                "tok_embeddings.weight and output.weight",
+                "(Shard(dim=0),)",
+                "output.weight: whole (not split)",
+                "same placement",
+            ],
+        ),
+        (
+            "pp_tp_mismatch",
+            [
+                "tok_embeddings.weight and output.weight",
+                "pipeline stages' tensor parallelism",
+                "(Shard(dim=1),)",
+                "same placement",
+            ],
+        ),
+        (
+            "pp_v_fsdp",
+            ["tok_embeddings.weight and output.weight", "stages [0, 3]", "one rank", "1F1B", "dp_shard=1", "untie"],
+        ),
+    ],
+)
 def test_a_tie_that_cannot_be_kept_is_refused_before_training(legs, name, words):
     message = result(legs, name)["message"]
     missing = [word for word in words if word not in message]

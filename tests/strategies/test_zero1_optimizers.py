@@ -24,4 +24,3 @@ def test_zero1_matches_every_torch_optimizer_under_ddp(tmp_path):
     assert {"AdamW", "Adam", "SGD"} <= expected and set(problems) == expected
     failed = {name: problem for name, problem in problems.items() if problem is not None}
     assert not failed, "\n".join(f"{name}: {problem}" for name, problem in failed.items())
-

@@ -106,13 +106,22 @@ def train(layout: str, out: str, *options: str) -> None:
     world, strategy, dp = LAYOUTS[layout]
     model, losses = build(), Losses()
     trainer = quiet_trainer(
-        devices=world, strategy=strategy(), max_epochs=int(opts.get("epochs", 1)), max_steps=int(opts.get("steps", -1)),
+        devices=world,
+        strategy=strategy(),
+        max_epochs=int(opts.get("epochs", 1)),
+        max_steps=int(opts.get("steps", -1)),
         gradient_clip_val=float(opts["clip"]) if "clip" in opts else None,
-        accumulate_grad_batches=int(opts.get("accumulate", 1)), num_sanity_val_steps=0, callbacks=[losses],
-        enable_checkpointing="save" in opts, default_root_dir=os.path.dirname(out),
+        accumulate_grad_batches=int(opts.get("accumulate", 1)),
+        num_sanity_val_steps=0,
+        callbacks=[losses],
+        enable_checkpointing="save" in opts,
+        default_root_dir=os.path.dirname(out),
     )
-    trainer.fit(model, token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=SAMPLES, uneven_padding=False),
-                ckpt_path=opts.get("resume"))
+    trainer.fit(
+        model,
+        token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=SAMPLES, uneven_padding=False),
+        ckpt_path=opts.get("resume"),
+    )
     if "save" in opts:
         trainer.save_checkpoint(opts["save"])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
@@ -122,9 +131,16 @@ def train(layout: str, out: str, *options: str) -> None:
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, mine)
     if trainer.is_global_zero:
-        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()},
-                    "copies": [copies for copies, _ in every], "same_object": [same for _, same in every],
-                    "losses": losses.losses, "steps": trainer.global_step}, out)
+        torch.save(
+            {
+                "state_dict": {k: v.detach().cpu() for k, v in full.items()},
+                "copies": [copies for copies, _ in every],
+                "same_object": [same for _, same in every],
+                "losses": losses.losses,
+                "steps": trainer.global_step,
+            },
+            out,
+        )
 
 
 def refuse(name: str, out: str) -> None:

@@ -36,8 +36,12 @@ def optimizer_classes() -> dict[str, type[torch.optim.Optimizer]]:
     found = {}
     for name in sorted(dir(torch.optim)):
         cls = getattr(torch.optim, name)
-        if (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer
-                and "lr" in inspect.signature(cls.__init__).parameters):
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, torch.optim.Optimizer)
+            and cls is not torch.optim.Optimizer
+            and "lr" in inspect.signature(cls.__init__).parameters
+        ):
             found[name] = cls
     return found
 
@@ -47,8 +51,13 @@ def model_for(name: str) -> torch.nn.Module:
     if name == "SparseAdam":  # it takes sparse gradients only
         return torch.nn.EmbeddingBag(32, 4, mode="mean", sparse=True)
     # Matrices only: Muon optimizes 2-D parameters and nothing else.
-    return torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), torch.nn.Tanh(), torch.nn.Linear(16, 16, bias=False),
-                               torch.nn.Tanh(), torch.nn.Linear(16, 4, bias=False))
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16, bias=False),
+        torch.nn.Tanh(),
+        torch.nn.Linear(16, 16, bias=False),
+        torch.nn.Tanh(),
+        torch.nn.Linear(16, 4, bias=False),
+    )
 
 
 def batch_for(name: str, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,8 +71,11 @@ def build(name: str, cls: type, *, sharded: bool):
     params = list(model.parameters())
     # Two groups, each with an lr of its own (the defaults' lr is neither) and a scheduler's
     # key, where the model has two parameters.
-    groups = [{"params": params[:-1], "lr": LR * 2}, {"params": params[-1:], "lr": LR / 2, "initial_lr": LR / 2}] \
-        if len(params) > 1 else [{"params": params}]
+    groups = (
+        [{"params": params[:-1], "lr": LR * 2}, {"params": params[-1:], "lr": LR / 2, "initial_lr": LR / 2}]
+        if len(params) > 1
+        else [{"params": params}]
+    )
     optimizer = cls(groups, lr=LR)
     return model, (shard_optimizer_state(optimizer) if sharded else optimizer)
 
@@ -102,8 +114,9 @@ def compare(name: str, cls: type, rank: int) -> str | None:
 
 def worker(rank: int, out: str, port: int) -> None:
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where it hangs, then ends
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
     problems = {}
     for name, cls in optimizer_classes().items():
         if name in NOT_SHARDABLE:

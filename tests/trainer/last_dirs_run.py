@@ -42,8 +42,7 @@ class Record(tm.Callback):
 
     def _keep(self, trainer, module, when):
         state = trainer.runtime.state_dicts(trainer.model, [])["model"]  # collective
-        self.seen[when] = {"step": trainer.global_step,
-                           "state_dict": {k: v.detach().clone() for k, v in state.items()}}
+        self.seen[when] = {"step": trainer.global_step, "state_dict": {k: v.detach().clone() for k, v in state.items()}}
 
     def on_train_start(self, trainer, module):
         self._keep(trainer, module, "start")
@@ -59,9 +58,14 @@ def main(argv: list[str]) -> None:
     x = torch.randn(256, 16, generator=g)
     data = DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=8)
     record = Record()
-    trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=steps, default_root_dir=root,
-                            enable_checkpointing=True,
-                            callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=2), record])
+    trainer = quiet_trainer(
+        strategy=strategy,
+        devices=2,
+        max_steps=steps,
+        default_root_dir=root,
+        enable_checkpointing=True,
+        callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=2), record],
+    )
     trainer.fit(Wide(), data, ckpt_path="last" if resume else None)
     if trainer.is_global_zero:
         torch.save(record.seen, out)

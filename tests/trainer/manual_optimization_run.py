@@ -37,14 +37,18 @@ def noise(n, batch_idx):
 
 def networks():
     torch.manual_seed(3)
-    generator = torch.nn.Sequential(torch.nn.Linear(LATENT, 32), torch.nn.ReLU(), torch.nn.Linear(32, 64), torch.nn.Sigmoid())
+    generator = torch.nn.Sequential(
+        torch.nn.Linear(LATENT, 32), torch.nn.ReLU(), torch.nn.Linear(32, 64), torch.nn.Sigmoid()
+    )
     discriminator = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.LeakyReLU(0.2), torch.nn.Linear(32, 1))
     return generator, discriminator
 
 
 def optimizers(generator, discriminator):
-    return (torch.optim.Adam(generator.parameters(), lr=2e-3, betas=(0.5, 0.999)),
-            torch.optim.Adam(discriminator.parameters(), lr=2e-3, betas=(0.5, 0.999)))
+    return (
+        torch.optim.Adam(generator.parameters(), lr=2e-3, betas=(0.5, 0.999)),
+        torch.optim.Adam(discriminator.parameters(), lr=2e-3, betas=(0.5, 0.999)),
+    )
 
 
 class GAN(tm.Module):
@@ -89,27 +93,47 @@ def run_trainer(out, strategy, devices, max_steps=2 * BATCHES, ckpt_dir=None, re
     from trainmesh.callbacks import ModelCheckpoint
 
     callbacks = [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0)] if ckpt_dir else None
-    trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_steps=int(max_steps), max_epochs=1,
-                            limit_train_batches=BATCHES, callbacks=callbacks, enable_checkpointing=bool(ckpt_dir))
+    trainer = quiet_trainer(
+        strategy=strategy,
+        devices=int(devices),
+        max_steps=int(max_steps),
+        max_epochs=1,
+        limit_train_batches=BATCHES,
+        callbacks=callbacks,
+        enable_checkpointing=bool(ckpt_dir),
+    )
     model = GAN()
-    trainer.fit(model, DataLoader(train_set(), batch_size=PER_RANK_BATCH),
-                ckpt_path=os.path.join(ckpt_dir, "last.ckpt") if resume else None)
+    trainer.fit(
+        model,
+        DataLoader(train_set(), batch_size=PER_RANK_BATCH),
+        ckpt_path=os.path.join(ckpt_dir, "last.ckpt") if resume else None,
+    )
     state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     if trainer.is_global_zero:
-        torch.save({"state_dict": state, "global_step": trainer.global_step,
-                    "find_unused": getattr(trainer.model, "find_unused_parameters", None)}, out)
+        torch.save(
+            {
+                "state_dict": state,
+                "global_step": trainer.global_step,
+                "find_unused": getattr(trainer.model, "find_unused_parameters", None),
+            },
+            out,
+        )
 
 
 def handwritten_worker(rank, out, port):
     """The same GAN as a plain torch program: two DDP modules, the data split by rank, no shuffle."""
     faulthandler.dump_traceback_later(90, exit=True)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
     data = train_set()
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
     generator, discriminator = networks()
     opt_g, opt_d = optimizers(generator, discriminator)
-    generator, discriminator = torch.nn.parallel.DistributedDataParallel(generator), torch.nn.parallel.DistributedDataParallel(discriminator)
+    generator, discriminator = (
+        torch.nn.parallel.DistributedDataParallel(generator),
+        torch.nn.parallel.DistributedDataParallel(discriminator),
+    )
     for batch_idx, (x, _) in enumerate(DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)):
         if batch_idx == BATCHES:
             break
@@ -128,8 +152,10 @@ def handwritten_worker(rank, out, port):
         opt_d.step()
         opt_d.zero_grad()
     if rank == 0:
-        state = {**{f"generator.{k}": v for k, v in generator.module.state_dict().items()},
-                 **{f"discriminator.{k}": v for k, v in discriminator.module.state_dict().items()}}
+        state = {
+            **{f"generator.{k}": v for k, v in generator.module.state_dict().items()},
+            **{f"discriminator.{k}": v for k, v in discriminator.module.state_dict().items()},
+        }
         torch.save({"state_dict": state}, out)
     dist.barrier()
     dist.destroy_process_group()

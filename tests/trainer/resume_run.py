@@ -78,10 +78,15 @@ def main(argv: list[str]) -> None:
         length = {"max_steps": int(os.environ["MAX_STEPS"])}
     else:
         length = {"max_epochs": int(os.environ.get("EPOCHS", "3"))}
-    trainer = quiet_trainer(**length, callbacks=callbacks, enable_checkpointing=keep_last,
-                            strategy=os.environ.get("STRATEGY", "auto"), devices=int(os.environ.get("DEVICES", "1")),
-                            accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
-                            val_check_interval=0.5)
+    trainer = quiet_trainer(
+        **length,
+        callbacks=callbacks,
+        enable_checkpointing=keep_last,
+        strategy=os.environ.get("STRATEGY", "auto"),
+        devices=int(os.environ.get("DEVICES", "1")),
+        accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
+        val_check_interval=0.5,
+    )
     trainer.fit(model, train, val, ckpt_path=argv[2] if mode == "resume" else None)
     if mode == "pause":
         if not keep_last:
@@ -89,8 +94,15 @@ def main(argv: list[str]) -> None:
         elif trainer.is_global_zero:
             shutil.copy(trainer.checkpoint_callback.last_model_path, argv[2])
     if trainer.is_global_zero:
-        torch.save({"state_dict": model.state_dict(), "metrics": trainer.callback_metrics,
-                    "global_step": trainer.global_step, "batches_run": counter.count}, out)
+        torch.save(
+            {
+                "state_dict": model.state_dict(),
+                "metrics": trainer.callback_metrics,
+                "global_step": trainer.global_step,
+                "batches_run": counter.count,
+            },
+            out,
+        )
 
 
 if __name__ == "__main__":

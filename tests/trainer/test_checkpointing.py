@@ -24,8 +24,9 @@ def test_model_checkpoint_keeps_top_k_and_last_and_resume_from_last(tmp_path):
     assert saved["hyper_parameters"]["lr"] == 0.05
 
     resumed = DropoutNet()
-    trainer2 = quiet_trainer(max_epochs=5, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)],
-                             enable_checkpointing=True)
+    trainer2 = quiet_trainer(
+        max_epochs=5, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)], enable_checkpointing=True
+    )
     trainer2.fit(resumed, train, val, ckpt_path=checkpoint.last_model_path)
     assert trainer2.global_step == 60 and trainer2.current_epoch == 5
 
@@ -117,8 +118,12 @@ def test_fit_from_last_looks_in_the_checkpoint_callbacks_own_folder(tmp_path):
     elsewhere = tmp_path / "elsewhere"
 
     def trainer(epochs):
-        return quiet_trainer(max_epochs=epochs, default_root_dir=tmp_path / "root", enable_checkpointing=True,
-                             callbacks=[ModelCheckpoint(dirpath=elsewhere, save_last=True)])
+        return quiet_trainer(
+            max_epochs=epochs,
+            default_root_dir=tmp_path / "root",
+            enable_checkpointing=True,
+            callbacks=[ModelCheckpoint(dirpath=elsewhere, save_last=True)],
+        )
 
     trainer(1).fit(DropoutNet(), train, val)
     restarted = trainer(2)

@@ -43,8 +43,9 @@ def _train_loader() -> DataLoader:
 @pytest.fixture
 def deferred(monkeypatch):
     # The accelerator's (deferred) check, run on CPU.
-    monkeypatch.setattr(finite_loss.FiniteLossCheck, "for_device",
-                        classmethod(lambda cls, trainer, device: cls(trainer, deferred=True)))
+    monkeypatch.setattr(
+        finite_loss.FiniteLossCheck, "for_device", classmethod(lambda cls, trainer, device: cls(trainer, deferred=True))
+    )
 
 
 class LastBatchSeen(tm.Callback):

@@ -125,8 +125,9 @@ def test_limits_val_check_interval_and_max_steps():
     train, val = loaders()
 
     model = ValidationCounting()
-    trainer = quiet_trainer(max_epochs=3, limit_train_batches=6, limit_val_batches=2, val_check_interval=3,
-                            num_sanity_val_steps=1)
+    trainer = quiet_trainer(
+        max_epochs=3, limit_train_batches=6, limit_val_batches=2, val_check_interval=3, num_sanity_val_steps=1
+    )
     trainer.fit(model, train, val)
     assert trainer.global_step == 18
     # One sanity batch, then two validations of two batches per epoch.

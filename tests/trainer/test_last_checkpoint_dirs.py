@@ -24,21 +24,30 @@ def legs(tmp_path_factory) -> Batches:
     """Both strategies' first legs in one launch, then (in other processes) both resumes in another:
     one after another in the same processes (helpers/batches.py). Strategy S trains under root/S."""
     root = tmp_path_factory.mktemp("last_dirs")
+
     def leg(strategy, name, steps, *extra):
         (root / strategy).mkdir(exist_ok=True)
-        return (f"{strategy}/{name}", 2, [str(root / strategy), str(root / strategy / f"{name}.pt"), strategy,
-                                          str(steps), *extra], {})
+        return (
+            f"{strategy}/{name}",
+            2,
+            [str(root / strategy), str(root / strategy / f"{name}.pt"), strategy, str(steps), *extra],
+            {},
+        )
 
-    plan = [*(leg(strategy, "first", 6) for strategy in STRATEGIES), None,
-            *(leg(strategy, "second", 10, "last") for strategy in STRATEGIES)]
+    plan = [
+        *(leg(strategy, "first", 6) for strategy in STRATEGIES),
+        None,
+        *(leg(strategy, "second", 10, "last") for strategy in STRATEGIES),
+    ]
     batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent)
     try:
         batches(f"{STRATEGIES[0]}/first")  # the first launch
     except LegFailed:
         pass  # each test says so
     # The last checkpoints as the first legs left them, before the resumes write theirs.
-    batches.last_after_first = {strategy: [(path, path.is_dir()) for path in (root / strategy).rglob("last*.ckpt")]
-                                for strategy in STRATEGIES}
+    batches.last_after_first = {
+        strategy: [(path, path.is_dir()) for path in (root / strategy).rglob("last*.ckpt")] for strategy in STRATEGIES
+    }
     return batches
 
 
@@ -65,9 +74,11 @@ def test_fsdp_resumes_from_its_last_directory_checkpoint(legs, strategy):
 
 # ---- the search itself, without processes ------------------------------------------------------
 
+
 def fake_trainer(root):
-    return SimpleNamespace(checkpoint_callback=None, default_root_dir=str(root), loggers=[], stage="fit",
-                           is_global_zero=True)
+    return SimpleNamespace(
+        checkpoint_callback=None, default_root_dir=str(root), loggers=[], stage="fit", is_global_zero=True
+    )
 
 
 def distributed_dir(path, *, complete=True, age=0.0):

@@ -34,7 +34,9 @@ def test_weights_summary_none_turns_the_summary_off():
 def test_gpus_without_cuda_says_so_and_how_to_run_on_cpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises(ValueError, match=r"gpus=2 asks for CUDA devices, but no CUDA device is visible.*accelerator='cpu', devices=2"):
+    with pytest.raises(
+        ValueError, match=r"gpus=2 asks for CUDA devices, but no CUDA device is visible.*accelerator='cpu', devices=2"
+    ):
         quiet(gpus=2)
 
 
@@ -66,7 +68,9 @@ def test_gpus_zero_means_cpu_and_the_notice_says_so(gpus):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
-@pytest.mark.parametrize("gpus, devices", [("0,1", "devices=2"), ("2", "devices=2"), ("-1", "devices=1"), (-1, "devices=1")])
+@pytest.mark.parametrize(
+    "gpus, devices", [("0,1", "devices=2"), ("2", "devices=2"), ("-1", "devices=1"), (-1, "devices=1")]
+)
 def test_gpus_as_lightning_1x_strings_are_read_and_without_cuda_say_how_to_run_on_cpu(gpus, devices):
     with pytest.raises(ValueError, match=rf"gpus={gpus!r} asks for CUDA devices.*accelerator='cpu', {devices}"):
         quiet(gpus=gpus)

@@ -21,9 +21,17 @@ def _data(n: int = 16, seed: int = 0) -> TensorDataset:
 
 
 def _trainer(tmp_path, **kw) -> tm.Trainer:
-    settings = dict(max_epochs=1, accelerator="cpu", devices=1, enable_progress_bar=False, logger=False,
-                    enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0,
-                    default_root_dir=tmp_path)
+    settings = dict(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
     settings.update(kw)
     return tm.Trainer(**settings)
 
@@ -214,8 +222,9 @@ def test_checkpoint_loads_with_weights_only_and_rebuilds_the_module(tmp_path):
     trainer.save_checkpoint(tmp_path / "plain.ckpt")
     checkpoint = torch.load(tmp_path / "plain.ckpt", weights_only=True)  # torch >= 2.6's default
     assert "numpy" in checkpoint["rng"] and checkpoint["datamodule_hyper_parameters"]["batch_size"] == 4
-    rebuilt = FullSignature.load_from_checkpoint(checkpoint_path=str(tmp_path / "plain.ckpt"), map_location="cpu",
-                                                 strict=True, lr=0.3)
+    rebuilt = FullSignature.load_from_checkpoint(
+        checkpoint_path=str(tmp_path / "plain.ckpt"), map_location="cpu", strict=True, lr=0.3
+    )
     assert rebuilt.hparams.lr == 0.3 and torch.equal(rebuilt.layer.weight, model.layer.weight)
 
     # The numpy generator comes back from the tensor form and from a checkpoint of the old (ndarray) form.
@@ -238,8 +247,14 @@ def test_metrics_are_tensors_and_callbacks_still_read_them(tmp_path):
 
     best = ModelCheckpoint(dirpath=tmp_path / "ckpt", filename="{epoch}-{val_loss:.4f}", monitor="val_loss")
     probe = Probe()
-    trainer = _trainer(tmp_path, max_epochs=2, callbacks=[probe, best, EarlyStopping(monitor="val_loss")],
-                       enable_checkpointing=True, logger=CSVLogger(tmp_path, name="t"), log_every_n_steps=1)
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=2,
+        callbacks=[probe, best, EarlyStopping(monitor="val_loss")],
+        enable_checkpointing=True,
+        logger=CSVLogger(tmp_path, name="t"),
+        log_every_n_steps=1,
+    )
     trainer.fit(FullSignature(), DataLoader(_data(), batch_size=4), DataLoader(_data(8, 1), batch_size=4))
     metrics, logged = trainer.callback_metrics, trainer.logged_metrics
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in [*metrics.values(), *logged.values()])

@@ -92,8 +92,9 @@ def test_on_cuda_a_training_step_with_self_log_never_waits_for_the_device():
     data = random_classification(96)
     on_device = TensorDataset(*(t.cuda() for t in data.tensors))  # no host-to-device copy in the step
     rows = Rows()
-    trainer = quiet_trainer(accelerator="cuda", max_epochs=1, logger=rows, log_every_n_steps=1000,
-                            callbacks=[SyncsAreErrors()])
+    trainer = quiet_trainer(
+        accelerator="cuda", max_epochs=1, logger=rows, log_every_n_steps=1000, callbacks=[SyncsAreErrors()]
+    )
     try:
         trainer.fit(LogsOnCuda(), DataLoader(on_device, batch_size=8))
     finally:

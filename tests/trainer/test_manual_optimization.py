@@ -57,7 +57,9 @@ def test_a_manual_gan_under_ddp_is_bit_identical_to_a_handwritten_ddp_loop(legs)
 def test_a_manual_gan_resumed_mid_epoch_is_bit_identical_to_the_uninterrupted_run(legs):
     stopped, resumed, whole = legs("stopped.pt"), legs("resumed.pt"), legs("ddp.pt")
     assert stopped["global_step"] == 4 and resumed["global_step"] == 12
-    assert not torch.equal(stopped["state_dict"]["discriminator.0.weight"], whole["state_dict"]["discriminator.0.weight"])
+    assert not torch.equal(
+        stopped["state_dict"]["discriminator.0.weight"], whole["state_dict"]["discriminator.0.weight"]
+    )
     for name, tensor in whole["state_dict"].items():
         assert torch.equal(resumed["state_dict"][name], tensor), name
 
@@ -70,8 +72,10 @@ def test_a_manual_gan_under_fsdp_matches_ddp(legs):
         torch.testing.assert_close(fsdp["state_dict"][name], tensor, rtol=0, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("option, fix", [({"accumulate_grad_batches": 2}, "every N batches"),
-                                         ({"gradient_clip_val": 1.0}, "self.clip_gradients")])
+@pytest.mark.parametrize(
+    "option, fix",
+    [({"accumulate_grad_batches": 2}, "every N batches"), ({"gradient_clip_val": 1.0}, "self.clip_gradients")],
+)
 def test_loop_accumulation_or_clipping_with_manual_optimization_is_refused(option, fix):
     trainer = quiet_trainer(max_steps=2, **option)
     with pytest.raises(ValueError, match="automatic_optimization = False") as raised:

@@ -69,8 +69,16 @@ def handwritten(clip=CLIP):
 
 def test_accumulation_clipping_and_schedulers_match_plain_torch(tmp_path):
     module = Accumulating()
-    trainer = tm.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, DataLoader(data(), batch_size=8))
     expected, expected_lr = handwritten()
     assert trainer.global_step == 4  # one per opt.step(), as in Lightning
@@ -85,9 +93,17 @@ def test_accumulation_clipping_and_schedulers_match_plain_torch(tmp_path):
 def test_a_strategy_manual_optimization_was_not_checked_under_is_refused_before_training(tmp_path):
     module = Accumulating()
     before = {name: tensor.clone() for name, tensor in module.state_dict().items()}
-    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="dp", max_epochs=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=tmp_path)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="dp",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     with pytest.raises(ValueError, match=r"strategy 'dp' with Accumulating.automatic_optimization = False"):
         trainer.fit(module, DataLoader(data(), batch_size=8))
     assert all(torch.equal(module.state_dict()[name], tensor) for name, tensor in before.items())

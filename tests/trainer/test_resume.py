@@ -19,8 +19,9 @@ SCRIPT = Path(__file__).with_name("resume_run.py")
 
 
 def _run(*args: str, env: dict[str, str], expect: int = 0) -> None:
-    result = subprocess.run([sys.executable, str(SCRIPT), *args], env={**os.environ, **env},
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == expect, result.stderr[-3000:]
 
 
@@ -87,8 +88,12 @@ class Legs:
 
         def leg(case, name, env, *args):
             folder = self.root / case
-            return (f"{case}/{name}", world(env), [name, *(str(folder / a) if a.endswith((".pt", ".ckpt")) else a
-                                                          for a in args)], env)
+            return (
+                f"{case}/{name}",
+                world(env),
+                [name, *(str(folder / a) if a.endswith((".pt", ".ckpt")) else a for a in args)],
+                env,
+            )
 
         first, resumes = [], []
         for param in STOPS:

@@ -101,15 +101,28 @@ class ZeroGradRecorded(Recorded):
 def test_automatic_optimization_hook_order_with_accumulation():
     callback = ZeroGradRecorder()
     module = ZeroGradRecorded(callback.calls)
-    quiet_trainer(max_epochs=1, accumulate_grad_batches=2, gradient_clip_val=CLIP,
-                  callbacks=[callback]).fit(module, train_loader(5))
+    quiet_trainer(max_epochs=1, accumulate_grad_batches=2, gradient_clip_val=CLIP, callbacks=[callback]).fit(
+        module, train_loader(5)
+    )
     expected = []
     for batch_idx in range(5):
-        expected += [f"train_batch_start:{batch_idx}", f"cb.train_batch_start:{batch_idx}", f"training_step:{batch_idx}",
-                     "before_backward", "cb.before_backward", "after_backward", "cb.after_backward"]
+        expected += [
+            f"train_batch_start:{batch_idx}",
+            f"cb.train_batch_start:{batch_idx}",
+            f"training_step:{batch_idx}",
+            "before_backward",
+            "cb.before_backward",
+            "after_backward",
+            "cb.after_backward",
+        ]
         if batch_idx in (1, 3, 4):  # each window's last batch, and the epoch's last (a window of one)
-            expected += ["before_optimizer_step", "cb.before_optimizer_step", "optimizer.step",
-                         "before_zero_grad", "cb.before_zero_grad"]
+            expected += [
+                "before_optimizer_step",
+                "cb.before_optimizer_step",
+                "optimizer.step",
+                "before_zero_grad",
+                "cb.before_zero_grad",
+            ]
         expected += [f"train_batch_end:{batch_idx}", f"cb.train_batch_end:{batch_idx}"]
     assert callback.calls == expected
     # on_before_backward gets the loss backward runs on: divided by the accumulation window.
@@ -154,12 +167,26 @@ def test_manual_optimization_hooks():
     backward = ["before_backward", "cb.before_backward", "after_backward", "cb.after_backward"]
     step = ["before_optimizer_step", "cb.before_optimizer_step", "optimizer.step"]
     assert callback.calls == [
-        "train_batch_start:0", "cb.train_batch_start:0", "training_step:0", *backward, "step_called", *step,
-        "train_batch_end:0", "cb.train_batch_end:0",
+        "train_batch_start:0",
+        "cb.train_batch_start:0",
+        "training_step:0",
+        *backward,
+        "step_called",
+        *step,
+        "train_batch_end:0",
+        "cb.train_batch_end:0",
         # opt.step(closure): torch's step calls the closure (after its pre-hooks), and the hook runs once the
         # closure has run its backward, as Lightning's Precision._wrap_closure does
-        "train_batch_start:1", "cb.train_batch_start:1", "step_called", "optimizer.step", "training_step:1",
-        *backward, "before_optimizer_step", "cb.before_optimizer_step", "train_batch_end:1", "cb.train_batch_end:1",
+        "train_batch_start:1",
+        "cb.train_batch_start:1",
+        "step_called",
+        "optimizer.step",
+        "training_step:1",
+        *backward,
+        "before_optimizer_step",
+        "cb.before_optimizer_step",
+        "train_batch_end:1",
+        "cb.train_batch_end:1",
     ]
     assert all(norm > 0 for norm in module.seen["hook_norms"])  # the step's gradients exist at the hook
 
@@ -314,20 +341,39 @@ def test_evaluation_batch_start_hooks():
     module, callback = EvalRecorded(calls), EvalRecorder(calls)
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=1, num_sanity_val_steps=1, callbacks=[callback])
     trainer.fit(module, train_loader(1), train_loader(2))
-    one_batch = lambda i, loader=0: [("validation_batch_start", i, loader), ("cb.validation_batch_start", i, loader),  # noqa: E731
-                                     ("validation_step", i, loader), ("validation_batch_end", i, loader)]
+
+    def one_batch(i, loader=0):
+        return [
+            ("validation_batch_start", i, loader),
+            ("cb.validation_batch_start", i, loader),
+            ("validation_step", i, loader),
+            ("validation_batch_end", i, loader),
+        ]
+
     assert calls == [*one_batch(0), *one_batch(0), *one_batch(1)]  # the sanity check's batch, then validation
     calls.clear()
     trainer.validate(module, [train_loader(1), train_loader(1)])  # two loaders: dataloader_idx is passed
     assert calls == [*one_batch(0, 0), *one_batch(0, 1)]
     calls.clear()
     trainer.test(module, train_loader(2))
-    assert calls == [("test_batch_start", 0, 0), ("cb.test_batch_start", 0), ("test_step", 0),
-                     ("test_batch_start", 1, 0), ("cb.test_batch_start", 1), ("test_step", 1)]
+    assert calls == [
+        ("test_batch_start", 0, 0),
+        ("cb.test_batch_start", 0),
+        ("test_step", 0),
+        ("test_batch_start", 1, 0),
+        ("cb.test_batch_start", 1),
+        ("test_step", 1),
+    ]
     calls.clear()
     trainer.predict(module, [train_loader(1), train_loader(1)])
-    assert calls == [("predict_batch_start", 0), ("cb.predict_batch_start", 0, 0), ("predict_step", 0),
-                     ("predict_batch_start", 0), ("cb.predict_batch_start", 0, 1), ("predict_step", 0)]
+    assert calls == [
+        ("predict_batch_start", 0),
+        ("cb.predict_batch_start", 0, 0),
+        ("predict_step", 0),
+        ("predict_batch_start", 0),
+        ("cb.predict_batch_start", 0, 1),
+        ("predict_step", 0),
+    ]
 
 
 @pytest.mark.parametrize("hook", ["on_before_backward", "on_after_backward"])
@@ -335,14 +381,16 @@ def test_pipeline_refuses_backward_hooks_at_fit_start(hook):
     """A pipeline's schedule runs backward per micro-batch and stage: the hooks cannot run as
     Lightning's do, so fit refuses them instead of skipping them."""
     from trainmesh.strategies.mesh import ParallelDims
-    from trainmesh.strategies.model_parallel import model_parallel_capabilities
+    from trainmesh.strategies.model_parallel_support import model_parallel_capabilities
     from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks
 
     module = type("WithHook", (tm.Module,), {hook: lambda self, *args: None})()
+
     def runtime(pp):
         dims = ParallelDims(pp=pp, dp_shard=1).resolved(pp)
-        return SimpleNamespace(mesh=SimpleNamespace(dims=dims),
-                               capabilities=model_parallel_capabilities(dims, replicated=False))
+        return SimpleNamespace(
+            mesh=SimpleNamespace(dims=dims), capabilities=model_parallel_capabilities(dims, replicated=False)
+        )
 
     trainer = SimpleNamespace(module=module, runtime=runtime(2))
     callback = type("HookCallback", (tm.Callback,), {hook: lambda self, *args: None})()
@@ -350,4 +398,6 @@ def test_pipeline_refuses_backward_hooks_at_fit_start(hook):
     with pytest.raises(ValueError, match=rf"{hook} \(defined by WithHook and HookCallback\).*pipeline parallelism"):
         refuse_uncallable_step_hooks(trainer.hooks, module, trainer.runtime, manual=False)
     trainer.runtime = runtime(1)
-    refuse_uncallable_step_hooks(trainer.hooks, module, trainer.runtime, manual=False)  # without stages they run (tests above)
+    refuse_uncallable_step_hooks(
+        trainer.hooks, module, trainer.runtime, manual=False
+    )  # without stages they run (tests above)

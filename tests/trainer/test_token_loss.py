@@ -33,7 +33,7 @@ CLIP = 0.05
 
 # name -> (world size, layout, options); legs of one world size share a launch.
 LEGS = {
-    "reference": (1, "single", {"summed": 0}),            # one process, the whole batch, the mean loss
+    "reference": (1, "single", {"summed": 0}),  # one process, the whole batch, the mean loss
     "reference_clipped": (1, "single", {"summed": 0, "clip": CLIP}),
     "single_whole": (1, "single", {}),
     "single_accumulate": (1, "single", {"accumulate": 2}),
@@ -52,8 +52,10 @@ LEGS = {
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("token_loss")
-    plan = [(name, world, [str(root / f"{name}.pt"), layout, *(f"{k}={v}" for k, v in options.items())], {})
-            for name, (world, layout, options) in LEGS.items()]
+    plan = [
+        (name, world, [str(root / f"{name}.pt"), layout, *(f"{k}={v}" for k, v in options.items())], {})
+        for name, (world, layout, options) in LEGS.items()
+    ]
     batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE)
 
     def saved(name: str) -> dict:
@@ -68,8 +70,9 @@ def weight_gap(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
-@pytest.mark.parametrize("name", ["single_whole", "single_accumulate", "dp", "ddp", "ddp_accumulate", "zero1", "fsdp",
-                                  "pp_gpipe"])
+@pytest.mark.parametrize(
+    "name", ["single_whole", "single_accumulate", "dp", "ddp", "ddp_accumulate", "zero1", "fsdp", "pp_gpipe"]
+)
 def test_a_summed_loss_trains_every_layout_as_one_process_on_the_whole_batch(legs, name):
     run, reference = legs(name), legs("reference")
     assert run["steps"] == reference["steps"] == 4
@@ -164,7 +167,9 @@ def test_summed_and_mean_losses_in_one_optimizer_step_are_refused():
             return super().training_step(batch, batch_idx)
 
     with pytest.raises(ValueError, match="num_tokens for some batches of one optimizer step"):
-        quiet_trainer(max_steps=1, accumulate_grad_batches=2).fit(Alternating(CONFIG), token_loader(CONFIG, batch_size=4))
+        quiet_trainer(max_steps=1, accumulate_grad_batches=2).fit(
+            Alternating(CONFIG), token_loader(CONFIG, batch_size=4)
+        )
 
 
 @pytest.mark.parametrize("count", [-3, 2.5, [1, 2], torch.ones(2), torch.tensor(True)])
@@ -177,15 +182,13 @@ def test_a_count_that_is_not_one_number_of_tokens_is_refused(count):
         quiet_trainer(max_steps=1).fit(BadCount(CONFIG, summed_loss=True), token_loader(CONFIG, batch_size=8))
 
 
-
 def test_a_users_loop_divides_by_the_token_count_with_normalize_gradients():
     runtime = tm.Runtime(accelerator="cpu", devices=1)
     torch.manual_seed(0)
     model, _ = runtime.setup(Llama(CONFIG, summed_loss=True), torch.optim.SGD([torch.zeros(1)], lr=0.1))
     tokens, targets = token_loader(CONFIG).dataset[0:8]
     results = [runtime.train_step(model, (tokens[rows], targets[rows]), 0) for rows in (slice(0, 3), slice(3, 8))]
-    mean = runtime.normalize_gradients(model, sum(r.num_tokens for r in results),
-                                       loss_sum=sum(r.loss for r in results))
+    mean = runtime.normalize_gradients(model, sum(r.num_tokens for r in results), loss_sum=sum(r.loss for r in results))
     reference_loss, reference = mean_loss_gradients(slice(0, 8))
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, reference[name], rtol=1e-5, atol=1e-7)

@@ -103,16 +103,31 @@ def test_no_listed_name_is_a_hook_trainmesh_defines_or_calls(monkeypatch, tmp_pa
     monkeypatch.setattr("trainmesh.trainer.hooks.refuse_uncalled_hooks", lambda module, callbacks: None)
     module = type("Everything", (Plain,), {name: recorder(name) for name in module_hooks})()
     callback = type("EveryCallback", (tm.Callback,), {name: recorder(name) for name in callback_hooks})()
-    trainer = quiet_trainer(max_epochs=2, callbacks=[callback], num_sanity_val_steps=1, log_every_n_steps=1,
-                            enable_checkpointing=True, default_root_dir=tmp_path)
+    trainer = quiet_trainer(
+        max_epochs=2,
+        callbacks=[callback],
+        num_sanity_val_steps=1,
+        log_every_n_steps=1,
+        enable_checkpointing=True,
+        default_root_dir=tmp_path,
+    )
     for stage in ("fit", "validate", "test", "predict"):
         _run(stage, trainer, module)
     assert called == []
     assert module.ran == ["setup:fit", "setup:validate", "setup:test", "setup:predict"]
 
 
-@pytest.mark.parametrize("name", ["transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer",
-                                  "on_exception", "on_save_checkpoint", "on_load_checkpoint"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "transfer_batch_to_device",
+        "on_before_batch_transfer",
+        "on_after_batch_transfer",
+        "on_exception",
+        "on_save_checkpoint",
+        "on_load_checkpoint",
+    ],
+)
 def test_a_data_module_defining_an_uncalled_hook_is_refused_before_prepare_data(name):
     from trainmesh.trainer.unsupported_hooks import DATAMODULE_HOOKS
 
@@ -122,9 +137,16 @@ def test_a_data_module_defining_an_uncalled_hook_is_refused_before_prepare_data(
     def uncalled(self, *args, **kwargs):
         raise AssertionError("never reached: the run stops first")
 
-    Data = type("Data", (tm.DataModule,), {
-        "prepare_data": lambda self: prepared.append(True),
-        "train_dataloader": lambda self: train, "val_dataloader": lambda self: val, name: uncalled})
+    Data = type(
+        "Data",
+        (tm.DataModule,),
+        {
+            "prepare_data": lambda self: prepared.append(True),
+            "train_dataloader": lambda self: train,
+            "val_dataloader": lambda self: val,
+            name: uncalled,
+        },
+    )
     with pytest.raises(ValueError, match=rf"Data\.{name}: .*data module hook that trainmesh never calls") as raised:
         quiet_trainer(max_epochs=1).fit(Plain(), datamodule=Data())
     assert DATAMODULE_HOOKS[name] in str(raised.value) and not prepared

@@ -19,17 +19,34 @@ import pytest
 
 HERE = Path(__file__).parent
 TIMEOUT = 2.0  # watchdog_run.TIMEOUT
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "SLURM_NTASKS",
-                      "SLURM_PROCID", "OMP_NUM_THREADS")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "OMP_NUM_THREADS",
+)
 
 
 class Run:
     def __init__(self, mode: str, out: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-        self.process = subprocess.Popen([sys.executable, str(HERE / "watchdog_run.py"), mode, str(out)], cwd=out,
-                                        env={**env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "watchdog_run.py"), mode, str(out)],
+            cwd=out,
+            env={**env, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.out = out
         self.output, self.ended_at, self.returncode = "", 0.0, None
 
@@ -68,8 +85,8 @@ def test_ddp_run_with_a_stuck_rank_ends_naming_it_and_showing_where_it_was(runs)
     assert "FIT ENDED" not in run.output
     # The agent names the stuck rank, and the verdict says it is the one the others wait for.
     assert "worker rank 1 failed (exit code 124)" in run.output, tail
-    verdict = run.output[run.output.index("rank 1 did not arrive"):]
-    where = verdict[verdict.index("Where rank 1 was"):verdict.index("Every rank")]
+    verdict = run.output[run.output.index("rank 1 did not arrive") :]
+    where = verdict[verdict.index("Where rank 1 was") : verdict.index("Every rank")]
     assert re.search(r'watchdog_run\.py", line \d+, in training_step\n\s+time\.sleep\(3600\)', where), verdict
     assert re.search(r"rank 0: .* at \S+ in \w+", verdict), verdict
     # Every rank dumped its threads with faulthandler.
@@ -123,8 +140,10 @@ def test_verdict_without_a_rank_behind_names_one_that_did_not_answer():
     assert left_behind.stuck == (1,) and "rank 0: finished the loop" in left_behind.message
 
 
-@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-3.0, ValueError), (float("inf"), ValueError),
-                                              ("300", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(0, ValueError), (-3.0, ValueError), (float("inf"), ValueError), ("300", TypeError), (True, TypeError)],
+)
 def test_a_bad_watchdog_timeout_says_what_it_is_and_how_to_fix_it(value, error):
     import trainmesh as tm
 

@@ -60,16 +60,30 @@ def run_leg(argv):
     model = Llama(CONFIG, lr=LR, summed_loss=opts.get("summed", "1") == "1")
     losses = StepLosses()
     trainer = tm.Trainer(
-        accelerator="cpu", devices=devices, strategy=strategy(), max_epochs=1, accumulate_grad_batches=accumulate,
-        gradient_clip_val=float(opts["clip"]) if "clip" in opts else None, callbacks=[losses],
-        enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=False,
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy(),
+        max_epochs=1,
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=float(opts["clip"]) if "clip" in opts else None,
+        callbacks=[losses],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
         num_sanity_val_steps=0,
     )
     trainer.fit(model, token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp // accumulate))
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:
-        torch.save({"state_dict": {k: v.detach().cpu() for k, v in full.items()}, "losses": losses.losses,
-                    "steps": trainer.global_step}, out)
+        torch.save(
+            {
+                "state_dict": {k: v.detach().cpu() for k, v in full.items()},
+                "losses": losses.losses,
+                "steps": trainer.global_step,
+            },
+            out,
+        )
 
 
 if __name__ == "__main__":

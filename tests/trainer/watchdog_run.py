@@ -58,9 +58,19 @@ if __name__ == "__main__":
     x = torch.randn(64, 4)
     data = TensorDataset(x, x.sum(1, keepdim=True))
     devices, stuck = (2, 1) if mode == "ddp" else (1, 0)
-    trainer = tm.Trainer(accelerator="cpu", strategy="ddp" if mode == "ddp" else "auto", devices=devices,
-                         max_epochs=2, limit_train_batches=4, limit_val_batches=3, num_sanity_val_steps=0,
-                         watchdog_timeout=TIMEOUT, default_root_dir=out, enable_progress_bar=False,
-                         enable_model_summary=False, logger=False)
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        strategy="ddp" if mode == "ddp" else "auto",
+        devices=devices,
+        max_epochs=2,
+        limit_train_batches=4,
+        limit_val_batches=3,
+        num_sanity_val_steps=0,
+        watchdog_timeout=TIMEOUT,
+        default_root_dir=out,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+    )
     trainer.fit(SlowThenStuck(stuck), DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
     print("FIT ENDED", flush=True)

@@ -16,8 +16,10 @@ class Frozen:
 
 
 def test_nested_batches_keep_their_types_and_every_tensor_is_mapped():
-    batch = {"pair": Pair(torch.ones(2), [torch.zeros(3), (torch.ones(1), "s")]),
-             "frozen": Frozen(torch.ones(4), 7, {"mask": torch.ones(2, dtype=torch.bool)})}
+    batch = {
+        "pair": Pair(torch.ones(2), [torch.zeros(3), (torch.ones(1), "s")]),
+        "frozen": Frozen(torch.ones(4), 7, {"mask": torch.ones(2, dtype=torch.bool)}),
+    }
     doubled = apply_to_tensors(batch, lambda t: t * 2)
     assert isinstance(doubled["pair"], Pair)
     assert torch.equal(doubled["pair"].x, torch.full((2,), 2.0))

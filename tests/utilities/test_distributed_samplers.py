@@ -56,8 +56,9 @@ def test_contiguous_shard_sampler_without_a_sampler_splits_0_to_n(world):
     source = range(10)
     parts = [list(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)]
     assert [i for part in parts for i in part] == list(range(10))
-    assert [len(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == \
-        [len(part) for part in parts]
+    assert [len(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == [
+        len(part) for part in parts
+    ]
 
 
 def test_contiguous_shard_sampler_slices_the_order_of_its_sampler():
@@ -65,9 +66,17 @@ def test_contiguous_shard_sampler_slices_the_order_of_its_sampler():
     expected = list(RandomSampler(range(11), generator=torch.Generator().manual_seed(3)))
     assert sorted(expected) == list(range(11)) and expected != list(range(11))
     # Each rank draws the order itself, from an identically seeded generator (as separate processes would).
-    parts = [list(ContiguousShardSampler(range(11), num_replicas=2, rank=rank,
-                                         sampler=RandomSampler(range(11), generator=torch.Generator().manual_seed(3))))
-             for rank in range(2)]
+    parts = [
+        list(
+            ContiguousShardSampler(
+                range(11),
+                num_replicas=2,
+                rank=rank,
+                sampler=RandomSampler(range(11), generator=torch.Generator().manual_seed(3)),
+            )
+        )
+        for rank in range(2)
+    ]
     assert parts[0] + parts[1] == expected
     assert [len(part) for part in parts] == [6, 5]
     assert len(list(ContiguousShardSampler(range(11), num_replicas=2, rank=0, sampler=order))) == 6
@@ -82,8 +91,9 @@ def test_contiguous_shard_sampler_length_matches_its_iteration_for_a_subset_samp
 # ---- DistributedSamplerWrapper -----------------------------------------------------------------
 def weighted(seed: int = 11, num_samples: int = 23) -> WeightedRandomSampler:
     weights = torch.linspace(0.1, 1.0, 40)
-    return WeightedRandomSampler(weights, num_samples=num_samples, replacement=True,
-                                 generator=torch.Generator().manual_seed(seed))
+    return WeightedRandomSampler(
+        weights, num_samples=num_samples, replacement=True, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

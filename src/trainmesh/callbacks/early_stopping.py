@@ -114,22 +114,32 @@ class EarlyStopping(Callback):
         current = float(value)
         better = _better_than(self.mode)
         if self.check_finite and not math.isfinite(current):
-            return self._stop("non_finite_metric", f"{self.monitor} = {current} is not finite; the best value "
-                                                   f"was {self.best_score:.5g}. Stopping")
+            return self._stop(
+                "non_finite_metric",
+                f"{self.monitor} = {current} is not finite; the best value was {self.best_score:.5g}. Stopping",
+            )
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
-            return self._stop("stopping_threshold", f"{self.monitor} = {current:.5g} reached the stopping threshold "
-                                                    f"{self.stopping_threshold}. Stopping")
+            return self._stop(
+                "stopping_threshold",
+                f"{self.monitor} = {current:.5g} reached the stopping threshold {self.stopping_threshold}. Stopping",
+            )
         if self.divergence_threshold is not None and better(self.divergence_threshold, current):
-            return self._stop("divergence_threshold", f"{self.monitor} = {current:.5g} is past the divergence "
-                                                      f"threshold {self.divergence_threshold}. Stopping")
+            return self._stop(
+                "divergence_threshold",
+                f"{self.monitor} = {current:.5g} is past the divergence "
+                f"threshold {self.divergence_threshold}. Stopping",
+            )
         if self._improves(current):
             previous, self.best_score, self.wait_count = self.best_score, current, 0
             self.stopping_reason_message = _improvement_message(self.monitor, previous, current)
             return False
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return self._stop("patience_exhausted", f"{self.monitor} did not improve in the last {self.wait_count} "
-                                                    f"checks; the best value was {self.best_score:.5g}. Stopping")
+            return self._stop(
+                "patience_exhausted",
+                f"{self.monitor} did not improve in the last {self.wait_count} "
+                f"checks; the best value was {self.best_score:.5g}. Stopping",
+            )
         self.stopping_reason_message = None
         return False
 
@@ -174,7 +184,9 @@ def _check_arguments(monitor: str, min_delta: float, patience: int, mode: str) -
     if not isinstance(monitor, str) or not monitor:
         raise ValueError(f"EarlyStopping(monitor={monitor!r}): give the name of a logged metric, e.g. 'val_loss'")
     if mode not in _MODES:
-        raise ValueError(f"EarlyStopping(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)")
+        raise ValueError(
+            f"EarlyStopping(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
+        )
     if min_delta < 0:
         raise ValueError(
             f"EarlyStopping(min_delta={min_delta}): min_delta is how much better than the best a value must be "

@@ -55,8 +55,12 @@ class LearningRateMonitor(Callback):
         if self.log_momentum and trainer.is_global_zero:
             lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
             if lacking:
-                warnings.warn(f"LearningRateMonitor(log_momentum=True): {', '.join(lacking)} has no momentum or "
-                              "betas; its momentum is logged as 0", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"LearningRateMonitor(log_momentum=True): {', '.join(lacking)} has no momentum or "
+                    "betas; its momentum is logged as 0",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if self.logging_interval != "step":

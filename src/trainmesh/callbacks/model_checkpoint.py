@@ -120,8 +120,12 @@ class ModelCheckpoint(Callback):
     @property
     def state_key(self) -> str:
         # Two checkpoint callbacks (say, best-by-loss and every-1000-steps) keep separate state.
-        key = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self.every_n_train_steps,
-               "every_n_epochs": self.every_n_epochs}
+        key = {
+            "monitor": self.monitor,
+            "mode": self.mode,
+            "every_n_train_steps": self.every_n_train_steps,
+            "every_n_epochs": self.every_n_epochs,
+        }
         return f"{type(self).__qualname__}{key!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
@@ -156,7 +160,9 @@ class ModelCheckpoint(Callback):
             self._save(trainer, mid_epoch=False)
 
     # ---- names --------------------------------------------------------------------------------
-    def format_checkpoint_name(self, metrics: dict[str, Any], epoch: int, step: int, *, version: int | None = None) -> str:
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], epoch: int, step: int, *, version: int | None = None
+    ) -> str:
         """The path a checkpoint taken at ``epoch``/``step`` with these metrics gets.
 
         >>> ModelCheckpoint(filename="{epoch:02d}-{val/acc:.2f}").format_checkpoint_name({"val/acc": 0.9}, 1, 50)
@@ -165,8 +171,9 @@ class ModelCheckpoint(Callback):
         return self._path_for(self._template(), metrics, epoch, step, version)
 
     def _path_for(self, template: str, metrics: dict[str, Any], epoch: int, step: int, version: int | None) -> str:
-        name = render_filename(template, {**metrics, "epoch": epoch, "step": step},
-                               auto_insert_metric_name=self.auto_insert_metric_name)
+        name = render_filename(
+            template, {**metrics, "epoch": epoch, "step": step}, auto_insert_metric_name=self.auto_insert_metric_name
+        )
         if version is not None:
             name = f"{name}-v{version}"
         name += self.FILE_EXTENSION
@@ -192,7 +199,9 @@ class ModelCheckpoint(Callback):
     def _skip(self, trainer: TrainerView) -> bool:
         # Already saved at this step: a step-cadence save on an epoch's last batch is the same
         # training state as the epoch-end one, so it is not written twice.
-        return bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
+        return (
+            bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
+        )
 
     def _epoch_due(self, trainer: TrainerView) -> bool:
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
@@ -217,14 +226,19 @@ class ModelCheckpoint(Callback):
         # Checked at the first save, not in setup, so that a resumed run's restored files count as ours.
         if not trainer.is_global_zero or self.dirpath is None or not os.path.isdir(self.dirpath):
             return
-        foreign = [entry.name for entry in os.scandir(self.dirpath)
-                   if not entry.name.startswith(".") and _absolute(entry.path) not in self._owned]
+        foreign = [
+            entry.name
+            for entry in os.scandir(self.dirpath)
+            if not entry.name.startswith(".") and _absolute(entry.path) not in self._owned
+        ]
         if foreign:
             warnings.warn(
                 f"checkpoint directory {self.dirpath} already holds files of another run ({len(foreign)}, e.g. "
                 f"{sorted(foreign)[0]}); they are kept, and a new checkpoint whose name is taken gets a -v1, -v2 "
                 "suffix. Set ModelCheckpoint(dirpath=...) to a fresh folder to keep runs apart",
-                UserWarning, stacklevel=4)
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
         if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
@@ -234,8 +248,12 @@ class ModelCheckpoint(Callback):
             # now rather than fail a step-cadence save; the epoch-end save still checks.
             if not self._warned_missing:
                 self._warned_missing = True
-                warnings.warn(f"ModelCheckpoint(monitor={self.monitor!r}): not logged yet (no validation has run); "
-                              "this step's checkpoint is not ranked", UserWarning, stacklevel=3)
+                warnings.warn(
+                    f"ModelCheckpoint(monitor={self.monitor!r}): not logged yet (no validation has run); "
+                    "this step's checkpoint is not ranked",
+                    UserWarning,
+                    stacklevel=3,
+                )
             return False
         raise ValueError(
             f"ModelCheckpoint(monitor={self.monitor!r}) cannot rank checkpoints: {self.monitor!r} is not "
@@ -343,12 +361,20 @@ class ModelCheckpoint(Callback):
         self.best_model_path = state_dict.get("best_model_path", "")
         self.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
         if self._dirpath_given and saved_dir is not None and saved_dir != self.dirpath:
-            warnings.warn(f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
-                          "starts afresh there (best_model_path and best_model_score are kept)", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
+                "starts afresh there (best_model_path and best_model_score are kept)",
+                UserWarning,
+                stacklevel=2,
+            )
             return
         if state_dict.get("monitor") != self.monitor:
-            warnings.warn(f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
-                          f"{self.monitor!r}; the top-k ranking starts afresh", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
+                f"{self.monitor!r}; the top-k ranking starts afresh",
+                UserWarning,
+                stacklevel=2,
+            )
             return
         # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
         # resumed run keeps ranking, and deleting, the files the first run wrote.
@@ -382,7 +408,7 @@ def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric
                 "metrics are floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
             ) from None
         label = name.replace("/", "_")
-        before = template[:match.start()]
+        before = template[: match.start()]
         if auto_insert_metric_name and not before.endswith((f"{name}=", f"{label}=")):
             return f"{label}={text}"
         return text
@@ -390,10 +416,13 @@ def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric
     return _FIELD.sub(fill, template)
 
 
-def _check_arguments(monitor: str | None, mode: str, save_top_k: int, every_n_train_steps: int | None,
-                     every_n_epochs: int | None) -> None:
+def _check_arguments(
+    monitor: str | None, mode: str, save_top_k: int, every_n_train_steps: int | None, every_n_epochs: int | None
+) -> None:
     if mode not in _MODES:
-        raise ValueError(f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)")
+        raise ValueError(
+            f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
+        )
     if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
         raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1")
     if monitor is None and save_top_k not in (-1, 0, 1):
@@ -417,4 +446,3 @@ def _absolute(path: str | os.PathLike[str]) -> str:
 def _inside(path: str, directory: str | None) -> bool:
     # Only files under our own folder are ever deleted, whatever a restored state says.
     return directory is not None and Path(_absolute(path)).is_relative_to(directory)
-

@@ -98,8 +98,16 @@ class ProgressBar(Callback):
     >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=10)])  # doctest: +SKIP
     """
 
-    def __init__(self, refresh_rate: int = 1, leave: bool = True, theme: Any = None, process_position: int = 0,
-                 *, console: Console | None = None, console_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        refresh_rate: int = 1,
+        leave: bool = True,
+        theme: Any = None,
+        process_position: int = 0,
+        *,
+        console: Console | None = None,
+        console_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         # theme and process_position are accepted so that Lightning's RichProgressBar(theme=...)
         # and TQDMProgressBar(process_position=...) run unchanged; this bar has one look.
         if refresh_rate < 0:
@@ -231,8 +239,9 @@ class ProgressBar(Callback):
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
             self._start_eval(trainer, label, "num_val_batches")
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                           dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._advance_eval(trainer, batch_idx, "num_val_batches")
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
@@ -243,8 +252,9 @@ class ProgressBar(Callback):
     def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Testing", "num_test_batches")
 
-    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                           dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._advance_eval(trainer, batch_idx, "num_test_batches")
 
     def on_test_end(self, trainer: TrainerView, module: Any) -> None:
@@ -253,8 +263,9 @@ class ProgressBar(Callback):
     def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._start_eval(trainer, "Predicting", "num_predict_batches")
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                           dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(
+        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._advance_eval(trainer, batch_idx, "num_predict_batches")
 
     def on_predict_end(self, trainer: TrainerView, module: Any) -> None:

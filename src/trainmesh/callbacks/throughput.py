@@ -61,8 +61,16 @@ def peak_flops_for(device_name: str, precision: str) -> float | None:
     return None
 
 
-def throughput_figures(*, seconds: float, data_seconds: float, batches: int, samples: int, tokens: int | None,
-                       flops_per_batch: int | None, peak_flops: float | None) -> dict[str, float]:
+def throughput_figures(
+    *,
+    seconds: float,
+    data_seconds: float,
+    batches: int,
+    samples: int,
+    tokens: int | None,
+    flops_per_batch: int | None,
+    peak_flops: float | None,
+) -> dict[str, float]:
     """Rates over one window of ``seconds`` of training (this process's share of the work).
 
     >>> figures = throughput_figures(seconds=2.0, data_seconds=0.5, batches=10, samples=160, tokens=None,
@@ -71,8 +79,11 @@ def throughput_figures(*, seconds: float, data_seconds: float, batches: int, sam
     (80.0, 15000.0, 0.5, 0.25)
     """
     assert seconds > 0, "a window has a positive duration"
-    figures = {"batches_per_sec": batches / seconds, "samples_per_sec": samples / seconds,
-               "data_wait_share": data_seconds / seconds}
+    figures = {
+        "batches_per_sec": batches / seconds,
+        "samples_per_sec": samples / seconds,
+        "data_wait_share": data_seconds / seconds,
+    }
     if tokens is not None:
         figures["tokens_per_sec"] = tokens / seconds
     if flops_per_batch is not None:
@@ -120,11 +131,19 @@ class ThroughputMonitor(Callback):
     >>> # Trainer(callbacks=[monitor]) logs e.g. {"throughput/samples_per_sec": 880.0, "throughput/mfu": 0.41}
     """
 
-    def __init__(self, *, tokens_per_sample: int | None = None, tokens_in_batch: Callable[[Any], int] | None = None,
-                 peak_flops: float | None = None, count_flops: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        tokens_per_sample: int | None = None,
+        tokens_in_batch: Callable[[Any], int] | None = None,
+        peak_flops: float | None = None,
+        count_flops: bool = True,
+    ) -> None:
         if tokens_per_sample is not None and tokens_in_batch is not None:
-            raise ValueError("ThroughputMonitor: give tokens_per_sample or tokens_in_batch, not both; "
-                             "tokens_in_batch(batch) returns the batch's token count")
+            raise ValueError(
+                "ThroughputMonitor: give tokens_per_sample or tokens_in_batch, not both; "
+                "tokens_in_batch(batch) returns the batch's token count"
+            )
         if peak_flops is not None and peak_flops <= 0:
             raise ValueError(f"ThroughputMonitor(peak_flops={peak_flops}): the device's peak FLOP/s must be positive")
         self.tokens_per_sample = tokens_per_sample
@@ -173,11 +192,16 @@ class ThroughputMonitor(Callback):
         # A dispatch mode around a compiled module's first call would be traced into its graph.
         model = getattr(trainer, "model", None)
         compiled = isinstance(model, torch.nn.Module) and any(
-            getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+            getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()
+        )
         # Where one rank's count is not its share (the model itself split: tensor parallel,
         # pipelines), the strategy says so: no FLOPs, hence no MFU, rather than a wrong figure.
-        counts = (self.count_flops and self.flops_per_batch is None and not compiled
-                  and trainer.runtime.capabilities.flop_counting)
+        counts = (
+            self.count_flops
+            and self.flops_per_batch is None
+            and not compiled
+            and trainer.runtime.capabilities.flop_counting
+        )
         self._flops = _PENDING if counts else _DONE
         self._reset_window(time.perf_counter(), _data_seconds(trainer))
 
@@ -307,10 +331,15 @@ class ThroughputMonitor(Callback):
         if seconds <= 0 or not self._batches:
             return
         data_seconds = _data_seconds(trainer)
-        figures = throughput_figures(seconds=seconds, data_seconds=data_seconds - self._window_data_seconds,
-                                     batches=self._batches,
-                                     samples=self._samples, tokens=self._tokens or None,
-                                     flops_per_batch=self.flops_per_batch, peak_flops=self._peak)
+        figures = throughput_figures(
+            seconds=seconds,
+            data_seconds=data_seconds - self._window_data_seconds,
+            batches=self._batches,
+            samples=self._samples,
+            tokens=self._tokens or None,
+            flops_per_batch=self.flops_per_batch,
+            peak_flops=self._peak,
+        )
         figures["peak_memory_mb"] = peak_memory_bytes(device) / 2**20
         self.last_figures = figures
         self.history.append(figures)

@@ -10,6 +10,15 @@ from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, remove_ch
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.paths import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
 
-__all__ = ["CheckpointKeys", "CheckpointPlaces", "UnreadableCheckpoint", "atomic_save", "check_state_dict_fits",
-           "content_problem", "load_checkpoint_file", "remove_checkpoint", "remove_interrupted_saves",
-           "resolve_checkpoint"]
+__all__ = [
+    "CheckpointKeys",
+    "CheckpointPlaces",
+    "UnreadableCheckpoint",
+    "atomic_save",
+    "check_state_dict_fits",
+    "content_problem",
+    "load_checkpoint_file",
+    "remove_checkpoint",
+    "remove_interrupted_saves",
+    "resolve_checkpoint",
+]

@@ -13,7 +13,9 @@ def check_state_dict_fits(expected: Mapping[str, Any], loaded: Mapping[str, Any]
     reshaped = [
         f"{k}: checkpoint {tuple(loaded[k].shape)} vs model {tuple(expected[k].shape)}"
         for k in expected
-        if k in loaded and hasattr(expected[k], "shape") and hasattr(loaded[k], "shape")
+        if k in loaded
+        and hasattr(expected[k], "shape")
+        and hasattr(loaded[k], "shape")
         and tuple(expected[k].shape) != tuple(loaded[k].shape)
     ]
     if not (missing or unexpected or reshaped):

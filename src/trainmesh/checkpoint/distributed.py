@@ -60,8 +60,9 @@ def is_distributed_checkpoint(path: str | os.PathLike[str]) -> bool:
     return Path(path).is_dir()
 
 
-def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *, rank: int,
-                     sharded_keys: Sequence[str]) -> None:
+def save_distributed(
+    checkpoint: dict[str, Any], path: str | os.PathLike[str], *, rank: int, sharded_keys: Sequence[str]
+) -> None:
     """Every rank calls this with its own shards of the ``sharded_keys`` entries; rank 0 writes the rest.
 
     A sharded entry that is a list (one state dict per optimizer, say) is stored item by item
@@ -92,10 +93,14 @@ def save_distributed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *
 def _split_sharded(checkpoint: dict[str, Any], sharded_keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The entries DCP writes (lists as dicts keyed "0", "1", ...) and the record that rebuilds them."""
     if isinstance(sharded_keys, str):
-        raise ValueError(f"sharded_keys={sharded_keys!r} is one string; pass a sequence of keys, e.g. [{sharded_keys!r}]")
+        raise ValueError(
+            f"sharded_keys={sharded_keys!r} is one string; pass a sequence of keys, e.g. [{sharded_keys!r}]"
+        )
     if RECORD_KEY in checkpoint:
-        raise ValueError(f"the checkpoint has an entry {RECORD_KEY!r}, a key reserved for the distributed "
-                         "checkpoint's own record; rename that entry")
+        raise ValueError(
+            f"the checkpoint has an entry {RECORD_KEY!r}, a key reserved for the distributed "
+            "checkpoint's own record; rename that entry"
+        )
     tensors: dict[str, Any] = {}
     entries: dict[str, dict[str, Any]] = {}
     for key in sharded_keys:
@@ -111,8 +116,9 @@ def _split_sharded(checkpoint: dict[str, Any], sharded_keys: Sequence[str]) -> t
     return tensors, {"version": RECORD_VERSION, "entries": entries}
 
 
-def templates_for(module: nn.Module, optimizers: Sequence[Optimizer], *, model_key: str,
-                  optimizers_key: str) -> dict[str, Any]:
+def templates_for(
+    module: nn.Module, optimizers: Sequence[Optimizer], *, model_key: str, optimizers_key: str
+) -> dict[str, Any]:
     """Templates for :func:`load_distributed` shaped like ``module``'s and ``optimizers``' own state.
 
     They come from the live objects, so the shards land wherever this run keeps them: a
@@ -144,8 +150,10 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
     held = {key: entry for key, entry in record["entries"].items() if key in templates}
-    tensors = {entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
-               for key, entry in held.items()}
+    tensors = {
+        entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
+        for key, entry in held.items()
+    }
     dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
     loaded = {}
     for key, entry in held.items():
@@ -155,30 +163,38 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     return {**rest, **loaded}
 
 
-def _fit_template(key: str, template: Any, entry: dict[str, Any], metadata: Mapping[str, Any], source: Path, *,
-                  part: bool = False) -> Any:
+def _fit_template(
+    key: str, template: Any, entry: dict[str, Any], metadata: Mapping[str, Any], source: Path, *, part: bool = False
+) -> Any:
     """What DCP should load for one entry: the template, checked against what the checkpoint holds."""
     stored = _stored_under(entry["stored_as"], metadata)
     if entry["list"] != isinstance(template, (list, tuple)):
         saved_as = "a list" if entry["list"] else "one value"
-        raise ValueError(f"the checkpoint {source} holds {key!r} as {saved_as}, but its template is "
-                         f"{type(template).__name__}: pass a template of the same form")
+        raise ValueError(
+            f"the checkpoint {source} holds {key!r} as {saved_as}, but its template is "
+            f"{type(template).__name__}: pass a template of the same form"
+        )
     if entry["list"]:
         held = {name.split(".", 1)[0] for name in stored}
         # Only the items the checkpoint holds: DCP refuses a template key it cannot find.
         return {str(i): item for i, item in enumerate(template) if str(i) in held}
     if _is_tensor_dict(template):
         shapes = {k: _Shape(m) for k, m in stored.items() if hasattr(m, "size")}
-        check_state_dict_fits(template, {k: v for k, v in shapes.items() if k in template} if part else shapes,
-                              source=str(source))
+        check_state_dict_fits(
+            template, {k: v for k, v in shapes.items() if k in template} if part else shapes, source=str(source)
+        )
     return template
 
 
 def check_complete(path: Path) -> None:
     missing = [name for name in (METADATA_FILE, STATE_FILE) if not (path / name).exists()]
     if missing:
-        foreign = (" A DCP checkpoint written by other code (it has .metadata but no trainer state) loads with "
-                   "torch.distributed.checkpoint.load into your model's state dict." if missing == [STATE_FILE] else "")
+        foreign = (
+            " A DCP checkpoint written by other code (it has .metadata but no trainer state) loads with "
+            "torch.distributed.checkpoint.load into your model's state dict."
+            if missing == [STATE_FILE]
+            else ""
+        )
         raise UnreadableCheckpoint(
             f"{path} is not a complete distributed checkpoint: {', '.join(missing)} missing (a save that "
             "was interrupted, or a directory of something else). Use the previous checkpoint, or the "
@@ -195,8 +211,10 @@ def readable_metadata(path: Path) -> Any:
     try:
         metadata = dcp.FileSystemReader(str(path)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means the same: a torn file
-        raise UnreadableCheckpoint(f"{path} is not a readable distributed checkpoint: its {METADATA_FILE} is "
-                                   f"truncated or damaged ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise UnreadableCheckpoint(
+            f"{path} is not a readable distributed checkpoint: its {METADATA_FILE} is "
+            f"truncated or damaged ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
     needed: dict[str, int] = {}  # shard file -> the end of the last byte range read from it
     for info in (getattr(metadata, "storage_data", None) or {}).values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
@@ -207,7 +225,8 @@ def readable_metadata(path: Path) -> Any:
             state = "is missing" if size is None else f"is truncated ({size} bytes of at least {end})"
             raise UnreadableCheckpoint(
                 f"{path} is not a readable distributed checkpoint: shard {name} {state}. A copy that did not "
-                "finish, or a damaged disk: copy the directory again, or use an earlier checkpoint")
+                "finish, or a damaged disk: copy the directory again, or use an earlier checkpoint"
+            )
     problem = file_problem(path / STATE_FILE)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
@@ -245,8 +264,11 @@ def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], d
     metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
     shapes = {
-        key: {name: tuple(meta.size) for name, meta in _stored_under(entry["stored_as"], metadata).items()
-              if hasattr(meta, "size")}
+        key: {
+            name: tuple(meta.size)
+            for name, meta in _stored_under(entry["stored_as"], metadata).items()
+            if hasattr(meta, "size")
+        }
         for key, entry in record["entries"].items()
     }
     return rest, shapes
@@ -257,15 +279,17 @@ def _read_state_file(source: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     rest = torch.load(source / STATE_FILE, map_location="cpu", weights_only=False)
     record = rest.pop(RECORD_KEY, LEGACY_RECORD)
     if record.get("version", 0) > RECORD_VERSION:
-        raise ValueError(f"{source} was written by a newer trainmesh (distributed checkpoint record version "
-                         f"{record['version']}, this one reads up to {RECORD_VERSION}); upgrade trainmesh to load it")
+        raise ValueError(
+            f"{source} was written by a newer trainmesh (distributed checkpoint record version "
+            f"{record['version']}, this one reads up to {RECORD_VERSION}); upgrade trainmesh to load it"
+        )
     return rest, record
 
 
 def _stored_under(stored_as: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     """DCP's metadata of one top-level key, by the name below it (DCP flattens nested keys with ".")."""
     prefix = f"{stored_as}."
-    return {key[len(prefix):]: meta for key, meta in metadata.items() if key.startswith(prefix)}
+    return {key[len(prefix) :]: meta for key, meta in metadata.items() if key.startswith(prefix)}
 
 
 def _is_tensor_dict(value: Any) -> bool:

@@ -44,14 +44,20 @@ def file_problem(path: Path) -> str | None:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return (f"{path} is not a readable trainmesh checkpoint: truncated? ({size} bytes without a complete "
-                "torch.save archive: a write that was cut short, or not a checkpoint at all)")
+        return (
+            f"{path} is not a readable trainmesh checkpoint: truncated? ({size} bytes without a complete "
+            "torch.save archive: a write that was cut short, or not a checkpoint at all)"
+        )
     if "config.json" in names and any(name.endswith(".weights.h5") for name in names):
-        return (f"{path} is a Keras 3 model archive (.keras), not a trainmesh checkpoint: load it with "
-                f"keras.saving.load_model({str(path)!r}), or build the model with trainmesh.keras and train it there")
+        return (
+            f"{path} is a Keras 3 model archive (.keras), not a trainmesh checkpoint: load it with "
+            f"keras.saving.load_model({str(path)!r}), or build the model with trainmesh.keras and train it there"
+        )
     if not any(name.endswith("data.pkl") for name in names):
-        return (f"{path} is a zip archive but not a torch.save file (it holds {sorted(names)[:3]}...), so not "
-                "a trainmesh checkpoint")
+        return (
+            f"{path} is a zip archive but not a torch.save file (it holds {sorted(names)[:3]}...), so not "
+            "a trainmesh checkpoint"
+        )
     return None
 
 
@@ -71,35 +77,49 @@ def damaged_record(path: Path) -> str | None:
 
 def _foreign_by_first_bytes(path: Path, head: bytes, size: int) -> str | None:
     if head.startswith(_HDF5_MAGIC):
-        return (f"{path} is an HDF5 file (Keras .h5 weights or model), not a trainmesh checkpoint: load it with "
-                "Keras (model.load_weights(...)) or h5py and copy the arrays into the module's parameters, "
-                "then fit without ckpt_path")
+        return (
+            f"{path} is an HDF5 file (Keras .h5 weights or model), not a trainmesh checkpoint: load it with "
+            "Keras (model.load_weights(...)) or h5py and copy the arrays into the module's parameters, "
+            "then fit without ckpt_path"
+        )
     if len(head) >= 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] < size:
-        return (f"{path} is a safetensors file (Hugging Face's weights format), not a trainmesh checkpoint: "
-                f"module.load_state_dict(safetensors.torch.load_file({str(path)!r})), then fit without ckpt_path")
+        return (
+            f"{path} is a safetensors file (Hugging Face's weights format), not a trainmesh checkpoint: "
+            f"module.load_state_dict(safetensors.torch.load_file({str(path)!r})), then fit without ckpt_path"
+        )
     return None
 
 
 def content_problem(checkpoint: Any, source: str) -> str | None:
     """Why a loaded object is not a trainmesh checkpoint, saying whose it is and how to use it; None if it is."""
     if isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint:
-        return (f"{source} is a PyTorch Lightning checkpoint (Lightning {checkpoint['pytorch-lightning_version']}), "
-                "not a trainmesh one: its loop and callback state do not carry over. Load its weights into the "
-                f"module, module.load_state_dict(torch.load({source!r}, weights_only=False)['state_dict']), then "
-                "fit without ckpt_path")
+        return (
+            f"{source} is a PyTorch Lightning checkpoint (Lightning {checkpoint['pytorch-lightning_version']}), "
+            "not a trainmesh one: its loop and callback state do not carry over. Load its weights into the "
+            f"module, module.load_state_dict(torch.load({source!r}, weights_only=False)['state_dict']), then "
+            "fit without ckpt_path"
+        )
     if _is_flat_tensor_dict(checkpoint):
         first = next(iter(checkpoint), None)
-        return (f"{source} holds a bare state dict ({len(checkpoint)} tensors, e.g. {first!r}), not a trainmesh "
-                f"checkpoint: module.load_state_dict(torch.load({source!r})), then fit without ckpt_path (or "
-                "validate/test the module as it is)")
+        return (
+            f"{source} holds a bare state dict ({len(checkpoint)} tensors, e.g. {first!r}), not a trainmesh "
+            f"checkpoint: module.load_state_dict(torch.load({source!r})), then fit without ckpt_path (or "
+            "validate/test the module as it is)"
+        )
     if isinstance(checkpoint, Mapping) and "trainmesh_version" in checkpoint and "state_dict" in checkpoint:
         return None
     keys = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, Mapping) else []
     weights = [str(key) for key, value in checkpoint.items() if _is_flat_tensor_dict(value)] if keys else []
-    hint = (f"its {weights[0]!r} entry looks like model weights: module.load_state_dict(torch.load({source!r}, "
-            f"weights_only=False)[{weights[0]!r}])" if weights else "load its weights into the module yourself")
-    return (f"{source} is not a trainmesh checkpoint (no trainmesh_version/state_dict; it holds "
-            f"{keys or type(checkpoint).__name__}), written by other code: {hint}, then fit without ckpt_path")
+    hint = (
+        f"its {weights[0]!r} entry looks like model weights: module.load_state_dict(torch.load({source!r}, "
+        f"weights_only=False)[{weights[0]!r}])"
+        if weights
+        else "load its weights into the module yourself"
+    )
+    return (
+        f"{source} is not a trainmesh checkpoint (no trainmesh_version/state_dict; it holds "
+        f"{keys or type(checkpoint).__name__}), written by other code: {hint}, then fit without ckpt_path"
+    )
 
 
 def _is_flat_tensor_dict(value: Any) -> bool:

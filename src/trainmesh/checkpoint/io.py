@@ -70,9 +70,7 @@ def load_checkpoint_file(path: str | os.PathLike[str], *, map_location: Any = "c
             "pass the path of a .ckpt file written by trainmesh, or ckpt_path='last'"
         )
     if source.is_dir():
-        raise ValueError(
-            f"checkpoint {str(source)!r} is a directory; a single-file checkpoint was expected"
-        )
+        raise ValueError(f"checkpoint {str(source)!r} is a directory; a single-file checkpoint was expected")
     problem = file_problem(source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
@@ -81,7 +79,8 @@ def load_checkpoint_file(path: str | os.PathLike[str], *, map_location: Any = "c
         raise UnreadableCheckpoint(
             f"{source} is damaged: its record {damaged} no longer matches the checksum written with it "
             "(bytes changed on disk or in a copy after the save). Nothing was loaded; resume from an "
-            "earlier checkpoint of the run, or copy the file again from where it was written")
+            "earlier checkpoint of the run, or copy the file again from where it was written"
+        )
     # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
     # plain tensors. Only load checkpoints you trust, as with any pickle.
     try:
@@ -89,8 +88,10 @@ def load_checkpoint_file(path: str | os.PathLike[str], *, map_location: Any = "c
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
         # The archive's index was intact but a record inside it is not (a damaged disk block, a
         # copy that went wrong): the same answer as a torn file, with torch's words attached.
-        raise UnreadableCheckpoint(f"{source} is not a readable trainmesh checkpoint: truncated or damaged? "
-                                   f"(torch.load: {type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise UnreadableCheckpoint(
+            f"{source} is not a readable trainmesh checkpoint: truncated or damaged? "
+            f"(torch.load: {type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{source} does not hold a checkpoint dict (found {type(checkpoint).__name__})")
     return checkpoint
@@ -107,12 +108,15 @@ def no_space_error(error: BaseException, target: Path) -> OSError | None:
     except OSError:
         free = "free space unknown"
     assert cause.errno is not None  # _full_disk_cause found it in _FULL_DISK
-    return OSError(cause.errno, (
-        f"{_FULL_DISK[cause.errno]} while saving the checkpoint {target} (in {target.parent}, {free}); "
-        "the partial file was removed and earlier checkpoints are untouched. Free some space, save "
-        "elsewhere (ModelCheckpoint(dirpath=...) or Trainer(default_root_dir=...)), or keep fewer "
-        "checkpoints (ModelCheckpoint(save_top_k=...))"
-    ))
+    return OSError(
+        cause.errno,
+        (
+            f"{_FULL_DISK[cause.errno]} while saving the checkpoint {target} (in {target.parent}, {free}); "
+            "the partial file was removed and earlier checkpoints are untouched. Free some space, save "
+            "elsewhere (ModelCheckpoint(dirpath=...) or Trainer(default_root_dir=...)), or keep fewer "
+            "checkpoints (ModelCheckpoint(save_top_k=...))"
+        ),
+    )
 
 
 def _full_disk_cause(error: BaseException | None, *, seen: set[int]) -> OSError | None:

@@ -34,8 +34,9 @@ class CheckpointPlaces:
     announces: bool = True  # this process warns and prints (global rank 0)
 
 
-def resolve_checkpoint(ckpt_path: str | os.PathLike[str], places: CheckpointPlaces, *,
-                       allow_fresh_start: bool = False) -> str | None:
+def resolve_checkpoint(
+    ckpt_path: str | os.PathLike[str], places: CheckpointPlaces, *, allow_fresh_start: bool = False
+) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists.
 
     "last" is the newest ``last*.ckpt``; one that is torn or incomplete is skipped, with a warning
@@ -73,13 +74,19 @@ def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str |
         problem = checkpoint_problem(candidate)
         if problem is None:
             if skipped and places.announces:
-                warnings.warn(f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
-                              f"resuming from the newest complete one, {candidate}", UserWarning, stacklevel=5)
+                warnings.warn(
+                    f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
+                    f"resuming from the newest complete one, {candidate}",
+                    UserWarning,
+                    stacklevel=5,
+                )
             return candidate
         skipped.append(problem)
     where = " or ".join(scan.searched)
     if not allow_fresh_start:
-        found_none = f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
+        found_none = (
+            f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
+        )
         raise ValueError(
             f"ckpt_path='last': {found_none}, and {places.stage or 'this stage'} "
             "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
@@ -87,10 +94,14 @@ def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str |
         )
     if places.announces:
         if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
-            warnings.warn(f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning,
-                          stacklevel=5)
-        print(f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
-              "starting from scratch", flush=True)
+            warnings.warn(
+                f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning, stacklevel=5
+            )
+        print(
+            f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
+            "starting from scratch",
+            flush=True,
+        )
     return None
 
 
@@ -105,8 +116,9 @@ def checkpoint_problem(path: str) -> str | None:
     return file_problem(Path(path))
 
 
-def remove_interrupted_saves(folders: list[str], ckpt_path: str | os.PathLike[str] | None,
-                             places: CheckpointPlaces, *, older_than: float) -> list[Path]:
+def remove_interrupted_saves(
+    folders: list[str], ckpt_path: str | os.PathLike[str] | None, places: CheckpointPlaces, *, older_than: float
+) -> list[Path]:
     """Delete the temporaries that killed saves left (see ``cleanup.py``) in ``folders`` (where
     this run saves) and where it resumes from: the folders ``places`` searches for "last", or the
     named checkpoint's folder. Only what nothing modified since ``older_than`` is deleted."""
@@ -115,7 +127,9 @@ def remove_interrupted_saves(folders: list[str], ckpt_path: str | os.PathLike[st
         folders += scan_checkpoints(places.folders).folders
     elif ckpt_path is not None and str(ckpt_path) != "best":
         folders.append(os.path.dirname(os.path.abspath(ckpt_path)))
-    return [path for folder in dict.fromkeys(folders) for path in clean_stale_temporaries(folder, older_than=older_than)]
+    return [
+        path for folder in dict.fromkeys(folders) for path in clean_stale_temporaries(folder, older_than=older_than)
+    ]
 
 
 @dataclasses.dataclass

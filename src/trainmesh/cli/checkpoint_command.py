@@ -19,12 +19,15 @@ def run_checkpoint_command(args: list[str]) -> int:
     from jsonargparse import ArgumentParser
 
     # allow_abbrev=False: argparse would otherwise take a prefix of an option for the option.
-    parser = ArgumentParser(prog="trainmesh checkpoint", description="Work with trainmesh checkpoints.",
-                            allow_abbrev=False)
+    parser = ArgumentParser(
+        prog="trainmesh checkpoint", description="Work with trainmesh checkpoints.", allow_abbrev=False
+    )
     commands = parser.add_subcommands(dest="action")
-    consolidate = ArgumentParser(description="Write a distributed checkpoint (a directory) as one file that "
-                                             f"torch.load reads, with the full weights under {MODEL_KEY!r}.",
-                                 allow_abbrev=False)
+    consolidate = ArgumentParser(
+        description="Write a distributed checkpoint (a directory) as one file that "
+        f"torch.load reads, with the full weights under {MODEL_KEY!r}.",
+        allow_abbrev=False,
+    )
     consolidate.add_argument("source", type=str, help="the distributed checkpoint directory")
     consolidate.add_argument("destination", type=str, help="the file to write")
     inspect = ArgumentParser(description="List what a checkpoint (file or directory) holds.", allow_abbrev=False)
@@ -43,7 +46,9 @@ def _consolidate(source: str, destination: str) -> int:
     if not Path(source).is_dir():
         raise ValueError(f"{source} is not a distributed checkpoint directory (a single file already is consolidated)")
     written = consolidate(source, destination)
-    print(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)[{MODEL_KEY!r}] holds the full weights")
+    print(
+        f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)[{MODEL_KEY!r}] holds the full weights"
+    )
     return 0
 
 
@@ -69,10 +74,14 @@ def _inspect(source: str) -> int:
 
 def _print_summary(rest: dict[str, Any], model: dict[str, tuple[int, ...]]) -> None:
     """``model``: the model's tensor shapes by parameter name; ``rest``: the other entries."""
-    print(f"  trainmesh {rest.get('trainmesh_version', '?')}, epoch {rest.get('epoch')}, global step {rest.get('global_step')}")
+    print(
+        f"  trainmesh {rest.get('trainmesh_version', '?')}, epoch {rest.get('epoch')}, global step {rest.get('global_step')}"
+    )
     loop = rest.get("loop", {})
     if loop:
-        print(f"  loop: {loop.get('batches_done')} batch(es) into the epoch, epoch finished: {loop.get('epoch_finished')}")
+        print(
+            f"  loop: {loop.get('batches_done')} batch(es) into the epoch, epoch finished: {loop.get('epoch_finished')}"
+        )
     if rest.get("hyper_parameters"):
         print(f"  hyperparameters: {rest['hyper_parameters']}")
     print(f"  callbacks: {sorted(rest.get('callbacks', {}))}")

@@ -31,12 +31,20 @@ class CLI:
     ...     CLI(MyModel, MyDataModule)
     """
 
-    def __init__(self, model_class: type, datamodule_class: type | None = None, *,
-                 args: list[str] | None = None, run: bool = True) -> None:
+    def __init__(
+        self,
+        model_class: type,
+        datamodule_class: type | None = None,
+        *,
+        args: list[str] | None = None,
+        run: bool = True,
+    ) -> None:
         for role, cls in (("model_class", model_class), ("datamodule_class", datamodule_class)):
             if cls is not None and not isinstance(cls, type):
-                raise TypeError(f"CLI({role}=...) takes the class itself, e.g. CLI(MyModel, MyData); got the "
-                                f"{type(cls).__name__} {cls!r}. Pass the class, not an instance or a name")
+                raise TypeError(
+                    f"CLI({role}=...) takes the class itself, e.g. CLI(MyModel, MyData); got the "
+                    f"{type(cls).__name__} {cls!r}. Pass the class, not an instance or a name"
+                )
         self.classes: dict[str, type] = {"model": model_class}
         if datamodule_class is not None:
             self.classes["data"] = datamodule_class

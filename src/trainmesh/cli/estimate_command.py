@@ -1,6 +1,6 @@
 """``trainmesh estimate --model CLASS``: per-rank memory under each strategy, before running.
 
-    trainmesh estimate --model my_pkg.models:Net --world_size 8 --precision bf16-mixed --batch_shape 32,3,224,224
+trainmesh estimate --model my_pkg.models:Net --world_size 8 --precision bf16-mixed --batch_shape 32,3,224,224
 """
 
 from __future__ import annotations
@@ -22,15 +22,22 @@ def run_estimate_command(args: list[str]) -> int:
     from trainmesh.memory_estimate import estimate_memory, memory_models
 
     parser = argparse.ArgumentParser(prog="trainmesh estimate", description=SUMMARY, allow_abbrev=False)
-    parser.add_argument("--model", default="trainmesh.demo:DigitsClassifier",
-                        help="package.module:ClassName, built with its default arguments")
+    parser.add_argument(
+        "--model",
+        default="trainmesh.demo:DigitsClassifier",
+        help="package.module:ClassName, built with its default arguments",
+    )
     parser.add_argument("--world_size", type=int, default=2, help="ranks (processes) in the run")
     parser.add_argument("--shard_size", type=int, default=None, help="hsdp's shard group (default: all ranks)")
     parser.add_argument("--precision", default="32-true", help="'32-true', 'bf16-mixed', '16-mixed', 'bf16-true'")
-    parser.add_argument("--optimizer", default=None,
-                        help="adam, adamw, sgd, sgd_momentum (default: the model's configure_optimizers, else adam)")
-    parser.add_argument("--batch_shape", default=None,
-                        help="one rank's input batch shape, e.g. 32,64: adds activations")
+    parser.add_argument(
+        "--optimizer",
+        default=None,
+        help="adam, adamw, sgd, sgd_momentum (default: the model's configure_optimizers, else adam)",
+    )
+    parser.add_argument(
+        "--batch_shape", default=None, help="one rank's input batch shape, e.g. 32,64: adds activations"
+    )
     # The strategies that state a memory model (their capabilities), one line each.
     strategies = sorted(memory_models())
     parser.add_argument("--strategy", action="append", choices=strategies, help="repeatable (default: all)")
@@ -39,18 +46,28 @@ def run_estimate_command(args: list[str]) -> int:
     model = import_class(config.model, "model")()
     optimizer = config.optimizer or _model_optimizer(model)
     batch = _random_batch(config.batch_shape)
-    print(f"{config.model}: {sum(p.numel() for p in model.parameters()):,} parameters, optimizer "
-          f"{optimizer if isinstance(optimizer, str) else type(optimizer).__name__}, "
-          f"precision {config.precision}, N = {config.world_size}")
+    print(
+        f"{config.model}: {sum(p.numel() for p in model.parameters()):,} parameters, optimizer "
+        f"{optimizer if isinstance(optimizer, str) else type(optimizer).__name__}, "
+        f"precision {config.precision}, N = {config.world_size}"
+    )
     for strategy in config.strategy or strategies:
-        estimate = estimate_memory(model, strategy=strategy, world_size=config.world_size, precision=config.precision,
-                                   optimizer=optimizer, batch=batch, shard_size=config.shard_size)
+        estimate = estimate_memory(
+            model,
+            strategy=strategy,
+            world_size=config.world_size,
+            precision=config.precision,
+            optimizer=optimizer,
+            batch=batch,
+            shard_size=config.shard_size,
+        )
         print(estimate.describe())
     if config.memory_budget is not None:
         from trainmesh.strategies.auto import AutoStrategy
 
-        _, reason = AutoStrategy(memory_budget=int(config.memory_budget * 2**20), optimizer=optimizer,
-                                 batch=batch).choose(model, world_size=config.world_size)
+        _, reason = AutoStrategy(
+            memory_budget=int(config.memory_budget * 2**20), optimizer=optimizer, batch=batch
+        ).choose(model, world_size=config.world_size)
         print(reason)
     return 0
 

@@ -174,15 +174,25 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
     # --trainer.max_epochs without a word (jsonargparse 4.x only warns that this is deprecated).
     parser = ArgumentParser(
-        prog=prog, description="Train and evaluate trainmesh models.", formatter_class=formatter,
-        epilog=_EPILOG.format(command="fit"), allow_abbrev=False,
+        prog=prog,
+        description="Train and evaluate trainmesh models.",
+        formatter_class=formatter,
+        epilog=_EPILOG.format(command="fit"),
+        allow_abbrev=False,
     )
     subcommands = parser.add_subcommands(dest="subcommand", required=True)
     for command, summary in _COMMANDS.items():
-        usage = (f"{prog} {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
-                 "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]")
-        sub = _command_parser_class()(description=summary, usage=usage, formatter_class=formatter,
-                                      epilog=_EPILOG.format(command=command), allow_abbrev=False)
+        usage = (
+            f"{prog} {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
+            "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]"
+        )
+        sub = _command_parser_class()(
+            description=summary,
+            usage=usage,
+            formatter_class=formatter,
+            epilog=_EPILOG.format(command=command),
+            allow_abbrev=False,
+        )
         _add_command_arguments(sub, command, classes, class_paths)
         subcommands.add_subcommand(command, sub, help=summary)
     # Listed for --help only: `_run` hands `trainmesh checkpoint ...` to its own parser (whose
@@ -220,16 +230,28 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
 
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML config file (see below); repeatable.")
     parser.add_argument("--seed", type=int | None, default=0, help="Seed every random generator (null: do not seed).")
-    ckpt_help = ("Resume from this checkpoint ('last' or a path)." if command == "fit"
-                 else "Load the weights from this checkpoint ('best', 'last' or a path).")
+    ckpt_help = (
+        "Resume from this checkpoint ('last' or a path)."
+        if command == "fit"
+        else "Load the weights from this checkpoint ('best', 'last' or a path)."
+    )
     parser.add_argument("--ckpt_path", type=str | None, default=None, help=ckpt_help)
     if command == "fit":
-        parser.add_argument("--test", action=ActionYesNo(yes_prefix="", no_prefix="no_"), nargs="?", default=True,
-                            help="Test the trained model after fitting (--no_test or --test false to skip).")
+        parser.add_argument(
+            "--test",
+            action=ActionYesNo(yes_prefix="", no_prefix="no_"),
+            nargs="?",
+            default=True,
+            help="Test the trained model after fitting (--no_test or --test false to skip).",
+        )
     if command == "predict":
-        parser.add_argument("--output", type=str | None, default=None,
-                            help="Where to torch.save the predictions "
-                                 "(default: predictions.pt in trainer.default_root_dir or the current directory).")
+        parser.add_argument(
+            "--output",
+            type=str | None,
+            default=None,
+            help="Where to torch.save the predictions "
+            "(default: predictions.pt in trainer.default_root_dir or the current directory).",
+        )
     for role, title in (("model", "Model"), ("data", "Data")):
         if role in classes:  # CLI(Model) alone: the model defines its own *_dataloader methods
             _add_class_group(parser, role, title, classes[role], class_paths[role])
@@ -255,8 +277,12 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
 def _add_class_group(parser: Any, role: str, title: str, cls: type, path: str) -> None:
     summary = (cls.__doc__ or "").strip().split("\n")[0]
     group = parser.add_argument_group(f"{title}: {path}", description=summary or None)
-    group.add_argument(f"--{role}.class_path", type=str, default=path,
-                       help=f"The {role} class as package.module:ClassName; --{role} for short.")
+    group.add_argument(
+        f"--{role}.class_path",
+        type=str,
+        default=path,
+        help=f"The {role} class as package.module:ClassName; --{role} for short.",
+    )
     added = group.add_class_arguments(cls, role, as_group=False, instantiate=False, fail_untyped=False)
     if f"{role}.class_path" in added:
         raise CLIError(f"{cls.__name__}.__init__ has an argument named 'class_path', which the CLI reserves; rename it")
@@ -290,7 +316,9 @@ def _build_from_group(group: Any, role: str) -> Any:
 
 def _fit(command: str, trainer: Trainer, model: Any, datamodule: Any, settings: Any) -> None:
     trainer.fit(model, datamodule=datamodule, ckpt_path=settings.ckpt_path)
-    metrics: dict[str, Any] = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")}
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_") and not k.endswith("_step")
+    }
     if settings.test and _defines(datamodule, "test_dataloader"):
         metrics.update(_merge(trainer.test(model, datamodule=datamodule, verbose=False)))
     if not trainer.is_global_zero:

@@ -20,9 +20,7 @@ def _check_sizes(num_samples: int, num_features: int, num_classes: int, seed: in
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _sample(
-    num_samples: int, teacher: torch.Tensor, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(num_samples: int, teacher: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     inputs = torch.randn(num_samples, teacher.shape[0], generator=generator)
     # Labels from a fixed linear teacher: a linear model can reach 100%, so loss curves in
     # benchmarks go down rather than plateau at chance.

@@ -45,10 +45,14 @@ class KerasModule(Module):
     >>> # tm.Trainer(strategy="ddp", devices=2, max_epochs=3).fit(module, loader)
     """
 
-    def __init__(self, model: Any, *, loss: Any = None, metrics: Sequence[Any] | None = None, optimizer: Any = None) -> None:
+    def __init__(
+        self, model: Any, *, loss: Any = None, metrics: Sequence[Any] | None = None, optimizer: Any = None
+    ) -> None:
         keras = require_keras()
         if not isinstance(model, keras.Layer) or not isinstance(model, torch.nn.Module):
-            raise TypeError(f"KerasModule wraps a Keras model (keras.Model, keras.Sequential), got {type(model).__name__}")
+            raise TypeError(
+                f"KerasModule wraps a Keras model (keras.Model, keras.Sequential), got {type(model).__name__}"
+            )
         super().__init__()
         self.model = model
         compiled = bool(getattr(model, "compiled", False))
@@ -59,7 +63,9 @@ class KerasModule(Module):
             raise TypeError(f"metrics must be a list (Keras' flat form), got {type(metrics).__name__}")
         self.metric_fns: list[tuple[str, LossFn]] = [torch_metric(m) for m in metrics or []]
         self.loss_fn: LossFn | None = None if self._loss_spec is None else torch_loss(self._loss_spec)
-        self._optimizer_spec = optimizer if optimizer is not None else (getattr(model, "optimizer", None) if compiled else None)
+        self._optimizer_spec = (
+            optimizer if optimizer is not None else (getattr(model, "optimizer", None) if compiled else None)
+        )
         self._synced_step = -1
 
     # ---- what the steps compute ----------------------------------------------------------------
@@ -126,7 +132,9 @@ class KerasModule(Module):
             return torch_optimizer_factory(spec)(params)
         if callable(spec):
             return spec(params)
-        raise TypeError(f"optimizer={spec!r}: pass a Keras optimizer, a torch optimizer class or a factory params -> optimizer")
+        raise TypeError(
+            f"optimizer={spec!r}: pass a Keras optimizer, a torch optimizer class or a factory params -> optimizer"
+        )
 
     # ---- BatchNormalization's moving statistics across processes ---------------------------------
     def moving_statistics(self) -> list[torch.Tensor]:
@@ -161,8 +169,10 @@ def unpack_batch(batch: Any, *, needs_targets: bool) -> tuple[Any, Any]:
     """(inputs, targets) of a batch: ``(x, y)``, ``[x, y]``, ``(x,)`` or ``x``."""
     if isinstance(batch, (tuple, list)):
         if len(batch) == 3:
-            raise ValueError("a batch of (x, y, sample_weight): trainmesh.keras does not apply sample weights; "
-                             "give batches of (x, y), or subclass KerasModule and weigh the loss in training_step")
+            raise ValueError(
+                "a batch of (x, y, sample_weight): trainmesh.keras does not apply sample weights; "
+                "give batches of (x, y), or subclass KerasModule and weigh the loss in training_step"
+            )
         x, y = (batch[0], batch[1]) if len(batch) == 2 else (batch[0], None) if len(batch) == 1 else (batch, None)
     else:
         x, y = batch, None

@@ -59,7 +59,9 @@ def first_item(items: list[Any]) -> Any:
 def to_loader(x: Any, y: Any = None, *, batch_size: int, shuffle: bool, what: str = "x") -> DataLoader:
     """A DataLoader over ``x`` (and ``y``)."""
     if x is None:
-        raise ValueError(f"{what} is None: pass NumPy arrays (x, y), a torch Dataset or DataLoader, or a keras.utils.PyDataset")
+        raise ValueError(
+            f"{what} is None: pass NumPy arrays (x, y), a torch Dataset or DataLoader, or a keras.utils.PyDataset"
+        )
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer (the per-process batch), got {batch_size!r}")
     loader_like = isinstance(x, (DataLoader, Dataset)) or is_keras_object(x)
@@ -91,7 +93,9 @@ def validation_loader(validation_data: Any, *, batch_size: int) -> DataLoader | 
         return None
     if isinstance(validation_data, tuple):
         if len(validation_data) != 2:
-            raise ValueError(f"validation_data=(x_val, y_val) has {len(validation_data)} elements; sample weights "
-                             "(a third) are not supported")
+            raise ValueError(
+                f"validation_data=(x_val, y_val) has {len(validation_data)} elements; sample weights "
+                "(a third) are not supported"
+            )
         return to_loader(*validation_data, batch_size=batch_size, shuffle=False, what="validation_data")
     return to_loader(validation_data, batch_size=batch_size, shuffle=False, what="validation_data")

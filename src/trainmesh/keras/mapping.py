@@ -26,8 +26,10 @@ _LOSS_ALIASES = {
     "sparse_categorical_crossentropy": "sparse_categorical_crossentropy",
     "categorical_crossentropy": "categorical_crossentropy",
     "binary_crossentropy": "binary_crossentropy",
-    "mse": "mean_squared_error", "mean_squared_error": "mean_squared_error",
-    "mae": "mean_absolute_error", "mean_absolute_error": "mean_absolute_error",
+    "mse": "mean_squared_error",
+    "mean_squared_error": "mean_squared_error",
+    "mae": "mean_absolute_error",
+    "mean_absolute_error": "mean_absolute_error",
 }
 
 
@@ -122,15 +124,21 @@ def torch_loss(loss: Any) -> LossFn:
     if isinstance(loss, str):
         key = loss.lower()
         if key not in _LOSS_ALIASES:
-            raise ValueError(f"loss={loss!r} is not a loss trainmesh.keras knows by name; known: {sorted(_LOSS_ALIASES)}. "
-                             "Pass a keras.losses object or a function (y_true, y_pred) -> scalar tensor instead")
+            raise ValueError(
+                f"loss={loss!r} is not a loss trainmesh.keras knows by name; known: {sorted(_LOSS_ALIASES)}. "
+                "Pass a keras.losses object or a function (y_true, y_pred) -> scalar tensor instead"
+            )
         return _loss_by_name(key, from_logits=False)
     fn = getattr(loss, "fn", None)
     kwargs = dict(getattr(loss, "_fn_kwargs", {}) or {})
     if fn is not None and getattr(loss, "reduction", "sum_over_batch_size") == "sum_over_batch_size":
         from_logits = bool(kwargs.pop("from_logits", False))
-        plain = kwargs.pop("axis", -1) == -1 and not kwargs.pop("label_smoothing", 0) \
-            and kwargs.pop("ignore_class", None) is None and not kwargs
+        plain = (
+            kwargs.pop("axis", -1) == -1
+            and not kwargs.pop("label_smoothing", 0)
+            and kwargs.pop("ignore_class", None) is None
+            and not kwargs
+        )
         if plain and getattr(fn, "__name__", "") in _LOSS_ALIASES:
             return _loss_by_name(fn.__name__, from_logits)
     name = getattr(loss, "__name__", None)
@@ -169,10 +177,15 @@ def accuracy(y_true: torch.Tensor, y_pred: torch.Tensor) -> torch.Tensor:
 
 
 _METRICS: dict[str, LossFn] = {
-    "accuracy": accuracy, "acc": accuracy, "sparse_categorical_accuracy": sparse_categorical_accuracy,
-    "categorical_accuracy": categorical_accuracy, "binary_accuracy": binary_accuracy,
-    "mae": mean_absolute_error, "mean_absolute_error": mean_absolute_error,
-    "mse": mean_squared_error, "mean_squared_error": mean_squared_error,
+    "accuracy": accuracy,
+    "acc": accuracy,
+    "sparse_categorical_accuracy": sparse_categorical_accuracy,
+    "categorical_accuracy": categorical_accuracy,
+    "binary_accuracy": binary_accuracy,
+    "mae": mean_absolute_error,
+    "mean_absolute_error": mean_absolute_error,
+    "mse": mean_squared_error,
+    "mean_squared_error": mean_squared_error,
 }
 
 
@@ -180,13 +193,18 @@ def torch_metric(metric: Any) -> tuple[str, LossFn]:
     """(the name Keras logs it under, a torch function giving its per-batch mean)."""
     if isinstance(metric, str):
         if metric.lower() not in _METRICS:
-            raise ValueError(f"metric {metric!r} is not one trainmesh.keras knows by name; known: {sorted(_METRICS)}. "
-                             "Pass a function (y_true, y_pred) -> scalar tensor (its batch mean is logged)")
+            raise ValueError(
+                f"metric {metric!r} is not one trainmesh.keras knows by name; known: {sorted(_METRICS)}. "
+                "Pass a function (y_true, y_pred) -> scalar tensor (its batch mean is logged)"
+            )
         return metric, _METRICS[metric.lower()]
     fn = getattr(metric, "_fn", None)  # keras.metrics.SparseCategoricalAccuracy() and the other mean metrics
     fn_name = getattr(fn, "__name__", "")
-    if fn is not None and fn_name in _METRICS and not (fn_name == "binary_accuracy"
-                                                       and getattr(metric, "_fn_kwargs", {}).get("threshold", 0.5) != 0.5):
+    if (
+        fn is not None
+        and fn_name in _METRICS
+        and not (fn_name == "binary_accuracy" and getattr(metric, "_fn_kwargs", {}).get("threshold", 0.5) != 0.5)
+    ):
         return str(metric.name), _METRICS[fn_name]
     if callable(metric) and not hasattr(metric, "update_state"):
         return getattr(metric, "__name__", type(metric).__name__), metric

@@ -31,9 +31,11 @@ from trainmesh.keras.backend import require_keras
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], Any]
 
-_INSTEAD = ("pass a torch optimizer instead, e.g. KerasModule(model, optimizer=torch.optim.Adam) or "
-            "optimizer=lambda params: torch.optim.Adam(params, lr=1e-3) (a factory may also return "
-            "what configure_optimizers returns: ([optimizer], [scheduler])); trainmesh.keras.fit takes that KerasModule in place of the model")
+_INSTEAD = (
+    "pass a torch optimizer instead, e.g. KerasModule(model, optimizer=torch.optim.Adam) or "
+    "optimizer=lambda params: torch.optim.Adam(params, lr=1e-3) (a factory may also return "
+    "what configure_optimizers returns: ([optimizer], [scheduler])); trainmesh.keras.fit takes that KerasModule in place of the model"
+)
 
 
 def _decimal(value: Any) -> float:
@@ -46,19 +48,31 @@ def _refuse(what: str, fix: str = _INSTEAD) -> None:
 
 def _check_options(optimizer: Any, keras: Any) -> None:
     name = type(optimizer).__name__
-    if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule) or callable(optimizer._learning_rate):
-        _refuse(f"{name} with a learning-rate schedule ({type(optimizer._learning_rate).__name__})",
-                "pass optimizer=lambda params: ([torch.optim.Adam(params, lr=...)], [torch.optim.lr_scheduler.ExponentialLR(...)]) "
-                "(a torch scheduler), or compile with a constant learning rate")
+    if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule) or callable(
+        optimizer._learning_rate
+    ):
+        _refuse(
+            f"{name} with a learning-rate schedule ({type(optimizer._learning_rate).__name__})",
+            "pass optimizer=lambda params: ([torch.optim.Adam(params, lr=...)], [torch.optim.lr_scheduler.ExponentialLR(...)]) "
+            "(a torch scheduler), or compile with a constant learning rate",
+        )
     if optimizer.global_clipnorm or optimizer.clipvalue:
-        _refuse(f"{name}(global_clipnorm=/clipvalue=)", "compile without it and pass fit(..., gradient_clip_val=X) "
-                "(global_clipnorm) or gradient_clip_val=X, gradient_clip_algorithm='value' (clipvalue)")
+        _refuse(
+            f"{name}(global_clipnorm=/clipvalue=)",
+            "compile without it and pass fit(..., gradient_clip_val=X) "
+            "(global_clipnorm) or gradient_clip_val=X, gradient_clip_algorithm='value' (clipvalue)",
+        )
     if optimizer.clipnorm:
-        _refuse(f"{name}(clipnorm=) (a norm per variable)", "use fit(..., gradient_clip_val=X), which clips by the global norm, "
-                "or " + _INSTEAD)
+        _refuse(
+            f"{name}(clipnorm=) (a norm per variable)",
+            "use fit(..., gradient_clip_val=X), which clips by the global norm, or " + _INSTEAD,
+        )
     if optimizer.use_ema or optimizer.gradient_accumulation_steps or optimizer.loss_scale_factor:
-        _refuse(f"{name}(use_ema=/gradient_accumulation_steps=/loss_scale_factor=)",
-                "for accumulation pass fit(..., accumulate_grad_batches=N); for loss scaling precision='16-mixed'; or " + _INSTEAD)
+        _refuse(
+            f"{name}(use_ema=/gradient_accumulation_steps=/loss_scale_factor=)",
+            "for accumulation pass fit(..., accumulate_grad_batches=N); for loss scaling precision='16-mixed'; or "
+            + _INSTEAD,
+        )
 
 
 def torch_optimizer_factory(optimizer: Any) -> OptimizerFactory:
@@ -73,16 +87,22 @@ def torch_optimizer_factory(optimizer: Any) -> OptimizerFactory:
     if isinstance(optimizer, keras.optimizers.Adam):  # AdamW is an Adam with weight_decay set
         betas, eps, amsgrad = (config["beta_1"], config["beta_2"]), config["epsilon"], config["amsgrad"]
         if decay:  # Keras decays every optimizer's weights decoupled (w -= lr * wd * w): torch's AdamW
-            return lambda params: torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=decay, amsgrad=amsgrad)
+            return lambda params: torch.optim.AdamW(
+                params, lr=lr, betas=betas, eps=eps, weight_decay=decay, amsgrad=amsgrad
+            )
         return lambda params: torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, amsgrad=amsgrad)
     if decay:
-        _refuse(f"{type(optimizer).__name__}(weight_decay={decay}) (decoupled decay; torch's SGD and RMSprop "
-                "weight_decay is an L2 term)")
+        _refuse(
+            f"{type(optimizer).__name__}(weight_decay={decay}) (decoupled decay; torch's SGD and RMSprop "
+            "weight_decay is an L2 term)"
+        )
     if isinstance(optimizer, keras.optimizers.SGD):
         momentum, nesterov = config["momentum"], config["nesterov"]
         return lambda params: torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov)
     if isinstance(optimizer, keras.optimizers.RMSprop):
         rho, momentum, eps, centered = config["rho"], config["momentum"], config["epsilon"], config["centered"]
-        return lambda params: torch.optim.RMSprop(params, lr=lr, alpha=rho, eps=eps, momentum=momentum, centered=centered)
+        return lambda params: torch.optim.RMSprop(
+            params, lr=lr, alpha=rho, eps=eps, momentum=momentum, centered=centered
+        )
     _refuse(f"{type(optimizer).__name__} (trainmesh.keras maps Adam, AdamW, SGD and RMSprop)")
     raise AssertionError("unreachable")

@@ -24,16 +24,25 @@ from trainmesh.trainer_view import TrainerView
 
 # Keras' fit writes no files and runs no sanity check: these Trainer defaults follow it, and
 # any of them can be set back through the keyword arguments (logger=True, enable_checkpointing=True...).
-_KERAS_LIKE_DEFAULTS = {"logger": False, "enable_checkpointing": False, "num_sanity_val_steps": 0,
-                        "enable_model_summary": False}
+_KERAS_LIKE_DEFAULTS = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "num_sanity_val_steps": 0,
+    "enable_model_summary": False,
+}
 
 
 class History:
     """What Keras' ``fit`` returns: ``history`` maps each metric ("loss", "accuracy",
     "val_loss", ...) to its per-epoch values, ``epoch`` lists the epochs run."""
 
-    def __init__(self, history: dict[str, list[float]] | None = None, epoch: list[int] | None = None,
-                 params: dict[str, Any] | None = None, model: Any = None) -> None:
+    def __init__(
+        self,
+        history: dict[str, list[float]] | None = None,
+        epoch: list[int] | None = None,
+        params: dict[str, Any] | None = None,
+        model: Any = None,
+    ) -> None:
         self.history: dict[str, list[float]] = history or {}
         self.epoch: list[int] = epoch or []
         self.params: dict[str, Any] = params or {}
@@ -78,16 +87,33 @@ def _trainer(*, callbacks: Any, verbose: bool, **kwargs: Any) -> Trainer:
     given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     keras_callbacks = [type(cb).__name__ for cb in given if is_keras_object(cb)]
     if keras_callbacks:
-        raise TypeError(f"callbacks {keras_callbacks} are Keras callbacks; trainmesh.keras runs trainmesh callbacks "
-                        "(trainmesh.callbacks.EarlyStopping, ModelCheckpoint, or a trainmesh.Callback subclass)")
+        raise TypeError(
+            f"callbacks {keras_callbacks} are Keras callbacks; trainmesh.keras runs trainmesh callbacks "
+            "(trainmesh.callbacks.EarlyStopping, ModelCheckpoint, or a trainmesh.Callback subclass)"
+        )
     settings = {**_KERAS_LIKE_DEFAULTS, "enable_progress_bar": verbose, **kwargs}
     return Trainer(callbacks=given, **settings)
 
 
-def fit(model: Any, x: Any = None, y: Any = None, *, batch_size: int = 32, epochs: int = 1,
-        validation_data: Any = None, shuffle: bool = True, strategy: str | Any = "auto", accelerator: str = "cpu",
-        devices: int | str | list[int] = 1, num_nodes: int = 1, precision: str | int = "32-true",
-        callbacks: Any = None, seed: int | None = 0, verbose: bool = True, **trainer_kwargs: Any) -> History:
+def fit(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    *,
+    batch_size: int = 32,
+    epochs: int = 1,
+    validation_data: Any = None,
+    shuffle: bool = True,
+    strategy: str | Any = "auto",
+    accelerator: str = "cpu",
+    devices: int | str | list[int] = 1,
+    num_nodes: int = 1,
+    precision: str | int = "32-true",
+    callbacks: Any = None,
+    seed: int | None = 0,
+    verbose: bool = True,
+    **trainer_kwargs: Any,
+) -> History:
     """Train a compiled Keras model (or a :class:`KerasModule`) as Keras' ``model.fit`` does.
 
     ``batch_size`` is the per-process batch, as in the keras-io guide's DistributedSampler loop:
@@ -112,41 +138,90 @@ def fit(model: Any, x: Any = None, y: Any = None, *, batch_size: int = 32, epoch
     ckpt_path = trainer_kwargs.pop("ckpt_path", None)
     recorder = HistoryCallback(module.history_names())
     extra = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    trainer = _trainer(callbacks=[*extra, recorder], verbose=verbose, max_epochs=epochs, strategy=strategy,
-                       accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision,
-                       **trainer_kwargs)
+    trainer = _trainer(
+        callbacks=[*extra, recorder],
+        verbose=verbose,
+        max_epochs=epochs,
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        num_nodes=num_nodes,
+        precision=precision,
+        **trainer_kwargs,
+    )
     trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
-    params = {"epochs": epochs, "steps": len(train_loader) if hasattr(train_loader, "__len__") else None,
-              "batch_size": batch_size}
+    params = {
+        "epochs": epochs,
+        "steps": len(train_loader) if hasattr(train_loader, "__len__") else None,
+        "batch_size": batch_size,
+    }
     return History(recorder.history, recorder.epoch, params, module.model)
 
 
-def evaluate(model: Any, x: Any = None, y: Any = None, *, batch_size: int = 32, strategy: str | Any = "auto",
-             accelerator: str = "cpu", devices: int | str | list[int] = 1, num_nodes: int = 1,
-             precision: str | int = "32-true", callbacks: Any = None, verbose: bool = True,
-             **trainer_kwargs: Any) -> dict[str, float]:
+def evaluate(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    *,
+    batch_size: int = 32,
+    strategy: str | Any = "auto",
+    accelerator: str = "cpu",
+    devices: int | str | list[int] = 1,
+    num_nodes: int = 1,
+    precision: str | int = "32-true",
+    callbacks: Any = None,
+    verbose: bool = True,
+    **trainer_kwargs: Any,
+) -> dict[str, float]:
     """The loss and metrics over ``x``/``y`` (every sample once, across processes), as Keras'
     ``model.evaluate(..., return_dict=True)``: ``{"loss": ..., "accuracy": ...}``.
     ``batch_size`` is per process; the data forms are :func:`fit`'s."""
     module = as_module(model)
     module.check_loss()
     loader = to_loader(x, y, batch_size=batch_size, shuffle=False)
-    trainer = _trainer(callbacks=callbacks, verbose=verbose, strategy=strategy, accelerator=accelerator,
-                       devices=devices, num_nodes=num_nodes, precision=precision, **trainer_kwargs)
+    trainer = _trainer(
+        callbacks=callbacks,
+        verbose=verbose,
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        num_nodes=num_nodes,
+        precision=precision,
+        **trainer_kwargs,
+    )
     results = trainer.test(module, loader, verbose=verbose)
     logged = results[0] if results else {}
-    return {name[len("test_"):] if name.startswith("test_") else name: float(value) for name, value in logged.items()}
+    return {name[len("test_") :] if name.startswith("test_") else name: float(value) for name, value in logged.items()}
 
 
-def predict(model: Any, x: Any, *, batch_size: int = 32, strategy: str | Any = "auto", accelerator: str = "cpu",
-            devices: int | str | list[int] = 1, num_nodes: int = 1, precision: str | int = "32-true",
-            callbacks: Any = None, verbose: bool = True, **trainer_kwargs: Any) -> Any:
+def predict(
+    model: Any,
+    x: Any,
+    *,
+    batch_size: int = 32,
+    strategy: str | Any = "auto",
+    accelerator: str = "cpu",
+    devices: int | str | list[int] = 1,
+    num_nodes: int = 1,
+    precision: str | int = "32-true",
+    callbacks: Any = None,
+    verbose: bool = True,
+    **trainer_kwargs: Any,
+) -> Any:
     """The model's outputs (``training=False``) for every sample of ``x``, in order, as one NumPy
     array (a list or dict of arrays for a model with several outputs), in every process."""
     module = as_module(model)
     loader = to_loader(x, None, batch_size=batch_size, shuffle=False)
-    trainer = _trainer(callbacks=callbacks, verbose=verbose, strategy=strategy, accelerator=accelerator,
-                       devices=devices, num_nodes=num_nodes, precision=precision, **trainer_kwargs)
+    trainer = _trainer(
+        callbacks=callbacks,
+        verbose=verbose,
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        num_nodes=num_nodes,
+        precision=precision,
+        **trainer_kwargs,
+    )
     outputs = trainer.predict(module, loader)
     return concatenate(outputs)
 

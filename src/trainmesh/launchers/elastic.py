@@ -71,14 +71,22 @@ def _check_restart_settings(process: ProcessInfo, max_restarts: int) -> None:
             f"Trainer(max_restarts={max_restarts}) does nothing here: torchrun or SLURM started these processes, "
             "and restarting them is its job (torchrun --max-restarts N, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
             "in its environment; SLURM: requeue). Drop max_restarts, or start the script with python",
-            UserWarning, stacklevel=4)
+            UserWarning,
+            stacklevel=4,
+        )
     torchrun_restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
-    if (torchrun_restarts.isdigit() and int(torchrun_restarts) > 0
-            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):
+    if (
+        torchrun_restarts.isdigit()
+        and int(torchrun_restarts) > 0
+        and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    ):
         warnings.warn(
             f"torchrun --max-restarts {torchrun_restarts} shares its rendezvous store with the workers, and a "
             "restart then often fails or hangs forming the process group (pytorch/pytorch#135712); start torchrun with "
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment", UserWarning, stacklevel=4)
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def script_command() -> list[str]:
@@ -159,9 +167,15 @@ def _launch_config(*, devices: int, num_nodes: int, max_restarts: int) -> Any:
         # their group (pytorch/pytorch#135712): give each attempt a store of its own.
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     return LaunchConfig(
-        min_nodes=num_nodes, max_nodes=num_nodes, nproc_per_node=devices, run_id=run_id,
-        rdzv_backend=backend, rdzv_endpoint=endpoint, rdzv_configs=configs,
-        max_restarts=max_restarts, monitor_interval=0.1,
+        min_nodes=num_nodes,
+        max_nodes=num_nodes,
+        nproc_per_node=devices,
+        run_id=run_id,
+        rdzv_backend=backend,
+        rdzv_endpoint=endpoint,
+        rdzv_configs=configs,
+        max_restarts=max_restarts,
+        monitor_interval=0.1,
         # SLURM's --signal=USR1@SECONDS asks for a save (and a requeue) before the time limit:
         # the agent passes it on to the workers as it does SIGTERM, instead of dying of it.
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
@@ -178,8 +192,10 @@ def _stopped_by_signal(sig: signal.Signals, run_id: str) -> int:
         _say("stopped by SIGINT (Ctrl-C); every worker was stopped.")
         return exit_status.INTERRUPTED
     status = exit_status.killed_by_signal(sig.value)
-    _say(f"stopped by {sig.name}, and every worker with it, before a checkpoint was saved (the workers save "
-         f"on SIGTERM/SIGUSR1 only inside fit, within TORCH_ELASTIC_SHUTDOWN_TIMEOUT); exit status {status}.")
+    _say(
+        f"stopped by {sig.name}, and every worker with it, before a checkpoint was saved (the workers save "
+        f"on SIGTERM/SIGUSR1 only inside fit, within TORCH_ELASTIC_SHUTDOWN_TIMEOUT); exit status {status}."
+    )
     return status
 
 
@@ -194,12 +210,16 @@ def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
     if error.exitcode < 0:
         name = exit_status.describe_signal(-error.exitcode)
         status = exit_status.killed_by_signal(-error.exitcode)
-        _say(f"worker rank {rank} was killed by {name} (signal {-error.exitcode}){again}: its program did not "
-             "fail, something outside stopped it (SIGKILL: often the out-of-memory killer; else a scheduler or a "
-             f"user); every worker was stopped. Exit status {status}.")
+        _say(
+            f"worker rank {rank} was killed by {name} (signal {-error.exitcode}){again}: its program did not "
+            "fail, something outside stopped it (SIGKILL: often the out-of-memory killer; else a scheduler or a "
+            f"user); every worker was stopped. Exit status {status}."
+        )
         return status
-    _say(f"worker rank {rank} failed (exit code {error.exitcode}){again}; every worker was stopped.\n"
-         f"{_failure_text(error)}")
+    _say(
+        f"worker rank {rank} failed (exit code {error.exitcode}){again}; every worker was stopped.\n"
+        f"{_failure_text(error)}"
+    )
     return error.exitcode if error.exitcode and error.exitcode > 0 else 1
 
 
@@ -290,8 +310,9 @@ def _kill_me_when_parent_dies() -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        result = libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                            ctypes.c_ulong(0))
+        result = libc.prctl(
+            PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+        )
     except (OSError, AttributeError):
         return False
     return result == 0
@@ -306,8 +327,11 @@ def _watch_parent(agent: int) -> None:
 
 def _agent_gone(agent: int) -> None:
     try:
-        print(f"trainmesh: worker {os.getpid()} stops: its elastic agent (pid {agent}) is gone", file=sys.stderr,
-              flush=True)
+        print(
+            f"trainmesh: worker {os.getpid()} stops: its elastic agent (pid {agent}) is gone",
+            file=sys.stderr,
+            flush=True,
+        )
     except Exception:  # noqa: BLE001 - the agent may have held the other end of stderr
         pass
     os._exit(1)

@@ -56,8 +56,9 @@ def existing_group_process(*, devices: int, num_nodes: int) -> ProcessInfo | Non
             f"num_nodes={num_nodes}) expects {devices * num_nodes}; make them agree"
         )
     local_rank = int(os.environ.get("LOCAL_RANK", rank % devices))
-    return ProcessInfo(global_rank=rank, local_rank=local_rank, node_rank=rank // devices, world_size=world,
-                       local_world_size=devices)
+    return ProcessInfo(
+        global_rank=rank, local_rank=local_rank, node_rank=rank // devices, world_size=world, local_world_size=devices
+    )
 
 
 def _torchrun_process(env: Mapping[str, str]) -> ProcessInfo:
@@ -84,8 +85,10 @@ def _slurm_process(env: Mapping[str, str], *, devices: int) -> ProcessInfo:
     if per_node is not None:
         leading = re.match(r"\d+", per_node)  # "2(x3)" -> 2
         if leading is None:
-            raise ValueError(f"SLURM_NTASKS_PER_NODE={per_node!r} does not start with a task count; expected a form "
-                             "such as '2' or '2(x3)': check the job's --ntasks-per-node")
+            raise ValueError(
+                f"SLURM_NTASKS_PER_NODE={per_node!r} does not start with a task count; expected a form "
+                "such as '2' or '2(x3)': check the job's --ntasks-per-node"
+            )
         count = int(leading.group())
         if count != devices:
             raise ValueError(
@@ -131,16 +134,20 @@ def requeue_slurm_job(environ: Mapping[str, str] | None = None) -> str | None:
         job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"  # requeue this task only
     command = ["scontrol", "requeue", job]
     if shutil.which("scontrol") is None:
-        return (f"SLURM job {job} was NOT requeued: `scontrol` is not on PATH in this process; requeue it "
-                f"from a login node ({' '.join(command)}) or submit the script again: it resumes from the checkpoint")
+        return (
+            f"SLURM job {job} was NOT requeued: `scontrol` is not on PATH in this process; requeue it "
+            f"from a login node ({' '.join(command)}) or submit the script again: it resumes from the checkpoint"
+        )
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"SLURM job {job} was NOT requeued: `{' '.join(command)}` failed ({err}); requeue or resubmit it by hand"
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
-        return (f"SLURM job {job} was NOT requeued: `{' '.join(command)}` said: {why} (was the job submitted "
-                "with --no-requeue?); resubmit it by hand: it resumes from the checkpoint")
+        return (
+            f"SLURM job {job} was NOT requeued: `{' '.join(command)}` said: {why} (was the job submitted "
+            "with --no-requeue?); resubmit it by hand: it resumes from the checkpoint"
+        )
     return f"requeued SLURM job {job} ({' '.join(command)}); it resumes from the checkpoint when it starts again"
 
 

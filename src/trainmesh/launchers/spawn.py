@@ -54,15 +54,21 @@ class SpawnLauncher:
             # parameters!) in memory shared by all workers, and each rank's optimizer would
             # then step the same weights.
             payload = pickle.dumps(payload)
-        template = ProcessInfo(world_size=self.devices, local_world_size=self.devices,
-                               master_port=find_free_port(), reports_to_parent=True)
+        template = ProcessInfo(
+            world_size=self.devices, local_world_size=self.devices, master_port=find_free_port(), reports_to_parent=True
+        )
         # A spawned interpreter starts with fresh generators, so a seed_everything() in this
         # process would not reach the workers: they start from this process's RNG state, where a
         # ddp worker (which ran the script up to here itself) would be.
         rng = pickle.dumps(capture_rng_state())
         results = mp.get_context(self.start_method).SimpleQueue()
-        workers = mp.start_processes(_worker, args=(payload, template, results, rng), nprocs=self.devices,
-                                     join=False, start_method=self.start_method)
+        workers = mp.start_processes(
+            _worker,
+            args=(payload, template, results, rng),
+            nprocs=self.devices,
+            join=False,
+            start_method=self.start_method,
+        )
         # Read rank 0's result while waiting: a result larger than the pipe's buffer would
         # otherwise block rank 0 in put() while this process blocks in join().
         received = None
@@ -107,9 +113,13 @@ def limit_threads(start_method: str, *, workers: int) -> None:
 
 def torchrun_variables(process: ProcessInfo) -> dict[str, str]:
     """The environment variables torchrun sets for a worker at ``process`` (one node)."""
-    return {"RANK": str(process.global_rank), "LOCAL_RANK": str(process.local_rank),
-            "WORLD_SIZE": str(process.world_size), "LOCAL_WORLD_SIZE": str(process.local_world_size),
-            "GROUP_RANK": str(process.node_rank)}
+    return {
+        "RANK": str(process.global_rank),
+        "LOCAL_RANK": str(process.local_rank),
+        "WORLD_SIZE": str(process.world_size),
+        "LOCAL_WORLD_SIZE": str(process.local_world_size),
+        "GROUP_RANK": str(process.node_rank),
+    }
 
 
 def check_picklable(objects: dict[str, Any]) -> None:
@@ -156,5 +166,6 @@ def _find_unpicklable(obj: Any, path: str, depth: int) -> str | None:
 def set_torchrun_environment(process: ProcessInfo) -> None:
     """Make this process look started by torchrun at ``process``, so a Runtime of any strategy
     joins its group instead of launching (used by ``trainmesh scale``'s workers)."""
-    os.environ.update(torchrun_variables(process), MASTER_ADDR=process.master_addr,
-                      MASTER_PORT=str(process.master_port))
+    os.environ.update(
+        torchrun_variables(process), MASTER_ADDR=process.master_addr, MASTER_PORT=str(process.master_port)
+    )

@@ -32,12 +32,26 @@ def process_counts(*, processes: list[int] | None = None, max_processes: int | N
     return [2**i for i in range(max_processes.bit_length()) if 2**i <= max_processes]
 
 
-def run_scaling(*, model: str = DEMO_MODEL, model_kwargs: dict[str, Any] | None = None, data: str = DEMO_DATA,
-                data_kwargs: dict[str, Any] | None = None, processes: list[int] | None = None,
-                max_processes: int | None = 2, mode: str = "both", strategy: str = "ddp", accelerator: str = "cpu",
-                precision: str = "32-true", batch_size: int | None = None, warmup_steps: int = 5, steps_per_window: int = 20, windows: int = 3,
-                out_dir: str | Path = "scaling", peak_flops: float | None = None,
-                print_fn: Any = print) -> list[ScalingRow]:
+def run_scaling(
+    *,
+    model: str = DEMO_MODEL,
+    model_kwargs: dict[str, Any] | None = None,
+    data: str = DEMO_DATA,
+    data_kwargs: dict[str, Any] | None = None,
+    processes: list[int] | None = None,
+    max_processes: int | None = 2,
+    mode: str = "both",
+    strategy: str = "ddp",
+    accelerator: str = "cpu",
+    precision: str = "32-true",
+    batch_size: int | None = None,
+    warmup_steps: int = 5,
+    steps_per_window: int = 20,
+    windows: int = 3,
+    out_dir: str | Path = "scaling",
+    peak_flops: float | None = None,
+    print_fn: Any = print,
+) -> list[ScalingRow]:
     """Measure the model's training step at each N, print the table and its verdict, write CSV/JSON/PNG.
 
     ``batch_size`` is the global batch in strong scaling and the per-rank batch in weak scaling
@@ -54,24 +68,44 @@ def run_scaling(*, model: str = DEMO_MODEL, model_kwargs: dict[str, Any] | None 
     base_batch = batch_size or int((data_kwargs or {}).get("batch_size", 0) or _default_batch(data))
     batches = {m: base_batch * (max(counts) if m == "strong" and batch_size is None else 1) for m in modes}
     _warn_oversubscribed(max(counts), accelerator, print_fn)
-    workload = Workload(model, dict(model_kwargs or {}), data, dict(data_kwargs or {}), strategy=strategy,
-                        accelerator=accelerator, precision=precision, warmup_steps=warmup_steps, steps_per_window=steps_per_window,
-                        windows=windows, peak_flops=peak_flops)
+    workload = Workload(
+        model,
+        dict(model_kwargs or {}),
+        data,
+        dict(data_kwargs or {}),
+        strategy=strategy,
+        accelerator=accelerator,
+        precision=precision,
+        warmup_steps=warmup_steps,
+        steps_per_window=steps_per_window,
+        windows=windows,
+        peak_flops=peak_flops,
+    )
     measured: dict[str, list[Measurement]] = {m: [] for m in modes}
     for n in counts:
         for m, run in measure(workload, n, {m: per_rank_batch(m, batches[m], n) for m in modes}).items():
             measured[m].append(run)
             row = scaling_rows(m, measured[m])[-1]
-            print_fn(f"[{m}] N={n}: {row.samples_per_s:.0f} samples/s, speedup {row.speedup:.2f}, "
-                     f"efficiency {row.efficiency:.2f}, comm {row.comm_share * 100:.0f}%")
+            print_fn(
+                f"[{m}] N={n}: {row.samples_per_s:.0f} samples/s, speedup {row.speedup:.2f}, "
+                f"efficiency {row.efficiency:.2f}, comm {row.comm_share * 100:.0f}%"
+            )
     rows = [row for m in modes for row in scaling_rows(m, measured[m])]
     for m in modes:
         mine = [row for row in rows if row.mode == m]
         print_fn("\n" + format_table(m, mine) + "\n" + verdict(mine))
-    settings = {"model": model, "data": data, "strategy": strategy, "accelerator": accelerator, "batches": batches,
-                "peak_flops": peak_flops,
-                "warmup_steps": warmup_steps, "steps_per_window": steps_per_window, "windows": windows,
-                "cpu_count": os.cpu_count()}
+    settings = {
+        "model": model,
+        "data": data,
+        "strategy": strategy,
+        "accelerator": accelerator,
+        "batches": batches,
+        "peak_flops": peak_flops,
+        "warmup_steps": warmup_steps,
+        "steps_per_window": steps_per_window,
+        "windows": windows,
+        "cpu_count": os.cpu_count(),
+    }
     for path in write_reports(Path(out_dir), rows, settings):
         print_fn(f"wrote {path}")
     return rows
@@ -97,9 +131,20 @@ def _warn_oversubscribed(largest: int, accelerator: str, print_fn: Any) -> None:
 
         available, what = physical_cpu_count(), "physical CPU cores"
     if largest > available:
-        print(f"warning: N={largest} exceeds the {available} {what} here; rows beyond {available} measure "
-              "processes sharing hardware, not scaling", file=sys.stderr)
+        print(
+            f"warning: N={largest} exceeds the {available} {what} here; rows beyond {available} measure "
+            "processes sharing hardware, not scaling",
+            file=sys.stderr,
+        )
 
 
-__all__ = ["MODES", "Measurement", "ScalingRow", "karp_flatt", "process_counts", "run_scaling", "scaling_rows",
-           "verdict"]
+__all__ = [
+    "MODES",
+    "Measurement",
+    "ScalingRow",
+    "karp_flatt",
+    "process_counts",
+    "run_scaling",
+    "scaling_rows",
+    "verdict",
+]

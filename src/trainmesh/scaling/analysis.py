@@ -110,18 +110,29 @@ def scaling_rows(mode: str, runs: list[Measurement]) -> list[ScalingRow]:
         relative_n = run.processes / base.processes
         no_sync = statistics.median(run.no_sync_step_s)
         slowest, fastest = _throughput(run, max(run.step_s)), _throughput(run, min(run.step_s))
-        rows.append(ScalingRow(
-            mode=mode, processes=run.processes, per_rank_batch=run.per_rank_batch,
-            global_batch=run.per_rank_batch * run.processes, step_ms=step * 1e3,
-            samples_per_s=throughput, samples_per_s_min=slowest, samples_per_s_max=fastest,
-            speedup=speedup, efficiency=speedup / relative_n, karp_flatt=karp_flatt(speedup, relative_n),
-            # With one process there is nothing to synchronise; the difference is noise.
-            comm_share=max(0.0, (step - no_sync) / step) if run.processes > 1 else 0.0,
-            peak_memory_mb=None if run.peak_memory_bytes is None else run.peak_memory_bytes / 2**20,
-            tokens_per_s=None if run.tokens_per_rank_step is None else run.tokens_per_rank_step * run.processes / step,
-            mfu=model_flops_utilisation(run.flops_per_rank_step, step, run.peak_flops),
-            noisy=speedup / relative_n > NOISE_EFFICIENCY or (fastest - slowest) > NOISE_SPREAD * throughput,
-        ))
+        rows.append(
+            ScalingRow(
+                mode=mode,
+                processes=run.processes,
+                per_rank_batch=run.per_rank_batch,
+                global_batch=run.per_rank_batch * run.processes,
+                step_ms=step * 1e3,
+                samples_per_s=throughput,
+                samples_per_s_min=slowest,
+                samples_per_s_max=fastest,
+                speedup=speedup,
+                efficiency=speedup / relative_n,
+                karp_flatt=karp_flatt(speedup, relative_n),
+                # With one process there is nothing to synchronise; the difference is noise.
+                comm_share=max(0.0, (step - no_sync) / step) if run.processes > 1 else 0.0,
+                peak_memory_mb=None if run.peak_memory_bytes is None else run.peak_memory_bytes / 2**20,
+                tokens_per_s=None
+                if run.tokens_per_rank_step is None
+                else run.tokens_per_rank_step * run.processes / step,
+                mfu=model_flops_utilisation(run.flops_per_rank_step, step, run.peak_flops),
+                noisy=speedup / relative_n > NOISE_EFFICIENCY or (fastest - slowest) > NOISE_SPREAD * throughput,
+            )
+        )
     return rows
 
 
@@ -165,16 +176,22 @@ def verdict(rows: list[ScalingRow]) -> str:
         text = f"only N={base.processes} measured: nothing to compare."
     elif reached == 0:
         after = rows[1]
-        text = (f"N={after.processes} runs at {after.efficiency:.2f} efficiency: {after.processes} processes "
-                f"{_pace(after)} {base.processes}; on this machine stay at N={base.processes}.")
+        text = (
+            f"N={after.processes} runs at {after.efficiency:.2f} efficiency: {after.processes} processes "
+            f"{_pace(after)} {base.processes}; on this machine stay at N={base.processes}."
+        )
     elif reached == len(rows) - 1:
-        text = (f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}), the most measured: "
-                "more processes may pay too.")
+        text = (
+            f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}), the most measured: "
+            "more processes may pay too."
+        )
     else:
         after = rows[reached + 1]
         gain = (after.samples_per_s / best.samples_per_s - 1) * 100
-        text = (f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}); "
-                f"N={after.processes} adds {gain:.0f}% throughput at {after.efficiency:.2f} efficiency.")
+        text = (
+            f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}); "
+            f"N={after.processes} adds {gain:.0f}% throughput at {after.efficiency:.2f} efficiency."
+        )
     noisy = [str(row.processes) for row in rows if row.noisy]
     if noisy:
         text += f" N={','.join(noisy)} noisy: rerun with more --windows/--steps."
@@ -202,6 +219,8 @@ def per_rank_batch(mode: str, batch_size: int, processes: int) -> int:
     if mode == "weak":
         return batch_size
     if batch_size % processes:
-        raise ValueError(f"strong scaling splits the global batch {batch_size} over {processes} processes, "
-                         f"which does not divide it; pass a batch size that is a multiple of {processes}")
+        raise ValueError(
+            f"strong scaling splits the global batch {batch_size} over {processes} processes, "
+            f"which does not divide it; pass a batch size that is a multiple of {processes}"
+        )
     return batch_size // processes

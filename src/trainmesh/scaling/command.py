@@ -13,10 +13,14 @@ SUMMARY = "Measure throughput, speedup and efficiency at 1, 2, 4, ... processes 
 
 
 def build_scale_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainmesh scale", description=SUMMARY, allow_abbrev=False,
-                                     epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
-                                            "as for `trainmesh fit`; a --config file's model/data sections too, and its "
-                                            "trainer section's strategy, accelerator and precision.")
+    parser = argparse.ArgumentParser(
+        prog="trainmesh scale",
+        description=SUMMARY,
+        allow_abbrev=False,
+        epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
+        "as for `trainmesh fit`; a --config file's model/data sections too, and its "
+        "trainer section's strategy, accelerator and precision.",
+    )
     parser.add_argument("--config", action="append", default=[], help="A `trainmesh fit` YAML config; repeatable.")
     parser.add_argument("--model", help="package.module:ClassName (default: the demo classifier).")
     parser.add_argument("--data", help="package.module:ClassName (default: the digits data).")
@@ -30,9 +34,11 @@ def build_scale_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="Steps per timed window.")
     parser.add_argument("--windows", type=int, default=3, help="Timed windows per N (their spread is reported).")
-    parser.add_argument("--peak-flops", type=float,
-                        help="One device's peak FLOP/s, for the MFU column (GPUs in the table need none; "
-                             "CPUs have no MFU without it).")
+    parser.add_argument(
+        "--peak-flops",
+        type=float,
+        help="One device's peak FLOP/s, for the MFU column (GPUs in the table need none; CPUs have no MFU without it).",
+    )
     parser.add_argument("--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
     return parser
 
@@ -47,13 +53,24 @@ def run_scale_command(args: list[str]) -> int:
     groups["model"].pop("class_path", None), groups["data"].pop("class_path", None)
     trainer = groups["trainer"]
     processes = [int(n) for n in options.processes.split(",")] if options.processes else None
-    run_scaling(model=model, model_kwargs=groups["model"], data=data, data_kwargs=groups["data"],
-                processes=processes, max_processes=options.max_processes, mode=options.mode,
-                strategy=str(options.strategy or trainer.get("strategy", "ddp")),
-                accelerator=str(options.accelerator or trainer.get("accelerator", "cpu")),
-                precision=str(options.precision or trainer.get("precision", "32-true")), batch_size=options.batch_size,
-                warmup_steps=options.warmup_steps, steps_per_window=options.steps, windows=options.windows,
-                out_dir=options.out_dir, peak_flops=options.peak_flops)
+    run_scaling(
+        model=model,
+        model_kwargs=groups["model"],
+        data=data,
+        data_kwargs=groups["data"],
+        processes=processes,
+        max_processes=options.max_processes,
+        mode=options.mode,
+        strategy=str(options.strategy or trainer.get("strategy", "ddp")),
+        accelerator=str(options.accelerator or trainer.get("accelerator", "cpu")),
+        precision=str(options.precision or trainer.get("precision", "32-true")),
+        batch_size=options.batch_size,
+        warmup_steps=options.warmup_steps,
+        steps_per_window=options.steps,
+        windows=options.windows,
+        out_dir=options.out_dir,
+        peak_flops=options.peak_flops,
+    )
     return 0
 
 
@@ -77,8 +94,10 @@ def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, A
     if unapplied:
         # Said, not silently dropped: the sweep times one training step (forward, backward,
         # optimizer) per N on a fixed batch, so loop settings have no place in it.
-        print(f"trainmesh scale: the config's trainer settings {', '.join(unapplied)} are not applied; the sweep "
-              f"times the training step at each N and applies only {', '.join(_APPLIED_TRAINER_SETTINGS)}")
+        print(
+            f"trainmesh scale: the config's trainer settings {', '.join(unapplied)} are not applied; the sweep "
+            f"times the training step at each N and applies only {', '.join(_APPLIED_TRAINER_SETTINGS)}"
+        )
     pairs = iter(extra)
     for flag in pairs:
         role, _, name = flag.removeprefix("--").partition(".")

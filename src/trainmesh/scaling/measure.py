@@ -36,7 +36,9 @@ class Workload:
     count_flops: bool = True
 
 
-def measure(workload: Workload, processes: int, batches: dict[str, int], *, timeout_s: float = 600) -> dict[str, Measurement]:
+def measure(
+    workload: Workload, processes: int, batches: dict[str, int], *, timeout_s: float = 600
+) -> dict[str, Measurement]:
     """Run ``workload`` on ``processes`` workers; one :class:`Measurement` per mode in ``batches``.
 
     >>> measure(Workload("trainmesh.demo:DigitsClassifier", {}, "trainmesh.data:DigitsDataModule", {}),
@@ -50,8 +52,9 @@ def measure(workload: Workload, processes: int, batches: dict[str, int], *, time
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     port = find_free_port()
-    workers = mp.start_processes(_worker, args=(workload, processes, port, batches, results), nprocs=processes,
-                                 join=False, start_method="spawn")
+    workers = mp.start_processes(
+        _worker, args=(workload, processes, port, batches, results), nprocs=processes, join=False, start_method="spawn"
+    )
     received = None
     deadline = time.monotonic() + timeout_s
     while not workers.join(timeout=0.05):  # raises, and stops every worker, if one fails
@@ -73,8 +76,11 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
     from trainmesh.launchers.base import ProcessInfo
     from trainmesh.launchers.spawn import set_torchrun_environment
 
-    set_torchrun_environment(ProcessInfo(global_rank=rank, local_rank=rank, world_size=processes,
-                                         local_world_size=processes, master_port=port))
+    set_torchrun_environment(
+        ProcessInfo(
+            global_rank=rank, local_rank=rank, world_size=processes, local_world_size=processes, master_port=port
+        )
+    )
     if "OMP_NUM_THREADS" not in os.environ:
         # One thread per worker and core, as the launchers do: oversubscribed threads would
         # measure contention, not scaling.
@@ -86,8 +92,9 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
     # The step runs outside a Trainer, so self.log has nowhere to send values: expected here.
     warnings.filterwarnings("ignore", message=r".*called outside a Trainer run.*")
     # One Runtime (one process group) for every mode: a second rendezvous would cost seconds.
-    runtime = Runtime(accelerator=workload.accelerator, devices=processes, strategy=workload.strategy,
-                      precision=workload.precision)
+    runtime = Runtime(
+        accelerator=workload.accelerator, devices=processes, strategy=workload.strategy, precision=workload.precision
+    )
     runtime.setup_environment()
     measured = {mode: _measure_mode(runtime, workload, processes, batch) for mode, batch in batches.items()}
     if rank == 0:
@@ -122,9 +129,16 @@ def _measure_mode(runtime: Any, workload: Workload, processes: int, batch_size: 
 
     peak = peak_memory_bytes(runtime.device)
     peak_all = max(runtime.all_gather_object(peak))
-    return Measurement(processes=processes, per_rank_batch=batch_size, step_s=windows[True],
-                       no_sync_step_s=windows[False], peak_memory_bytes=peak_all, flops_per_rank_step=flops,
-                       tokens_per_rank_step=_tokens(batch), peak_flops=_peak_flops(workload, runtime))
+    return Measurement(
+        processes=processes,
+        per_rank_batch=batch_size,
+        step_s=windows[True],
+        no_sync_step_s=windows[False],
+        peak_memory_bytes=peak_all,
+        flops_per_rank_step=flops,
+        tokens_per_rank_step=_tokens(batch),
+        peak_flops=_peak_flops(workload, runtime),
+    )
 
 
 def _count_flops(step: Any) -> int:
@@ -212,5 +226,7 @@ def _concat(pieces: list[Any], size: int, torch: Any) -> Any:
         return type(first)(_concat([p[i] for p in pieces], size, torch) for i in range(len(first)))
     if isinstance(first, dict):
         return {key: _concat([p[key] for p in pieces], size, torch) for key in first}
-    raise TypeError(f"cannot build a fixed batch from {type(first).__name__}; batches must be tensors, "
-                    "tuples, lists or dicts of them")
+    raise TypeError(
+        f"cannot build a fixed batch from {type(first).__name__}; batches must be tensors, "
+        "tuples, lists or dicts of them"
+    )

@@ -9,18 +9,38 @@ from typing import Any
 
 from trainmesh.scaling.analysis import ScalingRow
 
-_COLUMNS = ("N", "batch/rank", "step ms", "samples/s", "min-max", "tokens/s", "speedup", "efficiency",
-            "Karp-Flatt e", "comm %", "MFU", "peak MB/rank")
+_COLUMNS = (
+    "N",
+    "batch/rank",
+    "step ms",
+    "samples/s",
+    "min-max",
+    "tokens/s",
+    "speedup",
+    "efficiency",
+    "Karp-Flatt e",
+    "comm %",
+    "MFU",
+    "peak MB/rank",
+)
 
 
 def format_row(row: ScalingRow) -> list[str]:
     """The table's cells for ``row``: the same text the terminal and progress lines show."""
-    return [str(row.processes), str(row.per_rank_batch), f"{row.step_ms:.2f}", f"{row.samples_per_s:.0f}",
-            f"{row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f}",
-            "-" if row.tokens_per_s is None else f"{row.tokens_per_s:.0f}", f"{row.speedup:.2f}",
-            f"{row.efficiency:.2f}", "-" if row.karp_flatt is None else f"{row.karp_flatt:.3f}",
-            f"{row.comm_share * 100:.1f}", "-" if row.mfu is None else f"{row.mfu * 100:.1f}%",
-            "-" if row.peak_memory_mb is None else f"{row.peak_memory_mb:.0f}"]
+    return [
+        str(row.processes),
+        str(row.per_rank_batch),
+        f"{row.step_ms:.2f}",
+        f"{row.samples_per_s:.0f}",
+        f"{row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f}",
+        "-" if row.tokens_per_s is None else f"{row.tokens_per_s:.0f}",
+        f"{row.speedup:.2f}",
+        f"{row.efficiency:.2f}",
+        "-" if row.karp_flatt is None else f"{row.karp_flatt:.3f}",
+        f"{row.comm_share * 100:.1f}",
+        "-" if row.mfu is None else f"{row.mfu * 100:.1f}%",
+        "-" if row.peak_memory_mb is None else f"{row.peak_memory_mb:.0f}",
+    ]
 
 
 def format_table(mode: str, rows: list[ScalingRow]) -> str:
@@ -75,8 +95,12 @@ def write_png(path: Path, rows: list[ScalingRow]) -> bool:
     throughput_axes.set(xlabel="processes (N)", ylabel="throughput (samples/s)", title="Throughput")
     # One label for both modes: strong efficiency is speedup / N, weak is T1 / TN (the same
     # ratio of throughputs), so "speedup / N" would misdescribe the weak line.
-    efficiency_axes.set(xlabel="processes (N)", ylabel="parallel efficiency", title="Efficiency",
-                        ylim=(0, 1.1 * max([1.0] + [row.efficiency for row in rows])))
+    efficiency_axes.set(
+        xlabel="processes (N)",
+        ylabel="parallel efficiency",
+        title="Efficiency",
+        ylim=(0, 1.1 * max([1.0] + [row.efficiency for row in rows])),
+    )
     for axes in (throughput_axes, efficiency_axes):
         axes.set_xticks(sorted({row.processes for row in rows}))
         axes.legend()

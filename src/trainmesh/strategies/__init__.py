@@ -30,18 +30,19 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "fsdp": FSDPStrategy,
     "hsdp": functools.partial(FSDPStrategy, hybrid=True),
     # Model parallelism (ModelParallelStrategy(pp=, tp=, dp_shard=, dp_replicate=) for other layouts):
-    "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),                # every process one tensor-parallel way
-    "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),                # every process one pipeline stage
-    "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),           # 2-D: tp pairs, sharded across them
-    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),             # stages within a node, replicas across
-    "layers_on_devices": LayersOnDevicesStrategy,                                    # one process, layers over its devices
+    "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),  # every process one tensor-parallel way
+    "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),  # every process one pipeline stage
+    "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),  # 2-D: tp pairs, sharded across them
+    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),  # stages within a node, replicas across
+    "layers_on_devices": LayersOnDevicesStrategy,  # one process, layers over its devices
 }
 
 
 def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
     """Each node's devices hold one pipeline (a stage each); the nodes are its replicas."""
-    return ModelParallelStrategy(pp=len(placement.devices), dp_replicate=-1, dp_shard=1, pp_within_node=True,
-                                 placement=placement)
+    return ModelParallelStrategy(
+        pp=len(placement.devices), dp_replicate=-1, dp_shard=1, pp_within_node=True, placement=placement
+    )
 
 
 @functools.cache
@@ -59,7 +60,9 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
         if name == "auto":
             name = "single" if len(placement.devices) * placement.num_nodes == 1 else "ddp"
         if name not in STRATEGIES:
-            raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
+            raise ValueError(
+                f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}"
+            )
         return STRATEGIES[name](placement=placement)
     if not callable(getattr(strategy, "with_placement", None)):
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
@@ -67,6 +70,23 @@ def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
     return placed
 
 
-__all__ = ["STRATEGIES", "AutoStrategy", "DDP2Strategy", "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "LayersOnDevicesStrategy",
-           "MemoryModel", "ModelParallelStrategy", "ParallelDims", "ParallelMesh", "Placement", "SingleDeviceStrategy", "Strategy",
-           "StrategyCapabilities", "ZeRO1Strategy", "build_strategy", "memory_models"]
+__all__ = [
+    "STRATEGIES",
+    "AutoStrategy",
+    "DDP2Strategy",
+    "DDPStrategy",
+    "DataParallelStrategy",
+    "FSDPStrategy",
+    "LayersOnDevicesStrategy",
+    "MemoryModel",
+    "ModelParallelStrategy",
+    "ParallelDims",
+    "ParallelMesh",
+    "Placement",
+    "SingleDeviceStrategy",
+    "Strategy",
+    "StrategyCapabilities",
+    "ZeRO1Strategy",
+    "build_strategy",
+    "memory_models",
+]

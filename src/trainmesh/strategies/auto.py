@@ -45,8 +45,9 @@ class AutoStrategy:
         processes = len(placement.devices) * placement.num_nodes
         return STRATEGIES["single" if processes == 1 else "ddp"](placement=placement)
 
-    def choose(self, model: nn.Module, *, world_size: int, placement: Placement | None = None,
-               built_on_meta: bool = False) -> tuple[str, str]:
+    def choose(
+        self, model: nn.Module, *, world_size: int, placement: Placement | None = None, built_on_meta: bool = False
+    ) -> tuple[str, str]:
         """The strategy name for ``model`` on ``world_size`` ranks and one line saying why.
         ``built_on_meta``: ``model`` is a copy whose ``configure_model`` layers were built on the
         meta device (``trainmesh.module.built_for_estimate``)."""
@@ -61,12 +62,15 @@ class AutoStrategy:
         batch = None if built_on_meta else self.batch
         counted = " (layers built in configure_model counted, on the meta device)" if built_on_meta else ""
         for name in CANDIDATES:
-            estimate = estimate_memory(model, strategy=name, world_size=world_size, precision=precision,
-                                       optimizer=self.optimizer, batch=batch)
+            estimate = estimate_memory(
+                model, strategy=name, world_size=world_size, precision=precision, optimizer=self.optimizer, batch=batch
+            )
             if estimate.peak <= budget:
                 because = "; ".join(tried + [f"{name} needs {estimate.peak / mib:.1f} MiB"])
-                return name, (f'strategy="auto" picked {name}: {because} per rank{counted}, within the budget of '
-                              f"{budget / mib:.1f} MiB per device")
+                return name, (
+                    f'strategy="auto" picked {name}: {because} per rank{counted}, within the budget of '
+                    f"{budget / mib:.1f} MiB per device"
+                )
             tried.append(f"{name} needs {estimate.peak / mib:.1f} MiB")
         raise ValueError(
             f'strategy="auto" found no data-parallel strategy that fits {budget / mib:.1f} MiB per device on '

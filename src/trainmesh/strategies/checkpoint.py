@@ -27,33 +27,39 @@ def unwrap(module: nn.Module) -> nn.Module:
     return module
 
 
-def plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                     unwrapped: bool = True) -> dict[str, Any]:
+def plain_state_dict(
+    module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, unwrapped: bool = True
+) -> dict[str, Any]:
     """The module's and optimizers' own state dicts; ``unwrapped``: the user's module inside
     the strategy's wrappers (one process places the module itself and keeps it as it is)."""
     # Parameters are named as in the user's module (dp's splitter would prefix them "module.").
     named = unwrap(module) if module is not None else None
-    state: dict[str, Any] = {"optim": [with_param_names(optimizer.state_dict(), optimizer, named)
-                                       for optimizer in optimizers]}
+    state: dict[str, Any] = {
+        "optim": [with_param_names(optimizer.state_dict(), optimizer, named) for optimizer in optimizers]
+    }
     if module is not None:
         state["model"] = (unwrap(module) if unwrapped else module).state_dict()
     return state
 
 
-def sharded_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool,
-                       cpu_offload: bool = True) -> dict[str, Any]:
+def sharded_state_dict(
+    module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool, cpu_offload: bool = True
+) -> dict[str, Any]:
     """``{"model": ..., "optim": [...]}`` of a module whose parameters may be DTensors (FSDP2
     shards, tensor-parallel ways), optimizer state keyed by parameter name: full tensors gathered
     onto rank 0 (``cpu_offload``: in CPU memory), or with ``sharded=True`` each rank's shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and cpu_offload)
-    return {"model": get_model_state_dict(module, options=options),
-            "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers]}
+    return {
+        "model": get_model_state_dict(module, options=options),
+        "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers],
+    }
 
 
-def load_sharded_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], state: dict[str, Any], *,
-                            strict: bool) -> None:
+def load_sharded_state_dict(
+    module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], state: dict[str, Any], *, strict: bool
+) -> None:
     """Load ``state``'s ``"model"`` and ``"optim"`` entries into a module whose parameters may be
     DTensors: full tensors (a single-file checkpoint) are sharded on the way in, shards go as
     they are; torch's numbered optimizer state (a one-process run's) is keyed by name first."""
@@ -69,7 +75,9 @@ def load_sharded_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.
         set_optimizer_state_dict(module, optimizer, saved, options=StateDictOptions(full_state_dict=full))
 
 
-def with_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module | None) -> dict[str, Any]:
+def with_param_names(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module | None
+) -> dict[str, Any]:
     """``optimizer.state_dict()`` with each group's parameter names (torch's optional
     ``param_names``), so that a run holding only some of the parameters (a pipeline stage) can
     tell which numbered state is whose; numbers alone name positions in this optimizer only."""
@@ -85,8 +93,14 @@ def with_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer, mo
     return {**state, "param_groups": groups}
 
 
-def load_plain_state_dict(module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                          state: dict[str, Any], *, strict: bool, unwrapped: bool = True) -> None:
+def load_plain_state_dict(
+    module: nn.Module | None,
+    optimizers: Sequence[torch.optim.Optimizer],
+    state: dict[str, Any],
+    *,
+    strict: bool,
+    unwrapped: bool = True,
+) -> None:
     inner = (unwrap(module) if unwrapped else module) if module is not None else None
     if inner is not None and "model" in state:
         inner.load_state_dict(state["model"], strict=strict)
@@ -101,8 +115,12 @@ def without_param_names(state: dict[str, Any], optimizer: torch.optim.Optimizer)
     names its parameters itself (torch would copy them into groups built without names)."""
     if any("param_names" in group for group in optimizer.param_groups):
         return state
-    return {**state, "param_groups": [{k: v for k, v in group.items() if k != "param_names"}
-                                      for group in state.get("param_groups", [])]}
+    return {
+        **state,
+        "param_groups": [
+            {k: v for k, v in group.items() if k != "param_names"} for group in state.get("param_groups", [])
+        ],
+    }
 
 
 def has_param_names(state: dict[str, Any]) -> bool:
@@ -128,8 +146,10 @@ def keyed_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, modul
     else:
         names = {id(param): name for name, param in module.named_parameters()}
         by_number = dict(enumerate(names[id(p)] for group in optimizer.param_groups for p in group["params"]))
-    groups = [{**{k: v for k, v in group.items() if k != "param_names"},
-               "params": [by_number[i] for i in group["params"]]} for group in state["param_groups"]]
+    groups = [
+        {**{k: v for k, v in group.items() if k != "param_names"}, "params": [by_number[i] for i in group["params"]]}
+        for group in state["param_groups"]
+    ]
     return {"state": {by_number[i]: value for i, value in state["state"].items()}, "param_groups": groups}
 
 
@@ -140,8 +160,10 @@ def numbered_by_position(state: dict[str, Any], optimizer: torch.optim.Optimizer
     names = {id(p): name for name, p in module.named_parameters()}
     saved_groups = state.get("param_groups", [])
     if len(saved_groups) != len(optimizer.param_groups):
-        raise ValueError(f"the checkpoint's optimizer has {len(saved_groups)} parameter group(s), this one "
-                         f"{len(optimizer.param_groups)}; resume with the same configure_optimizers")
+        raise ValueError(
+            f"the checkpoint's optimizer has {len(saved_groups)} parameter group(s), this one "
+            f"{len(optimizer.param_groups)}; resume with the same configure_optimizers"
+        )
     numbered: dict[str, Any] = {"state": {}, "param_groups": []}
     index = 0
     for saved, live in zip(saved_groups, optimizer.param_groups):
@@ -156,12 +178,22 @@ def numbered_by_position(state: dict[str, Any], optimizer: torch.optim.Optimizer
     return numbered
 
 
-def load(path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-         keys: CheckpointKeys, map_location: Any, part_of_model: bool = False) -> dict[str, Any]:
+def load(
+    path: str,
+    module: nn.Module | None,
+    optimizers: Sequence[torch.optim.Optimizer],
+    *,
+    keys: CheckpointKeys,
+    map_location: Any,
+    part_of_model: bool = False,
+) -> dict[str, Any]:
     """A checkpoint file, or a distributed checkpoint loaded into state shaped like this run's
     (``part_of_model``: this process holds some of the model's layers, a pipeline stage)."""
     if is_distributed_checkpoint(path):
         assert module is not None, "load a distributed checkpoint after setup_module"
-        return load_distributed(path, templates_for(unwrap(module), list(optimizers), model_key=keys.model,
-                                                    optimizers_key=keys.optimizers), part=part_of_model)
+        return load_distributed(
+            path,
+            templates_for(unwrap(module), list(optimizers), model_key=keys.model, optimizers_key=keys.optimizers),
+            part=part_of_model,
+        )
     return load_checkpoint_file(path, map_location=map_location)

@@ -26,12 +26,16 @@ def compile_options(setting: bool | dict[str, Any] | None) -> dict[str, Any] | N
         return {}
     if isinstance(setting, dict):
         if "model" in setting:
-            raise ValueError("compile={'model': ...}: the module to compile is the one you train; pass only "
-                             "torch.compile's options, e.g. compile={'backend': 'inductor', 'mode': 'max-autotune'}")
+            raise ValueError(
+                "compile={'model': ...}: the module to compile is the one you train; pass only "
+                "torch.compile's options, e.g. compile={'backend': 'inductor', 'mode': 'max-autotune'}"
+            )
         return dict(setting)
-    raise TypeError(f"compile={setting!r} must be True, False or a dict of torch.compile options "
-                    "(e.g. {'mode': 'reduce-overhead'}), because it is passed on to torch.compile; got "
-                    f"a {type(setting).__name__}")
+    raise TypeError(
+        f"compile={setting!r} must be True, False or a dict of torch.compile options "
+        "(e.g. {'mode': 'reduce-overhead'}), because it is passed on to torch.compile; got "
+        f"a {type(setting).__name__}"
+    )
 
 
 def refuse_compiled_module(module: nn.Module) -> None:
@@ -57,7 +61,7 @@ def apply_compile(module: nn.Module, *, options: dict[str, Any], units: list[nn.
     >>> list(layer.state_dict())
     ['weight', 'bias']
     """
-    for target in (units if units is not None else [module]):
+    for target in units if units is not None else [module]:
         target.compile(**options)
 
 
@@ -71,5 +75,7 @@ def innermost(units: list[nn.Module]) -> list[nn.Module]:
 def refuse_compile(options: dict[str, Any] | None, strategy: str, *, instead: str) -> None:
     """A strategy that does not compile yet says so, rather than train eager without a word."""
     if options is not None:
-        raise ValueError(f"compile is not supported with strategy={strategy!r} yet ({instead}); use compile=False "
-                         "with it, or compile with strategy='single', 'ddp' or 'fsdp'")
+        raise ValueError(
+            f"compile is not supported with strategy={strategy!r} yet ({instead}); use compile=False "
+            "with it, or compile with strategy='single', 'ddp' or 'fsdp'"
+        )

@@ -89,8 +89,11 @@ def _split(data: Any, chunks: int) -> list[Any] | None:
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         names = [f.name for f in dataclasses.fields(data)]
         parts = [_split(getattr(data, name), chunks) for name in names]
-        return _combine(parts, lambda values: dataclasses.replace(data, **dict(zip(names, values))),
-                        [getattr(data, name) for name in names])
+        return _combine(
+            parts,
+            lambda values: dataclasses.replace(data, **dict(zip(names, values))),
+            [getattr(data, name) for name in names],
+        )
     if isinstance(data, (list, tuple)):
         parts = [_split(item, chunks) for item in data]
         if isinstance(data, tuple) and hasattr(data, "_fields"):
@@ -128,8 +131,14 @@ def gather_outputs(outputs: Sequence[Any], device: torch.device | None = None) -
     return list(outputs)
 
 
-def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, ...],
-                     devices: Sequence[torch.device], chunk_scope: ChunkScope) -> Any:
+def run_chunked_step(
+    module: nn.Module,
+    hook: str,
+    batch: Any,
+    args: tuple[Any, ...],
+    devices: Sequence[torch.device],
+    chunk_scope: ChunkScope,
+) -> Any:
     """``module.<hook>`` on each chunk of ``batch``, outputs gathered on ``devices[0]``;
     ``chunk_scope(chunk)`` is entered around each chunk's call."""
     chunks = split_batch(batch, len(devices))
@@ -145,12 +154,15 @@ def run_chunked_step(module: nn.Module, hook: str, batch: Any, args: tuple[Any, 
     used = list(devices[: len(chunks)])
     # As DataParallel: fresh replicas every step, so state a step changes on one is lost.
     replicas = replicate(StepDispatcher(module), used)
-    inputs = [(StepCall(hook, chunk_scope), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)]
+    inputs = [
+        (StepCall(hook, chunk_scope), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)
+    ]
     return gather_outputs(parallel_apply(replicas, inputs, devices=used), used[0])
 
 
-def split_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                  devices: Sequence[torch.device]) -> Any:
+def split_forward(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], devices: Sequence[torch.device]
+) -> Any:
     """DataParallel's forward: the inputs split along dim 0, a forward per device, outputs
     gathered. This is what a user's own loop gets from ``Runtime(strategy="dp")``."""
     if devices[0].type == "cuda" and len(devices) > 1:
@@ -232,7 +244,9 @@ def mean_loss(output: Any) -> Any:
     if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
         counts = output.get("num_tokens")
         if counts is not None:
-            total = torch.stack([torch.as_tensor(n) for n in counts]).sum() if isinstance(counts, list) else counts.sum()
+            total = (
+                torch.stack([torch.as_tensor(n) for n in counts]).sum() if isinstance(counts, list) else counts.sum()
+            )
             return {**output, "loss": output["loss"].sum(), "num_tokens": total}
         return {**output, "loss": output["loss"].mean()}
     return output

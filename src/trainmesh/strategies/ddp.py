@@ -31,8 +31,9 @@ if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): o
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
 
-def apply_ddp(module: nn.Module, *, device: torch.device, chunk_devices: Sequence[torch.device] | None,
-              options: dict[str, Any]) -> nn.Module:
+def apply_ddp(
+    module: nn.Module, *, device: torch.device, chunk_devices: Sequence[torch.device] | None, options: dict[str, Any]
+) -> nn.Module:
     """DDP around a step dispatcher around ``module`` (already on its device), or what the
     module's own ``configure_ddp`` returns (the seeds' "implement your own distributed
     training" hook). The dispatcher lets DDP's forward run ``training_step``, so DDP prepares
@@ -61,14 +62,27 @@ class DDPStrategy(DistributedStrategy):
     # Why compile is refused where ``capabilities.compile`` is False.
     compile_refusal = ""
 
-    def __init__(self, *, start_method: str = "elastic", find_unused_parameters: bool = False,
-                 bucket_cap_mb: float | None = None, gradient_as_bucket_view: bool = False,
-                 static_graph: bool = False, timeout: timedelta = timedelta(minutes=30),
-                 process_group_backend: str | None = None, placement: Placement | None = None) -> None:
-        super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
-                         placement=placement)
-        self.ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb,
-                            "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph}
+    def __init__(
+        self,
+        *,
+        start_method: str = "elastic",
+        find_unused_parameters: bool = False,
+        bucket_cap_mb: float | None = None,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        timeout: timedelta = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+        placement: Placement | None = None,
+    ) -> None:
+        super().__init__(
+            start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
+        )
+        self.ddp_options = {
+            "find_unused_parameters": find_unused_parameters,
+            "bucket_cap_mb": bucket_cap_mb,
+            "gradient_as_bucket_view": gradient_as_bucket_view,
+            "static_graph": static_graph,
+        }
         if not self.capabilities.compile:
             refuse_compile(self.placement.compile, self.name, instead=self.compile_refusal)
 
@@ -96,18 +110,25 @@ class DDPStrategy(DistributedStrategy):
             options = {**options, "find_unused_parameters": True}
         return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
 
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
         if hooks.backward_scope is not None and not self.chunk_devices:
             return manual_train_step(_ddp(module), batch, batch_idx, hooks=hooks, autocast=self.precision.autocast())
         step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
         try:
-            return run_train_step(lambda: module(step, batch, batch_idx), combine=self.combine, hooks=hooks,
-                                  autocast=self.precision.autocast(),
-                                  no_sync=None if sync_grads else _ddp(module).no_sync())
+            return run_train_step(
+                lambda: module(step, batch, batch_idx),
+                combine=self.combine,
+                hooks=hooks,
+                autocast=self.precision.autocast(),
+                no_sync=None if sync_grads else _ddp(module).no_sync(),
+            )
         except RuntimeError as err:
             if "find_unused_parameters" in str(err):
                 raise RuntimeError(
@@ -117,18 +138,20 @@ class DDPStrategy(DistributedStrategy):
                 ) from err
             raise
 
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         # Evaluation needs no gradient sync, and shards may differ in length by a batch: going
         # around DDP keeps per-batch collectives (buffer broadcasts) out of it.
         inner = checkpoints.unwrap(module)
         chunk_devices = self.chunk_devices
         if chunk_devices:
+
             def forward() -> Any:
                 return run_chunked_step(inner, hook, batch, (batch_idx, *extra), chunk_devices, hooks.chunk_scope)
         else:
+
             def forward() -> Any:
                 return getattr(inner, hook)(batch, batch_idx, *extra)
+
         return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
 
 
@@ -163,11 +186,14 @@ class ZeRO1Strategy(DDPStrategy):
     capabilities = StrategyCapabilities(memory_model=MemoryModel(optimizer_state=WORLD))
     compile_refusal = "no compiled zero1 run is checked against eager yet"
 
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         return [shard_optimizer_state(optimizer) for optimizer in optimizers]
 
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         state = checkpoints.plain_state_dict(module, [])
@@ -188,8 +214,9 @@ def _ddp(module: nn.Module) -> DistributedDataParallel:
     return cast(DistributedDataParallel, module)
 
 
-def manual_train_step(module: DistributedDataParallel, batch: Any, batch_idx: int, *, hooks: StepHooks,
-                      autocast: Any) -> StepResult:
+def manual_train_step(
+    module: DistributedDataParallel, batch: Any, batch_idx: int, *, hooks: StepHooks, autocast: Any
+) -> StepResult:
     """A manual-optimization step through DDP: training_step runs its own backward calls.
 
     DDP's forward runs with gradient sync off, so its post-forward prepares no reduction for
@@ -210,8 +237,9 @@ def manual_train_step(module: DistributedDataParallel, batch: Any, batch_idx: in
 
     step = StepCall("training_step", sync_in_hook)
     with module.no_sync(), hooks.backward_scope(functools.partial(prepare_reducer, module)):
-        return run_train_step(lambda: module(step, batch, batch_idx), combine=whole_output, hooks=hooks,
-                              autocast=autocast, no_sync=None)
+        return run_train_step(
+            lambda: module(step, batch, batch_idx), combine=whole_output, hooks=hooks, autocast=autocast, no_sync=None
+        )
 
 
 def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor) -> None:
@@ -253,8 +281,10 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOpt
     # after each step it broadcasts every parameter from the rank owning it, which would put
     # another rank's moving statistics over this rank's. Groups stay, even empty (schedulers
     # count them).
-    groups = [{**group, "params": [p for p in group["params"] if p.requires_grad]}  # with initial_lr
-              for group in optimizer.param_groups]
+    groups = [
+        {**group, "params": [p for p in group["params"] if p.requires_grad]}  # with initial_lr
+        for group in optimizer.param_groups
+    ]
     zero = ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **defaults)
     zero.defaults = dict(optimizer.defaults)  # groups added later get every default, as in the original
     left_out = [p for group in optimizer.param_groups for p in group["params"] if not p.requires_grad]
@@ -286,4 +316,8 @@ def _init_keywords(cls: type) -> set[str] | None:
     parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]  # the class's own, on purpose
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
-    return {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }

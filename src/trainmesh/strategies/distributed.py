@@ -43,8 +43,14 @@ class DistributedStrategy:
 
     name = "distributed"
 
-    def __init__(self, *, start_method: str = "elastic", timeout: timedelta = timedelta(minutes=30),
-                 process_group_backend: str | None = None, placement: Placement | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        start_method: str = "elastic",
+        timeout: timedelta = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+        placement: Placement | None = None,
+    ) -> None:
         if start_method not in START_METHODS:
             raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
         self.start_method = start_method
@@ -96,8 +102,9 @@ class DistributedStrategy:
             self._owns_process_group = True
             # Processes started to run a whole script end there; close the group on the way out.
             atexit.register(self.teardown)
-        self._mesh = ParallelMesh.build(dims, global_rank=process.global_rank, world_size=process.world_size,
-                                        device_type=self._device.type)
+        self._mesh = ParallelMesh.build(
+            dims, global_rank=process.global_rank, world_size=process.world_size, device_type=self._device.type
+        )
 
     def teardown(self, *, failed: bool = False) -> None:
         if self._owns_process_group:
@@ -111,8 +118,9 @@ class DistributedStrategy:
 
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         mesh = self._mesh
-        return shard_dataloader(loader, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, train=train, seed=seed,
-                                longest=self._longest_over_ranks)
+        return shard_dataloader(
+            loader, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, train=train, seed=seed, longest=self._longest_over_ranks
+        )
 
     def _longest_over_ranks(self, count: int) -> int:
         return int(collectives.reduce(self._mesh, torch.tensor(count, device=self._device), "max"))
@@ -120,18 +128,26 @@ class DistributedStrategy:
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in
 
-    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
-                       norm_type: float) -> torch.Tensor | None:
+    def clip_gradients(
+        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+    ) -> torch.Tensor | None:
         # After DDP's all-reduce every rank holds the same gradients, so the local norm is global.
         return clip_gradients_locally(module, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         return checkpoints.plain_state_dict(module, optimizers)
 
-    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                        state: dict[str, Any], *, strict: bool = True) -> None:
+    def load_state_dict(
+        self,
+        module: nn.Module | None,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: dict[str, Any],
+        *,
+        strict: bool = True,
+    ) -> None:
         checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
@@ -140,6 +156,7 @@ class DistributedStrategy:
             atomic_save(checkpoint, path)
         collectives.barrier(self._mesh)
 
-    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         return checkpoints.load(path, module, optimizers, keys=keys, map_location=self._device)

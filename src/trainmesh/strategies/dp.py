@@ -53,22 +53,28 @@ class DataParallelStrategy(SingleDeviceStrategy):
         # Calling the placed model splits the batch, so a user's own loop gets dp too.
         return SplitForward(super().setup_module(module), self.chunk_devices)
 
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
         inner = _inner(module)
         return run_train_step(
-            lambda: run_chunked_step(inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope),
-            combine=mean_loss, hooks=hooks, autocast=self.precision.autocast(), no_sync=None)
+            lambda: run_chunked_step(
+                inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope
+            ),
+            combine=mean_loss,
+            hooks=hooks,
+            autocast=self.precision.autocast(),
+            no_sync=None,
+        )
 
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         inner = _inner(module)
         return run_eval_step(
             lambda: run_chunked_step(inner, hook, batch, (batch_idx, *extra), self.chunk_devices, hooks.chunk_scope),
-            hooks=hooks, autocast=self.precision.autocast())
+            hooks=hooks,
+            autocast=self.precision.autocast(),
+        )
 
 
 def _inner(module: nn.Module) -> nn.Module:
     return module.module if isinstance(module, SplitForward) else module
-
-

@@ -7,6 +7,7 @@ Process groups, data sharding and collectives are every multi-process strategy's
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
@@ -33,8 +34,16 @@ from trainmesh.utilities.host_memory import release_large_frees
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
-def apply_fsdp(module: nn.Module, mesh: Any, units: list[nn.Module], *, reshard_after_forward: bool,
-               mp_policy: Any = None, offload_policy: Any = None, step_root: bool = True) -> nn.Module:
+def apply_fsdp(
+    module: nn.Module,
+    mesh: Any,
+    units: list[nn.Module],
+    *,
+    reshard_after_forward: bool,
+    mp_policy: Any = None,
+    offload_policy: Any = None,
+    step_root: bool = True,
+) -> nn.Module:
     """fully_shard each unit, then a root around the module (which holds what no unit took).
 
     The root is a ``StepDispatcher``: the loop calls ``training_step`` through its forward, so
@@ -119,22 +128,35 @@ class FSDPStrategy(DistributedStrategy):
     mesh: shard within groups of that many processes, replicate across groups (``hsdp``).
     """
 
-    def __init__(self, *, wrap: Sequence[type[nn.Module]] | None = None, min_num_params: int | None = None,
-                 reshard_after_forward: bool = True, cpu_offload: bool = False,
-                 activation_checkpointing: Sequence[type[nn.Module]] | None = None,
-                 shard_size: int | None = None, hybrid: bool = False, start_method: str = "elastic",
-                 timeout: timedelta = timedelta(minutes=30), process_group_backend: str | None = None,
-                 placement: Placement | None = None) -> None:
-        super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
-                         placement=placement)
+    def __init__(
+        self,
+        *,
+        wrap: Sequence[type[nn.Module]] | None = None,
+        min_num_params: int | None = None,
+        reshard_after_forward: bool = True,
+        cpu_offload: bool = False,
+        activation_checkpointing: Sequence[type[nn.Module]] | None = None,
+        shard_size: int | None = None,
+        hybrid: bool = False,
+        start_method: str = "elastic",
+        timeout: timedelta = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+        placement: Placement | None = None,
+    ) -> None:
+        super().__init__(
+            start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
+        )
         self.wrap, self.min_num_params = list(wrap or []), min_num_params
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
         self.activation_checkpointing = list(activation_checkpointing or [])
         self.shard_size, self.hybrid = shard_size, hybrid or shard_size is not None
         self.name = "hsdp" if self.hybrid else ("fsdp" if reshard_after_forward else "sharded")
         if not self.capabilities.compile:
-            refuse_compile(self.placement.compile, self.name, instead=f"no compiled {self.name} run is checked "
-                                                                       "against eager yet; fsdp's is")
+            refuse_compile(
+                self.placement.compile,
+                self.name,
+                instead=f"no compiled {self.name} run is checked against eager yet; fsdp's is",
+            )
 
     @property
     def capabilities(self) -> StrategyCapabilities:
@@ -142,8 +164,9 @@ class FSDPStrategy(DistributedStrategy):
         # cannot update in place afterwards: evaluation runs under no_grad instead. Manual
         # optimization and compile are checked (against plain torch and eager) under fsdp only.
         checked = self.name == "fsdp"
-        return StrategyCapabilities(manual_optimization=checked, compile=checked, inference_mode=False,
-                                    memory_model=_MEMORY_MODELS[self.name])
+        return StrategyCapabilities(
+            manual_optimization=checked, compile=checked, inference_mode=False, memory_model=_MEMORY_MODELS[self.name]
+        )
 
     def dims(self, world_size: int) -> ParallelDims:
         if not self.hybrid:
@@ -195,37 +218,57 @@ class FSDPStrategy(DistributedStrategy):
         # dtype changes: materialize allocates on the device.
         self.precision.convert_module(module, device=None if on_meta else self._device)
         mesh = self._mesh.submesh("dp_replicate", "dp_shard") if not self.hybrid else self._mesh.device_mesh
-        root = apply_fsdp(module, mesh, units, reshard_after_forward=self.reshard_after_forward,
-                          mp_policy=mixed_precision_policy(self.precision), offload_policy=CPUOffloadPolicy() if offload else None)
+        root = apply_fsdp(
+            module,
+            mesh,
+            units,
+            reshard_after_forward=self.reshard_after_forward,
+            mp_policy=mixed_precision_policy(self.precision),
+            offload_policy=CPUOffloadPolicy() if offload else None,
+        )
         if on_meta:
             materialize(module, torch.device("cpu") if offload else self._device)
         return root
 
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         return list(optimizers)  # built (or rebound) over the local shards
 
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
         # Through the root, so FSDP's root hooks run once around the whole step.
-        return run_train_step(lambda: module(StepCall("training_step"), batch, batch_idx), combine=whole_output,
-                              hooks=hooks, autocast=self.precision.autocast(),
-                              no_sync=None if sync_grads else fsdp_gradient_sync_off(module))
+        return run_train_step(
+            lambda: module(StepCall("training_step"), batch, batch_idx),
+            combine=whole_output,
+            hooks=hooks,
+            autocast=self.precision.autocast(),
+            no_sync=None if sync_grads else fsdp_gradient_sync_off(module),
+        )
 
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
-        return run_eval_step(lambda: module(StepCall(hook), batch, batch_idx, *extra), hooks=hooks,
-                             autocast=self.precision.autocast())
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
+        return run_eval_step(
+            lambda: module(StepCall(hook), batch, batch_idx, *extra), hooks=hooks, autocast=self.precision.autocast()
+        )
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return fsdp_gradient_sync_off(module)
 
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
         return checkpoints.sharded_state_dict(checkpoints.unwrap(module), optimizers, sharded=sharded)
 
-    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                        state: dict[str, Any], *, strict: bool = True) -> None:
+    def load_state_dict(
+        self,
+        module: nn.Module | None,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: dict[str, Any],
+        *,
+        strict: bool = True,
+    ) -> None:
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
         checkpoints.load_sharded_state_dict(checkpoints.unwrap(module), optimizers, state, strict=strict)
 
@@ -234,9 +277,35 @@ class FSDPStrategy(DistributedStrategy):
             super().save_checkpoint(checkpoint, path, sharded=None)  # full state dicts, one file
             return
         # Every rank writes its own shards, in parallel: no rank ever holds the whole state.
-        save_distributed(checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers))
+        save_distributed(
+            checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers)
+        )
 
-    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         # A file holds full tensors: loaded on the CPU, then sharded by load_state_dict.
         return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
+
+
+@contextlib.contextmanager
+def gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool) -> Any:
+    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside (called
+    with dp_shard > 1, where every data-parallel module is ``fully_shard``'s, never ``replicate``'s)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    seen: dict[int, Any] = {}
+    for root in [module, *stages]:
+        for m in root.modules():
+            if isinstance(m, FSDPModule) and id(m) not in seen:
+                seen[id(m)] = m
+    sharded = list(seen.values())
+    for m in sharded:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in sharded:
+            m.reshard()
+            m.set_reshard_after_forward(reshard_after_forward, recurse=False)

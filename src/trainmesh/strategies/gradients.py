@@ -16,8 +16,9 @@ from trainmesh.strategies import collectives
 from trainmesh.strategies.mesh import ParallelMesh
 
 
-def clip_gradients_locally(module: nn.Module, *, max_norm: float | None, clip_value: float | None,
-                           norm_type: float) -> torch.Tensor | None:
+def clip_gradients_locally(
+    module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+) -> torch.Tensor | None:
     """Clip this process's gradients: the global norm when every process holds the same ones
     (one device, or after DDP's all-reduce)."""
     if max_norm is not None:
@@ -47,9 +48,16 @@ def fsdp_gradient_sync_off(module: nn.Module) -> AbstractContextManager[Any]:
     return context()
 
 
-def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float | None, clip_value: float | None,
-                            norm_type: float, across_stages: bool, stage_group: Any = None,
-                            counted_elsewhere: set[int] | frozenset[int] = frozenset()) -> torch.Tensor | None:
+def clip_gradients_globally(
+    parameters: list[torch.Tensor],
+    *,
+    max_norm: float | None,
+    clip_value: float | None,
+    norm_type: float,
+    across_stages: bool,
+    stage_group: Any = None,
+    counted_elsewhere: set[int] | frozenset[int] = frozenset(),
+) -> torch.Tensor | None:
     """Clip by the norm of the whole model's gradient when its parameters are split: DTensor
     shards (tensor parallel, fsdp: their norm spans their mesh) and pipeline stages (each rank
     holds some layers: with ``across_stages`` the stages' norms are combined over ``stage_group``).
@@ -73,8 +81,11 @@ def clip_gradients_globally(parameters: list[torch.Tensor], *, max_norm: float |
         norm = torch.nn.utils.get_total_norm(group, norm_type=norm_type)
         norms.append((norm.full_tensor() if hasattr(norm, "full_tensor") else norm).to(device, torch.float32))
     inf = norm_type == float("inf")
-    local = (torch.stack(norms).max() if inf else torch.stack(norms).pow(norm_type).sum()) if norms \
+    local = (
+        (torch.stack(norms).max() if inf else torch.stack(norms).pow(norm_type).sum())
+        if norms
         else torch.zeros((), device=device)
+    )
     if across_stages and dist.is_available() and dist.is_initialized():
         dist.all_reduce(local, op=dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM, group=stage_group)
     total = local if inf else local.pow(1.0 / norm_type)
@@ -96,8 +107,12 @@ def _by_layout(grads: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
     return by_layout
 
 
-def divide_by_global_tokens(mesh: ParallelMesh, parameters: Iterable[torch.Tensor], num_tokens: torch.Tensor,
-                            loss_sum: torch.Tensor | None = None) -> torch.Tensor | None:
+def divide_by_global_tokens(
+    mesh: ParallelMesh,
+    parameters: Iterable[torch.Tensor],
+    num_tokens: torch.Tensor,
+    loss_sum: torch.Tensor | None = None,
+) -> torch.Tensor | None:
     """Make the gradients of a summed loss those of its mean over the global batch's tokens.
 
     ``num_tokens`` is this process's count of valid tokens over one optimizer step (every

@@ -20,7 +20,7 @@ from trainmesh.accelerators import device_for
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
-from trainmesh.strategies.pipeline import split_parts
+from trainmesh.strategies.pipeline_cut import split_parts
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.single import SingleDeviceStrategy
 from trainmesh.utilities.collections import move_to_device
@@ -37,8 +37,10 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
     def __init__(self, *, split_points: list[str] | None = None, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()
         if self.placement.num_nodes != 1:
-            raise ValueError(f"strategy={self.name!r} runs in one process on one machine; num_nodes="
-                             f"{self.placement.num_nodes} needs ModelParallelStrategy(pp=..., pp_within_node=True)")
+            raise ValueError(
+                f"strategy={self.name!r} runs in one process on one machine; num_nodes="
+                f"{self.placement.num_nodes} needs ModelParallelStrategy(pp=..., pp_within_node=True)"
+            )
         refuse_compile(self.placement.compile, self.name, instead="a graph would span the devices")
         self.split_points = split_points
         self.precision = self.placement.precision
@@ -66,10 +68,12 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
 def _inputs_to(device: torch.device) -> Any:
     def move(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return move_to_device(args, device), move_to_device(kwargs, device)
+
     return move
 
 
 def _output_to(device: torch.device) -> Any:
     def move(_: nn.Module, args: Any, output: Any) -> Any:
         return move_to_device(output, device)
+
     return move

@@ -47,9 +47,12 @@ def materialize(module: nn.Module, device: torch.device) -> None:
     slots = {id(slot.tensor): slot for slot in _slots(module)}
     written: set[int] = set()
     model_hook = model_initialiser(module)
-    initialisers = [(submodule, initialise) for submodule in _post_order(module)
-                    if (initialise := own_initialiser(submodule)) is not None
-                    and not (submodule is module and initialise == model_hook)]
+    initialisers = [
+        (submodule, initialise)
+        for submodule in _post_order(module)
+        if (initialise := own_initialiser(submodule)) is not None
+        and not (submodule is module and initialise == model_hook)
+    ]
     with torch.no_grad():
         if model_hook is None:
             for submodule, initialise in initialisers:  # one module whole at a time
@@ -162,8 +165,11 @@ def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], A
         if _is_dtensor(live):
             # Whole values are needed only where an earlier initialiser already wrote them (a
             # parent that sets part of a child's tensors, as MultiheadAttention zeroes out_proj.bias).
-            whole = live.full_tensor() if id(live) in written else torch.empty(live.shape, dtype=live.dtype,
-                                                                                 device=live.to_local().device)
+            whole = (
+                live.full_tensor()
+                if id(live) in written
+                else torch.empty(live.shape, dtype=live.dtype, device=live.to_local().device)
+            )
             stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
             # A tied tensor gets the stand-in under every name, so that each of its owners'
             # initialisers draws into it as in the eager build (never into the DTensor itself).
@@ -202,8 +208,10 @@ def _check_replacement(slot: _Slot, now: Any) -> None:
             "assigned afresh (self.freqs_cis = precompute(...))"
         )
     if now.is_meta:
-        raise ValueError(f"the initialiser set the buffer {slot.name} on the meta device; build it on the device of "
-                         "the tensors it replaces (e.g. with torch.device(self.freqs_cis.device): ...)")
+        raise ValueError(
+            f"the initialiser set the buffer {slot.name} on the meta device; build it on the device of "
+            "the tensors it replaces (e.g. with torch.device(self.freqs_cis.device): ...)"
+        )
 
 
 def _keep_local_shard(sharded: Any, whole: torch.Tensor) -> None:

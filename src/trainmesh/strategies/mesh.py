@@ -46,8 +46,11 @@ class ParallelDims:
             raise ValueError(f"mesh sizes must be positive integers or -1 (the rest); got {bad}")
         rest = [axis for axis, size in sizes.items() if size == -1]
         if len(rest) > 1:
-            default = " (dp_shard is -1 unless given: set dp_shard=1 for another axis to take the rest)" \
-                if "dp_shard" in rest else ""
+            default = (
+                " (dp_shard is -1 unless given: set dp_shard=1 for another axis to take the rest)"
+                if "dp_shard" in rest
+                else ""
+            )
             raise ValueError(f"only one mesh axis may be -1 (the rest of the processes); {rest} are{default}")
         known = 1
         for size in sizes.values():
@@ -117,8 +120,7 @@ class ParallelMesh:
 
         axes = dims.used_axes() or ("dp_replicate",)
         shape = tuple(getattr(dims, axis) for axis in axes)
-        return cls(dims, global_rank=global_rank,
-                   device_mesh=init_device_mesh(device_type, shape, mesh_dim_names=axes))
+        return cls(dims, global_rank=global_rank, device_mesh=init_device_mesh(device_type, shape, mesh_dim_names=axes))
 
     @property
     def world_size(self) -> int:

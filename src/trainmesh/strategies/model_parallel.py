@@ -32,7 +32,7 @@ from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
-from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
+from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
@@ -40,22 +40,28 @@ from trainmesh.strategies.fsdp import (
     apply_activation_checkpointing,
     apply_fsdp,
     apply_replicate,
+    gathered_whole,
     mixed_precision_policy,
     refuse_keras,
 )
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
+from trainmesh.strategies.model_parallel_support import (
+    DDP_DOES_NOT_COMPOSE,
+    check_model_parallel_module,
+    model_parallel_capabilities,
+)
 from trainmesh.strategies.pipeline import (
     Pipeline,
     check_pipeline_loader,
     choose_schedule,
-    keep_only,
     rows,
-    split_parts,
+    rows_in,
     stage_indices,
-    stage_view,
+    step_loss,
 )
+from trainmesh.strategies.pipeline_cut import keep_only, split_parts, stage_view
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
@@ -68,25 +74,13 @@ from trainmesh.strategies.step import (
     run_train_step,
     whole_output,
 )
-from trainmesh.strategies.tensor_parallel import apply_tp, check_tensor_parallel_plan, tensor_parallel_plan
+from trainmesh.strategies.tensor_parallel import apply_tp
 from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
 from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.dtensors import is_dtensor
 
 # A model split over a machine's devices, replicated across machines: pipeline stages on
 # neighbouring ranks (one node), replicas across nodes.
 PP_WITHIN_NODE_ORDER = ("dp_replicate", "dp_shard", "pp", "tp")
-
-# Roughly: each rank holds 1/tp or 1/pp of the model and runs that share of its work.
-_SPLIT_MODEL = MemoryModel(WORLD, WORLD, WORLD, splits_activations=True)
-
-_DDP_DOES_NOT_COMPOSE = (
-    "nn.parallel.DistributedDataParallel does not compose with pipeline or tensor parallelism: with a "
-    "pipeline it hits an internal assert, or (static_graph=True) trains silently wrong weights; with tensor "
-    "parallelism it fails on mixed Tensor/DTensor gradients. trainmesh replicates model-parallel runs with "
-    "FSDP2 instead (replicate for dp_replicate, fully_shard for dp_shard), which gives the same result"
-)
-
 
 
 class ModelParallelStrategy(DistributedStrategy):
@@ -105,20 +99,39 @@ class ModelParallelStrategy(DistributedStrategy):
 
     name = "model_parallel"
 
-    def __init__(self, *, pp: int = 1, tp: int = 1, dp_shard: int = -1, dp_replicate: int = 1,
-                 schedule: str = "1F1B", microbatches: int | None = None, split_points: Sequence[str] | None = None,
-                 stages_per_rank: int | None = None, loss_parallel: bool = False,
-                 activation_checkpointing: Sequence[type[nn.Module]] | None = None, reshard_after_forward: bool = True,
-                 data_parallel: str = "fsdp", pp_within_node: bool = False, start_method: str = "elastic",
-                 timeout: timedelta = timedelta(minutes=30), process_group_backend: str | None = None,
-                 placement: Placement | None = None) -> None:
-        super().__init__(start_method=start_method, timeout=timeout, process_group_backend=process_group_backend,
-                         placement=placement)
-        refuse_compile(self.placement.compile, self.name, instead="compile with tensor parallel and pipelines is untested")
+    def __init__(
+        self,
+        *,
+        pp: int = 1,
+        tp: int = 1,
+        dp_shard: int = -1,
+        dp_replicate: int = 1,
+        schedule: str = "1F1B",
+        microbatches: int | None = None,
+        split_points: Sequence[str] | None = None,
+        stages_per_rank: int | None = None,
+        loss_parallel: bool = False,
+        activation_checkpointing: Sequence[type[nn.Module]] | None = None,
+        reshard_after_forward: bool = True,
+        data_parallel: str = "fsdp",
+        pp_within_node: bool = False,
+        start_method: str = "elastic",
+        timeout: timedelta = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+        placement: Placement | None = None,
+    ) -> None:
+        super().__init__(
+            start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
+        )
+        refuse_compile(
+            self.placement.compile, self.name, instead="compile with tensor parallel and pipelines is untested"
+        )
         if data_parallel != "fsdp":
-            raise ValueError(f"data_parallel={data_parallel!r}: {_DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
-                             if data_parallel == "ddp" else
-                             f"data_parallel={data_parallel!r} is not known; model-parallel runs replicate and shard with 'fsdp'")
+            raise ValueError(
+                f"data_parallel={data_parallel!r}: {DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
+                if data_parallel == "ddp"
+                else f"data_parallel={data_parallel!r} is not known; model-parallel runs replicate and shard with 'fsdp'"
+            )
         self.schedule = choose_schedule(schedule, stages_per_rank)
         if microbatches is not None and (not isinstance(microbatches, int) or microbatches < 1):
             raise ValueError(f"microbatches={microbatches!r}; give a positive number of micro-batches per batch")
@@ -152,8 +165,10 @@ class ModelParallelStrategy(DistributedStrategy):
     def dims(self, world_size: int) -> ParallelDims:
         stages = self.sizes["pp"]
         if isinstance(stages, int) and stages > world_size:
-            raise ValueError(f"pp={stages} pipeline stages need at least {stages} processes, but the run has "
-                             f"{world_size}; use pp <= devices x nodes (and stages_per_rank for more stages per rank)")
+            raise ValueError(
+                f"pp={stages} pipeline stages need at least {stages} processes, but the run has "
+                f"{world_size}; use pp <= devices x nodes (and stages_per_rank for more stages per rank)"
+            )
         return ParallelDims(**self.sizes, order=self.order).resolved(world_size)
 
     # ---- placing the model: the written order -------------------------------------------------
@@ -163,18 +178,9 @@ class ModelParallelStrategy(DistributedStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         refuse_keras(module, self.name)
-        if _defines_configure_ddp(module):
-            raise ValueError(f"{type(module).__name__} defines configure_ddp, but {_DDP_DOES_NOT_COMPOSE}; remove "
-                             "configure_ddp for model-parallel runs")
         mesh = self._mesh
-        plan = tensor_parallel_plan(module)
         tp = mesh.group_size("tp")
-        if tp > 1:
-            if plan is None and not _has_dtensors(module):
-                raise ValueError(f"tp={tp} but {type(module).__name__} states no tensor_parallel_plan() and applied "
-                                 "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}")
-            if plan is not None:
-                check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
+        plan = check_model_parallel_module(module, tp)
         # Built on the meta device (configure_model): cut, split and sharded there, then only this
         # rank's layers and shards are allocated (materialize, after 4), torchtitan's order.
         on_meta = bool(meta_tensor_names(module))
@@ -182,31 +188,47 @@ class ModelParallelStrategy(DistributedStrategy):
         # Tied weights, found while the model is whole: the cut and tensor parallelism replace
         # or drop parameters, after which nothing shows which names were one tensor.
         ties = tied_parameters(module)
-        stage_parts = self._cut_pipeline(module)                                   # 1
+        stage_parts = self._cut_pipeline(module)  # 1
         if tp > 1 and plan is not None:
-            apply_tp(module, mesh.submesh("tp"), plan)                             # 2
+            apply_tp(module, mesh.submesh("tp"), plan)  # 2
             retie_after_tp(module, ties)
         if mesh.group_size("pp") > 1 and ties:
             # Before data parallelism: the copies are made equal on tensors it has not sharded yet.
             # On meta the copies are made equal once materialized (each stage initialised its own).
             self._stage_copies = StageCopies.build(
-                module, ties, stage_parts=stage_parts, sharded_by_data_parallel=mesh.dp_size > 1,
-                pp_rank=mesh.rank("pp"), mesh=mesh, device=self._device, equalize=not on_meta)
+                module,
+                ties,
+                stage_parts=stage_parts,
+                sharded_by_data_parallel=mesh.dp_size > 1,
+                pp_rank=mesh.rank("pp"),
+                mesh=mesh,
+                device=self._device,
+                equalize=not on_meta,
+            )
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)  # 3
-        stages = {index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
-                  for index, parts in stage_parts.items()}
-        if mesh.dp_size > 1:                                                       # 4
+        stages = {
+            index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
+            for index, parts in stage_parts.items()
+        }
+        if mesh.dp_size > 1:  # 4
             for view in stages.values():
                 self._apply_data_parallel(view, as_step_root=mesh.group_size("pp") == 1)
         if on_meta:
             materialize(module, self._device)  # every layer's initialiser, then the model's init_weights()
             if self._stage_copies is not None:
                 self._stage_copies.make_equal(module, self._device)
-        if mesh.group_size("pp") > 1:                                              # 5 (built at the first step)
+        if mesh.group_size("pp") > 1:  # 5 (built at the first step)
             num_stages = self._num_stages()
-            self._pipeline = Pipeline(stages, stage_parts, num_stages, self.schedule, self.microbatches or num_stages,
-                                      mesh.group("pp"), self._device)
+            self._pipeline = Pipeline(
+                stages,
+                stage_parts,
+                num_stages,
+                self.schedule,
+                self.microbatches or num_stages,
+                mesh.group("pp"),
+                self._device,
+            )
             refuse_direct_calls(module)  # a user's loop calling model(x) would get a stage's activations
         return module
 
@@ -230,8 +252,14 @@ class ModelParallelStrategy(DistributedStrategy):
         policy = mixed_precision_policy(self.precision)
         if shards > 1:
             dp_mesh = mesh.device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else mesh.submesh("dp_shard")
-            root = apply_fsdp(stage, dp_mesh, shard_units(stage, wrap=None, min_num_params=None),
-                              reshard_after_forward=self.reshard_after_forward, mp_policy=policy, step_root=as_step_root)
+            root = apply_fsdp(
+                stage,
+                dp_mesh,
+                shard_units(stage, wrap=None, min_num_params=None),
+                reshard_after_forward=self.reshard_after_forward,
+                mp_policy=policy,
+                step_root=as_step_root,
+            )
         else:
             root = apply_replicate(stage, mesh.submesh("dp_replicate"), mp_policy=policy, step_root=as_step_root)
         if as_step_root:
@@ -240,14 +268,17 @@ class ModelParallelStrategy(DistributedStrategy):
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         loader = super().process_dataloader(loader, train=train, seed=seed)
         if self._mesh.group_size("pp") > 1:
-            check_pipeline_loader(loader, train=train, microbatches=self.microbatches or self._num_stages(),
-                                  schedule=self.schedule)
+            check_pipeline_loader(
+                loader, train=train, microbatches=self.microbatches or self._num_stages(), schedule=self.schedule
+            )
         return loader
 
     def _num_stages(self) -> int:
         return self._mesh.group_size("pp") * self.schedule.stages_per_rank
 
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         return list(optimizers)  # built over (or rebound to) this rank's layers and shards
 
     # ---- the step -------------------------------------------------------------------------------
@@ -261,16 +292,21 @@ class ModelParallelStrategy(DistributedStrategy):
         stack.enter_context(self.precision.autocast())
         return stack
 
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
         if self._pipeline is None:
             root = self._root
-            forward = ((lambda: root(StepCall("training_step"), batch, batch_idx)) if root is not None
-                       else (lambda: cast(StepModule, module).training_step(batch, batch_idx)))
+            forward = (
+                (lambda: root(StepCall("training_step"), batch, batch_idx))
+                if root is not None
+                else (lambda: cast(StepModule, module).training_step(batch, batch_idx))
+            )
             no_sync = None if sync_grads or root is None else fsdp_gradient_sync_off(module)
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
-                return run_train_step(forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(),
-                                      no_sync=no_sync)
+                return run_train_step(
+                    forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(), no_sync=no_sync
+                )
         result = self._pipelined_train_step(module, batch, batch_idx, hooks)
         if self._stage_copies is not None and sync_grads and not self._gradient_sync_off:
             # The window's gradients are final here (data parallel reduced them in the schedule's
@@ -282,8 +318,10 @@ class ModelParallelStrategy(DistributedStrategy):
     def _pipelined_train_step(self, module: nn.Module, batch: Any, batch_idx: int, hooks: StepHooks) -> StepResult:
         assert self._pipeline is not None
         if hooks.step_end is not None:
-            raise ValueError(f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
-                             "step's output exists per micro-batch on the last stage only; fold it into training_step")
+            raise ValueError(
+                f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
+                "step's output exists per micro-batch on the last stage only; fold it into training_step"
+            )
         hooks_of = cast(StepModule, module)
         inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
         microbatches = self._pipeline.microbatches
@@ -292,8 +330,16 @@ class ModelParallelStrategy(DistributedStrategy):
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
-            with replaying(module, output, hooks_of.pipeline_input(microbatch), "training_step",
-                           hooks_of.pipeline_kwargs(microbatch)), hooks.chunk_scope(microbatch):
+            with (
+                replaying(
+                    module,
+                    output,
+                    hooks_of.pipeline_input(microbatch),
+                    "training_step",
+                    hooks_of.pipeline_kwargs(microbatch),
+                ),
+                hooks.chunk_scope(microbatch),
+            ):
                 step_output = hooks_of.training_step(microbatch, batch_idx)
                 loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
@@ -306,8 +352,8 @@ class ModelParallelStrategy(DistributedStrategy):
 
         self._follow_mode(module)
         with self._step_context():
-            self._pipeline.step(inputs, _rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
-        loss, count = _step_loss(losses, counts, owner=type(module).__name__, device=self._device)
+            self._pipeline.step(inputs, rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
+        loss, count = step_loss(losses, counts, owner=type(module).__name__, device=self._device)
         # Every stage gets the last stage's loss (and token count, -1 for none): the progress bar,
         # the finiteness check, the gradients' division by the count run alike on every rank.
         no_count = torch.full((), -1.0, dtype=torch.float64, device=self._device)
@@ -317,23 +363,28 @@ class ModelParallelStrategy(DistributedStrategy):
         hooks.check_loss(loss)
         return StepResult(loss, {"loss": loss}, count)
 
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         if self._pipeline is None:
             root = self._root
-            forward = ((lambda: root(StepCall(hook), batch, batch_idx, *extra)) if root is not None
-                       else (lambda: getattr(module, hook)(batch, batch_idx, *extra)))
+            forward = (
+                (lambda: root(StepCall(hook), batch, batch_idx, *extra))
+                if root is not None
+                else (lambda: getattr(module, hook)(batch, batch_idx, *extra))
+            )
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
         hooks_of = cast(StepModule, module)
         inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
-        size = _rows_in(inputs)
+        size = rows_in(inputs)
         # Data-parallel peers may hold batches of different sizes here (micro-batches of other
         # shapes), or a padding batch: the shards are gathered once per batch, the same
         # collective on every peer, and stay whole through the micro-batches.
         sharded = self._mesh.group_size("dp_shard") > 1
-        with _gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward) if sharded \
-                else contextlib.nullcontext():
+        with (
+            gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward)
+            if sharded
+            else contextlib.nullcontext()
+        ):
             if size == 0:
                 return None  # a padding batch (equal-length evaluation shards): nothing to run
             self._follow_mode(module)
@@ -342,8 +393,11 @@ class ModelParallelStrategy(DistributedStrategy):
         result = None
         if self._pipeline.holds_last:
             with replaying(module, output, inputs, hook, kwargs):
-                result = run_eval_step(lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks,
-                                       autocast=contextlib.nullcontext())
+                result = run_eval_step(
+                    lambda: getattr(module, hook)(batch, batch_idx, *extra),
+                    hooks=hooks,
+                    autocast=contextlib.nullcontext(),
+                )
             result = apply_to_tensors(result, lambda t: t.detach().cpu())
         return collectives.from_last_stage(self._mesh, result, stage_rank=self._pipeline.last_stage_rank)
 
@@ -364,24 +418,38 @@ class ModelParallelStrategy(DistributedStrategy):
         finally:
             self._gradient_sync_off = False
 
-    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
-                       norm_type: float) -> torch.Tensor | None:
+    def clip_gradients(
+        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+    ) -> torch.Tensor | None:
         pipelined = self._mesh.group_size("pp") > 1
         counted_elsewhere = self._stage_copies.counted_elsewhere(module) if self._stage_copies is not None else set()
-        return clip_gradients_globally(list(module.parameters()), max_norm=max_norm, clip_value=clip_value,
-                                       norm_type=norm_type, across_stages=pipelined,
-                                       stage_group=self._mesh.group("pp") if pipelined else None,
-                                       counted_elsewhere=counted_elsewhere)
+        return clip_gradients_globally(
+            list(module.parameters()),
+            max_norm=max_norm,
+            clip_value=clip_value,
+            norm_type=norm_type,
+            across_stages=pipelined,
+            stage_group=self._mesh.group("pp") if pipelined else None,
+            counted_elsewhere=counted_elsewhere,
+        )
 
     # ---- checkpoints (stage_state.py: every stage's share of one whole model's state) ------------
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
-        return stage_state.state_dict(module, optimizers, self._mesh, sharded=sharded,
-                                      whole_model_order=self._whole_model_order)
+        return stage_state.state_dict(
+            module, optimizers, self._mesh, sharded=sharded, whole_model_order=self._whole_model_order
+        )
 
-    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                        state: dict[str, Any], *, strict: bool = True) -> None:
+    def load_state_dict(
+        self,
+        module: nn.Module | None,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: dict[str, Any],
+        *,
+        strict: bool = True,
+    ) -> None:
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
         stage_state.load_state_dict(module, optimizers, state, self._mesh, strict=strict)
 
@@ -390,93 +458,26 @@ class ModelParallelStrategy(DistributedStrategy):
             super().save_checkpoint(checkpoint, path, sharded=None)
             return
         # Every rank writes its own layers and shards; replicas' copies are written once.
-        save_distributed(checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers))
+        save_distributed(
+            checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers)
+        )
 
-    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         pipelined = self._mesh.group_size("pp") > 1 and module is not None
         if pipelined and is_distributed_checkpoint(path):
             assert module is not None
             # Each stage reads its own layers; together the stages must hold the checkpoint's.
-            stored = {name: torch.empty(shape, device="meta") for name, shape in inspect_distributed(path)[1][keys.model].items()}
+            stored = {
+                name: torch.empty(shape, device="meta")
+                for name, shape in inspect_distributed(path)[1][keys.model].items()
+            }
             check_state_dict_fits(stage_state.whole_model_shapes(module, self._mesh), stored, source=path)
         checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu", part_of_model=pipelined)
         if not pipelined or is_distributed_checkpoint(path):
             return checkpoint
         assert module is not None
-        return stage_state.stage_share_of_file(checkpoint, path, module, keys, self._mesh,
-                                               with_optimizers=bool(optimizers))
-
-
-@contextlib.contextmanager
-def _gathered_whole(module: nn.Module, stages: Any, reshard_after_forward: bool) -> Any:
-    """The FSDP-sharded layers of ``module`` and its stages gathered whole while inside (called
-    with dp_shard > 1, where every data-parallel module is ``fully_shard``'s, never ``replicate``'s)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    seen: dict[int, Any] = {}
-    for root in [module, *stages]:
-        for m in root.modules():
-            if isinstance(m, FSDPModule) and id(m) not in seen:
-                seen[id(m)] = m
-    sharded = list(seen.values())
-    for m in sharded:
-        m.set_reshard_after_forward(False, recurse=False)
-        m.unshard()
-    try:
-        yield
-    finally:
-        for m in sharded:
-            m.reshard()
-            m.set_reshard_after_forward(reshard_after_forward, recurse=False)
-
-
-def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> StrategyCapabilities:
-    """What a model-parallel run on ``dims`` supports (``replicated``: dp_replicate asked for).
-
-    >>> model_parallel_capabilities(ParallelDims(tp=2, dp_shard=1).resolved(2), replicated=False).flop_counting
-    False
-    """
-    # FlopCounterMode counts DTensor ops at their global shapes (tp times one rank's work), and a
-    # pipeline's stages run backward with autograd.grad, which its module tracker refuses; the
-    # schedule runs backward per micro-batch and stage, with no loss on most ranks, so the
-    # backward hooks have nothing to run around. DTensor and FSDP parameters must not become
-    # inference tensors between training steps. Each rank holds a share of the model; with
-    # replicas (pp_within_node) a rank holds 1/pp of it, not 1/world size, which the memory model
-    # cannot say.
-    return StrategyCapabilities(flop_counting=dims.tp == 1 and dims.pp == 1, backward_hooks=dims.pp == 1,
-                                inference_mode=False, memory_model=None if replicated else _SPLIT_MODEL)
-
-
-def _step_loss(losses: list[torch.Tensor], counts: list[torch.Tensor | None], *, owner: str,
-               device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The step's loss on the last stage (mean of the micro-batches' means, or sum of their sums)
-    and its token count (None for a mean loss); zeros on the other stages, which receive them."""
-    if not losses:
-        return torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.float64)
-    given = [c for c in counts if c is not None]
-    if not given:
-        return torch.stack(losses).mean().float(), None
-    if len(given) != len(counts):
-        raise ValueError(f"{owner}.training_step returned num_tokens for some pipeline micro-batches and not for "
-                         "others; return {'loss': summed_loss, 'num_tokens': n} from every one, or a mean loss")
-    return torch.stack(losses).float().sum(), torch.stack(given).sum()
-
-
-def _defines_configure_ddp(module: nn.Module) -> bool:
-    """Whether the user's class (not trainmesh's Module, whose default returns None) defines it."""
-    for cls in type(module).__mro__:
-        if "configure_ddp" in vars(cls):
-            return cls.__module__ != "trainmesh.module"
-    return False
-
-
-def _has_dtensors(module: nn.Module) -> bool:
-    return any(is_dtensor(p) for p in module.parameters())
-
-
-def _rows_in(inputs: Any) -> int:
-    first = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
-    return int(first.shape[0])
-
-
+        return stage_state.stage_share_of_file(
+            checkpoint, path, module, keys, self._mesh, with_optimizers=bool(optimizers)
+        )

@@ -1,18 +1,9 @@
 """Pipeline parallelism on ``torch.distributed.pipelining``: the model cut into stages, each rank
 holding its stages' layers, batches run through a schedule in micro-batches.
 
-How a model is cut. Its *parts*, in the order its forward runs them, are its top-level children,
-with top-level containers (``nn.Sequential``, ``nn.ModuleList``, ``nn.ModuleDict``) counted
-member by member (``"layers.3"``). A stage is a run of consecutive parts: named by split points
-(``split_points=["layers.4"]`` starts the second stage at ``layers.4``) or, by default, balanced
-by parameter count. A rank keeps its stages' parts and drops the rest, torchtitan's way: a
-dropped top-level child becomes ``None`` and a dropped container member is removed with its
-name kept, so parameter names stay those of the whole model (one distributed checkpoint, written
-by every stage, loads into the whole model). The stage's forward is the model's own ``forward``:
-it must skip what is ``None`` (``h = self.embed(x) if self.embed is not None else x``); an
-``nn.Sequential`` left empty passes its input through. The first step checks that each stage
-ran exactly its parts, in their order, so a forward that runs parts in another order than they
-were registered is an error, not a wrong model.
+How a model is cut: ``pipeline_cut``. The first step checks that each stage ran exactly its parts, in
+their order, so a forward that runs parts in another order than they were registered is an error,
+not a wrong model.
 
 How the loss is computed. Only the last stage has the model's output. There, for each
 micro-batch, the module's own ``training_step`` runs with ``self(x)`` answered by the pipeline's
@@ -30,9 +21,8 @@ copies of their last row to a multiple of the micro-batch count, the padding's o
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -57,7 +47,6 @@ SCHEDULES = {
 }
 _SINGLE_STAGE = {"gpipe", "1f1b"}
 _V_SHAPED = {"zbvzerobubble", "dualpipev"}
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,20 +62,26 @@ class ScheduleChoice:
 
 def choose_schedule(name: str, stages_per_rank: int | None) -> ScheduleChoice:
     if stages_per_rank is not None and (not isinstance(stages_per_rank, int) or isinstance(stages_per_rank, bool)):
-        raise TypeError(f"stages_per_rank={stages_per_rank!r}; give a whole number of stages per rank (or leave it unset)")
+        raise TypeError(
+            f"stages_per_rank={stages_per_rank!r}; give a whole number of stages per rank (or leave it unset)"
+        )
     key = name.lower().replace("_", "").replace("-", "")
     if key not in SCHEDULES:
         known = ", ".join(cls.removeprefix("Schedule") for cls in SCHEDULES.values())
         raise ValueError(f"pipeline schedule {name!r} is not known; choose one of: {known}")
     if key in _SINGLE_STAGE:
         if stages_per_rank not in (None, 1):
-            raise ValueError(f"schedule {name!r} runs one stage per rank; stages_per_rank={stages_per_rank} needs an "
-                             "interleaved schedule (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble)")
+            raise ValueError(
+                f"schedule {name!r} runs one stage per rank; stages_per_rank={stages_per_rank} needs an "
+                "interleaved schedule (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble)"
+            )
         return ScheduleChoice(key, SCHEDULES[key], 1)
     per_rank = 2 if stages_per_rank is None else stages_per_rank
     if key in _V_SHAPED and per_rank != 2:
-        raise ValueError(f"schedule {name!r} places exactly 2 stages on each rank (a V); stages_per_rank={per_rank}: "
-                         "leave stages_per_rank unset, or give 2")
+        raise ValueError(
+            f"schedule {name!r} places exactly 2 stages on each rank (a V); stages_per_rank={per_rank}: "
+            "leave stages_per_rank unset, or give 2"
+        )
     if per_rank < 2:
         raise ValueError(f"schedule {name!r} interleaves several stages per rank; give stages_per_rank of 2 or more")
     return ScheduleChoice(key, SCHEDULES[key], per_rank)
@@ -100,141 +95,20 @@ def stage_indices(pp_rank: int, pp_size: int, choice: ScheduleChoice) -> list[in
 
 
 # ---- cutting the model ----------------------------------------------------------------------
-def pipeline_parts(module: nn.Module) -> list[str]:
-    """The model's parts in registration order: top-level children, containers member by member."""
-    own = [name for name, p in module._parameters.items() if p is not None]
-    if own:
-        raise ValueError(
-            f"{type(module).__name__} holds parameters directly ({', '.join(own)}), which no pipeline stage can "
-            "own; put them in a submodule (e.g. an nn.Embedding or a small nn.Module) so that one stage holds them"
-        )
-    parts: list[str] = []
-    for name, child in module.named_children():
-        if isinstance(child, _CONTAINERS):
-            parts += [f"{name}.{key}" for key, member in child._modules.items() if member is not None]
-        else:
-            parts.append(name)
-    return parts
-
-
-def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] | None) -> list[list[str]]:
-    """The parts of each stage: cut before each split point, or balanced by parameter count."""
-    parts = pipeline_parts(module)
-    owner = type(module).__name__
-    if len(parts) < num_stages:
-        nested = _nested_blocks(module, num_stages)
-        if nested is not None:
-            name, count = nested
-            top = name.split(".")[0]
-            raise ValueError(
-                f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages: its "
-                f"blocks are nested, {name} ({count} blocks) sits inside {top!r}, and a pipeline cuts only the model's "
-                f"top-level children and the members of its top-level containers. Expose the blocks: hold them (and "
-                f"the layers before and after them) as attributes of {owner} itself, e.g. self.layers = "
-                f"nn.ModuleDict(...) as torchtitan's models do, with a forward that skips what another stage holds "
-                f"(None); or use fewer stages (pp x stages_per_rank)"
-            )
-        raise ValueError(
-            f"{owner} has {len(parts)} parts ({', '.join(parts)}) but the pipeline needs {num_stages} stages; "
-            "use fewer stages (pp x stages_per_rank), or a model with more blocks"
-        )
-    if isinstance(split_points, str):
-        raise TypeError(f"split_points={split_points!r} is one string; give a list of part names, e.g. split_points=[{split_points!r}]")
-    if split_points:
-        # A top-level container's name cuts before its first member ("seq2" = "seq2.0").
-        points = [_first_member(module, p) if p not in parts else p for p in split_points]
-        if len(points) != num_stages - 1:
-            raise ValueError(f"{num_stages} pipeline stages need {num_stages - 1} split points; got {len(points)}: {points}")
-        missing = [p for p in points if p not in parts]
-        if missing:
-            raise ValueError(
-                f"split point(s) {missing} name no part of {owner}; a split point is a top-level child or a member of a "
-                f"top-level container, one of: {', '.join(parts)}"
-            )
-        cuts = [parts.index(p) for p in points]
-        if cuts != sorted(set(cuts)) or cuts[0] == 0:
-            raise ValueError(f"split points {points} must be in the model's order, distinct, and not its first part {parts[0]!r}")
-    else:
-        cuts = _balanced_cuts([_parameter_count(module.get_submodule(p)) for p in parts], num_stages)
-    bounds = [0, *cuts, len(parts)]
-    return [parts[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def _nested_blocks(module: nn.Module, num_stages: int) -> tuple[str, int] | None:
-    """The first container below the top level with at least ``num_stages`` members (blocks
-    held one level down, ``self.model.layers``): its dotted name and size."""
-    for name, child in module.named_modules():
-        if "." in name and isinstance(child, _CONTAINERS) and len(child._modules) >= num_stages:
-            return name, len(child._modules)
-    return None
-
-
-def _first_member(module: nn.Module, name: str) -> str:
-    child = module._modules.get(name)
-    if isinstance(child, _CONTAINERS) and child._modules:
-        return f"{name}.{next(iter(child._modules))}"
-    return name
-
-
-def _parameter_count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _balanced_cuts(sizes: list[int], num_stages: int) -> list[int]:
-    """Cut points giving each stage about ``1/num_stages`` of the parameters, each stage non-empty."""
-    prefix = [0]
-    for size in sizes:
-        prefix.append(prefix[-1] + size)
-    total, cuts, previous = prefix[-1], [], 0
-    for k in range(1, num_stages):
-        candidates = range(previous + 1, len(sizes) - (num_stages - k) + 1)
-        best = min(candidates, key=lambda c: abs(prefix[c] - k * total / num_stages))
-        cuts.append(best)
-        previous = best
-    return cuts
-
-
-def keep_only(module: nn.Module, parts: set[str]) -> None:
-    """Drop, in place, every part not in ``parts`` (names of the rest are unchanged)."""
-    for name in pipeline_parts(module):
-        if name in parts:
-            continue
-        container, _, member = name.partition(".")
-        if member:
-            del module.get_submodule(container)._modules[member]  # not `del seq[i]`: that renumbers
-        else:
-            setattr(module, name, None)
-
-
-def stage_view(module: nn.Module, parts: set[str]) -> nn.Module:
-    """A module sharing ``module``'s layers (the same objects) that holds only ``parts``: one
-    stage of a rank that holds several. Sharding or splitting a layer shows in both."""
-    view = copy.copy(module)
-    view._modules = dict(module._modules)
-    for name, child in module._modules.items():
-        if child is None:
-            continue
-        if isinstance(child, _CONTAINERS):
-            kept = copy.copy(child)
-            kept._modules = {key: member for key, member in child._modules.items() if f"{name}.{key}" in parts}
-            view._modules[name] = kept
-        elif name not in parts:
-            view._modules[name] = None
-    return view
-
-
 class PartOrderCheck:
     """Records which parts a stage's forward ran, in which order, to compare with its cut."""
 
     def __init__(self, stage_module: nn.Module, parts: list[str], stage_index: int) -> None:
         self.parts, self.stage_index, self.seen = parts, stage_index, []  # type: ignore[var-annotated]
-        self.handles = [stage_module.get_submodule(name).register_forward_pre_hook(self._recorder(name))
-                        for name in parts]
+        self.handles = [
+            stage_module.get_submodule(name).register_forward_pre_hook(self._recorder(name)) for name in parts
+        ]
 
     def _recorder(self, name: str) -> Callable[..., None]:
         def record(*_: Any) -> None:
             if name not in self.seen:
                 self.seen.append(name)
+
         return record
 
     def verify(self) -> None:
@@ -243,8 +117,7 @@ class PartOrderCheck:
         if self.seen == self.parts:
             return
         skipped = [p for p in self.parts if p not in self.seen]
-        problem = (f"its forward never ran {skipped}" if skipped
-                   else f"its forward ran them in the order {self.seen}")
+        problem = f"its forward never ran {skipped}" if skipped else f"its forward ran them in the order {self.seen}"
         raise RuntimeError(
             f"pipeline stage {self.stage_index} holds the parts {self.parts} (in registration order), but {problem}. "
             "A stage's parts must run in the order the model registers them, each on the stage's input: register "
@@ -261,12 +134,16 @@ def check_stage_kwargs(kwargs: Any, size: int) -> dict[str, Any]:
     """``pipeline_kwargs(batch)``: a dict of per-sample tensors (``size`` rows each), which torch
     can cut into micro-batches the way it cuts the input."""
     if not isinstance(kwargs, dict):
-        raise TypeError(f"pipeline_kwargs(batch) returned {type(kwargs).__name__}; return a dict of the forward's "
-                        "keyword inputs, e.g. {'positions': positions}")
+        raise TypeError(
+            f"pipeline_kwargs(batch) returned {type(kwargs).__name__}; return a dict of the forward's "
+            "keyword inputs, e.g. {'positions': positions}"
+        )
     for name, value in kwargs.items():
         if name in _SCHEDULE_STEP_NAMES:
-            raise ValueError(f"pipeline_kwargs(batch) names {name!r}, which torch's schedule.step takes for itself "
-                             "and would not pass to the stages; rename that forward argument")
+            raise ValueError(
+                f"pipeline_kwargs(batch) names {name!r}, which torch's schedule.step takes for itself "
+                "and would not pass to the stages; rename that forward argument"
+            )
         if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != size:
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
             raise ValueError(
@@ -325,8 +202,16 @@ class Pipeline:
     """This rank's stages, and one schedule per input shape (a stage fixes its shapes at its
     first step). ``step`` runs a batch through the whole pipeline."""
 
-    def __init__(self, stages: dict[int, nn.Module], parts: dict[int, list[str]], num_stages: int,
-                 choice: ScheduleChoice, microbatches: int, group: Any, device: torch.device) -> None:
+    def __init__(
+        self,
+        stages: dict[int, nn.Module],
+        parts: dict[int, list[str]],
+        num_stages: int,
+        choice: ScheduleChoice,
+        microbatches: int,
+        group: Any,
+        device: torch.device,
+    ) -> None:
         self.stages, self.parts, self.num_stages = stages, parts, num_stages
         self.choice, self.microbatches, self.group, self.device = choice, microbatches, group, device
         self.holds_first, self.holds_last = 0 in stages, num_stages - 1 in stages
@@ -355,8 +240,10 @@ class Pipeline:
         from torch.distributed import pipelining
         from torch.distributed.pipelining import schedules
 
-        built = [pipelining.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
-                 for index, module in sorted(self.stages.items())]
+        built = [
+            pipelining.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
+            for index, module in sorted(self.stages.items())
+        ]
         cls = getattr(schedules, self.choice.class_name)
         scheduled = _Scheduled()
         try:
@@ -365,16 +252,28 @@ class Pipeline:
             # each step, a gradient accumulated over earlier batches too; the strategy's loss
             # divides each micro-batch's mean loss instead, which touches this step's share only
             # (and leaves a loss summed over tokens whole: its gradients are divided by the count).
-            scheduled.schedule = cls(built[0] if len(built) == 1 else built, n_microbatches=count,
-                                     loss_fn=scheduled.loss if training else None, scale_grads=False)
+            scheduled.schedule = cls(
+                built[0] if len(built) == 1 else built,
+                n_microbatches=count,
+                loss_fn=scheduled.loss if training else None,
+                scale_grads=False,
+            )
         except (ValueError, AssertionError) as err:
-            raise ValueError(f"torch's {self.choice.class_name} refuses this layout ({len(built)} stage(s) per rank, "
-                             f"{self.num_stages} stages, {count} micro-batches): {err}") from err
+            raise ValueError(
+                f"torch's {self.choice.class_name} refuses this layout ({len(built)} stage(s) per rank, "
+                f"{self.num_stages} stages, {count} micro-batches): {err}"
+            ) from err
         return scheduled
 
-    def step(self, inputs: Any, size: int, *, training: bool,
-             loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None,
-             kwargs: dict[str, Any] | None = None) -> Any:
+    def step(
+        self,
+        inputs: Any,
+        size: int,
+        *,
+        training: bool,
+        loss: Callable[[Any, torch.Tensor], torch.Tensor] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         """Run one batch (``inputs`` for the first stage, ``kwargs`` for every stage's forward;
         ``size`` rows). Training calls ``loss(output, rows)`` on the last stage per micro-batch and
         backpropagates it; returns the last stage's merged output when evaluating (None elsewhere)."""
@@ -391,7 +290,9 @@ class Pipeline:
         scheduled = self._schedule((inputs, kwargs), count, training)
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
-        check = None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
+        check = (
+            None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
+        )
         with inside_schedule(self.stages.values()):
             output = self._run(scheduled, args, kwargs, size, count, training, loss)
         if check is not None:
@@ -400,8 +301,16 @@ class Pipeline:
                 stage_check.verify()
         return output
 
-    def _run(self, scheduled: _Scheduled, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, count: int,
-             training: bool, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None) -> Any:
+    def _run(
+        self,
+        scheduled: _Scheduled,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        size: int,
+        count: int,
+        training: bool,
+        loss: Callable[[Any, torch.Tensor], torch.Tensor] | None,
+    ) -> Any:
         # torch cuts ``kwargs`` into micro-batches as it cuts the input (and the target: the row
         # indices the loss reads its micro-batch by) and gives each stage's forward its chunk.
         assert scheduled.schedule is not None
@@ -409,7 +318,9 @@ class Pipeline:
             output = scheduled.schedule.step(*args, **kwargs)
             output = apply_to_tensors(output, lambda t: t[:size]) if output is not None else None
         else:
-            targets: dict[str, Any] = {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
+            targets: dict[str, Any] = (
+                {"target": torch.arange(size, device=self.device), "losses": []} if self.holds_last else {}
+            )
             with scheduled.computing(loss, expected_calls=count if self.holds_last else 0):
                 output = scheduled.schedule.step(*args, return_outputs=False, **targets, **kwargs)
         return output
@@ -432,7 +343,9 @@ class _Scheduled:
         self._calls = 0
 
     @contextlib.contextmanager
-    def computing(self, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None, *, expected_calls: int) -> Iterator[None]:
+    def computing(
+        self, loss: Callable[[Any, torch.Tensor], torch.Tensor] | None, *, expected_calls: int
+    ) -> Iterator[None]:
         self._loss, self._calls = loss, 0
         try:
             yield
@@ -477,3 +390,26 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
     apply_to_tensors(value, keep)
     return found
+
+
+def step_loss(
+    losses: list[torch.Tensor], counts: list[torch.Tensor | None], *, owner: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The step's loss on the last stage (mean of the micro-batches' means, or sum of their sums)
+    and its token count (None for a mean loss); zeros on the other stages, which receive them."""
+    if not losses:
+        return torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.float64)
+    given = [c for c in counts if c is not None]
+    if not given:
+        return torch.stack(losses).mean().float(), None
+    if len(given) != len(counts):
+        raise ValueError(
+            f"{owner}.training_step returned num_tokens for some pipeline micro-batches and not for "
+            "others; return {'loss': summed_loss, 'num_tokens': n} from every one, or a mean loss"
+        )
+    return torch.stack(losses).float().sum(), torch.stack(given).sum()
+
+
+def rows_in(inputs: Any) -> int:
+    first = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+    return int(first.shape[0])

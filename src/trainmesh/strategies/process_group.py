@@ -11,16 +11,18 @@ import torch.distributed as dist
 from trainmesh.launchers.base import ProcessInfo
 
 
-def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None,
-                       timeout: timedelta) -> bool:
+def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
     """Initialise the default process group for ``process``; False when one already exists
     (the user, or a test harness, made it: use it and leave it to them)."""
     if dist.is_available() and dist.is_initialized():
         return False
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
     dist.init_process_group(
-        backend, init_method=f"tcp://{process.master_addr}:{process.master_port}",
-        rank=process.global_rank, world_size=process.world_size, timeout=timeout,
+        backend,
+        init_method=f"tcp://{process.master_addr}:{process.master_port}",
+        rank=process.global_rank,
+        world_size=process.world_size,
+        timeout=timeout,
     )
     return True
 

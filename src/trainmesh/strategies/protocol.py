@@ -49,6 +49,7 @@ class Strategy(Protocol):
     def capabilities(self) -> StrategyCapabilities:
         """What this strategy supports (manual optimization, compile, FLOP counting, ...): read
         instead of the strategy's name or type."""
+
     @property
     def root_device(self) -> torch.device: ...
     @property
@@ -63,44 +64,69 @@ class Strategy(Protocol):
     def with_placement(self, placement: Placement) -> Strategy:
         """A new strategy with this one's constructor arguments, built for ``placement`` (a user's
         instance carries its arguments only: the Trainer's devices and precision come later)."""
+
     def setup_environment(self, process: ProcessInfo) -> None:
         """Join the process group (if any), build the mesh and pick this process's device."""
+
     def module_init_context(self) -> AbstractContextManager[Any]:
         """Entered around ``configure_model``: the meta device for sharded strategies."""
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Place, wrap or shard the module; returns what the loop calls."""
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         """The optimizers as the strategy steps them (zero1: state sharded); ``module`` is the
         placed one (None when a user's loop sets up optimizers first)."""
+
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         """Add a distributed sampler or anything else the strategy needs in the loader.
 
         ``seed`` is the run's seed (``seed_everything``, 0 without it), the same in every
         process: a distributed sampler shuffles with it, so the shards make one permutation."""
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
+
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
         """Forward, ``training_step_end``, loss and backward of one step (gradients not
         synchronised when ``sync_grads`` is False: an accumulation micro-batch)."""
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
+
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         """``module.<hook>(batch, batch_idx, *extra)`` (and its ``*_step_end``) for evaluation."""
+
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         """Skip the gradient synchronisation for an accumulation micro-batch (user loops)."""
-    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
-                       norm_type: float) -> torch.Tensor | None:
+
+    def clip_gradients(
+        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+    ) -> torch.Tensor | None:
         """Clip by global norm (returns it) or by value (returns None)."""
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         """``{"model": ..., "optim": [...]}`` (``"model"`` only with a module): full tensors, or
         with ``sharded=True`` each rank's shards where the strategy shards."""
-    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                        state: dict[str, Any], *, strict: bool = True) -> None:
+
+    def load_state_dict(
+        self,
+        module: nn.Module | None,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: dict[str, Any],
+        *,
+        strict: bool = True,
+    ) -> None:
         """Load the ``"model"`` and ``"optim"`` entries that ``state`` holds."""
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
         """Write ``checkpoint``; with ``sharded`` the strategy may write those entries shard by
         shard (a distributed checkpoint), else one file."""
-    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         """A file, or a distributed checkpoint directory resharded onto this run's layout
         (its ``keys`` entries loaded into state shaped like ``module``'s and ``optimizers``')."""
+
     def teardown(self, *, failed: bool = False) -> None: ...

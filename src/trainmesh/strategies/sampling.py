@@ -26,8 +26,9 @@ from trainmesh.utilities.distributed_samplers import (
 )
 
 
-def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, seed: int,
-                     longest: Callable[[int], int]) -> Any:
+def shard_dataloader(
+    loader: Any, *, dp_rank: int, dp_size: int, train: bool, seed: int, longest: Callable[[int], int]
+) -> Any:
     """``loader`` reading only data-parallel rank ``dp_rank``'s share out of ``dp_size``.
 
     ``seed`` (the same on every rank) shuffles one permutation that the shards split.
@@ -56,8 +57,9 @@ def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, se
         )
     sampler = loader.sampler
     if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
-        shard: Any = DistributedSampler(loader.dataset, num_replicas=dp_size, rank=dp_rank,
-                                        shuffle=type(sampler) is RandomSampler, seed=seed)
+        shard: Any = DistributedSampler(
+            loader.dataset, num_replicas=dp_size, rank=dp_rank, shuffle=type(sampler) is RandomSampler, seed=seed
+        )
     else:
         shard = DistributedSamplerWrapper(cast(Sampler[int], sampler), num_replicas=dp_size, rank=dp_rank)
     if loader.batch_sampler is None:
@@ -74,16 +76,24 @@ def shard_dataloader(loader: Any, *, dp_rank: int, dp_size: int, train: bool, se
 
 def _plain_shuffle(sampler: Any) -> bool:
     """A RandomSampler that DistributedSampler(shuffle=True) can stand in for without loss."""
-    return (type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-            and sampler.generator is None)
+    return (
+        type(sampler) is RandomSampler
+        and not sampler.replacement
+        and sampler._num_samples is None
+        and sampler.generator is None
+    )
 
 
 def _shard_for_evaluation(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
     """Contiguous shards with no padding: every sample once, rank order = dataset order."""
     if loader.batch_sampler is None:
         order = None if type(loader.sampler) is SequentialSampler else loader.sampler
-        return _with_sampler(loader, ContiguousShardSampler(cast(Sized, loader.dataset), num_replicas=world, rank=rank,
-                                                            sampler=cast("Sampler[int] | None", order)))
+        return _with_sampler(
+            loader,
+            ContiguousShardSampler(
+                cast(Sized, loader.dataset), num_replicas=world, rank=rank, sampler=cast("Sampler[int] | None", order)
+            ),
+        )
     batches = cast(Sampler[list[int]], loader.batch_sampler)
     return replace_batch_sampler(loader, ContiguousBatchShard(batches, num_replicas=world, rank=rank))
 

@@ -41,8 +41,9 @@ _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
 _ROOT_SHARE = 4
 
 
-def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None,
-                min_num_params: int | None) -> list[nn.Module]:
+def shard_units(
+    module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None, min_num_params: int | None
+) -> list[nn.Module]:
     """The submodules that become their own shard units, innermost first (as fully_shard needs).
 
     ``wrap``: every submodule of these classes. ``min_num_params``: the smallest submodules
@@ -58,10 +59,17 @@ def shard_units(module: nn.Module, *, wrap: Sequence[type[nn.Module]] | None,
             )
         return units[::-1]
     if min_num_params:
+
         def own_size(m: nn.Module) -> int:
             return sum(p.numel() for p in m.parameters())
-        return [m for m in list(module.modules())[::-1] if m is not module and own_size(m) >= min_num_params
-                and not any(own_size(c) >= min_num_params for c in m.children())]
+
+        return [
+            m
+            for m in list(module.modules())[::-1]
+            if m is not module
+            and own_size(m) >= min_num_params
+            and not any(own_size(c) >= min_num_params for c in m.children())
+        ]
     return automatic_units(module)
 
 
@@ -71,8 +79,9 @@ def automatic_units(module: nn.Module) -> list[nn.Module]:
     blocks = [b for b in repeated_blocks(module) if _self_contained(b, registered)]
     largest = max((_size(block.parameters()) for block in blocks), default=0)
     # Modules sharing weights with what is outside them stay in the root, whatever their size.
-    movable = sorted((m for m in _outside(module, blocks) if _self_contained(m, registered)),
-                     key=lambda m: -_size(m.parameters()))
+    movable = sorted(
+        (m for m in _outside(module, blocks) if _self_contained(m, registered)), key=lambda m: -_size(m.parameters())
+    )
     left = _size(p for m in movable for p in m.parameters())
     leaves: list[nn.Module] = []
     for candidate in movable:

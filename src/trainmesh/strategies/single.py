@@ -84,43 +84,60 @@ class SingleDeviceStrategy:
             apply_compile(module, options=self.placement.compile)  # in place: the module stays the user's
         return module
 
-    def setup_optimizers(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         return loader
 
-    def train_step(self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool,
-                   hooks: StepHooks) -> StepResult:
-        return run_train_step(lambda: cast(StepModule, module).training_step(batch, batch_idx), combine=whole_output, hooks=hooks,
-                              autocast=self.precision.autocast(), no_sync=None)
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
+        return run_train_step(
+            lambda: cast(StepModule, module).training_step(batch, batch_idx),
+            combine=whole_output,
+            hooks=hooks,
+            autocast=self.precision.autocast(),
+            no_sync=None,
+        )
 
-    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any,
-                  hooks: StepHooks) -> Any:
-        return run_eval_step(lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks,
-                             autocast=self.precision.autocast())
+    def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
+        return run_eval_step(
+            lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks, autocast=self.precision.autocast()
+        )
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return _NO_SYNC_NEEDED
 
-    def clip_gradients(self, module: nn.Module, *, max_norm: float | None, clip_value: float | None,
-                       norm_type: float) -> torch.Tensor | None:
+    def clip_gradients(
+        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+    ) -> torch.Tensor | None:
         return clip_gradients_locally(module, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
 
-    def state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                   sharded: bool) -> dict[str, Any]:
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
         # The placed module is the user's own (dp's splitter hands over the inner module's state).
         return checkpoints.plain_state_dict(module, optimizers, unwrapped=False)
 
-    def load_state_dict(self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer],
-                        state: dict[str, Any], *, strict: bool = True) -> None:
+    def load_state_dict(
+        self,
+        module: nn.Module | None,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: dict[str, Any],
+        *,
+        strict: bool = True,
+    ) -> None:
         checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict, unwrapped=False)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
         atomic_save(checkpoint, path)
 
-    def load_checkpoint(self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *,
-                        keys: CheckpointKeys) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
         return checkpoints.load(path, module, optimizers, keys=keys, map_location=self._device)
 
     def teardown(self, *, failed: bool = False) -> None:

@@ -42,8 +42,9 @@ def as_stage(module: nn.Module) -> StageCalls:
         cls = type(module)
         stage_class = _STAGE_CLASSES.get(cls)
         if stage_class is None:
-            stage_class = type(cls.__name__, (StageCalls, cls), {"__module__": cls.__module__,
-                                                                  "__qualname__": cls.__qualname__})
+            stage_class = type(
+                cls.__name__, (StageCalls, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            )
             _STAGE_CLASSES[cls] = stage_class
         module.__class__ = stage_class
     assert isinstance(module, StageCalls)
@@ -53,7 +54,9 @@ def as_stage(module: nn.Module) -> StageCalls:
 class ReplayedForward:
     """Stands in for ``self(...)`` inside a step hook: returns what the pipeline computed."""
 
-    def __init__(self, output: Any, expected_input: Any, hook: str, expected_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, output: Any, expected_input: Any, hook: str, expected_kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.output, self.expected_input, self.hook, self.calls = output, expected_input, hook, 0
         self.expected_kwargs = expected_kwargs or {}
 
@@ -93,8 +96,9 @@ def _same(given: Any, expected: Any) -> bool:
 
 
 @contextlib.contextmanager
-def replaying(module: nn.Module, output: Any, expected_input: Any, hook: str,
-              expected_kwargs: dict[str, Any] | None = None) -> Iterator[ReplayedForward]:
+def replaying(
+    module: nn.Module, output: Any, expected_input: Any, hook: str, expected_kwargs: dict[str, Any] | None = None
+) -> Iterator[ReplayedForward]:
     """While inside, ``module(...)`` returns ``output``."""
     replay = ReplayedForward(output, expected_input, hook, expected_kwargs)
     stage = as_stage(module)

@@ -31,8 +31,14 @@ _NUMBERED_WITHOUT_NAMES = (
 )
 
 
-def state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], mesh: ParallelMesh, *,
-               sharded: bool, whole_model_order: dict[str, int]) -> dict[str, Any]:
+def state_dict(
+    module: nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    mesh: ParallelMesh,
+    *,
+    sharded: bool,
+    whole_model_order: dict[str, int],
+) -> dict[str, Any]:
     pipelined = mesh.group_size("pp") > 1
     # Full state without a pipeline: gathered onto rank 0's CPU. With one, every stage first
     # gathers its own layers (torch would give them to its first rank only), then the
@@ -51,9 +57,14 @@ def state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], m
     optim = []
     for index, optimizer_state in enumerate(state["optim"]):
         stage_states = [piece["optim"][index] for piece in pieces]
-        optim.append({"state": {k: v for each in stage_states for k, v in each.get("state", {}).items()},
-                      "param_groups": every_stages_groups(optimizer_state, map(_group_names, stage_states),
-                                                          whole_model_order)})
+        optim.append(
+            {
+                "state": {k: v for each in stage_states for k, v in each.get("state", {}).items()},
+                "param_groups": every_stages_groups(
+                    optimizer_state, map(_group_names, stage_states), whole_model_order
+                ),
+            }
+        )
     return {"model": {k: v for piece in pieces for k, v in piece["model"].items()}, "optim": optim}
 
 
@@ -61,13 +72,25 @@ def every_stages_groups(optimizer_state: dict[str, Any], names: Any, order: dict
     """This stage's parameter groups listing every stage's parameter names (``names``: per
     stage, per group), in the order one process's optimizer lists them (``order``)."""
     per_stage = list(names)
-    return [{**group, "params": sorted({name for stage in per_stage for name in stage[index]},
-                                       key=lambda name: order.get(name, len(order)))}
-            for index, group in enumerate(optimizer_state.get("param_groups", []))]
+    return [
+        {
+            **group,
+            "params": sorted(
+                {name for stage in per_stage for name in stage[index]}, key=lambda name: order.get(name, len(order))
+            ),
+        }
+        for index, group in enumerate(optimizer_state.get("param_groups", []))
+    ]
 
 
-def load_state_dict(module: nn.Module, optimizers: Sequence[torch.optim.Optimizer], state: dict[str, Any],
-                    mesh: ParallelMesh, *, strict: bool = True) -> None:
+def load_state_dict(
+    module: nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    state: dict[str, Any],
+    mesh: ParallelMesh,
+    *,
+    strict: bool = True,
+) -> None:
     """This stage's share of ``state`` (a whole model's, or this stage's shards), loaded by the
     one sharded path (``checkpoints.load_sharded_state_dict``)."""
     own = set(module.state_dict())
@@ -97,16 +120,24 @@ def whole_model_shapes(module: nn.Module, mesh: ParallelMesh) -> dict[str, Any]:
     return whole
 
 
-def stage_share_of_file(checkpoint: dict[str, Any], path: str, module: nn.Module, keys: CheckpointKeys,
-                        mesh: ParallelMesh, *, with_optimizers: bool) -> dict[str, Any]:
+def stage_share_of_file(
+    checkpoint: dict[str, Any],
+    path: str,
+    module: nn.Module,
+    keys: CheckpointKeys,
+    mesh: ParallelMesh,
+    *,
+    with_optimizers: bool,
+) -> dict[str, Any]:
     """A whole model's checkpoint file, cut down to this stage's layers (checked against
     the whole pipeline's: every stage's names together must be the file's)."""
     own = module.state_dict()
     check_state_dict_fits(whole_model_shapes(module, mesh), checkpoint[keys.model], source=path)
     checkpoint[keys.model] = {k: v for k, v in checkpoint[keys.model].items() if k in own}
     saved_optimizers = checkpoint.get(keys.optimizers) or []
-    unnamed = [state for state in saved_optimizers if checkpoints.is_numbered(state)
-               and not checkpoints.has_param_names(state)]
+    unnamed = [
+        state for state in saved_optimizers if checkpoints.is_numbered(state) and not checkpoints.has_param_names(state)
+    ]
     if with_optimizers and unnamed:
         raise ValueError(f"{path} holds optimizer state {_NUMBERED_WITHOUT_NAMES}")
     return checkpoint
@@ -124,8 +155,10 @@ def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, mod
         return saved
     unnamed = held - {name for group in saved.get("param_groups", []) for name in group["params"]}
     if unnamed:
-        raise ValueError(f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
-                         "it was saved from another model, or under other names; resume with the same model, or "
-                         "load only its weights and train on")
+        raise ValueError(
+            f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
+            "it was saved from another model, or under other names; resume with the same model, or "
+            "load only its weights and train on"
+        )
     groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
     return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}

@@ -56,8 +56,11 @@ def tokens_in(output: Any, *, owner: str = "training_step") -> torch.Tensor | No
     else:
         usable = isinstance(count, int) and not isinstance(count, bool) and count >= 0
     if not usable:
-        shown = f"a tensor of shape {tuple(count.shape)} and dtype {count.dtype}" if isinstance(count, torch.Tensor) \
+        shown = (
+            f"a tensor of shape {tuple(count.shape)} and dtype {count.dtype}"
+            if isinstance(count, torch.Tensor)
             else repr(count)
+        )
         raise ValueError(
             f"{owner} returned num_tokens={shown}; give the count of valid tokens in this (micro-)batch, the "
             "ones the summed loss adds up: a non-negative int or a one-element tensor, e.g. "
@@ -129,8 +132,14 @@ def loss_to_backward(loss: torch.Tensor, num_tokens: torch.Tensor | None, diviso
     return loss / divisor if num_tokens is None and divisor > 1 else loss
 
 
-def run_train_step(forward: Callable[[], Any], *, combine: Callable[[Any], Any], hooks: StepHooks,
-                   autocast: AbstractContextManager[Any], no_sync: AbstractContextManager[Any] | None) -> StepResult:
+def run_train_step(
+    forward: Callable[[], Any],
+    *,
+    combine: Callable[[Any], Any],
+    hooks: StepHooks,
+    autocast: AbstractContextManager[Any],
+    no_sync: AbstractContextManager[Any] | None,
+) -> StepResult:
     """Forward, ``*_step_end`` (or ``combine``), the loss and backward: one step of a strategy
     whose forward and backward are separate calls. ``no_sync`` skips the gradient
     synchronisation (an accumulation micro-batch)."""

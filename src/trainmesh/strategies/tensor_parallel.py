@@ -21,8 +21,10 @@ def tensor_parallel_plan(module: nn.Module) -> dict[str, Any] | None:
     stated = getattr(module, "tensor_parallel_plan", None)
     plan = stated() if callable(stated) else None
     if plan is not None and not isinstance(plan, Mapping):
-        raise TypeError(f"{type(module).__name__}.tensor_parallel_plan() returned {type(plan).__name__}; return a dict "
-                        "{module name: ParallelStyle} (e.g. {'mlp.up': ColwiseParallel()}) or None")
+        raise TypeError(
+            f"{type(module).__name__}.tensor_parallel_plan() returned {type(plan).__name__}; return a dict "
+            "{module name: ParallelStyle} (e.g. {'mlp.up': ColwiseParallel()}) or None"
+        )
     return dict(plan) if plan is not None else None
 
 
@@ -83,8 +85,9 @@ def apply_tp(module: nn.Module, tp_mesh: Any, plan: Mapping[str, Any]) -> nn.Mod
     from torch.distributed.tensor.parallel import parallelize_module
 
     present = [name for name, _ in module.named_modules() if name]
-    here = {pattern: style for pattern, style in plan.items()
-            if any(fnmatch.fnmatchcase(name, pattern) for name in present)}
+    here = {
+        pattern: style for pattern, style in plan.items() if any(fnmatch.fnmatchcase(name, pattern) for name in present)
+    }
     if here:
         parallelize_module(module, tp_mesh, here)
     return module

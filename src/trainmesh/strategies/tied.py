@@ -79,8 +79,9 @@ def retie_after_tp(module: nn.Module, ties: list[tuple[str, ...]]) -> None:
         first = parameters[names[0]] if names else None
         if all(p is first for p in parameters.values()):
             continue  # left alone by the plan: still one parameter
-        refuse_different_layouts(group, {name: layout(p) for name, p in parameters.items()},
-                                 how="the tensor-parallel plan")
+        refuse_different_layouts(
+            group, {name: layout(p) for name, p in parameters.items()}, how="the tensor-parallel plan"
+        )
         for name in names[1:]:
             owner, _, attribute = name.rpartition(".")
             setattr(module.get_submodule(owner), attribute, first)
@@ -108,18 +109,32 @@ class StageCopies:
         self.copies, self.pp_rank, self.group = copies, pp_rank, group
 
     @classmethod
-    def build(cls, module: nn.Module, ties: list[tuple[str, ...]], *, stage_parts: Mapping[int, list[str]],
-              sharded_by_data_parallel: bool, pp_rank: int, mesh: Any, device: torch.device,
-              equalize: bool = True) -> StageCopies:
+    def build(
+        cls,
+        module: nn.Module,
+        ties: list[tuple[str, ...]],
+        *,
+        stage_parts: Mapping[int, list[str]],
+        sharded_by_data_parallel: bool,
+        pp_rank: int,
+        mesh: Any,
+        device: torch.device,
+        equalize: bool = True,
+    ) -> StageCopies:
         from trainmesh.strategies import collectives
 
         mine = []
         for group in ties:
             names = held_names(module, group)
             local = _local(module.get_parameter(names[0])) if names else None
-            mine.append((names, layout(module.get_parameter(names[0])) if names else None,
-                         (tuple(local.shape), local.dtype) if local is not None else None,
-                         _stages_using(names, stage_parts)))
+            mine.append(
+                (
+                    names,
+                    layout(module.get_parameter(names[0])) if names else None,
+                    (tuple(local.shape), local.dtype) if local is not None else None,
+                    _stages_using(names, stage_parts),
+                )
+            )
         # Every pipeline rank learns every rank's view, so that a refusal stops all of them alike.
         everyone = collectives.all_gather_object(mesh, mine, over="pp")
         copies = []
@@ -129,8 +144,11 @@ class StageCopies:
                 _refuse_two_stages_of_one_rank(group, stages, sharded_by_data_parallel)
             if len(held) < 2:
                 continue  # every use on one rank: the parameter is one object there
-            refuse_different_layouts(group, {", ".join(names): where for names, where, _, _ in held.values()},
-                                     how="the pipeline stages' tensor parallelism")
+            refuse_different_layouts(
+                group,
+                {", ".join(names): where for names, where, _, _ in held.values()},
+                how="the pipeline stages' tensor parallelism",
+            )
             shape, dtype = next(iter(held.values()))[2]
             copies.append(_Copies(tuple(mine[index][0]), tuple(sorted(held)), shape, dtype))
         if copies and not equalize and sharded_by_data_parallel and len(everyone) > 2:
@@ -138,7 +156,8 @@ class StageCopies:
             raise ValueError(
                 f"tied weights {', '.join(ties[0])} on a model built on the meta device, with more than 2 "
                 "pipeline stages and data parallelism sharding them, are not supported: build the model "
-                "eagerly (outside configure_model), use 2 pipeline stages, or untie the weights")
+                "eagerly (outside configure_model), use 2 pipeline stages, or untie the weights"
+            )
         built = cls(copies, pp_rank, mesh.group("pp"))
         if equalize:
             built.make_equal(module, device)
@@ -157,8 +176,11 @@ class StageCopies:
 
         for copy in self.copies:
             local = self._tensor(module, copy, grad=False)
-            buffer = (local.detach().clone() if local is not None
-                      else torch.empty(copy.shape, dtype=copy.dtype, device=device))
+            buffer = (
+                local.detach().clone()
+                if local is not None
+                else torch.empty(copy.shape, dtype=copy.dtype, device=device)
+            )
             dist.broadcast(buffer, group=self.group, group_src=copy.holders[0])
             if local is not None:
                 with torch.no_grad():
@@ -177,8 +199,11 @@ class StageCopies:
 
     def counted_elsewhere(self, module: nn.Module) -> set[int]:
         """Ids of this rank's copies whose gradient the first holder counts in the global norm."""
-        return {id(module.get_parameter(copy.names[0])) for copy in self.copies
-                if copy.names and copy.holders[0] != self.pp_rank}
+        return {
+            id(module.get_parameter(copy.names[0]))
+            for copy in self.copies
+            if copy.names and copy.holders[0] != self.pp_rank
+        }
 
 
 def _grad_laid_out_as_parameter(parameter: nn.Parameter) -> None:
@@ -199,8 +224,14 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def _stages_using(names: list[str], stage_parts: Mapping[int, list[str]]) -> list[int]:
     """This rank's stages whose parts hold one of ``names``."""
-    return sorted({index for name in names for index, parts in stage_parts.items()
-                   if any(name == part or name.startswith(part + ".") for part in parts)})
+    return sorted(
+        {
+            index
+            for name in names
+            for index, parts in stage_parts.items()
+            if any(name == part or name.startswith(part + ".") for part in parts)
+        }
+    )
 
 
 def _refuse_two_stages_of_one_rank(group: tuple[str, ...], stages: list[int], sharded_by_data_parallel: bool) -> None:

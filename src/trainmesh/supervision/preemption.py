@@ -102,9 +102,11 @@ class SignalStop:
         assert self._save is not None, "save_and_exit runs inside armed()"
         self._save(path)  # a collective: every process has stopped after the same step
         who = "every process" if process.world_size > 1 else "training"
-        report = (f"{who} stopped after step {step} (epoch {epoch}) and "
-                  f"the checkpoint {path} is saved; exit status {exit_status.PREEMPTED}. Run the same command "
-                  "again: fit resumes from it")
+        report = (
+            f"{who} stopped after step {step} (epoch {epoch}) and "
+            f"the checkpoint {path} is saved; exit status {exit_status.PREEMPTED}. Run the same command "
+            "again: fit resumes from it"
+        )
         if agreed == signal.SIGUSR1 and process.is_global_zero:
             requeued = requeue_slurm_job()
             report += f". {requeued}" if requeued else ""

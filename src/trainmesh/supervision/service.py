@@ -64,7 +64,9 @@ class Supervision:
         return self._watchdog.paused()
 
     # ---- preemption -----------------------------------------------------------------------------
-    def stop_signals(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> AbstractContextManager[None]:
+    def stop_signals(
+        self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]
+    ) -> AbstractContextManager[None]:
         """During the block, SIGTERM/SIGUSR1 only set a flag; on a stop, ``save(path)`` writes
         ``<folder>/last-preempted.ckpt`` (a collective) before the run exits with status 75."""
         return self._signals.armed(process, folder=folder, save=save)

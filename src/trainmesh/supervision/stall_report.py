@@ -103,8 +103,9 @@ def ranks_behind(reports: Mapping[int, RankReport]) -> list[int]:
     return sorted(behind)
 
 
-def decide(reports: Mapping[int, RankReport], *, world_size: int, timeout: float,
-           finished: Collection[int] = ()) -> Verdict:
+def decide(
+    reports: Mapping[int, RankReport], *, world_size: int, timeout: float, finished: Collection[int] = ()
+) -> Verdict:
     """The verdict on a stalled run from the reports that arrived (at least the caller's own);
     ``finished``: ranks that left the loop (their watch ended normally), so not stuck."""
     assert reports, "the rank that decides has its own report"
@@ -117,8 +118,9 @@ def decide(reports: Mapping[int, RankReport], *, world_size: int, timeout: float
     if world_size == 1:
         message = _single_process_message(reports[answered[0]], timeout)
     else:
-        message = _distributed_message(reports, stuck=list(stuck), behind=bool(behind), missing=missing,
-                                       finished=sorted(finished), timeout=timeout)
+        message = _distributed_message(
+            reports, stuck=list(stuck), behind=bool(behind), missing=missing, finished=sorted(finished), timeout=timeout
+        )
     return Verdict(stuck=stuck, answered=answered, reporter=answered[0], message=message)
 
 
@@ -130,24 +132,40 @@ def _single_process_message(report: RankReport, timeout: float) -> str:
     )
 
 
-def _distributed_message(reports: Mapping[int, RankReport], *, stuck: list[int], behind: bool, missing: list[int],
-                         finished: list[int], timeout: float) -> str:
+def _distributed_message(
+    reports: Mapping[int, RankReport],
+    *,
+    stuck: list[int],
+    behind: bool,
+    missing: list[int],
+    finished: list[int],
+    timeout: float,
+) -> str:
     idle = max(report.idle_s for report in reports.values())
-    head = (f"trainmesh watchdog: {_ranks(stuck)} did not arrive. No step completed for {idle:.1f} s "
-            f"(watchdog_timeout={timeout:g})")
+    head = (
+        f"trainmesh watchdog: {_ranks(stuck)} did not arrive. No step completed for {idle:.1f} s "
+        f"(watchdog_timeout={timeout:g})"
+    )
     if behind:
-        lines = [f"{head} and the other ranks wait for {_them(stuck)} in a collective: "
-                 f"{_collective_counts(reports, stuck)}."]
+        lines = [
+            f"{head} and the other ranks wait for {_them(stuck)} in a collective: {_collective_counts(reports, stuck)}."
+        ]
     elif missing:
-        lines = [f"{head} and did not answer the watchdog either: a thread holds the interpreter there (a call "
-                 "into C code that never returns), or the process is stopped."]
+        lines = [
+            f"{head} and did not answer the watchdog either: a thread holds the interpreter there (a call "
+            "into C code that never returns), or the process is stopped."
+        ]
     elif stuck:
-        lines = [f"{head}, while {_ranks(finished)} finished the loop and wait{'s' if len(finished) == 1 else ''} "
-                 f"for {_them(stuck)}."]
+        lines = [
+            f"{head}, while {_ranks(finished)} finished the loop and wait{'s' if len(finished) == 1 else ''} "
+            f"for {_them(stuck)}."
+        ]
     else:
-        lines = [f"trainmesh watchdog: no step completed for {idle:.1f} s (watchdog_timeout={timeout:g}), and no "
-                 "rank is behind the others in collectives: every rank is stuck outside them (a data loader, a "
-                 "file system, a lock)."]
+        lines = [
+            f"trainmesh watchdog: no step completed for {idle:.1f} s (watchdog_timeout={timeout:g}), and no "
+            "rank is behind the others in collectives: every rank is stuck outside them (a data loader, a "
+            "file system, a lock)."
+        ]
     shown = [rank for rank in stuck if rank in reports] or ([] if missing else sorted(reports))
     for rank in shown:
         lines.append(f"Where rank {rank} was (its training thread, most recent call last):")
@@ -158,8 +176,9 @@ def _distributed_message(reports: Mapping[int, RankReport], *, stuck: list[int],
         if report is None:
             lines.append(f"  rank {rank}: {'finished the loop' if rank in finished else 'no answer'}")
         else:
-            lines.append(f"  rank {rank}: {report.steps} steps completed, idle {report.idle_s:.1f} s, "
-                         f"at {report.where}")
+            lines.append(
+                f"  rank {rank}: {report.steps} steps completed, idle {report.idle_s:.1f} s, at {report.where}"
+            )
     return "\n".join(lines) + "\n" + _advice()
 
 
@@ -183,5 +202,7 @@ def _them(ranks: list[int]) -> str:
 
 
 def _advice() -> str:
-    return (f"The run ends with exit status {EXIT_STATUS}. If a step can take this long, raise "
-            "Trainer(watchdog_timeout=...) (seconds); watchdog_timeout=None turns the watchdog off.")
+    return (
+        f"The run ends with exit status {EXIT_STATUS}. If a step can take this long, raise "
+        "Trainer(watchdog_timeout=...) (seconds); watchdog_timeout=None turns the watchdog off."
+    )

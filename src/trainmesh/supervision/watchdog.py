@@ -187,9 +187,14 @@ class StepWatchdog:
     def _report_and_wait(self, *, stalled: bool) -> None:
         assert self.timeout is not None
         channel, rank = self._channel, _rank()
-        report = RankReport(rank=rank, stalled=stalled, idle_s=round(time.monotonic() - self.last_step_at, 1),
-                            steps=self.steps_done, collectives=collectives_issued(),
-                            stack=loop_thread_stack(self._loop_thread))
+        report = RankReport(
+            rank=rank,
+            stalled=stalled,
+            idle_s=round(time.monotonic() - self.last_step_at, 1),
+            steps=self.steps_done,
+            collectives=collectives_issued(),
+            stack=loop_thread_stack(self._loop_thread),
+        )
         grace = answer_grace(self.timeout)
         if channel is not None:
             channel.publish(report, alarm=stalled)

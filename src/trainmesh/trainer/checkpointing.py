@@ -34,8 +34,9 @@ CHECKPOINT_FORMAT = 1
 TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states")
 
 
-def build_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView, *,
-                     weights_only: bool = False) -> dict[str, Any]:
+def build_checkpoint(
+    state: LoopState, runtime: Runtime, trainer: TrainerView, *, weights_only: bool = False
+) -> dict[str, Any]:
     """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive."""
     from trainmesh import __version__
 
@@ -67,11 +68,15 @@ def build_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView, *
         "train_results": _reduced_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
-        "per_rank": runtime.all_gather_object({
-            "rng": capture_rng_state() if stop is None else stop.rng,
-            "pending_gradients": _pending_gradients(state, trainer.accumulate_grad_batches),
-            "epoch_outputs": apply_to_tensors(loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()),
-        }),
+        "per_rank": runtime.all_gather_object(
+            {
+                "rng": capture_rng_state() if stop is None else stop.rng,
+                "pending_gradients": _pending_gradients(state, trainer.accumulate_grad_batches),
+                "epoch_outputs": apply_to_tensors(
+                    loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
+                ),
+            }
+        ),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     datamodule = state.datamodule
@@ -137,8 +142,15 @@ def _reduced_results(loop_state: LoopState, runtime: Runtime) -> dict[str, Any]:
     return state
 
 
-def restore_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView, checkpoint: dict[str, Any], *,
-                       source: str, weights_only: bool) -> dict[str, Any] | None:
+def restore_checkpoint(
+    state: LoopState,
+    runtime: Runtime,
+    trainer: TrainerView,
+    checkpoint: dict[str, Any],
+    *,
+    source: str,
+    weights_only: bool,
+) -> dict[str, Any] | None:
     """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
     ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive.
 
@@ -150,8 +162,9 @@ def restore_checkpoint(state: LoopState, runtime: Runtime, trainer: TrainerView,
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
-    check_state_dict_fits(runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"],
-                          source=source)
+    check_state_dict_fits(
+        runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
+    )
     if not weights_only:
         _check_resumable(len(state.optimizers), checkpoint, source)
     runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
@@ -196,9 +209,11 @@ def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: s
         )
     missing = [key for key in ("epoch", "global_step", "loop") if key not in checkpoint]
     if missing:
-        raise ValueError(f"{source} holds weights but not where training stopped (no {missing}), so fit cannot "
-                         "resume from it: load only its weights (validate/test with ckpt_path=, or "
-                         "Module.load_from_checkpoint) and fit without ckpt_path")
+        raise ValueError(
+            f"{source} holds weights but not where training stopped (no {missing}), so fit cannot "
+            "resume from it: load only its weights (validate/test with ckpt_path=, or "
+            "Module.load_from_checkpoint) and fit without ckpt_path"
+        )
     saved_optimizers = checkpoint.get("optimizer_states", [])
     if len(saved_optimizers) != optimizer_count:
         raise ValueError(
@@ -246,13 +261,18 @@ def checkpoint_places(trainer: TrainerView) -> CheckpointPlaces:
     callback = trainer.checkpoint_callback
     if callback is not None and callback.dirpath:
         folders.append(callback.dirpath)
-    return CheckpointPlaces(folders=tuple(folders), last_known=getattr(callback, "last_model_path", "") or "",
-                            best_known=getattr(callback, "best_model_path", "") or "", stage=trainer.stage or "",
-                            announces=trainer.is_global_zero)
+    return CheckpointPlaces(
+        folders=tuple(folders),
+        last_known=getattr(callback, "last_model_path", "") or "",
+        best_known=getattr(callback, "best_model_path", "") or "",
+        stage=trainer.stage or "",
+        announces=trainer.is_global_zero,
+    )
 
 
-def resolve_ckpt_path(trainer: TrainerView, ckpt_path: str | os.PathLike[str], *,
-                      allow_fresh_start: bool = False) -> str | None:
+def resolve_ckpt_path(
+    trainer: TrainerView, ckpt_path: str | os.PathLike[str], *, allow_fresh_start: bool = False
+) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists
     (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
     return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
@@ -272,8 +292,10 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
         folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
         removed = remove_interrupted_saves(folders, ckpt_path, checkpoint_places(trainer), older_than=time.time())
         if removed:
-            print(f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves "
-                  f"(e.g. {removed[0]})", flush=True)
+            print(
+                f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves (e.g. {removed[0]})",
+                flush=True,
+            )
     trainer.runtime.barrier()
 
 
@@ -292,7 +314,10 @@ def resume_source(trainer: TrainerView, runtime: Runtime) -> str | None:
         if found:
             print(f"trainmesh: {reason}: resuming from {found}", flush=True)
         else:
-            print(f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
-                  "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
-                  "so that a restart resumes", flush=True)
+            print(
+                f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
+                "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
+                "so that a restart resumes",
+                flush=True,
+            )
     return found

@@ -8,8 +8,12 @@ from typing import Any
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
-_LOADER_METHOD = {"train": "train_dataloader", "validate": "val_dataloader",
-                  "test": "test_dataloader", "predict": "predict_dataloader"}
+_LOADER_METHOD = {
+    "train": "train_dataloader",
+    "validate": "val_dataloader",
+    "test": "test_dataloader",
+    "predict": "predict_dataloader",
+}
 
 
 @dataclass
@@ -63,10 +67,11 @@ class DataSource:
             except NotImplementedError:
                 continue
         if required:
-            arg = "train_dataloaders" if kind == "train" else ("val_dataloaders" if kind == "validate" else "dataloaders")
+            arg = (
+                "train_dataloaders" if kind == "train" else ("val_dataloaders" if kind == "validate" else "dataloaders")
+            )
             raise ValueError(
-                f"no {kind} dataloader: pass {arg}=..., a datamodule with {method}(), or define "
-                f"{method}() on the model"
+                f"no {kind} dataloader: pass {arg}=..., a datamodule with {method}(), or define {method}() on the model"
             )
         return []
 

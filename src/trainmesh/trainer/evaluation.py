@@ -13,19 +13,39 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.distributed_samplers import is_padding
 
-_STEP_HOOK = {"validate": "validation_step", "test": "test_step", "predict": "predict_step",
-              "sanity_check": "validation_step"}
+_STEP_HOOK = {
+    "validate": "validation_step",
+    "test": "test_step",
+    "predict": "predict_step",
+    "sanity_check": "validation_step",
+}
 _STEP_END_HOOK = {"validate": "validation_step_end", "test": "test_step_end", "sanity_check": "validation_step_end"}
 # Lightning 1.x's epoch-end hooks that receive the epoch's step outputs.
 _OUTPUTS_HOOK = {"validate": "validation_epoch_end", "test": "test_epoch_end", "sanity_check": "validation_epoch_end"}
-_EPOCH_START_HOOK = {"validate": "on_validation_epoch_start", "test": "on_test_epoch_start",
-                     "predict": "on_predict_epoch_start", "sanity_check": "on_validation_epoch_start"}
-_EPOCH_END_HOOK = {"validate": "on_validation_epoch_end", "test": "on_test_epoch_end",
-                   "predict": "on_predict_epoch_end", "sanity_check": "on_validation_epoch_end"}
-_BATCH_END_HOOK = {"validate": "on_validation_batch_end", "test": "on_test_batch_end",
-                   "predict": "on_predict_batch_end", "sanity_check": "on_validation_batch_end"}
-_BATCH_START_HOOK = {"validate": "on_validation_batch_start", "test": "on_test_batch_start",
-                     "predict": "on_predict_batch_start", "sanity_check": "on_validation_batch_start"}
+_EPOCH_START_HOOK = {
+    "validate": "on_validation_epoch_start",
+    "test": "on_test_epoch_start",
+    "predict": "on_predict_epoch_start",
+    "sanity_check": "on_validation_epoch_start",
+}
+_EPOCH_END_HOOK = {
+    "validate": "on_validation_epoch_end",
+    "test": "on_test_epoch_end",
+    "predict": "on_predict_epoch_end",
+    "sanity_check": "on_validation_epoch_end",
+}
+_BATCH_END_HOOK = {
+    "validate": "on_validation_batch_end",
+    "test": "on_test_batch_end",
+    "predict": "on_predict_batch_end",
+    "sanity_check": "on_validation_batch_end",
+}
+_BATCH_START_HOOK = {
+    "validate": "on_validation_batch_start",
+    "test": "on_test_batch_start",
+    "predict": "on_predict_batch_start",
+    "sanity_check": "on_validation_batch_start",
+}
 
 
 def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
@@ -57,7 +77,9 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
-    start, end = ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
+    start, end = (
+        ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
+    )
     ctx.hooks.call(start)
     results = _run_loop(ctx, stage, loaders, limit)
     ctx.hooks.call(end)
@@ -68,8 +90,10 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
     ctx.hooks.call("on_predict_start")
-    outputs = [ctx.runtime.collect_predictions(per_loader)
-               for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)]
+    outputs = [
+        ctx.runtime.collect_predictions(per_loader)
+        for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
+    ]
     ctx.hooks.call("on_predict_end")
     return outputs[0] if len(outputs) == 1 else outputs
 
@@ -115,8 +139,15 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     return results
 
 
-def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: int | float, extra: tuple[int, ...],
-                    kept: list[list[Any]], hook_extra: tuple[int, ...]) -> Any:
+def _run_one_loader(
+    ctx: LoopContext,
+    stage: str,
+    loader: Any,
+    limit_setting: int | float,
+    extra: tuple[int, ...],
+    kept: list[list[Any]],
+    hook_extra: tuple[int, ...],
+) -> Any:
     """Predictions of one loader, or its metric results (not yet reduced across ranks).
 
     Step outputs are appended to ``kept`` (one list per loader) when the module defines
@@ -133,8 +164,9 @@ def _run_one_loader(ctx: LoopContext, stage: str, loader: Any, limit_setting: in
     predictions: list[Any] = []
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
-    step_hooks = StepHooks(step_end=None if step_end is None else getattr(state.module, step_end),
-                           chunk_scope=sink.chunk_scope)
+    step_hooks = StepHooks(
+        step_end=None if step_end is None else getattr(state.module, step_end), chunk_scope=sink.chunk_scope
+    )
     outputs_hook = _OUTPUTS_HOOK.get(stage)
     outputs: list[Any] | None = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     for batch_idx, batch in enumerate(loader):

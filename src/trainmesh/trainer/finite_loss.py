@@ -44,7 +44,9 @@ class FiniteLossCheck:
         if not self.deferred:
             value = loss.item()  # no detach needed: item() records nothing for autograd
             if not math.isfinite(value):
-                raise FloatingPointError(self._message(value, (self.trainer.global_step, self.trainer.current_epoch, batch_idx), None))
+                raise FloatingPointError(
+                    self._message(value, (self.trainer.global_step, self.trainer.current_epoch, batch_idx), None)
+                )
             return
         loss = loss.detach()
         if self._first_bad is None or self._first_bad.device != loss.device:
@@ -81,7 +83,9 @@ class FiniteLossCheck:
     def _last_good_checkpoint(self) -> str:
         callback = self.trainer.checkpoint_callback
         # A resumed fit's callback knows the checkpoints of the run before.
-        known: list[str] = [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")] if callback else []
+        known: list[str] = (
+            [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")] if callback else []
+        )
         for path in reversed(known + self._checked_saves):
             if path and os.path.exists(path):
                 return path

@@ -41,7 +41,9 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
         raise ValueError(f"fit trains on one dataloader; got {len(train_loaders)}. Combine them into one dataset")
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     train_loader = runtime.setup_dataloaders(train_loaders[0], train=True)
-    val_loaders = [runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)]
+    val_loaders = [
+        runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)
+    ]
     state.num_training_batches = limited_count(train_loader, settings.limit_train_batches)
     state.val_loaders = val_loaders
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
@@ -49,8 +51,9 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:
-        manual_optimization.check_manual_settings(runtime.strategy_name, runtime.capabilities.manual_optimization,
-                                                  settings, state.module)
+        manual_optimization.check_manual_settings(
+            runtime.strategy_name, runtime.capabilities.manual_optimization, settings, state.module
+        )
         state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
@@ -146,13 +149,22 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
     _end_epoch(ctx, train_results, val_every, cut_short=cut_short)
 
 
-def _train_batches(ctx: LoopContext, iterator: Any, start: int, limit: int | float, val_every: int | float | None,
-                   train_results: StageResults) -> bool:
+def _train_batches(
+    ctx: LoopContext,
+    iterator: Any,
+    start: int,
+    limit: int | float,
+    val_every: int | float | None,
+    train_results: StageResults,
+) -> bool:
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, sink, model, module = state.loop, state.sink, state.model, state.module
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
-    batch_start_hooks, batch_end_hooks = hooks.overridden("on_train_batch_start"), hooks.overridden("on_train_batch_end")
+    batch_start_hooks, batch_end_hooks = (
+        hooks.overridden("on_train_batch_start"),
+        hooks.overridden("on_train_batch_end"),
+    )
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(ctx)
     step_hooks = _step_hooks(ctx, module, backward, accumulate)
@@ -230,17 +242,23 @@ def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
 
 def _step_hooks(ctx: LoopContext, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
     hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
-    step_hooks = StepHooks(step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-                           loss_of=functools.partial(_loss_of, module=module),
-                           count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
-                           backward=backward,
-                           chunk_scope=sink.chunk_scope, loss_divisor=accumulate, check_loss=backward.check_loss)
+    step_hooks = StepHooks(
+        step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+        loss_of=functools.partial(_loss_of, module=module),
+        count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
+        backward=backward,
+        chunk_scope=sink.chunk_scope,
+        loss_divisor=accumulate,
+        check_loss=backward.check_loss,
+    )
     if manual_backward is None:
         return step_hooks
     return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
 
 
-def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | float | None, *, cut_short: bool) -> None:
+def _end_epoch(
+    ctx: LoopContext, train_results: StageResults, val_every: int | float | None, *, cut_short: bool
+) -> None:
     """The end of an epoch: validation, epoch-end hooks, epoch metrics, epoch schedulers.
 
     ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
@@ -259,8 +277,11 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, val_every: int | f
     _verify_losses(loop)  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
-            epoch=state.current_epoch, batches_done=loop.batches_done, rng=capture_rng_state(),
-            train_results=_copied_results(train_results), epoch_outputs=list(loop.epoch_outputs),
+            epoch=state.current_epoch,
+            batches_done=loop.batches_done,
+            rng=capture_rng_state(),
+            train_results=_copied_results(train_results),
+            epoch_outputs=list(loop.epoch_outputs),
         )
     if val_every is not None and state.val_loaders and not loop.validated_since_step:
         evaluation.run_validation(ctx, state.val_loaders)
@@ -364,7 +385,9 @@ def _loss_of(output: Any, module: Any) -> torch.Tensor:
             "To skip a batch on purpose, return None from a manual-optimization module instead"
         )
     else:
-        raise TypeError(f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'")
+        raise TypeError(
+            f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'"
+        )
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ValueError(

@@ -17,12 +17,22 @@ from trainmesh.trainer_view import TrainerView
 # module, for a callback). Lightning programs often define fewer (``training_step(self,
 # batch)``): such a hook gets only the first ones it accepts.
 _PASSED_ARGS = {
-    "training_step": 2, "validation_step": 2, "test_step": 2, "predict_step": 2,
-    "on_train_batch_start": 2, "on_train_batch_end": 3,
+    "training_step": 2,
+    "validation_step": 2,
+    "test_step": 2,
+    "predict_step": 2,
+    "on_train_batch_start": 2,
+    "on_train_batch_end": 3,
     # evaluation's batch hooks: dataloader_idx last, where there are several loaders
-    "on_validation_batch_start": 3, "on_test_batch_start": 3, "on_predict_batch_start": 3,
-    "on_validation_batch_end": 4, "on_test_batch_end": 4, "on_predict_batch_end": 4,
-    "on_before_backward": 1, "on_before_optimizer_step": 1, "on_before_zero_grad": 1,
+    "on_validation_batch_start": 3,
+    "on_test_batch_start": 3,
+    "on_predict_batch_start": 3,
+    "on_validation_batch_end": 4,
+    "on_test_batch_end": 4,
+    "on_predict_batch_end": 4,
+    "on_before_backward": 1,
+    "on_before_optimizer_step": 1,
+    "on_before_zero_grad": 1,
 }
 
 

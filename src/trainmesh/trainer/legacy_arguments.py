@@ -19,8 +19,12 @@ _STRATEGY_NAMES = {"dp", "ddp", "ddp2", "ddp_spawn", "ddp_fork", "ddp_cpu"}
 
 # The Trainer arguments only Lightning 1.x spells, with their defaults: still accepted, but a config
 # written today (the CLI's --print_config) holds their translation instead.
-OLD_ARGUMENTS: dict[str, Any] = {"gpus": None, "distributed_backend": None, "weights_summary": "top",
-                                 "num_tpu_cores": None}
+OLD_ARGUMENTS: dict[str, Any] = {
+    "gpus": None,
+    "distributed_backend": None,
+    "weights_summary": "top",
+    "num_tpu_cores": None,
+}
 
 
 class LegacyArgumentNotice(UserWarning):
@@ -48,9 +52,18 @@ def in_todays_spelling(settings: Mapping[str, Any], *, check_cuda: bool = True) 
     return {**asdict(translated), **OLD_ARGUMENTS}
 
 
-def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_summary: bool, gpus: Any,
-              distributed_backend: str | None, weights_summary: Any, num_tpu_cores: int | None,
-              check_cuda: bool = True) -> Translated:
+def translate(
+    *,
+    accelerator: Any,
+    devices: Any,
+    strategy: Any,
+    enable_model_summary: bool,
+    gpus: Any,
+    distributed_backend: str | None,
+    weights_summary: Any,
+    num_tpu_cores: int | None,
+    check_cuda: bool = True,
+) -> Translated:
     """Today's settings for a mix of old and new spellings (old ones print a notice).
 
     ``check_cuda=False`` translates ``gpus=2`` on a machine without CUDA too (for a config to
@@ -64,7 +77,9 @@ def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_sum
         _notice(f"accelerator={accelerator!r} is Lightning 1.x's spelling; today: strategy={name!r}")
         out.strategy, out.accelerator = name, "auto"
     if distributed_backend is not None:
-        _notice(f"distributed_backend={distributed_backend!r} is Lightning 1.x's spelling; today: strategy={distributed_backend!r}")
+        _notice(
+            f"distributed_backend={distributed_backend!r} is Lightning 1.x's spelling; today: strategy={distributed_backend!r}"
+        )
         out.strategy = distributed_backend
     if gpus is not None:
         given, gpus = gpus, _parse_gpus(gpus)
@@ -77,11 +92,15 @@ def translate(*, accelerator: Any, devices: Any, strategy: Any, enable_model_sum
             )
         # Lightning 1.x ran gpus=0 (and gpus=[]) on one CPU process: the notice names what runs.
         out.accelerator, out.devices = ("cuda", gpus) if count else ("cpu", 1)
-        _notice(f"gpus={given!r} is Lightning 1.x's spelling; today: accelerator={out.accelerator!r}, "
-                f"devices={out.devices!r}")
+        _notice(
+            f"gpus={given!r} is Lightning 1.x's spelling; today: accelerator={out.accelerator!r}, "
+            f"devices={out.devices!r}"
+        )
     if weights_summary != "top":
-        _notice(f"weights_summary={weights_summary!r} is Lightning 1.x's spelling; today: "
-                f"enable_model_summary={weights_summary is not None}")
+        _notice(
+            f"weights_summary={weights_summary!r} is Lightning 1.x's spelling; today: "
+            f"enable_model_summary={weights_summary is not None}"
+        )
         out.enable_model_summary = weights_summary is not None
     return out
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import torch
 
 if TYPE_CHECKING:
-
     from trainmesh.trainer.finite_loss import FiniteLossCheck
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.manual_optimization import ManualBackward
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 class LoopPosition:
     """Where the fit loop is; saved in every checkpoint."""
 
-    batches_done: int = 0          # training batches finished in the current epoch
+    batches_done: int = 0  # training batches finished in the current epoch
     epoch_finished: bool = False
     epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
     last_loss: torch.Tensor | None = None
@@ -58,8 +57,12 @@ class StoppedInsideEpoch:
     epoch_outputs: list[Any]
 
 
-_COUNT_OF_STAGE = {"validate": "num_val_batches", "sanity_check": "num_val_batches", "test": "num_test_batches",
-                   "predict": "num_predict_batches"}
+_COUNT_OF_STAGE = {
+    "validate": "num_val_batches",
+    "sanity_check": "num_val_batches",
+    "test": "num_test_batches",
+    "predict": "num_predict_batches",
+}
 
 
 @dataclass

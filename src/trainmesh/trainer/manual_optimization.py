@@ -113,6 +113,7 @@ def _no_backward(loss: torch.Tensor | None) -> None:
 def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> StepHooks:
     """The loop's step hooks for a manual module: the returned value is only read (a loss to
     log and report, or None), never backpropagated."""
+
     def loss_or_none(output: Any) -> torch.Tensor | None:
         loss = output.get("loss") if isinstance(output, dict) else output
         if loss is not None and not isinstance(loss, torch.Tensor):
@@ -126,8 +127,14 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
         refuse_manual_tokens(output, type(module).__name__)
 
     # A None loss passes through the strategy's step untouched: no check, no backward, divisor 1.
-    return StepHooks(step_end=hooks.step_end, loss_of=cast(Callable[[Any], torch.Tensor], loss_or_none), count_of=no_token_count, backward=_no_backward,
-                     chunk_scope=hooks.chunk_scope, backward_scope=manual.scope)
+    return StepHooks(
+        step_end=hooks.step_end,
+        loss_of=cast(Callable[[Any], torch.Tensor], loss_or_none),
+        count_of=no_token_count,
+        backward=_no_backward,
+        chunk_scope=hooks.chunk_scope,
+        backward_scope=manual.scope,
+    )
 
 
 class ManualSteps:
@@ -176,7 +183,9 @@ def optimizers_of(trainer: TrainerView, *, wrapped: bool) -> Any:
     """One optimizer, or a list when configure_optimizers made several (as Lightning returns)."""
     given = trainer.optimizers
     if not given:
-        raise RuntimeError("self.optimizers() is available once fit has called configure_optimizers (in training_step, say)")
+        raise RuntimeError(
+            "self.optimizers() is available once fit has called configure_optimizers (in training_step, say)"
+        )
     steps = trainer.manual_steps
     found = [steps.wrap(o) if wrapped and steps is not None else o.optimizer for o in given]
     return found[0] if len(found) == 1 else found
@@ -213,7 +222,9 @@ def untoggle_optimizer(saved: dict[torch.Tensor, bool]) -> None:
         param.requires_grad_(requires_grad)
 
 
-def clip_gradients(trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
+def clip_gradients(
+    trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None
+) -> torch.Tensor | None:
     """Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
     if value is None:
         return None
@@ -222,6 +233,9 @@ def clip_gradients(trainer: TrainerView, optimizer: Any, value: float | None, al
         raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     runtime = trainer.runtime
-    norm: torch.Tensor | None = (runtime.clip_gradients(trainer.model, inner, max_norm=value) if algorithm == "norm"
-                                 else runtime.clip_gradients(trainer.model, inner, clip_val=value))
+    norm: torch.Tensor | None = (
+        runtime.clip_gradients(trainer.model, inner, max_norm=value)
+        if algorithm == "norm"
+        else runtime.clip_gradients(trainer.model, inner, clip_val=value)
+    )
     return norm

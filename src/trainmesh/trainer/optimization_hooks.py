@@ -82,6 +82,7 @@ def then_hooks(closure: Callable[[], Any], announce: Callable[[], None]) -> Call
     """``closure`` followed by ``announce`` each time the optimizer calls it (LBFGS calls it several
     times): Lightning's ``opt.step(closure)`` calls ``on_before_optimizer_step`` once the closure
     has run backward, so the hook sees its gradients."""
+
     def closure_then_hooks() -> Any:
         result = closure()
         announce()

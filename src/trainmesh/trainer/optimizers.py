@@ -44,11 +44,15 @@ def parse_optimizers(returned: Any, owner: str) -> tuple[list[torch.optim.Optimi
     raise TypeError(f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}")
 
 
-def _from_dicts(dicts: list[Mapping[str, Any]], owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+def _from_dicts(
+    dicts: list[Mapping[str, Any]], owner: str
+) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     optimizers, schedulers = [], []
     for entry in dicts:
         if "optimizer" not in entry:
-            raise TypeError(f"{owner}.configure_optimizers() returned a dict without 'optimizer' (keys: {sorted(entry)}); return {_FORMS}")
+            raise TypeError(
+                f"{owner}.configure_optimizers() returned a dict without 'optimizer' (keys: {sorted(entry)}); return {_FORMS}"
+            )
         optimizers.extend(_check_optimizers([entry["optimizer"]], owner))
         if entry.get("lr_scheduler") is not None:
             config = _scheduler_config(entry["lr_scheduler"], owner)
@@ -83,7 +87,9 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
     else:
         config = SchedulerConfig(item)
     if not hasattr(config.scheduler, "step"):
-        raise TypeError(f"{owner}: {type(config.scheduler).__name__} is not a learning-rate scheduler (it has no step())")
+        raise TypeError(
+            f"{owner}: {type(config.scheduler).__name__} is not a learning-rate scheduler (it has no step())"
+        )
     if _needs_metric(config.scheduler) and config.monitor is None:
         raise ValueError(
             f"{owner}: ReduceLROnPlateau needs a metric to watch; return "
@@ -101,8 +107,7 @@ def step_scheduler(config: SchedulerConfig, metrics: Mapping[str, torch.Tensor |
         assert config.monitor is not None
         if config.monitor not in metrics:
             raise ValueError(
-                f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: "
-                f"{sorted(metrics)}"
+                f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: {sorted(metrics)}"
             )
         config.scheduler.step(metrics[config.monitor])
     else:

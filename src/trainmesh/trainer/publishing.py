@@ -52,8 +52,9 @@ class Publisher:
     def __init__(self, state: LoopState, loggers: list[Any], *, is_global_zero: bool) -> None:
         self.state, self.loggers, self.is_global_zero = state, loggers, is_global_zero
 
-    def epoch_metrics(self, metrics: dict[str, tuple[float, Any]], *, suffix: str = "",
-                      to_logger: bool = True) -> dict[str, float]:
+    def epoch_metrics(
+        self, metrics: dict[str, tuple[float, Any]], *, suffix: str = "", to_logger: bool = True
+    ) -> dict[str, float]:
         """Put reduced epoch metrics into callback_metrics (and the loggers); returns them."""
         state = self.state
         published: dict[str, float] = {}
@@ -68,7 +69,9 @@ class Publisher:
             if entry.logger:
                 state.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = metric_tensor(value)
         if to_logger:
-            logged = {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
+            logged = {
+                (f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger
+            }
             self.log({**logged, "epoch": float(state.current_epoch)})
         return published
 

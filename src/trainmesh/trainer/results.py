@@ -52,7 +52,11 @@ class StageResults:
     def state_dict(self) -> dict[str, Any]:
         # Kept in checkpoints so a mid-epoch resume reports the same epoch means.
         return {
-            name: {"total": e.total, "weight": e.weight, "options": (e.prog_bar, e.logger, e.on_step, e.on_epoch, e.reduce_fx, e.sync_dist)}
+            name: {
+                "total": e.total,
+                "weight": e.weight,
+                "options": (e.prog_bar, e.logger, e.on_step, e.on_epoch, e.reduce_fx, e.sync_dist),
+            }
             for name, e in self.entries.items()
             if e.metric is None
         }
@@ -120,8 +124,19 @@ class MetricSink:
         self._batch_size = None
         self._chunk_steps = {}
 
-    def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
-            on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        prog_bar: bool,
+        logger: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce_fx: str,
+        sync_dist: bool,
+        batch_size: int | None,
+    ) -> None:
         """Record one ``self.log`` call.
 
         The options of a name's first call in a stage hold for the stage; they are checked then,
@@ -142,14 +157,24 @@ class MetricSink:
                 return
         self._log_any(name, entry, value, batch_size)
 
-    def _new_entry(self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
-                   reduce_fx: str, sync_dist: bool) -> _Entry:
+    def _new_entry(
+        self,
+        name: str,
+        prog_bar: bool,
+        logger: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce_fx: str,
+        sync_dist: bool,
+    ) -> _Entry:
         step_default = self.hook in _STEP_HOOKS
         entry = _Entry(
-            prog_bar=prog_bar, logger=logger,
+            prog_bar=prog_bar,
+            logger=logger,
             on_step=step_default if on_step is None else on_step,
             on_epoch=(not step_default) if on_epoch is None else on_epoch,
-            reduce_fx=reduce_fx, sync_dist=sync_dist,
+            reduce_fx=reduce_fx,
+            sync_dist=sync_dist,
         )
         if not (entry.on_step or entry.on_epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
@@ -174,7 +199,9 @@ class MetricSink:
                 step_value = self._mean_over_chunks(name, _as_tensor(number), batch_size or 0)
             else:
                 step_value = number
-            self.results.step_values[name] = self._reduce(_as_tensor(step_value), "mean") if entry.sync_dist else step_value
+            self.results.step_values[name] = (
+                self._reduce(_as_tensor(step_value), "mean") if entry.sync_dist else step_value
+            )
         if entry.on_epoch:
             self._accumulate(entry, _as_tensor(number), batch_size)
 
@@ -204,14 +231,19 @@ class MetricSink:
             if batch_size == 0 or (batch_size is None and infer_batch_size(self._batch) == 0):
                 # A padding batch: the identity of max/min, so every rank still takes part.
                 if entry.total is None:
-                    entry.total = torch.tensor(float("-inf") if entry.reduce_fx == "max" else float("inf"),
-                                               dtype=torch.float64, device=tensor.device)
+                    entry.total = torch.tensor(
+                        float("-inf") if entry.reduce_fx == "max" else float("inf"),
+                        dtype=torch.float64,
+                        device=tensor.device,
+                    )
                 return
             value = tensor.to(torch.float64)
             if entry.total is None:
                 entry.total = value.clone()
             else:
-                entry.total = torch.maximum(entry.total, value) if entry.reduce_fx == "max" else torch.minimum(entry.total, value)
+                entry.total = (
+                    torch.maximum(entry.total, value) if entry.reduce_fx == "max" else torch.minimum(entry.total, value)
+                )
             entry.weight = 1.0
 
     def end_step(self) -> None:
@@ -219,8 +251,12 @@ class MetricSink:
         stage takes its results, so callbacks and loggers decide alike on every rank."""
         if self.metrics_source is None:
             return
-        mine = {"entries": self.results.state_dict(),
-                "step_values": {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self.results.step_values.items()}}
+        mine = {
+            "entries": self.results.state_dict(),
+            "step_values": {
+                k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self.results.step_values.items()
+            },
+        }
         shared = self.metrics_source(mine)
         if shared is mine:
             return  # this rank is a logging one: it keeps its own (metric objects included)
@@ -229,8 +265,12 @@ class MetricSink:
         results.entries.clear()
         results.load_state_dict(shared["entries"])
         results.step_values.clear()
-        results.step_values.update({k: v.to(device) if device is not None and isinstance(v, torch.Tensor) else v
-                                    for k, v in shared["step_values"].items()})
+        results.step_values.update(
+            {
+                k: v.to(device) if device is not None and isinstance(v, torch.Tensor) else v
+                for k, v in shared["step_values"].items()
+            }
+        )
 
     # ---- reading metrics --------------------------------------------------------------------
     def step_metrics(self, *, prog_bar_only: bool = False, logger_only: bool = False) -> dict[str, float]:
@@ -269,7 +309,12 @@ class MetricSink:
 
 def _is_metric_object(value: Any) -> bool:
     # Duck-typed so torchmetrics stays optional.
-    return not isinstance(value, torch.Tensor) and hasattr(value, "compute") and hasattr(value, "update") and hasattr(value, "reset")
+    return (
+        not isinstance(value, torch.Tensor)
+        and hasattr(value, "compute")
+        and hasattr(value, "update")
+        and hasattr(value, "reset")
+    )
 
 
 def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
@@ -287,7 +332,9 @@ def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
         return scalar
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric")
+    raise TypeError(
+        f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"
+    )
 
 
 def _as_tensor(value: torch.Tensor | float) -> torch.Tensor:

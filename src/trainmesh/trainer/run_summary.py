@@ -20,9 +20,20 @@ if TYPE_CHECKING:
     from trainmesh.trainer.loop_state import LoopState
 
 
-def format_run_summary(*, stage: str, strategy: str, processes: int, nodes: int, mesh_sizes: Mapping[str, int],
-                       device: str, precision: str, batch_size: int | None, dp_size: int,
-                       accumulation: int = 1, shard_units: int = 0) -> str:
+def format_run_summary(
+    *,
+    stage: str,
+    strategy: str,
+    processes: int,
+    nodes: int,
+    mesh_sizes: Mapping[str, int],
+    device: str,
+    precision: str,
+    batch_size: int | None,
+    dp_size: int,
+    accumulation: int = 1,
+    shard_units: int = 0,
+) -> str:
     """One line saying what ``stage`` runs on; ``mesh_sizes`` lists the axes that divide anything.
 
     The global batch is what one optimizer step sees: each data-parallel rank reads its own
@@ -45,9 +56,13 @@ def format_run_summary(*, stage: str, strategy: str, processes: int, nodes: int,
         # An iterable with no batch_size (a generator, a custom loader): say so rather than guess.
         batch = f"batch size unknown ({dp_size} data-parallel x {accumulation} accumulated)"
     else:
-        batch = (f"global batch {batch_size * dp_size * accumulation} "
-                 f"({batch_size} per rank x {dp_size} data-parallel x {accumulation} accumulated)")
-    return f"trainmesh {stage}: strategy {strategy}, {where}, mesh {mesh}, device {device}, precision {precision}, {batch}"
+        batch = (
+            f"global batch {batch_size * dp_size * accumulation} "
+            f"({batch_size} per rank x {dp_size} data-parallel x {accumulation} accumulated)"
+        )
+    return (
+        f"trainmesh {stage}: strategy {strategy}, {where}, mesh {mesh}, device {device}, precision {precision}, {batch}"
+    )
 
 
 def loader_batch_size(loader: Any) -> int | None:
@@ -72,18 +87,28 @@ def loader_batch_size(loader: Any) -> int | None:
     return None
 
 
-def announce_run(trainer: TrainerView, state: LoopState, runtime: Runtime, stage: str, loader: Any, *,
-                 accumulation: int = 1) -> None:
+def announce_run(
+    trainer: TrainerView, state: LoopState, runtime: Runtime, stage: str, loader: Any, *, accumulation: int = 1
+) -> None:
     """Print the start line for ``stage`` on rank 0, unless the model summary is turned off."""
     if not trainer.is_global_zero or not any(type(cb).__name__ == "ModelSummary" for cb in trainer.callbacks):
         return
     dims = runtime.mesh.dims
-    rank_zero_info(format_run_summary(
-        stage=stage, strategy=runtime.strategy_name, processes=runtime.world_size, nodes=runtime.num_nodes,
-        mesh_sizes={axis: getattr(dims, axis) for axis in dims.used_axes()}, device=runtime.device_type,
-        precision=runtime.precision.name, batch_size=loader_batch_size(loader), dp_size=runtime.mesh.dp_size,
-        accumulation=accumulation, shard_units=count_shard_units(state.model),
-    ))
+    rank_zero_info(
+        format_run_summary(
+            stage=stage,
+            strategy=runtime.strategy_name,
+            processes=runtime.world_size,
+            nodes=runtime.num_nodes,
+            mesh_sizes={axis: getattr(dims, axis) for axis in dims.used_axes()},
+            device=runtime.device_type,
+            precision=runtime.precision.name,
+            batch_size=loader_batch_size(loader),
+            dp_size=runtime.mesh.dp_size,
+            accumulation=accumulation,
+            shard_units=count_shard_units(state.model),
+        )
+    )
 
 
 def count_shard_units(model: Any) -> int:

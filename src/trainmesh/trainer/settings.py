@@ -85,13 +85,23 @@ def check_loop_settings(
     if gradient_clip_val is not None and gradient_clip_val <= 0:
         raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
     return LoopSettings(
-        fast_dev_run=dev_run, max_steps=max_steps, max_epochs=max_epochs, min_epochs=min_epochs,
-        limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
-        limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
-        val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
-        num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
-        accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
-        gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing,
+        fast_dev_run=dev_run,
+        max_steps=max_steps,
+        max_epochs=max_epochs,
+        min_epochs=min_epochs,
+        limit_train_batches=limit_train_batches,
+        limit_val_batches=limit_val_batches,
+        limit_test_batches=limit_test_batches,
+        limit_predict_batches=limit_predict_batches,
+        val_check_interval=val_check_interval,
+        check_val_every_n_epoch=check_val_every_n_epoch,
+        num_sanity_val_steps=num_sanity_val_steps,
+        log_every_n_steps=log_every_n_steps,
+        accumulate_grad_batches=accumulate_grad_batches,
+        gradient_clip_val=gradient_clip_val,
+        gradient_clip_algorithm=gradient_clip_algorithm,
+        logger=logger,
+        enable_checkpointing=enable_checkpointing,
     )
 
 
@@ -107,7 +117,9 @@ def _check_limit(name: str, value: int | float | None) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
     if isinstance(value, float) and not (0.0 <= value <= 1.0):
-        raise ValueError(f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count")
+        raise ValueError(
+            f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count"
+        )
     if isinstance(value, int) and value < 0:
         raise ValueError(f"{name}={value} must not be negative")
     return value
@@ -117,7 +129,9 @@ def _check_val_interval(value: int | float | None) -> int | float:
     if value is None:
         return 1.0
     if isinstance(value, float) and not (0.0 < value <= 1.0):
-        raise ValueError(f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches")
+        raise ValueError(
+            f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches"
+        )
     if isinstance(value, int) and value < 1:
         raise ValueError(f"val_check_interval={value} must be at least 1 batch")
     return value

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import Any, cast
 
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.runtime import Runtime, Strategy
+from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
-from trainmesh.trainer import evaluation, fit_loop, legacy_arguments, publishing
+from trainmesh.trainer import evaluation, fit_loop, publishing
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
@@ -21,6 +20,7 @@ from trainmesh.trainer.checkpointing import (
     restore_checkpoint,
     resume_source,
 )
+from trainmesh.trainer.construction import build_callbacks, build_loggers, build_runtime, point_schedulers_at
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
@@ -82,25 +82,52 @@ class Trainer:
         weights_summary: str | None = "top",
         num_tpu_cores: int | None = None,
     ) -> None:
-        self.runtime, enable_model_summary = _build_runtime(accelerator=accelerator, devices=devices, strategy=strategy,
-            precision=precision, compile=compile, num_nodes=num_nodes, max_restarts=max_restarts, gpus=gpus,
-            num_tpu_cores=num_tpu_cores, enable_model_summary=enable_model_summary, watchdog_timeout=watchdog_timeout,
-            distributed_backend=distributed_backend, weights_summary=weights_summary)
+        self.runtime, enable_model_summary = build_runtime(
+            accelerator=accelerator,
+            devices=devices,
+            strategy=strategy,
+            precision=precision,
+            compile=compile,
+            num_nodes=num_nodes,
+            max_restarts=max_restarts,
+            gpus=gpus,
+            num_tpu_cores=num_tpu_cores,
+            enable_model_summary=enable_model_summary,
+            watchdog_timeout=watchdog_timeout,
+            distributed_backend=distributed_backend,
+            weights_summary=weights_summary,
+        )
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self._settings = loop = check_loop_settings(
-            fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
-            limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
-            limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
-            val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
-            num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
-            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm, logger=logger, enable_checkpointing=enable_checkpointing)
+            fast_dev_run=fast_dev_run,
+            max_epochs=max_epochs,
+            min_epochs=min_epochs,
+            max_steps=max_steps,
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            val_check_interval=val_check_interval,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps,
+            log_every_n_steps=log_every_n_steps,
+            accumulate_grad_batches=accumulate_grad_batches,
+            gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            logger=logger,
+            enable_checkpointing=enable_checkpointing,
+        )
         self.inference_mode = inference_mode
         if deterministic:
             make_deterministic()
-        self.loggers = _build_loggers(loop.logger, self.default_root_dir)
-        self.callbacks = _build_callbacks(callbacks, progress_bar=enable_progress_bar, summary=enable_model_summary,
-                                          checkpointing=loop.enable_checkpointing, fast_dev_run=bool(self.fast_dev_run))
+        self.loggers = build_loggers(loop.logger, self.default_root_dir)
+        self.callbacks = build_callbacks(
+            callbacks,
+            progress_bar=enable_progress_bar,
+            summary=enable_model_summary,
+            checkpointing=loop.enable_checkpointing,
+            fast_dev_run=bool(self.fast_dev_run),
+        )
         self._state = LoopState(sink=MetricSink(self.runtime.all_reduce))  # loop_state.py: the properties below read it
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
@@ -206,24 +233,43 @@ class Trainer:
         return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
     # ---- public entry points ------------------------------------------------------------------
-    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            datamodule: Any = None, ckpt_path: str | None = None) -> None:
+    def fit(
+        self,
+        model: Any,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: Any = None,
+        ckpt_path: str | None = None,
+    ) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
         self._launch("fit", model, data, ckpt_path)
 
-    def validate(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
-                 ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+    def validate(
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        ckpt_path: str | None = None,
+        verbose: bool = True,
+    ) -> list[dict[str, float]]:
         """Run validation once; returns one dict of logged metrics per dataloader."""
         return self._evaluate("validate", model, dataloaders, datamodule, ckpt_path, verbose)
 
-    def test(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
-             ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+    def test(
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        ckpt_path: str | None = None,
+        verbose: bool = True,
+    ) -> list[dict[str, float]]:
         """Run the test set once; returns one dict of logged metrics per dataloader."""
         return self._evaluate("test", model, dataloaders, datamodule, ckpt_path, verbose)
 
-    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
-                ckpt_path: str | None = None) -> Any:
+    def predict(
+        self, model: Any = None, dataloaders: Any = None, datamodule: Any = None, ckpt_path: str | None = None
+    ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader)."""
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
@@ -235,14 +281,17 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
-            verify_finite_losses(self._state.loop.loss_check, str(path))  # no checkpoint of weights a non-finite step produced
+            verify_finite_losses(
+                self._state.loop.loss_check, str(path)
+            )  # no checkpoint of weights a non-finite step produced
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only)
             # The strategy waits for every rank; one that shards writes each rank's shards.
             self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     # ---- internals ----------------------------------------------------------------------------
-    def _evaluate(self, stage: str, model: Any, dataloaders: Any, datamodule: Any,
-                  ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
+    def _evaluate(
+        self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: str | None, verbose: bool
+    ) -> list[dict[str, float]]:
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, ckpt_path)
@@ -274,12 +323,17 @@ class Trainer:
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
-                source = (resume_source(self, self.runtime) if ckpt_path is None
-                          else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True))
+                source = (
+                    resume_source(self, self.runtime)
+                    if ckpt_path is None
+                    else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True)
+                )
                 state.ckpt_path = source
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
-                with supervision.stop_signals(self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint):
+                with supervision.stop_signals(
+                    self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint
+                ):
                     fit_loop.run_fit(loop, data, checkpoint, source or "")
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
@@ -333,21 +387,35 @@ class Trainer:
             state.optimizers, state.lr_scheduler_configs = [], []
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
-            optimizers, state.lr_scheduler_configs = parse_optimizers(cast(Module, model).configure_optimizers(), type(model).__name__)
+            optimizers, state.lr_scheduler_configs = parse_optimizers(
+                cast(Module, model).configure_optimizers(), type(model).__name__
+            )
             state.optimizers = runtime.setup_optimizers(*optimizers)
-            _point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
+            point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
         state.manual_steps = ManualSteps(state, runtime)
-        return LoopContext(state=state, settings=self._settings, runtime=runtime, hooks=hooks,
-                           publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
-                           view=self, inference_mode=self.inference_mode)
+        return LoopContext(
+            state=state,
+            settings=self._settings,
+            runtime=runtime,
+            hooks=hooks,
+            publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
+            view=self,
+            inference_mode=self.inference_mode,
+        )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
             return
         source = self._state.ckpt_path = resolve_ckpt_path(self, ckpt_path)
         assert source is not None  # None only with allow_fresh_start
-        restore_checkpoint(self._state, self.runtime, self, self._read_checkpoint(source, with_optimizers=False),
-                           source=source, weights_only=True)
+        restore_checkpoint(
+            self._state,
+            self.runtime,
+            self,
+            self._read_checkpoint(source, with_optimizers=False),
+            source=source,
+            weights_only=True,
+        )
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         optimizers = self.optimizers if with_optimizers else []
@@ -369,75 +437,3 @@ class Trainer:
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
-
-def _point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:
-    """A strategy may replace an optimizer (zero1 shards its state): schedulers follow it."""
-    for old, new in zip(given, prepared):
-        inner = getattr(new, "optimizer", new)
-        if inner is not old:
-            for config in configs:
-                if getattr(config.scheduler, "optimizer", None) is old:
-                    config.scheduler.optimizer = inner
-
-
-def _build_runtime(*, accelerator: str, devices: int | str | list[int], strategy: str | Any, precision: str | int,
-                   compile: bool | dict[str, Any], num_nodes: int, max_restarts: int, enable_model_summary: bool,
-                   gpus: int | list[int] | None, distributed_backend: str | None, weights_summary: str | None,
-                   num_tpu_cores: int | None, watchdog_timeout: float | None) -> tuple[Runtime, bool]:
-    """The Runtime the arguments describe (its watchdog's timeout checked and set), and enable_model_summary
-    (the seeds' weights_summary sets it too)."""
-    # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
-    settings = legacy_arguments.translate(
-        accelerator=accelerator, devices=devices, strategy=strategy, enable_model_summary=enable_model_summary,
-        gpus=gpus, distributed_backend=distributed_backend, weights_summary=weights_summary,
-        num_tpu_cores=num_tpu_cores,
-    )
-    runtime = Runtime(accelerator=settings.accelerator, devices=settings.devices, strategy=settings.strategy,
-                      precision=precision, num_nodes=num_nodes, max_restarts=max_restarts, compile=compile)
-    runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
-    return runtime, settings.enable_model_summary
-
-
-def _build_loggers(logger: Any, root: str) -> list[Any]:
-    if logger is False or logger is None:
-        return []
-    if logger is True:
-        from trainmesh.loggers.csv_logger import CSVLogger
-
-        return [CSVLogger(root, name="trainmesh_logs")]
-    if isinstance(logger, Iterable) and not isinstance(logger, (str, bytes)):
-        return list(logger)
-    return [logger]
-
-
-def _build_callbacks(callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool,
-                     fast_dev_run: bool) -> list[Callback]:
-    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-
-    given = [] if callbacks is None else ([callbacks] if isinstance(callbacks, Callback) else list(callbacks))
-    for item in given:
-        if not isinstance(item, Callback):
-            raise TypeError(f"callbacks must be trainmesh Callback objects; got {type(item).__name__}")
-    result = list(given)
-    if summary and not any(type(cb).__name__ == "ModelSummary" for cb in result):
-        from trainmesh.callbacks.model_summary import ModelSummary
-
-        result.insert(0, ModelSummary())
-    if progress_bar and not any(type(cb).__name__ == "ProgressBar" for cb in result):
-        from trainmesh.callbacks.progress import ProgressBar
-
-        result.append(ProgressBar())
-    if progress_bar and not any(type(cb).__name__ == "ThroughputMonitor" for cb in result):
-        from trainmesh.callbacks.throughput import ThroughputMonitor
-
-        # Every run with a bar reports its throughput; placed before the bar, which shows its latest figures.
-        bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ == "ProgressBar"), len(result))
-        result.insert(bar_at, ThroughputMonitor())
-    if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
-        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
-        result.append(ModelCheckpoint(save_last=True))
-    if not checkpointing and not fast_dev_run and any(isinstance(cb, ModelCheckpoint) for cb in result):
-        raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
-    # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
-    return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
-

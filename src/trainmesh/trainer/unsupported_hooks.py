@@ -19,35 +19,35 @@ _IN_TRAINING_STEP = "do it at the start of training_step (and validation_step, .
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
     "backward": "the loop runs backward through the precision and the strategy; use on_before_backward / "
-                "on_after_backward, or manual optimization (self.automatic_optimization = False, "
-                "self.manual_backward(loss))",
+    "on_after_backward, or manual optimization (self.automatic_optimization = False, "
+    "self.manual_backward(loss))",
     "optimizer_step": "the loop steps the optimizers itself; use on_before_optimizer_step(optimizer) for work "
-                      "before the step, or manual optimization for a step of your own",
+    "before the step, or manual optimization for a step of your own",
     "optimizer_zero_grad": "the loop zeroes gradients (set to None) after each optimizer step; use "
-                           "on_before_zero_grad(optimizer) for work before it",
+    "on_before_zero_grad(optimizer) for work before it",
     "configure_gradient_clipping": "use Trainer(gradient_clip_val=..., gradient_clip_algorithm='norm'|'value'), "
-                                   "or clip in on_before_optimizer_step",
+    "or clip in on_before_optimizer_step",
     "lr_scheduler_step": "the loop calls scheduler.step() (step(metric) for ReduceLROnPlateau); step another kind "
-                         "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
+    "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
     "transfer_batch_to_device": "batches reach the step hooks already on the device; transform them in the "
-                                f"dataset or collate_fn, or {_IN_TRAINING_STEP}",
+    f"dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
     "configure_callbacks": "pass the callbacks to Trainer(callbacks=[...])",
     "configure_sharded_model": "rename it configure_model (Lightning's own replacement), which trainmesh calls",
     "on_before_optimizer_setup": "freeze or change parameters at the end of configure_model, or in "
-                                 "configure_optimizers before building the optimizer",
+    "configure_optimizers before building the optimizer",
     "on_validation_model_eval": "trainmesh calls model.eval() for validation itself; put extra work in "
-                                "on_validation_start",
+    "on_validation_start",
     "on_validation_model_train": "trainmesh restores the training mode after validation itself; put extra work "
-                                 "in on_validation_end",
+    "in on_validation_end",
     "on_validation_model_zero_grad": "gradients are already None when validation starts (zeroed after each "
-                                     "optimizer step); put other work in on_validation_start",
+    "optimizer step); put other work in on_validation_start",
     "on_test_model_eval": "trainmesh calls model.eval() for testing itself; put extra work in on_test_start",
     "on_test_model_train": "put the work in on_test_end",
     "on_predict_model_eval": "trainmesh calls model.eval() for prediction itself; put extra work in on_predict_start",
     "prepare_data": "define prepare_data on a DataModule (trainmesh calls it once per machine), or do the work "
-                    "in setup(stage)",
+    "in setup(stage)",
     # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
     "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
     "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
@@ -82,7 +82,7 @@ CALLBACK_HOOKS: dict[str, str] = {
 # LightningDataModule hooks: name -> what to use instead.
 DATAMODULE_HOOKS: dict[str, str] = {
     "transfer_batch_to_device": "batches are moved to the device by the strategy; transform them in the dataset "
-                                f"or collate_fn, or {_IN_TRAINING_STEP}",
+    f"or collate_fn, or {_IN_TRAINING_STEP}",
     "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
     "on_exception": "use a callback's on_exception(trainer, module, exception)",

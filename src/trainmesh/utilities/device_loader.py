@@ -39,7 +39,10 @@ class DeviceDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""
-        for holder in (getattr(self.loader, "sampler", None), getattr(getattr(self.loader, "batch_sampler", None), "sampler", None)):
+        for holder in (
+            getattr(self.loader, "sampler", None),
+            getattr(getattr(self.loader, "batch_sampler", None), "sampler", None),
+        ):
             if holder is not None and hasattr(holder, "set_epoch"):
                 holder.set_epoch(epoch)
                 return

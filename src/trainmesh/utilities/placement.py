@@ -16,8 +16,9 @@ from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 
-def place_tensors(module: nn.Module, *, device: torch.device | str | None = None,
-                  dtype: torch.dtype | None = None) -> nn.Module:
+def place_tensors(
+    module: nn.Module, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> nn.Module:
     """Move ``module``'s parameters and buffers to ``device`` and cast the floating-point ones to
     ``dtype`` (None: leave that as it is), in place; returns ``module``.
 
@@ -48,8 +49,9 @@ def _converted(tensor: torch.Tensor, device: torch.device | str | None, dtype: t
     return tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
 
 
-def _replace_contents(param: torch.Tensor, new: torch.Tensor, device: torch.device | str | None,
-                      dtype: torch.dtype | None) -> None:
+def _replace_contents(
+    param: torch.Tensor, new: torch.Tensor, device: torch.device | str | None, dtype: torch.dtype | None
+) -> None:
     """Give ``param`` the contents of ``new``, keeping the parameter object."""
     if new is param or (new.dtype == param.dtype and new.device == param.device):
         return  # already in place (a parameter shared by two modules comes here the second time)

@@ -1,0 +1,76 @@
+"""What a model-parallel run accepts from the model (checked before anything is cut or sharded)
+and what it supports (its capabilities)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
+from trainmesh.strategies.mesh import ParallelDims
+from trainmesh.strategies.tensor_parallel import check_tensor_parallel_plan, tensor_parallel_plan
+from trainmesh.utilities.dtensors import is_dtensor
+
+# Roughly: each rank holds 1/tp or 1/pp of the model and runs that share of its work.
+_SPLIT_MODEL = MemoryModel(WORLD, WORLD, WORLD, splits_activations=True)
+
+DDP_DOES_NOT_COMPOSE = (
+    "nn.parallel.DistributedDataParallel does not compose with pipeline or tensor parallelism: with a "
+    "pipeline it hits an internal assert, or (static_graph=True) trains silently wrong weights; with tensor "
+    "parallelism it fails on mixed Tensor/DTensor gradients. trainmesh replicates model-parallel runs with "
+    "FSDP2 instead (replicate for dp_replicate, fully_shard for dp_shard), which gives the same result"
+)
+
+
+def check_model_parallel_module(module: nn.Module, tp: int) -> Any:
+    """Refuse what cannot compose with model parallelism; return the module's tensor-parallel
+    plan (None: it states none)."""
+    if _defines_configure_ddp(module):
+        raise ValueError(
+            f"{type(module).__name__} defines configure_ddp, but {DDP_DOES_NOT_COMPOSE}; remove "
+            "configure_ddp for model-parallel runs"
+        )
+    plan = tensor_parallel_plan(module)
+    if tp > 1:
+        if plan is None and not _has_dtensors(module):
+            raise ValueError(
+                f"tp={tp} but {type(module).__name__} states no tensor_parallel_plan() and applied "
+                "none in configure_model(mesh); return {module name: ColwiseParallel()/RowwiseParallel()...}"
+            )
+        if plan is not None:
+            check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
+    return plan
+
+
+def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> StrategyCapabilities:
+    """What a model-parallel run on ``dims`` supports (``replicated``: dp_replicate asked for).
+
+    >>> model_parallel_capabilities(ParallelDims(tp=2, dp_shard=1).resolved(2), replicated=False).flop_counting
+    False
+    """
+    # FlopCounterMode counts DTensor ops at their global shapes (tp times one rank's work), and a
+    # pipeline's stages run backward with autograd.grad, which its module tracker refuses; the
+    # schedule runs backward per micro-batch and stage, with no loss on most ranks, so the
+    # backward hooks have nothing to run around. DTensor and FSDP parameters must not become
+    # inference tensors between training steps. Each rank holds a share of the model; with
+    # replicas (pp_within_node) a rank holds 1/pp of it, not 1/world size, which the memory model
+    # cannot say.
+    return StrategyCapabilities(
+        flop_counting=dims.tp == 1 and dims.pp == 1,
+        backward_hooks=dims.pp == 1,
+        inference_mode=False,
+        memory_model=None if replicated else _SPLIT_MODEL,
+    )
+
+
+def _defines_configure_ddp(module: nn.Module) -> bool:
+    """Whether the user's class (not trainmesh's Module, whose default returns None) defines it."""
+    for cls in type(module).__mro__:
+        if "configure_ddp" in vars(cls):
+            return cls.__module__ != "trainmesh.module"
+    return False
+
+
+def _has_dtensors(module: nn.Module) -> bool:
+    return any(is_dtensor(p) for p in module.parameters())
