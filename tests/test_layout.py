@@ -102,6 +102,12 @@ COVERED_BY: dict[str, list[str]] = {
     "utilities/memory.py": ["test_memory_estimate.py", "strategies/test_fsdp.py"],
     "utilities/placement.py": ["test_precision.py"],
     "utilities/rank_zero.py": ["launchers/test_launch_processes.py", "launchers/test_spawn.py"],
+    "strategies/model_parallel_support.py": [
+        "strategies/test_model_parallel_errors.py",
+        "callbacks/test_throughput.py",
+    ],
+    "strategies/pipeline_cut.py": ["strategies/test_model_parallel_errors.py", "strategies/test_seed_003.py"],
+    "trainer/construction.py": ["trainer/test_lightning_api.py", "callbacks/test_lightning_names.py"],
 }
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.
