@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.trainer_view import TrainerView
 
 
-class DataModule(HyperparametersMixin):
+class DataModule(DataHooks, HyperparametersMixin):
     """Groups the data preparation and the loaders a Trainer needs.
 
-    ``prepare_data`` runs once per machine (on local rank 0) for work that writes to disk;
-    ``setup(stage)`` runs in every process, with stage one of "fit", "validate", "test",
-    "predict". ``self.save_hyperparameters()`` in ``__init__`` stores its arguments in
-    ``self.hparams``, in checkpoints (``datamodule_hyper_parameters``) and in the loggers.
+    ``prepare_data`` runs once per machine (on local rank 0; on global rank 0 alone with
+    ``self.prepare_data_per_node = False``) for work that writes to disk; ``setup(stage)``
+    runs in every process, with stage one of "fit", "validate", "test", "predict".
+    ``self.save_hyperparameters()`` in ``__init__`` stores its arguments in ``self.hparams``,
+    in checkpoints (``datamodule_hyper_parameters``) and in the loggers.
+    The batch-transfer hooks (``on_before_batch_transfer``, ``transfer_batch_to_device``,
+    ``on_after_batch_transfer``: :class:`trainmesh.data_hooks.DataHooks`) run on every batch.
 
     >>> import torch
     >>> from torch.utils.data import DataLoader, TensorDataset
@@ -26,8 +30,6 @@ class DataModule(HyperparametersMixin):
     """
 
     trainer: TrainerView | None = None
-
-    def prepare_data(self) -> None: ...
 
     def setup(self, stage: str) -> None: ...
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
@@ -23,7 +24,7 @@ from trainmesh.utilities.attribute_dict import AttributeDict
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
 
-class Module(HyperparametersMixin, nn.Module):
+class Module(DataHooks, HyperparametersMixin, nn.Module):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
     >>> import torch.nn.functional as F
@@ -161,6 +162,39 @@ class Module(HyperparametersMixin, nn.Module):
     def on_test_epoch_end(self) -> None: ...
     def on_predict_epoch_start(self) -> None: ...
     def on_predict_epoch_end(self) -> None: ...
+    # The model's mode around evaluation, Lightning's defaults: the eval hook runs before
+    # on_*_start, the train hook after on_*_end (where not overridden, each submodule gets back
+    # its own mode instead); zero_grad before a validation inside fit, outside accumulation.
+    def on_validation_model_zero_grad(self) -> None:
+        self.zero_grad()
+
+    def on_validation_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.trainer.model.train()
+
+    def on_test_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def on_test_model_train(self) -> None:
+        self.trainer.model.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.trainer.model.eval()
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model needs (one or a list), merged with the Trainer's at the start of
+        each fit/validate/test/predict: one replaces the Trainer's of its type; checkpoints run last."""
+        return []
+
+    # Lightning 1.x names, called where 1.x called them with a line naming the replacement.
+    def configure_sharded_model(self) -> None:
+        """Lightning's former configure_model: called just before it, in the same context."""
+
+    def on_post_move_to_device(self) -> None:
+        """Called once the strategy has placed the model (1.x: tie shared weights here)."""
+
     # Around the step (trainmesh.trainer.optimization_hooks says when each runs): every backward,
     # then where the optimizer steps (gradients unscaled, not yet clipped), then before zero_grad.
     def on_before_backward(self, loss: torch.Tensor) -> None: ...

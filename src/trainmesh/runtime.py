@@ -34,9 +34,9 @@ from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: t
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
-from trainmesh.utilities.collections import apply_to_tensors, move_to_device
+from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
-from trainmesh.utilities.device_loader import DeviceDataLoader
+from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
 from trainmesh.utilities.distributed_samplers import is_padding
 
 
@@ -237,8 +237,10 @@ class Runtime:
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer(opt, self) for opt in prepared]
 
-    def setup_dataloaders(self, *loaders: Any, train: bool = True) -> Any:
-        """Add what the strategy needs (a distributed sampler) and move batches to the device.
+    def setup_dataloaders(self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None) -> Any:
+        """Add what the strategy needs (a distributed sampler) and move batches to the device,
+        through Lightning's batch-transfer ``batch_hooks`` where given (``dataloader_idx``: the
+        loader's place among ``loaders``).
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
         ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
@@ -254,25 +256,24 @@ class Runtime:
             # (a script seeded per rank, say): rank 0's wins.
             seed = self.broadcast(seed, 0)
         wrapped = []
-        for loader in loaders:
+        for index, loader in enumerate(loaders):
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(
                     loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
                 )
-            wrapped.append(
-                DeviceDataLoader(
-                    self.strategy.process_dataloader(loader, train=train, seed=seed),
-                    self.to_device,
-                    self._moves_batches,
-                )
-            )
+            processed = self.strategy.process_dataloader(loader, train=train, seed=seed)
+            if batch_hooks is None:
+                wrapped.append(DeviceDataLoader(processed, self.to_device, self._moves_batches))
+            else:
+                convert = self.precision.convert_input
+                wrapped.append(hooked_loader(processed, batch_hooks, index, self.device, convert, self._moves_batches))
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def to_device(self, data: Any) -> Any:
         """``data``'s tensors on this process's device, in the precision's input dtype."""
         if not self._moves_batches():
             return data  # already where it belongs: skip the walk
-        return self.precision.convert_input(move_to_device(data, self.strategy.root_device, non_blocking=True))
+        return self.precision.convert_input(move_data_to_device(data, self.strategy.root_device))
 
     def _moves_batches(self) -> bool:
         """Whether :meth:`to_device` changes anything: not on CPU in the inputs' own dtype."""

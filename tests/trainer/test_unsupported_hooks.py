@@ -41,7 +41,7 @@ def _lists():
 
 
 # Lightning hooks that ported programs override and trainmesh had no call for (the lists hold more).
-MODULE_EXAMPLES = ["optimizer_step", "backward", "transfer_batch_to_device", "on_epoch_end", "configure_callbacks"]
+MODULE_EXAMPLES = ["optimizer_step", "backward", "on_epoch_end"]
 CALLBACK_EXAMPLES = ["on_epoch_start", "on_batch_end", "on_keyboard_interrupt", "on_init_start"]
 
 
@@ -119,14 +119,7 @@ def test_no_listed_name_is_a_hook_trainmesh_defines_or_calls(monkeypatch, tmp_pa
 
 @pytest.mark.parametrize(
     "name",
-    [
-        "transfer_batch_to_device",
-        "on_before_batch_transfer",
-        "on_after_batch_transfer",
-        "on_exception",
-        "on_save_checkpoint",
-        "on_load_checkpoint",
-    ],
+    ["on_exception", "on_save_checkpoint", "on_load_checkpoint"],
 )
 def test_a_data_module_defining_an_uncalled_hook_is_refused_before_prepare_data(name):
     from trainmesh.trainer.unsupported_hooks import DATAMODULE_HOOKS

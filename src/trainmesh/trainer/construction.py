@@ -4,13 +4,14 @@ optimizers once a strategy has prepared them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Runtime
 from trainmesh.trainer import legacy_arguments
 from trainmesh.trainer.optimizers import SchedulerConfig
+from trainmesh.utilities.rank_zero import rank_zero_info
 
 
 def point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:
@@ -108,3 +109,44 @@ def build_callbacks(
         raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
     # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
     return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
+
+
+def merge_model_callbacks(callbacks: list[Callback], model: Any) -> list[Callback]:
+    """The Trainer's callbacks with those ``model.configure_callbacks()`` returns, by Lightning's
+    rule (its ``_attach_model_callbacks``): a model callback replaces every Trainer callback of a
+    class it is (a subclass of), and checkpoint callbacks go last, each group in its order.
+
+    >>> from trainmesh.callbacks import EarlyStopping
+    >>> class M:
+    ...     def configure_callbacks(self):
+    ...         return EarlyStopping(monitor="val_loss", patience=9)
+    >>> [type(cb).__name__ for cb in merge_model_callbacks([EarlyStopping(monitor="x"), Callback()], M())]
+    ['Callback', 'EarlyStopping']
+    """
+    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+    configure = getattr(model, "configure_callbacks", None)
+    returned = configure() if callable(configure) else None
+    if not returned:
+        return callbacks
+    given = list(returned) if isinstance(returned, Sequence) else [returned]
+    for item in given:
+        if not isinstance(item, Callback):
+            raise TypeError(
+                f"{type(model).__name__}.configure_callbacks returned a {type(item).__name__}; return trainmesh "
+                "Callback objects (one, or a list)"
+            )
+    # Lightning stops at the first Trainer class a model callback is a subclass of, in a set's
+    # order; every such class is replaced here, the same where (as usual) there is only one.
+    replaced = {
+        type(cb) for cb in callbacks if type(cb) is not Callback and any(isinstance(m, type(cb)) for m in given)
+    }
+    if replaced:
+        names = ", ".join(sorted(t.__name__ for t in replaced))
+        rank_zero_info(
+            f"The callbacks {type(model).__name__}.configure_callbacks returned replace the Trainer's: {names}"
+        )
+    merged = [cb for cb in callbacks if type(cb) not in replaced] + given
+    return [cb for cb in merged if not isinstance(cb, ModelCheckpoint)] + [
+        cb for cb in merged if isinstance(cb, ModelCheckpoint)
+    ]

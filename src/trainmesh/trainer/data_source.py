@@ -37,15 +37,21 @@ class DataSource:
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
     def prepare(self, trainer: TrainerView, stage: str) -> None:
-        """prepare_data (once per machine) then setup(stage) in every process."""
-        if self.datamodule is None:
-            return
-        refuse_uncalled_datamodule_hooks(self.datamodule)
-        self.datamodule.trainer = trainer
-        if trainer.local_rank == 0:
-            self.datamodule.prepare_data()
-        trainer.runtime.barrier("prepare_data")
-        self.datamodule.setup(stage)
+        """prepare_data, the DataModule's then the Module's (Lightning's order), each where its
+        ``prepare_data_per_node`` says, every process waiting for it; then the DataModule's
+        setup(stage) in every process."""
+        if self.datamodule is not None:
+            refuse_uncalled_datamodule_hooks(self.datamodule)
+            self.datamodule.trainer = trainer
+        for owner in (self.datamodule, self.model):
+            if owner is not None and _defines_prepare_data(owner):
+                # Once per machine (local rank 0), or with prepare_data_per_node=False once in all.
+                per_node = getattr(owner, "prepare_data_per_node", True)
+                if trainer.local_rank == 0 and (per_node or trainer.global_rank == 0):
+                    owner.prepare_data()
+                trainer.runtime.barrier("prepare_data")
+        if self.datamodule is not None:
+            self.datamodule.setup(stage)
 
     def teardown(self, stage: str) -> None:
         if self.datamodule is not None:
@@ -74,6 +80,14 @@ class DataSource:
                 f"no {kind} dataloader: pass {arg}=..., a datamodule with {method}(), or define {method}() on the model"
             )
         return []
+
+
+def _defines_prepare_data(owner: Any) -> bool:
+    """Whether ``owner`` has a prepare_data of its own (Lightning calls only an overridden one)."""
+    from trainmesh.data_hooks import DataHooks
+
+    found = getattr(type(owner), "prepare_data", None)
+    return found is not DataHooks.prepare_data if isinstance(owner, DataHooks) else callable(found)
 
 
 def is_datamodule(obj: Any) -> bool:

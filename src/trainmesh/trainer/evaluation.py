@@ -10,6 +10,7 @@ import torch
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.utilities.distributed_samplers import is_padding
 
@@ -55,53 +56,69 @@ def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
     try:
         hooks.call_callbacks("on_sanity_check_start")
         limit = ctx.settings.num_sanity_val_steps
-        _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
+        with evaluation_mode(hooks, ctx.state.model, "sanity_check"):
+            _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
         hooks.call_callbacks("on_sanity_check_end")
     finally:
         ctx.state.sanity_checking = False
 
 
-def run_validation(ctx: LoopContext, val_loaders: list[Any]) -> list[dict[str, float]]:
-    """Validation inside fit: results go to callback_metrics and the loggers."""
+def run_validation(ctx: LoopContext, val_loaders: list[Any], *, release_grads: bool = True) -> list[dict[str, float]]:
+    """Validation inside fit: results go to callback_metrics and the loggers. ``release_grads``:
+    no gradients are pending for an optimizer step (Lightning then zeroes them first)."""
     ctx.state.loop.validated_since_step = True
     hooks = ctx.hooks
-    hooks.call("on_validation_start")
-    results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
-    hooks.call("on_validation_end")
+    if release_grads:
+        release_gradients(hooks, ctx.state.module)
+    with evaluation_mode(hooks, ctx.state.model, "validate"):
+        hooks.call("on_validation_start")
+        results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
+        hooks.call("on_validation_end")
     return results
 
 
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
-    loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders(kind, required=True)]
+    loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     start, end = (
         ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
     )
-    ctx.hooks.call(start)
-    results = _run_loop(ctx, stage, loaders, limit)
-    ctx.hooks.call(end)
+    with evaluation_mode(ctx.hooks, ctx.state.model, stage):
+        ctx.hooks.call(start)
+        results = _run_loop(ctx, stage, loaders, limit)
+        ctx.hooks.call(end)
     return results
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
-    loaders = [ctx.runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("predict", required=True)]
+    loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
-    ctx.hooks.call("on_predict_start")
-    outputs = [
-        ctx.runtime.collect_predictions(per_loader)
-        for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
-    ]
-    ctx.hooks.call("on_predict_end")
+    with evaluation_mode(ctx.hooks, ctx.state.model, "predict"):
+        ctx.hooks.call("on_predict_start")
+        outputs = [
+            ctx.runtime.collect_predictions(per_loader)
+            for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
+        ]
+        ctx.hooks.call("on_predict_end")
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool) -> list[Any]:
+    """``loaders`` set up by the Runtime, their batches through the batch-transfer hooks, each
+    told its place among ``loaders`` (Lightning's ``dataloader_idx``)."""
+    if not loaders:
+        return []
+    placed = ctx.runtime.setup_dataloaders(*loaders, train=train, batch_hooks=ctx.batch_hooks)
+    return list(placed) if len(loaders) > 1 else [placed]
 
 
 def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
     """Run ``stage`` over every loader; metrics per loader (or predictions for predict)."""
     state, hooks = ctx.state, ctx.hooks
-    model, module = state.model, state.module
+    module = state.module
     step_hook = _STEP_HOOK[stage]
     if stage != "predict" and not hooks.module_overrides(step_hook):
         return [{} for _ in loaders]
@@ -111,31 +128,24 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
             "define one of them to predict"
         )
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_hook))
-    was_training = model.training
-    model.eval()
     results: list[Any] = []
     inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
-    grad_mode = torch.inference_mode() if inference else torch.no_grad()
-    try:
-        with grad_mode:
-            hooks.call(_EPOCH_START_HOOK[stage])
-            kept: list[list[Any]] = []
-            for loader_idx, loader in enumerate(loaders):
-                extra = (loader_idx,) if extra_index else ()
-                # The batch hooks get dataloader_idx where there are several loaders (as in Lightning)
-                hook_extra = (loader_idx,) if len(loaders) > 1 else ()
-                results.append(_run_one_loader(ctx, stage, loader, limit_setting, extra, kept, hook_extra))
-            outputs_hook = _OUTPUTS_HOOK.get(stage)
-            if outputs_hook is not None and hooks.module_overrides(outputs_hook):
-                state.sink.set_batch(outputs_hook, None)
-                hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
-            state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
-            hooks.call(_EPOCH_END_HOOK[stage])
-            if stage != "predict":
-                results = _publish(ctx, stage, results)
-    finally:
-        if was_training:
-            model.train()
+    with torch.inference_mode() if inference else torch.no_grad():
+        hooks.call(_EPOCH_START_HOOK[stage])
+        kept: list[list[Any]] = []
+        for loader_idx, loader in enumerate(loaders):
+            extra = (loader_idx,) if extra_index else ()
+            # The batch hooks get dataloader_idx where there are several loaders (as in Lightning)
+            hook_extra = (loader_idx,) if len(loaders) > 1 else ()
+            results.append(_run_one_loader(ctx, stage, loader, limit_setting, extra, kept, hook_extra))
+        outputs_hook = _OUTPUTS_HOOK.get(stage)
+        if outputs_hook is not None and hooks.module_overrides(outputs_hook):
+            state.sink.set_batch(outputs_hook, None)
+            hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
+        state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+        hooks.call(_EPOCH_END_HOOK[stage])
+        if stage != "predict":
+            results = _publish(ctx, stage, results)
     return results
 
 

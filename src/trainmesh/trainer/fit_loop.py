@@ -21,6 +21,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
+from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
@@ -40,10 +41,8 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
     if len(train_loaders) != 1:
         raise ValueError(f"fit trains on one dataloader; got {len(train_loaders)}. Combine them into one dataset")
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    train_loader = runtime.setup_dataloaders(train_loaders[0], train=True)
-    val_loaders = [
-        runtime.setup_dataloaders(loader, train=False) for loader in data.loaders("validate", required=False)
-    ]
+    (train_loader,) = evaluation.device_loaders(ctx, train_loaders, train=True)
+    val_loaders = evaluation.device_loaders(ctx, data.loaders("validate", required=False), train=False)
     state.num_training_batches = limited_count(train_loader, settings.limit_train_batches)
     state.val_loaders = val_loaders
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
@@ -60,10 +59,11 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
     if checkpoint is not None:
         resume_rng = restore_checkpoint(state, runtime, ctx.view, checkpoint, source=source, weights_only=False)
 
-    state.model.train()
+    # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_fit_start")
     if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0 and checkpoint is None:
         evaluation.run_sanity_check(ctx, val_loaders)
+    warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
     if ctx.publisher.is_global_zero:
         for logger in ctx.publisher.loggers:
@@ -199,8 +199,8 @@ def _train_batches(
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
             _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
-        if validate_now:
-            evaluation.run_validation(ctx, state.val_loaders)
+        if validate_now:  # gradients are released first where none wait for an optimizer step
+            evaluation.run_validation(ctx, state.val_loaders, release_grads=steps_now or manual)
             sink.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from trainmesh.trainer.publishing import Publisher
     from trainmesh.trainer.settings import LoopSettings
     from trainmesh.trainer_view import TrainerView
+    from trainmesh.utilities.device_loader import BatchHooks
 
 
 @dataclass(frozen=True)
@@ -30,3 +31,4 @@ class LoopContext:
     publisher: Publisher  # the loggers, and metrics into the state
     view: TrainerView  # what callbacks receive (and a preemption save goes through)
     inference_mode: bool = True
+    batch_hooks: BatchHooks | None = None  # the batch-transfer hooks; None: nobody overrides them

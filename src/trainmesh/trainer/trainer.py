@@ -12,6 +12,7 @@ from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import evaluation, fit_loop, publishing
+from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
@@ -20,13 +21,20 @@ from trainmesh.trainer.checkpointing import (
     restore_checkpoint,
     resume_source,
 )
-from trainmesh.trainer.construction import build_callbacks, build_loggers, build_runtime, point_schedulers_at
+from trainmesh.trainer.construction import (
+    build_callbacks,
+    build_loggers,
+    build_runtime,
+    merge_model_callbacks,
+    point_schedulers_at,
+)
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps
+from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
@@ -359,7 +367,7 @@ class Trainer:
             self._finish(data, stage, status)
 
     def _prepare(self, model: Any, data: DataSource, stage: str) -> LoopContext:
-        from trainmesh.module import Module, call_configure_model
+        from trainmesh.module import Module
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
@@ -369,20 +377,19 @@ class Trainer:
         state.train_results, state.prog_bar_names = None, set()
         if isinstance(model, Module):
             model.attach(self, state.sink)
+        # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
+        self.callbacks = merge_model_callbacks(self.callbacks, model)
+        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)  # refuses hooks it cannot call
         data.prepare(self, stage)
         if self.world_size > 1:
             for logger in self.loggers:
                 logger.agree_on_version(runtime.broadcast)
-        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)
         hooks.call_module("setup", stage)
         hooks.call_callbacks("setup", stage)
         if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
-            if hasattr(model, "configure_model"):
-                with runtime.module_init_context():
-                    call_configure_model(model, runtime.mesh)
-            state.model = runtime.setup_module(model)
+            state.model = place_model(model, runtime, hooks)
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
         state.sink.metrics_source = runtime._metrics_source
@@ -401,6 +408,7 @@ class Trainer:
             publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
             view=self,
             inference_mode=self.inference_mode,
+            batch_hooks=choose_batch_hooks(model, data.datamodule),
         )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:

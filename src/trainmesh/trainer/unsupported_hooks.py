@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-_IN_TRAINING_STEP = "do it at the start of training_step (and validation_step, ...)"
-
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
     "backward": "the loop runs backward through the precision and the strategy; use on_before_backward / "
@@ -29,25 +27,8 @@ MODULE_HOOKS: dict[str, str] = {
     "or clip in on_before_optimizer_step",
     "lr_scheduler_step": "the loop calls scheduler.step() (step(metric) for ReduceLROnPlateau); step another kind "
     "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
-    "transfer_batch_to_device": "batches reach the step hooks already on the device; transform them in the "
-    f"dataset or collate_fn, or {_IN_TRAINING_STEP}",
-    "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
-    "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
-    "configure_callbacks": "pass the callbacks to Trainer(callbacks=[...])",
-    "configure_sharded_model": "rename it configure_model (Lightning's own replacement), which trainmesh calls",
     "on_before_optimizer_setup": "freeze or change parameters at the end of configure_model, or in "
     "configure_optimizers before building the optimizer",
-    "on_validation_model_eval": "trainmesh calls model.eval() for validation itself; put extra work in "
-    "on_validation_start",
-    "on_validation_model_train": "trainmesh restores the training mode after validation itself; put extra work "
-    "in on_validation_end",
-    "on_validation_model_zero_grad": "gradients are already None when validation starts (zeroed after each "
-    "optimizer step); put other work in on_validation_start",
-    "on_test_model_eval": "trainmesh calls model.eval() for testing itself; put extra work in on_test_start",
-    "on_test_model_train": "put the work in on_test_end",
-    "on_predict_model_eval": "trainmesh calls model.eval() for prediction itself; put extra work in on_predict_start",
-    "prepare_data": "define prepare_data on a DataModule (trainmesh calls it once per machine), or do the work "
-    "in setup(stage)",
     # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
     "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
     "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
@@ -55,7 +36,6 @@ MODULE_HOOKS: dict[str, str] = {
     "on_batch_end": "use on_train_batch_end(outputs, batch, batch_idx)",
     "on_pretrain_routine_start": "use on_fit_start",
     "on_pretrain_routine_end": "use on_train_start",
-    "on_post_move_to_device": "use setup(stage) or configure_model",
     "on_hpc_save": "use on_save_checkpoint(checkpoint)",
     "on_hpc_load": "use on_load_checkpoint(checkpoint)",
     "get_progress_bar_dict": "show values with self.log(name, value, prog_bar=True)",
@@ -81,10 +61,6 @@ CALLBACK_HOOKS: dict[str, str] = {
 
 # LightningDataModule hooks: name -> what to use instead.
 DATAMODULE_HOOKS: dict[str, str] = {
-    "transfer_batch_to_device": "batches are moved to the device by the strategy; transform them in the dataset "
-    f"or collate_fn, or {_IN_TRAINING_STEP}",
-    "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
-    "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
     "on_exception": "use a callback's on_exception(trainer, module, exception)",
     # Lightning 1.x, replaced by state_dict / load_state_dict (which trainmesh calls).
     "on_save_checkpoint": "return the state from state_dict(); trainmesh saves it in every checkpoint",

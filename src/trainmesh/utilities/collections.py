@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 
-def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Return ``data`` with every tensor inside it replaced by ``fn(tensor)``.
+def apply_to_tensors(data: Any, fn: Callable[[Any], Any], *, also: Callable[[Any], bool] | None = None) -> Any:
+    """Return ``data`` with every tensor inside it replaced by ``fn(tensor)`` (and every object
+    for which ``also`` is true, looked at before its contents).
 
     Containers keep their type: namedtuples stay namedtuples, dataclasses are copied with
     ``dataclasses.replace`` semantics, dict subclasses are rebuilt with the same class.
@@ -19,15 +20,15 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     >>> apply_to_tensors({"x": torch.ones(2), "n": 3}, lambda t: t * 2)
     {'x': tensor([2., 2.]), 'n': 3}
     """
-    if isinstance(data, torch.Tensor):
+    if isinstance(data, torch.Tensor) or (also is not None and also(data)):
         return fn(data)
     if isinstance(data, (list, tuple)):
-        items = [apply_to_tensors(item, fn) for item in data]
+        items = [apply_to_tensors(item, fn, also=also) for item in data]
         if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
             return type(data)(*items)
         return type(data)(items)
     if isinstance(data, Mapping):
-        mapped = {key: apply_to_tensors(value, fn) for key, value in data.items()}
+        mapped = {key: apply_to_tensors(value, fn, also=also) for key, value in data.items()}
         mapping_type: Any = type(data)  # the input's own mapping class
         return mapped if mapping_type is dict else mapping_type(mapped)
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
@@ -35,7 +36,7 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         # so copy the object and set the mapped fields directly.
         clone = copy.copy(data)
         for field in dataclasses.fields(data):
-            object.__setattr__(clone, field.name, apply_to_tensors(getattr(data, field.name), fn))
+            object.__setattr__(clone, field.name, apply_to_tensors(getattr(data, field.name), fn, also=also))
         return clone
     return data
 
@@ -64,6 +65,31 @@ def first_tensor(data: Any) -> torch.Tensor | None:
 def move_to_device(data: Any, device: torch.device, *, non_blocking: bool = False) -> Any:
     """Move every tensor in ``data`` to ``device``."""
     return apply_to_tensors(data, lambda t: t.to(device, non_blocking=non_blocking))
+
+
+def move_data_to_device(data: Any, device: torch.device | str) -> Any:
+    """Lightning's ``move_data_to_device``: every tensor in ``data``, and every object with a
+    ``.to`` method (a tokenizer's ``BatchEncoding``, a graph batch), moved to ``device``; tensors
+    copied without blocking where the target is an accelerator (a copy to the CPU blocks, so the
+    values are there when the step reads them).
+
+    >>> move_data_to_device({"x": torch.ones(2)}, "meta")["x"].device
+    device(type='meta')
+    """
+    device = torch.device(device)
+    non_blocking = device.type not in ("cpu", "mps")
+
+    def move(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            return item.to(device, non_blocking=non_blocking)
+        moved = item.to(device)
+        return item if moved is None else moved  # a .to() that works in place returns None
+
+    return apply_to_tensors(data, move, also=_transferable)
+
+
+def _transferable(item: Any) -> bool:
+    return not isinstance(item, type) and callable(getattr(item, "to", None))
 
 
 def infer_batch_size(batch: Any) -> int:

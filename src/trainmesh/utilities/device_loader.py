@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from trainmesh.utilities.collections import move_data_to_device
 from trainmesh.utilities.dataloaders import skip_batches
 
 
@@ -49,3 +53,58 @@ class DeviceDataLoader:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+@dataclass(frozen=True)
+class BatchHooks:
+    """Lightning's batch-transfer hooks of a run, each the DataModule's or the Module's bound
+    method, None where neither defines it (trainer/batch_transfer.py chooses)."""
+
+    before: Callable[[Any, int], Any] | None = None  # on_before_batch_transfer(batch, dataloader_idx)
+    transfer: Callable[[Any, torch.device, int], Any] | None = None  # transfer_batch_to_device(batch, device, idx)
+    after: Callable[[Any, int], Any] | None = None  # on_after_batch_transfer(batch, dataloader_idx)
+
+
+class HookedTransfer:
+    """A batch's way to the device where a batch-transfer hook is defined, in Lightning's order:
+    the precision's input conversion, ``on_before_batch_transfer``, ``transfer_batch_to_device``
+    (where not defined, Lightning's default: ``move_data_to_device``, skipped where nothing would
+    move), ``on_after_batch_transfer``; each hook told the loader's ``dataloader_idx``."""
+
+    def __init__(
+        self,
+        hooks: BatchHooks,
+        dataloader_idx: int,
+        *,
+        device: torch.device,
+        convert_input: Callable[[Any], Any],
+        moves: Callable[[], bool],
+    ) -> None:
+        self.hooks, self.dataloader_idx, self.device = hooks, dataloader_idx, device
+        self._convert_input, self._moves = convert_input, moves
+
+    def __call__(self, batch: Any) -> Any:
+        hooks, index = self.hooks, self.dataloader_idx
+        batch = self._convert_input(batch)
+        if hooks.before is not None:
+            batch = hooks.before(batch, index)
+        if hooks.transfer is not None:
+            batch = hooks.transfer(batch, self.device, index)
+        elif self._moves():
+            batch = move_data_to_device(batch, self.device)
+        if hooks.after is not None:
+            batch = hooks.after(batch, index)
+        return batch
+
+
+def hooked_loader(
+    loader: Any,
+    hooks: BatchHooks,
+    dataloader_idx: int,
+    device: torch.device,
+    convert_input: Callable[[Any], Any],
+    moves: Callable[[], bool],
+) -> DeviceDataLoader:
+    """``loader``'s batches taken to ``device`` through ``hooks``: every batch, on the CPU too."""
+    transfer = HookedTransfer(hooks, dataloader_idx, device=device, convert_input=convert_input, moves=moves)
+    return DeviceDataLoader(loader, transfer, lambda: True)

@@ -1,0 +1,56 @@
+"""A model's layers built and placed once per model object: ``configure_sharded_model`` (the name
+Lightning 1.x and 2.0 used) and ``configure_model`` in the strategy's init context, the strategy's
+placement, then ``on_post_move_to_device`` (Lightning 1.x, after the model reached its device)."""
+
+from __future__ import annotations
+
+import warnings
+
+from torch import nn
+
+from trainmesh.runtime import Runtime
+from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.utilities.rank_zero import global_rank_from_env
+
+
+def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher) -> nn.Module:
+    """Build ``model``'s layers where the strategy wants them and place it; the placed model."""
+    from trainmesh.module import call_configure_model
+
+    name = type(model).__name__
+    legacy = hooks.module_overrides("configure_sharded_model")
+    if legacy and hooks.module_overrides("configure_model"):
+        raise ValueError(
+            f"{name} defines both configure_model and configure_sharded_model, its former name: which one builds "
+            "the layers would be a guess. Keep configure_model alone"
+        )
+    if legacy:
+        _deprecated(model, "configure_sharded_model", "Lightning's former name of configure_model; rename it")
+    if legacy or hasattr(model, "configure_model"):
+        with runtime.module_init_context():
+            if legacy:
+                hooks.call_module("configure_sharded_model")  # where Lightning 2.0 called it: before configure_model
+            else:
+                call_configure_model(model, runtime.mesh)
+    placed = runtime.setup_module(model)
+    if hooks.module_overrides("on_post_move_to_device"):
+        _deprecated(
+            model,
+            "on_post_move_to_device",
+            "a Lightning 1.x hook (called once the model is on its device); use configure_model (or setup) instead",
+        )
+        hooks.call_module("on_post_move_to_device")
+    return placed
+
+
+def _deprecated(model: nn.Module, hook: str, what: str) -> None:
+    """One warning line, on global rank 0, pointing at the user's definition of ``hook``."""
+    if global_rank_from_env() != 0:
+        return
+    code = getattr(getattr(type(model), hook), "__code__", None)
+    warnings.warn_explicit(
+        f"{type(model).__name__}.{hook} is {what}",
+        FutureWarning,
+        filename=code.co_filename if code is not None else "<unknown>",
+        lineno=code.co_firstlineno if code is not None else 0,
+    )

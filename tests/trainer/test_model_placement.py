@@ -1,0 +1,95 @@
+"""Lightning's former names around building and placing the model: configure_sharded_model (1.x and
+2.0's configure_model) is called where configure_model is, in the strategy's init context, once
+per model object; on_post_move_to_device (1.x) once the model is placed, before
+configure_optimizers. Each says, in one warning line at the user's definition, what replaces it."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from helpers.models import quiet_trainer
+
+
+def data():
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+
+
+class Legacy(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def setup(self, stage):
+        self.calls.append(("setup", stage))
+
+    def configure_sharded_model(self):
+        self.calls.append(("configure_sharded_model", torch.empty(1).device.type))
+        self.layer = torch.nn.Linear(4, 1)
+        self.head = torch.nn.Linear(1, 1)
+
+    def on_post_move_to_device(self):
+        self.calls.append(("on_post_move_to_device", str(self.layer.weight.device)))
+        self.head.weight = torch.nn.Parameter(self.layer.weight[:, :1].detach().clone())  # what 1.x code did here
+
+    def configure_optimizers(self):
+        self.calls.append(("configure_optimizers",))
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def training_step(self, batch, batch_idx):
+        return F.mse_loss(self.head(self.layer(batch[0])), batch[1])
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", F.mse_loss(self.head(self.layer(batch[0])), batch[1]))
+
+
+def test_the_former_names_run_where_lightning_ran_them_with_a_line_naming_the_replacement():
+    module = Legacy()
+    trainer = quiet_trainer(max_epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(module, data())
+    lines = [(str(w.message), w.category, w.filename) for w in caught if w.category is FutureWarning]
+    assert lines == [
+        (
+            "Legacy.configure_sharded_model is Lightning's former name of configure_model; rename it",
+            FutureWarning,
+            __file__,
+        ),
+        (
+            "Legacy.on_post_move_to_device is a Lightning 1.x hook (called once the model is on its device); use "
+            "configure_model (or setup) instead",
+            FutureWarning,
+            __file__,
+        ),
+    ]
+    assert module.calls == [
+        ("setup", "fit"),
+        ("configure_sharded_model", "cpu"),
+        ("on_post_move_to_device", "cpu"),
+        ("configure_optimizers",),
+    ]
+    trainer.test(module, data(), verbose=False)  # once per model object, as configure_model
+    assert module.calls[-1] == ("setup", "test") and len(module.calls) == 5
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_configure_sharded_model_builds_on_the_meta_device_under_fsdp_like_configure_model():
+    """The strategy's init context: fsdp builds the layers on the meta device and materializes
+    each process's shard (one process here)."""
+    module = Legacy()
+    quiet_trainer(max_epochs=1, strategy="fsdp").fit(module, data())
+    assert ("configure_sharded_model", "meta") in module.calls
+
+
+def test_both_names_defined_stop_before_anything_is_built():
+    class Both(Legacy):
+        def configure_model(self):
+            raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match="Both defines both configure_model and configure_sharded_model"):
+        quiet_trainer(max_epochs=1).fit(Both(), data())
