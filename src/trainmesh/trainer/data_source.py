@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmesh.trainer.legacy_hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
@@ -36,15 +38,20 @@ class DataSource:
         _check_exclusive(loaders, datamodule, "dataloaders")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
-    def prepare(self, trainer: TrainerView, stage: str) -> None:
-        """prepare_data (once per machine) then setup(stage) in every process."""
+    def prepare(self, trainer: TrainerView, stage: str, *, before_setup: Callable[[], None] | None = None) -> None:
+        """prepare_data (once per machine), ``before_setup()``, then setup(stage) in every process."""
         if self.datamodule is None:
+            if before_setup is not None:
+                before_setup()
             return
         refuse_uncalled_datamodule_hooks(self.datamodule)
+        warn_legacy_datamodule_hooks(self.datamodule)
         self.datamodule.trainer = trainer
         if trainer.local_rank == 0:
             self.datamodule.prepare_data()
         trainer.runtime.barrier("prepare_data")
+        if before_setup is not None:
+            before_setup()
         self.datamodule.setup(stage)
 
     def teardown(self, stage: str) -> None:

@@ -5,14 +5,18 @@ run would then train with that code never run, and say nothing: the worst kind o
 module or callback that defines one of these names stops fit/validate/test/predict at its start
 with the hook, the class, and what to use instead.
 
-The lists hold only names Lightning (2.x, or 1.x where a ported program still carries them) calls
-and trainmesh does not; tests/trainer/test_unsupported_hooks.py checks that no name here is ever
-called and that every one of them is refused. A hook trainmesh starts calling leaves these lists.
+The lists hold only names trainmesh does not call: hooks Lightning calls that trainmesh does not
+(yet), and names no Lightning release defines, which have no meaning to honour (each entry says
+which); tests/trainer/test_unsupported_hooks.py checks that no name here is ever called and that
+every one of them is refused. A hook trainmesh starts calling leaves these lists; Lightning 1.x's
+names that trainmesh calls are in legacy_hooks.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from trainmesh.callbacks.base import defines_hook
 
 _IN_TRAINING_STEP = "do it at the start of training_step (and validation_step, ...)"
 
@@ -34,9 +38,9 @@ MODULE_HOOKS: dict[str, str] = {
     "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
     "configure_callbacks": "pass the callbacks to Trainer(callbacks=[...])",
-    "configure_sharded_model": "rename it configure_model (Lightning's own replacement), which trainmesh calls",
-    "on_before_optimizer_setup": "freeze or change parameters at the end of configure_model, or in "
-    "configure_optimizers before building the optimizer",
+    # No Lightning release defines it (2.6.6 included): a callback hook proposed in Lightning's PR #21272
+    "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; freeze or "
+    "change parameters at the end of configure_model, or in configure_optimizers before building the optimizer",
     "on_validation_model_eval": "trainmesh calls model.eval() for validation itself; put extra work in "
     "on_validation_start",
     "on_validation_model_train": "trainmesh restores the training mode after validation itself; put extra work "
@@ -48,34 +52,15 @@ MODULE_HOOKS: dict[str, str] = {
     "on_predict_model_eval": "trainmesh calls model.eval() for prediction itself; put extra work in on_predict_start",
     "prepare_data": "define prepare_data on a DataModule (trainmesh calls it once per machine), or do the work "
     "in setup(stage)",
-    # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
-    "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
-    "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
-    "on_batch_start": "use on_train_batch_start(batch, batch_idx)",
-    "on_batch_end": "use on_train_batch_end(outputs, batch, batch_idx)",
-    "on_pretrain_routine_start": "use on_fit_start",
-    "on_pretrain_routine_end": "use on_train_start",
+    # Lightning 1.5-1.6, on TPUs only (to tie weights once the model was on the device).
     "on_post_move_to_device": "use setup(stage) or configure_model",
-    "on_hpc_save": "use on_save_checkpoint(checkpoint)",
-    "on_hpc_load": "use on_load_checkpoint(checkpoint)",
-    "get_progress_bar_dict": "show values with self.log(name, value, prog_bar=True)",
 }
 
 # Callback hooks: name -> what to use instead.
 CALLBACK_HOOKS: dict[str, str] = {
-    "on_before_optimizer_setup": "use setup(trainer, module, stage): it runs before configure_optimizers",
-    # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
-    "on_init_start": "do the work in the callback's __init__",
-    "on_init_end": "do the work in setup(trainer, module, stage)",
-    "on_configure_sharded_model": "use setup(trainer, module, stage)",
-    "on_before_accelerator_backend_setup": "use setup(trainer, module, stage)",
-    "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
-    "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
-    "on_batch_start": "use on_train_batch_start(trainer, module, batch, batch_idx)",
-    "on_batch_end": "use on_train_batch_end(trainer, module, outputs, batch, batch_idx)",
-    "on_pretrain_routine_start": "use on_fit_start",
-    "on_pretrain_routine_end": "use on_train_start",
-    "on_keyboard_interrupt": "use on_exception(trainer, module, exception): it receives the KeyboardInterrupt",
+    # No Lightning release defines it (2.6.6 included): proposed in Lightning's PR #21272, not merged
+    "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; use "
+    "setup(trainer, module, stage): it runs before configure_optimizers",
 }
 
 
@@ -85,10 +70,6 @@ DATAMODULE_HOOKS: dict[str, str] = {
     f"or collate_fn, or {_IN_TRAINING_STEP}",
     "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_after_batch_transfer": f"{_IN_TRAINING_STEP}",
-    "on_exception": "use a callback's on_exception(trainer, module, exception)",
-    # Lightning 1.x, replaced by state_dict / load_state_dict (which trainmesh calls).
-    "on_save_checkpoint": "return the state from state_dict(); trainmesh saves it in every checkpoint",
-    "on_load_checkpoint": "restore it in load_state_dict(state_dict)",
 }
 
 
@@ -108,7 +89,9 @@ def refuse_uncalled_hooks(module: Any, callbacks: list[Any]) -> None:
 def _refuse(owners: list[tuple[Any, dict[str, str], str]]) -> None:
     for owner, names, kind in owners:
         for name, instead in names.items():
-            if callable(getattr(type(owner), name, None)):
+            # A callback from another library is judged by what it defines, not by its base class's empty hooks.
+            defined = defines_hook(owner, name) if kind == "callback" else callable(getattr(type(owner), name, None))
+            if defined:
                 raise ValueError(
                     f"{type(owner).__name__}.{name}: {name} is a Lightning {kind} hook that trainmesh never calls, "
                     f"so this code would not run and the run would be silently different. Instead: {instead}. "
