@@ -179,6 +179,7 @@ def _train_batches(
     loop, sink, model, module = state.loop, state.sink, state.model, state.module
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
     batch_hooks = TrainBatchHooks(hooks)
+    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.at_end  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(ctx)
     step_hooks = _step_hooks(ctx, module, backward, accumulate)
@@ -191,7 +192,7 @@ def _train_batches(
         if batch_idx >= limit:
             break
         sink.set_batch("training_step", batch)
-        if batch_hooks.at_start and batch_hooks.start(batch, batch_idx) == -1:
+        if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
@@ -218,7 +219,7 @@ def _train_batches(
             sink.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()
-        if batch_hooks.at_end:
+        if at_batch_end:
             batch_hooks.end(output, batch, batch_idx)
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
