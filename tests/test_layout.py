@@ -67,6 +67,8 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/distributed.py": ["strategies/test_ddp.py", "strategies/test_protocol.py"],
     "strategies/gradients.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py", "trainer/test_token_loss.py"],
     "strategies/layers_on_devices.py": ["strategies/test_seed_003.py"],
+    "strategies/model_parallel_support.py": ["strategies/test_model_parallel_errors.py", "trainer/test_step_hooks.py"],
+    "strategies/pipeline_cut.py": ["strategies/test_model_parallel_errors.py", "strategies/test_seed_003.py"],
     "strategies/model_parallel.py": [
         "strategies/test_llama_parallel.py",
         "strategies/test_llama_placement.py",
@@ -77,6 +79,8 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/single.py": ["trainer/test_fit_loop.py", "strategies/test_matrix.py"],
     "strategies/stage_state.py": ["strategies/test_pipeline.py", "checkpoint/test_distributed_pieces.py"],
     "strategies/step.py": ["trainer/test_step_hooks.py", "strategies/test_dp.py"],
+    "trainer/epoch_end.py": ["trainer/test_hooks_order.py", "trainer/test_resume.py"],
+    "trainer/construction.py": ["callbacks/test_base_duck_typed.py", "trainer/test_legacy_arguments.py"],
     "supervision/preemption.py": ["launchers/test_preemption.py"],
     "supervision/service.py": ["launchers/test_preemption.py", "trainer/test_watchdog.py"],
     "supervision/stall_report.py": ["trainer/test_watchdog.py"],
@@ -107,12 +111,6 @@ COVERED_BY: dict[str, list[str]] = {
     "utilities/memory.py": ["test_memory_estimate.py", "strategies/test_fsdp.py"],
     "utilities/placement.py": ["test_precision.py"],
     "utilities/rank_zero.py": ["launchers/test_launch_processes.py", "launchers/test_spawn.py"],
-    "strategies/model_parallel_support.py": [
-        "strategies/test_model_parallel_errors.py",
-        "callbacks/test_throughput.py",
-    ],
-    "strategies/pipeline_cut.py": ["strategies/test_model_parallel_errors.py", "strategies/test_seed_003.py"],
-    "trainer/construction.py": ["trainer/test_lightning_api.py", "callbacks/test_lightning_names.py"],
 }
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.

@@ -51,3 +51,7 @@ class DataModule(DataHooks, HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when fit/validate/test/predict stops with an exception, after the callbacks'
+        ``on_exception`` (as in Lightning): clean up what ``setup`` made."""

@@ -82,7 +82,13 @@ def test_each_submodule_gets_its_own_mode_back_and_fit_keeps_the_users_modes():
     trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=1, limit_train_batches=2)
     with pytest.warns(UserWarning, match=r"1 module\(s\) of FrozenBackbone are in eval mode as training starts \(l1\)"):
         trainer.fit(module, train, val)
-    assert module.modes == [("train", True, False, True), ("train", True, False, True), ("validation", False, False)]
+    # Lightning 2.6.6's list for the same program: the sanity check's validation first.
+    assert module.modes == [
+        ("validation", False, False),
+        ("train", True, False, True),
+        ("train", True, False, True),
+        ("validation", False, False),
+    ]
     assert module.training and not module.l1.training
     trainer.test(module, val, verbose=False)
     trainer.predict(module, val)
@@ -141,13 +147,13 @@ def test_gradients_are_released_before_each_validation_inside_fit_outside_accumu
     train, val = regression()  # 4 training batches; validation after the 2nd and the 4th (the epoch's end)
     module = OptimizesL2()
     quiet_trainer(max_epochs=1, val_check_interval=2, accumulate_grad_batches=2).fit(module, train, val)
-    assert module.l1_grad_released == [True, True]  # the default hook: module.zero_grad()
+    assert module.l1_grad_released == [True, True, True]  # the sanity check's, then the default hook's zero_grad
     module = CountsReleases()
     quiet_trainer(max_epochs=1, val_check_interval=2, accumulate_grad_batches=2).fit(module, train, val)
-    assert module.l1_grad_released == [("hook", 1), True, ("hook", 2), True]
+    assert module.l1_grad_released == [True, ("hook", 1), True, ("hook", 2), True]  # none before the sanity check
     # With accumulate 4 the first validation falls inside the window: the gradients wait for the step.
     module = CountsReleases()
     quiet_trainer(max_epochs=1, val_check_interval=2, accumulate_grad_batches=4).fit(module, train, val)
-    assert module.l1_grad_released == [False, ("hook", 1), True]
+    assert module.l1_grad_released == [True, False, ("hook", 1), True]
     quiet_trainer().validate(module, val, verbose=False)  # not outside fit
-    assert module.l1_grad_released[-1] is True and len(module.l1_grad_released) == 4
+    assert module.l1_grad_released[-1] is True and len(module.l1_grad_released) == 5

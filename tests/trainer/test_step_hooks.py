@@ -107,23 +107,23 @@ def test_automatic_optimization_hook_order_with_accumulation():
     expected = []
     for batch_idx in range(5):
         expected += [
-            f"train_batch_start:{batch_idx}",
             f"cb.train_batch_start:{batch_idx}",
+            f"train_batch_start:{batch_idx}",
             f"training_step:{batch_idx}",
-            "before_backward",
             "cb.before_backward",
-            "after_backward",
+            "before_backward",
             "cb.after_backward",
+            "after_backward",
         ]
         if batch_idx in (1, 3, 4):  # each window's last batch, and the epoch's last (a window of one)
             expected += [
-                "before_optimizer_step",
                 "cb.before_optimizer_step",
+                "before_optimizer_step",
                 "optimizer.step",
-                "before_zero_grad",
                 "cb.before_zero_grad",
+                "before_zero_grad",
             ]
-        expected += [f"train_batch_end:{batch_idx}", f"cb.train_batch_end:{batch_idx}"]
+        expected += [f"cb.train_batch_end:{batch_idx}", f"train_batch_end:{batch_idx}"]
     assert callback.calls == expected
     # on_before_backward gets the loss backward runs on: divided by the accumulation window.
     torch.testing.assert_close(torch.stack(module.seen["backward_losses"]), torch.stack(module.losses) / 2)
@@ -164,29 +164,30 @@ def test_manual_optimization_hooks():
     callback = StepRecorder()
     module = ManualRecorded(callback.calls)
     quiet_trainer(max_epochs=1, callbacks=[callback]).fit(module, train_loader(2))
-    backward = ["before_backward", "cb.before_backward", "after_backward", "cb.after_backward"]
-    step = ["before_optimizer_step", "cb.before_optimizer_step", "optimizer.step"]
+    # Callbacks before the module, as Lightning calls them (trainer/hooks.py).
+    backward = ["cb.before_backward", "before_backward", "cb.after_backward", "after_backward"]
+    step = ["cb.before_optimizer_step", "before_optimizer_step", "optimizer.step"]
     assert callback.calls == [
-        "train_batch_start:0",
         "cb.train_batch_start:0",
+        "train_batch_start:0",
         "training_step:0",
         *backward,
         "step_called",
         *step,
-        "train_batch_end:0",
         "cb.train_batch_end:0",
+        "train_batch_end:0",
         # opt.step(closure): torch's step calls the closure (after its pre-hooks), and the hook runs once the
         # closure has run its backward, as Lightning's Precision._wrap_closure does
-        "train_batch_start:1",
         "cb.train_batch_start:1",
+        "train_batch_start:1",
         "step_called",
         "optimizer.step",
         "training_step:1",
         *backward,
-        "before_optimizer_step",
         "cb.before_optimizer_step",
-        "train_batch_end:1",
+        "before_optimizer_step",
         "cb.train_batch_end:1",
+        "train_batch_end:1",
     ]
     assert all(norm > 0 for norm in module.seen["hook_norms"])  # the step's gradients exist at the hook
 
@@ -344,8 +345,8 @@ def test_evaluation_batch_start_hooks():
 
     def one_batch(i, loader=0):
         return [
-            ("validation_batch_start", i, loader),
             ("cb.validation_batch_start", i, loader),
+            ("validation_batch_start", i, loader),
             ("validation_step", i, loader),
             ("validation_batch_end", i, loader),
         ]
@@ -357,21 +358,21 @@ def test_evaluation_batch_start_hooks():
     calls.clear()
     trainer.test(module, train_loader(2))
     assert calls == [
-        ("test_batch_start", 0, 0),
         ("cb.test_batch_start", 0),
+        ("test_batch_start", 0, 0),
         ("test_step", 0),
-        ("test_batch_start", 1, 0),
         ("cb.test_batch_start", 1),
+        ("test_batch_start", 1, 0),
         ("test_step", 1),
     ]
     calls.clear()
     trainer.predict(module, [train_loader(1), train_loader(1)])
     assert calls == [
-        ("predict_batch_start", 0),
         ("cb.predict_batch_start", 0, 0),
-        ("predict_step", 0),
         ("predict_batch_start", 0),
+        ("predict_step", 0),
         ("cb.predict_batch_start", 0, 1),
+        ("predict_batch_start", 0),
         ("predict_step", 0),
     ]
 

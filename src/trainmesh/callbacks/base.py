@@ -1,7 +1,14 @@
-"""The callback interface: hooks the Trainer calls, each a no-op unless overridden."""
+"""The callback interface: hooks the Trainer calls, each a no-op unless overridden.
+
+A callback written for Lightning by another library (an HPO library's pruning callback subclasses
+``lightning.pytorch.Callback``, not this class) is taken by its methods: ``defines_hook`` says which
+hooks such an object defines, and the Trainer calls only those.
+"""
 
 from __future__ import annotations
 
+import dis
+from collections.abc import Iterable
 from typing import Any
 
 from trainmesh.trainer_view import TrainerView
@@ -88,3 +95,66 @@ class Callback:
 def overrides(obj: Any, hook: str, base: type) -> bool:
     """Whether ``obj``'s class defines ``hook`` differently from ``base``."""
     return getattr(type(obj), hook, None) is not getattr(base, hook, None)
+
+
+# The hooks of Callback (the Trainer knows more: Lightning 1.x's names, see trainer/legacy_hooks.py).
+HOOK_NAMES = frozenset(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
+
+
+def defines_hook(callback: Any, hook: str) -> bool:
+    """Whether ``callback``'s class defines ``hook`` to do something.
+
+    A trainmesh Callback defines what it overrides. Another object (a callback written for
+    Lightning: duck typed) defines what its class has as a method, unless that method's body is
+    empty: Lightning's own Callback base class gives every hook an empty body, and those are
+    neither called nor warned about.
+
+    >>> class Pruning:  # not a trainmesh Callback
+    ...     def on_validation_end(self, trainer, module):
+    ...         print("report")
+    ...     def on_train_start(self, trainer, module):
+    ...         pass
+    >>> defines_hook(Pruning(), "on_validation_end"), defines_hook(Pruning(), "on_train_start")
+    (True, False)
+    """
+    if isinstance(callback, Callback):
+        return overrides(callback, hook, Callback)
+    method = getattr(type(callback), hook, None)
+    return callable(method) and not _empty_body(method)
+
+
+def is_callback_like(obj: Any, names: Iterable[str] = HOOK_NAMES) -> bool:
+    """A trainmesh Callback, or an object whose class has a method named as one of the hooks ``names``."""
+    return isinstance(obj, Callback) or any(callable(getattr(type(obj), name, None)) for name in names)
+
+
+def _empty_body(method: Any) -> bool:
+    """A function whose body is only a docstring, ``pass`` or ``...``: it returns None and does nothing."""
+    code = getattr(method, "__code__", None)
+    if code is None:
+        return False  # a builtin or a callable object: it may do anything
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("RESUME", "NOP", "CACHE", "RETURN_VALUE"):
+            continue
+        if instruction.opname in ("LOAD_CONST", "RETURN_CONST") and instruction.argval is None:
+            continue
+        return False
+    return True
+
+
+def state_key_of(callback: Any) -> str:
+    """The key of ``callback``'s state in a checkpoint (a duck-typed callback may have no ``state_key``)."""
+    key = getattr(callback, "state_key", None)
+    return key if isinstance(key, str) else type(callback).__qualname__
+
+
+def callback_states(callbacks: Iterable[Any]) -> dict[str, Any]:
+    """Every callback's ``state_dict()`` (those that have one), by :func:`state_key_of`."""
+    return {state_key_of(cb): cb.state_dict() for cb in callbacks if callable(getattr(cb, "state_dict", None))}
+
+
+def load_callback_state(callback: Any, states: dict[str, Any]) -> None:
+    """Give ``callback`` its saved state from ``states`` (as :func:`callback_states` wrote them), if any."""
+    saved = states.get(state_key_of(callback))
+    if saved and callable(getattr(callback, "load_state_dict", None)):
+        callback.load_state_dict(saved)

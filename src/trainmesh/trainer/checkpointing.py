@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from trainmesh.callbacks.base import callback_states, defines_hook, load_callback_state
 from trainmesh.checkpoint import (
     CheckpointKeys,
     CheckpointPlaces,
@@ -18,6 +19,7 @@ from trainmesh.checkpoint import (
     resolve_checkpoint,
 )
 from trainmesh.seed import capture_rng_state
+from trainmesh.trainer.legacy_hooks import call_datamodule_hook
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
@@ -35,9 +37,10 @@ TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states
 
 
 def build_checkpoint(
-    state: LoopState, runtime: Runtime, trainer: TrainerView, *, weights_only: bool = False
+    state: LoopState, runtime: Runtime, trainer: TrainerView, *, weights_only: bool = False, hpc: bool = False
 ) -> dict[str, Any]:
-    """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive."""
+    """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive.
+    ``hpc``: the checkpoint a stop signal saves (the module's 1.x ``on_hpc_save`` sees it)."""
     from trainmesh import __version__
 
     if weights_only:
@@ -55,14 +58,17 @@ def build_checkpoint(
         "global_step": state.global_step,
         "loop": {
             "batches_done": loop.batches_done if stop is None else stop.batches_done,
-            "epoch_finished": loop.epoch_finished and stop is None,
+            # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
+            # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
+            "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
+            "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
             "epoch_start_rng": loop.epoch_start_rng,
         },
         "state_dict": pieces["model"],
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
         "precision": runtime.precision.state_dict(),
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "callbacks": callback_states(trainer.callbacks),
         "hyper_parameters": dict(getattr(module, "hparams", {})),
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
         "train_results": _reduced_results(state, runtime),
@@ -84,10 +90,15 @@ def build_checkpoint(
         checkpoint["datamodule"] = datamodule.state_dict()
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    # Lightning's order: the callbacks' on_save_checkpoint, then the module's, then (1.x) the data module's
+    for callback in trainer.callbacks:
+        if defines_hook(callback, "on_save_checkpoint"):
+            callback.on_save_checkpoint(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
-    for callback in trainer.callbacks:
-        callback.on_save_checkpoint(trainer, module, checkpoint)
+    call_datamodule_hook(datamodule, "on_save_checkpoint", checkpoint)
+    if hpc and callable(getattr(module, "on_hpc_save", None)):  # Lightning 1.x's SLURM save (legacy_hooks.py)
+        module.on_hpc_save(checkpoint)
     return checkpoint
 
 
@@ -109,6 +120,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     }
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
+    call_datamodule_hook(state.datamodule, "on_save_checkpoint", checkpoint)  # Lightning 1.x's, here too
     return checkpoint
 
 
@@ -150,17 +162,28 @@ def restore_checkpoint(
     *,
     source: str,
     weights_only: bool,
+    hpc_resume: bool = False,
 ) -> dict[str, Any] | None:
     """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
-    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive.
+    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
+    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
+    With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
+    restores for validate/test/predict), without the training state.
 
-    Everything that can refuse the checkpoint is checked before the model changes, so a failed
-    load leaves the model as it was.
+    Everything that can refuse the checkpoint is checked before the weights change, so a failed
+    load leaves them as they were (the module's ``on_load_checkpoint`` runs before, as in
+    Lightning, where it may adapt the checkpoint).
     """
     module, model = state.module, state.model
     problem = content_problem(checkpoint, source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
+    # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
+    call_datamodule_hook(state.datamodule, "on_load_checkpoint", checkpoint)  # Lightning 1.x's, first of all
+    if hasattr(module, "on_load_checkpoint"):
+        module.on_load_checkpoint(checkpoint)
+    if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (legacy_hooks.py)
+        module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     check_state_dict_fits(
         runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
@@ -168,26 +191,21 @@ def restore_checkpoint(
     if not weights_only:
         _check_resumable(len(state.optimizers), checkpoint, source)
     runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
-    if hasattr(module, "on_load_checkpoint"):
-        module.on_load_checkpoint(checkpoint)
+    if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
+        state.datamodule.load_state_dict(checkpoint["datamodule"])
+    _restore_callbacks(trainer, module, checkpoint)
     if weights_only:
         return None
     runtime._load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(checkpoint.get("precision", {}))
-    for callback in trainer.callbacks:
-        saved = checkpoint.get("callbacks", {}).get(callback.state_key)
-        if saved is not None:
-            callback.load_state_dict(saved)
-        callback.on_load_checkpoint(trainer, module, checkpoint)
-    if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
-        state.datamodule.load_state_dict(checkpoint["datamodule"])
     state.current_epoch = checkpoint["epoch"]
     state.global_step = checkpoint["global_step"]
     loop_state = checkpoint["loop"]
     state.loop.batches_done = loop_state["batches_done"]
     state.loop.epoch_finished = loop_state["epoch_finished"]
+    state.loop.epoch_schedulers_pending = loop_state.get("epoch_schedulers_pending", False)
     state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     state.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
     own = _own_entry(runtime, checkpoint)
@@ -197,6 +215,19 @@ def restore_checkpoint(
         param.grad = None if grad is None else grad.to(param.device)
     rng: dict[str, Any] | None = own.get("rng", checkpoint["rng"])
     return rng
+
+
+def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+    """Lightning's order: every callback's on_load_checkpoint, then every callback's saved state;
+    nothing for a checkpoint without callback states (a weights-only one)."""
+    states = checkpoint.get("callbacks")
+    if states is None:
+        return
+    for callback in trainer.callbacks:
+        if defines_hook(callback, "on_load_checkpoint"):
+            callback.on_load_checkpoint(trainer, module, checkpoint)
+    for callback in trainer.callbacks:
+        load_callback_state(callback, states)
 
 
 def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: str) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
 from trainmesh.runtime import Runtime
 from trainmesh.trainer import legacy_arguments
+from trainmesh.trainer.legacy_hooks import CALLBACK_HOOKS
 from trainmesh.trainer.optimizers import SchedulerConfig
+from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
@@ -78,15 +80,26 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     return [logger]
 
 
+def _is_callback(obj: Any) -> bool:
+    """A trainmesh Callback, or a callback written for Lightning by another library (Optuna's pruning
+    callback subclasses lightning.pytorch.Callback): an object with Lightning's callback methods,
+    taken by them (duck typing); the Trainer calls only the hooks it defines."""
+    return is_callback_like(obj, HOOK_NAMES | CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
+
+
 def build_callbacks(
     callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool, fast_dev_run: bool
-) -> list[Callback]:
+) -> list[Any]:
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
-    given = [] if callbacks is None else ([callbacks] if isinstance(callbacks, Callback) else list(callbacks))
+    given = [] if callbacks is None else ([callbacks] if _is_callback(callbacks) else list(callbacks))
     for item in given:
-        if not isinstance(item, Callback):
-            raise TypeError(f"callbacks must be trainmesh Callback objects; got {type(item).__name__}")
+        if not _is_callback(item):
+            raise TypeError(
+                f"callbacks: {type(item).__name__} is not a callback: it is not a trainmesh Callback and has none of "
+                f"the callback hook methods (on_train_start, on_validation_end, ...). Pass Callback objects, or "
+                f"objects with Lightning's callback methods"
+            )
     result = list(given)
     if summary and not any(type(cb).__name__ == "ModelSummary" for cb in result):
         from trainmesh.callbacks.model_summary import ModelSummary
@@ -111,7 +124,7 @@ def build_callbacks(
     return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
 
 
-def merge_model_callbacks(callbacks: list[Callback], model: Any) -> list[Callback]:
+def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
     """The Trainer's callbacks with those ``model.configure_callbacks()`` returns, by Lightning's
     rule (its ``_attach_model_callbacks``): a model callback replaces every Trainer callback of a
     class it is (a subclass of), and checkpoint callbacks go last, each group in its order.
@@ -131,10 +144,10 @@ def merge_model_callbacks(callbacks: list[Callback], model: Any) -> list[Callbac
         return callbacks
     given = list(returned) if isinstance(returned, Sequence) else [returned]
     for item in given:
-        if not isinstance(item, Callback):
+        if not _is_callback(item):
             raise TypeError(
-                f"{type(model).__name__}.configure_callbacks returned a {type(item).__name__}; return trainmesh "
-                "Callback objects (one, or a list)"
+                f"{type(model).__name__}.configure_callbacks returned a {type(item).__name__}, which has none of "
+                "the callback hook methods; return Callback objects (one, or a list)"
             )
     # Lightning stops at the first Trainer class a model callback is a subclass of, in a set's
     # order; every such class is replaced here, the same where (as usual) there is only one.

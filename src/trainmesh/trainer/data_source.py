@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmesh.trainer.unsupported_hooks import refuse_uncalled_datamodule_hooks
+from trainmesh.trainer.legacy_hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
 _LOADER_METHOD = {
@@ -36,12 +37,12 @@ class DataSource:
         _check_exclusive(loaders, datamodule, "dataloaders")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
-    def prepare(self, trainer: TrainerView, stage: str) -> None:
+    def prepare(self, trainer: TrainerView, stage: str, *, before_setup: Callable[[], None] | None = None) -> None:
         """prepare_data, the DataModule's then the Module's (Lightning's order), each where its
-        ``prepare_data_per_node`` says, every process waiting for it; then the DataModule's
-        setup(stage) in every process."""
+        ``prepare_data_per_node`` says, every process waiting for it; ``before_setup()``; then the
+        DataModule's setup(stage) in every process."""
         if self.datamodule is not None:
-            refuse_uncalled_datamodule_hooks(self.datamodule)
+            warn_legacy_datamodule_hooks(self.datamodule)
             self.datamodule.trainer = trainer
         for owner in (self.datamodule, self.model):
             if owner is not None and _defines_prepare_data(owner):
@@ -50,6 +51,8 @@ class DataSource:
                 if trainer.local_rank == 0 and (per_node or trainer.global_rank == 0):
                     owner.prepare_data()
                 trainer.runtime.barrier("prepare_data")
+        if before_setup is not None:
+            before_setup()
         if self.datamodule is not None:
             self.datamodule.setup(stage)
 

@@ -57,7 +57,9 @@ def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
         hooks.call_callbacks("on_sanity_check_start")
         limit = ctx.settings.num_sanity_val_steps
         with evaluation_mode(hooks, ctx.state.model, "sanity_check"):
+            hooks.call("on_validation_start")  # as in Lightning: the sanity check is a validation run
             _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
+            hooks.call("on_validation_end")
         hooks.call_callbacks("on_sanity_check_end")
     finally:
         ctx.state.sanity_checking = False
@@ -131,6 +133,8 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     results: list[Any] = []
     inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
     with torch.inference_mode() if inference else torch.no_grad():
+        if stage != "predict":
+            hooks.call("on_epoch_start")  # Lightning 1.x's, around validation and test epochs too
         hooks.call(_EPOCH_START_HOOK[stage])
         kept: list[list[Any]] = []
         for loader_idx, loader in enumerate(loaders):
@@ -145,6 +149,7 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         if stage != "predict":
+            hooks.call("on_epoch_end")  # Lightning 1.x's
             results = _publish(ctx, stage, results)
     return results
 

@@ -18,7 +18,9 @@ from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.strategies.step import StepHooks, tokens_in
 from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
@@ -34,7 +36,9 @@ from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
-def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str) -> None:
+def run_fit(
+    ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False
+) -> None:
     from trainmesh.trainer.checkpointing import restore_checkpoint
 
     train_loaders = data.loaders("train", required=True)
@@ -57,12 +61,20 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
     if checkpoint is not None:
-        resume_rng = restore_checkpoint(state, runtime, ctx.view, checkpoint, source=source, weights_only=False)
+        resume_rng = restore_checkpoint(
+            state, runtime, ctx.view, checkpoint, source=source, weights_only=False, hpc_resume=hpc_resume
+        )
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_fit_start")
-    if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0 and checkpoint is None:
+    hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
+    hooks.call("on_pretrain_routine_end")
+    if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0:
+        # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
+        # are kept aside meanwhile (the generators are restored when the epoch's data starts).
+        resumed_results = state.sink.results
         evaluation.run_sanity_check(ctx, val_loaders)
+        state.sink.start_stage(resumed_results)
     warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
     if ctx.publisher.is_global_zero:
@@ -125,7 +137,11 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
     state, hooks = ctx.state, ctx.hooks
     loop, sink = state.loop, state.sink
     if resume_rng is not None and loop.epoch_finished:
-        # The checkpoint was taken after this epoch's end-of-epoch work: go on with the next.
+        # The checkpoint was taken after this epoch's end-of-epoch work, or during its
+        # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
+        if loop.epoch_schedulers_pending:
+            step_epoch_schedulers(state, cut_short=False)
+            loop.epoch_schedulers_pending = False
         state.current_epoch += 1
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
@@ -141,6 +157,7 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
     state.train_results = train_results
     iterator = _open_epoch(state, loader, resume_rng)
     if not mid_epoch_resume:
+        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (legacy_hooks.py)
         hooks.call("on_train_epoch_start")
     limit = state.num_training_batches
     val_every = _val_check_batches(state, ctx.settings, limit)
@@ -161,10 +178,8 @@ def _train_batches(
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, sink, model, module = state.loop, state.sink, state.model, state.module
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
-    batch_start_hooks, batch_end_hooks = (
-        hooks.overridden("on_train_batch_start"),
-        hooks.overridden("on_train_batch_end"),
-    )
+    batch_hooks = TrainBatchHooks(hooks)
+    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.at_end  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     backward = _LossBackward(ctx)
     step_hooks = _step_hooks(ctx, module, backward, accumulate)
@@ -177,7 +192,7 @@ def _train_batches(
         if batch_idx >= limit:
             break
         sink.set_batch("training_step", batch)
-        if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
+        if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
@@ -204,8 +219,8 @@ def _train_batches(
             sink.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()
-        if batch_end_hooks:
-            hooks.call("on_train_batch_end", output, batch, batch_idx)
+        if at_batch_end:
+            batch_hooks.end(output, batch, batch_idx)
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break
@@ -272,8 +287,8 @@ def _end_epoch(
     outputs, and the resumed run reports the whole epoch at its real end. (Callbacks acting on
     epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
     """
-    state, hooks = ctx.state, ctx.hooks
-    loop, sink = state.loop, state.sink
+    state = ctx.state
+    loop = state.loop
     _verify_losses(loop)  # before validation and the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
@@ -285,21 +300,9 @@ def _end_epoch(
         )
     if val_every is not None and state.val_loaders and not loop.validated_since_step:
         evaluation.run_validation(ctx, state.val_loaders)
-    sink.start_stage(train_results)
-    sink.set_batch("on_train_epoch_end", None)
-    if hooks.module_overrides("training_epoch_end"):
-        sink.set_batch("training_epoch_end", None)
-        hooks.call_module("training_epoch_end", loop.epoch_outputs)
-    loop.epoch_outputs = []
-    hooks.call_module("on_train_epoch_end")
-    ctx.publisher.epoch_metrics(sink.epoch_metrics())
-    for config in state.lr_scheduler_configs if state.manual_backward is None else []:  # manual: the module steps them
-        if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
-            step_scheduler(config, callback_metrics(state))
-    loop.epoch_finished = True
-    hooks.call_callbacks("on_train_epoch_end")
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
     state.current_epoch += 1
-    loop.epoch_finished = False
+    loop.epoch_finished = loop.epoch_ending = False
     loop.batches_done = 0
     if ctx.settings.min_epochs is not None and state.current_epoch < ctx.settings.min_epochs:
         state.should_stop = False

@@ -1,15 +1,15 @@
-"""Calls a hook on the module and on every callback that overrides it.
-
-Which callbacks override which hook is worked out once per run, so a hook nobody overrides
-costs one dict lookup in the training step.
-"""
+"""Calls a hook on the callbacks that define it and on the module, in Lightning's order
+(``HookDispatcher``), and fits batch hooks that take fewer arguments (``fit_hook_arities``)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
-from trainmesh.callbacks.base import Callback, overrides
+from trainmesh.callbacks.base import defines_hook, overrides
+from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 
@@ -86,25 +86,49 @@ def fit_hook_arities(obj: Any, *, leading: int = 0) -> None:
 
 
 class HookDispatcher:
-    def __init__(self, trainer: TrainerView, module: Any, callbacks: list[Callback]) -> None:
+    """Calls a hook on the callbacks that define it and on the module, in Lightning 2.x's order.
+
+    Lightning's rule (``trainer/call.py`` and its loops), which ``call`` follows: the callbacks
+    first, in their list's order, then the module. One exception: at ``on_train_epoch_end`` the
+    callbacks that decide from metrics (ModelCheckpoint, EarlyStopping: Lightning's "monitoring
+    callbacks") run after the module, so they see what it logged there; the fit loop calls
+    ``call_callbacks(..., monitoring=False)``, the module, then ``monitoring=True``. ``setup`` and
+    ``teardown`` run on the data module, the callbacks, then the module (the Trainer calls them).
+
+    Which callbacks define which hook is worked out once per run, so a hook nobody defines costs
+    one dict lookup in the training step.
+    """
+
+    def __init__(self, trainer: TrainerView, module: Any, callbacks: list[Any]) -> None:
         from trainmesh.module import Module
 
         self._trainer = trainer
         self._module = module
         self._callbacks = callbacks
         self._module_base = Module
-        self._by_hook: dict[str, list[Callback]] = {}
+        self._by_hook: dict[tuple[str, bool | None], list[Any]] = {}
         self._module_overrides: dict[str, bool] = {}
         refuse_uncalled_hooks(module, callbacks)  # before anything runs: setup is the stage's first hook
+        warn_legacy_hooks(self)
         fit_hook_arities(module)
         for callback in callbacks:
             fit_hook_arities(callback, leading=2)
 
-    def callbacks_for(self, hook: str) -> list[Callback]:
-        found = self._by_hook.get(hook)
+    @property
+    def module(self) -> Any:
+        return self._module
+
+    def callbacks_for(self, hook: str, *, monitoring: bool | None = None) -> list[Any]:
+        """The callbacks that define ``hook``; with ``monitoring`` True or False, only the
+        monitoring ones (ModelCheckpoint, EarlyStopping) or only the others."""
+        found = self._by_hook.get((hook, monitoring))
         if found is None:
-            found = [cb for cb in self._callbacks if overrides(cb, hook, Callback)]
-            self._by_hook[hook] = found
+            found = [
+                cb
+                for cb in self._callbacks
+                if defines_hook(cb, hook) and (monitoring is None or is_monitoring(cb) == monitoring)
+            ]
+            self._by_hook[(hook, monitoring)] = found
         return found
 
     def module_overrides(self, hook: str) -> bool:
@@ -121,19 +145,75 @@ class HookDispatcher:
         return bool(self.callbacks_for(hook)) or self.module_overrides(hook)
 
     def call(self, hook: str, *args: Any) -> Any:
-        """The module's hook first (it may log metrics that callbacks then read), then callbacks."""
-        result = None
-        if self.module_overrides(hook):
-            result = getattr(self._module, hook)(*args)
+        """The callbacks' hook, then the module's (Lightning's order); returns the module's result."""
         for callback in self.callbacks_for(hook):
             getattr(callback, hook)(self._trainer, self._module, *args)
-        return result
+        if self.module_overrides(hook):
+            return getattr(self._module, hook)(*args)
+        return None
 
-    def call_callbacks(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks_for(hook):
+    def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None) -> None:
+        for callback in self.callbacks_for(hook, monitoring=monitoring):
             getattr(callback, hook)(self._trainer, self._module, *args)
 
     def call_module(self, hook: str, *args: Any) -> Any:
         if self.module_overrides(hook):
             return getattr(self._module, hook)(*args)
         return None
+
+    def call_exception_hooks(self, exception: BaseException, datamodule: Any) -> None:
+        """The callbacks' on_exception, then the data module's (Lightning's order); on Ctrl-C the
+        callbacks' on_keyboard_interrupt first (Lightning 1.x's). A hook's own error is dropped:
+        the run's matters more."""
+        calls: list[Callable[[], Any]] = []
+        if isinstance(exception, KeyboardInterrupt):
+            calls += [
+                functools.partial(cb.on_keyboard_interrupt, self._trainer, self._module)
+                for cb in self.callbacks_for("on_keyboard_interrupt")
+            ]
+        calls += [
+            functools.partial(cb.on_exception, self._trainer, self._module, exception)
+            for cb in self.callbacks_for("on_exception")
+        ]
+        on_exception = getattr(datamodule, "on_exception", None)
+        if datamodule is not None and callable(on_exception):
+            calls.append(functools.partial(on_exception, exception))
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                pass
+
+
+def is_monitoring(callback: Any) -> bool:
+    """Lightning's "monitoring callbacks", which run after the module at on_train_epoch_end."""
+    from trainmesh.callbacks.early_stopping import EarlyStopping
+    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+    return isinstance(callback, (ModelCheckpoint, EarlyStopping))
+
+
+class TrainBatchHooks:
+    """``on_train_batch_start`` / ``on_train_batch_end``, and Lightning 1.x's ``on_batch_start`` /
+    ``on_batch_end`` around them (legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks = hooks
+        self.legacy_start, self.train_start = (
+            hooks.overridden("on_batch_start"),
+            hooks.overridden("on_train_batch_start"),
+        )
+        self.train_end, self.legacy_end = hooks.overridden("on_train_batch_end"), hooks.overridden("on_batch_end")
+        self.at_start, self.at_end = self.legacy_start or self.train_start, self.train_end or self.legacy_end
+
+    def start(self, batch: Any, batch_idx: int) -> Any:
+        """-1 where the module's hook returned -1 to end the epoch."""
+        if self.legacy_start and self.hooks.call("on_batch_start") == -1:
+            return -1
+        return self.hooks.call("on_train_batch_start", batch, batch_idx) if self.train_start else None
+
+    def end(self, output: Any, batch: Any, batch_idx: int) -> None:
+        if self.train_end:
+            self.hooks.call("on_train_batch_end", output, batch, batch_idx)
+        if self.legacy_end:
+            self.hooks.call("on_batch_end")

@@ -12,11 +12,11 @@ Lightning 2.x calls them (its "hooks" pseudocode in the LightningModule docs; ``
 - ``on_before_zero_grad(optimizer)`` before the gradients are zeroed, automatic optimization only
   (in manual optimization ``opt.zero_grad()`` is the optimizer's own: Lightning calls nothing).
 
-Each hook runs on the module first, then on the callbacks (``HookDispatcher.call``, trainmesh's order
-for every hook; Lightning calls these callbacks first). trainmesh zeroes gradients right after the
-optimizer step, not at the next window's first batch as Lightning does, so ``on_before_zero_grad``
-runs there: it sees what Lightning's sees (the updated weights, the step's gradients), one batch
-earlier, after the run's last step as well, and not before the first step.
+Each hook runs on the callbacks, then on the module (``HookDispatcher.call``: Lightning's order).
+trainmesh zeroes gradients right after the optimizer step, not at the next window's first batch as
+Lightning does, so ``on_before_zero_grad`` runs there: it sees what Lightning's sees (the updated
+weights, the step's gradients), one batch earlier, after the run's last step as well, and not before
+the first step.
 
 Which hooks anyone overrides is read once per epoch (the fit loop) or per call of ``opt.step()``
 (manual optimization): when nobody does, the step runs exactly the calls it ran without them.

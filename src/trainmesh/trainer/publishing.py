@@ -22,28 +22,31 @@ def callback_metrics(state: LoopState) -> dict[str, torch.Tensor]:
             number = step_tensor(value)
             if entries[name].on_epoch:
                 metrics[f"{name}_step"] = number
-                if state.loop.batches_done and not state.loop.epoch_finished:
+                if state.loop.batches_done and not (state.loop.epoch_finished or state.loop.epoch_ending):
                     metrics[name] = number
             else:
                 metrics[name] = number
     return metrics
 
 
-def progress_bar_metrics(state: LoopState) -> dict[str, float]:
+def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
     loss = state.loop.last_loss
-    if loss is not None and state.stage == "fit":
+    # Lightning 1.x's get_progress_bar_dict(): a module that overrides it gives the standard items
+    # (the running loss; see Module.get_progress_bar_dict) itself (trainer/legacy_hooks.py).
+    legacy = state.hooks is not None and state.hooks.module_overrides("get_progress_bar_dict")
+    if loss is not None and state.stage == "fit" and not legacy:
         shown["loss"] = loss
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
         for name, value in state.train_results.step_values.items():
             if entries[name].prog_bar:
                 shown[name] = value
-    metrics = read_floats(shown)
+    metrics: dict[str, Any] = read_floats(shown)
     for name, value in state.epoch_metrics.items():
         if name in state.prog_bar_names:
             metrics.setdefault(name, value)
-    return metrics
+    return {**state.module.get_progress_bar_dict(), **metrics} if legacy else metrics
 
 
 class Publisher:

@@ -7,7 +7,6 @@ from typing import Any, cast
 
 import torch
 
-from trainmesh.callbacks.base import Callback
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
@@ -31,6 +30,7 @@ from trainmesh.trainer.construction import (
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.legacy_hooks import call_init_hook
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps
@@ -75,7 +75,7 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
-        callbacks: list[Callback] | Callback | None = None,
+        callbacks: list[Any] | Any = None,
         logger: Any = True,
         default_root_dir: str | os.PathLike[str] | None = None,
         enable_progress_bar: bool = True,
@@ -137,6 +137,9 @@ class Trainer:
             fast_dev_run=bool(self.fast_dev_run),
         )
         self._state = LoopState(sink=MetricSink(self.runtime.all_reduce))  # loop_state.py: the properties below read it
+        # Lightning 1.x's callback hooks of the Trainer's construction (legacy_hooks.py)
+        call_init_hook(self.callbacks, "on_init_start", self)
+        call_init_hook(self.callbacks, "on_init_end", self)
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
     fast_dev_run: StateField[int] = StateField("_settings")
@@ -225,7 +228,7 @@ class Trainer:
         return publishing.callback_metrics(self._state)
 
     @property
-    def progress_bar_metrics(self) -> dict[str, float]:
+    def progress_bar_metrics(self) -> dict[str, Any]:
         return publishing.progress_bar_metrics(self._state)
 
     @property
@@ -286,13 +289,17 @@ class Trainer:
     def save_checkpoint(self, path: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write the full training state to ``path`` (atomically); with ``weights_only`` the
         weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
+        self._save_checkpoint(path, weights_only=weights_only)
+
+    def _save_checkpoint(self, path: str | os.PathLike[str], *, weights_only: bool = False, hpc: bool = False) -> None:
+        """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
             verify_finite_losses(
                 self._state.loop.loss_check, str(path)
             )  # no checkpoint of weights a non-finite step produced
-            checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only)
+            checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
             # The strategy waits for every rank; one that shards writes each rank's shards.
             self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
@@ -340,9 +347,11 @@ class Trainer:
                 checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
                 with supervision.stop_signals(
-                    self.runtime.process, folder=self.default_root_dir, save=self.save_checkpoint
+                    self.runtime.process, folder=self.default_root_dir, save=self._save_on_stop
                 ):
-                    fit_loop.run_fit(loop, data, checkpoint, source or "")
+                    # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
+                    hpc_resume = ckpt_path is None and source is not None
+                    fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
@@ -377,21 +386,25 @@ class Trainer:
         state.train_results, state.prog_bar_names = None, set()
         if isinstance(model, Module):
             model.attach(self, state.sink)
+        state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
-        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)  # refuses hooks it cannot call
-        data.prepare(self, stage)
+        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)  # refuses what it cannot call
+        # Lightning 1.x's on_before_accelerator_backend_setup: after prepare_data, before the setup hooks
+        data.prepare(self, stage, before_setup=lambda: hooks.call_callbacks("on_before_accelerator_backend_setup"))
         if self.world_size > 1:
             for logger in self.loggers:
                 logger.agree_on_version(runtime.broadcast)
-        hooks.call_module("setup", stage)
+        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's
         hooks.call_callbacks("setup", stage)
+        hooks.call_module("setup", stage)
         if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
             state.model = place_model(model, runtime, hooks)
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
+        hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
             optimizers, state.lr_scheduler_configs = parse_optimizers(
@@ -431,17 +444,19 @@ class Trainer:
 
     def _on_exception(self, exc: BaseException) -> None:
         if self.hooks is not None:
-            for callback in self.hooks.callbacks_for("on_exception"):
-                try:
-                    callback.on_exception(self, self.module, exc)
-                except Exception:  # the original error matters more than a callback's
-                    pass
+            self.hooks.call_exception_hooks(exc, self.datamodule)
 
     def _finish(self, data: DataSource, stage: str, status: str) -> None:
-        if self.hooks is not None:
+        if status == "success" and self.hooks is not None:
+            # Lightning's order: the data module, the callbacks, the module. After a failure Lightning
+            # calls no teardown hook (on_exception ran), and neither does trainmesh.
+            data.teardown(stage)
             self.hooks.call_callbacks("teardown", stage)
             self.hooks.call_module("teardown", stage)
-        data.teardown(stage)
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
+
+    def _save_on_stop(self, path: str) -> None:
+        """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
+        self._save_checkpoint(path, hpc=True)

@@ -5,14 +5,18 @@ run would then train with that code never run, and say nothing: the worst kind o
 module or callback that defines one of these names stops fit/validate/test/predict at its start
 with the hook, the class, and what to use instead.
 
-The lists hold only names Lightning (2.x, or 1.x where a ported program still carries them) calls
-and trainmesh does not; tests/trainer/test_unsupported_hooks.py checks that no name here is ever
-called and that every one of them is refused. A hook trainmesh starts calling leaves these lists.
+The lists hold only names trainmesh does not call: hooks Lightning calls that trainmesh does not
+(yet), and names no Lightning release defines, which have no meaning to honour (each entry says
+which); tests/trainer/test_unsupported_hooks.py checks that no name here is ever called and that
+every one of them is refused. A hook trainmesh starts calling leaves these lists; Lightning 1.x's
+names that trainmesh calls are in legacy_hooks.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from trainmesh.callbacks.base import defines_hook
 
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
@@ -27,50 +31,17 @@ MODULE_HOOKS: dict[str, str] = {
     "or clip in on_before_optimizer_step",
     "lr_scheduler_step": "the loop calls scheduler.step() (step(metric) for ReduceLROnPlateau); step another kind "
     "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
-    "on_before_optimizer_setup": "freeze or change parameters at the end of configure_model, or in "
-    "configure_optimizers before building the optimizer",
-    # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
-    "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
-    "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
-    "on_batch_start": "use on_train_batch_start(batch, batch_idx)",
-    "on_batch_end": "use on_train_batch_end(outputs, batch, batch_idx)",
-    "on_pretrain_routine_start": "use on_fit_start",
-    "on_pretrain_routine_end": "use on_train_start",
-    "on_hpc_save": "use on_save_checkpoint(checkpoint)",
-    "on_hpc_load": "use on_load_checkpoint(checkpoint)",
-    "get_progress_bar_dict": "show values with self.log(name, value, prog_bar=True)",
+    # No Lightning release defines it (2.6.6 included): a callback hook proposed in Lightning's PR #21272
+    "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; freeze or "
+    "change parameters at the end of configure_model, or in configure_optimizers before building the optimizer",
 }
 
 # Callback hooks: name -> what to use instead.
 CALLBACK_HOOKS: dict[str, str] = {
-    "on_before_optimizer_setup": "use setup(trainer, module, stage): it runs before configure_optimizers",
-    # Lightning 1.x hooks, gone from 2.x, still found in ported programs.
-    "on_init_start": "do the work in the callback's __init__",
-    "on_init_end": "do the work in setup(trainer, module, stage)",
-    "on_configure_sharded_model": "use setup(trainer, module, stage)",
-    "on_before_accelerator_backend_setup": "use setup(trainer, module, stage)",
-    "on_epoch_start": "use on_train_epoch_start (and on_validation_epoch_start, ...)",
-    "on_epoch_end": "use on_train_epoch_end (and on_validation_epoch_end, ...)",
-    "on_batch_start": "use on_train_batch_start(trainer, module, batch, batch_idx)",
-    "on_batch_end": "use on_train_batch_end(trainer, module, outputs, batch, batch_idx)",
-    "on_pretrain_routine_start": "use on_fit_start",
-    "on_pretrain_routine_end": "use on_train_start",
-    "on_keyboard_interrupt": "use on_exception(trainer, module, exception): it receives the KeyboardInterrupt",
+    # No Lightning release defines it (2.6.6 included): proposed in Lightning's PR #21272, not merged
+    "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; use "
+    "setup(trainer, module, stage): it runs before configure_optimizers",
 }
-
-
-# LightningDataModule hooks: name -> what to use instead.
-DATAMODULE_HOOKS: dict[str, str] = {
-    "on_exception": "use a callback's on_exception(trainer, module, exception)",
-    # Lightning 1.x, replaced by state_dict / load_state_dict (which trainmesh calls).
-    "on_save_checkpoint": "return the state from state_dict(); trainmesh saves it in every checkpoint",
-    "on_load_checkpoint": "restore it in load_state_dict(state_dict)",
-}
-
-
-def refuse_uncalled_datamodule_hooks(datamodule: Any) -> None:
-    """The check of ``refuse_uncalled_hooks`` for a DataModule, before its prepare_data runs."""
-    _refuse([(datamodule, DATAMODULE_HOOKS, "data module")])
 
 
 def refuse_uncalled_hooks(module: Any, callbacks: list[Any]) -> None:
@@ -84,7 +55,9 @@ def refuse_uncalled_hooks(module: Any, callbacks: list[Any]) -> None:
 def _refuse(owners: list[tuple[Any, dict[str, str], str]]) -> None:
     for owner, names, kind in owners:
         for name, instead in names.items():
-            if callable(getattr(type(owner), name, None)):
+            # A callback from another library is judged by what it defines, not by its base class's empty hooks.
+            defined = defines_hook(owner, name) if kind == "callback" else callable(getattr(type(owner), name, None))
+            if defined:
                 raise ValueError(
                     f"{type(owner).__name__}.{name}: {name} is a Lightning {kind} hook that trainmesh never calls, "
                     f"so this code would not run and the run would be silently different. Instead: {instead}. "

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.callbacks.base import callback_states, load_callback_state
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor
 from trainmesh.trainer_view import TrainerView
@@ -42,7 +43,7 @@ class WorkerOutcome:
             logged_metrics={name: float(value) for name, value in trainer.logged_metrics.items()},
             current_epoch=trainer.current_epoch,
             global_step=trainer.global_step,
-            callback_states={cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+            callback_states=callback_states(trainer.callbacks),
             logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
         )
 
@@ -55,9 +56,7 @@ class WorkerOutcome:
         state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         state.current_epoch, state.global_step = self.current_epoch, self.global_step
         for callback in trainer.callbacks:
-            saved = self.callback_states.get(callback.state_key)
-            if saved:
-                callback.load_state_dict(saved)
+            load_callback_state(callback, self.callback_states)
         for logger, version in zip(trainer.loggers, self.logger_versions):
             if version is not None:
                 logger.agree_on_version(lambda _own, version=version: version)  # rank 0's, as in the workers

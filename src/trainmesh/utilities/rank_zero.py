@@ -50,5 +50,12 @@ def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklev
 
 
 @rank_zero_only
+def rank_zero_deprecation(message: str, stacklevel: int = 2) -> None:
+    """A deprecated feature the user's code uses, as a FutureWarning: Python shows it by default
+    (it hides a DeprecationWarning raised inside a library), once per message."""
+    warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)
+
+
+@rank_zero_only
 def rank_zero_info(message: str) -> None:
     print(message, flush=True)

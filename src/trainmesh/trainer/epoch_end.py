@@ -1,0 +1,55 @@
+"""The end of a training epoch: ``on_train_epoch_end`` in Lightning's order, with the epoch's
+metrics and its epoch-interval schedulers between the hooks (the fit loop calls it)."""
+
+from __future__ import annotations
+
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_state import LoopState
+from trainmesh.trainer.optimizers import step_scheduler
+from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.results import StageResults
+
+
+def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
+    """``on_train_epoch_end`` in Lightning 2.x's order: the callbacks, the module, then the
+    monitoring callbacks (ModelCheckpoint, EarlyStopping), with the epoch's metrics and schedulers.
+
+    As in Lightning, the epoch values of what training logged exist before any of these hooks, so
+    each of them reads them in ``callback_metrics``; what the hooks log is published before the
+    monitoring callbacks decide, and the loggers get both in one call. Epoch-interval schedulers
+    step, and the position is marked finished, before the monitoring callbacks run: a checkpoint
+    they save resumes with the next epoch (Lightning steps its schedulers after them). One taken in
+    the hooks before (``loop.epoch_ending``) resumes with the next epoch too, stepping the
+    schedulers first (checkpointing.py, fit_loop._run_epoch).
+    """
+    state, hooks = ctx.state, ctx.hooks
+    loop, sink = state.loop, state.sink
+    sink.start_stage(train_results)
+    if hooks.module_overrides("training_epoch_end"):  # Lightning 1.x's, before on_train_epoch_end
+        sink.set_batch("training_epoch_end", None)
+        hooks.call_module("training_epoch_end", loop.epoch_outputs)
+    loop.epoch_outputs = []
+    trained = sink.epoch_metrics()
+    ctx.publisher.epoch_metrics(trained, to_logger=False)
+    loop.epoch_ending = True  # callback_metrics shows these epoch values now, not the last step's
+    sink.start_stage()  # what the hooks log, published once they have run
+    sink.set_batch("on_train_epoch_end", None)
+    hooks.call_callbacks("on_train_epoch_end", monitoring=False)
+    hooks.call_module("on_train_epoch_end")
+    ctx.publisher.epoch_metrics({**trained, **sink.epoch_metrics()})
+    sink.start_stage(train_results)
+    step_epoch_schedulers(state, cut_short=cut_short)
+    loop.epoch_finished = True
+    hooks.call_callbacks("on_train_epoch_end", monitoring=True)
+    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (legacy_hooks.py)
+        sink.start_stage()
+        sink.set_batch("on_epoch_end", None)
+        hooks.call("on_epoch_end")
+        ctx.publisher.epoch_metrics(sink.epoch_metrics())
+        sink.start_stage(train_results)
+
+
+def step_epoch_schedulers(state: LoopState, *, cut_short: bool) -> None:
+    for config in state.lr_scheduler_configs if state.manual_backward is None else []:  # manual: the module steps them
+        if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
+            step_scheduler(config, callback_metrics(state))
