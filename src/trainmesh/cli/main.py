@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.cli.classes import CLIError, check_model_class, find_class_paths, import_class
+from trainmesh.seed import import_leaving_rng
 
 if TYPE_CHECKING:
     from trainmesh.trainer.trainer import Trainer
@@ -397,6 +398,7 @@ def _merge(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _print_metrics(title: str, metrics: dict[str, Any]) -> None:  # floats or 0-dim tensors
+    import_leaving_rng("rich.console")  # its first import draws from Python's random
     from rich.console import Console
     from rich.table import Table
 
