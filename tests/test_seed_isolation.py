@@ -220,7 +220,7 @@ def results_table():
 
 steps = {
     "import trainmesh": lambda: __import__("trainmesh"),
-    "import its packages": lambda: [__import__("trainmesh." + name) for name in ("callbacks", "loggers", "cli.main")],
+    "import its packages": lambda: [__import__("trainmesh." + name) for name in ("callbacks", "loggers", "cli.main", "cli.lightning_cli")],
     "the progress bar's first use": first_progress_bar,
     "a results table": results_table,
     "the default logger": default_logger,
