@@ -5,6 +5,9 @@
 0
 """
 
+import logging
+
+from trainmesh.banner import cli_lightning_logo
 from trainmesh.callbacks.base import Callback
 from trainmesh.datamodule import DataModule
 from trainmesh.memory_estimate import estimate_memory
@@ -16,12 +19,21 @@ from trainmesh.utilities.rank_zero import rank_zero_only
 
 __version__ = "0.1.0"
 
+# The package's logger, as Lightning programs import it (`from lightning.pytorch import _logger`):
+# INFO and above are shown, on stderr unless the program configured logging itself.
+_logger = logging.getLogger(__name__)
+_logger.setLevel(logging.INFO)
+if not logging.getLogger().hasHandlers():
+    _logger.addHandler(logging.StreamHandler())
+    _logger.propagate = False
+
 __all__ = [
     "Callback",
     "DataModule",
     "Module",
     "Runtime",
     "Trainer",
+    "cli_lightning_logo",
     "estimate_memory",
     "rank_zero_only",
     "seed_everything",

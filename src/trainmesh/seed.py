@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import random
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from trainmesh.launchers.environments import require_deterministic_cublas
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
@@ -131,8 +135,45 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+@contextlib.contextmanager
+def isolate_rng() -> Iterator[None]:
+    """Every global generator (Python's, NumPy's, torch's, CUDA's once initialized) as it was
+    on entry when the block ends, as Lightning's ``isolate_rng`` (which the sanity check runs in).
+
+    >>> import torch
+    >>> with isolate_rng():
+    ...     drawn = torch.rand(1)
+    >>> bool(torch.equal(drawn, torch.rand(1)))
+    True
+    """
+    state = capture_rng_state()
+    try:
+        yield
+    finally:
+        restore_rng_state(state)
+
+
+def import_leaving_rng(name: str) -> ModuleType:
+    """Import ``name`` without moving any global generator.
+
+    trainmesh imports its optional dependencies where they are used, that is after the user's
+    ``seed_everything``; one that draws at import time would shift every number the user's
+    program draws after it (rich does: ``rich.style`` takes ``random.getrandbits(24)``, so the
+    first progress bar changed a seeded run's results). Imported once, a module draws no more.
+    """
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    with isolate_rng():
+        return importlib.import_module(name)
+
+
 def make_deterministic() -> None:
     """``Trainer(deterministic=True)``: torch's deterministic algorithms, and the fixed cuBLAS
     workspace they need (set by the launchers, which own the environment)."""
+    # Imported here: the launchers import this module (spawn carries the RNG states), and the
+    # progress bar imports it early for import_leaving_rng.
+    from trainmesh.launchers.environments import require_deterministic_cublas
+
     torch.use_deterministic_algorithms(True)
     require_deterministic_cublas()

@@ -388,6 +388,67 @@ def test_changed_dirpath_or_monitor_restarts_the_ranking(tmp_path):
     assert other_metric.best_k_models == {}
 
 
+def test_scores_are_tensors_as_in_lightning_and_survive_a_checkpoint(tmp_path):
+    # Lightning keeps best_k_models' values (and best_model_score, kth_value, current_score) as
+    # tensors: programs call .item() on them, or torch.stack(list(cb.best_k_models.values())).
+    trainer = make_trainer(tmp_path)
+    first = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2, save_last=True))
+    for loss in (0.5, 0.4, 0.6):
+        end_epoch(first, trainer, {"val_loss": torch.tensor(loss, dtype=torch.float64)})
+    scores = [first.best_k_models[path] for path in sorted(first.best_k_models)]
+    assert all(isinstance(score, torch.Tensor) and score.dim() == 0 for score in scores)
+    assert torch.stack(scores).tolist() == [0.5, 0.4]
+    for score in (first.best_model_score, first.kth_value, first.current_score):
+        assert isinstance(score, torch.Tensor) and score.dim() == 0
+    assert (first.best_model_score.item(), first.kth_value.item(), first.current_score.item()) == (0.4, 0.5, 0.6)
+    assert first.best_k_models[first.best_model_path].item() == 0.4
+
+    # The saved state holds the tensors and loads with weights_only=True; the ranking goes on.
+    state = torch.load(first.last_model_path, weights_only=True)["callbacks"][first.state_key]
+    assert isinstance(state["best_model_score"], torch.Tensor)
+    assert all(isinstance(score, torch.Tensor) for score in state["best_k_models"].values())
+    resumed_trainer = make_trainer(tmp_path, current_epoch=3, global_step=30)
+    resumed = attach(
+        resumed_trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2, save_last=True)
+    )
+    resumed.load_state_dict(state)
+    end_epoch(resumed, resumed_trainer, {"val_loss": 0.45})
+    assert sorted(score.item() for score in resumed.best_k_models.values()) == [0.4, 0.45]
+
+    resumed.to_yaml()  # Lightning's ModelCheckpoint.to_yaml: path -> score, as numbers
+    import yaml
+
+    written = yaml.safe_load((tmp_path / "best_k_models.yaml").read_text())
+    assert written == {path: score.item() for path, score in resumed.best_k_models.items()}
+
+
+def test_a_checkpoint_written_with_float_scores_still_loads(tmp_path):
+    # The state as trainmesh wrote it before the scores were tensors.
+    a, b = str(tmp_path / "a.ckpt"), str(tmp_path / "b.ckpt")
+    old_state = {
+        "monitor": "val_loss",
+        "mode": "min",
+        "dirpath": str(tmp_path),
+        "best_model_path": a,
+        "best_model_score": 0.25,
+        "current_score": 0.5,
+        "last_model_path": "",
+        "kth_best_model_path": b,
+        "kth_value": 0.5,
+        "best_k_models": {a: 0.25, b: 0.5},
+        "last_global_step_saved": 20,
+    }
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=2)
+    checkpoint.load_state_dict(old_state)
+    assert {path: score.item() for path, score in checkpoint.best_k_models.items()} == {a: 0.25, b: 0.5}
+    assert all(isinstance(score, torch.Tensor) for score in checkpoint.best_k_models.values())
+    assert (checkpoint.best_model_score.item(), checkpoint.kth_value.item(), checkpoint.current_score.item()) == (
+        0.25,
+        0.5,
+        0.5,
+    )
+
+
 def test_state_key_tells_checkpoint_callbacks_apart():
     assert ModelCheckpoint(monitor="a").state_key != ModelCheckpoint(monitor="b").state_key
 

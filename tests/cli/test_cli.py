@@ -303,9 +303,9 @@ def test_cli_and_python_api_log_to_the_same_default_folder(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert main(["fit", *_ONE_STEP]) == 0
     logs = Path(_printed(capsys.readouterr().out, "logs"))
-    assert logs == tmp_path / "trainmesh_logs" / "version_0" and logs.is_dir()
+    assert logs == tmp_path / "lightning_logs" / "version_0" and logs.is_dir()  # Lightning's default folder
     api = trainmesh.Trainer(accelerator="cpu", enable_progress_bar=False)
-    assert Path(api.log_dir) == tmp_path / "trainmesh_logs" / "version_1"
+    assert Path(api.log_dir) == tmp_path / "lightning_logs" / "version_1"
 
 
 def test_python_dash_m_trainmesh_help_exits_0():

@@ -1,7 +1,6 @@
 """``trainmesh fit`` in real processes: every strategy prints the folder it really logged to,
 and fit and test share it."""
 
-import csv
 import os
 from pathlib import Path
 
@@ -88,10 +87,12 @@ def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
             == 1
         ), out
     logs = Path(_printed(out, "logs"))
-    # The same default as the Python API: <cwd>/trainmesh_logs/version_N.
-    assert logs == tmp_path / "trainmesh_logs" / "version_0"
+    # The same default as the Python API and Lightning: TensorBoard in <cwd>/lightning_logs/version_N.
+    assert logs == tmp_path / "lightning_logs" / "version_0"
     assert sorted(p.name for p in logs.parent.iterdir()) == ["version_0"], "one run, one version folder"
-    with open(logs / "metrics.csv") as handle:
-        rows = list(csv.DictReader(handle))
-    assert any(row.get("val_loss") for row in rows) and any(row.get("test_loss") for row in rows)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logs))
+    events.Reload()
+    assert {"val_loss", "test_loss"} <= set(events.Tags()["scalars"])
     assert Path(_printed(out, "last checkpoint")).parent == logs / "checkpoints"

@@ -48,7 +48,7 @@ def test_rows_are_buffered_until_flush_interval_or_save(tmp_path):
 
 def test_no_directory_before_first_write(tmp_path):
     logger = CSVLogger(tmp_path / "runs")
-    assert logger.log_dir == str(tmp_path / "runs" / "trainmesh" / "version_0")
+    assert logger.log_dir == str(tmp_path / "runs" / "lightning_logs" / "version_0")
     logger.log_metrics({"loss": 1.0}, step=0)
     assert not (tmp_path / "runs").exists()
     logger.finalize("success")
@@ -70,8 +70,8 @@ def test_versions_increment(tmp_path):
 
 
 def test_explicit_version(tmp_path):
-    assert CSVLogger(tmp_path, version=5).log_dir == str(tmp_path / "trainmesh" / "version_5")
-    assert CSVLogger(tmp_path, version="ablation").log_dir == str(tmp_path / "trainmesh" / "ablation")
+    assert CSVLogger(tmp_path, version=5).log_dir == str(tmp_path / "lightning_logs" / "version_5")
+    assert CSVLogger(tmp_path, version="ablation").log_dir == str(tmp_path / "lightning_logs" / "ablation")
 
 
 def test_resuming_into_existing_version_appends(tmp_path):

@@ -1,7 +1,9 @@
+import importlib.machinery
 import importlib.util
 import os
 import pickle
 import sys
+import types
 
 import pytest
 import torch
@@ -23,12 +25,12 @@ def load_events(log_dir: str):
 
 def test_scalars_read_back(tmp_path):
     logger = TensorBoardLogger(tmp_path)
-    assert not tmp_path.joinpath("trainmesh").exists()  # nothing on disk before the first write
+    assert not tmp_path.joinpath("lightning_logs").exists()  # nothing on disk before the first write
     for step in range(3):
         logger.log_metrics({"train/loss": 1.0 / (step + 1), "acc": torch.tensor(0.5 * step)}, step=step)
     logger.finalize("success")
 
-    assert logger.log_dir == str(tmp_path / "trainmesh" / "version_0")
+    assert logger.log_dir == str(tmp_path / "lightning_logs" / "version_0")  # as Lightning names it
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(logger.log_dir))
     events = load_events(logger.log_dir)
     assert set(events.Tags()["scalars"]) == {"train/loss", "acc"}
@@ -69,16 +71,38 @@ def test_pickles_without_its_writer(tmp_path):
 
 
 def test_missing_tensorboard_raises_at_construction(tmp_path, monkeypatch):
-    # None in sys.modules makes `import torch.utils.tensorboard` raise ImportError
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    # None in sys.modules: neither package can be found (nor imported)
+    for name in ("tensorboard", "tensorboardX"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r'pip install "trainmesh\[tensorboard\]"'):
         TensorBoardLogger(tmp_path)
+
+
+def test_tensorboardx_writes_where_tensorboard_is_missing(tmp_path, monkeypatch):
+    # Lightning's TensorBoardLogger falls back to tensorboardX's SummaryWriter: so does this one.
+    written = []
+
+    class SummaryWriter:
+        def __init__(self, log_dir, **kwargs):
+            written.append(("open", log_dir, kwargs))
+
+        def add_scalar(self, key, value, global_step):
+            written.append((key, value, global_step))
+
+    fake = types.ModuleType("tensorboardX")
+    fake.__spec__ = importlib.machinery.ModuleSpec("tensorboardX", None)
+    fake.SummaryWriter = SummaryWriter
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    monkeypatch.setitem(sys.modules, "tensorboardX", fake)
+    logger = TensorBoardLogger(tmp_path, flush_secs=5)
+    logger.log_metrics({"loss": torch.tensor(0.5)}, step=3)
+    assert written == [("open", logger.log_dir, {"flush_secs": 5}), ("loss", 0.5, 3)]
 
 
 def test_module_imports_without_tensorboard(tmp_path, monkeypatch):
     # Load a fresh copy of the module while tensorboard cannot be imported: importing must
     # work (tensorboard is optional), constructing must fail with the install hint.
-    for name in ("tensorboard", "torch.utils.tensorboard"):
+    for name in ("tensorboard", "tensorboardX", "torch.utils.tensorboard"):
         monkeypatch.setitem(sys.modules, name, None)
     path = trainmesh.loggers.tensorboard.__file__
     spec = importlib.util.spec_from_file_location("fresh_tensorboard_logger", path)

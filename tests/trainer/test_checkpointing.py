@@ -9,6 +9,7 @@ import trainmesh as tm
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.loggers import CSVLogger
 
 
 def test_model_checkpoint_keeps_top_k_and_last_and_resume_from_last(tmp_path):
@@ -52,7 +53,7 @@ def test_early_stopping_ends_fit(tmp_path):
 
 def test_csv_logger_records_epoch_metrics(tmp_path):
     train, val = loaders()
-    trainer = quiet_trainer(max_epochs=2, logger=True, default_root_dir=tmp_path, log_every_n_steps=5)
+    trainer = quiet_trainer(max_epochs=2, logger=CSVLogger(tmp_path), log_every_n_steps=5)
     trainer.fit(DropoutNet(), train, val)
     with open(f"{trainer.log_dir}/metrics.csv") as handle:
         rows = list(csv.DictReader(handle))

@@ -93,12 +93,14 @@ class ModelCheckpoint(Callback):
         self.auto_insert_metric_name = auto_insert_metric_name
 
         self.best_model_path = ""
-        self._best_score: float | None = None  # a float here (and in the state); a tensor to users
-        self.current_score: float | None = None
+        self._best_score: float | None = None  # a float here; a tensor to users and in the state
+        # Scores are 0-d float64 tensors, as Lightning's (users call .item() on them); ranking
+        # compares them as floats.
+        self.current_score: torch.Tensor | None = None
         self.last_model_path = ""
         self.kth_best_model_path = ""
-        self.kth_value = _worst(mode)
-        self.best_k_models: dict[str, float] = {}
+        self.kth_value = _as_score(_worst(mode))
+        self.best_k_models: dict[str, torch.Tensor] = {}
         # Step 0 counts as saved: a checkpoint of untrained weights is never worth writing.
         self._last_global_step_saved = 0
         self._owned: set[str] = set()  # files this callback wrote (or restored as its own)
@@ -111,7 +113,7 @@ class ModelCheckpoint(Callback):
     def best_model_score(self) -> torch.Tensor | None:
         """The monitored value of the best checkpoint, as a 0-d tensor (None before one is ranked)."""
         # float64: the same number as best_k_models[best_model_path], with no rounding.
-        return None if self._best_score is None else torch.tensor(self._best_score, dtype=torch.float64)
+        return None if self._best_score is None else _as_score(self._best_score)
 
     @best_model_score.setter
     def best_model_score(self, value: float | torch.Tensor | None) -> None:
@@ -275,7 +277,7 @@ class ModelCheckpoint(Callback):
         score = float(value)
         if math.isnan(score):
             score = _worst(self.mode)  # NaN never ranks above a real value
-        self.current_score = score
+        self.current_score = _as_score(score)
         if not self._is_top_k(score):
             self._say(trainer, f"{self.monitor!r} was {score:.5g}, not in the top {self.save_top_k}")
             return
@@ -284,7 +286,7 @@ class ModelCheckpoint(Callback):
             dropped = self.kth_best_model_path
             self.best_k_models.pop(dropped)
         path = self._free_path(trainer, self._template(), metrics, dropped)
-        self.best_k_models[path] = score
+        self.best_k_models[path] = _as_score(score)
         self._update_ranking()
         self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self._best_score:.5g}); saving {path}")
         self._write(trainer, path)
@@ -294,16 +296,17 @@ class ModelCheckpoint(Callback):
     def _is_top_k(self, score: float) -> bool:
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
-        kth = self.best_k_models[self.kth_best_model_path]
+        kth = float(self.best_k_models[self.kth_best_model_path])
         return score < kth if self.mode == "min" else score > kth
 
     def _update_ranking(self) -> None:
         # min()/max() keep the first of equal scores, and every rank inserted in the same order.
         worse, better = (max, min) if self.mode == "min" else (min, max)
-        self.kth_best_model_path = worse(self.best_k_models, key=self.best_k_models.__getitem__)
+        scores = {path: float(score) for path, score in self.best_k_models.items()}
+        self.kth_best_model_path = worse(scores, key=scores.__getitem__)
         self.kth_value = self.best_k_models[self.kth_best_model_path]
-        self.best_model_path = better(self.best_k_models, key=self.best_k_models.__getitem__)
-        self._best_score = self.best_k_models[self.best_model_path]
+        self.best_model_path = better(scores, key=scores.__getitem__)
+        self._best_score = scores[self.best_model_path]
 
     def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
@@ -339,6 +342,18 @@ class ModelCheckpoint(Callback):
         if self.verbose and trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch}, step {trainer.global_step}: {message}", flush=True)
 
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write ``best_k_models`` (path: score) to ``filepath``, by default
+        ``<dirpath>/best_k_models.yaml``, as Lightning's ``ModelCheckpoint.to_yaml``."""
+        import yaml
+
+        if filepath is None:
+            if not self.dirpath:
+                raise ValueError("ModelCheckpoint.to_yaml() needs a filepath before fit sets dirpath; pass one")
+            filepath = os.path.join(self.dirpath, "best_k_models.yaml")
+        with open(filepath, "w", encoding="utf-8") as handle:
+            yaml.safe_dump({path: score.item() for path, score in self.best_k_models.items()}, handle)
+
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -346,7 +361,7 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "dirpath": self.dirpath,
             "best_model_path": self.best_model_path,
-            "best_model_score": self._best_score,
+            "best_model_score": self.best_model_score,  # tensors, as in Lightning's state
             "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "kth_best_model_path": self.kth_best_model_path,
@@ -379,11 +394,13 @@ class ModelCheckpoint(Callback):
         # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
         # resumed run keeps ranking, and deleting, the files the first run wrote.
         self.dirpath = saved_dir or self.dirpath
-        self.current_score = state_dict.get("current_score")
+        # Checkpoints written before the scores were tensors hold floats: both load.
+        current = state_dict.get("current_score")
+        self.current_score = None if current is None else _as_score(current)
         self.last_model_path = state_dict.get("last_model_path", "")
         self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
-        self.kth_value = state_dict.get("kth_value", _worst(self.mode))
-        self.best_k_models = {str(k): float(v) for k, v in state_dict.get("best_k_models", {}).items()}
+        self.kth_value = _as_score(state_dict.get("kth_value", _worst(self.mode)))
+        self.best_k_models = {str(k): _as_score(v) for k, v in state_dict.get("best_k_models", {}).items()}
         self._owned.update(p for p in (*self.best_k_models, self.best_model_path, self.last_model_path) if p)
 
 
@@ -437,6 +454,11 @@ def _check_arguments(
 
 def _worst(mode: str) -> float:
     return math.inf if mode == "min" else -math.inf
+
+
+def _as_score(value: float | torch.Tensor) -> torch.Tensor:
+    """A score as Lightning keeps it: a 0-d tensor (float64 here: the logged number, unrounded)."""
+    return torch.tensor(float(value), dtype=torch.float64)
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:

@@ -1,7 +1,9 @@
 """A progress bar for training, validation, test and predict runs, drawn with rich.
 
-rich is imported inside the hooks, so importing this module costs nothing. Per batch the bar
-stores one integer; rich is touched only every ``refresh_rate`` batches.
+rich is imported inside the hooks, so importing this module costs nothing, and through
+``import_leaving_rng``: its first import draws from Python's ``random``, which would change a
+seeded run's numbers. Per batch the bar stores one integer; rich is touched only every
+``refresh_rate`` batches.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.seed import import_leaving_rng
 from trainmesh.trainer_view import TrainerView
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ def _total(count: int | float | None) -> int | None:
 
 
 def _make_progress(console: Console, *, transient: bool) -> Progress:
+    import_leaving_rng("rich.progress")
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -120,6 +124,7 @@ class ProgressBar(Callback):
         self.theme = theme
         self.process_position = process_position
         if console is None and console_kwargs:
+            import_leaving_rng("rich.console")
             from rich.console import Console
 
             console = Console(**console_kwargs)
@@ -136,6 +141,7 @@ class ProgressBar(Callback):
     @property
     def console(self) -> Console:
         if self._console is None:
+            import_leaving_rng("rich.console")
             from rich.console import Console
 
             self._console = Console()

@@ -6,8 +6,8 @@ Usage::
     trainmesh fit --model my_pkg.models:Net --model.hidden_dim 64 --data my_pkg.data:Images \\
                   --data.batch_size 64 --trainer.max_epochs 5 --trainer.devices 2
     trainmesh fit --model my_pkg.models:Net --help   # lists Net's own arguments
-    trainmesh test --ckpt_path trainmesh_logs/version_0/checkpoints/last.ckpt
-    trainmesh checkpoint inspect trainmesh_logs/version_0/checkpoints/last.ckpt
+    trainmesh test --ckpt_path lightning_logs/version_0/checkpoints/last.ckpt
+    trainmesh checkpoint inspect lightning_logs/version_0/checkpoints/last.ckpt
     trainmesh estimate --model my_pkg.models:Net --world_size 8 --precision bf16-mixed   # memory per rank
     trainmesh fit --print_config > run.yaml; trainmesh fit --config run.yaml
 
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.cli.classes import CLIError, check_model_class, find_class_paths, import_class
+from trainmesh.seed import import_leaving_rng
 
 if TYPE_CHECKING:
     from trainmesh.trainer.trainer import Trainer
@@ -80,7 +81,7 @@ _TRAINER_HELP = {
     "limit_test_batches": "Batches per test run: a count (int) or a fraction (float).",
     "limit_predict_batches": "Batches per predict run: a count (int) or a fraction (float).",
     "callbacks": "Callbacks to add, e.g. --trainer.callbacks+=EarlyStopping --trainer.callbacks.monitor=val_loss.",
-    "logger": "true: a CSV logger writing to <default_root_dir>/trainmesh_logs/version_N; false: no logging.",
+    "logger": "true: TensorBoard (CSV without tensorboard installed) in <default_root_dir>/lightning_logs/version_N; false: none.",
     "default_root_dir": "Folder for logs and checkpoints (null: the current directory).",
     "enable_progress_bar": "Show a progress bar while running.",
     "enable_checkpointing": "Save checkpoints (best and last) during fit.",
@@ -259,7 +260,7 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
     group = parser.add_argument_group("Trainer", description="Arguments of trainmesh.Trainer.")
     group.add_class_arguments(Trainer, "trainer", as_group=False, instantiate=False, fail_untyped=False)
     # default_root_dir stays the Trainer's own default (the current directory), so the CLI and
-    # the Python API both log to ./trainmesh_logs/version_N.
+    # the Python API both log to ./lightning_logs/version_N.
     if command == "fit":
         parser.set_defaults({"trainer.max_epochs": FIT_MAX_EPOCHS})
     for action in parser._actions:  # argparse keeps no public list of actions; help text only
@@ -397,6 +398,7 @@ def _merge(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _print_metrics(title: str, metrics: dict[str, Any]) -> None:  # floats or 0-dim tensors
+    import_leaving_rng("rich.console")  # its first import draws from Python's random
     from rich.console import Console
     from rich.table import Table
 

@@ -122,6 +122,22 @@ def restart_reason(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def slurm_job_id(environ: Mapping[str, str] | None = None) -> int | None:
+    """This SLURM job's id, or None outside a batch job (an interactive ``salloc`` shell, whose
+    job name is the shell's, counts as outside, as in Lightning's ``SLURMEnvironment.job_id``).
+
+    >>> slurm_job_id({"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train"})
+    4242
+    >>> slurm_job_id({"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "bash"}) is None
+    True
+    """
+    env = os.environ if environ is None else environ
+    if env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return None
+    job = env.get("SLURM_JOB_ID", "")
+    return int(job) if job.isdigit() else None
+
+
 def requeue_slurm_job(environ: Mapping[str, str] | None = None) -> str | None:
     """Put this SLURM job back in the queue (``scontrol requeue``); what happened, in one
     sentence, or None outside a SLURM job. A failure is reported, not raised: the checkpoint

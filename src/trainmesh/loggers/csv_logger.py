@@ -128,7 +128,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 class CSVLogger(Logger):
-    """Write metrics to ``save_dir/name/version_N/metrics.csv`` and hparams to ``hparams.yaml``.
+    """Write metrics to ``save_dir/name/version_N/metrics.csv`` and hparams to ``hparams.yaml``
+    (``name`` as Lightning's: ``lightning_logs``).
 
     Rows are buffered and written every ``flush_every_n_steps`` calls to :meth:`log_metrics`
     and on :meth:`save` / :meth:`finalize`. The header is the union of all metric names seen
@@ -143,7 +144,7 @@ class CSVLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike,
-        name: str = "trainmesh",
+        name: str = "lightning_logs",
         version: int | str | None = None,
         flush_every_n_steps: int = 100,
     ) -> None:

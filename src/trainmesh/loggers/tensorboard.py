@@ -1,13 +1,16 @@
 """Log metrics and hyperparameters to TensorBoard event files.
 
-tensorboard is an optional dependency: it is imported when a :class:`TensorBoardLogger` is
-constructed, never when this module is imported, so ``import trainmesh`` stays fast and works
-without it.
+tensorboard is an optional dependency (``tensorboardX`` serves too, as in Lightning). Its import
+takes about a second, so it happens at the first write, never when this module is imported or a
+:class:`TensorBoardLogger` constructed: ``import trainmesh`` and ``Trainer()`` stay fast and work
+without it. Construction only checks that the package is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,20 +30,37 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 
-def _import_summary_writer() -> type[SummaryWriter]:
+# The package that must be installed -> the module whose SummaryWriter writes the events.
+_WRITERS = {"tensorboard": "torch.utils.tensorboard", "tensorboardX": "tensorboardX"}
+
+
+def _installed(package: str) -> bool:
     try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as err:
-        raise ImportError(
-            "TensorBoardLogger needs the `tensorboard` package, which is not installed. "
-            'Install it with: pip install "trainmesh[tensorboard]" (or use CSVLogger, which '
-            "needs nothing extra)."
-        ) from err
-    return SummaryWriter
+        return importlib.util.find_spec(package) is not None  # finds it without importing it
+    except (ImportError, ValueError):
+        return False
+
+
+def tensorboard_available() -> bool:
+    """Whether ``tensorboard`` or ``tensorboardX`` is installed (checked without importing it):
+    Lightning's rule for what ``Trainer(logger=True)`` writes with."""
+    return any(_installed(package) for package in _WRITERS)
+
+
+def _writer_module() -> str:
+    for package, module in _WRITERS.items():
+        if _installed(package):
+            return module
+    raise ImportError(
+        "TensorBoardLogger needs the `tensorboard` package, which is not installed. "
+        'Install it with: pip install "trainmesh[tensorboard]" (or use CSVLogger, which '
+        "needs nothing extra)."
+    )
 
 
 class TensorBoardLogger(Logger):
-    """Write TensorBoard event files to ``save_dir/name/version_N``.
+    """Write TensorBoard event files to ``save_dir/name/version_N`` (``name`` as Lightning's:
+    ``lightning_logs``).
 
     Hyperparameters go to the TEXT tab as YAML (and to ``hparams.yaml`` next to the events).
     The event writer, and with it the folder, is created on the first write.
@@ -53,12 +73,12 @@ class TensorBoardLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike,
-        name: str = "trainmesh",
+        name: str = "lightning_logs",
         version: int | str | None = None,
         **writer_kwargs: Any,
     ) -> None:
         # Fail here, when the user builds the Trainer, not hours later at the first log call.
-        self._writer_cls = _import_summary_writer()
+        self._writer_module = _writer_module()
         self._save_dir = Path(save_dir)
         self._name = name
         self._version = version
@@ -95,7 +115,8 @@ class TensorBoardLogger(Logger):
         if not on_rank_zero():
             return DummyExperiment()
         if self._writer is None:
-            self._writer = self._writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
+            writer_cls = importlib.import_module(self._writer_module).SummaryWriter
+            self._writer = writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:

@@ -69,12 +69,14 @@ def build_runtime(
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:
+    """``logger=True`` (the default) is Lightning's default: TensorBoard when it is installed,
+    else CSV, under ``<root>/lightning_logs/version_N`` (loggers/default.py)."""
     if logger is False or logger is None:
         return []
     if logger is True:
-        from trainmesh.loggers.csv_logger import CSVLogger
+        from trainmesh.loggers.default import default_logger
 
-        return [CSVLogger(root, name="trainmesh_logs")]
+        return [default_logger(root)]
     if isinstance(logger, Iterable) and not isinstance(logger, (str, bytes)):
         return list(logger)
     return [logger]

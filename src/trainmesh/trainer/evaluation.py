@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.loop_context import LoopContext
@@ -50,17 +51,24 @@ _BATCH_START_HOOK = {
 
 
 def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
-    """Run a few validation batches before training so a broken validation_step fails fast."""
+    """Run a few validation batches before training so a broken validation_step fails fast.
+
+    Every global generator is given back as it was (as Lightning does, with ``isolate_rng``):
+    what the check draws (a shuffling loader's order, random numbers in validation_step) must
+    not change training, or a seeded run's numbers would depend on ``num_sanity_val_steps``
+    and differ from Lightning's.
+    """
     ctx.state.sanity_checking = True
     hooks = ctx.hooks
     try:
-        hooks.call_callbacks("on_sanity_check_start")
-        limit = ctx.settings.num_sanity_val_steps
-        with evaluation_mode(hooks, ctx.state.model, "sanity_check"):
-            hooks.call("on_validation_start")  # as in Lightning: the sanity check is a validation run
-            _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
-            hooks.call("on_validation_end")
-        hooks.call_callbacks("on_sanity_check_end")
+        with isolate_rng():
+            hooks.call_callbacks("on_sanity_check_start")
+            limit = ctx.settings.num_sanity_val_steps
+            with evaluation_mode(hooks, ctx.state.model, "sanity_check"):
+                hooks.call("on_validation_start")  # as in Lightning: the sanity check is a validation run
+                _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
+                hooks.call("on_validation_end")
+            hooks.call_callbacks("on_sanity_check_end")
     finally:
         ctx.state.sanity_checking = False
 
@@ -232,6 +240,7 @@ def print_results(stage: str, results: list[dict[str, float]]) -> None:
     """A table of the metrics each dataloader produced, as users of the seeds expect."""
     if not results or not any(results):
         return
+    import_leaving_rng("rich.console")  # its first import draws from Python's random
     from rich.console import Console
     from rich.table import Table
 
