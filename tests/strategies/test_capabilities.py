@@ -20,7 +20,10 @@ def test_every_strategy_states_its_capabilities_as_one_value():
         "ddp",
         "ddp_spawn",
         "ddp_fork",
+        "zero1",
+        "sharded",
         "fsdp",
+        "hsdp",
     }
     assert {name for name, value in stated.items() if not value.inference_mode} == {
         "sharded",

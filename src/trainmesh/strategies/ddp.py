@@ -183,7 +183,8 @@ class ZeRO1Strategy(DDPStrategy):
     """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1)."""
 
     name = "zero1"
-    capabilities = StrategyCapabilities(memory_model=MemoryModel(optimizer_state=WORLD))
+    # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization_strategies.py).
+    capabilities = StrategyCapabilities(manual_optimization=True, memory_model=MemoryModel(optimizer_state=WORLD))
     compile_refusal = "no compiled zero1 run is checked against eager yet"
 
     def setup_optimizers(

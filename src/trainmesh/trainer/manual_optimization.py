@@ -47,7 +47,7 @@ class StepCount(Protocol):
 
 # Where manual optimization is checked against plain torch (each has a parity test,
 # tests/trainer/test_manual_optimization*.py): the strategies that state it in their capabilities.
-CHECKED_UNDER = "single, ddp, fsdp"
+CHECKED_UNDER = "single, ddp, zero1, sharded, fsdp, hsdp"
 
 
 def is_manual(module: Any) -> bool:
@@ -62,8 +62,7 @@ def check_manual_settings(strategy: str, supported: bool, settings: LoopSettings
         raise ValueError(
             f"strategy {strategy!r} with {name}.automatic_optimization = False: manual "
             f"optimization is checked against plain torch only under {CHECKED_UNDER} (dp and ddp2 split a batch across "
-            "devices inside one step, zero1 and sharded change how a step updates, pipelines run training_step "
-            "per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
+            "devices inside one step, pipelines run training_step per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
             "loss from training_step (automatic optimization works under every strategy)"
         )
     if settings.accumulate_grad_batches != 1:
