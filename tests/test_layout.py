@@ -67,6 +67,7 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/distributed.py": ["strategies/test_ddp.py", "strategies/test_protocol.py"],
     "strategies/gradients.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py", "trainer/test_token_loss.py"],
     "strategies/layers_on_devices.py": ["strategies/test_seed_003.py"],
+    "strategies/lockstep.py": ["trainer/test_manual_optimization_split.py"],
     "strategies/model_parallel.py": [
         "strategies/test_llama_parallel.py",
         "strategies/test_llama_placement.py",

@@ -41,6 +41,7 @@ class CheckedGAN(GAN):
         x, _ = batch
         opt_g, opt_d = self.optimizers()
         sched_g, sched_d = self.lr_schedulers()
+        assert isinstance(sched_g, torch.optim.lr_scheduler.StepLR)  # what the module made, under every strategy
         z = noise(x.shape[0], batch_idx)
         ones, zeros = torch.ones(x.shape[0], 1), torch.zeros(x.shape[0], 1)
         steps_now = (batch_idx + 1) % ACCUMULATE == 0
@@ -72,6 +73,20 @@ class CheckedGAN(GAN):
     def configure_optimizers(self):
         opt_g, opt_d = optimizers(self.generator, self.discriminator)
         return [opt_g, opt_d], schedulers(opt_g, opt_d)
+
+
+class TensorParallelGAN(CheckedGAN):
+    """The checked GAN with each network's layers split across the tensor-parallel ranks."""
+
+    def tensor_parallel_plan(self):
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {
+            "generator.0": ColwiseParallel(),
+            "generator.2": RowwiseParallel(),
+            "discriminator.0": ColwiseParallel(),
+            "discriminator.2": RowwiseParallel(),
+        }
 
 
 def rank_batches(world: int, rank: int) -> list:
@@ -209,7 +224,7 @@ def run_trainer(out, strategy, devices, num_nodes="1", max_steps="-1", ckpt_dir=
         callbacks=callbacks,
         enable_checkpointing=bool(ckpt_dir),
     )
-    model = CheckedGAN()
+    model = TensorParallelGAN() if strategy in ("tp", "fsdp_tp") else CheckedGAN()
     data = chunked_set(int(num_nodes), chunks) if chunks > 1 else train_set()
     trainer.fit(
         model,

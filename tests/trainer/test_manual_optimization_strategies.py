@@ -3,9 +3,10 @@ with ``no_backward_sync``, clips with ``self.clip_gradients`` and steps its sche
 with the same GAN written in plain torch (``manual_strategies_run.reference``), and resumed from
 a checkpoint holding both optimizers and schedulers.
 
-World sizes: zero1, sharded and fsdp run on 2 processes (one launch, shared); hsdp needs a 2-D
-mesh, so 4 processes (2 shard groups of 2; slow); dp and ddp2 on one node run in this process,
-splitting each batch into 2 chunks; ddp2 across nodes runs 2 torchrun nodes of 2 chunks (slow).
+World sizes: zero1, sharded, fsdp and tp run on 2 processes (one launch, shared: tp=2 is one
+data-parallel rank, so its reference is one plain-torch rank); hsdp and fsdp_tp need a 2-D mesh,
+so 4 processes (hsdp: 2 shard groups of 2; fsdp_tp: tp=2 x 2 data-parallel shards; slow).
+dp, ddp2 and layers_on_devices: test_manual_optimization_split.py.
 """
 
 import sys
@@ -26,14 +27,16 @@ TWO = ("zero1", "sharded", "fsdp")
 # Against ddp's weights: zero1 steps the same arithmetic (each rank its shard, then a broadcast);
 # sharded and fsdp reduce-scatter the gradients and take the clipping norm over shards.
 TOLERANCE = {"zero1": 0.0, "sharded": 1e-6, "fsdp": 1e-6}
+# Each tensor-parallel rank computes a share of each layer's sums, added up in another order.
+TP_TOLERANCE = 1e-6
 
 
 def plan(root: Path) -> list:
     def leg(name: str, world: int, strategy: str, *rest: str) -> tuple:
         return (name, world, ["trainer", str(root / name), strategy, str(world), "1", *rest], {})
 
-    legs = [leg("ddp.pt", 2, "ddp")] + [leg(f"{name}.pt", 2, name) for name in TWO]
-    for name in TWO:  # stopped after the first window (two optimizer steps), resumed to the end
+    legs = [leg("ddp.pt", 2, "ddp")] + [leg(f"{name}.pt", 2, name) for name in (*TWO, "tp")]
+    for name in (*TWO, "tp"):  # stopped after the first window (two optimizer steps), resumed to the end
         ckpts = str(root / f"ckpts-{name}")
         legs += [leg(f"{name}-stopped.pt", 2, name, "2", ckpts), leg(f"{name}-resumed.pt", 2, name, "-1", ckpts, "1")]
     ckpts = str(root / "ckpts-hsdp")
@@ -41,6 +44,7 @@ def plan(root: Path) -> list:
         leg("hsdp.pt", 4, "hsdp2x2"),
         leg("hsdp-stopped.pt", 4, "hsdp2x2", "2", ckpts),
         leg("hsdp-resumed.pt", 4, "hsdp2x2", "-1", ckpts, "1"),
+        leg("fsdp_tp.pt", 4, "fsdp_tp"),
     ]
     return legs
 
@@ -104,3 +108,19 @@ def test_the_checked_gan_under_hsdp_matches_plain_torch_and_resumes(legs):
     stopped, resumed = legs("hsdp-stopped.pt"), legs("hsdp-resumed.pt")
     assert stopped["global_step"] == 2 and resumed["global_step"] == 6
     assert_same_weights(resumed["state_dict"], hsdp["state_dict"], 0.0)
+
+
+def test_the_checked_gan_under_tensor_parallelism_matches_plain_torch_and_resumes(legs):
+    tp, expected = legs("tp.pt"), reference(1)  # tp=2 on 2 processes: one data-parallel rank
+    assert tp["global_step"] == 6 and tp["lrs"] == expected["lrs"]
+    assert_same_weights(tp["state_dict"], expected["state_dict"], TP_TOLERANCE)
+    stopped, resumed = legs("tp-stopped.pt"), legs("tp-resumed.pt")
+    assert stopped["global_step"] == 2 and resumed["global_step"] == 6 and resumed["lrs"] == tp["lrs"]
+    assert_same_weights(resumed["state_dict"], tp["state_dict"], 0.0)
+
+
+@pytest.mark.slow
+def test_the_checked_gan_under_fsdp_with_tensor_parallelism_matches_plain_torch(legs):
+    got, expected = legs("fsdp_tp.pt"), reference(2)  # tp=2 x 2 data-parallel shards
+    assert got["global_step"] == 6 and got["lrs"] == pytest.approx(expected["lrs"])
+    assert_same_weights(got["state_dict"], expected["state_dict"], TP_TOLERANCE)

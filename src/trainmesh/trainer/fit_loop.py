@@ -51,9 +51,7 @@ def run_fit(ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, sour
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:
-        manual_optimization.check_manual_settings(
-            runtime.strategy_name, runtime.capabilities.manual_optimization, settings, state.module
-        )
+        manual_optimization.check_manual_settings(runtime.strategy_name, runtime.capabilities, settings, state.module)
         state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
