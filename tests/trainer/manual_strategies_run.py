@@ -237,8 +237,23 @@ def run_trainer(out, strategy, devices, num_nodes="1", max_steps="-1", ckpt_dir=
         torch.save({"state_dict": state, "global_step": trainer.global_step, "lrs": lrs}, out)
 
 
+def run_refused(out, strategy, devices):
+    """refused OUT STRATEGY DEVICES: fit's refusal of the checked GAN, and whether it trained."""
+    model = CheckedGAN()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = quiet_trainer(strategy=strategy, devices=int(devices), max_epochs=1, limit_train_batches=BATCHES)
+    try:
+        trainer.fit(model, DataLoader(train_set(), batch_size=PER_RANK_BATCH))
+        error = None
+    except ValueError as refusal:
+        error = str(refusal)
+    if trainer.is_global_zero:
+        untouched = all(torch.equal(before[k], v) for k, v in model.state_dict().items() if k in before)
+        torch.save({"error": error, "untouched": untouched, "global_step": trainer.global_step}, out)
+
+
 # The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
-PROGRAMS = {"trainer": run_trainer}
+PROGRAMS = {"trainer": run_trainer, "refused": run_refused}
 
 
 def run_mode(argv):

@@ -6,7 +6,8 @@ a checkpoint holding both optimizers and schedulers.
 World sizes: zero1, sharded, fsdp and tp run on 2 processes (one launch, shared: tp=2 is one
 data-parallel rank, so its reference is one plain-torch rank); hsdp and fsdp_tp need a 2-D mesh,
 so 4 processes (hsdp: 2 shard groups of 2; fsdp_tp: tp=2 x 2 data-parallel shards; slow).
-dp, ddp2 and layers_on_devices: test_manual_optimization_split.py.
+dp, ddp2 and layers_on_devices: test_manual_optimization_split.py. pp refuses manual optimization
+(checked on 2 processes, one stage each).
 """
 
 import sys
@@ -39,6 +40,7 @@ def plan(root: Path) -> list:
     for name in (*TWO, "tp"):  # stopped after the first window (two optimizer steps), resumed to the end
         ckpts = str(root / f"ckpts-{name}")
         legs += [leg(f"{name}-stopped.pt", 2, name, "2", ckpts), leg(f"{name}-resumed.pt", 2, name, "-1", ckpts, "1")]
+    legs.append(("pp-refused.pt", 2, ["refused", str(root / "pp-refused.pt"), "pp", "2"], {}))
     ckpts = str(root / "ckpts-hsdp")
     legs += [
         leg("hsdp.pt", 4, "hsdp2x2"),
@@ -124,3 +126,10 @@ def test_the_checked_gan_under_fsdp_with_tensor_parallelism_matches_plain_torch(
     got, expected = legs("fsdp_tp.pt"), reference(2)  # tp=2 x 2 data-parallel shards
     assert got["global_step"] == 6 and got["lrs"] == pytest.approx(expected["lrs"])
     assert_same_weights(got["state_dict"], expected["state_dict"], TP_TOLERANCE)
+
+
+def test_a_pipeline_refuses_manual_optimization_before_placing_the_model_and_says_why(legs):
+    refused = legs("pp-refused.pt")  # pp=2: each process one stage
+    assert refused["error"].startswith("strategy 'model_parallel' with CheckedGAN.automatic_optimization = False")
+    assert "a pipeline schedule" in refused["error"] and "Return the loss from training_step" in refused["error"]
+    assert refused["untouched"] and refused["global_step"] == 0
