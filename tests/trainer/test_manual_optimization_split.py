@@ -3,8 +3,9 @@ lockstep.py) or its model over devices (layers_on_devices): the checked GAN of
 manual_strategies_run.py against the same GAN as plain-torch data-parallel ranks, one rank per
 chunk; a closure step; chunks that diverge; the refusals left (dp on GPUs, pipelines).
 
-World sizes: dp, ddp2 on one node and layers_on_devices run in this process (dp and ddp2 with 2
-chunks, as 2 ddp ranks); ddp2 across nodes runs 2 torchrun nodes of 2 chunks (as 4 ranks; slow).
+World sizes: dp and layers_on_devices run in this process, ddp2 on one node in one process of its
+own (dp and ddp2 with 2 chunks, as 2 ddp ranks); ddp2 across nodes runs 2 torchrun nodes of 2
+chunks (as 4 ranks; slow).
 """
 
 import sys
@@ -23,6 +24,7 @@ from manual_strategies_run import BATCHES, PER_RANK_BATCH, CheckedGAN, chunked_s
 
 import trainmesh as tm  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
+from helpers.processes import run_program  # noqa: E402
 from strategies.legs import run_torchrun_nodes  # noqa: E402
 from trainmesh.strategies import DataParallelStrategy, Placement  # noqa: E402
 from trainmesh.trainer.manual_optimization import check_manual_settings  # noqa: E402
@@ -46,8 +48,13 @@ def two_ranks():
 
 @pytest.mark.parametrize("strategy", ["dp", "ddp2"])
 def test_the_checked_gan_with_its_batch_in_two_chunks_matches_two_plain_torch_ranks(tmp_path, two_ranks, strategy):
-    run_trainer(str(tmp_path / "out.pt"), strategy, "2")  # one process; ddp2: one node, DDP over 1 process
-    got = torch.load(tmp_path / "out.pt")
+    out = tmp_path / "out.pt"
+    if strategy == "dp":
+        run_trainer(str(out), strategy, "2")
+    else:  # one node: DDP over one process, whose process group must not outlive the run: a process of its own
+        result = run_program([str(SCRIPT), "trainer", str(out), strategy, "2"], timeout=120, cwd=HERE)
+        assert result.returncode == 0, result.stderr[-3000:]
+    got = torch.load(out)
     assert got["global_step"] == 6  # once per opt.step() of the step, not once per chunk
     assert got["lrs"] == two_ranks["lrs"]  # each scheduler stepped once per window
     assert_close_weights(got["state_dict"], two_ranks["state_dict"], TOLERANCE)
