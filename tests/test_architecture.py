@@ -53,7 +53,9 @@ OUTSIDE_THE_DOOR = (
 THROUGH_THE_DOOR = {
     # Value types: frozen dataclasses, exceptions, constants. ``tokens_in`` reads the user's step
     # output ({"loss", "num_tokens"}): the step's contract, a pure function of a value.
-    "trainmesh.strategies.step": {"StepHooks", "StepResult", "tokens_in"},
+    # ``ManualSync``: the contract of a manual-optimization step (how its calls meet the
+    # strategy), whose base runs each call as it comes; the strategy hands in its own.
+    "trainmesh.strategies.step": {"ManualSync", "StepHooks", "StepResult", "tokens_in"},
     "trainmesh.launchers.base": {"ProcessInfo"},
     "trainmesh.checkpoint.keys": {"CheckpointKeys"},
     "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},

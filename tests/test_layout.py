@@ -69,6 +69,7 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/distributed.py": ["strategies/test_ddp.py", "strategies/test_protocol.py"],
     "strategies/gradients.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py", "trainer/test_token_loss.py"],
     "strategies/layers_on_devices.py": ["strategies/test_seed_003.py"],
+    "strategies/lockstep.py": ["trainer/test_manual_optimization_split.py"],
     "strategies/model_parallel_support.py": ["strategies/test_model_parallel_errors.py", "trainer/test_step_hooks.py"],
     "strategies/pipeline_cut.py": ["strategies/test_model_parallel_errors.py", "strategies/test_seed_003.py"],
     "strategies/model_parallel.py": [

@@ -357,12 +357,12 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
         """Turn off requires_grad of every parameter the other optimizers hold (until untoggle)."""
         from trainmesh.trainer import manual_optimization
 
-        object.__setattr__(self, "_toggled", manual_optimization.toggle_optimizer(self.trainer, optimizer))
+        manual_optimization.toggle_module(self, optimizer)
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
         from trainmesh.trainer import manual_optimization
 
-        manual_optimization.untoggle_optimizer(self.__dict__.pop("_toggled", {}))
+        manual_optimization.untoggle_module(self)
 
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
@@ -370,7 +370,13 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
         """Clip the gradients (global norm across devices, or by value) before ``optimizer.step()``."""
         from trainmesh.trainer import manual_optimization
 
-        return manual_optimization.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm)
+        # Once for the step, however many parts of it run training_step (dp's chunks).
+        return manual_optimization.sync_of(self.trainer).once(
+            lambda: manual_optimization.clip_gradients(
+                self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm
+            ),
+            what="clip_gradients()",
+        )
 
     def attach(self, trainer: TrainerView, log_sink: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""

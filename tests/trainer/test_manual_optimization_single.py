@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
+from trainmesh.strategies import SingleDeviceStrategy, StrategyCapabilities
 
 CLIP, LR = 0.05, 0.5
 
@@ -90,13 +91,19 @@ def test_accumulation_clipping_and_schedulers_match_plain_torch(tmp_path):
     assert any(not torch.equal(unclipped[name], tensor) for name, tensor in expected.items())
 
 
+class UncheckedStrategy(SingleDeviceStrategy):
+    """A user's strategy that does not state manual optimization among its capabilities."""
+
+    capabilities = StrategyCapabilities()
+
+
 def test_a_strategy_manual_optimization_was_not_checked_under_is_refused_before_training(tmp_path):
     module = Accumulating()
     before = {name: tensor.clone() for name, tensor in module.state_dict().items()}
     trainer = tm.Trainer(
         accelerator="cpu",
-        devices=2,
-        strategy="dp",
+        devices=1,
+        strategy=UncheckedStrategy(),
         max_epochs=1,
         logger=False,
         enable_checkpointing=False,
@@ -104,6 +111,6 @@ def test_a_strategy_manual_optimization_was_not_checked_under_is_refused_before_
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    with pytest.raises(ValueError, match=r"strategy 'dp' with Accumulating.automatic_optimization = False"):
+    with pytest.raises(ValueError, match=r"strategy '\w+' with Accumulating.automatic_optimization = False: manual"):
         trainer.fit(module, DataLoader(data(), batch_size=8))
     assert all(torch.equal(module.state_dict()[name], tensor) for name, tensor in before.items())

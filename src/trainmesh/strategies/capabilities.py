@@ -42,7 +42,8 @@ class StrategyCapabilities:
     """What a strategy supports in this run (read once its mesh is built where it depends on it).
 
     - ``manual_optimization``: a module that steps its own optimizers trains as under plain
-      torch (each such strategy has a parity test);
+      torch (each such strategy has a parity test); where not, ``manual_optimization_refusal``
+      says why and what to use instead;
     - ``compile``: ``torch.compile`` at the strategy's point in its order of wrapping;
     - ``flop_counting``: one rank's ``FlopCounterMode`` count is its share of the step (not where
       the model itself is split: DTensor ops count at global shapes, a pipeline's stages run
@@ -55,6 +56,7 @@ class StrategyCapabilities:
     """
 
     manual_optimization: bool = False
+    manual_optimization_refusal: str = ""
     compile: bool = False
     flop_counting: bool = True
     backward_hooks: bool = True

@@ -30,11 +30,13 @@ class StepCall:
     around the step. ``chunk_scope``, when given, is entered around the hook (a replica's chunk).
     """
 
-    __slots__ = ("hook", "chunk_scope")
+    __slots__ = ("hook", "chunk_scope", "lockstep")
 
-    def __init__(self, hook: str, chunk_scope: ChunkScope | None = None) -> None:
+    def __init__(self, hook: str, chunk_scope: ChunkScope | None = None, *, lockstep: Any = None) -> None:
         self.hook = hook
         self.chunk_scope = chunk_scope
+        # A manual-optimization step whose batch is split: the chunks run in lockstep (lockstep.py).
+        self.lockstep = lockstep
 
 
 class StepDispatcher(nn.Module):
@@ -55,6 +57,8 @@ class StepDispatcher(nn.Module):
             call = args[0]
             if self.chunk_devices is not None:
                 scope = call.chunk_scope or no_chunk_scope
+                if call.lockstep is not None:
+                    return call.lockstep.run(call.hook, args[1], args[2:], len(self.chunk_devices), scope)
                 return run_chunked_step(self.module, call.hook, args[1], args[2:], self.chunk_devices, scope)
             if call.chunk_scope is not None:  # dp on GPUs: this replica's thread runs one chunk
                 with call.chunk_scope(args[1]):
@@ -207,7 +211,7 @@ def run_chunks_in_turn(module: nn.Module, calls: Sequence[Callable[[], Any]]) ->
     moving statistics and dropout seed), and chunk 0's end state is the one kept: dropout
     masks and running statistics then match ddp's.
     """
-    state = _forward_time_state(module)
+    state = forward_time_state(module)
     start_rng, start_state = torch.get_rng_state(), [t.detach().clone() for t in state]
     outputs = [calls[0]()]
     kept_rng, kept_state = torch.get_rng_state(), [t.data for t in state]
@@ -224,7 +228,7 @@ def run_chunks_in_turn(module: nn.Module, calls: Sequence[Callable[[], Any]]) ->
     return outputs
 
 
-def _forward_time_state(module: nn.Module) -> list[torch.Tensor]:
+def forward_time_state(module: nn.Module) -> list[torch.Tensor]:
     """What a forward pass may change besides the graph: buffers and non-trained parameters."""
     frozen = [p for p in module.parameters() if not p.requires_grad]
     return [*module.buffers(), *frozen]
@@ -250,3 +254,17 @@ def mean_loss(output: Any) -> Any:
             return {**output, "loss": output["loss"].sum(), "num_tokens": total}
         return {**output, "loss": output["loss"].mean()}
     return output
+
+
+def manual_refusal_on_replicas(devices: Sequence[torch.device], strategy: str) -> str:
+    """Why manual optimization is refused where a step runs on replicas (several GPUs), or ""
+    where the chunks run in turn on the module itself (lockstep.py)."""
+    if len(devices) < 2 or devices[0].type != "cuda":
+        return ""
+    return (
+        f"strategy={strategy!r} on {len(devices)} GPUs copies the module onto each GPU at the start of every step "
+        "and runs the copies in parallel threads (torch's replicate and parallel_apply), so an opt.step() inside "
+        "training_step would update the module while the copies go on with the old weights, and would run once "
+        "per copy. Use strategy='ddp' (one process per GPU: the same numbers as dp's chunks), or return the loss "
+        "from training_step (automatic optimization)"
+    )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -22,10 +23,17 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import REPLICATED, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, refuse_compile
-from trainmesh.strategies.data_parallel import StepCall, StepDispatcher, mean_loss, run_chunked_step
+from trainmesh.strategies.data_parallel import (
+    StepCall,
+    StepDispatcher,
+    manual_refusal_on_replicas,
+    mean_loss,
+    run_chunked_step,
+)
 from trainmesh.strategies.distributed import DistributedStrategy
+from trainmesh.strategies.lockstep import Lockstep
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, run_eval_step, run_train_step
 
 if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -58,9 +66,13 @@ class DDPStrategy(DistributedStrategy):
     name = "ddp"
     # Manual optimization and compile are checked against plain torch and eager (tests/trainer/
     # test_manual_optimization.py, tests/strategies/test_compile.py).
-    capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED)
+    stated_capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED)
     # Why compile is refused where ``capabilities.compile`` is False.
     compile_refusal = ""
+
+    @property
+    def capabilities(self) -> StrategyCapabilities:
+        return self.stated_capabilities
 
     def __init__(
         self,
@@ -83,6 +95,7 @@ class DDPStrategy(DistributedStrategy):
             "gradient_as_bucket_view": gradient_as_bucket_view,
             "static_graph": static_graph,
         }
+        self._lockstep: Lockstep | None = None  # during a ddp2 manual-optimization step
         if not self.capabilities.compile:
             refuse_compile(self.placement.compile, self.name, instead=self.compile_refusal)
 
@@ -118,8 +131,8 @@ class DDPStrategy(DistributedStrategy):
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
-        if hooks.backward_scope is not None and not self.chunk_devices:
-            return manual_train_step(_ddp(module), batch, batch_idx, hooks=hooks, autocast=self.precision.autocast())
+        if hooks.backward_scope is not None:
+            return self._manual_train_step(_ddp(module), batch, batch_idx, hooks)
         step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
         try:
             return run_train_step(
@@ -137,6 +150,45 @@ class DDPStrategy(DistributedStrategy):
                     f"or make every parameter take part in the loss.\nDDP said: {err}"
                 ) from err
             raise
+
+    def _manual_train_step(
+        self, module: DistributedDataParallel, batch: Any, batch_idx: int, hooks: StepHooks
+    ) -> StepResult:
+        """A manual-optimization step: training_step runs its own backward calls and steps.
+
+        DDP's forward runs with gradient sync off, so its post-forward prepares no reduction for
+        the step's output (it would wait for gradients that the step's own backward calls already
+        produced, and fail the next step); each ``manual_backward`` prepares the reducer for its
+        own loss instead, as Lightning does, unless inside ``no_backward_sync``. ddp2's chunks run
+        in lockstep (lockstep.py), backpropagating their losses' mean.
+        """
+        assert hooks.backward_scope is not None
+        autocast = self.precision.autocast()
+        if not self.chunk_devices:
+            sync: ManualSync = ReducerSync(module)
+            step = StepCall("training_step", _sync_in_hook(module))
+        else:
+            inner = checkpoints.unwrap(module)
+            self._lockstep = sync = Lockstep(
+                inner, context=self.precision.autocast, prepare=functools.partial(prepare_reducer, module, always=True)
+            )
+            step = StepCall("training_step", hooks.chunk_scope, lockstep=sync)
+        try:
+            with module.no_sync(), hooks.backward_scope(sync):
+                return run_train_step(
+                    lambda: module(step, batch, batch_idx),
+                    combine=self.combine,
+                    hooks=hooks,
+                    autocast=autocast,
+                    no_sync=None,
+                )
+        finally:
+            self._lockstep = None
+
+    def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
+        if self._lockstep is not None:  # inside a ddp2 chunk's training_step
+            return self._lockstep.sync_off()
+        return super().no_backward_sync(module)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         # Evaluation needs no gradient sync, and shards may differ in length by a batch: going
@@ -161,8 +213,16 @@ class DDP2Strategy(DDPStrategy):
     batch), and DDP averages gradients across nodes."""
 
     name = "ddp2"
-    capabilities = StrategyCapabilities(memory_model=REPLICATED)
     compile_refusal = "each step replicates the module across the node's devices, as dp does"
+
+    @property
+    def capabilities(self) -> StrategyCapabilities:
+        # Manual optimization is checked against plain torch where a node's chunks run in turn
+        # (tests/trainer/test_manual_optimization_split.py); on a node's GPUs, see dp.py.
+        refusal = manual_refusal_on_replicas(self.chunk_devices or [], "ddp2")
+        return StrategyCapabilities(
+            manual_optimization=not refusal, manual_optimization_refusal=refusal, memory_model=REPLICATED
+        )
 
     @property
     def processes_per_node(self) -> int:
@@ -183,7 +243,10 @@ class ZeRO1Strategy(DDPStrategy):
     """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1)."""
 
     name = "zero1"
-    capabilities = StrategyCapabilities(memory_model=MemoryModel(optimizer_state=WORLD))
+    # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization_strategies.py).
+    stated_capabilities = StrategyCapabilities(
+        manual_optimization=True, memory_model=MemoryModel(optimizer_state=WORLD)
+    )
     compile_refusal = "no compiled zero1 run is checked against eager yet"
 
     def setup_optimizers(
@@ -214,38 +277,39 @@ def _ddp(module: nn.Module) -> DistributedDataParallel:
     return cast(DistributedDataParallel, module)
 
 
-def manual_train_step(
-    module: DistributedDataParallel, batch: Any, batch_idx: int, *, hooks: StepHooks, autocast: Any
-) -> StepResult:
-    """A manual-optimization step through DDP: training_step runs its own backward calls.
-
-    DDP's forward runs with gradient sync off, so its post-forward prepares no reduction for
-    the step's output (it would wait for gradients that the step's own backward calls already
-    produced, and fail the next step). Inside the hook sync is back on, and each
-    ``manual_backward`` prepares the reducer for its own loss, as Lightning does; a
-    ``no_backward_sync`` inside training_step turns it off for the backward calls it holds.
-    """
-    assert hooks.backward_scope is not None
+def _sync_in_hook(module: DistributedDataParallel) -> Callable[[Any], AbstractContextManager[Any]]:
+    """The chunk scope of a manual step through DDP: gradient sync on inside training_step (the
+    forward around it runs with sync off), where ``no_backward_sync`` may turn it off."""
 
     @contextlib.contextmanager
-    def sync_in_hook(chunk: Any) -> Any:
+    def sync_in_hook(chunk: Any) -> Iterator[None]:
         module.require_backward_grad_sync = True
         try:
             yield
         finally:
             module.require_backward_grad_sync = False
 
-    step = StepCall("training_step", sync_in_hook)
-    with module.no_sync(), hooks.backward_scope(functools.partial(prepare_reducer, module)):
-        return run_train_step(
-            lambda: module(step, batch, batch_idx), combine=whole_output, hooks=hooks, autocast=autocast, no_sync=None
-        )
+    return sync_in_hook
 
 
-def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor) -> None:
+class ReducerSync(ManualSync):
+    """Manual optimization through DDP: before each ``manual_backward``, the reducer is prepared
+    for that loss (``prepare_reducer``)."""
+
+    def __init__(self, module: DistributedDataParallel) -> None:
+        self._module = module
+
+    def backward(self, loss: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
+        prepare_reducer(self._module, loss)
+        run(loss)
+
+
+def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor, *, always: bool = False) -> None:
     """Tell DDP's reducer which parameters ``loss`` reaches before its backward runs: the others
-    (another optimizer's, frozen by toggle_optimizer) count as ready, so the all-reduce ends."""
-    if not (torch.is_grad_enabled() and module.require_backward_grad_sync):
+    (another optimizer's, frozen by toggle_optimizer) count as ready, so the all-reduce ends.
+    Skipped inside ``no_backward_sync`` (DDP's ``require_backward_grad_sync`` off), unless
+    ``always`` (ddp2's lockstep decides that itself)."""
+    if not torch.is_grad_enabled() or not (always or module.require_backward_grad_sync):
         return  # inside no_backward_sync: gradients stay local
     from torch.nn.parallel.distributed import _find_tensors
 

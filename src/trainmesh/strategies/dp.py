@@ -15,7 +15,8 @@ from torch import nn
 from trainmesh.accelerators import device_for
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
-from trainmesh.strategies.data_parallel import SplitForward, mean_loss, run_chunked_step
+from trainmesh.strategies.data_parallel import SplitForward, manual_refusal_on_replicas, mean_loss, run_chunked_step
+from trainmesh.strategies.lockstep import Lockstep
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.single import SingleDeviceStrategy
@@ -34,7 +35,6 @@ class DataParallelStrategy(SingleDeviceStrategy):
     """
 
     name = "dp"
-    capabilities = StrategyCapabilities(memory_model=REPLICATED)
 
     def __init__(self, *, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()
@@ -48,6 +48,12 @@ class DataParallelStrategy(SingleDeviceStrategy):
         self.chunk_devices = [device_for(self.placement.device_type, index) for index in self.placement.devices]
         self._device = self.chunk_devices[0]
         self._mesh = ParallelMesh(ParallelDims().resolved(1))
+        # Manual optimization is checked against plain torch where the chunks run in turn on the
+        # module itself (tests/trainer/test_manual_optimization_split.py), not on replicas.
+        refusal = manual_refusal_on_replicas(self.chunk_devices, "dp")
+        self.capabilities = StrategyCapabilities(
+            manual_optimization=not refusal, manual_optimization_refusal=refusal, memory_model=REPLICATED
+        )
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         # Calling the placed model splits the batch, so a user's own loop gets dp too.
@@ -57,6 +63,17 @@ class DataParallelStrategy(SingleDeviceStrategy):
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
         inner = _inner(module)
+        if hooks.backward_scope is not None:  # manual optimization: the chunks in lockstep
+            lockstep = Lockstep(inner, context=self.precision.autocast)
+            chunks = len(self.chunk_devices)
+            with hooks.backward_scope(lockstep):
+                return run_train_step(
+                    lambda: lockstep.run("training_step", batch, (batch_idx,), chunks, hooks.chunk_scope),
+                    combine=mean_loss,
+                    hooks=hooks,
+                    autocast=self.precision.autocast(),
+                    no_sync=None,
+                )
         return run_train_step(
             lambda: run_chunked_step(
                 inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope

@@ -162,10 +162,11 @@ class FSDPStrategy(DistributedStrategy):
     def capabilities(self) -> StrategyCapabilities:
         # Parameters unsharded under inference_mode would be inference tensors that training
         # cannot update in place afterwards: evaluation runs under no_grad instead. Manual
-        # optimization and compile are checked (against plain torch and eager) under fsdp only.
+        # optimization is checked against plain torch under all three (tests/trainer/
+        # test_manual_optimization*.py), compile against eager under fsdp only.
         checked = self.name == "fsdp"
         return StrategyCapabilities(
-            manual_optimization=checked, compile=checked, inference_mode=False, memory_model=_MEMORY_MODELS[self.name]
+            manual_optimization=True, compile=checked, inference_mode=False, memory_model=_MEMORY_MODELS[self.name]
         )
 
     def dims(self, world_size: int) -> ParallelDims:

@@ -32,7 +32,9 @@ class LayersOnDevicesStrategy(SingleDeviceStrategy):
     model's layers spread over the devices (``split_points=["seq2"]`` to choose the cut)."""
 
     name = "layers_on_devices"
-    capabilities = StrategyCapabilities()  # no memory model: each device holds the layers it was given
+    # No memory model: each device holds the layers it was given. Manual optimization is checked
+    # against plain torch (tests/trainer/test_manual_optimization_split.py).
+    capabilities = StrategyCapabilities(manual_optimization=True)
 
     def __init__(self, *, split_points: list[str] | None = None, placement: Placement | None = None) -> None:
         self.placement = placement or Placement()

@@ -23,6 +23,15 @@ DDP_DOES_NOT_COMPOSE = (
 )
 
 
+PIPELINE_RUNS_BACKWARD = (
+    "a pipeline schedule (torch.distributed.pipelining) runs every micro-batch's forward and backward itself, "
+    "stage by stage across the ranks, and calls training_step only on the last stage, as the loss function of "
+    "one micro-batch: no rank runs training_step for the whole batch, so there is no point where its "
+    "manual_backward or opt.step() could run. Return the loss from training_step (automatic optimization), or "
+    "use a layout without pipeline stages (tp, fsdp_tp, fsdp) for manual optimization"
+)
+
+
 def check_model_parallel_module(module: nn.Module, tp: int) -> Any:
     """Refuse what cannot compose with model parallelism; return the module's tensor-parallel
     plan (None: it states none)."""
@@ -57,6 +66,9 @@ def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> Stra
     # replicas (pp_within_node) a rank holds 1/pp of it, not 1/world size, which the memory model
     # cannot say.
     return StrategyCapabilities(
+        manual_optimization=dims.pp
+        == 1,  # checked against plain torch at tp=2 (test_manual_optimization_strategies.py)
+        manual_optimization_refusal="" if dims.pp == 1 else PIPELINE_RUNS_BACKWARD,
         flop_counting=dims.tp == 1 and dims.pp == 1,
         backward_hooks=dims.pp == 1,
         inference_mode=False,

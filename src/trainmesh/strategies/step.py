@@ -81,6 +81,39 @@ def _no_check(loss: torch.Tensor) -> None:
     return None
 
 
+class ManualSync:
+    """How the manual-optimization calls of a ``training_step`` meet the strategy that runs it.
+
+    ``backward(loss, run)`` is a ``manual_backward`` (``run`` backpropagates through the precision
+    and the backward hooks); ``once(action, what=...)`` is a call that changes what every part of
+    the step shares: an optimizer step or zero_grad, toggling, clipping, a scheduler step.
+    This base runs each as it comes, for a step that runs ``training_step`` once per process.
+    Strategies that do more subclass it: DDP prepares its reducer before each backward
+    (``ddp.ReducerSync``); dp and ddp2 run ``training_step`` once per chunk of the batch, the
+    chunks meeting at each call (``lockstep.Lockstep``).
+
+    >>> ManualSync().once(lambda: 3, what="opt.step()")
+    3
+    """
+
+    # How many parts of the step run ``training_step`` (dp's chunks): above 1, what the module
+    # calls on an object they share (a scheduler's ``step()``) must also go through ``once``.
+    parts = 1
+
+    def backward(self, loss: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
+        run(loss)
+
+    def once(self, action: Callable[[], Any], *, what: str) -> Any:
+        return action()
+
+    def step(
+        self, step: Callable[[Callable[[], Any] | None], Any], closure: Callable[[], Any] | None, *, what: str
+    ) -> Any:
+        """An optimizer step, ``step(closure)``; the closure (training_step's forward and
+        manual_backward for this step, when given) is this process's."""
+        return step(closure)
+
+
 @dataclasses.dataclass(frozen=True)
 class StepHooks:
     """What the loop wants done with a step's output; the strategy decides where it happens.
@@ -109,10 +142,10 @@ class StepHooks:
     # itself, the pipeline, calls it on the step's loss once every rank has it).
     loss_divisor: int = 1
     check_loss: Callable[[torch.Tensor], None] = _no_check
-    # Manual optimization: training_step runs its own backward calls (``manual_backward``), the
-    # strategy runs none. A strategy that must act before each of them (DDP prepares its
-    # reducer for that loss) enters ``backward_scope(prepare)`` around the step; None: automatic.
-    backward_scope: Callable[[Callable[[torch.Tensor], None]], AbstractContextManager[Any]] | None = None
+    # Manual optimization: training_step runs its own backward calls (``manual_backward``) and
+    # optimizer steps, the strategy runs none. It enters ``backward_scope(sync)`` around the step,
+    # ``sync`` saying how those calls meet it (``ManualSync``); None: automatic optimization.
+    backward_scope: Callable[[ManualSync], AbstractContextManager[Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,10 +53,7 @@ def run_fit(
     state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
-    if manual:
-        manual_optimization.check_manual_settings(
-            runtime.strategy_name, runtime.capabilities.manual_optimization, settings, state.module
-        )
+    if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
         state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from trainmesh.strategies.step import StepHooks
+from trainmesh.strategies.step import ManualSync, StepHooks
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 from trainmesh.trainer_view import RuntimeView, TrainerView
@@ -43,29 +43,34 @@ class StepCount(Protocol):
 
     global_step: int
     hooks: Any
+    optimizers: list[Any]
+    manual_backward: Any
 
 
 # Where manual optimization is checked against plain torch (each has a parity test,
 # tests/trainer/test_manual_optimization*.py): the strategies that state it in their capabilities.
-CHECKED_UNDER = "single, ddp, fsdp"
+CHECKED_UNDER = (
+    "single, ddp, zero1, sharded, fsdp, hsdp, tp, fsdp_tp, layers_on_devices, and dp and ddp2 where their chunks "
+    "run in turn (CPU)"
+)
 
 
 def is_manual(module: Any) -> bool:
     return getattr(module, "automatic_optimization", True) is False
 
 
-def check_manual_settings(strategy: str, supported: bool, settings: LoopSettings, module: Any) -> None:
+def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettings, module: Any) -> None:
     """Refuse the loop's own accumulation and clipping (in manual mode the loop never steps), and
-    the strategies manual optimization was never checked under."""
+    the strategies that cannot run manual optimization (``capabilities``: the strategy's
+    ``StrategyCapabilities``, which says why)."""
     name = type(module).__name__
-    if not supported:  # the strategy's capabilities
-        raise ValueError(
-            f"strategy {strategy!r} with {name}.automatic_optimization = False: manual "
-            f"optimization is checked against plain torch only under {CHECKED_UNDER} (dp and ddp2 split a batch across "
-            "devices inside one step, zero1 and sharded change how a step updates, pipelines run training_step "
-            "per micro-batch), so another strategy could train wrong weights. Use 'ddp' or 'fsdp', or return the "
-            "loss from training_step (automatic optimization works under every strategy)"
+    if not capabilities.manual_optimization:
+        why = capabilities.manual_optimization_refusal or (
+            f"manual optimization is checked against plain torch only under {CHECKED_UNDER}, so this strategy "
+            "could train wrong weights. Use one of those, or return the loss from training_step (automatic "
+            "optimization works under every strategy)"
         )
+        raise ValueError(f"strategy {strategy!r} with {name}.automatic_optimization = False: {why}")
     if settings.accumulate_grad_batches != 1:
         raise ValueError(
             f"Trainer(accumulate_grad_batches={settings.accumulate_grad_batches}) with {name}.automatic_optimization "
@@ -84,26 +89,35 @@ def check_manual_settings(strategy: str, supported: bool, settings: LoopSettings
 
 class ManualBackward:
     """``module.manual_backward(loss)``: backward through the runtime (precision loss scaling; with
-    on_before_backward/on_after_backward around it where overridden: optimization_hooks.py), after
-    what the strategy asked to happen before each backward of the step (see
-    ``StepHooks.backward_scope``: DDP prepares its reducer for this loss)."""
+    on_before_backward/on_after_backward around it where overridden: optimization_hooks.py), as
+    the strategy running the step has it happen (``sync``, a ``ManualSync`` set for the step by
+    ``StepHooks.backward_scope``: DDP prepares its reducer for this loss; dp's chunks backpropagate
+    their losses' mean)."""
 
     def __init__(self, backward: Callable[[torch.Tensor], None]) -> None:
         self._backward = backward
-        self._prepare: Callable[[torch.Tensor], None] | None = None
+        self.sync = ManualSync()
 
     @contextlib.contextmanager
-    def scope(self, prepare: Callable[[torch.Tensor], None]) -> Iterator[None]:
-        previous, self._prepare = self._prepare, prepare
+    def scope(self, sync: ManualSync) -> Iterator[None]:
+        previous, self.sync = self.sync, sync
         try:
             yield
         finally:
-            self._prepare = previous
+            self.sync = previous
 
     def __call__(self, loss: torch.Tensor) -> None:
-        if self._prepare is not None:
-            self._prepare(loss)
-        self._backward(loss)
+        self.sync.backward(loss, self._backward)
+
+
+def sync_of(trainer: TrainerView) -> ManualSync:
+    """How the running step's manual-optimization calls meet its strategy (a plain ``ManualSync``
+    outside a manual step)."""
+    return _sync_in(getattr(trainer, "manual_backward", None))
+
+
+def _sync_in(manual: Any) -> ManualSync:
+    return manual.sync if isinstance(manual, ManualBackward) else ManualSync()
 
 
 def _no_backward(loss: torch.Tensor | None) -> None:
@@ -158,6 +172,9 @@ class ManualOptimizer:
         self._steps = steps
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return self._sync().step(self._step, closure, what=f"{self._name()}.step()")
+
+    def _step(self, closure: Callable[[], Any] | None) -> Any:
         state, runtime = self._steps.state, self._steps.runtime
         if state.hooks is not None and state.hooks.overridden("on_before_optimizer_step"):
             announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer.optimizer)
@@ -170,7 +187,15 @@ class ManualOptimizer:
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self._sync().once(lambda: self.optimizer.zero_grad(set_to_none=set_to_none), what=f"{self._name()}.zero_grad()")
+
+    def _sync(self) -> ManualSync:
+        return _sync_in(self._steps.state.manual_backward)
+
+    def _name(self) -> str:
+        """The optimizer, as a call that chunks of a step disagree on names it: "optimizer 1 (Adam)"."""
+        index = next((i for i, o in enumerate(self._steps.state.optimizers) if o is self.optimizer), 0)
+        return f"optimizer {index} ({type(self.optimizer.optimizer).__name__})"
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
@@ -193,10 +218,38 @@ def optimizers_of(trainer: TrainerView, *, wrapped: bool) -> Any:
 
 def lr_schedulers_of(trainer: TrainerView) -> Any:
     """None, one scheduler, or a list (Lightning's forms)."""
-    found = [config.scheduler for config in trainer.lr_scheduler_configs]
+    sync = sync_of(trainer)
+    found = [
+        SteppedOnce(config.scheduler, sync, what=f"lr scheduler {i}.step()") if sync.parts > 1 else config.scheduler
+        for i, config in enumerate(trainer.lr_scheduler_configs)
+    ]
     if not found:
         return None
     return found[0] if len(found) == 1 else found
+
+
+class SteppedOnce:
+    """A scheduler whose ``step()`` runs once for every part of a step that runs training_step
+    (dp's chunks); anything else is the scheduler's own, ``isinstance`` included (the manual
+    optimization docs' ``isinstance(sch, ReduceLROnPlateau)`` check keeps working)."""
+
+    def __init__(self, scheduler: Any, sync: ManualSync, *, what: str) -> None:
+        object.__setattr__(self, "_scheduler", scheduler)
+        object.__setattr__(self, "_sync", sync)
+        object.__setattr__(self, "_what", what)
+
+    @property  # type: ignore[misc]  # isinstance() reads __class__
+    def __class__(self) -> type:
+        return type(self._scheduler)
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._sync.once(lambda: self._scheduler.step(*args, **kwargs), what=self._what)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scheduler, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._scheduler, name, value)
 
 
 def _parameters(optimizer: Any) -> list[torch.Tensor]:
@@ -220,6 +273,22 @@ def toggle_optimizer(trainer: TrainerView, optimizer: Any) -> dict[torch.Tensor,
 def untoggle_optimizer(saved: dict[torch.Tensor, bool]) -> None:
     for param, requires_grad in saved.items():
         param.requires_grad_(requires_grad)
+
+
+def toggle_module(module: Any, optimizer: Any) -> None:
+    """``module.toggle_optimizer(optimizer)``: toggled once for the step, what it changed kept on the module."""
+
+    def toggle() -> None:
+        object.__setattr__(module, "_toggled", toggle_optimizer(module.trainer, optimizer))
+
+    sync_of(module.trainer).once(toggle, what="toggle_optimizer()")
+
+
+def untoggle_module(module: Any) -> None:
+    """``module.untoggle_optimizer(optimizer)``: what toggle_module changed, put back once."""
+    sync_of(module.trainer).once(
+        lambda: untoggle_optimizer(module.__dict__.pop("_toggled", {})), what="untoggle_optimizer()"
+    )
 
 
 def clip_gradients(

@@ -33,7 +33,7 @@ from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.legacy_hooks import call_init_hook
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
-from trainmesh.trainer.manual_optimization import ManualSteps
+from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.publishing import Publisher
@@ -381,6 +381,10 @@ class Trainer:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
         state, runtime = self._state, self.runtime
+        if stage == "fit" and is_manual(model):
+            # Checked first, as Lightning validates its configuration: a strategy that cannot run
+            # manual optimization (a pipeline) says why, before placing the model fails otherwise.
+            check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
         state.sink = MetricSink(runtime.all_reduce)
         state.train_results, state.prog_bar_names = None, set()
