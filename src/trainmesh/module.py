@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -167,6 +167,52 @@ class Module(HyperparametersMixin, nn.Module):
     def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    # Lightning's optimization hooks (automatic optimization; trainmesh.trainer.automatic_optimization
+    # says where each runs). Each default is Lightning's; overriding one replaces that call.
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate ``loss`` (divided by the accumulation window, scaled under 16-mixed): the
+        loop's backward and ``manual_backward``'s, between on_before_backward and on_after_backward."""
+        loss.backward(*args, **kwargs)
+
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable[[], Any] | None = None
+    ) -> None:
+        """Step ``optimizer`` on a batch that ends an accumulation window. ``optimizer_closure`` runs
+        training_step and backward and must run: pass it to ``optimizer.step`` (which then calls
+        on_before_optimizer_step and the clipping), or call it yourself to skip the step.
+
+        >>> def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):  # doctest: +SKIP
+        ...     for group in optimizer.param_groups:  # linear warm-up over 100 steps
+        ...         group["lr"] = 0.1 * min(1.0, (self.trainer.global_step + 1) / 100)
+        ...     optimizer.step(closure=optimizer_closure)
+        """
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Zero the gradients at the first batch of each accumulation window (after training_step)."""
+        optimizer.zero_grad()
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip before each optimizer step (after on_before_optimizer_step), given the Trainer's settings."""
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one scheduler where its interval and frequency say; ``metric`` is its monitored value
+        for ReduceLROnPlateau (or a config with ``"reduce_on_plateau": True``), else None. Override it
+        for a scheduler that is not torch's."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
 
@@ -285,14 +331,15 @@ class Module(HyperparametersMixin, nn.Module):
         return manual_optimization.lr_schedulers_of(self.trainer)
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward()`` through the precision (loss scaling) and the strategy (DDP's sync)."""
+        """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
+        sync) and the module's ``backward`` hook."""
         manual = getattr(self.trainer, "manual_backward", None)
         if manual is None:
             raise RuntimeError(
                 f"manual_backward is for manual optimization: set self.automatic_optimization = False in "
                 f"{type(self).__name__}.__init__, or return the loss from training_step and let the loop backpropagate"
             )
-        manual(loss)
+        manual(loss, *args, **kwargs)
 
     def no_backward_sync(self, enabled: bool = True) -> Any:
         """Inside, ``manual_backward`` accumulates gradients locally, without the all-reduce."""
@@ -312,7 +359,8 @@ class Module(HyperparametersMixin, nn.Module):
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> torch.Tensor | None:
-        """Clip the gradients (global norm across devices, or by value) before ``optimizer.step()``."""
+        """Clip the gradients of ``optimizer``'s parameters (their global norm across devices, or by
+        value) before ``optimizer.step()``; None takes the Trainer's setting, as in Lightning."""
         from trainmesh.trainer import manual_optimization
 
         return manual_optimization.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm)

@@ -41,7 +41,7 @@ def _lists():
 
 
 # Lightning hooks that ported programs override and trainmesh had no call for (the lists hold more).
-MODULE_EXAMPLES = ["optimizer_step", "backward", "transfer_batch_to_device", "on_epoch_end", "configure_callbacks"]
+MODULE_EXAMPLES = ["transfer_batch_to_device", "on_epoch_end", "configure_callbacks"]
 CALLBACK_EXAMPLES = ["on_epoch_start", "on_batch_end", "on_keyboard_interrupt", "on_init_start"]
 
 

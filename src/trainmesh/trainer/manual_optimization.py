@@ -88,7 +88,7 @@ class ManualBackward:
     what the strategy asked to happen before each backward of the step (see
     ``StepHooks.backward_scope``: DDP prepares its reducer for this loss)."""
 
-    def __init__(self, backward: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, backward: Callable[..., None]) -> None:
         self._backward = backward
         self._prepare: Callable[[torch.Tensor], None] | None = None
 
@@ -100,10 +100,10 @@ class ManualBackward:
         finally:
             self._prepare = previous
 
-    def __call__(self, loss: torch.Tensor) -> None:
+    def __call__(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if self._prepare is not None:
             self._prepare(loss)
-        self._backward(loss)
+        self._backward(loss, *args, **kwargs)
 
 
 def _no_backward(loss: torch.Tensor | None) -> None:
@@ -225,12 +225,32 @@ def untoggle_optimizer(saved: dict[torch.Tensor, bool]) -> None:
 def clip_gradients(
     trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None
 ) -> torch.Tensor | None:
-    """Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    """Clip the gradients of ``optimizer``'s parameters, as Lightning's ``LightningModule.clip_gradients``:
+    None takes the Trainer's setting (no clipping without one), a different value than the Trainer's is
+    refused. Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    trainer_value, trainer_algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
     if value is None:
-        return None
-    algorithm = algorithm or "norm"
+        value = trainer_value or 0.0
+    elif trainer_value is not None and trainer_value != value:
+        raise ValueError(
+            f"clip_gradients(gradient_clip_val={value!r}) with Trainer(gradient_clip_val={trainer_value!r}): "
+            "give the value in one place only (as Lightning requires)"
+        )
+    if algorithm is None:
+        algorithm = trainer_algorithm or "norm"
+    else:
+        algorithm = algorithm.lower()
+        if trainer_algorithm is not None and trainer_algorithm != algorithm:
+            raise ValueError(
+                f"clip_gradients(gradient_clip_algorithm={algorithm!r}) with Trainer(gradient_clip_algorithm="
+                f"{trainer_algorithm!r}): give the algorithm in one place only (as Lightning requires)"
+            )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"gradient_clip_val must be an int or a float, got {value!r}")
     if algorithm not in ("norm", "value"):
         raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
+    if value <= 0:
+        return None  # Lightning's: 0 (or no value anywhere) clips nothing
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     runtime = trainer.runtime
     norm: torch.Tensor | None = (

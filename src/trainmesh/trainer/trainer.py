@@ -26,7 +26,7 @@ from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
-from trainmesh.trainer.manual_optimization import ManualSteps
+from trainmesh.trainer.manual_optimization import ManualSteps, is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
@@ -66,7 +66,7 @@ class Trainer:
         log_every_n_steps: int = 50,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         callbacks: list[Callback] | Callback | None = None,
         logger: Any = True,
         default_root_dir: str | os.PathLike[str] | None = None,
@@ -145,7 +145,7 @@ class Trainer:
     log_every_n_steps: StateField[int] = StateField("_settings")
     accumulate_grad_batches: StateField[int] = StateField("_settings")
     gradient_clip_val: StateField[float | None] = StateField("_settings")
-    gradient_clip_algorithm: StateField[str] = StateField("_settings")
+    gradient_clip_algorithm: StateField[str | None] = StateField("_settings")
 
     # ---- the loop's state (loop_state.LoopState), read by callbacks and the Module ---------------
     stage: StateField[str | None] = StateField("_state")
@@ -388,7 +388,10 @@ class Trainer:
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
             optimizers, state.lr_scheduler_configs = parse_optimizers(
-                cast(Module, model).configure_optimizers(), type(model).__name__
+                cast(Module, model).configure_optimizers(),
+                type(model).__name__,
+                # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
+                custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
             )
             state.optimizers = runtime.setup_optimizers(*optimizers)
             point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)

@@ -18,17 +18,6 @@ _IN_TRAINING_STEP = "do it at the start of training_step (and validation_step, .
 
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
-    "backward": "the loop runs backward through the precision and the strategy; use on_before_backward / "
-    "on_after_backward, or manual optimization (self.automatic_optimization = False, "
-    "self.manual_backward(loss))",
-    "optimizer_step": "the loop steps the optimizers itself; use on_before_optimizer_step(optimizer) for work "
-    "before the step, or manual optimization for a step of your own",
-    "optimizer_zero_grad": "the loop zeroes gradients (set to None) after each optimizer step; use "
-    "on_before_zero_grad(optimizer) for work before it",
-    "configure_gradient_clipping": "use Trainer(gradient_clip_val=..., gradient_clip_algorithm='norm'|'value'), "
-    "or clip in on_before_optimizer_step",
-    "lr_scheduler_step": "the loop calls scheduler.step() (step(metric) for ReduceLROnPlateau); step another kind "
-    "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
     "transfer_batch_to_device": "batches reach the step hooks already on the device; transform them in the "
     f"dataset or collate_fn, or {_IN_TRAINING_STEP}",
     "on_before_batch_transfer": f"transform batches in the dataset or collate_fn, or {_IN_TRAINING_STEP}",
