@@ -18,13 +18,14 @@ from torch import nn
 
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
+from trainmesh.module_hooks import ModelHooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
 
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
 
-class Module(DataHooks, HyperparametersMixin, nn.Module):
+class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
     >>> import torch.nn.functional as F
@@ -130,38 +131,6 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
         """
         return {}
 
-    def setup(self, stage: str) -> None:
-        """Called in every process at the start of fit/validate/test/predict, before
-        ``configure_model``: build what depends on the data or the process here."""
-
-    def teardown(self, stage: str) -> None: ...
-    def on_fit_start(self) -> None: ...
-    def on_fit_end(self) -> None: ...
-    def on_train_start(self) -> None: ...
-    def on_train_end(self) -> None: ...
-    def on_train_epoch_start(self) -> None: ...
-    def on_train_epoch_end(self) -> None: ...
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any: ...
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-    # Evaluation's batch hooks get dataloader_idx only where there are several loaders.
-    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_test_start(self) -> None: ...
-    def on_test_end(self) -> None: ...
-    def on_predict_start(self) -> None: ...
-    def on_predict_end(self) -> None: ...
-    def on_validation_start(self) -> None: ...
-    def on_validation_end(self) -> None: ...
-    def on_validation_epoch_start(self) -> None: ...
-    def on_validation_epoch_end(self) -> None: ...
-    def on_test_epoch_start(self) -> None: ...
-    def on_test_epoch_end(self) -> None: ...
-    def on_predict_epoch_start(self) -> None: ...
-    def on_predict_epoch_end(self) -> None: ...
     # The model's mode around evaluation, Lightning's defaults: the eval hook runs before
     # on_*_start, the train hook after on_*_end (where not overridden, each submodule gets back
     # its own mode instead); zero_grad before a validation inside fit, outside accumulation.
@@ -183,26 +152,16 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
     def on_predict_model_eval(self) -> None:
         self.trainer.model.eval()
 
-    def configure_callbacks(self) -> Any:
-        """Callbacks this model needs (one or a list), merged with the Trainer's at the start of
-        each fit/validate/test/predict: one replaces the Trainer's of its type; checkpoints run last."""
-        return []
-
-    # Lightning 1.x names, called where 1.x called them with a line naming the replacement.
-    def configure_sharded_model(self) -> None:
-        """Lightning's former configure_model: called just before it, in the same context."""
-
-    def on_post_move_to_device(self) -> None:
-        """Called once the strategy has placed the model (1.x: tie shared weights here)."""
-
-    # Around the step (trainmesh.trainer.optimization_hooks says when each runs): every backward,
-    # then where the optimizer steps (gradients unscaled, not yet clipped), then before zero_grad.
-    def on_before_backward(self, loss: torch.Tensor) -> None: ...
-    def on_after_backward(self) -> None: ...
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
-    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip before each optimizer step (after on_before_optimizer_step), given the Trainer's settings."""
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
 
     def get_progress_bar_dict(self) -> dict[str, Any]:
         """Lightning 1.x's: the progress bar's standard items, the running ``loss`` and the logger's
@@ -340,14 +299,15 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
         return manual_optimization.lr_schedulers_of(self.trainer)
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward()`` through the precision (loss scaling) and the strategy (DDP's sync)."""
+        """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
+        sync) and the module's ``backward`` hook."""
         manual = getattr(self.trainer, "manual_backward", None)
         if manual is None:
             raise RuntimeError(
                 f"manual_backward is for manual optimization: set self.automatic_optimization = False in "
                 f"{type(self).__name__}.__init__, or return the loss from training_step and let the loop backpropagate"
             )
-        manual(loss)
+        manual(loss, *args, **kwargs)
 
     def no_backward_sync(self, enabled: bool = True) -> Any:
         """Inside, ``manual_backward`` accumulates gradients locally, without the all-reduce."""
@@ -367,7 +327,8 @@ class Module(DataHooks, HyperparametersMixin, nn.Module):
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> torch.Tensor | None:
-        """Clip the gradients (global norm across devices, or by value) before ``optimizer.step()``."""
+        """Clip the gradients of ``optimizer``'s parameters (their global norm across devices, or by
+        value) before ``optimizer.step()``; None takes the Trainer's setting, as in Lightning."""
         from trainmesh.trainer import manual_optimization
 
         # Once for the step, however many parts of it run training_step (dp's chunks).

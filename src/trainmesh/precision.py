@@ -106,14 +106,21 @@ class Precision:
             self._unscaled.add(id(optimizer))
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        """``optimizer.step(closure)``; with a grad scaler (16-mixed), as Lightning's MixedPrecision:
+        the closure first (its backward), then the scaler's step, which cannot take a closure.
+        Returns the closure's result where there is one (torch's ``step(closure)`` does too)."""
         if self.scaler is None:
             return optimizer.step(closure) if closure is not None else optimizer.step()
+        closure_result = None
         if closure is not None:
-            raise ValueError("precision='16-mixed' cannot run an optimizer closure (LBFGS); use 'bf16-mixed' or '32'")
+            if isinstance(optimizer, torch.optim.LBFGS):
+                # LBFGS calls its closure many times inside one step: a scaler's step cannot.
+                raise ValueError("precision='16-mixed' cannot step LBFGS (as in Lightning); use 'bf16-mixed' or '32'")
+            closure_result = closure()
         result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
         self.scaler.update()
         self._unscaled.clear()  # update() starts every optimizer's next step scaled
-        return result
+        return closure_result if closure is not None else result
 
     def state_dict(self) -> dict[str, Any]:
         return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}

@@ -299,8 +299,9 @@ class Runtime:
         """Run the forward pass in the precision's compute dtype (a no-op in full precision)."""
         return self.precision.autocast()
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self.precision.scale_loss(loss).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward(*args, **kwargs)`` on the loss scaled for the precision (16-mixed)."""
+        self.precision.scale_loss(loss).backward(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
@@ -319,12 +320,16 @@ class Runtime:
         clip_val: float | None = None,
         norm_type: float = 2.0,
     ) -> torch.Tensor | None:
-        """Clip by global norm (``max_norm``) or by value (``clip_val``); returns the norm."""
+        """Clip the gradients of ``optimizer``'s parameters (as Fabric and Lightning do) by their
+        global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm."""
         if (max_norm is None) == (clip_val is None):
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         self.precision.unscale_gradients(inner)
-        return self.strategy.clip_gradients(module, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type)
+        parameters = [param for group in inner.param_groups for param in group["params"]]
+        return self.strategy.clip_gradients(
+            module, parameters, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type
+        )
 
     def normalize_gradients(
         self, model: nn.Module, num_tokens: torch.Tensor, *, loss_sum: torch.Tensor | None = None

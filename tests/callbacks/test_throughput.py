@@ -258,6 +258,17 @@ def test_a_module_stepping_with_a_closure_is_counted_through_its_batch():
     assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
 
 
+def test_an_optimizer_step_override_is_counted_through_its_batch():
+    class WarmUp(LinearNet):
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+            optimizer.param_groups[0]["lr"] = 0.1 * min(1.0, (self.trainer.global_step + 1) / 3)
+            optimizer.step(closure=optimizer_closure)  # forward and backward run inside step()
+
+    monitor = ThroughputMonitor()
+    quiet_trainer(max_epochs=1, callbacks=[monitor]).fit(WarmUp(), linear_loader())
+    assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
+
+
 class BigValidation(LinearNet):
     """Validation runs a matmul far larger than training's: FLOPs that a training count must not take in."""
 

@@ -110,19 +110,12 @@ def test_automatic_optimization_hook_order_with_accumulation():
             f"cb.train_batch_start:{batch_idx}",
             f"train_batch_start:{batch_idx}",
             f"training_step:{batch_idx}",
-            "cb.before_backward",
-            "before_backward",
-            "cb.after_backward",
-            "after_backward",
         ]
+        if batch_idx in (0, 2, 4):  # each window's first batch: Lightning zeroes after training_step, before backward
+            expected += ["cb.before_zero_grad", "before_zero_grad"]
+        expected += ["cb.before_backward", "before_backward", "cb.after_backward", "after_backward"]
         if batch_idx in (1, 3, 4):  # each window's last batch, and the epoch's last (a window of one)
-            expected += [
-                "cb.before_optimizer_step",
-                "before_optimizer_step",
-                "optimizer.step",
-                "cb.before_zero_grad",
-                "before_zero_grad",
-            ]
+            expected += ["cb.before_optimizer_step", "before_optimizer_step", "optimizer.step"]
         expected += [f"cb.train_batch_end:{batch_idx}", f"train_batch_end:{batch_idx}"]
     assert callback.calls == expected
     # on_before_backward gets the loss backward runs on: divided by the accumulation window.
@@ -131,7 +124,8 @@ def test_automatic_optimization_hook_order_with_accumulation():
     assert all(norm > 10 * CLIP for norm in module.seen["hook_norms"])
     assert all(norm <= CLIP * 1.001 for norm in module.seen["step_norms"])
     assert isinstance(module.seen["optimizer"], torch.optim.SGD)  # the torch optimizer, as in Lightning
-    assert module.seen["zero_grad_has_grads"] == [True, True, True]  # before the gradients are zeroed
+    # before the gradients are zeroed: the previous window's (none before the first step)
+    assert module.seen["zero_grad_has_grads"] == [False, True, True]
 
 
 class ManualRecorded(Recorded):
@@ -209,7 +203,8 @@ def test_manual_optimization_refuses_on_before_zero_grad(owner):
 
 
 class EMAModule(tm.Module):
-    """Keeps an exponential moving average of its weights in on_before_zero_grad (after each step)."""
+    """Keeps an exponential moving average of its weights in on_before_zero_grad (before each window's
+    backward: the weights of the step before)."""
 
     DECAY = 0.9
 
@@ -240,11 +235,13 @@ def test_ema_in_on_before_zero_grad_matches_a_hand_computation():
     ema = [p.detach().clone() for p in layer.parameters()]
     for _ in range(2):
         for x, y in train_loader(4):
-            F.cross_entropy(layer(x), y).backward()
-            optimizer.step()
+            # Lightning's order: training_step, on_before_zero_grad, zero_grad, backward, step
+            loss = F.cross_entropy(layer(x), y)
             for average, weight in zip(ema, layer.parameters()):
                 average.mul_(EMAModule.DECAY).add_(weight.detach(), alpha=1 - EMAModule.DECAY)
             optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     for got, want in zip(module.ema, ema):
         torch.testing.assert_close(got, want)
     assert not torch.equal(module.ema[0], module.layer.weight.detach())  # an average, not the weights

@@ -269,9 +269,9 @@ class ThroughputMonitor(Callback):
         self._count_from_batches = _batches_done(trainer)
         self._counter = count_step_flops()
         self._counter.__enter__()
-        # A module that steps itself may pass step() a closure that runs forward and backward:
-        # its count ends with the batch.
-        if not getattr(module, "automatic_optimization", True):
+        # A module that steps itself, or overrides optimizer_step, may pass step() a closure that runs
+        # forward and backward (Lightning's optimizer_closure), as LBFGS needs: its count ends with the batch.
+        if not getattr(module, "automatic_optimization", True) or _steps_through_closure(trainer, module):
             return
         for optimizer in getattr(trainer, "optimizers", ()):
             inner = getattr(optimizer, "optimizer", optimizer)  # the Trainer's RuntimeOptimizer wraps it
@@ -351,6 +351,15 @@ class ThroughputMonitor(Callback):
             logged = {PREFIX + name: value for name, value in figures.items()}
             for logger in trainer.loggers:
                 logger.log_metrics(logged, step=trainer.global_step)
+
+
+def _steps_through_closure(trainer: TrainerView, module: Any) -> bool:
+    from trainmesh.module import Module
+
+    inners = [getattr(optimizer, "optimizer", optimizer) for optimizer in getattr(trainer, "optimizers", ())]
+    default = Module.optimizer_step
+    overridden = getattr(type(module), "optimizer_step", default) is not default
+    return overridden or any(isinstance(inner, torch.optim.LBFGS) for inner in inners)
 
 
 def peak_memory_bytes(device: torch.device) -> int:

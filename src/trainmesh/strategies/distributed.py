@@ -129,10 +129,16 @@ class DistributedStrategy:
         return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in
 
     def clip_gradients(
-        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+        self,
+        module: nn.Module,
+        parameters: Sequence[torch.Tensor],
+        *,
+        max_norm: float | None,
+        clip_value: float | None,
+        norm_type: float,
     ) -> torch.Tensor | None:
         # After DDP's all-reduce every rank holds the same gradients, so the local norm is global.
-        return clip_gradients_locally(module, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
+        return clip_gradients_locally(parameters, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
 
     # ---- checkpoints --------------------------------------------------------------------------
     def state_dict(

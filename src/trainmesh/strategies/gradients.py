@@ -17,16 +17,16 @@ from trainmesh.strategies.mesh import ParallelMesh
 
 
 def clip_gradients_locally(
-    module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+    parameters: Iterable[torch.Tensor], *, max_norm: float | None, clip_value: float | None, norm_type: float
 ) -> torch.Tensor | None:
-    """Clip this process's gradients: the global norm when every process holds the same ones
-    (one device, or after DDP's all-reduce)."""
+    """Clip the gradients of ``parameters``: the global norm when every process holds the same ones
+    (one device, or after DDP's all-reduce), or every shard of them (fsdp's DTensors)."""
     if max_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm, norm_type=norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         # On DTensor gradients (fsdp) the norm is computed across every shard; make it a plain tensor.
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
     assert clip_value is not None
-    torch.nn.utils.clip_grad_value_(module.parameters(), clip_value)
+    torch.nn.utils.clip_grad_value_(parameters, clip_value)
     return None
 
 

@@ -419,12 +419,18 @@ class ModelParallelStrategy(DistributedStrategy):
             self._gradient_sync_off = False
 
     def clip_gradients(
-        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+        self,
+        module: nn.Module,
+        parameters: Sequence[torch.Tensor],
+        *,
+        max_norm: float | None,
+        clip_value: float | None,
+        norm_type: float,
     ) -> torch.Tensor | None:
         pipelined = self._mesh.group_size("pp") > 1
         counted_elsewhere = self._stage_copies.counted_elsewhere(module) if self._stage_copies is not None else set()
         return clip_gradients_globally(
-            list(module.parameters()),
+            list(parameters),
             max_norm=max_norm,
             clip_value=clip_value,
             norm_type=norm_type,

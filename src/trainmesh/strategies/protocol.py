@@ -99,9 +99,16 @@ class Strategy(Protocol):
         """Skip the gradient synchronisation for an accumulation micro-batch (user loops)."""
 
     def clip_gradients(
-        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+        self,
+        module: nn.Module,
+        parameters: Sequence[torch.Tensor],
+        *,
+        max_norm: float | None,
+        clip_value: float | None,
+        norm_type: float,
     ) -> torch.Tensor | None:
-        """Clip by global norm (returns it) or by value (returns None)."""
+        """Clip the gradients of ``parameters`` (one optimizer's, of the placed ``module``) by
+        their global norm across every shard and stage (returns it) or by value (returns None)."""
 
     def state_dict(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool

@@ -112,9 +112,15 @@ class SingleDeviceStrategy:
         return _NO_SYNC_NEEDED
 
     def clip_gradients(
-        self, module: nn.Module, *, max_norm: float | None, clip_value: float | None, norm_type: float
+        self,
+        module: nn.Module,
+        parameters: Sequence[torch.Tensor],
+        *,
+        max_norm: float | None,
+        clip_value: float | None,
+        norm_type: float,
     ) -> torch.Tensor | None:
-        return clip_gradients_locally(module, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
+        return clip_gradients_locally(parameters, max_norm=max_norm, clip_value=clip_value, norm_type=norm_type)
 
     def state_dict(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool

@@ -3,6 +3,7 @@ metrics and its epoch-interval schedulers between the hooks (the fit loop calls 
 
 from __future__ import annotations
 
+from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.optimizers import step_scheduler
@@ -38,7 +39,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     hooks.call_module("on_train_epoch_end")
     ctx.publisher.epoch_metrics({**trained, **sink.epoch_metrics()})
     sink.start_stage(train_results)
-    step_epoch_schedulers(state, cut_short=cut_short)
+    step_epoch_schedulers(state, hooks, cut_short=cut_short)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (legacy_hooks.py)
@@ -49,7 +50,10 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
         sink.start_stage(train_results)
 
 
-def step_epoch_schedulers(state: LoopState, *, cut_short: bool) -> None:
-    for config in state.lr_scheduler_configs if state.manual_backward is None else []:  # manual: the module steps them
+def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool) -> None:
+    """The epoch-interval schedulers due now, through the module's ``lr_scheduler_step`` where it
+    overrides it (manual optimization: the module steps them itself)."""
+    custom = state.module.lr_scheduler_step if hooks.module_overrides("lr_scheduler_step") else None
+    for config in state.lr_scheduler_configs if state.manual_backward is None else []:
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
-            step_scheduler(config, callback_metrics(state))
+            step_scheduler(config, callback_metrics(state), custom)

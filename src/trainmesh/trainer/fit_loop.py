@@ -6,17 +6,14 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from typing import Any
 
-import torch
-
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.seed import capture_rng_state, restore_rng_state
-from trainmesh.strategies.step import StepHooks, tokens_in
 from trainmesh.trainer import evaluation, manual_optimization
+from trainmesh.trainer.automatic_optimization import TrainingBatches
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.finite_loss import FiniteLossCheck
@@ -24,13 +21,10 @@ from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
-from trainmesh.trainer.optimization_hooks import LoopStepHooks, refuse_uncallable_step_hooks, with_backward_hooks
-from trainmesh.trainer.optimizers import step_scheduler
-from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
-from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -54,7 +48,7 @@ def run_fit(
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
-        state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime))
+        state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
     if checkpoint is not None:
@@ -137,7 +131,7 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
         if loop.epoch_schedulers_pending:
-            step_epoch_schedulers(state, cut_short=False)
+            step_epoch_schedulers(state, ctx.hooks, cut_short=False)
             loop.epoch_schedulers_pending = False
         state.current_epoch += 1
         loop.epoch_finished, loop.batches_done = False, 0
@@ -173,16 +167,14 @@ def _train_batches(
 ) -> bool:
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
-    loop, sink, model, module = state.loop, state.sink, state.model, state.module
+    loop, sink = state.loop, state.sink
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
     batch_hooks = TrainBatchHooks(hooks)
     at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.at_end  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
-    backward = _LossBackward(ctx)
-    step_hooks = _step_hooks(ctx, module, backward, accumulate)
-    optimizer_hooks = LoopStepHooks(hooks, runtime)  # on_before_optimizer_step/zero_grad, looked up once here
-    window = TokenLossWindow(type(module).__name__)  # a summed loss's tokens until the optimizer step
-    manual = step_hooks.backward_scope is not None  # the module steps its optimizers itself
+    # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
+    batches = TrainingBatches(ctx, accumulate)
+    manual = batches.manual  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     for batch_idx, batch in _timed_fetches(enumerate(iterator, start=start), loop):
@@ -193,17 +185,10 @@ def _train_batches(
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        backward.batch_idx = batch_idx
-        # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
-        # output), the loss and backward; gradients stay local until the window's last batch.
-        result = runtime.train_step(model, batch, batch_idx, sync_grads=steps_now, hooks=step_hooks)
-        output = result.output
-        _record_loss(loop, window, result)
+        output = batches.run(batch, batch_idx, steps_now=steps_now).output
         sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
-        if steps_now and not manual:
-            _optimizer_step(ctx, optimizer_hooks, window)
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
         supervision.step_done()
@@ -226,18 +211,8 @@ def _train_batches(
         if supervision.stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
             supervision.save_and_exit(step=state.global_step, epoch=state.current_epoch)
     if pending_gradients:
-        # The epoch ended inside an accumulation window (a loader without a length, or the
-        # module ended the epoch early): step on what was accumulated rather than carry it over.
-        _optimizer_step(ctx, optimizer_hooks, window)
+        batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window
     return cut_short
-
-
-def _record_loss(loop: LoopPosition, window: TokenLossWindow, result: Any) -> None:
-    """A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
-    step, which reports the global mean."""
-    window.add(result)
-    if result.loss is not None and result.num_tokens is None:
-        loop.last_loss = result.loss.detach()
 
 
 def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
@@ -250,22 +225,6 @@ def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
         if numbered is None:
             return
         yield numbered
-
-
-def _step_hooks(ctx: LoopContext, module: Any, backward: _LossBackward, accumulate: int) -> StepHooks:
-    hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
-    step_hooks = StepHooks(
-        step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-        loss_of=functools.partial(_loss_of, module=module),
-        count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
-        backward=backward,
-        chunk_scope=sink.chunk_scope,
-        loss_divisor=accumulate,
-        check_loss=backward.check_loss,
-    )
-    if manual_backward is None:
-        return step_hooks
-    return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
 
 
 def _end_epoch(
@@ -318,89 +277,8 @@ def _copied_results(results: Any) -> dict[str, Any]:
     return state
 
 
-def _optimizer_step(ctx: LoopContext, hooks: LoopStepHooks, window: TokenLossWindow) -> None:
-    state, settings, runtime = ctx.state, ctx.settings, ctx.runtime
-    # A summed loss's gradients are complete now (all batches of the window, reduced over the
-    # data-parallel ranks): divided by the global token count before anyone reads them.
-    mean_loss = window.close(runtime, state.model)
-    if mean_loss is not None:
-        state.loop.last_loss = mean_loss
-    for optimizer in state.optimizers:
-        if hooks.before_step:  # Lightning's order: the hook, then clipping, then the step
-            hooks.call_before_step(optimizer.optimizer)
-        if settings.gradient_clip_val is not None:
-            if settings.gradient_clip_algorithm == "norm":
-                runtime.clip_gradients(state.model, optimizer, max_norm=settings.gradient_clip_val)
-            else:
-                runtime.clip_gradients(state.model, optimizer, clip_val=settings.gradient_clip_val)
-        optimizer.step()
-        if hooks.before_zero_grad:
-            hooks.call_before_zero_grad(optimizer.optimizer)
-        optimizer.zero_grad()
-    state.global_step += 1
-    for config in state.lr_scheduler_configs:
-        if config.interval == "step" and state.global_step % config.frequency == 0:
-            step_scheduler(config, callback_metrics(state))
-
-
 def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
-
-
-class _LossBackward:
-    """What the loop does with a step's loss: check it is finite (``check_loss``, which the
-    strategy calls first: on CPU before it changes anything; on an accelerator recorded on the
-    device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
-    by the accumulation window). One per epoch, updated per step."""
-
-    def __init__(self, ctx: LoopContext) -> None:
-        # runtime.backward, inside on_before_backward/on_after_backward when anyone overrides them
-        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime)
-        loss_check = ctx.state.loop.loss_check
-        assert loss_check is not None  # fit sets it
-        self.loss_check = loss_check
-        self.batch_idx = 0
-
-    def __call__(self, loss: torch.Tensor) -> None:
-        self.backward(loss)
-
-    def check_loss(self, loss: torch.Tensor) -> None:
-        self.loss_check.check(loss, self.batch_idx)
-
-
-def _loss_of(output: Any, module: Any) -> torch.Tensor:
-    name = type(module).__name__
-    if isinstance(output, torch.Tensor):
-        loss = output
-    elif isinstance(output, dict):
-        if "loss" not in output:
-            raise ValueError(
-                f"{name}.training_step returned a dict without a 'loss' key (keys: {sorted(output)}); "
-                "put the tensor to minimise under 'loss'"
-            )
-        loss = output["loss"]
-    elif output is None:
-        raise ValueError(
-            f"{name}.training_step returned None; return the loss tensor (or a dict with 'loss'). "
-            "To skip a batch on purpose, return None from a manual-optimization module instead"
-        )
-    else:
-        raise TypeError(
-            f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'"
-        )
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise ValueError(
-            f"{name}.training_step's loss must be a scalar tensor, got {shape}; reduce it "
-            "(e.g. loss.mean()) before returning"
-        )
-    if not loss.requires_grad:
-        raise ValueError(
-            f"{name}.training_step's loss does not require grad: it was computed without the "
-            "model's parameters, under torch.no_grad(), or detached. Return the loss the "
-            "parameters produced"
-        )
-    return loss
 
 
 def _val_check_batches(state: LoopState, settings: LoopSettings, limit: int | float) -> int | float | None:

@@ -94,7 +94,7 @@ class ManualBackward:
     ``StepHooks.backward_scope``: DDP prepares its reducer for this loss; dp's chunks backpropagate
     their losses' mean)."""
 
-    def __init__(self, backward: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, backward: Callable[..., None]) -> None:
         self._backward = backward
         self.sync = ManualSync()
 
@@ -106,8 +106,9 @@ class ManualBackward:
         finally:
             self.sync = previous
 
-    def __call__(self, loss: torch.Tensor) -> None:
-        self.sync.backward(loss, self._backward)
+    def __call__(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        # backward's own arguments (retain_graph=True, ...) reach the module's backward hook
+        self.sync.backward(loss, lambda reduced: self._backward(reduced, *args, **kwargs))
 
 
 def sync_of(trainer: TrainerView) -> ManualSync:
@@ -294,12 +295,32 @@ def untoggle_module(module: Any) -> None:
 def clip_gradients(
     trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None
 ) -> torch.Tensor | None:
-    """Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    """Clip the gradients of ``optimizer``'s parameters, as Lightning's ``LightningModule.clip_gradients``:
+    None takes the Trainer's setting (no clipping without one), a different value than the Trainer's is
+    refused. Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    trainer_value, trainer_algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
     if value is None:
-        return None
-    algorithm = algorithm or "norm"
+        value = trainer_value or 0.0
+    elif trainer_value is not None and trainer_value != value:
+        raise ValueError(
+            f"clip_gradients(gradient_clip_val={value!r}) with Trainer(gradient_clip_val={trainer_value!r}): "
+            "give the value in one place only (as Lightning requires)"
+        )
+    if algorithm is None:
+        algorithm = trainer_algorithm or "norm"
+    else:
+        algorithm = algorithm.lower()
+        if trainer_algorithm is not None and trainer_algorithm != algorithm:
+            raise ValueError(
+                f"clip_gradients(gradient_clip_algorithm={algorithm!r}) with Trainer(gradient_clip_algorithm="
+                f"{trainer_algorithm!r}): give the algorithm in one place only (as Lightning requires)"
+            )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"gradient_clip_val must be an int or a float, got {value!r}")
     if algorithm not in ("norm", "value"):
         raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
+    if value <= 0:
+        return None  # Lightning's: 0 (or no value anywhere) clips nothing
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     runtime = trainer.runtime
     norm: torch.Tensor | None = (

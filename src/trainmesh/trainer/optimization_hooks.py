@@ -3,14 +3,18 @@
 Lightning 2.x calls them (its "hooks" pseudocode in the LightningModule docs; ``Precision.pre_backward``,
 ``post_backward``, ``_wrap_closure`` and ``_AutomaticOptimization`` in its source):
 
-- ``on_before_backward(loss)`` and ``on_after_backward()`` around every backward, accumulation
-  micro-batches included; ``loss`` is the one backward runs on (divided by the accumulation window,
-  scaled under 16-mixed). ``self.manual_backward(loss)`` calls them too.
+- ``on_before_backward(loss)``, ``backward(loss)`` (the module's: ``loss.backward()`` by default) and
+  ``on_after_backward()`` around every backward, accumulation micro-batches included; ``loss`` is the one
+  backward runs on (divided by the accumulation window, scaled under 16-mixed). ``self.manual_backward(loss)``
+  calls them too.
 - ``on_before_optimizer_step(optimizer)`` where the optimizer steps, once the window's gradients are
-  complete: unscaled under 16-mixed, not yet clipped. In manual optimization ``opt.step()`` calls it
-  (after the closure, when one is given).
-- ``on_before_zero_grad(optimizer)`` before the gradients are zeroed, automatic optimization only
-  (in manual optimization ``opt.zero_grad()`` is the optimizer's own: Lightning calls nothing).
+  complete: unscaled under 16-mixed, not yet clipped; then ``configure_gradient_clipping``. In manual
+  optimization ``opt.step()`` calls the first (after the closure, when one is given).
+- ``on_before_zero_grad(optimizer)`` and ``optimizer_zero_grad(epoch, batch_idx, optimizer)``, automatic
+  optimization only (in manual optimization ``opt.zero_grad()`` is the optimizer's own: Lightning calls
+  nothing): at the first batch of each accumulation window, after training_step, before backward
+  (automatic_optimization.py). Where nobody overrides either, the loop zeroes the gradients right after
+  the optimizer step instead, which leaves the same gradients for every backward.
 
 Each hook runs on the callbacks, then on the module (``HookDispatcher.call``: Lightning's order).
 trainmesh zeroes gradients right after the optimizer step, not at the next window's first batch as
@@ -30,27 +34,40 @@ from typing import Any
 import torch
 
 BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
+# Module hooks of automatic optimization only: in manual optimization training_step steps, zeroes,
+# clips and schedules itself, and Lightning calls none of them.
+AUTOMATIC_ONLY_HOOKS = ("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step")
 
 
-def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[[torch.Tensor], None]:
-    """``runtime.backward``, between ``on_before_backward`` and ``on_after_backward`` where anyone
-    overrides them; ``runtime.backward`` itself where nobody does."""
+def with_backward_hooks(hooks: Any, runtime: Any, module: Any) -> Callable[..., None]:
+    """``runtime.backward``, between ``on_before_backward`` and ``on_after_backward`` and through the
+    module's ``backward`` where anyone overrides them; ``runtime.backward`` itself where nobody does.
+    Called with the loss and what ``loss.backward`` takes (``manual_backward(loss, retain_graph=True)``)."""
     before, after = hooks.overridden("on_before_backward"), hooks.overridden("on_after_backward")
-    if not (before or after):
-        backward: Callable[[torch.Tensor], None] = runtime.backward
+    custom = hooks.module_overrides("backward")
+    if not (before or after or custom):
+        backward: Callable[..., None] = runtime.backward
         return backward
-    return _HookedBackward(hooks, runtime, before=before, after=after)
+    return _HookedBackward(hooks, runtime, module.backward if custom else None, before=before, after=after)
 
 
 class _HookedBackward:
-    def __init__(self, hooks: Any, runtime: Any, *, before: bool, after: bool) -> None:
+    def __init__(
+        self, hooks: Any, runtime: Any, module_backward: Callable[..., None] | None, *, before: bool, after: bool
+    ) -> None:
         self.hooks, self.runtime, self.before, self.after = hooks, runtime, before, after
+        self.module_backward = module_backward
 
-    def __call__(self, loss: torch.Tensor) -> None:
+    def __call__(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        # As Lightning's Strategy.backward: the precision scales the loss (16-mixed), the hook sees the
+        # scaled loss, and the module's backward (loss.backward() by default) runs on it.
+        scaled = self.runtime.precision.scale_loss(loss)
         if self.before:
-            # The loss backward runs on, as Lightning passes it: scaled under 16-mixed.
-            self.hooks.call("on_before_backward", self.runtime.precision.scale_loss(loss))
-        self.runtime.backward(loss)
+            self.hooks.call("on_before_backward", scaled)
+        if self.module_backward is not None:
+            self.module_backward(scaled, *args, **kwargs)
+        else:
+            scaled.backward(*args, **kwargs)
         if self.after:
             self.hooks.call("on_after_backward")
 
@@ -63,19 +80,21 @@ def call_before_optimizer_step(hooks: Any, runtime: Any, optimizer: torch.optim.
 
 
 class LoopStepHooks:
-    """The fit loop's ``on_before_optimizer_step`` / ``on_before_zero_grad``: who overrides them
-    is read when an epoch starts; the loop tests ``before_step`` / ``before_zero_grad`` per step."""
+    """Who overrides the fit loop's step hooks, read when an epoch starts; the loop tests these flags
+    per step (automatic_optimization.py)."""
 
     def __init__(self, hooks: Any, runtime: Any) -> None:
         self.hooks, self.runtime = hooks, runtime
         self.before_step = hooks.overridden("on_before_optimizer_step")
         self.before_zero_grad = hooks.overridden("on_before_zero_grad")
+        # Either moves zero_grad to Lightning's point, the first batch of an accumulation window.
+        self.zero_in_window = self.before_zero_grad or hooks.module_overrides("optimizer_zero_grad")
+        self.custom_step = hooks.module_overrides("optimizer_step")
+        self.custom_clip = hooks.module_overrides("configure_gradient_clipping")
+        self.custom_scheduler_step = hooks.module_overrides("lr_scheduler_step")
 
     def call_before_step(self, optimizer: torch.optim.Optimizer) -> None:
         call_before_optimizer_step(self.hooks, self.runtime, optimizer)
-
-    def call_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
-        self.hooks.call("on_before_zero_grad", optimizer)
 
 
 def then_hooks(closure: Callable[[], Any], announce: Callable[[], None]) -> Callable[[], Any]:
@@ -94,26 +113,36 @@ def then_hooks(closure: Callable[[], Any], announce: Callable[[], None]) -> Call
 def refuse_uncallable_step_hooks(hooks: Any, module: Any, runtime: Any, *, manual: bool) -> None:
     """At fit's start: the step hooks this run would have to skip, refused rather than skipped."""
     if manual:
-        owners = _owners(hooks, module, "on_before_zero_grad")
-        if owners:
-            raise ValueError(
-                f"on_before_zero_grad (defined by {owners}) would never run: {type(module).__name__} uses manual "
-                "optimization (automatic_optimization = False), where opt.zero_grad() is the optimizer's own and "
-                "Lightning calls no hook. Call that code in training_step before opt.zero_grad() (after opt.step(), "
-                "for code that reads the updated weights, such as an EMA)"
-            )
-        return
-    if not runtime.capabilities.backward_hooks:
-        for hook in BACKWARD_HOOKS:
+        for hook in ("on_before_zero_grad", *AUTOMATIC_ONLY_HOOKS):
             owners = _owners(hooks, module, hook)
             if owners:
                 raise ValueError(
+                    f"{hook} (defined by {owners}) would never run: {type(module).__name__} uses manual optimization "
+                    f"(automatic_optimization = False), where training_step steps, zeroes, clips and schedules itself "
+                    f"and Lightning calls no such hook. {_MANUAL_INSTEAD[hook]}"
+                )
+        return
+    if not runtime.capabilities.backward_hooks:
+        for hook in (*BACKWARD_HOOKS, "backward"):
+            owners = _owners(hooks, module, hook)
+            if owners:
+                instead = "on_before_optimizer_step(optimizer), called on every rank once all of the step's gradients exist (before clipping)"
+                raise ValueError(
                     f"{hook} (defined by {owners}) cannot run under pipeline parallelism (pp="
                     f"{runtime.mesh.dims.pp}): the schedule runs backward itself, per micro-batch and per "
-                    "stage, and no rank holds the loss before it. Use on_before_optimizer_step(optimizer), "
-                    "called on every rank once all of the step's gradients exist (before clipping), or a "
-                    "strategy without pipeline stages"
+                    f"stage, and no rank holds the loss before it. Use {instead}, or a strategy without pipeline stages"
                 )
+
+
+_MANUAL_INSTEAD = {
+    "on_before_zero_grad": "Call that code in training_step before opt.zero_grad() (after opt.step(), for code that "
+    "reads the updated weights, such as an EMA)",
+    "optimizer_step": "Put that code around opt.step() in training_step",
+    "optimizer_zero_grad": "Put that code where training_step calls opt.zero_grad()",
+    "configure_gradient_clipping": "Call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm=...) "
+    "in training_step before opt.step()",
+    "lr_scheduler_step": "Step the schedulers in training_step (sch = self.lr_schedulers(); sch.step())",
+}
 
 
 def _owners(hooks: Any, module: Any, hook: str) -> str:

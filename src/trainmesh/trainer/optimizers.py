@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,25 @@ class SchedulerConfig:
     frequency: int = 1
     monitor: str | None = None
     name: str | None = None
+    # Stepped with the monitored metric (Lightning's key; by default: a ReduceLROnPlateau).
+    reduce_on_plateau: bool = False
 
 
-def parse_optimizers(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    """Normalise every form Lightning users write into (optimizers, scheduler configs)."""
+def parse_optimizers(
+    returned: Any, owner: str, *, custom_scheduler_step: bool = False
+) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+    """Normalise every form Lightning users write into (optimizers, scheduler configs).
+
+    ``custom_scheduler_step``: the loop never calls a scheduler's ``step`` itself (the module overrides
+    ``lr_scheduler_step``, or steps them in manual optimization), so a scheduler of any class is taken.
+    """
+    optimizers, configs = _parse(returned, owner)
+    for config in configs:
+        _check_scheduler(config, owner, custom_scheduler_step)
+    return optimizers, configs
+
+
+def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     if returned is None:
         raise TypeError(f"{owner}.configure_optimizers() returned None; return {_FORMS}")
     if isinstance(returned, torch.optim.Optimizer):
@@ -83,32 +98,53 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
         frequency = int(item.get("frequency", 1))
         if frequency < 1:
             raise ValueError(f"{owner}: lr_scheduler frequency={frequency} must be >= 1")
-        config = SchedulerConfig(item["scheduler"], interval, frequency, item.get("monitor"), item.get("name"))
-    else:
-        config = SchedulerConfig(item)
-    if not hasattr(config.scheduler, "step"):
+        plateau = bool(item.get("reduce_on_plateau", _is_plateau(item["scheduler"])))
+        return SchedulerConfig(item["scheduler"], interval, frequency, item.get("monitor"), item.get("name"), plateau)
+    return SchedulerConfig(item, reduce_on_plateau=_is_plateau(item))
+
+
+def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool) -> None:
+    name = type(config.scheduler).__name__
+    if not (callable(getattr(config.scheduler, "state_dict", None)) and hasattr(config.scheduler, "load_state_dict")):
         raise TypeError(
-            f"{owner}: {type(config.scheduler).__name__} is not a learning-rate scheduler (it has no step())"
+            f"{owner}: the lr scheduler {name} has no state_dict()/load_state_dict(), so checkpoints cannot save "
+            "and restore it (Lightning requires them too); define both"
         )
-    if _needs_metric(config.scheduler) and config.monitor is None:
+    if not custom_step and not hasattr(config.scheduler, "step"):
+        raise TypeError(
+            f"{owner}: {name} is not a learning-rate scheduler the loop can step (it has no step()); override "
+            f"{owner}.lr_scheduler_step(scheduler, metric) to step it, as Lightning requires for a scheduler that "
+            "is not torch's"
+        )
+    if config.reduce_on_plateau and config.monitor is None:
         raise ValueError(
-            f"{owner}: ReduceLROnPlateau needs a metric to watch; return "
+            f"{owner}: {name} is stepped with a metric (reduce_on_plateau) and needs one to watch; return "
             "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}"
         )
-    return config
 
 
-def _needs_metric(scheduler: Any) -> bool:
+def _is_plateau(scheduler: Any) -> bool:
     return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-def step_scheduler(config: SchedulerConfig, metrics: Mapping[str, torch.Tensor | float]) -> None:
-    if _needs_metric(config.scheduler):
+def step_scheduler(
+    config: SchedulerConfig,
+    metrics: Mapping[str, torch.Tensor | float],
+    lr_scheduler_step: Callable[[Any, Any], None] | None = None,
+) -> None:
+    """Step one scheduler: through the module's ``lr_scheduler_step(scheduler, metric)`` where it
+    overrides it, else as its default does (``step()``, or ``step(metric)`` for a plateau scheduler)."""
+    metric = None
+    if config.reduce_on_plateau:
         assert config.monitor is not None
         if config.monitor not in metrics:
             raise ValueError(
                 f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: {sorted(metrics)}"
             )
-        config.scheduler.step(metrics[config.monitor])
-    else:
+        metric = metrics[config.monitor]
+    if lr_scheduler_step is not None:
+        lr_scheduler_step(config.scheduler, metric)
+    elif metric is None:
         config.scheduler.step()
+    else:
+        config.scheduler.step(metric)

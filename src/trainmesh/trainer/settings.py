@@ -33,7 +33,7 @@ class LoopSettings:
     log_every_n_steps: int
     accumulate_grad_batches: int
     gradient_clip_val: float | None
-    gradient_clip_algorithm: str
+    gradient_clip_algorithm: str | None  # None: not given ("norm" where clipping), as Lightning's Trainer holds it
     logger: Any
     enable_checkpointing: bool
 
@@ -54,7 +54,7 @@ def check_loop_settings(
     log_every_n_steps: int,
     accumulate_grad_batches: int,
     gradient_clip_val: float | None,
-    gradient_clip_algorithm: str,
+    gradient_clip_algorithm: str | None,
     logger: Any,
     enable_checkpointing: bool,
 ) -> LoopSettings:
@@ -80,7 +80,9 @@ def check_loop_settings(
     num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
     log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
     accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
-    if gradient_clip_algorithm not in ("norm", "value"):
+    if gradient_clip_algorithm is not None:
+        gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
+    if gradient_clip_algorithm not in ("norm", "value", None):
         raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
     if gradient_clip_val is not None and gradient_clip_val <= 0:
         raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")

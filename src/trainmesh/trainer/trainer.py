@@ -74,7 +74,7 @@ class Trainer:
         log_every_n_steps: int = 50,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         callbacks: list[Any] | Any = None,
         logger: Any = True,
         default_root_dir: str | os.PathLike[str] | None = None,
@@ -156,7 +156,7 @@ class Trainer:
     log_every_n_steps: StateField[int] = StateField("_settings")
     accumulate_grad_batches: StateField[int] = StateField("_settings")
     gradient_clip_val: StateField[float | None] = StateField("_settings")
-    gradient_clip_algorithm: StateField[str] = StateField("_settings")
+    gradient_clip_algorithm: StateField[str | None] = StateField("_settings")
 
     # ---- the loop's state (loop_state.LoopState), read by callbacks and the Module ---------------
     stage: StateField[str | None] = StateField("_state")
@@ -412,7 +412,10 @@ class Trainer:
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
             optimizers, state.lr_scheduler_configs = parse_optimizers(
-                cast(Module, model).configure_optimizers(), type(model).__name__
+                cast(Module, model).configure_optimizers(),
+                type(model).__name__,
+                # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
+                custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
             )
             state.optimizers = runtime.setup_optimizers(*optimizers)
             point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)

@@ -20,17 +20,6 @@ from trainmesh.callbacks.base import defines_hook
 
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
-    "backward": "the loop runs backward through the precision and the strategy; use on_before_backward / "
-    "on_after_backward, or manual optimization (self.automatic_optimization = False, "
-    "self.manual_backward(loss))",
-    "optimizer_step": "the loop steps the optimizers itself; use on_before_optimizer_step(optimizer) for work "
-    "before the step, or manual optimization for a step of your own",
-    "optimizer_zero_grad": "the loop zeroes gradients (set to None) after each optimizer step; use "
-    "on_before_zero_grad(optimizer) for work before it",
-    "configure_gradient_clipping": "use Trainer(gradient_clip_val=..., gradient_clip_algorithm='norm'|'value'), "
-    "or clip in on_before_optimizer_step",
-    "lr_scheduler_step": "the loop calls scheduler.step() (step(metric) for ReduceLROnPlateau); step another kind "
-    "of scheduler yourself in on_train_batch_end or on_train_epoch_end",
     # No Lightning release defines it (2.6.6 included): a callback hook proposed in Lightning's PR #21272
     "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; freeze or "
     "change parameters at the end of configure_model, or in configure_optimizers before building the optimizer",

@@ -1,0 +1,351 @@
+"""Automatic optimization: a batch's training step and, where it ends an accumulation window, the
+optimizer step, with Lightning's hooks where the module overrides them.
+
+Lightning 2.x (``loops/optimization/automatic.py``, ``core/module.py``, ``plugins/precision/``) runs
+a training batch as::
+
+    closure = training_step (and *_step_end, the loss / accumulate_grad_batches),
+              [first batch of an accumulation window: on_before_zero_grad, optimizer_zero_grad],
+              backward (on_before_backward, module.backward, on_after_backward)
+    accumulation batch: closure()
+    step batch:         module.optimizer_step(epoch, batch_idx, optimizer, closure)
+                        -> optimizer.step(closure=closure) -> the precision: closure(), then
+                           on_before_optimizer_step, configure_gradient_clipping, then the torch step
+                           (GradScaler's under 16-mixed)
+    after a step batch: lr_scheduler_step(scheduler, metric) for each scheduler due
+
+The loop takes that route where the module overrides ``optimizer_step`` (or an optimizer needs its
+closure: LBFGS). Otherwise it makes the same calls in the same order without a closure and without
+looking a hook up per step (``TrainingBatches.step``, the fast path): on_before_optimizer_step,
+clipping, ``optimizer.step()``; and where nobody overrides ``on_before_zero_grad`` or
+``optimizer_zero_grad`` it zeroes the gradients (set to None) right after the step rather than at
+the next window's first batch: every backward sees the same gradients either way.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainmesh.strategies.step import StepHooks, StepResult, tokens_in
+from trainmesh.trainer import manual_optimization
+from trainmesh.trainer.optimization_hooks import LoopStepHooks, then_hooks, with_backward_hooks
+from trainmesh.trainer.optimizers import step_scheduler
+from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.token_loss import TokenLossWindow
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.loop_context import LoopContext
+
+
+class TrainingBatches:
+    """One epoch's training steps and optimizer steps; who overrides which hook is read here, once."""
+
+    def __init__(self, ctx: LoopContext, accumulate: int) -> None:
+        state, runtime = ctx.state, ctx.runtime
+        self.ctx, self.accumulate, self.module = ctx, accumulate, state.module
+        self.backward = LossBackward(ctx)
+        self.step_hooks = _step_hooks(ctx, self.module, self.backward, accumulate)
+        self.window = TokenLossWindow(type(self.module).__name__)  # a summed loss's tokens until the step
+        self.manual = self.step_hooks.backward_scope is not None  # the module steps its optimizers itself
+        self.hooks = hooks = LoopStepHooks(ctx.hooks, runtime)
+        needs_closure = any(isinstance(o.optimizer, torch.optim.LBFGS) for o in state.optimizers)
+        self.through_hook = not self.manual and (hooks.custom_step or needs_closure)
+        # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
+        self.zero_in_window = not self.manual and (hooks.zero_in_window or self.through_hook)
+        # A pipeline's schedule runs training_step and backward in one call: zeroing between them is
+        # not the loop's to do, so the window's zero_grad hooks run just before that call.
+        self.zero_before_step = self.zero_in_window and not runtime.capabilities.backward_hooks
+        if needs_closure and self.zero_before_step:
+            raise ValueError(
+                "LBFGS under pipeline parallelism: it runs its closure (the whole pipeline schedule) several times "
+                "per step, as often as each stage's own line search decides, so the stages' schedules would stop "
+                "matching. Use a first-order optimizer (SGD, Adam, ...) with pipeline stages, or LBFGS without them"
+            )
+
+    def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        """Train on one batch; step the optimizers where ``steps_now`` (the window's last batch)."""
+        self.backward.batch_idx = batch_idx
+        if self.zero_in_window:
+            self._arm_zero_grad(batch_idx)
+        if steps_now and self.through_hook:
+            result = self._step_through_hook(batch_idx, functools.partial(self._train, batch, batch_idx, True))
+            assert result is not None  # the first closure trains, and it ran (checked)
+            return result
+        result = self._train(batch, batch_idx, steps_now)
+        if steps_now and not self.manual:
+            self.step()
+        return result
+
+    def finish_window(self, batch_idx: int) -> None:
+        """The epoch ended inside an accumulation window (a loader without a length, or the module
+        ended the epoch early): step on what was accumulated rather than carry it over."""
+        if self.through_hook:
+            self._step_through_hook(batch_idx, None)
+        else:
+            self.step()
+
+    def _train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
+        # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
+        # output), the loss and backward; gradients stay local until the window's last batch.
+        state = self.ctx.state
+        result = self.ctx.runtime.train_step(
+            state.model, batch, batch_idx, sync_grads=sync_grads, hooks=self.step_hooks
+        )
+        # A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
+        # step, which reports the global mean.
+        self.window.add(result)
+        if result.loss is not None and result.num_tokens is None:
+            state.loop.last_loss = result.loss.detach()
+        return result
+
+    def step(self) -> None:
+        """The optimizer step without a closure (the fast path), each optimizer in turn."""
+        for index, optimizer in enumerate(self.ctx.state.optimizers):
+            if index == 0:
+                self._close_window()
+            self._before_step(optimizer)
+            optimizer.step()
+            if not self.zero_in_window:
+                optimizer.zero_grad()
+        self._stepped()
+
+    def _step_through_hook(self, batch_idx: int, train: Callable[[], StepResult] | None) -> StepResult | None:
+        """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for each optimizer (one in a
+        Lightning 2.x program; with several, trainmesh's automatic optimization steps each after one
+        training_step: the first one's closure trains, the others' find the gradients computed)."""
+        state, name = self.ctx.state, type(self.module).__name__
+        optimizer_step = getattr(self.module, "optimizer_step", _default_optimizer_step)
+        first: OptimizerClosure | None = None
+        for index, optimizer in enumerate(state.optimizers):
+            closure = OptimizerClosure(
+                train if index == 0 else None,
+                self._close_window if index == 0 else None,
+                last_loss=lambda: state.loop.last_loss,
+                divisor=self.accumulate,
+            )
+            first = first or closure
+            stepping = HookedOptimizer(optimizer, functools.partial(self._before_step, optimizer))
+            optimizer_step(state.current_epoch, batch_idx, stepping, closure)
+            closure.check_ran(name)
+            if not self.zero_in_window:
+                optimizer.zero_grad()
+        self._stepped()
+        return first.result if first is not None else None
+
+    def _close_window(self) -> None:
+        # A summed loss's gradients are complete now (all batches of the window, reduced over the
+        # data-parallel ranks): divided by the global token count before anyone reads them.
+        state = self.ctx.state
+        mean_loss = self.window.close(self.ctx.runtime, state.model)
+        if mean_loss is not None:
+            state.loop.last_loss = mean_loss
+
+    def _before_step(self, optimizer: Any) -> None:
+        """What Lightning's precision runs once the closure has (``_after_closure``): the hook, then clipping."""
+        settings, hooks = self.ctx.settings, self.hooks
+        if hooks.before_step:
+            hooks.call_before_step(optimizer.optimizer)
+        if hooks.custom_clip:
+            self.module.configure_gradient_clipping(
+                optimizer.optimizer,
+                gradient_clip_val=settings.gradient_clip_val,
+                gradient_clip_algorithm=settings.gradient_clip_algorithm,
+            )
+        elif settings.gradient_clip_val is not None:
+            model, value = self.ctx.state.model, settings.gradient_clip_val
+            if settings.gradient_clip_algorithm == "value":
+                self.ctx.runtime.clip_gradients(model, optimizer, clip_val=value)
+            else:
+                self.ctx.runtime.clip_gradients(model, optimizer, max_norm=value)
+
+    def _stepped(self) -> None:
+        state = self.ctx.state
+        state.global_step += 1
+        custom = self.module.lr_scheduler_step if self.hooks.custom_scheduler_step else None
+        for config in state.lr_scheduler_configs:
+            if config.interval == "step" and state.global_step % config.frequency == 0:
+                step_scheduler(config, callback_metrics(state), custom)
+
+    def _arm_zero_grad(self, batch_idx: int) -> None:
+        """At a window's first batch, Lightning's closure zeroes after training_step, before backward."""
+        if batch_idx % self.accumulate != 0:
+            self.backward.zero_grad = None
+        elif self.zero_before_step:
+            self._zero_grad(batch_idx)
+        else:
+            self.backward.zero_grad = functools.partial(self._zero_grad, batch_idx)
+
+    def _zero_grad(self, batch_idx: int) -> None:
+        state = self.ctx.state
+        zero_grad = getattr(self.module, "optimizer_zero_grad", _default_zero_grad)
+        for optimizer in state.optimizers:
+            if self.hooks.before_zero_grad:
+                self.ctx.hooks.call("on_before_zero_grad", optimizer.optimizer)
+            zero_grad(state.current_epoch, batch_idx, optimizer.optimizer)
+
+
+def _default_optimizer_step(epoch: int, batch_idx: int, optimizer: Any, closure: Callable[[], Any]) -> None:
+    optimizer.step(closure=closure)  # Lightning's LightningModule.optimizer_step
+
+
+def _default_zero_grad(epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+    optimizer.zero_grad()  # Lightning's LightningModule.optimizer_zero_grad
+
+
+class OptimizerClosure:
+    """The ``optimizer_closure`` that ``optimizer_step`` receives: training_step and backward (the
+    window's zero_grad hooks between them, at its first batch), as Lightning's ``Closure``. Returns
+    the loss backward ran on (divided by the accumulation window), detached. It must run: after
+    ``optimizer_step`` returns, ``check_ran`` stops the fit if it never did, as Lightning does."""
+
+    def __init__(
+        self,
+        train: Callable[[], StepResult] | None,
+        then: Callable[[], None] | None,
+        *,
+        last_loss: Callable[[], torch.Tensor | None],
+        divisor: int,
+    ) -> None:
+        self._train, self._then, self._last_loss, self._divisor = train, then, last_loss, divisor
+        self.result: StepResult | None = None
+        self.ran = False
+
+    def __call__(self) -> torch.Tensor | None:
+        with torch.enable_grad():  # as Lightning's: an optimizer may call it under no_grad
+            if self._train is not None:
+                self.result = self._train()
+            if self._then is not None:
+                self._then()
+        self.ran = True
+        result = self.result
+        if result is None:  # no training here (a later optimizer's, or the epoch's end): the gradients exist
+            return self._last_loss()
+        if result.loss is None:  # a pipeline stage before the last
+            return None
+        # What backward ran on (the strategy's loss_to_backward): a mean loss's share of the window.
+        loss = result.loss / self._divisor if result.num_tokens is None and self._divisor > 1 else result.loss
+        return loss.detach()
+
+    def check_ran(self, owner: str) -> None:
+        if not self.ran:
+            raise ValueError(
+                f"{owner}.optimizer_step returned without running optimizer_closure, which runs training_step and "
+                "backward: pass it to the optimizer (optimizer.step(closure=optimizer_closure)), or call "
+                "optimizer_closure() yourself on a step you skip (as Lightning requires)"
+            )
+
+
+class HookedOptimizer:
+    """What ``optimizer_step`` receives (Lightning's ``LightningOptimizer``): ``step(closure)`` runs
+    the closure, then on_before_optimizer_step and the clipping, then the step through the precision
+    (under 16-mixed the closure first, then the grad scaler's step) and the strategy. Every other
+    attribute is the torch optimizer's own (``param_groups``, for a warm-up's learning rate)."""
+
+    def __init__(self, optimizer: Any, before_step: Callable[[], None]) -> None:
+        self._optimizer = optimizer  # the runtime's wrapper (runtime.RuntimeOptimizer)
+        self._before_step = before_step
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        inner: torch.optim.Optimizer = self._optimizer.optimizer
+        return inner
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        if closure is not None and not callable(closure):
+            raise TypeError(f"optimizer.step(closure=...) takes a callable, got {type(closure).__name__}")
+        return self._optimizer.step(then_hooks(closure or _nothing, self._before_step))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"HookedOptimizer({self.optimizer!r})"
+
+
+def _nothing() -> None:
+    return None
+
+
+class LossBackward:
+    """What the loop does with a step's loss: check it is finite (``check_loss``, which the
+    strategy calls first: on CPU before it changes anything; on an accelerator recorded on the
+    device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
+    by the accumulation window). One per epoch, updated per step."""
+
+    def __init__(self, ctx: LoopContext) -> None:
+        # runtime.backward, inside on_before_backward/on_after_backward and through the module's
+        # backward when anyone overrides them
+        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime, ctx.state.module)
+        loss_check = ctx.state.loop.loss_check
+        assert loss_check is not None  # fit sets it
+        self.loss_check = loss_check
+        self.batch_idx = 0
+        # Set at a window's first batch where the zero_grad hooks are overridden: Lightning zeroes there.
+        self.zero_grad: Callable[[], None] | None = None
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        if self.zero_grad is not None:
+            self.zero_grad()
+        self.backward(loss)
+
+    def check_loss(self, loss: torch.Tensor) -> None:
+        self.loss_check.check(loss, self.batch_idx)
+
+
+def _step_hooks(ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int) -> StepHooks:
+    hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
+    step_hooks = StepHooks(
+        step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+        loss_of=functools.partial(loss_of, module=module),
+        count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
+        backward=backward,
+        chunk_scope=sink.chunk_scope,
+        loss_divisor=accumulate,
+        check_loss=backward.check_loss,
+    )
+    if manual_backward is None:
+        return step_hooks
+    return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
+
+
+def loss_of(output: Any, module: Any) -> torch.Tensor:
+    """The loss in what training_step returned, or an error saying what was wrong with it."""
+    name = type(module).__name__
+    if isinstance(output, torch.Tensor):
+        loss = output
+    elif isinstance(output, dict):
+        if "loss" not in output:
+            raise ValueError(
+                f"{name}.training_step returned a dict without a 'loss' key (keys: {sorted(output)}); "
+                "put the tensor to minimise under 'loss'"
+            )
+        loss = output["loss"]
+    elif output is None:
+        raise ValueError(
+            f"{name}.training_step returned None; return the loss tensor (or a dict with 'loss'). "
+            "To skip a batch on purpose, return None from a manual-optimization module instead"
+        )
+    else:
+        raise TypeError(
+            f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'"
+        )
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(
+            f"{name}.training_step's loss must be a scalar tensor, got {shape}; reduce it "
+            "(e.g. loss.mean()) before returning"
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            f"{name}.training_step's loss does not require grad: it was computed without the "
+            "model's parameters, under torch.no_grad(), or detached. Return the loss the "
+            "parameters produced"
+        )
+    return loss

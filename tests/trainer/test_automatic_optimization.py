@@ -1,0 +1,317 @@
+"""Lightning's optimizer_step hook and the hooks of the step around it (trainmesh.trainer.automatic_optimization):
+called where Lightning 2.6.6 calls them, with its arguments; a warm-up or a skipped step written in the hook
+trains the weights that the same schedule in plain torch does, under single, ddp and fsdp."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+from optimizer_step_run import (  # noqa: E402
+    ACCUMULATE,
+    CLIP,
+    EPOCHS,
+    SAMPLES,
+    Net,
+    WarmUp,
+    network,
+    sgd,
+    torch_reference,
+    warm_up,
+)
+
+import trainmesh as tm  # noqa: E402
+from helpers.batches import Batches  # noqa: E402
+from helpers.models import quiet_trainer, random_classification  # noqa: E402
+
+SCRIPT = HERE / "optimizer_step_run.py"
+
+
+def loader(batch_size=8, samples=SAMPLES):
+    return DataLoader(random_classification(samples), batch_size=batch_size)
+
+
+def assert_same_weights(module, reference, atol=0.0):
+    for got, want in zip(module.net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.detach(), want.detach(), rtol=0, atol=atol)
+
+
+class HalvingSchedule:
+    """A scheduler that is not torch's (no step()): Lightning steps it only through lr_scheduler_step."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.count = optimizer, 0
+
+    def halve(self):
+        self.count += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] *= 0.5
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class EveryHook(tm.Module):
+    """Overrides each hook of the step and writes what it was called with into ``calls``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(16, 4)
+        self.calls = []
+
+    def training_step(self, batch, batch_idx):
+        self.calls.append(f"training_step:{batch_idx}")
+        return F.cross_entropy(self.layer(batch[0]), batch[1])
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        optimizer.register_step_pre_hook(lambda *args: self.calls.append("torch_step"))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": HalvingSchedule(optimizer), "interval": "step"}}
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.calls.append(f"on_train_batch_start:{batch_idx}")
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.calls.append(f"on_train_batch_end:{batch_idx}")
+
+    def on_before_backward(self, loss):
+        self.calls.append("on_before_backward")
+
+    def backward(self, loss, *args, **kwargs):
+        self.calls.append("backward")
+        loss.backward(*args, **kwargs)
+
+    def on_after_backward(self):
+        self.calls.append("on_after_backward")
+
+    def on_before_optimizer_step(self, optimizer):
+        self.calls.append(f"on_before_optimizer_step:{type(optimizer).__name__}")
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.calls.append(f"configure_gradient_clipping:{type(optimizer).__name__}:{gradient_clip_val}")
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+        self.calls.append(f"optimizer_step:{epoch}:{batch_idx}")
+        optimizer.step(closure=optimizer_closure)
+        self.calls.append("optimizer_step_done")
+
+    def on_before_zero_grad(self, optimizer):
+        self.calls.append(f"on_before_zero_grad:{type(optimizer).__name__}")
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        self.calls.append(f"optimizer_zero_grad:{epoch}:{batch_idx}:{type(optimizer).__name__}")
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler, metric):
+        self.calls.append(f"lr_scheduler_step:{type(scheduler).__name__}:{metric}")
+        scheduler.halve()
+
+    def on_train_epoch_end(self):
+        self.calls.append("on_train_epoch_end")
+
+
+def _window_start(i):
+    return ["on_before_zero_grad:SGD", f"optimizer_zero_grad:0:{i}:SGD"]
+
+
+_BACKWARD = ["on_before_backward", "backward", "on_after_backward"]
+_AFTER_CLOSURE = ["on_before_optimizer_step:SGD", "configure_gradient_clipping:SGD:0.5"]
+_STEPPED = ["optimizer_step_done", "lr_scheduler_step:HalvingSchedule:None"]
+
+# EveryHook under Lightning 2.6.6 (the same class on a LightningModule, Trainer(accumulate_grad_batches=2,
+# gradient_clip_val=0.5), 5 batches of 8): the calls it printed, and its weights' sum.
+LIGHTNING_ORDER = [
+    *["on_train_batch_start:0", "training_step:0", *_window_start(0), *_BACKWARD, "on_train_batch_end:0"],
+    *["on_train_batch_start:1", "optimizer_step:0:1", "torch_step", "training_step:1", *_BACKWARD],
+    *[*_AFTER_CLOSURE, *_STEPPED, "on_train_batch_end:1"],
+    *["on_train_batch_start:2", "training_step:2", *_window_start(2), *_BACKWARD, "on_train_batch_end:2"],
+    *["on_train_batch_start:3", "optimizer_step:0:3", "torch_step", "training_step:3", *_BACKWARD],
+    *[*_AFTER_CLOSURE, *_STEPPED, "on_train_batch_end:3"],
+    *["on_train_batch_start:4", "optimizer_step:0:4", "torch_step", "training_step:4", *_window_start(4)],
+    *[*_BACKWARD, *_AFTER_CLOSURE, *_STEPPED, "on_train_batch_end:4", "on_train_epoch_end"],
+]
+LIGHTNING_WEIGHT_SUM = -0.9516339302062988
+
+
+def test_the_step_hooks_run_in_lightnings_order_and_train_lightnings_weights():
+    module = EveryHook()
+    quiet_trainer(max_epochs=1, accumulate_grad_batches=2, gradient_clip_val=0.5).fit(module, loader(samples=40))
+    assert module.calls == LIGHTNING_ORDER
+    assert module.layer.weight.sum().item() == pytest.approx(LIGHTNING_WEIGHT_SUM, rel=1e-6)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_warm_up_in_optimizer_step_trains_what_plain_torch_does(accumulate):
+    module = WarmUp()
+    trainer = quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=accumulate)
+    trainer.fit(module, loader())
+    assert trainer.global_step == EPOCHS * 12 // accumulate
+    assert_same_weights(module, torch_reference(batch_size=8, accumulate=accumulate))
+    assert module.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.2)  # warmed up to the full rate
+
+
+class SkipsSteps(Net):
+    """Calls the closure itself (training_step and backward) on the batches it does not step."""
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        if batch_idx % 3 == 1:
+            loss = optimizer_closure()
+            assert loss is not None and not loss.requires_grad
+        else:
+            optimizer.step(closure=optimizer_closure)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed"])
+def test_a_step_skipped_in_optimizer_step_trains_what_plain_torch_does(precision):
+    module = SkipsSteps()
+    trainer = quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=2, precision=precision)
+    trainer.fit(module, loader())
+    assert trainer.global_step == EPOCHS * 6  # a skipped step still counts, as in Lightning
+    if precision == "32-true":
+        reference = torch_reference(batch_size=8, accumulate=2, skip=lambda i: i % 3 == 1, warm=False)
+        assert_same_weights(module, reference)
+    else:  # with a grad scaler: no unscale is left over from a skipped step (GradScaler would refuse the next)
+        assert_same_weights(module, _grad_scaler_reference(skip=lambda i: i % 3 == 1), atol=1e-6)
+
+
+def _grad_scaler_reference(skip):
+    """Plain torch 16-mixed on the CPU (fp16 autocast, GradScaler), accumulating 2 batches; no warm-up."""
+    model = network()
+    optimizer, scaler = sgd(model.parameters()), torch.amp.GradScaler("cpu")
+    for _ in range(EPOCHS):
+        for batch_idx, (x, y) in enumerate(loader()):
+            if batch_idx % 2 == 0:
+                optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss / 2).backward()
+            if batch_idx % 2 == 1 and not skip(batch_idx):
+                scaler.step(optimizer)
+                scaler.update()
+    return model
+
+
+class NeverRunsTheClosure(Net):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        if self.how == "step without it":
+            optimizer.step()
+
+
+@pytest.mark.parametrize("how", ["nothing", "step without it"])
+def test_an_optimizer_step_that_never_runs_the_closure_stops_the_fit(how):
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.raises(
+        ValueError, match=r"NeverRunsTheClosure.optimizer_step returned without running optimizer_closure"
+    ):
+        trainer.fit(NeverRunsTheClosure(how), loader())
+    assert trainer.global_step == 0
+
+
+class TwoOptimizers(Net):
+    """trainmesh's automatic optimization with several optimizers: one training_step, each steps."""
+
+    def configure_optimizers(self):
+        return [sgd(self.net[0].parameters()), sgd(self.net[2].parameters())]
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        self.seen = [*getattr(self, "seen", []), optimizer.optimizer]
+        optimizer.step(closure=optimizer_closure)
+        warm_up(optimizer, self.trainer.global_step)
+
+
+def test_with_several_optimizers_optimizer_step_is_called_for_each():
+    module = TwoOptimizers()
+    trainer = quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=2)
+    trainer.fit(module, loader())
+    inner = [optimizer.optimizer for optimizer in trainer.optimizers]
+    assert module.seen == inner * (EPOCHS * 6)
+    assert_same_weights(module, torch_reference(batch_size=8, accumulate=2))
+
+
+class LBFGSNet(Net):
+    def configure_optimizers(self):
+        return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=3)
+
+
+def test_lbfgs_steps_through_lightnings_default_optimizer_step():
+    """LBFGS needs its closure; Lightning's default optimizer_step passes it (each call zeroes the gradients)."""
+    module = LBFGSNet()
+    quiet_trainer(max_epochs=1).fit(module, loader())
+    model = network()
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3)
+    for x, y in loader():
+
+        def closure(x=x, y=y):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+    assert_same_weights(module, model)
+
+
+def test_the_automatic_step_hooks_are_refused_in_manual_optimization():
+    class Manual(Net):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            return None
+
+        def lr_scheduler_step(self, scheduler, metric):
+            scheduler.step()
+
+    with pytest.raises(
+        ValueError, match=r"lr_scheduler_step \(defined by Manual\) would never run.*self.lr_schedulers"
+    ):
+        quiet_trainer(max_epochs=1).fit(Manual(), loader())
+
+
+@pytest.fixture(scope="module")
+def legs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("optimizer_step")
+    plan = [
+        (name, 2, ["trainer", str(root / name), strategy, "2"], {})
+        for name, strategy in (("ddp.pt", "ddp"), ("fsdp.pt", "fsdp"))
+    ]
+    batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE)
+
+    def saved(name: str) -> dict:
+        batches(name)
+        return torch.load(root / name)
+
+    return saved
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_warm_up_in_optimizer_step_under_two_processes_trains_what_plain_torch_does(legs, strategy):
+    """Each process has half of each batch of 16 (accumulated over 2 batches, clipped to a norm of 0.5:
+    under fsdp the norm over both shards): the weights of plain torch on the whole batches."""
+    saved = legs(f"{strategy}.pt")
+    assert saved["global_step"] == EPOCHS * 6 // ACCUMULATE
+    reference = torch_reference(batch_size=16, accumulate=ACCUMULATE, clip=CLIP)
+    single = WarmUp()
+    quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=CLIP).fit(
+        single, loader(batch_size=16)
+    )
+    assert_same_weights(single, reference)  # one process: the same arithmetic
+    for (name, got), want in zip(saved["state_dict"].items(), reference.parameters(), strict=True):
+        # the mean of two half-batch means, reduced over gloo: equal to float rounding
+        torch.testing.assert_close(got, want.detach(), rtol=0, atol=1e-6, msg=name)
