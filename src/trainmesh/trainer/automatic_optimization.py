@@ -77,7 +77,7 @@ class TrainingBatches:
             return result
         result = self._train(batch, batch_idx, steps_now)
         if steps_now and not self.manual:
-            self.step()
+            self.step(batch_idx)
         return result
 
     def finish_window(self, batch_idx: int) -> None:
@@ -86,7 +86,7 @@ class TrainingBatches:
         if self.through_hook:
             self._step_through_hook(batch_idx, None)
         else:
-            self.step()
+            self.step(batch_idx)
 
     def _train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
         # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
@@ -102,7 +102,7 @@ class TrainingBatches:
             state.loop.last_loss = result.loss.detach()
         return result
 
-    def step(self) -> None:
+    def step(self, batch_idx: int) -> None:
         """The optimizer step without a closure (the fast path), each optimizer in turn."""
         for index, optimizer in enumerate(self.ctx.state.optimizers):
             if index == 0:
@@ -111,7 +111,7 @@ class TrainingBatches:
             optimizer.step()
             if not self.zero_in_window:
                 optimizer.zero_grad()
-        self._stepped()
+        self._stepped(batch_idx)
 
     def _step_through_hook(self, batch_idx: int, train: Callable[[], StepResult] | None) -> StepResult | None:
         """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for each optimizer (one in a
@@ -133,7 +133,7 @@ class TrainingBatches:
             closure.check_ran(name)
             if not self.zero_in_window:
                 optimizer.zero_grad()
-        self._stepped()
+        self._stepped(batch_idx)
         return first.result if first is not None else None
 
     def _close_window(self) -> None:
@@ -162,12 +162,14 @@ class TrainingBatches:
             else:
                 self.ctx.runtime.clip_gradients(model, optimizer, max_norm=value)
 
-    def _stepped(self) -> None:
+    def _stepped(self, batch_idx: int) -> None:
         state = self.ctx.state
         state.global_step += 1
         custom = self.module.lr_scheduler_step if self.hooks.custom_scheduler_step else None
         for config in state.lr_scheduler_configs:
-            if config.interval == "step" and state.global_step % config.frequency == 0:
+            # Lightning's rule: a step-interval scheduler steps where the epoch's batch count (not the
+            # optimizer steps) is a multiple of its frequency, at batches that step the optimizer.
+            if config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
                 step_scheduler(config, callback_metrics(state), custom)
 
     def _arm_zero_grad(self, batch_idx: int) -> None:

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
 BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
 # Module hooks of automatic optimization only: in manual optimization training_step steps, zeroes,
 # clips and schedules itself, and Lightning calls none of them.
@@ -111,15 +113,18 @@ def then_hooks(closure: Callable[[], Any], announce: Callable[[], None]) -> Call
 
 
 def refuse_uncallable_step_hooks(hooks: Any, module: Any, runtime: Any, *, manual: bool) -> None:
-    """At fit's start: the step hooks this run would have to skip, refused rather than skipped."""
+    """At fit's start: the step hooks this run will not call. In manual optimization Lightning calls
+    none of the automatic-optimization hooks and says nothing; trainmesh does the same (the run's
+    numbers are Lightning's) and says so once. Under pipeline parallelism, which Lightning does not
+    have, the backward hooks cannot run and are refused."""
     if manual:
         for hook in ("on_before_zero_grad", *AUTOMATIC_ONLY_HOOKS):
             owners = _owners(hooks, module, hook)
             if owners:
-                raise ValueError(
-                    f"{hook} (defined by {owners}) would never run: {type(module).__name__} uses manual optimization "
+                rank_zero_warn(
+                    f"{hook} (defined by {owners}) is not called: {type(module).__name__} uses manual optimization "
                     f"(automatic_optimization = False), where training_step steps, zeroes, clips and schedules itself "
-                    f"and Lightning calls no such hook. {_MANUAL_INSTEAD[hook]}"
+                    f"and Lightning calls no such hook either. {_MANUAL_INSTEAD[hook]}"
                 )
         return
     if not runtime.capabilities.backward_hooks:
