@@ -95,3 +95,22 @@ def test_predict_without_predict_step_or_forward():
 def test_check_val_every_n_epoch_must_be_positive(value):
     with pytest.raises(ValueError, match="check_val_every_n_epoch"):
         quiet_trainer(check_val_every_n_epoch=value)
+
+
+def test_train_batch_hooks_written_for_lightning_before_1_5_get_dataloader_idx_0():
+    """Before Lightning 1.5 the train-batch hooks took a required dataloader_idx (1.x passed 0)."""
+    seen = []
+
+    class Old(DropoutNet):
+        def on_train_batch_start(self, batch, batch_idx, dataloader_idx):
+            seen.append(("module.start", batch_idx, dataloader_idx))
+
+    class OldCallback(tm.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx):
+            seen.append(("callback.end", batch_idx, dataloader_idx))
+
+    train, val = loaders()
+    quiet_trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, callbacks=[OldCallback()]).fit(
+        Old(), train, val
+    )
+    assert seen == [("module.start", 0, 0), ("callback.end", 0, 0), ("module.start", 1, 0), ("callback.end", 1, 0)]

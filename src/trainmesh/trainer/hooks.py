@@ -47,6 +47,36 @@ class _LeadingArgs:
         return self.function(self.owner, *args[: self.count])
 
 
+class _WithDataloaderIdx:
+    """Calls ``function(owner, *args, 0)``: a train-batch hook written for Lightning before 1.5,
+    whose ``dataloader_idx`` had no default (1.x passed 0: training reads one loader)."""
+
+    def __init__(self, function: Any, owner: Any) -> None:
+        self.function, self.owner = function, owner
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(self.owner, *args, 0)
+
+
+# The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
+_OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
+
+
+def _requires_dataloader_idx(method: Any, count: int) -> bool:
+    """Whether ``method``'s positional parameter after the ``count`` passed ones (and self) is a
+    ``dataloader_idx`` without a default, and the last it requires."""
+    try:
+        parameters = [
+            p
+            for p in inspect.signature(method).parameters.values()
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return False
+    extra = parameters[count + 1 :]
+    return len(extra) == 1 and extra[0].name == "dataloader_idx" and extra[0].default is inspect.Parameter.empty
+
+
 def _positional_capacity(method: Any) -> int | None:
     """How many positional arguments ``method`` takes; None: any number (``*args``) or unknown."""
     try:
@@ -83,6 +113,8 @@ def fit_hook_arities(obj: Any, *, leading: int = 0) -> None:
         capacity = _positional_capacity(function)
         if capacity is not None and capacity - 1 < leading + passed:  # - 1: self
             object.__setattr__(obj, hook, _LeadingArgs(function, obj, capacity - 1))
+        elif hook in _OLD_DATALOADER_IDX and _requires_dataloader_idx(function, leading + passed):
+            object.__setattr__(obj, hook, _WithDataloaderIdx(function, obj))
 
 
 class HookDispatcher:
