@@ -141,13 +141,22 @@ class FitResult:
     optimizer_variables: list[np.ndarray] = field(default_factory=list)
 
 
+def variable_values(model: Any) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in model.variables]
+
+
+def assign_values(variables: Any, values: list[Any]) -> None:
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+
+
 def fit_result(model: Any, history: Any) -> FitResult:
     optimizer = model.optimizer
     return FitResult(
         dict(history.history),
         list(history.epoch),
         dict(history.params),
-        [np.array(v.numpy()) for v in model.variables],
+        variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
     )
 
@@ -157,14 +166,12 @@ def adopt_fit(model: Any, result: Any) -> Any:
     if not isinstance(result, FitResult):
         return result
     keras = require_keras()
-    for variable, value in zip(model.variables, result.variables, strict=True):
-        variable.assign(value)
+    assign_values(model.variables, result.variables)
     optimizer = model.optimizer
     if result.optimizer_variables:
         if not optimizer.built:
             optimizer.build(model.trainable_variables)
-        for variable, value in zip(optimizer.variables, result.optimizer_variables, strict=True):
-            variable.assign(value)
+        assign_values(optimizer.variables, result.optimizer_variables)
     history = keras.callbacks.History()
     history.set_model(model)
     history.history, history.epoch = result.history, result.epoch

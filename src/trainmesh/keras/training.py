@@ -39,12 +39,15 @@ def fit(
     process (the same one: its epoch metrics are over all processes' data)."""
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
     arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
-    result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs)
+    # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
+    values = arguments.variable_values(model)
+    result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs, values)
     return arguments.adopt_fit(model, result)
 
 
-def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
+def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any]) -> Any:
     rank, world = runtime.global_rank, runtime.world_size
+    arguments.assign_values(model.variables, values)
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
