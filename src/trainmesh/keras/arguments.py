@@ -1,0 +1,180 @@
+"""Checks made before any process starts, and the bridge back from spawned workers.
+
+Everything a run could refuse is refused here, in the calling process, with what, why and what
+to do instead: a strategy other than data parallelism, an argument Keras' method does not take,
+data that cannot be split over the processes, a split that would give processes different
+numbers of steps, a loss whose reduction the gradient averaging would not reproduce.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainmesh.keras.backend import is_keras_object, require_keras
+from trainmesh.keras.data import (
+    check_evaluation_size,
+    leaves,
+    num_samples,
+    plan_training,
+    refuse_unshardable,
+)
+from trainmesh.runtime import Runtime
+
+DATA_PARALLEL = ("single", "ddp")  # ddp, ddp_spawn and ddp_fork are all "ddp" (start methods)
+_REASONS = {
+    "fsdp": "FSDP shards a model by swapping the torch module's parameters, which Keras layers never read (they "
+    "read their own Variable objects), and Keras' optimizer updates whole variables",
+    "zero1": "ZeRO-1 partitions a torch optimizer's state by rank, and Keras' optimizer keeps its own state in "
+    "Keras variables that trainmesh does not partition yet",
+}
+
+
+def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices: Any, num_nodes: int) -> Runtime:
+    """The run's Runtime, once the model and the strategy are known to fit Keras' own loop."""
+    require_keras()
+    if not is_keras_object(model) or not hasattr(model, what):
+        raise TypeError(f"trainmesh.keras.{what} takes a Keras model (keras.Model), got {type(model).__name__}")
+    if what != "predict" and not getattr(model, "compiled", False):
+        raise ValueError(
+            f"the model is not compiled: call model.compile(optimizer=..., loss=..., metrics=[...]) before {what}"
+        )
+    runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes)
+    name = runtime.strategy.name
+    if name not in DATA_PARALLEL:
+        family = "fsdp" if name in ("fsdp", "sharded", "hsdp", "fsdp_tp") else name
+        why = _REASONS.get(family, f"{name!r} splits the model or its steps in ways Keras' own fit loop does not run")
+        raise ValueError(
+            f"strategy={name!r} cannot run Keras' model.{what}: {why}. Use strategy='ddp' (or 'ddp_spawn', "
+            "'ddp_fork'), where every process holds the whole model and gradients are averaged"
+        )
+    if runtime.device_type != "cpu" and world_of(runtime) > 1:
+        raise ValueError(
+            f"trainmesh.keras runs several processes on CPU only for now (accelerator={accelerator!r}): Keras' torch "
+            "backend places every process's model on the same default device. Use accelerator='cpu', or one device"
+        )
+    return runtime
+
+
+def world_of(runtime: Runtime) -> int:
+    """How many processes the run will have (known before they start)."""
+    return int(runtime.strategy.processes_per_node) * runtime.num_nodes
+
+
+def bind(method: Any, what: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The arguments as Keras' method would take them, or its TypeError, before any process starts."""
+    try:
+        bound = inspect.signature(method).bind(*args, **kwargs)
+    except TypeError as exc:
+        hint = " (seed: call keras.utils.set_random_seed(seed) before building the model)" if "seed" in kwargs else ""
+        raise TypeError(f"model.{what}() would refuse these arguments: {exc}{hint}") from None
+    return dict(bound.arguments)
+
+
+def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
+    bind(model.fit, "fit", x, y, **kwargs)
+    if world == 1:
+        return
+    refuse_unshardable("x", x, world)
+    refuse_unshardable("y", y, world)
+    refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
+    refuse_unshardable("validation_data", kwargs.get("validation_data"), world)
+    check_loss_reduction(model)
+    train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
+    plan_training(num_samples(train), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
+    if validation is not None:
+        check_evaluation_size(num_samples(validation), world, "the validation data")
+
+
+def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
+    bind(model.evaluate, "evaluate", x, y, **kwargs)
+    if world > 1:
+        for name, value in (("x", x), ("y", y), ("sample_weight", kwargs.get("sample_weight"))):
+            refuse_unshardable(name, value, world)
+        check_evaluation_size(num_samples((x, y)), world, "x")
+
+
+def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> None:
+    bind(model.predict, "predict", x, **kwargs)
+    if world > 1:
+        refuse_unshardable("x", x, world)
+        check_evaluation_size(num_samples(x), world, "x")
+
+
+def check_loss_reduction(model: Any) -> None:
+    """Averaging per-process gradients (weighted by batch share) gives one process's gradient when
+    each loss is a mean over the batch's samples: Keras' default reduction."""
+    losses = leaves(model.loss) if isinstance(model.loss, (list, tuple, dict)) else [model.loss]
+    for loss in losses:
+        reduction = getattr(loss, "reduction", "sum_over_batch_size")
+        if reduction != "sum_over_batch_size":
+            raise ValueError(
+                f"the loss {type(loss).__name__}(reduction={reduction!r}): under several processes each one's "
+                "gradients are averaged with weights for its share of the batch, which reproduces one process "
+                "only for a mean over the samples. Use reduction='sum_over_batch_size' (Keras' default)"
+            )
+
+
+def split_validation(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[tuple[Any, Any, Any], Any]:
+    """``validation_split`` done as Keras does it (its own function: the last part of the arrays),
+    before the arrays are split over the processes; pops it (and ``validation_data``) from kwargs."""
+    split = kwargs.pop("validation_split", 0.0)
+    validation = kwargs.pop("validation_data", None)
+    if split and validation is None:
+        from keras.src.trainers.data_adapters.array_slicing import train_validation_split
+
+        (x, y, sample_weight), validation = train_validation_split((x, y, sample_weight), validation_split=split)
+    return (x, y, sample_weight), validation
+
+
+@dataclass
+class FitResult:
+    """What a spawned worker sends back: the History's contents and every trained variable."""
+
+    history: dict[str, list[Any]]
+    epoch: list[int]
+    params: dict[str, Any]
+    variables: list[np.ndarray]
+    optimizer_variables: list[np.ndarray] = field(default_factory=list)
+
+
+def variable_values(model: Any) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in model.variables]
+
+
+def assign_values(variables: Any, values: list[Any]) -> None:
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+
+
+def fit_result(model: Any, history: Any) -> FitResult:
+    optimizer = model.optimizer
+    return FitResult(
+        dict(history.history),
+        list(history.epoch),
+        dict(history.params),
+        variable_values(model),
+        [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
+    )
+
+
+def adopt_fit(model: Any, result: Any) -> Any:
+    """In the parent of spawned workers: the user's model takes rank 0's trained variables."""
+    if not isinstance(result, FitResult):
+        return result
+    keras = require_keras()
+    assign_values(model.variables, result.variables)
+    optimizer = model.optimizer
+    if result.optimizer_variables:
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        assign_values(optimizer.variables, result.optimizer_variables)
+    history = keras.callbacks.History()
+    history.set_model(model)
+    history.history, history.epoch = result.history, result.epoch
+    history.set_params(result.params)
+    model.history = history
+    return history

@@ -1,0 +1,173 @@
+"""Keras' own ``fit``/``evaluate`` in every process, kept in step as Horovod's Keras integration does.
+
+Installed on the user's model for the length of one call and removed after it (the model is
+left as Keras made it), through three instance attributes that shadow Keras' methods:
+
+- ``optimizer.apply``: Keras' torch ``train_step`` calls it with the gradients ``loss.backward()``
+  left; they are averaged across processes first (weighted by each process's share of the global
+  batch, so a short last batch weighs as in one process), one collective per bucket.
+- ``model.train_step``: counts the steps, for that weighting.
+- ``model._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
+  and of each evaluation, before the logs reach History and the callbacks. Every metric's state
+  variables (totals, counts, confusion counts) are summed across processes there, so each
+  process reads the metrics of all the data; at a training epoch's end the BatchNormalization
+  moving statistics are averaged too, before validation and before any callback saves.
+
+``SyncCallback`` (last in the callback list) broadcasts rank 0's variables when training begins
+and makes a stop asked for by any process (``model.stop_training``) a stop in every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from trainmesh.keras.backend import require_keras
+from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
+from trainmesh.keras.data import TrainPlan
+from trainmesh.runtime import Runtime
+
+
+class SyncState:
+    """What the wrappers share during one call: the runtime, the batch plan, the phase."""
+
+    def __init__(self, runtime: Runtime, plan: TrainPlan | None) -> None:
+        self.runtime, self.plan = runtime, plan
+        self.step = 0  # training steps taken in this call
+        self.evaluating = False  # between on_test_begin and on_test_end
+
+    @property
+    def world(self) -> int:
+        return self.runtime.world_size
+
+
+def average_gradients(state: SyncState, gradients: list[Any], batch: int) -> list[Any]:
+    """The gradient one process would compute on the global batch: sum_r (b_r / b) g_r."""
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    if state.world == 1 or not present:
+        return gradients
+    assert state.plan is not None
+    total = state.plan.global_batch(state.step % state.plan.steps)
+    uniform = total == batch * state.world
+    tensors = [gradients[i] if uniform else gradients[i] * (batch / total) for i in present]
+    summed = all_reduce_sum(state.runtime, tensors)
+    averaged = list(gradients)
+    for i, value in zip(present, summed, strict=True):
+        averaged[i] = value / state.world if uniform else value
+    return averaged
+
+
+def reduce_metrics(state: SyncState, model: Any) -> None:
+    """Every metric's state variables summed over the processes (in place)."""
+    variables = [v for metric in model.metrics for v in metric.variables]
+    if state.world > 1 and variables:
+        assign(variables, all_reduce_sum(state.runtime, [v.value for v in variables]))
+
+
+def batchnorm_statistics(model: Any) -> list[Any]:
+    keras = require_keras()
+    found = []
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.built:
+            found += [layer.moving_mean, layer.moving_variance]
+    return found
+
+
+def average_batchnorm(state: SyncState, model: Any) -> None:
+    """BatchNormalization moving statistics: their mean over the processes, on every process."""
+    variables = batchnorm_statistics(model)
+    if state.world > 1 and variables:
+        summed = all_reduce_sum(state.runtime, [v.value for v in variables])
+        assign(variables, [value / state.world for value in summed])
+
+
+def broadcast_variables(state: SyncState, model: Any) -> None:
+    """Rank 0's model and optimizer variables (and resumed epoch) on every process."""
+    if state.world == 1:
+        return
+    variables = list(model.variables)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    assign(variables, broadcast_from_zero(state.runtime, [v.value for v in variables]))
+    # BackupAndRestore sets _initial_epoch from its file when training begins: rank 0's counts.
+    model._initial_epoch = state.runtime.broadcast(model._initial_epoch, 0)
+
+
+def agree_to_stop(state: SyncState, model: Any) -> None:
+    """A stop asked for on any process stops every process (they must take the same steps)."""
+    if state.world > 1:
+        flag = torch.tensor([1.0 if model.stop_training else 0.0])
+        model.stop_training = bool(all_reduce_sum(state.runtime, [flag])[0].item() > 0)
+
+
+@contextlib.contextmanager
+def installed(model: Any, state: SyncState) -> Iterator[None]:
+    """The wrappers on ``model`` and its optimizer for the length of the block."""
+    optimizer = model.optimizer
+    keras_apply = optimizer.apply
+    keras_train_step = model.train_step
+    keras_results = model._get_metrics_result_or_logs
+    batch_sizes: list[int] = []
+
+    def train_step(data: Any) -> Any:
+        x = data[0] if isinstance(data, tuple) else data
+        first = next(leaf for leaf in require_keras().tree.flatten(x) if leaf is not None)
+        batch_sizes.append(int(first.shape[0]))
+        try:
+            return keras_train_step(data)
+        finally:
+            state.step += 1
+            batch_sizes.clear()
+
+    def apply(gradients: Any, variables: Any = None) -> Any:
+        batch = batch_sizes[-1] if batch_sizes else 0
+        if batch:
+            gradients = average_gradients(state, list(gradients), batch)
+        return keras_apply(gradients, variables)
+
+    def results_or_logs(logs: Any) -> Any:
+        reduce_metrics(state, model)
+        if not state.evaluating:
+            average_batchnorm(state, model)  # a training epoch ended: before validation and the callbacks
+        return keras_results(logs)
+
+    _shadow(optimizer, "apply", apply)
+    _shadow(model, "train_step", train_step)
+    _shadow(model, "_get_metrics_result_or_logs", results_or_logs)
+    try:
+        yield
+    finally:
+        for owner, name in ((optimizer, "apply"), (model, "train_step"), (model, "_get_metrics_result_or_logs")):
+            owner.__dict__.pop(name, None)
+
+
+def _shadow(owner: Any, name: str, function: Any) -> None:
+    """An instance attribute in front of the class's method, without Keras' attribute tracking."""
+    object.__setattr__(owner, name, function)
+
+
+def sync_callback(state: SyncState) -> Any:
+    """The Keras callback that keeps the processes in step (put it last)."""
+    keras = require_keras()
+
+    class SyncCallback(keras.callbacks.Callback):  # type: ignore[name-defined]
+        def on_train_begin(self, logs: Any = None) -> None:
+            broadcast_variables(state, self.model)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            agree_to_stop(state, self.model)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            agree_to_stop(state, self.model)
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            state.evaluating = True
+
+        def on_test_end(self, logs: Any = None) -> None:
+            state.evaluating = False
+
+    return SyncCallback()
