@@ -46,6 +46,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/sync.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/training.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
     "launchers/__init__.py": ["launchers/test_launch_processes.py"],
     "launchers/base.py": ["launchers/test_environments.py"],
     "launchers/elastic.py": [
@@ -125,6 +126,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_gpu_check.py": "benchmarks/gpu_check.py",
     "test_layout.py": "this index",
     "keras/test_keras_ddp.py": "Keras' own model.fit at 2 processes (ddp, ddp_spawn) against one process at the global batch",
+    "keras/test_keras_zero1.py": "Keras' model.fit under zero1 at 2 processes against ddp: bit-identical, state split",
     "strategies/test_matrix.py": "every strategy x (Trainer, Runtime) x (torch, Keras) cell against a plain loop",
     "strategies/test_llama_whole.py": "the Llama test model trained whole",
     "strategies/test_zero1_frozen.py": "ZeRO-1 with frozen parameters",

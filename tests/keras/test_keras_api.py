@@ -122,7 +122,11 @@ def test_any_data_keras_reads_passes_as_is_on_one_process():
 REFUSED = [
     ({"strategy": "fsdp", "devices": 2}, ValueError, "strategy='fsdp' cannot run Keras' model.fit: FSDP shards"),
     ({"strategy": "sharded", "devices": 2}, ValueError, "strategy='sharded' cannot run .*FSDP.*Use strategy='ddp'"),
-    ({"strategy": "zero1", "devices": 2}, ValueError, "strategy='zero1' cannot run .*Keras' optimizer keeps"),
+    (  # zero1: writing the optimizer during fit (rank 0 holds only its part then)
+        {"strategy": "zero1", "devices": 2, "callbacks": [keras.callbacks.ModelCheckpoint("m.keras")]},
+        ValueError,
+        "strategy='zero1' cannot run ModelCheckpoint .*Save the model after fit",
+    ),
     ({"seed": 0}, TypeError, "model.fit.* would refuse .*seed.*keras.utils.set_random_seed"),
     ({"epochz": 2}, TypeError, "model.fit.* would refuse these arguments"),
     (  # 95 samples left to train: process 0 holds 48 (2 batches of 47), process 1 holds 47 (1 batch)
@@ -143,6 +147,21 @@ def test_refused_before_any_process_starts(arguments, error, message, monkeypatc
     monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(error, match=message):
         tk.fit(model_with(), x, y, verbose=0, **arguments)
+
+
+def test_zero1_refuses_optimizers_it_cannot_split_by_variable(monkeypatch):
+    """global_clipnorm (a norm over every gradient), use_ema, and a LossScaleOptimizer (its state is not
+    one slot per variable): refused before launch, with what to use instead."""
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    for optimizer, message in (
+        (keras.optimizers.SGD(0.1, global_clipnorm=1.0), "global_clipnorm"),
+        (keras.optimizers.Adam(use_ema=True), "use_ema"),
+        (keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), "not made of one slot per model variable"),
+    ):
+        with pytest.raises(ValueError, match=f"strategy='zero1' cannot train with .*{message}.*Use strategy='ddp'"):
+            tk.fit(model_with(optimizer), x, y, batch_size=16, verbose=0, strategy="zero1", devices=2)
 
 
 def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(monkeypatch):

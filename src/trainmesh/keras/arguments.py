@@ -24,12 +24,11 @@ from trainmesh.keras.data import (
 )
 from trainmesh.runtime import Runtime
 
-DATA_PARALLEL = ("single", "ddp")  # ddp, ddp_spawn and ddp_fork are all "ddp" (start methods)
+# ddp, ddp_spawn and ddp_fork are all "ddp" (start methods); zero1 is ddp with the optimizer state split (zero.py)
+DATA_PARALLEL = ("single", "ddp", "zero1")
 _REASONS = {
     "fsdp": "FSDP shards a model by swapping the torch module's parameters, which Keras layers never read (they "
     "read their own Variable objects), and Keras' optimizer updates whole variables",
-    "zero1": "ZeRO-1 partitions a torch optimizer's state by rank, and Keras' optimizer keeps its own state in "
-    "Keras variables that trainmesh does not partition yet",
 }
 
 

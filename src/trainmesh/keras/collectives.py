@@ -71,3 +71,15 @@ def assign(variables: Sequence[Any], values: Sequence[torch.Tensor]) -> None:
     """Keras variables take ``values`` (their own dtype and shape)."""
     for variable, value in zip(variables, values, strict=True):
         variable.assign(value)
+
+
+def broadcast_from(runtime: Runtime, tensors: Sequence[torch.Tensor], src: int) -> list[torch.Tensor]:
+    """Rank ``src``'s value of each tensor, on every process (new tensors)."""
+    if runtime.world_size == 1:
+        return [tensor.detach().clone() for tensor in tensors]
+
+    def broadcast(flat: torch.Tensor) -> torch.Tensor:
+        runtime.broadcast_tensors([flat], src=src)
+        return flat
+
+    return _in_buckets(tensors, broadcast)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
 from trainmesh.runtime import Runtime
+
+if TYPE_CHECKING:
+    from trainmesh.keras.zero import Zero
 
 
 class SyncState:
@@ -38,6 +41,7 @@ class SyncState:
         self.runtime, self.plan = runtime, plan
         self.step = 0  # training steps taken in this call
         self.evaluating = False  # between on_test_begin and on_test_end
+        self.zero: Zero | None = None  # strategy="zero1": this process's part of the optimizer state
 
     @property
     def world(self) -> int:
@@ -127,6 +131,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         batch = batch_sizes[-1] if batch_sizes else 0
         if batch:
             gradients = average_gradients(state, list(gradients), batch)
+        if state.zero is not None and state.zero.partitioned:
+            return state.zero.apply(keras_apply, gradients, variables)
         return keras_apply(gradients, variables)
 
     def results_or_logs(logs: Any) -> Any:
@@ -136,12 +142,22 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         return keras_results(logs)
 
     _shadow(optimizer, "apply", apply)
+    if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
+        keras_finalize = optimizer.finalize_variable_values
+        zero = state.zero
+
+        def finalize_variable_values(var_list: Any) -> Any:
+            zero.gather()
+            return keras_finalize(var_list)
+
+        _shadow(optimizer, "finalize_variable_values", finalize_variable_values)
     _shadow(model, "train_step", train_step)
     _shadow(model, "_get_metrics_result_or_logs", results_or_logs)
     try:
         yield
     finally:
-        for owner, name in ((optimizer, "apply"), (model, "train_step"), (model, "_get_metrics_result_or_logs")):
+        shadowed = ((optimizer, "apply"), (optimizer, "finalize_variable_values"), (model, "train_step"))
+        for owner, name in (*shadowed, (model, "_get_metrics_result_or_logs")):
             owner.__dict__.pop(name, None)
 
 
@@ -157,12 +173,18 @@ def sync_callback(state: SyncState) -> Any:
     class SyncCallback(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
             broadcast_variables(state, self.model)
+            if state.zero is not None:
+                state.zero.partition()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             agree_to_stop(state, self.model)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             agree_to_stop(state, self.model)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if state.zero is not None:
+                state.zero.gather()
 
         def on_test_begin(self, logs: Any = None) -> None:
             state.evaluating = True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainmesh.keras import arguments
+from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import interleave, plan_training, shard
@@ -39,6 +39,8 @@ def fit(
     process (the same one: its epoch metrics are over all processes' data)."""
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
     arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
+    if runtime.strategy.name == "zero1":
+        zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
     result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs, values)
@@ -59,6 +61,8 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
 
         plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
     state = SyncState(runtime, plan)
+    if runtime.strategy.name == "zero1" and world > 1:
+        state.zero = zero.Zero(runtime, model)
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
