@@ -150,8 +150,9 @@ def test_refused_before_any_process_starts(arguments, error, message, monkeypatc
 
 
 def test_zero1_refuses_optimizers_it_cannot_split_by_variable(monkeypatch):
-    """global_clipnorm (a norm over every gradient), use_ema, and a LossScaleOptimizer (its state is not
-    one slot per variable): refused before launch, with what to use instead."""
+    """global_clipnorm (a norm over every gradient), use_ema, a LossScaleOptimizer (its state is not
+    one slot per variable), an optimizer built on other variables: refused before launch, with what
+    to use instead."""
     from trainmesh.runtime import Runtime
 
     monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
@@ -162,6 +163,11 @@ def test_zero1_refuses_optimizers_it_cannot_split_by_variable(monkeypatch):
     ):
         with pytest.raises(ValueError, match=f"strategy='zero1' cannot train with .*{message}.*Use strategy='ddp'"):
             tk.fit(model_with(optimizer), x, y, batch_size=16, verbose=0, strategy="zero1", devices=2)
+    model = model_with(keras.optimizers.Adam())
+    model.optimizer.build(model.trainable_weights)
+    model.layers[1].trainable = False  # the optimizer was built on variables that are no longer all trainable
+    with pytest.raises(ValueError, match="zero1.*optimizer was built on other variables.*Compile the model again"):
+        tk.fit(model, x, y, batch_size=16, verbose=0, strategy="zero1", devices=2)
 
 
 def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(monkeypatch):

@@ -163,6 +163,15 @@ def refuse_unsupported(model: Any, fit_kwargs: dict[str, Any]) -> None:
     why = _unsupported_optimizer(optimizer)
     if why:
         raise ValueError(f"strategy='zero1' cannot train with {type(optimizer).__name__}: {why}. Use strategy='ddp'")
+    built_on = list(optimizer._trainable_variables) if optimizer.built else list(model.trainable_weights)
+    if len(built_on) != len(model.trainable_weights) or any(
+        a is not b for a, b in zip(built_on, model.trainable_weights)
+    ):
+        raise ValueError(
+            "strategy='zero1' splits the optimizer's state by the model's trainable variables, but the optimizer "
+            "was built on other variables (trainable flags changed since it was built?). Compile the model again "
+            "(a new optimizer), or use strategy='ddp'"
+        )
     keras = require_keras()
     for callback in as_list(fit_kwargs.get("callbacks")):
         # Keras writes the optimizer's variables into .keras and .weights.h5 files alike.
