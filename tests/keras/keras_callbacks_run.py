@@ -1,0 +1,144 @@
+"""The program of the Keras multi-process callback tests (trainmesh's ddp re-runs the script it is in).
+
+python keras_callbacks_run.py ddp OUT   -> one launch of 2 processes (strategy="ddp"), the legs one after
+                                           another; every rank writes OUT/<leg>.rank{R}
+python keras_callbacks_run.py node OUT  -> under torchrun (one process per node): the classifier
+                                           fitted with devices=1, num_nodes=2; writes OUT/node.rank{R}
+
+The model is keras_run.py's class_weight classifier without class_weight (small: the legs are quick),
+at BATCH per process; the test compares each leg with Keras' own model.fit at 2 x BATCH in one process.
+"""
+
+import faulthandler
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import keras_run  # noqa: E402
+
+BATCH = keras_run.BATCH
+NAN_BATCH = 2  # TerminateOnNaN leg: rank 1's sample of this global batch is NaN (rank 0's data is clean)
+INTERRUPT_EPOCH = 2  # BackupAndRestore leg: every rank raises when this epoch begins
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def callbacks(leg: str, folder: str) -> list:
+    """The Keras callbacks of each leg (one process builds the same ones)."""
+    import keras
+
+    if leg == "plateau":
+        return [
+            keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=2, mode="max", restore_best_weights=True),
+            keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=1, min_delta=0.04),
+        ]
+    if leg == "scheduler":
+        return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05 * 0.5**epoch)]
+    if leg == "nan":
+        return [keras.callbacks.TerminateOnNaN()]
+    if leg in ("backup", "resumed"):
+        return [keras.callbacks.BackupAndRestore(os.path.join(folder, "backup"))]
+    return []
+
+
+LEGS = {"plateau": 20, "scheduler": 3, "nan": 2, "uninterrupted": 4}  # leg: epochs
+
+
+def fit_arguments(leg: str, batch: int, folder: str = "") -> tuple:
+    model = keras_run.build("classifier", "sgd")
+    x, y = keras_run.get_tabular()
+    if leg == "nan":  # a sample of global batch NAN_BATCH (at 2 x BATCH), rank 1's under 2 processes: a NaN loss
+        import keras
+
+        # torch's binary cross-entropy raises on NaN probabilities; the squared error lets the NaN through
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["accuracy"])
+        x = x.copy()
+        x[NAN_BATCH * 2 * BATCH + 1, 0] = np.nan
+    epochs = LEGS.get(leg, LEGS["uninterrupted"])
+    arguments = {"batch_size": batch, "epochs": epochs, "shuffle": False, "validation_split": 0.2}
+    return model, x, y, {**arguments, "callbacks": callbacks(leg, folder)}
+
+
+def record(model, history, losses: list) -> dict:
+    return {
+        "variables": keras_run.variables(model),
+        "history": history.history if history is not None else None,
+        "learning_rate": float(model.optimizer.learning_rate.numpy()),
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "batch_losses": losses,
+    }
+
+
+def fit_leg(leg: str, folder: str, **launch) -> dict:
+    import keras
+    import trainmesh.keras as tk
+
+    model, x, y, arguments = fit_arguments(leg, BATCH, folder)
+    losses: list = []
+    arguments["callbacks"].append(
+        keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))
+    )
+    history = tk.fit(model, x, y, verbose=0, **launch, **arguments)
+    return record(model, history, losses)
+
+
+def interrupted_then_resumed(folder: str) -> dict:
+    """Keras' own BackupAndRestore test, distributed: a fit that raises at INTERRUPT_EPOCH on every rank,
+    then the same fit again with a new BackupAndRestore on the same folder."""
+    import keras
+    import trainmesh.keras as tk
+
+    model, x, y, arguments = fit_arguments("backup", BATCH, folder)
+
+    def interrupt(epoch, logs):
+        if epoch == INTERRUPT_EPOCH:
+            raise Interrupted(f"interrupted at epoch {epoch}")
+
+    arguments["callbacks"].append(keras.callbacks.LambdaCallback(on_epoch_begin=interrupt))
+    try:
+        tk.fit(model, x, y, verbose=0, strategy="ddp", devices=2, **arguments)
+        raise AssertionError("the interrupting callback did not stop the fit")
+    except Interrupted:
+        pass
+    left = sorted(os.listdir(os.path.join(folder, "backup"))) if os.path.isdir(os.path.join(folder, "backup")) else []
+    _, _, _, arguments = fit_arguments("resumed", BATCH, folder)  # a new model would do too: the backup restores
+    history = tk.fit(model, x, y, verbose=0, strategy="ddp", devices=2, **arguments)
+    return {**record(model, history, []), "backup_files": left, "after": os.listdir(folder)}
+
+
+def run_ddp(out: str) -> None:
+    import trainmesh.keras as tk
+
+    rank = int(os.environ.get("RANK", "0"))
+    folder = os.path.join(out, f"files.rank{rank}")  # each rank's own: only rank 0's may get files
+    os.makedirs(folder, exist_ok=True)
+    for leg in LEGS:
+        result = fit_leg(leg, folder, strategy="ddp", devices=2)
+        torch.save(result, os.path.join(out, f"{leg}.rank{rank}"))
+    torch.save(interrupted_then_resumed(folder), os.path.join(out, f"backup.rank{rank}"))
+    model, x, y, _ = fit_arguments("scheduler", BATCH)
+    evaluated = tk.evaluate(model, x, y, batch_size=BATCH, verbose=0, return_dict=True, strategy="ddp", devices=2)
+    predicted = tk.predict(model, x, batch_size=BATCH, verbose=0, strategy="ddp", devices=2)
+    torch.save(
+        {"variables": keras_run.variables(model), "evaluate": evaluated, "predict": np.asarray(predicted)},
+        os.path.join(out, f"inference.rank{rank}"),
+    )
+
+
+def run_node(out: str) -> None:
+    rank = int(os.environ["RANK"])
+    result = fit_leg("uninterrupted", out, strategy="ddp", devices=1, num_nodes=2)
+    torch.save(result, os.path.join(out, f"node.rank{rank}"))
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
+    {"ddp": run_ddp, "node": run_node}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,151 @@
+"""Keras callbacks, evaluate, predict and many nodes at 2 gloo processes, against one process.
+
+One launch of keras_callbacks_run.py (strategy="ddp") runs every leg one after another: EarlyStopping
+with ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN, a BackupAndRestore run interrupted at
+an epoch and run again, trainmesh.keras.evaluate and predict. Each leg is compared between the ranks
+and with Keras' own model.fit/evaluate/predict in this process at the global batch (2 x 16). A second
+test starts 2 torchrun nodes of one process each.
+"""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "keras_callbacks_run.py"
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from helpers.processes import run_program  # noqa: E402
+from strategies.legs import run_torchrun_nodes  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
+)
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("keras_callbacks")
+    result = run_program([str(SCRIPT), "ddp", str(root)], timeout=400, env={"KERAS_BACKEND": "torch"}, cwd=HERE)
+    assert result.returncode == 0, f"keras_callbacks_run.py ddp failed:\n{result.stderr[-4000:]}"
+    return root
+
+
+def ranks(root: Path, leg: str) -> tuple[dict, dict]:
+    return tuple(torch.load(root / f"{leg}.rank{r}", weights_only=False) for r in (0, 1))  # type: ignore[return-value]
+
+
+def one_process(leg: str):
+    """Keras' own model.fit in this process at the global batch, with the leg's callbacks."""
+    import keras_callbacks_run as run
+
+    model, x, y, arguments = run.fit_arguments(leg, 2 * run.BATCH)
+    history = model.fit(x, y, verbose=0, **arguments)
+    return model, history
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+def test_early_stopping_and_reduce_lr_on_plateau_decide_alike_on_every_rank(ddp):
+    """EarlyStopping (val_accuracy, restore_best_weights) stops both ranks at the epoch one process
+    stops at, ReduceLROnPlateau halves the learning rate at the same epochs: History (learning_rate
+    included) equal on both ranks, its accuracies and learning rates equal to one process's, the
+    restored weights within 1e-5 of one process's."""
+    import keras_run
+
+    zero, one = ranks(ddp, "plateau")
+    assert zero["history"] == one["history"]
+    assert largest_difference(zero["variables"], one["variables"]) == 0.0
+    model, history = one_process("plateau")
+    expected = history.history
+    assert 1 < len(expected["loss"]) < 20, "the leg must stop early"
+    assert len(set(expected["learning_rate"])) > 1, "the leg must reduce the learning rate"
+    for name in ("val_accuracy", "accuracy", "learning_rate"):
+        assert zero["history"][name] == expected[name], name
+    assert zero["history"]["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
+    assert zero["learning_rate"] == float(model.optimizer.learning_rate.numpy())
+    assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+def test_learning_rate_scheduler_sets_the_same_rate_on_every_rank(ddp):
+    import keras_run
+
+    zero, one = ranks(ddp, "scheduler")
+    model, history = one_process("scheduler")
+    assert zero["history"]["learning_rate"] == one["history"]["learning_rate"] == history.history["learning_rate"]
+    assert history.history["learning_rate"] == pytest.approx([0.05, 0.025, 0.0125])
+    assert largest_difference(zero["variables"], one["variables"]) == 0.0
+    assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+def test_terminate_on_nan_seen_by_one_rank_stops_every_rank(ddp):
+    """Only rank 1's batch NAN_BATCH holds a NaN sample: rank 1's loss is NaN there, rank 0's is not,
+    and both stop after that batch, as one process at the global batch does."""
+    import keras_callbacks_run as run
+
+    zero, one = ranks(ddp, "nan")
+    assert all(math.isfinite(loss) for loss in zero["batch_losses"])
+    assert math.isnan(one["batch_losses"][-1])
+    assert zero["iterations"] == one["iterations"] == run.NAN_BATCH + 1
+    model, _ = one_process("nan")
+    assert int(model.optimizer.iterations.numpy()) == run.NAN_BATCH + 1
+
+
+def test_backup_and_restore_resumes_an_interrupted_run(ddp):
+    """A fit raising at INTERRUPT_EPOCH on every rank, then run again: it resumes from rank 0's backup
+    and ends bit-identical to the uninterrupted run, its History the uninterrupted one's last epochs.
+    Each rank was given its own folder: the backup was written in rank 0's only (so rank 1 resumed
+    from rank 0's broadcast variables and epoch), and deleted at the end."""
+    import keras_callbacks_run as run
+
+    zero, one = ranks(ddp, "backup")
+    whole, _ = ranks(ddp, "uninterrupted")
+    assert zero["backup_files"] == ["latest.weights.h5", "training_metadata.json"]
+    assert one["backup_files"] == []
+    assert zero["after"] == one["after"] == []
+    expected = {name: values[run.INTERRUPT_EPOCH :] for name, values in whole["history"].items()}
+    assert zero["history"] == one["history"] == expected
+    assert largest_difference(zero["variables"], whole["variables"]) == 0.0
+    assert largest_difference(one["variables"], whole["variables"]) == 0.0
+    assert zero["iterations"] == whole["iterations"]
+
+
+def test_evaluate_and_predict_at_two_processes_equal_one_process(ddp):
+    """tk.evaluate at 2 processes: Keras' evaluate of the whole set (accuracy, precision, recall exact);
+    tk.predict: every prediction, in the order of x, on both ranks."""
+    import keras_callbacks_run as run
+
+    zero, one = ranks(ddp, "inference")
+    assert zero["evaluate"] == one["evaluate"]
+    np.testing.assert_array_equal(zero["predict"], one["predict"])
+    model, x, y, _ = run.fit_arguments("scheduler", 2 * run.BATCH)
+    assert largest_difference(zero["variables"], run.keras_run.variables(model)) == 0.0
+    expected = model.evaluate(x, y, batch_size=2 * run.BATCH, verbose=0, return_dict=True)
+    for name in ("accuracy", "precision", "recall"):
+        assert zero["evaluate"][name] == expected[name], name
+    assert zero["evaluate"]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
+    np.testing.assert_allclose(zero["predict"], model.predict(x, batch_size=2 * run.BATCH, verbose=0), rtol=1e-6)
+    assert zero["predict"].shape == (len(x), 1)
+
+
+def test_two_torchrun_nodes_train_as_two_processes_on_one_node(ddp, tmp_path):
+    """tk.fit(strategy="ddp", devices=1, num_nodes=2) under 2 torchrun agents (one process each):
+    bit-identical to the single-node 2-process run of the same leg, History included."""
+    outs = [tmp_path / "node0", tmp_path / "node1"]
+    for out in outs:
+        out.mkdir()
+    run_torchrun_nodes(["node"], outs, timeout=200, script=SCRIPT)
+    single, _ = ranks(ddp, "uninterrupted")
+    for r, out in enumerate(outs):
+        got = torch.load(out / f"node.rank{r}", weights_only=False)
+        assert got["history"] == single["history"]
+        assert largest_difference(got["variables"], single["variables"]) == 0.0
