@@ -29,7 +29,11 @@ COVERED_BY: dict[str, list[str]] = {
     "checkpoint/formats.py": ["checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/io.py": ["checkpoint/test_kill_during_save.py", "checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/keys.py": ["trainer/test_checkpointing.py"],
-    "checkpoint/paths.py": ["trainer/test_last_checkpoint_dirs.py", "trainer/test_checkpointing.py"],
+    "checkpoint/paths.py": [
+        "trainer/test_last_checkpoint_dirs.py",
+        "trainer/test_checkpointing.py",
+        "trainer/test_resume_newest.py",
+    ],
     "cli/checkpoint_command.py": ["cli/test_cli.py", "strategies/test_fsdp.py"],
     "cli/classes.py": ["cli/test_cli.py"],
     "cli/estimate_command.py": ["cli/test_cli.py"],

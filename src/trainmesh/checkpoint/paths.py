@@ -14,7 +14,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from trainmesh.checkpoint.cleanup import clean_stale_temporaries
 from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
@@ -32,6 +36,7 @@ class CheckpointPlaces:
     best_known: str = ""  # the checkpoint callback's best_model_path
     stage: str = ""  # what asks: fit, validate, test or predict (named in errors)
     announces: bool = True  # this process warns and prints (global rank 0)
+    announce_as: str = "ckpt_path='last'"  # what the line naming the checkpoint found starts with
 
 
 def resolve_checkpoint(
@@ -39,9 +44,9 @@ def resolve_checkpoint(
 ) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists.
 
-    "last" is the newest ``last*.ckpt``; one that is torn or incomplete is skipped, with a warning
-    naming it, for the newest complete checkpoint (another last one, or one beside a last one:
-    the run's top-k). With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns
+    "last" is the complete checkpoint furthest in training of this run's checkpoint folder,
+    whatever its name (see :func:`_last_candidates`); one that is torn or incomplete is skipped,
+    with a warning naming it. A line on the announcing rank names the file chosen. With ``allow_fresh_start`` (fit), "last" with no checkpoint anywhere returns
     None after a one-line notice: a script that a scheduler restarts passes ``ckpt_path="last"``
     from its very first run on (with only damaged ones, a warning names them too). A named file
     that is missing, "best" with none known, and "last" for validate/test/predict (which need
@@ -68,20 +73,19 @@ def resolve_checkpoint(
 def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str | None:
     known = places.last_known
     scan = scan_checkpoints(places.folders)
-    found = _last_candidates(scan)
     skipped: list[str] = []
-    for candidate in dict.fromkeys([known, *found] if known and os.path.exists(known) else found):
-        problem = checkpoint_problem(candidate)
-        if problem is None:
-            if skipped and places.announces:
+    for candidate in _last_candidates(scan, known if known and os.path.exists(known) else "", skipped):
+        if places.announces:
+            if skipped:
                 warnings.warn(
                     f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
-                    f"resuming from the newest complete one, {candidate}",
+                    f"resuming from the newest complete one, {candidate.path}",
                     UserWarning,
                     stacklevel=5,
                 )
-            return candidate
-        skipped.append(problem)
+            verb = "resuming from" if allow_fresh_start else "loading"
+            print(f"{places.announce_as}: {verb} {candidate.path} ({candidate.describe()})", flush=True)
+        return candidate.path
     where = " or ".join(scan.searched)
     if not allow_fresh_start:
         found_none = (
@@ -166,16 +170,69 @@ def scan_checkpoints(folders: tuple[str, ...] | list[str]) -> Scan:
     return Scan(searched=folders, found=found, folders=list(holding))
 
 
-def _last_candidates(scan: Scan) -> list[str]:
-    """The newest ``last*.ckpt`` first; after it, should it be unreadable, the other checkpoints
-    beside a last one, newest first (a run's top-k checkpoints live beside its last.ckpt)."""
-    lasts = [path for path in scan.found if _is_last_name(os.path.basename(path))]
-    if not lasts:
-        return []
-    newest = max(lasts, key=scan.found.__getitem__)
-    beside = {os.path.dirname(path) for path in lasts}
-    rest = [path for path in scan.found if path != newest and (path in lasts or os.path.dirname(path) in beside)]
-    return [newest, *sorted(rest, key=scan.found.__getitem__, reverse=True)]
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A complete checkpoint and the training position it records."""
+
+    path: str
+    global_step: int
+    epoch: int
+    resumable: bool  # a full checkpoint, not a weights-only one
+    completed_at: float
+
+    def describe(self) -> str:
+        kind = "" if self.resumable else ", weights only"
+        return f"epoch {self.epoch}, global step {self.global_step}{kind}"
+
+
+def _last_candidates(scan: Scan, known: str, skipped: list[str]) -> Iterator[Candidate]:
+    """The complete checkpoints "last" may name, best first, whatever their names (a kill during
+    the first last.ckpt write leaves a complete top-k file; one during a later one, a top-k file
+    newer than last.ckpt). The folder of the most recently completed checkpoint (this run's)
+    comes first, then the others; within a folder, the furthest training position recorded in
+    the file (global step, then epoch; the completion time breaks ties), full checkpoints before
+    weights-only ones. What is not a complete checkpoint is skipped, its reason added to ``skipped``.
+    """
+    found = dict(scan.found)
+    if known:
+        found.setdefault(known, os.path.getmtime(known))
+    folders: dict[str, list[str]] = {}
+    newest_first = sorted(found, key=lambda path: (path == known, found[path]), reverse=True)
+    for path in newest_first:
+        folders.setdefault(os.path.dirname(path), []).append(path)
+    for paths in folders.values():
+        complete: list[Candidate] = []
+        for path in paths:
+            position = _training_position(path, found[path])
+            if isinstance(position, str):
+                skipped.append(position)
+            else:
+                complete.append(position)
+        yield from sorted(complete, key=lambda c: (c.resumable, c.global_step, c.epoch, c.completed_at), reverse=True)
+
+
+def _training_position(path: str, completed_at: float) -> Candidate | str:
+    """The position ``path`` records, or why it is not a complete trainmesh checkpoint. Reads the
+    index and the small entries only: the tensors are memory-mapped, not read."""
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        return problem
+    source = os.path.join(path, STATE_FILE) if is_distributed_checkpoint(path) else path
+    try:
+        saved = torch.load(source, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - whatever fails to unpickle is not a checkpoint to resume from
+        return f"{path} is not a readable trainmesh checkpoint ({type(exc).__name__}: {str(exc)[:200]})"
+    if not isinstance(saved, dict):
+        return f"{path} does not hold a checkpoint dict (found {type(saved).__name__})"
+    # One without a position (another framework's, say) comes after those with one; loading it
+    # then says what it is (formats.content_problem).
+    step, epoch = saved.get("global_step"), saved.get("epoch")
+    resumable = not saved.get("weights_only") and "loop" in saved
+    return Candidate(path, _number(step), _number(epoch), resumable, completed_at)
+
+
+def _number(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def _is_last_name(name: str) -> bool:

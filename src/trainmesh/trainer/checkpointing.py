@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Any, cast
@@ -29,6 +30,7 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
     from trainmesh.trainer.loop_state import LoopState
+    from trainmesh.trainer.settings import LoopSettings
 
 CHECKPOINT_FORMAT = 1
 # The entries holding the model's and the optimizers' state: a strategy that shards writes
@@ -217,6 +219,24 @@ def restore_checkpoint(
     return rng
 
 
+def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str, *, announces: bool) -> None:
+    """After a resume: say so when the checkpoint already reached max_epochs or max_steps, for
+    fit then trains nothing (a rerun of a finished job would otherwise end without a word)."""
+    epoch = state.current_epoch + (1 if state.loop.epoch_finished else 0)  # the epoch a resume would start
+    if settings.max_steps != -1 and state.global_step >= settings.max_steps:
+        limit = f"max_steps={settings.max_steps}"
+    elif settings.max_epochs != -1 and epoch >= settings.max_epochs:
+        limit = f"max_epochs={settings.max_epochs}"
+    else:
+        return
+    if announces:
+        print(
+            f"trainmesh: {source} is at epoch {state.current_epoch}, global step {state.global_step}: {limit} is "
+            f"already reached, so there is nothing to train. Raise {limit.split('=')[0]} to train further",
+            flush=True,
+        )
+
+
 def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """Lightning's order: every callback's on_load_checkpoint, then every callback's saved state;
     nothing for a checkpoint without callback states (a weights-only one)."""
@@ -339,12 +359,11 @@ def resume_source(trainer: TrainerView, runtime: Runtime) -> str | None:
     if reason is None:
         return None
     # One answer for all: processes that resumed from different files would train on silently apart.
-    found = resolve_ckpt_path(trainer, "last", allow_fresh_start=True) if trainer.is_global_zero else None
+    places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
+    found = resolve_checkpoint("last", places, allow_fresh_start=True) if trainer.is_global_zero else None
     found = cast("str | None", runtime.broadcast(found, src=0))
     if trainer.is_global_zero:
-        if found:
-            print(f"trainmesh: {reason}: resuming from {found}", flush=True)
-        else:
+        if not found:  # the line naming the checkpoint found came from resolve_checkpoint
             print(
                 f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
                 "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "

@@ -33,7 +33,7 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 def run_fit(
     ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False
 ) -> None:
-    from trainmesh.trainer.checkpointing import restore_checkpoint
+    from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
 
     train_loaders = data.loaders("train", required=True)
     if len(train_loaders) != 1:
@@ -55,6 +55,7 @@ def run_fit(
         resume_rng = restore_checkpoint(
             state, runtime, ctx.view, checkpoint, source=source, weights_only=False, hpc_resume=hpc_resume
         )
+        announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_fit_start")
