@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import shutil
@@ -161,6 +162,44 @@ def test_a_distributed_checkpoint_with_a_damaged_shard_names_it_and_changes_noth
         os.truncate(shard, shard.stat().st_size - 16)  # the tensors before the cut would load
     state = {"truncated": r"is truncated \(\d+ bytes of at least \d+\)", "missing": "is missing"}[damage]
     refused_and_untouched(broken, rf"is not a readable distributed checkpoint: shard {shard.name} {state}")
+
+
+def overwrite_shard_record(directory: Path, record: str) -> Path:
+    """Flip 64 bytes of one item's ``record`` ("data.pkl": its pickle; "data": its largest tensor)
+    inside a shard, the size unchanged, as a damaged disk block would; returns the shard."""
+    import torch.distributed.checkpoint as dcp
+
+    metadata = dcp.FileSystemReader(str(directory)).read_metadata()
+    info = max(metadata.storage_data.values(), key=lambda each: each.length)  # the largest tensor's item
+    shard = directory / info.relative_path
+    data = bytearray(shard.read_bytes())
+    item = data[info.offset : info.offset + info.length]
+    with zipfile.ZipFile(io.BytesIO(item)) as archive:
+        entries = [i for i in archive.infolist() if i.filename.endswith("data.pkl") or "/data/" in i.filename]
+        entry = max(
+            (i for i in entries if (record == "data.pkl") == i.filename.endswith("data.pkl")), key=lambda i: i.file_size
+        )
+    name_length, extra_length = struct.unpack("<HH", item[entry.header_offset + 26 : entry.header_offset + 30])
+    start = info.offset + entry.header_offset + 30 + name_length + extra_length
+    for offset in range(start, start + min(64, entry.file_size)):
+        data[offset] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    return shard
+
+
+@pytest.mark.parametrize("record", ["data.pkl", "data"])
+def test_a_shard_damaged_in_place_is_named_and_changes_nothing(record, good, tmp_path):
+    # The pickle damaged: torch's raw UnpicklingError before; the tensor bytes: loaded silently.
+    broken = tmp_path / "broken.ckpt"
+    shutil.copytree(good["dir"], broken)
+    size = sum(p.stat().st_size for p in broken.iterdir())
+    shard = overwrite_shard_record(broken, record)
+    assert sum(p.stat().st_size for p in broken.iterdir()) == size
+    refused_and_untouched(
+        broken,
+        rf"broken\.ckpt is damaged: shard {shard} no longer matches the checksums written with it "
+        r"\(entry '.*', bytes \d+-\d+, record .*\).*resume from an earlier checkpoint",
+    )
 
 
 # ---- "last" falls back ------------------------------------------------------------------------------

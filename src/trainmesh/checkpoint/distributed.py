@@ -18,6 +18,7 @@ shard is named instead of leaving a model half-loaded.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
 from trainmesh.checkpoint.io import atomic_save, delete_entry, exchange_paths, hidden_sibling, no_space_error
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
@@ -147,14 +148,24 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     source = Path(path)
     # DCP loads into the templates in place (they share the model's storage): a shard found torn
     # halfway through would leave the model half-loaded, so every file is checked first.
-    metadata = readable_metadata(source).state_dict_metadata
+    full_metadata = readable_metadata(source)
+    damaged = damaged_shard(source, full_metadata)
+    if damaged is not None:
+        raise UnreadableCheckpoint(damaged)
+    metadata = full_metadata.state_dict_metadata
     rest, record = _read_state_file(source)
     held = {key: entry for key, entry in record["entries"].items() if key in templates}
     tensors = {
         entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
         for key, entry in held.items()
     }
-    dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
+    try:
+        dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
+    except Exception as exc:  # noqa: BLE001 - what the checks above could not see: name the checkpoint, not torch
+        raise UnreadableCheckpoint(
+            f"{source} could not be read although every shard's checksums match ({type(exc).__name__}: "
+            f"{str(exc)[:300]}). Use an earlier checkpoint of the run, or copy the directory again"
+        ) from exc
     loaded = {}
     for key, entry in held.items():
         value = tensors[entry["stored_as"]]
@@ -233,6 +244,44 @@ def readable_metadata(path: Path) -> Any:
     return metadata
 
 
+def damaged_shard(path: Path, metadata: Any) -> str | None:
+    """The first stored item whose bytes no longer match the CRC-32 written with them (a shard
+    damaged in place, its size unchanged), as a message naming the shard file; None when all match.
+
+    DCP writes each item as a ``torch.save`` archive of its own (the default format), so each is
+    checked as a single-file checkpoint is (``formats.damaged_record``): one read of every shard.
+    Items DCP wrote through a transform (compression) or raw are left to DCP.
+    """
+    items = sorted(
+        (
+            (info.relative_path, info.offset, info.length, index.fqn)
+            for index, info in (getattr(metadata, "storage_data", None) or {}).items()
+        ),
+        key=lambda item: item[:2],
+    )
+    handles: dict[str, Any] = {}
+    try:
+        for name, offset, length, fqn in items:
+            if name not in handles:
+                handles[name] = open(path / name, "rb")  # noqa: SIM115 - closed below, one per shard
+            handles[name].seek(offset)
+            data = handles[name].read(length)
+            if not data.startswith(b"PK\x03\x04"):
+                continue  # not a torch.save archive: a raw or transformed item
+            bad = damaged_record(io.BytesIO(data))
+            if bad is not None:
+                return (
+                    f"{path} is damaged: shard {path / name} no longer matches the checksums written with it "
+                    f"(entry {fqn!r}, bytes {offset}-{offset + length}, record {bad}): bytes changed on disk or "
+                    "in a copy after the save. Nothing was loaded; resume from an earlier checkpoint of the run "
+                    "(ckpt_path=its path), or copy the directory again from where it was written"
+                )
+    finally:
+        for handle in handles.values():
+            handle.close()
+    return None
+
+
 def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
     """Turn a distributed checkpoint into one file that ``torch.load`` reads (full weights)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -261,7 +310,11 @@ def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], d
     A list entry's names start with the item's index (``"0.state.weight.exp_avg"``).
     """
     source = Path(path)
-    metadata = readable_metadata(source).state_dict_metadata
+    full_metadata = readable_metadata(source)
+    damaged = damaged_shard(source, full_metadata)
+    if damaged is not None:
+        raise UnreadableCheckpoint(damaged)
+    metadata = full_metadata.state_dict_metadata
     rest, record = _read_state_file(source)
     shapes = {
         key: {

@@ -12,7 +12,7 @@ import struct
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -61,7 +61,7 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
-def damaged_record(path: Path) -> str | None:
+def damaged_record(path: Path | BinaryIO) -> str | None:
     """The first record of a ``torch.save`` archive whose bytes no longer match the CRC-32 written
     with them (bytes overwritten in place, size unchanged: the index still opens, and
     ``torch.load`` checks no CRC, so the damage would load as wrong numbers); None when all match.
