@@ -14,8 +14,10 @@ import errno
 import io
 import json
 import os
+import pickle
 import shutil
 import struct
+import subprocess
 import time
 import zipfile
 from collections.abc import Callable
@@ -28,7 +30,8 @@ import torch
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from helpers.processes import run_program
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
-from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, no_space_error
+from trainmesh.checkpoint.paths import checkpoint_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -301,30 +304,67 @@ def test_disk_full_while_saving_a_file_names_the_place_and_leaves_nothing_partia
     assert load_checkpoint_file(target)["global_step"] == 1
 
 
-def test_disk_full_while_saving_a_distributed_checkpoint_leaves_nothing_partial(tmp_path, monkeypatch):
-    from torch.distributed.checkpoint.filesystem import FileSystem
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Any:
+    """A real file system of ``size`` mounted at ``folder`` (a tmpfs: writes past it fail as on a
+    full disk, short writes included); skipped where this process may not mount one."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (a real full disk is what this test checks)")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
-    target = tmp_path / "last.ckpt"
-    save_distributed(
-        {"state_dict": {"w": torch.ones(4)}, "global_step": 1}, target, rank=0, sharded_keys=["state_dict"]
-    )
-    real = FileSystem.create_stream
 
-    @contextlib.contextmanager
-    def full_disk(self: Any, path: Any, mode: str) -> Any:
-        with real(self, path, mode) as stream:
-            yield FillsUp(stream, room=100) if "w" in mode else stream
+def test_disk_full_while_saving_a_distributed_checkpoint_names_the_place_and_keeps_the_last(tmp_path):
+    from torch.distributed.checkpoint.api import CheckpointException
 
-    monkeypatch.setattr(FileSystem, "create_stream", full_disk)
-    with pytest.raises(OSError, match=rf"no space left on device while saving the checkpoint {target}") as caught:
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        target = disk / "last.ckpt"
         save_distributed(
-            {"state_dict": {"w": torch.zeros(10_000)}, "global_step": 2}, target, rank=0, sharded_keys=["state_dict"]
+            {"state_dict": {"w": torch.ones(4)}, "global_step": 1}, target, rank=0, sharded_keys=["state_dict"]
         )
-    monkeypatch.undo()
-    assert caught.value.errno == errno.ENOSPC
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the staging directory is gone
-    loaded = load_distributed(target, {"state_dict": {"w": torch.zeros(4)}})
-    assert loaded["global_step"] == 1 and torch.equal(loaded["state_dict"]["w"], torch.ones(4))
+        (disk / "filler").write_bytes(bytes(700_000))  # room for less than the next save: a short write
+        with pytest.raises(OSError, match=rf"no space left on device while saving the checkpoint {target} ") as caught:
+            save_distributed(
+                {"state_dict": {"w": torch.zeros(100_000)}, "global_step": 2},
+                target,
+                rank=0,
+                sharded_keys=["state_dict"],
+            )
+        assert caught.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "last.ckpt"]  # the staging directory is gone
+        loaded = load_distributed(target, {"state_dict": {"w": torch.zeros(4)}})
+        assert loaded["global_step"] == 1 and torch.equal(loaded["state_dict"]["w"], torch.ones(4))
+    # With several processes DCP hands every rank each rank's exception pickled, as here: torch's
+    # short-write RuntimeError without the OSError it came from. Before, that was all a user saw.
+    failure = caught.value.__cause__
+    assert isinstance(failure, CheckpointException), failure
+    assert any("unexpected pos" in str(exc) for exc, _ in failure.failures.values()), failure.failures
+    as_another_rank_sees_it = pickle.loads(pickle.dumps(failure))
+    assert as_another_rank_sees_it.failures[0][0].__context__ is None
+    named = no_space_error(as_another_rank_sees_it, target)
+    assert named is not None and named.errno == errno.ENOSPC
+    assert f"no space left on device while saving the checkpoint {target} (in {target.parent}," in str(named)
+
+
+def test_disk_full_under_fsdp_on_a_real_small_disk_is_in_the_agents_summary(tmp_path):
+    # 2 processes, a distributed checkpoint: the first fits on the 400 KiB disk, the second not.
+    script = Path(__file__).parent / "disk_full_run.py"
+    with small_disk(tmp_path / "disk", "400k") as disk:
+        result = run_program([str(script), str(disk / "ckpt"), "fsdp"], timeout=240, cwd=script.parent)
+        assert result.returncode != 0
+        summary = result.stderr[result.stderr.rindex("trainmesh: worker rank") :]
+        assert (
+            f"no space left on device while saving the checkpoint {disk / 'ckpt'}/epoch=0-step=2.ckpt "
+            f"(in {disk / 'ckpt'}"
+        ) in summary, result.stderr[-3000:]
+        assert [p.name for p in (disk / "ckpt").iterdir()] == ["epoch=0-step=1.ckpt"], "the last one is kept"
+        assert checkpoint_problem(str(disk / "ckpt" / "epoch=0-step=1.ckpt")) is None
 
 
 def test_disk_full_under_ddp_is_in_the_agents_summary(tmp_path):

@@ -30,6 +30,8 @@ from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, f
 # mkstemp's 8 characters are [a-z0-9_], uuid4's hex prefix [0-9a-f]: both fit.
 TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?P<kind>tmp|old)$")
 _FULL_DISK = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+# What torch's PyTorchStreamWriter (inline_container.cc) says when fewer bytes were written than asked.
+_SHORT_WRITE = "unexpected pos"
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # from <fcntl.h> and <linux/fs.h>
 
 
@@ -125,6 +127,11 @@ def _full_disk_cause(error: BaseException | None, *, seen: set[int]) -> OSError 
     seen.add(id(error))
     if isinstance(error, OSError) and error.errno in _FULL_DISK:
         return error
+    if isinstance(error, RuntimeError) and _SHORT_WRITE in str(error):
+        # torch's zip writer found a write cut short, which a file system does when it is full (or
+        # at a quota). DCP sends each rank's exception to the others pickled, which drops the
+        # OSError it came from: this message is all a rank may get of another's full disk.
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (torch: {str(error).strip()[:120]})")
     # DCP's CheckpointException holds each failed rank's exception in `failures`: {rank: (exc, trace)}.
     wrapped = [pair[0] for pair in (getattr(error, "failures", None) or {}).values() if isinstance(pair, tuple)]
     for inner in (error.__cause__, error.__context__, *wrapped):
