@@ -521,6 +521,18 @@ def test_no_context_vars() -> None:
     assert not found, _report(found, "a ContextVar carries state between layers (DESIGN: pass it explicitly)")
 
 
+def test_no_untyped_trainer_parameters() -> None:
+    """Code that receives the trainer types it (``TrainerView``, or the Trainer): a ``trainer: Any``
+    hides what is read from it, which the trainer-side redesign made explicit."""
+    found = [
+        f"{source.path}:{number}: {line.strip()}"
+        for source in sources()
+        for number, line in enumerate(source.text.splitlines(), start=1)
+        if "trainer: Any" in line
+    ]
+    assert not found, _report(found, "a trainer parameter typed Any (use trainmesh.trainer_view.TrainerView)")
+
+
 def test_trainer_side_talks_only_to_the_runtime() -> None:
     found = []
     for source in sources():

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainmesh.callbacks.base import defines_hook
+from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
 _EPOCH = "on_train_epoch_{0} (and on_validation_epoch_{0}, on_test_epoch_{0})"
@@ -97,7 +98,7 @@ def call_datamodule_hook(datamodule: Any, name: str, *args: Any) -> None:
         method(*args)
 
 
-def call_init_hook(callbacks: list[Any], name: str, trainer: Any) -> None:
+def call_init_hook(callbacks: list[Any], name: str, trainer: TrainerView) -> None:
     """``on_init_start`` / ``on_init_end`` (``trainer`` only), on the callbacks that define it."""
     for callback in callbacks:
         if defines_hook(callback, name):
