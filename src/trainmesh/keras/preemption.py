@@ -183,5 +183,8 @@ class KerasPreemption:
         if not earlier:
             return
         history.epoch = [logs["epoch"] for logs in earlier] + list(history.epoch)
-        for name in history.history:
-            history.history[name] = [logs[name] for logs in earlier] + list(history.history[name])
+        # Keys from the saved epochs too: a fit stopped after its last epoch resumes with none left to run.
+        names = dict.fromkeys([name for logs in earlier for name in logs if name != "epoch"] + list(history.history))
+        for name in names:
+            before = [logs[name] for logs in earlier if name in logs]
+            history.history[name] = before + list(history.history.get(name, []))
