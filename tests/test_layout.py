@@ -49,8 +49,19 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/collectives.py": ["keras/test_keras_ddp.py"],
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
-    "keras/sync.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],
-    "keras/training.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],
+    "keras/preemption.py": ["keras/test_keras_preemption.py"],
+    "keras/sync.py": [
+        "keras/test_keras_api.py",
+        "keras/test_keras_ddp.py",
+        "keras/test_keras_callbacks_ddp.py",
+        "keras/test_keras_preemption.py",
+    ],
+    "keras/training.py": [
+        "keras/test_keras_api.py",
+        "keras/test_keras_ddp.py",
+        "keras/test_keras_callbacks_ddp.py",
+        "keras/test_keras_preemption.py",
+    ],
     "launchers/__init__.py": ["launchers/test_launch_processes.py"],
     "launchers/base.py": ["launchers/test_environments.py"],
     "launchers/elastic.py": [

@@ -31,6 +31,7 @@ from trainmesh.keras.data import TrainPlan
 from trainmesh.runtime import Runtime
 
 if TYPE_CHECKING:
+    from trainmesh.keras.preemption import KerasPreemption
     from trainmesh.keras.zero import Zero
 
 
@@ -42,6 +43,7 @@ class SyncState:
         self.step = 0  # training steps taken in this call
         self.evaluating = False  # between on_test_begin and on_test_end
         self.zero: Zero | None = None  # strategy="zero1": this process's part of the optimizer state
+        self.preemption: KerasPreemption | None = None  # fit: SIGTERM/SIGUSR1 save and exit (preemption.py)
 
     @property
     def world(self) -> int:
@@ -118,6 +120,11 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     batch_sizes: list[int] = []
 
     def train_step(data: Any) -> Any:
+        preemption = state.preemption
+        if preemption is not None and preemption.skip:  # resumed mid-epoch: a batch trained before the stop
+            preemption.skip -= 1
+            state.step += 1
+            return model.get_metrics_result()
         x = data[0] if isinstance(data, tuple) else data
         first = next(leaf for leaf in require_keras().tree.flatten(x) if leaf is not None)
         batch_sizes.append(int(first.shape[0]))
@@ -166,21 +173,45 @@ def _shadow(owner: Any, name: str, function: Any) -> None:
     object.__setattr__(owner, name, function)
 
 
+def epoch_of(state: SyncState) -> int:
+    return state.preemption.epoch if state.preemption is not None else 0
+
+
 def sync_callback(state: SyncState) -> Any:
     """The Keras callback that keeps the processes in step (put it last)."""
     keras = require_keras()
 
     class SyncCallback(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
+            if state.preemption is not None:
+                state.preemption.restore_variables()
             broadcast_variables(state, self.model)
             if state.zero is not None:
                 state.zero.partition()
 
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if state.preemption is not None:
+                state.preemption.epoch_begins(epoch)
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if state.preemption is not None:
+                state.preemption.batch_begins()
+
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             agree_to_stop(state, self.model)
+            if state.preemption is not None:
+                state.preemption.batches = batch + 1
+                supervision = state.runtime.supervision
+                if supervision.stop_agreed():  # SIGTERM/SIGUSR1 on some process: every one stops here
+                    if state.zero is not None:
+                        state.zero.gather()  # the whole optimizer state on rank 0, to save
+                    step = int(self.model.optimizer.iterations.numpy())
+                    supervision.save_and_exit(step=step, epoch=epoch_of(state))
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             agree_to_stop(state, self.model)
+            if state.preemption is not None:
+                state.preemption.epoch_ends(epoch, logs)
 
         def on_train_end(self, logs: Any = None) -> None:
             if state.zero is not None:

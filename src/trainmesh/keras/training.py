@@ -14,14 +14,20 @@ Under ``strategy="ddp"`` the script runs again once per process (put the calls u
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import interleave, plan_training, shard
+from trainmesh.keras.preemption import KerasPreemption
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.runtime import Runtime
+
+# The how-manieth ``fit`` of this process: a script run again after a preemption makes the same calls
+# in the same order, so that its n-th fit resumes from the state its n-th fit saved, and from no other.
+_FIT_CALLS = itertools.count(1)
 
 
 def fit(
@@ -43,11 +49,12 @@ def fit(
         zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
-    result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs, values)
+    call = next(_FIT_CALLS)
+    result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs, values, call)
     return arguments.adopt_fit(model, result)
 
 
-def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any]) -> Any:
+def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int) -> Any:
     rank, world = runtime.global_rank, runtime.world_size
     arguments.assign_values(model.variables, values)
     kwargs = dict(kwargs)
@@ -66,10 +73,17 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
-    with installed(model, state):
-        history = model.fit(
-            shard(x, rank, world), shard(y, rank, world), sample_weight=shard(sample_weight, rank, world), **kwargs
-        )
+    state.preemption = preemption = KerasPreemption(runtime, model, x, kwargs, call)
+    preemption.find()
+    supervision = runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75 (preemption.py)
+    with supervision.stop_signals(runtime.process, folder=preemption.folder, save=preemption.save):
+        with installed(model, state):
+            history = model.fit(
+                shard(x, rank, world), shard(y, rank, world), sample_weight=shard(sample_weight, rank, world), **kwargs
+            )
+        supervision.finish_fit(step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch)
+    preemption.finished()
+    preemption.complete_history(history)
     if runtime._reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
         return arguments.fit_result(model, history)
     return history

@@ -1,0 +1,190 @@
+"""SIGTERM/SIGUSR1 during ``trainmesh.keras.fit``: every process stops after the same batch, rank 0
+saves the run's state, the run exits 75, and the same ``fit`` run again continues exactly.
+
+The run's supervision (``supervision/``, as under the Trainer) catches the signals while Keras'
+``model.fit`` runs; SyncCallback asks it after every batch whether every process stops now. The
+state is saved by rank 0 alone, to ``trainmesh_keras/fit-<hash>/last-preempted.ckpt`` under the
+working directory (``FOLDER``; the hash is of what makes the fit the same one: the how-manieth
+``fit`` of the script it is, the model's variables, the number of processes and samples, ``epochs``,
+``batch_size``, ``shuffle``): the model's and the optimizer's variables, the epoch and the batches of it
+already trained, the epoch logs so far (History), and each process's metric totals of the epoch
+and random generator states, as they were when the epoch began and as they are (gathered to rank 0).
+
+Keras' ``fit`` starts at an epoch's beginning (``initial_epoch``), and a preemption's grace period
+(SLURM, Kubernetes: some seconds) need not last to an epoch's end, so the stop is not deferred.
+Instead the resumed ``fit`` starts at the saved epoch with the random generators as they were when
+that epoch began, so that its data come in the same order (``shuffle=True`` included: Keras draws
+the permutation from torch's generator), then as they were at the stop (a Dropout without a seed
+draws from torch's generator too); its first batches, those already trained, are read and passed
+over without training (their batch callbacks run, with the saved metrics). The result is
+the uninterrupted run's weights and History, bit for bit on CPU. Callbacks' own state (an
+EarlyStopping's patience count) starts afresh, as with Keras' BackupAndRestore. A ``fit`` that
+ends normally removes the saved state, so that the next run of the script starts afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainmesh.keras.arguments import assign_values, variable_values
+from trainmesh.keras.data import num_samples
+from trainmesh.runtime import Runtime
+
+FOLDER = "trainmesh_keras"  # under the working directory: where the script is run again
+STATE = "last-preempted.ckpt"  # the supervision's name (supervision/preemption.py)
+
+
+def _samples(x: Any) -> int | None:
+    try:
+        return num_samples(x)
+    except (AttributeError, TypeError, ValueError):  # a dataset or generator: its length is not known here
+        return None
+
+
+def metric_variables(model: Any) -> list[Any]:
+    return [v for metric in model.metrics for v in metric.variables]
+
+
+def random_states() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_random_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+
+
+class KerasPreemption:
+    """One ``fit`` call's preemption: where it is, what to save, what it resumed from."""
+
+    def __init__(self, runtime: Runtime, model: Any, x: Any, kwargs: dict[str, Any], call: int) -> None:
+        self.runtime, self.model = runtime, model
+        # What must match for a resume to continue the same run: each fit of a script has its own
+        # folder, so that a script's first fit, run again, never takes its second fit's state.
+        self.fingerprint = {
+            "call": call,  # the how-manieth fit of the script (training.py)
+            "world": runtime.world_size,
+            "samples": _samples(x),
+            "variables": [(v.path, tuple(v.shape)) for v in model.variables],
+            **{k: repr(kwargs.get(k)) for k in ("epochs", "batch_size", "shuffle", "steps_per_epoch")},
+        }
+        digest = hashlib.sha256(repr(self.fingerprint).encode()).hexdigest()[:12]
+        self.folder = os.path.join(os.path.abspath(FOLDER), f"fit-{digest}")
+        self.epoch, self.batches = 0, 0  # the epoch running and its batches done
+        self.epoch_random: dict[str, Any] | None = None  # this process's generators when the epoch began
+        self.logs: list[dict[str, Any]] = []  # epoch logs, from the first epoch of the run on
+        self.resumed: dict[str, Any] | None = None  # the saved state's small part, on every rank
+        self.skip = 0  # batches of the resumed epoch to pass over
+        self.pending_random: dict[str, Any] | None = None  # to set when the resumed epoch's first batch begins
+        self._variables: dict[str, Any] | None = None  # rank 0: the saved variables, until restored
+
+    # ---- resuming -------------------------------------------------------------------------------
+    def find(self) -> None:
+        """Before ``model.fit``: rank 0's saved state, if the previous run was preempted (every rank)."""
+        reason = self.runtime.supervision.restart_reason(self.folder)
+        reason = next((r for r in self.runtime.all_gather_object(reason) if r), None)
+        path = os.path.join(self.folder, STATE)
+        found = None
+        if self.runtime.global_rank == 0 and reason is not None and os.path.exists(path):
+            with open(path, "rb") as file:
+                found = pickle.load(file)
+        if self.runtime.global_rank == 0 and reason is not None:
+            said = f"resuming from {path}" if found else "but there is no saved state: training starts afresh"
+            print(f"trainmesh: {reason}: {said}", flush=True)
+        small = None if found is None else {k: v for k, v in found.items() if k not in ("variables", "optimizer")}
+        small = self.runtime.broadcast(small, 0)
+        self.resumed, self._variables = small, found
+        if small is not None:
+            self.logs = list(small["logs"])
+
+    def restore_variables(self) -> None:
+        """When training begins, before rank 0's variables are broadcast: the saved ones on rank 0."""
+        if self.resumed is None:
+            return
+        optimizer = self.model.optimizer
+        if not optimizer.built:  # every rank: the broadcast covers the optimizer's variables too
+            optimizer.build(self.model.trainable_variables)
+        if self._variables is not None:
+            assign_values(self.model.variables, self._variables["variables"])
+            assign_values(optimizer.variables, self._variables["optimizer"])
+            self._variables = None
+        self.model._initial_epoch = self.resumed["epoch"]  # where Keras' fit loop starts
+
+    def epoch_begins(self, epoch: int) -> None:
+        """After Keras reset the metrics, before it draws the epoch's data order."""
+        self.epoch, self.batches = epoch, 0
+        if self.resumed is not None and epoch == self.resumed["epoch"]:
+            mine = self.resumed["ranks"][self.runtime.global_rank]
+            # The epoch's data order is drawn from the generators as they were when it began; its
+            # training steps drew on from there (Dropout without a seed uses torch's generator), so
+            # the generators as they were at the stop follow once the order is drawn.
+            set_random_states(mine["epoch_random"] or mine["random"])
+            self.pending_random = mine["random"] if mine["epoch_random"] else None
+            assign_values(metric_variables(self.model), mine["metrics"])
+            self.skip = self.resumed["batches"]
+            self.resumed = None
+        self.epoch_random = random_states()
+
+    def batch_begins(self) -> None:
+        """The resumed epoch's first batch is drawn: the generators as they were at the stop."""
+        if self.pending_random is not None:
+            set_random_states(self.pending_random)
+            self.pending_random = None
+
+    def epoch_ends(self, epoch: int, logs: Any) -> None:
+        self.logs.append({"epoch": epoch, **dict(logs or {})})
+        self.epoch, self.batches, self.epoch_random = epoch + 1, 0, None
+
+    # ---- stopping -------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """The supervision's save (every rank, a collective): rank 0 writes the state to ``path``."""
+        mine = {
+            "metrics": [np.array(v.numpy()) for v in metric_variables(self.model)],
+            "epoch_random": self.epoch_random,  # None between two epochs
+            "random": random_states(),
+        }
+        ranks = self.runtime.all_gather_object(mine)
+        if self.runtime.global_rank == 0:
+            optimizer = self.model.optimizer
+            state = {
+                "fingerprint": self.fingerprint,
+                "epoch": self.epoch,
+                "batches": self.batches,
+                "logs": self.logs,
+                "ranks": ranks,
+                "variables": variable_values(self.model),
+                "optimizer": [np.array(v.numpy()) for v in optimizer.variables] if optimizer.built else [],
+            }
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = path + ".partial"
+            with open(partial, "wb") as file:
+                pickle.dump(state, file)
+            os.replace(partial, path)  # whole or not at all
+        self.runtime.barrier()
+
+    def finished(self) -> None:
+        """After a fit that ended (the supervision removed the state file): the empty folders go too."""
+        if self.runtime.global_rank == 0:
+            for folder in (self.folder, os.path.dirname(self.folder)):
+                if os.path.isdir(folder) and not os.listdir(folder):
+                    os.rmdir(folder)
+
+    def complete_history(self, history: Any) -> None:
+        """A resumed fit's History: the epochs before the stop first, as one fit never stopped."""
+        earlier = [logs for logs in self.logs if logs["epoch"] not in history.epoch]
+        if not earlier:
+            return
+        history.epoch = [logs["epoch"] for logs in earlier] + list(history.epoch)
+        # Keys from the saved epochs too: a fit stopped after its last epoch resumes with none left to run.
+        names = dict.fromkeys([name for logs in earlier for name in logs if name != "epoch"] + list(history.history))
+        for name in names:
+            before = [logs[name] for logs in earlier if name in logs]
+            history.history[name] = before + list(history.history.get(name, []))

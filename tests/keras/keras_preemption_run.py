@@ -1,0 +1,108 @@
+"""The program of test_keras_preemption (trainmesh's ddp re-runs the script it is in, once per process).
+
+python keras_preemption_run.py ROOT stop AT  -> a 2-process fit; after global batch AT rank 0 sends SIGTERM
+                                                to trainmesh's agent (as SLURM or Kubernetes would), which
+                                                forwards it: the run saves and exits 75
+python keras_preemption_run.py ROOT resume   -> the same fit again (it resumes by itself), then the same fit
+                                                in a fresh folder, never stopped; every rank writes
+                                                ROOT/resumed.rank{R} and ROOT/reference.rank{R}
+
+Each worker runs in a folder of its own, ROOT/cwd.rank{R}: rank 0's alone may get the saved state, and the
+other ranks resume from it without seeing it. The fit has what makes an exact resume hard: shuffle=True,
+a Dropout without a seed (both draw from torch's generator), Adam's state, a mid-epoch stop.
+"""
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+BATCH = 8  # per process: 128 training samples are 8 batches per epoch on each of 2 processes
+EPOCHS = 3
+
+
+def build():
+    import keras
+
+    keras.backend.clear_session()  # the same variable paths in each fit of a process
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((12,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dropout(0.3),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(160, 12)).astype("float32")
+    return x, (x[:, 0] + 0.5 * x[:, 1] > 0.5).astype("float32")
+
+
+def fit(callbacks: list) -> dict:
+    import trainmesh.keras as tk
+
+    model = build()
+    x, y = data()
+    history = tk.fit(
+        model, x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=True, validation_split=0.2, verbose=0,
+        callbacks=callbacks, strategy="ddp", devices=2,
+    )  # fmt: skip
+    return {
+        "variables": {v.path: np.array(v.numpy()) for v in model.variables},
+        "optimizer": [np.array(v.numpy()) for v in model.optimizer.variables],
+        "history": history.history,
+        "epoch": history.epoch,
+    }
+
+
+def stopper(at: int):
+    """After global batch ``at`` rank 0 signals the agent; from then on every batch takes 50 ms more, so that
+    the run cannot end before the signal has travelled (the agent forwards it)."""
+    import keras
+
+    done = [0]
+
+    def on_batch_end(batch, logs):
+        done[0] += 1
+        if done[0] == at and os.environ.get("RANK") == "0":
+            os.kill(os.getppid(), signal.SIGTERM)
+        if done[0] >= at:
+            time.sleep(0.05)
+
+    return keras.callbacks.LambdaCallback(on_train_batch_end=on_batch_end)
+
+
+def main(root: str, mode: str, *args: str) -> None:
+    from trainmesh.supervision import stop_agreement
+
+    stop_agreement.EXCHANGE_EVERY_SECONDS = 0  # the ranks exchange stop requests after every batch
+    rank = os.environ.get("RANK")
+    if rank is not None:  # a worker: in its own folder
+        os.makedirs(os.path.join(root, f"cwd.rank{rank}"), exist_ok=True)
+        os.chdir(os.path.join(root, f"cwd.rank{rank}"))
+    if mode == "stop":
+        fit([stopper(int(args[0]))])
+        raise AssertionError("the fit was not stopped")
+    resumed = fit([])
+    torch.save(resumed, os.path.join(root, f"resumed.rank{rank}"))
+    if rank is not None:
+        os.makedirs(os.path.join(root, f"reference.cwd.rank{rank}"), exist_ok=True)
+        os.chdir(os.path.join(root, f"reference.cwd.rank{rank}"))
+    torch.save(fit([]), os.path.join(root, f"reference.rank{rank}"))
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
+    main(*sys.argv[1:])
