@@ -345,3 +345,58 @@ def test_train_epoch_end_hooks_read_the_epoch_values_and_monitoring_callbacks_wh
     assert module.seen["callback"] == module.seen["module"] == epoch_values
     assert module.seen["monitoring"] == {**epoch_values, "c": 5.0}
     assert callbacks[1].best_model_score == 5.0
+
+
+def test_validation_epoch_values_are_in_callback_metrics_at_on_validation_epoch_end():
+    """As in Lightning: what validation_step logged is in callback_metrics (the epoch's value) when
+    on_validation_epoch_end runs, on the callbacks and the module; what that hook logs appears after
+    it. The lists are what Lightning 2.6.6 recorded for the same program."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import trainmesh as tm
+    from helpers.models import quiet_trainer
+
+    seen = []
+
+    def snapshot(trainer):
+        return {name: round(float(value), 5) for name, value in trainer.callback_metrics.items()}
+
+    class Module(tm.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", self.layer(batch[0]).pow(2).mean())
+
+        def on_validation_epoch_end(self):
+            seen.append(("module.epoch_end", snapshot(self.trainer)))
+            self.log("hook_metric", torch.tensor(float(self.current_epoch)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Reader(tm.Callback):
+        def on_validation_epoch_end(self, trainer, module):
+            seen.append(("cb.epoch_end", snapshot(trainer)))
+
+        def on_validation_end(self, trainer, module):
+            seen.append(("cb.end", snapshot(trainer)))
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 2)
+    module = Module()
+    loader = DataLoader(TensorDataset(x), batch_size=4)
+    quiet_trainer(max_epochs=2, num_sanity_val_steps=0, callbacks=[Reader()]).fit(module, loader, loader)
+    assert seen == [
+        ("cb.epoch_end", {"val_loss": 0.14747}),
+        ("module.epoch_end", {"val_loss": 0.14747}),
+        ("cb.end", {"val_loss": 0.14747, "hook_metric": 0.0}),
+        ("cb.epoch_end", {"val_loss": 0.03697, "hook_metric": 0.0}),
+        ("module.epoch_end", {"val_loss": 0.03697, "hook_metric": 0.0}),
+        ("cb.end", {"val_loss": 0.03697, "hook_metric": 1.0}),
+    ]

@@ -154,12 +154,17 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         if outputs_hook is not None and hooks.module_overrides(outputs_hook):
             state.sink.set_batch(outputs_hook, None)
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
+        if stage == "predict":
+            state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+            hooks.call(_EPOCH_END_HOOK[stage])
+            return results
+        # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
+        # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
+        reduced = _reduce_and_show(ctx, stage, results)
         state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
-        if stage != "predict":
-            hooks.call("on_epoch_end")  # Lightning 1.x's
-            results = _publish(ctx, stage, results)
-    return results
+        hooks.call("on_epoch_end")  # Lightning 1.x's
+        return _publish(ctx, stage, reduced, state.sink.epoch_metrics())
 
 
 def _run_one_loader(
@@ -210,19 +215,36 @@ def _run_one_loader(
     return predictions if stage == "predict" else sink.results
 
 
-def _publish(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, float]]:
-    """Reduce each loader's metrics across ranks and publish them (not for the sanity check)."""
-    published: list[dict[str, float]] = []
-    sink = ctx.state.sink
+def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
+    """Each loader's epoch metrics reduced across ranks, shown in callback_metrics (not yet sent
+    to the loggers; not for the sanity check); then fresh results for the epoch-end hooks' logs."""
+    sink, reduced = ctx.state.sink, []
     for loader_idx, results in enumerate(per_loader):
         sink.start_stage(results)
         metrics = sink.epoch_metrics()
-        if stage == "sanity_check":
-            published.append({})
-            continue
-        suffix = f"/dataloader_idx_{loader_idx}" if len(per_loader) > 1 else ""
-        published.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix))
+        reduced.append(metrics)
+        if stage != "sanity_check":
+            ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
+    sink.start_stage()
+    return reduced
+
+
+def _publish(
+    ctx: LoopContext, stage: str, reduced: list[dict[str, Any]], late: dict[str, Any]
+) -> list[dict[str, float]]:
+    """Publish each loader's metrics to callback_metrics and the loggers, with what the epoch-end
+    hooks logged (``late``) beside the last loader's (not for the sanity check)."""
+    if stage == "sanity_check":
+        return [{} for _ in reduced]
+    published = []
+    for loader_idx, metrics in enumerate(reduced):
+        extra = late if loader_idx == len(reduced) - 1 else {}
+        published.append(ctx.publisher.epoch_metrics({**metrics, **extra}, suffix=_suffix(loader_idx, reduced)))
     return published
+
+
+def _suffix(loader_idx: int, loaders: list[Any]) -> str:
+    return f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
 
 
 def _has_forward(module: Any) -> bool:
