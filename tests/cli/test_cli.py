@@ -99,7 +99,7 @@ def test_top_level_help_lists_the_commands(capsys):
     for command in ("fit", "validate", "test", "predict"):
         assert command in out
     # The README's `trainmesh checkpoint consolidate|inspect` is listed with what it does.
-    assert re.search(r"^ +checkpoint +Consolidate or inspect a saved checkpoint\.$", out, re.MULTILINE), out
+    assert re.search(r"^ +checkpoint +Consolidate, inspect or verify a saved checkpoint\.$", out, re.MULTILINE), out
     assert "{fit,validate,test,predict,checkpoint,estimate}" in out
     assert re.search(r"^ +estimate +Estimate per-rank memory", out, re.MULTILINE), out
 

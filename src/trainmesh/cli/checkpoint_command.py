@@ -1,4 +1,5 @@
-"""``trainmesh checkpoint consolidate SRC DST`` and ``trainmesh checkpoint inspect SRC``."""
+"""``trainmesh checkpoint consolidate SRC DST``, ``trainmesh checkpoint inspect SRC`` and
+``trainmesh checkpoint verify PATH``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from trainmesh.trainer.checkpointing import TENSOR_ENTRIES
 
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
-SUMMARY = "Consolidate or inspect a saved checkpoint."
+SUMMARY = "Consolidate, inspect or verify a saved checkpoint."
 
 # Where the Trainer keeps the model's weights: the checkpoint code stores entries without
 # knowing their names, this command shows the Trainer's model entry.
@@ -32,11 +33,20 @@ def run_checkpoint_command(args: list[str]) -> int:
     consolidate.add_argument("destination", type=str, help="the file to write")
     inspect = ArgumentParser(description="List what a checkpoint (file or directory) holds.", allow_abbrev=False)
     inspect.add_argument("source", type=str, help="a checkpoint file or directory")
+    verify = ArgumentParser(
+        description="Check a checkpoint (file or directory) without loading it: complete, and every "
+        "checksum matching. Exit status 0: ok, 1: damaged, 2: missing, partial or not a checkpoint.",
+        allow_abbrev=False,
+    )
+    verify.add_argument("source", type=str, help="a checkpoint file or directory")
     commands.add_subcommand("consolidate", consolidate, help="one file from a distributed checkpoint")
     commands.add_subcommand("inspect", inspect, help="what a checkpoint holds")
+    commands.add_subcommand("verify", verify, help="check a checkpoint's completeness and checksums")
     config = parser.parse_args(args)
     if config.action == "consolidate":
         return _consolidate(config.consolidate.source, config.consolidate.destination)
+    if config.action == "verify":
+        return _verify(config.verify.source)
     return _inspect(config.inspect.source)
 
 
@@ -50,6 +60,15 @@ def _consolidate(source: str, destination: str) -> int:
         f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB): torch.load(...)[{MODEL_KEY!r}] holds the full weights"
     )
     return 0
+
+
+def _verify(source: str) -> int:
+    from trainmesh.checkpoint.verify import verify_checkpoint
+
+    verdict = verify_checkpoint(source)
+    for line in verdict.lines:
+        print(line)
+    return verdict.status
 
 
 def _inspect(source: str) -> int:
