@@ -141,3 +141,26 @@ def test_runtime_launch_example_trains_on_two_processes(tmp_path):
     assert losses[-1] < losses[0]
     state = torch.load(tmp_path / "model.pt")
     assert set(state) == {"model", "optimizer"} and "0.weight" in state["model"]
+
+
+def test_the_failure_summary_names_the_rank_that_failed_not_the_peer_it_left_waiting(capsys):
+    """A rank that raises closes its connections; a peer blocked in a collective may exit first with
+    gloo's "Connection closed by peer". The summary names the rank whose own error ended the run."""
+    from types import SimpleNamespace
+
+    from trainmesh.launchers.elastic import _workers_failed, root_failure
+
+    def process_failure(timestamp, message):
+        return SimpleNamespace(timestamp=timestamp, exitcode=1, message={"message": message})
+
+    casualty = process_failure(10, "RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:4242")
+    cause = process_failure(11, "ValueError: boom in on_train_end")
+    failure = SimpleNamespace(failures={0: casualty, 1: cause})
+    assert root_failure(failure) == (1, cause)
+    assert _workers_failed(failure, run_id="none", max_restarts=0) == 1
+    err = capsys.readouterr().err
+    assert "worker rank 1 failed (exit code 1)" in err and "boom in on_train_end" in err
+    # Where every failure is a peer's, or the cause failed first, the first one is named, as before.
+    only_peers = SimpleNamespace(failures={1: process_failure(5, "Connection reset by peer"), 0: casualty})
+    assert root_failure(only_peers)[0] == 1
+    assert root_failure(SimpleNamespace(failures={0: casualty, 1: process_failure(3, "OSError: disk")}))[0] == 1

@@ -200,8 +200,9 @@ def _stopped_by_signal(sig: signal.Signals, run_id: str) -> int:
 
 
 def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
-    """Say how a worker's end ended the run (the first one to end); the run's exit status."""
-    rank, error = failure.get_first_failure()
+    """Say how a worker's end ended the run (the one that caused it: see ``root_failure``); the
+    run's exit status."""
+    rank, error = root_failure(failure)
     again = f", after {max_restarts} restart(s) that failed too" if max_restarts else ""
     if error.exitcode == exit_status.PREEMPTED:
         report = _take_preemption_report(run_id) or "their checkpoint is saved"
@@ -221,6 +222,29 @@ def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
         f"{_failure_text(error)}"
     )
     return error.exitcode if error.exitcode and error.exitcode > 0 else 1
+
+
+# What a collective raises on a rank whose peer left (gloo, NCCL): the rank is a casualty of
+# another's failure, not its cause.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
+
+
+def root_failure(failure: Any) -> tuple[int, Any]:
+    """The worker whose failure ended the run: the first to fail, unless its error only says a
+    peer left while another rank failed of its own (a rank that raises closes its connections, and
+    a peer blocked in a collective may exit first with "Connection closed by peer").
+
+    >>> from types import SimpleNamespace as F
+    >>> gone = F(timestamp=1, message={"message": "RuntimeError: Connection closed by peer"})
+    >>> cause = F(timestamp=2, message={"message": "ValueError: boom"})
+    >>> root_failure(F(failures={0: gone, 1: cause}))[0]
+    1
+    """
+    ordered = sorted(failure.failures.items(), key=lambda item: item[1].timestamp)
+    for rank, error in ordered:
+        if not any(marker in _failure_text(error) for marker in _PEER_GONE):
+            return rank, error
+    return ordered[0]
 
 
 def _say(message: str) -> None:
