@@ -98,9 +98,7 @@ def estimate_memory(
     model_of = models[name]
     if world_size < 1:
         raise ValueError(f"world_size={world_size} must be at least 1")
-    params = [p for p in model.parameters() if p.requires_grad]
-    psi = sum(p.numel() for p in params)
-    param_bytes = sum(p.numel() * _element_size(p, precision) for p in params)
+    psi, param_bytes = trained_parameter_bytes(model, precision)
     states = optimizer_states_per_parameter(optimizer)
     divisors = {"1": 1, "n": world_size, "s": shard_size or world_size}
     split_p, split_g, split_o = (divisors[key] for key in _parts(model_of))
@@ -126,6 +124,17 @@ def estimate_memory(
         formula=formula,
         formula_bytes=formula_bytes,
     )
+
+
+def trained_parameter_bytes(model: nn.Module, precision: str = "32-true") -> tuple[int, int]:
+    """(Ψ, bytes) of the trainable parameters as training holds them: a "-true" precision converts
+    them, a mixed one keeps them fp32 (the projection of ``trainmesh scale`` counts the same way).
+
+    >>> trained_parameter_bytes(torch.nn.Linear(10, 10), "bf16-true")
+    (110, 220)
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    return sum(p.numel() for p in params), sum(p.numel() * _element_size(p, precision) for p in params)
 
 
 def _element_size(param: torch.Tensor, precision: str) -> int:

@@ -100,8 +100,10 @@ def test_top_level_help_lists_the_commands(capsys):
         assert command in out
     # The README's `trainmesh checkpoint consolidate|inspect` is listed with what it does.
     assert re.search(r"^ +checkpoint +Consolidate, inspect or verify a saved checkpoint\.$", out, re.MULTILINE), out
-    assert "{fit,validate,test,predict,checkpoint,estimate}" in out
+    assert "{fit,validate,test,predict,checkpoint,estimate,scale,project}" in out
     assert re.search(r"^ +estimate +Estimate per-rank memory", out, re.MULTILINE), out
+    assert re.search(r"^ +scale +Measure throughput, speedup and efficiency", out, re.MULTILINE), out
+    assert re.search(r"^ +project +Project step time, efficiency", out, re.MULTILINE), out
 
 
 def test_the_checkpoint_command_keeps_its_own_help(capsys):

@@ -84,11 +84,41 @@ def _inspect(source: str) -> int:
         from trainmesh.checkpoint.io import load_checkpoint_file
 
         rest = load_checkpoint_file(path)
+        if _describe_other_file(path, rest):
+            return 0
         model = {k: tuple(v.shape) for k, v in rest.pop(MODEL_KEY, {}).items() if hasattr(v, "shape")}
         rest.pop("optimizer_states", None)
         print(f"{path}: single-file checkpoint")
     _print_summary(rest, model)
     return 0
+
+
+# Entries every checkpoint the Trainer writes holds: a dict without them was written by something else.
+_TRAINER_ENTRIES = ("epoch", "global_step")
+
+
+def _describe_other_file(path: Path, content: dict[str, Any]) -> bool:
+    """Say what a file is when it is not a Trainer checkpoint (a bare ``model.state_dict()``, or a
+    dict of other entries) and how to load it; False for a Trainer checkpoint."""
+    if MODEL_KEY in content or any(key in content for key in _TRAINER_ENTRIES):
+        return False
+    tensors = {key: value for key, value in content.items() if hasattr(value, "shape")}
+    if content and len(tensors) == len(content):
+        print(
+            f"{path}: a bare state_dict (what torch.save(model.state_dict(), ...) writes), not a trainmesh "
+            f"checkpoint: no epoch, global step, optimizer or loop state. Load it with "
+            f"model.load_state_dict(torch.load(path)); to resume training, use a checkpoint the Trainer wrote."
+        )
+        count = sum(_numel(tuple(value.shape)) for value in tensors.values())
+        print(f"  {len(tensors)} tensors, {count:,} values")
+        for key, value in tensors.items():
+            print(f"    {key}: {list(value.shape)} {str(value.dtype).removeprefix('torch.')}")
+        return True
+    print(
+        f"{path}: a dict saved with torch.save, not a trainmesh checkpoint (it has no {MODEL_KEY!r}, epoch or "
+        f"global_step entries); its entries: {sorted(map(str, content))}"
+    )
+    return True
 
 
 def _print_summary(rest: dict[str, Any], model: dict[str, tuple[int, ...]]) -> None:

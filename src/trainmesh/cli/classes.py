@@ -154,3 +154,29 @@ def check_model_class(cls: type, path: str) -> None:
 
     if not issubclass(cls, torch.nn.Module):
         raise CLIError(f"--model {path}: {cls.__name__} is not a trainmesh.Module; subclass trainmesh.Module")
+
+
+def class_groups(configs: list[str], extra: list[str], *, command: str) -> dict[str, dict[str, Any]]:
+    """The ``model``, ``data`` and ``trainer`` sections of ``--config`` files (later files win),
+    then ``--model.x V`` / ``--data.x=V`` flags on top, for the commands that build no Trainer
+    (``scale``, ``estimate``, ``project``); a ``class_path`` entry stays in its group.
+
+    >>> class_groups([], ["--model.hidden_dim", "64", "--data.batch_size=8"], command="estimate")
+    {'model': {'hidden_dim': 64}, 'data': {'batch_size': 8}, 'trainer': {}}
+    """
+    import yaml
+
+    groups: dict[str, dict[str, Any]] = {"model": {}, "data": {}, "trainer": {}}
+    for path in configs:
+        _class_paths_in_config(path)  # the checks `fit` makes: a file, valid YAML, mappings
+        loaded = yaml.safe_load(Path(path).read_text() if Path(path).is_file() else path) or {}
+        for role in groups:
+            groups[role].update(loaded.get(role) or {})
+    pairs = iter(extra)
+    for flag in pairs:
+        role, _, name = flag.removeprefix("--").partition(".")
+        if role not in _CLASS_ROLES or not flag.startswith("--") or not name:
+            raise CLIError(f"unknown argument {flag!r}; see `trainmesh {command} --help`")
+        name, has_value, value = name.partition("=")
+        groups[role][name] = yaml.safe_load(value if has_value else next(pairs, ""))
+    return groups

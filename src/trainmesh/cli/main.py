@@ -9,6 +9,8 @@ Usage::
     trainmesh test --ckpt_path lightning_logs/version_0/checkpoints/last.ckpt
     trainmesh checkpoint inspect lightning_logs/version_0/checkpoints/last.ckpt
     trainmesh estimate --model my_pkg.models:Net --world_size 8 --precision bf16-mixed   # memory per rank
+    trainmesh scale --max_processes 2 --link infiniband-ndr   # measure 1, 2 processes; project to 8 ... 1024
+    trainmesh project --parameters 117e6 --compute_ms 15 --strategy ddp --strategy fsdp   # project only
     trainmesh fit --print_config > run.yaml; trainmesh fit --config run.yaml
 
 The model and data classes are chosen first (from ``--model`` / ``--data`` and any ``--config``),
@@ -142,6 +144,10 @@ def _run(args: list[str], cli: Any = None) -> int:
         from trainmesh.scaling.command import run_scale_command
 
         return run_scale_command(args[1:])
+    if args and args[0] == "project":  # the same model without processes: from given numbers
+        from trainmesh.scaling.project_command import run_project_command
+
+        return run_project_command(args[1:])
     command = args[0] if args and args[0] in _COMMANDS else None
     # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
     class_args = args[1:] if command else []
@@ -170,6 +176,8 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
 
     from trainmesh.cli.checkpoint_command import SUMMARY
     from trainmesh.cli.estimate_command import SUMMARY as ESTIMATE
+    from trainmesh.scaling.command import SUMMARY as SCALE
+    from trainmesh.scaling.project_command import SUMMARY as PROJECT
 
     formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
@@ -200,6 +208,8 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
     # nested subcommands jsonargparse cannot attach here after they are built).
     subcommands.add_subcommand("checkpoint", ArgumentParser(description=SUMMARY, allow_abbrev=False), help=SUMMARY)
     subcommands.add_subcommand("estimate", ArgumentParser(description=ESTIMATE, allow_abbrev=False), help=ESTIMATE)
+    subcommands.add_subcommand("scale", ArgumentParser(description=SCALE, allow_abbrev=False), help=SCALE)
+    subcommands.add_subcommand("project", ArgumentParser(description=PROJECT, allow_abbrev=False), help=PROJECT)
     return parser
 
 

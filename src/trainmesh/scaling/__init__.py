@@ -51,16 +51,20 @@ def run_scaling(
     out_dir: str | Path = "scaling",
     peak_flops: float | None = None,
     print_fn: Any = print,
+    projection: Any = None,
 ) -> list[ScalingRow]:
     """Measure the model's training step at each N, print the table and its verdict, write CSV/JSON/PNG.
 
     ``batch_size`` is the global batch in strong scaling and the per-rank batch in weak scaling
     (default: the data's ``batch_size`` times the largest N for strong, times 1 for weak).
     ``peak_flops`` (per device) gives the MFU column where the device table has no figure (CPUs).
+    ``projection`` (a :class:`~trainmesh.scaling.projection.ProjectionSettings`): after the sweep,
+    the model calibrated on the measured N and projected on its links (``projection.json``).
     """
     from trainmesh.scaling.measure import Workload, measure
     from trainmesh.scaling.report import format_table, write_reports
 
+    _check_settings(strategy, precision, projection)
     modes = list(MODES) if mode == "both" else [mode]
     if mode != "both" and mode not in MODES:
         raise ValueError(f"mode={mode!r}; use 'strong', 'weak' or 'both'")
@@ -108,7 +112,52 @@ def run_scaling(
     }
     for path in write_reports(Path(out_dir), rows, settings):
         print_fn(f"wrote {path}")
+    if projection is not None:  # calibrated on what was just measured, then projected
+        _project(measured, model, dict(model_kwargs or {}), strategy, precision, projection, Path(out_dir), print_fn)
     return rows
+
+
+def _project(
+    measured: dict[str, list[Measurement]],
+    model: str,
+    model_kwargs: dict[str, Any],
+    strategy: str,
+    precision: str,
+    projection: Any,
+    out_dir: Path,
+    print_fn: Any,
+) -> None:
+    from trainmesh.scaling.project_command import report_sweep_projection
+
+    written = report_sweep_projection(
+        measured,
+        model_path=model,
+        model_kwargs=model_kwargs,
+        strategy=strategy,
+        precision=precision,
+        settings=projection,
+        out_dir=out_dir,
+        print_fn=print_fn,
+    )
+    print_fn(f"wrote {written}")
+
+
+def _check_settings(strategy: str, precision: str, projection: Any) -> None:
+    """What every worker would refuse with a traceback each, refused here in one sentence."""
+    from trainmesh.precision import normalize_precision
+    from trainmesh.strategies import STRATEGIES
+
+    if strategy.lower() != "auto" and strategy.lower() not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
+    normalize_precision(precision)
+    if projection is not None:
+        from trainmesh.scaling.projection import MODELLED
+
+        if strategy.lower() not in MODELLED:
+            raise ValueError(
+                f"strategy={strategy!r} has no communication model to project with; --link projects "
+                f"{', '.join(MODELLED)}"
+            )
 
 
 def _default_batch(data_path: str) -> int:

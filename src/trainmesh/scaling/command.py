@@ -1,6 +1,6 @@
 """``trainmesh scale``: the command-line face of :func:`trainmesh.scaling.run_scaling`.
 
->>> run_scale_command(["--max-processes", "2"])  # doctest: +SKIP
+>>> run_scale_command(["--max_processes", "2"])  # doctest: +SKIP
 0
 """
 
@@ -19,32 +19,43 @@ def build_scale_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
         "as for `trainmesh fit`; a --config file's model/data sections too, and its "
-        "trainer section's strategy, accelerator and precision.",
+        "trainer section's strategy, accelerator and precision. Multi-word flags are spelled with "
+        "underscores as for fit and estimate (--max_processes); the hyphenated spelling is accepted too. "
+        "--link projects the measured step past this machine (`trainmesh project --help`).",
     )
     parser.add_argument("--config", action="append", default=[], help="A `trainmesh fit` YAML config; repeatable.")
     parser.add_argument("--model", help="package.module:ClassName (default: the demo classifier).")
     parser.add_argument("--data", help="package.module:ClassName (default: the digits data).")
     parser.add_argument("--processes", help="Comma-separated process counts, e.g. 1,2,4.")
-    parser.add_argument("--max-processes", type=int, default=2, help="Measure 1, 2, 4, ... up to this (default 2).")
+    parser.add_argument(
+        "--max_processes", "--max-processes", type=int, default=2, help="Measure 1, 2, 4, ... up to this (default 2)."
+    )
     parser.add_argument("--mode", choices=("strong", "weak", "both"), default="both")
     parser.add_argument("--strategy", help="Any trainmesh strategy name (default: the config's, else ddp).")
     parser.add_argument("--accelerator", choices=("cpu", "cuda"), help="Default: the config's, else cpu.")
     parser.add_argument("--precision", help="e.g. bf16-mixed (default: the config's, else 32-true).")
-    parser.add_argument("--batch-size", type=int, help="Global batch (strong) and per-rank batch (weak).")
-    parser.add_argument("--warmup-steps", type=int, default=5)
+    parser.add_argument(
+        "--batch_size", "--batch-size", type=int, help="Global batch (strong) and per-rank batch (weak)."
+    )
+    parser.add_argument("--warmup_steps", "--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="Steps per timed window.")
     parser.add_argument("--windows", type=int, default=3, help="Timed windows per N (their spread is reported).")
     parser.add_argument(
+        "--peak_flops",
         "--peak-flops",
         type=float,
         help="One device's peak FLOP/s, for the MFU column (GPUs in the table need none; CPUs have no MFU without it).",
     )
-    parser.add_argument("--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
+    parser.add_argument("--out_dir", "--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
+    from trainmesh.scaling.project_command import add_link_arguments
+
+    add_link_arguments(parser, default_links=[])
     return parser
 
 
 def run_scale_command(args: list[str]) -> int:
     from trainmesh.scaling import DEMO_DATA, DEMO_MODEL, run_scaling
+    from trainmesh.scaling.project_command import projection_settings
 
     options, extra = build_scale_parser().parse_known_args(args)
     groups = _class_groups(options.config, extra)
@@ -70,6 +81,7 @@ def run_scale_command(args: list[str]) -> int:
         windows=options.windows,
         out_dir=options.out_dir,
         peak_flops=options.peak_flops,
+        projection=projection_settings(options, default_links=[]),
     )
     return 0
 
@@ -80,16 +92,10 @@ _APPLIED_TRAINER_SETTINGS = ("strategy", "accelerator", "precision")
 def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, Any]]:
     """The model and data arguments from config files, then ``--model.x V`` flags (later wins), and
     the trainer settings the sweep applies (strategy, accelerator, precision)."""
-    import yaml
+    from trainmesh.cli.classes import class_groups
 
-    groups: dict[str, dict[str, Any]] = {"model": {}, "data": {}}
-    trainer: dict[str, Any] = {}
-    for path in configs:
-        with open(path) as file:
-            loaded = yaml.safe_load(file) or {}
-        for role in groups:
-            groups[role].update(loaded.get(role) or {})
-        trainer.update(loaded.get("trainer") or {})
+    groups = class_groups(configs, extra, command="scale")
+    trainer = groups["trainer"]
     unapplied = sorted(set(trainer) - set(_APPLIED_TRAINER_SETTINGS))
     if unapplied:
         # Said, not silently dropped: the sweep times one training step (forward, backward,
@@ -98,12 +104,5 @@ def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, A
             f"trainmesh scale: the config's trainer settings {', '.join(unapplied)} are not applied; the sweep "
             f"times the training step at each N and applies only {', '.join(_APPLIED_TRAINER_SETTINGS)}"
         )
-    pairs = iter(extra)
-    for flag in pairs:
-        role, _, name = flag.removeprefix("--").partition(".")
-        if role not in groups or not name:
-            raise ValueError(f"unknown argument {flag!r}; see `trainmesh scale --help`")
-        name, _, value = name.partition("=")
-        groups[role][name] = yaml.safe_load(value if value else next(pairs, ""))
     groups["trainer"] = {key: trainer[key] for key in _APPLIED_TRAINER_SETTINGS if key in trainer}
     return groups
