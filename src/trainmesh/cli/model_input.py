@@ -26,6 +26,7 @@ def model_input(model: nn.Module, *, batch_shape: str | None, data: Any, model_p
 
     ``data``: a data module instance (its ``train_dataloader``'s first batch is used) or None.
     """
+    batch: Any
     if batch_shape:
         batch, source = _random_batch(model, batch_shape)
     elif data is not None:

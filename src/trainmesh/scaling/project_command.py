@@ -117,9 +117,10 @@ def assumptions(settings: ProjectionSettings, facts: ModelFacts) -> str:
         f"projection assumptions: {facts.parameters:,} trainable parameters ({facts.parameter_bytes / 1e6:.4g} MB as "
         f"trained, {facts.gathered_bytes / 1e6:.4g} MB as FSDP gathers them, {facts.tensors} tensors, {facts.units} "
         f"FSDP units); {settings.describe()}\n{links}\n"
-        "  per-rank compute fixed (weak) or divided by N (strong); ring all-reduce sends 2(N-1)/N x bytes, "
-        "all-gather and reduce-scatter (N-1)/N x bytes, each step of a ring paying the latency once; "
-        "not modelled: congestion, stragglers, the slower links between nodes a real cluster mixes in"
+        "  per-rank compute fixed (weak) or divided by N (strong, linear in the batch); an all-reduce sends "
+        "2(N-1)/N x its bytes per rank, an all-gather or reduce-scatter (N-1)/N x, at the link's bandwidth, and "
+        "each of its steps (ring: N-1 per pass, tree: log2 N) pays the latency; not modelled: congestion, "
+        "stragglers, a cluster's mix of faster links within a node and slower ones between nodes"
     )
 
 

@@ -77,7 +77,7 @@ LINKS = {
 
 _BANDWIDTH_UNITS = {"b/s": 1 / 8, "bit/s": 1 / 8, "bps": 1 / 8, "B/s": 1.0}
 _PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}  # divided by: 5 / 1e6 is exactly 5e-06
 
 
 def parse_bandwidth(text: str) -> float:
@@ -105,7 +105,7 @@ def parse_latency(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*(s|ms|us|µs|ns)\s*", text)
     if not match:
         raise ValueError(f"latency {text!r} not understood; write it like 5us, 2ms or 800ns")
-    return float(match.group(1)) * _TIME_UNITS[match.group(2)]
+    return float(match.group(1)) / _PER_SECOND[match.group(2)]
 
 
 def resolve_link(link: str, latency: str | None = None) -> Link:
