@@ -182,3 +182,13 @@ def test_calibration_without_measurable_communication_says_so():
     calibration = calibrate("ddp", facts, [Measurement(1, 8, [0.01], [0.01]), Measurement(2, 8, [0.01], [0.012])])
     assert calibration.link is None and "nothing to fit" in calibration.note
     assert math.isclose(calibration.rows[1].modelled_ms, 10)
+
+
+def test_calibration_warns_when_the_model_misses_a_measured_n():
+    # The case: N=1 spin-waited with 2 threads (219 ms), N=2 ran 1.53 ms a step.
+    facts = ModelFacts(26_122, 104_488, 104_488, 6, 4)
+    runs = [Measurement(1, 32, [0.219], [0.219]), Measurement(2, 32, [0.00153], [0.00062])]
+    table = format_calibration("weak ddp", calibrate("ddp", facts, runs))
+    assert table.splitlines()[-1].startswith("warning: the model misses N=2 by 0.01x")
+    fine = [Measurement(1, 32, [0.002], [0.002]), Measurement(2, 32, [0.0026], [0.0021])]
+    assert "warning" not in format_calibration("weak ddp", calibrate("ddp", facts, fine))

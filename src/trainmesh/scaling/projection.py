@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from trainmesh.scaling.analysis import PAYS_EFFICIENCY, Measurement
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
+# Measured over modelled beyond this factor (either way) at a measured N: the calibration warns.
+CALIBRATION_BOUND = 1.5
 PROJECTED_PROCESSES = tuple(2**i for i in range(3, 11))  # 8 ... 1024
 ALGORITHMS = ("nccl", "ring", "tree")
 MODELLED = ("ddp", "ddp_spawn", "ddp_fork", "zero1", "sharded", "fsdp", "hsdp")
@@ -429,4 +431,17 @@ def format_calibration(strategy: str, calibration: Calibration) -> str:
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in cells]
     title = f"calibration ({strategy} on this machine; {calibration.note})"
+    off = [
+        row
+        for row in calibration.rows
+        if not 1 / CALIBRATION_BOUND <= row.measured_ms / row.modelled_ms <= CALIBRATION_BOUND
+    ]
+    if off:
+        # No confident projection from a model that does not explain what was measured here.
+        worst = max(off, key=lambda row: abs(math.log(row.measured_ms / row.modelled_ms)))
+        lines.append(
+            f"warning: the model misses N={worst.processes} by {worst.measured_ms / worst.modelled_ms:.2f}x: the "
+            "smallest N's compute is not each rank's compute at the others (threads, contention, noise); the "
+            "projection below starts from that compute: fix the measurement before trusting it"
+        )
     return "\n".join([title, *lines])
