@@ -39,6 +39,11 @@ def build_scale_parser() -> argparse.ArgumentParser:
         type=float,
         help="One device's peak FLOP/s, for the MFU column (GPUs in the table need none; CPUs have no MFU without it).",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="Torch threads in every rank at every N (default: OMP_NUM_THREADS if set, else physical cores // N).",
+    )
     parser.add_argument("--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
     return parser
 
@@ -70,6 +75,7 @@ def run_scale_command(args: list[str]) -> int:
         windows=options.windows,
         out_dir=options.out_dir,
         peak_flops=options.peak_flops,
+        threads=options.threads,
     )
     return 0
 
