@@ -17,7 +17,8 @@ def _strong(windows: dict[int, list[float]], global_batch: int = 64) -> list:
 
 def test_issue_case_282_ms_at_one_against_2_55_ms_at_two_is_flagged_and_never_pays() -> None:
     # Recorded on a busy 2-core machine: N=1 ran 2 spin-waiting threads (282 ms), N=2 one each (2.55 ms).
-    rows = _strong({1: [0.282, 0.279, 0.285], 2: [0.00255, 0.00254, 0.00256]})
+    windows = {1: [0.282, 0.279, 0.285], 2: [0.00255, 0.00254, 0.00256]}
+    rows = scaling_rows("strong", [Measurement(n, 64 // n, w, w, threads=3 - n) for n, w in windows.items()])
     two = rows[1]
     assert two.efficiency == pytest.approx(0.282 / 0.00255 / 2) and two.superlinear and two.noisy
     text = verdict(rows)
@@ -25,6 +26,10 @@ def test_issue_case_282_ms_at_one_against_2_55_ms_at_two_is_flagged_and_never_pa
     assert "scaling pays" not in text
     assert text.startswith("N=2 measured 55.29 efficiency, superlinear: not counted as paying, so no N past 1")
     assert "Flagged superlinear (efficiency above 1.05): N=2 (55.29)" in text
+    assert text.endswith(
+        "The threads per process differed (2 at N=1, 1 at N=2): a process with more threads than the free "
+        "cores spin-waits, so rerun with --threads 1 to give every N the same threads."
+    )
     table = format_table("strong", rows)
     assert " 55.29* " in table and "* superlinear: efficiency above 1.05" in table
     assert "55.29 (superlinear: flagged, not counted as paying)" in progress_line(two)

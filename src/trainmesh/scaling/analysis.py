@@ -203,7 +203,7 @@ def verdict(rows: list[ScalingRow]) -> str:
         text = (
             f"verdict withheld: the timed windows disagree beyond the {SPREAD_BOUND:.0%} bound at "
             + ", ".join(
-                f"N={row.processes} ({row.spread:.0%}: {row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f} "
+                f"N={row.processes} ({_percent(row.spread)}: {row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f} "
                 "samples/s)"
                 for row in disagreeing
             )
@@ -214,6 +214,15 @@ def verdict(rows: list[ScalingRow]) -> str:
         reached, reason = _pays_up_to(rows)
         text = _advice(rows, reached, reason) + _peak(rows)
     return text + _superlinear_note(rows) + _busy_note(rows)
+
+
+def _percent(share: float) -> str:
+    """Whole percent, or one decimal where whole would read as the bound itself (20% beyond 20%).
+
+    >>> _percent(0.934), _percent(0.203)
+    ('93%', '20.3%')
+    """
+    return f"{share:.1%}" if round(share, 2) == SPREAD_BOUND else f"{share:.0%}"
 
 
 def _pays_up_to(rows: list[ScalingRow]) -> tuple[int, str | None]:
@@ -286,6 +295,19 @@ def _superlinear_note(rows: list[ScalingRow]) -> str:
         f" Flagged superlinear (efficiency above {SUPERLINEAR_EFFICIENCY}): "
         + ", ".join(f"N={row.processes} ({row.efficiency:.2f})" for row in flagged)
         + "; faster than linear here means noise, contention slowing the smaller N, or cache effects."
+        + _threads_hint(rows)
+    )
+
+
+def _threads_hint(rows: list[ScalingRow]) -> str:
+    """Different thread counts across N are the likeliest cause on a CPU: say how to rule it out."""
+    threads = {row.processes: row.threads for row in rows if row.threads is not None}
+    if len(set(threads.values())) < 2:
+        return ""
+    each = ", ".join(f"{t} at N={n}" for n, t in threads.items())
+    return (
+        f" The threads per process differed ({each}): a process with more threads than the free cores "
+        "spin-waits, so rerun with --threads 1 to give every N the same threads."
     )
 
 

@@ -23,6 +23,9 @@ from trainmesh.scaling.analysis import PAYS_EFFICIENCY, SUPERLINEAR_EFFICIENCY, 
 MODE_COLOURS = {"strong": "tab:blue", "weak": "tab:orange"}
 FLAG_COLOUR = "tab:red"
 REFERENCE_COLOUR = "grey"
+# The efficiency panel stops here: a superlinear 55 would squash the 0.7 and 1.0 lines into its
+# floor; points above are drawn at the edge with their value written beside them.
+EFFICIENCY_TOP = 1.6
 
 
 @dataclass(frozen=True)
@@ -123,24 +126,38 @@ def _draw_mode(throughput_axes: Any, efficiency_axes: Any, mode: str, rows: list
     # Ideal: the smallest N's throughput times N / N_smallest.
     ideal = [rows[0].samples_per_s * n / ns[0] for n in ns]
     throughput_axes.plot(ns, ideal, ":", color=colour, label=f"{mode}: ideal (linear)")
-    efficiency = [row.efficiency for row in rows]
+    efficiency = [_on_scale(row.efficiency) for row in rows]
     bars = [
-        [row.efficiency - row.efficiency_min for row in rows],
-        [row.efficiency_max - row.efficiency for row in rows],
+        [max(0.0, value - _on_scale(row.efficiency_min)) for row, value in zip(rows, efficiency)],
+        [_on_scale(row.efficiency_max) - value for row, value in zip(rows, efficiency)],
     ]
     efficiency_axes.errorbar(ns, efficiency, yerr=bars, fmt="o-", color=colour, capsize=4, label=f"{mode}: measured")
     flagged = [row for row in rows if row.superlinear]
-    for axes, value in ((throughput_axes, "samples_per_s"), (efficiency_axes, "efficiency")):
-        if flagged:
+    if flagged:
+        for axes, values in (
+            (throughput_axes, [row.samples_per_s for row in flagged]),
+            (efficiency_axes, [_on_scale(row.efficiency) for row in flagged]),
+        ):
             axes.scatter(
                 [row.processes for row in flagged],
-                [getattr(row, value) for row in flagged],
+                values,
                 s=160,
                 facecolors="none",
                 edgecolors=FLAG_COLOUR,
                 linewidths=2,
                 zorder=5,
                 label="superlinear (flagged, not counted)",
+            )
+    for row in rows:
+        if row.efficiency > EFFICIENCY_TOP:  # drawn at the top edge: its value is written beside it
+            efficiency_axes.annotate(
+                f"{mode}: {row.efficiency:.2f} (off scale)",
+                (row.processes, _on_scale(row.efficiency)),
+                textcoords="offset points",
+                xytext=(-10, -16 if mode == "strong" else -30),
+                ha="right",
+                color=colour,
+                fontsize="small",
             )
 
 
@@ -149,11 +166,16 @@ def _references(efficiency_axes: Any, rows: Sequence[ScalingRow]) -> None:
     efficiency_axes.axhline(
         PAYS_EFFICIENCY, linestyle="--", color=REFERENCE_COLOUR, label=f"pays threshold ({PAYS_EFFICIENCY})"
     )
-    top = max([1.2] + [row.efficiency_max * 1.1 for row in rows])
+    top = min(EFFICIENCY_TOP, max([1.2] + [row.efficiency_max * 1.1 for row in rows]))
     efficiency_axes.axhspan(
         SUPERLINEAR_EFFICIENCY, top, color=FLAG_COLOUR, alpha=0.08, label=f"superlinear (> {SUPERLINEAR_EFFICIENCY})"
     )
     efficiency_axes.set_ylim(0, top)
+
+
+def _on_scale(efficiency: float) -> float:
+    """Where an efficiency is drawn: above the panel's top, just under it."""
+    return min(efficiency, EFFICIENCY_TOP * 0.97)
 
 
 def _legend_below(axes: Any) -> None:
@@ -170,6 +192,7 @@ def _log2_axis(axes: Any, ns: list[int]) -> None:
     from matplotlib.ticker import NullLocator
 
     axes.set_xscale("log", base=2)
+    axes.set_xlim(min(ns) / 1.3, max(ns) * 1.3)  # room for the bars and the core marker at the ends
     axes.set_xticks(ns)
     axes.set_xticklabels([str(n) for n in ns])
     axes.xaxis.set_minor_locator(NullLocator())
