@@ -54,16 +54,22 @@ def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
+    # The thread policy (run_program sets OMP_NUM_THREADS=1 to spare the shared machine), then each
+    # N's load before and during, are printed.
+    assert lines[0] == "threads: 1 per process at every N (OMP_NUM_THREADS=1), set in every worker"
+    loads = [line for line in lines if line.startswith(("N=1: load before:", "N=2: load before:"))]
+    assert len(loads) == 2 and all("; during: " in line for line in loads)
     header = next(i for i, line in enumerate(lines) if line.startswith("N "))
     assert lines[header - 1] == "strong scaling (global batch fixed)"
     columns = re.split(r"\s{2,}", lines[header].strip())
     assert "MFU" in columns and "tokens/s" in columns
     rows = [dict(zip(columns, lines[header + i].split())) for i in (1, 2)]
     assert [row["N"] for row in rows] == ["1", "2"] and [row["batch/rank"] for row in rows] == ["64", "32"]
+    assert [row["threads"] for row in rows] == ["1", "1"]  # set in each worker and read back
     # The digits batch is float pixels, not tokens; the FLOPs were counted and --peak-flops given.
     assert all(row["tokens/s"] == "-" and re.fullmatch(r"\d+\.\d%", row["MFU"]) for row in rows)
-    verdict = lines[header + 3]
-    assert verdict.startswith(("N=2 runs at", "scaling pays up to N=")), verdict
+    verdict = next(line for line in lines[header + 3 :] if not line.startswith(("*", "spread:")))
+    assert verdict.startswith(("N=2 runs at", "scaling pays up to N=", "N=2 measured", "verdict withheld")), verdict
     with open(tmp_path / "scaling.csv") as file:
         table = list(csv.DictReader(file))
     assert {"mode", "processes", "speedup", "efficiency", "mfu", "tokens_per_s", "noisy"} <= set(table[0])
@@ -91,3 +97,23 @@ def test_scale_takes_the_configs_strategy_precision_and_says_what_it_leaves(
     # A flag wins over the config.
     assert run_scale_command(["--config", str(config), "--precision", "32-true", "--strategy", "ddp"]) == 0
     assert (seen["strategy"], seen["precision"]) == ("ddp", "32-true")
+
+
+def test_thread_policy_shares_the_cores_out_or_fixes_one_count_and_says_which(monkeypatch) -> None:
+    from trainmesh.scaling import thread_policy
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert thread_policy(None, 8, [1, 2, 4, 16]) == (
+        None,
+        "threads: 8 physical cores // N per process (N=1: 8, N=2: 4, N=4: 2, N=16: 1), set in every worker; "
+        "--threads T fixes one count for every N",
+    )
+    assert thread_policy(2, 8, [1, 2])[0] == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_policy(None, 8, [1, 2]) == (
+        3,
+        "threads: 3 per process at every N (OMP_NUM_THREADS=3), set in every worker",
+    )
+    assert thread_policy(1, 8, [1, 2])[1].endswith("(--threads 1), set in every worker")  # the flag wins
+    with pytest.raises(ValueError, match="threads=0; pass a positive count"):
+        thread_policy(0, 8, [1])

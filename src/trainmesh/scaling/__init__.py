@@ -50,6 +50,7 @@ def run_scaling(
     windows: int = 3,
     out_dir: str | Path = "scaling",
     peak_flops: float | None = None,
+    threads: int | None = None,
     print_fn: Any = print,
     projection: Any = None,
 ) -> list[ScalingRow]:
@@ -60,8 +61,11 @@ def run_scaling(
     ``peak_flops`` (per device) gives the MFU column where the device table has no figure (CPUs).
     ``projection`` (a :class:`~trainmesh.scaling.projection.ProjectionSettings`): after the sweep,
     the model calibrated on the measured N and projected on its links (``projection.json``).
+    ``threads`` fixes each rank's torch threads at every N (else ``OMP_NUM_THREADS`` if set, else
+    the physical cores // N); the policy is printed, and so is the machine's load around each N.
     """
-    from trainmesh.scaling.measure import Workload, measure
+    from trainmesh.accelerators import physical_cpu_count
+    from trainmesh.scaling.measure import Workload
     from trainmesh.scaling.report import format_table, write_reports
 
     _check_settings(strategy, precision, projection)
@@ -71,7 +75,11 @@ def run_scaling(
     counts = process_counts(processes=processes, max_processes=max_processes)
     base_batch = batch_size or int((data_kwargs or {}).get("batch_size", 0) or _default_batch(data))
     batches = {m: base_batch * (max(counts) if m == "strong" and batch_size is None else 1) for m in modes}
-    _warn_oversubscribed(max(counts), accelerator, print_fn)
+    hardware, what, device = _hardware(accelerator)
+    _warn_oversubscribed(max(counts), hardware, what)
+    cores = physical_cpu_count()
+    fixed, policy = thread_policy(threads, cores, counts)
+    print_fn(policy)
     workload = Workload(
         model,
         dict(model_kwargs or {}),
@@ -84,16 +92,10 @@ def run_scaling(
         steps_per_window=steps_per_window,
         windows=windows,
         peak_flops=peak_flops,
+        threads=fixed,
+        cores=cores,
     )
-    measured: dict[str, list[Measurement]] = {m: [] for m in modes}
-    for n in counts:
-        for m, run in measure(workload, n, {m: per_rank_batch(m, batches[m], n) for m in modes}).items():
-            measured[m].append(run)
-            row = scaling_rows(m, measured[m])[-1]
-            print_fn(
-                f"[{m}] N={n}: {row.samples_per_s:.0f} samples/s, speedup {row.speedup:.2f}, "
-                f"efficiency {row.efficiency:.2f}, comm {row.comm_share * 100:.0f}%"
-            )
+    measured = _sweep(workload, counts, batches, print_fn)
     rows = [row for m in modes for row in scaling_rows(m, measured[m])]
     for m in modes:
         mine = [row for row in rows if row.mode == m]
@@ -103,6 +105,11 @@ def run_scaling(
         "data": data,
         "strategy": strategy,
         "accelerator": accelerator,
+        "precision": precision,
+        "device": device,
+        "hardware_count": hardware,
+        "hardware_what": what,
+        "threads": policy,
         "batches": batches,
         "peak_flops": peak_flops,
         "warmup_steps": warmup_steps,
@@ -110,7 +117,7 @@ def run_scaling(
         "windows": windows,
         "cpu_count": os.cpu_count(),
     }
-    for path in write_reports(Path(out_dir), rows, settings):
+    for path in write_reports(Path(out_dir), rows, settings, say=print_fn):
         print_fn(f"wrote {path}")
     if projection is not None:  # calibrated on what was just measured, then projected
         _project(measured, model, dict(model_kwargs or {}), strategy, precision, projection, Path(out_dir), print_fn)
@@ -160,6 +167,46 @@ def _check_settings(strategy: str, precision: str, projection: Any) -> None:
             )
 
 
+def _sweep(workload: Any, counts: list[int], batches: dict[str, int], print_fn: Any) -> dict[str, list[Measurement]]:
+    """Measure each N in turn, printing the machine's load around it and each mode's row."""
+    from trainmesh.scaling.measure import measure
+    from trainmesh.scaling.report import progress_line
+
+    measured: dict[str, list[Measurement]] = {m: [] for m in batches}
+    for n in counts:
+        runs = measure(workload, n, {m: per_rank_batch(m, batch, n) for m, batch in batches.items()})
+        load = next(iter(runs.values())).load
+        if load is not None:
+            print_fn(f"N={n}: load before: {load.describe_before()}; during: {load.describe_during()}")
+        for m, run in runs.items():
+            measured[m].append(run)
+            print_fn(progress_line(scaling_rows(m, measured[m])[-1]))
+    return measured
+
+
+def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[int | None, str]:
+    """The fixed thread count (None: cores // N) and the line that says which, with each N's count.
+
+    >>> thread_policy(None, 2, [1, 2])[1]
+    'threads: 2 physical cores // N per process (N=1: 2, N=2: 1), set in every worker; --threads T fixes one count for every N'
+    >>> thread_policy(1, 2, [1, 2])
+    (1, 'threads: 1 per process at every N (--threads 1), set in every worker')
+    """
+    from trainmesh.scaling.measure import threads_per_process
+
+    source = f"--threads {threads}"
+    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads, source = int(os.environ["OMP_NUM_THREADS"]), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+    if threads is not None:
+        threads_per_process(1, fixed=threads, cores=cores)  # refuses a count below 1
+        return threads, f"threads: {threads} per process at every N ({source}), set in every worker"
+    each = ", ".join(f"N={n}: {threads_per_process(n, fixed=None, cores=cores)}" for n in counts)
+    return None, (
+        f"threads: {cores} physical cores // N per process ({each}), set in every worker; "
+        "--threads T fixes one count for every N"
+    )
+
+
 def _default_batch(data_path: str) -> int:
     import inspect
 
@@ -169,16 +216,22 @@ def _default_batch(data_path: str) -> int:
     return default.default if default is not None and isinstance(default.default, int) else 32
 
 
-def _warn_oversubscribed(largest: int, accelerator: str, print_fn: Any) -> None:
-    """More processes than cores (or GPUs) measure contention, not scaling: say so up front."""
+def _hardware(accelerator: str) -> tuple[int, str, str]:
+    """(how many devices or physical cores, what they are, a name for the plot's title)."""
     if accelerator == "cuda":
         import torch
 
-        available, what = torch.cuda.device_count(), "GPUs"
-    else:
-        from trainmesh.accelerators import physical_cpu_count
+        count = torch.cuda.device_count()
+        name = torch.cuda.get_device_name(0) if count else "CUDA (none visible)"
+        return count, "GPUs", name
+    from trainmesh.accelerators import physical_cpu_count
 
-        available, what = physical_cpu_count(), "physical CPU cores"
+    count = physical_cpu_count()
+    return count, "physical CPU cores", f"CPU, {count} physical cores"
+
+
+def _warn_oversubscribed(largest: int, available: int, what: str) -> None:
+    """More processes than cores (or GPUs) measure contention, not scaling: say so up front."""
     if largest > available:
         print(
             f"warning: N={largest} exceeds the {available} {what} here; rows beyond {available} measure "
@@ -195,5 +248,6 @@ __all__ = [
     "process_counts",
     "run_scaling",
     "scaling_rows",
+    "thread_policy",
     "verdict",
 ]

@@ -19,14 +19,18 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from trainmesh.scaling.load import MachineLoad
+
 MODES = ("strong", "weak")
 # Efficiency at which more processes still pay: below it, most of each added process is lost.
 PAYS_EFFICIENCY = 0.7
-# A row is flagged noisy when its efficiency is above this (faster than linear is almost always
-# contention or warm-up in the baseline, not real superlinear scaling) ...
-NOISE_EFFICIENCY = 1.05
-# ... or when its windows' throughput spread (max - min) is wider than this share of the median.
-NOISE_SPREAD = 0.5
+# Efficiency above this is flagged superlinear and never counted as paying: faster than linear is
+# almost always noise, contention slowing the baseline, or a working set that fits in cache once
+# split, none of which a user renting more devices will get.
+SUPERLINEAR_EFFICIENCY = 1.05
+# The verdict is withheld when a row's windows disagree by more than this share of their median
+# throughput ((max - min) / median): the machine's load changed while measuring.
+SPREAD_BOUND = 0.2
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Measurement:
     # B * T of an integer (B, T) input per rank's step (the throughput module's rule); None otherwise.
     tokens_per_rank_step: int | None = None
     peak_flops: float | None = None  # per device: the user's --peak-flops or the device table's
+    threads: int | None = None  # torch's intra-op threads in each rank, as the worker read them back
+    load: MachineLoad | None = None  # the machine's load before and during this N's launch
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,17 @@ class ScalingRow:
     peak_memory_mb: float | None
     tokens_per_s: float | None = None
     mfu: float | None = None  # model FLOPs utilisation: achieved FLOP/s per device over its peak
-    noisy: bool = False  # see NOISE_EFFICIENCY and NOISE_SPREAD
+    noisy: bool = False  # superlinear, or windows spread beyond SPREAD_BOUND
+    spread: float = 0.0  # (max - min) / median of the windows' throughput
+    efficiency_min: float = 1.0  # the slowest and fastest window's efficiency
+    efficiency_max: float = 1.0
+    superlinear: bool = False  # efficiency above SUPERLINEAR_EFFICIENCY: flagged, never "pays"
+    threads: int | None = None
+    cpus: int | None = None  # the machine's CPUs, for the load figures below
+    others_busy_before: float | None = None  # CPUs other processes kept busy before / during this N
+    others_busy_during: float | None = None
+    loadavg_during: float | None = None
+    busy: bool = False  # other processes used over a quarter of the CPUs (see load.BUSY_SHARE)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +109,7 @@ def scaling_rows(mode: str, runs: list[Measurement]) -> list[ScalingRow]:
     Speedup S = X_N / X_base (throughput, samples/s); efficiency E = S / (N / N_base), which in
     weak scaling equals T_base / T_N; comm share = (T_sync - T_no_sync) / T_sync, clipped at 0
     (noise can make the synced step look faster). Step times are medians over the windows; the
-    throughput spread is the fastest and slowest window.
+    throughput spread is the fastest and slowest window, and so is the efficiency's.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; use one of {MODES}")
@@ -102,38 +118,50 @@ def scaling_rows(mode: str, runs: list[Measurement]) -> list[ScalingRow]:
     runs = sorted(runs, key=lambda run: run.processes)
     base = runs[0]
     base_throughput = _throughput(base, statistics.median(base.step_s))
-    rows = []
-    for run in runs:
-        step = statistics.median(run.step_s)
-        throughput = _throughput(run, step)
-        speedup = throughput / base_throughput
-        relative_n = run.processes / base.processes
-        no_sync = statistics.median(run.no_sync_step_s)
-        slowest, fastest = _throughput(run, max(run.step_s)), _throughput(run, min(run.step_s))
-        rows.append(
-            ScalingRow(
-                mode=mode,
-                processes=run.processes,
-                per_rank_batch=run.per_rank_batch,
-                global_batch=run.per_rank_batch * run.processes,
-                step_ms=step * 1e3,
-                samples_per_s=throughput,
-                samples_per_s_min=slowest,
-                samples_per_s_max=fastest,
-                speedup=speedup,
-                efficiency=speedup / relative_n,
-                karp_flatt=karp_flatt(speedup, relative_n),
-                # With one process there is nothing to synchronise; the difference is noise.
-                comm_share=max(0.0, (step - no_sync) / step) if run.processes > 1 else 0.0,
-                peak_memory_mb=None if run.peak_memory_bytes is None else run.peak_memory_bytes / 2**20,
-                tokens_per_s=None
-                if run.tokens_per_rank_step is None
-                else run.tokens_per_rank_step * run.processes / step,
-                mfu=model_flops_utilisation(run.flops_per_rank_step, step, run.peak_flops),
-                noisy=speedup / relative_n > NOISE_EFFICIENCY or (fastest - slowest) > NOISE_SPREAD * throughput,
-            )
-        )
-    return rows
+    return [_row(mode, run, base.processes, base_throughput) for run in runs]
+
+
+def _row(mode: str, run: Measurement, base_processes: int, base_throughput: float) -> ScalingRow:
+    step = statistics.median(run.step_s)
+    throughput = _throughput(run, step)
+    relative_n = run.processes / base_processes
+    ideal = base_throughput * relative_n
+    speedup = throughput / base_throughput
+    efficiency = speedup / relative_n
+    no_sync = statistics.median(run.no_sync_step_s)
+    slowest, fastest = _throughput(run, max(run.step_s)), _throughput(run, min(run.step_s))
+    spread = (fastest - slowest) / throughput
+    superlinear = efficiency > SUPERLINEAR_EFFICIENCY
+    load = run.load
+    return ScalingRow(
+        mode=mode,
+        processes=run.processes,
+        per_rank_batch=run.per_rank_batch,
+        global_batch=run.per_rank_batch * run.processes,
+        step_ms=step * 1e3,
+        samples_per_s=throughput,
+        samples_per_s_min=slowest,
+        samples_per_s_max=fastest,
+        speedup=speedup,
+        efficiency=efficiency,
+        karp_flatt=karp_flatt(speedup, relative_n),
+        # With one process there is nothing to synchronise; the difference is noise.
+        comm_share=max(0.0, (step - no_sync) / step) if run.processes > 1 else 0.0,
+        peak_memory_mb=None if run.peak_memory_bytes is None else run.peak_memory_bytes / 2**20,
+        tokens_per_s=None if run.tokens_per_rank_step is None else run.tokens_per_rank_step * run.processes / step,
+        mfu=model_flops_utilisation(run.flops_per_rank_step, step, run.peak_flops),
+        noisy=superlinear or spread > SPREAD_BOUND,
+        spread=spread,
+        efficiency_min=slowest / ideal,
+        efficiency_max=fastest / ideal,
+        superlinear=superlinear,
+        threads=run.threads,
+        cpus=None if load is None else load.cpus,
+        others_busy_before=None if load is None else load.others_before,
+        others_busy_during=None if load is None else load.others_during,
+        loadavg_during=None if load is None else load.loadavg_during,
+        busy=load is not None and load.busy(),
+    )
 
 
 def model_flops_utilisation(flops_per_rank_step: int | None, step_s: float, peak_flops: float | None) -> float | None:
@@ -152,50 +180,147 @@ def model_flops_utilisation(flops_per_rank_step: int | None, step_s: float, peak
 
 
 def verdict(rows: list[ScalingRow]) -> str:
-    """One or two plain sentences saying what more processes buy, for one mode's rows.
+    """Plain sentences saying what more processes buy, for one mode's rows.
 
-    The rule: scaling pays up to the largest N reached while every N measured so far keeps a
-    parallel efficiency of at least ``PAYS_EFFICIENCY`` (0.7). Beyond it the next N's added
-    throughput is stated; when even the second N falls below, the advice is to stay at the
-    smallest. Rows flagged noisy (efficiency above 1.05, or a window spread wider than half the
-    median) add "noisy: rerun with more --windows/--steps".
+    The rule: N pays while, from the smallest N up, each next N raises the throughput and keeps a
+    parallel efficiency of at least ``PAYS_EFFICIENCY`` (0.7) without exceeding
+    ``SUPERLINEAR_EFFICIENCY`` (1.05): a superlinear row is flagged (noise, contention or cache
+    effects) and never pays. The verdict is withheld, with the reason, when any N's timed windows
+    disagree by more than ``SPREAD_BOUND`` (20%) of their median. Where the throughput peaks before
+    the largest N, that is said; so is a machine other processes kept busy while measuring.
 
     >>> from trainmesh.scaling.analysis import Measurement, scaling_rows
     >>> verdict(scaling_rows("strong", [Measurement(1, 64, [0.010], [0.010]), Measurement(2, 32, [0.0145], [0.01])]))
-    'N=2 runs at 0.34 efficiency: 2 processes finish 0.69x as fast as 1; on this machine stay at N=1.'
+    'N=2 runs at 0.34 efficiency (windows 0.34-0.34): 2 processes finish 0.69x as fast as 1; on this machine stay at N=1.'
     """
     if not rows:
         return "nothing measured."
     rows = sorted(rows, key=lambda row: row.processes)
-    base = rows[0]
-    reached = 0
-    while reached + 1 < len(rows) and rows[reached + 1].efficiency >= PAYS_EFFICIENCY:
-        reached += 1
-    best = rows[reached]
     if len(rows) == 1:
-        text = f"only N={base.processes} measured: nothing to compare."
-    elif reached == 0:
-        after = rows[1]
+        return f"only N={rows[0].processes} measured: nothing to compare."
+    disagreeing = [row for row in rows if row.spread > SPREAD_BOUND]
+    if disagreeing:
         text = (
-            f"N={after.processes} runs at {after.efficiency:.2f} efficiency: {after.processes} processes "
-            f"{_pace(after)} {base.processes}; on this machine stay at N={base.processes}."
-        )
-    elif reached == len(rows) - 1:
-        text = (
-            f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}), the most measured: "
-            "more processes may pay too."
+            f"verdict withheld: the timed windows disagree beyond the {SPREAD_BOUND:.0%} bound at "
+            + ", ".join(
+                f"N={row.processes} ({_percent(row.spread)}: {row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f} "
+                "samples/s)"
+                for row in disagreeing
+            )
+            + "; the machine's load changed while measuring: rerun on a quieter machine or with more "
+            "--windows/--steps."
         )
     else:
-        after = rows[reached + 1]
-        gain = (after.samples_per_s / best.samples_per_s - 1) * 100
-        text = (
-            f"scaling pays up to N={best.processes} (efficiency >= {PAYS_EFFICIENCY}); "
-            f"N={after.processes} adds {gain:.0f}% throughput at {after.efficiency:.2f} efficiency."
+        reached, reason = _pays_up_to(rows)
+        text = _advice(rows, reached, reason) + _peak(rows)
+    return text + _superlinear_note(rows) + _busy_note(rows)
+
+
+def _percent(share: float) -> str:
+    """Whole percent, or one decimal where whole would read as the bound itself (20% beyond 20%).
+
+    >>> _percent(0.934), _percent(0.203)
+    ('93%', '20.3%')
+    """
+    return f"{share:.1%}" if round(share, 2) == SPREAD_BOUND else f"{share:.0%}"
+
+
+def _pays_up_to(rows: list[ScalingRow]) -> tuple[int, str | None]:
+    """The index of the largest N that pays, and why the next one does not (None: all pay)."""
+    reached = 0
+    for i in range(1, len(rows)):
+        row = rows[i]
+        if row.superlinear:
+            return reached, "superlinear"
+        if row.samples_per_s <= rows[reached].samples_per_s:
+            return reached, "no gain"
+        if row.efficiency < PAYS_EFFICIENCY:
+            return reached, "low efficiency"
+        reached = i
+    return reached, None
+
+
+def _advice(rows: list[ScalingRow], reached: int, reason: str | None) -> str:
+    base, best = rows[0], rows[reached]
+    after = rows[reached + 1] if reason is not None else None
+    if after is not None and reached == 0:
+        if reason == "superlinear":
+            return (
+                f"N={after.processes} measured {after.efficiency:.2f} efficiency, superlinear: not counted as "
+                f"paying, so no N past {base.processes} is shown to pay; rerun on a quieter machine."
+            )
+        return (
+            f"N={after.processes} runs at {after.efficiency:.2f} efficiency ({_windows(after)}): "
+            f"{after.processes} processes {_pace(after)} {base.processes}; on this machine stay at N={base.processes}."
         )
-    noisy = [str(row.processes) for row in rows if row.noisy]
-    if noisy:
-        text += f" N={','.join(noisy)} noisy: rerun with more --windows/--steps."
-    return text
+    text = (
+        f"scaling pays up to N={best.processes} (efficiency {best.efficiency:.2f}, {_windows(best)}; "
+        f"threshold {PAYS_EFFICIENCY})"
+    )
+    if after is None:
+        return text + ", the most measured: more processes may pay too."
+    if reason == "superlinear":
+        return text + f"; N={after.processes} measured {after.efficiency:.2f} efficiency, superlinear: not counted."
+    if reason == "no gain":
+        return text + (
+            f"; N={after.processes} adds no throughput ({after.samples_per_s:.0f} samples/s against "
+            f"{best.samples_per_s:.0f})."
+        )
+    gain = (after.samples_per_s / best.samples_per_s - 1) * 100
+    return text + f"; N={after.processes} adds {gain:.0f}% throughput at {after.efficiency:.2f} efficiency."
+
+
+def _windows(row: ScalingRow) -> str:
+    return f"windows {row.efficiency_min:.2f}-{row.efficiency_max:.2f}"
+
+
+def _peak(rows: list[ScalingRow]) -> str:
+    """Where throughput is highest, when that is neither the smallest N (the advice says so) nor
+    the largest (more may pay)."""
+    peak = max(rows, key=lambda row: row.samples_per_s)
+    last = rows[-1]
+    if peak is last or peak is rows[0]:
+        return ""
+    return (
+        f" Throughput peaks at N={peak.processes} ({peak.samples_per_s:.0f} samples/s) and is "
+        f"{last.samples_per_s:.0f} at N={last.processes}."
+    )
+
+
+def _superlinear_note(rows: list[ScalingRow]) -> str:
+    flagged = [row for row in rows if row.superlinear]
+    if not flagged:
+        return ""
+    return (
+        f" Flagged superlinear (efficiency above {SUPERLINEAR_EFFICIENCY}): "
+        + ", ".join(f"N={row.processes} ({row.efficiency:.2f})" for row in flagged)
+        + "; faster than linear here means noise, contention slowing the smaller N, or cache effects."
+        + _threads_hint(rows)
+    )
+
+
+def _threads_hint(rows: list[ScalingRow]) -> str:
+    """Different thread counts across N are the likeliest cause on a CPU: say how to rule it out."""
+    threads = {row.processes: row.threads for row in rows if row.threads is not None}
+    if len(set(threads.values())) < 2:
+        return ""
+    each = ", ".join(f"{t} at N={n}" for n, t in threads.items())
+    return (
+        f" The threads per process differed ({each}): a process with more threads than the free cores "
+        "spin-waits, so rerun with --threads 1 to give every N the same threads."
+    )
+
+
+def _busy_note(rows: list[ScalingRow]) -> str:
+    busy = [row for row in rows if row.busy]
+    if not busy:
+        return ""
+    worst = max(max(x for x in (row.others_busy_before, row.others_busy_during) if x is not None) for row in busy)
+    return (
+        f" Caution: other processes kept up to {worst:.2f} of {busy[0].cpus} CPUs busy around "
+        + ",".join(f"N={row.processes}" for row in busy)
+        + ": these figures measure sharing the machine, not scaling alone."
+    )
 
 
 def _pace(row: ScalingRow) -> str:

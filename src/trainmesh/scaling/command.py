@@ -46,6 +46,11 @@ def build_scale_parser() -> argparse.ArgumentParser:
         type=float,
         help="One device's peak FLOP/s, for the MFU column (GPUs in the table need none; CPUs have no MFU without it).",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="Torch threads in every rank at every N (default: OMP_NUM_THREADS if set, else physical cores // N).",
+    )
     parser.add_argument("--out_dir", "--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
     from trainmesh.scaling.project_command import add_link_arguments
 
@@ -82,6 +87,7 @@ def run_scale_command(args: list[str]) -> int:
         out_dir=options.out_dir,
         peak_flops=options.peak_flops,
         projection=projection_settings(options, default_links=[]),
+        threads=options.threads,
     )
     return 0
 

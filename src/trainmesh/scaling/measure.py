@@ -7,14 +7,14 @@ Runtime of any strategy finds them already started and launches nothing itself.
 
 from __future__ import annotations
 
-import os
 import pickle
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainmesh.scaling.analysis import Measurement
+from trainmesh.scaling.load import MachineLoad, cpu_count, load_average, others_busy, read_cpu_times, sample_before
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,34 @@ class Workload:
     windows: int = 3
     peak_flops: float | None = None  # per device; None: the device table's (none for CPUs)
     count_flops: bool = True
+    # Torch threads per rank: one count for every N, or None for ``cores // N`` (see threads_per_process).
+    threads: int | None = None
+    cores: int = 1  # the physical cores (or CPUs) shared out when ``threads`` is None
+
+
+def threads_per_process(processes: int, *, fixed: int | None, cores: int) -> int:
+    """Each rank's torch threads: ``fixed`` at every N, else the cores shared out, ``cores // N``
+    (at least 1). Either way the count is set explicitly in every worker: left to torch, a lone
+    worker takes every core and, on a busy machine, spin-waits on them, which makes N=1 look far
+    slower than it is and every larger N superlinear.
+
+    >>> threads_per_process(1, fixed=None, cores=2), threads_per_process(2, fixed=None, cores=2)
+    (2, 1)
+    >>> threads_per_process(4, fixed=1, cores=2)
+    1
+    """
+    if fixed is not None:
+        if fixed < 1:
+            raise ValueError(f"threads={fixed}; pass a positive count, e.g. --threads 1")
+        return fixed
+    return max(1, cores // processes)
 
 
 def measure(
-    workload: Workload, processes: int, batches: dict[str, int], *, timeout_s: float = 600
+    workload: Workload, processes: int, batches: dict[str, int], *, timeout_s: float = 600, idle_s: float = 1.0
 ) -> dict[str, Measurement]:
-    """Run ``workload`` on ``processes`` workers; one :class:`Measurement` per mode in ``batches``.
+    """Run ``workload`` on ``processes`` workers; one :class:`Measurement` per mode in ``batches``,
+    with the machine's load over ``idle_s`` before the launch and over the launch itself.
 
     >>> measure(Workload("trainmesh.demo:DigitsClassifier", {}, "trainmesh.data:DigitsDataModule", {}),
     ...         2, {"strong": 32})  # doctest: +SKIP
@@ -49,6 +71,8 @@ def measure(
 
     from trainmesh.launchers.environments import find_free_port
 
+    loadavg_before, others_before = sample_before(idle_s)
+    start = read_cpu_times()
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     port = find_free_port()
@@ -66,8 +90,12 @@ def measure(
             raise TimeoutError(f"measuring {processes} processes took over {timeout_s:.0f} s")
     while not results.empty():
         received = results.get()
+    # Read after joining: only children already waited for count as the sweep's own CPU time.
+    others_during, ours_during = others_busy(start, read_cpu_times())
     assert received is not None, "rank 0 sent no measurement"
-    return pickle.loads(received)
+    load = MachineLoad(cpu_count(), loadavg_before, others_before, load_average(), others_during, ours_during)
+    measured: dict[str, Measurement] = pickle.loads(received)
+    return {mode: replace(run, load=load) for mode, run in measured.items()}
 
 
 def _worker(rank: int, workload: Workload, processes: int, port: int, batches: dict[str, int], results: Any) -> None:
@@ -81,10 +109,8 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
             global_rank=rank, local_rank=rank, world_size=processes, local_world_size=processes, master_port=port
         )
     )
-    if "OMP_NUM_THREADS" not in os.environ:
-        # One thread per worker and core, as the launchers do: oversubscribed threads would
-        # measure contention, not scaling.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // processes))
+    threads = threads_per_process(processes, fixed=workload.threads, cores=workload.cores)
+    torch.set_num_threads(threads)
     import warnings
 
     from trainmesh.runtime import Runtime
@@ -103,6 +129,8 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
 
 
 def _measure_mode(runtime: Any, workload: Workload, processes: int, batch_size: int) -> Measurement:
+    import torch
+
     from trainmesh.cli.classes import import_class
     from trainmesh.seed import seed_everything
     from trainmesh.trainer.optimizers import parse_optimizers
@@ -138,6 +166,7 @@ def _measure_mode(runtime: Any, workload: Workload, processes: int, batch_size: 
         flops_per_rank_step=flops,
         tokens_per_rank_step=_tokens(batch),
         peak_flops=_peak_flops(workload, runtime),
+        threads=torch.get_num_threads(),  # read back, not assumed: what the timed steps ran with
     )
 
 

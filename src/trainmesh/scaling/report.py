@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainmesh.scaling.analysis import ScalingRow
+from trainmesh.scaling.analysis import SUPERLINEAR_EFFICIENCY, ScalingRow
+from trainmesh.scaling.plot import PlotSeries, matplotlib_missing, write_png
 
 _COLUMNS = (
     "N",
+    "threads",
     "batch/rank",
     "step ms",
     "samples/s",
     "min-max",
+    "spread",
     "tokens/s",
     "speedup",
     "efficiency",
@@ -22,25 +26,46 @@ _COLUMNS = (
     "comm %",
     "MFU",
     "peak MB/rank",
+    "others busy",
 )
+# Marks a superlinear efficiency in the table and the progress lines; the table's footnote says why.
+SUPERLINEAR_MARK = "*"
 
 
 def format_row(row: ScalingRow) -> list[str]:
     """The table's cells for ``row``: the same text the terminal and progress lines show."""
     return [
         str(row.processes),
+        "-" if row.threads is None else str(row.threads),
         str(row.per_rank_batch),
         f"{row.step_ms:.2f}",
         f"{row.samples_per_s:.0f}",
         f"{row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f}",
+        f"{row.spread * 100:.0f}%",
         "-" if row.tokens_per_s is None else f"{row.tokens_per_s:.0f}",
         f"{row.speedup:.2f}",
-        f"{row.efficiency:.2f}",
+        efficiency_cell(row),
         "-" if row.karp_flatt is None else f"{row.karp_flatt:.3f}",
         f"{row.comm_share * 100:.1f}",
         "-" if row.mfu is None else f"{row.mfu * 100:.1f}%",
         "-" if row.peak_memory_mb is None else f"{row.peak_memory_mb:.0f}",
+        "-" if row.others_busy_during is None else f"{row.others_busy_during:.2f}/{row.cpus}",
     ]
+
+
+def efficiency_cell(row: ScalingRow) -> str:
+    """The efficiency, marked when superlinear: such a figure is never shown bare."""
+    return f"{row.efficiency:.2f}" + (SUPERLINEAR_MARK if row.superlinear else "")
+
+
+def progress_line(row: ScalingRow) -> str:
+    """What the sweep prints as each (mode, N) is measured."""
+    flag = " (superlinear: flagged, not counted as paying)" if row.superlinear else ""
+    return (
+        f"[{row.mode}] N={row.processes}: {row.samples_per_s:.0f} samples/s "
+        f"(windows {row.samples_per_s_min:.0f}-{row.samples_per_s_max:.0f}), speedup {row.speedup:.2f}, "
+        f"efficiency {row.efficiency:.2f}{flag}, comm {row.comm_share * 100:.0f}%"
+    )
 
 
 def format_table(mode: str, rows: list[ScalingRow]) -> str:
@@ -54,6 +79,14 @@ def format_table(mode: str, rows: list[ScalingRow]) -> str:
     cells = [list(_COLUMNS)] + [format_row(row) for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS))]
     lines = [title] + ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in cells]
+    if any(row.superlinear for row in rows):
+        lines.append(
+            f"{SUPERLINEAR_MARK} superlinear: efficiency above {SUPERLINEAR_EFFICIENCY} (noise, contention slowing the "
+            "smaller N, or cache effects); flagged and never counted as paying"
+        )
+    lines.append(
+        "spread: (max - min) / median of the windows' samples/s; others busy: CPUs other processes used during the N"
+    )
     return "\n".join(lines)
 
 
@@ -72,51 +105,24 @@ def write_json(path: Path, rows: list[ScalingRow], settings: dict[str, Any]) -> 
     path.write_text(json.dumps({"settings": settings, "rows": [row.as_dict() for row in rows]}, indent=2) + "\n")
 
 
-def write_png(path: Path, rows: list[ScalingRow]) -> bool:
-    """Throughput against N with the ideal (linear) line, and efficiency against N, one line
-    per mode. Returns False, writing nothing, when matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-    matplotlib.use("Agg")  # files only: no display needed, none opened
-    import matplotlib.pyplot as plt
-
-    figure, (throughput_axes, efficiency_axes) = plt.subplots(1, 2, figsize=(10, 4))
-    for mode in sorted({row.mode for row in rows}):
-        mine = [row for row in rows if row.mode == mode]
-        ns = [row.processes for row in mine]
-        throughput_axes.plot(ns, [row.samples_per_s for row in mine], "o-", label=f"{mode}: measured")
-        # Ideal: the smallest N's throughput times N / N_smallest.
-        ideal = [mine[0].samples_per_s * n / ns[0] for n in ns]
-        throughput_axes.plot(ns, ideal, "--", label=f"{mode}: ideal (linear)")
-        efficiency_axes.plot(ns, [row.efficiency for row in mine], "o-", label=mode)
-    efficiency_axes.axhline(1.0, linestyle="--", color="grey", label="ideal")
-    throughput_axes.set(xlabel="processes (N)", ylabel="throughput (samples/s)", title="Throughput")
-    # One label for both modes: strong efficiency is speedup / N, weak is T1 / TN (the same
-    # ratio of throughputs), so "speedup / N" would misdescribe the weak line.
-    efficiency_axes.set(
-        xlabel="processes (N)",
-        ylabel="parallel efficiency",
-        title="Efficiency",
-        ylim=(0, 1.1 * max([1.0] + [row.efficiency for row in rows])),
-    )
-    for axes in (throughput_axes, efficiency_axes):
-        axes.set_xticks(sorted({row.processes for row in rows}))
-        axes.legend()
-        axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return True
-
-
-def write_reports(out_dir: Path, rows: list[ScalingRow], settings: dict[str, Any]) -> list[Path]:
-    """scaling.csv, scaling.json and scaling.png (when matplotlib is installed) in ``out_dir``."""
+def write_reports(
+    out_dir: Path,
+    rows: list[ScalingRow],
+    settings: dict[str, Any],
+    *,
+    extra_series: Sequence[PlotSeries] = (),
+    say: Callable[[str], Any] = print,
+) -> list[Path]:
+    """scaling.csv, scaling.json and scaling.png in ``out_dir``; without matplotlib, ``say`` one
+    line that no PNG was written and why."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "scaling.csv", out_dir / "scaling.json"]
     write_csv(written[0], rows)
     write_json(written[1], rows, settings)
-    if write_png(out_dir / "scaling.png", rows):
+    missing = matplotlib_missing()
+    if missing is None:
+        write_png(out_dir / "scaling.png", rows, settings, extra_series)
         written.append(out_dir / "scaling.png")
+    else:
+        say(f"no scaling.png written: {missing}")
     return written
