@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 
@@ -42,6 +43,11 @@ def leave_process_group(*, failed: bool, timeout: float = LEAVE_TIMEOUT) -> list
         # departure record that lets a peer waiting in a collective this rank will never join
         # end the run with a message (supervision/departures.py) instead of waiting on.
         missing = leave_together(timeout=timeout)
+        if not missing and dist.get_backend() != "gloo":
+            # Every rank is here: NCCL's barrier returns at once and, as before, waits for the
+            # device's outstanding collectives before the communicators go.
+            with contextlib.suppress(RuntimeError):
+                dist.barrier()
     dist.destroy_process_group()
     # The group's worker threads outlive it (DDP and ZeroRedundancyOptimizer still hold it),
     # and one may not yet have freed the tensors of its last collective (zero1 broadcasts
