@@ -34,7 +34,7 @@ from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: t
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
-from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
+from trainmesh.utilities.collections import apply_to_tensors, detached_copies, move_data_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
 from trainmesh.utilities.distributed_samplers import is_padding
@@ -117,6 +117,7 @@ class Runtime:
             self.process = self.launcher.process_info()
             self.strategy.setup_environment(self.process)
             self._environment_ready = True
+            self.supervision.watch_departures()  # the watchdog outside fit, until the group's teardown
             if self._auto_reason and self.process.global_rank == 0:
                 # Said here, in the process that trains: under the elastic agent the process that
                 # chose first is the agent, which re-runs the script (and the choice) as the workers.
@@ -382,6 +383,12 @@ class Runtime:
     ) -> dict[str, Any]:
         """``{"model": ..., "optim": [...]}``: full tensors, or each rank's shards (``sharded``)."""
         return self.strategy.state_dict(model, [_inner(o) for o in optimizers], sharded=sharded)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """The model's whole weights on rank 0 (CPU tensors, one process's names), None on the
+        others, from any strategy. Every rank calls it: it gathers where the model is sharded."""
+        state = self.strategy.state_dict(model, [], sharded=False)["model"]
+        return detached_copies(state, model) if self.is_global_zero else None
 
     def _load_state_dicts(
         self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *, strict: bool = True

@@ -36,10 +36,10 @@ LAUNCHER_VARIABLES = (
 
 
 class Run:
-    def __init__(self, mode: str, out: Path) -> None:
+    def __init__(self, mode: str, out: Path, *, script: Path = HERE / "watchdog_run.py") -> None:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "watchdog_run.py"), mode, str(out)],
+            [sys.executable, str(script), mode, str(out)],
             cwd=out,
             env={**env, "OMP_NUM_THREADS": "1"},
             stdout=subprocess.PIPE,

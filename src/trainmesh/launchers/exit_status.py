@@ -10,8 +10,9 @@ status   meaning
          the checkpoint was saved; run the same command again to resume from it (``EX_TEMPFAIL``
          in ``<sysexits.h>``: a temporary failure, worth retrying)
 124      stopped by the watchdog: no step completed on some rank for ``Trainer(watchdog_timeout=)``
-         seconds; the message names the rank the others waited for and shows its stack (the
-         status ``timeout(1)`` uses)
+         seconds, or (outside ``fit`` too) a rank waited that long in a collective that a rank
+         which had left the process group would never join; the message names the ranks and
+         where each one was (the status ``timeout(1)`` uses)
 130      stopped with Ctrl-C (SIGINT)
 128 + N  killed by signal N before a checkpoint was saved: 143 = SIGTERM outside ``fit`` or past
          the grace period, 137 = SIGKILL (the out-of-memory killer, ``kill -9``, a scheduler's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 
@@ -9,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together
 
 
 def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
@@ -27,21 +29,25 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     return True
 
 
-def leave_process_group(*, failed: bool) -> None:
+def leave_process_group(*, failed: bool, timeout: float = LEAVE_TIMEOUT) -> list[int]:
     """Destroy the default group; after a failure at once, since closing our connections is
-    what unblocks waiting peers."""
+    what unblocks waiting peers. Returns the ranks that did not arrive at the leave barrier
+    within ``timeout`` seconds (this rank then leaves without them, and says so)."""
     if not dist.is_initialized():
-        return
+        return []
+    missing: list[int] = []
     if not failed:
         # Leave together: a rank that tears its group down while a peer still talks to the
-        # rendezvous store can abort in gloo's threads.
-        try:
-            if dist.get_backend() == "gloo":
-                dist.monitored_barrier(timeout=timedelta(seconds=60))
-            else:
+        # rendezvous store can abort in gloo's threads. Through the store, with a timeout that
+        # holds on every rank (gloo's monitored_barrier enforces it on rank 0 only), and with a
+        # departure record that lets a peer waiting in a collective this rank will never join
+        # end the run with a message (supervision/departures.py) instead of waiting on.
+        missing = leave_together(timeout=timeout)
+        if not missing and dist.get_backend() != "gloo":
+            # Every rank is here: NCCL's barrier returns at once and, as before, waits for the
+            # device's outstanding collectives before the communicators go.
+            with contextlib.suppress(RuntimeError):
                 dist.barrier()
-        except RuntimeError:
-            pass
     dist.destroy_process_group()
     # The group's worker threads outlive it (DDP and ZeroRedundancyOptimizer still hold it),
     # and one may not yet have freed the tensors of its last collective (zero1 broadcasts
@@ -50,3 +56,4 @@ def leave_process_group(*, failed: bool) -> None:
     # ("terminate called without an active exception"; pytorch/pytorch#190489). Give them
     # the GIL and the CPU for a moment while the interpreter is whole.
     time.sleep(0.1)
+    return missing

@@ -5,7 +5,9 @@ Three watches that the loop only feeds and asks, so that the Trainer side never 
 
 - the stuck-rank watchdog (``watchdog.py``, its verdict in ``stall_report.py``): a run in which
   no step completes on some rank for ``watchdog_timeout`` seconds ends with status 124, naming
-  the rank the others wait for;
+  the rank the others wait for; outside ``fit`` too, from the process group's start to its
+  teardown (``departures.py``), a rank waiting in a collective that a rank which has left will
+  never join ends the run the same way;
 - preemption (``preemption.py``): SIGTERM/SIGUSR1 during fit make every process finish the same
   step (agreed by ``stop_agreement.py``), save, and exit with status 75;
 - why a start is a restart (an elastic restart, a SLURM requeue, a preempted run's checkpoint),
@@ -25,6 +27,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NoReturn
 
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.supervision import departures
 from trainmesh.supervision.preemption import SignalStop, restart_reason
 from trainmesh.supervision.watchdog import DEFAULT_TIMEOUT, StepWatchdog
 
@@ -54,6 +57,12 @@ class Supervision:
             yield
         finally:
             self._watchdog.stop()
+
+    def watch_departures(self) -> None:
+        """Arm the watchdog outside ``fit`` for this process's current process group (once per
+        group; ``departures.py``): a rank waiting in a collective that a rank which has left will
+        never join ends the run. Called once the process group exists."""
+        departures.watch_departures(self._watchdog.timeout)
 
     def step_done(self) -> None:
         """A training or evaluation step completed (a clock read: the hot path's only cost)."""

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch.distributed as dist
 
@@ -181,8 +181,7 @@ class StepWatchdog:
         try:
             self._report_and_wait(stalled=stalled)
         finally:
-            _flush()
-            os._exit(EXIT_STATUS)  # the training thread is stuck: nothing else can end the process
+            end_process(EXIT_STATUS)  # the training thread is stuck: nothing else can end the process
 
     def _report_and_wait(self, *, stalled: bool) -> None:
         assert self.timeout is not None
@@ -205,7 +204,7 @@ class StepWatchdog:
         verdict = decide(reports, world_size=world_size, timeout=self.timeout, finished=finished)
         # Under an elastic agent the verdict goes to the error file, which the agent prints as
         # the run's failure (once, after every worker has stopped); else the reporter prints it.
-        under_agent = _record_for_agent(verdict.message)
+        under_agent = record_for_agent(verdict.message)
         if rank == verdict.reporter:
             if not under_agent:
                 print(verdict.message, file=sys.stderr, flush=True)
@@ -330,7 +329,7 @@ def _has_fileno(stream: Any) -> bool:
     return True
 
 
-def _record_for_agent(message: str) -> bool:
+def record_for_agent(message: str) -> bool:
     """Put the verdict in this worker's elastic error file, which the agent reports; False
     when this process has no elastic agent."""
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:
@@ -344,7 +343,9 @@ def _record_for_agent(message: str) -> bool:
     return True
 
 
-def _flush() -> None:
+def end_process(status: int) -> NoReturn:
+    """End this process at once from a watchdog's thread (the main thread is stuck), output flushed."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    os._exit(status)

@@ -291,6 +291,20 @@ class Trainer:
         weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
         self._save_checkpoint(path, weights_only=weights_only)
 
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The trained model's whole weights on rank 0 (``{name: CPU tensor}``, the names of one
+        process's ``model.state_dict()``), from any strategy; ``None`` on the other ranks. Every
+        rank must call it: under fsdp, tp or a pipeline it gathers the pieces from every rank.
+
+        >>> # trainer.fit(model, loader)
+        >>> # weights = trainer.full_state_dict()   # every rank, not under `if trainer.is_global_zero:`
+        >>> # if weights is not None: torch.save(weights, "final.pt")
+        """
+        if self.model is None:
+            raise RuntimeError("full_state_dict() needs a model: call it during or after fit/validate/test")
+        with self.runtime.supervision.paused():  # gathering a large model may take longer than a step
+            return self.runtime.full_state_dict(self.model)
+
     def _save_checkpoint(self, path: str | os.PathLike[str], *, weights_only: bool = False, hpc: bool = False) -> None:
         """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
         if self.module is None:

@@ -98,3 +98,30 @@ def infer_batch_size(batch: Any) -> int:
     if tensor is None or tensor.dim() == 0:
         return 1
     return int(tensor.shape[0])
+
+
+def detached_copies(state: Mapping[str, torch.Tensor], module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``state``'s tensors on the CPU, none of them sharing memory with ``module``'s parameters or
+    buffers (a state dict of whole tensors holds the live ones; a gathered one is fresh already).
+
+    >>> layer = torch.nn.Linear(2, 1)
+    >>> copies = detached_copies(layer.state_dict(), layer)
+    >>> copies["weight"].data_ptr() != layer.weight.data_ptr()
+    True
+    """
+    live = {_address(t) for t in (*module.parameters(), *module.buffers())} - {None}
+    return {
+        name: value.detach().clone() if _address(value) in live else value.detach().cpu()
+        for name, value in state.items()
+    }
+
+
+def _address(tensor: torch.Tensor) -> int | None:
+    """Where a CPU tensor's data is; None for other devices and for tensors without storage of
+    their own (a DTensor shard's wrapper)."""
+    if tensor.device.type != "cpu":
+        return None
+    try:
+        return int(tensor.data_ptr())
+    except RuntimeError:
+        return None

@@ -1,0 +1,48 @@
+"""Leaving the process group (strategies/process_group.py): the "leave together" barrier ends
+within its timeout on every rank, rank 0 included or not, says which ranks did not arrive, and
+a rank that arrives after the others left still leaves at once and cleanly.
+
+One 2-process program (torch.multiprocessing, gloo): rank 1 reaches the teardown first and waits
+TIMEOUT s; rank 0 is busy (no collective) for LATE s > TIMEOUT, then leaves too.
+"""
+
+import re
+import textwrap
+
+from legs import run
+
+TIMEOUT, LATE = 2.0, 12.0
+
+PROGRAM = textwrap.dedent(f"""
+    import time, torch, torch.distributed as dist, torch.multiprocessing as mp
+    from trainmesh.launchers.environments import find_free_port
+    from trainmesh.strategies.process_group import leave_process_group
+
+    def worker(rank, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(1))
+        if rank == 0:
+            time.sleep({LATE})  # busy outside any collective, past the other rank's patience
+            print(f"ARRIVES {{time.time()}}", flush=True)
+        missing = leave_process_group(failed=False, timeout={TIMEOUT})
+        print(f"RANK {{rank}} LEFT {{time.time()}} missing={{missing}}", flush=True)
+
+    if __name__ == "__main__":
+        mp.start_processes(worker, args=(find_free_port(),), nprocs=2, start_method="fork")  # -c: no spawn
+        print("ALL LEFT", flush=True)
+""")
+
+
+def test_the_leave_barrier_ends_within_its_timeout_on_every_rank_and_names_who_did_not_arrive():
+    result = run("-c", PROGRAM, timeout=90)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ALL LEFT" in out
+    arrives = float(re.search(r"^ARRIVES (\S+)$", out, re.MULTILINE)[1])
+    left = {int(m[1]): (float(m[2]), m[3]) for m in re.finditer(r"^RANK (\d) LEFT (\S+) missing=(.*)$", out, re.M)}
+    # Rank 1 (not rank 0, where gloo's monitored_barrier enforced its timeout) stopped waiting
+    # long before rank 0 arrived, naming it; rank 0, arriving late, left without waiting for anyone.
+    assert left[1][1] == "[0]" and left[1][0] < arrives, out
+    assert left[0][1] == "[]", out
+    assert "rank 1 leaves the process group without rank 0, which did not reach its teardown" in result.stderr
+    assert f"within {TIMEOUT:g} s" in result.stderr
