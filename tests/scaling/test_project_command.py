@@ -71,7 +71,7 @@ def test_the_sweep_projection_prints_measured_against_modelled_and_writes_json(t
     }
     settings = ProjectionSettings((LINKS["infiniband-ndr"], LINKS["100gbe"]), overlap=0.5)
     printed: list[str] = []
-    path = report_sweep_projection(
+    path, series = report_sweep_projection(
         measured,
         model_path="trainmesh.demo:DigitsClassifier",
         model_kwargs={},
@@ -92,6 +92,11 @@ def test_the_sweep_projection_prints_measured_against_modelled_and_writes_json(t
     saved = json.loads(Path(path).read_text())
     assert saved["calibration"]["weak"]["rows"][1]["modelled_ms"] == pytest.approx(2.65)
     assert len(saved["projections"]) == 2 and saved["settings"]["overlap"] == 0.5
+    # The same projections, as the plot's dashed lines: one per link, N = 8 ... 1024.
+    assert [s.label for s in series] == ["weak projected, infiniband-ndr", "weak projected, 100gbe"]
+    first = saved["projections"][0]["rows"]
+    assert series[0].processes == [row["processes"] for row in first] and series[0].processes[0] == 8
+    assert series[0].efficiency == [row["efficiency"] for row in first]
 
 
 def test_facts_from_a_model_count_as_estimate_memory_and_fsdp_units():

@@ -99,15 +99,17 @@ def test_scale_takes_the_configs_strategy_precision_and_says_what_it_leaves(
     assert (seen["strategy"], seen["precision"]) == ("ddp", "32-true")
 
 
-def test_thread_policy_shares_the_cores_out_or_fixes_one_count_and_says_which(monkeypatch) -> None:
+def test_thread_policy_fixes_one_count_for_every_n_and_says_which(monkeypatch) -> None:
     from trainmesh.scaling import thread_policy
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert thread_policy(None, 8, [1, 2, 4, 16]) == (
-        None,
-        "threads: 8 physical cores // N per process (N=1: 8, N=2: 4, N=4: 2, N=16: 1), set in every worker; "
-        "--threads T fixes one count for every N",
+    # The same compute per process at every N: the cores shared out for the largest N, at every N.
+    assert thread_policy(None, 8, [1, 2, 4]) == (
+        2,
+        "threads: 2 per process at every N (8 physical cores // the largest N, 4), set in every worker; "
+        "--threads T sets another count",
     )
+    assert thread_policy(None, 8, [1, 2, 4, 16])[0] == 1  # never below one thread
     assert thread_policy(2, 8, [1, 2])[0] == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert thread_policy(None, 8, [1, 2]) == (

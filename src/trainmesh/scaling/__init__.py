@@ -62,7 +62,7 @@ def run_scaling(
     ``projection`` (a :class:`~trainmesh.scaling.projection.ProjectionSettings`): after the sweep,
     the model calibrated on the measured N and projected on its links (``projection.json``).
     ``threads`` fixes each rank's torch threads at every N (else ``OMP_NUM_THREADS`` if set, else
-    the physical cores // N); the policy is printed, and so is the machine's load around each N.
+    the physical cores // the largest N, the same at every N); the policy is printed, and so is the machine's load around each N.
     """
     from trainmesh.accelerators import physical_cpu_count
     from trainmesh.scaling.measure import Workload
@@ -100,7 +100,34 @@ def run_scaling(
     for m in modes:
         mine = [row for row in rows if row.mode == m]
         print_fn("\n" + format_table(m, mine) + "\n" + verdict(mine))
-    settings = {
+    settings = _report_settings(
+        model, data, strategy, accelerator, precision, device, hardware, what, policy, batches, workload
+    )
+    projected: list[Any] = []
+    if projection is not None:  # calibrated on what was just measured, then projected (dashed on the plot)
+        projected = _project(
+            measured, model, dict(model_kwargs or {}), strategy, precision, projection, Path(out_dir), print_fn
+        )
+    for path in write_reports(Path(out_dir), rows, settings, extra_series=projected, say=print_fn):
+        print_fn(f"wrote {path}")
+    return rows
+
+
+def _report_settings(
+    model: str,
+    data: str,
+    strategy: str,
+    accelerator: str,
+    precision: str,
+    device: str,
+    hardware: int,
+    what: str,
+    policy: str,
+    batches: dict[str, int],
+    workload: Any,
+) -> dict[str, Any]:
+    """What scaling.json records beside the rows, and the plot's title is made from."""
+    return {
         "model": model,
         "data": data,
         "strategy": strategy,
@@ -111,17 +138,12 @@ def run_scaling(
         "hardware_what": what,
         "threads": policy,
         "batches": batches,
-        "peak_flops": peak_flops,
-        "warmup_steps": warmup_steps,
-        "steps_per_window": steps_per_window,
-        "windows": windows,
+        "peak_flops": workload.peak_flops,
+        "warmup_steps": workload.warmup_steps,
+        "steps_per_window": workload.steps_per_window,
+        "windows": workload.windows,
         "cpu_count": os.cpu_count(),
     }
-    for path in write_reports(Path(out_dir), rows, settings, say=print_fn):
-        print_fn(f"wrote {path}")
-    if projection is not None:  # calibrated on what was just measured, then projected
-        _project(measured, model, dict(model_kwargs or {}), strategy, precision, projection, Path(out_dir), print_fn)
-    return rows
 
 
 def _project(
@@ -133,10 +155,10 @@ def _project(
     projection: Any,
     out_dir: Path,
     print_fn: Any,
-) -> None:
+) -> list[Any]:
     from trainmesh.scaling.project_command import report_sweep_projection
 
-    written = report_sweep_projection(
+    written, series = report_sweep_projection(
         measured,
         model_path=model,
         model_kwargs=model_kwargs,
@@ -147,6 +169,7 @@ def _project(
         print_fn=print_fn,
     )
     print_fn(f"wrote {written}")
+    return series
 
 
 def _check_settings(strategy: str, precision: str, projection: Any) -> None:
@@ -184,11 +207,17 @@ def _sweep(workload: Any, counts: list[int], batches: dict[str, int], print_fn: 
     return measured
 
 
-def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[int | None, str]:
-    """The fixed thread count (None: cores // N) and the line that says which, with each N's count.
+def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[int, str]:
+    """The torch thread count every rank gets at every N, and the line that says where it came from.
+
+    One count for every N keeps the compute per process the same, which is what a scaling sweep
+    compares (a GPU does not grow when it is alone). The default, the physical cores // the largest
+    N, fits the largest N on the machine without oversubscribing it; sharing all cores out at each
+    N instead gives N=1 every core, and on a busy machine a lone many-threaded process spin-waits,
+    which made N=1 look 100-300x slower and every larger N superlinear (issue 28).
 
     >>> thread_policy(None, 2, [1, 2])[1]
-    'threads: 2 physical cores // N per process (N=1: 2, N=2: 1), set in every worker; --threads T fixes one count for every N'
+    'threads: 1 per process at every N (2 physical cores // the largest N, 2), set in every worker; --threads T sets another count'
     >>> thread_policy(1, 2, [1, 2])
     (1, 'threads: 1 per process at every N (--threads 1), set in every worker')
     """
@@ -200,10 +229,10 @@ def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[i
     if threads is not None:
         threads_per_process(1, fixed=threads, cores=cores)  # refuses a count below 1
         return threads, f"threads: {threads} per process at every N ({source}), set in every worker"
-    each = ", ".join(f"N={n}: {threads_per_process(n, fixed=None, cores=cores)}" for n in counts)
-    return None, (
-        f"threads: {cores} physical cores // N per process ({each}), set in every worker; "
-        "--threads T fixes one count for every N"
+    fixed = threads_per_process(max(counts), fixed=None, cores=cores)
+    return fixed, (
+        f"threads: {fixed} per process at every N ({cores} physical cores // the largest N, {max(counts)}), "
+        "set in every worker; --threads T sets another count"
     )
 
 

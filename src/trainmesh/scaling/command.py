@@ -49,7 +49,7 @@ def build_scale_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=int,
-        help="Torch threads in every rank at every N (default: OMP_NUM_THREADS if set, else physical cores // N).",
+        help="Torch threads in every rank at every N (default: OMP_NUM_THREADS if set, else the physical cores // the largest N).",
     )
     parser.add_argument("--out_dir", "--out-dir", default="scaling", help="Where scaling.csv/.json/.png go.")
     from trainmesh.scaling.project_command import add_link_arguments

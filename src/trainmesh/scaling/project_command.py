@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmesh.scaling.analysis import Measurement
+from trainmesh.scaling.plot import PlotSeries
 from trainmesh.scaling.projection import (
     ALGORITHMS,
     LINKS,
@@ -134,10 +135,11 @@ def report_sweep_projection(
     settings: ProjectionSettings,
     out_dir: Path,
     print_fn: Any = print,
-) -> Path:
+) -> tuple[Path, list[PlotSeries]]:
     """After a sweep: per mode, measured against modelled step time for each measured N (the
     model's bandwidth fitted on this machine), then the projection on each link from the smallest
-    N's compute; writes ``projection.json`` in ``out_dir`` and returns its path."""
+    N's compute; writes ``projection.json`` in ``out_dir`` and returns its path and the projected
+    lines for the sweep's plot."""
     from trainmesh.cli.classes import import_class
 
     facts = facts_from_model(import_class(model_path, "model")(**model_kwargs), precision)
@@ -153,7 +155,25 @@ def report_sweep_projection(
         entries += _project_all(
             mode, [strategy], facts, compute_s, batch, settings, print_fn, "measured on this machine"
         )
-    return _write(out_dir, settings, facts, entries, calibrations)
+    return _write(out_dir, settings, facts, entries, calibrations), plot_series(entries)
+
+
+def plot_series(entries: list[dict[str, Any]]) -> list[PlotSeries]:
+    """Each projection as a dashed line on the sweep's plot: its feasible rows (a strong-scaling
+    N with no whole sample per rank has no point)."""
+    series = []
+    for entry in entries:
+        rows = [row for row in entry["rows"] if row["feasible"]]
+        series.append(
+            PlotSeries(
+                label=f"{entry['mode']} projected, {entry['link']['name']}",
+                mode=entry["mode"],
+                processes=[row["processes"] for row in rows],
+                samples_per_s=[row["samples_per_s"] for row in rows],
+                efficiency=[row["efficiency"] for row in rows],
+            )
+        )
+    return series
 
 
 def _project_all(
