@@ -136,3 +136,26 @@ def test_without_torchft_fit_says_how_to_install_it(monkeypatch):
     trainer = quiet_trainer(strategy="ddp", fault_tolerance=FT, max_steps=2)
     with pytest.raises(ImportError, match="pip install torchft"):
         trainer.fit(TutorialModule(), loaders()[0])
+
+
+class _EpochScheduled(TutorialModule):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]  # interval: epoch
+
+
+def test_an_epoch_interval_scheduler_is_refused_before_the_first_step():
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): the refusal comes after its Manager starts")
+    from torchft.coordination import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1)
+    try:
+        ft = tm.FaultTolerance(lighthouse.address(), replica_group=0, num_replica_groups=1, host="127.0.0.1")
+        model = _EpochScheduled()
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(ValueError, match=r"schedulers \['StepLR'\] step per epoch.*\"interval\": \"step\""):
+            quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=3).fit(model, loaders()[0])
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    finally:
+        lighthouse.shutdown()
