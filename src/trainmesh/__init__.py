@@ -14,6 +14,7 @@ from trainmesh.memory_estimate import estimate_memory
 from trainmesh.module import Module
 from trainmesh.runtime import Runtime
 from trainmesh.seed import seed_everything
+from trainmesh.strategies.fault_tolerance import FaultTolerance
 from trainmesh.trainer.trainer import Trainer
 from trainmesh.utilities.rank_zero import rank_zero_only
 
@@ -30,6 +31,7 @@ if not logging.getLogger().hasHandlers():
 __all__ = [
     "Callback",
     "DataModule",
+    "FaultTolerance",
     "Module",
     "Runtime",
     "Trainer",

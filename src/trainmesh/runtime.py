@@ -64,6 +64,7 @@ class Runtime:
         num_nodes: int = 1,
         max_restarts: int = 0,
         compile: bool | dict[str, Any] | None = False,
+        fault_tolerance: Any = None,
     ) -> None:
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes!r} must be a positive integer")
@@ -77,7 +78,8 @@ class Runtime:
         placement = Placement(
             self.device_type, tuple(self.device_indices), num_nodes, self.precision, compile=compile_options(compile)
         )
-        self.strategy: Strategy = build_strategy(strategy, placement)
+        # fault_tolerance (a trainmesh.FaultTolerance): replica groups over torchft (strategies/fault_tolerance.py)
+        self.strategy: Strategy = build_strategy(strategy, placement, fault_tolerance=fault_tolerance)
         # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
         self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
         self.launcher: Launcher = build_launcher(
@@ -307,6 +309,11 @@ class Runtime:
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         return self.precision.optimizer_step(inner, closure)
+
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """``state()`` travels with the weights to a replica group that recovers from a live peer
+        (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
+        self.strategy.share_state_with_peers(key, state, load)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> AbstractContextManager[Any]:
         """Inside this context, ``backward`` accumulates gradients without synchronising them."""

@@ -10,6 +10,7 @@ from trainmesh.strategies.auto import AutoStrategy
 from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.dp import DataParallelStrategy
+from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
@@ -52,9 +53,29 @@ def memory_models() -> dict[str, MemoryModel]:
     return {name: model for name, model in stated.items() if model is not None}
 
 
-def build_strategy(strategy: str | Any, placement: Placement) -> Strategy:
+def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:
+    """``strategy="ddp"`` (or a DDPStrategy's options) over torchft; any other strategy is refused
+    before training, saying why."""
+    if not isinstance(fault_tolerance, FaultTolerance):
+        raise TypeError(f"fault_tolerance={fault_tolerance!r}: pass trainmesh.FaultTolerance(lighthouse=..., ...)")
+    options: dict[str, Any] = {}
+    if isinstance(strategy, DDPStrategy) and type(strategy) is DDPStrategy:
+        options = dict(strategy.init_arguments)  # type: ignore[attr-defined]  # recorded by __new__
+    elif strategy != "ddp":
+        raise ValueError(
+            f"fault_tolerance works with strategy='ddp' (one process per replica group, gradients averaged over "
+            f"each step's quorum by torchft), not strategy={strategy!r}. fsdp as HSDP (sharded within a group, "
+            "replicated across groups) is not supported yet: use strategy='ddp', or leave fault_tolerance out"
+        )
+    return FaultTolerantDDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
+
+
+def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance: Any = None) -> Strategy:
     """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
-    (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known)."""
+    (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known).
+    With ``fault_tolerance`` (a :class:`FaultTolerance`), "ddp" over torchft's quorum (fault_tolerance.py)."""
+    if fault_tolerance is not None:
+        return fault_tolerant_strategy(strategy, placement, fault_tolerance)
     if isinstance(strategy, str):
         name = strategy.lower()
         if name == "auto":
@@ -77,6 +98,7 @@ __all__ = [
     "DDPStrategy",
     "DataParallelStrategy",
     "FSDPStrategy",
+    "FaultTolerance",
     "LayersOnDevicesStrategy",
     "MemoryModel",
     "ModelParallelStrategy",

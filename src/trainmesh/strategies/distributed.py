@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -105,6 +105,9 @@ class DistributedStrategy:
         self._mesh = ParallelMesh.build(
             dims, global_rank=process.global_rank, world_size=process.world_size, device_type=self._device.type
         )
+
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """No replica here recovers from a peer (that is fault_tolerance's strategy)."""
 
     def teardown(self, *, failed: bool = False) -> None:
         if self._owns_process_group:

@@ -136,4 +136,8 @@ class Strategy(Protocol):
         """A file, or a distributed checkpoint directory resharded onto this run's layout
         (its ``keys`` entries loaded into state shaped like ``module``'s and ``optimizers``')."""
 
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """State beyond the model and optimizers (the loop's position, its schedulers) that a replica
+        recovering from a live peer takes with the weights (fault tolerance); a no-op elsewhere."""
+
     def teardown(self, *, failed: bool = False) -> None: ...

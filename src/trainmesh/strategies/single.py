@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -145,6 +145,9 @@ class SingleDeviceStrategy:
         self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
     ) -> dict[str, Any]:
         return checkpoints.load(path, module, optimizers, keys=keys, map_location=self._device)
+
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """No replica here recovers from a peer (that is fault_tolerance's strategy)."""
 
     def teardown(self, *, failed: bool = False) -> None:
         return None

@@ -20,7 +20,8 @@ def point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepar
     """A strategy may replace an optimizer (zero1 shards its state): schedulers follow it."""
     for old, new in zip(given, prepared):
         inner = getattr(new, "optimizer", new)
-        if inner is not old:
+        # A wrapper that steps the same optimizer (fault tolerance's commit) keeps its schedulers on it.
+        if inner is not old and getattr(inner, "optimizer", None) is not old:
             for config in configs:
                 if getattr(config.scheduler, "optimizer", None) is old:
                     config.scheduler.optimizer = inner
@@ -41,6 +42,7 @@ def build_runtime(
     weights_summary: str | None,
     num_tpu_cores: int | None,
     watchdog_timeout: float | None,
+    fault_tolerance: Any = None,
 ) -> tuple[Runtime, bool]:
     """The Runtime the arguments describe (its watchdog's timeout checked and set), and enable_model_summary
     (the seeds' weights_summary sets it too)."""
@@ -63,6 +65,7 @@ def build_runtime(
         num_nodes=num_nodes,
         max_restarts=max_restarts,
         compile=compile,
+        fault_tolerance=fault_tolerance,
     )
     runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     return runtime, settings.enable_model_summary

@@ -36,6 +36,7 @@ from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
+from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
 from trainmesh.trainer.settings import check_loop_settings
@@ -89,8 +90,10 @@ class Trainer:
         distributed_backend: str | None = None,
         weights_summary: str | None = "top",
         num_tpu_cores: int | None = None,
+        fault_tolerance: Any = None,
     ) -> None:
         self.runtime, enable_model_summary = build_runtime(
+            fault_tolerance=fault_tolerance,
             accelerator=accelerator,
             devices=devices,
             strategy=strategy,
@@ -125,6 +128,8 @@ class Trainer:
             logger=logger,
             enable_checkpointing=enable_checkpointing,
         )
+        check_fault_tolerant_limits(fault_tolerance, max_steps=max_steps, max_epochs=max_epochs)
+        self._fault_tolerant = fault_tolerance is not None
         self.inference_mode = inference_mode
         if deterministic:
             make_deterministic()
@@ -433,6 +438,7 @@ class Trainer:
             )
             state.optimizers = runtime.setup_optimizers(*optimizers)
             point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
+            share_loop_state(runtime, state, fault_tolerant=self._fault_tolerant)  # to groups recovering from a peer
         state.manual_steps = ManualSteps(state, runtime)
         return LoopContext(
             state=state,

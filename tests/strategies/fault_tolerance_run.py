@@ -1,0 +1,106 @@
+"""The program of test_fault_tolerance.py: one replica group of ``Trainer(fault_tolerance=...)``.
+
+python fault_tolerance_run.py replica OUT LIGHTHOUSE GROUP ATTEMPT
+
+Group 1's first attempt dies hard (os._exit) after step KILL_AT. Group 0 waits at step KILL_AT + 3
+for the restarted group's Manager, and paces its steps (sleeps) until it has rejoined: a real run
+does not need this, the test does so that the survivor is still training when the group comes back
+(else it could finish first). Every step appends (global step, participants) to OUT/steps_GROUP_ATTEMPT;
+the end writes the weights, the optimizer and scheduler state to OUT/final_GROUP.pt.
+"""
+
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+
+STEPS, KILL_AT = 30, 6
+
+
+class Net(tm.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)  # every group starts from the same weights (torchft does not sync step 0 here)
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=1e-2)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.7)
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
+class Pace(tm.Callback):
+    def __init__(self, out: Path, group: int, attempt: int):
+        self.out, self.group, self.attempt = out, group, attempt
+
+    def on_train_start(self, trainer, module):
+        # Both Managers heartbeat before either asks for a quorum: the first quorum has both groups.
+        (self.out / f"up_{self.group}_{self.attempt}").touch()
+        while self.attempt == 0 and not all((self.out / f"up_{g}_0").exists() for g in (0, 1)):
+            time.sleep(0.05)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        participants = trainer.strategy.manager.num_participants()
+        with open(self.out / f"steps_{self.group}_{self.attempt}", "a") as f:
+            f.write(f"{trainer.global_step} {participants} {os.getpid()}\n")
+        if self.group == 1 and self.attempt == 0 and trainer.global_step == KILL_AT:
+            os._exit(3)  # a hard crash: no shutdown, no goodbye to the lighthouse
+        restarted = self.out / "up_1_1"
+        if self.group == 0 and trainer.global_step == KILL_AT + 3:
+            while not restarted.exists():
+                time.sleep(0.05)
+        if self.group == 0 and participants == 1 and restarted.exists():
+            time.sleep(0.05)
+
+
+def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
+    out_dir, g = Path(out), int(group)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=gen)
+    data = TensorDataset(x, x[:, :2].sum(1, keepdim=True))
+    ft = tm.FaultTolerance(
+        lighthouse, replica_group=g, num_replica_groups=2, host="127.0.0.1", timeout=timedelta(seconds=20)
+    )
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        strategy="ddp",
+        fault_tolerance=ft,
+        max_steps=STEPS,
+        callbacks=[Pace(out_dir, g, int(attempt))],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(out_dir / f"group{g}"),
+    )
+    model = Net()
+    trainer.fit(model, DataLoader(data, batch_size=8, shuffle=True))
+    optimizer = trainer.optimizers[0]
+    torch.save(
+        {
+            "weights": model.state_dict(),
+            "adam": optimizer.state_dict()["state"],
+            "scheduler": trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+            "global_step": trainer.global_step,
+        },
+        out_dir / f"final_{g}.pt",
+    )
+
+
+PROGRAMS = {"replica": replica}
+
+if __name__ == "__main__":
+    PROGRAMS[sys.argv[1]](*sys.argv[2:])

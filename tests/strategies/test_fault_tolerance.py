@@ -1,0 +1,161 @@
+"""Trainer(fault_tolerance=...) on torchft: replica groups that survive a failure without a job restart.
+
+The multi-process test needs torchft (an optional dependency: ``pip install torchft``) and is
+skipped without it. It starts torchft's lighthouse on 127.0.0.1 and two replica groups of one
+process each (fault_tolerance_run.py); group 1 dies hard after step 6 and is started again by the
+test while group 0 trains on; the restarted group takes the weights, the Adam state, the step count
+and the scheduler from group 0 and both end at step 30 with identical state.
+The refusals need no torchft.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainmesh as tm
+from helpers.models import TutorialModule, loaders, quiet_trainer
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "fault_tolerance_run.py"
+FT = tm.FaultTolerance("http://127.0.0.1:1", replica_group=0, num_replica_groups=2, host="127.0.0.1")
+
+try:
+    import torchft  # noqa: F401
+
+    HAS_TORCHFT = True
+except ImportError:
+    HAS_TORCHFT = False
+
+
+def _steps(path: Path) -> list[tuple[int, int, int]]:
+    """(global step, participants, pid) of each step a group logged."""
+    return [tuple(int(v) for v in line.split()) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def killed_and_rejoined(tmp_path_factory):
+    """One run: group 1 killed after step 6 and started again; what each group logged and ended with."""
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): replica fault tolerance runs on it")
+    from torchft.coordination import LighthouseServer
+
+    out = tmp_path_factory.mktemp("ft")
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
+
+    def start(group: int, attempt: int) -> subprocess.Popen:
+        log = open(out / f"log_{group}_{attempt}", "w")
+        command = [sys.executable, str(SCRIPT), "replica", str(out), lighthouse.address(), str(group), str(attempt)]
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**_env(), "RUST_LOG": "warn"})
+
+    survivor, doomed = start(0, 0), start(1, 0)
+    started = [survivor, doomed]
+    try:
+        first_exit = doomed.wait(timeout=240)
+        restarted = start(1, 1)
+        started.append(restarted)
+        codes = (first_exit, restarted.wait(timeout=240), survivor.wait(timeout=240))
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+        lighthouse.shutdown()
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
+    return out, codes, logs
+
+
+def _env() -> dict:
+    import os
+
+    paths = [str(HERE.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def test_a_killed_group_is_dropped_the_other_trains_on_and_the_restarted_one_rejoins(killed_and_rejoined):
+    out, (first_exit, restarted_exit, survivor_exit), logs = killed_and_rejoined
+    assert (first_exit, restarted_exit, survivor_exit) == (3, 0, 0), logs
+    survivor = _steps(out / "steps_0_0")
+    # Group 0 never stopped: one process ran every step from 1 to 30, in order.
+    assert [s for s, _, _ in survivor] == list(range(1, 31)), logs
+    assert len({pid for _, _, pid in survivor}) == 1
+    participants = [n for _, n, _ in survivor]
+    # Both groups until the kill, then group 0 alone, then both again once group 1 is back.
+    assert participants[:6] == [2] * 6, participants
+    alone = [s for s, n, _ in survivor if n == 1]
+    assert alone and min(alone) == 7 and participants[-1] == 2, participants
+    assert all(n == 2 for s, n, _ in survivor if s > max(alone)), participants
+    # The restarted group took the step count from group 0 (it did not begin again at step 1).
+    rejoined = _steps(out / "steps_1_1")
+    assert rejoined[0][0] > 6 and [s for s, _, _ in rejoined] == list(range(rejoined[0][0], 31)), rejoined
+
+
+def test_both_groups_end_with_identical_weights_optimizer_and_scheduler(killed_and_rejoined):
+    out, codes, logs = killed_and_rejoined
+    assert codes == (3, 0, 0), logs
+    ends = [torch.load(out / f"final_{g}.pt", weights_only=True) for g in (0, 1)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == 30
+    torch.testing.assert_close(ends[0]["weights"], ends[1]["weights"], rtol=0, atol=0)
+    torch.testing.assert_close(ends[0]["adam"], ends[1]["adam"], rtol=0, atol=0)
+    assert ends[0]["scheduler"] == ends[1]["scheduler"]
+    assert ends[0]["scheduler"]["last_epoch"] == 30  # a step scheduler stepped at every one of the 30 steps
+    # ... and they trained: not the shared initial weights.
+    torch.manual_seed(3)
+    initial = torch.nn.Linear(8, 32).weight
+    assert not torch.equal(ends[0]["weights"]["net.0.weight"], initial)
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "auto", "zero1"])
+def test_strategies_other_than_ddp_are_refused_before_training(strategy):
+    with pytest.raises(ValueError, match="fault_tolerance works with strategy='ddp'.*HSDP"):
+        quiet_trainer(strategy=strategy, fault_tolerance=FT, max_steps=5)
+
+
+def test_a_replica_group_of_several_processes_is_refused():
+    with pytest.raises(ValueError, match="each replica group is one process.*devices=1"):
+        quiet_trainer(strategy="ddp", devices=2, fault_tolerance=FT, max_steps=5)
+
+
+def test_the_run_must_end_at_max_steps_not_an_epoch_count():
+    with pytest.raises(ValueError, match="set max_steps"):
+        quiet_trainer(strategy="ddp", fault_tolerance=FT, max_epochs=2)
+    with pytest.raises(ValueError, match="set max_steps"):
+        quiet_trainer(strategy="ddp", fault_tolerance=FT)
+
+
+def test_replica_group_numbers_are_checked():
+    with pytest.raises(ValueError, match="replica_group=2 must be in 0 .. num_replica_groups - 1"):
+        tm.FaultTolerance("http://h:1", replica_group=2, num_replica_groups=2)
+    with pytest.raises(ValueError, match="min_replicas=3"):
+        tm.FaultTolerance("http://h:1", replica_group=0, num_replica_groups=2, min_replicas=3)
+
+
+def test_without_torchft_fit_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchft", None)  # import torchft now raises ImportError
+    trainer = quiet_trainer(strategy="ddp", fault_tolerance=FT, max_steps=2)
+    with pytest.raises(ImportError, match="pip install torchft"):
+        trainer.fit(TutorialModule(), loaders()[0])
+
+
+class _EpochScheduled(TutorialModule):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]  # interval: epoch
+
+
+def test_an_epoch_interval_scheduler_is_refused_before_the_first_step():
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): the refusal comes after its Manager starts")
+    from torchft.coordination import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1)
+    try:
+        ft = tm.FaultTolerance(lighthouse.address(), replica_group=0, num_replica_groups=1, host="127.0.0.1")
+        model = _EpochScheduled()
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(ValueError, match=r"schedulers \['StepLR'\] step per epoch.*\"interval\": \"step\""):
+            quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=3).fit(model, loaders()[0])
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    finally:
+        lighthouse.shutdown()
