@@ -21,6 +21,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
+from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
@@ -480,27 +481,3 @@ def _builds_on_meta(strategy: Strategy) -> bool:
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:
     return optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
-
-
-class RuntimeOptimizer:
-    """An optimizer whose ``step()`` goes through the precision's loss scaler.
-
-    Every other attribute (``param_groups``, ``zero_grad``, ``state_dict``) is the wrapped
-    optimizer's own.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, runtime: Runtime) -> None:
-        self.optimizer = optimizer
-        self._runtime = runtime
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return self._runtime.optimizer_step(self.optimizer, closure)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-    def __repr__(self) -> str:
-        return f"RuntimeOptimizer({self.optimizer!r})"
