@@ -26,6 +26,7 @@ from trainmesh.checkpoint import io as io_module
 from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
+from trainmesh.checkpoint.paths import checkpoint_problem
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE
 from trainmesh.cli.main import main
 
@@ -145,3 +146,18 @@ def test_a_directory_with_damaged_metadata_or_without_digests(tmp_path):
     with pytest.raises(DamagedCheckpoint, match=r"dir\.ckpt is damaged: its \.metadata no longer matches the digest"):
         load_distributed(target, templates)
     assert os.path.getsize(target / ".metadata") == len(meta)
+
+
+def test_last_skips_a_file_whose_headers_no_longer_match_its_digest(tmp_path):
+    # A byte of a record's local header (its timestamp): the zip opens, torch.load reads it and the
+    # zip's CRC-32s all match; only the digest sees it, and "last" checks that much of every candidate.
+    path = atomic_save(checkpoint(9), tmp_path / "a.ckpt")
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b"PK\x03\x04"
+    data[10] ^= 0xFF  # the first record's modification time
+    path.write_bytes(bytes(data))
+    assert torch.load(path, weights_only=False)["epoch"] == 9  # nothing else notices
+    problem = checkpoint_problem(str(path))
+    assert problem is not None and "a.ckpt is damaged: its headers, index or the digest itself" in problem
+    with pytest.raises(DamagedCheckpoint, match="no longer matches the digest"):
+        load_checkpoint_file(path)

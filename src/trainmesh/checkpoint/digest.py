@@ -267,3 +267,18 @@ def damaged_file(path: os.PathLike[str] | str) -> tuple[str | None, bool]:
             return verify_region(fd, 0, os.fstat(fd).st_size, digest), True
     bad = damaged_record(Path(path))
     return (None if bad is None else f"record {bad}"), False
+
+
+def structure_problem(path: os.PathLike[str] | str) -> str | None:
+    """Whether the file's headers and index still match its digest (a few KB read, not the records):
+    what "last" can afford to check of every candidate. None for a file without a digest."""
+    with open(path, "rb", buffering=0) as raw:
+        fd = raw.fileno()
+        try:
+            digest = read_trailer(fd)
+        except DamagedCheckpoint as exc:
+            return f"{path} is damaged: {exc}"
+        if digest is None:
+            return None
+        bad = check_structure(fd, 0, digest, os.fstat(fd).st_size)[1]
+    return None if bad is None else f"{path} is damaged: {bad} no longer matches the digest written with it"
