@@ -24,7 +24,7 @@ from trainmesh.checkpoint import digest as digest_module
 from trainmesh.checkpoint import distributed as distributed_module
 from trainmesh.checkpoint import io as io_module
 from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer
-from trainmesh.checkpoint.distributed import load_distributed, save_distributed
+from trainmesh.checkpoint.distributed import STATE_FILE, load_distributed, save_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.checkpoint.paths import checkpoint_problem
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE
@@ -140,6 +140,13 @@ def test_a_directory_with_damaged_metadata_or_without_digests(tmp_path):
     (older / DIGEST_FILE).unlink()  # as older trainmesh wrote it
     loaded = load_distributed(older, templates)
     assert torch.equal(loaded["state_dict"]["big"], checkpoint(8)["state_dict"]["big"])
+    state = tmp_path / "state.ckpt"  # the state file (loop, RNG, hyperparameters) carries its own
+    shutil.copytree(target, state)
+    data = bytearray((state / STATE_FILE).read_bytes())
+    data[len(data) // 3] ^= 0x01
+    (state / STATE_FILE).write_bytes(bytes(data))
+    with pytest.raises(DamagedCheckpoint, match=rf"state\.ckpt/{STATE_FILE} is damaged: .* the digest written"):
+        load_distributed(state, templates)
     meta = bytearray((target / ".metadata").read_bytes())
     meta[len(meta) // 2] ^= 0x01
     (target / ".metadata").write_bytes(bytes(meta))

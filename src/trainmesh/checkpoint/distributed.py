@@ -32,7 +32,14 @@ from torch.optim import Optimizer
 from trainmesh.checkpoint.compat import check_state_dict_fits
 from trainmesh.checkpoint.digest import DamagedCheckpoint
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
-from trainmesh.checkpoint.io import atomic_save, delete_entry, exchange_paths, hidden_sibling, no_space_error
+from trainmesh.checkpoint.io import (
+    atomic_save,
+    delete_entry,
+    exchange_paths,
+    hidden_sibling,
+    load_checkpoint_file,
+    no_space_error,
+)
 from trainmesh.checkpoint.shard_digest import VerifyingReader, damaged_item, items_of, read_digests, write_digests
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
@@ -317,7 +324,7 @@ def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], d
 
 def _read_state_file(source: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The state file's own entries, and the record of the sharded ones (the legacy one if it has none)."""
-    rest = torch.load(source / STATE_FILE, map_location="cpu", weights_only=False)
+    rest = load_checkpoint_file(source / STATE_FILE)  # checked against its digest as it is read
     record = rest.pop(RECORD_KEY, LEGACY_RECORD)
     if record.get("version", 0) > RECORD_VERSION:
         raise ValueError(
