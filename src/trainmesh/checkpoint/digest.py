@@ -21,11 +21,14 @@ from __future__ import annotations
 import io
 import os
 import struct
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
 
@@ -151,13 +154,20 @@ def _crc_range(fd: int, start: int, length: int, crc: int) -> int:
     return crc
 
 
-def write_trailer(fd: int) -> ArchiveDigest:
-    """Put the digest of the ``torch.save`` archive that fills the file ``fd`` into its zip comment."""
+def write_trailer(fd: int) -> ArchiveDigest | None:
+    """Put the digest of the ``torch.save`` archive that fills the file ``fd`` into its zip comment.
+
+    An archive of a layout this code does not know (a future torch's) is left without a digest,
+    with a warning, rather than failing the save: it loads, checked by its zip CRC-32s."""
     size = os.fstat(fd).st_size
-    end = os.pread(fd, _END_RECORD_SIZE, size - _END_RECORD_SIZE)
-    if end[:4] != _END_RECORD or end[-2:] != b"\x00\x00":
-        raise ValueError("torch.save did not end the file with a zip end record without comment")
-    digest = compute_digest(fd, 0, size, covered=size - 2)
+    end = os.pread(fd, _END_RECORD_SIZE, max(0, size - _END_RECORD_SIZE))
+    try:
+        if end[:4] != _END_RECORD or end[-2:] != b"\x00\x00":
+            raise ValueError("the file does not end with a zip end record without a comment")
+        digest = compute_digest(fd, 0, size, covered=size - 2)
+    except (zipfile.BadZipFile, ValueError) as exc:
+        warnings.warn(f"checkpoint saved without a digest (torch {torch.__version__} wrote: {exc})", stacklevel=3)
+        return None
     comment = TRAILER_MAGIC + digest.encode().encode("ascii")
     os.pwrite(fd, struct.pack("<H", len(comment)) + comment, size - 2)
     return digest
