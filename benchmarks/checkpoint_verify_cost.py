@@ -1,21 +1,24 @@
-"""What checking a single-file checkpoint's CRC-32s costs (issue 27, item 5; target: under 5% of a save).
+"""What the digest written with a checkpoint costs on save and on load (issue 27, item 5; target:
+under 5% of a save of a 50M-parameter model plus Adam).
 
 A ~50M-parameter fp32 model (three 4096x4096 linear layers) with Adam's state after one step is
 saved as the Trainer saves a checkpoint (``trainmesh.checkpoint.atomic_save``: ``torch.save`` to a
-temporary file, fsync, rename), about 600 MB. Then, each in a fresh Python process so that no
-allocator or import state carries over, in alternating rounds (save, load, check, save, ...):
+temporary file, the digest, fsync, rename), about 600 MB. Then, each in a fresh Python process so
+that no allocator or import state carries over, in alternating rounds:
 
-  save       ``atomic_save`` of the checkpoint dict (the model is built before the clock starts)
-  load       ``torch.load(..., weights_only=False)``: the load without any check
-  crc_check  ``formats.damaged_record``: every record's CRC-32 (what every load and
-             ``trainmesh checkpoint verify`` run before ``torch.load``)
+  save_plain    ``atomic_save`` with the digest left out (``io.write_trailer`` replaced by a no-op)
+  save_digest   ``atomic_save`` as trainmesh runs it: the digest written last (checkpoint/digest.py)
+  load_plain    ``torch.load(..., weights_only=False)`` of the file: no check at all
+  load_digest   ``load_checkpoint_file`` of the file with its digest: structure and pickle checked,
+                then each record hashed as torch.load reads it (one read)
+  load_zipcrc   ``load_checkpoint_file`` of a file without a digest (older trainmesh, Lightning):
+                every record's zip CRC-32 in a read of its own, then torch.load (what every load did before)
 
-Each child times only its operation (wall: perf_counter; CPU: process_time). The file was just
-written, so the load and the check read it from the page cache: the figures are the CPU cost of
-the check, not a cold disk's read time (dropping the cache needs root; a cold read would slow the
-load and the check alike).
+Each child times only its operation (wall: perf_counter; CPU: process_time); the model is built
+before the clock starts. The files were just written, so the loads read them from the page cache:
+the figures are the CPU cost of the checks, not a cold disk's read time.
 
-    python benchmarks/checkpoint_verify_cost.py [--rounds 3] [--dir /tmp]
+    python benchmarks/checkpoint_verify_cost.py [--rounds 5] [--dir /tmp]
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 WIDTH, LAYERS = 4096, 3  # 3 x (4096*4096 + 4096) = 50.3M parameters
 
@@ -52,28 +54,50 @@ def _checkpoint() -> dict[str, object]:
     }
 
 
-def child(operation: str, path: str) -> None:
-    """Run one operation on ``path``; print {"wall": s, "cpu": s} as JSON."""
+OPERATIONS = ("save_plain", "save_digest", "load_plain", "load_digest", "load_zipcrc")
+
+
+def child(operation: str, folder: str) -> None:
+    """Run one operation on the files in ``folder``; print {"wall": s, "cpu": s} as JSON."""
     import torch
 
-    from trainmesh.checkpoint import atomic_save
-    from trainmesh.checkpoint.formats import damaged_record
+    from trainmesh.checkpoint import io
+    from trainmesh.checkpoint.digest import read_trailer
 
-    checkpoint = _checkpoint() if operation == "save" else None
+    digest_file, plain_file = os.path.join(folder, "digest.ckpt"), os.path.join(folder, "plain.ckpt")
+    checkpoint = _checkpoint() if operation.startswith("save") else None
+    trailer: dict[str, float] = {"trailer_wall": 0.0, "trailer_cpu": 0.0}
+    if operation == "save_plain":
+        io.write_trailer = lambda fd: None  # type: ignore[assignment,misc,return-value]
+    elif operation == "save_digest":
+        write_trailer = io.write_trailer
+
+        def timed(fd: int) -> object:  # the digest step alone, inside the save
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
+            try:
+                return write_trailer(fd)
+            finally:
+                trailer["trailer_wall"] += time.perf_counter() - start_wall
+                trailer["trailer_cpu"] += time.process_time() - start_cpu
+
+        io.write_trailer = timed  # type: ignore[assignment]
     wall, cpu = time.perf_counter(), time.process_time()
-    if operation == "save":
-        atomic_save(checkpoint, path)
-    elif operation == "load":
-        torch.load(path, map_location="cpu", weights_only=False)
+    if operation.startswith("save"):
+        io.atomic_save(checkpoint, digest_file if operation == "save_digest" else plain_file)
+    elif operation == "load_plain":
+        torch.load(digest_file, map_location="cpu", weights_only=False)
     else:
-        bad = damaged_record(Path(path))
-        assert bad is None, bad
-    print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+        io.load_checkpoint_file(digest_file if operation == "load_digest" else plain_file)
+    result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu, **trailer}
+    if operation.startswith("save"):
+        with open(digest_file if operation == "save_digest" else plain_file, "rb") as handle:
+            assert (read_trailer(handle.fileno()) is not None) == (operation == "save_digest")
+    print(json.dumps(result))
 
 
-def run_child(operation: str, path: str) -> dict[str, float]:
+def run_child(operation: str, folder: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", operation, path], check=True, capture_output=True, text=True
+        [sys.executable, __file__, "--child", operation, folder], check=True, capture_output=True, text=True
     ).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -81,35 +105,47 @@ def run_child(operation: str, path: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", default=tempfile.gettempdir())
-    parser.add_argument("--child", nargs=2, metavar=("OPERATION", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, metavar=("OPERATION", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
-        path = os.path.join(folder, "model.ckpt")
-        times: dict[str, list[dict[str, float]]] = {"save": [], "load": [], "crc_check": []}
+        times: dict[str, list[dict[str, float]]] = {operation: [] for operation in OPERATIONS}
         for _ in range(args.rounds):
-            for operation in times:
-                times[operation].append(run_child(operation, path))
-        size = os.path.getsize(path)
+            for operation in OPERATIONS:
+                times[operation].append(run_child(operation, folder))
+        size = os.path.getsize(os.path.join(folder, "digest.ckpt"))
     print(f"checkpoint: {WIDTH}x{WIDTH} x {LAYERS} linear layers + Adam state, fp32, {size / 1e6:.0f} MB")
-    print(f"{args.rounds} alternating rounds, each operation in a fresh process; medians (all runs):")
+    print(f"{args.rounds} alternating rounds, each operation in a fresh process; median [min-max] seconds:")
     median = {}
     for operation, runs in times.items():
         median[operation] = {kind: statistics.median(r[kind] for r in runs) for kind in ("wall", "cpu")}
-        walls = ", ".join(f"{r['wall']:.3f}" for r in runs)
+        spread = {
+            kind: f"[{min(r[kind] for r in runs):.3f}-{max(r[kind] for r in runs):.3f}]" for kind in ("wall", "cpu")
+        }
         print(
-            f"  {operation:9s} wall {median[operation]['wall']:.3f} s  cpu {median[operation]['cpu']:.3f} s"
-            f"  ({walls}); {size / 1e6 / median[operation]['wall']:.0f} MB/s"
+            f"  {operation:11s} wall {median[operation]['wall']:.3f} {spread['wall']}"
+            f"  cpu {median[operation]['cpu']:.3f} {spread['cpu']}"
         )
-    for reference in ("save", "load"):
+    save = median["save_plain"]
+    runs = times["save_digest"]
+    alone = {kind: statistics.median(r[f"trailer_{kind}"] for r in runs) for kind in ("wall", "cpu")}
+    print(
+        f"the digest step alone (io.write_trailer inside save_digest): wall {alone['wall']:.4f} s "
+        f"({alone['wall'] / save['wall']:.2%} of a save), cpu {alone['cpu']:.4f} s ({alone['cpu'] / save['cpu']:.2%})"
+    )
+    for label, extra, base in (
+        ("digest on save", "save_digest", "save_plain"),
+        ("digest check on load", "load_digest", "load_plain"),
+        ("zip-CRC check on load (no digest)", "load_zipcrc", "load_plain"),
+    ):
         ratios = " ".join(
-            f"{kind} {median['crc_check'][kind] / median[reference][kind]:.1%}" for kind in ("wall", "cpu")
+            f"{kind} {(median[extra][kind] - median[base][kind]) / save[kind]:+.1%}" for kind in ("wall", "cpu")
         )
-        print(f"crc_check / {reference}: {ratios}")
+        print(f"{label}, as a share of a save: {ratios}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ COVERED_BY: dict[str, list[str]] = {
     "checkpoint/distributed.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py"],
     "checkpoint/formats.py": ["checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/io.py": ["checkpoint/test_kill_during_save.py", "checkpoint/test_corrupt_checkpoints.py"],
+    "checkpoint/load_checks.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
+    "checkpoint/shard_digest.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/keys.py": ["trainer/test_checkpointing.py"],
     "checkpoint/paths.py": [
         "trainer/test_last_checkpoint_dirs.py",

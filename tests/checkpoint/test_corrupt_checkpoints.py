@@ -32,6 +32,7 @@ from helpers.processes import run_program
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, no_space_error
 from trainmesh.checkpoint.paths import checkpoint_problem
+from trainmesh.checkpoint.shard_digest import DIGEST_FILE
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -104,10 +105,11 @@ def keras_archive(path: Path, good: dict[str, Path]) -> None:
         archive.writestr("model.weights.h5", b"\x89HDF\r\n\x1a\n")
 
 
-def overwritten_in_place(path: Path, good: dict[str, Path]) -> None:
+def overwritten_in_place(path: Path, good: dict[str, Path], source: Path | None = None) -> None:
     """Bytes inside the largest tensor's record flipped, the size unchanged: the index still opens."""
-    data = bytearray(good["file"].read_bytes())
-    with zipfile.ZipFile(good["file"]) as archive:
+    source = good["file"] if source is None else source
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
         record = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     # The record's data follows its local header (30 bytes, the name, the extra field).
     name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
@@ -117,12 +119,24 @@ def overwritten_in_place(path: Path, good: dict[str, Path]) -> None:
     path.write_bytes(bytes(data))
 
 
+def without_digest(path: Path, good: dict[str, Path]) -> Path:
+    """The good checkpoint written by plain torch.save, as older trainmesh wrote it: no digest."""
+    torch.save(torch.load(good["file"], weights_only=False), path)
+    assert b"trainmesh-digest" not in path.read_bytes()[-200:]
+    return path
+
+
 DAMAGED: dict[str, tuple[Callable[[Path, dict[str, Path]], None], str]] = {
     "truncated": (truncated, r"is not a readable trainmesh checkpoint: truncated\?"),
+    # trainmesh's own file: refused by the digest written with it (checkpoint/digest.py).
     "overwritten in place": (
         overwritten_in_place,
-        r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches "
-        r"the checksum written with it",
+        r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches the digest written with it",
+    ),
+    # A file without a digest (older trainmesh, Lightning, torch.save): refused by the zip's CRC-32s.
+    "overwritten in place, no digest": (
+        lambda p, g: overwritten_in_place(p, g, source=without_digest(p.with_name("plain.ckpt"), g)),
+        r"bad\.ckpt is damaged: its record .*/data/\d+ no longer matches the checksum written with it",
     ),
     "zero bytes": (lambda p, g: p.write_bytes(b""), r"not a readable trainmesh checkpoint: truncated\? \(it is empty"),
     "random bytes": (lambda p, g: p.write_bytes(os.urandom(4096)), r"not a readable trainmesh checkpoint: truncated\?"),
@@ -190,17 +204,23 @@ def overwrite_shard_record(directory: Path, record: str) -> Path:
     return shard
 
 
+@pytest.mark.parametrize("digest", ["digest", "no digest"])
 @pytest.mark.parametrize("record", ["data.pkl", "data"])
-def test_a_shard_damaged_in_place_is_named_and_changes_nothing(record, good, tmp_path):
+def test_a_shard_damaged_in_place_is_named_and_changes_nothing(record, digest, good, tmp_path):
     # The pickle damaged: torch's raw UnpicklingError before; the tensor bytes: loaded silently.
+    # Refused by the digest trainmesh writes with the shards, or where there is none (a directory
+    # older trainmesh wrote) by each item's zip CRC-32s.
     broken = tmp_path / "broken.ckpt"
     shutil.copytree(good["dir"], broken)
+    if digest == "no digest":
+        (broken / DIGEST_FILE).unlink()
     size = sum(p.stat().st_size for p in broken.iterdir())
     shard = overwrite_shard_record(broken, record)
     assert sum(p.stat().st_size for p in broken.iterdir()) == size
+    against = "the digest" if digest == "digest" else "the checksums"
     refused_and_untouched(
         broken,
-        rf"broken\.ckpt is damaged: shard {shard} no longer matches the checksums written with it "
+        rf"broken\.ckpt is damaged: shard {shard} no longer matches {against} written with it "
         r"\(entry '.*', bytes \d+-\d+, record .*\).*resume from an earlier checkpoint",
     )
 

@@ -18,7 +18,6 @@ shard is named instead of leaving a model half-loaded.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -31,8 +30,17 @@ from torch import nn
 from torch.optim import Optimizer
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
-from trainmesh.checkpoint.io import atomic_save, delete_entry, exchange_paths, hidden_sibling, no_space_error
+from trainmesh.checkpoint.digest import DamagedCheckpoint
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.io import (
+    atomic_save,
+    delete_entry,
+    exchange_paths,
+    hidden_sibling,
+    load_checkpoint_file,
+    no_space_error,
+)
+from trainmesh.checkpoint.shard_digest import VerifyingReader, damaged_item, items_of, read_digests, write_digests
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
 METADATA_FILE = ".metadata"
@@ -79,6 +87,8 @@ def save_distributed(
         if rank == 0:
             rest = {k: v for k, v in checkpoint.items() if k not in record["entries"]}
             atomic_save({**rest, RECORD_KEY: record}, staging / STATE_FILE)
+            # The digests go last, once every file they cover is complete (shard_digest.py).
+            write_digests(staging, dcp.FileSystemReader(str(staging)).read_metadata())
             _replace_directory(staging, target)
     except BaseException as exc:
         # The previous checkpoint at `path` is untouched until the swap, which puts it back on an
@@ -146,22 +156,24 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     import torch.distributed.checkpoint as dcp
 
     source = Path(path)
-    # DCP loads into the templates in place (they share the model's storage): a shard found torn
-    # halfway through would leave the model half-loaded, so every file is checked first.
-    full_metadata = readable_metadata(source)
-    damaged = damaged_shard(source, full_metadata)
-    if damaged is not None:
-        raise UnreadableCheckpoint(damaged)
-    metadata = full_metadata.state_dict_metadata
+    metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
     held = {key: entry for key, entry in record["entries"].items() if key in templates}
     tensors = {
         entry["stored_as"]: _fit_template(key, templates[key], entry, metadata, source, part=part)
         for key, entry in held.items()
     }
+    # DCP loads into the templates in place (they share the model's storage): the reader checks
+    # every item this rank reads against its digest before it reads any (shard_digest.py).
+    reader = VerifyingReader(source, read_digests(source))
     try:
-        dcp.load(tensors, checkpoint_id=str(source), no_dist=not _distributed())
-    except Exception as exc:  # noqa: BLE001 - what the checks above could not see: name the checkpoint, not torch
+        dcp.load(tensors, checkpoint_id=str(source), storage_reader=reader, no_dist=not _distributed())
+    except BaseException as exc:
+        damaged = _damage_in(exc)
+        if damaged is not None:
+            raise DamagedCheckpoint(str(damaged)) from exc
+        if not isinstance(exc, Exception) and not hasattr(exc, "failures"):
+            raise  # KeyboardInterrupt, SystemExit
         raise UnreadableCheckpoint(
             f"{source} could not be read although every shard's checksums match ({type(exc).__name__}: "
             f"{str(exc)[:300]}). Use an earlier checkpoint of the run, or copy the directory again"
@@ -219,6 +231,7 @@ def readable_metadata(path: Path) -> Any:
     import torch.distributed.checkpoint as dcp
 
     check_complete(path)
+    read_digests(path)  # .metadata checked against its digest before it is unpickled
     try:
         metadata = dcp.FileSystemReader(str(path)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means the same: a torn file
@@ -245,40 +258,25 @@ def readable_metadata(path: Path) -> Any:
 
 
 def damaged_shard(path: Path, metadata: Any) -> str | None:
-    """The first stored item whose bytes no longer match the CRC-32 written with them (a shard
-    damaged in place, its size unchanged), as a message naming the shard file; None when all match.
+    """The first stored item of ``metadata`` whose bytes no longer match the digest written with
+    them (the zip CRC-32s in a directory without digests), as a message naming the shard file; None
+    when all match. One read of every item (see shard_digest.py)."""
+    return damaged_item(path, items_of(metadata), read_digests(path))
 
-    DCP writes each item as a ``torch.save`` archive of its own (the default format), so each is
-    checked as a single-file checkpoint is (``formats.damaged_record``): one read of every shard.
-    Items DCP wrote through a transform (compression) or raw are left to DCP.
-    """
-    items = sorted(
-        (
-            (info.relative_path, info.offset, info.length, index.fqn)
-            for index, info in (getattr(metadata, "storage_data", None) or {}).items()
-        ),
-        key=lambda item: item[:2],
-    )
-    handles: dict[str, Any] = {}
-    try:
-        for name, offset, length, fqn in items:
-            if name not in handles:
-                handles[name] = open(path / name, "rb")  # noqa: SIM115 - closed below, one per shard
-            handles[name].seek(offset)
-            data = handles[name].read(length)
-            if not data.startswith(b"PK\x03\x04"):
-                continue  # not a torch.save archive: a raw or transformed item
-            bad = damaged_record(io.BytesIO(data))
-            if bad is not None:
-                return (
-                    f"{path} is damaged: shard {path / name} no longer matches the checksums written with it "
-                    f"(entry {fqn!r}, bytes {offset}-{offset + length}, record {bad}): bytes changed on disk or "
-                    "in a copy after the save. Nothing was loaded; resume from an earlier checkpoint of the run "
-                    "(ckpt_path=its path), or copy the directory again from where it was written"
-                )
-    finally:
-        for handle in handles.values():
-            handle.close()
+
+def _damage_in(error: BaseException | None, seen: set[int] | None = None) -> DamagedCheckpoint | None:
+    """The DamagedCheckpoint a reader raised, through DCP's wrapping (``failures``: {rank: (exc, trace)})."""
+    seen = set() if seen is None else seen
+    if error is None or id(error) in seen:
+        return None
+    seen.add(id(error))
+    if isinstance(error, DamagedCheckpoint):
+        return error
+    wrapped = [pair[0] for pair in (getattr(error, "failures", None) or {}).values() if isinstance(pair, tuple)]
+    for inner in (error.__cause__, error.__context__, *wrapped):
+        found = _damage_in(inner, seen)
+        if found is not None:
+            return found
     return None
 
 
@@ -307,14 +305,11 @@ def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[s
 def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, dict[str, tuple[int, ...]]]]:
     """The state file's entries, and each sharded entry's tensor shapes by name, read without loading tensors.
 
-    A list entry's names start with the item's index (``"0.state.weight.exp_avg"``).
+    A list entry's names start with the item's index (``"0.state.weight.exp_avg"``). No tensor
+    byte is read, so none is checked here: a load checks those it reads, ``verify`` all of them.
     """
     source = Path(path)
-    full_metadata = readable_metadata(source)
-    damaged = damaged_shard(source, full_metadata)
-    if damaged is not None:
-        raise UnreadableCheckpoint(damaged)
-    metadata = full_metadata.state_dict_metadata
+    metadata = readable_metadata(source).state_dict_metadata
     rest, record = _read_state_file(source)
     shapes = {
         key: {
@@ -329,7 +324,7 @@ def inspect_distributed(path: str | os.PathLike[str]) -> tuple[dict[str, Any], d
 
 def _read_state_file(source: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The state file's own entries, and the record of the sharded ones (the legacy one if it has none)."""
-    rest = torch.load(source / STATE_FILE, map_location="cpu", weights_only=False)
+    rest = load_checkpoint_file(source / STATE_FILE)  # checked against its digest as it is read
     record = rest.pop(RECORD_KEY, LEGACY_RECORD)
     if record.get("version", 0) > RECORD_VERSION:
         raise ValueError(

@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
+from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer, write_trailer
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
+from trainmesh.checkpoint.load_checks import damaged_message, load_with_digest, torn_load
 
 # mkstemp's 8 characters are [a-z0-9_], uuid4's hex prefix [0-9a-f]: both fit.
 TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?P<kind>tmp|old)$")
@@ -39,7 +41,9 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """``torch.save`` to a temporary file beside ``path``, fsync it, then rename over ``path``.
 
     The rename is atomic on POSIX file systems, so readers see the old file or the new one,
-    never a partial one.
+    never a partial one. The file's digest (``digest.write_trailer``) is written last, after
+    every byte torch wrote and before the fsync and rename: a save cut short never carries one.
+    Every save trainmesh makes of one file goes through here (a background save too).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -48,6 +52,7 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
         with os.fdopen(fd, "wb") as handle:
             torch.save(obj, handle)
             handle.flush()
+            write_trailer(handle.fileno())
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
     except BaseException as exc:
@@ -76,24 +81,27 @@ def load_checkpoint_file(path: str | os.PathLike[str], *, map_location: Any = "c
     problem = file_problem(source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
-    damaged = damaged_record(source)
-    if damaged is not None:
-        raise UnreadableCheckpoint(
-            f"{source} is damaged: its record {damaged} no longer matches the checksum written with it "
-            "(bytes changed on disk or in a copy after the save). Nothing was loaded; resume from an "
-            "earlier checkpoint of the run, or copy the file again from where it was written"
-        )
-    # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
-    # plain tensors. Only load checkpoints you trust, as with any pickle.
-    try:
-        checkpoint = torch.load(source, map_location=map_location, weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
-        # The archive's index was intact but a record inside it is not (a damaged disk block, a
-        # copy that went wrong): the same answer as a torn file, with torch's words attached.
-        raise UnreadableCheckpoint(
-            f"{source} is not a readable trainmesh checkpoint: truncated or damaged? "
-            f"(torch.load: {type(exc).__name__}: {str(exc)[:200]})"
-        ) from exc
+    with open(source, "rb", buffering=0) as raw:
+        try:
+            digest = read_trailer(raw.fileno())
+        except DamagedCheckpoint as exc:
+            raise DamagedCheckpoint(damaged_message(source, str(exc), clause="")) from exc
+        if digest is not None:
+            checkpoint = load_with_digest(source, raw, digest, map_location)
+    if digest is None:  # written by older trainmesh, Lightning or torch.save: the zip's CRC-32s
+        damaged = damaged_record(source)
+        if damaged is not None:
+            raise DamagedCheckpoint(
+                f"{source} is damaged: its record {damaged} no longer matches the checksum written with it "
+                "(bytes changed on disk or in a copy after the save). Nothing was loaded; resume from an "
+                "earlier checkpoint of the run, or copy the file again from where it was written"
+            )
+        # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
+        # plain tensors. Only load checkpoints you trust, as with any pickle.
+        try:
+            checkpoint = torch.load(source, map_location=map_location, weights_only=False)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
+            raise torn_load(source, exc) from exc
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{source} does not hold a checkpoint dict (found {type(checkpoint).__name__})")
     return checkpoint

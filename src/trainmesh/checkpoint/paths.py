@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from trainmesh.checkpoint.cleanup import clean_stale_temporaries
+from trainmesh.checkpoint.digest import structure_problem
 from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
 from trainmesh.checkpoint.io import TEMPORARY_NAME
@@ -110,14 +111,20 @@ def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str |
 
 
 def checkpoint_problem(path: str) -> str | None:
-    """Why ``path`` is not a readable checkpoint (one message), or None; reads indexes, not tensors."""
+    """Why ``path`` is not a readable checkpoint (one message), or None; reads indexes, not tensors.
+
+    A checkpoint trainmesh wrote carries its digest inside (a file's zip comment, a directory's
+    digest file, both written before the checkpoint takes its name), so a complete checkpoint
+    never lacks one it should have: one without (older trainmesh, Lightning) is checked as before.
+    """
     if is_distributed_checkpoint(path):
         try:
             readable_metadata(Path(path))
         except UnreadableCheckpoint as exc:
             return str(exc)
         return None
-    return file_problem(Path(path))
+    # A file's digest: its headers and index, a few KB (the records are checked when it loads).
+    return file_problem(Path(path)) or structure_problem(path)
 
 
 def remove_interrupted_saves(

@@ -1,8 +1,9 @@
 """Check a checkpoint (a single file or a distributed directory) without loading it into a model.
 
-The same checks every load runs first (``formats.file_problem``, ``distributed.readable_metadata``:
-complete, not a partial or temporary save; then every CRC-32 written with the records), file by
-file, so a copy can be checked before a run depends on it: ``trainmesh checkpoint verify PATH``.
+The same checks every load runs (``formats.file_problem``, ``distributed.readable_metadata``:
+complete, not a partial or temporary save; then the digest written with every file and item, see
+``digest.py``, or where there is none the CRC-32s written with the records), file by file, so a
+copy can be checked before a run depends on it: ``trainmesh checkpoint verify PATH``.
 No tensor is unpickled; every byte of every record is read once.
 """
 
@@ -15,8 +16,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from trainmesh.checkpoint.digest import damaged_file
 from trainmesh.checkpoint.distributed import STATE_FILE, damaged_shard, readable_metadata
-from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
+from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
+from trainmesh.checkpoint.shard_digest import DIGEST_FILE
 
 # The exit statuses of `trainmesh checkpoint verify`.
 OK = 0
@@ -53,18 +56,21 @@ def _verify_file(source: Path) -> Verdict:
 
 
 def _check_archive(file: Path, label: str, verdict: Verdict) -> None:
-    """One line for the ``torch.save`` archive ``file``; DAMAGED when a record's CRC no longer matches."""
-    bad = damaged_record(file)
+    """One line for the ``torch.save`` archive ``file``: DAMAGED when its bytes no longer match the
+    digest written with them (a file without one: its records' zip CRC-32s)."""
+    bad, has_digest = damaged_file(file)
+    against = "the digest" if has_digest else "the checksum"
     if bad is not None:
         verdict.status = DAMAGED
         verdict.lines.append(
-            f"{label}: DAMAGED: {file} record {bad} no longer matches the checksum written with it "
+            f"{label}: DAMAGED: {file} {bad} no longer matches {against} written with it "
             "(bytes changed on disk or in a copy after the save); use an earlier checkpoint, or copy it again"
         )
         return
     with zipfile.ZipFile(file) as archive:
         records = len(archive.infolist())
-    verdict.lines.append(f"{label}: ok ({records} records, {_megabytes(file)})")
+    checked = "digest" if has_digest else "zip CRC-32s, no digest"
+    verdict.lines.append(f"{label}: ok ({records} records, {_megabytes(file)}, {checked})")
 
 
 def _verify_directory(source: Path) -> Verdict:
@@ -74,6 +80,7 @@ def _verify_directory(source: Path) -> Verdict:
         return Verdict(NOT_A_CHECKPOINT, [str(exc)])
     verdict = Verdict()
     _check_archive(source / STATE_FILE, STATE_FILE, verdict)
+    checked = "digest" if (source / DIGEST_FILE).exists() else "zip CRC-32s, no digest"
     storage = getattr(metadata, "storage_data", None) or {}
     shards = sorted({info.relative_path for info in storage.values()})
     for name in shards:
@@ -84,7 +91,7 @@ def _verify_directory(source: Path) -> Verdict:
             verdict.status = DAMAGED
             verdict.lines.append(f"{name}: DAMAGED: {bad}")
         else:
-            verdict.lines.append(f"{name}: ok ({len(items)} items, {_megabytes(source / name)})")
+            verdict.lines.append(f"{name}: ok ({len(items)} items, {_megabytes(source / name)}, {checked})")
     return verdict
 
 
