@@ -38,7 +38,7 @@ import trainmesh as tm
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
 from trainmesh.checkpoint.formats import content_problem
-from trainmesh.checkpoint.io import TEMPORARY_NAME, load_checkpoint_file
+from trainmesh.checkpoint.io import TEMPORARY_NAME, load_checkpoint_file, remove_checkpoint
 from trainmesh.trainer.checkpointing import clear_interrupted_saves, resolve_ckpt_path
 
 pytestmark = [
@@ -204,6 +204,7 @@ def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_step
         save_distributed(checkpoint, path, rank=rank, sharded_keys=["state_dict"])
 
     trainer.save_checkpoint = save_checkpoint
+    trainer.remove_checkpoint = remove_checkpoint
     clear_interrupted_saves(trainer, "last")
     source = resolve_ckpt_path(trainer, "last", allow_fresh_start=True)
     if source is not None:
