@@ -88,12 +88,14 @@ class AsyncCheckpointIO:
         self._open = False
         self._executor: ThreadPoolExecutor | None = None
         self._futures: list[Future[None]] = []  # the save in flight first, then what follows it
-        self._stager: Any = None  # DCP's DefaultStager, made at the first save (imports DCP)
+        self._stager: Any = None  # DCP's DefaultStager while open (it keeps the staging memory)
         self._group: Any = None  # the background collectives' process group
 
     def open(self) -> None:
         """Saves from now on go to the background (the Trainer calls this when fit starts)."""
         self._open = True
+        if self._stager is None:
+            self._stager = _new_stager()  # here, not in the first save: importing DCP takes a second
 
     def close(self) -> None:
         """Wait for the save in flight (raising its error), then free the thread and the staging memory."""
@@ -103,6 +105,8 @@ class AsyncCheckpointIO:
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
+            if self._stager is not None:
+                self._stager.close()  # frees the staging memory (and breaks the stager's reference cycle)
             self._executor, self._stager, self._group = None, None, None
 
     def write_file(self, checkpoint: dict[str, Any], path: str) -> None:
@@ -168,17 +172,7 @@ class AsyncCheckpointIO:
         self._futures.append(self._executor.submit(run))
 
     def _stage(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
-        if self._stager is None:
-            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-
-            # Pinned host memory makes the copy from a GPU faster; it needs CUDA.
-            options = StagingOptions(
-                use_pinned_memory=torch.cuda.is_available(),
-                use_shared_memory=False,
-                use_async_staging=False,
-                use_non_blocking_copy=False,
-            )
-            self._stager = DefaultStager(options)
+        assert self._stager is not None, "staging happens between open() and close()"
         staged: dict[str, Any] = self._stager.stage(checkpoint)
         return staged
 
@@ -188,6 +182,19 @@ class AsyncCheckpointIO:
             # same order. gloo: DCP's collectives exchange Python objects through CPU tensors.
             self._group = dist.new_group(backend="gloo")
         return self._group
+
+
+def _new_stager() -> Any:
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    # Pinned host memory makes the copy from a GPU faster; it needs CUDA.
+    options = StagingOptions(
+        use_pinned_memory=torch.cuda.is_available(),
+        use_shared_memory=False,
+        use_async_staging=False,
+        use_non_blocking_copy=False,
+    )
+    return DefaultStager(options)
 
 
 def add_note(error: BaseException, note: str) -> None:
