@@ -62,6 +62,7 @@ THROUGH_THE_DOOR = {
     # checkpoint/'s public face: files and paths, no collective ("last"/"best" resolution, reading
     # and removing one checkpoint, format checks); sharded saves and loads go through the Runtime.
     "trainmesh.checkpoint": {
+        "AsyncCheckpointIO",
         "CheckpointKeys",
         "CheckpointPlaces",
         "UnreadableCheckpoint",

@@ -18,6 +18,7 @@ from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
@@ -404,9 +405,12 @@ class Runtime:
         """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
         self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
 
-    def _save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None) -> None:
-        """Write ``checkpoint``; the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
-        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded)
+    def _save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None, writer: Any = None
+    ) -> None:
+        """Write ``checkpoint`` (through ``writer``: the Trainer's AsyncCheckpointIO, or at once);
+        the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
+        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=writer or SYNCHRONOUS)
 
     def _load_checkpoint(
         self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *, keys: CheckpointKeys

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint, render_filename
+from trainmesh.checkpoint import remove_checkpoint
 
 
 class FakeRuntime:
@@ -58,6 +59,7 @@ def make_trainer(tmp_path, **overrides):
         trainer.saved.append(path)
 
     trainer.save_checkpoint = save_checkpoint
+    trainer.remove_checkpoint = remove_checkpoint
     return trainer
 
 

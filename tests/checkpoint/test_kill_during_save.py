@@ -11,10 +11,14 @@ directory swap or the deletion of an older checkpoint is fragile. Every child re
   saved, at most one newer (a save that completed just before the kill, unreported);
 - the next child resumed from exactly that checkpoint, and by the time it did, the temporaries
   the kill before it left were gone (cleaned at the start, before any save).
+
+Every other child, and the final one of each loop, saves in the background (AsyncCheckpointIO,
+issue 27 item 6): the same checks hold for its saves, and the resumes cross between the two kinds.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import random
@@ -36,9 +40,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
 from trainmesh.callbacks import ModelCheckpoint
+from trainmesh.checkpoint import AsyncCheckpointIO
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
 from trainmesh.checkpoint.formats import content_problem
-from trainmesh.checkpoint.io import TEMPORARY_NAME, load_checkpoint_file
+from trainmesh.checkpoint.io import TEMPORARY_NAME, load_checkpoint_file, remove_checkpoint
+from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.trainer.checkpointing import clear_interrupted_saves, resolve_ckpt_path
 
 pytestmark = [
@@ -133,8 +139,9 @@ class Reporting(ModelCheckpoint):
         say(self.fd, "saved", trainer.global_step)
 
 
-def fit_with_resume(folder: Path, fd: int, *, max_steps: int) -> None:
-    """A real Trainer.fit(ckpt_path="last") with ModelCheckpoint(save_top_k=2, save_last=True)."""
+def fit_with_resume(folder: Path, fd: int, *, max_steps: int, background: bool = False) -> None:
+    """A real Trainer.fit(ckpt_path="last") with ModelCheckpoint(save_top_k=2, save_last=True);
+    ``background``: saves with AsyncCheckpointIO."""
     loader = DataLoader(TensorDataset(torch.randn(64, 64)), batch_size=8)
     trainer = tm.Trainer(
         accelerator="cpu",
@@ -144,6 +151,7 @@ def fit_with_resume(folder: Path, fd: int, *, max_steps: int) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=folder,
+        plugins=[AsyncCheckpointIO()] if background else None,
         callbacks=[
             Reporting(
                 fd, dirpath=folder, monitor="score", mode="max", save_top_k=2, every_n_train_steps=1, save_last=True
@@ -165,9 +173,10 @@ class Collectives:
         dist.barrier()
 
 
-def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_steps: int) -> None:
+def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_steps: int, background: bool) -> None:
     """Two ranks save DTensor shards through ModelCheckpoint and save_distributed, as fsdp does,
-    starting as the Trainer's fit does: clean, then resume from "last"."""
+    starting as the Trainer's fit does: clean, then resume from "last". ``background``: through
+    AsyncCheckpointIO, as fsdp does with it, the live shards changed right after each save."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -195,15 +204,23 @@ def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_step
     def sharded(step: int) -> dict[str, Any]:
         return {"w": distribute_tensor(torch.full((WIDTH,), float(step)), mesh, [Shard(0)])}
 
+    live = sharded(0)  # the training's own tensor, changed in place
+    writer = AsyncCheckpointIO() if background else SYNCHRONOUS
+    if background:
+        writer.open()
+
     def save_checkpoint(path: str) -> None:
+        live["w"].to_local().fill_(float(trainer.global_step))
         checkpoint = {
-            "state_dict": sharded(trainer.global_step),
+            "state_dict": live,
             "global_step": trainer.global_step,
             "callbacks": {callback.state_key: callback.state_dict()},
         }
-        save_distributed(checkpoint, path, rank=rank, sharded_keys=["state_dict"])
+        writer.write_distributed(checkpoint, path, rank=rank, sharded_keys=["state_dict"])
+        live["w"].to_local().fill_(-1.0)  # the next steps: a background save wrote its own copy
 
     trainer.save_checkpoint = save_checkpoint
+    trainer.remove_checkpoint = lambda path: writer.after_save(functools.partial(remove_checkpoint, path))
     clear_interrupted_saves(trainer, "last")
     source = resolve_ckpt_path(trainer, "last", allow_fresh_start=True)
     if source is not None:
@@ -219,6 +236,8 @@ def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_step
         callback.on_train_batch_end(trainer, None, None, None, 0)
         if rank == 0:
             say(fd, "saved", trainer.global_step)
+    if background:
+        writer.close()  # as the end of fit: the save in flight is complete before the process ends
     dist.destroy_process_group()
 
 
@@ -335,6 +354,8 @@ def kill_loop(
     assert final.values("start") == [expected_start] and max(final.values("saved")) == expected_start + 3
     assert not temporaries(folder), "the final run's start left stale temporaries behind"
     assert newest_step() == expected_start + 3
+    for path in visible(folder):  # what the final run (saving in the background) left, complete
+        check_visible(path)
     return counts
 
 
@@ -359,14 +380,17 @@ def test_kill_9_during_single_file_saves_and_deletions(tmp_path: Path) -> None:
     with open(os.devnull, "wb") as sink:  # one short fit here: its lazy imports then happen once, not per child
         fit_with_resume(tmp_path / "warm", sink.fileno(), max_steps=1)
 
+    rounds = iter(range(10**6))
+
     def start(faults: bool, max_steps: int) -> Round:
         seed = rng.randrange(2**32)
         faulty = faults and rng.random() < 2 / 3
+        background = next(rounds) % 2 == 1 or not faults  # every other round, and the final one: AsyncCheckpointIO
 
         def body(fd: int) -> None:
             if faulty:
                 inject_faults(random.Random(seed), 0.05)
-            fit_with_resume(folder, fd, max_steps=max_steps)
+            fit_with_resume(folder, fd, max_steps=max_steps, background=background)
 
         return Round([body])
 
@@ -390,14 +414,16 @@ def test_kill_9_during_distributed_saves_swaps_and_deletions(tmp_path: Path) -> 
     rounds = iter(range(10**6))
 
     def start(faults: bool, max_steps: int) -> Round:
-        store, seed = tmp_path / f"store-{next(rounds)}", rng.randrange(2**32)
+        number = next(rounds)
+        store, seed = tmp_path / f"store-{number}", rng.randrange(2**32)
         faulty = faults and rng.random() < 2 / 3  # the other rounds end by the parent's kill only
+        background = number % 2 == 1 or not faults  # every other round, and the final one: AsyncCheckpointIO
 
         def rank(r: int) -> Callable[[int], None]:
             def body(fd: int) -> None:
                 if faulty and r == 0:  # rank 0 renames and deletes
                     inject_faults(random.Random(seed), 0.12)
-                distributed_saves(r, folder, store, fd, max_steps=max_steps)
+                distributed_saves(r, folder, store, fd, max_steps=max_steps, background=background)
 
             return body
 

@@ -6,7 +6,8 @@ SIGUSR1 also requeues the job (a fake ``scontrol`` on PATH records the call).
 One chain of real 2-process runs in one folder carries the ddp cases (each stop at a random
 step, each resume automatic): SIGTERM to trainmesh's agent (``python script.py``); SIGTERM to
 every one of SLURM's tasks, as SLURM sends it; SIGUSR1 to them; the requeued job's restart, which
-runs to the end and must match the run never stopped.
+runs to the end and must match the run never stopped. The SIGTERM-to-every-task stage and the
+requeued run save in the background (AsyncCheckpointIO): the stop waits for the save in flight.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def chain(tmp_path_factory) -> dict[str, Stage]:
         at,
         [run_script(root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02")],
     )
-    for name, sig in (("every", "SIGTERM"), ("usr1", "SIGUSR1")):
+    # "every" and "requeued" save in the background (AsyncCheckpointIO): the stop waits for the
+    # periodic save in flight, and the chain's end matches the run never stopped across both kinds.
+    for name, sig, saves in (("every", "SIGTERM", ["--async-saves"]), ("usr1", "SIGUSR1", [])):
         if stages[list(stages)[-1]].saved_step is None:
             return stages  # the chain broke: the tests of what follows fail on a missing stage
         at = stages[list(stages)[-1]].saved_step + draw.randint(3, 10)
@@ -99,11 +102,13 @@ def chain(tmp_path_factory) -> dict[str, Stage]:
             root,
             at,
             run_slurm_tasks(
-                root, "--signal", sig, "--at", str(at), "--to", "workers", "--exchange-every", "0", env=slurm()
+                root, "--signal", sig, "--at", str(at), "--to", "workers", "--exchange-every", "0", *saves, env=slurm()
             ),
         )
     if stages["usr1"].saved_step is not None:
-        stages["requeued"] = record(root, MAX_STEPS, run_slurm_tasks(root, env=slurm(SLURM_RESTART_COUNT="1")))
+        stages["requeued"] = record(
+            root, MAX_STEPS, run_slurm_tasks(root, "--async-saves", env=slurm(SLURM_RESTART_COUNT="1"))
+        )
     return stages
 
 

@@ -248,6 +248,29 @@ def run_dcp_save(directory, out, strategy="fsdp"):
         torch.save({"state_dict": state}, out)
 
 
+def run_dcp_save_async(directory, out):
+    """run_dcp_save's fsdp training with AsyncCheckpointIO: distributed checkpoints at steps 10 and 20
+    written in the background during fit (each rank's shards staged, then written by DCP on a gloo
+    group of their own while the steps go on); keep the full weights."""
+    from trainmesh.callbacks import ModelCheckpoint
+    from trainmesh.checkpoint import AsyncCheckpointIO
+
+    model = Wide()
+    every_10 = ModelCheckpoint(dirpath=directory, every_n_train_steps=10, save_top_k=-1)
+    trainer = quiet_trainer(
+        strategy="fsdp",
+        devices=2,
+        max_steps=20,
+        plugins=[AsyncCheckpointIO()],
+        callbacks=[every_10],
+        enable_checkpointing=True,
+    )
+    trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH))
+    state = trainer.runtime.state_dicts(model, [])["model"]
+    if trainer.is_global_zero:
+        torch.save({"state_dict": state}, out)
+
+
 def run_dcp_resume(directory, out, strategy, devices):
     """Resume the distributed checkpoint under another layout and keep the weights it loaded."""
     model = Wide()
@@ -456,6 +479,7 @@ PROGRAMS = {
     "accumulate": run_accumulate_leg,
     "sharded": run_sharded,
     "dcp_save": run_dcp_save,
+    "dcp_save_async": run_dcp_save_async,
     "dcp_resume": run_dcp_resume,
     "predict": run_sharded_predict,
     "callbacks": run_callbacks,

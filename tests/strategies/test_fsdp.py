@@ -37,6 +37,7 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
         leg("fsdp-offload", 2, "sharded", "OUT", "fsdp", "2", env={"FSDP_OPTIONS": "offload+checkpointing"}),
         leg("fsdp-meta", 2, "sharded", "OUT", "fsdp-meta", "2"),
         leg("dcp_save", 2, "dcp_save", checkpoint, "OUT"),
+        leg("dcp_save-async", 2, "dcp_save_async", str(root / "async"), "OUT"),
         leg("resume-ddp-2", 2, "dcp_resume", checkpoint, "OUT", "ddp", "2"),
         leg("dcp_save-ddp", 2, "dcp_save", file, "OUT", "ddp"),
         leg("file-resume-fsdp-2", 2, "dcp_resume", file, "OUT", "fsdp", "2"),
@@ -227,6 +228,29 @@ def test_a_crash_while_saving_keeps_the_previous_distributed_checkpoint(tmp_path
     loaded = load_distributed(target, {"state_dict": fresh.state_dict()})
     assert loaded["epoch"] == 1 and torch.equal(loaded["state_dict"]["weight"], model.weight)
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no half-written directory left
+
+
+def test_distributed_checkpoints_saved_in_the_background_hold_the_state_of_their_step(legs, fsdp_checkpoint, tmp_path):
+    """fsdp with AsyncCheckpointIO: step 20's checkpoint, written in the background, holds what the
+    synchronous save of the same training (dcp_save) holds; step 10's is its own, earlier state."""
+    from trainmesh.checkpoint.distributed import consolidate
+
+    trained = torch.load(legs.out("dcp_save-async"))["state_dict"]
+    synchronous, _ = fsdp_checkpoint
+    folder = legs.root / "async"
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=10.ckpt", "epoch=0-step=20.ckpt"]
+    whole = {
+        name: torch.load(consolidate(folder / name, tmp_path / name), weights_only=False)
+        for name in ("epoch=0-step=10.ckpt", "epoch=0-step=20.ckpt")
+    }
+    reference = torch.load(consolidate(synchronous, tmp_path / "sync.ckpt"), weights_only=False)
+    assert whole["epoch=0-step=20.ckpt"]["global_step"] == 20 and whole["epoch=0-step=10.ckpt"]["global_step"] == 10
+    for name, tensor in trained.items():
+        assert torch.equal(whole["epoch=0-step=20.ckpt"]["state_dict"][name], tensor), name
+        assert torch.equal(reference["state_dict"][name], tensor), name
+    for a, b in zip(whole["epoch=0-step=20.ckpt"]["optimizer_states"], reference["optimizer_states"]):
+        assert all(torch.equal(a["state"][k]["exp_avg"], b["state"][k]["exp_avg"]) for k in b["state"])
+    assert not torch.equal(whole["epoch=0-step=10.ckpt"]["state_dict"]["head.weight"], trained["head.weight"])
 
 
 def test_a_single_file_checkpoint_loads_into_a_sharded_run(legs):

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.trainer_view import TrainerView
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
@@ -335,8 +334,9 @@ class ModelCheckpoint(Callback):
         # should this run go wrong, and the user named it.
         if trainer.ckpt_path and _absolute(trainer.ckpt_path) == _absolute(path):
             return
-        # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted.
-        remove_checkpoint(path)
+        # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted; with
+        # AsyncCheckpointIO only once the save in flight (the one replacing it) is complete.
+        trainer.remove_checkpoint(path)
 
     def _say(self, trainer: TrainerView, message: str) -> None:
         if self.verbose and trainer.is_global_zero:

@@ -9,8 +9,10 @@ from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, remove_checkpoint
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.paths import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
+from trainmesh.checkpoint.writers import AsyncCheckpointIO
 
 __all__ = [
+    "AsyncCheckpointIO",
     "CheckpointKeys",
     "CheckpointPlaces",
     "UnreadableCheckpoint",

@@ -70,20 +70,27 @@ def is_distributed_checkpoint(path: str | os.PathLike[str]) -> bool:
 
 
 def save_distributed(
-    checkpoint: dict[str, Any], path: str | os.PathLike[str], *, rank: int, sharded_keys: Sequence[str]
+    checkpoint: dict[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    rank: int,
+    sharded_keys: Sequence[str],
+    process_group: Any = None,
 ) -> None:
     """Every rank calls this with its own shards of the ``sharded_keys`` entries; rank 0 writes the rest.
 
     A sharded entry that is a list (one state dict per optimizer, say) is stored item by item
     and comes back as a list. A key of ``sharded_keys`` that ``checkpoint`` lacks is skipped.
+    ``process_group``: the group of every rank that the save's collectives run on (the default
+    group when None); a save in a background thread passes one of its own.
     """
     import torch.distributed.checkpoint as dcp
 
     tensors, record = _split_sharded(checkpoint, sharded_keys)
     target = Path(path)
-    staging = _shared_staging_dir(target, rank)
+    staging = _shared_staging_dir(target, rank, process_group)
     try:
-        dcp.save(tensors, checkpoint_id=str(staging), no_dist=not _distributed())
+        dcp.save(tensors, checkpoint_id=str(staging), no_dist=not _distributed(), process_group=process_group)
         if rank == 0:
             rest = {k: v for k, v in checkpoint.items() if k not in record["entries"]}
             atomic_save({**rest, RECORD_KEY: record}, staging / STATE_FILE)
@@ -98,7 +105,7 @@ def save_distributed(
         if full is not None:
             raise full from exc
         raise
-    _barrier()
+    _barrier(process_group)
 
 
 def _split_sharded(checkpoint: dict[str, Any], sharded_keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -352,11 +359,11 @@ class _Shape:
         self.shape = tuple(metadata.size)
 
 
-def _shared_staging_dir(target: Path, rank: int) -> Path:
+def _shared_staging_dir(target: Path, rank: int, group: Any) -> Path:
     # All ranks must write into the same new directory: rank 0 names it, the others learn it.
     name = [hidden_sibling(target, "tmp").name if rank == 0 else None]
     if _distributed():
-        dist.broadcast_object_list(name, src=0)
+        dist.broadcast_object_list(name, src=0, group=group)
     staging = target.parent / str(name[0])
     staging.mkdir(parents=True, exist_ok=True)
     return staging
@@ -388,6 +395,6 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def _barrier() -> None:
+def _barrier(group: Any = None) -> None:
     if _distributed():
-        dist.barrier()
+        dist.barrier(group=group)

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
-from trainmesh.checkpoint.io import atomic_save
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -159,10 +159,17 @@ class DistributedStrategy:
     ) -> None:
         checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: str,
+        *,
+        sharded: CheckpointKeys | None,
+        writer: CheckpointWriter = SYNCHRONOUS,
+    ) -> None:
         # Every rank holds the whole state: the first one writes, the others wait for the file.
         if self._mesh.global_rank == 0:
-            atomic_save(checkpoint, path)
+            writer.write_file(checkpoint, path)
         collectives.barrier(self._mesh)
 
     def load_checkpoint(

@@ -16,8 +16,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from trainmesh.checkpoint.distributed import save_distributed
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import SHARD_GROUP, WORLD, MemoryModel, StrategyCapabilities
@@ -273,12 +273,19 @@ class FSDPStrategy(DistributedStrategy):
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
         checkpoints.load_sharded_state_dict(checkpoints.unwrap(module), optimizers, state, strict=strict)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: str,
+        *,
+        sharded: CheckpointKeys | None,
+        writer: CheckpointWriter = SYNCHRONOUS,
+    ) -> None:
         if sharded is None:
-            super().save_checkpoint(checkpoint, path, sharded=None)  # full state dicts, one file
+            super().save_checkpoint(checkpoint, path, sharded=None, writer=writer)  # full state dicts, one file
             return
         # Every rank writes its own shards, in parallel: no rank ever holds the whole state.
-        save_distributed(
+        writer.write_distributed(
             checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers)
         )
 

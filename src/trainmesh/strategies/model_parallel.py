@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint, save_distributed
+from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
 from trainmesh.strategies.capabilities import StrategyCapabilities
@@ -459,12 +460,19 @@ class ModelParallelStrategy(DistributedStrategy):
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
         stage_state.load_state_dict(module, optimizers, state, self._mesh, strict=strict)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: str,
+        *,
+        sharded: CheckpointKeys | None,
+        writer: CheckpointWriter = SYNCHRONOUS,
+    ) -> None:
         if sharded is None:
-            super().save_checkpoint(checkpoint, path, sharded=None)
+            super().save_checkpoint(checkpoint, path, sharded=None, writer=writer)
             return
         # Every rank writes its own layers and shards; replicas' copies are written once.
-        save_distributed(
+        writer.write_distributed(
             checkpoint, path, rank=self._mesh.global_rank, sharded_keys=(sharded.model, sharded.optimizers)
         )
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.strategies.capabilities import StrategyCapabilities
@@ -126,9 +127,16 @@ class Strategy(Protocol):
     ) -> None:
         """Load the ``"model"`` and ``"optim"`` entries that ``state`` holds."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
-        """Write ``checkpoint``; with ``sharded`` the strategy may write those entries shard by
-        shard (a distributed checkpoint), else one file."""
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: str,
+        *,
+        sharded: CheckpointKeys | None,
+        writer: CheckpointWriter = SYNCHRONOUS,
+    ) -> None:
+        """Write ``checkpoint`` through ``writer`` (at once, or in the background); with ``sharded``
+        the strategy may write those entries shard by shard (a distributed checkpoint), else one file."""
 
     def load_checkpoint(
         self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys

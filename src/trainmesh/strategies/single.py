@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import device_for
-from trainmesh.checkpoint.io import atomic_save
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
@@ -138,8 +138,15 @@ class SingleDeviceStrategy:
     ) -> None:
         checkpoints.load_plain_state_dict(module, optimizers, state, strict=strict, unwrapped=False)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None) -> None:
-        atomic_save(checkpoint, path)
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: str,
+        *,
+        sharded: CheckpointKeys | None,
+        writer: CheckpointWriter = SYNCHRONOUS,
+    ) -> None:
+        writer.write_file(checkpoint, path)
 
     def load_checkpoint(
         self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys

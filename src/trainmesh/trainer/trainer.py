@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, cast
 
 import torch
 
+from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import evaluation, fit_loop, publishing
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
+from trainmesh.trainer.checkpoint_saves import checkpoint_writer, finish_saves, saving_in_background
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
@@ -91,6 +94,7 @@ class Trainer:
         weights_summary: str | None = "top",
         num_tpu_cores: int | None = None,
         fault_tolerance: Any = None,
+        plugins: Any = None,
     ) -> None:
         self.runtime, enable_model_summary = build_runtime(
             fault_tolerance=fault_tolerance,
@@ -109,6 +113,7 @@ class Trainer:
             weights_summary=weights_summary,
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
+        self._checkpoint_writer = checkpoint_writer(plugins)  # AsyncCheckpointIO: saves in the background
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
@@ -299,12 +304,8 @@ class Trainer:
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The trained model's whole weights on rank 0 (``{name: CPU tensor}``, the names of one
         process's ``model.state_dict()``), from any strategy; ``None`` on the other ranks. Every
-        rank must call it: under fsdp, tp or a pipeline it gathers the pieces from every rank.
-
-        >>> # trainer.fit(model, loader)
-        >>> # weights = trainer.full_state_dict()   # every rank, not under `if trainer.is_global_zero:`
-        >>> # if weights is not None: torch.save(weights, "final.pt")
-        """
+        rank must call it (not under ``if trainer.is_global_zero:``): under fsdp, tp or a pipeline
+        it gathers the pieces from every rank."""
         if self.model is None:
             raise RuntimeError("full_state_dict() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused():  # gathering a large model may take longer than a step
@@ -315,12 +316,18 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
-            verify_finite_losses(
-                self._state.loop.loss_check, str(path)
-            )  # no checkpoint of weights a non-finite step produced
+            # No checkpoint of weights a non-finite step produced.
+            verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
             # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
+            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES, writer=self._checkpoint_writer)
+
+    def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
+        if self._checkpoint_writer is None:
+            remove_checkpoint(path)
+        else:
+            self._checkpoint_writer.after_save(functools.partial(remove_checkpoint, path))
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(
@@ -370,7 +377,8 @@ class Trainer:
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
+                    with saving_in_background(self._checkpoint_writer, self.runtime):
+                        fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
@@ -487,3 +495,4 @@ class Trainer:
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
         self._save_checkpoint(path, hpc=True)
+        finish_saves(self._checkpoint_writer, self.runtime)  # saved before the exit says so
