@@ -6,9 +6,12 @@ pages in the processes it starts. In-process: the decision is checked, not its e
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import trainmesh.strategies.fsdp as fsdp_module
+from helpers.processes import run_program
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
 
@@ -66,3 +69,50 @@ def test_the_launcher_leaves_a_users_setting(monkeypatch: pytest.MonkeyPatch) ->
     set_worker_environment({"THP_MEM_ALLOC_ENABLE": "1", "TRAINMESH_TEST_UNSET": "1"})
     assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
     assert os.environ["TRAINMESH_TEST_UNSET"] == "1"
+
+
+PROGRAM = """
+import sys, torch
+import trainmesh as tm
+from trainmesh.utilities.host_memory import applied, huge_pages_in_effect
+
+class Tiny(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8)), batch_size=2)
+trainer = tm.Trainer(strategy=sys.argv[1], devices=2, accelerator="cpu", max_steps=1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Tiny(), data)
+print(f"rank {trainer.global_rank}: huge pages {huge_pages_in_effect()}, released {'M_MMAP_THRESHOLD' in applied()}")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc, Linux's huge pages")
+def test_workers_that_trainmesh_starts_get_huge_pages_and_release(tmp_path) -> None:
+    """End to end: run with python, Trainer(strategy="fsdp", devices=2) starts the workers itself
+    (the elastic agent), with torch's huge pages on from their start, so each releases freed host
+    memory; under the same launch a ddp run's workers get neither."""
+    script = tmp_path / "fit.py"
+    script.write_text(PROGRAM)
+    huge = huge_pages_allowed()
+    for strategy, expected in (("fsdp", huge), ("ddp", False)):
+        done = run_program([str(script), strategy], timeout=240, without=("THP_MEM_ALLOC_ENABLE",), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for rank in (0, 1):
+            assert f"rank {rank}: huge pages {expected}, released {expected}" in done.stdout, done.stdout
+
+
+def huge_pages_allowed() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as system:
+            return "[never]" not in system.read()
+    except OSError:
+        return False
