@@ -129,13 +129,16 @@ class FSDPStrategy(DistributedStrategy):
 
     ``release_host_memory``, where shards live in host memory (CPU, or ``cpu_offload``): whether
     freed tensors of 4 MiB and more go back to the system at once (``utilities/host_memory.py``).
-    It keeps the peak low (on a 117M-parameter transformer at 2 processes about half of ddp's peak
-    per process, against about as much as ddp's without it) but maps fresh memory for those
-    tensors every step, which is free only on transparent huge pages: ``None`` (the default)
-    releases where torch's huge pages are in effect (``THP_MEM_ALLOC_ENABLE=1`` from the process's
-    start: trainmesh's launchers set it for the workers they start; with torchrun, set it in the
-    environment), and otherwise keeps glibc's defaults, step time first; ``True`` releases anyway
-    (the lowest peak, at up to about 1.8x the CPU per step without huge pages); ``False`` never.
+    It keeps the peak low (per process at 2 processes: 0.52x ddp's on a 117M-parameter transformer,
+    0.60x on a 55M one; 0.72x and 1.25x without it) but maps fresh memory for those tensors every
+    step, which is cheap only on transparent huge pages (CPU per step against hand-written FSDP2:
+    0.73x at 117M, 1.20x at 55M; without huge pages 1.40x and 2.19x; ``benchmarks/fsdp_overhead.py``).
+    ``None`` (the default) releases where torch's huge pages are in effect (``THP_MEM_ALLOC_ENABLE=1``
+    from the process's start: trainmesh's launchers set it for the workers they start; under
+    torchrun, set it in the environment), and otherwise keeps glibc's defaults, step time first
+    (0.94x hand-written FSDP2's CPU at both sizes); ``True`` releases anyway (the lowest peak at
+    any speed); ``False`` never (on a 55M-parameter model with huge pages, the 1.20x back for
+    twice the peak).
     """
 
     def __init__(

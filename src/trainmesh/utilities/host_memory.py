@@ -10,10 +10,12 @@ outputs, the optimizer's temporaries), and the holes they leave stay resident: o
 that was about 450 MiB of the 1.9 GiB peak per rank. With the threshold fixed at 4 MiB a tensor
 of a million float32 elements or more gets its own mapping, returned whole when it is freed,
 while smaller tensors (and small models, whose tensors all are) keep the heap's fast reuse.
-The price is the page faults of mapping fresh memory for those tensors: a 4 KiB page at a time,
-about a million faults per step over 2 ranks on a 55M-parameter transformer (1.8x the CPU of a
-hand-written FSDP2 step, ``benchmarks/fsdp_overhead.py``). On transparent huge pages a fault maps
-2 MiB instead, which takes that cost away: torch puts CPU tensors of 2 MiB and more on them when
+The price is fresh memory for those tensors every step, mapped a 4 KiB page at a time: about a
+million page faults per step over 2 ranks on a 55M-parameter transformer, 2.2x the CPU of a
+hand-written FSDP2 step (``benchmarks/fsdp_overhead.py``). On transparent huge pages a fault maps
+2 MiB instead, which takes most of that away (what stays is the kernel zeroing the fresh pages:
+1.2x at 55M; at 117M, where hand-written FSDP2 gets fresh pages too for its tensors above glibc's
+32 MiB limit, 0.73x): torch puts CPU tensors of 2 MiB and more on them when
 ``THP_MEM_ALLOC_ENABLE=1`` is set, a variable it reads once, at the process's first CPU tensor.
 So fsdp asks for it where its launcher starts the processes (``worker_environment``), and releases
 freed memory only where it is in effect (``huge_pages_in_effect``), unless told otherwise.
