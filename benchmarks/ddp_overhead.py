@@ -1,23 +1,26 @@
 """Trainer(strategy="ddp") vs the keras-io seed's hand-written DDP loop, on 2 CPU processes (gloo).
 
 The seed's loop: ``DistributedSampler(shuffle=False)``, ``DistributedDataParallel``, Adam; here
-on the 784-128-10 MLP, batch 16 per process, generated data, one epoch per run. One pair of
-worker processes (started with ``torch.multiprocessing.spawn``) joins one gloo process group
-and runs the variants alternately (hand-written, trainmesh[, lightning]), so that machine
-noise hits every variant alike. A run (building the model, and the Trainer, then one epoch) is
-timed on rank 0 between two barriers; the medians' ratios are printed, and whether the
-Trainer's final weights are bit-identical to the hand-written loop's.
+on the 784-128-10 MLP, batch 16 per process, generated data. Each variant (hand-written,
+trainmesh[, lightning]) runs in its own fresh pair of processes (``isolated.run_ranks``: nothing
+one variant sets for the whole process, such as malloc settings, threads or the environment,
+reaches another's), the variants alternate, and each process times ``--epochs`` epochs after a
+warm-up: a run builds the model (and the Trainer) and trains one epoch. CPU time (summed over
+the ranks) and wall time (rank 0) are printed with their spread and paired ratios, with the
+settings each variant ran under, and whether the final weights are bit-identical to the
+hand-written loop's.
 
-    python benchmarks/ddp_overhead.py [--samples 8192] [--repeats 7] [--no-lightning]
+    python benchmarks/ddp_overhead.py [--samples 8192] [--repeats 5] [--no-lightning]
 
 The workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), so
-both Trainers see processes that something else started and launch none; and since the group
-is already initialized, they use it and leave it alone, as a test harness would have them do.
+the Trainers see processes that something else started and launch none.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.util
 import logging
 import os
 import statistics
@@ -33,11 +36,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import trainmesh as tm
+from isolated import load, run_ranks, settings, spread, write_result
 from seed_mlp import MLPModule, build_mlp, handwritten_epoch, lightning_mlp
 from trainmesh.data.synthetic import make_classification_tensors
-from trainmesh.launchers.environments import find_free_port
 
 WORLD_SIZE = 2
+VARIANTS = ("handwritten", "trainmesh", "lightning")
 
 
 def seed_loader(dataset: TensorDataset, *, rank: int, batch_size: int) -> DataLoader:
@@ -98,146 +102,110 @@ def lightning_loop(dataset: TensorDataset, *, rank: int, batch_size: int, root: 
     return module.net
 
 
-def timed(fn, *args: Any, **kwargs: Any) -> tuple[float, torch.nn.Module]:
-    # The barriers make the time the slower rank's: a run ends when every process is done.
-    dist.barrier()
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    dist.barrier()
-    return time.perf_counter() - start, result
+def weights_digest(model: torch.nn.Module) -> str:
+    """A digest of the final weights, for processes to compare without sending them."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
-def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
-def lightning_reuses_group(dataset: TensorDataset, *, rank: int, batch_size: int, root: str) -> str | None:
-    """Run Lightning once; None when it trained in our group and left it usable, else why not."""
-    try:
-        import lightning  # noqa: F401
-    except ImportError:
-        return "lightning is not installed"
-    group, environment, threads = dist.group.WORLD, dict(os.environ), torch.get_num_threads()
-    try:
-        lightning_loop(dataset, rank=rank, batch_size=batch_size, root=root)
-    except Exception as err:  # a peer left waiting in a collective fails at the group's timeout
-        return f"its fit failed in the shared group ({type(err).__name__}: {err})"
-    if not dist.is_initialized() or dist.group.WORLD is not group:
-        return "it replaced or destroyed the process group"
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-        return f"its fit changed torch's thread count from {threads}"
-    if dict(os.environ) != environment:
-        changed = sorted(k for k in environment.keys() | os.environ.keys() if environment.get(k) != os.environ.get(k))
-        os.environ.clear()
-        os.environ.update(environment)
-        return f"its fit changed the environment ({', '.join(changed)}), which later runs would see"
-    return None
-
-
-def worker(rank: int, args: argparse.Namespace, port: int) -> None:
-    # torchrun's environment, so that the Trainers take these processes as a launcher's. The run
-    # id matters to Lightning: without it Lightning picks its own LightningEnvironment, whose
-    # teardown deletes WORLD_SIZE, and the next trainmesh Trainer would then start an agent.
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        GROUP_RANK="0",
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        TORCHELASTIC_RUN_ID=f"ddp-overhead-{port}",
-        # Lightning sets the thread count to cores / processes unless this is set.
-        OMP_NUM_THREADS=str(args.threads),
-    )
+def worker(args: argparse.Namespace) -> None:
+    """One variant's run in this fresh process (one of the pair): an epoch to warm up, then the
+    timed ones. The process group is made here for the hand-written loop; the Trainers make
+    their own from torchrun's environment, as under torchrun."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # the "GPU available" lines, in every run
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
-    # A timeout so that a rank left waiting in a collective fails rather than hangs.
-    dist.init_process_group(
-        "gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=120)
-    )
+    rank = int(os.environ["RANK"])
+    if args.worker == "handwritten":
+        dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     x, y = make_classification_tensors(args.samples, 784, 10, seed=0)
     dataset = TensorDataset(x, y)
-    times: dict[str, list[float]] = {"handwritten": [], "trainmesh": [], "lightning": []}
+    runs = []
     with tempfile.TemporaryDirectory() as root:
-        # Warm-up: allocator, kernels, first-call imports.
-        handwritten_loop(dataset, rank=rank, batch_size=args.batch_size)
-        trainer_loop(dataset, batch_size=args.batch_size)
-        skip_lightning = (
-            "--no-lightning given"
-            if args.no_lightning
-            else lightning_reuses_group(dataset, rank=rank, batch_size=args.batch_size, root=root)
-        )
-        reasons: list[str | None] = [None] * WORLD_SIZE
-        dist.all_gather_object(reasons, skip_lightning)  # every rank must make the same choice
-        skip_lightning = next((reason for reason in reasons if reason), None)
-        for _ in range(args.repeats):
-            t, ref = timed(handwritten_loop, dataset, rank=rank, batch_size=args.batch_size)
-            times["handwritten"].append(t)
-            t, ours = timed(trainer_loop, dataset, batch_size=args.batch_size)
-            times["trainmesh"].append(t)
-            if skip_lightning is None:
-                t, lit = timed(lightning_loop, dataset, rank=rank, batch_size=args.batch_size, root=root)
-                times["lightning"].append(t)
-    if rank == 0:
-        steps = len(seed_loader(dataset, rank=0, batch_size=args.batch_size))
-        report(
-            args,
-            times,
-            steps=steps,
-            identical=same_weights(ref, ours),
-            lightning_identical=None if skip_lightning else same_weights(ref, lit),
-            skip_lightning=skip_lightning,
-        )
-    dist.barrier()
-    dist.destroy_process_group()
+        for epoch in range(args.epochs + 1):
+            cpu, wall = time.process_time(), time.perf_counter()
+            if args.worker == "handwritten":
+                model = handwritten_loop(dataset, rank=rank, batch_size=args.batch_size)
+            elif args.worker == "trainmesh":
+                model = trainer_loop(dataset, batch_size=args.batch_size)
+            else:
+                model = lightning_loop(dataset, rank=rank, batch_size=args.batch_size, root=root)
+            if epoch:  # the first is the warm-up: first-call imports, kernels, the allocator
+                runs.append({"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall})
+    write_result(args.out, rank, {"runs": runs, "weights": weights_digest(model), "settings": settings()})
 
 
-def report(
-    args: argparse.Namespace,
-    times: dict[str, list[float]],
-    *,
-    steps: int,
-    identical: bool,
-    lightning_identical: bool | None,
-    skip_lightning: str | None,
-) -> None:
-    base = statistics.median(times["handwritten"])
+def run_figures(ranks: list[dict]) -> dict[str, Any]:
+    """A process pair's median epoch: CPU summed over the ranks, wall on rank 0."""
+    count = len(ranks[0]["runs"])
+    cpu = statistics.median(sum(r["runs"][i]["cpu"] for r in ranks) for i in range(count))
+    wall = statistics.median(ranks[0]["runs"][i]["wall"] for i in range(count))
+    return {"cpu": cpu, "wall": wall, "weights": ranks[0]["weights"], "settings": ranks[0]["settings"]}
 
-    def ratios(name: str) -> str:
-        # The ratio of medians, and the median of each repeat's own ratio (its neighbours in
-        # time), which drifts in the machine's load cancel better.
-        paired = statistics.median(t / h for t, h in zip(times[name], times["handwritten"]))
-        return f"ratio {statistics.median(times[name]) / base:.3f} (paired {paired:.3f})"
 
+def report(args: argparse.Namespace, runs: dict[str, list[dict]], steps: int, skipped: str | None) -> None:
+    base = runs["handwritten"]
     print(
-        f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
-        f"{args.repeats} alternating runs each, torch threads={args.threads} per process"
+        f"{steps} steps per epoch ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo); "
+        f"{args.repeats} process pairs per variant, fresh and alternating, {args.epochs} timed epochs each after "
+        f"a warm-up; torch threads={args.threads} per process; {load()}"
     )
-    print(f"hand-written DDP     median {base:.3f} s  ({base / steps * 1e6:.0f} us/step)")
-    ours = statistics.median(times["trainmesh"])
-    print(f"trainmesh ddp        median {ours:.3f} s  {ratios('trainmesh')}  target <= 1.05")
-    if times["lightning"]:
-        lit = statistics.median(times["lightning"])
-        print(f"lightning ddp        median {lit:.3f} s  {ratios('lightning')}")
-    else:
-        print(f"lightning ddp        skipped: {skip_lightning}")
-    print(f"trainmesh weights bit-identical to the hand-written loop: {identical}")
-    if lightning_identical is not None:
-        print(f"lightning weights bit-identical to the hand-written loop: {lightning_identical}")
+    print("epoch CPU summed over ranks and wall on rank 0: median (min-max) over pairs; ratios paired")
+    for name, figures in runs.items():
+        cpu, wall = [f["cpu"] for f in figures], [f["wall"] for f in figures]
+        cpu_ratio = spread([f["cpu"] / b["cpu"] for f, b in zip(figures, base)])
+        wall_ratio = spread([f["wall"] / b["wall"] for f, b in zip(figures, base)])
+        print(
+            f"{name:12s} CPU {spread(cpu)} s ({statistics.median(cpu) / steps * 1e6:.0f} us/step) x{cpu_ratio} | "
+            f"wall {spread(wall)} s x{wall_ratio}" + ("" if name == "handwritten" else "  target <= 1.05")
+        )
+    if skipped:
+        print(f"lightning    skipped: {skipped}")
+    for name, figures in runs.items():
+        if name != "handwritten":
+            same = all(f["weights"] == base[0]["weights"] for f in figures)
+            print(f"{name} weights bit-identical to the hand-written loop: {same}")
+    for name, figures in runs.items():
+        print(f"settings {name}: {figures[0]['settings']}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=32768)
     parser.add_argument("--batch-size", type=int, default=16, help="per process")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="process pairs per variant")
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs per process, after a warm-up")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process (1 = least noise)")
     parser.add_argument("--no-lightning", action="store_true", help="do not time Lightning even if installed")
+    parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.multiprocessing.spawn(worker, args=(args, find_free_port()), nprocs=WORLD_SIZE)
+    if args.worker:
+        worker(args)
+        return
+    skipped = "--no-lightning given" if args.no_lightning else None
+    if skipped is None and importlib.util.find_spec("lightning") is None:
+        skipped = "lightning is not installed"
+    names = [v for v in VARIANTS if v != "lightning" or skipped is None]
+    shared = ["--samples", str(args.samples), "--batch-size", str(args.batch_size), "--epochs", str(args.epochs)]
+    shared += ["--threads", str(args.threads)]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for repeat in range(args.repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+            ranks = run_ranks(
+                os.path.abspath(__file__),
+                [*shared, "--worker", name],
+                world=WORLD_SIZE,
+                timeout=600,
+                env={"OMP_NUM_THREADS": str(args.threads)},
+            )
+            runs[name].append(run_figures(ranks))
+    steps = len(seed_loader(TensorDataset(torch.zeros(args.samples, 1)), rank=0, batch_size=args.batch_size))
+    report(args, runs, steps, skipped)
 
 
 if __name__ == "__main__":

@@ -1,147 +1,300 @@
-"""Trainer(strategy="fsdp") vs a hand-written FSDP2 loop, on 2 CPU processes (gloo).
+"""Trainer(strategy="fsdp") vs a hand-written FSDP2 loop, each run in its own fresh processes.
 
-The hand-written loop is what torchtitan and the FSDP2 tutorial write: ``fully_shard`` on each
-block, then on the whole model, ``DistributedSampler(shuffle=False)``, Adam. The model is a stack
-of ``--depth`` Linear(width, width) + Tanh blocks and a 10-class head, held by the trainmesh module
-as ``self.net`` (so the Trainer's automatic shard units are what is timed: no ``wrap=``). One pair
-of worker processes joins one gloo group and runs the variants alternately, as
-``ddp_overhead.py`` does (its helpers are reused); a run (building the model and the Trainer,
-then one epoch) is timed on rank 0 between two barriers; the medians' ratios are printed, and
-whether the Trainer's final weights equal the hand-written loop's.
+The model is a parameter-dominated transformer language model (``sharding_memory.TransformerLM``:
+token embeddings, ``--depth`` torch ``TransformerEncoderLayer``s, a norm and an output head),
+built on the meta device; 2 CPU processes (gloo), ``--batch`` sequences of 16 tokens per rank,
+Adam. ``--model 55m`` is width 768 and 6 layers, ``--model 117m`` width 1024 and 8 layers
+(vocabulary 8192 both).
 
-    python benchmarks/fsdp_overhead.py [--samples 4096] [--repeats 5] [--width 512] [--depth 4]
+- ``hand``: what torchtitan and the FSDP2 tutorial write: ``fully_shard`` on each layer, the
+  embeddings, the head, then the whole model; ``to_empty`` and an initialisation;
+  ``DistributedSampler(shuffle=False)``; forward, cross-entropy, ``zero_grad``, backward, step.
+  Nothing else: glibc's malloc as it comes.
+- ``fsdp``: the same model built in ``configure_model`` and trained by ``Trainer(strategy="fsdp")``
+  (its automatic shard units are those same modules), extras off.
+- ``ddp``: the same under ``Trainer(strategy="ddp")``: the memory reference.
+
+Every run of every variant is a new pair of processes (``isolated.run_ranks``), the variants
+alternate, and each rank measures itself: per step (after ``--warmup`` steps) CPU time (summed
+over the ranks), wall time, minor page faults (summed), and its peak resident memory. A variant
+may name malloc settings after ``@`` (for studying them; the same settings then hold in both
+ranks from the start):
+
+    glibc          trainmesh's own host-memory policy turned off: glibc's defaults
+    mmap=N         mallopt(M_MMAP_THRESHOLD, N MiB) before the model is built
+    later=N        mallopt(M_MMAP_THRESHOLD, N MiB) after the first optimizer step
+    arenas=N       mallopt(M_ARENA_MAX, N): at most N malloc arenas (threads share them)
+    trim           malloc_trim(0) after every optimizer step
+    thp            THP_MEM_ALLOC_ENABLE=1 (torch: tensors of 2 MiB and more on transparent huge pages)
+    nothp          THP_MEM_ALLOC_ENABLE=0: torch's huge pages off, as in processes that torchrun starts
+                   (the trainmesh variants otherwise get what trainmesh's launcher gives its workers)
+    hugetlb        GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc: its mappings on transparent huge pages)
+    release        FSDPStrategy(release_host_memory=True): release freed host memory even without huge pages
+
+Without ``glibc`` or ``mmap=``, trainmesh's own policy holds (FSDPStrategy's ``release_host_memory``).
+
+e.g. ``--variants hand fsdp hand@mmap=4 fsdp@glibc``. The settings each variant ran under are
+printed with its figures.
+
+    python benchmarks/fsdp_overhead.py [--model 55m] [--repeats 3] [--steps 6] [--variants hand fsdp ddp]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
-import statistics
+import sys
 import warnings
-from datetime import timedelta
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import trainmesh as tm
-from ddp_overhead import WORLD_SIZE, seed_loader, timed
-from seed_mlp import handwritten_epoch
-from trainmesh.data.synthetic import make_classification_tensors
-from trainmesh.launchers.environments import find_free_port
+from isolated import load, mark, peak_rss_kib, reset_peak, run_figures, run_ranks, settings, spread, write_result
+from sharding_memory import TransformerLM, lm_parameters
 
-CLASSES = 10
-
-
-def build_net(width: int, depth: int) -> torch.nn.Module:
-    torch.manual_seed(0)
-    blocks = torch.nn.Sequential(
-        *[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(depth)]
-    )
-    return torch.nn.Sequential(blocks, torch.nn.Linear(width, CLASSES))
+WORLD_SIZE, SEQUENCE = 2, 16
+MODELS = {"55m": {"vocab": 8192, "width": 768, "depth": 6}, "117m": {"vocab": 8192, "width": 1024, "depth": 8}}
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
 
 
-class NetModule(tm.Module):
-    def __init__(self, width: int, depth: int) -> None:
-        super().__init__()
-        self.net = build_net(width, depth)
+class Recorder:
+    """Marks at the loop's start and each step's end; the peak before and after the warm-up."""
 
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return F.cross_entropy(self.net(x), y)
+    def __init__(self, warmup: int, after_step: Callable[[int], None]) -> None:
+        self.warmup, self.after_step = warmup, after_step
+        self.marks: list[dict[str, float]] = []
+        self.early_peak = 0
 
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-3)
+    def start(self) -> None:
+        self.marks = [mark()]
+
+    def step_end(self, index: int) -> None:
+        self.after_step(index)
+        self.marks.append(mark())
+        if index + 1 == self.warmup:
+            self.early_peak = peak_rss_kib()  # build and the warm-up steps
+            reset_peak()
+
+    def figures(self) -> dict[str, Any]:
+        steady = peak_rss_kib()
+        return {"marks": self.marks, "peak_rss_kib": max(self.early_peak, steady), "steady_peak_rss_kib": steady}
 
 
-def handwritten_loop(dataset: TensorDataset, args: argparse.Namespace, rank: int) -> dict[str, torch.Tensor]:
+def malloc_policy(spec: str) -> tuple[Callable[[int], None], dict[str, Any]]:
+    """Apply a variant's malloc settings (those of the module's docstring, joined by ``+``) and
+    return what to run after each step, and the settings to print."""
+    parts = [part for part in spec.split("+") if part]
+    libc = ctypes.CDLL("libc.so.6")
+    if any(part == "glibc" or part.startswith("mmap=") for part in parts):
+        import trainmesh.strategies.fsdp as fsdp_module
+
+        fsdp_module.release_large_frees = lambda *args, **kwargs: False  # type: ignore[assignment]
+    trim, later = False, 0
+    for part in parts:
+        if part.startswith("mmap="):
+            assert libc.mallopt(_M_MMAP_THRESHOLD, int(float(part[5:]) * 2**20))
+        elif part.startswith("later="):
+            later = int(float(part[6:]) * 2**20)
+        elif part.startswith("arenas="):
+            assert libc.mallopt(_M_ARENA_MAX, int(part[7:]))
+        elif part == "trim":
+            trim = True
+        elif part not in ("glibc", "thp", "nothp", "hugetlb", "release"):
+            raise SystemExit(f"unknown setting {part!r}")
+
+    def after_step(index: int) -> None:
+        if later and index == 0:
+            assert libc.mallopt(_M_MMAP_THRESHOLD, later)
+        if trim:
+            libc.malloc_trim(0)
+
+    return after_step, ({"benchmark_settings": spec} if spec else {})
+
+
+def variant_env(name: str) -> dict[str, str]:
+    """The environment a variant's processes start with: for trainmesh's variants what its
+    launcher gives the workers it starts (``Strategy.worker_environment``: torch's huge pages
+    for fsdp on CPU), as ``Trainer(devices=2)`` run with python would; then the settings' own."""
+    kind, _, spec = name.partition("@")
+    parts = spec.split("+")
+    env: dict[str, str] = {}
+    if kind != "hand":
+        from trainmesh.strategies import build_strategy
+        from trainmesh.strategies.protocol import Placement
+
+        env.update(build_strategy(kind, Placement(device_type="cpu", devices=(0, 1))).worker_environment)
+    if "thp" in parts:
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
+    if "nothp" in parts:
+        env["THP_MEM_ALLOC_ENABLE"] = "0"  # as under torchrun, where nobody set it
+    return {**env, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if "hugetlb" in parts else env
+
+
+def token_data(args: argparse.Namespace) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(args.vocab, (WORLD_SIZE * args.batch * args.steps, SEQUENCE + 1), generator=generator)
+    return TensorDataset(tokens[:, :-1], tokens[:, 1:])
+
+
+def hand_fsdp(args: argparse.Namespace, recorder: Recorder) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    loader = seed_loader(dataset, rank=rank, batch_size=args.batch_size)
-    model = build_net(args.width, args.depth)
-    for block in model[0]:
-        fully_shard(block)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    with torch.device("meta"):
+        model = TransformerLM(vocab=args.vocab, width=args.width, depth=args.depth)
+    for unit in [*model.layers, model.embed, model.head]:
+        fully_shard(unit)
     fully_shard(model)
-    handwritten_epoch(model, torch.optim.Adam(model.parameters(), lr=1e-3), loader)
-    return {name: p.full_tensor() for name, p in model.named_parameters()}
+    model.to_empty(device="cpu")
+    torch.manual_seed(rank)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.to_local().normal_(std=0.02)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    data = token_data(args)
+    sampler = DistributedSampler(data, num_replicas=WORLD_SIZE, rank=rank, shuffle=False)
+    recorder.start()
+    for index, (tokens, targets) in enumerate(DataLoader(data, sampler=sampler, batch_size=args.batch)):
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        recorder.step_end(index)
+    dist.destroy_process_group()
 
 
-def trainer_loop(dataset: TensorDataset, args: argparse.Namespace, rank: int) -> dict[str, torch.Tensor]:
-    module = NetModule(args.width, args.depth)
+class LM(tm.Module):
+    def __init__(self, args: argparse.Namespace, recorder: Recorder) -> None:
+        super().__init__()
+        self.sizes = {"vocab": args.vocab, "width": args.width, "depth": args.depth}
+        self.recorder = recorder
+
+    def configure_model(self) -> None:
+        torch.manual_seed(0)
+        self.net = TransformerLM(**self.sizes)
+
+    def training_step(self, batch, batch_idx):
+        tokens, targets = batch
+        return F.cross_entropy(self.net(tokens).flatten(0, 1), targets.flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-4)
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            self.recorder.start()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.recorder.step_end(batch_idx)
+
+
+def trainer_run(strategy: str, args: argparse.Namespace, recorder: Recorder) -> None:
+    kind, _, spec = strategy.partition("@")
+    if kind == "fsdp" and "release" in spec.split("+"):
+        from trainmesh.strategies.fsdp import FSDPStrategy
+
+        chosen: Any = FSDPStrategy(release_host_memory=True)
+    else:
+        chosen = kind
     trainer = tm.Trainer(
-        strategy="fsdp",
-        devices=WORLD_SIZE,
         accelerator="cpu",
-        max_epochs=1,
+        strategy=chosen,
+        devices=WORLD_SIZE,
+        max_steps=args.steps,
         enable_progress_bar=False,
+        enable_model_summary=False,
         logger=False,
         enable_checkpointing=False,
-        enable_model_summary=False,
     )
-    trainer.fit(module, DataLoader(dataset, batch_size=args.batch_size))
-    return {
-        name.removeprefix("net."): p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
-        for name, p in module.named_parameters()
-    }
+    trainer.fit(LM(args, recorder), DataLoader(token_data(args), batch_size=args.batch))
 
 
-def worker(rank: int, args: argparse.Namespace, port: int) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        GROUP_RANK="0",
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        TORCHELASTIC_RUN_ID=f"fsdp-overhead-{port}",
-        OMP_NUM_THREADS=str(args.threads),
-    )
-    torch.set_num_threads(args.threads)
+def worker(args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore")
-    dist.init_process_group(
-        "gloo", init_method="env://", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=120)
+    torch.set_num_threads(args.threads)
+    kind, _, spec = args.worker.partition("@")
+    after_step, extra = malloc_policy(spec)
+    recorder = Recorder(args.warmup, after_step)
+    if kind == "hand":
+        hand_fsdp(args, recorder)
+    else:
+        trainer_run(args.worker, args, recorder)
+    write_result(args.out, int(os.environ["RANK"]), {**recorder.figures(), "settings": settings(extra)})
+
+
+def report(args: argparse.Namespace, runs: dict[str, list[dict]]) -> None:
+    base = runs[args.variants[0]]
+    ddp = runs.get("ddp")
+    print(
+        f"{args.model}: {lm_parameters(args.vocab, args.width, args.depth) / 1e6:.1f}M parameters "
+        f"(width {args.width}, {args.depth} layers, vocab {args.vocab}), {WORLD_SIZE} processes (gloo) x "
+        f"{args.batch} x {SEQUENCE} tokens, Adam; {args.steps} steps per run, the first {args.warmup} left out; "
+        f"{args.repeats} runs per variant, each in fresh processes, alternating; {load()} at the end"
     )
-    x, y = make_classification_tensors(args.samples, args.width, CLASSES, seed=0)
-    dataset = TensorDataset(x, y)
-    times: dict[str, list[float]] = {"handwritten": [], "trainmesh": []}
-    handwritten_loop(dataset, args, rank)  # warm-up: allocator, kernels, first-call imports
-    trainer_loop(dataset, args, rank)
-    for _ in range(args.repeats):
-        t, ref = timed(handwritten_loop, dataset, args, rank)
-        times["handwritten"].append(t)
-        t, ours = timed(trainer_loop, dataset, args, rank)
-        times["trainmesh"].append(t)
-    if rank == 0:
-        steps = len(seed_loader(dataset, rank=0, batch_size=args.batch_size))
-        base, mine = statistics.median(times["handwritten"]), statistics.median(times["trainmesh"])
-        paired = statistics.median(t / h for t, h in zip(times["trainmesh"], times["handwritten"]))
-        params = sum(p.numel() for p in ref.values())
-        same = list(ref) == list(ours) and all(torch.equal(ref[k], ours[k]) for k in ref)
-        print(
-            f"{steps} steps per run ({args.samples} samples, {WORLD_SIZE} processes x batch {args.batch_size}, gloo), "
-            f"{params / 1e6:.2f}M parameters, {args.repeats} alternating runs each, torch threads={args.threads}"
+    print(
+        "per step: CPU (user + system) summed over ranks, wall on rank 0, minor faults summed; median over steps, then"
+    )
+    print("median (min-max) over runs; ratios are paired (each run against the first variant's run beside it)")
+    for name, figures in runs.items():
+        cpu = spread([f["cpu"] for f in figures])
+        wall = spread([f["wall"] for f in figures])
+        faults = spread([f["minflt"] for f in figures], 1e-3, 0)
+        system = spread([f.get("sys", 0.0) for f in figures], digits=2)
+        cpu_ratio = spread([f["cpu"] / b["cpu"] for f, b in zip(figures, base)])
+        wall_ratio = spread([f["wall"] / b["wall"] for f, b in zip(figures, base)])
+        peak = spread([f["peak_mib"] for f in figures], digits=0)
+        line = (
+            f"{name:18s} CPU {cpu} s  x{cpu_ratio} (system {system}) | wall {wall} s  x{wall_ratio} | "
+            f"faults {faults}k | "
+            f"peak RSS/rank {peak} MiB (after warm-up {spread([f['steady_peak_mib'] for f in figures], digits=0)})"
         )
-        print(f"hand-written FSDP2   median {base:.3f} s  ({base / steps * 1e6:.0f} us/step)")
-        print(
-            f"trainmesh fsdp       median {mine:.3f} s  ratio {mine / base:.3f} (paired {paired:.3f})  target <= 1.05"
-        )
-        print(f"trainmesh weights identical to the hand-written loop: {same}")
-    dist.barrier()
-    dist.destroy_process_group()
+        if ddp is not None:
+            line += f"  x ddp {spread([f['peak_mib'] / d['peak_mib'] for f, d in zip(figures, ddp)], digits=2)}"
+        print(line)
+    for name, figures in runs.items():
+        print(f"settings {name}: {figures[0]['settings']}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--batch-size", type=int, default=32, help="per process")
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", choices=MODELS, default="55m")
+    parser.add_argument("--variants", nargs="+", default=["hand", "fsdp"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2, help="first steps left out (Adam's state appears in step 1)")
+    parser.add_argument("--batch", type=int, default=2, help="sequences of 16 tokens per rank and step")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.multiprocessing.spawn(worker, args=(args, find_free_port()), nprocs=WORLD_SIZE)
+    for key, value in MODELS[args.model].items():
+        setattr(args, key, value)
+    if args.worker:
+        worker(args)
+        return
+    runs: dict[str, list[dict]] = {name: [] for name in args.variants}
+    shared = ["--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    shared += ["--batch", str(args.batch), "--threads", str(args.threads)]
+    for repeat in range(args.repeats):
+        for name in args.variants:
+            ranks = run_ranks(
+                os.path.abspath(__file__),
+                [*shared, "--worker", name],
+                world=WORLD_SIZE,
+                timeout=args.timeout,
+                env={"OMP_NUM_THREADS": str(args.threads), **variant_env(name)},
+            )
+            runs[name].append({**run_figures(ranks, args.warmup), "settings": ranks[0]["settings"]})
+            print(f"run {repeat + 1} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+    report(args, runs)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ noise hits every variant alike; the medians' ratios are printed.
 small transformer (2 encoder layers, d=64, sequence 32, batch 16): the median step after the
 first 10 (compilation and warm-up excluded), in alternating runs.
 
+Every variant here runs in one process, so one variant's process-wide aftermath (heap layout,
+caches) reaches the next: ``loop_cpu.py`` measures the same variants each in its own fresh
+process, in CPU time per step and calls per step.
+
 "lean" is the Trainer with extras off (no progress bar, logger, checkpointing, summary);
 "defaults" is ``Trainer()`` as a user gets it (progress bar, CSV logger, a checkpoint at
 the epoch's end, model summary).

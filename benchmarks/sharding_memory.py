@@ -35,8 +35,10 @@ automatically. About 4 minutes on 2 cores.
     python benchmarks/sharding_memory.py --large [--steps 3] [--width 1024] [--depth 8] [--vocab 8192]
 
 The parent runs one program per strategy (``--worker STRATEGY --out FILE``); that program is
-the elastic agent that re-runs itself as the 2 workers, and each worker writes its figures to
-``FILE.rank{r}`` (JSON), which the parent reads back to print one table.
+the elastic agent that re-runs itself as the 2 workers (so each strategy runs in fresh
+processes, with what trainmesh's launcher gives its workers: torch's huge pages for fsdp on
+CPU), and each worker writes its figures to ``FILE.rank{r}`` (JSON), which the parent reads back
+to print one table, and the settings each strategy's workers ran under.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
+from isolated import settings as process_settings
 from trainmesh.data.synthetic import make_classification_tensors
 from trainmesh.memory_estimate import estimate_memory
 from trainmesh.trainer.run_summary import count_shard_units
@@ -240,7 +243,12 @@ def run_worker(strategy: str, out: str, args: argparse.Namespace) -> None:
         enable_checkpointing=False,
     )
     trainer.fit(model, DataLoader(data, batch_size=batch_size))
-    figures = {**model.memory, "steps": trainer.global_step, "shard_units": count_shard_units(trainer.model)}
+    figures = {
+        **model.memory,
+        "steps": trainer.global_step,
+        "shard_units": count_shard_units(trainer.model),
+        "settings": process_settings(),
+    }
     if args.large:
         model.phases.close("end")
         step_times = [b - a for a, b in zip(model.step_ends, model.step_ends[1:])]
@@ -443,11 +451,19 @@ def main() -> None:
         assert steps == {args.steps}, f"{strategy} ran {steps} steps, not {args.steps}"
     if args.large:
         print_large_table(results, lm_parameters(args.vocab, args.width, args.depth), args)
+        print_settings(results)
         return
     one_unit = {"fsdp-1unit": results.pop("fsdp-1unit")}
     psi = args.depth * (args.width * args.width + args.width) + args.width * CLASSES + CLASSES
     print_table(results, psi, args)
     print_unit_comparison({**results, **one_unit})
+    print_settings({**results, **one_unit})
+
+
+def print_settings(results: dict[str, list[dict]]) -> None:
+    """The process-wide settings each strategy's workers ran under (rank 0's): malloc, huge pages, threads."""
+    for strategy, ranks in results.items():
+        print(f"settings {strategy}: {ranks[0]['settings']}")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ class Runtime:
             devices=self.strategy.processes_per_node,
             num_nodes=num_nodes,
             max_restarts=max_restarts,
+            environment=self.strategy.worker_environment,
         )
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/

@@ -37,3 +37,44 @@ def test_freed_large_tensors_leave_the_process_once_released():
 
     assert freed("release") >= 150  # about 200 MiB of tensors freed, and returned
     assert freed("default") < 50  # the same frees leave heap holes that stay resident
+
+
+HUGE_PAGES_PROGRAM = textwrap.dedent("""
+    import os, sys
+    from trainmesh.utilities.host_memory import huge_pages_in_effect
+
+    if sys.argv[1] == "late":
+        import torch
+
+        torch.ones(4)  # torch reads its switch at the first CPU tensor
+        os.environ["THP_MEM_ALLOC_ENABLE"] = "1"
+    print(huge_pages_in_effect())
+""")
+
+
+def _system_allows_huge_pages() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as system:
+            return "[never]" not in system.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _system_allows_huge_pages(), reason="transparent huge pages are off on this system")
+def test_huge_pages_are_in_effect_only_when_set_before_the_first_tensor():
+    import os
+
+    def in_effect(mode: str, switch: str | None) -> bool:
+        env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+        if switch is not None:
+            env["THP_MEM_ALLOC_ENABLE"] = switch
+        done = subprocess.run(
+            [sys.executable, "-c", HUGE_PAGES_PROGRAM, mode], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip() == "True"
+
+    assert in_effect("none", "1")  # set where the process started (a launcher's worker)
+    assert not in_effect("none", None)
+    assert not in_effect("none", "0")
+    assert not in_effect("late", None)  # set after torch's first CPU tensor: too late

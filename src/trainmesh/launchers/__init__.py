@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainmesh.launchers.base import Launcher, ProcessInfo
@@ -10,15 +11,24 @@ from trainmesh.launchers.in_process import InProcessLauncher
 from trainmesh.launchers.spawn import SpawnLauncher
 
 
-def build_launcher(start_method: str, *, devices: int, num_nodes: int, max_restarts: int = 0) -> Any:
+def build_launcher(
+    start_method: str,
+    *,
+    devices: int,
+    num_nodes: int,
+    max_restarts: int = 0,
+    environment: Mapping[str, str] | None = None,
+) -> Any:
     """The launcher for a strategy's ``start_method``; ``max_restarts``: how many times the
-    elastic agent starts the workers again after a failure."""
+    elastic agent starts the workers again after a failure; ``environment``: variables the
+    workers it starts get (where not set already)."""
     _check_max_restarts(max_restarts, start_method=start_method, processes=devices * num_nodes)
+    variables = dict(environment or {})
     if start_method == "in_process":
         return InProcessLauncher()
     if start_method == "elastic":
-        return ElasticLauncher(devices=devices, num_nodes=num_nodes, max_restarts=max_restarts)
-    return SpawnLauncher(devices=devices, num_nodes=num_nodes, start_method=start_method)
+        return ElasticLauncher(devices=devices, num_nodes=num_nodes, max_restarts=max_restarts, environment=variables)
+    return SpawnLauncher(devices=devices, num_nodes=num_nodes, start_method=start_method, environment=variables)
 
 
 def _check_max_restarts(max_restarts: int, *, start_method: str, processes: int) -> None:

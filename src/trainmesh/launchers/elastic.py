@@ -24,12 +24,20 @@ from typing import Any
 
 from trainmesh.launchers import exit_status
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.environments import already_started, check_port_free, find_free_port
+from trainmesh.launchers.environments import (
+    already_started,
+    check_port_free,
+    find_free_port,
+    set_worker_environment,
+)
 
 
 class ElasticLauncher:
-    def __init__(self, *, devices: int, num_nodes: int, max_restarts: int = 0) -> None:
+    def __init__(
+        self, *, devices: int, num_nodes: int, max_restarts: int = 0, environment: dict[str, str] | None = None
+    ) -> None:
         self.devices, self.num_nodes, self.max_restarts = devices, num_nodes, max_restarts
+        self.environment = dict(environment or {})
         self._process: ProcessInfo | None = None
 
     def process_info(self) -> ProcessInfo:
@@ -46,6 +54,7 @@ class ElasticLauncher:
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._find_process() is not None:
             return _run_recording_errors(fn, *args, **kwargs)
+        set_worker_environment(self.environment)  # the workers inherit this process's environment
         run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes, max_restarts=self.max_restarts)
         raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
 

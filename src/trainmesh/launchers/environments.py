@@ -202,3 +202,10 @@ def require_deterministic_cublas() -> None:
     """cuBLAS is deterministic only with a fixed workspace (torch.use_deterministic_algorithms
     raises without one); set it for this process and the ones it starts, unless the user did."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def set_worker_environment(variables: Mapping[str, str]) -> None:
+    """Put ``variables`` in this process's environment, which the workers it starts inherit; a
+    value already set (by the user) stands."""
+    for name, value in variables.items():
+        os.environ.setdefault(name, value)

@@ -10,12 +10,14 @@ from dataclasses import replace
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.environments import already_started, find_free_port
+from trainmesh.launchers.environments import already_started, find_free_port, set_worker_environment
 from trainmesh.seed import capture_rng_state, restore_rng_state
 
 
 class SpawnLauncher:
-    def __init__(self, *, devices: int, num_nodes: int, start_method: str = "spawn") -> None:
+    def __init__(
+        self, *, devices: int, num_nodes: int, start_method: str = "spawn", environment: dict[str, str] | None = None
+    ) -> None:
         if start_method not in ("spawn", "fork", "forkserver"):
             raise ValueError(f"start_method={start_method!r}; use 'spawn', 'fork' or 'forkserver'")
         if num_nodes != 1:
@@ -24,6 +26,7 @@ class SpawnLauncher:
                 "use strategy='ddp' with torchrun or SLURM for several nodes"
             )
         self.devices, self.num_nodes, self.start_method = devices, num_nodes, start_method
+        self.environment = dict(environment or {})
         self._process: ProcessInfo | None = None
 
     def process_info(self) -> ProcessInfo:
@@ -46,6 +49,8 @@ class SpawnLauncher:
         if self._process is not None:
             return fn(*args, **kwargs)  # torchrun/SLURM already started one process per device
         import torch.multiprocessing as mp
+
+        set_worker_environment(self.environment)  # the workers inherit this process's environment
 
         payload: Any = (self, fn, args, kwargs)
         if self.start_method != "fork":

@@ -69,6 +69,10 @@ class DistributedStrategy:
         return rebuilt(self, placement)
 
     @property
+    def worker_environment(self) -> dict[str, str]:
+        return {}
+
+    @property
     def processes_per_node(self) -> int:
         return len(self.placement.devices)
 

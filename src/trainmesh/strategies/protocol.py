@@ -62,6 +62,12 @@ class Strategy(Protocol):
         """Where only some ranks compute the loss and log (a pipeline's last stage): a function
         giving every rank those ranks' value of an object; None where every rank logs."""
 
+    @property
+    def worker_environment(self) -> dict[str, str]:
+        """Variables the processes this strategy runs in need from their start (the launcher
+        sets them where it starts the workers; a value already set stands)."""
+        return {}
+
     def with_placement(self, placement: Placement) -> Strategy:
         """A new strategy with this one's constructor arguments, built for ``placement`` (a user's
         instance carries its arguments only: the Trainer's devices and precision come later)."""

@@ -58,6 +58,10 @@ class SingleDeviceStrategy:
         return rebuilt(self, placement)
 
     @property
+    def worker_environment(self) -> dict[str, str]:
+        return {}
+
+    @property
     def root_device(self) -> torch.device:
         return self._device
 
