@@ -23,6 +23,7 @@ COVERED_BY: dict[str, list[str]] = {
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
     "runtime_optimizer.py": ["test_runtime.py"],
+    "checkpoint/verifying_reader.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "accelerators.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],
     "callbacks/base.py": ["callbacks/test_lightning_names.py", "trainer/test_hooks.py"],
     "checkpoint/cleanup.py": ["checkpoint/test_kill_during_save.py"],

@@ -40,7 +40,7 @@ from trainmesh.checkpoint.io import (
     load_checkpoint_file,
     no_space_error,
 )
-from trainmesh.checkpoint.shard_digest import VerifyingReader, damaged_item, items_of, read_digests, write_digests
+from trainmesh.checkpoint.shard_digest import damaged_item, items_of, read_digests, write_digests
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
 METADATA_FILE = ".metadata"
@@ -172,6 +172,8 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
     }
     # DCP loads into the templates in place (they share the model's storage): the reader checks
     # every item this rank reads against its digest before it reads any (shard_digest.py).
+    from trainmesh.checkpoint.verifying_reader import VerifyingReader
+
     reader = VerifyingReader(source, read_digests(source))
     try:
         dcp.load(tensors, checkpoint_id=str(source), storage_reader=reader, no_dist=not _distributed())

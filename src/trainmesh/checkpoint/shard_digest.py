@@ -22,9 +22,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.checkpoint import FileSystemReader
-from torch.futures import Future
-
 from trainmesh.checkpoint.digest import ArchiveDigest, DamagedCheckpoint, compute_digest, crc_of, verify_region
 from trainmesh.checkpoint.formats import damaged_record
 
@@ -136,21 +133,3 @@ def _message(directory: Path, what: str) -> str:
         f"{directory} is damaged: {what} (bytes changed on disk or in a copy after the save). Nothing was "
         "loaded; resume from an earlier checkpoint of the run (ckpt_path=its path), or copy the directory again"
     )
-
-
-class VerifyingReader(FileSystemReader):
-    """DCP's file reader, checking every item this rank's plan reads before reading any of them."""
-
-    def __init__(self, path: Path, digests: dict[str, Any] | None) -> None:
-        super().__init__(str(path))
-        self.directory, self.digests = path, digests
-
-    def read_data(self, plan: Any, planner: Any) -> Future[None]:
-        items = []
-        for item in plan.items:
-            info = self.storage_data[item.storage_index]
-            items.append((info.relative_path, info.offset, info.length, item.storage_index.fqn))
-        bad = damaged_item(self.directory, items, self.digests)
-        if bad is not None:
-            raise DamagedCheckpoint(bad)
-        return super().read_data(plan, planner)
