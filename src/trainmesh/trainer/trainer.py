@@ -373,7 +373,10 @@ class Trainer:
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    with saving_in_background(self._checkpoint_writer, self.runtime):
+                    saves = saving_in_background(
+                        self._checkpoint_writer, self.runtime, model=state.model, optimizers=state.optimizers
+                    )
+                    with saves:
                         fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
