@@ -11,8 +11,9 @@ The stall is the time the training thread spends inside ``Trainer._save_checkpoi
 synchronous save, building the checkpoint dict and writing it (``torch.save`` to a temporary
 file, fsync, rename); for an async one, building it and copying its tensors to host memory (the
 background thread then writes while the next steps run). Wall (perf_counter) and the training
-thread's CPU (thread_time) per save; the first async save also allocates the staging memory
-(page faults), so it is reported apart from the later ones, which refill it. The fit's total
+thread's CPU (thread_time) per save. The first async save is reported apart from the later ones:
+it used to allocate the staging memory (page faults) while training waited; AsyncCheckpointIO now
+allocates it in the background before (the model's when fit starts, Adam's after its first step). The fit's total
 wall and process CPU time (all threads) and the end-of-fit wait (for the last save in flight)
 are printed too: on a machine whose cores are busy, the background write competes with the
 training steps for CPU (and for the GIL while it pickles).

@@ -65,6 +65,8 @@ THROUGH_THE_DOOR = {
         "AsyncCheckpointIO",
         "CheckpointKeys",
         "CheckpointPlaces",
+        "DamagedCheckpoint",
+        "LastCheckpoints",
         "UnreadableCheckpoint",
         "atomic_save",
         "check_state_dict_fits",

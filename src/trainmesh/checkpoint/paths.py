@@ -55,7 +55,7 @@ def resolve_checkpoint(
     """
     path = str(ckpt_path)
     if path == "last":
-        return _resolve_last(places, allow_fresh_start=allow_fresh_start)
+        return LastCheckpoints(places, allow_fresh_start=allow_fresh_start).first()
     if path == "best":
         path = places.best_known
         if not path:
@@ -71,43 +71,84 @@ def resolve_checkpoint(
     return path
 
 
-def _resolve_last(places: CheckpointPlaces, *, allow_fresh_start: bool) -> str | None:
-    known = places.last_known
-    scan = scan_checkpoints(places.folders)
-    skipped: list[str] = []
-    for candidate in _last_candidates(scan, known if known and os.path.exists(known) else "", skipped):
-        if places.announces:
-            if skipped:
+class LastCheckpoints:
+    """What "last" names: the newest complete checkpoint (:meth:`first`), and when that one turns
+    out damaged as it loads (its tensor bytes no longer match its digest, which choosing does not
+    read), the next newest complete one (:meth:`after_damage`), in the same order.
+
+    File-system work on the announcing process only; the caller shares each answer with the others.
+    """
+
+    def __init__(self, places: CheckpointPlaces, *, allow_fresh_start: bool) -> None:
+        self._places, self._allow_fresh_start = places, allow_fresh_start
+        self._skipped: list[str] = []
+        known = places.last_known
+        self._scan = scan_checkpoints(places.folders)
+        self._candidates = _last_candidates(self._scan, known if known and os.path.exists(known) else "", self._skipped)
+
+    def first(self) -> str | None:
+        """The newest complete checkpoint, named in one line; None (fit only) when there is none."""
+        places = self._places
+        for candidate in self._candidates:
+            if places.announces and self._skipped:
                 warnings.warn(
-                    f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(skipped)}); "
+                    f"ckpt_path='last': skipped what is not a complete checkpoint ({'; '.join(self._skipped)}); "
                     f"resuming from the newest complete one, {candidate.path}",
                     UserWarning,
-                    stacklevel=5,
+                    stacklevel=6,
                 )
-            verb = "resuming from" if allow_fresh_start else "loading"
-            print(f"{places.announce_as}: {verb} {candidate.path} ({candidate.describe()})", flush=True)
-        return candidate.path
-    where = " or ".join(scan.searched)
-    if not allow_fresh_start:
-        found_none = (
-            f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
-        )
-        raise ValueError(
-            f"ckpt_path='last': {found_none}, and {places.stage or 'this stage'} "
-            "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
-            "save_last=True), the default checkpointing, writes last.ckpt)"
-        )
-    if places.announces:
-        if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
-            warnings.warn(
-                f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}", UserWarning, stacklevel=5
+            self._announce(candidate)
+            return candidate.path
+        self._none_found()
+        return None
+
+    def after_damage(self, damaged: str, why: str) -> str | None:
+        """The next newest complete checkpoint after ``damaged`` (which failed to load: ``why``),
+        with a warning naming both; None when there is no other (the caller stops: see
+        ``trainer/resume.py``)."""
+        self._skipped.clear()
+        for candidate in self._candidates:
+            if self._places.announces:
+                warnings.warn(
+                    f"{self._places.announce_as}: {damaged} is damaged ({why}), so it was not loaded; "
+                    f"resuming from the next newest complete checkpoint, {candidate.path}"
+                    + (f" (also skipped: {'; '.join(self._skipped)})" if self._skipped else ""),
+                    UserWarning,
+                    stacklevel=6,
+                )
+            self._announce(candidate)
+            return candidate.path
+        return None
+
+    def _announce(self, candidate: Candidate) -> None:
+        if self._places.announces:
+            verb = "resuming from" if self._allow_fresh_start else "loading"
+            print(f"{self._places.announce_as}: {verb} {candidate.path} ({candidate.describe()})", flush=True)
+
+    def _none_found(self) -> None:
+        skipped, places = self._skipped, self._places
+        where = " or ".join(self._scan.searched)
+        if not self._allow_fresh_start:
+            found_none = (
+                f"no readable checkpoint ({'; '.join(skipped)})" if skipped else f"no checkpoint found under {where}"
             )
-        print(
-            f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
-            "starting from scratch",
-            flush=True,
-        )
-    return None
+            raise ValueError(
+                f"ckpt_path='last': {found_none}, and {places.stage or 'this stage'} "
+                "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
+                "save_last=True), the default checkpointing, writes last.ckpt)"
+            )
+        if places.announces:
+            if skipped:  # never silently: every checkpoint there is damaged, and this run starts over
+                warnings.warn(
+                    f"ckpt_path='last': no complete checkpoint; skipped {'; '.join(skipped)}",
+                    UserWarning,
+                    stacklevel=7,
+                )
+            print(
+                f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
+                "starting from scratch",
+                flush=True,
+            )
 
 
 def checkpoint_problem(path: str) -> str | None:

@@ -14,6 +14,10 @@ leaves the previous checkpoint or the new one under the name, never a torn one.
   the same thread, and only if it succeeded: a kill never leaves the older file gone and the new
   one incomplete.
 - A background save's error is raised by the next save, or by ``wait``.
+- The staging memory is allocated (and its pages touched) in the background before the first save
+  (:meth:`AsyncCheckpointIO.open` with the model and optimizers): the model's when fit starts, an
+  optimizer's after its first step (when its state exists). The first save then only copies, as the
+  later ones do, instead of stalling training while the kernel hands out ~one checkpoint of pages.
 - A distributed save's collectives (DCP's planning, the staging folder's name, the final barrier)
   run in the background on a gloo process group of their own, so they never interleave with the
   training's collectives on the default group.
@@ -90,12 +94,21 @@ class AsyncCheckpointIO:
         self._futures: list[Future[None]] = []  # the save in flight first, then what follows it
         self._stager: Any = None  # DCP's DefaultStager while open (it keeps the staging memory)
         self._group: Any = None  # the background collectives' process group
+        self._prestaging: list[Future[None]] = []  # staging memory being allocated before the first save
+        self._step_hooks: list[Any] = []  # the optimizers' step hooks that start it (removed by the first save)
+        self._prestaged: set[int] = set()  # the optimizers whose state is prestaged
 
-    def open(self) -> None:
-        """Saves from now on go to the background (the Trainer calls this when fit starts)."""
+    def open(self, model: torch.nn.Module | None = None, optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
+        """Saves from now on go to the background (the Trainer calls this when fit starts, with the
+        model and the optimizers whose staging memory to allocate ahead of the first save)."""
         self._open = True
         if self._stager is None:
             self._stager = _new_stager()  # here, not in the first save: importing DCP takes a second
+        if model is not None:
+            self._prestage([t.detach() for t in (*model.parameters(), *model.buffers())])
+        for optimizer in optimizers:
+            # Adam's moments exist after its first step only: their memory is allocated then.
+            self._step_hooks.append(optimizer.register_step_post_hook(self._after_first_step))
 
     def close(self) -> None:
         """Wait for the save in flight (raising its error), then free the thread and the staging memory."""
@@ -103,6 +116,8 @@ class AsyncCheckpointIO:
         try:
             self.wait()
         finally:
+            self._end_prestaging()
+            self._prestaged.clear()
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
             if self._stager is not None:
@@ -111,6 +126,7 @@ class AsyncCheckpointIO:
 
     def write_file(self, checkpoint: dict[str, Any], path: str) -> None:
         self.wait()  # one in flight: the previous save is complete before its buffers are refilled
+        self._end_prestaging()
         if not self._open:
             atomic_save(checkpoint, path)
             return
@@ -120,6 +136,7 @@ class AsyncCheckpointIO:
         self, checkpoint: dict[str, Any], path: str, *, rank: int, sharded_keys: Sequence[str]
     ) -> None:
         self.wait()
+        self._end_prestaging()
         if not self._open:
             save_distributed(checkpoint, path, rank=rank, sharded_keys=sharded_keys)
             return
@@ -153,10 +170,44 @@ class AsyncCheckpointIO:
     def in_flight(self) -> bool:
         return bool(self._futures)
 
-    def _submit(self, save: Callable[[], Any], path: str) -> None:
+    def _after_first_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """An optimizer's step hook until the first save removes it (a hook cannot remove itself
+        while torch iterates over the hooks): after its first step, its state's staging memory."""
+        if id(optimizer) not in self._prestaged:
+            self._prestaged.add(id(optimizer))
+            # Listed here, on the training thread: a later step may add entries to the state.
+            self._prestage([t for state in optimizer.state.values() for t in _tensors_in(state)])
+
+    def _prestage(self, tensors: list[torch.Tensor]) -> None:
+        """Stage ``tensors`` in the background, for the staging memory it allocates: DCP's stager
+        keeps a CPU storage per storage staged and refills it at the next save. The copy itself is
+        thrown away (training may change the tensors meanwhile); the first save copies anew."""
+        stager = self._stager
+
+        def allocate() -> None:
+            try:
+                stager.stage({"tensors": tensors})
+            except Exception:  # noqa: BLE001 - only a speed-up: the first save then allocates what it needs
+                pass
+
+        if tensors:
+            self._prestaging.append(self._thread().submit(allocate))
+
+    def _end_prestaging(self) -> None:
+        """Before a save stages (and before the stager is closed): the allocation done."""
+        for handle in self._step_hooks:
+            handle.remove()
+        self._step_hooks.clear()
+        concurrent.futures.wait(self._prestaging)
+        self._prestaging.clear()
+
+    def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
             # Its thread is joined at interpreter exit: a save in flight is finished even then.
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainmesh-checkpoint")
+        return self._executor
+
+    def _submit(self, save: Callable[[], Any], path: str) -> None:
 
         def run() -> None:
             try:
@@ -169,7 +220,7 @@ class AsyncCheckpointIO:
                 )
                 raise
 
-        self._futures.append(self._executor.submit(run))
+        self._futures.append(self._thread().submit(run))
 
     def _stage(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         assert self._stager is not None, "staging happens between open() and close()"
@@ -182,6 +233,16 @@ class AsyncCheckpointIO:
             # same order. gloo: DCP's collectives exchange Python objects through CPU tensors.
             self._group = dist.new_group(backend="gloo")
         return self._group
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value.detach()]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors_in(item)]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
 
 
 def _new_stager() -> Any:

@@ -11,7 +11,7 @@ an exception (the save in flight is finished; its own error is added to the exce
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.checkpoint import AsyncCheckpointIO
@@ -49,13 +49,17 @@ def checkpoint_writer(plugins: Any) -> AsyncCheckpointIO | None:
 
 
 @contextlib.contextmanager
-def saving_in_background(writer: AsyncCheckpointIO | None, runtime: Runtime) -> Iterator[None]:
+def saving_in_background(
+    writer: AsyncCheckpointIO | None, runtime: Runtime, *, model: Any = None, optimizers: Sequence[Any] = ()
+) -> Iterator[None]:
     """Saves made in the block go to the background; leaving it waits for the save in flight
-    (every rank: a collective, unless an exception ends the block)."""
+    (every rank: a collective, unless an exception ends the block). The staging memory for
+    ``model`` and ``optimizers`` is allocated ahead of the first save (``AsyncCheckpointIO.open``)."""
     if writer is None:
         yield
         return
-    writer.open()
+    # The torch optimizers themselves (the Runtime wraps each): their step hooks start the allocation.
+    writer.open(model, [getattr(optimizer, "optimizer", optimizer) for optimizer in optimizers])
     try:
         yield
     except BaseException as exc:

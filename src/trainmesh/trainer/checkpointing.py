@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -348,26 +347,3 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
                 flush=True,
             )
     trainer.runtime.barrier()
-
-
-def resume_source(trainer: TrainerView, runtime: Runtime) -> str | None:
-    """The checkpoint ``fit(ckpt_path=None)`` resumes from: None on a first start; after a
-    preemption, a restart or a requeue, what ``ckpt_path="last"`` finds (rank 0's answer)."""
-    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
-    # Any process's reason counts: an elastic agent counts only its own node's restarts.
-    reason = next((r for r in runtime.all_gather_object(reason) if r), None)
-    if reason is None:
-        return None
-    # One answer for all: processes that resumed from different files would train on silently apart.
-    places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
-    found = resolve_checkpoint("last", places, allow_fresh_start=True) if trainer.is_global_zero else None
-    found = cast("str | None", runtime.broadcast(found, src=0))
-    if trainer.is_global_zero:
-        if not found:  # the line naming the checkpoint found came from resolve_checkpoint
-            print(
-                f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
-                "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
-                "so that a restart resumes",
-                flush=True,
-            )
-    return found

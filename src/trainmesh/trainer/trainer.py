@@ -19,9 +19,7 @@ from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
     clear_interrupted_saves,
-    resolve_ckpt_path,
     restore_checkpoint,
-    resume_source,
 )
 from trainmesh.trainer.construction import (
     build_callbacks,
@@ -42,6 +40,7 @@ from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
@@ -364,20 +363,20 @@ class Trainer:
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
-                source = (
-                    resume_source(self, self.runtime)
-                    if ckpt_path is None
-                    else resolve_ckpt_path(self, ckpt_path, allow_fresh_start=True)
-                )
+                # "last" and the automatic resume fall back past a damaged checkpoint (trainer/resume.py).
+                read = functools.partial(self._read_checkpoint, with_optimizers=True)
+                source, checkpoint = read_fit_checkpoint(self, self.runtime, ckpt_path, read)
                 state.ckpt_path = source
-                checkpoint = None if source is None else self._read_checkpoint(source, with_optimizers=True)
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
                 with supervision.stop_signals(
                     self.runtime.process, folder=self.default_root_dir, save=self._save_on_stop
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    with saving_in_background(self._checkpoint_writer, self.runtime):
+                    saves = saving_in_background(
+                        self._checkpoint_writer, self.runtime, model=state.model, optimizers=state.optimizers
+                    )
+                    with saves:
                         fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
@@ -462,16 +461,10 @@ class Trainer:
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
         if ckpt_path is None:
             return
-        source = self._state.ckpt_path = resolve_ckpt_path(self, ckpt_path)
-        assert source is not None  # None only with allow_fresh_start
-        restore_checkpoint(
-            self._state,
-            self.runtime,
-            self,
-            self._read_checkpoint(source, with_optimizers=False),
-            source=source,
-            weights_only=True,
-        )
+        read = functools.partial(self._read_checkpoint, with_optimizers=False)
+        source, checkpoint = read_weights_checkpoint(self, self.runtime, ckpt_path, read)
+        self._state.ckpt_path = source
+        restore_checkpoint(self._state, self.runtime, self, checkpoint, source=source, weights_only=True)
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         optimizers = self.optimizers if with_optimizers else []

@@ -1,0 +1,150 @@
+"""The checkpoint a run loads, read on every process: fit's ``ckpt_path`` (a path, "last" or
+"best"), the automatic resume after a restart, a preemption or a requeue, and the weights that
+validate/test/predict load.
+
+"last" and the automatic resume fall back past a checkpoint that turns out damaged as it loads:
+choosing reads its headers and index only, loading checks every tensor byte against the digest
+written with it (``checkpoint/load_checks.py``, ``shard_digest.py``). The next newest complete
+checkpoint of the run is loaded instead, with a warning naming both, so a run that a scheduler
+restarts loses one checkpoint interval, not the job. A checkpoint the user named (a path, "best")
+still stops the run: they chose that file.
+
+Global rank 0 chooses; every process reads; every process's outcome is gathered before anything
+is decided, so all of them fall back together and resume from the same file (a process resuming
+from another file would train on, silently apart). A damaged distributed checkpoint may already
+have been loaded in place on the processes whose shards were sound: the next checkpoint overwrites
+all of it, and with none left the run stops rather than start over from such a mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
+from trainmesh.trainer.checkpointing import checkpoint_places, resolve_ckpt_path
+from trainmesh.trainer_view import TrainerView
+
+if TYPE_CHECKING:
+    from trainmesh.checkpoint import CheckpointPlaces
+    from trainmesh.runtime import Runtime
+
+Read = Callable[[str], dict[str, Any]]  # one checkpoint, read on this process
+
+
+def read_fit_checkpoint(
+    trainer: TrainerView, runtime: Runtime, ckpt_path: str | os.PathLike[str] | None, read: Read
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The checkpoint ``fit(ckpt_path=...)`` resumes from and its contents; (None, None) for a
+    fresh start. Without ``ckpt_path``: a first start, or after a preemption, a restart or a
+    requeue what ``ckpt_path="last"`` finds (see ``supervision/preemption.py``)."""
+    if ckpt_path is None:
+        reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+        # Any process's reason counts: an elastic agent counts only its own node's restarts.
+        reason = next((r for r in runtime.all_gather_object(reason) if r), None)
+        if reason is None:
+            return None, None
+        places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
+        source, checkpoint = _read_last(places, runtime, read, allow_fresh_start=True)
+        if source is None and trainer.is_global_zero:  # the line naming a checkpoint found came from LastCheckpoints
+            print(
+                f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
+                "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
+                "so that a restart resumes",
+                flush=True,
+            )
+        return source, checkpoint
+    if str(ckpt_path) == "last":
+        return _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=True)
+    source = resolve_ckpt_path(trainer, ckpt_path)
+    assert source is not None  # None only for "last"
+    return source, read(source)
+
+
+def read_weights_checkpoint(
+    trainer: TrainerView, runtime: Runtime, ckpt_path: str | os.PathLike[str], read: Read
+) -> tuple[str, dict[str, Any]]:
+    """The checkpoint validate/test/predict(ckpt_path=...) load weights from, and its contents."""
+    if str(ckpt_path) == "last":
+        source, checkpoint = _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=False)
+    else:
+        source = resolve_ckpt_path(trainer, ckpt_path)
+        checkpoint = None if source is None else read(source)
+    assert source is not None and checkpoint is not None  # "last" without a checkpoint raised
+    return source, checkpoint
+
+
+class _FoundDamaged(Exception):
+    """The checkpoint read is damaged for at least one process (its message says where)."""
+
+
+def _read_last(
+    places: CheckpointPlaces, runtime: Runtime, read: Read, *, allow_fresh_start: bool
+) -> tuple[str | None, dict[str, Any] | None]:
+    chooser = LastCheckpoints(places, allow_fresh_start=allow_fresh_start) if runtime.is_global_zero else None
+    source = _agreed(runtime, None if chooser is None else chooser.first)
+    damaged: list[str] = []
+    while source is not None:
+        try:
+            return source, _read_everywhere(runtime, read, source)
+        except _FoundDamaged as exc:
+            damaged.append(str(exc))
+            why = _short(str(exc)).removeprefix(f"{source} is damaged: ")
+            source = _agreed(runtime, None if chooser is None else functools.partial(chooser.after_damage, source, why))
+    if damaged:
+        raise DamagedCheckpoint(
+            f"{damaged[-1]}. ckpt_path='last' found no other complete checkpoint of the run to fall back to "
+            f"(damaged: {'; '.join(_short(d) for d in damaged)}). trainmesh does not start over from "
+            "scratch here: a damaged distributed checkpoint may already be partly loaded. Pass "
+            "ckpt_path=None after moving the damaged checkpoints away to start over"
+        )
+    return None, None
+
+
+def _read_everywhere(runtime: Runtime, read: Read, source: str) -> dict[str, Any]:
+    """``source`` read on every process. _FoundDamaged (on every process) when any process found
+    it damaged; another failure on any process is raised on every process, naming it."""
+    error: Exception | None = None
+    checkpoint: dict[str, Any] | None = None
+    try:
+        checkpoint = read(source)
+    except Exception as exc:  # noqa: BLE001 - told to every process below, then raised
+        error = exc
+    # A damaged file may be damaged for some processes only (each node reading its own copy; a
+    # distributed checkpoint's ranks reading their own shards): decide on everyone's outcome.
+    outcome = None if error is None else (isinstance(error, DamagedCheckpoint), str(error))
+    outcomes = cast("list[tuple[bool, str] | None]", runtime.all_gather_object(outcome))
+    failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
+    other = next(((rank, why) for rank, (is_damage, why) in failed if not is_damage), None)
+    if other is not None:
+        if error is not None:
+            raise error
+        raise RuntimeError(f"process {other[0]} could not read the checkpoint {source}: {other[1]}")
+    if failed:
+        raise _FoundDamaged(failed[0][1][1])
+    assert checkpoint is not None
+    return checkpoint
+
+
+def _agreed(runtime: Runtime, choose: Callable[[], str | None] | None) -> str | None:
+    """Global rank 0's answer (``choose`` is None on the others), on every process; an error rank 0
+    met while choosing is raised on every process (the others would otherwise wait for an answer)."""
+    answer: tuple[str | None, Exception | None] = (None, None)
+    if choose is not None:
+        try:
+            answer = (choose(), None)
+        except Exception as exc:  # noqa: BLE001 - raised below, on every process
+            answer = (None, exc)
+    path, error = runtime.broadcast(answer, src=0)
+    if error is not None:
+        raise answer[1] if answer[1] is not None else error
+    return cast("str | None", path)
+
+
+def _short(message: str) -> str:
+    """A damage message without its advice (resume from an earlier checkpoint: done here)."""
+    cut = message.find("bytes changed on disk")
+    return message[:cut].rstrip(" (:") if cut > 0 else message
