@@ -183,7 +183,10 @@ def run_train_step(
     # context costs three Python calls, about a microsecond each between a step's kernels).
     if type(autocast) is contextlib.nullcontext:
         output = forward()
-        output = hooks.step_end(output) if hooks.step_end is not None else combine(output)
+        if hooks.step_end is not None:
+            output = hooks.step_end(output)
+        elif combine is not whole_output:
+            output = combine(output)
     else:
         with autocast:
             output = forward()
@@ -191,7 +194,7 @@ def run_train_step(
     loss = hooks.loss_of(output)
     num_tokens = hooks.count_of(output)
     hooks.check_loss(loss)
-    hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor))
+    hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor) if hooks.loss_divisor > 1 else loss)
     return StepResult(loss, output, num_tokens)
 
 

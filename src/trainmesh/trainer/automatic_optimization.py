@@ -99,7 +99,9 @@ class TrainingBatches:
         )
         # A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
         # step, which reports the global mean.
-        self.window.add(result)
+        if result.num_tokens is not None or self.accumulate > 1:
+            # A window of one batch with a mean loss has nothing to add nor to check it against.
+            self.window.add(result)
         if result.loss is not None and result.num_tokens is None:
             state.loop.last_loss = result.loss.detach()
         return result
@@ -107,8 +109,8 @@ class TrainingBatches:
     def step(self, batch_idx: int) -> None:
         """The optimizer step without a closure (the fast path), each optimizer in turn."""
         for index, optimizer in enumerate(self.ctx.state.optimizers):
-            if index == 0:
-                self._close_window()
+            if index == 0 and (self.window.tokens is not None or self.window.mean_losses):
+                self._close_window()  # (a window of mean losses, only to start the next one's count)
             if not self.plain_step:
                 self._before_step(optimizer)
             optimizer.step()

@@ -36,7 +36,6 @@ class FiniteLossCheck:
         self._checked_saves: list[str] = []
         self.batch_idx = 0  # the batch whose loss the next ``check`` reads (the loop sets it), for the error
 
-
     @classmethod
     def for_device(cls, trainer: TrainerView, device: torch.device) -> FiniteLossCheck:
         return cls(trainer, deferred=device.type != "cpu")

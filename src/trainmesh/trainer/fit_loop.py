@@ -174,7 +174,7 @@ def _train_batches(
     step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
     shares_metrics = sink.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
-    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.at_end  # read once: the step's fast path
+    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = TrainingBatches(ctx, accumulate)
@@ -206,8 +206,8 @@ def _train_batches(
             sink.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()
-        if at_batch_end:
-            batch_hooks.end(output, batch, batch_idx)
+        for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
+            call(output, batch, batch_idx)
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break

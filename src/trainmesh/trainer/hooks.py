@@ -247,8 +247,9 @@ class TrainBatchHooks:
             hooks.overridden("on_train_batch_start"),
         )
         self.train_end, self.legacy_end = hooks.overridden("on_train_batch_end"), hooks.overridden("on_batch_end")
-        self.at_start, self.at_end = self.legacy_start or self.train_start, self.train_end or self.legacy_end
-        self._train_end_calls = hooks.bound("on_train_batch_end")  # every step: bound once per epoch
+        self.at_start = self.legacy_start or self.train_start
+        # What the loop calls with (output, batch, batch_idx) at every batch's end, bound once per epoch.
+        self.end_calls = hooks.bound("on_train_batch_end") + ((self._legacy_end,) if self.legacy_end else ())
 
     def start(self, batch: Any, batch_idx: int) -> Any:
         """-1 where the module's hook returned -1 to end the epoch."""
@@ -256,8 +257,5 @@ class TrainBatchHooks:
             return -1
         return self.hooks.call("on_train_batch_start", batch, batch_idx) if self.train_start else None
 
-    def end(self, output: Any, batch: Any, batch_idx: int) -> None:
-        for call in self._train_end_calls:
-            call(output, batch, batch_idx)
-        if self.legacy_end:
-            self.hooks.call("on_batch_end")
+    def _legacy_end(self, output: Any, batch: Any, batch_idx: int) -> None:
+        self.hooks.call("on_batch_end")
