@@ -148,7 +148,7 @@ class StepHooks:
     backward_scope: Callable[[ManualSync], AbstractContextManager[Any]] | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
 class StepResult:
     """A training step's outcome: the loss (None on ranks that have none, such as pipeline
     stages before the last) and the step's output; ``num_tokens``, where the loss is a sum over

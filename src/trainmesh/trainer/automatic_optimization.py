@@ -306,10 +306,11 @@ def _step_hooks(
     ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int, *, zero_in_window: bool
 ) -> StepHooks:
     hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
+    reader = _OutputReader(module)
     step_hooks = StepHooks(
         step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-        loss_of=functools.partial(loss_of, module=module),
-        count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
+        loss_of=reader.loss_of,
+        count_of=reader.count_of,
         # Where nothing zeroes inside the window, backward itself: one call fewer on every step.
         backward=backward if zero_in_window else backward.backward,
         chunk_scope=sink.chunk_scope,
@@ -319,6 +320,23 @@ def _step_hooks(
     if manual_backward is None:
         return step_hooks
     return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
+
+
+class _OutputReader:
+    """Reads training_step's output for the strategy's step (``StepHooks.loss_of``/``count_of``):
+    bound methods with a fast path for the usual output, a scalar loss tensor, since they run on
+    every step; anything else goes through ``loss_of``/``tokens_in`` and their errors."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.owner = module, f"{type(module).__name__}.training_step"
+
+    def loss_of(self, output: Any) -> torch.Tensor:
+        if type(output) is torch.Tensor and output.requires_grad and output.numel() == 1:
+            return output
+        return loss_of(output, self.module)
+
+    def count_of(self, output: Any) -> torch.Tensor | None:
+        return tokens_in(output, owner=self.owner) if isinstance(output, dict) else None
 
 
 def loss_of(output: Any, module: Any) -> torch.Tensor:
