@@ -26,6 +26,7 @@ _ALIASES = {
 }
 
 _NO_AUTOCAST = contextlib.nullcontext()
+_MIXED = ("bf16-mixed", "16-mixed")  # fp32 parameters, computed under autocast
 
 
 def normalize_precision(precision: str | int) -> str:
@@ -70,10 +71,10 @@ class Precision:
     @property
     def mixed(self) -> bool:
         """fp32 parameters, computed in a lower precision under autocast."""
-        return self.name in ("bf16-mixed", "16-mixed")
+        return self.name in _MIXED
 
     def autocast(self) -> AbstractContextManager[Any]:
-        if self.mixed:
+        if self.name in _MIXED:
             return torch.autocast(self.device_type, dtype=self.compute_dtype)
         return _NO_AUTOCAST
 

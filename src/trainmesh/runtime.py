@@ -241,7 +241,7 @@ class Runtime:
             for moves in self._parameter_moves:
                 rebind_optimizer(_inner(optimizer), moves)
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
-        return [RuntimeOptimizer(opt, self) for opt in prepared]
+        return [RuntimeOptimizer(opt, self.precision) for opt in prepared]
 
     def setup_dataloaders(self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,
@@ -304,6 +304,14 @@ class Runtime:
     def autocast(self) -> AbstractContextManager[Any]:
         """Run the forward pass in the precision's compute dtype (a no-op in full precision)."""
         return self.precision.autocast()
+
+    @property
+    def loss_backward(self) -> Callable[..., None]:
+        """:meth:`backward` as one callable for a loop to hold through a run: ``Tensor.backward``
+        itself where the precision scales no loss, so that a step makes no wrapper calls."""
+        if self.precision.scaler is None:
+            return torch.Tensor.backward
+        return self.backward
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)`` on the loss scaled for the precision (16-mixed)."""

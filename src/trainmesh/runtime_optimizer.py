@@ -9,7 +9,10 @@ import torch
 
 
 class _StepsOptimizers(Protocol):
-    """The Runtime, as its optimizers see it (named by what they call, so no import cycle)."""
+    """The run's precision, as its optimizers see it (named by what they use, so no import
+    cycle): called directly rather than through ``Runtime.optimizer_step``, one call fewer a step."""
+
+    scaler: Any  # torch.amp.GradScaler under 16-mixed; None: the optimizer's own step is the step
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any: ...
 
@@ -21,15 +24,17 @@ class RuntimeOptimizer:
     optimizer's own.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, runtime: _StepsOptimizers) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, precision: _StepsOptimizers) -> None:
         self.optimizer = optimizer
-        self._runtime = runtime
+        self._precision = precision
+        self._plain = precision.scaler is None  # no loss scaler: step() is the optimizer's own
+        # The optimizer's own, bound here: the loop calls it after every step, no wrapper call between.
+        self.zero_grad: Callable[..., None] = optimizer.zero_grad
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return self._runtime.optimizer_step(self.optimizer, closure)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        if self._plain:  # what Precision.optimizer_step does without a scaler, one call fewer per step
+            return self.optimizer.step() if closure is None else self.optimizer.step(closure)
+        return self._precision.optimizer_step(self.optimizer, closure)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)

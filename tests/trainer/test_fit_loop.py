@@ -1,6 +1,8 @@
 """The fit loop on one device: accuracy, logging, accumulation, clipping, schedulers, limits."""
 
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -207,3 +209,51 @@ def test_reduced_precisions_train_on_cpu(precision):
     expected = torch.float16 if precision == "16-mixed" else torch.bfloat16
     assert model.seen_dtype == expected
     assert not torch.equal(flat_weights(model).float(), before)
+
+
+class _StepCalls(tm.Callback):
+    """Records every Python function called between the ends of batches 2 and 6 (four whole steps)."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []
+        self.batches: list[int] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.batches.append(batch_idx)
+        if batch_idx == 2:
+            sys.setprofile(self._record)
+        elif batch_idx == 6:
+            sys.setprofile(None)
+
+    def _record(self, frame, event, arg):
+        if event == "call":
+            self.calls.append((frame.f_code.co_filename, frame.f_code.co_name))
+
+
+def test_a_step_looks_up_no_hook_and_enters_no_context_where_nobody_overrides_one():
+    # The no-override fast path (benchmarks/loop_cpu.py): who defines which hook is read once per
+    # epoch, so a step calls no dispatcher lookup; in full precision on one device it enters no
+    # context manager (autocast, no_sync: nullcontexts) either.
+    class Plain(tm.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    recorder = _StepCalls()
+    train, _ = loaders()
+    quiet_trainer(max_epochs=1, limit_train_batches=8, log_every_n_steps=50, callbacks=[recorder]).fit(Plain(), train)
+    assert recorder.batches == list(range(8))
+    names = {(os.path.basename(file), name) for file, name in recorder.calls}
+    assert ("test_fit_loop.py", "on_train_batch_end") in names  # the profile saw the steps
+    assert ("automatic_optimization.py", "run") in names
+    lookups = {n for n in names if n[0] == "hooks.py"}
+    assert lookups == set(), lookups
+    contexts = {n for n in names if n[0] == "contextlib.py"}
+    assert contexts == set(), contexts

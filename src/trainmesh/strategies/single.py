@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -99,8 +100,10 @@ class SingleDeviceStrategy:
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
+        # A partial, not a lambda through typing.cast: two Python calls fewer on every step.
+        step_module: StepModule = module  # type: ignore[assignment]  # the user's Module
         return run_train_step(
-            lambda: cast(StepModule, module).training_step(batch, batch_idx),
+            functools.partial(step_module.training_step, batch, batch_idx),
             combine=whole_output,
             hooks=hooks,
             autocast=self.precision.autocast(),

@@ -148,7 +148,7 @@ class StepHooks:
     backward_scope: Callable[[ManualSync], AbstractContextManager[Any]] | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
 class StepResult:
     """A training step's outcome: the loss (None on ranks that have none, such as pipeline
     stages before the last) and the step's output; ``num_tokens``, where the loss is a sum over
@@ -176,14 +176,25 @@ def run_train_step(
     """Forward, ``*_step_end`` (or ``combine``), the loss and backward: one step of a strategy
     whose forward and backward are separate calls. ``no_sync`` skips the gradient
     synchronisation (an accumulation micro-batch)."""
-    with no_sync if no_sync is not None else contextlib.nullcontext():
+    if no_sync is not None:
+        with no_sync:
+            return run_train_step(forward, combine=combine, hooks=hooks, autocast=autocast, no_sync=None)
+    # Full precision's autocast is a nullcontext: not entered, as it is on every step (each
+    # context costs three Python calls, about a microsecond each between a step's kernels).
+    if type(autocast) is contextlib.nullcontext:
+        output = forward()
+        if hooks.step_end is not None:
+            output = hooks.step_end(output)
+        elif combine is not whole_output:
+            output = combine(output)
+    else:
         with autocast:
             output = forward()
             output = hooks.step_end(output) if hooks.step_end is not None else combine(output)
-        loss = hooks.loss_of(output)
-        num_tokens = hooks.count_of(output)
-        hooks.check_loss(loss)
-        hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor))
+    loss = hooks.loss_of(output)
+    num_tokens = hooks.count_of(output)
+    hooks.check_loss(loss)
+    hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor) if hooks.loss_divisor > 1 else loss)
     return StepResult(loss, output, num_tokens)
 
 

@@ -64,9 +64,11 @@ class Supervision:
         never join ends the run. Called once the process group exists."""
         departures.watch_departures(self._watchdog.timeout)
 
-    def step_done(self) -> None:
-        """A training or evaluation step completed (a clock read: the hot path's only cost)."""
-        self._watchdog.feed()
+    @property
+    def step_done(self) -> Callable[[], None]:
+        """Call after each training or evaluation step (a clock read: the hot path's only cost).
+        The watchdog's own ``feed``, so that a loop holding it makes one call per step."""
+        return self._watchdog.feed
 
     def paused(self) -> AbstractContextManager[None]:
         """Stop the watchdog's clock for work that may legitimately take long (a checkpoint save)."""
@@ -80,9 +82,11 @@ class Supervision:
         ``<folder>/last-preempted.ckpt`` (a collective) before the run exits with status 75."""
         return self._signals.armed(process, folder=folder, save=save)
 
-    def stop_agreed(self) -> bool:
-        """After a step: whether every process stops now (the same answer on each one)."""
-        return self._signals.stop_agreed()
+    @property
+    def stop_agreed(self) -> Callable[[], bool]:
+        """Call after a step: whether every process stops now (the same answer on each one).
+        The signal watch's own method, so that a loop holding it makes one call per step."""
+        return self._signals.stop_agreed
 
     def save_and_exit(self, *, step: int, epoch: int) -> NoReturn:
         """Save the training state as it is after this step, report, and raise ``Preempted``."""

@@ -48,14 +48,16 @@ class TrainingBatches:
         state, runtime = ctx.state, ctx.runtime
         self.ctx, self.accumulate, self.module = ctx, accumulate, state.module
         self.backward = LossBackward(ctx)
-        self.step_hooks = _step_hooks(ctx, self.module, self.backward, accumulate)
         self.window = TokenLossWindow(type(self.module).__name__)  # a summed loss's tokens until the step
-        self.manual = self.step_hooks.backward_scope is not None  # the module steps its optimizers itself
+        self.manual = state.manual_backward is not None  # the module steps its optimizers itself
         self.hooks = hooks = LoopStepHooks(ctx.hooks, runtime)
         needs_closure = any(isinstance(o.optimizer, torch.optim.LBFGS) for o in state.optimizers)
         self.through_hook = not self.manual and (hooks.custom_step or needs_closure)
         # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
         self.zero_in_window = not self.manual and (hooks.zero_in_window or self.through_hook)
+        self.step_hooks = _step_hooks(ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window)
+        # Where no hook, clipping or precision step runs before the optimizer's, the step skips _before_step.
+        self.plain_step = not (hooks.before_step or hooks.custom_clip or ctx.settings.gradient_clip_val is not None)
         # A pipeline's schedule runs training_step and backward in one call: zeroing between them is
         # not the loop's to do, so the window's zero_grad hooks run just before that call.
         self.zero_before_step = self.zero_in_window and not runtime.capabilities.backward_hooks
@@ -68,7 +70,7 @@ class TrainingBatches:
 
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
         """Train on one batch; step the optimizers where ``steps_now`` (the window's last batch)."""
-        self.backward.batch_idx = batch_idx
+        self.backward.loss_check.batch_idx = batch_idx
         if self.zero_in_window:
             self._arm_zero_grad(batch_idx)
         if steps_now and self.through_hook:
@@ -97,7 +99,9 @@ class TrainingBatches:
         )
         # A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer
         # step, which reports the global mean.
-        self.window.add(result)
+        if result.num_tokens is not None or self.accumulate > 1:
+            # A window of one batch with a mean loss has nothing to add nor to check it against.
+            self.window.add(result)
         if result.loss is not None and result.num_tokens is None:
             state.loop.last_loss = result.loss.detach()
         return result
@@ -105,9 +109,10 @@ class TrainingBatches:
     def step(self, batch_idx: int) -> None:
         """The optimizer step without a closure (the fast path), each optimizer in turn."""
         for index, optimizer in enumerate(self.ctx.state.optimizers):
-            if index == 0:
-                self._close_window()
-            self._before_step(optimizer)
+            if index == 0 and (self.window.tokens is not None or self.window.mean_losses):
+                self._close_window()  # (a window of mean losses, only to start the next one's count)
+            if not self.plain_step:
+                self._before_step(optimizer)
             optimizer.step()
             if not self.zero_in_window:
                 optimizer.zero_grad()
@@ -276,7 +281,7 @@ def _nothing() -> None:
 
 
 class LossBackward:
-    """What the loop does with a step's loss: check it is finite (``check_loss``, which the
+    """What the loop does with a step's loss: check it is finite (``loss_check.check``, which the
     strategy calls first: on CPU before it changes anything; on an accelerator recorded on the
     device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
     by the accumulation window). One per epoch, updated per step."""
@@ -288,7 +293,6 @@ class LossBackward:
         loss_check = ctx.state.loop.loss_check
         assert loss_check is not None  # fit sets it
         self.loss_check = loss_check
-        self.batch_idx = 0
         # Set at a window's first batch where the zero_grad hooks are overridden: Lightning zeroes there.
         self.zero_grad: Callable[[], None] | None = None
 
@@ -297,24 +301,42 @@ class LossBackward:
             self.zero_grad()
         self.backward(loss)
 
-    def check_loss(self, loss: torch.Tensor) -> None:
-        self.loss_check.check(loss, self.batch_idx)
 
-
-def _step_hooks(ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int) -> StepHooks:
+def _step_hooks(
+    ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int, *, zero_in_window: bool
+) -> StepHooks:
     hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
+    reader = _OutputReader(module)
     step_hooks = StepHooks(
         step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
-        loss_of=functools.partial(loss_of, module=module),
-        count_of=functools.partial(tokens_in, owner=f"{type(module).__name__}.training_step"),
-        backward=backward,
+        loss_of=reader.loss_of,
+        count_of=reader.count_of,
+        # Where nothing zeroes inside the window, backward itself: one call fewer on every step.
+        backward=backward if zero_in_window else backward.backward,
         chunk_scope=sink.chunk_scope,
         loss_divisor=accumulate,
-        check_loss=backward.check_loss,
+        check_loss=backward.loss_check.check,
     )
     if manual_backward is None:
         return step_hooks
     return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
+
+
+class _OutputReader:
+    """Reads training_step's output for the strategy's step (``StepHooks.loss_of``/``count_of``):
+    bound methods with a fast path for the usual output, a scalar loss tensor, since they run on
+    every step; anything else goes through ``loss_of``/``tokens_in`` and their errors."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.owner = module, f"{type(module).__name__}.training_step"
+
+    def loss_of(self, output: Any) -> torch.Tensor:
+        if type(output) is torch.Tensor and output.requires_grad and output.numel() == 1:
+            return output
+        return loss_of(output, self.module)
+
+    def count_of(self, output: Any) -> torch.Tensor | None:
+        return tokens_in(output, owner=self.owner) if isinstance(output, dict) else None
 
 
 def loss_of(output: Any, module: Any) -> torch.Tensor:

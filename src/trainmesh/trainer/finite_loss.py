@@ -34,13 +34,16 @@ class FiniteLossCheck:
         # Checkpoints this fit began to write after a clean check, the latest last: the error
         # names the latest of them that is on disk (a callback records a path before writing it).
         self._checked_saves: list[str] = []
+        self.batch_idx = 0  # the batch whose loss the next ``check`` reads (the loop sets it), for the error
 
     @classmethod
     def for_device(cls, trainer: TrainerView, device: torch.device) -> FiniteLossCheck:
         return cls(trainer, deferred=device.type != "cpu")
 
-    def check(self, loss: torch.Tensor, batch_idx: int) -> None:
-        """The step's loss, before it changes the weights (see the module's docstring)."""
+    def check(self, loss: torch.Tensor) -> None:
+        """The step's loss (of batch ``self.batch_idx``), before it changes the weights (see the
+        module's docstring). The strategy calls it directly: one call on every step."""
+        batch_idx = self.batch_idx
         if not self.deferred:
             value = loss.item()  # no detach needed: item() records nothing for autograd
             if not math.isfinite(value):

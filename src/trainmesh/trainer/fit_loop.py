@@ -170,8 +170,11 @@ def _train_batches(
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, sink = state.loop, state.sink
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
+    # Read once: called on every step (each lookup or wrapper would be a Python call per step).
+    step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
+    shares_metrics = sink.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
-    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.at_end  # read once: the step's fast path
+    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = TrainingBatches(ctx, accumulate)
@@ -187,12 +190,13 @@ def _train_batches(
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = batches.run(batch, batch_idx, steps_now=steps_now).output
-        sink.end_step()  # where only some ranks computed the loss (pipeline), every rank now has their values
+        if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
+            sink.end_step()
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
-        supervision.step_done()
+        step_done()
         loop.validated_since_step = False
         validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
         if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
@@ -202,14 +206,14 @@ def _train_batches(
             sink.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()
-        if at_batch_end:
-            batch_hooks.end(output, batch, batch_idx)
+        for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
+            call(output, batch, batch_idx)
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break
         if state.should_stop:
             break
-        if supervision.stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
+        if stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
             supervision.save_and_exit(step=state.global_step, epoch=state.current_epoch)
     if pending_gradients:
         batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window

@@ -184,6 +184,17 @@ class HookDispatcher:
             return getattr(self._module, hook)(*args)
         return None
 
+    def bound(self, hook: str) -> tuple[Callable[..., Any], ...]:
+        """``call(hook, *args)`` as callables to call in turn with ``*args`` (results ignored):
+        each callback's hook with trainer and module bound, then the module's; empty where
+        nobody defines it. For a hook called on every step: no lookup left per call."""
+        calls: list[Callable[..., Any]] = [
+            functools.partial(getattr(cb, hook), self._trainer, self._module) for cb in self.callbacks_for(hook)
+        ]
+        if self.module_overrides(hook):
+            calls.append(getattr(self._module, hook))
+        return tuple(calls)
+
     def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None) -> None:
         for callback in self.callbacks_for(hook, monitoring=monitoring):
             getattr(callback, hook)(self._trainer, self._module, *args)
@@ -236,7 +247,9 @@ class TrainBatchHooks:
             hooks.overridden("on_train_batch_start"),
         )
         self.train_end, self.legacy_end = hooks.overridden("on_train_batch_end"), hooks.overridden("on_batch_end")
-        self.at_start, self.at_end = self.legacy_start or self.train_start, self.train_end or self.legacy_end
+        self.at_start = self.legacy_start or self.train_start
+        # What the loop calls with (output, batch, batch_idx) at every batch's end, bound once per epoch.
+        self.end_calls = hooks.bound("on_train_batch_end") + ((self._legacy_end,) if self.legacy_end else ())
 
     def start(self, batch: Any, batch_idx: int) -> Any:
         """-1 where the module's hook returned -1 to end the epoch."""
@@ -244,8 +257,5 @@ class TrainBatchHooks:
             return -1
         return self.hooks.call("on_train_batch_start", batch, batch_idx) if self.train_start else None
 
-    def end(self, output: Any, batch: Any, batch_idx: int) -> None:
-        if self.train_end:
-            self.hooks.call("on_train_batch_end", output, batch, batch_idx)
-        if self.legacy_end:
-            self.hooks.call("on_batch_end")
+    def _legacy_end(self, output: Any, batch: Any, batch_idx: int) -> None:
+        self.hooks.call("on_batch_end")

@@ -9,6 +9,7 @@ the Lightning-compatible names (``trainer.current_epoch``, ...) as ``StateField`
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -122,6 +123,10 @@ class StateField(Generic[T]):
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
+        # Callbacks read some on every step (trainer.global_step): as a property whose getter is
+        # C (operator.attrgetter) a read makes no Python call, which ``__get__`` would.
+        getter = operator.attrgetter(f"{self.holder}.{name}")
+        setattr(owner, name, property(getter, self.__set__, doc=f"The loop's {name} (``{self.holder}.{name}``)."))
 
     def __get__(self, obj: Any, owner: type | None = None) -> T:
         if obj is None:

@@ -122,7 +122,8 @@ class MetricSink:
         self.hook = hook
         self._batch = batch
         self._batch_size = None
-        self._chunk_steps = {}
+        if self._chunk_steps:  # (a split batch's; most steps have none: no new dict each step)
+            self._chunk_steps = {}
 
     def log(
         self,
