@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers.damage import flip_largest_tensor_bytes
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from helpers.processes import run_program
 from trainmesh.checkpoint.distributed import load_distributed, save_distributed
@@ -107,16 +108,7 @@ def keras_archive(path: Path, good: dict[str, Path]) -> None:
 
 def overwritten_in_place(path: Path, good: dict[str, Path], source: Path | None = None) -> None:
     """Bytes inside the largest tensor's record flipped, the size unchanged: the index still opens."""
-    source = good["file"] if source is None else source
-    data = bytearray(source.read_bytes())
-    with zipfile.ZipFile(source) as archive:
-        record = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    # The record's data follows its local header (30 bytes, the name, the extra field).
-    name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
-    start = record.header_offset + 30 + name_length + extra_length
-    for offset in range(start, start + min(64, record.file_size)):
-        data[offset] ^= 0x5A
-    path.write_bytes(bytes(data))
+    flip_largest_tensor_bytes(good["file"] if source is None else source, path)
 
 
 def without_digest(path: Path, good: dict[str, Path]) -> Path:

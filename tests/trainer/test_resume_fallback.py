@@ -4,8 +4,6 @@ warning naming both, on every process alike; a checkpoint named by its path stil
 
 import os
 import shutil
-import struct
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import torch
 
 import trainmesh as tm
 from helpers.batches import Batches
+from helpers.damage import flip_largest_tensor_bytes
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.checkpoint import DamagedCheckpoint
@@ -42,19 +41,6 @@ def _fit(folder, epochs, ckpt_path=None):
     return model, first.step
 
 
-def overwrite_tensor_bytes(path: Path) -> None:
-    """Flip 64 bytes of the file's largest tensor record, the size unchanged: its headers and
-    index (all that choosing "last" reads) stay intact."""
-    data = bytearray(path.read_bytes())
-    with zipfile.ZipFile(path) as archive:
-        record = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    name_length, extra_length = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
-    start = record.header_offset + 30 + name_length + extra_length
-    for offset in range(start, start + min(64, record.file_size)):
-        data[offset] ^= 0x5A
-    path.write_bytes(bytes(data))
-
-
 @pytest.fixture(scope="module")
 def two_epochs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("run")
@@ -66,7 +52,7 @@ def two_epochs(tmp_path_factory):
 @pytest.fixture
 def newest_damaged(two_epochs, tmp_path):
     shutil.copytree(two_epochs / "ckpts", tmp_path / "ckpts")
-    overwrite_tensor_bytes(tmp_path / "ckpts" / "epoch=1-step=24.ckpt")
+    flip_largest_tensor_bytes(tmp_path / "ckpts" / "epoch=1-step=24.ckpt")
     return tmp_path
 
 
@@ -99,7 +85,7 @@ def test_validate_last_falls_back_and_with_every_checkpoint_damaged_fit_stops(ne
     with pytest.warns(UserWarning, match=r"epoch=1-step=24\.ckpt is damaged .* checkpoint, .*epoch=0-step=12\.ckpt"):
         trainer.validate(DropoutNet(), val, ckpt_path="last")
     assert trainer.ckpt_path == str(newest_damaged / "ckpts" / "epoch=0-step=12.ckpt")
-    overwrite_tensor_bytes(newest_damaged / "ckpts" / "epoch=0-step=12.ckpt")
+    flip_largest_tensor_bytes(newest_damaged / "ckpts" / "epoch=0-step=12.ckpt")
     # Not a fresh start: that would train a week again without a word about it.
     with (
         pytest.warns(UserWarning, match="is damaged"),

@@ -194,7 +194,7 @@ def run_train_step(
     loss = hooks.loss_of(output)
     num_tokens = hooks.count_of(output)
     hooks.check_loss(loss)
-    hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor) if hooks.loss_divisor > 1 else loss)
+    hooks.backward(loss_to_backward(loss, num_tokens, hooks.loss_divisor))
     return StepResult(loss, output, num_tokens)
 
 
