@@ -54,6 +54,8 @@ class Pace(tm.Callback):
         participants = trainer.strategy.manager.num_participants()
         with open(self.out / f"steps_{self.group}_{self.attempt}", "a") as f:
             f.write(f"{trainer.global_step} {participants} {os.getpid()}\n")
+        if self.attempt == 0 and trainer.global_step == KILL_AT:  # both groups trained together so far
+            torch.save({k: v.clone() for k, v in module.state_dict().items()}, self.out / f"at_kill_{self.group}.pt")
         if self.group == 1 and self.attempt == 0 and trainer.global_step == KILL_AT:
             os._exit(3)  # a hard crash: no shutdown, no goodbye to the lighthouse
         restarted = self.out / "up_1_1"
@@ -64,11 +66,35 @@ class Pace(tm.Callback):
             time.sleep(0.05)
 
 
-def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
-    out_dir, g = Path(out), int(group)
+def dataset() -> TensorDataset:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(256, 8, generator=gen)
-    data = TensorDataset(x, x[:, :2].sum(1, keepdim=True))
+    return TensorDataset(x, x[:, :2].sum(1, keepdim=True))
+
+
+def ddp(out: str) -> None:
+    """The reference: plain ddp on 2 processes, the same model, data and steps up to KILL_AT."""
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=KILL_AT,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(Path(out) / "ddp"),
+    )
+    model = Net()
+    trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=True))
+    if trainer.is_global_zero:
+        torch.save(model.state_dict(), Path(out) / "ddp_at_kill.pt")
+
+
+def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
+    out_dir, g = Path(out), int(group)
+    data = dataset()
     ft = tm.FaultTolerance(
         lighthouse, replica_group=g, num_replica_groups=2, host="127.0.0.1", timeout=timedelta(seconds=20)
     )
@@ -100,7 +126,7 @@ def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
     )
 
 
-PROGRAMS = {"replica": replica}
+PROGRAMS = {"replica": replica, "ddp": ddp}
 
 if __name__ == "__main__":
     PROGRAMS[sys.argv[1]](*sys.argv[2:])

@@ -14,6 +14,7 @@ quorum, the all-reduce and the transfer are torchft's (``torchft.Manager``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -147,6 +148,7 @@ class FaultTolerantDDPStrategy(DDPStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         torchft = import_torchft()
+        refuse_summed_gradients()
         module = self.precision.convert_module(module, device=self._device)
         # torchft's DDP: a dummy group soaks up DDP's own broadcast, its comm hook all-reduces the
         # buckets over the quorum (Manager.allreduce), averaging by the number of participants.
@@ -253,3 +255,22 @@ class CommittingOptimizer(torch.optim.Optimizer):
     @property
     def defaults(self) -> dict[str, Any]:  # type: ignore[override]
         return self.optimizer.defaults
+
+
+# Measured (tests/strategies/test_fault_tolerance.py): with torchft 0.2.0's DistributedDataParallel
+# on gloo, two replica groups step on the SUM of their gradients, not the mean ddp takes (the
+# weights match a reference that sums them to 8e-7 at step 2, and differ from ddp's). Until the
+# average is verified against ddp, training is refused; the variable lets the tests that show the
+# recovery mechanics (and this defect) run.
+EVIDENCE_VARIABLE = "TRAINMESH_TORCHFT_EVIDENCE"
+
+
+def refuse_summed_gradients() -> None:
+    if os.environ.get(EVIDENCE_VARIABLE) == "1":
+        return
+    raise NotImplementedError(
+        "Trainer(fault_tolerance=...) is refused: with torchft 0.2.0's DistributedDataParallel the replica "
+        "groups were measured stepping on the sum of their gradients instead of the mean that ddp uses, "
+        "which would train a different model than strategy='ddp' without a word. Use strategy='ddp' with "
+        "max_restarts=N (a failed worker restarts the job from its newest checkpoint) until this is fixed."
+    )
