@@ -25,9 +25,9 @@ STEPS, KILL_AT = 30, 6
 
 
 class Net(tm.Module):
-    def __init__(self):
+    def __init__(self, seed: int = 3):
         super().__init__()
-        torch.manual_seed(3)  # every group starts from the same weights (torchft does not sync step 0 here)
+        torch.manual_seed(seed)  # group 1 is built from another seed: it must start from group 0's weights
         self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
 
     def training_step(self, batch, batch_idx):
@@ -112,7 +112,7 @@ def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
         num_sanity_val_steps=0,
         default_root_dir=str(out_dir / f"group{g}"),
     )
-    model = Net()
+    model = Net(seed=3 + g)
     trainer.fit(model, DataLoader(data, batch_size=8, shuffle=True))
     optimizer = trainer.optimizers[0]
     torch.save(

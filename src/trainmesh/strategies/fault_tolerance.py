@@ -14,7 +14,6 @@ quorum, the all-reduce and the transfer are torchft's (``torchft.Manager``).
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.distributed import ReduceOp
 
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
@@ -141,6 +141,11 @@ class FaultTolerantDDPStrategy(DDPStrategy):
             timeout=ft.timeout,
             quorum_timeout=ft.quorum_timeout,
             connect_timeout=ft.timeout,
+            # torchft's own step-0 sync heals every group but the first from it, and that first step
+            # averages the healer's zeroed gradient in (half the first group's gradient, measured);
+            # instead every group trains on step 0 and takes the first group's weights just before
+            # it (start_from_first_group), as ddp broadcasts rank 0's.
+            init_sync=False,
         )
         # What a recovering group takes from a live one: read when a peer needs it, loaded in
         # that group's first should_commit (torchft applies it before the optimizer steps).
@@ -148,7 +153,6 @@ class FaultTolerantDDPStrategy(DDPStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         torchft = import_torchft()
-        refuse_summed_gradients()
         module = self.precision.convert_module(module, device=self._device)
         # torchft's DDP: a dummy group soaks up DDP's own broadcast, its comm hook all-reduces the
         # buckets over the quorum (Manager.allreduce), averaging by the number of participants.
@@ -202,6 +206,8 @@ class FaultTolerantDDPStrategy(DDPStrategy):
             # the backward's all-reduce waits for it (at an accumulation window's first batch).
             self.manager.start_quorum()
             self._quorum_open = True
+            if self.manager.current_step() == 0:
+                start_from_first_group(self.manager, module)
         return super().train_step(module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks)
 
     def commit(self) -> bool:
@@ -257,20 +263,38 @@ class CommittingOptimizer(torch.optim.Optimizer):
         return self.optimizer.defaults
 
 
-# Measured (tests/strategies/test_fault_tolerance.py): with torchft 0.2.0's DistributedDataParallel
-# on gloo, two replica groups step on the SUM of their gradients, not the mean ddp takes (the
-# weights match a reference that sums them to 8e-7 at step 2, and differ from ddp's). Until the
-# average is verified against ddp, training is refused; the variable lets the tests that show the
-# recovery mechanics (and this defect) run.
-EVIDENCE_VARIABLE = "TRAINMESH_TORCHFT_EVIDENCE"
-
-
-def refuse_summed_gradients() -> None:
-    if os.environ.get(EVIDENCE_VARIABLE) == "1":
+def start_from_first_group(manager: Manager, module: nn.Module) -> None:
+    """Before the run's first step, every group takes the weights and buffers of the quorum's first
+    group: ddp's broadcast from rank 0, done as a sum in which the other groups contribute zeros
+    (torchft's group has no broadcast). A group that joins a run already past step 0 heals from a
+    peer instead (torchft), so this runs only while the quorum is at step 0. If a peer fails here,
+    nothing is copied and the step is not committed: the next quorum, still at step 0, tries again."""
+    manager.wait_quorum()
+    if manager.current_step() != 0 or not manager.is_participating():
         return
-    raise NotImplementedError(
-        "Trainer(fault_tolerance=...) is refused: with torchft 0.2.0's DistributedDataParallel the replica "
-        "groups were measured stepping on the sum of their gradients instead of the mean that ddp uses, "
-        "which would train a different model than strategy='ddp' without a word. Use strategy='ddp' with "
-        "max_restarts=N (a failed worker restarts the job from its newest checkpoint) until this is fixed."
-    )
+    first = manager.participating_rank() == 0
+    staged = []
+    for tensor in _unique_tensors(module):
+        wire = torch.view_as_real(tensor.detach()) if tensor.is_complex() else tensor.detach()
+        buffer = wire.clone() if first else torch.zeros_like(wire)
+        staged.append((wire, buffer, manager.allreduce(buffer, reduce_op=ReduceOp.SUM)))
+    for _, _, work in staged:
+        work.wait()
+    if manager.errored() is not None:
+        return
+    with torch.no_grad():
+        for wire, buffer, _ in staged:
+            wire.copy_(buffer)
+
+
+def _unique_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """The module's parameters and buffers, each storage once (tied weights), bool buffers left out
+    (gloo cannot sum them; a mask buffer is built alike everywhere)."""
+    seen: set[int] = set()
+    tensors = []
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.dtype == torch.bool or id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        tensors.append(tensor)
+    return tensors
