@@ -126,7 +126,104 @@ def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
     )
 
 
-PROGRAMS = {"replica": replica, "ddp": ddp}
+FSDP_STEPS, FSDP_KILL_AT = 12, 4
+
+
+def _whole(module) -> dict:
+    """The module's weights as whole tensors (every process of the group must call it: a gather)."""
+    return {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+        for k, v in module.state_dict().items()
+    }
+
+
+class PaceGroup(tm.Callback):
+    """Pace for a replica group of 2 fsdp processes: rank 0 logs and waits, process 1 of group 1's
+    first attempt dies hard after step FSDP_KILL_AT (its launcher then stops the group)."""
+
+    def __init__(self, out: Path, group: int, attempt: int):
+        self.out, self.group, self.attempt = out, group, attempt
+
+    def on_train_start(self, trainer, module):
+        if trainer.global_rank == 0:
+            (self.out / f"up_{self.group}_{self.attempt}").touch()
+        while self.attempt == 0 and not all((self.out / f"up_{g}_0").exists() for g in (0, 1)):
+            time.sleep(0.05)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        step, rank = trainer.global_step, trainer.global_rank
+        participants = trainer.strategy.manager.num_participants()
+        if rank == 0:
+            with open(self.out / f"steps_{self.group}_{self.attempt}", "a") as f:
+                f.write(f"{step} {participants} {os.getpid()}\n")
+        if self.attempt == 0 and step == FSDP_KILL_AT:
+            whole = _whole(module)
+            if rank == 0:
+                torch.save(whole, self.out / f"at_kill_{self.group}.pt")
+            if self.group == 1 and rank == 1:
+                os._exit(3)  # a hard crash of one process: its launcher stops the whole group
+        restarted = self.out / "up_1_1"
+        if self.group == 0 and step == FSDP_KILL_AT + 2:
+            while not restarted.exists():
+                time.sleep(0.05)
+        if self.group == 0 and participants == 1 and restarted.exists():
+            time.sleep(0.05)
+
+
+def one_process(out: str) -> None:
+    """The reference for fsdp groups: one process at the global batch (2 groups x 2 processes x 8),
+    up to FSDP_KILL_AT; unshuffled, the 4 shards of a step's batch are its 32 rows."""
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=FSDP_KILL_AT,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(Path(out) / "one"),
+    )
+    model = Net()
+    trainer.fit(model, DataLoader(dataset(), batch_size=32, shuffle=False))
+    torch.save(model.state_dict(), Path(out) / "one_at_kill.pt")
+
+
+def fsdp_replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
+    """One replica group of 2 processes sharding the model (fsdp), replicated across groups."""
+    out_dir, g = Path(out), int(group)
+    ft = tm.FaultTolerance(
+        lighthouse, replica_group=g, num_replica_groups=2, host="127.0.0.1", timeout=timedelta(seconds=20)
+    )
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="fsdp",
+        fault_tolerance=ft,
+        max_steps=FSDP_STEPS,
+        callbacks=[PaceGroup(out_dir, g, int(attempt))],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(out_dir / f"fsdp_group{g}"),
+    )
+    model = Net(seed=3 + g)
+    trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=False))
+    optimizer = trainer.optimizers[0]
+    local = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in model.state_dict().items()}
+    adam = {
+        i: {k: v.to_local() if hasattr(v, "to_local") else v for k, v in s.items()}
+        for i, s in optimizer.state_dict()["state"].items()
+    }
+    torch.save(
+        {"weights": local, "adam": adam, "global_step": trainer.global_step},
+        out_dir / f"final_fsdp_{g}_{trainer.global_rank}.pt",
+    )
+
+
+PROGRAMS = {"replica": replica, "ddp": ddp, "fsdp_replica": fsdp_replica, "one_process": one_process}
 
 if __name__ == "__main__":
     PROGRAMS[sys.argv[1]](*sys.argv[2:])

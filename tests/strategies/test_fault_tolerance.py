@@ -17,6 +17,7 @@ import torch
 
 import trainmesh as tm
 from helpers.models import TutorialModule, loaders, quiet_trainer
+from trainmesh.strategies import FSDPStrategy
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "fault_tolerance_run.py"
@@ -124,15 +125,95 @@ def test_both_groups_end_with_identical_weights_optimizer_and_scheduler(killed_a
     assert not torch.equal(ends[0]["weights"]["net.0.weight"], initial)
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "auto", "zero1"])
-def test_strategies_other_than_ddp_are_refused_before_training(strategy):
-    with pytest.raises(ValueError, match="fault_tolerance works with strategy='ddp'.*HSDP"):
+@pytest.fixture(scope="module")
+def fsdp_groups_killed_and_rejoined(tmp_path_factory):
+    """One run of 2 replica groups of 2 fsdp processes: a process of group 1 dies after step 4 (its
+    launcher stops the group), group 1 is started again; what each group logged and ended with."""
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): replica fault tolerance runs on it")
+    from torchft.coordination import LighthouseServer
+
+    out = tmp_path_factory.mktemp("ft_fsdp")
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
+
+    def start(group: int, attempt: int) -> subprocess.Popen:
+        log = open(out / f"log_{group}_{attempt}", "w")
+        command = [
+            sys.executable,
+            str(SCRIPT),
+            "fsdp_replica",
+            str(out),
+            lighthouse.address(),
+            str(group),
+            str(attempt),
+        ]
+        env = {**_env(), "RUST_LOG": "warn", "OMP_NUM_THREADS": "1"}
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    survivor, doomed = start(0, 0), start(1, 0)
+    started = [survivor, doomed]
+    try:
+        first_exit = doomed.wait(timeout=300)
+        restarted = start(1, 1)
+        started.append(restarted)
+        codes = (first_exit, restarted.wait(timeout=300), survivor.wait(timeout=300))
+        reference = subprocess.run(
+            [sys.executable, str(SCRIPT), "one_process", str(out)], capture_output=True, text=True, env=_env()
+        )
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+        lighthouse.shutdown()
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    return out, codes, logs
+
+
+@pytest.mark.slow
+def test_fsdp_groups_equal_one_process_at_the_global_batch_while_both_train(fsdp_groups_killed_and_rejoined):
+    """Two groups of 2 fsdp processes, group 1 built from another seed: up to the kill they are
+    HSDP over 4 processes, i.e. one process at the 4 shards' global batch."""
+    out, _, logs = fsdp_groups_killed_and_rejoined
+    reference = torch.load(out / "one_at_kill.pt")
+    for group in (0, 1):
+        weights = torch.load(out / f"at_kill_{group}.pt")
+        for name, value in reference.items():
+            assert torch.allclose(weights[name], value, rtol=0, atol=1e-6), (group, name, logs)
+
+
+@pytest.mark.slow
+def test_an_fsdp_group_that_loses_a_process_is_dropped_and_rejoins_shard_by_shard(fsdp_groups_killed_and_rejoined):
+    out, (first_exit, restarted_exit, survivor_exit), logs = fsdp_groups_killed_and_rejoined
+    assert first_exit != 0 and (restarted_exit, survivor_exit) == (0, 0), logs
+    survivor = _steps(out / "steps_0_0")
+    assert [s for s, _, _ in survivor] == list(range(1, 13)), logs  # group 0 never stopped
+    participants = [n for _, n, _ in survivor]
+    assert participants[:4] == [2] * 4 and 1 in participants and participants[-1] == 2, participants
+    rejoined = _steps(out / "steps_1_1")
+    assert rejoined[0][0] > 4 and [s for s, _, _ in rejoined] == list(range(rejoined[0][0], 13)), rejoined
+    # Process r of the restarted group took process r's shards of the weights and Adam state.
+    for rank in (0, 1):
+        ends = [torch.load(out / f"final_fsdp_{g}_{rank}.pt", weights_only=True) for g in (0, 1)]
+        assert ends[0]["global_step"] == ends[1]["global_step"] == 12
+        torch.testing.assert_close(ends[0]["weights"], ends[1]["weights"], rtol=0, atol=0)
+        torch.testing.assert_close(ends[0]["adam"], ends[1]["adam"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("strategy", ["hsdp", "auto", "zero1"])
+def test_strategies_other_than_ddp_and_fsdp_are_refused_before_training(strategy):
+    with pytest.raises(ValueError, match="fault_tolerance works with strategy='ddp'.*or strategy='fsdp'.*HSDP"):
         quiet_trainer(strategy=strategy, fault_tolerance=FT, max_steps=5)
 
 
-def test_a_replica_group_of_several_processes_is_refused():
-    with pytest.raises(ValueError, match="each replica group is one process.*devices=1"):
+def test_a_ddp_replica_group_of_several_processes_is_refused_pointing_to_fsdp():
+    with pytest.raises(ValueError, match="each replica group is one process.*strategy='fsdp' for groups of several"):
         quiet_trainer(strategy="ddp", devices=2, fault_tolerance=FT, max_steps=5)
+
+
+def test_fsdp_groups_are_the_replicas_so_hybrid_sharding_is_refused():
+    with pytest.raises(ValueError, match="replica groups are the replicated dimension.*drop hybrid/shard_size"):
+        quiet_trainer(strategy=FSDPStrategy(hybrid=True), devices=2, fault_tolerance=FT, max_steps=5)
 
 
 def test_the_run_must_end_at_max_steps_not_an_epoch_count():

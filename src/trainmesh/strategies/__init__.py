@@ -10,7 +10,7 @@ from trainmesh.strategies.auto import AutoStrategy
 from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
 from trainmesh.strategies.dp import DataParallelStrategy
-from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy
+from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy, FaultTolerantFSDPStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
@@ -54,20 +54,25 @@ def memory_models() -> dict[str, MemoryModel]:
 
 
 def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:
-    """``strategy="ddp"`` (or a DDPStrategy's options) over torchft; any other strategy is refused
-    before training, saying why."""
+    """``strategy="ddp"`` or ``"fsdp"`` (or a DDPStrategy's / FSDPStrategy's options) over torchft;
+    any other strategy is refused before training, saying why."""
     if not isinstance(fault_tolerance, FaultTolerance):
         raise TypeError(f"fault_tolerance={fault_tolerance!r}: pass trainmesh.FaultTolerance(lighthouse=..., ...)")
-    options: dict[str, Any] = {}
-    if isinstance(strategy, DDPStrategy) and type(strategy) is DDPStrategy:
-        options = dict(strategy.init_arguments)  # type: ignore[attr-defined]  # recorded by __new__
-    elif strategy != "ddp":
+    if isinstance(strategy, (DDPStrategy, FSDPStrategy)) and type(strategy) in (DDPStrategy, FSDPStrategy):
+        options: dict[str, Any] = dict(strategy.init_arguments)  # type: ignore[union-attr]  # recorded by __new__
+        kind = "ddp" if type(strategy) is DDPStrategy else "fsdp"
+    elif strategy in ("ddp", "fsdp"):
+        options, kind = {}, strategy
+    else:
         raise ValueError(
-            f"fault_tolerance works with strategy='ddp' (one process per replica group, gradients averaged over "
-            f"each step's quorum by torchft), not strategy={strategy!r}. fsdp as HSDP (sharded within a group, "
-            "replicated across groups) is not supported yet: use strategy='ddp', or leave fault_tolerance out"
+            f"fault_tolerance works with strategy='ddp' (a replica group is one process) or strategy='fsdp' (a "
+            f"group shards the model over its processes, replicated across groups: HSDP), gradients averaged over "
+            f"each step's quorum of groups by torchft; not with strategy={strategy!r}. Use one of those two, or "
+            "leave fault_tolerance out"
         )
-    return FaultTolerantDDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
+    if kind == "ddp":
+        return FaultTolerantDDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
+    return FaultTolerantFSDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
 
 
 def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance: Any = None) -> Strategy:

@@ -1,85 +1,58 @@
 """Replica groups that survive a failure without a job restart, on torchft (PyTorch's own
-fault-tolerance project, an optional dependency: ``pip install torchft``).
+fault-tolerance project, an optional dependency: ``pip install torchft``; the quorum, the
+all-reduce across groups and the recovery from a peer are ``replica_quorum.py``'s).
 
-Each replica group is one trainmesh process (``Trainer(devices=1, strategy="ddp",
-fault_tolerance=FaultTolerance(...))``) started on its own, by the user or a scheduler. torchft's
-lighthouse forms a quorum of the live groups before every step; gradients are averaged over that
-step's quorum only (torchft's DDP wrapper and its reconfigurable gloo group), so a dead group is
-dropped from the next step while the others train on. A group started again asks the quorum, gets
-the weights, the optimizer state and the loop position from a live peer (torchft's HTTP checkpoint
-transport), and steps with the others again. Nothing here talks to the network itself: the
-quorum, the all-reduce and the transfer are torchft's (``torchft.Manager``).
+Two ways to be a replica group, both averaging every gradient over each step's quorum of groups:
+- ``strategy="ddp"``: a group is one process; torchft's DDP wrapper all-reduces its buckets;
+- ``strategy="fsdp"``: a group is one trainmesh job of any number of processes that shard the model
+  among themselves (``fully_shard``), and each shard's gradient, once reduce-scattered inside the
+  group, is averaged with the same shard of the other groups (FSDP2's all-reduce hook): HSDP whose
+  replicas may die.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed import ReduceOp
 
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.data_parallel import StepDispatcher
 from trainmesh.strategies.ddp import DDPStrategy
+from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
+from trainmesh.strategies.replica_quorum import (
+    CommittingOptimizer,
+    FaultTolerance,
+    ReplicaQuorum,
+    import_torchft,
+)
 from trainmesh.strategies.sampling import shard_dataloader
 from trainmesh.strategies.step import StepHooks, StepResult
+from trainmesh.utilities.dtensors import is_dtensor
 
-if TYPE_CHECKING:
-    from torchft import Manager
+__all__ = ["FaultTolerance", "FaultTolerantDDPStrategy", "FaultTolerantFSDPStrategy"]
 
-
-@dataclasses.dataclass(frozen=True)
-class FaultTolerance:
-    """Where this replica group finds the others: ``Trainer(fault_tolerance=FaultTolerance(...))``.
-
-    - ``lighthouse``: the address torchft's lighthouse printed (``http://host:29510``);
-    - ``replica_group``: this group's number, 0 .. ``num_replica_groups`` - 1; it picks the group's
-      share of the training data, and it must stay the same when the group is started again;
-    - ``min_replicas``: the fewest groups a step may commit with (torchft's ``min_replica_size``);
-    - ``host``: the name the other groups reach this one by (its rendezvous store and checkpoint server);
-    - ``timeout``: how long an all-reduce, a commit or a recovery may take before the step is
-      given up (and retried with the next quorum); ``quorum_timeout``: how long to wait for a quorum.
-
-    >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
-    1
-    """
-
-    lighthouse: str
-    replica_group: int
-    num_replica_groups: int
-    min_replicas: int = 1
-    host: str = dataclasses.field(default_factory=socket.gethostname)
-    timeout: timedelta = timedelta(seconds=60)
-    quorum_timeout: timedelta = timedelta(seconds=60)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.replica_group < self.num_replica_groups:
-            raise ValueError(
-                f"FaultTolerance: replica_group={self.replica_group} must be in 0 .. num_replica_groups - 1 "
-                f"(num_replica_groups={self.num_replica_groups})"
-            )
-        if not 1 <= self.min_replicas <= self.num_replica_groups:
-            raise ValueError(f"FaultTolerance: min_replicas={self.min_replicas} must be in 1 .. num_replica_groups")
+_MANUAL_REFUSAL = (
+    "with fault_tolerance a step commits once, after the loop's single optimizer step (torchft's "
+    "should_commit); a training_step that steps its own optimizers is not supported. Use automatic "
+    "optimization, or leave fault_tolerance out"
+)
 
 
-def import_torchft() -> Any:
-    """torchft, or an error saying how to get it (it is an optional dependency)."""
-    try:
-        import torchft
-    except ImportError as err:
-        raise ImportError(
-            f"Trainer(fault_tolerance=...) runs on torchft, which is not importable here ({err}). Install it with "
-            "`pip install torchft` (0.2.0 is checked with torch 2.13 on CPU), or leave fault_tolerance out"
-        ) from err
-    return torchft
+def _one_optimizer(optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    if len(optimizers) != 1:
+        raise ValueError(
+            f"fault_tolerance: configure_optimizers returned {len(optimizers)} optimizers; torchft commits a step "
+            "once (should_commit), so one optimizer is supported. Combine the parameter groups into one optimizer"
+        )
+    if isinstance(optimizers[0], torch.optim.LBFGS):
+        raise ValueError("fault_tolerance: LBFGS calls its closure several times per step; use a first-order optimizer")
 
 
 class FaultTolerantDDPStrategy(DDPStrategy):
@@ -90,13 +63,7 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     # torchft's wrappers are checked here for automatic optimization with one optimizer only
     # (tests/strategies/test_fault_tolerance.py); its DDP wrapper is untested with compile.
     stated_capabilities = StrategyCapabilities(
-        manual_optimization=False,
-        manual_optimization_refusal=(
-            "with fault_tolerance a step commits once, after the loop's single optimizer step (torchft's "
-            "should_commit); a training_step that steps its own optimizers is not supported. Use automatic "
-            "optimization, or leave fault_tolerance out"
-        ),
-        memory_model=REPLICATED,
+        manual_optimization=False, manual_optimization_refusal=_MANUAL_REFUSAL, memory_model=REPLICATED
     )
     compile_refusal = "torchft's DDP wrapper is not checked with torch.compile; leave fault_tolerance or compile out"
 
@@ -104,52 +71,23 @@ class FaultTolerantDDPStrategy(DDPStrategy):
         super().__init__(placement=placement, **ddp)
         if len(self.placement.devices) * self.placement.num_nodes != 1:
             raise ValueError(
-                f"fault_tolerance: each replica group is one process, but devices={list(self.placement.devices)} "
-                f"and num_nodes={self.placement.num_nodes} ask for more. Start one trainmesh process per replica "
-                "group with devices=1 (groups of several processes, HSDP-style, are not supported yet)"
+                f"fault_tolerance: with strategy='ddp' each replica group is one process, but devices="
+                f"{list(self.placement.devices)} and num_nodes={self.placement.num_nodes} ask for more. Start one "
+                "trainmesh process per replica group with devices=1, or use strategy='fsdp' for groups of several "
+                "processes (the model sharded inside each group, replicated across groups)"
             )
         if self.ddp_options["find_unused_parameters"] or self.ddp_options["static_graph"]:
             raise ValueError("fault_tolerance: torchft's DDP wrapper sets find_unused_parameters itself; drop it")
         self.fault_tolerance = fault_tolerance
-        self._manager: Manager | None = None
-        self._store: Any = None  # this group's TCPStore: the Manager and the quorum's gloo group meet there
-        self._quorum_open = False  # a quorum was started for the step in progress and not committed yet
-        self._peer_state: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
+        self.quorum = ReplicaQuorum(fault_tolerance)
 
     @property
-    def manager(self) -> Manager:
-        assert self._manager is not None, "the Manager is built in setup_environment"
-        return self._manager
+    def manager(self) -> Any:
+        return self.quorum.manager
 
     def setup_environment(self, process: ProcessInfo) -> None:
         super().setup_environment(process)
-        torchft = import_torchft()
-        ft = self.fault_tolerance
-        self._store = torch.distributed.TCPStore(ft.host, 0, is_master=True, wait_for_workers=False)
-        self._manager = torchft.Manager(
-            pg=torchft.ProcessGroupGloo(timeout=ft.timeout),
-            load_state_dict=None,
-            state_dict=None,
-            min_replica_size=ft.min_replicas,
-            replica_id=f"trainmesh_{ft.replica_group}",
-            lighthouse_addr=ft.lighthouse,
-            store_addr=ft.host,
-            store_port=self._store.port,
-            hostname=ft.host,
-            rank=0,
-            world_size=1,
-            timeout=ft.timeout,
-            quorum_timeout=ft.quorum_timeout,
-            connect_timeout=ft.timeout,
-            # torchft's own step-0 sync heals every group but the first from it, and that first step
-            # averages the healer's zeroed gradient in (half the first group's gradient, measured);
-            # instead every group trains on step 0 and takes the first group's weights just before
-            # it (start_from_first_group), as ddp broadcasts rank 0's.
-            init_sync=False,
-        )
-        # What a recovering group takes from a live one: read when a peer needs it, loaded in
-        # that group's first should_commit (torchft applies it before the optimizer steps).
-        self._manager.register_state_dict_fn("trainmesh", self._load_peer_state, self._peer_state_dict)
+        self.quorum.join(group_rank=0, group_size=1)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         torchft = import_torchft()
@@ -164,29 +102,19 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     def setup_optimizers(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
     ) -> list[torch.optim.Optimizer]:
-        if len(optimizers) != 1:
-            raise ValueError(
-                f"fault_tolerance: configure_optimizers returned {len(optimizers)} optimizers; torchft commits a step "
-                "once (should_commit), so one optimizer is supported. Combine the parameter groups into one optimizer"
-            )
-        if isinstance(optimizers[0], torch.optim.LBFGS):
-            raise ValueError(
-                "fault_tolerance: LBFGS calls its closure several times per step; use a first-order optimizer"
-            )
+        _one_optimizer(optimizers)
         self._optimizers = list(optimizers)
+        self.quorum.share("strategy", self._peer_state_dict, self._load_peer_state)
         return [CommittingOptimizer(optimizers[0], commit=self.commit)]
 
     def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
-        self._peer_state[key] = (state, load)
+        self.quorum.share(key, state, load)
 
     def _peer_state_dict(self) -> dict[str, Any]:
-        placed = checkpoints.plain_state_dict(self._placed, self._optimizers)
-        return {"strategy": placed, **{key: state() for key, (state, _) in self._peer_state.items()}}
+        return checkpoints.plain_state_dict(self._placed, self._optimizers)
 
     def _load_peer_state(self, state: dict[str, Any]) -> None:
-        checkpoints.load_plain_state_dict(self._placed, self._optimizers, state["strategy"], strict=True)
-        for key, (_, load) in self._peer_state.items():
-            load(state[key])
+        checkpoints.load_plain_state_dict(self._placed, self._optimizers, state, strict=True)
 
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         if not train:
@@ -201,100 +129,147 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
-        if not self._quorum_open:
-            # The quorum for this optimizer step is computed in torchft's thread during the forward;
-            # the backward's all-reduce waits for it (at an accumulation window's first batch).
-            self.manager.start_quorum()
-            self._quorum_open = True
-            if self.manager.current_step() == 0:
-                start_from_first_group(self.manager, module)
+        self.quorum.open_step(module)
         return super().train_step(module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks)
 
     def commit(self) -> bool:
-        """torchft's should_commit: whether every group of the quorum finished the step without an
-        error (a dead peer fails the all-reduce: the step is dropped everywhere and retried)."""
-        self._quorum_open = False
-        return bool(self.manager.should_commit())
+        return self.quorum.commit()
 
     def teardown(self, *, failed: bool = False) -> None:
-        if self._manager is not None:
-            self._manager.shutdown(wait=False)
-            self._manager = None
+        self.quorum.shutdown()
         super().teardown(failed=failed)
 
 
-class CommittingOptimizer(torch.optim.Optimizer):
-    """The user's optimizer, stepped only when torchft commits the step (torchft.Optimizer's rule;
-    the closure of an overridden ``optimizer_step`` runs first, as torch's ``step(closure)`` would)."""
+class FaultTolerantFSDPStrategy(FSDPStrategy):
+    """``strategy="fsdp"`` with ``fault_tolerance``: each replica group is one trainmesh job that
+    shards the model over its own processes; each shard's gradient, reduce-scattered inside the
+    group, is then averaged over the step's quorum of groups (torchft, through FSDP2's all-reduce
+    hook), so the groups are HSDP's replicas and one may die while the others train on."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, *, commit: Callable[[], bool]) -> None:
-        # Not Optimizer.__init__: every attribute is the wrapped optimizer's (as torchft.Optimizer).
-        self.optimizer = optimizer
-        self._commit = commit
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        result = closure() if closure is not None else None
-        if self._commit():
-            self.optimizer.step()
-        return result
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state_dict)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        self.optimizer.add_param_group(param_group)
+    def __init__(self, *, fault_tolerance: FaultTolerance, placement: Placement | None = None, **fsdp: Any) -> None:
+        if fsdp.get("hybrid") or fsdp.get("shard_size") is not None:
+            raise ValueError(
+                "fault_tolerance: the replica groups are the replicated dimension (each group shards the model "
+                "over its own processes); drop hybrid/shard_size and use strategy='fsdp'"
+            )
+        super().__init__(placement=placement, **fsdp)
+        self.fault_tolerance = fault_tolerance
+        self.quorum = ReplicaQuorum(fault_tolerance)
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.optimizer.param_groups
+    def capabilities(self) -> StrategyCapabilities:
+        return dataclasses.replace(
+            super().capabilities, manual_optimization=False, manual_optimization_refusal=_MANUAL_REFUSAL, compile=False
+        )
 
     @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self.optimizer.state
+    def manager(self) -> Any:
+        return self.quorum.manager
 
-    @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.optimizer.defaults
+    def setup_environment(self, process: ProcessInfo) -> None:
+        super().setup_environment(process)
+        store = None
+        if process.world_size > 1:
+            # The group's Managers meet at a store its first process serves.
+            shared = [self.quorum.make_store() if process.global_rank == 0 else None]
+            torch.distributed.broadcast_object_list(shared, src=0)
+            store = shared[0]
+        self.quorum.join(group_rank=process.global_rank, group_size=process.world_size, store=store)
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import FSDPModule
+
+        import_torchft()
+        root = super().setup_module(module)
+        for unit in root.modules():
+            if isinstance(unit, FSDPModule):
+                unit.set_all_reduce_hook(self.quorum.all_reduce_gradient)
+        self._placed = root
+        return root
+
+    def setup_optimizers(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> list[torch.optim.Optimizer]:
+        _one_optimizer(optimizers)
+        self._optimizers = list(optimizers)
+        self.quorum.share("strategy", self._peer_state_dict, self._load_peer_state)
+        return [CommittingOptimizer(optimizers[0], commit=self.commit)]
+
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        self.quorum.share(key, state, load)
+
+    def _peer_state_dict(self) -> dict[str, Any]:
+        # This process's shards as plain tensors: process r of a recovering group takes process r's.
+        sharded = checkpoints.sharded_state_dict(checkpoints.unwrap(self._placed), self._optimizers, sharded=True)
+        local: dict[str, Any] = _map_tensors(sharded, lambda t: t.to_local() if is_dtensor(t) else t)
+        return local
+
+    def _load_peer_state(self, state: dict[str, Any]) -> None:
+        # This process's own parameters say how each local shard lies in its whole tensor (its
+        # optimizer may have no state yet: a group started again has not stepped).
+        module = checkpoints.unwrap(self._placed)
+        params = checkpoints.sharded_state_dict(module, [], sharded=True)["model"]
+        checkpoints.load_sharded_state_dict(module, self._optimizers, _as_shards(state, params), strict=True)
+
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+        if not train:
+            return super().process_dataloader(loader, train=False, seed=seed)  # the group validates the whole set
+        # The group's processes read consecutive shares of the data: group g's process r is
+        # data-parallel rank g x processes + r of them all, fixed when the group starts again.
+        ft, mesh = self.fault_tolerance, self._mesh
+        return shard_dataloader(
+            loader,
+            dp_rank=ft.replica_group * mesh.dp_size + mesh.dp_rank,
+            dp_size=ft.num_replica_groups * mesh.dp_size,
+            train=True,
+            seed=seed,
+            longest=int,
+        )
+
+    def train_step(
+        self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
+    ) -> StepResult:
+        self.quorum.open_step(module)
+        return super().train_step(module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks)
+
+    def commit(self) -> bool:
+        return self.quorum.commit()
+
+    def teardown(self, *, failed: bool = False) -> None:
+        self.quorum.shutdown()
+        super().teardown(failed=failed)
 
 
-def start_from_first_group(manager: Manager, module: nn.Module) -> None:
-    """Before the run's first step, every group takes the weights and buffers of the quorum's first
-    group: ddp's broadcast from rank 0, done as a sum in which the other groups contribute zeros
-    (torchft's group has no broadcast). A group that joins a run already past step 0 heals from a
-    peer instead (torchft), so this runs only while the quorum is at step 0. If a peer fails here,
-    nothing is copied and the step is not committed: the next quorum, still at step 0, tries again."""
-    manager.wait_quorum()
-    if manager.current_step() != 0 or not manager.is_participating():
-        return
-    first = manager.participating_rank() == 0
-    staged = []
-    for tensor in _unique_tensors(module):
-        wire = torch.view_as_real(tensor.detach()) if tensor.is_complex() else tensor.detach()
-        buffer = wire.clone() if first else torch.zeros_like(wire)
-        staged.append((wire, buffer, manager.allreduce(buffer, reduce_op=ReduceOp.SUM)))
-    for _, _, work in staged:
-        work.wait()
-    if manager.errored() is not None:
-        return
-    with torch.no_grad():
-        for wire, buffer, _ in staged:
-            wire.copy_(buffer)
+def _map_tensors(tree: Any, change: Callable[[torch.Tensor], Any]) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return change(tree)
+    if isinstance(tree, dict):
+        return {key: _map_tensors(value, change) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tensors(value, change) for value in tree)
+    return tree
 
 
-def _unique_tensors(module: nn.Module) -> list[torch.Tensor]:
-    """The module's parameters and buffers, each storage once (tied weights), bool buffers left out
-    (gloo cannot sum them; a mask buffer is built alike everywhere)."""
-    seen: set[int] = set()
-    tensors = []
-    for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.dtype == torch.bool or id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
-        tensors.append(tensor)
-    return tensors
+def _as_shards(state: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A peer's ``{"model", "optim"}`` of plain local shards as DTensors laid out as this process's
+    parameters (optimizer state is keyed by parameter name; its per-element tensors are shards)."""
+
+    def like(value: Any, param: Any) -> Any:
+        if not (is_dtensor(param) and isinstance(value, torch.Tensor) and value.shape == param.to_local().shape):
+            return value  # a scalar (Adam's step) or a tensor that is not sharded
+        from torch.distributed.tensor import DTensor
+
+        return DTensor.from_local(
+            value, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+        )
+
+    optim = [
+        {
+            **saved,
+            "state": {
+                name: {k: like(v, params.get(name)) for k, v in entry.items()} for name, entry in saved["state"].items()
+            },
+        }
+        for saved in state["optim"]
+    ]
+    return {"model": {name: like(value, params[name]) for name, value in state["model"].items()}, "optim": optim}
