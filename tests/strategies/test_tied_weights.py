@@ -7,6 +7,7 @@ most, float32 reordering), the tied names bit-equal on every rank. Untied by mis
 or plan entry training its own copy) they differ from one process by about 1e-3.
 """
 
+import weakref
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ def plan(root: Path) -> list:
         leg("tp_user", 2, "train", "tp_user", "OUT"),
         leg("tp_user_meta", 2, "train", "tp_user_meta", "OUT"),
         leg("tp_user_mismatch", 2, "refuse", "tp_user_mismatch", "OUT"),
+        leg("tp_user_whole", 2, "refuse", "tp_user_whole", "OUT"),
         leg("pp", 2, "train", "pp", "OUT"),
         leg("pp_v", 2, "train", "pp_v", "OUT"),
         leg("pp-clipped", 2, "train", "pp", "OUT", *CLIPPED),
@@ -120,6 +122,11 @@ def test_ties_are_recorded_as_registered_and_a_deliberate_untie_is_left_alone():
         model[1].weight = model[0].weight
         model[1].weight = nn.Parameter(model[0].weight.detach().clone())  # the model unties it itself
     assert recorder.ties(model) == []  # two plain parameters: not a tie torch's split left behind
+    # A weight made before recording and replaced while recording is not kept alive by it.
+    before = weakref.ref(model[0].weight)
+    with recorder.recording("cpu"):
+        model[0].weight = nn.Parameter(torch.zeros(5, 4))
+    assert before() is None
 
 
 @pytest.mark.parametrize("layout", ["pp", "pp_tp", "pp_fsdp", "pp_v"])
@@ -191,6 +198,15 @@ def test_a_pipelined_checkpoint_loads_into_one_process_tied_and_resumes_like_one
                 "the parallelize_module plan configure_model(mesh) applies",
                 "same placement",
                 "untie",
+            ],
+        ),
+        (
+            "tp_user_whole",
+            [
+                "tok_embeddings.weight and output.weight",
+                "(Shard(dim=0),)",
+                "output.weight: whole (not split)",
+                "the parallelize_module plan configure_model(mesh) applies",
             ],
         ),
         (

@@ -87,6 +87,15 @@ class UserMismatched(UserParallelized):
         return {**Llama.tensor_parallel_plan(self), "output": RowwiseParallel()}
 
 
+class UserOutputWhole(UserParallelized):
+    """The model's own plan splits the embedding and leaves the output head whole."""
+
+    def own_plan(self):
+        plan = Llama.tensor_parallel_plan(self)
+        del plan["output"]
+        return plan
+
+
 MODELS = {"tp_user": UserParallelized, "tp_user_meta": UserBuilt}
 
 
@@ -115,6 +124,7 @@ REFUSALS = {
     "pp_tp_mismatch": (4, Mismatched, _mp(pp=2, tp=2)),
     "pp_v_fsdp": (4, Llama, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2, schedule="ZBVZeroBubble")),
     "tp_user_mismatch": (2, UserMismatched, _mp(tp=2)),
+    "tp_user_whole": (2, UserOutputWhole, _mp(tp=2)),
 }
 
 

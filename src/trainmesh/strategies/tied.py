@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -102,13 +104,15 @@ class TieRecorder:
 
     torch's global parameter-registration hook sees ``register_parameter`` and attribute
     assignment (``parallelize_module`` and ``self.b.weight = self.a.weight`` both go through it);
-    a parameter written straight into ``_parameters`` is not seen. The parameters are held (so
-    ``id`` stays unique) until ``ties()`` reads them, at the latest at ``setup_module``.
+    a parameter written straight into ``_parameters`` is not seen. Each recorded parameter is
+    held (so that no other object takes its ``id``) until ``ties()`` reads them at
+    ``setup_module``; once the build ends, only those registered under two or more names.
     """
 
     def __init__(self) -> None:
         self._places: dict[int, list[tuple[nn.Module, str]]] = {}
         self._held: dict[int, nn.Parameter] = {}
+        self._watched: dict[int, weakref.ref[nn.Parameter]] = {}
 
     @contextlib.contextmanager
     def recording(self, device: str) -> Iterator[None]:
@@ -121,15 +125,43 @@ class TieRecorder:
                 yield
         finally:
             handle.remove()
+            for key in [key for key, places in self._places.items() if len(places) < 2 and key in self._held]:
+                self._forget(key)  # under one name only: no tie, nothing to hold
 
     def _record(self, module: nn.Module, name: str, parameter: nn.Parameter) -> None:
-        for held in (module._parameters.get(name), parameter):  # the replaced one, then the new one
-            if held is None:
-                continue
-            self._held[id(held)] = held
-            places = self._places.setdefault(id(held), [])
-            if not any(owner is module and attribute == name for owner, attribute in places):
-                places.append((module, name))
+        replaced = module._parameters.get(name)
+        if replaced is not None:
+            self._note(replaced, module, name, hold=False)
+        self._note(parameter, module, name, hold=True)
+
+    def _note(self, parameter: nn.Parameter, module: nn.Module, name: str, *, hold: bool) -> None:
+        key = id(parameter)
+        places = self._places.setdefault(key, [])
+        if not any(owner is module and attribute == name for owner, attribute in places):
+            places.append((module, name))
+        if hold or len(places) > 1 or key in self._held:
+            self._held[key] = parameter
+            self._watched.pop(key, None)
+        elif key not in self._watched:
+            # Made before recording and replaced now (an eager model's weight that its own
+            # parallelize_module splits): held weakly, so that the whole weight is freed as
+            # without recording; its entry goes with it, before another object can take its id.
+            # Alive after the build, it is still held elsewhere: under another name, perhaps.
+            self._watched[key] = weakref.ref(parameter, functools.partial(self._freed, key))
+
+    def _freed(self, key: int, _: object) -> None:
+        self._forget(key)
+
+    def _forget(self, key: int) -> None:
+        self._places.pop(key, None)
+        self._held.pop(key, None)
+        self._watched.pop(key, None)
+
+    def _original(self, key: int) -> nn.Parameter | None:
+        if key in self._held:
+            return self._held[key]
+        watched = self._watched.get(key)
+        return watched() if watched is not None else None
 
     def ties(self, module: nn.Module) -> list[tuple[str, ...]]:
         """``module``'s tied groups: those still one parameter and those split while recording
@@ -141,18 +173,20 @@ class TieRecorder:
         for prefix, submodule in module.named_modules(remove_duplicate=False):
             prefixes.setdefault(id(submodule), []).append(prefix)
         for key, places in self._places.items():
+            original = self._original(key)
             names = {
                 f"{prefix}.{attribute}" if prefix else attribute
                 for owner, attribute in places
                 for prefix in prefixes.get(id(owner), [])
-            } & current.keys()
+            } & current.keys() | {name for name, p in current.items() if p is original}
             held = [current[name] for name in names]
             if len(names) < 2 or all(p is held[0] for p in held):
                 continue  # not shared, or still one parameter (tied_parameters has it)
-            if all(p is self._held[key] or is_dtensor(p) for p in held):
+            if all(p is original or is_dtensor(p) for p in held):
                 groups.append(names)
         self._places.clear()
         self._held.clear()
+        self._watched.clear()
         return _merged(groups, list(current))
 
 
