@@ -488,8 +488,8 @@ _USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
 
 def _builds_on_meta(strategy: Strategy) -> bool:
     """Whether the strategy builds configure_model on the meta device (and so materialises it)."""
-    context = strategy.module_init_context()
-    return isinstance(context, torch.device) and context.type == "meta"
+    with strategy.module_init_context():  # a torch.device, or a context that sets one
+        return torch.get_default_device().type == "meta"
 
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:

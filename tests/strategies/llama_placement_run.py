@@ -46,10 +46,20 @@ class UserParallelizedLlama(Llama):
             parallelize_module(self, mesh.submesh("tp"), Llama.tensor_parallel_plan(self))
 
 
+class HalfLlama(Llama):
+    """For "16-true": AdamW's default eps (1e-8) is 0 in float16, so a parameter whose gradient is
+    0 would divide 0 by 0 (NaN); 1e-4 is a float16 number (plain torch in fp16 needs the same)."""
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, eps=1e-4)
+
+
 def main(layout: str, precision: str, route: str, out: str) -> None:
     devices, strategy = LAYOUTS[layout]
     torch.manual_seed(0)
-    model = UserParallelizedLlama(CONFIG) if route == "user" else Llama(CONFIG)
+    model = (
+        UserParallelizedLlama(CONFIG) if route == "user" else (HalfLlama if precision == "16-true" else Llama)(CONFIG)
+    )
     dp = {"ddp": 2, "fsdp": 2, "fsdp_tp": 2}.get(layout, 1)
     trainer = tm.Trainer(
         accelerator="cpu",

@@ -38,6 +38,8 @@ LAYOUTS = {
     "pp": (2, 1, lambda: "pp"),
     "fsdp_tp": (4, 2, lambda: "fsdp_tp"),
     "pp_tp": (4, 1, lambda: ModelParallelStrategy(pp=2, tp=2, dp_shard=1)),
+    "pp_fsdp": (4, 2, lambda: ModelParallelStrategy(pp=2, dp_shard=2)),
+    "hsdp": (4, 4, lambda: ModelParallelStrategy(dp_replicate=2, dp_shard=2)),
 }
 
 

@@ -1,7 +1,8 @@
 """The Llama test model (complex RoPE buffer) placed by every strategy, in real processes on gloo.
 
-- precision="bf16-true" converts the parameters to bf16 everywhere (fsdp included) and leaves
-  the complex64 ``freqs_cis`` buffer complex, bit-equal to its fp32 value, on every rank;
+- precision="bf16-true" converts the parameters to bf16 everywhere (fsdp included; "16-true" to
+  fp16, checked under fsdp) and leaves the complex64 ``freqs_cis`` buffer complex, bit-equal to
+  its fp32 value, on every rank;
 - tensor parallelism applied by the module itself (``parallelize_module`` in
   ``configure_model(mesh)``) trains to the same weights as the same plan stated through
   ``tensor_parallel_plan()``, at tp=2 and under fsdp x tp.
@@ -24,6 +25,7 @@ LEGS = [
     ("fsdp", "bf16-true", "plan"),
     ("tp", "bf16-true", "plan"),
     ("pp", "bf16-true", "plan"),
+    ("fsdp", "16-true", "plan"),
     ("tp", "32-true", "plan"),
     None,
     ("tp", "32-true", "user"),
@@ -54,16 +56,20 @@ def legs(tmp_path_factory):
     return outputs
 
 
-@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp", "pp"])
-def test_bf16_true_keeps_the_complex_rope_buffer_on_every_rank(legs, layout):
-    weights, ranks = legs(layout, "bf16-true")
+@pytest.mark.parametrize(
+    ("layout", "precision"),
+    [("ddp", "bf16-true"), ("fsdp", "bf16-true"), ("tp", "bf16-true"), ("pp", "bf16-true"), ("fsdp", "16-true")],
+)
+def test_true_precisions_keep_the_complex_rope_buffer_on_every_rank(legs, layout, precision):
+    weights, ranks = legs(layout, precision)
+    dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16}[precision]
     fp32_buffer = Llama(LlamaConfig()).freqs_cis
     for rank, mine in enumerate(ranks):
         assert mine["freqs_cis"].dtype == torch.complex64, (rank, mine["freqs_cis"].dtype)
         assert torch.equal(mine["freqs_cis"], fp32_buffer), rank
-        # "-true" means the parameters themselves are bf16 (under fsdp too, not fp32 shards
+        # "-true" means the parameters themselves are bf16/fp16 (under fsdp too, not fp32 shards
         # computed in bf16 as before).
-        assert set(mine["dtypes"].values()) == {torch.bfloat16}, (rank, set(mine["dtypes"].values()))
+        assert set(mine["dtypes"].values()) == {dtype}, (rank, set(mine["dtypes"].values()))
     assert weights["freqs_cis"].dtype == torch.complex64 and torch.equal(weights["freqs_cis"], fp32_buffer)
     assert all(torch.isfinite(value).all() for value in weights.values())
 

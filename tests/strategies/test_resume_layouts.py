@@ -30,6 +30,9 @@ README = HERE.parents[1] / "README.md"
 ATOL = 1e-4
 WORLD = {"single": 1, "ddp": 2, "fsdp": 2, "tp": 2, "pp": 2, "fsdp_tp": 4, "pp_tp": 4}
 LAYOUTS = list(WORLD)
+# Outside the README's table, checked to and from one process only: pp x dp_shard and HSDP
+# (dp_replicate=2 x dp_shard=2).
+MORE = {"pp_fsdp": 4, "hsdp": 4}
 SAME_ARITHMETIC = {frozenset({"ddp", "fsdp"})}
 WRITES_A_FILE = {"single", "ddp"}  # the others write a distributed checkpoint (a directory)
 # A one-file checkpoint whose optimizer state is numbered without the parameters' names (torch's
@@ -42,7 +45,7 @@ BY_POSITION = ["tp", "fsdp_tp"]
 def _plan(root: Path) -> list:
     def leg(mode: str, layout: str, name: str, ckpt: str | None = None) -> tuple:
         argv = [mode, str(root / f"{name}.pt"), layout, *([str(root / ckpt)] if ckpt else [])]
-        return name, WORLD[layout], argv, {}
+        return name, {**WORLD, **MORE}[layout], argv, {}
 
     def first(layouts: list[str]) -> list:
         return [
@@ -73,6 +76,8 @@ def _plan(root: Path) -> list:
         None,
         *first(four),
         *resumes(LAYOUTS, four),
+        *first(list(MORE)),
+        *resumes(["single"], list(MORE)),
         unnamed("fsdp_tp"),
         unnamed("pp_tp"),
         None,
@@ -80,6 +85,7 @@ def _plan(root: Path) -> list:
         unnamed("pp"),
         None,
         *resumes(LAYOUTS, ["single"]),
+        *resumes(list(MORE), ["single"]),
     ]
 
 
@@ -98,7 +104,10 @@ def runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("resume_layouts"))
 
 
-@pytest.mark.parametrize(("saved", "resumed"), list(itertools.product(LAYOUTS, LAYOUTS)))
+@pytest.mark.parametrize(
+    ("saved", "resumed"),
+    [*itertools.product(LAYOUTS, LAYOUTS), *((layout, "single") for layout in MORE), *(("single", x) for x in MORE)],
+)
 def test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run(runs, saved, resumed):
     run, reference = runs(f"{saved}-to-{resumed}"), runs(f"full-{resumed}")
     assert run["steps"] == reference["steps"] == 4

@@ -7,6 +7,7 @@ most, float32 reordering), the tied names bit-equal on every rank. Untied by mis
 or plan entry training its own copy) they differ from one process by about 1e-3.
 """
 
+import weakref
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,10 @@ def plan(root: Path) -> list:
 
     return [
         leg("tp", 2, "train", "tp", "OUT"),
+        leg("tp_user", 2, "train", "tp_user", "OUT"),
+        leg("tp_user_meta", 2, "train", "tp_user_meta", "OUT"),
+        leg("tp_user_mismatch", 2, "refuse", "tp_user_mismatch", "OUT"),
+        leg("tp_user_whole", 2, "refuse", "tp_user_whole", "OUT"),
         leg("pp", 2, "train", "pp", "OUT"),
         leg("pp_v", 2, "train", "pp_v", "OUT"),
         leg("pp-clipped", 2, "train", "pp", "OUT", *CLIPPED),
@@ -90,6 +95,38 @@ def test_tensor_parallel_keeps_one_tied_parameter(legs):
     assert_still_tied(got)
     assert all(got["same_object"]) and all(len(held) == 2 for held in got["copies"])
     assert_trained_like(got, result(legs, "single"))
+
+
+@pytest.mark.parametrize("layout", ["tp_user", "tp_user_meta"])
+def test_a_tie_split_by_the_models_own_parallelize_module_is_one_parameter_again(legs, layout):
+    # configure_model(mesh) applies parallelize_module itself (tensor_parallel_plan() None): each
+    # name got its own DTensor there. tp_user: tied in __init__; tp_user_meta: tied inside
+    # configure_model on the meta device, then split. Left split they differ from one process
+    # by 9e-3 (tp_user) and 0.2 (tp_user_meta) after these 5 steps.
+    got = result(legs, layout)
+    assert_still_tied(got)
+    assert all(len(held) == 2 for held in got["copies"])
+    assert_trained_like(got, result(legs, "single"))
+
+
+def test_ties_are_recorded_as_registered_and_a_deliberate_untie_is_left_alone():
+    from trainmesh.strategies.tied import TieRecorder
+
+    recorder = TieRecorder()
+    with recorder.recording("cpu"):
+        model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4), nn.Linear(4, 5, bias=False))
+        model[2].weight = model[0].weight
+    assert recorder.ties(model) == [("0.weight", "2.weight")]  # still one object: found once
+    with recorder.recording("cpu"):
+        model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
+        model[1].weight = model[0].weight
+        model[1].weight = nn.Parameter(model[0].weight.detach().clone())  # the model unties it itself
+    assert recorder.ties(model) == []  # two plain parameters: not a tie torch's split left behind
+    # A weight made before recording and replaced while recording is not kept alive by it.
+    before = weakref.ref(model[0].weight)
+    with recorder.recording("cpu"):
+        model[0].weight = nn.Parameter(torch.zeros(5, 4))
+    assert before() is None
 
 
 @pytest.mark.parametrize("layout", ["pp", "pp_tp", "pp_fsdp", "pp_v"])
@@ -153,6 +190,26 @@ def test_a_pipelined_checkpoint_loads_into_one_process_tied_and_resumes_like_one
             ],
         ),
         (
+            "tp_user_mismatch",
+            [
+                "tok_embeddings.weight and output.weight",
+                "(Shard(dim=0),)",
+                "(Shard(dim=1),)",
+                "the parallelize_module plan configure_model(mesh) applies",
+                "same placement",
+                "untie",
+            ],
+        ),
+        (
+            "tp_user_whole",
+            [
+                "tok_embeddings.weight and output.weight",
+                "(Shard(dim=0),)",
+                "output.weight: whole (not split)",
+                "the parallelize_module plan configure_model(mesh) applies",
+            ],
+        ),
+        (
             "pp_tp_mismatch",
             [
                 "tok_embeddings.weight and output.weight",
@@ -171,3 +228,49 @@ def test_a_tie_that_cannot_be_kept_is_refused_before_training(legs, name, words)
     message = result(legs, name)["message"]
     missing = [word for word in words if word not in message]
     assert not missing, f"{missing} not in: {message}"
+
+
+def test_a_meta_build_tied_over_more_than_two_stages_with_sharding_data_parallelism_is_refused(monkeypatch):
+    # StageCopies.build on pipeline rank 0 of 3 (embedding first, nothing in the middle, head
+    # last), fed the views the 3 pp ranks would gather: on the meta device (equalize=False) and
+    # with dp sharding, the middle rank could not know the shard's shape it must pass along.
+    from types import SimpleNamespace
+
+    from trainmesh.strategies import collectives
+    from trainmesh.strategies.tied import StageCopies
+
+    ties = [("emb.weight", "out.weight")]
+    parts = [["emb"], ["mid"], ["out"]]
+    with torch.device("meta"):
+        stages = [nn.Module() for _ in parts]
+        stages[0].emb, stages[1].mid, stages[2].out = nn.Embedding(5, 4), nn.Linear(4, 4), nn.Linear(4, 5, bias=False)
+    mesh = SimpleNamespace(group=lambda axis: None)
+
+    seen: dict[int, list] = {}  # each rank's own view, as it would send it
+
+    def build(rank: int, gathered: list | None, *, sharded: bool = True) -> StageCopies:
+        def gather(_mesh, view, over):
+            seen[rank] = view
+            return gathered or [view]
+
+        monkeypatch.setattr(collectives, "all_gather_object", gather)
+        return StageCopies.build(
+            stages[rank],
+            ties,
+            stage_parts={rank: parts[rank]},
+            sharded_by_data_parallel=sharded,
+            pp_rank=rank,
+            mesh=mesh,
+            device=torch.device("cpu"),
+            equalize=False,
+        )
+
+    for rank in range(3):
+        build(rank, None)  # alone: this rank's view only
+    views = [seen[rank] for rank in range(3)]
+    with pytest.raises(ValueError, match=r"emb\.weight, out\.weight.*meta device.*more than 2 pipeline stages") as err:
+        build(0, views)
+    assert all(words in str(err.value) for words in ("build the model eagerly", "2 pipeline stages", "untie"))
+    # The same tie over 2 stages, or without sharding, is kept as two copies summed over pp.
+    assert [copy.holders for copy in build(0, [views[0], views[2]]).copies] == [(0, 1)]
+    assert [copy.holders for copy in build(0, views, sharded=False).copies] == [(0, 2)]

@@ -47,7 +47,56 @@ LAYOUTS = {
     "pp4": (4, lambda: ModelParallelStrategy(pp=4, dp_shard=1, microbatches=4), 1),
     "pp_fsdp": (4, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2), 2),
     "pp_replicate": (4, lambda: ModelParallelStrategy(pp=2, dp_replicate=2, dp_shard=1, microbatches=2), 2),
+    "tp_user": (2, _mp(tp=2), 1),
+    "tp_user_meta": (2, _mp(tp=2), 1),
 }
+
+
+class UserParallelized(Llama):
+    """The README's route for one's own tensor-parallel code: configure_model(mesh) applies
+    parallelize_module itself (tensor_parallel_plan() None), here with the tie made in __init__."""
+
+    def tensor_parallel_plan(self):
+        return None
+
+    def own_plan(self):
+        return Llama.tensor_parallel_plan(self)
+
+    def configure_model(self, mesh):
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        if "layers" not in self._modules:
+            self.build()
+        parallelize_module(self, mesh.submesh("tp"), self.own_plan())
+
+
+class UserBuilt(UserParallelized):
+    """The tie made inside configure_model (on the meta device) and split there by the model's own
+    parallelize_module: only the parameters' registrations show that the two names were one."""
+
+    def __init__(self, config, lr):
+        super().__init__(config, lr, build_in_configure_model=True)
+
+
+class UserMismatched(UserParallelized):
+    """The model's own plan splits the output head along its input, the embedding along the vocabulary."""
+
+    def own_plan(self):
+        from torch.distributed.tensor.parallel import RowwiseParallel
+
+        return {**Llama.tensor_parallel_plan(self), "output": RowwiseParallel()}
+
+
+class UserOutputWhole(UserParallelized):
+    """The model's own plan splits the embedding and leaves the output head whole."""
+
+    def own_plan(self):
+        plan = Llama.tensor_parallel_plan(self)
+        del plan["output"]
+        return plan
+
+
+MODELS = {"tp_user": UserParallelized, "tp_user_meta": UserBuilt}
 
 
 class Mismatched(Llama):
@@ -74,6 +123,8 @@ REFUSALS = {
     "tp_whole": (2, OutputWhole, _mp(tp=2)),
     "pp_tp_mismatch": (4, Mismatched, _mp(pp=2, tp=2)),
     "pp_v_fsdp": (4, Llama, lambda: ModelParallelStrategy(pp=2, dp_shard=2, microbatches=2, schedule="ZBVZeroBubble")),
+    "tp_user_mismatch": (2, UserMismatched, _mp(tp=2)),
+    "tp_user_whole": (2, UserOutputWhole, _mp(tp=2)),
 }
 
 
@@ -104,7 +155,7 @@ def held_copies(model: torch.nn.Module) -> tuple[dict, bool]:
 def train(layout: str, out: str, *options: str) -> None:
     opts = dict(option.split("=", 1) for option in options)
     world, strategy, dp = LAYOUTS[layout]
-    model, losses = build(), Losses()
+    model, losses = build(MODELS.get(layout, Llama)), Losses()
     trainer = quiet_trainer(
         devices=world,
         strategy=strategy(),

@@ -76,7 +76,7 @@ from trainmesh.strategies.step import (
     whole_output,
 )
 from trainmesh.strategies.tensor_parallel import apply_tp
-from trainmesh.strategies.tied import StageCopies, retie_after_tp, tied_parameters
+from trainmesh.strategies.tied import OWN_PLAN, PLAN, StageCopies, TieRecorder, retie_after_tp
 from trainmesh.utilities.collections import apply_to_tensors
 
 # A model split over a machine's devices, replicated across machines: pipeline stages on
@@ -150,6 +150,7 @@ class ModelParallelStrategy(DistributedStrategy):
         self._root: nn.Module | None = None  # the FSDP root a stage-less step runs through
         self._whole_model_order: dict[str, int] = {}
         self._stage_copies: StageCopies | None = None  # tied weights whose uses sit on different pipeline ranks
+        self._ties_seen = TieRecorder()  # the parameters configure_model registered (a tie it split)
         self._gradient_sync_off = False  # inside no_backward_sync: tied copies' gradients not summed yet
 
     @property
@@ -174,8 +175,9 @@ class ModelParallelStrategy(DistributedStrategy):
 
     # ---- placing the model: the written order -------------------------------------------------
     def module_init_context(self) -> AbstractContextManager[Any]:
-        """configure_model builds on the meta device: each rank allocates only its stages' shards."""
-        return torch.device("meta")
+        """configure_model builds on the meta device: each rank allocates only its stages' shards;
+        the parameters it registers are recorded (a tie its own parallelize_module splits)."""
+        return self._ties_seen.recording("meta")
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         refuse_keras(module, self.name)
@@ -185,14 +187,14 @@ class ModelParallelStrategy(DistributedStrategy):
         # Built on the meta device (configure_model): cut, split and sharded there, then only this
         # rank's layers and shards are allocated (materialize, after 4), torchtitan's order.
         on_meta = bool(meta_tensor_names(module))
+        # Tied weights, found while the model is whole (or as configure_model registered them): the
+        # cut and tensor parallelism replace or drop parameters, after which nothing shows the ties.
+        ties = self._ties_seen.ties(module)
         module = self.precision.convert_module(module, device=None if on_meta else self._device)
-        # Tied weights, found while the model is whole: the cut and tensor parallelism replace
-        # or drop parameters, after which nothing shows which names were one tensor.
-        ties = tied_parameters(module)
         stage_parts = self._cut_pipeline(module)  # 1
         if tp > 1 and plan is not None:
             apply_tp(module, mesh.submesh("tp"), plan)  # 2
-            retie_after_tp(module, ties)
+        retie_after_tp(module, ties, plan=PLAN if plan is not None else OWN_PLAN)  # configure_model's split too
         if mesh.group_size("pp") > 1 and ties:
             # Before data parallelism: the copies are made equal on tensors it has not sharded yet.
             # On meta the copies are made equal once materialized (each stage initialised its own).

@@ -1,7 +1,8 @@
 """Tied weights (one ``nn.Parameter`` registered under several names, as GPT-2's or Gemma's
 output head shares the token embedding's matrix) kept tied under tensor and pipeline parallelism.
 
-Found before anything is split (``tied_parameters``), then:
+Found before anything is split (``tied_parameters``; ``TieRecorder`` for the ties a model's own
+``configure_model(mesh)`` makes or splits with ``parallelize_module``), then:
 
 - tensor parallel (``retie_after_tp``): ``parallelize_module`` converts each plan entry's
   parameters to a new DTensor parameter, so the two names end up holding two separate copies.
@@ -17,8 +18,11 @@ Found before anything is split (``tied_parameters``), then:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping
+import functools
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -59,20 +63,25 @@ def _differ(names: Mapping[str, str]) -> str:
     return "; ".join(f"{name}: {where}" for name, where in names.items())
 
 
-def refuse_different_layouts(group: tuple[str, ...], layouts: Mapping[str, str], *, how: str) -> None:
+PLAN = "tensor_parallel_plan()"
+OWN_PLAN = "the parallelize_module plan configure_model(mesh) applies"
+
+
+def refuse_different_layouts(group: tuple[str, ...], layouts: Mapping[str, str], *, how: str, plan: str = PLAN) -> None:
     """Raise if the names of one tied parameter were split in different ways."""
     if len(set(layouts.values())) > 1:
         raise ValueError(
             f"{' and '.join(group)} are one tied parameter, but {how} splits them differently "
             f"({_differ(layouts)}), so they cannot stay one tensor and would train as separate weights. "
-            "Give both the same placement in tensor_parallel_plan() (e.g. the embedding RowwiseParallel and "
+            f"Give both the same placement in {plan} (e.g. the embedding RowwiseParallel and "
             "the output ColwiseParallel: both Shard(0) over the vocabulary), or leave both out of the plan, "
             "or untie them in the model (give the output its own nn.Parameter)"
         )
 
 
-def retie_after_tp(module: nn.Module, ties: list[tuple[str, ...]]) -> None:
-    """After ``parallelize_module``: each tied group this module holds is one parameter again."""
+def retie_after_tp(module: nn.Module, ties: list[tuple[str, ...]], *, plan: str = PLAN) -> None:
+    """After ``parallelize_module``: each tied group this module holds is one parameter again
+    (``plan``: where the split was asked for, named in a refusal)."""
     for group in ties:
         names = held_names(module, group)
         parameters = {name: module.get_parameter(name) for name in names}
@@ -80,11 +89,117 @@ def retie_after_tp(module: nn.Module, ties: list[tuple[str, ...]]) -> None:
         if all(p is first for p in parameters.values()):
             continue  # left alone by the plan: still one parameter
         refuse_different_layouts(
-            group, {name: layout(p) for name, p in parameters.items()}, how="the tensor-parallel plan"
+            group, {name: layout(p) for name, p in parameters.items()}, how="the tensor-parallel plan", plan=plan
         )
         for name in names[1:]:
             owner, _, attribute = name.rpartition(".")
             setattr(module.get_submodule(owner), attribute, first)
+
+
+class TieRecorder:
+    """Every place (module, attribute) each parameter was registered at while ``recording()``,
+    the replaced one included: a tie made or split inside ``configure_model(mesh)`` (the model's
+    own ``parallelize_module`` gives each name a new DTensor parameter) leaves no trace in the
+    finished model, but the original parameter was registered under both names here.
+
+    torch's global parameter-registration hook sees ``register_parameter`` and attribute
+    assignment (``parallelize_module`` and ``self.b.weight = self.a.weight`` both go through it);
+    a parameter written straight into ``_parameters`` is not seen. Each recorded parameter is
+    held (so that no other object takes its ``id``) until ``ties()`` reads them at
+    ``setup_module``; once the build ends, only those registered under two or more names.
+    """
+
+    def __init__(self) -> None:
+        self._places: dict[int, list[tuple[nn.Module, str]]] = {}
+        self._held: dict[int, nn.Parameter] = {}
+        self._watched: dict[int, weakref.ref[nn.Parameter]] = {}
+
+    @contextlib.contextmanager
+    def recording(self, device: str) -> Iterator[None]:
+        """Record while building on ``device`` (the default device inside)."""
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+
+        handle = register_module_parameter_registration_hook(self._record)
+        try:
+            with torch.device(device):
+                yield
+        finally:
+            handle.remove()
+            for key in [key for key, places in self._places.items() if len(places) < 2 and key in self._held]:
+                self._forget(key)  # under one name only: no tie, nothing to hold
+
+    def _record(self, module: nn.Module, name: str, parameter: nn.Parameter) -> None:
+        replaced = module._parameters.get(name)
+        if replaced is not None:
+            self._note(replaced, module, name, hold=False)
+        self._note(parameter, module, name, hold=True)
+
+    def _note(self, parameter: nn.Parameter, module: nn.Module, name: str, *, hold: bool) -> None:
+        key = id(parameter)
+        places = self._places.setdefault(key, [])
+        if not any(owner is module and attribute == name for owner, attribute in places):
+            places.append((module, name))
+        if hold or len(places) > 1 or key in self._held:
+            self._held[key] = parameter
+            self._watched.pop(key, None)
+        elif key not in self._watched:
+            # Made before recording and replaced now (an eager model's weight that its own
+            # parallelize_module splits): held weakly, so that the whole weight is freed as
+            # without recording; its entry goes with it, before another object can take its id.
+            # Alive after the build, it is still held elsewhere: under another name, perhaps.
+            self._watched[key] = weakref.ref(parameter, functools.partial(self._freed, key))
+
+    def _freed(self, key: int, _: object) -> None:
+        self._forget(key)
+
+    def _forget(self, key: int) -> None:
+        self._places.pop(key, None)
+        self._held.pop(key, None)
+        self._watched.pop(key, None)
+
+    def _original(self, key: int) -> nn.Parameter | None:
+        if key in self._held:
+            return self._held[key]
+        watched = self._watched.get(key)
+        return watched() if watched is not None else None
+
+    def ties(self, module: nn.Module) -> list[tuple[str, ...]]:
+        """``module``'s tied groups: those still one parameter and those split while recording
+        (each side now a DTensor, or the original on a side left whole). A side holding another
+        plain parameter was replaced by the model itself: untied on purpose, left alone."""
+        groups = [set(group) for group in tied_parameters(module)]
+        current = dict(module.named_parameters(remove_duplicate=False))
+        prefixes: dict[int, list[str]] = {}
+        for prefix, submodule in module.named_modules(remove_duplicate=False):
+            prefixes.setdefault(id(submodule), []).append(prefix)
+        for key, places in self._places.items():
+            original = self._original(key)
+            names = {
+                f"{prefix}.{attribute}" if prefix else attribute
+                for owner, attribute in places
+                for prefix in prefixes.get(id(owner), [])
+            } & current.keys() | {name for name, p in current.items() if p is original}
+            held = [current[name] for name in names]
+            if len(names) < 2 or all(p is held[0] for p in held):
+                continue  # not shared, or still one parameter (tied_parameters has it)
+            if all(p is original or is_dtensor(p) for p in held):
+                groups.append(names)
+        self._places.clear()
+        self._held.clear()
+        self._watched.clear()
+        return _merged(groups, list(current))
+
+
+def _merged(groups: list[set[str]], order: list[str]) -> list[tuple[str, ...]]:
+    """Overlapping groups joined, each in registration order, in order of their first name."""
+    joined: list[set[str]] = []
+    for group in groups:
+        for other in [g for g in joined if g & group]:
+            group = group | other
+            joined.remove(other)
+        joined.append(group)
+    position = {name: index for index, name in enumerate(order)}
+    return sorted((tuple(sorted(g, key=position.__getitem__)) for g in joined), key=lambda g: position[g[0]])
 
 
 @dataclasses.dataclass(frozen=True)
