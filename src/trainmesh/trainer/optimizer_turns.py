@@ -27,7 +27,7 @@ import functools
 import inspect
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.legacy_optimizer_hooks import declares_optimizer_idx
@@ -37,8 +37,7 @@ from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
-if TYPE_CHECKING:
-    from trainmesh.trainer.automatic_optimization import TrainingBatches
+# ``batches`` below: automatic_optimization.TrainingBatches (not imported: it imports this module).
 
 # Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_optimizer_idx.py).
 _TESTED_STRATEGIES = ("single", "ddp")
@@ -55,7 +54,7 @@ class WithOptimizerIdx:
         return self.function(self.owner, batch, batch_idx, self.index, *args, **kwargs)
 
 
-def optimizer_turns(batches: TrainingBatches) -> OptimizerTurns | None:
+def optimizer_turns(batches: Any) -> OptimizerTurns | None:
     """At an epoch's start, before its first batch: the 1.x loop where ``training_step`` declares
     ``optimizer_idx`` and there are several optimizers; None for the usual loop (a lone optimizer's
     index, 0, passed where it is declared). Refuses what neither Lightning ran."""
@@ -106,7 +105,7 @@ def optimizer_turns(batches: TrainingBatches) -> OptimizerTurns | None:
 class OptimizerTurns:
     """One epoch of 1.x's several-optimizer loop, on the TrainingBatches' parts (train, closure, step)."""
 
-    def __init__(self, batches: TrainingBatches, training_step: WithOptimizerIdx) -> None:
+    def __init__(self, batches: Any, training_step: WithOptimizerIdx) -> None:
         self.batches, self.training_step = batches, training_step
         state = batches.ctx.state
         self.optimizers = list(state.optimizers)
@@ -157,13 +156,14 @@ class OptimizerTurns:
             if not steps:
                 assert train is not None
                 return train()
-            return batches.step_one(optimizer, batch_idx, train, self.optimizer_step)
+            stepped: StepResult | None = batches.step_one(optimizer, batch_idx, train, self.optimizer_step)
+            return stepped
         finally:
             untoggle_optimizer(saved)
 
     def _train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
-        result = self.batches._train(batch, batch_idx, sync_grads)
-        if result.num_tokens is not None:  # checked before backward's gradients reach any step
+        result: StepResult = self.batches._train(batch, batch_idx, sync_grads)
+        if result.num_tokens is not None:  # checked inside the closure, before the optimizer steps
             raise ValueError(
                 f"{type(self.batches.module).__name__}.training_step returned num_tokens with optimizer_idx: a summed "
                 "loss over tokens divides every gradient by the window's count, which mixes the optimizers' turns. "
