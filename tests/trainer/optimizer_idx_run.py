@@ -22,8 +22,8 @@ SAMPLES, BATCH, EPOCHS, CLIP = 24, 4, 2, 0.5
 
 
 class Gan(tm.Module):
-    """variant: "plain" ([g, d], [scheduler of g]), "freq" (dicts with frequencies 1 and 2 and step
-    schedulers), "acc" (as plain, under accumulate_grad_batches=2)."""
+    """variant: "plain" ([g, d], [scheduler of g]), "freq" (dicts with frequencies 1 and 2, an epoch
+    and a step scheduler), "acc" (as plain, under accumulate_grad_batches=2)."""
 
     def __init__(self, variant: str):
         super().__init__()
@@ -45,7 +45,8 @@ class Gan(tm.Module):
         if self.variant == "freq":
             step = torch.optim.lr_scheduler.StepLR
             return [
-                {"optimizer": g, "frequency": 1, "lr_scheduler": {"scheduler": step(g, 1, 0.9), "interval": "step"}},
+                # an epoch scheduler of an optimizer not active at the epoch's last batch: 1.x does not step it
+                {"optimizer": g, "frequency": 1, "lr_scheduler": {"scheduler": step(g, 1, 0.5), "interval": "epoch"}},
                 {"optimizer": d, "frequency": 2, "lr_scheduler": {"scheduler": step(d, 1, 0.8), "interval": "step"}},
             ]
         return [g, d], [torch.optim.lr_scheduler.StepLR(g, 1, 0.5)]

@@ -87,8 +87,8 @@ def optimizer_turns(batches: Any) -> OptimizerTurns | None:
         raise ValueError(
             f"{name}.training_step(batch, batch_idx, optimizer_idx) with {count} optimizers (Lightning 1.x's automatic "
             f"optimization) runs under strategy 'single' or 'ddp', where its weights are checked against Lightning "
-            f"1.9's; not under '{strategy}'. Use manual optimization (self.automatic_optimization = False), which "
-            f"'{strategy}' trains, or strategy='ddp'"
+            f"1.9's; not under '{strategy}'. Use strategy='ddp', or manual optimization (self.automatic_optimization "
+            f"= False) where '{strategy}' trains it"
         )
     turn = ctx.hooks.optimizer_turn
     if not turn.announced:
@@ -195,3 +195,15 @@ class OptimizerTurns:
             owner = self.turn.index_of_scheduler(config.scheduler)
             if config.interval == "step" and (batch_idx + 1) % config.frequency == 0 and owner in due:
                 step_scheduler(config, callback_metrics(state), custom)
+
+
+def epoch_scheduler_due(state: Any, scheduler: Any) -> bool:
+    """Lightning 1.x with optimizer frequencies steps an epoch-interval scheduler only where its optimizer
+    is the active one at the epoch's last batch (counted over the whole fit); without frequencies, always."""
+    frequencies = state.optimizer_frequencies
+    if not frequencies or len(frequencies) != len(state.optimizers) or state.num_training_batches == float("inf"):
+        return True
+    cycle = list(itertools.accumulate(frequencies))
+    last = (state.current_epoch + 1) * int(state.num_training_batches) - 1
+    index: int = state.hooks.optimizer_turn.index_of_scheduler(scheduler)
+    return bisect.bisect_right(cycle, last % cycle[-1]) == index
