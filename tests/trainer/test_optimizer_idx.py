@@ -344,3 +344,29 @@ def test_a_1x_gan_under_a_strategy_not_checked_against_lightning_1_9_is_refused_
         trainer.fit(module, data())
     assert trainer.global_step == 0
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+
+
+def _shape(outputs):
+    """Lists as lists, a dict as its keys, a tensor as "T"."""
+    if isinstance(outputs, list):
+        return [_shape(item) for item in outputs]
+    return sorted(outputs) if isinstance(outputs, dict) else "T"
+
+
+@pytest.mark.parametrize(("variant", "per_batch"), [("plain", [["loss"], ["loss"]]), ("freq", [["loss"]])])
+def test_the_batch_and_epoch_end_outputs_have_lightning_1_9s_shape(monkeypatch, variant, per_batch):
+    """1.9.5: on_train_batch_end gets one {"loss": ...} per active optimizer; training_epoch_end a list of those."""
+    import optimizer_idx_run
+
+    seen = {}
+
+    class Recording(Gan):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            seen.setdefault("batch_end", _shape(outputs))
+
+        def training_epoch_end(self, outputs):
+            seen.setdefault("epoch_end", _shape(outputs))
+
+    monkeypatch.setattr(optimizer_idx_run, "Gan", Recording)
+    fit(variant)
+    assert seen == {"batch_end": per_batch, "epoch_end": [per_batch] * 6}

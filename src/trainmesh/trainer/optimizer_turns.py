@@ -29,6 +29,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.legacy_optimizer_hooks import declares_optimizer_idx
 from trainmesh.trainer.manual_optimization import toggle_optimizer, untoggle_optimizer
@@ -129,11 +131,13 @@ class OptimizerTurns:
             train = functools.partial(self._train, batch, batch_idx, steps_now)
             result = self._turn(index, batch_idx, train, steps=steps_now)
             if result is not None:
-                outputs.append(result.output)
+                # 1.9's outputs (on_train_batch_end, training_epoch_end): one per active optimizer, a loss as a dict
+                output = result.output
+                outputs.append({"loss": output} if isinstance(output, torch.Tensor) else output)
         if steps_now:
             self._stepped(batch_idx)
         assert result is not None  # a closure that trains ran (checked)
-        return StepResult(result.loss, outputs[0] if len(outputs) == 1 else outputs, result.num_tokens)
+        return StepResult(result.loss, outputs, result.num_tokens)
 
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window: each active optimizer steps on what it has."""
