@@ -370,3 +370,14 @@ def test_the_batch_and_epoch_end_outputs_have_lightning_1_9s_shape(monkeypatch, 
     monkeypatch.setattr(optimizer_idx_run, "Gan", Recording)
     fit(variant)
     assert seen == {"batch_end": per_batch, "epoch_end": [per_batch] * 6}
+
+
+def test_a_toggle_optimizer_override_in_the_1x_loop_is_refused_before_training():
+    class Toggling(Gan):
+        def toggle_optimizer(self, optimizer, optimizer_idx):
+            raise AssertionError("not called")
+
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.raises(ValueError, match="Toggling overrides toggle_optimizer.*manual optimization"):
+        trainer.fit(Toggling("plain"), data())
+    assert trainer.global_step == 0

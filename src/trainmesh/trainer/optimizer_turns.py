@@ -92,6 +92,14 @@ def optimizer_turns(batches: Any) -> OptimizerTurns | None:
             f"1.9's; not under '{strategy}'. Use strategy='ddp', or manual optimization (self.automatic_optimization "
             f"= False) where '{strategy}' trains it"
         )
+    overridden = [hook for hook in ("toggle_optimizer", "untoggle_optimizer") if ctx.hooks.module_overrides(hook)]
+    if overridden:
+        raise ValueError(
+            f"{name} overrides {' and '.join(overridden)}, which Lightning 1.x's several-optimizer loop called around "
+            "each optimizer's turn; trainmesh toggles the parameters itself there and would skip your override. "
+            "Move that code to manual optimization (self.automatic_optimization = False), where training_step calls "
+            "self.toggle_optimizer(opt) itself, or drop the override"
+        )
     turn = ctx.hooks.optimizer_turn
     if not turn.announced:
         turn.announced = True
