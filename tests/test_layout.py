@@ -23,6 +23,8 @@ COVERED_BY: dict[str, list[str]] = {
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
+    "trainer/legacy_optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
+    "trainer/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],
     "runtime_optimizer.py": ["test_runtime.py"],
     "checkpoint/verifying_reader.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "accelerators.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],

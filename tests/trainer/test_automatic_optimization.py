@@ -23,7 +23,6 @@ from optimizer_step_run import (  # noqa: E402
     network,
     sgd,
     torch_reference,
-    warm_up,
 )
 
 import trainmesh as tm  # noqa: E402
@@ -223,24 +222,20 @@ def test_an_optimizer_step_that_never_runs_the_closure_stops_the_fit(how):
 
 
 class TwoOptimizers(Net):
-    """trainmesh's automatic optimization with several optimizers: one training_step, each steps."""
+    """Several optimizers and a training_step without optimizer_idx: neither Lightning 1.x nor 2.x runs it."""
 
     def configure_optimizers(self):
         return [sgd(self.net[0].parameters()), sgd(self.net[2].parameters())]
 
-    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
-        self.seen = [*getattr(self, "seen", []), optimizer.optimizer]
-        optimizer.step(closure=optimizer_closure)
-        warm_up(optimizer, self.trainer.global_step)
 
-
-def test_with_several_optimizers_optimizer_step_is_called_for_each():
+def test_several_optimizers_without_optimizer_idx_are_refused_before_training():
     module = TwoOptimizers()
-    trainer = quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=2)
-    trainer.fit(module, loader())
-    inner = [optimizer.optimizer for optimizer in trainer.optimizers]
-    assert module.seen == inner * (EPOCHS * 6)
-    assert_same_weights(module, torch_reference(batch_size=8, accumulate=2))
+    before = [p.detach().clone() for p in module.parameters()]
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.raises(ValueError, match=r"returned 2 optimizers, but training_step takes no optimizer_idx.*manual"):
+        trainer.fit(module, loader())
+    assert trainer.global_step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
 
 
 class LBFGSNet(Net):

@@ -117,9 +117,10 @@ class DDPStrategy(DistributedStrategy):
             # compiling DDP(dispatcher) instead would trace training_step, logging and all.
             apply_compile(module, options=self.placement.compile)
         options = self.ddp_options
-        if getattr(module, "automatic_optimization", True) is False:
-            # Manual optimization (a GAN): each backward reaches only one optimizer's parameters, so
-            # the reducer must be told which ones the loss leaves out (Lightning 1.x's default).
+        if getattr(module, "automatic_optimization", True) is False or _steps_each_optimizer(module):
+            # Manual optimization (a GAN), or Lightning 1.x's training_step(batch, batch_idx, optimizer_idx):
+            # each backward reaches only one optimizer's parameters, so the reducer must be told which
+            # ones the loss leaves out (Lightning 1.x's default).
             options = {**options, "find_unused_parameters": True}
         return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
 
@@ -302,6 +303,16 @@ class ReducerSync(ManualSync):
     def backward(self, loss: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
         prepare_reducer(self._module, loss)
         run(loss)
+
+
+def _steps_each_optimizer(module: nn.Module) -> bool:
+    """Whether ``training_step`` declares Lightning 1.x's ``optimizer_idx`` (run once per optimizer, the
+    others' parameters frozen: trainer/optimizer_turns.py)."""
+    try:
+        training_step = inspect.getattr_static(type(module), "training_step")
+        return "optimizer_idx" in inspect.signature(training_step).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor, *, always: bool = False) -> None:

@@ -33,6 +33,7 @@ import torch
 from trainmesh.strategies.step import StepHooks, StepResult, tokens_in
 from trainmesh.trainer import manual_optimization
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, then_hooks, with_backward_hooks
+from trainmesh.trainer.optimizer_turns import optimizer_turns
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.token_loss import TokenLossWindow
@@ -51,8 +52,11 @@ class TrainingBatches:
         self.window = TokenLossWindow(type(self.module).__name__)  # a summed loss's tokens until the step
         self.manual = state.manual_backward is not None  # the module steps its optimizers itself
         self.hooks = hooks = LoopStepHooks(ctx.hooks, runtime)
+        _start_turns(ctx, self.manual)
+        # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx), once per optimizer (optimizer_turns.py)
+        self.turns = optimizer_turns(self)
         needs_closure = any(isinstance(o.optimizer, torch.optim.LBFGS) for o in state.optimizers)
-        self.through_hook = not self.manual and (hooks.custom_step or needs_closure)
+        self.through_hook = not self.manual and (hooks.custom_step or needs_closure or self.turns is not None)
         # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
         self.zero_in_window = not self.manual and (hooks.zero_in_window or self.through_hook)
         self.step_hooks = _step_hooks(ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window)
@@ -71,6 +75,8 @@ class TrainingBatches:
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
         """Train on one batch; step the optimizers where ``steps_now`` (the window's last batch)."""
         self.backward.loss_check.batch_idx = batch_idx
+        if self.turns is not None:
+            return self.turns.run(batch, batch_idx, steps_now=steps_now)
         if self.zero_in_window:
             self._arm_zero_grad(batch_idx)
         if steps_now and self.through_hook:
@@ -85,7 +91,9 @@ class TrainingBatches:
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window (a loader without a length, or the module
         ended the epoch early): step on what was accumulated rather than carry it over."""
-        if self.through_hook:
+        if self.turns is not None:
+            self.turns.finish_window(batch_idx)
+        elif self.through_hook:
             self._step_through_hook(batch_idx, None)
         else:
             self.step(batch_idx)
@@ -119,9 +127,8 @@ class TrainingBatches:
         self._stepped(batch_idx)
 
     def _step_through_hook(self, batch_idx: int, train: Callable[[], StepResult] | None) -> StepResult | None:
-        """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for each optimizer (one in a
-        Lightning 2.x program; with several, trainmesh's automatic optimization steps each after one
-        training_step: the first one's closure trains, the others' find the gradients computed)."""
+        """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for the optimizer (several take
+        turns only through Lightning 1.x's optimizer_idx: optimizer_turns.py; otherwise they are refused)."""
         state, name = self.ctx.state, type(self.module).__name__
         optimizer_step = getattr(self.module, "optimizer_step", _default_optimizer_step)
         first: OptimizerClosure | None = None
@@ -140,6 +147,23 @@ class TrainingBatches:
                 optimizer.zero_grad()
         self._stepped(batch_idx)
         return first.result if first is not None else None
+
+    def step_one(
+        self,
+        optimizer: Any,
+        batch_idx: int,
+        train: Callable[[], StepResult] | None,
+        optimizer_step: Callable[..., Any] | None,
+    ) -> StepResult | None:
+        """One optimizer's ``optimizer_step`` with a closure that trains (where ``train``) and closes the window."""
+        state = self.ctx.state
+        closure = OptimizerClosure(
+            train, self._close_window, last_loss=lambda: state.loop.last_loss, divisor=self.accumulate
+        )
+        stepping = HookedOptimizer(optimizer, functools.partial(self._before_step, optimizer))
+        (optimizer_step or _default_optimizer_step)(state.current_epoch, batch_idx, stepping, closure)
+        closure.check_ran(type(self.module).__name__)
+        return closure.result
 
     def _close_window(self) -> None:
         # A summed loss's gradients are complete now (all batches of the window, reduced over the
@@ -193,6 +217,15 @@ class TrainingBatches:
             if self.hooks.before_zero_grad:
                 self.ctx.hooks.call("on_before_zero_grad", optimizer.optimizer)
             zero_grad(state.current_epoch, batch_idx, optimizer.optimizer)
+
+
+def _start_turns(ctx: LoopContext, manual: bool) -> None:
+    """The optimizers Lightning 1.x's optimizer_idx hooks are indexed in (legacy_optimizer_hooks.py): the
+    first is in turn unless several take turns; manual_backward's has none (1.x passed None)."""
+    turn, optimizers = ctx.hooks.optimizer_turn, [o.optimizer for o in ctx.state.optimizers]
+    turn.optimizers = optimizers
+    turn.current = None if manual or not optimizers else (optimizers[0], 0)
+    turn.native_amp = ctx.runtime.precision.name in ("16-mixed", "bf16-mixed")
 
 
 def _default_optimizer_step(epoch: int, batch_idx: int, optimizer: Any, closure: Callable[[], Any]) -> None:

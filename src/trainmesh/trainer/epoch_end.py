@@ -6,6 +6,7 @@ from __future__ import annotations
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
+from trainmesh.trainer.optimizer_turns import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.results import StageResults
@@ -56,4 +57,5 @@ def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short:
     custom = state.module.lr_scheduler_step if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs if state.manual_backward is None else []:
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
-            step_scheduler(config, callback_metrics(state), custom)
+            if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies
+                step_scheduler(config, callback_metrics(state), custom)

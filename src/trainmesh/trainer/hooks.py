@@ -10,6 +10,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import defines_hook, overrides
 from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
+from trainmesh.trainer.legacy_optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 
@@ -145,6 +146,10 @@ class HookDispatcher:
         fit_hook_arities(module)
         for callback in callbacks:
             fit_hook_arities(callback, leading=2)
+        # Lightning 1.x's optimizer hooks with optimizer_idx: called with 1.x's arguments (the loop sets the turn)
+        self.optimizer_turn = OptimizerTurn()
+        if module is not None:
+            adapt_optimizer_idx_hooks(module, callbacks, self.optimizer_turn)
 
     @property
     def module(self) -> Any:

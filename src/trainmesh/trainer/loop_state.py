@@ -99,6 +99,7 @@ class LoopState:
     datamodule: Any = None
     optimizers: list[Any] = field(default_factory=list)
     lr_scheduler_configs: list[SchedulerConfig] = field(default_factory=list)
+    optimizer_frequencies: list[int] = field(default_factory=list)  # Lightning 1.x's, per optimizer ([]: none)
     hooks: HookDispatcher | None = None
     val_loaders: list[Any] = field(default_factory=list)
     # manual_optimization.ManualBackward, set by fit for a manual-optimization module

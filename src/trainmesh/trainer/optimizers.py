@@ -40,6 +40,26 @@ def parse_optimizers(
     return optimizers, configs
 
 
+def optimizer_frequencies(returned: Any, owner: str) -> list[int]:
+    """Lightning 1.x's ``"frequency"`` of each optimizer dict in a list (``[{"optimizer": d, "frequency":
+    5}, {"optimizer": g, "frequency": 1}]``: five batches for the first, then one for the second);
+    [] where none is given. 1.x's rule: given for every optimizer, or for none."""
+    if not (isinstance(returned, Sequence) and not isinstance(returned, (str, bytes))):
+        return []
+    dicts = [entry for entry in returned if isinstance(entry, Mapping)]
+    given = [entry["frequency"] for entry in dicts if entry.get("frequency") is not None]
+    if not given:
+        return []
+    if len(given) != len(returned):
+        raise ValueError(f"{owner}.configure_optimizers(): a 'frequency' must be given to each optimizer, or to none")
+    for frequency in given:
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+            raise ValueError(
+                f"{owner}.configure_optimizers(): an optimizer's frequency must be an int >= 1, got {frequency!r}"
+            )
+    return list(given)
+
+
 def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     if returned is None:
         raise TypeError(f"{owner}.configure_optimizers() returned None; return {_FORMS}")

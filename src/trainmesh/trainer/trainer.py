@@ -36,7 +36,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
-from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
+from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import MetricSink
@@ -437,12 +437,14 @@ class Trainer:
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.sink.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
+            returned = cast(Module, model).configure_optimizers()
             optimizers, state.lr_scheduler_configs = parse_optimizers(
-                cast(Module, model).configure_optimizers(),
+                returned,
                 type(model).__name__,
                 # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
                 custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
             )
+            state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
             state.optimizers = runtime.setup_optimizers(*optimizers)
             point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
             share_loop_state(runtime, state, fault_tolerant=self._fault_tolerant)  # to groups recovering from a peer

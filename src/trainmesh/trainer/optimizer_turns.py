@@ -1,0 +1,221 @@
+"""Lightning 1.x's automatic optimization with several optimizers: ``training_step(batch, batch_idx,
+optimizer_idx)`` once per optimizer per batch.
+
+pytorch-lightning 1.9.5 (``loops/optimization/optimizer_loop.py``, ``loops/utilities.py``,
+``loops/epoch/training_epoch_loop.py``) runs each batch as, for each active optimizer in turn::
+
+    toggle_optimizer(optimizer, optimizer_idx)        # the others' parameters: requires_grad off
+    closure = training_step(batch, batch_idx, optimizer_idx), training_step_end,
+              [a window's first batch: on_before_zero_grad(optimizer), optimizer_zero_grad(...)],
+              backward (on_before_backward, backward, on_after_backward)
+    accumulation batch: closure()
+    step batch:         optimizer_step(epoch, batch_idx, optimizer, optimizer_idx, closure, ...)
+    untoggle_optimizer(optimizer_idx)
+
+The active optimizers are all of them, or, where ``configure_optimizers`` gave each a
+``"frequency"``, the one whose share of the cycle ``batch_idx`` falls in. ``global_step`` counts
+optimizer steps (two per batch for a GAN), and a step-interval scheduler steps after the batch,
+where its optimizer was active. Lightning 2.0 removed this (manual optimization is the 2.x way),
+so it comes with one deprecation line. Several optimizers with a ``training_step`` that takes no
+``optimizer_idx`` are refused before training, as Lightning 1.x and 2.x refuse them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.legacy_optimizer_hooks import declares_optimizer_idx
+from trainmesh.trainer.manual_optimization import toggle_optimizer, untoggle_optimizer
+from trainmesh.trainer.optimizers import step_scheduler
+from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.token_loss import TokenLossWindow
+from trainmesh.utilities.rank_zero import rank_zero_deprecation
+
+# ``batches`` below: automatic_optimization.TrainingBatches (not imported: it imports this module).
+
+# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_optimizer_idx.py).
+_TESTED_STRATEGIES = ("single", "ddp")
+
+
+class WithOptimizerIdx:
+    """``training_step(batch, batch_idx)`` called as ``training_step(batch, batch_idx, index)``; a plain
+    object (it pickles with the module), set on the instance for the run."""
+
+    def __init__(self, function: Any, owner: Any) -> None:
+        self.function, self.owner, self.index = function, owner, 0
+
+    def __call__(self, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
+        return self.function(self.owner, batch, batch_idx, self.index, *args, **kwargs)
+
+
+def optimizer_turns(batches: Any) -> OptimizerTurns | None:
+    """At an epoch's start, before its first batch: the 1.x loop where ``training_step`` declares
+    ``optimizer_idx`` and there are several optimizers; None for the usual loop (a lone optimizer's
+    index, 0, passed where it is declared). Refuses what neither Lightning ran."""
+    ctx, module = batches.ctx, batches.module
+    name, count = type(module).__name__, len(ctx.state.optimizers)
+    function = inspect.getattr_static(type(module), "training_step", None)
+    takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
+    if batches.manual and takes_index and count > 1:
+        raise ValueError(
+            f"{name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
+            "= False), where training_step steps its optimizers itself (opt_g, opt_d = self.optimizers()). Remove "
+            "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x)"
+        )
+    if not takes_index:
+        if count > 1 and not batches.manual:
+            raise ValueError(
+                f"{name}.configure_optimizers returned {count} optimizers, but training_step takes no optimizer_idx: "
+                "in automatic optimization Lightning calls training_step once per optimizer with its index (1.x: "
+                "training_step(self, batch, batch_idx, optimizer_idx)), and 2.x refuses several optimizers. Use manual "
+                "optimization (self.automatic_optimization = False; opt_a, opt_b = self.optimizers() in training_step; "
+                "the Lightning 2.x way), add optimizer_idx, or return one optimizer"
+            )
+        return None
+    wrapper = WithOptimizerIdx(function, module)
+    object.__setattr__(module, "training_step", wrapper)
+    if count == 1 or batches.manual:
+        return None  # one optimizer: its index, 0
+    strategy = ctx.runtime.strategy_name
+    if strategy not in _TESTED_STRATEGIES:
+        raise ValueError(
+            f"{name}.training_step(batch, batch_idx, optimizer_idx) with {count} optimizers (Lightning 1.x's automatic "
+            f"optimization) runs under strategy 'single' or 'ddp', where its weights are checked against Lightning "
+            f"1.9's; not under '{strategy}'. Use strategy='ddp', or manual optimization (self.automatic_optimization "
+            f"= False) where '{strategy}' trains it"
+        )
+    overridden = [hook for hook in ("toggle_optimizer", "untoggle_optimizer") if ctx.hooks.module_overrides(hook)]
+    if overridden:
+        raise ValueError(
+            f"{name} overrides {' and '.join(overridden)}, which Lightning 1.x's several-optimizer loop called around "
+            "each optimizer's turn; trainmesh toggles the parameters itself there and would skip your override. "
+            "Move that code to manual optimization (self.automatic_optimization = False), where training_step calls "
+            "self.toggle_optimizer(opt) itself, or drop the override"
+        )
+    turn = ctx.hooks.optimizer_turn
+    if not turn.announced:
+        turn.announced = True
+        rank_zero_deprecation(
+            f"{name}.training_step takes optimizer_idx: Lightning 1.x's automatic optimization with {count} optimizers "
+            "(training_step once per optimizer, the others' parameters frozen), removed in Lightning 2.0. trainmesh "
+            "runs it as 1.x did; the 2.x way is manual optimization (self.automatic_optimization = False, then "
+            "opt_a, opt_b = self.optimizers(), self.toggle_optimizer(opt_a), self.manual_backward(loss), opt_a.step())"
+        )
+    return OptimizerTurns(batches, wrapper)
+
+
+class OptimizerTurns:
+    """One epoch of 1.x's several-optimizer loop, on the TrainingBatches' parts (train, closure, step)."""
+
+    def __init__(self, batches: Any, training_step: WithOptimizerIdx) -> None:
+        self.batches, self.training_step = batches, training_step
+        state = batches.ctx.state
+        self.optimizers = list(state.optimizers)
+        self.turn = batches.ctx.hooks.optimizer_turn
+        name = type(batches.module).__name__
+        self.windows = [TokenLossWindow(name) for _ in self.optimizers]  # each optimizer's own losses
+        frequencies = state.optimizer_frequencies
+        self.cycle = list(itertools.accumulate(frequencies)) if len(frequencies) == len(self.optimizers) else []
+        self.optimizer_step = getattr(batches.module, "optimizer_step", None)
+        self.zero_grad = getattr(batches.module, "optimizer_zero_grad", None)
+
+    def active(self, batch_idx: int) -> list[int]:
+        """1.x's ``_get_active_optimizers``: every optimizer, or the one whose frequency share holds ``batch_idx``."""
+        if not self.cycle:
+            return list(range(len(self.optimizers)))
+        return [bisect.bisect_right(self.cycle, batch_idx % self.cycle[-1])]
+
+    def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        outputs, result = [], None
+        for index in self.active(batch_idx):
+            train = functools.partial(self._train, batch, batch_idx, steps_now)
+            result = self._turn(index, batch_idx, train, steps=steps_now)
+            if result is not None:
+                # 1.9's outputs (on_train_batch_end, training_epoch_end): one per active optimizer, a loss as a dict
+                output = result.output
+                outputs.append({"loss": output} if isinstance(output, torch.Tensor) else output)
+        if steps_now:
+            self._stepped(batch_idx)
+        assert result is not None  # a closure that trains ran (checked)
+        return StepResult(result.loss, outputs, result.num_tokens)
+
+    def finish_window(self, batch_idx: int) -> None:
+        """The epoch ended inside an accumulation window: each active optimizer steps on what it has."""
+        for index in self.active(batch_idx):
+            self._turn(index, batch_idx, None, steps=True)
+        self._stepped(batch_idx)
+
+    def _turn(
+        self, index: int, batch_idx: int, train: Callable[[], StepResult] | None, *, steps: bool
+    ) -> StepResult | None:
+        batches, optimizer = self.batches, self.optimizers[index]
+        self.turn.current = (optimizer.optimizer, index)
+        self.training_step.index = index
+        batches.window = self.windows[index]
+        # 1.x's closure zeroes this optimizer's gradients at a window's first batch, after training_step
+        first = batch_idx % batches.accumulate == 0 and train is not None
+        batches.backward.zero_grad = functools.partial(self._zero_grad, optimizer, batch_idx) if first else None
+        saved = toggle_optimizer(batches.ctx.view, optimizer.optimizer)
+        try:
+            if not steps:
+                assert train is not None
+                return train()
+            stepped: StepResult | None = batches.step_one(optimizer, batch_idx, train, self.optimizer_step)
+            return stepped
+        finally:
+            untoggle_optimizer(saved)
+
+    def _train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
+        result: StepResult = self.batches._train(batch, batch_idx, sync_grads)
+        if result.num_tokens is not None:  # checked inside the closure, before the optimizer steps
+            raise ValueError(
+                f"{type(self.batches.module).__name__}.training_step returned num_tokens with optimizer_idx: a summed "
+                "loss over tokens divides every gradient by the window's count, which mixes the optimizers' turns. "
+                "Return a mean loss, or use manual optimization"
+            )
+        return result
+
+    def _zero_grad(self, optimizer: Any, batch_idx: int) -> None:
+        ctx = self.batches.ctx
+        if self.batches.hooks.before_zero_grad:
+            ctx.hooks.call("on_before_zero_grad", optimizer.optimizer)
+        if self.zero_grad is not None:
+            self.zero_grad(ctx.state.current_epoch, batch_idx, optimizer.optimizer)
+        else:
+            optimizer.optimizer.zero_grad()
+
+    def _stepped(self, batch_idx: int) -> None:
+        """1.x's count (every optimizer step) and its step-interval schedulers (those of an active optimizer)."""
+        ctx, batches = self.batches.ctx, self.batches
+        state = ctx.state
+        active = self.active(batch_idx)
+        state.global_step += len(active)
+        custom = batches.module.lr_scheduler_step if batches.hooks.custom_scheduler_step else None
+        # 1.x picks the schedulers' optimizers by the batches trained in the whole fit (total_batch_idx)
+        per_epoch = state.num_training_batches
+        total_batch_idx = state.current_epoch * int(per_epoch) + batch_idx if per_epoch != float("inf") else batch_idx
+        due = set(self.active(total_batch_idx))
+        for config in state.lr_scheduler_configs:
+            owner = self.turn.index_of_scheduler(config.scheduler)
+            if config.interval == "step" and (batch_idx + 1) % config.frequency == 0 and owner in due:
+                step_scheduler(config, callback_metrics(state), custom)
+
+
+def epoch_scheduler_due(state: Any, scheduler: Any) -> bool:
+    """Lightning 1.x with optimizer frequencies steps an epoch-interval scheduler only where its optimizer
+    is the active one at the epoch's last batch (counted over the whole fit); without frequencies, always."""
+    frequencies = state.optimizer_frequencies
+    if not frequencies or len(frequencies) != len(state.optimizers) or state.num_training_batches == float("inf"):
+        return True
+    cycle = list(itertools.accumulate(frequencies))
+    last = (state.current_epoch + 1) * int(state.num_training_batches) - 1
+    index: int = state.hooks.optimizer_turn.index_of_scheduler(scheduler)
+    return bisect.bisect_right(cycle, last % cycle[-1]) == index
