@@ -306,7 +306,7 @@ class Runtime:
         return self.precision.autocast()
 
     @property
-    def loss_backward(self) -> Callable[..., None]:
+    def _loss_backward(self) -> Callable[..., None]:
         """:meth:`backward` as one callable for a loop to hold through a run: ``Tensor.backward``
         itself where the precision scales no loss, so that a step makes no wrapper calls."""
         if self.precision.scaler is None:
@@ -321,7 +321,7 @@ class Runtime:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         return self.precision.optimizer_step(inner, closure)
 
-    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+    def _share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
         """``state()`` travels with the weights to a replica group that recovers from a live peer
         (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
         self.strategy.share_state_with_peers(key, state, load)
@@ -391,7 +391,7 @@ class Runtime:
     def barrier(self, name: str | None = None) -> None:
         collectives.barrier(self.mesh)
 
-    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+    def _collect_predictions(self, outputs: list[Any]) -> list[Any]:
         """Every data-parallel rank's predictions, in dataset order."""
         return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
 

@@ -109,7 +109,7 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     with evaluation_mode(ctx.hooks, ctx.state.model, "predict"):
         ctx.hooks.call("on_predict_start")
         outputs = [
-            ctx.runtime.collect_predictions(per_loader)
+            ctx.runtime._collect_predictions(per_loader)
             for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
         ]
         ctx.hooks.call("on_predict_end")
