@@ -60,9 +60,9 @@ THROUGH_THE_DOOR = {
     "trainmesh.checkpoint.keys": {"CheckpointKeys"},
     "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},
     # checkpoint/'s public face: files and paths, no collective ("last"/"best" resolution, reading
-    # and removing one checkpoint, format checks); sharded saves and loads go through the Runtime.
+    # and removing one checkpoint, format checks); sharded saves and loads, and the background
+    # writer (AsyncCheckpointIO: its own process group), go through the Runtime (checkpoint/saves.py).
     "trainmesh.checkpoint": {
-        "AsyncCheckpointIO",
         "CheckpointKeys",
         "CheckpointPlaces",
         "DamagedCheckpoint",
@@ -323,7 +323,8 @@ def one_door(source: Source) -> list[str]:
     """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
     strategies, checkpoint/'s internals or the supervision service, other than the value types
     and public names of ``THROUGH_THE_DOOR`` (``from torch import distributed`` and
-    ``from trainmesh.checkpoint import io`` count as imports of those modules)."""
+    ``from trainmesh.checkpoint import io`` count as imports of those modules); and
+    ``torch.distributed`` reached as an attribute of ``import torch``."""
     found = []
     for statement in imports(source):
         names = statement.names or ("",)
@@ -337,6 +338,11 @@ def one_door(source: Source) -> list[str]:
                 continue
             what = f"from {statement.module} import {name}" if name else f"import {statement.module}"
             found.append(entry(source, statement.line, what))
+    # ``import torch`` then ``torch.distributed.barrier()``: the door passed by attribute, no import of it.
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Attribute) and node.attr == "distributed":
+            if isinstance(node.value, ast.Name) and node.value.id == "torch":
+                found.append(entry(source, node, "torch.distributed (an attribute of torch)"))
     return sorted(set(found), key=_by_line)
 
 
@@ -633,6 +639,11 @@ VIOLATIONS = [
     (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
+    (
+        one_door,
+        "import torch\ndef f():\n    torch.distributed.barrier()\n",
+        "snippet.py:3: torch.distributed (an attribute of torch)",
+    ),
     (
         one_door,
         "def f():\n    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler\n",

@@ -18,6 +18,7 @@ from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.saves import CheckpointSaves
 from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
@@ -93,6 +94,8 @@ class Runtime:
         )
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/
+        # The Trainer's checkpoint writes, at once or in the background (checkpoint/saves.py).
+        self._checkpoint_saves = CheckpointSaves(self.all_gather_object, self.supervision.paused)
         self._environment_ready = False
         self._parameter_moves: list[ParameterMoves] = []  # one per module placed
         self._placed: nn.Module | None = None  # the latest placed module: sharded optimizer state is keyed by it
@@ -414,12 +417,10 @@ class Runtime:
         """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
         self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
 
-    def _save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None, writer: Any = None
-    ) -> None:
-        """Write ``checkpoint`` (through ``writer``: the Trainer's AsyncCheckpointIO, or at once);
-        the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
-        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=writer or SYNCHRONOUS)
+    def _save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys) -> None:
+        """The Trainer's: write ``checkpoint`` through its saves (at once, or in the background), the
+        entries ``sharded`` names shard by shard where the strategy shards."""
+        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=self._checkpoint_saves.writer)
 
     def _load_checkpoint(
         self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *, keys: CheckpointKeys
@@ -432,7 +433,7 @@ class Runtime:
 
         >>> # runtime.save("ckpt.pt", {"model": model, "optimizer": optimizer, "step": 10})
         """
-        self._save_checkpoint(self._state_to_checkpoint(state), path)
+        self.strategy.save_checkpoint(self._state_to_checkpoint(state), path, sharded=None, writer=SYNCHRONOUS)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place.

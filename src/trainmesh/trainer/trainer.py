@@ -14,7 +14,6 @@ from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import evaluation, fit_loop, publishing
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.checkpoint_saves import checkpoint_writer, finish_saves, saving_in_background
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
@@ -112,7 +111,7 @@ class Trainer:
             weights_summary=weights_summary,
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        self._checkpoint_writer = checkpoint_writer(plugins)  # AsyncCheckpointIO: saves in the background
+        self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
@@ -319,14 +318,11 @@ class Trainer:
             verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
             # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES, writer=self._checkpoint_writer)
+            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
-        if self._checkpoint_writer is None:
-            remove_checkpoint(path)
-        else:
-            self._checkpoint_writer.after_save(functools.partial(remove_checkpoint, path))
+        self.runtime._checkpoint_saves.after_save(functools.partial(remove_checkpoint, path))
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(
@@ -373,10 +369,8 @@ class Trainer:
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    saves = saving_in_background(
-                        self._checkpoint_writer, self.runtime, model=state.model, optimizers=state.optimizers
-                    )
-                    with saves:
+                    saves = self.runtime._checkpoint_saves
+                    with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
@@ -488,4 +482,4 @@ class Trainer:
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
         self._save_checkpoint(path, hpc=True)
-        finish_saves(self._checkpoint_writer, self.runtime)  # saved before the exit says so
+        self.runtime._checkpoint_saves.finish()  # saved before the exit says so
