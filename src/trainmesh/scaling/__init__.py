@@ -181,12 +181,12 @@ def _check_settings(strategy: str, precision: str, projection: Any) -> None:
         raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
     normalize_precision(precision)
     if projection is not None:
-        from trainmesh.scaling.projection import MODELLED
+        from trainmesh.scaling.projection import modelled
 
-        if strategy.lower() not in MODELLED:
+        if strategy.lower() not in modelled():
             raise ValueError(
                 f"strategy={strategy!r} has no communication model to project with; --link projects "
-                f"{', '.join(MODELLED)}"
+                f"{', '.join(modelled())}"
             )
 
 

@@ -277,15 +277,15 @@ def build_project_parser() -> argparse.ArgumentParser:
 def run_project_command(args: list[str]) -> int:
     """Print the assumptions and one projected table per mode, strategy and link."""
     from trainmesh.precision import normalize_precision
-    from trainmesh.scaling.projection import MODELLED
+    from trainmesh.scaling.projection import modelled
 
     options, extra = build_project_parser().parse_known_args(args)
     settings = projection_settings(options, DEFAULT_LINKS)
     assert settings is not None  # default links
     strategies = options.strategy or ["ddp", "fsdp"]
-    unknown = [name for name in strategies if name.lower() not in MODELLED]
+    unknown = [name for name in strategies if name.lower() not in modelled()]
     if unknown:
-        raise ValueError(f"--strategy {', '.join(unknown)}: the projection models {', '.join(MODELLED)}")
+        raise ValueError(f"--strategy {', '.join(unknown)}: the projection models {', '.join(modelled())}")
     facts, batch, flops, precision = _model_side(options, extra, normalize_precision)
     compute_s, source = _compute_seconds(options, flops)
     if options.batch is not None:
