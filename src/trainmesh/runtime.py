@@ -22,6 +22,7 @@ from trainmesh.checkpoint.saves import CheckpointSaves
 from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.model_configuration import built_for_estimate
 from trainmesh.precision import Precision
 from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
@@ -30,7 +31,7 @@ from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
-from trainmesh.strategies.materialize import refuse_meta_tensors
+from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: the type of trainer.strategy
@@ -85,13 +86,8 @@ class Runtime:
         self.strategy: Strategy = build_strategy(strategy, placement, fault_tolerance=fault_tolerance)
         # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
         self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
-        self.launcher: Launcher = build_launcher(
-            self.strategy.start_method,
-            devices=self.strategy.processes_per_node,
-            num_nodes=num_nodes,
-            max_restarts=max_restarts,
-            environment=self.strategy.worker_environment,
-        )
+        self._max_restarts = max_restarts
+        self.launcher: Launcher = self._launcher_for(self.strategy)
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/
         # The Trainer's checkpoint writes, at once or in the background (checkpoint/saves.py).
@@ -195,19 +191,26 @@ class Runtime:
         world_size = len(self.device_indices) * self.num_nodes
         if self._auto is None or world_size == 1 or self._environment_ready:
             return
-        from trainmesh.module import built_for_estimate
-
         estimated, on_meta = built_for_estimate(module)
         name, reason = self._auto.choose(
             estimated, world_size=world_size, placement=self._placement, built_on_meta=on_meta
         )
         chosen = build_strategy(name, self._placement)
-        # The launcher was built for the provisional ddp; every candidate starts the same processes.
-        assert (chosen.start_method, chosen.processes_per_node) == (
-            self.strategy.start_method,
-            self.strategy.processes_per_node,
-        )
+        starts = (chosen.start_method, chosen.processes_per_node)
+        if starts != (self.strategy.start_method, self.strategy.processes_per_node):
+            self.launcher = self._launcher_for(chosen)  # nothing has started yet: one that starts these processes
         self.strategy, self._auto_reason = chosen, reason
+
+    def _launcher_for(self, strategy: Strategy) -> Launcher:
+        """How ``strategy``'s processes start (built again where "auto" chooses one that starts others)."""
+        launcher: Launcher = build_launcher(
+            strategy.start_method,
+            devices=strategy.processes_per_node,
+            num_nodes=self.num_nodes,
+            max_restarts=self._max_restarts,
+            environment=strategy.worker_environment,
+        )
+        return launcher
 
     # ---- model, optimizers, data ------------------------------------------------------------
     def module_init_context(self) -> AbstractContextManager[Any]:
@@ -227,7 +230,7 @@ class Runtime:
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
         refuse_compiled_module(module)
-        if not _builds_on_meta(self.strategy):
+        if not builds_on_meta(self.strategy.module_init_context()):
             refuse_meta_tensors(module, self.strategy.name)
         moves = ParameterMoves(module)
         placed = self.strategy.setup_module(module)
@@ -485,12 +488,6 @@ class Runtime:
 # distributed checkpoint directory (written by the Trainer) is loaded with none of its
 # shards in this run's layout: use the Trainer, or consolidate it first, for those.
 _USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
-
-
-def _builds_on_meta(strategy: Strategy) -> bool:
-    """Whether the strategy builds configure_model on the meta device (and so materialises it)."""
-    context = strategy.module_init_context()
-    return isinstance(context, torch.device) and context.type == "meta"
 
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:

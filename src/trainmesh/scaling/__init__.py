@@ -239,7 +239,7 @@ def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[i
 def _default_batch(data_path: str) -> int:
     import inspect
 
-    from trainmesh.cli.classes import import_class
+    from trainmesh.utilities.class_paths import import_class
 
     default = inspect.signature(import_class(data_path, "data")).parameters.get("batch_size")
     return default.default if default is not None and isinstance(default.default, int) else 32

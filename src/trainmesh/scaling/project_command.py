@@ -140,7 +140,7 @@ def report_sweep_projection(
     model's bandwidth fitted on this machine), then the projection on each link from the smallest
     N's compute; writes ``projection.json`` in ``out_dir`` and returns its path and the projected
     lines for the sweep's plot."""
-    from trainmesh.cli.classes import import_class
+    from trainmesh.utilities.class_paths import import_class
 
     facts = facts_from_model(import_class(model_path, "model")(**model_kwargs), precision)
     print_fn("\n" + assumptions(settings, facts))
@@ -303,7 +303,7 @@ def _model_side(
     options: argparse.Namespace, extra: list[str], normalize: Any
 ) -> tuple[ModelFacts, int, float | None, str]:
     """(facts, batch rows, counted FLOPs or None, precision) from --model or --parameters."""
-    from trainmesh.cli.classes import class_groups, import_class
+    from trainmesh.utilities.class_paths import class_groups, import_class
 
     groups = class_groups(options.config, extra, command="project")
     precision = normalize(options.precision or groups["trainer"].get("precision", "32-true"))
@@ -320,7 +320,7 @@ def _model_side(
     flops, rows = None, 1
     needs_count = options.compute_ms is None and options.flops_per_step is None
     if needs_count or options.batch is None:
-        from trainmesh.cli.model_input import model_input
+        from trainmesh.utilities.model_input import model_input
 
         data_path = options.data or groups["data"].pop("class_path", None)
         groups["data"].pop("class_path", None)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.callbacks.base import defines_hook, overrides
+from trainmesh.module import Module
 from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
@@ -132,8 +133,6 @@ class HookDispatcher:
     """
 
     def __init__(self, trainer: TrainerView, module: Any, callbacks: list[Any]) -> None:
-        from trainmesh.module import Module
-
         self._trainer = trainer
         self._module = module
         self._callbacks = callbacks

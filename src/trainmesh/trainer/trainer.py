@@ -9,6 +9,7 @@ from typing import Any, cast
 import torch
 
 from trainmesh.checkpoint import remove_checkpoint
+from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
@@ -396,8 +397,6 @@ class Trainer:
             self._finish(data, stage, status)
 
     def _prepare(self, model: Any, data: DataSource, stage: str) -> LoopContext:
-        from trainmesh.module import Module
-
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
         state, runtime = self._state, self.runtime
