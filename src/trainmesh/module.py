@@ -47,7 +47,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
 
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
     _trainer: TrainerView | None
-    _log_sink: Any
+    _log_collector: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,7 +55,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         # a Trainer as a submodule or parameter.
         object.__setattr__(self, "_trainer", None)
         object.__setattr__(self, "_hparams", AttributeDict())
-        object.__setattr__(self, "_log_sink", None)
+        object.__setattr__(self, "_log_collector", None)
 
     # ---- hooks a user overrides -------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -194,13 +194,13 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
         ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
         """
-        sink = self._log_sink
-        if sink is None:
+        log_collector = self._log_collector
+        if log_collector is None:
             _warn_no_trainer(name)
             return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
             reduce_fx = _reduce_fx_name(reduce_fx)
-        sink.log(
+        log_collector.log(
             name,
             value,
             prog_bar=prog_bar,
@@ -329,16 +329,16 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
             what="clip_gradients()",
         )
 
-    def attach(self, trainer: TrainerView, log_sink: Any) -> None:
+    def attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
         object.__setattr__(self, "_trainer", trainer)
-        object.__setattr__(self, "_log_sink", log_sink)
+        object.__setattr__(self, "_log_collector", log_collector)
 
     def __getstate__(self) -> dict[str, Any]:
         # A module travels to spawned processes and into pickled checkpoints without its Trainer.
         state = self.__dict__.copy()
         state["_trainer"] = None
-        state["_log_sink"] = None
+        state["_log_collector"] = None
         return state
 
     @classmethod

@@ -39,7 +39,7 @@ from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, parse_optimizers
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
-from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.worker_outcome import WorkerOutcome
@@ -145,7 +145,8 @@ class Trainer:
             checkpointing=loop.enable_checkpointing,
             fast_dev_run=bool(self.fast_dev_run),
         )
-        self._state = LoopState(sink=MetricSink(self.runtime.all_reduce))  # loop_state.py: the properties below read it
+        # loop_state.py: the properties below read it
+        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         # Lightning 1.x's callback hooks of the Trainer's construction (legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
@@ -187,7 +188,7 @@ class Trainer:
     datamodule: StateField[Any] = StateField("_state")
     optimizers: StateField[list[Any]] = StateField("_state")
     lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
-    sink: StateField[MetricSink] = StateField("_state")
+    log_collector: StateField[LogCollector] = StateField("_state")
     hooks: StateField[HookDispatcher | None] = StateField("_state")
     val_loaders: StateField[list[Any]] = StateField("_state")
     manual_backward: StateField[Any] = StateField("_state")
@@ -405,10 +406,10 @@ class Trainer:
             # manual optimization (a pipeline) says why, before placing the model fails otherwise.
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
-        state.sink = MetricSink(runtime.all_reduce)
+        state.log_collector = LogCollector(runtime.all_reduce)
         state.train_results, state.prog_bar_names = None, set()
         if isinstance(model, Module):
-            model.attach(self, state.sink)
+            model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
@@ -428,7 +429,7 @@ class Trainer:
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
-        state.sink.metrics_source = runtime._metrics_source
+        state.log_collector.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
             optimizers, state.lr_scheduler_configs = parse_optimizers(
                 cast(Module, model).configure_optimizers(),
