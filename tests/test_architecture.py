@@ -60,9 +60,9 @@ THROUGH_THE_DOOR = {
     "trainmesh.checkpoint.keys": {"CheckpointKeys"},
     "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},
     # checkpoint/'s public face: files and paths, no collective ("last"/"best" resolution, reading
-    # and removing one checkpoint, format checks); sharded saves and loads go through the Runtime.
+    # and removing one checkpoint, format checks); sharded saves and loads, and the background
+    # writer (AsyncCheckpointIO: its own process group), go through the Runtime (checkpoint/saves.py).
     "trainmesh.checkpoint": {
-        "AsyncCheckpointIO",
         "CheckpointKeys",
         "CheckpointPlaces",
         "DamagedCheckpoint",
@@ -85,6 +85,17 @@ HIGHER_LAYERS = (
     "trainmesh.loggers",
     "trainmesh.runtime",
 )
+# Layers between: each, and what above it it must never import either (at any depth). The Runtime
+# is below the Trainer side, the Module, the tools and the Keras bridge that run on it; the scaling
+# tools run models on a Runtime (with the Trainer's optimizer parsing and FLOP counting) below the cli.
+MIDDLE_LAYERS = {
+    "trainmesh.runtime": (
+        *(h for h in HIGHER_LAYERS if h != "trainmesh.runtime"),
+        "trainmesh.scaling",
+        "trainmesh.keras",
+    ),
+    "trainmesh.scaling": ("trainmesh.cli", "trainmesh.keras"),
+}
 
 
 # ---- reading the source -------------------------------------------------------------------------
@@ -323,7 +334,8 @@ def one_door(source: Source) -> list[str]:
     """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
     strategies, checkpoint/'s internals or the supervision service, other than the value types
     and public names of ``THROUGH_THE_DOOR`` (``from torch import distributed`` and
-    ``from trainmesh.checkpoint import io`` count as imports of those modules)."""
+    ``from trainmesh.checkpoint import io`` count as imports of those modules); and
+    ``torch.distributed`` reached as an attribute of ``import torch``."""
     found = []
     for statement in imports(source):
         names = statement.names or ("",)
@@ -337,18 +349,28 @@ def one_door(source: Source) -> list[str]:
                 continue
             what = f"from {statement.module} import {name}" if name else f"import {statement.module}"
             found.append(entry(source, statement.line, what))
+    # ``import torch`` then ``torch.distributed.barrier()``: the door passed by attribute, no import of it.
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Attribute) and node.attr == "distributed":
+            if isinstance(node.value, ast.Name) and node.value.id == "torch":
+                found.append(entry(source, node, "torch.distributed (an attribute of torch)"))
     return sorted(set(found), key=_by_line)
 
 
-def upward_imports(source: Source, modules: dict[str, bool], reexports: dict[str, dict[str, str]]) -> list[str]:
-    """(e) A lower-layer module importing a higher layer, by module or through a package's
+def upward_imports(
+    source: Source,
+    modules: dict[str, bool],
+    reexports: dict[str, dict[str, str]],
+    higher: tuple[str, ...] = HIGHER_LAYERS,
+) -> list[str]:
+    """(e) A lower-layer module importing a ``higher`` layer, by module or through a package's
     re-export (``from trainmesh import Trainer`` is ``trainmesh.trainer.trainer``)."""
     found = []
     for statement in imports(source):
         loaded = {statement.module, *import_targets(statement, modules)}
         for name in statement.names:
             loaded.add(reexports.get(statement.module, {}).get(name, statement.module))
-        upward = sorted(target for target in loaded if within(target, HIGHER_LAYERS))
+        upward = sorted(target for target in loaded if within(target, higher))
         if upward:
             found.append(entry(source, statement.line, f"imports {', '.join(upward)}"))
     return found
@@ -561,6 +583,19 @@ def test_lower_layers_never_import_higher_ones() -> None:
     assert not found, _report(found, f"a lower layer ({', '.join(LOWER_LAYERS)}) imports a higher one")
 
 
+def test_the_runtime_and_the_scaling_tools_never_import_the_layers_above() -> None:
+    modules = known_modules()
+    reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
+    found = [
+        e
+        for layer, higher in MIDDLE_LAYERS.items()
+        for s in sources()
+        if within(s.module, (layer,))
+        for e in upward_imports(s, modules, reexports, higher)
+    ]
+    assert not found, _report(found, "the Runtime or the scaling tools import a layer above them")
+
+
 def test_no_import_cycles() -> None:
     found = import_cycles(import_edges(sources()))
     assert not found, _report(found, "trainmesh modules import each other in a cycle")
@@ -633,6 +668,11 @@ VIOLATIONS = [
     (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
+    (
+        one_door,
+        "import torch\ndef f():\n    torch.distributed.barrier()\n",
+        "snippet.py:3: torch.distributed (an attribute of torch)",
+    ),
     (
         one_door,
         "def f():\n    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler\n",
@@ -757,6 +797,21 @@ def test_upward_imports_are_found(text: str, expected: str) -> None:
     found = upward_imports(parse(text, module="trainmesh.utilities.x.y"), modules, reexports)
     assert len(found) == 1 and expected in found[0], found
     assert upward_imports(parse("from trainmesh.seed import seed_everything\nimport torch\n"), modules, reexports) == []
+
+
+@pytest.mark.parametrize(
+    ("layer", "text", "expected"),
+    [
+        ("trainmesh.runtime", "def f():\n    from trainmesh.module import built\n", "imports trainmesh.module"),
+        ("trainmesh.scaling.x", "def f():\n    from trainmesh.cli.classes import c\n", "imports trainmesh.cli.classes"),
+    ],
+)
+def test_the_middle_layers_upward_imports_are_found(layer: str, text: str, expected: str) -> None:
+    modules = {"trainmesh.module": False, "trainmesh.cli": True, "trainmesh.cli.classes": False}
+    higher = next(h for name, h in MIDDLE_LAYERS.items() if within(layer, (name,)))
+    found = upward_imports(parse(text, module=layer), modules, {}, higher)
+    assert len(found) == 1 and expected in found[0], found
+    assert upward_imports(parse("from trainmesh.runtime import Runtime\n", module=layer), modules, {}, higher) == []
 
 
 def test_import_cycles_are_found_and_package_inits_are_not_edges() -> None:

@@ -81,3 +81,34 @@ def test_runtime_load_reports_missing_entries(tmp_path):
     runtime.save(str(tmp_path / "s.pt"), {"step": 1})
     with pytest.raises(KeyError, match="no entries \\['model'\\]"):
         runtime.load(str(tmp_path / "s.pt"), {"model": _net()})
+
+
+# The Runtime's public names: what a user's own loop may call (README "Your own loop"). A new
+# public member is a design decision, not a convenience: a member only the Trainer uses is
+# private (``_save_checkpoint``, ``_loss_backward``, ...), so that the Runtime stays the small API
+# a loop of one's own is written against. Change this set deliberately, with the README.
+RUNTIME_PUBLIC_NAMES = {
+    # processes and this process's place
+    *("launch", "setup_environment", "teardown", "launcher", "process", "supervision"),
+    *("global_rank", "local_rank", "node_rank", "world_size", "is_global_zero"),
+    # the run's configuration, as chosen
+    *("device", "device_type", "device_indices", "num_nodes", "precision", "seed_settings", "mesh"),
+    *("strategy", "strategy_name", "strategy_choice", "capabilities"),
+    # model, optimizers, data
+    *("module_init_context", "setup", "setup_module", "setup_optimizers", "setup_dataloaders", "to_device"),
+    # the step
+    *("train_step", "eval_step", "autocast", "backward", "optimizer_step", "no_backward_sync"),
+    *("clip_gradients", "normalize_gradients"),
+    # collectives
+    *("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_tensors", "barrier"),
+    # checkpoints: one way (save/load), the state dicts they write, the whole model on rank 0
+    *("save", "load", "state_dicts", "full_state_dict"),
+}
+
+
+def test_the_runtime_s_public_names_are_the_ones_a_loop_of_one_s_own_uses():
+    runtime = tm.Runtime(accelerator="cpu", devices=1)
+    public = {name for name in (*dir(type(runtime)), *vars(runtime)) if not name.startswith("_")}
+    assert public == RUNTIME_PUBLIC_NAMES, (
+        f"new: {sorted(public - RUNTIME_PUBLIC_NAMES)}, gone: {sorted(RUNTIME_PUBLIC_NAMES - public)}"
+    )

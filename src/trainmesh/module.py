@@ -7,8 +7,6 @@ loop-position properties read from there.
 
 from __future__ import annotations
 
-import copy
-import inspect
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +16,7 @@ from torch import nn
 
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
+from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
@@ -48,7 +47,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
 
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
     _trainer: TrainerView | None
-    _log_sink: Any
+    _log_collector: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,7 +55,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         # a Trainer as a submodule or parameter.
         object.__setattr__(self, "_trainer", None)
         object.__setattr__(self, "_hparams", AttributeDict())
-        object.__setattr__(self, "_log_sink", None)
+        object.__setattr__(self, "_log_collector", None)
 
     # ---- hooks a user overrides -------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -88,15 +87,6 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         >>> #     return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
         """
         return None
-
-    def configure_model(self, mesh: Any = None) -> None:
-        """Build layers here (instead of ``__init__``) to let sharded strategies create them
-        on the meta device and materialize only each process's shard.
-
-        Defined with a ``mesh`` argument, it receives the run's ``ParallelMesh`` (its
-        ``device_mesh``, ``submesh("tp")``, ``dp_rank``...), to apply a parallelism of your own
-        here, as torchtitan's ``parallelize`` functions do. ``def configure_model(self)`` works too.
-        """
 
     def tensor_parallel_plan(self) -> dict[str, Any] | None:
         """How tensor parallelism splits this model: ``{submodule name: ParallelStyle}`` (torch's
@@ -204,13 +194,13 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
         ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
         """
-        sink = self._log_sink
-        if sink is None:
+        log_collector = self._log_collector
+        if log_collector is None:
             _warn_no_trainer(name)
             return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
             reduce_fx = _reduce_fx_name(reduce_fx)
-        sink.log(
+        log_collector.log(
             name,
             value,
             prog_bar=prog_bar,
@@ -339,16 +329,16 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
             what="clip_gradients()",
         )
 
-    def attach(self, trainer: TrainerView, log_sink: Any) -> None:
+    def attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
         object.__setattr__(self, "_trainer", trainer)
-        object.__setattr__(self, "_log_sink", log_sink)
+        object.__setattr__(self, "_log_collector", log_collector)
 
     def __getstate__(self) -> dict[str, Any]:
         # A module travels to spawned processes and into pickled checkpoints without its Trainer.
         state = self.__dict__.copy()
         state["_trainer"] = None
-        state["_log_sink"] = None
+        state["_log_collector"] = None
         return state
 
     @classmethod
@@ -370,43 +360,6 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
-
-
-def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
-    """The model whose memory "auto" estimates, and whether it was built on the meta device.
-
-    For ``strategy="auto"``: a module that builds its layers in ``configure_model`` has few or
-    no parameters yet when "auto" decides (before the processes start): estimated as given, it
-    would always look small enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
-    initialisation), exactly as a sharding strategy would build them, without a mesh.
-    """
-    configure = getattr(type(module), "configure_model", None)
-    if configure is None or configure is Module.configure_model:
-        return module, False
-    probe = copy.deepcopy(module)
-    try:
-        with torch.device("meta"):
-            call_configure_model(probe, None)
-    except Exception as error:
-        raise ValueError(
-            f'strategy="auto" decides by the model\'s memory, and {type(module).__name__} builds its layers in '
-            f"configure_model, which failed when run ahead on the meta device without a mesh "
-            f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
-        ) from error
-    return probe, True
-
-
-def call_configure_model(module: Any, mesh: Any) -> None:
-    """``module.configure_model(mesh)``, or ``configure_model()`` when it takes no argument."""
-    configure = module.configure_model
-    try:
-        takes_mesh = len(inspect.signature(configure).parameters) >= 1
-    except (TypeError, ValueError):
-        takes_mesh = False
-    if takes_mesh:
-        configure(mesh)
-    else:
-        configure()
 
 
 def _reduce_fx_name(reduce_fx: Any) -> str:

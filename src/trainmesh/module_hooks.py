@@ -52,6 +52,15 @@ class ModelHooks:
         each fit/validate/test/predict: one replaces the Trainer's of its type; checkpoints run last."""
         return []
 
+    def configure_model(self, mesh: Any = None) -> None:
+        """Build layers here (instead of ``__init__``) to let sharded strategies create them
+        on the meta device and materialize only each process's shard.
+
+        Defined with a ``mesh`` argument, it receives the run's ``ParallelMesh`` (its
+        ``device_mesh``, ``submesh("tp")``, ``dp_rank``...), to apply a parallelism of your own
+        here, as torchtitan's ``parallelize`` functions do. ``def configure_model(self)`` works too.
+        """
+
     # Lightning 1.x names, called where 1.x called them with a line naming the replacement.
     def configure_sharded_model(self) -> None:
         """Lightning's former configure_model: called just before it, in the same context."""

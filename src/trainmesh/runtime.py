@@ -18,9 +18,11 @@ from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.saves import CheckpointSaves
 from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.launchers import Launcher, build_launcher
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.model_configuration import built_for_estimate
 from trainmesh.precision import Precision
 from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
@@ -29,7 +31,7 @@ from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import compile_options, refuse_compiled_module
 from trainmesh.strategies.gradients import divide_by_global_tokens
-from trainmesh.strategies.materialize import refuse_meta_tensors
+from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: the type of trainer.strategy
@@ -84,15 +86,12 @@ class Runtime:
         self.strategy: Strategy = build_strategy(strategy, placement, fault_tolerance=fault_tolerance)
         # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
         self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
-        self.launcher: Launcher = build_launcher(
-            self.strategy.start_method,
-            devices=self.strategy.processes_per_node,
-            num_nodes=num_nodes,
-            max_restarts=max_restarts,
-            environment=self.strategy.worker_environment,
-        )
+        self._max_restarts = max_restarts
+        self.launcher: Launcher = self._launcher_for(self.strategy)
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/
+        # The Trainer's checkpoint writes, at once or in the background (checkpoint/saves.py).
+        self._checkpoint_saves = CheckpointSaves(self.all_gather_object, self.supervision.paused)
         self._environment_ready = False
         self._parameter_moves: list[ParameterMoves] = []  # one per module placed
         self._placed: nn.Module | None = None  # the latest placed module: sharded optimizer state is keyed by it
@@ -192,19 +191,26 @@ class Runtime:
         world_size = len(self.device_indices) * self.num_nodes
         if self._auto is None or world_size == 1 or self._environment_ready:
             return
-        from trainmesh.module import built_for_estimate
-
         estimated, on_meta = built_for_estimate(module)
         name, reason = self._auto.choose(
             estimated, world_size=world_size, placement=self._placement, built_on_meta=on_meta
         )
         chosen = build_strategy(name, self._placement)
-        # The launcher was built for the provisional ddp; every candidate starts the same processes.
-        assert (chosen.start_method, chosen.processes_per_node) == (
-            self.strategy.start_method,
-            self.strategy.processes_per_node,
-        )
+        starts = (chosen.start_method, chosen.processes_per_node)
+        if starts != (self.strategy.start_method, self.strategy.processes_per_node):
+            self.launcher = self._launcher_for(chosen)  # nothing has started yet: one that starts these processes
         self.strategy, self._auto_reason = chosen, reason
+
+    def _launcher_for(self, strategy: Strategy) -> Launcher:
+        """How ``strategy``'s processes start (built again where "auto" chooses one that starts others)."""
+        launcher: Launcher = build_launcher(
+            strategy.start_method,
+            devices=strategy.processes_per_node,
+            num_nodes=self.num_nodes,
+            max_restarts=self._max_restarts,
+            environment=strategy.worker_environment,
+        )
+        return launcher
 
     # ---- model, optimizers, data ------------------------------------------------------------
     def module_init_context(self) -> AbstractContextManager[Any]:
@@ -224,7 +230,7 @@ class Runtime:
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
         refuse_compiled_module(module)
-        if not _builds_on_meta(self.strategy):
+        if not builds_on_meta(self.strategy.module_init_context()):
             refuse_meta_tensors(module, self.strategy.name)
         moves = ParameterMoves(module)
         placed = self.strategy.setup_module(module)
@@ -306,7 +312,7 @@ class Runtime:
         return self.precision.autocast()
 
     @property
-    def loss_backward(self) -> Callable[..., None]:
+    def _loss_backward(self) -> Callable[..., None]:
         """:meth:`backward` as one callable for a loop to hold through a run: ``Tensor.backward``
         itself where the precision scales no loss, so that a step makes no wrapper calls."""
         if self.precision.scaler is None:
@@ -321,7 +327,7 @@ class Runtime:
         inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
         return self.precision.optimizer_step(inner, closure)
 
-    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+    def _share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
         """``state()`` travels with the weights to a replica group that recovers from a live peer
         (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
         self.strategy.share_state_with_peers(key, state, load)
@@ -391,7 +397,7 @@ class Runtime:
     def barrier(self, name: str | None = None) -> None:
         collectives.barrier(self.mesh)
 
-    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+    def _collect_predictions(self, outputs: list[Any]) -> list[Any]:
         """Every data-parallel rank's predictions, in dataset order."""
         return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
 
@@ -414,12 +420,10 @@ class Runtime:
         """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
         self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
 
-    def _save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys | None = None, writer: Any = None
-    ) -> None:
-        """Write ``checkpoint`` (through ``writer``: the Trainer's AsyncCheckpointIO, or at once);
-        the entries ``sharded`` names may be written shard by shard (the Trainer's)."""
-        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=writer or SYNCHRONOUS)
+    def _save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys) -> None:
+        """The Trainer's: write ``checkpoint`` through its saves (at once, or in the background), the
+        entries ``sharded`` names shard by shard where the strategy shards."""
+        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=self._checkpoint_saves.writer)
 
     def _load_checkpoint(
         self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *, keys: CheckpointKeys
@@ -432,7 +436,7 @@ class Runtime:
 
         >>> # runtime.save("ckpt.pt", {"model": model, "optimizer": optimizer, "step": 10})
         """
-        self._save_checkpoint(self._state_to_checkpoint(state), path)
+        self.strategy.save_checkpoint(self._state_to_checkpoint(state), path, sharded=None, writer=SYNCHRONOUS)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place.
@@ -484,12 +488,6 @@ class Runtime:
 # distributed checkpoint directory (written by the Trainer) is loaded with none of its
 # shards in this run's layout: use the Trainer, or consolidate it first, for those.
 _USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
-
-
-def _builds_on_meta(strategy: Strategy) -> bool:
-    """Whether the strategy builds configure_model on the meta device (and so materialises it)."""
-    with strategy.module_init_context():  # a torch.device, or a context that sets one
-        return torch.get_default_device().type == "meta"
 
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainmesh.cli.model_input import check_forward, model_input
+from trainmesh.utilities.model_input import check_forward, model_input
 
 
 def test_an_embedding_first_gets_token_ids_below_its_vocabulary():

@@ -3,6 +3,7 @@ and its constructor arguments kept whole when the Trainer builds it for its devi
 
 from datetime import timedelta
 
+from trainmesh.scaling.projection import modelled
 from trainmesh.strategies import STRATEGIES, DDPStrategy, StrategyCapabilities, memory_models
 from trainmesh.strategies.protocol import Placement
 
@@ -55,6 +56,22 @@ class BucketedDDP(DDPStrategy):
     def __init__(self, *, bucket_view: bool = False, **kwargs) -> None:
         super().__init__(gradient_as_bucket_view=bucket_view, **kwargs)
         self.bucket_view = bucket_view
+
+
+def test_the_projection_and_keras_read_the_strategies_capabilities():
+    # Formerly name tables (scaling/projection.py's MODELLED, keras/arguments.py's DATA_PARALLEL):
+    # the same strategies now say so themselves.
+    stated = {name: _built(name).capabilities for name in STRATEGIES}
+    communication = [name for name, value in stated.items() if value.communication_model]
+    assert communication == ["ddp", "ddp_spawn", "ddp_fork", "zero1", "sharded", "fsdp", "hsdp"]
+    assert list(modelled()) == communication
+    assert sorted(name for name, value in stated.items() if value.keras_fit) == [
+        "ddp",
+        "ddp_fork",
+        "ddp_spawn",
+        "single",
+        "zero1",
+    ]
 
 
 def test_a_strategy_built_for_the_run_keeps_every_argument_a_subclass_was_given():

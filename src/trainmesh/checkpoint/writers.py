@@ -46,6 +46,7 @@ class CheckpointWriter(Protocol):
     def write_distributed(
         self, checkpoint: dict[str, Any], path: str, *, rank: int, sharded_keys: Sequence[str]
     ) -> None: ...
+    def after_save(self, action: Callable[[], None]) -> None: ...
 
 
 class SynchronousWriter:

@@ -59,10 +59,10 @@ def run_estimate_command(args: list[str]) -> int:
     >>> run_estimate_command(["--model", "trainmesh.demo:DigitsClassifier", "--strategy", "ddp"])  # doctest: +SKIP
     0
     """
-    from trainmesh.cli.classes import DEFAULT_DATA, DEFAULT_MODEL, class_groups, import_class
-    from trainmesh.cli.model_input import model_input
     from trainmesh.memory_estimate import estimate_memory, memory_models
     from trainmesh.precision import normalize_precision
+    from trainmesh.utilities.class_paths import DEFAULT_DATA, DEFAULT_MODEL, class_groups, import_class
+    from trainmesh.utilities.model_input import model_input
 
     strategies = sorted(memory_models())
     config, extra = build_estimate_parser(strategies).parse_known_args(args)

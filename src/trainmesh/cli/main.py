@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.cli.classes import CLIError, check_model_class, find_class_paths, import_class
 from trainmesh.seed import import_leaving_rng
+from trainmesh.utilities.class_paths import CLIError, check_model_class, find_class_paths, import_class
 
 if TYPE_CHECKING:
     from trainmesh.trainer.trainer import Trainer
@@ -164,7 +164,7 @@ def _run(args: list[str], cli: Any = None) -> int:
     return _execute(command, parser, config, cli)
 
 
-# ---- stage two (stage one, the classes, is trainmesh.cli.classes): the full parser ------------
+# ---- stage two (stage one, the classes, is trainmesh.utilities.class_paths): the full parser ------------
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the epilog's YAML example as written; jsonargparse's formatter is mixed in below."""
 

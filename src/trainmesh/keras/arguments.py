@@ -24,8 +24,6 @@ from trainmesh.keras.data import (
 )
 from trainmesh.runtime import Runtime
 
-# ddp, ddp_spawn and ddp_fork are all "ddp" (start methods); zero1 is ddp with the optimizer state split (zero.py)
-DATA_PARALLEL = ("single", "ddp", "zero1")
 _REASONS = {
     "fsdp": "FSDP shards a model by swapping the torch module's parameters, which Keras layers never read (they "
     "read their own Variable objects), and Keras' optimizer updates whole variables",
@@ -43,7 +41,7 @@ def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices:
         )
     runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes)
     name = runtime.strategy.name
-    if name not in DATA_PARALLEL:
+    if not runtime.capabilities.keras_fit:  # single, ddp (any start method), zero1 (zero.py)
         family = "fsdp" if name in ("fsdp", "sharded", "hsdp", "fsdp_tp") else name
         why = _REASONS.get(family, f"{name!r} splits the model or its steps in ways Keras' own fit loop does not run")
         raise ValueError(

@@ -181,12 +181,12 @@ def _check_settings(strategy: str, precision: str, projection: Any) -> None:
         raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
     normalize_precision(precision)
     if projection is not None:
-        from trainmesh.scaling.projection import MODELLED
+        from trainmesh.scaling.projection import modelled
 
-        if strategy.lower() not in MODELLED:
+        if strategy.lower() not in modelled():
             raise ValueError(
                 f"strategy={strategy!r} has no communication model to project with; --link projects "
-                f"{', '.join(MODELLED)}"
+                f"{', '.join(modelled())}"
             )
 
 
@@ -239,7 +239,7 @@ def thread_policy(threads: int | None, cores: int, counts: list[int]) -> tuple[i
 def _default_batch(data_path: str) -> int:
     import inspect
 
-    from trainmesh.cli.classes import import_class
+    from trainmesh.utilities.class_paths import import_class
 
     default = inspect.signature(import_class(data_path, "data")).parameters.get("batch_size")
     return default.default if default is not None and isinstance(default.default, int) else 32

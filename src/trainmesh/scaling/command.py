@@ -98,7 +98,7 @@ _APPLIED_TRAINER_SETTINGS = ("strategy", "accelerator", "precision")
 def _class_groups(configs: list[str], extra: list[str]) -> dict[str, dict[str, Any]]:
     """The model and data arguments from config files, then ``--model.x V`` flags (later wins), and
     the trainer settings the sweep applies (strategy, accelerator, precision)."""
-    from trainmesh.cli.classes import class_groups
+    from trainmesh.utilities.class_paths import class_groups
 
     groups = class_groups(configs, extra, command="scale")
     trainer = groups["trainer"]

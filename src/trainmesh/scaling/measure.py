@@ -131,9 +131,9 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
 def _measure_mode(runtime: Any, workload: Workload, processes: int, batch_size: int) -> Measurement:
     import torch
 
-    from trainmesh.cli.classes import import_class
     from trainmesh.seed import seed_everything
     from trainmesh.trainer.optimizers import parse_optimizers
+    from trainmesh.utilities.class_paths import import_class
 
     seed_everything(0)
     model = import_class(workload.model_path, "model")(**workload.model_kwargs)
@@ -221,7 +221,7 @@ def _fixed_batch(workload: Workload, batch_size: int) -> Any:
     of the timing, which measures compute and communication."""
     import torch
 
-    from trainmesh.cli.classes import import_class
+    from trainmesh.utilities.class_paths import import_class
 
     assert workload.data_path is not None  # a measured workload names its data
     data = import_class(workload.data_path, "data")(**workload.data_kwargs)

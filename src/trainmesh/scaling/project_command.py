@@ -140,7 +140,7 @@ def report_sweep_projection(
     model's bandwidth fitted on this machine), then the projection on each link from the smallest
     N's compute; writes ``projection.json`` in ``out_dir`` and returns its path and the projected
     lines for the sweep's plot."""
-    from trainmesh.cli.classes import import_class
+    from trainmesh.utilities.class_paths import import_class
 
     facts = facts_from_model(import_class(model_path, "model")(**model_kwargs), precision)
     print_fn("\n" + assumptions(settings, facts))
@@ -277,15 +277,15 @@ def build_project_parser() -> argparse.ArgumentParser:
 def run_project_command(args: list[str]) -> int:
     """Print the assumptions and one projected table per mode, strategy and link."""
     from trainmesh.precision import normalize_precision
-    from trainmesh.scaling.projection import MODELLED
+    from trainmesh.scaling.projection import modelled
 
     options, extra = build_project_parser().parse_known_args(args)
     settings = projection_settings(options, DEFAULT_LINKS)
     assert settings is not None  # default links
     strategies = options.strategy or ["ddp", "fsdp"]
-    unknown = [name for name in strategies if name.lower() not in MODELLED]
+    unknown = [name for name in strategies if name.lower() not in modelled()]
     if unknown:
-        raise ValueError(f"--strategy {', '.join(unknown)}: the projection models {', '.join(MODELLED)}")
+        raise ValueError(f"--strategy {', '.join(unknown)}: the projection models {', '.join(modelled())}")
     facts, batch, flops, precision = _model_side(options, extra, normalize_precision)
     compute_s, source = _compute_seconds(options, flops)
     if options.batch is not None:
@@ -303,7 +303,7 @@ def _model_side(
     options: argparse.Namespace, extra: list[str], normalize: Any
 ) -> tuple[ModelFacts, int, float | None, str]:
     """(facts, batch rows, counted FLOPs or None, precision) from --model or --parameters."""
-    from trainmesh.cli.classes import class_groups, import_class
+    from trainmesh.utilities.class_paths import class_groups, import_class
 
     groups = class_groups(options.config, extra, command="project")
     precision = normalize(options.precision or groups["trainer"].get("precision", "32-true"))
@@ -320,7 +320,7 @@ def _model_side(
     flops, rows = None, 1
     needs_count = options.compute_ms is None and options.flops_per_step is None
     if needs_count or options.batch is None:
-        from trainmesh.cli.model_input import model_input
+        from trainmesh.utilities.model_input import model_input
 
         data_path = options.data or groups["data"].pop("class_path", None)
         groups["data"].pop("class_path", None)

@@ -45,13 +45,23 @@ import statistics
 from dataclasses import dataclass
 
 from trainmesh.scaling.analysis import PAYS_EFFICIENCY, Measurement
+from trainmesh.strategies.capabilities import SHARD_GROUP, WHOLE, MemoryModel
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 # Measured over modelled beyond this factor (either way) at a measured N: the calibration warns.
 CALIBRATION_BOUND = 1.5
 PROJECTED_PROCESSES = tuple(2**i for i in range(3, 11))  # 8 ... 1024
 ALGORITHMS = ("nccl", "ring", "tree")
-MODELLED = ("ddp", "ddp_spawn", "ddp_fork", "zero1", "sharded", "fsdp", "hsdp")
+
+
+def modelled() -> dict[str, MemoryModel]:
+    """The named strategies whose step's collectives the projection models, with the memory model
+    they follow from (each strategy's ``capabilities.communication_model``): ddp, zero1, sharded,
+    fsdp, hsdp and ddp's start methods."""
+    from trainmesh.strategies import stated_capabilities
+
+    stated = stated_capabilities().items()
+    return {name: caps.memory_model for name, caps in stated if caps.communication_model and caps.memory_model}
 
 
 @dataclass(frozen=True)
@@ -182,25 +192,28 @@ def step_collectives(
 ) -> list[Collective]:
     """The collectives one training step runs under ``strategy`` on ``processes`` ranks."""
     name, n, p, pc = strategy.lower(), processes, facts.parameter_bytes, facts.gathered_bytes
-    if name not in MODELLED:
+    models = modelled()
+    if name not in models:
         raise ValueError(
-            f"strategy={strategy!r} has no communication model; the projection models {', '.join(MODELLED)}. "
+            f"strategy={strategy!r} has no communication model; the projection models {', '.join(models)}. "
             "Tensor and pipeline parallelism send activations, whose sizes depend on the layer plan"
         )
-    if name.startswith("ddp") or name == "zero1":
+    state = models[name]  # what each rank holds decides what it sends
+    if state.parameters == WHOLE:  # replicas (ddp): gradients all-reduced
         grads = [Collective("all_reduce", p, n, max(1, math.ceil(p / bucket_bytes)), "gradients")]
-        if name == "zero1":
+        if state.optimizer_state != WHOLE:  # zero1: each updated parameter from the rank that owns it
             grads.append(Collective("all_gather", p, n, facts.tensors, "updated parameters"))
         return grads
-    group = min(shard_size, n) if name == "hsdp" else n
-    if name == "hsdp" and n % group:
-        raise ValueError(f"hsdp's shard group of {group} ranks does not divide N={n}")
+    in_groups = state.parameters == SHARD_GROUP  # hsdp: sharded within groups, replicated across them
+    group = min(shard_size, n) if in_groups else n
+    if in_groups and n % group:
+        raise ValueError(f"{name}'s shard group of {group} ranks does not divide N={n}")
     units = facts.units
     found = [Collective("all_gather", pc, group, units, "parameters before forward")]
-    if name != "sharded":  # fsdp reshards after forward and gathers again for backward
+    if not state.gathered_for_backward:  # fsdp reshards after forward and gathers again for backward
         found.append(Collective("all_gather", pc, group, units, "parameters before backward"))
     found.append(Collective("reduce_scatter", p, group, units, "gradients"))
-    if name == "hsdp" and n > group:
+    if in_groups and n > group:
         found.append(Collective("all_reduce", p / group, n // group, units, "gradient shards across groups"))
     return found
 

@@ -47,9 +47,15 @@ def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
 
 
 @functools.cache
+def stated_capabilities() -> dict[str, StrategyCapabilities]:
+    """Each named strategy's capabilities as it states them for a default placement, by name
+    (for the tools that take a strategy's name before any run: estimate, project)."""
+    return {name: make(placement=Placement()).capabilities for name, make in STRATEGIES.items()}
+
+
 def memory_models() -> dict[str, MemoryModel]:
     """Each named strategy's memory model (``capabilities.memory_model``), where it states one."""
-    stated = {name: make(placement=Placement()).capabilities.memory_model for name, make in STRATEGIES.items()}
+    stated = {name: caps.memory_model for name, caps in stated_capabilities().items()}
     return {name: model for name, model in stated.items() if model is not None}
 
 

@@ -50,7 +50,7 @@ class AutoStrategy:
     ) -> tuple[str, str]:
         """The strategy name for ``model`` on ``world_size`` ranks and one line saying why.
         ``built_on_meta``: ``model`` is a copy whose ``configure_model`` layers were built on the
-        meta device (``trainmesh.module.built_for_estimate``)."""
+        meta device (``trainmesh.model_configuration.built_for_estimate``)."""
         from trainmesh.memory_estimate import estimate_memory
 
         placement = placement or Placement()

@@ -52,7 +52,12 @@ class StrategyCapabilities:
       to run around (not where a pipeline schedule runs backward per micro-batch and stage);
     - ``inference_mode``: evaluation may run under ``torch.inference_mode()`` (not where
       parameters unsharded under it would become inference tensors training cannot update);
-    - ``memory_model``: how the training state is divided among ranks (None: no estimate).
+    - ``memory_model``: how the training state is divided among ranks (None: no estimate);
+    - ``communication_model``: a step's collectives follow from ``memory_model`` alone, over one
+      process per device (``scaling/projection.py`` projects them to N ranks); not where a process
+      splits its batch over its devices (dp, ddp2) or activations travel (tensor, pipeline);
+    - ``keras_fit``: Keras' own ``model.fit`` runs under it (``trainmesh.keras``): every process
+      holds the whole model, trains on its share of the data, and its gradients are averaged.
     """
 
     manual_optimization: bool = False
@@ -62,3 +67,5 @@ class StrategyCapabilities:
     backward_hooks: bool = True
     inference_mode: bool = True
     memory_model: MemoryModel | None = None
+    communication_model: bool = False
+    keras_fit: bool = False

@@ -66,7 +66,9 @@ class DDPStrategy(DistributedStrategy):
     name = "ddp"
     # Manual optimization and compile are checked against plain torch and eager (tests/trainer/
     # test_manual_optimization.py, tests/strategies/test_compile.py).
-    stated_capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED)
+    stated_capabilities = StrategyCapabilities(
+        manual_optimization=True, compile=True, memory_model=REPLICATED, communication_model=True, keras_fit=True
+    )
     # Why compile is refused where ``capabilities.compile`` is False.
     compile_refusal = ""
 
@@ -246,7 +248,10 @@ class ZeRO1Strategy(DDPStrategy):
     name = "zero1"
     # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization_strategies.py).
     stated_capabilities = StrategyCapabilities(
-        manual_optimization=True, memory_model=MemoryModel(optimizer_state=WORLD)
+        manual_optimization=True,
+        memory_model=MemoryModel(optimizer_state=WORLD),
+        communication_model=True,
+        keras_fit=True,  # keras/zero.py splits the Keras optimizer's state the same way
     )
     compile_refusal = "no compiled zero1 run is checked against eager yet"
 

@@ -225,3 +225,11 @@ def _keep_local_shard(sharded: Any, whole: torch.Tensor) -> None:
 
 def _is_dtensor(value: Any) -> TypeGuard[DTensor]:  # a DTensor itself or a Parameter around one
     return is_dtensor(value) or is_dtensor(getattr(value, "data", None))
+
+
+def builds_on_meta(init_context: Any) -> bool:
+    """Whether a strategy whose ``module_init_context()`` is ``init_context`` (a torch.device, or a
+    context that sets one, as model parallel's records parameter registrations) builds
+    configure_model on the meta device (and so materialises the layers itself)."""
+    with init_context:
+        return torch.get_default_device().type == "meta"

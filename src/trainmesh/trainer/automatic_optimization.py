@@ -338,7 +338,7 @@ class LossBackward:
 def _step_hooks(
     ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int, *, zero_in_window: bool
 ) -> StepHooks:
-    hooks, sink, manual_backward = ctx.hooks, ctx.state.sink, ctx.state.manual_backward
+    hooks, log_collector, manual_backward = ctx.hooks, ctx.state.log_collector, ctx.state.manual_backward
     reader = _OutputReader(module)
     step_hooks = StepHooks(
         step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
@@ -346,7 +346,7 @@ def _step_hooks(
         count_of=reader.count_of,
         # Where nothing zeroes inside the window, backward itself: one call fewer on every step.
         backward=backward if zero_in_window else backward.backward,
-        chunk_scope=sink.chunk_scope,
+        chunk_scope=log_collector.chunk_scope,
         loss_divisor=accumulate,
         check_loss=backward.loss_check.check,
     )

@@ -211,7 +211,9 @@ def restore_checkpoint(
     state.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
     own = _own_entry(runtime, checkpoint)
     state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
-    state.sink.results.load_state_dict(_results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank))
+    state.log_collector.results.load_state_dict(
+        _results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank)
+    )
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
     rng: dict[str, Any] | None = own.get("rng", checkpoint["rng"])

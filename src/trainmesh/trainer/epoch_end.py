@@ -25,30 +25,30 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     schedulers first (checkpointing.py, fit_loop._run_epoch).
     """
     state, hooks = ctx.state, ctx.hooks
-    loop, sink = state.loop, state.sink
-    sink.start_stage(train_results)
+    loop, log_collector = state.loop, state.log_collector
+    log_collector.start_stage(train_results)
     if hooks.module_overrides("training_epoch_end"):  # Lightning 1.x's, before on_train_epoch_end
-        sink.set_batch("training_epoch_end", None)
+        log_collector.set_batch("training_epoch_end", None)
         hooks.call_module("training_epoch_end", loop.epoch_outputs)
     loop.epoch_outputs = []
-    trained = sink.epoch_metrics()
+    trained = log_collector.epoch_metrics()
     ctx.publisher.epoch_metrics(trained, to_logger=False)
     loop.epoch_ending = True  # callback_metrics shows these epoch values now, not the last step's
-    sink.start_stage()  # what the hooks log, published once they have run
-    sink.set_batch("on_train_epoch_end", None)
+    log_collector.start_stage()  # what the hooks log, published once they have run
+    log_collector.set_batch("on_train_epoch_end", None)
     hooks.call_callbacks("on_train_epoch_end", monitoring=False)
     hooks.call_module("on_train_epoch_end")
-    ctx.publisher.epoch_metrics({**trained, **sink.epoch_metrics()})
-    sink.start_stage(train_results)
+    ctx.publisher.epoch_metrics({**trained, **log_collector.epoch_metrics()})
+    log_collector.start_stage(train_results)
     step_epoch_schedulers(state, hooks, cut_short=cut_short)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (legacy_hooks.py)
-        sink.start_stage()
-        sink.set_batch("on_epoch_end", None)
+        log_collector.start_stage()
+        log_collector.set_batch("on_epoch_end", None)
         hooks.call("on_epoch_end")
-        ctx.publisher.epoch_metrics(sink.epoch_metrics())
-        sink.start_stage(train_results)
+        ctx.publisher.epoch_metrics(log_collector.epoch_metrics())
+        log_collector.start_stage(train_results)
 
 
 def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool) -> None:

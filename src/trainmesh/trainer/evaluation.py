@@ -109,7 +109,7 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     with evaluation_mode(ctx.hooks, ctx.state.model, "predict"):
         ctx.hooks.call("on_predict_start")
         outputs = [
-            ctx.runtime.collect_predictions(per_loader)
+            ctx.runtime._collect_predictions(per_loader)
             for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
         ]
         ctx.hooks.call("on_predict_end")
@@ -152,19 +152,19 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
             results.append(_run_one_loader(ctx, stage, loader, limit_setting, extra, kept, hook_extra))
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         if outputs_hook is not None and hooks.module_overrides(outputs_hook):
-            state.sink.set_batch(outputs_hook, None)
+            state.log_collector.set_batch(outputs_hook, None)
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         if stage == "predict":
-            state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+            state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
             hooks.call(_EPOCH_END_HOOK[stage])
             return results
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
         reduced = _reduce_and_show(ctx, stage, results)
-        state.sink.set_batch(_EPOCH_END_HOOK[stage], None)
+        state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         hooks.call("on_epoch_end")  # Lightning 1.x's
-        return _publish(ctx, stage, reduced, state.sink.epoch_metrics())
+        return _publish(ctx, stage, reduced, state.log_collector.epoch_metrics())
 
 
 def _run_one_loader(
@@ -181,26 +181,26 @@ def _run_one_loader(
     Step outputs are appended to ``kept`` (one list per loader) when the module defines
     ``validation_epoch_end`` / ``test_epoch_end``, and only then.
     """
-    state, sink, hooks, runtime = ctx.state, ctx.state.sink, ctx.hooks, ctx.runtime
+    state, log_collector, hooks, runtime = ctx.state, ctx.state.log_collector, ctx.hooks, ctx.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
     limit = limited_count(loader, limit_setting)
     if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
         limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches))
     state.set_batch_count(stage, limit)
-    sink.start_stage()
+    log_collector.start_stage()
     predictions: list[Any] = []
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
     step_hooks = StepHooks(
-        step_end=None if step_end is None else getattr(state.module, step_end), chunk_scope=sink.chunk_scope
+        step_end=None if step_end is None else getattr(state.module, step_end), chunk_scope=log_collector.chunk_scope
     )
     outputs_hook = _OUTPUTS_HOOK.get(stage)
     outputs: list[Any] | None = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     for batch_idx, batch in enumerate(loader):
         if batch_idx >= limit:
             break
-        sink.set_batch(step_hook, batch)
+        log_collector.set_batch(step_hook, batch)
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
         output = runtime.eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
@@ -212,20 +212,20 @@ def _run_one_loader(
         runtime.supervision.step_done()
     if outputs is not None:
         kept.append(outputs)
-    return predictions if stage == "predict" else sink.results
+    return predictions if stage == "predict" else log_collector.results
 
 
 def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
     """Each loader's epoch metrics reduced across ranks, shown in callback_metrics (not yet sent
     to the loggers; not for the sanity check); then fresh results for the epoch-end hooks' logs."""
-    sink, reduced = ctx.state.sink, []
+    log_collector, reduced = ctx.state.log_collector, []
     for loader_idx, results in enumerate(per_loader):
-        sink.start_stage(results)
-        metrics = sink.epoch_metrics()
+        log_collector.start_stage(results)
+        metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
         if stage != "sanity_check":
             ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
-    sink.start_stage()
+    log_collector.start_stage()
     return reduced
 
 

@@ -64,9 +64,9 @@ def run_fit(
     if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0:
         # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
         # are kept aside meanwhile (the generators are restored when the epoch's data starts).
-        resumed_results = state.sink.results
+        resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, val_loaders)
-        state.sink.start_stage(resumed_results)
+        state.log_collector.start_stage(resumed_results)
     warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
     if ctx.publisher.is_global_zero:
@@ -127,7 +127,7 @@ def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None
 
 def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> None:
     state, hooks = ctx.state, ctx.hooks
-    loop, sink = state.loop, state.sink
+    loop, log_collector = state.loop, state.log_collector
     if resume_rng is not None and loop.epoch_finished:
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
@@ -144,8 +144,8 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
     mid_epoch_resume = resume_rng is not None and loop.batches_done > 0
     if not mid_epoch_resume:
-        sink.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
-    train_results = sink.results
+        log_collector.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
+    train_results = log_collector.results
     state.train_results = train_results
     iterator = _open_epoch(state, loader, resume_rng)
     if not mid_epoch_resume:
@@ -168,11 +168,11 @@ def _train_batches(
 ) -> bool:
     """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
-    loop, sink = state.loop, state.sink
+    loop, log_collector = state.loop, state.log_collector
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
     # Read once: called on every step (each lookup or wrapper would be a Python call per step).
     step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
-    shares_metrics = sink.metrics_source is not None  # only some ranks log (pipeline): end_step shares
+    shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
     at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
@@ -184,14 +184,14 @@ def _train_batches(
     for batch_idx, batch in _timed_fetches(enumerate(iterator, start=start), loop):
         if batch_idx >= limit:
             break
-        sink.set_batch("training_step", batch)
+        log_collector.set_batch("training_step", batch)
         if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = batches.run(batch, batch_idx, steps_now=steps_now).output
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
-            sink.end_step()
+            log_collector.end_step()
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
@@ -203,7 +203,7 @@ def _train_batches(
             _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         if validate_now:  # gradients are released first where none wait for an optimizer step
             evaluation.run_validation(ctx, state.val_loaders, release_grads=steps_now or manual)
-            sink.start_stage(train_results)
+            log_collector.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
             ctx.publisher.step_metrics()
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.callbacks.base import defines_hook, overrides
+from trainmesh.module import Module
 from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
 from trainmesh.trainer.legacy_optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
@@ -133,8 +134,6 @@ class HookDispatcher:
     """
 
     def __init__(self, trainer: TrainerView, module: Any, callbacks: list[Any]) -> None:
-        from trainmesh.module import Module
-
         self._trainer = trainer
         self._module = module
         self._callbacks = callbacks

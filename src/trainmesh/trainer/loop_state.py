@@ -1,7 +1,7 @@
 """The loop's state: one typed value the loops own and the Trainer's properties read.
 
 ``LoopState`` is where the run is (stage, epoch, step, batch counts, stop flags), its metrics,
-and what it trains (module, model, optimizers, schedulers, the metric sink, the hooks).
+and what it trains (module, model, optimizers, schedulers, the log collector, the hooks).
 What a loop function works with besides it is ``loop_context.LoopContext``. The Trainer exposes
 the Lightning-compatible names (``trainer.current_epoch``, ...) as ``StateField`` properties.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.manual_optimization import ManualBackward
     from trainmesh.trainer.optimizers import SchedulerConfig
-    from trainmesh.trainer.results import MetricSink, StageResults
+    from trainmesh.trainer.results import LogCollector, StageResults
     from trainmesh.trainer_view import ManualSteps
 
 
@@ -75,7 +75,7 @@ _COUNT_OF_STAGE = {
 class LoopState:
     """Everything a run changes as it goes; one per Trainer, kept across its fit/validate/test calls."""
 
-    sink: MetricSink
+    log_collector: LogCollector
     stage: str | None = None
     current_epoch: int = 0
     global_step: int = 0

@@ -8,6 +8,7 @@ import warnings
 
 from torch import nn
 
+from trainmesh.model_configuration import call_configure_model
 from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.utilities.rank_zero import global_rank_from_env
@@ -15,8 +16,6 @@ from trainmesh.utilities.rank_zero import global_rank_from_env
 
 def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher) -> nn.Module:
     """Build ``model``'s layers where the strategy wants them and place it; the placed model."""
-    from trainmesh.module import call_configure_model
-
     name = type(model).__name__
     legacy = hooks.module_overrides("configure_sharded_model")
     if legacy and hooks.module_overrides("configure_model"):

@@ -84,7 +84,7 @@ class Publisher:
         if state.last_logged_step == state.global_step or not self.loggers:
             return
         state.last_logged_step = state.global_step
-        logged = state.sink.step_metrics(logger_only=True)
+        logged = state.log_collector.step_metrics(logger_only=True)
         state.logged_metrics.update({name: metric_tensor(value) for name, value in logged.items()})
         if logged:
             self.log({**logged, "epoch": float(state.current_epoch)})

@@ -73,7 +73,7 @@ class StageResults:
             self.entries[name] = entry
 
 
-class MetricSink:
+class LogCollector:
     """Receives ``self.log`` calls from a Module and turns them into metric dicts.
 
     The loop tells it which hook is running (for on_step/on_epoch defaults) and the current
@@ -96,7 +96,7 @@ class MetricSink:
         self._chunked = False
 
     def __getstate__(self) -> dict[str, Any]:
-        # ddp_spawn pickles the Trainer (and this sink) to its workers: a thread-local cannot travel.
+        # ddp_spawn pickles the Trainer (and this collector) to its workers: a thread-local cannot travel.
         return {key: value for key, value in self.__dict__.items() if key != "_running"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

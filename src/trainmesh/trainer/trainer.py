@@ -9,12 +9,12 @@ from typing import Any, cast
 import torch
 
 from trainmesh.checkpoint import remove_checkpoint
+from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import evaluation, fit_loop, publishing
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.checkpoint_saves import checkpoint_writer, finish_saves, saving_in_background
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     build_checkpoint,
@@ -39,7 +39,7 @@ from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
-from trainmesh.trainer.results import MetricSink
+from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.worker_outcome import WorkerOutcome
@@ -112,7 +112,7 @@ class Trainer:
             weights_summary=weights_summary,
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        self._checkpoint_writer = checkpoint_writer(plugins)  # AsyncCheckpointIO: saves in the background
+        self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
@@ -145,7 +145,8 @@ class Trainer:
             checkpointing=loop.enable_checkpointing,
             fast_dev_run=bool(self.fast_dev_run),
         )
-        self._state = LoopState(sink=MetricSink(self.runtime.all_reduce))  # loop_state.py: the properties below read it
+        # loop_state.py: the properties below read it
+        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         # Lightning 1.x's callback hooks of the Trainer's construction (legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
@@ -187,7 +188,7 @@ class Trainer:
     datamodule: StateField[Any] = StateField("_state")
     optimizers: StateField[list[Any]] = StateField("_state")
     lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
-    sink: StateField[MetricSink] = StateField("_state")
+    log_collector: StateField[LogCollector] = StateField("_state")
     hooks: StateField[HookDispatcher | None] = StateField("_state")
     val_loaders: StateField[list[Any]] = StateField("_state")
     manual_backward: StateField[Any] = StateField("_state")
@@ -319,14 +320,11 @@ class Trainer:
             verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
             # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES, writer=self._checkpoint_writer)
+            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
-        if self._checkpoint_writer is None:
-            remove_checkpoint(path)
-        else:
-            self._checkpoint_writer.after_save(functools.partial(remove_checkpoint, path))
+        self.runtime._checkpoint_saves.after_save(functools.partial(remove_checkpoint, path))
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(
@@ -373,10 +371,8 @@ class Trainer:
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    saves = saving_in_background(
-                        self._checkpoint_writer, self.runtime, model=state.model, optimizers=state.optimizers
-                    )
-                    with saves:
+                    saves = self.runtime._checkpoint_saves
+                    with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
@@ -402,8 +398,6 @@ class Trainer:
             self._finish(data, stage, status)
 
     def _prepare(self, model: Any, data: DataSource, stage: str) -> LoopContext:
-        from trainmesh.module import Module
-
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
         state, runtime = self._state, self.runtime
@@ -412,10 +406,10 @@ class Trainer:
             # manual optimization (a pipeline) says why, before placing the model fails otherwise.
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
-        state.sink = MetricSink(runtime.all_reduce)
+        state.log_collector = LogCollector(runtime.all_reduce)
         state.train_results, state.prog_bar_names = None, set()
         if isinstance(model, Module):
-            model.attach(self, state.sink)
+            model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
@@ -435,7 +429,7 @@ class Trainer:
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
-        state.sink.metrics_source = runtime._metrics_source
+        state.log_collector.metrics_source = runtime._metrics_source
         if stage == "fit" and not state.optimizers:
             returned = cast(Module, model).configure_optimizers()
             optimizers, state.lr_scheduler_configs = parse_optimizers(
@@ -490,4 +484,4 @@ class Trainer:
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
         self._save_checkpoint(path, hpc=True)
-        finish_saves(self._checkpoint_writer, self.runtime)  # saved before the exit says so
+        self.runtime._checkpoint_saves.finish()  # saved before the exit says so

@@ -2,7 +2,9 @@
 
 The full parser needs the classes first, since their ``__init__`` arguments become its
 ``--model.<arg>`` / ``--data.<arg>`` options; so ``--model`` / ``--data`` (and the ``class_path``
-entries of any ``--config``) are read here, before it exists, and imported.
+entries of any ``--config``) are read here, before it exists, and imported. The commands that
+build no Trainer (``scale``, ``project``, ``estimate``: trainmesh.scaling and the cli) read their
+classes here too, so it sits below both.
 """
 
 from __future__ import annotations

@@ -1,0 +1,54 @@
+"""A model's ``configure_model`` run outside the Trainer's placement: with the mesh where the model
+takes one, and ahead of the run on the meta device for "auto"'s memory estimate.
+
+Below the Runtime, the Trainer and the Module (it imports only the hooks' defaults), so that each of
+them calls it without an import running back up (tests/test_architecture.py: the layers).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainmesh.module_hooks import ModelHooks
+
+
+def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
+    """The model whose memory "auto" estimates, and whether it was built on the meta device.
+
+    For ``strategy="auto"``: a module that builds its layers in ``configure_model`` has few or
+    no parameters yet when "auto" decides (before the processes start): estimated as given, it
+    would always look small enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
+    initialisation), exactly as a sharding strategy would build them, without a mesh.
+    """
+    configure = getattr(type(module), "configure_model", None)
+    if configure is None or configure is ModelHooks.configure_model:
+        return module, False
+    probe = copy.deepcopy(module)
+    try:
+        with torch.device("meta"):
+            call_configure_model(probe, None)
+    except Exception as error:
+        raise ValueError(
+            f'strategy="auto" decides by the model\'s memory, and {type(module).__name__} builds its layers in '
+            f"configure_model, which failed when run ahead on the meta device without a mesh "
+            f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
+        ) from error
+    return probe, True
+
+
+def call_configure_model(module: Any, mesh: Any) -> None:
+    """``module.configure_model(mesh)``, or ``configure_model()`` when it takes no argument."""
+    configure = module.configure_model
+    try:
+        takes_mesh = len(inspect.signature(configure).parameters) >= 1
+    except (TypeError, ValueError):
+        takes_mesh = False
+    if takes_mesh:
+        configure(mesh)
+    else:
+        configure()
