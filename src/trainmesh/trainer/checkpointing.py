@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.callbacks.base import callback_states, defines_hook, load_callback_state
+from trainmesh.callbacks.base import callback_states, defines_hook, load_callback_state, state_key_of
 from trainmesh.checkpoint import (
     CheckpointKeys,
     CheckpointPlaces,
@@ -19,7 +20,7 @@ from trainmesh.checkpoint import (
     resolve_checkpoint,
 )
 from trainmesh.seed import capture_rng_state
-from trainmesh.trainer.legacy_hooks import call_datamodule_hook
+from trainmesh.trainer.legacy_hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
@@ -92,15 +93,30 @@ def build_checkpoint(
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
     # Lightning's order: the callbacks' on_save_checkpoint, then the module's, then (1.x) the data module's
-    for callback in trainer.callbacks:
-        if defines_hook(callback, "on_save_checkpoint"):
-            callback.on_save_checkpoint(trainer, module, checkpoint)
+    _save_callbacks(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     call_datamodule_hook(datamodule, "on_save_checkpoint", checkpoint)
     if hpc and callable(getattr(module, "on_hpc_save", None)):  # Lightning 1.x's SLURM save (legacy_hooks.py)
         module.on_hpc_save(checkpoint)
     return checkpoint
+
+
+def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+    """The callbacks' on_save_checkpoint. One that returns a value is a Lightning 1.x callback:
+    as 1.x did, the value is its state (in place of its state_dict()), and the checkpoint lists its
+    key so that the restore passes it that state (legacy_hooks.py)."""
+    legacy: list[str] = []
+    for callback in trainer.callbacks:
+        if defines_hook(callback, "on_save_checkpoint"):
+            state = callback.on_save_checkpoint(trainer, module, checkpoint)
+            if state:  # 1.x's test: a falsy value stores nothing
+                warn_returned_callback_state(callback)
+                key = state_key_of(callback)
+                checkpoint["callbacks"][key] = state
+                legacy.append(key)
+    if legacy:
+        checkpoint[LEGACY_CALLBACK_STATES] = legacy
 
 
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
@@ -238,13 +254,19 @@ def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str,
 
 def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """Lightning's order: every callback's on_load_checkpoint, then every callback's saved state;
-    nothing for a checkpoint without callback states (a weights-only one)."""
+    nothing for a checkpoint without callback states (a weights-only one). A callback whose
+    on_save_checkpoint returned its state (Lightning 1.x) gets that state, as 1.x gave it."""
     states = checkpoint.get("callbacks")
     if states is None:
         return
+    legacy = set(checkpoint.get(LEGACY_CALLBACK_STATES, ()))
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_load_checkpoint"):
-            callback.on_load_checkpoint(trainer, module, checkpoint)
+            key = state_key_of(callback)
+            if key not in legacy:
+                callback.on_load_checkpoint(trainer, module, checkpoint)
+            elif states.get(key):  # Lightning 1.x's: the state its on_save_checkpoint returned, a copy
+                callback.on_load_checkpoint(trainer, module, copy.deepcopy(states[key]))
     for callback in trainer.callbacks:
         load_callback_state(callback, states)
 
