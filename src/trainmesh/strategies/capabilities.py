@@ -52,7 +52,10 @@ class StrategyCapabilities:
       to run around (not where a pipeline schedule runs backward per micro-batch and stage);
     - ``inference_mode``: evaluation may run under ``torch.inference_mode()`` (not where
       parameters unsharded under it would become inference tensors training cannot update);
-    - ``memory_model``: how the training state is divided among ranks (None: no estimate).
+    - ``memory_model``: how the training state is divided among ranks (None: no estimate);
+    - ``restore_checkpoint_after_setup``: Lightning's strategy property of that name (True for its
+      FSDP and ModelParallel): a resumed fit restores the module and the callbacks after
+      ``configure_optimizers`` instead of before (trainer/resume.py).
     """
 
     manual_optimization: bool = False
@@ -61,4 +64,5 @@ class StrategyCapabilities:
     flop_counting: bool = True
     backward_hooks: bool = True
     inference_mode: bool = True
+    restore_checkpoint_after_setup: bool = False
     memory_model: MemoryModel | None = None

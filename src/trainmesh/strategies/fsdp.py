@@ -181,7 +181,11 @@ class FSDPStrategy(DistributedStrategy):
         # test_manual_optimization*.py), compile against eager under fsdp only.
         checked = self.name == "fsdp"
         return StrategyCapabilities(
-            manual_optimization=True, compile=checked, inference_mode=False, memory_model=_MEMORY_MODELS[self.name]
+            manual_optimization=True,
+            compile=checked,
+            inference_mode=False,
+            memory_model=_MEMORY_MODELS[self.name],
+            restore_checkpoint_after_setup=True,  # as Lightning's FSDP
         )
 
     def dims(self, world_size: int) -> ParallelDims:

@@ -171,7 +171,7 @@ def _reduced_results(loop_state: LoopState, runtime: Runtime) -> dict[str, Any]:
     return state
 
 
-def restore_checkpoint(
+def restore_modules(
     state: LoopState,
     runtime: Runtime,
     trainer: TrainerView,
@@ -180,12 +180,11 @@ def restore_checkpoint(
     source: str,
     weights_only: bool,
     hpc_resume: bool = False,
-) -> dict[str, Any] | None:
-    """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
-    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
-    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
-    With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
-    restores for validate/test/predict), without the training state.
+    early: bool = False,
+) -> None:
+    """What Lightning restores first (its ``_restore_modules_and_callbacks``): the module's and the
+    data module's hooks and states, the weights, the callbacks. ``early``: before
+    ``configure_optimizers``, as Lightning does where the strategy does not restore after setup.
 
     Everything that can refuse the checkpoint is checked before the weights change, so a failed
     load leaves them as they were (the module's ``on_load_checkpoint`` runs before, as in
@@ -206,13 +205,42 @@ def restore_checkpoint(
         runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
     )
     if not weights_only:
-        _check_resumable(len(state.optimizers), checkpoint, source)
+        # Early (before configure_optimizers) the optimizers' count is checked with the training state.
+        _check_resumable(None if early else len(state.optimizers), checkpoint, source)
     runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
     if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
         state.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_callbacks(trainer, module, checkpoint)
+
+
+def restore_checkpoint(
+    state: LoopState,
+    runtime: Runtime,
+    trainer: TrainerView,
+    checkpoint: dict[str, Any],
+    *,
+    source: str,
+    weights_only: bool,
+    hpc_resume: bool = False,
+    modules_restored: bool = False,
+) -> dict[str, Any] | None:
+    """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
+    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
+    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
+    With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
+    restores for validate/test/predict), without the training state. ``modules_restored``: a fit
+    whose :func:`restore_modules` ran before ``configure_optimizers`` (Lightning's order for a
+    checkpoint that is not sharded); only the training state is left.
+    """
+    if not modules_restored:
+        restore_modules(
+            state, runtime, trainer, checkpoint, source=source, weights_only=weights_only, hpc_resume=hpc_resume
+        )
     if weights_only:
         return None
+    if modules_restored:
+        _check_resumable(len(state.optimizers), checkpoint, source)
+    model, module = state.model, state.module
     runtime._load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
@@ -271,7 +299,7 @@ def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, 
         load_callback_state(callback, states)
 
 
-def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: str) -> None:
+def _check_resumable(optimizer_count: int | None, checkpoint: dict[str, Any], source: str) -> None:
     if checkpoint.get("weights_only"):
         raise ValueError(
             f"{source} holds only the model's weights (written with ModelCheckpoint(save_weights_only=True) or "
@@ -287,7 +315,7 @@ def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: s
             "Module.load_from_checkpoint) and fit without ckpt_path"
         )
     saved_optimizers = checkpoint.get("optimizer_states", [])
-    if len(saved_optimizers) != optimizer_count:
+    if optimizer_count is not None and len(saved_optimizers) != optimizer_count:
         raise ValueError(
             f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
             f"made {optimizer_count}; resume with the same optimizer setup"
