@@ -85,7 +85,8 @@ def test_fit_updates_the_loop_state_and_the_properties_read_it():
         assert getattr(trainer, name) is getattr(state, name), name
     assert trainer.lightning_module is state.module
     assert "val_loss" in state.epoch_metrics
-    assert float(trainer.callback_metrics["val_loss"]) == state.epoch_metrics["val_loss"]
+    # callback_metrics holds it in Lightning's dtype, float32 (tests/trainer/test_results_dtypes.py)
+    assert float(trainer.callback_metrics["val_loss"]) == float(torch.tensor(state.epoch_metrics["val_loss"]).float())
     trainer.should_stop = True  # what EarlyStopping does: written into the state
     assert state.should_stop is True
 

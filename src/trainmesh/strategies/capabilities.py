@@ -58,6 +58,9 @@ class StrategyCapabilities:
       splits its batch over its devices (dp, ddp2) or activations travel (tensor, pipeline);
     - ``keras_fit``: Keras' own ``model.fit`` runs under it (``trainmesh.keras``): every process
       holds the whole model, trains on its share of the data, and its gradients are averaged.
+    - ``restore_checkpoint_after_setup``: Lightning's strategy property of that name (True for its
+      FSDP and ModelParallel): a resumed fit restores the module and the callbacks after
+      ``configure_optimizers`` instead of before (trainer/resume.py).
     """
 
     manual_optimization: bool = False
@@ -66,6 +69,7 @@ class StrategyCapabilities:
     flop_counting: bool = True
     backward_hooks: bool = True
     inference_mode: bool = True
+    restore_checkpoint_after_setup: bool = False
     memory_model: MemoryModel | None = None
     communication_model: bool = False
     keras_fit: bool = False

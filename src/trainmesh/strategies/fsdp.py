@@ -186,6 +186,7 @@ class FSDPStrategy(DistributedStrategy):
             inference_mode=False,
             memory_model=_MEMORY_MODELS[self.name],
             communication_model=True,
+            restore_checkpoint_after_setup=True,  # as Lightning's FSDP
         )
 
     def dims(self, world_size: int) -> ParallelDims:

@@ -70,6 +70,7 @@ def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> Stra
         == 1,  # checked against plain torch at tp=2 (test_manual_optimization_strategies.py)
         manual_optimization_refusal="" if dims.pp == 1 else PIPELINE_RUNS_BACKWARD,
         flop_counting=dims.tp == 1 and dims.pp == 1,
+        restore_checkpoint_after_setup=True,  # as Lightning's ModelParallelStrategy
         backward_hooks=dims.pp == 1,
         inference_mode=False,
         memory_model=None if replicated else _SPLIT_MODEL,

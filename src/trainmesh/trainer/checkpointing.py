@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.callbacks.base import callback_states, defines_hook, load_callback_state
+from trainmesh.callbacks.base import callback_states, defines_hook, load_callback_state, state_key_of
 from trainmesh.checkpoint import (
     CheckpointKeys,
     CheckpointPlaces,
@@ -19,7 +20,7 @@ from trainmesh.checkpoint import (
     resolve_checkpoint,
 )
 from trainmesh.seed import capture_rng_state
-from trainmesh.trainer.legacy_hooks import call_datamodule_hook
+from trainmesh.trainer.legacy_hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
@@ -92,15 +93,30 @@ def build_checkpoint(
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
     # Lightning's order: the callbacks' on_save_checkpoint, then the module's, then (1.x) the data module's
-    for callback in trainer.callbacks:
-        if defines_hook(callback, "on_save_checkpoint"):
-            callback.on_save_checkpoint(trainer, module, checkpoint)
+    _save_callbacks(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     call_datamodule_hook(datamodule, "on_save_checkpoint", checkpoint)
     if hpc and callable(getattr(module, "on_hpc_save", None)):  # Lightning 1.x's SLURM save (legacy_hooks.py)
         module.on_hpc_save(checkpoint)
     return checkpoint
+
+
+def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+    """The callbacks' on_save_checkpoint. One that returns a value is a Lightning 1.x callback:
+    as 1.x did, the value is its state (in place of its state_dict()), and the checkpoint lists its
+    key so that the restore passes it that state (legacy_hooks.py)."""
+    legacy: list[str] = []
+    for callback in trainer.callbacks:
+        if defines_hook(callback, "on_save_checkpoint"):
+            state = callback.on_save_checkpoint(trainer, module, checkpoint)
+            if state:  # 1.x's test: a falsy value stores nothing
+                warn_returned_callback_state(callback)
+                key = state_key_of(callback)
+                checkpoint["callbacks"][key] = state
+                legacy.append(key)
+    if legacy:
+        checkpoint[LEGACY_CALLBACK_STATES] = legacy
 
 
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
@@ -155,7 +171,7 @@ def _reduced_results(loop_state: LoopState, runtime: Runtime) -> dict[str, Any]:
     return state
 
 
-def restore_checkpoint(
+def restore_modules(
     state: LoopState,
     runtime: Runtime,
     trainer: TrainerView,
@@ -164,12 +180,11 @@ def restore_checkpoint(
     source: str,
     weights_only: bool,
     hpc_resume: bool = False,
-) -> dict[str, Any] | None:
-    """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
-    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
-    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
-    With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
-    restores for validate/test/predict), without the training state.
+    early: bool = False,
+) -> None:
+    """What Lightning restores first (its ``_restore_modules_and_callbacks``): the module's and the
+    data module's hooks and states, the weights, the callbacks. ``early``: before
+    ``configure_optimizers``, as Lightning does where the strategy does not restore after setup.
 
     Everything that can refuse the checkpoint is checked before the weights change, so a failed
     load leaves them as they were (the module's ``on_load_checkpoint`` runs before, as in
@@ -190,13 +205,42 @@ def restore_checkpoint(
         runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
     )
     if not weights_only:
-        _check_resumable(len(state.optimizers), checkpoint, source)
+        # Early (before configure_optimizers) the optimizers' count is checked with the training state.
+        _check_resumable(None if early else len(state.optimizers), checkpoint, source)
     runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
     if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
         state.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_callbacks(trainer, module, checkpoint)
+
+
+def restore_checkpoint(
+    state: LoopState,
+    runtime: Runtime,
+    trainer: TrainerView,
+    checkpoint: dict[str, Any],
+    *,
+    source: str,
+    weights_only: bool,
+    hpc_resume: bool = False,
+    modules_restored: bool = False,
+) -> dict[str, Any] | None:
+    """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
+    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
+    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
+    With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
+    restores for validate/test/predict), without the training state. ``modules_restored``: a fit
+    whose :func:`restore_modules` ran before ``configure_optimizers`` (Lightning's order for a
+    checkpoint that is not sharded); only the training state is left.
+    """
+    if not modules_restored:
+        restore_modules(
+            state, runtime, trainer, checkpoint, source=source, weights_only=weights_only, hpc_resume=hpc_resume
+        )
     if weights_only:
         return None
+    if modules_restored:
+        _check_resumable(len(state.optimizers), checkpoint, source)
+    model, module = state.model, state.module
     runtime._load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
@@ -240,18 +284,24 @@ def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str,
 
 def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """Lightning's order: every callback's on_load_checkpoint, then every callback's saved state;
-    nothing for a checkpoint without callback states (a weights-only one)."""
+    nothing for a checkpoint without callback states (a weights-only one). A callback whose
+    on_save_checkpoint returned its state (Lightning 1.x) gets that state, as 1.x gave it."""
     states = checkpoint.get("callbacks")
     if states is None:
         return
+    legacy = set(checkpoint.get(LEGACY_CALLBACK_STATES, ()))
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_load_checkpoint"):
-            callback.on_load_checkpoint(trainer, module, checkpoint)
+            key = state_key_of(callback)
+            if key not in legacy:
+                callback.on_load_checkpoint(trainer, module, checkpoint)
+            elif states.get(key):  # Lightning 1.x's: the state its on_save_checkpoint returned, a copy
+                callback.on_load_checkpoint(trainer, module, copy.deepcopy(states[key]))
     for callback in trainer.callbacks:
         load_callback_state(callback, states)
 
 
-def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: str) -> None:
+def _check_resumable(optimizer_count: int | None, checkpoint: dict[str, Any], source: str) -> None:
     if checkpoint.get("weights_only"):
         raise ValueError(
             f"{source} holds only the model's weights (written with ModelCheckpoint(save_weights_only=True) or "
@@ -267,7 +317,7 @@ def _check_resumable(optimizer_count: int, checkpoint: dict[str, Any], source: s
             "Module.load_from_checkpoint) and fit without ckpt_path"
         )
     saved_optimizers = checkpoint.get("optimizer_states", [])
-    if len(saved_optimizers) != optimizer_count:
+    if optimizer_count is not None and len(saved_optimizers) != optimizer_count:
         raise ValueError(
             f"the checkpoint holds {len(saved_optimizers)} optimizer state(s) but configure_optimizers() "
             f"made {optimizer_count}; resume with the same optimizer setup"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmesh.trainer.legacy_hooks import warn_legacy_datamodule_hooks
+from trainmesh.trainer.legacy_hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
 _LOADER_METHOD = {
@@ -63,14 +63,19 @@ class DataSource:
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:
+            call_dataloader_hook(self.model, kind)  # Lightning 1.x's, for a loader passed as an argument too
             return _as_list(self.given[kind])
         method = _LOADER_METHOD[kind]
+        hook_pending = True
         for owner in (self.datamodule, self.model):
             if owner is None:
                 continue
             impl = getattr(owner, method, None)
             if impl is None:
                 continue
+            if hook_pending:  # Lightning 1.x's on_<stage>_dataloader, before the loader is requested
+                call_dataloader_hook(self.model, kind)
+                hook_pending = False
             try:
                 return _as_list(impl())
             except NotImplementedError:

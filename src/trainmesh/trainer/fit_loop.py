@@ -6,6 +6,7 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -52,9 +53,8 @@ def run_fit(
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
     if checkpoint is not None:
-        resume_rng = restore_checkpoint(
-            state, runtime, ctx.view, checkpoint, source=source, weights_only=False, hpc_resume=hpc_resume
-        )
+        restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
+        resume_rng = restore(weights_only=False, hpc_resume=hpc_resume, modules_restored=ctx.modules_restored)
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).

@@ -27,6 +27,19 @@ before the module as 1.x did:
 - ``on_keyboard_interrupt`` (callback): on Ctrl-C, before ``on_exception``.
 - ``on_save_checkpoint(checkpoint)`` / ``on_load_checkpoint(checkpoint)`` (data module): after
   the module's ``on_save_checkpoint``; first of all when a checkpoint is restored.
+- ``on_train_dataloader`` / ``on_val_dataloader`` / ``on_test_dataloader`` /
+  ``on_predict_dataloader`` (module; 1.6's ``data_connector._request_dataloader``): just before
+  that stage's dataloader is requested, whether it comes from the module, a data module or an
+  argument. 1.x called the module's only, so a data module's is warned about, not called.
+- ``add_to_queue(queue)`` / ``get_from_queue(queue)`` (module; 1.6's ``launchers/spawn.py``): in
+  a run whose workers report to the launching process (``ddp_spawn``): ``add_to_queue`` on global
+  rank 0 after the stage, ``get_from_queue`` in the launching process with what was put (a list
+  with ``put``/``get``/``empty``, 1.6's ``_FakeQueue``). Not called in a run without a parent.
+- A callback's ``on_save_checkpoint`` that returns a value (1.6's
+  ``_call_callbacks_on_save_checkpoint``): the value is stored as the callback's state
+  (``checkpoint["callbacks"][state_key]``, in place of its ``state_dict()``), and on a restore
+  its ``on_load_checkpoint(trainer, module, callback_state)`` gets that state, not the checkpoint
+  (checkpointing.py; the checkpoint lists those keys under ``LEGACY_CALLBACK_STATES``).
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import defines_hook
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.rank_zero import rank_zero_deprecation
+from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 
 _EPOCH = "on_train_epoch_{0} (and on_validation_epoch_{0}, on_test_epoch_{0})"
 
@@ -50,7 +63,23 @@ MODULE_HOOKS: dict[str, str] = {
     "on_hpc_save": "on_save_checkpoint(checkpoint)",
     "on_hpc_load": "on_load_checkpoint(checkpoint)",
     "get_progress_bar_dict": "self.log(name, value, prog_bar=True)",
+    "on_train_dataloader": "train_dataloader() (or setup(stage))",
+    "on_val_dataloader": "val_dataloader() (or setup(stage))",
+    "on_test_dataloader": "test_dataloader() (or setup(stage))",
+    "on_predict_dataloader": "predict_dataloader() (or setup(stage))",
+    "add_to_queue": "nothing: trainmesh hands callback_metrics, the weights and the callbacks' state back to the "
+    "launching process itself; save anything else to a file",
+    "get_from_queue": "nothing: read trainer.callback_metrics in the launching process",
 }
+# stage -> the 1.x hook called just before its dataloader is requested
+DATALOADER_HOOKS = {
+    "train": "on_train_dataloader",
+    "validate": "on_val_dataloader",
+    "test": "on_test_dataloader",
+    "predict": "on_predict_dataloader",
+}
+# The checkpoint entry listing the callbacks whose state 1.x's on_save_checkpoint returned.
+LEGACY_CALLBACK_STATES = "callback_states_from_on_save_checkpoint"
 CALLBACK_HOOKS: dict[str, str] = {
     "on_epoch_start": _EPOCH.format("start"),
     "on_epoch_end": _EPOCH.format("end"),
@@ -89,6 +118,35 @@ def warn_legacy_datamodule_hooks(datamodule: Any) -> None:
     for name, instead in DATAMODULE_HOOKS.items():
         if callable(getattr(type(datamodule), name, None)):
             _deprecation(type(datamodule).__name__, name, instead)
+    for name in DATALOADER_HOOKS.values():
+        if callable(getattr(type(datamodule), name, None)):
+            rank_zero_warn(
+                f"{type(datamodule).__name__}.{name} is not called: Lightning 1.x called this hook on the "
+                f"LightningModule only (never on a data module), and 2.0 removed it. Do its work in "
+                f"{name.removeprefix('on_')}() or setup(stage)"
+            )
+
+
+def call_dataloader_hook(model: Any, stage: str) -> None:
+    """The module's 1.x ``on_<stage>_dataloader()``, where it defines one (its deprecation line
+    came with the run's other 1.x hooks)."""
+    method = getattr(model, DATALOADER_HOOKS[stage], None)
+    if model is not None and callable(method):
+        method()
+
+
+class LegacyQueue(list[Any]):
+    """What 1.x's ``add_to_queue`` / ``get_from_queue`` received (1.6's ``_FakeQueue``): a list
+    with a queue's ``put`` / ``get`` / ``empty``."""
+
+    def put(self, item: Any) -> None:
+        self.append(item)
+
+    def get(self) -> Any:
+        return self.pop(0)
+
+    def empty(self) -> bool:
+        return not self
 
 
 def call_datamodule_hook(datamodule: Any, name: str, *args: Any) -> None:
@@ -104,6 +162,16 @@ def call_init_hook(callbacks: list[Any], name: str, trainer: TrainerView) -> Non
         if defines_hook(callback, name):
             _deprecation(type(callback).__name__, name, CALLBACK_HOOKS[name])
             getattr(callback, name)(trainer)
+
+
+def warn_returned_callback_state(callback: Any) -> None:
+    rank_zero_deprecation(
+        f"{type(callback).__name__}.on_save_checkpoint returns a value: Lightning 1.x stored it as the "
+        "callback's state and passed it to on_load_checkpoint(trainer, module, callback_state), and trainmesh "
+        "does so too; Lightning 2.0 removed this. Use state_dict() to return the state and "
+        "load_state_dict(state) to take it back",
+        stacklevel=3,
+    )
 
 
 def _deprecation(owner: str, name: str, instead: str) -> None:

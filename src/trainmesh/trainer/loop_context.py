@@ -32,3 +32,5 @@ class LoopContext:
     view: TrainerView  # what callbacks receive (and a preemption save goes through)
     inference_mode: bool = True
     batch_hooks: BatchHooks | None = None  # the batch-transfer hooks; None: nobody overrides them
+    # A resumed fit whose module and callbacks were restored before configure_optimizers (trainer/resume.py)
+    modules_restored: bool = False

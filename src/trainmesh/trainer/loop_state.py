@@ -89,6 +89,8 @@ class LoopState:
     ckpt_path: str | None = None
     epoch_metrics: dict[str, float] = field(default_factory=dict)
     logged_metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
+    wide_metrics: set[str] = field(default_factory=set)
     prog_bar_names: set[str] = field(default_factory=set)
     last_logged_step: int = -1
     train_results: StageResults | None = None

@@ -15,7 +15,8 @@ def callback_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     step values. Step values are handed out as the tensors logged, so reading them here
     costs no device sync either.
     """
-    metrics = {name: metric_tensor(value) for name, value in state.epoch_metrics.items()}
+    wide = state.wide_metrics
+    metrics = {name: metric_tensor(value, wide=name in wide) for name, value in state.epoch_metrics.items()}
     if state.train_results is not None:
         entries = state.train_results.entries
         for name, value in state.train_results.step_values.items():
@@ -64,13 +65,14 @@ class Publisher:
         for name, (value, entry) in metrics.items():
             key = f"{name}{suffix}"
             published[key] = value
-            state.epoch_metrics[key] = value
-            if entry.on_step:
-                state.epoch_metrics[f"{name}_epoch{suffix}"] = value
+            keys = [key, f"{name}_epoch{suffix}"] if entry.on_step else [key]
+            for each in keys:
+                state.epoch_metrics[each] = value
+            (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
             if entry.prog_bar:
                 state.prog_bar_names.add(key)
             if entry.logger:
-                state.logged_metrics[f"{name}_epoch{suffix}" if entry.on_step else key] = metric_tensor(value)
+                state.logged_metrics[keys[-1]] = metric_tensor(value, wide=entry.wide)
         if to_logger:
             logged = {
                 (f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger
@@ -85,7 +87,8 @@ class Publisher:
             return
         state.last_logged_step = state.global_step
         logged = state.log_collector.step_metrics(logger_only=True)
-        state.logged_metrics.update({name: metric_tensor(value) for name, value in logged.items()})
+        wide = state.log_collector.wide_step_names()
+        state.logged_metrics.update({name: metric_tensor(value, wide=name in wide) for name, value in logged.items()})
         if logged:
             self.log({**logged, "epoch": float(state.current_epoch)})
 

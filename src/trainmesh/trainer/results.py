@@ -33,6 +33,8 @@ class _Entry:
     total: torch.Tensor | None = None  # float64 accumulator for "mean"/"sum"/"max"/"min"
     weight: float = 0.0
     metric: Any = None  # a torchmetrics Metric computes its own epoch value
+    # A float64 tensor was logged: Lightning's epoch value is then float64, else float32 (lightning_dtype).
+    wide: bool = False
     # A step value and nothing else (training_step's default): self.log's fast path.
     plain_step: bool = field(init=False, repr=False, compare=False)
 
@@ -204,6 +206,8 @@ class LogCollector:
                 self._reduce(_as_tensor(step_value), "mean") if entry.sync_dist else step_value
             )
         if entry.on_epoch:
+            if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
+                entry.wide = True
             self._accumulate(entry, _as_tensor(number), batch_size)
 
     def _mean_over_chunks(self, name: str, tensor: torch.Tensor, size: int) -> torch.Tensor:
@@ -284,6 +288,16 @@ class LogCollector:
             chosen[f"{name}_step" if entry.on_epoch else name] = value
         return read_floats(chosen)
 
+    def wide_step_names(self) -> set[str]:
+        """The names, as :meth:`step_metrics` gives them, whose step value is a float64 tensor:
+        Lightning keeps those float64 (lightning_dtype)."""
+        entries = self.results.entries
+        return {
+            f"{name}_step" if entries[name].on_epoch else name
+            for name, value in self.results.step_values.items()
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float64
+        }
+
     def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
         """Each epoch-level metric reduced across processes (every rank gets the same value)."""
         self.end_step()
@@ -360,17 +374,29 @@ def read_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     return out
 
 
+def lightning_dtype(wide: bool = False) -> torch.dtype:
+    """The dtype Lightning gives a logged value (2.6.6, ``logger_connector/result.py``: its
+    ``_get_default_dtype`` and ``_ResultMetric.update``): float32 (the default dtype, no lower
+    than float32), or float64 where the default dtype is float64 or ``wide`` (a float64 tensor was
+    logged: its float32 accumulator promotes to float64)."""
+    return torch.float64 if wide or torch.get_default_dtype() == torch.float64 else torch.float32
+
+
 def step_tensor(value: torch.Tensor | float) -> torch.Tensor:
-    """A step value as ``callback_metrics`` hands it out: the tensor logged (no device sync),
-    or for a logged number a tensor of the default dtype, as Lightning makes it."""
-    return value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value)
+    """A step value as ``callback_metrics`` hands it out: the tensor logged (no device sync), in
+    float32 or float64 as Lightning converts it (a float16, bfloat16 or integer tensor becomes
+    float32), or for a logged number a tensor of Lightning's dtype."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        return value if value.dtype in (torch.float32, torch.float64) else value.to(lightning_dtype())
+    return torch.tensor(value, dtype=lightning_dtype())
 
 
-def metric_tensor(value: Any) -> torch.Tensor:
+def metric_tensor(value: Any, *, wide: bool = False) -> torch.Tensor:
     """A metric as ``callback_metrics`` / ``logged_metrics`` hand it out: a scalar tensor, as
     Lightning programs expect (they call ``.item()``). A step value stays where it is (no device
-    sync); a reduced epoch value (a float) becomes a float64 tensor, so comparing or formatting
-    it gives exactly the float the callbacks used before."""
+    sync); a reduced epoch value (a float) becomes a tensor of Lightning's dtype: float32, or
+    float64 where a float64 tensor was logged under the name (``wide``) or that is the default."""
     if isinstance(value, torch.Tensor):
-        return value.detach()
-    return torch.tensor(float(value), dtype=torch.float64)
+        return step_tensor(value)
+    return torch.tensor(float(value), dtype=lightning_dtype(wide))

@@ -31,6 +31,7 @@ from trainmesh.trainer_view import TrainerView
 if TYPE_CHECKING:
     from trainmesh.checkpoint import CheckpointPlaces
     from trainmesh.runtime import Runtime
+    from trainmesh.trainer.loop_state import LoopState
 
 Read = Callable[[str], dict[str, Any]]  # one checkpoint, read on this process
 
@@ -62,6 +63,51 @@ def read_fit_checkpoint(
     source = resolve_ckpt_path(trainer, ckpt_path)
     assert source is not None  # None only for "last"
     return source, read(source)
+
+
+_DEFERRED = "trainmesh_read_after_configure_optimizers"
+
+
+def read_fit_checkpoint_early(
+    trainer: TrainerView, runtime: Runtime, ckpt_path: str | os.PathLike[str] | None, read: Read
+) -> tuple[str | None, dict[str, Any] | None] | None:
+    """:func:`read_fit_checkpoint` before ``configure_optimizers``, for Lightning's order (the
+    module's ``on_load_checkpoint`` before its optimizers are built); None where the checkpoint is
+    a distributed (sharded) one: its optimizer states load into the optimizers' own layout, so it
+    is read after ``configure_optimizers``, which is Lightning's order for sharded checkpoints too."""
+
+    def file_only(source: str) -> dict[str, Any]:
+        return {_DEFERRED: True} if os.path.isdir(source) else read(source)  # a distributed checkpoint: a folder
+
+    source, checkpoint = read_fit_checkpoint(trainer, runtime, ckpt_path, file_only)
+    return None if checkpoint is not None and checkpoint.get(_DEFERRED) else (source, checkpoint)
+
+
+def restore_early(
+    trainer: TrainerView, runtime: Runtime, state: LoopState, read: Read, ckpt_path: str | None, early: list[Any]
+) -> bool:
+    """Lightning 2.6.6's order for a resumed fit where the strategy does not restore after setup
+    (its ``restore_checkpoint_after_setup``; fsdp's and model parallel's do): the module's
+    ``on_load_checkpoint``, the weights and the callbacks before ``configure_optimizers``, so that
+    layers unfrozen there reach the optimizer. Appends (source, checkpoint) to ``early`` where it
+    read one, and says whether it restored one; a sharded checkpoint is left to be read after
+    ``configure_optimizers``, as before."""
+    from trainmesh.trainer.checkpointing import clear_interrupted_saves, restore_modules
+
+    if runtime.capabilities.restore_checkpoint_after_setup:
+        return False
+    clear_interrupted_saves(trainer, ckpt_path)  # before this run saves anything
+    found = read_fit_checkpoint_early(trainer, runtime, ckpt_path, read)
+    if found is None:
+        return False
+    source, checkpoint = found
+    if checkpoint is not None and source is not None:
+        hpc = ckpt_path is None  # a restart's or a requeue's resume (Trainer._run)
+        restore_modules(
+            state, runtime, trainer, checkpoint, source=source, weights_only=False, hpc_resume=hpc, early=True
+        )
+    early.append((source, checkpoint))
+    return checkpoint is not None
 
 
 def read_weights_checkpoint(

@@ -40,7 +40,7 @@ from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies,
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
-from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint
+from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
@@ -355,15 +355,18 @@ class Trainer:
         state = self._state
         state.stage = stage
         status = "failed"
+        early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
-            loop = self._prepare(model, data, stage)
+            peek = functools.partial(self._read_checkpoint, with_optimizers=False)
+            restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
+            loop = self._prepare(model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
-                clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
                 # "last" and the automatic resume fall back past a damaged checkpoint (trainer/resume.py).
-                read = functools.partial(self._read_checkpoint, with_optimizers=True)
-                source, checkpoint = read_fit_checkpoint(self, self.runtime, ckpt_path, read)
+                clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
+                read = functools.partial(self._read_checkpoint, with_optimizers=True)  # here: after setup, or sharded
+                source, checkpoint = early[0] if early else read_fit_checkpoint(self, self.runtime, ckpt_path, read)
                 state.ckpt_path = source
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
                 with supervision.stop_signals(
@@ -397,7 +400,7 @@ class Trainer:
         finally:
             self._finish(data, stage, status)
 
-    def _prepare(self, model: Any, data: DataSource, stage: str) -> LoopContext:
+    def _prepare(self, model: Any, data: DataSource, stage: str, early: functools.partial[bool] | None) -> LoopContext:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
         state, runtime = self._state, self.runtime
@@ -430,6 +433,7 @@ class Trainer:
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.log_collector.metrics_source = runtime._metrics_source
+        restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         if stage == "fit" and not state.optimizers:
             returned = cast(Module, model).configure_optimizers()
             optimizers, state.lr_scheduler_configs = parse_optimizers(
@@ -452,6 +456,7 @@ class Trainer:
             view=self,
             inference_mode=self.inference_mode,
             batch_hooks=choose_batch_hooks(model, data.datamodule),
+            modules_restored=restored,
         )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
