@@ -27,7 +27,7 @@ MAX_FILE_LINES = 500  # "files under ~500 lines"
 MAX_FUNCTION_LINES = 60  # "functions under ~60"
 
 # The Trainer side: it talks to the Runtime, never to a strategy.
-TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module")
+TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module", "trainmesh.manual_calls")
 # The one strategies module whose value types (StepHooks, StepResult) cross the layers.
 STEP_TYPES_MODULE = "trainmesh.strategies.step"
 # Lower layers, and what they must never import.
@@ -95,6 +95,15 @@ MIDDLE_LAYERS = {
         "trainmesh.keras",
     ),
     "trainmesh.scaling": ("trainmesh.cli", "trainmesh.keras"),
+}
+# What the Trainer runs: the Module (and its manual-optimization calls) and the callbacks see the
+# Trainer through TrainerView (trainer_view.py), so they never import the loop, nor each other
+# (Lightning's siblings), nor the tools above; at any depth, a lazy import inside a function included.
+_ABOVE_THE_TRAINER_USERS = ("trainmesh.trainer", "trainmesh.cli", "trainmesh.scaling", "trainmesh.keras")
+TRAINER_USERS = {
+    "trainmesh.module": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks"),
+    "trainmesh.manual_calls": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks", "trainmesh.module"),
+    "trainmesh.callbacks": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.module", "trainmesh.manual_calls"),
 }
 
 
@@ -596,6 +605,19 @@ def test_the_runtime_and_the_scaling_tools_never_import_the_layers_above() -> No
     assert not found, _report(found, "the Runtime or the scaling tools import a layer above them")
 
 
+def test_the_module_and_the_callbacks_never_import_the_trainer() -> None:
+    modules = known_modules()
+    reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
+    found = [
+        e
+        for user, above in TRAINER_USERS.items()
+        for s in sources()
+        if within(s.module, (user,))
+        for e in upward_imports(s, modules, reexports, above)
+    ]
+    assert not found, _report(found, "the Module or a callback imports the Trainer side (use TrainerView)")
+
+
 def test_no_import_cycles() -> None:
     found = import_cycles(import_edges(sources()))
     assert not found, _report(found, "trainmesh modules import each other in a cycle")
@@ -814,6 +836,39 @@ def test_the_middle_layers_upward_imports_are_found(layer: str, text: str, expec
     assert upward_imports(parse("from trainmesh.runtime import Runtime\n", module=layer), modules, {}, higher) == []
 
 
+@pytest.mark.parametrize(
+    ("user", "text", "expected"),
+    [
+        (
+            "trainmesh.module",
+            "def f():\n    from trainmesh.trainer import manual_optimization\n",
+            "snippet.py:2: imports",
+        ),
+        ("trainmesh.module", "def f():\n    import trainmesh.trainer.trainer\n", "imports trainmesh.trainer.trainer"),
+        ("trainmesh.callbacks.x", "def f():\n    from trainmesh.module import Module\n", "imports trainmesh.module"),
+        ("trainmesh.callbacks.x", "def f():\n    from trainmesh import Trainer\n", "imports trainmesh.trainer.trainer"),
+        ("trainmesh.callbacks.x", "from ..trainer.hooks import HookDispatcher\n", "imports trainmesh.trainer.hooks"),
+    ],
+)
+def test_the_trainer_users_upward_imports_are_found(user: str, text: str, expected: str) -> None:
+    modules = {
+        "trainmesh": True,
+        "trainmesh.module": False,
+        "trainmesh.trainer": True,
+        "trainmesh.trainer.trainer": False,
+        "trainmesh.trainer.hooks": False,
+        "trainmesh.trainer.manual_optimization": False,
+        "trainmesh.callbacks": True,
+        "trainmesh.callbacks.x": False,
+    }
+    reexports = {"trainmesh": {"Trainer": "trainmesh.trainer.trainer"}}
+    above = next(h for name, h in TRAINER_USERS.items() if within(user, (name,)))
+    found = upward_imports(parse(text, module=user), modules, reexports, above)
+    assert len(found) == 1 and expected in found[0], found
+    clean = "from trainmesh.trainer_view import TrainerView\nfrom trainmesh.module_hooks import ModelHooks\n"
+    assert upward_imports(parse(clean, module=user), modules, reexports, above) == []
+
+
 def test_import_cycles_are_found_and_package_inits_are_not_edges() -> None:
     files = {
         "trainmesh.a": ("from trainmesh.b import thing\n", False),
@@ -856,6 +911,9 @@ if __name__ == "__main__":
         "test_trainer_side_talks_only_to_the_runtime": test_trainer_side_talks_only_to_the_runtime,
         "test_trainer_side_has_one_door": test_trainer_side_has_one_door,
         "test_lower_layers_never_import_higher_ones": test_lower_layers_never_import_higher_ones,
+        "test_the_module_and_the_callbacks_never_import_the_trainer": (
+            test_the_module_and_the_callbacks_never_import_the_trainer
+        ),
         "test_no_import_cycles": test_no_import_cycles,
         "test_files_are_short": test_files_are_short,
     }

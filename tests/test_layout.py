@@ -21,6 +21,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
+    "manual_calls.py": ["trainer/test_manual_optimization.py", "trainer/test_manual_optimization_single.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/legacy_optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],

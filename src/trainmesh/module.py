@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh import manual_calls
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.model_configuration import call_configure_model
@@ -271,22 +272,18 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         """Gather ``value`` (tensors in any nesting) from every process, stacked on a new dim 0."""
         return self.trainer.runtime.all_gather(value)
 
-    # ---- manual optimization (trainmesh.trainer.manual_optimization) ------------------------
+    # ---- manual optimization (trainmesh.manual_calls) -------------------------------------
     # Set ``self.automatic_optimization = False`` to step the optimizers in training_step.
     automatic_optimization: bool = True
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when configure_optimizers made several); ``step()`` goes through
         the precision and the strategy, and counts in ``global_step``."""
-        from trainmesh.trainer import manual_optimization
-
-        return manual_optimization.optimizers_of(self.trainer, wrapped=use_pl_optimizer)
+        return manual_calls.optimizers_of(self.trainer, wrapped=use_pl_optimizer)
 
     def lr_schedulers(self) -> Any:
         """The scheduler (a list when there are several, None without); step them yourself."""
-        from trainmesh.trainer import manual_optimization
-
-        return manual_optimization.lr_schedulers_of(self.trainer)
+        return manual_calls.lr_schedulers_of(self.trainer)
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
@@ -305,27 +302,19 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Turn off requires_grad of every parameter the other optimizers hold (until untoggle)."""
-        from trainmesh.trainer import manual_optimization
-
-        manual_optimization.toggle_module(self, optimizer)
+        manual_calls.toggle_module(self, optimizer)
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        from trainmesh.trainer import manual_optimization
-
-        manual_optimization.untoggle_module(self)
+        manual_calls.untoggle_module(self)
 
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> torch.Tensor | None:
         """Clip the gradients of ``optimizer``'s parameters (their global norm across devices, or by
         value) before ``optimizer.step()``; None takes the Trainer's setting, as in Lightning."""
-        from trainmesh.trainer import manual_optimization
-
         # Once for the step, however many parts of it run training_step (dp's chunks).
-        return manual_optimization.sync_of(self.trainer).once(
-            lambda: manual_optimization.clip_gradients(
-                self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm
-            ),
+        return manual_calls.sync_of(self.trainer).once(
+            lambda: manual_calls.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm),
             what="clip_gradients()",
         )
 

@@ -57,6 +57,7 @@ class ManualSteps(Protocol):
     """What ``Module.optimizers()`` wraps each optimizer with (manual optimization's ``step()``)."""
 
     def wrap(self, optimizer: Any) -> Any: ...
+    def unwrap(self, optimizer: Any) -> Any: ...  # what wrap handed out -> the runtime's optimizer
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.module_hooks import ModelHooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import first_tensor
 
@@ -354,10 +355,8 @@ class ThroughputMonitor(Callback):
 
 
 def _steps_through_closure(trainer: TrainerView, module: Any) -> bool:
-    from trainmesh.module import Module
-
     inners = [getattr(optimizer, "optimizer", optimizer) for optimizer in getattr(trainer, "optimizers", ())]
-    default = Module.optimizer_step
+    default = ModelHooks.optimizer_step  # what every Module inherits (module_hooks.py)
     overridden = getattr(type(module), "optimizer_step", default) is not default
     return overridden or any(isinstance(inner, torch.optim.LBFGS) for inner in inners)
 

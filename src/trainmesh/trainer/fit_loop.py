@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from trainmesh.hyperparameters import hyperparameters_to_log
+from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.automatic_optimization import TrainingBatches
@@ -49,7 +50,7 @@ def run_fit(
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
-        state.manual_backward = manual_optimization.ManualBackward(with_backward_hooks(hooks, runtime, state.module))
+        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     resume_rng = None
     if checkpoint is not None:

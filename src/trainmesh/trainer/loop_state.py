@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import torch
 
 if TYPE_CHECKING:
+    from trainmesh.manual_calls import ManualBackward
     from trainmesh.trainer.finite_loss import FiniteLossCheck
     from trainmesh.trainer.hooks import HookDispatcher
-    from trainmesh.trainer.manual_optimization import ManualBackward
     from trainmesh.trainer.optimizers import SchedulerConfig
     from trainmesh.trainer.results import LogCollector, StageResults
     from trainmesh.trainer_view import ManualSteps
@@ -104,7 +104,7 @@ class LoopState:
     optimizer_frequencies: list[int] = field(default_factory=list)  # Lightning 1.x's, per optimizer ([]: none)
     hooks: HookDispatcher | None = None
     val_loaders: list[Any] = field(default_factory=list)
-    # manual_optimization.ManualBackward, set by fit for a manual-optimization module
+    # manual_calls.ManualBackward, set by fit for a manual-optimization module
     manual_backward: ManualBackward | None = None
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for

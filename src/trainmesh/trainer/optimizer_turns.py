@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from trainmesh.manual_calls import toggle_optimizer, untoggle_optimizer
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.legacy_optimizer_hooks import declares_optimizer_idx
-from trainmesh.trainer.manual_optimization import toggle_optimizer, untoggle_optimizer
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.token_loss import TokenLossWindow
