@@ -42,7 +42,7 @@ def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices:
     runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes)
     name = runtime.strategy.name
     if not runtime.capabilities.keras_fit:  # single, ddp (any start method), zero1 (zero.py)
-        family = "fsdp" if name in ("fsdp", "sharded", "hsdp", "fsdp_tp") else name
+        family = "fsdp" if runtime.capabilities.shards_parameters else name
         why = _REASONS.get(family, f"{name!r} splits the model or its steps in ways Keras' own fit loop does not run")
         raise ValueError(
             f"strategy={name!r} cannot run Keras' model.{what}: {why}. Use strategy='ddp' (or 'ddp_spawn', "

@@ -58,6 +58,9 @@ class StrategyCapabilities:
       splits its batch over its devices (dp, ddp2) or activations travel (tensor, pipeline);
     - ``keras_fit``: Keras' own ``model.fit`` runs under it (``trainmesh.keras``): every process
       holds the whole model, trains on its share of the data, and its gradients are averaged.
+    - ``shards_parameters``: FSDP2's ``fully_shard`` swaps the module's parameters for shards,
+      gathered whole around forward and backward: code that holds its own weights (Keras layers
+      read their own Variables) never sees them trained (keras/arguments.py says so).
     - ``restore_checkpoint_after_setup``: Lightning's strategy property of that name (True for its
       FSDP and ModelParallel): a resumed fit restores the module and the callbacks after
       ``configure_optimizers`` instead of before (trainer/resume.py).
@@ -73,3 +76,4 @@ class StrategyCapabilities:
     memory_model: MemoryModel | None = None
     communication_model: bool = False
     keras_fit: bool = False
+    shards_parameters: bool = False

@@ -187,6 +187,7 @@ class FSDPStrategy(DistributedStrategy):
             memory_model=_MEMORY_MODELS[self.name],
             communication_model=True,
             restore_checkpoint_after_setup=True,  # as Lightning's FSDP
+            shards_parameters=True,
         )
 
     def dims(self, world_size: int) -> ParallelDims:

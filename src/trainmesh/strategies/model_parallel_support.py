@@ -74,6 +74,7 @@ def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> Stra
         backward_hooks=dims.pp == 1,
         inference_mode=False,
         memory_model=None if replicated else _SPLIT_MODEL,
+        shards_parameters=dims.dp_shard > 1,
     )
 
 
