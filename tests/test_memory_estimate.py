@@ -105,6 +105,19 @@ def test_auto_picks_ddp_when_it_fits_and_fsdp_when_only_it_fits() -> None:
     assert "picked fsdp" in line and "ddp needs 4.0 MiB" in line and "2.2 MiB per device" in line
 
 
+def test_auto_starts_the_chosen_strategy_s_workers_with_its_environment() -> None:
+    # On CPU fsdp asks for torch's huge pages in its workers (worker_environment, read once at a
+    # process's first CPU tensor); ddp, the provisional choice, asks for nothing and starts its
+    # processes the same way, so the launcher built for ddp must not be the one that starts fsdp's.
+    trainer = tm.Trainer(
+        accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=int(2.2 * MiB)), logger=False
+    )
+    assert trainer.runtime.launcher.environment == {}
+    trainer.runtime._choose_strategy(wide_net())
+    assert trainer.strategy.name == "fsdp"
+    assert trainer.runtime.launcher.environment == {"THP_MEM_ALLOC_ENABLE": "1"} == trainer.strategy.worker_environment
+
+
 def test_auto_order_goes_through_zero1_and_sharded() -> None:
     model = wide_net()
     ddp, zero1 = (estimate_memory(model, strategy=s, world_size=2).peak for s in ("ddp", "zero1"))

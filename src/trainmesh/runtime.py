@@ -196,9 +196,9 @@ class Runtime:
             estimated, world_size=world_size, placement=self._placement, built_on_meta=on_meta
         )
         chosen = build_strategy(name, self._placement)
-        starts = (chosen.start_method, chosen.processes_per_node)
-        if starts != (self.strategy.start_method, self.strategy.processes_per_node):
-            self.launcher = self._launcher_for(chosen)  # nothing has started yet: one that starts these processes
+        # Nothing has started yet: the chosen strategy's launcher (its start method, processes and
+        # worker environment; fsdp on CPU asks for huge pages, which ddp, the provisional one, does not).
+        self.launcher = self._launcher_for(chosen)
         self.strategy, self._auto_reason = chosen, reason
 
     def _launcher_for(self, strategy: Strategy) -> Launcher:
