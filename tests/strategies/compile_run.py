@@ -4,8 +4,11 @@ python compile_run.py train STRATEGY WORLD COMPILE OUT [STEPS [SAVE_AT]]
     COMPILE: "no", "aot_eager" or "inductor"; rank 0 saves {"state_dict", "checkpoint_keys"} to
     OUT, and with SAVE_AT a checkpoint of the run after SAVE_AT steps to OUT.ckpt.
     [BATCH_SIZE]: 8 by default (per process).
-python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT  -> resumes CKPT up to 20 steps.
-python compile_run.py refuse OUT -> {"message": what Runtime.setup(torch.compile(module)) raised}
+python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT [BATCH_SIZE] -> resumes CKPT up to 20 steps.
+python compile_run.py user STRATEGY WORLD BACKEND OUT [SAVE_AT] -> trainer.fit(torch.compile(Net(), backend=BACKEND))
+    (the user's own compile, no compile= on the Trainer): as train, plus whether the user's compiled
+    reference holds the trained parameters, and (one process) what trainer.predict(compiled) returned.
+python compile_run.py refuse OUT -> {name: what fit(torch.compile(Net())) raised where it is refused}
 python compile_run.py --batch SPEC.json -> several legs in one launch (tests/helpers/batches.py)
 """
 
@@ -112,23 +115,51 @@ def train(
     finish(trainer, model, out)
 
 
+def user(strategy: str, world: str, backend: str, out: str, save_at: str = "") -> None:
+    model = Net()
+    compiled = torch.compile(model, backend=backend)
+    trainer = trainer_for(strategy, world, "no", STEPS, os.path.dirname(out))
+    if save_at:
+        trainer.callbacks.append(SaveAt(int(save_at), out + ".ckpt"))
+    trainer.fit(compiled, data(16 // int(world)))
+    finish(trainer, model, out)
+    if not trainer.is_global_zero:
+        return
+    result = torch.load(out)
+    # The user's reference wraps the module that trained: the same parameter objects.
+    result["same_parameters"] = [a is b for a, b in zip(compiled.parameters(), model.parameters(), strict=True)]
+    if world == "1":
+        x = data().dataset.tensors[0][:32]
+        result["predicted"] = torch.cat(trainer.predict(compiled, DataLoader(x, batch_size=16)))
+        result["predict_input"] = x
+    torch.save(result, out)
+
+
 def refuse(out: str) -> None:
-    """What setting up a module compiled by torch.compile says (dynamo is imported by now: cheap here)."""
-    try:
-        tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(nn.Linear(2, 2)))
-    except TypeError as err:
-        torch.save({"message": str(err)}, out)
+    """What fit(torch.compile(Net())) says where it is refused (dynamo is imported by now: cheap here)."""
+    messages = {}
+    cases = {
+        "zero1": lambda: quiet_trainer(strategy="zero1", devices=2),
+        "dp": lambda: quiet_trainer(strategy="dp", devices=2),
+        "twice": lambda: quiet_trainer(compile=True),
+    }
+    for name, make in cases.items():
+        try:
+            make().fit(torch.compile(Net(), backend="aot_eager"), data())
+        except ValueError as err:
+            messages[name] = str(err)
+    torch.save(messages, out)
 
 
-def resume(strategy: str, world: str, compile: str, ckpt: str, out: str) -> None:
+def resume(strategy: str, world: str, compile: str, ckpt: str, out: str, batch_size: str = "8") -> None:
     model = Net()
     trainer = trainer_for(strategy, world, compile, STEPS, os.path.dirname(out))
-    trainer.fit(model, data(), ckpt_path=ckpt)
+    trainer.fit(model, data(int(batch_size)), ckpt_path=ckpt)
     finish(trainer, model, out)
 
 
 # The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
-PROGRAMS = {"train": train, "resume": resume, "refuse": refuse}
+PROGRAMS = {"train": train, "resume": resume, "refuse": refuse, "user": user}
 
 
 def main(argv: list[str]) -> None:
