@@ -6,9 +6,10 @@ python compile_run.py train STRATEGY WORLD COMPILE OUT [STEPS [SAVE_AT]]
     [BATCH_SIZE]: 8 by default (per process).
 python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT [BATCH_SIZE] -> resumes CKPT up to 20 steps.
 python compile_run.py user STRATEGY WORLD BACKEND OUT [SAVE_AT] -> trainer.fit(torch.compile(Net(), backend=BACKEND))
-    (the user's own compile, no compile= on the Trainer): as train, plus whether the user's compiled
-    reference holds the trained parameters, and (one process) what trainer.predict(compiled) returned.
-python compile_run.py refuse OUT -> {name: what fit(torch.compile(Net())) raised where it is refused}
+    (the user's own compile, no compile= on the Trainer): as train, plus (one process) what
+    trainer.predict(compiled) and the user's compiled(x) returned after fit.
+python compile_run.py refuse OUT -> {name: what fit(torch.compile(Net())) raised where it is refused,
+    "runtime_setup": whether Runtime.setup(torch.compile(layer)) placed the layer itself, compiled}
 python compile_run.py --batch SPEC.json -> several legs in one launch (tests/helpers/batches.py)
 """
 
@@ -125,14 +126,14 @@ def user(strategy: str, world: str, backend: str, out: str, save_at: str = "") -
     finish(trainer, model, out)
     if not trainer.is_global_zero:
         return
-    result = torch.load(out)
-    # The user's reference wraps the module that trained: the same parameter objects.
-    result["same_parameters"] = [a is b for a, b in zip(compiled.parameters(), model.parameters(), strict=True)]
     if world == "1":
+        result = torch.load(out)
         x = data().dataset.tensors[0][:32]
         result["predicted"] = torch.cat(trainer.predict(compiled, DataLoader(x, batch_size=16)))
+        with torch.no_grad():
+            result["user_output"] = compiled(x)  # the user's own reference, called after fit
         result["predict_input"] = x
-    torch.save(result, out)
+        torch.save(result, out)
 
 
 def refuse(out: str) -> None:
@@ -148,6 +149,10 @@ def refuse(out: str) -> None:
             make().fit(torch.compile(Net(), backend="aot_eager"), data())
         except ValueError as err:
             messages[name] = str(err)
+    # A loop of one's own: Runtime.setup(torch.compile(m)) places m itself, compiled in place.
+    layer = nn.Linear(2, 2)
+    placed = tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(layer, backend="aot_eager"))
+    messages["runtime_setup"] = placed is layer and getattr(layer, "_compiled_call_impl", None) is not None
     torch.save(messages, out)
 
 

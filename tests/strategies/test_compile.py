@@ -1,7 +1,7 @@
 """Trainer(compile=...): the compiled run trains the weights the eager run trains (single, ddp,
 fsdp: 20 Adam steps, within 1e-5), its checkpoints hold the module's own keys, and a compiled
 run's checkpoint resumes compiled or eager. ``trainer.fit(torch.compile(model))`` (Lightning's way)
-trains as ``Trainer(compile=...)`` does under single and ddp, and is refused, saying why, where the
+trains as ``Trainer(compile=...)`` does under single, ddp and fsdp, and is refused, saying why, where the
 strategy does not compile. Legs of compile_run.py, batched per world size (helpers/batches.py);
 ``backend="aot_eager"`` (fast), one inductor leg marked slow."""
 
@@ -36,6 +36,7 @@ def plan(root: Path) -> list:
         leg("ddp-compiled", 2, "train", "ddp", "2", "aot_eager", "OUT"),
         leg("fsdp-compiled", 2, "train", "fsdp", "2", "aot_eager", "OUT"),
         leg("user-ddp", 2, "user", "ddp", "2", "aot_eager", "OUT"),
+        leg("user-fsdp", 2, "user", "fsdp", "2", "aot_eager", "OUT"),
         None,  # its own launch: only the slow test asks for it
         leg("single-inductor", 1, "train", "single", "1", "inductor", "OUT"),
     ]
@@ -107,23 +108,25 @@ def test_compile_settings_are_checked():
         tm.Trainer(accelerator="cpu", devices=2, strategy="dp", compile=True, logger=False)
 
 
-@pytest.mark.parametrize("strategy", ["single", "ddp"])
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
 def test_fit_of_a_module_the_user_compiled_trains_as_eager_and_the_users_reference_holds_it(legs, strategy):
     # Lightning 2.6.6 accepts trainer.fit(torch.compile(model)) under single, ddp and fsdp: here the
     # module itself is compiled in place where the strategy compiles, with the user's settings.
     run = result(legs, f"user-{strategy}")
-    assert run["compiled"] == [""], "the module was not compiled in place (or something else was)"
+    # Where Trainer(compile=...) compiles: the whole forward, or under fsdp each block before sharding it.
+    assert run["compiled"] == (["blocks.0", "blocks.1"] if strategy == "fsdp" else [""])
     assert not any("_orig_mod" in key for key in run["state_dict"])
     assert_same_weights(run["state_dict"], result(legs, "single-eager-16")["state_dict"], atol=1e-5)
-    assert run["same_parameters"] and all(run["same_parameters"])  # the user's compiled model wraps the trained one
-    if strategy == "single":  # trainer.predict(compiled) after fit: the trained model's outputs
+    if strategy == "single":  # trainer.predict(compiled) and the user's compiled(x) after fit: the trained model
         from compile_run import Net
 
         eager = Net()
         eager.load_state_dict(run["state_dict"])
         with torch.no_grad():
             expected = eager(run["predict_input"])
+        assert not torch.allclose(Net()(run["predict_input"]), expected, atol=1e-3)  # training changed them
         torch.testing.assert_close(run["predicted"], expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(run["user_output"], expected, rtol=0, atol=1e-5)
 
 
 def test_a_checkpoint_of_a_fit_of_a_user_compiled_module_loads_into_the_uncompiled_module(legs):
@@ -145,6 +148,7 @@ def test_fit_of_a_module_the_user_compiled_is_refused_where_the_strategy_does_no
         assert f"torch.compile(Net(...)), and strategy='{strategy}' does not compile yet ({reason}" in message
         assert "pass Net(...) itself, uncompiled" in message and "strategy='single', 'ddp' or 'fsdp'" in message
     assert "compile once" in messages["twice"]  # torch.compile(model) and Trainer(compile=True) both
+    assert messages["runtime_setup"] is True  # a loop of one's own: Runtime.setup(torch.compile(m)) compiles m
 
 
 @pytest.mark.parametrize("strategy", ["ddp2", "zero1", "sharded", "hsdp"])
