@@ -29,7 +29,7 @@ from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.capabilities import StrategyCapabilities
-from trainmesh.strategies.compile import compile_options, refuse_compiled_module
+from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
 from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
@@ -200,6 +200,11 @@ class Runtime:
         # worker environment; fsdp on CPU asks for huge pages, which ddp, the provisional one, does not).
         self.launcher = self._launcher_for(chosen)
         self.strategy, self._auto_reason = chosen, reason
+        check_compiled(module, chosen, self._placement)  # torch.compile(model) under one that does not compile
+
+    def _uncompiled(self, module: Any) -> Any:
+        """``torch.compile(m)``: ``m``, to be compiled where the strategy compiles (strategies/compile.py)."""
+        return uncompiled(module, self.strategy, self._placement)
 
     def _launcher_for(self, strategy: Strategy) -> Launcher:
         """How ``strategy``'s processes start (built again where "auto" chooses one that starts others)."""
@@ -229,7 +234,7 @@ class Runtime:
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
-        refuse_compiled_module(module)
+        module = self._uncompiled(module)
         if not builds_on_meta(self.strategy.module_init_context()):
             refuse_meta_tensors(module, self.strategy.name)
         moves = ParameterMoves(module)

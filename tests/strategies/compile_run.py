@@ -4,8 +4,12 @@ python compile_run.py train STRATEGY WORLD COMPILE OUT [STEPS [SAVE_AT]]
     COMPILE: "no", "aot_eager" or "inductor"; rank 0 saves {"state_dict", "checkpoint_keys"} to
     OUT, and with SAVE_AT a checkpoint of the run after SAVE_AT steps to OUT.ckpt.
     [BATCH_SIZE]: 8 by default (per process).
-python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT  -> resumes CKPT up to 20 steps.
-python compile_run.py refuse OUT -> {"message": what Runtime.setup(torch.compile(module)) raised}
+python compile_run.py resume STRATEGY WORLD COMPILE CKPT OUT [BATCH_SIZE] -> resumes CKPT up to 20 steps.
+python compile_run.py user STRATEGY WORLD BACKEND OUT [SAVE_AT] -> trainer.fit(torch.compile(Net(), backend=BACKEND))
+    (the user's own compile, no compile= on the Trainer): as train, plus (one process) what
+    trainer.predict(compiled) and the user's compiled(x) returned after fit.
+python compile_run.py refuse OUT -> {name: what fit(torch.compile(Net())) raised where it is refused,
+    "runtime_setup": whether Runtime.setup(torch.compile(layer)) placed the layer itself, compiled}
 python compile_run.py --batch SPEC.json -> several legs in one launch (tests/helpers/batches.py)
 """
 
@@ -112,23 +116,55 @@ def train(
     finish(trainer, model, out)
 
 
+def user(strategy: str, world: str, backend: str, out: str, save_at: str = "") -> None:
+    model = Net()
+    compiled = torch.compile(model, backend=backend)
+    trainer = trainer_for(strategy, world, "no", STEPS, os.path.dirname(out))
+    if save_at:
+        trainer.callbacks.append(SaveAt(int(save_at), out + ".ckpt"))
+    trainer.fit(compiled, data(16 // int(world)))
+    finish(trainer, model, out)
+    if not trainer.is_global_zero:
+        return
+    if world == "1":
+        result = torch.load(out)
+        x = data().dataset.tensors[0][:32]
+        result["predicted"] = torch.cat(trainer.predict(compiled, DataLoader(x, batch_size=16)))
+        with torch.no_grad():
+            result["user_output"] = compiled(x)  # the user's own reference, called after fit
+        result["predict_input"] = x
+        torch.save(result, out)
+
+
 def refuse(out: str) -> None:
-    """What setting up a module compiled by torch.compile says (dynamo is imported by now: cheap here)."""
-    try:
-        tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(nn.Linear(2, 2)))
-    except TypeError as err:
-        torch.save({"message": str(err)}, out)
+    """What fit(torch.compile(Net())) says where it is refused (dynamo is imported by now: cheap here)."""
+    messages = {}
+    cases = {
+        "zero1": lambda: quiet_trainer(strategy="zero1", devices=2),
+        "dp": lambda: quiet_trainer(strategy="dp", devices=2),
+        "twice": lambda: quiet_trainer(compile=True),
+    }
+    for name, make in cases.items():
+        try:
+            make().fit(torch.compile(Net(), backend="aot_eager"), data())
+        except ValueError as err:
+            messages[name] = str(err)
+    # A loop of one's own: Runtime.setup(torch.compile(m)) places m itself, compiled in place.
+    layer = nn.Linear(2, 2)
+    placed = tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(layer, backend="aot_eager"))
+    messages["runtime_setup"] = placed is layer and getattr(layer, "_compiled_call_impl", None) is not None
+    torch.save(messages, out)
 
 
-def resume(strategy: str, world: str, compile: str, ckpt: str, out: str) -> None:
+def resume(strategy: str, world: str, compile: str, ckpt: str, out: str, batch_size: str = "8") -> None:
     model = Net()
     trainer = trainer_for(strategy, world, compile, STEPS, os.path.dirname(out))
-    trainer.fit(model, data(), ckpt_path=ckpt)
+    trainer.fit(model, data(int(batch_size)), ckpt_path=ckpt)
     finish(trainer, model, out)
 
 
 # The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).
-PROGRAMS = {"train": train, "resume": resume, "refuse": refuse}
+PROGRAMS = {"train": train, "resume": resume, "refuse": refuse, "user": user}
 
 
 def main(argv: list[str]) -> None:

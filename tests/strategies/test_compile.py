@@ -1,7 +1,9 @@
 """Trainer(compile=...): the compiled run trains the weights the eager run trains (single, ddp,
 fsdp: 20 Adam steps, within 1e-5), its checkpoints hold the module's own keys, and a compiled
-run's checkpoint resumes compiled or eager. Legs of compile_run.py, batched per world size
-(helpers/batches.py); ``backend="aot_eager"`` (fast), one inductor leg marked slow."""
+run's checkpoint resumes compiled or eager. ``trainer.fit(torch.compile(model))`` (Lightning's way)
+trains as ``Trainer(compile=...)`` does under single, ddp and fsdp, and is refused, saying why, where the
+strategy does not compile. Legs of compile_run.py, batched per world size (helpers/batches.py);
+``backend="aot_eager"`` (fast), one inductor leg marked slow."""
 
 from pathlib import Path
 
@@ -28,8 +30,13 @@ def plan(root: Path) -> list:
         # Two processes of batch 8 each see, step by step, the batch of 16 one process sees.
         leg("single-eager-16", 1, "train", "single", "1", "no", "OUT", "20", "", "16"),
         leg("refuse", 1, "refuse", "OUT"),
+        # torch.compile(model) by the user, batch 16 a step (8 a process under ddp): as single-eager-16.
+        leg("user-single", 1, "user", "single", "1", "aot_eager", "OUT", "10"),
+        leg("user-resume-eager", 1, "resume", "single", "1", "no", str(root / "user-single.pt.ckpt"), "OUT", "16"),
         leg("ddp-compiled", 2, "train", "ddp", "2", "aot_eager", "OUT"),
         leg("fsdp-compiled", 2, "train", "fsdp", "2", "aot_eager", "OUT"),
+        leg("user-ddp", 2, "user", "ddp", "2", "aot_eager", "OUT"),
+        leg("user-fsdp", 2, "user", "fsdp", "2", "aot_eager", "OUT"),
         None,  # its own launch: only the slow test asks for it
         leg("single-inductor", 1, "train", "single", "1", "inductor", "OUT"),
     ]
@@ -101,10 +108,47 @@ def test_compile_settings_are_checked():
         tm.Trainer(accelerator="cpu", devices=2, strategy="dp", compile=True, logger=False)
 
 
-def test_a_module_compiled_by_the_user_is_refused_with_the_fix(legs):
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
+def test_fit_of_a_module_the_user_compiled_trains_as_eager_and_the_users_reference_holds_it(legs, strategy):
+    # Lightning 2.6.6 accepts trainer.fit(torch.compile(model)) under single, ddp and fsdp: here the
+    # module itself is compiled in place where the strategy compiles, with the user's settings.
+    run = result(legs, f"user-{strategy}")
+    # Where Trainer(compile=...) compiles: the whole forward, or under fsdp each block before sharding it.
+    assert run["compiled"] == (["blocks.0", "blocks.1"] if strategy == "fsdp" else [""])
+    assert not any("_orig_mod" in key for key in run["state_dict"])
+    assert_same_weights(run["state_dict"], result(legs, "single-eager-16")["state_dict"], atol=1e-5)
+    if strategy == "single":  # trainer.predict(compiled) and the user's compiled(x) after fit: the trained model
+        from compile_run import Net
+
+        eager = Net()
+        eager.load_state_dict(run["state_dict"])
+        with torch.no_grad():
+            expected = eager(run["predict_input"])
+        assert not torch.allclose(Net()(run["predict_input"]), expected, atol=1e-3)  # training changed them
+        torch.testing.assert_close(run["predicted"], expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(run["user_output"], expected, rtol=0, atol=1e-5)
+
+
+def test_a_checkpoint_of_a_fit_of_a_user_compiled_module_loads_into_the_uncompiled_module(legs):
+    from compile_run import Net
+
+    checkpoint = torch.load(legs.root / "user-single.pt.ckpt", weights_only=False)
+    assert checkpoint["global_step"] == 10
+    Net().load_state_dict(checkpoint["state_dict"])  # strict: the module's own keys, no '_orig_mod.'
+    # Resumed eager from it, the run ends where the uninterrupted compiled one ended.
+    resumed = result(legs, "user-resume-eager")
+    assert_same_weights(resumed["state_dict"], result(legs, "user-single")["state_dict"], atol=1e-5)
+
+
+def test_fit_of_a_module_the_user_compiled_is_refused_where_the_strategy_does_not_compile(legs):
     # Run in a leg: importing dynamo for torch.compile costs seconds, already paid there.
-    message = result(legs, "refuse")["message"]
-    assert "torch.compile(Linear(...))" in message and "Trainer(compile=True)" in message and "_orig_mod" in message
+    messages = result(legs, "refuse")
+    for strategy, reason in (("zero1", "no compiled zero1 run"), ("dp", "DataParallel replicates")):
+        message = messages[strategy]
+        assert f"torch.compile(Net(...)), and strategy='{strategy}' does not compile yet ({reason}" in message
+        assert "pass Net(...) itself, uncompiled" in message and "strategy='single', 'ddp' or 'fsdp'" in message
+    assert "compile once" in messages["twice"]  # torch.compile(model) and Trainer(compile=True) both
+    assert messages["runtime_setup"] is True  # a loop of one's own: Runtime.setup(torch.compile(m)) compiles m
 
 
 @pytest.mark.parametrize("strategy", ["ddp2", "zero1", "sharded", "hsdp"])

@@ -5,13 +5,21 @@ Compiling in place (``nn.Module.compile``) rather than wrapping (``torch.compile
 see: its state dict keys stay its own (no ``_orig_mod.`` prefix), so a compiled run's checkpoint
 loads into an eager one and back. The loop calls ``training_step``, which calls ``self(x)``: that
 call runs the compiled forward.
+
+A module the user wrapped (``trainer.fit(torch.compile(m))``, as Lightning accepts it) is unwrapped
+to ``m`` and compiled the same way, in place, with the settings of the user's own call.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from trainmesh.strategies.protocol import Placement, Strategy
 
 
 def compile_options(setting: bool | dict[str, Any] | None) -> dict[str, Any] | None:
@@ -38,20 +46,87 @@ def compile_options(setting: bool | dict[str, Any] | None) -> dict[str, Any] | N
     )
 
 
-def refuse_compiled_module(module: nn.Module) -> None:
-    """A module the user compiled with ``torch.compile(m)``: ask for the module itself."""
-    if type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module):
-        inner = type(module._orig_mod).__name__
-        raise TypeError(
-            f"this model is torch.compile({inner}(...)), a wrapper whose state dict keys carry an '_orig_mod.' "
-            "prefix and whose training_step would run the uncompiled forward, and a strategy has to compile at "
-            "its own point (fsdp: each block before sharding it). Pass the module itself and let the run compile it: "
-            f"Trainer(compile=True) or Trainer(compile={{...torch.compile options}}) with trainer.fit({inner}(...)) "
-            "(in a loop of your own: Runtime(compile=True))"
-        )
+# Where a module the user compiled keeps its compile settings once unwrapped (as Lightning keeps
+# ``_compiler_ctx`` on the LightningModule): the strategy that places it compiles it with them.
+COMPILED_BY_USER = "_compiled_by_user"
 
 
-def apply_compile(module: nn.Module, *, options: dict[str, Any], units: list[nn.Module] | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class CompiledByUser:
+    """The settings of ``torch.compile(m, **kwargs)``, as torch keeps them: the compile context
+    (``OptimizedModule.dynamo_ctx``) that ``torch.compile`` built from ``kwargs`` (backend, mode,
+    options, fullgraph, dynamic). Applied to a function it is ``torch.compile(fn, **kwargs)``, so
+    the kwargs themselves need not be known (no patching of ``torch.compile`` at import, and the
+    order of imports does not matter)."""
+
+    context: Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+CompileSetting = dict[str, Any] | CompiledByUser
+
+
+def _compiled_by_torch(module: Any) -> bool:
+    # By name, not isinstance: importing torch._dynamo costs seconds, and a program that never
+    # compiled never imported it.
+    return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module)
+
+
+def uncompiled(module: Any, strategy: Strategy, placement: Placement) -> Any:
+    """A module the user compiled (``torch.compile(m, ...)``): ``m`` itself, marked with the
+    settings it was compiled with, which the strategy applies in place where its order says (as
+    ``Trainer(compile=...)`` would), so state dict keys carry no ``_orig_mod.`` and the user's
+    compiled reference wraps the very module that trains. Any other module: as it is.
+    Refused, before anything starts, under a strategy whose capabilities do not say it compiles."""
+    if _compiled_by_torch(module):
+        inner: nn.Module = module._orig_mod
+        name = type(inner).__name__
+        context = getattr(module, "dynamo_ctx", None)
+        if not callable(context):
+            raise TypeError(
+                f"this model is torch.compile({name}(...)), but this torch does not say with which settings "
+                f"(no dynamo_ctx on the OptimizedModule); pass {name}(...) itself and compile it with "
+                "Trainer(compile={...torch.compile options}) (in a loop of your own: Runtime(compile=...))"
+            )
+        if placement.compile is not None:
+            raise ValueError(
+                f"this model is torch.compile({name}(...)) and the run compiles too (Trainer(compile=...) or "
+                f"Runtime(compile=...) gave {placement.compile!r}): compile once, with one or the other"
+            )
+        setattr(inner, COMPILED_BY_USER, CompiledByUser(context))
+        module = inner
+    check_compiled(module, strategy, placement)
+    return module
+
+
+def check_compiled(module: nn.Module, strategy: Strategy, placement: Placement) -> None:
+    """A module the user compiled, under a strategy that has no compiled run checked against
+    eager: stop with that strategy's own reason (what ``Trainer(compile=True)`` says with it)."""
+    if getattr(module, COMPILED_BY_USER, None) is None or strategy.capabilities.compile:
+        return
+    try:
+        strategy.with_placement(dataclasses.replace(placement, compile={}))
+        reason = "its capabilities do not say that it compiles"
+    except CompileRefused as refusal:  # the strategy's own reason, given where its constructor refuses compile
+        reason = refusal.reason
+    name = type(module).__name__
+    raise CompileRefused(
+        f"this model is torch.compile({name}(...)), and strategy={strategy.name!r} does not compile yet ({reason}): "
+        f"pass {name}(...) itself, uncompiled, to train it eager with strategy={strategy.name!r}, or keep "
+        "torch.compile and train with strategy='single', 'ddp' or 'fsdp'",
+        reason=reason,
+    )
+
+
+def compile_setting(options: dict[str, Any] | None, module: nn.Module) -> CompileSetting | None:
+    """What the strategy compiles ``module`` with: the run's ``compile=`` options, else the
+    settings of the user's own ``torch.compile`` (None: eager)."""
+    if options is not None:
+        return options
+    setting: CompiledByUser | None = getattr(module, COMPILED_BY_USER, None)
+    return setting
+
+
+def apply_compile(module: nn.Module, *, options: CompileSetting, units: list[nn.Module] | None = None) -> None:
     """Compile ``module``'s forward in place, or each of ``units`` (sharded strategies: FSDP's hooks
     go around each compiled block, as torchtitan orders it; compiling the whole module would put
     the inner units' hooks into one graph).
@@ -62,7 +137,12 @@ def apply_compile(module: nn.Module, *, options: dict[str, Any], units: list[nn.
     ['weight', 'bias']
     """
     for target in units if units is not None else [module]:
-        target.compile(**options)
+        if isinstance(options, CompiledByUser):
+            # What nn.Module.compile does (_compiled_call_impl = torch.compile(_call_impl, **kwargs)),
+            # with the context torch.compile built from the user's kwargs.
+            target._compiled_call_impl = options.context(target._call_impl)
+        else:
+            target.compile(**options)
 
 
 def innermost(units: list[nn.Module]) -> list[nn.Module]:
@@ -72,10 +152,19 @@ def innermost(units: list[nn.Module]) -> list[nn.Module]:
     return [u for u in units if not any(o is not u and any(m is o for m in u.modules()) for o in units)]
 
 
+class CompileRefused(ValueError):
+    """A strategy does not compile; ``reason`` says why, in its own words."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def refuse_compile(options: dict[str, Any] | None, strategy: str, *, instead: str) -> None:
     """A strategy that does not compile yet says so, rather than train eager without a word."""
     if options is not None:
-        raise ValueError(
+        raise CompileRefused(
             f"compile is not supported with strategy={strategy!r} yet ({instead}); use compile=False "
-            "with it, or compile with strategy='single', 'ddp' or 'fsdp'"
+            "with it, or compile with strategy='single', 'ddp' or 'fsdp'",
+            reason=instead,
         )

@@ -22,7 +22,7 @@ from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import REPLICATED, WORLD, MemoryModel, StrategyCapabilities
-from trainmesh.strategies.compile import apply_compile, refuse_compile
+from trainmesh.strategies.compile import apply_compile, compile_setting, refuse_compile
 from trainmesh.strategies.data_parallel import (
     StepCall,
     StepDispatcher,
@@ -112,12 +112,12 @@ class DDPStrategy(DistributedStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
-        if self.placement.compile is not None:
+        if (setting := compile_setting(self.placement.compile, module)) is not None:
             # The inner module's forward, compiled in place, runs inside DDP's forward (the
             # dispatcher's training_step calls it), where dynamo sees the active DDP module and
             # splits its graph at the gradient buckets (DDPOptimizer), as for compile(DDP(m));
             # compiling DDP(dispatcher) instead would trace training_step, logging and all.
-            apply_compile(module, options=self.placement.compile)
+            apply_compile(module, options=setting)
         options = self.ddp_options
         if getattr(module, "automatic_optimization", True) is False or _steps_each_optimizer(module):
             # Manual optimization (a GAN), or Lightning 1.x's training_step(batch, batch_idx, optimizer_idx):

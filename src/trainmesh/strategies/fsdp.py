@@ -21,7 +21,7 @@ from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import SHARD_GROUP, WORLD, MemoryModel, StrategyCapabilities
-from trainmesh.strategies.compile import apply_compile, innermost, refuse_compile
+from trainmesh.strategies.compile import apply_compile, compile_setting, innermost, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.gradients import fsdp_gradient_sync_off
@@ -226,10 +226,10 @@ class FSDPStrategy(DistributedStrategy):
         if self.activation_checkpointing:
             apply_activation_checkpointing(module, self.activation_checkpointing)
         units = shard_units(module, wrap=self.wrap, min_num_params=self.min_num_params)
-        if self.placement.compile is not None:
+        if (setting := compile_setting(self.placement.compile, module)) is not None:
             # Each block compiled, then sharded (torchtitan's order): its FSDP hooks wrap the
             # compiled block, and no graph holds another unit's all-gathers.
-            apply_compile(module, options=self.placement.compile, units=innermost(units))
+            apply_compile(module, options=setting, units=innermost(units))
         if self._device.type == "cpu" or offload:
             self._release_host_memory()
         on_meta = any(p.is_meta for p in module.parameters())

@@ -18,7 +18,7 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
-from trainmesh.strategies.compile import apply_compile
+from trainmesh.strategies.compile import apply_compile, compile_setting
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement
@@ -85,8 +85,8 @@ class SingleDeviceStrategy:
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
-        if self.placement.compile is not None:
-            apply_compile(module, options=self.placement.compile)  # in place: the module stays the user's
+        if (setting := compile_setting(self.placement.compile, module)) is not None:
+            apply_compile(module, options=setting)  # in place: the module stays the user's
         return module
 
     def setup_optimizers(

@@ -263,6 +263,7 @@ class Trainer:
         ckpt_path: str | None = None,
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
+        model = self.runtime._uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
         self._launch("fit", model, data, ckpt_path)
 
@@ -349,7 +350,7 @@ class Trainer:
             if self.module is None:
                 raise ValueError(f"trainer.{stage}() needs a model: pass it, or call fit(model) first")
             return self.module
-        return model
+        return self.runtime._uncompiled(model)
 
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         state = self._state
