@@ -170,6 +170,47 @@ def test_zero1_refuses_optimizers_it_cannot_split_by_variable(monkeypatch):
         tk.fit(model, x, y, batch_size=16, verbose=0, strategy="zero1", devices=2)
 
 
+def orbax_checkpoint():
+    """A keras.callbacks.OrbaxCheckpoint without running its __init__ (which needs the orbax-checkpoint
+    package): what trainmesh does with it depends on its class only."""
+    orbax = getattr(keras.callbacks, "OrbaxCheckpoint", None)
+    if orbax is None:
+        pytest.skip("this Keras has no OrbaxCheckpoint")
+    return orbax.__new__(orbax)
+
+
+def test_writing_callbacks_run_on_rank_0_only(tmp_path):
+    """Rank 1 drops every callback that only writes (the progress bar included), keeps the others in
+    their order, and turns BackupAndRestore into a restore that writes nothing."""
+    from trainmesh.keras.callbacks import for_rank
+
+    writers = [
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras")),
+        orbax_checkpoint(),
+        keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+        keras.callbacks.TensorBoard(str(tmp_path / "tb")),
+        keras.callbacks.RemoteMonitor(),
+        keras.callbacks.ProgbarLogger(),
+    ]
+    deciders = [keras.callbacks.EarlyStopping(), keras.callbacks.LambdaCallback(), keras.callbacks.SwapEMAWeights()]
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    given = [*writers[:3], deciders[0], *writers[3:], deciders[1], backup, deciders[2]]
+    assert for_rank(given, 0) == given
+    kept = for_rank(given, 1)
+    assert kept[:2] + kept[3:] == [deciders[0], deciders[1], deciders[2]]
+    assert type(kept[2]).__name__ == "RestoreOnly" and not isinstance(kept[2], keras.callbacks.BackupAndRestore)
+
+
+def test_zero1_refuses_an_orbax_checkpoint(monkeypatch):
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match="strategy='zero1' cannot run OrbaxCheckpoint .*Save the model after fit"):
+        tk.fit(
+            model_with(), x, y, batch_size=16, verbose=0, strategy="zero1", devices=2, callbacks=[orbax_checkpoint()]
+        )
+
+
 def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(monkeypatch):
     from trainmesh.runtime import Runtime
 
