@@ -56,6 +56,9 @@ CASES = {  # name: (model builder, fit arguments)
         {"sample_weight": np.linspace(0.1, 2.0, len(x)).astype("float32"), "validation_split": 0.25},
     ),
     "validation_data_list": (model_with, {"validation_data": [x[:20], y[:20]], "validation_freq": 2}),
+    "steps_per_epoch": (model_with, {"steps_per_epoch": 3}),  # half of the 6 batches: 2 epochs per pass
+    "validation_steps": (model_with, {"validation_split": 0.25, "validation_steps": 1, "validation_batch_size": 8}),
+    "shuffle_batch": (model_with, {"shuffle": "batch"}),  # shuffled within batches (once taken as True)
 }
 
 
@@ -72,10 +75,11 @@ def run(fit, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tk_fit_is_keras_model_fit(case):
     """Same seed, same arguments: tk.fit and Keras' model.fit give bit-identical weights (every
-    variable, optimizer-free) and History."""
-    expected_history, expected, _ = run(lambda model: model.fit, case)
-    history, got, _ = run(lambda model: lambda *a, **k: tk.fit(model, *a, **k), case)
+    variable, optimizer-free) and History (its params: the steps per epoch included)."""
+    expected_history, expected, keras_model = run(lambda model: model.fit, case)
+    history, got, model = run(lambda model: lambda *a, **k: tk.fit(model, *a, **k), case)
     assert history == expected_history
+    assert model.history.params == keras_model.history.params
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)

@@ -1,10 +1,12 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits four
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits six
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
-SGD and Adam, the guide's convnet itself with writing callbacks, and a class_weight classifier.
-Each is compared here with Keras' own model.fit in this process at the global batch (2 x 16),
-or between the ranks. A second launch runs the convnet and the classifier under ddp_spawn.
+SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
+two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
+verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights. Each is compared here
+with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
+second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
 """
 
 import importlib.util
@@ -57,7 +59,7 @@ def one_process(leg: str):
     import keras_run
 
     model, x, y, arguments = keras_run.fit_arguments(leg, 2 * keras_run.BATCH)
-    history = model.fit(x, y, verbose=0, **arguments)
+    history = model.fit(x, y, **{**arguments, "verbose": 0})
     return model, history, x, y
 
 
@@ -66,10 +68,14 @@ def largest_difference(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-@pytest.mark.parametrize(("leg", "tolerance"), [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)])
+LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5), ("weighted", 1e-5), ("ema", 1e-5)]
+
+
+@pytest.mark.parametrize(("leg", "tolerance"), LEG_TOLERANCES)
 def test_two_processes_train_what_one_trains_at_the_global_batch(ddp, leg, tolerance):
     """Every variable of each rank within the issue's bound of one process at batch 32 (the convnet
-    without BN/Dropout; the classifier with class_weight and SGD momentum); the ranks bit-identical."""
+    without BN/Dropout; the classifier with class_weight and SGD momentum; the two-headed model with
+    sample_weight and loss_weights; the classifier ending on its EMA weights); the ranks bit-identical."""
     import keras_run
 
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
@@ -97,6 +103,29 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
+@pytest.mark.parametrize("leg", ["weighted", "ema"])
+def test_weighted_and_ema_histories_equal_one_process(ddp, leg):
+    """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
+    validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights)
+    within 1e-5 of one process at batch 32, equal on both ranks; params["steps"] is one process's
+    count, not doubled."""
+    zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
+    assert zero["history"] == one["history"]
+    _, history, _, _ = one_process(leg)
+    assert zero["params"]["steps"] == one["params"]["steps"] == history.params["steps"] == 4
+    assert zero["history"].keys() == history.history.keys()
+    for name, values in history.history.items():
+        assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
+
+
+def test_verbose_prints_on_rank_0_only(ddp):
+    """verbose=2: Keras' epoch lines on rank 0 (4 steps, the validation metrics); nothing on rank 1."""
+    zero, one = rank(ddp, "weighted", 0), rank(ddp, "weighted", 1)
+    assert "Epoch 1/2" in zero["stdout"] and "Epoch 2/2" in zero["stdout"]
+    assert "4/4 - " in zero["stdout"] and "val_a_weighted_accuracy: " in zero["stdout"]
+    assert one["stdout"] == ""
+
+
 def test_guide_convnet_ranks_agree_and_only_rank_0_writes(ddp):
     """The guide's convnet (BatchNormalization, Dropout): every variable, moving statistics included,
     equal on both ranks (averaged at each epoch's end); History equal; ModelCheckpoint and CSVLogger,
@@ -118,11 +147,11 @@ def test_saved_model_predicts_the_same_in_plain_keras(ddp, tmp_path):
     np.testing.assert_array_equal(np.load(out), np.load(ddp / "held_out_pred.npy"))
 
 
-@pytest.mark.parametrize("leg", ["guide", "classifier"])
-def test_ddp_spawn_trains_as_ddp(ddp, spawned, leg):
-    """Under ddp_spawn the model travels to the workers (Keras pickles it) and rank 0's trained
-    variables and History come back to the caller's model: bit-identical to the ddp run."""
-    got = torch.load(spawned / f"spawn_{leg}.pt", weights_only=False)
+@pytest.mark.parametrize(("start", "leg"), [("spawn", "guide"), ("spawn", "classifier"), ("fork", "classifier")])
+def test_ddp_spawn_trains_as_ddp(ddp, spawned, start, leg):
+    """Under ddp_spawn and ddp_fork the model travels to the workers (Keras pickles it for spawn) and
+    rank 0's trained variables and History come back to the caller's model: bit-identical to ddp."""
+    got = torch.load(spawned / f"{start}_{leg}.pt", weights_only=False)
     expected = rank(ddp, leg, 0)
     assert largest_difference(got["variables"], expected["variables"]) == 0.0
     assert got["history"] == expected["history"]
