@@ -132,7 +132,27 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     "classifier": ("classifier", "sgd", {"class_weight": CLASS_WEIGHT}),
     "weighted": ("heads", "sgd", {"verbose": 2}),
     "ema": ("classifier", "ema", {}),
+    "pydataset": ("classifier", "sgd", {}),  # x and validation_data: a keras.utils.PyDataset
+    "loader": ("classifier", "sgd", {}),  # x and validation_data: a torch DataLoader
 }
+
+
+def batches(leg: str, x: np.ndarray, y: np.ndarray, batch: int):
+    """The arrays in batches of ``batch``, unshuffled: a keras.utils.PyDataset or a torch DataLoader."""
+    import keras
+
+    if leg == "loader":
+        dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False)
+
+    class ArrayBatches(keras.utils.PyDataset):
+        def __len__(self):
+            return -(-len(x) // batch)
+
+        def __getitem__(self, index):
+            return x[index * batch : (index + 1) * batch], y[index * batch : (index + 1) * batch]
+
+    return ArrayBatches()
 
 
 def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray, dict]:
@@ -147,6 +167,11 @@ def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray,
         y = {"a": y, "b": (x[:, 2] > 0).astype("int64") + (x[:, 3] > 1).astype("int64")}
         arguments.update(validation_steps=1, validation_batch_size=batch // 2)
         arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
+    if leg in ("pydataset", "loader"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
+        split = int(len(x) * 0.8)
+        del arguments["batch_size"], arguments["validation_split"]  # shuffle=False: the batches in order
+        arguments["validation_data"] = batches(leg, x[split:], y[split:], batch)
+        x, y = batches(leg, x[:split], y[:split], batch), None
     if optimizer == "ema":  # validation and the final weights: the optimizer's moving averages
         arguments["callbacks"] = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)]
     return model, x, y, arguments

@@ -9,6 +9,7 @@ os.environ["KERAS_BACKEND"] = "torch"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import keras  # noqa: E402
 import trainmesh.keras as tk  # noqa: E402
@@ -219,9 +220,26 @@ def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(mo
     from trainmesh.runtime import Runtime
 
     monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
-    loader = keras.utils.PyDataset()
-    with pytest.raises(TypeError, match="x of type PyDataset cannot be split over 2 processes"):
-        tk.fit(model_with(), loader, strategy="ddp", devices=2)
+    generator = ((x[i : i + 16], y[i : i + 16]) for i in range(0, 96, 16))
+    with pytest.raises(TypeError, match="x of type generator cannot be split over 2 processes.*a generator yields"):
+        tk.fit(model_with(), generator, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="x is a PyDataset without a length.*Give it __len__"):
+        tk.fit(model_with(), keras.utils.PyDataset(), strategy="ddp", devices=2)
+
+    class Three(keras.utils.PyDataset):
+        def __len__(self):
+            return 3
+
+    with pytest.raises(ValueError, match="x has 3 batches, not a multiple of the 2 processes.*drop 1"):
+        tk.fit(model_with(), Three(), strategy="ddp", devices=2)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(zip(x, y))
+
+    stream = torch.utils.data.DataLoader(Stream(), batch_size=4)
+    with pytest.raises(TypeError, match="x is a DataLoader over an IterableDataset.*Use a map-style Dataset"):
+        tk.fit(model_with(), stream, strategy="ddp", devices=2)
     model = model_with()
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"))
     with pytest.raises(ValueError, match="reduction='sum'.*Use reduction='sum_over_batch_size'"):

@@ -1,10 +1,11 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits six
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eight
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
-verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights. Each is compared here
+verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
+and by a DataLoader. Each is compared here
 with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
 second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
 """
@@ -68,7 +69,9 @@ def largest_difference(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5), ("weighted", 1e-5), ("ema", 1e-5)]
+LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)] + [
+    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader")
+]
 
 
 @pytest.mark.parametrize(("leg", "tolerance"), LEG_TOLERANCES)
@@ -103,12 +106,12 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
-@pytest.mark.parametrize("leg", ["weighted", "ema"])
-def test_weighted_and_ema_histories_equal_one_process(ddp, leg):
+@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader"])
+def test_histories_equal_one_process(ddp, leg):
     """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
-    validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights)
-    within 1e-5 of one process at batch 32, equal on both ranks; params["steps"] is one process's
-    count, not doubled."""
+    validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights;
+    a PyDataset's or DataLoader's batches split over the processes) within 1e-5 of one process at
+    batch 32, equal on both ranks; params["steps"] is one process's count, not doubled."""
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
     _, history, _, _ = one_process(leg)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trainmesh.keras.backend import is_keras_object, require_keras
+from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -77,14 +78,19 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     bind(model.fit, "fit", x, y, **kwargs)
     if world == 1:
         return
-    refuse_unshardable("x", x, world)
+    refuse_unshardable("x", x, world, batches=True)
     refuse_unshardable("y", y, world)
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
-    refuse_unshardable("validation_data", kwargs.get("validation_data"), world)
+    refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
+    if is_batches(kwargs.get("validation_data")):
+        check_batches("validation_data", kwargs["validation_data"], world, train=False)
+    if is_batches(x):  # split by batch (batches.py); Keras itself refuses y and validation_split with it
+        check_batches("x", x, world, train=True)
+        return
     train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
     plan_training(num_samples(train), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
-    if validation is not None:
+    if validation is not None and not is_batches(validation):
         check_evaluation_size(num_samples(validation), world, "the validation data")
 
 
