@@ -51,6 +51,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/arguments.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/backend.py": ["keras/test_keras_api.py"],
     "keras/batches.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/internals.py": ["keras/test_keras_api.py"],
     "keras/callbacks.py": ["keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],
     "keras/collectives.py": ["keras/test_keras_ddp.py"],
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],

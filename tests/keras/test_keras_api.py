@@ -250,6 +250,36 @@ def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(mo
         tk.fit(object(), x, y)
 
 
+def test_a_keras_whose_internals_moved_is_refused_before_training(monkeypatch):
+    """A Keras whose fit no longer calls _get_metrics_result_or_logs (kept, unused: nothing would fail,
+    the metrics would stay per process), or that lost Layer._flatten_layers: refused before any
+    process starts, naming what is gone, the installed version and the tested one."""
+    from keras.src.backend.torch.trainer import TorchTrainer
+    from keras.src.layers.layer import Layer
+
+    from trainmesh.keras import internals
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    assert internals.missing() == []
+    keras_fit = TorchTrainer.fit
+
+    def fit_without_the_call(self, *args, **kwargs):  # a later Keras' fit, say
+        return keras_fit(self, *args, **kwargs)
+
+    model = model_with()
+    monkeypatch.setattr(TorchTrainer, "fit", fit_without_the_call)
+    internals.check.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"TorchTrainer.fit no longer uses _get_metrics_result_or_logs.*"):
+            tk.fit(model, x, y, verbose=0)
+        monkeypatch.delattr(Layer, "_flatten_layers")
+        with pytest.raises(RuntimeError, match=rf"Layer._flatten_layers .*Keras {keras.__version__}.*keras==3.15.1"):
+            tk.evaluate(model, x, y, verbose=0)
+    finally:
+        internals.check.cache_clear()
+
+
 def _run(code, **env):
     return subprocess.run(
         [sys.executable, "-c", code],

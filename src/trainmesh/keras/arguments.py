@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from trainmesh.keras import internals
 from trainmesh.keras.backend import is_keras_object, require_keras
 from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
@@ -36,6 +37,7 @@ _REASONS = {
 def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices: Any, num_nodes: int) -> Runtime:
     """The run's Runtime, once the model and the strategy are known to fit Keras' own loop."""
     require_keras()
+    internals.check()  # the Keras internals sync.py and zero.py use are all still there
     if not is_keras_object(model) or not hasattr(model, what):
         raise TypeError(f"trainmesh.keras.{what} takes a Keras model (keras.Model), got {type(model).__name__}")
     if what != "predict" and not getattr(model, "compiled", False):
