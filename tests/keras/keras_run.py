@@ -201,6 +201,9 @@ def run_ddp(out: str) -> None:
         with contextlib.redirect_stdout(io.StringIO()) as printed:  # Keras' progress lines, each rank's own
             history = tk.fit(model, x, y, strategy="ddp", devices=2, callbacks=callbacks, **arguments)
         record = {"variables": variables(model), "history": history.history, "params": dict(history.params)}
+        if leg in ("pydataset", "loader"):  # tk.evaluate of the trained model on the validation batches
+            validation = arguments["validation_data"]
+            record["evaluate"] = tk.evaluate(model, validation, strategy="ddp", devices=2, verbose=0, return_dict=True)
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide" and rank == 0:
             held_out, _ = get_images(32, seed=1)

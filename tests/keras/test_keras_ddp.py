@@ -121,6 +121,23 @@ def test_histories_equal_one_process(ddp, leg):
         assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
 
 
+@pytest.mark.parametrize("leg", ["pydataset", "loader"])
+def test_evaluate_splits_a_pydataset_and_a_dataloader(ddp, leg):
+    """tk.evaluate at 2 processes on a PyDataset (every 2nd batch each) or a DataLoader (a run of its
+    batches each): Keras' evaluate of rank 0's weights on all the batches in one process."""
+    import keras_run
+
+    zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
+    assert zero["evaluate"] == one["evaluate"]
+    model, _, _, arguments = keras_run.fit_arguments(leg, keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    expected = model.evaluate(arguments["validation_data"], verbose=0, return_dict=True)
+    assert zero["evaluate"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+
+
 def test_verbose_prints_on_rank_0_only(ddp):
     """verbose=2: Keras' epoch lines on rank 0 (4 steps, the validation metrics); nothing on rank 1."""
     zero, one = rank(ddp, "weighted", 0), rank(ddp, "weighted", 1)

@@ -99,7 +99,11 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
 def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
     bind(model.evaluate, "evaluate", x, y, **kwargs)
     if world > 1:
-        for name, value in (("x", x), ("y", y), ("sample_weight", kwargs.get("sample_weight"))):
+        refuse_unshardable("x", x, world, batches=True)
+        if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
+            check_batches("x", x, world, train=False)
+            return
+        for name, value in (("y", y), ("sample_weight", kwargs.get("sample_weight"))):
             refuse_unshardable(name, value, world)
         check_evaluation_size(num_samples((x, y)), world, "x")
 

@@ -126,8 +126,9 @@ def _evaluate(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, An
         kwargs["sample_weight"] = shard(kwargs["sample_weight"], rank, world)
     if rank != 0:
         kwargs["verbose"] = 0
+    x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
     with installed(model, state):
-        return model.evaluate(shard(x, rank, world), shard(y, rank, world), **kwargs)
+        return model.evaluate(x, shard(y, rank, world), **kwargs)
 
 
 def predict(
