@@ -186,6 +186,7 @@ def run_ddp(out: str) -> None:
     import trainmesh.keras as tk
 
     rank = int(os.environ.get("RANK", "0"))
+    torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
     for leg in LEGS:
         model, x, y, arguments = fit_arguments(leg, BATCH)
         callbacks = arguments.pop("callbacks", [])
@@ -210,6 +211,32 @@ def run_ddp(out: str) -> None:
             model.save(os.path.join(out, "guide.keras"))
             np.save(os.path.join(out, "held_out.npy"), held_out)
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+
+
+def shuffled_loader_samples() -> list[list[int]]:
+    """The samples each epoch of a fit on a DataLoader(shuffle=True) gave this process (2 epochs of
+    32 samples numbered 0..31, over the 2 processes)."""
+    import keras
+    import trainmesh.keras as tk
+
+    seen: list[list[int]] = [[], []]
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(SEED)
+
+    class Record(keras.layers.Layer):  # the sample numbers of each training batch, in the epoch it came
+        def call(self, inputs, training=False):
+            if training:
+                seen[epoch[0]].extend(int(v) for v in inputs.detach().cpu().numpy().ravel())
+            return inputs
+
+    epoch = [0]
+    model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    numbers = torch.arange(32, dtype=torch.float32).reshape(32, 1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(numbers, numbers), batch_size=4, shuffle=True)
+    count = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs=None: epoch.__setitem__(0, e))
+    tk.fit(model, loader, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
+    return seen
 
 
 def run_spawn(out: str) -> None:

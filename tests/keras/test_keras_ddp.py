@@ -5,9 +5,10 @@ legs one after another: the keras-io guide's convnet without BatchNormalization/
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
-and by a DataLoader. Each is compared here
-with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
-second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
+and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
+rank reads). Each is compared here with Keras' own model.fit in this process at the global batch
+(2 x 16), or between the ranks. A second launch runs the convnet and the classifier under
+ddp_spawn, and the classifier under ddp_fork.
 """
 
 import importlib.util
@@ -136,6 +137,17 @@ def test_evaluate_splits_a_pydataset_and_a_dataloader(ddp, leg):
     assert zero["evaluate"].keys() == expected.keys()
     for name, value in expected.items():
         assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+
+
+def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
+    """DataLoader(shuffle=True) at 2 processes: in each epoch the ranks read disjoint halves of the 32
+    samples (one permutation, split), and the second epoch is shuffled differently from the first
+    (its DistributedSampler's epoch is set as each epoch begins)."""
+    zero, one = rank(ddp, "shuffled", 0), rank(ddp, "shuffled", 1)
+    for epoch in (0, 1):
+        assert len(zero[epoch]) == len(one[epoch]) == 16
+        assert sorted(zero[epoch] + one[epoch]) == list(range(32))
+    assert zero[0] != zero[1]
 
 
 def test_verbose_prints_on_rank_0_only(ddp):
