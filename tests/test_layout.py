@@ -55,6 +55,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/callbacks.py": ["keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],
     "keras/collectives.py": ["keras/test_keras_ddp.py"],
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/distribute.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
     "keras/sync.py": [

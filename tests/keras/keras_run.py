@@ -187,6 +187,7 @@ def run_ddp(out: str) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
+    distributed_block(out, rank)
     for leg in LEGS:
         model, x, y, arguments = fit_arguments(leg, BATCH)
         callbacks = arguments.pop("callbacks", [])
@@ -211,6 +212,18 @@ def run_ddp(out: str) -> None:
             model.save(os.path.join(out, "guide.keras"))
             np.save(os.path.join(out, "held_out.npy"), held_out)
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+
+
+def distributed_block(out: str, rank: int) -> None:
+    """The classifier leg again, through the model's own calls in a ``with tk.distribute(...)`` block."""
+    import trainmesh.keras as tk
+
+    model, x, y, arguments = fit_arguments("classifier", BATCH)
+    with tk.distribute(strategy="ddp", devices=2):
+        history = model.fit(x, y, verbose=0, **arguments)
+        evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    record = {"variables": variables(model), "history": history.history, "evaluate": evaluated}
+    torch.save(record, os.path.join(out, f"distribute.rank{rank}"))
 
 
 def shuffled_loader_samples() -> list[list[int]]:

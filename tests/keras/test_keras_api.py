@@ -101,6 +101,32 @@ def test_two_fits_continue_like_one_with_the_summed_epochs():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_distribute_routes_the_model_s_own_calls_through_trainmesh(monkeypatch):
+    """Within `with tk.distribute(...)`, model.fit/evaluate/predict are tk.fit/evaluate/predict with the
+    block's strategy (a refusal tk.fit makes, made from model.fit; on one process Keras' own results);
+    after the block they are Keras' own again."""
+    from trainmesh.runtime import Runtime
+
+    expected_history, expected, keras_model = run(lambda model: model.fit, "validation_split")
+    with tk.distribute(devices=1):
+        history, got, model = run(lambda model: model.fit, "validation_split")
+        assert model.evaluate(x, y, verbose=0) == keras_model.evaluate(x, y, verbose=0)
+        np.testing.assert_array_equal(model.predict(x, verbose=0), keras_model.predict(x, verbose=0))
+        with pytest.raises(TypeError, match="model.fit.* would refuse .*seed.*keras.utils.set_random_seed"):
+            model.fit(x, y, seed=0)
+        with pytest.raises(RuntimeError, match="do not nest"), tk.distribute(devices=1):
+            pass
+    assert history == expected_history
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with tk.distribute(strategy="fsdp", devices=2), pytest.raises(ValueError, match="strategy='fsdp' cannot run"):
+        model_with().fit(x, y, verbose=0)
+    assert "fit" not in vars(keras.Model) and "evaluate" not in vars(keras.Model) and "predict" not in vars(keras.Model)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):  # Keras' own fit again
+        model.fit(x, y, seed=0, verbose=0)
+
+
 def test_evaluate_and_predict_are_keras_own():
     model = model_with(keras.optimizers.Adam(1e-2))
     model.fit(x, y, batch_size=16, epochs=2, verbose=0)

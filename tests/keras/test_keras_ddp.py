@@ -6,9 +6,9 @@ SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight 
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
 and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
-rank reads). Each is compared here with Keras' own model.fit in this process at the global batch
-(2 x 16), or between the ranks. A second launch runs the convnet and the classifier under
-ddp_spawn, and the classifier under ddp_fork.
+rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
+with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
+second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
 """
 
 import importlib.util
@@ -148,6 +148,23 @@ def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
         assert len(zero[epoch]) == len(one[epoch]) == 16
         assert sorted(zero[epoch] + one[epoch]) == list(range(32))
     assert zero[0] != zero[1]
+
+
+def test_a_distribute_block_runs_the_model_s_own_fit_as_tk_fit(ddp):
+    """`with tk.distribute(strategy="ddp", devices=2): model.fit(...); model.evaluate(...)`: bit-identical
+    to tk.fit's classifier leg; the evaluation Keras' own of the whole set in one process."""
+    import keras_run
+
+    zero, one = rank(ddp, "distribute", 0), rank(ddp, "distribute", 1)
+    expected = rank(ddp, "classifier", 0)
+    assert zero["history"] == one["history"] == expected["history"]
+    assert largest_difference(zero["variables"], expected["variables"]) == 0.0
+    assert zero["evaluate"] == one["evaluate"]
+    model, x, y, _ = keras_run.fit_arguments("classifier", keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    for name, value in model.evaluate(x, y, batch_size=2 * keras_run.BATCH, verbose=0, return_dict=True).items():
+        assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
 
 
 def test_verbose_prints_on_rank_0_only(ddp):
