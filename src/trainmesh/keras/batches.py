@@ -54,12 +54,12 @@ def check_batches(name: str, value: Any, world: int, *, train: bool) -> None:
         if count is None:
             raise ValueError(
                 f"{name} is a PyDataset without a length (num_batches is None or missing): under {world} processes "
-                f"each takes every {world}-th batch, which needs the count. Give it __len__, or run on one process"
+                f"process r takes batches r, r + {world}, ..., which needs the count. Give it __len__, or run on one process"
             )
         if train and count % world:
             raise ValueError(
-                f"{name} has {count} batches, not a multiple of the {world} processes: each process takes every "
-                f"{world}-th batch, and every process must take the same number of steps. Make the number of batches "
+                f"{name} has {count} batches, not a multiple of the {world} processes: process r takes batches r, "
+                f"r + {world}, ..., and every process must take the same number of steps. Make the number of batches "
                 f"a multiple of {world} (drop {count % world}, or change the batch size)"
             )
         return
