@@ -57,9 +57,12 @@ COVERED_BY: dict[str, list[str]] = {
     "hyperparameters.py": ["trainer/test_lightning_api.py"],
     "keras/arguments.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/backend.py": ["keras/test_keras_api.py"],
+    "keras/batches.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/internals.py": ["keras/test_keras_api.py"],
     "keras/callbacks.py": ["keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],
     "keras/collectives.py": ["keras/test_keras_ddp.py"],
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
+    "keras/distribute.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
     "keras/sync.py": [

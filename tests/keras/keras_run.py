@@ -2,17 +2,23 @@
 
 python keras_run.py ddp OUT      -> one launch of 2 processes (strategy="ddp"), several fits one after
                                     another; every rank writes OUT/<leg>.rank{R}
-python keras_run.py spawn OUT    -> the guide's convnet and the class_weight classifier under ddp_spawn;
-                                    the parent (the caller's process) writes OUT/spawn_<leg>.pt
+python keras_run.py spawn OUT    -> the guide's convnet and the class_weight classifier under ddp_spawn,
+                                    the classifier under ddp_fork; the parent (the caller's process)
+                                    writes OUT/<start method>_<leg>.pt
 python keras_run.py load KERAS_FILE X OUT -> plain Keras alone: keras.saving.load_model, predict X
 
 Models: the keras-io guide "Multi-GPU distributed training with PyTorch"'s convnet (``guide``:
 BatchNormalization and Dropout; ``plain``: without them, so that 2 processes at batch B train what
-one trains at 2B), and a keras-io "structured data" style classifier trained with ``class_weight``.
+one trains at 2B), a keras-io "structured data" style classifier trained with ``class_weight`` (and,
+in the ``ema`` leg, with the optimizer's ``use_ema`` and SwapEMAWeights), and a two-headed tabular
+model (``weighted``: sample_weight, weighted_metrics, loss_weights, validation_steps and
+validation_batch_size, verbose=2).
 Data: MNIST-shaped synthetic images in [0, 255] and a tabular set, so nothing is downloaded.
 """
 
+import contextlib
 import faulthandler
+import io
 import os
 import sys
 
@@ -70,12 +76,32 @@ def get_tabular(n: int = SAMPLES, seed: int = 0) -> tuple[np.ndarray, np.ndarray
     return x, y
 
 
+def two_heads():
+    """A tabular model with a binary head and a 3-class head, the second's loss weighted 0.3."""
+    import keras
+
+    inputs = keras.Input((12,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    heads = {"a": keras.layers.Dense(1, activation="sigmoid"), "b": keras.layers.Dense(3)}
+    model = keras.Model(inputs, {name: layer(hidden) for name, layer in heads.items()})
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss={"a": "binary_crossentropy", "b": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+        loss_weights={"a": 1.0, "b": 0.3},
+        metrics={"a": ["accuracy"], "b": ["accuracy"]},
+        weighted_metrics={"a": ["accuracy"], "b": ["accuracy"]},
+    )
+    return model
+
+
 def build(kind: str, optimizer: str):
     """The same model in every process: the same seed before building it."""
     import keras
 
     keras.backend.clear_session()  # variable paths restart: legs run one after another in a process
     keras.utils.set_random_seed(SEED)
+    if kind == "heads":
+        return two_heads()
     if kind == "classifier":
         model = keras.Sequential(
             [
@@ -86,7 +112,7 @@ def build(kind: str, optimizer: str):
             ]
         )
         model.compile(
-            optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+            optimizer=keras.optimizers.SGD(0.05, momentum=0.9, use_ema=optimizer == "ema"),
             loss="binary_crossentropy",
             metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()],
         )
@@ -104,15 +130,50 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     "plain_adam": ("plain", "adam", {}),
     "guide": ("guide", "adam", {}),
     "classifier": ("classifier", "sgd", {"class_weight": CLASS_WEIGHT}),
+    "weighted": ("heads", "sgd", {"verbose": 2}),
+    "ema": ("classifier", "ema", {}),
+    "pydataset": ("classifier", "sgd", {}),  # x and validation_data: a keras.utils.PyDataset
+    "loader": ("classifier", "sgd", {}),  # x and validation_data: a torch DataLoader
 }
+
+
+def batches(leg: str, x: np.ndarray, y: np.ndarray, batch: int):
+    """The arrays in batches of ``batch``, unshuffled: a keras.utils.PyDataset or a torch DataLoader."""
+    import keras
+
+    if leg == "loader":
+        dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False)
+
+    class ArrayBatches(keras.utils.PyDataset):
+        def __len__(self):
+            return -(-len(x) // batch)
+
+        def __getitem__(self, index):
+            return x[index * batch : (index + 1) * batch], y[index * batch : (index + 1) * batch]
+
+    return ArrayBatches()
 
 
 def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray, dict]:
     """The model, data and model.fit arguments of a leg (one process uses them at 2 * batch)."""
+    import keras
+
     kind, optimizer, extra = LEGS[leg]
     model = build(kind, optimizer)
-    x, y = get_tabular() if kind == "classifier" else get_images()
+    x, y = get_tabular() if kind in ("classifier", "heads") else get_images()
     arguments = {"batch_size": batch, "epochs": EPOCHS, "shuffle": False, "validation_split": 0.2, **extra}
+    if kind == "heads":  # validation: the first 16 of the 32 held-out samples (one step of 8 per process)
+        y = {"a": y, "b": (x[:, 2] > 0).astype("int64") + (x[:, 3] > 1).astype("int64")}
+        arguments.update(validation_steps=1, validation_batch_size=batch // 2)
+        arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
+    if leg in ("pydataset", "loader"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
+        split = int(len(x) * 0.8)
+        del arguments["batch_size"], arguments["validation_split"]  # shuffle=False: the batches in order
+        arguments["validation_data"] = batches(leg, x[split:], y[split:], batch)
+        x, y = batches(leg, x[:split], y[:split], batch), None
+    if optimizer == "ema":  # validation and the final weights: the optimizer's moving averages
+        arguments["callbacks"] = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)]
     return model, x, y, arguments
 
 
@@ -125,19 +186,27 @@ def run_ddp(out: str) -> None:
     import trainmesh.keras as tk
 
     rank = int(os.environ.get("RANK", "0"))
+    torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
+    distributed_block(out, rank)
     for leg in LEGS:
         model, x, y, arguments = fit_arguments(leg, BATCH)
-        callbacks = []
+        callbacks = arguments.pop("callbacks", [])
         if leg == "guide":  # the writing callbacks, given a folder of each rank's own: only rank 0's gets files
             folder = os.path.join(out, f"files.rank{rank}")
             os.makedirs(folder, exist_ok=True)  # CSVLogger, as in Keras, does not make its folder
-            callbacks = [
+            callbacks += [
                 keras.callbacks.ModelCheckpoint(os.path.join(folder, "best.keras"), save_best_only=True),
                 keras.callbacks.CSVLogger(os.path.join(folder, "log.csv")),
                 keras.callbacks.EarlyStopping(monitor="val_loss", patience=5),
             ]
-        history = tk.fit(model, x, y, strategy="ddp", devices=2, verbose=0, callbacks=callbacks, **arguments)
-        torch.save({"variables": variables(model), "history": history.history}, os.path.join(out, f"{leg}.rank{rank}"))
+        arguments.setdefault("verbose", 0)
+        with contextlib.redirect_stdout(io.StringIO()) as printed:  # Keras' progress lines, each rank's own
+            history = tk.fit(model, x, y, strategy="ddp", devices=2, callbacks=callbacks, **arguments)
+        record = {"variables": variables(model), "history": history.history, "params": dict(history.params)}
+        if leg in ("pydataset", "loader"):  # tk.evaluate of the trained model on the validation batches
+            validation = arguments["validation_data"]
+            record["evaluate"] = tk.evaluate(model, validation, strategy="ddp", devices=2, verbose=0, return_dict=True)
+        torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide" and rank == 0:
             held_out, _ = get_images(32, seed=1)
             model.save(os.path.join(out, "guide.keras"))
@@ -145,13 +214,51 @@ def run_ddp(out: str) -> None:
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
 
 
+def distributed_block(out: str, rank: int) -> None:
+    """The classifier leg again, through the model's own calls in a ``with tk.distribute(...)`` block."""
+    import trainmesh.keras as tk
+
+    model, x, y, arguments = fit_arguments("classifier", BATCH)
+    with tk.distribute(strategy="ddp", devices=2):
+        history = model.fit(x, y, verbose=0, **arguments)
+        evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    record = {"variables": variables(model), "history": history.history, "evaluate": evaluated}
+    torch.save(record, os.path.join(out, f"distribute.rank{rank}"))
+
+
+def shuffled_loader_samples() -> list[list[int]]:
+    """The samples each epoch of a fit on a DataLoader(shuffle=True) gave this process (2 epochs of
+    32 samples numbered 0..31, over the 2 processes)."""
+    import keras
+    import trainmesh.keras as tk
+
+    seen: list[list[int]] = [[], []]
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(SEED)
+
+    class Record(keras.layers.Layer):  # the sample numbers of each training batch, in the epoch it came
+        def call(self, inputs, training=False):
+            if training:
+                seen[epoch[0]].extend(int(v) for v in inputs.detach().cpu().numpy().ravel())
+            return inputs
+
+    epoch = [0]
+    model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    numbers = torch.arange(32, dtype=torch.float32).reshape(32, 1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(numbers, numbers), batch_size=4, shuffle=True)
+    count = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs=None: epoch.__setitem__(0, e))
+    tk.fit(model, loader, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
+    return seen
+
+
 def run_spawn(out: str) -> None:
     import trainmesh.keras as tk
 
-    for leg in ("guide", "classifier"):
+    for start, leg in (("spawn", "guide"), ("spawn", "classifier"), ("fork", "classifier")):
         model, x, y, arguments = fit_arguments(leg, BATCH)
-        history = tk.fit(model, x, y, strategy="ddp_spawn", devices=2, verbose=0, **arguments)
-        torch.save({"variables": variables(model), "history": history.history}, os.path.join(out, f"spawn_{leg}.pt"))
+        history = tk.fit(model, x, y, strategy=f"ddp_{start}", devices=2, verbose=0, **arguments)
+        torch.save({"variables": variables(model), "history": history.history}, os.path.join(out, f"{start}_{leg}.pt"))
 
 
 def run_load(keras_file: str, x_file: str, out: str) -> None:

@@ -9,6 +9,7 @@ os.environ["KERAS_BACKEND"] = "torch"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import keras  # noqa: E402
 import trainmesh.keras as tk  # noqa: E402
@@ -56,6 +57,9 @@ CASES = {  # name: (model builder, fit arguments)
         {"sample_weight": np.linspace(0.1, 2.0, len(x)).astype("float32"), "validation_split": 0.25},
     ),
     "validation_data_list": (model_with, {"validation_data": [x[:20], y[:20]], "validation_freq": 2}),
+    "steps_per_epoch": (model_with, {"steps_per_epoch": 3}),  # half of the 6 batches: 2 epochs per pass
+    "validation_steps": (model_with, {"validation_split": 0.25, "validation_steps": 1, "validation_batch_size": 8}),
+    "shuffle_batch": (model_with, {"shuffle": "batch"}),  # shuffled within batches (once taken as True)
 }
 
 
@@ -72,10 +76,11 @@ def run(fit, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tk_fit_is_keras_model_fit(case):
     """Same seed, same arguments: tk.fit and Keras' model.fit give bit-identical weights (every
-    variable, optimizer-free) and History."""
-    expected_history, expected, _ = run(lambda model: model.fit, case)
-    history, got, _ = run(lambda model: lambda *a, **k: tk.fit(model, *a, **k), case)
+    variable, optimizer-free) and History (its params: the steps per epoch included)."""
+    expected_history, expected, keras_model = run(lambda model: model.fit, case)
+    history, got, model = run(lambda model: lambda *a, **k: tk.fit(model, *a, **k), case)
     assert history == expected_history
+    assert model.history.params == keras_model.history.params
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
@@ -94,6 +99,32 @@ def test_two_fits_continue_like_one_with_the_summed_epochs():
     assert int(model.optimizer.iterations.numpy()) == int(keras_model.optimizer.iterations.numpy()) == 4 * 6
     for a, b in zip(model.variables, keras_model.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_distribute_routes_the_model_s_own_calls_through_trainmesh(monkeypatch):
+    """Within `with tk.distribute(...)`, model.fit/evaluate/predict are tk.fit/evaluate/predict with the
+    block's strategy (a refusal tk.fit makes, made from model.fit; on one process Keras' own results);
+    after the block they are Keras' own again."""
+    from trainmesh.runtime import Runtime
+
+    expected_history, expected, keras_model = run(lambda model: model.fit, "validation_split")
+    with tk.distribute(devices=1):
+        history, got, model = run(lambda model: model.fit, "validation_split")
+        assert model.evaluate(x, y, verbose=0) == keras_model.evaluate(x, y, verbose=0)
+        np.testing.assert_array_equal(model.predict(x, verbose=0), keras_model.predict(x, verbose=0))
+        with pytest.raises(TypeError, match="model.fit.* would refuse .*seed.*keras.utils.set_random_seed"):
+            model.fit(x, y, seed=0)
+        with pytest.raises(RuntimeError, match="do not nest"), tk.distribute(devices=1):
+            pass
+    assert history == expected_history
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with tk.distribute(strategy="fsdp", devices=2), pytest.raises(ValueError, match="strategy='fsdp' cannot run"):
+        model_with().fit(x, y, verbose=0)
+    assert "fit" not in vars(keras.Model) and "evaluate" not in vars(keras.Model) and "predict" not in vars(keras.Model)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):  # Keras' own fit again
+        model.fit(x, y, seed=0, verbose=0)
 
 
 def test_evaluate_and_predict_are_keras_own():
@@ -170,13 +201,71 @@ def test_zero1_refuses_optimizers_it_cannot_split_by_variable(monkeypatch):
         tk.fit(model, x, y, batch_size=16, verbose=0, strategy="zero1", devices=2)
 
 
+def orbax_checkpoint():
+    """A keras.callbacks.OrbaxCheckpoint without running its __init__ (which needs the orbax-checkpoint
+    package): what trainmesh does with it depends on its class only."""
+    orbax = getattr(keras.callbacks, "OrbaxCheckpoint", None)
+    if orbax is None:
+        pytest.skip("this Keras has no OrbaxCheckpoint")
+    return orbax.__new__(orbax)
+
+
+def test_writing_callbacks_run_on_rank_0_only(tmp_path):
+    """Rank 1 drops every callback that only writes (the progress bar included), keeps the others in
+    their order, and turns BackupAndRestore into a restore that writes nothing."""
+    from trainmesh.keras.callbacks import for_rank
+
+    writers = [
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras")),
+        orbax_checkpoint(),
+        keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+        keras.callbacks.TensorBoard(str(tmp_path / "tb")),
+        keras.callbacks.RemoteMonitor(),
+        keras.callbacks.ProgbarLogger(),
+    ]
+    deciders = [keras.callbacks.EarlyStopping(), keras.callbacks.LambdaCallback(), keras.callbacks.SwapEMAWeights()]
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    given = [*writers[:3], deciders[0], *writers[3:], deciders[1], backup, deciders[2]]
+    assert for_rank(given, 0) == given
+    kept = for_rank(given, 1)
+    assert kept[:2] + kept[3:] == [deciders[0], deciders[1], deciders[2]]
+    assert type(kept[2]).__name__ == "RestoreOnly" and not isinstance(kept[2], keras.callbacks.BackupAndRestore)
+
+
+def test_zero1_refuses_an_orbax_checkpoint(monkeypatch):
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match="strategy='zero1' cannot run OrbaxCheckpoint .*Save the model after fit"):
+        tk.fit(
+            model_with(), x, y, batch_size=16, verbose=0, strategy="zero1", devices=2, callbacks=[orbax_checkpoint()]
+        )
+
+
 def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(monkeypatch):
     from trainmesh.runtime import Runtime
 
     monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
-    loader = keras.utils.PyDataset()
-    with pytest.raises(TypeError, match="x of type PyDataset cannot be split over 2 processes"):
-        tk.fit(model_with(), loader, strategy="ddp", devices=2)
+    generator = ((x[i : i + 16], y[i : i + 16]) for i in range(0, 96, 16))
+    with pytest.raises(TypeError, match="x of type generator cannot be split over 2 processes.*a generator yields"):
+        tk.fit(model_with(), generator, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="x is a PyDataset without a length.*Give it __len__"):
+        tk.fit(model_with(), keras.utils.PyDataset(), strategy="ddp", devices=2)
+
+    class Three(keras.utils.PyDataset):
+        def __len__(self):
+            return 3
+
+    with pytest.raises(ValueError, match="x has 3 batches, not a multiple of the 2 processes.*drop 1"):
+        tk.fit(model_with(), Three(), strategy="ddp", devices=2)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(zip(x, y))
+
+    stream = torch.utils.data.DataLoader(Stream(), batch_size=4)
+    with pytest.raises(TypeError, match="x is a DataLoader over an IterableDataset.*Use a map-style Dataset"):
+        tk.fit(model_with(), stream, strategy="ddp", devices=2)
     model = model_with()
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"))
     with pytest.raises(ValueError, match="reduction='sum'.*Use reduction='sum_over_batch_size'"):
@@ -185,6 +274,36 @@ def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(mo
         tk.fit(keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)]), x, y)
     with pytest.raises(TypeError, match="takes a Keras model"):
         tk.fit(object(), x, y)
+
+
+def test_a_keras_whose_internals_moved_is_refused_before_training(monkeypatch):
+    """A Keras whose fit no longer calls _get_metrics_result_or_logs (kept, unused: nothing would fail,
+    the metrics would stay per process), or that lost Layer._flatten_layers: refused before any
+    process starts, naming what is gone, the installed version and the tested one."""
+    from keras.src.backend.torch.trainer import TorchTrainer
+    from keras.src.layers.layer import Layer
+
+    from trainmesh.keras import internals
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    assert internals.missing() == []
+    keras_fit = TorchTrainer.fit
+
+    def fit_without_the_call(self, *args, **kwargs):  # a later Keras' fit, say
+        return keras_fit(self, *args, **kwargs)
+
+    model = model_with()
+    monkeypatch.setattr(TorchTrainer, "fit", fit_without_the_call)
+    internals.check.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"TorchTrainer.fit no longer uses _get_metrics_result_or_logs.*"):
+            tk.fit(model, x, y, verbose=0)
+        monkeypatch.delattr(Layer, "_flatten_layers")
+        with pytest.raises(RuntimeError, match=rf"Layer._flatten_layers .*Keras {keras.__version__}.*keras==3.15.1"):
+            tk.evaluate(model, x, y, verbose=0)
+    finally:
+        internals.check.cache_clear()
 
 
 def _run(code, **env):

@@ -1,10 +1,14 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits four
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eight
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
-SGD and Adam, the guide's convnet itself with writing callbacks, and a class_weight classifier.
-Each is compared here with Keras' own model.fit in this process at the global batch (2 x 16),
-or between the ranks. A second launch runs the convnet and the classifier under ddp_spawn.
+SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
+two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
+verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
+and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
+rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
+with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
+second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
 """
 
 import importlib.util
@@ -57,7 +61,7 @@ def one_process(leg: str):
     import keras_run
 
     model, x, y, arguments = keras_run.fit_arguments(leg, 2 * keras_run.BATCH)
-    history = model.fit(x, y, verbose=0, **arguments)
+    history = model.fit(x, y, **{**arguments, "verbose": 0})
     return model, history, x, y
 
 
@@ -66,10 +70,16 @@ def largest_difference(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-@pytest.mark.parametrize(("leg", "tolerance"), [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)])
+LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)] + [
+    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader")
+]
+
+
+@pytest.mark.parametrize(("leg", "tolerance"), LEG_TOLERANCES)
 def test_two_processes_train_what_one_trains_at_the_global_batch(ddp, leg, tolerance):
     """Every variable of each rank within the issue's bound of one process at batch 32 (the convnet
-    without BN/Dropout; the classifier with class_weight and SGD momentum); the ranks bit-identical."""
+    without BN/Dropout; the classifier with class_weight and SGD momentum; the two-headed model with
+    sample_weight and loss_weights; the classifier ending on its EMA weights); the ranks bit-identical."""
     import keras_run
 
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
@@ -97,6 +107,74 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
+@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader"])
+def test_histories_equal_one_process(ddp, leg):
+    """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
+    validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights;
+    a PyDataset's or DataLoader's batches split over the processes) within 1e-5 of one process at
+    batch 32, equal on both ranks; params["steps"] is one process's count, not doubled."""
+    zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
+    assert zero["history"] == one["history"]
+    _, history, _, _ = one_process(leg)
+    assert zero["params"]["steps"] == one["params"]["steps"] == history.params["steps"] == 4
+    assert zero["history"].keys() == history.history.keys()
+    for name, values in history.history.items():
+        assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
+
+
+@pytest.mark.parametrize("leg", ["pydataset", "loader"])
+def test_evaluate_splits_a_pydataset_and_a_dataloader(ddp, leg):
+    """tk.evaluate at 2 processes on a PyDataset (every 2nd batch each) or a DataLoader (a run of its
+    batches each): Keras' evaluate of rank 0's weights on all the batches in one process."""
+    import keras_run
+
+    zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
+    assert zero["evaluate"] == one["evaluate"]
+    model, _, _, arguments = keras_run.fit_arguments(leg, keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    expected = model.evaluate(arguments["validation_data"], verbose=0, return_dict=True)
+    assert zero["evaluate"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+
+
+def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
+    """DataLoader(shuffle=True) at 2 processes: in each epoch the ranks read disjoint halves of the 32
+    samples (one permutation, split), and the second epoch is shuffled differently from the first
+    (its DistributedSampler's epoch is set as each epoch begins)."""
+    zero, one = rank(ddp, "shuffled", 0), rank(ddp, "shuffled", 1)
+    for epoch in (0, 1):
+        assert len(zero[epoch]) == len(one[epoch]) == 16
+        assert sorted(zero[epoch] + one[epoch]) == list(range(32))
+    assert zero[0] != zero[1]
+
+
+def test_a_distribute_block_runs_the_model_s_own_fit_as_tk_fit(ddp):
+    """`with tk.distribute(strategy="ddp", devices=2): model.fit(...); model.evaluate(...)`: bit-identical
+    to tk.fit's classifier leg; the evaluation Keras' own of the whole set in one process."""
+    import keras_run
+
+    zero, one = rank(ddp, "distribute", 0), rank(ddp, "distribute", 1)
+    expected = rank(ddp, "classifier", 0)
+    assert zero["history"] == one["history"] == expected["history"]
+    assert largest_difference(zero["variables"], expected["variables"]) == 0.0
+    assert zero["evaluate"] == one["evaluate"]
+    model, x, y, _ = keras_run.fit_arguments("classifier", keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    for name, value in model.evaluate(x, y, batch_size=2 * keras_run.BATCH, verbose=0, return_dict=True).items():
+        assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+
+
+def test_verbose_prints_on_rank_0_only(ddp):
+    """verbose=2: Keras' epoch lines on rank 0 (4 steps, the validation metrics); nothing on rank 1."""
+    zero, one = rank(ddp, "weighted", 0), rank(ddp, "weighted", 1)
+    assert "Epoch 1/2" in zero["stdout"] and "Epoch 2/2" in zero["stdout"]
+    assert "4/4 - " in zero["stdout"] and "val_a_weighted_accuracy: " in zero["stdout"]
+    assert one["stdout"] == ""
+
+
 def test_guide_convnet_ranks_agree_and_only_rank_0_writes(ddp):
     """The guide's convnet (BatchNormalization, Dropout): every variable, moving statistics included,
     equal on both ranks (averaged at each epoch's end); History equal; ModelCheckpoint and CSVLogger,
@@ -118,11 +196,11 @@ def test_saved_model_predicts_the_same_in_plain_keras(ddp, tmp_path):
     np.testing.assert_array_equal(np.load(out), np.load(ddp / "held_out_pred.npy"))
 
 
-@pytest.mark.parametrize("leg", ["guide", "classifier"])
-def test_ddp_spawn_trains_as_ddp(ddp, spawned, leg):
-    """Under ddp_spawn the model travels to the workers (Keras pickles it) and rank 0's trained
-    variables and History come back to the caller's model: bit-identical to the ddp run."""
-    got = torch.load(spawned / f"spawn_{leg}.pt", weights_only=False)
+@pytest.mark.parametrize(("start", "leg"), [("spawn", "guide"), ("spawn", "classifier"), ("fork", "classifier")])
+def test_ddp_spawn_trains_as_ddp(ddp, spawned, start, leg):
+    """Under ddp_spawn and ddp_fork the model travels to the workers (Keras pickles it for spawn) and
+    rank 0's trained variables and History come back to the caller's model: bit-identical to ddp."""
+    got = torch.load(spawned / f"{start}_{leg}.pt", weights_only=False)
     expected = rank(ddp, leg, 0)
     assert largest_difference(got["variables"], expected["variables"]) == 0.0
     assert got["history"] == expected["history"]

@@ -10,8 +10,11 @@ this package; importing it does not import keras either, until a function needs 
 >>> # import keras, trainmesh.keras as tk
 >>> # model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 >>> # history = tk.fit(model, x, y, batch_size=32, epochs=3, strategy="ddp", devices=2)
+>>> # with tk.distribute(strategy="ddp", devices=2):  # or the model's own calls, distributed
+>>> #     history = model.fit(x, y, batch_size=32, epochs=3)
 """
 
+from trainmesh.keras.distribute import distribute
 from trainmesh.keras.training import evaluate, fit, predict
 
-__all__ = ["evaluate", "fit", "predict"]
+__all__ = ["distribute", "evaluate", "fit", "predict"]

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from trainmesh.keras import internals
 from trainmesh.keras.backend import is_keras_object, require_keras
+from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -33,6 +35,7 @@ _REASONS = {
 def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices: Any, num_nodes: int) -> Runtime:
     """The run's Runtime, once the model and the strategy are known to fit Keras' own loop."""
     require_keras()
+    internals.check()  # the Keras internals sync.py and zero.py use are all still there
     if not is_keras_object(model) or not hasattr(model, what):
         raise TypeError(f"trainmesh.keras.{what} takes a Keras model (keras.Model), got {type(model).__name__}")
     if what != "predict" and not getattr(model, "compiled", False):
@@ -75,21 +78,30 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     bind(model.fit, "fit", x, y, **kwargs)
     if world == 1:
         return
-    refuse_unshardable("x", x, world)
+    refuse_unshardable("x", x, world, batches=True)
     refuse_unshardable("y", y, world)
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
-    refuse_unshardable("validation_data", kwargs.get("validation_data"), world)
+    refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
+    if is_batches(kwargs.get("validation_data")):
+        check_batches("validation_data", kwargs["validation_data"], world, train=False)
+    if is_batches(x):  # split by batch (batches.py); Keras itself refuses y and validation_split with it
+        check_batches("x", x, world, train=True)
+        return
     train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
     plan_training(num_samples(train), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
-    if validation is not None:
+    if validation is not None and not is_batches(validation):
         check_evaluation_size(num_samples(validation), world, "the validation data")
 
 
 def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
     bind(model.evaluate, "evaluate", x, y, **kwargs)
     if world > 1:
-        for name, value in (("x", x), ("y", y), ("sample_weight", kwargs.get("sample_weight"))):
+        refuse_unshardable("x", x, world, batches=True)
+        if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
+            check_batches("x", x, world, train=False)
+            return
+        for name, value in (("y", y), ("sample_weight", kwargs.get("sample_weight"))):
             refuse_unshardable(name, value, world)
         check_evaluation_size(num_samples((x, y)), world, "x")
 

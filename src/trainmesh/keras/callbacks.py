@@ -3,9 +3,10 @@
 Every callback runs as in Keras, in every process, and reads the same epoch logs (the metrics
 summed over all processes, see sync.py), so EarlyStopping, ReduceLROnPlateau,
 LearningRateScheduler and TerminateOnNaN decide alike everywhere. The callbacks whose only job
-is to write (ModelCheckpoint, CSVLogger, TensorBoard, RemoteMonitor, a ProgbarLogger) run on
-rank 0 only. BackupAndRestore restores in every process (they read rank 0's backup, and rank 0's
-variables are broadcast after it) but saves, and deletes its backup at the end, on rank 0 only.
+is to write (ModelCheckpoint, OrbaxCheckpoint, CSVLogger, TensorBoard, RemoteMonitor, a
+ProgbarLogger) run on rank 0 only. BackupAndRestore restores in every process (they read rank 0's
+backup, and rank 0's variables are broadcast after it) but saves, and deletes its backup at the
+end, on rank 0 only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ def as_list(callbacks: Any) -> list[Any]:
     return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
+def checkpoint_writers() -> tuple[type, ...]:
+    """The built-in callbacks that save the model (with its optimizer) during fit.
+
+    OrbaxCheckpoint (not a ModelCheckpoint subclass) is missing from older Keras 3 releases: looked
+    up by name, so that those run without it."""
+    callbacks = require_keras().callbacks
+    orbax = getattr(callbacks, "OrbaxCheckpoint", None)
+    return (callbacks.ModelCheckpoint, *([orbax] if orbax is not None else []))
+
+
 def for_rank(callbacks: Any, rank: int) -> list[Any]:
     """The callbacks process ``rank`` runs."""
     given = as_list(callbacks)
@@ -28,7 +39,7 @@ def for_rank(callbacks: Any, rank: int) -> list[Any]:
         return given
     keras = require_keras()
     writers = (
-        keras.callbacks.ModelCheckpoint,
+        *checkpoint_writers(),
         keras.callbacks.CSVLogger,
         keras.callbacks.TensorBoard,
         keras.callbacks.RemoteMonitor,

@@ -6,9 +6,9 @@ reads exactly the samples one process reads at step ``k`` with batch ``W * B`` a
 the same global batches, the last one possibly smaller. Shuffling (``shuffle=True``) is Keras'
 own, within each process's share, as under Horovod.
 
-Only arrays (NumPy, torch tensors, and lists/tuples/dicts of them) can be cut this way; other
-data (a ``keras.utils.PyDataset``, a torch DataLoader, a generator) is refused under several
-processes, with what to pass instead. Everything here is computed identically on every rank,
+Only arrays (NumPy, torch tensors, and lists/tuples/dicts of them) can be cut this way; a
+``keras.utils.PyDataset`` and a torch DataLoader are split by batch (batches.py); other data (a
+generator) is refused under several processes, with what to pass instead. Everything here is computed identically on every rank,
 without a collective, so a refusal comes before any process waits on another.
 """
 
@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from trainmesh.keras.batches import is_batches
 
 _ARRAYS = (np.ndarray, torch.Tensor)
 
@@ -115,13 +117,16 @@ def check_evaluation_size(samples: int, world: int, what: str) -> None:
         )
 
 
-def refuse_unshardable(name: str, value: Any, world: int) -> None:
-    """Under several processes, data other than arrays cannot be split by sample here."""
-    if world > 1 and value is not None and not is_arrays(value):
+def refuse_unshardable(name: str, value: Any, world: int, batches: bool = False) -> None:
+    """Under several processes, only arrays (and, where ``batches``, a PyDataset or a DataLoader:
+    batches.py) can be split; a generator's batches exist only by running it in each process."""
+    if world > 1 and value is not None and not is_arrays(value) and not (batches and is_batches(value)):
+        also = ", a keras.utils.PyDataset or a torch DataLoader" if batches else ""
         raise TypeError(
             f"{name} of type {type(value).__name__} cannot be split over {world} processes: trainmesh.keras gives "
-            "each process its share of NumPy arrays or torch tensors (or lists/dicts of them). Pass the data as "
-            "arrays, or run on one process (devices=1), where any data Keras reads is passed to model.fit as is"
+            f"each process its share of NumPy arrays or torch tensors (or lists/dicts of them){also}; a generator "
+            "yields its batches only when run, in each process alike. Pass the data as one of those, or run on one "
+            "process (devices=1), where any data Keras reads is passed to model.fit as is"
         )
 
 

@@ -5,7 +5,9 @@ left as Keras made it), through three instance attributes that shadow Keras' met
 
 - ``optimizer.apply``: Keras' torch ``train_step`` calls it with the gradients ``loss.backward()``
   left; they are averaged across processes first (weighted by each process's share of the global
-  batch, so a short last batch weighs as in one process), one collective per bucket.
+  batch, so a short last batch weighs as in one process: from the split arrays' sizes, or, for a
+  PyDataset or DataLoader, from the sizes read, summed in the same collective), one collective
+  per bucket.
 - ``model.train_step``: counts the steps, for that weighting.
 - ``model._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
   and of each evaluation, before the logs reach History and the callbacks. Every metric's state
@@ -55,7 +57,8 @@ def average_gradients(state: SyncState, gradients: list[Any], batch: int) -> lis
     present = [i for i, g in enumerate(gradients) if g is not None]
     if state.world == 1 or not present:
         return gradients
-    assert state.plan is not None
+    if state.plan is None:  # a PyDataset or a DataLoader: batch sizes known only once read
+        return _weighted_by_sizes_read(state, gradients, present, batch)
     total = state.plan.global_batch(state.step % state.plan.steps)
     uniform = total == batch * state.world
     tensors = [gradients[i] if uniform else gradients[i] * (batch / total) for i in present]
@@ -63,6 +66,17 @@ def average_gradients(state: SyncState, gradients: list[Any], batch: int) -> lis
     averaged = list(gradients)
     for i, value in zip(present, summed, strict=True):
         averaged[i] = value / state.world if uniform else value
+    return averaged
+
+
+def _weighted_by_sizes_read(state: SyncState, gradients: list[Any], present: list[int], batch: int) -> list[Any]:
+    """sum_r b_r g_r / sum_r b_r, the batch sizes summed in the same collective as the gradients."""
+    first = gradients[present[0]]
+    size = torch.tensor([float(batch)], dtype=first.dtype, device=first.device)
+    summed = all_reduce_sum(state.runtime, [*(gradients[i] * batch for i in present), size])
+    averaged = list(gradients)
+    for i, value in zip(present, summed[:-1], strict=True):
+        averaged[i] = value / summed[-1]
     return averaged
 
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batches import epoch_setter, is_batches, split_batches
 from trainmesh.keras.callbacks import for_rank
-from trainmesh.keras.data import interleave, plan_training, shard
+from trainmesh.keras.data import interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.runtime import Runtime
@@ -59,28 +60,37 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
     arguments.assign_values(model.variables, values)
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
-    (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
+    whole = x  # what names the fit for preemption (the same on every process)
+    if is_batches(x):  # a PyDataset or a DataLoader: split by batch, weighted by the sizes read (batches.py)
+        x, plan = split_batches(x, runtime, train=True), None
+    else:
+        (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
+        if validation is not None:
+            kwargs["validation_data"] = validation
+        plan = None
+        if world > 1:
+            steps = kwargs.get("steps_per_epoch")
+            plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, steps)
+        whole = x
+        x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
+    validation = kwargs.get("validation_data")
     if validation is not None:
-        kwargs["validation_data"] = shard(validation, rank, world)
-    plan = None
-    if world > 1:
-        from trainmesh.keras.data import num_samples
-
-        plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
+        batched = is_batches(validation)
+        kwargs["validation_data"] = (
+            split_batches(validation, runtime, train=False) if batched else shard(validation, rank, world)
+        )
     state = SyncState(runtime, plan)
     if runtime.strategy.name == "zero1" and world > 1:
         state.zero = zero.Zero(runtime, model)
-    kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
+    kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
-    state.preemption = preemption = KerasPreemption(runtime, model, x, kwargs, call)
+    state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
     preemption.find()
     supervision = runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75 (preemption.py)
     with supervision.stop_signals(runtime.process, folder=preemption.folder, save=preemption.save):
         with installed(model, state):
-            history = model.fit(
-                shard(x, rank, world), shard(y, rank, world), sample_weight=shard(sample_weight, rank, world), **kwargs
-            )
+            history = model.fit(x, y, sample_weight=sample_weight, **kwargs)
         supervision.finish_fit(step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch)
     preemption.finished()
     preemption.complete_history(history)
@@ -116,8 +126,9 @@ def _evaluate(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, An
         kwargs["sample_weight"] = shard(kwargs["sample_weight"], rank, world)
     if rank != 0:
         kwargs["verbose"] = 0
+    x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
     with installed(model, state):
-        return model.evaluate(shard(x, rank, world), shard(y, rank, world), **kwargs)
+        return model.evaluate(x, shard(y, rank, world), **kwargs)
 
 
 def predict(

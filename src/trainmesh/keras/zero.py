@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.callbacks import as_list
+from trainmesh.keras.callbacks import as_list, checkpoint_writers
 from trainmesh.keras.collectives import assign, broadcast_from
 from trainmesh.runtime import Runtime
 
@@ -172,10 +172,10 @@ def refuse_unsupported(model: Any, fit_kwargs: dict[str, Any]) -> None:
             "was built on other variables (trainable flags changed since it was built?). Compile the model again "
             "(a new optimizer), or use strategy='ddp'"
         )
-    keras = require_keras()
+    savers = (require_keras().callbacks.BackupAndRestore, *checkpoint_writers())
     for callback in as_list(fit_kwargs.get("callbacks")):
-        # Keras writes the optimizer's variables into .keras and .weights.h5 files alike.
-        if isinstance(callback, (keras.callbacks.BackupAndRestore, keras.callbacks.ModelCheckpoint)):
+        # Keras writes the optimizer's variables into .keras, .weights.h5 and Orbax checkpoints alike.
+        if isinstance(callback, savers):
             raise ValueError(
                 f"strategy='zero1' cannot run {type(callback).__name__} (it saves the optimizer during fit): under "
                 "zero1 each process holds only its part of the optimizer state until fit ends, so the file would "

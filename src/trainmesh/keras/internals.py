@@ -1,0 +1,75 @@
+"""The private parts of Keras that trainmesh.keras relies on, checked before any process starts.
+
+sync.py shadows ``model._get_metrics_result_or_logs``, which Keras' torch ``fit`` and ``evaluate``
+call once per epoch and per evaluation, to sum the metrics over the processes there. A Keras
+release that renamed it would fail loudly; one that kept it but stopped calling it would leave
+every metric, History and EarlyStopping decision silently per process. So each call checks that
+the installed Keras still has every private name used here and that its trainer still calls
+them, and refuses to start, naming the Keras version, when one is gone. An upper bound on Keras
+in the package's requirements would not do: pip would quietly install another Keras instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+from typing import Any
+
+from trainmesh.keras.backend import require_keras
+
+TESTED_WITH = "3.15.1"  # the Keras release the suite ran on
+
+
+def _calls(function: Any, name: str) -> bool:
+    """Whether ``function``'s own code (under its decorators) reads the attribute ``name``."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    return code is not None and name in code.co_names
+
+
+def missing() -> list[str]:
+    """Each internal that the installed Keras lacks, with what relies on it (empty: all there)."""
+    keras = require_keras()
+    from keras.src.backend.torch.trainer import TorchTrainer
+    from keras.src.layers.layer import Layer
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    gone = []
+    for owner, name, needed_by in (
+        (TorchTrainer, "_get_metrics_result_or_logs", "the metric sums (sync.py)"),
+        (Layer, "_flatten_layers", "the BatchNormalization averages (sync.py)"),
+        (BaseOptimizer, "add_variable_from_reference", "zero1's optimizer slots (zero.py)"),
+        (BaseOptimizer, "finalize_variable_values", "zero1's gather at fit's end (zero.py)"),
+    ):
+        if not callable(getattr(owner, name, None)):
+            gone.append(f"{owner.__name__}.{name} ({needed_by})")
+    for method, name, needed_by in (
+        ("fit", "_get_metrics_result_or_logs", "the training and validation metric sums"),
+        ("evaluate", "_get_metrics_result_or_logs", "the evaluation metric sums"),
+        ("fit", "_initial_epoch", "BackupAndRestore's epoch, broadcast from rank 0"),
+        ("train_step", "apply", "the gradient average before optimizer.apply"),
+    ):
+        if not _calls(getattr(TorchTrainer, method), name):
+            gone.append(f"TorchTrainer.{method} no longer uses {name} ({needed_by})")
+    optimizer = keras.optimizers.SGD()
+    for name in ("_variables", "_iterations", "_trainable_variables", "_trainable_variables_indices", "_learning_rate"):
+        if not hasattr(optimizer, name):
+            gone.append(f"optimizer.{name} (zero1, zero.py)")
+    try:
+        from keras.src.trainers.data_adapters.array_slicing import train_validation_split  # noqa: F401
+    except ImportError:
+        gone.append("keras.src.trainers.data_adapters.array_slicing.train_validation_split (validation_split)")
+    return gone
+
+
+@cache
+def check() -> None:
+    """Refuse to run on a Keras whose internals moved (once per process: they do not change)."""
+    gone = missing()
+    if gone:
+        version = require_keras().__version__
+        raise RuntimeError(
+            f"trainmesh.keras relies on private parts of Keras that Keras {version} no longer has or no longer "
+            f"calls: {'; '.join(gone)}. Without them the processes would not stay in step (metrics, gradients), "
+            f"silently. trainmesh.keras was tested with Keras {TESTED_WITH}: install it "
+            f"(pip install 'keras=={TESTED_WITH}'), or run Keras' own model.fit on one process"
+        )
