@@ -36,6 +36,7 @@ from trainmesh.trainer.optimization_hooks import LoopStepHooks, then_hooks, with
 from trainmesh.trainer.optimizer_turns import optimizer_turns
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.tbptt import truncated_backprop
 from trainmesh.trainer.token_loss import TokenLossWindow
 
 if TYPE_CHECKING:
@@ -55,8 +56,12 @@ class TrainingBatches:
         _start_turns(ctx, self.manual)
         # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx), once per optimizer (optimizer_turns.py)
         self.turns = optimizer_turns(self)
+        # Lightning 1.x's truncated_bptt_steps: each batch split along time, a step per split (tbptt.py)
+        self.tbptt = truncated_backprop(self)
         needs_closure = any(isinstance(o.optimizer, torch.optim.LBFGS) for o in state.optimizers)
-        self.through_hook = not self.manual and (hooks.custom_step or needs_closure or self.turns is not None)
+        self.through_hook = not self.manual and (
+            hooks.custom_step or needs_closure or self.turns is not None or self.tbptt is not None
+        )
         # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
         self.zero_in_window = not self.manual and (hooks.zero_in_window or self.through_hook)
         self.step_hooks = _step_hooks(ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window)
@@ -77,6 +82,8 @@ class TrainingBatches:
         self.backward.loss_check.batch_idx = batch_idx
         if self.turns is not None:
             return self.turns.run(batch, batch_idx, steps_now=steps_now)
+        if self.tbptt is not None:
+            return self.tbptt.run(batch, batch_idx, steps_now=steps_now)
         if self.zero_in_window:
             self._arm_zero_grad(batch_idx)
         if steps_now and self.through_hook:
@@ -93,6 +100,8 @@ class TrainingBatches:
         ended the epoch early): step on what was accumulated rather than carry it over."""
         if self.turns is not None:
             self.turns.finish_window(batch_idx)
+        elif self.tbptt is not None:
+            self.tbptt.finish_window(batch_idx)
         elif self.through_hook:
             self._step_through_hook(batch_idx, None)
         else:
@@ -192,8 +201,12 @@ class TrainingBatches:
                 self.ctx.runtime.clip_gradients(model, optimizer, max_norm=value)
 
     def _stepped(self, batch_idx: int) -> None:
+        self.ctx.state.global_step += 1
+        self.step_schedulers(batch_idx)
+
+    def step_schedulers(self, batch_idx: int) -> None:
+        """The step-interval schedulers due after a batch that stepped the optimizer."""
         state = self.ctx.state
-        state.global_step += 1
         custom = self.module.lr_scheduler_step if self.hooks.custom_scheduler_step else None
         for config in state.lr_scheduler_configs:
             # Lightning's rule: a step-interval scheduler steps where the epoch's batch count (not the

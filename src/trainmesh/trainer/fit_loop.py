@@ -27,6 +27,7 @@ from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, w
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
+from trainmesh.trainer.tbptt import check_truncated_backprop
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -52,6 +53,7 @@ def run_fit(
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
+    check_truncated_backprop(state.module, runtime.strategy_name, manual=manual, optimizers=len(state.optimizers))
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)

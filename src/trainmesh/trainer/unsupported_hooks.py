@@ -18,24 +18,11 @@ from typing import Any
 
 from trainmesh.callbacks.base import defines_hook
 
-# Lightning 1.x split each batch along time into truncated_bptt_steps pieces (tbptt_split_batch),
-# ran training_step(batch, batch_idx, hiddens) and an optimizer step per piece, and carried the
-# returned {"loss": ..., "hiddens": ...} to the next piece. trainmesh does not run that loop, and
-# training on the whole batch instead would be a different training, so it refuses.
-_TBPTT = (
-    "Lightning 1.x's truncated backpropagation through time (truncated_bptt_steps, tbptt_split_batch, "
-    "training_step(batch, batch_idx, hiddens)) was removed in Lightning 2.0 and trainmesh does not run it; "
-    "training on the unsplit batch would silently train something else. Do it as Lightning 2.x documents: "
-    "self.automatic_optimization = False and, in training_step, split the batch along time yourself, "
-    "carrying the hidden state (detached) from one piece to the next and stepping the optimizer per piece"
-)
 # LightningModule hooks: name -> what to use instead.
 MODULE_HOOKS: dict[str, str] = {
     # No Lightning release defines it (2.6.6 included): a callback hook proposed in Lightning's PR #21272
     "on_before_optimizer_setup": "no Lightning version defines this hook, so it has no meaning to honour; freeze or "
     "change parameters at the end of configure_model, or in configure_optimizers before building the optimizer",
-    # Lightning 1.x's truncated backpropagation through time (removed in 2.0); see _TBPTT above
-    "tbptt_split_batch": _TBPTT,
 }
 
 
@@ -50,11 +37,6 @@ CALLBACK_HOOKS: dict[str, str] = {
 def refuse_uncalled_hooks(module: Any, callbacks: list[Any]) -> None:
     """Stop with an error naming the first Lightning hook that ``module`` or a callback defines
     and trainmesh never calls. Read from the classes once per run, before anything runs."""
-    if getattr(module, "truncated_bptt_steps", 0):
-        raise ValueError(
-            f"{type(module).__name__}.truncated_bptt_steps = {module.truncated_bptt_steps}: {_TBPTT}. Remove "
-            "truncated_bptt_steps"
-        )
     owners: list[tuple[Any, dict[str, str], str]] = [(module, MODULE_HOOKS, "module")]
     owners += [(callback, CALLBACK_HOOKS, "callback") for callback in callbacks]
     _refuse(owners)

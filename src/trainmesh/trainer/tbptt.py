@@ -1,0 +1,201 @@
+"""Lightning 1.x's truncated backpropagation through time: ``truncated_bptt_steps = k`` on the module.
+
+pytorch-lightning 1.9.5 (``loops/batch/training_batch_loop.py``, ``loops/optimization/optimizer_loop.py``,
+``loops/utilities.py``, ``core/module.py``) runs each training batch, after ``on_train_batch_start``, as::
+
+    splits = module.tbptt_split_batch(batch, k)     # default: every tensor cut along dim 1 (time) in pieces of k
+    hiddens = None
+    for split in splits:                            # each as a batch of its own for automatic optimization:
+        closure = training_step(split, batch_idx, hiddens) -> {"loss": ..., "hiddens": ...}, the loss divided
+                  by accumulate_grad_batches, [a window's first batch: on_before_zero_grad, optimizer_zero_grad],
+                  backward
+        accumulation batch: closure()  |  step batch: optimizer_step(..., closure); global_step += 1
+        hiddens = detached(output["hiddens"])
+    step-interval schedulers: once, after the batch (not per split)
+
+So a step batch steps the optimizer once per split (``global_step`` counts them), and at a window's first
+batch every split zeroes the gradients before its backward (at an accumulation batch only the last split's
+gradients reach the step: 1.9's behaviour, kept). ``on_train_batch_end`` gets the splits' outputs (each
+``{"loss": loss / accumulate_grad_batches, **other keys}``, without ``hiddens``), ``training_epoch_end`` a
+list of those. Lightning 2.0 removed it (the 2.x way is manual optimization), so it comes with one
+deprecation line; it runs under the strategies where its weights were checked against 1.9.5's.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+from typing import Any
+
+import torch
+
+from trainmesh.strategies.step import StepResult
+from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+
+# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_tbptt.py).
+_TESTED_STRATEGIES = ("single", "ddp")
+_INSTEAD = (
+    "the 2.x way is manual optimization (self.automatic_optimization = False; in training_step split the batch "
+    "along time yourself, carry the hidden state, detached, from one piece to the next, and call "
+    "self.manual_backward(loss), opt.step(), opt.zero_grad() per piece)"
+)
+
+
+def check_truncated_backprop(module: Any, strategy: str, *, manual: bool, optimizers: int) -> None:
+    """Before training: refuse what 1.9's loop is not run for here, and say once that it runs (1.x, deprecated)."""
+    steps, name = getattr(module, "truncated_bptt_steps", 0), type(module).__name__
+    if not steps:
+        if callable(getattr(type(module), "tbptt_split_batch", None)):
+            rank_zero_warn(
+                f"{name}.tbptt_split_batch is not called: Lightning 1.x called it only where truncated_bptt_steps > 0 "
+                f"(it is {steps!r}). Set self.truncated_bptt_steps, or remove the method"
+            )
+        return
+    why = None
+    if not isinstance(steps, int) or steps < 0:
+        why = "it must be a positive int (the number of time steps per split)"
+    elif manual:
+        why = "trainmesh runs it in automatic optimization only; with automatic_optimization = False split the batch in training_step yourself"
+    elif optimizers != 1:
+        why = f"trainmesh runs it with one optimizer; configure_optimizers returned {optimizers}"
+    elif strategy not in _TESTED_STRATEGIES:
+        why = f"it runs under strategy 'single' or 'ddp', where its weights are checked against Lightning 1.9's; not under '{strategy}'"
+    if why is not None:
+        raise ValueError(
+            f"{name}.truncated_bptt_steps = {steps!r} (Lightning 1.x's truncated backpropagation through time): "
+            f"{why}. Otherwise, {_INSTEAD}"
+        )
+    rank_zero_deprecation(
+        f"{name}.truncated_bptt_steps = {steps}: Lightning 1.x's truncated backpropagation through time (the batch "
+        f"split along time by tbptt_split_batch, training_step(batch, batch_idx, hiddens) and an optimizer step per "
+        f"split), removed in Lightning 2.0. trainmesh runs it as 1.9 did; {_INSTEAD}"
+    )
+
+
+class WithHiddens:
+    """``training_step(batch, batch_idx, hiddens)`` called as ``training_step(batch, batch_idx)`` with the
+    split's hidden state; a plain object (it pickles with the module), set on the instance for the run."""
+
+    def __init__(self, function: Any, owner: Any) -> None:
+        self.function, self.owner = function, owner
+        self.hiddens: Any = None
+
+    def __call__(self, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
+        if self.owner is None:  # over 1.x's optimizer_idx wrapper (optimizer_turns.py): 1.x passed hiddens after it
+            return self.function(batch, batch_idx, *args, self.hiddens, **kwargs)
+        return self.function(self.owner, batch, batch_idx, *args, self.hiddens, **kwargs)
+
+
+def truncated_backprop(batches: Any) -> TruncatedBackprop | None:
+    """At an epoch's start: the 1.x split loop where the module sets truncated_bptt_steps; None otherwise."""
+    module = batches.module
+    steps = getattr(module, "truncated_bptt_steps", 0)
+    if not steps:
+        return None
+    wrapper = vars(module).get("training_step")
+    if not isinstance(wrapper, WithHiddens):
+        # training_step(batch, batch_idx, optimizer_idx, hiddens): wrap the optimizer_idx wrapper
+        wrapper = WithHiddens(wrapper, None) if wrapper is not None else WithHiddens(type(module).training_step, module)
+        object.__setattr__(module, "training_step", wrapper)
+    return TruncatedBackprop(batches, wrapper, steps)
+
+
+class TruncatedBackprop:
+    """One epoch of 1.9's split loop, on the TrainingBatches' parts (train, closure, step)."""
+
+    def __init__(self, batches: Any, training_step: WithHiddens, steps: int) -> None:
+        self.batches, self.training_step, self.steps = batches, training_step, steps
+        module = batches.module
+        self.optimizer = batches.ctx.state.optimizers[0]
+        self.optimizer_step = getattr(module, "optimizer_step", None) if batches.hooks.custom_step else None
+        self.split = module.tbptt_split_batch if callable(getattr(module, "tbptt_split_batch", None)) else split_batch
+        self.zero_grad = getattr(module, "optimizer_zero_grad", None)
+
+    def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        batches, state = self.batches, self.batches.ctx.state
+        outputs, result = [], None
+        first = batch_idx % batches.accumulate == 0
+        self.training_step.hiddens = None
+        try:
+            for split in self.split(batch, self.steps):
+                train = functools.partial(self._train, split, batch_idx, steps_now)
+                # 1.9's closure zeroes at every split of a window's first batch, after training_step
+                batches.backward.zero_grad = functools.partial(self._zero, batch_idx) if first else None
+                if steps_now:
+                    result = batches.step_one(self.optimizer, batch_idx, train, self.optimizer_step)
+                    state.global_step += 1
+                else:
+                    result = train()
+                assert result is not None  # the closure trained (checked)
+                self.training_step.hiddens = self._hiddens_of(result.output)
+                outputs.append(self._output_of(result))
+        finally:
+            self.training_step.hiddens = None  # no graph nor tensor kept past the batch
+        if steps_now:
+            batches.step_schedulers(batch_idx)
+        assert result is not None, f"{type(batches.module).__name__}.tbptt_split_batch returned no split"
+        return StepResult(result.loss, outputs, None)
+
+    def finish_window(self, batch_idx: int) -> None:
+        """The epoch ended inside an accumulation window: one step on what was accumulated."""
+        self.batches.step_one(self.optimizer, batch_idx, None, self.optimizer_step)
+        self.batches.ctx.state.global_step += 1
+        self.batches.step_schedulers(batch_idx)
+
+    def _train(self, split: Any, batch_idx: int, sync_grads: bool) -> StepResult:
+        result: StepResult = self.batches._train(split, batch_idx, sync_grads)
+        if result.num_tokens is not None:
+            raise ValueError(
+                f"{type(self.batches.module).__name__}.training_step returned num_tokens with truncated_bptt_steps: "
+                "Lightning 1.x's splits each step on a mean loss. Return a mean loss"
+            )
+        return result
+
+    def _zero(self, batch_idx: int) -> None:
+        ctx, optimizer = self.batches.ctx, self.optimizer.optimizer
+        if self.batches.hooks.before_zero_grad:
+            ctx.hooks.call("on_before_zero_grad", optimizer)
+        if self.zero_grad is not None:
+            self.zero_grad(ctx.state.current_epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
+
+    def _hiddens_of(self, output: Any) -> Any:
+        # 1.9's _extract_hiddens: required, and detached so the next split does not backpropagate into this one
+        if not isinstance(output, dict) or "hiddens" not in output:
+            raise ValueError(
+                f"{type(self.batches.module).__name__}.truncated_bptt_steps is set but training_step did not return "
+                '{"loss": ..., "hiddens": ...}: return the hidden state for the next split under "hiddens" (None to '
+                "start it afresh)"
+            )
+        return apply_to_tensors(output["hiddens"], lambda t: t.detach())
+
+    def _output_of(self, result: StepResult) -> dict[str, Any]:
+        """1.9's ClosureResult.asdict(): the loss backward ran on (divided by the window), the other keys but hiddens."""
+        output = result.output
+        loss = output["loss"] / self.batches.accumulate
+        extra = {key: value for key, value in output.items() if key not in ("loss", "hiddens")}
+        return {"loss": loss.detach().clone(), **extra}
+
+
+def split_batch(batch: Any, split_size: int) -> list[Any]:
+    """Lightning 1.x's default ``tbptt_split_batch``: each tensor of the batch cut along dim 1 (time),
+    each sequence's items along their dim 0, in pieces of ``split_size``; other items are left out."""
+    time_dims = [len(x[0]) for x in batch if isinstance(x, (torch.Tensor, collections.abc.Sequence))]
+    if not time_dims or any(t != time_dims[0] for t in time_dims):
+        raise ValueError(
+            "truncated_bptt_steps: the default tbptt_split_batch cuts every tensor of a list/tuple batch along "
+            f"dim 1 (time), which must be equally long in all of them (got lengths {time_dims}). Override "
+            "tbptt_split_batch(batch, split_size) to split this batch"
+        )
+    splits = []
+    for t in range(0, time_dims[0], split_size):
+        split: list[Any] = []
+        for x in batch:
+            if isinstance(x, torch.Tensor):
+                split.append(x[:, t : t + split_size])
+            elif isinstance(x, collections.abc.Sequence):
+                split.append([item[t : t + split_size] for item in x])
+        splits.append(split)
+    return splits
