@@ -12,7 +12,7 @@ Where 1.x called them, read from pytorch-lightning 1.6.5 (1.5.10 agrees):
   not the checkpoint, to ``on_load_checkpoint(trainer, pl_module, callback_state)``.
 - ``add_to_queue(queue)`` on rank 0 after the stage and ``get_from_queue(queue)`` in the launching
   process (``strategies/launchers/spawn.py``, ``_FakeQueue``): ddp_spawn only.
-- ``truncated_bptt_steps`` / ``tbptt_split_batch``: trainmesh refuses them before anything runs.
+- ``truncated_bptt_steps`` / ``tbptt_split_batch``: run as 1.9.5 ran them (test_tbptt.py).
 """
 
 import textwrap
@@ -167,26 +167,6 @@ def test_a_1x_callbacks_returned_state_is_saved_under_its_key_and_given_back_to_
     assert resumed_counter.loaded == [{"count": 2}]
     assert resumed_counter.count == 4  # restored, then two more batches
     assert len(resumed_modern.loaded) == 1 and resumed_modern.loaded[0]["modern"] == 5
-
-
-def test_truncated_bptt_is_refused_before_anything_runs():
-    class Rnn(Net):
-        def __init__(self):
-            super().__init__()
-            self.truncated_bptt_steps = 2
-
-        def setup(self, stage):
-            self.calls.append("setup")
-
-    module = Rnn()
-    with pytest.raises(
-        ValueError, match=r"Rnn\.truncated_bptt_steps = 2: .*truncated backpropagation.*automatic_optimization = False"
-    ):
-        quiet_trainer(max_epochs=1).fit(module, _loader())
-    assert module.calls == []
-    split = type("Split", (Net,), {"tbptt_split_batch": lambda self, batch, split_size: [batch]})()
-    with pytest.raises(ValueError, match=r"Split\.tbptt_split_batch: .*removed in Lightning 2\.0"):
-        quiet_trainer(max_epochs=1).fit(split, _loader())
 
 
 QUEUE_PROGRAM = textwrap.dedent("""

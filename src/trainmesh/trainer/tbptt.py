@@ -150,6 +150,7 @@ class TruncatedBackprop:
                 f"{type(self.batches.module).__name__}.training_step returned num_tokens with truncated_bptt_steps: "
                 "Lightning 1.x's splits each step on a mean loss. Return a mean loss"
             )
+        self._hiddens_of(result.output)  # checked inside the closure, before the optimizer steps (as 1.9)
         return result
 
     def _zero(self, batch_idx: int) -> None:
