@@ -11,22 +11,28 @@ ever whole, never the model.
 Then the model's own initialiser runs, if it declares one: ``init_weights()`` (torchtitan's
 hook: build on meta, parallelize, ``to_empty``, ``init_weights()``), or a ``reset_parameters``
 of the model itself (``reset_parameters = init_weights``). It runs last, as it does at the end
-of an eager ``__init__``, on whole stand-ins of this rank's tensors (its pipeline stage's only),
-and each rank keeps its shard: so the RNG is drawn in the eager build's order, and sharded
-weights equal the eager build's (DTensor's own random ops would not: on CPU every shard would
-draw the same numbers). It may replace a buffer (``self.freqs_cis = precompute(...)``) but not
-a parameter, which sharding has already replaced by its own.
+of an eager ``__init__``, after the layers' initialisers and together with them, on whole
+stand-ins of this rank's tensors (its pipeline stage's only), and each rank keeps its shard: so
+the RNG is drawn in the eager build's order, and sharded weights equal the eager build's
+(DTensor's own random ops would not: on CPU every shard would draw the same numbers). The hook
+may touch any tensor in any order, so the stand-ins are lazy (stand_ins.py): each holds memory
+only while operations use it and goes back to its shard when the live ones exceed twice the
+largest, so the whole model is never held at once. It may replace a buffer
+(``self.freqs_cis = precompute(...)``) but not a parameter, which sharding has already replaced
+by its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import nn
 
+from trainmesh.strategies.stand_ins import StandIns, empty_stand_in
 from trainmesh.utilities.dtensors import is_dtensor
 
 if TYPE_CHECKING:
@@ -58,9 +64,11 @@ def materialize(module: nn.Module, device: torch.device) -> None:
             for submodule, initialise in initialisers:  # one module whole at a time
                 _run_on_full_tensors(submodule, [initialise], written)
         else:
-            # The model's hook touches any tensor: everything this rank holds is whole once, for
-            # the layers' initialisers and the hook together (no shard gathered back for it).
-            _run_on_full_tensors(module, [initialise for _, initialise in initialisers] + [model_hook], written)
+            # The model's hook touches any tensor: every tensor this rank holds gets a lazy whole
+            # stand-in, for the layers' initialisers and the hook together.
+            _run_on_full_tensors(
+                module, [initialise for _, initialise in initialisers] + [model_hook], written, lazy=True
+            )
     missed = [slot.name for key, slot in slots.items() if key not in written]
     if missed:
         shown = ", ".join(missed[:8]) + (f" and {len(missed) - 8} more" if len(missed) > 8 else "")
@@ -155,47 +163,69 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield module
 
 
-def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], Any]], written: set[int]) -> None:
+def _run_on_full_tensors(
+    submodule: nn.Module, initialisers: list[Callable[[], Any]], written: set[int], *, lazy: bool = False
+) -> None:
     """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
-    then keep this rank's shard of each tensor they wrote."""
-    swapped: list[tuple[_Slot, torch.Tensor, int]] = []
-    shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}
-    for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
-        live = slot.tensor
-        if _is_dtensor(live):
-            # Whole values are needed only where an earlier initialiser already wrote them (a
-            # parent that sets part of a child's tensors, as MultiheadAttention zeroes out_proj.bias).
-            whole = (
-                live.full_tensor()
-                if id(live) in written
-                else torch.empty(live.shape, dtype=live.dtype, device=live.to_local().device)
-            )
-            stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
-            # A tied tensor gets the stand-in under every name, so that each of its owners'
-            # initialisers draws into it as in the eager build (never into the DTensor itself).
-            for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
-                getattr(owner, kind)[key] = stand_in
-            swapped.append((slot, stand_in, stand_in._version))
-        else:
-            swapped.append((slot, live, live._version))
+    then keep this rank's shard of each tensor they wrote. ``lazy``: the whole ones hold memory
+    only while used (stand_ins.py), for initialisers that may touch any tensor of a large module."""
+    stand_ins = StandIns(_keep_local_shard) if lazy else None
+    shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}  # before the swap hides them
+    swapped = _swap_in_stand_ins(submodule, written, stand_ins, shared)
     try:
-        for initialise in initialisers:
-            initialise()
+        with stand_ins.in_use() if stand_ins is not None else nullcontext():
+            for initialise in initialisers:
+                initialise()
     finally:
+        kept = stand_ins.finish() if stand_ins is not None else {}  # the shards of those still whole
         for slot, stand_in, version in swapped:
             registry = getattr(slot.owner, slot.kind)
             live, now = slot.tensor, registry.get(slot.key)
             replaced = now is not stand_in
             if replaced:
                 _check_replacement(slot, now)  # a buffer assigned afresh stays as assigned
-            changed = replaced or stand_in._version != version
+            changed = replaced or (kept[id(live)] if id(live) in kept else stand_in._version != version)
             if stand_in is not live:  # a whole stand-in of a sharded tensor
-                if changed:
+                if replaced or (changed and id(live) not in kept):
                     _keep_local_shard(live, now)
                 for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
                     getattr(owner, kind)[key] = live
             if changed:
                 written.add(id(live))
+
+
+def _swap_in_stand_ins(
+    submodule: nn.Module,
+    written: set[int],
+    stand_ins: StandIns | None,
+    shared: dict[int, list[tuple[nn.Module, str, str]]],
+) -> list[tuple[_Slot, torch.Tensor, int]]:
+    """Register a whole stand-in in place of each sharded tensor (under each of its names:
+    ``shared``, the tied ones); (slot, tensor now, its version)."""
+    swapped: list[tuple[_Slot, torch.Tensor, int]] = []
+    for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
+        live = slot.tensor
+        if not _is_dtensor(live):
+            swapped.append((slot, live, live._version))
+            continue
+        device = live.to_local().device
+        if stand_ins is not None:  # no storage until an operation uses it
+            whole = empty_stand_in(live.shape, live.dtype, device)
+        else:
+            # Whole values are needed only where an earlier initialiser already wrote them (a
+            # parent that sets part of a child's tensors, as MultiheadAttention zeroes out_proj.bias).
+            whole = (
+                live.full_tensor() if id(live) in written else torch.empty(live.shape, dtype=live.dtype, device=device)
+            )
+        stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
+        if stand_ins is not None:
+            stand_ins.add(live, stand_in, holds_value=id(live) in written)
+        # A tied tensor gets the stand-in under every name, so that each of its owners'
+        # initialisers draws into it as in the eager build (never into the DTensor itself).
+        for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
+            getattr(owner, kind)[key] = stand_in
+        swapped.append((slot, stand_in, stand_in._version))
+    return swapped
 
 
 def _check_replacement(slot: _Slot, now: Any) -> None:
