@@ -7,7 +7,8 @@ zero bytes) and:
 
 - is allocated when an operation first uses it (a ``TorchDispatchMode`` sees every aten op and
   the tensors it reads or writes, views included: a view shares its base's storage);
-- is *evicted* to its shard when the live stand-ins exceed a budget (twice the largest one):
+- is *evicted* to its shard when the live stand-ins exceed a budget (the largest one's size;
+  those the current operation uses stay):
   the rank keeps its shard of the whole value (a local slice, exact) and frees the storage;
 - is *restored* if an operation uses it again: its whole value is gathered from the shards
   (``full_tensor()``, exact, the same bits), or, when the operation overwrites it whole without
@@ -16,7 +17,8 @@ zero bytes) and:
 
 So every operation sees exactly the values it would see with every stand-in whole at once, and
 the RNG is drawn by the same operations in the same order: the result is bit-equal, and the
-memory is about two stand-ins (plus what the operation itself allocates). A gather is a
+memory is one largest stand-in, or the stand-ins one operation uses if more (plus what the
+operation itself allocates). A gather is a
 collective of the shard's group; every rank of the group runs the same initialiser on the same
 whole values, so they gather in the same order (an initialiser that reads tensors on some ranks
 only, in a branch on the rank, would make the others wait: none should, since every rank of a
@@ -70,11 +72,16 @@ _RAW_ACCESS = {
 }
 
 
+class CannotReplay(RuntimeError):
+    """An initialiser read a throwaway tensor (another pipeline stage's) after it was evicted."""
+
+
 class _StandIn:
     """One sharded tensor's whole stand-in (one per tensor, shared by tied names)."""
 
-    def __init__(self, live: Any, tensor: torch.Tensor, holds_value: bool) -> None:
-        self.live = live  # the DTensor (a Parameter around one) the rank keeps
+    def __init__(self, live: Any, tensor: torch.Tensor, holds_value: bool, throwaway: bool) -> None:
+        self.live = live  # the DTensor (a Parameter around one) the rank keeps, or a meta tensor
+        self.throwaway = throwaway  # another pipeline stage's (live on meta): drawn, never kept
         self.tensor = tensor  # the whole stand-in registered in its place during the run
         self.nbytes = tensor.numel() * tensor.element_size()
         self.storage = tensor.untyped_storage()
@@ -85,7 +92,7 @@ class _StandIn:
         self.pinned = False
 
 
-def empty_stand_in(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def empty_stand_in(shape: torch.Size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A whole-shaped tensor without storage (zero bytes) until ``StandIns`` allocates it."""
     tensor = torch.empty(shape, dtype=dtype, device=device)
     tensor.untyped_storage().resize_(0)  # one tensor at a time, freed at once
@@ -103,10 +110,10 @@ class StandIns:
         self.live_bytes = 0
         self.busy = False  # the dispatch mode's own bookkeeping: not the initialiser's raw access
 
-    def add(self, live: Any, tensor: torch.Tensor, holds_value: bool) -> None:
-        stand_in = _StandIn(live, tensor, holds_value)
+    def add(self, live: Any, tensor: torch.Tensor, holds_value: bool, throwaway: bool = False) -> None:
+        stand_in = _StandIn(live, tensor, holds_value, throwaway)
         self._by_storage[stand_in.storage._cdata] = stand_in
-        self._budget = max(self._budget, 2 * stand_in.nbytes)
+        self._budget = max(self._budget, stand_in.nbytes)
 
     @contextmanager
     def in_use(self) -> Iterator[None]:
@@ -117,7 +124,7 @@ class StandIns:
     def finish(self) -> dict[int, bool]:
         """Keep the shard of every stand-in still allocated; ``{id(live): written}``."""
         for stand_in in list(self._live.values()):
-            if stand_in.dirty:
+            if stand_in.dirty and not stand_in.throwaway:
                 self._keep_shard(stand_in.live, stand_in.tensor)
         return {id(stand_in.live): stand_in.written for stand_in in self._by_storage.values()}
 
@@ -138,6 +145,10 @@ class StandIns:
             if stand_in.allocated:
                 self._live.move_to_end(stand_in.storage._cdata)
                 continue
+            if stand_in.holds_value and stand_in.throwaway and stand_in is not overwritten:
+                raise CannotReplay(
+                    f"a tensor of shape {tuple(stand_in.tensor.shape)} was read again after it was evicted"
+                )
             self._make_room(stand_in.nbytes, keep=stand_ins)
             stand_in.storage.resize_(stand_in.nbytes)
             stand_in.allocated = True
@@ -152,8 +163,9 @@ class StandIns:
                 return
             if stand_in.pinned or any(stand_in is kept for kept in keep):
                 continue
-            if stand_in.dirty:
-                self._keep_shard(stand_in.live, stand_in.tensor)
+            if stand_in.dirty:  # a throwaway's value is lost: CannotReplay if it is read again
+                if not stand_in.throwaway:
+                    self._keep_shard(stand_in.live, stand_in.tensor)
                 stand_in.holds_value, stand_in.dirty = True, False
             stand_in.storage.resize_(0)
             stand_in.allocated = False
