@@ -8,8 +8,8 @@ zero bytes) and:
 - is allocated when an operation first uses it (a ``TorchDispatchMode`` sees every aten op and
   the tensors it reads or writes, views included: a view shares its base's storage);
 - is *evicted* to its shard when the live stand-ins exceed a budget (the largest one's size;
-  those the current operation uses stay):
-  the rank keeps its shard of the whole value (a local slice, exact) and frees the storage;
+  those the current operation uses stay): the rank keeps its shard of the whole value (a local
+  slice, exact) and frees the storage;
 - is *restored* if an operation uses it again: its whole value is gathered from the shards
   (``full_tensor()``, exact, the same bits), or, when the operation overwrites it whole without
   reading it (``normal_``, ``uniform_``, ``fill_``, ``zero_``, ``copy_`` ... on the whole
@@ -18,8 +18,7 @@ zero bytes) and:
 So every operation sees exactly the values it would see with every stand-in whole at once, and
 the RNG is drawn by the same operations in the same order: the result is bit-equal, and the
 memory is one largest stand-in, or the stand-ins one operation uses if more (plus what the
-operation itself allocates). A gather is a
-collective of the shard's group; every rank of the group runs the same initialiser on the same
+operation itself allocates). A gather is a collective of the shard's group; every rank of the group runs the same initialiser on the same
 whole values, so they gather in the same order (an initialiser that reads tensors on some ranks
 only, in a branch on the rank, would make the others wait: none should, since every rank of a
 group must draw the same whole values). An initialiser that uses each tensor in one stretch,
@@ -27,6 +26,10 @@ torchtitan's and torch's own, gathers nothing. Reads that bypass the dispatcher 
 ``tolist()``, ``untyped_storage()``, ``data_ptr()``, ``deepcopy``) are seen by a
 ``TorchFunctionMode``: they restore the stand-in and pin it (never evicted again), as their
 result may keep pointing into its memory.
+
+A *throwaway* stands in for a tensor of another pipeline stage (on meta here): drawn into, never
+kept, so its value is lost on eviction; an operation that reads it again raises ``CannotReplay``
+(materialize.py then lets each stage draw for its own layers only).
 """
 
 from __future__ import annotations
