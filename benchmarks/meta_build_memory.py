@@ -6,9 +6,11 @@ The model is tests/helpers/llama.py's Llama, larger (``--dim``, ``--layers``, ``
     single       one process, built in __init__ (the reference)
     tp-eager     ModelParallelStrategy(tp=2): built whole in __init__ on every rank, then split
     tp-meta      the same, built in configure_model: on the meta device, split, then each rank
-                 allocates its shards; init_weights() runs on whole stand-ins of them
+                 allocates its shards; init_weights() runs on lazy whole stand-ins of them,
+                 one whole at a time (strategies/stand_ins.py)
     pp-eager     ModelParallelStrategy(pp=2, 1F1B): built whole in __init__, then cut
-    pp-meta      built in configure_model on meta: each rank allocates only its stage
+    pp-meta      built in configure_model on meta: each rank allocates only its stage, and
+                 replays the other stage's draws on throwaway tensors, one at a time
 
 Each rank reads its resident memory before the model is built (the baseline: interpreter, torch;
 the peak is reset there, /proc/self/clear_refs), its peak when fit starts (the build, the split

@@ -128,3 +128,65 @@ def test_a_model_built_on_meta_outside_configure_model_is_refused_naming_configu
         r".*outside configure_model.*Build those layers in the Module's configure_model",
     ):
         trainer.fit(model, token_loader(LlamaConfig()))
+
+
+def _stage_of(factory, parts):
+    """``factory()`` built on meta and cut to ``parts`` as a pipeline stage is, then materialised."""
+    from trainmesh.strategies.materialize import materialize
+    from trainmesh.strategies.pipeline_cut import keep_only
+
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = factory()
+    keep_only(model, parts)
+    materialize(model, torch.device("cpu"))
+    return model
+
+
+@pytest.mark.parametrize(
+    "factory, stages",
+    [
+        (transformer, [{"0"}, {"1", "2"}, {"3"}]),  # layers' own initialisers
+        (lambda: __import__("helpers.llama").llama.Llama(), [{"tok_embeddings", "layers.0"}, {"layers.2", "output"}]),
+    ],
+    ids=["reset_parameters", "init_weights"],
+)
+def test_a_pipeline_stage_built_on_meta_starts_with_the_eager_builds_weights(factory, stages):
+    # The other stages' parts are drawn into on throwaway tensors, in the eager build's order.
+    torch.manual_seed(0)
+    eager = factory().state_dict()
+    for parts in stages:
+        stage = _stage_of(factory, parts).state_dict()
+        assert stage.keys() < eager.keys()
+        for name, value in stage.items():
+            assert torch.equal(value, eager[name]), (parts, name)
+        assert not any(value.is_meta for value in stage.values())
+
+
+class Rereading(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def init_weights(self):  # skips what another stage holds (None), torchtitan's way
+        for linear in (self.a, self.b, self.c):
+            if linear is not None:
+                nn.init.normal_(linear.weight)
+        if self.a is not None and self.c is not None:
+            self.c.weight.add_(self.a.weight)  # a, another stage's, was evicted: its value is gone
+
+
+def test_a_hook_that_rereads_another_stages_tensor_draws_for_its_own_stage_only_with_a_warning():
+    with pytest.warns(UserWarning, match=r"could not be replayed over the other pipeline stages' layers"):
+        stage = _stage_of(Rereading, {"c"})
+    torch.manual_seed(0)
+    alone = Rereading()  # what the stage draws alone: c's initialisers, then the hook on c and a
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        expected = Rereading()
+    from trainmesh.strategies.materialize import materialize
+
+    expected.a = expected.b = None
+    materialize(expected, torch.device("cpu"))
+    assert torch.equal(stage.c.weight, expected.c.weight)
+    assert not torch.equal(stage.c.weight, alone.c.weight)

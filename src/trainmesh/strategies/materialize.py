@@ -11,23 +11,37 @@ ever whole, never the model.
 Then the model's own initialiser runs, if it declares one: ``init_weights()`` (torchtitan's
 hook: build on meta, parallelize, ``to_empty``, ``init_weights()``), or a ``reset_parameters``
 of the model itself (``reset_parameters = init_weights``). It runs last, as it does at the end
-of an eager ``__init__``, on whole stand-ins of this rank's tensors (its pipeline stage's only),
-and each rank keeps its shard: so the RNG is drawn in the eager build's order, and sharded
-weights equal the eager build's (DTensor's own random ops would not: on CPU every shard would
-draw the same numbers). It may replace a buffer (``self.freqs_cis = precompute(...)``) but not
-a parameter, which sharding has already replaced by its own.
+of an eager ``__init__``, after the layers' initialisers and together with them, on whole
+stand-ins of the tensors, and each rank keeps its shard: so the RNG is drawn in the eager
+build's order, and sharded weights equal the eager build's (DTensor's own random ops would not:
+on CPU every shard would draw the same numbers). The hook may touch any tensor in any order, so
+the stand-ins are lazy (stand_ins.py): each holds memory only while operations use it and goes
+back to its shard when another needs the room, so the whole model is never held at once. It may
+replace a buffer (``self.freqs_cis = precompute(...)``) but not a parameter, which sharding has
+already replaced by its own.
+
+A pipeline stage holds only its own layers, but the eager build drew for all of them: the parts
+the cut dropped (still on meta) are put back for the initialisers (pipeline_cut.py's
+``whole_model_on_meta``) and drawn into on throwaway tensors, one part at a time (or lazily,
+under the model's hook), so each stage's layers equal the eager build's. A hook that reads a
+throwaway again after it was evicted cannot be replayed that way: then each stage draws for its
+own layers only, as before, with a warning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import nn
 
+from trainmesh.strategies.pipeline_cut import pipeline_parts, whole_model_on_meta
+from trainmesh.strategies.stand_ins import CannotReplay, StandIns, empty_stand_in
 from trainmesh.utilities.dtensors import is_dtensor
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -46,21 +60,20 @@ def materialize(module: nn.Module, device: torch.device) -> None:
             getattr(owner, kind)[key] = getattr(first[0], first[1])[first[2]]
     slots = {id(slot.tensor): slot for slot in _slots(module)}
     written: set[int] = set()
-    model_hook = model_initialiser(module)
-    initialisers = [
-        (submodule, initialise)
-        for submodule in _post_order(module)
-        if (initialise := own_initialiser(submodule)) is not None
-        and not (submodule is module and initialise == model_hook)
-    ]
-    with torch.no_grad():
-        if model_hook is None:
-            for submodule, initialise in initialisers:  # one module whole at a time
-                _run_on_full_tensors(submodule, [initialise], written)
-        else:
-            # The model's hook touches any tensor: everything this rank holds is whole once, for
-            # the layers' initialisers and the hook together (no shard gathered back for it).
-            _run_on_full_tensors(module, [initialise for _, initialise in initialisers] + [model_hook], written)
+    rng = _rng_state(device)
+    try:
+        # A pipeline stage replays the whole model's initialisers: the other stages' layers (still
+        # on meta) on throwaway tensors, so that its own layers draw what the eager build drew.
+        with whole_model_on_meta(module):
+            _initialise(module, device, written)
+    except CannotReplay as reason:
+        _set_rng_state(device, rng)
+        written.clear()
+        rank_zero_warn(
+            f"init_weights() could not be replayed over the other pipeline stages' layers ({reason}): "
+            "each stage draws for its own layers only, so the initial weights differ from an eager build's"
+        )
+        _initialise(module, device, written)
     missed = [slot.name for key, slot in slots.items() if key not in written]
     if missed:
         shown = ", ".join(missed[:8]) + (f" and {len(missed) - 8} more" if len(missed) > 8 else "")
@@ -72,6 +85,61 @@ def materialize(module: nn.Module, device: torch.device) -> None:
             "that module a reset_parameters() (as torch's own layers have), or create them in __init__ "
             "instead of configure_model"
         )
+
+
+def _initialise(module: nn.Module, device: torch.device, written: set[int]) -> None:
+    """Every layer's initialiser in the eager build's order, then the model's hook."""
+    model_hook = model_initialiser(module)
+    initialisers = [
+        (submodule, initialise)
+        for submodule in _post_order(module)
+        if (initialise := own_initialiser(submodule)) is not None
+        and not (submodule is module and initialise == model_hook)
+    ]
+    with torch.no_grad():
+        if model_hook is None:
+            for submodule, group in _by_part(module, initialisers):  # one module (or dropped part) whole
+                _run_on_full_tensors(submodule, group, written, device=device, lazy=submodule is module)
+        else:
+            # The model's hook touches any tensor: every tensor this rank holds gets a lazy whole
+            # stand-in, for the layers' initialisers and the hook together.
+            every = [initialise for _, initialise in initialisers] + [model_hook]
+            _run_on_full_tensors(module, every, written, device=device, lazy=True)
+
+
+def _by_part(
+    module: nn.Module, initialisers: list[tuple[nn.Module, Callable[[], Any]]]
+) -> Iterator[tuple[nn.Module, list[Callable[[], Any]]]]:
+    """Each module with its initialiser; but the initialisers of a part another pipeline stage
+    holds (on meta) together, on that part: its tensors stay whole between them (a parent may
+    read what a child's initialiser drew), then are thrown away."""
+    replaying = any(t.is_meta for t in module.parameters())  # parts of other stages are back
+    parts = [module.get_submodule(name) for name in (pipeline_parts(module) if replaying else [])]
+    owner = {id(inner): part for part in parts if any(t.is_meta for t in part.parameters()) for inner in part.modules()}
+    group: list[Callable[[], Any]] = []
+    current: nn.Module | None = None
+    for submodule, initialise in initialisers:
+        part = owner.get(id(submodule))
+        if group and (part is None or part is not current):
+            yield current if current is not None else module, group
+            group = []
+        if part is None:
+            yield submodule, [initialise]
+        else:
+            current = part
+            group.append(initialise)
+    if group and current is not None:
+        yield current, group
+
+
+def _rng_state(device: torch.device) -> list[torch.Tensor]:
+    return [torch.get_rng_state()] + ([torch.cuda.get_rng_state(device)] if device.type == "cuda" else [])
+
+
+def _set_rng_state(device: torch.device, states: list[torch.Tensor]) -> None:
+    torch.set_rng_state(states[0])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(states[1], device)
 
 
 def meta_tensor_names(module: nn.Module) -> list[str]:
@@ -155,47 +223,82 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield module
 
 
-def _run_on_full_tensors(submodule: nn.Module, initialisers: list[Callable[[], Any]], written: set[int]) -> None:
+def _run_on_full_tensors(
+    submodule: nn.Module,
+    initialisers: list[Callable[[], Any]],
+    written: set[int],
+    *,
+    device: torch.device,
+    lazy: bool = False,
+) -> None:
     """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
-    then keep this rank's shard of each tensor they wrote."""
-    swapped: list[tuple[_Slot, torch.Tensor, int]] = []
-    shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}
-    for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
-        live = slot.tensor
-        if _is_dtensor(live):
-            # Whole values are needed only where an earlier initialiser already wrote them (a
-            # parent that sets part of a child's tensors, as MultiheadAttention zeroes out_proj.bias).
-            whole = (
-                live.full_tensor()
-                if id(live) in written
-                else torch.empty(live.shape, dtype=live.dtype, device=live.to_local().device)
-            )
-            stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
-            # A tied tensor gets the stand-in under every name, so that each of its owners'
-            # initialisers draws into it as in the eager build (never into the DTensor itself).
-            for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
-                getattr(owner, kind)[key] = stand_in
-            swapped.append((slot, stand_in, stand_in._version))
-        else:
-            swapped.append((slot, live, live._version))
+    then keep this rank's shard of each tensor they wrote. ``lazy``: the whole ones hold memory
+    only while used (stand_ins.py), for initialisers that may touch any tensor of a large module."""
+    stand_ins = StandIns(_keep_local_shard) if lazy else None
+    shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}  # before the swap hides them
+    swapped = _swap_in_stand_ins(submodule, written, stand_ins, shared, device)
     try:
-        for initialise in initialisers:
-            initialise()
+        with stand_ins.in_use() if stand_ins is not None else nullcontext():
+            for initialise in initialisers:
+                initialise()
     finally:
+        kept = stand_ins.finish() if stand_ins is not None else {}  # the shards of those still whole
         for slot, stand_in, version in swapped:
             registry = getattr(slot.owner, slot.kind)
             live, now = slot.tensor, registry.get(slot.key)
+            if live.is_meta:  # another pipeline stage's: drawn into and thrown away
+                for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
+                    getattr(owner, kind)[key] = live
+                continue
             replaced = now is not stand_in
             if replaced:
                 _check_replacement(slot, now)  # a buffer assigned afresh stays as assigned
-            changed = replaced or stand_in._version != version
+            changed = replaced or (kept[id(live)] if id(live) in kept else stand_in._version != version)
             if stand_in is not live:  # a whole stand-in of a sharded tensor
-                if changed:
+                if replaced or (changed and id(live) not in kept):
                     _keep_local_shard(live, now)
                 for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
                     getattr(owner, kind)[key] = live
             if changed:
                 written.add(id(live))
+
+
+def _swap_in_stand_ins(
+    submodule: nn.Module,
+    written: set[int],
+    stand_ins: StandIns | None,
+    shared: dict[int, list[tuple[nn.Module, str, str]]],
+    device: torch.device,
+) -> list[tuple[_Slot, torch.Tensor, int]]:
+    """Register a whole stand-in in place of each sharded tensor (under each of its names:
+    ``shared``, the tied ones); (slot, tensor now, its version)."""
+    swapped: list[tuple[_Slot, torch.Tensor, int]] = []
+    for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
+        live = slot.tensor
+        throwaway = live.is_meta and not _is_dtensor(live)  # another pipeline stage's
+        lazy = stand_ins is not None
+        if throwaway:
+            whole = (empty_stand_in if lazy else torch.empty)(live.shape, dtype=live.dtype, device=device)
+        elif not _is_dtensor(live):
+            swapped.append((slot, live, live._version))
+            continue
+        elif lazy:  # no storage until an operation uses it
+            whole = empty_stand_in(live.shape, dtype=live.dtype, device=live.to_local().device)
+        elif id(live) in written:
+            # Whole values are needed only where an earlier initialiser already wrote them (a
+            # parent that sets part of a child's tensors, as MultiheadAttention zeroes out_proj.bias).
+            whole = live.full_tensor()
+        else:
+            whole = torch.empty(live.shape, dtype=live.dtype, device=live.to_local().device)
+        stand_in = nn.Parameter(whole, requires_grad=live.requires_grad) if slot.kind == "_parameters" else whole
+        if stand_ins is not None:
+            stand_ins.add(live, stand_in, holds_value=id(live) in written, throwaway=throwaway)
+        # A tied tensor gets the stand-in under every name, so that each of its owners'
+        # initialisers draws into it as in the eager build (never into the DTensor itself).
+        for owner, kind, key in shared.get(id(live), [(slot.owner, slot.kind, slot.key)]):
+            getattr(owner, kind)[key] = stand_in
+        swapped.append((slot, stand_in, stand_in._version))
+    return swapped
 
 
 def _check_replacement(slot: _Slot, now: Any) -> None:

@@ -13,7 +13,10 @@ it must skip what is ``None`` (``h = self.embed(x) if self.embed is not None els
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from torch import nn
 
@@ -120,16 +123,67 @@ def _balanced_cuts(sizes: list[int], num_stages: int) -> list[int]:
     return cuts
 
 
+@dataclass
+class _DroppedParts:
+    """What ``keep_only`` dropped from a model built on meta: the whole model's parts, in place."""
+
+    children: dict[str, nn.Module] = field(default_factory=dict)  # top-level child name: the child
+    members: dict[str, list[tuple[str, nn.Module | None]]] = field(default_factory=dict)  # every member, in order
+
+
+# Models built on meta whose pipeline cut dropped parts (no data: they cost nothing to keep), until
+# materialize replays their initialisers so that the kept stages draw as the eager build does.
+_DROPPED_ON_META: weakref.WeakKeyDictionary[nn.Module, _DroppedParts] = weakref.WeakKeyDictionary()
+
+
 def keep_only(module: nn.Module, parts: set[str]) -> None:
     """Drop, in place, every part not in ``parts`` (names of the rest are unchanged)."""
+    dropped = _DroppedParts()
     for name in pipeline_parts(module):
         if name in parts:
             continue
         container, _, member = name.partition(".")
         if member:
-            del module.get_submodule(container)._modules[member]  # not `del seq[i]`: that renumbers
+            holder = module.get_submodule(container)
+            dropped.members.setdefault(container, list(holder._modules.items()))  # before the first removal
+            del holder._modules[member]  # not `del seq[i]`: that renumbers
         else:
+            child = module._modules[name]
+            if child is not None:  # a part: never None
+                dropped.children[name] = child
             setattr(module, name, None)
+    on_meta = [t.is_meta for part in dropped.children.values() for t in [*part.parameters(), *part.buffers()]]
+    on_meta += [
+        t.is_meta
+        for every in dropped.members.values()
+        for _, m in every
+        if m is not None
+        for t in [*m.parameters(), *m.buffers()]
+    ]
+    if on_meta and all(on_meta):
+        _DROPPED_ON_META[module] = dropped
+
+
+@contextmanager
+def whole_model_on_meta(module: nn.Module) -> Iterator[bool]:
+    """Put back, for the duration, the parts the pipeline cut dropped from a model built on meta
+    (their tensors still on meta); yields whether there were any. Once only: the record goes."""
+    dropped = _DROPPED_ON_META.pop(module, None)
+    if dropped is None:
+        yield False
+        return
+    kept = {name: module.get_submodule(name)._modules for name in dropped.members}
+    for name, every in dropped.members.items():
+        module.get_submodule(name)._modules = dict(every)
+    for name, child in dropped.children.items():
+        module._modules[name] = child
+    try:
+        yield True
+    finally:
+        for name in dropped.children:
+            module._modules[name] = None
+        for name, members in kept.items():
+            module.get_submodule(name)._modules = members
 
 
 def stage_view(module: nn.Module, parts: set[str]) -> nn.Module:
