@@ -342,3 +342,16 @@ def test_import_trainmesh_does_not_import_keras():
         "assert 'keras' not in sys.modules; print('ok')"
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_a_one_process_ddp_run_leaves_no_process_group_behind():
+    """tk.fit/evaluate/predict with strategy="ddp" on one process run in this process: its gloo group
+    is left afterwards (it once stayed, and a later run of another world size in the process failed)."""
+    import torch.distributed as dist
+
+    model = model_with(keras.optimizers.SGD(1e-2))
+    tk.fit(model, x, y, strategy="ddp", devices=1, verbose=0)
+    assert not dist.is_initialized()
+    tk.evaluate(model, x, y, strategy="ddp", devices=1, verbose=0)
+    tk.predict(model, x, strategy="ddp", devices=1, verbose=0)
+    assert not dist.is_initialized()

@@ -15,6 +15,7 @@ Under ``strategy="ddp"`` the script runs again once per process (put the calls u
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from trainmesh.keras import arguments, zero
@@ -51,8 +52,19 @@ def fit(
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
     call = next(_FIT_CALLS)
-    result = runtime.launch(_fit, runtime, model, x, y, fit_kwargs, values, call)
+    result = _launch(runtime, _fit, model, x, y, fit_kwargs, values, call)
     return arguments.adopt_fit(model, result)
+
+
+def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
+    """``run(runtime, *args)`` in each process of the run. A run of one process happens in this one:
+    its process group is left afterwards, as the worker processes of a larger run leave theirs by
+    ending, so that a later run in this process (another world size) starts from none."""
+    try:
+        return runtime.launch(run, runtime, *args)
+    finally:
+        if runtime.world_size == 1:
+            runtime.teardown()
 
 
 def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int) -> Any:
@@ -114,7 +126,7 @@ def evaluate(
     its share; what Keras returns (the metrics of all the data), in every process."""
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return runtime.launch(_evaluate, runtime, model, x, y, evaluate_kwargs)
+    return _launch(runtime, _evaluate, model, x, y, evaluate_kwargs)
 
 
 def _evaluate(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
@@ -145,7 +157,7 @@ def predict(
     gets all the outputs, in the order of ``x``."""
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return runtime.launch(_predict, runtime, model, x, predict_kwargs)
+    return _launch(runtime, _predict, model, x, predict_kwargs)
 
 
 def _predict(runtime: Runtime, model: Any, x: Any, kwargs: dict[str, Any]) -> Any:
