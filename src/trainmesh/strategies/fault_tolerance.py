@@ -26,12 +26,7 @@ from trainmesh.strategies.data_parallel import StepDispatcher
 from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.replica_quorum import (
-    CommittingOptimizer,
-    FaultTolerance,
-    ReplicaQuorum,
-    import_torchft,
-)
+from trainmesh.strategies.replica_quorum import FaultTolerance, ReplicaQuorum, import_torchft
 from trainmesh.strategies.sampling import shard_dataloader
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.utilities.dtensors import is_dtensor
@@ -43,16 +38,6 @@ _MANUAL_REFUSAL = (
     "should_commit); a training_step that steps its own optimizers is not supported. Use automatic "
     "optimization, or leave fault_tolerance out"
 )
-
-
-def _one_optimizer(optimizers: Sequence[torch.optim.Optimizer]) -> None:
-    if len(optimizers) != 1:
-        raise ValueError(
-            f"fault_tolerance: configure_optimizers returned {len(optimizers)} optimizers; torchft commits a step "
-            "once (should_commit), so one optimizer is supported. Combine the parameter groups into one optimizer"
-        )
-    if isinstance(optimizers[0], torch.optim.LBFGS):
-        raise ValueError("fault_tolerance: LBFGS calls its closure several times per step; use a first-order optimizer")
 
 
 class FaultTolerantDDPStrategy(DDPStrategy):
@@ -102,10 +87,8 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     def setup_optimizers(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
     ) -> list[torch.optim.Optimizer]:
-        _one_optimizer(optimizers)
         self._optimizers = list(optimizers)
-        self.quorum.share("strategy", self._peer_state_dict, self._load_peer_state)
-        return [CommittingOptimizer(optimizers[0], commit=self.commit)]
+        return self.quorum.committing(optimizers, self._peer_state_dict, self._load_peer_state)
 
     def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
         self.quorum.share(key, state, load)
@@ -131,9 +114,6 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     ) -> StepResult:
         self.quorum.open_step(module)
         return super().train_step(module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks)
-
-    def commit(self) -> bool:
-        return self.quorum.commit()
 
     def teardown(self, *, failed: bool = False) -> None:
         self.quorum.shutdown()
@@ -190,10 +170,8 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
     def setup_optimizers(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
     ) -> list[torch.optim.Optimizer]:
-        _one_optimizer(optimizers)
         self._optimizers = list(optimizers)
-        self.quorum.share("strategy", self._peer_state_dict, self._load_peer_state)
-        return [CommittingOptimizer(optimizers[0], commit=self.commit)]
+        return self.quorum.committing(optimizers, self._peer_state_dict, self._load_peer_state)
 
     def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
         self.quorum.share(key, state, load)
@@ -231,9 +209,6 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
     ) -> StepResult:
         self.quorum.open_step(module)
         return super().train_step(module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks)
-
-    def commit(self) -> bool:
-        return self.quorum.commit()
 
     def teardown(self, *, failed: bool = False) -> None:
         self.quorum.shutdown()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +129,26 @@ class ReplicaQuorum:
 
     def share(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
         self._peer_state[key] = (state, load)
+
+    def committing(
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        state: Callable[[], Any],
+        load: Callable[[Any], None],
+    ) -> list[torch.optim.Optimizer]:
+        """The run's one optimizer, stepped only when the quorum commits; ``state``/``load``: the
+        strategy's model and optimizer state, as a recovering peer takes it."""
+        if len(optimizers) != 1:
+            raise ValueError(
+                f"fault_tolerance: configure_optimizers returned {len(optimizers)} optimizers; torchft commits a step "
+                "once (should_commit), so one optimizer is supported. Combine the parameter groups into one optimizer"
+            )
+        if isinstance(optimizers[0], torch.optim.LBFGS):
+            raise ValueError(
+                "fault_tolerance: LBFGS calls its closure several times per step; use a first-order optimizer"
+            )
+        self.share("strategy", state, load)
+        return [CommittingOptimizer(optimizers[0], commit=self.commit)]
 
     def _peer_state_dict(self) -> dict[str, Any]:
         return {key: state() for key, (state, _) in self._peer_state.items()}

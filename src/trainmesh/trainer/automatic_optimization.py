@@ -138,24 +138,13 @@ class TrainingBatches:
     def _step_through_hook(self, batch_idx: int, train: Callable[[], StepResult] | None) -> StepResult | None:
         """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for the optimizer (several take
         turns only through Lightning 1.x's optimizer_idx: optimizer_turns.py; otherwise they are refused)."""
-        state, name = self.ctx.state, type(self.module).__name__
-        optimizer_step = getattr(self.module, "optimizer_step", _default_optimizer_step)
-        first: OptimizerClosure | None = None
-        for index, optimizer in enumerate(state.optimizers):
-            closure = OptimizerClosure(
-                train if index == 0 else None,
-                self._close_window if index == 0 else None,
-                last_loss=lambda: state.loop.last_loss,
-                divisor=self.accumulate,
-            )
-            first = first or closure
-            stepping = HookedOptimizer(optimizer, functools.partial(self._before_step, optimizer))
-            optimizer_step(state.current_epoch, batch_idx, stepping, closure)
-            closure.check_ran(name)
+        result = None
+        for optimizer in self.ctx.state.optimizers:  # one, or none (configure_optimizers returned nothing)
+            result = self.step_one(optimizer, batch_idx, train, getattr(self.module, "optimizer_step", None))
             if not self.zero_in_window:
                 optimizer.zero_grad()
         self._stepped(batch_idx)
-        return first.result if first is not None else None
+        return result
 
     def step_one(
         self,
