@@ -3,7 +3,7 @@ fault-tolerance project, an optional dependency: ``pip install torchft``; the qu
 all-reduce across groups and the recovery from a peer are ``replica_quorum.py``'s).
 
 Two ways to be a replica group, both averaging every gradient over each step's quorum of groups:
-- ``strategy="ddp"``: a group is one process; torchft's DDP wrapper all-reduces its buckets;
+- ``strategy="ddp"``: a group is one process; DDP's comm hook all-reduces its buckets over the quorum;
 - ``strategy="fsdp"``: a group is one trainmesh job of any number of processes that shard the model
   among themselves (``fully_shard``), and each shard's gradient, once reduce-scattered inside the
   group, is averaged with the same shard of the other groups (FSDP2's all-reduce hook): HSDP whose
@@ -46,11 +46,13 @@ class FaultTolerantDDPStrategy(DDPStrategy):
 
     name = "ddp"
     # torchft's wrappers are checked here for automatic optimization with one optimizer only
-    # (tests/strategies/test_fault_tolerance.py); its DDP wrapper is untested with compile.
+    # (tests/strategies/test_fault_tolerance.py); DDP over the quorum is untested with compile.
     stated_capabilities = StrategyCapabilities(
         manual_optimization=False, manual_optimization_refusal=_MANUAL_REFUSAL, memory_model=REPLICATED
     )
-    compile_refusal = "torchft's DDP wrapper is not checked with torch.compile; leave fault_tolerance or compile out"
+    compile_refusal = (
+        "DDP over torchft's quorum is not checked with torch.compile; leave fault_tolerance or compile out"
+    )
 
     def __init__(self, *, fault_tolerance: FaultTolerance, placement: Placement | None = None, **ddp: Any) -> None:
         super().__init__(placement=placement, **ddp)
@@ -62,7 +64,10 @@ class FaultTolerantDDPStrategy(DDPStrategy):
                 "processes (the model sharded inside each group, replicated across groups)"
             )
         if self.ddp_options["find_unused_parameters"] or self.ddp_options["static_graph"]:
-            raise ValueError("fault_tolerance: torchft's DDP wrapper sets find_unused_parameters itself; drop it")
+            raise ValueError(
+                "fault_tolerance: the replica groups' DDP sets find_unused_parameters itself (its buckets must never "
+                "be rebuilt) and cannot use static_graph; drop them"
+            )
         self.fault_tolerance = fault_tolerance
         self.quorum = ReplicaQuorum(fault_tolerance)
 
@@ -75,12 +80,9 @@ class FaultTolerantDDPStrategy(DDPStrategy):
         self.quorum.join(group_rank=0, group_size=1)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        torchft = import_torchft()
         module = self.precision.convert_module(module, device=self._device)
-        # torchft's DDP: a dummy group soaks up DDP's own broadcast, its comm hook all-reduces the
-        # buckets over the quorum (Manager.allreduce), averaging by the number of participants.
         options = {k: v for k, v in self.ddp_options.items() if k not in ("find_unused_parameters", "static_graph")}
-        placed: nn.Module = torchft.DistributedDataParallel(self.manager, StepDispatcher(module), **options)
+        placed = apply_replica_ddp(StepDispatcher(module), self.quorum, options)
         self._placed = placed
         return placed
 
@@ -213,6 +215,36 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
     def teardown(self, *, failed: bool = False) -> None:
         self.quorum.shutdown()
         super().teardown(failed=failed)
+
+
+def apply_replica_ddp(module: nn.Module, quorum: ReplicaQuorum, options: dict[str, Any]) -> nn.Module:
+    """DDP whose gradient buckets are averaged over the step's quorum of replica groups
+    (``quorum.all_reduce_gradient``), as torchft's own DDP wrapper does, but with a comm hook that
+    survives a failed all-reduce: torchft 0.2.0's hook asserts on the future that a failed wait
+    leaves unbuilt, so a peer dying during the all-reduce crashed the survivor too."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    dummy = import_torchft().process_group.ProcessGroupDummy(0, 1)
+    # A dummy group soaks up DDP's own broadcast at construction; the buckets go through the hook.
+    # find_unused_parameters=True keeps the reducer from rebuilding its buckets after the first step,
+    # which a group started again would do differently from the others (torchft's wrapper does the same).
+    placed = DistributedDataParallel(module, process_group=dummy, find_unused_parameters=True, **options)
+    # DDP compares the hook's annotations with classes, and this module's are postponed (strings).
+    placed.register_comm_hook(quorum, lambda state, bucket: _all_reduce_bucket(state, bucket))
+    return placed
+
+
+def _all_reduce_bucket(quorum: ReplicaQuorum, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    """DDP's comm hook: the bucket averaged over the quorum, in place. When a peer dies during the
+    all-reduce, torchft records the error on the Manager, whose should_commit then drops this group's
+    step (the optimizer does not step), so the bucket's garbage is never applied; the step's later
+    buckets are not sent. The hook returns normally either way, so the backward ends and the next
+    step's quorum leaves the dead group out."""
+    buffer: torch.Tensor = bucket.buffer()
+    quorum.all_reduce_gradient(buffer)
+    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    done.set_result(buffer)
+    return done
 
 
 def _map_tensors(tree: Any, change: Callable[[torch.Tensor], Any]) -> Any:

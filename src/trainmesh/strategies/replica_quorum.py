@@ -175,7 +175,10 @@ class ReplicaQuorum:
         return bool(self.manager.should_commit())
 
     def all_reduce_gradient(self, gradient: torch.Tensor) -> None:
-        """Average ``gradient`` over the quorum's groups, in place (a non-participating group's zeros)."""
+        """Average ``gradient`` over the quorum's groups, in place (a non-participating group's zeros).
+        A failure (a peer died) is not raised: torchft's wait records it on the Manager, whose
+        should_commit then drops the step (``commit``), and every later all-reduce of that step
+        returns at once."""
         self.manager.allreduce(gradient).wait()
 
     def shutdown(self) -> None:
