@@ -147,9 +147,26 @@ COVERED_BY: dict[str, list[str]] = {
     "utilities/dataloaders.py": ["trainer/test_resume.py"],
     "utilities/device_loader.py": ["test_runtime.py", "trainer/test_batch_transfer.py"],
     "utilities/dtensors.py": ["trainer/test_run_summary.py", "callbacks/test_model_summary.py"],
-    "utilities/memory.py": ["test_memory_estimate.py", "strategies/test_fsdp.py"],
+    "utilities/memory.py": [
+        "test_memory_estimate.py",
+        "strategies/test_fsdp.py",
+        "utilities/test_lightning_utilities.py",
+    ],
+    "utilities/enums.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/flops.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/grads.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/parameter_tying.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/parsing.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/seed.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/types.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/warnings.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/workers.py": ["utilities/test_lightning_utilities.py"],
     "utilities/placement.py": ["test_precision.py"],
-    "utilities/rank_zero.py": ["launchers/test_launch_processes.py", "launchers/test_spawn.py"],
+    "utilities/rank_zero.py": [
+        "launchers/test_launch_processes.py",
+        "launchers/test_spawn.py",
+        "utilities/test_lightning_utilities.py",
+    ],
 }
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.
