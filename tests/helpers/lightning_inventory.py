@@ -14,6 +14,7 @@ when a row's status is no longer true.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -155,7 +156,19 @@ def trainmesh_has(area: str, name: str, objects: dict[str, object]) -> bool:
         return hasattr(module, name)
     if area.removeprefix("1.9 ") == "Trainer(":
         return name in objects["Trainer("]  # type: ignore[operator]
-    return name in dir(objects[place or ""])
+    if name in dir(objects[place or ""]):
+        return True
+    # A hook the base class does not define (so that an override can be seen) is present when
+    # the Trainer calls it by name.
+    return place in ("LightningModule", "LightningDataModule", "Callback") and name in _names_the_trainer_calls()
+
+
+@functools.cache
+def _names_the_trainer_calls() -> frozenset[str]:
+    found: set[str] = set()
+    for path in (REPO / "src" / "trainmesh" / "trainer").rglob("*.py"):
+        found.update(re.findall(r"[\"']([a-z_]+)[\"']", path.read_text()))
+    return frozenset(found)
 
 
 def citing_test(name: str, tests: dict[str, str]) -> str:
@@ -208,8 +221,9 @@ Each public name is looked up at the same place in trainmesh (`lightning.pytorch
 - **same**: trainmesh has the name and a test that runs the same program under Lightning itself
   names it (the test beside it; found by the name appearing in that test file, so it says a
   comparison with Lightning reaches the name, not that every argument is covered);
-- **present**: trainmesh has the name; no comparison with Lightning names it yet (the test beside
-  it, if any, is a trainmesh test that names it);
+- **present**: trainmesh has the name (for a hook the base class leaves undefined so that an
+  override can be seen: the Trainer calls it by name); no comparison with Lightning names it yet
+  (the test beside it, if any, is a trainmesh test that names it);
 - **refused**: trainmesh has the name and stops with the reason given when it is used;
 - **missing**: trainmesh has no such name.
 
