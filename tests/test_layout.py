@@ -54,6 +54,8 @@ COVERED_BY: dict[str, list[str]] = {
     "cli/save_config.py": ["cli/test_lightning_cli.py"],
     "datamodule.py": ["trainer/test_lightning_api.py", "data/test_digits.py", "test_module_utilities.py"],
     "demo.py": ["cli/test_cli.py"],
+    "callbacks/checkpoint.py": ["callbacks/test_lightning_callbacks.py"],
+    "callbacks/lambda_function.py": ["callbacks/test_lightning_callbacks.py"],
     "hyperparameters.py": ["trainer/test_lightning_api.py", "test_module_utilities.py"],
     "keras/arguments.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/backend.py": ["keras/test_keras_api.py"],

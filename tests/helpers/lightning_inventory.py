@@ -186,7 +186,9 @@ def _test_texts() -> tuple[dict[str, str], dict[str, str]]:
         if path.name != "test_lightning_inventory.py":
             texts[str(path.relative_to(REPO))] = path.read_text()
     against_lightning = {
-        p: t for p, t in texts.items() if re.search(r"^\s*(import lightning|from lightning[. ])", t, re.MULTILINE)
+        p: t
+        for p, t in texts.items()
+        if re.search(r"^\s*(import lightning|from lightning[. ])|importorskip\(\"lightning", t, re.MULTILINE)
     }
     return texts, against_lightning
 
