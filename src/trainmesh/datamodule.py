@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainmesh.data_hooks import DataHooks
@@ -30,6 +31,10 @@ class DataModule(DataHooks, HyperparametersMixin):
     """
 
     trainer: TrainerView | None = None
+    # Lightning's: the data module's name for loggers (None: the class name is not used).
+    name: str | None = None
+    # A data module's hyperparameters live under their own key, beside the module's.
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
 
     def setup(self, stage: str) -> None: ...
 
@@ -47,6 +52,46 @@ class DataModule(DataHooks, HyperparametersMixin):
     def predict_dataloader(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader()")
 
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A data module from datasets (each one, a list or a dict of them), as Lightning builds it:
+        the training loaders shuffle, the others keep their order.
+
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> data = DataModule.from_datasets(TensorDataset(torch.zeros(4, 1)), batch_size=2)
+        >>> len(data.train_dataloader())
+        2
+        """
+        if datamodule_kwargs:
+            raise TypeError(
+                f"DataModule.from_datasets builds a plain DataModule; it takes no {sorted(datamodule_kwargs)}: "
+                "subclass DataModule to give it constructor arguments"
+            )
+        datasets = {"train": train_dataset, "val": val_dataset, "test": test_dataset, "predict": predict_dataset}
+        return data_module_from_datasets(cls, datasets, batch_size=batch_size, num_workers=num_workers)
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str, *, map_location: Any = "cpu", **overrides: Any) -> DataModule:
+        """The data module built from the hyperparameters a checkpoint saved for it, with
+        ``overrides`` replacing some, as Lightning's ``LightningDataModule.load_from_checkpoint``."""
+        from trainmesh.checkpoint import load_checkpoint_file
+
+        checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
+        made = cls(**{**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides})
+        if checkpoint.get("datamodule"):  # the state its state_dict() returned when saved
+            made.load_state_dict(checkpoint["datamodule"])
+        return made
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -55,3 +100,37 @@ class DataModule(DataHooks, HyperparametersMixin):
     def on_exception(self, exception: BaseException) -> None:
         """Called when fit/validate/test/predict stops with an exception, after the callbacks'
         ``on_exception`` (as in Lightning): clean up what ``setup`` made."""
+
+
+def _loaders(datasets: Any, *, batch_size: int, shuffle: bool, num_workers: int) -> Any:
+    from torch.utils.data import DataLoader, IterableDataset
+
+    def one(dataset: Any) -> Any:
+        shuffled = shuffle and not isinstance(dataset, IterableDataset)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffled, num_workers=num_workers)
+
+    if isinstance(datasets, Mapping):
+        return {key: one(ds) for key, ds in datasets.items()}
+    if isinstance(datasets, (list, tuple)):
+        return [one(ds) for ds in datasets]
+    return one(datasets)
+
+
+def data_module_from_datasets(
+    cls: type[DataModule],
+    datasets: dict[str, Any],
+    *,
+    batch_size: int,
+    num_workers: int,
+) -> DataModule:
+    """A data module whose loaders wrap the given datasets (train shuffled, the others not)."""
+    made = cls()
+    for stage, dataset in datasets.items():
+        if dataset is None:
+            continue
+
+        def loader(dataset: Any = dataset, stage: str = stage) -> Any:
+            return _loaders(dataset, batch_size=batch_size, shuffle=stage == "train", num_workers=num_workers)
+
+        object.__setattr__(made, f"{stage}_dataloader", loader)
+    return made

@@ -8,6 +8,7 @@ unless ``logger=False``.
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,11 @@ class HyperparametersMixin:
     {'batch_size': 8}
     """
 
+    # The checkpoint keys Lightning reads and writes the hyperparameters under.
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+
     def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True) -> None:
         """Store the arguments of the calling ``__init__`` in ``self.hparams`` and checkpoints.
 
@@ -39,7 +45,20 @@ class HyperparametersMixin:
             found = self._named_init_arguments(args)
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        object.__setattr__(self, "_hparams_initial", _frozen_copy(self.hparams))
         object.__setattr__(self, "_log_hyperparams", logger)
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyperparameters as ``save_hyperparameters`` stored them (later edits to
+        ``hparams`` do not show here)."""
+        return copy.deepcopy(self.__dict__.get("_hparams_initial", AttributeDict()))
+
+    def remove_ignored_hparams(self, ignore_list: list[str]) -> None:
+        """Drop names a base class saved that a subclass does not want kept (from ``hparams``;
+        ``hparams_initial`` keeps them, as in Lightning)."""
+        for name in ignore_list:
+            self.hparams.pop(name, None)
 
     def _named_init_arguments(self, names: tuple[Any, ...]) -> dict[str, Any]:
         frame = inspect.currentframe()
@@ -74,6 +93,15 @@ class HyperparametersMixin:
     def log_hyperparams_enabled(self) -> bool:
         """False after ``save_hyperparameters(logger=False)``: the Trainer does not log them."""
         return bool(self.__dict__.get("_log_hyperparams", True))
+
+
+def _frozen_copy(hparams: AttributeDict) -> AttributeDict:
+    # A deep copy as Lightning keeps; a value that cannot be deep-copied (a lock, an open file)
+    # is kept by reference rather than failing save_hyperparameters.
+    try:
+        return copy.deepcopy(hparams)
+    except (TypeError, copy.Error, RuntimeError):
+        return AttributeDict(hparams)
 
 
 def _init_arguments(frame: Any) -> dict[str, Any]:

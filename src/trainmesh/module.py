@@ -19,13 +19,14 @@ from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
+from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
 
 _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
 
-class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
+class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
     >>> import torch.nn.functional as F
@@ -49,6 +50,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
     _trainer: TrainerView | None
     _log_collector: Any
+    # Python objects TorchScript must not try to type (to_torchscript).
+    __jit_ignored_attributes__ = ["_trainer", "_log_collector"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -223,9 +226,10 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
     # ---- where the module is running --------------------------------------------------------
     @property
     def trainer(self) -> TrainerView:
-        if self._trainer is None:
+        # While to_torchscript compiles, torch reads every property: answer None instead of failing.
+        if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
-        return self._trainer
+        return self._trainer  # type: ignore[return-value]  # None only while TorchScript reads it
 
     @property
     def device(self) -> torch.device:
@@ -349,6 +353,10 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, nn.Module):
         call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
+
+
+# Read by torch.jit.script (to_torchscript): these properties are skipped, not compiled.
+Module.__jit_unused_properties__ = trainer_side_properties(Module)  # type: ignore[attr-defined]
 
 
 def _reduce_fx_name(reduce_fx: Any) -> str:

@@ -136,9 +136,10 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def isolate_rng() -> Iterator[None]:
-    """Every global generator (Python's, NumPy's, torch's, CUDA's once initialized) as it was
-    on entry when the block ends, as Lightning's ``isolate_rng`` (which the sanity check runs in).
+def isolate_rng(include_cuda: bool = True) -> Iterator[None]:
+    """Every global generator (Python's, NumPy's, torch's, CUDA's once initialized unless
+    ``include_cuda=False``) as it was on entry when the block ends, as Lightning's
+    ``isolate_rng`` (which the sanity check runs in).
 
     >>> import torch
     >>> with isolate_rng():
@@ -147,6 +148,8 @@ def isolate_rng() -> Iterator[None]:
     True
     """
     state = capture_rng_state()
+    if not include_cuda:
+        state.pop("cuda", None)
     try:
         yield
     finally:

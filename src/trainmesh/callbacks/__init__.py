@@ -9,7 +9,9 @@ only when it draws), so importing this package stays cheap.
 """
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.lambda_function import LambdaCallback
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
@@ -18,10 +20,13 @@ from trainmesh.callbacks.throughput import ThroughputMonitor
 
 __all__ = [
     "Callback",
+    "Checkpoint",
     "EarlyStopping",
+    "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
     "RichModelSummary",
     "RichProgressBar",

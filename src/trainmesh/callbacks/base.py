@@ -118,7 +118,8 @@ def defines_hook(callback: Any, hook: str) -> bool:
     (True, False)
     """
     if isinstance(callback, Callback):
-        return overrides(callback, hook, Callback)
+        # A hook set on the instance (LambdaCallback) counts: Lightning calls getattr(callback, hook).
+        return hook in vars(callback) or overrides(callback, hook, Callback)
     method = getattr(type(callback), hook, None)
     return callable(method) and not _empty_body(method)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.trainer_view import TrainerView
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
@@ -26,7 +26,7 @@ _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 _MODES = ("min", "max")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Write checkpoints during ``fit`` and keep the best ``save_top_k`` of them.
 
     With ``monitor=None`` the latest checkpoint is kept (``save_top_k=-1`` keeps every one);

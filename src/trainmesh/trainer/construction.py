@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
+from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
 from trainmesh.trainer import legacy_arguments
 from trainmesh.trainer.legacy_hooks import CALLBACK_HOOKS
@@ -120,13 +121,17 @@ def build_callbacks(
         # Every run with a bar reports its throughput; placed before the bar, which shows its latest figures.
         bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ == "ProgressBar"), len(result))
         result.insert(bar_at, ThroughputMonitor())
-    if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in result):
+    # Any Checkpoint callback (Lightning's rule) stands instead of the default ModelCheckpoint.
+    if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
         # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
         result.append(ModelCheckpoint(save_last=True))
-    if not checkpointing and not fast_dev_run and any(isinstance(cb, ModelCheckpoint) for cb in result):
-        raise ValueError("enable_checkpointing=False but a ModelCheckpoint is in callbacks; drop one of them")
+    if not checkpointing and not fast_dev_run and any(isinstance(cb, Checkpoint) for cb in result):
+        raise ValueError(
+            f"enable_checkpointing=False but {type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__} "
+            "is in callbacks; drop one of them"
+        )
     # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
-    return sorted(result, key=lambda cb: isinstance(cb, ModelCheckpoint))
+    return sorted(result, key=lambda cb: isinstance(cb, Checkpoint))
 
 
 def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
@@ -141,8 +146,6 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
     >>> [type(cb).__name__ for cb in merge_model_callbacks([EarlyStopping(monitor="x"), Callback()], M())]
     ['Callback', 'EarlyStopping']
     """
-    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-
     configure = getattr(model, "configure_callbacks", None)
     returned = configure() if callable(configure) else None
     if not returned:
@@ -165,6 +168,4 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
             f"The callbacks {type(model).__name__}.configure_callbacks returned replace the Trainer's: {names}"
         )
     merged = [cb for cb in callbacks if type(cb) not in replaced] + given
-    return [cb for cb in merged if not isinstance(cb, ModelCheckpoint)] + [
-        cb for cb in merged if isinstance(cb, ModelCheckpoint)
-    ]
+    return [cb for cb in merged if not isinstance(cb, Checkpoint)] + [cb for cb in merged if isinstance(cb, Checkpoint)]

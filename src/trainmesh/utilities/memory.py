@@ -1,15 +1,19 @@
-"""Bytes of training state this process holds: parameters, gradients, optimizer state.
+"""Bytes of training state this process holds: parameters, gradients, optimizer state; and
+Lightning's ``utilities.memory`` helpers (out-of-memory recognition, detaching collections).
 
 Sharded tensors (DTensor) count only their local shard: the figure is what this rank stores.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
+
+from trainmesh.utilities.collections import apply_to_tensors
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
@@ -36,3 +40,45 @@ def local_state_bytes(module: nn.Module, optimizers: Iterable[Any]) -> dict[str,
         "gradients": sum(tensor_bytes(p.grad) for p in params if p.grad is not None),
         "optimizer_state": state,
     }
+
+
+def recursive_detach(in_dict: Any, to_cpu: bool = False) -> Any:
+    """Every tensor in a (nested) collection detached, and moved to the CPU with ``to_cpu``."""
+    return apply_to_tensors(in_dict, lambda t: t.detach().cpu() if to_cpu else t.detach())
+
+
+def _single_message(exception: BaseException) -> str | None:
+    if isinstance(exception, RuntimeError) and len(exception.args) == 1 and isinstance(exception.args[0], str):
+        return exception.args[0]
+    return None
+
+
+def is_cuda_out_of_memory(exception: BaseException) -> bool:
+    message = _single_message(exception)
+    return message is not None and "CUDA" in message and "out of memory" in message
+
+
+def is_cudnn_snafu(exception: BaseException) -> bool:
+    # cuDNN reports some allocation failures as an unsupported call (pytorch issue 4107).
+    message = _single_message(exception)
+    return message is not None and "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED." in message
+
+
+def is_out_of_cpu_memory(exception: BaseException) -> bool:
+    message = _single_message(exception)
+    return message is not None and "DefaultCPUAllocator: can't allocate memory" in message
+
+
+def is_oom_error(exception: BaseException) -> bool:
+    """Whether an exception is torch running out of CUDA or CPU memory (what batch-size search catches)."""
+    return is_cuda_out_of_memory(exception) or is_cudnn_snafu(exception) or is_out_of_cpu_memory(exception)
+
+
+def garbage_collection_cuda() -> None:
+    """Collect Python garbage, then return the CUDA cache to the driver (an OOM doing so is swallowed)."""
+    gc.collect()
+    try:
+        torch.cuda.empty_cache()
+    except RuntimeError as exception:
+        if not is_oom_error(exception):
+            raise

@@ -9,6 +9,7 @@ object to ask.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import warnings
 from collections.abc import Callable
@@ -59,3 +60,36 @@ def rank_zero_deprecation(message: str, stacklevel: int = 2) -> None:
 @rank_zero_only
 def rank_zero_info(message: str) -> None:
     print(message, flush=True)
+
+
+@rank_zero_only
+def rank_zero_debug(message: str) -> None:
+    logging.getLogger("trainmesh").debug(message)
+
+
+class LightningDeprecationWarning(DeprecationWarning):
+    """The category of Lightning's deprecation warnings, for programs that filter on it."""
+
+
+def rank_prefixed_message(message: str, rank: int | None) -> str:
+    """``message`` prefixed with ``[rank: N] `` when a rank is given."""
+    return f"[rank: {rank}] {message}" if rank is not None else message
+
+
+class WarningCache(set[str]):
+    """Warn (or print) each message once, on rank 0, however often the code path runs."""
+
+    def warn(self, message: str, stacklevel: int = 5, **kwargs: Any) -> None:
+        if message not in self:
+            self.add(message)
+            rank_zero_warn(message, stacklevel=stacklevel, **kwargs)
+
+    def deprecation(self, message: str, stacklevel: int = 6) -> None:
+        if message not in self:
+            self.add(message)
+            rank_zero_deprecation(message, stacklevel=stacklevel)
+
+    def info(self, message: str) -> None:
+        if message not in self:
+            self.add(message)
+            rank_zero_info(message)

@@ -1,0 +1,141 @@
+"""What a Lightning module offers besides its hooks: freezing, printing once, exporting, and the
+properties programs read (``dtype``, ``example_input_array``, ``strict_loading``, ``device_mesh``).
+
+Kept apart from :mod:`trainmesh.module` so that the hook-facing class stays small; ``Module``
+inherits these.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def trainer_side_properties(cls: type) -> list[str]:
+    """The properties ``cls`` and its trainmesh bases define (``trainer``, ``hparams``, ...): TorchScript
+    must not compile them, since they read the Trainer or plain Python state."""
+    return sorted(
+        {
+            name
+            for klass in cls.__mro__
+            if klass.__module__.startswith("trainmesh.")
+            for name, value in vars(klass).items()
+            if isinstance(value, property)
+        }
+    )
+
+
+class ModuleUtilities(nn.Module):
+    """Lightning's conveniences of a ``LightningModule`` that do not involve the loop.
+
+    >>> class Net(ModuleUtilities):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.layer = nn.Linear(2, 2)
+    >>> net = Net()
+    >>> _ = net.freeze()
+    >>> any(p.requires_grad for p in net.parameters()), net.training
+    (False, False)
+    """
+
+    # The module's answer to a checkpoint that lacks or adds weights (Lightning's default: strict).
+    strict_loading: bool = True
+    # A batch for ModelSummary's shapes and for to_torchscript(method="trace"); None until set.
+    example_input_array: Any = None
+    # Set by a strategy that gives the module a mesh; None otherwise.
+    device_mesh: Any = None
+    # Lightning Fabric's handle, for modules Fabric runs; trainmesh never sets it.
+    fabric: Any = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating dtype of the module's parameters (the default dtype if it has none)."""
+        for tensor in (*self.parameters(), *self.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    def freeze(self) -> ModuleUtilities:
+        """Every parameter without gradients, and evaluation mode."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self) -> ModuleUtilities:
+        """Every parameter with gradients again, and training mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only (through the progress bar when it draws one)."""
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None and not trainer.is_global_zero:
+            return
+        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
+        if bar is not None and hasattr(bar, "print"):
+            bar.print(*args, **kwargs)
+        else:
+            builtins.print(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """``toggle_optimizer`` for the block, ``untoggle_optimizer`` after it."""
+        owner: Any = self  # toggle_optimizer is the Module's (it needs the Trainer's optimizers)
+        owner.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            owner.untoggle_optimizer(optimizer)
+
+    @torch.no_grad()
+    def to_torchscript(
+        self, file_path: str | Path | None = None, method: str = "script", example_inputs: Any = None, **kwargs: Any
+    ) -> Any:
+        """The module as TorchScript (``method="script"`` or ``"trace"`` with ``example_inputs``, by
+        default ``example_input_array``), saved to ``file_path`` when given; the mode is restored."""
+        was_training = self.training
+        object.__setattr__(self, "_jit_is_scripting", True)
+        try:
+            if method == "script":
+                scripted = torch.jit.script(self.eval(), **kwargs)
+            elif method == "trace":
+                inputs = self.example_input_array if example_inputs is None else example_inputs
+                if inputs is None:
+                    raise ValueError(
+                        "to_torchscript(method='trace') needs example_inputs, or example_input_array set on the module"
+                    )
+                scripted = torch.jit.trace(self.eval(), example_inputs=inputs, **kwargs)
+            else:
+                raise ValueError(f"to_torchscript: method must be 'script' or 'trace', got {method!r}")
+        finally:
+            object.__setattr__(self, "_jit_is_scripting", False)
+            self.train(was_training)
+        if file_path is not None:
+            torch.jit.save(scripted, str(file_path))
+        return scripted
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: str | Path, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export to ONNX through ``torch.onnx.export`` with ``input_sample`` (by default
+        ``example_input_array``); torch's exporter needs its optional ``onnx`` packages installed."""
+        sample = self.example_input_array if input_sample is None else input_sample
+        if sample is None:
+            raise ValueError("to_onnx needs input_sample, or example_input_array set on the module")
+        was_training = self.training
+        try:
+            return torch.onnx.export(self.eval(), sample, str(file_path), **kwargs)
+        finally:
+            self.train(was_training)
+
+    def to_tensorrt(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "to_tensorrt compiles for NVIDIA TensorRT, which needs torch_tensorrt and a CUDA device; "
+            "neither is part of trainmesh's set-up: export with to_torchscript or to_onnx instead"
+        )

@@ -1,0 +1,144 @@
+"""Lightning's ``utilities.parsing``: hyperparameter collection helpers and attribute look-ups
+that search the module, its ``hparams`` and the attached data module.
+
+>>> class Model:
+...     def __init__(self, hparams, *my_args, anykw=42, **my_kwargs):
+...         pass
+>>> parse_class_init_keys(Model)
+('self', 'my_args', 'my_kwargs')
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import types
+from collections.abc import MutableMapping
+from typing import Any
+
+from trainmesh.utilities.attribute_dict import AttributeDict
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+__all__ = [
+    "AttributeDict",
+    "clean_namespace",
+    "collect_init_args",
+    "get_init_args",
+    "is_picklable",
+    "lightning_getattr",
+    "lightning_hasattr",
+    "lightning_setattr",
+    "parse_class_init_keys",
+]
+
+
+def is_picklable(obj: object) -> bool:
+    try:
+        pickle.dumps(obj)
+        return True
+    except (pickle.PickleError, AttributeError, RuntimeError, TypeError):
+        return False
+
+
+def clean_namespace(hparams: MutableMapping[str, Any]) -> None:
+    """Drop (with a warning naming each) the hyperparameters that cannot be pickled."""
+    for key in [k for k, v in hparams.items() if not is_picklable(v)]:
+        rank_zero_warn(
+            f"hyperparameter {key!r} removed: it cannot be pickled, so no checkpoint could hold it; "
+            f"leave it out with save_hyperparameters(ignore=[{key!r}])"
+        )
+        del hparams[key]
+
+
+def parse_class_init_keys(cls: type) -> tuple[str, str | None, str | None]:
+    """The names ``cls.__init__`` gives to ``self``, ``*args`` and ``**kwargs`` (None if absent)."""
+    params = list(inspect.signature(cls.__init__).parameters.values())  # type: ignore[misc]
+    var_args = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    var_kwargs = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    return params[0].name, var_args, var_kwargs
+
+
+def _init_arguments(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
+    """(self, the named arguments) of the ``__init__`` running in ``frame``; (None, {}) elsewhere."""
+    local_vars = frame.f_locals
+    if "__class__" not in local_vars or frame.f_code.co_name != "__init__":
+        return None, {}
+    cls = local_vars["__class__"]
+    self_name, args_name, kwargs_name = parse_class_init_keys(cls)
+    arguments = {name: local_vars[name] for name in inspect.signature(cls.__init__).parameters}
+    if kwargs_name:
+        arguments.update(arguments.get(kwargs_name, {}))
+    excluded = {n for n in (self_name, args_name, kwargs_name) if n} | {"__class__", "frame", "frame_args"}
+    return local_vars.get(self_name), {k: v for k, v in arguments.items() if k not in excluded}
+
+
+def get_init_args(frame: types.FrameType) -> dict[str, Any]:
+    """The arguments of the ``__init__`` running in ``frame`` (empty if it is not an ``__init__``)."""
+    return _init_arguments(frame)[1]
+
+
+def collect_init_args(
+    frame: types.FrameType, path_args: list[dict[str, Any]], inside: bool = False, classes: tuple[type, ...] = ()
+) -> list[dict[str, Any]]:
+    """The arguments of each ``__init__`` up the calling chain of constructors, outermost last.
+
+    Walks the frames from ``frame`` outwards while they are ``__init__`` methods (of instances
+    of ``classes``, when given), appending each one's arguments to ``path_args``.
+    """
+    while (caller := frame.f_back) is not None:
+        owner, arguments = _init_arguments(frame)
+        if "__class__" in frame.f_locals and (not classes or isinstance(owner, classes)):
+            path_args.append(arguments)
+            frame, inside = caller, True
+        elif not inside:
+            frame = caller
+        else:
+            break
+    return path_args
+
+
+def _attribute_holders(model: Any, attribute: str) -> list[Any]:
+    """The module, its hparams, the data module and its hparams: those that hold ``attribute``."""
+    trainer = getattr(model, "_trainer", None)
+    datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+    holders: list[Any] = []
+    for owner in (model, datamodule):
+        if owner is None:
+            continue
+        if hasattr(owner, attribute):
+            holders.append(owner)
+        hparams = getattr(owner, "hparams", None)
+        if hparams is not None and attribute in hparams:
+            holders.append(hparams)
+    return holders
+
+
+def _not_found(attribute: str) -> AttributeError:
+    return AttributeError(
+        f"{attribute} is neither an attribute of the model, nor in its hparams, nor in the data module's"
+    )
+
+
+def lightning_hasattr(model: Any, attribute: str) -> bool:
+    return bool(_attribute_holders(model, attribute))
+
+
+def lightning_getattr(model: Any, attribute: str) -> Any:
+    """``attribute`` from the last of the model, its hparams, the data module, its hparams that has it."""
+    holders = _attribute_holders(model, attribute)
+    if not holders:
+        raise _not_found(attribute)
+    holder = holders[-1]
+    return holder[attribute] if isinstance(holder, dict) else getattr(holder, attribute)
+
+
+def lightning_setattr(model: Any, attribute: str, value: Any) -> None:
+    """Set ``attribute`` everywhere it is found (what the batch-size and learning-rate tuners change)."""
+    holders = _attribute_holders(model, attribute)
+    if not holders:
+        raise _not_found(attribute)
+    for holder in holders:
+        if isinstance(holder, dict):
+            holder[attribute] = value
+        else:
+            setattr(holder, attribute, value)

@@ -1,0 +1,80 @@
+"""Lightning's ``utilities.types``: the names programs use to annotate their hooks.
+
+``configure_optimizers`` may return any of the shapes named here; the Trainer reads them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+__all__ = [
+    "EVAL_DATALOADERS",
+    "STEP_OUTPUT",
+    "TRAIN_DATALOADERS",
+    "DistributedDataParallel",
+    "LRSchedulerConfig",
+    "LRSchedulerConfigType",
+    "LRSchedulerPLType",
+    "LRSchedulerTypeUnion",
+    "OptimizerConfig",
+    "OptimizerLRScheduler",
+    "OptimizerLRSchedulerConfig",
+]
+
+STEP_OUTPUT = Tensor | Mapping[str, Any] | None
+TRAIN_DATALOADERS = Any
+EVAL_DATALOADERS = Any
+LRSchedulerTypeUnion = LRScheduler | ReduceLROnPlateau
+LRSchedulerPLType = LRSchedulerTypeUnion
+
+
+@dataclass
+class LRSchedulerConfig:
+    """One scheduler and when it steps, as ``configure_optimizers`` describes it in a dict."""
+
+    scheduler: LRSchedulerTypeUnion
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+
+
+class LRSchedulerConfigType(TypedDict, total=False):
+    scheduler: LRSchedulerTypeUnion
+    name: str | None
+    interval: str
+    frequency: int
+    reduce_on_plateau: bool
+    monitor: str | None
+    strict: bool
+
+
+class OptimizerConfig(TypedDict):
+    optimizer: Optimizer
+
+
+class OptimizerLRSchedulerConfig(TypedDict, total=False):
+    optimizer: Optimizer
+    lr_scheduler: LRSchedulerTypeUnion | LRSchedulerConfigType
+    monitor: str
+
+
+OptimizerLRScheduler = (
+    Optimizer
+    | Sequence[Optimizer]
+    | tuple[Sequence[Optimizer], Sequence[LRSchedulerTypeUnion | LRSchedulerConfig]]
+    | OptimizerConfig
+    | OptimizerLRSchedulerConfig
+    | Sequence[OptimizerConfig]
+    | Sequence[OptimizerLRSchedulerConfig]
+    | None
+)

@@ -1,0 +1,271 @@
+"""The inventory of Lightning's public API, generated from the installed packages.
+
+Every public name of `lightning.pytorch` 2.6 (the subpackages' `__all__`, the commonly imported
+utility modules, the Trainer's arguments and members, the LightningModule's, LightningDataModule's
+and Callback's own members), and the names of pytorch-lightning 1.9.5 that 2.x removed (recorded
+by `record_lightning_1_9_names.py` in a venv of its own, since 1.9.5 and 2.6 cannot share one),
+each looked up at the same place in trainmesh.
+
+`python tests/helpers/lightning_inventory.py --write` rewrites `docs/lightning-api.md` from the
+installed Lightning, keeping each listed name's reason where one was written by hand;
+`tests/test_lightning_inventory.py` fails when Lightning has a name the table does not list or
+when a row's status is no longer true.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = REPO / "docs" / "lightning-api.md"
+RECORDED_1_9 = Path(__file__).resolve().parent / "lightning_1_9_names.json"
+
+# The subpackages whose `__all__` is the public face, and the utility modules programs import
+# by path (their public functions and classes, re-exports from lightning_fabric included).
+PACKAGES = ("", "callbacks", "loggers", "profilers", "strategies", "plugins", "accelerators", "utilities", "core")
+MODULES = (
+    "tuner",
+    "cli",
+    "utilities.model_helpers",
+    "utilities.rank_zero",
+    "utilities.seed",
+    "utilities.grads",
+    "utilities.types",
+    "utilities.memory",
+    "utilities.deepspeed",
+    "utilities.parsing",
+    "utilities.combined_loader",
+)
+
+# Names trainmesh refuses on purpose: the name exists and its use stops with this reason.
+REFUSED: dict[str, str] = {}
+
+STATUSES = ("same", "present", "refused", "missing")
+
+
+@dataclass(frozen=True)
+class Row:
+    area: str  # where the name lives: a module path, or "Trainer(...)" / "Trainer." / "LightningModule." ...
+    name: str
+    status: str  # same | present | refused | missing
+    evidence: str  # the test that shows it (same), the reason (refused), or empty
+
+    @property
+    def key(self) -> str:
+        return f"{self.area}{self.name}"
+
+
+def _module_names(root: str, path: str) -> list[str]:
+    try:
+        module = importlib.import_module(root + (f".{path}" if path else ""))
+    except ImportError:  # a module the other version does not have
+        return []
+    if path in PACKAGES and getattr(module, "__all__", None):
+        return sorted(module.__all__)
+    # A module's own classes and functions, and those it re-exports from Fabric's module of the
+    # same name (`utilities.rank_zero` re-exports `rank_zero_only`); not what it merely imports.
+    leaf = module.__name__.rsplit(".", 1)[-1]
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        origin = getattr(value, "__module__", "") or ""
+        if origin == module.__name__ or (
+            origin.startswith(("lightning", "pytorch_lightning")) and origin.endswith(f".{leaf}")
+        ):
+            names.append(name)
+    return sorted(names)
+
+
+def _member_names(cls: type, *, minus: type | None = None) -> list[str]:
+    inherited = set(dir(minus)) if minus is not None else set()
+    return sorted(n for n in dir(cls) if not n.startswith("_") and n not in inherited)
+
+
+def lightning_names(root: str = "lightning.pytorch") -> Iterator[tuple[str, str]]:
+    """(area, name) for every public name of the installed Lightning (2.x, or 1.x as `pytorch_lightning`)."""
+    import torch
+
+    L = importlib.import_module(root)
+    for path in PACKAGES + MODULES:
+        area = root + (f".{path}" if path else "") + "."
+        for name in _module_names(root, path):
+            yield area, name
+    for name in inspect.signature(L.Trainer.__init__).parameters:
+        if name != "self":
+            yield "Trainer(", name
+    for name in _member_names(L.Trainer):
+        yield "Trainer.", name
+    for name in _member_names(L.LightningModule, minus=torch.nn.Module):
+        yield "LightningModule.", name
+    for name in _member_names(L.LightningDataModule):
+        yield "LightningDataModule.", name
+    for name in _member_names(L.Callback):
+        yield "Callback.", name
+
+
+def removed_1_9_names() -> Iterator[tuple[str, str]]:
+    """(area, name) for pytorch-lightning 1.9.5's names that Lightning 2.x no longer has."""
+    current = set(lightning_names())
+    for area, name in json.loads(RECORDED_1_9.read_text())["names"]:
+        area_2x = area.replace("pytorch_lightning", "lightning.pytorch")
+        if (area_2x, name) not in current:
+            yield "1.9 " + area_2x, name
+
+
+def _trainmesh_place(area: str) -> tuple[str, str | None]:
+    """The trainmesh module or class where a Lightning area's names would live."""
+    area = area.removeprefix("1.9 ")
+    if area.startswith("lightning.pytorch."):
+        return "module", "trainmesh" + area.removeprefix("lightning.pytorch").rstrip(".")
+    return "member", area.rstrip(".(")
+
+
+def _trainmesh_objects() -> dict[str, object]:
+    import trainmesh as tm
+
+    class _Module(tm.Module):
+        pass
+
+    trainer = tm.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    return {
+        "Trainer(": inspect.signature(tm.Trainer.__init__).parameters,
+        "Trainer": trainer,
+        "LightningModule": _Module(),
+        "LightningDataModule": tm.DataModule(),
+        "Callback": tm.Callback(),
+    }
+
+
+def trainmesh_has(area: str, name: str, objects: dict[str, object]) -> bool:
+    kind, place = _trainmesh_place(area)
+    if kind == "module":
+        assert place is not None
+        try:
+            module = importlib.import_module(place)
+        except ImportError:
+            return False
+        return hasattr(module, name)
+    if area.removeprefix("1.9 ") == "Trainer(":
+        return name in objects["Trainer("]  # type: ignore[operator]
+    if name in dir(objects[place or ""]):
+        return True
+    # A hook the base class does not define (so that an override can be seen) is present when
+    # the Trainer calls it by name.
+    return place in ("LightningModule", "LightningDataModule", "Callback") and name in _names_the_trainer_calls()
+
+
+@functools.cache
+def _names_the_trainer_calls() -> frozenset[str]:
+    found: set[str] = set()
+    for path in (REPO / "src" / "trainmesh" / "trainer").rglob("*.py"):
+        found.update(re.findall(r"[\"']([a-z_]+)[\"']", path.read_text()))
+    return frozenset(found)
+
+
+def citing_test(name: str, tests: dict[str, str]) -> str:
+    pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
+    for path, text in tests.items():
+        if pattern.search(text):
+            return path
+    return ""
+
+
+def _test_texts() -> tuple[dict[str, str], dict[str, str]]:
+    """Every test file's text, and those of the tests that run Lightning itself beside trainmesh."""
+    texts = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        if path.name != "test_lightning_inventory.py":
+            texts[str(path.relative_to(REPO))] = path.read_text()
+    against_lightning = {
+        p: t
+        for p, t in texts.items()
+        if re.search(r"^\s*(import lightning|from lightning[. ])|importorskip\(\"lightning", t, re.MULTILINE)
+    }
+    return texts, against_lightning
+
+
+def build_rows() -> list[Row]:
+    objects = _trainmesh_objects()
+    tests, against_lightning = _test_texts()
+    rows = []
+    for area, name in sorted(set(lightning_names()) | set(removed_1_9_names())):
+        key = f"{area}{name}"
+        if not trainmesh_has(area, name, objects):
+            rows.append(Row(area, name, "missing", ""))
+        elif key in REFUSED:
+            rows.append(Row(area, name, "refused", REFUSED[key]))
+        elif compared := citing_test(name, against_lightning):
+            rows.append(Row(area, name, "same", compared))
+        else:
+            rows.append(Row(area, name, "present", citing_test(name, tests)))
+    return rows
+
+
+HEADER = """# Lightning's API in trainmesh
+
+Generated from the installed `lightning` {version} and a recording of pytorch-lightning 1.9.5's
+names (`python tests/helpers/lightning_inventory.py --write`); `tests/test_lightning_inventory.py`
+fails when Lightning has a name this table does not list, or when a row is no longer true.
+
+Each public name is looked up at the same place in trainmesh (`lightning.pytorch.callbacks.X` as
+`trainmesh.callbacks.X`, `Trainer.x` on `trainmesh.Trainer`, `LightningModule.x` on
+`trainmesh.Module`). Status:
+
+- **same**: trainmesh has the name and a test that runs the same program under Lightning itself
+  names it (the test beside it; found by the name appearing in that test file, so it says a
+  comparison with Lightning reaches the name, not that every argument is covered);
+- **present**: trainmesh has the name (for a hook the base class leaves undefined so that an
+  override can be seen: the Trainer calls it by name); no comparison with Lightning names it yet
+  (the test beside it, if any, is a trainmesh test that names it);
+- **refused**: trainmesh has the name and stops with the reason given when it is used;
+- **missing**: trainmesh has no such name.
+
+Counts: {counts}.
+
+| area | name | status | test or reason |
+|---|---|---|---|
+"""
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    return {status: sum(r.status == status for r in rows) for status in STATUSES}
+
+
+def render(rows: list[Row]) -> str:
+    import lightning
+
+    tally = counts(rows)
+    text = HEADER.format(
+        version=lightning.__version__,
+        counts=", ".join(f"{tally[s]} {s}" for s in STATUSES) + f" of {len(rows)}",
+    )
+    for r in rows:
+        text += f"| `{r.area}` | `{r.name}` | {r.status} | {r.evidence} |\n"
+    return text
+
+
+def read_table(path: Path = TABLE) -> list[Row]:
+    rows = []
+    for line in path.read_text().splitlines():
+        match = re.fullmatch(r"\| `([^`]*)` \| `([^`]*)` \| (\w+) \| (.*) \|", line)
+        if match:
+            rows.append(Row(*match.groups()))
+    return rows
+
+
+if __name__ == "__main__":
+    if "--write" not in sys.argv:
+        sys.exit("usage: python tests/helpers/lightning_inventory.py --write")
+    sys.path.insert(0, str(REPO / "src"))
+    TABLE.parent.mkdir(exist_ok=True)
+    TABLE.write_text(render(build_rows()))
+    print(f"wrote {TABLE.relative_to(REPO)}: {counts(read_table())}")

@@ -1,0 +1,49 @@
+"""The inventory of Lightning's public API (`docs/lightning-api.md`) is generated from the installed
+Lightning and stays true: a name Lightning gains, a name trainmesh gains or loses, or a comparison
+with Lightning that starts naming it, all show up here until the table is regenerated."""
+
+import pytest
+
+pytest.importorskip("lightning")
+
+from helpers.lightning_inventory import (  # noqa: E402
+    STATUSES,
+    TABLE,
+    build_rows,
+    counts,
+    lightning_names,
+    read_table,
+    trainmesh_has,
+)
+
+REGENERATE = "regenerate it: python tests/helpers/lightning_inventory.py --write"
+
+
+def test_every_public_name_of_lightning_is_listed():
+    listed = {(r.area, r.name) for r in read_table()}
+    unlisted = sorted(set(lightning_names()) - listed)
+    assert not unlisted, f"Lightning names missing from {TABLE.name}: {unlisted[:20]}; {REGENERATE}"
+
+
+def test_every_row_states_what_trainmesh_has_today():
+    written = {r.key: r for r in read_table()}
+    current = {r.key: r for r in build_rows()}
+    stale = [(key, written.get(key), row) for key, row in current.items() if written.get(key) != row]
+    assert not stale, f"{len(stale)} rows of {TABLE.name} are stale, e.g. {stale[:5]}; {REGENERATE}"
+    assert set(written) == set(current), f"rows for names Lightning no longer has; {REGENERATE}"
+
+
+def test_the_counts_in_the_table_header_are_the_rows():
+    tally = counts(read_table())
+    header = ", ".join(f"{tally[s]} {s}" for s in STATUSES)
+    assert header in TABLE.read_text()
+
+
+def test_the_check_sees_a_name_trainmesh_loses(monkeypatch):
+    # Self-test: if trainmesh lost a name the table says it has, its row would read "missing".
+    import trainmesh.callbacks
+
+    area = "lightning.pytorch.callbacks."
+    assert trainmesh_has(area, "EarlyStopping", {})
+    monkeypatch.delattr(trainmesh.callbacks, "EarlyStopping")
+    assert not trainmesh_has(area, "EarlyStopping", {})
