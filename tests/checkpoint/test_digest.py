@@ -139,7 +139,9 @@ def test_a_directory_with_damaged_metadata_or_without_digests(tmp_path):
     older = tmp_path / "older.ckpt"
     shutil.copytree(target, older)
     (older / DIGEST_FILE).unlink()  # as older trainmesh wrote it: no digest file, a state file without the marker
-    with pytest.raises(UnreadableCheckpoint, match=f"older.ckpt is not a complete distributed checkpoint: {DIGEST_FILE} missing"):
+    with pytest.raises(
+        UnreadableCheckpoint, match=f"older.ckpt is not a complete distributed checkpoint: {DIGEST_FILE} missing"
+    ):
         load_distributed(older, templates)  # a marked state file: its trainmesh wrote the digest file too
     torch.save(torch.load(older / STATE_FILE, weights_only=False), older / STATE_FILE)
     loaded = load_distributed(older, templates)

@@ -39,7 +39,9 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     trainer = quiet_trainer(max_steps=3)
     trainer.fit(DropoutNet(), loaders()[0])
     trainer.save_checkpoint(folder / "file.ckpt")
-    save_distributed(load_checkpoint_file(folder / "file.ckpt"), folder / "dir.ckpt", rank=0, sharded_keys=["state_dict"])
+    save_distributed(
+        load_checkpoint_file(folder / "file.ckpt"), folder / "dir.ckpt", rank=0, sharded_keys=["state_dict"]
+    )
     return {"file": folder / "file.ckpt", "dir": folder / "dir.ckpt"}
 
 

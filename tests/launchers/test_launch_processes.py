@@ -198,6 +198,7 @@ for way in sys.argv[2:]:
 """
 
 
+@pytest.mark.slow
 def test_when_every_rank_raises_at_once_the_summary_names_an_exception_and_exits_1(tmp_path):
     """The agent stops the other workers with SIGTERM once one fails: a rank that raised and was
     still exiting is listed as killed by it, and could be taken for the run's cause (exit 143,

@@ -34,6 +34,7 @@ import torch
 
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
 from trainmesh.checkpoint.marker import END_RECORD, END_RECORD_SIZE, TRAILER_MAGIC, trailer_text
+
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... name length, extra length: 30 bytes
 _CHUNK = 4 << 20  # hash in pieces that are still in the CPU's cache
 
