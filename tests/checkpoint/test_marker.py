@@ -20,10 +20,11 @@ import pytest
 import torch
 
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
+from trainmesh.checkpoint import marker as marker_module
 from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer, write_trailer
 from trainmesh.checkpoint.distributed import STATE_FILE, save_distributed
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
-from trainmesh.checkpoint.io import load_checkpoint_file
+from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.checkpoint.marker import MARKER
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE
 from trainmesh.checkpoint.verify import NOT_A_CHECKPOINT, OK, verify_checkpoint
@@ -124,3 +125,15 @@ def test_a_directory_with_a_file_cut_short_or_missing_is_refused(good, tmp_path)
     (broken / DIGEST_FILE).unlink()
     verdict = verify_checkpoint(broken)
     assert verdict.status == NOT_A_CHECKPOINT and f"{DIGEST_FILE} missing" in verdict.lines[0], verdict.lines
+
+
+def test_a_torch_whose_serialization_is_not_known_saves_without_the_marker_and_says_so(tmp_path, monkeypatch):
+    # The marker goes in between torch.save's two private steps; a torch that changed them must
+    # not stop every save: the file is written by torch.save, with its digest and without the marker.
+    monkeypatch.setattr(marker_module, "_known_serialization", lambda: False)
+    with pytest.warns(UserWarning, match="checkpoint saved without trainmesh's marker record"):
+        path = atomic_save({"trainmesh_version": "x", "state_dict": {"w": torch.ones(3)}}, tmp_path / "a.ckpt")
+    assert f"/{MARKER}".encode() not in path.read_bytes()[:200]
+    with open(path, "rb") as handle:
+        assert read_trailer(handle.fileno()) is not None
+    assert verify_checkpoint(path).status == OK and load_checkpoint_file(path)["state_dict"]["w"].sum() == 3
