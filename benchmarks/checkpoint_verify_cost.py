@@ -6,7 +6,8 @@ saved as the Trainer saves a checkpoint (``trainmesh.checkpoint.atomic_save``: `
 temporary file, the digest, fsync, rename), about 600 MB. Then, each in a fresh Python process so
 that no allocator or import state carries over, in alternating rounds:
 
-  save_plain    ``atomic_save`` with the digest left out (``io.write_trailer`` replaced by a no-op)
+  save_plain    ``atomic_save`` with the digest and its marker record left out (``io.save_marked``
+                replaced by ``torch.save``, ``io.write_trailer`` by a no-op): as older trainmesh saved
   save_digest   ``atomic_save`` as trainmesh runs it: the digest written last (checkpoint/digest.py)
   load_plain    ``torch.load(..., weights_only=False)`` of the file: no check at all
   load_digest   ``load_checkpoint_file`` of the file with its digest: structure and pickle checked,
@@ -68,7 +69,9 @@ def child(operation: str, folder: str) -> None:
     checkpoint = _checkpoint() if operation.startswith("save") else None
     trailer: dict[str, float] = {"trailer_wall": 0.0, "trailer_cpu": 0.0}
     if operation == "save_plain":
-        io.write_trailer = lambda fd: None  # type: ignore[assignment,misc,return-value]
+        io.save_marked = lambda obj, handle: torch.save(obj, handle)  # type: ignore[assignment,misc,return-value]
+        # Not None: None would make atomic_save save again without the marker (a second save timed).
+        io.write_trailer = lambda fd: "no digest"  # type: ignore[assignment,misc,return-value]
     elif operation == "save_digest":
         write_trailer = io.write_trailer
 

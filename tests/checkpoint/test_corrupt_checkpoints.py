@@ -30,7 +30,7 @@ import torch
 from helpers.damage import flip_largest_tensor_bytes
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from helpers.processes import run_program
-from trainmesh.checkpoint.distributed import load_distributed, save_distributed
+from trainmesh.checkpoint.distributed import STATE_FILE, load_distributed, save_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, no_space_error
 from trainmesh.checkpoint.paths import checkpoint_problem
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE
@@ -204,8 +204,9 @@ def test_a_shard_damaged_in_place_is_named_and_changes_nothing(record, digest, g
     # older trainmesh wrote) by each item's zip CRC-32s.
     broken = tmp_path / "broken.ckpt"
     shutil.copytree(good["dir"], broken)
-    if digest == "no digest":
+    if digest == "no digest":  # as older trainmesh wrote it: no digest file, a state file without the marker
         (broken / DIGEST_FILE).unlink()
+        torch.save(torch.load(broken / STATE_FILE, weights_only=False), broken / STATE_FILE)
     size = sum(p.stat().st_size for p in broken.iterdir())
     shard = overwrite_shard_record(broken, record)
     assert sum(p.stat().st_size for p in broken.iterdir()) == size

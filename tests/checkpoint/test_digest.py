@@ -25,6 +25,7 @@ from trainmesh.checkpoint import distributed as distributed_module
 from trainmesh.checkpoint import io as io_module
 from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer
 from trainmesh.checkpoint.distributed import STATE_FILE, load_distributed, save_distributed
+from trainmesh.checkpoint.formats import UnreadableCheckpoint
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.checkpoint.paths import checkpoint_problem
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE
@@ -106,11 +107,11 @@ def test_a_file_without_a_digest_loads_and_verifies_by_its_zip_checksums(tmp_pat
 def test_a_changed_or_unreadable_digest_is_refused(tmp_path):
     path = atomic_save(checkpoint(5), tmp_path / "a.ckpt")
     data = path.read_bytes()
-    assert data.endswith(b" count=8")  # the digest's last field: 8 records
-    (tmp_path / "count.ckpt").write_bytes(data[:-1] + b"9")
+    assert data.endswith(b" count=9")  # the digest's last field: 9 records (torch's 8, the marker)
+    (tmp_path / "count.ckpt").write_bytes(data[:-1] + b"8")
     with pytest.raises(DamagedCheckpoint, match=r"count\.ckpt is damaged: its headers, index or the digest itself"):
         load_checkpoint_file(tmp_path / "count.ckpt")
-    (tmp_path / "field.ckpt").write_bytes(data.replace(b" count=8", b" coun0=8"))
+    (tmp_path / "field.ckpt").write_bytes(data.replace(b" count=9", b" coun0=9"))
     with pytest.raises(
         DamagedCheckpoint, match=r"field\.ckpt is damaged: its digest \(the zip comment\) is unreadable"
     ):
@@ -137,7 +138,12 @@ def test_a_directory_with_damaged_metadata_or_without_digests(tmp_path):
     templates = {"state_dict": {k: torch.zeros_like(v) for k, v in checkpoint()["state_dict"].items()}}
     older = tmp_path / "older.ckpt"
     shutil.copytree(target, older)
-    (older / DIGEST_FILE).unlink()  # as older trainmesh wrote it
+    (older / DIGEST_FILE).unlink()  # as older trainmesh wrote it: no digest file, a state file without the marker
+    with pytest.raises(
+        UnreadableCheckpoint, match=f"older.ckpt is not a complete distributed checkpoint: {DIGEST_FILE} missing"
+    ):
+        load_distributed(older, templates)  # a marked state file: its trainmesh wrote the digest file too
+    torch.save(torch.load(older / STATE_FILE, weights_only=False), older / STATE_FILE)
     loaded = load_distributed(older, templates)
     assert torch.equal(loaded["state_dict"]["big"], checkpoint(8)["state_dict"]["big"])
     state = tmp_path / "state.ckpt"  # the state file (loop, RNG, hyperparameters) carries its own

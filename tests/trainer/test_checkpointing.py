@@ -8,6 +8,7 @@ import torch
 import trainmesh as tm
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
+from trainmesh.checkpoint import io as checkpoint_io
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
 from trainmesh.loggers import CSVLogger
 
@@ -70,7 +71,7 @@ def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch)
         handle.write(b"half a checkpoint")
         raise OSError("disk full")
 
-    monkeypatch.setattr(torch, "save", torn_save)
+    monkeypatch.setattr(checkpoint_io, "save_marked", torn_save)  # torch.save, with the marker record first
     with pytest.raises(OSError, match="disk full"):
         atomic_save({"generation": 2}, path)
     monkeypatch.undo()

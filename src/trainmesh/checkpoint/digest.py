@@ -10,8 +10,10 @@ An archive's digest (:class:`ArchiveDigest`) has two parts:
 So every byte is covered, and the index that holds the records' CRC-32s is itself checked.
 
 A single file carries its digest in the zip comment, written after everything else and before
-the file is renamed into place (``write_trailer``): a save cut short never has one, and a file
-without one (older trainmesh, Lightning, torch.save) is checked by its zip CRC-32s alone. Loading
+the file is renamed into place (``write_trailer``): a save cut short never has one. The file's
+first record (``marker.MARKER``) says that it was written with one, so a file that lost its end
+is refused, not taken for one without a digest; a file without the marker (older trainmesh,
+Lightning, torch.save) and without a digest is checked by its zip CRC-32s alone. Loading
 checks the headers and the pickle first, then hashes each record as ``torch.load`` reads it
 (:class:`DigestingReader`): one read of the file, not two.
 """
@@ -31,10 +33,8 @@ from pathlib import Path
 import torch
 
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
+from trainmesh.checkpoint.marker import END_RECORD, END_RECORD_SIZE, TRAILER_MAGIC, trailer_text
 
-TRAILER_MAGIC = b"trainmesh-digest "
-_END_RECORD = b"PK\x05\x06"  # the zip end-of-central-directory record: 22 bytes, the comment's length last
-_END_RECORD_SIZE = 22
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... name length, extra length: 30 bytes
 _CHUNK = 4 << 20  # hash in pieces that are still in the CPU's cache
 
@@ -158,11 +158,12 @@ def write_trailer(fd: int) -> ArchiveDigest | None:
     """Put the digest of the ``torch.save`` archive that fills the file ``fd`` into its zip comment.
 
     An archive of a layout this code does not know (a future torch's) is left without a digest,
-    with a warning, rather than failing the save: it loads, checked by its zip CRC-32s."""
+    with a warning, rather than failing the save (``io.atomic_save`` saves it again, without the
+    marker): it loads, checked by its zip CRC-32s."""
     size = os.fstat(fd).st_size
-    end = os.pread(fd, _END_RECORD_SIZE, max(0, size - _END_RECORD_SIZE))
+    end = os.pread(fd, END_RECORD_SIZE, max(0, size - END_RECORD_SIZE))
     try:
-        if end[:4] != _END_RECORD or end[-2:] != b"\x00\x00":
+        if end[:4] != END_RECORD or end[-2:] != b"\x00\x00":
             raise ValueError("the file does not end with a zip end record without a comment")
         digest = compute_digest(fd, 0, size, covered=size - 2)
     except (zipfile.BadZipFile, ValueError) as exc:
@@ -174,17 +175,13 @@ def write_trailer(fd: int) -> ArchiveDigest | None:
 
 
 def read_trailer(fd: int) -> ArchiveDigest | None:
-    """The digest in the file's zip comment; None when it has none (a file trainmesh did not write
-    this way). DamagedCheckpoint when the comment is trainmesh's but unreadable."""
+    """The digest in the file's zip comment; None when it has none whole (a file trainmesh did not
+    write this way, or one cut short: ``formats.file_problem`` refuses those that start with
+    ``marker.MARKER``). DamagedCheckpoint when the comment is trainmesh's but unreadable."""
     size = os.fstat(fd).st_size
-    tail = os.pread(fd, min(size, 256), max(0, size - 256))
-    at = tail.rfind(TRAILER_MAGIC)
-    if at < _END_RECORD_SIZE:
+    comment = trailer_text(fd)
+    if comment is None:
         return None
-    comment = tail[at:]
-    end_record = tail[at - _END_RECORD_SIZE : at]
-    if end_record[:4] != _END_RECORD or struct.unpack("<H", end_record[-2:])[0] != len(comment):
-        return None  # the magic bytes somewhere else: not our comment
     try:
         digest = ArchiveDigest.decode(comment[len(TRAILER_MAGIC) :].decode("ascii"))
     except (ValueError, KeyError, UnicodeDecodeError) as exc:

@@ -40,7 +40,8 @@ from trainmesh.checkpoint.io import (
     load_checkpoint_file,
     no_space_error,
 )
-from trainmesh.checkpoint.shard_digest import damaged_item, items_of, read_digests, write_digests
+from trainmesh.checkpoint.marker import file_starts_with_marker
+from trainmesh.checkpoint.shard_digest import DIGEST_FILE, damaged_item, items_of, read_digests, write_digests
 
 STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
 METADATA_FILE = ".metadata"
@@ -240,7 +241,14 @@ def readable_metadata(path: Path) -> Any:
     import torch.distributed.checkpoint as dcp
 
     check_complete(path)
-    read_digests(path)  # .metadata checked against its digest before it is unpickled
+    # .metadata is checked against its digest before it is unpickled. A state file with the marker
+    # comes from a trainmesh that writes the digest file too, before the directory takes its name.
+    if read_digests(path) is None and file_starts_with_marker(path / STATE_FILE):
+        raise UnreadableCheckpoint(
+            f"{path} is not a complete distributed checkpoint: {DIGEST_FILE} missing, which the trainmesh that "
+            "wrote it (its state file says) writes with every directory. A copy that did not finish: copy the "
+            "directory again, or use an earlier checkpoint"
+        )
     try:
         metadata = dcp.FileSystemReader(str(path)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means the same: a torn file

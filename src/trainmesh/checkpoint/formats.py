@@ -2,7 +2,9 @@
 
 A ``torch.save`` file is a zip archive whose index (the central directory) is written at its
 very end: a file cut short anywhere has lost it, so opening the archive, which reads only that
-index, finds truncation without reading the tensors. Other frameworks' files are recognised by
+index, finds truncation without reading the tensors; a cut that only takes the digest trainmesh
+writes after the index (the zip comment) is found by the marker record at the file's start
+(``marker.py``). Other frameworks' files are recognised by
 their first bytes or their entries, so the message can say what to do with them instead.
 """
 
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
+
+from trainmesh.checkpoint.marker import end_problem
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # torch.save before torch 1.6 wrote a pickle stream, not a zip, starting with this magic number.
@@ -48,6 +52,9 @@ def file_problem(path: Path) -> str | None:
             f"{path} is not a readable trainmesh checkpoint: truncated? ({size} bytes without a complete "
             "torch.save archive: a write that was cut short, or not a checkpoint at all)"
         )
+    cut = _end_problem(path)
+    if cut is not None:
+        return f"{path} is not a readable trainmesh checkpoint: truncated? ({size} bytes: {cut})"
     if "config.json" in names and any(name.endswith(".weights.h5") for name in names):
         return (
             f"{path} is a Keras 3 model archive (.keras), not a trainmesh checkpoint: load it with "
@@ -59,6 +66,14 @@ def file_problem(path: Path) -> str | None:
             "a trainmesh checkpoint"
         )
     return None
+
+
+def _end_problem(path: Path) -> str | None:
+    try:
+        with open(path, "rb", buffering=0) as raw:
+            return end_problem(raw.fileno())
+    except OSError as exc:
+        return f"its end cannot be read ({exc.strerror or exc})"
 
 
 def damaged_record(path: Path | BinaryIO) -> str | None:

@@ -28,6 +28,7 @@ import torch
 from trainmesh.checkpoint.digest import DamagedCheckpoint, read_trailer, write_trailer
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, damaged_record, file_problem
 from trainmesh.checkpoint.load_checks import damaged_message, load_with_digest, torn_load
+from trainmesh.checkpoint.marker import save_marked
 
 # mkstemp's 8 characters are [a-z0-9_], uuid4's hex prefix [0-9a-f]: both fit.
 TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?P<kind>tmp|old)$")
@@ -43,6 +44,8 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     The rename is atomic on POSIX file systems, so readers see the old file or the new one,
     never a partial one. The file's digest (``digest.write_trailer``) is written last, after
     every byte torch wrote and before the fsync and rename: a save cut short never carries one.
+    Its first record says that it does (``marker.py``), so that a copy which lost its last bytes is
+    refused, not read as a file without a digest.
     Every save trainmesh makes of one file goes through here (a background save too).
     """
     target = Path(path)
@@ -50,9 +53,15 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            save_marked(obj, handle)
             handle.flush()
-            write_trailer(handle.fileno())
+            if write_trailer(handle.fileno()) is None:
+                # No digest (an archive layout write_trailer does not know, warned there): the
+                # marker would promise one, and every load would refuse the file as cut short.
+                handle.seek(0)
+                handle.truncate()
+                torch.save(obj, handle)
+                handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
     except BaseException as exc:

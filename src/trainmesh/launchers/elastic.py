@@ -217,7 +217,7 @@ def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
         report = _take_preemption_report(run_id) or "their checkpoint is saved"
         _say(f"the workers were preempted (a signal reached them, not this process): {report}")
         return exit_status.PREEMPTED
-    if error.exitcode < 0:
+    if error.exitcode < 0 and not _recorded(error):
         name = exit_status.describe_signal(-error.exitcode)
         status = exit_status.killed_by_signal(-error.exitcode)
         _say(
@@ -226,34 +226,60 @@ def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
             f"user); every worker was stopped. Exit status {status}."
         )
         return status
-    _say(
-        f"worker rank {rank} failed (exit code {error.exitcode}){again}; every worker was stopped.\n"
-        f"{_failure_text(error)}"
-    )
-    return error.exitcode if error.exitcode and error.exitcode > 0 else 1
+    if error.exitcode < 0:  # it raised, then was stopped while it exited: the agent stops them all
+        ended = f"it raised, then {exit_status.describe_signal(-error.exitcode)} ended it as it exited"
+    else:
+        ended = f"exit code {error.exitcode}"
+    _say(f"worker rank {rank} failed ({ended}){again}; every worker was stopped.\n{_failure_text(error)}")
+    return error.exitcode if error.exitcode > 0 else 1
 
 
 # What a collective raises on a rank whose peer left (gloo, NCCL): the rank is a casualty of
 # another's failure, not its cause.
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
+_NO_ERROR_FILE = "<N/A>"  # torch's ProcessFailure.error_file when the worker recorded no exception
 
 
 def root_failure(failure: Any) -> tuple[int, Any]:
-    """The worker whose failure ended the run: the first to fail, unless its error only says a
-    peer left while another rank failed of its own (a rank that raises closes its connections, and
-    a peer blocked in a collective may exit first with "Connection closed by peer").
+    """The worker whose failure ended the run: the first that failed of its own (raised, or exited
+    with a status), unless its error only says that a peer left (a rank that raises closes its
+    connections, and a peer blocked in a collective may exit first with "Connection closed by
+    peer"); else the first killed by a signal; else the first.
+
+    A signal comes after a failure of its own: once one worker fails, torch's agent stops the
+    others with SIGTERM, and lists them as failures too. When every rank raises at once, one that
+    raised and was still exiting is among them, stamped (as torch stamps every failure) in whole
+    seconds: earlier than the rank that ended the run, if it raised in the second before. The error
+    files' times (to the nanosecond) order the workers that raised within one second.
 
     >>> from types import SimpleNamespace as F
-    >>> gone = F(timestamp=1, message={"message": "RuntimeError: Connection closed by peer"})
-    >>> cause = F(timestamp=2, message={"message": "ValueError: boom"})
-    >>> root_failure(F(failures={0: gone, 1: cause}))[0]
+    >>> gone = F(timestamp=1, exitcode=1, message={"message": "RuntimeError: Connection closed by peer"})
+    >>> cause = F(timestamp=2, exitcode=1, message={"message": "ValueError: boom"})
+    >>> stopped = F(timestamp=3, exitcode=-15, message="Signal 15 (SIGTERM) received by PID 7")
+    >>> root_failure(F(failures={0: gone, 1: cause, 2: stopped}))[0]
     1
     """
-    ordered = sorted(failure.failures.items(), key=lambda item: item[1].timestamp)
-    for rank, error in ordered:
-        if not any(marker in _failure_text(error) for marker in _PEER_GONE):
-            return rank, error
-    return ordered[0]
+
+    def order(item: tuple[int, Any]) -> tuple[int, int, float]:
+        error = item[1]
+        own = error.exitcode > 0 or _recorded(error)
+        tier = 2 if any(marker in _failure_text(error) for marker in _PEER_GONE) else 0 if own else 1
+        return tier, error.timestamp, _recorded_at(error)
+
+    return min(failure.failures.items(), key=order)  # the first of the lowest: ties keep torch's order
+
+
+def _recorded(error: Any) -> bool:
+    """Whether the worker recorded an exception in its error file (it raised: see _run_recording_errors)."""
+    return getattr(error, "error_file", _NO_ERROR_FILE) not in (_NO_ERROR_FILE, "", None)
+
+
+def _recorded_at(error: Any) -> float:
+    """When the worker wrote its error file, in seconds; infinity without one (or once it is gone)."""
+    try:
+        return os.stat(error.error_file).st_mtime_ns / 1e9 if _recorded(error) else float("inf")
+    except OSError:
+        return float("inf")
 
 
 def _say(message: str) -> None:
