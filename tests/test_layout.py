@@ -66,6 +66,8 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/distribute.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
+    "keras/optimizers.py": ["keras/test_keras_zero1.py"],
+    "keras/step_logs.py": ["keras/test_keras_callbacks_ddp.py"],
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
     "keras/sync.py": [
         "keras/test_keras_api.py",

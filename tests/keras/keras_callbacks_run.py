@@ -6,7 +6,9 @@ python keras_callbacks_run.py node OUT  -> under torchrun (one process per node)
                                            fitted with devices=1, num_nodes=2; writes OUT/node.rank{R}
 
 The model is keras_run.py's class_weight classifier without class_weight (small: the legs are quick),
-at BATCH per process; the test compares each leg with Keras' own model.fit at 2 x BATCH in one process.
+at BATCH per process; the "custom_step" leg fits keras_custom_steps.py's CustomModel (a train_step and
+test_step of its own returning {m.name: m.result() ...} and a plain tensor) instead. The test compares
+each leg with Keras' own model.fit at 2 x BATCH in one process.
 """
 
 import faulthandler
@@ -20,6 +22,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import keras_custom_steps  # noqa: E402
 import keras_run  # noqa: E402
 
 BATCH = keras_run.BATCH
@@ -44,17 +47,25 @@ def callbacks(leg: str, folder: str) -> list:
         return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05 * 0.5**epoch)]
     if leg == "nan":
         return [keras.callbacks.TerminateOnNaN()]
+    if leg == "custom_step":  # on the step's own metrics: a tracker of its own, and the loss tracker
+        return [
+            keras.callbacks.ReduceLROnPlateau(monitor="abs_error", mode="min", factor=0.5, patience=1, min_delta=0.05),
+            keras.callbacks.EarlyStopping(monitor="loss", patience=2, min_delta=0.03),
+        ]
     if leg in ("backup", "resumed"):
         return [keras.callbacks.BackupAndRestore(os.path.join(folder, "backup"))]
     return []
 
 
-LEGS = {"plateau": 20, "scheduler": 3, "nan": 2, "uninterrupted": 4}  # leg: epochs
+LEGS = {"plateau": 20, "scheduler": 3, "nan": 2, "uninterrupted": 4, "custom_step": 12}  # leg: epochs
 
 
 def fit_arguments(leg: str, batch: int, folder: str = "") -> tuple:
-    model = keras_run.build("classifier", "sgd")
-    x, y = keras_run.get_tabular()
+    if leg == "custom_step":
+        model, x, y = keras_custom_steps.custom_step()
+    else:
+        model = keras_run.build("classifier", "sgd")
+        x, y = keras_run.get_tabular()
     if leg == "nan":  # a sample of global batch NAN_BATCH (at 2 x BATCH), rank 1's under 2 processes: a NaN loss
         import keras
 

@@ -6,7 +6,10 @@ python keras_zero1_run.py OUT -> every rank writes OUT/<leg>_<strategy>.rank{R} 
                                  zero1 Adam leg, with its predictions of held-out images.
 Models and data are keras_run.py's: the class_weight classifier (SGD with momentum 0.9), the
 guide's convnet without BatchNormalization/Dropout under Adam, and the classifier under AdamW
-(weight decay) with an ExponentialDecay schedule, fitted twice (2 epochs, then a third).
+(weight decay) with an ExponentialDecay schedule, fitted twice (2 epochs, then a third). Then
+keras_custom_steps.py's GAN (its train_step applies its own d_optimizer and g_optimizer), its
+random draws fed with the data ("gan") and drawn in train_step as the guide does ("gan_drawn"),
+under ddp in a ``with tk.distribute(...)`` block and under zero1 through tk.fit: OUT/<gan leg>_<strategy>.rank{R}.
 """
 
 import faulthandler
@@ -17,6 +20,7 @@ os.environ["KERAS_BACKEND"] = "torch"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from keras_custom_steps import gan  # noqa: E402
 from keras_run import BATCH, fit_arguments, get_images, variables  # noqa: E402
 
 LEGS = ("classifier", "plain_adam", "classifier_adamw")
@@ -70,6 +74,36 @@ def run(out: str) -> None:
                 model.save(os.path.join(out, "zero1.keras"))
                 np.save(os.path.join(out, "held_out.npy"), held_out)
                 np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+    run_gans(out, rank)
+
+
+def optimizer_state(optimizer) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in optimizer.variables]
+
+
+def fit_gan(fed: bool, strategy: str) -> dict:
+    """The GAN's fit at 2 processes; its weights, both optimizers' states and History afterwards."""
+    import trainmesh.keras as tk
+
+    model, x = gan(fed)
+    arguments = {"batch_size": BATCH, "epochs": 2, "shuffle": False, "verbose": 0}
+    if strategy == "ddp":
+        with tk.distribute(strategy="ddp", devices=2):
+            history = model.fit(x, **arguments)
+    else:
+        history = tk.fit(model, x, strategy=strategy, devices=2, **arguments)
+    return {
+        "variables": variables(model),
+        "d_optimizer": optimizer_state(model.d_optimizer),
+        "g_optimizer": optimizer_state(model.g_optimizer),
+        "history": history.history,
+    }
+
+
+def run_gans(out: str, rank: int) -> None:
+    for leg, fed in (("gan", True), ("gan_drawn", False)):
+        for strategy in ("ddp", "zero1"):
+            torch.save(fit_gan(fed, strategy), os.path.join(out, f"{leg}_{strategy}.rank{rank}"))
 
 
 if __name__ == "__main__":

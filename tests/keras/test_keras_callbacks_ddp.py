@@ -1,7 +1,7 @@
 """Keras callbacks, evaluate, predict and many nodes at 2 gloo processes, against one process.
 
 One launch of keras_callbacks_run.py (strategy="ddp") runs every leg one after another: EarlyStopping
-with ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN, a BackupAndRestore run interrupted at
+with ReduceLROnPlateau (also on the metrics a train_step of the user's returns), LearningRateScheduler, TerminateOnNaN, a BackupAndRestore run interrupted at
 an epoch and run again, trainmesh.keras.evaluate and predict. Each leg is compared between the ranks
 and with Keras' own model.fit/evaluate/predict in this process at the global batch (2 x 16). A second
 test starts 2 torchrun nodes of one process each.
@@ -74,6 +74,69 @@ def test_early_stopping_and_reduce_lr_on_plateau_decide_alike_on_every_rank(ddp)
     assert zero["history"]["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
     assert zero["learning_rate"] == float(model.optimizer.learning_rate.numpy())
     assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+def test_a_custom_train_step_s_returned_values_are_over_all_processes(ddp):
+    """keras-io's custom train_step and test_step returning {m.name: m.result() for m in self.metrics}
+    (the compiled loss and mae, a Mean("abs_error") tracker of its own) and the step's plain loss
+    tensor (batch_loss), with ReduceLROnPlateau on abs_error and EarlyStopping on loss: History, every
+    training and validation entry with learning_rate, equal on both ranks and within 1e-5 of one
+    process at the global batch (batch_loss: the last batch's 3 + 2 samples weighted as one batch of
+    5); the learning rate halved at the same epochs and the stop at the same epoch as one process's;
+    the weights within 1e-5. (Before: each rank's History was its own.)"""
+    import keras_run
+
+    zero, one = ranks(ddp, "custom_step")
+    assert zero["history"] == one["history"]
+    assert largest_difference(zero["variables"], one["variables"]) == 0.0
+    model, history = one_process("custom_step")
+    expected = history.history
+    assert 1 < len(expected["loss"]) < 12, "the leg must stop early"
+    assert len(set(expected["learning_rate"])) > 2, "the leg must reduce the learning rate, twice at least"
+    assert zero["history"].keys() == expected.keys()
+    assert {"abs_error", "batch_loss", "mae", "val_batch_loss", "val_abs_error"} <= expected.keys()
+    assert zero["history"]["learning_rate"] == expected["learning_rate"]
+    for name, values in expected.items():
+        assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
+    assert zero["iterations"] == int(model.optimizer.iterations.numpy())
+    assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+class Gathering:
+    """A stand-in runtime of step_logs.over_processes: the other processes' contributions are given."""
+
+    def __init__(self, others: list) -> None:
+        self.others, self.sent = others, None
+
+    def all_gather_object(self, obj):
+        self.sent = obj
+        return [obj, *self.others]
+
+
+def test_a_step_s_plain_values_are_weighted_by_batch_size():
+    """What 2 processes' steps returned, at last batches of 3 and 2 samples: a plain tensor becomes
+    (3 v0 + 2 v1) / 5 (one process's loss over the 5 samples), nested ones too; an entry equal to the
+    result of the metric of its name on both processes becomes that metric's summed result; one that
+    is not its metric's result on one process (a stale value) is weighted as a plain value."""
+    import keras_custom_steps  # noqa: F401  (KERAS_BACKEND=torch before keras)
+
+    import keras
+    from trainmesh.keras import step_logs
+
+    tracker = keras.metrics.Mean(name="loss")
+    tracker.update_state(2.0)
+    before, after = {"loss": tracker.result(), "acc": tracker.result()}, {"loss": 7.0, "acc": 7.0}
+    logs = [
+        {"batch_loss": torch.tensor(1.0), "loss": tracker.result(), "acc": tracker.result(), "m": {"a": 1.0}},
+        {"batch_loss": torch.tensor(4.0), "loss": tracker.result(), "acc": torch.tensor(9.0), "m": {"a": 6.0}},
+    ]
+    rank1 = Gathering([])
+    step_logs.over_processes(rank1, logs[1], before, after, 2)
+    got = step_logs.over_processes(Gathering([rank1.sent]), logs[0], before, after, 3)
+    assert float(got["batch_loss"]) == pytest.approx((3 * 1.0 + 2 * 4.0) / 5, rel=1e-7)
+    assert got["loss"] == 7.0
+    assert float(got["acc"]) == pytest.approx((3 * 2.0 + 2 * 9.0) / 5, rel=1e-7)
+    assert float(got["m"]["a"]) == pytest.approx((3 * 1.0 + 2 * 6.0) / 5)
 
 
 def test_learning_rate_scheduler_sets_the_same_rate_on_every_rank(ddp):

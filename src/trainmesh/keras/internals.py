@@ -50,6 +50,13 @@ def missing() -> list[str]:
     ):
         if not _calls(getattr(TorchTrainer, method), name):
             gone.append(f"TorchTrainer.{method} no longer uses {name} ({needed_by})")
+    from trainmesh.keras.optimizers import keras_classes_with_apply
+
+    routed = keras_classes_with_apply()
+    if not any(cls in routed for cls in type(keras.optimizers.SGD()).__mro__):
+        gone.append("BaseOptimizer.apply (the gradient average of every optimizer a step applies, optimizers.py)")
+    if not _calls(BaseOptimizer.apply_gradients, "apply"):
+        gone.append("BaseOptimizer.apply_gradients no longer calls apply (the gradient average, optimizers.py)")
     optimizer = keras.optimizers.SGD()
     for name in ("_variables", "_iterations", "_trainable_variables", "_trainable_variables_indices", "_learning_rate"):
         if not hasattr(optimizer, name):

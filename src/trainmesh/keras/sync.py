@@ -1,19 +1,23 @@
 """Keras' own ``fit``/``evaluate`` in every process, kept in step as Horovod's Keras integration does.
 
-Installed on the user's model for the length of one call and removed after it (the model is
-left as Keras made it), through three instance attributes that shadow Keras' methods:
+Installed for the length of one call and removed after it (the model is left as Keras made it),
+through instance attributes that shadow Keras' methods on the model and, for ``apply``, Keras'
+optimizer classes (optimizers.py):
 
-- ``optimizer.apply``: Keras' torch ``train_step`` calls it with the gradients ``loss.backward()``
-  left; they are averaged across processes first (weighted by each process's share of the global
-  batch, so a short last batch weighs as in one process: from the split arrays' sizes, or, for a
-  PyDataset or DataLoader, from the sizes read, summed in the same collective), one collective
-  per bucket.
-- ``model.train_step``: counts the steps, for that weighting.
+- every Keras optimizer's ``apply`` during a training step (``model.optimizer`` in Keras' torch
+  ``train_step``; a step of the user's may apply others, such as a GAN's two): the gradients
+  ``loss.backward()`` left are averaged across processes first (weighted by each process's share
+  of the global batch, so a short last batch weighs as in one process: from the split arrays'
+  sizes, or, for a PyDataset or DataLoader, from the sizes read, summed in the same collective),
+  one collective per bucket.
+- ``model.train_step``/``test_step``: count the steps and note the batch sizes, for that weighting.
 - ``model._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
   and of each evaluation, before the logs reach History and the callbacks. Every metric's state
   variables (totals, counts, confusion counts) are summed across processes there, so each
   process reads the metrics of all the data; at a training epoch's end the BatchNormalization
-  moving statistics are averaged too, before validation and before any callback saves.
+  moving statistics are averaged too, before validation and before any callback saves. When Keras
+  keeps the step's own returned dict instead, each entry is made its value over all processes
+  (step_logs.py).
 
 ``SyncCallback`` (last in the callback list) broadcasts rank 0's variables when training begins
 and makes a stop asked for by any process (``model.stop_training``) a stop in every process.
@@ -22,14 +26,17 @@ and makes a stop asked for by any process (``model.stop_training``) a stop in ev
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.keras import step_logs
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
+from trainmesh.keras.optimizers import every_apply_through
 from trainmesh.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ class SyncState:
     def __init__(self, runtime: Runtime, plan: TrainPlan | None) -> None:
         self.runtime, self.plan = runtime, plan
         self.step = 0  # training steps taken in this call
+        self.last_batch = 0  # the size of this process's last training or evaluation batch
         self.evaluating = False  # between on_test_begin and on_test_end
         self.zero: Zero | None = None  # strategy="zero1": this process's part of the optimizer state
         self.preemption: KerasPreemption | None = None  # fit: SIGTERM/SIGUSR1 save and exit (preemption.py)
@@ -124,14 +132,19 @@ def agree_to_stop(state: SyncState, model: Any) -> None:
         model.stop_training = bool(all_reduce_sum(state.runtime, [flag])[0].item() > 0)
 
 
+def batch_size_of(data: Any) -> int:
+    """The batch dimension of a step's data (its x, or its first array)."""
+    x = data[0] if isinstance(data, tuple) else data
+    first = next(leaf for leaf in require_keras().tree.flatten(x) if leaf is not None)
+    return int(first.shape[0])
+
+
 @contextlib.contextmanager
 def installed(model: Any, state: SyncState) -> Iterator[None]:
-    """The wrappers on ``model`` and its optimizer for the length of the block."""
-    optimizer = model.optimizer
-    keras_apply = optimizer.apply
-    keras_train_step = model.train_step
+    """The wrappers on ``model``, and every Keras optimizer's ``apply``, for the length of the block."""
+    keras_train_step, keras_test_step = model.train_step, model.test_step
     keras_results = model._get_metrics_result_or_logs
-    batch_sizes: list[int] = []
+    batch_sizes: list[int] = []  # the batch of the training step running (none: no step runs)
 
     def train_step(data: Any) -> Any:
         preemption = state.preemption
@@ -139,47 +152,66 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
             preemption.skip -= 1
             state.step += 1
             return model.get_metrics_result()
-        x = data[0] if isinstance(data, tuple) else data
-        first = next(leaf for leaf in require_keras().tree.flatten(x) if leaf is not None)
-        batch_sizes.append(int(first.shape[0]))
+        state.last_batch = batch_size_of(data)
+        batch_sizes.append(state.last_batch)
         try:
             return keras_train_step(data)
         finally:
             state.step += 1
             batch_sizes.clear()
 
-    def apply(gradients: Any, variables: Any = None) -> Any:
-        batch = batch_sizes[-1] if batch_sizes else 0
-        if batch:
-            gradients = average_gradients(state, list(gradients), batch)
-        if state.zero is not None and state.zero.partitioned:
-            return state.zero.apply(keras_apply, gradients, variables)
-        return keras_apply(gradients, variables)
+    def test_step(data: Any) -> Any:
+        state.last_batch = batch_size_of(data)
+        return keras_test_step(data)
+
+    def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
+        # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
+        if batch_sizes:
+            gradients = average_gradients(state, list(gradients), batch_sizes[-1])
+        zero = state.zero
+        if zero is not None and zero.partitioned and optimizer is model.optimizer:  # only its state is split
+            chosen = variables if variables is not None else zero.variables  # Keras' default: those it was built on
+            return zero.apply(functools.partial(keras_apply, optimizer), gradients, chosen)
+        return keras_apply(optimizer, gradients, variables)
 
     def results_or_logs(logs: Any) -> Any:
-        reduce_metrics(state, model)
-        if not state.evaluating:
-            average_batchnorm(state, model)  # a training epoch ended: before validation and the callbacks
-        return keras_results(logs)
+        return epoch_results(state, model, keras_results, logs)
 
-    _shadow(optimizer, "apply", apply)
+    shadows = {"train_step": train_step, "test_step": test_step, "_get_metrics_result_or_logs": results_or_logs}
+    for name, function in shadows.items():
+        _shadow(model, name, function)
+    optimizer = model.optimizer
     if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
-        keras_finalize = optimizer.finalize_variable_values
-        zero = state.zero
-
-        def finalize_variable_values(var_list: Any) -> Any:
-            zero.gather()
-            return keras_finalize(var_list)
-
-        _shadow(optimizer, "finalize_variable_values", finalize_variable_values)
-    _shadow(model, "train_step", train_step)
-    _shadow(model, "_get_metrics_result_or_logs", results_or_logs)
+        _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
     try:
-        yield
+        with every_apply_through(apply):
+            yield
     finally:
-        shadowed = ((optimizer, "apply"), (optimizer, "finalize_variable_values"), (model, "train_step"))
-        for owner, name in (*shadowed, (model, "_get_metrics_result_or_logs")):
-            owner.__dict__.pop(name, None)
+        optimizer.__dict__.pop("finalize_variable_values", None)
+        for name in shadows:
+            model.__dict__.pop(name, None)
+
+
+def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], Any], logs: Any) -> Any:
+    """What Keras' ``_get_metrics_result_or_logs`` returns, over all processes (the same on each)."""
+    before = step_logs.own_results(model) if state.world > 1 else {}
+    reduce_metrics(state, model)
+    if not state.evaluating:
+        average_batchnorm(state, model)  # a training epoch ended: before validation and the callbacks
+    result = keras_results(logs)
+    if result is logs and isinstance(logs, dict) and state.world > 1:  # Keras kept the step's own dict
+        result = step_logs.over_processes(state.runtime, logs, before, step_logs.own_results(model), state.last_batch)
+    return result
+
+
+def _gathering_first(zero: Zero, optimizer: Any) -> Callable[..., Any]:
+    keras_finalize = optimizer.finalize_variable_values
+
+    def finalize_variable_values(var_list: Any) -> Any:
+        zero.gather()
+        return keras_finalize(var_list)
+
+    return finalize_variable_values
 
 
 def _shadow(owner: Any, name: str, function: Any) -> None:

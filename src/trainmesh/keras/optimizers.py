@@ -1,0 +1,68 @@
+"""Every Keras optimizer that applies gradients during a distributed ``fit`` applies their average.
+
+Keras' own ``train_step`` calls ``model.optimizer.apply``, but a ``train_step`` of the user's may
+apply others: keras-io's GAN guide compiles with ``d_optimizer=`` and ``g_optimizer=`` and applies
+each in turn; a step may make an optimizer of its own, or call ``apply_gradients`` (which calls
+``apply``). Each must see the gradients averaged over the processes, or each process trains a
+model of its own, silently. So for the length of one ``fit`` in a process, ``apply`` of Keras'
+optimizer classes (``BaseOptimizer``'s, and that of each Keras subclass defining its own, such as
+``LossScaleOptimizer`` and ``MultiOptimizer``) goes through ``through``, and is Keras' own again
+afterwards; the user's optimizer objects are left as they are. Only the outermost ``apply`` of a
+call goes through it: a ``LossScaleOptimizer`` or ``MultiOptimizer`` calls its inner optimizers'
+``apply`` with gradients already averaged.
+
+Gradients reach a Keras optimizer only through ``apply``; a step that updates variables by hand
+(``variable.assign_sub``) bypasses every optimizer, and this with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# (optimizer, Keras' own apply as a function of (optimizer, gradients, variables), gradients, variables)
+Through = Callable[[Any, Callable[..., Any], Any, Any], Any]
+
+_applying = [False]  # inside an apply that went through: inner optimizers' applies are Keras' own
+
+
+def keras_classes_with_apply() -> list[type]:
+    """Keras' optimizer classes that define ``apply`` themselves (the base class first)."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    found, pending = [], [BaseOptimizer]
+    while pending:
+        cls = pending.pop(0)
+        if cls.__module__.split(".")[0] == "keras" and "apply" in vars(cls) and cls not in found:
+            found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+@contextlib.contextmanager
+def every_apply_through(through: Through) -> Iterator[None]:
+    """Each Keras optimizer's ``apply`` calls ``through`` within the block (not nested ones)."""
+    keras_methods = {cls: vars(cls)["apply"] for cls in keras_classes_with_apply()}
+    for cls, keras_apply in keras_methods.items():
+        type.__setattr__(cls, "apply", _routed(keras_apply, through))
+    try:
+        yield
+    finally:
+        for cls, keras_apply in keras_methods.items():
+            type.__setattr__(cls, "apply", keras_apply)
+
+
+def _routed(keras_apply: Callable[..., Any], through: Through) -> Callable[..., Any]:
+    @functools.wraps(keras_apply)
+    def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
+        if _applying[0]:
+            return keras_apply(self, grads, trainable_variables)
+        _applying[0] = True
+        try:
+            return through(self, keras_apply, grads, trainable_variables)
+        finally:
+            _applying[0] = False
+
+    return apply
