@@ -23,6 +23,7 @@ COVERED_BY: dict[str, list[str]] = {
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "manual_calls.py": ["trainer/test_manual_optimization.py", "trainer/test_manual_optimization_single.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
+    "trainer/run_properties.py": ["trainer/test_states.py", "test_trainer_view.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/legacy_optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],

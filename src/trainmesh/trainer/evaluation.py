@@ -13,6 +13,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.distributed_samplers import is_padding
 
 _STEP_HOOK = {
@@ -77,13 +78,15 @@ def run_validation(ctx: LoopContext, val_loaders: list[Any], *, release_grads: b
     """Validation inside fit: results go to callback_metrics and the loggers. ``release_grads``:
     no gradients are pending for an optimizer step (Lightning then zeroes them first)."""
     ctx.state.loop.validated_since_step = True
-    hooks = ctx.hooks
+    hooks, run = ctx.hooks, ctx.state.trainer_state
+    run.stage = RunningStage.VALIDATING  # trainer.validating, from before the zero_grad hook (Lightning's)
     if release_grads:
         release_gradients(hooks, ctx.state.module)
     with evaluation_mode(hooks, ctx.state.model, "validate"):
         hooks.call("on_validation_start")
         results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
         hooks.call("on_validation_end")
+    run.stage = RunningStage.TRAINING
     return results
 
 

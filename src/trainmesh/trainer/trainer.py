@@ -13,7 +13,7 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
-from trainmesh.trainer import evaluation, fit_loop, publishing
+from trainmesh.trainer import evaluation, fit_loop
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -41,12 +41,14 @@ from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
+from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.settings import check_loop_settings
+from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
-class Trainer:
+class Trainer(RunProperties):
     """Runs a :class:`trainmesh.Module` through fit, validate, test and predict.
 
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,
@@ -173,7 +175,6 @@ class Trainer:
     current_epoch: StateField[int] = StateField("_state")
     global_step: StateField[int] = StateField("_state")
     should_stop: StateField[bool] = StateField("_state")
-    sanity_checking: StateField[bool] = StateField("_state")
     num_training_batches: StateField[int | float] = StateField("_state")
     num_val_batches: StateField[int | float] = StateField("_state")
     num_test_batches: StateField[int | float] = StateField("_state")
@@ -194,64 +195,10 @@ class Trainer:
     manual_backward: StateField[Any] = StateField("_state")
     manual_steps: StateField[Any] = StateField("_state")
 
-    # ---- where the run is ---------------------------------------------------------------------
     @property
     def strategy(self) -> Strategy:
         """The run's strategy object, for users' code that inspects it (the loop never does)."""
         return self.runtime.strategy
-
-    @property
-    def precision(self) -> str:
-        return self.runtime.precision.name
-
-    @property
-    def global_rank(self) -> int:
-        return self.runtime.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        return self.runtime.local_rank
-
-    @property
-    def world_size(self) -> int:
-        return self.runtime.world_size
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.runtime.is_global_zero
-
-    @property
-    def logger(self) -> Any:
-        return self.loggers[0] if self.loggers else None
-
-    @property
-    def log_dir(self) -> str:
-        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
-
-    @property
-    def lightning_module(self) -> Any:
-        return self.module
-
-    @property
-    def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """Latest value of every logged metric (scalar tensors); see publishing.callback_metrics."""
-        return publishing.callback_metrics(self._state)
-
-    @property
-    def progress_bar_metrics(self) -> dict[str, Any]:
-        return publishing.progress_bar_metrics(self._state)
-
-    @property
-    def checkpoint_callback(self) -> Any:
-        from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-
-        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
-
-    @property
-    def early_stopping_callback(self) -> Any:
-        from trainmesh.callbacks.early_stopping import EarlyStopping
-
-        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
     # ---- public entry points ------------------------------------------------------------------
     def fit(
@@ -355,6 +302,7 @@ class Trainer:
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         state = self._state
         state.stage = stage
+        begin_run(state.trainer_state, stage)  # Lightning's trainer.state and .training, ... (states.py)
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
@@ -473,6 +421,7 @@ class Trainer:
         return self.runtime._load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
+        interrupt_run(self.state)
         if self.hooks is not None:
             self.hooks.call_exception_hooks(exc, self.datamodule)
 
@@ -483,6 +432,7 @@ class Trainer:
             data.teardown(stage)
             self.hooks.call_callbacks("teardown", stage)
             self.hooks.call_module("teardown", stage)
+        end_run(self.state, succeeded=status == "success")
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
