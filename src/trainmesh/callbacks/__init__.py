@@ -10,6 +10,7 @@ only when it draws), so importing this package stays cheap.
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
@@ -17,6 +18,8 @@ from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgr
 from trainmesh.callbacks.throughput import ThroughputMonitor
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "Callback",
     "EarlyStopping",
     "LearningRateMonitor",

@@ -54,6 +54,9 @@ def run_fit(
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     check_truncated_backprop(state.module, runtime.strategy_name, manual=manual, optimizers=len(state.optimizers))
+    # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
+    # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
+    hooks.call("on_fit_start")
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
@@ -61,7 +64,6 @@ def run_fit(
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
-    hooks.call("on_fit_start")
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
     if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0:
