@@ -16,6 +16,7 @@ from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
 from trainmesh.callbacks.throughput import ThroughputMonitor
+from trainmesh.callbacks.timer import Timer
 
 __all__ = [
     "BackboneFinetuning",
@@ -30,4 +31,5 @@ __all__ = [
     "RichProgressBar",
     "TQDMProgressBar",
     "ThroughputMonitor",
+    "Timer",
 ]

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import torch
 
+from trainmesh.callbacks.timer import with_max_time
 from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
@@ -38,6 +39,7 @@ from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_sett
 from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
+from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
@@ -96,6 +98,8 @@ class Trainer(RunProperties):
         num_tpu_cores: int | None = None,
         fault_tolerance: Any = None,
         plugins: Any = None,
+        profiler: Any = None,
+        max_time: Any = None,
     ) -> None:
         self.runtime, enable_model_summary = build_runtime(
             fault_tolerance=fault_tolerance,
@@ -115,6 +119,7 @@ class Trainer(RunProperties):
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
+        callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
@@ -137,6 +142,7 @@ class Trainer(RunProperties):
         check_fault_tolerant_limits(fault_tolerance, max_steps=max_steps, max_epochs=max_epochs)
         self._fault_tolerant = fault_tolerance is not None
         self.inference_mode = inference_mode
+        self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
         if deterministic:
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
@@ -263,7 +269,7 @@ class Trainer(RunProperties):
         """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
-        with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
+        with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
             # No checkpoint of weights a non-finite step produced.
             verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
@@ -365,7 +371,8 @@ class Trainer(RunProperties):
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
-        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)  # refuses what it cannot call
+        setup_profiler(self.profiler, stage, self, model, self.log_dir)
+        hooks = state.hooks = hook_dispatcher(self, model, self.callbacks, self.profiler)  # refuses what it cannot call
         # Lightning 1.x's on_before_accelerator_backend_setup: after prepare_data, before the setup hooks
         data.prepare(self, stage, before_setup=lambda: hooks.call_callbacks("on_before_accelerator_backend_setup"))
         if self.world_size > 1:
@@ -384,7 +391,8 @@ class Trainer(RunProperties):
         state.log_collector.metrics_source = runtime._metrics_source
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         if stage == "fit" and not state.optimizers:
-            returned = cast(Module, model).configure_optimizers()
+            with self.profiler.profile(f"[LightningModule]{type(model).__name__}.configure_optimizers"):
+                returned = cast(Module, model).configure_optimizers()
             optimizers, state.lr_scheduler_configs = parse_optimizers(
                 returned,
                 type(model).__name__,
@@ -406,6 +414,7 @@ class Trainer(RunProperties):
             inference_mode=self.inference_mode,
             batch_hooks=choose_batch_hooks(model, data.datamodule),
             modules_restored=restored,
+            profiler=self.profiler,
         )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
@@ -436,6 +445,8 @@ class Trainer(RunProperties):
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
+        if status == "success":
+            self.profiler.describe()  # the stage's report, as Lightning writes it
 
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
