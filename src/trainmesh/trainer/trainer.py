@@ -38,6 +38,7 @@ from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
+from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
@@ -100,6 +101,7 @@ class Trainer(RunProperties):
         plugins: Any = None,
         profiler: Any = None,
         max_time: Any = None,
+        overfit_batches: int | float = 0.0,
     ) -> None:
         self.runtime, enable_model_summary = build_runtime(
             fault_tolerance=fault_tolerance,
@@ -119,6 +121,8 @@ class Trainer(RunProperties):
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
+        self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
+        limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
@@ -217,7 +221,9 @@ class Trainer(RunProperties):
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
         model = self.runtime._uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
-        data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
+        data = for_overfit(
+            DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
+        )
         self._launch("fit", model, data, ckpt_path)
 
     def validate(
