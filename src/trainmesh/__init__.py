@@ -20,6 +20,10 @@ from trainmesh.utilities.rank_zero import rank_zero_only
 
 __version__ = "0.1.0"
 
+# Lightning's names, for a port that keeps its class names (``class Net(LightningModule)``).
+LightningModule = Module
+LightningDataModule = DataModule
+
 # The package's logger, as Lightning programs import it (`from lightning.pytorch import _logger`):
 # INFO and above are shown, on stderr unless the program configured logging itself.
 _logger = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ __all__ = [
     "Callback",
     "DataModule",
     "FaultTolerance",
+    "LightningDataModule",
+    "LightningModule",
     "Module",
     "Runtime",
     "Trainer",

@@ -240,6 +240,11 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         return torch.device("cpu")
 
     @property
+    def on_gpu(self) -> bool:
+        """Whether the module is on a CUDA device (Lightning's ``on_gpu``)."""
+        return self.device.type == "cuda"
+
+    @property
     def global_rank(self) -> int:
         return self._trainer.global_rank if self._trainer is not None else 0
 

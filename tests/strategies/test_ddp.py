@@ -84,6 +84,8 @@ def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
         assert torch.equal(model.state_dict()[name], tensor), name
     assert "val_loss" in trainer.callback_metrics and trainer.global_step == 16
     assert Path(trainer.checkpoint_callback.best_model_path).exists()
+    # The workers' finished state, as Lightning's spawn launcher returns it (trainer/states.py)
+    assert (trainer.state.status, trainer.state.fn, trainer.state.stage) == ("finished", "fit", None)
 
 
 def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):

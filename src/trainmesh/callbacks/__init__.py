@@ -11,14 +11,18 @@ only when it draws), so importing this package stays cheap.
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.lambda_function import LambdaCallback
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
 from trainmesh.callbacks.throughput import ThroughputMonitor
+from trainmesh.callbacks.timer import Timer
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "Callback",
     "Checkpoint",
     "EarlyStopping",
@@ -32,4 +36,5 @@ __all__ = [
     "RichProgressBar",
     "TQDMProgressBar",
     "ThroughputMonitor",
+    "Timer",
 ]

@@ -35,6 +35,7 @@ from trainmesh.trainer import manual_optimization
 from trainmesh.trainer.optimization_hooks import LoopStepHooks, then_hooks, with_backward_hooks
 from trainmesh.trainer.optimizer_turns import optimizer_turns
 from trainmesh.trainer.optimizers import step_scheduler
+from trainmesh.trainer.profiling import profiled_call, strategy_action
 from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.tbptt import truncated_backprop
 from trainmesh.trainer.token_loss import TokenLossWindow
@@ -53,6 +54,7 @@ class TrainingBatches:
         self.window = TokenLossWindow(type(self.module).__name__)  # a summed loss's tokens until the step
         self.manual = state.manual_backward is not None  # the module steps its optimizers itself
         self.hooks = hooks = LoopStepHooks(ctx.hooks, runtime)
+        self._train_step = profiled_call(runtime.train_step, ctx.profiler, strategy_action(runtime, "training_step"))
         _start_turns(ctx, self.manual)
         # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx), once per optimizer (optimizer_turns.py)
         self.turns = optimizer_turns(self)
@@ -111,7 +113,7 @@ class TrainingBatches:
         # The strategy runs forward, training_step_end (the seeds' hook: it sees every device's
         # output), the loss and backward; gradients stay local until the window's last batch.
         state = self.ctx.state
-        result = self.ctx.runtime.train_step(
+        result: StepResult = self._train_step(
             state.model, batch, batch_idx, sync_grads=sync_grads, hooks=self.step_hooks
         )
         # A mean loss is the step's loss to report; a summed one's tokens are kept for the optimizer

@@ -12,7 +12,9 @@ from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
+from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.distributed_samplers import is_padding
 
 _STEP_HOOK = {
@@ -77,13 +79,15 @@ def run_validation(ctx: LoopContext, val_loaders: list[Any], *, release_grads: b
     """Validation inside fit: results go to callback_metrics and the loggers. ``release_grads``:
     no gradients are pending for an optimizer step (Lightning then zeroes them first)."""
     ctx.state.loop.validated_since_step = True
-    hooks = ctx.hooks
+    hooks, run = ctx.hooks, ctx.state.trainer_state
+    run.stage = RunningStage.VALIDATING  # trainer.validating, from before the zero_grad hook (Lightning's)
     if release_grads:
         release_gradients(hooks, ctx.state.module)
     with evaluation_mode(hooks, ctx.state.model, "validate"):
         hooks.call("on_validation_start")
         results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
         hooks.call("on_validation_end")
+    run.stage = RunningStage.TRAINING
     return results
 
 
@@ -197,13 +201,14 @@ def _run_one_loader(
     )
     outputs_hook = _OUTPUTS_HOOK.get(stage)
     outputs: list[Any] | None = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
-    for batch_idx, batch in enumerate(loader):
+    eval_step = profiled_call(runtime.eval_step, ctx.profiler, strategy_action(runtime, step_hook))
+    for batch_idx, batch in enumerate(profiled_iter(loader, ctx.profiler, FETCH_ACTION[stage])):
         if batch_idx >= limit:
             break
         log_collector.set_batch(step_hook, batch)
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
-        output = runtime.eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
+        output = eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
         if stage == "predict":
             predictions.append(output)
         elif outputs is not None and not is_padding(output):

@@ -24,6 +24,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
+from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
@@ -54,6 +55,9 @@ def run_fit(
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     check_truncated_backprop(state.module, runtime.strategy_name, manual=manual, optimizers=len(state.optimizers))
+    # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
+    # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
+    hooks.call("on_fit_start")
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
@@ -61,7 +65,6 @@ def run_fit(
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
-    hooks.call("on_fit_start")
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
     if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0:
@@ -82,8 +85,9 @@ def run_fit(
         return
     with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
         try:
+            run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
             while not _fit_done(state, settings):
-                _run_epoch(ctx, train_loader, resume_rng)
+                run_epoch(ctx, train_loader, resume_rng)
                 resume_rng = None
             if resume_rng is not None:
                 # Resumed with nothing left to train: still hold the generators the checkpoint
@@ -181,9 +185,11 @@ def _train_batches(
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = TrainingBatches(ctx, accumulate)
+    run_batch = profiled_call(batches.run, ctx.profiler, "run_training_batch")
     manual = batches.manual  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
+    iterator = profiled_iter(iterator, ctx.profiler, FETCH_ACTION["fit"])
     for batch_idx, batch in _timed_fetches(enumerate(iterator, start=start), loop):
         if batch_idx >= limit:
             break
@@ -192,7 +198,7 @@ def _train_batches(
             break  # the module asked to end the epoch early
         is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        output = batches.run(batch, batch_idx, steps_now=steps_now).output
+        output = run_batch(batch, batch_idx, steps_now=steps_now).output
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
             log_collector.end_step()
         if keep_outputs:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from trainmesh.trainer.loop_state import LoopState
 
 if TYPE_CHECKING:
+    from trainmesh.profilers.profiler import Profiler
     from trainmesh.runtime import Runtime
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.publishing import Publisher
@@ -34,3 +35,6 @@ class LoopContext:
     batch_hooks: BatchHooks | None = None  # the batch-transfer hooks; None: nobody overrides them
     # A resumed fit whose module and callbacks were restored before configure_optimizers (trainer/resume.py)
     modules_restored: bool = False
+    profiler: Profiler | None = (
+        None  # Trainer(profiler=...): what the loops' steps are recorded with (trainer/profiling.py)
+    )

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
+from trainmesh.trainer.states import RunningStage, TrainerState
+
 if TYPE_CHECKING:
     from trainmesh.manual_calls import ManualBackward
     from trainmesh.trainer.finite_loss import FiniteLossCheck
@@ -80,7 +82,8 @@ class LoopState:
     current_epoch: int = 0
     global_step: int = 0
     should_stop: bool = False
-    sanity_checking: bool = False
+    trainer_state: TrainerState = field(default_factory=TrainerState)  # Lightning's trainer.state (states.py)
+    stage_before_check: RunningStage | None = None  # the stage the sanity check returns to
     num_training_batches: int | float = 0
     num_val_batches: int | float = 0
     num_test_batches: int | float = 0
@@ -108,6 +111,18 @@ class LoopState:
     manual_backward: ManualBackward | None = None
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.trainer_state.stage == RunningStage.SANITY_CHECKING
+
+    @sanity_checking.setter
+    def sanity_checking(self, value: bool) -> None:
+        """The loop's: the sanity check enters its stage, then returns to the one before (Lightning's)."""
+        if value:
+            self.stage_before_check, self.trainer_state.stage = self.trainer_state.stage, RunningStage.SANITY_CHECKING
+        else:
+            self.trainer_state.stage = self.stage_before_check
 
     def set_batch_count(self, stage: str, count: int | float) -> None:
         """The batch count of an evaluation stage (``num_val_batches``, ...) as its loop runs."""

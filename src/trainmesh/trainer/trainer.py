@@ -8,12 +8,13 @@ from typing import Any, cast
 
 import torch
 
+from trainmesh.callbacks.timer import with_max_time
 from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
-from trainmesh.trainer import evaluation, fit_loop, publishing
+from trainmesh.trainer import evaluation, fit_loop
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -37,16 +38,20 @@ from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
+from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
+from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
+from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.settings import check_loop_settings
+from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
-class Trainer:
+class Trainer(RunProperties):
     """Runs a :class:`trainmesh.Module` through fit, validate, test and predict.
 
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,
@@ -94,6 +99,9 @@ class Trainer:
         num_tpu_cores: int | None = None,
         fault_tolerance: Any = None,
         plugins: Any = None,
+        profiler: Any = None,
+        max_time: Any = None,
+        overfit_batches: int | float = 0.0,
     ) -> None:
         self.runtime, enable_model_summary = build_runtime(
             fault_tolerance=fault_tolerance,
@@ -113,6 +121,9 @@ class Trainer:
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
+        self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
+        limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
+        callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         self._settings = loop = check_loop_settings(
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
@@ -135,6 +146,7 @@ class Trainer:
         check_fault_tolerant_limits(fault_tolerance, max_steps=max_steps, max_epochs=max_epochs)
         self._fault_tolerant = fault_tolerance is not None
         self.inference_mode = inference_mode
+        self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
         if deterministic:
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
@@ -173,7 +185,6 @@ class Trainer:
     current_epoch: StateField[int] = StateField("_state")
     global_step: StateField[int] = StateField("_state")
     should_stop: StateField[bool] = StateField("_state")
-    sanity_checking: StateField[bool] = StateField("_state")
     num_training_batches: StateField[int | float] = StateField("_state")
     num_val_batches: StateField[int | float] = StateField("_state")
     num_test_batches: StateField[int | float] = StateField("_state")
@@ -194,64 +205,10 @@ class Trainer:
     manual_backward: StateField[Any] = StateField("_state")
     manual_steps: StateField[Any] = StateField("_state")
 
-    # ---- where the run is ---------------------------------------------------------------------
     @property
     def strategy(self) -> Strategy:
         """The run's strategy object, for users' code that inspects it (the loop never does)."""
         return self.runtime.strategy
-
-    @property
-    def precision(self) -> str:
-        return self.runtime.precision.name
-
-    @property
-    def global_rank(self) -> int:
-        return self.runtime.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        return self.runtime.local_rank
-
-    @property
-    def world_size(self) -> int:
-        return self.runtime.world_size
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.runtime.is_global_zero
-
-    @property
-    def logger(self) -> Any:
-        return self.loggers[0] if self.loggers else None
-
-    @property
-    def log_dir(self) -> str:
-        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
-
-    @property
-    def lightning_module(self) -> Any:
-        return self.module
-
-    @property
-    def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """Latest value of every logged metric (scalar tensors); see publishing.callback_metrics."""
-        return publishing.callback_metrics(self._state)
-
-    @property
-    def progress_bar_metrics(self) -> dict[str, Any]:
-        return publishing.progress_bar_metrics(self._state)
-
-    @property
-    def checkpoint_callback(self) -> Any:
-        from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-
-        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
-
-    @property
-    def early_stopping_callback(self) -> Any:
-        from trainmesh.callbacks.early_stopping import EarlyStopping
-
-        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
     # ---- public entry points ------------------------------------------------------------------
     def fit(
@@ -264,7 +221,9 @@ class Trainer:
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
         model = self.runtime._uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
-        data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
+        data = for_overfit(
+            DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
+        )
         self._launch("fit", model, data, ckpt_path)
 
     def validate(
@@ -316,7 +275,7 @@ class Trainer:
         """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
-        with self.runtime.supervision.paused():  # a save may legitimately take longer than a step
+        with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
             # No checkpoint of weights a non-finite step produced.
             verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
@@ -355,6 +314,7 @@ class Trainer:
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         state = self._state
         state.stage = stage
+        begin_run(state.trainer_state, stage)  # Lightning's trainer.state and .training, ... (states.py)
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
@@ -417,7 +377,8 @@ class Trainer:
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
-        hooks = state.hooks = HookDispatcher(self, model, self.callbacks)  # refuses what it cannot call
+        setup_profiler(self.profiler, stage, self, model, self.log_dir)
+        hooks = state.hooks = hook_dispatcher(self, model, self.callbacks, self.profiler)  # refuses what it cannot call
         # Lightning 1.x's on_before_accelerator_backend_setup: after prepare_data, before the setup hooks
         data.prepare(self, stage, before_setup=lambda: hooks.call_callbacks("on_before_accelerator_backend_setup"))
         if self.world_size > 1:
@@ -436,7 +397,8 @@ class Trainer:
         state.log_collector.metrics_source = runtime._metrics_source
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         if stage == "fit" and not state.optimizers:
-            returned = cast(Module, model).configure_optimizers()
+            with self.profiler.profile(f"[LightningModule]{type(model).__name__}.configure_optimizers"):
+                returned = cast(Module, model).configure_optimizers()
             optimizers, state.lr_scheduler_configs = parse_optimizers(
                 returned,
                 type(model).__name__,
@@ -458,6 +420,7 @@ class Trainer:
             inference_mode=self.inference_mode,
             batch_hooks=choose_batch_hooks(model, data.datamodule),
             modules_restored=restored,
+            profiler=self.profiler,
         )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
@@ -473,6 +436,7 @@ class Trainer:
         return self.runtime._load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
+        interrupt_run(self.state)
         if self.hooks is not None:
             self.hooks.call_exception_hooks(exc, self.datamodule)
 
@@ -483,9 +447,12 @@ class Trainer:
             data.teardown(stage)
             self.hooks.call_callbacks("teardown", stage)
             self.hooks.call_module("teardown", stage)
+        end_run(self.state, succeeded=status == "success")
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
+        if status == "success":
+            self.profiler.describe()  # the stage's report, as Lightning writes it
 
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""

@@ -16,6 +16,7 @@ from trainmesh.callbacks.base import callback_states, load_callback_state
 from trainmesh.trainer.legacy_hooks import LegacyQueue
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor
+from trainmesh.trainer.states import TrainerFn, TrainerState, TrainerStatus
 from trainmesh.trainer_view import TrainerView
 
 
@@ -34,6 +35,7 @@ class WorkerOutcome:
     logger_versions: list[int | str | None] = field(default_factory=list)
     # What the module's Lightning 1.x add_to_queue(queue) put, for its get_from_queue(queue) (legacy_hooks.py).
     queue: list[Any] = field(default_factory=list)
+    stage: str | None = None  # the entry point the workers ran (trainer.state.fn)
 
     @classmethod
     def capture(cls, trainer: TrainerView, result: Any) -> WorkerOutcome:
@@ -49,6 +51,7 @@ class WorkerOutcome:
             callback_states=callback_states(trainer.callbacks),
             logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
             queue=_queued(trainer.lightning_module),
+            stage=trainer.stage,
         )
 
     def adopt(self, state: LoopState, trainer: TrainerView, model: Any) -> Any:
@@ -59,6 +62,8 @@ class WorkerOutcome:
         state.epoch_metrics = dict(self.metrics)
         state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         state.current_epoch, state.global_step = self.current_epoch, self.global_step
+        # As Lightning's spawn launcher: the workers' finished state (states.py)
+        state.trainer_state = TrainerState(TrainerStatus.FINISHED, TrainerFn(self.stage) if self.stage else None)
         for callback in trainer.callbacks:
             load_callback_state(callback, self.callback_states)
         for logger, version in zip(trainer.loggers, self.logger_versions):

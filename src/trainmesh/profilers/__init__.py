@@ -1,0 +1,37 @@
+"""Profilers, as Lightning 2.6's (``lightning.pytorch.profilers``): ``Trainer(profiler="simple" |
+"advanced" | "pytorch" | a Profiler)`` records each hook call and loop step it wraps, and writes a
+report at the end of each stage.
+
+>>> from trainmesh.profilers import SimpleProfiler
+>>> profiler = SimpleProfiler(dirpath=".", filename="perf")  # ./fit-perf.txt after trainer.fit
+
+Each class is imported when first named (cProfile, pstats and torch.profiler take a while to
+import): the Trainer imports only the interface.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from trainmesh.profilers.profiler import PassThroughProfiler, Profiler
+
+if TYPE_CHECKING:
+    from trainmesh.profilers.advanced import AdvancedProfiler
+    from trainmesh.profilers.pytorch import PyTorchProfiler
+    from trainmesh.profilers.simple import SimpleProfiler
+
+_LAZY = {
+    "AdvancedProfiler": "trainmesh.profilers.advanced",
+    "PyTorchProfiler": "trainmesh.profilers.pytorch",
+    "SimpleProfiler": "trainmesh.profilers.simple",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler"]

@@ -1,0 +1,80 @@
+"""``Trainer(overfit_batches=...)``, as Lightning 2.6 defines it: fit trains and validates on the
+same first batches every epoch (a count, or a fraction of each loader): ``limit_train_batches`` and
+``limit_val_batches`` become ``overfit_batches``, and a loader that shuffles is read in order instead
+(with Lightning's warning), in fit only.
+
+>>> overfit_limits(2, None, 0.5)
+(2, 2)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+from trainmesh.trainer.data_source import DataSource
+from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+_PREFIX = {"train": "train", "validate": "val"}
+
+
+def overfit_limits(
+    overfit_batches: int | float, limit_train: int | float | None, limit_val: int | float | None
+) -> tuple[int | float | None, int | float | None]:
+    """The train and validation limits: ``overfit_batches`` for both where it is set (above 0)."""
+    if isinstance(overfit_batches, bool) or not isinstance(overfit_batches, (int, float)) or overfit_batches < 0:
+        raise ValueError(
+            f"overfit_batches={overfit_batches!r}: give a number of batches (int) or a fraction (float in [0, 1])"
+        )
+    if isinstance(overfit_batches, float) and overfit_batches > 1.0:
+        raise ValueError(f"overfit_batches={overfit_batches}: a float is a fraction of the batches, in [0, 1]")
+    if overfit_batches > 0:
+        return overfit_batches, overfit_batches
+    return limit_train, limit_val
+
+
+class _OverfitData(DataSource):
+    """The fit's loaders read in order (training's and validation's)."""
+
+    def loaders(self, kind: str, *, required: bool) -> list[Any]:
+        found = super().loaders(kind, required=required)
+        if kind not in _PREFIX or all(_in_order(loader) for loader in found):
+            return found
+        prefix = _PREFIX[kind]
+        rank_zero_warn(
+            f"You requested to overfit but enabled {prefix} dataloader shuffling."
+            f" We are turning off the {prefix} dataloader shuffling for you."
+        )
+        return [_sequential(loader) for loader in found]
+
+
+def for_overfit(data: DataSource, overfit_batches: int | float) -> DataSource:
+    """``data`` for a fit with ``overfit_batches``; unchanged without."""
+    if not overfit_batches:
+        return data
+    return _OverfitData(datamodule=data.datamodule, model=data.model, given=data.given)
+
+
+def _in_order(loader: Any) -> bool:
+    return not hasattr(loader, "sampler") or isinstance(loader.sampler, SequentialSampler)
+
+
+def _sequential(loader: Any) -> Any:
+    """A copy of ``loader`` reading its dataset in order, in batches of the same size."""
+    if not isinstance(loader, DataLoader) or not hasattr(loader, "dataset"):
+        return loader
+    order = SequentialSampler(loader.dataset)  # type: ignore[arg-type]
+    if loader.batch_sampler is None:
+        clone = copy.copy(loader)
+        object.__setattr__(clone, "sampler", order)
+        object.__setattr__(clone, "_iterator", None)
+        return clone
+    batch_size = int(getattr(loader.batch_sampler, "batch_size", None) or loader.batch_size or 1)
+    drop_last = getattr(loader.batch_sampler, "drop_last", loader.drop_last)
+    clone = replace_batch_sampler(loader, BatchSampler(order, batch_size, drop_last))
+    object.__setattr__(clone, "batch_size", batch_size)
+    object.__setattr__(clone, "drop_last", drop_last)
+    return clone

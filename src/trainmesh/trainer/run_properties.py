@@ -1,0 +1,77 @@
+"""The Trainer's read-only properties of where the run is (its strategy, ranks, loggers,
+metrics, the callbacks Lightning names) and Lightning's ``trainer.state`` with its flags
+(states.py): kept out of trainer.py, which holds the loop's entry points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainmesh.runtime import Runtime
+from trainmesh.trainer import publishing
+from trainmesh.trainer.states import RunningStageFlags
+
+
+class RunProperties(RunningStageFlags):
+    """Where the run is, for callbacks and the Module; the Trainer is one."""
+
+    runtime: Runtime
+    loggers: list[Any]
+    callbacks: list[Any]
+    default_root_dir: str
+    module: Any
+
+    # ---- where the run is ---------------------------------------------------------------------
+    @property
+    def precision(self) -> str:
+        return self.runtime.precision.name
+
+    @property
+    def global_rank(self) -> int:
+        return self.runtime.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.runtime.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.runtime.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.runtime.is_global_zero
+
+    @property
+    def logger(self) -> Any:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+
+    @property
+    def lightning_module(self) -> Any:
+        return self.module
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Latest value of every logged metric (scalar tensors); see publishing.callback_metrics."""
+        return publishing.callback_metrics(self._state)
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        return publishing.progress_bar_metrics(self._state)
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        from trainmesh.callbacks.early_stopping import EarlyStopping
+
+        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)

@@ -1,0 +1,73 @@
+"""Lightning's ``utilities.model_helpers``: ``is_overridden`` (whether an object's class replaces a
+hook of its trainmesh base class) and ``get_torchvision_model``, as Lightning 2.6 defines them.
+
+>>> import trainmesh as tm
+>>> class Net(tm.Module):
+...     def training_step(self, batch, batch_idx):
+...         return None
+>>> is_overridden("training_step", Net()), is_overridden("on_fit_start", Net())
+(True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+from unittest.mock import Mock
+
+from torch import nn
+
+# The bases whose hooks a program may override, by where they are defined: this low layer does
+# not import the Module, DataModule or Callback modules (they are above it), so it finds the base
+# among the instance's classes, the first of these in its method resolution order.
+_BASES = {
+    ("trainmesh.module", "Module"),
+    ("trainmesh.datamodule", "DataModule"),
+    ("trainmesh.callbacks.base", "Callback"),
+}
+
+
+def _trainmesh_base(instance: object) -> type | None:
+    return next((cls for cls in type(instance).__mro__ if (cls.__module__, cls.__qualname__) in _BASES), None)
+
+
+def is_overridden(method_name: str, instance: object | None = None, parent: type | None = None) -> bool:
+    """Whether ``instance`` implements ``method_name`` differently from ``parent`` (by default its
+    trainmesh Module, DataModule or Callback base). ``instance`` None: False. A function wrapped with
+    ``functools.wraps``, a ``Mock(wraps=...)`` and a ``functools.partial`` count as what they wrap.
+    """
+    if instance is None:
+        return False  # Lightning's: `self.lightning_module` may be None
+    if parent is None:
+        parent = _trainmesh_base(instance)
+        if parent is None:
+            raise ValueError("Expected a parent")
+    instance_attr: Any = getattr(instance, method_name, None)
+    if instance_attr is None:
+        return False
+    if hasattr(instance_attr, "__wrapped__"):
+        instance_attr = instance_attr.__wrapped__
+    if isinstance(instance_attr, Mock):
+        instance_attr = instance_attr._mock_wraps
+    elif isinstance(instance_attr, functools.partial):
+        instance_attr = instance_attr.func
+    if instance_attr is None:
+        return False
+    parent_attr: Any = getattr(parent, method_name, None)
+    if parent_attr is None:
+        raise ValueError("The parent should define the method")
+    if hasattr(parent_attr, "__wrapped__"):
+        parent_attr = parent_attr.__wrapped__
+    return bool(instance_attr.__code__ != parent_attr.__code__)
+
+
+def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
+    """``torchvision.models.get_model(model_name, **kwargs)``; torchvision must be installed."""
+    try:
+        from torchvision import models  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "get_torchvision_model needs torchvision, which is not installed: `pip install torchvision`"
+        ) from error
+    model: nn.Module = models.get_model(model_name, **kwargs)
+    return model
