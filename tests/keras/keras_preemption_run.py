@@ -9,7 +9,8 @@ python keras_preemption_run.py ROOT resume   -> the same fit again (it resumes b
 
 Each worker runs in a folder of its own, ROOT/cwd.rank{R}: rank 0's alone may get the saved state, and the
 other ranks resume from it without seeing it. The fit has what makes an exact resume hard: shuffle=True,
-a Dropout without a seed (both draw from torch's generator), Adam's state, a mid-epoch stop.
+a Dropout without a seed (both draw from torch's generator), Adam's state, a mid-epoch stop, and a custom
+train_step applying a second optimizer (the head's), whose state must come back too.
 """
 
 import faulthandler
@@ -32,7 +33,31 @@ def build():
 
     keras.backend.clear_session()  # the same variable paths in each fit of a process
     keras.utils.set_random_seed(0)
-    model = keras.Sequential(
+
+    class HeadOptimizer(keras.Sequential):
+        """keras-io's custom train_step (PyTorch guide), with the last layer trained by an optimizer of
+        its own: its Adam state must be saved and given back on resume like model.optimizer's."""
+
+        def compile(self, head_optimizer=None, **kwargs):
+            super().compile(**kwargs)
+            self.head_optimizer = head_optimizer
+
+        def train_step(self, data):
+            x, y = data
+            self.zero_grad()
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+            loss.backward()
+            head = self.layers[-1].trainable_weights
+            body = [v for v in self.trainable_weights if not any(v is h for h in head)]
+            with torch.no_grad():
+                self.optimizer.apply([v.value.grad for v in body], body)
+                self.head_optimizer.apply([v.value.grad for v in head], head)
+            for metric in self.metrics:
+                metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+    model = HeadOptimizer(
         [
             keras.Input((12,)),
             keras.layers.Dense(16, activation="relu"),
@@ -40,7 +65,12 @@ def build():
             keras.layers.Dense(1, activation="sigmoid"),
         ]
     )
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        head_optimizer=keras.optimizers.Adam(0.02),
+        loss="binary_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 
@@ -62,6 +92,7 @@ def fit(callbacks: list) -> dict:
     return {
         "variables": {v.path: np.array(v.numpy()) for v in model.variables},
         "optimizer": [np.array(v.numpy()) for v in model.optimizer.variables],
+        "head_optimizer": [np.array(v.numpy()) for v in model.head_optimizer.variables],
         "history": history.history,
         "epoch": history.epoch,
     }

@@ -79,6 +79,7 @@ def test_sigterm_stops_every_process_after_one_batch_saves_on_rank_0_and_exits_7
     assert state["epoch"] * BATCHES_PER_EPOCH + state["batches"] == step, explain(runs)
     assert [logs["epoch"] for logs in state["logs"]] == list(range(state["epoch"])), explain(runs)
     assert len(state["ranks"]) == 2  # each process's metric totals and random generators
+    assert list(state["other_optimizers"]) == ["head_optimizer"] and not state["unnamed_optimizers"], explain(runs)
 
 
 def test_the_rerun_resumes_and_ends_bit_identical_to_the_fit_never_stopped(runs):
@@ -94,6 +95,9 @@ def test_the_rerun_resumes_and_ends_bit_identical_to_the_fit_never_stopped(runs)
             assert np.array_equal(value, reference["variables"][path]), (name, path)
         assert len(result["optimizer"]) == len(reference["optimizer"]) > 0
         assert all(np.array_equal(a, b) for a, b in zip(result["optimizer"], reference["optimizer"])), name
+        # The optimizer the custom train_step applies besides model.optimizer resumed with its state.
+        assert len(result["head_optimizer"]) == len(reference["head_optimizer"]) > 0
+        assert all(np.array_equal(a, b) for a, b in zip(result["head_optimizer"], reference["head_optimizer"])), name
         assert result["history"] == reference["history"], name  # every epoch, the ones before the stop too
         assert result["epoch"] == reference["epoch"], name
 

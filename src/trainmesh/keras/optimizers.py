@@ -26,6 +26,21 @@ from typing import Any
 Through = Callable[[Any, Callable[..., Any], Any, Any], Any]
 
 _applying = [False]  # inside an apply that went through: inner optimizers' applies are Keras' own
+# The optimizers whose apply went through during this fit, in the order they first applied; and
+# what to do before an optimizer's first apply (a resumed fit's saved state: preemption.py).
+_applied: list[Any] = []
+_before_first_apply: dict[int, Callable[[Any, Any], None]] = {}
+
+
+def applied_optimizers() -> list[Any]:
+    """The optimizers whose ``apply`` went through since the fit began (outermost ones only)."""
+    return list(_applied)
+
+
+def before_first_apply(optimizer: Any, action: Callable[[Any, Any], None]) -> None:
+    """Run ``action(optimizer, variables)`` just before ``optimizer`` first applies gradients in this
+    fit, when the variables it optimizes are known (a Keras optimizer builds its state on them)."""
+    _before_first_apply[id(optimizer)] = action
 
 
 def keras_classes_with_apply() -> list[type]:
@@ -45,6 +60,7 @@ def keras_classes_with_apply() -> list[type]:
 def every_apply_through(through: Through) -> Iterator[None]:
     """Each Keras optimizer's ``apply`` calls ``through`` within the block (not nested ones)."""
     keras_methods = {cls: vars(cls)["apply"] for cls in keras_classes_with_apply()}
+    _applied.clear()
     for cls, keras_apply in keras_methods.items():
         type.__setattr__(cls, "apply", _routed(keras_apply, through))
     try:
@@ -52,6 +68,7 @@ def every_apply_through(through: Through) -> Iterator[None]:
     finally:
         for cls, keras_apply in keras_methods.items():
             type.__setattr__(cls, "apply", keras_apply)
+        _before_first_apply.clear()
 
 
 def _routed(keras_apply: Callable[..., Any], through: Through) -> Callable[..., Any]:
@@ -61,6 +78,11 @@ def _routed(keras_apply: Callable[..., Any], through: Through) -> Callable[..., 
             return keras_apply(self, grads, trainable_variables)
         _applying[0] = True
         try:
+            if not any(seen is self for seen in _applied):
+                _applied.append(self)
+                action = _before_first_apply.pop(id(self), None)
+                if action is not None:
+                    action(self, trainable_variables)
             return through(self, keras_apply, grads, trainable_variables)
         finally:
             _applying[0] = False

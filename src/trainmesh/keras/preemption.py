@@ -24,6 +24,7 @@ ends normally removes the saved state, so that the next run of the script starts
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -35,6 +36,7 @@ import torch
 
 from trainmesh.keras.arguments import assign_values, variable_values
 from trainmesh.keras.data import num_samples
+from trainmesh.keras.optimizers import applied_optimizers, before_first_apply
 from trainmesh.runtime import Runtime
 
 FOLDER = "trainmesh_keras"  # under the working directory: where the script is run again
@@ -99,7 +101,8 @@ class KerasPreemption:
         if self.runtime.global_rank == 0 and reason is not None:
             said = f"resuming from {path}" if found else "but there is no saved state: training starts afresh"
             print(f"trainmesh: {reason}: {said}", flush=True)
-        small = None if found is None else {k: v for k, v in found.items() if k not in ("variables", "optimizer")}
+        big = ("variables", "optimizer", "other_optimizers")
+        small = None if found is None else {k: v for k, v in found.items() if k not in big}
         small = self.runtime.broadcast(small, 0)
         self.resumed, self._variables = small, found
         if small is not None:
@@ -112,11 +115,30 @@ class KerasPreemption:
         optimizer = self.model.optimizer
         if not optimizer.built:  # every rank: the broadcast covers the optimizer's variables too
             optimizer.build(self.model.trainable_variables)
+        others = self._variables.get("other_optimizers", {}) if self._variables is not None else None
         if self._variables is not None:
             assign_values(self.model.variables, self._variables["variables"])
             assign_values(optimizer.variables, self._variables["optimizer"])
             self._variables = None
+        self._restore_other_optimizers(self.runtime.broadcast(others, 0))
         self.model._initial_epoch = self.resumed["epoch"]  # where Keras' fit loop starts
+
+    def _restore_other_optimizers(self, saved: dict[str, list[Any]]) -> None:
+        """The optimizers a custom ``train_step`` applied besides ``model.optimizer`` (a GAN's
+        ``d_optimizer``, ``g_optimizer``) take their saved state before their first apply (every rank:
+        the values were broadcast, and these optimizers are not among the variables broadcast later)."""
+        unnamed = self.resumed.get("unnamed_optimizers", []) if self.resumed else []
+        missing = [name for name in saved if not _is_keras_optimizer(getattr(self.model, name, None))]
+        if unnamed or missing:
+            raise ValueError(
+                f"the preempted fit applied optimizers whose state this run cannot give back "
+                f"({unnamed or missing}): {'made inside train_step, not held by the model' if unnamed else 'no longer attributes of the model'}, "
+                "so they would restart from scratch and the resumed fit would differ from the one never stopped; "
+                "keep each optimizer a train_step applies as an attribute of the model (as compile(d_optimizer=...) "
+                f"does in keras-io's GAN guide), or delete {self.folder} to start afresh"
+            )
+        for name, values in saved.items():
+            before_first_apply(getattr(self.model, name), functools.partial(_built_with, values=values))
 
     def epoch_begins(self, epoch: int) -> None:
         """After Keras reset the metrics, before it draws the epoch's data order."""
@@ -154,6 +176,8 @@ class KerasPreemption:
         ranks = self.runtime.all_gather_object(mine)
         if self.runtime.global_rank == 0:
             optimizer = self.model.optimizer
+            others = [o for o in applied_optimizers() if o is not optimizer]
+            named = {name: o for name, o in vars(self.model).items() if any(o is other for other in others)}
             state = {
                 "fingerprint": self.fingerprint,
                 "epoch": self.epoch,
@@ -162,6 +186,9 @@ class KerasPreemption:
                 "ranks": ranks,
                 "variables": variable_values(self.model),
                 "optimizer": [np.array(v.numpy()) for v in optimizer.variables] if optimizer.built else [],
+                # Every rank's copy is the same (their gradients were averaged): rank 0's stands for all.
+                "other_optimizers": {name: [np.array(v.numpy()) for v in o.variables] for name, o in named.items()},
+                "unnamed_optimizers": [type(o).__name__ for o in others if not any(o is n for n in named.values())],
             }
             os.makedirs(os.path.dirname(path), exist_ok=True)
             partial = path + ".partial"
@@ -188,3 +215,13 @@ class KerasPreemption:
         for name in names:
             before = [logs[name] for logs in earlier if name in logs]
             history.history[name] = before + list(history.history.get(name, []))
+
+
+def _is_keras_optimizer(obj: Any) -> bool:
+    return obj is not None and callable(getattr(obj, "apply", None)) and hasattr(obj, "variables")
+
+
+def _built_with(optimizer: Any, variables: Any, *, values: list[Any]) -> None:
+    if not optimizer.built:
+        optimizer.build(variables)
+    assign_values(optimizer.variables, values)
