@@ -94,6 +94,7 @@ COVERED_BY: dict[str, list[str]] = {
     "scaling/measure.py": ["scaling/test_scale_command.py"],
     "scaling/report.py": ["scaling/test_analysis_and_report.py", "scaling/test_verdict_mfu_tokens.py"],
     "strategies/__init__.py": ["trainer/test_bad_input.py", "strategies/test_capabilities.py"],
+    "strategies/registry.py": ["strategies/test_capabilities.py", "test_memory_estimate.py"],
     "strategies/arguments.py": ["callbacks/test_model_checkpoint_weights_only.py", "trainer/test_lightning_api.py"],
     "strategies/auto.py": ["test_memory_estimate.py"],
     "strategies/checkpoint.py": ["strategies/test_fsdp.py", "trainer/test_checkpointing.py"],

@@ -17,8 +17,7 @@ from trainmesh.seed import seed_everything
 from trainmesh.strategies.fault_tolerance import FaultTolerance
 from trainmesh.trainer.trainer import Trainer
 from trainmesh.utilities.rank_zero import rank_zero_only
-
-__version__ = "0.1.0"
+from trainmesh.version import __version__
 
 # The package's logger, as Lightning programs import it (`from lightning.pytorch import _logger`):
 # INFO and above are shown, on stderr unless the program configured logging itself.

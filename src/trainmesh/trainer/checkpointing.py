@@ -43,7 +43,7 @@ def build_checkpoint(
 ) -> dict[str, Any]:
     """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive.
     ``hpc``: the checkpoint a stop signal saves (the module's 1.x ``on_hpc_save`` sees it)."""
-    from trainmesh import __version__
+    from trainmesh.version import __version__
 
     if weights_only:
         return _weights_only_checkpoint(state, runtime, __version__)
