@@ -38,6 +38,7 @@ COVERED_BY: dict[str, list[str]] = {
     "checkpoint/load_checks.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/shard_digest.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/keys.py": ["trainer/test_checkpointing.py"],
+    "utilities/compiled.py": ["callbacks/test_throughput.py", "strategies/test_compile.py"],
     "checkpoint/saves.py": ["trainer/test_checkpoint_saves.py"],
     "checkpoint/paths.py": [
         "trainer/test_last_checkpoint_dirs.py",

@@ -24,7 +24,6 @@ from trainmesh.trainer.legacy_hooks import LEGACY_CALLBACK_STATES, call_datamodu
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ def build_checkpoint(
         "per_rank": runtime.all_gather_object(
             {
                 "rng": capture_rng_state() if stop is None else stop.rng,
-                "pending_gradients": _pending_gradients(state, trainer.accumulate_grad_batches),
+                "pending_gradients": _pending_gradients(state, runtime, trainer.accumulate_grad_batches),
                 "epoch_outputs": apply_to_tensors(
                     loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
                 ),
@@ -141,13 +140,13 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     return checkpoint
 
 
-def _pending_gradients(state: LoopState, accumulate: int) -> list[torch.Tensor | None] | None:
+def _pending_gradients(state: LoopState, runtime: Runtime, accumulate: int) -> list[torch.Tensor | None] | None:
     """Gradients accumulated over micro-batches that no optimizer step has used yet."""
     if accumulate == 1 or state.loop.batches_done % accumulate == 0:
         return None
+    if runtime.capabilities.splits_parameters:  # pieces of gradients: a resume restarts the window (see notes)
+        return None
     params = list(state.module.parameters())
-    if any(is_dtensor(p) for p in params):
-        return None  # sharded gradients: a resume restarts the accumulation window (see notes)
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
 

@@ -53,7 +53,7 @@ def run_fit(
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
-    check_truncated_backprop(state.module, runtime.strategy_name, manual=manual, optimizers=len(state.optimizers))
+    check_truncated_backprop(state.module, runtime, manual=manual, optimizers=len(state.optimizers))
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)

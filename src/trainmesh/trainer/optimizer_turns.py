@@ -41,9 +41,6 @@ from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
 # ``batches`` below: automatic_optimization.TrainingBatches (not imported: it imports this module).
 
-# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_optimizer_idx.py).
-_TESTED_STRATEGIES = ("single", "ddp")
-
 
 class WithOptimizerIdx:
     """``training_step(batch, batch_idx)`` called as ``training_step(batch, batch_idx, index)``; a plain
@@ -85,7 +82,7 @@ def optimizer_turns(batches: Any) -> OptimizerTurns | None:
     if count == 1 or batches.manual:
         return None  # one optimizer: its index, 0
     strategy = ctx.runtime.strategy_name
-    if strategy not in _TESTED_STRATEGIES:
+    if not ctx.runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_optimizer_idx.py)
         raise ValueError(
             f"{name}.training_step(batch, batch_idx, optimizer_idx) with {count} optimizers (Lightning 1.x's automatic "
             f"optimization) runs under strategy 'single' or 'ddp', where its weights are checked against Lightning "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections.abc
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,8 +33,9 @@ from trainmesh.strategies.step import StepResult
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 
-# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_tbptt.py).
-_TESTED_STRATEGIES = ("single", "ddp")
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
+
 _INSTEAD = (
     "the 2.x way is manual optimization (self.automatic_optimization = False; in training_step split the batch "
     "along time yourself, carry the hidden state, detached, from one piece to the next, and call "
@@ -42,8 +43,10 @@ _INSTEAD = (
 )
 
 
-def check_truncated_backprop(module: Any, strategy: str, *, manual: bool, optimizers: int) -> None:
-    """Before training: refuse what 1.9's loop is not run for here, and say once that it runs (1.x, deprecated)."""
+def check_truncated_backprop(module: Any, runtime: Runtime, *, manual: bool, optimizers: int) -> None:
+    """Before training: refuse what 1.9's loop is not run for here (among it, a strategy whose capabilities
+    do not include Lightning 1.x's loops), and say once that it runs (1.x, deprecated)."""
+    strategy = runtime.strategy_name
     steps, name = getattr(module, "truncated_bptt_steps", 0), type(module).__name__
     if not steps:
         if callable(getattr(type(module), "tbptt_split_batch", None)):
@@ -59,7 +62,7 @@ def check_truncated_backprop(module: Any, strategy: str, *, manual: bool, optimi
         why = "trainmesh runs it in automatic optimization only; with automatic_optimization = False split the batch in training_step yourself"
     elif optimizers != 1:
         why = f"trainmesh runs it with one optimizer; configure_optimizers returned {optimizers}"
-    elif strategy not in _TESTED_STRATEGIES:
+    elif not runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_tbptt.py)
         why = f"it runs under strategy 'single' or 'ddp', where its weights are checked against Lightning 1.9's; not under '{strategy}'"
     if why is not None:
         raise ValueError(
