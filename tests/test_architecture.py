@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN.md, checked statically over the source with ``ast``.
+"""The layering rules of docs/architecture.md, checked statically over the source with ``ast``.
 
 Nothing here imports trainmesh: the checks read the files, so they are fast and they still
 run when an import-time bug would hide a violation. Each checker is a plain function from a
@@ -339,6 +339,50 @@ def strategy_reach(source: Source, *, allowed_property_class: str | None = None)
     return sorted(set(found), key=_by_line)
 
 
+def _names_a_strategy(node: ast.expr) -> bool:
+    """``runtime.strategy.name``, ``self.strategy.name``, ``strategy.name``, ``runtime.strategy_name``,
+    ``strategy_name``, ``strategy``: an expression that is (or names) the run's strategy's name."""
+    if isinstance(node, ast.Name):  # ``strategy = runtime.strategy_name`` read once, then compared
+        return node.id in ("strategy_name", "strategy")
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "strategy_name":
+        return True
+    owner = node.value
+    named_strategy = (isinstance(owner, ast.Attribute) and owner.attr == "strategy") or (
+        isinstance(owner, ast.Name) and owner.id == "strategy"
+    )
+    return node.attr == "name" and named_strategy
+
+
+def _string_literals(node: ast.expr, tables: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_string_literals(item, set()) for item in node.elts)
+    return isinstance(node, ast.Name) and node.id in tables
+
+
+def strategy_name_comparisons(source: Source) -> list[str]:
+    """(i) Outside ``strategies/``: a strategy's name compared with a string literal, a collection of
+    them, or a module-level table of them (``runtime.strategy.name == "zero1"``, ``strategy_name not
+    in _TESTED_STRATEGIES``). What differs between strategies is a field of their capabilities."""
+    tables = set()
+    for node in source.tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _string_literals(node.value, set()) and not isinstance(node.value, ast.Constant):
+                tables |= {t.id for t in targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_names_a_strategy(side) for side in sides) and any(_string_literals(side, tables) for side in sides):
+            found.append(entry(source, node, f"strategy name compared: {ast.unparse(node)}"))
+    return found
+
+
 def one_door(source: Source) -> list[str]:
     """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
     strategies, checkpoint/'s internals or the supervision service, other than the value types
@@ -584,6 +628,13 @@ def test_trainer_side_has_one_door() -> None:
     )
 
 
+def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
+    found = [
+        e for s in sources() if not within(s.module, ["trainmesh.strategies"]) for e in strategy_name_comparisons(s)
+    ]
+    assert not found, _report(found, "a strategy's name compared with a literal (read its capabilities instead)")
+
+
 def test_lower_layers_never_import_higher_ones() -> None:
     modules = known_modules()
     reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
@@ -687,6 +738,22 @@ VIOLATIONS = [
     ),
     (strategy_reach, "import trainmesh.strategies.ddp\n", "snippet.py:1: import trainmesh.strategies.ddp"),
     (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
+    (
+        strategy_name_comparisons,
+        "def f(runtime):\n    if runtime.strategy.name == 'zero1':\n        pass\n",
+        "snippet.py:2: strategy name compared",
+    ),
+    (
+        strategy_name_comparisons,
+        "_TESTED = ('single', 'ddp')\ndef f(ctx):\n    return ctx.runtime.strategy_name not in _TESTED\n",
+        "snippet.py:3: strategy name compared",
+    ),
+    (
+        strategy_name_comparisons,
+        "def f(ctx):\n    strategy = ctx.runtime.strategy_name\n    return strategy in ('dp', 'ddp2')\n",
+        "snippet.py:3: strategy name compared",
+    ),
+    (strategy_name_comparisons, "ok = self.strategy.name != 'fsdp'\n", "snippet.py:1: strategy name compared"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
     (
@@ -755,6 +822,11 @@ CLEAN = [
         "env.update(B='2')\nsubprocess.run([], env={**os.environ, 'A': '1'})\n",
     ),
     (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
+    (
+        strategy_name_comparisons,
+        "def f(runtime, name):\n    if runtime.capabilities.keras_fit and name == 'fit':\n        pass\n"
+        "    message = f'not under {runtime.strategy_name!r}'\n    same = runtime.strategy.name == other.name\n",
+    ),
     (
         strategy_reach,
         "from trainmesh.strategies.step import StepResult\nfrom trainmesh.strategies import step\n"
@@ -915,6 +987,9 @@ if __name__ == "__main__":
             test_the_module_and_the_callbacks_never_import_the_trainer
         ),
         "test_no_import_cycles": test_no_import_cycles,
+        "test_no_strategy_name_is_compared_outside_the_strategies": (
+            test_no_strategy_name_is_compared_outside_the_strategies
+        ),
         "test_files_are_short": test_files_are_short,
     }
     for name, check in checks.items():
