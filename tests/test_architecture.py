@@ -107,6 +107,29 @@ TRAINER_USERS = {
 }
 
 
+# Lightning 1.x's package, and the two doors through which the core enters it (docs/architecture.md).
+LIGHTNING1 = "trainmesh.trainer.lightning1"
+LIGHTNING1_DOORS = ("trainmesh.trainer.optimization.runners", "trainmesh.trainer.hooks")
+# Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
+GLOBAL_STEP_WRITERS = {
+    ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
+    ("trainmesh.trainer.checkpointing", "restore_checkpoint"),  # a checkpoint's count
+    ("trainmesh.trainer.peer_state", "load_loop_state"),  # a live peer's (fault tolerance)
+    ("trainmesh.trainer.worker_outcome", "adopt"),  # the launched workers' count, in the launching process
+}
+# The names under which the Trainer side holds a user's module or callback.
+USER_OBJECTS = {"module", "pl_module", "model", "callback", "obj", "datamodule"}
+# Trainer-side files that still rebind a hook on a user's object for the run (Lightning 1.x's
+# signatures, hooks with fewer arguments): the design builds the arguments at the call site instead
+# (issue 35 build item 3; docs/architecture.md "What no test checks yet"). The list may only shrink.
+KNOWN_REBINDS = {
+    "src/trainmesh/trainer/hooks.py",
+    "src/trainmesh/trainer/lightning1/optimizer_hooks.py",
+    "src/trainmesh/trainer/lightning1/optimizer_turns.py",
+    "src/trainmesh/trainer/lightning1/tbptt.py",
+}
+
+
 # ---- reading the source -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
@@ -383,6 +406,76 @@ def strategy_name_comparisons(source: Source) -> list[str]:
     return found
 
 
+def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
+    """(j) An import of Lightning 1.x's package (``trainer/lightning1/``) from outside it, other than
+    from its two doors (the runner choice and the hook dispatcher)."""
+    if within(source.module, (LIGHTNING1, *LIGHTNING1_DOORS)):
+        return []
+    found = []
+    for statement in imports(source):
+        if any(within(target, (LIGHTNING1,)) for target in {statement.module, *import_targets(statement, modules)}):
+            found.append(
+                entry(source, statement.line, f"imports {statement.module} (enter through {LIGHTNING1_DOORS})")
+            )
+    return found
+
+
+def _enclosing_functions(tree: ast.AST) -> dict[int, str]:
+    """id(node) -> the name of the innermost function around it."""
+    names: dict[int, str] = {}
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            names[id(child)] = inner
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return names
+
+
+def global_step_writes(source: Source) -> list[tuple[str, str]]:
+    """(k) Every assignment to an attribute ``global_step`` (``=``, ``+=``, in a tuple), as
+    (entry, the function it is in)."""
+    functions = _enclosing_functions(source.tree)
+    found = []
+    for node in ast.walk(source.tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        flat = [t for target in targets for t in ast.walk(target)]
+        if any(isinstance(t, ast.Attribute) and t.attr == "global_step" for t in flat):
+            found.append((entry(source, node, f"global_step written: {ast.unparse(node)}"), functions[id(node)]))
+    return found
+
+
+def user_object_writes(source: Source) -> list[str]:
+    """(l) ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` where ``x`` is how the
+    Trainer side holds a user's module or callback (``USER_OBJECTS``) and ``name`` a hook (a variable
+    ``hook``, or a public name such as ``"training_step"``): a method rebound on the user's object.
+    The Module's own private state (``_toggled``, written by its ``toggle_optimizer``) is not a hook."""
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            continue
+        name = node.args[1]
+        names_a_hook = (isinstance(name, ast.Name) and name.id == "hook") or (
+            isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")
+        )
+        if not names_a_hook:
+            continue
+        func = node.func
+        is_setattr = (isinstance(func, ast.Name) and func.id == "setattr") or (
+            isinstance(func, ast.Attribute) and func.attr == "__setattr__"
+        )
+        target = node.args[0]
+        if is_setattr and isinstance(target, ast.Name) and target.id in USER_OBJECTS:
+            found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"))
+    return found
+
+
 def one_door(source: Source) -> list[str]:
     """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
     strategies, checkpoint/'s internals or the supervision service, other than the value types
@@ -633,6 +726,33 @@ def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
         e for s in sources() if not within(s.module, ["trainmesh.strategies"]) for e in strategy_name_comparisons(s)
     ]
     assert not found, _report(found, "a strategy's name compared with a literal (read its capabilities instead)")
+
+
+def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
+    modules = known_modules()
+    found = [e for s in sources() for e in lightning1_imports(s, modules)]
+    assert not found, _report(found, "Lightning 1.x's package entered other than through its two doors")
+
+
+def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
+    found = [
+        where
+        for s in sources()
+        for where, function in global_step_writes(s)
+        if (s.module, function) not in GLOBAL_STEP_WRITERS
+    ]
+    assert not found, _report(found, "global_step written outside count_optimizer_steps and the restores")
+
+
+def test_no_new_method_is_rebound_on_a_user_s_object() -> None:
+    found = [e for s in sources() if within(s.module, TRAINER_SIDE) for e in user_object_writes(s)]
+    files = {e.split(":")[0] for e in found}
+    # A file fixed leaves the list (it may only shrink): each listed file still rebinds.
+    assert KNOWN_REBINDS <= files, f"no longer rebinding, remove from KNOWN_REBINDS: {sorted(KNOWN_REBINDS - files)}"
+    assert files - KNOWN_REBINDS == set(), _report(
+        [e for e in found if e.split(":")[0] not in KNOWN_REBINDS],
+        "a trainer-side file writes onto a user's module or callback (build the arguments at the call site)",
+    )
 
 
 def test_lower_layers_never_import_higher_ones() -> None:
@@ -964,6 +1084,43 @@ def test_import_cycles_are_found_through_package_inits() -> None:
     assert import_cycles({("x", "y"): "x.py:1"}) == []
 
 
+def test_lightning1_imports_are_found_outside_the_doors() -> None:
+    modules = {LIGHTNING1: True, f"{LIGHTNING1}.tbptt": False}
+    text = "def f():\n    from trainmesh.trainer.lightning1.tbptt import split_batch\n"
+    (found,) = lightning1_imports(parse(text, module="trainmesh.trainer.fit_loop"), modules)
+    assert found.startswith("snippet.py:2: imports trainmesh.trainer.lightning1.tbptt"), found
+    (found,) = lightning1_imports(parse("from .lightning1 import tbptt\n", module="trainmesh.trainer.x"), modules)
+    assert found.startswith("snippet.py:1: imports trainmesh.trainer.lightning1"), found
+    for door in LIGHTNING1_DOORS:
+        assert lightning1_imports(parse(text, module=door), modules) == []
+
+
+def test_global_step_writes_are_found_with_their_function() -> None:
+    text = (
+        "def run(state):\n    state.global_step += 1\n"
+        "class W:\n    def adopt(self, state):\n        state.current_epoch, state.global_step = 1, 2\n"
+        "def read(trainer):\n    return trainer.global_step + 1\n"
+    )
+    found = global_step_writes(parse(text))
+    assert [(where.split(": ")[0], function) for where, function in found] == [
+        ("snippet.py:2", "run"),
+        ("snippet.py:5", "adopt"),
+    ], found
+
+
+def test_writes_onto_a_user_s_object_are_found() -> None:
+    text = (
+        "def f(module, callback, hook, wrapper):\n"
+        "    object.__setattr__(module, 'training_step', wrapper)\n"
+        "    setattr(callback, hook, wrapper)\n"
+        "    setattr(self_state, 'x', 1)\n"
+        "    object.__setattr__(self, 'x', 1)\n"
+        "    object.__setattr__(module, '_toggled', 1)\n"
+    )
+    found = user_object_writes(parse(text))
+    assert [e.split(": ")[0] for e in found] == ["snippet.py:2", "snippet.py:3"], found
+
+
 def test_file_and_function_lengths_are_measured() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES + 1))
     signature = '@decorator\ndef f(\n    a,\n    b,\n):\n    """Doc\n    string."""\n'
@@ -987,6 +1144,13 @@ if __name__ == "__main__":
             test_the_module_and_the_callbacks_never_import_the_trainer
         ),
         "test_no_import_cycles": test_no_import_cycles,
+        "test_only_the_runner_choice_and_the_dispatcher_enter_lightning1": (
+            test_only_the_runner_choice_and_the_dispatcher_enter_lightning1
+        ),
+        "test_global_step_is_written_in_one_place_and_by_the_restores": (
+            test_global_step_is_written_in_one_place_and_by_the_restores
+        ),
+        "test_no_new_method_is_rebound_on_a_user_s_object": test_no_new_method_is_rebound_on_a_user_s_object,
         "test_no_strategy_name_is_compared_outside_the_strategies": (
             test_no_strategy_name_is_compared_outside_the_strategies
         ),

@@ -57,14 +57,7 @@ def build_checkpoint(
         "format": CHECKPOINT_FORMAT,
         "epoch": state.current_epoch if stop is None else stop.epoch,
         "global_step": state.global_step,
-        "loop": {
-            "batches_done": loop.batches_done if stop is None else stop.batches_done,
-            # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
-            # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
-            "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
-            "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
-            "epoch_start_rng": loop.epoch_start_rng,
-        },
+        "loop": _loop_entry(state),
         "state_dict": pieces["model"],
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
@@ -75,15 +68,7 @@ def build_checkpoint(
         "train_results": _reduced_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
-        "per_rank": runtime.all_gather_object(
-            {
-                "rng": capture_rng_state() if stop is None else stop.rng,
-                "pending_gradients": _pending_gradients(state, runtime, trainer.accumulate_grad_batches),
-                "epoch_outputs": apply_to_tensors(
-                    loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
-                ),
-            }
-        ),
+        "per_rank": runtime.all_gather_object(_rank_entry(state, runtime, trainer.accumulate_grad_batches)),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     datamodule = state.datamodule
@@ -138,6 +123,29 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         module.on_save_checkpoint(checkpoint)
     call_datamodule_hook(state.datamodule, "on_save_checkpoint", checkpoint)  # Lightning 1.x's, here too
     return checkpoint
+
+
+def _loop_entry(state: LoopState) -> dict[str, Any]:
+    loop, stop = state.loop, state.loop.stopped_inside
+    return {
+        "batches_done": loop.batches_done if stop is None else stop.batches_done,
+        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
+        # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
+        "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
+        "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
+        "epoch_start_rng": loop.epoch_start_rng,
+    }
+
+
+def _rank_entry(state: LoopState, runtime: Runtime, accumulate: int) -> dict[str, Any]:
+    loop, stop = state.loop, state.loop.stopped_inside
+    return {
+        "rng": capture_rng_state() if stop is None else stop.rng,
+        "pending_gradients": _pending_gradients(state, runtime, accumulate),
+        "epoch_outputs": apply_to_tensors(
+            loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
+        ),
+    }
 
 
 def _pending_gradients(state: LoopState, runtime: Runtime, accumulate: int) -> list[torch.Tensor | None] | None:
