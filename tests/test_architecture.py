@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN.md, checked statically over the source with ``ast``.
+"""The layering rules of docs/architecture.md, checked statically over the source with ``ast``.
 
 Nothing here imports trainmesh: the checks read the files, so they are fast and they still
 run when an import-time bug would hide a violation. Each checker is a plain function from a
@@ -104,6 +104,29 @@ TRAINER_USERS = {
     "trainmesh.module": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks"),
     "trainmesh.manual_calls": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks", "trainmesh.module"),
     "trainmesh.callbacks": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.module", "trainmesh.manual_calls"),
+}
+
+
+# Lightning 1.x's package, and the two doors through which the core enters it (docs/architecture.md).
+LIGHTNING1 = "trainmesh.trainer.lightning1"
+LIGHTNING1_DOORS = ("trainmesh.trainer.optimization.runners", "trainmesh.trainer.hooks")
+# Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
+GLOBAL_STEP_WRITERS = {
+    ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
+    ("trainmesh.trainer.checkpointing", "restore_checkpoint"),  # a checkpoint's count
+    ("trainmesh.trainer.peer_state", "load_loop_state"),  # a live peer's (fault tolerance)
+    ("trainmesh.trainer.worker_outcome", "adopt"),  # the launched workers' count, in the launching process
+}
+# The names under which the Trainer side holds a user's module or callback.
+USER_OBJECTS = {"module", "pl_module", "model", "callback", "obj", "datamodule"}
+# Trainer-side files that still rebind a hook on a user's object for the run (Lightning 1.x's
+# signatures, hooks with fewer arguments): the design builds the arguments at the call site instead
+# (issue 35 build item 3; docs/architecture.md "What no test checks yet"). The list may only shrink.
+KNOWN_REBINDS = {
+    "src/trainmesh/trainer/hooks.py",
+    "src/trainmesh/trainer/lightning1/optimizer_hooks.py",
+    "src/trainmesh/trainer/lightning1/optimizer_turns.py",
+    "src/trainmesh/trainer/lightning1/tbptt.py",
 }
 
 
@@ -339,6 +362,120 @@ def strategy_reach(source: Source, *, allowed_property_class: str | None = None)
     return sorted(set(found), key=_by_line)
 
 
+def _names_a_strategy(node: ast.expr) -> bool:
+    """``runtime.strategy.name``, ``self.strategy.name``, ``strategy.name``, ``runtime.strategy_name``,
+    ``strategy_name``, ``strategy``: an expression that is (or names) the run's strategy's name."""
+    if isinstance(node, ast.Name):  # ``strategy = runtime.strategy_name`` read once, then compared
+        return node.id in ("strategy_name", "strategy")
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "strategy_name":
+        return True
+    owner = node.value
+    named_strategy = (isinstance(owner, ast.Attribute) and owner.attr == "strategy") or (
+        isinstance(owner, ast.Name) and owner.id == "strategy"
+    )
+    return node.attr == "name" and named_strategy
+
+
+def _string_literals(node: ast.expr, tables: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_string_literals(item, set()) for item in node.elts)
+    return isinstance(node, ast.Name) and node.id in tables
+
+
+def strategy_name_comparisons(source: Source) -> list[str]:
+    """(i) Outside ``strategies/``: a strategy's name compared with a string literal, a collection of
+    them, or a module-level table of them (``runtime.strategy.name == "zero1"``, ``strategy_name not
+    in _TESTED_STRATEGIES``). What differs between strategies is a field of their capabilities."""
+    tables = set()
+    for node in source.tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _string_literals(node.value, set()) and not isinstance(node.value, ast.Constant):
+                tables |= {t.id for t in targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_names_a_strategy(side) for side in sides) and any(_string_literals(side, tables) for side in sides):
+            found.append(entry(source, node, f"strategy name compared: {ast.unparse(node)}"))
+    return found
+
+
+def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
+    """(j) An import of Lightning 1.x's package (``trainer/lightning1/``) from outside it, other than
+    from its two doors (the runner choice and the hook dispatcher)."""
+    if within(source.module, (LIGHTNING1, *LIGHTNING1_DOORS)):
+        return []
+    found = []
+    for statement in imports(source):
+        if any(within(target, (LIGHTNING1,)) for target in {statement.module, *import_targets(statement, modules)}):
+            found.append(
+                entry(source, statement.line, f"imports {statement.module} (enter through {LIGHTNING1_DOORS})")
+            )
+    return found
+
+
+def _enclosing_functions(tree: ast.AST) -> dict[int, str]:
+    """id(node) -> the name of the innermost function around it."""
+    names: dict[int, str] = {}
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            names[id(child)] = inner
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return names
+
+
+def global_step_writes(source: Source) -> list[tuple[str, str]]:
+    """(k) Every assignment to an attribute ``global_step`` (``=``, ``+=``, in a tuple), as
+    (entry, the function it is in)."""
+    functions = _enclosing_functions(source.tree)
+    found = []
+    for node in ast.walk(source.tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        flat = [t for target in targets for t in ast.walk(target)]
+        if any(isinstance(t, ast.Attribute) and t.attr == "global_step" for t in flat):
+            found.append((entry(source, node, f"global_step written: {ast.unparse(node)}"), functions[id(node)]))
+    return found
+
+
+def user_object_writes(source: Source) -> list[str]:
+    """(l) ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` where ``x`` is how the
+    Trainer side holds a user's module or callback (``USER_OBJECTS``) and ``name`` a hook (a variable
+    ``hook``, or a public name such as ``"training_step"``): a method rebound on the user's object.
+    The Module's own private state (``_toggled``, written by its ``toggle_optimizer``) is not a hook."""
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            continue
+        name = node.args[1]
+        names_a_hook = (isinstance(name, ast.Name) and name.id == "hook") or (
+            isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")
+        )
+        if not names_a_hook:
+            continue
+        func = node.func
+        is_setattr = (isinstance(func, ast.Name) and func.id == "setattr") or (
+            isinstance(func, ast.Attribute) and func.attr == "__setattr__"
+        )
+        target = node.args[0]
+        if is_setattr and isinstance(target, ast.Name) and target.id in USER_OBJECTS:
+            found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"))
+    return found
+
+
 def one_door(source: Source) -> list[str]:
     """(h) On the Trainer side: an import from ``torch.distributed``, the launchers, the
     strategies, checkpoint/'s internals or the supervision service, other than the value types
@@ -397,18 +534,17 @@ def package_reexports(source: Source) -> dict[str, str]:
 
 
 def import_edges(all_sources: Iterable[Source]) -> dict[tuple[str, str], str]:
-    """(f) The module graph: (importer, imported) -> where, for every import statement.
-    Edges into a package ``__init__`` (imported for its re-exports) and edges out of one are
-    left out: a package's ``__init__`` importing its own submodules is not a cycle."""
+    """(f) The module graph: (importer, imported) -> where, for every import statement, a
+    package's ``__init__`` included both ways: importing a package runs its ``__init__``, and
+    that imports its submodules, so a circle through an ``__init__`` is a circle (``memory_estimate``
+    -> ``strategies/__init__`` -> ``strategies/auto`` -> ``memory_estimate`` was one)."""
     all_sources = list(all_sources)
     modules = {source.module: source.is_package for source in all_sources}
     edges: dict[tuple[str, str], str] = {}
     for source in all_sources:
-        if source.is_package:
-            continue
         for statement in imports(source):
             for target in import_targets(statement, modules):
-                if target in modules and not modules[target] and target != source.module:
+                if target in modules and target != source.module:
                     edges.setdefault((source.module, target), f"{source.path}:{statement.line}")
     return edges
 
@@ -585,6 +721,40 @@ def test_trainer_side_has_one_door() -> None:
     )
 
 
+def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
+    found = [
+        e for s in sources() if not within(s.module, ["trainmesh.strategies"]) for e in strategy_name_comparisons(s)
+    ]
+    assert not found, _report(found, "a strategy's name compared with a literal (read its capabilities instead)")
+
+
+def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
+    modules = known_modules()
+    found = [e for s in sources() for e in lightning1_imports(s, modules)]
+    assert not found, _report(found, "Lightning 1.x's package entered other than through its two doors")
+
+
+def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
+    found = [
+        where
+        for s in sources()
+        for where, function in global_step_writes(s)
+        if (s.module, function) not in GLOBAL_STEP_WRITERS
+    ]
+    assert not found, _report(found, "global_step written outside count_optimizer_steps and the restores")
+
+
+def test_no_new_method_is_rebound_on_a_user_s_object() -> None:
+    found = [e for s in sources() if within(s.module, TRAINER_SIDE) for e in user_object_writes(s)]
+    files = {e.split(":")[0] for e in found}
+    # A file fixed leaves the list (it may only shrink): each listed file still rebinds.
+    assert KNOWN_REBINDS <= files, f"no longer rebinding, remove from KNOWN_REBINDS: {sorted(KNOWN_REBINDS - files)}"
+    assert files - KNOWN_REBINDS == set(), _report(
+        [e for e in found if e.split(":")[0] not in KNOWN_REBINDS],
+        "a trainer-side file writes onto a user's module or callback (build the arguments at the call site)",
+    )
+
+
 def test_lower_layers_never_import_higher_ones() -> None:
     modules = known_modules()
     reexports = {s.module: package_reexports(s) for s in sources() if s.is_package}
@@ -688,6 +858,22 @@ VIOLATIONS = [
     ),
     (strategy_reach, "import trainmesh.strategies.ddp\n", "snippet.py:1: import trainmesh.strategies.ddp"),
     (strategy_reach, "from ..strategies.dp import X\n", "snippet.py:1: from trainmesh.strategies.dp import X"),
+    (
+        strategy_name_comparisons,
+        "def f(runtime):\n    if runtime.strategy.name == 'zero1':\n        pass\n",
+        "snippet.py:2: strategy name compared",
+    ),
+    (
+        strategy_name_comparisons,
+        "_TESTED = ('single', 'ddp')\ndef f(ctx):\n    return ctx.runtime.strategy_name not in _TESTED\n",
+        "snippet.py:3: strategy name compared",
+    ),
+    (
+        strategy_name_comparisons,
+        "def f(ctx):\n    strategy = ctx.runtime.strategy_name\n    return strategy in ('dp', 'ddp2')\n",
+        "snippet.py:3: strategy name compared",
+    ),
+    (strategy_name_comparisons, "ok = self.strategy.name != 'fsdp'\n", "snippet.py:1: strategy name compared"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
     (
@@ -756,6 +942,11 @@ CLEAN = [
         "env.update(B='2')\nsubprocess.run([], env={**os.environ, 'A': '1'})\n",
     ),
     (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
+    (
+        strategy_name_comparisons,
+        "def f(runtime, name):\n    if runtime.capabilities.keras_fit and name == 'fit':\n        pass\n"
+        "    message = f'not under {runtime.strategy_name!r}'\n    same = runtime.strategy.name == other.name\n",
+    ),
     (
         strategy_reach,
         "from trainmesh.strategies.step import StepResult\nfrom trainmesh.strategies import step\n"
@@ -869,27 +1060,65 @@ def test_the_trainer_users_upward_imports_are_found(user: str, text: str, expect
     assert upward_imports(parse(clean, module=user), modules, reexports, above) == []
 
 
-def test_import_cycles_are_found_and_package_inits_are_not_edges() -> None:
+def test_import_cycles_are_found_through_package_inits() -> None:
     files = {
         "trainmesh.a": ("from trainmesh.b import thing\n", False),
-        "trainmesh.b": ("def f():\n    from trainmesh import c\n", False),  # a module, not the package: an edge
+        "trainmesh.b": ("def f():\n    from trainmesh import c\n", False),  # a module of the package: an edge to it
         "trainmesh.c": ("import trainmesh.a\n", False),
-        "trainmesh.d": ("import trainmesh.pkg\n", False),  # into an __init__: no edge
-        "trainmesh.pkg": ("from trainmesh.d import x\n", True),  # out of an __init__: no edge
+        # The circle the check used to miss: a module importing a package whose __init__ imports a
+        # module that imports the first one back (memory_estimate -> strategies -> auto -> memory_estimate).
+        "trainmesh.d": ("def f():\n    from trainmesh.pkg import X\n", False),
+        "trainmesh.pkg": ("from trainmesh.pkg.e import X\n", True),
+        "trainmesh.pkg.e": ("from trainmesh.d import estimate\n", False),
     }
     snippets = [
         parse(text, module=name, path=f"{name}.py", is_package=is_package) for name, (text, is_package) in files.items()
     ]
     edges = import_edges(snippets)
-    assert set(edges) == {
-        ("trainmesh.a", "trainmesh.b"),
-        ("trainmesh.b", "trainmesh.c"),
-        ("trainmesh.c", "trainmesh.a"),
-    }
-    (cycle,) = import_cycles(edges)
-    assert cycle.startswith("cycle trainmesh.a -> trainmesh.b -> trainmesh.c -> trainmesh.a")
-    assert "trainmesh.b.py:2: trainmesh.b -> trainmesh.c" in cycle
+    assert ("trainmesh.d", "trainmesh.pkg") in edges and ("trainmesh.pkg", "trainmesh.pkg.e") in edges
+    first, second = sorted(import_cycles(edges))
+    assert first.startswith("cycle trainmesh.a -> trainmesh.b -> trainmesh.c -> trainmesh.a")
+    assert "trainmesh.b.py:2: trainmesh.b -> trainmesh.c" in first
+    assert second.startswith("cycle trainmesh.d -> trainmesh.pkg -> trainmesh.pkg.e -> trainmesh.d"), second
+    assert "trainmesh.pkg.py:1: trainmesh.pkg -> trainmesh.pkg.e" in second
     assert import_cycles({("x", "y"): "x.py:1"}) == []
+
+
+def test_lightning1_imports_are_found_outside_the_doors() -> None:
+    modules = {LIGHTNING1: True, f"{LIGHTNING1}.tbptt": False}
+    text = "def f():\n    from trainmesh.trainer.lightning1.tbptt import split_batch\n"
+    (found,) = lightning1_imports(parse(text, module="trainmesh.trainer.fit_loop"), modules)
+    assert found.startswith("snippet.py:2: imports trainmesh.trainer.lightning1.tbptt"), found
+    (found,) = lightning1_imports(parse("from .lightning1 import tbptt\n", module="trainmesh.trainer.x"), modules)
+    assert found.startswith("snippet.py:1: imports trainmesh.trainer.lightning1"), found
+    for door in LIGHTNING1_DOORS:
+        assert lightning1_imports(parse(text, module=door), modules) == []
+
+
+def test_global_step_writes_are_found_with_their_function() -> None:
+    text = (
+        "def run(state):\n    state.global_step += 1\n"
+        "class W:\n    def adopt(self, state):\n        state.current_epoch, state.global_step = 1, 2\n"
+        "def read(trainer):\n    return trainer.global_step + 1\n"
+    )
+    found = global_step_writes(parse(text))
+    assert [(where.split(": ")[0], function) for where, function in found] == [
+        ("snippet.py:2", "run"),
+        ("snippet.py:5", "adopt"),
+    ], found
+
+
+def test_writes_onto_a_user_s_object_are_found() -> None:
+    text = (
+        "def f(module, callback, hook, wrapper):\n"
+        "    object.__setattr__(module, 'training_step', wrapper)\n"
+        "    setattr(callback, hook, wrapper)\n"
+        "    setattr(self_state, 'x', 1)\n"
+        "    object.__setattr__(self, 'x', 1)\n"
+        "    object.__setattr__(module, '_toggled', 1)\n"
+    )
+    found = user_object_writes(parse(text))
+    assert [e.split(": ")[0] for e in found] == ["snippet.py:2", "snippet.py:3"], found
 
 
 def test_file_and_function_lengths_are_measured() -> None:
@@ -915,6 +1144,16 @@ if __name__ == "__main__":
             test_the_module_and_the_callbacks_never_import_the_trainer
         ),
         "test_no_import_cycles": test_no_import_cycles,
+        "test_only_the_runner_choice_and_the_dispatcher_enter_lightning1": (
+            test_only_the_runner_choice_and_the_dispatcher_enter_lightning1
+        ),
+        "test_global_step_is_written_in_one_place_and_by_the_restores": (
+            test_global_step_is_written_in_one_place_and_by_the_restores
+        ),
+        "test_no_new_method_is_rebound_on_a_user_s_object": test_no_new_method_is_rebound_on_a_user_s_object,
+        "test_no_strategy_name_is_compared_outside_the_strategies": (
+            test_no_strategy_name_is_compared_outside_the_strategies
+        ),
         "test_files_are_short": test_files_are_short,
     }
     for name, check in checks.items():

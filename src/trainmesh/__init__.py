@@ -17,8 +17,7 @@ from trainmesh.seed import seed_everything
 from trainmesh.strategies.fault_tolerance import FaultTolerance
 from trainmesh.trainer.trainer import Trainer
 from trainmesh.utilities.rank_zero import rank_zero_only
-
-__version__ = "0.1.0"
+from trainmesh.version import __version__
 
 # Lightning's names, for a port that keeps its class names (``class Net(LightningModule)``).
 LightningModule = Module

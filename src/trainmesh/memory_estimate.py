@@ -174,7 +174,7 @@ def zero_formula(
 
 def memory_models() -> dict[str, MemoryModel]:
     """The named strategies that state a memory model (``capabilities.memory_model``), by name."""
-    from trainmesh.strategies import memory_models as stated
+    from trainmesh.strategies.registry import memory_models as stated
 
     return stated()
 

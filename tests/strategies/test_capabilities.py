@@ -5,6 +5,8 @@ from datetime import timedelta
 
 from trainmesh.scaling.projection import modelled
 from trainmesh.strategies import STRATEGIES, DDPStrategy, StrategyCapabilities, memory_models
+from trainmesh.strategies.mesh import ParallelDims
+from trainmesh.strategies.model_parallel_support import model_parallel_capabilities
 from trainmesh.strategies.protocol import Placement
 
 
@@ -75,6 +77,24 @@ def test_the_projection_and_keras_read_the_strategies_capabilities():
     # keras/arguments.py's refusal says why for these, as it did from a list of names (read before
     # launch: a model-parallel strategy's dp_shard is 1 until its mesh is built).
     assert sorted(name for name, value in stated.items() if value.shards_parameters) == ["fsdp", "hsdp", "sharded"]
+
+
+def test_the_1x_loops_the_trainer_side_and_keras_read_the_strategies_capabilities():
+    # Formerly name tables and comparisons: optimizer_turns.py's and tbptt.py's _TESTED_STRATEGIES
+    # ("single", "ddp": by the strategy's name, so ddp_spawn/ddp_fork and fault-tolerant ddp too),
+    # keras/training.py's ``strategy.name == "zero1"``, checkpointing.py's ``is_dtensor`` on parameters.
+    stated = {name: _built(name).capabilities for name in STRATEGIES}
+    assert sorted(name for name, value in stated.items() if value.lightning1_loops) == [
+        "ddp",
+        "ddp_fork",
+        "ddp_spawn",
+        "single",
+    ]
+    keras = [name for name, value in stated.items() if value.keras_fit and value.shards_optimizer_state]
+    assert keras == ["zero1"]
+    assert sorted(name for name, value in stated.items() if value.splits_parameters) == ["fsdp", "hsdp", "sharded"]
+    two_ways = model_parallel_capabilities(ParallelDims(tp=2, dp_shard=1).resolved(2), replicated=False)
+    assert two_ways.splits_parameters and not two_ways.shards_parameters  # tensor-parallel pieces are DTensors
 
 
 def test_a_strategy_built_for_the_run_keeps_every_argument_a_subclass_was_given():

@@ -21,6 +21,7 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import first_tensor
+from trainmesh.utilities.compiled import has_compiled_part
 
 # Dense (no structured sparsity) peak FLOP/s per device, from the vendors' data sheets; the
 # SXM figures unless the name says PCIe/NVL. fp32 is plain FP32, not TF32: a run that enables
@@ -191,10 +192,7 @@ class ThroughputMonitor(Callback):
         else:
             self._peak = self.peak_flops
         # A dispatch mode around a compiled module's first call would be traced into its graph.
-        model = getattr(trainer, "model", None)
-        compiled = isinstance(model, torch.nn.Module) and any(
-            getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()
-        )
+        compiled = has_compiled_part(getattr(trainer, "model", None))
         # Where one rank's count is not its share (the model itself split: tensor parallel,
         # pipelines), the strategy says so: no FLOPs, hence no MFU, rather than a wrong figure.
         counts = (

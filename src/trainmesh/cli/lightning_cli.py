@@ -116,7 +116,7 @@ class LightningCLI:
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """A parser with ``-c/--config``; ``kwargs`` go to ``parser_class``."""
-        from trainmesh import __version__
+        from trainmesh.version import __version__
 
         kwargs.setdefault("dump_header", [f"trainmesh=={__version__}"])
         parser = self.parser_class(**kwargs)

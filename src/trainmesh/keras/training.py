@@ -47,7 +47,7 @@ def fit(
     process (the same one: its epoch metrics are over all processes' data)."""
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
     arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
-    if runtime.strategy.name == "zero1":
+    if runtime.capabilities.shards_optimizer_state:
         zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
@@ -92,7 +92,7 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
             split_batches(validation, runtime, train=False) if batched else shard(validation, rank, world)
         )
     state = SyncState(runtime, plan)
-    if runtime.strategy.name == "zero1" and world > 1:
+    if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:

@@ -1,9 +1,7 @@
-"""Strategy names and the one table that maps them to strategies."""
+"""Strategy names and how ``Trainer(strategy=...)`` becomes a strategy (the table itself: registry.py)."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from trainmesh.strategies.auto import AutoStrategy
@@ -16,47 +14,8 @@ from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
+from trainmesh.strategies.registry import STRATEGIES, memory_models, stated_capabilities
 from trainmesh.strategies.single import SingleDeviceStrategy
-
-# name -> a constructor taking the run's placement.
-STRATEGIES: dict[str, Callable[..., Strategy]] = {
-    "single": SingleDeviceStrategy,
-    "ddp": DDPStrategy,
-    "ddp_spawn": functools.partial(DDPStrategy, start_method="spawn"),
-    "ddp_fork": functools.partial(DDPStrategy, start_method="fork"),
-    "ddp2": DDP2Strategy,
-    "dp": DataParallelStrategy,
-    "zero1": ZeRO1Strategy,
-    "sharded": functools.partial(FSDPStrategy, reshard_after_forward=False),
-    "fsdp": FSDPStrategy,
-    "hsdp": functools.partial(FSDPStrategy, hybrid=True),
-    # Model parallelism (ModelParallelStrategy(pp=, tp=, dp_shard=, dp_replicate=) for other layouts):
-    "tp": functools.partial(ModelParallelStrategy, tp=-1, dp_shard=1),  # every process one tensor-parallel way
-    "pp": functools.partial(ModelParallelStrategy, pp=-1, dp_shard=1),  # every process one pipeline stage
-    "fsdp_tp": functools.partial(ModelParallelStrategy, tp=2, dp_shard=-1),  # 2-D: tp pairs, sharded across them
-    "pp_replicate": lambda placement: _pipeline_within_nodes(placement),  # stages within a node, replicas across
-    "layers_on_devices": LayersOnDevicesStrategy,  # one process, layers over its devices
-}
-
-
-def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
-    """Each node's devices hold one pipeline (a stage each); the nodes are its replicas."""
-    return ModelParallelStrategy(
-        pp=len(placement.devices), dp_replicate=-1, dp_shard=1, pp_within_node=True, placement=placement
-    )
-
-
-@functools.cache
-def stated_capabilities() -> dict[str, StrategyCapabilities]:
-    """Each named strategy's capabilities as it states them for a default placement, by name
-    (for the tools that take a strategy's name before any run: estimate, project)."""
-    return {name: make(placement=Placement()).capabilities for name, make in STRATEGIES.items()}
-
-
-def memory_models() -> dict[str, MemoryModel]:
-    """Each named strategy's memory model (``capabilities.memory_model``), where it states one."""
-    stated = {name: caps.memory_model for name, caps in stated_capabilities().items()}
-    return {name: model for name, model in stated.items() if model is not None}
 
 
 def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:
@@ -122,4 +81,5 @@ __all__ = [
     "ZeRO1Strategy",
     "build_strategy",
     "memory_models",
+    "stated_capabilities",
 ]

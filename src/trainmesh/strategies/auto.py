@@ -40,7 +40,7 @@ class AutoStrategy:
 
     def with_placement(self, placement: Placement) -> Any:
         """The provisional strategy, before the model is known: single for one process, else ddp."""
-        from trainmesh.strategies import STRATEGIES
+        from trainmesh.strategies.registry import STRATEGIES
 
         processes = len(placement.devices) * placement.num_nodes
         return STRATEGIES["single" if processes == 1 else "ddp"](placement=placement)

@@ -61,6 +61,13 @@ class StrategyCapabilities:
     - ``shards_parameters``: FSDP2's ``fully_shard`` swaps the module's parameters for shards,
       gathered whole around forward and backward: code that holds its own weights (Keras layers
       read their own Variables) never sees them trained (keras/arguments.py says so).
+    - ``lightning1_loops``: Lightning 1.x's automatic-optimization loops that 2.x removed (several
+      optimizers taking turns with ``optimizer_idx``, truncated backpropagation through time) run
+      under it, their weights checked against pytorch-lightning 1.9.5 (tests/trainer/
+      test_optimizer_idx.py, test_tbptt.py); where not, they are refused before training.
+    - ``splits_parameters``: the module's parameters are DTensors, each rank holding pieces of them
+      (FSDP2 shards, tensor-parallel ways): a rank's gradient is not the whole one, so a checkpoint
+      does not keep a pending accumulation window (trainer/checkpointing.py).
     - ``restore_checkpoint_after_setup``: Lightning's strategy property of that name (True for its
       FSDP and ModelParallel): a resumed fit restores the module and the callbacks after
       ``configure_optimizers`` instead of before (trainer/resume.py).
@@ -77,3 +84,12 @@ class StrategyCapabilities:
     communication_model: bool = False
     keras_fit: bool = False
     shards_parameters: bool = False
+    splits_parameters: bool = False
+    lightning1_loops: bool = False
+
+    @property
+    def shards_optimizer_state(self) -> bool:
+        """Each rank keeps a share of the optimizer state (ZeRO-1 and the sharded strategies), as
+        its ``memory_model`` says; Keras' fit splits its own optimizer's state the same way
+        (keras/zero.py) where it runs (``keras_fit``)."""
+        return self.memory_model is not None and self.memory_model.optimizer_state != WHOLE

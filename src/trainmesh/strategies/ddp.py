@@ -67,7 +67,12 @@ class DDPStrategy(DistributedStrategy):
     # Manual optimization and compile are checked against plain torch and eager (tests/trainer/
     # test_manual_optimization.py, tests/strategies/test_compile.py).
     stated_capabilities = StrategyCapabilities(
-        manual_optimization=True, compile=True, memory_model=REPLICATED, communication_model=True, keras_fit=True
+        manual_optimization=True,
+        compile=True,
+        memory_model=REPLICATED,
+        communication_model=True,
+        keras_fit=True,
+        lightning1_loops=True,  # tests/trainer/test_optimizer_idx.py, test_tbptt.py
     )
     # Why compile is refused where ``capabilities.compile`` is False.
     compile_refusal = ""

@@ -48,7 +48,10 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     # torchft's wrappers are checked here for automatic optimization with one optimizer only
     # (tests/strategies/test_fault_tolerance.py); DDP over the quorum is untested with compile.
     stated_capabilities = StrategyCapabilities(
-        manual_optimization=False, manual_optimization_refusal=_MANUAL_REFUSAL, memory_model=REPLICATED
+        manual_optimization=False,
+        manual_optimization_refusal=_MANUAL_REFUSAL,
+        memory_model=REPLICATED,
+        lightning1_loops=True,  # as plain ddp's (its name was "ddp" when these loops checked names)
     )
     compile_refusal = (
         "DDP over torchft's quorum is not checked with torch.compile; leave fault_tolerance or compile out"

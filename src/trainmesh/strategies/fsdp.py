@@ -188,6 +188,7 @@ class FSDPStrategy(DistributedStrategy):
             communication_model=True,
             restore_checkpoint_after_setup=True,  # as Lightning's FSDP
             shards_parameters=True,
+            splits_parameters=True,
         )
 
     def dims(self, world_size: int) -> ParallelDims:

@@ -39,7 +39,9 @@ class SingleDeviceStrategy:
     start_method = "in_process"
     processes_per_node = 1
     # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization*.py).
-    capabilities = StrategyCapabilities(manual_optimization=True, compile=True, memory_model=REPLICATED, keras_fit=True)
+    capabilities = StrategyCapabilities(
+        manual_optimization=True, compile=True, memory_model=REPLICATED, keras_fit=True, lightning1_loops=True
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SingleDeviceStrategy:
         return new_keeping_arguments(cls, args, kwargs)

@@ -17,8 +17,6 @@ from types import FrameType
 
 import torch
 
-import trainmesh
-
 MAX_FRAMES = 40  # the innermost ones: where a rank is matters, not the launcher's frames
 
 # What each collective needs from the other ranks, said so that "call it on every rank" follows.
@@ -127,9 +125,13 @@ def _collective(frames: Sequence[Frame]) -> str:
     return next((frame.function for frame in frames if frame.function in _WHAT_IT_DOES), "")
 
 
-_LIBRARIES = tuple(
-    os.path.dirname(module_file) + os.sep for module_file in (torch.__file__, trainmesh.__file__) if module_file
-) + (sysconfig.get_paths()["stdlib"] + os.sep,)
+# trainmesh's own directory is the one above this file's package: read from the path, not by importing
+# the package's face (which would make this low layer import everything above it).
+_TRAINMESH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARIES = tuple(os.path.dirname(module_file) + os.sep for module_file in (torch.__file__,) if module_file) + (
+    _TRAINMESH_DIR + os.sep,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+)
 
 
 def _in_library(file: str) -> bool:

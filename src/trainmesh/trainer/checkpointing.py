@@ -24,7 +24,6 @@ from trainmesh.trainer.legacy_hooks import LEGACY_CALLBACK_STATES, call_datamodu
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def build_checkpoint(
 ) -> dict[str, Any]:
     """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive.
     ``hpc``: the checkpoint a stop signal saves (the module's 1.x ``on_hpc_save`` sees it)."""
-    from trainmesh import __version__
+    from trainmesh.version import __version__
 
     if weights_only:
         return _weights_only_checkpoint(state, runtime, __version__)
@@ -58,14 +57,7 @@ def build_checkpoint(
         "format": CHECKPOINT_FORMAT,
         "epoch": state.current_epoch if stop is None else stop.epoch,
         "global_step": state.global_step,
-        "loop": {
-            "batches_done": loop.batches_done if stop is None else stop.batches_done,
-            # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
-            # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
-            "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
-            "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
-            "epoch_start_rng": loop.epoch_start_rng,
-        },
+        "loop": _loop_entry(state),
         "state_dict": pieces["model"],
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
@@ -76,15 +68,7 @@ def build_checkpoint(
         "train_results": _reduced_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
-        "per_rank": runtime.all_gather_object(
-            {
-                "rng": capture_rng_state() if stop is None else stop.rng,
-                "pending_gradients": _pending_gradients(state, trainer.accumulate_grad_batches),
-                "epoch_outputs": apply_to_tensors(
-                    loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
-                ),
-            }
-        ),
+        "per_rank": runtime.all_gather_object(_rank_entry(state, runtime, trainer.accumulate_grad_batches)),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     datamodule = state.datamodule
@@ -141,13 +125,36 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     return checkpoint
 
 
-def _pending_gradients(state: LoopState, accumulate: int) -> list[torch.Tensor | None] | None:
+def _loop_entry(state: LoopState) -> dict[str, Any]:
+    loop, stop = state.loop, state.loop.stopped_inside
+    return {
+        "batches_done": loop.batches_done if stop is None else stop.batches_done,
+        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
+        # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
+        "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
+        "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
+        "epoch_start_rng": loop.epoch_start_rng,
+    }
+
+
+def _rank_entry(state: LoopState, runtime: Runtime, accumulate: int) -> dict[str, Any]:
+    loop, stop = state.loop, state.loop.stopped_inside
+    return {
+        "rng": capture_rng_state() if stop is None else stop.rng,
+        "pending_gradients": _pending_gradients(state, runtime, accumulate),
+        "epoch_outputs": apply_to_tensors(
+            loop.epoch_outputs if stop is None else stop.epoch_outputs, lambda t: t.cpu()
+        ),
+    }
+
+
+def _pending_gradients(state: LoopState, runtime: Runtime, accumulate: int) -> list[torch.Tensor | None] | None:
     """Gradients accumulated over micro-batches that no optimizer step has used yet."""
     if accumulate == 1 or state.loop.batches_done % accumulate == 0:
         return None
+    if runtime.capabilities.splits_parameters:  # pieces of gradients: a resume restarts the window (see notes)
+        return None
     params = list(state.module.parameters())
-    if any(is_dtensor(p) for p in params):
-        return None  # sharded gradients: a resume restarts the accumulation window (see notes)
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
 

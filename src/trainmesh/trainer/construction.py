@@ -5,16 +5,42 @@ optimizers once a strategy has prepared them."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
 from trainmesh.trainer import legacy_arguments
 from trainmesh.trainer.legacy_hooks import CALLBACK_HOOKS
-from trainmesh.trainer.optimizers import SchedulerConfig
+from trainmesh.trainer.manual_optimization import is_manual
+from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
+from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.utilities.rank_zero import rank_zero_info
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.hooks import HookDispatcher
+    from trainmesh.trainer.loop_state import LoopState
+
+
+def configure_run_optimizers(
+    state: LoopState, runtime: Runtime, hooks: HookDispatcher, *, fault_tolerant: bool, profiler: Any
+) -> None:
+    """The fit's optimizers and schedulers from the module's ``configure_optimizers``, placed by the
+    runtime (once per model object: a second fit of the same model keeps them)."""
+    model = state.module
+    with profiler.profile(f"[LightningModule]{type(model).__name__}.configure_optimizers"):
+        returned = model.configure_optimizers()
+    optimizers, state.lr_scheduler_configs = parse_optimizers(
+        returned,
+        type(model).__name__,
+        # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
+        custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
+    )
+    state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
+    state.optimizers = runtime.setup_optimizers(*optimizers)
+    point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
+    share_loop_state(runtime, state, fault_tolerant=fault_tolerant)  # to groups recovering from a peer
 
 
 def point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:

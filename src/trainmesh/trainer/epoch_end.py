@@ -6,7 +6,7 @@ from __future__ import annotations
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
-from trainmesh.trainer.optimizer_turns import epoch_scheduler_due
+from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
 from trainmesh.trainer.results import StageResults

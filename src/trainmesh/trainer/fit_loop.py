@@ -15,7 +15,6 @@ from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.automatic_optimization import TrainingBatches
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.finite_loss import FiniteLossCheck
@@ -23,12 +22,12 @@ from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
+from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
-from trainmesh.trainer.tbptt import check_truncated_backprop
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -54,7 +53,7 @@ def run_fit(
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
-    check_truncated_backprop(state.module, runtime.strategy_name, manual=manual, optimizers=len(state.optimizers))
+    runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
     # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
     hooks.call("on_fit_start")
@@ -184,7 +183,7 @@ def _train_batches(
     at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
-    batches = TrainingBatches(ctx, accumulate)
+    batches = runners.choose_runner(ctx, accumulate)
     run_batch = profiled_call(batches.run, ctx.profiler, "run_training_batch")
     manual = batches.manual  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")

@@ -11,7 +11,7 @@ from typing import Any
 from trainmesh.callbacks.base import defines_hook, overrides
 from trainmesh.module import Module
 from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
-from trainmesh.trainer.legacy_optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
+from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 

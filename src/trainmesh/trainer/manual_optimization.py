@@ -29,6 +29,7 @@ import torch
 
 from trainmesh.manual_calls import ManualBackward, sync_in
 from trainmesh.strategies.step import ManualSync, StepHooks
+from trainmesh.trainer.optimization.progress import count_optimizer_steps
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 from trainmesh.trainer_view import RuntimeView
@@ -154,7 +155,7 @@ class ManualOptimizer:
             else:  # as in Lightning: once the closure has run its backward
                 closure = then_hooks(closure, announce)
         result = self.optimizer.step(closure)
-        state.global_step += 1
+        count_optimizer_steps(state)  # the one place global_step grows (optimization/progress.py)
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:

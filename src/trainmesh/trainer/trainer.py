@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -26,8 +26,8 @@ from trainmesh.trainer.construction import (
     build_callbacks,
     build_loggers,
     build_runtime,
+    configure_run_optimizers,
     merge_model_callbacks,
-    point_schedulers_at,
 )
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
@@ -37,9 +37,9 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
-from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
+from trainmesh.trainer.optimizers import SchedulerConfig
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
-from trainmesh.trainer.peer_state import check_fault_tolerant_limits, share_loop_state
+from trainmesh.trainer.peer_state import check_fault_tolerant_limits
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
@@ -397,18 +397,7 @@ class Trainer(RunProperties):
         state.log_collector.metrics_source = runtime._metrics_source
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         if stage == "fit" and not state.optimizers:
-            with self.profiler.profile(f"[LightningModule]{type(model).__name__}.configure_optimizers"):
-                returned = cast(Module, model).configure_optimizers()
-            optimizers, state.lr_scheduler_configs = parse_optimizers(
-                returned,
-                type(model).__name__,
-                # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
-                custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
-            )
-            state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
-            state.optimizers = runtime.setup_optimizers(*optimizers)
-            point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
-            share_loop_state(runtime, state, fault_tolerant=self._fault_tolerant)  # to groups recovering from a peer
+            configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
         state.manual_steps = ManualSteps(state, runtime)
         return LoopContext(
             state=state,

@@ -25,16 +25,18 @@ from __future__ import annotations
 
 import collections.abc
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.optimization.owner import OptimizerSteps
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 
-# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_tbptt.py).
-_TESTED_STRATEGIES = ("single", "ddp")
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
+
 _INSTEAD = (
     "the 2.x way is manual optimization (self.automatic_optimization = False; in training_step split the batch "
     "along time yourself, carry the hidden state, detached, from one piece to the next, and call "
@@ -42,8 +44,10 @@ _INSTEAD = (
 )
 
 
-def check_truncated_backprop(module: Any, strategy: str, *, manual: bool, optimizers: int) -> None:
-    """Before training: refuse what 1.9's loop is not run for here, and say once that it runs (1.x, deprecated)."""
+def check_truncated_backprop(module: Any, runtime: Runtime, *, manual: bool, optimizers: int) -> None:
+    """Before training: refuse what 1.9's loop is not run for here (among it, a strategy whose capabilities
+    do not include Lightning 1.x's loops), and say once that it runs (1.x, deprecated)."""
+    strategy = runtime.strategy_name
     steps, name = getattr(module, "truncated_bptt_steps", 0), type(module).__name__
     if not steps:
         if callable(getattr(type(module), "tbptt_split_batch", None)):
@@ -59,7 +63,7 @@ def check_truncated_backprop(module: Any, strategy: str, *, manual: bool, optimi
         why = "trainmesh runs it in automatic optimization only; with automatic_optimization = False split the batch in training_step yourself"
     elif optimizers != 1:
         why = f"trainmesh runs it with one optimizer; configure_optimizers returned {optimizers}"
-    elif strategy not in _TESTED_STRATEGIES:
+    elif not runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_tbptt.py)
         why = f"it runs under strategy 'single' or 'ddp', where its weights are checked against Lightning 1.9's; not under '{strategy}'"
     if why is not None:
         raise ValueError(
@@ -87,9 +91,9 @@ class WithHiddens:
         return self.function(self.owner, batch, batch_idx, *args, self.hiddens, **kwargs)
 
 
-def truncated_backprop(batches: Any) -> TruncatedBackprop | None:
-    """At an epoch's start: the 1.x split loop where the module sets truncated_bptt_steps; None otherwise."""
-    module = batches.module
+def plan_splits(module: Any) -> tuple[WithHiddens, int] | None:
+    """At an epoch's start: 1.x's ``training_step`` with hiddens and the split size where the module sets
+    truncated_bptt_steps (the runner's, then: ``TruncatedBackprop``); None otherwise."""
     steps = getattr(module, "truncated_bptt_steps", 0)
     if not steps:
         return None
@@ -98,33 +102,34 @@ def truncated_backprop(batches: Any) -> TruncatedBackprop | None:
         # training_step(batch, batch_idx, optimizer_idx, hiddens): wrap the optimizer_idx wrapper
         wrapper = WithHiddens(wrapper, None) if wrapper is not None else WithHiddens(type(module).training_step, module)
         object.__setattr__(module, "training_step", wrapper)
-    return TruncatedBackprop(batches, wrapper, steps)
+    return wrapper, steps
 
 
 class TruncatedBackprop:
-    """One epoch of 1.9's split loop, on the TrainingBatches' parts (train, closure, step)."""
+    """One epoch of 1.9's split loop: a runner on the step's owner (train, closure, step)."""
 
-    def __init__(self, batches: Any, training_step: WithHiddens, steps: int) -> None:
-        self.batches, self.training_step, self.steps = batches, training_step, steps
-        module = batches.module
-        self.optimizer = batches.ctx.state.optimizers[0]
-        self.optimizer_step = getattr(module, "optimizer_step", None) if batches.hooks.custom_step else None
+    manual = False
+
+    def __init__(self, owner: OptimizerSteps, plan: tuple[WithHiddens, int]) -> None:
+        self.owner, (self.training_step, self.steps) = owner, plan
+        module = owner.module
+        self.optimizer = owner.ctx.state.optimizers[0]
+        self.optimizer_step = owner.optimizer_step_hook if owner.hooks.custom_step else None
         self.split = module.tbptt_split_batch if callable(getattr(module, "tbptt_split_batch", None)) else split_batch
-        self.zero_grad = getattr(module, "optimizer_zero_grad", None)
 
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
-        batches, state = self.batches, self.batches.ctx.state
+        owner = self.owner
+        owner.backward.loss_check.batch_idx = batch_idx
         outputs, result = [], None
-        first = batch_idx % batches.accumulate == 0
         self.training_step.hiddens = None
         try:
             for split in self.split(batch, self.steps):
                 train = functools.partial(self._train, split, batch_idx, steps_now)
                 # 1.9's closure zeroes at every split of a window's first batch, after training_step
-                batches.backward.zero_grad = functools.partial(self._zero, batch_idx) if first else None
+                owner.arm_zero_grad(batch_idx, [self.optimizer])
                 if steps_now:
-                    result = batches.step_one(self.optimizer, batch_idx, train, self.optimizer_step)
-                    state.global_step += 1
+                    result = owner.step_one(self.optimizer, batch_idx, train, self.optimizer_step)
+                    owner.count_steps(1)
                 else:
                     result = train()
                 assert result is not None  # the closure trained (checked)
@@ -133,40 +138,31 @@ class TruncatedBackprop:
         finally:
             self.training_step.hiddens = None  # no graph nor tensor kept past the batch
         if steps_now:
-            batches.step_schedulers(batch_idx)
-        assert result is not None, f"{type(batches.module).__name__}.tbptt_split_batch returned no split"
+            owner.step_schedulers(batch_idx)
+        assert result is not None, f"{type(owner.module).__name__}.tbptt_split_batch returned no split"
         return StepResult(result.loss, outputs, None)
 
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window: one step on what was accumulated."""
-        self.batches.step_one(self.optimizer, batch_idx, None, self.optimizer_step)
-        self.batches.ctx.state.global_step += 1
-        self.batches.step_schedulers(batch_idx)
+        self.owner.step_one(self.optimizer, batch_idx, None, self.optimizer_step)
+        self.owner.count_steps(1)
+        self.owner.step_schedulers(batch_idx)
 
     def _train(self, split: Any, batch_idx: int, sync_grads: bool) -> StepResult:
-        result: StepResult = self.batches._train(split, batch_idx, sync_grads)
+        result: StepResult = self.owner.train(split, batch_idx, sync_grads)
         if result.num_tokens is not None:
             raise ValueError(
-                f"{type(self.batches.module).__name__}.training_step returned num_tokens with truncated_bptt_steps: "
+                f"{type(self.owner.module).__name__}.training_step returned num_tokens with truncated_bptt_steps: "
                 "Lightning 1.x's splits each step on a mean loss. Return a mean loss"
             )
         self._hiddens_of(result.output)  # checked inside the closure, before the optimizer steps (as 1.9)
         return result
 
-    def _zero(self, batch_idx: int) -> None:
-        ctx, optimizer = self.batches.ctx, self.optimizer.optimizer
-        if self.batches.hooks.before_zero_grad:
-            ctx.hooks.call("on_before_zero_grad", optimizer)
-        if self.zero_grad is not None:
-            self.zero_grad(ctx.state.current_epoch, batch_idx, optimizer)
-        else:
-            optimizer.zero_grad()
-
     def _hiddens_of(self, output: Any) -> Any:
         # 1.9's _extract_hiddens: required, and detached so the next split does not backpropagate into this one
         if not isinstance(output, dict) or "hiddens" not in output:
             raise ValueError(
-                f"{type(self.batches.module).__name__}.truncated_bptt_steps is set but training_step did not return "
+                f"{type(self.owner.module).__name__}.truncated_bptt_steps is set but training_step did not return "
                 '{"loss": ..., "hiddens": ...}: return the hidden state for the next split under "hiddens" (None to '
                 "start it afresh)"
             )
@@ -175,7 +171,7 @@ class TruncatedBackprop:
     def _output_of(self, result: StepResult) -> dict[str, Any]:
         """1.9's ClosureResult.asdict(): the loss backward ran on (divided by the window), the other keys but hiddens."""
         output = result.output
-        loss = output["loss"] / self.batches.accumulate
+        loss = output["loss"] / self.owner.accumulate
         extra = {key: value for key, value in output.items() if key not in ("loss", "hiddens")}
         return {"loss": loss.detach().clone(), **extra}
 

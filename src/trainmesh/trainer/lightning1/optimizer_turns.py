@@ -27,22 +27,19 @@ import functools
 import inspect
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainmesh.manual_calls import toggle_optimizer, untoggle_optimizer
 from trainmesh.strategies.step import StepResult
-from trainmesh.trainer.legacy_optimizer_hooks import declares_optimizer_idx
-from trainmesh.trainer.optimizers import step_scheduler
-from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.lightning1.optimizer_hooks import declares_optimizer_idx
+from trainmesh.trainer.optimization.owner import OptimizerSteps
 from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
-# ``batches`` below: automatic_optimization.TrainingBatches (not imported: it imports this module).
-
-# Where this loop's weights are checked against Lightning 1.9.5's (tests/trainer/test_optimizer_idx.py).
-_TESTED_STRATEGIES = ("single", "ddp")
+if TYPE_CHECKING:
+    from trainmesh.trainer.loop_context import LoopContext
 
 
 class WithOptimizerIdx:
@@ -56,22 +53,23 @@ class WithOptimizerIdx:
         return self.function(self.owner, batch, batch_idx, self.index, *args, **kwargs)
 
 
-def optimizer_turns(batches: Any) -> OptimizerTurns | None:
-    """At an epoch's start, before its first batch: the 1.x loop where ``training_step`` declares
-    ``optimizer_idx`` and there are several optimizers; None for the usual loop (a lone optimizer's
-    index, 0, passed where it is declared). Refuses what neither Lightning ran."""
-    ctx, module = batches.ctx, batches.module
+def plan_turns(ctx: LoopContext, manual: bool) -> WithOptimizerIdx | None:
+    """At an epoch's start, before its first batch: 1.x's ``training_step`` with its index where
+    ``training_step`` declares ``optimizer_idx`` and there are several optimizers (the runner's, then:
+    ``OptimizerTurns``); None for the usual loop (a lone optimizer's index, 0, passed where it is
+    declared). Refuses what neither Lightning ran."""
+    module = ctx.state.module
     name, count = type(module).__name__, len(ctx.state.optimizers)
     function = inspect.getattr_static(type(module), "training_step", None)
     takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
-    if batches.manual and takes_index and count > 1:
+    if manual and takes_index and count > 1:
         raise ValueError(
             f"{name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
             "= False), where training_step steps its optimizers itself (opt_g, opt_d = self.optimizers()). Remove "
             "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x)"
         )
     if not takes_index:
-        if count > 1 and not batches.manual:
+        if count > 1 and not manual:
             raise ValueError(
                 f"{name}.configure_optimizers returned {count} optimizers, but training_step takes no optimizer_idx: "
                 "in automatic optimization Lightning calls training_step once per optimizer with its index (1.x: "
@@ -82,10 +80,10 @@ def optimizer_turns(batches: Any) -> OptimizerTurns | None:
         return None
     wrapper = WithOptimizerIdx(function, module)
     object.__setattr__(module, "training_step", wrapper)
-    if count == 1 or batches.manual:
+    if count == 1 or manual:
         return None  # one optimizer: its index, 0
     strategy = ctx.runtime.strategy_name
-    if strategy not in _TESTED_STRATEGIES:
+    if not ctx.runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_optimizer_idx.py)
         raise ValueError(
             f"{name}.training_step(batch, batch_idx, optimizer_idx) with {count} optimizers (Lightning 1.x's automatic "
             f"optimization) runs under strategy 'single' or 'ddp', where its weights are checked against Lightning "
@@ -109,23 +107,23 @@ def optimizer_turns(batches: Any) -> OptimizerTurns | None:
             "runs it as 1.x did; the 2.x way is manual optimization (self.automatic_optimization = False, then "
             "opt_a, opt_b = self.optimizers(), self.toggle_optimizer(opt_a), self.manual_backward(loss), opt_a.step())"
         )
-    return OptimizerTurns(batches, wrapper)
+    return wrapper
 
 
 class OptimizerTurns:
-    """One epoch of 1.x's several-optimizer loop, on the TrainingBatches' parts (train, closure, step)."""
+    """One epoch of 1.x's several-optimizer loop: a runner on the step's owner (train, closure, step)."""
 
-    def __init__(self, batches: Any, training_step: WithOptimizerIdx) -> None:
-        self.batches, self.training_step = batches, training_step
-        state = batches.ctx.state
+    manual = False
+
+    def __init__(self, steps: OptimizerSteps, training_step: WithOptimizerIdx) -> None:
+        self.steps, self.training_step = steps, training_step
+        state = steps.ctx.state
         self.optimizers = list(state.optimizers)
-        self.turn = batches.ctx.hooks.optimizer_turn
-        name = type(batches.module).__name__
+        self.turn = steps.ctx.hooks.optimizer_turn
+        name = type(steps.module).__name__
         self.windows = [TokenLossWindow(name) for _ in self.optimizers]  # each optimizer's own losses
         frequencies = state.optimizer_frequencies
         self.cycle = list(itertools.accumulate(frequencies)) if len(frequencies) == len(self.optimizers) else []
-        self.optimizer_step = getattr(batches.module, "optimizer_step", None)
-        self.zero_grad = getattr(batches.module, "optimizer_zero_grad", None)
 
     def active(self, batch_idx: int) -> list[int]:
         """1.x's ``_get_active_optimizers``: every optimizer, or the one whose frequency share holds ``batch_idx``."""
@@ -134,10 +132,11 @@ class OptimizerTurns:
         return [bisect.bisect_right(self.cycle, batch_idx % self.cycle[-1])]
 
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        self.steps.backward.loss_check.batch_idx = batch_idx
         outputs, result = [], None
         for index in self.active(batch_idx):
             train = functools.partial(self._train, batch, batch_idx, steps_now)
-            result = self._turn(index, batch_idx, train, steps=steps_now)
+            result = self._turn(index, batch_idx, train, stepping=steps_now)
             if result is not None:
                 # 1.9's outputs (on_train_batch_end, training_epoch_end): one per active optimizer, a loss as a dict
                 output = result.output
@@ -150,63 +149,50 @@ class OptimizerTurns:
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window: each active optimizer steps on what it has."""
         for index in self.active(batch_idx):
-            self._turn(index, batch_idx, None, steps=True)
+            self._turn(index, batch_idx, None, stepping=True)
         self._stepped(batch_idx)
 
     def _turn(
-        self, index: int, batch_idx: int, train: Callable[[], StepResult] | None, *, steps: bool
+        self, index: int, batch_idx: int, train: Callable[[], StepResult] | None, *, stepping: bool
     ) -> StepResult | None:
-        batches, optimizer = self.batches, self.optimizers[index]
+        steps, optimizer = self.steps, self.optimizers[index]
         self.turn.current = (optimizer.optimizer, index)
         self.training_step.index = index
-        batches.window = self.windows[index]
+        steps.use_window(self.windows[index])
         # 1.x's closure zeroes this optimizer's gradients at a window's first batch, after training_step
-        first = batch_idx % batches.accumulate == 0 and train is not None
-        batches.backward.zero_grad = functools.partial(self._zero_grad, optimizer, batch_idx) if first else None
-        saved = toggle_optimizer(batches.ctx.view, optimizer.optimizer)
+        if train is None:
+            steps.disarm_zero_grad()
+        else:
+            steps.arm_zero_grad(batch_idx, [optimizer])
+        saved = toggle_optimizer(steps.ctx.view, optimizer.optimizer)
         try:
-            if not steps:
+            if not stepping:
                 assert train is not None
                 return train()
-            stepped: StepResult | None = batches.step_one(optimizer, batch_idx, train, self.optimizer_step)
+            stepped: StepResult | None = steps.step_one(optimizer, batch_idx, train, steps.optimizer_step_hook)
             return stepped
         finally:
             untoggle_optimizer(saved)
 
     def _train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
-        result: StepResult = self.batches._train(batch, batch_idx, sync_grads)
+        result: StepResult = self.steps.train(batch, batch_idx, sync_grads)
         if result.num_tokens is not None:  # checked inside the closure, before the optimizer steps
             raise ValueError(
-                f"{type(self.batches.module).__name__}.training_step returned num_tokens with optimizer_idx: a summed "
+                f"{type(self.steps.module).__name__}.training_step returned num_tokens with optimizer_idx: a summed "
                 "loss over tokens divides every gradient by the window's count, which mixes the optimizers' turns. "
                 "Return a mean loss, or use manual optimization"
             )
         return result
 
-    def _zero_grad(self, optimizer: Any, batch_idx: int) -> None:
-        ctx = self.batches.ctx
-        if self.batches.hooks.before_zero_grad:
-            ctx.hooks.call("on_before_zero_grad", optimizer.optimizer)
-        if self.zero_grad is not None:
-            self.zero_grad(ctx.state.current_epoch, batch_idx, optimizer.optimizer)
-        else:
-            optimizer.optimizer.zero_grad()
-
     def _stepped(self, batch_idx: int) -> None:
         """1.x's count (every optimizer step) and its step-interval schedulers (those of an active optimizer)."""
-        ctx, batches = self.batches.ctx, self.batches
-        state = ctx.state
-        active = self.active(batch_idx)
-        state.global_step += len(active)
-        custom = batches.module.lr_scheduler_step if batches.hooks.custom_scheduler_step else None
+        state = self.steps.ctx.state
+        self.steps.count_steps(len(self.active(batch_idx)))
         # 1.x picks the schedulers' optimizers by the batches trained in the whole fit (total_batch_idx)
         per_epoch = state.num_training_batches
         total_batch_idx = state.current_epoch * int(per_epoch) + batch_idx if per_epoch != float("inf") else batch_idx
         due = set(self.active(total_batch_idx))
-        for config in state.lr_scheduler_configs:
-            owner = self.turn.index_of_scheduler(config.scheduler)
-            if config.interval == "step" and (batch_idx + 1) % config.frequency == 0 and owner in due:
-                step_scheduler(config, callback_metrics(state), custom)
+        self.steps.step_schedulers(batch_idx, due=lambda scheduler: self.turn.index_of_scheduler(scheduler) in due)
 
 
 def epoch_scheduler_due(state: Any, scheduler: Any) -> bool:

@@ -1,0 +1,62 @@
+"""Automatic optimization (Lightning 2.x's): a batch's training step and, where it ends an accumulation
+window, the optimizer step, with Lightning's hooks where the module overrides them.
+
+Lightning 2.x (``loops/optimization/automatic.py``, ``core/module.py``, ``plugins/precision/``) runs
+a training batch as::
+
+    closure = training_step (and *_step_end, the loss / accumulate_grad_batches),
+              [first batch of an accumulation window: on_before_zero_grad, optimizer_zero_grad],
+              backward (on_before_backward, module.backward, on_after_backward)
+    accumulation batch: closure()
+    step batch:         module.optimizer_step(epoch, batch_idx, optimizer, closure)
+                        -> optimizer.step(closure=closure) -> the precision: closure(), then
+                           on_before_optimizer_step, configure_gradient_clipping, then the torch step
+                           (GradScaler's under 16-mixed)
+    after a step batch: lr_scheduler_step(scheduler, metric) for each scheduler due
+
+The automatic runner takes that route where the module overrides ``optimizer_step`` (or an optimizer
+needs its closure: LBFGS). Otherwise it makes the same calls in the same order without a closure and
+without looking a hook up per step (``OptimizerSteps.step``, the fast path): on_before_optimizer_step,
+clipping, ``optimizer.step()``; and where nobody overrides ``on_before_zero_grad`` or
+``optimizer_zero_grad`` it zeroes the gradients (set to None) right after the step rather than at the
+next window's first batch: every backward sees the same gradients either way.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.optimization.owner import OptimizerSteps
+
+
+class AutomaticRunner:
+    """Lightning 2.x's automatic optimization: the fast path, or the closure through ``optimizer_step``."""
+
+    manual = False
+
+    def __init__(self, steps: OptimizerSteps) -> None:
+        self.steps = steps
+
+    def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        steps = self.steps
+        steps.backward.loss_check.batch_idx = batch_idx
+        if steps.zero_in_window:
+            steps.arm_zero_grad(batch_idx)
+        if steps_now and steps.through_hook:
+            result = steps.step_through_hook(batch_idx, functools.partial(steps.train, batch, batch_idx, True))
+            assert result is not None  # the first closure trains, and it ran (checked)
+            return result
+        result = steps.train(batch, batch_idx, steps_now)
+        if steps_now:
+            steps.step(batch_idx)
+        return result
+
+    def finish_window(self, batch_idx: int) -> None:
+        """The epoch ended inside an accumulation window (a loader without a length, or the module
+        ended the epoch early): step on what was accumulated rather than carry it over."""
+        if self.steps.through_hook:
+            self.steps.step_through_hook(batch_idx, None)
+        else:
+            self.steps.step(batch_idx)

@@ -1,0 +1,123 @@
+"""What ``optimizer_step`` receives and runs: the closure (training_step and backward, as Lightning's
+``Closure``), the optimizer that runs the step's hooks (Lightning's ``LightningOptimizer``), and what
+the loop does with a step's loss (``LossBackward``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.optimization_hooks import then_hooks, with_backward_hooks
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.loop_context import LoopContext
+
+
+def default_optimizer_step(epoch: int, batch_idx: int, optimizer: Any, closure: Callable[[], Any]) -> None:
+    optimizer.step(closure=closure)  # Lightning's LightningModule.optimizer_step
+
+
+def default_zero_grad(epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+    optimizer.zero_grad()  # Lightning's LightningModule.optimizer_zero_grad
+
+
+class OptimizerClosure:
+    """The ``optimizer_closure`` that ``optimizer_step`` receives: training_step and backward (the
+    window's zero_grad hooks between them, at its first batch), as Lightning's ``Closure``. Returns
+    the loss backward ran on (divided by the accumulation window), detached. It must run: after
+    ``optimizer_step`` returns, ``check_ran`` stops the fit if it never did, as Lightning does."""
+
+    def __init__(
+        self,
+        train: Callable[[], StepResult] | None,
+        then: Callable[[], None] | None,
+        *,
+        last_loss: Callable[[], torch.Tensor | None],
+        divisor: int,
+    ) -> None:
+        self._train, self._then, self._last_loss, self._divisor = train, then, last_loss, divisor
+        self.result: StepResult | None = None
+        self.ran = False
+
+    def __call__(self) -> torch.Tensor | None:
+        with torch.enable_grad():  # as Lightning's: an optimizer may call it under no_grad
+            if self._train is not None:
+                self.result = self._train()
+            if self._then is not None:
+                self._then()
+        self.ran = True
+        result = self.result
+        if result is None:  # no training here (a later optimizer's, or the epoch's end): the gradients exist
+            return self._last_loss()
+        if result.loss is None:  # a pipeline stage before the last
+            return None
+        # What backward ran on (the strategy's loss_to_backward): a mean loss's share of the window.
+        loss = result.loss / self._divisor if result.num_tokens is None and self._divisor > 1 else result.loss
+        return loss.detach()
+
+    def check_ran(self, owner: str) -> None:
+        if not self.ran:
+            raise ValueError(
+                f"{owner}.optimizer_step returned without running optimizer_closure, which runs training_step and "
+                "backward: pass it to the optimizer (optimizer.step(closure=optimizer_closure)), or call "
+                "optimizer_closure() yourself on a step you skip (as Lightning requires)"
+            )
+
+
+class HookedOptimizer:
+    """What ``optimizer_step`` receives (Lightning's ``LightningOptimizer``): ``step(closure)`` runs
+    the closure, then on_before_optimizer_step and the clipping, then the step through the precision
+    (under 16-mixed the closure first, then the grad scaler's step) and the strategy. Every other
+    attribute is the torch optimizer's own (``param_groups``, for a warm-up's learning rate)."""
+
+    def __init__(self, optimizer: Any, before_step: Callable[[], None]) -> None:
+        self._optimizer = optimizer  # the runtime's wrapper (runtime.RuntimeOptimizer)
+        self._before_step = before_step
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        inner: torch.optim.Optimizer = self._optimizer.optimizer
+        return inner
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        if closure is not None and not callable(closure):
+            raise TypeError(f"optimizer.step(closure=...) takes a callable, got {type(closure).__name__}")
+        return self._optimizer.step(then_hooks(closure or _nothing, self._before_step))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"HookedOptimizer({self.optimizer!r})"
+
+
+def _nothing() -> None:
+    return None
+
+
+class LossBackward:
+    """What the loop does with a step's loss: check it is finite (``loss_check.check``, which the
+    strategy calls first: on CPU before it changes anything; on an accelerator recorded on the
+    device and read later: finite_loss.py), then backward (the strategy has divided a mean loss
+    by the accumulation window). One per epoch, updated per step."""
+
+    def __init__(self, ctx: LoopContext) -> None:
+        # runtime.backward, inside on_before_backward/on_after_backward and through the module's
+        # backward when anyone overrides them
+        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime, ctx.state.module)
+        loss_check = ctx.state.loop.loss_check
+        assert loss_check is not None  # fit sets it
+        self.loss_check = loss_check
+        # Set at a window's first batch where the zero_grad hooks are overridden: Lightning zeroes there.
+        self.zero_grad: Callable[[], None] | None = None
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        if self.zero_grad is not None:
+            self.zero_grad()
+        self.backward(loss)

@@ -1,0 +1,88 @@
+"""What the strategy's step is handed (``StepHooks``): how to read training_step's output (its loss
+and token count, with the errors a wrong output gets), backward, ``training_step_end``, the chunk scope."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainmesh.strategies.step import StepHooks, tokens_in
+from trainmesh.trainer import manual_optimization
+from trainmesh.trainer.optimization.closure import LossBackward
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.loop_context import LoopContext
+
+
+def step_hooks_for(
+    ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int, *, zero_in_window: bool
+) -> StepHooks:
+    hooks, log_collector, manual_backward = ctx.hooks, ctx.state.log_collector, ctx.state.manual_backward
+    reader = _OutputReader(module)
+    step_hooks = StepHooks(
+        step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+        loss_of=reader.loss_of,
+        count_of=reader.count_of,
+        # Where nothing zeroes inside the window, backward itself: one call fewer on every step.
+        backward=backward if zero_in_window else backward.backward,
+        chunk_scope=log_collector.chunk_scope,
+        loss_divisor=accumulate,
+        check_loss=backward.loss_check.check,
+    )
+    if manual_backward is None:
+        return step_hooks
+    return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
+
+
+class _OutputReader:
+    """Reads training_step's output for the strategy's step (``StepHooks.loss_of``/``count_of``):
+    bound methods with a fast path for the usual output, a scalar loss tensor, since they run on
+    every step; anything else goes through ``loss_of``/``tokens_in`` and their errors."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.owner = module, f"{type(module).__name__}.training_step"
+
+    def loss_of(self, output: Any) -> torch.Tensor:
+        if type(output) is torch.Tensor and output.requires_grad and output.numel() == 1:
+            return output
+        return loss_of(output, self.module)
+
+    def count_of(self, output: Any) -> torch.Tensor | None:
+        return tokens_in(output, owner=self.owner) if isinstance(output, dict) else None
+
+
+def loss_of(output: Any, module: Any) -> torch.Tensor:
+    """The loss in what training_step returned, or an error saying what was wrong with it."""
+    name = type(module).__name__
+    if isinstance(output, torch.Tensor):
+        loss = output
+    elif isinstance(output, dict):
+        if "loss" not in output:
+            raise ValueError(
+                f"{name}.training_step returned a dict without a 'loss' key (keys: {sorted(output)}); "
+                "put the tensor to minimise under 'loss'"
+            )
+        loss = output["loss"]
+    elif output is None:
+        raise ValueError(
+            f"{name}.training_step returned None; return the loss tensor (or a dict with 'loss'). "
+            "To skip a batch on purpose, return None from a manual-optimization module instead"
+        )
+    else:
+        raise TypeError(
+            f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'"
+        )
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(
+            f"{name}.training_step's loss must be a scalar tensor, got {shape}; reduce it "
+            "(e.g. loss.mean()) before returning"
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            f"{name}.training_step's loss does not require grad: it was computed without the "
+            "model's parameters, under torch.no_grad(), or detached. Return the loss the "
+            "parameters produced"
+        )
+    return loss
