@@ -55,8 +55,8 @@ from trainmesh.strategies.pipeline import (
     choose_schedule,
     rows,
     rows_in,
+    shared_step_result,
     stage_indices,
-    step_loss,
 )
 from trainmesh.strategies.pipeline_cut import keep_only, split_parts, stage_view
 from trainmesh.strategies.protocol import Placement
@@ -301,7 +301,7 @@ class ModelParallelStrategy(DistributedStrategy):
         microbatches = self._pipeline.microbatches
         losses: list[torch.Tensor] = []
         counts: list[torch.Tensor | None] = []
-        as_dict: list[bool] = []  # training_step returned a dict (else the loss tensor)
+        outputs: list[Any] = []  # each micro-batch's training_step output (on the last stage)
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
@@ -319,7 +319,7 @@ class ModelParallelStrategy(DistributedStrategy):
                 loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
             counts.append(count)
-            as_dict.append(isinstance(step_output, dict))
+            outputs.append(step_output)
             if count is not None:
                 return loss  # summed over tokens: the gradients are divided by the global count later
             # A mean loss: the batch's mean over its micro-batches (torch's scale_grads is off, see Pipeline).
@@ -329,21 +329,17 @@ class ModelParallelStrategy(DistributedStrategy):
         self._follow_mode(module)
         with self._step_context():
             self._pipeline.step(inputs, rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
-        loss, count = step_loss(losses, counts, owner=type(module).__name__, device=self._device)
-        # Every stage gets the last stage's loss (and token count, -1 for none; and whether the
-        # step's output was a dict): the progress bar, the finiteness check, the gradients' division
-        # by the count and the batch-end hooks' outputs run alike on every rank.
-        no_count = torch.full((), -1.0, dtype=torch.float64, device=self._device)
-        totals = torch.stack(
-            [loss.to(no_count), no_count if count is None else count.to(no_count), no_count + all(as_dict)]
+        loss, count, output = shared_step_result(
+            losses,
+            counts,
+            outputs,
+            rows=rows_in(inputs) // microbatches,
+            owner=type(module).__name__,
+            mesh=self._mesh,
+            stage_rank=self._pipeline.last_stage_rank,
+            device=self._device,
         )
-        collectives.broadcast_tensors(self._mesh, [totals], src=self._pipeline.last_stage_rank, over="pp")
-        _, counted, returned_dict = totals.tolist()  # the flags, read once
-        loss, count = totals[0].float(), (totals[1] if counted >= 0 else None)
         hooks.check_loss(loss)
-        # The outputs of the whole batch, as one process's training_step returns them: the loss, or a
-        # dict with it (and with num_tokens, summed over the micro-batches, for a summed loss).
-        output = {"loss": loss, **({} if count is None else {"num_tokens": count})} if returned_dict >= 0 else loss
         return StepResult(loss, output, count)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:

@@ -32,6 +32,8 @@ from torch import nn
 if TYPE_CHECKING:
     from torch.distributed.pipelining.schedules import _PipelineSchedule
 
+from trainmesh.strategies import collectives
+from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.stage_calls import inside_schedule
 from trainmesh.strategies.stage_checks import PartOrderCheck, explaining_dropped_parts
 from trainmesh.utilities.collections import apply_to_tensors
@@ -380,6 +382,52 @@ def step_loss(
             "others; return {'loss': summed_loss, 'num_tokens': n} from every one, or a mean loss"
         )
     return torch.stack(losses).float().sum(), torch.stack(given).sum()
+
+
+_STEP_KEYS = ("loss", "num_tokens")
+
+
+def shared_step_result(
+    losses: list[torch.Tensor],
+    counts: list[torch.Tensor | None],
+    outputs: list[Any],
+    *,
+    rows: int,
+    owner: str,
+    mesh: ParallelMesh,
+    stage_rank: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+    """The step's loss, token count and output on every stage (the last stage's micro-batches gave
+    ``outputs``, ``rows`` samples each), the output as one process's training_step gives it for the
+    whole batch: the loss tensor, or a dict of the loss, ``num_tokens`` summed and the other keys:
+    tensors with a row per sample concatenated (the batch's rows, in order), else a list with one
+    value per micro-batch. The progress bar, the finiteness check, the gradients' division by the
+    count and the batch-end hooks then run alike on every rank."""
+    loss, count = step_loss(losses, counts, owner=owner, device=device)
+    dicts = [output for output in outputs if isinstance(output, dict)]
+    # The form, for the other stages: -1 the loss alone, 0 a dict of loss (and count), 1 with more keys.
+    form = -1.0 if len(dicts) < len(outputs) else float(any(set(d) - set(_STEP_KEYS) for d in dicts))
+    no_count = torch.full((), -1.0, dtype=torch.float64, device=device)
+    totals = torch.stack([loss.to(no_count), no_count if count is None else count.to(no_count), no_count * 0 + form])
+    collectives.broadcast_tensors(mesh, [totals], src=stage_rank, over="pp")
+    _, counted, form = totals.tolist()  # read once
+    loss, count = totals[0].float(), (totals[1] if counted >= 0 else None)
+    if form < 0:
+        return loss, count, loss
+    output = {"loss": loss, **({} if count is None else {"num_tokens": count})}
+    if form > 0:
+        output.update(collectives.from_last_stage(mesh, _other_keys(dicts, rows), stage_rank=stage_rank))
+    return loss, count, output
+
+
+def _other_keys(outputs: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(key for output in outputs for key in output if key not in _STEP_KEYS):
+        values = [apply_to_tensors(output.get(key), lambda t: t.detach().cpu()) for output in outputs]
+        per_sample = all(isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows for v in values)
+        merged[key] = torch.cat(values) if per_sample and len({v.shape[1:] for v in values}) == 1 else values
+    return merged
 
 
 def rows_in(inputs: Any) -> int:
