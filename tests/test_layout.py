@@ -133,7 +133,11 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/process_group.py": ["strategies/test_ddp.py"],
     "strategies/sampling.py": ["strategies/test_ddp_dataloaders.py"],
     "strategies/single.py": ["trainer/test_fit_loop.py", "strategies/test_matrix.py"],
-    "strategies/stage_state.py": ["strategies/test_pipeline.py", "checkpoint/test_distributed_pieces.py"],
+    "strategies/stage_state.py": [
+        "strategies/test_pipeline.py",
+        "checkpoint/test_distributed_pieces.py",
+        "strategies/test_resume_layouts.py",
+    ],
     "strategies/step.py": ["trainer/test_step_hooks.py", "strategies/test_dp.py"],
     "trainer/epoch_end.py": ["trainer/test_hooks_order.py", "trainer/test_resume.py"],
     "trainer/construction.py": ["callbacks/test_base_duck_typed.py", "trainer/test_legacy_arguments.py"],

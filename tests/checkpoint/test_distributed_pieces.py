@@ -228,3 +228,21 @@ def test_cli_inspects_and_consolidates_a_trainer_directory(tmp_path, capsys):
     whole = torch.load(tmp_path / "whole.pt", weights_only=False)
     assert_same(whole["state_dict"], weights)
     assert_same(whole["optimizer_states"], optimizer_states)
+
+
+def test_a_template_naming_what_the_checkpoint_lacks_blames_the_mismatch_not_the_files(tmp_path):
+    # torch's "Missing key in checkpoint state_dict" from intact files (an optimizer state under
+    # another parameter name): before, UnreadableCheckpoint, "... copy the directory again".
+    from trainmesh.checkpoint.formats import UnreadableCheckpoint
+
+    model, optimizers = build(seed=0)
+    weights, optimizer_states = pieces(model, optimizers)
+    save_distributed({"w": weights, "o": optimizer_states}, tmp_path / "c", rank=0, sharded_keys=("w", "o"))
+    templates = templates_for(model, optimizers, model_key="w", optimizers_key="o")
+    state = templates["o"][1]["state"]
+    state["head.weight"] = state.pop("2.weight")
+    with pytest.raises(ValueError) as refused:
+        load_distributed(tmp_path / "c", templates)
+    assert not isinstance(refused.value, UnreadableCheckpoint)
+    assert "holds no entry for this run's o.1.state.head.weight" in str(refused.value)
+    assert "files are intact" in str(refused.value) and "saved from another model" in str(refused.value)

@@ -15,7 +15,7 @@ Program side: ``run_batch(spec_file, run_leg)`` where ``run_leg(argv)`` is the p
 single-leg entry point. Each leg gets its own environment variables (the launch's environment
 with the leg's ``env`` on top, none of an earlier leg's), its own stderr (``LOG.stderr-RANK``)
 and its own watchdog; a leg that fails writes ``LOG.error-RANK`` and ends the launch, and every
-later leg of that launch then fails too, saying so.
+later leg of that launch then fails too, saying so (the legs before it stand: they ran to their end).
 """
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ class Batches:
                 process.communicate()
         together = ", ".join(name for name, *_ in legs)
         ended = f"exited {returncode}" if returncode is not None else f"was killed after {timeout:.0f}s (its timeout)"
-        for (name, _, argv, _), log in zip(legs, logs):
+        # The legs before the first that failed ran to their end (legs run one after another).
+        failed = [i for i, log in enumerate(logs) if any(log.parent.glob(f"{log.name}.error-*"))]
+        for index, ((name, _, argv, _), log) in enumerate(zip(legs, logs)):
             stderr = "".join(path.read_text() for path in sorted(log.parent.glob(f"{log.name}.stderr-*")))
             errors = sorted(log.parent.glob(f"{log.name}.error-*"))
             if errors:
                 self.outcomes[name] = LegFailed(f"{name} ({' '.join(argv)}) failed:\n{errors[0].read_text()[-4000:]}")
-            elif returncode != 0:
+            elif returncode != 0 and not (failed and index < failed[0]):
                 self.outcomes[name] = LegFailed(
                     f"{name} ({' '.join(argv)}) did not end well: its launch ({together}) {ended} (a leg of it failed "
                     f"or hung?); the leg's stderr:\n{stderr[-3000:]}\nthe launch's stderr:\n{err[-3000:]}"

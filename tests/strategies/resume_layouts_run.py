@@ -1,7 +1,7 @@
 """The processes of test_resume_layouts.py: the tiny Llama trained under one layout, saved, and
 resumed under another.
 
-python resume_layouts_run.py MODE OUT LAYOUT [CKPT]
+python resume_layouts_run.py MODE OUT LAYOUT [CKPT] [KEY=VALUE ...]
 python resume_layouts_run.py --batch SPEC.json   (legs of one world size in one launch; helpers/batches.py)
   MODE: full    train STEPS steps from scratch
         pause   train PAUSE steps, then Trainer.save_checkpoint(CKPT) (a file from one process or ddp,
@@ -10,7 +10,10 @@ python resume_layouts_run.py --batch SPEC.json   (legs of one world size in one 
         unnamed CKPT's optimizer state as torch's optimizer.state_dict() alone writes it (numbered,
                 without the parameters' names) into CKPT.unnamed (a one-process leg)
         refused resume CKPT, which must be refused before any step: OUT gets the error's message
+        fails   train; the leg fails (a test reads its traceback; the last leg of its launch)
   LAYOUT: single | ddp | fsdp | tp | pp | fsdp_tp (world 4) | pp_tp (world 4)
+  KEY=VALUE: model=gpt (nanoGPT, helpers/nanogpt.py: its lm_head tied to wte; else the tiny Llama),
+             model=published_gpt (nanoGPT's forward as published), split=NAME (pp's split_points=[NAME])
 Rank 0 writes OUT: the whole model's weights (gathered), every parameter's AdamW step count, the
 step count. The global batch is 8 samples in every layout, and no row is padded, so that every
 layout computes the same loss (up to the order of float32 sums).
@@ -25,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
+from helpers.nanogpt import GPT, GPTConfig, PublishedGPT, gpt_loader  # noqa: E402
 from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
 PAUSE, STEPS, GLOBAL_BATCH = 2, 4, 8
@@ -51,7 +55,17 @@ def strip_param_names(path: str) -> None:
     torch.save(checkpoint, path + ".unnamed")
 
 
+def model_and_data(name: str, batch_size: int) -> tuple:
+    if name == "llama":
+        loader = token_loader(CONFIG, batch_size=batch_size, samples=4 * GLOBAL_BATCH, uneven_padding=False)
+        return Llama(CONFIG), loader
+    gpt = GPT if name == "gpt" else PublishedGPT
+    return gpt(GPTConfig()), gpt_loader(GPTConfig(), batch_size=batch_size, samples=4 * GLOBAL_BATCH)
+
+
 def main(argv: list[str]) -> None:
+    options = dict(arg.split("=", 1) for arg in argv if "=" in arg)
+    argv = [arg for arg in argv if "=" not in arg]
     mode, out, layout = argv[:3]
     if mode == "unnamed":
         strip_param_names(argv[3])
@@ -59,12 +73,12 @@ def main(argv: list[str]) -> None:
         return
     devices, dp, strategy = LAYOUTS[layout]
     torch.manual_seed(0)
-    model = Llama(CONFIG)
-    loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=4 * GLOBAL_BATCH, uneven_padding=False)
+    model, loader = model_and_data(options.get("model", "llama"), GLOBAL_BATCH // dp)
+    split = options.get("split")
     trainer = tm.Trainer(
         accelerator="cpu",
         devices=devices,
-        strategy=strategy(),
+        strategy=ModelParallelStrategy(pp=2, dp_shard=1, split_points=[split]) if split else strategy(),
         max_steps=PAUSE if mode == "pause" else STEPS,
         enable_progress_bar=False,
         enable_model_summary=False,

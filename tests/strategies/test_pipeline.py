@@ -89,3 +89,28 @@ def test_consolidated_pipeline_checkpoint_optimizer_groups_name_every_parameter(
     whole = torch.load(consolidate(path, tmp_path / "whole.ckpt"), weights_only=False)
     (optimizer,) = whole["optimizer_states"]
     assert sorted(p for group in optimizer["param_groups"] for p in group["params"]) == sorted(trained["state_dict"])
+
+
+def test_a_pipelined_steps_output_takes_the_form_one_process_gives():
+    # The last stage's micro-batch outputs (2 micro-batches of 3 rows) made into the whole batch's,
+    # as shared_step_result gives them to every stage (here one process: no message to send).
+    from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+    from trainmesh.strategies.pipeline import shared_step_result
+
+    mesh = ParallelMesh(ParallelDims(dp_shard=1).resolved(1))
+
+    def shared(outputs, counts):
+        losses = [torch.tensor(2.0), torch.tensor(4.0)]
+        return shared_step_result(
+            losses, counts, outputs, rows=3, owner="Net", mesh=mesh, stage_rank=0, device=torch.device("cpu")
+        )
+
+    loss, count, output = shared(["a", "b"], [None, None])  # training_step returned its mean loss
+    assert count is None and torch.equal(output, loss) and float(loss) == 3.0
+    rows, note = [torch.arange(3), torch.arange(3, 6)], [{"k": 1}, {"k": 2}]
+    outputs = [{"loss": 1, "num_tokens": 5, "rows": r, "note": n, "acc": torch.tensor(0.5)} for r, n in zip(rows, note)]
+    loss, count, output = shared(outputs, [torch.tensor(5.0, dtype=torch.float64)] * 2)
+    assert list(output) == ["loss", "num_tokens", "rows", "note", "acc"]
+    assert float(output["loss"]) == 6.0 and float(output["num_tokens"]) == 10.0  # sums over the micro-batches
+    assert torch.equal(output["rows"], torch.arange(6))  # a row per sample: the batch's rows in order
+    assert output["note"] == note and [float(a) for a in output["acc"]] == [0.5, 0.5]  # else one per micro-batch

@@ -9,6 +9,11 @@ fsdp), else every weight within ATOL. The uninterrupted runs of two layouts diff
 2.1e-5 (float32 sums in another order, which AdamW's first steps turn into weight differences of
 that size), so 1e-6 cannot hold between layouts; a resume that lost the optimizer state is off
 by 3.5e-2, one that restarted the data by 2e-2.
+
+nanoGPT (helpers/nanogpt.py, its layout as published: blocks in ``transformer.h`` inside a
+ModuleDict, ``lm_head`` tied to ``transformer.wte``) rides in the same launches: saved on one
+process, under fsdp and under tp, resumed under pp=2 (the tie's two names on two stages), against
+its uninterrupted pp=2 run; and its pipeline cut, against one process.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from helpers.batches import Batches  # noqa: E402
+from helpers.batches import Batches, LegFailed  # noqa: E402
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "resume_layouts_run.py"
@@ -40,12 +45,17 @@ WRITES_A_FILE = {"single", "ddp"}  # the others write a distributed checkpoint (
 UNNAMED = "single.ckpt.unnamed"
 REFUSED = ["pp", "pp_tp"]
 BY_POSITION = ["tp", "fsdp_tp"]
+# nanoGPT's tie, saved without a pipeline and resumed under one (the README table's "tied" rows).
+TIED_SAVED, TIED = ["single", "fsdp", "tp"], ("transformer.wte.weight", "lm_head.weight")
 
 
 def _plan(root: Path) -> list:
-    def leg(mode: str, layout: str, name: str, ckpt: str | None = None) -> tuple:
-        argv = [mode, str(root / f"{name}.pt"), layout, *([str(root / ckpt)] if ckpt else [])]
+    def leg(mode: str, layout: str, name: str, ckpt: str | None = None, *options: str) -> tuple:
+        argv = [mode, str(root / f"{name}.pt"), layout, *([str(root / ckpt)] if ckpt else []), *options]
         return name, {**WORLD, **MORE}[layout], argv, {}
+
+    def gpt(mode: str, layout: str, name: str, ckpt: str | None = None, *options: str) -> tuple:
+        return leg(mode, layout, f"gpt-{name}", ckpt and f"gpt-{ckpt}", "model=gpt", *options)
 
     def first(layouts: list[str]) -> list:
         return [
@@ -69,10 +79,17 @@ def _plan(root: Path) -> list:
     return [
         *first(["single"]),
         leg("unnamed", "single", "unnamed", "single.ckpt"),
+        gpt("full", "single", "full-single"),
+        gpt("pause", "single", "pause-single", "single.ckpt"),
         None,
         *first(two),
         *resumes(["single", *two], two),
         unnamed("tp"),
+        gpt("pause", "fsdp", "pause-fsdp", "fsdp.ckpt"),
+        gpt("pause", "tp", "pause-tp", "tp.ckpt"),
+        gpt("full", "pp", "full-pp"),
+        gpt("full", "pp", "split-pp", None, "split=transformer.h.2"),
+        *(gpt("resume", "pp", f"{saved}-to-pp", f"{saved}.ckpt") for saved in TIED_SAVED),
         None,
         *first(four),
         *resumes(LAYOUTS, four),
@@ -83,6 +100,8 @@ def _plan(root: Path) -> list:
         None,
         *resumes(four, two),
         unnamed("pp"),
+        # Fails on the first stage only (the other waits for its activations): last in its launch.
+        leg("fails", "pp", "gpt-published", None, "model=published_gpt"),
         None,
         *resumes(LAYOUTS, ["single"]),
         *resumes(list(MORE), ["single"]),
@@ -104,6 +123,15 @@ def runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("resume_layouts"))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_process_and_ddp_write_a_file_the_sharded_layouts_a_directory(runs, layout):
+    # First in the module: its cases run the launches one or two at a time, in order, each test
+    # well inside the suite's per-test timeout (the first resume cell would wait for all five).
+    runs(f"pause-{layout}")
+    path = runs.root / f"{layout}.ckpt"
+    assert path.is_dir() == (layout not in WRITES_A_FILE)
+
+
 @pytest.mark.parametrize(
     ("saved", "resumed"),
     [*itertools.product(LAYOUTS, LAYOUTS), *((layout, "single") for layout in MORE), *(("single", x) for x in MORE)],
@@ -121,13 +149,6 @@ def test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run(runs, 
             assert torch.equal(ours[name], tensor), name
         else:
             torch.testing.assert_close(ours[name], tensor, rtol=0, atol=ATOL, msg=lambda m, n=name: f"{n}: {m}")
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_one_process_and_ddp_write_a_file_the_sharded_layouts_a_directory(runs, layout):
-    runs(f"pause-{layout}")
-    path = runs.root / f"{layout}.ckpt"
-    assert path.is_dir() == (layout not in WRITES_A_FILE)
 
 
 def test_a_one_file_checkpoint_records_the_optimizer_parameters_names(runs):
@@ -163,8 +184,48 @@ def test_the_readme_table_is_what_the_tests_check():
     cells = [[cell.strip(" `") for cell in row.strip().strip("|").split("|")] for row in rows]
     header, body = cells[0][1:], cells[1:]  # (the |---| line is not a "| " row)
     table = {row[0]: dict(zip(header, row[1:])) for row in body}
-    # Every cell "resumes", each backed by test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run.
-    assert table == {saved: {resumed: "resumes" for resumed in LAYOUTS} for saved in LAYOUTS}
+    # Every cell "resumes", each backed by test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run;
+    # the tied rows' pp cells by test_a_tied_model_saved_without_a_pipeline_resumes_under_one.
+    tied = {f"{saved}, tied": {r: "resumes" if r == "pp" else "-" for r in LAYOUTS} for saved in TIED_SAVED}
+    assert table == {**{saved: {resumed: "resumes" for resumed in LAYOUTS} for saved in LAYOUTS}, **tied}
+
+
+@pytest.mark.parametrize("saved", TIED_SAVED)
+def test_a_tied_model_saved_without_a_pipeline_resumes_under_one(runs, saved):
+    # One process, fsdp and tp name the tied parameter once (transformer.wte.weight, its first
+    # name); under pp=2 stage 1 holds it as lm_head.weight, and takes the tie's weight and AdamW
+    # state from there. Refused before (single: "does not name this run's parameters
+    # ['lm_head.weight']"; fsdp, tp: torch's "Missing key ... lm_head.weight.step").
+    run, reference = runs(f"gpt-{saved}-to-pp"), runs("gpt-full-pp")
+    assert run["steps"] == reference["steps"] == 4
+    assert run["adam_steps"] == reference["adam_steps"] == [4.0]  # both stages' copies: 2 saved steps + 2
+    ours, theirs = run["state_dict"], reference["state_dict"]
+    assert sorted(ours) == sorted(theirs) and torch.equal(ours[TIED[0]], ours[TIED[1]])
+    for name, tensor in theirs.items():
+        torch.testing.assert_close(ours[name], tensor, rtol=0, atol=ATOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_nanogpts_layout_is_cut_inside_its_block_list_and_trains_like_one_process(runs):
+    # Its blocks sit in transformer.h, a ModuleList inside the ModuleDict transformer: the default cut
+    # balances over the blocks (stage 1 from transformer.h.2), split_points=["transformer.h.2"] names
+    # the same cut, and the iterated list's blocks are seen to run. Refused before, naming
+    # ['transformer.h'] as never run.
+    pipelined, single = runs("gpt-full-pp"), runs("gpt-full-single")
+    assert pipelined["steps"] == single["steps"] == 4
+    for name, tensor in single["state_dict"].items():
+        torch.testing.assert_close(pipelined["state_dict"][name], tensor, rtol=0, atol=ATOL)
+    split = runs("gpt-split-pp")["state_dict"]
+    assert all(torch.equal(split[name], tensor) for name, tensor in pipelined["state_dict"].items())
+
+
+def test_nanogpts_unmodified_forward_under_a_pipeline_names_the_dropped_module_at_the_first_step(runs):
+    # Stage 0 (transformer.wte ... transformer.h.1) reaches transformer.ln_f, which stage 1 holds:
+    # before, a bare AttributeError: 'ModuleDict' object has no attribute 'ln_f'.
+    with pytest.raises(LegFailed) as failed:
+        runs("gpt-published")
+    message = str(failed.value)
+    assert "pipeline stage 0's forward used transformer.ln_f, which the cut gave to stage 1" in message
+    assert "must skip what another stage holds" in message and "if 'wte' in self.transformer" in message
 
 
 def test_a_dp_checkpoint_names_the_parameters_as_the_module_does(tmp_path):

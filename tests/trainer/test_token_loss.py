@@ -46,6 +46,7 @@ LEGS = {
     "pp_gpipe": (2, "pp_gpipe", {}),
     "pp_1f1b_accumulate_clipped": (2, "pp_1f1b", {"accumulate": 2, "clip": CLIP}),
     "ddp_mean": (2, "ddp", {"summed": 0}),
+    "pp_gpipe_mean": (2, "pp_gpipe", {"summed": 0}),
 }
 
 
@@ -87,6 +88,26 @@ def test_gradients_are_divided_by_the_token_count_before_clipping(legs, name):
     assert weight_gap(reference["state_dict"], legs("reference")["state_dict"]) > 1e-4  # the clip bites
     assert weight_gap(run["state_dict"], reference["state_dict"]) < ATOL
     assert run["losses"] == pytest.approx(reference["losses"], abs=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("name", "whole"), [("pp_gpipe", "single_whole"), ("pp_gpipe_mean", "reference"), ("ddp", "single_whole")]
+)
+def test_batch_end_hooks_get_the_outputs_one_process_gets(legs, name, whole):
+    # on_train_batch_end's outputs: the loss tensor for a mean loss, {"loss", "num_tokens",
+    # "first_tokens"} for the summed one, under every layout. Under a pipeline they are the whole
+    # batch's (the micro-batches' sums and counts added up, their per-sample rows concatenated), as
+    # one process's; ddp's are its rank's. Before, a pipeline gave {"loss"} alone either way, so a
+    # callback logging loss per token broke only there.
+    run, reference = legs(name)["outputs"], legs(whole)["outputs"]
+    assert len(run) == len(reference) == 4
+    assert [o["keys"] for o in run] == [o["keys"] for o in reference]
+    if name == "pp_gpipe":  # (a mean loss's mean of micro-batch means is not the batch's mean)
+        assert [o["num_tokens"] for o in run] == [o["num_tokens"] for o in reference]
+        assert [o["first"] for o in run] == [o["first"] for o in reference]
+        assert [o["loss"] for o in run] == pytest.approx([o["loss"] for o in reference], rel=1e-5)
+    if whole == "single_whole":  # 50, 62, 60, 58 valid tokens in the global batches
+        assert [o["num_tokens"] for o in reference] == [50.0, 62.0, 60.0, 58.0]
 
 
 def test_a_mean_loss_under_uneven_padding_averages_the_ranks_means(legs):

@@ -7,7 +7,9 @@ python token_loss_run.py --batch SPEC.json   (several legs in one launch: helper
           | pp_gpipe (pp=2, 4 micro-batches) | pp_1f1b (pp=2, 2 micro-batches)
   KEY=VALUE: summed=1 (training_step returns {"loss": summed, "num_tokens": n}; else the mean loss),
              accumulate=N (the per-rank batch shrinks to keep the global batch at 8), clip=MAX_NORM
-Rank 0 writes OUT: the whole model's weights and the loss the loop reports at each optimizer step.
+Rank 0 writes OUT: the whole model's weights, the loss the loop reports at each optimizer step,
+and what on_train_batch_end received as outputs at each batch (its form, keys, loss, num_tokens and
+the first token of each sample, a per-sample key the summed loss's training_step returns beside them).
 """
 
 import os
@@ -41,15 +43,30 @@ LAYOUTS = {
 }
 
 
+class TokenLlama(Llama):
+    """The summed loss's output also carries a per-sample tensor (each sample's first token)."""
+
+    def training_step(self, batch, batch_idx):
+        output = super().training_step(batch, batch_idx)
+        return {**output, "first_tokens": batch[0][:, 0]} if isinstance(output, dict) else output
+
+
 class StepLosses(tm.Callback):
-    """The loss the loop reports (the progress bar's) after each optimizer step."""
+    """The loss the loop reports (the progress bar's) after each optimizer step, and the outputs
+    each batch's on_train_batch_end sees (a callback logging loss per token reads them)."""
 
     def __init__(self):
-        self.losses = []
+        self.losses, self.outputs = [], []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step > len(self.losses):
             self.losses.append(trainer.progress_bar_metrics["loss"])
+        if isinstance(outputs, dict):
+            count = outputs.get("num_tokens")
+            seen = {"keys": sorted(outputs), "loss": float(outputs["loss"]), "first": outputs["first_tokens"].tolist()}
+            self.outputs.append({**seen, "num_tokens": None if count is None else float(count)})
+        else:
+            self.outputs.append({"keys": type(outputs).__name__, "loss": float(outputs), "num_tokens": None})
 
 
 def run_leg(argv):
@@ -57,7 +74,7 @@ def run_leg(argv):
     devices, dp, strategy = LAYOUTS[layout]
     accumulate = int(opts.get("accumulate", 1))
     torch.manual_seed(0)
-    model = Llama(CONFIG, lr=LR, summed_loss=opts.get("summed", "1") == "1")
+    model = TokenLlama(CONFIG, lr=LR, summed_loss=opts.get("summed", "1") == "1")
     losses = StepLosses()
     trainer = tm.Trainer(
         accelerator="cpu",
@@ -80,6 +97,7 @@ def run_leg(argv):
             {
                 "state_dict": {k: v.detach().cpu() for k, v in full.items()},
                 "losses": losses.losses,
+                "outputs": losses.outputs,
                 "steps": trainer.global_step,
             },
             out,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,14 @@ def load_distributed(path: str | os.PathLike[str], templates: dict[str, Any], *,
             raise DamagedCheckpoint(str(damaged)) from exc
         if not isinstance(exc, Exception) and not hasattr(exc, "failures"):
             raise  # KeyboardInterrupt, SystemExit
+        missing = _inner_errors(exc, lambda e: str(e).startswith("Missing key in checkpoint state_dict"))
+        if missing:
+            # Intact files that lack what this run's state has: another model or optimizer saved them.
+            raise ValueError(
+                f"{source} holds no entry for this run's {str(missing[0]).rpartition(': ')[2].rstrip('.')} (its "
+                "files are intact: every shard's checksums match): it was saved from another model, optimizer or "
+                "configure_optimizers. Resume with the ones that saved it, or load only its weights"
+            ) from exc
         raise UnreadableCheckpoint(
             f"{source} could not be read although every shard's checksums match ({type(exc).__name__}: "
             f"{str(exc)[:300]}). Use an earlier checkpoint of the run, or copy the directory again"
@@ -281,20 +289,29 @@ def damaged_shard(path: Path, metadata: Any) -> str | None:
     return damaged_item(path, items_of(metadata), read_digests(path))
 
 
-def _damage_in(error: BaseException | None, seen: set[int] | None = None) -> DamagedCheckpoint | None:
-    """The DamagedCheckpoint a reader raised, through DCP's wrapping (``failures``: {rank: (exc, trace)})."""
+def _damage_in(error: BaseException | None) -> DamagedCheckpoint | None:
+    """The DamagedCheckpoint a reader raised, through DCP's wrapping."""
+    found = _inner_errors(error, lambda e: isinstance(e, DamagedCheckpoint))
+    return found[0] if found and isinstance(found[0], DamagedCheckpoint) else None
+
+
+def _inner_errors(
+    error: BaseException | None, matches: Callable[[BaseException], bool], seen: set[int] | None = None
+) -> list[BaseException]:
+    """The errors ``matches`` picks among ``error`` and those it wraps (causes, and DCP's
+    ``failures``: {rank: (exc, trace)}), the outermost first."""
     seen = set() if seen is None else seen
     if error is None or id(error) in seen:
-        return None
+        return []
     seen.add(id(error))
-    if isinstance(error, DamagedCheckpoint):
-        return error
+    if matches(error):
+        return [error]
     wrapped = [pair[0] for pair in (getattr(error, "failures", None) or {}).values() if isinstance(pair, tuple)]
-    for inner in (error.__cause__, error.__context__, *wrapped):
-        found = _damage_in(inner, seen)
-        if found is not None:
-            return found
-    return None
+    return [
+        found
+        for inner in (error.__cause__, error.__context__, *wrapped)
+        for found in _inner_errors(inner, matches, seen)
+    ]
 
 
 def consolidate(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:

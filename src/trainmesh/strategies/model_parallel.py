@@ -27,8 +27,6 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from trainmesh.checkpoint.compat import check_state_dict_fits
-from trainmesh.checkpoint.distributed import inspect_distributed, is_distributed_checkpoint
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.strategies import checkpoint as checkpoints
@@ -39,10 +37,7 @@ from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.fsdp import (
     apply_activation_checkpointing,
-    apply_fsdp,
-    apply_replicate,
     gathered_whole,
-    mixed_precision_policy,
     refuse_keras,
 )
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
@@ -50,6 +45,7 @@ from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.model_parallel_support import (
     DDP_DOES_NOT_COMPOSE,
+    apply_data_parallel,
     check_model_parallel_module,
     model_parallel_capabilities,
 )
@@ -59,12 +55,11 @@ from trainmesh.strategies.pipeline import (
     choose_schedule,
     rows,
     rows_in,
+    shared_step_result,
     stage_indices,
-    step_loss,
 )
 from trainmesh.strategies.pipeline_cut import keep_only, split_parts, stage_view
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
 from trainmesh.strategies.step import (
     StepHooks,
@@ -151,6 +146,8 @@ class ModelParallelStrategy(DistributedStrategy):
         self._whole_model_order: dict[str, int] = {}
         self._stage_copies: StageCopies | None = None  # tied weights whose uses sit on different pipeline ranks
         self._ties_seen = TieRecorder()  # the parameters configure_model registered (a tie it split)
+        self._ties: list[tuple[str, ...]] = []  # every tied group's names, found before the cut
+        self._cut: list[list[str]] = []  # every pipeline stage's parts
         self._gradient_sync_off = False  # inside no_backward_sync: tied copies' gradients not summed yet
 
     @property
@@ -189,7 +186,7 @@ class ModelParallelStrategy(DistributedStrategy):
         on_meta = bool(meta_tensor_names(module))
         # Tied weights, found while the model is whole (or as configure_model registered them): the
         # cut and tensor parallelism replace or drop parameters, after which nothing shows the ties.
-        ties = self._ties_seen.ties(module)
+        ties = self._ties = self._ties_seen.ties(module)
         module = self.precision.convert_module(module, device=None if on_meta else self._device)
         stage_parts = self._cut_pipeline(module)  # 1
         if tp > 1 and plan is not None:
@@ -214,24 +211,19 @@ class ModelParallelStrategy(DistributedStrategy):
             index: module if len(stage_parts) == 1 else stage_view(module, set(parts))
             for index, parts in stage_parts.items()
         }
+        pp = mesh.group_size("pp")
         if mesh.dp_size > 1:  # 4
             for view in stages.values():
-                self._apply_data_parallel(view, as_step_root=mesh.group_size("pp") == 1)
+                root = apply_data_parallel(view, mesh, self.precision, self.reshard_after_forward, as_step_root=pp == 1)
+            self._root = root if pp == 1 else None  # without a pipeline, the one stage is the step's root
         if on_meta:
             materialize(module, self._device)  # every layer's initialiser, then the model's init_weights()
             if self._stage_copies is not None:
                 self._stage_copies.make_equal(module, self._device)
         if mesh.group_size("pp") > 1:  # 5 (built at the first step)
             num_stages = self._num_stages()
-            self._pipeline = Pipeline(
-                stages,
-                stage_parts,
-                num_stages,
-                self.schedule,
-                self.microbatches or num_stages,
-                mesh.group("pp"),
-                self._device,
-            )
+            microbatches, group = self.microbatches or num_stages, mesh.group("pp")
+            self._pipeline = Pipeline(stages, self._cut, num_stages, self.schedule, microbatches, group, self._device)
             refuse_direct_calls(module)  # a user's loop calling model(x) would get a stage's activations
         return module
 
@@ -242,31 +234,10 @@ class ModelParallelStrategy(DistributedStrategy):
             return {0: []}
         # Parameter names in the whole model's order: the order one process's optimizer lists them.
         self._whole_model_order = {name: i for i, (name, _) in enumerate(module.named_parameters())}
-        cut = split_parts(module, self._num_stages(), self.split_points)
+        cut = self._cut = split_parts(module, self._num_stages(), self.split_points)
         mine = {index: cut[index] for index in stage_indices(self._mesh.rank("pp"), pp, self.schedule)}
         keep_only(module, {part for parts in mine.values() for part in parts})
         return mine
-
-    def _apply_data_parallel(self, stage: nn.Module, *, as_step_root: bool) -> None:
-        """FSDP2 on the data-parallel axes (fsdp.py's functions, with the run's mixed precision):
-        each block its own unit, then the stage's root."""
-        mesh = self._mesh
-        replicas, shards = mesh.group_size("dp_replicate"), mesh.group_size("dp_shard")
-        policy = mixed_precision_policy(self.precision)
-        if shards > 1:
-            dp_mesh = mesh.device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else mesh.submesh("dp_shard")
-            root = apply_fsdp(
-                stage,
-                dp_mesh,
-                shard_units(stage, wrap=None, min_num_params=None),
-                reshard_after_forward=self.reshard_after_forward,
-                mp_policy=policy,
-                step_root=as_step_root,
-            )
-        else:
-            root = apply_replicate(stage, mesh.submesh("dp_replicate"), mp_policy=policy, step_root=as_step_root)
-        if as_step_root:
-            self._root = root
 
     def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
         loader = super().process_dataloader(loader, train=train, seed=seed)
@@ -330,6 +301,7 @@ class ModelParallelStrategy(DistributedStrategy):
         microbatches = self._pipeline.microbatches
         losses: list[torch.Tensor] = []
         counts: list[torch.Tensor | None] = []
+        outputs: list[Any] = []  # each micro-batch's training_step output (on the last stage)
 
         def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
             microbatch = rows(batch, index)
@@ -347,6 +319,7 @@ class ModelParallelStrategy(DistributedStrategy):
                 loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
             counts.append(count)
+            outputs.append(step_output)
             if count is not None:
                 return loss  # summed over tokens: the gradients are divided by the global count later
             # A mean loss: the batch's mean over its micro-batches (torch's scale_grads is off, see Pipeline).
@@ -356,15 +329,18 @@ class ModelParallelStrategy(DistributedStrategy):
         self._follow_mode(module)
         with self._step_context():
             self._pipeline.step(inputs, rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
-        loss, count = step_loss(losses, counts, owner=type(module).__name__, device=self._device)
-        # Every stage gets the last stage's loss (and token count, -1 for none): the progress bar,
-        # the finiteness check, the gradients' division by the count run alike on every rank.
-        no_count = torch.full((), -1.0, dtype=torch.float64, device=self._device)
-        totals = torch.stack([loss.to(no_count), no_count if count is None else count.to(no_count)])
-        collectives.broadcast_tensors(self._mesh, [totals], src=self._pipeline.last_stage_rank, over="pp")
-        loss, count = totals[0].float(), (totals[1] if bool(totals[1] >= 0) else None)
+        loss, count, output = shared_step_result(
+            losses,
+            counts,
+            outputs,
+            rows=rows_in(inputs) // microbatches,
+            owner=type(module).__name__,
+            mesh=self._mesh,
+            stage_rank=self._pipeline.last_stage_rank,
+            device=self._device,
+        )
         hooks.check_loss(loss)
-        return StepResult(loss, {"loss": loss}, count)
+        return StepResult(loss, output, count)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         if self._pipeline is None:
@@ -460,7 +436,7 @@ class ModelParallelStrategy(DistributedStrategy):
         strict: bool = True,
     ) -> None:
         assert module is not None, "model-parallel optimizer state is keyed by the module's parameter names"
-        stage_state.load_state_dict(module, optimizers, state, self._mesh, strict=strict)
+        stage_state.load_state_dict(module, optimizers, state, self._mesh, strict=strict, ties=self._ties)
 
     def save_checkpoint(
         self,
@@ -481,19 +457,7 @@ class ModelParallelStrategy(DistributedStrategy):
     def load_checkpoint(
         self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
     ) -> dict[str, Any]:
-        pipelined = self._mesh.group_size("pp") > 1 and module is not None
-        if pipelined and is_distributed_checkpoint(path):
-            assert module is not None
-            # Each stage reads its own layers; together the stages must hold the checkpoint's.
-            stored = {
-                name: torch.empty(shape, device="meta")
-                for name, shape in inspect_distributed(path)[1][keys.model].items()
-            }
-            check_state_dict_fits(stage_state.whole_model_shapes(module, self._mesh), stored, source=path)
-        checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu", part_of_model=pipelined)
-        if not pipelined or is_distributed_checkpoint(path):
-            return checkpoint
-        assert module is not None
-        return stage_state.stage_share_of_file(
-            checkpoint, path, module, keys, self._mesh, with_optimizers=bool(optimizers)
-        )
+        if self._mesh.group_size("pp") == 1 or module is None:
+            return checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu")
+        # Each stage reads its own layers; together the stages must hold the checkpoint's.
+        return stage_state.load_checkpoint(path, module, optimizers, keys, self._mesh, ties=self._ties)

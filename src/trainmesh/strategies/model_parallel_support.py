@@ -8,7 +8,9 @@ from typing import Any
 from torch import nn
 
 from trainmesh.strategies.capabilities import WORLD, MemoryModel, StrategyCapabilities
-from trainmesh.strategies.mesh import ParallelDims
+from trainmesh.strategies.fsdp import apply_fsdp, apply_replicate, mixed_precision_policy
+from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+from trainmesh.strategies.shard_units import shard_units
 from trainmesh.strategies.tensor_parallel import check_tensor_parallel_plan, tensor_parallel_plan
 from trainmesh.utilities.dtensors import is_dtensor
 
@@ -50,6 +52,26 @@ def check_model_parallel_module(module: nn.Module, tp: int) -> Any:
         if plan is not None:
             check_tensor_parallel_plan(module, plan, tp)  # on the whole model: names of every stage
     return plan
+
+
+def apply_data_parallel(
+    stage: nn.Module, mesh: ParallelMesh, precision: Any, reshard_after_forward: bool, *, as_step_root: bool
+) -> Any:
+    """FSDP2 on the data-parallel axes of ``mesh`` (fsdp.py's functions, with the run's mixed
+    precision): each block its own unit, then the stage's root, which it returns."""
+    replicas, shards = mesh.group_size("dp_replicate"), mesh.group_size("dp_shard")
+    policy = mixed_precision_policy(precision)
+    if shards > 1:
+        dp_mesh = mesh.device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else mesh.submesh("dp_shard")
+        return apply_fsdp(
+            stage,
+            dp_mesh,
+            shard_units(stage, wrap=None, min_num_params=None),
+            reshard_after_forward=reshard_after_forward,
+            mp_policy=policy,
+            step_root=as_step_root,
+        )
+    return apply_replicate(stage, mesh.submesh("dp_replicate"), mp_policy=policy, step_root=as_step_root)
 
 
 def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> StrategyCapabilities:

@@ -3,7 +3,8 @@ holding its stages' layers, batches run through a schedule in micro-batches.
 
 How a model is cut: ``pipeline_cut``. The first step checks that each stage ran exactly its parts, in
 their order, so a forward that runs parts in another order than they were registered is an error,
-not a wrong model.
+not a wrong model; and that a forward reaching for a part another stage holds says so
+(``stage_checks``).
 
 How the loss is computed. Only the last stage has the model's output. There, for each
 micro-batch, the module's own ``training_step`` runs with ``self(x)`` answered by the pipeline's
@@ -31,7 +32,10 @@ from torch import nn
 if TYPE_CHECKING:
     from torch.distributed.pipelining.schedules import _PipelineSchedule
 
+from trainmesh.strategies import collectives
+from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.stage_calls import inside_schedule
+from trainmesh.strategies.stage_checks import PartOrderCheck, explaining_dropped_parts
 from trainmesh.utilities.collections import apply_to_tensors
 
 # Schedule names (case and "_" ignored) -> torch's class name. Multi-stage schedules hold
@@ -92,37 +96,6 @@ def stage_indices(pp_rank: int, pp_size: int, choice: ScheduleChoice) -> list[in
     if choice.v_shaped:
         return [pp_rank, 2 * pp_size - 1 - pp_rank]
     return [pp_rank + round_ * pp_size for round_ in range(choice.stages_per_rank)]
-
-
-# ---- cutting the model ----------------------------------------------------------------------
-class PartOrderCheck:
-    """Records which parts a stage's forward ran, in which order, to compare with its cut."""
-
-    def __init__(self, stage_module: nn.Module, parts: list[str], stage_index: int) -> None:
-        self.parts, self.stage_index, self.seen = parts, stage_index, []  # type: ignore[var-annotated]
-        self.handles = [
-            stage_module.get_submodule(name).register_forward_pre_hook(self._recorder(name)) for name in parts
-        ]
-
-    def _recorder(self, name: str) -> Callable[..., None]:
-        def record(*_: Any) -> None:
-            if name not in self.seen:
-                self.seen.append(name)
-
-        return record
-
-    def verify(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        if self.seen == self.parts:
-            return
-        skipped = [p for p in self.parts if p not in self.seen]
-        problem = f"its forward never ran {skipped}" if skipped else f"its forward ran them in the order {self.seen}"
-        raise RuntimeError(
-            f"pipeline stage {self.stage_index} holds the parts {self.parts} (in registration order), but {problem}. "
-            "A stage's parts must run in the order the model registers them, each on the stage's input: register "
-            "the layers in the order forward uses them, or name split_points that follow it"
-        )
 
 
 # The keyword arguments of torch's ``schedule.step`` itself: a model input of these names would
@@ -205,14 +178,15 @@ class Pipeline:
     def __init__(
         self,
         stages: dict[int, nn.Module],
-        parts: dict[int, list[str]],
+        cut: list[list[str]],
         num_stages: int,
         choice: ScheduleChoice,
         microbatches: int,
         group: Any,
         device: torch.device,
     ) -> None:
-        self.stages, self.parts, self.num_stages = stages, parts, num_stages
+        # cut: every stage's parts (this rank's stages hold cut[i] for i in stages).
+        self.stages, self.cut, self.num_stages = stages, cut, num_stages
         self.choice, self.microbatches, self.group, self.device = choice, microbatches, group, device
         self.holds_first, self.holds_last = 0 in stages, num_stages - 1 in stages
         pp_size = num_stages // choice.stages_per_rank
@@ -290,10 +264,10 @@ class Pipeline:
         scheduled = self._schedule((inputs, kwargs), count, training)
         args = tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
         args = args if self.holds_first else ()
-        check = (
-            None if self._checked else [PartOrderCheck(self.stages[i], self.parts[i], i) for i in sorted(self.stages)]
-        )
-        with inside_schedule(self.stages.values()):
+        check = None if self._checked else [PartOrderCheck(self.stages[i], self.cut[i], i) for i in sorted(self.stages)]
+        # The first step says which part a forward reached for that another stage holds.
+        first = explaining_dropped_parts(self.stages, self.cut) if check is not None else contextlib.nullcontext()
+        with inside_schedule(self.stages.values()), first:
             output = self._run(scheduled, args, kwargs, size, count, training, loss)
         if check is not None:
             self._checked = True
@@ -408,6 +382,52 @@ def step_loss(
             "others; return {'loss': summed_loss, 'num_tokens': n} from every one, or a mean loss"
         )
     return torch.stack(losses).float().sum(), torch.stack(given).sum()
+
+
+_STEP_KEYS = ("loss", "num_tokens")
+
+
+def shared_step_result(
+    losses: list[torch.Tensor],
+    counts: list[torch.Tensor | None],
+    outputs: list[Any],
+    *,
+    rows: int,
+    owner: str,
+    mesh: ParallelMesh,
+    stage_rank: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+    """The step's loss, token count and output on every stage (the last stage's micro-batches gave
+    ``outputs``, ``rows`` samples each), the output as one process's training_step gives it for the
+    whole batch: the loss tensor, or a dict of the loss, ``num_tokens`` summed and the other keys:
+    tensors with a row per sample concatenated (the batch's rows, in order), else a list with one
+    value per micro-batch. The progress bar, the finiteness check, the gradients' division by the
+    count and the batch-end hooks then run alike on every rank."""
+    loss, count = step_loss(losses, counts, owner=owner, device=device)
+    dicts = [output for output in outputs if isinstance(output, dict)]
+    # The form, for the other stages: -1 the loss alone, 0 a dict of loss (and count), 1 with more keys.
+    form = -1.0 if len(dicts) < len(outputs) else float(any(set(d) - set(_STEP_KEYS) for d in dicts))
+    no_count = torch.full((), -1.0, dtype=torch.float64, device=device)
+    totals = torch.stack([loss.to(no_count), no_count if count is None else count.to(no_count), no_count * 0 + form])
+    collectives.broadcast_tensors(mesh, [totals], src=stage_rank, over="pp")
+    _, counted, form = totals.tolist()  # read once
+    loss, count = totals[0].float(), (totals[1] if counted >= 0 else None)
+    if form < 0:
+        return loss, count, loss
+    output = {"loss": loss, **({} if count is None else {"num_tokens": count})}
+    if form > 0:
+        output.update(collectives.from_last_stage(mesh, _other_keys(dicts, rows), stage_rank=stage_rank))
+    return loss, count, output
+
+
+def _other_keys(outputs: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(key for output in outputs for key in output if key not in _STEP_KEYS):
+        values = [apply_to_tensors(output.get(key), lambda t: t.detach().cpu()) for output in outputs]
+        per_sample = all(isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows for v in values)
+        merged[key] = torch.cat(values) if per_sample and len({v.shape[1:] for v in values}) == 1 else values
+    return merged
 
 
 def rows_in(inputs: Any) -> int:

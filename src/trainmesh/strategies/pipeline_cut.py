@@ -1,12 +1,14 @@
 """Where a pipeline cuts a model into stages. A model's *parts*, in the order its forward runs
-them, are its top-level children, with top-level containers (``nn.Sequential``, ``nn.ModuleList``, ``nn.ModuleDict``) counted
-member by member (``"layers.3"``). A stage is a run of consecutive parts: named by split points
-(``split_points=["layers.4"]`` starts the second stage at ``layers.4``) or, by default, balanced
-by parameter count. A rank keeps its stages' parts and drops the rest, torchtitan's way: a
-dropped top-level child becomes ``None`` and a dropped container member is removed with its
-name kept, so parameter names stay those of the whole model (one distributed checkpoint, written
-by every stage, loads into the whole model). The stage's forward is the model's own ``forward``:
-it must skip what is ``None`` (``h = self.embed(x) if self.embed is not None else x``); an
+them, are its top-level children, with top-level containers (``nn.Sequential``, ``nn.ModuleList``,
+``nn.ModuleDict``) counted member by member (``"layers.3"``), and a list or dict inside one counted
+member by member too (nanoGPT's ``transformer.h.2``: a forward iterates those, never calls them).
+A stage is a run of consecutive parts: named by split points (``split_points=["layers.4"]`` starts
+the second stage at ``layers.4``) or, by default, balanced by parameter count. A rank keeps its
+stages' parts and drops the rest, torchtitan's way: a dropped top-level child becomes ``None`` and
+a dropped container member is removed with its name kept, so parameter names stay those of the
+whole model (one distributed checkpoint, written by every stage, loads into the whole model). The
+stage's forward is the model's own ``forward``: it must skip what is ``None`` (``h = self.embed(x)
+if self.embed is not None else x``) or absent (``if "wte" in self.transformer``); an
 ``nn.Sequential`` left empty passes its input through.
 """
 
@@ -21,6 +23,9 @@ from dataclasses import dataclass, field
 from torch import nn
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+# Containers a forward iterates or indexes but never calls: inside a top-level container, their
+# members are the parts (an nn.Sequential there is called, so it stays one part).
+ITERATED = (nn.ModuleList, nn.ModuleDict)
 
 
 def pipeline_parts(module: nn.Module) -> list[str]:
@@ -31,13 +36,14 @@ def pipeline_parts(module: nn.Module) -> list[str]:
             f"{type(module).__name__} holds parameters directly ({', '.join(own)}), which no pipeline stage can "
             "own; put them in a submodule (e.g. an nn.Embedding or a small nn.Module) so that one stage holds them"
         )
-    parts: list[str] = []
-    for name, child in module.named_children():
-        if isinstance(child, _CONTAINERS):
-            parts += [f"{name}.{key}" for key, member in child._modules.items() if member is not None]
-        else:
-            parts.append(name)
-    return parts
+    return [part for name, child in module.named_children() for part in _parts_of(name, child, _CONTAINERS)]
+
+
+def _parts_of(name: str, child: nn.Module, expanded: tuple[type[nn.Module], ...]) -> list[str]:
+    if not isinstance(child, expanded):
+        return [name]
+    members = [(f"{name}.{key}", member) for key, member in child._modules.items() if member is not None]
+    return [part for inner, member in members for part in _parts_of(inner, member, ITERATED)]
 
 
 def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] | None) -> list[list[str]]:
@@ -66,8 +72,8 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
             f"split_points={split_points!r} is one string; give a list of part names, e.g. split_points=[{split_points!r}]"
         )
     if split_points:
-        # A top-level container's name cuts before its first member ("seq2" = "seq2.0").
-        points = [_first_member(module, p) if p not in parts else p for p in split_points]
+        # A container's name cuts before its first part ("seq2" = "seq2.0", "transformer.h" = "transformer.h.0").
+        points = [p if p in parts else next((q for q in parts if q.startswith(f"{p}.")), p) for p in split_points]
         if len(points) != num_stages - 1:
             raise ValueError(
                 f"{num_stages} pipeline stages need {num_stages - 1} split points; got {len(points)}: {points}"
@@ -76,7 +82,7 @@ def split_parts(module: nn.Module, num_stages: int, split_points: Sequence[str] 
         if missing:
             raise ValueError(
                 f"split point(s) {missing} name no part of {owner}; a split point is a top-level child or a member of a "
-                f"top-level container, one of: {', '.join(parts)}"
+                f"top-level container (or of a list or dict inside one), one of: {', '.join(parts)}"
             )
         cuts = [parts.index(p) for p in points]
         if cuts != sorted(set(cuts)) or cuts[0] == 0:
@@ -96,13 +102,6 @@ def _nested_blocks(module: nn.Module, num_stages: int) -> tuple[str, int] | None
         if "." in name and isinstance(child, _CONTAINERS) and len(child._modules) >= num_stages:
             return name, len(child._modules)
     return None
-
-
-def _first_member(module: nn.Module, name: str) -> str:
-    child = module._modules.get(name)
-    if isinstance(child, _CONTAINERS) and child._modules:
-        return f"{name}.{next(iter(child._modules))}"
-    return name
 
 
 def _parameter_count(module: nn.Module) -> int:
@@ -142,8 +141,8 @@ def keep_only(module: nn.Module, parts: set[str]) -> None:
     for name in pipeline_parts(module):
         if name in parts:
             continue
-        container, _, member = name.partition(".")
-        if member:
+        container, _, member = name.rpartition(".")
+        if container:
             holder = module.get_submodule(container)
             dropped.members.setdefault(container, list(holder._modules.items()))  # before the first removal
             del holder._modules[member]  # not `del seq[i]`: that renumbers
@@ -195,9 +194,19 @@ def stage_view(module: nn.Module, parts: set[str]) -> nn.Module:
         if child is None:
             continue
         if isinstance(child, _CONTAINERS):
-            kept = copy.copy(child)
-            kept._modules = {key: member for key, member in child._modules.items() if f"{name}.{key}" in parts}
-            view._modules[name] = kept
+            view._modules[name] = _container_view(child, name, parts)
         elif name not in parts:
             view._modules[name] = None
     return view
+
+
+def _container_view(container: nn.Module, name: str, parts: set[str]) -> nn.Module:
+    """``container`` holding only its members in ``parts``; a list or dict inside it, likewise."""
+    kept = copy.copy(container)
+    kept._modules = {}
+    for key, member in container._modules.items():
+        if isinstance(member, ITERATED):
+            kept._modules[key] = _container_view(member, f"{name}.{key}", parts)
+        elif f"{name}.{key}" in parts:
+            kept._modules[key] = member
+    return kept

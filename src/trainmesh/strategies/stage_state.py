@@ -9,13 +9,19 @@ takes each stage's share back out of it (a file by names; a distributed checkpoi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from trainmesh.checkpoint.compat import check_state_dict_fits
+from trainmesh.checkpoint.distributed import (
+    inspect_distributed,
+    is_distributed_checkpoint,
+    load_distributed,
+    templates_for,
+)
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
@@ -90,9 +96,10 @@ def load_state_dict(
     mesh: ParallelMesh,
     *,
     strict: bool = True,
+    ties: Sequence[tuple[str, ...]] = (),
 ) -> None:
     """This stage's share of ``state`` (a whole model's, or this stage's shards), loaded by the
-    one sharded path (``checkpoints.load_sharded_state_dict``)."""
+    one sharded path (``checkpoints.load_sharded_state_dict``). ``ties``: the model's tied names."""
     own = set(module.state_dict())
     share: dict[str, Any] = {}
     if "model" in state:
@@ -107,8 +114,66 @@ def load_state_dict(
                 if mesh.group_size("pp") > 1 and not checkpoints.has_param_names(saved):
                     raise ValueError(f"the optimizer state {_NUMBERED_WITHOUT_NAMES}")
                 saved = checkpoints.keyed_by_name(saved, optimizer, module)
-            share["optim"].append(_only_params_of(saved, optimizer, module))
+            share["optim"].append(_only_params_of(saved, optimizer, module, ties))
     checkpoints.load_sharded_state_dict(module, optimizers, share, strict=strict)
+
+
+def load_checkpoint(
+    path: str,
+    module: nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    keys: CheckpointKeys,
+    mesh: ParallelMesh,
+    *,
+    ties: Sequence[tuple[str, ...]],
+) -> dict[str, Any]:
+    """A pipeline stage's share of a checkpoint: a file cut down to its layers, or its layers read
+    from a distributed checkpoint (the stages together must hold the checkpoint's)."""
+    if not is_distributed_checkpoint(path):
+        checkpoint = checkpoints.load(path, module, optimizers, keys=keys, map_location="cpu", part_of_model=True)
+        return stage_share_of_file(checkpoint, path, module, keys, mesh, with_optimizers=bool(optimizers))
+    shapes = inspect_distributed(path)[1]
+    stored = {name: torch.empty(shape, device="meta") for name, shape in shapes[keys.model].items()}
+    check_state_dict_fits(whole_model_shapes(module, mesh), stored, source=path)
+    templates = templates_for(
+        checkpoints.unwrap(module), list(optimizers), model_key=keys.model, optimizers_key=keys.optimizers
+    )
+    saved_names = _optimizer_state_names(shapes.get(keys.optimizers, {}))
+    for index, template in enumerate(templates[keys.optimizers]):
+        # A layout without a pipeline keeps a tied weight's optimizer state under its first name
+        # only: this stage's copy reads it from there (load_state_dict puts it under its own name).
+        state = template.get("state", {})
+        for held, saved in tie_aliases(saved_names.get(index, set()), state, ties).items():
+            state[saved] = state.pop(held)
+    return load_distributed(path, templates, part=True)
+
+
+def tie_aliases(saved: set[str], held: Iterable[str], ties: Sequence[tuple[str, ...]]) -> dict[str, str]:
+    """Each held name a checkpoint's optimizer state does not name -> another name of its tie that
+    it does (one process, ddp, fsdp and tp name a tied parameter once; a pipeline stage may hold
+    the copy under the other name).
+
+    >>> tie_aliases({"wte.weight"}, ["lm_head.weight", "ln.weight"], [("wte.weight", "lm_head.weight")])
+    {'lm_head.weight': 'wte.weight'}
+    """
+    aliases = {}
+    for name in held:
+        group = next((group for group in ties if name in group), ())
+        named = [other for other in group if other in saved]
+        if name not in saved and named:
+            aliases[name] = named[0]
+    return aliases
+
+
+def _optimizer_state_names(stored: Mapping[str, Any]) -> dict[int, set[str]]:
+    """The parameter names each optimizer's state holds, from a distributed checkpoint's tensor
+    names (``"0.state.lm_head.weight.exp_avg"``)."""
+    names: dict[int, set[str]] = {}
+    for key in stored:
+        index, _, rest = key.partition(".")
+        if rest.startswith("state."):
+            names.setdefault(int(index), set()).add(rest.removeprefix("state.").rpartition(".")[0])
+    return names
 
 
 def whole_model_shapes(module: nn.Module, mesh: ParallelMesh) -> dict[str, Any]:
@@ -147,13 +212,20 @@ def _group_names(optimizer_state: dict[str, Any]) -> list[list[str]]:
     return [list(group["params"]) for group in optimizer_state.get("param_groups", [])]
 
 
-def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module) -> dict[str, Any]:
-    """A name-keyed optimizer state cut down to the parameters this stage's optimizer holds."""
+def _only_params_of(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer, module: nn.Module, ties: Sequence[tuple[str, ...]] = ()
+) -> dict[str, Any]:
+    """A name-keyed optimizer state cut down to the parameters this stage's optimizer holds; a
+    tied copy the state names under the tie's other name takes that name's state."""
     names = {id(p): n for n, p in module.named_parameters()}
     held = {names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names}
     if not saved.get("state") or not any(isinstance(k, str) for k in saved["state"]):
         return saved
-    unnamed = held - {name for group in saved.get("param_groups", []) for name in group["params"]}
+    named = {name for group in saved.get("param_groups", []) for name in group["params"]}
+    unnamed = held - named
+    aliases = tie_aliases(named, unnamed, ties)
+    if aliases:
+        saved, unnamed = _with_tied_copies(saved, aliases), unnamed - aliases.keys()
     if unnamed:
         raise ValueError(
             f"the checkpoint's optimizer state does not name this run's parameters {sorted(unnamed)[:4]}: "
@@ -162,3 +234,16 @@ def _only_params_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer, mod
         )
     groups = [{**group, "params": [p for p in group["params"] if p in held]} for group in saved.get("param_groups", [])]
     return {"state": {k: v for k, v in saved["state"].items() if k in held}, "param_groups": groups}
+
+
+def _with_tied_copies(saved: dict[str, Any], aliases: Mapping[str, str]) -> dict[str, Any]:
+    """``saved`` with each alias's state (a copy) and group entry beside its tie's."""
+    state = dict(saved["state"])
+    for name, other in aliases.items():
+        if other in state:
+            state[name] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state[other].items()}
+    groups = [
+        {**group, "params": [*group["params"], *(name for name, other in aliases.items() if other in group["params"])]}
+        for group in saved.get("param_groups", [])
+    ]
+    return {**saved, "state": state, "param_groups": groups}
