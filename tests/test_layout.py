@@ -23,6 +23,8 @@ COVERED_BY: dict[str, list[str]] = {
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "manual_calls.py": ["trainer/test_manual_optimization.py", "trainer/test_manual_optimization_single.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
+    "trainer/fetching.py": ["trainer/test_fit_loop_reads.py"],
+    "trainer/fit_data.py": ["trainer/test_fit_loop_reads.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/legacy_optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],
