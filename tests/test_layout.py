@@ -30,6 +30,8 @@ COVERED_BY: dict[str, list[str]] = {
     "profilers/advanced.py": ["profilers/test_profilers.py"],
     "profilers/pytorch.py": ["profilers/test_profilers.py"],
     "profilers/pytorch_schedule.py": ["profilers/test_profilers.py"],
+    "trainer/fetching.py": ["trainer/test_fit_loop_reads.py"],
+    "trainer/fit_data.py": ["trainer/test_fit_loop_reads.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/lightning1/optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],

@@ -182,7 +182,9 @@ def test_dp_logs_inside_step_are_weighted_by_each_chunk():
 
     data = dataset(20)
     model = LogsInStep()
-    trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="dp", max_steps=1, num_sanity_val_steps=0)
+    trainer = quiet_trainer(
+        accelerator="cpu", devices=2, strategy="dp", max_steps=1, num_sanity_val_steps=0, val_check_interval=1
+    )
     trainer.fit(model, DataLoader(dataset(64), batch_size=16), DataLoader(data, batch_size=3))  # chunks 2 + 1
     assert trainer.callback_metrics["n"] == 8.0
     assert trainer.callback_metrics["val_x"] == pytest.approx(float(data.tensors[0][:, 0].double().mean()), abs=1e-6)

@@ -105,7 +105,9 @@ def test_the_1x_dataloader_hooks_run_just_before_their_stages_loader_is_requeste
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         quiet_trainer(max_epochs=1).fit(module, _loader(), _loader())
-    assert module.calls == ["on_train_dataloader", "on_val_dataloader"]
+    # The sanity check asks for the validation loaders before the train loader is asked for
+    # (Lightning's order: tests/trainer/test_fit_loop_reads.py).
+    assert module.calls == ["on_val_dataloader", "on_train_dataloader"]
 
 
 def test_a_data_modules_1x_dataloader_hook_is_named_as_not_called():

@@ -105,7 +105,8 @@ def test_hooks_without_batch_idx_train_like_the_full_signature(tmp_path):
     for cls in (FullSignature, ShortSignature):
         torch.manual_seed(0)
         model, callback = cls(), ShortCallback()
-        trainer = _trainer(tmp_path, max_steps=3, callbacks=[callback])
+        # validating after the third batch: max_steps stopping inside the epoch does not validate (as Lightning)
+        trainer = _trainer(tmp_path, max_steps=3, val_check_interval=3, callbacks=[callback])
         trainer.fit(model, DataLoader(_data(), batch_size=4), DataLoader(_data(8, 1), batch_size=4))
         trained.append(model.layer.weight.detach().clone())
         assert callback.calls == 3

@@ -204,7 +204,11 @@ class StepWatchdog:
         verdict = decide(reports, world_size=world_size, timeout=self.timeout, finished=finished)
         # Under an elastic agent the verdict goes to the error file, which the agent prints as
         # the run's failure (once, after every worker has stopped); else the reporter prints it.
-        under_agent = record_for_agent(verdict.message)
+        # The rank that ends first records it at once; the others only once they have waited for
+        # the agent to stop them, so that their records are later and the agent names that rank.
+        under_agent = "TORCHELASTIC_ERROR_FILE" in os.environ
+        if verdict.exits_first(rank):
+            record_for_agent(verdict.message)
         if rank == verdict.reporter:
             if not under_agent:
                 print(verdict.message, file=sys.stderr, flush=True)
@@ -215,6 +219,7 @@ class StepWatchdog:
                 channel.wait_printed(grace)  # the agent stops the reporter once this rank ends
             return
         time.sleep(_EXIT_DELAY)
+        record_for_agent(verdict.message)  # the agent has not stopped this rank: it may be the one it names
 
 
 class _RankChannel:

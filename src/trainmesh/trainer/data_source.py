@@ -60,6 +60,25 @@ class DataSource:
         if self.datamodule is not None:
             self.datamodule.teardown(stage)
 
+    def defines(self, kind: str) -> bool:
+        """Whether there are ``kind`` loaders to ask for, told without asking (Lightning's
+        ``is_defined``): passed as an argument, or a loader method of the DataModule's or the
+        Module's own (not the DataModule base's, which raises)."""
+        from trainmesh.datamodule import DataModule
+
+        method = _LOADER_METHOD[kind]
+        if kind in self.given:
+            return True
+        for owner in (self.datamodule, self.model):
+            found = getattr(owner, method, None)
+            if (
+                owner is not None
+                and callable(found)
+                and getattr(found, "__func__", None) is not vars(DataModule)[method]
+            ):
+                return True
+        return False
+
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:

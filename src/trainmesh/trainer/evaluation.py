@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -10,6 +12,7 @@ import torch
 from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
@@ -44,6 +47,12 @@ _BATCH_END_HOOK = {
     "predict": "on_predict_batch_end",
     "sanity_check": "on_validation_batch_end",
 }
+_START_END_HOOKS = {
+    "validate": ("on_validation_start", "on_validation_end"),
+    "test": ("on_test_start", "on_test_end"),
+    "predict": ("on_predict_start", "on_predict_end"),
+    "sanity_check": ("on_validation_start", "on_validation_end"),
+}
 _BATCH_START_HOOK = {
     "validate": "on_validation_batch_start",
     "test": "on_test_batch_start",
@@ -52,13 +61,14 @@ _BATCH_START_HOOK = {
 }
 
 
-def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
+def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> None:
     """Run a few validation batches before training so a broken validation_step fails fast.
 
     Every global generator is given back as it was (as Lightning does, with ``isolate_rng``):
     what the check draws (a shuffling loader's order, random numbers in validation_step) must
     not change training, or a seeded run's numbers would depend on ``num_sanity_val_steps``
-    and differ from Lightning's.
+    and differ from Lightning's. ``val_loaders()`` asks for the loaders (the first time: after
+    ``on_sanity_check_start``, as Lightning's).
     """
     ctx.state.sanity_checking = True
     hooks = ctx.hooks
@@ -66,27 +76,24 @@ def run_sanity_check(ctx: LoopContext, val_loaders: list[Any]) -> None:
         with isolate_rng():
             hooks.call_callbacks("on_sanity_check_start")
             limit = ctx.settings.num_sanity_val_steps
-            with evaluation_mode(hooks, ctx.state.model, "sanity_check"):
-                hooks.call("on_validation_start")  # as in Lightning: the sanity check is a validation run
-                _run_loop(ctx, "sanity_check", val_loaders, limit if limit != -1 else float("inf"))
-                hooks.call("on_validation_end")
+            # as in Lightning: the sanity check is a validation run
+            _evaluate(ctx, "sanity_check", val_loaders(), limit if limit != -1 else float("inf"))
             hooks.call_callbacks("on_sanity_check_end")
     finally:
         ctx.state.sanity_checking = False
 
 
-def run_validation(ctx: LoopContext, val_loaders: list[Any], *, release_grads: bool = True) -> list[dict[str, float]]:
+def run_validation(
+    ctx: LoopContext, val_loaders: Callable[[], list[Any]], *, release_grads: bool = True
+) -> list[dict[str, float]]:
     """Validation inside fit: results go to callback_metrics and the loggers. ``release_grads``:
-    no gradients are pending for an optimizer step (Lightning then zeroes them first)."""
-    ctx.state.loop.validated_since_step = True
-    hooks, run = ctx.hooks, ctx.state.trainer_state
+    no gradients are pending for an optimizer step (Lightning then zeroes them first).
+    ``val_loaders()`` asks for the loaders, after that, where nothing asked before (Lightning's order)."""
+    run = ctx.state.trainer_state
     run.stage = RunningStage.VALIDATING  # trainer.validating, from before the zero_grad hook (Lightning's)
     if release_grads:
-        release_gradients(hooks, ctx.state.module)
-    with evaluation_mode(hooks, ctx.state.model, "validate"):
-        hooks.call("on_validation_start")
-        results = _run_loop(ctx, "validate", val_loaders, ctx.settings.limit_val_batches)
-        hooks.call("on_validation_end")
+        release_gradients(ctx.hooks, ctx.state.module)
+    results = _evaluate(ctx, "validate", val_loaders(), ctx.settings.limit_val_batches)
     run.stage = RunningStage.TRAINING
     return results
 
@@ -97,26 +104,14 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
-    start, end = (
-        ("on_validation_start", "on_validation_end") if stage == "validate" else ("on_test_start", "on_test_end")
-    )
-    with evaluation_mode(ctx.hooks, ctx.state.model, stage):
-        ctx.hooks.call(start)
-        results = _run_loop(ctx, stage, loaders, limit)
-        ctx.hooks.call(end)
-    return results
+    return _evaluate(ctx, stage, loaders, limit)
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
-    with evaluation_mode(ctx.hooks, ctx.state.model, "predict"):
-        ctx.hooks.call("on_predict_start")
-        outputs = [
-            ctx.runtime._collect_predictions(per_loader)
-            for per_loader in _run_loop(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
-        ]
-        ctx.hooks.call("on_predict_end")
+    per_loader = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
+    outputs = [ctx.runtime._collect_predictions(predictions) for predictions in per_loader]
     return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -129,33 +124,66 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool) -> list
     return list(placed) if len(loaders) > 1 else [placed]
 
 
-def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
-    """Run ``stage`` over every loader; metrics per loader (or predictions for predict)."""
+def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
+    """One evaluation run as Lightning's loop runs it: the loaders' batch counts, the first
+    loader's iterator started (and read ahead where the count is unknown: trainer/fetching.py)
+    before the stage's hooks, the hooks and batches; with no batch to run (every count 0), no
+    hook. Each loader's metric results, or its predictions for predict."""
     state, hooks = ctx.state, ctx.hooks
-    module = state.module
-    step_hook = _STEP_HOOK[stage]
-    if stage != "predict" and not hooks.module_overrides(step_hook):
-        return [{} for _ in loaders]
-    if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(module)):
+    limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
+    if sum(limits) == 0:
+        return [[] if stage == "predict" else {} for _ in loaders]
+    if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(state.module)):
         raise ValueError(
-            f"{type(module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
+            f"{type(state.module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
             "define one of them to predict"
         )
-    extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_hook))
-    results: list[Any] = []
+    fetcher = None
+    if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
+        with _grad_mode(ctx):
+            fetcher = sequential_fetcher(
+                loaders,
+                limits,
+                start=lambda loader: iter(profiled_iter(loader.batches(), ctx.profiler, FETCH_ACTION[stage])),
+            )
+    state.set_batch_count(stage, limits[0])
+    start, end = _START_END_HOOKS[stage]
+    with evaluation_mode(hooks, state.model, stage):
+        hooks.call(start)
+        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher)
+        hooks.call(end)
+    return results
+
+
+def _batch_limit(ctx: LoopContext, stage: str, loader: Any, limit_setting: int | float) -> int | float:
+    limit = limited_count(loader, limit_setting)
+    if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
+        limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches))
+    return limit
+
+
+def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
     inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
-    with torch.inference_mode() if inference else torch.no_grad():
+    return torch.inference_mode() if inference else torch.no_grad()
+
+
+def _run_loop(
+    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], fetcher: Fetcher
+) -> list[Any]:
+    """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict)."""
+    state, hooks = ctx.state, ctx.hooks
+    step_hook = _STEP_HOOK[stage]
+    extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
+    with _grad_mode(ctx):
         if stage != "predict":
             hooks.call("on_epoch_start")  # Lightning 1.x's, around validation and test epochs too
         hooks.call(_EPOCH_START_HOOK[stage])
-        kept: list[list[Any]] = []
-        for loader_idx, loader in enumerate(loaders):
-            extra = (loader_idx,) if extra_index else ()
-            # The batch hooks get dataloader_idx where there are several loaders (as in Lightning)
-            hook_extra = (loader_idx,) if len(loaders) > 1 else ()
-            results.append(_run_one_loader(ctx, stage, loader, limit_setting, extra, kept, hook_extra))
         outputs_hook = _OUTPUTS_HOOK.get(stage)
-        if outputs_hook is not None and hooks.module_overrides(outputs_hook):
+        keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
+        per_loader = _LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
+        _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index)
+        results, kept = per_loader.results, per_loader.kept
+        if outputs_hook is not None and keeps_outputs:
             state.log_collector.set_batch(outputs_hook, None)
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         if stage == "predict":
@@ -171,53 +199,78 @@ def _run_loop(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         return _publish(ctx, stage, reduced, state.log_collector.epoch_metrics())
 
 
-def _run_one_loader(
-    ctx: LoopContext,
-    stage: str,
-    loader: Any,
-    limit_setting: int | float,
-    extra: tuple[int, ...],
-    kept: list[list[Any]],
-    hook_extra: tuple[int, ...],
-) -> Any:
-    """Predictions of one loader, or its metric results (not yet reduced across ranks).
-
-    Step outputs are appended to ``kept`` (one list per loader) when the module defines
-    ``validation_epoch_end`` / ``test_epoch_end``, and only then.
-    """
+def _run_batches(
+    ctx: LoopContext, stage: str, loaders: list[Any], fetcher: Fetcher, per_loader: _LoaderResults, extra_index: bool
+) -> None:
+    """Each of ``fetcher``'s batches through the stage's step and batch hooks, taken to the device
+    as the loop takes it (with its own loader's batch-transfer hooks)."""
     state, log_collector, hooks, runtime = ctx.state, ctx.state.log_collector, ctx.hooks, ctx.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
-    limit = limited_count(loader, limit_setting)
-    if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
-        limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches))
-    state.set_batch_count(stage, limit)
-    log_collector.start_stage()
-    predictions: list[Any] = []
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
     step_hooks = StepHooks(
         step_end=None if step_end is None else getattr(state.module, step_end), chunk_scope=log_collector.chunk_scope
     )
-    outputs_hook = _OUTPUTS_HOOK.get(stage)
-    outputs: list[Any] | None = [] if outputs_hook is not None and hooks.module_overrides(outputs_hook) else None
     eval_step = profiled_call(runtime.eval_step, ctx.profiler, strategy_action(runtime, step_hook))
-    for batch_idx, batch in enumerate(profiled_iter(loader, ctx.profiler, FETCH_ACTION[stage])):
-        if batch_idx >= limit:
-            break
+    transfers = [loader.batch_transfer() for loader in loaders]
+    several = len(loaders) > 1
+    for batch, batch_idx, loader_idx in fetcher:
+        per_loader.reach(loader_idx)
+        transfer = transfers[loader_idx]
+        if transfer is not None:
+            batch = transfer(batch)
+        extra = (loader_idx,) if extra_index else ()
+        hook_extra = (loader_idx,) if several else ()  # dataloader_idx where there are several (as in Lightning)
         log_collector.set_batch(step_hook, batch)
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
         output = eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
-        if stage == "predict":
-            predictions.append(output)
-        elif outputs is not None and not is_padding(output):
-            outputs.append(output)
+        per_loader.add(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
         runtime.supervision.step_done()
-    if outputs is not None:
-        kept.append(outputs)
-    return predictions if stage == "predict" else log_collector.results
+    per_loader.close()
+
+
+class _LoaderResults:
+    """Each loader's metric results (not yet reduced across ranks) or predictions, as the batches
+    move from one loader to the next; a loader with no batch gets empty ones. Step outputs are
+    kept in ``kept`` (one list per loader) when the module defines ``validation_epoch_end`` /
+    ``test_epoch_end``, and only then."""
+
+    def __init__(self, ctx: LoopContext, stage: str, limits: list[int | float], *, keeps_outputs: bool) -> None:
+        self._state, self._stage, self._limits, self._keeps = ctx.state, stage, limits, keeps_outputs
+        self.results: list[Any] = []
+        self.kept: list[list[Any]] = []
+        self._current = -1
+        self._outputs: list[Any] = []
+
+    def reach(self, loader_idx: int) -> None:
+        """Finish the loaders before ``loader_idx`` and start it."""
+        while self._current < loader_idx:
+            if self._current >= 0:
+                self._finish()
+            self._current += 1
+            self._state.set_batch_count(self._stage, self._limits[self._current])
+            self._state.log_collector.start_stage()
+            self._outputs = []
+
+    def add(self, output: Any) -> None:
+        if self._stage == "predict" or self._keeps and not is_padding(output):
+            self._outputs.append(output)
+
+    def close(self) -> None:
+        if self._limits:
+            self.reach(len(self._limits) - 1)
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._stage == "predict":
+            self.results.append(self._outputs)
+            return
+        if self._keeps:
+            self.kept.append(self._outputs)
+        self.results.append(self._state.log_collector.results)
 
 
 def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:

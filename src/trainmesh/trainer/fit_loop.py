@@ -7,24 +7,28 @@ and the resumed run replays the epoch's data order before continuing (see ``_ope
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
+from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
-from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter
+from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
@@ -38,15 +42,8 @@ def run_fit(
 ) -> None:
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
 
-    train_loaders = data.loaders("train", required=True)
-    if len(train_loaders) != 1:
-        raise ValueError(f"fit trains on one dataloader; got {len(train_loaders)}. Combine them into one dataset")
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    (train_loader,) = evaluation.device_loaders(ctx, train_loaders, train=True)
-    val_loaders = evaluation.device_loaders(ctx, data.loaders("validate", required=False), train=False)
-    state.num_training_batches = limited_count(train_loader, settings.limit_train_batches)
-    state.val_loaders = val_loaders
-    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
+    fit_data = FitData(ctx, data)
     state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
@@ -66,32 +63,36 @@ def run_fit(
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
-    if val_loaders and settings.num_sanity_val_steps != 0 and settings.limit_val_batches != 0:
-        # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
-        # are kept aside meanwhile (the generators are restored when the epoch's data starts).
-        resumed_results = state.log_collector.results
-        evaluation.run_sanity_check(ctx, val_loaders)
-        state.log_collector.start_stage(resumed_results)
-    warn_of_modules_in_eval_mode(state.module)
-    hooks.call("on_train_start")
     if ctx.publisher.is_global_zero:
         for logger in ctx.publisher.loggers:
             logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
-    if state.num_training_batches == 0:
+    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
+        # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
+        # are kept aside meanwhile (the generators are restored when the epoch's data starts).
+        resumed_results = state.log_collector.results
+        evaluation.run_sanity_check(ctx, fit_data.val_loaders)
+        state.log_collector.start_stage(resumed_results)
+    # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
+    # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
+    state.num_training_batches = 0
+    train_loader = fit_data.train_loader() if settings.limit_train_batches != 0 else None
+    if train_loader is None or state.num_training_batches == 0:
+        # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
-        hooks.call("on_train_end")
         hooks.call("on_fit_end")
         return
+    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
+    opened = _first_epoch(ctx, train_loader, resume_rng)
+    if fit_data.validates_in_epoch(state.current_epoch):
+        fit_data.val_loaders()
+    warn_of_modules_in_eval_mode(state.module)
+    hooks.call("on_train_start")
     with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
             while not _fit_done(state, settings):
-                run_epoch(ctx, train_loader, resume_rng)
-                resume_rng = None
-            if resume_rng is not None:
-                # Resumed with nothing left to train: still hold the generators the checkpoint
-                # held, for a checkpoint saved now.
-                restore_rng_state(resume_rng)
+                run_epoch(ctx, fit_data, train_loader, opened)
+                opened = None
         finally:
             state.loop.last_loss = None
     hooks.call("on_train_end")
@@ -106,35 +107,18 @@ def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
     return settings.max_epochs != -1 and state.current_epoch >= settings.max_epochs
 
 
-def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None) -> Any:
-    """Start the epoch's data iterator, replaying the interrupted epoch when resuming.
+@dataclass
+class _OpenedEpoch:
+    """The first epoch of a fit, its iterator started before ``on_train_start`` (Lightning's order)."""
 
-    A shuffling sampler draws its order from the global RNG when its iterator starts, so a
-    resume restores the RNG as it was at the epoch's start, starts the iterator (skipping the
-    batches already trained on, by index only), and then restores the RNG as it was when the
-    checkpoint was taken.
-    """
-    loop = state.loop
-    loader.set_epoch(state.current_epoch)
-    skip = loop.batches_done if resume_rng is not None else 0
-    if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
-        restore_rng_state(loop.epoch_start_rng)
-        skipping = loader.skipping(skip)
-        iterator = iter(skipping)
-        begin_skip(skipping.loader)
-        restore_rng_state(resume_rng)
-        return iterator
-    if resume_rng is not None:
-        restore_rng_state(resume_rng)
-    loop.epoch_start_rng = capture_rng_state()
-    loop.batches_done = 0
-    return iter(loader)
+    batches: Fetcher
+    mid_epoch_resume: bool  # a resumed epoch: its epoch-start hooks ran in the interrupted run
 
 
-def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> None:
-    state, hooks = ctx.state, ctx.hooks
-    loop, log_collector = state.loop, state.log_collector
-    if resume_rng is not None and loop.epoch_finished:
+def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> _OpenedEpoch | None:
+    """Start the fit's first epoch's data; None where nothing is left to train (a resumed fit)."""
+    state, loop = ctx.state, ctx.state.loop
+    if resume_rng is not None and loop.epoch_finished and not _fit_done(state, ctx.settings):
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
         if loop.epoch_schedulers_pending:
@@ -144,35 +128,71 @@ def _run_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None)
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
-        if _fit_done(state, ctx.settings):
-            return
+    if _fit_done(state, ctx.settings):
+        if resume_rng is not None:
+            # Resumed with nothing left to train: still hold the generators the checkpoint
+            # held, for a checkpoint saved now.
+            restore_rng_state(resume_rng)
+        return None
     # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
     mid_epoch_resume = resume_rng is not None and loop.batches_done > 0
+    return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume)
+
+
+def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None) -> Fetcher:
+    """Start the epoch's data iterator, replaying the interrupted epoch when resuming.
+
+    A shuffling sampler draws its order from the global RNG when its iterator starts, so a
+    resume restores the RNG as it was at the epoch's start, starts the iterator (skipping the
+    batches already trained on, by index only), and then restores the RNG as it was when the
+    checkpoint was taken. The batches are read as Lightning reads them (trainer/fetching.py).
+    """
+    loop, count = state.loop, state.num_training_batches
+    loader.set_epoch(state.current_epoch)
+    skip = loop.batches_done if resume_rng is not None else 0
+    if resume_rng is not None and loop.epoch_start_rng is not None and skip > 0:
+        restore_rng_state(loop.epoch_start_rng)
+        skipping = loader.skipping(skip)
+        iterator = skipping.batches()
+        begin_skip(skipping.loader)
+        restore_rng_state(resume_rng)
+        return Fetcher(iterator, count, fetched=skip)
+    if resume_rng is not None:
+        restore_rng_state(resume_rng)
+    loop.epoch_start_rng = capture_rng_state()
+    loop.batches_done = 0
+    return Fetcher(loader.batches(), count)
+
+
+def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _OpenedEpoch | None) -> None:
+    """One epoch; ``opened``: the fit's first, its data started already."""
+    state, hooks, log_collector = ctx.state, ctx.hooks, ctx.state.log_collector
+    mid_epoch_resume = opened is not None and opened.mid_epoch_resume
     if not mid_epoch_resume:
         log_collector.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
     train_results = log_collector.results
     state.train_results = train_results
-    iterator = _open_epoch(state, loader, resume_rng)
     if not mid_epoch_resume:
         hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (legacy_hooks.py)
         hooks.call("on_train_epoch_start")
-    limit = state.num_training_batches
-    val_every = _val_check_batches(state, ctx.settings, limit)
-    loop.validated_since_step = False
-    cut_short = _train_batches(ctx, iterator, loop.batches_done, limit, val_every, train_results)
-    _end_epoch(ctx, train_results, val_every, cut_short=cut_short)
+    # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
+    batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
+    val_every = _val_check_batches(state, ctx.settings, fit_data)
+    cut_short = _train_batches(ctx, fit_data, loader.batch_transfer(), batches, val_every, train_results)
+    _end_epoch(ctx, train_results, cut_short=cut_short)
 
 
 def _train_batches(
     ctx: LoopContext,
-    iterator: Any,
-    start: int,
-    limit: int | float,
+    fit_data: FitData,
+    transfer: Callable[[Any], Any] | None,
+    fetcher: Fetcher,
     val_every: int | float | None,
     train_results: StageResults,
 ) -> bool:
-    """Train the epoch's batches from ``start``; True when max_steps stopped it before its last batch."""
+    """Train the epoch's batches from where it stands (``loop.batches_done``), each taken to the
+    device by ``transfer``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, log_collector = state.loop, state.log_collector
     accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
@@ -181,6 +201,7 @@ def _train_batches(
     shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
     at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
+    start = loop.batches_done
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = runners.choose_runner(ctx, accumulate)
@@ -188,14 +209,11 @@ def _train_batches(
     manual = batches.manual  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
-    iterator = profiled_iter(iterator, ctx.profiler, FETCH_ACTION["fit"])
-    for batch_idx, batch in _timed_fetches(enumerate(iterator, start=start), loop):
-        if batch_idx >= limit:
-            break
+    next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
+    for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, loop):
         log_collector.set_batch("training_step", batch)
         if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
-        is_last = batch_idx + 1 == limit
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = run_batch(batch, batch_idx, steps_now=steps_now).output
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
@@ -205,17 +223,17 @@ def _train_batches(
         pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done = batch_idx + 1
         step_done()
-        loop.validated_since_step = False
-        validate_now = val_every is not None and (batch_idx + 1) % val_every == 0 and not is_last
-        if validate_now or steps_now and state.global_step % settings.log_every_n_steps == 0:
-            _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
-        if validate_now:  # gradients are released first where none wait for an optimizer step
-            evaluation.run_validation(ctx, state.val_loaders, release_grads=steps_now or manual)
-            log_collector.start_stage(train_results)
         if state.global_step % settings.log_every_n_steps == 0:
+            if steps_now:
+                _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
             ctx.publisher.step_metrics()
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
             call(output, batch, batch_idx)
+        if val_every is not None and _validates_after(state, settings, batch_idx, val_every, is_last=is_last):
+            _verify_losses(loop)
+            # gradients are released first where none wait for an optimizer step
+            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=steps_now or manual)
+            log_collector.start_stage(train_results)
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break
@@ -228,37 +246,51 @@ def _train_batches(
     return cut_short
 
 
-def _timed_fetches(batches: Any, loop: LoopPosition) -> Any:
-    """``batches``' items, adding the time each took to come to ``loop.data_seconds``."""
+def _timed_fetches(
+    fetcher: Fetcher,
+    next_batch: Callable[[], Any],
+    transfer: Callable[[Any], Any] | None,
+    start: int,
+    loop: LoopPosition,
+) -> Iterator[tuple[int, Any, bool]]:
+    """``(batch_idx, batch, is_last)`` of ``fetcher``'s batches (``next_batch()``: the next, or
+    ``_EXHAUSTED``) on the device, counted from ``start``, adding the time each took to come to
+    ``loop.data_seconds``."""
     clock = time.perf_counter
-    while True:
+    for batch_idx in itertools.count(start):
         started = clock()
-        numbered = next(batches, None)
-        loop.data_seconds += clock() - started
-        if numbered is None:
+        batch = next_batch()
+        if batch is _EXHAUSTED:
+            loop.data_seconds += clock() - started
             return
-        yield numbered
+        if transfer is not None:
+            batch = transfer(batch)
+        loop.data_seconds += clock() - started
+        yield batch_idx, batch, fetcher.done
 
 
-def _end_epoch(
-    ctx: LoopContext, train_results: StageResults, val_every: int | float | None, *, cut_short: bool
-) -> None:
-    """The end of an epoch: validation, epoch-end hooks, epoch metrics, epoch schedulers.
+_EXHAUSTED = object()
+
+
+def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
+    """The end of an epoch: epoch-end hooks, epoch metrics, epoch schedulers (its validation
+    ran after its last batch, where that batch was one to validate after: ``_validates_after``).
 
     ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
-    the epoch does not. What reports on the run still happens, as at any epoch end: validation
-    of the final weights, training_epoch_end with the outputs so far, on_train_epoch_end, the
-    epoch means over the batches trained, current_epoch advancing (as in Lightning, which skips
-    the validation), so the loggers get the last steps and ModelCheckpoint(save_last=True)
-    writes them. What would change how training goes on does not: epoch-interval schedulers do
-    not step, and the position is recorded first (``StoppedInsideEpoch``), so a checkpoint
-    resumes the epoch where training stopped, with that moment's generators, accumulators and
-    outputs, and the resumed run reports the whole epoch at its real end. (Callbacks acting on
-    epoch-end values, EarlyStopping, see the partial epoch once in the stopped run.)
+    the epoch does not. What reports on the run still happens, as at any epoch end (and as in
+    Lightning, which does not validate there unless the batch was one to validate after):
+    training_epoch_end with the outputs so far, on_train_epoch_end, the epoch means over the
+    batches trained, current_epoch advancing, so the loggers get the last steps and
+    ModelCheckpoint(save_last=True) writes them. What would change how training goes on does
+    not: epoch-interval schedulers do not step, and the position is recorded first
+    (``StoppedInsideEpoch``), so a checkpoint resumes the epoch where training stopped, with that
+    moment's generators, accumulators and outputs, and the resumed run reports the whole epoch at
+    its real end. (Callbacks acting on epoch-end values, EarlyStopping, see the partial epoch once
+    in the stopped run.)
     """
     state = ctx.state
     loop = state.loop
-    _verify_losses(loop)  # before validation and the epoch's checkpoints
+    _verify_losses(loop)  # before the epoch's checkpoints
     if cut_short:
         loop.stopped_inside = StoppedInsideEpoch(
             epoch=state.current_epoch,
@@ -267,8 +299,6 @@ def _end_epoch(
             train_results=_copied_results(train_results),
             epoch_outputs=list(loop.epoch_outputs),
         )
-    if val_every is not None and state.val_loaders and not loop.validated_since_step:
-        evaluation.run_validation(ctx, state.val_loaders)
     run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
     state.current_epoch += 1
     loop.epoch_finished = loop.epoch_ending = False
@@ -294,13 +324,23 @@ def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
 
 
-def _val_check_batches(state: LoopState, settings: LoopSettings, limit: int | float) -> int | float | None:
+def _validates_after(
+    state: LoopState, settings: LoopSettings, batch_idx: int, val_every: int | float, *, is_last: bool
+) -> bool:
+    """Whether validation runs after batch ``batch_idx``, after its on_train_batch_end, as
+    Lightning's ``_should_check_val_fx``: every ``val_every`` batches (not at an epoch's end that
+    is not one of them, nor where max_steps stops), after the last batch of a loader without a
+    length, and where a stop was asked (``should_stop``) once ``min_epochs`` are done."""
+    if (batch_idx + 1) % val_every == 0 or is_last and val_every == math.inf:
+        return True
+    return state.should_stop and (settings.min_epochs is None or state.current_epoch >= settings.min_epochs)
+
+
+def _val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:
     """How many training batches between validations this epoch; None when none is due."""
-    if not state.val_loaders or settings.limit_val_batches == 0:
+    if not fit_data.validates_in_epoch(state.current_epoch):
         return None
-    every_n = settings.check_val_every_n_epoch
-    if every_n is not None and (state.current_epoch + 1) % every_n != 0:
-        return None
+    limit = state.num_training_batches
     interval = settings.val_check_interval
     if isinstance(interval, int):
         return interval

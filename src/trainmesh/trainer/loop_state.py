@@ -39,7 +39,6 @@ class LoopPosition:
     epoch_schedulers_pending: bool = False  # restored from such a checkpoint
     epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
     last_loss: torch.Tensor | None = None
-    validated_since_step: bool = False
     # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
     epoch_outputs: list[Any] = field(default_factory=list)
     stopped_inside: StoppedInsideEpoch | None = None  # set when max_steps ended the fit mid-epoch

@@ -32,6 +32,15 @@ class DeviceDataLoader:
         # loader makes them: a generator in between costs a resume per batch.
         return self._moved(iterator) if self._moves() else iterator
 
+    def batches(self) -> Iterator[Any]:
+        """The loader's batches as it makes them, its iterator started now; a loop that reads
+        ahead (trainer/fetching.py) moves each with :meth:`batch_transfer` when it takes it."""
+        return iter(self.loader)
+
+    def batch_transfer(self) -> Callable[[Any], Any] | None:
+        """What takes one of :meth:`batches` to the device; None where nothing would change."""
+        return self._to_device if self._moves() else None
+
     def _moved(self, iterator: Iterator[Any]) -> Iterator[Any]:
         to_device = self._to_device
         for batch in iterator:
