@@ -302,6 +302,8 @@ def cuda_tests(dry_run: bool, timeout: float) -> dict:
         "-rs",
         "-p",
         "no:cacheprovider",
+        "-n",  # in this process: the suite's addopts run it on two xdist workers, too many for one GPU
+        "0",
         "--continue-on-collection-errors",
         str(ROOT / "tests"),
     ]

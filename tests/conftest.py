@@ -8,14 +8,24 @@ import torch
 # Tests import small shared models from tests/helpers.
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers.xdist_groups import FileGroups, group_files  # noqa: E402
+
 
 def pytest_collection_modifyitems(config, items):
+    group_files(items, longest_first=hasattr(config, "workerinput"))  # in an xdist worker
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    # pytest-xdist (-n 2, pyproject's addopts): a test file's tests stay on one worker, so its
+    # module fixtures (most launch processes) run once; see helpers/xdist_groups.py.
+    return FileGroups(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 @pytest.fixture(autouse=True)

@@ -313,8 +313,9 @@ def test_cli_and_python_api_log_to_the_same_default_folder(tmp_path, monkeypatch
 def test_python_dash_m_trainmesh_help_exits_0():
     src = str(Path(trainmesh.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    # The timeout is only a hang guard: on a loaded 2-core machine this start-up took 24-68 s.
     result = subprocess.run(
-        [sys.executable, "-m", "trainmesh", "--help"], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "trainmesh", "--help"], capture_output=True, text=True, env=env, timeout=240
     )
     assert result.returncode == 0, result.stderr
     assert "fit" in result.stdout

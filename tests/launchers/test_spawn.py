@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -93,10 +92,9 @@ def test_ddp_spawn_fit_on_an_unpicklable_model_fails_before_starting_processes(n
     monkeypatch.setattr(mp, "start_processes", no_processes)
     trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=1)
     assert isinstance(trainer.runtime.launcher, SpawnLauncher)
-    started = time.monotonic()
+    # No process started (no_processes above raises); no time bound, which a loaded machine breaks.
     with pytest.raises(ValueError) as info:
         trainer.fit(LambdaLossNet(), DataLoader(random_classification(16), batch_size=4))
-    assert time.monotonic() - started < 5
     message = str(info.value)
     assert "LambdaLossNet.loss_fn" in message and "strategy='ddp'" in message
 

@@ -1,0 +1,29 @@
+"""`.ci/run` runs exactly the README's test command, and that command shows its progress."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_test_command() -> str:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    commands = [block for block in blocks if "python -m pytest" in block and '-e ".[test]"' in block]
+    assert len(commands) == 1, f"expected one README block with the test command, found {len(commands)}"
+    return commands[0]
+
+
+def test_ci_runs_the_readme_test_command():
+    script = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert _readme_test_command() in script
+
+
+def test_the_test_command_says_each_step_and_shows_the_slowest_tests():
+    command = _readme_test_command()
+    parts = [part.strip() for part in command.split("&&")]
+    for step in ["pip install", "ruff check", "ruff format --check", "mypy", "python -m pytest"]:
+        at = next(i for i, part in enumerate(parts) if part.startswith(step))
+        assert parts[at - 1].startswith("echo "), f"no line printed before {step}"
+    assert " -q " not in command, "a quiet install hides a step that can take ten minutes"
+    assert "--durations=30" in command
