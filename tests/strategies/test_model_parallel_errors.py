@@ -820,7 +820,9 @@ def test_setup_module_keeps_only_this_ranks_stage():
     assert [n for n, _ in model.named_parameters()][:2] == ["layers.2.up.weight", "layers.2.up.bias"]
     pipeline = strategy._pipeline
     assert pipeline is not None and not pipeline.holds_first and pipeline.holds_last
-    assert pipeline.parts == {1: ["layers.2", "layers.3", "head"]} and pipeline.microbatches == 2
+    # This rank's stage holds stage 1's parts (the pipeline keeps every stage's cut).
+    assert {i: pipeline.cut[i] for i in pipeline.stages} == {1: ["layers.2", "layers.3", "head"]}
+    assert pipeline.microbatches == 2
 
 
 def test_a_pipeline_stage_called_outside_its_schedule_is_refused():
