@@ -90,6 +90,12 @@ def test_ddp_spawn_fit_on_an_unpicklable_model_fails_before_starting_processes(n
         raise AssertionError("a process was started")
 
     monkeypatch.setattr(mp, "start_processes", no_processes)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # A one-process group an earlier in-process test left in this pytest worker (its Trainer
+        # keeps it until exit): this test is about a launch that would start new processes.
+        dist.destroy_process_group()
     trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=1)
     assert isinstance(trainer.runtime.launcher, SpawnLauncher)
     # No process started (no_processes above raises); no time bound, which a loaded machine breaks.
