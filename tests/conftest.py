@@ -33,3 +33,15 @@ def _quiet_threads(monkeypatch):
     # Two cores: keep torch from oversubscribing when tests start subprocesses.
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_group_from_another_file():
+    # A Trainer run in this process (strategy="ddp", devices=1) keeps its one-process group until
+    # exit. Under pytest-xdist the files a worker runs, and their order, change from run to run, so
+    # each file starts as it would alone: without a group another file left.
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1:
+        dist.destroy_process_group()
+    yield
