@@ -29,9 +29,10 @@ class DataParallelStrategy(SingleDeviceStrategy):
     Everything but the step is one device's (the first): placement, checkpoints, the trivial
     collectives of one process. So this is the one-device strategy with the step split.
 
-    >>> strategy = DataParallelStrategy(placement=Placement("cpu", (0, 1)))
-    >>> [d.index for d in strategy.chunk_devices]
-    [0, 1]
+    Examples:
+        >>> strategy = DataParallelStrategy(placement=Placement("cpu", (0, 1)))
+        >>> [d.index for d in strategy.chunk_devices]
+        [0, 1]
     """
 
     name = "dp"
