@@ -1,6 +1,6 @@
 """Resuming a checkpoint under another layout: every direction between one process, ddp, fsdp,
 tp, pp, fsdp x tp and pp x tp (world 4) either continues like the uninterrupted run, weights and
-AdamW state, or is refused before training with the reason (README: "Resuming under another
+AdamW state, or is refused before training with the reason (docs/how-to/resume-layouts.md: "Resuming under another
 layout"). resume_layouts_run.py trains the tiny Llama (helpers/llama.py) 2 steps, saves, and
 resumes for 2 more; the reference is the uninterrupted 4-step run at the resuming layout.
 
@@ -31,11 +31,12 @@ from helpers.batches import Batches, LegFailed  # noqa: E402
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "resume_layouts_run.py"
-README = HERE.parents[1] / "README.md"
+# The table of layouts, on its docs page (moved there from the README).
+GUIDE = HERE.parents[1] / "docs" / "how-to" / "resume-layouts.md"
 ATOL = 1e-4
 WORLD = {"single": 1, "ddp": 2, "fsdp": 2, "tp": 2, "pp": 2, "fsdp_tp": 4, "pp_tp": 4}
 LAYOUTS = list(WORLD)
-# Outside the README's table, checked to and from one process only: pp x dp_shard and HSDP
+# Outside the documented table, checked to and from one process only: pp x dp_shard and HSDP
 # (dp_replicate=2 x dp_shard=2).
 MORE = {"pp_fsdp": 4, "hsdp": 4}
 SAME_ARITHMETIC = {frozenset({"ddp", "fsdp"})}
@@ -45,7 +46,7 @@ WRITES_A_FILE = {"single", "ddp"}  # the others write a distributed checkpoint (
 UNNAMED = "single.ckpt.unnamed"
 REFUSED = ["pp", "pp_tp"]
 BY_POSITION = ["tp", "fsdp_tp"]
-# nanoGPT's tie, saved without a pipeline and resumed under one (the README table's "tied" rows).
+# nanoGPT's tie, saved without a pipeline and resumed under one (the documented table's "tied" rows).
 TIED_SAVED, TIED = ["single", "fsdp", "tp"], ("transformer.wte.weight", "lm_head.weight")
 
 
@@ -177,9 +178,9 @@ def test_a_pipeline_refuses_optimizer_state_numbered_without_names_before_traini
     assert "Resume it once without a pipeline" in refused["error"]
 
 
-def test_the_readme_table_is_what_the_tests_check():
-    text = README.read_text()
-    section = text[text.index("#### Resuming under another layout") :]
+def test_the_documented_table_is_what_the_tests_check():
+    text = GUIDE.read_text()
+    section = text[text.index("## Resuming under another layout") :]
     rows = [line for line in section.splitlines()[1:40] if line.startswith("| ")]
     cells = [[cell.strip(" `") for cell in row.strip().strip("|").split("|")] for row in rows]
     header, body = cells[0][1:], cells[1:]  # (the |---| line is not a "| " row)
