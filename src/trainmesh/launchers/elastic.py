@@ -46,7 +46,7 @@ class ElasticLauncher:
             raise RuntimeError(
                 f"this Runtime runs {self.devices * self.num_nodes} processes (devices={self.devices}, "
                 f"num_nodes={self.num_nodes}) and starts them in runtime.launch(fn), which has not run: "
-                "call the training code as runtime.launch(train) (see README, 'Your own loop'), or start "
+                "call the training code as runtime.launch(train) (see docs/concepts/runtime-vs-trainer.md, 'Your own loop'), or start "
                 "the script with torchrun, which makes the processes itself"
             )
         return process

@@ -38,7 +38,7 @@ class SpawnLauncher:
             raise RuntimeError(
                 f"this Runtime (strategy 'ddp_{self.start_method}', devices={self.devices}) starts its processes "
                 "in runtime.launch(fn), and this process is not one of them: call the training code as "
-                "runtime.launch(train) (see README, 'Your own loop'), or start the script with torchrun, "
+                "runtime.launch(train) (see docs/concepts/runtime-vs-trainer.md, 'Your own loop'), or start the script with torchrun, "
                 "which makes the processes itself"
             )
         return self._process
