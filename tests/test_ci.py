@@ -1,4 +1,5 @@
-"""`.ci/run` runs exactly the README's test command, and that command shows its progress."""
+"""`.ci/run` runs exactly the README's test command (the docs' install page shows the same), and that command
+shows its progress."""
 
 import re
 from pathlib import Path
@@ -19,10 +20,23 @@ def test_ci_runs_the_readme_test_command():
     assert _readme_test_command() in script
 
 
+def test_the_install_page_shows_the_readme_test_command():
+    # The docs' install page repeats the set-up commands; it must not drift from the README's.
+    page = (ROOT / "docs" / "getting-started" / "install.md").read_text()
+    assert _readme_test_command() in page
+
+
 def test_the_test_command_says_each_step_and_shows_the_slowest_tests():
     command = _readme_test_command()
     parts = [part.strip() for part in command.split("&&")]
-    for step in ["pip install", "ruff check", "ruff format --check", "mypy", "python -m pytest"]:
+    for step in [
+        "pip install",
+        "ruff check",
+        "ruff format --check",
+        "mypy",
+        "mkdocs build --strict",
+        "python -m pytest",
+    ]:
         at = next(i for i, part in enumerate(parts) if part.startswith(step))
         assert parts[at - 1].startswith("echo "), f"no line printed before {step}"
     assert " -q " not in command, "a quiet install hides a step that can take ten minutes"
