@@ -204,6 +204,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
     "test_ci.py": ".ci/run runs the README's test command, which prints each step",
     "test_docs_snippets.py": "every fenced Python block of docs/ and the README runs (or says why not)",
+    "test_docstrings.py": "every name in the public __all__ has a docstring with its arguments and an example",
     "keras/test_keras_ddp.py": "Keras' own model.fit at 2 processes (ddp, ddp_spawn) against one process at the global batch",
     "keras/test_keras_zero1.py": "Keras' model.fit under zero1 at 2 processes against ddp: bit-identical, state split",
     "strategies/test_matrix.py": "every strategy x (Trainer, Runtime) x (torch, Keras) cell against a plain loop",

@@ -19,7 +19,8 @@ TRAINMESH_LOGO = r"""
 def cli_lightning_logo() -> None:
     """Print trainmesh's banner (where Lightning prints its logo), in colour on a terminal.
 
-    >>> cli_lightning_logo()  # doctest: +SKIP
+    Examples:
+        >>> cli_lightning_logo()  # doctest: +SKIP
     """
     import sys
 

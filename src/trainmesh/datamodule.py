@@ -21,13 +21,14 @@ class DataModule(DataHooks, HyperparametersMixin):
     The batch-transfer hooks (``on_before_batch_transfer``, ``transfer_batch_to_device``,
     ``on_after_batch_transfer``: :class:`trainmesh.data_hooks.DataHooks`) run on every batch.
 
-    >>> import torch
-    >>> from torch.utils.data import DataLoader, TensorDataset
-    >>> class Ones(DataModule):
-    ...     def setup(self, stage):
-    ...         self.ds = TensorDataset(torch.ones(8, 2), torch.zeros(8, dtype=torch.long))
-    ...     def train_dataloader(self):
-    ...         return DataLoader(self.ds, batch_size=4)
+    Examples:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> class Ones(DataModule):
+        ...     def setup(self, stage):
+        ...         self.ds = TensorDataset(torch.ones(8, 2), torch.zeros(8, dtype=torch.long))
+        ...     def train_dataloader(self):
+        ...         return DataLoader(self.ds, batch_size=4)
     """
 
     trainer: TrainerView | None = None

@@ -82,14 +82,25 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Per-rank bytes of ``model`` trained with ``optimizer`` under ``strategy`` on ``world_size`` ranks.
 
-    ``optimizer``: a name ("adam", "adamw", "sgd", "sgd_momentum"), an optimizer class or
-    instance (others are probed by one step on a tiny parameter). ``batch``: one rank's input
-    batch (a tensor, or a tuple/list whose first item is the model's input); the activations
-    are measured on its first ``probe_rows`` rows and scaled to its size (0 without a batch).
-    ``shard_size``: hsdp's shard group (default: all ranks, i.e. one node).
+    Args:
+        model: the module (a model that builds its layers in ``configure_model`` is estimated by
+            running that on a copy on the meta device).
+        strategy: ``"single"``, ``"ddp"``, ``"zero1"``, ``"sharded"``, ``"fsdp"``, ``"hsdp"`` (tp and
+            pp roughly, as a division; default ``"ddp"``).
+        world_size: number of ranks (default 1).
+        precision: the training precision (default ``"32-true"``; under 16-mixed/bf16-mixed the
+            activations are measured under autocast).
+        optimizer: a name (``"adam"``, the default, ``"adamw"``, ``"sgd"``, ``"sgd_momentum"``), an
+            optimizer class or instance (others are probed by one step on a tiny parameter).
+        batch: one rank's input batch (a tensor, or a tuple/list whose first item is the model's
+            input); the activations are measured on its first ``probe_rows`` rows and scaled to its
+            size (0 without a batch; default None).
+        shard_size: hsdp's shard group (default: all ranks, i.e. one node).
+        probe_rows: how many rows of ``batch`` are run to measure the activations (default 2).
 
-    >>> estimate_memory(torch.nn.Linear(10, 10), strategy="fsdp", world_size=2, optimizer="sgd").state
-    440
+    Examples:
+        >>> estimate_memory(torch.nn.Linear(10, 10), strategy="fsdp", world_size=2, optimizer="sgd").state
+        440
     """
     name = strategy.lower()
     models = memory_models()

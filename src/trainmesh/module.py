@@ -29,22 +29,23 @@ _REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
-    >>> import torch.nn.functional as F
-    >>> class Classifier(Module):
-    ...     def __init__(self, hidden: int = 32):
-    ...         super().__init__()
-    ...         self.save_hyperparameters()
-    ...         self.net = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
-    ...                                        torch.nn.Linear(hidden, 10))
-    ...     def training_step(self, batch, batch_idx):
-    ...         x, y = batch
-    ...         loss = F.cross_entropy(self.net(x), y)
-    ...         self.log("train_loss", loss)
-    ...         return loss
-    ...     def configure_optimizers(self):
-    ...         return torch.optim.Adam(self.parameters(), lr=1e-3)
-    >>> Classifier().hparams.hidden
-    32
+    Examples:
+        >>> import torch.nn.functional as F
+        >>> class Classifier(Module):
+        ...     def __init__(self, hidden: int = 32):
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+        ...                                        torch.nn.Linear(hidden, 10))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         loss = F.cross_entropy(self.net(x), y)
+        ...         self.log("train_loss", loss)
+        ...         return loss
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.Adam(self.parameters(), lr=1e-3)
+        >>> Classifier().hparams.hidden
+        32
     """
 
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.

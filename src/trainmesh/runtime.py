@@ -38,6 +38,7 @@ from trainmesh.strategies.protocol import Strategy as Strategy  # re-exported: t
 from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
+from trainmesh.utilities import docstrings
 from trainmesh.utilities.collections import apply_to_tensors, detached_copies, move_data_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
@@ -45,18 +46,7 @@ from trainmesh.utilities.distributed_samplers import is_padding
 
 
 class Runtime:
-    """Place a model, its optimizers and its data, and synchronise values across processes.
-
-    ``compile=True`` (or a dict of ``torch.compile`` options) has the strategy compile the module
-    in place where its order of wrapping says (strategies/compile.py); its keys stay its own.
-
-    >>> runtime = Runtime(accelerator="cpu", devices=1)
-    >>> model = torch.nn.Linear(4, 1)
-    >>> model, optimizer = runtime.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    >>> loss = model(torch.ones(2, 4)).pow(2).mean()
-    >>> runtime.backward(loss)
-    >>> optimizer.step()
-    """
+    __doc__ = docstrings.RUNTIME  # Args and Examples; the file is near 500 lines
 
     def __init__(
         self,

@@ -52,8 +52,13 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     its own reproducible random numbers. ``seed=None`` means 0 (with a warning), as in
     Lightning 2: every process of a run, however started, must agree on the seed.
 
-    >>> seed_everything(7)
-    7
+    Args:
+        seed: the seed (None: 0, said on stderr) (default ``None``).
+        workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
+
+    Examples:
+        >>> seed_everything(7)
+        7
     """
     global _settings
     if seed is None:

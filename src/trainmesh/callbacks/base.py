@@ -20,9 +20,10 @@ class Callback:
     Override only the hooks you need; the Trainer calls a hook only on the callbacks that
     override it, so unused hooks cost nothing in the training step.
 
-    >>> class PrintEpochs(Callback):
-    ...     def on_train_epoch_end(self, trainer, module):
-    ...         print("epoch", trainer.current_epoch, "done")
+    Examples:
+        >>> class PrintEpochs(Callback):
+        ...     def on_train_epoch_end(self, trainer, module):
+        ...         print("epoch", trainer.current_epoch, "done")
     """
 
     @property

@@ -16,15 +16,26 @@ from trainmesh.trainer_view import TrainerView
 
 
 class Checkpoint(Callback):
-    """Subclass this for a checkpointing callback of your own."""
+    """Subclass this for a checkpointing callback of your own.
+
+    Examples:
+        >>> class EveryEpoch(Checkpoint):
+        ...     def on_train_epoch_end(self, trainer, module):
+        ...         trainer.save_checkpoint(f"epoch{trainer.current_epoch}.ckpt")
+    """
 
 
 class OnExceptionCheckpoint(Checkpoint):
     """Save a checkpoint when fit/validate/test/predict stops with an exception, at
     ``dirpath/filename.ckpt``; a run that ends normally removes it at teardown.
 
-    >>> import trainmesh as tm
-    >>> trainer = tm.Trainer(callbacks=[OnExceptionCheckpoint(".")], logger=False)
+    Args:
+        dirpath: the folder the checkpoint is written to.
+        filename: its name, without ``.ckpt`` (default ``'on_exception'``).
+
+    Examples:
+        >>> import trainmesh as tm
+        >>> trainer = tm.Trainer(callbacks=[OnExceptionCheckpoint(".")], logger=False)
     """
 
     FILE_EXTENSION = ".ckpt"

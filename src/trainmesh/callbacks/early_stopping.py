@@ -28,11 +28,24 @@ class EarlyStopping(Callback):
     ``"non_finite_metric"`` (``"not_stopped"`` before; ``"stopped_by_another_rank"`` where only
     another rank's value called for it); ``stopping_reason_message`` says more.
 
-    >>> early_stop = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
-    >>> early_stop.evaluate(0.50), early_stop.evaluate(0.495), early_stop.evaluate(0.49)
-    (False, False, True)
-    >>> early_stop.stopping_reason
-    'patience_exhausted'
+    Args:
+        monitor: the logged metric to watch.
+        min_delta: the smallest change that counts as an improvement (default ``0.0``).
+        patience: checks without improvement before stopping (default ``3``).
+        mode: ``"min"`` or ``"max"`` (default ``'min'``).
+        strict: fail when ``monitor`` is not logged (default ``True``).
+        check_finite: stop when the metric becomes NaN or infinite (default ``True``).
+        stopping_threshold: stop once the metric reaches this value (default ``None``).
+        divergence_threshold: stop once the metric is worse than this value (default ``None``).
+        check_on_train_epoch_end: check at the end of each training epoch (False: after every validation run) (default ``True``).
+        verbose: say why it stopped (default ``False``).
+
+    Examples:
+        >>> early_stop = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
+        >>> early_stop.evaluate(0.50), early_stop.evaluate(0.495), early_stop.evaluate(0.49)
+        (False, False, True)
+        >>> early_stop.stopping_reason
+        'patience_exhausted'
     """
 
     def __init__(

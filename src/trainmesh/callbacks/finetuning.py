@@ -47,6 +47,14 @@ class BaseFinetuning(Callback):
     would train on each process's own gradients, and the processes' models would drift apart
     silently. So it is refused under several processes, or a strategy that shards parameters,
     before training.
+
+    Examples:
+        >>> class Unfreeze(BaseFinetuning):
+        ...     def freeze_before_training(self, module):
+        ...         self.freeze(module.backbone)
+        ...     def finetune_function(self, module, epoch, optimizer):
+        ...         if epoch == 1:
+        ...             self.unfreeze_and_add_param_group(module.backbone, optimizer)
     """
 
     def __init__(self) -> None:
@@ -242,7 +250,19 @@ class BackboneFinetuning(BaseFinetuning):
     by ``lambda_func(epoch + 1)`` each epoch after, aligned with the current lr once it reaches it
     (``should_align``).
 
-    >>> finetuning = BackboneFinetuning(unfreeze_backbone_at_epoch=1, lambda_func=lambda epoch: 1.5)
+    Args:
+        unfreeze_backbone_at_epoch: the epoch at which ``module.backbone`` is unfrozen (default ``10``).
+        lambda_func: the backbone's lr multiplier per epoch after that.
+        backbone_initial_ratio_lr: the backbone's first lr, as a ratio of the optimizer's (default ``0.1``).
+        backbone_initial_lr: the backbone's first lr (None: from the ratio) (default ``None``).
+        should_align: align the backbone's lr with the optimizer's once it catches up (default ``True``).
+        initial_denom_lr: the denominator of the lr the unfrozen groups start at (default ``10.0``).
+        train_bn: train the backbone's batch norms while it is frozen (default ``True``).
+        verbose: print the lrs each epoch (default ``False``).
+        rounding: decimals the printed lrs are rounded to (default ``12``).
+
+    Examples:
+        >>> finetuning = BackboneFinetuning(unfreeze_backbone_at_epoch=1, lambda_func=lambda epoch: 1.5)
     """
 
     def __init__(

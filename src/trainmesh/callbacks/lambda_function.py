@@ -13,8 +13,9 @@ class LambdaCallback(Callback):
 
     Each function takes the hook's arguments (``trainer, module, ...``).
 
-    >>> import trainmesh as tm
-    >>> trainer = tm.Trainer(callbacks=[LambdaCallback(on_train_start=lambda trainer, module: print("go"))])
+    Examples:
+        >>> import trainmesh as tm
+        >>> trainer = tm.Trainer(callbacks=[LambdaCallback(on_train_start=lambda trainer, module: print("go"))])
     """
 
     def __init__(self, **hooks: Callable[..., Any] | None) -> None:

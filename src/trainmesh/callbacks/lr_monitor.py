@@ -25,8 +25,13 @@ class LearningRateMonitor(Callback):
     ``"epoch"`` at the start of each epoch, and ``None`` follows each scheduler's own interval
     (optimizers without a scheduler are logged at both).
 
-    >>> monitor = LearningRateMonitor(logging_interval="step", log_momentum=True)
-    >>> # Trainer(callbacks=[monitor]) logs e.g. {"lr-SGD": 0.1, "lr-SGD-momentum": 0.9}
+    Args:
+        logging_interval: ``"step"``, ``"epoch"`` or None (each scheduler's own) (default ``None``).
+        log_momentum: log the momentum (or Adam's beta1) too (default ``False``).
+
+    Examples:
+        >>> monitor = LearningRateMonitor(logging_interval="step", log_momentum=True)
+        >>> # Trainer(callbacks=[monitor]) logs e.g. {"lr-SGD": 0.1, "lr-SGD-momentum": 0.9}
     """
 
     def __init__(self, logging_interval: str | None = None, log_momentum: bool = False) -> None:

@@ -20,6 +20,7 @@ import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities import docstrings
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
@@ -27,30 +28,7 @@ _MODES = ("min", "max")
 
 
 class ModelCheckpoint(Checkpoint):
-    """Write checkpoints during ``fit`` and keep the best ``save_top_k`` of them.
-
-    With ``monitor=None`` the latest checkpoint is kept (``save_top_k=-1`` keeps every one);
-    with a monitor, the ``save_top_k`` best by that metric are kept and the others deleted.
-    Saves happen every ``every_n_epochs`` epochs (after that epoch's validation) and/or every
-    ``every_n_train_steps`` optimizer steps; with neither given, once per epoch.
-
-    ``filename`` is a template: ``{epoch}``, ``{step}`` and any logged metric, with an optional
-    format spec (``{val_loss:.3f}``). Like Lightning, a bare ``{val_loss}`` is written as
-    ``val_loss=0.123`` unless the template already spells ``val_loss=`` before it or
-    ``auto_insert_metric_name=False``; a "/" in a metric name becomes "_" so it makes no folder.
-    A name already taken gets ``-v1``, ``-v2``... unless ``enable_version_counter=False``
-    (then the file is overwritten).
-
-    ``save_weights_only=True`` writes the weights and hyperparameters alone (smaller files):
-    validate/test/predict and ``Module.load_from_checkpoint`` load them, ``fit`` cannot resume.
-    After fit, ``best_model_path``, ``best_model_score`` (a tensor), ``best_k_models``
-    (path -> score) and ``last_model_path`` say what was kept.
-
-    >>> checkpoint = ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True,
-    ...                              filename="{epoch}-{val_loss:.2f}")
-    >>> checkpoint.format_checkpoint_name({"val_loss": 0.25}, epoch=3, step=120)  # dirpath is set in setup()
-    'epoch=3-val_loss=0.25.ckpt'
-    """
+    __doc__ = docstrings.MODEL_CHECKPOINT  # Args and Examples; the file is near 500 lines
 
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"

@@ -144,7 +144,11 @@ class ModelSummary(Callback):
 
     ``max_depth`` is as in :func:`summarize`; ``0`` turns the printout off.
 
-    >>> trainer = Trainer(callbacks=[ModelSummary(max_depth=2)])  # doctest: +SKIP
+    Args:
+        max_depth: the depth of submodules listed (0 turns the printout off) (default ``1``).
+
+    Examples:
+        >>> trainer = Trainer(callbacks=[ModelSummary(max_depth=2)])  # doctest: +SKIP
     """
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:

@@ -99,7 +99,16 @@ class ProgressBar(Callback):
     rank 0 draws. ``console`` replaces rich's default stdout console (tests pass one that
     writes to a string).
 
-    >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=10)])  # doctest: +SKIP
+    Args:
+        refresh_rate: update the bar every this many batches (0 hides it) (default ``1``).
+        leave: keep each epoch's bar on screen (default ``True``).
+        theme: accepted for Lightning's RichProgressBar and ignored (default ``None``).
+        process_position: accepted for Lightning's TQDMProgressBar and ignored (default ``0``).
+        console: a ``rich`` Console to draw on (None: stdout) (default ``None``).
+        console_kwargs: arguments for the Console trainmesh makes (default ``None``).
+
+    Examples:
+        >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=10)])  # doctest: +SKIP
     """
 
     def __init__(

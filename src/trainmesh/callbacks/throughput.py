@@ -129,8 +129,15 @@ class ThroughputMonitor(Callback):
     no MFU unless given). The Trainer adds one to every run that shows a progress bar, and the bar
     shows ``samples/s`` (and ``MFU``).
 
-    >>> monitor = ThroughputMonitor(tokens_per_sample=512, peak_flops=312e12)
-    >>> # Trainer(callbacks=[monitor]) logs e.g. {"throughput/samples_per_sec": 880.0, "throughput/mfu": 0.41}
+    Args:
+        tokens_per_sample: tokens in one sample, for tokens/s (None: counted for integer ``(B, T)`` inputs) (default ``None``).
+        tokens_in_batch: a function giving a batch's token count (default ``None``).
+        peak_flops: the device's peak FLOP/s, for MFU (None: from the table of known GPUs) (default ``None``).
+        count_flops: count FLOPs on the first step (default ``True``).
+
+    Examples:
+        >>> monitor = ThroughputMonitor(tokens_per_sample=512, peak_flops=312e12)
+        >>> # Trainer(callbacks=[monitor]) logs e.g. {"throughput/samples_per_sec": 880.0, "throughput/mfu": 0.41}
     """
 
     def __init__(

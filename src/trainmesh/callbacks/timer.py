@@ -42,7 +42,16 @@ def _seconds(duration: str | timedelta | dict[str, int] | None) -> float | None:
 class Timer(Callback):
     """Tracks the time spent in the training, validation and test loops, and stops training when
     ``duration`` is reached (a ``"DD:HH:MM:SS"`` string, a ``timedelta`` or a dict of its fields).
-    ``timer.time_elapsed("train")``, ``start_time("validate")``, ``end_time("test")``: in seconds."""
+    ``timer.time_elapsed("train")``, ``start_time("validate")``, ``end_time("test")``: in seconds.
+
+    Args:
+        duration: the time limit: ``"DD:HH:MM:SS"``, a ``timedelta`` or a dict (default ``None``).
+        interval: check at each ``"step"`` or ``"epoch"`` (default ``'step'``).
+        verbose: say when it stops (default ``True``).
+
+    Examples:
+        >>> timer = Timer(duration="00:01:00:00", interval="step")  # stop after one hour of training steps
+    """
 
     def __init__(
         self, duration: str | timedelta | dict[str, int] | None = None, interval: str = "step", verbose: bool = True

@@ -30,7 +30,19 @@ def distribute(
     devices: int | str | list[int] = 1,
     num_nodes: int = 1,
 ) -> Iterator[None]:
-    """Every Keras model's ``fit``/``evaluate``/``predict`` run by trainmesh within the block."""
+    """Every Keras model's ``fit``/``evaluate``/``predict`` run by trainmesh within the block.
+
+    Args:
+        strategy: ``"ddp"``, ``"ddp_spawn"``, ``"ddp_fork"`` or ``"zero1"`` (default ``'ddp'``).
+        accelerator: ``"cpu"`` (several processes on GPUs are refused for now) (default ``'cpu'``).
+        devices: processes per node (default ``1``).
+        num_nodes: nodes (under torchrun/SLURM) (default ``1``).
+
+    Examples:
+        >>> import trainmesh.keras as tk
+        >>> with tk.distribute(strategy="ddp", devices=2):  # doctest: +SKIP
+        ...     model.fit(x, y, batch_size=32, epochs=2)
+    """
     model_class = require_keras().Model
     if _open[0]:
         raise RuntimeError("trainmesh.keras.distribute blocks do not nest: close the first before opening another")

@@ -44,7 +44,23 @@ def fit(
     **fit_kwargs: Any,
 ) -> Any:
     """``model.fit(x, y, **fit_kwargs)`` in each process of the run; Keras' ``History``, in every
-    process (the same one: its epoch metrics are over all processes' data)."""
+    process (the same one: its epoch metrics are over all processes' data).
+
+    Args:
+        model: a compiled Keras 3 model (torch backend).
+        x: the inputs: arrays/tensors (or lists/dicts of them), a PyDataset or a DataLoader (default ``None``).
+        y: the targets, as Keras' ``fit`` takes them (default ``None``).
+        strategy: ``"ddp"``, ``"ddp_spawn"``, ``"ddp_fork"`` or ``"zero1"``, as the Trainer takes them
+            (default ``"auto"``); fsdp, sharded and hsdp are refused.
+        accelerator: ``"cpu"`` (several processes on GPUs are refused for now) (default ``'cpu'``).
+        devices: processes per node (default ``1``).
+        num_nodes: nodes (under torchrun/SLURM) (default ``1``).
+        **fit_kwargs: every other argument of Keras' ``model.fit``, passed as given.
+
+    Examples:
+        >>> import trainmesh.keras as tk
+        >>> history = tk.fit(model, x, y, batch_size=32, epochs=2, strategy="ddp", devices=2)  # doctest: +SKIP
+    """
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
     arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
     if runtime.capabilities.shards_optimizer_state:
@@ -123,7 +139,23 @@ def evaluate(
     **evaluate_kwargs: Any,
 ) -> Any:
     """``model.evaluate(x, y, **evaluate_kwargs)`` over all of ``x``/``y``, each process evaluating
-    its share; what Keras returns (the metrics of all the data), in every process."""
+    its share; what Keras returns (the metrics of all the data), in every process.
+
+    Args:
+        model: a compiled Keras 3 model (torch backend).
+        x: the inputs: arrays/tensors (or lists/dicts of them), a PyDataset or a DataLoader (default ``None``).
+        y: the targets, as Keras' ``fit`` takes them (default ``None``).
+        strategy: ``"ddp"``, ``"ddp_spawn"``, ``"ddp_fork"`` or ``"zero1"``, as the Trainer takes them
+            (default ``"auto"``); fsdp, sharded and hsdp are refused.
+        accelerator: ``"cpu"`` (several processes on GPUs are refused for now) (default ``'cpu'``).
+        devices: processes per node (default ``1``).
+        num_nodes: nodes (under torchrun/SLURM) (default ``1``).
+        **evaluate_kwargs: every other argument of Keras' ``model.evaluate``, passed as given.
+
+    Examples:
+        >>> import trainmesh.keras as tk
+        >>> loss, accuracy = tk.evaluate(model, x, y, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
+    """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
     return _launch(runtime, _evaluate, model, x, y, evaluate_kwargs)
@@ -154,7 +186,22 @@ def predict(
     **predict_kwargs: Any,
 ) -> Any:
     """``model.predict(x, **predict_kwargs)``: each process predicts its share, and every process
-    gets all the outputs, in the order of ``x``."""
+    gets all the outputs, in the order of ``x``.
+
+    Args:
+        model: a compiled Keras 3 model (torch backend).
+        x: the inputs: arrays/tensors (or lists/dicts of them), a PyDataset or a DataLoader.
+        strategy: ``"ddp"``, ``"ddp_spawn"``, ``"ddp_fork"`` or ``"zero1"``, as the Trainer takes them
+            (default ``"auto"``); fsdp, sharded and hsdp are refused.
+        accelerator: ``"cpu"`` (several processes on GPUs are refused for now) (default ``'cpu'``).
+        devices: processes per node (default ``1``).
+        num_nodes: nodes (under torchrun/SLURM) (default ``1``).
+        **predict_kwargs: every other argument of Keras' ``model.predict``, passed as given.
+
+    Examples:
+        >>> import trainmesh.keras as tk
+        >>> outputs = tk.predict(model, x, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
+    """
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
     return _launch(runtime, _predict, model, x, predict_kwargs)

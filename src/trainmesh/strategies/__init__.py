@@ -43,7 +43,18 @@ def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tol
 def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance: Any = None) -> Strategy:
     """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
     (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known).
-    With ``fault_tolerance`` (a :class:`FaultTolerance`), "ddp" over torchft's quorum (fault_tolerance.py)."""
+    With ``fault_tolerance`` (a :class:`FaultTolerance`), "ddp" over torchft's quorum (fault_tolerance.py).
+
+    Args:
+        strategy: a name or a Strategy object.
+        placement: the devices and precision.
+        fault_tolerance: a :class:`FaultTolerance` (None: none) (default ``None``).
+
+    Examples:
+        >>> from trainmesh.strategies import Placement
+        >>> build_strategy("single", Placement("cpu", (0,))).name  # doctest: +SKIP
+        'single'
+    """
     if fault_tolerance is not None:
         return fault_tolerant_strategy(strategy, placement, fault_tolerance)
     if isinstance(strategy, str):

@@ -30,8 +30,14 @@ class AutoStrategy:
     processes on this node. ``optimizer`` and ``batch`` refine the estimate (Adam assumed; a
     sample per-rank batch adds the activations).
 
-    >>> AutoStrategy(memory_budget=2**30).choose(torch.nn.Linear(4, 4), world_size=2)[0]
-    'ddp'
+    Args:
+        memory_budget: bytes a process may use (None: the GPU's memory, or the RAM per process on CPU) (default ``None``).
+        optimizer: the optimizer the estimate assumes (default ``'adam'``).
+        batch: one input batch to measure activations with (None: none) (default ``None``).
+
+    Examples:
+        >>> AutoStrategy(memory_budget=2**30).choose(torch.nn.Linear(4, 4), world_size=2)[0]
+        'ddp'
     """
 
     memory_budget: int | None = None

@@ -59,8 +59,19 @@ def apply_ddp(
 class DDPStrategy(DistributedStrategy):
     """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
 
-    >>> DDPStrategy(bucket_cap_mb=50).init_arguments["bucket_cap_mb"]
-    50
+    Args:
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
+        gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
+        static_graph: DDP's option: the graph is the same every step (default ``False``).
+        timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
+        process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+
+    Examples:
+        >>> DDPStrategy(bucket_cap_mb=50).init_arguments["bucket_cap_mb"]
+        50
     """
 
     name = "ddp"
@@ -218,7 +229,22 @@ class DDPStrategy(DistributedStrategy):
 class DDP2Strategy(DDPStrategy):
     """``ddp2``: one process per node instead of one per device. Each step splits the node's
     batch across its devices as DataParallel does (so ``*_step_end`` sees the node's whole
-    batch), and DDP averages gradients across nodes."""
+    batch), and DDP averages gradients across nodes.
+
+    Args:
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
+        gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
+        static_graph: DDP's option: the graph is the same every step (default ``False``).
+        timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
+        process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+
+    Examples:
+        >>> import trainmesh as tm
+        >>> trainer = tm.Trainer(strategy="ddp2", devices=2, num_nodes=2)  # doctest: +SKIP
+    """
 
     name = "ddp2"
     compile_refusal = "each step replicates the module across the node's devices, as dp does"
@@ -248,7 +274,22 @@ class DDP2Strategy(DDPStrategy):
 
 
 class ZeRO1Strategy(DDPStrategy):
-    """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1)."""
+    """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1).
+
+    Args:
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
+        gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
+        static_graph: DDP's option: the graph is the same every step (default ``False``).
+        timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
+        process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+
+    Examples:
+        >>> import trainmesh as tm
+        >>> trainer = tm.Trainer(strategy="zero1", devices=2)  # doctest: +SKIP
+    """
 
     name = "zero1"
     # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization_strategies.py).

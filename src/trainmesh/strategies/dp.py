@@ -29,6 +29,9 @@ class DataParallelStrategy(SingleDeviceStrategy):
     Everything but the step is one device's (the first): placement, checkpoints, the trivial
     collectives of one process. So this is the one-device strategy with the step split.
 
+    Args:
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None).
+
     Examples:
         >>> strategy = DataParallelStrategy(placement=Placement("cpu", (0, 1)))
         >>> [d.index for d in strategy.chunk_devices]

@@ -139,6 +139,24 @@ class FSDPStrategy(DistributedStrategy):
     (0.94x hand-written FSDP2's CPU at both sizes); ``True`` releases anyway (the lowest peak at
     any speed); ``False`` never (on a 55M-parameter model with huge pages, the 1.20x back for
     twice the peak).
+
+    Args:
+        wrap: module classes (or names) that become shard units (None: chosen automatically) (default ``None``).
+        min_num_params: make a shard unit of any module with at least this many parameters (default ``None``).
+        reshard_after_forward: free gathered parameters after forward (False: ZeRO-2, the ``sharded`` strategy) (default ``True``).
+        cpu_offload: keep parameters and optimizer state on the CPU (default ``False``).
+        activation_checkpointing: module classes whose activations are recomputed in backward (default ``None``).
+        shard_size: shard within groups of this many processes, replicate across them (HSDP) (default ``None``).
+        hybrid: HSDP with the shard group a node (default ``False``).
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
+        process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+        release_host_memory: on CPU, give freed gathered tensors back to the system (None: where huge pages are in effect) (default ``None``).
+
+    Examples:
+        >>> strategy = FSDPStrategy(shard_size=2, release_host_memory=False)
+        >>> # Trainer(strategy=strategy, devices=4): HSDP, sharded in pairs
     """
 
     def __init__(

@@ -29,7 +29,16 @@ from trainmesh.utilities.placement import place_tensors
 
 class LayersOnDevicesStrategy(SingleDeviceStrategy):
     """``Trainer(accelerator="gpu", devices=2, strategy="layers_on_devices")``: one process, the
-    model's layers spread over the devices (``split_points=["seq2"]`` to choose the cut)."""
+    model's layers spread over the devices (``split_points=["seq2"]`` to choose the cut).
+
+    Args:
+        split_points: part names to cut before (None: balanced by parameter count) (default ``None``).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+
+    Examples:
+        >>> strategy = LayersOnDevicesStrategy(split_points=["seq2"])
+        >>> # Trainer(accelerator="gpu", devices=2, strategy=strategy)
+    """
 
     name = "layers_on_devices"
     # No memory model: each device holds the layers it was given. Manual optimization is checked

@@ -24,7 +24,19 @@ AXES = ("pp", "dp_replicate", "dp_shard", "tp")  # outermost first: ranks next t
 
 @dataclasses.dataclass(frozen=True)
 class ParallelDims:
-    """How many ways each parallelism divides the processes; ``-1`` means "the rest"."""
+    """How many ways each parallelism divides the processes; ``-1`` means "the rest".
+
+    Args:
+        dp_replicate: replicas (default ``1``).
+        dp_shard: sharding degree (-1: the rest) (default ``-1``).
+        tp: tensor-parallel degree (default ``1``).
+        pp: pipeline stages (default ``1``).
+        order: the axes' layout over consecutive ranks, outermost first.
+
+    Examples:
+        >>> ParallelDims(dp_shard=2, tp=2).resolved(4).dp_shard
+        2
+    """
 
     dp_replicate: int = 1
     dp_shard: int = -1
@@ -92,6 +104,15 @@ class ParallelMesh:
 
     The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``); a
     one-process run has none and answers every question locally.
+
+    Args:
+        dims: the resolved :class:`ParallelDims`.
+        global_rank: this process's rank (default ``0``).
+        device_mesh: the named ``DeviceMesh`` (None before the process group exists) (default ``None``).
+
+    Examples:
+        >>> runtime.mesh.dp_rank, runtime.mesh.dp_size  # doctest: +SKIP
+        (0, 2)
     """
 
     def __init__(self, dims: ParallelDims, *, global_rank: int = 0, device_mesh: Any = None) -> None:

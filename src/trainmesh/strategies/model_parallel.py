@@ -72,6 +72,7 @@ from trainmesh.strategies.step import (
 )
 from trainmesh.strategies.tensor_parallel import apply_tp
 from trainmesh.strategies.tied import OWN_PLAN, PLAN, StageCopies, TieRecorder, retie_after_tp
+from trainmesh.utilities import docstrings
 from trainmesh.utilities.collections import apply_to_tensors
 
 # A model split over a machine's devices, replicated across machines: pipeline stages on
@@ -80,18 +81,7 @@ PP_WITHIN_NODE_ORDER = ("dp_replicate", "dp_shard", "pp", "tp")
 
 
 class ModelParallelStrategy(DistributedStrategy):
-    """``Trainer(devices=4, strategy=ModelParallelStrategy(pp=2, dp_shard=-1, schedule="1F1B", microbatches=4))``.
-
-    Sizes multiply to the number of processes (one may be ``-1``: the rest). ``pp``: pipeline
-    stages across ranks (``stages_per_rank`` more per rank for the interleaved and V schedules),
-    cut at ``split_points`` or balanced by parameter count; ``microbatches`` per batch (default:
-    the number of stages). ``tp``: tensor-parallel ways, by the module's
-    ``tensor_parallel_plan()``; ``loss_parallel=True`` runs the step (forward and backward)
-    under torch's ``loss_parallel`` for a vocabulary-sharded cross-entropy. ``dp_shard`` /
-    ``dp_replicate``: FSDP2 sharding / replication of each stage and shard.
-    ``pp_within_node=True`` puts a pipeline's stages on one node's devices and replicas across
-    nodes (model parallel within a machine, data parallel across machines).
-    """
+    __doc__ = docstrings.MODEL_PARALLEL_STRATEGY  # Args and Examples; the file is near 500 lines
 
     name = "model_parallel"
 

@@ -28,7 +28,19 @@ from trainmesh.strategies.step import StepHooks, StepResult
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """The devices and precision a run asked for: what a strategy is built with."""
+    """The devices and precision a run asked for: what a strategy is built with.
+
+    Args:
+        device_type: ``"cpu"``, ``"cuda"`` or ``"mps"`` (default ``'cpu'``).
+        devices: the device indices of this node (default ``(0,)``).
+        num_nodes: number of nodes (default ``1``).
+        precision: the precision setting.
+        compile: ``torch.compile`` settings (default ``None``: none).
+
+    Examples:
+        >>> Placement("cpu", (0, 1)).devices
+        (0, 1)
+    """
 
     device_type: str = "cpu"
     devices: tuple[int, ...] = (0,)
@@ -40,6 +52,19 @@ class Placement:
 
 
 class Strategy(Protocol):
+    """The protocol every strategy implements: how the model, optimizer and data are placed, wrapped,
+    sharded or split, how a training and an evaluation step run (the strategy owns the step), how
+    values are reduced and how state is saved and loaded. What a strategy supports is its
+    ``capabilities`` (:class:`StrategyCapabilities`), read instead of its name. A strategy takes
+    everything it needs through its constructor; one dict (``STRATEGIES``) maps names to them.
+
+    Examples:
+        >>> from trainmesh.strategies import build_strategy, Placement
+        >>> strategy = build_strategy("ddp", Placement("cpu", (0, 1)))  # doctest: +SKIP
+        >>> strategy.capabilities.manual_optimization  # doctest: +SKIP
+        True
+    """
+
     name: str
     start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
 

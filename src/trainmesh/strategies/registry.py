@@ -50,11 +50,21 @@ def _pipeline_within_nodes(placement: Placement) -> ModelParallelStrategy:
 @functools.cache
 def stated_capabilities() -> dict[str, StrategyCapabilities]:
     """Each named strategy's capabilities as it states them for a default placement, by name
-    (for the tools that take a strategy's name before any run: estimate, project)."""
+    (for the tools that take a strategy's name before any run: estimate, project).
+
+    Examples:
+        >>> stated_capabilities()["fsdp"].shards_parameters  # doctest: +SKIP
+        True
+    """
     return {name: make(placement=Placement()).capabilities for name, make in STRATEGIES.items()}
 
 
 def memory_models() -> dict[str, MemoryModel]:
-    """Each named strategy's memory model (``capabilities.memory_model``), where it states one."""
+    """Each named strategy's memory model (``capabilities.memory_model``), where it states one.
+
+    Examples:
+        >>> sorted(memory_models())[:3]  # doctest: +SKIP
+        ['ddp', 'ddp2', 'ddp_fork']
+    """
     stated = {name: caps.memory_model for name, caps in stated_capabilities().items()}
     return {name: model for name, model in stated.items() if model is not None}

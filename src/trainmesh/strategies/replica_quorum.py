@@ -33,16 +33,21 @@ if TYPE_CHECKING:
 class FaultTolerance:
     """Where this replica group finds the others: ``Trainer(fault_tolerance=FaultTolerance(...))``.
 
-    - ``lighthouse``: the address torchft's lighthouse printed (``http://host:29510``);
-    - ``replica_group``: this group's number, 0 .. ``num_replica_groups`` - 1; it picks the group's
-      share of the training data, and it must stay the same when the group is started again;
-    - ``min_replicas``: the fewest groups a step may commit with (torchft's ``min_replica_size``);
-    - ``host``: the name the other groups reach this one by (its rendezvous store and checkpoint server);
-    - ``timeout``: how long an all-reduce, a commit or a recovery may take before the step is
-      given up (and retried with the next quorum); ``quorum_timeout``: how long to wait for a quorum.
+    Args:
+        lighthouse: the address torchft's lighthouse printed (``http://host:29510``).
+        replica_group: this group's number, 0 .. ``num_replica_groups`` - 1; it picks the group's
+            share of the training data, and it must stay the same when the group is started again.
+        num_replica_groups: how many replica groups the run has.
+        min_replicas: the fewest groups a step may commit with (torchft's ``min_replica_size``; default 1).
+        host: the name the other groups reach this one by (its rendezvous store and checkpoint
+            server; default: this machine's host name).
+        timeout: how long an all-reduce, a commit or a recovery may take before the step is given up
+            (and retried with the next quorum; default 60 s).
+        quorum_timeout: how long to wait for a quorum (default 60 s).
 
-    >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
-    1
+    Examples:
+        >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
+        1
     """
 
     lighthouse: str

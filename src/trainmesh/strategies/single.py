@@ -30,9 +30,10 @@ _NO_SYNC_NEEDED = contextlib.nullcontext()
 class SingleDeviceStrategy:
     """Train on one device in this process.
 
-    >>> strategy = SingleDeviceStrategy(placement=Placement("cpu", (0,)))
-    >>> strategy.root_device
-    device(type='cpu', index=0)
+    Examples:
+        >>> strategy = SingleDeviceStrategy(placement=Placement("cpu", (0,)))
+        >>> strategy.root_device
+        device(type='cpu', index=0)
     """
 
     name = "single"

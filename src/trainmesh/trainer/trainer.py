@@ -48,16 +48,12 @@ from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.worker_outcome import WorkerOutcome
+from trainmesh.utilities import docstrings
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
 class Trainer(RunProperties):
-    """Runs a :class:`trainmesh.Module` through fit, validate, test and predict.
-
-    >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,
-    ...                   enable_checkpointing=False, enable_model_summary=False)
-    >>> # trainer.fit(model, datamodule=dm); trainer.test(model, datamodule=dm)
-    """
+    __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
     def __init__(
         self,

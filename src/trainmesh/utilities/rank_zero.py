@@ -29,11 +29,15 @@ def global_rank_from_env() -> int:
 def rank_zero_only(fn: F) -> F:
     """Decorate ``fn`` so that it runs on global rank 0 and returns None elsewhere.
 
-    >>> @rank_zero_only
-    ... def report(msg):
-    ...     return msg
-    >>> report("hi")
-    'hi'
+    Args:
+        fn: the function to run on global rank 0 only (None elsewhere).
+
+    Examples:
+        >>> @rank_zero_only
+        ... def report(msg):
+        ...     return msg
+        >>> report("hi")
+        'hi'
     """
 
     @functools.wraps(fn)
