@@ -49,6 +49,8 @@ def cli_reference() -> str:
         sections.append(f"## `{title}`\n\n```text\n{text}\n```\n")
         if len(argv) < 2:  # trainmesh, its commands and theirs (checkpoint inspect): no deeper level exists
             queue.extend([*argv, sub] for sub in _subcommands(text))
+    if len(sections) < 9:  # trainmesh and its 8 commands at least: a parser that changed shape
+        raise RuntimeError(f"the CLI reference found only {len(sections)} commands; see docs/hooks/cli_reference.py")
     return "\n".join(sections)
 
 

@@ -1,7 +1,9 @@
-"""The docstrings of four public classes whose files are at the house limit of 500 lines (`tests/test_architecture.py`).
+"""The docstrings of four public classes whose files are at the house limit of 500 lines
+(`tests/test_architecture.py`): Trainer, Runtime, ModelCheckpoint and ModelParallelStrategy.
 
-Each class sets ``__doc__`` from here, so ``help()`` and the reference pages (mkdocstrings, inspecting the
-classes) show them as the class's own; `tests/test_docstrings.py` checks them like any other.
+Each class sets ``__doc__`` from here, so ``help()`` shows it as the class's own; the reference
+pages read it through docs/hooks/docstring_constants.py (mkdocstrings does not import the code),
+and `tests/test_docstrings.py` checks them like any other.
 """
 
 TRAINER = """Runs a :class:`trainmesh.Module` through fit, validate, test and predict.
