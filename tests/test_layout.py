@@ -20,6 +20,10 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
+    "utilities/exceptions.py": ["test_first_hour.py"],
+    "utilities/install_hints.py": ["test_first_hour.py"],
+    "utilities/suggestions.py": ["test_first_hour.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "manual_calls.py": ["trainer/test_manual_optimization.py", "trainer/test_manual_optimization_single.py"],
     "trainer/peer_state.py": ["strategies/test_fault_tolerance.py"],
@@ -197,6 +201,7 @@ COVERED_BY: dict[str, list[str]] = {
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.
 CROSS_CUTTING: dict[str, str] = {
+    "test_first_hour.py": "a new user's first mistakes: missing steps, mistyped settings, logging interval, install hints",
     "test_architecture.py": "who may import whom (layers, the one door), with a self-test of its checkers",
     "test_import.py": "the package imports and its public names",
     "test_gpu_check.py": "benchmarks/gpu_check.py",

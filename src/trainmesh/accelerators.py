@@ -7,6 +7,7 @@ import os
 import torch
 
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.suggestions import did_you_mean
 
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 
@@ -14,7 +15,10 @@ ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 def resolve_accelerator(accelerator: str) -> str:
     """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda. Returns a torch device type."""
     if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
-        raise ValueError(f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}")
+        raise ValueError(
+            f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}."
+            + did_you_mean(accelerator, ACCELERATORS)
+        )
     name = accelerator.lower()
     if name == "gpu":
         name = "cuda"

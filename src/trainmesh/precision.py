@@ -12,6 +12,7 @@ from torch import nn
 
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.placement import place_tensors
+from trainmesh.utilities.suggestions import did_you_mean
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 # Spellings from Lightning 1.x and 2.x that users carry over.
@@ -33,7 +34,8 @@ def normalize_precision(precision: str | int) -> str:
     name = _ALIASES.get(precision, precision)
     if name not in PRECISIONS:
         raise ValueError(
-            f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)} (or 32 / 16 / 'bf16')"
+            f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)} (or 32 / 16 / 'bf16')."
+            + did_you_mean(precision, [*PRECISIONS, "bf16"])
         )
     return str(name)
 

@@ -67,7 +67,7 @@ def test_terminal_shows_epochs_counts_and_metrics():
     run_fit(bar, make_trainer())
     out = console.file.getvalue()
     assert "Sanity check" in out
-    assert "Epoch 1/2" in out and "Epoch 2/2" in out
+    assert "Epoch 0/1" in out and "Epoch 1/1" in out  # counted from 0, as Lightning's RichProgressBar
     assert "4/4" in out
     assert "loss=0.231" in out and "val_acc=0.95" in out
     assert "it/s" in out
@@ -100,7 +100,7 @@ def test_unknown_number_of_batches():
     bar.on_train_epoch_end(trainer, None)
     bar.on_train_end(trainer, None)
     out = console.file.getvalue()
-    assert "5/?" in out and "Epoch 1 " in out
+    assert "5/?" in out and "Epoch 0 " in out
 
 
 def test_on_exception_stops_live_display():
@@ -147,9 +147,9 @@ def test_plain_output_is_one_line_per_epoch():
     bar.on_test_end(trainer, None)
     lines = console.file.getvalue().splitlines()
     assert len(lines) == 3, lines
-    assert lines[0].startswith("Epoch 1/2: 4/4 batches in 0:00:00")
+    assert lines[0].startswith("Epoch 0/1: 4/4 batches in 0:00:00")
     assert lines[0].endswith("loss=0.231 val_acc=0.95")
-    assert lines[1].startswith("Epoch 2/2")
+    assert lines[1].startswith("Epoch 1/1")
     assert lines[2].startswith("Testing: 3 batches")
     assert "\x1b" not in console.file.getvalue()  # no terminal control codes in CI logs
 
@@ -163,7 +163,7 @@ def test_default_console_writes_to_stdout(capsys):
         bar.on_train_batch_end(trainer, None, None, None, i)
     bar.on_train_epoch_end(trainer, None)
     bar.on_train_end(trainer, None)
-    assert "Epoch 1/2: 4/4 batches" in capsys.readouterr().out
+    assert "Epoch 0/1: 4/4 batches" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("trainer_kwargs, bar_kwargs", [({"is_global_zero": False}, {}), ({}, {"refresh_rate": 0})])

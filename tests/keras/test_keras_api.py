@@ -333,7 +333,7 @@ def test_keras_not_installed_is_refused():
         "try:\n    tk.fit(None)\nexcept ImportError as e:\n    print(e)\n"
     )
     result = _run(code)
-    assert "pip install 'trainmesh[keras]'" in result.stdout, (result.stdout, result.stderr)
+    assert 'pip install "trainmesh[keras]"' in result.stdout, (result.stdout, result.stderr)
 
 
 def test_import_trainmesh_does_not_import_keras():

@@ -93,7 +93,7 @@ def test_without_matplotlib_one_line_says_no_png_was_written_and_why(tmp_path, m
     assert [p.name for p in written] == ["scaling.csv", "scaling.json"]
     assert not (tmp_path / "scaling.png").exists()
     assert len(said) == 1 and said[0].startswith("no scaling.png written: matplotlib is not installed")
-    assert "pip install matplotlib" in said[0]
+    assert 'pip install "trainmesh[plot]"' in said[0]
 
 
 def test_an_efficiency_far_above_linear_is_drawn_at_the_top_with_its_value_written() -> None:

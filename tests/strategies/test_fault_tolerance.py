@@ -331,7 +331,7 @@ def test_replica_group_numbers_are_checked():
 def test_without_torchft_fit_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchft", None)  # import torchft now raises ImportError
     trainer = quiet_trainer(strategy="ddp", fault_tolerance=FT, max_steps=2)
-    with pytest.raises(ImportError, match="pip install torchft"):
+    with pytest.raises(ImportError, match=r"pip install \"trainmesh\[fault-tolerance\]\""):
         trainer.fit(TutorialModule(), loaders()[0])
 
 

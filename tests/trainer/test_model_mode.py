@@ -69,6 +69,9 @@ class FrozenBackbone(DropoutNet):
         self.l1.eval()  # a frozen part, in eval mode on purpose
         self.modes = []
 
+    def test_step(self, batch, batch_idx):  # trainer.test needs one, as Lightning's does
+        pass
+
     def on_validation_start(self):
         self.modes.append(("validation", self.training, self.l1.training))
 

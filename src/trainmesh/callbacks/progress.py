@@ -91,7 +91,7 @@ def _make_progress(console: Console, *, transient: bool) -> Progress:
 class ProgressBar(Callback):
     """Show a bar per training epoch and transient bars for validation, test and predict.
 
-    The training bar reads ``Epoch 3/10`` (epochs counted from 1), batches done of the total,
+    The training bar reads ``Epoch 3/9`` (counted from 0 as Lightning's: the 4th of 10), batches done of the total,
     speed, elapsed and remaining time, and ``trainer.progress_bar_metrics``, updated every
     ``refresh_rate`` batches (``0`` turns the bar off). With ``leave=True`` each finished
     epoch's bar stays on screen. When the console is not a terminal (CI logs) nothing is
@@ -340,9 +340,11 @@ class ProgressBar(Callback):
 
 
 def _epoch_description(trainer: TrainerView) -> str:
-    epoch = trainer.current_epoch + 1
+    # Lightning's convention (its RichProgressBar): epochs counted from 0, as current_epoch, the
+    # checkpoint names and the messages count them, so "Epoch 4/4" is the last of max_epochs=5.
+    epoch = trainer.current_epoch
     max_epochs = getattr(trainer, "max_epochs", None)
-    return f"Epoch {epoch}/{max_epochs}" if max_epochs is not None and max_epochs > 0 else f"Epoch {epoch}"
+    return f"Epoch {epoch}/{max_epochs - 1}" if max_epochs is not None and max_epochs > 0 else f"Epoch {epoch}"
 
 
 def _format_duration(seconds: float) -> str:

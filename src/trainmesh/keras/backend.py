@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-_INSTALL = "pip install 'trainmesh[keras]'"
+from trainmesh.utilities.install_hints import install_hint
+
+_INSTALL = f"`{install_hint('keras')}`"
 _SET_BACKEND = (
     "set KERAS_BACKEND=torch before keras is first imported (in the shell: `export KERAS_BACKEND=torch`; "
     "in Python: os.environ['KERAS_BACKEND'] = 'torch' as the first lines of the script, before `import keras`)"

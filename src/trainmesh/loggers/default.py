@@ -14,6 +14,7 @@ from trainmesh.launchers.environments import slurm_job_id
 from trainmesh.loggers.base import Logger
 from trainmesh.loggers.csv_logger import CSVLogger
 from trainmesh.loggers.tensorboard import TensorBoardLogger, tensorboard_available
+from trainmesh.utilities.install_hints import install_hint
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 _told_about_csv = False  # the fallback is explained once per process, not per Trainer
@@ -28,7 +29,7 @@ def default_logger(save_dir: str) -> Logger:
         _told_about_csv = True
         rank_zero_info(
             "logger=True: tensorboard is not installed, so metrics go to a CSVLogger "
-            f"({save_dir}/lightning_logs/version_N/metrics.csv); `pip install tensorboard` to log "
+            f"({save_dir}/lightning_logs/version_N/metrics.csv); `{install_hint('tensorboard')}` to log "
             "to TensorBoard, as Lightning's default does when it is installed"
         )
     return CSVLogger(save_dir)

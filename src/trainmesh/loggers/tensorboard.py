@@ -25,6 +25,7 @@ from trainmesh.loggers.csv_logger import (
     to_yaml_safe,
     version_dir_name,
 )
+from trainmesh.utilities.install_hints import install_hint
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -53,7 +54,7 @@ def _writer_module() -> str:
             return module
     raise ImportError(
         "TensorBoardLogger needs the `tensorboard` package, which is not installed. "
-        'Install it with: pip install "trainmesh[tensorboard]" (or use CSVLogger, which '
+        f"Install it with: `{install_hint('tensorboard')}` (or use CSVLogger, which "
         "needs nothing extra)."
     )
 

@@ -176,9 +176,13 @@ def _check_settings(strategy: str, precision: str, projection: Any) -> None:
     """What every worker would refuse with a traceback each, refused here in one sentence."""
     from trainmesh.precision import normalize_precision
     from trainmesh.strategies import STRATEGIES
+    from trainmesh.utilities.suggestions import did_you_mean
 
     if strategy.lower() != "auto" and strategy.lower() not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}")
+        raise ValueError(
+            f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}."
+            + did_you_mean(strategy, ["auto", *STRATEGIES])
+        )
     normalize_precision(precision)
     if projection is not None:
         from trainmesh.scaling.projection import modelled

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmesh.scaling.analysis import PAYS_EFFICIENCY, SUPERLINEAR_EFFICIENCY, ScalingRow
+from trainmesh.utilities.install_hints import install_hint
 
 # One colour per mode, the same in both panels.
 MODE_COLOURS = {"strong": "tab:blue", "weak": "tab:orange"}
@@ -45,7 +46,7 @@ def matplotlib_missing() -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as error:
-        return f"matplotlib is not installed ({error}); `pip install matplotlib` to get scaling.png"
+        return f"matplotlib is not installed ({error}); `{install_hint('plot')}` to get scaling.png"
     return None
 
 

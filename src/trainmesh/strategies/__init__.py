@@ -16,6 +16,7 @@ from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.registry import STRATEGIES, memory_models, stated_capabilities
 from trainmesh.strategies.single import SingleDeviceStrategy
+from trainmesh.utilities.suggestions import did_you_mean
 
 
 def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:
@@ -63,7 +64,8 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
             name = "single" if len(placement.devices) * placement.num_nodes == 1 else "ddp"
         if name not in STRATEGIES:
             raise ValueError(
-                f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}"
+                f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}."
+                + did_you_mean(name, ["auto", *STRATEGIES])
             )
         return STRATEGIES[name](placement=placement)
     if not callable(getattr(strategy, "with_placement", None)):

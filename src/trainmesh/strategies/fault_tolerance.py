@@ -1,5 +1,5 @@
 """Replica groups that survive a failure without a job restart, on torchft (PyTorch's own
-fault-tolerance project, an optional dependency: ``pip install torchft``; the quorum, the
+fault-tolerance project, an optional dependency: ``pip install "trainmesh[fault-tolerance]"``; the quorum, the
 all-reduce across groups and the recovery from a peer are ``replica_quorum.py``'s).
 
 Two ways to be a replica group, both averaging every gradient over each step's quorum of groups:

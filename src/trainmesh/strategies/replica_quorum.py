@@ -1,5 +1,5 @@
 """One replica group's seat in torchft's quorum (PyTorch's own fault-tolerance project, an optional
-dependency: ``pip install torchft``), shared by the fault-tolerant strategies (``fault_tolerance.py``).
+dependency: ``pip install "trainmesh[fault-tolerance]"``), shared by the fault-tolerant strategies (``fault_tolerance.py``).
 
 Each replica group is one trainmesh job (one process, or several sharing a model with fsdp) started
 on its own, by the user or a scheduler. torchft's lighthouse forms a quorum of the live groups
@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributed import ReduceOp
 
 from trainmesh.utilities.dtensors import is_dtensor
+from trainmesh.utilities.install_hints import install_hint
 
 if TYPE_CHECKING:
     from torchft import Manager
@@ -75,7 +76,7 @@ def import_torchft() -> Any:
     except ImportError as err:
         raise ImportError(
             f"Trainer(fault_tolerance=...) runs on torchft, which is not importable here ({err}). Install it with "
-            "`pip install torchft` (0.2.0 is checked with torch 2.13 on CPU), or leave fault_tolerance out"
+            f"`{install_hint('fault-tolerance')}` (torchft 0.2.0 is checked with torch 2.13 on CPU), or leave fault_tolerance out"
         ) from err
     return torchft
 

@@ -35,6 +35,7 @@ from trainmesh.trainer.settings import LoopSettings
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.warnings import PossibleUserWarning
 
 
 def run_fit(
@@ -81,6 +82,7 @@ def run_fit(
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
         hooks.call("on_fit_end")
         return
+    _warn_of_unlogged_epochs(ctx, state.num_training_batches)
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
     opened = _first_epoch(ctx, train_loader, resume_rng)
     if fit_data.validates_in_epoch(state.current_epoch):
@@ -97,6 +99,19 @@ def run_fit(
             state.loop.last_loss = None
     hooks.call("on_train_end")
     hooks.call("on_fit_end")
+
+
+def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
+    """As Lightning: an epoch shorter than ``log_every_n_steps`` never reaches the loggers' step
+    rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said."""
+    interval = ctx.settings.log_every_n_steps
+    if ctx.publisher.loggers and num_batches < interval and not ctx.settings.fast_dev_run:
+        rank_zero_warn(
+            f"The number of training batches ({num_batches}) is smaller than the logging interval "
+            f"Trainer(log_every_n_steps={interval}): step metrics reach the loggers once every {interval} steps, "
+            "so not in every epoch, and not at all in a shorter run. Set log_every_n_steps lower to log each epoch",
+            category=PossibleUserWarning,
+        )
 
 
 def _fit_done(state: LoopState, settings: LoopSettings) -> bool:

@@ -46,15 +46,18 @@ from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.settings import check_loop_settings
+from trainmesh.trainer.stage_requirements import refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.rank_zero import rank_zero_info
+from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
 
 class Trainer(RunProperties):
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
+    @suggest_unknown_keywords  # Trainer(max_epoch=5): "... Did you mean 'max_epochs'?"
     def __init__(
         self,
         *,
@@ -294,6 +297,8 @@ class Trainer(RunProperties):
         return results
 
     def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+        if stage == "fit" or ckpt_path is None:  # else after the checkpoint is found, as Lightning orders it
+            refuse_missing_steps(model, stage)  # before any process starts (stage_requirements.py)
         self.runtime._choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
@@ -341,6 +346,7 @@ class Trainer(RunProperties):
                 result = evaluation.run_predict(loop, data)
             else:
                 self._load_weights_for_eval(ckpt_path)
+                refuse_missing_steps(model, stage)
                 result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
             if self.runtime._reports_to_parent and self.is_global_zero:

@@ -1,0 +1,44 @@
+"""The methods a stage needs from the module, checked before any process starts or hook runs.
+
+Without this, a module missing ``training_step`` fails at the first batch, deep inside the loop
+after setup, placement and the sanity check; and one missing ``test_step`` makes ``trainer.test``
+run the base class's empty step and return no metrics without a word. Lightning refuses both at
+the start of the run (its configuration validator), and so does trainmesh, in one sentence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.module import Module
+from trainmesh.utilities.exceptions import MisconfigurationException
+
+# stage -> the methods it calls, each with what it is for (the sentence's second half)
+_REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
+    "fit": (
+        ("training_step", "it returns the loss of a batch"),
+        ("configure_optimizers", "it returns the optimizer that steps the parameters"),
+    ),
+    "validate": (("validation_step", "Trainer.validate runs it on every batch"),),
+    "test": (("test_step", "Trainer.test runs it on every batch"),),
+}
+
+
+def refuse_missing_steps(model: Any, stage: str) -> None:
+    """Raise :class:`MisconfigurationException` when ``model`` lacks a method ``stage`` calls."""
+    for name, purpose in _REQUIRED.get(stage, ()):
+        if not _defines(model, name):
+            needs = " and ".join(f"{method}()" for method, _ in _REQUIRED[stage])
+            raise MisconfigurationException(
+                f"{type(model).__name__} defines no {name}(), so trainer.{stage}() cannot run ({purpose}); "
+                f"{stage} needs {needs} on the module"
+            )
+
+
+def _defines(model: Any, name: str) -> bool:
+    """Whether ``model``'s own class (or the instance) gives ``name``, not trainmesh's placeholder."""
+    method = getattr(model, name, None)
+    if not callable(method):
+        return False
+    placeholder = getattr(Module, name, None)
+    return placeholder is None or getattr(method, "__func__", method) is not placeholder
