@@ -183,6 +183,7 @@ def variables(model) -> dict[str, np.ndarray]:
 
 def run_ddp(out: str) -> None:
     import keras
+    import trainmesh as tm
     import trainmesh.keras as tk
 
     rank = int(os.environ.get("RANK", "0"))
@@ -207,9 +208,10 @@ def run_ddp(out: str) -> None:
             validation = arguments["validation_data"]
             record["evaluate"] = tk.evaluate(model, validation, strategy="ddp", devices=2, verbose=0, return_dict=True)
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
+        if leg == "guide":  # docs/how-to/keras.md's way: every rank calls it, rank 0 writes the one file
+            tm.rank_zero_only(model.save)(os.path.join(out, "guide.keras"))
         if leg == "guide" and rank == 0:
             held_out, _ = get_images(32, seed=1)
-            model.save(os.path.join(out, "guide.keras"))
             np.save(os.path.join(out, "held_out.npy"), held_out)
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
 
