@@ -15,6 +15,7 @@ from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
 from trainmesh.strategies.registry import STRATEGIES, memory_models, stated_capabilities
+from trainmesh.strategies.semi_sync import SemiSyncDDPStrategy
 from trainmesh.strategies.single import SingleDeviceStrategy
 from trainmesh.utilities.suggestions import did_you_mean
 
@@ -36,6 +37,14 @@ def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tol
             f"each step's quorum of groups by torchft; not with strategy={strategy!r}. Use one of those two, or "
             "leave fault_tolerance out"
         )
+    if fault_tolerance.sync != "every_step":
+        if kind != "ddp":
+            raise ValueError(
+                f"fault_tolerance: sync={fault_tolerance.sync!r} is checked with strategy='ddp' (one process per "
+                "replica group) only; groups of several fsdp processes under LocalSGD/DiLoCo are not tested yet. "
+                "Use strategy='ddp' with devices=1 per group, or sync='every_step' with fsdp"
+            )
+        return SemiSyncDDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
     if kind == "ddp":
         return FaultTolerantDDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)
     return FaultTolerantFSDPStrategy(fault_tolerance=fault_tolerance, placement=placement, **options)

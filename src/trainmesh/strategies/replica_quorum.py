@@ -45,6 +45,15 @@ class FaultTolerance:
         timeout: how long an all-reduce, a commit or a recovery may take before the step is given up
             (and retried with the next quorum; default 60 s).
         quorum_timeout: how long to wait for a quorum (default 60 s).
+        sync: how the groups meet: ``"every_step"`` averages every gradient over the quorum (default);
+            ``"local_sgd"`` (torchft's ``LocalSGD``) averages the weights every ``sync_every`` steps;
+            ``"diloco"`` (torchft's ``DiLoCo``) every ``sync_every`` steps averages each group's change
+            of the weights since the last sync and steps ``outer_optimizer`` with it.
+        sync_every: the local steps between two syncs (torchft's ``sync_every``; required with
+            ``"local_sgd"`` and ``"diloco"``; default ``None``).
+        outer_optimizer: with ``"diloco"``: a callable taking the parameters and returning the outer
+            optimizer (an optimizer class, or ``functools.partial(torch.optim.SGD, lr=..)``); default
+            ``None``: SGD with lr 0.7, Nesterov momentum 0.9 (the DiLoCo paper's).
 
     Examples:
         >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
@@ -58,6 +67,9 @@ class FaultTolerance:
     host: str = dataclasses.field(default_factory=socket.gethostname)
     timeout: timedelta = timedelta(seconds=60)
     quorum_timeout: timedelta = timedelta(seconds=60)
+    sync: str = "every_step"
+    sync_every: int | None = None
+    outer_optimizer: Callable[..., torch.optim.Optimizer] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.replica_group < self.num_replica_groups:
@@ -67,6 +79,29 @@ class FaultTolerance:
             )
         if not 1 <= self.min_replicas <= self.num_replica_groups:
             raise ValueError(f"FaultTolerance: min_replicas={self.min_replicas} must be in 1 .. num_replica_groups")
+        check_sync(self.sync, self.sync_every, self.outer_optimizer)
+
+
+def check_sync(sync: str, sync_every: int | None, outer_optimizer: Any) -> None:
+    """FaultTolerance's sync settings, refused before anything starts when they do not fit together."""
+    if sync not in ("every_step", "local_sgd", "diloco"):
+        raise ValueError(f"FaultTolerance: sync={sync!r}; choose 'every_step', 'local_sgd' or 'diloco'")
+    if sync == "every_step":
+        if sync_every is not None or outer_optimizer is not None:
+            raise ValueError(
+                "FaultTolerance: sync_every and outer_optimizer belong to sync='local_sgd' / 'diloco'; with "
+                "sync='every_step' every gradient is averaged at every step. Set sync, or drop them"
+            )
+        return
+    if not isinstance(sync_every, int) or sync_every < 1:
+        raise ValueError(
+            f"FaultTolerance: sync={sync!r} needs sync_every, a whole number of steps >= 1 (got {sync_every!r})"
+        )
+    if sync == "local_sgd" and outer_optimizer is not None:
+        raise ValueError(
+            "FaultTolerance: sync='local_sgd' averages the weights and has no outer optimizer; use sync='diloco' "
+            "for an outer optimizer, or drop outer_optimizer"
+        )
 
 
 def import_torchft() -> Any:
@@ -98,7 +133,8 @@ class ReplicaQuorum:
 
     def join(self, *, group_rank: int, group_size: int, store: tuple[str, int] | None = None) -> None:
         """Start this process's Manager. ``store``: the group's TCPStore (host, port) that the group's
-        first process made (``make_store``); a group of one process makes its own."""
+        first process made (``make_store``); a group of one process makes its own. With LocalSGD or
+        DiLoCo the quorum is synchronous (torchft's DiLoCo requires it: the sync waits for it)."""
         torchft = import_torchft()
         ft = self.fault_tolerance
         if store is None:
@@ -123,6 +159,7 @@ class ReplicaQuorum:
             # instead every group trains on step 0 and takes the first group's weights just before
             # it (start_from_first_group), as ddp broadcasts rank 0's.
             init_sync=False,
+            use_async_quorum=ft.sync == "every_step",
         )
         # What a recovering group takes from a live one: read when a peer needs it, loaded in
         # that group's first should_commit (torchft applies it before the optimizer steps).

@@ -1,0 +1,129 @@
+"""The program of test_semi_sync.py: one replica group, running three trainings one after the other
+against one lighthouse (one launch shared by every check).
+
+python semi_sync_run.py OUT LIGHTHOUSES GROUP
+
+LIGHTHOUSES: three addresses, comma-separated, one per training (a Manager that was shut down keeps
+heartbeating to its lighthouse a while, and the next training's quorum would wait for it).
+
+1. the Trainer with ``FaultTolerance(sync="diloco", sync_every=3)``, Adam inside, 12 steps;
+2. the reference: the same model, data and steps in a hand-written loop around torchft's own DiLoCo;
+3. the Trainer with ``FaultTolerance(sync="local_sgd", sync_every=1)``, plain SGD, 6 steps.
+Each writes the group's final weights to OUT/<name>_GROUP.pt.
+"""
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import trainmesh as tm
+
+DILOCO_STEPS, DILOCO_EVERY = 12, 3
+LOCAL_SGD_STEPS, SGD_LR = 6, 0.1
+TIMEOUT = timedelta(seconds=60)
+
+
+def dataset() -> TensorDataset:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=gen)
+    return TensorDataset(x, x[:, :2].sum(1, keepdim=True))
+
+
+def layers(seed: int) -> torch.nn.Sequential:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+class Net(tm.Module):
+    def __init__(self, seed: int, optimizer: str):
+        super().__init__()
+        self.net, self.optimizer = layers(seed), optimizer
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        if self.optimizer == "adam":
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+        return torch.optim.SGD(self.parameters(), lr=SGD_LR)
+
+
+def trainer_run(out: Path, lighthouse: str, group: int, *, sync: str, every: int, steps: int, optimizer: str) -> None:
+    ft = tm.FaultTolerance(
+        lighthouse, replica_group=group, num_replica_groups=2, host="127.0.0.1", timeout=TIMEOUT, sync=sync,
+        sync_every=every,
+    )  # fmt: skip
+    trainer = tm.Trainer(
+        accelerator="cpu",
+        devices=1,
+        strategy="ddp",
+        fault_tolerance=ft,
+        max_steps=steps,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(out / f"{sync}{group}"),
+    )
+    model = Net(seed=3 + group, optimizer=optimizer)  # group 1 from another seed: it must start from group 0's
+    trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=False))
+    torch.save(model.net.state_dict(), out / f"trainer_{sync}_{group}.pt")
+
+
+def reference_diloco(out: Path, lighthouse: str, group: int) -> None:
+    """torchft's DiLoCo as its own example uses it: a Manager per group, the inner optimizer stepped
+    by hand, DiLoCo's hooks syncing every DILOCO_EVERY steps; both groups built from the same seed."""
+    from torchft import Manager, ProcessGroupGloo
+    from torchft.local_sgd import DiLoCo
+
+    model = layers(3)
+    inner = torch.optim.Adam(model.parameters(), lr=1e-2)
+    outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    manager = Manager(
+        pg=ProcessGroupGloo(timeout=TIMEOUT),
+        load_state_dict=lambda state: model.load_state_dict(state),
+        state_dict=lambda: model.state_dict(),
+        min_replica_size=1,
+        replica_id=f"trainmesh_{group}",
+        lighthouse_addr=lighthouse,
+        store_addr="127.0.0.1",
+        store_port=store.port,
+        hostname="127.0.0.1",
+        rank=0,
+        world_size=1,
+        timeout=TIMEOUT,
+        quorum_timeout=TIMEOUT,
+        connect_timeout=TIMEOUT,
+        use_async_quorum=False,
+        init_sync=False,
+    )
+    data = dataset()
+    sampler = DistributedSampler(data, num_replicas=2, rank=group, shuffle=False)
+    batches = iter(DataLoader(data, batch_size=8, sampler=sampler))
+    with DiLoCo(manager, [model], inner, outer, sync_every=DILOCO_EVERY):
+        for _ in range(DILOCO_STEPS):
+            x, y = next(batches)
+            inner.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            inner.step()
+    manager.shutdown(wait=False)
+    torch.save(model.state_dict(), out / f"reference_diloco_{group}.pt")
+
+
+def main(out: str, lighthouses: str, group: str) -> None:
+    out_dir, g = Path(out), int(group)
+    first, second, third = lighthouses.split(",")
+    trainer_run(out_dir, first, g, sync="diloco", every=DILOCO_EVERY, steps=DILOCO_STEPS, optimizer="adam")
+    reference_diloco(out_dir, second, g)
+    trainer_run(out_dir, third, g, sync="local_sgd", every=1, steps=LOCAL_SGD_STEPS, optimizer="sgd")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,145 @@
+"""FaultTolerance(sync="local_sgd" | "diloco"): replica groups that meet every sync_every steps,
+through torchft's own LocalSGD and DiLoCo.
+
+One launch (semi_sync_run.py, two groups of one process, three lighthouses) serves every trained
+check: the Trainer under DiLoCo against a hand-written loop around torchft's DiLoCo, and H=1
+LocalSGD with SGD against one process at the global batch. The refusals need no launch.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+import trainmesh as tm
+from helpers.models import TutorialModule, loaders, quiet_trainer
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "semi_sync_run.py"
+sys.path.insert(0, str(HERE))
+import semi_sync_run as run  # noqa: E402  (the launched program: its model, data and step counts)
+
+try:
+    import torchft  # noqa: F401
+
+    HAS_TORCHFT = True
+except ImportError:
+    HAS_TORCHFT = False
+
+
+def _ft(**sync):
+    return tm.FaultTolerance("http://127.0.0.1:1", replica_group=0, num_replica_groups=2, host="127.0.0.1", **sync)
+
+
+def _env() -> dict:
+    import os
+
+    paths = [str(HERE.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "RUST_LOG": "warn"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The two groups' final weights of each training semi_sync_run.py runs."""
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
+    from torchft.coordination import LighthouseServer
+
+    out = tmp_path_factory.mktemp("semi_sync")
+    lighthouses = [
+        LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
+        for _ in range(3)
+    ]
+    addresses = ",".join(lighthouse.address() for lighthouse in lighthouses)
+    groups = []
+    try:
+        for group in (0, 1):
+            log = open(out / f"log_{group}", "w")
+            command = [sys.executable, str(SCRIPT), str(out), addresses, str(group)]
+            groups.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env()))
+        codes = [group.wait(timeout=400) for group in groups]
+    finally:
+        for group in groups:
+            if group.poll() is None:
+                group.kill()
+        for lighthouse in lighthouses:
+            lighthouse.shutdown()
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
+    assert codes == [0, 0], logs
+    return {p.stem: torch.load(p) for p in out.glob("*.pt")}
+
+
+@pytest.mark.slow
+def test_diloco_equals_a_hand_written_loop_around_torchfts_diloco(trained):
+    """Two groups, Adam inside, 4 DiLoCo syncs (12 steps, sync_every=3, the paper's Nesterov outer
+    optimizer): the Trainer's weights equal the reference loop's (measured: 0.0 apart), though the
+    Trainer's group 1 was built from another seed (it starts from group 0's weights)."""
+    initial = run.layers(3).state_dict()
+    for group in (0, 1):
+        mine, reference = trained[f"trainer_diloco_{group}"], trained[f"reference_diloco_{group}"]
+        for name, value in reference.items():
+            torch.testing.assert_close(mine[name], value, rtol=0, atol=1e-6)
+        assert not torch.allclose(mine["0.weight"], initial["0.weight"])  # it trained
+
+
+@pytest.mark.slow
+def test_local_sgd_every_step_with_sgd_equals_one_process_at_the_global_batch(trained):
+    """H=1 LocalSGD with plain SGD averages w - lr g over the groups after every step, which is
+    w - lr mean(g): one process on both groups' batches (measured: 1.2e-7 apart after 6 steps)."""
+    model = run.layers(3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=run.SGD_LR)
+    # Group g reads samples g, g+2, ... in batches of 8: step k of both together is samples 16k .. 16k+15.
+    batches = iter(DataLoader(run.dataset(), batch_size=16, shuffle=False))
+    for _ in range(run.LOCAL_SGD_STEPS):
+        x, y = next(batches)
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    for group in (0, 1):
+        mine = trained[f"trainer_local_sgd_{group}"]
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(mine[name], value, rtol=0, atol=1e-6)
+
+
+def test_sync_settings_that_do_not_fit_together_are_refused():
+    with pytest.raises(ValueError, match="sync='bulk'; choose 'every_step', 'local_sgd' or 'diloco'"):
+        _ft(sync="bulk")
+    with pytest.raises(ValueError, match="sync='diloco' needs sync_every"):
+        _ft(sync="diloco")
+    with pytest.raises(ValueError, match="sync='local_sgd' averages the weights and has no outer optimizer"):
+        _ft(sync="local_sgd", sync_every=2, outer_optimizer=torch.optim.SGD)
+    with pytest.raises(ValueError, match="sync_every and outer_optimizer belong to sync='local_sgd' / 'diloco'"):
+        _ft(sync_every=4)
+
+
+def test_fsdp_groups_under_diloco_are_refused_before_training():
+    with pytest.raises(ValueError, match="sync='diloco' is checked with strategy='ddp'.*sync='every_step' with fsdp"):
+        quiet_trainer(strategy="fsdp", devices=2, fault_tolerance=_ft(sync="diloco", sync_every=4), max_steps=8)
+
+
+def test_resuming_a_diloco_run_from_a_checkpoint_is_refused_before_the_first_step(tmp_path):
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft): the refusal comes after its Manager starts")
+    from torchft.coordination import LighthouseServer
+
+    plain = quiet_trainer(max_steps=2, default_root_dir=str(tmp_path))
+    plain.fit(TutorialModule(num_features=16), loaders()[0])
+    checkpoint = tmp_path / "plain.ckpt"
+    plain.save_checkpoint(str(checkpoint))
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1)
+    try:
+        ft = tm.FaultTolerance(
+            lighthouse.address(), replica_group=0, num_replica_groups=1, host="127.0.0.1", sync="diloco", sync_every=2
+        )
+        model = TutorialModule(num_features=16)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer = quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=4, default_root_dir=str(tmp_path))
+        with pytest.raises(ValueError, match="sync='diloco': loading a checkpoint is not supported yet.*outer optim"):
+            trainer.fit(model, loaders()[0], ckpt_path=str(checkpoint))
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    finally:
+        lighthouse.shutdown()
