@@ -43,7 +43,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     step_epoch_schedulers(state, hooks, cut_short=cut_short)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (legacy_hooks.py)
+    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (lightning1/legacy_hooks.py)
         log_collector.start_stage()
         log_collector.set_batch("on_epoch_end", None)
         hooks.call("on_epoch_end")

@@ -174,7 +174,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     train_results = log_collector.results
     state.train_results = train_results
     if not mid_epoch_resume:
-        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (legacy_hooks.py)
+        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)

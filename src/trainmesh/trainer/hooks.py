@@ -10,10 +10,35 @@ from typing import Any
 
 from trainmesh.callbacks.base import defines_hook, overrides
 from trainmesh.module import Module
-from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
+from trainmesh.trainer.lightning1.legacy_hooks import (
+    LEGACY_CALLBACK_STATES,
+    LegacyQueue,
+    call_dataloader_hook,
+    call_datamodule_hook,
+    call_init_hook,
+    warn_legacy_datamodule_hooks,
+    warn_legacy_hooks,
+    warn_returned_callback_state,
+)
 from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
+
+# Lightning 1.x's other hooks are called where 1.x called them by the loop's files, which reach them
+# through this door (lightning1/legacy_hooks.py; docs/architecture.md rule 10).
+__all__ = [
+    "LEGACY_CALLBACK_STATES",
+    "HookDispatcher",
+    "LegacyQueue",
+    "TrainBatchHooks",
+    "call_dataloader_hook",
+    "call_datamodule_hook",
+    "call_init_hook",
+    "fit_hook_arities",
+    "is_monitoring",
+    "warn_legacy_datamodule_hooks",
+    "warn_returned_callback_state",
+]
 
 # The positional arguments the Trainer passes to each batch-level hook (after trainer and
 # module, for a callback). Lightning programs often define fewer (``training_step(self,
@@ -242,7 +267,7 @@ def is_monitoring(callback: Any) -> bool:
 
 class TrainBatchHooks:
     """``on_train_batch_start`` / ``on_train_batch_end``, and Lightning 1.x's ``on_batch_start`` /
-    ``on_batch_end`` around them (legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
+    ``on_batch_end`` around them (lightning1/legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
 
     def __init__(self, hooks: Any) -> None:
         self.hooks = hooks
