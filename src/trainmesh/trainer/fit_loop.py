@@ -48,7 +48,7 @@ def run_fit(
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
-        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
+        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
