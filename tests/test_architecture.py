@@ -107,9 +107,15 @@ TRAINER_USERS = {
 }
 
 
-# Lightning 1.x's package, and the two doors through which the core enters it (docs/architecture.md).
+# Lightning 1.x's package, and the doors through which the rest enters it (docs/architecture.md): the runner
+# choice (1.x's loops), the hook dispatcher (1.x's hooks and signatures) and the Trainer's construction (1.x's
+# Trainer arguments, which the CLI reads there too).
 LIGHTNING1 = "trainmesh.trainer.lightning1"
-LIGHTNING1_DOORS = ("trainmesh.trainer.optimization.runners", "trainmesh.trainer.hooks")
+LIGHTNING1_DOORS = (
+    "trainmesh.trainer.optimization.runners",
+    "trainmesh.trainer.hooks",
+    "trainmesh.trainer.construction",
+)
 # Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
 GLOBAL_STEP_WRITERS = {
     ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
@@ -119,15 +125,6 @@ GLOBAL_STEP_WRITERS = {
 }
 # The names under which the Trainer side holds a user's module or callback.
 USER_OBJECTS = {"module", "pl_module", "model", "callback", "obj", "datamodule"}
-# Trainer-side files that still rebind a hook on a user's object for the run (Lightning 1.x's
-# signatures, hooks with fewer arguments): the design builds the arguments at the call site instead
-# (issue 35 build item 3; docs/architecture.md "What no test checks yet"). The list may only shrink.
-KNOWN_REBINDS = {
-    "src/trainmesh/trainer/hooks.py",
-    "src/trainmesh/trainer/lightning1/optimizer_hooks.py",
-    "src/trainmesh/trainer/lightning1/optimizer_turns.py",
-    "src/trainmesh/trainer/lightning1/tbptt.py",
-}
 
 
 # ---- reading the source -------------------------------------------------------------------------
@@ -408,7 +405,7 @@ def strategy_name_comparisons(source: Source) -> list[str]:
 
 def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
     """(j) An import of Lightning 1.x's package (``trainer/lightning1/``) from outside it, other than
-    from its two doors (the runner choice and the hook dispatcher)."""
+    from its doors (the runner choice, the hook dispatcher, the Trainer's construction)."""
     if within(source.module, (LIGHTNING1, *LIGHTNING1_DOORS)):
         return []
     found = []
@@ -452,28 +449,42 @@ def global_step_writes(source: Source) -> list[tuple[str, str]]:
 
 
 def user_object_writes(source: Source) -> list[str]:
-    """(l) ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` where ``x`` is how the
-    Trainer side holds a user's module or callback (``USER_OBJECTS``) and ``name`` a hook (a variable
-    ``hook``, or a public name such as ``"training_step"``): a method rebound on the user's object.
-    The Module's own private state (``_toggled``, written by its ``toggle_optimizer``) is not a hook."""
+    """(l) A write onto a user's module or callback (``x`` one of the names the Trainer side holds them
+    by, ``USER_OBJECTS``): ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` with any name
+    but a private literal (the Module's own state, ``_toggled``, written by its ``toggle_optimizer``),
+    and ``vars(x)[...] = ...`` / ``x.__dict__[...] = ...``."""
     found = []
     for node in ast.walk(source.tree):
-        if not isinstance(node, ast.Call) or len(node.args) < 2:
-            continue
-        name = node.args[1]
-        names_a_hook = (isinstance(name, ast.Name) and name.id == "hook") or (
-            isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")
-        )
-        if not names_a_hook:
-            continue
-        func = node.func
-        is_setattr = (isinstance(func, ast.Name) and func.id == "setattr") or (
-            isinstance(func, ast.Attribute) and func.attr == "__setattr__"
-        )
-        target = node.args[0]
-        if is_setattr and isinstance(target, ast.Name) and target.id in USER_OBJECTS:
-            found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"))
+        if isinstance(node, ast.Call) and len(node.args) >= 2:
+            func, target, name = node.func, node.args[0], node.args[1]
+            is_setattr = (isinstance(func, ast.Name) and func.id == "setattr") or (
+                isinstance(func, ast.Attribute) and func.attr == "__setattr__"
+            )
+            private = isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.startswith("_")
+            if is_setattr and _is_user_object(target) and not private:
+                found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"))
+        elif isinstance(node, ast.Assign):
+            for written in node.targets:
+                if isinstance(written, ast.Subscript) and _is_instance_dict(written.value):
+                    found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(written)}"))
     return found
+
+
+def _is_user_object(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id in USER_OBJECTS
+
+
+def _is_instance_dict(node: ast.AST) -> bool:
+    """``vars(x)`` or ``x.__dict__`` of a user's object."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return _is_user_object(node.value)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "vars"
+        and len(node.args) == 1
+        and _is_user_object(node.args[0])
+    )
 
 
 def one_door(source: Source) -> list[str]:
@@ -731,7 +742,7 @@ def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
 def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
     modules = known_modules()
     found = [e for s in sources() for e in lightning1_imports(s, modules)]
-    assert not found, _report(found, "Lightning 1.x's package entered other than through its two doors")
+    assert not found, _report(found, "Lightning 1.x's package entered other than through its doors")
 
 
 def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
@@ -744,14 +755,12 @@ def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
     assert not found, _report(found, "global_step written outside count_optimizer_steps and the restores")
 
 
-def test_no_new_method_is_rebound_on_a_user_s_object() -> None:
+def test_nothing_is_written_onto_a_user_s_module_or_callback() -> None:
+    # Lightning 1.x's signatures and hooks taking fewer arguments are called with arguments built at the
+    # call site from the hook's signature (trainer/hook_arguments.py, trainer/lightning1/): never rebound.
     found = [e for s in sources() if within(s.module, TRAINER_SIDE) for e in user_object_writes(s)]
-    files = {e.split(":")[0] for e in found}
-    # A file fixed leaves the list (it may only shrink): each listed file still rebinds.
-    assert KNOWN_REBINDS <= files, f"no longer rebinding, remove from KNOWN_REBINDS: {sorted(KNOWN_REBINDS - files)}"
-    assert files - KNOWN_REBINDS == set(), _report(
-        [e for e in found if e.split(":")[0] not in KNOWN_REBINDS],
-        "a trainer-side file writes onto a user's module or callback (build the arguments at the call site)",
+    assert not found, _report(
+        found, "a trainer-side file writes onto a user's module or callback (build the arguments at the call site)"
     )
 
 
@@ -1121,6 +1130,23 @@ def test_writes_onto_a_user_s_object_are_found() -> None:
     assert [e.split(": ")[0] for e in found] == ["snippet.py:2", "snippet.py:3"], found
 
 
+def test_writes_onto_a_user_s_object_under_any_name_are_found() -> None:
+    """The rule is any write onto the user's object, not only a hook's name: a name in a variable, a
+    built name, the instance's dict; the Module's own private state and other objects are not."""
+    text = (
+        "def f(module, callback, wrapper, name, trainer):\n"
+        "    setattr(pl_module, name, wrapper)\n"
+        "    vars(model)['on_fit_start'] = wrapper\n"
+        "    callback.__dict__[name] = wrapper\n"
+        "    setattr(module, f'on_{name}', wrapper)\n"
+        "    vars(trainer)['x'] = 1\n"
+        "    object.__setattr__(module, '_toggled', 1)\n"
+        "    setattr(instance, name, 1)\n"
+    )
+    found = user_object_writes(parse(text))
+    assert sorted(e.split(": ")[0] for e in found) == [f"snippet.py:{line}" for line in (2, 3, 4, 5)], found
+
+
 def test_file_and_function_lengths_are_measured() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES + 1))
     signature = '@decorator\ndef f(\n    a,\n    b,\n):\n    """Doc\n    string."""\n'
@@ -1150,7 +1176,9 @@ if __name__ == "__main__":
         "test_global_step_is_written_in_one_place_and_by_the_restores": (
             test_global_step_is_written_in_one_place_and_by_the_restores
         ),
-        "test_no_new_method_is_rebound_on_a_user_s_object": test_no_new_method_is_rebound_on_a_user_s_object,
+        "test_nothing_is_written_onto_a_user_s_module_or_callback": (
+            test_nothing_is_written_onto_a_user_s_module_or_callback
+        ),
         "test_no_strategy_name_is_compared_outside_the_strategies": (
             test_no_strategy_name_is_compared_outside_the_strategies
         ),

@@ -40,6 +40,8 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/lightning1/optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/tbptt.py": ["trainer/test_tbptt.py"],
+    "trainer/lightning1/legacy_arguments.py": ["trainer/test_legacy_arguments.py"],
+    "trainer/lightning1/legacy_hooks.py": ["trainer/test_legacy_hooks.py", "trainer/test_legacy_hooks_1x_data.py"],
     "trainer/optimization/owner.py": ["trainer/test_automatic_optimization.py", "trainer/test_token_loss.py"],
     "trainer/optimization/automatic_optimization.py": ["trainer/test_automatic_optimization.py"],
     "trainer/optimization/runners.py": ["trainer/test_automatic_optimization.py", "trainer/test_optimizer_idx.py"],

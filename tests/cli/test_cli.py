@@ -13,7 +13,7 @@ import yaml
 
 import trainmesh
 from trainmesh.cli.main import CLIError, collate_predictions, find_class_paths, main
-from trainmesh.trainer.legacy_arguments import LegacyArgumentNotice
+from trainmesh.trainer.lightning1.legacy_arguments import LegacyArgumentNotice
 
 _HELPER_MODULE = "tests_helpers_module"
 _HELPER_SOURCE = textwrap.dedent(

@@ -1,8 +1,9 @@
 """A Lightning 1.x truncated-backpropagation program for test_tbptt: a GRU over generated sequences
 with ``truncated_bptt_steps = 2``, ``training_step(batch, batch_idx, hiddens)`` returning
 ``{"loss": ..., "hiddens": ...}``, a step scheduler, clipping, and the hooks around each split recorded.
-The same program ran under pytorch-lightning 1.9.5 (the module's base, Callback and Trainer renamed)
-gave the weights and call lists the test holds.
+The same program ran under pytorch-lightning 1.9.5 (the module's base, Callback and Trainer renamed:
+record_tbptt_lightning_1_9.py) gave the weights and call lists the test holds. ``Turns``: two optimizers
+taking turns in each split.
 
 python tbptt_run.py --batch SPEC.json   -> legs ``trainer OUT VARIANT STRATEGY DEVICES`` (helpers/batches.py)
 """
@@ -73,6 +74,37 @@ class Split(Rnn):
         return [[x[:, a:b], y[:, a:b]] for a, b in zip(edges, edges[1:])]
 
 
+class Turns(Rnn):
+    """Two optimizers taking turns in each split (1.x's ``training_step(batch, batch_idx, optimizer_idx,
+    hiddens)``): the GRU's (SGD with momentum and a step scheduler) and the head's (Adam). variant "turns",
+    or "turns_acc" under accumulate_grad_batches=2. Each turn records the hiddens it got (None, or which
+    earlier turn's), since 1.9 carries one hidden state from each training_step to the next."""
+
+    def training_step(self, batch, batch_idx, optimizer_idx, hiddens):
+        x, y = batch
+        seen = None if hiddens is None else round(float(hiddens.sum()), 4)
+        self.calls.append(("training_step", batch_idx, optimizer_idx, x.shape[1], seen))
+        if hiddens is not None:
+            assert not hiddens.requires_grad  # detached between the turns
+        out, hiddens = self.gru(x, hiddens)
+        prediction = self.head(out)
+        loss = F.mse_loss(prediction, y) if optimizer_idx == 0 else F.l1_loss(prediction, y)
+        self.log(f"loss_{optimizer_idx}", loss, on_step=True, on_epoch=True)
+        return {"loss": loss, "hiddens": hiddens * (1 + optimizer_idx), "extra": loss.detach() * 2}
+
+    def configure_optimizers(self):
+        rnn = torch.optim.SGD(self.gru.parameters(), lr=0.1, momentum=0.9)
+        head = torch.optim.Adam(self.head.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.StepLR(rnn, 1, 0.9)
+        return [rnn, head], [{"scheduler": scheduler, "interval": "step"}]
+
+    def on_before_zero_grad(self, optimizer):
+        self.calls.append(("on_before_zero_grad", type(optimizer).__name__))
+
+    def on_before_optimizer_step(self, optimizer, optimizer_idx):
+        self.calls.append(("on_before_optimizer_step", optimizer_idx, self.trainer.global_step))
+
+
 def _shape(outputs):
     """Nested lists kept, each dict by its sorted keys."""
     if isinstance(outputs, list):
@@ -96,7 +128,7 @@ def data(devices: int = 1) -> DataLoader:
 
 
 def fit(variant: str, strategy: str = "auto", devices: int = 1) -> tuple[Rnn, tm.Trainer]:
-    module = Split(variant) if variant == "split" else Rnn(variant)
+    module = Split(variant) if variant == "split" else Turns(variant) if variant.startswith("turns") else Rnn(variant)
     trainer = tm.Trainer(
         max_epochs=EPOCHS,
         logger=False,
@@ -106,7 +138,7 @@ def fit(variant: str, strategy: str = "auto", devices: int = 1) -> tuple[Rnn, tm
         accelerator="cpu",
         strategy=strategy,
         devices=devices,
-        accumulate_grad_batches=2 if variant == "acc" else 1,
+        accumulate_grad_batches=2 if variant.endswith("acc") else 1,
         gradient_clip_val=CLIP,
         callbacks=[Recorder(module)],
         num_sanity_val_steps=0,

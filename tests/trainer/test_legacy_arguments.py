@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import trainmesh as tm
-from trainmesh.trainer.legacy_arguments import LegacyArgumentNotice
+from trainmesh.trainer.lightning1.legacy_arguments import LegacyArgumentNotice
 
 
 def quiet(**kwargs):

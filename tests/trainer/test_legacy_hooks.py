@@ -1,5 +1,5 @@
 """Lightning 1.x hook names, called where Lightning 1.x called them, each with one deprecation line
-(trainer/legacy_hooks.py).
+(trainer/lightning1/legacy_hooks.py).
 
 The expected orders are read from pytorch-lightning 1.6.5's source (1.5.10's where 1.6 had dropped a
 module hook): ``loops/fit_loop.py`` (on_epoch_start before on_train_epoch_start, on_epoch_end after

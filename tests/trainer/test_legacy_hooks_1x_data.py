@@ -1,5 +1,5 @@
 """More Lightning 1.x hooks, called where 1.x called them with one deprecation line each
-(trainer/legacy_hooks.py), or refused with the reason (trainer/unsupported_hooks.py).
+(trainer/lightning1/legacy_hooks.py), or refused with the reason (trainer/unsupported_hooks.py).
 
 Where 1.x called them, read from pytorch-lightning 1.6.5 (1.5.10 agrees):
 - ``on_{train,val,test,predict}_dataloader()``: ``trainer/connectors/data_connector.py``

@@ -189,6 +189,21 @@ def test_a_1x_gan_trains_lightning_1_9s_weights_with_its_calls(variant):
     assert_lightning_1_9_weights(module.state_dict(), variant, atol=1e-6)
 
 
+def test_each_optimizer_step_is_counted_as_it_completes_as_lightning_1_9_counts_it(monkeypatch):
+    """1.9.5 counts global_step after each optimizer's step (its optim_progress), so the second optimizer's
+    hooks see the first one's step: (optimizer_idx, global_step) at on_before_optimizer_step over the first
+    three batches, as pytorch-lightning 1.9.5 printed them running optimizer_idx_run.py's "plain" Gan."""
+    seen = []
+
+    def on_before_optimizer_step(self, optimizer, optimizer_idx):
+        seen.append((optimizer_idx, self.trainer.global_step))
+
+    monkeypatch.setattr(Gan, "on_before_optimizer_step", on_before_optimizer_step)
+    with pytest.warns(FutureWarning, match="training_step takes optimizer_idx"):
+        fit("plain")
+    assert seen[:6] == [(0, 0), (1, 1), (0, 2), (1, 3), (0, 4), (1, 5)]
+
+
 @pytest.fixture(scope="module")
 def ddp_legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("optimizer_idx")

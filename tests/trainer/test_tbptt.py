@@ -3,8 +3,8 @@
 
 The expected weights, global_step, metrics, learning rate and call lists were taken from pytorch-lightning
 1.9.5 (torch 2.13 CPU) running the program of tbptt_run.py with ``pytorch_lightning.LightningModule``,
-``Callback`` and ``Trainer`` in trainmesh's place (tbptt_lightning_1_9.json holds the numbers); the
-suite does not need it installed.
+``Callback`` and ``Trainer`` in trainmesh's place (tbptt_lightning_1_9.json holds the numbers;
+record_tbptt_lightning_1_9.py regenerates them in a 1.9.5 venv); the suite does not need it installed.
 """
 
 import json
@@ -76,10 +76,28 @@ def test_a_gru_with_truncated_bptt_trains_lightning_1_9s_weights_with_its_calls(
     assert_lightning_1_9_weights(module.state_dict(), variant, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", ["turns", "turns_acc"])
+def test_truncated_bptt_with_two_optimizers_nests_their_turns_in_each_split_as_lightning_1_9(variant):
+    """training_step(batch, batch_idx, optimizer_idx, hiddens) with two optimizers (1.9 nests the optimizer
+    turns inside each split, one hidden state carried from each training_step to the next): 1.9.5's whole
+    call list (each turn's hiddens, global_step at each on_before_optimizer_step), outputs, metrics, lr and
+    weights, recorded by record_tbptt_lightning_1_9.py."""
+    reference = LIGHTNING_1_9[variant]
+    with pytest.warns(FutureWarning, match=r"Turns.truncated_bptt_steps = 2: .*removed in Lightning 2.0"):
+        module, trainer = fit(variant)
+    assert trainer.global_step == reference["global_step"]
+    assert [list(call) for call in module.calls] == reference["call_list"]
+    assert module.shapes == reference["shapes"]  # each split's outputs: a list of the turns' outputs
+    metrics = {name: round(float(value), 7) for name, value in trainer.callback_metrics.items()}
+    assert metrics == pytest.approx(reference["metrics"], abs=2e-7)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(reference["lr"])
+    assert_lightning_1_9_weights(module.state_dict(), variant, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def ddp_legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tbptt")
-    plan = [(f"{v}.pt", 2, ["trainer", str(root / f"{v}.pt"), v, "ddp", "2"], {}) for v in ("plain", "acc")]
+    plan = [(f"{v}.pt", 2, ["trainer", str(root / f"{v}.pt"), v, "ddp", "2"], {}) for v in ("plain", "acc", "turns")]
     batches = Batches(HERE / "tbptt_run.py", root, plan, leg_timeout=120, cwd=HERE)
 
     def saved(name):
@@ -89,10 +107,11 @@ def ddp_legs(tmp_path_factory):
     return saved
 
 
-@pytest.mark.parametrize("variant", ["plain", "acc"])
+@pytest.mark.parametrize("variant", ["plain", "acc", "turns"])
 def test_truncated_bptt_under_ddp_trains_lightning_1_9s_single_process_weights(ddp_legs, variant):
     """Two processes, each splitting its half of each batch of 4 along time: the mean of the halves'
-    gradients is the whole batch's at every split, so the weights are Lightning 1.9's on one process."""
+    gradients is the whole batch's at every split (and every optimizer's turn), so the weights are
+    Lightning 1.9's on one process."""
     saved = ddp_legs(f"{variant}.pt")
     assert saved["global_step"] == LIGHTNING_1_9[variant]["global_step"]
     assert_lightning_1_9_weights(saved["state_dict"], variant, atol=1e-5)

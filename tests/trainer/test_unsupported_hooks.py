@@ -42,7 +42,7 @@ def _lists():
 
 # Lightning hooks that ported programs override and trainmesh had no call for (the lists hold more).
 MODULE_EXAMPLES = ["on_before_optimizer_setup"]  # the one module name left: no Lightning release defines it
-# Lightning 1.x's callback hooks are called now (trainer/legacy_hooks.py, tests/trainer/test_legacy_hooks.py);
+# Lightning 1.x's callback hooks are called now (trainer/lightning1/legacy_hooks.py, tests/trainer/test_legacy_hooks.py);
 # on_before_optimizer_setup is defined by no Lightning release.
 CALLBACK_EXAMPLES = ["on_before_optimizer_setup"]
 

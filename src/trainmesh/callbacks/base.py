@@ -98,7 +98,7 @@ def overrides(obj: Any, hook: str, base: type) -> bool:
     return getattr(type(obj), hook, None) is not getattr(base, hook, None)
 
 
-# The hooks of Callback (the Trainer knows more: Lightning 1.x's names, see trainer/legacy_hooks.py).
+# The hooks of Callback (the Trainer knows more: Lightning 1.x's names, see trainer/lightning1/legacy_hooks.py).
 HOOK_NAMES = frozenset(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
 
 

@@ -373,7 +373,7 @@ def _hide_old_trainer_arguments(parser: LightningArgumentParser) -> None:
     saved config.yaml shows them (jsonargparse leaves suppressed arguments out of its dumps)."""
     import argparse
 
-    from trainmesh.trainer.legacy_arguments import OLD_ARGUMENTS
+    from trainmesh.trainer.construction import OLD_ARGUMENTS
 
     for action in parser._actions:  # argparse keeps no public list of its actions
         if action.dest.removeprefix("trainer.") in OLD_ARGUMENTS and action.dest.startswith("trainer."):

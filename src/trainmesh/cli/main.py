@@ -218,7 +218,7 @@ def _command_parser_class() -> type:
     """A parser whose --print_config writes the seeds' Trainer spellings (gpus=...) as today's."""
     from jsonargparse import ArgumentParser
 
-    from trainmesh.trainer import legacy_arguments
+    from trainmesh.trainer.construction import in_todays_spelling
 
     class CommandParser(ArgumentParser):
         def dump(self, namespace: Any, *args: Any, **kwargs: Any) -> str:
@@ -227,7 +227,7 @@ def _command_parser_class() -> type:
             # silently describe a different run (gpus=0 is a CPU run, not accelerator='auto').
             if "trainer" in namespace:
                 namespace = namespace.clone()
-                for key, value in legacy_arguments.in_todays_spelling(namespace["trainer"], check_cuda=False).items():
+                for key, value in in_todays_spelling(namespace["trainer"], check_cuda=False).items():
                     namespace[f"trainer.{key}"] = value
             return super().dump(namespace, *args, **kwargs)
 
@@ -237,7 +237,8 @@ def _command_parser_class() -> type:
 def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], class_paths: dict[str, str]) -> None:
     from jsonargparse import ActionConfigFile, ActionYesNo
 
-    from trainmesh.trainer import Trainer, legacy_arguments
+    from trainmesh.trainer import Trainer
+    from trainmesh.trainer.construction import OLD_ARGUMENTS
 
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML config file (see below); repeatable.")
     parser.add_argument("--seed", type=int | None, default=0, help="Seed every random generator (null: do not seed).")
@@ -277,7 +278,7 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
         name = action.dest.removeprefix("trainer.")
         if not action.dest.startswith("trainer."):
             continue
-        if name in legacy_arguments.OLD_ARGUMENTS:
+        if name in OLD_ARGUMENTS:
             # Accepted from old configs and flags (the Trainer translates them with a notice),
             # but neither offered in --help nor written by --print_config.
             action.help = argparse.SUPPRESS

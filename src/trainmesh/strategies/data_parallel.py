@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh.strategies.step import no_chunk_scope
+from trainmesh.strategies.step import call_hook, no_chunk_scope
 
 ChunkScope = Callable[[Any], AbstractContextManager[Any]]
 
@@ -27,14 +27,18 @@ class StepCall:
     DDP (and DataParallel's replicas, and FSDP's root) only run ``forward``, and DDP prepares
     its gradient all-reduce in that call: passing a ``StepCall`` as the first argument makes
     the forward run ``training_step`` (or another hook) instead, so the wrapper does its work
-    around the step. ``chunk_scope``, when given, is entered around the hook (a replica's chunk).
+    around the step. ``chunk_scope``, when given, is entered around the hook (a replica's chunk);
+    ``call``, how the hook is called (``StepHooks.call``: arguments built from its signature).
     """
 
-    __slots__ = ("hook", "chunk_scope", "lockstep")
+    __slots__ = ("hook", "chunk_scope", "lockstep", "call")
 
-    def __init__(self, hook: str, chunk_scope: ChunkScope | None = None, *, lockstep: Any = None) -> None:
+    def __init__(
+        self, hook: str, chunk_scope: ChunkScope | None = None, *, lockstep: Any = None, call: Any = None
+    ) -> None:
         self.hook = hook
         self.chunk_scope = chunk_scope
+        self.call = call
         # A manual-optimization step whose batch is split: the chunks run in lockstep (lockstep.py).
         self.lockstep = lockstep
 
@@ -58,16 +62,23 @@ class StepDispatcher(nn.Module):
             if self.chunk_devices is not None:
                 scope = call.chunk_scope or no_chunk_scope
                 if call.lockstep is not None:
-                    return call.lockstep.run(call.hook, args[1], args[2:], len(self.chunk_devices), scope)
-                return run_chunked_step(self.module, call.hook, args[1], args[2:], self.chunk_devices, scope)
+                    return call.lockstep.run(call.hook, args[1], args[2:], len(self.chunk_devices), scope, call.call)
+                return run_chunked_step(
+                    self.module, call.hook, args[1], args[2:], self.chunk_devices, scope, call=call.call
+                )
             if call.chunk_scope is not None:  # dp on GPUs: this replica's thread runs one chunk
                 with call.chunk_scope(args[1]):
-                    return getattr(self.module, call.hook)(*args[1:], **kwargs)
-            return getattr(self.module, call.hook)(*args[1:], **kwargs)
+                    return _run_hook(self.module, call, args[1:], kwargs)
+            return _run_hook(self.module, call, args[1:], kwargs)
         if self.chunk_devices is not None:
             # ddp2 in a user's own loop: the node's batch is split across its devices here too.
             return split_forward(self.module, args, kwargs, self.chunk_devices)
         return self.module(*args, **kwargs)
+
+
+def _run_hook(module: nn.Module, call: StepCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    method = getattr(module, call.hook)
+    return method(*args, **kwargs) if call.call is None else call.call(method, *args, **kwargs)
 
 
 def split_batch(batch: Any, chunks: int) -> list[Any]:
@@ -142,14 +153,16 @@ def run_chunked_step(
     args: tuple[Any, ...],
     devices: Sequence[torch.device],
     chunk_scope: ChunkScope,
+    *,
+    call: Callable[..., Any] | None = None,
 ) -> Any:
     """``module.<hook>`` on each chunk of ``batch``, outputs gathered on ``devices[0]``;
-    ``chunk_scope(chunk)`` is entered around each chunk's call."""
+    ``chunk_scope(chunk)`` is entered around each chunk's call (``call``: ``StepHooks.call``)."""
     chunks = split_batch(batch, len(devices))
     if len(chunks) == 1:
-        return gather_outputs([run_on_chunk(module, hook, chunks[0], args, chunk_scope)])
+        return gather_outputs([run_on_chunk(module, hook, chunks[0], args, chunk_scope, call)])
     if devices[0].type != "cuda":
-        calls = [functools.partial(run_on_chunk, module, hook, chunk, args, chunk_scope) for chunk in chunks]
+        calls = [functools.partial(run_on_chunk, module, hook, chunk, args, chunk_scope, call) for chunk in chunks]
         return gather_outputs(run_chunks_in_turn(module, calls))
     from torch.nn.parallel import parallel_apply, replicate
 
@@ -159,7 +172,8 @@ def run_chunked_step(
     # As DataParallel: fresh replicas every step, so state a step changes on one is lost.
     replicas = replicate(StepDispatcher(module), used)
     inputs = [
-        (StepCall(hook, chunk_scope), move_to_device(chunk, device), *args) for chunk, device in zip(chunks, used)
+        (StepCall(hook, chunk_scope, call=call), move_to_device(chunk, device), *args)
+        for chunk, device in zip(chunks, used)
     ]
     return gather_outputs(parallel_apply(replicas, inputs, devices=used), used[0])
 
@@ -234,9 +248,16 @@ def forward_time_state(module: nn.Module) -> list[torch.Tensor]:
     return [*module.buffers(), *frozen]
 
 
-def run_on_chunk(module: nn.Module, hook: str, chunk: Any, args: tuple[Any, ...], chunk_scope: ChunkScope) -> Any:
+def run_on_chunk(
+    module: nn.Module,
+    hook: str,
+    chunk: Any,
+    args: tuple[Any, ...],
+    chunk_scope: ChunkScope,
+    call: Callable[..., Any] | None = None,
+) -> Any:
     with chunk_scope(chunk):  # so that self.log weighs values by this chunk's size
-        return getattr(module, hook)(chunk, *args)
+        return call_hook(module, hook, (chunk, *args), call)
 
 
 def mean_loss(output: Any) -> Any:

@@ -33,7 +33,7 @@ from trainmesh.strategies.data_parallel import (
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.lockstep import Lockstep
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, run_eval_step, run_train_step
+from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, call_hook, run_eval_step, run_train_step
 
 if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -152,7 +152,7 @@ class DDPStrategy(DistributedStrategy):
     ) -> StepResult:
         if hooks.backward_scope is not None:
             return self._manual_train_step(_ddp(module), batch, batch_idx, hooks)
-        step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None)
+        step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None, call=hooks.call)
         try:
             return run_train_step(
                 lambda: module(step, batch, batch_idx),
@@ -185,13 +185,13 @@ class DDPStrategy(DistributedStrategy):
         autocast = self.precision.autocast()
         if not self.chunk_devices:
             sync: ManualSync = ReducerSync(module)
-            step = StepCall("training_step", _sync_in_hook(module))
+            step = StepCall("training_step", _sync_in_hook(module), call=hooks.call)
         else:
             inner = checkpoints.unwrap(module)
             self._lockstep = sync = Lockstep(
                 inner, context=self.precision.autocast, prepare=functools.partial(prepare_reducer, module, always=True)
             )
-            step = StepCall("training_step", hooks.chunk_scope, lockstep=sync)
+            step = StepCall("training_step", hooks.chunk_scope, lockstep=sync, call=hooks.call)
         try:
             with module.no_sync(), hooks.backward_scope(sync):
                 return run_train_step(
@@ -217,11 +217,13 @@ class DDPStrategy(DistributedStrategy):
         if chunk_devices:
 
             def forward() -> Any:
-                return run_chunked_step(inner, hook, batch, (batch_idx, *extra), chunk_devices, hooks.chunk_scope)
+                return run_chunked_step(
+                    inner, hook, batch, (batch_idx, *extra), chunk_devices, hooks.chunk_scope, call=hooks.call
+                )
         else:
 
             def forward() -> Any:
-                return getattr(inner, hook)(batch, batch_idx, *extra)
+                return call_hook(inner, hook, (batch, batch_idx, *extra), hooks.call)
 
         return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
 

@@ -72,7 +72,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
             chunks = len(self.chunk_devices)
             with hooks.backward_scope(lockstep):
                 return run_train_step(
-                    lambda: lockstep.run("training_step", batch, (batch_idx,), chunks, hooks.chunk_scope),
+                    lambda: lockstep.run("training_step", batch, (batch_idx,), chunks, hooks.chunk_scope, hooks.call),
                     combine=mean_loss,
                     hooks=hooks,
                     autocast=self.precision.autocast(),
@@ -80,7 +80,7 @@ class DataParallelStrategy(SingleDeviceStrategy):
                 )
         return run_train_step(
             lambda: run_chunked_step(
-                inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope
+                inner, "training_step", batch, (batch_idx,), self.chunk_devices, hooks.chunk_scope, call=hooks.call
             ),
             combine=mean_loss,
             hooks=hooks,
@@ -91,7 +91,9 @@ class DataParallelStrategy(SingleDeviceStrategy):
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         inner = _inner(module)
         return run_eval_step(
-            lambda: run_chunked_step(inner, hook, batch, (batch_idx, *extra), self.chunk_devices, hooks.chunk_scope),
+            lambda: run_chunked_step(
+                inner, hook, batch, (batch_idx, *extra), self.chunk_devices, hooks.chunk_scope, call=hooks.call
+            ),
             hooks=hooks,
             autocast=self.precision.autocast(),
         )

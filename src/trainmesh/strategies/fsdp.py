@@ -302,7 +302,7 @@ class FSDPStrategy(DistributedStrategy):
     ) -> StepResult:
         # Through the root, so FSDP's root hooks run once around the whole step.
         return run_train_step(
-            lambda: module(StepCall("training_step"), batch, batch_idx),
+            lambda: module(StepCall("training_step", call=hooks.call), batch, batch_idx),
             combine=whole_output,
             hooks=hooks,
             autocast=self.precision.autocast(),
@@ -311,7 +311,9 @@ class FSDPStrategy(DistributedStrategy):
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         return run_eval_step(
-            lambda: module(StepCall(hook), batch, batch_idx, *extra), hooks=hooks, autocast=self.precision.autocast()
+            lambda: module(StepCall(hook, call=hooks.call), batch, batch_idx, *extra),
+            hooks=hooks,
+            autocast=self.precision.autocast(),
         )
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:

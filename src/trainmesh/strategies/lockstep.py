@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from trainmesh.strategies.data_parallel import ChunkScope, forward_time_state, gather_outputs, split_batch
-from trainmesh.strategies.step import ManualSync
+from trainmesh.strategies.step import ManualSync, call_hook
 
 
 class _Abandoned(Exception):
@@ -72,9 +72,18 @@ class Lockstep(ManualSync):
         self._scopes: list[Callable[[], AbstractContextManager[Any]]] = []
 
     # ---- running the chunks ------------------------------------------------------------------
-    def run(self, hook: str, batch: Any, args: tuple[Any, ...], chunks: int, chunk_scope: ChunkScope) -> Any:
+    def run(
+        self,
+        hook: str,
+        batch: Any,
+        args: tuple[Any, ...],
+        chunks: int,
+        chunk_scope: ChunkScope,
+        call: Callable[..., Any] | None = None,
+    ) -> Any:
         """``module.<hook>(chunk, *args)`` on each of ``chunks`` pieces of ``batch``, in lockstep;
-        the outputs gathered. ``context()`` is entered in each chunk's thread (autocast)."""
+        the outputs gathered. ``context()`` is entered in each chunk's thread (autocast); ``call``:
+        ``StepHooks.call``."""
         context = self._context
         pieces = split_batch(batch, chunks)
         self._count = self.parts = len(pieces)
@@ -86,7 +95,7 @@ class Lockstep(ManualSync):
         self._scopes = [functools.partial(chunk_scope, piece) for piece in pieces]
         if self._count == 1:  # nothing to meet: the step's own thread runs it
             with chunk_scope(pieces[0]):
-                return gather_outputs([getattr(self._module, hook)(pieces[0], *args)])
+                return gather_outputs([call_hook(self._module, hook, (pieces[0], *args), call)])
         outputs: list[Any] = [None] * self._count
         grad_enabled = torch.is_grad_enabled()
 
@@ -95,7 +104,7 @@ class Lockstep(ManualSync):
             try:
                 with torch.set_grad_enabled(grad_enabled), context(), self._scopes[index]():
                     self._wait_for_turn(index, self._round)
-                    outputs[index] = getattr(self._module, hook)(pieces[index], *args)
+                    outputs[index] = call_hook(self._module, hook, (pieces[index], *args), call)
                 self._finish(index)
             except _Abandoned:
                 pass

@@ -65,6 +65,7 @@ from trainmesh.strategies.step import (
     StepHooks,
     StepModule,
     StepResult,
+    call_hook,
     loss_to_backward,
     run_eval_step,
     run_train_step,
@@ -262,9 +263,9 @@ class ModelParallelStrategy(DistributedStrategy):
         if self._pipeline is None:
             root = self._root
             forward = (
-                (lambda: root(StepCall("training_step"), batch, batch_idx))
+                (lambda: root(StepCall("training_step", call=hooks.call), batch, batch_idx))
                 if root is not None
-                else (lambda: cast(StepModule, module).training_step(batch, batch_idx))
+                else (lambda: call_hook(module, "training_step", (batch, batch_idx), hooks.call))
             )
             no_sync = None if sync_grads or root is None else fsdp_gradient_sync_off(module)
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
@@ -305,7 +306,7 @@ class ModelParallelStrategy(DistributedStrategy):
                 ),
                 hooks.chunk_scope(microbatch),
             ):
-                step_output = hooks_of.training_step(microbatch, batch_idx)
+                step_output = call_hook(module, "training_step", (microbatch, batch_idx), hooks.call)
                 loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
             losses.append(loss.detach())
             counts.append(count)
@@ -336,9 +337,9 @@ class ModelParallelStrategy(DistributedStrategy):
         if self._pipeline is None:
             root = self._root
             forward = (
-                (lambda: root(StepCall(hook), batch, batch_idx, *extra))
+                (lambda: root(StepCall(hook, call=hooks.call), batch, batch_idx, *extra))
                 if root is not None
-                else (lambda: getattr(module, hook)(batch, batch_idx, *extra))
+                else (lambda: call_hook(module, hook, (batch, batch_idx, *extra), hooks.call))
             )
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
@@ -363,7 +364,7 @@ class ModelParallelStrategy(DistributedStrategy):
         if self._pipeline.holds_last:
             with replaying(module, output, inputs, hook, kwargs):
                 result = run_eval_step(
-                    lambda: getattr(module, hook)(batch, batch_idx, *extra),
+                    lambda: call_hook(module, hook, (batch, batch_idx, *extra), hooks.call),
                     hooks=hooks,
                     autocast=contextlib.nullcontext(),
                 )

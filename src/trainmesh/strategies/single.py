@@ -22,7 +22,15 @@ from trainmesh.strategies.compile import apply_compile, compile_setting
 from trainmesh.strategies.gradients import clip_gradients_locally
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.step import StepHooks, StepModule, StepResult, run_eval_step, run_train_step, whole_output
+from trainmesh.strategies.step import (
+    StepHooks,
+    StepModule,
+    StepResult,
+    call_hook,
+    run_eval_step,
+    run_train_step,
+    whole_output,
+)
 
 _NO_SYNC_NEEDED = contextlib.nullcontext()
 
@@ -105,8 +113,11 @@ class SingleDeviceStrategy:
     ) -> StepResult:
         # A partial, not a lambda through typing.cast: two Python calls fewer on every step.
         step_module: StepModule = module  # type: ignore[assignment]  # the user's Module
+        call = hooks.call
         return run_train_step(
-            functools.partial(step_module.training_step, batch, batch_idx),
+            functools.partial(step_module.training_step, batch, batch_idx)
+            if call is None
+            else functools.partial(call, step_module.training_step, batch, batch_idx),
             combine=whole_output,
             hooks=hooks,
             autocast=self.precision.autocast(),
@@ -115,7 +126,9 @@ class SingleDeviceStrategy:
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         return run_eval_step(
-            lambda: getattr(module, hook)(batch, batch_idx, *extra), hooks=hooks, autocast=self.precision.autocast()
+            lambda: call_hook(module, hook, (batch, batch_idx, *extra), hooks.call),
+            hooks=hooks,
+            autocast=self.precision.autocast(),
         )
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:

@@ -146,6 +146,10 @@ class StepHooks:
     # optimizer steps, the strategy runs none. It enters ``backward_scope(sync)`` around the step,
     # ``sync`` saying how those calls meet it (``ManualSync``); None: automatic optimization.
     backward_scope: Callable[[ManualSync], AbstractContextManager[Any]] | None = None
+    # How the module's step hook is called: ``call(method, batch, batch_idx, *extra)`` with the hook's
+    # bound method (a replica's, under dp); the loop builds it once from the hook's signature (a hook
+    # taking fewer arguments, Lightning 1.x's optimizer_idx and hiddens). None: ``method(batch, ...)``.
+    call: Callable[..., Any] | None = None
 
 
 @dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
@@ -157,6 +161,12 @@ class StepResult:
     loss: torch.Tensor | None
     output: Any
     num_tokens: torch.Tensor | None = None
+
+
+def call_hook(module: Any, hook: str, args: tuple[Any, ...], call: Callable[..., Any] | None) -> Any:
+    """``module.<hook>(*args)``, through ``call`` (``StepHooks.call``) where the loop gives one."""
+    method = getattr(module, hook)
+    return method(*args) if call is None else call(method, *args)
 
 
 def loss_to_backward(loss: torch.Tensor, num_tokens: torch.Tensor | None, divisor: int) -> torch.Tensor:

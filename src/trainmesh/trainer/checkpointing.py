@@ -20,7 +20,7 @@ from trainmesh.checkpoint import (
     resolve_checkpoint,
 )
 from trainmesh.seed import capture_rng_state
-from trainmesh.trainer.legacy_hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
+from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
@@ -81,7 +81,9 @@ def build_checkpoint(
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     call_datamodule_hook(datamodule, "on_save_checkpoint", checkpoint)
-    if hpc and callable(getattr(module, "on_hpc_save", None)):  # Lightning 1.x's SLURM save (legacy_hooks.py)
+    if hpc and callable(
+        getattr(module, "on_hpc_save", None)
+    ):  # Lightning 1.x's SLURM save (lightning1/legacy_hooks.py)
         module.on_hpc_save(checkpoint)
     return checkpoint
 
@@ -89,7 +91,7 @@ def build_checkpoint(
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """The callbacks' on_save_checkpoint. One that returns a value is a Lightning 1.x callback:
     as 1.x did, the value is its state (in place of its state_dict()), and the checkpoint lists its
-    key so that the restore passes it that state (legacy_hooks.py)."""
+    key so that the restore passes it that state (lightning1/legacy_hooks.py)."""
     legacy: list[str] = []
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_save_checkpoint"):
@@ -205,7 +207,7 @@ def restore_modules(
     call_datamodule_hook(state.datamodule, "on_load_checkpoint", checkpoint)  # Lightning 1.x's, first of all
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
-    if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (legacy_hooks.py)
+    if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (lightning1/legacy_hooks.py)
         module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     check_state_dict_fits(

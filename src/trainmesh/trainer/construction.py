@@ -10,13 +10,26 @@ from typing import TYPE_CHECKING, Any
 from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
-from trainmesh.trainer import legacy_arguments
-from trainmesh.trainer.legacy_hooks import CALLBACK_HOOKS
+from trainmesh.trainer.lightning1 import legacy_arguments
+from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
+from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.utilities.rank_zero import rank_zero_info
+
+# Lightning 1.x's Trainer arguments: the CLI reaches them through this door (docs/architecture.md rule 10).
+__all__ = [
+    "OLD_ARGUMENTS",
+    "build_callbacks",
+    "build_loggers",
+    "build_runtime",
+    "configure_run_optimizers",
+    "in_todays_spelling",
+    "merge_model_callbacks",
+    "point_schedulers_at",
+]
 
 if TYPE_CHECKING:
     from trainmesh.trainer.hooks import HookDispatcher

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmesh.trainer.legacy_hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
+from trainmesh.trainer.hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
 _LOADER_METHOD = {

@@ -43,7 +43,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     step_epoch_schedulers(state, hooks, cut_short=cut_short)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (legacy_hooks.py)
+    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (lightning1/legacy_hooks.py)
         log_collector.start_stage()
         log_collector.set_batch("on_epoch_end", None)
         hooks.call("on_epoch_end")
@@ -54,7 +54,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
 def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool) -> None:
     """The epoch-interval schedulers due now, through the module's ``lr_scheduler_step`` where it
     overrides it (manual optimization: the module steps them itself)."""
-    custom = state.module.lr_scheduler_step if hooks.module_overrides("lr_scheduler_step") else None
+    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs if state.manual_backward is None else []:
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
             if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies

@@ -210,7 +210,9 @@ def _run_batches(
     step_end = _STEP_END_HOOK.get(stage)
     step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
     step_hooks = StepHooks(
-        step_end=None if step_end is None else getattr(state.module, step_end), chunk_scope=log_collector.chunk_scope
+        step_end=None if step_end is None else getattr(state.module, step_end),
+        chunk_scope=log_collector.chunk_scope,
+        call=hooks.step_caller(step_hook),  # a step hook taking fewer arguments: those it accepts
     )
     eval_step = profiled_call(runtime.eval_step, ctx.profiler, strategy_action(runtime, step_hook))
     transfers = [loader.batch_transfer() for loader in loaders]

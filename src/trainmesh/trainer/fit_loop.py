@@ -49,7 +49,7 @@ def run_fit(
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
-        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime, state.module))
+        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
     runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
@@ -189,7 +189,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     train_results = log_collector.results
     state.train_results = train_results
     if not mid_epoch_resume:
-        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (legacy_hooks.py)
+        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)

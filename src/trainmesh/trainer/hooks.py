@@ -1,122 +1,44 @@
 """Calls a hook on the callbacks that define it and on the module, in Lightning's order
-(``HookDispatcher``), and fits batch hooks that take fewer arguments (``fit_hook_arities``)."""
+(``HookDispatcher``), each with the arguments its signature asks for (hook_arguments.py; Lightning
+1.x's ``optimizer_idx`` signatures: lightning1/optimizer_hooks.py), built at the call site."""
 
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 from trainmesh.callbacks.base import defines_hook, overrides
 from trainmesh.module import Module
-from trainmesh.trainer.legacy_hooks import warn_legacy_hooks
-from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, adapt_optimizer_idx_hooks
+from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
+from trainmesh.trainer.lightning1.legacy_hooks import (
+    LEGACY_CALLBACK_STATES,
+    LegacyQueue,
+    call_dataloader_hook,
+    call_datamodule_hook,
+    call_init_hook,
+    warn_legacy_datamodule_hooks,
+    warn_legacy_hooks,
+    warn_returned_callback_state,
+)
+from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, optimizer_idx_callers
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 
-# The positional arguments the Trainer passes to each batch-level hook (after trainer and
-# module, for a callback). Lightning programs often define fewer (``training_step(self,
-# batch)``): such a hook gets only the first ones it accepts.
-_PASSED_ARGS = {
-    "training_step": 2,
-    "validation_step": 2,
-    "test_step": 2,
-    "predict_step": 2,
-    "on_train_batch_start": 2,
-    "on_train_batch_end": 3,
-    # evaluation's batch hooks: dataloader_idx last, where there are several loaders
-    "on_validation_batch_start": 3,
-    "on_test_batch_start": 3,
-    "on_predict_batch_start": 3,
-    "on_validation_batch_end": 4,
-    "on_test_batch_end": 4,
-    "on_predict_batch_end": 4,
-    "on_before_backward": 1,
-    "on_before_optimizer_step": 1,
-    "on_before_zero_grad": 1,
-}
-
-
-class _LeadingArgs:
-    """Calls ``function(owner, *args[:count])``: a hook that accepts fewer arguments than the
-    Trainer passes. A plain object (not a closure), so a module holding it still pickles."""
-
-    def __init__(self, function: Any, owner: Any, count: int) -> None:
-        self.function, self.owner, self.count = function, owner, count
-
-    def __call__(self, *args: Any) -> Any:
-        return self.function(self.owner, *args[: self.count])
-
-
-class _WithDataloaderIdx:
-    """Calls ``function(owner, *args, 0)``: a train-batch hook written for Lightning before 1.5,
-    whose ``dataloader_idx`` had no default (1.x passed 0: training reads one loader)."""
-
-    def __init__(self, function: Any, owner: Any) -> None:
-        self.function, self.owner = function, owner
-
-    def __call__(self, *args: Any) -> Any:
-        return self.function(self.owner, *args, 0)
-
-
-# The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
-_OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
-
-
-def _requires_dataloader_idx(method: Any, count: int) -> bool:
-    """Whether ``method``'s positional parameter after the ``count`` passed ones (and self) is a
-    ``dataloader_idx`` without a default, and the last it requires."""
-    try:
-        parameters = [
-            p
-            for p in inspect.signature(method).parameters.values()
-            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        return False
-    extra = parameters[count + 1 :]
-    return len(extra) == 1 and extra[0].name == "dataloader_idx" and extra[0].default is inspect.Parameter.empty
-
-
-def _positional_capacity(method: Any) -> int | None:
-    """How many positional arguments ``method`` takes; None: any number (``*args``) or unknown."""
-    try:
-        parameters = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C callable: call it as is
-        return None
-    count = 0
-    for parameter in parameters:
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            return None
-        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            count += 1
-    return count
-
-
-def fit_hook_arities(obj: Any, *, leading: int = 0) -> None:
-    """Make each batch hook of ``obj`` that accepts fewer arguments than the Trainer passes
-    take just its leading ones, by an instance attribute set once per run: the signature is
-    read here, never per step, and a hook with the full signature is left untouched.
-    ``leading``: the arguments passed before the hook's own (trainer and module: 2).
-
-    >>> class M:
-    ...     def training_step(self, batch):
-    ...         return batch
-    >>> m = M(); fit_hook_arities(m); m.training_step("b", 0)
-    'b'
-    """
-    for hook, passed in _PASSED_ARGS.items():
-        # A plain function on the class (not a staticmethod, a partial or a builtin): its first
-        # parameter is self. Anything else is called with every argument, as before.
-        function = inspect.getattr_static(type(obj), hook, None)
-        if not inspect.isfunction(function) or hook in vars(obj):
-            continue
-        capacity = _positional_capacity(function)
-        if capacity is not None and capacity - 1 < leading + passed:  # - 1: self
-            object.__setattr__(obj, hook, _LeadingArgs(function, obj, capacity - 1))
-        elif hook in _OLD_DATALOADER_IDX and _requires_dataloader_idx(function, leading + passed):
-            object.__setattr__(obj, hook, _WithDataloaderIdx(function, obj))
+# Lightning 1.x's other hooks are called where 1.x called them by the loop's files, which reach them
+# through this door (lightning1/legacy_hooks.py; docs/architecture.md rule 10).
+__all__ = [
+    "LEGACY_CALLBACK_STATES",
+    "HookDispatcher",
+    "LegacyQueue",
+    "TrainBatchHooks",
+    "call_dataloader_hook",
+    "call_datamodule_hook",
+    "call_init_hook",
+    "is_monitoring",
+    "warn_legacy_datamodule_hooks",
+    "warn_returned_callback_state",
+]
 
 
 class HookDispatcher:
@@ -142,13 +64,34 @@ class HookDispatcher:
         self._module_overrides: dict[str, bool] = {}
         refuse_uncalled_hooks(module, callbacks)  # before anything runs: setup is the stage's first hook
         warn_legacy_hooks(self)
-        fit_hook_arities(module)
-        for callback in callbacks:
-            fit_hook_arities(callback, leading=2)
+        # How each hook is called, read once per run from its signature: (id(owner), hook) -> the bound method
+        # through its caller where it takes other arguments than the Trainer passes; nothing is set on the owner.
+        self._callers: dict[tuple[int, str], Any] = {}
+        for owner, leading in ((module, 0), *((callback, 2) for callback in callbacks)):
+            for hook in PASSED_ARGS if owner is not None else ():
+                caller = hook_caller(owner, hook, leading=leading)
+                if caller is not None:
+                    self._callers[(id(owner), hook)] = caller
         # Lightning 1.x's optimizer hooks with optimizer_idx: called with 1.x's arguments (the loop sets the turn)
         self.optimizer_turn = OptimizerTurn()
         if module is not None:
-            adapt_optimizer_idx_hooks(module, callbacks, self.optimizer_turn)
+            self._callers.update(optimizer_idx_callers(module, callbacks, self.optimizer_turn))
+
+    def method(self, owner: Any, hook: str) -> Callable[..., Any]:
+        """``owner.<hook>`` (the module or a callback) as a callable taking the Trainer's arguments, which
+        calls it with those its signature asks for."""
+        method = getattr(owner, hook)
+        caller = self._callers.get((id(owner), hook)) if self._callers else None
+        return method if caller is None else functools.partial(caller, method)
+
+    def module_method(self, hook: str) -> Callable[..., Any]:
+        """The module's ``hook`` as ``method`` gives it (its own or the base class's default)."""
+        return self.method(self._module, hook)
+
+    def step_caller(self, hook: str) -> Callable[..., Any] | None:
+        """How the strategy calls the module's step hook (``StepHooks.call``); None: with every argument."""
+        caller: Callable[..., Any] | None = self._callers.get((id(self._module), hook))
+        return caller
 
     @property
     def module(self) -> Any:
@@ -183,9 +126,9 @@ class HookDispatcher:
     def call(self, hook: str, *args: Any) -> Any:
         """The callbacks' hook, then the module's (Lightning's order); returns the module's result."""
         for callback in self.callbacks_for(hook):
-            getattr(callback, hook)(self._trainer, self._module, *args)
+            self.method(callback, hook)(self._trainer, self._module, *args)
         if self.module_overrides(hook):
-            return getattr(self._module, hook)(*args)
+            return self.method(self._module, hook)(*args)
         return None
 
     def bound(self, hook: str) -> tuple[Callable[..., Any], ...]:
@@ -193,19 +136,19 @@ class HookDispatcher:
         each callback's hook with trainer and module bound, then the module's; empty where
         nobody defines it. For a hook called on every step: no lookup left per call."""
         calls: list[Callable[..., Any]] = [
-            functools.partial(getattr(cb, hook), self._trainer, self._module) for cb in self.callbacks_for(hook)
+            functools.partial(self.method(cb, hook), self._trainer, self._module) for cb in self.callbacks_for(hook)
         ]
         if self.module_overrides(hook):
-            calls.append(getattr(self._module, hook))
+            calls.append(self.method(self._module, hook))
         return tuple(calls)
 
     def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None) -> None:
         for callback in self.callbacks_for(hook, monitoring=monitoring):
-            getattr(callback, hook)(self._trainer, self._module, *args)
+            self.method(callback, hook)(self._trainer, self._module, *args)
 
     def call_module(self, hook: str, *args: Any) -> Any:
         if self.module_overrides(hook):
-            return getattr(self._module, hook)(*args)
+            return self.method(self._module, hook)(*args)
         return None
 
     def call_exception_hooks(self, exception: BaseException, datamodule: Any) -> None:
@@ -242,7 +185,7 @@ def is_monitoring(callback: Any) -> bool:
 
 class TrainBatchHooks:
     """``on_train_batch_start`` / ``on_train_batch_end``, and Lightning 1.x's ``on_batch_start`` /
-    ``on_batch_end`` around them (legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
+    ``on_batch_end`` around them (lightning1/legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
 
     def __init__(self, hooks: Any) -> None:
         self.hooks = hooks

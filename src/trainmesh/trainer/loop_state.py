@@ -150,10 +150,10 @@ class StateField(Generic[T]):
             return self  # type: ignore[return-value]
         return getattr(getattr(obj, self.holder), self.name)  # type: ignore[no-any-return]
 
-    def __set__(self, obj: Any, value: T) -> None:
-        held = getattr(obj, self.holder)
+    def __set__(self, instance: Any, value: T) -> None:
+        held = getattr(instance, self.holder)
         params = getattr(held, "__dataclass_params__", None)  # a dataclass instance's
         if params is not None and params.frozen:
-            setattr(obj, self.holder, dataclasses.replace(held, **{self.name: value}))
+            setattr(instance, self.holder, dataclasses.replace(held, **{self.name: value}))
         else:
             setattr(held, self.name, value)

@@ -116,6 +116,7 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
         backward=_no_backward,
         chunk_scope=hooks.chunk_scope,
         backward_scope=manual.scope,
+        call=hooks.call,
     )
 
 

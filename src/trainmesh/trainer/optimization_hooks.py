@@ -41,7 +41,7 @@ BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
 AUTOMATIC_ONLY_HOOKS = ("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step")
 
 
-def with_backward_hooks(hooks: Any, runtime: Any, module: Any) -> Callable[..., None]:
+def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[..., None]:
     """``runtime.backward``, between ``on_before_backward`` and ``on_after_backward`` and through the
     module's ``backward`` where anyone overrides them; ``runtime._loss_backward`` where nobody does.
     Called with the loss and what ``loss.backward`` takes (``manual_backward(loss, retain_graph=True)``)."""
@@ -50,7 +50,10 @@ def with_backward_hooks(hooks: Any, runtime: Any, module: Any) -> Callable[..., 
     if not (before or after or custom):
         backward: Callable[..., None] = runtime._loss_backward
         return backward
-    return _HookedBackward(hooks, runtime, module.backward if custom else None, before=before, after=after)
+    # the module's backward through the dispatcher: Lightning 1.x's backward(loss, optimizer, optimizer_idx) too
+    return _HookedBackward(
+        hooks, runtime, hooks.module_method("backward") if custom else None, before=before, after=after
+    )
 
 
 class _HookedBackward:

@@ -86,7 +86,7 @@ class ProfiledHookDispatcher(HookDispatcher):
 
     def _callback_call(self, callback: Any, hook: str) -> Callable[..., Any]:
         name = f"[Callback]{state_key_of(callback)}.{hook}"
-        method, profiler, trainer, module = getattr(callback, hook), self._profiler, self._trainer, self._module
+        method, profiler, trainer, module = self.method(callback, hook), self._profiler, self._trainer, self._module
 
         def call(*args: Any) -> Any:
             with profiler.profile(name):
@@ -96,7 +96,7 @@ class ProfiledHookDispatcher(HookDispatcher):
 
     def _module_call(self, hook: str) -> Callable[..., Any]:
         name = f"[LightningModule]{type(self._module).__name__}.{hook}"
-        method, profiler = getattr(self._module, hook), self._profiler
+        method, profiler = self.module_method(hook), self._profiler
 
         def call(*args: Any) -> Any:
             with profiler.profile(name):

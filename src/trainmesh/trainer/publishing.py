@@ -34,7 +34,7 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
     loss = state.loop.last_loss
     # Lightning 1.x's get_progress_bar_dict(): a module that overrides it gives the standard items
-    # (the running loss; see Module.get_progress_bar_dict) itself (trainer/legacy_hooks.py).
+    # (the running loss; see Module.get_progress_bar_dict) itself (trainer/lightning1/legacy_hooks.py).
     legacy = state.hooks is not None and state.hooks.module_overrides("get_progress_bar_dict")
     if loss is not None and state.stage == "fit" and not legacy:
         shown["loss"] = loss

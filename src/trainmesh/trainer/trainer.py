@@ -31,8 +31,7 @@ from trainmesh.trainer.construction import (
 )
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
-from trainmesh.trainer.hooks import HookDispatcher
-from trainmesh.trainer.legacy_hooks import call_init_hook
+from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
@@ -158,7 +157,7 @@ class Trainer(RunProperties):
         )
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
-        # Lightning 1.x's callback hooks of the Trainer's construction (legacy_hooks.py)
+        # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
 

@@ -9,7 +9,7 @@ The lists hold only names trainmesh does not call: hooks Lightning calls that tr
 (yet), and names no Lightning release defines, which have no meaning to honour (each entry says
 which); tests/trainer/test_unsupported_hooks.py checks that no name here is ever called and that
 every one of them is refused. A hook trainmesh starts calling leaves these lists; Lightning 1.x's
-names that trainmesh calls are in legacy_hooks.py.
+names that trainmesh calls are in lightning1/legacy_hooks.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import callback_states, load_callback_state
-from trainmesh.trainer.legacy_hooks import LegacyQueue
+from trainmesh.trainer.hooks import LegacyQueue
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor
 from trainmesh.trainer.states import TrainerFn, TrainerState, TrainerStatus
@@ -33,7 +33,7 @@ class WorkerOutcome:
     # without these, its logger would pick the next free version, and the folder it reports
     # (and the one the next stage's workers log to) would not be the one the workers wrote.
     logger_versions: list[int | str | None] = field(default_factory=list)
-    # What the module's Lightning 1.x add_to_queue(queue) put, for its get_from_queue(queue) (legacy_hooks.py).
+    # What the module's Lightning 1.x add_to_queue(queue) put, for its get_from_queue(queue) (lightning1/legacy_hooks.py).
     queue: list[Any] = field(default_factory=list)
     stage: str | None = None  # the entry point the workers ran (trainer.state.fn)
 

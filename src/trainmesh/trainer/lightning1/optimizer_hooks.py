@@ -2,9 +2,9 @@
 
 Lightning 1.x passed the index of the optimizer in turn to every optimizer hook; 2.0 dropped it.
 A ported program still declares it, and 2.x's call would miss an argument mid-fit. Each such hook
-is read once per run (``adapt_optimizer_idx_hooks``, where the hook dispatcher is built) and, where
-it declares ``optimizer_idx``, replaced on the instance by a plain object (it pickles with the
-module) that takes 2.x's arguments and calls the hook with 1.x's (pytorch-lightning 1.9.5:
+is read once per run (``optimizer_idx_callers``, where the hook dispatcher is built) and, where it
+declares ``optimizer_idx``, the dispatcher calls it through a caller that takes 2.x's arguments and
+passes 1.x's (nothing is written onto the module or the callback; pytorch-lightning 1.9.5:
 ``loops/optimization/optimizer_loop.py``, ``plugins/precision/precision_plugin.py``,
 ``loops/epoch/training_epoch_loop.py``), with one deprecation line naming the 2.x signature:
 
@@ -22,6 +22,7 @@ A hook without ``optimizer_idx`` is left as it is: nothing is looked up per step
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -69,6 +70,7 @@ class OptimizerTurn:
         return self.index_of(getattr(scheduler, "optimizer", None))
 
 
+@functools.lru_cache(maxsize=4096)  # read once per function: a class's hook is shared by its instances and runs
 def declares_optimizer_idx(function: Any) -> bool:
     """Whether ``function`` (a method as defined on its class) names an ``optimizer_idx`` parameter."""
     try:
@@ -77,56 +79,57 @@ def declares_optimizer_idx(function: Any) -> bool:
         return False
 
 
-def adapt_optimizer_idx_hooks(module: Any, callbacks: list[Any], turn: OptimizerTurn) -> None:
-    """Replace each optimizer hook that declares ``optimizer_idx`` by its 1.x call (once per run)."""
-    owner = type(module).__name__
+def optimizer_idx_callers(module: Any, callbacks: list[Any], turn: OptimizerTurn) -> dict[tuple[int, str], Any]:
+    """``(id(owner), hook) -> caller`` for each optimizer hook that declares ``optimizer_idx``, read once
+    per run (the hook dispatcher calls through it, ``caller(method, *args)``, with 1.x's arguments)."""
+    found: dict[tuple[int, str], Any] = {}
     for hook, (position, instead) in MODULE_HOOKS.items():
         function = inspect.getattr_static(type(module), hook, None)
-        set_by_user = hook in vars(module) and not isinstance(vars(module)[hook], _ADAPTERS)
-        if inspect.isfunction(function) and not set_by_user and declares_optimizer_idx(function):
-            _deprecation(owner, hook, instead)
-            object.__setattr__(module, hook, _adapter(hook, function, module, turn, position))
+        if inspect.isfunction(function) and hook not in vars(module) and declares_optimizer_idx(function):
+            _deprecation(type(module).__name__, hook, instead)
+            found[(id(module), hook)] = _caller(hook, function, turn, position)
     for callback in callbacks:
         for hook, (position, instead) in CALLBACK_HOOKS.items():
             function = inspect.getattr_static(type(callback), hook, None)
             if defines_hook(callback, hook) and inspect.isfunction(function) and declares_optimizer_idx(function):
                 _deprecation(type(callback).__name__, hook, instead)
-                setattr(callback, hook, _WithIndex(function, callback, turn, position))
+                found[(id(callback), hook)] = WithIndex(turn, position)
+    return found
 
 
-def _adapter(hook: str, function: Any, owner: Any, turn: OptimizerTurn, position: int) -> Any:
+def _caller(hook: str, function: Any, turn: OptimizerTurn, position: int) -> Any:
     if hook == "optimizer_step":
-        return _OptimizerStep(function, owner, turn)
+        return OptimizerStep(function, turn)
     if hook == "backward":
-        return _Backward(function, owner, turn)
+        return Backward(turn)
     if hook == "lr_scheduler_step":
-        return _SchedulerStep(function, owner, turn)
-    return _WithIndex(function, owner, turn, position)
+        return SchedulerStep(turn)
+    return WithIndex(turn, position)
 
 
-class _WithIndex:
-    """``function(owner, *args)`` with the index of the optimizer just before ``position``'s
-    argument inserted after it: (optimizer) -> (optimizer, optimizer_idx)."""
+class WithIndex:
+    """``method(*args)`` with the index of the optimizer just before ``position``'s argument inserted
+    after it: (optimizer) -> (optimizer, optimizer_idx)."""
 
-    def __init__(self, function: Any, owner: Any, turn: OptimizerTurn, position: int) -> None:
-        self.function, self.owner, self.turn, self.position = function, owner, turn, position
+    def __init__(self, turn: OptimizerTurn, position: int) -> None:
+        self.turn, self.position = turn, position
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         at = self.position
         index = self.turn.index_of(args[at - 1])
-        return self.function(self.owner, *args[:at], index, *args[at:], **kwargs)
+        return method(*args[:at], index, *args[at:], **kwargs)
 
 
-class _OptimizerStep:
+class OptimizerStep:
     """``optimizer_step(epoch, batch_idx, optimizer, closure)`` called as 1.x's."""
 
-    def __init__(self, function: Any, owner: Any, turn: OptimizerTurn) -> None:
-        self.function, self.owner, self.turn = function, owner, turn
+    def __init__(self, function: Any, turn: OptimizerTurn) -> None:
+        self.turn = turn
         parameters = inspect.signature(function).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         self.flags = tuple(flag for flag in _STEP_FLAGS if takes_any or flag in parameters)
 
-    def __call__(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> Any:
+    def __call__(self, method: Any, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> Any:
         values = {
             "on_tpu": False,
             "using_native_amp": self.turn.native_amp,
@@ -134,31 +137,28 @@ class _OptimizerStep:
         }
         flags = {flag: values[flag] for flag in self.flags}
         index = self.turn.index_of(optimizer)
-        return self.function(self.owner, epoch, batch_idx, optimizer, index, optimizer_closure, **flags)
+        return method(epoch, batch_idx, optimizer, index, optimizer_closure, **flags)
 
 
-class _Backward:
+class Backward:
     """``backward(loss, *args)`` called as 1.x's ``backward(loss, optimizer, optimizer_idx, *args)``."""
 
-    def __init__(self, function: Any, owner: Any, turn: OptimizerTurn) -> None:
-        self.function, self.owner, self.turn = function, owner, turn
+    def __init__(self, turn: OptimizerTurn) -> None:
+        self.turn = turn
 
-    def __call__(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, method: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         optimizer, index = self.turn.current if self.turn.current is not None else (None, None)
-        return self.function(self.owner, loss, optimizer, index, *args, **kwargs)
+        return method(loss, optimizer, index, *args, **kwargs)
 
 
-class _SchedulerStep:
+class SchedulerStep:
     """``lr_scheduler_step(scheduler, metric)`` called as 1.x's ``(scheduler, optimizer_idx, metric)``."""
 
-    def __init__(self, function: Any, owner: Any, turn: OptimizerTurn) -> None:
-        self.function, self.owner, self.turn = function, owner, turn
+    def __init__(self, turn: OptimizerTurn) -> None:
+        self.turn = turn
 
-    def __call__(self, scheduler: Any, metric: Any) -> Any:
-        return self.function(self.owner, scheduler, self.turn.index_of_scheduler(scheduler), metric)
-
-
-_ADAPTERS = (_WithIndex, _OptimizerStep, _Backward, _SchedulerStep)
+    def __call__(self, method: Any, scheduler: Any, metric: Any) -> Any:
+        return method(scheduler, self.turn.index_of_scheduler(scheduler), metric)
 
 
 def _deprecation(owner: str, hook: str, instead: str) -> None:

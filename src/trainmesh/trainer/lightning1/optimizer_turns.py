@@ -42,22 +42,29 @@ if TYPE_CHECKING:
     from trainmesh.trainer.loop_context import LoopContext
 
 
-class WithOptimizerIdx:
-    """``training_step(batch, batch_idx)`` called as ``training_step(batch, batch_idx, index)``; a plain
-    object (it pickles with the module), set on the instance for the run."""
+class StepArguments:
+    """How the strategy calls 1.x's ``training_step`` (``StepHooks.call``): ``(batch, batch_idx)``, then
+    ``optimizer_idx`` where it declares one (the optimizer in turn: ``index``) and ``hiddens`` under truncated
+    BPTT (tbptt.py), as 1.9.5's ``_build_training_step_kwargs`` passes them. The runner sets ``index`` and
+    ``hiddens`` before each call; nothing is written onto the module. ``turns``: several optimizers take turns
+    (``OptimizerTurns``); otherwise a lone optimizer's index, 0, is passed where it is declared."""
 
-    def __init__(self, function: Any, owner: Any) -> None:
-        self.function, self.owner, self.index = function, owner, 0
+    def __init__(self, *, takes_index: bool, turns: bool = False) -> None:
+        self.takes_index, self.turns, self.takes_hiddens = takes_index, turns, False
+        self.index, self.hiddens = 0, None
 
-    def __call__(self, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
-        return self.function(self.owner, batch, batch_idx, self.index, *args, **kwargs)
+    def __call__(self, method: Any, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
+        if self.takes_hiddens:
+            if self.takes_index:
+                return method(batch, batch_idx, self.index, *args, self.hiddens, **kwargs)
+            return method(batch, batch_idx, *args, self.hiddens, **kwargs)
+        return method(batch, batch_idx, self.index, *args, **kwargs)
 
 
-def plan_turns(ctx: LoopContext, manual: bool) -> WithOptimizerIdx | None:
-    """At an epoch's start, before its first batch: 1.x's ``training_step`` with its index where
-    ``training_step`` declares ``optimizer_idx`` and there are several optimizers (the runner's, then:
-    ``OptimizerTurns``); None for the usual loop (a lone optimizer's index, 0, passed where it is
-    declared). Refuses what neither Lightning ran."""
+def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
+    """At an epoch's start, before its first batch: 1.x's ``training_step`` arguments where ``training_step``
+    declares ``optimizer_idx`` (``turns`` where several optimizers take turns: the runner's, then,
+    ``OptimizerTurns``); None where it does not. Refuses what neither Lightning ran."""
     module = ctx.state.module
     name, count = type(module).__name__, len(ctx.state.optimizers)
     function = inspect.getattr_static(type(module), "training_step", None)
@@ -78,10 +85,8 @@ def plan_turns(ctx: LoopContext, manual: bool) -> WithOptimizerIdx | None:
                 "the Lightning 2.x way), add optimizer_idx, or return one optimizer"
             )
         return None
-    wrapper = WithOptimizerIdx(function, module)
-    object.__setattr__(module, "training_step", wrapper)
     if count == 1 or manual:
-        return None  # one optimizer: its index, 0
+        return StepArguments(takes_index=True)  # one optimizer: its index, 0
     strategy = ctx.runtime.strategy_name
     if not ctx.runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_optimizer_idx.py)
         raise ValueError(
@@ -107,7 +112,7 @@ def plan_turns(ctx: LoopContext, manual: bool) -> WithOptimizerIdx | None:
             "runs it as 1.x did; the 2.x way is manual optimization (self.automatic_optimization = False, then "
             "opt_a, opt_b = self.optimizers(), self.toggle_optimizer(opt_a), self.manual_backward(loss), opt_a.step())"
         )
-    return wrapper
+    return StepArguments(takes_index=True, turns=True)
 
 
 class OptimizerTurns:
@@ -115,8 +120,11 @@ class OptimizerTurns:
 
     manual = False
 
-    def __init__(self, steps: OptimizerSteps, training_step: WithOptimizerIdx) -> None:
-        self.steps, self.training_step = steps, training_step
+    def __init__(
+        self, steps: OptimizerSteps, arguments: StepArguments, *, check_output: Callable[[Any], Any] | None = None
+    ) -> None:
+        # check_output: what truncated BPTT checks of each output inside the closure (tbptt.py), as 1.9
+        self.steps, self.arguments, self.check_output = steps, arguments, check_output
         state = steps.ctx.state
         self.optimizers = list(state.optimizers)
         self.turn = steps.ctx.hooks.optimizer_turn
@@ -132,32 +140,39 @@ class OptimizerTurns:
         return [bisect.bisect_right(self.cycle, batch_idx % self.cycle[-1])]
 
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        outputs, result = self.turns(batch, batch_idx, steps_now=steps_now, output_of=_output_of)
+        if steps_now:
+            self.step_schedulers(batch_idx)
+        return StepResult(result.loss, outputs, result.num_tokens)
+
+    def turns(
+        self, batch: Any, batch_idx: int, *, steps_now: bool, output_of: Callable[[StepResult], Any]
+    ) -> tuple[list[Any], StepResult]:
+        """Each active optimizer's turn on ``batch`` (a split of it, under truncated BPTT), stepping where
+        ``steps_now``: the turns' outputs (``output_of`` each result, right after its turn) and the last result."""
         self.steps.backward.loss_check.batch_idx = batch_idx
         outputs, result = [], None
         for index in self.active(batch_idx):
             train = functools.partial(self._train, batch, batch_idx, steps_now)
             result = self._turn(index, batch_idx, train, stepping=steps_now)
             if result is not None:
-                # 1.9's outputs (on_train_batch_end, training_epoch_end): one per active optimizer, a loss as a dict
-                output = result.output
-                outputs.append({"loss": output} if isinstance(output, torch.Tensor) else output)
-        if steps_now:
-            self._stepped(batch_idx)
+                # 1.9's outputs (on_train_batch_end, training_epoch_end): one per active optimizer
+                outputs.append(output_of(result))
         assert result is not None  # a closure that trains ran (checked)
-        return StepResult(result.loss, outputs, result.num_tokens)
+        return outputs, result
 
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window: each active optimizer steps on what it has."""
         for index in self.active(batch_idx):
             self._turn(index, batch_idx, None, stepping=True)
-        self._stepped(batch_idx)
+        self.step_schedulers(batch_idx)
 
     def _turn(
         self, index: int, batch_idx: int, train: Callable[[], StepResult] | None, *, stepping: bool
     ) -> StepResult | None:
         steps, optimizer = self.steps, self.optimizers[index]
         self.turn.current = (optimizer.optimizer, index)
-        self.training_step.index = index
+        self.arguments.index = index
         steps.use_window(self.windows[index])
         # 1.x's closure zeroes this optimizer's gradients at a window's first batch, after training_step
         if train is None:
@@ -170,6 +185,7 @@ class OptimizerTurns:
                 assert train is not None
                 return train()
             stepped: StepResult | None = steps.step_one(optimizer, batch_idx, train, steps.optimizer_step_hook)
+            steps.count_steps(1)  # 1.9 counts each optimizer's step as it completes: the next turn's hooks see it
             return stepped
         finally:
             untoggle_optimizer(saved)
@@ -182,17 +198,23 @@ class OptimizerTurns:
                 "loss over tokens divides every gradient by the window's count, which mixes the optimizers' turns. "
                 "Return a mean loss, or use manual optimization"
             )
+        if self.check_output is not None:
+            self.check_output(result.output)
         return result
 
-    def _stepped(self, batch_idx: int) -> None:
-        """1.x's count (every optimizer step) and its step-interval schedulers (those of an active optimizer)."""
+    def step_schedulers(self, batch_idx: int) -> None:
+        """1.x's step-interval schedulers after a batch that stepped (those of an active optimizer)."""
         state = self.steps.ctx.state
-        self.steps.count_steps(len(self.active(batch_idx)))
         # 1.x picks the schedulers' optimizers by the batches trained in the whole fit (total_batch_idx)
         per_epoch = state.num_training_batches
         total_batch_idx = state.current_epoch * int(per_epoch) + batch_idx if per_epoch != float("inf") else batch_idx
         due = set(self.active(total_batch_idx))
         self.steps.step_schedulers(batch_idx, due=lambda scheduler: self.turn.index_of_scheduler(scheduler) in due)
+
+
+def _output_of(result: StepResult) -> Any:
+    output = result.output
+    return {"loss": output} if isinstance(output, torch.Tensor) else output  # a loss as a dict, as 1.9's
 
 
 def epoch_scheduler_due(state: Any, scheduler: Any) -> bool:

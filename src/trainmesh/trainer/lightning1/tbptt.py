@@ -19,6 +19,13 @@ gradients reach the step: 1.9's behaviour, kept). ``on_train_batch_end`` gets th
 ``{"loss": loss / accumulate_grad_batches, **other keys}``, without ``hiddens``), ``training_epoch_end`` a
 list of those. Lightning 2.0 removed it (the 2.x way is manual optimization), so it comes with one
 deprecation line; it runs under the strategies where its weights were checked against 1.9.5's.
+
+With several optimizers (``training_step(batch, batch_idx, optimizer_idx, hiddens)``), 1.9.5 nests its
+optimizer loop inside the split loop: for each split, each active optimizer takes its turn
+(optimizer_turns.py: toggled, the closure, its step), and ``hiddens`` is one value carried from each
+``training_step`` to the next (the second optimizer's turn gets what the first returned on this split, the
+next split's first turn what the last returned), None again at each batch's start. Each split's output is
+then the list of its turns' outputs.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.lightning1.optimizer_turns import OptimizerTurns, StepArguments
 from trainmesh.trainer.optimization.owner import OptimizerSteps
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
@@ -61,8 +69,6 @@ def check_truncated_backprop(module: Any, runtime: Runtime, *, manual: bool, opt
         why = "it must be a positive int (the number of time steps per split)"
     elif manual:
         why = "trainmesh runs it in automatic optimization only; with automatic_optimization = False split the batch in training_step yourself"
-    elif optimizers != 1:
-        why = f"trainmesh runs it with one optimizer; configure_optimizers returned {optimizers}"
     elif not runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_tbptt.py)
         why = f"it runs under strategy 'single' or 'ddp', where its weights are checked against Lightning 1.9's; not under '{strategy}'"
     if why is not None:
@@ -77,51 +83,40 @@ def check_truncated_backprop(module: Any, runtime: Runtime, *, manual: bool, opt
     )
 
 
-class WithHiddens:
-    """``training_step(batch, batch_idx, hiddens)`` called as ``training_step(batch, batch_idx)`` with the
-    split's hidden state; a plain object (it pickles with the module), set on the instance for the run."""
-
-    def __init__(self, function: Any, owner: Any) -> None:
-        self.function, self.owner = function, owner
-        self.hiddens: Any = None
-
-    def __call__(self, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
-        if self.owner is None:  # over 1.x's optimizer_idx wrapper (optimizer_turns.py): 1.x passed hiddens after it
-            return self.function(batch, batch_idx, *args, self.hiddens, **kwargs)
-        return self.function(self.owner, batch, batch_idx, *args, self.hiddens, **kwargs)
-
-
-def plan_splits(module: Any) -> tuple[WithHiddens, int] | None:
-    """At an epoch's start: 1.x's ``training_step`` with hiddens and the split size where the module sets
-    truncated_bptt_steps (the runner's, then: ``TruncatedBackprop``); None otherwise."""
+def plan_splits(module: Any, arguments: StepArguments | None) -> tuple[StepArguments, int] | None:
+    """At an epoch's start: 1.x's ``training_step`` arguments with ``hiddens`` (after ``optimizer_idx`` where
+    it declares one: ``arguments``) and the split size where the module sets truncated_bptt_steps (the
+    runner's, then: ``TruncatedBackprop``); None otherwise."""
     steps = getattr(module, "truncated_bptt_steps", 0)
     if not steps:
         return None
-    wrapper = vars(module).get("training_step")
-    if not isinstance(wrapper, WithHiddens):
-        # training_step(batch, batch_idx, optimizer_idx, hiddens): wrap the optimizer_idx wrapper
-        wrapper = WithHiddens(wrapper, None) if wrapper is not None else WithHiddens(type(module).training_step, module)
-        object.__setattr__(module, "training_step", wrapper)
-    return wrapper, steps
+    arguments = arguments if arguments is not None else StepArguments(takes_index=False)
+    arguments.takes_hiddens = True
+    return arguments, steps
 
 
 class TruncatedBackprop:
-    """One epoch of 1.9's split loop: a runner on the step's owner (train, closure, step)."""
+    """One epoch of 1.9's split loop: a runner on the step's owner (train, closure, step); with several
+    optimizers, their turns (``turns``) inside each split."""
 
     manual = False
 
-    def __init__(self, owner: OptimizerSteps, plan: tuple[WithHiddens, int]) -> None:
-        self.owner, (self.training_step, self.steps) = owner, plan
+    def __init__(self, owner: OptimizerSteps, plan: tuple[StepArguments, int]) -> None:
+        self.owner, (self.arguments, self.steps) = owner, plan
+        # several optimizers taking turns in each split; each turn's output checked inside its closure (as 1.9)
+        self.turns = OptimizerTurns(owner, self.arguments, check_output=self._hiddens_of) if plan[0].turns else None
         module = owner.module
         self.optimizer = owner.ctx.state.optimizers[0]
         self.optimizer_step = owner.optimizer_step_hook if owner.hooks.custom_step else None
         self.split = module.tbptt_split_batch if callable(getattr(module, "tbptt_split_batch", None)) else split_batch
 
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        if self.turns is not None:
+            return self._run_turns(self.turns, batch, batch_idx, steps_now=steps_now)
         owner = self.owner
         owner.backward.loss_check.batch_idx = batch_idx
         outputs, result = [], None
-        self.training_step.hiddens = None
+        self.arguments.hiddens = None
         try:
             for split in self.split(batch, self.steps):
                 train = functools.partial(self._train, split, batch_idx, steps_now)
@@ -133,17 +128,39 @@ class TruncatedBackprop:
                 else:
                     result = train()
                 assert result is not None  # the closure trained (checked)
-                self.training_step.hiddens = self._hiddens_of(result.output)
+                self.arguments.hiddens = self._hiddens_of(result.output)
                 outputs.append(self._output_of(result))
         finally:
-            self.training_step.hiddens = None  # no graph nor tensor kept past the batch
+            self.arguments.hiddens = None  # no graph nor tensor kept past the batch
         if steps_now:
             owner.step_schedulers(batch_idx)
         assert result is not None, f"{type(owner.module).__name__}.tbptt_split_batch returned no split"
         return StepResult(result.loss, outputs, None)
 
+    def _run_turns(self, turns: OptimizerTurns, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
+        """1.9's nesting: for each split, each active optimizer's turn; hiddens carried from turn to turn."""
+        outputs, result = [], None
+        self.arguments.hiddens = None
+        try:
+            for split in self.split(batch, self.steps):
+                split_outputs, result = turns.turns(split, batch_idx, steps_now=steps_now, output_of=self._turn_output)
+                outputs.append(split_outputs)
+        finally:
+            self.arguments.hiddens = None  # no graph nor tensor kept past the batch
+        if steps_now:
+            turns.step_schedulers(batch_idx)
+        assert result is not None, f"{type(self.owner.module).__name__}.tbptt_split_batch returned no split"
+        return StepResult(result.loss, outputs, None)
+
+    def _turn_output(self, result: StepResult) -> dict[str, Any]:
+        self.arguments.hiddens = self._hiddens_of(result.output)  # what the next training_step gets (1.9's)
+        return self._output_of(result)
+
     def finish_window(self, batch_idx: int) -> None:
         """The epoch ended inside an accumulation window: one step on what was accumulated."""
+        if self.turns is not None:
+            self.turns.finish_window(batch_idx)
+            return
         self.owner.step_one(self.optimizer, batch_idx, None, self.optimizer_step)
         self.owner.count_steps(1)
         self.owner.step_schedulers(batch_idx)

@@ -110,7 +110,7 @@ class LossBackward:
     def __init__(self, ctx: LoopContext) -> None:
         # runtime.backward, inside on_before_backward/on_after_backward and through the module's
         # backward when anyone overrides them
-        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime, ctx.state.module)
+        self.backward = with_backward_hooks(ctx.hooks, ctx.runtime)
         loss_check = ctx.state.loop.loss_check
         assert loss_check is not None  # fit sets it
         self.loss_check = loss_check

@@ -41,7 +41,15 @@ class OptimizerSteps:
     ``through_hook``: every step goes through ``module.optimizer_step`` with a closure (Lightning 1.x's
     loops always do)."""
 
-    def __init__(self, ctx: LoopContext, accumulate: int, *, manual: bool, through_hook: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: LoopContext,
+        accumulate: int,
+        *,
+        manual: bool,
+        through_hook: bool = False,
+        training_step: Callable[..., Any] | None = None,
+    ) -> None:
         state, runtime = ctx.state, ctx.runtime
         self.ctx, self.accumulate, self.module, self.manual = ctx, accumulate, state.module, manual
         self.backward = LossBackward(ctx)
@@ -52,8 +60,10 @@ class OptimizerSteps:
         self.through_hook = not manual and (hooks.custom_step or needs_closure or through_hook)
         # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
         self.zero_in_window = not manual and (hooks.zero_in_window or self.through_hook)
+        # How the strategy calls training_step: Lightning 1.x's runner's arguments, or those its signature takes
+        call = training_step if training_step is not None else ctx.hooks.step_caller("training_step")
         self.step_hooks = step_hooks_for(
-            ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window
+            ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window, call=call
         )
         # Where no hook, clipping or precision step runs before the optimizer's, the step skips _before_step.
         self.plain_step = not (hooks.before_step or hooks.custom_clip or ctx.settings.gradient_clip_val is not None)
@@ -66,8 +76,11 @@ class OptimizerSteps:
                 "per step, as often as each stage's own line search decides, so the stages' schedules would stop "
                 "matching. Use a first-order optimizer (SGD, Adam, ...) with pipeline stages, or LBFGS without them"
             )
-        self.optimizer_step_hook = getattr(self.module, "optimizer_step", None)  # the module's, looked up once
-        self.zero_grad_hook = getattr(self.module, "optimizer_zero_grad", None)
+        # The module's (its own or the default), looked up once, called with what its signature asks for
+        self.optimizer_step_hook = _module_hook(ctx, "optimizer_step")
+        self.zero_grad_hook = _module_hook(ctx, "optimizer_zero_grad")
+        self.clip_hook = _module_hook(ctx, "configure_gradient_clipping")
+        self.scheduler_step_hook = _module_hook(ctx, "lr_scheduler_step")
 
     # ---- training a batch ---------------------------------------------------------------------------
     def train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
@@ -169,8 +182,8 @@ class OptimizerSteps:
         settings, hooks = self.ctx.settings, self.hooks
         if hooks.before_step:
             hooks.call_before_step(optimizer.optimizer)
-        if hooks.custom_clip:
-            self.module.configure_gradient_clipping(
+        if hooks.custom_clip and self.clip_hook is not None:
+            self.clip_hook(
                 optimizer.optimizer,
                 gradient_clip_val=settings.gradient_clip_val,
                 gradient_clip_algorithm=settings.gradient_clip_algorithm,
@@ -195,10 +208,15 @@ class OptimizerSteps:
         """The step-interval schedulers due after a batch that stepped the optimizer (``due``: of those,
         the ones whose optimizer was active, for 1.x's turns)."""
         state = self.ctx.state
-        custom = self.module.lr_scheduler_step if self.hooks.custom_scheduler_step else None
+        custom = self.scheduler_step_hook if self.hooks.custom_scheduler_step else None
         for config in state.lr_scheduler_configs:
             # Lightning's rule: a step-interval scheduler steps where the epoch's batch count (not the
             # optimizer steps) is a multiple of its frequency, at batches that step the optimizer.
             if config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
                 if due is None or due(config.scheduler):
                     step_scheduler(config, callback_metrics(state), custom)
+
+
+def _module_hook(ctx: LoopContext, hook: str) -> Callable[..., Any] | None:
+    """The module's ``hook`` through the dispatcher (arguments from its signature); None where it has none."""
+    return ctx.hooks.module_method(hook) if hasattr(ctx.state.module, hook) else None

@@ -54,16 +54,19 @@ def choose_runner(ctx: LoopContext, accumulate: int) -> Runner:
     (refusing, before training, what neither Lightning ran)."""
     manual = ctx.state.manual_backward is not None  # the module steps its optimizers itself
     _start_turns(ctx, manual)
-    # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx), once per optimizer
+    # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx): once per optimizer where there are several
     turns = optimizer_turns.plan_turns(ctx, manual)
-    # Lightning 1.x's truncated_bptt_steps: each batch split along time, a step per split
-    splits = tbptt.plan_splits(ctx.state.module)
-    legacy = turns is not None or splits is not None
-    steps = OptimizerSteps(ctx, accumulate, manual=manual, through_hook=legacy)
-    if turns is not None:
-        return optimizer_turns.OptimizerTurns(steps, turns)
-    if splits is not None:
+    # Lightning 1.x's truncated_bptt_steps: each batch split along time, a step per split (and optimizer)
+    splits = tbptt.plan_splits(ctx.state.module, turns)
+    arguments = splits[0] if splits is not None else turns  # how training_step is called: 1.x's arguments
+    several = turns is not None and turns.turns
+    steps = OptimizerSteps(
+        ctx, accumulate, manual=manual, through_hook=several or splits is not None, training_step=arguments
+    )
+    if splits is not None:  # 1.9's nesting: the optimizers' turns inside each split
         return tbptt.TruncatedBackprop(steps, splits)
+    if turns is not None and several:
+        return optimizer_turns.OptimizerTurns(steps, turns)
     return ManualRunner(steps) if manual else AutomaticRunner(steps)
 
 

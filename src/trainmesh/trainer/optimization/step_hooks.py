@@ -3,6 +3,7 @@ and token count, with the errors a wrong output gets), backward, ``training_step
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,8 +17,15 @@ if TYPE_CHECKING:
 
 
 def step_hooks_for(
-    ctx: LoopContext, module: Any, backward: LossBackward, accumulate: int, *, zero_in_window: bool
+    ctx: LoopContext,
+    module: Any,
+    backward: LossBackward,
+    accumulate: int,
+    *,
+    zero_in_window: bool,
+    call: Callable[..., Any] | None,
 ) -> StepHooks:
+    """``call``: how the strategy calls training_step (``StepHooks.call``: its arguments, built from its signature)."""
     hooks, log_collector, manual_backward = ctx.hooks, ctx.state.log_collector, ctx.state.manual_backward
     reader = _OutputReader(module)
     step_hooks = StepHooks(
@@ -29,6 +37,7 @@ def step_hooks_for(
         chunk_scope=log_collector.chunk_scope,
         loss_divisor=accumulate,
         check_loss=backward.loss_check.check,
+        call=call,
     )
     if manual_backward is None:
         return step_hooks

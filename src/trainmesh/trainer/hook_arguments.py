@@ -1,0 +1,125 @@
+"""The arguments a hook is called with, built where it is called from what its signature asks for.
+
+Lightning programs often define a batch hook with fewer arguments than the Trainer passes
+(``training_step(self, batch)``), and hooks written for Lightning before 1.5 require a trailing
+``dataloader_idx`` on the train-batch hooks (1.x passed 0). The hook dispatcher (hooks.py) reads
+each hook's signature once (``hook_caller``: cached per function) and gets a caller,
+``caller(method, *args)``, that calls the bound method with what it takes; nothing is written onto
+the user's module or callback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+# The positional arguments the Trainer passes to each batch-level hook (after trainer and
+# module, for a callback). Lightning programs often define fewer (``training_step(self,
+# batch)``): such a hook gets only the first ones it accepts.
+PASSED_ARGS = {
+    "training_step": 2,
+    "validation_step": 2,
+    "test_step": 2,
+    "predict_step": 2,
+    "on_train_batch_start": 2,
+    "on_train_batch_end": 3,
+    # evaluation's batch hooks: dataloader_idx last, where there are several loaders
+    "on_validation_batch_start": 3,
+    "on_test_batch_start": 3,
+    "on_predict_batch_start": 3,
+    "on_validation_batch_end": 4,
+    "on_test_batch_end": 4,
+    "on_predict_batch_end": 4,
+    "on_before_backward": 1,
+    "on_before_optimizer_step": 1,
+    "on_before_zero_grad": 1,
+}
+# The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
+_OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
+
+
+class LeadingArgs:
+    """``method(*args[:count])``: a hook that accepts fewer arguments than the Trainer passes."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __call__(self, method: Any, *args: Any) -> Any:
+        return method(*args[: self.count])
+
+
+class WithDataloaderIdx:
+    """``method(*args, 0)``: a train-batch hook written for Lightning before 1.5, whose
+    ``dataloader_idx`` had no default (1.x passed 0: training reads one loader)."""
+
+    def __call__(self, method: Any, *args: Any) -> Any:
+        return method(*args, 0)
+
+
+def class_function(obj: Any, hook: str) -> Any:
+    """The plain function ``hook`` is on ``obj``'s class, where it is one and the instance does not
+    hold its own (a staticmethod, a partial, a builtin or an instance attribute: None, called as is)."""
+    function = inspect.getattr_static(type(obj), hook, None)
+    if not inspect.isfunction(function) or hook in vars(obj):
+        return None
+    return function
+
+
+def hook_caller(obj: Any, hook: str, *, leading: int = 0) -> Any:
+    """How to call ``obj``'s ``hook`` with the Trainer's arguments (``leading``: those passed before the
+    hook's own, trainer and module for a callback): a caller, or None where it takes them all.
+
+    >>> class M:
+    ...     def training_step(self, batch):
+    ...         return batch
+    >>> m = M(); hook_caller(m, "training_step")(m.training_step, "b", 0)
+    'b'
+    """
+    passed = PASSED_ARGS.get(hook)
+    function = class_function(obj, hook) if passed is not None else None
+    if function is None or passed is None:
+        return None
+    return _caller_for(function, hook, leading + passed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _caller_for(function: Any, hook: str, passed: int) -> Any:
+    """Read once per function (a class's hook is shared by all its instances and runs)."""
+    capacity = positional_capacity(function)
+    if capacity is not None and capacity - 1 < passed:  # - 1: self
+        return LeadingArgs(capacity - 1)
+    if hook in _OLD_DATALOADER_IDX and _requires_dataloader_idx(function, passed):
+        return WithDataloaderIdx()
+    return None
+
+
+def _requires_dataloader_idx(function: Any, count: int) -> bool:
+    """Whether ``function``'s positional parameter after the ``count`` passed ones (and self) is a
+    ``dataloader_idx`` without a default, and the last it requires."""
+    try:
+        parameters = [
+            p
+            for p in inspect.signature(function).parameters.values()
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return False
+    extra = parameters[count + 1 :]
+    return len(extra) == 1 and extra[0].name == "dataloader_idx" and extra[0].default is inspect.Parameter.empty
+
+
+@functools.lru_cache(maxsize=4096)
+def positional_capacity(function: Any) -> int | None:
+    """How many positional arguments ``function`` takes; None: any number (``*args``) or unknown."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: call it as is
+        return None
+    count = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return None
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            count += 1
+    return count
