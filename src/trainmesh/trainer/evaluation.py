@@ -12,6 +12,7 @@ import torch
 from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.combined_loaders import combined_batches
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
@@ -120,6 +121,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool) -> list
     told its place among ``loaders`` (Lightning's ``dataloader_idx``)."""
     if not loaders:
         return []
+    loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(*loaders, train=train, batch_hooks=ctx.batch_hooks)
     return list(placed) if len(loaders) > 1 else [placed]
 
