@@ -12,6 +12,7 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from trainmesh.callbacks.lambda_function import LambdaCallback
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
@@ -26,6 +27,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "EarlyStopping",
+    "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
