@@ -18,6 +18,7 @@ from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
+from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
 from trainmesh.callbacks.timer import Timer
 
@@ -36,6 +37,7 @@ __all__ = [
     "ProgressBar",
     "RichModelSummary",
     "RichProgressBar",
+    "StochasticWeightAveraging",
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
