@@ -17,6 +17,7 @@ from trainmesh.callbacks.lambda_function import LambdaCallback
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
+from trainmesh.callbacks.prediction_writer import BasePredictionWriter
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
 from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
@@ -25,6 +26,7 @@ from trainmesh.callbacks.timer import Timer
 __all__ = [
     "BackboneFinetuning",
     "BaseFinetuning",
+    "BasePredictionWriter",
     "Callback",
     "Checkpoint",
     "EarlyStopping",
