@@ -29,6 +29,7 @@ from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.types import LRSchedulerConfig
 
 AverageFunction = Callable[[Tensor, Tensor, Tensor], Tensor]
+_CPU = torch.device("cpu")  # Lightning's default for where the average is kept
 
 
 class StochasticWeightAveraging(Callback):
@@ -41,7 +42,7 @@ class StochasticWeightAveraging(Callback):
         annealing_epochs: int = 10,
         annealing_strategy: Literal["cos", "linear"] = "cos",
         avg_fn: AverageFunction | None = None,
-        device: torch.device | str | None = torch.device("cpu"),
+        device: torch.device | str | None = _CPU,
     ) -> None:
         _check_arguments(swa_lrs, swa_epoch_start, avg_fn, device)
         self.n_averaged: Tensor | None = None
