@@ -10,6 +10,7 @@ only when it draws), so importing this package stays cheap.
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
+from trainmesh.callbacks.device_stats_monitor import DeviceStatsMonitor
 from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
@@ -29,6 +30,7 @@ __all__ = [
     "BasePredictionWriter",
     "Callback",
     "Checkpoint",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
