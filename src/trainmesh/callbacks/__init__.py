@@ -20,6 +20,7 @@ from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.prediction_writer import BasePredictionWriter
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
+from trainmesh.callbacks.pruning import ModelPruning
 from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
 from trainmesh.callbacks.timer import Timer
@@ -36,6 +37,7 @@ __all__ = [
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelPruning",
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",

@@ -171,7 +171,9 @@ def _batch_limit(ctx: LoopContext, stage: str, loader: Any, limit_setting: int |
 
 
 def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
-    inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
+    # Inside fit (its sanity check and validation) no_grad, as Lightning's fit-time validation loop
+    # (inference_mode=False): what validation creates (a pruning mask, a cached tensor) may join training.
+    inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode and ctx.state.stage != "fit"
     return torch.inference_mode() if inference else torch.no_grad()
 
 
