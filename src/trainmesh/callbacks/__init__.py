@@ -21,6 +21,7 @@ from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
 from trainmesh.callbacks.prediction_writer import BasePredictionWriter
 from trainmesh.callbacks.progress import ProgressBar, RichProgressBar, TQDMProgressBar
 from trainmesh.callbacks.pruning import ModelPruning
+from trainmesh.callbacks.spike import SpikeDetection
 from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
 from trainmesh.callbacks.timer import Timer
@@ -43,6 +44,7 @@ __all__ = [
     "ProgressBar",
     "RichModelSummary",
     "RichProgressBar",
+    "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "ThroughputMonitor",
