@@ -154,6 +154,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/batch_counts.py": ["trainer/test_fit_loop.py"],
     "trainer/combined_loaders.py": ["utilities/test_combined_loader.py"],
     "trainer/prediction_loop.py": ["callbacks/test_prediction_writer.py"],
+    "tuner/tuning.py": ["tuner/test_lr_finder.py"],
     "trainer/data_source.py": [
         "trainer/test_bad_input.py",
         "trainer/test_lightning_api.py",

@@ -265,6 +265,10 @@ class Trainer(RunProperties):
         outputs = self._launch("predict", model, data, ckpt_path)
         return None if return_predictions is False else outputs
 
+    def _reset_fit_state(self) -> None:
+        """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""
+        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
+
     def save_checkpoint(self, path: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write the full training state to ``path`` (atomically); with ``weights_only`` the
         weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
