@@ -86,8 +86,3 @@ def test_next_fit_starts_afresh(tmp_path):
     assert trainer.global_step == 3 * 16 and trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(
         lr * 0.1**3
     )  # StepLR: 3 epoch ends
-
-
-def test_scale_batch_size_refused():
-    with pytest.raises(NotImplementedError, match="scale_batch_size is not in trainmesh yet"):
-        Tuner(None).scale_batch_size(None)  # type: ignore[arg-type]

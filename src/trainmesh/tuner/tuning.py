@@ -3,14 +3,16 @@ Trainer's own (its settings, precision, accumulation) with only the search's cal
 no sanity check and no checkpoint; then the model's weights and the Trainer's fit state are as
 before it, and with ``update_attr`` the model's ``lr`` (or ``learning_rate``) is the suggestion.
 
-``scale_batch_size`` is not here yet: it stops before doing anything and says so.
+``scale_batch_size`` the same way: a short fit per trial (``batch_size_scaling.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -77,8 +79,71 @@ class Tuner:
                 set_lr(model, attr, lr)
         return finder
 
-    def scale_batch_size(self, *args: Any, **kwargs: Any) -> int | None:
-        raise NotImplementedError(
-            "Tuner.scale_batch_size is not in trainmesh yet: it would retry fits at growing batch sizes until "
-            "one runs out of memory. Set the batch size yourself, or run the search under Lightning."
-        )
+    def scale_batch_size(
+        self,
+        model: Any,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        method: Literal["fit", "validate", "test", "predict"] = "fit",
+        mode: str = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+        margin: float = 0.05,
+        max_val: int = 8192,
+    ) -> int | None:
+        """The largest batch size found (``"power"`` or ``"binsearch"``), also set where the batch
+        size lives; None under ``fast_dev_run``. Only for ``fit``, on one process."""
+        trainer = self._trainer
+        if method != "fit" or mode not in ("power", "binsearch"):
+            raise ValueError(
+                f"method={method!r}, mode={mode!r}: trainmesh searches for fit only, in mode 'power' or 'binsearch'"
+            )
+        if train_dataloaders is not None or dataloaders is not None:
+            raise ValueError(
+                "The batch size finder cannot change the batch size of a loader passed in: define train_dataloader() "
+                "(reading the batch size) on the model or a data module."
+            )
+        if trainer.world_size > 1:
+            raise ValueError("Tuning the batch size is currently not supported with distributed strategies.")
+        if trainer.fast_dev_run:
+            rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
+            return None
+        size = BatchSizeAttribute(model, datamodule, batch_arg_name)
+        source = datamodule if datamodule is not None else model
+        length = functools.partial(_dataset_length, source)
+        weights = copy.deepcopy(model.state_dict())
+        kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
+        kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
+
+        def trial() -> None:
+            trainer._reset_fit_state()  # each trial from step 0, as Lightning's _reset_progress
+            trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
+
+        try:
+            trainer.callbacks, trainer.loggers = [], []
+            trainer.max_steps, trainer.limit_train_batches = steps_per_trial, 1.0
+            trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
+            adjust(size, length, value=init_val)
+            if mode == "power":
+                found = power_scaling(trial, size, length, max_trials, max_val)
+            else:
+                found = binsearch_scaling(trial, size, length, max_trials, margin, max_val)
+        finally:
+            for name, value in kept.items():
+                setattr(trainer, name, value)
+            model.load_state_dict(weights)
+            trainer._reset_fit_state()
+        return found
+
+
+def _dataset_length(source: Any) -> int | None:
+    """The train dataset's length, of the loader the model or data module makes now (None: unknown)."""
+    loader = source.train_dataloader()
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
