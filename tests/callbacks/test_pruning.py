@@ -117,7 +117,12 @@ def test_validation_inside_fit_runs_without_inference_mode_as_lightning(tmp_path
                 seen.setdefault(key, []).append((self.trainer.state.fn, torch.is_inference_mode_enabled()))
 
         trainer = trainer_class(
-            max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path)
+            max_epochs=1,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            default_root_dir=str(tmp_path),
         )
         data = DataLoader(TensorDataset(torch.randn(4, 6), torch.randn(4, 1)), batch_size=4)
         model = Probe()
