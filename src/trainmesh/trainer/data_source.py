@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 
@@ -83,7 +84,7 @@ class DataSource:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:
             call_dataloader_hook(self.model, kind)  # Lightning 1.x's, for a loader passed as an argument too
-            return _as_list(self.given[kind])
+            return _in_list(kind, self.given[kind])
         method = _LOADER_METHOD[kind]
         hook_pending = True
         for owner in (self.datamodule, self.model):
@@ -96,7 +97,7 @@ class DataSource:
                 call_dataloader_hook(self.model, kind)
                 hook_pending = False
             try:
-                return _as_list(impl())
+                return _in_list(kind, impl())
             except NotImplementedError:
                 continue
         if required:
@@ -139,6 +140,13 @@ def _datamodule_in_loader_place(loaders: Any, datamodule: Any, name: str) -> tup
             f"not know which to use. Pass one data module, as datamodule=..."
         )
     return None, loaders
+
+
+def _in_list(kind: str, loaders: Any) -> list[Any]:
+    """An evaluation's loaders one by one (a dict's, a sequential CombinedLoader's): training's
+    are combined instead (fit_data.py)."""
+    found = _as_list(loaders)
+    return found if kind == "train" else evaluation_loaders(found)
 
 
 def _as_list(loaders: Any) -> list[Any]:

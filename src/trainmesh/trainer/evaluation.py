@@ -9,12 +9,15 @@ from typing import Any
 
 import torch
 
+from trainmesh.callbacks.prediction_writer import BasePredictionWriter
 from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.combined_loaders import combined_batches
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
+from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
@@ -109,6 +112,10 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False)
+    for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
+        loader.loader = indexed(loader.loader)
+    writers = [callback for callback in ctx.view.callbacks if isinstance(callback, BasePredictionWriter)]
+    ctx.state.predict_loop.start(len(loaders), writers)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
     per_loader = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
     outputs = [ctx.runtime._collect_predictions(predictions) for predictions in per_loader]
@@ -120,6 +127,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool) -> list
     told its place among ``loaders`` (Lightning's ``dataloader_idx``)."""
     if not loaders:
         return []
+    loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(*loaders, train=train, batch_hooks=ctx.batch_hooks)
     return list(placed) if len(loaders) > 1 else [placed]
 
@@ -163,7 +171,9 @@ def _batch_limit(ctx: LoopContext, stage: str, loader: Any, limit_setting: int |
 
 
 def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
-    inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode
+    # Inside fit (its sanity check and validation) no_grad, as Lightning's fit-time validation loop
+    # (inference_mode=False): what validation creates (a pruning mask, a cached tensor) may join training.
+    inference = ctx.inference_mode and ctx.runtime.capabilities.inference_mode and ctx.state.stage != "fit"
     return torch.inference_mode() if inference else torch.no_grad()
 
 
@@ -187,6 +197,7 @@ def _run_loop(
             state.log_collector.set_batch(outputs_hook, None)
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         if stage == "predict":
+            state.predict_loop.finish(results)
             state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
             hooks.call(_EPOCH_END_HOOK[stage])
             return results
@@ -225,6 +236,8 @@ def _run_batches(
         extra = (loader_idx,) if extra_index else ()
         hook_extra = (loader_idx,) if several else ()  # dataloader_idx where there are several (as in Lightning)
         log_collector.set_batch(step_hook, batch)
+        if stage == "predict":
+            state.predict_loop.record(loaders[loader_idx], batch_idx, loader_idx)
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
         output = eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)

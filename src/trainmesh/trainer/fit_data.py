@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.combined_loaders import train_loader
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.evaluation import device_loaders
 from trainmesh.trainer.loop_context import LoopContext
@@ -52,9 +53,8 @@ class FitData:
     def train_loader(self) -> Any:
         """The training loader (set up by the Runtime), and the epoch's batch count from it."""
         ctx = self._ctx
-        loaders = self._source.loaders("train", required=True)
-        if len(loaders) != 1:
-            raise ValueError(f"fit trains on one dataloader; got {len(loaders)}. Combine them into one dataset")
+        # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
+        loaders = [train_loader(self._source.loaders("train", required=True))]
         (loader,) = device_loaders(ctx, loaders, train=True)
         ctx.state.num_training_batches = limited_count(loader, ctx.settings.limit_train_batches)
         return loader

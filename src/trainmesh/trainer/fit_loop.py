@@ -210,7 +210,8 @@ def _train_batches(
     device by ``transfer``; True when max_steps stopped it before its last batch."""
     state, settings, hooks, runtime = ctx.state, ctx.settings, ctx.hooks, ctx.runtime
     loop, log_collector = state.loop, state.log_collector
-    accumulate, supervision = settings.accumulate_grad_batches, runtime.supervision
+    # The Trainer's, read now: a callback may change it at the epoch's start (GradientAccumulationScheduler)
+    accumulate, supervision = ctx.view.accumulate_grad_batches, runtime.supervision
     # Read once: called on every step (each lookup or wrapper would be a Python call per step).
     step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
     shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
+from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.states import RunningStage, TrainerState
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class LoopState:
     manual_backward: ManualBackward | None = None
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for
+    predict_loop: PredictLoop = field(default_factory=PredictLoop)  # trainer.predict_loop
 
     @property
     def sanity_checking(self) -> bool:

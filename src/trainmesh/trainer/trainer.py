@@ -39,6 +39,7 @@ from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.optimizers import SchedulerConfig
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
+from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
@@ -196,6 +197,7 @@ class Trainer(RunProperties):
     model: StateField[Any] = StateField("_state")
     datamodule: StateField[Any] = StateField("_state")
     optimizers: StateField[list[Any]] = StateField("_state")
+    predict_loop: StateField[PredictLoop] = StateField("_state")
     lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
     log_collector: StateField[LogCollector] = StateField("_state")
     hooks: StateField[HookDispatcher | None] = StateField("_state")
@@ -247,12 +249,23 @@ class Trainer(RunProperties):
         return self._evaluate("test", model, dataloaders, datamodule, ckpt_path, verbose)
 
     def predict(
-        self, model: Any = None, dataloaders: Any = None, datamodule: Any = None, ckpt_path: str | None = None
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: str | None = None,
     ) -> Any:
-        """Run ``predict_step`` over the data; returns the outputs (a list per dataloader)."""
+        """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
+        with ``return_predictions=False`` (Lightning's arguments, in its order)."""
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
-        return self._launch("predict", model, data, ckpt_path)
+        outputs = self._launch("predict", model, data, ckpt_path)
+        return None if return_predictions is False else outputs
+
+    def _reset_fit_state(self) -> None:
+        """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""
+        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
 
     def save_checkpoint(self, path: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write the full training state to ``path`` (atomically); with ``weights_only`` the

@@ -12,6 +12,7 @@ from typing import Any
 # name -> the module of this package that defines it
 _LIGHTNING_NAMES = {
     "AttributeDict": "attribute_dict",
+    "CombinedLoader": "combined_loader",
     "GradClipAlgorithmType": "enums",
     "LightningEnum": "enums",
     "disable_possible_user_warnings": "warnings",

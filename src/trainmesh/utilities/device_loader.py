@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.collections import move_data_to_device
+from trainmesh.utilities.combined_loader import CombinedBatches
 from trainmesh.utilities.dataloaders import skip_batches
 
 
@@ -52,6 +53,9 @@ class DeviceDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""
+        if isinstance(self.loader, CombinedBatches):
+            self.loader.set_epoch(epoch)  # each of its loaders'
+            return
         for holder in (
             getattr(self.loader, "sampler", None),
             getattr(getattr(self.loader, "batch_sampler", None), "sampler", None),

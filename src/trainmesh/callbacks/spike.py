@@ -1,0 +1,132 @@
+"""``SpikeDetection``, as Lightning 2.6 defines it (its ``callbacks/spike.py`` on Fabric's
+``utilities/spike.py``): after each training batch (from batch ``warmup``), a loss that is not an
+improvement on the last one (``mode``) and is farther than ``atol`` and ``rtol`` times the running
+mean of the last ``window`` losses from that mean (or, with ``finite_only``, not finite) is a spike:
+the batch and the one before are written to ``exclude_batches_path`` (a JSON list; by default
+``default_root_dir/skip_batches.json``) and training stops with ``TrainingSpikeException``. Every
+process stops where any one saw a spike.
+
+>>> detector = SpikeDetection(window=5, warmup=2, rtol=2.0)
+
+The running mean is a window of the last losses (Lightning keeps a torchmetrics ``Running(MeanMetric)``;
+the checkpointed state holds the window as a list here instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+
+from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
+
+
+class TrainingSpikeException(RuntimeError):
+    """Raised when a loss spike was detected."""
+
+    def __init__(self, batch_idx: int, *args: Any) -> None:
+        super().__init__(f"Training spike detected in batch {batch_idx}", *args)
+
+
+class SpikeDetection(Callback):
+    """The arguments are Lightning's; see the module's docstring."""
+
+    def __init__(
+        self,
+        mode: Literal["min", "max"] = "min",
+        window: int = 10,
+        warmup: int = 1,
+        atol: float | None = None,
+        rtol: float | None = 2.0,
+        exclude_batches_path: str | os.PathLike[str] | None = None,
+        finite_only: bool = True,
+    ) -> None:
+        self.last_val: torch.Tensor | float = 0.0
+        self.window: deque[torch.Tensor] = deque(maxlen=window)
+        self.mode, self.warmup, self.atol, self.rtol = mode, warmup, atol, rtol
+        self.bad_batches: list[int] = []
+        self.exclude_batches_path = exclude_batches_path
+        self.finite_only = finite_only
+
+    @torch.no_grad()
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if isinstance(outputs, torch.Tensor):
+            loss = outputs.detach()
+        elif isinstance(outputs, Mapping):
+            loss = outputs["loss"].detach()
+        else:
+            raise TypeError(f"outputs have to be of type torch.Tensor or Mapping, got {type(outputs).__qualname__}")
+        if self.exclude_batches_path is None:
+            self.exclude_batches_path = os.path.join(trainer.default_root_dir, "skip_batches.json")
+        if not str(self.exclude_batches_path).endswith(".json"):
+            self.exclude_batches_path = os.path.join(self.exclude_batches_path, "skip_batches.json")
+        is_spike = bool(batch_idx >= self.warmup and self._is_spike(loss))
+        # Each process decides on its own loss; all stop if any one saw a spike
+        if _any_rank(trainer, is_spike):
+            self._handle_spike(trainer, batch_idx)
+        elif self.finite_only or not _any_rank(trainer, not bool(torch.isfinite(loss).all())):
+            self.window.append(loss.float())
+            self.last_val = loss
+
+    def _is_spike(self, loss: torch.Tensor) -> bool:
+        running = torch.stack(list(self.window)).sum() / len(self.window) if self.window else torch.tensor(float("nan"))
+        if self.finite_only and not torch.isfinite(loss):
+            return True
+        if self._is_better(loss - self.last_val):
+            return False
+        return self._check_atol(loss, running) and self._check_rtol(loss, running)
+
+    def _handle_spike(self, trainer: TrainerView, batch_idx: int) -> None:
+        # The batch before too: it may have corrupted the weights that this one's loss shows
+        self.bad_batches.extend([batch_idx - 1, batch_idx])
+        if trainer.global_rank == 0:
+            path = str(self.exclude_batches_path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(self.bad_batches, f, indent=4)
+        raise TrainingSpikeException(batch_idx=batch_idx)
+
+    def _check_atol(self, val_a: Any, val_b: Any) -> bool:
+        return self.atol is None or bool(abs(val_a - val_b) >= abs(self.atol))
+
+    def _check_rtol(self, val_a: Any, val_b: Any) -> bool:
+        return self.rtol is None or bool(abs(val_a - val_b) >= abs(self.rtol * val_b))
+
+    def _is_better(self, diff_val: torch.Tensor) -> bool:
+        if self.mode == "min":
+            return bool((diff_val <= 0.0).all())
+        if self.mode == "max":
+            return bool((diff_val >= 0).all())
+        raise ValueError(f"Invalid mode. Has to be min or max, found {self.mode}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "last_val": self.last_val.item() if isinstance(self.last_val, torch.Tensor) else self.last_val,
+            "mode": self.mode,
+            "warmup": self.warmup,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "bad_batches": self.bad_batches,
+            "bad_batches_path": self.exclude_batches_path,
+            "window": [float(value) for value in self.window],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.last_val, self.mode, self.warmup = state_dict["last_val"], state_dict["mode"], state_dict["warmup"]
+        self.atol, self.rtol, self.bad_batches = state_dict["atol"], state_dict["rtol"], state_dict["bad_batches"]
+        self.exclude_batches_path = state_dict["bad_batches_path"]
+        self.window.clear()
+        self.window.extend(torch.tensor(value) for value in state_dict.get("window", []))
+
+
+def _any_rank(trainer: TrainerView, decision: bool) -> bool:
+    if trainer.world_size == 1:
+        return decision
+    return bool(trainer.runtime.all_reduce(torch.tensor(float(decision), device=trainer.runtime.device), "max") > 0)

@@ -1,0 +1,58 @@
+"""Where a stage's loaders are a ``CombinedLoader``, or a collection Lightning reads as one
+(its ``_FitLoop.setup_data`` and ``_EvaluationLoop.setup_data``).
+
+Training reads one loader: several train loaders (a list, a dict) are
+``CombinedLoader(loaders, "max_size_cycle")``, and a ``CombinedLoader`` is read in its mode
+(``sequential`` is refused, as by Lightning). Evaluation reads a list of loaders: a
+``sequential`` ``CombinedLoader`` (what Lightning makes of a dict of loaders) gives its iterables,
+each with its ``dataloader_idx``; another mode is one loader of combined batches.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.utilities.combined_loader import CombinedBatches, CombinedLoader
+
+
+def train_loader(loaders: list[Any]) -> Any:
+    """The one loader fit reads, of the train loaders given (a dict as one item)."""
+    if len(loaders) == 1 and not isinstance(loaders[0], dict):
+        loader = loaders[0]
+    else:
+        loader = CombinedLoader(loaders[0] if len(loaders) == 1 else loaders, "max_size_cycle")
+    if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+        modes = ["min_size", "max_size_cycle", "max_size"]
+        raise ValueError(
+            f'fit does not support the `CombinedLoader(mode="sequential")` mode (nor does Lightning\'s). '
+            f"The available modes are: {modes}"
+        )
+    return loader
+
+
+def evaluation_loaders(loaders: list[Any]) -> list[Any]:
+    """The stage's loaders one by one: a sequential ``CombinedLoader`` or a dict taken apart."""
+    found: list[Any] = []
+    for loader in loaders:
+        if isinstance(loader, dict):
+            loader = CombinedLoader(loader, "sequential")
+        if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+            found.extend(loader.flattened)
+        else:
+            found.append(loader)
+    return found
+
+
+def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
+    """``loader``, or for a ``CombinedLoader`` a copy whose loaders the Runtime set up (the
+    strategy's sampler, the workers' seeding; not the move to the device, which the combined
+    batch gets whole), read as the loops read a loader."""
+    if not isinstance(loader, CombinedLoader):
+        return loader
+    placed = ctx.runtime.setup_dataloaders(*loader.flattened, train=train)
+    placed = placed if isinstance(placed, list) else [placed]
+    combined = copy.copy(loader)  # the user's keeps its own loaders
+    combined.flattened = [device_loader.loader for device_loader in placed]
+    return CombinedBatches(combined)

@@ -1,0 +1,79 @@
+"""What a predict run shows as ``trainer.predict_loop`` (Lightning's ``_PredictionLoop``'s
+``predictions``, ``epoch_batch_indices``, ``current_batch_indices``, read by
+``BasePredictionWriter``), and the batch indices it records: each predict DataLoader's batch
+sampler is wrapped (as Lightning's ``_IndexBatchSamplerWrapper``) so that the dataset indices of
+each batch are known; a loader with no batch sampler has none (Lightning warns and gives ``[]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+
+@dataclass
+class PredictLoop:
+    """The predict run's predictions (one loader's list, or a list per loader) and batch indices."""
+
+    predictions: list[Any] = field(default_factory=list)
+    epoch_batch_indices: list[list[list[int]]] = field(default_factory=list)
+    current_batch_indices: list[int] = field(default_factory=list)
+    writers: list[Any] = field(default_factory=list)  # the BasePredictionWriter callbacks
+
+    def start(self, loaders: int, writers: list[Any]) -> None:
+        self.predictions, self.current_batch_indices = [], []
+        self.epoch_batch_indices = [[] for _ in range(loaders)]
+        self.writers = writers
+
+    def record(self, loader: Any, batch_idx: int, loader_idx: int) -> None:
+        """Batch ``batch_idx``'s indices, where a writer wants them (as Lightning, only then)."""
+        on_epoch = any(writer.interval.on_epoch for writer in self.writers)
+        on_batch = any(writer.interval.on_batch for writer in self.writers)
+        if not (on_epoch or on_batch):
+            return
+        sampler = getattr(getattr(loader, "loader", None), "batch_sampler", None)
+        if not isinstance(sampler, _IndexBatchSampler):
+            rank_zero_warn(f"Couldn't infer the batch indices fetched from your dataloader: `{type(loader).__name__}`")
+            return
+        indices = sampler.seen_batch_indices[batch_idx]
+        if on_epoch:
+            self.epoch_batch_indices[loader_idx].append(indices)
+        if on_batch:
+            self.current_batch_indices = indices
+
+    def finish(self, per_loader: list[list[Any]]) -> None:
+        self.predictions = per_loader[0] if len(per_loader) == 1 else per_loader
+
+
+class _IndexBatchSampler:
+    """A batch sampler that keeps the indices of the batches it gave in this iteration."""
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.sampler = getattr(batch_sampler, "sampler", None)
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = getattr(batch_sampler, "drop_last", False)
+        self.seen_batch_indices: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.seen_batch_indices = []
+        for batch in self.batch_sampler:
+            self.seen_batch_indices.append(batch)
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+def indexed(loader: Any) -> Any:
+    """A copy of ``loader`` whose batch sampler records its batches' indices (the loader itself
+    where it is no DataLoader with a batch sampler)."""
+    if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
+        return loader
+    return replace_batch_sampler(loader, _IndexBatchSampler(loader.batch_sampler))

@@ -1,0 +1,124 @@
+"""Lightning 2.6's batch-size search (its ``tuner/batch_size_scaling.py``), for ``fit``: from
+``init_val`` the batch size (the model's, its ``hparams``' or the data module's ``batch_arg_name``)
+is doubled after each trial of ``steps_per_trial`` steps that runs (``"power"``), or, after a trial
+that runs out of memory, halved (``"power"``: the search ends) or bisected (``"binsearch"``, which
+keeps ``margin`` below the size found); never past the dataset's length or ``max_val``, at most
+``max_trials`` trials. On a CPU nothing runs out of memory: the size doubles until a limit stops it.
+The model's weights and the Trainer's fit state are as before the search.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class BatchSizeAttribute:
+    """Where the batch size lives: the model's attribute, its ``hparams``, the data module's."""
+
+    def __init__(self, model: Any, datamodule: Any, name: str) -> None:
+        self.model, self.datamodule, self.name = model, datamodule, name
+        hparams = getattr(model, "hparams", {})
+        if not (hasattr(model, name) or name in hparams or (datamodule is not None and hasattr(datamodule, name))):
+            raise AttributeError(f"Field {name} not found in `model`, `datamodule`, nor their `hparams` attributes.")
+
+    def get(self) -> int:
+        if hasattr(self.model, self.name):
+            return int(getattr(self.model, self.name))
+        hparams = getattr(self.model, "hparams", {})
+        return int(hparams[self.name] if self.name in hparams else getattr(self.datamodule, self.name))
+
+    def set(self, value: int) -> None:
+        # Everywhere it is (Lightning's lightning_setattr)
+        if hasattr(self.model, self.name):
+            setattr(self.model, self.name, value)
+        if self.name in getattr(self.model, "hparams", {}):
+            self.model.hparams[self.name] = value
+        if self.datamodule is not None and hasattr(self.datamodule, self.name):
+            setattr(self.datamodule, self.name, value)
+
+
+def _is_oom(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and "out of memory" in str(error)
+
+
+def adjust(
+    size: BatchSizeAttribute,
+    dataset_length: Callable[[], int | None],
+    *,
+    factor: float = 1.0,
+    value: int | None = None,
+    max_val: int = 8192,
+) -> tuple[int, bool]:
+    """Lightning's ``_adjust_batch_size``: the new size (not past ``max_val``), and whether it changed;
+    unchanged once the size reaches the dataset's length."""
+    batch_size = size.get()
+    length = dataset_length()
+    if length is not None and batch_size >= length:
+        log.info(f"The batch size {batch_size} is greater or equal than the length of your dataset: {length}.")
+        return batch_size, False
+    new_size = min(value if value is not None else int(batch_size * factor), max_val)
+    size.set(new_size)
+    return new_size, new_size != batch_size
+
+
+def power_scaling(
+    trial: Callable[[], None], size: BatchSizeAttribute, length: Callable[[], int | None], max_trials: int, max_val: int
+) -> int:
+    new_size, any_success = size.get(), False
+    for i in range(max_trials):
+        if new_size >= max_val:
+            break
+        try:
+            trial()
+            if i + 1 >= max_trials:
+                break
+            new_size, changed = adjust(size, length, factor=2.0, max_val=max_val)
+            if not changed:
+                break
+            any_success = True
+        except RuntimeError as error:
+            if not _is_oom(error):
+                raise
+            new_size, _ = adjust(size, length, factor=0.5)
+            if any_success:
+                break
+    return new_size
+
+
+def binsearch_scaling(
+    trial: Callable[[], None],
+    size: BatchSizeAttribute,
+    length: Callable[[], int | None],
+    max_trials: int,
+    margin: float,
+    max_val: int,
+) -> int:
+    new_size, low, high, count = size.get(), 1, None, 0
+    while new_size < max_val:
+        try:
+            trial()
+            count += 1
+            if count >= max_trials:
+                break
+            low = new_size
+            if high and high - low <= 1:
+                break
+            target = {"value": (high + low) // 2} if high else {"factor": 2.0}
+            new_size, changed = adjust(size, length, max_val=max_val, **target)  # type: ignore[arg-type]
+            if not changed:
+                break
+        except RuntimeError as error:
+            if not _is_oom(error):
+                raise
+            high = new_size
+            new_size, _ = adjust(size, length, value=(high + low) // 2)
+            if high - low <= 1:
+                break
+    if margin > 0 and max(1, int(new_size * (1 - margin))) != new_size:
+        new_size = max(1, int(new_size * (1 - margin)))
+        size.set(new_size)
+    return new_size

@@ -1,0 +1,149 @@
+"""``Tuner`` (Lightning 2.6's ``tuner/tuning.py``): ``lr_find``, run as a short fit of the
+Trainer's own (its settings, precision, accumulation) with only the search's callbacks, no logger,
+no sanity check and no checkpoint; then the model's weights and the Trainer's fit state are as
+before it, and with ``update_attr`` the model's ``lr`` (or ``learning_rate``) is the suggestion.
+
+``scale_batch_size`` the same way: a short fit per trial (``batch_size_scaling.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import TYPE_CHECKING, Any, Literal
+
+from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
+from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.trainer import Trainer
+
+
+class Tuner:
+    """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+
+    def lr_find(
+        self,
+        model: Any,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        method: Literal["fit", "validate", "test", "predict"] = "fit",
+        min_lr: float = 1e-8,
+        max_lr: float = 1,
+        num_training: int = 100,
+        mode: str = "exponential",
+        early_stop_threshold: float | None = 4.0,
+        update_attr: bool = True,
+        attr_name: str = "",
+    ) -> _LRFinder | None:
+        """The range test's results (``.results``, ``.suggestion()``); None under ``fast_dev_run``."""
+        if method != "fit":
+            raise ValueError("method='fit' is the only valid configuration to run lr finder.")
+        if dataloaders is not None:
+            raise ValueError("In tuner with method='fit', `dataloaders` argument should be None.")
+        trainer = self._trainer
+        if trainer.fast_dev_run:
+            rank_zero_warn("Skipping learning rate finder since `fast_dev_run` is enabled.")
+            return None
+        attr = lr_attribute(model, attr_name) if update_attr else ""
+        finder = _LRFinder(mode, min_lr, max_lr, num_training)
+        recorder = _LRCallback(num_training, early_stop_threshold)
+        weights = copy.deepcopy(model.state_dict())
+        kept = {
+            "callbacks": trainer.callbacks,
+            "loggers": trainer.loggers,
+            "max_steps": trainer.max_steps,
+            "limit_val_batches": trainer.limit_val_batches,
+            "num_sanity_val_steps": trainer.num_sanity_val_steps,
+        }
+        try:
+            trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
+            trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
+            trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
+            trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
+            finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+        finally:
+            for name, value in kept.items():
+                setattr(trainer, name, value)
+            model.load_state_dict(weights)
+            trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+        if update_attr:
+            lr = finder.suggestion()
+            if lr is not None:
+                set_lr(model, attr, lr)
+        return finder
+
+    def scale_batch_size(
+        self,
+        model: Any,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        method: Literal["fit", "validate", "test", "predict"] = "fit",
+        mode: str = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+        margin: float = 0.05,
+        max_val: int = 8192,
+    ) -> int | None:
+        """The largest batch size found (``"power"`` or ``"binsearch"``), also set where the batch
+        size lives; None under ``fast_dev_run``. Only for ``fit``, on one process."""
+        trainer = self._trainer
+        if method != "fit" or mode not in ("power", "binsearch"):
+            raise ValueError(
+                f"method={method!r}, mode={mode!r}: trainmesh searches for fit only, in mode 'power' or 'binsearch'"
+            )
+        if train_dataloaders is not None or dataloaders is not None:
+            raise ValueError(
+                "The batch size finder cannot change the batch size of a loader passed in: define train_dataloader() "
+                "(reading the batch size) on the model or a data module."
+            )
+        if trainer.world_size > 1:
+            raise ValueError("Tuning the batch size is currently not supported with distributed strategies.")
+        if trainer.fast_dev_run:
+            rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
+            return None
+        size = BatchSizeAttribute(model, datamodule, batch_arg_name)
+        source = datamodule if datamodule is not None else model
+        length = functools.partial(_dataset_length, source)
+        weights = copy.deepcopy(model.state_dict())
+        kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
+        kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
+
+        def trial() -> None:
+            trainer._reset_fit_state()  # each trial from step 0, as Lightning's _reset_progress
+            trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
+
+        try:
+            trainer.callbacks, trainer.loggers = [], []
+            trainer.max_steps, trainer.limit_train_batches = steps_per_trial, 1.0
+            trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
+            adjust(size, length, value=init_val)
+            if mode == "power":
+                found = power_scaling(trial, size, length, max_trials, max_val)
+            else:
+                found = binsearch_scaling(trial, size, length, max_trials, margin, max_val)
+        finally:
+            for name, value in kept.items():
+                setattr(trainer, name, value)
+            model.load_state_dict(weights)
+            trainer._reset_fit_state()
+        return found
+
+
+def _dataset_length(source: Any) -> int | None:
+    """The train dataset's length, of the loader the model or data module makes now (None: unknown)."""
+    loader = source.train_dataloader()
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
