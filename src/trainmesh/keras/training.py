@@ -9,7 +9,8 @@ on global batches of ``N * B``.
 
 Under ``strategy="ddp"`` the script runs again once per process (put the calls under
 ``if __name__ == "__main__":`` or accept that each process runs the whole script); under
-``ddp_spawn``/``ddp_fork`` the model travels to the workers and its trained variables come back.
+``ddp_spawn``/``ddp_fork`` the model travels to the workers (under ``ddp_spawn`` with the program's own
+classes: travel.py) and its trained variables come back.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
 from trainmesh.keras.sync import SyncState, installed, sync_callback
+from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
 
 # The how-manieth ``fit`` of this process: a script run again after a preemption makes the same calls
@@ -52,7 +54,7 @@ def fit(
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
     call = next(_FIT_CALLS)
-    result = _launch(runtime, _fit, model, x, y, fit_kwargs, values, call)
+    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call)
     return arguments.adopt_fit(model, result)
 
 
@@ -67,8 +69,10 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
             runtime.teardown()
 
 
-def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _fit(
+    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int
+) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values)
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
@@ -94,7 +98,9 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
     state = SyncState(runtime, plan)
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
-    kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), *epoch_setter(x), sync_callback(state)]
+    given = kwargs.get("callbacks")
+    savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
+    kwargs["callbacks"] = [*savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
@@ -126,11 +132,11 @@ def evaluate(
     its share; what Keras returns (the metrics of all the data), in every process."""
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, model, x, y, evaluate_kwargs)
+    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs)
 
 
-def _evaluate(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
@@ -157,11 +163,11 @@ def predict(
     gets all the outputs, in the order of ``x``."""
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _predict, model, x, predict_kwargs)
+    return _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
 
 
-def _predict(runtime: Runtime, model: Any, x: Any, kwargs: dict[str, Any]) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str, Any]) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     kwargs["callbacks"] = for_rank(kwargs.get("callbacks"), rank)
     if rank != 0:
