@@ -225,9 +225,13 @@ def run_ddp(out: str) -> None:
         with contextlib.redirect_stdout(io.StringIO()) as printed:  # Keras' progress lines, each rank's own
             history = tk.fit(model, x, y, strategy="ddp", devices=2, callbacks=callbacks, **arguments)
         record = {"variables": variables(model), "history": history.history, "params": dict(history.params)}
-        if leg in ("pydataset", "loader"):  # tk.evaluate of the trained model on the validation batches
+        if leg in ("pydataset", "loader"):  # tk.evaluate and tk.predict of the trained model on the validation batches
             validation = arguments["validation_data"]
             record["evaluate"] = tk.evaluate(model, validation, strategy="ddp", devices=2, verbose=0, return_dict=True)
+            try:
+                record["predict"] = tk.predict(model, validation, strategy="ddp", devices=2, verbose=0)
+            except (TypeError, ValueError) as refused:  # the same on both ranks: the other legs still run
+                record["predict"] = refused
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide" and rank == 0:
             held_out, _ = get_images(32, seed=1)

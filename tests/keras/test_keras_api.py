@@ -254,6 +254,9 @@ def test_unsplittable_data_and_sum_losses_are_refused_under_several_processes(mo
 
     with pytest.raises(ValueError, match="x has 3 batches, not a multiple of the 2 processes.*drop 1"):
         tk.fit(model_with(), Three(), strategy="ddp", devices=2)
+    one_batch = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.from_numpy(x)), batch_size=96)
+    with pytest.raises(ValueError, match="x has 1 batches, fewer than the 2 processes.*one would have none"):
+        tk.predict(model_with(), one_batch, strategy="ddp", devices=2)
 
     class Stream(torch.utils.data.IterableDataset):
         def __iter__(self):

@@ -126,9 +126,10 @@ def test_histories_equal_one_process(ddp, leg):
 
 
 @pytest.mark.parametrize("leg", ["pydataset", "loader"])
-def test_evaluate_splits_a_pydataset_and_a_dataloader(ddp, leg):
+def test_evaluate_and_predict_split_a_pydataset_and_a_dataloader(ddp, leg):
     """tk.evaluate at 2 processes on a PyDataset (every 2nd batch each) or a DataLoader (a run of its
-    batches each): Keras' evaluate of rank 0's weights on all the batches in one process."""
+    batches each): Keras' evaluate of rank 0's weights on all the batches in one process. tk.predict
+    (a run of the batches each): Keras' predictions, bit-identical, in order, on both ranks (before: refused)."""
     import keras_run
 
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
@@ -140,6 +141,11 @@ def test_evaluate_splits_a_pydataset_and_a_dataloader(ddp, leg):
     assert zero["evaluate"].keys() == expected.keys()
     for name, value in expected.items():
         assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+    assert isinstance(zero["predict"], np.ndarray), zero["predict"]
+    predicted = model.predict(arguments["validation_data"], verbose=0)
+    assert zero["predict"].shape == predicted.shape == (32, 1)
+    np.testing.assert_array_equal(zero["predict"], predicted)
+    np.testing.assert_array_equal(one["predict"], predicted)
 
 
 def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):

@@ -21,9 +21,9 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batches import epoch_setter, is_batches, split_batches
+from trainmesh.keras.batches import epoch_setter, is_batches, split_batches, split_for_prediction
 from trainmesh.keras.callbacks import for_rank
-from trainmesh.keras.data import interleave, num_samples, plan_training, shard
+from trainmesh.keras.data import concatenate, interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
@@ -159,8 +159,8 @@ def predict(
     num_nodes: int = 1,
     **predict_kwargs: Any,
 ) -> Any:
-    """``model.predict(x, **predict_kwargs)``: each process predicts its share, and every process
-    gets all the outputs, in the order of ``x``."""
+    """``model.predict(x, **predict_kwargs)``: each process predicts its share (of a PyDataset's or a
+    DataLoader's batches: a contiguous run), and every process gets all the outputs, in the order of ``x``."""
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
     return _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
@@ -172,8 +172,10 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     kwargs["callbacks"] = for_rank(kwargs.get("callbacks"), rank)
     if rank != 0:
         kwargs["verbose"] = 0
-    outputs = model.predict(shard(x, rank, world), **kwargs)
+    batched = is_batches(x)
+    outputs = model.predict(split_for_prediction(x, runtime) if batched else shard(x, rank, world), **kwargs)
     if world == 1:
         return outputs
     require_keras()
-    return interleave(runtime.all_gather_object(outputs))
+    parts = runtime.all_gather_object(outputs)
+    return concatenate(parts) if batched else interleave(parts)
