@@ -88,7 +88,8 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/collectives.py": ["keras/test_keras_ddp.py"],
     "keras/data.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/distribute.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
-    "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py"],
+    "keras/zero.py": ["keras/test_keras_zero1.py", "keras/test_keras_api.py", "keras/test_keras_callbacks_ddp.py"],
+    "keras/travel.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/optimizers.py": ["keras/test_keras_zero1.py"],
     "keras/step_logs.py": ["keras/test_keras_callbacks_ddp.py"],
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
@@ -100,6 +101,7 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "keras/training.py": [
         "keras/test_keras_api.py",
+        "keras/test_keras_differential.py",
         "keras/test_keras_ddp.py",
         "keras/test_keras_callbacks_ddp.py",
         "keras/test_keras_preemption.py",

@@ -7,12 +7,15 @@ python keras_callbacks_run.py node OUT  -> under torchrun (one process per node)
 
 The model is keras_run.py's class_weight classifier without class_weight (small: the legs are quick),
 at BATCH per process; the "custom_step" leg fits keras_custom_steps.py's CustomModel (a train_step and
-test_step of its own returning {m.name: m.result() ...} and a plain tensor) instead. The test compares
+test_step of its own returning {m.name: m.result() ...} and a plain tensor) instead, the "overrides" leg
+its Penalized model (compute_loss and compute_metrics of its own), and a zero1 leg runs BackupAndRestore
+and ModelCheckpoint interrupted and resumed. The test compares
 each leg with Keras' own model.fit at 2 x BATCH in one process.
 """
 
 import faulthandler
 import os
+import shutil
 import sys
 
 os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
@@ -54,15 +57,25 @@ def callbacks(leg: str, folder: str) -> list:
         ]
     if leg in ("backup", "resumed"):
         return [keras.callbacks.BackupAndRestore(os.path.join(folder, "backup"))]
+    if leg in ("zero1_backup", "zero1_resumed"):  # every saver of Keras that writes the optimizer during fit
+        return [
+            keras.callbacks.BackupAndRestore(os.path.join(folder, "zero1_backup")),
+            keras.callbacks.ModelCheckpoint(os.path.join(folder, "epoch{epoch}.keras")),
+            keras.callbacks.ModelCheckpoint(
+                os.path.join(folder, "batches.weights.h5"), save_weights_only=True, save_freq=3
+            ),
+        ]
     return []
 
 
-LEGS = {"plateau": 20, "scheduler": 3, "nan": 2, "uninterrupted": 4, "custom_step": 12}  # leg: epochs
+LEGS = {"plateau": 20, "scheduler": 3, "nan": 2, "uninterrupted": 4, "custom_step": 12, "overrides": 2}  # epochs
 
 
 def fit_arguments(leg: str, batch: int, folder: str = "") -> tuple:
     if leg == "custom_step":
         model, x, y = keras_custom_steps.custom_step()
+    elif leg == "overrides":  # compute_loss and compute_metrics of its own
+        model, (x, y) = keras_custom_steps.penalized(), keras_run.get_tabular()
     else:
         model = keras_run.build("classifier", "sgd")
         x, y = keras_run.get_tabular()
@@ -98,16 +111,26 @@ def fit_leg(leg: str, folder: str, **launch) -> dict:
         keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))
     )
     history = tk.fit(model, x, y, verbose=0, **launch, **arguments)
+    if leg == "overrides":  # its test_step's compute_loss and compute_metrics too, over all of x
+        evaluated = tk.evaluate(model, x, y, batch_size=BATCH, verbose=0, return_dict=True, **launch)
+        return {**record(model, history, losses), "evaluate": evaluated}
     return record(model, history, losses)
 
 
-def interrupted_then_resumed(folder: str) -> dict:
+def interrupted_then_resumed(folder: str, strategy: str | None = "ddp", batch: int = BATCH) -> dict:
     """Keras' own BackupAndRestore test, distributed: a fit that raises at INTERRUPT_EPOCH on every rank,
-    then the same fit again with a new BackupAndRestore on the same folder."""
+    then the same fit again with a new BackupAndRestore on the same folder. ``strategy="zero1"``: with the
+    ModelCheckpoints too, rank 0's backup kept as interrupted.weights.h5; None: Keras' own fit, one process."""
     import keras
     import trainmesh.keras as tk
 
-    model, x, y, arguments = fit_arguments("backup", BATCH, folder)
+    legs = ("zero1_backup", "zero1_resumed") if strategy != "ddp" else ("backup", "resumed")
+    model, x, y, arguments = fit_arguments(legs[0], batch, folder)
+
+    def fit(arguments):
+        if strategy is None:
+            return model.fit(x, y, verbose=0, **arguments)
+        return tk.fit(model, x, y, verbose=0, strategy=strategy, devices=2, **arguments)
 
     def interrupt(epoch, logs):
         if epoch == INTERRUPT_EPOCH:
@@ -115,14 +138,17 @@ def interrupted_then_resumed(folder: str) -> dict:
 
     arguments["callbacks"].append(keras.callbacks.LambdaCallback(on_epoch_begin=interrupt))
     try:
-        tk.fit(model, x, y, verbose=0, strategy="ddp", devices=2, **arguments)
+        fit(arguments)
         raise AssertionError("the interrupting callback did not stop the fit")
     except Interrupted:
         pass
-    left = sorted(os.listdir(os.path.join(folder, "backup"))) if os.path.isdir(os.path.join(folder, "backup")) else []
-    _, _, _, arguments = fit_arguments("resumed", BATCH, folder)  # a new model would do too: the backup restores
-    history = tk.fit(model, x, y, verbose=0, strategy="ddp", devices=2, **arguments)
-    return {**record(model, history, []), "backup_files": left, "after": os.listdir(folder)}
+    backup = os.path.join(folder, legs[0])  # the BackupAndRestore folder is named after the leg
+    left = sorted(os.listdir(backup)) if os.path.isdir(backup) else []
+    if strategy != "ddp" and left:
+        shutil.copy(os.path.join(backup, "latest.weights.h5"), os.path.join(folder, "interrupted.weights.h5"))
+    _, _, _, arguments = fit_arguments(legs[1], batch, folder)  # a new model would do too: the backup restores
+    history = fit(arguments)
+    return {**record(model, history, []), "backup_files": left, "after": sorted(os.listdir(folder))}
 
 
 def run_ddp(out: str) -> None:
@@ -135,6 +161,13 @@ def run_ddp(out: str) -> None:
         result = fit_leg(leg, folder, strategy="ddp", devices=2)
         torch.save(result, os.path.join(out, f"{leg}.rank{rank}"))
     torch.save(interrupted_then_resumed(folder), os.path.join(out, f"backup.rank{rank}"))
+    zero1_folder = os.path.join(out, f"zero1.rank{rank}")
+    os.makedirs(zero1_folder)
+    try:
+        zero1 = interrupted_then_resumed(zero1_folder, strategy="zero1")
+    except ValueError as error:  # a refusal, the same on both ranks: the other legs' tests still run
+        zero1 = {"error": str(error)}
+    torch.save(zero1, os.path.join(out, f"zero1_backup.rank{rank}"))
     model, x, y, _ = fit_arguments("scheduler", BATCH)
     evaluated = tk.evaluate(model, x, y, batch_size=BATCH, verbose=0, return_dict=True, strategy="ddp", devices=2)
     predicted = tk.predict(model, x, batch_size=BATCH, verbose=0, strategy="ddp", devices=2)

@@ -171,15 +171,52 @@ class CustomModel(keras.Model):
 CUSTOM_SAMPLES = 128  # validation_split=0.2: 102 to train (the last global batch 3 + 3), 26 to validate (13 + 13)
 
 
-def custom_step() -> tuple:
-    """The compiled CustomModel and its regression data (x, y)."""
+class SquaredError(keras.metrics.Mean):
+    """A program's own metric class: the mean squared error, as a Mean of its own."""
+
+    def __init__(self, name="squared_error", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        return super().update_state(keras.ops.square(y_true - y_pred), sample_weight=sample_weight)
+
+
+def custom_step(first_layer=None, metrics=("mae",)) -> tuple:
+    """The compiled CustomModel and its regression data (x, y); ``first_layer``: a layer class of
+    the program's own put before the hidden layer."""
     keras.backend.clear_session()
     keras.utils.set_random_seed(SEED)
     inputs = keras.Input((12,))
-    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    hidden = keras.layers.Dense(16, activation="relu")(first_layer()(inputs) if first_layer else inputs)
     model = CustomModel(inputs, keras.layers.Dense(1)(hidden))
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=[*metrics])
     rng = np.random.default_rng(SEED)
     x = rng.normal(size=(CUSTOM_SAMPLES, 12)).astype("float32")
     y = (x[:, :1] - 0.5 * x[:, 1:2] + 0.3 * rng.normal(size=(CUSTOM_SAMPLES, 1))).astype("float32")
     return model, x, y
+
+
+class Penalized(keras.Model):
+    """``compute_loss`` and ``compute_metrics`` of its own (the hooks keras' Trainer documents for this):
+    the compiled loss plus an L2 penalty on the kernels, and the compiled metrics plus the batch's mean
+    prediction (a plain tensor, so Keras' epoch logs are the last step's own dict)."""
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+        kernels = [w for w in self.trainable_weights if w.path.endswith("kernel")]
+        return loss + 1e-3 * sum(keras.ops.sum(keras.ops.square(w)) for w in kernels)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        logs = super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return {**logs, "prediction_mean": keras.ops.mean(y_pred)}
+
+
+def penalized(x_features: int = 12) -> "Penalized":
+    """A compiled Penalized binary classifier (the same in every process: the same seed)."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(SEED)
+    inputs = keras.Input((x_features,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    model = Penalized(inputs, keras.layers.Dense(1, activation="sigmoid")(hidden))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy", metrics=["accuracy"])
+    return model

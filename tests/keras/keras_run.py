@@ -2,9 +2,9 @@
 
 python keras_run.py ddp OUT      -> one launch of 2 processes (strategy="ddp"), several fits one after
                                     another; every rank writes OUT/<leg>.rank{R}
-python keras_run.py spawn OUT    -> the guide's convnet and the class_weight classifier under ddp_spawn,
-                                    the classifier under ddp_fork; the parent (the caller's process)
-                                    writes OUT/<start method>_<leg>.pt
+python keras_run.py spawn OUT    -> the guide's convnet and a model of the program's own classes under
+                                    ddp_spawn, the class_weight classifier under ddp_fork; the parent
+                                    (the caller's process) writes OUT/<start method>_<leg>.pt
 python keras_run.py load KERAS_FILE X OUT -> plain Keras alone: keras.saving.load_model, predict X
 
 Models: the keras-io guide "Multi-GPU distributed training with PyTorch"'s convnet (``guide``:
@@ -27,11 +27,33 @@ os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported, here and in s
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import keras  # noqa: E402
+
 SEED = 0
 EPOCHS = 2
 BATCH = 16  # per process; the one-process reference runs at 2 * BATCH
 SAMPLES = 160  # 128 to train, 32 to validate (validation_split=0.2): full global batches
 CLASS_WEIGHT = {0: 1.0, 1: 4.0}
+
+
+class Affine(keras.layers.Layer):
+    """A program's own layer class (``__main__.Affine`` when this file runs as a script): x * scale + shift."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="scale")
+        self.shift = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="shift")
+
+    def call(self, inputs):
+        return inputs * self.scale + self.shift
+
+
+def own_classes_arguments(batch: int) -> tuple:
+    """A program's own classes: keras_custom_steps' CustomModel (its train_step/test_step) and SquaredError
+    metric (an imported module's), this file's Affine layer; the model, data and fit arguments."""
+    import keras_custom_steps
+
+    model, x, y = keras_custom_steps.custom_step(Affine, metrics=("mae", keras_custom_steps.SquaredError()))
+    return model, x, y, {"batch_size": batch, "epochs": EPOCHS, "shuffle": False, "validation_split": 0.2}
 
 
 def get_model(kind: str = "guide"):
@@ -204,9 +226,13 @@ def run_ddp(out: str) -> None:
         with contextlib.redirect_stdout(io.StringIO()) as printed:  # Keras' progress lines, each rank's own
             history = tk.fit(model, x, y, strategy="ddp", devices=2, callbacks=callbacks, **arguments)
         record = {"variables": variables(model), "history": history.history, "params": dict(history.params)}
-        if leg in ("pydataset", "loader"):  # tk.evaluate of the trained model on the validation batches
+        if leg in ("pydataset", "loader"):  # tk.evaluate and tk.predict of the trained model on the validation batches
             validation = arguments["validation_data"]
             record["evaluate"] = tk.evaluate(model, validation, strategy="ddp", devices=2, verbose=0, return_dict=True)
+            try:
+                record["predict"] = tk.predict(model, validation, strategy="ddp", devices=2, verbose=0)
+            except (TypeError, ValueError) as refused:  # the same on both ranks: the other legs still run
+                record["predict"] = refused
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide":  # docs/how-to/keras.md's way: every rank calls it, rank 0 writes the one file
             tm.rank_zero_only(model.save)(os.path.join(out, "guide.keras"))
@@ -254,11 +280,15 @@ def shuffled_loader_samples() -> list[list[int]]:
     return seen
 
 
+# ddp_spawn's classifier leg became own_classes (a launch each: the suite keeps its three)
+SPAWN_LEGS = (("spawn", "guide"), ("fork", "classifier"), ("spawn", "own_classes"))
+
+
 def run_spawn(out: str) -> None:
     import trainmesh.keras as tk
 
-    for start, leg in (("spawn", "guide"), ("spawn", "classifier"), ("fork", "classifier")):
-        model, x, y, arguments = fit_arguments(leg, BATCH)
+    for start, leg in SPAWN_LEGS:
+        model, x, y, arguments = own_classes_arguments(BATCH) if leg == "own_classes" else fit_arguments(leg, BATCH)
         history = tk.fit(model, x, y, strategy=f"ddp_{start}", devices=2, verbose=0, **arguments)
         torch.save({"variables": variables(model), "history": history.history}, os.path.join(out, f"{start}_{leg}.pt"))
 

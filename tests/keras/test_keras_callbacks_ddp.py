@@ -8,8 +8,11 @@ test starts 2 torchrun nodes of one process each.
 """
 
 import importlib.util
+import io
 import math
+import re
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +103,30 @@ def test_a_custom_train_step_s_returned_values_are_over_all_processes(ddp):
         assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
     assert zero["iterations"] == int(model.optimizer.iterations.numpy())
     assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+def test_compute_loss_and_compute_metrics_of_the_model_s_own_over_two_processes(ddp):
+    """A model overriding compute_loss (the compiled loss plus an L2 penalty on its kernels) and
+    compute_metrics (plus the batch's mean prediction, a plain tensor: Keras' epoch logs are then the last
+    step's dict) at 2 processes: History (training and validation) equal on both ranks and within 1e-5 of
+    one process at the global batch, every weight within 1e-5; tk.evaluate over all the data (the same
+    overrides through test_step) equal on both ranks and to Keras' evaluate of rank 0's weights."""
+    import keras_callbacks_run as run
+
+    zero, one = ranks(ddp, "overrides")
+    assert zero["history"] == one["history"]
+    assert largest_difference(zero["variables"], one["variables"]) == 0.0
+    model, history = one_process("overrides")
+    assert zero["history"].keys() == history.history.keys() >= {"prediction_mean", "val_prediction_mean"}
+    for name, values in history.history.items():
+        assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
+    assert largest_difference(zero["variables"], run.keras_run.variables(model)) < 1e-5
+    assert zero["evaluate"] == one["evaluate"]
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    x, y = run.keras_run.get_tabular()
+    for name, value in model.evaluate(x, y, batch_size=2 * run.BATCH, verbose=0, return_dict=True).items():
+        assert zero["evaluate"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
 
 
 class Gathering:
@@ -212,3 +239,59 @@ def test_two_torchrun_nodes_train_as_two_processes_on_one_node(ddp, tmp_path):
         got = torch.load(out / f"node.rank{r}", weights_only=False)
         assert got["history"] == single["history"]
         assert largest_difference(got["variables"], single["variables"]) == 0.0
+
+
+def h5_datasets(source) -> dict:
+    """Every dataset of a Keras .weights.h5 file (a path, or the bytes of one inside a .keras file), by path."""
+    import h5py
+
+    found: dict = {}
+    with h5py.File(io.BytesIO(source) if isinstance(source, bytes) else source, "r") as file:
+        file.visititems(lambda name, item: found.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+    return found
+
+
+def saved_state(path: Path) -> tuple[dict, str]:
+    """What a saved file holds: its weights and optimizer datasets, and (a .keras file) its config."""
+    if path.suffix != ".keras":
+        return h5_datasets(path), ""
+    with zipfile.ZipFile(path) as archive:
+        config = archive.read("config.json").decode()  # its shared_object_id values are Python id()s
+        return h5_datasets(archive.read("model.weights.h5")), re.sub(r'"shared_object_id": \d+', "", config)
+
+
+def test_zero1_checkpoints_and_backups_are_the_files_one_process_writes(ddp, tmp_path):
+    """strategy="zero1" with BackupAndRestore, ModelCheckpoint each epoch (.keras) and every 3 batches
+    (.weights.h5), interrupted at INTERRUPT_EPOCH and run again: each file rank 0 wrote (the backup at the
+    interruption, the four .keras files, the last batch checkpoint) holds what the file Keras' own fit writes
+    in one process at the global batch holds: the same datasets (the whole optimizer state: its slots for
+    every variable) within 1e-5, the same config; Keras loads the last .keras with that optimizer state.
+    The resumed run restores from the zero1 backup and ends bit-identical to the uninterrupted ddp run, its
+    History that run's last epochs; rank 1 wrote nothing. (Before: zero1 refused these callbacks.)"""
+    import keras_callbacks_run as run
+
+    import keras
+
+    zero, one = ranks(ddp, "zero1_backup")
+    assert "error" not in zero, zero.get("error")
+    whole, _ = ranks(ddp, "uninterrupted")
+    expected = {name: values[run.INTERRUPT_EPOCH :] for name, values in whole["history"].items()}
+    assert zero["history"] == one["history"] == expected
+    assert largest_difference(zero["variables"], whole["variables"]) == 0.0
+    assert largest_difference(one["variables"], whole["variables"]) == 0.0
+    assert zero["backup_files"] == ["latest.weights.h5", "training_metadata.json"] and one["backup_files"] == []
+    written = ["batches.weights.h5", *(f"epoch{e}.keras" for e in range(1, 5)), "interrupted.weights.h5"]
+    assert zero["after"] == written and one["after"] == []
+    reference = run.interrupted_then_resumed(str(tmp_path), strategy=None, batch=2 * run.BATCH)
+    assert reference["after"] == written
+    for name in written:
+        got, config = saved_state(ddp / "zero1.rank0" / name)
+        want, want_config = saved_state(tmp_path / name)
+        assert got.keys() == want.keys() and any(key.startswith("optimizer/") for key in got), name
+        assert largest_difference(got, want) < 1e-5, name
+        assert config == want_config, name
+    loaded = keras.saving.load_model(ddp / "zero1.rank0" / "epoch4.keras")
+    for got, want in zip(
+        loaded.optimizer.variables, keras.saving.load_model(tmp_path / "epoch4.keras").optimizer.variables
+    ):
+        np.testing.assert_allclose(np.array(got.numpy()), np.array(want.numpy()), rtol=0, atol=1e-5)

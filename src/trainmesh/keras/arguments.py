@@ -16,7 +16,7 @@ import numpy as np
 
 from trainmesh.keras import internals
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batches import check_batches, is_batches
+from trainmesh.keras.batches import check_batches, check_prediction_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -109,7 +109,10 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
 def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> None:
     bind(model.predict, "predict", x, **kwargs)
     if world > 1:
-        refuse_unshardable("x", x, world)
+        refuse_unshardable("x", x, world, batches=True)
+        if is_batches(x):  # each process predicts a contiguous run of the batches (batches.py)
+            check_prediction_batches(x, world)
+            return
         check_evaluation_size(num_samples(x), world, "x")
 
 

@@ -1,6 +1,7 @@
 """Each process's share of a ``keras.utils.PyDataset`` or a torch ``DataLoader`` given to ``fit``.
 
 A PyDataset is split by batch: process ``r`` of ``W`` reads batches ``r, r + W, r + 2W, ...``
+(to predict: a contiguous run of them, so that the outputs concatenate in the data's order)
 (its ``__getitem__`` indices). Unshuffled, step ``k`` of the ``W`` processes reads batches
 ``kW .. kW + W - 1``: with batches of ``B`` samples, the samples one process reads at step ``k``
 of the same data in batches of ``W * B``. For training the number of batches must be a multiple
@@ -31,7 +32,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from trainmesh.keras.backend import require_keras
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.dataloaders import replace_batch_sampler
-from trainmesh.utilities.distributed_samplers import ContiguousBatchShard
+from trainmesh.utilities.distributed_samplers import ContiguousBatchShard, shard_bounds
 
 
 def is_py_dataset(value: Any) -> bool:
@@ -86,7 +87,7 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
     if world == 1:
         return value
     if is_py_dataset(value):
-        return _rank_batches()(value, rank, world)
+        return _rank_batches()(value, range(rank, value.num_batches, world))
     if not train:
         return replace_batch_sampler(value, ContiguousBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
     from trainmesh.strategies.sampling import shard_dataloader
@@ -97,6 +98,28 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return count
 
     return shard_dataloader(value, dp_rank=rank, dp_size=world, train=True, seed=seed, longest=longest)
+
+
+def split_for_prediction(value: Any, runtime: Runtime) -> Any:
+    """This process's contiguous run of the batches of a PyDataset or a DataLoader: the processes'
+    predictions, one after another in rank order, are in the order of the data."""
+    rank, world = runtime.global_rank, runtime.world_size
+    if world == 1:
+        return value
+    if is_py_dataset(value):
+        return _rank_batches()(value, range(*shard_bounds(value.num_batches, world, rank)))
+    return split_batches(value, runtime, train=False)  # a DataLoader's evaluation shard is contiguous
+
+
+def check_prediction_batches(value: Any, world: int) -> None:
+    """Each process must have at least one batch to predict (Keras refuses an empty input)."""
+    check_batches("x", value, world, train=False)
+    count = value.num_batches if is_py_dataset(value) else len(value)
+    if count < world:
+        raise ValueError(
+            f"x has {count} batches, fewer than the {world} processes: each process predicts a run of the "
+            "batches, and one would have none. Use smaller batches, or fewer processes"
+        )
 
 
 def epoch_setter(value: Any) -> list[Any]:
@@ -117,21 +140,21 @@ def _rank_batches() -> type:
     keras = require_keras()
 
     class RankBatches(keras.utils.PyDataset):  # type: ignore[name-defined]
-        """Batches ``rank, rank + world, ...`` of ``dataset``, with its worker settings."""
+        """The batches of ``dataset`` at ``indices`` (one process's), with its worker settings."""
 
-        def __init__(self, dataset: Any, rank: int, world: int) -> None:
+        def __init__(self, dataset: Any, indices: range) -> None:
             super().__init__(
                 workers=dataset.workers,
                 use_multiprocessing=dataset.use_multiprocessing,
                 max_queue_size=dataset.max_queue_size,
             )
-            self.dataset, self.rank, self.world = dataset, rank, world
+            self.dataset, self.indices = dataset, indices
 
         def __len__(self) -> int:
-            return len(range(self.rank, self.dataset.num_batches, self.world))
+            return len(self.indices)
 
         def __getitem__(self, index: int) -> Any:
-            return self.dataset[index * self.world + self.rank]
+            return self.dataset[self.indices[index]]
 
         def on_epoch_begin(self) -> None:
             self.dataset.on_epoch_begin()

@@ -143,3 +143,13 @@ def interleave(parts: list[Any]) -> Any:
     for rank, array in enumerate(arrays):
         out[rank :: len(arrays)] = array
     return out
+
+
+def concatenate(parts: list[Any]) -> Any:
+    """Per-process outputs of contiguous runs of the data, one after another (rank order)."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {key: concatenate([part[key] for part in parts]) for key in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(concatenate([part[i] for part in parts]) for i in range(len(first)))
+    return np.concatenate([np.asarray(part) for part in parts])

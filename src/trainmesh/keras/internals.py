@@ -39,6 +39,8 @@ def missing() -> list[str]:
         (Layer, "_flatten_layers", "the BatchNormalization averages (sync.py)"),
         (BaseOptimizer, "add_variable_from_reference", "zero1's optimizer slots (zero.py)"),
         (BaseOptimizer, "finalize_variable_values", "zero1's gather at fit's end (zero.py)"),
+        (keras.callbacks.ModelCheckpoint, "_should_save_on_batch", "zero1's gather before a save (zero.py)"),
+        (keras.callbacks.BackupAndRestore, "_should_save_on_batch", "zero1's gather before a backup (zero.py)"),
     ):
         if not callable(getattr(owner, name, None)):
             gone.append(f"{owner.__name__}.{name} ({needed_by})")

@@ -240,6 +240,8 @@ def sync_callback(state: SyncState) -> Any:
                 state.preemption.epoch_begins(epoch)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if state.zero is not None and not state.zero.partitioned:  # gathered for a saver (zero.py)
+                state.zero.partition()
             if state.preemption is not None:
                 state.preemption.batch_begins()
 

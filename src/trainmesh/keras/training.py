@@ -9,7 +9,8 @@ on global batches of ``N * B``.
 
 Under ``strategy="ddp"`` the script runs again once per process (put the calls under
 ``if __name__ == "__main__":`` or accept that each process runs the whole script); under
-``ddp_spawn``/``ddp_fork`` the model travels to the workers and its trained variables come back.
+``ddp_spawn``/``ddp_fork`` the model travels to the workers (under ``ddp_spawn`` with the program's own
+classes: travel.py) and its trained variables come back.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batches import epoch_setter, is_batches, split_batches
+from trainmesh.keras.batches import epoch_setter, is_batches, split_batches, split_for_prediction
 from trainmesh.keras.callbacks import for_rank
-from trainmesh.keras.data import interleave, num_samples, plan_training, shard
+from trainmesh.keras.data import concatenate, interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
 from trainmesh.keras.sync import SyncState, installed, sync_callback
+from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
 
 # The how-manieth ``fit`` of this process: a script run again after a preemption makes the same calls
@@ -68,7 +70,7 @@ def fit(
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     values = arguments.variable_values(model)
     call = next(_FIT_CALLS)
-    result = _launch(runtime, _fit, model, x, y, fit_kwargs, values, call)
+    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call)
     return arguments.adopt_fit(model, result)
 
 
@@ -83,8 +85,10 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
             runtime.teardown()
 
 
-def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _fit(
+    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int
+) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values)
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
@@ -110,7 +114,9 @@ def _fit(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any], v
     state = SyncState(runtime, plan)
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
-    kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), *epoch_setter(x), sync_callback(state)]
+    given = kwargs.get("callbacks")
+    savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
+    kwargs["callbacks"] = [*savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
@@ -158,11 +164,11 @@ def evaluate(
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, model, x, y, evaluate_kwargs)
+    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs)
 
 
-def _evaluate(runtime: Runtime, model: Any, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
@@ -185,8 +191,8 @@ def predict(
     num_nodes: int = 1,
     **predict_kwargs: Any,
 ) -> Any:
-    """``model.predict(x, **predict_kwargs)``: each process predicts its share, and every process
-    gets all the outputs, in the order of ``x``.
+    """``model.predict(x, **predict_kwargs)``: each process predicts its share (of a PyDataset's or a
+    DataLoader's batches: a contiguous run), and every process gets all the outputs, in the order of ``x``.
 
     Args:
         model: a compiled Keras 3 model (torch backend).
@@ -204,17 +210,19 @@ def predict(
     """
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _predict, model, x, predict_kwargs)
+    return _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
 
 
-def _predict(runtime: Runtime, model: Any, x: Any, kwargs: dict[str, Any]) -> Any:
-    rank, world = runtime.global_rank, runtime.world_size
+def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str, Any]) -> Any:
+    rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     kwargs["callbacks"] = for_rank(kwargs.get("callbacks"), rank)
     if rank != 0:
         kwargs["verbose"] = 0
-    outputs = model.predict(shard(x, rank, world), **kwargs)
+    batched = is_batches(x)
+    outputs = model.predict(split_for_prediction(x, runtime) if batched else shard(x, rank, world), **kwargs)
     if world == 1:
         return outputs
     require_keras()
-    return interleave(runtime.all_gather_object(outputs))
+    parts = runtime.all_gather_object(outputs)
+    return concatenate(parts) if batched else interleave(parts)

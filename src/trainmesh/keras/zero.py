@@ -12,10 +12,14 @@ Keras builds the optimizer on every variable before training begins; when it beg
 rank 0's variables reach every process) the state is re-built on the process's own part, keeping
 its values. When ``fit`` ends the parts are gathered back: every process ends with the whole
 state, so the model saves (``model.save``) and trains again (a second ``fit``) as under ddp.
+``ModelCheckpoint`` and ``BackupAndRestore`` write during ``fit``: before each save they may make
+(:func:`gather_for_savers`) the parts are gathered too, so that rank 0 writes the whole state, the
+file one process writes; the state is split again when the next batch begins.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -172,15 +176,15 @@ def refuse_unsupported(model: Any, fit_kwargs: dict[str, Any]) -> None:
             "was built on other variables (trainable flags changed since it was built?). Compile the model again "
             "(a new optimizer), or use strategy='ddp'"
         )
-    savers = (require_keras().callbacks.BackupAndRestore, *checkpoint_writers())
     for callback in as_list(fit_kwargs.get("callbacks")):
-        # Keras writes the optimizer's variables into .keras, .weights.h5 and Orbax checkpoints alike.
-        if isinstance(callback, savers):
+        # Keras writes the optimizer's variables into .keras, .weights.h5 and Orbax checkpoints alike; the
+        # whole state is gathered before ModelCheckpoint and BackupAndRestore save (gather_for_savers).
+        if isinstance(callback, checkpoint_writers()) and not isinstance(callback, _savers()):
             raise ValueError(
-                f"strategy='zero1' cannot run {type(callback).__name__} (it saves the optimizer during fit): under "
-                "zero1 each process holds only its part of the optimizer state until fit ends, so the file would "
-                "hold rank 0's part. Save the model after fit (the whole state is gathered then), or use "
-                "strategy='ddp'"
+                f"strategy='zero1' cannot run {type(callback).__name__}: it may write the optimizer state in the "
+                "background, after the next step has split it over the processes again, so the file could hold "
+                "rank 0's part only. Use keras.callbacks.ModelCheckpoint (the whole state is gathered before it "
+                "saves), save the model after fit, or use strategy='ddp'"
             )
 
 
@@ -197,3 +201,41 @@ def _unsupported_optimizer(optimizer: Any) -> str | None:
     if len(scratch.variables) != before + len(made) or before != len(_kept_variables(scratch)):
         return "its state is not made of one slot per model variable, so it cannot be split by variable"
     return None
+
+
+def _savers() -> tuple[type, ...]:
+    callbacks = require_keras().callbacks
+    return (callbacks.ModelCheckpoint, callbacks.BackupAndRestore)
+
+
+def gather_for_savers(zero: Zero | None, given: Any) -> list[Any]:
+    """A Keras callback to put first (before the user's): the whole optimizer state on every process
+    at each epoch's end and each batch's end where a ``ModelCheckpoint`` or ``BackupAndRestore``
+    among ``given`` (the user's callbacks, the same list on every process) saves; none without one."""
+    savers: list[Any] = [callback for callback in as_list(given) if isinstance(callback, _savers())]
+    if zero is None or not savers:
+        return []
+    return [_gathering(zero, savers)]
+
+
+def _gathering(zero: Zero, savers: list[Any]) -> Any:
+    per_epoch = any(saver.save_freq == "epoch" for saver in savers)
+    per_batch = [saver for saver in savers if saver.save_freq != "epoch"]
+    runtime = zero.runtime
+
+    def saves_on_batch(batch: int) -> bool:
+        # Only rank 0 runs the savers (callbacks.py): its decision, asked of a copy so that its counts
+        # move only when the saver itself runs, reaches every process.
+        will = runtime.global_rank == 0 and any(copy.copy(saver)._should_save_on_batch(batch) for saver in per_batch)
+        return bool(runtime.broadcast(will, 0))
+
+    class GatherForSavers(require_keras().callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if per_batch and saves_on_batch(batch):
+                zero.gather()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if per_epoch:
+                zero.gather()
+
+    return GatherForSavers()

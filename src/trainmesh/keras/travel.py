@@ -1,0 +1,119 @@
+"""A Keras model on its way to spawned workers, with the program's own classes and functions.
+
+Keras pickles a model as its ``.keras`` file (``KerasSaveable.__reduce__``) and rebuilds it from
+the config, finding each class by its registered name: only Keras' own and those registered with
+``keras.saving.register_keras_serializable`` (in a module the worker has imported). A program's own
+layer, metric, loss or model class (keras-io's ``TokenAndPositionEmbedding``) is neither, so every
+``ddp_spawn`` worker failed with ``Could not locate class``. The model travels inside
+:class:`Travelling` instead: beside its bytes go the classes and functions its config names,
+pickled by reference (their module and name), and the worker rebuilds the model inside
+``keras.saving.custom_object_scope`` of them. Reference pickling reaches a class defined at the top
+level of any module the worker can import, ``__main__`` included (a spawned worker runs the main
+script as ``__mp_main__``); one defined inside a function, or in a ``__main__`` without a file
+(``python -c``, a notebook), cannot travel, and the launch is refused before any process starts.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from trainmesh.keras.backend import is_keras_object, require_keras
+
+
+class Travelling:
+    """``model`` as ``runtime.launch`` hands it to each process: itself where nothing is pickled
+    (one process, ``ddp``, ``ddp_fork``), rebuilt with its own classes where it is (``ddp_spawn``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        objects = own_objects(self.model)
+        return (_arrive, (objects, pickle.dumps(self.model)))
+
+
+def _arrive(objects: dict[str, Any], data: bytes) -> Travelling:
+    with require_keras().saving.custom_object_scope(objects):
+        return Travelling(pickle.loads(data))
+
+
+def own_objects(model: Any) -> dict[str, Any]:
+    """The classes and functions outside Keras that the model's config names, by the names Keras
+    looks them up by; refused (ValueError) when one cannot reach a spawned worker."""
+    keras = require_keras()
+    needed = set(_names_needed(keras.saving.serialize_keras_object(model)))
+    found: dict[str, Any] = {}
+    for obj in _reachable(model):
+        name = keras.saving.get_registered_name(obj)
+        if name in needed and not _in_keras(obj.__module__):
+            found[name] = obj
+    for name, obj in found.items():
+        _refuse_unreachable(name, obj)
+    return found
+
+
+def _in_keras(module: str | None) -> bool:
+    return module is not None and (module == "keras" or module.startswith("keras."))
+
+
+def _names_needed(config: Any) -> Iterator[str]:
+    """The names of the config's objects that Keras cannot find in its own modules."""
+    if isinstance(config, dict):
+        module = config.get("module")
+        if "class_name" in config and not _in_keras(module):
+            if config["class_name"] == "function" and isinstance(config.get("config"), str):
+                yield config["config"]
+            else:
+                yield config.get("registered_name") or config["class_name"]
+        for value in config.values():
+            yield from _names_needed(value)
+    elif isinstance(config, (list, tuple)):
+        for value in config:
+            yield from _names_needed(value)
+
+
+def _reachable(root: Any) -> Iterator[Any]:
+    """The class of every Keras object reachable from ``root`` through attributes and containers,
+    and every plain function found there (an activation, a loss)."""
+    variable = require_keras().Variable
+    seen: set[int] = set()
+    pending = [root]
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (types.FunctionType, type)):
+            yield obj
+        elif isinstance(obj, dict):
+            pending.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set)):
+            pending.extend(obj)
+        elif is_keras_object(obj) and not isinstance(obj, variable):
+            yield type(obj)
+            pending.extend(getattr(obj, "__dict__", {}).values())
+
+
+def _refuse_unreachable(name: str, obj: Any) -> None:
+    where = f"{obj.__module__}.{obj.__qualname__}"
+    main = sys.modules.get("__main__")
+    if "<locals>" in obj.__qualname__:
+        why = "it is defined inside a function, where no other process can import it from"
+    elif obj.__module__ == "__main__" and not getattr(main, "__file__", None):
+        why = "it is defined in a __main__ without a file (python -c, a notebook), which a spawned process cannot run"
+    else:
+        try:
+            pickle.dumps(obj)
+            return
+        except Exception as err:  # pickle raises several types (PicklingError, AttributeError, TypeError)
+            why = f"it cannot be pickled by reference ({type(err).__name__}: {err})"
+    raise ValueError(
+        f"ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config and must find "
+        f"{name!r} ({where}) there, but {why}. Define it at the top level of a module (decorated with "
+        "@keras.saving.register_keras_serializable() if you also load saved models without trainmesh), or use "
+        "strategy='ddp_fork' or 'ddp', which start the processes without pickling the model"
+    )
