@@ -191,7 +191,6 @@ class Trainer(RunProperties):
     num_predict_batches: StateField[int | float] = StateField("_state")
     ckpt_path: StateField[str | None] = StateField("_state")
     epoch_metrics: StateField[dict[str, float]] = StateField("_state")
-    logged_metrics: StateField[dict[str, torch.Tensor]] = StateField("_state")
     train_results: StateField[Any] = StateField("_state")
     loop: StateField[LoopPosition] = StateField("_state")
     module: StateField[Any] = StateField("_state")
@@ -371,7 +370,10 @@ class Trainer(RunProperties):
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
         state.log_collector = LogCollector(runtime.all_reduce)
-        state.train_results, state.prog_bar_names = None, set()
+        # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
+        # after a fit, validate/test hold their own values only.
+        state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
+        state.epoch_metrics, state.logged_metrics = {}, {}
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
