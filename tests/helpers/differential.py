@@ -113,6 +113,7 @@ class Program:
     log_in_batch_end: bool = False  # the module logs in on_train_batch_end too
     checkpoint_monitor: str | None = None  # a ModelCheckpoint monitoring this (enables checkpointing)
     early_stopping: bool = False  # EarlyStopping on train_loss, mode "max": stops after the first epoch
+    random: bool = False  # a shuffling train loader, and noise drawn in each training step (dequantization)
 
 
 def module_class(base: type, program: Program) -> type:
@@ -126,7 +127,8 @@ def module_class(base: type, program: Program) -> type:
             self.lrs: list[float] = []  # the learning rate each training step ran with
 
         def _loss(self, batch: Any) -> torch.Tensor:
-            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            inputs = batch[0] + torch.rand_like(batch[0]) if program.random else batch[0]
+            return torch.nn.functional.mse_loss(self.layer(inputs), batch[1])
 
         def training_step(self, batch, batch_idx):
             self.lrs.append(self._first_optimizer().param_groups[0]["lr"])
@@ -168,7 +170,7 @@ def module_class(base: type, program: Program) -> type:
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": program.scheduler}}
 
         def train_dataloader(self):
-            return DataLoader(DATASETS[program.data](), batch_size=BATCH)
+            return DataLoader(DATASETS[program.data](), batch_size=BATCH, shuffle=program.random)
 
         def _eval_loaders(self) -> Any:
             loaders = [DataLoader(Samples(1), batch_size=BATCH), DataLoader(Samples(2), batch_size=BATCH)]
@@ -247,12 +249,15 @@ def run(
     root: Path,
     stages: tuple[str, ...] = ("fit",),
     ckpt_path: str | None = None,
+    seed: bool = True,
     **settings: Any,
 ) -> Outcome:
-    """Run ``program``'s ``stages`` with one Trainer of ``framework`` built with ``settings``."""
+    """Run ``program``'s ``stages`` with one Trainer of ``framework`` built with ``settings``
+    (``seed=False``: the global generators as the process left them, a second Trainer's)."""
     L = api(framework)
     out = Outcome()
-    L.seed(0, workers=False)
+    if seed:
+        L.seed(0, workers=False)
     model = module_class(L.Module, program)()
     trainer = make_trainer(framework, root, program, out.calls, **settings)
     with warnings.catch_warnings():

@@ -89,6 +89,11 @@ MATRIX = {
         ("fit",),
         dict(max_epochs=5, min_epochs=3, limit_train_batches=2, limit_val_batches=1),
     ),
+    "progress_bar": (
+        Program(),
+        ("fit",),
+        dict(max_epochs=1, limit_train_batches=3, log_every_n_steps=1, enable_progress_bar=True),
+    ),
     "fast_dev_run": (Program(), ALL_STAGES, dict(fast_dev_run=True)),
     "fast_dev_run_3": (Program(), ("fit", "test"), dict(fast_dev_run=3)),
     "no_sanity_check": (
@@ -147,3 +152,19 @@ def test_resumed_fit_same_outcome(tmp_path, max_epochs):
         outcomes[name] = run(name, program, resumed, ckpt_path=ckpt, max_epochs=max_epochs, **settings)
     found = differences(outcomes["trainmesh"], outcomes["lightning"], ignore_checkpoint_keys=IGNORED_KEYS)
     assert found == {}
+
+
+def test_two_trainers_back_to_back_with_clipping(tmp_path):
+    """Issue 36's normalizing-flows shape, small: gradient clipping, a ModelCheckpoint monitoring
+    val_loss, a shuffling loader, noise drawn in every step (dequantization), an epoch StepLR, fit
+    then test, and a second Trainer after the first with the generators as the first left them
+    (seeded once). Both Trainers' weights are Lightning's bit for bit."""
+    program = Program(random=True, checkpoint_monitor="val_loss", scheduler="epoch")
+    settings = dict(max_epochs=3, limit_val_batches=2, gradient_clip_val=0.5)
+    outcomes = {}
+    for name in ("lightning", "trainmesh"):
+        first = run(name, program, tmp_path / name / "a", ("fit", "test"), **settings)
+        second = run(name, program, tmp_path / name / "b", ("fit", "test"), seed=False, **settings)
+        outcomes[name] = (first, second)
+    for ours, theirs in zip(outcomes["trainmesh"], outcomes["lightning"]):
+        assert differences(ours, theirs, ignore_checkpoint_keys=IGNORED_KEYS) == {}
