@@ -89,6 +89,11 @@ MATRIX = {
         ("fit",),
         dict(max_epochs=5, min_epochs=3, limit_train_batches=2, limit_val_batches=1),
     ),
+    "early_stopping_min_steps": (
+        Program(early_stopping=True),
+        ("fit",),
+        dict(max_epochs=5, min_steps=5, limit_train_batches=2, limit_val_batches=1),
+    ),
     "progress_bar": (
         Program(),
         ("fit",),

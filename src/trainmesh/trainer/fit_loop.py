@@ -346,8 +346,9 @@ def _validates_after(
 
 def _min_met(state: LoopState, settings: LoopSettings) -> bool:
     """Lightning's ``_can_stop_early``: ``min_epochs`` epochs done (``current_epoch`` counts the one
-    whose batches are over, as its ``epoch_progress.processed``)."""
-    return settings.min_epochs is None or state.current_epoch >= settings.min_epochs
+    whose batches are over, as its ``epoch_progress.processed``) and ``min_steps`` optimizer steps."""
+    epochs_met = not settings.min_epochs or state.current_epoch >= settings.min_epochs
+    return epochs_met and (not settings.min_steps or state.global_step >= settings.min_steps)
 
 
 def _can_stop_early(ctx: LoopContext) -> bool:
@@ -360,7 +361,7 @@ def _can_stop_early(ctx: LoopContext) -> bool:
         state.loop.min_not_met_told = True
         rank_zero_info(
             f"Trainer was signaled to stop but the required `min_epochs={settings.min_epochs!r}` or"
-            f" `min_steps=None` has not been met. Training will continue..."
+            f" `min_steps={settings.min_steps!r}` has not been met. Training will continue..."
         )
     return False
 

@@ -71,6 +71,7 @@ class Trainer(RunProperties):
         compile: bool | dict[str, Any] = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
+        min_steps: int | None = None,
         max_steps: int = -1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -128,6 +129,7 @@ class Trainer(RunProperties):
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
             min_epochs=min_epochs,
+            min_steps=min_steps,
             max_steps=max_steps,
             limit_train_batches=limit_train_batches,
             limit_val_batches=limit_val_batches,
@@ -168,6 +170,7 @@ class Trainer(RunProperties):
     max_steps: StateField[int] = StateField("_settings")
     max_epochs: StateField[int] = StateField("_settings")
     min_epochs: StateField[int | None] = StateField("_settings")
+    min_steps: StateField[int | None] = StateField("_settings")
     limit_train_batches: StateField[int | float] = StateField("_settings")
     limit_val_batches: StateField[int | float] = StateField("_settings")
     limit_test_batches: StateField[int | float] = StateField("_settings")
