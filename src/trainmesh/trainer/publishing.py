@@ -120,10 +120,6 @@ class Publisher:
 
 
 def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:
-    """What the loggers get of reduced epoch metrics: Lightning's names, each value as
-    callback_metrics holds it (float32 unless logged wide), as Lightning's loggers get it."""
-    return {
-        (f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): float(metric_tensor(v, wide=e.wide))
-        for n, (v, e) in metrics.items()
-        if e.logger
-    }
+    """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
+    (summed in float64: Lightning's loggers get its float32 mean, which may differ in the last bits)."""
+    return {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
