@@ -113,6 +113,7 @@ class Program:
     log_in_batch_end: bool = False  # the module logs in on_train_batch_end too
     checkpoint_monitor: str | None = None  # a ModelCheckpoint monitoring this (enables checkpointing)
     early_stopping: bool = False  # EarlyStopping on train_loss, mode "max": stops after the first epoch
+    stop_at_batch: int | None = None  # the module sets trainer.should_stop after this batch of the first epoch
     random: bool = False  # a shuffling train loader, and noise drawn in each training step (dequantization)
 
 
@@ -150,6 +151,8 @@ def module_class(base: type, program: Program) -> type:
         def on_train_batch_end(self, outputs, batch, batch_idx):
             if program.log_in_batch_end:
                 self.log("batch_end_value", float(batch_idx))
+            if batch_idx == program.stop_at_batch and self.trainer.current_epoch == 0:
+                self.trainer.should_stop = True
 
         def validation_step(self, batch, batch_idx, dataloader_idx=0):
             self.log("val_loss", self._loss(batch))

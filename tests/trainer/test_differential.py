@@ -94,6 +94,16 @@ MATRIX = {
         ("fit",),
         dict(max_epochs=5, min_steps=5, limit_train_batches=2, limit_val_batches=1),
     ),
+    "stop_mid_epoch_min_epochs": (
+        Program(stop_at_batch=1),
+        ("fit",),
+        dict(max_epochs=4, min_epochs=2, limit_train_batches=4, limit_val_batches=1),
+    ),
+    "stop_mid_epoch_min_steps": (
+        Program(stop_at_batch=1),
+        ("fit",),
+        dict(max_epochs=4, min_steps=6, limit_train_batches=4, limit_val_batches=1),
+    ),
     "progress_bar": (
         Program(),
         ("fit",),
