@@ -25,7 +25,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-import trainmesh as tm
+from helpers.differential import api
 
 SAMPLES, BATCH = 64, 8  # 8 batches per epoch
 
@@ -109,10 +109,9 @@ def _recorder(name: str, prefix: str):
 def _program(framework: str):
     """The module and callback classes built on ``framework``'s base classes, and its Trainer."""
     if framework == "lightning":
-        L = pytest.importorskip("lightning.pytorch")
-        module_base, callback_base, trainer_class = L.LightningModule, L.Callback, L.Trainer
-    else:
-        module_base, callback_base, trainer_class = tm.Module, tm.Callback, tm.Trainer
+        pytest.importorskip("lightning.pytorch")
+    L = api(framework)  # the shared harness's (helpers/differential.py)
+    module_base, callback_base, trainer_class = L.Module, L.Callback, L.Trainer
 
     class Net(module_base):
         def __init__(self, data: str) -> None:

@@ -127,7 +127,8 @@ class ThroughputMonitor(Callback):
     batch (forward and backward) are counted on the first training batch; MFU divides the FLOP/s by
     ``peak_flops`` (per device), or by the table's figure for the CUDA device and precision (CPU:
     no MFU unless given). The Trainer adds one to every run that shows a progress bar, and the bar
-    shows ``samples/s`` (and ``MFU``).
+    shows ``samples/s`` (and ``MFU``); that one sends nothing to the loggers (``to_loggers=False``),
+    so their files hold what the program logged, as Lightning's: add one to log the figures.
 
     Args:
         tokens_per_sample: tokens in one sample, for tokens/s (None: counted for integer ``(B, T)`` inputs) (default ``None``).
@@ -147,6 +148,7 @@ class ThroughputMonitor(Callback):
         tokens_in_batch: Callable[[Any], int] | None = None,
         peak_flops: float | None = None,
         count_flops: bool = True,
+        to_loggers: bool = True,
     ) -> None:
         if tokens_per_sample is not None and tokens_in_batch is not None:
             raise ValueError(
@@ -159,6 +161,7 @@ class ThroughputMonitor(Callback):
         self.tokens_in_batch = tokens_in_batch
         self.peak_flops = peak_flops
         self.count_flops = count_flops
+        self.to_loggers = to_loggers  # False: figures for the progress bar only
         self.flops_per_batch: int | None = None
         self.last_figures: dict[str, float] = {}  # the latest window's figures, unprefixed
         self.history: list[dict[str, float]] = []  # every window's figures (global rank 0 logs them)
@@ -353,7 +356,7 @@ class ThroughputMonitor(Callback):
         self._reset_window(now, data_seconds)
         self._last_logged_step = trainer.global_step
         self._tokens = tokens if tokens is None else 0  # once known not to be tokens, stay so
-        if trainer.is_global_zero and not trainer.sanity_checking and trainer.loggers:
+        if self.to_loggers and trainer.is_global_zero and not trainer.sanity_checking and trainer.loggers:
             logged = {PREFIX + name: value for name, value in figures.items()}
             for logger in trainer.loggers:
                 logger.log_metrics(logged, step=trainer.global_step)

@@ -205,7 +205,10 @@ class CSVLogger(Logger):
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Buffer one row: every metric of ``metrics`` at ``step``."""
-        row: dict[str, float | int] = {key: metric_to_float(key, value) for key, value in metrics.items()}
+        # An int stays one ("epoch": 0 is written 0, as Lightning's CSVLogger writes it)
+        row: dict[str, float | int] = {
+            key: value if type(value) is int else metric_to_float(key, value) for key, value in metrics.items()
+        }
         row["step"] = int(step)
         self._buffer.append(row)
         self._calls_since_flush += 1

@@ -136,6 +136,8 @@ def _loop_entry(state: LoopState) -> dict[str, Any]:
         "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
         "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
+        "total_batches": loop.total_batches,
+        "batches_stepped": loop.batches_stepped,
     }
 
 
@@ -261,7 +263,10 @@ def restore_checkpoint(
     state.loop.epoch_finished = loop_state["epoch_finished"]
     state.loop.epoch_schedulers_pending = loop_state.get("epoch_schedulers_pending", False)
     state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
-    state.epoch_metrics.update(checkpoint.get("epoch_metrics", {}))
+    state.loop.total_batches = loop_state.get("total_batches", 0)
+    state.loop.batches_stepped = loop_state.get("batches_stepped", state.global_step)  # older checkpoints
+    # callback_metrics start empty in a resumed fit, as in Lightning's (it saves none): the
+    # checkpoint's epoch_metrics are for reading a checkpoint, not restored into the run.
     own = _own_entry(runtime, checkpoint)
     state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
     state.log_collector.results.load_state_dict(

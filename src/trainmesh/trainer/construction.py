@@ -157,9 +157,10 @@ def build_callbacks(
     if progress_bar and not any(type(cb).__name__ == "ThroughputMonitor" for cb in result):
         from trainmesh.callbacks.throughput import ThroughputMonitor
 
-        # Every run with a bar reports its throughput; placed before the bar, which shows its latest figures.
+        # Every run with a bar shows its throughput; placed before the bar, which shows its latest figures.
+        # The loggers get what the program logged only, as Lightning's (a ThroughputMonitor given logs its figures).
         bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ == "ProgressBar"), len(result))
-        result.insert(bar_at, ThroughputMonitor())
+        result.insert(bar_at, ThroughputMonitor(to_loggers=False))
     # Any Checkpoint callback (Lightning's rule) stands instead of the default ModelCheckpoint.
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
         # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.

@@ -38,24 +38,29 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     log_collector.set_batch("on_train_epoch_end", None)
     hooks.call_callbacks("on_train_epoch_end", monitoring=False)
     hooks.call_module("on_train_epoch_end")
-    ctx.publisher.epoch_metrics({**trained, **log_collector.epoch_metrics()})
+    # At the epoch's last logged step, as Lightning's (its _batches_that_stepped less one)
+    ctx.publisher.epoch_metrics({**trained, **log_collector.epoch_metrics()}, step=loop.batches_stepped - 1)
     log_collector.start_stage(train_results)
-    step_epoch_schedulers(state, hooks, cut_short=cut_short)
+    step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (lightning1/legacy_hooks.py)
         log_collector.start_stage()
         log_collector.set_batch("on_epoch_end", None)
         hooks.call("on_epoch_end")
-        ctx.publisher.epoch_metrics(log_collector.epoch_metrics())
+        ctx.publisher.epoch_metrics(log_collector.epoch_metrics(), step=loop.batches_stepped - 1)
         log_collector.start_stage(train_results)
 
 
-def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool) -> None:
+def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool, plateau: bool) -> None:
     """The epoch-interval schedulers due now, through the module's ``lr_scheduler_step`` where it
-    overrides it (manual optimization: the module steps them itself)."""
+    overrides it (manual optimization: the module steps them itself). As Lightning's, those stepped
+    with a metric (``plateau``) step after on_train_epoch_end, which may log it; the others at the
+    epoch's last batch, before its on_train_batch_end and validation (the fit loop)."""
     custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs if state.manual_backward is None else []:
-        if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0 and not cut_short:
+        if config.reduce_on_plateau != plateau or cut_short:
+            continue
+        if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0:
             if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies
                 step_scheduler(config, callback_metrics(state), custom)

@@ -19,6 +19,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
+from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.distributed_samplers import is_padding
@@ -71,9 +72,14 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     what the check draws (a shuffling loader's order, random numbers in validation_step) must
     not change training, or a seeded run's numbers would depend on ``num_sanity_val_steps``
     and differ from Lightning's. ``val_loaders()`` asks for the loaders (the first time: after
-    ``on_sanity_check_start``, as Lightning's).
+    ``on_sanity_check_start``, as Lightning's). Its metrics are in callback_metrics while it runs
+    (not in the loggers) and gone after it, as Lightning's; what was there before (a resumed
+    fit's) is back then.
     """
-    ctx.state.sanity_checking = True
+    state = ctx.state
+    before = (state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics)
+    state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = {}, {}, set(), set()
+    state.sanity_checking = True
     hooks = ctx.hooks
     try:
         with isolate_rng():
@@ -83,7 +89,8 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
             _evaluate(ctx, "sanity_check", val_loaders(), limit if limit != -1 else float("inf"))
             hooks.call_callbacks("on_sanity_check_end")
     finally:
-        ctx.state.sanity_checking = False
+        state.sanity_checking = False
+        state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before
 
 
 def run_validation(
@@ -207,7 +214,7 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         hooks.call("on_epoch_end")  # Lightning 1.x's
-        return _publish(ctx, stage, reduced, state.log_collector.epoch_metrics())
+        return _publish(ctx, reduced, state.log_collector.epoch_metrics())
 
 
 def _run_batches(
@@ -290,29 +297,26 @@ class _LoaderResults:
 
 def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
     """Each loader's epoch metrics reduced across ranks, shown in callback_metrics (not yet sent
-    to the loggers; not for the sanity check); then fresh results for the epoch-end hooks' logs."""
+    to the loggers); then fresh results for the epoch-end hooks' logs."""
     log_collector, reduced = ctx.state.log_collector, []
     for loader_idx, results in enumerate(per_loader):
         log_collector.start_stage(results)
         metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
-        if stage != "sanity_check":
-            ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
+        ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
     log_collector.start_stage()
     return reduced
 
 
-def _publish(
-    ctx: LoopContext, stage: str, reduced: list[dict[str, Any]], late: dict[str, Any]
-) -> list[dict[str, float]]:
+def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any]) -> list[dict[str, float]]:
     """Publish each loader's metrics to callback_metrics and the loggers, with what the epoch-end
-    hooks logged (``late``) beside the last loader's (not for the sanity check)."""
-    if stage == "sanity_check":
-        return [{} for _ in reduced]
-    published = []
+    hooks logged (``late``) beside the last loader's (the loggers get none of the sanity check's)."""
+    published, row = [], {}
     for loader_idx, metrics in enumerate(reduced):
-        extra = late if loader_idx == len(reduced) - 1 else {}
-        published.append(ctx.publisher.epoch_metrics({**metrics, **extra}, suffix=_suffix(loader_idx, reduced)))
+        extra, suffix = (late if loader_idx == len(reduced) - 1 else {}), _suffix(loader_idx, reduced)
+        published.append(ctx.publisher.epoch_metrics({**metrics, **extra}, suffix=suffix, to_logger=False))
+        row.update(logger_row({**metrics, **extra}, suffix))
+    ctx.publisher.log(row)  # one row for all loaders, as Lightning's
     return published
 
 

@@ -34,7 +34,7 @@ from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
@@ -84,7 +84,10 @@ def run_fit(
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
-    opened = _first_epoch(ctx, train_loader, resume_rng)
+    opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng)
+    if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end
+        hooks.call("on_fit_end")
+        return
     if fit_data.validates_in_epoch(state.current_epoch):
         fit_data.val_loaders()
     warn_of_modules_in_eval_mode(state.module)
@@ -115,7 +118,7 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
 
 
 def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
-    if state.should_stop:
+    if state.should_stop and _min_met(state, settings):
         return True
     if settings.max_steps != -1 and state.global_step >= settings.max_steps:
         return True
@@ -137,7 +140,7 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
         if loop.epoch_schedulers_pending:
-            step_epoch_schedulers(state, ctx.hooks, cut_short=False)
+            step_epoch_schedulers(state, ctx.hooks, cut_short=False, plateau=True)
             loop.epoch_schedulers_pending = False
         state.current_epoch += 1
         loop.epoch_finished, loop.batches_done = False, 0
@@ -236,24 +239,29 @@ def _train_batches(
             log_collector.end_step()
         if keep_outputs:
             loop.epoch_outputs.append(detached(output))
-        pending_gradients = not (steps_now or manual)  # backward ran; the optimizer has not stepped on it yet
-        loop.batches_done = batch_idx + 1
+        stepped = steps_now or manual
+        pending_gradients = not stepped  # backward ran; the optimizer has not stepped on it yet
+        loop.batches_done, loop.total_batches = batch_idx + 1, loop.total_batches + 1
         step_done()
-        if state.global_step % settings.log_every_n_steps == 0:
-            if steps_now:
-                _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
-            ctx.publisher.step_metrics()
+        if is_last:  # Lightning's order: the epoch's schedulers step at its last batch, before its hooks and validation
+            step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
             call(output, batch, batch_idx)
-        if val_every is not None and _validates_after(state, settings, batch_idx, val_every, is_last=is_last):
+        if stepped and ((loop.batches_stepped + 1) % settings.log_every_n_steps == 0 or state.should_stop):
+            # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step
+            # (every step once a stop is asked, as Lightning's should_update_logs)
+            _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
+            ctx.publisher.step_metrics()
+        if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
             _verify_losses(loop)
             # gradients are released first where none wait for an optimizer step
-            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=steps_now or manual)
+            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
             log_collector.start_stage(train_results)
+        loop.batches_stepped += stepped
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
             break
-        if state.should_stop:
+        if state.should_stop and _can_stop_early(ctx):
             break
         if stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
             supervision.save_and_exit(step=state.global_step, epoch=state.current_epoch)
@@ -319,8 +327,6 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
     state.current_epoch += 1
     loop.epoch_finished = loop.epoch_ending = False
     loop.batches_done = 0
-    if ctx.settings.min_epochs is not None and state.current_epoch < ctx.settings.min_epochs:
-        state.should_stop = False
 
 
 def _verify_losses(loop: LoopPosition) -> None:
@@ -341,15 +347,39 @@ def detached(output: Any) -> Any:
 
 
 def _validates_after(
-    state: LoopState, settings: LoopSettings, batch_idx: int, val_every: int | float, *, is_last: bool
+    state: LoopState, settings: LoopSettings, loop: LoopPosition, val_every: int | float, *, is_last: bool
 ) -> bool:
-    """Whether validation runs after batch ``batch_idx``, after its on_train_batch_end, as
-    Lightning's ``_should_check_val_fx``: every ``val_every`` batches (not at an epoch's end that
-    is not one of them, nor where max_steps stops), after the last batch of a loader without a
-    length, and where a stop was asked (``should_stop``) once ``min_epochs`` are done."""
-    if (batch_idx + 1) % val_every == 0 or is_last and val_every == math.inf:
+    """Whether validation runs after the batch just trained, after its on_train_batch_end, as
+    Lightning's ``_should_check_val_fx``: every ``val_every`` batches of the epoch (of the fit, all
+    epochs counted, where ``check_val_every_n_epoch=None``; not at an epoch's end that is not one of
+    them, nor where max_steps stops), after the last batch of a loader without a length, and where
+    a stop was asked (``should_stop``) once ``min_epochs`` are done."""
+    done = loop.total_batches if settings.check_val_every_n_epoch is None else loop.batches_done
+    if done % val_every == 0 or is_last and val_every == math.inf:
         return True
-    return state.should_stop and (settings.min_epochs is None or state.current_epoch >= settings.min_epochs)
+    return state.should_stop and _min_met(state, settings)
+
+
+def _min_met(state: LoopState, settings: LoopSettings) -> bool:
+    """Lightning's ``_can_stop_early``: ``min_epochs`` epochs done (``current_epoch`` counts the one
+    whose batches are over, as its ``epoch_progress.processed``) and ``min_steps`` optimizer steps."""
+    epochs_met = not settings.min_epochs or state.current_epoch >= settings.min_epochs
+    return epochs_met and (not settings.min_steps or state.global_step >= settings.min_steps)
+
+
+def _can_stop_early(ctx: LoopContext) -> bool:
+    """Whether a stop asked (``should_stop``) ends the epoch now; where ``min_epochs`` is not met,
+    training goes on (should_stop stays set), saying so once, in Lightning's words."""
+    state, settings = ctx.state, ctx.settings
+    if _min_met(state, settings):
+        return True
+    if not state.loop.min_not_met_told:
+        state.loop.min_not_met_told = True
+        rank_zero_info(
+            f"Trainer was signaled to stop but the required `min_epochs={settings.min_epochs!r}` or"
+            f" `min_steps={settings.min_steps!r}` has not been met. Training will continue..."
+        )
+    return False
 
 
 def _val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:

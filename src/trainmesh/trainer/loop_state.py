@@ -32,6 +32,12 @@ class LoopPosition:
     """Where the fit loop is; saved in every checkpoint."""
 
     batches_done: int = 0  # training batches finished in the current epoch
+    # Lightning's counts across the fit's epochs: the batches trained (its total_batch_idx + 1, which
+    # check_val_every_n_epoch=None validates by), and those that ended with an optimizer step (its
+    # _batches_that_stepped: the step the loggers are given).
+    total_batches: int = 0
+    batches_stepped: int = 0
+    min_not_met_told: bool = False  # Lightning says once that a stop waits for min_epochs/min_steps
     epoch_finished: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then
@@ -95,7 +101,6 @@ class LoopState:
     # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
     wide_metrics: set[str] = field(default_factory=set)
     prog_bar_names: set[str] = field(default_factory=set)
-    last_logged_step: int = -1
     train_results: StageResults | None = None
     loop: LoopPosition = field(default_factory=LoopPosition)
     # What the run trains, set when a stage is prepared.

@@ -30,6 +30,20 @@ def callback_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     return metrics
 
 
+def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
+    """What the loggers were sent, with this epoch's latest step values for them, as Lightning's
+    ``logged_metrics`` (it reads the step's values live, whether or not this step went to a logger),
+    under Lightning's names: ``name_step`` for a value logged on step and epoch."""
+    metrics = dict(state.logged_metrics)
+    if state.train_results is not None:
+        entries = state.train_results.entries
+        for name, value in state.train_results.step_values.items():
+            entry = entries[name]
+            if entry.logger:
+                metrics[f"{name}_step" if entry.on_epoch else name] = step_tensor(value)
+    return metrics
+
+
 def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
     loss = state.loop.last_loss
@@ -41,8 +55,9 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
         for name, value in state.train_results.step_values.items():
-            if entries[name].prog_bar:
-                shown[name] = value
+            entry = entries[name]
+            if entry.prog_bar:  # Lightning's names: name_step beside name_epoch where logged for both
+                shown[f"{name}_step" if entry.on_epoch else name] = value
     metrics: dict[str, Any] = read_floats(shown)
     for name, value in state.epoch_metrics.items():
         if name in state.prog_bar_names:
@@ -57,9 +72,15 @@ class Publisher:
         self.state, self.loggers, self.is_global_zero = state, loggers, is_global_zero
 
     def epoch_metrics(
-        self, metrics: dict[str, tuple[float, Any]], *, suffix: str = "", to_logger: bool = True
+        self,
+        metrics: dict[str, tuple[float, Any]],
+        *,
+        suffix: str = "",
+        to_logger: bool = True,
+        step: int | None = None,
     ) -> dict[str, float]:
-        """Put reduced epoch metrics into callback_metrics (and the loggers); returns them."""
+        """Put reduced epoch metrics into callback_metrics (and the loggers, at ``step``: see
+        ``log``); returns them."""
         state = self.state
         published: dict[str, float] = {}
         for name, (value, entry) in metrics.items():
@@ -70,29 +91,35 @@ class Publisher:
                 state.epoch_metrics[each] = value
             (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
             if entry.prog_bar:
-                state.prog_bar_names.add(key)
+                state.prog_bar_names.add(keys[-1])
             if entry.logger:
                 state.logged_metrics[keys[-1]] = metric_tensor(value, wide=entry.wide)
         if to_logger:
-            logged = {
-                (f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger
-            }
-            self.log({**logged, "epoch": float(state.current_epoch)})
+            self.log(logger_row(metrics, suffix), step=step)
         return published
 
     def step_metrics(self) -> None:
-        """Send the step values to the loggers, once per optimizer step at most."""
+        """Send the step values to the loggers (the fit loop calls it where Lightning logs a step)."""
         state = self.state
-        if state.last_logged_step == state.global_step or not self.loggers:
+        if not self.loggers:
             return
-        state.last_logged_step = state.global_step
         logged = state.log_collector.step_metrics(logger_only=True)
         wide = state.log_collector.wide_step_names()
         state.logged_metrics.update({name: metric_tensor(value, wide=name in wide) for name, value in logged.items()})
-        if logged:
-            self.log({**logged, "epoch": float(state.current_epoch)})
+        self.log(logged)
 
-    def log(self, metrics: dict[str, float]) -> None:
-        if self.loggers and self.is_global_zero and not self.state.sanity_checking:
+    def log(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """To the loggers (none when ``metrics`` is empty) with the epoch, at ``step``, by default
+        Lightning's: the batches of the fit that ended with an optimizer step (its
+        ``_batches_that_stepped``), so the first step's values go to step 0."""
+        if metrics and self.loggers and self.is_global_zero and not self.state.sanity_checking:
+            at = self.state.loop.batches_stepped if step is None else step
+            row = {**metrics, "epoch": self.state.current_epoch}
             for logger in self.loggers:
-                logger.log_metrics(metrics, step=self.state.global_step)
+                logger.log_metrics(row, step=at)
+
+
+def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:
+    """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
+    (summed in float64: Lightning's loggers get its float32 mean, which may differ in the last bits)."""
+    return {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}

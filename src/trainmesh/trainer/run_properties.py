@@ -61,6 +61,11 @@ class RunProperties(RunningStageFlags):
         return publishing.callback_metrics(self._state)
 
     @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """What went to the loggers, and this step's values for them; see publishing.logged_metrics."""
+        return publishing.logged_metrics(self._state)
+
+    @property
     def progress_bar_metrics(self) -> dict[str, Any]:
         return publishing.progress_bar_metrics(self._state)
 

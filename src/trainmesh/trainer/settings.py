@@ -23,6 +23,7 @@ class LoopSettings:
     max_steps: int
     max_epochs: int
     min_epochs: int | None
+    min_steps: int | None  # with min_epochs: a stop asked (should_stop) waits for both (fit_loop)
     limit_train_batches: int | float
     limit_val_batches: int | float
     limit_test_batches: int | float
@@ -44,6 +45,7 @@ def check_loop_settings(
     max_epochs: int | None,
     min_epochs: int | None,
     max_steps: int,
+    min_steps: int | None = None,
     limit_train_batches: int | float | None,
     limit_val_batches: int | float | None,
     limit_test_batches: int | float | None,
@@ -70,6 +72,7 @@ def check_loop_settings(
         max_epochs = 1000 if max_steps == -1 else -1
     max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
     min_epochs = None if min_epochs is None else _check_int("min_epochs", min_epochs, minimum=0)
+    min_steps = None if min_steps is None else _check_int("min_steps", min_steps, minimum=0)
     limit_train_batches = _check_limit("limit_train_batches", limit_train_batches)
     limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
     limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
@@ -91,6 +94,7 @@ def check_loop_settings(
         max_steps=max_steps,
         max_epochs=max_epochs,
         min_epochs=min_epochs,
+        min_steps=min_steps,
         limit_train_batches=limit_train_batches,
         limit_val_batches=limit_val_batches,
         limit_test_batches=limit_test_batches,

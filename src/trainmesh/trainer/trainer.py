@@ -70,6 +70,7 @@ class Trainer(RunProperties):
         compile: bool | dict[str, Any] = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
+        min_steps: int | None = None,
         max_steps: int = -1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -127,6 +128,7 @@ class Trainer(RunProperties):
             fast_dev_run=fast_dev_run,
             max_epochs=max_epochs,
             min_epochs=min_epochs,
+            min_steps=min_steps,
             max_steps=max_steps,
             limit_train_batches=limit_train_batches,
             limit_val_batches=limit_val_batches,
@@ -167,6 +169,7 @@ class Trainer(RunProperties):
     max_steps: StateField[int] = StateField("_settings")
     max_epochs: StateField[int] = StateField("_settings")
     min_epochs: StateField[int | None] = StateField("_settings")
+    min_steps: StateField[int | None] = StateField("_settings")
     limit_train_batches: StateField[int | float] = StateField("_settings")
     limit_val_batches: StateField[int | float] = StateField("_settings")
     limit_test_batches: StateField[int | float] = StateField("_settings")
@@ -190,7 +193,6 @@ class Trainer(RunProperties):
     num_predict_batches: StateField[int | float] = StateField("_state")
     ckpt_path: StateField[str | None] = StateField("_state")
     epoch_metrics: StateField[dict[str, float]] = StateField("_state")
-    logged_metrics: StateField[dict[str, torch.Tensor]] = StateField("_state")
     train_results: StateField[Any] = StateField("_state")
     loop: StateField[LoopPosition] = StateField("_state")
     module: StateField[Any] = StateField("_state")
@@ -385,7 +387,10 @@ class Trainer(RunProperties):
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
         state.log_collector = LogCollector(runtime.all_reduce)
-        state.train_results, state.prog_bar_names = None, set()
+        # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
+        # after a fit, validate/test hold their own values only.
+        state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
+        state.epoch_metrics, state.logged_metrics = {}, {}
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
