@@ -38,6 +38,7 @@ LOWER_LAYERS = (
     "trainmesh.utilities",
     "trainmesh.precision",
     "trainmesh.accelerators",
+    "trainmesh.accelerator_types",
     "trainmesh.seed",
     "trainmesh.supervision",
 )
@@ -107,9 +108,13 @@ TRAINER_USERS = {
 }
 
 
-# Lightning 1.x's package, and the two doors through which the core enters it (docs/architecture.md).
+# Lightning 1.x's package, and the doors through which the core enters it (docs/architecture.md).
 LIGHTNING1 = "trainmesh.trainer.lightning1"
-LIGHTNING1_DOORS = ("trainmesh.trainer.optimization.runners", "trainmesh.trainer.hooks")
+LIGHTNING1_DOORS = (
+    "trainmesh.trainer.optimization.runners",
+    "trainmesh.trainer.hooks",
+    "trainmesh.trainer.construction",  # the 1.x Trainer arguments (gpus-era hardware, argparse)
+)
 # Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
 GLOBAL_STEP_WRITERS = {
     ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
@@ -408,7 +413,7 @@ def strategy_name_comparisons(source: Source) -> list[str]:
 
 def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
     """(j) An import of Lightning 1.x's package (``trainer/lightning1/``) from outside it, other than
-    from its two doors (the runner choice and the hook dispatcher)."""
+    from its doors (the runner choice, the hook dispatcher, the construction)."""
     if within(source.module, (LIGHTNING1, *LIGHTNING1_DOORS)):
         return []
     found = []
@@ -731,7 +736,7 @@ def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
 def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
     modules = known_modules()
     found = [e for s in sources() for e in lightning1_imports(s, modules)]
-    assert not found, _report(found, "Lightning 1.x's package entered other than through its two doors")
+    assert not found, _report(found, "Lightning 1.x's package entered other than through its doors")
 
 
 def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
