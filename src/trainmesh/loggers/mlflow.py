@@ -128,7 +128,7 @@ class MLFlowLogger(Logger):
 
     def agree_on_version(self, broadcast: Any) -> None:
         """Every process uses rank 0's experiment and run (only rank 0 creates them)."""
-        ids = broadcast((self._experiment_id, self._run_id) if on_rank_zero() else None)
+        ids = broadcast((self.experiment_id, self.run_id) if on_rank_zero() else None)  # rank 0 creates them
         if not on_rank_zero():
             self._experiment_id, self._run_id = ids
 
