@@ -32,7 +32,7 @@ COVERED_BY: dict[str, list[str]] = {
     "plugins/lightning1.py": ["plugins/test_plugins.py"],
     "strategies/lightning_names.py": ["plugins/test_plugins.py"],
     "trainer/lightning1/argparse_arguments.py": ["trainer/test_argparse_1x.py"],
-    "trainer/lightning1/trainer_arguments.py": ["plugins/test_plugins.py"],
+    "trainer/lightning1/trainer_arguments.py": ["trainer/test_lightning1_arguments.py"],
     "trainer/plugins_argument.py": ["plugins/test_plugins.py", "trainer/test_checkpoint_saves.py"],
     "utilities/refusal.py": ["plugins/test_plugins.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],

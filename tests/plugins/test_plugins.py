@@ -256,13 +256,3 @@ def test_every_refused_name_stops_with_its_reason():
             value()
         if isinstance(error.value, RefusedError):
             assert refusal_of(value) in str(error.value), name
-
-
-def test_lightning_one_hardware_arguments():
-    with pytest.raises(ValueError, match="TPUs"):
-        tm.Trainer(tpu_cores=8, **QUIET)
-    with pytest.raises(ValueError, match="IPUs"):
-        tm.Trainer(ipus=1, **QUIET)
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no visible CUDA devices"):
-            tm.Trainer(gpus=2, auto_select_gpus=True, **QUIET)

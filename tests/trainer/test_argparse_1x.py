@@ -16,18 +16,11 @@ RECORDED = json.loads((Path(__file__).resolve().parents[1] / "helpers" / "lightn
 
 # 1.9.5's arguments trainmesh's Trainer does not take (the inventory lists them as missing).
 NOT_TAKEN = {
-    "num_processes",
-    "track_grad_norm",
     "min_steps",
     "resume_from_checkpoint",
     "benchmark",
     "reload_dataloaders_every_n_epochs",
-    "auto_lr_find",
-    "replace_sampler_ddp",
     "detect_anomaly",
-    "auto_scale_batch_size",
-    "amp_backend",
-    "amp_level",
     "move_metrics_to_cpu",
     "multiple_trainloader_mode",
 }

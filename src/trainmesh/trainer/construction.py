@@ -13,7 +13,7 @@ from trainmesh.runtime import Runtime
 from trainmesh.trainer import legacy_arguments
 from trainmesh.trainer.legacy_hooks import CALLBACK_HOOKS
 from trainmesh.trainer.lightning1 import argparse_arguments
-from trainmesh.trainer.lightning1.trainer_arguments import hardware_arguments
+from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, hardware_arguments
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
@@ -75,18 +75,22 @@ def build_runtime(
     fault_tolerance: Any = None,
     plugins: Any = None,
     sync_batchnorm: bool = False,
-    lightning1_hardware: dict[str, Any] | None = None,
+    lightning1: dict[str, Any] | None = None,
 ) -> tuple[Runtime, bool, Any]:
     """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
     (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
     plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
+    # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
+    gpus, accelerator, devices = hardware_arguments(
+        lightning1 or {}, gpus=gpus, accelerator=accelerator, devices=devices
+    )
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
     settings = legacy_arguments.translate(
         accelerator=accelerator,
         devices=devices,
         strategy=plugged.strategy,
         enable_model_summary=enable_model_summary,
-        gpus=hardware_arguments(gpus=gpus, **(lightning1_hardware or {})) if lightning1_hardware else gpus,
+        gpus=gpus,
         distributed_backend=distributed_backend,
         weights_summary=weights_summary,
         num_tpu_cores=num_tpu_cores,
@@ -121,6 +125,8 @@ def refuse_sync_on_cpu(runtime: Runtime) -> None:
             "statistics), or use GroupNorm/LayerNorm, which need no sync"
         )
 
+
+__all__ = ["LIGHTNING1_ARGUMENTS"]  # the Trainer's 1.x arguments it hands to build_runtime
 
 # Lightning 1.x's argparse classmethods of the Trainer (lightning1/argparse_arguments.py).
 add_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.add_argparse_args)

@@ -23,6 +23,7 @@ from trainmesh.trainer.checkpointing import (
     restore_checkpoint,
 )
 from trainmesh.trainer.construction import (
+    LIGHTNING1_ARGUMENTS,
     build_callbacks,
     build_loggers,
     build_runtime,
@@ -106,11 +107,18 @@ class Trainer(RunProperties):
         auto_select_gpus: bool = False,
         tpu_cores: Any = None,
         ipus: Any = None,
+        num_processes: int | None = None,
+        amp_backend: str | None = None,
+        amp_level: str | None = None,
+        auto_lr_find: bool | str = False,
+        auto_scale_batch_size: bool | str = False,
+        track_grad_norm: int | float | str = -1,
+        replace_sampler_ddp: bool = True,
     ) -> None:
         self.runtime, enable_model_summary, self._layer_sync = build_runtime(
             plugins=plugins,
             sync_batchnorm=sync_batchnorm,
-            lightning1_hardware={"auto_select_gpus": auto_select_gpus, "tpu_cores": tpu_cores, "ipus": ipus},
+            lightning1={name: value for name, value in locals().items() if name in LIGHTNING1_ARGUMENTS},
             fault_tolerance=fault_tolerance,
             accelerator=accelerator,
             devices=devices,

@@ -69,7 +69,9 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
         ("logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "sync_batchnorm"),
         (str_to_bool, True),
     ),
-    **dict.fromkeys(("auto_select_gpus", "inference_mode"), (str_to_bool, True)),
+    **dict.fromkeys(("auto_select_gpus", "inference_mode", "replace_sampler_ddp"), (str_to_bool, True)),
+    **dict.fromkeys(("auto_lr_find", "auto_scale_batch_size"), (str_to_bool_or_str, True)),
+    "track_grad_norm": (float, False),
     "fast_dev_run": (str_to_bool_or_int, True),
     **dict.fromkeys(
         ("gradient_clip_val", "overfit_batches", "val_check_interval")
@@ -87,6 +89,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
             "log_every_n_steps",
             "num_sanity_val_steps",
             "ipus",
+            "num_processes",
         ),
         (int, False),
     ),
@@ -94,7 +97,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
     "precision": (_precision_allowed_type, False),
     **dict.fromkeys(
         ("default_root_dir", "gradient_clip_algorithm", "devices", "max_time", "accelerator", "strategy")
-        + ("profiler", "plugins"),
+        + ("profiler", "plugins", "amp_backend", "amp_level"),
         (str, False),
     ),
 }
