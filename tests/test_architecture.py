@@ -39,6 +39,7 @@ LOWER_LAYERS = (
     "trainmesh.precision",
     "trainmesh.accelerators",
     "trainmesh.accelerator_types",
+    "trainmesh.plugins",
     "trainmesh.seed",
     "trainmesh.supervision",
 )
