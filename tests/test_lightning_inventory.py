@@ -13,6 +13,7 @@ from helpers.lightning_inventory import (  # noqa: E402
     counts,
     lightning_names,
     read_table,
+    refusal,
     trainmesh_has,
 )
 
@@ -59,11 +60,12 @@ def test_a_refused_name_is_listed_with_the_reason_its_user_sees():
     from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
     from trainmesh.utilities.refusal import RefusedError, refusal_of
 
-    rows = {r.key: r for r in build_rows()}
     reason = refusal_of(trainmesh.accelerators.XLAAccelerator)
+    assert refusal("lightning.pytorch.accelerators.", "XLAAccelerator") == reason
+    assert refusal("1.9 Trainer(", "tpu_cores") == REFUSED_ARGUMENTS["tpu_cores"]
+    assert refusal("lightning.pytorch.accelerators.", "CPUAccelerator") is None
+    rows = {r.key: r for r in read_table()}
     row = rows["lightning.pytorch.accelerators.XLAAccelerator"]
     assert (row.status, row.evidence) == ("refused", reason)
     with pytest.raises(RefusedError, match="TPUs"):
         trainmesh.accelerators.XLAAccelerator()
-    row = rows["1.9 Trainer(tpu_cores"]
-    assert (row.status, row.evidence) == ("refused", REFUSED_ARGUMENTS["tpu_cores"])

@@ -89,14 +89,14 @@ def _strategy_from_plugin(plugin: Any, strategy: Any) -> Any:
         warnings.warn(
             f"plugins={plugin!r} is Lightning 1.x's spelling; today: strategy={STRATEGY_STRINGS[plugin]!r}",
             LightningOneName,
-            stacklevel=4,
+            stacklevel=5,  # the user's Trainer(...) line
         )
         plugin = STRATEGY_STRINGS[plugin]
     else:  # a strategy object (what 1.x's DDPPlugin(...) makes) in plugins
         warnings.warn(
             f"a strategy in plugins is Lightning 1.x's spelling; today: Trainer(strategy={type(plugin).__name__}(...))",
             LightningOneName,
-            stacklevel=4,
+            stacklevel=5,  # the user's Trainer(...) line
         )
     if strategy not in ("auto", None):
         raise ValueError(f"Trainer(strategy={strategy!r}, plugins=[{plugin!r}]): two strategies; pass one as strategy=")
