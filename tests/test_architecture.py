@@ -38,6 +38,8 @@ LOWER_LAYERS = (
     "trainmesh.utilities",
     "trainmesh.precision",
     "trainmesh.accelerators",
+    "trainmesh.accelerator_types",
+    "trainmesh.plugins",
     "trainmesh.seed",
     "trainmesh.supervision",
 )

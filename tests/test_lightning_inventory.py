@@ -13,6 +13,7 @@ from helpers.lightning_inventory import (  # noqa: E402
     counts,
     lightning_names,
     read_table,
+    refusal,
     trainmesh_has,
 )
 
@@ -52,3 +53,21 @@ def test_the_check_sees_a_name_trainmesh_loses(monkeypatch):
     assert trainmesh_has(area, "EarlyStopping", {})
     monkeypatch.delattr(trainmesh.callbacks, "EarlyStopping")
     assert not trainmesh_has(area, "EarlyStopping", {})
+
+
+def test_a_refused_name_is_listed_with_the_reason_its_user_sees():
+    # A class trainmesh refuses carries its reason (utilities/refusal.py): the row shows that text,
+    # and using the name raises it; a refused Trainer argument reads its reason from the Trainer's table.
+    import trainmesh.accelerators
+    from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
+    from trainmesh.utilities.refusal import RefusedError, refusal_of
+
+    reason = refusal_of(trainmesh.accelerators.XLAAccelerator)
+    assert refusal("lightning.pytorch.accelerators.", "XLAAccelerator") == reason
+    assert refusal("1.9 Trainer(", "tpu_cores") == REFUSED_ARGUMENTS["tpu_cores"]
+    assert refusal("lightning.pytorch.accelerators.", "CPUAccelerator") is None
+    rows = {r.key: r for r in read_table()}
+    row = rows["lightning.pytorch.accelerators.XLAAccelerator"]
+    assert (row.status, row.evidence) == ("refused", reason)
+    with pytest.raises(RefusedError, match="TPUs"):
+        trainmesh.accelerators.XLAAccelerator()

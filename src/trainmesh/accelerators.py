@@ -6,14 +6,45 @@ import os
 
 import torch
 
+from trainmesh.accelerator_types import (
+    Accelerator,
+    CPUAccelerator,
+    CUDAAccelerator,
+    HPUAccelerator,
+    IPUAccelerator,
+    MPSAccelerator,
+    TPUAccelerator,
+    XLAAccelerator,
+    accelerator_name,
+    call_register_accelerators,
+    find_usable_cuda_devices,
+)
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.suggestions import did_you_mean
+
+# Lightning's accelerator names (lightning.pytorch.accelerators), defined in accelerator_types.py.
+__all__ = [
+    "Accelerator",
+    "CPUAccelerator",
+    "CUDAAccelerator",
+    "HPUAccelerator",
+    "IPUAccelerator",
+    "MPSAccelerator",
+    "TPUAccelerator",
+    "XLAAccelerator",
+    "call_register_accelerators",
+    "find_usable_cuda_devices",
+    "resolve_accelerator",
+    "resolve_devices",
+]
 
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
 
 
-def resolve_accelerator(accelerator: str) -> str:
-    """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda. Returns a torch device type."""
+def resolve_accelerator(accelerator: str | Accelerator) -> str:
+    """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda; an Accelerator object stands for
+    its device type (accelerator_types.py). Returns a torch device type."""
+    accelerator = accelerator_name(accelerator)
     if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
         raise ValueError(
             f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}."

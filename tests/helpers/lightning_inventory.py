@@ -30,7 +30,18 @@ RECORDED_1_9 = Path(__file__).resolve().parent / "lightning_1_9_names.json"
 
 # The subpackages whose `__all__` is the public face, and the utility modules programs import
 # by path (their public functions and classes, re-exports from lightning_fabric included).
-PACKAGES = ("", "callbacks", "loggers", "profilers", "strategies", "plugins", "accelerators", "utilities", "core")
+PACKAGES = (
+    "",
+    "callbacks",
+    "loggers",
+    "profilers",
+    "strategies",
+    "plugins",
+    "plugins.environments",
+    "accelerators",
+    "utilities",
+    "core",
+)
 MODULES = (
     "tuner",
     "cli",
@@ -72,14 +83,21 @@ def _module_names(root: str, path: str) -> list[str]:
         return sorted(module.__all__)
     # A module's own classes and functions, and those it re-exports from Fabric's module of the
     # same name (`utilities.rank_zero` re-exports `rank_zero_only`); not what it merely imports.
+    # A package without `__all__` (1.9's `strategies`, `accelerators`; `plugins.environments`):
+    # what it imports from its own submodules, or from Fabric's package of the same name.
     leaf = module.__name__.rsplit(".", 1)[-1]
+    fabric = module.__name__.replace("lightning.pytorch", "lightning.fabric").replace(
+        "pytorch_lightning", "lightning_fabric"
+    )
     names = []
     for name, value in vars(module).items():
         if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
             continue
         origin = getattr(value, "__module__", "") or ""
-        if origin == module.__name__ or (
-            origin.startswith(("lightning", "pytorch_lightning")) and origin.endswith(f".{leaf}")
+        if (
+            origin == module.__name__
+            or (origin.startswith(("lightning", "pytorch_lightning")) and origin.endswith(f".{leaf}"))
+            or (hasattr(module, "__path__") and origin.startswith((f"{module.__name__}.", f"{fabric}.")))
         ):
             names.append(name)
     return sorted(names)
@@ -193,16 +211,32 @@ def _test_texts() -> tuple[dict[str, str], dict[str, str]]:
     return texts, against_lightning
 
 
+def refusal(area: str, name: str) -> str | None:
+    """Why trainmesh refuses a name it has: written on the object itself (``__refused__``, what
+    ``trainmesh.utilities.refusal`` gives the classes it makes, the same text the user is shown), in
+    the Trainer's table of refused arguments, or in ``REFUSED`` here."""
+    from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
+    from trainmesh.utilities.refusal import refusal_of
+
+    if f"{area}{name}" in REFUSED:
+        return REFUSED[f"{area}{name}"]
+    if area.removeprefix("1.9 ") == "Trainer(":
+        return REFUSED_ARGUMENTS.get(name)
+    kind, place = _trainmesh_place(area)
+    if kind != "module" or place is None:
+        return None
+    return refusal_of(getattr(importlib.import_module(place), name, None))
+
+
 def build_rows() -> list[Row]:
     objects = _trainmesh_objects()
     tests, against_lightning = _test_texts()
     rows = []
     for area, name in sorted(set(lightning_names()) | set(removed_1_9_names())):
-        key = f"{area}{name}"
         if not trainmesh_has(area, name, objects):
             rows.append(Row(area, name, "missing", ""))
-        elif key in REFUSED:
-            rows.append(Row(area, name, "refused", REFUSED[key]))
+        elif (reason := refusal(area, name)) is not None:
+            rows.append(Row(area, name, "refused", reason.replace("|", "/")))
         elif compared := citing_test(name, against_lightning):
             rows.append(Row(area, name, "same", compared))
         else:

@@ -11,6 +11,24 @@ from trainmesh.strategies.dp import DataParallelStrategy
 from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy, FaultTolerantFSDPStrategy
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
+from trainmesh.strategies.lightning_names import (
+    BaguaStrategy,
+    ColossalAIStrategy,
+    DDPFullyShardedNativeStrategy,
+    DDPFullyShardedStrategy,
+    DDPShardedStrategy,
+    DDPSpawnShardedStrategy,
+    DDPSpawnStrategy,
+    DeepSpeedStrategy,
+    HivemindStrategy,
+    HorovodStrategy,
+    HPUParallelStrategy,
+    IPUStrategy,
+    ParallelStrategy,
+    SingleHPUStrategy,
+    SingleTPUStrategy,
+    TPUSpawnStrategy,
+)
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
@@ -86,6 +104,22 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
 __all__ = [
     "STRATEGIES",
     "AutoStrategy",
+    "BaguaStrategy",
+    "ColossalAIStrategy",
+    "DDPFullyShardedNativeStrategy",
+    "DDPFullyShardedStrategy",
+    "DDPShardedStrategy",
+    "DDPSpawnShardedStrategy",
+    "DDPSpawnStrategy",
+    "DeepSpeedStrategy",
+    "HPUParallelStrategy",
+    "HivemindStrategy",
+    "HorovodStrategy",
+    "IPUStrategy",
+    "ParallelStrategy",
+    "SingleHPUStrategy",
+    "SingleTPUStrategy",
+    "TPUSpawnStrategy",
     "DDP2Strategy",
     "DDPStrategy",
     "DataParallelStrategy",

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
-from trainmesh.trainer.lightning1 import legacy_arguments
+from trainmesh.trainer.lightning1 import argparse_arguments, legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
 from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS
+from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, hardware_arguments
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
+from trainmesh.trainer.plugins_argument import sort_plugins
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -83,14 +85,22 @@ def build_runtime(
     num_tpu_cores: int | None,
     watchdog_timeout: float | None,
     fault_tolerance: Any = None,
-) -> tuple[Runtime, bool]:
-    """The Runtime the arguments describe (its watchdog's timeout checked and set), and enable_model_summary
-    (the seeds' weights_summary sets it too)."""
+    plugins: Any = None,
+    sync_batchnorm: bool = False,
+    lightning1: dict[str, Any] | None = None,
+) -> tuple[Runtime, bool, Any]:
+    """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
+    (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
+    plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
+    # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
+    gpus, accelerator, devices = hardware_arguments(
+        lightning1 or {}, gpus=gpus, accelerator=accelerator, devices=devices
+    )
     # The seeds' Lightning 1.x spellings (gpus=2, accelerator="dp", ...) become today's.
     settings = legacy_arguments.translate(
         accelerator=accelerator,
         devices=devices,
-        strategy=strategy,
+        strategy=plugged.strategy,
         enable_model_summary=enable_model_summary,
         gpus=gpus,
         distributed_backend=distributed_backend,
@@ -101,14 +111,39 @@ def build_runtime(
         accelerator=settings.accelerator,
         devices=settings.devices,
         strategy=settings.strategy,
-        precision=precision,
+        precision=plugged.precision,
         num_nodes=num_nodes,
         max_restarts=max_restarts,
         compile=compile,
         fault_tolerance=fault_tolerance,
     )
     runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
-    return runtime, settings.enable_model_summary
+    # AsyncCheckpointIO: saves in the background (checkpoint/saves.py)
+    runtime._checkpoint_saves.use_plugins(plugged.background_writer)
+    if plugged.layer_sync is not None:
+        refuse_sync_on_cpu(runtime)
+    return runtime, settings.enable_model_summary, plugged.layer_sync
+
+
+def refuse_sync_on_cpu(runtime: Runtime) -> None:
+    """torch's SyncBatchNorm raises for CPU tensors: several CPU processes cannot sync batch norms.
+    One process has nothing to sync (Lightning's single-device strategy applies no layer sync)."""
+    processes = len(runtime.device_indices) * runtime.num_nodes
+    if runtime.device_type == "cpu" and processes > 1:
+        raise ValueError(
+            f"sync_batchnorm=True on CPU with {processes} processes: torch.nn.SyncBatchNorm runs on GPUs only (its "
+            "forward raises for a CPU tensor), so batch-norm statistics cannot be synced across CPU processes. "
+            "Use accelerator='cuda', or drop sync_batchnorm (each process then normalizes with its own batch's "
+            "statistics), or use GroupNorm/LayerNorm, which need no sync"
+        )
+
+
+__all__ = ["LIGHTNING1_ARGUMENTS"]  # the Trainer's 1.x arguments it hands to build_runtime
+
+# Lightning 1.x's argparse classmethods of the Trainer (lightning1/argparse_arguments.py).
+add_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.add_argparse_args)
+parse_argparser: classmethod[Any, Any, Any] = classmethod(argparse_arguments.parse_argparser)
+from_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.from_argparse_args)
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:

@@ -5,6 +5,7 @@ placement, then ``on_post_move_to_device`` (Lightning 1.x, after the model reach
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from torch import nn
 
@@ -14,8 +15,10 @@ from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.utilities.rank_zero import global_rank_from_env
 
 
-def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher) -> nn.Module:
-    """Build ``model``'s layers where the strategy wants them and place it; the placed model."""
+def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer_sync: Any = None) -> nn.Module:
+    """Build ``model``'s layers where the strategy wants them and place it; the placed model. A fit's
+    ``layer_sync`` (``sync_batchnorm``) converts its layers first, where several processes train (as
+    Lightning's parallel strategies do; one process has nothing to sync)."""
     name = type(model).__name__
     legacy = hooks.module_overrides("configure_sharded_model")
     if legacy and hooks.module_overrides("configure_model"):
@@ -31,6 +34,8 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher) -> nn
                 hooks.call_module("configure_sharded_model")  # where Lightning 2.0 called it: before configure_model
             else:
                 call_configure_model(model, runtime.mesh)
+    if layer_sync is not None and runtime.world_size > 1:
+        model = layer_sync.apply(model)
     placed = runtime.setup_module(model)
     if hooks.module_overrides("on_post_move_to_device"):
         _deprecated(

@@ -14,7 +14,7 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
-from trainmesh.trainer import evaluation, fit_loop
+from trainmesh.trainer import construction, evaluation, fit_loop
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -23,6 +23,7 @@ from trainmesh.trainer.checkpointing import (
     restore_checkpoint,
 )
 from trainmesh.trainer.construction import (
+    LIGHTNING1_ARGUMENTS,
     build_callbacks,
     build_loggers,
     build_runtime,
@@ -102,8 +103,22 @@ class Trainer(RunProperties):
         profiler: Any = None,
         max_time: Any = None,
         overfit_batches: int | float = 0.0,
+        sync_batchnorm: bool = False,
+        auto_select_gpus: bool = False,
+        tpu_cores: Any = None,
+        ipus: Any = None,
+        num_processes: int | None = None,
+        amp_backend: str | None = None,
+        amp_level: str | None = None,
+        auto_lr_find: bool | str = False,
+        auto_scale_batch_size: bool | str = False,
+        track_grad_norm: int | float | str = -1,
+        replace_sampler_ddp: bool = True,
     ) -> None:
-        self.runtime, enable_model_summary = build_runtime(
+        self.runtime, enable_model_summary, self._layer_sync = build_runtime(
+            plugins=plugins,
+            sync_batchnorm=sync_batchnorm,
+            lightning1={name: value for name, value in locals().items() if name in LIGHTNING1_ARGUMENTS},
             fault_tolerance=fault_tolerance,
             accelerator=accelerator,
             devices=devices,
@@ -120,7 +135,6 @@ class Trainer(RunProperties):
             weights_summary=weights_summary,
         )
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        self.runtime._checkpoint_saves.use_plugins(plugins)  # AsyncCheckpointIO: saves in the background
         self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
@@ -145,8 +159,7 @@ class Trainer(RunProperties):
             enable_checkpointing=enable_checkpointing,
         )
         check_fault_tolerant_limits(fault_tolerance, max_steps=max_steps, max_epochs=max_epochs)
-        self._fault_tolerant = fault_tolerance is not None
-        self.inference_mode = inference_mode
+        self._fault_tolerant, self.inference_mode = fault_tolerance is not None, inference_mode
         self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
         if deterministic:
             make_deterministic()
@@ -163,6 +176,11 @@ class Trainer(RunProperties):
         # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
+
+    # Lightning 1.x's argparse face (trainer/lightning1/argparse_arguments.py)
+    add_argparse_args = construction.add_argparse_args
+    parse_argparser = construction.parse_argparser
+    from_argparse_args = construction.from_argparse_args
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
     fast_dev_run: StateField[int] = StateField("_settings")
@@ -409,7 +427,7 @@ class Trainer(RunProperties):
         if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
-            state.model = place_model(model, runtime, hooks)
+            state.model = place_model(model, runtime, hooks, self._layer_sync if stage == "fit" else None)
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
@@ -455,6 +473,8 @@ class Trainer(RunProperties):
             data.teardown(stage)
             self.hooks.call_callbacks("teardown", stage)
             self.hooks.call_module("teardown", stage)
+        if stage == "fit" and self._layer_sync is not None and self.world_size > 1:
+            self._layer_sync.revert(self.model)  # batch norms again after fit, as Lightning's strategies leave them
         end_run(self.state, succeeded=status == "success")
         if self.is_global_zero:
             for logger in self.loggers:

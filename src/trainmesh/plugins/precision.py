@@ -1,0 +1,80 @@
+"""Lightning's precision plugins, as values: ``Trainer(plugins=[MixedPrecision("bf16-mixed", "cpu")])``
+is ``Trainer(precision="bf16-mixed")`` (trainmesh's one precision setting, ``precision.py``, applies it).
+
+>>> HalfPrecision("bf16-true").precision, DoublePrecision().precision
+('bf16-true', '64-true')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.utilities.refusal import refused_class
+
+
+class Precision:
+    """Full precision (``"32-true"``); the base of the precision plugins."""
+
+    precision: str = "32-true"
+
+
+class MixedPrecision(Precision):
+    """Autocast to float16 (with a gradient scaler) or bfloat16, parameters kept in float32."""
+
+    def __init__(self, precision: str, device: str, scaler: Any = None) -> None:
+        if precision not in ("16-mixed", "bf16-mixed"):
+            raise ValueError(
+                f"`Passed `{type(self).__name__}(precision={precision!r})`. Precision must be '16-mixed' or 'bf16-mixed'."
+            )
+        if scaler is not None:
+            raise ValueError(
+                f"{type(self).__name__}(scaler=...): trainmesh makes the gradient scaler of '16-mixed' itself "
+                "(torch.amp.GradScaler with its defaults); leave scaler out"
+            )
+        self.precision, self.device = precision, device
+
+
+class HalfPrecision(Precision):
+    """Parameters and computation in float16 or bfloat16 (``"16-true"`` / ``"bf16-true"``)."""
+
+    def __init__(self, precision: str = "16-true") -> None:
+        if precision not in ("16-true", "bf16-true"):
+            raise ValueError(f"HalfPrecision(precision={precision!r}): use '16-true' or 'bf16-true'")
+        self.precision = precision
+
+
+class DoublePrecision(Precision):
+    """Parameters and computation in float64."""
+
+    precision = "64-true"
+
+
+class FSDPPrecision(Precision):
+    """A precision under FSDP (trainmesh's FSDP strategy takes its mixed-precision policy from the one setting)."""
+
+    def __init__(self, precision: str, scaler: Any = None) -> None:
+        supported = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+        if precision not in supported:
+            raise ValueError(
+                f"`precision={precision!r})` is not supported in FSDP. `precision` must be one of: {supported}."
+            )
+        if scaler is not None:
+            raise ValueError("FSDPPrecision(scaler=...): trainmesh makes the scaler itself; leave scaler out")
+        self.precision = precision
+
+
+def _refused(name: str, reason: str) -> type:
+    return refused_class(name, reason, module=__name__)
+
+
+_ONE_SETTING = "use Trainer(precision='16-mixed' | 'bf16-mixed' | '16-true' | 'bf16-true' | '64-true') instead"
+BitsandbytesPrecision = _refused(
+    "BitsandbytesPrecision", f"quantized training through bitsandbytes is not supported by trainmesh; {_ONE_SETTING}"
+)
+TransformerEnginePrecision = _refused(
+    "TransformerEnginePrecision", f"NVIDIA Transformer Engine's FP8 is not supported by trainmesh; {_ONE_SETTING}"
+)
+DeepSpeedPrecision = _refused(
+    "DeepSpeedPrecision", f"trainmesh has no DeepSpeed strategy (use strategy='fsdp' or 'zero1'); {_ONE_SETTING}"
+)
+XLAPrecision = _refused("XLAPrecision", f"TPUs (torch_xla) are not supported by trainmesh; {_ONE_SETTING}")

@@ -1,0 +1,84 @@
+"""Lightning 1.x's Trainer arguments that 2.x removed, other than the old spellings of today's
+(``gpus``, ``distributed_backend``, ...: ``trainer/legacy_arguments.py``): ``auto_select_gpus=True``
+(the GPUs a tensor can be placed on: ``find_usable_cuda_devices``), ``num_processes`` (CPU
+processes), ``amp_backend="native"``; what trainmesh cannot do is refused with the reason:
+``tpu_cores``, ``ipus``, Apex (``amp_backend="apex"``, ``amp_level``), and the features 1.x built into
+the Trainer that trainmesh has not (the tuner's ``auto_lr_find`` / ``auto_scale_batch_size``,
+``track_grad_norm``, ``replace_sampler_ddp=False``). Each value 1.x took by default is accepted.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from trainmesh.accelerators import find_usable_cuda_devices
+from trainmesh.utilities.refusal import LightningOneName
+
+# The Trainer arguments refused here, with the reason (the inventory of Lightning's API lists them so).
+REFUSED_ARGUMENTS = {
+    "tpu_cores": "TPUs (torch_xla) are not supported by trainmesh, which runs on CPU and CUDA; "
+    "use accelerator='cpu' or 'cuda' with devices=N",
+    "ipus": "Graphcore IPUs are not supported by trainmesh, which runs on CPU and CUDA; "
+    "use accelerator='cpu' or 'cuda' with devices=N",
+}
+# 1.x's arguments the Trainer takes for this module, with 1.x's defaults (accepted as they are).
+LIGHTNING1_ARGUMENTS: dict[str, Any] = {
+    "auto_select_gpus": False,
+    "tpu_cores": None,
+    "ipus": None,
+    "num_processes": None,
+    "amp_backend": None,
+    "amp_level": None,
+    "auto_lr_find": False,
+    "auto_scale_batch_size": False,
+    "track_grad_norm": -1,
+    "replace_sampler_ddp": True,
+}
+# A value other than the default stops with this reason.
+_NOT_HERE = {
+    "amp_level": "Apex's optimization levels are not supported; precision='16-mixed' is torch's native AMP",
+    "auto_lr_find": "trainmesh has no learning-rate finder (Lightning 2's Tuner(trainer).lr_find) yet; "
+    "choose the learning rate in configure_optimizers",
+    "auto_scale_batch_size": "trainmesh has no batch-size finder (Lightning 2's Tuner(trainer)."
+    "scale_batch_size) yet; set the DataLoader's batch_size",
+    "track_grad_norm": "Lightning 2 removed it: log trainmesh.utilities.grad_norm(self, norm_type=2) with "
+    "self.log_dict in the module's on_before_optimizer_step",
+    "replace_sampler_ddp": "trainmesh always gives each process its share of the data (a DistributedSampler); "
+    "leave replace_sampler_ddp out",
+}
+
+
+def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any, devices: Any) -> tuple[Any, Any, Any]:
+    """(gpus, accelerator, devices) after 1.x's removed arguments in ``settings`` (notices for
+    what changes, a ValueError for what trainmesh cannot do)."""
+    given = {name: settings.get(name, default) for name, default in LIGHTNING1_ARGUMENTS.items()}
+    for name, value in given.items():
+        if name in REFUSED_ARGUMENTS and value is not None:
+            raise ValueError(f"Trainer({name}={value!r}): {REFUSED_ARGUMENTS[name]}")
+        if name in _NOT_HERE and value != LIGHTNING1_ARGUMENTS[name]:
+            raise ValueError(f"Trainer({name}={value!r}): {_NOT_HERE[name]}")
+    if given["amp_backend"] not in (None, "native"):
+        raise ValueError(
+            f"Trainer(amp_backend={given['amp_backend']!r}): NVIDIA Apex is not supported; "
+            "precision='16-mixed' is torch's native AMP (amp_backend='native')"
+        )
+    if given["amp_backend"] == "native":
+        _notice("amp_backend='native' is Lightning 1.x's spelling; today: leave it out (torch's AMP is the only one)")
+    if given["num_processes"] not in (None, 1):
+        if devices not in ("auto", None):
+            raise ValueError(f"Trainer(num_processes={given['num_processes']}, devices={devices!r}): give one of them")
+        accelerator, devices = "cpu", given["num_processes"]
+        _notice(f"num_processes={devices} is Lightning 1.x's spelling; today: accelerator='cpu', devices={devices}")
+    if given["auto_select_gpus"] and isinstance(gpus, int) and gpus != 0:
+        chosen = find_usable_cuda_devices(gpus)
+        _notice(
+            f"auto_select_gpus=True is Lightning 1.x's spelling; today: devices=find_usable_cuda_devices({gpus}) "
+            f"(here {chosen})"
+        )
+        gpus = chosen  # 1.x selected nothing for a list of indices or no GPUs
+    return gpus, accelerator, devices
+
+
+def _notice(message: str) -> None:
+    warnings.warn(message, LightningOneName, stacklevel=5)

@@ -1,0 +1,116 @@
+"""``Trainer(plugins=...)`` sorted as Lightning's accelerator connector sorts it: a precision plugin
+sets the precision, ``AsyncCheckpointIO`` writes checkpoints in the background, ``TorchCheckpointIO``
+is trainmesh's own writer, a cluster environment must be the one the process is in, a layer sync
+(``TorchSyncBatchNorm``) converts batch norms for fit; Lightning 1.x's strategies in ``plugins``
+(``DDPPlugin(...)``, ``"ddp_sharded"``) become the strategy, with a deprecation warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from trainmesh.plugins import (
+    AsyncCheckpointIO,
+    ClusterEnvironment,
+    LayerSync,
+    Precision,
+    TorchCheckpointIO,
+    TorchSyncBatchNorm,
+)
+from trainmesh.plugins.lightning1 import STRATEGY_STRINGS
+from trainmesh.utilities.refusal import LightningOneName
+
+
+@dataclass(frozen=True)
+class SortedPlugins:
+    precision: str | int
+    strategy: Any
+    background_writer: AsyncCheckpointIO | None
+    layer_sync: LayerSync | None
+
+
+def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batchnorm: bool) -> SortedPlugins:
+    """The settings ``plugins`` stand for, checked (Lightning's messages where it has one)."""
+    given = (
+        []
+        if plugins is None
+        else ([plugins] if not isinstance(plugins, Iterable) or isinstance(plugins, str) else list(plugins))
+    )
+    kinds: Counter[str] = Counter()
+    writer, precision_plugin = None, None
+    layer_sync: LayerSync | None = TorchSyncBatchNorm() if sync_batchnorm else None
+    for plugin in given:
+        if isinstance(plugin, str) or callable(getattr(plugin, "with_placement", None)):
+            strategy = _strategy_from_plugin(plugin, strategy)
+        elif isinstance(plugin, Precision):
+            precision_plugin, kinds["Precision"] = plugin, kinds["Precision"] + 1
+        elif isinstance(plugin, AsyncCheckpointIO):
+            writer, kinds["CheckpointIO"] = plugin, kinds["CheckpointIO"] + 1
+        elif type(plugin) is TorchCheckpointIO:  # trainmesh's own writer, under Lightning's name
+            kinds["CheckpointIO"] += 1
+        elif isinstance(plugin, ClusterEnvironment):
+            kinds["ClusterEnvironment"] += 1
+            if (refusal := plugin.trainer_refusal()) is not None:
+                raise ValueError(refusal)
+        elif isinstance(plugin, LayerSync):
+            if sync_batchnorm and not isinstance(plugin, TorchSyncBatchNorm):
+                raise ValueError(
+                    f"You set `Trainer(sync_batchnorm=True)` and provided a `{type(plugin).__name__}`"
+                    " plugin, but this is not allowed. Choose one or the other."
+                )
+            layer_sync, kinds["TorchSyncBatchNorm"] = plugin, kinds["TorchSyncBatchNorm"] + 1
+        else:
+            raise TypeError(_other_plugin(plugin))
+    duplicated = [kind for kind, count in kinds.items() if count > 1]
+    if duplicated:
+        raise ValueError(
+            f"Received multiple values for {', '.join(duplicated)} flags in `plugins`. Expected one value for each type at most."
+        )
+    if precision_plugin is not None:
+        if precision not in ("32-true", 32, "32"):
+            raise ValueError(f"Received both `precision={precision}` and `plugins={precision_plugin}`. Choose one.")
+        precision = precision_plugin.precision
+    return SortedPlugins(precision, strategy, writer, layer_sync)
+
+
+def _strategy_from_plugin(plugin: Any, strategy: Any) -> Any:
+    """Lightning 1.x's strategy in ``plugins`` (an object, or a name such as "ddp_sharded") as the strategy."""
+    if isinstance(plugin, str):
+        if plugin not in STRATEGY_STRINGS:
+            raise ValueError(
+                f"plugins={plugin!r}: Lightning 1.x's strategy names taken in plugins are "
+                f"{', '.join(STRATEGY_STRINGS)}; trainmesh has no DeepSpeed, Horovod, TPU or IPU strategy "
+                "(use strategy='fsdp' or 'zero1' for sharded training)"
+            )
+        warnings.warn(
+            f"plugins={plugin!r} is Lightning 1.x's spelling; today: strategy={STRATEGY_STRINGS[plugin]!r}",
+            LightningOneName,
+            stacklevel=5,  # the user's Trainer(...) line
+        )
+        plugin = STRATEGY_STRINGS[plugin]
+    else:  # a strategy object (what 1.x's DDPPlugin(...) makes) in plugins
+        warnings.warn(
+            f"a strategy in plugins is Lightning 1.x's spelling; today: Trainer(strategy={type(plugin).__name__}(...))",
+            LightningOneName,
+            stacklevel=5,  # the user's Trainer(...) line
+        )
+    if strategy not in ("auto", None):
+        raise ValueError(f"Trainer(strategy={strategy!r}, plugins=[{plugin!r}]): two strategies; pass one as strategy=")
+    return plugin
+
+
+def _other_plugin(plugin: Any) -> str:
+    if type(plugin).__name__ == "AsyncCheckpointIO":
+        return (
+            f"plugins=[{type(plugin).__module__}.AsyncCheckpointIO()] is another library's; use "
+            "trainmesh's: from trainmesh.plugins import AsyncCheckpointIO"
+        )
+    return (
+        f"Found invalid type for plugin {plugin!r}. Expected one of: Precision, CheckpointIO, ClusterEnvironment, or "
+        "LayerSync (from trainmesh.plugins). A CheckpointIO of a program's own is not taken: trainmesh writes "
+        "checkpoints atomically itself (TorchCheckpointIO's format), in the background with AsyncCheckpointIO"
+    )
