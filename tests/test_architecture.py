@@ -77,23 +77,31 @@ THROUGH_THE_DOOR = {
         "resolve_checkpoint",
     },
 }
+# The Runtime's own modules: the Runtime, its optimizer wrapper, its checkpoint service, the
+# strategy choice and the Trainer's port. Only these reach the Runtime's underscore members.
+RUNTIME_MODULES = (
+    "trainmesh.runtime",
+    "trainmesh.runtime_optimizer",
+    "trainmesh.runtime_checkpoints",
+    "trainmesh.runtime_choice",
+    "trainmesh.runtime_port",
+)
 HIGHER_LAYERS = (
     "trainmesh.trainer",
     "trainmesh.callbacks",
     "trainmesh.module",
     "trainmesh.cli",
     "trainmesh.loggers",
-    "trainmesh.runtime",
+    *RUNTIME_MODULES,
 )
 # Layers between: each, and what above it it must never import either (at any depth). The Runtime
 # is below the Trainer side, the Module, the tools and the Keras bridge that run on it; the scaling
 # tools run models on a Runtime (with the Trainer's optimizer parsing and FLOP counting) below the cli.
 MIDDLE_LAYERS = {
-    "trainmesh.runtime": (
-        *(h for h in HIGHER_LAYERS if h != "trainmesh.runtime"),
-        "trainmesh.scaling",
-        "trainmesh.keras",
-    ),
+    **{
+        module: (*(h for h in HIGHER_LAYERS if h not in RUNTIME_MODULES), "trainmesh.scaling", "trainmesh.keras")
+        for module in RUNTIME_MODULES
+    },
     "trainmesh.scaling": ("trainmesh.cli", "trainmesh.keras"),
 }
 # What the Trainer runs: the Module (and its manual-optimization calls) and the callbacks see the
@@ -451,6 +459,25 @@ def global_step_writes(source: Source) -> list[tuple[str, str]]:
     return found
 
 
+# The names under which code holds a Runtime (``runtime``, ``self.runtime``, ``ctx.runtime``, the class).
+RUNTIME_HOLDERS = {"runtime", "_runtime", "Runtime"}
+
+
+def runtime_private_reach(source: Source) -> list[str]:
+    """(m) ``runtime._x``, ``self.runtime._x``, ``Runtime._x``: a Runtime's underscore member
+    reached from outside its own modules (what the Trainer needs is on ``runtime.trainer_port``,
+    checkpoints on ``runtime.checkpoints``). Dunder names (``__class__``) are not members of its own."""
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        holder = node.value
+        name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+        if name in RUNTIME_HOLDERS:
+            found.append(entry(source, node, f"a Runtime's private member reached ({ast.unparse(node)})"))
+    return found
+
+
 def user_object_writes(source: Source) -> list[str]:
     """(l) ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` where ``x`` is how the
     Trainer side holds a user's module or callback (``USER_OBJECTS``) and ``name`` a hook (a variable
@@ -744,6 +771,14 @@ def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
     assert not found, _report(found, "global_step written outside count_optimizer_steps and the restores")
 
 
+def test_no_runtime_private_member_is_reached_from_outside_its_modules() -> None:
+    found = [e for s in sources() if not within(s.module, RUNTIME_MODULES) for e in runtime_private_reach(s)]
+    assert not found, _report(
+        found,
+        "a Runtime's underscore member used outside its modules (use runtime.trainer_port or runtime.checkpoints)",
+    )
+
+
 def test_no_new_method_is_rebound_on_a_user_s_object() -> None:
     found = [e for s in sources() if within(s.module, TRAINER_SIDE) for e in user_object_writes(s)]
     files = {e.split(":")[0] for e in found}
@@ -874,6 +909,14 @@ VIOLATIONS = [
         "snippet.py:3: strategy name compared",
     ),
     (strategy_name_comparisons, "ok = self.strategy.name != 'fsdp'\n", "snippet.py:1: strategy name compared"),
+    (runtime_private_reach, "def f(runtime):\n    runtime._placed = None\n", "snippet.py:2: a Runtime's private"),
+    (
+        runtime_private_reach,
+        "def f(ctx):\n    return ctx.runtime._collect_predictions([])\n",
+        "snippet.py:2: a Runtime's private member reached (ctx.runtime._collect_predictions)",
+    ),
+    (runtime_private_reach, "class T:\n    def f(self):\n        self.runtime._uncompiled(1)\n", "snippet.py:3:"),
+    (runtime_private_reach, "x = Runtime._choose_strategy\n", "snippet.py:1: a Runtime's private"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
     (
@@ -942,6 +985,11 @@ CLEAN = [
         "env.update(B='2')\nsubprocess.run([], env={**os.environ, 'A': '1'})\n",
     ),
     (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
+    (
+        runtime_private_reach,
+        "def f(runtime, trainer):\n    runtime.trainer_port.uncompiled(1)\n    runtime.checkpoints.saves.finish()\n"
+        "    trainer._state = runtime.__class__\n    self._runtime = runtime\n",
+    ),
     (
         strategy_name_comparisons,
         "def f(runtime, name):\n    if runtime.capabilities.keras_fit and name == 'fit':\n        pass\n"
@@ -1151,6 +1199,9 @@ if __name__ == "__main__":
             test_global_step_is_written_in_one_place_and_by_the_restores
         ),
         "test_no_new_method_is_rebound_on_a_user_s_object": test_no_new_method_is_rebound_on_a_user_s_object,
+        "test_no_runtime_private_member_is_reached_from_outside_its_modules": (
+            test_no_runtime_private_member_is_reached_from_outside_its_modules
+        ),
         "test_no_strategy_name_is_compared_outside_the_strategies": (
             test_no_strategy_name_is_compared_outside_the_strategies
         ),
