@@ -25,6 +25,8 @@ PACKAGE = SRC / "trainmesh"
 
 MAX_FILE_LINES = 500  # "files under ~500 lines"
 MAX_FUNCTION_LINES = 60  # "functions under ~60"
+# "A rule met only at its limit is a sign to redesign": nothing within 5% of a cap (docs/architecture.md).
+MARGIN = 0.05
 
 # The Trainer side: it talks to the Runtime, never to a strategy.
 TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module", "trainmesh.manual_calls")
@@ -838,6 +840,22 @@ def test_functions_are_short() -> None:
     assert not found, _report(found, f"functions over {MAX_FUNCTION_LINES} lines")
 
 
+def near_the_cap(source: Source) -> list[str]:
+    """(n) A file or a function within ``MARGIN`` of its cap (and not over it, which the rules
+    above report): 475 lines or more, a body of 57 lines or more."""
+    files, functions = MAX_FILE_LINES * (1 - MARGIN), MAX_FUNCTION_LINES * (1 - MARGIN)
+    lines = len(source.text.splitlines())
+    found = [entry(source, 1, f"{lines} lines") for _ in [0] if files <= lines < MAX_FILE_LINES]
+    return found + [
+        f"{where}: {n} lines" for where, n in function_lengths(source) if functions <= n <= MAX_FUNCTION_LINES
+    ]
+
+
+def test_nothing_is_within_5_percent_of_its_cap() -> None:
+    found = [e for s in sources() for e in near_the_cap(s)]
+    assert not found, _report(found, f"a file or function within {MARGIN:.0%} of its cap (redesign, do not squeeze)")
+
+
 def test_the_checks_see_the_whole_package() -> None:
     # An empty or misplaced source tree would make every rule above pass vacuously.
     modules = known_modules()
@@ -1180,6 +1198,16 @@ def test_file_and_function_lengths_are_measured() -> None:
     assert function_lengths(parse('def g():\n    """Only a docstring."""\n')) == [("snippet.py:1: g", 1)]
 
 
+def test_what_is_near_a_cap_is_found() -> None:
+    def body(lines: int) -> str:
+        return "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines))
+
+    assert near_the_cap(parse(body(57))) == ["snippet.py:1: f: 57 lines"]
+    assert near_the_cap(parse(body(56))) == []
+    assert near_the_cap(parse("y = 1\n" * 475)) == ["snippet.py:1: 475 lines"]
+    assert near_the_cap(parse("y = 1\n" * 474)) == []
+
+
 if __name__ == "__main__":
     checks = {
         "test_no_strategy_delegates_with_getattr": test_no_strategy_delegates_with_getattr,
@@ -1206,6 +1234,7 @@ if __name__ == "__main__":
             test_no_strategy_name_is_compared_outside_the_strategies
         ),
         "test_files_are_short": test_files_are_short,
+        "test_nothing_is_within_5_percent_of_its_cap": test_nothing_is_within_5_percent_of_its_cap,
     }
     for name, check in checks.items():
         try:

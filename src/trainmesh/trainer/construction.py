@@ -21,6 +21,7 @@ from trainmesh.utilities.rank_zero import rank_zero_info
 if TYPE_CHECKING:
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.loop_state import LoopState
+    from trainmesh.trainer.settings import LoopSettings
 
 
 def configure_run_optimizers(
@@ -119,9 +120,10 @@ def _is_callback(obj: Any) -> bool:
     return is_callback_like(obj, HOOK_NAMES | CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
 
 
-def build_callbacks(
-    callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool, fast_dev_run: bool
-) -> list[Any]:
+def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: bool, summary: bool) -> list[Any]:
+    """The user's ``callbacks`` and the defaults the Trainer's arguments ask for (``settings``:
+    the checked ones; ``enable_checkpointing`` there is False under ``fast_dev_run``)."""
+    checkpointing, fast_dev_run = settings.enable_checkpointing, bool(settings.fast_dev_run)
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
     given = [] if callbacks is None else ([callbacks] if _is_callback(callbacks) else list(callbacks))

@@ -40,10 +40,45 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 def run_fit(
     ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False
 ) -> None:
+    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
+    fit_data = FitData(ctx, data)
+    resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
+    # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
+    # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
+    state.num_training_batches = 0
+    train_loader = fit_data.train_loader() if settings.limit_train_batches != 0 else None
+    if train_loader is None or state.num_training_batches == 0:
+        # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
+        rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
+        hooks.call("on_fit_end")
+        return
+    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
+    opened = _first_epoch(ctx, train_loader, resume_rng)
+    if fit_data.validates_in_epoch(state.current_epoch):
+        fit_data.val_loaders()
+    warn_of_modules_in_eval_mode(state.module)
+    hooks.call("on_train_start")
+    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+        try:
+            run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
+            while not _fit_done(state, settings):
+                run_epoch(ctx, fit_data, train_loader, opened)
+                opened = None
+        finally:
+            state.loop.last_loss = None
+    hooks.call("on_train_end")
+    hooks.call("on_fit_end")
+
+
+def _begin_fit(
+    ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool
+) -> Any:
+    """What a fit does before its train loader: the loop's position, the step hooks checked,
+    ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
+    logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
 
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    fit_data = FitData(ctx, data)
     state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
@@ -72,31 +107,7 @@ def run_fit(
         resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
-    # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
-    # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
-    state.num_training_batches = 0
-    train_loader = fit_data.train_loader() if settings.limit_train_batches != 0 else None
-    if train_loader is None or state.num_training_batches == 0:
-        # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
-        rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
-        hooks.call("on_fit_end")
-        return
-    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
-    opened = _first_epoch(ctx, train_loader, resume_rng)
-    if fit_data.validates_in_epoch(state.current_epoch):
-        fit_data.val_loaders()
-    warn_of_modules_in_eval_mode(state.module)
-    hooks.call("on_train_start")
-    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
-        try:
-            run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
-            while not _fit_done(state, settings):
-                run_epoch(ctx, fit_data, train_loader, opened)
-                opened = None
-        finally:
-            state.loop.last_loss = None
-    hooks.call("on_train_end")
-    hooks.call("on_fit_end")
+    return resume_rng
 
 
 def _fit_done(state: LoopState, settings: LoopSettings) -> bool:

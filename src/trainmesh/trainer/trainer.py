@@ -151,11 +151,7 @@ class Trainer(RunProperties):
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
         self.callbacks = build_callbacks(
-            callbacks,
-            progress_bar=enable_progress_bar,
-            summary=enable_model_summary,
-            checkpointing=loop.enable_checkpointing,
-            fast_dev_run=bool(self.fast_dev_run),
+            callbacks, loop, progress_bar=enable_progress_bar, summary=enable_model_summary
         )
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
