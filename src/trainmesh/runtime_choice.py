@@ -45,11 +45,12 @@ class StrategyChoice:
 
     def launcher_for(self, strategy: Strategy) -> Launcher:
         """How ``strategy``'s processes start (built again where "auto" chooses one that starts others)."""
+        plan = strategy.processes
         launcher: Launcher = build_launcher(
-            strategy.start_method,
-            devices=strategy.processes_per_node,
+            plan.start_method,
+            devices=plan.per_node,
             num_nodes=self._num_nodes,
             max_restarts=self._max_restarts,
-            environment=strategy.worker_environment,
+            environment=plan.environment,
         )
         return launcher

@@ -50,8 +50,12 @@ class FitData:
         return self._val
 
     def train_loader(self) -> Any:
-        """The training loader (set up by the Runtime), and the epoch's batch count from it."""
+        """The training loader (set up by the Runtime), and the epoch's batch count from it; None
+        with ``limit_train_batches=0`` (as Lightning, which then asks for no loader), a count of 0."""
         ctx = self._ctx
+        ctx.state.num_training_batches = 0  # this fit's count: its one writer is here
+        if ctx.settings.limit_train_batches == 0:
+            return None
         loaders = self._source.loaders("train", required=True)
         if len(loaders) != 1:
             raise ValueError(f"fit trains on one dataloader; got {len(loaders)}. Combine them into one dataset")

@@ -45,8 +45,7 @@ def run_fit(
     resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
     # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
     # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
-    state.num_training_batches = 0
-    train_loader = fit_data.train_loader() if settings.limit_train_batches != 0 else None
+    train_loader = fit_data.train_loader()
     if train_loader is None or state.num_training_batches == 0:
         # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
