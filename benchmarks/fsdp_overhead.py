@@ -119,7 +119,7 @@ def malloc_policy(spec: str) -> tuple[Callable[[int], None], dict[str, Any]]:
 
 def variant_env(name: str) -> dict[str, str]:
     """The environment a variant's processes start with: for trainmesh's variants what its
-    launcher gives the workers it starts (``Strategy.worker_environment``: torch's huge pages
+    launcher gives the workers it starts (``Strategy.processes.environment``: torch's huge pages
     for fsdp on CPU), as ``Trainer(devices=2)`` run with python would; then the settings' own."""
     kind, _, spec = name.partition("@")
     parts = spec.split("+")
@@ -128,7 +128,7 @@ def variant_env(name: str) -> dict[str, str]:
         from trainmesh.strategies import build_strategy
         from trainmesh.strategies.protocol import Placement
 
-        env.update(build_strategy(kind, Placement(device_type="cpu", devices=(0, 1))).worker_environment)
+        env.update(build_strategy(kind, Placement(device_type="cpu", devices=(0, 1))).processes.environment)
     if "thp" in parts:
         env["THP_MEM_ALLOC_ENABLE"] = "1"
     if "nothp" in parts:

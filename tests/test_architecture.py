@@ -25,6 +25,8 @@ PACKAGE = SRC / "trainmesh"
 
 MAX_FILE_LINES = 500  # "files under ~500 lines"
 MAX_FUNCTION_LINES = 60  # "functions under ~60"
+# "A rule met only at its limit is a sign to redesign": nothing within 5% of a cap (docs/architecture.md).
+MARGIN = 0.05
 
 # The Trainer side: it talks to the Runtime, never to a strategy.
 TRAINER_SIDE = ("trainmesh.trainer", "trainmesh.callbacks", "trainmesh.module", "trainmesh.manual_calls")
@@ -79,23 +81,31 @@ THROUGH_THE_DOOR = {
         "resolve_checkpoint",
     },
 }
+# The Runtime's own modules: the Runtime, its optimizer wrapper, its checkpoint service, the
+# strategy choice and the Trainer's port. Only these reach the Runtime's underscore members.
+RUNTIME_MODULES = (
+    "trainmesh.runtime",
+    "trainmesh.runtime_optimizer",
+    "trainmesh.runtime_checkpoints",
+    "trainmesh.runtime_choice",
+    "trainmesh.runtime_port",
+)
 HIGHER_LAYERS = (
     "trainmesh.trainer",
     "trainmesh.callbacks",
     "trainmesh.module",
     "trainmesh.cli",
     "trainmesh.loggers",
-    "trainmesh.runtime",
+    *RUNTIME_MODULES,
 )
 # Layers between: each, and what above it it must never import either (at any depth). The Runtime
 # is below the Trainer side, the Module, the tools and the Keras bridge that run on it; the scaling
 # tools run models on a Runtime (with the Trainer's optimizer parsing and FLOP counting) below the cli.
 MIDDLE_LAYERS = {
-    "trainmesh.runtime": (
-        *(h for h in HIGHER_LAYERS if h != "trainmesh.runtime"),
-        "trainmesh.scaling",
-        "trainmesh.keras",
-    ),
+    **{
+        module: (*(h for h in HIGHER_LAYERS if h not in RUNTIME_MODULES), "trainmesh.scaling", "trainmesh.keras")
+        for module in RUNTIME_MODULES
+    },
     "trainmesh.scaling": ("trainmesh.cli", "trainmesh.keras"),
 }
 # What the Trainer runs: the Module (and its manual-optimization calls) and the callbacks see the
@@ -450,6 +460,25 @@ def global_step_writes(source: Source) -> list[tuple[str, str]]:
     return found
 
 
+# The names under which code holds a Runtime (``runtime``, ``self.runtime``, ``ctx.runtime``, the class).
+RUNTIME_HOLDERS = {"runtime", "_runtime", "Runtime"}
+
+
+def runtime_private_reach(source: Source) -> list[str]:
+    """(m) ``runtime._x``, ``self.runtime._x``, ``Runtime._x``: a Runtime's underscore member
+    reached from outside its own modules (what the Trainer needs is on ``runtime.trainer_port``,
+    checkpoints on ``runtime.checkpoints``). Dunder names (``__class__``) are not members of its own."""
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        holder = node.value
+        name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+        if name in RUNTIME_HOLDERS:
+            found.append(entry(source, node, f"a Runtime's private member reached ({ast.unparse(node)})"))
+    return found
+
+
 def user_object_writes(source: Source) -> list[str]:
     """(l) A write onto a user's module or callback (``x`` one of the names the Trainer side holds them
     by, ``USER_OBJECTS``): ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` with any name
@@ -757,6 +786,14 @@ def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
     assert not found, _report(found, "global_step written outside count_optimizer_steps and the restores")
 
 
+def test_no_runtime_private_member_is_reached_from_outside_its_modules() -> None:
+    found = [e for s in sources() if not within(s.module, RUNTIME_MODULES) for e in runtime_private_reach(s)]
+    assert not found, _report(
+        found,
+        "a Runtime's underscore member used outside its modules (use runtime.trainer_port or runtime.checkpoints)",
+    )
+
+
 def test_nothing_is_written_onto_a_user_s_module_or_callback() -> None:
     # Lightning 1.x's signatures and hooks taking fewer arguments are called with arguments built at the
     # call site from the hook's signature (trainer/hook_arguments.py, trainer/lightning1/): never rebound.
@@ -812,6 +849,22 @@ def test_files_are_short() -> None:
 def test_functions_are_short() -> None:
     found = [f"{where}: {length} lines" for where, length in long_functions()]
     assert not found, _report(found, f"functions over {MAX_FUNCTION_LINES} lines")
+
+
+def near_the_cap(source: Source) -> list[str]:
+    """(n) A file or a function within ``MARGIN`` of its cap (and not over it, which the rules
+    above report): 475 lines or more, a body of 57 lines or more."""
+    files, functions = MAX_FILE_LINES * (1 - MARGIN), MAX_FUNCTION_LINES * (1 - MARGIN)
+    lines = len(source.text.splitlines())
+    found = [entry(source, 1, f"{lines} lines") for _ in [0] if files <= lines < MAX_FILE_LINES]
+    return found + [
+        f"{where}: {n} lines" for where, n in function_lengths(source) if functions <= n <= MAX_FUNCTION_LINES
+    ]
+
+
+def test_nothing_is_within_5_percent_of_its_cap() -> None:
+    found = [e for s in sources() for e in near_the_cap(s)]
+    assert not found, _report(found, f"a file or function within {MARGIN:.0%} of its cap (redesign, do not squeeze)")
 
 
 def test_the_checks_see_the_whole_package() -> None:
@@ -885,6 +938,14 @@ VIOLATIONS = [
         "snippet.py:3: strategy name compared",
     ),
     (strategy_name_comparisons, "ok = self.strategy.name != 'fsdp'\n", "snippet.py:1: strategy name compared"),
+    (runtime_private_reach, "def f(runtime):\n    runtime._placed = None\n", "snippet.py:2: a Runtime's private"),
+    (
+        runtime_private_reach,
+        "def f(ctx):\n    return ctx.runtime._collect_predictions([])\n",
+        "snippet.py:2: a Runtime's private member reached (ctx.runtime._collect_predictions)",
+    ),
+    (runtime_private_reach, "class T:\n    def f(self):\n        self.runtime._uncompiled(1)\n", "snippet.py:3:"),
+    (runtime_private_reach, "x = Runtime._choose_strategy\n", "snippet.py:1: a Runtime's private"),
     (one_door, "import torch.distributed as dist\n", "snippet.py:1: import torch.distributed"),
     (one_door, "from torch import distributed\n", "snippet.py:1: from torch import distributed"),
     (
@@ -953,6 +1014,11 @@ CLEAN = [
         "env.update(B='2')\nsubprocess.run([], env={**os.environ, 'A': '1'})\n",
     ),
     (context_vars, "import contextlib\nx = contextlib.nullcontext()\n"),
+    (
+        runtime_private_reach,
+        "def f(runtime, trainer):\n    runtime.trainer_port.uncompiled(1)\n    runtime.checkpoints.saves.finish()\n"
+        "    trainer._state = runtime.__class__\n    self._runtime = runtime\n",
+    ),
     (
         strategy_name_comparisons,
         "def f(runtime, name):\n    if runtime.capabilities.keras_fit and name == 'fit':\n        pass\n"
@@ -1160,6 +1226,16 @@ def test_file_and_function_lengths_are_measured() -> None:
     assert function_lengths(parse('def g():\n    """Only a docstring."""\n')) == [("snippet.py:1: g", 1)]
 
 
+def test_what_is_near_a_cap_is_found() -> None:
+    def body(lines: int) -> str:
+        return "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines))
+
+    assert near_the_cap(parse(body(57))) == ["snippet.py:1: f: 57 lines"]
+    assert near_the_cap(parse(body(56))) == []
+    assert near_the_cap(parse("y = 1\n" * 475)) == ["snippet.py:1: 475 lines"]
+    assert near_the_cap(parse("y = 1\n" * 474)) == []
+
+
 if __name__ == "__main__":
     checks = {
         "test_no_strategy_delegates_with_getattr": test_no_strategy_delegates_with_getattr,
@@ -1181,10 +1257,14 @@ if __name__ == "__main__":
         "test_nothing_is_written_onto_a_user_s_module_or_callback": (
             test_nothing_is_written_onto_a_user_s_module_or_callback
         ),
+        "test_no_runtime_private_member_is_reached_from_outside_its_modules": (
+            test_no_runtime_private_member_is_reached_from_outside_its_modules
+        ),
         "test_no_strategy_name_is_compared_outside_the_strategies": (
             test_no_strategy_name_is_compared_outside_the_strategies
         ),
         "test_files_are_short": test_files_are_short,
+        "test_nothing_is_within_5_percent_of_its_cap": test_nothing_is_within_5_percent_of_its_cap,
     }
     for name, check in checks.items():
         try:

@@ -95,11 +95,11 @@ def test_auto_picks_ddp_when_it_fits_and_fsdp_when_only_it_fits() -> None:
     model = wide_net()  # ~1 MiB of fp32 parameters: ddp with Adam needs 4 MiB per rank
     fits = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=64 * MiB), logger=False)
     assert fits.strategy.name == "ddp"  # provisional until the model is known
-    fits.runtime._choose_strategy(model)
+    fits.runtime.trainer_port.choose_strategy(model)
     assert fits.strategy.name == "ddp"
     assert 'strategy="auto" picked ddp' in fits.runtime.strategy_choice  # printed by rank 0 once it trains
     tight = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=int(2.2 * MiB)), logger=False)
-    tight.runtime._choose_strategy(model)
+    tight.runtime.trainer_port.choose_strategy(model)
     assert tight.strategy.name == "fsdp"
     line = tight.runtime.strategy_choice
     assert "picked fsdp" in line and "ddp needs 4.0 MiB" in line and "2.2 MiB per device" in line
@@ -113,7 +113,7 @@ def test_auto_starts_the_chosen_strategy_s_workers_with_its_environment() -> Non
         accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=int(2.2 * MiB)), logger=False
     )
     assert trainer.runtime.launcher.environment == {}
-    trainer.runtime._choose_strategy(wide_net())
+    trainer.runtime.trainer_port.choose_strategy(wide_net())
     assert trainer.strategy.name == "fsdp"
     assert trainer.runtime.launcher.environment == {"THP_MEM_ALLOC_ENABLE": "1"} == trainer.strategy.worker_environment
 
@@ -132,7 +132,7 @@ def test_auto_says_what_to_use_when_nothing_fits() -> None:
 
 def test_auto_with_one_device_stays_single() -> None:
     trainer = tm.Trainer(accelerator="cpu", devices=1, strategy=AutoStrategy(memory_budget=1), logger=False)
-    trainer.runtime._choose_strategy(wide_net())
+    trainer.runtime.trainer_port.choose_strategy(wide_net())
     assert trainer.strategy.name == "single"
 
 
@@ -193,7 +193,7 @@ def test_auto_counts_the_layers_configure_model_builds() -> None:
     module = _BuiltInConfigureModel()
     ddp = estimate_memory(wide_net(width=500, depth=4), strategy="ddp", world_size=2).peak
     trainer = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=ddp - 1), logger=False)
-    trainer.runtime._choose_strategy(module)
+    trainer.runtime.trainer_port.choose_strategy(module)
     line = trainer.runtime.strategy_choice
     assert trainer.strategy.name == "zero1", line  # before, the empty module looked small enough for ddp
     assert "built in configure_model" in line
@@ -207,7 +207,7 @@ def test_auto_says_so_when_configure_model_cannot_run_ahead() -> None:
 
     trainer = tm.Trainer(accelerator="cpu", devices=2, strategy=AutoStrategy(memory_budget=MiB), logger=False)
     with pytest.raises(ValueError, match="configure_model.*Name the strategy"):
-        trainer.runtime._choose_strategy(NeedsMesh())
+        trainer.runtime.trainer_port.choose_strategy(NeedsMesh())
 
 
 def test_mixed_precision_activations_are_measured_under_autocast() -> None:

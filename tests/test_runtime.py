@@ -84,9 +84,10 @@ def test_runtime_load_reports_missing_entries(tmp_path):
 
 
 # The Runtime's public names: what a user's own loop may call (README "Your own loop"). A new
-# public member is a design decision, not a convenience: a member only the Trainer uses is
-# private (``_save_checkpoint``, ``_loss_backward``, ...), so that the Runtime stays the small API
-# a loop of one's own is written against. Change this set deliberately, with the README.
+# public member is a design decision, not a convenience: what only the Trainer uses is behind
+# ``trainer_port`` (runtime_port.py: the choice by memory, ``loss_backward``, ...), and the Trainer's
+# checkpoint writes behind ``checkpoints`` (runtime_checkpoints.py), so that the Runtime stays the
+# small API a loop of one's own is written against. Change this set deliberately, with the README.
 RUNTIME_PUBLIC_NAMES = {
     # processes and this process's place
     *("launch", "setup_environment", "teardown", "launcher", "process", "supervision"),
@@ -103,6 +104,8 @@ RUNTIME_PUBLIC_NAMES = {
     *("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_tensors", "barrier"),
     # checkpoints: one way (save/load), the state dicts they write, the whole model on rank 0
     *("save", "load", "state_dicts", "full_state_dict"),
+    # the two services behind those verbs (issue 35): every save and restore, and the Trainer's door
+    *("checkpoints", "trainer_port"),
 }
 
 

@@ -17,17 +17,17 @@ import torch
 from torch import nn
 
 from trainmesh.accelerators import resolve_accelerator, resolve_devices
-from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.saves import CheckpointSaves
-from trainmesh.checkpoint.writers import SYNCHRONOUS
-from trainmesh.launchers import Launcher, build_launcher
+from trainmesh.launchers import Launcher
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.model_configuration import built_for_estimate
 from trainmesh.precision import Precision
+from trainmesh.runtime_checkpoints import RuntimeCheckpoints
+from trainmesh.runtime_choice import StrategyChoice
 from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
+from trainmesh.runtime_optimizer import inner_optimizer
+from trainmesh.runtime_port import TrainerPort
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
-from trainmesh.strategies.auto import auto_strategy
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
 from trainmesh.strategies.gradients import divide_by_global_tokens
@@ -39,10 +39,9 @@ from trainmesh.strategies.rebind import ParameterMoves, rebind_optimizer
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.supervision import Supervision
 from trainmesh.utilities import docstrings
-from trainmesh.utilities.collections import apply_to_tensors, detached_copies, move_data_to_device
+from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
-from trainmesh.utilities.distributed_samplers import is_padding
 
 
 class Runtime:
@@ -75,16 +74,16 @@ class Runtime:
         # fault_tolerance (a trainmesh.FaultTolerance): replica groups over torchft (strategies/fault_tolerance.py)
         self.strategy: Strategy = build_strategy(strategy, placement, fault_tolerance=fault_tolerance)
         # "auto" on several processes is provisional (ddp) until the model is known: _choose_strategy.
-        self._auto, self._placement, self._auto_reason = auto_strategy(strategy), placement, ""
-        self._max_restarts = max_restarts
-        self.launcher: Launcher = self._launcher_for(self.strategy)
+        self._choice = StrategyChoice(strategy, placement, num_nodes=num_nodes, max_restarts=max_restarts)
+        self.launcher: Launcher = self._choice.launcher_for(self.strategy)
         self.process = ProcessInfo()  # this process's place, once the launcher has started it
         self.supervision = Supervision()  # watchdog, stop agreement, preemption: supervision/
-        # The Trainer's checkpoint writes, at once or in the background (checkpoint/saves.py).
-        self._checkpoint_saves = CheckpointSaves(self.all_gather_object, self.supervision.paused)
         self._environment_ready = False
         self._parameter_moves: list[ParameterMoves] = []  # one per module placed
         self._placed: nn.Module | None = None  # the latest placed module: sharded optimizer state is keyed by it
+        # Every save and restore through this Runtime, the Trainer's checkpoints included (runtime_checkpoints.py).
+        self.checkpoints = RuntimeCheckpoints(self, CheckpointSaves(self.all_gather_object, self.supervision.paused))
+        self.trainer_port = TrainerPort(self)  # what the Trainer needs beyond a user loop's verbs (runtime_port.py)
 
     # ---- processes --------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -112,10 +111,10 @@ class Runtime:
             self.strategy.setup_environment(self.process)
             self._environment_ready = True
             self.supervision.watch_departures()  # the watchdog outside fit, until the group's teardown
-            if self._auto_reason and self.process.global_rank == 0:
+            if self._choice.reason and self.process.global_rank == 0:
                 # Said here, in the process that trains: under the elastic agent the process that
                 # chose first is the agent, which re-runs the script (and the choice) as the workers.
-                print(self._auto_reason, flush=True)
+                print(self._choice.reason, flush=True)
 
     @property
     def global_rank(self) -> int:
@@ -138,11 +137,6 @@ class Runtime:
         return self.process.global_rank == 0
 
     @property
-    def _reports_to_parent(self) -> bool:
-        """This process sends its results back to a waiting parent (a spawned worker)."""
-        return self.process.reports_to_parent
-
-    @property
     def device(self) -> torch.device:
         return self.strategy.root_device
 
@@ -154,18 +148,12 @@ class Runtime:
     @property
     def strategy_choice(self) -> str:
         """Why ``strategy="auto"`` picked this strategy ("" when it did not choose by memory)."""
-        return self._auto_reason
+        return self._choice.reason
 
     @property
     def strategy_name(self) -> str:
         """The strategy's name ("ddp", "fsdp", ...), for what the run reports about itself."""
         return self.strategy.name
-
-    @property
-    def _metrics_source(self) -> Callable[[Any], Any] | None:
-        """Where only the last pipeline stage computes the loss and logs: a function giving every
-        rank that stage's value of an object (None when every rank logs). The Trainer's."""
-        return self.strategy.metrics_source
 
     @property
     def capabilities(self) -> StrategyCapabilities:
@@ -179,33 +167,18 @@ class Runtime:
         Called before the processes set up (by the Trainer, with the model it was given).
         """
         world_size = len(self.device_indices) * self.num_nodes
-        if self._auto is None or world_size == 1 or self._environment_ready:
+        if not self._choice.chooses_by_memory(world_size) or self._environment_ready:
             return
-        estimated, on_meta = built_for_estimate(module)
-        name, reason = self._auto.choose(
-            estimated, world_size=world_size, placement=self._placement, built_on_meta=on_meta
-        )
-        chosen = build_strategy(name, self._placement)
+        chosen = self._choice.choose(module, world_size)
         # Nothing has started yet: the chosen strategy's launcher (its start method, processes and
         # worker environment; fsdp on CPU asks for huge pages, which ddp, the provisional one, does not).
-        self.launcher = self._launcher_for(chosen)
-        self.strategy, self._auto_reason = chosen, reason
-        check_compiled(module, chosen, self._placement)  # torch.compile(model) under one that does not compile
+        self.launcher = self._choice.launcher_for(chosen)
+        self.strategy = chosen
+        check_compiled(module, chosen, self._choice.placement)  # torch.compile(model) under one that does not compile
 
     def _uncompiled(self, module: Any) -> Any:
         """``torch.compile(m)``: ``m``, to be compiled where the strategy compiles (strategies/compile.py)."""
-        return uncompiled(module, self.strategy, self._placement)
-
-    def _launcher_for(self, strategy: Strategy) -> Launcher:
-        """How ``strategy``'s processes start (built again where "auto" chooses one that starts others)."""
-        launcher: Launcher = build_launcher(
-            strategy.start_method,
-            devices=strategy.processes_per_node,
-            num_nodes=self.num_nodes,
-            max_restarts=self._max_restarts,
-            environment=strategy.worker_environment,
-        )
-        return launcher
+        return uncompiled(module, self.strategy, self._choice.placement)
 
     # ---- model, optimizers, data ------------------------------------------------------------
     def module_init_context(self) -> AbstractContextManager[Any]:
@@ -240,7 +213,7 @@ class Runtime:
         self.setup_environment()
         for optimizer in optimizers:
             for moves in self._parameter_moves:
-                rebind_optimizer(_inner(optimizer), moves)
+                rebind_optimizer(inner_optimizer(optimizer), moves)
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer(opt, self.precision) for opt in prepared]
 
@@ -306,26 +279,12 @@ class Runtime:
         """Run the forward pass in the precision's compute dtype (a no-op in full precision)."""
         return self.precision.autocast()
 
-    @property
-    def _loss_backward(self) -> Callable[..., None]:
-        """:meth:`backward` as one callable for a loop to hold through a run: ``Tensor.backward``
-        itself where the precision scales no loss, so that a step makes no wrapper calls."""
-        if self.precision.scaler is None:
-            return torch.Tensor.backward
-        return self.backward
-
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)`` on the loss scaled for the precision (16-mixed)."""
         self.precision.scale_loss(loss).backward(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
-        inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
-        return self.precision.optimizer_step(inner, closure)
-
-    def _share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
-        """``state()`` travels with the weights to a replica group that recovers from a live peer
-        (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
-        self.strategy.share_state_with_peers(key, state, load)
+        return self.precision.optimizer_step(inner_optimizer(optimizer), closure)
 
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> AbstractContextManager[Any]:
         """Inside this context, ``backward`` accumulates gradients without synchronising them."""
@@ -344,7 +303,7 @@ class Runtime:
         global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm."""
         if (max_norm is None) == (clip_val is None):
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
-        inner = optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer
+        inner = inner_optimizer(optimizer)
         self.precision.unscale_gradients(inner)
         parameters = [param for group in inner.param_groups for param in group["params"]]
         return self.strategy.clip_gradients(
@@ -392,98 +351,32 @@ class Runtime:
     def barrier(self, name: str | None = None) -> None:
         collectives.barrier(self.mesh)
 
-    def _collect_predictions(self, outputs: list[Any]) -> list[Any]:
-        """Every data-parallel rank's predictions, in dataset order."""
-        return collectives.collect_predictions(self.mesh, outputs, is_padding=is_padding)
-
-    # ---- checkpoints: save / load (state_dicts reads what they write) --------------------------
+    # ---- checkpoints: a user loop's verbs, the service's (runtime_checkpoints.py) -----------------
     def state_dicts(
         self, model: nn.Module | None, optimizers: Sequence[Any], *, sharded: bool = False
     ) -> dict[str, Any]:
         """``{"model": ..., "optim": [...]}``: full tensors, or each rank's shards (``sharded``)."""
-        return self.strategy.state_dict(model, [_inner(o) for o in optimizers], sharded=sharded)
+        return self.checkpoints.state_dicts(model, optimizers, sharded=sharded)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
         """The model's whole weights on rank 0 (CPU tensors, one process's names), None on the
         others, from any strategy. Every rank calls it: it gathers where the model is sharded."""
-        state = self.strategy.state_dict(model, [], sharded=False)["model"]
-        return detached_copies(state, model) if self.is_global_zero else None
-
-    def _load_state_dicts(
-        self, model: nn.Module | None, optimizers: Sequence[Any], state: dict[str, Any], *, strict: bool = True
-    ) -> None:
-        """Load ``state``'s ``"model"`` and ``"optim"`` entries (full tensors or shards)."""
-        self.strategy.load_state_dict(model, [_inner(o) for o in optimizers], state, strict=strict)
-
-    def _save_checkpoint(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys) -> None:
-        """The Trainer's: write ``checkpoint`` through its saves (at once, or in the background), the
-        entries ``sharded`` names shard by shard where the strategy shards."""
-        self.strategy.save_checkpoint(checkpoint, path, sharded=sharded, writer=self._checkpoint_saves.writer)
-
-    def _load_checkpoint(
-        self, path: str, model: nn.Module | None, optimizers: Sequence[Any], *, keys: CheckpointKeys
-    ) -> dict[str, Any]:
-        """A checkpoint file, or a distributed one loaded into state shaped like ``model``'s."""
-        return self.strategy.load_checkpoint(path, model, [_inner(o) for o in optimizers], keys=keys)
+        return self.checkpoints.full_state_dict(model)
 
     def save(self, path: str, state: dict[str, Any]) -> None:
         """Save ``state``: modules and optimizers in it are saved as state dicts, the rest as is.
 
         >>> # runtime.save("ckpt.pt", {"model": model, "optimizer": optimizer, "step": 10})
         """
-        self.strategy.save_checkpoint(self._state_to_checkpoint(state), path, sharded=None, writer=SYNCHRONOUS)
+        self.checkpoints.save(path, state)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place.
 
         Returns the entries of the checkpoint that were not loaded into an object.
         """
-        checkpoint = self.strategy.load_checkpoint(path, self._placed, [], keys=_USER_KEYS)
-        return self._restore_from_checkpoint(checkpoint, state or {}, strict=strict)
-
-    def _state_to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
-        converted: dict[str, Any] = {}
-        for key, value in state.items():
-            if isinstance(value, nn.Module):
-                converted[key] = self.state_dicts(value, [])["model"]
-            elif isinstance(value, (torch.optim.Optimizer, RuntimeOptimizer)):
-                converted[key] = self.state_dicts(self._placed, [value])["optim"][0]
-            elif hasattr(value, "state_dict") and callable(value.state_dict):
-                converted[key] = value.state_dict()
-            else:
-                converted[key] = value
-        return converted
-
-    def _restore_from_checkpoint(
-        self, checkpoint: dict[str, Any], state: dict[str, Any], *, strict: bool = True
-    ) -> dict[str, Any]:
-        missing = [key for key in state if key not in checkpoint]
-        if missing and strict:
-            raise KeyError(f"the checkpoint has no entries {missing}; it holds {sorted(checkpoint)}")
-        for key, target in state.items():
-            if key not in checkpoint:
-                continue
-            value = checkpoint[key]
-            if isinstance(target, nn.Module):
-                self._load_state_dicts(target, [], {"model": value}, strict=strict)
-            elif isinstance(target, (torch.optim.Optimizer, RuntimeOptimizer)):
-                self._load_state_dicts(self._placed, [target], {"optim": [value]})
-            elif hasattr(target, "load_state_dict") and callable(target.load_state_dict):
-                target.load_state_dict(value)
-            else:
-                state[key] = value
-        return {key: value for key, value in checkpoint.items() if key not in state}
+        return self.checkpoints.load(path, state, strict=strict)
 
     def teardown(self) -> None:
         self.strategy.teardown(failed=False)
         self._environment_ready = False
-
-
-# Runtime.save writes one file with the user's own keys; these name no entry in it, so a
-# distributed checkpoint directory (written by the Trainer) is loaded with none of its
-# shards in this run's layout: use the Trainer, or consolidate it first, for those.
-_USER_KEYS = CheckpointKeys(model="model", optimizers="optimizers")
-
-
-def _inner(optimizer: Any) -> torch.optim.Optimizer:
-    return optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer

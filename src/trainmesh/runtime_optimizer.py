@@ -41,3 +41,8 @@ class RuntimeOptimizer:
 
     def __repr__(self) -> str:
         return f"RuntimeOptimizer({self.optimizer!r})"
+
+
+def inner_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer itself, whether or not the Runtime wrapped it."""
+    return optimizer.optimizer if isinstance(optimizer, RuntimeOptimizer) else optimizer

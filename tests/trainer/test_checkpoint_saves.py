@@ -200,4 +200,4 @@ def test_plugins_other_than_one_async_checkpoint_io_are_refused(plugins, error):
 
 def test_one_plugin_may_be_given_without_a_list():
     trainer = tm.Trainer(plugins=AsyncCheckpointIO(), logger=False, enable_progress_bar=False)
-    assert isinstance(trainer.runtime._checkpoint_saves.background, AsyncCheckpointIO)
+    assert isinstance(trainer.runtime.checkpoints.saves.background, AsyncCheckpointIO)

@@ -1,4 +1,4 @@
-"""The run's checkpoint saves, a service the Runtime owns (``runtime._checkpoint_saves``): written at
+"""The run's checkpoint saves, a service the Runtime owns (``runtime.checkpoints.saves``): written at
 once, or in the background through the ``AsyncCheckpointIO`` a Trainer was given in ``plugins``.
 
 The Trainer asks for background saves around fit and for the saves to be finished; this service

@@ -61,7 +61,7 @@ def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices:
 
 def world_of(runtime: Runtime) -> int:
     """How many processes the run will have (known before they start)."""
-    return int(runtime.strategy.processes_per_node) * runtime.num_nodes
+    return int(runtime.strategy.processes.per_node) * runtime.num_nodes
 
 
 def bind(method: Any, what: str, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def _fit(
         supervision.finish_fit(step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch)
     preemption.finished()
     preemption.complete_history(history)
-    if runtime._reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
+    if runtime.process.reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
         return arguments.fit_result(model, history)
     return history
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -23,6 +23,17 @@ class ProcessInfo:
     @property
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """How a strategy's processes start: what its launcher is built from."""
+
+    start_method: str  # "in_process", "elastic", "spawn", "fork"
+    per_node: int  # processes on each node
+    # Variables the workers need from their start (torch reads some once, at its first tensor):
+    # the launcher sets them where it starts the workers; a value already set stands.
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 class Launcher(Protocol):

@@ -70,7 +70,7 @@ def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tol
 
 def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance: Any = None) -> Strategy:
     """Turn ``Trainer(strategy=...)`` into a strategy for ``placement``; "auto" picks by process count
-    (provisionally: with several, ``Runtime._choose_strategy`` decides by memory once the model is known).
+    (provisionally: with several, ``Runtime.trainer_port.choose_strategy`` decides by memory once the model is known).
     With ``fault_tolerance`` (a :class:`FaultTolerance`), "ddp" over torchft's quorum (fault_tolerance.py).
 
     Args:

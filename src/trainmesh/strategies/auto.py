@@ -1,7 +1,7 @@
 """``strategy="auto"``: the least sharding whose per-rank memory estimate fits a device.
 
 With one process "auto" is single-device. With several, the model is needed to decide, so the
-choice is made once the Trainer has it (``Runtime._choose_strategy``, just before the processes
+choice is made once the Trainer has it (``Runtime.trainer_port.choose_strategy``, just before the processes
 start): ddp when its estimate fits the per-device budget, else zero1, sharded, fsdp, in that
 order (each shards more and communicates more). All four start the same processes (one per
 device, elastic), so the launcher built for the provisional ddp stays right.

@@ -17,7 +17,7 @@ from torch import nn
 from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
-from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.base import ProcessInfo, ProcessPlan
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
@@ -70,7 +70,12 @@ class DistributedStrategy:
 
     @property
     def worker_environment(self) -> dict[str, str]:
+        """Variables the workers need from their start (fsdp's huge pages on CPU): see ``processes``."""
         return {}
+
+    @property
+    def processes(self) -> ProcessPlan:
+        return ProcessPlan(self.start_method, self.processes_per_node, self.worker_environment)
 
     @property
     def processes_per_node(self) -> int:

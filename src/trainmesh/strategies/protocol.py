@@ -19,7 +19,7 @@ from torch import nn
 
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
-from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.base import ProcessInfo, ProcessPlan
 from trainmesh.precision import Precision
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.mesh import ParallelMesh
@@ -66,10 +66,12 @@ class Strategy(Protocol):
     """
 
     name: str
-    start_method: str  # how processes start: "in_process", "elastic", "spawn", "fork"
 
     @property
-    def processes_per_node(self) -> int: ...
+    def processes(self) -> ProcessPlan:
+        """How this strategy's processes start (the launcher is built from it): the start method,
+        the processes on each node, the variables its workers need from their start (fsdp's huge
+        pages on CPU)."""
 
     @property
     def capabilities(self) -> StrategyCapabilities:
@@ -86,12 +88,6 @@ class Strategy(Protocol):
     def metrics_source(self) -> Callable[[Any], Any] | None:
         """Where only some ranks compute the loss and log (a pipeline's last stage): a function
         giving every rank those ranks' value of an object; None where every rank logs."""
-
-    @property
-    def worker_environment(self) -> dict[str, str]:
-        """Variables the processes this strategy runs in need from their start (the launcher
-        sets them where it starts the workers; a value already set stands)."""
-        return {}
 
     def with_placement(self, placement: Placement) -> Strategy:
         """A new strategy with this one's constructor arguments, built for ``placement`` (a user's

@@ -14,7 +14,7 @@ from torch import nn
 from trainmesh.accelerators import device_for
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
-from trainmesh.launchers.base import ProcessInfo
+from trainmesh.launchers.base import ProcessInfo, ProcessPlan
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
@@ -72,6 +72,10 @@ class SingleDeviceStrategy:
     @property
     def worker_environment(self) -> dict[str, str]:
         return {}
+
+    @property
+    def processes(self) -> ProcessPlan:
+        return ProcessPlan(self.start_method, self.processes_per_node, self.worker_environment)
 
     @property
     def root_device(self) -> torch.device:

@@ -48,7 +48,7 @@ def build_checkpoint(
         return _weights_only_checkpoint(state, runtime, __version__)
     module, loop = state.module, state.loop
     # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
-    pieces = runtime.state_dicts(state.model, state.optimizers, sharded=True)
+    pieces = runtime.checkpoints.state_dicts(state.model, state.optimizers, sharded=True)
     # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
     # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
     stop = loop.stopped_inside
@@ -117,7 +117,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         "epoch": state.current_epoch,
         "global_step": state.global_step,
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
-        "state_dict": runtime.state_dicts(state.model, [], sharded=True)["model"],
+        "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         "optimizer_states": [],
         "hyper_parameters": dict(getattr(module, "hparams", {})),
     }
@@ -213,12 +213,12 @@ def restore_modules(
         module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     check_state_dict_fits(
-        runtime.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
+        runtime.checkpoints.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
     )
     if not weights_only:
         # Early (before configure_optimizers) the optimizers' count is checked with the training state.
         _check_resumable(None if early else len(state.optimizers), checkpoint, source)
-    runtime._load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
+    runtime.checkpoints.load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
     if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
         state.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_callbacks(trainer, module, checkpoint)
@@ -252,7 +252,7 @@ def restore_checkpoint(
     if modules_restored:
         _check_resumable(len(state.optimizers), checkpoint, source)
     model, module = state.model, state.module
-    runtime._load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    runtime.checkpoints.load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(checkpoint.get("precision", {}))

@@ -36,6 +36,7 @@ __all__ = [
 if TYPE_CHECKING:
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.loop_state import LoopState
+    from trainmesh.trainer.settings import LoopSettings
 
 
 def configure_run_optimizers(
@@ -119,7 +120,7 @@ def build_runtime(
     )
     runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     # AsyncCheckpointIO: saves in the background (checkpoint/saves.py)
-    runtime._checkpoint_saves.use_plugins(plugged.background_writer)
+    runtime.checkpoints.saves.use_plugins(plugged.background_writer)
     if plugged.layer_sync is not None:
         refuse_sync_on_cpu(runtime)
     return runtime, settings.enable_model_summary, plugged.layer_sync
@@ -167,9 +168,10 @@ def _is_callback(obj: Any) -> bool:
     return is_callback_like(obj, HOOK_NAMES | CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
 
 
-def build_callbacks(
-    callbacks: Any, *, progress_bar: bool, checkpointing: bool, summary: bool, fast_dev_run: bool
-) -> list[Any]:
+def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: bool, summary: bool) -> list[Any]:
+    """The user's ``callbacks`` and the defaults the Trainer's arguments ask for (``settings``:
+    the checked ones; ``enable_checkpointing`` there is False under ``fast_dev_run``)."""
+    checkpointing, fast_dev_run = settings.enable_checkpointing, bool(settings.fast_dev_run)
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
     given = [] if callbacks is None else ([callbacks] if _is_callback(callbacks) else list(callbacks))

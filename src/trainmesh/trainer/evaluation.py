@@ -125,7 +125,7 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     ctx.state.predict_loop.start(len(loaders), writers)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
     per_loader = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
-    outputs = [ctx.runtime._collect_predictions(predictions) for predictions in per_loader]
+    outputs = [ctx.runtime.trainer_port.collect_predictions(predictions) for predictions in per_loader]
     return outputs[0] if len(outputs) == 1 else outputs
 
 

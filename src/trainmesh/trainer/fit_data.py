@@ -51,8 +51,12 @@ class FitData:
         return self._val
 
     def train_loader(self) -> Any:
-        """The training loader (set up by the Runtime), and the epoch's batch count from it."""
+        """The training loader (set up by the Runtime), and the epoch's batch count from it; None
+        with ``limit_train_batches=0`` (as Lightning, which then asks for no loader), a count of 0."""
         ctx = self._ctx
+        ctx.state.num_training_batches = 0  # this fit's count: its one writer is here
+        if ctx.settings.limit_train_batches == 0:
+            return None
         # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
         loaders = [train_loader(self._source.loaders("train", required=True))]
         (loader,) = device_loaders(ctx, loaders, train=True)

@@ -41,10 +41,48 @@ from trainmesh.utilities.warnings import PossibleUserWarning
 def run_fit(
     ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False
 ) -> None:
+    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
+    fit_data = FitData(ctx, data)
+    resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
+    # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
+    # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
+    train_loader = fit_data.train_loader()
+    if train_loader is None or state.num_training_batches == 0:
+        # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
+        rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
+        hooks.call("on_fit_end")
+        return
+    _warn_of_unlogged_epochs(ctx, state.num_training_batches)
+    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
+    opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng)
+    if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end
+        hooks.call("on_fit_end")
+        return
+    if fit_data.validates_in_epoch(state.current_epoch):
+        fit_data.val_loaders()
+    warn_of_modules_in_eval_mode(state.module)
+    hooks.call("on_train_start")
+    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+        try:
+            run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
+            while not _fit_done(state, settings):
+                run_epoch(ctx, fit_data, train_loader, opened)
+                opened = None
+        finally:
+            state.loop.last_loss = None
+    hooks.call("on_train_end")
+    hooks.call("on_fit_end")
+
+
+def _begin_fit(
+    ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool
+) -> Any:
+    """What a fit does before its train loader: the loop's position, the step hooks checked,
+    ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
+    logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
 
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    fit_data = FitData(ctx, data)
     state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
@@ -73,35 +111,7 @@ def run_fit(
         resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
-    # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
-    # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
-    state.num_training_batches = 0
-    train_loader = fit_data.train_loader() if settings.limit_train_batches != 0 else None
-    if train_loader is None or state.num_training_batches == 0:
-        # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
-        rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
-        hooks.call("on_fit_end")
-        return
-    _warn_of_unlogged_epochs(ctx, state.num_training_batches)
-    announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
-    opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng)
-    if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end
-        hooks.call("on_fit_end")
-        return
-    if fit_data.validates_in_epoch(state.current_epoch):
-        fit_data.val_loaders()
-    warn_of_modules_in_eval_mode(state.module)
-    hooks.call("on_train_start")
-    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
-        try:
-            run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
-            while not _fit_done(state, settings):
-                run_epoch(ctx, fit_data, train_loader, opened)
-                opened = None
-        finally:
-            state.loop.last_loss = None
-    hooks.call("on_train_end")
-    hooks.call("on_fit_end")
+    return resume_rng
 
 
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
@@ -247,16 +257,7 @@ def _train_batches(
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
             call(output, batch, batch_idx)
-        if stepped and ((loop.batches_stepped + 1) % settings.log_every_n_steps == 0 or state.should_stop):
-            # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step
-            # (every step once a stop is asked, as Lightning's should_update_logs)
-            _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
-            ctx.publisher.step_metrics()
-        if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
-            _verify_losses(loop)
-            # gradients are released first where none wait for an optimizer step
-            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
-            log_collector.start_stage(train_results)
+        _log_and_validate(ctx, fit_data, val_every, train_results, stepped=stepped, is_last=is_last)
         loop.batches_stepped += stepped
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
@@ -268,6 +269,29 @@ def _train_batches(
     if pending_gradients:
         batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window
     return cut_short
+
+
+def _log_and_validate(
+    ctx: LoopContext,
+    fit_data: FitData,
+    val_every: int | float | None,
+    train_results: StageResults,
+    *,
+    stepped: bool,
+    is_last: bool,
+) -> None:
+    """After a batch's on_train_batch_end: its metrics to the loggers when due, then validation when due."""
+    state, settings, loop = ctx.state, ctx.settings, ctx.state.loop
+    if stepped and ((loop.batches_stepped + 1) % settings.log_every_n_steps == 0 or state.should_stop):
+        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step
+        # (every step once a stop is asked, as Lightning's should_update_logs)
+        _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
+        ctx.publisher.step_metrics()
+    if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
+        _verify_losses(loop)
+        # gradients are released first where none wait for an optimizer step
+        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
+        state.log_collector.start_stage(train_results)
 
 
 def _timed_fetches(

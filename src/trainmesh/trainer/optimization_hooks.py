@@ -43,12 +43,12 @@ AUTOMATIC_ONLY_HOOKS = ("optimizer_step", "optimizer_zero_grad", "configure_grad
 
 def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[..., None]:
     """``runtime.backward``, between ``on_before_backward`` and ``on_after_backward`` and through the
-    module's ``backward`` where anyone overrides them; ``runtime._loss_backward`` where nobody does.
+    module's ``backward`` where anyone overrides them; ``runtime.trainer_port.loss_backward`` where nobody does.
     Called with the loss and what ``loss.backward`` takes (``manual_backward(loss, retain_graph=True)``)."""
     before, after = hooks.overridden("on_before_backward"), hooks.overridden("on_after_backward")
     custom = hooks.module_overrides("backward")
     if not (before or after or custom):
-        backward: Callable[..., None] = runtime._loss_backward
+        backward: Callable[..., None] = runtime.trainer_port.loss_backward
         return backward
     # the module's backward through the dispatcher: Lightning 1.x's backward(loss, optimizer, optimizer_idx) too
     return _HookedBackward(

@@ -36,7 +36,7 @@ def share_loop_state(runtime: Runtime, state: LoopState, *, fault_tolerant: bool
         for config, saved in zip(state.lr_scheduler_configs, peer["lr_schedulers"]):
             config.scheduler.load_state_dict(saved)
 
-    runtime._share_state_with_peers("trainer", loop_state, load_loop_state)
+    runtime.trainer_port.share_state_with_peers("trainer", loop_state, load_loop_state)
 
 
 def check_fault_tolerant_limits(fault_tolerance: Any, *, max_steps: int, max_epochs: int | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from typing import Any
 
@@ -53,6 +54,8 @@ from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.rank_zero import rank_zero_info
 from trainmesh.utilities.suggestions import suggest_unknown_keywords
+
+_LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 
 
 class Trainer(RunProperties):
@@ -138,26 +141,9 @@ class Trainer(RunProperties):
         self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
-        self._settings = loop = check_loop_settings(
-            fast_dev_run=fast_dev_run,
-            max_epochs=max_epochs,
-            min_epochs=min_epochs,
-            min_steps=min_steps,
-            max_steps=max_steps,
-            limit_train_batches=limit_train_batches,
-            limit_val_batches=limit_val_batches,
-            limit_test_batches=limit_test_batches,
-            limit_predict_batches=limit_predict_batches,
-            val_check_interval=val_check_interval,
-            check_val_every_n_epoch=check_val_every_n_epoch,
-            num_sanity_val_steps=num_sanity_val_steps,
-            log_every_n_steps=log_every_n_steps,
-            accumulate_grad_batches=accumulate_grad_batches,
-            gradient_clip_val=gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm,
-            logger=logger,
-            enable_checkpointing=enable_checkpointing,
-        )
+        # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
+        # limits as overfit_batches and max_time left them above)
+        self._settings = loop = check_loop_settings(**{n: v for n, v in locals().items() if n in _LOOP_SETTINGS})
         check_fault_tolerant_limits(fault_tolerance, max_steps=max_steps, max_epochs=max_epochs)
         self._fault_tolerant, self.inference_mode = fault_tolerance is not None, inference_mode
         self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
@@ -165,11 +151,7 @@ class Trainer(RunProperties):
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
         self.callbacks = build_callbacks(
-            callbacks,
-            progress_bar=enable_progress_bar,
-            summary=enable_model_summary,
-            checkpointing=loop.enable_checkpointing,
-            fast_dev_run=bool(self.fast_dev_run),
+            callbacks, loop, progress_bar=enable_progress_bar, summary=enable_model_summary
         )
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
@@ -240,7 +222,7 @@ class Trainer(RunProperties):
         ckpt_path: str | None = None,
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
-        model = self.runtime._uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
+        model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )
@@ -300,7 +282,7 @@ class Trainer(RunProperties):
         if self.model is None:
             raise RuntimeError("full_state_dict() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused():  # gathering a large model may take longer than a step
-            return self.runtime.full_state_dict(self.model)
+            return self.runtime.checkpoints.full_state_dict(self.model)
 
     def _save_checkpoint(self, path: str | os.PathLike[str], *, weights_only: bool = False, hpc: bool = False) -> None:
         """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
@@ -311,11 +293,11 @@ class Trainer(RunProperties):
             verify_finite_losses(self._state.loop.loss_check, str(path))
             checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
             # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime._save_checkpoint(checkpoint, str(path), sharded=TENSOR_ENTRIES)
+            self.runtime.checkpoints.write(checkpoint, str(path), sharded=TENSOR_ENTRIES)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
-        self.runtime._checkpoint_saves.after_save(functools.partial(remove_checkpoint, path))
+        self.runtime.checkpoints.saves.after_save(functools.partial(remove_checkpoint, path))
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(
@@ -331,7 +313,7 @@ class Trainer(RunProperties):
     def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         if stage == "fit" or ckpt_path is None:  # else after the checkpoint is found, as Lightning orders it
             refuse_missing_steps(model, stage)  # before any process starts (stage_requirements.py)
-        self.runtime._choose_strategy(model)  # "auto" decides by the model's memory, before processes start
+        self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
             return outcome.adopt(self._state, self, model)
@@ -342,7 +324,7 @@ class Trainer(RunProperties):
             if self.module is None:
                 raise ValueError(f"trainer.{stage}() needs a model: pass it, or call fit(model) first")
             return self.module
-        return self.runtime._uncompiled(model)
+        return self.runtime.trainer_port.uncompiled(model)
 
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         state = self._state
@@ -368,7 +350,7 @@ class Trainer(RunProperties):
                 ):
                     # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
                     hpc_resume = ckpt_path is None and source is not None
-                    saves = self.runtime._checkpoint_saves
+                    saves = self.runtime.checkpoints.saves
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
@@ -381,7 +363,7 @@ class Trainer(RunProperties):
                 refuse_missing_steps(model, stage)
                 result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
-            if self.runtime._reports_to_parent and self.is_global_zero:
+            if self.runtime.process.reports_to_parent and self.is_global_zero:
                 return WorkerOutcome.capture(self, result)
             return result
         except KeyboardInterrupt as exc:
@@ -431,7 +413,7 @@ class Trainer(RunProperties):
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
-        state.log_collector.metrics_source = runtime._metrics_source
+        state.log_collector.metrics_source = runtime.trainer_port.metrics_source
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         if stage == "fit" and not state.optimizers:
             configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
@@ -459,7 +441,7 @@ class Trainer(RunProperties):
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         optimizers = self.optimizers if with_optimizers else []
-        return self.runtime._load_checkpoint(source, self.model, optimizers, keys=TENSOR_ENTRIES)
+        return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
         interrupt_run(self.state)
@@ -485,4 +467,4 @@ class Trainer(RunProperties):
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
         self._save_checkpoint(path, hpc=True)
-        self.runtime._checkpoint_saves.finish()  # saved before the exit says so
+        self.runtime.checkpoints.saves.finish()  # saved before the exit says so

@@ -1,0 +1,75 @@
+"""What the Trainer needs from a Runtime beyond the verbs a user's own loop calls
+(``runtime.trainer_port``).
+
+A loop of one's own never calls these; the Trainer does, and so they are kept off the Runtime's
+public face (pinned by tests/test_runtime.py) without being reached as its private members: the
+choice of a strategy by the model's memory, the model a ``torch.compile`` wraps, where only some
+ranks log, the loss's backward as one callable, predictions gathered in dataset order, and the
+loop's state handed to a recovering fault-tolerant peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from trainmesh.precision import Precision
+from trainmesh.strategies import collectives
+from trainmesh.strategies.protocol import Strategy
+from trainmesh.utilities.distributed_samplers import is_padding
+
+
+class _Host(Protocol):
+    """The Runtime, as the port reads it (named by what it uses: runtime.py imports this module).
+    Read at each call: ``strategy="auto"`` may replace the strategy once the model is known."""
+
+    strategy: Strategy
+    precision: Precision
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
+    def _choose_strategy(self, module: nn.Module) -> None: ...
+    def _uncompiled(self, module: Any) -> Any: ...
+
+
+class TrainerPort:
+    """The Trainer's door into its Runtime for what a user's loop never calls (see the module's
+    docstring); ``runtime``: the Runtime that owns it."""
+
+    def __init__(self, runtime: _Host) -> None:
+        self._runtime = runtime
+
+    def choose_strategy(self, module: nn.Module) -> None:
+        """For ``strategy="auto"`` on several processes: the first strategy whose per-rank memory
+        estimate for ``module`` fits a device; called before the processes start."""
+        self._runtime._choose_strategy(module)
+
+    def uncompiled(self, module: Any) -> Any:
+        """``torch.compile(m)``: ``m``, to be compiled where the strategy compiles (strategies/compile.py)."""
+        return self._runtime._uncompiled(module)
+
+    @property
+    def metrics_source(self) -> Callable[[Any], Any] | None:
+        """Where only the last pipeline stage computes the loss and logs: a function giving every
+        rank that stage's value of an object (None when every rank logs)."""
+        return self._runtime.strategy.metrics_source
+
+    @property
+    def loss_backward(self) -> Callable[..., None]:
+        """The Runtime's ``backward`` as one callable for a loop to hold through a run:
+        ``Tensor.backward`` itself where the precision scales no loss, so that a step makes no
+        wrapper calls."""
+        if self._runtime.precision.scaler is None:
+            return torch.Tensor.backward
+        return self._runtime.backward
+
+    def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """``state()`` travels with the weights to a replica group that recovers from a live peer
+        (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
+        self._runtime.strategy.share_state_with_peers(key, state, load)
+
+    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
+        """Every data-parallel rank's predictions, in dataset order."""
+        return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, is_padding=is_padding)
