@@ -11,6 +11,7 @@ with Keras' own model.fit in this process at the global batch (2 x 16), or betwe
 second launch runs the convnet and the classifier under ddp_spawn, and the classifier under ddp_fork.
 """
 
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -56,13 +57,15 @@ def rank(root: Path, leg: str, r: int) -> dict:
     return torch.load(root / f"{leg}.rank{r}", weights_only=False)
 
 
-def one_process(leg: str):
-    """Keras' own model.fit in this process, at the global batch of the 2 processes."""
+@functools.cache
+def one_process(leg: str) -> tuple[dict, dict, dict]:
+    """Keras' own model.fit in this process, at the global batch of the 2 processes: its variables,
+    History and History.params, once per leg for all the tests that compare with it."""
     import keras_run
 
     model, x, y, arguments = keras_run.fit_arguments(leg, 2 * keras_run.BATCH)
     history = model.fit(x, y, **{**arguments, "verbose": 0})
-    return model, history, x, y
+    return keras_run.variables(model), history.history, dict(history.params)
 
 
 def largest_difference(a: dict, b: dict) -> float:
@@ -80,12 +83,10 @@ def test_two_processes_train_what_one_trains_at_the_global_batch(ddp, leg, toler
     """Every variable of each rank within the issue's bound of one process at batch 32 (the convnet
     without BN/Dropout; the classifier with class_weight and SGD momentum; the two-headed model with
     sample_weight and loss_weights; the classifier ending on its EMA weights); the ranks bit-identical."""
-    import keras_run
-
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert largest_difference(zero["variables"], one["variables"]) == 0.0
-    model, _, _, _ = one_process(leg)
-    assert largest_difference(zero["variables"], keras_run.variables(model)) < tolerance
+    variables, _, _ = one_process(leg)
+    assert largest_difference(zero["variables"], variables) < tolerance
 
 
 @pytest.mark.parametrize("leg", ["plain_sgd", "plain_adam", "classifier"])
@@ -97,7 +98,7 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
 
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
-    model, _, x, y = one_process(leg)
+    model, x, y, _ = keras_run.fit_arguments(leg, 2 * keras_run.BATCH)  # built, untrained: rank 0's weights below
     for variable in model.variables:
         variable.assign(zero["variables"][variable.path])
     split = int(len(x) * 0.8)
@@ -115,10 +116,10 @@ def test_histories_equal_one_process(ddp, leg):
     batch 32, equal on both ranks; params["steps"] is one process's count, not doubled."""
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
-    _, history, _, _ = one_process(leg)
-    assert zero["params"]["steps"] == one["params"]["steps"] == history.params["steps"] == 4
-    assert zero["history"].keys() == history.history.keys()
-    for name, values in history.history.items():
+    _, history, params = one_process(leg)
+    assert zero["params"]["steps"] == one["params"]["steps"] == params["steps"] == 4
+    assert zero["history"].keys() == history.keys()
+    for name, values in history.items():
         assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
 
 
