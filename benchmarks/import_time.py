@@ -24,7 +24,13 @@ import sys
 import time
 
 TARGET_S = 0.20
-VARIANTS = {"torch": "import torch", "torch + trainmesh": "import torch, trainmesh"}
+# `import trainmesh` imports its names on first use (trainmesh/__init__): the last variant is
+# what a program that trains pays, the Trainer and everything under it.
+VARIANTS = {
+    "torch": "import torch",
+    "torch + trainmesh": "import torch, trainmesh",
+    "torch + tm.Trainer": "import torch, trainmesh; trainmesh.Trainer",
+}
 
 
 def time_once(code: str) -> tuple[float, float]:
@@ -52,16 +58,17 @@ def main() -> None:
             cpus[name].append(cpu)
     for name in VARIANTS:
         print(
-            f"{name:18s} wall median {statistics.median(walls[name]):.3f} s (min {min(walls[name]):.3f}, "
+            f"{name:19s} wall median {statistics.median(walls[name]):.3f} s (min {min(walls[name]):.3f}, "
             f"max {max(walls[name]):.3f}); CPU median {statistics.median(cpus[name]):.3f} s; {args.repeats} runs"
         )
-    delta = statistics.median(walls["torch + trainmesh"]) - statistics.median(walls["torch"])
-    cpu_delta = statistics.median(cpus["torch + trainmesh"]) - statistics.median(cpus["torch"])
-    verdict = "meets" if delta <= TARGET_S else "MISSES"
-    print(
-        f"import trainmesh adds {delta:.3f} s (wall; CPU {cpu_delta:.3f} s) to import torch: {verdict} the "
-        f"target of <= {TARGET_S:.2f} s"
-    )
+    for name in ("torch + trainmesh", "torch + tm.Trainer"):
+        delta = statistics.median(walls[name]) - statistics.median(walls["torch"])
+        cpu_delta = statistics.median(cpus[name]) - statistics.median(cpus["torch"])
+        verdict = "meets" if delta <= TARGET_S else "MISSES"
+        print(
+            f"{name} adds {delta:.3f} s (wall; CPU {cpu_delta:.3f} s) to import torch: {verdict} the "
+            f"target of <= {TARGET_S:.2f} s"
+        )
 
 
 if __name__ == "__main__":

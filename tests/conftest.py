@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers.xdist_groups import FileGroups, group_files  # noqa: E402
+
+# One torch thread per process, set before any fixture starts a process (module fixtures launch
+# before the function-level _quiet_threads below) and in this process too (torch read its thread
+# count at import): two xdist workers share two cores with the tests' own processes, and a
+# second OpenMP thread spins waiting for a core (test_keras_api's in-process fits: 58 CPU-s with
+# torch's two threads, 35 with one).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# The tests start hundreds of interpreters that import trainmesh: where bytecode caching is off
+# (PYTHONDONTWRITEBYTECODE, as on the project's machines) each one compiled trainmesh's 200 files
+# again (0.27 s of CPU a process). Their bytecode goes to a cache of the tests' own, outside the
+# checkout (this process keeps the setting it started with).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    cache = Path(tempfile.gettempdir()) / f"trainmesh-tests-pycache-{os.getuid()}"
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -29,3 +29,47 @@ def modules_after_import() -> set[str]:
 @pytest.mark.parametrize("module", HEAVY_OR_OPTIONAL)
 def test_import_trainmesh_does_not_import(module, modules_after_import):
     assert module not in modules_after_import, f"import trainmesh imports {module}; import it where it is used"
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ}, check=False
+    )
+
+
+@pytest.mark.parametrize("argument", ["--help", "--version"])
+def test_the_command_line_answers_help_and_version_without_importing_torch(argument):
+    # `python -m trainmesh --help` (the console script runs the same main): the commands' list
+    # and the version need neither torch nor the Trainer (it took 1.8 s of CPU, torch's 1.4 s included).
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['trainmesh', {argument!r}]\n"
+        "try:\n    runpy.run_module('trainmesh', run_name='__main__')\n"
+        "except SystemExit as exit_:\n    print('exit', exit_.code, 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    result = _fresh(code)
+    assert result.stderr.splitlines()[-1] == "exit 0 False", result.stderr
+    if argument == "--version":
+        from trainmesh.version import __version__
+
+        assert result.stdout.strip() == f"trainmesh {__version__}"
+    else:
+        assert "{fit,validate,test,predict,checkpoint,estimate,scale,project}" in result.stdout
+
+
+def test_the_package_s_names_are_imported_on_first_use():
+    # `import trainmesh` imports no torch; each name of __all__ (and a subpackage used as an
+    # attribute) is there when first touched, `from trainmesh import *` included.
+    code = (
+        "import sys, trainmesh as tm\n"
+        "assert 'torch' not in sys.modules, 'import trainmesh imported torch'\n"
+        "assert tm.LightningModule is tm.Module and tm.LightningDataModule is tm.DataModule\n"
+        "assert tm.callbacks.ModelCheckpoint.__module__.startswith('trainmesh.callbacks')\n"
+        "from trainmesh import *\n"
+        "assert all(getattr(tm, name) is globals()[name] for name in tm.__all__)\n"
+        "assert set(tm.__all__) <= set(dir(tm))\n"
+        "try:\n    tm.no_such_name\nexcept AttributeError as error:\n    print(error)\n"
+    )
+    result = _fresh(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "module 'trainmesh' has no attribute 'no_such_name'"

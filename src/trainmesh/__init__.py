@@ -3,25 +3,70 @@
 >>> import trainmesh as tm
 >>> tm.seed_everything(0)
 0
+
+The names below are imported when first used (PEP 562), not by ``import trainmesh``: the command
+line's ``--help`` and ``--version`` answer without importing torch, and a program pays for what it
+touches (``tm.Trainer`` imports the Trainer and everything under it, ``tm.seed_everything`` little).
 """
 
-import logging
+from __future__ import annotations
 
-from trainmesh.banner import cli_lightning_logo
-from trainmesh.callbacks.base import Callback
-from trainmesh.datamodule import DataModule
-from trainmesh.memory_estimate import estimate_memory
-from trainmesh.module import Module
-from trainmesh.runtime import Runtime
-from trainmesh.seed import seed_everything
-from trainmesh.strategies.fault_tolerance import FaultTolerance
-from trainmesh.trainer.trainer import Trainer
-from trainmesh.utilities.rank_zero import rank_zero_only
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
 from trainmesh.version import __version__
 
-# Lightning's names, for a port that keeps its class names (``class Net(LightningModule)``).
-LightningModule = Module
-LightningDataModule = DataModule
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from trainmesh.banner import cli_lightning_logo
+    from trainmesh.callbacks.base import Callback
+    from trainmesh.datamodule import DataModule
+    from trainmesh.memory_estimate import estimate_memory
+    from trainmesh.module import Module
+    from trainmesh.runtime import Runtime
+    from trainmesh.seed import seed_everything
+    from trainmesh.strategies.fault_tolerance import FaultTolerance
+    from trainmesh.trainer.trainer import Trainer
+    from trainmesh.utilities.rank_zero import rank_zero_only
+
+    # Lightning's names, for a port that keeps its class names (``class Net(LightningModule)``).
+    LightningModule = Module
+    LightningDataModule = DataModule
+
+# name -> (module, attribute): the package's face, each imported on first use.
+_LAZY = {
+    "Callback": ("trainmesh.callbacks.base", "Callback"),
+    "DataModule": ("trainmesh.datamodule", "DataModule"),
+    "FaultTolerance": ("trainmesh.strategies.fault_tolerance", "FaultTolerance"),
+    "LightningDataModule": ("trainmesh.datamodule", "DataModule"),
+    "LightningModule": ("trainmesh.module", "Module"),
+    "Module": ("trainmesh.module", "Module"),
+    "Runtime": ("trainmesh.runtime", "Runtime"),
+    "Trainer": ("trainmesh.trainer.trainer", "Trainer"),
+    "cli_lightning_logo": ("trainmesh.banner", "cli_lightning_logo"),
+    "estimate_memory": ("trainmesh.memory_estimate", "estimate_memory"),
+    "rank_zero_only": ("trainmesh.utilities.rank_zero", "rank_zero_only"),
+    "seed_everything": ("trainmesh.seed", "seed_everything"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # later look-ups are plain attribute reads
+        return value
+    try:  # a subpackage used as an attribute (`tm.callbacks.ModelCheckpoint`), as before
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as missing:
+        if missing.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 # The package's logger, as Lightning programs import it (`from lightning.pytorch import _logger`):
 # INFO and above are shown, on stderr unless the program configured logging itself.

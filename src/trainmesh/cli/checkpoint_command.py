@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainmesh.cli.summaries import CHECKPOINT_SUMMARY
 from trainmesh.trainer.checkpointing import TENSOR_ENTRIES
 
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
-SUMMARY = "Consolidate, inspect or verify a saved checkpoint."
+SUMMARY = CHECKPOINT_SUMMARY  # in cli/summaries.py, torch-free
 
 # Where the Trainer keeps the model's weights: the checkpoint code stores entries without
 # knowing their names, this command shows the Trainer's model entry.

@@ -31,7 +31,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.seed import import_leaving_rng
 from trainmesh.utilities.class_paths import CLIError, check_model_class, find_class_paths, import_class
 
 if TYPE_CHECKING:
@@ -149,7 +148,9 @@ def _run(args: list[str], cli: Any = None) -> int:
 
         return run_project_command(args[1:])
     command = args[0] if args and args[0] in _COMMANDS else None
-    # Only the chosen command's classes matter; for `trainmesh --help` the defaults stand in.
+    if command is None and cli is None:  # `trainmesh --help`, `--version`, a mistake: no classes, no torch
+        build_parser({}, {}).parse_args(args)
+        return 2  # not reached: without a command the parser exits (help, version or error)
     class_args = args[1:] if command else []
     if cli is None:
         class_args, class_paths = find_class_paths(class_args)
@@ -171,13 +172,15 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog: str = "trainmesh") -> Any:
     """The ``trainmesh`` parser, with ``fit``/``validate``/``test``/``predict`` built for ``classes``
-    (``model``, and ``data`` unless the model brings its own dataloaders)."""
+    (``model``, and ``data`` unless the model brings its own dataloaders); without ``classes``,
+    the commands' list alone (`trainmesh --help`), which imports no torch."""
     from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
-    from trainmesh.cli.checkpoint_command import SUMMARY
     from trainmesh.cli.estimate_command import SUMMARY as ESTIMATE
-    from trainmesh.scaling.command import SUMMARY as SCALE
-    from trainmesh.scaling.project_command import SUMMARY as PROJECT
+    from trainmesh.cli.summaries import CHECKPOINT_SUMMARY as SUMMARY
+    from trainmesh.scaling.summaries import PROJECT_SUMMARY as PROJECT
+    from trainmesh.scaling.summaries import SCALE_SUMMARY as SCALE
+    from trainmesh.version import __version__
 
     formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
@@ -189,20 +192,22 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
         epilog=_EPILOG.format(command="fit"),
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subcommands = parser.add_subcommands(dest="subcommand", required=True)
     for command, summary in _COMMANDS.items():
         usage = (
             f"{prog} {command} [--config FILE] [--model CLASS] [--model.<arg> VALUE] [--data CLASS] "
             "[--data.<arg> VALUE] [--trainer.<arg> VALUE] [options]"
         )
-        sub = _command_parser_class()(
+        sub = (_command_parser_class() if classes else ArgumentParser)(
             description=summary,
             usage=usage,
             formatter_class=formatter,
             epilog=_EPILOG.format(command=command),
             allow_abbrev=False,
         )
-        _add_command_arguments(sub, command, classes, class_paths)
+        if classes:
+            _add_command_arguments(sub, command, classes, class_paths)
         subcommands.add_subcommand(command, sub, help=summary)
     # Listed for --help only: `_run` hands `trainmesh checkpoint ...` to its own parser (whose
     # nested subcommands jsonargparse cannot attach here after they are built).
@@ -409,6 +414,8 @@ def _merge(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _print_metrics(title: str, metrics: dict[str, Any]) -> None:  # floats or 0-dim tensors
+    from trainmesh.seed import import_leaving_rng
+
     import_leaving_rng("rich.console")  # its first import draws from Python's random
     from rich.console import Console
     from rich.table import Table

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-SUMMARY = "Measure throughput, speedup and efficiency at 1, 2, 4, ... processes (strong and weak scaling)."
+from trainmesh.scaling.summaries import SCALE_SUMMARY
+
+SUMMARY = SCALE_SUMMARY
 
 
 def build_scale_parser() -> argparse.ArgumentParser:

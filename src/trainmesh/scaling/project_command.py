@@ -31,8 +31,9 @@ from trainmesh.scaling.projection import (
     projected_verdict,
     resolve_link,
 )
+from trainmesh.scaling.summaries import PROJECT_SUMMARY
 
-SUMMARY = "Project step time, efficiency and where scaling stops paying at N = 8 ... 1024 on a given link."
+SUMMARY = PROJECT_SUMMARY
 DEFAULT_LINKS = ["infiniband-ndr", "100gbe"]
 
 
