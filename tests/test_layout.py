@@ -24,6 +24,7 @@ COVERED_BY: dict[str, list[str]] = {
     "utilities/exceptions.py": ["test_first_hour.py"],
     "utilities/install_hints.py": ["test_first_hour.py"],
     "utilities/suggestions.py": ["test_first_hour.py"],
+    "utilities/command_parser.py": ["cli/test_cli.py"],
     "accelerator_types.py": ["plugins/test_plugins.py"],
     "loggers/params.py": ["loggers/test_mlflow_wandb.py"],
     "loggers/wandb.py": ["loggers/test_mlflow_wandb.py"],

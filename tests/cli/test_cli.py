@@ -319,3 +319,13 @@ def test_python_dash_m_trainmesh_help_exits_0():
     )
     assert result.returncode == 0, result.stderr
     assert "fit" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "checkpoint", "estimate", "scale", "project"])
+def test_every_command_s_help_has_one_style(command, capsys):
+    """jsonargparse builds fit/validate/test/predict/checkpoint, argparse estimate/scale/project: the
+    help reads alike (usage naming the command, its description, the same help line, no abbreviations)."""
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: trainmesh {command} "), out[:200]
+    assert re.search(r"^  -h, --help +Show this help message and exit\.$", out, re.MULTILINE), out[:2000]

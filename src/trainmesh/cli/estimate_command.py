@@ -9,16 +9,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainmesh.utilities.command_parser import command_parser
+
 # One line for `trainmesh --help`, which lists this command next to fit/validate/test/predict.
 SUMMARY = "Estimate per-rank memory (parameters, gradients, optimizer state, activations) under each strategy."
 
 
 def build_estimate_parser(strategies: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trainmesh estimate",
-        description=SUMMARY,
-        allow_abbrev=False,
-        epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, as for `trainmesh fit`; "
+    parser = command_parser(
+        "trainmesh estimate",
+        SUMMARY,
+        "--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, as for `trainmesh fit`; "
         "a --config file's model/data sections too, and its trainer section's precision. The input batch is "
         "--batch_shape, else one batch of --data, else the model's example_input_array.",
     )

@@ -10,16 +10,16 @@ import argparse
 from typing import Any
 
 from trainmesh.scaling.summaries import SCALE_SUMMARY
+from trainmesh.utilities.command_parser import command_parser
 
 SUMMARY = SCALE_SUMMARY
 
 
 def build_scale_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trainmesh scale",
-        description=SUMMARY,
-        allow_abbrev=False,
-        epilog="--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
+    parser = command_parser(
+        "trainmesh scale",
+        SUMMARY,
+        "--model.<arg> VALUE and --data.<arg> VALUE set the classes' arguments, "
         "as for `trainmesh fit`; a --config file's model/data sections too, and its "
         "trainer section's strategy, accelerator and precision. Multi-word flags are spelled with "
         "underscores as for fit and estimate (--max_processes); the hyphenated spelling is accepted too. "

@@ -32,6 +32,7 @@ from trainmesh.scaling.projection import (
     resolve_link,
 )
 from trainmesh.scaling.summaries import PROJECT_SUMMARY
+from trainmesh.utilities.command_parser import command_parser
 
 SUMMARY = PROJECT_SUMMARY
 DEFAULT_LINKS = ["infiniband-ndr", "100gbe"]
@@ -242,11 +243,10 @@ def _write(
 
 
 def build_project_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trainmesh project",
-        description=SUMMARY,
-        allow_abbrev=False,
-        epilog="The model is --model (built with --model.<arg> VALUE and a --config's model section, its "
+    parser = command_parser(
+        "trainmesh project",
+        SUMMARY,
+        "The model is --model (built with --model.<arg> VALUE and a --config's model section, its "
         "parameters counted as `trainmesh estimate` counts them) or --parameters with --layers. The "
         "compute time of one rank's step is --compute_ms, or --flops_per_step / (--peak_flops x --mfu) "
         "(with --model and --peak_flops alone, its step's FLOPs are counted on its input: --batch_shape, "
