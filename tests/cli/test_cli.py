@@ -321,7 +321,9 @@ def test_python_dash_m_trainmesh_help_exits_0():
     assert "fit" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "checkpoint", "estimate", "scale", "project"])
+@pytest.mark.parametrize(
+    "command", ["fit", "validate", "test", "predict", "checkpoint", "estimate", "scale", "project"]
+)
 def test_every_command_s_help_has_one_style(command, capsys):
     """jsonargparse builds fit/validate/test/predict/checkpoint, argparse estimate/scale/project: the
     help reads alike (usage naming the command, its description, the same help line, no abbreviations)."""
