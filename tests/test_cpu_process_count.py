@@ -43,7 +43,7 @@ def test_more_processes_than_physical_cores_warns(cores):
 def test_far_more_processes_than_cores_is_refused_before_any_process_starts(cores, monkeypatch):
     cores(logical=2, physical=2)
     started = []
-    monkeypatch.setattr("trainmesh.runtime.build_launcher", lambda *a, **k: started.append(a))
+    monkeypatch.setattr("trainmesh.runtime_choice.build_launcher", lambda *a, **k: started.append(a))
     with pytest.raises(
         ValueError,
         match=r"devices=99 on CPU would start 99 processes on this node, but it has only "

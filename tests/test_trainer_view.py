@@ -92,13 +92,18 @@ def test_fit_updates_the_loop_state_and_the_properties_read_it():
     assert state.should_stop is True
 
 
+class _WithTestStep(DropoutNet):
+    def test_step(self, batch, batch_idx):  # trainer.test needs one, as Lightning's does
+        return self.validation_step(batch, batch_idx)
+
+
 def test_no_loop_function_sets_attributes_on_the_trainer():
     """The run's state lives in the loop state: fit, validate and test leave the Trainer's own
     attributes as its constructor set them."""
     train, val = loaders()
     trainer = quiet_trainer(max_epochs=1)
     before = set(vars(trainer))
-    model = DropoutNet()
+    model = _WithTestStep()
     trainer.fit(model, train, val)
     trainer.validate(model, val, verbose=False)
     assert isinstance(trainer.callback_metrics["val_loss"], torch.Tensor)

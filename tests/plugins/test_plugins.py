@@ -116,7 +116,7 @@ def test_environment_plugins_in_the_trainer(monkeypatch):
 def test_checkpoint_io_plugins(tmp_path):
     tm.Trainer(accelerator="cpu", plugins=[tm_plugins.TorchCheckpointIO()], **QUIET)  # trainmesh's own writer
     trainer = tm.Trainer(accelerator="cpu", plugins=[tm_plugins.AsyncCheckpointIO()], **QUIET)
-    assert trainer.runtime._checkpoint_saves.background is not None
+    assert trainer.runtime.checkpoints.saves.background is not None
     io, path = tm_plugins.TorchCheckpointIO(), str(tmp_path / "a" / "x.ckpt")
     io.save_checkpoint({"w": torch.ones(2)}, path)
     assert torch.equal(io.load_checkpoint(path)["w"], pl_plugins.TorchCheckpointIO().load_checkpoint(path)["w"])

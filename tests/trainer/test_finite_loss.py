@@ -80,12 +80,12 @@ def test_deferred_check_reads_at_the_logging_cadence(deferred):
     with pytest.raises(FloatingPointError) as info:
         trainer.fit(GoesNaN(bad_step=5), _train_loader())
     message = str(info.value)
-    # Read after the optimizer step that made global_step 8 (batches 4..7 recorded since the
-    # read at step 4): the run stops there, before that batch's on_train_batch_end.
+    # Read with the step's logging, after the optimizer step that made global_step 8 (batches 4..7
+    # recorded since the read at step 4): as Lightning logs, after that batch's on_train_batch_end.
     assert "loss is nan at global step 5 (epoch 0, batch 5)" in message
     assert "2 more batches ran after it" in message
     assert "no checkpoint had been written yet" in message
-    assert seen.batch_idx == 6
+    assert seen.batch_idx == 7
 
 
 def test_deferred_check_refuses_a_checkpoint_after_the_failure(deferred, tmp_path):
