@@ -48,7 +48,18 @@ def get_device_stats(device: torch.device) -> dict[str, Any]:
 
 
 class DeviceStatsMonitor(Callback):
-    """``cpu_stats``: see the module's docstring."""
+    """Log the device's statistics during training, validation and test: at each batch's start and
+    end where the loggers are due (``log_every_n_steps``), under ``DeviceStatsMonitor.{hook}/{stat}``
+    (CUDA: ``torch.cuda.memory_stats``; CPU: ``psutil``'s ``cpu_percent``, ``cpu_vm_percent``,
+    ``cpu_swap_percent``). Needs a logger: ``Trainer(logger=False)`` raises ``ValueError`` at fit.
+
+    Args:
+        cpu_stats: ``None``: CPU statistics only when training on CPU (needs ``psutil``); ``True``: also beside CUDA's statistics on a GPU; ``False``: never CPU's (on CPU nothing is logged) (default ``None``).
+
+    Examples:
+        >>> monitor = DeviceStatsMonitor(cpu_stats=False)
+        >>> # Trainer(accelerator="cuda", callbacks=[monitor]): CUDA memory statistics in the logs
+    """
 
     def __init__(self, cpu_stats: bool | None = None) -> None:
         self._cpu_stats = cpu_stats

@@ -20,7 +20,21 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
 class GradientAccumulationScheduler(Callback):
-    """``scheduling``: ``{epoch: accumulation factor}``."""
+    """Change the number of batches whose gradients are accumulated per optimizer step, by epoch.
+
+    At each training epoch's start ``trainer.accumulate_grad_batches`` is set to the factor of the
+    largest scheduled epoch not after it. Refused: manual optimization (``RuntimeError``), and a
+    ``Trainer(accumulate_grad_batches=...)`` other than 1 beside it (``ValueError``).
+
+    Args:
+        scheduling: ``{epoch: factor}``, epochs counted from 0 (ints >= 0), factors ints >= 1; an empty dict raises ``TypeError``; without key 0, epochs before the first key use 1 (``{0: 1}`` is added to the dict given).
+
+    Examples:
+        >>> scheduler = GradientAccumulationScheduler(scheduling={4: 2, 8: 4})
+        >>> [scheduler.get_accumulate_grad_batches(epoch) for epoch in (0, 4, 7, 8, 20)]
+        [1, 2, 2, 4, 4]
+        >>> # Trainer(callbacks=[scheduler])
+    """
 
     def __init__(self, scheduling: dict[int, int]) -> None:
         super().__init__()

@@ -38,7 +38,25 @@ class WriteInterval(LightningEnum):
 
 
 class BasePredictionWriter(Callback):
-    """``write_interval``: ``"batch"``, ``"epoch"`` or ``"batch_and_epoch"``."""
+    """Write the predictions of ``Trainer.predict``: subclass it and override ``write_on_batch_end``
+    and/or ``write_on_epoch_end``, whichever ``write_interval`` calls (the base methods raise
+    ``NotImplementedError``). A ``predict_step`` that takes ``dataloader_iter`` is refused at setup.
+
+    Args:
+        write_interval: when to write: ``"batch"`` (``write_on_batch_end`` after each predict batch), ``"epoch"`` (``write_on_epoch_end`` with all predictions and batch indices at the predict epoch's end) or ``"batch_and_epoch"`` (both); another value raises ``ValueError`` (default ``'batch'``).
+
+    Examples:
+        >>> import os, torch
+        >>> class Writer(BasePredictionWriter):
+        ...     def __init__(self, output_dir):
+        ...         super().__init__(write_interval="epoch")
+        ...         self.output_dir = output_dir
+        ...     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        ...         path = os.path.join(self.output_dir, f"predictions_{trainer.global_rank}.pt")
+        ...         torch.save(predictions, path)
+        >>> writer = Writer("predictions")
+        >>> # Trainer(callbacks=[writer]).predict(model, dataloaders=loader, return_predictions=False)
+    """
 
     def __init__(self, write_interval: Literal["batch", "epoch", "batch_and_epoch"] = "batch") -> None:
         if write_interval not in [interval.value for interval in WriteInterval]:

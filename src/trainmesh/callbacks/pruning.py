@@ -47,7 +47,27 @@ _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 class ModelPruning(Callback):
-    """The arguments are Lightning's; see the module's docstring."""
+    """Prune the model's parameters with ``torch.nn.utils.prune`` during training (see the module's docstring).
+
+    Args:
+        pruning_fn: ``"l1_unstructured"``, ``"random_unstructured"``, ``"ln_structured"`` or ``"random_structured"``, or a ``torch.nn.utils.prune.BasePruningMethod`` subclass (the class, not an instance; only with ``use_global_unstructured=True``).
+        parameters_to_prune: ``(module, parameter name)`` pairs to prune, checked against the model at setup (empty: every ``parameter_names`` parameter of the model's layers) (default ``()``).
+        parameter_names: the parameter names to prune when ``parameters_to_prune`` is empty: ``"weight"`` and/or ``"bias"`` (None: both) (default ``None``).
+        use_global_unstructured: prune all the parameters together, by one threshold over them (needs an unstructured method); False prunes each parameter alone (default ``True``).
+        amount: how much to prune each time: an int (a count of parameters), a float in [0, 1] (a fraction), or a function of the epoch giving either; 0 prunes nothing that epoch (default ``0.5``).
+        apply_pruning: whether to prune, or a function of the epoch saying whether to (default ``True``).
+        make_pruning_permanent: at training's end remove the pruning's reparametrization (``*_orig`` and ``*_mask``), and save checkpoints with the pruned values under the parameters' own names (default ``True``).
+        use_lottery_ticket_hypothesis: after each pruning reset the weights left to their values before training, or a function of the epoch saying whether to (default ``True``).
+        resample_parameters: with the lottery ticket hypothesis, reset to freshly initialised values (the layer's ``reset_parameters``) instead of the original ones (default ``False``).
+        pruning_dim: the dimension pruned by the structured methods (required by them) (default ``None``).
+        pruning_norm: the norm of ``"ln_structured"`` (required by it) (default ``None``).
+        verbose: 0: silent; 1 or 2: log the pruned share after each pruning (default ``0``).
+        prune_on_train_epoch_end: prune at the training epoch's end; False: at the validation epoch's end (default ``True``).
+
+    Examples:
+        >>> pruning = ModelPruning("l1_unstructured", amount=0.2, use_lottery_ticket_hypothesis=False)
+        >>> # Trainer(callbacks=[pruning]): 20% of the remaining weights and biases pruned each epoch
+    """
 
     PARAMETER_NAMES = ("weight", "bias")
 

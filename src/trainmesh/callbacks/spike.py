@@ -34,7 +34,21 @@ class TrainingSpikeException(RuntimeError):
 
 
 class SpikeDetection(Callback):
-    """The arguments are Lightning's; see the module's docstring."""
+    """Stop training at a spike in the training loss (see the module's docstring).
+
+    Args:
+        mode: ``"min"`` (a loss no higher than the last one is no spike) or ``"max"`` (one no lower is none) (default ``'min'``).
+        window: how many of the last losses the running mean, the reference for spikes, is taken over (default ``10``).
+        warmup: the batch index (in the epoch) from which spikes are looked for (default ``1``).
+        atol: a spike is at least this far from the running mean (None: no absolute test; with ``rtol``, both must hold) (default ``None``).
+        rtol: a spike is at least ``rtol`` times the running mean away from it (None: no relative test) (default ``2.0``).
+        exclude_batches_path: the JSON file (or a folder for ``skip_batches.json``) that gets the spiking batch's index and the one before (None: ``default_root_dir/skip_batches.json``) (default ``None``).
+        finite_only: a loss that is not finite (NaN, inf) is a spike; False: it is judged by ``atol``/``rtol`` as any other, and kept out of the running mean (default ``True``).
+
+    Examples:
+        >>> detector = SpikeDetection(window=20, warmup=10, rtol=2.0, exclude_batches_path="spikes.json")
+        >>> # Trainer(callbacks=[detector]): a spike raises TrainingSpikeException
+    """
 
     def __init__(
         self,

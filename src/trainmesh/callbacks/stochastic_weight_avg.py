@@ -33,7 +33,20 @@ _CPU = torch.device("cpu")  # Lightning's default for where the average is kept
 
 
 class StochasticWeightAveraging(Callback):
-    """See the module's docstring; the arguments are Lightning's."""
+    """Average the model's weights over the last epochs of training (SWA; see the module's docstring).
+
+    Args:
+        swa_lrs: the learning rate SWALR anneals to: a positive float for every parameter group, or a list of one per group.
+        swa_epoch_start: the epoch averaging starts at: an int counted from 1, or a float in [0, 1], that fraction of ``max_epochs`` (default ``0.8``).
+        annealing_epochs: epochs over which SWALR anneals the learning rate to ``swa_lrs`` (default ``10``).
+        annealing_strategy: ``"cos"`` or ``"linear"`` annealing (default ``'cos'``).
+        avg_fn: ``(averaged, current, n_averaged) -> new average`` for each parameter (None: the running mean) (default ``None``).
+        device: where the averaged copy of the model is kept (None: the model's device) (default ``torch.device('cpu')``).
+
+    Examples:
+        >>> swa = StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=0.75, annealing_epochs=2)
+        >>> # Trainer(max_epochs=20, callbacks=[swa]): averages from the 15th epoch on
+    """
 
     def __init__(
         self,

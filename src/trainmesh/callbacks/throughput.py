@@ -135,6 +135,7 @@ class ThroughputMonitor(Callback):
         tokens_in_batch: a function giving a batch's token count (default ``None``).
         peak_flops: the device's peak FLOP/s, for MFU (None: from the table of known GPUs) (default ``None``).
         count_flops: count FLOPs on the first step (default ``True``).
+        to_loggers: send the figures to the loggers; False keeps them for the progress bar (``last_figures``) only (default ``True``).
 
     Examples:
         >>> monitor = ThroughputMonitor(tokens_per_sample=512, peak_flops=312e12)

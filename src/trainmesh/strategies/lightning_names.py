@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 from typing import Any
 
 from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
@@ -21,7 +22,18 @@ from trainmesh.utilities.refusal import refused_class, renamed_class
 class ParallelStrategy(abc.ABC):
     """Lightning's base class of the strategies that run several processes or devices: trainmesh's
     are registered with it, so that ``isinstance(trainer.strategy, ParallelStrategy)`` answers as in
-    Lightning; it is not built directly (abstract, as Lightning's)."""
+    Lightning; it is not built directly (abstract, as Lightning's).
+
+    The registered strategies: ``DDPStrategy``, ``DDP2Strategy``, ``ZeRO1Strategy``,
+    ``DataParallelStrategy``, ``FSDPStrategy``, ``ModelParallelStrategy``,
+    ``FaultTolerantDDPStrategy`` and ``FaultTolerantFSDPStrategy`` (not ``SingleDeviceStrategy``).
+
+    Examples:
+        >>> isinstance(DDPStrategy(), ParallelStrategy)
+        True
+        >>> isinstance(FSDPStrategy(), ParallelStrategy)
+        True
+    """
 
     @property
     @abc.abstractmethod
@@ -59,10 +71,57 @@ HPUParallelStrategy = _refused("HPUParallelStrategy", "Habana HPUs are not suppo
 SingleHPUStrategy = _refused("SingleHPUStrategy", "Habana HPUs are not supported by trainmesh")
 
 _SHARDED = functools.partial(FSDPStrategy, reshard_after_forward=False)  # strategy="sharded"
-DDPSpawnStrategy = renamed_class(
-    "DDPSpawnStrategy", "DDPStrategy(start_method='spawn')", functools.partial(DDPStrategy, start_method="spawn")
+
+
+def _renamed(old: str, new: str, make: Any, what: str, example: str) -> type:
+    """A Lightning 1.9 strategy class renamed in 2.0: its docstring says what it makes, with an example."""
+    doc = f"""Lightning 1.x's name; today: {new}.
+
+    Constructing it warns (``LightningOneName``, a ``FutureWarning``) and returns {what}; the
+    arguments given are passed on to it (keyword arguments: today's class takes no positional ones).
+
+    Examples:
+        >>> strategy = {old}({example})
+        >>> # warns "{old} is Lightning 1.x's name; today: {new}"
+    """
+    return renamed_class(old, new, make, doc=inspect.cleandoc(doc))
+
+
+DDPSpawnStrategy = _renamed(
+    "DDPSpawnStrategy",
+    "DDPStrategy(start_method='spawn')",
+    functools.partial(DDPStrategy, start_method="spawn"),
+    "a ``DDPStrategy(start_method='spawn')`` (its arguments: :class:`DDPStrategy`'s)",
+    "process_group_backend='gloo'",
 )
-DDPShardedStrategy = renamed_class("DDPShardedStrategy", "strategy='sharded'", _SHARDED)
-DDPSpawnShardedStrategy = renamed_class("DDPSpawnShardedStrategy", "strategy='sharded'", _SHARDED)
-DDPFullyShardedStrategy = renamed_class("DDPFullyShardedStrategy", "FSDPStrategy", FSDPStrategy)
-DDPFullyShardedNativeStrategy = renamed_class("DDPFullyShardedNativeStrategy", "FSDPStrategy", FSDPStrategy)
+DDPShardedStrategy = _renamed(
+    "DDPShardedStrategy",
+    "strategy='sharded'",
+    _SHARDED,
+    "the ``sharded`` strategy, ``FSDPStrategy(reshard_after_forward=False)`` (ZeRO-2; its arguments: "
+    ":class:`FSDPStrategy`'s)",
+    "cpu_offload=False",
+)
+DDPSpawnShardedStrategy = _renamed(
+    "DDPSpawnShardedStrategy",
+    "strategy='sharded'",
+    _SHARDED,
+    "the ``sharded`` strategy, ``FSDPStrategy(reshard_after_forward=False)`` (ZeRO-2; its arguments: "
+    ":class:`FSDPStrategy`'s), which starts its processes as FSDPStrategy does (``start_method='spawn'`` "
+    "to spawn them)",
+    "start_method='spawn'",
+)
+DDPFullyShardedStrategy = _renamed(
+    "DDPFullyShardedStrategy",
+    "FSDPStrategy",
+    FSDPStrategy,
+    "an :class:`FSDPStrategy` (FSDP2, ZeRO-3; its arguments: FSDPStrategy's)",
+    "cpu_offload=True",
+)
+DDPFullyShardedNativeStrategy = _renamed(
+    "DDPFullyShardedNativeStrategy",
+    "FSDPStrategy",
+    FSDPStrategy,
+    "an :class:`FSDPStrategy` (FSDP2, ZeRO-3; its arguments: FSDPStrategy's)",
+    "cpu_offload=True",
+)

@@ -18,6 +18,7 @@ Args:
     compile: ``True`` or a dict of ``torch.compile`` options: compile in place where the strategy's order says (default ``False``).
     max_epochs: stop after this many epochs (None: 1000 when ``max_steps`` is -1, else no epoch limit) (default ``None``).
     min_epochs: train at least this many epochs, whatever asks to stop (default ``None``).
+    min_steps: train at least this many optimizer steps, whatever asks to stop (with ``min_epochs``: both must be met) (default ``None``).
     max_steps: stop after this many optimizer steps (-1: no limit) (default ``-1``).
     limit_train_batches: batches per training epoch: an int, or a fraction of the loader (default ``None``).
     limit_val_batches: validation batches: an int or a fraction (0 turns validation off) (default ``None``).
@@ -49,6 +50,17 @@ Args:
     profiler: ``"simple"``, ``"advanced"``, ``"pytorch"`` or a Profiler (default ``None``).
     max_time: stop after this long: ``"DD:HH:MM:SS"``, a ``timedelta`` or a dict (default ``None``).
     overfit_batches: train and validate on this many (int) or this fraction of the first batches (default ``0.0``).
+    sync_batchnorm: convert batch-norm layers to ``torch.nn.SyncBatchNorm`` when several processes train (CUDA only: refused on CPU with several processes) (default ``False``).
+    auto_select_gpus: Lightning 1.x's spelling of ``devices=find_usable_cuda_devices(gpus)``, with an int ``gpus`` (default ``False``).
+    tpu_cores: Lightning 1.x's TPU setting: refused (TPUs are not supported) (default ``None``).
+    ipus: Lightning 1.x's Graphcore IPU setting: refused (IPUs are not supported) (default ``None``).
+    num_processes: Lightning 1.x's spelling of ``accelerator="cpu", devices=num_processes`` (default ``None``).
+    amp_backend: Lightning 1.x's AMP backend: ``"native"`` (torch's AMP, the only one) is accepted; ``"apex"`` is refused (default ``None``).
+    amp_level: Lightning 1.x's Apex optimization level: refused unless None (default ``None``).
+    auto_lr_find: Lightning 1.x's learning-rate finder: refused unless False (trainmesh has none) (default ``False``).
+    auto_scale_batch_size: Lightning 1.x's batch-size finder: refused unless False (trainmesh has none) (default ``False``).
+    track_grad_norm: Lightning 1.x's gradient-norm logging: refused unless -1 (log ``trainmesh.utilities.grad_norm`` in ``on_before_optimizer_step``) (default ``-1``).
+    replace_sampler_ddp: Lightning 1.x's sampler switch: only True is accepted (each process always gets a ``DistributedSampler`` share) (default ``True``).
 
 Examples:
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,

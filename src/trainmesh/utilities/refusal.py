@@ -46,15 +46,18 @@ class LightningOneName(FutureWarning):
     """A Lightning 1.x name was used; the message gives today's."""
 
 
-def renamed_class(old: str, new: str, make: Callable[..., Any], *, module: str | None = None) -> type:
+def renamed_class(
+    old: str, new: str, make: Callable[..., Any], *, module: str | None = None, doc: str | None = None
+) -> type:
     """A class named ``old`` (a Lightning 1.x name) whose construction warns with today's spelling
-    ``new`` and returns ``make(*args, **kwargs)``, today's object."""
+    ``new`` and returns ``make(*args, **kwargs)``, today's object; ``doc`` is its docstring (by
+    default one line naming ``new``)."""
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         warnings.warn(f"{old} is Lightning 1.x's name; today: {new}", LightningOneName, stacklevel=2)
         return make(*args, **kwargs)
 
-    namespace: dict[str, Any] = {"__new__": __new__, "__doc__": f"Lightning 1.x's name; today: {new}."}
+    namespace: dict[str, Any] = {"__new__": __new__, "__doc__": doc or f"Lightning 1.x's name; today: {new}."}
     if module is not None:
         namespace["__module__"] = module
     return type(old, (), namespace)
