@@ -51,6 +51,14 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     batch gets whole), read as the loops read a loader."""
     if not isinstance(loader, CombinedLoader):
         return loader
+    if ctx.runtime.world_size > 1:
+        # Each inner loader would get the strategy's sampler, as Lightning's do, but no test compares
+        # such a run with ddp's weights yet: refused rather than trained unchecked.
+        raise ValueError(
+            f"a CombinedLoader (mode {loader.mode!r}) on {ctx.runtime.world_size} processes is not supported yet: "
+            "it is checked against Lightning on one process only. Run it on one process, or combine the "
+            "datasets into one (one loader per process is sharded as usual)"
+        )
     placed = ctx.runtime.setup_dataloaders(*loader.flattened, train=train)
     placed = placed if isinstance(placed, list) else [placed]
     combined = copy.copy(loader)  # the user's keeps its own loaders
