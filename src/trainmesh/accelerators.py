@@ -39,12 +39,24 @@ __all__ = [
 ]
 
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps")
+# Lightning's accelerator names (2.6 and 1.9.5's registries) for hardware trainmesh does not run on.
+_OTHER_HARDWARE = {
+    "tpu": "TPUs (torch_xla)",
+    "xla": "XLA devices (torch_xla)",
+    "hpu": "Habana HPUs",
+    "ipu": "Graphcore IPUs",
+}
 
 
 def resolve_accelerator(accelerator: str | Accelerator) -> str:
     """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda; an Accelerator object stands for
     its device type (accelerator_types.py). Returns a torch device type."""
     accelerator = accelerator_name(accelerator)
+    if isinstance(accelerator, str) and accelerator.lower() in _OTHER_HARDWARE:
+        raise ValueError(
+            f"accelerator={accelerator!r} is Lightning's, but {_OTHER_HARDWARE[accelerator.lower()]} are not supported "
+            "by trainmesh; use accelerator='cuda', 'mps' or 'cpu'"
+        )
     if not isinstance(accelerator, str) or accelerator.lower() not in ACCELERATORS:
         raise ValueError(
             f"accelerator={accelerator!r} is not known; choose one of {', '.join(ACCELERATORS)}."

@@ -49,7 +49,9 @@ DDPShardedPlugin = _today(
     "DDPShardedPlugin", "strategy='sharded'", functools.partial(FSDPStrategy, reshard_after_forward=False)
 )
 DDPSpawnShardedPlugin = _today(
-    "DDPSpawnShardedPlugin", "strategy='sharded'", functools.partial(FSDPStrategy, reshard_after_forward=False)
+    "DDPSpawnShardedPlugin",
+    "FSDPStrategy(reshard_after_forward=False, start_method='spawn')",
+    functools.partial(FSDPStrategy, reshard_after_forward=False, start_method="spawn"),
 )
 DDPFullyShardedPlugin = _today("DDPFullyShardedPlugin", "strategy='fsdp' (FSDPStrategy)", FSDPStrategy)
 

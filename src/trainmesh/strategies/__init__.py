@@ -29,6 +29,7 @@ from trainmesh.strategies.lightning_names import (
     SingleTPUStrategy,
     TPUSpawnStrategy,
 )
+from trainmesh.strategies.lightning_strings import lightning_strategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.model_parallel import ModelParallelStrategy
 from trainmesh.strategies.protocol import Placement, Strategy
@@ -89,6 +90,8 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
         name = strategy.lower()
         if name == "auto":
             name = "single" if len(placement.devices) * placement.num_nodes == 1 else "ddp"
+        if name not in STRATEGIES and (lightning := lightning_strategy(name)) is not None:
+            return lightning(placement=placement)  # type: ignore[no-any-return]
         if name not in STRATEGIES:
             raise ValueError(
                 f"strategy={strategy!r} is not known; choose one of: auto, {', '.join(sorted(STRATEGIES))}."

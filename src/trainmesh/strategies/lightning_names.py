@@ -104,12 +104,11 @@ DDPShardedStrategy = _renamed(
 )
 DDPSpawnShardedStrategy = _renamed(
     "DDPSpawnShardedStrategy",
-    "strategy='sharded'",
-    _SHARDED,
-    "the ``sharded`` strategy, ``FSDPStrategy(reshard_after_forward=False)`` (ZeRO-2; its arguments: "
-    ":class:`FSDPStrategy`'s), which starts its processes as FSDPStrategy does (``start_method='spawn'`` "
-    "to spawn them)",
-    "start_method='spawn'",
+    "FSDPStrategy(reshard_after_forward=False, start_method='spawn')",
+    functools.partial(_SHARDED, start_method="spawn"),
+    "the ``sharded`` strategy with spawned processes, as 1.9's: ``FSDPStrategy(reshard_after_forward=False, "
+    "start_method='spawn')`` (ZeRO-2; its arguments: :class:`FSDPStrategy`'s)",
+    "cpu_offload=False",
 )
 DDPFullyShardedStrategy = _renamed(
     "DDPFullyShardedStrategy",
