@@ -184,20 +184,49 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         self,
         name: str,
         value: Any,
-        *,
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
         reduce_fx: str | Any = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
-        """Record a metric for the loggers, the progress bar and ``trainer.callback_metrics``.
+        """Record a metric for the loggers, the progress bar and ``trainer.callback_metrics``
+        (Lightning's arguments, in Lightning's order).
 
         In ``training_step`` the default is per step; in validation and test, per epoch. Epoch
         values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
         ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
+
+        Args:
+            name: the metric's key.
+            value: a number, a scalar tensor or a torchmetrics ``Metric``.
+            prog_bar: show it in the progress bar.
+            logger: send it to the loggers (default ``True``).
+            on_step: record the step's value (default: in ``training_step``).
+            on_epoch: record the epoch's reduced value (default: outside ``training_step``).
+            reduce_fx: how the epoch value is reduced: "mean", "sum", "max", "min" (or torch's).
+            enable_graph: accepted for Lightning's programs: values are stored detached, which
+                changes no logged number.
+            sync_dist: reduce the epoch value across processes.
+            sync_dist_group: only ``None`` (every process); another group is refused.
+            add_dataloader_idx: with several evaluation loaders, append ``/dataloader_idx_N`` to
+                the name (``False``: the name as given; each loader must then log its own names,
+                as Lightning requires).
+            batch_size: the weight of this batch in the epoch mean (default: read from the batch).
+            metric_attribute: accepted for Lightning's programs: the ``Metric`` object is kept as
+                passed, so no attribute lookup is needed.
+            rank_zero_only: accepted for Lightning's programs (a value logged only on rank 0 is
+                not synced; trainmesh syncs only with ``sync_dist=True``).
+
+        Examples:
+            >>> # self.log("val_loss", loss, prog_bar=True, sync_dist=True)
         """
         log_collector = self._log_collector
         if log_collector is None:
@@ -205,16 +234,22 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
             reduce_fx = _reduce_fx_name(reduce_fx)
+        if sync_dist_group is not None:
+            raise ValueError(
+                f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
+                "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
+            )
         log_collector.log(
             name,
             value,
             prog_bar=prog_bar,
-            logger=logger,
+            logger=True if logger is None else logger,
             on_step=on_step,
             on_epoch=on_epoch,
             reduce_fx=reduce_fx,
             sync_dist=sync_dist,
             batch_size=batch_size,
+            add_dataloader_idx=add_dataloader_idx,
         )
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
@@ -278,9 +313,22 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         """Every logger of the Trainer (empty without a Trainer or with ``logger=False``)."""
         return list(self._trainer.loggers) if self._trainer is not None else []
 
-    def all_gather(self, value: Any) -> Any:
-        """Gather ``value`` (tensors in any nesting) from every process, stacked on a new dim 0."""
-        return self.trainer.runtime.all_gather(value)
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather ``data`` (tensors in any nesting) from every process, stacked on a new dim 0, as
+        Lightning's: without a process group (one process: the single-device and dp strategies)
+        ``data`` comes back as it is; under ddp, even on one process, stacked.
+
+        Args:
+            data: a tensor, or a collection of them (other values are kept as they are).
+            group: a torch process group to gather over (default: every data-parallel process).
+            sync_grads: let gradients flow back through the gather (e.g. a contrastive loss over
+                every process's embeddings): each process's slice gets the sum of the processes'
+                gradients for it.
+
+        Examples:
+            >>> # embeddings = self.all_gather(z, sync_grads=True).flatten(0, 1)
+        """
+        return self.trainer.runtime.all_gather(data, group=group, sync_grads=sync_grads, stack_alone=False)
 
     # ---- manual optimization (trainmesh.manual_calls) -------------------------------------
     # Set ``self.automatic_optimization = False`` to step the optimizers in training_step.

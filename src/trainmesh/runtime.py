@@ -333,9 +333,15 @@ class Runtime:
             return reduce_one(torch.tensor(float(value), device=self.device)).item()
         return apply_to_tensors(value, reduce_one)
 
-    def all_gather(self, value: Any, *, over: str = "dp") -> Any:
-        """Tensors from every process of the axis, stacked along a new first dimension."""
-        return collectives.all_gather(self.mesh, value, over=over)
+    def all_gather(
+        self, value: Any, *, over: str = "dp", group: Any = None, sync_grads: bool = False, stack_alone: bool = True
+    ) -> Any:
+        """Tensors from every process of the axis (or of a torch process ``group``), stacked along
+        a new first dimension; ``sync_grads``: differentiable; ``stack_alone=False``: as they are
+        without a process group (collectives.all_gather)."""
+        return collectives.all_gather(
+            self.mesh, value, over=over, group=group, sync_grads=sync_grads, stack_alone=stack_alone
+        )
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """A picklable object from every process, in rank order."""

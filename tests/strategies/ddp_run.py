@@ -305,8 +305,8 @@ def run_callbacks(out, directory):
     )
 
 
-def run_single(out):
-    model = Net()
+def run_single(out, optimizer="adam"):
+    model = Net() if optimizer == "adam" else SGDNet()
     quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
     torch.save({"state_dict": model.state_dict()}, out)
 
@@ -438,6 +438,34 @@ def run_runtime(out):
     runtime.launch(train)
 
 
+class GatheredLossNet(Net):
+    """One loss over every process's outputs, gathered with gradients (a contrastive loss's
+    pattern): under ddp each process's slice gets the gradient of the whole batch's loss."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.all_gather(self.net(x), sync_grads=True).flatten(0, 1)
+        return F.cross_entropy(logits, self.all_gather(y).flatten(0, 1))
+
+    def configure_optimizers(self):
+        # SGD, not Adam: Adam would hide a gradient off by a constant factor.
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class SGDNet(Net):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def run_gather_grads(out):
+    """gather_grads OUT: ddp at 16 a process, the loss over the gathered 32 (as single's one batch of
+    32); rank 0 saves weights."""
+    model = GatheredLossNet()
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=EPOCHS)
+    trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH))
+    save_rank_zero(out, model)
+
+
 def run_trainer_leg(out, strategy="ddp", devices="2", nodes="1"):
     """trainer OUT [STRATEGY DEVICES NODES]: a Trainer run; rank 0 saves weights."""
     run_trainer(out, strategy, int(devices), int(nodes))
@@ -485,6 +513,7 @@ PROGRAMS = {
     "callbacks": run_callbacks,
     "unused": run_unused_leg,
     "runtime": run_runtime,
+    "gather_grads": run_gather_grads,
 }
 
 

@@ -44,7 +44,9 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
         leg("accumulate-1-32.pt", 2, "accumulate", "1", "32"),
         leg("runtime.pt", 2, "runtime"),
         leg("callbacks", 2, "callbacks", str(root / "ckpts")),
+        leg("gather-grads.pt", 2, "gather_grads"),
         leg("single.pt", 1, "single"),
+        leg("single-sgd.pt", 1, "single", "sgd"),
     ]
 
 
@@ -100,6 +102,15 @@ def test_ddp_matches_one_device_with_the_global_batch(legs):
     ddp, single = weights(legs.out("ddp.pt")), weights(legs.out("single.pt"))
     for name in single:
         torch.testing.assert_close(ddp[name], single[name], rtol=0, atol=1e-6)
+
+
+def test_a_loss_over_outputs_gathered_with_gradients_trains_as_one_process_at_the_global_batch(legs):
+    """``self.all_gather(out, sync_grads=True)`` (Lightning's): every process computes the loss of
+    the whole gathered batch, its slice gets the sum of every process's gradient for it, and DDP's
+    average makes that the one-process gradient of the global batch's loss."""
+    gathered, single = weights(legs.out("gather-grads.pt")), weights(legs.out("single-sgd.pt"))
+    for name in single:
+        torch.testing.assert_close(gathered[name], single[name], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("samples", [1001, 1])  # 1: a rank with no sample at all

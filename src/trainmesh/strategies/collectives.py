@@ -35,18 +35,59 @@ def reduce(mesh: ParallelMesh, value: torch.Tensor, op: str = "mean", *, over: s
     return reduced / mesh.group_size(over) if op == "mean" else reduced
 
 
-def all_gather(mesh: ParallelMesh, value: Any, *, over: str = "dp") -> Any:
-    """Every tensor in ``value`` stacked over the processes along ``over`` (a new first dim)."""
-    if not _talks(mesh, over):
+def all_gather(
+    mesh: ParallelMesh,
+    value: Any,
+    *,
+    over: str = "dp",
+    group: Any = None,
+    sync_grads: bool = False,
+    stack_alone: bool = True,
+) -> Any:
+    """Every tensor in ``value`` stacked over the processes along ``over`` (a new first dim).
+
+    ``group``: a torch process group to gather over instead of the axis (Lightning's argument).
+    ``sync_grads``: the gather is differentiable, as Lightning's ``AllGatherGrad``: a process's
+    gradient for its own slice is the sum of every process's gradient for that slice.
+    ``stack_alone=False``: with no process group at all (one process), ``value`` as it is
+    (Lightning's ``LightningModule.all_gather``); under a group of one, stacked all the same.
+    """
+    if group is None and not _talks(mesh, over):
+        if not stack_alone and not (dist.is_available() and dist.is_initialized()):
+            return value
         return apply_to_tensors(value, lambda t: t.unsqueeze(0))
-    group, size = mesh.group(over), mesh.group_size(over)
+    if group is None:
+        group = mesh.group(over)
 
     def gather(tensor: torch.Tensor) -> torch.Tensor:
-        parts = [torch.empty_like(tensor) for _ in range(size)]
-        dist.all_gather(parts, tensor.contiguous(), group=group)
-        return torch.stack(parts)
+        if sync_grads:
+            gathered: torch.Tensor = _GatherWithGradients.apply(tensor.contiguous(), group)  # type: ignore[no-untyped-call]
+            return gathered
+        return _gather(tensor.contiguous(), group)
 
     return apply_to_tensors(value, gather)
+
+
+def _gather(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, tensor, group=group)
+    return torch.stack(parts)
+
+
+class _GatherWithGradients(torch.autograd.Function):
+    """all_gather whose backward sums the gathered gradient over the group and keeps this
+    process's slice (what Lightning's ``AllGatherGrad`` computes)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        return _gather(tensor, group)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = torch.cat(grads).contiguous()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad[dist.get_rank(ctx.group)], None
 
 
 def all_gather_object(mesh: ParallelMesh, obj: Any, *, over: str = "world") -> list[Any]:

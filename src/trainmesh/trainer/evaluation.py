@@ -23,6 +23,7 @@ from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.distributed_samplers import is_padding
+from trainmesh.utilities.exceptions import MisconfigurationException
 
 _STEP_HOOK = {
     "validate": "validation_step",
@@ -305,7 +306,25 @@ def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> lis
         reduced.append(metrics)
         ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
     log_collector.start_stage()
+    _refuse_shared_names(reduced)
     return reduced
+
+
+def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
+    """A name logged with ``add_dataloader_idx=False`` by several loaders would be one metric for
+    two loaders; Lightning refuses it, and so does this."""
+    seen: set[str] = set()
+    for metrics in reduced:
+        for name, (_, entry) in metrics.items():
+            if entry.add_dataloader_idx:
+                continue
+            if name in seen:
+                raise MisconfigurationException(
+                    f"You called `self.log({name}, ...)` twice with different arguments. This is not allowed: "
+                    f"with add_dataloader_idx=False every evaluation dataloader must log its own names (Lightning "
+                    "refuses the same); log a name per dataloader, or keep add_dataloader_idx=True"
+                )
+            seen.add(name)
 
 
 def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any]) -> list[dict[str, float]]:

@@ -35,6 +35,8 @@ class _Entry:
     metric: Any = None  # a torchmetrics Metric computes its own epoch value
     # A float64 tensor was logged: Lightning's epoch value is then float64, else float32 (lightning_dtype).
     wide: bool = False
+    # self.log(..., add_dataloader_idx=False): no "/dataloader_idx_N" after the name with several loaders.
+    add_dataloader_idx: bool = True
     # A step value and nothing else (training_step's default): self.log's fast path.
     plain_step: bool = field(init=False, repr=False, compare=False)
 
@@ -139,6 +141,7 @@ class LogCollector:
         reduce_fx: str,
         sync_dist: bool,
         batch_size: int | None,
+        add_dataloader_idx: bool = True,
     ) -> None:
         """Record one ``self.log`` call.
 
@@ -150,6 +153,7 @@ class LogCollector:
         entry = self.results.entries.get(name)
         if entry is None:
             entry = self._new_entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+            entry.add_dataloader_idx = add_dataloader_idx
         if entry.plain_step and not self._chunked:
             kind = type(value)
             if kind is torch.Tensor and value.ndim == 0:

@@ -1,0 +1,88 @@
+"""``self.log``'s arguments as Lightning 2.6 defines them: the same program is run under Lightning
+and trainmesh and the metrics compared (``add_dataloader_idx``, ``enable_graph``,
+``metric_attribute``, ``rank_zero_only``), and a name two loaders log with
+``add_dataloader_idx=False`` is refused by both."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def _run(framework, *, same_name: bool) -> tuple[dict[str, float], list[dict[str, float]]]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss, enable_graph=True, rank_zero_only=True, metric_attribute=None)
+            return loss
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            x, y = batch
+            name = "val" if same_name else ["val", "holdout"][dataloader_idx]
+            self.log(name, torch.nn.functional.mse_loss(self.layer(x), y), add_dataloader_idx=False)
+            self.log("index", float(dataloader_idx))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    first = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    second = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loaders = [DataLoader(first, batch_size=8), DataLoader(second, batch_size=8)]
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    model = Model()
+    trainer.fit(model, DataLoader(first, batch_size=8), loaders)
+    fitted = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return fitted, trainer.validate(model, loaders, verbose=False)
+
+
+def test_log_arguments_give_lightning_s_metric_names_and_values() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected_fit, expected_validate = _run(lightning, same_name=False)
+    fit, validate = _run(trainmesh, same_name=False)
+    assert (
+        sorted(fit)
+        == sorted(expected_fit)
+        == ["holdout", "index/dataloader_idx_0", "index/dataloader_idx_1", "train_loss", "val"]
+    )
+    assert fit == pytest.approx(expected_fit, rel=1e-6)
+    assert [sorted(m) for m in validate] == [sorted(m) for m in expected_validate]
+    for ours, theirs in zip(validate, expected_validate):
+        assert ours == pytest.approx(theirs, rel=1e-6)
+
+
+def test_one_name_logged_by_two_loaders_without_their_index_is_refused_as_lightning_refuses_it() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.exceptions import MisconfigurationException as LightningError
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(LightningError, match=r"self.log\(val, ...\)` twice"):
+        _run(lightning, same_name=True)
+    with pytest.raises(MisconfigurationException, match=r"self.log\(val, ...\)` twice"):
+        _run(trainmesh, same_name=True)
+
+
+def test_a_sync_group_other_than_every_process_is_refused() -> None:
+    import trainmesh
+
+    module = trainmesh.LightningModule()
+    module._log_collector = object()  # as if attached: the refusal comes before anything is recorded
+    with pytest.raises(ValueError, match="sync_dist_group"):
+        module.log("x", 1.0, sync_dist_group=object())
