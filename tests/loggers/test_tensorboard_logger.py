@@ -40,18 +40,23 @@ def test_scalars_read_back(tmp_path):
     assert [e.value for e in events.Scalars("acc")] == pytest.approx([0.0, 0.5, 1.0])
 
 
-def test_hparams_text_and_yaml(tmp_path):
+def test_hparams_go_to_the_hparams_tab_with_hp_metric_and_to_yaml(tmp_path):
+    """As Lightning's: the HPARAMS plugin's session (values TensorBoard cannot show as text), the
+    ``hp_metric`` scalar at -1, and hparams.yaml."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
     logger = TensorBoardLogger(tmp_path, name="exp", version=3)
-    logger.log_hyperparams({"lr": 0.01, "act": torch.nn.Tanh()})
+    logger.log_hyperparams({"lr": 0.01, "act": torch.nn.Tanh(), "opt": {"name": "sgd"}})
     logger.finalize("success")
 
     with open(os.path.join(logger.log_dir, "hparams.yaml")) as file:
-        assert yaml.safe_load(file) == {"lr": 0.01, "act": "Tanh()"}
+        assert yaml.safe_load(file) == {"lr": 0.01, "act": "Tanh()", "opt": {"name": "sgd"}}
     events = load_events(logger.log_dir)
-    (tag,) = events.Tags()["tensors"]
-    assert tag.startswith("hparams")
-    text = events.Tensors(tag)[0].tensor_proto.string_val[0].decode()
-    assert "lr: 0.01" in text and "act: Tanh()" in text
+    assert [(e.step, e.value) for e in events.Scalars("hp_metric")] == [(0, -1.0)]
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+    assert session["lr"].number_value == 0.01
+    assert session["act"].string_value == "Tanh()" and session["opt/name"].string_value == "sgd"
 
 
 def test_versions_increment(tmp_path):

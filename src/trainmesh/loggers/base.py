@@ -38,6 +38,10 @@ class Logger:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
 
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's graph (the Trainer calls it at the start of fit); most loggers
+        record none."""
+
     def save(self) -> None:
         """Flush what is buffered to disk."""
 

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,6 @@ from trainmesh.loggers.csv_logger import (
     metric_to_float,
     next_version,
     save_hparams_yaml,
-    to_yaml_safe,
     version_dir_name,
 )
 from trainmesh.utilities.install_hints import install_hint
@@ -48,6 +48,25 @@ def tensorboard_available() -> bool:
     return any(_installed(package) for package in _WRITERS)
 
 
+def _flat_for_tensorboard(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as ``a/b`` names, values TensorBoard takes (others as text), as
+    Lightning's ``_flatten_dict`` + ``_sanitize_params``."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}/{key}" if parent else str(key)
+        if isinstance(value, argparse.Namespace):
+            value = vars(value)
+        if isinstance(value, Mapping):
+            flat.update(_flat_for_tensorboard(value, name))
+            continue
+        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalars
+            value = value.item()
+        import torch  # here: this module is imported without torch (see the module's docstring)
+
+        flat[name] = value if type(value) in (bool, int, float, str, torch.Tensor) else str(value)
+    return flat
+
+
 def _writer_module() -> str:
     for package, module in _WRITERS.items():
         if _installed(package):
@@ -60,29 +79,49 @@ def _writer_module() -> str:
 
 
 class TensorBoardLogger(Logger):
-    """Write TensorBoard event files to ``save_dir/name/version_N`` (``name`` as Lightning's:
-    ``lightning_logs``).
+    """Write TensorBoard event files to ``save_dir/name/version_N[/sub_dir]``, as Lightning's
+    (``name`` defaults to ``lightning_logs``; ``None`` or ``""`` leaves that folder out).
 
-    Hyperparameters go to the TEXT tab as YAML (and to ``hparams.yaml`` next to the events).
-    The event writer, and with it the folder, is created on the first write.
-    Extra keyword arguments (``flush_secs``, ``max_queue``...) go to ``SummaryWriter``.
+    Hyperparameters go to TensorBoard's HPARAMS tab with Lightning's ``hp_metric`` (-1 until you
+    log it yourself, unless ``default_hp_metric=False``) and to ``hparams.yaml`` next to the
+    events. The event writer, and with it the folder, is created on the first write.
 
-    >>> logger = TensorBoardLogger("trainmesh_runs")  # doctest: +SKIP
-    >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
+    Args:
+        save_dir: the folder the runs go under.
+        name: the run's folder name (default ``"lightning_logs"``).
+        version: the version folder (``version_N``: the next free N; a string is used as is).
+        log_graph: write the model's graph at the start of fit, traced with
+            ``model.example_input_array`` (as Lightning's).
+        default_hp_metric: with the hyperparameters, log ``hp_metric = -1`` (as Lightning's).
+        prefix: put ``"{prefix}-"`` before every metric's name.
+        sub_dir: a folder inside the version folder for the event files.
+        writer_kwargs: passed on to ``SummaryWriter`` (``flush_secs``, ``max_queue``...).
+
+    Examples:
+        >>> logger = TensorBoardLogger("trainmesh_runs")  # doctest: +SKIP
+        >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
     """
 
     def __init__(
         self,
         save_dir: str | os.PathLike,
-        name: str = "lightning_logs",
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
         **writer_kwargs: Any,
     ) -> None:
         # Fail here, when the user builds the Trainer, not hours later at the first log call.
         self._writer_module = _writer_module()
         self._save_dir = Path(save_dir)
-        self._name = name
+        self._name = name or ""
         self._version = version
+        self._log_graph = log_graph
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._writer_kwargs = writer_kwargs
         self._writer: SummaryWriter | None = None
         self._hparams: dict[str, Any] = {}
@@ -96,14 +135,26 @@ class TensorBoardLogger(Logger):
         return os.fspath(self._save_dir)
 
     @property
+    def root_dir(self) -> str:
+        """``save_dir/name``: the folder of this run's versions."""
+        return os.path.join(self.save_dir, self._name)
+
+    @property
+    def sub_dir(self) -> str | None:
+        return self._sub_dir
+
+    @property
     def version(self) -> int | str:
         if self._version is None:  # resolved once, so all files of this run share a folder
-            self._version = next_version(self._save_dir / self._name)
+            self._version = next_version(Path(self.root_dir))
         return self._version
 
     @property
     def log_dir(self) -> str:
-        return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
+        path = os.path.join(self.root_dir, version_dir_name(self.version))
+        if self._sub_dir is not None:
+            path = os.path.join(path, self._sub_dir)
+        return os.path.expanduser(os.path.expandvars(path))
 
     @property
     def experiment(self) -> SummaryWriter | DummyExperiment:
@@ -120,24 +171,53 @@ class TensorBoardLogger(Logger):
             self._writer = writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
 
-    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
-        """Record ``params`` as YAML text in TensorBoard and in ``log_dir/hparams.yaml``."""
-        import yaml
-
+    def log_hyperparams(
+        self,
+        params: Mapping[str, Any] | argparse.Namespace,
+        metrics: Mapping[str, Any] | float | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Record ``params`` in TensorBoard's HPARAMS tab (flattened: ``{"a": {"b": 1}}`` is
+        ``a/b``) with ``metrics`` (default ``{"hp_metric": -1}``), and in ``log_dir/hparams.yaml``."""
         if not on_rank_zero():  # a Module's own call runs on every rank; rank 0 writes
             return
-        self._hparams.update(hparams_to_dict(params))
-        text = yaml.safe_dump(to_yaml_safe(self._hparams), sort_keys=False)
-        # TensorBoard renders text as Markdown; indenting makes it a code block, so the YAML
-        # keeps its line breaks and indentation.
-        markdown = "".join(f"    {line}\n" for line in text.splitlines())
-        self.experiment.add_text("hparams", markdown)
+        params = hparams_to_dict(params)
+        self._hparams.update(params)
         save_hparams_yaml(self.log_dir, self._hparams)
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else None
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        if not metrics:
+            return
+        self.log_metrics(metrics, step if step is not None else 0)
+        summary = importlib.import_module(self._writer_module + ".summary")
+        writer = self.experiment._get_file_writer()
+        for part in summary.hparams(_flat_for_tensorboard(params), dict(metrics)):
+            writer.add_summary(part, step)
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """With ``log_graph=True``: the model's graph, traced with ``input_array`` or
+        ``model.example_input_array`` (the Trainer calls it at the start of fit, as Lightning's)."""
+        if not self._log_graph or not on_rank_zero():
+            return
+        import torch
+
+        input_array = getattr(model, "example_input_array", None) if input_array is None else input_array
+        if input_array is None or not isinstance(input_array, (torch.Tensor, tuple)):
+            warnings.warn(
+                "Could not log computational graph to TensorBoard: set `model.example_input_array` to a tensor "
+                "(or a tuple of forward's positional arguments), or pass `input_array`",
+                stacklevel=2,
+            )
+            return
+        self.experiment.add_graph(model, input_array)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         writer = self.experiment
         for key, value in metrics.items():
-            writer.add_scalar(key, metric_to_float(key, value), global_step=int(step))
+            name = f"{self._prefix}-{key}" if self._prefix else key
+            writer.add_scalar(name, metric_to_float(key, value), global_step=int(step))
 
     def save(self) -> None:
         if self._writer is not None:

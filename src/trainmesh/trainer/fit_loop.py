@@ -105,6 +105,8 @@ def _begin_fit(
     if ctx.publisher.is_global_zero:
         for logger in ctx.publisher.loggers:
             logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
+            if callable(getattr(logger, "log_graph", None)):  # a user's own logger may not define it
+                logger.log_graph(state.module)
     if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
         # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
         # are kept aside meanwhile (the generators are restored when the epoch's data starts).

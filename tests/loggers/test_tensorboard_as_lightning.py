@@ -1,0 +1,74 @@
+"""TensorBoardLogger's arguments as Lightning 2.6 defines them (``log_graph``, ``default_hp_metric``,
+``prefix``, ``sub_dir``): the same program writes event files under Lightning and under trainmesh,
+and what TensorBoard reads back from the two is compared (folders, scalar tags, steps and values,
+the graph, the HPARAMS plugin)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+pytest.importorskip("tensorboard")
+
+
+def _run(framework, loggers, root: str) -> dict[str, object]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class Model(framework.LightningModule):
+        def __init__(self, lr: float = 0.1) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(4, 1)
+            self.example_input_array = torch.zeros(2, 4)
+
+        def forward(self, x):
+            return self.layer(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    logger = loggers.TensorBoardLogger(root, name="m", log_graph=True, prefix="p", sub_dir="events")
+    trainer = framework.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=logger,
+        log_every_n_steps=4,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Model(), DataLoader(data, batch_size=8))
+    events = EventAccumulator(logger.log_dir)
+    events.Reload()
+    tags = events.Tags()
+    return {
+        "log_dir": os.path.relpath(logger.log_dir, root),
+        "files": sorted(os.listdir(os.path.dirname(logger.log_dir))),
+        "scalars": {t: [(e.step, round(e.value, 6)) for e in events.Scalars(t)] for t in tags["scalars"]},
+        "graph": tags["graph"],
+        "plugins": sorted(events.PluginTagToContent("hparams")),
+    }
+
+
+def test_tensorboard_logger_writes_what_lightning_s_writes(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import lightning.pytorch.loggers as lightning_loggers
+
+    import trainmesh
+    import trainmesh.loggers as trainmesh_loggers
+
+    expected = _run(lightning, lightning_loggers, str(tmp_path / "lightning"))
+    assert expected["log_dir"] == os.path.join("m", "version_0", "events") and expected["graph"] is True
+    assert "p-hp_metric" in expected["scalars"] and "p-train_loss" in expected["scalars"]
+    assert _run(trainmesh, trainmesh_loggers, str(tmp_path / "trainmesh")) == expected
