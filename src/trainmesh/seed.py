@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import random
 import sys
 from collections.abc import Iterator
@@ -44,7 +45,7 @@ def seed_settings() -> SeedSettings | None:
     return _settings
 
 
-def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed Python's ``random``, NumPy and torch (all devices) with one number.
 
     With ``workers=True`` the Runtime gives every DataLoader with workers (and no
@@ -55,6 +56,7 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     Args:
         seed: the seed (None: 0, said on stderr) (default ``None``).
         workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
+        verbose: log "Seed set to N" to the ``trainmesh`` logger at INFO, as Lightning's (default ``True``).
 
     Examples:
         >>> seed_everything(7)
@@ -67,6 +69,8 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed < 2**32):
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     _settings = SeedSettings(seed=seed, workers=bool(workers))
+    if verbose:
+        logging.getLogger("trainmesh").info("Seed set to %d", seed)
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     try:

@@ -37,8 +37,12 @@ class EarlyStopping(Callback):
         check_finite: stop when the metric becomes NaN or infinite (default ``True``).
         stopping_threshold: stop once the metric reaches this value (default ``None``).
         divergence_threshold: stop once the metric is worse than this value (default ``None``).
-        check_on_train_epoch_end: check at the end of each training epoch (False: after every validation run) (default ``True``).
+        check_on_train_epoch_end: check at the end of each training epoch (False: after every validation run;
+            None: as Lightning decides, at the epoch's end when validation runs once at the end of every epoch,
+            else after every validation run) (default ``None``).
         verbose: say why it stopped (default ``False``).
+        log_rank_zero_only: accepted for Lightning's programs: the message is said on global rank 0 only
+            in any case (default ``False``).
 
     Examples:
         >>> early_stop = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
@@ -58,8 +62,9 @@ class EarlyStopping(Callback):
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
-        check_on_train_epoch_end: bool = True,
+        check_on_train_epoch_end: bool | None = None,
         verbose: bool = False,
+        log_rank_zero_only: bool = False,
     ) -> None:
         _check_arguments(monitor, min_delta, patience, mode)
         self.monitor = monitor
@@ -72,6 +77,7 @@ class EarlyStopping(Callback):
         self.divergence_threshold = divergence_threshold
         self.check_on_train_epoch_end = check_on_train_epoch_end
         self.verbose = verbose
+        self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = math.inf if mode == "min" else -math.inf
@@ -84,6 +90,14 @@ class EarlyStopping(Callback):
         return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
+    def setup(self, trainer: TrainerView, module: Any, stage: str | None = None) -> None:
+        if self.check_on_train_epoch_end is None:
+            # Lightning's rule: validation more than once an epoch, or not every epoch, means the
+            # check follows each validation run (at an epoch's end the metric may not exist yet).
+            interval = getattr(trainer, "val_check_interval", 1.0)
+            every = getattr(trainer, "check_val_every_n_epoch", 1)
+            self.check_on_train_epoch_end = interval in (None, 1.0) and every == 1
+
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if self.check_on_train_epoch_end:
             self._check(trainer)

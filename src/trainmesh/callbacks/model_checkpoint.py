@@ -43,7 +43,7 @@ class ModelCheckpoint(Checkpoint):
         save_last: bool | None = None,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = None,
-        save_on_train_epoch_end: bool | None = True,
+        save_on_train_epoch_end: bool | None = None,
         verbose: bool = False,
         *,
         auto_insert_metric_name: bool = True,
@@ -62,8 +62,8 @@ class ModelCheckpoint(Checkpoint):
             every_n_epochs = 1
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
-        # None is Lightning's default spelling; here it means the default cadence, True.
-        self.save_on_train_epoch_end = True if save_on_train_epoch_end is None else save_on_train_epoch_end
+        # None: decided at each save point, as Lightning decides (_saves_at_epoch_end).
+        self.save_on_train_epoch_end = save_on_train_epoch_end
         self.save_weights_only = save_weights_only
         self.enable_version_counter = enable_version_counter
         self.verbose = verbose
@@ -118,25 +118,41 @@ class ModelCheckpoint(Checkpoint):
         self._dir_checked = False
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
-        if not trainer.sanity_checking:
-            self._validated_since_check = self._validated_this_fit = True
+        if trainer.sanity_checking or getattr(trainer, "stage", "fit") != "fit":
+            return
+        self._validated_this_fit = True
+        if self._saves_at_epoch_end(trainer):
+            self._validated_since_check = True  # the epoch's end saves, with this run's metrics
+        elif not self._skip(trainer) and self._epoch_due(trainer):
+            # As Lightning: right after this validation run, at the step it validated.
+            self._save(trainer, mid_epoch=False)
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
-        # save_on_train_epoch_end=False: save after every validation, mid-epoch ones included.
-        after_validation = validated and not self.save_on_train_epoch_end and self._epoch_due(trainer)
-        if step_due or after_validation:
-            self._save(trainer, mid_epoch=not after_validation)
+        if step_due:
+            self._save(trainer, mid_epoch=not validated)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer) or not self._epoch_due(trainer):
             return
-        if self.save_on_train_epoch_end or validated:
+        if self._saves_at_epoch_end(trainer) or validated:
             self._save(trainer, mid_epoch=False)
+
+    def _saves_at_epoch_end(self, trainer: TrainerView) -> bool:
+        """Lightning's rule where ``save_on_train_epoch_end`` is None: after each validation run when
+        validation runs more than once an epoch or not every epoch (the monitored metric may not
+        exist at an epoch's end), at the epoch's end when it runs once at the end of each, or not at all."""
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
+            return False
+        if not getattr(trainer, "num_val_batches", 0):
+            return True
+        return getattr(trainer, "val_check_interval", 1.0) in (None, 1.0)
 
     # ---- names --------------------------------------------------------------------------------
     def format_checkpoint_name(

@@ -131,7 +131,7 @@ class CSVLogger(Logger):
     """Write metrics to ``save_dir/name/version_N/metrics.csv`` and hparams to ``hparams.yaml``
     (``name`` as Lightning's: ``lightning_logs``).
 
-    Rows are buffered and written every ``flush_every_n_steps`` calls to :meth:`log_metrics`
+    Rows are buffered and written every ``flush_logs_every_n_steps`` calls to :meth:`log_metrics`
     and on :meth:`save` / :meth:`finalize`. The header is the union of all metric names seen
     plus ``step``; when a new name appears the file is rewritten with the wider header, and
     rows that lack a column leave it empty. Nothing is created on disk before the first write.
@@ -146,17 +146,19 @@ class CSVLogger(Logger):
         save_dir: str | os.PathLike,
         name: str = "lightning_logs",
         version: int | str | None = None,
-        flush_every_n_steps: int = 100,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
     ) -> None:
-        if flush_every_n_steps < 1:
+        if flush_logs_every_n_steps < 1:
             raise ValueError(
-                f"flush_every_n_steps={flush_every_n_steps} must be at least 1: it is the number "
+                f"flush_logs_every_n_steps={flush_logs_every_n_steps} must be at least 1: it is the number "
                 "of log calls between writes to metrics.csv. Use 1 to write on every call."
             )
         self._save_dir = Path(save_dir)
         self._name = name
         self._version = version
-        self._flush_every_n_steps = flush_every_n_steps
+        self._flush_every_n_steps = flush_logs_every_n_steps
+        self._prefix = prefix
         self._hparams: dict[str, Any] = {}
         self._buffer: list[dict[str, float | int]] = []
         self._columns: list[str] | None = None  # the header of metrics.csv; None: not read yet
@@ -207,7 +209,10 @@ class CSVLogger(Logger):
         """Buffer one row: every metric of ``metrics`` at ``step``."""
         # An int stays one ("epoch": 0 is written 0, as Lightning's CSVLogger writes it)
         row: dict[str, float | int] = {
-            key: value if type(value) is int else metric_to_float(key, value) for key, value in metrics.items()
+            (f"{self._prefix}-{key}" if self._prefix else key): value
+            if type(value) is int
+            else metric_to_float(key, value)
+            for key, value in metrics.items()
         }
         row["step"] = int(step)
         self._buffer.append(row)

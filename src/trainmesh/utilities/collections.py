@@ -67,8 +67,8 @@ def move_to_device(data: Any, device: torch.device, *, non_blocking: bool = Fals
     return apply_to_tensors(data, lambda t: t.to(device, non_blocking=non_blocking))
 
 
-def move_data_to_device(data: Any, device: torch.device | str) -> Any:
-    """Lightning's ``move_data_to_device``: every tensor in ``data``, and every object with a
+def move_data_to_device(batch: Any, device: torch.device | str) -> Any:
+    """Lightning's ``move_data_to_device``: every tensor in ``batch``, and every object with a
     ``.to`` method (a tokenizer's ``BatchEncoding``, a graph batch), moved to ``device``; tensors
     copied without blocking where the target is an accelerator (a copy to the CPU blocks, so the
     values are there when the step reads them).
@@ -85,7 +85,7 @@ def move_data_to_device(data: Any, device: torch.device | str) -> Any:
         moved = item.to(device)
         return item if moved is None else moved  # a .to() that works in place returns None
 
-    return apply_to_tensors(data, move, also=_transferable)
+    return apply_to_tensors(batch, move, also=_transferable)
 
 
 def _transferable(item: Any) -> bool:

@@ -26,11 +26,12 @@ def global_rank_from_env() -> int:
     return 0
 
 
-def rank_zero_only(fn: F) -> F:
-    """Decorate ``fn`` so that it runs on global rank 0 and returns None elsewhere.
+def rank_zero_only(fn: F, default: Any = None) -> F:
+    """Decorate ``fn`` so that it runs on global rank 0 and returns ``default`` elsewhere.
 
     Args:
-        fn: the function to run on global rank 0 only (None elsewhere).
+        fn: the function to run on global rank 0 only.
+        default: what the other ranks get (default ``None``), as Lightning's.
 
     Examples:
         >>> @rank_zero_only
@@ -44,7 +45,7 @@ def rank_zero_only(fn: F) -> F:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if global_rank_from_env() == 0:
             return fn(*args, **kwargs)
-        return None
+        return default
 
     return wrapped  # type: ignore[return-value]
 
@@ -62,13 +63,15 @@ def rank_zero_deprecation(message: str, stacklevel: int = 2) -> None:
 
 
 @rank_zero_only
-def rank_zero_info(message: str) -> None:
-    print(message, flush=True)
+def rank_zero_info(message: str, *args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``message`` printed on global rank 0 (``stacklevel`` accepted for Lightning's calls)."""
+    print(message, *args, flush=True)
 
 
 @rank_zero_only
-def rank_zero_debug(message: str) -> None:
-    logging.getLogger("trainmesh").debug(message)
+def rank_zero_debug(message: str, *args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``message`` to the ``trainmesh`` logger at DEBUG, on global rank 0."""
+    logging.getLogger("trainmesh").debug(message, *args, stacklevel=stacklevel, **kwargs)
 
 
 class LightningDeprecationWarning(DeprecationWarning):
