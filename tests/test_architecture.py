@@ -128,6 +128,17 @@ LIGHTNING1_DOORS = (
     "trainmesh.trainer.hooks",
     "trainmesh.trainer.construction",
 )
+# What of Lightning 1.x's package each door imports: 1.x's loops, 1.x's hooks, 1.x's Trainer arguments (the
+# construction's door holds arguments only: a callback's 1.x hook names come through the dispatcher).
+LIGHTNING1_DOOR_SCOPES = {
+    "trainmesh.trainer.optimization.runners": (f"{LIGHTNING1}.optimizer_turns", f"{LIGHTNING1}.tbptt"),
+    "trainmesh.trainer.hooks": (f"{LIGHTNING1}.legacy_hooks", f"{LIGHTNING1}.optimizer_hooks"),
+    "trainmesh.trainer.construction": (
+        f"{LIGHTNING1}.legacy_arguments",
+        f"{LIGHTNING1}.trainer_arguments",
+        f"{LIGHTNING1}.argparse_arguments",
+    ),
+}
 # Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
 GLOBAL_STEP_WRITERS = {
     ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
@@ -426,6 +437,19 @@ def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
             found.append(
                 entry(source, statement.line, f"imports {statement.module} (enter through {LIGHTNING1_DOORS})")
             )
+    return found
+
+
+def lightning1_door_scope(source: Source, modules: dict[str, bool]) -> list[str]:
+    """(j') A door importing a module of Lightning 1.x's package outside its scope (``LIGHTNING1_DOOR_SCOPES``)."""
+    scope = LIGHTNING1_DOOR_SCOPES.get(source.module)
+    if scope is None:
+        return []
+    found = []
+    for statement in imports(source):
+        for target in import_targets(statement, modules) or [statement.module]:
+            if within(target, (LIGHTNING1,)) and target != LIGHTNING1 and not within(target, scope):
+                found.append(entry(source, statement.line, f"imports {target} (its door's scope: {scope})"))
     return found
 
 
@@ -796,6 +820,12 @@ def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
     modules = known_modules()
     found = [e for s in sources() for e in lightning1_imports(s, modules)]
     assert not found, _report(found, "Lightning 1.x's package entered other than through its doors")
+
+
+def test_each_lightning1_door_imports_only_its_part() -> None:
+    modules = known_modules()
+    found = [e for s in sources() for e in lightning1_door_scope(s, modules)]
+    assert not found, _report(found, "a door to Lightning 1.x's package imports another door's part")
 
 
 def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
@@ -1220,6 +1250,16 @@ def test_lightning1_imports_are_found_outside_the_doors() -> None:
     assert found.startswith("snippet.py:1: imports trainmesh.trainer.lightning1"), found
     for door in LIGHTNING1_DOORS:
         assert lightning1_imports(parse(text, module=door), modules) == []
+
+
+def test_a_door_importing_another_door_s_part_of_lightning1_is_found() -> None:
+    modules = {LIGHTNING1: True, f"{LIGHTNING1}.legacy_hooks": False, f"{LIGHTNING1}.legacy_arguments": False}
+    text = "from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS\n"
+    (found,) = lightning1_door_scope(parse(text, module="trainmesh.trainer.construction"), modules)
+    assert found.startswith("snippet.py:1: imports trainmesh.trainer.lightning1.legacy_hooks"), found
+    text = "from trainmesh.trainer.lightning1 import legacy_arguments\n"
+    assert lightning1_door_scope(parse(text, module="trainmesh.trainer.construction"), modules) == []
+    assert lightning1_door_scope(parse(text, module="trainmesh.trainer.hooks"), modules) != []
 
 
 def test_global_step_writes_are_found_with_their_function() -> None:
