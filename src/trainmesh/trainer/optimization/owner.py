@@ -201,8 +201,10 @@ class OptimizerSteps:
 
     # ---- after the step: its count and the schedulers -----------------------------------------------
     def stepped(self, batch_idx: int) -> None:
-        self.count_steps(1)
-        self.step_schedulers(batch_idx)
+        state = self.ctx.state
+        count_optimizer_steps(state)  # (count_steps's, called directly: one Python call fewer per step)
+        if state.lr_scheduler_configs:  # none configured: no call per step
+            self.step_schedulers(batch_idx)
 
     def count_steps(self, count: int) -> None:
         """``count`` optimizer steps done (1.x's turns: one per active optimizer): ``global_step``."""
