@@ -12,6 +12,7 @@ trainer/manual_optimization.py, which imports this module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -104,6 +105,10 @@ class SteppedOnce:
         made._tm_scheduler, made._tm_sync, made._tm_what = scheduler, sync, what
         made._tm_step = types.MethodType(cls._once, made)
         return made
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (functools.partial(SteppedOnce.of, what=self._tm_what), (self._tm_scheduler, self._tm_sync))
 
     def _once(self, *args: Any, **kwargs: Any) -> Any:
         return self._tm_sync.once(lambda: self._tm_scheduler.step(*args, **kwargs), what=self._tm_what)

@@ -56,6 +56,10 @@ class RuntimeOptimizer:
             return self.optimizer.step() if closure is None else self.optimizer.step(closure)
         return self._precision.optimizer_step(self.optimizer, closure)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (RuntimeOptimizer.of, (self.optimizer, self._precision))
+
     def __repr__(self) -> str:
         return f"RuntimeOptimizer({self.optimizer!r})"
 

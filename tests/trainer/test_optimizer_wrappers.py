@@ -2,6 +2,9 @@
 Lightning's ``LightningOptimizer`` is: ``isinstance`` holds, and what is read or written through
 them is the user's object's state (utilities/wrapped_objects.py; no ``__getattr__``)."""
 
+import copy
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -121,6 +124,14 @@ def test_the_runtime_optimizer_shares_the_users_state_and_keeps_its_step_under_a
     wrapped.step()
     assert precision.steps == 2  # neither the scheduler's counter nor the reload bypassed the wrapper
     assert opt.state[param]["step"].item() == 2
+
+
+def test_the_runtime_optimizer_pickles_and_copies_as_the_wrapped_optimizer():
+    opt = torch.optim.Adam([nn.Parameter(torch.ones(2))], lr=0.1)
+    wrapped = RuntimeOptimizer.of(opt, CountingPrecision())
+    for copied in (pickle.loads(pickle.dumps(wrapped)), copy.deepcopy(wrapped)):
+        assert isinstance(copied, RuntimeOptimizer) and isinstance(copied, torch.optim.Adam)
+        assert copied.optimizer is not opt and copied.param_groups[0]["lr"] == 0.1
 
 
 def test_a_scheduler_stepped_once_per_step_is_the_users_scheduler():

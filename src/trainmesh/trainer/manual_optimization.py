@@ -195,5 +195,9 @@ class ManualOptimizer:
         index = next((i for i, o in enumerate(self._steps.state.optimizers) if o is self.optimizer), 0)
         return f"optimizer {index} ({type(self.optimizer.optimizer).__name__})"
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (ManualOptimizer.of, (self.optimizer, self._steps))
+
     def __repr__(self) -> str:
         return f"ManualOptimizer({self.optimizer.optimizer!r})"

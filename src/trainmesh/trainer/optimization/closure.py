@@ -107,6 +107,10 @@ class HookedOptimizer:
     def _zero_grad(self, set_to_none: bool = True) -> None:
         self._optimizer.zero_grad(set_to_none=set_to_none)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (HookedOptimizer.of, (self._optimizer, self._before_step))
+
     def __repr__(self) -> str:
         return f"HookedOptimizer({self.optimizer!r})"
 
