@@ -25,6 +25,7 @@ from trainmesh.callbacks.spike import SpikeDetection
 from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
 from trainmesh.callbacks.timer import Timer
+from trainmesh.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__ = [
     "BackboneFinetuning",
@@ -33,6 +34,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
@@ -49,4 +51,5 @@ __all__ = [
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
+    "WeightAveraging",
 ]

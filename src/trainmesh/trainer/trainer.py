@@ -390,7 +390,7 @@ class Trainer(RunProperties):
         # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
         # after a fit, validate/test hold their own values only.
         state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
-        state.epoch_metrics, state.logged_metrics = {}, {}
+        state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
