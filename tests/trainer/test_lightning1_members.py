@@ -113,3 +113,38 @@ def test_all_gather_grad_stacks_and_hands_back_the_gradient(tmp_path):
         assert gathered.tolist() == [[1.0, 2.0]] and x.grad.tolist() == [3.0, 4.0]
     finally:
         dist.destroy_process_group()
+
+
+def test_track_grad_norm_calls_log_grad_norm_as_lightning_1_9():
+    """Trainer(track_grad_norm=2): log_grad_norm called at each of the 8 optimizer steps with 1.9.5's
+    norms (rounded to 4 places), and the same metrics in callback_metrics: the step values equal, the
+    epoch means within 1 float32 ulp (1.9.5 sums value * batch size in its own order: 1.4676001 here,
+    1.4676000 in trainmesh)."""
+    got, recorded = run("grad_norm"), RECORDED["grad_norm"]
+    assert {k: v for k, v in got.items() if k != "callback_metrics"} == {
+        k: v for k, v in recorded.items() if k != "callback_metrics"
+    }
+    assert got["callback_metrics"] == pytest.approx(recorded["callback_metrics"], rel=2e-7, abs=0)
+    steps = {k: v for k, v in got["callback_metrics"].items() if k.endswith("_step") or k == "train_loss"}
+    assert steps == {k: recorded["callback_metrics"][k] for k in steps}
+    with pytest.raises(ValueError, match="positive number or 'inf'"):
+        tm.Trainer(track_grad_norm=0, logger=False)
+
+
+def test_from_compiled_and_to_uncompiled():
+    """1.9's LightningModule.from_compiled hands the compiled module back (fit takes it as it is;
+    nothing is rebound on the module), to_uncompiled gives the module it wraps; other inputs raise
+    1.9.5's ValueError."""
+    import torch
+
+    model = programs.Regression()
+    compiled = torch.compile(model)
+    assert programs.Regression.from_compiled(compiled) is compiled
+    assert tm.Module.to_uncompiled(compiled) is model
+    assert "forward" not in vars(model)
+    with pytest.raises(ValueError, match="OptimizedModule"):
+        tm.Module.from_compiled(model)
+    with pytest.raises(ValueError, match="compiled"):
+        tm.Module.to_uncompiled(model)
+    with pytest.raises(ValueError, match="expected to be a compiled TwoLoaders"):
+        programs.TwoLoaders.from_compiled(compiled)

@@ -224,7 +224,7 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )
-        ckpt_path = construction.lightning_one_fit(self._lightning1, self._state, data, ckpt_path)  # 1.x's
+        ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path)
 
     def validate(

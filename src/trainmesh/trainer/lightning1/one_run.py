@@ -17,5 +17,6 @@ class LightningOneRun:
     auto_scale_batch_size: bool | str = False
     multiple_trainloader_mode: str = "max_size_cycle"
     move_metrics_to_cpu: bool = False
+    track_grad_norm: int | float | str = -1
     tuning: bool = False
     resuming: bool = False  # a fit was given resume_from_checkpoint's path

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainmesh.trainer.lightning1 import argparse_arguments, tune
+from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_type
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.utilities.argparse import parse_env_variables
@@ -99,14 +100,24 @@ def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
             f"Trainer(multiple_trainloader_mode={mode!r}): Lightning 1.x's modes are {list(_TRAIN_LOADER_MODES)} "
             "(several train loaders read until the longest one ends, the shorter ones cycled, or until the shortest)"
         )
-    names = ("resume_from_checkpoint", "auto_lr_find", "auto_scale_batch_size", "move_metrics_to_cpu")
+    check_norm_type(arguments["track_grad_norm"])
+    names = (
+        "resume_from_checkpoint",
+        "auto_lr_find",
+        "auto_scale_batch_size",
+        "move_metrics_to_cpu",
+        "track_grad_norm",
+    )
     return LightningOneRun(multiple_trainloader_mode=mode, **{name: arguments[name] for name in names})
 
 
-def lightning_one_fit(run: LightningOneRun, state: LoopState, data: DataSource, ckpt_path: Any) -> Any:
-    """At fit's start: the train loaders' mode on ``data``; the checkpoint to resume from (``ckpt_path``,
-    else ``resume_from_checkpoint``'s, as 1.9.5's ``fit``)."""
+def lightning_one_fit(trainer: LightningOneMembers, data: DataSource, ckpt_path: Any) -> Any:
+    """At fit's start: the train loaders' mode on ``data``; the gradient norms' callback (``track_grad_norm``);
+    the checkpoint to resume from (``ckpt_path``, else ``resume_from_checkpoint``'s, as 1.9.5's ``fit``)."""
+    run, state = trainer._lightning1, trainer._state
     data.train_mode = run.multiple_trainloader_mode
+    if run.track_grad_norm != -1 and not any(isinstance(cb, GradNormTracking) for cb in trainer.callbacks):
+        trainer.callbacks.append(GradNormTracking(run.track_grad_norm))
     _settle_resume(run, state)
     if ckpt_path is not None or run.resume_from_checkpoint is None:
         return ckpt_path
