@@ -148,3 +148,11 @@ def test_from_compiled_and_to_uncompiled():
         tm.Module.to_uncompiled(model)
     with pytest.raises(ValueError, match="expected to be a compiled TwoLoaders"):
         programs.TwoLoaders.from_compiled(compiled)
+
+
+@pytest.mark.parametrize("name", ["reset_train_dataloader", "reset_val_dataloader", "reset_test_dataloader"])
+def test_reset_dataloader_methods_are_refused_with_the_reason(name):
+    """1.9.5 has reset_*_dataloader (2.0 removed them); trainmesh keeps no loader on the Trainer to reload."""
+    trainer = tm.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(NotImplementedError, match="1.9.5 loads the loaders here"):
+        getattr(trainer, name)(programs.Regression())

@@ -60,11 +60,15 @@ GRAVEYARD_METHODS = {
     "init_optimizers": "the Trainer calls configure_optimizers at fit's start",
     "convert_to_lightning_optimizers": "trainer.optimizers (optimizer_step receives the wrapped optimizer)",
     "reset_train_val_dataloaders": "the Trainer builds fit's loaders at its start",
-    # 1.9.5 has these four (1.x's data connector); trainmesh builds each stage's loaders at its start
-    "reset_train_dataloader": "the Trainer builds fit's train loader at its start",
-    "reset_val_dataloader": "the Trainer builds the validation loaders where Lightning 2 does",
-    "reset_test_dataloader": "the Trainer builds the test loaders at test's start",
-    "reset_predict_dataloader": "the Trainer builds the predict loaders at predict's start",
+}
+# 1.9.5 has these (they load a stage's loaders onto the Trainer); 2.0 removed them. trainmesh asks for each
+# stage's loaders where Lightning 2 does and keeps no loader on the Trainer to reload.
+_RELOADS = "(pytorch-lightning 1.9.5 loads the loaders here; Lightning 2.0 removed it)"
+RELOAD_METHODS = {
+    "reset_train_dataloader": "fit asks for train_dataloader() at its start, as Lightning 2 does",
+    "reset_val_dataloader": "fit and validate ask for val_dataloader() where Lightning 2 does",
+    "reset_test_dataloader": "test asks for test_dataloader() at its start",
+    "reset_predict_dataloader": "predict asks for predict_dataloader() at its start",
 }
 
 
@@ -78,8 +82,8 @@ def _removed_property(name: str, instead: str) -> property:
     return property(removed, doc=f"Refused: {reason}")
 
 
-def _removed_method(name: str, instead: str) -> Any:
-    reason = f"`Trainer.{name}` {_REMOVED}; in trainmesh: {instead}"
+def _removed_method(name: str, instead: str, removed_when: str = _REMOVED) -> Any:
+    reason = f"`Trainer.{name}` {removed_when}; in trainmesh: {instead}"
 
     def removed(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(reason)
@@ -137,6 +141,7 @@ class LightningOneMembers(RunProperties):
 
     locals().update({name: _removed_property(name, instead) for name, instead in GRAVEYARD_PROPERTIES.items()})
     locals().update({name: _removed_method(name, instead) for name, instead in GRAVEYARD_METHODS.items()})
+    locals().update({name: _removed_method(name, instead, _RELOADS) for name, instead in RELOAD_METHODS.items()})
 
     @classmethod
     def default_attributes(cls) -> dict[str, Any]:
