@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,7 @@ class ModuleUtilities(nn.Module):
             ...
             ValueError: `model` is required to be a `OptimizedModule`. Found a `Linear` instead.
         """
-        if not isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        if not _is_compiled(model):
             raise ValueError(
                 f"`model` is required to be a `OptimizedModule`. Found a `{type(model).__name__}` instead."
             )
@@ -167,6 +168,14 @@ class ModuleUtilities(nn.Module):
     def to_uncompiled(cls, model: Any) -> Any:
         """The module a ``torch.compile`` wraps (1.9.5's ``to_uncompiled``); a module that is not compiled
         raises, as in 1.9.5."""
-        if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        if _is_compiled(model):
             return model._orig_mod
         raise ValueError("`model` is required to be a compiled LightningModule (what torch.compile returns)")
+
+
+def _is_compiled(model: Any) -> bool:
+    """``model`` is what ``torch.compile`` returns (torch's dynamo, slow to import, is only asked once a
+    compile has imported it: before that nothing can be compiled)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)

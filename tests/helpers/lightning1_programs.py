@@ -368,3 +368,34 @@ PROGRAMS = {
     "utilities": utilities,
     "grad_norm": grad_norm,
 }
+
+
+def resume_after_tune() -> dict:
+    """``Trainer(resume_from_checkpoint=..., auto_lr_find=True)``: tune, then fit resumes from the checkpoint."""
+    with tempfile.TemporaryDirectory() as root:
+        tm.seed_everything(0)
+        saving = ModelCheckpoint(dirpath=os.path.join(root, "ckpts"), save_top_k=-1, every_n_epochs=1)
+        tm.Trainer(max_epochs=2, default_root_dir=root, callbacks=[saving], **QUIET).fit(Regression())
+        (path,) = glob.glob(os.path.join(root, "ckpts", "epoch=0*.ckpt"))
+        tm.seed_everything(1)
+        model = Regression()
+        trainer = tm.Trainer(
+            max_epochs=2,
+            default_root_dir=root,
+            resume_from_checkpoint=path,
+            auto_lr_find=True,
+            enable_checkpointing=False,
+            **QUIET,
+        )
+        trainer.tune(model)
+        path_after_tune = trainer.resume_from_checkpoint == path
+        trainer.fit(model)
+        return {
+            "lr": model.lr,
+            "path_after_tune": path_after_tune,
+            "global_step": trainer.global_step,
+            "weights": _weights(model),
+        }
+
+
+PROGRAMS["resume_after_tune"] = resume_after_tune

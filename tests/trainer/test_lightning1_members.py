@@ -131,6 +131,7 @@ def test_track_grad_norm_calls_log_grad_norm_as_lightning_1_9():
         tm.Trainer(track_grad_norm=0, logger=False)
 
 
+@pytest.mark.slow  # torch.compile imports dynamo (7 s of CPU here)
 def test_from_compiled_and_to_uncompiled():
     """1.9's LightningModule.from_compiled hands the compiled module back (fit takes it as it is;
     nothing is rebound on the module), to_uncompiled gives the module it wraps; other inputs raise
@@ -156,3 +157,10 @@ def test_reset_dataloader_methods_are_refused_with_the_reason(name):
     trainer = tm.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with pytest.raises(NotImplementedError, match="1.9.5 loads the loaders here"):
         getattr(trainer, name)(programs.Regression())
+
+
+def test_tune_then_fit_resumes_from_checkpoint_as_lightning_1_9():
+    """Trainer(resume_from_checkpoint=epoch-0 checkpoint, auto_lr_find=True): tune's search does not
+    resume (1.9.5's tuner runs no fit) and keeps the path; the fit after it resumes: 1.9.5's lr on the
+    model, global_step (16) and bit-identical weights."""
+    assert run("resume_after_tune") == RECORDED["resume_after_tune"]

@@ -123,7 +123,8 @@ def lightning_one_fit(trainer: LightningOneMembers, data: DataSource, ckpt_path:
     if run.track_grad_norm != -1 and not any(isinstance(cb, GradNormTracking) for cb in trainer.callbacks):
         trainer.callbacks.append(GradNormTracking(run.track_grad_norm))
     _settle_resume(run, state)
-    if ckpt_path is not None or run.resume_from_checkpoint is None:
+    # trainer.tune's searches start from the model as it is (1.9.5's tuner runs no fit, so no resume)
+    if ckpt_path is not None or run.resume_from_checkpoint is None or run.tuning:
         return ckpt_path
     run.resuming = True
     return run.resume_from_checkpoint
