@@ -137,6 +137,7 @@ LIGHTNING1_DOOR_SCOPES = {
         f"{LIGHTNING1}.legacy_arguments",
         f"{LIGHTNING1}.trainer_arguments",
         f"{LIGHTNING1}.argparse_arguments",
+        f"{LIGHTNING1}.trainer_members",  # 1.x's Trainer members (resume_from_checkpoint, tune, ...)
     ),
 }
 # Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.

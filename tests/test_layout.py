@@ -20,6 +20,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
     "utilities/exceptions.py": ["test_first_hour.py"],
     "utilities/wrapped_objects.py": ["trainer/test_optimizer_wrappers.py"],
@@ -39,6 +40,13 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/lightning_names.py": ["plugins/test_plugins.py"],
     "trainer/lightning1/argparse_arguments.py": ["trainer/test_argparse_1x.py"],
     "trainer/lightning1/trainer_arguments.py": ["trainer/test_lightning1_arguments.py"],
+    "trainer/lightning1/trainer_members.py": ["trainer/test_lightning1_members.py"],
+    "trainer/lightning1/tune.py": ["trainer/test_lightning1_members.py"],
+    "trainer/lightning1/grad_norm.py": ["trainer/test_lightning1_members.py"],
+    "trainer/lightning1/one_run.py": ["trainer/test_lightning1_members.py"],
+    "utilities/argparse.py": ["trainer/test_lightning1_members.py"],
+    "utilities/all_gather_grad.py": ["trainer/test_lightning1_members.py"],
+    "callbacks/lightning1_names.py": ["trainer/test_lightning1_members.py"],
     "trainer/plugins_argument.py": ["plugins/test_plugins.py", "trainer/test_checkpoint_saves.py"],
     "utilities/refusal.py": ["plugins/test_plugins.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
@@ -141,7 +149,13 @@ COVERED_BY: dict[str, list[str]] = {
     "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
     "launchers/in_process.py": ["test_runtime.py"],
     "loggers/base.py": ["loggers/test_module_logger.py"],
-    "module.py": ["trainer/test_lightning_api.py", "trainer/test_log_values.py", "trainer/test_hooks.py"],
+    "module.py": [
+        "trainer/test_lightning_api.py",
+        "trainer/test_log_values.py",
+        "trainer/test_hooks.py",
+        "trainer/test_all_gather_one_process.py",
+        "trainer/test_log_arguments.py",
+    ],
     "scaling/__init__.py": ["scaling/test_scale_command.py"],
     "scaling/command.py": ["scaling/test_scale_command.py"],
     "scaling/measure.py": ["scaling/test_scale_command.py"],

@@ -15,6 +15,8 @@ from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from trainmesh.callbacks.lambda_function import LambdaCallback
+from trainmesh.callbacks.lightning1_names import ProgressBarBase as ProgressBarBase  # 1.9's names, not in __all__
+from trainmesh.callbacks.lightning1_names import QuantizationAwareTraining as QuantizationAwareTraining
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary

@@ -11,9 +11,10 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import is_callback
-from trainmesh.trainer.lightning1 import argparse_arguments, legacy_arguments
+from trainmesh.trainer.lightning1 import legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
 from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, hardware_arguments
+from trainmesh.trainer.lightning1.trainer_members import LightningOneMembers, lightning_one_fit, lightning_one_run
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
@@ -138,12 +139,9 @@ def refuse_sync_on_cpu(runtime: Runtime) -> None:
         )
 
 
-__all__ = ["LIGHTNING1_ARGUMENTS"]  # the Trainer's 1.x arguments it hands to build_runtime
-
-# Lightning 1.x's argparse classmethods of the Trainer (lightning1/argparse_arguments.py).
-add_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.add_argparse_args)
-parse_argparser: classmethod[Any, Any, Any] = classmethod(argparse_arguments.parse_argparser)
-from_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.from_argparse_args)
+# the Trainer's 1.x arguments it hands to build_runtime; its 1.x members, resume_from_checkpoint and the
+# train loaders' mode at fit's start (lightning1/trainer_members.py)
+__all__ = ["LIGHTNING1_ARGUMENTS", "LightningOneMembers", "lightning_one_fit", "lightning_one_run"]
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:
