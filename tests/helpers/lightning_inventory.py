@@ -216,12 +216,13 @@ def refusal(area: str, name: str) -> str | None:
     ``trainmesh.utilities.refusal`` gives the classes it makes, the same text the user is shown), in
     the Trainer's table of refused arguments, or in ``REFUSED`` here."""
     from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
+    from trainmesh.trainer.lightning2_arguments import REFUSED_ARGUMENTS as REFUSED_2X_ARGUMENTS
     from trainmesh.utilities.refusal import refusal_of
 
     if f"{area}{name}" in REFUSED:
         return REFUSED[f"{area}{name}"]
     if area.removeprefix("1.9 ") == "Trainer(":
-        return REFUSED_ARGUMENTS.get(name)
+        return REFUSED_ARGUMENTS.get(name) or REFUSED_2X_ARGUMENTS.get(name)
     kind, place = _trainmesh_place(area)
     if kind != "module" or place is None:
         return None

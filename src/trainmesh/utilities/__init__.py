@@ -19,6 +19,7 @@ _LIGHTNING_NAMES = {
     "find_shared_parameters": "parameter_tying",
     "grad_norm": "grads",
     "is_picklable": "parsing",
+    "is_shared_filesystem": "filesystem",
     "measure_flops": "flops",
     "move_data_to_device": "collections",
     "rank_zero_deprecation": "rank_zero",

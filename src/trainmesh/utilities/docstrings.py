@@ -61,6 +61,13 @@ Args:
     auto_scale_batch_size: Lightning 1.x's batch-size finder: refused unless False (trainmesh has none) (default ``False``).
     track_grad_norm: Lightning 1.x's gradient-norm logging: refused unless -1 (log ``trainmesh.utilities.grad_norm`` in ``on_before_optimizer_step``) (default ``-1``).
     replace_sampler_ddp: Lightning 1.x's sampler switch: only True is accepted (each process always gets a ``DistributedSampler`` share) (default ``True``).
+    benchmark: ``torch.backends.cudnn.benchmark`` for the run (None: left as it is, or False with ``deterministic=True``), as Lightning sets it (default ``None``).
+    use_distributed_sampler: False: each loader is read as the program made it on every process (its own ``DistributedSampler``, or the whole data) (default ``True``).
+    detect_anomaly: torch's autograd anomaly mode around fit's training (from the train loader to ``on_train_end``) (default ``False``).
+    barebones: everything that may slow a step off (checkpointing, loggers, progress bar, summary, sanity check, ``self.log``); passing one of them is refused with Lightning's error (default ``False``).
+    reload_dataloaders_every_n_epochs: ask ``train_dataloader()`` / ``val_dataloader()`` again every n epochs, where Lightning asks (default ``0``: never).
+    enable_autolog_hparams: False: the hyperparameters are not given to the loggers at fit's start (default ``True``).
+    model_registry: Lightning AI's model registry: refused (it uploads to Lightning's cloud); save checkpoints and upload them yourself (default ``None``).
 
 Examples:
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,
