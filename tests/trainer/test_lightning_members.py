@@ -136,3 +136,46 @@ def test_print_on_local_rank_zero_as_lightnings(capsys):
         L.Trainer(accelerator="cpu", devices=1, logger=False).print("step", 3, sep="=", end="!\n")
         printed[name] = capsys.readouterr().out
     assert printed["trainmesh"] == printed["lightning"] == "step=3!\n"
+
+
+def test_received_sigterm_read_as_lightnings(tmp_path):
+    """SIGTERM during fit: ``trainer.received_sigterm`` turns True at once, as Lightning's (after
+    it, Lightning raises its SIGTERMException and trainmesh saves a checkpoint and exits with
+    status 75: both a SystemExit)."""
+    import os
+    import signal
+
+    import trainmesh as tm
+    from helpers.trainer_members import module
+
+    read = {}
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # never the default (kill pytest)
+    try:
+        for name, L in (("lightning", pl), ("trainmesh", tm)):
+            seen: list = []
+
+            class Stop(L.Callback):
+                def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                    seen.append(trainer.received_sigterm)
+                    if batch_idx == 1:
+                        os.kill(os.getpid(), signal.SIGTERM)
+                        seen.append(trainer.received_sigterm)
+
+            trainer = L.Trainer(
+                accelerator="cpu",
+                devices=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                max_epochs=1,
+                limit_val_batches=0,
+                default_root_dir=tmp_path / name,
+                callbacks=[Stop()],
+            )
+            with pytest.raises(SystemExit), redirect_stdout(io.StringIO()):
+                trainer.fit(module(name, []))
+            read[name] = seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert read["trainmesh"] == read["lightning"] == [False, False, True]
