@@ -155,11 +155,14 @@ def test_received_sigterm_read_as_lightnings(tmp_path):
             seen: list = []
 
             class Stop(L.Callback):
+                def __init__(self, seen: list) -> None:
+                    self.seen = seen
+
                 def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                    seen.append(trainer.received_sigterm)
+                    self.seen.append(trainer.received_sigterm)
                     if batch_idx == 1:
                         os.kill(os.getpid(), signal.SIGTERM)
-                        seen.append(trainer.received_sigterm)
+                        self.seen.append(trainer.received_sigterm)
 
             trainer = L.Trainer(
                 accelerator="cpu",
@@ -171,7 +174,7 @@ def test_received_sigterm_read_as_lightnings(tmp_path):
                 max_epochs=1,
                 limit_val_batches=0,
                 default_root_dir=tmp_path / name,
-                callbacks=[Stop()],
+                callbacks=[Stop(seen)],
             )
             with pytest.raises(SystemExit), redirect_stdout(io.StringIO()):
                 trainer.fit(module(name, []))
