@@ -232,6 +232,9 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         if log_collector is None:
             _warn_no_trainer(name)
             return
+        if log_collector.barebones:
+            warnings.warn(_BAREBONES_LOG, stacklevel=2)  # Lightning's warning
+            return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
             reduce_fx = _reduce_fx_name(reduce_fx)
         if sync_dist_group is not None:
@@ -430,6 +433,10 @@ def _reduce_fx_name(reduce_fx: Any) -> str:
 
 
 _warned_names: set[str] = set()
+_BAREBONES_LOG = (
+    "You are trying to `self.log()` but `Trainer(barebones=True)` is configured."
+    " Logging can impact raw speed so it is disabled under this setting."
+)
 
 
 def _warn_no_trainer(name: str) -> None:

@@ -217,10 +217,13 @@ class Runtime:
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer.of(opt, self.precision) for opt in prepared]
 
-    def setup_dataloaders(self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None) -> Any:
+    def setup_dataloaders(
+        self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None, distribute: bool = True
+    ) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,
         through Lightning's batch-transfer ``batch_hooks`` where given (``dataloader_idx``: the
-        loader's place among ``loaders``).
+        loader's place among ``loaders``). ``distribute=False`` (Lightning's
+        ``use_distributed_sampler=False``): each loader is read as it is, its sampler the user's.
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
         ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
@@ -241,7 +244,7 @@ class Runtime:
                 loader = with_worker_init_fn(
                     loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
                 )
-            processed = self.strategy.process_dataloader(loader, train=train, seed=seed)
+            processed = self.strategy.process_dataloader(loader, train=train, seed=seed) if distribute else loader
             if batch_hooks is None:
                 wrapped.append(DeviceDataLoader(processed, self.to_device, self._moves_batches))
             else:

@@ -217,12 +217,13 @@ def refusal(area: str, name: str) -> str | None:
     Trainer member's property or method for those Lightning 1.8 removed), in
     the Trainer's table of refused arguments, or in ``REFUSED`` here."""
     from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
+    from trainmesh.trainer.lightning2_arguments import REFUSED_ARGUMENTS as REFUSED_2X_ARGUMENTS
     from trainmesh.utilities.refusal import refusal_of
 
     if f"{area}{name}" in REFUSED:
         return REFUSED[f"{area}{name}"]
     if area.removeprefix("1.9 ") == "Trainer(":
-        return REFUSED_ARGUMENTS.get(name)
+        return REFUSED_ARGUMENTS.get(name) or REFUSED_2X_ARGUMENTS.get(name)
     kind, place = _trainmesh_place(area)
     if kind == "member" and place == "Trainer":  # a member 1.8 removed: its property or method carries the reason
         import trainmesh

@@ -82,7 +82,19 @@ def test_one_name_logged_by_two_loaders_without_their_index_is_refused_as_lightn
 def test_a_sync_group_other_than_every_process_is_refused() -> None:
     import trainmesh
 
-    module = trainmesh.LightningModule()
-    module._log_collector = object()  # as if attached: the refusal comes before anything is recorded
+    class Model(trainmesh.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).mean()
+            self.log("loss", loss, sync_dist=True, sync_dist_group=object())
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = trainmesh.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with pytest.raises(ValueError, match="sync_dist_group"):
-        module.log("x", 1.0, sync_dist_group=object())
+        trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))

@@ -16,6 +16,7 @@ class Precision:
     """Full precision (``"32-true"``); the base of the precision plugins."""
 
     precision: str = "32-true"
+    scaler: Any = None  # MixedPrecision's gradient scaler ("16-mixed"), as trainer.precision_plugin gives it
 
 
 class MixedPrecision(Precision):

@@ -87,6 +87,11 @@ class SignalStop:
         # Nothing but the flag: the loop acts on it at the next step's end.
         self._received = max(self._received, signum)
 
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether this fit received SIGTERM (Lightning's ``trainer.received_sigterm``)."""
+        return self._received == signal.SIGTERM
+
     def stop_agreed(self) -> bool:
         """After a step: whether every process stops now (the same answer on each one)."""
         if self._agreement is None:

@@ -83,6 +83,11 @@ class Supervision:
         return self._signals.armed(process, folder=folder, save=save)
 
     @property
+    def received_sigterm(self) -> bool:
+        """Whether this fit received SIGTERM (it then stops, saves and exits with status 75)."""
+        return self._signals.received_sigterm
+
+    @property
     def stop_agreed(self) -> Callable[[], bool]:
         """Call after a step: whether every process stops now (the same answer on each one).
         The signal watch's own method, so that a loop holding it makes one call per step."""

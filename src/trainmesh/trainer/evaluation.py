@@ -112,14 +112,14 @@ def run_validation(
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
-    loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False)
+    loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False, kind=kind)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     return _evaluate(ctx, stage, loaders, limit)
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
-    loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False)
+    loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)
     writers = [callback for callback in ctx.view.callbacks if isinstance(callback, BasePredictionWriter)]
@@ -130,14 +130,18 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool) -> list[Any]:
+def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: str) -> list[Any]:
     """``loaders`` set up by the Runtime, their batches through the batch-transfer hooks, each
-    told its place among ``loaders`` (Lightning's ``dataloader_idx``)."""
+    told its place among ``loaders`` (Lightning's ``dataloader_idx``); kept as ``kind``'s
+    (``trainer.train_dataloader``, ``val_dataloaders``, ...)."""
     if not loaders:
         return []
     loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
-    placed = ctx.runtime.setup_dataloaders(*loaders, train=train, batch_hooks=ctx.batch_hooks)
-    return list(placed) if len(loaders) > 1 else [placed]
+    placed = ctx.runtime.setup_dataloaders(
+        *loaders, train=train, batch_hooks=ctx.batch_hooks, distribute=ctx.use_distributed_sampler
+    )
+    found = ctx.state.stage_loaders[kind] = list(placed) if len(loaders) > 1 else [placed]
+    return found
 
 
 def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:

@@ -18,6 +18,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import train_loader
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.evaluation import device_loaders
+from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.loop_context import LoopContext
 
 
@@ -27,7 +28,24 @@ class FitData:
     def __init__(self, ctx: LoopContext, source: DataSource) -> None:
         self._ctx, self._source = ctx, source
         self._val: list[Any] | None = None
+        self._train: Any = _NOT_ASKED
+        # The epochs the loaders were last asked for at (Lightning's _last_*_dl_reload_epoch), which
+        # Trainer(reload_dataloaders_every_n_epochs=n) asks again n epochs later.
+        self._val_epoch: int | None = None
+        self._train_epoch: int | None = None
         ctx.state.val_loaders = []
+
+    def _due(self, last: int | None) -> bool:
+        every = self._ctx.reload_every_n_epochs
+        return every > 0 and (last is None or self._ctx.state.current_epoch - last >= every)
+
+    @property
+    def has_val_loaders(self) -> bool:
+        return self._val is not None
+
+    def train_reload_due(self) -> bool:
+        """Whether this epoch asks for the train loader again (before on_train_epoch_start, as Lightning)."""
+        return self._train is not _NOT_ASKED and self._due(self._train_epoch)
 
     def validation_enabled(self) -> bool:
         """Lightning's ``enable_validation``: validation loaders defined, ``validation_step``
@@ -43,22 +61,41 @@ class FitData:
         return self.validation_enabled() and (every_n is None or (epoch + 1) % every_n == 0)
 
     def val_loaders(self) -> list[Any]:
-        """The validation loaders, asked for the first time they are needed."""
-        if self._val is None:
+        """The validation loaders, asked for the first time they are needed, and again where
+        ``reload_dataloaders_every_n_epochs`` says (a sanity check before an epoch that does not
+        validate leaves the next validation to ask again, as Lightning's)."""
+        if self._val is None or self._due(self._val_epoch):
+            state = self._ctx.state
+            if not state.sanity_checking or self.validates_in_epoch(state.current_epoch):
+                self._val_epoch = state.current_epoch
             loaders = self._source.loaders("validate", required=False)
-            self._val = device_loaders(self._ctx, loaders, train=False)
-            self._ctx.state.val_loaders = self._val
+            self._val = device_loaders(self._ctx, loaders, train=False, kind="validate")
+            state.val_loaders = self._val
         return self._val
 
-    def train_loader(self) -> Any:
+    def train_loader(self, *, reload: bool = False) -> Any:
         """The training loader (set up by the Runtime), and the epoch's batch count from it; None
-        with ``limit_train_batches=0`` (as Lightning, which then asks for no loader), a count of 0."""
+        with ``limit_train_batches=0`` (as Lightning, which then asks for no loader), a count of 0.
+        Asked once (``trainer.estimated_stepping_batches`` may ask first), or again with ``reload``."""
+        if self._train is not _NOT_ASKED and not reload:
+            return self._train
         ctx = self._ctx
         ctx.state.num_training_batches = 0  # this fit's count: its one writer is here
+        self._train = None
         if ctx.settings.limit_train_batches == 0:
             return None
         # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
         loaders = [train_loader(self._source.loaders("train", required=True), self._source.train_mode)]
-        (loader,) = device_loaders(ctx, loaders, train=True)
-        ctx.state.num_training_batches = limited_count(loader, ctx.settings.limit_train_batches)
-        return loader
+        (self._train,) = device_loaders(ctx, loaders, train=True, kind="train")
+        ctx.state.num_training_batches = limited_count(self._train, ctx.settings.limit_train_batches)
+        if ctx.state.num_training_batches != 0:
+            self._train_epoch = ctx.state.current_epoch
+        if reload:
+            # Lightning's setup_data starts the new loader's iterator (reading ahead where it has no
+            # length), and the epoch starts another: the first one's draws from the global
+            # generators (the iterator's base seed) and reads happen here too.
+            Fetcher(self._train.batches(), ctx.state.num_training_batches)
+        return self._train
+
+
+_NOT_ASKED = object()

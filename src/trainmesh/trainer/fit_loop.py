@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
@@ -38,27 +40,31 @@ from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
-def run_fit(
-    ctx: LoopContext, data: Any, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False
-) -> None:
-    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    fit_data = FitData(ctx, data)
+def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False) -> None:
+    fit_data = ctx.state.fit_data
+    assert fit_data is not None, "Trainer._prepare made the fit's FitData"
     resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
+    # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end
+    with torch.autograd.set_detect_anomaly(ctx.detect_anomaly):
+        _train(ctx, fit_data, resume_rng)
+    ctx.hooks.call("on_fit_end")
+
+
+def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None) -> None:
+    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
     # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
     train_loader = fit_data.train_loader()
     if train_loader is None or state.num_training_batches == 0:
         # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
-        hooks.call("on_fit_end")
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
     opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng)
     if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end
-        hooks.call("on_fit_end")
         return
-    if fit_data.validates_in_epoch(state.current_epoch):
+    if fit_data.validates_in_epoch(state.current_epoch) and not fit_data.has_val_loaders:
         fit_data.val_loaders()
     warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
@@ -66,12 +72,13 @@ def run_fit(
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
             while not _fit_done(state, settings):
+                if opened is None and fit_data.train_reload_due():  # reload_dataloaders_every_n_epochs
+                    train_loader = fit_data.train_loader(reload=True)
                 run_epoch(ctx, fit_data, train_loader, opened)
                 opened = None
         finally:
             state.loop.last_loss = None
     hooks.call("on_train_end")
-    hooks.call("on_fit_end")
 
 
 def _begin_fit(
@@ -102,7 +109,7 @@ def _begin_fit(
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
-    if ctx.publisher.is_global_zero:
+    if ctx.publisher.is_global_zero and ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         for logger in ctx.publisher.loggers:
             logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
             if callable(getattr(logger, "log_graph", None)):  # a user's own logger may not define it
@@ -206,6 +213,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     if not mid_epoch_resume:
         hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
+    state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
     val_every = _val_check_batches(state, ctx.settings, fit_data)
@@ -244,6 +252,7 @@ def _train_batches(
     next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
     for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, loop):
         log_collector.set_batch("training_step", batch)
+        state.is_last_batch = is_last  # trainer.is_last_batch, from the batch's fetch on (Lightning's)
         if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
@@ -262,7 +271,9 @@ def _train_batches(
             call(output, batch, batch_idx)
         # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step (every
         # step once a stop is asked, as its should_update_logs); decided here, so that a step with neither makes no call.
-        log_due = stepped and ((loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
+        log_due = stepped and (
+            log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop
+        )  # 0: never
         if log_due or val_every is not None:
             _log_and_validate(
                 ctx, fit_data, val_every, train_results, log_due=log_due, stepped=stepped, is_last=is_last

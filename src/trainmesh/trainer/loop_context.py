@@ -38,3 +38,8 @@ class LoopContext:
     profiler: Profiler | None = (
         None  # Trainer(profiler=...): what the loops' steps are recorded with (trainer/profiling.py)
     )
+    # Lightning 2's Trainer arguments the loops read (trainer/lightning2_arguments.py)
+    use_distributed_sampler: bool = True
+    reload_every_n_epochs: int = 0
+    detect_anomaly: bool = False
+    log_hyperparams: bool = True

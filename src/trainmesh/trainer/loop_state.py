@@ -120,6 +120,11 @@ class LoopState:
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for
     predict_loop: PredictLoop = field(default_factory=PredictLoop)  # trainer.predict_loop
+    # Lightning's trainer.train_dataloader, val_dataloaders, ...: the loaders each kind last asked for
+    # ("train", "validate", "test", "predict") in the current or latest run.
+    stage_loaders: dict[str, list[Any]] = field(default_factory=dict)
+    is_last_batch: bool = False  # the training batch in hand is its epoch's last (trainer.is_last_batch)
+    fit_data: Any = None  # the fit's loaders (fit_data.FitData, which imports this module), set when a fit is prepared
 
     @property
     def sanity_checking(self) -> bool:

@@ -90,6 +90,7 @@ class LogCollector:
         self.metrics_source: Callable[[Any], Any] | None = None
         self.results = StageResults()
         self.hook = "training_step"
+        self.barebones = False  # Trainer(barebones=True): self.log warns and drops the value (module.py)
         self._batch: Any = None
         self._batch_size: int | None = None
         self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}

@@ -81,7 +81,7 @@ def check_loop_settings(
     if check_val_every_n_epoch is not None:
         _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
     num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-    log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
+    log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=0)  # 0: never (barebones)
     accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
     if gradient_clip_algorithm is not None:
         gradient_clip_algorithm = str(gradient_clip_algorithm).lower()

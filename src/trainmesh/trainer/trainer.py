@@ -16,6 +16,7 @@ from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import construction, evaluation, fit_loop
+from trainmesh.trainer.barebones import barebones_arguments
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -33,15 +34,15 @@ from trainmesh.trainer.construction import (
 )
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finite_loss import verify_finite_losses
+from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
+from trainmesh.trainer.lightning2_arguments import check_run_behaviour
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.trainer.loop_state import LoopPosition, LoopState, StateField
+from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
 from trainmesh.trainer.model_placement import place_model
-from trainmesh.trainer.optimizers import SchedulerConfig
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
-from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
@@ -49,18 +50,21 @@ from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoin
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
+from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.rank_zero import rank_zero_info
 from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
+_BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
 
 
-class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (lightning1/trainer_members.py)
+class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunProperties; 1.x's members
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
     @suggest_unknown_keywords  # Trainer(max_epoch=5): "... Did you mean 'max_epochs'?"
+    @barebones_arguments  # Trainer(barebones=True): Lightning's refusals, its features off (barebones.py)
     def __init__(
         self,
         *,
@@ -119,8 +123,18 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
         resume_from_checkpoint: str | os.PathLike[str] | None = None,
         move_metrics_to_cpu: bool = False,
         multiple_trainloader_mode: str = "max_size_cycle",
+        benchmark: bool | None = None,
+        use_distributed_sampler: bool = True,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
     ) -> None:
         self._lightning1 = construction.lightning_one_run(locals())  # 1.x's arguments (lightning1/)
+        self.barebones = barebones
+        # benchmark, detect_anomaly, ...: checked as Lightning checks them (lightning2_arguments.py)
+        self._behaviour = check_run_behaviour(**{n: v for n, v in locals().items() if n in _BEHAVIOUR})
         self.runtime, enable_model_summary, self._layer_sync = build_runtime(
             plugins=plugins,
             sync_batchnorm=sync_batchnorm,
@@ -161,49 +175,6 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
         # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
-
-    # ---- the checked settings (settings.py) -----------------------------------------------------
-    fast_dev_run: StateField[int] = StateField("_settings")
-    max_steps: StateField[int] = StateField("_settings")
-    max_epochs: StateField[int] = StateField("_settings")
-    min_epochs: StateField[int | None] = StateField("_settings")
-    min_steps: StateField[int | None] = StateField("_settings")
-    limit_train_batches: StateField[int | float] = StateField("_settings")
-    limit_val_batches: StateField[int | float] = StateField("_settings")
-    limit_test_batches: StateField[int | float] = StateField("_settings")
-    limit_predict_batches: StateField[int | float] = StateField("_settings")
-    val_check_interval: StateField[int | float] = StateField("_settings")
-    check_val_every_n_epoch: StateField[int | None] = StateField("_settings")
-    num_sanity_val_steps: StateField[int] = StateField("_settings")
-    log_every_n_steps: StateField[int] = StateField("_settings")
-    accumulate_grad_batches: StateField[int] = StateField("_settings")
-    gradient_clip_val: StateField[float | None] = StateField("_settings")
-    gradient_clip_algorithm: StateField[str | None] = StateField("_settings")
-
-    # ---- the loop's state (loop_state.LoopState), read by callbacks and the Module ---------------
-    stage: StateField[str | None] = StateField("_state")
-    current_epoch: StateField[int] = StateField("_state")
-    global_step: StateField[int] = StateField("_state")
-    should_stop: StateField[bool] = StateField("_state")
-    num_training_batches: StateField[int | float] = StateField("_state")
-    num_val_batches: StateField[int | float] = StateField("_state")
-    num_test_batches: StateField[int | float] = StateField("_state")
-    num_predict_batches: StateField[int | float] = StateField("_state")
-    ckpt_path: StateField[str | None] = StateField("_state")
-    epoch_metrics: StateField[dict[str, float]] = StateField("_state")
-    train_results: StateField[Any] = StateField("_state")
-    loop: StateField[LoopPosition] = StateField("_state")
-    module: StateField[Any] = StateField("_state")
-    model: StateField[Any] = StateField("_state")
-    datamodule: StateField[Any] = StateField("_state")
-    optimizers: StateField[list[Any]] = StateField("_state")
-    predict_loop: StateField[PredictLoop] = StateField("_state")
-    lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
-    log_collector: StateField[LogCollector] = StateField("_state")
-    hooks: StateField[HookDispatcher | None] = StateField("_state")
-    val_loaders: StateField[list[Any]] = StateField("_state")
-    manual_backward: StateField[Any] = StateField("_state")
-    manual_steps: StateField[Any] = StateField("_state")
 
     @property
     def strategy(self) -> Strategy:
@@ -328,6 +299,7 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
     def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
         state = self._state
         state.stage = stage
+        self._behaviour.apply_torch_flags()  # again here: a spawned process starts with torch's defaults
         begin_run(state.trainer_state, stage)  # Lightning's trainer.state and .training, ... (states.py)
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
@@ -351,7 +323,7 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
                     hpc_resume = ckpt_path is None and source is not None
                     saves = self.runtime.checkpoints.saves
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
-                        fit_loop.run_fit(loop, data, checkpoint, source or "", hpc_resume=hpc_resume)
+                        fit_loop.run_fit(loop, checkpoint, source or "", hpc_resume=hpc_resume)
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
@@ -386,10 +358,12 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
         state.module, state.datamodule = model, data.datamodule
         state.log_collector = LogCollector(runtime.all_reduce)
+        state.log_collector.barebones = self.barebones
         # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
         # after a fit, validate/test hold their own values only.
         state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
         state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
+        state.stage_loaders = {}  # each run asks for its loaders afresh, as Lightning's (its attach_dataloaders)
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
@@ -414,20 +388,31 @@ class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (li
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.log_collector.metrics_source = runtime.trainer_port.metrics_source
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
+        ctx = self._loop_context(model, data, hooks, restored)
+        if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
+            state.fit_data = FitData(ctx, data)
         if stage == "fit" and not state.optimizers:
             configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
         state.manual_steps = ManualSteps(state, runtime)
+        return ctx
+
+    def _loop_context(self, model: Any, data: DataSource, hooks: HookDispatcher, restored: bool) -> LoopContext:
+        behaviour = self._behaviour
         return LoopContext(
-            state=state,
+            state=self._state,
             settings=self._settings,
-            runtime=runtime,
+            runtime=self.runtime,
             hooks=hooks,
-            publisher=Publisher(state, self.loggers, is_global_zero=self.is_global_zero),
+            publisher=Publisher(self._state, self.loggers, is_global_zero=self.is_global_zero),
             view=self,
             inference_mode=self.inference_mode,
             batch_hooks=choose_batch_hooks(model, data.datamodule),
             modules_restored=restored,
             profiler=self.profiler,
+            use_distributed_sampler=behaviour.use_distributed_sampler,
+            reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
+            detect_anomaly=behaviour.detect_anomaly,
+            log_hyperparams=behaviour.enable_autolog_hparams,
         )
 
     def _load_weights_for_eval(self, ckpt_path: str | None) -> None:

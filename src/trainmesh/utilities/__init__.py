@@ -21,6 +21,7 @@ _LIGHTNING_NAMES = {
     "flatten_dict": "parsing",
     "grad_norm": "grads",
     "is_picklable": "parsing",
+    "is_shared_filesystem": "filesystem",
     "measure_flops": "flops",
     "move_data_to_device": "collections",
     "rank_zero_deprecation": "rank_zero",

@@ -64,6 +64,13 @@ Args:
     resume_from_checkpoint: Lightning 1.x's checkpoint a ``fit`` without ``ckpt_path`` resumes from (default ``None``).
     move_metrics_to_cpu: Lightning 1.x's: ``callback_metrics`` and ``logged_metrics`` as CPU tensors (default ``False``).
     multiple_trainloader_mode: Lightning 1.x's reading of several train loaders: ``"max_size_cycle"`` or ``"min_size"`` (default ``"max_size_cycle"``).
+    benchmark: ``torch.backends.cudnn.benchmark`` for the run (None: left as it is, or False with ``deterministic=True``), as Lightning sets it (default ``None``).
+    use_distributed_sampler: False: each loader is read as the program made it on every process (its own ``DistributedSampler``, or the whole data) (default ``True``).
+    detect_anomaly: torch's autograd anomaly mode around fit's training (from the train loader to ``on_train_end``) (default ``False``).
+    barebones: everything that may slow a step off (checkpointing, loggers, progress bar, summary, sanity check, ``self.log``); passing one of them is refused with Lightning's error (default ``False``).
+    reload_dataloaders_every_n_epochs: ask ``train_dataloader()`` / ``val_dataloader()`` again every n epochs, where Lightning asks (default ``0``: never).
+    enable_autolog_hparams: False: the hyperparameters are not given to the loggers at fit's start (default ``True``).
+    model_registry: Lightning AI's model registry: refused (it uploads to Lightning's cloud); save checkpoints and upload them yourself (default ``None``).
 
 Examples:
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,

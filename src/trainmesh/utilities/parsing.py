@@ -10,10 +10,12 @@ that search the module, its ``hparams`` and the attached data module.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import pickle
 import types
-from collections.abc import MutableMapping
+from argparse import Namespace
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from trainmesh.utilities.attribute_dict import AttributeDict
@@ -33,6 +35,7 @@ __all__ = [
     "str_to_bool",
     "str_to_bool_or_int",
     "str_to_bool_or_str",
+    "save_hyperparameters",
 ]
 
 
@@ -99,6 +102,55 @@ def collect_init_args(
         else:
             break
     return path_args
+
+
+def save_hyperparameters(
+    obj: Any,
+    *args: Any,
+    ignore: Sequence[str] | str | None = None,
+    frame: types.FrameType | None = None,
+    given_hparams: dict[str, Any] | None = None,
+) -> None:
+    """Lightning's function behind ``obj.save_hyperparameters(...)``: store in ``obj.hparams`` the
+    arguments of the ``__init__`` calls running in ``frame`` (the caller's by default) up the chain
+    of constructors, or ``given_hparams``, or a dataclass's fields; ``args`` picks some by name or
+    gives one dict or Namespace instead, ``ignore`` leaves some out. ``obj`` is a Module, a DataModule
+    or another class with trainmesh's hyperparameters (``trainmesh.hyperparameters.HyperparametersMixin``).
+
+    Examples:
+        >>> from trainmesh.hyperparameters import HyperparametersMixin
+        >>> class Data(HyperparametersMixin):
+        ...     def __init__(self, batch_size=32, data_dir="data"):
+        ...         super().__init__()  # a constructor in the chain (Lightning finds them by super's cell)
+        ...         save_hyperparameters(self, ignore="data_dir")
+        >>> Data(batch_size=8).hparams
+        {'batch_size': 8}
+    """
+    if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+        return  # an empty container, as Lightning
+    if frame is None:
+        current = inspect.currentframe()
+        frame = current.f_back if current is not None else None
+    if not isinstance(frame, types.FrameType):
+        raise AttributeError("There is no `frame` available while being required.")
+    if given_hparams is not None:
+        init_args = given_hparams
+    elif dataclasses.is_dataclass(obj):
+        init_args = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
+    else:
+        init_args = {}
+        for local_args in collect_init_args(frame, [], classes=(type(obj),)):
+            init_args.update(local_args)
+    ignored = {ignore} if isinstance(ignore, str) else {a for a in ignore or () if isinstance(a, str)}
+    init_args = {k: v for k, v in init_args.items() if k not in ignored}
+    not_names = [arg for arg in args if not isinstance(arg, str)]
+    if not args:
+        chosen: Any = init_args
+    elif len(not_names) == 1:
+        chosen = not_names[0]  # one dict or Namespace stands for the arguments
+    else:
+        chosen = {arg: init_args[arg] for arg in args if isinstance(arg, str)}
+    obj.save_hyperparameters(dict(vars(chosen)) if isinstance(chosen, Namespace) else dict(chosen))
 
 
 def _attribute_holders(model: Any, attribute: str) -> list[Any]:

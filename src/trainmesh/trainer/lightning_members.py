@@ -1,0 +1,229 @@
+"""Lightning 2.6's Trainer properties and methods that describe the run (its devices, precision
+plugin, the callbacks of a kind, the loaders asked for, where the fit loop is), each as Lightning's
+``Trainer`` defines it: kept out of trainer.py, which holds the loop's entry points."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.progress import ProgressBar
+from trainmesh.plugins import precision as precision_plugins
+from trainmesh.trainer.batch_counts import limited_count
+from trainmesh.trainer.lightning2_arguments import RunBehaviour
+from trainmesh.trainer.run_properties import RunProperties
+from trainmesh.trainer.states import TrainerStatus
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from trainmesh.utilities.warnings import PossibleUserWarning
+
+
+class LightningMembers(RunProperties):
+    """The Trainer's members a Lightning program reads about its run; the Trainer is one."""
+
+    _settings: Any
+    _behaviour: RunBehaviour
+    accumulate_grad_batches: int
+    max_epochs: int
+    max_steps: int
+    num_training_batches: int | float
+
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int:
+        return self._behaviour.reload_dataloaders_every_n_epochs
+
+    @property
+    def enable_autolog_hparams(self) -> bool:
+        return self._behaviour.enable_autolog_hparams
+
+    # ---- devices ------------------------------------------------------------------------------
+    @property
+    def accelerator(self) -> Any:
+        """The run's accelerator object (``CPUAccelerator``, ``CUDAAccelerator``, ``MPSAccelerator``)."""
+        from trainmesh import accelerator_types
+
+        classes = {"cuda": accelerator_types.CUDAAccelerator, "mps": accelerator_types.MPSAccelerator}
+        return classes.get(self.runtime.device_type, accelerator_types.CPUAccelerator)()
+
+    @property
+    def node_rank(self) -> int:
+        return self.runtime.node_rank
+
+    @property
+    def num_nodes(self) -> int:
+        return self.runtime.num_nodes
+
+    @property
+    def device_ids(self) -> list[int]:
+        """The device indices of one node (CPU processes count 0, 1, ...), as Lightning lists them."""
+        return list(self.runtime.device_indices)
+
+    @property
+    def num_devices(self) -> int:
+        """The number of devices per node."""
+        return len(self.device_ids)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """``num_replicas`` and ``rank`` of the data-parallel split; None for one device (Lightning's
+        single-device strategy)."""
+        planned = self.num_devices * self.num_nodes
+        if self.world_size > 1:
+            mesh = self.runtime.mesh
+            return {"num_replicas": mesh.dp_size, "rank": mesh.dp_rank}
+        return {"num_replicas": planned, "rank": self.global_rank} if planned > 1 else None
+
+    # ---- precision ----------------------------------------------------------------------------
+    @property
+    def precision_plugin(self) -> precision_plugins.Precision:
+        """Lightning's precision plugin for the run's precision (``MixedPrecision`` with its scaler, ...)."""
+        name = self.precision
+        plugin: precision_plugins.Precision
+        if name in ("16-mixed", "bf16-mixed"):
+            plugin = precision_plugins.MixedPrecision(name, self.runtime.device_type)
+            plugin.scaler = self.scaler
+        elif name in ("16-true", "bf16-true"):
+            plugin = precision_plugins.HalfPrecision(name)
+        elif name == "64-true":
+            plugin = precision_plugins.DoublePrecision()
+        else:
+            plugin = precision_plugins.Precision()
+        return plugin
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The gradient scaler of ``precision="16-mixed"``; None otherwise."""
+        return self.runtime.precision.scaler
+
+    # ---- the callbacks of a kind --------------------------------------------------------------
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        return [c for c in self.callbacks if isinstance(c, Checkpoint)]
+
+    @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+
+    @property
+    def progress_bar_callback(self) -> Any:
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
+
+    # ---- the run's status ---------------------------------------------------------------------
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.state.status == TrainerStatus.INTERRUPTED)
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether this fit received SIGTERM (trainmesh then saves a checkpoint and exits with status 75)."""
+        return self.runtime.supervision.received_sigterm
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each node's first process (local rank 0)."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Tensors made in the block are on the run's device in the precision's parameter dtype
+        (``"bf16-true"``: bfloat16); ``empty_init=True`` leaves them uninitialized (``torch.nn.init``
+        skipped), for weights a checkpoint fills. Under a strategy that shards parameters build the
+        model in ``configure_model`` instead (said, as Lightning says it)."""
+        if self.runtime.capabilities.shards_parameters:
+            rank_zero_warn(
+                "`trainer.init_module` cannot fully support proper instantiation of your model with a strategy "
+                "that shards parameters. Please instantiate your model inside the "
+                "`LightningModule.configure_model` hook instead",
+                category=PossibleUserWarning,
+            )
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(self.runtime.precision.param_dtype)
+        try:
+            with torch.device(self.runtime.device), _SkipInit(enabled=bool(empty_init)):
+                yield
+        finally:
+            torch.set_default_dtype(previous)
+
+    # ---- the loaders and where the fit loop is ------------------------------------------------
+    @property
+    def train_dataloader(self) -> Any:
+        """The training loader fit reads (split for this process), or None before fit asked for it."""
+        return self._asked("train")
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) of fit or validate; a list where there are several."""
+        return self._asked("validate")
+
+    @property
+    def test_dataloaders(self) -> Any:
+        return self._asked("test")
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        return self._asked("predict")
+
+    def _asked(self, kind: str) -> Any:
+        loaders = self._state.stage_loaders.get(kind)
+        if loaders is None:
+            return None
+        plain = [getattr(loader, "loader", loader) for loader in loaders]
+        return plain[0] if len(plain) == 1 else plain
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Whether fit's training batch in hand is its epoch's last (from the batch's fetch on)."""
+        return bool(self._state.is_last_batch)
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        """The batches of each validation loader the sanity check runs."""
+        steps = self._settings.num_sanity_val_steps
+        steps = math.inf if steps == -1 else steps
+        loaders = self._state.stage_loaders.get("validate", [])
+        return [min(steps, limited_count(loader, self._settings.limit_val_batches)) for loader in loaders]
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether fit validates: validation loaders defined, ``validation_step`` overridden and
+        ``limit_val_batches`` not 0."""
+        fit_data = self._state.fit_data
+        return fit_data is not None and fit_data.validation_enabled()
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """The optimizer steps fit will take: the epoch's batches over ``accumulate_grad_batches``
+        (rounded up) times ``max_epochs``, at most ``max_steps``; ``max_steps`` for a loader without
+        a length, inf for ``max_epochs=-1`` without ``max_steps``. Read in ``configure_optimizers``
+        it asks for the train loader there, as Lightning does."""
+        if self.max_epochs == -1:
+            return math.inf if self.max_steps == -1 else self.max_steps
+        fit_data = self._state.fit_data
+        if "train" not in self._state.stage_loaders and fit_data is not None:
+            rank_zero_info("Loading `train_dataloader` to estimate number of stepping batches.")
+            fit_data.train_loader()
+        total = self.num_training_batches
+        if total == math.inf:
+            return self.max_steps
+        estimated = math.ceil(total / self.accumulate_grad_batches) * max(self.max_epochs, 1)
+        return min(estimated, self.max_steps) if self.max_steps != -1 else estimated
+
+
+class _SkipInit(TorchFunctionMode):
+    """``torch.nn.init``'s functions return their tensor unchanged (Lightning's ``_EmptyInit``)."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        super().__init__()
+        self.enabled = enabled
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.enabled and getattr(func, "__module__", None) == "torch.nn.init":
+            return kwargs["tensor"] if "tensor" in kwargs else args[0]
+        return func(*args, **kwargs)

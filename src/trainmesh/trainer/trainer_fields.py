@@ -1,0 +1,60 @@
+"""The Trainer's settings and loop state as properties (``trainer.max_epochs``, ``trainer.global_step``):
+``StateField`` descriptors over its checked settings and its ``LoopState``, kept out of trainer.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.lightning_members import LightningMembers
+from trainmesh.trainer.loop_state import LoopPosition, StateField
+from trainmesh.trainer.optimizers import SchedulerConfig
+from trainmesh.trainer.prediction_loop import PredictLoop
+from trainmesh.trainer.results import LogCollector
+
+
+class TrainerFields(LightningMembers):
+    """The Trainer's fields; the Trainer is one."""
+
+    # ---- the checked settings (settings.py) -----------------------------------------------------
+    fast_dev_run: StateField[int] = StateField("_settings")
+    max_steps: StateField[int] = StateField("_settings")
+    max_epochs: StateField[int] = StateField("_settings")
+    min_epochs: StateField[int | None] = StateField("_settings")
+    min_steps: StateField[int | None] = StateField("_settings")
+    limit_train_batches: StateField[int | float] = StateField("_settings")
+    limit_val_batches: StateField[int | float] = StateField("_settings")
+    limit_test_batches: StateField[int | float] = StateField("_settings")
+    limit_predict_batches: StateField[int | float] = StateField("_settings")
+    val_check_interval: StateField[int | float] = StateField("_settings")
+    check_val_every_n_epoch: StateField[int | None] = StateField("_settings")
+    num_sanity_val_steps: StateField[int] = StateField("_settings")
+    log_every_n_steps: StateField[int] = StateField("_settings")
+    accumulate_grad_batches: StateField[int] = StateField("_settings")
+    gradient_clip_val: StateField[float | None] = StateField("_settings")
+    gradient_clip_algorithm: StateField[str | None] = StateField("_settings")
+
+    # ---- the loop's state (loop_state.LoopState), read by callbacks and the Module ---------------
+    stage: StateField[str | None] = StateField("_state")
+    current_epoch: StateField[int] = StateField("_state")
+    global_step: StateField[int] = StateField("_state")
+    should_stop: StateField[bool] = StateField("_state")
+    num_training_batches: StateField[int | float] = StateField("_state")
+    num_val_batches: StateField[int | float] = StateField("_state")
+    num_test_batches: StateField[int | float] = StateField("_state")
+    num_predict_batches: StateField[int | float] = StateField("_state")
+    ckpt_path: StateField[str | None] = StateField("_state")
+    epoch_metrics: StateField[dict[str, float]] = StateField("_state")
+    train_results: StateField[Any] = StateField("_state")
+    loop: StateField[LoopPosition] = StateField("_state")
+    module: StateField[Any] = StateField("_state")
+    model: StateField[Any] = StateField("_state")
+    datamodule: StateField[Any] = StateField("_state")
+    optimizers: StateField[list[Any]] = StateField("_state")
+    predict_loop: StateField[PredictLoop] = StateField("_state")
+    lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
+    log_collector: StateField[LogCollector] = StateField("_state")
+    hooks: StateField[HookDispatcher | None] = StateField("_state")
+    val_loaders: StateField[list[Any]] = StateField("_state")
+    manual_backward: StateField[Any] = StateField("_state")
+    manual_steps: StateField[Any] = StateField("_state")

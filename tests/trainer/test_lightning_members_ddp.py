@@ -1,0 +1,99 @@
+"""Lightning 2.6's Trainer members under ddp at 2 processes, against Lightning's own ddp run.
+
+One launch per framework (tests/helpers/trainer_members_ddp.py: Lightning's and trainmesh's
+``strategy="ddp"`` each start the script again as the second process) runs three cases, and each
+rank's record is compared with the same rank's under Lightning:
+
+- ``use_distributed_sampler=False`` (each process reads the whole loader as the program made it),
+  and with the program's own ``DistributedSampler``: every record (what the callback read at each
+  hook, the samples of every training step) and the weights, bit for bit;
+- the default sampler, with a OneCycleLR sized by ``estimated_stepping_batches`` (4 per process:
+  8 batches split over 2 processes), accumulation, fit and test: what the callback read at setup
+  (``num_devices``, ``device_ids``, ``distributed_sampler_kwargs``, ``node_rank``, ...), at each
+  batch (``is_last_batch``), ``estimated_stepping_batches``, ``enable_validation``, the loaders'
+  lengths, and ``is_shared_filesystem`` (True for a folder both ranks see, False for one per rank).
+  Not the samples: Lightning's automatic sampler shuffles a training loader made with
+  ``shuffle=False`` and pads evaluation; trainmesh keeps that loader's order and shards evaluation
+  without padding (docs/how-to/multi-gpu.md), so the loaders' sampler and type differ.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "trainer_members_ddp.py"
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("members_ddp")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    for framework in ("lightning", "trainmesh"):
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), framework, str(out)],
+            cwd=out,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def _load(out, framework, case, rank):
+    return torch.load(out / f"{framework}-{case}-rank{rank}.pt", weights_only=False)
+
+
+def _weights_equal(ours, theirs):
+    return all(torch.equal(ours["weights"][k], theirs["weights"][k]) for k in theirs["weights"])
+
+
+@pytest.mark.parametrize("case", ["no_distributed_sampler", "own_sampler"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_use_distributed_sampler_false_reads_as_lightning(records, case, rank):
+    theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
+    assert ours["events"] == theirs["events"]
+    assert _weights_equal(ours, theirs)
+
+
+def _without_samples(events):
+    """The record less what the default sampler decides (samples, loader types and samplers)."""
+    kept = []
+    for event in events:
+        if event[0] == "training_step":
+            kept.append(event[:2])
+        elif event[0] == "on_train_start":
+            kept.append((event[0], event[1], event[2][1], event[3][1], *event[4:]))
+        elif event[0] in ("on_validation_start", "on_test_start"):
+            kept.append((event[0], event[1][1]))
+        elif event[0] == "after":
+            kept.append((event[0], event[1], None if event[2] is None else event[2][1]))
+        else:
+            kept.append(event)
+    return kept
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_members_under_ddp_read_as_lightning(records, rank):
+    theirs = _load(records, "lightning", "fit_test_onecycle", rank)
+    ours = _load(records, "trainmesh", "fit_test_onecycle", rank)
+    assert _without_samples(ours["events"]) == _without_samples(theirs["events"])
+    setup = next(e for e in theirs["events"] if e[0] == "setup")[2]
+    assert setup["distributed_sampler_kwargs"] == {"num_replicas": 2, "rank": rank}
+    assert ("is_shared_filesystem", True, False) in theirs["events"]
+    assert ("configure_optimizers", 4) in theirs["events"]
