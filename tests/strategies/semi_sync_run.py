@@ -3,12 +3,15 @@ against one lighthouse (one launch shared by every check).
 
 python semi_sync_run.py OUT LIGHTHOUSES GROUP
 
-LIGHTHOUSES: three addresses, comma-separated, one per training (a Manager that was shut down keeps
+LIGHTHOUSES: four addresses, comma-separated, one per training (a Manager that was shut down keeps
 heartbeating to its lighthouse a while, and the next training's quorum would wait for it).
 
-1. the Trainer with ``FaultTolerance(sync="diloco", sync_every=3)``, Adam inside, 12 steps;
+1. the Trainer with ``FaultTolerance(sync="diloco", sync_every=3)``, Adam inside, 12 steps; each
+   group saves a checkpoint after step 7 (mid-interval: one local step after the second sync);
 2. the reference: the same model, data and steps in a hand-written loop around torchft's own DiLoCo;
-3. the Trainer with ``FaultTolerance(sync="local_sgd", sync_every=1)``, plain SGD, 6 steps.
+3. the Trainer with ``FaultTolerance(sync="local_sgd", sync_every=1)``, plain SGD, 6 steps;
+4. training 1 resumed by each group from its own step-7 checkpoint, to step 12, in a module built
+   from another seed.
 Each writes the group's final weights to OUT/<name>_GROUP.pt.
 """
 
@@ -24,6 +27,7 @@ import trainmesh as tm
 
 DILOCO_STEPS, DILOCO_EVERY = 12, 3
 LOCAL_SGD_STEPS, SGD_LR = 6, 0.1
+CHECKPOINT_STEP = 7  # between the syncs after steps 6 and 9
 TIMEOUT = timedelta(seconds=60)
 
 
@@ -53,7 +57,21 @@ class Net(tm.Module):
         return torch.optim.SGD(self.parameters(), lr=SGD_LR)
 
 
-def trainer_run(out: Path, lighthouse: str, group: int, *, sync: str, every: int, steps: int, optimizer: str) -> None:
+class SaveAt(tm.Callback):
+    """Saves the group's checkpoint once the loop reaches ``step`` (as a user's own callback would)."""
+
+    def __init__(self, step: int, path: Path):
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(str(self.path))
+
+
+def trainer_run(
+    out: Path, lighthouse: str, group: int, *, sync: str, every: int, steps: int, optimizer: str, name: str = "",
+    resume: Path | None = None, callbacks: tuple = (),
+) -> None:  # fmt: skip
     ft = tm.FaultTolerance(
         lighthouse, replica_group=group, num_replica_groups=2, host="127.0.0.1", timeout=TIMEOUT, sync=sync,
         sync_every=every,
@@ -69,11 +87,13 @@ def trainer_run(out: Path, lighthouse: str, group: int, *, sync: str, every: int
         logger=False,
         enable_checkpointing=False,
         num_sanity_val_steps=0,
-        default_root_dir=str(out / f"{sync}{group}"),
+        callbacks=list(callbacks),
+        default_root_dir=str(out / f"{name or sync}{group}"),
     )
-    model = Net(seed=3 + group, optimizer=optimizer)  # group 1 from another seed: it must start from group 0's
-    trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=False))
-    torch.save(model.net.state_dict(), out / f"trainer_{sync}_{group}.pt")
+    # Group 1 from another seed: it must start from group 0's (a resumed run: from its checkpoint).
+    model = Net(seed=(100 if resume else 3) + group, optimizer=optimizer)
+    trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=False), ckpt_path=resume)
+    torch.save(model.net.state_dict(), out / f"trainer_{name or sync}_{group}.pt")
 
 
 def reference_diloco(out: Path, lighthouse: str, group: int) -> None:
@@ -119,10 +139,13 @@ def reference_diloco(out: Path, lighthouse: str, group: int) -> None:
 
 def main(out: str, lighthouses: str, group: str) -> None:
     out_dir, g = Path(out), int(group)
-    first, second, third = lighthouses.split(",")
-    trainer_run(out_dir, first, g, sync="diloco", every=DILOCO_EVERY, steps=DILOCO_STEPS, optimizer="adam")
+    first, second, third, fourth = lighthouses.split(",")
+    checkpoint = out_dir / f"mid_{g}.ckpt"
+    diloco = dict(sync="diloco", every=DILOCO_EVERY, steps=DILOCO_STEPS, optimizer="adam")
+    trainer_run(out_dir, first, g, **diloco, callbacks=(SaveAt(CHECKPOINT_STEP, checkpoint),))
     reference_diloco(out_dir, second, g)
     trainer_run(out_dir, third, g, sync="local_sgd", every=1, steps=LOCAL_SGD_STEPS, optimizer="sgd")
+    trainer_run(out_dir, fourth, g, **diloco, name="resumed_diloco", resume=checkpoint)
 
 
 if __name__ == "__main__":
