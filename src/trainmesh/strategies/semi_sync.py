@@ -45,6 +45,15 @@ _NOT_SEMI_SYNC = (
 )
 
 
+_JOIN_REFUSAL = (
+    "fault_tolerance with sync={sync!r}: this replica group joined groups that are already training; a group "
+    "joining a semi-synchronous run in progress is not supported yet (it would have to take part in their sync "
+    "and take their state between syncs). The other groups train on. Start every group again from its own "
+    "checkpoint (ckpt_path=...; each group resumes its state between syncs), or use sync='every_step', whose "
+    "groups rejoin"
+)
+
+
 def outer_optimizer_factory(fault_tolerance: Any) -> Any:
     """The DiLoCo outer optimizer's factory: the user's, or the DiLoCo paper's (SGD, lr 0.7, Nesterov 0.9)."""
     if fault_tolerance.outer_optimizer is not None:
@@ -85,6 +94,12 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         rank 0's): one quorum at setup; DiLoCo then saves these weights as its first global ones."""
         manager = self.quorum.manager
         manager.start_quorum()
+        if manager.current_step() != 0:
+            # The quorum met groups already training (this group was started again, or late): they
+            # are inside a sync, whose all-reduces this setup does not make, and the loop's position
+            # and DiLoCo's state are not offered yet at setup. Torchft's sync fails on the others
+            # (they train on); this group stops rather than train from a half-taken state.
+            raise RuntimeError(_JOIN_REFUSAL.format(sync=self.fault_tolerance.sync))
         start_from_first_group(manager, self._placed)
         if not manager.should_commit():
             raise RuntimeError(
