@@ -1,10 +1,11 @@
 """FaultTolerance(sync="local_sgd" | "diloco"): replica groups that meet every sync_every steps,
 through torchft's own LocalSGD and DiLoCo.
 
-One launch (semi_sync_run.py, two groups of one process, four lighthouses) serves every trained
+One launch (semi_sync_run.py, two groups of one process, six lighthouses) serves every trained
 check: the Trainer under DiLoCo against a hand-written loop around torchft's DiLoCo, H=1 LocalSGD
 with SGD against one process at the global batch, and a DiLoCo run resumed mid-interval against
-the same run uninterrupted. The refusals need no launch.
+the same run uninterrupted, Streaming DiLoCo (fragments=2) against a hand-written loop around
+torchft's DiLoCo over the same fragments. The refusals need no launch.
 """
 
 import subprocess
@@ -53,7 +54,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("semi_sync")
     lighthouses = [
         LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
-        for _ in range(4)
+        for _ in range(6)
     ]
     addresses = ",".join(lighthouse.address() for lighthouse in lighthouses)
     groups = []
@@ -121,6 +122,32 @@ def test_diloco_resumed_mid_interval_from_each_groups_checkpoint_ends_as_the_uni
     assert not torch.equal(trained["trainer_resumed_diloco_0"]["0.weight"], run.layers(100).state_dict()["0.weight"])
 
 
+@pytest.mark.slow
+def test_streaming_diloco_equals_a_hand_written_loop_over_the_same_fragments(trained):
+    """fragments=2, sync_every=4 (one of the two Linear layers synced every 2 steps, in turn), 12
+    steps: the Trainer's weights equal torchft's DiLoCo over [Linear 8-16, Linear 16-1] with an outer
+    optimizer each (measured: 0.0 apart), and differ from the whole-model DiLoCo run's."""
+    for group in (0, 1):
+        mine, reference = trained[f"trainer_streaming_{group}"], trained[f"reference_streaming_{group}"]
+        for name, value in reference.items():
+            torch.testing.assert_close(mine[name], value, rtol=0, atol=1e-6)
+        assert not torch.allclose(mine["0.weight"], trained[f"trainer_diloco_{group}"]["0.weight"])
+
+
+def test_streaming_fragments_are_the_models_layers_cut_by_parameter_count():
+    from trainmesh.strategies.semi_sync import model_fragments
+
+    five = torch.nn.Sequential(*[torch.nn.Linear(10, 10) for _ in range(5)])
+    assert [len(f) for f in model_fragments(five, 2)] == [3, 2]
+    assert [len(f) for f in model_fragments(five, 5)] == [1, 1, 1, 1, 1]
+    wrapped = model_fragments(run.Net(seed=3, optimizer="adam"), 2)  # a module holding one Sequential
+    assert [[type(layer) for layer in f] for f in wrapped] == [[torch.nn.Linear], [torch.nn.Linear]]
+    with pytest.raises(ValueError, match="fragments=6: Sequential has 5 top-level layers"):
+        model_fragments(five, 6)
+    with pytest.raises(ValueError, match="fragments=2: .* or use fragments=1"):
+        model_fragments(torch.nn.Linear(2, 2), 2)
+
+
 def test_sync_settings_that_do_not_fit_together_are_refused():
     with pytest.raises(ValueError, match="sync='bulk'; choose 'every_step', 'local_sgd' or 'diloco'"):
         _ft(sync="bulk")
@@ -130,6 +157,10 @@ def test_sync_settings_that_do_not_fit_together_are_refused():
         _ft(sync="local_sgd", sync_every=2, outer_optimizer=torch.optim.SGD)
     with pytest.raises(ValueError, match="sync_every and outer_optimizer belong to sync='local_sgd' / 'diloco'"):
         _ft(sync_every=4)
+    with pytest.raises(ValueError, match="fragments=2 is Streaming DiLoCo: it needs sync='diloco' and a sync_every"):
+        _ft(sync="diloco", sync_every=3, fragments=2)
+    with pytest.raises(ValueError, match="fragments=2 is Streaming DiLoCo"):
+        _ft(sync="local_sgd", sync_every=4, fragments=2)
 
 
 def test_fsdp_groups_under_diloco_are_refused_before_training():

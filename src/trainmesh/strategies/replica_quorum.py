@@ -54,6 +54,11 @@ class FaultTolerance:
         outer_optimizer: with ``"diloco"``: a callable taking the parameters and returning the outer
             optimizer (an optimizer class, or ``functools.partial(torch.optim.SGD, lr=..)``); default
             ``None``: SGD with lr 0.7, Nesterov momentum 0.9 (the DiLoCo paper's).
+        fragments: with ``"diloco"``: Streaming DiLoCo (torchft's ``DiLoCo`` over model fragments):
+            the model's top-level layers cut into this many consecutive fragments of about equal
+            parameter counts, one synced every ``sync_every / fragments`` steps in turn, each with
+            its own outer optimizer; ``sync_every`` must be a multiple of it (default 1: the whole
+            model at once).
 
     Examples:
         >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
@@ -70,6 +75,7 @@ class FaultTolerance:
     sync: str = "every_step"
     sync_every: int | None = None
     outer_optimizer: Callable[..., torch.optim.Optimizer] | None = None
+    fragments: int = 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.replica_group < self.num_replica_groups:
@@ -80,6 +86,14 @@ class FaultTolerance:
         if not 1 <= self.min_replicas <= self.num_replica_groups:
             raise ValueError(f"FaultTolerance: min_replicas={self.min_replicas} must be in 1 .. num_replica_groups")
         check_sync(self.sync, self.sync_every, self.outer_optimizer)
+        if not isinstance(self.fragments, int) or self.fragments < 1:
+            raise ValueError(f"FaultTolerance: fragments={self.fragments!r} must be a whole number >= 1")
+        if self.fragments != 1 and (self.sync != "diloco" or (self.sync_every or 0) % self.fragments):
+            raise ValueError(
+                f"FaultTolerance: fragments={self.fragments} is Streaming DiLoCo: it needs sync='diloco' and a "
+                f"sync_every that is a multiple of it (got sync={self.sync!r}, sync_every={self.sync_every}); one "
+                "fragment is synced every sync_every / fragments steps"
+            )
 
 
 def check_sync(sync: str, sync_every: int | None, outer_optimizer: Any) -> None:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.data_parallel import StepDispatcher
 from trainmesh.strategies.fault_tolerance import FaultTolerantDDPStrategy
 from trainmesh.strategies.replica_quorum import ReplicaQuorum, import_torchft, start_from_first_group
@@ -106,6 +107,9 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
                 "fault_tolerance: a replica group failed while the groups took the first group's weights "
                 "before training; start the run again"
             )
+        # That quorum was trainmesh's (the weights), not a training step: torchft's count starts at 0 as
+        # in torchft's own loop, so Streaming DiLoCo syncs fragment 0 first (it picks by that count).
+        manager.load_state_dict({"step": 0, "batches_committed": 0})
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
@@ -172,8 +176,54 @@ def _semi_sync(fault_tolerance: Any, quorum: ReplicaQuorum, module: nn.Module, i
     every = fault_tolerance.sync_every
     if fault_tolerance.sync == "local_sgd":
         return local_sgd.LocalSGD(quorum.manager, module, inner, sync_every=every)
-    outer = outer_optimizer_factory(fault_tolerance)(module.parameters())
-    return local_sgd.DiLoCo(quorum.manager, [module], inner, outer, sync_every=every)
+    factory = outer_optimizer_factory(fault_tolerance)
+    if fault_tolerance.fragments == 1:
+        return local_sgd.DiLoCo(quorum.manager, [module], inner, factory(module.parameters()), sync_every=every)
+    fragments = model_fragments(checkpoints.unwrap(module), fault_tolerance.fragments)
+    outers = [factory(fragment.parameters()) for fragment in fragments]  # one per fragment, as torchtitan builds
+    return local_sgd.DiLoCo(quorum.manager, fragments, inner, outers, sync_every=every)
+
+
+def model_fragments(module: nn.Module, count: int) -> list[nn.Module]:
+    """Streaming DiLoCo's fragments: the module's layers with parameters, in order (a ModuleList's or
+    Sequential's items, and the inside of a module whose one layer holds every parameter, taken as
+    layers), cut into ``count`` consecutive runs of about equal parameter counts (each a ModuleList
+    of those layers; the user's module is not changed)."""
+    layers = _layers(module, count)
+    if len(layers) < count:
+        raise ValueError(
+            f"fault_tolerance with fragments={count}: {type(module).__name__} has {len(layers)} top-level layers "
+            f"with parameters, fewer than the fragments; use fragments <= {len(layers)}"
+        )
+    sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    total, done = sum(sizes), 0
+    fragments: list[nn.Module] = []
+    current: list[nn.Module] = []
+    for index, (layer, size) in enumerate(zip(layers, sizes)):
+        current.append(layer)
+        done += size
+        left_layers, left_fragments = len(layers) - index - 1, count - len(fragments) - 1
+        # Close a fragment at its share of the parameters, or when the layers left are just enough.
+        if left_fragments and (done >= total * (len(fragments) + 1) / count or left_layers == left_fragments):
+            fragments.append(nn.ModuleList(current))
+            current = []
+    fragments.append(nn.ModuleList(current))
+    return fragments
+
+
+def _layers(module: nn.Module, count: int) -> list[nn.Module]:
+    if any(True for _ in module.parameters(recurse=False)):
+        raise ValueError(
+            f"fault_tolerance with fragments={count}: {type(module).__name__} holds parameters of its own (not in "
+            "a layer), which no fragment would sync. Move them into a submodule, or use fragments=1"
+        )
+    holding = [child for child in module.children() if any(True for _ in child.parameters())]
+    if len(holding) == 1 and not isinstance(holding[0], (nn.ModuleList, nn.Sequential)):
+        return _layers(holding[0], count)  # a wrapper (a LightningModule's self.model): its layers
+    layers: list[nn.Module] = []
+    for child in holding:
+        layers += _layers(child, count) if isinstance(child, (nn.ModuleList, nn.Sequential)) else [child]
+    return layers
 
 
 def _sync_state(fault_tolerance: Any, sync: Any) -> dict[str, Any]:
