@@ -190,6 +190,15 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
         ):
             trainer.fit(model, loaders()[0], ckpt_path=str(checkpoint))
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        # A checkpoint of a semi-synchronous run with other settings: its position inside the interval
+        # belongs to those (the entry is as SemiSyncDDPStrategy writes it; refused before any quorum).
+        saved = torch.load(checkpoint, weights_only=False)
+        saved["optimizer_states"][0]["trainmesh_semi_sync"] = {"sync": "local_sgd", "sync_every": 2}
+        torch.save(saved, tmp_path / "other.ckpt")
+        trainer = quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=4, default_root_dir=str(tmp_path))
+        with pytest.raises(ValueError, match="written with sync='local_sgd', sync_every=2, and this run asks for sync"):
+            trainer.fit(model, loaders()[0], ckpt_path=str(tmp_path / "other.ckpt"))
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     finally:
         lighthouse.shutdown()
 
