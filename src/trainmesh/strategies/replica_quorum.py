@@ -145,7 +145,14 @@ class ReplicaQuorum:
         assert self._manager is not None, "the Manager is built in join"
         return self._manager
 
-    def join(self, *, group_rank: int, group_size: int, store: tuple[str, int] | None = None) -> None:
+    def join(
+        self,
+        *,
+        group_rank: int,
+        group_size: int,
+        store: tuple[str, int] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         """Start this process's Manager. ``store``: the group's TCPStore (host, port) that the group's
         first process made (``make_store``); a group of one process makes its own. With LocalSGD or
         DiLoCo the quorum is synchronous (torchft's DiLoCo requires it: the sync waits for it)."""
@@ -154,7 +161,7 @@ class ReplicaQuorum:
         if store is None:
             store = self.make_store()
         self._manager = torchft.Manager(
-            pg=torchft.ProcessGroupGloo(timeout=ft.timeout),
+            pg=cross_group_process_group(torchft, device or torch.device("cpu"), ft.timeout),
             load_state_dict=None,
             state_dict=None,
             min_replica_size=ft.min_replicas,
@@ -242,6 +249,15 @@ class ReplicaQuorum:
         if self._manager is not None:
             self._manager.shutdown(wait=False)
             self._manager = None
+
+
+def cross_group_process_group(torchft: Any, device: torch.device, timeout: timedelta) -> Any:
+    """torchft's reconfigurable group across the replica groups: NCCL where a group trains on CUDA
+    (what crosses is on the GPU), gloo otherwise. Only the choice is tested for NCCL (a CUDA-marked
+    test); every run of replica groups is checked on CPU."""
+    if device.type == "cuda":
+        return torchft.ProcessGroupNCCL(timeout=timeout)
+    return torchft.ProcessGroupGloo(timeout=timeout)
 
 
 def start_from_first_group(manager: Manager, module: nn.Module) -> None:
