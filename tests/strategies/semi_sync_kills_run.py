@@ -25,6 +25,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 from fault_tolerance_kills_run import Net, _wait_for, dataset
 from torch.utils.data import DataLoader
 
@@ -50,9 +51,21 @@ def _stop_at_end(out: Path, trainer) -> None:
         trainer.should_stop = True
 
 
+def _managers_up(out: Path, mine: str, other: str | None) -> None:
+    """Called from the callbacks' setup: after this group's Manager has started, before its first
+    quorum. A group whose Manager is the only live one gets a quorum of itself at once (the
+    lighthouse waits only for live groups), and would be training when the other asks for one."""
+    (out / mine).touch()
+    if other is not None:
+        _wait_for(out / other)
+
+
 class Survivor(tm.Callback):
     def __init__(self, out: Path):
         self.out, self.alone = out, False
+
+    def setup(self, trainer, module, stage):
+        _managers_up(self.out, "manager_0", "manager_1_0")
 
     def on_train_start(self, trainer, module):
         (self.out / "up_0").touch()
@@ -79,6 +92,9 @@ class Doomed(tm.Callback):
 
     def __init__(self, out: Path, attempt: int):
         self.out, self.attempt, self.batches = out, attempt, 0
+
+    def setup(self, trainer, module, stage):
+        _managers_up(self.out, f"manager_1_{self.attempt}", "manager_0" if self.attempt == 0 else None)
 
     def on_train_start(self, trainer, module):
         (self.out / f"up_1_{self.attempt}").touch()
@@ -125,14 +141,6 @@ def train(out: Path, lighthouse: str, group: int, callback) -> None:
         num_sanity_val_steps=0,
         default_root_dir=str(out / f"group{group}"),
     )
-    # Both groups start their Managers together: a group whose setup quorum formed alone would be
-    # training (outside any quorum) when the other's setup asks for one (torchft's lighthouse forms
-    # none with fewer than half the live groups), and that one would be refused or time out.
-    import torch._dynamo  # noqa: F401  (DDP's construction imports it: seconds, before the meeting)
-    import torchft  # noqa: F401
-
-    (out / f"ready_{group}").touch()
-    _wait_for(out / f"ready_{1 - group}")
     trainer.fit(model, DataLoader(dataset(), batch_size=8, shuffle=True))
     manager = trainer.strategy.manager
     torch.save(
@@ -147,6 +155,9 @@ def survivor(out: str, lighthouse: str) -> None:
 
 def doomed(out: str, lighthouse: str) -> None:
     out_dir = Path(out)
+    import torch._dynamo  # noqa: F401  (DDP's construction imports it: once, before the forks)
+    import torchft  # noqa: F401
+
     for attempt in (0, 1):
         pid = os.fork()
         if pid == 0:
