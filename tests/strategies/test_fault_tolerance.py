@@ -356,3 +356,26 @@ def test_an_epoch_interval_scheduler_is_refused_before_the_first_step():
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     finally:
         lighthouse.shutdown()
+
+
+def test_replica_groups_on_cpu_talk_through_torchfts_gloo_group():
+    torchft = pytest.importorskip("torchft")
+    from datetime import timedelta
+
+    from trainmesh.strategies.replica_quorum import cross_group_process_group
+
+    group = cross_group_process_group(torchft, torch.device("cpu"), timedelta(seconds=5))
+    assert isinstance(group, torchft.ProcessGroupGloo)
+
+
+@pytest.mark.cuda
+def test_replica_groups_on_cuda_talk_through_torchfts_nccl_group():
+    """Written for GPU groups (what crosses is on the GPU); only the choice is checked, on a CUDA
+    machine: no run of two GPU groups is tested yet."""
+    torchft = pytest.importorskip("torchft")
+    from datetime import timedelta
+
+    from trainmesh.strategies.replica_quorum import cross_group_process_group
+
+    group = cross_group_process_group(torchft, torch.device("cuda", 0), timedelta(seconds=5))
+    assert isinstance(group, torchft.ProcessGroupNCCL)

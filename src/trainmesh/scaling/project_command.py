@@ -271,6 +271,14 @@ def build_project_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--mode", choices=("weak", "strong", "both"), default="weak")
     parser.add_argument("--out_dir", "--out-dir", help="Write projection.json here too.")
+    parser.add_argument(
+        "--sync_every",
+        "--sync-every",
+        help="Also project replica groups meeting every H steps (LocalSGD/DiLoCo) against ddp, e.g. 1,10,100.",
+    )
+    parser.add_argument(
+        "--replica_groups", "--replica-groups", default="2,4,8", help="Replica groups for --sync_every (default 2,4,8)."
+    )
     add_link_arguments(parser, default_links=DEFAULT_LINKS)
     return parser
 
@@ -295,9 +303,39 @@ def run_project_command(args: list[str]) -> int:
     entries = []
     for mode in ("weak", "strong") if options.mode == "both" else (options.mode,):
         entries += _project_all(mode, strategies, facts, compute_s, batch, settings, print, source)
+    if options.sync_every:
+        _project_semi_sync(options, facts, compute_s, settings)
     if options.out_dir:
         print(f"wrote {_write(Path(options.out_dir), settings, facts, entries, {})}")
     return 0
+
+
+def _project_semi_sync(
+    options: argparse.Namespace, facts: ModelFacts, compute_s: float, settings: ProjectionSettings
+) -> None:
+    """Per link: ddp and LocalSGD/DiLoCo at each H on each number of replica groups, and the crossovers."""
+    from trainmesh.scaling import semi_sync_projection as semi
+
+    every = semi.parse_counts(options.sync_every, "--sync_every")
+    groups = semi.parse_counts(options.replica_groups, "--replica_groups")
+    overlap, algorithm = settings.overlap, settings.algorithm
+    for link in settings.links:
+        rows = [
+            row
+            for n in groups
+            for row in semi.semi_sync_rows(
+                facts, compute_s=compute_s, link=link, groups=n, sync_every=every, overlap=overlap, algorithm=algorithm
+            )
+        ]
+        crossings = [
+            semi.crossover(facts, compute_s=compute_s, link=link, groups=n, overlap=overlap, algorithm=algorithm)
+            for n in groups
+        ]
+        title = (
+            f"semi-synchronous replica groups on {link.name}: compute {compute_s * 1e3:.3g} ms a step, ddp's overlap "
+            f"{settings.overlap:g}, a LocalSGD/DiLoCo sync between steps (not hidden), its cost spread over H steps"
+        )
+        print("\n" + semi.format_semi_sync(title, rows, crossings))
 
 
 def _model_side(

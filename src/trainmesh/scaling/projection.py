@@ -85,6 +85,8 @@ LINKS = {
     "nvlink": Link("nvlink", 450e9, 2e-6, "NVLink 4 through NVSwitch, H100 SXM: 900 GB/s both ways; one NVLink domain"),
     "infiniband-ndr": Link("infiniband-ndr", 50e9, 5e-6, "InfiniBand NDR, one 400 Gb/s port per GPU"),
     "100gbe": Link("100gbe", 12.5e9, 20e-6, "100 Gb Ethernet (RoCE), one port per device"),
+    "10gbe": Link("10gbe", 1.25e9, 50e-6, "10 Gb Ethernet (TCP) within a site"),
+    "cross-region": Link("cross-region", 1.25e9, 50e-3, "10 Gb/s between regions or clouds, 20-80 ms: 50 ms"),
 }
 
 _BANDWIDTH_UNITS = {"b/s": 1 / 8, "bit/s": 1 / 8, "bps": 1 / 8, "B/s": 1.0}

@@ -80,7 +80,7 @@ class FaultTolerantDDPStrategy(DDPStrategy):
 
     def setup_environment(self, process: ProcessInfo) -> None:
         super().setup_environment(process)
-        self.quorum.join(group_rank=0, group_size=1)
+        self.quorum.join(group_rank=0, group_size=1, device=self._device)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
@@ -159,7 +159,9 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
             shared = [self.quorum.make_store() if process.global_rank == 0 else None]
             torch.distributed.broadcast_object_list(shared, src=0)
             store = shared[0]
-        self.quorum.join(group_rank=process.global_rank, group_size=process.world_size, store=store)
+        self.quorum.join(
+            group_rank=process.global_rank, group_size=process.world_size, store=store, device=self._device
+        )
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import FSDPModule

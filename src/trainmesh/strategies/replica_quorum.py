@@ -54,6 +54,11 @@ class FaultTolerance:
         outer_optimizer: with ``"diloco"``: a callable taking the parameters and returning the outer
             optimizer (an optimizer class, or ``functools.partial(torch.optim.SGD, lr=..)``); default
             ``None``: SGD with lr 0.7, Nesterov momentum 0.9 (the DiLoCo paper's).
+        fragments: with ``"diloco"``: Streaming DiLoCo (torchft's ``DiLoCo`` over model fragments):
+            the model's top-level layers cut into this many consecutive fragments of about equal
+            parameter counts, one synced every ``sync_every / fragments`` steps in turn, each with
+            its own outer optimizer; ``sync_every`` must be a multiple of it (default 1: the whole
+            model at once).
 
     Examples:
         >>> FaultTolerance("http://localhost:29510", replica_group=1, num_replica_groups=2).min_replicas
@@ -70,6 +75,7 @@ class FaultTolerance:
     sync: str = "every_step"
     sync_every: int | None = None
     outer_optimizer: Callable[..., torch.optim.Optimizer] | None = None
+    fragments: int = 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.replica_group < self.num_replica_groups:
@@ -80,6 +86,14 @@ class FaultTolerance:
         if not 1 <= self.min_replicas <= self.num_replica_groups:
             raise ValueError(f"FaultTolerance: min_replicas={self.min_replicas} must be in 1 .. num_replica_groups")
         check_sync(self.sync, self.sync_every, self.outer_optimizer)
+        if not isinstance(self.fragments, int) or self.fragments < 1:
+            raise ValueError(f"FaultTolerance: fragments={self.fragments!r} must be a whole number >= 1")
+        if self.fragments != 1 and (self.sync != "diloco" or (self.sync_every or 0) % self.fragments):
+            raise ValueError(
+                f"FaultTolerance: fragments={self.fragments} is Streaming DiLoCo: it needs sync='diloco' and a "
+                f"sync_every that is a multiple of it (got sync={self.sync!r}, sync_every={self.sync_every}); one "
+                "fragment is synced every sync_every / fragments steps"
+            )
 
 
 def check_sync(sync: str, sync_every: int | None, outer_optimizer: Any) -> None:
@@ -131,7 +145,14 @@ class ReplicaQuorum:
         assert self._manager is not None, "the Manager is built in join"
         return self._manager
 
-    def join(self, *, group_rank: int, group_size: int, store: tuple[str, int] | None = None) -> None:
+    def join(
+        self,
+        *,
+        group_rank: int,
+        group_size: int,
+        store: tuple[str, int] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         """Start this process's Manager. ``store``: the group's TCPStore (host, port) that the group's
         first process made (``make_store``); a group of one process makes its own. With LocalSGD or
         DiLoCo the quorum is synchronous (torchft's DiLoCo requires it: the sync waits for it)."""
@@ -140,7 +161,7 @@ class ReplicaQuorum:
         if store is None:
             store = self.make_store()
         self._manager = torchft.Manager(
-            pg=torchft.ProcessGroupGloo(timeout=ft.timeout),
+            pg=cross_group_process_group(torchft, device or torch.device("cpu"), ft.timeout),
             load_state_dict=None,
             state_dict=None,
             min_replica_size=ft.min_replicas,
@@ -228,6 +249,15 @@ class ReplicaQuorum:
         if self._manager is not None:
             self._manager.shutdown(wait=False)
             self._manager = None
+
+
+def cross_group_process_group(torchft: Any, device: torch.device, timeout: timedelta) -> Any:
+    """torchft's reconfigurable group across the replica groups: NCCL where a group trains on CUDA
+    (what crosses is on the GPU), gloo otherwise. Only the choice is tested for NCCL (a CUDA-marked
+    test); every run of replica groups is checked on CPU."""
+    if device.type == "cuda":
+        return torchft.ProcessGroupNCCL(timeout=timeout)
+    return torchft.ProcessGroupGloo(timeout=timeout)
 
 
 def start_from_first_group(manager: Manager, module: nn.Module) -> None:

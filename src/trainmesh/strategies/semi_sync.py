@@ -7,10 +7,16 @@ Each group (one process, ``strategy="ddp"``) steps its own optimizer on its own 
 the last sync) runs from the optimizer's step hooks. Nothing here averages anything itself: the quorum,
 the all-reduce and the outer step are torchft's; this file only builds them around the user's model
 and optimizer and leaves the gradients local.
+
+A checkpoint holds, besides ddp's model and inner optimizer, the state between syncs (in the inner
+optimizer's entry): the local steps since the last sync, torchft's step count, and DiLoCo's weights
+of the last sync and outer optimizer state as torchft's own fragments export them to a recovering
+peer. Each group writes and resumes from its own checkpoint (its local weights differ mid-interval).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.data_parallel import StepDispatcher
 from trainmesh.strategies.fault_tolerance import FaultTolerantDDPStrategy
 from trainmesh.strategies.replica_quorum import ReplicaQuorum, import_torchft, start_from_first_group
@@ -25,11 +33,25 @@ from trainmesh.strategies.step import StepHooks, StepResult
 
 __all__ = ["SemiSyncDDPStrategy", "outer_optimizer_factory"]
 
-_RESUME_REFUSAL = (
-    "fault_tolerance with sync={sync!r}: loading a checkpoint is not supported yet. torchft's {sync} keeps "
-    "state outside the model and optimizer (the weights of the last sync{outer}) that trainmesh's checkpoint "
-    "does not hold, so a resume mid-interval would not continue the run exactly. Start the run from scratch, "
-    "or use sync='every_step' (its groups resume)"
+# The semi-synchronous state a checkpoint carries, inside the inner optimizer's entry (the strategy's
+# part of the checkpoint): the position inside the interval, torchft's step count, and each DiLoCo
+# fragment's weights of the last sync and outer optimizer state as torchft's own fragment exports them.
+SEMI_SYNC_KEY = "trainmesh_semi_sync"
+_FRAGMENT_PREFIX = "StreamingDiLoCoFragment_"  # the key torchft's DiLoCo fragments register their state under
+
+_NOT_SEMI_SYNC = (
+    "fault_tolerance with sync={sync!r}: {source} was not written by a sync={sync!r} run, so it lacks the state "
+    "kept between syncs (the position inside the interval{outer}); resuming from it would not continue a run. "
+    "Resume from a checkpoint of this run, or load only the weights into the module and fit without ckpt_path"
+)
+
+
+_JOIN_REFUSAL = (
+    "fault_tolerance with sync={sync!r}: this replica group joined groups that are already training; a group "
+    "joining a semi-synchronous run in progress is not supported yet (it would have to take part in their sync "
+    "and take their state between syncs). The other groups train on. Start every group again from its own "
+    "checkpoint (ckpt_path=...; each group resumes its state between syncs), or use sync='every_step', whose "
+    "groups rejoin"
 )
 
 
@@ -43,6 +65,9 @@ def outer_optimizer_factory(fault_tolerance: Any) -> Any:
 class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
     """``strategy="ddp"`` with ``FaultTolerance(sync="local_sgd" | "diloco")``: one process per replica
     group, local gradients, torchft's LocalSGD / DiLoCo every ``sync_every`` optimizer steps."""
+
+    _sync: Any = None  # torchft's LocalSGD / DiLoCo, entered in setup_optimizers
+    _resuming = False  # a checkpoint of this run was read: each group continues from its own weights
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
@@ -59,7 +84,8 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         self.quorum.committing(optimizers, self._peer_state_dict, self._load_peer_state)
         self._optimizers = list(optimizers)
         inner = optimizers[0]
-        self._start_together()
+        if not self._resuming:
+            self._start_together()
         self._sync = _semi_sync(self.fault_tolerance, self.quorum, self._placed, inner)
         self._sync.__enter__()
         return [inner]
@@ -69,12 +95,21 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         rank 0's): one quorum at setup; DiLoCo then saves these weights as its first global ones."""
         manager = self.quorum.manager
         manager.start_quorum()
+        if manager.current_step() != 0:
+            # The quorum met groups already training (this group was started again, or late): they
+            # are inside a sync, whose all-reduces this setup does not make, and the loop's position
+            # and DiLoCo's state are not offered yet at setup. Torchft's sync fails on the others
+            # (they train on); this group stops rather than train from a half-taken state.
+            raise RuntimeError(_JOIN_REFUSAL.format(sync=self.fault_tolerance.sync))
         start_from_first_group(manager, self._placed)
         if not manager.should_commit():
             raise RuntimeError(
                 "fault_tolerance: a replica group failed while the groups took the first group's weights "
                 "before training; start the run again"
             )
+        # That quorum was trainmesh's (the weights), not a training step: torchft's count starts at 0 as
+        # in torchft's own loop, so Streaming DiLoCo syncs fragment 0 first (it picks by that count).
+        manager.load_state_dict({"step": 0, "batches_committed": 0})
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
@@ -84,6 +119,30 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
             module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks
         )
 
+    # ---- checkpoints: the model and the inner optimizer as ddp's, plus the state between syncs -----------
+    def state_dict(
+        self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
+    ) -> dict[str, Any]:
+        state = super().state_dict(module, optimizers, sharded=sharded)
+        if state["optim"] and self._sync is not None:
+            state["optim"][0] = {**state["optim"][0], SEMI_SYNC_KEY: _sync_state(self.fault_tolerance, self._sync)}
+        return state
+
+    def load_checkpoint(
+        self, path: str, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, keys: CheckpointKeys
+    ) -> dict[str, Any]:
+        # Checked as it is read, before its weights reach the module.
+        checkpoint = super().load_checkpoint(path, module, optimizers, keys=keys)
+        saved = checkpoint.get(keys.optimizers)
+        if isinstance(saved, list) and saved and isinstance(saved[0], dict):
+            if SEMI_SYNC_KEY not in saved[0]:
+                sync = self.fault_tolerance.sync
+                outer = ", the weights of the last sync and the outer optimizer's state" if sync == "diloco" else ""
+                raise ValueError(_NOT_SEMI_SYNC.format(sync=sync, source=path, outer=outer))
+            _check_same_sync(self.fault_tolerance, saved[0][SEMI_SYNC_KEY], path)
+            self._resuming = True  # each group continues from its own weights: none is copied at setup
+        return checkpoint
+
     def load_state_dict(
         self,
         module: nn.Module | None,
@@ -92,15 +151,20 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         *,
         strict: bool = True,
     ) -> None:
-        sync = self.fault_tolerance.sync
-        outer = " and the outer optimizer's state" if sync == "diloco" else ""
-        raise ValueError(_RESUME_REFUSAL.format(sync=sync, outer=outer))
+        saved = state.get("optim") or []
+        sync_state = saved[0].get(SEMI_SYNC_KEY) if saved else None
+        if sync_state is not None:
+            state = {**state, "optim": [{k: v for k, v in saved[0].items() if k != SEMI_SYNC_KEY}, *saved[1:]]}
+        super().load_state_dict(module, optimizers, state, strict=strict)
+        if sync_state is not None:
+            _load_sync_state(self.quorum.manager, self._sync, sync_state)
 
     def teardown(self, *, failed: bool = False) -> None:
-        sync = getattr(self, "_sync", None)
+        sync = self._sync
         if sync is not None:
             sync.__exit__(None, None, None)  # removes torchft's hooks from the user's optimizer
             self._sync = None
+        self._resuming = False
         super().teardown(failed=failed)
 
 
@@ -112,8 +176,91 @@ def _semi_sync(fault_tolerance: Any, quorum: ReplicaQuorum, module: nn.Module, i
     every = fault_tolerance.sync_every
     if fault_tolerance.sync == "local_sgd":
         return local_sgd.LocalSGD(quorum.manager, module, inner, sync_every=every)
-    outer = outer_optimizer_factory(fault_tolerance)(module.parameters())
-    return local_sgd.DiLoCo(quorum.manager, [module], inner, outer, sync_every=every)
+    factory = outer_optimizer_factory(fault_tolerance)
+    if fault_tolerance.fragments == 1:
+        return local_sgd.DiLoCo(quorum.manager, [module], inner, factory(module.parameters()), sync_every=every)
+    fragments = model_fragments(checkpoints.unwrap(module), fault_tolerance.fragments)
+    outers = [factory(fragment.parameters()) for fragment in fragments]  # one per fragment, as torchtitan builds
+    return local_sgd.DiLoCo(quorum.manager, fragments, inner, outers, sync_every=every)
+
+
+def model_fragments(module: nn.Module, count: int) -> list[nn.Module]:
+    """Streaming DiLoCo's fragments: the module's layers with parameters, in order (a ModuleList's or
+    Sequential's items, and the inside of a module whose one layer holds every parameter, taken as
+    layers), cut into ``count`` consecutive runs of about equal parameter counts (each a ModuleList
+    of those layers; the user's module is not changed)."""
+    layers = _layers(module, count)
+    if len(layers) < count:
+        raise ValueError(
+            f"fault_tolerance with fragments={count}: {type(module).__name__} has {len(layers)} top-level layers "
+            f"with parameters, fewer than the fragments; use fragments <= {len(layers)}"
+        )
+    sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    total, done = sum(sizes), 0
+    fragments: list[nn.Module] = []
+    current: list[nn.Module] = []
+    for index, (layer, size) in enumerate(zip(layers, sizes)):
+        current.append(layer)
+        done += size
+        left_layers, left_fragments = len(layers) - index - 1, count - len(fragments) - 1
+        # Close a fragment at its share of the parameters, or when the layers left are just enough.
+        if left_fragments and (done >= total * (len(fragments) + 1) / count or left_layers == left_fragments):
+            fragments.append(nn.ModuleList(current))
+            current = []
+    fragments.append(nn.ModuleList(current))
+    return fragments
+
+
+def _layers(module: nn.Module, count: int) -> list[nn.Module]:
+    if any(True for _ in module.parameters(recurse=False)):
+        raise ValueError(
+            f"fault_tolerance with fragments={count}: {type(module).__name__} holds parameters of its own (not in "
+            "a layer), which no fragment would sync. Move them into a submodule, or use fragments=1"
+        )
+    holding = [child for child in module.children() if any(True for _ in child.parameters())]
+    if len(holding) == 1 and not isinstance(holding[0], (nn.ModuleList, nn.Sequential)):
+        return _layers(holding[0], count)  # a wrapper (a LightningModule's self.model): its layers
+    layers: list[nn.Module] = []
+    for child in holding:
+        layers += _layers(child, count) if isinstance(child, (nn.ModuleList, nn.Sequential)) else [child]
+    return layers
+
+
+def _sync_state(fault_tolerance: Any, sync: Any) -> dict[str, Any]:
+    """What continues a run between syncs: the local steps since the last one, torchft's step count,
+    and every DiLoCo fragment's state as torchft saves it for a recovering peer (the weights of the
+    last sync and the outer optimizer's state), copied: the fragment keeps changing them."""
+    manager = sync._manager
+    fragments = {
+        key: copy.deepcopy(save())
+        for key, save in manager._user_state_dicts.items()
+        if key.startswith(_FRAGMENT_PREFIX)
+    }
+    return {
+        "sync": fault_tolerance.sync,
+        "sync_every": fault_tolerance.sync_every,
+        # torchft counts the steps since the last sync on the LocalSGD / DiLoCo object, not in a state dict
+        "local_step": sync._local_step,
+        "manager": manager.state_dict(),
+        "fragments": fragments,
+    }
+
+
+def _load_sync_state(manager: Any, sync: Any, state: dict[str, Any]) -> None:
+    manager.load_state_dict(state["manager"])
+    sync._local_step = state["local_step"]
+    for key, fragment in state["fragments"].items():
+        manager._load_state_dict_fns[key](fragment)  # torchft's own load: weights of the last sync, outer state
+
+
+def _check_same_sync(fault_tolerance: Any, saved: dict[str, Any], source: str) -> None:
+    mine = (fault_tolerance.sync, fault_tolerance.sync_every)
+    if (saved["sync"], saved["sync_every"]) != mine:
+        raise ValueError(
+            f"fault_tolerance: {source} was written with sync={saved['sync']!r}, sync_every={saved['sync_every']}, "
+            f"and this run asks for sync={mine[0]!r}, sync_every={mine[1]}; the saved position inside the interval "
+            "belongs to the first. Resume with the same sync and sync_every"
+        )
 
 
 def _local_ddp(module: nn.Module, options: dict[str, Any]) -> nn.Module:
