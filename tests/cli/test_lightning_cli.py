@@ -202,3 +202,29 @@ def test_validate_takes_the_model_arguments_from_the_checkpoint(tmp_path):
     assert cli.model.hparams.hidden == 12
     assert all(torch.equal(a, b) for a, b in zip(cli.model.parameters(), trained.model.parameters()))
     assert "val_loss" in cli.trainer.callback_metrics
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self, width: int = 4, act: str = "relu") -> None:
+        super().__init__()
+        self.width, self.act = width, act
+
+
+class _WideEncoder(_Encoder):
+    def __init__(self, width: int = 8, act: str = "tanh", depth: int = 2) -> None:
+        super().__init__(width, act)
+        self.depth = depth
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"width": 6}, {}, {"_class_path": f"{__name__}._WideEncoder", "depth": 3, "act": "gelu"}],
+)
+def test_instantiate_module_builds_what_lightning_s_builds(config) -> None:
+    from lightning.pytorch.cli import instantiate_module as lightning_instantiate
+
+    from trainmesh.cli import instantiate_module
+
+    ours, theirs = instantiate_module(_Encoder, dict(config)), lightning_instantiate(_Encoder, dict(config))
+    assert type(ours) is type(theirs) and vars(ours)["width"] == vars(theirs)["width"]
+    assert (ours.act, getattr(ours, "depth", None)) == (theirs.act, getattr(theirs, "depth", None))

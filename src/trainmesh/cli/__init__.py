@@ -19,6 +19,7 @@ _LIGHTNING_NAMES = {
     "LightningArgumentParser": "trainmesh.cli.lightning_parser",
     "ReduceLROnPlateau": "trainmesh.cli.lightning_parser",
     "instantiate_class": "trainmesh.cli.lightning_parser",
+    "instantiate_module": "trainmesh.cli.lightning_parser",
     "ArgsType": "trainmesh.cli.lightning_parser",
     "OptimizerCallable": "trainmesh.cli.lightning_parser",
     "LRSchedulerCallable": "trainmesh.cli.lightning_parser",

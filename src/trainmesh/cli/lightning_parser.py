@@ -151,3 +151,29 @@ def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
     module_name, class_name = init["class_path"].rsplit(".", 1)
     module = __import__(module_name, fromlist=[class_name])
     return getattr(module, class_name)(*args, **kwargs)
+
+
+def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
+    """A module built from a saved ``config`` (its hyperparameters, as ``LightningCLI`` saved them),
+    parsed against ``class_type``'s signature by jsonargparse, as Lightning's ``instantiate_module``
+    (``load_from_checkpoint`` uses it for a model saved through the CLI). A ``"_class_path"`` key
+    names a subclass of ``class_type`` to build instead.
+
+    Args:
+        class_type: the class (or base class, with ``"_class_path"``) to build.
+        config: its init arguments by name, and optionally ``"_class_path"``.
+
+    Examples:
+        >>> instantiate_module(Namespace, {})  # doctest: +SKIP
+    """
+    parser = ArgumentParser(exit_on_error=False)
+    if "_class_path" in config:
+        parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
+        config = {
+            "class_path": config["_class_path"],
+            "dict_kwargs": {k: v for k, v in config.items() if k != "_class_path"},
+        }
+    else:
+        parser.add_class_arguments(class_type, "module", fail_untyped=False)
+    parsed = parser.parse_object({"module": config})
+    return parser.instantiate_classes(parsed).module

@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.profilers.profiler import PassThroughProfiler, Profiler
+from trainmesh.utilities.refusal import refused_class
 
 if TYPE_CHECKING:
     from trainmesh.profilers.advanced import AdvancedProfiler
@@ -28,10 +29,17 @@ _LAZY = {
 }
 
 
+XLAProfiler = refused_class(
+    "XLAProfiler",
+    "TPUs and XLA devices (torch_xla) are not supported by trainmesh; use PyTorchProfiler (CPU and CUDA)",
+    module=__name__,
+)
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler"]
+__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "XLAProfiler"]

@@ -269,11 +269,9 @@ def _train_batches(
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
             call(output, batch, batch_idx)
-        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step (every
-        # step once a stop is asked, as its should_update_logs); decided here, so that a step with neither makes no call.
-        log_due = stepped and (
-            log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop
-        )  # 0: never
+        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step (every step once a
+        # stop is asked, never with log_every_n_steps=0); decided here, so that a step with neither makes no call.
+        log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
         if log_due or val_every is not None:
             _log_and_validate(
                 ctx, fit_data, val_every, train_results, log_due=log_due, stepped=stepped, is_last=is_last
