@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +128,18 @@ LIGHTNING1_DOORS = (
     "trainmesh.trainer.hooks",
     "trainmesh.trainer.construction",
 )
+# What of Lightning 1.x's package each door imports: 1.x's loops, 1.x's hooks, 1.x's Trainer arguments (the
+# construction's door holds arguments only: a callback's 1.x hook names come through the dispatcher).
+LIGHTNING1_DOOR_SCOPES = {
+    "trainmesh.trainer.optimization.runners": (f"{LIGHTNING1}.optimizer_turns", f"{LIGHTNING1}.tbptt"),
+    "trainmesh.trainer.hooks": (f"{LIGHTNING1}.legacy_hooks", f"{LIGHTNING1}.optimizer_hooks"),
+    "trainmesh.trainer.construction": (
+        f"{LIGHTNING1}.legacy_arguments",
+        f"{LIGHTNING1}.trainer_arguments",
+        f"{LIGHTNING1}.argparse_arguments",
+        f"{LIGHTNING1}.trainer_members",  # 1.x's Trainer members (resume_from_checkpoint, tune, ...)
+    ),
+}
 # Where ``global_step`` is written: the count of optimizer steps (its one owner), and the restores.
 GLOBAL_STEP_WRITERS = {
     ("trainmesh.trainer.optimization.progress", "count_optimizer_steps"),  # every optimizer step
@@ -429,6 +441,19 @@ def lightning1_imports(source: Source, modules: dict[str, bool]) -> list[str]:
     return found
 
 
+def lightning1_door_scope(source: Source, modules: dict[str, bool]) -> list[str]:
+    """(j') A door importing a module of Lightning 1.x's package outside its scope (``LIGHTNING1_DOOR_SCOPES``)."""
+    scope = LIGHTNING1_DOOR_SCOPES.get(source.module)
+    if scope is None:
+        return []
+    found = []
+    for statement in imports(source):
+        for target in import_targets(statement, modules) or [statement.module]:
+            if within(target, (LIGHTNING1,)) and target != LIGHTNING1 and not within(target, scope):
+                found.append(entry(source, statement.line, f"imports {target} (its door's scope: {scope})"))
+    return found
+
+
 def _enclosing_functions(tree: ast.AST) -> dict[int, str]:
     """id(node) -> the name of the innermost function around it."""
     names: dict[int, str] = {}
@@ -481,28 +506,42 @@ def runtime_private_reach(source: Source) -> list[str]:
 
 def user_object_writes(source: Source) -> list[str]:
     """(l) A write onto a user's module or callback (``x`` one of the names the Trainer side holds them
-    by, ``USER_OBJECTS``): ``setattr(x, name, ...)`` or ``object.__setattr__(x, name, ...)`` with any name
-    but a private literal (the Module's own state, ``_toggled``, written by its ``toggle_optimizer``),
-    and ``vars(x)[...] = ...`` / ``x.__dict__[...] = ...``."""
+    by, ``USER_OBJECTS``): ``setattr(x, name, ...)``, ``delattr(x, name)`` or ``object.__setattr__(x, name,
+    ...)`` with any name but a private literal (the Module's own state, ``_toggled``, written by its
+    ``toggle_optimizer``), and ``vars(x)[...] = ...`` / ``x.__dict__[...] = ...``."""
+    return [found for found, _ in user_object_writes_in(source)]
+
+
+def user_object_writes_in(
+    source: Source, holders: Collection[str] = USER_OBJECTS
+) -> list[tuple[str, tuple[str, str, str]]]:
+    """``user_object_writes``'s entries, each with (module, the function it is in, the call as written);
+    ``holders``: the names the code holds a user's object by (a submodule of one, ``x.get_submodule(...)``,
+    counts as one)."""
+    functions = _enclosing_functions(source.tree)
     found = []
     for node in ast.walk(source.tree):
         if isinstance(node, ast.Call) and len(node.args) >= 2:
             func, target, name = node.func, node.args[0], node.args[1]
-            is_setattr = (isinstance(func, ast.Name) and func.id == "setattr") or (
-                isinstance(func, ast.Attribute) and func.attr == "__setattr__"
+            is_setattr = (isinstance(func, ast.Name) and func.id in ("setattr", "delattr")) or (
+                isinstance(func, ast.Attribute) and func.attr in ("__setattr__", "__delattr__")
             )
             private = isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.startswith("_")
-            if is_setattr and _is_user_object(target) and not private:
-                found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"))
+            if is_setattr and _is_user_object(target, holders) and not private:
+                what = (source.module, functions[id(node)], ast.unparse(node))
+                found.append((entry(source, node, f"writes onto a user's object: {ast.unparse(node)}"), what))
         elif isinstance(node, ast.Assign):
             for written in node.targets:
                 if isinstance(written, ast.Subscript) and _is_instance_dict(written.value):
-                    found.append(entry(source, node, f"writes onto a user's object: {ast.unparse(written)}"))
+                    what = (source.module, functions[id(node)], ast.unparse(written))
+                    found.append((entry(source, node, f"writes onto a user's object: {ast.unparse(written)}"), what))
     return found
 
 
-def _is_user_object(node: ast.AST) -> bool:
-    return isinstance(node, ast.Name) and node.id in USER_OBJECTS
+def _is_user_object(node: ast.AST, holders: Collection[str] = USER_OBJECTS) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_submodule":
+        return _is_user_object(node.func.value, holders)
+    return isinstance(node, ast.Name) and node.id in holders
 
 
 def _is_instance_dict(node: ast.AST) -> bool:
@@ -721,6 +760,14 @@ def test_no_strategy_delegates_with_getattr() -> None:
     assert not found, _report(found, "a strategy forwards attributes to another (DESIGN: no __getattr__ delegation)")
 
 
+def test_no_optimizer_wrapper_forwards_attributes_with_getattr() -> None:
+    # The optimizers and schedulers the loop and the Runtime hand out are subclasses of the user's class
+    # sharing its __dict__, as Lightning's LightningOptimizer (utilities/wrapped_objects.py): nothing on
+    # the trainer side or in the Runtime forwards what it lacks (self-test: test_checker_reports_a_violation).
+    found = [e for s in sources() if within(s.module, [*TRAINER_SIDE, *RUNTIME_MODULES]) for e in getattr_delegation(s)]
+    assert not found, _report(found, "a wrapper forwards attributes to a user's object (share its __dict__ instead)")
+
+
 def test_only_launchers_write_the_environment() -> None:
     found = [e for s in sources() if not within(s.module, ["trainmesh.launchers"]) for e in environment_writes(s)]
     assert not found, _report(
@@ -776,6 +823,12 @@ def test_only_the_runner_choice_and_the_dispatcher_enter_lightning1() -> None:
     assert not found, _report(found, "Lightning 1.x's package entered other than through its doors")
 
 
+def test_each_lightning1_door_imports_only_its_part() -> None:
+    modules = known_modules()
+    found = [e for s in sources() for e in lightning1_door_scope(s, modules)]
+    assert not found, _report(found, "a door to Lightning 1.x's package imports another door's part")
+
+
 def test_global_step_is_written_in_one_place_and_by_the_restores() -> None:
     found = [
         where
@@ -801,6 +854,34 @@ def test_nothing_is_written_onto_a_user_s_module_or_callback() -> None:
     assert not found, _report(
         found, "a trainer-side file writes onto a user's module or callback (build the arguments at the call site)"
     )
+
+
+# The one write onto a user's module that a strategy makes (docs/architecture.md, "The pipeline cut"):
+# the pipeline's cut leaves on each rank only its stages' parts of the model it was given, in place, so
+# that the parts other ranks train are freed here (the model may be the user's full-size one).
+# Tensor parallelism's re-tie (strategies/tied.py) sets a parameter the plan replaced back onto each module
+# that shared it, as torch's parallelize_module itself registers the parameters it replaces: placement.
+STRATEGY_WRITES_ONTO_THE_MODEL = {
+    ("trainmesh.strategies.pipeline_cut", "keep_only", "setattr(module, name, None)"),
+    ("trainmesh.strategies.tied", "retie_after_tp", "setattr(module.get_submodule(owner), attribute, first)"),
+}
+# The names a strategy holds a user's module (or the module it unwrapped from torch.compile) by.
+STRATEGY_HOLDERS = USER_OBJECTS | {"inner", "root", "stage", "view", "child", "holder"}
+
+
+def test_no_strategy_writes_onto_a_user_s_module_but_the_pipeline_cut() -> None:
+    # A strategy keeps what it knows of a module in its own records (strategies/compile.py's record of
+    # the user's torch.compile settings), never as an attribute on the module.
+    found = [
+        e
+        for s in sources()
+        if within(s.module, ["trainmesh.strategies"])
+        for e, what in user_object_writes_in(s, STRATEGY_HOLDERS)
+        if what not in STRATEGY_WRITES_ONTO_THE_MODEL
+    ]
+    assert not found, _report(found, "a strategy writes onto a user's module (keep the state in the strategy)")
+    exempted = {what for s in sources() for _, what in user_object_writes_in(s, STRATEGY_HOLDERS)}
+    assert exempted >= STRATEGY_WRITES_ONTO_THE_MODEL  # each exemption names a line that is there
 
 
 def test_lower_layers_never_import_higher_ones() -> None:
@@ -1172,6 +1253,16 @@ def test_lightning1_imports_are_found_outside_the_doors() -> None:
         assert lightning1_imports(parse(text, module=door), modules) == []
 
 
+def test_a_door_importing_another_door_s_part_of_lightning1_is_found() -> None:
+    modules = {LIGHTNING1: True, f"{LIGHTNING1}.legacy_hooks": False, f"{LIGHTNING1}.legacy_arguments": False}
+    text = "from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS\n"
+    (found,) = lightning1_door_scope(parse(text, module="trainmesh.trainer.construction"), modules)
+    assert found.startswith("snippet.py:1: imports trainmesh.trainer.lightning1.legacy_hooks"), found
+    text = "from trainmesh.trainer.lightning1 import legacy_arguments\n"
+    assert lightning1_door_scope(parse(text, module="trainmesh.trainer.construction"), modules) == []
+    assert lightning1_door_scope(parse(text, module="trainmesh.trainer.hooks"), modules) != []
+
+
 def test_global_step_writes_are_found_with_their_function() -> None:
     text = (
         "def run(state):\n    state.global_step += 1\n"
@@ -1215,6 +1306,30 @@ def test_writes_onto_a_user_s_object_under_any_name_are_found() -> None:
     assert sorted(e.split(": ")[0] for e in found) == [f"snippet.py:{line}" for line in (2, 3, 4, 5)], found
 
 
+def test_writes_onto_a_user_s_module_in_a_strategy_are_found_with_their_function() -> None:
+    text = (
+        "def keep_only(module, parts):\n"
+        "    setattr(module, name, None)\n"
+        "def place(model, name):\n"
+        "    delattr(model, name)\n"
+        "    object.__setattr__(module, 'compiled_by_user', 1)\n"
+        "    object.__delattr__(module, name)\n"
+        "    setattr(inner, COMPILED_BY_USER, setting)\n"
+        "    setattr(module.get_submodule(owner), attribute, first)\n"
+        "    setattr(param, name, 1)\n"
+    )
+    found = user_object_writes_in(parse(text, module="trainmesh.strategies.x"), STRATEGY_HOLDERS)
+    assert [(e.split(": ")[0], what[1]) for e, what in found] == [
+        ("snippet.py:2", "keep_only"),
+        ("snippet.py:4", "place"),
+        ("snippet.py:5", "place"),
+        ("snippet.py:6", "place"),
+        ("snippet.py:7", "place"),
+        ("snippet.py:8", "place"),
+    ], found
+    assert found[0][1] == ("trainmesh.strategies.x", "keep_only", "setattr(module, name, None)")
+
+
 def test_file_and_function_lengths_are_measured() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES + 1))
     signature = '@decorator\ndef f(\n    a,\n    b,\n):\n    """Doc\n    string."""\n'
@@ -1239,10 +1354,16 @@ def test_what_is_near_a_cap_is_found() -> None:
 if __name__ == "__main__":
     checks = {
         "test_no_strategy_delegates_with_getattr": test_no_strategy_delegates_with_getattr,
+        "test_no_optimizer_wrapper_forwards_attributes_with_getattr": (
+            test_no_optimizer_wrapper_forwards_attributes_with_getattr
+        ),
         "test_only_launchers_write_the_environment": test_only_launchers_write_the_environment,
         "test_no_context_vars": test_no_context_vars,
         "test_trainer_side_talks_only_to_the_runtime": test_trainer_side_talks_only_to_the_runtime,
         "test_trainer_side_has_one_door": test_trainer_side_has_one_door,
+        "test_no_strategy_writes_onto_a_user_s_module_but_the_pipeline_cut": (
+            test_no_strategy_writes_onto_a_user_s_module_but_the_pipeline_cut
+        ),
         "test_lower_layers_never_import_higher_ones": test_lower_layers_never_import_higher_ones,
         "test_the_module_and_the_callbacks_never_import_the_trainer": (
             test_the_module_and_the_callbacks_never_import_the_trainer

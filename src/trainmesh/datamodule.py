@@ -8,6 +8,7 @@ from typing import Any
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin, refuse_hparams_file
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities import argparse as lightning_one_argparse
 
 
 class DataModule(DataHooks, HyperparametersMixin):
@@ -36,6 +37,13 @@ class DataModule(DataHooks, HyperparametersMixin):
     name: str | None = None
     # A data module's hyperparameters live under their own key, beside the module's.
     CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+
+    # Lightning 1.x's argparse face, which 2.0 removed (pytorch-lightning 1.9.5's, utilities/argparse.py):
+    # ``MyData.add_argparse_args(parser)``, ``MyData.from_argparse_args(args, **overrides)``.
+    add_argparse_args = classmethod(lightning_one_argparse.add_argparse_args)
+    from_argparse_args = classmethod(lightning_one_argparse.from_argparse_args)
+    parse_argparser = classmethod(lightning_one_argparse.parse_argparser)
+    get_init_arguments_and_types = classmethod(lightning_one_argparse.get_init_arguments_and_types)
 
     def setup(self, stage: str) -> None: ...
 

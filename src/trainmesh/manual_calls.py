@@ -12,6 +12,8 @@ trainer/manual_optimization.py, which imports this module.
 from __future__ import annotations
 
 import contextlib
+import functools
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +21,7 @@ import torch
 
 from trainmesh.strategies.step import ManualSync
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 
 class ManualBackward:
@@ -72,7 +75,7 @@ def lr_schedulers_of(trainer: TrainerView) -> Any:
     """None, one scheduler, or a list (Lightning's forms)."""
     sync = sync_of(trainer)
     found = [
-        SteppedOnce(config.scheduler, sync, what=f"lr scheduler {i}.step()") if sync.parts > 1 else config.scheduler
+        SteppedOnce.of(config.scheduler, sync, what=f"lr scheduler {i}.step()") if sync.parts > 1 else config.scheduler
         for i, config in enumerate(trainer.lr_scheduler_configs)
     ]
     if not found:
@@ -82,26 +85,33 @@ def lr_schedulers_of(trainer: TrainerView) -> Any:
 
 class SteppedOnce:
     """A scheduler whose ``step()`` runs once for every part of a step that runs training_step
-    (dp's chunks); anything else is the scheduler's own, ``isinstance`` included (the manual
-    optimization docs' ``isinstance(sch, ReduceLROnPlateau)`` check keeps working)."""
+    (dp's chunks). It is the user's scheduler to anyone who asks: a subclass of its class sharing
+    its ``__dict__`` (utilities/wrapped_objects.py), so ``last_epoch`` is the scheduler's own and the
+    manual optimization docs' ``isinstance(sch, ReduceLROnPlateau)`` check keeps working. Where a
+    step runs training_step once, ``lr_schedulers()`` hands the user's scheduler itself, as
+    Lightning does. Made by ``SteppedOnce.of(scheduler, sync, what=...)``."""
 
-    def __init__(self, scheduler: Any, sync: ManualSync, *, what: str) -> None:
-        object.__setattr__(self, "_scheduler", scheduler)
-        object.__setattr__(self, "_sync", sync)
-        object.__setattr__(self, "_what", what)
+    __slots__ = ("_tm_scheduler", "_tm_sync", "_tm_what", "_tm_step")
+    step = slot_method("_tm_step")
 
-    @property  # type: ignore[misc]  # isinstance() reads __class__
-    def __class__(self) -> type:
-        return type(self._scheduler)
+    _tm_scheduler: Any
+    _tm_sync: ManualSync
+    _tm_what: str
+    _tm_step: Callable[..., Any]
 
-    def step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._sync.once(lambda: self._scheduler.step(*args, **kwargs), what=self._what)
+    @classmethod
+    def of(cls, scheduler: Any, sync: ManualSync, *, what: str) -> SteppedOnce:
+        made = sharing_state(cls, scheduler)
+        made._tm_scheduler, made._tm_sync, made._tm_what = scheduler, sync, what
+        made._tm_step = types.MethodType(cls._once, made)
+        return made
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._scheduler, name)
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (functools.partial(SteppedOnce.of, what=self._tm_what), (self._tm_scheduler, self._tm_sync))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._scheduler, name, value)
+    def _once(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tm_sync.once(lambda: self._tm_scheduler.step(*args, **kwargs), what=self._tm_what)
 
 
 def _parameters(optimizer: Any) -> list[torch.Tensor]:

@@ -274,6 +274,12 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         for name, value in dictionary.items():
             self.log(name, value, **options)
 
+    def log_grad_norm(self, grad_norm_dict: dict[str, float]) -> None:
+        """Lightning 1.x's: with ``Trainer(track_grad_norm=p)`` called at each optimizer step, before
+        clipping, with the gradients' p-norms (``{"grad_2.0_norm/<param>": ..., "grad_2.0_norm_total": ...}``);
+        logs them on step and epoch, as pytorch-lightning 1.9.5's default. Override it to log otherwise."""
+        self.log_dict(grad_norm_dict, on_step=True, on_epoch=True, prog_bar=False, logger=True)
+
     # save_hyperparameters() and hparams: trainmesh.hyperparameters.HyperparametersMixin
 
     # ---- where the module is running --------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,42 @@ class ModuleUtilities(nn.Module):
             "to_tensorrt compiles for NVIDIA TensorRT, which needs torch_tensorrt and a CUDA device; "
             "neither is part of trainmesh's set-up: export with to_torchscript or to_onnx instead"
         )
+
+    # ---- Lightning 1.x's compile helpers, which 2.0 removed ---------------------------------
+    @classmethod
+    def from_compiled(cls, model: Any) -> Any:
+        """``torch.compile(module)`` checked to wrap a ``cls`` and handed back as it is: trainmesh's
+        ``fit`` takes the compiled module itself (compiled where the strategy compiles), where
+        pytorch-lightning 1.9.5 rebound the module's ``forward`` and steps (nothing is rebound here).
+
+        Examples:
+            >>> ModuleUtilities.from_compiled(torch.nn.Linear(1, 1))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: `model` is required to be a `OptimizedModule`. Found a `Linear` instead.
+        """
+        if not _is_compiled(model):
+            raise ValueError(
+                f"`model` is required to be a `OptimizedModule`. Found a `{type(model).__name__}` instead."
+            )
+        if not isinstance(model._orig_mod, cls):
+            raise ValueError(
+                f"`model` is expected to be a compiled {cls.__name__}. Found a `{type(model._orig_mod).__name__}` instead"
+            )
+        return model
+
+    @classmethod
+    def to_uncompiled(cls, model: Any) -> Any:
+        """The module a ``torch.compile`` wraps (1.9.5's ``to_uncompiled``); a module that is not compiled
+        raises, as in 1.9.5."""
+        if _is_compiled(model):
+            return model._orig_mod
+        raise ValueError("`model` is required to be a compiled LightningModule (what torch.compile returns)")
+
+
+def _is_compiled(model: Any) -> bool:
+    """``model`` is what ``torch.compile`` returns (torch's dynamo, slow to import, is only asked once a
+    compile has imported it: before that nothing can be compiled)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)

@@ -215,7 +215,7 @@ class Runtime:
             for moves in self._parameter_moves:
                 rebind_optimizer(inner_optimizer(optimizer), moves)
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
-        return [RuntimeOptimizer(opt, self.precision) for opt in prepared]
+        return [RuntimeOptimizer.of(opt, self.precision) for opt in prepared]
 
     def setup_dataloaders(self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,

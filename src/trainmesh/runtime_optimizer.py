@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+
+from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 
 class _StepsOptimizers(Protocol):
@@ -20,24 +23,42 @@ class _StepsOptimizers(Protocol):
 class RuntimeOptimizer:
     """An optimizer whose ``step()`` goes through the precision's loss scaler.
 
-    Every other attribute (``param_groups``, ``zero_grad``, ``state_dict``) is the wrapped
-    optimizer's own.
+    It is the user's optimizer to anyone who asks, as Lightning's ``LightningOptimizer`` is: its
+    class subclasses the user's (``isinstance(opt, torch.optim.Adam)`` holds) and it shares the
+    user's ``__dict__`` (``param_groups``, ``state``, a custom optimizer's fields: read and written
+    on the user's optimizer; utilities/wrapped_objects.py). ``zero_grad`` is the optimizer's own.
+    Made by ``RuntimeOptimizer.of(optimizer, precision)``.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, precision: _StepsOptimizers) -> None:
-        self.optimizer = optimizer
-        self._precision = precision
-        self._plain = precision.scaler is None  # no loss scaler: step() is the optimizer's own
-        # The optimizer's own, bound here: the loop calls it after every step, no wrapper call between.
-        self.zero_grad: Callable[..., None] = optimizer.zero_grad
+    __slots__ = ("optimizer", "_precision", "_plain", "_tm_step", "_tm_zero_grad")
+    step = slot_method("_tm_step")
+    # The optimizer's own, bound: the loop calls it after every step, no wrapper call between.
+    zero_grad = slot_method("_tm_zero_grad")
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    optimizer: torch.optim.Optimizer
+    _precision: _StepsOptimizers
+    _plain: bool
+    _tm_step: Callable[..., Any]
+    _tm_zero_grad: Callable[..., None]
+
+    @classmethod
+    def of(cls, optimizer: torch.optim.Optimizer, precision: _StepsOptimizers) -> RuntimeOptimizer:
+        made = sharing_state(cls, optimizer)
+        made.optimizer = optimizer
+        made._precision = precision
+        made._plain = precision.scaler is None  # no loss scaler: step() is the optimizer's own
+        made._tm_step = types.MethodType(cls._step, made)  # not made._step: the user's __dict__ could hide it
+        made._tm_zero_grad = optimizer.zero_grad
+        return made
+
+    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if self._plain:  # what Precision.optimizer_step does without a scaler, one call fewer per step
             return self.optimizer.step() if closure is None else self.optimizer.step(closure)
         return self._precision.optimizer_step(self.optimizer, closure)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (RuntimeOptimizer.of, (self.optimizer, self._precision))
 
     def __repr__(self) -> str:
         return f"RuntimeOptimizer({self.optimizer!r})"

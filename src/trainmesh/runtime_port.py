@@ -18,6 +18,7 @@ from torch import nn
 
 from trainmesh.precision import Precision
 from trainmesh.strategies import collectives
+from trainmesh.strategies.lightning_names import ParallelStrategy
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.distributed_samplers import is_padding
 
@@ -73,3 +74,8 @@ class TrainerPort:
     def collect_predictions(self, outputs: list[Any]) -> list[Any]:
         """Every data-parallel rank's predictions, in dataset order."""
         return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, is_padding=is_padding)
+
+    @property
+    def parallel(self) -> bool:
+        """Lightning's ``isinstance(trainer.strategy, ParallelStrategy)`` (1.x's ``trainer.data_parallel``)."""
+        return isinstance(self._runtime.strategy, ParallelStrategy)

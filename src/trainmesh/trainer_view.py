@@ -51,6 +51,8 @@ class LoopProgress(Protocol):
     @property
     def batches_done(self) -> int: ...
     @property
+    def batches_stepped(self) -> int: ...  # the fit's batches that ended with an optimizer step: the loggers' step
+    @property
     def data_seconds(self) -> float: ...
 
 

@@ -46,6 +46,10 @@ def make_trainer(optimizers=(), configs=(), **overrides):
         optimizers=[Wrapper(o) for o in optimizers],
         lr_scheduler_configs=list(configs),
         log_every_n_steps=1,
+        should_stop=False,
+        loop=SimpleNamespace(batches_stepped=0),  # the loggers' step
+        runtime=SimpleNamespace(device=torch.device("cpu")),
+        callback_metrics={},
     )
     values.update(overrides)
     return SimpleNamespace(**values)
@@ -99,7 +103,7 @@ def test_momentum_warning_for_an_optimizer_without_one():
         LearningRateMonitor(log_momentum=True).on_train_start(trainer, None)
 
 
-def test_step_interval_logs_after_each_optimizer_step():
+def test_step_interval_logs_at_batch_start_at_the_loggers_step():
     optimizer = torch.optim.SGD(params(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     trainer = make_trainer([optimizer], [SchedulerConfig(scheduler, interval="step")])
@@ -107,13 +111,17 @@ def test_step_interval_logs_after_each_optimizer_step():
     monitor.on_train_start(trainer, None)
     monitor.on_train_epoch_start(trainer, None)  # the scheduler steps per step: nothing at epoch start
     for batch_idx in range(4):
+        monitor.on_train_batch_start(trainer, None, None, batch_idx)
         if batch_idx % 2 == 1:  # two batches accumulated per optimizer step
             optimizer.step()
             scheduler.step()
-            trainer.global_step += 1
-        monitor.on_train_batch_end(trainer, None, None, None, batch_idx)
-    assert trainer.loggers[0].records == [(0, {"lr-SGD": 1.0}), (1, {"lr-SGD": 0.5}), (2, {"lr-SGD": 0.25})]
-    assert monitor.lrs == {"lr-SGD": [1.0, 0.5, 0.25]}
+            trainer.loop.batches_stepped += 1
+    # as Lightning: each batch at its start, at the batches that stepped before it
+    assert trainer.loggers[0].records == [(0, {"lr-SGD": 1.0}), (0, {"lr-SGD": 1.0}), (1, {"lr-SGD": 0.5})] + [
+        (1, {"lr-SGD": 0.5})
+    ]
+    assert monitor.lrs == {"lr-SGD": [1.0, 1.0, 0.5, 0.5]}
+    assert trainer.callback_metrics["lr-SGD"] == torch.tensor(0.5)  # as Lightning's, in callback_metrics too
 
 
 def test_epoch_interval_scheduler_logs_at_epoch_start():
@@ -124,8 +132,8 @@ def test_epoch_interval_scheduler_logs_at_epoch_start():
     for epoch in range(2):
         trainer.current_epoch = epoch
         monitor.on_train_epoch_start(trainer, None)
-        trainer.global_step += 1
-        monitor.on_train_batch_end(trainer, None, None, None, 0)
+        monitor.on_train_batch_start(trainer, None, None, 0)
+        trainer.loop.batches_stepped += 1
         optimizer.step()
         scheduler.step()
     assert trainer.loggers[0].records == [(0, {"lr": 1.0}), (1, {"lr": pytest.approx(0.1)})]
@@ -137,18 +145,23 @@ def test_logging_interval_epoch_overrides_the_schedulers_interval():
     trainer = make_trainer([optimizer], [SchedulerConfig(scheduler, interval="step")])
     monitor = LearningRateMonitor(logging_interval="epoch")
     monitor.on_train_epoch_start(trainer, None)
-    trainer.global_step = 1
-    monitor.on_train_batch_end(trainer, None, None, None, 0)
+    monitor.on_train_batch_start(trainer, None, None, 0)
     assert trainer.loggers[0].records == [(0, {"lr-SGD": 1.0})]
 
 
 def test_log_every_n_steps_is_respected():
     trainer = make_trainer([torch.optim.SGD(params(), lr=0.1)], log_every_n_steps=3)
     monitor = LearningRateMonitor(logging_interval="step")
-    for step in range(1, 8):
-        trainer.global_step = step
-        monitor.on_train_batch_end(trainer, None, None, None, step - 1)
-    assert [step for step, _ in trainer.loggers[0].records] == [3, 6]
+    for batch_idx in range(7):
+        monitor.on_train_batch_start(trainer, None, None, batch_idx)
+        trainer.loop.batches_stepped += 1
+    assert [step for step, _ in trainer.loggers[0].records] == [2, 5]  # the batches whose step makes 3, 6
+
+
+def test_weight_decay_is_logged_when_asked():
+    trainer = make_trainer([torch.optim.AdamW(params(), lr=0.1, weight_decay=0.01)])
+    LearningRateMonitor(log_weight_decay=True).on_train_epoch_start(trainer, None)
+    assert trainer.loggers[0].records == [(0, {"lr-AdamW": 0.1, "lr-AdamW-weight_decay": 0.01})]
 
 
 def test_every_logger_gets_the_values_on_rank_zero_only():

@@ -60,6 +60,7 @@ def api(name: str) -> SimpleNamespace:
             CSVLogger=loggers.CSVLogger,
             ModelCheckpoint=callbacks.ModelCheckpoint,
             EarlyStopping=callbacks.EarlyStopping,
+            LearningRateMonitor=callbacks.LearningRateMonitor,
         )
     from trainmesh import callbacks, loggers
 
@@ -71,6 +72,7 @@ def api(name: str) -> SimpleNamespace:
         CSVLogger=loggers.CSVLogger,
         ModelCheckpoint=callbacks.ModelCheckpoint,
         EarlyStopping=callbacks.EarlyStopping,
+        LearningRateMonitor=callbacks.LearningRateMonitor,
     )
 
 
@@ -115,6 +117,9 @@ class Program:
     early_stopping: bool = False  # EarlyStopping on train_loss, mode "max": stops after the first epoch
     stop_at_batch: int | None = None  # the module sets trainer.should_stop after this batch of the first epoch
     random: bool = False  # a shuffling train loader, and noise drawn in each training step (dequantization)
+    # A LearningRateMonitor: its logging_interval "step" or "epoch", or "scheduler" (None: each scheduler's own)
+    lr_monitor: str | None = None
+    param_groups: int = 1  # 2: the weight and the bias in their own groups (lr 0.1 and 0.05, momentum 0.9 and 0.5)
 
 
 def module_class(base: type, program: Program) -> type:
@@ -166,11 +171,17 @@ def module_class(base: type, program: Program) -> type:
         def configure_optimizers(self):
             if program.manual:
                 return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.05)]
-            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            optimizer = torch.optim.SGD(self._groups(), lr=0.1)
             if program.scheduler is None:
                 return optimizer
             scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": program.scheduler}}
+
+        def _groups(self) -> Any:
+            if program.param_groups == 1:
+                return self.parameters()
+            weight, bias = self.layer.weight, self.layer.bias
+            return [{"params": [weight], "momentum": 0.9}, {"params": [bias], "lr": 0.05, "momentum": 0.5}]
 
         def train_dataloader(self):
             return DataLoader(DATASETS[program.data](), batch_size=BATCH, shuffle=program.random)
@@ -233,6 +244,9 @@ def make_trainer(framework: str, root: Path, program: Program, calls: list[Any],
         callbacks.append(L.ModelCheckpoint(dirpath=root / "ckpts", monitor=program.checkpoint_monitor))
     if program.early_stopping:
         callbacks.append(L.EarlyStopping(monitor="train_loss", mode="max", patience=0))
+    if program.lr_monitor is not None:
+        interval = None if program.lr_monitor == "scheduler" else program.lr_monitor
+        callbacks.append(L.LearningRateMonitor(logging_interval=interval, log_momentum=True, log_weight_decay=True))
     arguments = dict(
         accelerator="cpu",
         devices=1,

@@ -213,7 +213,8 @@ def _test_texts() -> tuple[dict[str, str], dict[str, str]]:
 
 def refusal(area: str, name: str) -> str | None:
     """Why trainmesh refuses a name it has: written on the object itself (``__refused__``, what
-    ``trainmesh.utilities.refusal`` gives the classes it makes, the same text the user is shown), in
+    ``trainmesh.utilities.refusal`` gives the classes it makes, the same text the user is shown; on a
+    Trainer member's property or method for those Lightning 1.8 removed), in
     the Trainer's table of refused arguments, or in ``REFUSED`` here."""
     from trainmesh.trainer.lightning1.trainer_arguments import REFUSED_ARGUMENTS
     from trainmesh.utilities.refusal import refusal_of
@@ -223,6 +224,11 @@ def refusal(area: str, name: str) -> str | None:
     if area.removeprefix("1.9 ") == "Trainer(":
         return REFUSED_ARGUMENTS.get(name)
     kind, place = _trainmesh_place(area)
+    if kind == "member" and place == "Trainer":  # a member 1.8 removed: its property or method carries the reason
+        import trainmesh
+
+        member = inspect.getattr_static(trainmesh.Trainer, name, None)
+        return refusal_of(getattr(member, "fget", member))
     if kind != "module" or place is None:
         return None
     return refusal_of(getattr(importlib.import_module(place), name, None))

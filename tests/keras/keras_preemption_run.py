@@ -21,6 +21,10 @@ import time
 
 os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
 
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

@@ -2,10 +2,12 @@
 
 python keras_run.py ddp OUT      -> one launch of 2 processes (strategy="ddp"), several fits one after
                                     another; every rank writes OUT/<leg>.rank{R}
-python keras_run.py spawn OUT    -> the guide's convnet and a model of the program's own classes under
-                                    ddp_spawn, the class_weight classifier under ddp_fork; the parent
-                                    (the caller's process) writes OUT/<start method>_<leg>.pt
-python keras_run.py load KERAS_FILE X OUT -> plain Keras alone: keras.saving.load_model, predict X
+python keras_run.py spawn OUT [KERAS_FILE X PRED] -> first, where given, plain Keras alone (trainmesh not
+                                    yet imported): keras.saving.load_model(KERAS_FILE), its predictions
+                                    of X saved to PRED; then the guide's convnet and a model of the
+                                    program's own classes under ddp_spawn, the class_weight classifier
+                                    under ddp_fork; the parent (the caller's process) writes
+                                    OUT/<start method>_<leg>.pt
 
 Models: the keras-io guide "Multi-GPU distributed training with PyTorch"'s convnet (``guide``:
 BatchNormalization and Dropout; ``plain``: without them, so that 2 processes at batch B train what
@@ -23,6 +25,10 @@ import os
 import sys
 
 os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported, here and in spawned workers
+
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -284,7 +290,9 @@ def shuffled_loader_samples() -> list[list[int]]:
 SPAWN_LEGS = (("spawn", "guide"), ("fork", "classifier"), ("spawn", "own_classes"))
 
 
-def run_spawn(out: str) -> None:
+def run_spawn(out: str, *load: str) -> None:
+    if load:  # this process's first work, before it imports trainmesh (a process of its own cost 5 CPU-s)
+        run_load(*load)
     import trainmesh.keras as tk
 
     for start, leg in SPAWN_LEGS:
@@ -296,10 +304,11 @@ def run_spawn(out: str) -> None:
 def run_load(keras_file: str, x_file: str, out: str) -> None:
     import keras
 
+    assert not [name for name in sys.modules if name.split(".")[0] == "trainmesh"], "not plain Keras"
     model = keras.saving.load_model(keras_file)
     np.save(out, np.asarray(model.predict(np.load(x_file), verbose=0)))
 
 
 if __name__ == "__main__":
     faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
-    {"ddp": run_ddp, "spawn": run_spawn, "load": run_load}[sys.argv[1]](*sys.argv[2:])
+    {"ddp": run_ddp, "spawn": run_spawn}[sys.argv[1]](*sys.argv[2:])

@@ -18,6 +18,10 @@ import sys
 
 os.environ["KERAS_BACKEND"] = "torch"
 
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from keras_custom_steps import gan  # noqa: E402

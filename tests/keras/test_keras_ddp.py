@@ -8,8 +8,9 @@ verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then 
 and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
 rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
 with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
-second program runs the convnet and a model of the program's own classes (layer, metric, model)
-under ddp_spawn, and the classifier under ddp_fork.
+second program loads the saved convnet in plain Keras (before it imports trainmesh), then runs the
+convnet and a model of the program's own classes (layer, metric, model) under ddp_spawn, and the
+classifier under ddp_fork.
 """
 
 import functools
@@ -38,8 +39,8 @@ def program(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     return run_program([str(SCRIPT), *args], timeout=timeout, env={"KERAS_BACKEND": "torch"}, cwd=HERE)
 
 
-def launched(mode: str, root: Path) -> Path:
-    result = program(mode, str(root))
+def launched(mode: str, root: Path, *args: str) -> Path:
+    result = program(mode, str(root), *args)
     assert result.returncode == 0, f"keras_run.py {mode} failed:\n{result.stderr[-4000:]}"
     return root
 
@@ -50,8 +51,12 @@ def ddp(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spawned(tmp_path_factory) -> Path:
-    return launched("spawn", tmp_path_factory.mktemp("keras_spawn"))
+def spawned(ddp, tmp_path_factory) -> Path:
+    """The spawn program, which first loads the ddp run's saved guide.keras in plain Keras (before it
+    imports trainmesh) and predicts the held-out images: OUT/loaded_pred.npy."""
+    root = tmp_path_factory.mktemp("keras_spawn")
+    load = (ddp / "guide.keras", ddp / "held_out.npy", root / "loaded_pred.npy")
+    return launched("spawn", root, *map(str, load))
 
 
 def rank(root: Path, leg: str, r: int) -> dict:
@@ -198,11 +203,10 @@ def test_guide_convnet_ranks_agree_and_only_rank_0_writes(ddp):
     assert len(rows) == 1 + len(zero["history"]["loss"])
 
 
-def test_saved_model_predicts_the_same_in_plain_keras(ddp, tmp_path):
-    out = tmp_path / "pred.npy"
-    result = program("load", str(ddp / "guide.keras"), str(ddp / "held_out.npy"), str(out), timeout=150)
-    assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_array_equal(np.load(out), np.load(ddp / "held_out_pred.npy"))
+def test_saved_model_predicts_the_same_in_plain_keras(ddp, spawned):
+    """keras.saving.load_model of the file rank 0 saved, in a process without trainmesh (the spawn
+    program, before it imports trainmesh): the trained model's predictions, bit-identical."""
+    np.testing.assert_array_equal(np.load(spawned / "loaded_pred.npy"), np.load(ddp / "held_out_pred.npy"))
 
 
 @pytest.mark.parametrize(("start", "leg"), [("spawn", "guide"), ("fork", "classifier")])

@@ -151,8 +151,11 @@ def refuse(out: str) -> None:
             messages[name] = str(err)
     # A loop of one's own: Runtime.setup(torch.compile(m)) places m itself, compiled in place.
     layer = nn.Linear(2, 2)
+    before = set(vars(layer))
     placed = tm.Runtime(accelerator="cpu", devices=1).setup(torch.compile(layer, backend="aot_eager"))
     messages["runtime_setup"] = placed is layer and getattr(layer, "_compiled_call_impl", None) is not None
+    # What the user's module gained: only torch's own Module.compile state, no marker of the strategy's
+    messages["written_onto_layer"] = sorted(set(vars(layer)) - before)
     torch.save(messages, out)
 
 

@@ -149,6 +149,8 @@ def test_fit_of_a_module_the_user_compiled_is_refused_where_the_strategy_does_no
         assert "pass Net(...) itself, uncompiled" in message and "strategy='single', 'ddp' or 'fsdp'" in message
     assert "compile once" in messages["twice"]  # torch.compile(model) and Trainer(compile=True) both
     assert messages["runtime_setup"] is True  # a loop of one's own: Runtime.setup(torch.compile(m)) compiles m
+    # torch's Module.compile state only: the user's settings are recorded by the strategy, not on m
+    assert messages["written_onto_layer"] == ["_compiled_call_impl", "_is_torch_compile"]
 
 
 @pytest.mark.parametrize("strategy", ["ddp2", "zero1", "sharded", "hsdp"])

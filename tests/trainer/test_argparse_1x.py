@@ -17,12 +17,9 @@ RECORDED = json.loads((Path(__file__).resolve().parents[1] / "helpers" / "lightn
 # 1.9.5's arguments trainmesh's Trainer does not take (the inventory lists them as missing).
 NOT_TAKEN = {
     "min_steps",
-    "resume_from_checkpoint",
     "benchmark",
     "reload_dataloaders_every_n_epochs",
     "detect_anomaly",
-    "move_metrics_to_cpu",
-    "multiple_trainloader_mode",
 }
 # Defaults that are spelled differently with the same meaning (1.9's None: "choose for me";
 # accumulate_grad_batches None: 1), and auto_select_gpus (1.9 typed it Optional[bool]).

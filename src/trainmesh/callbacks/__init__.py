@@ -15,6 +15,8 @@ from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from trainmesh.callbacks.lambda_function import LambdaCallback
+from trainmesh.callbacks.lightning1_names import ProgressBarBase as ProgressBarBase  # 1.9's names, not in __all__
+from trainmesh.callbacks.lightning1_names import QuantizationAwareTraining as QuantizationAwareTraining
 from trainmesh.callbacks.lr_monitor import LearningRateMonitor
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
@@ -25,6 +27,7 @@ from trainmesh.callbacks.spike import SpikeDetection
 from trainmesh.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from trainmesh.callbacks.throughput import ThroughputMonitor
 from trainmesh.callbacks.timer import Timer
+from trainmesh.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__ = [
     "BackboneFinetuning",
@@ -33,6 +36,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
@@ -49,4 +53,5 @@ __all__ = [
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
+    "WeightAveraging",
 ]

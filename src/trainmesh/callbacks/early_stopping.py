@@ -90,21 +90,22 @@ class EarlyStopping(Callback):
         return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Any, stage: str | None = None) -> None:
-        if self.check_on_train_epoch_end is None:
-            # Lightning's rule: validation more than once an epoch, or not every epoch, means the
-            # check follows each validation run (at an epoch's end the metric may not exist yet).
-            interval = getattr(trainer, "val_check_interval", 1.0)
-            every = getattr(trainer, "check_val_every_n_epoch", 1)
-            self.check_on_train_epoch_end = interval in (None, 1.0) and every == 1
-
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        if self.check_on_train_epoch_end:
+        if self._checks_at_epoch_end(trainer):
             self._check(trainer)
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
-        if not self.check_on_train_epoch_end and getattr(trainer, "stage", "fit") == "fit":
+        if not self._checks_at_epoch_end(trainer) and getattr(trainer, "stage", "fit") == "fit":
             self._check(trainer)
+
+    def _checks_at_epoch_end(self, trainer: TrainerView) -> bool:
+        """``check_on_train_epoch_end``, or where it is None Lightning's rule: validation more than
+        once an epoch, or not every epoch, means the check follows each validation run (at an
+        epoch's end the metric may not exist yet)."""
+        if self.check_on_train_epoch_end is not None:
+            return self.check_on_train_epoch_end
+        interval = getattr(trainer, "val_check_interval", 1.0)
+        return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) == 1
 
     def _check(self, trainer: TrainerView) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:

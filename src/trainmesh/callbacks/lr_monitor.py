@@ -6,6 +6,8 @@ import warnings
 from collections import defaultdict
 from typing import Any
 
+import torch
+
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 
@@ -13,28 +15,35 @@ _INTERVALS = (None, "step", "epoch")
 
 
 class LearningRateMonitor(Callback):
-    """Send the learning rate of every optimizer and parameter group to the loggers.
+    """Send the learning rate of every optimizer and parameter group to the loggers, as Lightning
+    2.6's ``LearningRateMonitor`` does.
 
     Names follow Lightning: ``lr-<OptimizerClass>``, or the scheduler config's ``name``; a
     ``-1``, ``-2`` suffix for the second and third optimizer of one class; ``/pg1``, ``/pg2``
     (or the group's ``"name"``) when an optimizer has several parameter groups. With
     ``log_momentum=True`` each also gets ``<name>-momentum`` (SGD's ``momentum``, Adam's
-    ``betas[0]``).
+    ``betas[0]``), with ``log_weight_decay=True`` ``<name>-weight_decay``.
 
-    ``logging_interval="step"`` logs after optimizer steps (every ``log_every_n_steps``),
-    ``"epoch"`` at the start of each epoch, and ``None`` follows each scheduler's own interval
-    (optimizers without a scheduler are logged at both).
+    Where and at which step, as Lightning: ``logging_interval="step"`` logs at the start of each
+    training batch where the loggers are due (every ``log_every_n_steps`` of the batches that step,
+    and every batch once a stop is asked), ``"epoch"`` at the start of each epoch, and ``None``
+    follows each scheduler's own interval (optimizers without a scheduler are logged at both); each
+    at the loggers' step, the batches that ended with an optimizer step so far (so the values a
+    batch trains with are logged at that batch's row).
 
     Args:
         logging_interval: ``"step"``, ``"epoch"`` or None (each scheduler's own) (default ``None``).
         log_momentum: log the momentum (or Adam's beta1) too (default ``False``).
+        log_weight_decay: log each group's ``weight_decay`` too (default ``False``).
 
     Examples:
         >>> monitor = LearningRateMonitor(logging_interval="step", log_momentum=True)
         >>> # Trainer(callbacks=[monitor]) logs e.g. {"lr-SGD": 0.1, "lr-SGD-momentum": 0.9}
     """
 
-    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False) -> None:
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
         if logging_interval not in _INTERVALS:
             raise ValueError(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}): use 'step', 'epoch', or None "
@@ -42,9 +51,10 @@ class LearningRateMonitor(Callback):
             )
         self.logging_interval = logging_interval
         self.log_momentum = log_momentum
-        self.lrs: dict[str, list[float]] = {}  # every value logged, by name, on global rank 0
+        self.log_weight_decay = log_weight_decay
+        self.lrs: dict[str, list[float]] = {}  # every value logged, by name
         self.last_momentum_values: dict[str, float] = {}
-        self._last_logged_step = -1
+        self.last_weight_decay_values: dict[str, float] = {}
 
     # ---- hooks --------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
@@ -56,7 +66,6 @@ class LearningRateMonitor(Callback):
             )
 
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
-        self._last_logged_step = -1
         if self.log_momentum and trainer.is_global_zero:
             lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
             if lacking:
@@ -71,24 +80,21 @@ class LearningRateMonitor(Callback):
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any")
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.logging_interval == "epoch":
-            return
-        step = trainer.global_step
-        # Accumulating batches end without a step: log once per optimizer step, at the loggers' pace.
-        if step == self._last_logged_step or step % getattr(trainer, "log_every_n_steps", 1) != 0:
-            return
-        self._last_logged_step = step
-        self._log(trainer, "step" if self.logging_interval is None else "any")
+    def on_train_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int) -> None:
+        # Lightning's should_update_logs: "+ 1" as it is asked before the batch's optimizer step
+        due = (trainer.loop.batches_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
+        if due and self.logging_interval != "epoch":
+            self._log(trainer, "step" if self.logging_interval is None else "any")
 
     # ---- what is logged -----------------------------------------------------------------------
     def _log(self, trainer: TrainerView, interval: str) -> None:
-        if not trainer.is_global_zero or trainer.sanity_checking or not trainer.loggers:
-            return
         stats = self.extract_stats(trainer, interval)
-        if stats:
+        # As Lightning's, the values are in callback_metrics too (a ModelCheckpoint may monitor them)
+        device = trainer.runtime.device
+        trainer.callback_metrics.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
+        if stats and trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(stats, step=trainer.global_step)
+                logger.log_metrics(stats, step=trainer.loop.batches_stepped)
 
     def extract_stats(self, trainer: TrainerView, interval: str = "any") -> dict[str, float]:
         """The current values to log: schedulers whose interval matches (all for ``"any"``),
@@ -104,6 +110,9 @@ class LearningRateMonitor(Callback):
                 if self.log_momentum:
                     momentum = group["betas"][0] if uses_betas else group.get("momentum", 0.0)
                     stats[f"{name}-momentum"] = self.last_momentum_values[f"{name}-momentum"] = float(momentum)
+                if self.log_weight_decay:
+                    decay = float(group["weight_decay"])
+                    stats[f"{name}-weight_decay"] = self.last_weight_decay_values[f"{name}-weight_decay"] = decay
         return stats
 
 

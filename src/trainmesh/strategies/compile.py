@@ -13,6 +13,7 @@ to ``m`` and compiled the same way, in place, with the settings of the user's ow
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +47,6 @@ def compile_options(setting: bool | dict[str, Any] | None) -> dict[str, Any] | N
     )
 
 
-# Where a module the user compiled keeps its compile settings once unwrapped (as Lightning keeps
-# ``_compiler_ctx`` on the LightningModule): the strategy that places it compiles it with them.
-COMPILED_BY_USER = "_compiled_by_user"
-
-
 @dataclasses.dataclass(frozen=True)
 class CompiledByUser:
     """The settings of ``torch.compile(m, **kwargs)``, as torch keeps them: the compile context
@@ -65,6 +61,47 @@ class CompiledByUser:
 CompileSetting = dict[str, Any] | CompiledByUser
 
 
+class _CompiledByUser:
+    """The settings each unwrapped module was compiled with, kept here rather than on the module
+    (Lightning writes ``_compiler_ctx`` onto the LightningModule; nothing is written onto a user's
+    module here): by the module's identity, an entry living as long as its module (a weak reference,
+    so the record keeps nothing alive, and a later module reusing the ``id`` is not taken for it)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[weakref.ref[nn.Module], CompiledByUser]] = {}
+
+    def record(self, module: nn.Module, setting: CompiledByUser) -> None:
+        key = id(module)
+
+        def forget(_: weakref.ref[nn.Module]) -> None:  # the module is gone: its id may be reused
+            self._by_id.pop(key, None)
+
+        self._by_id[key] = (weakref.ref(module, forget), setting)
+
+    def of(self, module: nn.Module) -> CompiledByUser | None:
+        found = self._by_id.get(id(module))
+        return found[1] if found is not None and found[0]() is module else None
+
+
+# Where a module the user compiled has its compile settings once unwrapped: the strategy that
+# places it compiles it with them.
+_COMPILED_BY_USER = _CompiledByUser()
+
+
+def compiled_by_user(module: nn.Module) -> CompiledByUser | None:
+    """The settings of the user's own ``torch.compile(module)``, once ``uncompiled`` unwrapped it
+    (None: the user did not compile it).
+
+    Args:
+        module: the module ``uncompiled`` handed back.
+
+    Examples:
+        >>> compiled_by_user(nn.Linear(1, 1)) is None
+        True
+    """
+    return _COMPILED_BY_USER.of(module)
+
+
 def _compiled_by_torch(module: Any) -> bool:
     # By name, not isinstance: importing torch._dynamo costs seconds, and a program that never
     # compiled never imported it.
@@ -72,8 +109,8 @@ def _compiled_by_torch(module: Any) -> bool:
 
 
 def uncompiled(module: Any, strategy: Strategy, placement: Placement) -> Any:
-    """A module the user compiled (``torch.compile(m, ...)``): ``m`` itself, marked with the
-    settings it was compiled with, which the strategy applies in place where its order says (as
+    """A module the user compiled (``torch.compile(m, ...)``): ``m`` itself, with the settings it
+    was compiled with recorded (``compiled_by_user``), which the strategy applies in place where its order says (as
     ``Trainer(compile=...)`` would), so state dict keys carry no ``_orig_mod.`` and the user's
     compiled reference wraps the very module that trains. Any other module: as it is.
     Refused, before anything starts, under a strategy whose capabilities do not say it compiles."""
@@ -92,7 +129,7 @@ def uncompiled(module: Any, strategy: Strategy, placement: Placement) -> Any:
                 f"this model is torch.compile({name}(...)) and the run compiles too (Trainer(compile=...) or "
                 f"Runtime(compile=...) gave {placement.compile!r}): compile once, with one or the other"
             )
-        setattr(inner, COMPILED_BY_USER, CompiledByUser(context))
+        _COMPILED_BY_USER.record(inner, CompiledByUser(context))
         module = inner
     check_compiled(module, strategy, placement)
     return module
@@ -101,7 +138,7 @@ def uncompiled(module: Any, strategy: Strategy, placement: Placement) -> Any:
 def check_compiled(module: nn.Module, strategy: Strategy, placement: Placement) -> None:
     """A module the user compiled, under a strategy that has no compiled run checked against
     eager: stop with that strategy's own reason (what ``Trainer(compile=True)`` says with it)."""
-    if getattr(module, COMPILED_BY_USER, None) is None or strategy.capabilities.compile:
+    if compiled_by_user(module) is None or strategy.capabilities.compile:
         return
     try:
         strategy.with_placement(dataclasses.replace(placement, compile={}))
@@ -122,8 +159,7 @@ def compile_setting(options: dict[str, Any] | None, module: nn.Module) -> Compil
     settings of the user's own ``torch.compile`` (None: eager)."""
     if options is not None:
         return options
-    setting: CompiledByUser | None = getattr(module, COMPILED_BY_USER, None)
-    return setting
+    return compiled_by_user(module)
 
 
 def apply_compile(module: nn.Module, *, options: CompileSetting, units: list[nn.Module] | None = None) -> None:

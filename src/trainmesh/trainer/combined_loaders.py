@@ -17,12 +17,13 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.utilities.combined_loader import CombinedBatches, CombinedLoader
 
 
-def train_loader(loaders: list[Any]) -> Any:
-    """The one loader fit reads, of the train loaders given (a dict as one item)."""
+def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
+    """The one loader fit reads, of the train loaders given (a dict as one item), several read in
+    ``mode`` (Lightning 1.x's ``multiple_trainloader_mode``)."""
     if len(loaders) == 1 and not isinstance(loaders[0], dict):
         loader = loaders[0]
     else:
-        loader = CombinedLoader(loaders[0] if len(loaders) == 1 else loaders, "max_size_cycle")
+        loader = CombinedLoader(loaders[0] if len(loaders) == 1 else loaders, mode)  # type: ignore[arg-type]
     if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(

@@ -7,18 +7,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.callbacks.base import HOOK_NAMES, Callback, is_callback_like
+from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
-from trainmesh.trainer.lightning1 import argparse_arguments, legacy_arguments
+from trainmesh.trainer.hooks import is_callback
+from trainmesh.trainer.lightning1 import legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
-from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS
 from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, hardware_arguments
+from trainmesh.trainer.lightning1.trainer_members import LightningOneMembers, lightning_one_fit, lightning_one_run
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.plugins_argument import sort_plugins
-from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 # Lightning 1.x's Trainer arguments: the CLI reaches them through this door (docs/architecture.md rule 10).
@@ -139,12 +139,9 @@ def refuse_sync_on_cpu(runtime: Runtime) -> None:
         )
 
 
-__all__ = ["LIGHTNING1_ARGUMENTS"]  # the Trainer's 1.x arguments it hands to build_runtime
-
-# Lightning 1.x's argparse classmethods of the Trainer (lightning1/argparse_arguments.py).
-add_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.add_argparse_args)
-parse_argparser: classmethod[Any, Any, Any] = classmethod(argparse_arguments.parse_argparser)
-from_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.from_argparse_args)
+# the Trainer's 1.x arguments it hands to build_runtime; its 1.x members, resume_from_checkpoint and the
+# train loaders' mode at fit's start (lightning1/trainer_members.py)
+__all__ = ["LIGHTNING1_ARGUMENTS", "LightningOneMembers", "lightning_one_fit", "lightning_one_run"]
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:
@@ -161,22 +158,15 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     return [logger]
 
 
-def _is_callback(obj: Any) -> bool:
-    """A trainmesh Callback, or a callback written for Lightning by another library (Optuna's pruning
-    callback subclasses lightning.pytorch.Callback): an object with Lightning's callback methods,
-    taken by them (duck typing); the Trainer calls only the hooks it defines."""
-    return is_callback_like(obj, HOOK_NAMES | CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
-
-
 def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: bool, summary: bool) -> list[Any]:
     """The user's ``callbacks`` and the defaults the Trainer's arguments ask for (``settings``:
     the checked ones; ``enable_checkpointing`` there is False under ``fast_dev_run``)."""
     checkpointing, fast_dev_run = settings.enable_checkpointing, bool(settings.fast_dev_run)
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
-    given = [] if callbacks is None else ([callbacks] if _is_callback(callbacks) else list(callbacks))
+    given = [] if callbacks is None else ([callbacks] if is_callback(callbacks) else list(callbacks))
     for item in given:
-        if not _is_callback(item):
+        if not is_callback(item):
             raise TypeError(
                 f"callbacks: {type(item).__name__} is not a callback: it is not a trainmesh Callback and has none of "
                 f"the callback hook methods (on_train_start, on_validation_end, ...). Pass Callback objects, or "
@@ -230,7 +220,7 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
         return callbacks
     given = list(returned) if isinstance(returned, Sequence) else [returned]
     for item in given:
-        if not _is_callback(item):
+        if not is_callback(item):
             raise TypeError(
                 f"{type(model).__name__}.configure_callbacks returned a {type(item).__name__}, which has none of "
                 "the callback hook methods; return Callback objects (one, or a list)"

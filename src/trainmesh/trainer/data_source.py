@@ -23,6 +23,7 @@ class DataSource:
     datamodule: Any = None
     model: Any = None
     given: dict[str, Any] = field(default_factory=dict)
+    train_mode: str = "max_size_cycle"  # several train loaders read as one (1.x's multiple_trainloader_mode)
 
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:

@@ -58,7 +58,7 @@ class FitData:
         if ctx.settings.limit_train_batches == 0:
             return None
         # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
-        loaders = [train_loader(self._source.loaders("train", required=True))]
+        loaders = [train_loader(self._source.loaders("train", required=True), self._source.train_mode)]
         (loader,) = device_loaders(ctx, loaders, train=True)
         ctx.state.num_training_batches = limited_count(loader, ctx.settings.limit_train_batches)
         return loader

@@ -229,6 +229,7 @@ def _train_batches(
     accumulate, supervision = ctx.view.accumulate_grad_batches, runtime.supervision
     # Read once: called on every step (each lookup or wrapper would be a Python call per step).
     step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
+    log_every = settings.log_every_n_steps
     shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
     at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
@@ -259,7 +260,13 @@ def _train_batches(
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
             call(output, batch, batch_idx)
-        _log_and_validate(ctx, fit_data, val_every, train_results, stepped=stepped, is_last=is_last)
+        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step (every
+        # step once a stop is asked, as its should_update_logs); decided here, so that a step with neither makes no call.
+        log_due = stepped and ((loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
+        if log_due or val_every is not None:
+            _log_and_validate(
+                ctx, fit_data, val_every, train_results, log_due=log_due, stepped=stepped, is_last=is_last
+            )
         loop.batches_stepped += stepped
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
             cut_short = not is_last  # right after an optimizer step: no gradients are pending
@@ -279,14 +286,14 @@ def _log_and_validate(
     val_every: int | float | None,
     train_results: StageResults,
     *,
+    log_due: bool,
     stepped: bool,
     is_last: bool,
 ) -> None:
-    """After a batch's on_train_batch_end: its metrics to the loggers when due, then validation when due."""
+    """After a batch's on_train_batch_end: its metrics to the loggers when due (``log_due``), then
+    validation when due."""
     state, settings, loop = ctx.state, ctx.settings, ctx.state.loop
-    if stepped and ((loop.batches_stepped + 1) % settings.log_every_n_steps == 0 or state.should_stop):
-        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step
-        # (every step once a stop is asked, as Lightning's should_update_logs)
+    if log_due:
         _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         ctx.publisher.step_metrics()
     if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):

@@ -8,9 +8,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.callbacks.base import defines_hook, overrides
+from trainmesh.callbacks.base import HOOK_NAMES, defines_hook, is_callback_like, overrides
 from trainmesh.module import Module
 from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
+from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS as LIGHTNING1_CALLBACK_HOOKS
 from trainmesh.trainer.lightning1.legacy_hooks import (
     LEGACY_CALLBACK_STATES,
     LegacyQueue,
@@ -22,6 +23,7 @@ from trainmesh.trainer.lightning1.legacy_hooks import (
     warn_returned_callback_state,
 )
 from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, optimizer_idx_callers
+from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 
@@ -35,6 +37,7 @@ __all__ = [
     "call_dataloader_hook",
     "call_datamodule_hook",
     "call_init_hook",
+    "is_callback",
     "is_monitoring",
     "warn_legacy_datamodule_hooks",
     "warn_returned_callback_state",
@@ -173,6 +176,14 @@ class HookDispatcher:
                 call()
             except Exception:
                 pass
+
+
+def is_callback(obj: Any) -> bool:
+    """A trainmesh Callback, or a callback written for Lightning by another library (Optuna's pruning
+    callback subclasses lightning.pytorch.Callback): an object with any callback hook the dispatcher
+    knows (Lightning 2.x's, 1.x's, those it refuses), taken by them (duck typing); the Trainer calls
+    only the hooks it defines."""
+    return is_callback_like(obj, HOOK_NAMES | LIGHTNING1_CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
 
 
 def is_monitoring(callback: Any) -> bool:

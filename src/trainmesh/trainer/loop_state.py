@@ -98,6 +98,9 @@ class LoopState:
     ckpt_path: str | None = None
     epoch_metrics: dict[str, float] = field(default_factory=dict)
     logged_metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    # What callbacks wrote into trainer.callback_metrics (LearningRateMonitor's rates, a user's own
+    # values): kept until the run ends, as Lightning's callback_metrics dict keeps them.
+    written_metrics: dict[str, Any] = field(default_factory=dict)
     # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
     wide_metrics: set[str] = field(default_factory=set)
     prog_bar_names: set[str] = field(default_factory=set)

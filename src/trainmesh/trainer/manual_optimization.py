@@ -22,6 +22,7 @@ strategy's optimizer (zero1), clipping through the strategy's (global norm under
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -33,6 +34,7 @@ from trainmesh.trainer.optimization.progress import count_optimizer_steps
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 from trainmesh.trainer_view import RuntimeView
+from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
     from trainmesh.trainer.settings import LoopSettings
@@ -126,9 +128,13 @@ class ManualSteps:
 
     def __init__(self, state: StepCount, runtime: RuntimeView) -> None:
         self.state, self.runtime = state, runtime
+        self._wrapped: dict[int, ManualOptimizer] = {}  # one per optimizer, as Lightning hands out the same one
 
     def wrap(self, optimizer: Any) -> ManualOptimizer:
-        return ManualOptimizer(optimizer, self)
+        wrapped = self._wrapped.get(id(optimizer))
+        if wrapped is None:  # (it holds the optimizer: the id stays its)
+            wrapped = self._wrapped[id(optimizer)] = ManualOptimizer.of(optimizer, self)
+        return wrapped
 
     def unwrap(self, optimizer: Any) -> Any:
         """The runtime's optimizer behind what ``wrap`` handed out (anything else as it is)."""
@@ -138,16 +144,31 @@ class ManualSteps:
 class ManualOptimizer:
     """What ``self.optimizers()`` hands out: ``step()`` through the runtime (the precision's grad
     scaler; zero1's sharded optimizer), counted in ``trainer.global_step`` as Lightning counts
-    manual steps. Every other attribute is the optimizer's own."""
+    manual steps. It is the user's optimizer to anyone who asks, as Lightning's
+    ``LightningOptimizer``: a subclass of its class sharing its ``__dict__``
+    (utilities/wrapped_objects.py). Made by ``ManualOptimizer.of(runtime_optimizer, steps)``."""
 
-    def __init__(self, optimizer: Any, steps: ManualSteps) -> None:
-        self.optimizer = optimizer  # the runtime's wrapper
-        self._steps = steps
+    __slots__ = ("optimizer", "_steps", "_tm_step", "_tm_zero_grad")
+    step = slot_method("_tm_step")
+    zero_grad = slot_method("_tm_zero_grad")
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return self._sync().step(self._step, closure, what=f"{self._name()}.step()")
+    optimizer: Any  # the runtime's wrapper (runtime_optimizer.RuntimeOptimizer)
+    _steps: ManualSteps
+    _tm_step: Callable[..., Any]
+    _tm_zero_grad: Callable[..., None]
 
-    def _step(self, closure: Callable[[], Any] | None) -> Any:
+    @classmethod
+    def of(cls, optimizer: Any, steps: ManualSteps) -> ManualOptimizer:
+        made = sharing_state(cls, optimizer.optimizer)
+        made.optimizer, made._steps = optimizer, steps
+        made._tm_step = types.MethodType(cls._manual_step, made)
+        made._tm_zero_grad = types.MethodType(cls._zero_grad, made)
+        return made
+
+    def _manual_step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return self._tm_sync().step(self._tm_counted_step, closure, what=f"{self._tm_name()}.step()")
+
+    def _tm_counted_step(self, closure: Callable[[], Any] | None) -> Any:
         state, runtime = self._steps.state, self._steps.runtime
         if state.hooks is not None and state.hooks.overridden("on_before_optimizer_step"):
             announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer.optimizer)
@@ -159,19 +180,24 @@ class ManualOptimizer:
         count_optimizer_steps(state)  # the one place global_step grows (optimization/progress.py)
         return result
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self._sync().once(lambda: self.optimizer.zero_grad(set_to_none=set_to_none), what=f"{self._name()}.zero_grad()")
+    def _zero_grad(self, set_to_none: bool = True) -> None:
+        self._tm_sync().once(
+            lambda: self.optimizer.zero_grad(set_to_none=set_to_none), what=f"{self._tm_name()}.zero_grad()"
+        )
 
-    def _sync(self) -> ManualSync:
+    # Its own methods are named _tm_*: a plain method is found after the shared __dict__, so a name
+    # the user's optimizer keeps there (``_step``, say) would hide it.
+    def _tm_sync(self) -> ManualSync:
         return sync_in(self._steps.state.manual_backward)
 
-    def _name(self) -> str:
+    def _tm_name(self) -> str:
         """The optimizer, as a call that chunks of a step disagree on names it: "optimizer 1 (Adam)"."""
         index = next((i for i, o in enumerate(self._steps.state.optimizers) if o is self.optimizer), 0)
         return f"optimizer {index} ({type(self.optimizer.optimizer).__name__})"
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (ManualOptimizer.of, (self.optimizer, self._steps))
 
     def __repr__(self) -> str:
         return f"ManualOptimizer({self.optimizer.optimizer!r})"

@@ -10,11 +10,34 @@ from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor, read_floats, step_tensor
 
 
+class WrittenMetrics(dict):  # type: ignore[type-arg]
+    """``trainer.callback_metrics`` as handed out: what a callback writes into it
+    (``trainer.callback_metrics["x"] = t``, ``.update(...)``) is kept in the loop's state until the
+    run ends, as in Lightning's one dict (LearningRateMonitor writes the rates it logs); what the
+    module logs under the same name replaces it at the next read."""
+
+    def __init__(self, computed: dict[str, torch.Tensor], written: dict[str, Any]) -> None:
+        super().__init__({**written, **computed})
+        self._written = written
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._written[key] = value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
 def callback_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     """Latest value of every logged metric (scalar tensors): epoch values, and this epoch's
-    step values. Step values are handed out as the tensors logged, so reading them here
-    costs no device sync either.
+    step values, over what callbacks wrote into it (``WrittenMetrics``). Step values are handed
+    out as the tensors logged, so reading them here costs no device sync either.
     """
+    return WrittenMetrics(_logged_values(state), state.written_metrics)
+
+
+def _logged_values(state: LoopState) -> dict[str, torch.Tensor]:
     wide = state.wide_metrics
     metrics = {name: metric_tensor(value, wide=name in wide) for name, value in state.epoch_metrics.items()}
     if state.train_results is not None:

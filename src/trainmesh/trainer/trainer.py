@@ -46,7 +46,6 @@ from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_p
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
-from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
@@ -58,7 +57,7 @@ from trainmesh.utilities.suggestions import suggest_unknown_keywords
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 
 
-class Trainer(RunProperties):
+class Trainer(construction.LightningOneMembers):  # RunProperties, and 1.x's (lightning1/trainer_members.py)
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
     @suggest_unknown_keywords  # Trainer(max_epoch=5): "... Did you mean 'max_epochs'?"
@@ -117,7 +116,11 @@ class Trainer(RunProperties):
         auto_scale_batch_size: bool | str = False,
         track_grad_norm: int | float | str = -1,
         replace_sampler_ddp: bool = True,
+        resume_from_checkpoint: str | os.PathLike[str] | None = None,
+        move_metrics_to_cpu: bool = False,
+        multiple_trainloader_mode: str = "max_size_cycle",
     ) -> None:
+        self._lightning1 = construction.lightning_one_run(locals())  # 1.x's arguments (lightning1/)
         self.runtime, enable_model_summary, self._layer_sync = build_runtime(
             plugins=plugins,
             sync_batchnorm=sync_batchnorm,
@@ -158,11 +161,6 @@ class Trainer(RunProperties):
         # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
         call_init_hook(self.callbacks, "on_init_start", self)
         call_init_hook(self.callbacks, "on_init_end", self)
-
-    # Lightning 1.x's argparse face (trainer/lightning1/argparse_arguments.py)
-    add_argparse_args = construction.add_argparse_args
-    parse_argparser = construction.parse_argparser
-    from_argparse_args = construction.from_argparse_args
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
     fast_dev_run: StateField[int] = StateField("_settings")
@@ -226,6 +224,7 @@ class Trainer(RunProperties):
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )
+        ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path)
 
     def validate(
@@ -389,7 +388,7 @@ class Trainer(RunProperties):
         # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
         # after a fit, validate/test hold their own values only.
         state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
-        state.epoch_metrics, state.logged_metrics = {}, {}
+        state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call

@@ -28,6 +28,10 @@ class WorkerOutcome:
     logged_metrics: dict[str, float]
     current_epoch: int
     global_step: int
+    # The loggers' step (Lightning's _batches_that_stepped): what a later stage logs at, as after a
+    # fit in one process (without it, a test after a spawned fit logged at step 0).
+    batches_stepped: int = 0
+    wide_metrics: set[str] = field(default_factory=set)  # the callback_metrics given as float64, as logged
     callback_states: dict[str, Any] = field(default_factory=dict)
     # One entry per logger (None: it keeps no version). The parent never ran the logger set-up:
     # without these, its logger would pick the next free version, and the folder it reports
@@ -48,6 +52,8 @@ class WorkerOutcome:
             logged_metrics={name: float(value) for name, value in trainer.logged_metrics.items()},
             current_epoch=trainer.current_epoch,
             global_step=trainer.global_step,
+            batches_stepped=trainer.loop.batches_stepped,
+            wide_metrics={name for name, value in trainer.callback_metrics.items() if _is_float64(value)},
             callback_states=callback_states(trainer.callbacks),
             logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
             queue=_queued(trainer.lightning_module),
@@ -59,9 +65,10 @@ class WorkerOutcome:
         and loggers); returns the stage's result."""
         model.load_state_dict(self.state_dict)
         state.module = model
-        state.epoch_metrics = dict(self.metrics)
+        state.epoch_metrics, state.wide_metrics = dict(self.metrics), set(self.wide_metrics)
         state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         state.current_epoch, state.global_step = self.current_epoch, self.global_step
+        state.loop.batches_stepped = self.batches_stepped
         # As Lightning's spawn launcher: the workers' finished state (states.py)
         state.trainer_state = TrainerState(TrainerStatus.FINISHED, TrainerFn(self.stage) if self.stage else None)
         for callback in trainer.callbacks:
@@ -75,6 +82,10 @@ class WorkerOutcome:
                 model.attach(trainer, None)  # as in 1.x, self.trainer is this process's Trainer there
             get_from_queue(LegacyQueue(self.queue))
         return self.result
+
+
+def _is_float64(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
 
 
 def _queued(module: Any) -> list[Any]:

@@ -10,14 +10,34 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
-if TYPE_CHECKING:
-    from trainmesh.trainer.trainer import Trainer
+
+class Trainer(Protocol):
+    """What the tuner reads and sets of the Trainer (a protocol, so that the Trainer's Lightning 1.x
+    ``trainer.tune`` may run the Tuner without an import circle)."""
+
+    callbacks: list[Any]
+    loggers: list[Any]
+    max_steps: int
+    limit_train_batches: int | float
+    limit_val_batches: int | float
+    num_sanity_val_steps: int
+
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def fast_dev_run(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    def fit(
+        self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None
+    ) -> None: ...
+    def _reset_fit_state(self) -> None: ...
 
 
 class Tuner:

@@ -11,12 +11,14 @@ from typing import Any
 
 # name -> the module of this package that defines it
 _LIGHTNING_NAMES = {
+    "AllGatherGrad": "all_gather_grad",
     "AttributeDict": "attribute_dict",
     "CombinedLoader": "combined_loader",
     "GradClipAlgorithmType": "enums",
     "LightningEnum": "enums",
     "disable_possible_user_warnings": "warnings",
     "find_shared_parameters": "parameter_tying",
+    "flatten_dict": "parsing",
     "grad_norm": "grads",
     "is_picklable": "parsing",
     "measure_flops": "flops",

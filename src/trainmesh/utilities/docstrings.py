@@ -57,10 +57,13 @@ Args:
     num_processes: Lightning 1.x's spelling of ``accelerator="cpu", devices=num_processes`` (default ``None``).
     amp_backend: Lightning 1.x's AMP backend: ``"native"`` (torch's AMP, the only one) is accepted; ``"apex"`` is refused (default ``None``).
     amp_level: Lightning 1.x's Apex optimization level: refused unless None (default ``None``).
-    auto_lr_find: Lightning 1.x's learning-rate finder: refused unless False (trainmesh has none) (default ``False``).
-    auto_scale_batch_size: Lightning 1.x's batch-size finder: refused unless False (trainmesh has none) (default ``False``).
-    track_grad_norm: Lightning 1.x's gradient-norm logging: refused unless -1 (log ``trainmesh.utilities.grad_norm`` in ``on_before_optimizer_step``) (default ``-1``).
+    auto_lr_find: Lightning 1.x's learning-rate finder, run by ``trainer.tune(model)`` (True, or the attribute the suggestion is written to) (default ``False``).
+    auto_scale_batch_size: Lightning 1.x's batch-size search, run by ``trainer.tune(model)`` (True or ``"power"``, ``"binsearch"``) (default ``False``).
+    track_grad_norm: Lightning 1.x's gradient-norm logging: the p-norms go to the module's ``log_grad_norm`` at each optimizer step (-1: off) (default ``-1``).
     replace_sampler_ddp: Lightning 1.x's sampler switch: only True is accepted (each process always gets a ``DistributedSampler`` share) (default ``True``).
+    resume_from_checkpoint: Lightning 1.x's checkpoint a ``fit`` without ``ckpt_path`` resumes from (default ``None``).
+    move_metrics_to_cpu: Lightning 1.x's: ``callback_metrics`` and ``logged_metrics`` as CPU tensors (default ``False``).
+    multiple_trainloader_mode: Lightning 1.x's reading of several train loaders: ``"max_size_cycle"`` or ``"min_size"`` (default ``"max_size_cycle"``).
 
 Examples:
     >>> trainer = Trainer(max_epochs=1, accelerator="cpu", enable_progress_bar=False, logger=False,

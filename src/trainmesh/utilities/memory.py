@@ -7,6 +7,7 @@ Sharded tensors (DTensor) count only their local shard: the figure is what this 
 from __future__ import annotations
 
 import gc
+import io
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,3 +83,15 @@ def garbage_collection_cuda() -> None:
     except RuntimeError as exception:
         if not is_oom_error(exception):
             raise
+
+
+def get_model_size_mb(model: nn.Module) -> float:
+    """Megabytes (10**6 bytes) that ``torch.save`` writes for ``model.state_dict()`` (pytorch-lightning
+    1.9.5's, which 2.0 removed).
+
+    >>> round(get_model_size_mb(nn.Linear(10, 10)), 6)
+    0.002277
+    """
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.getbuffer().nbytes / 1e6

@@ -23,12 +23,16 @@ __all__ = [
     "AttributeDict",
     "clean_namespace",
     "collect_init_args",
+    "flatten_dict",
     "get_init_args",
     "is_picklable",
     "lightning_getattr",
     "lightning_hasattr",
     "lightning_setattr",
     "parse_class_init_keys",
+    "str_to_bool",
+    "str_to_bool_or_int",
+    "str_to_bool_or_str",
 ]
 
 
@@ -142,3 +146,61 @@ def lightning_setattr(model: Any, attribute: str, value: Any) -> None:
             holder[attribute] = value
         else:
             setattr(holder, attribute, value)
+
+
+# pytorch-lightning 1.9.5's command-line value parsers (its argparse: utilities/argparse.py) and
+# flatten_dict, which 2.0 removed.
+def str_to_bool_or_str(value: str) -> bool | str:
+    """``"true"``/``"false"`` (and y/yes/t/on/1, n/no/f/off/0, any case) as a bool, anything else as given.
+
+    >>> str_to_bool_or_str("Yes"), str_to_bool_or_str("maybe")
+    (True, 'maybe')
+    """
+    lowered = value.lower()
+    if lowered in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if lowered in ("n", "no", "f", "false", "off", "0"):
+        return False
+    return value
+
+
+def str_to_bool(value: str) -> bool:
+    """A truth value as a bool; a ValueError for anything else.
+
+    >>> str_to_bool("off")
+    False
+    """
+    parsed = str_to_bool_or_str(value)
+    if not isinstance(parsed, bool):
+        raise ValueError(f"invalid truth value {parsed}")
+    return parsed
+
+
+def str_to_bool_or_int(value: str) -> bool | int | str:
+    """A truth value as a bool, else an integer as an int, else the text.
+
+    >>> str_to_bool_or_int("3"), str_to_bool_or_int("no"), str_to_bool_or_int("x")
+    (3, False, 'x')
+    """
+    parsed = str_to_bool_or_str(value)
+    if isinstance(parsed, bool):
+        return parsed
+    try:
+        return int(parsed)
+    except ValueError:
+        return parsed
+
+
+def flatten_dict(source: dict[str, Any], result: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The leaves of nested dicts in one dict, keyed by their own key (a later leaf wins), as 1.9.5's.
+
+    >>> flatten_dict({"a": {"b": 1, "c": {"d": 2}}, "e": 3})
+    {'b': 1, 'd': 2, 'e': 3}
+    """
+    result = {} if result is None else result
+    for key, value in source.items():
+        if isinstance(value, dict):
+            flatten_dict(value, result)
+        else:
+            result[key] = value
+    return result

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
@@ -26,6 +26,10 @@ __all__ = [
     "OptimizerConfig",
     "OptimizerLRScheduler",
     "OptimizerLRSchedulerConfig",
+    "PredictStep",
+    "TestStep",
+    "TrainingStep",
+    "ValidationStep",
 ]
 
 STEP_OUTPUT = Tensor | Mapping[str, Any] | None
@@ -78,3 +82,33 @@ OptimizerLRScheduler = (
     | Sequence[OptimizerLRSchedulerConfig]
     | None
 )
+
+
+# pytorch-lightning 1.9.5's step protocols, which 2.0 removed: ``isinstance(model, TrainingStep)``
+# tells whether an object defines the step.
+@runtime_checkable
+class TrainingStep(Protocol):
+    """An object with a ``training_step`` (``isinstance`` checks it)."""
+
+    def training_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT: ...
+
+
+@runtime_checkable
+class ValidationStep(Protocol):
+    """An object with a ``validation_step`` (``isinstance`` checks it)."""
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT | None: ...
+
+
+@runtime_checkable
+class TestStep(Protocol):
+    """An object with a ``test_step`` (``isinstance`` checks it)."""
+
+    def test_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT | None: ...
+
+
+@runtime_checkable
+class PredictStep(Protocol):
+    """An object with a ``predict_step`` (``isinstance`` checks it)."""
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT: ...

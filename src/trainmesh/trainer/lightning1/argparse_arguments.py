@@ -19,32 +19,7 @@ from argparse import ArgumentParser, Namespace, _ArgumentGroup
 from collections.abc import Callable
 from typing import Any
 
-
-def str_to_bool_or_str(value: str) -> bool | str:
-    """``"true"``/``"false"`` (any case) as a bool, anything else as given (1.x's parser)."""
-    lowered = value.lower()
-    if lowered in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if lowered in ("n", "no", "f", "false", "off", "0"):
-        return False
-    return value
-
-
-def str_to_bool(value: str) -> bool:
-    parsed = str_to_bool_or_str(value)
-    if not isinstance(parsed, bool):
-        raise ValueError(f"Invalid truth value {value}")
-    return parsed
-
-
-def str_to_bool_or_int(value: str) -> bool | int | str:
-    parsed = str_to_bool_or_str(value)
-    if isinstance(parsed, bool):
-        return parsed
-    try:
-        return int(parsed)
-    except ValueError:
-        return parsed
+from trainmesh.utilities.parsing import str_to_bool, str_to_bool_or_int, str_to_bool_or_str
 
 
 def _int_or_float_type(value: str) -> int | float:
@@ -69,7 +44,9 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
         ("logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "sync_batchnorm"),
         (str_to_bool, True),
     ),
-    **dict.fromkeys(("auto_select_gpus", "inference_mode", "replace_sampler_ddp"), (str_to_bool, True)),
+    **dict.fromkeys(
+        ("auto_select_gpus", "inference_mode", "replace_sampler_ddp", "move_metrics_to_cpu"), (str_to_bool, True)
+    ),
     **dict.fromkeys(("auto_lr_find", "auto_scale_batch_size"), (str_to_bool_or_str, True)),
     "track_grad_norm": (float, False),
     "fast_dev_run": (str_to_bool_or_int, True),
@@ -97,6 +74,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
     "precision": (_precision_allowed_type, False),
     **dict.fromkeys(
         ("default_root_dir", "gradient_clip_algorithm", "devices", "max_time", "accelerator", "strategy")
+        + ("resume_from_checkpoint", "multiple_trainloader_mode")
         + ("profiler", "plugins", "amp_backend", "amp_level"),
         (str, False),
     ),

@@ -3,8 +3,9 @@
 (the GPUs a tensor can be placed on: ``find_usable_cuda_devices``), ``num_processes`` (CPU
 processes), ``amp_backend="native"``; what trainmesh cannot do is refused with the reason:
 ``tpu_cores``, ``ipus``, Apex (``amp_backend="apex"``, ``amp_level``), and the features 1.x built into
-the Trainer that trainmesh has not (the tuner's ``auto_lr_find`` / ``auto_scale_batch_size``,
-``track_grad_norm``, ``replace_sampler_ddp=False``). Each value 1.x took by default is accepted.
+the Trainer that trainmesh has not (``replace_sampler_ddp=False``). Each value 1.x took by default is
+accepted; ``auto_lr_find`` / ``auto_scale_batch_size`` run in ``trainer.tune`` (trainer_members.py,
+tune.py), ``track_grad_norm`` in grad_norm.py.
 """
 
 from __future__ import annotations
@@ -38,12 +39,6 @@ LIGHTNING1_ARGUMENTS: dict[str, Any] = {
 # A value other than the default stops with this reason.
 _NOT_HERE = {
     "amp_level": "Apex's optimization levels are not supported; precision='16-mixed' is torch's native AMP",
-    "auto_lr_find": "trainmesh has no learning-rate finder (Lightning 2's Tuner(trainer).lr_find) yet; "
-    "choose the learning rate in configure_optimizers",
-    "auto_scale_batch_size": "trainmesh has no batch-size finder (Lightning 2's Tuner(trainer)."
-    "scale_batch_size) yet; set the DataLoader's batch_size",
-    "track_grad_norm": "Lightning 2 removed it: log trainmesh.utilities.grad_norm(self, norm_type=2) with "
-    "self.log_dict in the module's on_before_optimizer_step",
     "replace_sampler_ddp": "trainmesh always gives each process its share of the data (a DistributedSampler); "
     "leave replace_sampler_ddp out",
 }

@@ -4,6 +4,7 @@ the loop does with a step's loss (``LossBackward``)."""
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import torch
 
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.optimization_hooks import then_hooks, with_backward_hooks
+from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
     from trainmesh.trainer.loop_context import LoopContext
@@ -70,28 +72,44 @@ class OptimizerClosure:
 class HookedOptimizer:
     """What ``optimizer_step`` receives (Lightning's ``LightningOptimizer``): ``step(closure)`` runs
     the closure, then on_before_optimizer_step and the clipping, then the step through the precision
-    (under 16-mixed the closure first, then the grad scaler's step) and the strategy. Every other
-    attribute is the torch optimizer's own (``param_groups``, for a warm-up's learning rate)."""
+    (under 16-mixed the closure first, then the grad scaler's step) and the strategy. It is the
+    user's optimizer to anyone who asks, as Lightning's: a subclass of its class sharing its
+    ``__dict__`` (``param_groups`` for a warm-up's learning rate: utilities/wrapped_objects.py).
+    Made by ``HookedOptimizer.of(runtime_optimizer, before_step)``."""
 
-    def __init__(self, optimizer: Any, before_step: Callable[[], None]) -> None:
-        self._optimizer = optimizer  # the runtime's wrapper (runtime.RuntimeOptimizer)
-        self._before_step = before_step
+    __slots__ = ("_optimizer", "_before_step", "_tm_step", "_tm_zero_grad")
+    step = slot_method("_tm_step")
+    zero_grad = slot_method("_tm_zero_grad")
+
+    _optimizer: Any  # the runtime's wrapper (runtime_optimizer.RuntimeOptimizer)
+    _before_step: Callable[[], None]
+    _tm_step: Callable[..., Any]
+    _tm_zero_grad: Callable[..., None]
+
+    @classmethod
+    def of(cls, optimizer: Any, before_step: Callable[[], None]) -> HookedOptimizer:
+        made = sharing_state(cls, optimizer.optimizer)
+        made._optimizer, made._before_step = optimizer, before_step
+        made._tm_step = types.MethodType(cls._step, made)
+        made._tm_zero_grad = types.MethodType(cls._zero_grad, made)
+        return made
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         inner: torch.optim.Optimizer = self._optimizer.optimizer
         return inner
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None and not callable(closure):
             raise TypeError(f"optimizer.step(closure=...) takes a callable, got {type(closure).__name__}")
         return self._optimizer.step(then_hooks(closure or _nothing, self._before_step))
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def _zero_grad(self, set_to_none: bool = True) -> None:
         self._optimizer.zero_grad(set_to_none=set_to_none)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._optimizer.optimizer, name)
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
+        return (HookedOptimizer.of, (self._optimizer, self._before_step))
 
     def __repr__(self) -> str:
         return f"HookedOptimizer({self.optimizer!r})"

@@ -81,6 +81,7 @@ class OptimizerSteps:
         self.zero_grad_hook = _module_hook(ctx, "optimizer_zero_grad")
         self.clip_hook = _module_hook(ctx, "configure_gradient_clipping")
         self.scheduler_step_hook = _module_hook(ctx, "lr_scheduler_step")
+        self._hooked: dict[int, HookedOptimizer] = {}  # what optimizer_step receives, by optimizer
 
     # ---- training a batch ---------------------------------------------------------------------------
     def train(self, batch: Any, batch_idx: int, sync_grads: bool) -> StepResult:
@@ -164,7 +165,10 @@ class OptimizerSteps:
         closure = OptimizerClosure(
             train, self.close_window, last_loss=lambda: state.loop.last_loss, divisor=self.accumulate
         )
-        stepping = HookedOptimizer(optimizer, functools.partial(self.before_step, optimizer))
+        stepping = self._hooked.get(id(optimizer))
+        if stepping is None:  # one per optimizer for the epoch (it holds the optimizer: the id stays its)
+            stepping = HookedOptimizer.of(optimizer, functools.partial(self.before_step, optimizer))
+            self._hooked[id(optimizer)] = stepping
         (optimizer_step or default_optimizer_step)(state.current_epoch, batch_idx, stepping, closure)
         closure.check_ran(type(self.module).__name__)
         return closure.result
@@ -197,8 +201,10 @@ class OptimizerSteps:
 
     # ---- after the step: its count and the schedulers -----------------------------------------------
     def stepped(self, batch_idx: int) -> None:
-        self.count_steps(1)
-        self.step_schedulers(batch_idx)
+        state = self.ctx.state
+        count_optimizer_steps(state)  # (count_steps's, called directly: one Python call fewer per step)
+        if state.lr_scheduler_configs:  # none configured: no call per step
+            self.step_schedulers(batch_idx)
 
     def count_steps(self, count: int) -> None:
         """``count`` optimizer steps done (1.x's turns: one per active optimizer): ``global_step``."""

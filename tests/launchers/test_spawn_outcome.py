@@ -1,0 +1,146 @@
+"""What a ``ddp_spawn`` fit brings back to the process that called it (trainer/worker_outcome.py),
+against Lightning 2.6.6.
+
+Lightning's ``_MultiProcessingLauncher`` returns to the main process the trained weights,
+``trainer.state``, ``callback_metrics`` (tensors, dtypes kept) and ``ModelCheckpoint``'s
+``best_model_path``; its main process's loops never ran, so its ``global_step``,
+``current_epoch`` and loggers' step stay 0 (a test after such a fit logs at step 0). trainmesh
+brings back those, and the counts besides (``global_step``, ``current_epoch`` and the loggers' step),
+so that a spawned fit then test leaves what one process leaves: the program below, run on 2 spawned
+processes at batch 4, gives the metrics.csv rows (steps and values, to float noise), the
+``callback_metrics``, ``trainer.state``, a best checkpoint and the weights of Lightning 2.6.6's one
+process at the global batch 8 (values logged with sync_dist=True, so that both read the global batch).
+
+Not compared yet: the values of validation and test under trainmesh's spawned ddp. With
+``limit_val_batches=1`` / ``limit_test_batches=1`` its two processes' mean is not Lightning's one
+process's mean over the global batch's samples (0.455 vs 0.928 after the first epoch), while the
+training values are; found here, not yet explained (docs/notes/cb36.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from trainmesh.callbacks import ModelCheckpoint
+from trainmesh.loggers import CSVLogger
+
+pl = pytest.importorskip("lightning.pytorch")
+
+
+def _data() -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g))
+
+
+class _Steps:
+    batch_size = 4
+
+    def training_step(self, batch, batch_idx):
+        loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+        self.log("train_loss", loss, on_step=True, on_epoch=True, sync_dist=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]), sync_dist=True)
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]), sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(_data(), batch_size=self.batch_size)
+
+    val_dataloader = test_dataloader = train_dataloader
+
+
+class SpawnNet(_Steps, tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+
+class LightningNet(_Steps, pl.LightningModule):
+    batch_size = 8  # the global batch of 2 processes at 4
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+
+SETTINGS = dict(
+    accelerator="cpu",
+    max_epochs=2,
+    limit_train_batches=3,
+    limit_val_batches=0,  # see the note on the evaluation data at the end
+    limit_test_batches=1,
+    log_every_n_steps=1,
+    num_sanity_val_steps=0,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+
+
+def _fit_and_test(trainer_class, module_class, checkpoint_class, logger_class, seed, root, **strategy):
+    seed(0)
+    model = module_class()
+    checkpoint = checkpoint_class(dirpath=root / "ck", monitor="train_loss")
+    trainer = trainer_class(
+        logger=logger_class(root, name="logs", version=0), callbacks=[checkpoint], **SETTINGS, **strategy
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model)
+        after_fit = {
+            "global_step": trainer.global_step,
+            "current_epoch": trainer.current_epoch,
+            "callback": {k: (float(v), v.dtype) for k, v in trainer.callback_metrics.items()},
+            "state": (trainer.state.status.value, trainer.state.fn.value),
+            "best": checkpoint.best_model_path.rsplit("/", 1)[-1],
+        }
+        trainer.test(model, verbose=False)
+    for logger in trainer.loggers:
+        logger.save()
+    with (root / "logs" / "version_0" / "metrics.csv").open() as file:
+        rows = [{k: v for k, v in row.items() if v} for row in csv.DictReader(file)]
+    return after_fit, rows, model.state_dict()
+
+
+@pytest.mark.slow
+def test_spawned_fit_then_test_leaves_what_one_process_leaves(tmp_path):
+    ours = _fit_and_test(
+        tm.Trainer, SpawnNet, ModelCheckpoint, CSVLogger, tm.seed_everything, tmp_path / "tm",
+        strategy="ddp_spawn", devices=2,
+    )  # fmt: skip
+    from lightning.pytorch.callbacks import ModelCheckpoint as PlCheckpoint
+    from lightning.pytorch.loggers import CSVLogger as PlCSVLogger
+
+    theirs = _fit_and_test(pl.Trainer, LightningNet, PlCheckpoint, PlCSVLogger, pl.seed_everything, tmp_path / "pl")
+    (our_fit, our_rows, our_weights), (their_fit, their_rows, their_weights) = ours, theirs
+    assert (our_fit["global_step"], our_fit["current_epoch"], our_fit["state"], our_fit["best"]) == (
+        their_fit["global_step"],
+        their_fit["current_epoch"],
+        their_fit["state"],
+        their_fit["best"],
+    )
+    assert our_fit["callback"].keys() == their_fit["callback"].keys()
+    for name, (value, dtype) in our_fit["callback"].items():
+        assert (
+            value == pytest.approx(their_fit["callback"][name][0], rel=1e-5) and dtype == their_fit["callback"][name][1]
+        )
+    # every row at Lightning's step and epoch (the test's too: the loggers' step came back), values to float noise
+    assert [(r["step"], r["epoch"], sorted(r)) for r in our_rows] == [
+        (r["step"], r["epoch"], sorted(r)) for r in their_rows
+    ]
+    for our_row, their_row in zip(our_rows, their_rows):
+        for key in set(our_row) - {"test_loss"}:
+            assert float(our_row[key]) == pytest.approx(float(their_row[key]), rel=1e-5)
+    for key in our_weights:
+        torch.testing.assert_close(our_weights[key], their_weights[key], rtol=1e-6, atol=1e-7)
