@@ -191,7 +191,6 @@ TABLE: dict[str, tuple[str, str]] = {
     },  # fmt: skip
     "callbacks.ThroughputMonitor(batch_size_fn)": ("not yet", "not yet: ThroughputMonitor counts samples itself"),
     "callbacks.ThroughputMonitor(length_fn)": ("not yet", "not yet: ThroughputMonitor counts samples itself"),
-    "callbacks.LearningRateMonitor(log_weight_decay)": ("not yet", "not yet: only the learning rates are logged"),
     "loggers.WandbLogger(add_file_policy)": ("not yet", "not yet: the checkpoint upload policy is wandb's default"),
 }
 

@@ -52,7 +52,48 @@ _LIGHTNING_HOOKS = (
 class LambdaCallback(Callback):
     """A callback whose hooks are the functions passed by their names; the others do nothing.
 
-    Each function takes the hook's arguments (``trainer, pl_module, ...``).
+    Each function takes the hook's arguments (``trainer, pl_module, ...``). Lightning's hooks are
+    parameters in Lightning's order; the other hooks trainmesh calls come by name in ``hooks``.
+
+    Args:
+        setup: the function run as the ``setup`` hook (default ``None``).
+        teardown: the function run as the ``teardown`` hook (default ``None``).
+        on_fit_start: the function run as the ``on_fit_start`` hook (default ``None``).
+        on_fit_end: the function run as the ``on_fit_end`` hook (default ``None``).
+        on_sanity_check_start: the function run as the ``on_sanity_check_start`` hook (default ``None``).
+        on_sanity_check_end: the function run as the ``on_sanity_check_end`` hook (default ``None``).
+        on_train_batch_start: the function run as the ``on_train_batch_start`` hook (default ``None``).
+        on_train_batch_end: the function run as the ``on_train_batch_end`` hook (default ``None``).
+        on_train_epoch_start: the function run as the ``on_train_epoch_start`` hook (default ``None``).
+        on_train_epoch_end: the function run as the ``on_train_epoch_end`` hook (default ``None``).
+        on_validation_epoch_start: the function run as the ``on_validation_epoch_start`` hook (default ``None``).
+        on_validation_epoch_end: the function run as the ``on_validation_epoch_end`` hook (default ``None``).
+        on_test_epoch_start: the function run as the ``on_test_epoch_start`` hook (default ``None``).
+        on_test_epoch_end: the function run as the ``on_test_epoch_end`` hook (default ``None``).
+        on_validation_batch_start: the function run as the ``on_validation_batch_start`` hook (default ``None``).
+        on_validation_batch_end: the function run as the ``on_validation_batch_end`` hook (default ``None``).
+        on_test_batch_start: the function run as the ``on_test_batch_start`` hook (default ``None``).
+        on_test_batch_end: the function run as the ``on_test_batch_end`` hook (default ``None``).
+        on_train_start: the function run as the ``on_train_start`` hook (default ``None``).
+        on_train_end: the function run as the ``on_train_end`` hook (default ``None``).
+        on_validation_start: the function run as the ``on_validation_start`` hook (default ``None``).
+        on_validation_end: the function run as the ``on_validation_end`` hook (default ``None``).
+        on_test_start: the function run as the ``on_test_start`` hook (default ``None``).
+        on_test_end: the function run as the ``on_test_end`` hook (default ``None``).
+        on_exception: the function run as the ``on_exception`` hook (default ``None``).
+        on_save_checkpoint: the function run as the ``on_save_checkpoint`` hook (default ``None``).
+        on_load_checkpoint: the function run as the ``on_load_checkpoint`` hook (default ``None``).
+        on_before_backward: the function run as the ``on_before_backward`` hook (default ``None``).
+        on_after_backward: the function run as the ``on_after_backward`` hook (default ``None``).
+        on_before_optimizer_step: the function run as the ``on_before_optimizer_step`` hook (default ``None``).
+        on_before_zero_grad: the function run as the ``on_before_zero_grad`` hook (default ``None``).
+        on_predict_start: the function run as the ``on_predict_start`` hook (default ``None``).
+        on_predict_end: the function run as the ``on_predict_end`` hook (default ``None``).
+        on_predict_batch_start: the function run as the ``on_predict_batch_start`` hook (default ``None``).
+        on_predict_batch_end: the function run as the ``on_predict_batch_end`` hook (default ``None``).
+        on_predict_epoch_start: the function run as the ``on_predict_epoch_start`` hook (default ``None``).
+        on_predict_epoch_end: the function run as the ``on_predict_epoch_end`` hook (default ``None``).
+        **hooks: other hooks trainmesh calls (Lightning 1.x's), by name.
 
     Examples:
         >>> import trainmesh as tm
