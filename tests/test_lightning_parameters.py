@@ -143,3 +143,12 @@ def test_rank_zero_warn_takes_stacklevel_second_as_lightning() -> None:
     for warn in (lightning_warn, rank_zero_warn):
         with pytest.warns(UserWarning, match="careful"):
             warn("careful", 2)
+
+
+def test_wandb_logger_takes_add_file_policy_as_lightning(tmp_path) -> None:
+    pytest.importorskip("wandb")
+    for framework in (L, tm):
+        logger = framework.loggers.WandbLogger(save_dir=str(tmp_path), offline=True, add_file_policy="immutable")
+        assert logger.add_file_policy == "immutable"  # used only by log_model's upload (refused in trainmesh)
+    with pytest.raises(ValueError, match="log_model"):
+        tm.loggers.WandbLogger(save_dir=str(tmp_path), log_model=True, add_file_policy="immutable")
