@@ -255,6 +255,8 @@ CROSS_CUTTING: dict[str, str] = {
     "test_layout.py": "this index",
     "trainer/test_differential.py": "one program under Lightning 2.6 and trainmesh, compared as data (helpers/differential.py)",
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
+    "test_lightning_signatures.py": "every parameter of Lightning 2.6's signatures is taken by trainmesh's, or listed with its reason",
+    "test_lightning_parameters.py": "the parameters that comparison found, run under Lightning and trainmesh and compared",
     "test_ci.py": ".ci/run runs the README's test command, which prints each step",
     "test_docs_snippets.py": "every fenced Python block of docs/ and the README runs (or says why not)",
     "test_docstrings.py": "every name in the public __all__ has a docstring with its arguments and an example",

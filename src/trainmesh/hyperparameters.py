@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,18 +32,25 @@ class HyperparametersMixin:
     CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
-    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True) -> None:
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: str | list[str] | None = None,
+        frame: types.FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
         """Store the arguments of the calling ``__init__`` in ``self.hparams`` and checkpoints.
 
         ``args``: names of some of those arguments, or one dict / ``argparse.Namespace`` to store
         instead of them; ``ignore`` leaves some out (big objects such as an already-built
-        network); ``logger=False`` keeps them out of the loggers (checkpoints still hold them).
+        network); ``frame``: the ``__init__``'s frame when a helper of it calls this (Lightning's
+        argument); ``logger=False`` keeps them out of the loggers (checkpoints still hold them).
         """
         if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
             given = args[0]
             found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
         else:
-            found = self._named_init_arguments(args)
+            found = self._named_init_arguments(args, frame)
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         self.hparams.update({k: v for k, v in found.items() if k not in ignored})
         object.__setattr__(self, "_hparams_initial", _frozen_copy(self.hparams))
@@ -60,12 +68,14 @@ class HyperparametersMixin:
         for name in ignore_list:
             self.hparams.pop(name, None)
 
-    def _named_init_arguments(self, names: tuple[Any, ...]) -> dict[str, Any]:
-        frame = inspect.currentframe()
-        # This method, save_hyperparameters, then the __init__ that called it.
-        assert frame is not None and frame.f_back is not None and frame.f_back.f_back is not None
-        args = _init_arguments(frame.f_back.f_back)
-        del frame
+    def _named_init_arguments(self, names: tuple[Any, ...], init_frame: types.FrameType | None) -> dict[str, Any]:
+        if init_frame is None:
+            frame = inspect.currentframe()
+            # This method, save_hyperparameters, then the __init__ that called it.
+            assert frame is not None and frame.f_back is not None and frame.f_back.f_back is not None
+            init_frame = frame.f_back.f_back
+            del frame
+        args = _init_arguments(init_frame)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
             raise TypeError(
@@ -123,3 +133,14 @@ def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any]:
         if hparams and getattr(owner, "log_hyperparams_enabled", True):
             logged.update(hparams)
     return logged
+
+
+def refuse_hparams_file(hparams_file: Any) -> None:
+    """Lightning's ``load_from_checkpoint(hparams_file=)`` reads hyperparameters from a YAML/CSV
+    file a logger wrote; trainmesh's loggers write none, and the checkpoint carries them."""
+    if hparams_file is not None:
+        raise ValueError(
+            f"load_from_checkpoint(hparams_file={hparams_file!r}) is not supported: trainmesh reads the "
+            "hyperparameters the checkpoint saved; pass the ones to change as keyword arguments "
+            "(load_from_checkpoint(path, lr=0.1))"
+        )

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainmesh import manual_calls
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin
+from trainmesh.hyperparameters import HyperparametersMixin, refuse_hparams_file
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
@@ -255,10 +255,27 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             add_dataloader_idx=add_dataloader_idx,
         )
 
-    def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
-        """``self.log`` for each item of ``metrics`` with the same options."""
-        for name, value in metrics.items():
-            self.log(name, value, **kwargs)
+    def log_dict(
+        self,
+        dictionary: Mapping[str, Any],
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """``self.log`` for each item of ``dictionary`` with the same options (Lightning's
+        arguments, in Lightning's order)."""
+        options = dict(locals())
+        del options["self"], options["dictionary"]
+        for name, value in dictionary.items():
+            self.log(name, value, **options)
 
     def log_grad_norm(self, grad_norm_dict: dict[str, float]) -> None:
         """Lightning 1.x's: with ``Trainer(track_grad_norm=p)`` called at each optimizer step, before
@@ -399,17 +416,24 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
     @classmethod
     def load_from_checkpoint(
-        cls, checkpoint_path: str, *, map_location: Any = "cpu", strict: bool = True, **overrides: Any
+        cls,
+        checkpoint_path: str,
+        map_location: Any = "cpu",
+        hparams_file: None = None,
+        strict: bool = True,
+        **overrides: Any,
     ) -> Module:
         """Build the module from the hyperparameters saved in a checkpoint and load its weights.
 
         ``overrides`` replace saved hyperparameters; ``strict=False`` tolerates missing or extra
-        weights (Lightning's spelling, as is ``checkpoint_path``).
+        weights (Lightning's spelling and order, as is ``checkpoint_path``). ``hparams_file`` (a
+        YAML/CSV of hyperparameters in Lightning) is refused: the checkpoint carries them.
 
         >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
         from trainmesh.checkpoint import load_checkpoint_file
 
+        refuse_hparams_file(hparams_file)
         checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
         hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
         module = cls(**hparams)

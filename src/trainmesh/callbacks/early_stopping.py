@@ -57,13 +57,13 @@ class EarlyStopping(Callback):
         monitor: str,
         min_delta: float = 0.0,
         patience: int = 3,
+        verbose: bool = False,
         mode: str = "min",
         strict: bool = True,
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
         check_on_train_epoch_end: bool | None = None,
-        verbose: bool = False,
         log_rank_zero_only: bool = False,
     ) -> None:
         _check_arguments(monitor, min_delta, patience, mode)

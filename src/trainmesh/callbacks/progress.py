@@ -352,6 +352,49 @@ def _format_duration(seconds: float) -> str:
 
 
 # Lightning's names for its progress bars: templates pass them, and each one replaces the
-# default bar (the Trainer recognizes this class), so a run never draws two.
-RichProgressBar = ProgressBar
-TQDMProgressBar = ProgressBar
+# default bar (the Trainer recognizes these classes), so a run never draws two. Each takes its
+# Lightning class's arguments in that class's order, so positional calls mean what they meant.
+class TQDMProgressBar(ProgressBar):
+    """trainmesh's bar under Lightning's name, with ``TQDMProgressBar``'s arguments in its order.
+
+    Args:
+        refresh_rate: update the bar every this many batches (0 hides it) (default ``1``).
+        process_position: accepted and ignored: trainmesh draws one bar (default ``0``).
+        leave: keep each epoch's bar on screen (default ``True``).
+        **kwargs: ``ProgressBar``'s other arguments (``console``).
+
+    Examples:
+        >>> bar = TQDMProgressBar(10, 0, False)
+        >>> (bar.refresh_rate, bar.leave)
+        (10, False)
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = True, **kwargs: Any) -> None:
+        super().__init__(refresh_rate, leave, process_position=process_position, **kwargs)
+
+
+class RichProgressBar(ProgressBar):
+    """trainmesh's bar under Lightning's name, with ``RichProgressBar``'s arguments in its order.
+
+    Args:
+        refresh_rate: update the bar every this many batches (0 hides it) (default ``1``).
+        leave: keep each epoch's bar on screen (default ``True``).
+        theme: accepted and ignored: the bar has one look (default ``None``).
+        console_kwargs: arguments for the rich Console trainmesh makes (default ``None``).
+        **kwargs: ``ProgressBar``'s other arguments (``console``).
+
+    Examples:
+        >>> bar = RichProgressBar(5, False)
+        >>> (bar.refresh_rate, bar.leave)
+        (5, False)
+    """
+
+    def __init__(
+        self,
+        refresh_rate: int = 1,
+        leave: bool = True,
+        theme: Any = None,
+        console_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(refresh_rate, leave, theme, console_kwargs=console_kwargs, **kwargs)

@@ -21,7 +21,8 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 
 class WandbLogger(Logger):
     """Lightning's ``WandbLogger`` (its arguments; extra keyword arguments go to ``wandb.init``).
-    ``log_model`` (checkpoints as W&B artifacts) is not supported yet and is refused."""
+    ``log_model`` (checkpoints as W&B artifacts) is not supported yet and is refused, so
+    ``add_file_policy`` (how such an upload copies the file) is kept and has nothing to act on."""
 
     LOGGER_JOIN_CHAR = "-"
 
@@ -39,6 +40,7 @@ class WandbLogger(Logger):
         experiment: Any = None,
         prefix: str = "",
         checkpoint_name: str | None = None,
+        add_file_policy: str = "mutable",
         **kwargs: Any,
     ) -> None:
         if importlib.util.find_spec("wandb") is None:
@@ -57,6 +59,8 @@ class WandbLogger(Logger):
                 "trainmesh yet; leave log_model out (checkpoints are written by ModelCheckpoint as usual)"
             )
         self._offline, self._prefix, self._experiment = offline, prefix, experiment
+        # How Lightning adds a checkpoint to its artifact; only log_model uploads one, refused above.
+        self.add_file_policy = add_file_policy
         folder = save_dir if save_dir is not None else dir
         self._wandb_init: dict[str, Any] = {
             "name": name,

@@ -20,6 +20,7 @@ from trainmesh.checkpoint import (
     resolve_checkpoint,
 )
 from trainmesh.seed import capture_rng_state
+from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
@@ -35,6 +36,16 @@ CHECKPOINT_FORMAT = 1
 # The entries holding the model's and the optimizers' state: a strategy that shards writes
 # them shard by shard (a distributed checkpoint), and reads them back in this run's layout.
 TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states")
+
+
+def write_checkpoint(
+    state: LoopState, runtime: Runtime, trainer: TrainerView, path: str, *, weights_only: bool, hpc: bool
+) -> None:
+    """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save)."""
+    verify_finite_losses(state.loop.loss_check, path)  # no checkpoint of weights a non-finite step produced
+    checkpoint = build_checkpoint(state, runtime, trainer, weights_only=weights_only, hpc=hpc)
+    # The strategy waits for every rank; one that shards writes each rank's shards.
+    runtime.checkpoints.write(checkpoint, path, sharded=TENSOR_ENTRIES)
 
 
 def build_checkpoint(
@@ -413,3 +424,14 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
                 flush=True,
             )
     trainer.runtime.barrier()
+
+
+def refuse_storage_options(storage_options: Any) -> None:
+    """Lightning's ``save_checkpoint(storage_options=)`` goes to a CheckpointIO plugin; its default
+    one (``TorchCheckpointIO``) refuses it, and trainmesh has no plugin that takes it."""
+    if storage_options is not None:
+        raise TypeError(
+            "Trainer.save_checkpoint(..., storage_options=...) is not supported: trainmesh writes checkpoints "
+            "itself and has no CheckpointIO plugin that takes storage options (Lightning's default "
+            "TorchCheckpointIO refuses them too); write the file locally and copy it where it should go"
+        )

@@ -177,7 +177,8 @@ def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: boo
         from trainmesh.callbacks.model_summary import ModelSummary
 
         result.insert(0, ModelSummary())
-    if progress_bar and not any(type(cb).__name__ == "ProgressBar" for cb in result):
+    bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")  # progress.py's bar and Lightning's names for it
+    if progress_bar and not any(type(cb).__name__ in bars for cb in result):
         from trainmesh.callbacks.progress import ProgressBar
 
         result.append(ProgressBar())
@@ -186,7 +187,7 @@ def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: boo
 
         # Every run with a bar shows its throughput; placed before the bar, which shows its latest figures.
         # The loggers get what the program logged only, as Lightning's (a ThroughputMonitor given logs its figures).
-        bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ == "ProgressBar"), len(result))
+        bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ in bars), len(result))
         result.insert(bar_at, ThroughputMonitor(to_loggers=False))
     # Any Checkpoint callback (Lightning's rule) stands instead of the default ModelCheckpoint.
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):

@@ -20,9 +20,10 @@ from trainmesh.trainer.barebones import barebones_arguments
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
-    build_checkpoint,
     clear_interrupted_saves,
+    refuse_storage_options,
     restore_checkpoint,
+    write_checkpoint,
 )
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
@@ -33,7 +34,6 @@ from trainmesh.trainer.construction import (
     merge_model_callbacks,
 )
 from trainmesh.trainer.data_source import DataSource
-from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
 from trainmesh.trainer.lightning2_arguments import check_run_behaviour
@@ -202,9 +202,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self,
         model: Any = None,
         dataloaders: Any = None,
-        datamodule: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run validation once; returns one dict of logged metrics per dataloader."""
         return self._evaluate("validate", model, dataloaders, datamodule, ckpt_path, verbose)
@@ -213,9 +213,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self,
         model: Any = None,
         dataloaders: Any = None,
-        datamodule: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run the test set once; returns one dict of logged metrics per dataloader."""
         return self._evaluate("test", model, dataloaders, datamodule, ckpt_path, verbose)
@@ -239,10 +239,13 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
 
-    def save_checkpoint(self, path: str | os.PathLike[str], weights_only: bool = False) -> None:
-        """Write the full training state to ``path`` (atomically); with ``weights_only`` the
-        weights and hyperparameters alone, which validate/test/predict load but fit cannot resume."""
-        self._save_checkpoint(path, weights_only=weights_only)
+    def save_checkpoint(
+        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+    ) -> None:
+        """Write the training state to ``filepath`` (atomically); ``weights_only``: the weights and hyperparameters
+        alone (fit cannot resume from them); ``storage_options`` refused, as by Lightning's default checkpoint IO."""
+        refuse_storage_options(storage_options)
+        self._save_checkpoint(filepath, weights_only=weights_only)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The trained model's whole weights on rank 0 (``{name: CPU tensor}``, the names of one
@@ -259,11 +262,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
-            # No checkpoint of weights a non-finite step produced.
-            verify_finite_losses(self._state.loop.loss_check, str(path))
-            checkpoint = build_checkpoint(self._state, self.runtime, self, weights_only=weights_only, hpc=hpc)
-            # The strategy waits for every rank; one that shards writes each rank's shards.
-            self.runtime.checkpoints.write(checkpoint, str(path), sharded=TENSOR_ENTRIES)
+            write_checkpoint(self._state, self.runtime, self, str(path), weights_only=weights_only, hpc=hpc)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""

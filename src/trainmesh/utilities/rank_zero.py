@@ -51,7 +51,8 @@ def rank_zero_only(fn: F, default: Any = None) -> F:
 
 
 @rank_zero_only
-def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:
+def rank_zero_warn(message: str, stacklevel: int = 2, category: type[Warning] = UserWarning) -> None:
+    """``message`` as a warning on global rank 0 (Lightning's order: ``stacklevel`` second)."""
     warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
