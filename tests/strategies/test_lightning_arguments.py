@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+import trainmesh as tm
 from helpers.batches import Batches
 from helpers.models import quiet_trainer
 from trainmesh.precision import Precision
@@ -20,6 +21,7 @@ from trainmesh.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrateg
 
 HERE = Path(__file__).parent
 TWO_CPUS = Placement("cpu", (0, 1))
+FT = tm.FaultTolerance("http://127.0.0.1:1", replica_group=0, num_replica_groups=2, host="127.0.0.1")
 
 
 class Block(nn.Module):
@@ -204,3 +206,9 @@ def test_fsdp_in_lightnings_words_trains_as_trainmeshs_spelling_of_the_same_layo
     # state_dict_type="full": one file of whole tensors, as trained; trainmesh's default: a DCP directory.
     assert lightning["file"] and not ours["file"]
     assert all(torch.equal(lightning["saved"][k], lightning["state_dict"][k]) for k in lightning["state_dict"])
+
+
+def test_fault_tolerance_refuses_lightnings_hybrid_sharding_as_it_refuses_hybrid():
+    for strategy in (FSDPStrategy(sharding_strategy="HYBRID_SHARD"), FSDPStrategy(device_mesh=(1, 2))):
+        with pytest.raises(ValueError, match="replica groups are the replicated dimension"):
+            quiet_trainer(strategy=strategy, devices=2, fault_tolerance=FT, max_steps=5)
