@@ -212,3 +212,12 @@ def test_fault_tolerance_refuses_lightnings_hybrid_sharding_as_it_refuses_hybrid
     for strategy in (FSDPStrategy(sharding_strategy="HYBRID_SHARD"), FSDPStrategy(device_mesh=(1, 2))):
         with pytest.raises(ValueError, match="replica groups are the replicated dimension"):
             quiet_trainer(strategy=strategy, devices=2, fault_tolerance=FT, max_steps=5)
+
+
+def test_fault_tolerance_refuses_a_ddp_comm_hook_it_would_replace():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    with pytest.raises(ValueError, match="drop ddp_comm_hook"):
+        quiet_trainer(
+            strategy=DDPStrategy(ddp_comm_hook=default_hooks.fp16_compress_hook), fault_tolerance=FT, max_steps=5
+        )

@@ -71,6 +71,11 @@ class FaultTolerantDDPStrategy(DDPStrategy):
                 "fault_tolerance: the replica groups' DDP sets find_unused_parameters itself (its buckets must never "
                 "be rebuilt) and cannot use static_graph; drop them"
             )
+        if self.comm_hook is not None:
+            raise ValueError(
+                "fault_tolerance: the replica groups' gradients are averaged by torchft through DDP's communication "
+                "hook, which ddp_comm_hook would replace; drop ddp_comm_hook, or leave fault_tolerance out"
+            )
         self.fault_tolerance = fault_tolerance
         self.quorum = ReplicaQuorum(fault_tolerance)
 
