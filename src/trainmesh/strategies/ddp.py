@@ -31,6 +31,7 @@ from trainmesh.strategies.data_parallel import (
     run_chunked_step,
 )
 from trainmesh.strategies.distributed import DistributedStrategy
+from trainmesh.strategies.lightning_arguments import check_hardware, ddp_arguments
 from trainmesh.strategies.lockstep import Lockstep
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, call_hook, run_eval_step, run_train_step
@@ -68,6 +69,7 @@ class DDPStrategy(DistributedStrategy):
         timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
         process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
         placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+        **kwargs: Lightning 2.6's ``DDPStrategy`` arguments (``ddp_comm_hook``, ``ddp_comm_state``, ``ddp_comm_wrapper``, ``accelerator``, ``parallel_devices``, ...) and torch DDP's own options, each mapped or refused by ``strategies/lightning_arguments.py``.
 
     Examples:
         >>> DDPStrategy(bucket_cap_mb=50).init_arguments["bucket_cap_mb"]
@@ -103,15 +105,20 @@ class DDPStrategy(DistributedStrategy):
         timeout: timedelta = timedelta(minutes=30),
         process_group_backend: str | None = None,
         placement: Placement | None = None,
+        **kwargs: Any,
     ) -> None:
+        start_method = "elastic" if start_method == "popen" else start_method  # Lightning's name for the same start
         super().__init__(
             start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
         )
+        torch_options, self.comm_hook = ddp_arguments(type(self).__name__, kwargs)
+        check_hardware(type(self).__name__, kwargs, placement)
         self.ddp_options = {
             "find_unused_parameters": find_unused_parameters,
             "bucket_cap_mb": bucket_cap_mb,
             "gradient_as_bucket_view": gradient_as_bucket_view,
             "static_graph": static_graph,
+            **torch_options,  # Lightning passes its **kwargs to torch's DDP
         }
         self._lockstep: Lockstep | None = None  # during a ddp2 manual-optimization step
         if not self.capabilities.compile:
@@ -140,7 +147,10 @@ class DDPStrategy(DistributedStrategy):
             # each backward reaches only one optimizer's parameters, so the reducer must be told which
             # ones the loss leaves out (Lightning 1.x's default).
             options = {**options, "find_unused_parameters": True}
-        return apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
+        ddp = apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
+        if self.comm_hook is not None:
+            self.comm_hook.register(ddp)
+        return ddp
 
     def setup_optimizers(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]

@@ -71,6 +71,11 @@ class FaultTolerantDDPStrategy(DDPStrategy):
                 "fault_tolerance: the replica groups' DDP sets find_unused_parameters itself (its buckets must never "
                 "be rebuilt) and cannot use static_graph; drop them"
             )
+        if self.comm_hook is not None:
+            raise ValueError(
+                "fault_tolerance: the replica groups' gradients are averaged by torchft through DDP's communication "
+                "hook, which ddp_comm_hook would replace; drop ddp_comm_hook, or leave fault_tolerance out"
+            )
         self.fault_tolerance = fault_tolerance
         self.quorum = ReplicaQuorum(fault_tolerance)
 
@@ -132,12 +137,12 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
     hook), so the groups are HSDP's replicas and one may die while the others train on."""
 
     def __init__(self, *, fault_tolerance: FaultTolerance, placement: Placement | None = None, **fsdp: Any) -> None:
-        if fsdp.get("hybrid") or fsdp.get("shard_size") is not None:
+        super().__init__(placement=placement, **fsdp)
+        if self.hybrid:  # hybrid=/shard_size=, or Lightning's sharding_strategy="HYBRID_SHARD"/device_mesh=
             raise ValueError(
                 "fault_tolerance: the replica groups are the replicated dimension (each group shards the model "
-                "over its own processes); drop hybrid/shard_size and use strategy='fsdp'"
+                "over its own processes); drop hybrid/shard_size (HYBRID_SHARD/device_mesh) and use strategy='fsdp'"
             )
-        super().__init__(placement=placement, **fsdp)
         self.fault_tolerance = fault_tolerance
         self.quorum = ReplicaQuorum(fault_tolerance)
 

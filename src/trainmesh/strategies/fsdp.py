@@ -20,6 +20,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies import lightning_arguments
 from trainmesh.strategies.capabilities import SHARD_GROUP, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, compile_setting, innermost, refuse_compile
 from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
@@ -153,6 +154,7 @@ class FSDPStrategy(DistributedStrategy):
         process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
         placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
         release_host_memory: on CPU, give freed gathered tensors back to the system (None: where huge pages are in effect) (default ``None``).
+        **kwargs: Lightning 2.6's ``FSDPStrategy`` arguments (``auto_wrap_policy``, ``activation_checkpointing_policy``, ``sharding_strategy``, ``state_dict_type``, ``device_mesh``, ``mixed_precision``, ``accelerator``, ...), each mapped or refused by ``strategies/lightning_arguments.py``.
 
     Examples:
         >>> strategy = FSDPStrategy(shard_size=2, release_host_memory=False)
@@ -174,10 +176,30 @@ class FSDPStrategy(DistributedStrategy):
         process_group_backend: str | None = None,
         placement: Placement | None = None,
         release_host_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
         )
+        lightning = lightning_arguments.fsdp_arguments(type(self).__name__, kwargs)
+        lightning_arguments.refuse_twice(type(self).__name__, self.init_arguments, lightning)  # type: ignore[attr-defined]  # __new__'s
+        lightning_arguments.check_hardware(type(self).__name__, kwargs, placement)
+        if placement is not None:
+            lightning_arguments.check_mixed_precision(
+                type(self).__name__, kwargs.get("mixed_precision"), self.precision
+            )
+        wrap, activation_checkpointing = (
+            lightning.get("wrap", wrap),
+            lightning.get("activation_checkpointing", activation_checkpointing),
+        )
+        reshard_after_forward = lightning.get("reshard_after_forward", reshard_after_forward)
+        shard_size, hybrid = lightning.get("shard_size", shard_size), lightning.get("hybrid", hybrid)
+        self.replicas: int | None = lightning.get("replicas")  # device_mesh=(replicas, shard_size)
+        # "full": checkpoints are one file of whole tensors (Lightning's default); "sharded": a DCP directory.
+        self.state_dict_type: str = lightning.get("state_dict_type", "sharded")
+        if isinstance(activation_checkpointing, type):  # Lightning's deprecated spelling takes one class
+            activation_checkpointing = [activation_checkpointing]
+        cpu_offload = bool(getattr(cpu_offload, "offload_params", cpu_offload))  # FSDP1's CPUOffload too
         self.release_host_memory = release_host_memory
         self.wrap, self.min_num_params = list(wrap or []), min_num_params
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
@@ -222,6 +244,11 @@ class FSDPStrategy(DistributedStrategy):
             raise ValueError(
                 f"hsdp shard groups of {shard} processes do not divide the {world_size} processes; choose a "
                 f"shard_size that divides {world_size}"
+            )
+        if self.replicas is not None and self.replicas * shard != world_size:
+            raise ValueError(
+                f"device_mesh=({self.replicas}, {shard}) holds {self.replicas * shard} processes, but the run has "
+                f"{world_size}; give a shape whose product is the world size"
             )
         return ParallelDims(dp_replicate=-1, dp_shard=shard).resolved(world_size)
 
@@ -323,6 +350,7 @@ class FSDPStrategy(DistributedStrategy):
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
     ) -> dict[str, Any]:
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
+        sharded = sharded and self.state_dict_type == "sharded"
         return checkpoints.sharded_state_dict(checkpoints.unwrap(module), optimizers, sharded=sharded)
 
     def load_state_dict(
@@ -344,7 +372,7 @@ class FSDPStrategy(DistributedStrategy):
         sharded: CheckpointKeys | None,
         writer: CheckpointWriter = SYNCHRONOUS,
     ) -> None:
-        if sharded is None:
+        if sharded is None or self.state_dict_type == "full":
             super().save_checkpoint(checkpoint, path, sharded=None, writer=writer)  # full state dicts, one file
             return
         # Every rank writes its own shards, in parallel: no rank ever holds the whole state.

@@ -41,6 +41,7 @@ from trainmesh.strategies.fsdp import (
     refuse_keras,
 )
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
+from trainmesh.strategies.lightning_arguments import refuse_lightning_model_parallel
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.model_parallel_support import (
@@ -106,7 +107,9 @@ class ModelParallelStrategy(DistributedStrategy):
         timeout: timedelta = timedelta(minutes=30),
         process_group_backend: str | None = None,
         placement: Placement | None = None,
+        **kwargs: Any,
     ) -> None:
+        refuse_lightning_model_parallel(kwargs)  # data_parallel_size, tensor_parallel_size, ...: see there
         super().__init__(
             start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
         )

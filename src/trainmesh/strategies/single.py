@@ -16,6 +16,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.launchers.base import ProcessInfo, ProcessPlan
 from trainmesh.strategies import checkpoint as checkpoints
+from trainmesh.strategies import lightning_arguments
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, compile_setting
@@ -38,6 +39,11 @@ _NO_SYNC_NEEDED = contextlib.nullcontext()
 class SingleDeviceStrategy:
     """Train on one device in this process.
 
+    Args:
+        device: Lightning's ``SingleDeviceStrategy(device=...)`` (``"cpu"``, ``"cuda:0"``, a ``torch.device``): checked against the Trainer's device, which is the one used (default ``None``: the Trainer's).
+        placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+        **kwargs: Lightning's ``accelerator`` (checked against the Trainer's), ``checkpoint_io`` and ``precision_plugin`` (refused: pass them to the Trainer).
+
     Examples:
         >>> strategy = SingleDeviceStrategy(placement=Placement("cpu", (0,)))
         >>> strategy.root_device
@@ -53,9 +59,16 @@ class SingleDeviceStrategy:
     )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SingleDeviceStrategy:
-        return new_keeping_arguments(cls, args, kwargs)
+        # Lightning's programs write SingleDeviceStrategy("cuda:0"): the device is its one positional argument.
+        return new_keeping_arguments(cls, (), {"device": args[0], **kwargs} if args else kwargs)
 
-    def __init__(self, *, placement: Placement | None = None) -> None:
+    def __init__(self, device: Any = None, *, placement: Placement | None = None, **kwargs: Any) -> None:
+        lightning_arguments.refuse_unknown(
+            "SingleDeviceStrategy", kwargs, ("accelerator", "checkpoint_io", "precision_plugin")
+        )
+        lightning_arguments.check_hardware("SingleDeviceStrategy", kwargs, placement)
+        if placement is not None and device is not None:
+            lightning_arguments.check_device(device, placement)
         self.placement = placement or Placement()
         if len(self.placement.devices) * self.placement.num_nodes != 1:
             raise ValueError(

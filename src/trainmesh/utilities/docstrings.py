@@ -173,6 +173,7 @@ Args:
     timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
     process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
     placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
+    **kwargs: Lightning 2.6's ``data_parallel_size``, ``tensor_parallel_size`` and ``save_distributed_checkpoint``: refused, saying what to write instead (``strategies/lightning_arguments.py``).
 
 Examples:
     >>> strategy = ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)
