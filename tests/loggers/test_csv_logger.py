@@ -16,7 +16,7 @@ def read_rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def test_columns_widen_and_values_read_back(tmp_path):
-    logger = CSVLogger(tmp_path, flush_every_n_steps=1)
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
     logger.log_metrics({"loss": 0.5}, step=0)
     logger.log_metrics({"loss": 0.25, "val_acc": torch.tensor(0.75)}, step=1)
     logger.log_metrics({"lr": np.float32(0.125)}, step=2)
@@ -32,7 +32,7 @@ def test_columns_widen_and_values_read_back(tmp_path):
 
 
 def test_rows_are_buffered_until_flush_interval_or_save(tmp_path):
-    logger = CSVLogger(tmp_path, flush_every_n_steps=3)
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=3)
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.log_metrics({"loss": 2.0}, step=1)
     assert not os.path.exists(logger.metrics_file)
@@ -113,5 +113,5 @@ def test_bad_metrics_and_arguments(tmp_path):
         logger.log_metrics({"loss": torch.ones(3)}, step=0)
     with pytest.raises(ValueError, match="not a number"):
         logger.log_metrics({"name": "abc"}, step=0)
-    with pytest.raises(ValueError, match="flush_every_n_steps"):
-        CSVLogger(tmp_path, flush_every_n_steps=0)
+    with pytest.raises(ValueError, match="flush_logs_every_n_steps"):
+        CSVLogger(tmp_path, flush_logs_every_n_steps=0)

@@ -118,22 +118,20 @@ class ModelCheckpoint(Checkpoint):
         self._dir_checked = False
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
-        if trainer.sanity_checking or getattr(trainer, "stage", "fit") != "fit":
-            return
-        self._validated_this_fit = True
-        if self._saves_at_epoch_end(trainer):
-            self._validated_since_check = True  # the epoch's end saves, with this run's metrics
-        elif not self._skip(trainer) and self._epoch_due(trainer):
-            # As Lightning: right after this validation run, at the step it validated.
-            self._save(trainer, mid_epoch=False)
+        if not trainer.sanity_checking:
+            self._validated_since_check = self._validated_this_fit = True
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
-        if step_due:
-            self._save(trainer, mid_epoch=not validated)
+        # After a validation run that the epoch's end does not save for (it runs more than once an
+        # epoch, or not every epoch): at the next batch's end, where the loop's counters are those of
+        # a finished batch (Lightning saves at on_validation_end, one batch earlier: known difference).
+        after_validation = validated and not self._saves_at_epoch_end(trainer) and self._epoch_due(trainer)
+        if step_due or after_validation:
+            self._save(trainer, mid_epoch=not after_validation)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
@@ -141,6 +139,11 @@ class ModelCheckpoint(Checkpoint):
             return
         if self._saves_at_epoch_end(trainer) or validated:
             self._save(trainer, mid_epoch=False)
+        elif self.save_last:
+            # last.ckpt stays where the run stands at every epoch's end (and a max_steps stop inside
+            # one), so that ckpt_path="last" resumes exactly, whatever the top-k cadence.
+            self._last_global_step_saved = trainer.global_step
+            self._save_last(trainer, dict(trainer.callback_metrics))
 
     def _saves_at_epoch_end(self, trainer: TrainerView) -> bool:
         """Lightning's rule where ``save_on_train_epoch_end`` is None: after each validation run when

@@ -101,6 +101,8 @@ class LoopState:
     # What callbacks wrote into trainer.callback_metrics (LearningRateMonitor's rates, a user's own
     # values): kept until the run ends, as Lightning's callback_metrics dict keeps them.
     written_metrics: dict[str, Any] = field(default_factory=dict)
+    # What the last read of callback_metrics computed from the logs (publishing.callback_metrics).
+    computed_metrics: dict[str, Any] = field(default_factory=dict)
     # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
     wide_metrics: set[str] = field(default_factory=set)
     prog_bar_names: set[str] = field(default_factory=set)

@@ -10,31 +10,23 @@ from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor, read_floats, step_tensor
 
 
-class WrittenMetrics(dict):  # type: ignore[type-arg]
-    """``trainer.callback_metrics`` as handed out: what a callback writes into it
-    (``trainer.callback_metrics["x"] = t``, ``.update(...)``) is kept in the loop's state until the
-    run ends, as in Lightning's one dict (LearningRateMonitor writes the rates it logs); what the
-    module logs under the same name replaces it at the next read."""
-
-    def __init__(self, computed: dict[str, torch.Tensor], written: dict[str, Any]) -> None:
-        super().__init__({**written, **computed})
-        self._written = written
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value)
-        self._written[key] = value
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = value
-
-
-def callback_metrics(state: LoopState) -> dict[str, torch.Tensor]:
-    """Latest value of every logged metric (scalar tensors): epoch values, and this epoch's
-    step values, over what callbacks wrote into it (``WrittenMetrics``). Step values are handed
-    out as the tensors logged, so reading them here costs no device sync either.
+def callback_metrics(state: LoopState) -> dict[str, Any]:
+    """Latest value of every logged metric (scalar tensors): epoch values, and this epoch's step
+    values, in one plain dict kept for the run (``state.written_metrics``), as Lightning's: what a
+    callback writes into it (``trainer.callback_metrics["x"] = t``, ``.update(...)``;
+    LearningRateMonitor's rates) stays until the run ends; what the module logs under the same
+    name replaces it at the next read. A plain dict, so that it pickles as one (a program saving
+    it loads it back with ``torch.load(weights_only=True)``). Step values are handed out as the
+    tensors logged, so reading them here costs no device sync either.
     """
-    return WrittenMetrics(_logged_values(state), state.written_metrics)
+    shown, before = state.written_metrics, state.computed_metrics
+    computed = _logged_values(state)
+    for name, value in before.items():
+        if name not in computed and shown.get(name) is value:  # no longer logged, and nobody wrote it
+            del shown[name]
+    shown.update(computed)
+    state.computed_metrics = computed
+    return shown
 
 
 def _logged_values(state: LoopState) -> dict[str, torch.Tensor]:

@@ -362,6 +362,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         # after a fit, validate/test hold their own values only.
         state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
         state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
+        state.computed_metrics = {}
         state.stage_loaders = {}  # each run asks for its loaders afresh, as Lightning's (its attach_dataloaders)
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
