@@ -20,10 +20,10 @@ from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.utilities.distributed_samplers import (
-    ContiguousBatchShard,
-    ContiguousShardSampler,
     DistributedSamplerWrapper,
     EqualLengthLoader,
+    InterleavedBatchShard,
+    InterleavedShardSampler,
     is_padding,
 )
 
@@ -174,24 +174,25 @@ def test_other_dataloader_options_are_kept():
 
 # ---- evaluation --------------------------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3])
-def test_evaluation_loaders_get_contiguous_unpadded_shards(world):
+def test_evaluation_loaders_get_interleaved_unpadded_shards(world):
     loader = DataLoader(indices(1001), batch_size=16)
     padded = [strategy_for(rank, world).process_dataloader(loader, train=False, seed=1234) for rank in range(world)]
     assert all(isinstance(p, EqualLengthLoader) for p in padded)  # equal step counts (see below)
     shards = [p.loader for p in padded]
     for sharded in shards:
-        assert type(sharded.batch_sampler) is ContiguousBatchShard
+        assert type(sharded.batch_sampler) is InterleavedBatchShard
     batches = [[b[0].tolist() for b in sharded] for sharded in shards]
-    assert [batch for part in batches for batch in part] == [b[0].tolist() for b in loader]
+    in_turn = [part[turn] for turn in range(len(batches[0])) for part in batches if turn < len(part)]
+    assert in_turn == [b[0].tolist() for b in loader]  # rank r: the loader's batches r, r+W, ...
     assert sum(len(sharded) for sharded in shards) == len(loader) == 63
 
 
-def test_unbatched_evaluation_loader_gets_a_contiguous_sample_shard():
+def test_unbatched_evaluation_loader_gets_an_interleaved_sample_shard():
     loader = DataLoader(indices(7), batch_size=None)
     shards = [strategy_for(rank).process_dataloader(loader, train=False, seed=1234) for rank in range(2)]
-    assert all(type(s.sampler) is ContiguousShardSampler for s in shards)
+    assert all(type(s.sampler) is InterleavedShardSampler for s in shards)
     views = [[int(sample[0]) for sample in s] for s in shards]
-    assert views == [[0, 1, 2, 3], [4, 5, 6]]
+    assert views == [[0, 2, 4, 6], [1, 3, 5]]
     assert [len(s) for s in shards] == [4, 3]
 
 
@@ -206,7 +207,7 @@ def test_unbatched_evaluation_loader_keeps_its_samplers_order():
         [int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False, seed=1234)]
         for rank in range(2)
     ]
-    assert views[0] + views[1] == reference and len(views[0]) == 4
+    assert views[0] == reference[0::2] and views[1] == reference[1::2] and len(views[0]) == 4
 
 
 def test_unbatched_evaluation_loader_over_a_subset_has_the_length_it_yields():

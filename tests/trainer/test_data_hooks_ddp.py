@@ -68,12 +68,14 @@ def test_batch_transfer_hooks_change_what_each_rank_sees(run):
     _, ranks = run
     # The DataModule's on_before_batch_transfer adds 100 * dataloader_idx, the Module's
     # on_after_batch_transfer negates: training's loader is index 0, validation's two are 0 and 1.
-    # Training shards interleave (rank r: samples r, r+2, ...), evaluation shards are contiguous.
+    # Training shards interleave the samples (rank r: samples r, r+2, ...), evaluation shards the
+    # batches of 2 (rank r: batches r, r+2: samples 2r, 2r+1, 2r+4, 2r+5).
     assert ranks[0]["seen"]["train"] == [[-0.0, -2.0], [-4.0, -6.0]]
     assert ranks[1]["seen"]["train"] == [[-1.0, -3.0], [-5.0, -7.0]]
     for rank, seen in enumerate(r["seen"]["val"] for r in ranks):
-        first = [float(4 * rank + i) for i in range(4)]
-        expected = [[idx, [-(v + 100 * idx) for v in first[b : b + 2]]] for idx in (0, 1) for b in (0, 2)]
+        expected = [
+            [idx, [-(float(v) + 100 * idx) for v in (b, b + 1)]] for idx in (0, 1) for b in (2 * rank, 2 * rank + 4)
+        ]
         assert seen == expected
 
 

@@ -1,5 +1,5 @@
-"""Splitting indices across ranks: contiguous unpadded shards for evaluation, every-W-th with
-padding for training."""
+"""Splitting indices across ranks: every-W-th batch (or sample) without padding for evaluation,
+contiguous runs of batches for Keras' own evaluation, every-W-th with padding for training."""
 
 import pytest
 import torch
@@ -7,8 +7,9 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, Sub
 
 from trainmesh.utilities.distributed_samplers import (
     ContiguousBatchShard,
-    ContiguousShardSampler,
     DistributedSamplerWrapper,
+    InterleavedBatchShard,
+    InterleavedShardSampler,
     shard_bounds,
 )
 
@@ -50,25 +51,68 @@ def test_contiguous_batch_shard_with_more_ranks_than_batches():
     assert parts == [[[0, 1, 2, 3]], [[4]], []]
 
 
-# ---- ContiguousShardSampler --------------------------------------------------------------------
+# ---- InterleavedBatchShard ---------------------------------------------------------------------
+def in_turn(parts: list[list]) -> list:
+    """The ranks' items taken back in turn (rank 0's first, rank 1's first, ..., rank 0's second)."""
+    return [part[turn] for turn in range(max(map(len, parts))) for part in parts if turn < len(part)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_interleaved_batch_shards_taken_in_turn_are_the_one_process_batches(world):
+    def batches():
+        return BatchSampler(SequentialSampler(range(1001)), batch_size=16, drop_last=False)
+
+    single = list(batches())
+    shards = [InterleavedBatchShard(batches(), num_replicas=world, rank=rank) for rank in range(world)]
+    per_rank = [list(shard) for shard in shards]
+    assert in_turn(per_rank) == single
+    assert [len(shard) for shard in shards] == [len(part) for part in per_rank]
+    assert sum(len(shard) for shard in shards) == len(single) == 63
+    assert len(single[-1]) == 1001 % 16  # the short last batch stays short: no padding
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("limit", [1, 2, 5])
+def test_the_first_batches_of_interleaved_shards_are_the_first_batches_of_the_loader(world, limit):
+    """limit_val_batches=k: the ranks' first k batches together are one process's first k*W."""
+    single = list(BatchSampler(SequentialSampler(range(200)), batch_size=4, drop_last=False))
+    shards = [
+        InterleavedBatchShard(
+            BatchSampler(SequentialSampler(range(200)), batch_size=4, drop_last=False), num_replicas=world, rank=rank
+        )
+        for rank in range(world)
+    ]
+    firsts = [list(shard)[:limit] for shard in shards]
+    assert sorted(i for part in firsts for batch in part for i in batch) == list(range(4 * limit * world))
+    assert in_turn(firsts) == single[: limit * world]
+
+
+def test_interleaved_batch_shard_with_more_ranks_than_batches():
+    inner = BatchSampler(SequentialSampler(range(5)), batch_size=4, drop_last=False)
+    shards = [InterleavedBatchShard(inner, num_replicas=3, rank=rank) for rank in range(3)]
+    assert [list(shard) for shard in shards] == [[[0, 1, 2, 3]], [[4]], []]
+    assert [len(shard) for shard in shards] == [1, 1, 0]
+
+
+# ---- InterleavedShardSampler -------------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_contiguous_shard_sampler_without_a_sampler_splits_0_to_n(world):
+def test_interleaved_shard_sampler_without_a_sampler_splits_0_to_n(world):
     source = range(10)
-    parts = [list(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)]
-    assert [i for part in parts for i in part] == list(range(10))
-    assert [len(ContiguousShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == [
+    parts = [list(InterleavedShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)]
+    assert in_turn(parts) == list(range(10))
+    assert [len(InterleavedShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == [
         len(part) for part in parts
     ]
 
 
-def test_contiguous_shard_sampler_slices_the_order_of_its_sampler():
+def test_interleaved_shard_sampler_deals_out_the_order_of_its_sampler():
     order = RandomSampler(range(11), generator=torch.Generator().manual_seed(3))
     expected = list(RandomSampler(range(11), generator=torch.Generator().manual_seed(3)))
     assert sorted(expected) == list(range(11)) and expected != list(range(11))
     # Each rank draws the order itself, from an identically seeded generator (as separate processes would).
     parts = [
         list(
-            ContiguousShardSampler(
+            InterleavedShardSampler(
                 range(11),
                 num_replicas=2,
                 rank=rank,
@@ -77,14 +121,14 @@ def test_contiguous_shard_sampler_slices_the_order_of_its_sampler():
         )
         for rank in range(2)
     ]
-    assert parts[0] + parts[1] == expected
+    assert in_turn(parts) == expected
     assert [len(part) for part in parts] == [6, 5]
-    assert len(list(ContiguousShardSampler(range(11), num_replicas=2, rank=0, sampler=order))) == 6
+    assert len(list(InterleavedShardSampler(range(11), num_replicas=2, rank=0, sampler=order))) == 6
 
 
-def test_contiguous_shard_sampler_length_matches_its_iteration_for_a_subset_sampler():
+def test_interleaved_shard_sampler_length_matches_its_iteration_for_a_subset_sampler():
     subset = SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0))
-    shard = ContiguousShardSampler(range(100), num_replicas=2, rank=0, sampler=subset)
+    shard = InterleavedShardSampler(range(100), num_replicas=2, rank=0, sampler=subset)
     assert len(shard) == len(list(shard))
 
 

@@ -149,10 +149,12 @@ def barrier(mesh: ParallelMesh) -> None:
 
 
 def collect_predictions(mesh: ParallelMesh, outputs: list[Any], *, is_padding: Any) -> list[Any]:
-    """Every data-parallel rank's predictions in rank order: the dataset's order, as evaluation
-    shards are contiguous. ``is_padding`` marks the empty batches that equal-length shards add."""
+    """Every data-parallel rank's predictions in the dataset's order: evaluation shards deal the
+    batches out in turn (rank r holds r, r+W, ...), so they are taken back in turn. ``is_padding``
+    marks the empty batches that equal-length shards add."""
     kept = [o for o in outputs if not is_padding(o)]
     if not _talks(mesh, "dp"):
         return kept
     parts = all_gather_object(mesh, apply_to_tensors(kept, lambda t: t.cpu()), over="dp")
-    return [batch for part in parts for batch in part]
+    rounds = max((len(part) for part in parts), default=0)
+    return [part[turn] for turn in range(rounds) for part in parts if turn < len(part)]

@@ -1,5 +1,6 @@
 """Each data-parallel rank reads its own share of the data: samplers for training (one shuffled
-permutation split across the ranks) and for evaluation (contiguous shards, every sample once)."""
+permutation split across the ranks) and for evaluation (the batches dealt out in turn, every
+sample once, so that a limit on the batches reads the loader's first ones)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from torch.utils.data import (
 
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.distributed_samplers import (
-    ContiguousBatchShard,
-    ContiguousShardSampler,
     DistributedSamplerWrapper,
     EqualLengthLoader,
+    InterleavedBatchShard,
+    InterleavedShardSampler,
 )
 
 
@@ -85,17 +86,22 @@ def _plain_shuffle(sampler: Any) -> bool:
 
 
 def _shard_for_evaluation(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
-    """Contiguous shards with no padding: every sample once, rank order = dataset order."""
+    """Rank r: the loader's batches r, r+W, ... (unbatched: its samples so), no padding.
+
+    Not contiguous runs: with ``limit_val_batches=k`` (or the sanity check) the ranks would read the
+    first k batches of each run, samples one process at the global batch never reads together,
+    where Lightning's ``DistributedSampler`` and one process read the first k*W*B samples.
+    """
     if loader.batch_sampler is None:
         order = None if type(loader.sampler) is SequentialSampler else loader.sampler
         return _with_sampler(
             loader,
-            ContiguousShardSampler(
+            InterleavedShardSampler(
                 cast(Sized, loader.dataset), num_replicas=world, rank=rank, sampler=cast("Sampler[int] | None", order)
             ),
         )
     batches = cast(Sampler[list[int]], loader.batch_sampler)
-    return replace_batch_sampler(loader, ContiguousBatchShard(batches, num_replicas=world, rank=rank))
+    return replace_batch_sampler(loader, InterleavedBatchShard(batches, num_replicas=world, rank=rank))
 
 
 def _with_sampler(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
@@ -107,5 +113,5 @@ def _with_sampler(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
 
 def _already_distributed(loader: DataLoader[Any]) -> bool:
     samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler]
-    ours = (DistributedSampler, DistributedSamplerWrapper, ContiguousShardSampler, ContiguousBatchShard)
+    ours = (DistributedSampler, DistributedSamplerWrapper, InterleavedShardSampler, InterleavedBatchShard)
     return any(isinstance(s, ours) for s in samplers)

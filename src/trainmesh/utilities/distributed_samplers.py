@@ -1,8 +1,11 @@
 """Samplers that split a dataset across processes.
 
 Training uses PyTorch's ``DistributedSampler`` (every rank the same number of batches, as DDP
-needs). Evaluation uses contiguous shards without padding, so every sample is seen exactly
-once and rank 0's shard, then rank 1's, ... is the dataset in order.
+needs). Evaluation interleaves without padding (rank r: the loader's batches r, r+W, r+2W, ...),
+so every sample is seen exactly once, and the first k batches of every rank together are the
+loader's first k*W batches: ``limit_val_batches=k`` (and the sanity check) reads what one process
+at the global batch reads, and what Lightning's ``DistributedSampler`` gives its ranks.
+(``ContiguousBatchShard`` remains for Keras' own evaluation and prediction.)
 """
 
 from __future__ import annotations
@@ -42,8 +45,31 @@ class ContiguousBatchShard(Sampler[list[int]]):
         return end - start
 
 
-class ContiguousShardSampler(Sampler[int]):
-    """This rank's contiguous slice of the order ``sampler`` gives (or of 0..n-1)."""
+class InterleavedBatchShard(Sampler[list[int]]):
+    """This rank's batches of ``batch_sampler``: batches ``rank``, ``rank + W``, ``rank + 2W``, ...
+
+    Each batch is exactly the batch one process would see (per-batch results are a one-process
+    run's), and the ranks' k-th batches are the loader's batches k*W to k*W + W - 1, so a limit on
+    the batches (``limit_val_batches``, the sanity check's steps) reads the loader's first batches,
+    as one process at the global batch does. Counts differ by at most one batch, the earlier ranks
+    holding the extra one.
+    """
+
+    def __init__(self, batch_sampler: Sampler[list[int]], *, num_replicas: int, rank: int) -> None:
+        self.batch_sampler, self.num_replicas, self.rank = batch_sampler, num_replicas, rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for index, batch in enumerate(self.batch_sampler):
+            if index % self.num_replicas == self.rank:
+                yield batch
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.batch_sampler), self.num_replicas))  # type: ignore[arg-type]
+
+
+class InterleavedShardSampler(Sampler[int]):
+    """Every W-th index of the order ``sampler`` gives (or of 0..n-1), from ``rank``, no padding:
+    an unbatched evaluation loader's share, as ``InterleavedBatchShard`` is a batched one's."""
 
     def __init__(self, source: Sized, *, num_replicas: int, rank: int, sampler: Sampler[int] | None = None) -> None:
         # A sampler may yield fewer or more indices than the dataset has (a subset, weights).
@@ -52,12 +78,10 @@ class ContiguousShardSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = list(self.sampler) if self.sampler is not None else range(self.num_samples)
-        start, end = shard_bounds(len(order), self.num_replicas, self.rank)
-        return iter(order[start:end])
+        return iter(order[self.rank :: self.num_replicas])
 
     def __len__(self) -> int:
-        start, end = shard_bounds(self.num_samples, self.num_replicas, self.rank)
-        return end - start
+        return len(range(self.rank, self.num_samples, self.num_replicas))
 
 
 class DistributedSamplerWrapper(Sampler[int]):
@@ -91,7 +115,7 @@ class DistributedSamplerWrapper(Sampler[int]):
 class EqualLengthLoader:
     """A rank's evaluation shard, then empty batches up to the longest shard's batch count.
 
-    Contiguous shards differ by a batch; ranks that run collectives per step (fsdp's
+    Evaluation shards differ by a batch; ranks that run collectives per step (fsdp's
     all-gathers, a ``self.all_gather`` or ``sync_dist`` in ``validation_step``) must run as many
     steps as each other. An empty batch (every tensor sliced to 0 rows) carries no data: its
     logged values weigh 0 and its predictions are dropped.

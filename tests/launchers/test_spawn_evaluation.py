@@ -1,0 +1,105 @@
+"""What the ranks of a spawned ddp read in evaluation under ``limit_val_batches=1``, and the value
+the launching process gets back, against Lightning 2.6.6.
+
+Lightning gives each evaluation rank ``DistributedSampler(shuffle=False)``'s share (rank r: samples
+r, r+2, ...), so with a limit of one batch of 4 its two ranks read samples 0..7 together: the
+samples its one process reads at the global batch 8. Its ``ddp_spawn`` run of this program
+(measured once, not run here: a launch of Lightning costs more than this test) returned
+val_loss 1.9161861 (rank means 2.2171550 over 0, 2, 4, 6 and 1.6152171 over 1, 3, 5, 7), its
+one process at batch 8 returned 1.9161860: the fixture below computes the latter, the cheap run.
+trainmesh's evaluation shards used to be contiguous runs of the batches: with the limit, rank 0
+read samples 0..3 and rank 1 samples 16..19, and the spawned run returned 0.6354858.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import trainmesh as tm
+
+pl = pytest.importorskip("lightning.pytorch")
+
+SETTINGS = dict(
+    accelerator="cpu",
+    limit_val_batches=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+
+
+def _data() -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=g)
+    return TensorDataset(x, torch.randn(32, 1, generator=g), torch.arange(32))  # the sample's index last
+
+
+def _weights() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 1).state_dict()
+
+
+class _Steps:
+    batch_size = 4
+    out = ""  # where a rank writes the samples it read (the spawned workers' only way back here)
+
+    def validation_step(self, batch, batch_idx):
+        x, y, index = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
+        if self.out:
+            with open(Path(self.out) / f"rank{self.global_rank}.jsonl", "a") as file:
+                file.write(json.dumps(index.tolist()) + "\n")
+
+    def val_dataloader(self):
+        return DataLoader(_data(), batch_size=self.batch_size)
+
+
+class SpawnNet(_Steps, tm.Module):
+    def __init__(self, out: str):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.layer.load_state_dict(_weights())
+        self.out = out
+
+
+class LightningNet(_Steps, pl.LightningModule):
+    batch_size = 8  # the global batch of 2 processes at 4
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.layer.load_state_dict(_weights())
+
+
+@pytest.fixture(scope="module")
+def lightning_value() -> float:
+    """Lightning 2.6.6, one process at the global batch, limit 1: its val_loss over samples 0..7."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (metrics,) = pl.Trainer(devices=1, **SETTINGS).validate(LightningNet(), verbose=False)
+    return metrics["val_loss"]
+
+
+@pytest.mark.slow
+def test_spawned_validation_with_a_batch_limit_reads_and_returns_what_lightning_does(tmp_path, lightning_value):
+    trainer = tm.Trainer(strategy="ddp_spawn", devices=2, **SETTINGS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (metrics,) = trainer.validate(SpawnNet(str(tmp_path)), verbose=False)
+    read = [
+        [i for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines() for i in json.loads(line)] for r in (0, 1)
+    ]
+    # Lightning's ranks read the first 4 indices of DistributedSampler's shares: together, samples 0..7.
+    theirs = [list(DistributedSampler(_data(), num_replicas=2, rank=r, shuffle=False))[:4] for r in (0, 1)]
+    assert sorted(read[0] + read[1]) == sorted(theirs[0] + theirs[1]) == list(range(8))
+    assert read == [[0, 1, 2, 3], [4, 5, 6, 7]]  # a batch is one process's batch at 4: rank r's k-th is batch 2k+r
+    # sync_dist's mean over both ranks' batches (equal sizes), back in the launching process
+    assert metrics["val_loss"] == pytest.approx(lightning_value, rel=1e-6)
+    assert float(trainer.callback_metrics["val_loss"]) == pytest.approx(lightning_value, rel=1e-6)
