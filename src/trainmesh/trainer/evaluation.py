@@ -111,6 +111,7 @@ def run_validation(
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
+    ctx.publisher.hyperparameters()
     loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
@@ -118,6 +119,7 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
+    ctx.publisher.hyperparameters()
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False)
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
@@ -102,9 +101,7 @@ def _begin_fit(
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
-    if ctx.publisher.is_global_zero:
-        for logger in ctx.publisher.loggers:
-            logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
+    ctx.publisher.hyperparameters()
     if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
         # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
         # are kept aside meanwhile (the generators are restored when the epoch's data starts).

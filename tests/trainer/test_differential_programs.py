@@ -1,0 +1,80 @@
+"""Tutorial-style Lightning 2.x programs (campaign of issue 36), each run under Lightning 2.6 and
+under trainmesh after the mechanical port (tests/helpers/programs.py), compared as data: metric
+dictionaries, metrics.csv rows, files written (checkpoints, hparams.yaml), what the program reads
+back, and the trained weights bit for bit. Sizes are tiny: each program is a few steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.programs import differences, outcome, run_both, trainer_kwargs
+
+pytest.importorskip("lightning.pytorch")
+
+
+def _regression(n: int = 48, features: int = 4, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    return TensorDataset(x, x.sum(1, keepdim=True) + 0.1 * torch.randn(n, 1, generator=g))
+
+
+def autoencoder_collecting_outputs(L, root):
+    """The 2.0 migration guide's autoencoder: validation outputs kept in a list and reduced in
+    on_validation_epoch_end; no save_hyperparameters, so no hparams.yaml; then a test-only
+    Trainer of a module that saved its hyperparameters (its hparams.yaml comes from test)."""
+
+    class AutoEncoder(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.decoder = nn.Linear(6, 2), nn.Linear(2, 6)
+            self.validation_step_outputs, self.summaries = [], []
+
+        def training_step(self, batch, batch_idx):
+            loss = F.mse_loss(self.decoder(self.encoder(batch[0])), batch[0])
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.validation_step_outputs.append(F.mse_loss(self.decoder(self.encoder(batch[0])), batch[0]))
+
+        def on_validation_epoch_end(self):
+            average = torch.stack(self.validation_step_outputs).mean()
+            self.log("val_average", average)
+            self.summaries.append((self.trainer.sanity_checking, len(self.validation_step_outputs), float(average)))
+            self.validation_step_outputs.clear()
+
+        def test_step(self, batch, batch_idx):
+            self.log("test_loss", F.mse_loss(self.decoder(self.encoder(batch[0])), batch[0]))
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    class Saved(AutoEncoder):
+        def __init__(self, width: int = 2):
+            super().__init__()
+            self.save_hyperparameters()
+
+    data = TensorDataset(torch.randn(24, 6))
+    model = AutoEncoder()
+    logger = L.loggers.CSVLogger(root, name="ae")
+    trainer = L.pl.Trainer(
+        **trainer_kwargs(root, max_epochs=2, logger=logger, enable_checkpointing=False, num_sanity_val_steps=1)
+    )
+    trainer.fit(model, DataLoader(data, batch_size=8), DataLoader(data, batch_size=12))
+    fit = outcome(trainer, model, root, summaries=model.summaries)
+    tester = L.pl.Trainer(**trainer_kwargs(root, logger=L.loggers.CSVLogger(root, name="saved")))
+    tester.test(Saved(width=3), DataLoader(data, batch_size=12))
+    return fit, sorted(str(p.relative_to(root)) for p in root.rglob("hparams.yaml"))
+
+
+def test_autoencoder_collecting_outputs(tmp_path):
+    """Before: trainmesh wrote an empty hparams.yaml for a module that saved no hyperparameters
+    (Lightning calls no log_hyperparams then), and none for a run that only tests."""
+    found = run_both(autoencoder_collecting_outputs, tmp_path)
+    assert found["lightning"][1] == ["saved/version_0/hparams.yaml"]
+    assert differences(found["lightning"], found["trainmesh"]) == []
