@@ -78,3 +78,56 @@ def test_autoencoder_collecting_outputs(tmp_path):
     found = run_both(autoencoder_collecting_outputs, tmp_path)
     assert found["lightning"][1] == ["saved/version_0/hparams.yaml"]
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def callback_reading_the_trainer(L, root):
+    """The custom-callbacks docs: a Callback keeping a history of what it reads: ``outputs["loss"]``
+    at each batch's end (accumulating 2 batches), callback and logged metrics, the epoch,
+    the optimizers' learning rates and the scheduler configs (a step warm-up and an epoch cosine)."""
+    from helpers.differential import metrics_of
+
+    class History(L.pl.Callback):
+        def __init__(self):
+            self.history = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.history.append(("batch", batch_idx, trainer.global_step, sorted(outputs), outputs["loss"]))
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            lrs = [g["lr"] for o in trainer.optimizers for g in o.param_groups]
+            configs = [(c.interval, c.frequency, c.monitor, c.name) for c in trainer.lr_scheduler_configs]
+            # not progress_bar_metrics: trainmesh's holds the running "loss" in fit (docs/notes/campaign36.md)
+            metrics = [metrics_of(m) for m in (trainer.callback_metrics, trainer.logged_metrics)]
+            self.history.append(("epoch", trainer.current_epoch, pl_module.current_epoch, lrs, configs, metrics))
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = F.mse_loss(self.net(batch[0]), batch[1])
+            self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=True)
+            return {"loss": loss, "size": len(batch[0])}
+
+        def configure_optimizers(self):
+            opt = torch.optim.Adam(self.parameters(), lr=0.05)
+            warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 3))
+            cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2)
+            return [opt], [{"scheduler": warmup, "interval": "step", "name": "warmup"}, {"scheduler": cosine}]
+
+    history, model = History(), Model()
+    logger = L.loggers.CSVLogger(root, name="cb")
+    kwargs = trainer_kwargs(root, max_epochs=2, callbacks=[history], logger=logger, log_every_n_steps=1)
+    trainer = L.pl.Trainer(accumulate_grad_batches=2, enable_checkpointing=False, **kwargs)
+    trainer.fit(model, DataLoader(_regression(24), batch_size=4, shuffle=True))
+    return outcome(trainer, model, root, history=history.history)
+
+
+def test_callback_reading_the_trainer(tmp_path):
+    """Before: on_train_batch_end got training_step's own return (a dict holding the loss that still
+    requires grad, or a bare tensor) where Lightning gives a dict with the loss detached and
+    divided by accumulate_grad_batches (``{}`` for None)."""
+    found = run_both(callback_reading_the_trainer, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+

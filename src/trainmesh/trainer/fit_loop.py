@@ -26,6 +26,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
+from trainmesh.trainer.optimization.closure import batch_end_outputs
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
@@ -252,8 +253,10 @@ def _train_batches(
         step_done()
         if is_last:  # Lightning's order: the epoch's schedulers step at its last batch, before its hooks and validation
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
+        if at_batch_end:  # Lightning's outputs: a dict, the loss detached (closure.py)
+            outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate)
         for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
-            call(output, batch, batch_idx)
+            call(outputs, batch, batch_idx)
         _log_and_validate(ctx, fit_data, val_every, train_results, stepped=stepped, is_last=is_last)
         loop.batches_stepped += stepped
         if settings.max_steps != -1 and state.global_step >= settings.max_steps:
