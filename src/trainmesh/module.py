@@ -192,12 +192,18 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         reduce_fx: str | Any = "mean",
         sync_dist: bool = False,
         batch_size: int | None = None,
+        add_dataloader_idx: bool = True,
+        rank_zero_only: bool = False,
     ) -> None:
         """Record a metric for the loggers, the progress bar and ``trainer.callback_metrics``.
 
         In ``training_step`` the default is per step; in validation and test, per epoch. Epoch
         values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
-        ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
+        ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``. With several
+        evaluation loaders a value is named ``name/dataloader_idx_N``; ``add_dataloader_idx=False``
+        keeps ``name`` (each loader must then log its own names). ``rank_zero_only=True``: the
+        value is this process's own, never reduced across processes (log it where only rank 0
+        does; a callback on another rank cannot monitor it).
         """
         log_collector = self._log_collector
         if log_collector is None:
@@ -215,6 +221,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             reduce_fx=reduce_fx,
             sync_dist=sync_dist,
             batch_size=batch_size,
+            add_dataloader_idx=add_dataloader_idx,
+            rank_zero_only=rank_zero_only,
         )
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:

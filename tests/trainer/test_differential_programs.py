@@ -131,3 +131,75 @@ def test_callback_reading_the_trainer(tmp_path):
     found = run_both(callback_reading_the_trainer, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
 
+
+def log_dict_two_val_loaders(L, root):
+    """log_dict with on_step/on_epoch/prog_bar/sync_dist, save_hyperparameters and a logger's
+    log_hyperparams in on_train_start, two validation loaders naming their own values
+    (``add_dataloader_idx=False``) beside a suffixed one, validating twice an epoch, and a value
+    rank 0 logs alone (``rank_zero_only=True``)."""
+
+    class Net(L.pl.LightningModule):
+        def __init__(self, hidden: int = 3, lr: float = 0.05):
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+        def on_train_start(self):
+            self.logger.log_hyperparams({"started": True})
+
+        def training_step(self, batch, batch_idx):
+            pred = self.net(batch[0])
+            loss, mae = F.mse_loss(pred, batch[1]), F.l1_loss(pred, batch[1])
+            self.log_dict(
+                {"train/loss": loss, "train/mae": mae}, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True
+            )
+            return loss
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            loss = F.mse_loss(self.net(batch[0]), batch[1])
+            self.log(f"val_loss_{['clean', 'noisy'][dataloader_idx]}", loss, add_dataloader_idx=False, prog_bar=True)
+            self.log("val_loss", loss, sync_dist=True)
+
+        def on_validation_epoch_end(self):
+            if self.trainer.is_global_zero:
+                self.log("val_seen", float(self.global_step), rank_zero_only=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    model = Net(hidden=5)
+    logger = L.loggers.CSVLogger(root, name="hp", version="v1")
+    trainer = L.pl.Trainer(
+        **trainer_kwargs(root, max_epochs=2, logger=logger, log_every_n_steps=2, val_check_interval=0.5),
+        enable_checkpointing=False,
+    )
+    loaders = [DataLoader(_regression(8, seed=s), batch_size=4) for s in (1, 2)]
+    trainer.fit(model, DataLoader(_regression(24), batch_size=4), val_dataloaders=loaders)
+    fit = outcome(trainer, model, root, hparams=(root / "hp" / "v1" / "hparams.yaml").read_text())
+    trainer.validate(model, dataloaders=loaders)
+    return fit, outcome(trainer, model, root)
+
+
+def test_log_dict_two_val_loaders(tmp_path):
+    """Before: ``self.log(..., add_dataloader_idx=False)`` (and ``rank_zero_only=True``) was a TypeError."""
+    found = run_both(log_dict_two_val_loaders, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def test_one_bare_name_from_two_loaders_is_refused(tmp_path):
+    """Lightning averages a name two loaders log with add_dataloader_idx=False over both; trainmesh
+    keeps the loaders apart, so it stops with the reason instead of showing one loader's value."""
+    import trainmesh as tm
+
+    class Net(tm.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(4, 1)
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", F.mse_loss(self.layer(batch[0]), batch[1]), add_dataloader_idx=False)
+
+    loaders = [DataLoader(_regression(4, seed=s), batch_size=4) for s in (1, 2)]
+    trainer = tm.Trainer(**trainer_kwargs(tmp_path, logger=False))
+    with pytest.raises(ValueError, match="several evaluation loaders"):
+        trainer.validate(Net(), dataloaders=loaders)

@@ -311,15 +311,38 @@ def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> lis
 
 
 def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any]) -> list[dict[str, float]]:
-    """Publish each loader's metrics to callback_metrics and the loggers, with what the epoch-end
-    hooks logged (``late``) beside the last loader's (the loggers get none of the sanity check's)."""
-    published, row = [], {}
+    """Publish each loader's metrics to callback_metrics and the loggers, and what the epoch-end
+    hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as Lightning's); the
+    loggers get none of the sanity check's. Each loader's results as Lightning returns them: every
+    value but the other loaders' suffixed ones."""
+    everything, row = {}, {}
+    _refuse_shared_names(reduced)
     for loader_idx, metrics in enumerate(reduced):
-        extra, suffix = (late if loader_idx == len(reduced) - 1 else {}), _suffix(loader_idx, reduced)
-        published.append(ctx.publisher.epoch_metrics({**metrics, **extra}, suffix=suffix, to_logger=False))
-        row.update(logger_row({**metrics, **extra}, suffix))
+        suffix = _suffix(loader_idx, reduced)
+        everything.update(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False))
+        row.update(logger_row(metrics, suffix))
+    everything.update(ctx.publisher.epoch_metrics(late, to_logger=False))
+    row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    return published
+    return [
+        {k: v for k, v in everything.items() if "dataloader_idx" not in k or f"dataloader_idx_{i}" in k}
+        for i in range(len(reduced))
+    ]
+
+
+def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
+    # Lightning averages a name several loaders log with add_dataloader_idx=False over all their
+    # batches; trainmesh keeps each loader's results apart, so it would show one loader's value.
+    seen: set[str] = set()
+    for metrics in reduced:
+        bare = {name for name, (_, entry) in metrics.items() if not entry.add_dataloader_idx}
+        if bare & seen:
+            raise ValueError(
+                f"self.log({sorted(bare & seen)[0]!r}, add_dataloader_idx=False) was logged by several evaluation "
+                "loaders; trainmesh keeps each loader's values apart and does not average them together. "
+                "Log a name of each loader's own (e.g. f'val_loss_{dataloader_idx}') or drop add_dataloader_idx=False"
+            )
+        seen |= bare
 
 
 def _suffix(loader_idx: int, loaders: list[Any]) -> str:

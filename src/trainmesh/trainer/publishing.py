@@ -85,9 +85,10 @@ class Publisher:
         state = self.state
         published: dict[str, float] = {}
         for name, (value, entry) in metrics.items():
-            key = f"{name}{suffix}"
+            after = suffix if entry.add_dataloader_idx else ""
+            key = f"{name}{after}"
             published[key] = value
-            keys = [key, f"{name}_epoch{suffix}"] if entry.on_step else [key]
+            keys = [key, f"{name}_epoch{after}"] if entry.on_step else [key]
             for each in keys:
                 state.epoch_metrics[each] = value
             (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
@@ -131,4 +132,9 @@ class Publisher:
 def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:
     """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
     (summed in float64: Lightning's loggers get its float32 mean, which may differ in the last bits)."""
-    return {(f"{n}_epoch{suffix}" if e.on_step else f"{n}{suffix}"): v for n, (v, e) in metrics.items() if e.logger}
+    row = {}
+    for name, (value, entry) in metrics.items():
+        after = suffix if entry.add_dataloader_idx else ""
+        if entry.logger:
+            row[f"{name}_epoch{after}" if entry.on_step else f"{name}{after}"] = value
+    return row
