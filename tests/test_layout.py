@@ -234,6 +234,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_layout.py": "this index",
     "trainer/test_differential.py": "one program under Lightning 2.6 and trainmesh, compared as data (helpers/differential.py)",
     "trainer/test_differential_programs.py": "tutorial-style Lightning programs under Lightning 2.6 and their port, compared as data (helpers/programs.py)",
+    "trainer/test_differential_programs_more.py": "more tutorial-style Lightning programs under Lightning 2.6 and their port (helpers/programs.py)",
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
     "test_ci.py": ".ci/run runs the README's test command, which prints each step",
     "test_docs_snippets.py": "every fenced Python block of docs/ and the README runs (or says why not)",
