@@ -148,3 +148,20 @@ def predict_two_loaders_with_writer(L, root):
 def test_program_same_outcome(tmp_path, program):
     found = run_both(program, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+@pytest.mark.slow
+def test_ddp_program_same_outcome(tmp_path):
+    """Two CPU processes under strategy="ddp" (tests/trainer/ddp_program_run.py): sync_dist logging,
+    all_gather, a value rank 0 logs alone with rank_zero_only=True (before: a TypeError)."""
+    from pathlib import Path
+
+    from helpers.processes import run_program
+
+    script = Path(__file__).parent / "ddp_program_run.py"
+    found = {}
+    for name in ("lightning", "trainmesh"):
+        done = run_program([str(script), name, str(tmp_path / name)], timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[name] = torch.load(tmp_path / name / "outcome.pt", weights_only=False)
+    assert differences(found["lightning"], found["trainmesh"]) == []
