@@ -14,6 +14,8 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from trainmesh.utilities.attribute_dict import AttributeDict
 
 
@@ -124,15 +126,39 @@ def _init_arguments(frame: Any) -> dict[str, Any]:
     return args
 
 
-def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any]:
-    """The module's and the data module's hparams for the loggers, less those saved with
-    ``logger=False``; on a name both define, the module's value wins."""
-    logged: dict[str, Any] = {}
-    for owner in (datamodule, module):
-        hparams = getattr(owner, "hparams", None) if owner is not None else None
-        if hparams and getattr(owner, "log_hyperparams_enabled", True):
-            logged.update(hparams)
-    return logged
+def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any] | None:
+    """What the Trainer sends the loggers' ``log_hyperparams`` at the start of each run, as
+    Lightning's ``_log_hyperparams``: the ``hparams_initial`` of the module and the data module that
+    called ``save_hyperparameters`` (not with ``logger=False``), merged; ``None`` where neither
+    did (Lightning then calls no ``log_hyperparams``, and a CSVLogger writes no hparams.yaml).
+
+    Raises:
+        RuntimeError: a name both saved, with different values (Lightning's error).
+    """
+    owners = [o for o in (module, datamodule) if o is not None and o.__dict__.get("_log_hyperparams", False)]
+    if not owners:
+        return None
+    saved = [o.hparams_initial for o in owners]
+    if len(saved) == 2:
+        clashing = [
+            k for k in saved[0].keys() & saved[1].keys() if k != "_class_path" and _differ(saved[0][k], saved[1][k])
+        ]
+        if clashing:
+            raise RuntimeError(
+                f"Error while merging hparams: the keys {clashing} are present in both the LightningModule's "
+                "and LightningDataModule's hparams but have different values."
+            )
+    merged = {k: v for hparams in saved for k, v in hparams.items()}
+    # LightningCLI's own entry is not a hyperparameter
+    return {k: v for k, v in merged.items() if k != "_class_path"}
+
+
+def _differ(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return True
+    if isinstance(a, torch.Tensor):  # Lightning compares tensors by identity
+        return a is not b
+    return bool(a != b)
 
 
 def refuse_hparams_file(hparams_file: Any) -> None:

@@ -253,6 +253,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             sync_dist=sync_dist,
             batch_size=batch_size,
             add_dataloader_idx=add_dataloader_idx,
+            rank_zero_only=rank_zero_only,
         )
 
     def log_dict(

@@ -112,6 +112,8 @@ def run_validation(
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
+    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
+        ctx.publisher.hyperparameters()
     loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False, kind=kind)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
@@ -119,6 +121,8 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
+    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
+        ctx.publisher.hyperparameters()
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)
@@ -332,15 +336,19 @@ def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
 
 
 def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any]) -> list[dict[str, float]]:
-    """Publish each loader's metrics to callback_metrics and the loggers, with what the epoch-end
-    hooks logged (``late``) beside the last loader's (the loggers get none of the sanity check's)."""
-    published, row = [], {}
+    """Publish each loader's metrics to callback_metrics and the loggers, and what the epoch-end
+    hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as Lightning's); the
+    loggers get none of the sanity check's. Each loader's results as Lightning returns them: its own
+    values and the epoch-end hooks'."""
+    own, row = [], {}
     for loader_idx, metrics in enumerate(reduced):
-        extra, suffix = (late if loader_idx == len(reduced) - 1 else {}), _suffix(loader_idx, reduced)
-        published.append(ctx.publisher.epoch_metrics({**metrics, **extra}, suffix=suffix, to_logger=False))
-        row.update(logger_row({**metrics, **extra}, suffix))
+        suffix = _suffix(loader_idx, reduced)
+        own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False))
+        row.update(logger_row(metrics, suffix))
+    shared = ctx.publisher.epoch_metrics(late, to_logger=False)
+    row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    return published
+    return [{**values, **shared} for values in own]
 
 
 def _suffix(loader_idx: int, loaders: list[Any]) -> str:

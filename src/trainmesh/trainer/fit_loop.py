@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
@@ -29,6 +28,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
+from trainmesh.trainer.optimization.closure import batch_end_outputs
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
@@ -109,11 +109,8 @@ def _begin_fit(
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
-    if ctx.publisher.is_global_zero and ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        for logger in ctx.publisher.loggers:
-            logger.log_hyperparams(hyperparameters_to_log(state.module, state.datamodule))
-            if callable(getattr(logger, "log_graph", None)):  # a user's own logger may not define it
-                logger.log_graph(state.module)
+    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
+        ctx.publisher.hyperparameters()
     if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
         # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
         # are kept aside meanwhile (the generators are restored when the epoch's data starts).
@@ -267,10 +264,10 @@ def _train_batches(
         step_done()
         if is_last:  # Lightning's order: the epoch's schedulers step at its last batch, before its hooks and validation
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
-        for call in at_batch_end:  # on_train_batch_end's callbacks, then the module's; then on_batch_end's
-            call(output, batch, batch_idx)
-        # After on_train_batch_end, as Lightning: what it logged goes to the loggers with the step (every step once a
-        # stop is asked, never with log_every_n_steps=0); decided here, so that a step with neither makes no call.
+        outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate) if at_batch_end else None
+        for call in at_batch_end:  # on_train_batch_end's (Lightning's outputs: closure.py), then on_batch_end's
+            call(outputs, batch, batch_idx)
+        # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
         log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
         if log_due or val_every is not None:
             _log_and_validate(

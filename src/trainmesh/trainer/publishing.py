@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor, read_floats, step_tensor
 
@@ -123,6 +124,18 @@ class Publisher:
         wide = state.log_collector.wide_step_names()
         state.logged_metrics.update({name: metric_tensor(value, wide=name in wide) for name, value in logged.items()})
         self.log(logged)
+
+    def hyperparameters(self) -> None:
+        """At the start of each run (fit, validate, test, predict), as Lightning's: the saved
+        hyperparameters to each logger (none saved: no call; a clash raises on every rank)."""
+        hparams = hyperparameters_to_log(self.state.module, self.state.datamodule)
+        if not self.is_global_zero:
+            return
+        for logger in self.loggers:
+            if hparams is not None:
+                logger.log_hyperparams(hparams)
+            if callable(getattr(logger, "log_graph", None)):  # as Lightning's; a user's own logger may not define it
+                logger.log_graph(self.state.module)
 
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         """To the loggers (none when ``metrics`` is empty) with the epoch, at ``step``, by default

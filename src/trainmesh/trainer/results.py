@@ -35,8 +35,10 @@ class _Entry:
     metric: Any = None  # a torchmetrics Metric computes its own epoch value
     # A float64 tensor was logged: Lightning's epoch value is then float64, else float32 (lightning_dtype).
     wide: bool = False
-    # self.log(..., add_dataloader_idx=False): no "/dataloader_idx_N" after the name with several loaders.
+    # False: an evaluation loader's value keeps its name, without "/dataloader_idx_N" (self.log's add_dataloader_idx)
     add_dataloader_idx: bool = True
+    # Logged by rank 0 alone (self.log's rank_zero_only): never reduced across processes, as Lightning's
+    rank_zero_only: bool = False
     # A step value and nothing else (training_step's default): self.log's fast path.
     plain_step: bool = field(init=False, repr=False, compare=False)
 
@@ -143,6 +145,7 @@ class LogCollector:
         sync_dist: bool,
         batch_size: int | None,
         add_dataloader_idx: bool = True,
+        rank_zero_only: bool = False,
     ) -> None:
         """Record one ``self.log`` call.
 
@@ -153,8 +156,11 @@ class LogCollector:
         """
         entry = self.results.entries.get(name)
         if entry is None:
-            entry = self._new_entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
-            entry.add_dataloader_idx = add_dataloader_idx
+            # rank_zero_only: no collective (the other ranks may not log it), as Lightning's no_op sync
+            entry = self._new_entry(
+                name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only
+            )
+            entry.add_dataloader_idx, entry.rank_zero_only = add_dataloader_idx, rank_zero_only
         if entry.plain_step and not self._chunked:
             kind = type(value)
             if kind is torch.Tensor and value.ndim == 0:
@@ -317,14 +323,19 @@ class LogCollector:
                 continue
             if entry.total is None:
                 continue
+            reduce = _local if entry.rank_zero_only else self._reduce
             if entry.reduce_fx in ("mean", "sum"):
-                total = self._reduce(entry.total.clone(), "sum")
-                weight = self._reduce(torch.tensor(entry.weight, dtype=torch.float64, device=total.device), "sum")
+                total = reduce(entry.total.clone(), "sum")
+                weight = reduce(torch.tensor(entry.weight, dtype=torch.float64, device=total.device), "sum")
                 value = total / weight if entry.reduce_fx == "mean" else total
             else:
-                value = self._reduce(entry.total.clone(), entry.reduce_fx)
+                value = reduce(entry.total.clone(), entry.reduce_fx)
             out[name] = (float(value), entry)
         return out
+
+
+def _local(value: torch.Tensor, op: str) -> torch.Tensor:
+    return value  # this process's own value: what rank_zero_only asks for
 
 
 def _is_metric_object(value: Any) -> bool:

@@ -5,7 +5,7 @@ the loop does with a step's loss (``LossBackward``)."""
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,6 +24,22 @@ def default_optimizer_step(epoch: int, batch_idx: int, optimizer: Any, closure: 
 
 def default_zero_grad(epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad()  # Lightning's LightningModule.optimizer_zero_grad
+
+
+def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str, Any]:
+    """What ``on_train_batch_end`` receives as ``outputs`` for what ``training_step`` returned, as
+    Lightning 2.x builds it (``ClosureResult.asdict`` / ``ManualResult.asdict``): always a dict;
+    ``{"loss": ...}`` for a tensor, the returned dict's other keys beside it, ``{}`` for None. The
+    loss is detached (a callback keeping it does not keep the graph); in automatic optimization it
+    is the one backward ran on: divided by ``accumulate_grad_batches``."""
+    if output is None:
+        return {}
+    extra = dict(output) if isinstance(output, Mapping) else {"loss": output}
+    if not isinstance(extra.get("loss"), torch.Tensor):
+        return extra
+    loss = extra["loss"].detach()
+    extra["loss"] = loss if manual else (loss / accumulate).clone()
+    return extra
 
 
 class OptimizerClosure:
