@@ -30,6 +30,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from helpers.forked import can_fork, run_forked
+
 
 class LegFailed(Exception):
     """A leg failed, or did not run because its launch ended (the message says which)."""
@@ -44,13 +46,16 @@ class Batches:
         *,
         leg_timeout: float,
         cwd: Path | None = None,
+        forked: bool = False,
     ) -> None:
         """``plan``: (name, world size, argv after the program, extra environment) per leg, in the
         order they must run; consecutive legs of one world size share a launch, unless a None
-        between them separates them."""
+        between them separates them. ``forked``: each launch's first process is a fork of this
+        one (helpers/forked.py: no second import of torch), where it can be."""
         names = [leg[0] for leg in plan if leg is not None]
         assert len(set(names)) == len(names), f"two legs of the plan have the same name: {names}"
         self.program, self.root, self.leg_timeout, self.cwd = program, root, leg_timeout, cwd
+        self.forked = forked
         self.launches: list[list[tuple[str, int, list[str], dict[str, str]]]] = []
         separated = True
         for leg in plan:
@@ -86,24 +91,7 @@ class Batches:
             )
         )
         timeout = self.leg_timeout * len(legs)
-        process = subprocess.Popen(
-            [sys.executable, str(self.program), "--batch", str(spec)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            cwd=self.cwd,
-            start_new_session=True,
-        )
-        try:
-            _, err = process.communicate(timeout=timeout)
-            returncode = process.returncode
-        except subprocess.TimeoutExpired:
-            err, returncode = "", None
-        finally:
-            if process.poll() is None:  # timed out, or the test itself was stopped: no worker outlives it
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
+        err, returncode = self._run(spec, timeout)
         together = ", ".join(name for name, *_ in legs)
         ended = f"exited {returncode}" if returncode is not None else f"was killed after {timeout:.0f}s (its timeout)"
         # The legs before the first that failed ran to their end (legs run one after another).
@@ -120,6 +108,34 @@ class Batches:
                 )
             else:
                 self.outcomes[name] = stderr
+
+    def _run(self, spec: Path, timeout: float) -> tuple[str, int | None]:
+        """The launch's stderr and exit status (None: killed at ``timeout``)."""
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if self.forked and can_fork():
+            try:
+                result = run_forked(self.program, ["--batch", str(spec)], env=env, timeout=timeout, cwd=self.cwd)
+            except subprocess.TimeoutExpired:
+                return "", None
+            return result.stderr, result.returncode
+        process = subprocess.Popen(
+            [sys.executable, str(self.program), "--batch", str(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        try:
+            _, err = process.communicate(timeout=timeout)
+            return err, process.returncode
+        except subprocess.TimeoutExpired:
+            return "", None
+        finally:
+            if process.poll() is None:  # timed out, or the test itself was stopped: no worker outlives it
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
 
 
 def run_batch(spec_file: str, run_leg: Callable[[list[str]], object], *, limit: float) -> None:

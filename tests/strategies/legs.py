@@ -10,14 +10,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
 
 
-def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run a leg in its own session; on timeout kill the whole session so no worker outlives it."""
+def run(*args: str, timeout: float = 120, env: dict | None = None, forked: bool = False) -> subprocess.CompletedProcess:
+    """Run a leg in its own session; on timeout kill the whole session so no worker outlives it.
+    ``forked``: the program (``args[0]``) starts as a fork of this process (helpers/forked.py),
+    where it can: for a leg that measures neither memory nor how its processes start."""
+    if forked and can_fork():
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+        return run_forked(HERE / args[0], list(args[1:]), env=environment, timeout=timeout, cwd=HERE)
     return run_program(list(args), timeout=timeout, env=env, cwd=HERE)
 
 

@@ -5,6 +5,7 @@ leg and prints the README's strategy table from the outcomes).
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import torch
 from legs import run, run_torchrun_nodes
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from helpers.forked import can_fork, run_forked  # noqa: E402
 
 MATRIX = Path(__file__).parent / "matrix_run.py"
 ENTRIES = ("trainer", "runtime_before", "runtime_after")
@@ -58,6 +62,16 @@ def launch_of(strategy: str) -> tuple[str, ...]:
     return next(launch for launch in LAUNCHES if strategy in launch)
 
 
+def run_matrix(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python matrix_run.py ARGS`` in its own session, as a fork of this process where it can
+    be (helpers/forked.py: torch is not imported a second time; its workers still start as the
+    leg's start method starts them)."""
+    if can_fork():
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return run_forked(MATRIX, list(args), env=env, timeout=timeout, cwd=MATRIX.parent)
+    return run(str(MATRIX), *args, timeout=timeout)
+
+
 def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
     """Every cell of each of ``legs`` (one launch); rank 0 writes one file per cell into
     ``root/<leg>``. Returns, per leg, '' when it ran to its end, else why not."""
@@ -70,7 +84,7 @@ def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
             return {"ddp2": f"ddp2 failed: {failure}"}
         return {"ddp2": ""}
     if len(legs) == 1 and legs[0] in ("ddp_spawn", "ddp_fork"):
-        result = run(str(MATRIX), legs[0], str(root / legs[0]), timeout=LEG_TIMEOUT)
+        result = run_matrix(legs[0], str(root / legs[0]), timeout=LEG_TIMEOUT)
         return {legs[0]: "" if result.returncode == 0 else f"{legs[0]} failed:\n{result.stderr[-4000:]}"}
     batch = root / f"batch-{'-'.join(legs)}.json"
     batch.write_text(
@@ -82,7 +96,7 @@ def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
         )
     )
     try:
-        result = run(str(MATRIX), "--batch", str(batch), timeout=LEG_TIMEOUT * len(legs))
+        result = run_matrix("--batch", str(batch), timeout=LEG_TIMEOUT * len(legs))
     except subprocess.TimeoutExpired as timeout:
         return {leg: f"{leg}: its launch ({', '.join(legs)}) was killed: {timeout}" for leg in legs}
     problems = {}

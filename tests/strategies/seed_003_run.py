@@ -1,16 +1,19 @@
 """Seed 003's model, trained the seed's two model-parallel ways (test_seed_003.py).
 
-python seed_003_run.py LEG OUT [val=0]
+python seed_003_run.py LEG OUT [val=0|val=1|val=0,1]
   LEG single             one process, one device: the reference (global batch 16)
   LEG layers_on_devices  (a) one process, the model's halves on devices 0 and 1
                          (Trainer(devices=2, strategy="layers_on_devices"); ACCELERATOR=cpu|gpu)
   LEG pp_replicate       (b) under torchrun, 2 nodes x 2 processes: each node's two processes hold
                          one pipeline (seq1 | seq2), the nodes are replicas (per-rank batch 8)
   val=0                  fit without the validation loader (default: validate after each epoch)
+  val=0,1                both, one after the other in the same processes (one launch, one process
+                         group: starting two torchrun nodes was most of a pp_replicate leg's cost)
 Rank 0 writes OUT (torch.save): the whole model's weights, callback_metrics, the step count.
 Under pp_replicate every rank also writes OUT.rank<R>: the whole model's weights as that rank
 gathers them, and where it sits (node, mesh coordinates, its pipeline group's and replica
-group's ranks, the parameters it holds).
+group's ranks, the parameters it holds). With several val= values, each fit's files are
+OUT-val<V> and OUT-val<V>.rank<R>.
 
 The seed's model is ``Linear(10, 10)`` on cuda:0 then ``Linear(10, 5)`` on cuda:1, with the
 ``.to()`` calls in its constructor and forward. Here the same layers are two nn.Sequential
@@ -161,10 +164,14 @@ PROGRAMS = {"single": single, "layers_on_devices": layers_on_devices, "pp_replic
 def main() -> None:
     faulthandler.dump_traceback_later(int(os.environ.get("RUN_TIMEOUT", "240")), exit=True)
     leg, out = sys.argv[1], sys.argv[2]
-    validate = dict(arg.split("=", 1) for arg in sys.argv[3:]).get("val", "1") == "1"
+    values = dict(arg.split("=", 1) for arg in sys.argv[3:]).get("val", "1").split(",")
     if leg not in PROGRAMS:
         raise SystemExit(f"unknown leg {leg!r}")
-    trainer = PROGRAMS[leg](validate)
+    for value in values:  # the second fit uses the process group the first one made
+        save(leg, PROGRAMS[leg](value == "1"), out if len(values) == 1 else f"{out}-val{value}")
+
+
+def save(leg: str, trainer: tm.Trainer, out: str) -> None:
     weights = whole_weights(trainer)
     if leg == "pp_replicate":
         torch.save(

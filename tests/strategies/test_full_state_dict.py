@@ -25,7 +25,7 @@ def outputs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full_state")
     script = str(HERE / "full_state_run.py")
     single = subprocess.Popen([sys.executable, script, str(out), "single"], cwd=HERE, stderr=subprocess.PIPE, text=True)
-    layouts = run(script, str(out), *LAYOUTS, timeout=400)
+    layouts = run(script, str(out), *LAYOUTS, timeout=400, forked=True)
     _, single_err = single.communicate(timeout=120)
     assert single.returncode == 0, single_err[-3000:]
     assert layouts.returncode == 0, layouts.stderr[-4000:]

@@ -112,7 +112,7 @@ def four_ranks(tmp_path_factory):
     """What each of 4 processes saw: one hsdp Runtime (2 x 2) launched by the elastic launcher,
     and in its process group a tp=2 x dp_replicate=2 mesh and a dp_replicate=2 x dp_shard=2 one."""
     out = tmp_path_factory.mktemp("mesh")
-    result = run(str(HERE / "mesh_run.py"), str(out), timeout=180)
+    result = run(str(HERE / "mesh_run.py"), str(out), timeout=180, forked=True)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
     assert [s["global_rank"] for s in seen] == [0, 1, 2, 3] and {s["world_size"] for s in seen} == {4}

@@ -308,12 +308,17 @@ def stop(agents: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def pp_replicate_run(tmp_path: Path, *, validate: bool) -> list[dict]:
-    out = tmp_path / "pp_replicate.pt"
-    run_torchrun_nodes(
-        ["pp_replicate", str(out), f"val={int(validate)}"], nodes=2, per_node=2, timeout=180, logs=tmp_path
-    )
-    return [torch.load(f"{out}.rank{rank}") for rank in range(4)]
+@pytest.fixture(scope="module")
+def pp_replicate_runs(tmp_path_factory) -> dict[bool, list[dict]]:
+    """validate -> every rank's result: both fits in one launch of the two torchrun nodes (one
+    process group; the fit without validation first)."""
+    logs = tmp_path_factory.mktemp("pp_replicate")
+    out = logs / "pp_replicate.pt"
+    run_torchrun_nodes(["pp_replicate", str(out), "val=0,1"], nodes=2, per_node=2, timeout=300, logs=logs)
+    return {
+        validate: [torch.load(f"{out}-val{int(validate)}.rank{rank}") for rank in range(4)]
+        for validate in (False, True)
+    }
 
 
 def assert_pipeline_within_each_node(ranks: list[dict]) -> None:
@@ -339,8 +344,8 @@ def assert_pipeline_within_each_node(ranks: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_pp_replicate_on_two_nodes_trains_like_one_process(tmp_path, reference_without_validation):
-    ranks = pp_replicate_run(tmp_path, validate=False)
+def test_pp_replicate_on_two_nodes_trains_like_one_process(pp_replicate_runs, reference_without_validation):
+    ranks = pp_replicate_runs[False]
     assert_pipeline_within_each_node(ranks)
     for result in ranks:  # every rank's gathered model: the two replicas agree exactly
         assert_same_weights(result["state_dict"], ranks[0]["state_dict"], atol=0.0)
@@ -349,8 +354,8 @@ def test_pp_replicate_on_two_nodes_trains_like_one_process(tmp_path, reference_w
 
 
 @pytest.mark.slow
-def test_pp_replicate_on_two_nodes_validates_like_one_process(tmp_path, reference):
-    ranks = pp_replicate_run(tmp_path, validate=True)
+def test_pp_replicate_on_two_nodes_validates_like_one_process(pp_replicate_runs, reference):
+    ranks = pp_replicate_runs[True]
     assert_pipeline_within_each_node(ranks)
     worst = assert_same_weights(ranks[0]["state_dict"], reference["weights"], atol=1e-5)
     val_losses = [result["metrics"]["val_loss"] for result in ranks]

@@ -8,6 +8,7 @@ own (dp and ddp2 with 2 chunks, as 2 ddp ranks); ddp2 across nodes runs 2 torchr
 chunks (as 4 ranks; slow).
 """
 
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +24,8 @@ sys.path.insert(0, str(HERE))
 from manual_strategies_run import BATCHES, PER_RANK_BATCH, CheckedGAN, chunked_set, reference, run_trainer  # noqa: E402
 
 import trainmesh as tm  # noqa: E402
+from helpers.forked import run_forked  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
-from helpers.processes import run_program  # noqa: E402
 from strategies.legs import run_torchrun_nodes  # noqa: E402
 from trainmesh.strategies import DataParallelStrategy, Placement  # noqa: E402
 from trainmesh.trainer.manual_optimization import check_manual_settings  # noqa: E402
@@ -52,7 +53,8 @@ def test_the_checked_gan_with_its_batch_in_two_chunks_matches_two_plain_torch_ra
     if strategy == "dp":
         run_trainer(str(out), strategy, "2")
     else:  # one node: DDP over one process, whose process group must not outlive the run: a process of its own
-        result = run_program([str(SCRIPT), "trainer", str(out), strategy, "2"], timeout=120, cwd=HERE)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a fork of this one (torch imported once)
+        result = run_forked(SCRIPT, ["trainer", str(out), strategy, "2"], env=env, timeout=120, cwd=HERE)
         assert result.returncode == 0, result.stderr[-3000:]
     got = torch.load(out)
     assert got["global_step"] == 6  # once per opt.step() of the step, not once per chunk

@@ -6,22 +6,21 @@ legs of one world size in one launch (helpers/batches.py).
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from helpers.batches import Batches
+from helpers.forked import run_forked
 from helpers.models import DropoutNet, loaders, quiet_trainer
 
 SCRIPT = Path(__file__).with_name("resume_run.py")
 
 
 def _run(*args: str, env: dict[str, str], expect: int = 0) -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
-    )
+    # A process of its own that dies hard (os._exit): a fork of this one, torch already imported.
+    result = run_forked(SCRIPT, list(args), env={**os.environ, **env}, timeout=120)
     assert result.returncode == expect, result.stderr[-3000:]
 
 
@@ -108,7 +107,7 @@ class Legs:
             resumes.append(leg(param.id, "resume", env, "resumed.pt", "pause.ckpt"))
         # One launch per world size for the first legs, then for the resumes.
         plan = sorted(first, key=lambda entry: entry[1]) + sorted(resumes, key=lambda entry: entry[1])
-        self.batches = Batches(SCRIPT, self.root, plan, leg_timeout=120)
+        self.batches = Batches(SCRIPT, self.root, plan, leg_timeout=120, forked=True)
 
 
 @pytest.fixture(scope="module")
