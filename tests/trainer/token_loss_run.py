@@ -63,7 +63,12 @@ class StepLosses(tm.Callback):
             self.losses.append(trainer.progress_bar_metrics["loss"])
         if isinstance(outputs, dict):
             count = outputs.get("num_tokens")
-            seen = {"keys": sorted(outputs), "loss": float(outputs["loss"]), "first": outputs["first_tokens"].tolist()}
+            first = outputs.get("first_tokens")
+            seen = {
+                "keys": sorted(outputs),
+                "loss": float(outputs["loss"]),
+                "first": None if first is None else first.tolist(),
+            }
             self.outputs.append({**seen, "num_tokens": None if count is None else float(count)})
         else:
             self.outputs.append({"keys": type(outputs).__name__, "loss": float(outputs), "num_tokens": None})

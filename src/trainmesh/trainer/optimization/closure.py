@@ -34,6 +34,8 @@ def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str
     is the one backward ran on: divided by ``accumulate_grad_batches``."""
     if output is None:
         return {}
+    if isinstance(output, list):  # Lightning 1.x's runners (optimizer turns, tbptt splits): 1.9's lists as they are
+        return output  # type: ignore[return-value]
     extra = dict(output) if isinstance(output, Mapping) else {"loss": output}
     if not isinstance(extra.get("loss"), torch.Tensor):
         return extra
