@@ -14,7 +14,9 @@ process at the global batch 8 (values logged with sync_dist=True, so that both r
 Not compared yet: the values of validation and test under trainmesh's spawned ddp. With
 ``limit_val_batches=1`` / ``limit_test_batches=1`` its two processes' mean is not Lightning's one
 process's mean over the global batch's samples (0.455 vs 0.928 after the first epoch), while the
-training values are; found here, not yet explained (docs/notes/cb36.md).
+training values are; found here. The cause was found since: evaluation shards were contiguous runs of the
+batches, and are now dealt out by batch as Lightning's DistributedSampler deals its samples; a spawned
+validate under a batch limit is compared with Lightning in tests/launchers/test_spawn_evaluation.py.
 """
 
 from __future__ import annotations

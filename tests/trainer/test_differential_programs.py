@@ -96,7 +96,7 @@ def callback_reading_the_trainer(L, root):
         def on_train_epoch_end(self, trainer, pl_module):
             lrs = [g["lr"] for o in trainer.optimizers for g in o.param_groups]
             configs = [(c.interval, c.frequency, c.monitor, c.name) for c in trainer.lr_scheduler_configs]
-            # not progress_bar_metrics: trainmesh's holds the running "loss" in fit (docs/notes/campaign36.md)
+            # not progress_bar_metrics: trainmesh's holds the running "loss" in fit (docs/how-to/lightning.md, "Known, not fixed yet")
             metrics = [metrics_of(m) for m in (trainer.callback_metrics, trainer.logged_metrics)]
             self.history.append(("epoch", trainer.current_epoch, pl_module.current_epoch, lrs, configs, metrics))
 
