@@ -466,6 +466,35 @@ def run_gather_grads(out):
     save_rank_zero(out, model)
 
 
+class StrategyFaceNet(Net):
+    """Calls Lightning's collectives on trainer.strategy from a hook, as Lightning programs do."""
+
+    def on_train_start(self):
+        strategy, rank = self.trainer.strategy, self.global_rank
+        value = torch.tensor(float(rank))
+        self.face = {
+            "world_size": strategy.world_size,
+            "global_rank": strategy.global_rank,
+            "is_global_zero": strategy.is_global_zero,
+            "sum": float(strategy.reduce(value, reduce_op="sum")),
+            "mean": float(strategy.reduce(value)),
+            "max": float(strategy.reduce(value, reduce_op=dist.ReduceOp.MAX)),
+            "gather": strategy.all_gather(value.unsqueeze(0)).tolist(),
+            "broadcast": strategy.broadcast(f"from {rank}"),
+            "all_true": strategy.reduce_boolean_decision(rank == 0),
+            "any_true": strategy.reduce_boolean_decision(rank == 0, all=False),
+        }
+        strategy.barrier("face")
+
+
+def run_strategy_face(out):
+    """strategy_face OUT: Lightning's trainer.strategy collectives at 2 processes; each rank saves its answers."""
+    model = StrategyFaceNet()
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_steps=1)
+    trainer.fit(model, DataLoader(dataset(64), batch_size=PER_RANK_BATCH))
+    torch.save(model.face, f"{out}.rank{trainer.global_rank}")
+
+
 def run_trainer_leg(out, strategy="ddp", devices="2", nodes="1"):
     """trainer OUT [STRATEGY DEVICES NODES]: a Trainer run; rank 0 saves weights."""
     run_trainer(out, strategy, int(devices), int(nodes))
@@ -514,6 +543,7 @@ PROGRAMS = {
     "unused": run_unused_leg,
     "runtime": run_runtime,
     "gather_grads": run_gather_grads,
+    "strategy_face": run_strategy_face,
 }
 
 

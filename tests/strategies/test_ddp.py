@@ -45,6 +45,7 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
         leg("runtime.pt", 2, "runtime"),
         leg("callbacks", 2, "callbacks", str(root / "ckpts")),
         leg("gather-grads.pt", 2, "gather_grads"),
+        leg("strategy-face", 2, "strategy_face"),
         leg("single.pt", 1, "single"),
         leg("single-sgd.pt", 1, "single", "sgd"),
     ]
@@ -111,6 +112,18 @@ def test_a_loss_over_outputs_gathered_with_gradients_trains_as_one_process_at_th
     gathered, single = weights(legs.out("gather-grads.pt")), weights(legs.out("single-sgd.pt"))
     for name in single:
         torch.testing.assert_close(gathered[name], single[name], atol=1e-5, rtol=1e-5)
+
+
+def test_lightning_s_collectives_on_trainer_strategy_answer_as_lightning_s_ddp(legs):
+    """``trainer.strategy.reduce/all_gather/broadcast/barrier/reduce_boolean_decision`` and its ranks,
+    as Lightning's DDPStrategy answers them at 2 processes (rank r contributes r)."""
+    out = legs.out("strategy-face")
+    for rank in (0, 1):
+        face = torch.load(f"{out}.rank{rank}")
+        assert (face["world_size"], face["global_rank"], face["is_global_zero"]) == (2, rank, rank == 0)
+        assert (face["sum"], face["mean"], face["max"]) == (1.0, 0.5, 1.0)
+        assert face["gather"] == [[0.0], [1.0]] and face["broadcast"] == "from 0"
+        assert (face["all_true"], face["any_true"]) == (False, True)
 
 
 @pytest.mark.parametrize("samples", [1001, 1])  # 1: a rank with no sample at all

@@ -22,6 +22,7 @@ from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives
 from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.gradients import clip_gradients_locally
+from trainmesh.strategies.lightning_face import LightningStrategyFace
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.process_group import join_process_group, leave_process_group
 from trainmesh.strategies.protocol import Placement
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 START_METHODS = ("elastic", "spawn", "fork")
 
 
-class DistributedStrategy:
+class DistributedStrategy(LightningStrategyFace):
     """One process per device (``processes_per_node``), joined in one process group.
 
     Subclasses name their mesh (``dims``), place the model and state their ``capabilities``;

@@ -21,6 +21,7 @@ from trainmesh.strategies.arguments import new_keeping_arguments, rebuilt
 from trainmesh.strategies.capabilities import REPLICATED, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, compile_setting
 from trainmesh.strategies.gradients import clip_gradients_locally
+from trainmesh.strategies.lightning_face import LightningStrategyFace
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import (
@@ -36,7 +37,7 @@ from trainmesh.strategies.step import (
 _NO_SYNC_NEEDED = contextlib.nullcontext()
 
 
-class SingleDeviceStrategy:
+class SingleDeviceStrategy(LightningStrategyFace):
     """Train on one device in this process.
 
     Args:

@@ -1,0 +1,108 @@
+"""The collectives and ranks Lightning's programs call on ``trainer.strategy`` (``world_size``,
+``reduce``, ``barrier``, ``broadcast``, ``all_gather``, ``reduce_boolean_decision``), as Lightning
+2.6's strategies answer them: on one process without a process group every call returns its input;
+over processes they act on every data-parallel process (Lightning's DDP world).
+
+A base class of the single-device and distributed strategies; it reads only their ``mesh`` and
+``root_device``, and adds nothing to the Strategy protocol the Runtime uses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainmesh.strategies import collectives
+
+# Lightning's reduce_op spellings (a string, or torch's ReduceOp) -> collectives' ops.
+_OPS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+
+
+def _op_name(reduce_op: Any) -> str:
+    if reduce_op is None:
+        return "mean"
+    if isinstance(reduce_op, str):
+        name = reduce_op.lower()
+    else:  # torch's ReduceOp (ReduceOp.SUM, ...)
+        name = str(getattr(reduce_op, "name", reduce_op)).rsplit(".", 1)[-1].lower()
+    if name not in _OPS:
+        raise ValueError(f"reduce_op={reduce_op!r}: use 'mean', 'sum', 'max' or 'min' (or torch's ReduceOp)")
+    return _OPS[name]
+
+
+def _has_group() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+class LightningStrategyFace:
+    """Lightning's collectives and ranks on a strategy (``trainer.strategy.reduce(x, reduce_op="sum")``)."""
+
+    @property
+    def mesh(self) -> Any:  # the strategy's (single.py, distributed.py)
+        raise NotImplementedError
+
+    @property
+    def root_device(self) -> torch.device:
+        raise NotImplementedError
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes (Lightning's ``strategy.world_size``)."""
+        return int(self.mesh.world_size)
+
+    @property
+    def global_rank(self) -> int:
+        return int(self.mesh.global_rank)
+
+    @property
+    def local_rank(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", 0))
+
+    @property
+    def node_rank(self) -> int:
+        return int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", 0)))
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait for every process (nothing on one)."""
+        collectives.barrier(self.mesh)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Global rank ``src``'s ``obj`` (any picklable object) on every process."""
+        return collectives.broadcast(self.mesh, obj, src)
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """A tensor reduced over the processes (``"mean"``, ``"sum"``, ``"max"``, ``"min"``), as
+        Lightning's DDP ``reduce``; anything else, or one process without a group, as it is."""
+        op = _op_name(reduce_op)
+        if not isinstance(tensor, torch.Tensor) or not _has_group() or self.world_size == 1:
+            return tensor
+        if group is None:
+            return collectives.reduce(self.mesh, tensor, op)
+        reduced = tensor.clone()
+        torch_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(reduced, op=torch_op, group=group)
+        return reduced / dist.get_world_size(group) if op == "mean" else reduced
+
+    def all_gather(self, tensor: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every process's tensor stacked on a new dim 0 (as it is without a process group), as
+        ``LightningModule.all_gather``."""
+        if not _has_group():
+            return tensor
+        return collectives.all_gather(self.mesh, tensor, group=group, sync_grads=sync_grads)
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002  Lightning's name
+        """True when every process decided True (``all``), or any did (``all=False``)."""
+        if not _has_group() or self.world_size == 1:
+            return bool(decision)
+        votes = collectives.reduce(self.mesh, torch.tensor(int(decision), device=self.root_device), "sum")
+        return bool(votes == self.world_size) if all else bool(votes > 0)
+
+
+__all__ = ["LightningStrategyFace"]
