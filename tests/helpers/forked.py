@@ -1,36 +1,47 @@
-"""``python PROGRAM ARGS`` as a fork of this process: a process of its own that starts with
-torch and trainmesh already imported.
+"""``python PROGRAM ARGS`` as a fork of a process that already imported torch and trainmesh.
 
 A test's program run as a new interpreter spends 2-3 s of CPU importing torch and trainmesh
-before its first line (more than most legs' training). A fork of the test process (pytest, which
-imported both) skips that; it is still a separate process: its own environment, working
-directory, stdout/stderr, exit status, and nothing it does reaches the test's process. A
-multi-process program forked this way is its elastic agent, as ``python PROGRAM`` would be: the
-workers it starts are new interpreters running PROGRAM, as under torchrun.
+before its first line (more than most legs' training). A fork skips that; it is still a separate
+process: its own environment, working directory, stdout/stderr, exit status, and nothing it does
+reaches the test's process. A multi-process program forked this way is its elastic agent, as
+``python PROGRAM`` would be: the workers it starts are new interpreters running PROGRAM, as under
+torchrun.
 
-Not for a test about how processes start, import or exit (those run the real interpreter), nor
-while this process holds a process group (the fork would inherit it): ``can_fork()`` says.
+The fork is not taken of the test process: a pytest worker has threads (xdist's, and whatever
+earlier tests left: writers, thread pools, gloo's), and a fork keeps every lock one of them held,
+with no thread left to release it. A program forked from one hung at random on a loaded CI
+machine. The fork is taken of multiprocessing's fork server instead: one clean, single-threaded
+process per test process that imports torch and trainmesh once (``set_forkserver_preload``) and
+does nothing else.
+
+Not for a test about how processes start, import or exit (those run the real interpreter).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import runpy
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
+# What the fork server imports once, before its first fork.
+PRELOAD = ["torch", "trainmesh", "helpers.forked"]
+
 
 def can_fork() -> bool:
-    """Whether a fork of this process would start clean: no process group of torch.distributed
-    (its store connection would be shared with the fork)."""
-    import torch.distributed as dist
+    """Whether this platform has the fork server (POSIX)."""
+    return os.name == "posix" and "forkserver" in multiprocessing.get_all_start_methods()
 
-    return os.name == "posix" and not (dist.is_available() and dist.is_initialized())
+
+def _fork_server() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 def run_forked(
@@ -42,26 +53,22 @@ def run_forked(
     command = [sys.executable, str(program), *args]
     with tempfile.TemporaryDirectory(prefix="forked-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            _child(program, args, env, cwd, out, err)
-        deadline, status = time.monotonic() + timeout, None
+        child = _fork_server().Process(target=_child, args=(str(program), args, env, cwd, out, err))
+        child.start()
+        timed_out = True
         try:
-            while status is None and time.monotonic() <= deadline:
-                done, waited = os.waitpid(pid, os.WNOHANG)
-                status = waited if done else time.sleep(0.05)
+            child.join(timeout)
+            timed_out = child.exitcode is None
         finally:
-            if status is None:  # timed out, or the test itself was stopped: no worker outlives it
+            if child.exitcode is None:  # timed out, or the test itself was stopped: no worker outlives it
                 try:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(child.pid, signal.SIGKILL)
                 except ProcessLookupError:  # killed before its setsid: no group of its own yet
-                    os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        if status is None:
+                    child.kill()
+                child.join()
+        if timed_out:
             raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text())
-        return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
+        return subprocess.CompletedProcess(command, child.exitcode, out.read_text(), err.read_text())
 
 
 def _child(program: Path, args: list[str], env: dict[str, str], cwd: Path | None, out: Path, err: Path) -> None:
