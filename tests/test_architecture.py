@@ -74,6 +74,7 @@ THROUGH_THE_DOOR = {
         "UnreadableCheckpoint",
         "atomic_save",
         "check_state_dict_fits",
+        "check_weights_only",
         "content_problem",
         "load_checkpoint_file",
         "remove_checkpoint",

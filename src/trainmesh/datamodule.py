@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, refuse_hparams_file
+from trainmesh.hyperparameters import HyperparametersMixin, read_saved_checkpoint
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import argparse as lightning_one_argparse
 
@@ -91,14 +91,17 @@ class DataModule(DataHooks, HyperparametersMixin):
 
     @classmethod
     def load_from_checkpoint(
-        cls, checkpoint_path: str, map_location: Any = "cpu", hparams_file: None = None, **overrides: Any
+        cls,
+        checkpoint_path: str,
+        map_location: Any = "cpu",
+        hparams_file: None = None,
+        weights_only: bool | None = None,
+        **overrides: Any,
     ) -> DataModule:
         """The data module built from the hyperparameters a checkpoint saved for it, with
-        ``overrides`` replacing some, as Lightning's ``LightningDataModule.load_from_checkpoint``."""
-        from trainmesh.checkpoint import load_checkpoint_file
-
-        refuse_hparams_file(hparams_file)
-        checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
+        ``overrides`` replacing some, as Lightning's ``LightningDataModule.load_from_checkpoint``
+        (``weights_only`` goes to ``torch.load``: None is torch's default)."""
+        checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
         made = cls(**{**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides})
         if checkpoint.get("datamodule"):  # the state its state_dict() returned when saved
             made.load_state_dict(checkpoint["datamodule"])

@@ -170,3 +170,17 @@ def refuse_hparams_file(hparams_file: Any) -> None:
             "hyperparameters the checkpoint saved; pass the ones to change as keyword arguments "
             "(load_from_checkpoint(path, lr=0.1))"
         )
+
+
+def read_saved_checkpoint(
+    checkpoint_path: Any, map_location: Any, hparams_file: Any, weights_only: bool | None
+) -> dict[str, Any]:
+    """The checkpoint ``load_from_checkpoint`` builds from: ``hparams_file`` refused (see
+    :func:`refuse_hparams_file`), ``weights_only`` as Lightning passes it to ``torch.load`` (None:
+    torch's default, True since torch 2.6: a checkpoint holding other classes stops with torch's
+    error unless they are allowed with ``torch.serialization.add_safe_globals``, or pass False)."""
+    from trainmesh.checkpoint import check_weights_only, load_checkpoint_file
+
+    refuse_hparams_file(hparams_file)
+    check_weights_only(checkpoint_path, weights_only)
+    return load_checkpoint_file(checkpoint_path, map_location=map_location)

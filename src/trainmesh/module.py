@@ -16,7 +16,7 @@ from torch import nn
 
 from trainmesh import manual_calls
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, refuse_hparams_file
+from trainmesh.hyperparameters import HyperparametersMixin, read_saved_checkpoint
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
@@ -422,22 +422,19 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         map_location: Any = "cpu",
         hparams_file: None = None,
         strict: bool = True,
+        weights_only: bool | None = None,
         **overrides: Any,
     ) -> Module:
         """Build the module from the hyperparameters saved in a checkpoint and load its weights.
 
         ``overrides`` replace saved hyperparameters; ``strict=False`` tolerates missing or extra
-        weights (Lightning's spelling and order, as is ``checkpoint_path``). ``hparams_file`` (a
-        YAML/CSV of hyperparameters in Lightning) is refused: the checkpoint carries them.
+        weights; ``weights_only`` goes to ``torch.load`` as in Lightning (None: torch's default).
+        ``hparams_file`` (a YAML/CSV of hyperparameters in Lightning) is refused: the checkpoint carries them.
 
         >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
-        from trainmesh.checkpoint import load_checkpoint_file
-
-        refuse_hparams_file(hparams_file)
-        checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
-        hparams = {**checkpoint.get("hyper_parameters", {}), **overrides}
-        module = cls(**hparams)
+        checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
+        module = cls(**{**checkpoint.get("hyper_parameters", {}), **overrides})
         call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module

@@ -10,6 +10,7 @@ from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, remove_checkpoint
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.paths import CheckpointPlaces, LastCheckpoints, remove_interrupted_saves, resolve_checkpoint
+from trainmesh.checkpoint.weights_only import check_weights_only
 from trainmesh.checkpoint.writers import AsyncCheckpointIO
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "UnreadableCheckpoint",
     "atomic_save",
     "check_state_dict_fits",
+    "check_weights_only",
     "content_problem",
     "load_checkpoint_file",
     "remove_checkpoint",

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.timer import with_max_time
-from trainmesh.checkpoint import remove_checkpoint
+from trainmesh.checkpoint import check_weights_only, remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
@@ -189,14 +189,16 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         val_dataloaders: Any = None,
         datamodule: Any = None,
         ckpt_path: str | None = None,
+        weights_only: bool | None = None,
     ) -> None:
-        """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly."""
+        """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly (``weights_only``:
+        Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
-        self._launch("fit", model, data, ckpt_path)
+        self._launch("fit", model, data, ckpt_path, weights_only)
 
     def validate(
         self,
@@ -205,9 +207,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path: str | None = None,
         verbose: bool = True,
         datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run validation once; returns one dict of logged metrics per dataloader."""
-        return self._evaluate("validate", model, dataloaders, datamodule, ckpt_path, verbose)
+        return self._evaluate("validate", model, dataloaders, datamodule, (ckpt_path, weights_only), verbose)
 
     def test(
         self,
@@ -216,9 +219,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path: str | None = None,
         verbose: bool = True,
         datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run the test set once; returns one dict of logged metrics per dataloader."""
-        return self._evaluate("test", model, dataloaders, datamodule, ckpt_path, verbose)
+        return self._evaluate("test", model, dataloaders, datamodule, (ckpt_path, weights_only), verbose)
 
     def predict(
         self,
@@ -227,12 +231,13 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         datamodule: Any = None,
         return_predictions: bool | None = None,
         ckpt_path: str | None = None,
+        weights_only: bool | None = None,
     ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
         with ``return_predictions=False`` (Lightning's arguments, in its order)."""
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
-        outputs = self._launch("predict", model, data, ckpt_path)
+        outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return None if return_predictions is False else outputs
 
     def _reset_fit_state(self) -> None:
@@ -270,20 +275,22 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
     # ---- internals ----------------------------------------------------------------------------
     def _evaluate(
-        self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: str | None, verbose: bool
+        self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt: tuple[Any, Any], verbose: bool
     ) -> list[dict[str, float]]:
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
-        results: list[dict[str, float]] = self._launch(stage, model, data, ckpt_path)
+        results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
         if verbose and self.is_global_zero:
             evaluation.print_results(stage, results)
         return results
 
-    def _launch(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+    def _launch(
+        self, stage: str, model: Any, data: DataSource, ckpt_path: str | None, weights_only: bool | None = None
+    ) -> Any:
         if stage == "fit" or ckpt_path is None:  # else after the checkpoint is found, as Lightning orders it
             refuse_missing_steps(model, stage)  # before any process starts (stage_requirements.py)
         self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
-        outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path)
+        outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
         if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
             return outcome.adopt(self._state, self, model)
         return outcome
@@ -295,7 +302,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             return self.module
         return self.runtime.trainer_port.uncompiled(model)
 
-    def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None) -> Any:
+    def _run(self, stage: str, model: Any, data: DataSource, ckpt_path: str | None, weights_only: bool | None) -> Any:
         state = self._state
         state.stage = stage
         self._behaviour.apply_torch_flags()  # again here: a spawned process starts with torch's defaults
@@ -303,7 +310,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
-            peek = functools.partial(self._read_checkpoint, with_optimizers=False)
+            peek = functools.partial(self._read_checkpoint, with_optimizers=False, weights_only=weights_only)
             restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
             loop = self._prepare(model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
@@ -311,7 +318,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
                 # "last" and the automatic resume fall back past a damaged checkpoint (trainer/resume.py).
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
-                read = functools.partial(self._read_checkpoint, with_optimizers=True)  # here: after setup, or sharded
+                read = functools.partial(self._read_checkpoint, with_optimizers=True, weights_only=weights_only)
                 source, checkpoint = early[0] if early else read_fit_checkpoint(self, self.runtime, ckpt_path, read)
                 state.ckpt_path = source
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
@@ -326,10 +333,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
-                self._load_weights_for_eval(ckpt_path)
+                self._load_weights_for_eval(ckpt_path, weights_only)
                 result = evaluation.run_predict(loop, data)
             else:
-                self._load_weights_for_eval(ckpt_path)
+                self._load_weights_for_eval(ckpt_path, weights_only)
                 refuse_missing_steps(model, stage)
                 result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
@@ -415,15 +422,16 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             log_hyperparams=behaviour.enable_autolog_hparams,
         )
 
-    def _load_weights_for_eval(self, ckpt_path: str | None) -> None:
+    def _load_weights_for_eval(self, ckpt_path: str | None, weights_only: bool | None) -> None:
         if ckpt_path is None:
             return
-        read = functools.partial(self._read_checkpoint, with_optimizers=False)
+        read = functools.partial(self._read_checkpoint, with_optimizers=False, weights_only=weights_only)
         source, checkpoint = read_weights_checkpoint(self, self.runtime, ckpt_path, read)
         self._state.ckpt_path = source
         restore_checkpoint(self._state, self.runtime, self, checkpoint, source=source, weights_only=True)
 
-    def _read_checkpoint(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
+    def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
+        check_weights_only(source, weights_only)  # what Lightning's torch.load(weights_only=) refuses
         optimizers = self.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
