@@ -45,6 +45,8 @@ def test_the_comparison_reaches_the_callables_and_members() -> None:
         assert key in keys
     for key in ("Trainer.save_checkpoint", "LightningModule.log_dict", "Callback.on_train_start"):
         assert key in keys
+    for key in ("callbacks.ModelCheckpoint.on_train_batch_end", "callbacks.EarlyStopping.on_validation_end"):
+        assert key in keys
     assert not any(key.startswith("strategies.") for key in keys)
 
 

@@ -77,10 +77,29 @@ def _module_pairs() -> Iterator[tuple[str, Any, Any]]:
         yield area.removeprefix("lightning.pytorch.") + name, theirs, ours
 
 
+def _callback_hook_pairs() -> Iterator[tuple[str, Any, Any]]:
+    """Each built-in callback's hooks (the Callback base's methods), as ``callbacks.X.hook``: a program
+    calls ``cb.on_train_batch_end(trainer=..., pl_module=..., ...)`` or ``super().hook(...)`` by keyword."""
+    import lightning.pytorch as L
+
+    import trainmesh.callbacks as ours_module
+
+    hooks = [n for n in sorted(vars(L.Callback)) if not n.startswith("_") and callable(getattr(L.Callback, n))]
+    for name in sorted(L.callbacks.__all__):
+        theirs, ours = getattr(L.callbacks, name), getattr(ours_module, name, None)
+        if ours is None or name == "Callback" or inventory.refusal("lightning.pytorch.callbacks.", name) is not None:
+            continue
+        for hook in hooks:
+            their_hook, our_hook = getattr(theirs, hook, None), getattr(ours, hook, None)
+            if callable(their_hook) and callable(our_hook):
+                yield f"callbacks.{name}.{hook}", their_hook, our_hook
+
+
 def pairs() -> Iterator[tuple[str, Any, Any]]:
     """(key, Lightning's callable, trainmesh's) for everything compared."""
     yield from _module_pairs()
     yield from _member_pairs()
+    yield from _callback_hook_pairs()
 
 
 def differences(theirs: Any, ours: Any) -> dict[str, str]:
@@ -122,19 +141,10 @@ Call = Callable[[], Any]
 # kind: "refused" (the name is taken and stops with ``reason``, which ``call`` shows), "in progress"
 # (another branch adds it: it must still be missing here), "not yet" (missing, work left), "torch"
 # (the class is torch's own, whose signature torch decides).
-WEIGHTS_ONLY = (
-    "not yet: trainmesh reads its checkpoints with torch.load(weights_only=False) (they hold RNG "
-    "states and hyperparameters); passing Lightning's weights_only to torch.load is work left"
-)
 TENSORRT = "to_tensorrt compiles for NVIDIA TensorRT"
 DDP_TYPE = (
     "torch: trainmesh re-exports torch's own DistributedDataParallel, which added init_sync before "
     "process_group; Lightning's Protocol types an older torch's signature (by name, every one is taken)"
-)
-MODEL_CHECKPOINT_LEFT = (
-    "not yet: Lightning's save_on_exception/train_time_interval are missing, so the parameters after "
-    "save_top_k are keyword-only here (a positional call past it stops with a TypeError, never "
-    "sets the wrong one)"
 )
 THROUGHPUT = (
     "not yet: trainmesh's ThroughputMonitor is its own (it counts a batch's samples from its first tensor "
@@ -142,9 +152,6 @@ THROUGHPUT = (
     "device/... keys are work left"
 )
 TABLE: dict[str, tuple[str, str]] = {
-    **{f"Trainer.{m}(weights_only)": ("not yet", WEIGHTS_ONLY) for m in ("fit", "validate", "test", "predict")},
-    "LightningModule.load_from_checkpoint(weights_only)": ("not yet", WEIGHTS_ONLY),
-    "LightningDataModule.load_from_checkpoint(weights_only)": ("not yet", WEIGHTS_ONLY),
     **{
         f"LightningModule.to_tensorrt({n})": ("refused", TENSORRT)
         for n in (
@@ -165,20 +172,6 @@ TABLE: dict[str, tuple[str, str]] = {
             "check_reduction",
             "gradient_as_bucket_view",
             "static_graph",
-        )
-    },  # fmt: skip
-    "callbacks.ModelCheckpoint(save_on_exception)": ("not yet", MODEL_CHECKPOINT_LEFT),
-    "callbacks.ModelCheckpoint(train_time_interval)": ("not yet", MODEL_CHECKPOINT_LEFT),
-    **{
-        f"callbacks.ModelCheckpoint({n})": ("not yet", MODEL_CHECKPOINT_LEFT)
-        for n in (
-            "save_weights_only",
-            "mode",
-            "auto_insert_metric_name",
-            "every_n_train_steps",
-            "every_n_epochs",
-            "save_on_train_epoch_end",
-            "enable_version_counter",
         )
     },  # fmt: skip
     "callbacks.ThroughputMonitor(batch_size_fn)": ("not yet", THROUGHPUT),

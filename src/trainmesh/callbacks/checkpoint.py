@@ -50,9 +50,9 @@ class OnExceptionCheckpoint(Checkpoint):
     def ckpt_path(self) -> str:
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         trainer.save_checkpoint(self.ckpt_path)
 
-    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if trainer.is_global_zero:
             Path(self.ckpt_path).unlink(missing_ok=True)

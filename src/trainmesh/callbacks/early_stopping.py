@@ -90,11 +90,11 @@ class EarlyStopping(Callback):
         return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._checks_at_epoch_end(trainer):
             self._check(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if not self._checks_at_epoch_end(trainer) and getattr(trainer, "stage", "fit") == "fit":
             self._check(trainer)
 

@@ -71,11 +71,11 @@ class BaseFinetuning(Callback):
         else:  # Lightning's checkpoints from before its PR #11887
             self._internal_optimizer_metadata = state_dict  # type: ignore[assignment]
 
-    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         """On resume: the param groups of the run that saved, rebuilt before the optimizers' states load."""
         if self._restarting:
             if self._internal_optimizer_metadata:
-                named_parameters = dict(module.named_parameters())
+                named_parameters = dict(pl_module.named_parameters())
                 for opt_idx, optimizer in enumerate(trainer.optimizers):
                     if opt_idx in self._internal_optimizer_metadata:
                         param_groups = self._apply_mapping_to_param_groups(
@@ -173,9 +173,9 @@ class BaseFinetuning(Callback):
         if kept:
             optimizer.add_param_group({"params": kept, "lr": params_lr / denom_lr})
 
-    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         _refuse_parallel(trainer, type(self).__name__)
-        self.freeze_before_training(module)
+        self.freeze_before_training(pl_module)
 
     @staticmethod
     def _apply_mapping_to_param_groups(
@@ -201,11 +201,11 @@ class BaseFinetuning(Callback):
                 self._apply_mapping_to_param_groups(current_param_groups[num_param_groups:], mapping)
             )
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         for opt_idx, optimizer in enumerate(trainer.optimizers):
             num_param_groups = len(optimizer.param_groups)
-            self.finetune_function(module, trainer.current_epoch, optimizer)
-            self._store(module, opt_idx, num_param_groups, optimizer.param_groups)
+            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
+            self._store(pl_module, opt_idx, num_param_groups, optimizer.param_groups)
 
     def finetune_function(self, pl_module: Any, epoch: int, optimizer: Optimizer) -> None:
         """Override to add your unfreeze logic."""
@@ -299,11 +299,11 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
 
-    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        if hasattr(module, "backbone") and isinstance(module.backbone, Module):
-            return super().on_fit_start(trainer, module)
+    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        if hasattr(pl_module, "backbone") and isinstance(pl_module.backbone, Module):
+            return super().on_fit_start(trainer, pl_module)
         raise ValueError(
-            f"BackboneFinetuning finetunes `module.backbone`, and {type(module).__name__} has no nn.Module "
+            f"BackboneFinetuning finetunes `module.backbone`, and {type(pl_module).__name__} has no nn.Module "
             "`backbone` attribute: name the part to finetune `self.backbone`, or write a BaseFinetuning subclass"
         )
 

@@ -58,14 +58,14 @@ class GradientAccumulationScheduler(Callback):
                 return self.scheduling[scheduled]
         return 1
 
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         """Refuses what Lightning refuses: manual optimization, and a Trainer's own accumulation."""
-        if not module.automatic_optimization:
+        if not pl_module.automatic_optimization:
             raise RuntimeError(
                 "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for "
                 "manual optimization. Please remove the callback or switch to automatic optimization."
             )
-        overridden = is_overridden("optimizer_step", module) or is_overridden("optimizer_zero_grad", module)
+        overridden = is_overridden("optimizer_step", pl_module) or is_overridden("optimizer_zero_grad", pl_module)
         if overridden and self.going_to_accumulate_grad_batches():
             rank_zero_warn(
                 "When using `Trainer(accumulate_grad_batches != 1)` and overriding"

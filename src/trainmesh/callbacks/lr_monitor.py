@@ -57,7 +57,7 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values: dict[str, float] = {}
 
     # ---- hooks --------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         # fast_dev_run turns loggers off on purpose; there is nothing to complain about then.
         if stage == "fit" and not trainer.loggers and not trainer.fast_dev_run:
             raise ValueError(
@@ -65,7 +65,7 @@ class LearningRateMonitor(Callback):
                 "pass one, e.g. Trainer(logger=TensorBoardLogger(...)); or drop the callback"
             )
 
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.log_momentum and trainer.is_global_zero:
             lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
             if lacking:
@@ -76,11 +76,11 @@ class LearningRateMonitor(Callback):
                     stacklevel=2,
                 )
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any")
 
-    def on_train_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: Any, batch: Any, batch_idx: int) -> None:
         # Lightning's should_update_logs: "+ 1" as it is asked before the batch's optimizer step
         due = (trainer.loop.batches_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
         if due and self.logging_interval != "epoch":

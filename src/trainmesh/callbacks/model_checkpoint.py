@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import math
 import os
-import re
+import time
 import warnings
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.callbacks.checkpoint_names import absolute, as_score, check_arguments, inside, render_filename, worst
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.rank_zero import rank_zero_info
 
-# "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
-_FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
-_MODES = ("min", "max")
+__all__ = ["ModelCheckpoint", "render_filename"]
 
 
 class ModelCheckpoint(Checkpoint):
-    __doc__ = docstrings.MODEL_CHECKPOINT  # Args and Examples; the file is near 500 lines
+    __doc__ = docstrings.MODEL_CHECKPOINT  # Args and Examples, kept with the other long docstrings
 
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
@@ -41,25 +41,29 @@ class ModelCheckpoint(Checkpoint):
         verbose: bool = False,
         save_last: bool | None = None,
         save_top_k: int = 1,
-        *,
+        save_on_exception: bool = False,
         save_weights_only: bool = False,
         mode: str = "min",
         auto_insert_metric_name: bool = True,
         every_n_train_steps: int | None = None,
+        train_time_interval: timedelta | None = None,
         every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
     ) -> None:
-        _check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
+        check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs, train_time_interval)
         self._dirpath_given = dirpath is not None
-        self.dirpath: str | None = _absolute(dirpath) if dirpath is not None else None
+        self.dirpath: str | None = absolute(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
         self.save_last = bool(save_last)
-        if every_n_train_steps is None and every_n_epochs is None:
+        if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs = 1
+        self.save_on_exception = save_on_exception
+        self.train_time_interval = train_time_interval
+        self._last_time_checked: float | None = None  # time.monotonic() at the last time-due save
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
         # None: decided at each save point, as Lightning decides (_saves_at_epoch_end).
@@ -76,7 +80,7 @@ class ModelCheckpoint(Checkpoint):
         self.current_score: torch.Tensor | None = None
         self.last_model_path = ""
         self.kth_best_model_path = ""
-        self.kth_value = _as_score(_worst(mode))
+        self.kth_value = as_score(worst(mode))
         self.best_k_models: dict[str, torch.Tensor] = {}
         # Step 0 counts as saved: a checkpoint of untrained weights is never worth writing.
         self._last_global_step_saved = 0
@@ -90,7 +94,7 @@ class ModelCheckpoint(Checkpoint):
     def best_model_score(self) -> torch.Tensor | None:
         """The monitored value of the best checkpoint, as a 0-d tensor (None before one is ranked)."""
         # float64: the same number as best_k_models[best_model_path], with no rounding.
-        return None if self._best_score is None else _as_score(self._best_score)
+        return None if self._best_score is None else as_score(self._best_score)
 
     @best_model_score.setter
     def best_model_score(self, value: float | torch.Tensor | None) -> None:
@@ -105,27 +109,33 @@ class ModelCheckpoint(Checkpoint):
             "every_n_train_steps": self.every_n_train_steps,
             "every_n_epochs": self.every_n_epochs,
         }
+        if self.train_time_interval is not None:  # Lightning's key has it; a key without it stays loadable
+            key["train_time_interval"] = self.train_time_interval
         return f"{type(self).__qualname__}{key!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
-            self.dirpath = trainer.runtime.broadcast(_absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+            self.dirpath = trainer.runtime.broadcast(absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
 
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
         self._dir_checked = False
+        self._last_time_checked = time.monotonic()
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if not trainer.sanity_checking:
             self._validated_since_check = self._validated_this_fit = True
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
+        step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
         # After a validation run that the epoch's end does not save for (it runs more than once an
         # epoch, or not every epoch): at the next batch's end, where the loop's counters are those of
         # a finished batch (Lightning saves at on_validation_end, one batch earlier: known difference).
@@ -133,7 +143,7 @@ class ModelCheckpoint(Checkpoint):
         if step_due or after_validation:
             self._save(trainer, mid_epoch=not after_validation)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
         if self._skip(trainer) or not self._epoch_due(trainer):
             return
@@ -144,6 +154,33 @@ class ModelCheckpoint(Checkpoint):
             # one), so that ckpt_path="last" resumes exactly, whatever the top-k cadence.
             self._last_global_step_saved = trainer.global_step
             self._save_last(trainer, dict(trainer.callback_metrics))
+
+    def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
+        """``save_on_exception=True``: the checkpoint where the run stands, named as a save there
+        would be (not ranked), and ``last.ckpt``, as Lightning's."""
+        if not self.save_on_exception or self._skip(trainer):
+            return
+        metrics = dict(trainer.callback_metrics)
+        path = self.format_checkpoint_name(metrics, trainer.current_epoch, trainer.global_step)
+        self._last_global_step_saved = trainer.global_step
+        self._write(trainer, path)
+        if self.save_last:
+            self._save_last(trainer, metrics)
+        rank_zero_info(
+            f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {path}"
+        )
+
+    def _time_due(self, trainer: TrainerView) -> bool:
+        """``train_time_interval`` has passed since the last time-due save (rank 0's clock decides)."""
+        if self.train_time_interval is None:
+            return False
+        now = time.monotonic()
+        last = self._last_time_checked
+        due = last is not None and now - last >= self.train_time_interval.total_seconds()
+        due = bool(trainer.runtime.broadcast(due, src=0))  # clocks differ across ranks: one answer
+        if due:
+            self._last_time_checked = now
+        return due
 
     def _saves_at_epoch_end(self, trainer: TrainerView) -> bool:
         """Lightning's rule where ``save_on_train_epoch_end`` is None: after each validation run when
@@ -227,7 +264,7 @@ class ModelCheckpoint(Checkpoint):
         foreign = [
             entry.name
             for entry in os.scandir(self.dirpath)
-            if not entry.name.startswith(".") and _absolute(entry.path) not in self._owned
+            if not entry.name.startswith(".") and absolute(entry.path) not in self._owned
         ]
         if foreign:
             warnings.warn(
@@ -272,8 +309,8 @@ class ModelCheckpoint(Checkpoint):
     def _save_if_top_k(self, trainer: TrainerView, metrics: dict[str, Any], value: Any) -> None:
         score = float(value)
         if math.isnan(score):
-            score = _worst(self.mode)  # NaN never ranks above a real value
-        self.current_score = _as_score(score)
+            score = worst(self.mode)  # NaN never ranks above a real value
+        self.current_score = as_score(score)
         if not self._is_top_k(score):
             self._say(trainer, f"{self.monitor!r} was {score:.5g}, not in the top {self.save_top_k}")
             return
@@ -282,7 +319,7 @@ class ModelCheckpoint(Checkpoint):
             dropped = self.kth_best_model_path
             self.best_k_models.pop(dropped)
         path = self._free_path(trainer, self._template(), metrics, dropped)
-        self.best_k_models[path] = _as_score(score)
+        self.best_k_models[path] = as_score(score)
         self._update_ranking()
         self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self._best_score:.5g}); saving {path}")
         self._write(trainer, path)
@@ -325,11 +362,11 @@ class ModelCheckpoint(Checkpoint):
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned
         self._owned.discard(path)
-        if not trainer.is_global_zero or not owned or not _inside(path, self.dirpath):
+        if not trainer.is_global_zero or not owned or not inside(path, self.dirpath):
             return
         # The checkpoint this run resumed from stays, whatever its rank now: it is the way back
         # should this run go wrong, and the user named it.
-        if trainer.ckpt_path and _absolute(trainer.ckpt_path) == _absolute(path):
+        if trainer.ckpt_path and absolute(trainer.ckpt_path) == absolute(path):
             return
         # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted; with
         # AsyncCheckpointIO only once the save in flight (the one replacing it) is complete.
@@ -393,75 +430,9 @@ class ModelCheckpoint(Checkpoint):
         self.dirpath = saved_dir or self.dirpath
         # Checkpoints written before the scores were tensors hold floats: both load.
         current = state_dict.get("current_score")
-        self.current_score = None if current is None else _as_score(current)
+        self.current_score = None if current is None else as_score(current)
         self.last_model_path = state_dict.get("last_model_path", "")
         self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
-        self.kth_value = _as_score(state_dict.get("kth_value", _worst(self.mode)))
-        self.best_k_models = {str(k): _as_score(v) for k, v in state_dict.get("best_k_models", {}).items()}
+        self.kth_value = as_score(state_dict.get("kth_value", worst(self.mode)))
+        self.best_k_models = {str(k): as_score(v) for k, v in state_dict.get("best_k_models", {}).items()}
         self._owned.update(p for p in (*self.best_k_models, self.best_model_path, self.last_model_path) if p)
-
-
-def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric_name: bool = True) -> str:
-    """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template.
-
-    A name not in ``values`` renders as 0, as in Lightning, so an early save still gets a name.
-
-    >>> render_filename("{epoch}-{val/loss:.2f}", {"epoch": 2, "val/loss": 0.1234})
-    'epoch=2-val_loss=0.12'
-    """
-
-    def fill(match: re.Match[str]) -> str:
-        name, spec = match.group(1), (match.group(2) or ":")[1:]
-        value = values.get(name, 0)
-        value = value.item() if hasattr(value, "item") else value
-        try:
-            text = format(value, spec)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"checkpoint filename {template!r}: cannot format {name}={value!r} with {{:{spec}}} ({exc}); "
-                "metrics are floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
-            ) from None
-        label = name.replace("/", "_")
-        before = template[: match.start()]
-        if auto_insert_metric_name and not before.endswith((f"{name}=", f"{label}=")):
-            return f"{label}={text}"
-        return text
-
-    return _FIELD.sub(fill, template)
-
-
-def _check_arguments(
-    monitor: str | None, mode: str, save_top_k: int, every_n_train_steps: int | None, every_n_epochs: int | None
-) -> None:
-    if mode not in _MODES:
-        raise ValueError(
-            f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
-        )
-    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1")
-    if monitor is None and save_top_k not in (-1, 0, 1):
-        raise ValueError(
-            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
-            "ranking to pick the top k by; set monitor='val_loss' (say), or save_top_k=-1 to keep every checkpoint"
-        )
-    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"ModelCheckpoint({name}={value!r}) must be an integer >= 0 (0 turns that cadence off)")
-
-
-def _worst(mode: str) -> float:
-    return math.inf if mode == "min" else -math.inf
-
-
-def _as_score(value: float | torch.Tensor) -> torch.Tensor:
-    """A score as Lightning keeps it: a 0-d tensor (float64 here: the logged number, unrounded)."""
-    return torch.tensor(float(value), dtype=torch.float64)
-
-
-def _absolute(path: str | os.PathLike[str]) -> str:
-    return os.path.abspath(os.path.expanduser(os.fspath(path)))
-
-
-def _inside(path: str, directory: str | None) -> bool:
-    # Only files under our own folder are ever deleted, whatever a restored state says.
-    return directory is not None and Path(_absolute(path)).is_relative_to(directory)

@@ -162,10 +162,10 @@ class ModelSummary(Callback):
         self.max_depth = max_depth
         self.summarize_kwargs = summarize_kwargs
 
-    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.max_depth == 0 or not getattr(trainer, "is_global_zero", True):
             return
-        print(format_summary(summarize(module, self.max_depth)), flush=True)
+        print(format_summary(summarize(pl_module, self.max_depth)), flush=True)
 
 
 # Lightning's name for its rich summary; it replaces the default summary as ModelSummary does.

@@ -182,7 +182,7 @@ class ProgressBar(Callback):
 
     # training
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if not self._enabled(trainer):
             return
         self._epoch_started_at = time.monotonic()
@@ -200,7 +200,9 @@ class ProgressBar(Callback):
             progress.reset(self._train_task, total=total, description=description, metrics="")
         progress.refresh()
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._train_done = batch_idx + 1
         if self._train_task is None or self._train_done % self.refresh_rate:
             return
@@ -216,7 +218,7 @@ class ProgressBar(Callback):
             refresh=True,
         )
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if not self._enabled(trainer):
             return
         if self._train_task is not None:
@@ -231,7 +233,7 @@ class ProgressBar(Callback):
                 f"{format_metrics(self._bar_metrics(trainer))}".rstrip()
             )
 
-    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._stop()
 
     def _bar_metrics(self, trainer: TrainerView) -> dict[str, Any]:
@@ -243,47 +245,47 @@ class ProgressBar(Callback):
 
     # validation, test, predict: one transient bar each
 
-    def on_sanity_check_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_sanity_check_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_eval(trainer, "Sanity check", "num_val_batches")
 
-    def on_sanity_check_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_sanity_check_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, None)
 
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._eval_task is None:  # on_sanity_check_start may have opened it already
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
             self._start_eval(trainer, label, "num_val_batches")
 
     def on_validation_batch_end(
-        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._advance_eval(trainer, batch_idx, "num_val_batches")
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, None)
         if self._train_task is not None and not getattr(trainer, "sanity_checking", False):
             self._update_train(trainer)  # show the validation metrics just logged
 
-    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_eval(trainer, "Testing", "num_test_batches")
 
     def on_test_batch_end(
-        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._advance_eval(trainer, batch_idx, "num_test_batches")
 
-    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Testing")
 
-    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_eval(trainer, "Predicting", "num_predict_batches")
 
     def on_predict_batch_end(
-        self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._advance_eval(trainer, batch_idx, "num_predict_batches")
 
-    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Predicting")
 
     def _start_eval(self, trainer: TrainerView, label: str, count_attr: str) -> None:
@@ -325,10 +327,10 @@ class ProgressBar(Callback):
 
     # clean-up: never leave the terminal in a live display
 
-    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         self._stop()
 
-    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         self._stop()
 
     def __getstate__(self) -> dict[str, Any]:

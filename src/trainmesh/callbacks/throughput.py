@@ -196,7 +196,7 @@ class ThroughputMonitor(Callback):
     # of a 0.8 ms CPU step (benchmarks/loop_overhead.py). So no on_train_batch_start: the fit loop
     # times the wait for each batch itself (``trainer.loop.data_seconds``), and the FLOP count
     # starts at the epoch's start.
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self.last_figures, self.history = {}, []
         if self.peak_flops is None:
             self._peak = _table_peak(trainer)
@@ -215,14 +215,16 @@ class ThroughputMonitor(Callback):
         self._flops = _PENDING if counts else _DONE
         self._reset_window(time.perf_counter(), _data_seconds(trainer))
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._resume(time.perf_counter())
         if self._flops is _PENDING:
-            self._start_flop_count(trainer, module)
+            self._start_flop_count(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._flops is not _DONE:
-            self._flop_count_at_batch_end(trainer, module)
+            self._flop_count_at_batch_end(trainer, pl_module)
             return
         self._batches += 1
         first = first_tensor(batch)
@@ -235,15 +237,15 @@ class ThroughputMonitor(Callback):
             self._last_logged_step = step
             self._close_window(trainer)
 
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._pause(time.perf_counter())
         if self._flops is _COUNTING:  # validation inside the counted step (accumulating, checking every batch)
             self._end_flop_count(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._resume(time.perf_counter())
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._flops is _COUNTING:
             self._end_flop_count(trainer)
         if self._flops is _COUNTED:  # ended by this epoch's last validation: no batch end follows
@@ -251,10 +253,10 @@ class ThroughputMonitor(Callback):
             self._reset_window(time.perf_counter(), _data_seconds(trainer))
         self._pause(time.perf_counter())
 
-    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._abandon_flop_count()
 
-    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         self._abandon_flop_count()
 
     # ---- bookkeeping --------------------------------------------------------------------------

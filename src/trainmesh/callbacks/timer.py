@@ -86,33 +86,35 @@ class Timer(Callback):
     def time_remaining(self, stage: str = "train") -> float | None:
         return None if self._duration is None else self._duration - self.time_elapsed(stage)
 
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_time["train"] = time.monotonic()
 
-    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_time["train"] = time.monotonic()
 
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_time["validate"] = time.monotonic()
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_time["validate"] = time.monotonic()
 
-    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._start_time["test"] = time.monotonic()
 
-    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_time["test"] = time.monotonic()
 
-    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._duration is not None:  # a restored timer may already be spent
             self._check_time_remaining(trainer)
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._interval == "epoch" and self._duration is not None:
             self._check_time_remaining(trainer)
 

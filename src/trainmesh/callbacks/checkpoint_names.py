@@ -1,0 +1,98 @@
+"""Checkpoint file names and ModelCheckpoint's argument checks: the pure parts of
+``model_checkpoint.py`` (no trainer), kept apart so that the callback's file holds its cadence and
+its ranking."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
+_FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
+_MODES = ("min", "max")
+
+
+def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric_name: bool = True) -> str:
+    """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template.
+
+    A name not in ``values`` renders as 0, as in Lightning, so an early save still gets a name.
+
+    >>> render_filename("{epoch}-{val/loss:.2f}", {"epoch": 2, "val/loss": 0.1234})
+    'epoch=2-val_loss=0.12'
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        name, spec = match.group(1), (match.group(2) or ":")[1:]
+        value = values.get(name, 0)
+        value = value.item() if hasattr(value, "item") else value
+        try:
+            text = format(value, spec)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"checkpoint filename {template!r}: cannot format {name}={value!r} with {{:{spec}}} ({exc}); "
+                "metrics are floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
+            ) from None
+        label = name.replace("/", "_")
+        before = template[: match.start()]
+        if auto_insert_metric_name and not before.endswith((f"{name}=", f"{label}=")):
+            return f"{label}={text}"
+        return text
+
+    return _FIELD.sub(fill, template)
+
+
+def check_arguments(
+    monitor: str | None,
+    mode: str,
+    save_top_k: int,
+    every_n_train_steps: int | None,
+    every_n_epochs: int | None,
+    train_time_interval: timedelta | None = None,
+) -> None:
+    """ModelCheckpoint's arguments, refused where Lightning refuses them (with what to use)."""
+    if mode not in _MODES:
+        raise ValueError(
+            f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
+        )
+    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1")
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise ValueError(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+            "ranking to pick the top k by; set monitor='val_loss' (say), or save_top_k=-1 to keep every checkpoint"
+        )
+    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"ModelCheckpoint({name}={value!r}) must be an integer >= 0 (0 turns that cadence off)")
+    if train_time_interval is not None and (
+        not isinstance(train_time_interval, timedelta) or every_n_train_steps or every_n_epochs
+    ):
+        raise ValueError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}, every_n_train_steps={every_n_train_steps}, "
+            f"every_n_epochs={every_n_epochs}): a datetime.timedelta, and the only cadence (Lightning refuses "
+            "these together too); use one ModelCheckpoint per cadence"
+        )
+
+
+def worst(mode: str) -> float:
+    return math.inf if mode == "min" else -math.inf
+
+
+def as_score(value: float | torch.Tensor) -> torch.Tensor:
+    """A score as Lightning keeps it: a 0-d tensor (float64 here: the logged number, unrounded)."""
+    return torch.tensor(float(value), dtype=torch.float64)
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+def inside(path: str, directory: str | None) -> bool:
+    # Only files under our own folder are ever deleted, whatever a restored state says.
+    return directory is not None and Path(absolute(path)).is_relative_to(directory)
