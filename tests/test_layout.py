@@ -21,6 +21,10 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
     "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
+    "callbacks/checkpoint_names.py": [
+        "callbacks/test_model_checkpoint.py",
+        "callbacks/test_model_checkpoint_lightning26.py",
+    ],
     "trainer/barebones.py": ["trainer/test_lightning2_arguments.py"],
     "trainer/trainer_fields.py": ["trainer/test_lightning_members.py", "trainer/test_differential.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
