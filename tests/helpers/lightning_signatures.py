@@ -146,11 +146,6 @@ DDP_TYPE = (
     "torch: trainmesh re-exports torch's own DistributedDataParallel, which added init_sync before "
     "process_group; Lightning's Protocol types an older torch's signature (by name, every one is taken)"
 )
-THROUGHPUT = (
-    "not yet: trainmesh's ThroughputMonitor is its own (it counts a batch's samples from its first tensor "
-    "and logs throughput/samples_per_sec, ...); Lightning's batch_size_fn/length_fn and its train/..., "
-    "device/... keys are work left"
-)
 TABLE: dict[str, tuple[str, str]] = {
     **{
         f"LightningModule.to_tensorrt({n})": ("refused", TENSORRT)
@@ -174,8 +169,6 @@ TABLE: dict[str, tuple[str, str]] = {
             "static_graph",
         )
     },  # fmt: skip
-    "callbacks.ThroughputMonitor(batch_size_fn)": ("not yet", THROUGHPUT),
-    "callbacks.ThroughputMonitor(length_fn)": ("not yet", THROUGHPUT),
 }
 
 

@@ -122,8 +122,11 @@ class ThroughputMonitor(Callback):
     ``torch.cuda.max_memory_allocated`` on CUDA), and where known ``throughput/tokens_per_sec``,
     ``throughput/flops_per_sec`` and ``throughput/mfu``. Figures are this process's (one device's).
 
+    Samples: a batch's first tensor's first dimension, or Lightning's ``batch_size_fn(batch) -> int``.
     Tokens: a batch whose input (first tensor) is an integer tensor of shape ``(B, T)`` counts
-    ``B * T``; ``tokens_per_sample`` or ``tokens_in_batch(batch) -> int`` says otherwise. FLOPs per
+    ``B * T``; ``tokens_per_sample``, ``tokens_in_batch(batch) -> int`` or Lightning's
+    ``length_fn(batch) -> int`` (the batch's items) says otherwise. Lightning's keys differ
+    (``train/samples_per_sec``, ...): trainmesh logs ``throughput/...``. FLOPs per
     batch (forward and backward) are counted on the first training batch; MFU divides the FLOP/s by
     ``peak_flops`` (per device), or by the table's figure for the CUDA device and precision (CPU:
     no MFU unless given). The Trainer adds one to every run that shows a progress bar, and the bar
@@ -131,6 +134,8 @@ class ThroughputMonitor(Callback):
     so their files hold what the program logged, as Lightning's: add one to log the figures.
 
     Args:
+        batch_size_fn: Lightning's: a function giving a batch's sample count (None: the first tensor's first dimension) (default ``None``).
+        length_fn: Lightning's: a function giving a batch's item (token) count, as ``tokens_in_batch`` (default ``None``).
         tokens_per_sample: tokens in one sample, for tokens/s (None: counted for integer ``(B, T)`` inputs) (default ``None``).
         tokens_in_batch: a function giving a batch's token count (default ``None``).
         peak_flops: the device's peak FLOP/s, for MFU (None: from the table of known GPUs) (default ``None``).
@@ -144,6 +149,8 @@ class ThroughputMonitor(Callback):
 
     def __init__(
         self,
+        batch_size_fn: Callable[[Any], int] | None = None,
+        length_fn: Callable[[Any], int] | None = None,
         *,
         tokens_per_sample: int | None = None,
         tokens_in_batch: Callable[[Any], int] | None = None,
@@ -151,15 +158,17 @@ class ThroughputMonitor(Callback):
         count_flops: bool = True,
         to_loggers: bool = True,
     ) -> None:
-        if tokens_per_sample is not None and tokens_in_batch is not None:
+        if sum(given is not None for given in (tokens_per_sample, tokens_in_batch, length_fn)) > 1:
             raise ValueError(
-                "ThroughputMonitor: give tokens_per_sample or tokens_in_batch, not both; "
-                "tokens_in_batch(batch) returns the batch's token count"
+                "ThroughputMonitor: give one of tokens_per_sample, tokens_in_batch and length_fn; "
+                "tokens_in_batch(batch) and Lightning's length_fn(batch) both return the batch's token count"
             )
         if peak_flops is not None and peak_flops <= 0:
             raise ValueError(f"ThroughputMonitor(peak_flops={peak_flops}): the device's peak FLOP/s must be positive")
         self.tokens_per_sample = tokens_per_sample
-        self.tokens_in_batch = tokens_in_batch
+        self.batch_size_fn = batch_size_fn
+        self.length_fn = length_fn
+        self.tokens_in_batch = tokens_in_batch if length_fn is None else length_fn
         self.peak_flops = peak_flops
         self.count_flops = count_flops
         self.to_loggers = to_loggers  # False: figures for the progress bar only
@@ -229,9 +238,10 @@ class ThroughputMonitor(Callback):
         self._batches += 1
         first = first_tensor(batch)
         shape = () if first is None else first.shape  # one read of the tensor
-        self._samples += shape[0] if shape else 1
+        samples = int(self.batch_size_fn(batch)) if self.batch_size_fn is not None else shape[0] if shape else 1
+        self._samples += samples
         if self._tokens is not None:
-            self._count_tokens(batch, first, shape)
+            self._count_tokens(batch, first, samples)
         step = trainer.global_step
         if step % trainer.log_every_n_steps == 0 and step != self._last_logged_step:
             self._last_logged_step = step
@@ -323,12 +333,12 @@ class ThroughputMonitor(Callback):
             if keep:
                 self.flops_per_batch = int(counter.get_total_flops())
 
-    def _count_tokens(self, batch: Any, first: torch.Tensor | None, shape: Any) -> None:
+    def _count_tokens(self, batch: Any, first: torch.Tensor | None, samples: int) -> None:
         assert self._tokens is not None  # the caller counts only while tokens are counted
         if self.tokens_in_batch is not None:
             self._tokens += int(self.tokens_in_batch(batch))
         elif self.tokens_per_sample is not None:
-            self._tokens += (shape[0] if shape else 1) * self.tokens_per_sample
+            self._tokens += samples * self.tokens_per_sample
         elif (tokens := token_count(first)) is not None:
             self._tokens += tokens
         else:

@@ -1,0 +1,88 @@
+"""Lightning 2.6's ``ThroughputMonitor(batch_size_fn, length_fn)``, by position, under Lightning
+2.6.6 and trainmesh on the same program: the samples and items each framework counts per batch
+from the program's functions (Lightning's logged ``train/samples`` / ``train/batches`` and
+``train/lengths`` / ``train/samples``, trainmesh's ``samples_per_sec`` / ``batches_per_sec`` and
+``tokens_per_sec`` / ``samples_per_sec`` over each window). The keys differ: trainmesh logs its own
+``throughput/...`` figures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+L = pytest.importorskip("lightning.pytorch")
+import trainmesh as tm  # noqa: E402
+
+ROWS_PER_BATCH = 4
+
+
+def samples_of(batch) -> int:  # not the first tensor's size: the function is what counts
+    return 3 * batch[0].shape[0]
+
+
+def items_of(batch) -> int:
+    return 7 * batch[0].shape[0]
+
+
+def _run(framework, root):
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    logged: list[dict[str, float]] = []
+
+    class Recorder(framework.loggers.Logger):
+        name, version = "recorder", 0
+        save_dir = log_dir = str(root)  # trainmesh's Logger asks for log_dir (Lightning's may be None)
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            logged.append({k: float(v) for k, v in metrics.items()})
+
+    torch.manual_seed(0)
+    monitor = framework.callbacks.ThroughputMonitor(samples_of, items_of)  # Lightning's positions
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=Recorder(),
+        log_every_n_steps=2,
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    loader = DataLoader(TensorDataset(torch.randn(8 * ROWS_PER_BATCH, 4)), batch_size=ROWS_PER_BATCH)
+    trainer.fit(Model(), loader)
+    return logged
+
+
+def test_batch_size_fn_and_length_fn_count_as_lightning_s(tmp_path) -> None:
+    theirs = [row for row in _run(L, tmp_path / "lightning") if "train/samples" in row]
+    ours = [row for row in _run(tm, tmp_path / "trainmesh") if "throughput/samples_per_sec" in row]
+    assert theirs and ours
+    their_ratios = {
+        (row["train/samples"] / row["train/batches"], row["train/lengths"] / row["train/samples"]) for row in theirs
+    }
+    our_ratios = {
+        (
+            round(row["throughput/samples_per_sec"] / row["throughput/batches_per_sec"], 9),
+            round(row["throughput/tokens_per_sec"] / row["throughput/samples_per_sec"], 9),
+        )
+        for row in ours
+    }
+    assert {(round(a, 9), round(b, 9)) for a, b in their_ratios} == our_ratios == {(12.0, round(7 / 3, 9))}
+
+
+def test_length_fn_and_tokens_in_batch_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="one of tokens_per_sample, tokens_in_batch and length_fn"):
+        tm.callbacks.ThroughputMonitor(samples_of, items_of, tokens_in_batch=items_of)
