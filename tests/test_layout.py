@@ -21,6 +21,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
     "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
+    "trainer/finder_runs.py": ["callbacks/test_finders.py"],
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",
         "callbacks/test_model_checkpoint_lightning26.py",

@@ -12,6 +12,7 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint, OnExceptionCheckpoint
 from trainmesh.callbacks.device_stats_monitor import DeviceStatsMonitor
 from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
 from trainmesh.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from trainmesh.callbacks.lambda_function import LambdaCallback
@@ -33,6 +34,7 @@ __all__ = [
     "BackboneFinetuning",
     "BaseFinetuning",
     "BasePredictionWriter",
+    "BatchSizeFinder",
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
@@ -40,6 +42,7 @@ __all__ = [
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelPruning",

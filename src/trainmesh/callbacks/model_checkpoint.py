@@ -103,7 +103,7 @@ class ModelCheckpoint(Checkpoint):
     @property
     def state_key(self) -> str:
         # Two checkpoint callbacks (say, best-by-loss and every-1000-steps) keep separate state.
-        key = {
+        key: dict[str, object] = {
             "monitor": self.monitor,
             "mode": self.mode,
             "every_n_train_steps": self.every_n_train_steps,

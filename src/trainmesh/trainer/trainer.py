@@ -34,6 +34,7 @@ from trainmesh.trainer.construction import (
     merge_model_callbacks,
 )
 from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
 from trainmesh.trainer.lightning2_arguments import check_run_behaviour
@@ -194,6 +195,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly (``weights_only``:
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
+        run_searches(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )

@@ -14,6 +14,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.finders import lr_attribute as lr_attribute  # Lightning's rule, read by both
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.types import LRSchedulerConfig
 
@@ -149,27 +150,6 @@ class _LRCallback(Callback):
         if smoothed < self.best_loss or step == 1:
             self.best_loss = smoothed
         self.losses.append(smoothed)
-
-
-def lr_attribute(model: Any, attr_name: str = "") -> str:
-    """Where the model keeps its learning rate: ``attr_name``, else ``lr`` or ``learning_rate``, on
-    the model or in its ``hparams`` (Lightning's ``_determine_lr_attr_name``)."""
-    hparams = getattr(model, "hparams", {})
-    if attr_name:
-        if not (hasattr(model, attr_name) or attr_name in hparams):
-            raise AttributeError(
-                f"The attribute name for the learning rate was set to {attr_name}, but"
-                " could not find this as a field in `model` or `model.hparams`."
-            )
-        return attr_name
-    for name in ("lr", "learning_rate"):
-        if hasattr(model, name) or name in hparams:
-            return name
-    raise AttributeError(
-        "When using the learning rate finder, either `model` or `model.hparams` should"
-        " have one of these fields: ('lr', 'learning_rate'). If your model has a different name for the learning"
-        " rate, set it with `.lr_find(attr_name=...)`."
-    )
 
 
 def set_lr(model: Any, name: str, lr: float) -> None:

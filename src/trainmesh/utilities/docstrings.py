@@ -129,11 +129,13 @@ Args:
     save_top_k: keep the best k (-1: all, 0: none) (default ``1``).
     save_last: also write ``last.ckpt`` (default ``None``).
     every_n_train_steps: save every this many training steps (default ``None``).
+    train_time_interval: save when this ``datetime.timedelta`` of training has passed since the last such save, checked at each batch's end (rank 0's clock); the only cadence then (default ``None``).
     every_n_epochs: save every this many epochs (default ``None``).
     save_on_train_epoch_end: save at the training epoch's end (None: after validation when there is one) (default ``True``).
     verbose: say what was saved (default ``False``).
     auto_insert_metric_name: write ``name=value`` in the file name (default ``True``).
     save_weights_only: save the weights only (not resumable) (default ``False``).
+    save_on_exception: when fit fails, save where the run stands (named as a save there would be, not ranked), and ``last.ckpt`` with ``save_last`` (default ``False``).
     enable_version_counter: add ``-v1``, ``-v2`` when a name exists (default ``True``).
 
 Examples:

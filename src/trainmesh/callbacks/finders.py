@@ -1,0 +1,200 @@
+"""Lightning 2.6's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks, on the Tuner's searches.
+
+Lightning runs each search inside the fit, at ``on_fit_start``: its fit loop run nested, then the
+weights, optimizers and loops restored from a temporary checkpoint. trainmesh's loop has no nested
+run, so the Trainer runs the search just before the fit (``trainer/finder_runs.py``), with the
+Tuner's ``lr_find`` / ``scale_batch_size`` (compared with Lightning's in ``tests/tuner/``), leaving
+the weights and the Trainer's state as before it; the callback then applies what was found where
+Lightning applies it. What differs is the hooks: the module's ``setup`` and
+``configure_optimizers`` run once for the search and again for the fit (Lightning runs them once,
+the search after them). ``lr_find`` / ``scale_batch_size`` called by a subclass during a fit (say at
+an epoch's start) would need the nested run, and stop with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.callbacks.base import Callback
+from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.parsing import lightning_setattr
+
+_NESTED = (
+    "{cls}.{method}() during a running fit is not supported: Lightning runs the search as a nested fit "
+    "inside the running one, and trainmesh's fit loop has no nested run. trainmesh runs {cls}'s search "
+    "just before the fit; to search again later, call trainmesh.tuner.Tuner(trainer).{method}(model, ...) "
+    "between fits"
+)
+
+
+class LearningRateFinder(Callback):
+    """Lightning's learning-rate range test, run before the fit, its suggestion applied at ``on_fit_start``.
+
+    The Trainer runs ``Tuner.lr_find`` with these settings just before the fit (the random state kept
+    as it was, as Lightning's ``isolate_rng``); at ``on_fit_start`` the suggestion goes to the model's
+    ``lr`` / ``learning_rate`` (or ``attr_name``) and to every param group of the configured
+    optimizers, as Lightning sets them after its search. ``optimal_lr`` holds the search (``.results``,
+    ``.suggestion()``). One process only.
+
+    Args:
+        min_lr: the smallest rate tried (default ``1e-8``).
+        max_lr: the largest rate tried (default ``1``).
+        num_training_steps: rates tried, one step each (default ``100``).
+        mode: ``"exponential"`` or ``"linear"`` steps between them (default ``"exponential"``).
+        early_stop_threshold: stop once the loss exceeds this many times the best (None: never) (default ``4.0``).
+        update_attr: apply the suggestion to the model and the optimizers (default ``True``).
+        attr_name: the model's attribute holding the rate ("": ``lr`` or ``learning_rate``) (default ``""``).
+
+    Examples:
+        >>> finder = LearningRateFinder(num_training_steps=20)
+        >>> # Trainer(callbacks=[finder]).fit(model); finder.optimal_lr.suggestion()
+    """
+
+    SUPPORTED_MODES = ("linear", "exponential")
+
+    def __init__(
+        self,
+        min_lr: float = 1e-8,
+        max_lr: float = 1,
+        num_training_steps: int = 100,
+        mode: str = "exponential",
+        early_stop_threshold: float | None = 4.0,
+        update_attr: bool = True,
+        attr_name: str = "",
+    ) -> None:
+        mode = mode.lower()
+        if mode not in self.SUPPORTED_MODES:
+            raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}")
+        self._min_lr, self._max_lr, self._num_training_steps = min_lr, max_lr, num_training_steps
+        self._mode, self._early_stop_threshold = mode, early_stop_threshold
+        self._update_attr, self._attr_name = update_attr, attr_name
+        self.optimal_lr: Any = None
+
+    def search_arguments(self, pl_module: Any) -> dict[str, Any]:
+        """The Tuner's ``lr_find`` arguments these settings make (the suggestion applied here, later);
+        with ``update_attr``, a model without the attribute stops here, before the search, as Lightning's."""
+        if self._update_attr:
+            lr_attribute(pl_module, self._attr_name)
+        return {
+            "min_lr": self._min_lr,
+            "max_lr": self._max_lr,
+            "num_training": self._num_training_steps,
+            "mode": self._mode,
+            "early_stop_threshold": self._early_stop_threshold,
+            "update_attr": False,
+        }
+
+    def searched(self, finder: Any) -> None:
+        """The search the Trainer ran before the fit (None under ``fast_dev_run``)."""
+        self.optimal_lr = finder
+
+    def lr_find(self, trainer: TrainerView, pl_module: Any) -> None:
+        """Lightning runs the search here; trainmesh has run it before the fit (see the module's text)."""
+        raise RuntimeError(_NESTED.format(cls=type(self).__name__, method="lr_find"))
+
+    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        lr = None if self.optimal_lr is None or not self._update_attr else self.optimal_lr.suggestion()
+        if lr is None:
+            return
+        lightning_setattr(pl_module, lr_attribute(pl_module, self._attr_name), lr)  # as Lightning's callback
+        for optimizer in trainer.optimizers:  # training continues at the suggested rate, as in Lightning
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+
+class BatchSizeFinder(Callback):
+    """Lightning's batch size search, run before the fit; the size found is the model's (or data module's).
+
+    The Trainer runs ``Tuner.scale_batch_size`` with these settings just before the fit, which sets
+    ``batch_arg_name`` where the batch size lives; the fit's ``train_dataloader()`` reads it.
+    ``optimal_batch_size`` is the size found. For ``fit`` only, on one process, with the batch size
+    read by the model's or data module's ``train_dataloader()``.
+
+    Args:
+        mode: ``"power"`` (doubling) or ``"binsearch"`` (doubling, then bisecting) (default ``"power"``).
+        steps_per_trial: steps each size is tried for (default ``3``).
+        init_val: the first size tried (default ``2``).
+        max_trials: sizes tried at most (default ``25``).
+        batch_arg_name: the attribute holding the batch size (default ``"batch_size"``).
+        margin: ``binsearch``: the found size reduced by this share (default ``0.05``).
+        max_val: the largest size tried (default ``8192``).
+
+    Examples:
+        >>> finder = BatchSizeFinder(mode="binsearch", max_trials=4)
+        >>> # Trainer(callbacks=[finder]).fit(model); finder.optimal_batch_size
+    """
+
+    SUPPORTED_MODES = ("power", "binsearch")
+
+    def __init__(
+        self,
+        mode: str = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+        margin: float = 0.05,
+        max_val: int = 8192,
+    ) -> None:
+        mode = mode.lower()
+        if mode not in self.SUPPORTED_MODES:
+            raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}")
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"`margin` should be between 0 and 1. Found margin={margin}")
+        self.optimal_batch_size: int | None = init_val
+        self._mode, self._steps_per_trial, self._init_val = mode, steps_per_trial, init_val
+        self._max_trials, self._batch_arg_name, self._margin, self._max_val = (
+            max_trials,
+            batch_arg_name,
+            margin,
+            max_val,
+        )
+
+    def search_arguments(self, pl_module: Any) -> dict[str, Any]:
+        """The Tuner's ``scale_batch_size`` arguments these settings make."""
+        return {
+            "mode": self._mode,
+            "steps_per_trial": self._steps_per_trial,
+            "init_val": self._init_val,
+            "max_trials": self._max_trials,
+            "batch_arg_name": self._batch_arg_name,
+            "margin": self._margin,
+            "max_val": self._max_val,
+        }
+
+    def searched(self, size: int | None) -> None:
+        """The size the Trainer's search found before the fit (None under ``fast_dev_run``)."""
+        self.optimal_batch_size = size
+
+    def scale_batch_size(self, trainer: TrainerView, pl_module: Any) -> None:
+        """Lightning runs the search here; trainmesh has run it before the fit (see the module's text)."""
+        raise RuntimeError(_NESTED.format(cls=type(self).__name__, method="scale_batch_size"))
+
+    def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            raise ValueError(
+                f"BatchSizeFinder during {stage} is not supported: trainmesh searches the batch size for fit only "
+                "(Lightning also scales validate/test/predict loaders); remove the callback from this Trainer, "
+                "or set the batch size found by fit yourself"
+            )
+
+
+def lr_attribute(model: Any, attr_name: str = "") -> str:
+    """Where the model keeps its learning rate: ``attr_name``, else ``lr`` or ``learning_rate``, on
+    the model or in its ``hparams`` (Lightning's ``_determine_lr_attr_name``)."""
+    hparams = getattr(model, "hparams", {})
+    if attr_name:
+        if not (hasattr(model, attr_name) or attr_name in hparams):
+            raise AttributeError(
+                f"The attribute name for the learning rate was set to {attr_name}, but"
+                " could not find this as a field in `model` or `model.hparams`."
+            )
+        return attr_name
+    for name in ("lr", "learning_rate"):
+        if hasattr(model, name) or name in hparams:
+            return name
+    raise AttributeError(
+        "When using the learning rate finder, either `model` or `model.hparams` should"
+        " have one of these fields: ('lr', 'learning_rate'). If your model has a different name for the learning"
+        " rate, set it with `.lr_find(attr_name=...)`."
+    )

@@ -1,0 +1,33 @@
+"""The searches of Lightning's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks, run by
+``Trainer.fit`` just before its run (``callbacks/finders.py`` says why not nested, as Lightning's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
+from trainmesh.seed import isolate_rng
+from trainmesh.tuner.tuning import Trainer, Tuner
+
+
+def run_searches(trainer: Trainer, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> None:
+    """Each finder's search, in the callbacks' order (Lightning's order at ``on_fit_start``), its result
+    handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before."""
+    finders = [cb for cb in trainer.callbacks if isinstance(cb, (LearningRateFinder, BatchSizeFinder))]
+    if not finders:
+        return
+    if trainer.world_size > 1:
+        raise ValueError(
+            f"{type(finders[0]).__name__} runs on one process only in trainmesh (its search is a short fit of "
+            "this Trainer's): find the value with one process (devices=1), then pass it to the distributed run"
+        )
+    tuner = Tuner(trainer)
+    data = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders, "datamodule": datamodule}
+    for finder in finders:
+        arguments = finder.search_arguments(model)
+        if isinstance(finder, BatchSizeFinder):
+            # Lightning's batch size search runs with the run's random state (no isolate_rng).
+            finder.searched(tuner.scale_batch_size(model, **data, **arguments))
+        else:
+            with isolate_rng():  # as Lightning's LearningRateFinder.lr_find
+                finder.searched(tuner.lr_find(model, **data, **arguments))
