@@ -20,8 +20,16 @@ class Logger:
         raise NotImplementedError
 
     @property
-    def log_dir(self) -> str:
-        raise NotImplementedError
+    def log_dir(self) -> str | None:
+        """Where this version writes; None (Lightning's default) for a logger that writes no files here:
+        the Trainer then uses ``<save_dir or default_root_dir>/<name>/<version>``, where Lightning's
+        ModelCheckpoint puts its folder."""
+        return None
+
+    @property
+    def save_dir(self) -> str | None:
+        """The root folder of this logger's runs, or None (Lightning's default)."""
+        return None
 
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         raise NotImplementedError

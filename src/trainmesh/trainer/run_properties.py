@@ -4,6 +4,7 @@ metrics, the callbacks Lightning names) and Lightning's ``trainer.state`` with i
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -49,7 +50,16 @@ class RunProperties(RunningStageFlags):
 
     @property
     def log_dir(self) -> str:
-        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+        if not self.loggers:
+            return self.default_root_dir
+        logger = self.loggers[0]
+        folder = getattr(logger, "log_dir", None)
+        if folder is not None:
+            return str(folder)
+        # A logger naming no folder (Lightning's Logger default): the folder Lightning's ModelCheckpoint
+        # builds for it, <save_dir or default_root_dir>/<name>/<version> (Lightning's trainer.log_dir is None).
+        version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+        return os.path.join(getattr(logger, "save_dir", None) or self.default_root_dir, str(logger.name), version)
 
     @property
     def lightning_module(self) -> Any:

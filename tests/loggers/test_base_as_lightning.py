@@ -1,0 +1,72 @@
+"""A program's own logger written to Lightning 2.6's ``Logger`` interface (``name``, ``version``,
+``log_hyperparams``, ``log_metrics``; no ``save_dir`` or ``log_dir``), under Lightning 2.6.6 and
+trainmesh: the run works, the logger receives the same metric names at the same steps, and the
+default ModelCheckpoint writes to the same place under ``default_root_dir``
+(``<name>/version_<version>/checkpoints``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+L = pytest.importorskip("lightning.pytorch")
+import trainmesh as tm  # noqa: E402
+
+
+def _run(framework, root):
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    rows: list[tuple[int, list[str]]] = []
+
+    class Recorder(framework.loggers.Logger):
+        @property
+        def name(self):
+            return "recorder"
+
+        @property
+        def version(self):
+            return 3
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            rows.append((step, sorted(metrics)))
+
+    torch.manual_seed(0)
+    trainer = framework.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=Recorder(),
+        log_every_n_steps=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
+    written = sorted(str(path.relative_to(root)) for path in root.rglob("*.ckpt"))
+    return rows, written
+
+
+def test_a_logger_without_a_folder_runs_and_checkpoints_as_lightning(tmp_path) -> None:
+    their_rows, theirs = _run(L, tmp_path / "lightning")
+    our_rows, ours = _run(tm, tmp_path / "trainmesh")
+    # trainmesh's default checkpointing also keeps last.ckpt (for ckpt_path="last"); Lightning's does not.
+    assert (
+        [p for p in ours if not p.endswith("last.ckpt")]
+        == theirs
+        == ["recorder/version_3/checkpoints/epoch=1-step=8.ckpt"]
+    )
+    assert our_rows == their_rows
