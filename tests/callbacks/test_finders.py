@@ -114,3 +114,12 @@ def test_a_search_during_the_fit_is_refused_with_the_reason(tmp_path) -> None:
         tm.Trainer(accelerator="cpu", logger=False, callbacks=[tm.callbacks.BatchSizeFinder()]).validate(
             Validated(), DataLoader(TensorDataset(torch.randn(4, 4), torch.randn(4, 1)))
         )
+
+
+def test_several_processes_are_refused_before_any_starts(tmp_path) -> None:
+    trainer = tm.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=str(tmp_path),
+        callbacks=[tm.callbacks.LearningRateFinder()],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="LearningRateFinder runs on one process only"):
+        trainer.fit(_model(tm)())

@@ -3,20 +3,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
 from trainmesh.seed import isolate_rng
 from trainmesh.tuner.tuning import Trainer, Tuner
 
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
 
-def run_searches(trainer: Trainer, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> None:
+
+def run_searches(
+    trainer: Trainer, runtime: Runtime, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any
+) -> None:
     """Each finder's search, in the callbacks' order (Lightning's order at ``on_fit_start``), its result
     handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before."""
     finders = [cb for cb in trainer.callbacks if isinstance(cb, (LearningRateFinder, BatchSizeFinder))]
     if not finders:
         return
-    if trainer.world_size > 1:
+    # Before the launch: the devices asked for (the processes are not started yet), or a launched world.
+    if trainer.world_size > 1 or len(runtime.device_indices) * runtime.num_nodes > 1:
         raise ValueError(
             f"{type(finders[0]).__name__} runs on one process only in trainmesh (its search is a short fit of "
             "this Trainer's): find the value with one process (devices=1), then pass it to the distributed run"

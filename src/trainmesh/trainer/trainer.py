@@ -195,7 +195,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly (``weights_only``:
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
-        run_searches(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
+        run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)  # the Finder callbacks
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
         )
