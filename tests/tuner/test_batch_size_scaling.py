@@ -78,3 +78,10 @@ def test_loader_passed_in_refused(tmp_path):
     trainer = tm.Trainer(max_epochs=1, accelerator="cpu", logger=False, default_root_dir=str(tmp_path))
     with pytest.raises(ValueError, match="cannot change the batch size of a loader passed in"):
         Tuner(trainer).scale_batch_size(make_module(tm.LightningModule, 8)(), train_dataloaders=[])
+
+
+def test_several_devices_refused_before_any_process_starts(tmp_path):
+    # Before the launch the world is this one process: the devices asked for decide.
+    trainer = tm.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="not supported with distributed strategies"):
+        Tuner(trainer).scale_batch_size(make_module(tm.LightningModule, 8)())

@@ -34,6 +34,10 @@ class Trainer(Protocol):
     def fast_dev_run(self) -> int: ...
     @property
     def world_size(self) -> int: ...
+    @property
+    def num_devices(self) -> int: ...
+    @property
+    def num_nodes(self) -> int: ...
     def fit(
         self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None
     ) -> None: ...
@@ -127,7 +131,7 @@ class Tuner:
                 "The batch size finder cannot change the batch size of a loader passed in: define train_dataloader() "
                 "(reading the batch size) on the model or a data module."
             )
-        if trainer.world_size > 1:
+        if trainer.world_size > 1 or trainer.num_devices * trainer.num_nodes > 1:  # launched, or to be
             raise ValueError("Tuning the batch size is currently not supported with distributed strategies.")
         if trainer.fast_dev_run:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
