@@ -25,8 +25,8 @@ ROWS = [
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     out = tmp_path / "gpu_check.md"
-    # A hang guard under pytest's 900 s, not a time limit: the dry run starts a fresh process per
-    # variant and took more than 280 s at load 19 (its old limit). run_program ends the variants too.
+    # A hang guard under pytest's 900 s, not a time limit: the dry run (then a fresh process per
+    # variant) took more than 280 s at load 19 (its old limit). run_program ends the variants too.
     done = run_program([str(SCRIPT), "--dry-run", "--out", str(out)], timeout=840)
     assert done.returncode == 0, done.stderr[-3000:]
     table = out.read_text()
