@@ -15,8 +15,9 @@ settings and compiled caches of one variant cannot help or hurt another), varian
 - ``trainmesh scale`` on one device (the demo model), its step time and verdict.
 
 ``--dry-run`` runs all of it on the CPU with tiny sizes: the CUDA tests are collected and
-skipped, timings are CPU timings. The suite runs it (tests/test_gpu_check.py) so that the
-script cannot rot between the rare sessions that have a GPU.
+skipped, timings are CPU timings, and the variants share one fresh process (a process each
+costs 3 CPU-s of imports for a second of work; isolation matters only to timings). The suite
+runs it (tests/test_gpu_check.py) so that the script cannot rot between GPU sessions.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,7 +50,8 @@ class Sizes:
 
 
 GPU_SIZES = Sizes(vocab=8192, width=768, layers=6, heads=12, seq=512, batch=16, steps=60, warmup=15)
-DRY_SIZES = Sizes(vocab=128, width=32, layers=2, heads=2, seq=16, batch=4, steps=6, warmup=2)
+# One layer: inductor's compilation costs about 12 CPU-s a layer with a cold cache; a step, 3 ms.
+DRY_SIZES = Sizes(vocab=128, width=32, layers=1, heads=2, seq=16, batch=4, steps=6, warmup=2)
 
 
 # ---- the model, the data and the hand count (imported in the variant processes only) ------------
@@ -267,20 +270,26 @@ def _with_source_path() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def in_fresh_process(variant: str, sizes: Sizes, device: str, timeout: float) -> dict:
-    command = [sys.executable, __file__, "--variant", variant, "--sizes", json.dumps(asdict(sizes)), "--device", device]
+def in_fresh_process(variants: list[str], sizes: Sizes, device: str, timeout: float) -> dict[str, dict]:
+    """The variants' figures, run one after another in one new process (each a JSON line as it
+    ends); a variant that did not end gets the child's last line of stderr as its error."""
+    command = [sys.executable, __file__, "--variant", ",".join(variants), "--sizes", json.dumps(asdict(sizes))]
+    command += ["--device", device]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_with_source_path())
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"variant": ')]
+    figures = {line["variant"]: line["figures"] for line in lines}
+    error = {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]}
+    return {name: figures.get(name, error) for name in variants}
 
 
-def measure_alternating(variants: list[str], repeats: int, sizes: Sizes, device: str, timeout: float) -> dict:
+def measure_alternating(variants: list[str], repeats: int, sizes: Sizes, device: str, timeout: float, together=False):
+    """A fresh process per variant, the order rotated every repeat; ``together``: one per repeat."""
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     for repeat in range(repeats):
         order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]  # rotate the order
-        for name in order:
-            runs[name].append(in_fresh_process(name, sizes, device, timeout))
+        for group in [order] if together else [[name] for name in order]:
+            for name, figures in in_fresh_process(group, sizes, device, timeout * len(group)).items():
+                runs[name].append(figures)
     return runs
 
 
@@ -290,11 +299,10 @@ def median_of(runs: list[dict], key: str) -> float | None:
 
 
 def cuda_test_files() -> list[str]:
-    """The test files that can hold a CUDA-marked test: those whose text says "cuda" (the mark is
-    ``pytest.mark.cuda``, however it is spelt or applied). Collecting only these, not the whole
-    suite, spares importing every test module (keras among them): 11 CPU-s of the dry run's 60."""
-    files = sorted((ROOT / "tests").rglob("test_*.py"))
-    return [str(path) for path in files if "cuda" in path.read_text(encoding="utf-8")]
+    """Test files naming the mark (``mark.cuda``, ``getattr(pytest.mark, "cuda")``, ``add_marker("cuda")``):
+    2.7 CPU-s to collect, every file saying "cuda" took 7.4 (tests/test_gpu_check.py: none is missed)."""
+    spelled = re.compile(r"""mark\.cuda\b|mark,\s*["']cuda["']|add_marker\(\s*["']cuda["']""")
+    return [str(path) for path in sorted((ROOT / "tests").rglob("test_*.py")) if spelled.search(path.read_text())]
 
 
 def cuda_tests(dry_run: bool, timeout: float) -> dict:
@@ -362,8 +370,8 @@ def fmt(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def table(device_name: str, sizes: Sizes, runs: dict, tests: dict, scale: dict, seconds: float) -> str:
-    raw32, tm32, tmbf = runs["raw-32-true"], runs["trainer-32-true"], runs["trainer-bf16-mixed"]
+def table(device_name: str, sizes: Sizes, runs: dict, tests: dict, scale: dict, seconds: float, how: str) -> str:
+    tm32, tmbf = runs["trainer-32-true"], runs["trainer-bf16-mixed"]
     monitor = runs["monitor"][0]
     step = {name: median_of(results, "step_ms") for name, results in runs.items()}
     cpu = {name: median_of(results, "cpu_ms") for name, results in runs.items()}
@@ -417,8 +425,7 @@ def table(device_name: str, sizes: Sizes, runs: dict, tests: dict, scale: dict, 
     header = (
         f"GPU check on {device_name}, {time.strftime('%Y-%m-%d')}, {seconds:.0f} s. GPT: vocab {sizes.vocab}, "
         f"width {sizes.width}, {sizes.layers} layers, sequence {sizes.seq}, batch {sizes.batch}; "
-        f"{sizes.steps} timed steps after {sizes.warmup}; medians of {len(raw32)} fresh-process runs each, "
-        "variants alternating.\n\n"
+        f"{sizes.steps} timed steps after {sizes.warmup}; {how}.\n\n"
     )
     body = "| what | figure | detail |\n|---|---|---|\n" + "".join(f"| {a} | {b} | {c} |\n" for a, b, c in rows)
     return header + body + "".join(f"\nerror: {line}" for line in errors) + "\n"
@@ -433,8 +440,10 @@ def main() -> None:
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
     parser.add_argument("--device", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.variant:  # a child: one measurement, one JSON line
-        print(json.dumps(run_variant(args.variant, Sizes(**json.loads(args.sizes)), args.device)))
+    if args.variant:  # a child: its variants, one JSON line each
+        for name in args.variant.split(","):
+            figures = run_variant(name, Sizes(**json.loads(args.sizes)), args.device)
+            print(json.dumps({"variant": name, "figures": figures}), flush=True)
         return
     import torch
 
@@ -448,10 +457,15 @@ def main() -> None:
     tests = cuda_tests(args.dry_run, timeout=240)
     print("cuda tests:", tests["summary"], flush=True)
     variants = ["raw-32-true", "trainer-32-true", "raw-bf16-mixed", "trainer-bf16-mixed", "compiled"]
-    runs = measure_alternating(variants, repeats, sizes, device, timeout=240)
-    runs["monitor"] = [in_fresh_process("monitor", sizes, device, timeout=240)]
+    if args.dry_run:  # one repeat: the monitor's count joins the variants' one process
+        runs = measure_alternating([*variants, "monitor"], repeats, sizes, device, timeout=240, together=True)
+        how = "the variants one after another in one fresh process"
+    else:
+        runs = measure_alternating(variants, repeats, sizes, device, timeout=240)
+        runs["monitor"] = [in_fresh_process(["monitor"], sizes, device, timeout=240)["monitor"]]
+        how = f"medians of {repeats} fresh-process runs each, variants alternating"
     scale = trainmesh_scale(device, args.dry_run, timeout=240)
-    report = table(device_name, sizes, runs, tests, scale, time.perf_counter() - started)
+    report = table(device_name, sizes, runs, tests, scale, time.perf_counter() - started, how)
     Path(args.out).write_text(report)
     print(report)
 

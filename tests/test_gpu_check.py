@@ -1,5 +1,6 @@
 """The GPU check script runs end to end on the CPU (--dry-run), so it is ready when a GPU is lent."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,8 @@ ROWS = [
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     out = tmp_path / "gpu_check.md"
-    # A hang guard under pytest's 900 s, not a time limit: the dry run starts a fresh process per
-    # variant and took more than 280 s at load 19 (its old limit). run_program ends the variants too.
+    # A hang guard under pytest's 900 s, not a time limit: the dry run (then a fresh process per
+    # variant) took more than 280 s at load 19 (its old limit). run_program ends the variants too.
     done = run_program([str(SCRIPT), "--dry-run", "--out", str(out)], timeout=840)
     assert done.returncode == 0, done.stderr[-3000:]
     table = out.read_text()
@@ -48,3 +49,16 @@ def test_gpu_check_refuses_to_run_without_cuda_unless_dry_run(tmp_path):
         [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.md")], capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0 and "--dry-run" in done.stderr
+
+
+def test_every_cuda_marked_test_is_in_a_file_the_check_collects(request):
+    """The check collects only the files whose text names the mark: every test of this session
+    that carries it (the whole suite's, in a full run; test_cuda.py's always) is in one of them."""
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    gpu_check = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(gpu_check)
+    collected = {Path(path) for path in gpu_check.cuda_test_files()}
+    marked = {Path(item.path) for item in request.session.items if item.get_closest_marker("cuda")}
+    assert marked <= collected, sorted(map(str, marked - collected))
+    assert Path(__file__).with_name("test_cuda.py") in collected  # its mark applied by pytestmark

@@ -83,6 +83,12 @@ def _child(program: Path, args: list[str], env: dict[str, str], cwd: Path | None
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(env)
+        # multiprocessing made this process the fork server's child and its start method
+        # "forkserver"; a new interpreter has the platform's default. Left so, the program's own
+        # children (a DataLoader's workers) were the fork server's: outside the program's session,
+        # watching the fork server for their parent's death, so they outlived a program that died
+        # hard (resume_run.py's stop leg, loader-workers), holding the fork server open.
+        multiprocessing.set_start_method(None, force=True)
         if "torch" in sys.modules and env.get("OMP_NUM_THREADS", "").isdigit():
             # A new interpreter's torch reads its thread count from the environment at import.
             sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))

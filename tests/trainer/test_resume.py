@@ -6,6 +6,7 @@ legs of one world size in one launch (helpers/batches.py).
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,15 @@ def test_max_steps_inside_an_epoch_reports_the_partial_epoch_but_does_not_end_it
     assert (saved["epoch"], saved["global_step"]) == (1, 17)
     assert saved["loop"]["batches_done"] == 5 and not saved["loop"]["epoch_finished"]
     assert [len(entry["epoch_outputs"]) for entry in saved["per_rank"]] == [5]
+
+
+def test_a_forked_leg_starts_its_own_processes_as_a_new_interpreter_does(tmp_path):
+    """The loader-workers stop leg runs forked (helpers/forked.py) and dies hard: its loader's
+    workers must be its own children, started as ``python resume_run.py`` starts them, not the
+    fork server's (which outlived the test, with them, waiting for a parent that had died)."""
+    program = tmp_path / "start_method.py"
+    program.write_text("import multiprocessing\nprint(multiprocessing.get_start_method())\n")
+    fresh = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60)
+    forked = run_forked(program, [], env=dict(os.environ), timeout=60)
+    assert fresh.returncode == forked.returncode == 0, forked.stderr
+    assert forked.stdout == fresh.stdout
