@@ -139,8 +139,11 @@ def build(kind: str, optimizer: str):
                 keras.layers.Dense(1, activation="sigmoid"),
             ]
         )
+        chosen = keras.optimizers.SGD(0.05, momentum=0.9, use_ema=optimizer == "ema")
+        if optimizer == "clipped":  # clipped after the average, as one process clips its global batch's gradient
+            chosen = keras.optimizers.SGD(0.5, momentum=0.9, global_clipnorm=0.05, gradient_accumulation_steps=2)
         model.compile(
-            optimizer=keras.optimizers.SGD(0.05, momentum=0.9, use_ema=optimizer == "ema"),
+            optimizer=chosen,
             loss="binary_crossentropy",
             metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()],
         )
@@ -162,14 +165,18 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     "ema": ("classifier", "ema", {}),
     "pydataset": ("classifier", "sgd", {}),  # x and validation_data: a keras.utils.PyDataset
     "loader": ("classifier", "sgd", {}),  # x and validation_data: a torch DataLoader
+    # 101 samples (rank 0 51, rank 1 50: no sample repeated), validation_steps=1 of 4 validation batches
+    "loader_odd": ("classifier", "sgd", {"validation_steps": 1}),
+    "clipped": ("classifier", "clipped", {}),  # global_clipnorm and gradient_accumulation_steps
 }
+ODD = 101  # the loader_odd leg's training samples
 
 
 def batches(leg: str, x: np.ndarray, y: np.ndarray, batch: int):
     """The arrays in batches of ``batch``, unshuffled: a keras.utils.PyDataset or a torch DataLoader."""
     import keras
 
-    if leg == "loader":
+    if leg.startswith("loader"):
         dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
         return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False)
 
@@ -195,11 +202,13 @@ def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray,
         y = {"a": y, "b": (x[:, 2] > 0).astype("int64") + (x[:, 3] > 1).astype("int64")}
         arguments.update(validation_steps=1, validation_batch_size=batch // 2)
         arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
-    if leg in ("pydataset", "loader"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
+    if leg in ("pydataset", "loader", "loader_odd"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
         split = int(len(x) * 0.8)
         del arguments["batch_size"], arguments["validation_split"]  # shuffle=False: the batches in order
-        arguments["validation_data"] = batches(leg, x[split:], y[split:], batch)
-        x, y = batches(leg, x[:split], y[:split], batch), None
+        held = batch // 2 if leg == "loader_odd" else batch  # loader_odd: 4 validation batches, one per epoch
+        arguments["validation_data"] = batches(leg, x[split:], y[split:], held)
+        end = ODD if leg == "loader_odd" else split
+        x, y = batches(leg, x[:end], y[:end], batch), None
     if optimizer == "ema":  # validation and the final weights: the optimizer's moving averages
         arguments["callbacks"] = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)]
     return model, x, y, arguments
@@ -239,6 +248,8 @@ def run_ddp(out: str) -> None:
                 record["predict"] = tk.predict(model, validation, strategy="ddp", devices=2, verbose=0)
             except (TypeError, ValueError) as refused:  # the same on both ranks: the other legs still run
                 record["predict"] = refused
+        if leg == "loader_odd":  # steps=1 of 4 batches of 8 each: the first 16 samples, as one process at 16
+            record.update(steps_evaluated_predicted(model, arguments["validation_data"]))
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide":  # docs/how-to/keras.md's way: every rank calls it, rank 0 writes the one file
             tm.rank_zero_only(model.save)(os.path.join(out, "guide.keras"))
@@ -246,6 +257,20 @@ def run_ddp(out: str) -> None:
             held_out, _ = get_images(32, seed=1)
             np.save(os.path.join(out, "held_out.npy"), held_out)
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+
+
+def steps_evaluated_predicted(model, validation) -> dict:
+    """tk.evaluate and tk.predict with steps=1 of the validation DataLoader, and tk.predict with steps=1 of
+    the same samples in a PyDataset (under 2 processes: both ranks' first batch)."""
+    import trainmesh.keras as tk
+
+    x, y = get_tabular()
+    launch = {"strategy": "ddp", "devices": 2, "verbose": 0, "steps": 1}
+    return {
+        "evaluate_steps": tk.evaluate(model, validation, return_dict=True, **launch),
+        "predict_steps": tk.predict(model, validation, **launch),
+        "predict_pydataset_steps": tk.predict(model, batches("pydataset", x[128:], y[128:], BATCH // 2), **launch),
+    }
 
 
 def distributed_block(out: str, rank: int) -> None:

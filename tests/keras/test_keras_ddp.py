@@ -1,11 +1,12 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eight
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits ten
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
-and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
+and by DataLoaders (one of 101 samples, with validation_steps), then with global_clipnorm and
+gradient_accumulation_steps (and, first, a tiny fit on a shuffled DataLoader recording the samples each
 rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
 with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
 second program loads the saved convnet in plain Keras (before it imports trainmesh), then runs the
@@ -80,7 +81,7 @@ def largest_difference(a: dict, b: dict) -> float:
 
 
 LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)] + [
-    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader")
+    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader", "loader_odd", "clipped")
 ]
 
 
@@ -115,12 +116,16 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
-@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader"])
+@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader", "loader_odd", "clipped"])
 def test_histories_equal_one_process(ddp, leg):
     """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
     validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights;
-    a PyDataset's or DataLoader's batches split over the processes) within 1e-5 of one process at
-    batch 32, equal on both ranks; params["steps"] is one process's count, not doubled."""
+    a PyDataset's or DataLoader's batches split over the processes; a DataLoader of 101 samples with
+    validation_steps=1 of a validation DataLoader of 4 batches of 8: each epoch the next 16 samples, as one
+    process reads the next batch of 16 (before: rank 1 read from the middle, val_loss 0.6244 where one
+    process has 0.7006); global_clipnorm with gradient_accumulation_steps=2, clipping the averaged
+    gradient) within 1e-5 of one process at batch 32, equal on both ranks; params["steps"] is one
+    process's count, not doubled."""
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
     _, history, params = one_process(leg)
@@ -151,6 +156,30 @@ def test_evaluate_and_predict_split_a_pydataset_and_a_dataloader(ddp, leg):
     assert zero["predict"].shape == predicted.shape == (32, 1)
     np.testing.assert_array_equal(zero["predict"], predicted)
     np.testing.assert_array_equal(one["predict"], predicted)
+
+
+def test_evaluate_and_predict_steps_read_the_first_batches_as_one_process(ddp):
+    """tk.evaluate(steps=1) and tk.predict(steps=1) at 2 processes of a DataLoader of 4 batches of 8, and
+    tk.predict(steps=1) of a PyDataset of them: the first 16 samples, Keras' evaluate and predict of one
+    process at batch 16 with steps=1, on both ranks (before: rank 1 read batch 2, not batch 1: loss 0.6244
+    where one process has 0.7006, predictions off by up to 0.57)."""
+    import keras_run
+
+    zero, one = rank(ddp, "loader_odd", 0), rank(ddp, "loader_odd", 1)
+    assert zero["evaluate_steps"] == one["evaluate_steps"]
+    model, _, _, arguments = keras_run.fit_arguments("loader_odd", 2 * keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    validation = arguments["validation_data"]
+    expected = model.evaluate(validation, steps=1, verbose=0, return_dict=True)
+    assert zero["evaluate_steps"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert zero["evaluate_steps"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+    predicted = model.predict(validation, steps=1, verbose=0)
+    assert predicted.shape == (16, 1)
+    for key in ("predict_steps", "predict_pydataset_steps"):
+        np.testing.assert_array_equal(zero[key], one[key])
+        np.testing.assert_allclose(zero[key], predicted, rtol=1e-6, atol=1e-7)
 
 
 def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
