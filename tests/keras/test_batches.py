@@ -48,8 +48,9 @@ def test_a_training_loader_is_split_by_sample_without_repeating_one(shuffle):
 
 def test_refused_before_any_process_starts(monkeypatch):
     """A DataLoader whose processes would read different numbers of batches (97 samples in batches of 16:
-    49 and 48 samples, 4 and 3 batches), and validation_split with a DataLoader (Keras refuses it on one
-    process too): refused in the calling process, with what to do instead."""
+    49 and 48 samples, 4 and 3 batches), validation or evaluation data of fewer batches than processes,
+    and validation_split with a DataLoader (Keras refuses it on one process too): refused in the calling
+    process, with what to do instead."""
     from trainmesh.runtime import Runtime
 
     monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
@@ -57,6 +58,11 @@ def test_refused_before_any_process_starts(monkeypatch):
         tk.fit(model(), loader(97, 16), strategy="ddp", devices=2)
     with pytest.raises(ValueError, match="validation_split=0.2 with x a DataLoader.*Pass .* validation_data="):
         tk.fit(model(), loader(96, 16), validation_split=0.2, strategy="ddp", devices=2)
+    one_batch = loader(8, 8)  # before: rank 1 validated nothing and the run hung (killed after 120 s)
+    with pytest.raises(ValueError, match="validation_data has 1 batches, fewer than the 2 processes.*one would have"):
+        tk.fit(model(), loader(96, 16), validation_data=one_batch, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="x has 1 batches, fewer than the 2 processes"):
+        tk.evaluate(model(), one_batch, strategy="ddp", devices=2)
     with pytest.raises(ValueError, match="validation_split"):  # Keras' own refusal, on one process
         model().fit(loader(96, 16), validation_split=0.2, verbose=0)
 

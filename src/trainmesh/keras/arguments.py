@@ -16,7 +16,7 @@ import numpy as np
 
 from trainmesh.keras import internals
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batches import check_batches, check_prediction_batches, is_batches
+from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -120,7 +120,7 @@ def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> Non
     if world > 1:
         refuse_unshardable("x", x, world, batches=True)
         if is_batches(x):  # each process predicts a contiguous run of the batches (batches.py)
-            check_prediction_batches(x, world)
+            check_batches("x", x, world, train=False)
             return
         check_evaluation_size(num_samples(x), world, "x")
 

@@ -7,8 +7,8 @@ A PyDataset is split by batch: process ``r`` of ``W`` reads batches ``r, r + W, 
 (its ``__getitem__`` indices). Unshuffled, step ``k`` of the ``W`` processes reads batches
 ``kW .. kW + W - 1``: with batches of ``B`` samples, the samples one process reads at step ``k``
 of the same data in batches of ``W * B``. For training the number of batches must be a multiple
-of ``W`` (each step is a collective every process joins); validation takes any number (its
-metrics are summed once, at its end).
+of ``W`` (each step is a collective every process joins); validation takes any number, at least
+``W`` (its metrics are summed once, at its end).
 
 A DataLoader is split the same way. For training, process ``r`` reads samples ``r, r + W, ...``
 of the loader's order (of one permutation, drawn anew each epoch with one seed from rank 0, when
@@ -75,6 +75,7 @@ def check_batches(name: str, value: Any, world: int, *, train: bool) -> None:
                 f"r + {world}, ..., and every process must take the same number of steps. Make the number of batches "
                 f"a multiple of {world} (drop {count % world}, or change the batch size)"
             )
+        _check_every_process_has_one(name, count, world, train)
         return
     dataset = value.dataset
     if isinstance(dataset, IterableDataset):
@@ -93,6 +94,18 @@ def check_batches(name: str, value: Any, world: int, *, train: bool) -> None:
         raise ValueError(f"{name} has {len(dataset)} samples, fewer than the {world} processes: one would have none")
     if train and is_split_by_sample(value):
         _check_equal_steps(name, len(dataset), value.batch_sampler, world)
+    _check_every_process_has_one(name, len(value), world, train)
+
+
+def _check_every_process_has_one(name: str, count: int, world: int, train: bool) -> None:
+    """Evaluation and prediction deal out whole batches: each process needs one. A process with none
+    would end its evaluation with no step's logs and take another path through the metric sums than
+    the others (a hang: measured, a validation DataLoader of one batch under 2 processes)."""
+    if not train and count < world:
+        raise ValueError(
+            f"{name} has {count} batches, fewer than the {world} processes: each process evaluates or predicts "
+            "whole batches of it, and one would have none. Use smaller batches, or fewer processes"
+        )
 
 
 def is_split_by_sample(loader: DataLoader[Any]) -> bool:
@@ -197,17 +210,6 @@ def split_for_prediction(value: Any, runtime: Runtime, steps: int | None) -> Any
         return _rank_batches()(value, range(*shard_bounds(count, world, rank)))
     batches = value.batch_sampler if steps is None else _FirstBatches(value.batch_sampler, steps * world)
     return replace_batch_sampler(value, ContiguousBatchShard(batches, num_replicas=world, rank=rank))
-
-
-def check_prediction_batches(value: Any, world: int) -> None:
-    """Each process must have at least one batch to predict (Keras refuses an empty input)."""
-    check_batches("x", value, world, train=False)
-    count = value.num_batches if is_py_dataset(value) else len(value)
-    if count < world:
-        raise ValueError(
-            f"x has {count} batches, fewer than the {world} processes: each process predicts a run of the "
-            "batches, and one would have none. Use smaller batches, or fewer processes"
-        )
 
 
 def epoch_setter(value: Any) -> list[Any]:
