@@ -11,6 +11,7 @@ and their tests, which build the one-process references with the same functions)
   whole data set, before ``fit``, and passes them as columns of ``x``: each sample keeps its latent
   vectors whichever process trains it, so the comparison with one process is exact.
   ``fed=False`` is the guide's ``train_step`` as published (draws per step).
+- ``WeightedStep``: a ``train_step`` reading ``sample_weight`` and calling ``apply_gradients``.
 - ``custom_step()``: the guide's first ``CustomModel`` (``return {m.name: m.result() for m in
   self.metrics}``), with a ``keras.metrics.Mean("abs_error")`` tracker of its own and the step's
   plain ``batch_loss`` tensor in what it returns.
@@ -166,6 +167,27 @@ class CustomModel(keras.Model):
             else:
                 metric.update_state(y, y_pred)
         return {**{m.name: m.result() for m in self.metrics}, "batch_loss": loss.detach()}
+
+
+class WeightedStep(keras.Sequential):
+    """A ``train_step`` of its own that reads the batch's sample weights (``unpack_x_y_sample_weight``),
+    weighs the compiled loss and metrics with them, and applies the gradients with ``apply_gradients``."""
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+        loss.backward()
+        weights = list(self.trainable_weights)
+        with torch.no_grad():
+            self.optimizer.apply_gradients(zip([w.value.grad for w in weights], weights))
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred, sample_weight=sample_weight)
+        return {m.name: m.result() for m in self.metrics}
 
 
 CUSTOM_SAMPLES = 128  # validation_split=0.2: 102 to train (the last global batch 3 + 3), 26 to validate (13 + 13)

@@ -130,8 +130,10 @@ def build(kind: str, optimizer: str):
     keras.utils.set_random_seed(SEED)
     if kind == "heads":
         return two_heads()
-    if kind == "classifier":
-        model = keras.Sequential(
+    if kind in ("classifier", "weighted_step"):
+        import keras_custom_steps
+
+        model = (keras_custom_steps.WeightedStep if kind == "weighted_step" else keras.Sequential)(
             [
                 keras.Input((12,)),
                 keras.layers.Dense(32, activation="relu"),
@@ -168,6 +170,7 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     # 101 samples (rank 0 51, rank 1 50: no sample repeated), validation_steps=1 of 4 validation batches
     "loader_odd": ("classifier", "sgd", {"validation_steps": 1}),
     "clipped": ("classifier", "clipped", {}),  # global_clipnorm and gradient_accumulation_steps
+    "weighted_step": ("weighted_step", "sgd", {}),  # a train_step of its own: sample_weight, apply_gradients
 }
 ODD = 101  # the loader_odd leg's training samples
 
@@ -196,8 +199,10 @@ def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray,
 
     kind, optimizer, extra = LEGS[leg]
     model = build(kind, optimizer)
-    x, y = get_tabular() if kind in ("classifier", "heads") else get_images()
+    x, y = get_tabular() if kind in ("classifier", "heads", "weighted_step") else get_images()
     arguments = {"batch_size": batch, "epochs": EPOCHS, "shuffle": False, "validation_split": 0.2, **extra}
+    if kind == "weighted_step":
+        arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
     if kind == "heads":  # validation: the first 16 of the 32 held-out samples (one step of 8 per process)
         y = {"a": y, "b": (x[:, 2] > 0).astype("int64") + (x[:, 3] > 1).astype("int64")}
         arguments.update(validation_steps=1, validation_batch_size=batch // 2)

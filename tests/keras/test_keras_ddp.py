@@ -1,12 +1,12 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits ten
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eleven
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
 and by DataLoaders (one of 101 samples, with validation_steps), then with global_clipnorm and
-gradient_accumulation_steps (and, first, a tiny fit on a shuffled DataLoader recording the samples each
+gradient_accumulation_steps, and with a train_step of its own reading sample_weight (and, first, a tiny fit on a shuffled DataLoader recording the samples each
 rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
 with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
 second program loads the saved convnet in plain Keras (before it imports trainmesh), then runs the
@@ -81,7 +81,7 @@ def largest_difference(a: dict, b: dict) -> float:
 
 
 LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)] + [
-    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader", "loader_odd", "clipped")
+    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader", "loader_odd", "clipped", "weighted_step")
 ]
 
 
@@ -116,7 +116,7 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
-@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader", "loader_odd", "clipped"])
+@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader", "loader_odd", "clipped", "weighted_step"])
 def test_histories_equal_one_process(ddp, leg):
     """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
     validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights;
@@ -124,7 +124,8 @@ def test_histories_equal_one_process(ddp, leg):
     validation_steps=1 of a validation DataLoader of 4 batches of 8: each epoch the next 16 samples, as one
     process reads the next batch of 16 (before: rank 1 read from the middle, val_loss 0.6244 where one
     process has 0.7006); global_clipnorm with gradient_accumulation_steps=2, clipping the averaged
-    gradient) within 1e-5 of one process at batch 32, equal on both ranks; params["steps"] is one
+    gradient; a train_step of the model's own weighing by sample_weight and calling apply_gradients)
+    within 1e-5 of one process at batch 32, equal on both ranks; params["steps"] is one
     process's count, not doubled."""
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
