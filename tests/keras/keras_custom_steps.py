@@ -190,6 +190,24 @@ class WeightedStep(keras.Sequential):
         return {m.name: m.result() for m in self.metrics}
 
 
+class OwnTruePositives(keras.metrics.Metric):
+    """A metric class of the program's own, its state a weighted count (``assign_add``)."""
+
+    def __init__(self, name="own_true_positives", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        hits = keras.ops.cast(keras.ops.reshape(y_pred, (-1,)) > 0.5, "float32")
+        hits = hits * keras.ops.cast(keras.ops.reshape(y_true, (-1,)), "float32")
+        if sample_weight is not None:
+            hits = hits * keras.ops.reshape(keras.ops.cast(sample_weight, "float32"), (-1,))
+        self.count.assign_add(keras.ops.sum(hits))
+
+    def result(self):
+        return self.count
+
+
 CUSTOM_SAMPLES = 128  # validation_split=0.2: 102 to train (the last global batch 3 + 3), 26 to validate (13 + 13)
 
 

@@ -147,7 +147,8 @@ def build(kind: str, optimizer: str):
         model.compile(
             optimizer=chosen,
             loss="binary_crossentropy",
-            metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()],
+            metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()]
+            + ([keras.metrics.AUC(), keras_custom_steps.OwnTruePositives()] if kind == "weighted_step" else []),
         )
         return model
     model = get_model(kind)
