@@ -11,7 +11,8 @@ and their tests, which build the one-process references with the same functions)
   whole data set, before ``fit``, and passes them as columns of ``x``: each sample keeps its latent
   vectors whichever process trains it, so the comparison with one process is exact.
   ``fed=False`` is the guide's ``train_step`` as published (draws per step).
-- ``WeightedStep``: a ``train_step`` reading ``sample_weight`` and calling ``apply_gradients``.
+- ``WeightedStep``: a ``train_step`` reading ``sample_weight`` and calling ``apply_gradients``;
+  ``TorchOptimizerStep``: one stepping a torch optimizer instead.
 - ``custom_step()``: the guide's first ``CustomModel`` (``return {m.name: m.result() for m in
   self.metrics}``), with a ``keras.metrics.Mean("abs_error")`` tracker of its own and the step's
   plain ``batch_loss`` tensor in what it returns.
@@ -188,6 +189,25 @@ class WeightedStep(keras.Sequential):
             else:
                 metric.update_state(y, y_pred, sample_weight=sample_weight)
         return {m.name: m.result() for m in self.metrics}
+
+
+class TorchOptimizerStep(keras.Sequential):
+    """A ``train_step`` updating the weights with a torch optimizer, not a Keras one (which trainmesh
+    would average): refused after its first step under several processes."""
+
+    def train_step(self, data):
+        x, y = data
+        if not hasattr(self, "torch_optimizer"):
+            self.torch_optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        self.torch_optimizer.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        self.torch_optimizer.step()
+        TORCH_STEPS[0] += 1
+        return {"loss": loss.detach()}
+
+
+TORCH_STEPS = [0]  # the training steps TorchOptimizerStep took
 
 
 class OwnTruePositives(keras.metrics.Metric):

@@ -231,6 +231,7 @@ def run_ddp(out: str) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
+    torch.save(torch_optimizer_step(), os.path.join(out, f"torch_optimizer.rank{rank}"))
     distributed_block(out, rank)
     for leg in LEGS:
         model, x, y, arguments = fit_arguments(leg, BATCH)
@@ -289,6 +290,26 @@ def distributed_block(out: str, rank: int) -> None:
         evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
     record = {"variables": variables(model), "history": history.history, "evaluate": evaluated}
     torch.save(record, os.path.join(out, f"distribute.rank{rank}"))
+
+
+def torch_optimizer_step() -> dict:
+    """A fit of keras_custom_steps.TorchOptimizerStep (a torch optimizer in its train_step, 4 steps of 8 per
+    process): its error, and how many steps the torch optimizer took."""
+    import keras_custom_steps
+
+    import trainmesh.keras as tk
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(SEED)
+    model = keras_custom_steps.TorchOptimizerStep([keras.Input((12,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = get_tabular(64)
+    try:
+        tk.fit(model, x, y.astype("float32"), batch_size=8, epochs=1, verbose=0, strategy="ddp", devices=2)
+        error = None
+    except RuntimeError as refused:
+        error = str(refused)
+    return {"error": error, "steps": keras_custom_steps.TORCH_STEPS[0]}
 
 
 def shuffled_loader_samples() -> list[list[int]]:

@@ -12,7 +12,8 @@ call goes through it: a ``LossScaleOptimizer`` or ``MultiOptimizer`` calls its i
 ``apply`` with gradients already averaged.
 
 Gradients reach a Keras optimizer only through ``apply``; a step that updates variables by hand
-(``variable.assign_sub``) bypasses every optimizer, and this with it. An optimizer class of the
+(``variable.assign_sub``) or with a torch optimizer bypasses every optimizer, and this with it: a
+fit whose first training step applied no Keras optimizer is stopped there (:func:`refuse_unaveraged_step`). An optimizer class of the
 user's own that overrides ``apply`` (or ``apply_gradients``) runs its override on each process's
 own gradients, before Keras' ``apply`` averages them: a clip there would clip each process's part
 of the batch, unlike one process. Such an optimizer is refused (:func:`own_overrides`); an
@@ -68,6 +69,20 @@ def refuse_own_apply(optimizer: Any, overrides: list[str], world: int) -> None:
             "batch) and the run would differ from one process's, silently. Put the change in update_step (it sees "
             "the averaged gradients), use Keras' own clipnorm/global_clipnorm/gradient_accumulation_steps, or run "
             "on one process"
+        )
+
+
+def refuse_unaveraged_step(world: int) -> None:
+    """After a training step: under several processes, some Keras optimizer must have applied
+    gradients since the fit began (a step updating by hand, or with a torch optimizer, would train
+    each process's model on its own share, silently: stopped after its first step)."""
+    if world > 1 and not _applied:
+        raise RuntimeError(
+            f"the model's train_step ran a training step without applying gradients through a Keras optimizer's "
+            f"apply (optimizer.apply or apply_gradients): under {world} processes trainmesh averages the gradients "
+            "there only, so each process would train its model on its own share of the data and the models would "
+            "drift apart, silently. Apply the gradients with a Keras optimizer "
+            "(self.optimizer.apply(gradients, self.trainable_weights)) in every training step, or run on one process"
         )
 
 
