@@ -210,6 +210,31 @@ class TorchOptimizerStep(keras.Sequential):
 TORCH_STEPS = [0]  # the training steps TorchOptimizerStep took
 
 
+class ClippingSGD(keras.optimizers.SGD):
+    """An optimizer class overriding ``apply`` (it clips): under several processes it would clip each
+    process's own gradients."""
+
+    def apply(self, grads, trainable_variables=None):
+        return super().apply([keras.ops.clip(g, -0.01, 0.01) for g in grads], trainable_variables)
+
+
+class SecondOptimizerStep(keras.Sequential):
+    """A ``train_step`` applying an optimizer of its own (a ClippingSGD), not the compiled one: refused
+    at that optimizer's first apply under several processes."""
+
+    def train_step(self, data):
+        x, y = data
+        if not hasattr(self, "own_optimizer"):
+            self.own_optimizer = ClippingSGD(0.1)
+        self.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        weights = list(self.trainable_weights)
+        with torch.no_grad():
+            self.own_optimizer.apply([w.value.grad for w in weights], weights)
+        return {"loss": loss.detach()}
+
+
 class OwnTruePositives(keras.metrics.Metric):
     """A metric class of the program's own, its state a weighted count (``assign_add``)."""
 

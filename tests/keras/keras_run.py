@@ -293,23 +293,26 @@ def distributed_block(out: str, rank: int) -> None:
 
 
 def torch_optimizer_step() -> dict:
-    """A fit of keras_custom_steps.TorchOptimizerStep (a torch optimizer in its train_step, 4 steps of 8 per
-    process): its error, and how many steps the torch optimizer took."""
+    """Fits of keras_custom_steps.TorchOptimizerStep (a torch optimizer in its train_step, 4 steps of 8 per
+    process) and SecondOptimizerStep (an optimizer of its own overriding apply): their errors, and how many
+    steps the torch optimizer took."""
     import keras_custom_steps
 
     import trainmesh.keras as tk
 
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(SEED)
-    model = keras_custom_steps.TorchOptimizerStep([keras.Input((12,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
+    errors = []
     x, y = get_tabular(64)
-    try:
-        tk.fit(model, x, y.astype("float32"), batch_size=8, epochs=1, verbose=0, strategy="ddp", devices=2)
-        error = None
-    except RuntimeError as refused:
-        error = str(refused)
-    return {"error": error, "steps": keras_custom_steps.TORCH_STEPS[0]}
+    for cls in (keras_custom_steps.TorchOptimizerStep, keras_custom_steps.SecondOptimizerStep):
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(SEED)
+        model = cls([keras.Input((12,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        try:
+            tk.fit(model, x, y.astype("float32"), batch_size=8, epochs=1, verbose=0, strategy="ddp", devices=2)
+            errors.append(None)
+        except (RuntimeError, ValueError) as refused:
+            errors.append(str(refused))
+    return {"error": errors[0], "own_apply_error": errors[1], "steps": keras_custom_steps.TORCH_STEPS[0]}
 
 
 def shuffled_loader_samples() -> list[list[int]]:
