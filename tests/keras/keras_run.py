@@ -170,7 +170,8 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     "loader": ("classifier", "sgd", {}),  # x and validation_data: a torch DataLoader
     # 101 samples (rank 0 51, rank 1 50: no sample repeated), validation_steps=1 of 4 validation batches
     "loader_odd": ("classifier", "sgd", {"validation_steps": 1}),
-    "clipped": ("classifier", "clipped", {}),  # global_clipnorm and gradient_accumulation_steps
+    # global_clipnorm, gradient_accumulation_steps, steps_per_epoch (3 of the 4 global batches)
+    "clipped": ("classifier", "clipped", {"steps_per_epoch": 3}),
     "weighted_step": ("weighted_step", "sgd", {}),  # a train_step of its own: sample_weight, apply_gradients
 }
 ODD = 101  # the loader_odd leg's training samples
