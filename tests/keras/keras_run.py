@@ -232,6 +232,7 @@ def run_ddp(out: str) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
+    torch.save(shuffled_loader_samples(arrays=True), os.path.join(out, f"shuffled_arrays.rank{rank}"))
     torch.save(torch_optimizer_step(), os.path.join(out, f"torch_optimizer.rank{rank}"))
     distributed_block(out, rank)
     for leg in LEGS:
@@ -316,9 +317,9 @@ def torch_optimizer_step() -> dict:
     return {"error": errors[0], "own_apply_error": errors[1], "steps": keras_custom_steps.TORCH_STEPS[0]}
 
 
-def shuffled_loader_samples() -> list[list[int]]:
-    """The samples each epoch of a fit on a DataLoader(shuffle=True) gave this process (2 epochs of
-    32 samples numbered 0..31, over the 2 processes)."""
+def shuffled_loader_samples(arrays: bool = False) -> list[list[int]]:
+    """The samples each epoch of a fit on a DataLoader(shuffle=True) (``arrays``: on the arrays with
+    shuffle=True) gave this process (2 epochs of 32 samples numbered 0..31, over the 2 processes)."""
     import keras
     import trainmesh.keras as tk
 
@@ -338,7 +339,8 @@ def shuffled_loader_samples() -> list[list[int]]:
     numbers = torch.arange(32, dtype=torch.float32).reshape(32, 1)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(numbers, numbers), batch_size=4, shuffle=True)
     count = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs=None: epoch.__setitem__(0, e))
-    tk.fit(model, loader, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
+    data = {"x": numbers.numpy(), "y": numbers.numpy(), "batch_size": 4, "shuffle": True} if arrays else {"x": loader}
+    tk.fit(model, **data, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
     return seen
 
 
