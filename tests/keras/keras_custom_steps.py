@@ -11,6 +11,8 @@ and their tests, which build the one-process references with the same functions)
   whole data set, before ``fit``, and passes them as columns of ``x``: each sample keeps its latent
   vectors whichever process trains it, so the comparison with one process is exact.
   ``fed=False`` is the guide's ``train_step`` as published (draws per step).
+- ``WeightedStep``: a ``train_step`` reading ``sample_weight`` and calling ``apply_gradients``;
+  ``TorchOptimizerStep``: one stepping a torch optimizer instead.
 - ``custom_step()``: the guide's first ``CustomModel`` (``return {m.name: m.result() for m in
   self.metrics}``), with a ``keras.metrics.Mean("abs_error")`` tracker of its own and the step's
   plain ``batch_loss`` tensor in what it returns.
@@ -166,6 +168,89 @@ class CustomModel(keras.Model):
             else:
                 metric.update_state(y, y_pred)
         return {**{m.name: m.result() for m in self.metrics}, "batch_loss": loss.detach()}
+
+
+class WeightedStep(keras.Sequential):
+    """A ``train_step`` of its own that reads the batch's sample weights (``unpack_x_y_sample_weight``),
+    weighs the compiled loss and metrics with them, and applies the gradients with ``apply_gradients``."""
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+        loss.backward()
+        weights = list(self.trainable_weights)
+        with torch.no_grad():
+            self.optimizer.apply_gradients(zip([w.value.grad for w in weights], weights))
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred, sample_weight=sample_weight)
+        return {m.name: m.result() for m in self.metrics}
+
+
+class TorchOptimizerStep(keras.Sequential):
+    """A ``train_step`` updating the weights with a torch optimizer, not a Keras one (which trainmesh
+    would average): refused after its first step under several processes."""
+
+    def train_step(self, data):
+        x, y = data
+        if not hasattr(self, "torch_optimizer"):
+            self.torch_optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        self.torch_optimizer.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        self.torch_optimizer.step()
+        TORCH_STEPS[0] += 1
+        return {"loss": loss.detach()}
+
+
+TORCH_STEPS = [0]  # the training steps TorchOptimizerStep took
+
+
+class ClippingSGD(keras.optimizers.SGD):
+    """An optimizer class overriding ``apply`` (it clips): under several processes it would clip each
+    process's own gradients."""
+
+    def apply(self, grads, trainable_variables=None):
+        return super().apply([keras.ops.clip(g, -0.01, 0.01) for g in grads], trainable_variables)
+
+
+class SecondOptimizerStep(keras.Sequential):
+    """A ``train_step`` applying an optimizer of its own (a ClippingSGD), not the compiled one: refused
+    at that optimizer's first apply under several processes."""
+
+    def train_step(self, data):
+        x, y = data
+        if not hasattr(self, "own_optimizer"):
+            self.own_optimizer = ClippingSGD(0.1)
+        self.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        weights = list(self.trainable_weights)
+        with torch.no_grad():
+            self.own_optimizer.apply([w.value.grad for w in weights], weights)
+        return {"loss": loss.detach()}
+
+
+class OwnTruePositives(keras.metrics.Metric):
+    """A metric class of the program's own, its state a weighted count (``assign_add``)."""
+
+    def __init__(self, name="own_true_positives", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        hits = keras.ops.cast(keras.ops.reshape(y_pred, (-1,)) > 0.5, "float32")
+        hits = hits * keras.ops.cast(keras.ops.reshape(y_true, (-1,)), "float32")
+        if sample_weight is not None:
+            hits = hits * keras.ops.reshape(keras.ops.cast(sample_weight, "float32"), (-1,))
+        self.count.assign_add(keras.ops.sum(hits))
+
+    def result(self):
+        return self.count
 
 
 CUSTOM_SAMPLES = 128  # validation_split=0.2: 102 to train (the last global batch 3 + 3), 26 to validate (13 + 13)

@@ -130,8 +130,10 @@ def build(kind: str, optimizer: str):
     keras.utils.set_random_seed(SEED)
     if kind == "heads":
         return two_heads()
-    if kind == "classifier":
-        model = keras.Sequential(
+    if kind in ("classifier", "weighted_step"):
+        import keras_custom_steps
+
+        model = (keras_custom_steps.WeightedStep if kind == "weighted_step" else keras.Sequential)(
             [
                 keras.Input((12,)),
                 keras.layers.Dense(32, activation="relu"),
@@ -139,10 +141,14 @@ def build(kind: str, optimizer: str):
                 keras.layers.Dense(1, activation="sigmoid"),
             ]
         )
+        chosen = keras.optimizers.SGD(0.05, momentum=0.9, use_ema=optimizer == "ema")
+        if optimizer == "clipped":  # clipped after the average, as one process clips its global batch's gradient
+            chosen = keras.optimizers.SGD(0.5, momentum=0.9, global_clipnorm=0.05, gradient_accumulation_steps=2)
         model.compile(
-            optimizer=keras.optimizers.SGD(0.05, momentum=0.9, use_ema=optimizer == "ema"),
+            optimizer=chosen,
             loss="binary_crossentropy",
-            metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()],
+            metrics=["accuracy", keras.metrics.Precision(), keras.metrics.Recall()]
+            + ([keras.metrics.AUC(), keras_custom_steps.OwnTruePositives()] if kind == "weighted_step" else []),
         )
         return model
     model = get_model(kind)
@@ -162,14 +168,20 @@ LEGS = {  # name: (model, optimizer, batch per process, extra fit arguments)
     "ema": ("classifier", "ema", {}),
     "pydataset": ("classifier", "sgd", {}),  # x and validation_data: a keras.utils.PyDataset
     "loader": ("classifier", "sgd", {}),  # x and validation_data: a torch DataLoader
+    # 101 samples (rank 0 51, rank 1 50: no sample repeated), validation_steps=1 of 4 validation batches
+    "loader_odd": ("classifier", "sgd", {"validation_steps": 1}),
+    # global_clipnorm, gradient_accumulation_steps, steps_per_epoch (3 of the 4 global batches)
+    "clipped": ("classifier", "clipped", {"steps_per_epoch": 3}),
+    "weighted_step": ("weighted_step", "sgd", {}),  # a train_step of its own: sample_weight, apply_gradients
 }
+ODD = 101  # the loader_odd leg's training samples
 
 
 def batches(leg: str, x: np.ndarray, y: np.ndarray, batch: int):
     """The arrays in batches of ``batch``, unshuffled: a keras.utils.PyDataset or a torch DataLoader."""
     import keras
 
-    if leg == "loader":
+    if leg.startswith("loader"):
         dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
         return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False)
 
@@ -189,17 +201,21 @@ def fit_arguments(leg: str, batch: int) -> tuple[object, np.ndarray, np.ndarray,
 
     kind, optimizer, extra = LEGS[leg]
     model = build(kind, optimizer)
-    x, y = get_tabular() if kind in ("classifier", "heads") else get_images()
+    x, y = get_tabular() if kind in ("classifier", "heads", "weighted_step") else get_images()
     arguments = {"batch_size": batch, "epochs": EPOCHS, "shuffle": False, "validation_split": 0.2, **extra}
+    if kind == "weighted_step":
+        arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
     if kind == "heads":  # validation: the first 16 of the 32 held-out samples (one step of 8 per process)
         y = {"a": y, "b": (x[:, 2] > 0).astype("int64") + (x[:, 3] > 1).astype("int64")}
         arguments.update(validation_steps=1, validation_batch_size=batch // 2)
         arguments["sample_weight"] = np.linspace(0.1, 2.0, len(x)).astype("float32")
-    if leg in ("pydataset", "loader"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
+    if leg in ("pydataset", "loader", "loader_odd"):  # 128 to train (8 batches of 16, 4 of 32), 32 to validate
         split = int(len(x) * 0.8)
         del arguments["batch_size"], arguments["validation_split"]  # shuffle=False: the batches in order
-        arguments["validation_data"] = batches(leg, x[split:], y[split:], batch)
-        x, y = batches(leg, x[:split], y[:split], batch), None
+        held = batch // 2 if leg == "loader_odd" else batch  # loader_odd: 4 validation batches, one per epoch
+        arguments["validation_data"] = batches(leg, x[split:], y[split:], held)
+        end = ODD if leg == "loader_odd" else split
+        x, y = batches(leg, x[:end], y[:end], batch), None
     if optimizer == "ema":  # validation and the final weights: the optimizer's moving averages
         arguments["callbacks"] = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)]
     return model, x, y, arguments
@@ -216,6 +232,8 @@ def run_ddp(out: str) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.save(shuffled_loader_samples(), os.path.join(out, f"shuffled.rank{rank}"))
+    torch.save(shuffled_loader_samples(arrays=True), os.path.join(out, f"shuffled_arrays.rank{rank}"))
+    torch.save(torch_optimizer_step(), os.path.join(out, f"torch_optimizer.rank{rank}"))
     distributed_block(out, rank)
     for leg in LEGS:
         model, x, y, arguments = fit_arguments(leg, BATCH)
@@ -239,6 +257,8 @@ def run_ddp(out: str) -> None:
                 record["predict"] = tk.predict(model, validation, strategy="ddp", devices=2, verbose=0)
             except (TypeError, ValueError) as refused:  # the same on both ranks: the other legs still run
                 record["predict"] = refused
+        if leg == "loader_odd":  # steps=1 of 4 batches of 8 each: the first 16 samples, as one process at 16
+            record.update(steps_evaluated_predicted(model, arguments["validation_data"]))
         torch.save({**record, "stdout": printed.getvalue()}, os.path.join(out, f"{leg}.rank{rank}"))
         if leg == "guide":  # docs/how-to/keras.md's way: every rank calls it, rank 0 writes the one file
             tm.rank_zero_only(model.save)(os.path.join(out, "guide.keras"))
@@ -246,6 +266,20 @@ def run_ddp(out: str) -> None:
             held_out, _ = get_images(32, seed=1)
             np.save(os.path.join(out, "held_out.npy"), held_out)
             np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+
+
+def steps_evaluated_predicted(model, validation) -> dict:
+    """tk.evaluate and tk.predict with steps=1 of the validation DataLoader, and tk.predict with steps=1 of
+    the same samples in a PyDataset (under 2 processes: both ranks' first batch)."""
+    import trainmesh.keras as tk
+
+    x, y = get_tabular()
+    launch = {"strategy": "ddp", "devices": 2, "verbose": 0, "steps": 1}
+    return {
+        "evaluate_steps": tk.evaluate(model, validation, return_dict=True, **launch),
+        "predict_steps": tk.predict(model, validation, **launch),
+        "predict_pydataset_steps": tk.predict(model, batches("pydataset", x[128:], y[128:], BATCH // 2), **launch),
+    }
 
 
 def distributed_block(out: str, rank: int) -> None:
@@ -260,9 +294,32 @@ def distributed_block(out: str, rank: int) -> None:
     torch.save(record, os.path.join(out, f"distribute.rank{rank}"))
 
 
-def shuffled_loader_samples() -> list[list[int]]:
-    """The samples each epoch of a fit on a DataLoader(shuffle=True) gave this process (2 epochs of
-    32 samples numbered 0..31, over the 2 processes)."""
+def torch_optimizer_step() -> dict:
+    """Fits of keras_custom_steps.TorchOptimizerStep (a torch optimizer in its train_step, 4 steps of 8 per
+    process) and SecondOptimizerStep (an optimizer of its own overriding apply): their errors, and how many
+    steps the torch optimizer took."""
+    import keras_custom_steps
+
+    import trainmesh.keras as tk
+
+    errors = []
+    x, y = get_tabular(64)
+    for cls in (keras_custom_steps.TorchOptimizerStep, keras_custom_steps.SecondOptimizerStep):
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(SEED)
+        model = cls([keras.Input((12,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        try:
+            tk.fit(model, x, y.astype("float32"), batch_size=8, epochs=1, verbose=0, strategy="ddp", devices=2)
+            errors.append(None)
+        except (RuntimeError, ValueError) as refused:
+            errors.append(str(refused))
+    return {"error": errors[0], "own_apply_error": errors[1], "steps": keras_custom_steps.TORCH_STEPS[0]}
+
+
+def shuffled_loader_samples(arrays: bool = False) -> list[list[int]]:
+    """The samples each epoch of a fit on a DataLoader(shuffle=True) (``arrays``: on the arrays with
+    shuffle=True) gave this process (2 epochs of 32 samples numbered 0..31, over the 2 processes)."""
     import keras
     import trainmesh.keras as tk
 
@@ -282,7 +339,8 @@ def shuffled_loader_samples() -> list[list[int]]:
     numbers = torch.arange(32, dtype=torch.float32).reshape(32, 1)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(numbers, numbers), batch_size=4, shuffle=True)
     count = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs=None: epoch.__setitem__(0, e))
-    tk.fit(model, loader, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
+    data = {"x": numbers.numpy(), "y": numbers.numpy(), "batch_size": 4, "shuffle": True} if arrays else {"x": loader}
+    tk.fit(model, **data, epochs=2, verbose=0, callbacks=[count], strategy="ddp", devices=2)
     return seen
 
 

@@ -1,11 +1,12 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eight
+One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eleven
 legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
-and by a DataLoader (and, first, a tiny fit on a shuffled DataLoader recording the samples each
+and by DataLoaders (one of 101 samples, with validation_steps), then with global_clipnorm and
+gradient_accumulation_steps, and with a train_step of its own reading sample_weight (and, first, a tiny fit on a shuffled DataLoader recording the samples each
 rank reads, and the classifier leg again through `with tk.distribute(...)`). Each is compared here
 with Keras' own model.fit in this process at the global batch (2 x 16), or between the ranks. A
 second program loads the saved convnet in plain Keras (before it imports trainmesh), then runs the
@@ -80,7 +81,7 @@ def largest_difference(a: dict, b: dict) -> float:
 
 
 LEG_TOLERANCES = [("plain_sgd", 1e-5), ("plain_adam", 1e-4), ("classifier", 1e-5)] + [
-    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader")
+    (leg, 1e-5) for leg in ("weighted", "ema", "pydataset", "loader", "loader_odd", "clipped", "weighted_step")
 ]
 
 
@@ -115,17 +116,25 @@ def test_validation_metrics_are_those_of_the_whole_validation_set(ddp, leg):
     assert len(zero["history"]["loss"]) == keras_run.EPOCHS
 
 
-@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader"])
+@pytest.mark.parametrize("leg", ["weighted", "ema", "pydataset", "loader", "loader_odd", "clipped", "weighted_step"])
 def test_histories_equal_one_process(ddp, leg):
     """Every History entry (weighted metrics, per-head losses, val_* over validation_steps=1 of
     validation_batch_size 8 per process = one step of 16; with SwapEMAWeights: of the EMA weights;
-    a PyDataset's or DataLoader's batches split over the processes) within 1e-5 of one process at
-    batch 32, equal on both ranks; params["steps"] is one process's count, not doubled."""
+    a PyDataset's or DataLoader's batches split over the processes; a DataLoader of 101 samples with
+    validation_steps=1 of a validation DataLoader of 4 batches of 8: each epoch the next 16 samples, as one
+    process reads the next batch of 16 (before: rank 1 read from the middle, val_loss 0.6244 where one
+    process has 0.7006); global_clipnorm with gradient_accumulation_steps=2, clipping the averaged
+    gradient, and steps_per_epoch=3 of the 4 batches (the second epoch goes on from the fourth); a
+    train_step of the model's own weighing by sample_weight and calling apply_gradients, with AUC and a
+    metric class of its own, training and validation) within 1e-5 of one process at batch 32, equal on
+    both ranks; params["steps"] is one process's count, not doubled."""
     zero, one = rank(ddp, leg, 0), rank(ddp, leg, 1)
     assert zero["history"] == one["history"]
     _, history, params = one_process(leg)
-    assert zero["params"]["steps"] == one["params"]["steps"] == params["steps"] == 4
+    assert zero["params"]["steps"] == one["params"]["steps"] == params["steps"] == (3 if leg == "clipped" else 4)
     assert zero["history"].keys() == history.keys()
+    if leg == "weighted_step":
+        assert {"auc", "own_true_positives", "val_auc", "val_own_true_positives"} <= history.keys()
     for name, values in history.items():
         assert zero["history"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
 
@@ -153,6 +162,43 @@ def test_evaluate_and_predict_split_a_pydataset_and_a_dataloader(ddp, leg):
     np.testing.assert_array_equal(one["predict"], predicted)
 
 
+def test_evaluate_and_predict_steps_read_the_first_batches_as_one_process(ddp):
+    """tk.evaluate(steps=1) and tk.predict(steps=1) at 2 processes of a DataLoader of 4 batches of 8, and
+    tk.predict(steps=1) of a PyDataset of them: the first 16 samples, Keras' evaluate and predict of one
+    process at batch 16 with steps=1, on both ranks (before: rank 1 read batch 2, not batch 1: loss 0.6244
+    where one process has 0.7006, predictions off by up to 0.57)."""
+    import keras_run
+
+    zero, one = rank(ddp, "loader_odd", 0), rank(ddp, "loader_odd", 1)
+    assert zero["evaluate_steps"] == one["evaluate_steps"]
+    model, _, _, arguments = keras_run.fit_arguments("loader_odd", 2 * keras_run.BATCH)
+    for variable in model.variables:
+        variable.assign(zero["variables"][variable.path])
+    validation = arguments["validation_data"]
+    expected = model.evaluate(validation, steps=1, verbose=0, return_dict=True)
+    assert zero["evaluate_steps"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert zero["evaluate_steps"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+    predicted = model.predict(validation, steps=1, verbose=0)
+    assert predicted.shape == (16, 1)
+    for key in ("predict_steps", "predict_pydataset_steps"):
+        np.testing.assert_array_equal(zero[key], one[key])
+        np.testing.assert_allclose(zero[key], predicted, rtol=1e-6, atol=1e-7)
+
+
+def test_a_train_step_that_applies_no_keras_optimizer_is_stopped_after_its_first_step(ddp):
+    """A train_step stepping a torch optimizer (trainmesh averages gradients in Keras' optimizer apply only):
+    stopped on both ranks after one of its 4 steps, with what to use instead (before: each rank trained
+    its own model on its own half, silently). One applying an optimizer of its own whose class overrides
+    apply (it would clip each rank's gradient): refused at that optimizer's first apply."""
+    for r in (0, 1):
+        got = rank(ddp, "torch_optimizer", r)
+        assert got["steps"] == 1
+        assert "without applying gradients through a Keras optimizer's apply" in got["error"]
+        assert "self.optimizer.apply(gradients, self.trainable_weights)" in got["error"]
+        assert "ClippingSGD overrides ClippingSGD.apply: " in got["own_apply_error"]
+
+
 def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
     """DataLoader(shuffle=True) at 2 processes: in each epoch the ranks read disjoint halves of the 32
     samples (one permutation, split), and the second epoch is shuffled differently from the first
@@ -161,6 +207,20 @@ def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):
     for epoch in (0, 1):
         assert len(zero[epoch]) == len(one[epoch]) == 16
         assert sorted(zero[epoch] + one[epoch]) == list(range(32))
+    assert zero[0] != zero[1]
+
+
+def test_shuffled_arrays_are_shuffled_within_each_process_s_share(ddp):
+    """shuffle=True on arrays at 2 processes is Keras' own shuffle of each process's share (the even samples,
+    the odd ones), with the same generator state on both: every sample once per epoch, the epochs ordered
+    differently, but rank 1's samples are rank 0's plus one, so samples 2i and 2i+1 share every global
+    batch (one process draws one permutation of all; a DataLoader(shuffle=True) does: the test above). The
+    limit docs/how-to/keras.md states; this test tells when it changes."""
+    zero, one = rank(ddp, "shuffled_arrays", 0), rank(ddp, "shuffled_arrays", 1)
+    for epoch in (0, 1):
+        assert sorted(zero[epoch] + one[epoch]) == list(range(32))
+        assert all(sample % 2 == 0 for sample in zero[epoch])
+        assert one[epoch] == [sample + 1 for sample in zero[epoch]]
     assert zero[0] != zero[1]
 
 

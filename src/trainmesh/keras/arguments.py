@@ -16,7 +16,7 @@ import numpy as np
 
 from trainmesh.keras import internals
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batches import check_batches, check_prediction_batches, is_batches
+from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -24,6 +24,7 @@ from trainmesh.keras.data import (
     plan_training,
     refuse_unshardable,
 )
+from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
 from trainmesh.runtime import Runtime
 
 _REASONS = {
@@ -83,9 +84,17 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
     refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
+    check_optimizer(model, world)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
-    if is_batches(x):  # split by batch (batches.py); Keras itself refuses y and validation_split with it
+    if is_batches(x) and kwargs.get("validation_split"):  # Keras' own rule, said before any process starts
+        raise ValueError(
+            f"validation_split={kwargs['validation_split']} with x a {type(x).__name__}: Keras takes the validation "
+            "samples from the end of arrays only ('Argument validation_split is only supported for tensors or NumPy "
+            "arrays'), on one process as on several. Pass the held-out samples as validation_data= (a DataLoader or "
+            "PyDataset of them)"
+        )
+    if is_batches(x):  # split by batch (batches.py); Keras itself refuses y with it
         check_batches("x", x, world, train=True)
         return
     train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
@@ -111,7 +120,7 @@ def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> Non
     if world > 1:
         refuse_unshardable("x", x, world, batches=True)
         if is_batches(x):  # each process predicts a contiguous run of the batches (batches.py)
-            check_prediction_batches(x, world)
+            check_batches("x", x, world, train=False)
             return
         check_evaluation_size(num_samples(x), world, "x")
 
@@ -128,6 +137,16 @@ def check_loss_reduction(model: Any) -> None:
                 "gradients are averaged with weights for its share of the batch, which reproduces one process "
                 "only for a mean over the samples. Use reduction='sum_over_batch_size' (Keras' default)"
             )
+
+
+def check_optimizer(model: Any, world: int) -> None:
+    """The model's optimizer must not change the gradients above Keras' ``apply`` (optimizers.py).
+    Keras' own ``train_step`` calls ``apply``; ``apply_gradients`` counts where a step of the user's
+    may call it."""
+    from keras.src.backend.torch.trainer import TorchTrainer
+
+    names = ("apply",) if type(model).train_step is TorchTrainer.train_step else ("apply", "apply_gradients")
+    refuse_own_apply(model.optimizer, own_overrides(model.optimizer, names), world)
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[tuple[Any, Any, Any], Any]:

@@ -1,18 +1,27 @@
 """Each process's share of a ``keras.utils.PyDataset`` or a torch ``DataLoader`` given to ``fit``.
 
+The reference is Keras' own call on one process with the same data in batches ``W`` times as large:
+``W`` processes read, at each step, the samples that one process reads at that step.
+
 A PyDataset is split by batch: process ``r`` of ``W`` reads batches ``r, r + W, r + 2W, ...``
-(to predict: a contiguous run of them, so that the outputs concatenate in the data's order)
 (its ``__getitem__`` indices). Unshuffled, step ``k`` of the ``W`` processes reads batches
 ``kW .. kW + W - 1``: with batches of ``B`` samples, the samples one process reads at step ``k``
 of the same data in batches of ``W * B``. For training the number of batches must be a multiple
-of ``W`` (each step is a collective every process joins); validation takes any number (its
-metrics are summed once, at its end).
+of ``W`` (each step is a collective every process joins); validation takes any number, at least
+``W`` (its metrics are summed once, at its end).
 
-A DataLoader is rebuilt as the trainmesh Trainer rebuilds one (``strategies/sampling.py``): for
-training, a ``DistributedSampler`` (every rank the same number of batches; a ``RandomSampler``
-becomes ``DistributedSampler(shuffle=True)`` with one seed drawn on rank 0, reshuffled at each
-epoch's beginning); for validation, each rank a contiguous run of the loader's batches, every
-sample once.
+A DataLoader is split the same way. For training, process ``r`` reads samples ``r, r + W, ...``
+of the loader's order (of one permutation, drawn anew each epoch with one seed from rank 0, when
+it shuffles), in batches of its ``batch_size``, without the padding of torch's
+``DistributedSampler`` (which repeats samples to even the shares: one process reads each sample
+once); the processes must then have as many batches each, or the run is refused. A sampler of
+the user's own (weighted, a subset) is split by torch's ``DistributedSampler`` recipe, padded.
+For evaluation each process reads the loader's batches ``r, r + W, ...``, every sample once, so
+that ``validation_steps``/``steps=k`` reads the loader's first ``k * W`` batches, as one process
+reads its first ``k`` batches of ``W * B``.
+
+To predict, each process predicts a contiguous run of the batches (of the first ``steps * W``
+when ``steps`` is given), so that the outputs, one run after another, are in the order of the data.
 
 Batch sizes are not known before the batches are read, so the gradients of these runs are
 weighted by the batch sizes each step actually has (sync.py). A generator (or any other
@@ -22,17 +31,20 @@ process, and nothing tells one process's from another's.
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
 from trainmesh.keras.backend import require_keras
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.dataloaders import replace_batch_sampler
-from trainmesh.utilities.distributed_samplers import ContiguousBatchShard, shard_bounds
+from trainmesh.utilities.distributed_samplers import ContiguousBatchShard, InterleavedBatchShard, shard_bounds
 
 
 def is_py_dataset(value: Any) -> bool:
@@ -63,6 +75,7 @@ def check_batches(name: str, value: Any, world: int, *, train: bool) -> None:
                 f"r + {world}, ..., and every process must take the same number of steps. Make the number of batches "
                 f"a multiple of {world} (drop {count % world}, or change the batch size)"
             )
+        _check_every_process_has_one(name, count, world, train)
         return
     dataset = value.dataset
     if isinstance(dataset, IterableDataset):
@@ -79,6 +92,86 @@ def check_batches(name: str, value: Any, world: int, *, train: bool) -> None:
         raise ValueError(f"{name} is a DataLoader without batches (batch_size=None): Keras reads batches")
     if len(dataset) < world:
         raise ValueError(f"{name} has {len(dataset)} samples, fewer than the {world} processes: one would have none")
+    if train and is_split_by_sample(value):
+        _check_equal_steps(name, len(dataset), value.batch_sampler, world)
+    _check_every_process_has_one(name, len(value), world, train)
+
+
+def _check_every_process_has_one(name: str, count: int, world: int, train: bool) -> None:
+    """Evaluation and prediction deal out whole batches: each process needs one. A process with none
+    would end its evaluation with no step's logs and take another path through the metric sums than
+    the others (a hang: measured, a validation DataLoader of one batch under 2 processes)."""
+    if not train and count < world:
+        raise ValueError(
+            f"{name} has {count} batches, fewer than the {world} processes: each process evaluates or predicts "
+            "whole batches of it, and one would have none. Use smaller batches, or fewer processes"
+        )
+
+
+def is_split_by_sample(loader: DataLoader[Any]) -> bool:
+    """A training DataLoader whose order is the dataset's or one plain permutation of it: split
+    by sample without padding (SampleShard). Any other sampler is padded as torch pads."""
+    sampler: Any = loader.sampler
+    if type(sampler) is SequentialSampler:
+        return True
+    # a generator of the user's, replacement or num_samples: draws trainmesh would not reproduce
+    return (
+        type(sampler) is RandomSampler
+        and not sampler.replacement
+        and sampler._num_samples is None
+        and sampler.generator is None
+    )
+
+
+def _check_equal_steps(name: str, samples: int, batches: Any, world: int) -> None:
+    size, drop = batches.batch_size, batches.drop_last
+    shares = [len(range(rank, samples, world)) for rank in range(world)]
+    counts = [share // size if drop else math.ceil(share / size) for share in shares]
+    if len(set(counts)) != 1 or counts[0] == 0:
+        raise ValueError(
+            f"{name} has {samples} samples in batches of {size} (drop_last={drop}): over {world} processes, "
+            f"process r reads samples r, r + {world}, ..., which gives process 0 {counts[0]} batches but process "
+            f"{world - 1} {counts[-1]}, and every process must take the same number of steps (each is a collective). "
+            f"Use a number of samples whose last global batch of {world} x {size} has none or at least {world} "
+            "samples (drop a few), or another batch_size"
+        )
+
+
+class SampleShard(Sampler[int]):
+    """Samples ``rank, rank + W, ...`` of ``0..n-1``, or of one permutation (``seed + epoch``) when
+    ``shuffle``: step k of the W processes reads the samples of batch k of one process at W times
+    the batch. No padding: every sample once, as one process reads them."""
+
+    def __init__(self, samples: int, *, num_replicas: int, rank: int, shuffle: bool, seed: int) -> None:
+        self.samples, self.num_replicas, self.rank = samples, num_replicas, rank
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        order: Any = range(self.samples)
+        if self.shuffle:  # DistributedSampler's draw: the same permutation on every rank
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.samples, generator=generator).tolist()
+        return iter(order[self.rank :: self.num_replicas])
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.samples, self.num_replicas))
+
+
+class _FirstBatches(Sampler[list[int]]):
+    """The first ``count`` batches of a batch sampler (predict's ``steps``)."""
+
+    def __init__(self, batches: Any, count: int) -> None:
+        self.batches, self.count = batches, count
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return itertools.islice(iter(self.batches), self.count)
+
+    def __len__(self) -> int:
+        return min(len(self.batches), self.count)
 
 
 def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
@@ -88,11 +181,15 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return value
     if is_py_dataset(value):
         return _rank_batches()(value, range(rank, value.num_batches, world))
-    if not train:
-        return replace_batch_sampler(value, ContiguousBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
-    from trainmesh.strategies.sampling import shard_dataloader
-
+    if not train:  # in turn, not contiguous runs: validation_steps/steps=k reads the loader's first k * W batches
+        return replace_batch_sampler(value, InterleavedBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
     seed = runtime.broadcast(int(torch.randint(0, 2**31 - 1, ()).item()), 0)  # torch's generator: the user's seed
+    if is_split_by_sample(value):
+        shuffle = type(value.sampler) is RandomSampler
+        samples = SampleShard(len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
+        batches = value.batch_sampler
+        return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))
+    from trainmesh.strategies.sampling import shard_dataloader
 
     def longest(count: int) -> int:  # only evaluation shards pad to the longest
         return count
@@ -100,26 +197,19 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
     return shard_dataloader(value, dp_rank=rank, dp_size=world, train=True, seed=seed, longest=longest)
 
 
-def split_for_prediction(value: Any, runtime: Runtime) -> Any:
-    """This process's contiguous run of the batches of a PyDataset or a DataLoader: the processes'
-    predictions, one after another in rank order, are in the order of the data."""
+def split_for_prediction(value: Any, runtime: Runtime, steps: int | None) -> Any:
+    """This process's contiguous run of the batches of a PyDataset or a DataLoader (of the first
+    ``steps * W`` of them, where ``steps`` is given: what one process at ``W`` times the batch
+    predicts in ``steps``): the processes' predictions, one after another in rank order, are in
+    the order of the data."""
     rank, world = runtime.global_rank, runtime.world_size
     if world == 1:
         return value
     if is_py_dataset(value):
-        return _rank_batches()(value, range(*shard_bounds(value.num_batches, world, rank)))
-    return split_batches(value, runtime, train=False)  # a DataLoader's evaluation shard is contiguous
-
-
-def check_prediction_batches(value: Any, world: int) -> None:
-    """Each process must have at least one batch to predict (Keras refuses an empty input)."""
-    check_batches("x", value, world, train=False)
-    count = value.num_batches if is_py_dataset(value) else len(value)
-    if count < world:
-        raise ValueError(
-            f"x has {count} batches, fewer than the {world} processes: each process predicts a run of the "
-            "batches, and one would have none. Use smaller batches, or fewer processes"
-        )
+        count = value.num_batches if steps is None else min(value.num_batches, steps * world)
+        return _rank_batches()(value, range(*shard_bounds(count, world, rank)))
+    batches = value.batch_sampler if steps is None else _FirstBatches(value.batch_sampler, steps * world)
+    return replace_batch_sampler(value, ContiguousBatchShard(batches, num_replicas=world, rank=rank))
 
 
 def epoch_setter(value: Any) -> list[Any]:

@@ -12,7 +12,12 @@ call goes through it: a ``LossScaleOptimizer`` or ``MultiOptimizer`` calls its i
 ``apply`` with gradients already averaged.
 
 Gradients reach a Keras optimizer only through ``apply``; a step that updates variables by hand
-(``variable.assign_sub``) bypasses every optimizer, and this with it.
+(``variable.assign_sub``) or with a torch optimizer bypasses every optimizer, and this with it: a
+fit whose first training step applied no Keras optimizer is stopped there (:func:`refuse_unaveraged_step`). An optimizer class of the
+user's own that overrides ``apply`` (or ``apply_gradients``) runs its override on each process's
+own gradients, before Keras' ``apply`` averages them: a clip there would clip each process's part
+of the batch, unlike one process. Such an optimizer is refused (:func:`own_overrides`); an
+override of ``update_step`` sees the averaged gradients, as one process's does.
 """
 
 from __future__ import annotations
@@ -41,6 +46,44 @@ def before_first_apply(optimizer: Any, action: Callable[[Any, Any], None]) -> No
     """Run ``action(optimizer, variables)`` just before ``optimizer`` first applies gradients in this
     fit, when the variables it optimizes are known (a Keras optimizer builds its state on them)."""
     _before_first_apply[id(optimizer)] = action
+
+
+def own_overrides(optimizer: Any, names: tuple[str, ...]) -> list[str]:
+    """``Class.name`` for each of ``names`` that a class above Keras' own in ``optimizer``'s class
+    hierarchy (a user's subclass) defines."""
+    found = []
+    for cls in type(optimizer).__mro__:
+        if cls.__module__.split(".")[0] == "keras":
+            break
+        found += [f"{cls.__qualname__}.{name}" for name in names if name in vars(cls)]
+    return found
+
+
+def refuse_own_apply(optimizer: Any, overrides: list[str], world: int) -> None:
+    """An optimizer whose ``apply``/``apply_gradients`` is the user's: refused (see the module's doc)."""
+    if overrides and world > 1:
+        raise ValueError(
+            f"the optimizer {type(optimizer).__name__} overrides {' and '.join(overrides)}: under {world} processes "
+            "Keras' BaseOptimizer.apply averages the gradients across the processes, so an override above it runs "
+            "on each process's own gradients (a clip or a normalisation there would see one process's part of the "
+            "batch) and the run would differ from one process's, silently. Put the change in update_step (it sees "
+            "the averaged gradients), use Keras' own clipnorm/global_clipnorm/gradient_accumulation_steps, or run "
+            "on one process"
+        )
+
+
+def refuse_unaveraged_step(world: int) -> None:
+    """After a training step: under several processes, some Keras optimizer must have applied
+    gradients since the fit began (a step updating by hand, or with a torch optimizer, would train
+    each process's model on its own share, silently: stopped after its first step)."""
+    if world > 1 and not _applied:
+        raise RuntimeError(
+            f"the model's train_step ran a training step without applying gradients through a Keras optimizer's "
+            f"apply (optimizer.apply or apply_gradients): under {world} processes trainmesh averages the gradients "
+            "there only, so each process would train its model on its own share of the data and the models would "
+            "drift apart, silently. Apply the gradients with a Keras optimizer "
+            "(self.optimizer.apply(gradients, self.trainable_weights)) in every training step, or run on one process"
+        )
 
 
 def keras_classes_with_apply() -> list[type]:

@@ -36,7 +36,7 @@ from trainmesh.keras import step_logs
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
-from trainmesh.keras.optimizers import every_apply_through
+from trainmesh.keras.optimizers import every_apply_through, own_overrides, refuse_own_apply, refuse_unaveraged_step
 from trainmesh.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -155,10 +155,12 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         state.last_batch = batch_size_of(data)
         batch_sizes.append(state.last_batch)
         try:
-            return keras_train_step(data)
+            logs = keras_train_step(data)
         finally:
             state.step += 1
             batch_sizes.clear()
+        refuse_unaveraged_step(state.world)  # a step that updated nothing through a Keras optimizer
+        return logs
 
     def test_step(data: Any) -> Any:
         state.last_batch = batch_size_of(data)
@@ -166,6 +168,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
 
     def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
         # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
+        # One whose apply is the user's own (it called Keras' through super()): refused before it updates.
+        refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
         if batch_sizes:
             gradients = average_gradients(state, list(gradients), batch_sizes[-1])
         zero = state.zero

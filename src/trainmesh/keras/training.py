@@ -192,7 +192,9 @@ def predict(
     **predict_kwargs: Any,
 ) -> Any:
     """``model.predict(x, **predict_kwargs)``: each process predicts its share (of a PyDataset's or a
-    DataLoader's batches: a contiguous run), and every process gets all the outputs, in the order of ``x``.
+    DataLoader's batches: a contiguous run of them, or of the first ``steps * W`` with ``steps=``), and
+    every process gets all the outputs, in the order of ``x``: what one process predicts at ``W`` times
+    the batch.
 
     Args:
         model: a compiled Keras 3 model (torch backend).
@@ -220,7 +222,9 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     if rank != 0:
         kwargs["verbose"] = 0
     batched = is_batches(x)
-    outputs = model.predict(split_for_prediction(x, runtime) if batched else shard(x, rank, world), **kwargs)
+    if batched and world > 1:  # each process predicts its run of the first steps * W batches, all of it
+        x = split_for_prediction(x, runtime, kwargs.pop("steps", None))
+    outputs = model.predict(x if batched else shard(x, rank, world), **kwargs)
     if world == 1:
         return outputs
     require_keras()

@@ -5,7 +5,7 @@ needs). Evaluation interleaves without padding (rank r: the loader's batches r, 
 so every sample is seen exactly once, and the first k batches of every rank together are the
 loader's first k*W batches: ``limit_val_batches=k`` (and the sanity check) reads what one process
 at the global batch reads, and what Lightning's ``DistributedSampler`` gives its ranks.
-(``ContiguousBatchShard`` remains for Keras' own evaluation and prediction.)
+(``ContiguousBatchShard`` remains for Keras' prediction: each process a run, concatenated in order.)
 """
 
 from __future__ import annotations

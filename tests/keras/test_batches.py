@@ -1,0 +1,76 @@
+"""How trainmesh.keras splits a torch DataLoader over processes, without starting any: a training
+loader by sample with no sample repeated (as one process reads each once), refused when the processes
+would take different numbers of steps; Keras' own refusal of validation_split with one, said first."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "torch"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+import trainmesh.keras as tk  # noqa: E402
+from trainmesh.keras.batches import SampleShard  # noqa: E402
+
+
+def loader(samples: int, batch: int, **kwargs):
+    numbers = torch.arange(samples, dtype=torch.float32).reshape(samples, 1)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(numbers, numbers), batch_size=batch, **kwargs)
+
+
+def model():
+    keras.backend.clear_session()
+    built = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    built.compile(optimizer="sgd", loss="mse")
+    return built
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_training_loader_is_split_by_sample_without_repeating_one(shuffle):
+    """101 samples over 2 processes: 51 and 50, every sample once (torch's DistributedSampler gives 51 and
+    51, sample 0 twice); unshuffled, rank r reads r, r + 2, ...; shuffled, one permutation per epoch (the
+    same on both ranks, another the next epoch)."""
+    shards = [SampleShard(101, num_replicas=2, rank=r, shuffle=shuffle, seed=7) for r in range(2)]
+    epochs = []
+    for epoch in (0, 1):
+        for shard in shards:
+            shard.set_epoch(epoch)
+        parts = [list(shard) for shard in shards]
+        assert [len(part) for part in parts] == [len(shard) for shard in shards] == [51, 50]
+        assert sorted(parts[0] + parts[1]) == list(range(101))
+        epochs.append(parts)
+    if shuffle:
+        assert epochs[0][0] != epochs[1][0]
+    else:
+        assert epochs[0] == epochs[1] == [list(range(0, 101, 2)), list(range(1, 101, 2))]
+
+
+def test_refused_before_any_process_starts(monkeypatch):
+    """A DataLoader whose processes would read different numbers of batches (97 samples in batches of 16:
+    49 and 48 samples, 4 and 3 batches), validation or evaluation data of fewer batches than processes,
+    and validation_split with a DataLoader (Keras refuses it on one process too): refused in the calling
+    process, with what to do instead."""
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match="97 samples in batches of 16.*process 0 4 batches but process 1 3"):
+        tk.fit(model(), loader(97, 16), strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="validation_split=0.2 with x a DataLoader.*Pass .* validation_data="):
+        tk.fit(model(), loader(96, 16), validation_split=0.2, strategy="ddp", devices=2)
+    one_batch = loader(8, 8)  # before: rank 1 validated nothing and the run hung (killed after 120 s)
+    with pytest.raises(ValueError, match="validation_data has 1 batches, fewer than the 2 processes.*one would have"):
+        tk.fit(model(), loader(96, 16), validation_data=one_batch, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="x has 1 batches, fewer than the 2 processes"):
+        tk.evaluate(model(), one_batch, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match="validation_split"):  # Keras' own refusal, on one process
+        model().fit(loader(96, 16), validation_split=0.2, verbose=0)
+
+
+def test_loaders_that_split_evenly_are_accepted():
+    """101 samples in batches of 16 (4 and 4 batches), and 97 with drop_last (3 and 3): no refusal."""
+    from trainmesh.keras.batches import check_batches
+
+    check_batches("x", loader(101, 16), 2, train=True)
+    check_batches("x", loader(97, 16, drop_last=True), 2, train=True)
+    check_batches("x", loader(97, 16), 2, train=False)  # evaluation: any number of batches

@@ -1,0 +1,82 @@
+"""An optimizer class of the user's own that overrides ``apply`` (or ``apply_gradients``, which a
+train_step of the user's may call) runs its override on each process's own gradients, before Keras'
+``apply`` averages them: refused under several processes before any starts; on one process, tk.fit is
+Keras' own fit with it."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "torch"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+import trainmesh.keras as tk  # noqa: E402
+from trainmesh.keras.optimizers import own_overrides, refuse_own_apply  # noqa: E402
+
+
+class ClippingSGD(keras.optimizers.SGD):
+    """Clips each gradient in its own apply: under 2 processes, each process's gradient would be clipped."""
+
+    def apply(self, grads, trainable_variables=None):
+        return super().apply([keras.ops.clip(g, -0.01, 0.01) for g in grads], trainable_variables)
+
+
+class TfStyleSGD(keras.optimizers.SGD):
+    """An apply_gradients of its own (Keras' torch train_step never calls it; a user's train_step may)."""
+
+    def apply_gradients(self, grads_and_vars):
+        return super().apply_gradients(grads_and_vars)
+
+
+class OwnStep(keras.Sequential):
+    def train_step(self, data):
+        x, y = data
+        self.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        weights = list(self.trainable_weights)
+        with torch.no_grad():
+            self.optimizer.apply_gradients(zip([w.value.grad for w in weights], weights))
+        return {"loss": loss.detach()}
+
+
+def model(optimizer, cls=keras.Sequential):
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    built = cls([keras.Input((4,)), keras.layers.Dense(1)])
+    built.compile(optimizer=optimizer, loss="mse")
+    return built
+
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = x[:, :1] * 2.0
+
+
+def test_an_optimizer_overriding_apply_is_refused_before_any_process_starts(monkeypatch):
+    """2 processes: refused, naming the override, why, and update_step/clipnorm/one process instead; an
+    apply_gradients of its own is refused only with a train_step of the model's own (which may call it)."""
+    from trainmesh.keras import arguments
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match=r"ClippingSGD overrides ClippingSGD.apply: .*own gradients.*update_step"):
+        tk.fit(model(ClippingSGD(0.1)), x, y, batch_size=16, strategy="ddp", devices=2)
+    with pytest.raises(ValueError, match=r"overrides TfStyleSGD.apply_gradients"):
+        tk.fit(model(TfStyleSGD(0.1), OwnStep), x, y, batch_size=16, strategy="ddp", devices=2)
+    arguments.check_optimizer(model(TfStyleSGD(0.1)), 2)  # Keras' own train_step calls apply only
+    assert own_overrides(keras.optimizers.LossScaleOptimizer(ClippingSGD()), ("apply",)) == []  # averaged first
+    refuse_own_apply(ClippingSGD(), ["ClippingSGD.apply"], 1)  # one process: Keras' own
+
+
+def test_on_one_process_it_is_keras_own_fit():
+    results = []
+    for fit in ("keras", "tk"):
+        built = model(ClippingSGD(0.1))
+        arguments = {"batch_size": 16, "epochs": 1, "verbose": 0, "shuffle": False}
+        history = built.fit(x, y, **arguments) if fit == "keras" else tk.fit(built, x, y, **arguments)
+        results.append((history.history, [np.array(v.numpy()) for v in built.variables]))
+    assert results[0][0] == results[1][0]
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_array_equal(a, b)
