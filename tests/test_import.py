@@ -95,6 +95,8 @@ NOT_WITH_THE_TRAINER = (
     "trainmesh.strategies.tensor_parallel",
     "trainmesh.strategies.layers_on_devices",
     "trainmesh.callbacks.pruning",
+    "trainmesh.callbacks.early_stopping",
+    "trainmesh.callbacks.prediction_writer",
     "torch.nn.utils.prune",
     "trainmesh.tuner",
     "trainmesh.launchers.elastic",
