@@ -7,7 +7,9 @@ is at most 0.20 s of wall-clock time. The processes' CPU time (user + system) is
 a machine that others load, it varies less than the wall clock does.
 
 The target holds only while every heavy or optional dependency (DTensor and sympy behind
-ZeroRedundancyOptimizer, FSDP, checkpointing, loggers, the CLI) is imported where it is used.
+ZeroRedundancyOptimizer, FSDP, checkpointing, loggers, the CLI) is imported where it is used, and
+each strategy, callback and launcher when a run uses it (tests/test_import.py names what
+``trainmesh.Trainer`` must not import).
 ``python -X importtime -c "import torch, trainmesh"`` shows which import is to blame.
 
     python benchmarks/import_time.py [--repeats 7]

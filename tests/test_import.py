@@ -73,3 +73,79 @@ def test_the_package_s_names_are_imported_on_first_use():
     result = _fresh(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "module 'trainmesh' has no attribute 'no_such_name'"
+
+
+# What touching `tm.Trainer` must not import: the strategies a run may not use (each imported when
+# a run builds it, by name: strategies/registry.py), their torch.distributed submodules, optional
+# integrations, the tuner, the unused callbacks and the launchers that start other processes.
+NOT_WITH_THE_TRAINER = (
+    "torch.distributed.checkpoint",
+    "torch.distributed.pipelining",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "lightning",
+    "pytorch_lightning",
+    "keras",
+    "tensorboard",
+    "trainmesh.strategies.ddp",
+    "trainmesh.strategies.fsdp",
+    "trainmesh.strategies.fault_tolerance",
+    "trainmesh.strategies.model_parallel",
+    "trainmesh.strategies.pipeline",
+    "trainmesh.strategies.tensor_parallel",
+    "trainmesh.strategies.layers_on_devices",
+    "trainmesh.callbacks.pruning",
+    "trainmesh.callbacks.early_stopping",
+    "trainmesh.callbacks.prediction_writer",
+    "torch.nn.utils.prune",
+    "trainmesh.tuner",
+    "trainmesh.launchers.elastic",
+    "trainmesh.launchers.spawn",
+)
+_STAGES = """
+import json, sys
+def modules():
+    return sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'trainmesh', 'lightning',
+        'pytorch_lightning', 'keras', 'tensorboard'))
+seen = {}
+import trainmesh as tm
+tm.Trainer
+seen['trainer'] = modules()
+from trainmesh.strategies import Placement, build_strategy
+seen['single'] = (type(build_strategy('single', Placement('cpu', (0,)))).__name__, modules())
+seen['ddp'] = (type(build_strategy('ddp', Placement('cpu', (0, 1)))).__name__, modules())
+for package in ('trainmesh.strategies', 'trainmesh.callbacks'):  # every public name, imported on first use
+    names = {}
+    exec(f'from {package} import *', names)
+    seen[package] = sorted(set(sys.modules[package].__all__) - set(names))
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="module")
+def modules_by_stage() -> dict:
+    # A fresh interpreter (one for every check below), as modules_after_import.
+    return json.loads(_fresh(_STAGES).stdout)
+
+
+@pytest.mark.parametrize("module", NOT_WITH_THE_TRAINER)
+def test_the_trainer_does_not_import(module, modules_by_stage):
+    assert module not in modules_by_stage["trainer"], f"tm.Trainer imports {module}; import it where it is used"
+
+
+def test_a_named_strategy_imports_its_own_module_only(modules_by_stage):
+    # The registry imports a strategy's module when its name is looked up: "single" imports none
+    # of the distributed strategies, "ddp" not FSDP's, the pipeline's nor DCP's.
+    single, after_single = modules_by_stage["single"]
+    ddp, after_ddp = modules_by_stage["ddp"]
+    assert (single, ddp) == ("SingleDeviceStrategy", "DDPStrategy")
+    assert "trainmesh.strategies.single" in after_single
+    assert "trainmesh.strategies.ddp" not in after_single
+    assert "trainmesh.strategies.ddp" in after_ddp
+    for module in ("trainmesh.strategies.fsdp", "trainmesh.strategies.pipeline", "torch.distributed.checkpoint"):
+        assert module not in after_ddp, f"strategy='ddp' imports {module}"
+
+
+@pytest.mark.parametrize("package", ["trainmesh.strategies", "trainmesh.callbacks"])
+def test_every_public_name_of_a_lazy_package_is_importable(package, modules_by_stage):
+    assert modules_by_stage[package] == [], f"from {package} import * misses {modules_by_stage[package]}"

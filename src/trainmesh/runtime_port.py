@@ -18,7 +18,6 @@ from torch import nn
 
 from trainmesh.precision import Precision
 from trainmesh.strategies import collectives
-from trainmesh.strategies.lightning_names import ParallelStrategy
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.distributed_samplers import is_padding
 
@@ -78,4 +77,8 @@ class TrainerPort:
     @property
     def parallel(self) -> bool:
         """Lightning's ``isinstance(trainer.strategy, ParallelStrategy)`` (1.x's ``trainer.data_parallel``)."""
+        # Imported here: Lightning's names import every parallel strategy's module, which a run
+        # that never asks this does not need (`import trainmesh; trainmesh.Trainer` stays light).
+        from trainmesh.strategies.lightning_names import ParallelStrategy
+
         return isinstance(self._runtime.strategy, ParallelStrategy)

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmesh.launchers.base import Launcher, ProcessInfo
-from trainmesh.launchers.elastic import ElasticLauncher
 from trainmesh.launchers.in_process import InProcessLauncher
-from trainmesh.launchers.spawn import SpawnLauncher
+
+if TYPE_CHECKING:  # imported on first use: a run in one process never starts the agent nor spawns
+    from trainmesh.launchers.elastic import ElasticLauncher
+    from trainmesh.launchers.spawn import SpawnLauncher
+
+_LAZY = {"ElasticLauncher": "elastic", "SpawnLauncher": "spawn"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # later look-ups are plain attribute reads
+        return value
+    try:  # a submodule used as an attribute (`launchers.spawn`), as before
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as missing:
+        if missing.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_launcher(
@@ -27,7 +45,11 @@ def build_launcher(
     if start_method == "in_process":
         return InProcessLauncher()
     if start_method == "elastic":
+        from trainmesh.launchers.elastic import ElasticLauncher
+
         return ElasticLauncher(devices=devices, num_nodes=num_nodes, max_restarts=max_restarts, environment=variables)
+    from trainmesh.launchers.spawn import SpawnLauncher
+
     return SpawnLauncher(devices=devices, num_nodes=num_nodes, start_method=start_method, environment=variables)
 
 

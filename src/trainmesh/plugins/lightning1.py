@@ -12,17 +12,27 @@ ColossalAI, Apex) are refused with what to use instead.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from trainmesh.plugins.precision import DoublePrecision, FSDPPrecision, MixedPrecision, Precision
-from trainmesh.strategies import DataParallelStrategy, DDP2Strategy, DDPStrategy, FSDPStrategy, SingleDeviceStrategy
+from trainmesh.strategies.registry import STRATEGIES
 from trainmesh.utilities.refusal import refused_class, renamed_class
 
 
 def _today(old: str, new: str, make: Callable[..., Any]) -> type:
     return renamed_class(old, new, make, module=__name__)
+
+
+def _named(name: str, **fixed: Any) -> Callable[..., Any]:
+    """Today's strategy ``name`` (``registry.STRATEGIES``) with ``fixed`` keyword arguments, as a
+    ``functools.partial`` would make it (a caller's keyword wins), looked up when the old name is
+    constructed: the strategy's module is imported then, not with the Trainer."""
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        return STRATEGIES[name](*args, **{**fixed, **kwargs})
+
+    return make
 
 
 def _mixed(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> MixedPrecision:
@@ -34,26 +44,24 @@ def _fsdp_mixed(precision: Any = 16, device: str = "cuda", scaler: Any = None) -
 
 
 # Training type plugins (Lightning <= 1.5), each today's strategy.
-DDPPlugin = _today("DDPPlugin", "strategy=DDPStrategy(...) (or strategy='ddp')", DDPStrategy)
+DDPPlugin = _today("DDPPlugin", "strategy=DDPStrategy(...) (or strategy='ddp')", _named("ddp"))
 DDPSpawnPlugin = _today(
     "DDPSpawnPlugin",
     "strategy='ddp_spawn' (DDPStrategy(start_method='spawn'))",
-    functools.partial(DDPStrategy, start_method="spawn"),
+    _named("ddp_spawn"),
 )
-DDP2Plugin = _today("DDP2Plugin", "strategy='ddp2'", DDP2Strategy)
-DataParallelPlugin = _today("DataParallelPlugin", "strategy='dp'", DataParallelStrategy)
-SingleDevicePlugin = _today("SingleDevicePlugin", "strategy='single'", lambda *a, **k: SingleDeviceStrategy())
+DDP2Plugin = _today("DDP2Plugin", "strategy='ddp2'", _named("ddp2"))
+DataParallelPlugin = _today("DataParallelPlugin", "strategy='dp'", _named("dp"))
+SingleDevicePlugin = _today("SingleDevicePlugin", "strategy='single'", lambda *a, **k: STRATEGIES["single"]())
 # Sharded data parallel (fairscale's optimizer-state and gradient sharding): FSDP that keeps the
 # parameters gathered between forward and backward (trainmesh's strategy='sharded').
-DDPShardedPlugin = _today(
-    "DDPShardedPlugin", "strategy='sharded'", functools.partial(FSDPStrategy, reshard_after_forward=False)
-)
+DDPShardedPlugin = _today("DDPShardedPlugin", "strategy='sharded'", _named("sharded"))
 DDPSpawnShardedPlugin = _today(
     "DDPSpawnShardedPlugin",
     "FSDPStrategy(reshard_after_forward=False, start_method='spawn')",
-    functools.partial(FSDPStrategy, reshard_after_forward=False, start_method="spawn"),
+    _named("sharded", start_method="spawn"),
 )
-DDPFullyShardedPlugin = _today("DDPFullyShardedPlugin", "strategy='fsdp' (FSDPStrategy)", FSDPStrategy)
+DDPFullyShardedPlugin = _today("DDPFullyShardedPlugin", "strategy='fsdp' (FSDPStrategy)", _named("fsdp"))
 
 # Precision plugins (Lightning 1.x's names of 2.x's).
 PrecisionPlugin = _today("PrecisionPlugin", "Precision() (or precision='32-true')", Precision)

@@ -1,47 +1,119 @@
-"""Strategy names and how ``Trainer(strategy=...)`` becomes a strategy (the table itself: registry.py)."""
+"""Strategy names and how ``Trainer(strategy=...)`` becomes a strategy (the table itself: registry.py).
+
+The names below are imported when first used (PEP 562), as the package's face does: a run imports
+the modules of the strategy it builds (``strategy="ddp"`` never imports FSDP's, the pipeline's or
+tensor parallelism's), and ``from trainmesh.strategies import FSDPStrategy`` imports that one.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from trainmesh.strategies.auto import AutoStrategy
-from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
-from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
-from trainmesh.strategies.dp import DataParallelStrategy
-from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy, FaultTolerantFSDPStrategy
-from trainmesh.strategies.fsdp import FSDPStrategy
-from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
-from trainmesh.strategies.lightning_names import (
-    BaguaStrategy,
-    ColossalAIStrategy,
-    DDPFullyShardedNativeStrategy,
-    DDPFullyShardedStrategy,
-    DDPShardedStrategy,
-    DDPSpawnShardedStrategy,
-    DDPSpawnStrategy,
-    DeepSpeedStrategy,
-    HivemindStrategy,
-    HorovodStrategy,
-    HPUParallelStrategy,
-    IPUStrategy,
-    ParallelStrategy,
-    SingleHPUStrategy,
-    SingleTPUStrategy,
-    TPUSpawnStrategy,
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from trainmesh.strategies.auto import AutoStrategy
+    from trainmesh.strategies.capabilities import MemoryModel, StrategyCapabilities
+    from trainmesh.strategies.ddp import DDP2Strategy, DDPStrategy, ZeRO1Strategy
+    from trainmesh.strategies.dp import DataParallelStrategy
+    from trainmesh.strategies.fault_tolerance import FaultTolerance
+    from trainmesh.strategies.fsdp import FSDPStrategy
+    from trainmesh.strategies.layers_on_devices import LayersOnDevicesStrategy
+    from trainmesh.strategies.lightning_names import (
+        BaguaStrategy,
+        ColossalAIStrategy,
+        DDPFullyShardedNativeStrategy,
+        DDPFullyShardedStrategy,
+        DDPShardedStrategy,
+        DDPSpawnShardedStrategy,
+        DDPSpawnStrategy,
+        DeepSpeedStrategy,
+        HivemindStrategy,
+        HorovodStrategy,
+        HPUParallelStrategy,
+        IPUStrategy,
+        ParallelStrategy,
+        SingleHPUStrategy,
+        SingleTPUStrategy,
+        TPUSpawnStrategy,
+    )
+    from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
+    from trainmesh.strategies.model_parallel import ModelParallelStrategy
+    from trainmesh.strategies.protocol import Placement, Strategy
+    from trainmesh.strategies.registry import STRATEGIES, memory_models, stated_capabilities
+    from trainmesh.strategies.single import SingleDeviceStrategy
+
+_LIGHTNING_NAMES = (
+    "BaguaStrategy",
+    "ColossalAIStrategy",
+    "DDPFullyShardedNativeStrategy",
+    "DDPFullyShardedStrategy",
+    "DDPShardedStrategy",
+    "DDPSpawnShardedStrategy",
+    "DDPSpawnStrategy",
+    "DeepSpeedStrategy",
+    "HivemindStrategy",
+    "HorovodStrategy",
+    "HPUParallelStrategy",
+    "IPUStrategy",
+    "ParallelStrategy",
+    "SingleHPUStrategy",
+    "SingleTPUStrategy",
+    "TPUSpawnStrategy",
 )
-from trainmesh.strategies.lightning_strings import lightning_strategy
-from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
-from trainmesh.strategies.model_parallel import ModelParallelStrategy
-from trainmesh.strategies.protocol import Placement, Strategy
-from trainmesh.strategies.registry import STRATEGIES, memory_models, stated_capabilities
-from trainmesh.strategies.semi_sync import SemiSyncDDPStrategy
-from trainmesh.strategies.single import SingleDeviceStrategy
-from trainmesh.utilities.suggestions import did_you_mean
+# name -> its module (in this package): each imported on first use.
+_LAZY = {
+    "AutoStrategy": "auto",
+    "MemoryModel": "capabilities",
+    "StrategyCapabilities": "capabilities",
+    "DDP2Strategy": "ddp",
+    "DDPStrategy": "ddp",
+    "ZeRO1Strategy": "ddp",
+    "DataParallelStrategy": "dp",
+    "FaultTolerance": "fault_tolerance",
+    "FaultTolerantDDPStrategy": "fault_tolerance",
+    "FaultTolerantFSDPStrategy": "fault_tolerance",
+    "FSDPStrategy": "fsdp",
+    "LayersOnDevicesStrategy": "layers_on_devices",
+    **dict.fromkeys(_LIGHTNING_NAMES, "lightning_names"),
+    "lightning_strategy": "lightning_strings",
+    "ParallelDims": "mesh",
+    "ParallelMesh": "mesh",
+    "ModelParallelStrategy": "model_parallel",
+    "Placement": "protocol",
+    "Strategy": "protocol",
+    "STRATEGIES": "registry",
+    "memory_models": "registry",
+    "stated_capabilities": "registry",
+    "SemiSyncDDPStrategy": "semi_sync",
+    "SingleDeviceStrategy": "single",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # later look-ups are plain attribute reads
+        return value
+    try:  # a submodule used as an attribute (`strategies.ddp.DDPStrategy`), as before
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as missing:
+        if missing.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:
     """``strategy="ddp"`` or ``"fsdp"`` (or a DDPStrategy's / FSDPStrategy's options) over torchft;
     any other strategy is refused before training, saying why."""
+    from trainmesh.strategies.ddp import DDPStrategy
+    from trainmesh.strategies.fault_tolerance import FaultTolerance, FaultTolerantDDPStrategy, FaultTolerantFSDPStrategy
+    from trainmesh.strategies.fsdp import FSDPStrategy
+    from trainmesh.strategies.semi_sync import SemiSyncDDPStrategy
+
     if not isinstance(fault_tolerance, FaultTolerance):
         raise TypeError(f"fault_tolerance={fault_tolerance!r}: pass trainmesh.FaultTolerance(lighthouse=..., ...)")
     if isinstance(strategy, (DDPStrategy, FSDPStrategy)) and type(strategy) in (DDPStrategy, FSDPStrategy):
@@ -84,13 +156,16 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
         >>> build_strategy("single", Placement("cpu", (0,))).name  # doctest: +SKIP
         'single'
     """
+    from trainmesh.strategies.registry import STRATEGIES  # each strategy's module: when its name is looked up
+    from trainmesh.utilities.suggestions import did_you_mean
+
     if fault_tolerance is not None:
         return fault_tolerant_strategy(strategy, placement, fault_tolerance)
     if isinstance(strategy, str):
         name = strategy.lower()
         if name == "auto":
             name = "single" if len(placement.devices) * placement.num_nodes == 1 else "ddp"
-        if name not in STRATEGIES and (lightning := lightning_strategy(name)) is not None:
+        if name not in STRATEGIES and (lightning := _lightning_strategy(name)) is not None:
             return lightning(placement=placement)  # type: ignore[no-any-return]
         if name not in STRATEGIES:
             raise ValueError(
@@ -102,6 +177,13 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
     placed: Strategy = strategy.with_placement(placement)  # a user's strategy object: typed from here on
     return placed
+
+
+def _lightning_strategy(name: str) -> Any:
+    """Lightning's strategy names (lightning_strings.py), imported only for a name that is not trainmesh's."""
+    from trainmesh.strategies.lightning_strings import lightning_strategy
+
+    return lightning_strategy(name)
 
 
 __all__ = [

@@ -33,7 +33,6 @@ from typing import NoReturn
 from trainmesh.checkpoint.io import remove_checkpoint
 from trainmesh.launchers import exit_status
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.elastic import tell_agent_preempted
 from trainmesh.launchers.environments import requeue_slurm_job
 from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
 from trainmesh.supervision.stop_agreement import StopAgreement
@@ -116,6 +115,8 @@ class SignalStop:
             requeued = requeue_slurm_job()
             report += f". {requeued}" if requeued else ""
         # trainmesh's own agent prints the report as it exits (once per node); else rank 0 does.
+        from trainmesh.launchers.elastic import tell_agent_preempted  # here: a run without the agent never needs it
+
         told_agent = process.local_rank == 0 and tell_agent_preempted(report)
         if process.is_global_zero and not told_agent:
             print(f"trainmesh: stopped by {name}: {report}", file=sys.stderr, flush=True)

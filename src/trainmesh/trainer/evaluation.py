@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from trainmesh.callbacks.prediction_writer import BasePredictionWriter
 from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
@@ -121,6 +120,8 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 
 
 def run_predict(ctx: LoopContext, data: Any) -> Any:
+    from trainmesh.callbacks.prediction_writer import BasePredictionWriter  # here: only predict looks for one
+
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")

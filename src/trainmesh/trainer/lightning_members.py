@@ -13,7 +13,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from trainmesh.callbacks.checkpoint import Checkpoint
-from trainmesh.callbacks.early_stopping import EarlyStopping
 from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.plugins import precision as precision_plugins
 from trainmesh.trainer.batch_counts import limited_count
@@ -108,6 +107,8 @@ class LightningMembers(RunProperties):
 
     @property
     def early_stopping_callbacks(self) -> list[Any]:
+        from trainmesh.callbacks.early_stopping import EarlyStopping  # here: a run without one never imports it
+
         return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
 
     @property

@@ -12,7 +12,6 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainmesh.seed import isolate_rng
-from trainmesh.tuner.tuning import Tuner
 
 if TYPE_CHECKING:
     from trainmesh.trainer.lightning1.one_run import LightningOneRun
@@ -32,6 +31,8 @@ def tune(
     method: Literal["fit", "validate", "test", "predict"] = "fit",
 ) -> dict[str, Any]:
     """``trainer.tune(...)`` of pytorch-lightning 1.9.5 (module docstring)."""
+    from trainmesh.tuner.tuning import Tuner  # here: the tuner is imported by a run that tunes, not with the Trainer
+
     scale_kwargs, lr_kwargs = dict(scale_batch_size_kwargs or {}), dict(lr_find_kwargs or {})
     result: dict[str, Any] = {}
     tuner = Tuner(trainer)
