@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
 from trainmesh.seed import isolate_rng
-from trainmesh.tuner.tuning import Trainer, Tuner
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
+    from trainmesh.tuner.tuning import Trainer
 
 
 def run_searches(
@@ -27,6 +27,8 @@ def run_searches(
             f"{type(finders[0]).__name__} runs on one process only in trainmesh (its search is a short fit of "
             "this Trainer's): find the value with one process (devices=1), then pass it to the distributed run"
         )
+    from trainmesh.tuner.tuning import Tuner  # a run with no finder never imports the tuner
+
     tuner = Tuner(trainer)
     data = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders, "datamodule": datamodule}
     for finder in finders:
