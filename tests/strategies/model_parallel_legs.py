@@ -21,10 +21,14 @@ import pytest
 import torch
 from legs import HERE, run
 
+from helpers.batches import WORKERS
+from helpers.forked import can_fork
+
 SCRIPT = HERE / "model_parallel_run.py"
 ATOL = 1e-5
 METRICS = ("val_loss", "train_loss")
 STEPS = 12  # 96 samples / 16 per step x 2 epochs
+FORK_WORKERS = {WORKERS: "fork"} if can_fork() else {}
 
 
 class RunFailed(Exception):
@@ -134,7 +138,8 @@ class Legs:
             specs.append([str(folder / "out.pt"), layout, opts])
         batch_file = self.root / f"batch-{len(self.done)}.json"
         batch_file.write_text(json.dumps(specs))
-        result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout)
+        # Forked, and its workers forks of it: no leg tests how its processes start.
+        result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout, forked=True, env=FORK_WORKERS)
         for (layout, options), (out, _, _) in zip(legs, specs):
             errors = sorted(Path(out).parent.glob("out.pt.error-*"))
             if errors:
