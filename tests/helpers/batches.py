@@ -32,7 +32,7 @@ from pathlib import Path
 
 from helpers.forked import can_fork, run_forked
 
-WORKERS = "TESTS_BATCH_WORKERS"  # "fork": run_batch's workers are forks (Batches(fork_workers=True))
+WORKERS = "TESTS_WORKERS"  # "fork": run_batch's workers are forks (Batches(fork_workers=True))
 
 
 class LegFailed(Exception):

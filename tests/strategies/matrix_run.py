@@ -248,9 +248,11 @@ def main() -> None:
         # Forks (where the harness forked this process: helpers/batches.py's WORKERS) or torchrun's
         # new interpreters. A fork has no watchdog thread, and would wait for it forever in its
         # own first dump_traceback_later: the harness's timeout ends a forked batch.
-        start = "ddp_fork" if os.environ.get("TESTS_BATCH_WORKERS") == "fork" else "ddp"
+        start = "ddp_fork" if os.environ.get("TESTS_WORKERS") == "fork" else "ddp"
         if start == "ddp":  # the agent process waits here for the whole batch
             faulthandler.dump_traceback_later(limit * len(legs), exit=True)
+        else:  # imported once for every fork (2.9 s of CPU each); with one OpenMP thread it starts none
+            import keras  # noqa: F401
         outer = tm.Runtime(accelerator="cpu", strategy=start, devices=processes, num_nodes=nodes)
         outer.launch(run_batch, legs, limit)
         return

@@ -19,16 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from legs import HERE, run
-
-from helpers.batches import WORKERS
-from helpers.forked import can_fork
+from legs import FORK_WORKERS, HERE, run
 
 SCRIPT = HERE / "model_parallel_run.py"
 ATOL = 1e-5
 METRICS = ("val_loss", "train_loss")
 STEPS = 12  # 96 samples / 16 per step x 2 epochs
-FORK_WORKERS = {WORKERS: "fork"} if can_fork() else {}
 
 
 class RunFailed(Exception):

@@ -5,7 +5,7 @@ python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
 python model_parallel_run.py --batch LEGS.json   (a list of [OUT, LAYOUT, {KEY: VALUE}], one world size)
   The batch form runs the legs one after another in the same processes (one launch, one process
   group): starting 2-8 interpreters per leg was most of this module's time. With
-  TESTS_BATCH_WORKERS=fork (helpers/batches.py) its workers are forks of this process. A leg that fails
+  TESTS_WORKERS=fork (helpers/batches.py) its workers are forks of this process. A leg that fails
   writes its traceback to OUT.error-RANK and ends the launch.
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
           | ddp | fsdp | pp_split | pp_fsdp_tp (world 8) | pp_looped | pp_izb | pp_dualpipev
@@ -191,7 +191,7 @@ def main():
         return
     legs = json.loads(Path(sys.argv[2]).read_text())
     world = LAYOUTS[legs[0][1]][0]
-    if world > 1 and os.environ.get("TESTS_BATCH_WORKERS") == "fork":
+    if world > 1 and os.environ.get("TESTS_WORKERS") == "fork":
         # This process was forked with torch loaded (helpers/forked.py): its workers are forks of
         # it, which run the legs in one process group (no interpreter to start per worker).
         tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(run_legs, legs, limit)
