@@ -32,6 +32,8 @@ from pathlib import Path
 
 from helpers.forked import can_fork, run_forked
 
+WORKERS = "TESTS_WORKERS"  # "fork": run_batch's workers are forks (Batches(fork_workers=True))
+
 
 class LegFailed(Exception):
     """A leg failed, or did not run because its launch ended (the message says which)."""
@@ -47,15 +49,19 @@ class Batches:
         leg_timeout: float,
         cwd: Path | None = None,
         forked: bool = False,
+        fork_workers: bool = False,
     ) -> None:
         """``plan``: (name, world size, argv after the program, extra environment) per leg, in the
         order they must run; consecutive legs of one world size share a launch, unless a None
         between them separates them. ``forked``: each launch's first process is a fork of this
-        one (helpers/forked.py: no second import of torch), where it can be."""
+        one (helpers/forked.py: no second import of torch), where it can be. ``fork_workers`` (with
+        ``forked``): a launch of world > 1 starts its workers as forks of that first process
+        (strategy="ddp_fork") instead of new interpreters (torchrun's way, 2.5-3 s of CPU each):
+        for legs that depend neither on how their processes start nor on torchrun's variables."""
         names = [leg[0] for leg in plan if leg is not None]
         assert len(set(names)) == len(names), f"two legs of the plan have the same name: {names}"
         self.program, self.root, self.leg_timeout, self.cwd = program, root, leg_timeout, cwd
-        self.forked = forked
+        self.forked, self.fork_workers = forked, fork_workers
         self.launches: list[list[tuple[str, int, list[str], dict[str, str]]]] = []
         separated = True
         for leg in plan:
@@ -113,6 +119,8 @@ class Batches:
         """The launch's stderr and exit status (None: killed at ``timeout``)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if self.forked and can_fork():
+            if self.fork_workers:
+                env[WORKERS] = "fork"
             try:
                 result = run_forked(self.program, ["--batch", str(spec)], env=env, timeout=timeout, cwd=self.cwd)
             except subprocess.TimeoutExpired:
@@ -140,12 +148,18 @@ class Batches:
 
 def run_batch(spec_file: str, run_leg: Callable[[list[str]], object], *, limit: float) -> None:
     """In the program: every leg of the batch, each with its own environment, stderr and watchdog
-    (``limit`` seconds). World > 1: this first process is the elastic agent of the workers that run them."""
+    (``limit`` seconds). World > 1: this first process is the elastic agent of the workers that run
+    them (their parent, as ddp_fork, under ``Batches(fork_workers=True)``)."""
     spec = json.loads(Path(spec_file).read_text())
     world, legs = spec["world"], spec["legs"]
     if world > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         import trainmesh as tm
 
+        if os.environ.get(WORKERS) == "fork":
+            # No watchdog here: its thread would be missing from the forks, and their first
+            # dump_traceback_later would wait for it forever. The harness's timeout kills the launch.
+            tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_legs, legs, run_leg, limit)
+            return
         faulthandler.dump_traceback_later(limit * len(legs), exit=True)  # the agent waits for the whole batch
         tm.Runtime(accelerator="cpu", strategy="ddp", devices=world).launch(_run_legs, legs, run_leg, limit)
         return  # not reached: the agent exits once its workers ran the batch

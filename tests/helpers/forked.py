@@ -29,8 +29,19 @@ import tempfile
 import traceback
 from pathlib import Path
 
-# What the fork server imports once, before its first fork.
-PRELOAD = ["torch", "trainmesh", "helpers.forked"]
+# What the fork server imports once, before its first fork: torch and trainmesh, and what the
+# first Trainer of a program would import on its own (1.3 s of CPU in each fork): the optimizer's
+# torch._dynamo (with sympy), DTensor, FSDP2, DCP and pipelining. None of them starts a thread.
+PRELOAD = [
+    "torch",
+    "trainmesh",
+    "helpers.forked",
+    "torch._dynamo",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint",
+    "torch.distributed.pipelining",
+]
 
 
 def can_fork() -> bool:
@@ -45,15 +56,18 @@ def _fork_server() -> multiprocessing.context.BaseContext:
 
 
 def run_forked(
-    program: Path, args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None
+    program: Path, args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None, world: int = 1
 ) -> subprocess.CompletedProcess:
     """As ``subprocess.run([sys.executable, PROGRAM, *ARGS], env=env, cwd=cwd, capture_output=True,
     text=True, timeout=timeout)`` with the program in a new session: on timeout the session
-    (its workers included) is killed and TimeoutExpired raised."""
+    (its workers included) is killed and TimeoutExpired raised. ``world`` > 1: as torchrun
+    would run it on ``world`` processes, each a fork in one process group (ddp_fork's), where
+    the program's Trainer or Runtime of ``world`` devices finds its processes already started
+    (for a program that does not test how they start)."""
     command = [sys.executable, str(program), *args]
     with tempfile.TemporaryDirectory(prefix="forked-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        child = _fork_server().Process(target=_child, args=(str(program), args, env, cwd, out, err))
+        child = _fork_server().Process(target=_child, args=(str(program), args, env, cwd, out, err, world))
         child.start()
         timed_out = True
         try:
@@ -71,7 +85,17 @@ def run_forked(
         return subprocess.CompletedProcess(command, child.exitcode, out.read_text(), err.read_text())
 
 
-def _child(program: Path, args: list[str], env: dict[str, str], cwd: Path | None, out: Path, err: Path) -> None:
+def _run_main(program: str) -> None:
+    try:
+        runpy.run_path(program, run_name="__main__")
+    except SystemExit as exit_:  # a worker's sys.exit(0) is a normal end, as a script's
+        if exit_.code not in (0, None):
+            raise
+
+
+def _child(
+    program: Path, args: list[str], env: dict[str, str], cwd: Path | None, out: Path, err: Path, world: int
+) -> None:
     code = 1
     try:
         os.setsid()  # its own session, as start_new_session=True: killed as a group on timeout
@@ -96,7 +120,12 @@ def _child(program: Path, args: list[str], env: dict[str, str], cwd: Path | None
             os.chdir(cwd)
         sys.argv = [str(program), *args]
         sys.path.insert(0, str(Path(program).parent))  # as the interpreter does for a script
-        runpy.run_path(str(program), run_name="__main__")
+        if world > 1:
+            import trainmesh as tm
+
+            tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_main, str(program))
+        else:
+            _run_main(str(program))
         code = 0
     except SystemExit as exit_:
         if isinstance(exit_.code, int) or exit_.code is None:

@@ -10,20 +10,26 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from helpers.batches import WORKERS  # noqa: E402
 from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
+# A forked program's workers are forks of it too (for programs whose processes' start is not tested).
+FORK_WORKERS = {WORKERS: "fork"} if can_fork() else {}
 
 
-def run(*args: str, timeout: float = 120, env: dict | None = None, forked: bool = False) -> subprocess.CompletedProcess:
+def run(
+    *args: str, timeout: float = 120, env: dict | None = None, forked: bool = False, world: int = 1
+) -> subprocess.CompletedProcess:
     """Run a leg in its own session; on timeout kill the whole session so no worker outlives it.
     ``forked``: the program (``args[0]``) starts as a fork of this process (helpers/forked.py),
-    where it can: for a leg that measures neither memory nor how its processes start."""
+    where it can: for a leg that measures neither memory nor how its processes start; with
+    ``world`` > 1, as ``world`` forks in one process group, which its Trainer uses as torchrun's."""
     if forked and can_fork():
         environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-        return run_forked(HERE / args[0], list(args[1:]), env=environment, timeout=timeout, cwd=HERE)
+        return run_forked(HERE / args[0], list(args[1:]), env=environment, timeout=timeout, cwd=HERE, world=world)
     return run_program(list(args), timeout=timeout, env=env, cwd=HERE)
 
 

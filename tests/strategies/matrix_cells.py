@@ -15,6 +15,7 @@ import torch
 from legs import run, run_torchrun_nodes
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+from helpers.batches import WORKERS  # noqa: E402
 from helpers.forked import can_fork, run_forked  # noqa: E402
 
 MATRIX = Path(__file__).parent / "matrix_run.py"
@@ -64,10 +65,12 @@ def launch_of(strategy: str) -> tuple[str, ...]:
 
 def run_matrix(*args: str, timeout: float) -> subprocess.CompletedProcess:
     """``python matrix_run.py ARGS`` in its own session, as a fork of this process where it can
-    be (helpers/forked.py: torch is not imported a second time; its workers still start as the
-    leg's start method starts them)."""
+    be (helpers/forked.py: torch is not imported a second time; the workers of ddp_spawn, ddp_fork
+    and ddp2 still start as the leg's start method starts them, a batch's as forks)."""
     if can_fork():
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if args[0] == "--batch":  # a batch's legs test no start method: its workers are forks too
+            env[WORKERS] = "fork"
         return run_forked(MATRIX, list(args), env=env, timeout=timeout, cwd=MATRIX.parent)
     return run(str(MATRIX), *args, timeout=timeout)
 

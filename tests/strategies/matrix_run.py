@@ -240,14 +240,20 @@ def main() -> None:
         ]
         assert len({LAYOUTS[strategy][0] * LAYOUTS[strategy][1] for strategy, _, _ in legs}) == 1, legs
         assert not {"ddp_spawn", "ddp_fork", "ddp2"} & {strategy for strategy, _, _ in legs}, legs
-        # The agent process waits here for the whole batch; each worker's watchdog restarts per leg.
-        faulthandler.dump_traceback_later(limit * len(legs), exit=True)
         strategy = legs[0][0]
         processes, nodes, _ = LAYOUTS[strategy]
         if processes * nodes == 1:
             run_batch(legs, limit)
             return
-        outer = tm.Runtime(accelerator="cpu", strategy="ddp", devices=processes, num_nodes=nodes)
+        # Forks (where the harness forked this process: helpers/batches.py's WORKERS) or torchrun's
+        # new interpreters. A fork has no watchdog thread, and would wait for it forever in its
+        # own first dump_traceback_later: the harness's timeout ends a forked batch.
+        start = "ddp_fork" if os.environ.get("TESTS_WORKERS") == "fork" else "ddp"
+        if start == "ddp":  # the agent process waits here for the whole batch
+            faulthandler.dump_traceback_later(limit * len(legs), exit=True)
+        else:  # imported once for every fork (2.9 s of CPU each); with one OpenMP thread it starts none
+            import keras  # noqa: F401
+        outer = tm.Runtime(accelerator="cpu", strategy=start, devices=processes, num_nodes=nodes)
         outer.launch(run_batch, legs, limit)
         return
     faulthandler.dump_traceback_later(limit, exit=True)

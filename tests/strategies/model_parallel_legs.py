@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from legs import HERE, run
+from legs import FORK_WORKERS, HERE, run
 
 SCRIPT = HERE / "model_parallel_run.py"
 ATOL = 1e-5
@@ -134,7 +134,8 @@ class Legs:
             specs.append([str(folder / "out.pt"), layout, opts])
         batch_file = self.root / f"batch-{len(self.done)}.json"
         batch_file.write_text(json.dumps(specs))
-        result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout)
+        # Forked, and its workers forks of it: no leg tests how its processes start.
+        result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout, forked=True, env=FORK_WORKERS)
         for (layout, options), (out, _, _) in zip(legs, specs):
             errors = sorted(Path(out).parent.glob("out.pt.error-*"))
             if errors:

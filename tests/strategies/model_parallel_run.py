@@ -4,7 +4,8 @@
 python model_parallel_run.py OUT LAYOUT [KEY=VALUE ...]
 python model_parallel_run.py --batch LEGS.json   (a list of [OUT, LAYOUT, {KEY: VALUE}], one world size)
   The batch form runs the legs one after another in the same processes (one launch, one process
-  group): starting 2-8 interpreters per leg was most of this module's time. A leg that fails
+  group): starting 2-8 interpreters per leg was most of this module's time. With
+  TESTS_WORKERS=fork (helpers/batches.py) its workers are forks of this process. A leg that fails
   writes its traceback to OUT.error-RANK and ends the launch.
   LAYOUT: single | pp_gpipe | pp_1f1b | pp_interleaved | pp_zbv | tp | tp_lossp | fsdp_tp | pp_replicate | pp_fsdp
           | ddp | fsdp | pp_split | pp_fsdp_tp (world 8) | pp_looped | pp_izb | pp_dualpipev
@@ -170,15 +171,10 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         )
 
 
-def main():
-    limit = int(os.environ.get("RUN_TIMEOUT", "240"))
-    if sys.argv[1] == "--batch":
-        legs = json.loads(Path(sys.argv[2]).read_text())
-    else:
-        legs = [[sys.argv[1], sys.argv[2], dict(arg.split("=", 1) for arg in sys.argv[3:])]]
+def run_legs(legs: list, limit: int) -> None:
     for index, (out, layout, opts) in enumerate(legs):
-        # A hang ends the launch. The legs left, not one: the agent process waits inside the first
-        # leg's fit while its workers run the whole batch.
+        # A hang ends the launch. The legs left, not one: under torchrun's start the agent process
+        # waits inside the first leg's fit while its workers run the whole batch.
         faulthandler.dump_traceback_later(limit * (len(legs) - index), exit=True)
         try:
             run_leg(out, layout, opts)
@@ -186,6 +182,21 @@ def main():
             Path(f"{out}.error-{os.environ.get('RANK', '0')}").write_text(traceback.format_exc())
             raise
     faulthandler.cancel_dump_traceback_later()
+
+
+def main():
+    limit = int(os.environ.get("RUN_TIMEOUT", "240"))
+    if sys.argv[1] != "--batch":
+        run_legs([[sys.argv[1], sys.argv[2], dict(arg.split("=", 1) for arg in sys.argv[3:])]], limit)
+        return
+    legs = json.loads(Path(sys.argv[2]).read_text())
+    world = LAYOUTS[legs[0][1]][0]
+    if world > 1 and os.environ.get("TESTS_WORKERS") == "fork":
+        # This process was forked with torch loaded (helpers/forked.py): its workers are forks of
+        # it, which run the legs in one process group (no interpreter to start per worker).
+        tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(run_legs, legs, limit)
+        return
+    run_legs(legs, limit)
 
 
 if __name__ == "__main__":

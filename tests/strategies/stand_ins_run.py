@@ -124,4 +124,6 @@ if __name__ == "__main__":
     from trainmesh.launchers.environments import find_free_port
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(worker, args=(find_free_port(), sys.argv[1]), nprocs=2)
+    # Forks where the test forked this process with torch loaded (TESTS_WORKERS, helpers/batches.py).
+    start = "fork" if os.environ.get("TESTS_WORKERS") == "fork" else "spawn"
+    mp.start_processes(worker, args=(find_free_port(), sys.argv[1]), nprocs=2, start_method=start)

@@ -1,7 +1,8 @@
 """ddp, ddp_spawn and two nodes with real processes on CPU/gloo, world size 2.
 
 The legs that need no launch of their own are listed once in ``plan`` and run once per module,
-legs of one world size in one launch (helpers/batches.py).
+legs of one world size in one launch (helpers/batches.py), forked with their workers (no
+interpreter started per launch or worker); the programs that test no start-up are forked too.
 """
 
 import os
@@ -61,7 +62,7 @@ class Legs(Batches):
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory) -> Legs:
     root = tmp_path_factory.mktemp("ddp_legs")
-    return Legs(SCRIPT, root, plan(root), leg_timeout=120, cwd=HERE)
+    return Legs(SCRIPT, root, plan(root), leg_timeout=120, cwd=HERE, forked=True, fork_workers=True)
 
 
 def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(legs, handwritten):
@@ -147,7 +148,7 @@ def test_an_exception_in_rank_1_ends_every_rank_quickly():
     # Ended by rank 1's failure, not by a timeout: the watchdog (300 s by default) never spoke,
     # and the run ended within the hang guard (240 s), far below torch's 30-minute collective
     # timeout. No wall-clock bound tighter than that: a loaded machine stretches any of them.
-    result = run(str(SCRIPT), "fail", timeout=240)
+    result = run(str(SCRIPT), "fail", timeout=240, forked=True)
     assert result.returncode != 0
     assert "planted failure in rank 1 at step 40" in result.stderr
     assert "worker rank 1 failed" in result.stderr
@@ -221,10 +222,10 @@ def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handw
 
 
 def test_unused_parameters_error_names_the_option_and_the_option_fixes_it():
-    result = run(str(SCRIPT), "unused", "default", timeout=90)
+    result = run(str(SCRIPT), "unused", "default", timeout=90, forked=True, world=2)
     assert result.returncode != 0
     assert "DDPStrategy(find_unused_parameters=True)" in result.stderr
-    result = run(str(SCRIPT), "unused", "find", timeout=90)
+    result = run(str(SCRIPT), "unused", "find", timeout=90, forked=True, world=2)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -245,7 +246,7 @@ def test_ddp_fork_returns_the_trained_weights_to_the_parent(handwritten):
 
 def test_an_existing_process_group_is_used_as_it_is(tmp_path, handwritten):
     out = tmp_path / "existing.pt"
-    result = run(str(SCRIPT), "existing", str(out))
+    result = run(str(SCRIPT), "existing", str(out), forked=True)
     assert result.returncode == 0, result.stderr[-3000:]
     saved = torch.load(out)
     for name, tensor in handwritten.items():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from legs import run
 
 import trainmesh as tm
 from helpers.models import TutorialModule, loaders, quiet_trainer
@@ -74,9 +75,8 @@ def test_while_both_groups_train_they_equal_ddp_on_two_processes(killed_and_rejo
     (Before: torchft's own step-0 sync halved the first step's gradient; 8e-7 away from a summed
     reference was what it looked like under Adam.)"""
     out, _, logs = killed_and_rejoined
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "ddp", str(out)], capture_output=True, text=True, env=_env(), timeout=240
-    )
+    # The reference tests no start-up: two forks in one group (legs.run), no interpreter to start.
+    done = run(str(SCRIPT), "ddp", str(out), timeout=240, env=_env(), forked=True, world=2)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     reference = torch.load(out / "ddp_at_kill.pt")
     for group in (0, 1):
@@ -157,9 +157,7 @@ def fsdp_groups_killed_and_rejoined(tmp_path_factory):
         restarted = start(1, 1)
         started.append(restarted)
         codes = (first_exit, restarted.wait(timeout=300), survivor.wait(timeout=300))
-        reference = subprocess.run(
-            [sys.executable, str(SCRIPT), "one_process", str(out)], capture_output=True, text=True, env=_env()
-        )
+        reference = run(str(SCRIPT), "one_process", str(out), timeout=240, env=_env(), forked=True)
     finally:
         for process in started:
             if process.poll() is None:

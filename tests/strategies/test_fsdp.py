@@ -62,7 +62,7 @@ class Legs(Batches):
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory) -> Legs:
     root = tmp_path_factory.mktemp("sharded")
-    return Legs(SCRIPT, root, plan(root), leg_timeout=180, cwd=HERE)
+    return Legs(SCRIPT, root, plan(root), leg_timeout=180, cwd=HERE, forked=True, fork_workers=True)
 
 
 def train(legs, name):

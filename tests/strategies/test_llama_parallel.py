@@ -39,7 +39,7 @@ def run(tmp_path_factory):
         (name, world, [str(root / f"{name}.pt"), layout, *(o.replace("start=", f"start={root}/") for o in opts)], {})
         for name, world, (layout, *opts) in LEGS
     ]
-    legs = Batches(HERE / "llama_run.py", root, plan, leg_timeout=150, cwd=HERE, forked=True)
+    legs = Batches(HERE / "llama_run.py", root, plan, leg_timeout=150, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name: str) -> dict:
         legs(name)

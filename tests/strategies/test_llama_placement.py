@@ -45,7 +45,9 @@ def _name(layout: str, precision: str, route: str) -> str:
 def legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("llama_placement")
     plan = [None if leg is None else (_name(*leg), WORLD[leg[0]], [*leg, str(root / _name(*leg))], {}) for leg in LEGS]
-    batches = Batches(HERE / "llama_placement_run.py", root, plan, leg_timeout=180, cwd=HERE, forked=True)
+    batches = Batches(
+        HERE / "llama_placement_run.py", root, plan, leg_timeout=180, cwd=HERE, forked=True, fork_workers=True
+    )
 
     def outputs(layout: str, precision: str, route: str = "plan") -> tuple[dict, list[dict]]:
         name = _name(layout, precision, route)

@@ -36,7 +36,7 @@ def run(tmp_path_factory):
         for layout in sorted(LAYOUTS, key=lambda name: -WORLD[name])
     ]
     legs += [("single", 1, [str(root / "single.pt"), "single", "whole=1"], {})]
-    batches = Batches(HERE / "llama_run.py", root, legs, leg_timeout=240, cwd=HERE, forked=True)
+    batches = Batches(HERE / "llama_run.py", root, legs, leg_timeout=240, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name: str) -> dict:
         batches(name)

@@ -13,7 +13,7 @@ from legs import run
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("pp_callbacks")
-    result = run("pipeline_callbacks_run.py", str(out), timeout=240, forked=True)
+    result = run("pipeline_callbacks_run.py", str(out), timeout=240, forked=True, world=2)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
@@ -48,10 +48,10 @@ def test_a_users_own_loop_trains_a_pipeline_through_runtime_steps(tmp_path):
     # same loop on one process (tolerance 1e-5).
     import torch
 
-    results = {}
-    for layout in ("single", "pp"):
+    results, worlds = {}, {"single": 1, "pp": 2}
+    for layout in worlds:
         out = tmp_path / f"{layout}.pt"
-        result = run("pipeline_user_loop_run.py", str(out), layout, timeout=180, forked=True)
+        result = run("pipeline_user_loop_run.py", str(out), layout, timeout=180, forked=True, world=worlds[layout])
         assert result.returncode == 0, result.stderr[-3000:]
         results[layout] = torch.load(out)
     single, pipelined = results["single"], results["pp"]

@@ -112,7 +112,7 @@ def _plan(root: Path) -> list:
 class Runs:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.batches = Batches(SCRIPT, root, _plan(root), leg_timeout=120, forked=True)
+        self.batches = Batches(SCRIPT, root, _plan(root), leg_timeout=120, forked=True, fork_workers=True)
 
     def __call__(self, name: str) -> dict:
         self.batches(name)

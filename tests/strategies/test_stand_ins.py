@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from legs import run
+from legs import FORK_WORKERS, run
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("stand_ins") / "out.pt"
-    result = run("stand_ins_run.py", str(out), timeout=180, forked=True)
+    result = run("stand_ins_run.py", str(out), timeout=180, forked=True, env=FORK_WORKERS)
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(out)
 

@@ -58,7 +58,7 @@ def plan(root: Path) -> list:
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory) -> Batches:
     root = tmp_path_factory.mktemp("tied")
-    return Batches(PROGRAM, root, plan(root), leg_timeout=240, cwd=HERE, forked=True)
+    return Batches(PROGRAM, root, plan(root), leg_timeout=240, cwd=HERE, forked=True, fork_workers=True)
 
 
 def result(legs: Batches, name: str) -> dict:

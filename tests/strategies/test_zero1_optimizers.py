@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from legs import HERE, run  # noqa: E402
+from legs import FORK_WORKERS, HERE, run  # noqa: E402
 
 LEG = HERE / "zero1_optimizers_run.py"
 
@@ -17,7 +17,7 @@ def test_zero1_matches_every_torch_optimizer_under_ddp(tmp_path):
     from zero1_optimizers_run import NOT_SHARDABLE, optimizer_classes
 
     out = tmp_path / "problems.json"
-    result = run(str(LEG), str(out), timeout=150)
+    result = run(str(LEG), str(out), timeout=150, forked=True, env=FORK_WORKERS)
     assert result.returncode == 0, result.stderr[-3000:]
     problems = json.loads(out.read_text())
     expected = set(optimizer_classes()) - NOT_SHARDABLE

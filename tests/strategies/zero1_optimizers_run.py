@@ -135,5 +135,9 @@ def worker(rank: int, out: str, port: int) -> None:
 if __name__ == "__main__":
     from trainmesh.launchers.environments import find_free_port
 
-    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "100")), exit=True)
-    torch.multiprocessing.spawn(worker, args=(sys.argv[1], find_free_port()), nprocs=2)
+    # Forks where the test forked this process with torch loaded (TESTS_WORKERS, helpers/batches.py);
+    # then no watchdog here: a fork would wait forever for its thread in its own first one.
+    start = "fork" if os.environ.get("TESTS_WORKERS") == "fork" else "spawn"
+    if start == "spawn":
+        faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "100")), exit=True)
+    torch.multiprocessing.start_processes(worker, args=(sys.argv[1], find_free_port()), nprocs=2, start_method=start)
