@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers.forked import can_fork, run_forked
+from helpers.forked import can_fork, run_forked, single_threaded
 
 WORKERS = "TESTS_WORKERS"  # "fork": run_batch's workers are forks (Batches(fork_workers=True))
 
@@ -155,7 +155,9 @@ def run_batch(spec_file: str, run_leg: Callable[[list[str]], object], *, limit: 
     if world > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         import trainmesh as tm
 
-        if os.environ.get(WORKERS) == "fork":
+        # Only a process of one thread forks its workers (another thread's held lock would be copied
+        # held into them); otherwise they start as torchrun's new interpreters.
+        if os.environ.get(WORKERS) == "fork" and single_threaded():
             # No watchdog here: its thread would be missing from the forks, and their first
             # dump_traceback_later would wait for it forever. The harness's timeout kills the launch.
             tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_legs, legs, run_leg, limit)

@@ -49,6 +49,15 @@ def can_fork() -> bool:
     return os.name == "posix" and "forkserver" in multiprocessing.get_all_start_methods()
 
 
+def single_threaded() -> bool:
+    """Whether this process has one thread (native ones counted: /proc/self/task), so that a fork
+    of it copies no lock another thread holds. Where threads cannot be counted, False."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
 def _fork_server() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
@@ -123,6 +132,10 @@ def _child(
         if world > 1:
             import trainmesh as tm
 
+            if not single_threaded():  # a fork would copy another thread's held locks: a random hang
+                raise RuntimeError(
+                    f"the forked program has {len(os.listdir('/proc/self/task'))} threads before its workers fork"
+                )
             tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_main, str(program))
         else:
             _run_main(str(program))

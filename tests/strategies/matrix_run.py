@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from helpers.forked import single_threaded  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
 EPOCHS, PER_DEVICE_BATCH, SAMPLES, LR = 2, 16, 256, 1e-2
@@ -249,10 +250,15 @@ def main() -> None:
         # new interpreters. A fork has no watchdog thread, and would wait for it forever in its
         # own first dump_traceback_later: the harness's timeout ends a forked batch.
         start = "ddp_fork" if os.environ.get("TESTS_WORKERS") == "fork" else "ddp"
+        if (
+            start == "ddp_fork"
+        ):  # imported once for every fork (2.9 s of CPU each); with one OpenMP thread it starts none
+            import keras  # noqa: F401
+
+            if not single_threaded():  # another thread's held lock would be copied held into the forks
+                start = "ddp"
         if start == "ddp":  # the agent process waits here for the whole batch
             faulthandler.dump_traceback_later(limit * len(legs), exit=True)
-        else:  # imported once for every fork (2.9 s of CPU each); with one OpenMP thread it starts none
-            import keras  # noqa: F401
         outer = tm.Runtime(accelerator="cpu", strategy=start, devices=processes, num_nodes=nodes)
         outer.launch(run_batch, legs, limit)
         return
