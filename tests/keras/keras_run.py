@@ -126,7 +126,9 @@ def build(kind: str, optimizer: str):
     """The same model in every process: the same seed before building it."""
     import keras
 
-    keras.backend.clear_session()  # variable paths restart: legs run one after another in a process
+    # variable paths restart: legs run one after another in a process
+    # Keras' option for a loop of models: no gc.collect, which scans torch's whole heap (0.17 CPU-s a call)
+    keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(SEED)
     if kind == "heads":
         return two_heads()
@@ -267,7 +269,7 @@ def shuffled_loader_samples() -> list[list[int]]:
     import trainmesh.keras as tk
 
     seen: list[list[int]] = [[], []]
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)  # as build()
     keras.utils.set_random_seed(SEED)
 
     class Record(keras.layers.Layer):  # the sample numbers of each training batch, in the epoch it came
