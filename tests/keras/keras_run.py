@@ -1,7 +1,8 @@
 """The programs of the Keras multi-process tests (trainmesh's ddp re-runs the script it is in).
 
 python keras_run.py ddp OUT      -> one launch of 2 processes (strategy="ddp"), several fits one after
-                                    another; every rank writes OUT/<leg>.rank{R}
+                                    another; every rank writes OUT/<leg>.rank{R} (the tests run it
+                                    as a leg of keras_batch.py's launch)
 python keras_run.py spawn OUT [KERAS_FILE X PRED] -> first, where given, plain Keras alone (trainmesh not
                                     yet imported): keras.saving.load_model(KERAS_FILE), its predictions
                                     of X saved to PRED; then the guide's convnet and a model of the
