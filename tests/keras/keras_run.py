@@ -1,7 +1,8 @@
 """The programs of the Keras multi-process tests (trainmesh's ddp re-runs the script it is in).
 
 python keras_run.py ddp OUT      -> one launch of 2 processes (strategy="ddp"), several fits one after
-                                    another; every rank writes OUT/<leg>.rank{R}
+                                    another; every rank writes OUT/<leg>.rank{R} (the tests run it
+                                    as a leg of keras_batch.py's launch)
 python keras_run.py spawn OUT [KERAS_FILE X PRED] -> first, where given, plain Keras alone (trainmesh not
                                     yet imported): keras.saving.load_model(KERAS_FILE), its predictions
                                     of X saved to PRED; then the guide's convnet and a model of the
@@ -126,7 +127,9 @@ def build(kind: str, optimizer: str):
     """The same model in every process: the same seed before building it."""
     import keras
 
-    keras.backend.clear_session()  # variable paths restart: legs run one after another in a process
+    # variable paths restart: legs run one after another in a process
+    # Keras' option for a loop of models: no gc.collect, which scans torch's whole heap (0.17 CPU-s a call)
+    keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(SEED)
     if kind == "heads":
         return two_heads()
@@ -324,7 +327,7 @@ def shuffled_loader_samples(arrays: bool = False) -> list[list[int]]:
     import trainmesh.keras as tk
 
     seen: list[list[int]] = [[], []]
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)  # as build()
     keras.utils.set_random_seed(SEED)
 
     class Record(keras.layers.Layer):  # the sample numbers of each training batch, in the epoch it came

@@ -1,6 +1,7 @@
 """Keras callbacks, evaluate, predict and many nodes at 2 gloo processes, against one process.
 
-One launch of keras_callbacks_run.py (strategy="ddp") runs every leg one after another: EarlyStopping
+keras_callbacks_run.py's ddp run (2 processes: the Keras programs' launch, conftest.py) runs every leg one
+after another: EarlyStopping
 with ReduceLROnPlateau (also on the metrics a train_step of the user's returns), LearningRateScheduler, TerminateOnNaN, a BackupAndRestore run interrupted at
 an epoch and run again, trainmesh.keras.evaluate and predict. Each leg is compared between the ranks
 and with Keras' own model.fit/evaluate/predict in this process at the global batch (2 x 16). A second
@@ -24,7 +25,6 @@ SCRIPT = HERE / "keras_callbacks_run.py"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from helpers.processes import run_program  # noqa: E402
 from strategies.legs import run_torchrun_nodes  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -33,11 +33,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def ddp(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("keras_callbacks")
-    result = run_program([str(SCRIPT), "ddp", str(root)], timeout=400, env={"KERAS_BACKEND": "torch"}, cwd=HERE)
-    assert result.returncode == 0, f"keras_callbacks_run.py ddp failed:\n{result.stderr[-4000:]}"
-    return root
+def ddp(keras_ddp_programs) -> Path:
+    """keras_callbacks_run.py's ddp run (a leg of the Keras programs' one launch: conftest.py)."""
+    return keras_ddp_programs("keras_callbacks_run")
 
 
 def ranks(root: Path, leg: str) -> tuple[dict, dict]:

@@ -1,7 +1,7 @@
 """trainmesh.keras at 2 gloo processes: Keras' own model.fit in each, against one process.
 
-One launch of keras_run.py (strategy="ddp", which re-runs the program once per rank) fits eleven
-legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
+keras_run.py's ddp run (in 2 processes started as strategy="ddp" starts them: the Keras programs'
+launch, conftest.py) fits eleven legs one after another: the keras-io guide's convnet without BatchNormalization/Dropout under
 SGD and Adam, the guide's convnet itself with writing callbacks, a class_weight classifier, a
 two-headed model with sample_weight, weighted_metrics, loss_weights, validation_steps and
 verbose=2, and the classifier with the optimizer's EMA and SwapEMAWeights, then fed by a PyDataset
@@ -47,8 +47,9 @@ def launched(mode: str, root: Path, *args: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ddp(tmp_path_factory) -> Path:
-    return launched("ddp", tmp_path_factory.mktemp("keras_ddp"))
+def ddp(keras_ddp_programs) -> Path:
+    """keras_run.py's ddp run (a leg of the Keras programs' one launch: conftest.py)."""
+    return keras_ddp_programs("keras_run")
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 keras_zero1_run.py fits the class_weight classifier (SGD, momentum 0.9) and the guide's convnet
 without BatchNormalization/Dropout (Adam), and the classifier under AdamW with a schedule, fitted
-twice, under ddp, then zero1, in the same 2 processes. zero1 applies the same Keras optimizer
+twice, under ddp, then zero1, in the same 2 processes (the Keras programs' launch, conftest.py). zero1 applies the same Keras optimizer
 arithmetic to the same averaged gradients, only split by variable, so the weights and the gathered optimizer state must be bit-identical to ddp's.
 The same launch fits keras-io's GAN (a train_step applying its own d_optimizer and g_optimizer) under
 ddp (a ``with tk.distribute(...)`` block) and zero1 (tk.fit), compared with one process at the global batch.
@@ -10,7 +10,6 @@ ddp (a ``with tk.distribute(...)`` block) and zero1 (tk.fit), compared with one 
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,6 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from helpers.processes import run_program  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
@@ -34,13 +32,9 @@ STEPS = {"classifier": 2 * 4, "plain_adam": 2 * 4, "classifier_adamw": 3 * 4}  #
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("keras_zero1")
-    result: subprocess.CompletedProcess = run_program(
-        [str(HERE / "keras_zero1_run.py"), str(root)], timeout=400, env={"KERAS_BACKEND": "torch"}, cwd=HERE
-    )
-    assert result.returncode == 0, f"keras_zero1_run.py failed:\n{result.stderr[-4000:]}"
-    return root
+def launched(keras_ddp_programs) -> Path:
+    """keras_zero1_run.py's run (a leg of the Keras programs' one launch: conftest.py)."""
+    return keras_ddp_programs("keras_zero1_run")
 
 
 def record(root: Path, leg: str, strategy: str, rank: int) -> dict:

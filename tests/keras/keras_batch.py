@@ -1,0 +1,60 @@
+"""The Keras ddp programs as legs of one launch of 2 processes (helpers/batches.py).
+
+python keras_batch.py --batch SPEC.json -> the legs one after another in the same 2 workers and process
+                                           group; a leg is NAME OUT, NAME a key of PROGRAMS: that
+                                           program's ``ddp`` run, writing OUT as it does when run alone
+
+Each program started on its own costs an agent and 2 workers that import torch and Keras (about 4 CPU-s
+each) for a few seconds of training; in one launch the workers import them once. The first process
+(the agent) is a fork of the test process's fork server and never imports Keras. A program's first
+``tk.fit`` then finds the processes started, as every later call of its own already did.
+"""
+
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported, here and in the workers
+
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def run_keras_run(out: str) -> None:
+    import keras_run
+
+    keras_run.run_ddp(out)
+
+
+def run_keras_callbacks_run(out: str) -> None:
+    import keras_callbacks_run
+
+    keras_callbacks_run.run_ddp(out)
+
+
+def run_keras_zero1_run(out: str) -> None:
+    import keras_zero1_run
+
+    keras_zero1_run.run(out)
+
+
+# name: the program's ddp run (imported in the workers only: the agent stays without Keras)
+PROGRAMS = {
+    "keras_run": run_keras_run,
+    "keras_callbacks_run": run_keras_callbacks_run,
+    "keras_zero1_run": run_keras_zero1_run,
+}
+
+
+def run_leg(argv: list[str]) -> None:
+    name, out = argv
+    PROGRAMS[name](out)
+
+
+if __name__ == "__main__":
+    from helpers.batches import run_batch
+
+    run_batch(sys.argv[2], run_leg, limit=400)
