@@ -285,7 +285,7 @@ def legs(tmp_path_factory):
         (name, 2, ["trainer", str(root / name), strategy, "2"], {})
         for name, strategy in (("ddp.pt", "ddp"), ("fsdp.pt", "fsdp"))
     ]
-    batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE, forked=True)
+    batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name: str) -> dict:
         batches(name)

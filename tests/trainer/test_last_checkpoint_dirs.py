@@ -39,7 +39,7 @@ def legs(tmp_path_factory) -> Batches:
         None,
         *(leg(strategy, "second", 10, "last") for strategy in STRATEGIES),
     ]
-    batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent, forked=True)
+    batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent, forked=True, fork_workers=True)
     try:
         batches(f"{STRATEGIES[0]}/first")  # the first launch
     except LegFailed:

@@ -34,7 +34,7 @@ def plan(root: Path) -> list:
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("manual")
-    batches = Batches(SCRIPT, root, plan(root), leg_timeout=120, cwd=HERE, forked=True)
+    batches = Batches(SCRIPT, root, plan(root), leg_timeout=120, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name: str) -> dict:
         batches(name)

@@ -208,7 +208,9 @@ def test_each_optimizer_step_is_counted_as_it_completes_as_lightning_1_9_counts_
 def ddp_legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("optimizer_idx")
     plan = [(f"{v}.pt", 2, ["trainer", str(root / f"{v}.pt"), v, "ddp", "2"], {}) for v in ("plain", "acc")]
-    batches = Batches(HERE / "optimizer_idx_run.py", root, plan, leg_timeout=120, cwd=HERE, forked=True)
+    batches = Batches(
+        HERE / "optimizer_idx_run.py", root, plan, leg_timeout=120, cwd=HERE, forked=True, fork_workers=True
+    )
 
     def saved(name):
         batches(name)

@@ -108,7 +108,7 @@ class Legs:
             resumes.append(leg(param.id, "resume", env, "resumed.pt", "pause.ckpt"))
         # One launch per world size for the first legs, then for the resumes.
         plan = sorted(first, key=lambda entry: entry[1]) + sorted(resumes, key=lambda entry: entry[1])
-        self.batches = Batches(SCRIPT, self.root, plan, leg_timeout=120, forked=True)
+        self.batches = Batches(SCRIPT, self.root, plan, leg_timeout=120, forked=True, fork_workers=True)
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,7 @@ def fsdp_legs(tmp_path_factory) -> Batches:
         ("fallback", 2, [str(root / "fallback"), str(root / "fallback.pt"), "10", "last"], {}),
         ("direct", 2, [str(root / "direct"), str(root / "direct.pt"), "10", str(first / "epoch=0-step=4.ckpt")], {}),
     ]
-    batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent, forked=True)
+    batches = Batches(SCRIPT, root, plan, leg_timeout=240, cwd=SCRIPT.parent, forked=True, fork_workers=True)
     batches("first")
     shutil.copytree(first, root / "fallback" / "ckpts")
     overwrite_shard(root / "fallback" / "ckpts" / "epoch=0-step=6.ckpt", "__1_0.distcp")

@@ -98,7 +98,7 @@ def test_truncated_bptt_with_two_optimizers_nests_their_turns_in_each_split_as_l
 def ddp_legs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tbptt")
     plan = [(f"{v}.pt", 2, ["trainer", str(root / f"{v}.pt"), v, "ddp", "2"], {}) for v in ("plain", "acc", "turns")]
-    batches = Batches(HERE / "tbptt_run.py", root, plan, leg_timeout=120, cwd=HERE, forked=True)
+    batches = Batches(HERE / "tbptt_run.py", root, plan, leg_timeout=120, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name):
         batches(name)

@@ -57,7 +57,7 @@ def legs(tmp_path_factory):
         (name, world, [str(root / f"{name}.pt"), layout, *(f"{k}={v}" for k, v in options.items())], {})
         for name, (world, layout, options) in LEGS.items()
     ]
-    batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE, forked=True)
+    batches = Batches(SCRIPT, root, plan, leg_timeout=120, cwd=HERE, forked=True, fork_workers=True)
 
     def saved(name: str) -> dict:
         batches(name)
