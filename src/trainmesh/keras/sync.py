@@ -169,7 +169,9 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
         # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
         # One whose apply is the user's own (it called Keras' through super()): refused before it updates.
-        refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
+        # One process averages nothing, so the class walk is skipped there (this runs every step).
+        if state.world > 1:
+            refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
         if batch_sizes:
             gradients = average_gradients(state, list(gradients), batch_sizes[-1])
         zero = state.zero
