@@ -11,10 +11,10 @@ touches (``tm.Trainer`` imports the Trainer and everything under it, ``tm.seed_e
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 from trainmesh.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
@@ -51,21 +51,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module, attribute = _LAZY[name]
-        value = getattr(importlib.import_module(module), attribute)
-        globals()[name] = value  # later look-ups are plain attribute reads
-        return value
-    try:  # a subpackage used as an attribute (`tm.callbacks.ModelCheckpoint`), as before
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return lazy_dir(globals(), _LAZY)
 
 
 # The package's logger, as Lightning programs import it (`from lightning.pytorch import _logger`):

@@ -11,8 +11,9 @@ package stays cheap.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from trainmesh.callbacks.base import Callback
@@ -72,20 +73,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # later look-ups are plain attribute reads
-        return value
-    try:  # a submodule used as an attribute (`callbacks.progress.TQDMProgressBar`), as before
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return lazy_dir(globals(), _LAZY)
 
 
 __all__ = [

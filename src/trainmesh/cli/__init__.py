@@ -7,10 +7,10 @@ program's ``main.py``. The Lightning names import jsonargparse, so they load on 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from trainmesh.cli.cli_class import CLI
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 # Lightning's `lightning.pytorch.cli` names -> the trainmesh module that defines each.
 _LIGHTNING_NAMES = {
@@ -31,6 +31,8 @@ __all__ = ["CLI", *_LIGHTNING_NAMES]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LIGHTNING_NAMES:
-        return getattr(importlib.import_module(_LIGHTNING_NAMES[name]), name)
-    raise AttributeError(f"module 'trainmesh.cli' has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LIGHTNING_NAMES, name, submodules=False)
+
+
+def __dir__() -> list[str]:
+    return lazy_dir(globals(), _LIGHTNING_NAMES)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.launchers.in_process import InProcessLauncher
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:  # imported on first use: a run in one process never starts the agent nor spawns
     from trainmesh.launchers.elastic import ElasticLauncher
@@ -17,16 +17,11 @@ _LAZY = {"ElasticLauncher": "elastic", "SpawnLauncher": "spawn"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # later look-ups are plain attribute reads
-        return value
-    try:  # a submodule used as an attribute (`launchers.spawn`), as before
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LAZY, name)
+
+
+def __dir__() -> list[str]:
+    return lazy_dir(globals(), _LAZY)
 
 
 def build_launcher(

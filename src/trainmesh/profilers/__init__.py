@@ -11,10 +11,10 @@ import): the Trainer imports only the interface.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.profilers.profiler import PassThroughProfiler, Profiler
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 from trainmesh.utilities.refusal import refused_class
 
 if TYPE_CHECKING:
@@ -37,9 +37,11 @@ XLAProfiler = refused_class(
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LAZY, name, submodules=False)
+
+
+def __dir__() -> list[str]:
+    return lazy_dir(globals(), _LAZY)
 
 
 __all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "XLAProfiler"]

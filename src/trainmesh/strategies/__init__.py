@@ -7,8 +7,9 @@ tensor parallelism's), and ``from trainmesh.strategies import FSDPStrategy`` imp
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from trainmesh.strategies.auto import AutoStrategy
@@ -90,20 +91,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # later look-ups are plain attribute reads
-        return value
-    try:  # a submodule used as an attribute (`strategies.ddp.DDPStrategy`), as before
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return lazy_dir(globals(), _LAZY)
 
 
 def fault_tolerant_strategy(strategy: str | Any, placement: Placement, fault_tolerance: FaultTolerance) -> Strategy:

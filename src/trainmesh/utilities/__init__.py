@@ -6,8 +6,9 @@ so that ``import trainmesh`` does not pay for them.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 # name -> the module of this package that defines it
 _LIGHTNING_NAMES = {
@@ -36,10 +37,8 @@ __all__ = sorted(_LIGHTNING_NAMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LIGHTNING_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_LIGHTNING_NAMES[name]}"), name)
+    return lazy_attribute(__name__, globals(), _LIGHTNING_NAMES, name, submodules=False)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LIGHTNING_NAMES))
+    return lazy_dir(globals(), _LIGHTNING_NAMES)

@@ -1,0 +1,49 @@
+"""A package's names imported on first use (PEP 562's module ``__getattr__``).
+
+``import trainmesh`` must not import torch, so the packages whose face names heavy classes
+(``trainmesh``, ``.strategies``, ``.callbacks``, ``.launchers``, ``.utilities``) keep a table of
+where each name lives and import it when it is first read. Each package's ``__getattr__`` and
+``__dir__`` call these two functions with its own table, which tests may replace.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# A table entry: the module that defines the name under the same name (a submodule of the package by
+# its bare name, any other by its dotted one), or a
+# (module, attribute) pair for a name defined elsewhere or under another name.
+Where = str | tuple[str, str]
+
+
+def lazy_attribute(
+    package: str, namespace: dict[str, Any], table: Mapping[str, Where], name: str, *, submodules: bool = True
+) -> Any:
+    """``package.name``: imported from where ``table`` says, then kept in ``namespace`` so that later
+    reads are plain attribute reads; else, with ``submodules``, the submodule of that name
+    (``tm.callbacks.progress``, as before the names became lazy)."""
+    where = table.get(name)
+    if where is not None:
+        module, attribute = where if isinstance(where, tuple) else (_module(package, where), name)
+        value = getattr(importlib.import_module(module), attribute)
+        namespace[name] = value
+        return value
+    if submodules:
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as missing:
+            if missing.name != f"{package}.{name}":  # the submodule exists and fails its own import
+                raise
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+
+def lazy_dir(namespace: Iterable[str], table: Iterable[str]) -> list[str]:
+    """What ``dir(package)`` shows: what is imported already and what would be on first use."""
+    return sorted({*namespace, *table})
+
+
+def _module(package: str, where: str) -> str:
+    # a dotted name is a whole module's (``trainmesh.cli.lightning_parser``), a bare one a submodule's
+    return where if "." in where else f"{package}.{where}"
