@@ -1,11 +1,12 @@
 """FaultTolerance(sync="local_sgd" | "diloco"): replica groups that meet every sync_every steps,
 through torchft's own LocalSGD and DiLoCo.
 
-One launch (semi_sync_run.py, two groups of one process, six lighthouses) serves every trained
+One launch (semi_sync_run.py, two groups of one process, seven lighthouses) serves every trained
 check: the Trainer under DiLoCo against a hand-written loop around torchft's DiLoCo, H=1 LocalSGD
 with SGD against one process at the global batch, and a DiLoCo run resumed mid-interval against
 the same run uninterrupted, Streaming DiLoCo (fragments=2) against a hand-written loop around
-torchft's DiLoCo over the same fragments. The refusals need no launch.
+torchft's DiLoCo over the same fragments, and that run resumed mid-interval against it
+uninterrupted. The refusals need no launch.
 """
 
 import subprocess
@@ -54,7 +55,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("semi_sync")
     lighthouses = [
         LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
-        for _ in range(6)
+        for _ in range(7)
     ]
     addresses = ",".join(lighthouse.address() for lighthouse in lighthouses)
     groups = []
@@ -134,6 +135,20 @@ def test_streaming_diloco_equals_a_hand_written_loop_over_the_same_fragments(tra
         assert not torch.allclose(mine["0.weight"], trained[f"trainer_diloco_{group}"]["0.weight"])
 
 
+@pytest.mark.slow
+def test_streaming_diloco_resumed_mid_interval_ends_as_the_uninterrupted_run(trained):
+    """fragments=2, sync_every=4: each group saved after step 7 (one local step after fragment 1's
+    sync at step 6; fragment 0 synced at step 4) and a second run, from modules of another seed,
+    resumed from those checkpoints to step 12: the weights equal the uninterrupted run's. Each
+    fragment's weights of its last sync and outer optimizer state, the local step count and torchft's
+    step count (which picks the fragment due) come back from the checkpoint."""
+    for group in (0, 1):
+        resumed, uninterrupted = trained[f"trainer_resumed_streaming_{group}"], trained[f"trainer_streaming_{group}"]
+        for name, value in uninterrupted.items():
+            torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6)
+    assert not torch.equal(trained["trainer_resumed_streaming_0"]["0.weight"], run.layers(100).state_dict()["0.weight"])
+
+
 def test_streaming_fragments_are_the_models_layers_cut_by_parameter_count():
     from trainmesh.strategies.semi_sync import model_fragments
 
@@ -199,6 +214,18 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
         with pytest.raises(ValueError, match="written with sync='local_sgd', sync_every=2, and this run asks for sync"):
             trainer.fit(model, loaders()[0], ckpt_path=str(tmp_path / "other.ckpt"))
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        # Streaming DiLoCo's state is per fragment: a checkpoint of 2 fragments into a run of 1.
+        fragments = {f"StreamingDiLoCoFragment_{i}": {} for i in range(2)}
+        saved["optimizer_states"][0]["trainmesh_semi_sync"] = {
+            "sync": "diloco",
+            "sync_every": 2,
+            "fragments": fragments,
+        }
+        torch.save(saved, tmp_path / "fragments.ckpt")
+        trainer = quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=4, default_root_dir=str(tmp_path))
+        with pytest.raises(ValueError, match="sync_every=2, fragments=2, and this run asks for .*fragments=1"):
+            trainer.fit(model, loaders()[0], ckpt_path=str(tmp_path / "fragments.ckpt"))
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     finally:
         lighthouse.shutdown()
 
@@ -208,8 +235,9 @@ KILLS = HERE / "semi_sync_kills_run.py"
 
 @pytest.fixture(scope="module")
 def killed_in_a_sync(tmp_path_factory):
-    """One run of two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce and started
-    again (a fork) once group 0 has synced alone; what each logged and ended with."""
+    """One run of two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce, started
+    again (a fork) once group 0 has synced alone, SIGKILLed again between two syncs and started again;
+    what each logged and ended with."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
     from torchft.coordination import LighthouseServer
@@ -264,10 +292,29 @@ def test_a_group_killed_inside_a_diloco_sync_leaves_the_survivor_training(killed
 
 
 @pytest.mark.slow
-def test_a_group_started_again_into_a_semi_sync_run_in_progress_is_refused(killed_in_a_sync):
-    """Joining a sync in progress is not supported yet (the setup's quorum meets the others inside their
-    sync): the restarted group stops with an error saying what to do, and the survivor trains on."""
+def test_a_group_started_again_rejoins_at_the_next_sync_and_both_end_with_equal_weights(killed_in_a_sync):
+    """Each restarted group (after a kill inside a sync, and after one between syncs) meets the survivor
+    at its next sync: torchft heals it from the survivor (weights, Adam, DiLoCo's state, step counts)
+    and it takes part in that sync, which commits on both (no sync lost to the rejoin: before, the
+    restarted group was refused and that sync failed on the survivor). A kill between syncs fails
+    no sync. Both end at the same step with the same weights and torchft step count."""
+    from semi_sync_kills_run import EVERY
+
     out, codes, logs = killed_in_a_sync
     assert codes == (0, 0), logs
-    assert "joined groups that are already training" in (out / "refused_1").read_text(), logs
-    assert "from its own checkpoint" in (out / "refused_1").read_text()
+    assert int((out / "dead_1").read_text()) == -9 and int((out / "killing_1").read_text()) % EVERY == 1, logs
+    survivor = {s[0]: s for s in _syncs(out / "syncs_0")}
+    rejoined = _syncs(out / "syncs_1")
+    attempts = list(dict.fromkeys(s[4] for s in rejoined))  # group 1's processes, in order
+    assert len(attempts) == 3, rejoined
+    for pid in attempts[1:]:
+        first = next(s for s in rejoined if s[4] == pid)
+        # (global step, participants, torchft step, errored): the survivor's sync at that step, both in it
+        assert first[:4] == survivor[first[0]][:4] and first[1] == 2 and first[3] == 0, (first, survivor)
+    after_kill = min(step for step in survivor if step > int((out / "killing_1").read_text()))
+    assert survivor[after_kill][1] == 1 and survivor[after_kill][3] == 0, survivor  # alone, committed
+    ends = [torch.load(out / f"final_{group}.pt", weights_only=True) for group in (0, 1)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == int((out / "end").read_text())
+    assert ends[0]["committed"] == ends[1]["committed"]
+    torch.testing.assert_close(ends[0]["weights"], ends[1]["weights"], rtol=0, atol=0)
+    print(f"group 1's syncs (step, participants, torchft step, errored): {[s[:4] for s in rejoined]}")
