@@ -1,12 +1,12 @@
-"""The program of test_semi_sync.py's kill test: two DiLoCo replica groups (sync_every=H); group 1
-dies twice and is started again each time while group 0 trains on: attempt 0 is SIGKILLed in the
-middle of its second sync (right after its first pseudo-gradient all-reduce has gone out, so the
-survivor's sync has started with it), attempt 1 rejoins at the survivor's next sync, syncs twice
-with it and is SIGKILLed between two syncs (one local step after one), attempt 2 rejoins and both
-train to the end.
+"""The program of test_semi_sync.py's kill tests: two replica groups (sync_every=H); group 1 dies
+and is started again while group 0 trains on, following PLANS[SYNC], one entry per attempt:
+``in_sync``: SIGKILLed in the middle of its second sync (right after its first all-reduce of the
+sync has gone out, so the survivor's sync has started with it); ``between``: SIGKILLed between two
+syncs (one local step after its second sync with the survivor); ``end``: trains to the end. Each
+attempt after the first rejoins at the survivor's next sync.
 
-python semi_sync_kills_run.py survivor OUT LIGHTHOUSE
-python semi_sync_kills_run.py doomed OUT LIGHTHOUSE
+python semi_sync_kills_run.py survivor OUT LIGHTHOUSE SYNC
+python semi_sync_kills_run.py doomed OUT LIGHTHOUSE SYNC
 
 The model, data and waits are fault_tolerance_kills_run.py's (the per-step groups' kill trials);
 as there, group 1 imports once and forks one process per attempt; attempt K+1 starts once the
@@ -15,8 +15,8 @@ survivor has synced alone after attempt K died. Files under OUT:
 - ``killing_K``: attempt K is about to SIGKILL itself (the global step); ``dead_K``: it died (exit status);
 - ``alone_K``: the survivor synced alone after attempt K died; ``up_1_K``: attempt K is training;
 - ``failed_K``: attempt K's error, if it raised one;
-- ``end``: the (sync) step both groups stop at, written once attempt 2 has synced with the survivor;
-- ``final_G.pt``: each group's weights and step counts at the end (group 1's: attempt 2's).
+- ``end``: the (sync) step both groups stop at, written once the last attempt has synced with the survivor;
+- ``final_G.pt``: each group's weights and step counts at the end (group 1's: the last attempt's).
 """
 
 import os
@@ -34,7 +34,7 @@ import trainmesh as tm
 
 EVERY = 3  # local steps between syncs
 MAX_STEPS = 3000  # a bound only: the run ends at OUT/end
-ATTEMPTS = 3  # group 1's: killed inside a sync, killed between syncs, to the end
+PLANS = {"diloco": ("in_sync", "between", "end"), "local_sgd": ("between", "end")}  # group 1's attempts
 
 
 def _log_sync(out: Path, group: int, trainer) -> int:
@@ -63,8 +63,8 @@ def _managers_up(out: Path, mine: str, other: str | None) -> None:
 
 
 class Survivor(tm.Callback):
-    def __init__(self, out: Path):
-        self.out, self.alone, self.deaths = out, False, 0
+    def __init__(self, out: Path, attempts: int):
+        self.out, self.attempts, self.alone, self.deaths = out, attempts, False, 0
 
     def setup(self, trainer, module, stage):
         _managers_up(self.out, "manager_0", "manager_1_0")
@@ -84,18 +84,17 @@ class Survivor(tm.Callback):
         if self.alone and (self.out / f"dead_{self.deaths}").exists():
             (self.out / f"alone_{self.deaths}").touch()  # the next attempt starts now
             self.deaths += 1
-        if participants == 2 and self.deaths == ATTEMPTS - 1 and not end.exists():
+        if participants == 2 and self.deaths == self.attempts - 1 and not end.exists():
             (self.out / "end.tmp").write_text(str(trainer.global_step + 3 * EVERY))
             (self.out / "end.tmp").rename(end)
         _stop_at_end(self.out, trainer)
 
 
 class Doomed(tm.Callback):
-    """Attempt 0 SIGKILLs itself inside the all-reduce of its second sync; attempt 1, one local step
-    after its second sync with the survivor; attempt 2 trains to the end."""
+    """An attempt that SIGKILLs itself as ``plan`` says (PLANS), or trains to the end."""
 
-    def __init__(self, out: Path, attempt: int):
-        self.out, self.attempt, self.batches, self.together = out, attempt, 0, 0
+    def __init__(self, out: Path, attempt: int, plan: str):
+        self.out, self.attempt, self.plan, self.batches, self.together = out, attempt, plan, 0, 0
 
     def setup(self, trainer, module, stage):
         _managers_up(self.out, f"manager_1_{self.attempt}", "manager_0" if self.attempt == 0 else None)
@@ -103,14 +102,14 @@ class Doomed(tm.Callback):
     def on_train_start(self, trainer, module):
         (self.out / f"up_1_{self.attempt}").touch()
         _wait_for(self.out / "up_0")
-        if self.attempt == 0:
+        if self.plan == "in_sync":
             manager = trainer.strategy.manager
             send = manager.allreduce
 
             def allreduce_then_die(tensor, *args, **kwargs):  # the kill point: torchft's own all-reduce
                 work = send(tensor, *args, **kwargs)
                 if self.batches == 2 * EVERY:
-                    (self.out / "killing_0").write_text(str(trainer.global_step))
+                    (self.out / f"killing_{self.attempt}").write_text(str(trainer.global_step))
                     os.kill(os.getpid(), signal.SIGKILL)
                 return work
 
@@ -122,16 +121,16 @@ class Doomed(tm.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step % EVERY == 0:
             self.together += _log_sync(self.out, 1, trainer) == 2
-        elif self.attempt == 1 and self.together == 2:  # between two syncs
-            (self.out / "killing_1").write_text(str(trainer.global_step))
+        elif self.plan == "between" and self.together == 2:  # one local step after a sync
+            (self.out / f"killing_{self.attempt}").write_text(str(trainer.global_step))
             os.kill(os.getpid(), signal.SIGKILL)
         _stop_at_end(self.out, trainer)
 
 
-def train(out: Path, lighthouse: str, group: int, callback) -> None:
+def train(out: Path, lighthouse: str, group: int, callback, sync: str) -> None:
     ft = tm.FaultTolerance(
         lighthouse, replica_group=group, num_replica_groups=2, host="127.0.0.1", timeout=timedelta(seconds=20),
-        sync="diloco", sync_every=EVERY,
+        sync=sync, sync_every=EVERY,
     )  # fmt: skip
     model = Net(seed=3 + group)
     trainer = tm.Trainer(
@@ -156,21 +155,22 @@ def train(out: Path, lighthouse: str, group: int, callback) -> None:
     )
 
 
-def survivor(out: str, lighthouse: str) -> None:
-    train(Path(out), lighthouse, 0, Survivor(Path(out)))
+def survivor(out: str, lighthouse: str, sync: str) -> None:
+    train(Path(out), lighthouse, 0, Survivor(Path(out), len(PLANS[sync])), sync)
 
 
-def doomed(out: str, lighthouse: str) -> None:
+def doomed(out: str, lighthouse: str, sync: str) -> None:
     out_dir = Path(out)
     import torch._dynamo  # noqa: F401  (DDP's construction imports it: once, before the forks)
     import torchft  # noqa: F401
 
-    for attempt in range(ATTEMPTS):
+    plans = PLANS[sync]
+    for attempt, plan in enumerate(plans):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                train(out_dir, lighthouse, 1, Doomed(out_dir, attempt))
+                train(out_dir, lighthouse, 1, Doomed(out_dir, attempt, plan), sync)
             except BaseException as err:
                 import traceback
 
@@ -182,7 +182,7 @@ def doomed(out: str, lighthouse: str) -> None:
             os._exit(code)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         print(f"attempt {attempt} ended with {code}", flush=True)
-        if attempt == ATTEMPTS - 1:
+        if plan == "end":
             sys.exit(0 if code == 0 else f"attempt {attempt} was to train to the end, but ended with {code}")
         if code != -signal.SIGKILL or not (out_dir / f"killing_{attempt}").exists():
             sys.exit(f"attempt {attempt} was to die by SIGKILL, but ended with {code}")

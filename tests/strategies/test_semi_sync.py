@@ -233,22 +233,19 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
 KILLS = HERE / "semi_sync_kills_run.py"
 
 
-@pytest.fixture(scope="module")
-def killed_in_a_sync(tmp_path_factory):
-    """One run of two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce, started
-    again (a fork) once group 0 has synced alone, SIGKILLed again between two syncs and started again;
-    what each logged and ended with."""
+def _kills(tmp_path_factory, sync: str):
+    """One run of semi_sync_kills_run.py under ``sync``: what each group logged and ended with."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
     from torchft.coordination import LighthouseServer
 
-    out = tmp_path_factory.mktemp("semi_sync_kills")
+    out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
     lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
     env = {**_env(), "OMP_NUM_THREADS": "1"}
     started = []
     try:
         for role in ("survivor", "doomed"):
-            command = [sys.executable, str(KILLS), role, str(out), lighthouse.address()]
+            command = [sys.executable, str(KILLS), role, str(out), lighthouse.address(), sync]
             started.append(
                 subprocess.Popen(command, stdout=open(out / f"log_{role}", "w"), stderr=subprocess.STDOUT, env=env)
             )
@@ -261,6 +258,19 @@ def killed_in_a_sync(tmp_path_factory):
         lighthouse.shutdown()
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
     return out, codes, logs
+
+
+@pytest.fixture(scope="module")
+def killed_in_a_sync(tmp_path_factory):
+    """Two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce, started again (a
+    fork) once group 0 has synced alone, SIGKILLed again between two syncs and started again."""
+    return _kills(tmp_path_factory, "diloco")
+
+
+@pytest.fixture(scope="module")
+def local_sgd_killed_between_syncs(tmp_path_factory):
+    """Two LocalSGD groups: group 1 SIGKILLed between two syncs and started again."""
+    return _kills(tmp_path_factory, "local_sgd")
 
 
 def _syncs(path: Path) -> list[tuple[int, ...]]:
@@ -293,25 +303,37 @@ def test_a_group_killed_inside_a_diloco_sync_leaves_the_survivor_training(killed
 
 @pytest.mark.slow
 def test_a_group_started_again_rejoins_at_the_next_sync_and_both_end_with_equal_weights(killed_in_a_sync):
-    """Each restarted group (after a kill inside a sync, and after one between syncs) meets the survivor
-    at its next sync: torchft heals it from the survivor (weights, Adam, DiLoCo's state, step counts)
-    and it takes part in that sync, which commits on both (no sync lost to the rejoin: before, the
-    restarted group was refused and that sync failed on the survivor). A kill between syncs fails
-    no sync. Both end at the same step with the same weights and torchft step count."""
+    """Each restarted DiLoCo group (after a kill inside a sync, and after one between syncs) meets the
+    survivor at its next sync: torchft heals it from the survivor (weights, Adam, DiLoCo's state,
+    step counts) and it takes part in that sync, which commits on both (no sync lost to the rejoin:
+    before, the restarted group was refused and that sync failed on the survivor). A kill between
+    syncs fails no sync. Both end at the same step with the same weights and torchft step count."""
+    _check_rejoins(*killed_in_a_sync, killed_between=1, attempts=3)
+
+
+@pytest.mark.slow
+def test_a_local_sgd_group_killed_between_syncs_rejoins_and_both_end_with_equal_weights(
+    local_sgd_killed_between_syncs,
+):
+    """The same under LocalSGD (the weights averaged at the sync the restarted group joins)."""
+    _check_rejoins(*local_sgd_killed_between_syncs, killed_between=0, attempts=2)
+
+
+def _check_rejoins(out: Path, codes: tuple, logs: str, *, killed_between: int, attempts: int) -> None:
     from semi_sync_kills_run import EVERY
 
-    out, codes, logs = killed_in_a_sync
     assert codes == (0, 0), logs
-    assert int((out / "dead_1").read_text()) == -9 and int((out / "killing_1").read_text()) % EVERY == 1, logs
+    killing = int((out / f"killing_{killed_between}").read_text())
+    assert int((out / f"dead_{killed_between}").read_text()) == -9 and killing % EVERY == 1, logs
     survivor = {s[0]: s for s in _syncs(out / "syncs_0")}
     rejoined = _syncs(out / "syncs_1")
-    attempts = list(dict.fromkeys(s[4] for s in rejoined))  # group 1's processes, in order
-    assert len(attempts) == 3, rejoined
-    for pid in attempts[1:]:
+    pids = list(dict.fromkeys(s[4] for s in rejoined))  # group 1's processes, in order
+    assert len(pids) == attempts, rejoined
+    for pid in pids[1:]:
         first = next(s for s in rejoined if s[4] == pid)
         # (global step, participants, torchft step, errored): the survivor's sync at that step, both in it
         assert first[:4] == survivor[first[0]][:4] and first[1] == 2 and first[3] == 0, (first, survivor)
-    after_kill = min(step for step in survivor if step > int((out / "killing_1").read_text()))
+    after_kill = min(step for step in survivor if step > killing)
     assert survivor[after_kill][1] == 1 and survivor[after_kill][3] == 0, survivor  # alone, committed
     ends = [torch.load(out / f"final_{group}.pt", weights_only=True) for group in (0, 1)]
     assert ends[0]["global_step"] == ends[1]["global_step"] == int((out / "end").read_text())
