@@ -233,44 +233,56 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
 KILLS = HERE / "semi_sync_kills_run.py"
 
 
-def _kills(tmp_path_factory, sync: str):
-    """One run of semi_sync_kills_run.py under ``sync``: what each group logged and ended with."""
+@pytest.fixture(scope="module")
+def kill_runs(tmp_path_factory):
+    """semi_sync_kills_run.py under DiLoCo and under LocalSGD, both launches at once (their groups
+    mostly wait: for a quorum, a dead peer's heartbeat, a restart): what each group logged and ended
+    with, by sync mode."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
     from torchft.coordination import LighthouseServer
 
-    out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
     env = {**_env(), "OMP_NUM_THREADS": "1"}
-    started = []
+    runs, lighthouses, started = {}, [], []
     try:
-        for role in ("survivor", "doomed"):
-            command = [sys.executable, str(KILLS), role, str(out), lighthouse.address(), sync]
-            started.append(
-                subprocess.Popen(command, stdout=open(out / f"log_{role}", "w"), stderr=subprocess.STDOUT, env=env)
+        for sync in ("diloco", "local_sgd"):
+            out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
+            lighthouses.append(
+                LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
             )
-        survived = started[0].wait(timeout=400)
-        codes = (survived, started[1].wait(timeout=120) if survived == 0 else started[1].kill() or "killed")
+            processes = []
+            for role in ("survivor", "doomed"):
+                command = [sys.executable, str(KILLS), role, str(out), lighthouses[-1].address(), sync]
+                log = open(out / f"log_{role}", "w")
+                processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+            started += processes
+            runs[sync] = (out, processes)
+        results = {}
+        for sync, (out, (survivor, doomed)) in runs.items():
+            survived = survivor.wait(timeout=400)
+            codes = (survived, doomed.wait(timeout=120) if survived == 0 else doomed.kill() or "killed")
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
+            results[sync] = (out, codes, logs)
     finally:
         for process in started:
             if process.poll() is None:
                 process.kill()
-        lighthouse.shutdown()
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
-    return out, codes, logs
+        for lighthouse in lighthouses:
+            lighthouse.shutdown()
+    return results
 
 
 @pytest.fixture(scope="module")
-def killed_in_a_sync(tmp_path_factory):
+def killed_in_a_sync(kill_runs):
     """Two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce, started again (a
     fork) once group 0 has synced alone, SIGKILLed again between two syncs and started again."""
-    return _kills(tmp_path_factory, "diloco")
+    return kill_runs["diloco"]
 
 
 @pytest.fixture(scope="module")
-def local_sgd_killed_between_syncs(tmp_path_factory):
+def local_sgd_killed_between_syncs(kill_runs):
     """Two LocalSGD groups: group 1 SIGKILLed between two syncs and started again."""
-    return _kills(tmp_path_factory, "local_sgd")
+    return kill_runs["local_sgd"]
 
 
 def _syncs(path: Path) -> list[tuple[int, ...]]:
