@@ -108,9 +108,9 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         live peer), and it takes part in that sync as the others do."""
         manager = self.quorum.manager
         manager.start_quorum()
-        if manager.current_step() != 0:
+        if manager.current_step() != 0:  # healed: the others are in a sync, waiting for this group's part
             _sync_after_quorum(self._sync)
-            self._joined = True
+            self._joined = True  # this step's own inner step would count the peer's step twice
             return
         start_from_first_group(manager, self._placed)
         if not manager.should_commit():
