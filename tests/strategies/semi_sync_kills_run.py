@@ -8,6 +8,9 @@ attempt after the first rejoins at the survivor's next sync.
 python semi_sync_kills_run.py survivor OUT LIGHTHOUSE SYNC
 python semi_sync_kills_run.py doomed OUT LIGHTHOUSE SYNC
 
+SYNC: ``diloco``, ``local_sgd``, or ``streaming`` (DiLoCo with fragments=2 and sync_every=2H: a
+fragment synced every H steps, in turn).
+
 The model, data and waits are fault_tolerance_kills_run.py's (the per-step groups' kill trials);
 as there, group 1 imports once and forks one process per attempt; attempt K+1 starts once the
 survivor has synced alone after attempt K died. Files under OUT:
@@ -16,6 +19,7 @@ survivor has synced alone after attempt K died. Files under OUT:
 - ``alone_K``: the survivor synced alone after attempt K died; ``up_1_K``: attempt K is training;
 - ``failed_K``: attempt K's error, if it raised one;
 - ``end``: the (sync) step both groups stop at, written once the last attempt has synced with the survivor;
+- ``rejoined_G.pt``: each group's weights after the last attempt's rejoin sync;
 - ``final_G.pt``: each group's weights and step counts at the end (group 1's: the last attempt's).
 """
 
@@ -34,7 +38,8 @@ import trainmesh as tm
 
 EVERY = 3  # local steps between syncs
 MAX_STEPS = 3000  # a bound only: the run ends at OUT/end
-PLANS = {"diloco": ("in_sync", "between", "end"), "local_sgd": ("between", "end")}  # group 1's attempts
+# group 1's attempts, by SYNC ("streaming": DiLoCo over 2 fragments, one synced every EVERY steps in turn)
+PLANS = {"diloco": ("in_sync", "between", "end"), "local_sgd": ("between", "end"), "streaming": ("between", "end")}
 
 
 def _log_sync(out: Path, group: int, trainer) -> int:
@@ -85,6 +90,7 @@ class Survivor(tm.Callback):
             (self.out / f"alone_{self.deaths}").touch()  # the next attempt starts now
             self.deaths += 1
         if participants == 2 and self.deaths == self.attempts - 1 and not end.exists():
+            torch.save(module.state_dict(), self.out / "rejoined_0.pt")  # the last attempt's rejoin sync
             (self.out / "end.tmp").write_text(str(trainer.global_step + 3 * EVERY))
             (self.out / "end.tmp").rename(end)
         _stop_at_end(self.out, trainer)
@@ -121,6 +127,8 @@ class Doomed(tm.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step % EVERY == 0:
             self.together += _log_sync(self.out, 1, trainer) == 2
+            if self.plan == "end" and self.together == 1:
+                torch.save(module.state_dict(), self.out / "rejoined_1.pt")  # its rejoin sync
         elif self.plan == "between" and self.together == 2:  # one local step after a sync
             (self.out / f"killing_{self.attempt}").write_text(str(trainer.global_step))
             os.kill(os.getpid(), signal.SIGKILL)
@@ -130,7 +138,8 @@ class Doomed(tm.Callback):
 def train(out: Path, lighthouse: str, group: int, callback, sync: str) -> None:
     ft = tm.FaultTolerance(
         lighthouse, replica_group=group, num_replica_groups=2, host="127.0.0.1", timeout=timedelta(seconds=20),
-        sync=sync, sync_every=EVERY,
+        sync="diloco" if sync == "streaming" else sync, sync_every=2 * EVERY if sync == "streaming" else EVERY,
+        fragments=2 if sync == "streaming" else 1,
     )  # fmt: skip
     model = Net(seed=3 + group)
     trainer = tm.Trainer(

@@ -235,7 +235,7 @@ KILLS = HERE / "semi_sync_kills_run.py"
 
 @pytest.fixture(scope="module")
 def kill_runs(tmp_path_factory):
-    """semi_sync_kills_run.py under DiLoCo and under LocalSGD, both launches at once (their groups
+    """semi_sync_kills_run.py under DiLoCo, LocalSGD and Streaming DiLoCo, the launches at once (their groups
     mostly wait: for a quorum, a dead peer's heartbeat, a restart): what each group logged and ended
     with, by sync mode."""
     if not HAS_TORCHFT:
@@ -245,7 +245,7 @@ def kill_runs(tmp_path_factory):
     env = {**_env(), "OMP_NUM_THREADS": "1"}
     runs, lighthouses, started = {}, [], []
     try:
-        for sync in ("diloco", "local_sgd"):
+        for sync in ("diloco", "local_sgd", "streaming"):
             out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
             lighthouses.append(
                 LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
@@ -283,6 +283,13 @@ def killed_in_a_sync(kill_runs):
 def local_sgd_killed_between_syncs(kill_runs):
     """Two LocalSGD groups: group 1 SIGKILLed between two syncs and started again."""
     return kill_runs["local_sgd"]
+
+
+@pytest.fixture(scope="module")
+def streaming_killed_between_syncs(kill_runs):
+    """Two Streaming DiLoCo groups (2 fragments, one synced every 3 steps in turn): group 1 SIGKILLed
+    between two syncs and started again."""
+    return kill_runs["streaming"]
 
 
 def _syncs(path: Path) -> list[tuple[int, ...]]:
@@ -331,7 +338,21 @@ def test_a_local_sgd_group_killed_between_syncs_rejoins_and_both_end_with_equal_
     _check_rejoins(*local_sgd_killed_between_syncs, killed_between=0, attempts=2)
 
 
-def _check_rejoins(out: Path, codes: tuple, logs: str, *, killed_between: int, attempts: int) -> None:
+@pytest.mark.slow
+def test_a_streaming_diloco_group_killed_between_syncs_rejoins_and_both_end_with_equal_weights(
+    streaming_killed_between_syncs,
+):
+    """The same under Streaming DiLoCo: the restarted group takes every fragment's state and syncs
+    the fragment due (torchft's step count picks it) with the survivor. Right after that sync the
+    groups hold the same weights; at the end only the fragment synced last is the same on both (the
+    other trained locally since its own sync)."""
+    _check_rejoins(*streaming_killed_between_syncs, killed_between=0, attempts=2, synced_at_end=("net.0.", "net.2."))
+
+
+def _check_rejoins(
+    out: Path, codes: tuple, logs: str, *, killed_between: int, attempts: int, synced_at_end: tuple = ("",)
+) -> None:
+    """``synced_at_end``: the fragments' parameter-name prefixes, one of which the last sync synced."""
     from semi_sync_kills_run import EVERY
 
     assert codes == (0, 0), logs
@@ -347,8 +368,12 @@ def _check_rejoins(out: Path, codes: tuple, logs: str, *, killed_between: int, a
         assert first[:4] == survivor[first[0]][:4] and first[1] == 2 and first[3] == 0, (first, survivor)
     after_kill = min(step for step in survivor if step > killing)
     assert survivor[after_kill][1] == 1 and survivor[after_kill][3] == 0, survivor  # alone, committed
+    at_rejoin = [torch.load(out / f"rejoined_{group}.pt", weights_only=True) for group in (0, 1)]
+    torch.testing.assert_close(at_rejoin[0], at_rejoin[1], rtol=0, atol=0)  # the whole model, after the rejoin sync
     ends = [torch.load(out / f"final_{group}.pt", weights_only=True) for group in (0, 1)]
     assert ends[0]["global_step"] == ends[1]["global_step"] == int((out / "end").read_text())
     assert ends[0]["committed"] == ends[1]["committed"]
-    torch.testing.assert_close(ends[0]["weights"], ends[1]["weights"], rtol=0, atol=0)
+    weights = [end["weights"] for end in ends]
+    same = [all(torch.equal(v, weights[1][n]) for n, v in weights[0].items() if n.startswith(p)) for p in synced_at_end]
+    assert sum(same) == 1, (same, weights)  # the fragment synced last (the whole model: "")
     print(f"group 1's syncs (step, participants, torchft step, errored): {[s[:4] for s in rejoined]}")
