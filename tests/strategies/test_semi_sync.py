@@ -11,6 +11,7 @@ uninterrupted. The refusals need no launch.
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
+from helpers.forked import can_fork, run_forked
 from helpers.models import TutorialModule, loaders, quiet_trainer
 
 HERE = Path(__file__).parent
@@ -235,41 +237,45 @@ KILLS = HERE / "semi_sync_kills_run.py"
 
 @pytest.fixture(scope="module")
 def kill_runs(tmp_path_factory):
-    """semi_sync_kills_run.py under DiLoCo, LocalSGD and Streaming DiLoCo, the launches at once (their groups
-    mostly wait: for a quorum, a dead peer's heartbeat, a restart): what each group logged and ended
-    with, by sync mode."""
+    """semi_sync_kills_run.py under DiLoCo, LocalSGD and Streaming DiLoCo, the launches at once (their
+    groups mostly wait: for a quorum, a dead peer's heartbeat, a restart), each program a fork of the
+    fork server that imported torch and trainmesh once (helpers/forked.py): what each group logged
+    and ended with, by sync mode."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
     from torchft.coordination import LighthouseServer
 
     env = {**_env(), "OMP_NUM_THREADS": "1"}
-    runs, lighthouses, started = {}, [], []
+    lighthouses, launches = [], {}
     try:
-        for sync in ("diloco", "local_sgd", "streaming"):
-            out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
-            lighthouses.append(
-                LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
-            )
-            processes = []
-            for role in ("survivor", "doomed"):
-                command = [sys.executable, str(KILLS), role, str(out), lighthouses[-1].address(), sync]
-                log = open(out / f"log_{role}", "w")
-                processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
-            started += processes
-            runs[sync] = (out, processes)
-        results = {}
-        for sync, (out, (survivor, doomed)) in runs.items():
-            survived = survivor.wait(timeout=400)
-            codes = (survived, doomed.wait(timeout=120) if survived == 0 else doomed.kill() or "killed")
-            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
-            results[sync] = (out, codes, logs)
+        with ThreadPoolExecutor(6) as pool:
+            for sync in ("diloco", "local_sgd", "streaming"):
+                out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
+                lighthouses.append(
+                    LighthouseServer(
+                        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000
+                    )
+                )
+                args = [str(out), lighthouses[-1].address(), sync]
+                launches[sync] = (out, [pool.submit(_launch, [role, *args], env) for role in ("survivor", "doomed")])
+            results = {}
+            for sync, (out, groups) in launches.items():
+                done = [group.result() for group in groups]
+                for role, finished in zip(("survivor", "doomed"), done):
+                    (out / f"log_{role}").write_text(f"{finished.stdout}{finished.stderr}")
+                logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
+                results[sync] = (out, tuple(finished.returncode for finished in done), logs)
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
         for lighthouse in lighthouses:
             lighthouse.shutdown()
     return results
+
+
+def _launch(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """``python semi_sync_kills_run.py ARGS``, forked where the platform has the fork server."""
+    if can_fork():
+        return run_forked(KILLS, args, env=env, timeout=500)
+    return subprocess.run([sys.executable, str(KILLS), *args], env=env, capture_output=True, text=True, timeout=500)
 
 
 @pytest.fixture(scope="module")
