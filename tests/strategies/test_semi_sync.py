@@ -60,21 +60,15 @@ def trained(tmp_path_factory):
         for _ in range(7)
     ]
     addresses = ",".join(lighthouse.address() for lighthouse in lighthouses)
-    groups = []
     try:
-        for group in (0, 1):
-            log = open(out / f"log_{group}", "w")
-            command = [sys.executable, str(SCRIPT), str(out), addresses, str(group)]
-            groups.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env()))
-        codes = [group.wait(timeout=400) for group in groups]
+        with ThreadPoolExecutor(2) as pool:
+            groups = [pool.submit(_launch, SCRIPT, [str(out), addresses, str(group)], _env()) for group in (0, 1)]
+            done = [group.result() for group in groups]
     finally:
-        for group in groups:
-            if group.poll() is None:
-                group.kill()
         for lighthouse in lighthouses:
             lighthouse.shutdown()
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
-    assert codes == [0, 0], logs
+    logs = "\n".join(f"--- group {g}\n{(d.stdout + d.stderr)[-3000:]}" for g, d in enumerate(done))
+    assert [d.returncode for d in done] == [0, 0], logs
     return {p.stem: torch.load(p) for p in out.glob("*.pt")}
 
 
@@ -257,7 +251,10 @@ def kill_runs(tmp_path_factory):
                     )
                 )
                 args = [str(out), lighthouses[-1].address(), sync]
-                launches[sync] = (out, [pool.submit(_launch, [role, *args], env) for role in ("survivor", "doomed")])
+                launches[sync] = (
+                    out,
+                    [pool.submit(_launch, KILLS, [role, *args], env) for role in ("survivor", "doomed")],
+                )
             results = {}
             for sync, (out, groups) in launches.items():
                 done = [group.result() for group in groups]
@@ -271,11 +268,12 @@ def kill_runs(tmp_path_factory):
     return results
 
 
-def _launch(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    """``python semi_sync_kills_run.py ARGS``, forked where the platform has the fork server."""
+def _launch(program: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """``python PROGRAM ARGS``, forked where the platform has the fork server (no interpreter to start
+    and no torch to import: helpers/forked.py)."""
     if can_fork():
-        return run_forked(KILLS, args, env=env, timeout=500)
-    return subprocess.run([sys.executable, str(KILLS), *args], env=env, capture_output=True, text=True, timeout=500)
+        return run_forked(program, args, env=env, timeout=500)
+    return subprocess.run([sys.executable, str(program), *args], env=env, capture_output=True, text=True, timeout=500)
 
 
 @pytest.fixture(scope="module")
