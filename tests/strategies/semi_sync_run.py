@@ -1,9 +1,9 @@
-"""The program of test_semi_sync.py: one replica group, running three trainings one after the other
-against one lighthouse (one launch shared by every check).
+"""The program of test_semi_sync.py: one replica group, running seven trainings one after the other,
+each against its own lighthouse (one launch shared by every check).
 
 python semi_sync_run.py OUT LIGHTHOUSES GROUP
 
-LIGHTHOUSES: six addresses, comma-separated, one per training (a Manager that was shut down keeps
+LIGHTHOUSES: seven addresses, comma-separated, one per training (a Manager that was shut down keeps
 heartbeating to its lighthouse a while, and the next training's quorum would wait for it).
 
 1. the Trainer with ``FaultTolerance(sync="diloco", sync_every=3)``, Adam inside, 12 steps; each
@@ -13,9 +13,12 @@ heartbeating to its lighthouse a while, and the next training's quorum would wai
 4. training 1 resumed by each group from its own step-7 checkpoint, to step 12, in a module built
    from another seed;
 5. Streaming DiLoCo: the Trainer with ``fragments=2``, ``sync_every=4`` (a fragment every 2 steps),
-   Adam inside, 12 steps;
+   Adam inside, 12 steps; each group saves a checkpoint after step 7 (one local step after the
+   sync of fragment 1 at step 6);
 6. its reference: training 5 in a hand-written loop around torchft's DiLoCo over the two Linear
-   layers as fragments, one outer optimizer each.
+   layers as fragments, one outer optimizer each;
+7. training 5 resumed by each group from its own step-7 checkpoint, to step 12, in a module built
+   from another seed.
 Each writes the group's final weights to OUT/<name>_GROUP.pt.
 """
 
@@ -146,7 +149,7 @@ def reference_diloco(out: Path, lighthouse: str, group: int, fragments: int = 1)
 
 def main(out: str, lighthouses: str, group: str) -> None:
     out_dir, g = Path(out), int(group)
-    first, second, third, fourth, fifth, sixth = lighthouses.split(",")
+    first, second, third, fourth, fifth, sixth, seventh = lighthouses.split(",")
     checkpoint = out_dir / f"mid_{g}.ckpt"
     diloco = dict(sync="diloco", every=DILOCO_EVERY, steps=DILOCO_STEPS, optimizer="adam")
     trainer_run(out_dir, first, g, **diloco, callbacks=(SaveAt(CHECKPOINT_STEP, checkpoint),))
@@ -154,8 +157,10 @@ def main(out: str, lighthouses: str, group: str) -> None:
     trainer_run(out_dir, third, g, sync="local_sgd", every=1, steps=LOCAL_SGD_STEPS, optimizer="sgd")
     trainer_run(out_dir, fourth, g, **diloco, name="resumed_diloco", resume=checkpoint)
     streaming = dict(sync="diloco", every=STREAMING_EVERY, steps=DILOCO_STEPS, optimizer="adam", fragments=2)
-    trainer_run(out_dir, fifth, g, **streaming, name="streaming")
+    streaming_checkpoint = out_dir / f"mid_streaming_{g}.ckpt"
+    trainer_run(out_dir, fifth, g, **streaming, name="streaming", callbacks=(SaveAt(7, streaming_checkpoint),))
     reference_diloco(out_dir, sixth, g, fragments=2)
+    trainer_run(out_dir, seventh, g, **streaming, name="resumed_streaming", resume=streaming_checkpoint)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """FaultTolerance(sync="local_sgd" | "diloco"): replica groups that meet every sync_every steps,
 through torchft's own LocalSGD and DiLoCo.
 
-One launch (semi_sync_run.py, two groups of one process, six lighthouses) serves every trained
+One launch (semi_sync_run.py, two groups of one process, seven lighthouses) serves every trained
 check: the Trainer under DiLoCo against a hand-written loop around torchft's DiLoCo, H=1 LocalSGD
 with SGD against one process at the global batch, and a DiLoCo run resumed mid-interval against
 the same run uninterrupted, Streaming DiLoCo (fragments=2) against a hand-written loop around
-torchft's DiLoCo over the same fragments. The refusals need no launch.
+torchft's DiLoCo over the same fragments, and that run resumed mid-interval against it
+uninterrupted. The refusals need no launch.
 """
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
+from helpers.forked import can_fork, run_forked
 from helpers.models import TutorialModule, loaders, quiet_trainer
 
 HERE = Path(__file__).parent
@@ -54,24 +57,18 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("semi_sync")
     lighthouses = [
         LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
-        for _ in range(6)
+        for _ in range(7)
     ]
     addresses = ",".join(lighthouse.address() for lighthouse in lighthouses)
-    groups = []
     try:
-        for group in (0, 1):
-            log = open(out / f"log_{group}", "w")
-            command = [sys.executable, str(SCRIPT), str(out), addresses, str(group)]
-            groups.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env()))
-        codes = [group.wait(timeout=400) for group in groups]
+        with ThreadPoolExecutor(2) as pool:
+            groups = [pool.submit(_launch, SCRIPT, [str(out), addresses, str(group)], _env()) for group in (0, 1)]
+            done = [group.result() for group in groups]
     finally:
-        for group in groups:
-            if group.poll() is None:
-                group.kill()
         for lighthouse in lighthouses:
             lighthouse.shutdown()
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
-    assert codes == [0, 0], logs
+    logs = "\n".join(f"--- group {g}\n{(d.stdout + d.stderr)[-3000:]}" for g, d in enumerate(done))
+    assert [d.returncode for d in done] == [0, 0], logs
     return {p.stem: torch.load(p) for p in out.glob("*.pt")}
 
 
@@ -132,6 +129,20 @@ def test_streaming_diloco_equals_a_hand_written_loop_over_the_same_fragments(tra
         for name, value in reference.items():
             torch.testing.assert_close(mine[name], value, rtol=0, atol=1e-6)
         assert not torch.allclose(mine["0.weight"], trained[f"trainer_diloco_{group}"]["0.weight"])
+
+
+@pytest.mark.slow
+def test_streaming_diloco_resumed_mid_interval_ends_as_the_uninterrupted_run(trained):
+    """fragments=2, sync_every=4: each group saved after step 7 (one local step after fragment 1's
+    sync at step 6; fragment 0 synced at step 4) and a second run, from modules of another seed,
+    resumed from those checkpoints to step 12: the weights equal the uninterrupted run's. Each
+    fragment's weights of its last sync and outer optimizer state, the local step count and torchft's
+    step count (which picks the fragment due) come back from the checkpoint."""
+    for group in (0, 1):
+        resumed, uninterrupted = trained[f"trainer_resumed_streaming_{group}"], trained[f"trainer_streaming_{group}"]
+        for name, value in uninterrupted.items():
+            torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6)
+    assert not torch.equal(trained["trainer_resumed_streaming_0"]["0.weight"], run.layers(100).state_dict()["0.weight"])
 
 
 def test_streaming_fragments_are_the_models_layers_cut_by_parameter_count():
@@ -199,6 +210,18 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
         with pytest.raises(ValueError, match="written with sync='local_sgd', sync_every=2, and this run asks for sync"):
             trainer.fit(model, loaders()[0], ckpt_path=str(tmp_path / "other.ckpt"))
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        # Streaming DiLoCo's state is per fragment: a checkpoint of 2 fragments into a run of 1.
+        fragments = {f"StreamingDiLoCoFragment_{i}": {} for i in range(2)}
+        saved["optimizer_states"][0]["trainmesh_semi_sync"] = {
+            "sync": "diloco",
+            "sync_every": 2,
+            "fragments": fragments,
+        }
+        torch.save(saved, tmp_path / "fragments.ckpt")
+        trainer = quiet_trainer(strategy="ddp", fault_tolerance=ft, max_steps=4, default_root_dir=str(tmp_path))
+        with pytest.raises(ValueError, match="sync_every=2, fragments=2, and this run asks for .*fragments=1"):
+            trainer.fit(model, loaders()[0], ckpt_path=str(tmp_path / "fragments.ckpt"))
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     finally:
         lighthouse.shutdown()
 
@@ -207,32 +230,70 @@ KILLS = HERE / "semi_sync_kills_run.py"
 
 
 @pytest.fixture(scope="module")
-def killed_in_a_sync(tmp_path_factory):
-    """One run of two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce and started
-    again (a fork) once group 0 has synced alone; what each logged and ended with."""
+def kill_runs(tmp_path_factory):
+    """semi_sync_kills_run.py under DiLoCo, LocalSGD and Streaming DiLoCo, the launches at once (their
+    groups mostly wait: for a quorum, a dead peer's heartbeat, a restart), each program a fork of the
+    fork server that imported torch and trainmesh once (helpers/forked.py): what each group logged
+    and ended with, by sync mode."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica groups run on it")
     from torchft.coordination import LighthouseServer
 
-    out = tmp_path_factory.mktemp("semi_sync_kills")
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000)
     env = {**_env(), "OMP_NUM_THREADS": "1"}
-    started = []
+    lighthouses, launches = [], {}
     try:
-        for role in ("survivor", "doomed"):
-            command = [sys.executable, str(KILLS), role, str(out), lighthouse.address()]
-            started.append(
-                subprocess.Popen(command, stdout=open(out / f"log_{role}", "w"), stderr=subprocess.STDOUT, env=env)
-            )
-        survived = started[0].wait(timeout=400)
-        codes = (survived, started[1].wait(timeout=120) if survived == 0 else started[1].kill() or "killed")
+        with ThreadPoolExecutor(6) as pool:
+            for sync in ("diloco", "local_sgd", "streaming"):
+                out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
+                lighthouses.append(
+                    LighthouseServer(
+                        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000
+                    )
+                )
+                args = [str(out), lighthouses[-1].address(), sync]
+                launches[sync] = (
+                    out,
+                    [pool.submit(_launch, KILLS, [role, *args], env) for role in ("survivor", "doomed")],
+                )
+            results = {}
+            for sync, (out, groups) in launches.items():
+                done = [group.result() for group in groups]
+                for role, finished in zip(("survivor", "doomed"), done):
+                    (out / f"log_{role}").write_text(f"{finished.stdout}{finished.stderr}")
+                logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
+                results[sync] = (out, tuple(finished.returncode for finished in done), logs)
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-        lighthouse.shutdown()
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
-    return out, codes, logs
+        for lighthouse in lighthouses:
+            lighthouse.shutdown()
+    return results
+
+
+def _launch(program: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """``python PROGRAM ARGS``, forked where the platform has the fork server (no interpreter to start
+    and no torch to import: helpers/forked.py)."""
+    if can_fork():
+        return run_forked(program, args, env=env, timeout=500)
+    return subprocess.run([sys.executable, str(program), *args], env=env, capture_output=True, text=True, timeout=500)
+
+
+@pytest.fixture(scope="module")
+def killed_in_a_sync(kill_runs):
+    """Two DiLoCo groups: group 1 SIGKILLed inside its second sync's all-reduce, started again (a
+    fork) once group 0 has synced alone, SIGKILLed again between two syncs and started again."""
+    return kill_runs["diloco"]
+
+
+@pytest.fixture(scope="module")
+def local_sgd_killed_between_syncs(kill_runs):
+    """Two LocalSGD groups: group 1 SIGKILLed between two syncs and started again."""
+    return kill_runs["local_sgd"]
+
+
+@pytest.fixture(scope="module")
+def streaming_killed_between_syncs(kill_runs):
+    """Two Streaming DiLoCo groups (2 fragments, one synced every 3 steps in turn): group 1 SIGKILLed
+    between two syncs and started again."""
+    return kill_runs["streaming"]
 
 
 def _syncs(path: Path) -> list[tuple[int, ...]]:
@@ -264,10 +325,59 @@ def test_a_group_killed_inside_a_diloco_sync_leaves_the_survivor_training(killed
 
 
 @pytest.mark.slow
-def test_a_group_started_again_into_a_semi_sync_run_in_progress_is_refused(killed_in_a_sync):
-    """Joining a sync in progress is not supported yet (the setup's quorum meets the others inside their
-    sync): the restarted group stops with an error saying what to do, and the survivor trains on."""
-    out, codes, logs = killed_in_a_sync
+def test_a_group_started_again_rejoins_at_the_next_sync_and_both_end_with_equal_weights(killed_in_a_sync):
+    """Each restarted DiLoCo group (after a kill inside a sync, and after one between syncs) meets the
+    survivor at its next sync: torchft heals it from the survivor (weights, Adam, DiLoCo's state,
+    step counts) and it takes part in that sync, which commits on both (no sync lost to the rejoin:
+    before, the restarted group was refused and that sync failed on the survivor). A kill between
+    syncs fails no sync. Both end at the same step with the same weights and torchft step count."""
+    _check_rejoins(*killed_in_a_sync, killed_between=1, attempts=3)
+
+
+@pytest.mark.slow
+def test_a_local_sgd_group_killed_between_syncs_rejoins_and_both_end_with_equal_weights(
+    local_sgd_killed_between_syncs,
+):
+    """The same under LocalSGD (the weights averaged at the sync the restarted group joins)."""
+    _check_rejoins(*local_sgd_killed_between_syncs, killed_between=0, attempts=2)
+
+
+@pytest.mark.slow
+def test_a_streaming_diloco_group_killed_between_syncs_rejoins_and_both_end_with_equal_weights(
+    streaming_killed_between_syncs,
+):
+    """The same under Streaming DiLoCo: the restarted group takes every fragment's state and syncs
+    the fragment due (torchft's step count picks it) with the survivor. Right after that sync the
+    groups hold the same weights; at the end only the fragment synced last is the same on both (the
+    other trained locally since its own sync)."""
+    _check_rejoins(*streaming_killed_between_syncs, killed_between=0, attempts=2, synced_at_end=("net.0.", "net.2."))
+
+
+def _check_rejoins(
+    out: Path, codes: tuple, logs: str, *, killed_between: int, attempts: int, synced_at_end: tuple = ("",)
+) -> None:
+    """``synced_at_end``: the fragments' parameter-name prefixes, one of which the last sync synced."""
+    from semi_sync_kills_run import EVERY
+
     assert codes == (0, 0), logs
-    assert "joined groups that are already training" in (out / "refused_1").read_text(), logs
-    assert "from its own checkpoint" in (out / "refused_1").read_text()
+    killing = int((out / f"killing_{killed_between}").read_text())
+    assert int((out / f"dead_{killed_between}").read_text()) == -9 and killing % EVERY == 1, logs
+    survivor = {s[0]: s for s in _syncs(out / "syncs_0")}
+    rejoined = _syncs(out / "syncs_1")
+    pids = list(dict.fromkeys(s[4] for s in rejoined))  # group 1's processes, in order
+    assert len(pids) == attempts, rejoined
+    for pid in pids[1:]:
+        first = next(s for s in rejoined if s[4] == pid)
+        # (global step, participants, torchft step, errored): the survivor's sync at that step, both in it
+        assert first[:4] == survivor[first[0]][:4] and first[1] == 2 and first[3] == 0, (first, survivor)
+    after_kill = min(step for step in survivor if step > killing)
+    assert survivor[after_kill][1] == 1 and survivor[after_kill][3] == 0, survivor  # alone, committed
+    at_rejoin = [torch.load(out / f"rejoined_{group}.pt", weights_only=True) for group in (0, 1)]
+    torch.testing.assert_close(at_rejoin[0], at_rejoin[1], rtol=0, atol=0)  # the whole model, after the rejoin sync
+    ends = [torch.load(out / f"final_{group}.pt", weights_only=True) for group in (0, 1)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == int((out / "end").read_text())
+    assert ends[0]["committed"] == ends[1]["committed"]
+    weights = [end["weights"] for end in ends]
+    same = [all(torch.equal(v, weights[1][n]) for n, v in weights[0].items() if n.startswith(p)) for p in synced_at_end]
+    assert sum(same) == 1, (same, weights)  # the fragment synced last (the whole model: "")
+    print(f"group 1's syncs (step, participants, torchft step, errored): {[s[:4] for s in rejoined]}")

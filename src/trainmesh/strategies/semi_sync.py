@@ -12,6 +12,11 @@ A checkpoint holds, besides ddp's model and inner optimizer, the state between s
 optimizer's entry): the local steps since the last sync, torchft's step count, and DiLoCo's weights
 of the last sync and outer optimizer state as torchft's own fragments export them to a recovering
 peer. Each group writes and resumes from its own checkpoint (its local weights differ mid-interval).
+
+A group (re)started into a run in progress asks for a quorum before its first step, which meets
+the others at their next sync: torchft heals it there from a live peer (the weights and inner
+optimizer after the peer's step, the loop's step count, DiLoCo's state, torchft's step count) and
+it takes part in that sync, as a group joining torchft's own loop does at its first sync.
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.data_parallel import StepDispatcher
 from trainmesh.strategies.fault_tolerance import FaultTolerantDDPStrategy
-from trainmesh.strategies.replica_quorum import ReplicaQuorum, import_torchft, start_from_first_group
+from trainmesh.strategies.replica_quorum import (
+    CommittingOptimizer,
+    ReplicaQuorum,
+    import_torchft,
+    start_from_first_group,
+)
 from trainmesh.strategies.step import StepHooks, StepResult
 
 __all__ = ["SemiSyncDDPStrategy", "outer_optimizer_factory"]
@@ -46,15 +56,6 @@ _NOT_SEMI_SYNC = (
 )
 
 
-_JOIN_REFUSAL = (
-    "fault_tolerance with sync={sync!r}: this replica group joined groups that are already training; a group "
-    "joining a semi-synchronous run in progress is not supported yet (it would have to take part in their sync "
-    "and take their state between syncs). The other groups train on. Start every group again from its own "
-    "checkpoint (ckpt_path=...; each group resumes its state between syncs), or use sync='every_step', whose "
-    "groups rejoin"
-)
-
-
 def outer_optimizer_factory(fault_tolerance: Any) -> Any:
     """The DiLoCo outer optimizer's factory: the user's, or the DiLoCo paper's (SGD, lr 0.7, Nesterov 0.9)."""
     if fault_tolerance.outer_optimizer is not None:
@@ -68,6 +69,8 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
 
     _sync: Any = None  # torchft's LocalSGD / DiLoCo, entered in setup_optimizers
     _resuming = False  # a checkpoint of this run was read: each group continues from its own weights
+    _starting = False  # the first step is still to come: it starts with the groups' first quorum
+    _joined = False  # this step's quorum healed this group inside the others' sync: no local step of its own
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
@@ -80,40 +83,50 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
     ) -> list[torch.optim.Optimizer]:
         # The one-optimizer and LBFGS refusals of the per-step groups hold here too (one step hook per
-        # optimizer step); the committing wrapper they return is not used: the inner steps are local.
+        # optimizer step); the wrapper they return is not used: the inner steps commit no quorum.
         self.quorum.committing(optimizers, self._peer_state_dict, self._load_peer_state)
         self._optimizers = list(optimizers)
         inner = optimizers[0]
-        if not self._resuming:
-            self._start_together()
+        # Built before the first quorum: DiLoCo registers its state with torchft's Manager here, so a
+        # group healed at that quorum takes the peer's weights of the last sync and outer state too.
         self._sync = _semi_sync(self.fault_tolerance, self.quorum, self._placed, inner)
         self._sync.__enter__()
-        return [inner]
+        self._starting = not self._resuming
+        # The inner optimizer steps (and LocalSGD / DiLoCo sync from its hooks) unless this step
+        # healed the group: it then holds the peer's state after the peer's own step.
+        return [CommittingOptimizer(inner, commit=self._steps_locally)]
 
-    def _start_together(self) -> None:
-        """Every group takes the first group's weights before its first local step (as ddp broadcasts
-        rank 0's): one quorum at setup; DiLoCo then saves these weights as its first global ones."""
+    def _steps_locally(self) -> bool:
+        joined, self._joined = self._joined, False
+        return not joined
+
+    def _start_or_join(self) -> None:
+        """The groups' first quorum, before this group's first forward. Groups starting together take
+        the first group's weights (as ddp broadcasts rank 0's), and that quorum is torchft's step 1.
+        A group started into a run in progress (torchft's step is > 0 there after every start) meets
+        the others at their next sync; torchft heals it in start_quorum (sync quorum: at once, from a
+        live peer), and it takes part in that sync as the others do."""
         manager = self.quorum.manager
         manager.start_quorum()
-        if manager.current_step() != 0:
-            # The quorum met groups already training (this group was started again, or late): they
-            # are inside a sync, whose all-reduces this setup does not make, and the loop's position
-            # and DiLoCo's state are not offered yet at setup. Torchft's sync fails on the others
-            # (they train on); this group stops rather than train from a half-taken state.
-            raise RuntimeError(_JOIN_REFUSAL.format(sync=self.fault_tolerance.sync))
+        if manager.current_step() != 0:  # healed: the others are in a sync, waiting for this group's part
+            _sync_after_quorum(self._sync)
+            self._joined = True  # this step's own inner step would count the peer's step twice
+            return
         start_from_first_group(manager, self._placed)
         if not manager.should_commit():
             raise RuntimeError(
                 "fault_tolerance: a replica group failed while the groups took the first group's weights "
                 "before training; start the run again"
             )
-        # That quorum was trainmesh's (the weights), not a training step: torchft's count starts at 0 as
-        # in torchft's own loop, so Streaming DiLoCo syncs fragment 0 first (it picks by that count).
-        manager.load_state_dict({"step": 0, "batches_committed": 0})
+        if hasattr(self._sync, "_fragments"):  # DiLoCo: the weights just taken are the first sync's
+            self._sync._save_parameters()
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
+        if self._starting:
+            self._starting = False
+            self._start_or_join()
         # No per-step quorum: LocalSGD / DiLoCo start one at each sync, from the optimizer's step hook.
         return super(FaultTolerantDDPStrategy, self).train_step(
             module, batch, batch_idx, sync_grads=sync_grads, hooks=hooks
@@ -164,7 +177,7 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         if sync is not None:
             sync.__exit__(None, None, None)  # removes torchft's hooks from the user's optimizer
             self._sync = None
-        self._resuming = False
+        self._resuming = self._starting = self._joined = False
         super().teardown(failed=failed)
 
 
@@ -180,8 +193,26 @@ def _semi_sync(fault_tolerance: Any, quorum: ReplicaQuorum, module: nn.Module, i
     if fault_tolerance.fragments == 1:
         return local_sgd.DiLoCo(quorum.manager, [module], inner, factory(module.parameters()), sync_every=every)
     fragments = model_fragments(checkpoints.unwrap(module), fault_tolerance.fragments)
+    # torchft syncs fragment (its step count % fragments); trainmesh's start quorum is step 1, so the
+    # list is turned by one for fragment 0 to be synced first, as in torchft's own loop (from step 0).
+    fragments = fragments[-1:] + fragments[:-1]
     outers = [factory(fragment.parameters()) for fragment in fragments]  # one per fragment, as torchtitan builds
     return local_sgd.DiLoCo(quorum.manager, fragments, inner, outers, sync_every=every)
+
+
+def _sync_after_quorum(sync: Any) -> None:
+    """The sync torchft 0.2's LocalSGD.sync / DiLoCo's step hook run after their start_quorum, for a
+    group whose own quorum (before its first step) met the others in theirs: the weights (DiLoCo: the
+    pseudo-gradient of the fragment due, then the outer step) averaged with them, committed or not as
+    torchft decides, and the count of local steps restarted, as theirs is."""
+    fragments = getattr(sync, "_fragments", None)
+    if fragments is None:
+        sync._perform_sync()
+    else:
+        fragment = fragments[sync._current_fragment()]
+        fragment.prepare_sync()
+        fragment.perform_sync()
+    sync._local_step = 0
 
 
 def model_fragments(module: nn.Module, count: int) -> list[nn.Module]:
@@ -254,13 +285,20 @@ def _load_sync_state(manager: Any, sync: Any, state: dict[str, Any]) -> None:
 
 
 def _check_same_sync(fault_tolerance: Any, saved: dict[str, Any], source: str) -> None:
-    mine = (fault_tolerance.sync, fault_tolerance.sync_every)
-    if (saved["sync"], saved["sync_every"]) != mine:
+    # DiLoCo's state is saved per fragment: another fragment count would load one fragment's weights of
+    # the last sync and outer state into another.
+    mine = (fault_tolerance.sync, fault_tolerance.sync_every, fault_tolerance.fragments)
+    theirs = (saved["sync"], saved["sync_every"], len(saved.get("fragments", ())))
+    if theirs[:2] != mine[:2] or (mine[0] == "diloco" and theirs[2] != mine[2]):
         raise ValueError(
-            f"fault_tolerance: {source} was written with sync={saved['sync']!r}, sync_every={saved['sync_every']}, "
-            f"and this run asks for sync={mine[0]!r}, sync_every={mine[1]}; the saved position inside the interval "
-            "belongs to the first. Resume with the same sync and sync_every"
+            f"fault_tolerance: {source} was written with {_settings(*theirs)}, and this run asks for "
+            f"{_settings(*mine)}; the saved position inside the interval and state of the last sync belong to "
+            "the first. Resume with the same sync, sync_every and fragments"
         )
+
+
+def _settings(sync: str, every: int, fragments: int) -> str:
+    return f"sync={sync!r}, sync_every={every}" + (f", fragments={fragments}" if sync == "diloco" else "")
 
 
 def _local_ddp(module: nn.Module, options: dict[str, Any]) -> nn.Module:
