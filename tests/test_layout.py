@@ -22,6 +22,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 COVERED_BY: dict[str, list[str]] = {
     "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
+    "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",
         "callbacks/test_model_checkpoint_lightning26.py",
