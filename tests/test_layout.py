@@ -22,6 +22,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 COVERED_BY: dict[str, list[str]] = {
     "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
+    "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",
         "callbacks/test_model_checkpoint_lightning26.py",
@@ -261,6 +262,7 @@ CROSS_CUTTING: dict[str, str] = {
     "trainer/test_differential.py": "one program under Lightning 2.6 and trainmesh, compared as data (helpers/differential.py)",
     "trainer/test_differential_programs.py": "tutorial-style Lightning programs under Lightning 2.6 and their port, compared as data (helpers/programs.py)",
     "trainer/test_differential_programs_more.py": "more tutorial-style Lightning programs under Lightning 2.6 and their port (helpers/programs.py)",
+    "trainer/test_differential_programs_unseen.py": "six more Lightning 2.6 programs nobody here had run, under Lightning 2.6 and their port (helpers/programs.py)",
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
     "test_lightning_signatures.py": "every parameter of Lightning 2.6's signatures is taken by trainmesh's, or listed with its reason",
     "test_lightning_parameters.py": "the parameters that comparison found, run under Lightning and trainmesh and compared",

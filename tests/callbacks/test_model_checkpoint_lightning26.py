@@ -125,3 +125,22 @@ def test_a_subclass_calling_the_built_in_hooks_by_keyword_saves_as_lightning(tmp
 
     theirs, ours = _both(tmp_path, make)
     assert theirs == ours == ["epoch=0-step=3.ckpt", "epoch=1-step=6.ckpt"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"monitor": "val_loss", "mode": "max"}, {"every_n_train_steps": 3}, {"train_time_interval": timedelta(1)}],
+)
+def test_the_state_key_is_lightning_s(kwargs):
+    """Before: trainmesh left ``'train_time_interval': None`` out of the key, so a Lightning 2.6
+    checkpoint's ModelCheckpoint state (and its profiler action names) had another name."""
+    assert tm.callbacks.ModelCheckpoint(**kwargs).state_key == L.callbacks.ModelCheckpoint(**kwargs).state_key
+
+
+def test_a_state_saved_under_the_key_before_is_still_restored():
+    from trainmesh.callbacks.base import load_callback_state
+
+    checkpoint = tm.callbacks.ModelCheckpoint(every_n_train_steps=3)
+    older = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 3, 'every_n_epochs': 0}"
+    load_callback_state(checkpoint, {older: {"best_model_path": "a.ckpt", "last_model_path": "last.ckpt"}})
+    assert (checkpoint.best_model_path, checkpoint.last_model_path) == ("a.ckpt", "last.ckpt")

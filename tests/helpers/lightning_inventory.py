@@ -108,6 +108,17 @@ def _member_names(cls: type, *, minus: type | None = None) -> list[str]:
     return sorted(n for n in dir(cls) if not n.startswith("_") and n not in inherited)
 
 
+def _instance_names(trainer_class: type) -> set[str]:
+    """What a Trainer sets on itself as it is built (2.x's ``fit_loop``, ``validate_loop``,
+    ``val_check_batch``, ``state``, ...): members programs read that ``dir`` of the class misses."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = trainer_class(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    return {n for n in vars(trainer) if not n.startswith("_")}
+
+
 def lightning_names(root: str = "lightning.pytorch") -> Iterator[tuple[str, str]]:
     """(area, name) for every public name of the installed Lightning (2.x, or 1.x as `pytorch_lightning`)."""
     import torch
@@ -120,7 +131,7 @@ def lightning_names(root: str = "lightning.pytorch") -> Iterator[tuple[str, str]
     for name in inspect.signature(L.Trainer.__init__).parameters:
         if name != "self":
             yield "Trainer(", name
-    for name in _member_names(L.Trainer):
+    for name in sorted(set(_member_names(L.Trainer)) | _instance_names(L.Trainer)):
         yield "Trainer.", name
     for name in _member_names(L.LightningModule, minus=torch.nn.Module):
         yield "LightningModule.", name

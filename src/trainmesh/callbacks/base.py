@@ -153,12 +153,16 @@ def state_key_of(callback: Any) -> str:
 
 
 def callback_states(callbacks: Iterable[Any]) -> dict[str, Any]:
-    """Every callback's ``state_dict()`` (those that have one), by :func:`state_key_of`."""
-    return {state_key_of(cb): cb.state_dict() for cb in callbacks if callable(getattr(cb, "state_dict", None))}
+    """Every callback's ``state_dict()`` (those that have one), by :func:`state_key_of`; as Lightning's,
+    none for an empty state (a checkpoint lists only the callbacks with something to restore)."""
+    states = {state_key_of(cb): cb.state_dict() for cb in callbacks if callable(getattr(cb, "state_dict", None))}
+    return {key: state for key, state in states.items() if state}
 
 
 def load_callback_state(callback: Any, states: dict[str, Any]) -> None:
     """Give ``callback`` its saved state from ``states`` (as :func:`callback_states` wrote them), if any."""
-    saved = states.get(state_key_of(callback))
+    # Where the callback's key changed, a checkpoint written before holds its state under an older one
+    keys = (state_key_of(callback), *getattr(callback, "_legacy_state_keys", ()))
+    saved = next((states[key] for key in keys if key in states), None)
     if saved and callable(getattr(callback, "load_state_dict", None)):
         callback.load_state_dict(saved)

@@ -103,15 +103,27 @@ class ModelCheckpoint(Checkpoint):
     @property
     def state_key(self) -> str:
         # Two checkpoint callbacks (say, best-by-loss and every-1000-steps) keep separate state.
+        # Lightning 2.6's key, train_time_interval included (None too), so that its checkpoints and
+        # trainmesh's file the state under the same name.
+        return f"{type(self).__qualname__}{self._key_fields(with_interval=True)!r}"
+
+    @property
+    def _legacy_state_keys(self) -> tuple[str, ...]:
+        """Keys this callback's state was saved under before: trainmesh's before lt36 and Lightning
+        1.x's (no ``train_time_interval`` when it is None), then Lightning's bare class name."""
+        older = () if self.train_time_interval is not None else (f"{type(self).__qualname__}{self._key_fields()!r}",)
+        return (*older, type(self).__qualname__)
+
+    def _key_fields(self, *, with_interval: bool = False) -> dict[str, object]:
         key: dict[str, object] = {
             "monitor": self.monitor,
             "mode": self.mode,
             "every_n_train_steps": self.every_n_train_steps,
             "every_n_epochs": self.every_n_epochs,
         }
-        if self.train_time_interval is not None:  # Lightning's key has it; a key without it stays loadable
+        if with_interval:
             key["train_time_interval"] = self.train_time_interval
-        return f"{type(self).__qualname__}{key!r}"
+        return key
 
     # ---- hooks --------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:

@@ -26,6 +26,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     """
     state, hooks = ctx.state, ctx.hooks
     loop, log_collector = state.loop, state.log_collector
+    state.progress.epochs.processed()  # Lightning's, before its epoch-end hooks
     log_collector.start_stage(train_results)
     if hooks.module_overrides("training_epoch_end"):  # Lightning 1.x's, before on_train_epoch_end
         log_collector.set_batch("training_epoch_end", None)

@@ -15,6 +15,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_progress import Counts, Progress
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
@@ -88,6 +89,7 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
             # as in Lightning: the sanity check is a validation run
             _evaluate(ctx, "sanity_check", val_loaders(), limit if limit != -1 else float("inf"))
             hooks.call_callbacks("on_sanity_check_end")
+        state.progress.fit_validation.clear()  # as Lightning, which counts the fit's validation from here
     finally:
         state.sanity_checking = False
         state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before
@@ -172,6 +174,9 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
                 start=lambda loader: iter(profiled_iter(loader.batches(), ctx.profiler, FETCH_ACTION[stage])),
             )
     state.set_batch_count(stage, limits[0])
+    progress = state.progress.evaluation(stage, fitting=state.stage == "fit")
+    if progress is not None:  # Lightning's loop resets its current count as a run starts
+        progress.current, progress.max_batches = Counts(), list(limits)
     start, end = _START_END_HOOKS[stage]
     with evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
@@ -245,6 +250,9 @@ def _run_batches(
     eval_step = profiled_call(runtime.eval_step, ctx.profiler, strategy_action(runtime, step_hook))
     transfers = [loader.batch_transfer() for loader in loaders]
     several = len(loaders) > 1
+    # trainer.validate_loop's / test_loop's / the fit's val_loop's batch_progress, advanced as Lightning's
+    progress = state.progress.evaluation(stage, fitting=state.stage == "fit") or Progress()
+    last_loader, last_batch = len(loaders) - 1, per_loader.limits[-1] - 1
     for batch, batch_idx, loader_idx in fetcher:
         per_loader.reach(loader_idx)
         transfer = transfers[loader_idx]
@@ -255,11 +263,17 @@ def _run_batches(
         log_collector.set_batch(step_hook, batch)
         if stage == "predict":
             state.predict_loop.record(loaders[loader_idx], batch_idx, loader_idx)
+        # Lightning's is_last_batch, from the fetch on: nothing after this batch (unknown for an unsized loader)
+        progress.is_last_batch = loader_idx == last_loader and batch_idx == last_batch
+        progress.ready()
         if calls_batch_start:
             hooks.call(batch_start, batch, batch_idx, *hook_extra)
+        progress.started()
         output = eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
+        progress.processed()
         per_loader.add(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
+        progress.completed()
         runtime.supervision.step_done()
     per_loader.close()
 
@@ -271,7 +285,7 @@ class _LoaderResults:
     ``test_epoch_end``, and only then."""
 
     def __init__(self, ctx: LoopContext, stage: str, limits: list[int | float], *, keeps_outputs: bool) -> None:
-        self._state, self._stage, self._limits, self._keeps = ctx.state, stage, limits, keeps_outputs
+        self._state, self._stage, self.limits, self._keeps = ctx.state, stage, limits, keeps_outputs
         self.results: list[Any] = []
         self.kept: list[list[Any]] = []
         self._current = -1
@@ -283,7 +297,7 @@ class _LoaderResults:
             if self._current >= 0:
                 self._finish()
             self._current += 1
-            self._state.set_batch_count(self._stage, self._limits[self._current])
+            self._state.set_batch_count(self._stage, self.limits[self._current])
             self._state.log_collector.start_stage()
             self._outputs = []
 
@@ -292,8 +306,8 @@ class _LoaderResults:
             self._outputs.append(output)
 
     def close(self) -> None:
-        if self._limits:
-            self.reach(len(self._limits) - 1)
+        if self.limits:
+            self.reach(len(self.limits) - 1)
             self._finish()
 
     def _finish(self) -> None:

@@ -25,6 +25,7 @@ from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_progress import Counts
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
@@ -90,7 +91,13 @@ def _begin_fit(
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
 
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    state.loop = LoopPosition(loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device))
+    # Lightning's counts across fits of one Trainer carry on into a second fit (its loops persist):
+    # the loggers' step and the batch count check_val_every_n_epoch=None validates by
+    state.loop = LoopPosition(
+        loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device),
+        total_batches=state.loop.total_batches,
+        batches_stepped=state.loop.batches_stepped,
+    )
     state.manual_backward = None
     manual = manual_optimization.is_manual(state.module)
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
@@ -105,6 +112,9 @@ def _begin_fit(
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, hpc_resume=hpc_resume, modules_restored=ctx.modules_restored)
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
+        state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
+    state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
+    state.progress.fit_started = True
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
@@ -207,9 +217,15 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
         log_collector.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
     train_results = log_collector.results
     state.train_results = train_results
+    progress = state.progress
     if not mid_epoch_resume:
+        progress.epochs.ready()
         hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
+        progress.epochs.started()
+        # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch
+        # counts, and the validation batches counted across the epoch
+        progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()
     state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
@@ -247,13 +263,14 @@ def _train_batches(
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
-    for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, loop):
-        log_collector.set_batch("training_step", batch)
-        state.is_last_batch = is_last  # trainer.is_last_batch, from the batch's fetch on (Lightning's)
+    progress = state.progress.train_batches  # trainer.fit_loop.epoch_loop.batch_progress, advanced as Lightning's
+    for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, state):
         if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
             break  # the module asked to end the epoch early
+        progress.started()
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = run_batch(batch, batch_idx, steps_now=steps_now).output
+        progress.processed()
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
             log_collector.end_step()
         if keep_outputs:
@@ -267,6 +284,7 @@ def _train_batches(
         outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate) if at_batch_end else None
         for call in at_batch_end:  # on_train_batch_end's (Lightning's outputs: closure.py), then on_batch_end's
             call(outputs, batch, batch_idx)
+        progress.completed()
         # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
         log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
         if log_due or val_every is not None:
@@ -274,10 +292,8 @@ def _train_batches(
                 ctx, fit_data, val_every, train_results, log_due=log_due, stepped=stepped, is_last=is_last
             )
         loop.batches_stepped += stepped
-        if settings.max_steps != -1 and state.global_step >= settings.max_steps:
-            cut_short = not is_last  # right after an optimizer step: no gradients are pending
-            break
-        if state.should_stop and _can_stop_early(ctx):
+        if (stop := _stop_after_batch(ctx, is_last=is_last)) is not None:
+            cut_short = stop
             break
         if stop_agreed():  # SIGTERM/SIGUSR1 (supervision/): every rank stops here
             supervision.save_and_exit(step=state.global_step, epoch=state.current_epoch)
@@ -309,16 +325,30 @@ def _log_and_validate(
         state.log_collector.start_stage(train_results)
 
 
+def _stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
+    """Whether the epoch ends after this batch: max_steps reached (True when batches of the epoch
+    are left: right after an optimizer step, so no gradients are pending), or a stop asked that
+    may end it now (False); None to go on."""
+    state, max_steps = ctx.state, ctx.settings.max_steps
+    if max_steps != -1 and state.global_step >= max_steps:
+        return not is_last
+    if state.should_stop and _can_stop_early(ctx):
+        return False
+    return None
+
+
 def _timed_fetches(
     fetcher: Fetcher,
     next_batch: Callable[[], Any],
     transfer: Callable[[Any], Any] | None,
     start: int,
-    loop: LoopPosition,
+    state: LoopState,
 ) -> Iterator[tuple[int, Any, bool]]:
     """``(batch_idx, batch, is_last)`` of ``fetcher``'s batches (``next_batch()``: the next, or
     ``_EXHAUSTED``) on the device, counted from ``start``, adding the time each took to come to
-    ``loop.data_seconds``."""
+    ``loop.data_seconds``; each batch given to the log collector and counted ready (Lightning's
+    batch progress), ``trainer.is_last_batch`` set from its fetch on (Lightning's)."""
+    loop, log_collector, progress = state.loop, state.log_collector, state.progress.train_batches
     clock = time.perf_counter
     for batch_idx in itertools.count(start):
         started = clock()
@@ -329,6 +359,9 @@ def _timed_fetches(
         if transfer is not None:
             batch = transfer(batch)
         loop.data_seconds += clock() - started
+        log_collector.set_batch("training_step", batch)
+        state.is_last_batch = fetcher.done
+        progress.ready()
         yield batch_idx, batch, fetcher.done
 
 
@@ -364,6 +397,7 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
         )
     run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
     state.current_epoch += 1
+    state.progress.epochs.completed()
     loop.epoch_finished = loop.epoch_ending = False
     loop.batches_done = 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -17,6 +17,7 @@ from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.plugins import precision as precision_plugins
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.lightning2_arguments import RunBehaviour
+from trainmesh.trainer.loop_views import EvaluationLoopView, FitLoopView, LoopOwner
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.states import TrainerStatus
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -181,6 +182,34 @@ class LightningMembers(RunProperties):
     def is_last_batch(self) -> bool:
         """Whether fit's training batch in hand is its epoch's last (from the batch's fetch on)."""
         return bool(self._state.is_last_batch)
+
+    # ---- Lightning's loop objects, as programs read them (loop_views.py) ---------------------------
+    @property
+    def fit_loop(self) -> FitLoopView:
+        """Lightning's ``trainer.fit_loop``: ``max_epochs``, ``epoch_progress``, ``epoch_loop.batch_progress``,
+        ``epoch_loop._batches_that_stepped``, ``epoch_loop.val_loop``, ... read-only but for its settings."""
+        return FitLoopView(cast(LoopOwner, self), self._state.progress)
+
+    @property
+    def validate_loop(self) -> EvaluationLoopView:
+        """Lightning's ``trainer.validate_loop`` (``trainer.validate``'s): ``batch_progress``, ``max_batches``."""
+        return EvaluationLoopView(cast(LoopOwner, self), self._state.progress, "validate", "trainer.validate_loop")
+
+    @property
+    def test_loop(self) -> EvaluationLoopView:
+        """Lightning's ``trainer.test_loop``: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
+        return EvaluationLoopView(cast(LoopOwner, self), self._state.progress, "test", "trainer.test_loop")
+
+    @property
+    def val_check_batch(self) -> int | float | None:
+        """Lightning's: the training batches between validations, settled as a fit starts (None before
+        any fit); an int ``val_check_interval`` as given, a fraction of the epoch's batches at least 1."""
+        if not self._state.progress.fit_started:
+            return None
+        interval, batches = self._settings.val_check_interval, self.num_training_batches
+        if isinstance(interval, int) or math.isinf(batches):
+            return interval if isinstance(interval, int) else float("inf")
+        return max(1, int(batches * interval))
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
+from trainmesh.trainer.loop_progress import LoopCounters
 from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.states import RunningStage, TrainerState
 
@@ -122,6 +123,7 @@ class LoopState:
     manual_steps: ManualSteps | None = None  # what Module.optimizers() wraps each optimizer with
     prepared_module_id: int | None = None  # the model configure_model and placement ran for
     predict_loop: PredictLoop = field(default_factory=PredictLoop)  # trainer.predict_loop
+    progress: LoopCounters = field(default_factory=LoopCounters)  # trainer.fit_loop, validate_loop, test_loop
     # Lightning's trainer.train_dataloader, val_dataloaders, ...: the loaders each kind last asked for
     # ("train", "validate", "test", "predict") in the current or latest run.
     stage_loaders: dict[str, list[Any]] = field(default_factory=dict)

@@ -1,0 +1,81 @@
+"""The loops' progress counters, as Lightning keeps them (``_Progress`` / ``_BatchProgress``: a
+``total`` across runs and a ``current`` for this epoch or evaluation run, each counting the
+batches or epochs made ready, started, processed and completed), so that ``trainer.fit_loop``,
+``trainer.validate_loop`` and ``trainer.test_loop`` (trainer/loop_views.py) read what Lightning's
+loops show at each hook. The loops advance them at the points Lightning's do (fit_loop.py,
+epoch_end.py, evaluation.py); the views hand out read-only copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Counts:
+    """Lightning's ``_ProcessedTracker``: how many were made ready, started, processed, completed."""
+
+    ready: int = 0
+    started: int = 0
+    processed: int = 0
+    completed: int = 0
+
+    @classmethod
+    def at(cls, done: int) -> Counts:
+        """All four at ``done`` (a position restored from a checkpoint)."""
+        return cls(done, done, done, done)
+
+
+@dataclass
+class Progress:
+    """One loop's counters: ``total`` and ``current``, advanced together."""
+
+    total: Counts = field(default_factory=Counts)
+    current: Counts = field(default_factory=Counts)
+    is_last_batch: bool = False
+    # The batch count of each loader of the latest evaluation run (Lightning's loop.max_batches).
+    max_batches: list[int | float] = field(default_factory=list)
+
+    def ready(self) -> None:
+        self.total.ready += 1
+        self.current.ready += 1
+
+    def started(self) -> None:
+        self.total.started += 1
+        self.current.started += 1
+
+    def processed(self) -> None:
+        self.total.processed += 1
+        self.current.processed += 1
+
+    def completed(self) -> None:
+        self.total.completed += 1
+        self.current.completed += 1
+
+    def clear(self) -> None:
+        """Lightning's ``_reset_progress`` (the fit's validation counters after the sanity check)."""
+        self.total, self.current, self.is_last_batch = Counts(), Counts(), False
+
+    def restart(self, total: int, current: int) -> None:
+        """Both counters at a position (a fit's start: the restored epoch or batch counts)."""
+        self.total, self.current = Counts.at(total), Counts.at(current)
+
+
+@dataclass
+class LoopCounters:
+    """The counters of Lightning's loops: the fit's epochs and training batches, the fit's own
+    validation loop (its sanity check and in-fit validation), ``trainer.validate``'s and
+    ``trainer.test``'s."""
+
+    epochs: Progress = field(default_factory=Progress)
+    train_batches: Progress = field(default_factory=Progress)
+    fit_validation: Progress = field(default_factory=Progress)
+    validate: Progress = field(default_factory=Progress)
+    test: Progress = field(default_factory=Progress)
+    fit_started: bool = False  # Lightning settles its fit loop's limits (min_epochs 0 for None) as a fit starts
+
+    def evaluation(self, stage: str, fitting: bool) -> Progress | None:
+        """The counters an evaluation ``stage`` advances (None for predict, which has none here)."""
+        if stage == "sanity_check" or (stage == "validate" and fitting):
+            return self.fit_validation
+        return {"validate": self.validate, "test": self.test}.get(stage)

@@ -1,0 +1,271 @@
+"""``trainer.fit_loop``, ``trainer.validate_loop`` and ``trainer.test_loop`` as programs read them:
+read-only views of Lightning 2.6's loop objects onto trainmesh's loop state (``max_epochs``,
+``epoch_progress``, ``epoch_loop.batch_progress``, ``epoch_loop._batches_that_stepped``,
+``epoch_loop.val_loop.batch_progress``, ``max_batches``, ...). The counters are copies taken at the
+read (loop_progress.py); a write a program makes to a loop's setting goes to the Trainer's own
+(``trainer.fit_loop.max_epochs = 5`` between fits, as in Lightning), any other write is refused
+with what to do instead, since trainmesh's loops are no objects a program can rewire.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn, Protocol
+
+from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
+from trainmesh.trainer.states import TrainerState, TrainerStatus
+from trainmesh.trainer_view import LoopProgress
+
+
+class LoopOwner(Protocol):
+    """What the views read of the Trainer (its settings are written through it); the Trainer is one."""
+
+    max_epochs: int
+    min_epochs: int | None
+    max_steps: int
+    min_steps: int | None
+
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def num_training_batches(self) -> int | float: ...
+    @property
+    def loop(self) -> LoopProgress: ...
+    @property
+    def state(self) -> TrainerState: ...
+    @property
+    def is_last_batch(self) -> bool: ...
+
+
+def _refuse(where: str, name: str) -> NoReturn:
+    raise AttributeError(
+        f"`{where}.{name}` is read-only in trainmesh: its loops are views of the Trainer's loop state, "
+        "not objects a program replaces or rewires. Read it; change the run through the Trainer's "
+        "arguments (Trainer(max_epochs=..., max_steps=...)) or `trainer.fit_loop.max_epochs` / "
+        "`min_epochs` and `trainer.fit_loop.epoch_loop.max_steps` / `min_steps` between runs."
+    )
+
+
+class _ReadOnlyCopy:
+    """A copy of a loop's counters at the moment it was read; a write is refused, not lost."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: Any) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _refuse("loop progress", name)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+
+class Tracker(_ReadOnlyCopy):
+    """Lightning's ``_ProcessedTracker``: ``ready``, ``started``, ``processed``, ``completed``."""
+
+    __slots__ = ("ready", "started", "processed", "completed")
+    ready: int
+    started: int
+    processed: int
+    completed: int
+
+
+class EpochProgressCopy(_ReadOnlyCopy):
+    """Lightning's ``_Progress`` of the fit's epochs: ``total``, ``current``."""
+
+    __slots__ = ("total", "current")
+    total: Tracker
+    current: Tracker
+
+
+def _tracker(counts: Counts) -> Tracker:
+    return Tracker(counts.ready, counts.started, counts.processed, counts.completed)
+
+
+class ProgressCopy(_ReadOnlyCopy):
+    """Lightning's ``_Progress`` / ``_BatchProgress``: ``total``, ``current``, ``is_last_batch``."""
+
+    __slots__ = ("total", "current", "is_last_batch")
+    total: Tracker
+    current: Tracker
+    is_last_batch: bool
+
+    @classmethod
+    def of(cls, progress: Progress, *, is_last_batch: bool | None = None) -> ProgressCopy:
+        last = progress.is_last_batch if is_last_batch is None else is_last_batch
+        return cls(_tracker(progress.total), _tracker(progress.current), last)
+
+
+class _View:
+    """A loop view: attribute writes go only through a property that has a setter."""
+
+    __slots__ = ("_owner", "_counters")
+    _owner: LoopOwner
+    _counters: LoopCounters
+    _where = "trainer loop"
+
+    def __init__(self, owner: LoopOwner, counters: LoopCounters) -> None:
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_counters", counters)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        member = getattr(type(self), name, None)
+        if not (isinstance(member, property) and member.fset is not None):
+            _refuse(self._where, name)
+        if self._owner.state.status == TrainerStatus.RUNNING:
+            raise AttributeError(
+                f"`{self._where}.{name}` cannot change while the Trainer runs in trainmesh: the loop reads "
+                "its settings when the run starts. Set it before calling trainer.fit (Lightning would "
+                "apply it mid-run)."
+            )
+        object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"<trainmesh view of Lightning's {self._where}>"
+
+
+class EvaluationLoopView(_View):
+    """Lightning 2.6's ``_EvaluationLoop`` as read: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
+
+    __slots__ = ("_loop", "_where")
+    _loop: str
+
+    def __init__(self, owner: LoopOwner, counters: LoopCounters, loop: str, where: str) -> None:
+        """``loop``: which of the counters (``fit_validation``, ``validate``, ``test``)."""
+        super().__init__(owner, counters)
+        object.__setattr__(self, "_loop", loop)
+        object.__setattr__(self, "_where", where)
+
+    def _progress(self) -> Progress:
+        progress: Progress = getattr(self._counters, self._loop)
+        return progress
+
+    @property
+    def batch_progress(self) -> ProgressCopy:
+        return ProgressCopy.of(self._progress())
+
+    @property
+    def max_batches(self) -> list[int | float]:
+        return list(self._progress().max_batches)
+
+    @property
+    def num_dataloaders(self) -> int:
+        return len(self._progress().max_batches)
+
+
+class TrainingEpochLoopView(_View):
+    """Lightning 2.6's ``_TrainingEpochLoop`` as read (``trainer.fit_loop.epoch_loop``)."""
+
+    __slots__ = ()
+    _where = "trainer.fit_loop.epoch_loop"
+
+    @property
+    def batch_progress(self) -> ProgressCopy:
+        # Lightning's is_last_batch is the Trainer's (set as each batch is fetched)
+        return ProgressCopy.of(self._counters.train_batches, is_last_batch=self._owner.is_last_batch)
+
+    @property
+    def _batches_that_stepped(self) -> int:
+        """The batches that ended with an optimizer step: the step the loggers are given."""
+        return self._owner.loop.batches_stepped
+
+    @property
+    def global_step(self) -> int:
+        return self._owner.global_step
+
+    @property
+    def batch_idx(self) -> int:
+        return self._counters.train_batches.current.ready - 1
+
+    @property
+    def total_batch_idx(self) -> int:
+        return self._counters.train_batches.total.ready - 1
+
+    @property
+    def max_steps(self) -> int:
+        return self._owner.max_steps
+
+    @max_steps.setter
+    def max_steps(self, value: int) -> None:
+        self._owner.max_steps = value
+
+    @property
+    def min_steps(self) -> int | None:
+        return self._owner.min_steps
+
+    @min_steps.setter
+    def min_steps(self, value: int | None) -> None:
+        self._owner.min_steps = value
+
+    @property
+    def val_loop(self) -> EvaluationLoopView:
+        return EvaluationLoopView(self._owner, self._counters, "fit_validation", f"{self._where}.val_loop")
+
+
+class FitLoopView(_View):
+    """Lightning 2.6's ``_FitLoop`` as read (``trainer.fit_loop``)."""
+
+    __slots__ = ()
+    _where = "trainer.fit_loop"
+
+    @property
+    def max_epochs(self) -> int:
+        return self._owner.max_epochs
+
+    @max_epochs.setter
+    def max_epochs(self, value: int) -> None:
+        self._owner.max_epochs = value
+
+    @property
+    def min_epochs(self) -> int | None:
+        value = self._owner.min_epochs
+        if value is None and self._counters.fit_started:  # Lightning's _parse_loop_limits, as a fit starts
+            return 0 if self._owner.min_steps is None else 1
+        return value
+
+    @min_epochs.setter
+    def min_epochs(self, value: int | None) -> None:
+        self._owner.min_epochs = value
+
+    @property
+    def max_steps(self) -> int:  # no setter in Lightning 2.6 either: epoch_loop.max_steps is the one written
+        return self._owner.max_steps
+
+    @property
+    def min_steps(self) -> int | None:
+        return self._owner.min_steps
+
+    @property
+    def max_batches(self) -> int | float:
+        return self._owner.num_training_batches
+
+    @property
+    def epoch_progress(self) -> EpochProgressCopy:
+        epochs = self._counters.epochs
+        return EpochProgressCopy(_tracker(epochs.total), _tracker(epochs.current))
+
+    @property
+    def epoch_loop(self) -> TrainingEpochLoopView:
+        return TrainingEpochLoopView(self._owner, self._counters)
+
+    @property
+    def batch_idx(self) -> int:
+        return self.epoch_loop.batch_idx
+
+    @property
+    def total_batch_idx(self) -> int:
+        return self.epoch_loop.total_batch_idx
+
+    @property
+    def running_loss(self) -> NoReturn:
+        raise AttributeError(
+            "`trainer.fit_loop.running_loss` (pytorch-lightning 1.x's window of recent losses) is not kept by "
+            "trainmesh, as Lightning 2.x removed it: log the loss with self.log('train_loss', loss, "
+            "prog_bar=True) and read trainer.callback_metrics['train_loss'] or trainer.progress_bar_metrics."
+        )
