@@ -339,6 +339,18 @@ def run_ddp(out: str) -> None:
         except (ValueError, TypeError, RuntimeError) as error:  # a refusal: the next programs still run
             result = {"error": f"{type(error).__name__}: {error}"}
         torch.save(result, os.path.join(out, f"{name}.rank{rank}"))
+    # The callbacks program's LogReader reading evaluation batches of which the processes take 2 and 1.
+    import trainmesh.keras as tk
+
+    program = callbacks(BATCH)
+    x, y = tabular(17)
+    try:
+        reader = LogReader([])
+        tk.evaluate(program.model, x, y, batch_size=8, callbacks=[reader], verbose=0, strategy="ddp", devices=2)
+        result = {"evaluated": True}
+    except ValueError as error:
+        result = {"error": str(error)}
+    torch.save(result, os.path.join(out, f"uneven_test_logs.rank{rank}"))
 
 
 if __name__ == "__main__":

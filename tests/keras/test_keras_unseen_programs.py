@@ -95,6 +95,15 @@ def test_a_metric_whose_state_is_not_a_sum_is_refused_before_training(ddp):
         assert part in zero["error"], zero["error"]
 
 
+def test_a_callback_reading_evaluation_batches_the_processes_take_unevenly_is_refused(ddp):
+    """tk.evaluate of 17 samples at batch_size=8 per process (2 steps on rank 0, 1 on rank 1) with a
+    callback reading on_test_batch_end: refused before evaluating (rank 0's second batch could only
+    hand it rank 0's own values), on both ranks, with the step counts and what to do."""
+    zero, one = ranks(ddp, "uneven_test_logs")
+    assert "error" in zero and zero == one
+    assert "[2, 1] evaluation steps" in zero["error"] and "on_test_end" in zero["error"]
+
+
 def test_the_metric_probe_passes_states_that_add_up():
     """Metric classes of a program's own whose state is a sum (a Mean subclass, an assign_add count) and
     Keras' own metrics pass the probe at 2 processes; the running maximum does not."""

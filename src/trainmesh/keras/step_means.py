@@ -19,6 +19,7 @@ Two things a process sees of one step differ from what one process sees at the g
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainmesh.keras import step_logs
@@ -26,26 +27,55 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.collectives import all_reduce_sum, assign
 from trainmesh.runtime import Runtime
 
-BATCH_HOOKS = ("on_train_batch_end", "on_batch_end", "on_test_batch_end")
+TRAIN_HOOKS = ("on_train_batch_end", "on_batch_end")
+TEST_HOOKS = ("on_test_batch_end",)
 
 
-def reads_batch_logs(callbacks: Any) -> bool:
-    """Whether a callback given to ``fit``/``evaluate`` reads the logs of each batch: one of the
-    program's own classes or a ``LambdaCallback`` overriding a batch-end hook, or a ``ModelCheckpoint``
-    saving every ``save_freq`` batches (it decides on its monitor's batch value). Keras' other
-    callbacks read no batch values (the progress bar prints rank 0's own, on rank 0)."""
+def reads_batch_logs(callbacks: Any, hooks: tuple[str, ...]) -> bool:
+    """Whether a callback given to ``fit``/``evaluate`` reads the logs of each batch at ``hooks``: one
+    of the program's own classes or a ``LambdaCallback`` overriding one, or (training) a
+    ``ModelCheckpoint`` saving every ``save_freq`` batches (it decides on its monitor's batch value).
+    Keras' other callbacks read no batch values (the progress bar prints rank 0's own, on rank 0)."""
     keras = require_keras()
     base = keras.callbacks.Callback
     for callback in callbacks or []:
         if isinstance(callback, keras.callbacks.ModelCheckpoint):
-            if callback.save_freq != "epoch":
+            if callback.save_freq != "epoch" and hooks == TRAIN_HOOKS:
                 return True
             continue
         own = type(callback).__module__.split(".")[0] != "keras"
         if isinstance(callback, keras.callbacks.LambdaCallback) or own:
-            if any(h in vars(callback) or getattr(type(callback), h) is not getattr(base, h) for h in BATCH_HOOKS):
+            if any(h in vars(callback) or getattr(type(callback), h) is not getattr(base, h) for h in hooks):
                 return True
     return False
+
+
+def evaluation_step_counts(data: Any, world: int, batch_size: int | None, steps: int | None) -> list[int] | None:
+    """How many evaluation steps each process takes on its share of ``data`` (None: not known)."""
+    from trainmesh.keras.batches import is_batches, is_py_dataset
+    from trainmesh.keras.data import is_arrays, num_samples, share_sizes
+
+    if is_batches(data):
+        count = data.num_batches if is_py_dataset(data) else len(data)
+        counts = [len(range(rank, count, world)) for rank in range(world)]
+    elif is_arrays(data):
+        counts = [math.ceil(share / (batch_size or 32)) for share in share_sizes(num_samples(data), world)]
+    else:
+        return None
+    return [min(count, steps) for count in counts] if steps is not None else counts
+
+
+def refuse_uneven_test_batch_logs(counts: list[int] | None, what: str) -> None:
+    """A callback reading ``on_test_batch_end`` logs needs every process at every evaluation step."""
+    if counts is not None and len(set(counts)) > 1:
+        raise ValueError(
+            f"a callback reads the logs of each evaluation batch (on_test_batch_end), and the processes take "
+            f"{counts} evaluation steps on their shares of {what}: trainmesh.keras makes each batch's logs the "
+            "values over all processes, which a step only some processes take cannot have, so that callback "
+            "would read one process's values there. Use evaluation data of a number of batches that is a "
+            "multiple of the processes (arrays: of samples, a multiple of processes x batch_size), or read the "
+            "logs at on_test_end"
+        )
 
 
 def metric_results(model: Any) -> dict[str, Any]:
@@ -102,3 +132,12 @@ def weigh_step_means(before: list[tuple[Any, Any, Any]], batch: int, share: floa
         if key in changed and step_logs.same(value, changed[key][0]):
             result[key] = changed[key][1]
     return result
+
+
+def watch_evaluation_batches(callbacks: Any, data: Any, world: int, batch_size: Any, steps: Any, what: str) -> bool:
+    """Whether each evaluation batch's logs are to be made over all processes (a callback reads them);
+    refused where the processes take different numbers of evaluation steps."""
+    if world == 1 or not reads_batch_logs(callbacks, TEST_HOOKS):
+        return False
+    refuse_uneven_test_batch_logs(evaluation_step_counts(data, world, batch_size, steps), what)
+    return True
