@@ -12,13 +12,14 @@ PROGRAM_FILES = {
     "keras_run": "test_keras_ddp.py",
     "keras_callbacks_run": "test_keras_callbacks_ddp.py",
     "keras_zero1_run": "test_keras_zero1.py",
+    "keras_unseen_programs": "test_keras_unseen_programs.py",
 }
 
 
 @pytest.fixture(scope="session")
 def keras_ddp_programs(request, tmp_path_factory) -> Callable[[str], Path]:
     """``folder = keras_ddp_programs(NAME)``: the folder the ddp run of program NAME (keras_run,
-    keras_callbacks_run, keras_zero1_run) wrote, each rank its files, as when it runs alone. The programs
+    keras_callbacks_run, keras_zero1_run, keras_unseen_programs) wrote, each rank its files, as when it runs alone. The programs
     of the test files this session runs are legs of one launch of 2 processes (keras_batch.py), which
     runs on first use: one agent and one pair of workers importing Keras instead of one per program."""
     root = tmp_path_factory.mktemp("keras_ddp_programs")

@@ -41,11 +41,18 @@ def run_keras_zero1_run(out: str) -> None:
     keras_zero1_run.run(out)
 
 
+def run_keras_unseen_programs(out: str) -> None:
+    import keras_unseen_programs
+
+    keras_unseen_programs.run_ddp(out)
+
+
 # name: the program's ddp run (imported in the workers only: the agent stays without Keras)
 PROGRAMS = {
     "keras_run": run_keras_run,
     "keras_callbacks_run": run_keras_callbacks_run,
     "keras_zero1_run": run_keras_zero1_run,
+    "keras_unseen_programs": run_keras_unseen_programs,
 }
 
 

@@ -176,16 +176,26 @@ def test_learning_rate_scheduler_sets_the_same_rate_on_every_rank(ddp):
 
 
 def test_terminate_on_nan_seen_by_one_rank_stops_every_rank(ddp):
-    """Only rank 1's batch NAN_BATCH holds a NaN sample: rank 1's loss is NaN there, rank 0's is not,
-    and both stop after that batch, as one process at the global batch does."""
+    """Only rank 1's batch NAN_BATCH holds a NaN sample: both ranks stop after that batch, as one process
+    at the global batch does. The batch losses the leg's LambdaCallback reads are those of the global
+    batches, as one process's: NaN at NAN_BATCH on both ranks (before kerasc: each rank read its own, rank
+    0 a finite loss there)."""
     import keras_callbacks_run as run
 
+    import keras
+
     zero, one = ranks(ddp, "nan")
-    assert all(math.isfinite(loss) for loss in zero["batch_losses"])
-    assert math.isnan(one["batch_losses"][-1])
-    assert zero["iterations"] == one["iterations"] == run.NAN_BATCH + 1
-    model, _ = one_process("nan")
+    model, x, y, arguments = run.fit_arguments("nan", 2 * run.BATCH)
+    losses: list = []
+    arguments["callbacks"].append(
+        keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))
+    )
+    model.fit(x, y, verbose=0, **arguments)
     assert int(model.optimizer.iterations.numpy()) == run.NAN_BATCH + 1
+    assert zero["iterations"] == one["iterations"] == run.NAN_BATCH + 1
+    assert len(zero["batch_losses"]) == len(one["batch_losses"]) == len(losses) == run.NAN_BATCH + 1
+    assert all(math.isnan(seen[-1]) for seen in (zero["batch_losses"], one["batch_losses"], losses))
+    assert zero["batch_losses"][:-1] == one["batch_losses"][:-1] == pytest.approx(losses[:-1], rel=1e-5)
 
 
 def test_backup_and_restore_resumes_an_interrupted_run(ddp):

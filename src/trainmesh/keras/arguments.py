@@ -24,6 +24,7 @@ from trainmesh.keras.data import (
     plan_training,
     refuse_unshardable,
 )
+from trainmesh.keras.metric_states import refuse_non_additive_metrics
 from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
 from trainmesh.runtime import Runtime
 
@@ -85,6 +86,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
     check_optimizer(model, world)
+    refuse_non_additive_metrics(model, x, y, world)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
     if is_batches(x) and kwargs.get("validation_split"):  # Keras' own rule, said before any process starts
@@ -107,6 +109,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     bind(model.evaluate, "evaluate", x, y, **kwargs)
     if world > 1:
         refuse_unshardable("x", x, world, batches=True)
+        refuse_non_additive_metrics(model, x, y, world)
         if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
             check_batches("x", x, world, train=False)
             return

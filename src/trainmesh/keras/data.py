@@ -81,7 +81,21 @@ class TrainPlan:
 
     def global_batch(self, step: int) -> int:
         """Samples the processes read together at ``step`` of an epoch (only the last one can be short)."""
-        return sum(min(self.batch_size, share - step * self.batch_size) for share in self.shares)
+        return sum(max(0, min(self.batch_size, share - step * self.batch_size)) for share in self.shares)
+
+    def uneven(self, step: int) -> bool:
+        """Whether the processes' batches of ``step`` differ in size."""
+        return len({max(0, min(self.batch_size, share - step * self.batch_size)) for share in self.shares}) > 1
+
+
+def evaluation_plan(data: Any, world: int, batch_size: int | None, steps: Any) -> TrainPlan | None:
+    """The per-process batches of an evaluation of split arrays (None: other data, or ``steps`` given).
+    Processes may take different numbers of evaluation steps (no collective runs per step)."""
+    if world == 1 or data is None or steps is not None or not is_arrays(data):
+        return None
+    batch = batch_size or 32
+    shares = share_sizes(num_samples(data), world)
+    return TrainPlan(tuple(shares), batch, max(math.ceil(share / batch) for share in shares))
 
 
 def plan_training(samples: int, world: int, batch_size: int, steps_per_epoch: int | None) -> TrainPlan:

@@ -35,7 +35,7 @@ def own_results(model: Any) -> dict[str, Any]:
 def over_processes(runtime: Runtime, logs: dict[str, Any], before: dict[str, Any], after: dict[str, Any], batch: int):
     """``logs`` with each entry over all processes. ``before``/``after``: :func:`own_results` before
     and after the metric states were summed; ``batch``: this process's last batch size."""
-    mine = {key: (key in before and _same(value, before[key]), _numbers(value)) for key, value in logs.items()}
+    mine = {key: (key in before and same(value, before[key]), _numbers(value)) for key, value in logs.items()}
     gathered = runtime.all_gather_object((mine, batch))
     sizes = [size for _, size in gathered]
     result = {}
@@ -70,7 +70,7 @@ def _numbers(value: Any) -> list[np.ndarray] | None:
     return [np.asarray(array, dtype=np.float64) for array in arrays if array is not None]
 
 
-def _same(value: Any, result: Any) -> bool:
+def same(value: Any, result: Any) -> bool:
     """Whether ``value`` is ``result`` as computed (the same structure and bit-identical numbers)."""
     ours, theirs = _numbers(value), _numbers(result)
     return (

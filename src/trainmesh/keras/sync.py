@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.keras import step_logs
+from trainmesh.keras import step_logs, step_means
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
@@ -54,6 +54,10 @@ class SyncState:
         self.evaluating = False  # between on_test_begin and on_test_end
         self.zero: Zero | None = None  # strategy="zero1": this process's part of the optimizer state
         self.preemption: KerasPreemption | None = None  # fit: SIGTERM/SIGUSR1 save and exit (preemption.py)
+        self.batch_logs = False  # a callback reads each training batch's logs: made over all processes
+        self.test_batch_logs = False  # the same, of each evaluation batch
+        self.eval_plan: TrainPlan | None = None  # the evaluation's split arrays, batch by batch
+        self.eval_step = 0  # evaluation steps taken in this evaluation
 
     @property
     def world(self) -> int:
@@ -154,8 +158,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
             return model.get_metrics_result()
         state.last_batch = batch_size_of(data)
         batch_sizes.append(state.last_batch)
-        try:
-            logs = keras_train_step(data)
+        try:  # state.plan: None on one process and for a PyDataset or a DataLoader
+            logs = run_step(state, model, state.plan, state.step, keras_train_step, data, state.batch_logs)
         finally:
             state.step += 1
             batch_sizes.clear()
@@ -164,7 +168,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
 
     def test_step(data: Any) -> Any:
         state.last_batch = batch_size_of(data)
-        return keras_test_step(data)
+        step, state.eval_step = state.eval_step, state.eval_step + 1
+        return run_step(state, model, state.eval_plan, step, keras_test_step, data, state.test_batch_logs)
 
     def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
         # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
@@ -196,6 +201,31 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         optimizer.__dict__.pop("finalize_variable_values", None)
         for name in shadows:
             model.__dict__.pop(name, None)
+
+
+def run_step(  # noqa: PLR0913 -- the step, and where it stands
+    state: SyncState,
+    model: Any,
+    plan: TrainPlan | None,
+    step: int,
+    keras_step: Callable[[Any], Any],
+    data: Any,
+    sync_logs: bool,
+) -> Any:
+    """``keras_step(data)``, step ``step`` of the pass ``plan`` describes (step_means.py): where the
+    processes' batches differ in size, each Mean the step updated once takes this process's share of
+    its increment; where a callback reads the batch logs, they are made over all processes."""
+    if plan is not None:
+        step %= plan.steps  # the step of the pass (training counts the steps of every epoch)
+    uneven = plan is not None and plan.uneven(step)
+    before = step_means.snapshot(model) if uneven else []
+    logs = keras_step(data)
+    if plan is not None and uneven:
+        share = state.world * state.last_batch / plan.global_batch(step)  # 1 where the batches are of one size
+        logs = step_means.weigh_step_means(before, state.last_batch, share, logs)
+    if sync_logs and state.world > 1:
+        logs = step_means.batch_logs_over_processes(state.runtime, model, logs, state.last_batch)
+    return logs
 
 
 def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], Any], logs: Any) -> Any:
@@ -273,6 +303,7 @@ def sync_callback(state: SyncState) -> Any:
 
         def on_test_begin(self, logs: Any = None) -> None:
             state.evaluating = True
+            state.eval_step = 0
 
         def on_test_end(self, logs: Any = None) -> None:
             state.evaluating = False

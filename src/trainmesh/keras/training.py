@@ -23,8 +23,9 @@ from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.batches import epoch_setter, is_batches, split_batches, split_for_prediction
 from trainmesh.keras.callbacks import for_rank
-from trainmesh.keras.data import concatenate, interleave, num_samples, plan_training, shard
+from trainmesh.keras.data import concatenate, evaluation_plan, interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
+from trainmesh.keras.step_means import TRAIN_HOOKS, reads_batch_logs, watch_evaluation_batches
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -106,15 +107,19 @@ def _fit(
         whole = x
         x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
     validation = kwargs.get("validation_data")
+    state = SyncState(runtime, plan)
+    given = kwargs.get("callbacks")
+    state.batch_logs = reads_batch_logs(given, TRAIN_HOOKS)
     if validation is not None:
         batched = is_batches(validation)
         kwargs["validation_data"] = (
             split_batches(validation, runtime, train=False) if batched else shard(validation, rank, world)
         )
-    state = SyncState(runtime, plan)
+        batch, steps = kwargs.get("validation_batch_size") or kwargs.get("batch_size"), kwargs.get("validation_steps")
+        state.eval_plan = evaluation_plan(validation, world, batch, steps)
+        state.test_batch_logs = watch_evaluation_batches(given, validation, world, batch, steps, "validation_data")
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
-    given = kwargs.get("callbacks")
     savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
     kwargs["callbacks"] = [*savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
@@ -171,6 +176,12 @@ def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: 
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
+    steps = kwargs.get("steps")
+    state.test_batch_logs = watch_evaluation_batches(
+        kwargs.get("callbacks"), x, world, kwargs.get("batch_size"), steps, "x"
+    )
+    if not is_batches(x):
+        state.eval_plan = evaluation_plan(x, world, kwargs.get("batch_size"), kwargs.get("steps"))
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
     if "sample_weight" in kwargs:
         kwargs["sample_weight"] = shard(kwargs["sample_weight"], rank, world)

@@ -1,0 +1,89 @@
+"""Metric classes of the program's own whose state is not a sum over the batches: refused before start.
+
+Under several processes each metric's state variables are summed over the processes (sync.py), which
+is one process's state at the global batch only when a state adds up: updating with batch A then B
+leaves state(A) + state(B), as the totals and counts of Keras' own metrics do. A class of the user's
+may keep another state (a running maximum, a mean assigned anew at each update): summed, it is
+silently wrong (a maximum of 3.7 reads 7.1 at 2 processes). Before start, each compiled metric of a
+class that is not Keras' own is probed on a copy (``from_config``) with two one-sample batches of the
+training targets and constant predictions; one whose state after both is not the sum of its states
+after each alone is refused. A class whose ``update_state`` the probe cannot call (other arguments, a
+copy it cannot make) is not probed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainmesh.keras.backend import require_keras
+
+
+def own_metric_classes(model: Any) -> list[Any]:
+    """The compiled metrics (and the model's own metrics) of classes defined outside Keras."""
+    keras = require_keras()
+    found = []
+    for metric in getattr(model, "metrics", None) or []:
+        # compiled metrics are built at the first update: before it, those given to compile()
+        given = [getattr(metric, "_user_metrics", None), getattr(metric, "_user_weighted_metrics", None)]
+        members = getattr(metric, "metrics", None) or keras.tree.flatten(given)
+        for member in [metric, *members]:
+            if not isinstance(member, keras.metrics.Metric):
+                continue
+            if type(member).__module__.split(".")[0] != "keras" and member not in found:
+                found.append(member)
+    return found
+
+
+def _state(metric: Any, updates: list[tuple[Any, Any]]) -> list[np.ndarray] | None:
+    metric.reset_state()
+    for y_true, y_pred in updates:
+        metric.update_state(y_true, y_pred)
+    return [np.asarray(v.numpy(), dtype=np.float64) for v in metric.variables]
+
+
+def _targets(x: Any, y: Any) -> np.ndarray | None:
+    """Two samples of the training targets, where they are one array (or a PyDataset's first batch's)."""
+    keras = require_keras()
+    if y is None and isinstance(x, keras.utils.PyDataset):
+        batch = x[0]
+        y = batch[1] if isinstance(batch, tuple) and len(batch) > 1 else None
+    if y is None or isinstance(y, (dict, list, tuple)) or not hasattr(y, "shape") or len(y) < 2:
+        return None
+    return np.asarray(y[:2], dtype=np.float32)
+
+
+def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
+    """Under several processes: a metric class of the user's whose state does not add up, refused."""
+    if world == 1:
+        return
+    metrics = own_metric_classes(model)
+    targets = _targets(x, y) if metrics else None
+    if targets is None:
+        return
+    a = (targets[:1], np.full_like(targets[:1], 0.25))
+    b = (targets[1:], np.full_like(targets[1:], 0.75))
+    for metric in metrics:
+        try:
+            probe = type(metric).from_config(metric.get_config())
+            alone_a, alone_b, both = _state(probe, [a]), _state(probe, [b]), _state(probe, [a, b])
+        except Exception:  # noqa: BLE001 -- a signature the probe cannot call: not probed
+            continue
+        if alone_a is None or alone_b is None or both is None:
+            continue
+        summed = [s + t for s, t in zip(alone_a, alone_b, strict=True)]
+        if not all(np.allclose(s, t, rtol=1e-5, atol=1e-6, equal_nan=True) for s, t in zip(both, summed, strict=True)):
+            raise ValueError(
+                f"the metric {metric.name!r} ({type(metric).__name__}) keeps a state that does not add up over "
+                f"batches: updated with two batches one after the other its state is {_show(both)}, where the "
+                f"two updates alone sum to {_show(summed)}. Under {world} processes trainmesh.keras sums each "
+                "metric's state over the processes (each process sees its part of every global batch), which is "
+                "one process's metric only for states that add up (totals and counts, as Keras' own metrics keep). "
+                "Keep sums with assign_add and compute the result from them in result(), or compute this metric "
+                "after training with model.evaluate in one process"
+            )
+
+
+def _show(state: list[np.ndarray]) -> str:
+    return "[" + ", ".join(np.array2string(s, precision=4) for s in state) + "]"

@@ -1,0 +1,143 @@
+"""Per-batch values over all processes: what a step's callbacks read, and means a step updates once.
+
+Two things a process sees of one step differ from what one process sees at the global batch:
+
+- **The batch logs** (``on_train_batch_end``/``on_test_batch_end``): Keras hands the callbacks what the
+  step returned, this process's running metrics. When a callback of the program's own reads them (or
+  a ``LambdaCallback``, or a ``ModelCheckpoint`` saving every ``save_freq`` batches on its monitor),
+  each entry is made its value over all processes, as at an epoch's end (step_logs.py), without
+  changing any metric's state: the states are summed for the reading only, then put back.
+- **A ``Mean`` updated once per step** with the batch's mean (``tracker.update_state(loss)``:
+  its count grows by 1 in a step of several samples). One process counts the global batch's mean
+  once; the metric states summed over N processes count each process's mean once: N counts per
+  step, each process's mean weighing 1/N of the step, which is right only when the processes'
+  batches of that step are of one size. At a step where they are not (the last batch of a pass), this
+  process's increment of such a Mean is scaled by N b_r / B (b_r its batch, B the global batch), so
+  that the step still adds N counts, and N times the global batch's mean to the total: the summed
+  state's result is one process's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainmesh.keras import step_logs
+from trainmesh.keras.backend import require_keras
+from trainmesh.keras.collectives import all_reduce_sum, assign
+from trainmesh.runtime import Runtime
+
+TRAIN_HOOKS = ("on_train_batch_end", "on_batch_end")
+TEST_HOOKS = ("on_test_batch_end",)
+
+
+def reads_batch_logs(callbacks: Any, hooks: tuple[str, ...]) -> bool:
+    """Whether a callback given to ``fit``/``evaluate`` reads the logs of each batch at ``hooks``: one
+    of the program's own classes or a ``LambdaCallback`` overriding one, or (training) a
+    ``ModelCheckpoint`` saving every ``save_freq`` batches (it decides on its monitor's batch value).
+    Keras' other callbacks read no batch values (the progress bar prints rank 0's own, on rank 0)."""
+    keras = require_keras()
+    base = keras.callbacks.Callback
+    for callback in callbacks or []:
+        if isinstance(callback, keras.callbacks.ModelCheckpoint):
+            if callback.save_freq != "epoch" and hooks == TRAIN_HOOKS:
+                return True
+            continue
+        own = type(callback).__module__.split(".")[0] != "keras"
+        if isinstance(callback, keras.callbacks.LambdaCallback) or own:
+            if any(h in vars(callback) or getattr(type(callback), h) is not getattr(base, h) for h in hooks):
+                return True
+    return False
+
+
+def evaluation_step_counts(data: Any, world: int, batch_size: int | None, steps: int | None) -> list[int] | None:
+    """How many evaluation steps each process takes on its share of ``data`` (None: not known)."""
+    from trainmesh.keras.batches import is_batches, is_py_dataset
+    from trainmesh.keras.data import is_arrays, num_samples, share_sizes
+
+    if is_batches(data):
+        count = data.num_batches if is_py_dataset(data) else len(data)
+        counts = [len(range(rank, count, world)) for rank in range(world)]
+    elif is_arrays(data):
+        counts = [math.ceil(share / (batch_size or 32)) for share in share_sizes(num_samples(data), world)]
+    else:
+        return None
+    return [min(count, steps) for count in counts] if steps is not None else counts
+
+
+def refuse_uneven_test_batch_logs(counts: list[int] | None, what: str) -> None:
+    """A callback reading ``on_test_batch_end`` logs needs every process at every evaluation step."""
+    if counts is not None and len(set(counts)) > 1:
+        raise ValueError(
+            f"a callback reads the logs of each evaluation batch (on_test_batch_end), and the processes take "
+            f"{counts} evaluation steps on their shares of {what}: trainmesh.keras makes each batch's logs the "
+            "values over all processes, which a step only some processes take cannot have, so that callback "
+            "would read one process's values there. Use evaluation data of a number of batches that is a "
+            "multiple of the processes (arrays: of samples, a multiple of processes x batch_size), or read the "
+            "logs at on_test_end"
+        )
+
+
+def metric_results(model: Any) -> dict[str, Any]:
+    """Each metric's result by name, and the compiled metrics' by their own names (Keras' batch logs)."""
+    return {**step_logs.own_results(model), **model.get_metrics_result()}
+
+
+def batch_logs_over_processes(runtime: Runtime, model: Any, logs: Any, batch: int) -> Any:
+    """``logs`` of one step with each entry over all processes; every metric state left as it was."""
+    if not isinstance(logs, dict):
+        return logs
+    variables = [v for metric in model.metrics for v in metric.variables]
+    own = [v.value.detach().clone() for v in variables]
+    before = metric_results(model)
+    assign(variables, all_reduce_sum(runtime, own))
+    after = metric_results(model)
+    assign(variables, own)
+    return step_logs.over_processes(runtime, logs, before, after, batch)
+
+
+def means(model: Any) -> list[Any]:
+    """The model's ``Mean`` metrics (Keras' ``Mean`` and its subclasses: trackers, metric functions'
+    wrappers), those inside the compiled metrics included."""
+    keras = require_keras()
+    found = []
+    for metric in model.metrics:
+        for member in [metric, *(getattr(metric, "metrics", None) or [])]:
+            if isinstance(member, keras.metrics.Mean) and member not in found:
+                found.append(member)
+    return found
+
+
+def snapshot(model: Any) -> list[tuple[Any, Any, Any]]:
+    """Each Mean with its (total, count) before a step."""
+    return [(m, m.total.value.detach().clone(), m.count.value.detach().clone()) for m in means(model)]
+
+
+def weigh_step_means(before: list[tuple[Any, Any, Any]], batch: int, share: float, logs: Any) -> Any:
+    """After a step at which the processes' batches differ in size: each Mean the step updated once
+    (count + 1 with ``batch`` > 1 samples) has its increment scaled by ``share`` (N b_r / B). Entries of
+    ``logs`` that were such a Mean's result become its new result (Keras reads them as they are)."""
+    changed = {}
+    for metric, total, count in before:
+        added = metric.count.value - count
+        if batch > 1 and bool((added == 1).all()):
+            old = metric.result()
+            metric.total.assign(total + (metric.total.value - total) * share)
+            metric.count.assign(count + added * share)
+            changed[metric.name] = (old, metric.result())
+    if not changed or not isinstance(logs, dict):
+        return logs
+    result = dict(logs)
+    for key, value in logs.items():
+        if key in changed and step_logs.same(value, changed[key][0]):
+            result[key] = changed[key][1]
+    return result
+
+
+def watch_evaluation_batches(callbacks: Any, data: Any, world: int, batch_size: Any, steps: Any, what: str) -> bool:
+    """Whether each evaluation batch's logs are to be made over all processes (a callback reads them);
+    refused where the processes take different numbers of evaluation steps."""
+    if world == 1 or not reads_batch_logs(callbacks, TEST_HOOKS):
+        return False
+    refuse_uneven_test_batch_logs(evaluation_step_counts(data, world, batch_size, steps), what)
+    return True

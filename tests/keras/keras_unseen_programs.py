@@ -1,0 +1,358 @@
+"""Eight Keras 3 programs written as users write them, run under Keras' own fit at the global batch and
+under trainmesh.keras' ddp at 2 processes (test_keras_unseen_programs.py compares them).
+
+python keras_unseen_programs.py ddp OUT -> one launch of 2 processes, every program one after another;
+                                           each rank writes OUT/<program>.rank{R} (the tests run this as a
+                                           leg of keras_batch.py's launch)
+
+Each program is ``build(batch) -> Program``: the compiled model, the arguments of ``fit`` (and of a second
+``fit`` where the program continues with ``initial_epoch``), ``evaluate`` and ``predict``. ``run(name,
+batch, distributed)`` runs it with Keras' own methods (``distributed=False``, one process) or with
+``tk.fit``/``evaluate``/``predict`` under ddp at 2 processes, and records History, every variable, the
+optimizers' states, what a callback of the program's own read from its logs, evaluate and predict.
+Every fit is unshuffled (``shuffle=True`` shuffles within each process's share: not one process's order).
+"""
+
+import faulthandler
+import os
+import sys
+from dataclasses import dataclass, field
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+
+SEED = 0
+BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
+
+
+@dataclass
+class Program:
+    model: object
+    fit: dict
+    evaluate: dict
+    predict: dict
+    again: dict | None = None  # a second fit's arguments (it continues the first)
+    optimizers: tuple = ()  # optimizers of the program's own besides model.optimizer
+    logs: list = field(default_factory=list)  # what LogReader recorded
+
+
+def tabular(samples: int, features: int = 8, classes: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    x = rng.normal(size=(samples, features)).astype("float32")
+    signal = x[:, :1] - 0.5 * x[:, 1:2] + 0.3 * rng.normal(size=(samples, 1))
+    return x, ((signal > 0.3) if classes else signal).astype("float32")
+
+
+def fresh() -> None:
+    keras.backend.clear_session(free_memory=False)
+    keras.utils.set_random_seed(SEED)
+
+
+class LogReader(keras.callbacks.Callback):
+    """A callback of the program's own: it keeps what Keras hands it (batch, epoch and evaluation logs)
+    and the learning rate at each epoch's end."""
+
+    def __init__(self, into: list):
+        super().__init__()
+        self.into = into
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.into.append(("batch", batch, {k: float(v) for k, v in logs.items()}))
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.into.append(("test_batch", batch, {k: float(v) for k, v in logs.items()}))
+
+    def on_epoch_end(self, epoch, logs=None):
+        lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        self.into.append(("epoch", epoch, {**{k: float(v) for k, v in logs.items()}, "lr": lr}))
+
+
+# 1. A subclassed model with train_step/test_step of its own: compute_loss, trackers listed in `metrics`.
+class Regressor(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(1)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.mae_metric]
+
+    def train_step(self, data):
+        x, y = data
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(y=y, y_pred=y_pred)
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        self.loss_tracker.update_state(loss)
+        self.mae_metric.update_state(y, y_pred)
+        return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
+
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        self.loss_tracker.update_state(self.compute_loss(y=y, y_pred=y_pred))
+        self.mae_metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def subclassed_step(batch: int, samples: int = 128) -> Program:
+    fresh()
+    model = Regressor()
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    x, y = tabular(samples, classes=False)
+    fit = {"x": x, "y": y, "batch_size": batch, "epochs": 3, "validation_split": 0.25, "shuffle": False}
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
+
+
+def uneven_tracker(batch: int) -> Program:
+    """The same program on 106 samples: 79 to train (the last global batch 15: 8 + 7), 27 to validate."""
+    return subclassed_step(batch, samples=106)
+
+
+# 3. Two optimizers of the program's own in one train_step (a body and a head, GAN-style).
+class TwoOptimizers(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.body = keras.Sequential([keras.layers.Dense(16, activation="tanh")], name="body")
+        self.head = keras.Sequential([keras.layers.Dense(1, activation="sigmoid")], name="head")
+        self.body_loss = keras.metrics.Mean(name="body_loss")
+        self.head_loss = keras.metrics.Mean(name="head_loss")
+
+    def call(self, x):
+        return self.head(self.body(x))
+
+    @property
+    def metrics(self):
+        return [self.body_loss, self.head_loss]
+
+    def compile(self, body_optimizer, head_optimizer, loss_fn):
+        super().compile()
+        self.body_optimizer, self.head_optimizer, self.loss_fn = body_optimizer, head_optimizer, loss_fn
+
+    def train_step(self, data):
+        x, y = data
+        for part, optimizer, tracker in (
+            (self.head, self.head_optimizer, self.head_loss),
+            (self.body, self.body_optimizer, self.body_loss),
+        ):
+            self.zero_grad()
+            loss = self.loss_fn(y, self(x, training=True))
+            loss.backward()
+            weights = part.trainable_weights
+            with torch.no_grad():
+                optimizer.apply([w.value.grad for w in weights], weights)
+            tracker.update_state(loss)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def two_optimizers(batch: int) -> Program:
+    fresh()
+    model = TwoOptimizers()
+    model(np.zeros((1, 8), "float32"))
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.7)
+    model.compile(
+        body_optimizer=keras.optimizers.SGD(schedule, momentum=0.5),
+        head_optimizer=keras.optimizers.Adam(0.01),
+        loss_fn=keras.losses.BinaryCrossentropy(),
+    )
+    x, y = tabular(128)
+    fit = {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}
+    program = Program(model, fit, {}, {"x": x, "batch_size": batch})
+    program.optimizers = (model.body_optimizer, model.head_optimizer)
+    return program
+
+
+# 4. class_weight in fit, weighted validation data, compiled metrics and weighted_metrics.
+def class_weights(batch: int) -> Program:
+    fresh()
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(12, activation="relu"), keras.layers.Dense(1, activation="sigmoid")]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss="binary_crossentropy",
+        metrics=["accuracy", keras.metrics.AUC(name="auc")],
+        weighted_metrics=[keras.metrics.BinaryAccuracy(name="weighted_accuracy")],
+    )
+    x, y = tabular(160)
+    weights = np.linspace(0.5, 2.0, 32).astype("float32")
+    fit = {
+        "x": x[:128], "y": y[:128], "batch_size": batch, "epochs": 2, "shuffle": False,
+        "class_weight": {0: 1.0, 1: 3.0}, "validation_data": (x[128:], y[128:], weights),
+    }  # fmt: skip
+    evaluate = {"x": x[128:], "y": y[128:], "sample_weight": weights, "batch_size": batch}
+    return Program(model, fit, evaluate, {"x": x[128:], "batch_size": batch})
+
+
+# 5. Callbacks: EarlyStopping(restore_best_weights), ReduceLROnPlateau, one of the program's own reading logs.
+def callbacks(batch: int) -> Program:
+    fresh()
+    inputs = keras.Input((8,))
+    outputs = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8, activation="relu")(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.SGD(0.3), loss="binary_crossentropy", metrics=["accuracy"])
+    x, y = tabular(160)
+    logs: list = []
+    fit = {
+        "x": x, "y": y, "batch_size": batch, "epochs": 12, "shuffle": False, "validation_split": 0.2,
+        "callbacks": [
+            keras.callbacks.EarlyStopping(monitor="val_loss", patience=2, min_delta=0.02, restore_best_weights=True),
+            keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=0.03),
+            LogReader(logs),
+        ],
+    }  # fmt: skip
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch}, logs=logs)
+
+
+# 6. A PyDataset with steps_per_epoch, a LearningRateSchedule.
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.y, self.batch = x, y, batch
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch)
+
+    def __getitem__(self, index):
+        part = slice(index * self.batch, (index + 1) * self.batch)
+        return self.x[part], self.y[part]
+
+
+def pydataset_steps(batch: int) -> Program:
+    fresh()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+    schedule = keras.optimizers.schedules.CosineDecay(0.05, decay_steps=8, alpha=0.1)
+    model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse", metrics=["mae"])
+    x, y = tabular(192, classes=False)
+    fit = {
+        "x": Batches(x[:160], y[:160], batch), "epochs": 3, "steps_per_epoch": 2,
+        "validation_data": Batches(x[160:], y[160:], batch),
+    }  # fmt: skip
+    return Program(model, fit, {"x": Batches(x[160:], y[160:], batch)}, {"x": Batches(x[160:], y[160:], batch)})
+
+
+# 7. fit(initial_epoch=...) continuing a first fit, a LearningRateScheduler, validation_freq.
+def initial_epoch(batch: int) -> Program:
+    fresh()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="elu"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.RMSprop(0.01), loss="mse", metrics=["mse"])
+    x, y = tabular(128, classes=False)
+    schedule = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.01 / (1 + epoch))
+    fit = {"x": x[:96], "y": y[:96], "batch_size": batch, "epochs": 2, "shuffle": False,
+           "validation_data": (x[96:], y[96:]), "validation_freq": 2, "callbacks": [schedule]}  # fmt: skip
+    again = {**fit, "epochs": 4, "initial_epoch": 2}
+    return Program(model, fit, {"x": x[96:], "y": y[96:], "batch_size": batch}, {"x": x[96:]}, again=again)
+
+
+# 8. A metric class of the program's own and sample_weight in fit.
+class WorstError(keras.metrics.Metric):
+    """The largest absolute error seen: its state is a running maximum, not a sum."""
+
+    def __init__(self, name="worst_error", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.worst = self.add_variable(shape=(), initializer="zeros", name="worst")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.worst.assign(keras.ops.maximum(self.worst, keras.ops.max(keras.ops.abs(y_true - y_pred))))
+
+    def result(self):
+        return self.worst
+
+
+def own_metric(batch: int) -> Program:
+    fresh()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse", metrics=[WorstError(), "mae"])
+    x, y = tabular(128, classes=False)
+    weights = np.linspace(0.2, 1.8, 128).astype("float32")
+    fit = {"x": x, "y": y, "sample_weight": weights, "batch_size": batch, "epochs": 2, "shuffle": False}
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
+
+
+PROGRAMS = {
+    "subclassed_step": subclassed_step,
+    "uneven_tracker": uneven_tracker,
+    "two_optimizers": two_optimizers,
+    "class_weights": class_weights,
+    "callbacks": callbacks,
+    "pydataset_steps": pydataset_steps,
+    "initial_epoch": initial_epoch,
+    "own_metric": own_metric,
+}
+
+
+def states(program: Program) -> list[np.ndarray]:
+    optimizers = program.optimizers or (program.model.optimizer,)
+    return [np.array(v.numpy()) for optimizer in optimizers for v in optimizer.variables]
+
+
+def run(name: str, batch: int, distributed: bool) -> dict:
+    """The program under Keras' own methods (one process) or trainmesh.keras' (ddp, 2 processes)."""
+    import trainmesh.keras as tk
+
+    program = PROGRAMS[name](batch)
+    model = program.model
+    launch = {"strategy": "ddp", "devices": 2}
+
+    def fit(arguments):
+        if distributed:
+            return tk.fit(model, verbose=0, **launch, **arguments)
+        return model.fit(verbose=0, **arguments)
+
+    histories = [fit(program.fit).history]
+    if program.again is not None:
+        histories.append(fit(program.again).history)
+    result = {"history": histories, "variables": [np.array(v.numpy()) for v in model.variables]}
+    result.update(optimizer=states(program), logs=program.logs)
+    if program.evaluate:
+        evaluate = tk.evaluate if distributed else lambda m, **k: m.evaluate(**k)
+        result["evaluate"] = evaluate(
+            model, verbose=0, return_dict=True, **program.evaluate, **(launch if distributed else {})
+        )
+    predict = tk.predict if distributed else lambda m, **k: m.predict(**k)
+    result["predict"] = np.asarray(predict(model, verbose=0, **program.predict, **(launch if distributed else {})))
+    return result
+
+
+def run_ddp(out: str) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    for name in PROGRAMS:
+        try:
+            result = run(name, BATCH, distributed=True)
+        except (ValueError, TypeError, RuntimeError) as error:  # a refusal: the next programs still run
+            result = {"error": f"{type(error).__name__}: {error}"}
+        torch.save(result, os.path.join(out, f"{name}.rank{rank}"))
+    # The callbacks program's LogReader reading evaluation batches of which the processes take 2 and 1.
+    import trainmesh.keras as tk
+
+    program = callbacks(BATCH)
+    x, y = tabular(17)
+    try:
+        reader = LogReader([])
+        tk.evaluate(program.model, x, y, batch_size=8, callbacks=[reader], verbose=0, strategy="ddp", devices=2)
+        result = {"evaluated": True}
+    except ValueError as error:
+        result = {"error": str(error)}
+    torch.save(result, os.path.join(out, f"uneven_test_logs.rank{rank}"))
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
+    {"ddp": run_ddp}[sys.argv[1]](*sys.argv[2:])
