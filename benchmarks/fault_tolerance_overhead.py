@@ -9,7 +9,7 @@ All train the 784-128-10 MLP, batch 16 per process, Adam, for --steps steps on 2
   this process, min_replicas=2 so that every step has both; per step: a quorum, the all-reduce over
   torchft's gloo group, should_commit);
 - ``hand_ft``: the same 2 replica groups written by hand as torchft's own example
-  (``torchft/examples/train_ddp.py``) does: ``torchft.Manager`` over ``ProcessGroupGloo``,
+  (``train_ddp.py`` at the root of its repository) does: ``torchft.Manager`` over ``ProcessGroupGloo``,
   ``torchft.DistributedDataParallel``, ``torchft.Optimizer`` (zero_grad starts the quorum, step
   commits), the same lighthouse.
 
