@@ -24,6 +24,7 @@ ranks from the start):
     mmap=N         mallopt(M_MMAP_THRESHOLD, N MiB) before the model is built
     later=N        mallopt(M_MMAP_THRESHOLD, N MiB) after the first optimizer step
     arenas=N       mallopt(M_ARENA_MAX, N): at most N malloc arenas (threads share them)
+    trimat=N       mallopt(M_TRIM_THRESHOLD, N MiB): free memory above N MiB at the heap's top goes back
     trim           malloc_trim(0) after every optimizer step
     thp            THP_MEM_ALLOC_ENABLE=1 (torch: tensors of 2 MiB and more on transparent huge pages)
     nothp          THP_MEM_ALLOC_ENABLE=0: torch's huge pages off, as in processes that torchrun starts
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import statistics
 import sys
 import warnings
 from collections.abc import Callable
@@ -60,30 +62,56 @@ from sharding_memory import TransformerLM, lm_parameters
 
 WORLD_SIZE, SEQUENCE = 2, 16
 MODELS = {"55m": {"vocab": 8192, "width": 768, "depth": 6}, "117m": {"vocab": 8192, "width": 1024, "depth": 8}}
-_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+PHASE_KEYS = ("cpu", "sys", "minflt")
 
 
 class Recorder:
-    """Marks at the loop's start and each step's end; the peak before and after the warm-up."""
+    """Marks at the loop's start and each step's end; the peak before and after the warm-up; each
+    phase's CPU and minor faults summed over the steps after the warm-up (``PHASES``: forward and
+    loss; backward; optimizer step, zero_grad and the variant's after-step setting)."""
 
     def __init__(self, warmup: int, after_step: Callable[[int], None]) -> None:
         self.warmup, self.after_step = warmup, after_step
         self.marks: list[dict[str, float]] = []
         self.early_peak = 0
+        self.phases = {name: {"cpu": 0.0, "sys": 0.0, "minflt": 0.0} for name in PHASES}
+        self.last: dict[str, float] = {}
+        self.index = 0
 
     def start(self) -> None:
         self.marks = [mark()]
+        self.last = self.marks[0]
+
+    def phase(self, name: str) -> None:
+        """The phase ``name`` ends now."""
+        now = mark()
+        if self.index >= self.warmup:
+            for key, total in self.phases[name].items():
+                self.phases[name][key] = total + now[key] - self.last[key]
+        self.last = now
 
     def step_end(self, index: int) -> None:
+        self.index = index
         self.after_step(index)
-        self.marks.append(mark())
+        self.phase("optimizer")
+        self.marks.append(self.last)
+        self.index = index + 1
         if index + 1 == self.warmup:
             self.early_peak = peak_rss_kib()  # build and the warm-up steps
             reset_peak()
 
     def figures(self) -> dict[str, Any]:
         steady = peak_rss_kib()
-        return {"marks": self.marks, "peak_rss_kib": max(self.early_peak, steady), "steady_peak_rss_kib": steady}
+        return {
+            "marks": self.marks,
+            "peak_rss_kib": max(self.early_peak, steady),
+            "steady_peak_rss_kib": steady,
+            "phases": self.phases,
+        }
+
+
+PHASES = ("forward", "backward", "optimizer")
 
 
 def malloc_policy(spec: str) -> tuple[Callable[[int], None], dict[str, Any]]:
@@ -101,6 +129,8 @@ def malloc_policy(spec: str) -> tuple[Callable[[int], None], dict[str, Any]]:
             assert libc.mallopt(_M_MMAP_THRESHOLD, int(float(part[5:]) * 2**20))
         elif part.startswith("later="):
             later = int(float(part[6:]) * 2**20)
+        elif part.startswith("trimat="):
+            assert libc.mallopt(_M_TRIM_THRESHOLD, int(float(part[7:]) * 2**20))
         elif part.startswith("arenas="):
             assert libc.mallopt(_M_ARENA_MAX, int(part[7:]))
         elif part == "trim":
@@ -164,7 +194,9 @@ def hand_fsdp(args: argparse.Namespace, recorder: Recorder) -> None:
     for index, (tokens, targets) in enumerate(DataLoader(data, sampler=sampler, batch_size=args.batch)):
         loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
         optimizer.zero_grad()
+        recorder.phase("forward")
         loss.backward()
+        recorder.phase("backward")
         optimizer.step()
         recorder.step_end(index)
     dist.destroy_process_group()
@@ -190,6 +222,12 @@ class LM(tm.Module):
     def on_train_batch_start(self, batch, batch_idx) -> None:
         if batch_idx == 0:
             self.recorder.start()
+
+    def on_before_backward(self, loss) -> None:
+        self.recorder.phase("forward")
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        self.recorder.phase("backward")
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         self.recorder.step_end(batch_idx)
@@ -258,6 +296,15 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict]]) -> None:
         if ddp is not None:
             line += f"  x ddp {spread([f['peak_mib'] / d['peak_mib'] for f, d in zip(figures, ddp)], digits=2)}"
         print(line)
+    print("per phase and step (mean over the steps after the warm-up, summed over ranks; median over runs):")
+    for name, figures in runs.items():
+        parts = [
+            f"{phase} CPU {statistics.median(f['phases'][phase]['cpu'] for f in figures):.3f} s "
+            f"(system {statistics.median(f['phases'][phase]['sys'] for f in figures):.3f}) "
+            f"faults {statistics.median(f['phases'][phase]['minflt'] for f in figures) / 1e3:.0f}k"
+            for phase in PHASES
+        ]
+        print(f"{name:18s} " + " | ".join(parts))
     for name, figures in runs.items():
         print(f"settings {name}: {figures[0]['settings']}")
 
@@ -292,7 +339,11 @@ def main() -> None:
                 timeout=args.timeout,
                 env={"OMP_NUM_THREADS": str(args.threads), **variant_env(name)},
             )
-            runs[name].append({**run_figures(ranks, args.warmup), "settings": ranks[0]["settings"]})
+            phases = {
+                phase: {k: sum(r["phases"][phase][k] for r in ranks) / (args.steps - args.warmup) for k in PHASE_KEYS}
+                for phase in PHASES
+            }
+            runs[name].append({**run_figures(ranks, args.warmup), "settings": ranks[0]["settings"], "phases": phases})
             print(f"run {repeat + 1} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
     report(args, runs)
 
