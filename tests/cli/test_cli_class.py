@@ -11,6 +11,7 @@ import torch
 import yaml
 
 import trainmesh as tm
+from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
 from trainmesh.cli import CLI
 
@@ -84,9 +85,14 @@ def _flags(settings: dict) -> list[str]:
 def _run_script(cwd: Path, *args: str) -> str:
     src = str(Path(tm.__file__).resolve().parents[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    result = run_program(
-        ["main.py", *args], timeout=120, env=env, without=("RANK", "WORLD_SIZE", "LOCAL_RANK"), cwd=cwd
-    )
+    without = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    if can_fork():  # a fork of the fork server running main.py as a script, not a new interpreter
+        environment = {k: v for k, v in os.environ.items() if k not in without}
+        result = run_forked(
+            cwd / "main.py", list(args), env={**environment, "OMP_NUM_THREADS": "1", **env}, timeout=120, cwd=cwd
+        )
+    else:
+        result = run_program(["main.py", *args], timeout=120, env=env, without=without, cwd=cwd)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 

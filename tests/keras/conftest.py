@@ -21,7 +21,8 @@ def keras_ddp_programs(request, tmp_path_factory) -> Callable[[str], Path]:
     """``folder = keras_ddp_programs(NAME)``: the folder the ddp run of program NAME (keras_run,
     keras_callbacks_run, keras_zero1_run, keras_unseen_programs) wrote, each rank its files, as when it runs alone. The programs
     of the test files this session runs are legs of one launch of 2 processes (keras_batch.py), which
-    runs on first use: one agent and one pair of workers importing Keras instead of one per program."""
+    runs on first use: one agent importing Keras, and its 2 workers forks of it (ddp_fork) instead
+    of new interpreters importing torch, trainmesh and Keras again, per program."""
     root = tmp_path_factory.mktemp("keras_ddp_programs")
     collected = {item.path.name for item in request.session.items}
     plan = []
@@ -29,7 +30,7 @@ def keras_ddp_programs(request, tmp_path_factory) -> Callable[[str], Path]:
         if test_file in collected:  # a file run alone launches its own program only
             (root / name).mkdir()
             plan.append((name, 2, [name, str(root / name)], {}))
-    batches = Batches(HERE / "keras_batch.py", root, plan, leg_timeout=400, cwd=HERE, forked=True)
+    batches = Batches(HERE / "keras_batch.py", root, plan, leg_timeout=400, cwd=HERE, forked=True, fork_workers=True)
 
     def folder(name: str) -> Path:
         try:

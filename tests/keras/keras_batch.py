@@ -6,8 +6,10 @@ python keras_batch.py --batch SPEC.json -> the legs one after another in the sam
 
 Each program started on its own costs an agent and 2 workers that import torch and Keras (about 4 CPU-s
 each) for a few seconds of training; in one launch the workers import them once. The first process
-(the agent) is a fork of the test process's fork server and never imports Keras. A program's first
-``tk.fit`` then finds the processes started, as every later call of its own already did.
+(the agent) is a fork of the test process's fork server (torch and trainmesh imported); under
+``Batches(fork_workers=True)`` it imports Keras (1.6 CPU-s, no thread started) and its workers are
+forks of it, which import nothing again (as new interpreters each would: about 4 CPU-s). A program's
+first ``tk.fit`` then finds the processes started, as every later call of its own already did.
 """
 
 import os
@@ -47,7 +49,7 @@ def run_keras_unseen_programs(out: str) -> None:
     keras_unseen_programs.run_ddp(out)
 
 
-# name: the program's ddp run (imported in the workers only: the agent stays without Keras)
+# name: the program's ddp run (its module imported in the workers only)
 PROGRAMS = {
     "keras_run": run_keras_run,
     "keras_callbacks_run": run_keras_callbacks_run,
@@ -62,6 +64,10 @@ def run_leg(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from helpers.batches import run_batch
+    from helpers.batches import WORKERS, run_batch
+
+    if os.environ.get(WORKERS) == "fork":  # the workers are forks of this process: they inherit Keras
+        import keras  # noqa: F401
+        import trainmesh.keras  # noqa: F401
 
     run_batch(sys.argv[2], run_leg, limit=400)

@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import sys
+import textwrap
 
 os.environ["KERAS_BACKEND"] = "torch"
 
@@ -15,6 +16,7 @@ import torch  # noqa: E402
 
 import keras  # noqa: E402
 import trainmesh.keras as tk  # noqa: E402
+from helpers.fork_checks import FORKS, results  # noqa: E402
 
 
 def data(n=96, features=8, seed=0):
@@ -309,47 +311,68 @@ def test_a_keras_whose_internals_moved_is_refused_before_training(monkeypatch):
         internals.check.cache_clear()
 
 
-def _run(code, **env):
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-    )
+# Each check below needs a process that has not imported Keras yet (it reads KERAS_BACKEND at import):
+# one interpreter imports trainmesh (not Keras), then runs each check in a fork of itself
+# (helpers/fork_checks.py) instead of a new interpreter per check (2 CPU-s or more of imports each).
+PROGRAM = FORKS + textwrap.dedent("""
+    import trainmesh
 
+    def check(mode):
+        if mode == "without_keras":  # keras as uninstalled (as when it never was: import keras fails)
+            imported = ["keras" in sys.modules]  # with trainmesh
+            import trainmesh.keras as tk
 
-def test_wrong_backend_is_refused():
-    code = (
-        "import trainmesh.keras as tk\n"
-        "try:\n    tk.fit(None)\nexcept (ImportError, RuntimeError) as e:\n    print(type(e).__name__, e)\n"
-    )
-    for backend in ("tensorflow", "jax", "numpy"):
-        result = _run(code, KERAS_BACKEND=backend)
-        assert "KERAS_BACKEND=torch" in result.stdout and "before" in result.stdout, (backend, result.stderr)
+            imported.append("keras" in sys.modules)
+            sys.modules["keras"] = None
+            try:
+                tk.fit(None)
+            except ImportError as e:
+                return imported, str(e)
+            return imported, None
+        os.environ["KERAS_BACKEND"] = mode
+        import trainmesh.keras as tk
+
+        try:
+            tk.fit(None)
+        except (ImportError, RuntimeError) as e:
+            return f"{type(e).__name__} {e}"
+
+    in_forks(check, sys.argv[1:])
+""")
+WRONG_BACKENDS = ("tensorflow", "jax", "numpy")
 
 
 @functools.cache
-def _without_keras() -> subprocess.CompletedProcess:
-    """One process for the two tests below (an interpreter costs seconds): it imports trainmesh and
-    trainmesh.keras, prints whether keras came with them, then makes keras uninstalled (as when
-    it never was: ``import keras`` fails) and prints what tk.fit says."""
-    return _run(
-        "import sys, trainmesh; print('keras imported:', 'keras' in sys.modules); import trainmesh.keras as tk\n"
-        "print('keras imported:', 'keras' in sys.modules)\n"
-        "sys.modules['keras'] = None\n"
-        "try:\n    tk.fit(None)\nexcept ImportError as e:\n    print(e)\n"
+def _checked() -> dict:
+    """What each check of PROGRAM returned, by mode: one interpreter for the tests below."""
+    modes = [*WRONG_BACKENDS, "without_keras"]
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, *modes],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
+    assert done.returncode == 0, done.stderr
+    found = results(done.stdout)
+    assert len(found) == len(modes), (done.stdout, done.stderr)
+    return dict(zip(modes, found))
+
+
+def test_wrong_backend_is_refused():
+    for backend in WRONG_BACKENDS:
+        said = _checked()[backend]
+        assert "KERAS_BACKEND=torch" in said and "before" in said, (backend, said)
 
 
 def test_keras_not_installed_is_refused():
-    result = _without_keras()
-    assert 'pip install "trainmesh[keras]"' in result.stdout, (result.stdout, result.stderr)
+    _, said = _checked()["without_keras"]
+    assert 'pip install "trainmesh[keras]"' in said, said
 
 
 def test_import_trainmesh_does_not_import_keras():
-    result = _without_keras()
-    assert result.stdout.splitlines()[:2] == ["keras imported: False"] * 2, (result.stdout, result.stderr)
+    imported, _ = _checked()["without_keras"]
+    assert imported == [False, False]
 
 
 def test_a_one_process_ddp_run_leaves_no_process_group_behind():
