@@ -82,7 +82,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/optimization/owner.py": ["trainer/test_automatic_optimization.py", "trainer/test_token_loss.py"],
     "trainer/optimization/automatic_optimization.py": ["trainer/test_automatic_optimization.py"],
     "trainer/optimization/runners.py": ["trainer/test_automatic_optimization.py", "trainer/test_optimizer_idx.py"],
-    "trainer/optimization/closure.py": ["trainer/test_automatic_optimization_hooks.py"],
+    "trainer/optimization/closure.py": ["trainer/test_automatic_optimization_hooks.py", "trainer/test_step_cost.py"],
     "trainer/optimization/step_hooks.py": ["trainer/test_automatic_optimization.py"],
     "trainer/optimization/progress.py": ["trainer/test_manual_optimization.py", "trainer/test_optimizer_idx.py"],
     "runtime_optimizer.py": ["test_runtime.py", "trainer/test_optimizer_wrappers.py"],
