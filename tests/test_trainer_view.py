@@ -71,7 +71,7 @@ def test_fit_updates_the_loop_state_and_the_properties_read_it():
         "should_stop",
         "sanity_checking",
         "num_training_batches",
-        "num_val_batches",
+        "val_loader_batches",
         "stage",
         "ckpt_path",
         "epoch_metrics",

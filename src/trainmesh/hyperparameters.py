@@ -48,13 +48,20 @@ class HyperparametersMixin:
         network); ``frame``: the ``__init__``'s frame when a helper of it calls this (Lightning's
         argument); ``logger=False`` keeps them out of the loggers (checkpoints still hold them).
         """
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
             given = args[0]
             found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
+            # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
+            caller = frame or inspect.currentframe().f_back  # type: ignore[union-attr]
+            holders = [k for k, v in _init_arguments(caller).items() if k not in ignored and _same_object(v, given)]
+            name = holders[0] if holders else None
         else:
             found = self._named_init_arguments(args, frame)
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
+            # Lightning's: "kwargs" for named arguments, or for all of them where there are some
+            name = "kwargs" if args or any(k not in ignored for k in found) else None
         self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        object.__setattr__(self, "_hparams_name", name)
         object.__setattr__(self, "_hparams_initial", _frozen_copy(self.hparams))
         object.__setattr__(self, "_log_hyperparams", logger)
 
@@ -114,6 +121,19 @@ def _frozen_copy(hparams: AttributeDict) -> AttributeDict:
         return copy.deepcopy(hparams)
     except (TypeError, copy.Error, RuntimeError):
         return AttributeDict(hparams)
+
+
+def _same_object(value: Any, given: Any) -> bool:
+    """Lightning's ``v == hp`` for the holder of a given dict/Namespace, without comparing tensors."""
+    return value is given or (isinstance(value, (Mapping, argparse.Namespace)) and value == given)
+
+
+def hyperparameter_names(owner: Any) -> dict[str, str | None]:
+    """The checkpoint's ``hparams_name`` entry of a module or data module (its
+    ``CHECKPOINT_HYPER_PARAMS_NAME``), as Lightning writes it: where it saved non-empty hyperparameters."""
+    if owner is None or not getattr(owner, "hparams", None) or "_hparams_name" not in owner.__dict__:
+        return {}
+    return {owner.CHECKPOINT_HYPER_PARAMS_NAME: owner.__dict__["_hparams_name"]}
 
 
 def _init_arguments(frame: Any) -> dict[str, Any]:

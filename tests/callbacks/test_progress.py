@@ -15,9 +15,9 @@ def make_trainer(**overrides):
         max_epochs=2,
         max_steps=-1,
         num_training_batches=4,
-        num_val_batches=2,
-        num_test_batches=3,
-        num_predict_batches=2,
+        val_loader_batches=2,
+        test_loader_batches=3,
+        predict_loader_batches=2,
         progress_bar_metrics={},
         is_global_zero=True,
         sanity_checking=False,
@@ -39,7 +39,7 @@ def run_fit(bar: ProgressBar, trainer, epochs: int = 2) -> None:
     trainer.sanity_checking = True
     bar.on_sanity_check_start(trainer, module)
     bar.on_validation_start(trainer, module)
-    for i in range(trainer.num_val_batches):
+    for i in range(trainer.val_loader_batches):
         bar.on_validation_batch_end(trainer, module, None, None, i)
     bar.on_validation_end(trainer, module)
     bar.on_sanity_check_end(trainer, module)
@@ -53,7 +53,7 @@ def run_fit(bar: ProgressBar, trainer, epochs: int = 2) -> None:
             bar.on_train_batch_end(trainer, module, None, None, i)
             trainer.global_step += 1
         bar.on_validation_start(trainer, module)
-        for i in range(trainer.num_val_batches):
+        for i in range(trainer.val_loader_batches):
             bar.on_validation_batch_end(trainer, module, None, None, i)
         trainer.progress_bar_metrics = {"loss": 0.23141, "val_acc": 0.95}
         bar.on_validation_end(trainer, module)

@@ -170,3 +170,31 @@ def test_profiler_by_name(tmp_path, name):
         assert list(tmp_path.glob("fit-perf-*training_step*.pt.trace.json"))  # the Chrome trace of the recorded steps
     with pytest.raises(ValueError, match="one of"):
         tm.Trainer(profiler="fancy")
+
+
+def test_pytorch_profiler_counts_the_evaluation_steps_as_lightning(tmp_path):
+    """The PyTorch profiler's default schedule needs 5 steps; both frameworks count a validation's as
+    sum(num_val_batches) + sum(num_sanity_val_batches) (lists: adding a number to them raised a
+    TypeError here) and warn that they override the schedule for 3 batches."""
+    found = []
+    for base, trainer_class, profiler_class in (
+        (pl.LightningModule, pl.Trainer, pl_profilers.PyTorchProfiler),
+        (tm.LightningModule, tm.Trainer, profilers.PyTorchProfiler),
+    ):
+
+        class Net(base):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(4, 2)
+
+            def validation_step(self, batch, batch_idx):
+                self.log("v", self.layer(batch[0]).sum())
+
+        root = str(tmp_path / trainer_class.__module__.split(".")[0])
+        trainer = trainer_class(
+            accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=root, profiler=profiler_class()
+        )
+        with pytest.warns(UserWarning, match="schedule will be overridden"):
+            trainer.validate(Net(), DataLoader(TensorDataset(torch.randn(12, 4)), 4), verbose=False)
+        found.append((trainer.num_val_batches, trainer.num_sanity_val_batches))
+    assert found == [([3], [])] * 2

@@ -202,7 +202,7 @@ class ModelCheckpoint(Checkpoint):
             return self.save_on_train_epoch_end
         if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
             return False
-        if not getattr(trainer, "num_val_batches", 0):
+        if not getattr(trainer, "val_loader_batches", 0):
             return True
         return getattr(trainer, "val_check_interval", 1.0) in (None, 1.0)
 

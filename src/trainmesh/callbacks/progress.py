@@ -246,7 +246,7 @@ class ProgressBar(Callback):
     # validation, test, predict: one transient bar each
 
     def on_sanity_check_start(self, trainer: TrainerView, pl_module: Any) -> None:
-        self._start_eval(trainer, "Sanity check", "num_val_batches")
+        self._start_eval(trainer, "Sanity check", "val_loader_batches")
 
     def on_sanity_check_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, None)
@@ -254,12 +254,12 @@ class ProgressBar(Callback):
     def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._eval_task is None:  # on_sanity_check_start may have opened it already
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
-            self._start_eval(trainer, label, "num_val_batches")
+            self._start_eval(trainer, label, "val_loader_batches")
 
     def on_validation_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "num_val_batches")
+        self._advance_eval(trainer, batch_idx, "val_loader_batches")
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, None)
@@ -267,23 +267,23 @@ class ProgressBar(Callback):
             self._update_train(trainer)  # show the validation metrics just logged
 
     def on_test_start(self, trainer: TrainerView, pl_module: Any) -> None:
-        self._start_eval(trainer, "Testing", "num_test_batches")
+        self._start_eval(trainer, "Testing", "test_loader_batches")
 
     def on_test_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "num_test_batches")
+        self._advance_eval(trainer, batch_idx, "test_loader_batches")
 
     def on_test_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Testing")
 
     def on_predict_start(self, trainer: TrainerView, pl_module: Any) -> None:
-        self._start_eval(trainer, "Predicting", "num_predict_batches")
+        self._start_eval(trainer, "Predicting", "predict_loader_batches")
 
     def on_predict_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "num_predict_batches")
+        self._advance_eval(trainer, batch_idx, "predict_loader_batches")
 
     def on_predict_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Predicting")

@@ -105,11 +105,12 @@ class PyTorchProfiler(Profiler):
         if self._schedule.is_training:
             return trainer.num_training_batches
         if self._schedule.is_validating:
-            return trainer.num_val_batches + getattr(trainer, "num_sanity_val_batches", 0)
+            # Lightning's sums: every loader of the run (and of the sanity check) under one schedule
+            return sum(trainer.num_val_batches) + sum(trainer.num_sanity_val_batches)
         if self._schedule.is_testing:
-            return trainer.num_test_batches
+            return sum(trainer.num_test_batches)
         if self._schedule.is_predicting:
-            return trainer.num_predict_batches
+            return sum(trainer.num_predict_batches)
         raise NotImplementedError("Unsupported schedule")
 
     def _should_override_schedule(self) -> bool:

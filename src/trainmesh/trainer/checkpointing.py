@@ -19,6 +19,7 @@ from trainmesh.checkpoint import (
     remove_interrupted_saves,
     resolve_checkpoint,
 )
+from trainmesh.hyperparameters import hyperparameter_names
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
@@ -75,6 +76,7 @@ def build_checkpoint(
         "precision": runtime.precision.state_dict(),
         "callbacks": callback_states(trainer.callbacks),
         "hyper_parameters": dict(getattr(module, "hparams", {})),
+        **hyperparameter_names(module),
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
         "train_results": _reduced_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
@@ -87,6 +89,7 @@ def build_checkpoint(
         checkpoint["datamodule"] = datamodule.state_dict()
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+        checkpoint.update(hyperparameter_names(datamodule))
     # Lightning's order: the callbacks' on_save_checkpoint, then the module's, then (1.x) the data module's
     _save_callbacks(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
@@ -131,6 +134,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         "optimizer_states": [],
         "hyper_parameters": dict(getattr(module, "hparams", {})),
+        **hyperparameter_names(module),
     }
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)

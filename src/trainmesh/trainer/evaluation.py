@@ -158,6 +158,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     hook. Each loader's metric results, or its predictions for predict."""
     state, hooks = ctx.state, ctx.hooks
     limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
+    _record_batch_counts(ctx, stage, loaders, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
     if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(state.module)):
@@ -183,6 +184,16 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher)
         hooks.call(end)
     return results
+
+
+def _record_batch_counts(ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float]) -> None:
+    """Lightning's per-loader lists (trainer.num_val_batches, ...), kept by loop: the fit's
+    validation (its sanity check counts without the sanity limit, as Lightning's ``_max_batches``)."""
+    state = ctx.state
+    if stage == "sanity_check":
+        limits = [limited_count(loader, ctx.settings.limit_val_batches) for loader in loaders]
+    fitting = stage == "sanity_check" or (stage == "validate" and state.stage == "fit")
+    state.batch_counts["fit" if fitting else stage] = list(limits)
 
 
 def _batch_limit(ctx: LoopContext, stage: str, loader: Any, limit_setting: int | float) -> int | float:

@@ -15,11 +15,10 @@ from torch.overrides import TorchFunctionMode
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.callbacks.progress import ProgressBar
 from trainmesh.plugins import precision as precision_plugins
-from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.lightning2_arguments import RunBehaviour
 from trainmesh.trainer.loop_views import EvaluationLoopView, FitLoopView, LoopOwner
 from trainmesh.trainer.run_properties import RunProperties
-from trainmesh.trainer.states import TrainerStatus
+from trainmesh.trainer.states import TrainerFn, TrainerStatus
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
@@ -213,11 +212,28 @@ class LightningMembers(RunProperties):
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """The batches of each validation loader the sanity check runs."""
+        """The batches of each validation loader the sanity check runs: Lightning's, from the fit's
+        validation counts (``num_val_batches`` of the fit, whatever ran since)."""
         steps = self._settings.num_sanity_val_steps
         steps = math.inf if steps == -1 else steps
-        loaders = self._state.stage_loaders.get("validate", [])
-        return [min(steps, limited_count(loader, self._settings.limit_val_batches)) for loader in loaders]
+        return [min(steps, count) for count in self._state.batch_counts.get("fit", [])]
+
+    @property
+    def num_val_batches(self) -> list[int | float]:
+        """Lightning's: the batches of each validation loader, ``trainer.validate``'s while it runs
+        or after, else the fit's (set as its loaders are made; [] before)."""
+        validating = self._state.trainer_state.fn == TrainerFn.VALIDATING
+        return list(self._state.batch_counts.get("validate" if validating else "fit", []))
+
+    @property
+    def num_test_batches(self) -> list[int | float]:
+        """Lightning's: the batches of each test loader of the latest ``trainer.test`` ([] before)."""
+        return list(self._state.batch_counts.get("test", []))
+
+    @property
+    def num_predict_batches(self) -> list[int | float]:
+        """Lightning's: the batches of each loader of the latest ``trainer.predict`` ([] before)."""
+        return list(self._state.batch_counts.get("predict", []))
 
     @property
     def enable_validation(self) -> bool:

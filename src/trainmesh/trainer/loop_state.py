@@ -9,6 +9,7 @@ the Lightning-compatible names (``trainer.current_epoch``, ...) as ``StateField`
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -73,10 +74,10 @@ class StoppedInsideEpoch:
 
 
 _COUNT_OF_STAGE = {
-    "validate": "num_val_batches",
-    "sanity_check": "num_val_batches",
-    "test": "num_test_batches",
-    "predict": "num_predict_batches",
+    "validate": "val_loader_batches",
+    "sanity_check": "val_loader_batches",
+    "test": "test_loader_batches",
+    "predict": "predict_loader_batches",
 }
 
 
@@ -91,10 +92,15 @@ class LoopState:
     should_stop: bool = False
     trainer_state: TrainerState = field(default_factory=TrainerState)  # Lightning's trainer.state (states.py)
     stage_before_check: RunningStage | None = None  # the stage the sanity check returns to
-    num_training_batches: int | float = 0
-    num_val_batches: int | float = 0
-    num_test_batches: int | float = 0
-    num_predict_batches: int | float = 0
+    num_training_batches: int | float = math.inf  # Lightning's before a fit counts its loader
+    # The batch count of the loader an evaluation runs now: what the progress bar and the
+    # profiler's schedule count to (the Trainer's num_*_batches are Lightning's per-loader lists).
+    val_loader_batches: int | float = 0
+    test_loader_batches: int | float = 0
+    predict_loader_batches: int | float = 0
+    # Lightning's per-loader lists, by loop ("fit", "validate", "test", "predict"): set as the
+    # loop's loaders are made, kept after the run (trainer.num_val_batches, ...).
+    batch_counts: dict[str, list[int | float]] = field(default_factory=dict)
     # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
     ckpt_path: str | None = None
     epoch_metrics: dict[str, float] = field(default_factory=dict)
@@ -143,7 +149,7 @@ class LoopState:
             self.trainer_state.stage = self.stage_before_check
 
     def set_batch_count(self, stage: str, count: int | float) -> None:
-        """The batch count of an evaluation stage (``num_val_batches``, ...) as its loop runs."""
+        """The batch count of the loader an evaluation stage runs now (``val_loader_batches``, ...)."""
         setattr(self, _COUNT_OF_STAGE[stage], count)
 
 

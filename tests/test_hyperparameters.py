@@ -1,0 +1,63 @@
+"""The hyperparameter entries of a checkpoint (``hyper_parameters``, ``hparams_name`` and the data
+module's) as Lightning 2.6 writes them for the same program."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.programs import differences, run_both, trainer_kwargs
+
+pytest.importorskip("lightning.pytorch")
+
+_KEYS = ("hyper_parameters", "hparams_name", "datamodule_hyper_parameters", "datamodule_hparams_name")
+
+
+def saving_hyperparameters(L, root):
+    """Three modules (all __init__ arguments, named ones, a config dict) and a data module, each
+    fitted one step and saved with trainer.save_checkpoint: their hyperparameter entries."""
+
+    class Data(L.pl.LightningDataModule):
+        def __init__(self, batch_size=4, workers=0):
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.ones(8, 4), torch.zeros(8, 1)), batch_size=self.hparams.batch_size)
+
+    class Model(L.pl.LightningModule):
+        def __init__(self, width=4, lr=0.1, config=None, *, how="all"):
+            super().__init__()
+            if how == "all":
+                self.save_hyperparameters()
+            elif how == "named":
+                self.save_hyperparameters("width", "lr")
+            else:
+                self.save_hyperparameters(config)
+            self.net = nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    found = {}
+    for how, config in (("all", None), ("named", None), ("config", {"width": 4, "lr": 0.5})):
+        trainer = L.pl.Trainer(**trainer_kwargs(root / how, logger=False, max_steps=1, enable_checkpointing=False))
+        trainer.fit(Model(config=config, how=how), datamodule=Data(batch_size=2))
+        trainer.save_checkpoint(root / f"{how}.ckpt")
+        saved = torch.load(root / f"{how}.ckpt", weights_only=False)
+        found[how] = {key: saved[key] for key in _KEYS if key in saved}
+    return found
+
+
+def test_checkpoint_hyperparameter_entries_are_lightning_s(tmp_path):
+    found = run_both(saving_hyperparameters, tmp_path)
+    theirs = found["lightning"]
+    assert [theirs[how]["hparams_name"] for how in ("all", "named", "config")] == ["kwargs", "kwargs", "config"]
+    assert theirs["all"]["datamodule_hparams_name"] == "kwargs"
+    assert differences(theirs, found["trainmesh"]) == []
