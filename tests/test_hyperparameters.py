@@ -61,3 +61,56 @@ def test_checkpoint_hyperparameter_entries_are_lightning_s(tmp_path):
     assert [theirs[how]["hparams_name"] for how in ("all", "named", "config")] == ["kwargs", "kwargs", "config"]
     assert theirs["all"]["datamodule_hparams_name"] == "kwargs"
     assert differences(theirs, found["trainmesh"]) == []
+
+
+def loading_hyperparameters(L, root):
+    """A module saved three ways (all __init__ arguments, named ones, a config dict given to
+    save_hyperparameters) and a data module, each rebuilt with load_from_checkpoint (once with an
+    override): the hyperparameters and the arguments each rebuilt object was constructed with."""
+
+    class Data(L.pl.LightningDataModule):
+        def __init__(self, batch_size=4, workers=0):
+            super().__init__()
+            self.save_hyperparameters()
+            self.given = {"batch_size": batch_size, "workers": workers}
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.ones(8, 4), torch.zeros(8, 1)), batch_size=self.hparams.batch_size)
+
+    class Model(L.pl.LightningModule):
+        def __init__(self, width=4, lr=0.1, config=None, *, how="all"):
+            super().__init__()
+            self.given = {"width": width, "lr": lr, "config": config, "how": how}
+            if how == "all":
+                self.save_hyperparameters()
+            elif how == "named":
+                self.save_hyperparameters("width", "lr")
+            else:
+                self.save_hyperparameters(config)
+            self.net = nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    found = {}
+    for how, config in (("all", None), ("named", None), ("config", {"width": 4, "lr": 0.5})):
+        trainer = L.pl.Trainer(**trainer_kwargs(root / how, logger=False, max_steps=1, enable_checkpointing=False))
+        trainer.fit(Model(width=4, lr=0.3, config=config, how=how), datamodule=Data(batch_size=2))
+        trainer.save_checkpoint(root / f"{how}.ckpt")
+        for overrides in ({}, {"lr": 0.7}):
+            loaded = Model.load_from_checkpoint(root / f"{how}.ckpt", **overrides)
+            found[f"{how} {overrides}"] = {"given": loaded.given, "hparams": dict(loaded.hparams)}
+    data = Data.load_from_checkpoint(root / "all.ckpt", workers=1)
+    found["data"] = {"given": data.given, "hparams": dict(data.hparams)}
+    return found
+
+
+def test_load_from_checkpoint_builds_what_lightning_builds(tmp_path):
+    """Before: a module that saved a config dict (``save_hyperparameters(config)``) was rebuilt as
+    ``Model(width=4, lr=0.5)`` instead of Lightning's ``Model(config={...})``."""
+    found = run_both(loading_hyperparameters, tmp_path)
+    assert found["lightning"]["config {}"]["given"]["config"] == {"width": 4, "lr": 0.5}
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, read_saved_checkpoint
+from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import argparse as lightning_one_argparse
 
@@ -103,7 +103,7 @@ class DataModule(DataHooks, HyperparametersMixin):
         ``overrides`` replacing some, as Lightning's ``LightningDataModule.load_from_checkpoint``
         (``weights_only`` goes to ``torch.load``: None is torch's default)."""
         checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
-        made = cls(**{**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides})
+        made = cls(**constructor_arguments(cls, checkpoint, overrides))
         if checkpoint.get("datamodule"):  # the state its state_dict() returned when saved
             made.load_state_dict(checkpoint["datamodule"])
         return made

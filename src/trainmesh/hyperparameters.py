@@ -204,3 +204,21 @@ def read_saved_checkpoint(
     refuse_hparams_file(hparams_file)
     check_weights_only(checkpoint_path, weights_only)
     return load_checkpoint_file(checkpoint_path, map_location=map_location)
+
+
+def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``load_from_checkpoint`` builds ``cls`` with, by Lightning's rule
+    (``_load_state``): the saved hyperparameters, given as the one ``__init__`` argument they were
+    saved from when the checkpoint names it (``save_hyperparameters(config)`` -> ``config=``), with the
+    ``overrides`` replacing saved values (in such a dict too) and passed as well; only ``__init__``'s own arguments unless it takes ``**kwargs``."""
+    # the overrides replace saved values first (inside a saved config dict too), then are passed as well
+    saved = {**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides}  # type: ignore[attr-defined]
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names = {p.name for p in parameters if p.kind not in variadic}
+    saved_as = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)  # type: ignore[attr-defined]
+    arguments = {saved_as: saved} if saved_as in names else saved
+    arguments = {**arguments, **overrides}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return arguments
+    return {name: value for name, value in arguments.items() if name in names}

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainmesh import manual_calls
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, read_saved_checkpoint
+from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
@@ -434,7 +434,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
         checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
-        module = cls(**{**checkpoint.get("hyper_parameters", {}), **overrides})
+        module = cls(**constructor_arguments(cls, checkpoint, overrides))
         call_configure_model(module, None)
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
