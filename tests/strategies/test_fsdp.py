@@ -5,6 +5,9 @@ launch, one after another in the same processes (helpers/batches.py), and each r
 module, so the ddp references and the checkpoint legs serve several tests.
 """
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -266,3 +269,41 @@ def test_predict_under_fsdp_returns_every_prediction_in_order(legs):
     single, sharded = torch.load(legs.out("predict-single")), torch.load(legs.out("predict-fsdp"))
     assert sharded.shape == (101, 4)  # 7 batches over 2 ranks: the short shard was padded, then dropped
     torch.testing.assert_close(sharded, single, rtol=0, atol=1e-6)
+
+
+FIRST_SAVE = """
+import sys, torch, trainmesh as tm
+from torch.utils.data import DataLoader, TensorDataset
+class Net(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).sum()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+class Seen(tm.Callback):
+    def on_train_start(self, trainer, module):
+        print("dcp imported before any save:", "torch.distributed.checkpoint.state_dict" in sys.modules)
+trainer = tm.Trainer(strategy="fsdp", devices=1, accelerator="cpu", max_steps=1, logger=False,
+    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen()])
+trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+trainer.save_checkpoint(sys.argv[1])
+print("saved:", sorted(p.name for p in __import__("pathlib").Path(sys.argv[1]).iterdir()))
+"""
+
+
+def test_fsdp_imports_dcp_as_it_sets_up_not_inside_its_first_save(tmp_path):
+    """Issue 38: the first distributed save paid for importing torch's DCP (0.03-0.2 s), which a
+    hand-written DCP script imports at its top: now the strategy's setup does (a fresh process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_SAVE, str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "dcp imported before any save: True" in done.stdout, done.stdout
+    assert ".metadata" in done.stdout and "trainer_state.pt" in done.stdout, done.stdout

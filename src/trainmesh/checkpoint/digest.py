@@ -15,7 +15,8 @@ first record (``marker.MARKER``) says that it was written with one, so a file th
 is refused, not taken for one without a digest; a file without the marker (older trainmesh,
 Lightning, torch.save) and without a digest is checked by its zip CRC-32s alone. Loading
 checks the headers and the pickle first, then hashes each record as ``torch.load`` reads it
-(:class:`DigestingReader`): one read of the file, not two.
+(:class:`DigestingReader`): one read of the file, not two, and the hashing on other threads
+while torch copies the next piece (``crc.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from trainmesh.checkpoint.crc import PieceHasher
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
 from trainmesh.checkpoint.marker import END_RECORD, END_RECORD_SIZE, TRAILER_MAGIC, trailer_text
 
@@ -194,12 +197,13 @@ def read_trailer(fd: int) -> ArchiveDigest | None:
 
 
 class DigestingReader(io.RawIOBase):
-    """The file ``torch.load`` reads, hashing each read as it lands (in cache-sized pieces): the
-    CRC-32 of every ``(offset, length)`` read is kept in ``crcs`` for :func:`check_records`."""
+    """The file ``torch.load`` reads, hashing each read as it lands (in cache-sized pieces, on
+    ``hasher``'s threads while the next piece is read): the CRC-32 of every ``(offset, length)``
+    read is kept in ``crcs`` for :func:`check_records`."""
 
-    def __init__(self, raw: io.FileIO) -> None:
+    def __init__(self, raw: io.FileIO, hasher: PieceHasher | None = None) -> None:
         super().__init__()
-        self.raw = raw
+        self.raw, self.hasher = raw, hasher or PieceHasher(workers=0)
         self.crcs: dict[tuple[int, int], int] = {}
 
     def readable(self) -> bool:
@@ -216,13 +220,18 @@ class DigestingReader(io.RawIOBase):
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         view = memoryview(buffer).cast("B")
-        start, done, crc = self.raw.tell(), 0, 0
-        while done < len(view):
-            count = self.raw.readinto(view[done : done + _CHUNK])
-            if not count:
-                break
-            crc = zlib.crc32(view[done : done + count], crc)
-            done += count
+        start, done = self.raw.tell(), 0
+        pieces: list[Any] = []
+        try:
+            while done < len(view):
+                count = self.raw.readinto(view[done : done + _CHUNK])
+                if not count:
+                    break
+                self.hasher.add(pieces, view[done : done + count])
+                done += count
+        finally:
+            # The buffer is torch's, which may reuse or free it once this returns: hashed before.
+            crc = self.hasher.finish(pieces)
         self.crcs[(start, done)] = crc
         return done
 

@@ -11,6 +11,7 @@ from typing import IO, Any, cast
 
 import torch
 
+from trainmesh.checkpoint.crc import PieceHasher
 from trainmesh.checkpoint.digest import (
     ArchiveDigest,
     DamagedCheckpoint,
@@ -50,17 +51,18 @@ def load_with_digest(source: Path, raw: io.FileIO, digest: ArchiveDigest, map_lo
         bad = next((f"its record {r.name}" for r in pickles if crc_of(fd, r.start, r.length) != r.crc), None)
     if bad is not None:
         raise DamagedCheckpoint(damaged_message(source, bad))
-    reader = DigestingReader(raw)
-    reader.seek(0)
-    try:
-        # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
-        # plain tensors. Only load checkpoints you trust, as with any pickle.
-        checkpoint = torch.load(cast(IO[bytes], reader), map_location=map_location, weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
-        bad = check_records(fd, records, reader.crcs, digest.records)
-        if bad is not None:
-            raise DamagedCheckpoint(damaged_message(source, f"its {bad}")) from exc
-        raise torn_load(source, exc) from exc
+    with PieceHasher() as hasher:
+        reader = DigestingReader(raw, hasher)
+        reader.seek(0)
+        try:
+            # weights_only=False: our checkpoints hold RNG states and hyperparameters, which are not
+            # plain tensors. Only load checkpoints you trust, as with any pickle.
+            checkpoint = torch.load(cast(IO[bytes], reader), map_location=map_location, weights_only=False)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
+            bad = check_records(fd, records, reader.crcs, digest.records)
+            if bad is not None:
+                raise DamagedCheckpoint(damaged_message(source, f"its {bad}")) from exc
+            raise torn_load(source, exc) from exc
     bad = check_records(fd, records, reader.crcs, digest.records)
     if bad is not None:
         raise DamagedCheckpoint(damaged_message(source, f"its {bad}"))

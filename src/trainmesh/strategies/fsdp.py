@@ -294,6 +294,8 @@ class FSDPStrategy(DistributedStrategy):
         )
         if on_meta:
             materialize(module, torch.device("cpu") if offload else self._device)
+        if self.state_dict_type == "sharded":
+            checkpoints.import_distributed_checkpoint()  # its saves are DCP's: not inside the first
         return root
 
     @property

@@ -219,6 +219,7 @@ class ModelParallelStrategy(DistributedStrategy):
             microbatches, group = self.microbatches or num_stages, mesh.group("pp")
             self._pipeline = Pipeline(stages, self._cut, num_stages, self.schedule, microbatches, group, self._device)
             refuse_direct_calls(module)  # a user's loop calling model(x) would get a stage's activations
+        checkpoints.import_distributed_checkpoint()  # its saves are DCP's: not inside the first
         return module
 
     def _cut_pipeline(self, module: nn.Module) -> dict[int, list[str]]:
