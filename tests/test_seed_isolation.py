@@ -6,7 +6,9 @@ Run as a script (``python test_seed_isolation.py digits SANITY DIGITS_FILE``), t
 program compared with Lightning 2.6.6.
 """
 
+import functools
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, str(Path(__file__).parent))
 
 import trainmesh as tm  # noqa: E402
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.models import flat_weights, quiet_trainer, random_classification  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 from trainmesh.seed import import_leaving_rng, isolate_rng  # noqa: E402
@@ -67,6 +70,7 @@ class DrawsInValidation(tm.Module):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+@functools.cache  # seeded and deterministic: each setting's fit once per file, shared by the tests
 def seeded_fit(num_sanity_val_steps: int) -> DrawsInValidation:
     tm.seed_everything(7)
     model = DrawsInValidation()
@@ -133,6 +137,7 @@ LIGHTNING_DIGITS = {
 def digits_program(num_sanity_val_steps: int, digits_file: str) -> dict:
     """Digits MLP with dropout, shuffled loaders, random draws in training and validation, the
     default progress bar, seeded once: what it trained and what each generator draws next."""
+    rich_before_fit = any(name == "rich" or name.startswith("rich.") for name in sys.modules)
     features, y = torch.load(digits_file)
     x = features.float() / 16.0
 
@@ -176,21 +181,29 @@ def digits_program(num_sanity_val_steps: int, digits_file: str) -> dict:
         "next_python": random.random(),
         "next_numpy": float(np.random.rand()),
         "next_torch": float(torch.rand(1)),
+        "rich_before_fit": rich_before_fit,
     }
 
 
 @pytest.mark.parametrize("num_sanity_val_steps", [0, 2])
 def test_a_seeded_digits_program_gives_lightnings_numbers(num_sanity_val_steps, tmp_path):
-    # A fresh interpreter, so that the progress bar's first import of rich happens inside this
-    # fit; the digits come from a file, as sklearn imports rich.
+    # A process of its own, so that the progress bar's first import of rich happens inside this
+    # fit; the digits come from a file, as sklearn imports rich. A fork of the fork server
+    # (helpers/forked.py: torch and trainmesh imported, rich not) where there is one: the program
+    # seeds itself after its imports, as in a new interpreter.
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     torch.save((torch.tensor(digits.data), torch.tensor(digits.target)), tmp_path / "digits.pt")
-    args = [__file__, "digits", str(num_sanity_val_steps), str(tmp_path / "digits.pt")]
-    result = run_program(args, timeout=300, cwd=tmp_path)
+    args = ["digits", str(num_sanity_val_steps), str(tmp_path / "digits.pt")]
+    if can_fork():
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        result = run_forked(Path(__file__), args, env=env, timeout=300, cwd=tmp_path)
+    else:
+        result = run_program([__file__, *args], timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["rich_before_fit"] is False  # the fit's progress bar imports it first
     for key in ("val_acc", "weight_sum", "next_python", "next_numpy", "next_torch"):
         assert got[key] == pytest.approx(LIGHTNING_DIGITS[key], abs=1e-6), key
     assert got["first_weights"] == pytest.approx(LIGHTNING_DIGITS["first_weights"], abs=1e-6)

@@ -45,10 +45,11 @@ def plan(root: Path) -> list:
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory) -> Batches:
     root = tmp_path_factory.mktemp("compile")
-    # A fresh process, not a fork of this worker: Lightning, once another test imported it here,
-    # patches torch's Module.compile to record its arguments on the module (lightning_fabric's
-    # wrappers), which the check of what compiling writes onto a module must not see.
-    return Batches(PROGRAM, root, plan(root), leg_timeout=240, cwd=HERE)
+    # Not a fork of this worker: Lightning, once another test imported it here, patches torch's
+    # Module.compile to record its arguments on the module (lightning_fabric's wrappers), which
+    # the check of what compiling writes onto a module must not see. A fork of the fork server
+    # (helpers/forked.py) is clean: it imported torch and trainmesh only, never Lightning.
+    return Batches(PROGRAM, root, plan(root), leg_timeout=240, cwd=HERE, forked=True, fork_workers=True)
 
 
 def result(legs: Batches, name: str) -> dict:

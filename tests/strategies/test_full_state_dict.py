@@ -4,12 +4,10 @@ model_parallel_legs.ATOL, 1e-5: the layouts' float32 sums in another order), und
 process's names, and the other ranks None; Trainer.save_checkpoint(path), called on every rank,
 writes those same weights, under single, ddp, fsdp, tp and a pipeline (pp=2).
 
-Two launches, started together: one process (the reference), and the 2-process layouts one
-after another in one launch (full_state_run.py).
+Two launches: one process (the reference), and the 2-process layouts one after another in one
+launch (full_state_run.py).
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +22,11 @@ LAYOUTS = ("ddp", "fsdp", "tp", "pp_1f1b")
 def outputs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full_state")
     script = str(HERE / "full_state_run.py")
-    single = subprocess.Popen([sys.executable, script, str(out), "single"], cwd=HERE, stderr=subprocess.PIPE, text=True)
-    layouts = run(script, str(out), *LAYOUTS, timeout=400, forked=True)
-    _, single_err = single.communicate(timeout=120)
-    assert single.returncode == 0, single_err[-3000:]
+    # Forks of a process that imported torch already (helpers/forked.py), the layouts' two as one
+    # process group that their Trainers find started: nothing here tests how processes start.
+    single = run(script, str(out), "single", timeout=120, forked=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    layouts = run(script, str(out), *LAYOUTS, timeout=400, forked=True, world=2)
     assert layouts.returncode == 0, layouts.stderr[-4000:]
     return out
 

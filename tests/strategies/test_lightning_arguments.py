@@ -180,7 +180,11 @@ def plan(root: Path):
 @pytest.fixture(scope="module")
 def legs(tmp_path_factory) -> Batches:
     root = tmp_path_factory.mktemp("lightning_arguments")
-    return Batches(HERE / "lightning_arguments_run.py", root, plan(root), leg_timeout=180, cwd=HERE)
+    # A fork of the fork server (helpers/forked.py) and its workers forks of that: the legs import
+    # Lightning there themselves, as a new interpreter would; none tests how processes start.
+    return Batches(
+        HERE / "lightning_arguments_run.py", root, plan(root), leg_timeout=180, cwd=HERE, forked=True, fork_workers=True
+    )
 
 
 def trained(legs, name):

@@ -55,6 +55,8 @@ def test_fsdp_meta_built_transformer_starts_and_ends_as_ddp(tmp_path):
         [(strategy, 2, [strategy, str(tmp_path / f"{strategy}.pt")], {}) for strategy in ("ddp", "fsdp")],
         leg_timeout=180,
         cwd=HERE,
+        forked=True,  # a fork of the fork server with its workers forked: no interpreter to start
+        fork_workers=True,
     )
     saved = {}
     for strategy in ("ddp", "fsdp"):
