@@ -3,6 +3,8 @@ module's) as Lightning 2.6 writes them for the same program."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,9 +87,16 @@ def loading_hyperparameters(L, root):
                 self.save_hyperparameters()
             elif how == "named":
                 self.save_hyperparameters("width", "lr")
-            else:
+            elif how == "config":
                 self.save_hyperparameters(config)
+            elif how == "helper":
+                self._keep(config)
+            else:  # Lightning's function, called from __init__
+                importlib.import_module(f"{L.pl.__name__}.utilities.parsing").save_hyperparameters(self, config)
             self.net = nn.Linear(width, 1)
+
+        def _keep(self, given):  # a method of __init__ saving a dict it is handed
+            self.save_hyperparameters(given)
 
         def training_step(self, batch, batch_idx):
             return F.mse_loss(self.net(batch[0]), batch[1])
@@ -96,7 +105,8 @@ def loading_hyperparameters(L, root):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     found = {}
-    for how, config in (("all", None), ("named", None), ("config", {"width": 4, "lr": 0.5})):
+    given = {"width": 4, "lr": 0.5}
+    for how, config in (("all", None), ("named", None), ("config", given), ("helper", given), ("utility", given)):
         trainer = L.pl.Trainer(**trainer_kwargs(root / how, logger=False, max_steps=1, enable_checkpointing=False))
         trainer.fit(Model(width=4, lr=0.3, config=config, how=how), datamodule=Data(batch_size=2))
         trainer.save_checkpoint(root / f"{how}.ckpt")
@@ -112,5 +122,6 @@ def test_load_from_checkpoint_builds_what_lightning_builds(tmp_path):
     """Before: a module that saved a config dict (``save_hyperparameters(config)``) was rebuilt as
     ``Model(width=4, lr=0.5)`` instead of Lightning's ``Model(config={...})``."""
     found = run_both(loading_hyperparameters, tmp_path)
-    assert found["lightning"]["config {}"]["given"]["config"] == {"width": 4, "lr": 0.5}
+    for how in ("config", "helper", "utility"):  # each is given the saved dict back as config=
+        assert found["lightning"][f"{how} {{}}"]["given"]["config"] == {"width": 4, "lr": 0.5}
     assert differences(found["lightning"], found["trainmesh"]) == []

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.attribute_dict import AttributeDict
+from trainmesh.utilities.parsing import collect_init_args
 
 
 class HyperparametersMixin:
@@ -53,8 +54,13 @@ class HyperparametersMixin:
             given = args[0]
             found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
             # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
+            # (the arguments of the constructors up the calling chain, as Lightning collects them, so that a
+            # helper method of __init__ calling this still finds the __init__ argument)
             caller = frame or inspect.currentframe().f_back  # type: ignore[union-attr]
-            holders = [k for k, v in _init_arguments(caller).items() if k not in ignored and _same_object(v, given)]
+            arguments: dict[str, Any] = {}
+            for local in collect_init_args(caller, [], classes=(HyperparametersMixin,)) if caller else ():
+                arguments.update(local)
+            holders = [k for k, v in arguments.items() if k not in ignored and _same_object(v, given)]
             name = holders[0] if holders else None
         else:
             found = self._named_init_arguments(args, frame)

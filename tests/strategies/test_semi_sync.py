@@ -226,6 +226,35 @@ def test_resuming_a_diloco_run_from_a_checkpoint_of_another_run_is_refused_befor
         lighthouse.shutdown()
 
 
+def test_a_streaming_diloco_checkpoint_of_the_older_fragment_order_is_refused():
+    """Before the rejoin, fragment i was saved under torchft's key of place i; since, under place i+1.
+    An older checkpoint would load every fragment's last-sync weights and outer state into another one
+    (names like ``0.weight`` repeat in every fragment, so nothing would fail): refused as it is read."""
+    from trainmesh.strategies.semi_sync import _check_same_sync
+
+    fragments = {f"StreamingDiLoCoFragment_{i}": {} for i in range(2)}
+    older = {"sync": "diloco", "sync_every": 4, "fragments": fragments}
+    ft = _ft(sync="diloco", sync_every=4, fragments=2)
+    with pytest.raises(ValueError, match="old.ckpt is a Streaming DiLoCo checkpoint written before"):
+        _check_same_sync(ft, older, "old.ckpt")
+    _check_same_sync(ft, {**older, "fragment_order": "turned-by-one"}, "new.ckpt")  # today's: taken
+    whole = {**older, "fragments": {"StreamingDiLoCoFragment_0": {}}}
+    _check_same_sync(_ft(sync="diloco", sync_every=4), whole, "whole.ckpt")  # one fragment: no order to keep
+
+
+def test_a_torchft_without_what_a_rejoin_uses_is_refused_before_training():
+    if not HAS_TORCHFT:
+        pytest.skip("torchft is not installed (pip install torchft)")
+    from trainmesh.strategies.semi_sync import check_torchft_internals
+
+    class LocalSGDWithoutItsSync:  # as a torchft that renamed LocalSGD's private sync would be
+        _local_step = 0
+        _manager = None
+
+    with pytest.raises(RuntimeError, match=r"sync='LocalSGD' relies on torchft 0.2's LocalSGD \(_perform_sync\)"):
+        check_torchft_internals(LocalSGDWithoutItsSync())
+
+
 KILLS = HERE / "semi_sync_kills_run.py"
 
 

@@ -182,3 +182,33 @@ def test_writes_into_the_loops_work_between_runs_or_are_refused(tmp_path):
         trainer.validate_loop.batch_progress = None
     with pytest.raises(AttributeError, match="Lightning 2.x removed it"):
         trainer.fit_loop.running_loss  # noqa: B018
+
+
+def val_check_batch_without_training_batches(L, root):
+    """A fit whose training is limited to no batch: the trainer's val_check_batch afterwards."""
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.ones(4, 2), torch.zeros(4, 1)), batch_size=2)
+    found = {}
+    for limit in (0, 2):
+        trainer = L.pl.Trainer(**trainer_kwargs(root / str(limit), max_epochs=1, limit_train_batches=limit))
+        trainer.fit(Model(), data)
+        found[limit] = trainer.val_check_batch
+    return found
+
+
+def test_val_check_batch_stays_none_when_no_training_batch_runs(tmp_path):
+    """Before: 1 after a fit limited to 0 training batches, where Lightning leaves it None."""
+    found = run_both(val_check_batch_without_training_batches, tmp_path)
+    assert found["lightning"] == {0: None, 2: 2}
+    assert differences(found["lightning"], found["trainmesh"]) == []

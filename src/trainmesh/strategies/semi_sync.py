@@ -48,6 +48,7 @@ __all__ = ["SemiSyncDDPStrategy", "outer_optimizer_factory"]
 # fragment's weights of the last sync and outer optimizer state as torchft's own fragment exports them.
 SEMI_SYNC_KEY = "trainmesh_semi_sync"
 _FRAGMENT_PREFIX = "StreamingDiLoCoFragment_"  # the key torchft's DiLoCo fragments register their state under
+_FRAGMENT_ORDER = "turned-by-one"  # how fragments map to torchft's keys in a checkpoint (see _sync_state)
 
 _NOT_SEMI_SYNC = (
     "fault_tolerance with sync={sync!r}: {source} was not written by a sync={sync!r} run, so it lacks the state "
@@ -90,6 +91,7 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
         # Built before the first quorum: DiLoCo registers its state with torchft's Manager here, so a
         # group healed at that quorum takes the peer's weights of the last sync and outer state too.
         self._sync = _semi_sync(self.fault_tolerance, self.quorum, self._placed, inner)
+        check_torchft_internals(self._sync)
         self._sync.__enter__()
         self._starting = not self._resuming
         # The inner optimizer steps (and LocalSGD / DiLoCo sync from its hooks) unless this step
@@ -118,7 +120,7 @@ class SemiSyncDDPStrategy(FaultTolerantDDPStrategy):
                 "fault_tolerance: a replica group failed while the groups took the first group's weights "
                 "before training; start the run again"
             )
-        if hasattr(self._sync, "_fragments"):  # DiLoCo: the weights just taken are the first sync's
+        if _is_diloco(self._sync):  # the weights just taken are the first sync's
             self._sync._save_parameters()
 
     def train_step(
@@ -200,16 +202,45 @@ def _semi_sync(fault_tolerance: Any, quorum: ReplicaQuorum, module: nn.Module, i
     return local_sgd.DiLoCo(quorum.manager, fragments, inner, outers, sync_every=every)
 
 
+# What of torchft 0.2's LocalSGD / DiLoCo a group joining a run, and a resume, use besides their public
+# calls (torchft has no public call for a sync after a quorum already started, nor for the local step).
+_TORCHFT_INTERNALS = {
+    "LocalSGD": ("_perform_sync", "_local_step", "_manager"),
+    "DiLoCo": ("_fragments", "_current_fragment", "_local_step", "_save_parameters", "_manager"),
+}
+
+
+def _is_diloco(sync: Any) -> bool:
+    from torchft import local_sgd
+
+    return isinstance(sync, local_sgd.DiLoCo)
+
+
+def check_torchft_internals(sync: Any) -> None:
+    """Refuse, before training, a torchft whose LocalSGD / DiLoCo lack what a rejoin or a resume uses:
+    without them a restarted group would take part in a sync it cannot make, or a resume would miss the
+    state between syncs."""
+    kind = "DiLoCo" if _is_diloco(sync) else "LocalSGD"
+    missing = [name for name in _TORCHFT_INTERNALS[kind] if not hasattr(sync, name)]
+    if missing:
+        import torchft
+
+        raise RuntimeError(
+            f"fault_tolerance: sync={kind!r} relies on torchft 0.2's {kind} ({', '.join(missing)}), which this "
+            f"torchft ({getattr(torchft, '__version__', 'unknown version')}) does not have; install torchft 0.2 "
+            "(pip install 'torchft>=0.2,<0.3')"
+        )
+
+
 def _sync_after_quorum(sync: Any) -> None:
     """The sync torchft 0.2's LocalSGD.sync / DiLoCo's step hook run after their start_quorum, for a
     group whose own quorum (before its first step) met the others in theirs: the weights (DiLoCo: the
     pseudo-gradient of the fragment due, then the outer step) averaged with them, committed or not as
     torchft decides, and the count of local steps restarted, as theirs is."""
-    fragments = getattr(sync, "_fragments", None)
-    if fragments is None:
+    if not _is_diloco(sync):
         sync._perform_sync()
     else:
-        fragment = fragments[sync._current_fragment()]
+        fragment = sync._fragments[sync._current_fragment()]
         fragment.prepare_sync()
         fragment.perform_sync()
     sync._local_step = 0
@@ -274,6 +305,9 @@ def _sync_state(fault_tolerance: Any, sync: Any) -> dict[str, Any]:
         "local_step": sync._local_step,
         "manager": manager.state_dict(),
         "fragments": fragments,
+        # Since 0.2's rejoin, fragment i is saved under torchft's key of place i+1 (the list is turned by
+        # one) and torchft's count starts at 1: a checkpoint without this mark has the older order.
+        "fragment_order": _FRAGMENT_ORDER,
     }
 
 
@@ -289,6 +323,13 @@ def _check_same_sync(fault_tolerance: Any, saved: dict[str, Any], source: str) -
     # the last sync and outer state into another.
     mine = (fault_tolerance.sync, fault_tolerance.sync_every, fault_tolerance.fragments)
     theirs = (saved["sync"], saved["sync_every"], len(saved.get("fragments", ())))
+    if mine[0] == "diloco" and mine[2] > 1 and saved.get("fragment_order") != _FRAGMENT_ORDER:
+        raise ValueError(
+            f"fault_tolerance: {source} is a Streaming DiLoCo checkpoint written before trainmesh kept its "
+            "fragments in the order a restarted group can rejoin by; its fragments' weights of the last sync "
+            "and outer optimizer states would load into other fragments. Resume it with the trainmesh that "
+            "wrote it, or start a new run from its model weights (Module.load_from_checkpoint)"
+        )
     if theirs[:2] != mine[:2] or (mine[0] == "diloco" and theirs[2] != mine[2]):
         raise ValueError(
             f"fault_tolerance: {source} was written with {_settings(*theirs)}, and this run asks for "

@@ -203,9 +203,9 @@ class LightningMembers(RunProperties):
     def val_check_batch(self) -> int | float | None:
         """Lightning's: the training batches between validations, settled as a fit starts (None before
         any fit); an int ``val_check_interval`` as given, a fraction of the epoch's batches at least 1."""
-        if not self._state.progress.fit_started:
-            return None
         interval, batches = self._settings.val_check_interval, self.num_training_batches
+        if not self._state.progress.fit_started or batches == 0:  # Lightning settles it only for batches to run
+            return None
         if isinstance(interval, int) or math.isinf(batches):
             return interval if isinstance(interval, int) else float("inf")
         return max(1, int(batches * interval))

@@ -150,7 +150,8 @@ def save_hyperparameters(
         chosen = not_names[0]  # one dict or Namespace stands for the arguments
     else:
         chosen = {arg: init_args[arg] for arg in args if isinstance(arg, str)}
-    obj.save_hyperparameters(dict(vars(chosen)) if isinstance(chosen, Namespace) else dict(chosen))
+    # the user's __init__ frame goes along: the checkpoint's hparams_name is the argument holding a given dict
+    obj.save_hyperparameters(dict(vars(chosen)) if isinstance(chosen, Namespace) else dict(chosen), frame=frame)
 
 
 def _attribute_holders(model: Any, attribute: str) -> list[Any]:
