@@ -1,4 +1,4 @@
-"""Eight Keras 3 programs written as users write them, run under Keras' own fit at the global batch and
+"""Ten Keras 3 programs written as users write them, run under Keras' own fit at the global batch and
 under trainmesh.keras' ddp at 2 processes (test_keras_unseen_programs.py compares them).
 
 python keras_unseen_programs.py ddp OUT -> one launch of 2 processes, every program one after another;
@@ -248,6 +248,35 @@ def pydataset_steps(batch: int) -> Program:
     return Program(model, fit, {"x": Batches(x[160:], y[160:], batch)}, {"x": Batches(x[160:], y[160:], batch)})
 
 
+def pydataset_tracker(batch: int) -> Program:
+    """``uneven_tracker`` on PyDatasets, whose batch sizes are known only once read (one process at 32
+    reads the batches of 2 x 16 one at a time): 94 samples to train in batches of ``batch`` (16: 6
+    batches, the last global one 16 + 14), 88 to validate (6: the last 16 + 8) with a LogReader reading
+    every batch's logs, 70 to evaluate (5: the last 6 + none, one process's step only)."""
+    fresh()
+    model = Regressor()
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    x, y = tabular(182, classes=False)
+    logs: list = []
+    train, validation = Batches(x[:94], y[:94], batch), Batches(x[94:], y[94:], batch)
+    fit = {"x": train, "epochs": 3, "validation_data": validation, "callbacks": [LogReader(logs)]}
+    evaluate = {"x": Batches(x[94:164], y[94:164], batch)}
+    return Program(model, fit, evaluate, {"x": Batches(x[:94], y[:94], batch)}, logs=logs)
+
+
+def loader_tracker(batch: int) -> Program:
+    """The same on torch DataLoaders: 93 samples to train (split by sample: the last batches 15 + 14),
+    70 to validate and evaluate (5 batches dealt in turn: the last step 6 samples on rank 0 only)."""
+    fresh()
+    model = Regressor()
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    x, y = (torch.from_numpy(a) for a in tabular(163, classes=False))
+    train = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:93], y[:93]), batch_size=batch)
+    validation = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[93:], y[93:]), batch_size=batch)
+    fit = {"x": train, "epochs": 2, "validation_data": validation}
+    return Program(model, fit, {"x": validation}, {"x": x[:93].numpy(), "batch_size": batch})
+
+
 # 7. fit(initial_epoch=...) continuing a first fit, a LearningRateScheduler, validation_freq.
 def initial_epoch(batch: int) -> Program:
     fresh()
@@ -293,6 +322,8 @@ PROGRAMS = {
     "class_weights": class_weights,
     "callbacks": callbacks,
     "pydataset_steps": pydataset_steps,
+    "pydataset_tracker": pydataset_tracker,
+    "loader_tracker": loader_tracker,
     "initial_epoch": initial_epoch,
     "own_metric": own_metric,
 }

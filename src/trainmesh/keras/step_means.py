@@ -14,13 +14,20 @@ Two things a process sees of one step differ from what one process sees at the g
   batches of that step are of one size. At a step where they are not (the last batch of a pass), this
   process's increment of such a Mean is scaled by N b_r / B (b_r its batch, B the global batch), so
   that the step still adds N counts, and N times the global batch's mean to the total: the summed
-  state's result is one process's.
+  state's result is one process's. Split arrays give every step's sizes in advance. A PyDataset's or
+  a DataLoader's sizes are known once read: in training their sum comes with the step's gradient
+  collective (sync.py); in evaluation, where the processes may take different numbers of steps, each
+  step's increments are kept and weighed at the evaluation's end, once two small sums have gathered
+  every process's sizes (:func:`weigh_evaluation`), or at the step itself where a callback reads each
+  evaluation batch's logs (every process then takes every step).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+import torch
 
 from trainmesh.keras import step_logs
 from trainmesh.keras.backend import require_keras
@@ -141,3 +148,39 @@ def watch_evaluation_batches(callbacks: Any, data: Any, world: int, batch_size: 
         return False
     refuse_uneven_test_batch_logs(evaluation_step_counts(data, world, batch_size, steps), what)
     return True
+
+
+def increments(before: list[tuple[Any, Any, Any]], batch: int) -> tuple[int, list[tuple[Any, Any, Any]]]:
+    """An evaluation step's ``batch`` and the increments (total, count) of each Mean it updated once
+    (count + 1 with ``batch`` > 1 samples): weighed at the evaluation's end (:func:`weigh_evaluation`)."""
+    found = []
+    for metric, total, count in before:
+        added = metric.count.value - count
+        if batch > 1 and bool((added == 1).all()):
+            found.append((metric, metric.total.value - total, added))
+    return batch, found
+
+
+def weigh_evaluation(runtime: Runtime, model: Any, steps: list[tuple[int, list[tuple[Any, Any, Any]]]]) -> None:
+    """At the end of an evaluation of batches known only once read (a PyDataset, a DataLoader): every
+    process's batch size at each of its steps, gathered in two small sums (the step counts, then the
+    sizes), and each recorded increment of a Mean updated once per step scaled by its share N b_r / B of
+    that step (B: the step's global batch; a step only some processes take included), as for split
+    arrays. Every process joins when the model has a Mean (the same on every process)."""
+    found = means(model)
+    if not found:
+        return
+    world, rank = runtime.world_size, runtime.global_rank
+    device = found[0].count.value.device
+    counts = torch.zeros(world, dtype=torch.float64, device=device)
+    counts[rank] = len(steps)
+    longest = int(all_reduce_sum(runtime, [counts])[0].max().item())
+    sizes = torch.zeros(longest, world, dtype=torch.float64, device=device)
+    sizes[: len(steps), rank] = torch.tensor([float(batch) for batch, _ in steps], dtype=torch.float64)
+    totals = all_reduce_sum(runtime, [sizes])[0].sum(dim=1).tolist()
+    for (batch, recorded), total in zip(steps, totals, strict=False):
+        unweighed = 1 - world * batch / total  # 0 where the step's batches are of one size
+        for metric, added_total, added_count in recorded:
+            if unweighed:
+                metric.total.assign(metric.total.value - added_total * unweighed)
+                metric.count.assign(metric.count.value - added_count * unweighed)

@@ -58,6 +58,8 @@ class SyncState:
         self.test_batch_logs = False  # the same, of each evaluation batch
         self.eval_plan: TrainPlan | None = None  # the evaluation's split arrays, batch by batch
         self.eval_step = 0  # evaluation steps taken in this evaluation
+        self.eval_steps: list[Any] = []  # an evaluation of batches read: each step's size and Mean increments
+        self.global_read: Any = None  # a PyDataset's or DataLoader's global batch of this training step, once summed
 
     @property
     def world(self) -> int:
@@ -86,6 +88,7 @@ def _weighted_by_sizes_read(state: SyncState, gradients: list[Any], present: lis
     first = gradients[present[0]]
     size = torch.tensor([float(batch)], dtype=first.dtype, device=first.device)
     summed = all_reduce_sum(state.runtime, [*(gradients[i] * batch for i in present), size])
+    state.global_read = summed[-1]  # read (a device sync) only where a step's Mean needs it: run_step
     averaged = list(gradients)
     for i, value in zip(present, summed[:-1], strict=True):
         averaged[i] = value / summed[-1]
@@ -159,7 +162,7 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         state.last_batch = batch_size_of(data)
         batch_sizes.append(state.last_batch)
         try:  # state.plan: None on one process and for a PyDataset or a DataLoader
-            logs = run_step(state, model, state.plan, state.step, keras_train_step, data, state.batch_logs)
+            logs = run_step(state, model, state.plan, state.step, keras_train_step, data, state.batch_logs, True)
         finally:
             state.step += 1
             batch_sizes.clear()
@@ -169,7 +172,7 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     def test_step(data: Any) -> Any:
         state.last_batch = batch_size_of(data)
         step, state.eval_step = state.eval_step, state.eval_step + 1
-        return run_step(state, model, state.eval_plan, step, keras_test_step, data, state.test_batch_logs)
+        return run_step(state, model, state.eval_plan, step, keras_test_step, data, state.test_batch_logs, False)
 
     def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
         # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
@@ -211,18 +214,32 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
     keras_step: Callable[[Any], Any],
     data: Any,
     sync_logs: bool,
+    training: bool,
 ) -> Any:
     """``keras_step(data)``, step ``step`` of the pass ``plan`` describes (step_means.py): where the
     processes' batches differ in size, each Mean the step updated once takes this process's share of
-    its increment; where a callback reads the batch logs, they are made over all processes."""
+    its increment; where a callback reads the batch logs, they are made over all processes.
+
+    Split arrays (``plan``) give every step's batch sizes in advance. A PyDataset's or a DataLoader's
+    training batches are known only once read: their sum comes with the step's gradient collective
+    (``state.global_read``), so no step pays another collective for it."""
     if plan is not None:
         step %= plan.steps  # the step of the pass (training counts the steps of every epoch)
     uneven = plan is not None and plan.uneven(step)
-    before = step_means.snapshot(model) if uneven else []
+    read = plan is None and state.world > 1  # sizes read: uneven or not, known after the step (or the evaluation)
+    before = step_means.snapshot(model) if uneven or read else []
+    state.global_read = None
     logs = keras_step(data)
-    if plan is not None and uneven:
-        share = state.world * state.last_batch / plan.global_batch(step)  # 1 where the batches are of one size
-        logs = step_means.weigh_step_means(before, state.last_batch, share, logs)
+    total = plan.global_batch(step) if plan is not None else state.global_read if training else None
+    if before and plan is None and not training:
+        if sync_logs:  # every process takes every step (refused otherwise): the sizes summed now, for the logs
+            total = all_reduce_sum(state.runtime, [torch.tensor([float(state.last_batch)])])[0]
+        else:  # the other processes' sizes: summed at the evaluation's end (they may take fewer steps)
+            state.eval_steps.append(step_means.increments(before, state.last_batch))
+    if before and total is not None:
+        share = state.world * state.last_batch / float(total)  # 1 where the batches are of one size
+        if share != 1:
+            logs = step_means.weigh_step_means(before, state.last_batch, share, logs)
     if sync_logs and state.world > 1:
         logs = step_means.batch_logs_over_processes(state.runtime, model, logs, state.last_batch)
     return logs
@@ -231,6 +248,9 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
 def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], Any], logs: Any) -> Any:
     """What Keras' ``_get_metrics_result_or_logs`` returns, over all processes (the same on each)."""
     before = step_logs.own_results(model) if state.world > 1 else {}
+    if state.evaluating and state.eval_plan is None and state.world > 1:
+        step_means.weigh_evaluation(state.runtime, model, state.eval_steps)
+    state.eval_steps = []
     reduce_metrics(state, model)
     if not state.evaluating:
         average_batchnorm(state, model)  # a training epoch ended: before validation and the callbacks
@@ -304,6 +324,7 @@ def sync_callback(state: SyncState) -> Any:
         def on_test_begin(self, logs: Any = None) -> None:
             state.evaluating = True
             state.eval_step = 0
+            state.eval_steps = []
 
         def on_test_end(self, logs: Any = None) -> None:
             state.evaluating = False
