@@ -120,14 +120,32 @@ def snapshot(model: Any) -> list[tuple[Any, Any, Any]]:
     return [(m, m.total.value.detach().clone(), m.count.value.detach().clone()) for m in means(model)]
 
 
-def weigh_step_means(before: list[tuple[Any, Any, Any]], batch: int, share: float, logs: Any) -> Any:
+def learn_once_per_step(before: list[tuple[Any, Any, Any]], batch: int, known: dict[int, bool]) -> None:
+    """Record, from a step of more than one sample, which Means it updated once (count + 1) and which by
+    its samples: a later step of one sample adds 1 to either kind."""
+    if batch > 1:
+        for metric, _, count in before:
+            added = metric.count.value - count
+            if bool((added != 0).any()):
+                known[id(metric)] = bool((added == 1).all())
+
+
+def _updated_once(metric: Any, added: Any, batch: int, known: dict[int, bool]) -> bool:
+    # With one sample, a Mean of samples adds 1 too: what an earlier step of this call showed decides.
+    return bool((added == 1).all()) and (batch > 1 or known.get(id(metric), False))
+
+
+def weigh_step_means(
+    before: list[tuple[Any, Any, Any]], batch: int, share: float, logs: Any, known: dict[int, bool]
+) -> Any:
     """After a step at which the processes' batches differ in size: each Mean the step updated once
-    (count + 1 with ``batch`` > 1 samples) has its increment scaled by ``share`` (N b_r / B). Entries of
-    ``logs`` that were such a Mean's result become its new result (Keras reads them as they are)."""
+    (count + 1 with ``batch`` > 1 samples, or as an earlier step showed: ``known``) has its increment
+    scaled by ``share`` (N b_r / B). Entries of ``logs`` that were such a Mean's result become its new
+    result (Keras reads them as they are)."""
     changed = {}
     for metric, total, count in before:
         added = metric.count.value - count
-        if batch > 1 and bool((added == 1).all()):
+        if _updated_once(metric, added, batch, known):
             old = metric.result()
             metric.total.assign(total + (metric.total.value - total) * share)
             metric.count.assign(count + added * share)
@@ -150,13 +168,15 @@ def watch_evaluation_batches(callbacks: Any, data: Any, world: int, batch_size: 
     return True
 
 
-def increments(before: list[tuple[Any, Any, Any]], batch: int) -> tuple[int, list[tuple[Any, Any, Any]]]:
+def increments(
+    before: list[tuple[Any, Any, Any]], batch: int, known: dict[int, bool]
+) -> tuple[int, list[tuple[Any, Any, Any]]]:
     """An evaluation step's ``batch`` and the increments (total, count) of each Mean it updated once
-    (count + 1 with ``batch`` > 1 samples): weighed at the evaluation's end (:func:`weigh_evaluation`)."""
+    (as :func:`weigh_step_means` tells): weighed at the evaluation's end (:func:`weigh_evaluation`)."""
     found = []
     for metric, total, count in before:
         added = metric.count.value - count
-        if batch > 1 and bool((added == 1).all()):
+        if _updated_once(metric, added, batch, known):
             found.append((metric, metric.total.value - total, added))
     return batch, found
 

@@ -60,6 +60,9 @@ class SyncState:
         self.eval_step = 0  # evaluation steps taken in this evaluation
         self.eval_steps: list[Any] = []  # an evaluation of batches read: each step's size and Mean increments
         self.global_read: Any = None  # a PyDataset's or DataLoader's global batch of this training step, once summed
+        # id(Mean) -> whether a step of more than one sample added exactly 1 to its count (updated once per
+        # step): a process whose batch is 1 sample cannot tell that from a Mean of samples by itself
+        self.once_per_step: dict[int, bool] = {}
 
     @property
     def world(self) -> int:
@@ -227,19 +230,21 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
         step %= plan.steps  # the step of the pass (training counts the steps of every epoch)
     uneven = plan is not None and plan.uneven(step)
     read = plan is None and state.world > 1  # sizes read: uneven or not, known after the step (or the evaluation)
-    before = step_means.snapshot(model) if uneven or read else []
+    learn = state.world > 1 and not state.once_per_step  # the first step tells which Means count steps
+    before = step_means.snapshot(model) if uneven or read or learn else []
     state.global_read = None
     logs = keras_step(data)
+    step_means.learn_once_per_step(before, state.last_batch, state.once_per_step)
     total = plan.global_batch(step) if plan is not None else state.global_read if training else None
     if before and plan is None and not training:
         if sync_logs:  # every process takes every step (refused otherwise): the sizes summed now, for the logs
             total = all_reduce_sum(state.runtime, [torch.tensor([float(state.last_batch)])])[0]
         else:  # the other processes' sizes: summed at the evaluation's end (they may take fewer steps)
-            state.eval_steps.append(step_means.increments(before, state.last_batch))
+            state.eval_steps.append(step_means.increments(before, state.last_batch, state.once_per_step))
     if before and total is not None:
         share = state.world * state.last_batch / float(total)  # 1 where the batches are of one size
         if share != 1:
-            logs = step_means.weigh_step_means(before, state.last_batch, share, logs)
+            logs = step_means.weigh_step_means(before, state.last_batch, share, logs, state.once_per_step)
     if sync_logs and state.world > 1:
         logs = step_means.batch_logs_over_processes(state.runtime, model, logs, state.last_batch)
     return logs
