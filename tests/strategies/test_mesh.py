@@ -226,11 +226,15 @@ def _record_device_meshes(monkeypatch, *, makes_a_group=False):
 def test_a_one_axis_mesh_over_every_process_is_made_when_first_read(monkeypatch):
     # A plain ddp run never reads it: building torch's layout was ~1,300 Python calls per fit.
     made = _record_device_meshes(monkeypatch)
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: True)
     mesh = ParallelMesh.build(ParallelDims(), global_rank=1, world_size=2, device_type="cpu")
     assert made == []
     assert mesh.group("dp") is None and mesh.dp_rank == 1  # answered without the DeviceMesh
     assert mesh.submesh("dp_shard") is mesh.device_mesh is mesh.device_mesh
     assert made == [(("cpu", (2,)), {"mesh_dim_names": ("dp_shard",)})]  # once
+    gone = ParallelMesh.build(ParallelDims(), global_rank=1, world_size=2, device_type="cpu")
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)
+    assert gone.device_mesh is None and len(made) == 1  # read after the group's teardown: none made
 
 
 def test_a_mesh_that_makes_groups_is_made_by_every_process_at_build(monkeypatch):

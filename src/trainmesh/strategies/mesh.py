@@ -167,8 +167,13 @@ class ParallelMesh:
 
     @property
     def device_mesh(self) -> Any:
-        """The named ``DeviceMesh``; None on one process."""
+        """The named ``DeviceMesh``; None on one process (and, where it was never read, once the
+        process group is gone: making it then would start a group of its own)."""
         if self._device_mesh is None and self._make_mesh is not None:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                return None
             self._device_mesh, self._make_mesh = self._make_mesh(), None
         return self._device_mesh
 
