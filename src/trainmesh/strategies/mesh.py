@@ -160,7 +160,7 @@ class ParallelMesh:
 
         if len(axes) == 1 and not _mesh_makes_a_group():
             # A 1-D mesh over every process reuses the default group: nothing collective, so it
-            # can wait for its first reader (a plain ddp run has none; building it costs ~800
+            # can wait for its first reader (a plain ddp run has none; building it costs ~1,300
             # Python calls of torch's layout code per fit).
             return cls(dims, global_rank=global_rank, make_mesh=make)
         return cls(dims, global_rank=global_rank, device_mesh=make())
