@@ -111,13 +111,16 @@ def _describe(sizes: dict[str, int]) -> str:
 class ParallelMesh:
     """The run's mesh: this process's coordinates on each axis, and the groups along them.
 
-    The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``); a
-    one-process run has none and answers every question locally.
+    The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``: made
+    then, or on first read where no process has to join in); a one-process run has none and
+    answers every question locally.
 
     Args:
         dims: the resolved :class:`ParallelDims`.
         global_rank: this process's rank (default ``0``).
         device_mesh: the named ``DeviceMesh`` (None before the process group exists) (default ``None``).
+        make_mesh: a function making the ``DeviceMesh`` on its first read, where ``device_mesh`` is
+            None (``build`` passes one for a mesh that needs no group of its own) (default ``None``).
 
     Examples:
         >>> runtime.mesh.dp_rank, runtime.mesh.dp_size  # doctest: +SKIP
