@@ -86,3 +86,14 @@ def test_physical_cores_come_from_cpuinfo(tmp_path, monkeypatch):
     monkeypatch.setattr(accelerators, "_physical_cores_from_cpuinfo", lambda: None)
     monkeypatch.setitem(__import__("sys").modules, "psutil", None)
     assert accelerators.physical_cpu_count() == 3
+
+
+def test_one_process_reads_no_core_count(monkeypatch):
+    # Every fit resolves its devices: one process cannot oversubscribe, so /proc/cpuinfo (and a
+    # failed psutil import) are not read for it.
+    def refuse():
+        raise AssertionError("core count read for one process")
+
+    monkeypatch.setattr(accelerators, "physical_cpu_count", refuse)
+    monkeypatch.setattr(accelerators, "logical_cpu_count", refuse)
+    assert resolve_devices("cpu", 1) == [0]

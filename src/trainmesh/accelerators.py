@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -140,6 +141,8 @@ def check_cpu_processes(processes: int) -> None:
 
     Runs where the devices are resolved, before any process starts.
     """
+    if processes <= 1:
+        return  # one process fits any node: no core count to read (each fit would read /proc/cpuinfo)
     logical = logical_cpu_count()
     if processes > CPU_OVERSUBSCRIPTION_LIMIT * logical:
         raise ValueError(
@@ -169,20 +172,39 @@ def logical_cpu_count() -> int:
 def physical_cpu_count() -> int:
     """Physical cores (psutil if installed, else /proc/cpuinfo), at most the logical CPUs usable."""
     logical = logical_cpu_count()
-    physical = None
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False)
-    except Exception:  # not installed, or it could not tell
-        physical = None
+    physical = _psutil_physical_cores()
     if not physical:
         physical = _physical_cores_from_cpuinfo()
     return max(1, min(physical or logical, logical))
 
 
+@functools.lru_cache(maxsize=1)
+def _psutil_physical_cores() -> int | None:
+    """psutil's physical core count; None where psutil is not installed or cannot tell. Asked
+    once per process: a missing psutil is a failed import (a search of sys.path) per ask."""
+    try:
+        import psutil
+
+        physical: int | None = psutil.cpu_count(logical=False)
+        return physical
+    except Exception:  # not installed, or it could not tell
+        return None
+
+
 def _physical_cores_from_cpuinfo(path: str = "/proc/cpuinfo") -> int | None:
     """Distinct (physical id, core id) pairs in ``path``; None where it lists no core ids (e.g. ARM)."""
+    if path == "/proc/cpuinfo":
+        return _node_cpuinfo_cores()
+    return _read_cpuinfo_cores(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _node_cpuinfo_cores() -> int | None:
+    """This node's cores from /proc/cpuinfo, read once per process (the cores do not change)."""
+    return _read_cpuinfo_cores("/proc/cpuinfo")
+
+
+def _read_cpuinfo_cores(path: str) -> int | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()

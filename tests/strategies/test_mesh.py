@@ -2,6 +2,7 @@
 data sharding and reductions by the data-parallel rank and group."""
 
 import json
+import types
 
 import pytest
 from legs import HERE, run
@@ -204,3 +205,43 @@ def test_hsdp_with_shard_groups_of_one_is_refused():
     strategy = FSDPStrategy(shard_size=1, placement=Placement("cpu", (0, 1), 1, Precision("32", device_type="cpu")))
     with pytest.raises(ValueError, match="shard groups of 1 process shards nothing.*strategy='ddp'"):
         strategy.dims(2)
+
+
+def _record_device_meshes(monkeypatch, *, makes_a_group=False):
+    import torch.distributed.device_mesh as torch_mesh
+
+    from trainmesh.strategies import mesh as mesh_module
+
+    made = []
+
+    def record(*args, **kwargs):
+        made.append((args, kwargs))
+        return types.SimpleNamespace(mesh_dim_names=kwargs["mesh_dim_names"])
+
+    monkeypatch.setattr(torch_mesh, "init_device_mesh", record)
+    monkeypatch.setattr(mesh_module, "_mesh_makes_a_group", lambda: makes_a_group)
+    return made
+
+
+def test_a_one_axis_mesh_over_every_process_is_made_when_first_read(monkeypatch):
+    # A plain ddp run never reads it: building torch's layout was ~1,300 Python calls per fit.
+    made = _record_device_meshes(monkeypatch)
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: True)
+    mesh = ParallelMesh.build(ParallelDims(), global_rank=1, world_size=2, device_type="cpu")
+    assert made == []
+    assert mesh.group("dp") is None and mesh.dp_rank == 1  # answered without the DeviceMesh
+    assert mesh.submesh("dp_shard") is mesh.device_mesh is mesh.device_mesh
+    assert made == [(("cpu", (2,)), {"mesh_dim_names": ("dp_shard",)})]  # once
+    gone = ParallelMesh.build(ParallelDims(), global_rank=1, world_size=2, device_type="cpu")
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)
+    assert gone.device_mesh is None and len(made) == 1  # read after the group's teardown: none made
+
+
+def test_a_mesh_that_makes_groups_is_made_by_every_process_at_build(monkeypatch):
+    # new_group is collective: a mesh made on one rank's first read would wait for the others forever.
+    made = _record_device_meshes(monkeypatch)
+    ParallelMesh.build(ParallelDims(dp_replicate=2, dp_shard=2), global_rank=0, world_size=4, device_type="cpu")
+    assert len(made) == 1
+    made = _record_device_meshes(monkeypatch, makes_a_group=True)  # CUDA present, gloo default group
+    ParallelMesh.build(ParallelDims(), global_rank=0, world_size=2, device_type="cpu")
+    assert len(made) == 1

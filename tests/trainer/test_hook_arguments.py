@@ -141,3 +141,32 @@ def test_a_hook_s_caller_is_read_from_its_signature_once_per_function():
     assert hook_caller(net, "configure_optimizers") is None  # not a batch hook
     net.training_step = lambda *args: args  # an instance's own attribute: called as it is
     assert hook_caller(net, "training_step") is None
+
+
+def test_a_class_is_scanned_once_for_a_hook_and_again_when_the_hook_is_replaced(monkeypatch):
+    # Each fit asks of the module's and callbacks' classes which hooks they define: the MRO walk
+    # of inspect.getattr_static was ~200 Python calls of a tiny fit's fixed cost.
+    import inspect
+
+    from trainmesh.trainer.hook_arguments import class_function
+
+    scans = []
+    real = inspect.getattr_static
+    monkeypatch.setattr(inspect, "getattr_static", lambda *args: scans.append(args) or real(*args))
+
+    class Net:
+        def training_step(self, batch):
+            return batch
+
+    first = class_function(Net(), "training_step")
+    assert class_function(Net(), "training_step") is first is Net.training_step
+    assert len(scans) == 1
+
+    def training_step(self, batch, batch_idx):
+        return batch_idx
+
+    monkeypatch.setattr(Net, "training_step", training_step)
+    assert class_function(Net(), "training_step") is training_step
+    net = Net()
+    net.training_step = print  # the instance's own: called as is
+    assert class_function(net, "training_step") is None

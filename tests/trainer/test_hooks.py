@@ -6,6 +6,7 @@ from torch.utils.data import DataLoader
 
 import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer, random_classification
+from trainmesh.trainer import hooks
 
 
 class Recorder(DropoutNet):
@@ -114,3 +115,15 @@ def test_train_batch_hooks_written_for_lightning_before_1_5_get_dataloader_idx_0
         Old(), train, val
     )
     assert seen == [("module.start", 0, 0), ("callback.end", 0, 0), ("module.start", 1, 0), ("callback.end", 1, 0)]
+
+
+def test_whether_a_class_is_a_callback_is_read_once_per_class():
+    # Each Trainer asks it of its callbacks argument, usually a list: ~50 hook names looked up.
+    class Pruning:  # a callback written for Lightning, duck typed
+        def on_validation_end(self, trainer, module):
+            print("report")
+
+    assert hooks.is_callback(Pruning()) and not hooks.is_callback([])
+    hits = hooks._class_is_callback_like.cache_info().hits
+    assert hooks.is_callback(Pruning()) and not hooks.is_callback([1])
+    assert hooks._class_is_callback_like.cache_info().hits == hits + 2

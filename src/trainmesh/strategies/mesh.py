@@ -94,6 +94,15 @@ class ParallelDims:
         return tuple(axis for axis in self.order if getattr(self, axis) > 1)
 
 
+def _mesh_makes_a_group() -> bool:
+    """Whether torch's 1-D mesh over every process makes a new group (every process must then
+    build it together): it does where CUDA is present and the default group is gloo."""
+    import torch
+    import torch.distributed as dist
+
+    return torch.cuda.is_available() and dist.get_backend() == "gloo"
+
+
 def _describe(sizes: dict[str, int]) -> str:
     named = " x ".join(f"{axis}={size}" for axis, size in sizes.items() if size != 1)
     return named or "of one process (every size 1)"
@@ -102,24 +111,31 @@ def _describe(sizes: dict[str, int]) -> str:
 class ParallelMesh:
     """The run's mesh: this process's coordinates on each axis, and the groups along them.
 
-    The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``); a
-    one-process run has none and answers every question locally.
+    The ``DeviceMesh`` (``device_mesh``) exists once the process group does (``build``: made
+    then, or on first read where no process has to join in); a one-process run has none and
+    answers every question locally.
 
     Args:
         dims: the resolved :class:`ParallelDims`.
         global_rank: this process's rank (default ``0``).
         device_mesh: the named ``DeviceMesh`` (None before the process group exists) (default ``None``).
+        make_mesh: a function making the ``DeviceMesh`` on its first read, where ``device_mesh`` is
+            None (``build`` passes one for a mesh that needs no group of its own) (default ``None``).
 
     Examples:
         >>> runtime.mesh.dp_rank, runtime.mesh.dp_size  # doctest: +SKIP
         (0, 2)
     """
 
-    def __init__(self, dims: ParallelDims, *, global_rank: int = 0, device_mesh: Any = None) -> None:
+    def __init__(
+        self, dims: ParallelDims, *, global_rank: int = 0, device_mesh: Any = None, make_mesh: Any = None
+    ) -> None:
         assert all(getattr(dims, axis) >= 1 for axis in AXES), "resolve the dims first"
         self.dims = dims
         self.global_rank = global_rank
-        self.device_mesh = device_mesh
+        self._device_mesh = device_mesh
+        # A mesh made on first read (build: one that needs no group of its own); None: none to make.
+        self._make_mesh = make_mesh
         # Row-major coordinates over the dims' order, as init_device_mesh lays the ranks out.
         coordinates: dict[str, int] = {}
         rest = global_rank
@@ -141,7 +157,28 @@ class ParallelMesh:
 
         axes = dims.used_axes() or ("dp_replicate",)
         shape = tuple(getattr(dims, axis) for axis in axes)
-        return cls(dims, global_rank=global_rank, device_mesh=init_device_mesh(device_type, shape, mesh_dim_names=axes))
+
+        def make() -> Any:
+            return init_device_mesh(device_type, shape, mesh_dim_names=axes)
+
+        if len(axes) == 1 and not _mesh_makes_a_group():
+            # A 1-D mesh over every process reuses the default group: nothing collective, so it
+            # can wait for its first reader (a plain ddp run has none; building it costs ~1,300
+            # Python calls of torch's layout code per fit).
+            return cls(dims, global_rank=global_rank, make_mesh=make)
+        return cls(dims, global_rank=global_rank, device_mesh=make())
+
+    @property
+    def device_mesh(self) -> Any:
+        """The named ``DeviceMesh``; None on one process (and, where it was never read, once the
+        process group is gone: making it then would start a group of its own)."""
+        if self._device_mesh is None and self._make_mesh is not None:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                return None
+            self._device_mesh, self._make_mesh = self._make_mesh(), None
+        return self._device_mesh
 
     @property
     def world_size(self) -> int:

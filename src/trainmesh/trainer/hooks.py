@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.callbacks.base import HOOK_NAMES, defines_hook, is_callback_like, overrides
+from trainmesh.callbacks.base import HOOK_NAMES, Callback, defines_hook, overrides
 from trainmesh.module import Module
 from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
 from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS as LIGHTNING1_CALLBACK_HOOKS
@@ -183,7 +183,18 @@ def is_callback(obj: Any) -> bool:
     callback subclasses lightning.pytorch.Callback): an object with any callback hook the dispatcher
     knows (Lightning 2.x's, 1.x's, those it refuses), taken by them (duck typing); the Trainer calls
     only the hooks it defines."""
-    return is_callback_like(obj, HOOK_NAMES | LIGHTNING1_CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys())
+    return isinstance(obj, Callback) or _class_is_callback_like(type(obj))  # type: ignore[arg-type]  # classes hash
+
+
+# Every callback hook the dispatcher knows (Lightning 2.x's, 1.x's, those it refuses).
+_KNOWN_CALLBACK_HOOKS = HOOK_NAMES | LIGHTNING1_CALLBACK_HOOKS.keys() | REFUSED_CALLBACK_HOOKS.keys()
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_is_callback_like(cls: type) -> bool:
+    """Asked once per class: each Trainer asks it of its callbacks argument (a list: ~50 names
+    looked up on ``list`` per Trainer otherwise)."""
+    return any(callable(getattr(cls, name, None)) for name in _KNOWN_CALLBACK_HOOKS)
 
 
 def is_monitoring(callback: Any) -> bool:

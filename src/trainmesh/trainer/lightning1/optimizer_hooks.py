@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import defines_hook
+from trainmesh.trainer.hook_arguments import static_attribute
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
 # hook -> (the position of optimizer_idx among 1.x's arguments, the 2.x signature to name)
@@ -84,13 +85,13 @@ def optimizer_idx_callers(module: Any, callbacks: list[Any], turn: OptimizerTurn
     per run (the hook dispatcher calls through it, ``caller(method, *args)``, with 1.x's arguments)."""
     found: dict[tuple[int, str], Any] = {}
     for hook, (position, instead) in MODULE_HOOKS.items():
-        function = inspect.getattr_static(type(module), hook, None)
+        function = static_attribute(type(module), hook)
         if inspect.isfunction(function) and hook not in vars(module) and declares_optimizer_idx(function):
             _deprecation(type(module).__name__, hook, instead)
             found[(id(module), hook)] = _caller(hook, function, turn, position)
     for callback in callbacks:
         for hook, (position, instead) in CALLBACK_HOOKS.items():
-            function = inspect.getattr_static(type(callback), hook, None)
+            function = static_attribute(type(callback), hook)
             if defines_hook(callback, hook) and inspect.isfunction(function) and declares_optimizer_idx(function):
                 _deprecation(type(callback).__name__, hook, instead)
                 found[(id(callback), hook)] = WithIndex(turn, position)

@@ -33,6 +33,7 @@ import torch
 
 from trainmesh.manual_calls import toggle_optimizer, untoggle_optimizer
 from trainmesh.strategies.step import StepResult
+from trainmesh.trainer.hook_arguments import static_attribute
 from trainmesh.trainer.lightning1.optimizer_hooks import declares_optimizer_idx
 from trainmesh.trainer.optimization.owner import OptimizerSteps
 from trainmesh.trainer.token_loss import TokenLossWindow
@@ -67,7 +68,7 @@ def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
     ``OptimizerTurns``); None where it does not. Refuses what neither Lightning ran."""
     module = ctx.state.module
     name, count = type(module).__name__, len(ctx.state.optimizers)
-    function = inspect.getattr_static(type(module), "training_step", None)
+    function = static_attribute(type(module), "training_step")
     takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
     if manual and takes_index and count > 1:
         raise ValueError(
