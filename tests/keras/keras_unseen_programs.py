@@ -382,6 +382,30 @@ def run_ddp(out: str) -> None:
     except ValueError as error:
         result = {"error": str(error)}
     torch.save(result, os.path.join(out, f"uneven_test_logs.rank{rank}"))
+    torch.save(rank_callbacks(rank), os.path.join(out, f"rank_callbacks.rank{rank}"))
+
+
+class TrainBatches(LogReader):
+    on_test_batch_end = keras.callbacks.Callback.on_test_batch_end  # reads training batches only
+
+
+class TestBatches(LogReader):
+    on_train_batch_end = keras.callbacks.Callback.on_train_batch_end  # reads evaluation batches only
+
+
+def rank_callbacks(rank: int) -> dict:
+    """The callbacks program's first epoch, each process with callbacks of its own, as under torchrun:
+    rank 0 reads the training batches' logs only, rank 1 the evaluation batches' only."""
+    import trainmesh.keras as tk
+
+    program = callbacks(BATCH)
+    reader = (TrainBatches if rank == 0 else TestBatches)(program.logs)
+    arguments = {**program.fit, "epochs": 1, "callbacks": [reader]}
+    try:
+        history = tk.fit(program.model, verbose=0, strategy="ddp", devices=2, **arguments).history
+    except (ValueError, RuntimeError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {"history": history, "logs": program.logs}
 
 
 if __name__ == "__main__":

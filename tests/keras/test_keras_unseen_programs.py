@@ -89,6 +89,26 @@ def test_a_callback_reads_each_batch_s_logs_over_all_processes(ddp):
     assert largest_difference(expected["logs"], zero["logs"]) < TOLERANCE
 
 
+def test_processes_with_callbacks_of_their_own_agree_on_reading_batch_logs(ddp):
+    """As under torchrun, each rank passes its own callbacks to tk.fit: rank 0 one reading training
+    batches, rank 1 one reading evaluation batches. Both finish (before kerasr: each summed logs at
+    steps the other did not), and each read the global batches' logs: those of the ``callbacks``
+    program's first epoch, where every rank reads both."""
+    zero, one = ranks(ddp, "rank_callbacks")
+    assert "error" not in zero and "error" not in one, (zero.get("error"), one.get("error"))
+    assert zero["history"] == one["history"]
+    everyone = ranks(ddp, "callbacks")[0]["logs"]
+    first = [entry for entry in everyone if entry[0] == "epoch"][0]
+    until = everyone.index(first)
+
+    def read(logs: list, kind: str) -> list:
+        return [entry for entry in logs if entry[0] == kind]
+
+    assert read(zero["logs"], "batch") == read(everyone[:until], "batch") and len(read(zero["logs"], "batch")) == 4
+    assert read(one["logs"], "test_batch") == read(everyone[:until], "test_batch") and read(one["logs"], "test_batch")
+    assert {k: v[0] for k, v in zero["history"].items()} == {k: first[2][k] for k in zero["history"]}
+
+
 def test_a_metric_whose_state_is_not_a_sum_is_refused_before_training(ddp):
     """``own_metric``: a running maximum summed over 2 processes would read 7.06 where one process reads
     3.72 (measured before kerasc); refused by tk.fit on every rank, naming the metric and what to do."""
@@ -122,3 +142,45 @@ def test_the_metric_probe_passes_states_that_add_up():
     refuse_non_additive_metrics(program.model, program.fit["x"], program.fit["y"], world=1)  # one process: Keras'
     with pytest.raises(ValueError, match="worst_error"):
         refuse_non_additive_metrics(program.model, program.fit["x"], program.fit["y"], world=2)
+
+
+def test_the_metric_probe_refuses_a_moving_average_whatever_the_first_batch_scores():
+    """A metric keeping an exponential moving average of binary accuracy (ema = 0.9 ema + 0.1 acc) does
+    not add up; before kerasr the probe passed it where its first probe batch scored 0 (targets
+    [1, 1]: accuracies 0 then 1, 0.9 * 0 + 0.1 = 0 + 0.1) and refused it with targets [0, 0]."""
+    import keras
+    from trainmesh.keras.metric_states import refuse_non_additive_metrics
+
+    class MovingAccuracy(keras.metrics.Metric):
+        def __init__(self, name="moving_accuracy", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.ema = self.add_variable(shape=(), initializer="zeros", name="ema")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            accuracy = keras.ops.mean(keras.metrics.binary_accuracy(y_true, y_pred))
+            self.ema.assign(0.9 * self.ema + 0.1 * accuracy)
+
+        def result(self):
+            return self.ema
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="sgd", loss="binary_crossentropy", metrics=[MovingAccuracy()])
+    x = np.zeros((4, 2), dtype="float32")
+    for targets in ([1, 1, 0, 0], [0, 0, 1, 1]):
+        y = np.array(targets, dtype="float32").reshape(-1, 1)
+        with pytest.raises(ValueError, match="moving_accuracy"):
+            refuse_non_additive_metrics(model, x, y, world=2)
+
+
+def test_tensorboard_writing_batches_reads_the_batch_logs():
+    """Keras' TensorBoard with update_freq "batch" or N writes batch_<name> for every entry of the
+    training batch logs (on_train_batch_end): counted as a reader, so that they are over all processes
+    (before kerasr: rank 0's own). update_freq="epoch" (the default) reads none; no evaluation batches."""
+    import keras
+    from trainmesh.keras.step_means import TEST_HOOKS, TRAIN_HOOKS, reads_batch_logs
+
+    for freq in ("batch", 5):
+        board = keras.callbacks.TensorBoard("tb", update_freq=freq)
+        assert reads_batch_logs([board], TRAIN_HOOKS) and not reads_batch_logs([board], TEST_HOOKS)
+    assert not reads_batch_logs([keras.callbacks.TensorBoard("tb")], TRAIN_HOOKS)

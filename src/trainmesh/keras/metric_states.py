@@ -6,9 +6,10 @@ leaves state(A) + state(B), as the totals and counts of Keras' own metrics do. A
 may keep another state (a running maximum, a mean assigned anew at each update): summed, it is
 silently wrong (a maximum of 3.7 reads 7.1 at 2 processes). Before start, each compiled metric of a
 class that is not Keras' own is probed on a copy (``from_config``) with two one-sample batches of the
-training targets and constant predictions; one whose state after both is not the sum of its states
-after each alone is refused. A class whose ``update_state`` the probe cannot call (other arguments, a
-copy it cannot make) is not probed.
+training targets with constant predictions of 0.25 and 0.75 (four batches, so that some score
+non-zero whatever the targets); one whose state after any ordered pair of them (a batch with itself
+too) is not the sum of its states after each alone is refused. A class whose ``update_state`` the
+probe cannot call (other arguments, a copy it cannot make) is not probed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def own_metric_classes(model: Any) -> list[Any]:
     return found
 
 
-def _state(metric: Any, updates: list[tuple[Any, Any]]) -> list[np.ndarray] | None:
+def _state(metric: Any, updates: list[tuple[Any, Any]]) -> list[np.ndarray]:
     metric.reset_state()
     for y_true, y_pred in updates:
         metric.update_state(y_true, y_pred)
@@ -62,18 +63,13 @@ def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
     targets = _targets(x, y) if metrics else None
     if targets is None:
         return
-    a = (targets[:1], np.full_like(targets[:1], 0.25))
-    b = (targets[1:], np.full_like(targets[1:], 0.75))
+    # Each target with a low and a high prediction: whatever the targets, some batches score non-zero
+    # (a state of 0 first hides a decay: 0.9 * 0 + x adds up once, not when a non-zero state comes first).
+    batches = [(t, np.full_like(t, p)) for p in (0.25, 0.75) for t in (targets[:1], targets[1:])]
     for metric in metrics:
-        try:
-            probe = type(metric).from_config(metric.get_config())
-            alone_a, alone_b, both = _state(probe, [a]), _state(probe, [b]), _state(probe, [a, b])
-        except Exception:  # noqa: BLE001 -- a signature the probe cannot call: not probed
-            continue
-        if alone_a is None or alone_b is None or both is None:
-            continue
-        summed = [s + t for s, t in zip(alone_a, alone_b, strict=True)]
-        if not all(np.allclose(s, t, rtol=1e-5, atol=1e-6, equal_nan=True) for s, t in zip(both, summed, strict=True)):
+        found = _not_adding_up(metric, batches)
+        if found is not None:
+            both, summed = found
             raise ValueError(
                 f"the metric {metric.name!r} ({type(metric).__name__}) keeps a state that does not add up over "
                 f"batches: updated with two batches one after the other its state is {_show(both)}, where the "
@@ -83,6 +79,26 @@ def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
                 "Keep sums with assign_add and compute the result from them in result(), or compute this metric "
                 "after training with model.evaluate in one process"
             )
+
+
+def _not_adding_up(metric: Any, batches: list[tuple[Any, Any]]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """The first ordered pair of ``batches`` (each with itself too) whose state updated one after the
+    other is not the sum of the two alone, as (both, summed); None when all add up or not probed."""
+    try:
+        probe = type(metric).from_config(metric.get_config())
+        alone = [_state(probe, [batch]) for batch in batches]
+        for i, first in enumerate(batches):
+            for j, second in enumerate(batches):
+                both = _state(probe, [first, second])
+                summed = [s + t for s, t in zip(alone[i], alone[j], strict=True)]
+                close = (
+                    np.allclose(s, t, rtol=1e-5, atol=1e-6, equal_nan=True) for s, t in zip(both, summed, strict=True)
+                )
+                if not all(close):
+                    return both, summed
+    except Exception:  # noqa: BLE001 -- a signature the probe cannot call: not probed
+        return None
+    return None
 
 
 def _show(state: list[np.ndarray]) -> str:

@@ -4,7 +4,8 @@ Two things a process sees of one step differ from what one process sees at the g
 
 - **The batch logs** (``on_train_batch_end``/``on_test_batch_end``): Keras hands the callbacks what the
   step returned, this process's running metrics. When a callback of the program's own reads them (or
-  a ``LambdaCallback``, or a ``ModelCheckpoint`` saving every ``save_freq`` batches on its monitor),
+  a ``LambdaCallback``, a ``ModelCheckpoint`` saving every ``save_freq`` batches on its monitor, or
+  a ``TensorBoard`` writing every ``update_freq`` batches),
   each entry is made its value over all processes, as at an epoch's end (step_logs.py), without
   changing any metric's state: the states are summed for the reading only, then put back.
 - **A ``Mean`` updated once per step** with the batch's mean (``tracker.update_state(loss)``:
@@ -41,13 +42,19 @@ TEST_HOOKS = ("on_test_batch_end",)
 def reads_batch_logs(callbacks: Any, hooks: tuple[str, ...]) -> bool:
     """Whether a callback given to ``fit``/``evaluate`` reads the logs of each batch at ``hooks``: one
     of the program's own classes or a ``LambdaCallback`` overriding one, or (training) a
-    ``ModelCheckpoint`` saving every ``save_freq`` batches (it decides on its monitor's batch value).
-    Keras' other callbacks read no batch values (the progress bar prints rank 0's own, on rank 0)."""
+    ``ModelCheckpoint`` saving every ``save_freq`` batches (it decides on its monitor's batch value)
+    or a ``TensorBoard`` with ``update_freq`` other than ``"epoch"`` (it writes ``batch_<name>`` for
+    every entry). Keras' other callbacks read no batch values (the progress bar prints rank 0's own,
+    on rank 0)."""
     keras = require_keras()
     base = keras.callbacks.Callback
     for callback in callbacks or []:
         if isinstance(callback, keras.callbacks.ModelCheckpoint):
             if callback.save_freq != "epoch" and hooks == TRAIN_HOOKS:
+                return True
+            continue
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            if callback.update_freq != "epoch" and hooks == TRAIN_HOOKS:
                 return True
             continue
         own = type(callback).__module__.split(".")[0] != "keras"
@@ -159,10 +166,22 @@ def weigh_step_means(
     return result
 
 
-def watch_evaluation_batches(callbacks: Any, data: Any, world: int, batch_size: Any, steps: Any, what: str) -> bool:
-    """Whether each evaluation batch's logs are to be made over all processes (a callback reads them);
-    refused where the processes take different numbers of evaluation steps."""
-    if world == 1 or not reads_batch_logs(callbacks, TEST_HOOKS):
+def readers_over_processes(runtime: Runtime, callbacks: Any) -> tuple[bool, bool]:
+    """Whether a callback of any process reads the training / evaluation batch logs. Under torchrun
+    each process passes its own callbacks (``[ModelCheckpoint(save_freq=100)] if rank == 0 else []``):
+    decided alone, rank 0 would sum logs over the processes at every step while the others do not, and
+    wait forever (or pair its sums with the gradients'); one small sum at the call's start agrees."""
+    flags = [reads_batch_logs(callbacks, TRAIN_HOOKS), reads_batch_logs(callbacks, TEST_HOOKS)]
+    if runtime.world_size == 1:
+        return flags[0], flags[1]
+    (summed,) = all_reduce_sum(runtime, [torch.tensor(flags, dtype=torch.float32)])
+    return bool(summed[0] > 0), bool(summed[1] > 0)
+
+
+def watch_evaluation_batches(reads: bool, data: Any, world: int, batch_size: Any, steps: Any, what: str) -> bool:
+    """Whether each evaluation batch's logs are to be made over all processes (a callback of any
+    process reads them: ``reads``); refused where the processes take different numbers of steps."""
+    if world == 1 or not reads:
         return False
     refuse_uneven_test_batch_logs(evaluation_step_counts(data, world, batch_size, steps), what)
     return True

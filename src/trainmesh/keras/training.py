@@ -25,7 +25,7 @@ from trainmesh.keras.batches import epoch_setter, is_batches, split_batches, spl
 from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import concatenate, evaluation_plan, interleave, num_samples, plan_training, shard
 from trainmesh.keras.preemption import KerasPreemption
-from trainmesh.keras.step_means import TRAIN_HOOKS, reads_batch_logs, watch_evaluation_batches
+from trainmesh.keras.step_means import readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -109,7 +109,7 @@ def _fit(
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
     given = kwargs.get("callbacks")
-    state.batch_logs = reads_batch_logs(given, TRAIN_HOOKS)
+    state.batch_logs, test_reads = readers_over_processes(runtime, given)  # alike on every process
     if validation is not None:
         batched = is_batches(validation)
         kwargs["validation_data"] = (
@@ -117,7 +117,7 @@ def _fit(
         )
         batch, steps = kwargs.get("validation_batch_size") or kwargs.get("batch_size"), kwargs.get("validation_steps")
         state.eval_plan = evaluation_plan(validation, world, batch, steps)
-        state.test_batch_logs = watch_evaluation_batches(given, validation, world, batch, steps, "validation_data")
+        state.test_batch_logs = watch_evaluation_batches(test_reads, validation, world, batch, steps, "validation_data")
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
     savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
@@ -177,9 +177,8 @@ def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: 
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
     steps = kwargs.get("steps")
-    state.test_batch_logs = watch_evaluation_batches(
-        kwargs.get("callbacks"), x, world, kwargs.get("batch_size"), steps, "x"
-    )
+    _, reads = readers_over_processes(runtime, kwargs.get("callbacks"))  # alike on every process
+    state.test_batch_logs = watch_evaluation_batches(reads, x, world, kwargs.get("batch_size"), steps, "x")
     if not is_batches(x):
         state.eval_plan = evaluation_plan(x, world, kwargs.get("batch_size"), kwargs.get("steps"))
     kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
