@@ -23,6 +23,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -33,6 +34,9 @@ from pathlib import Path
 from helpers.forked import can_fork, run_forked, single_threaded
 
 WORKERS = "TESTS_WORKERS"  # "fork": run_batch's workers are forks (Batches(fork_workers=True))
+# A file path: each rank appends one JSON line per leg, what the leg cost it (getrusage: CPU seconds,
+# minor page faults, context switches). For profiling a module's legs; no test sets it.
+LEG_RUSAGE = "TESTS_LEG_RUSAGE"
 
 
 class LegFailed(Exception):
@@ -180,6 +184,7 @@ def _run_legs(legs: list, run_leg: Callable[[list[str]], object], limit: float) 
         stderr = os.dup(2)
         with open(f"{log}.stderr-{rank}", "a") as leg_stderr:
             os.dup2(leg_stderr.fileno(), 2)
+        before = resource.getrusage(resource.RUSAGE_SELF)
         try:
             run_leg(argv)
         except Exception:  # not SystemExit
@@ -189,8 +194,19 @@ def _run_legs(legs: list, run_leg: Callable[[list[str]], object], limit: float) 
             sys.stderr.flush()
             os.dup2(stderr, 2)
             os.close(stderr)
+            _record_rusage(log, argv, rank, before)
     faulthandler.cancel_dump_traceback_later()
     _set_environment(base)
+
+
+def _record_rusage(log: str, argv: list[str], rank: str, before: resource.struct_rusage) -> None:
+    if not os.environ.get(LEG_RUSAGE):
+        return
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    fields = ("ru_utime", "ru_stime", "ru_minflt", "ru_majflt", "ru_nvcsw", "ru_nivcsw")
+    used = {name[3:]: round(getattr(after, name) - getattr(before, name), 3) for name in fields}
+    with open(os.environ[LEG_RUSAGE], "a") as out:
+        out.write(json.dumps({"leg": Path(log).name, "argv": argv, "rank": rank, **used}) + "\n")
 
 
 def _set_environment(values: dict[str, str | None]) -> None:

@@ -23,12 +23,14 @@ import os
 import sys
 
 import torch
+from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from helpers.nanogpt import GPT, GPTConfig, PublishedGPT, gpt_loader  # noqa: E402
+from trainmesh.runtime_optimizer import inner_optimizer  # noqa: E402
 from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
 PAUSE, STEPS, GLOBAL_BATCH = 2, 4, 8
@@ -61,6 +63,20 @@ def model_and_data(name: str, batch_size: int) -> tuple:
         return Llama(CONFIG), loader
     gpt = GPT if name == "gpt" else PublishedGPT
     return gpt(GPTConfig()), gpt_loader(GPTConfig(), batch_size=batch_size, samples=4 * GLOBAL_BATCH)
+
+
+def adam_steps(trainer: tm.Trainer) -> list[float]:
+    """The distinct AdamW step counts of every parameter of every rank (each rank's own state)."""
+    local = set()
+    for optimizer in trainer.optimizers:
+        for entry in inner_optimizer(optimizer).state.values():
+            step = entry["step"]
+            local.add(float(step.full_tensor() if isinstance(step, DTensor) else step))
+    if not torch.distributed.is_initialized():
+        return sorted(local)
+    every: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, sorted(local))
+    return sorted({step for steps in every for step in steps})
 
 
 def main(argv: list[str]) -> None:
@@ -98,13 +114,21 @@ def main(argv: list[str]) -> None:
     trainer.fit(model, loader, ckpt_path=ckpt_path)
     if mode == "pause":
         trainer.save_checkpoint(argv[3])
-    full = trainer.runtime.state_dicts(trainer.model, trainer.optimizers, sharded=False)
-    if trainer.is_global_zero:
+    # The weights gathered whole. Of the optimizer, the step counts each rank holds; its whole
+    # state (AdamW's two moments gathered, collectives per parameter) only in the uninterrupted
+    # runs, one per layout, whose step counts must be the same from both.
+    optimizers = trainer.optimizers if mode == "full" else []
+    full = trainer.runtime.state_dicts(trainer.model, optimizers, sharded=False)
+    steps = adam_steps(trainer)
+    if optimizers and trainer.is_global_zero:
         (optimizer,) = full["optim"]
+        gathered = sorted({float(entry["step"]) for entry in optimizer["state"].values()})
+        assert gathered == steps, f"the gathered optimizer state counts {gathered} steps, its ranks {steps}"
+    if trainer.is_global_zero:
         torch.save(
             {
                 "state_dict": {k: v.detach().cpu() for k, v in full["model"].items()},
-                "adam_steps": sorted({float(entry["step"]) for entry in optimizer["state"].values()}),
+                "adam_steps": steps,
                 "steps": trainer.global_step,
             },
             out,
