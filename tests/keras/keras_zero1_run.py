@@ -78,7 +78,22 @@ def run(out: str) -> None:
                 model.save(os.path.join(out, "zero1.keras"))
                 np.save(os.path.join(out, "held_out.npy"), held_out)
                 np.save(os.path.join(out, "held_out_pred.npy"), model.predict(held_out, verbose=0))
+    run_rank_0_saver(out, rank)
     run_gans(out, rank)
+
+
+def run_rank_0_saver(out: str, rank: int) -> None:
+    """torchrun's pattern: only rank 0 passes a ModelCheckpoint (saving every 2 batches) to zero1's fit
+    (before: rank 0 alone gathered the optimizer state for it, and waited forever)."""
+    import keras
+    import trainmesh.keras as tk
+
+    model, x, y, arguments = leg_arguments("classifier")
+    path = os.path.join(out, "rank0_saver.keras")
+    saver = [keras.callbacks.ModelCheckpoint(path, save_freq=2)] if rank == 0 else []
+    history = tk.fit(model, x, y, strategy="zero1", devices=2, verbose=0, callbacks=saver, **arguments)
+    record = {"variables": variables(model), "history": history.history}
+    torch.save(record, os.path.join(out, f"rank0_saver.rank{rank}"))
 
 
 def optimizer_state(optimizer) -> list[np.ndarray]:

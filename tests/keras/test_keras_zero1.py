@@ -139,3 +139,15 @@ def test_the_guide_s_gan_drawing_in_its_train_step_stays_one_gan(launched):
             for name, value in ddp["variables"].items():
                 np.testing.assert_array_equal(got["variables"][name], value, err_msg=name)
             assert got["history"] == ddp["history"]
+
+
+def test_a_saver_only_rank_0_passes_gathers_on_every_process(launched):
+    """``callbacks=[ModelCheckpoint(save_freq=2)] if rank == 0 else []`` under zero1: every process takes
+    part in the gathers rank 0's saver needs (before: rank 0 gathered alone and the launch hung), the
+    file is written, and training is the one the same leg trains without a saver."""
+    ranks = [torch.load(launched / f"rank0_saver.rank{r}", weights_only=False) for r in (0, 1)]
+    assert (launched / "rank0_saver.keras").is_file()
+    plain = record(launched, "classifier", "zero1", 0)
+    for found in ranks:
+        assert all(np.array_equal(a, b) for a, b in zip(found["variables"], plain["variables"]))
+        assert found["history"] == plain["history"]

@@ -211,22 +211,27 @@ def _savers() -> tuple[type, ...]:
 def gather_for_savers(zero: Zero | None, given: Any) -> list[Any]:
     """A Keras callback to put first (before the user's): the whole optimizer state on every process
     at each epoch's end and each batch's end where a ``ModelCheckpoint`` or ``BackupAndRestore``
-    among ``given`` (the user's callbacks, the same list on every process) saves; none without one."""
-    savers: list[Any] = [callback for callback in as_list(given) if isinstance(callback, _savers())]
-    if zero is None or not savers:
+    among ``given`` saves; none without one. Only rank 0 runs the savers, so rank 0's list decides,
+    on every process: under torchrun each process passes its own callbacks
+    (``[ModelCheckpoint(...)] if rank == 0 else []``), and a gather rank 0 alone made would wait forever."""
+    if zero is None:
         return []
-    return [_gathering(zero, savers)]
+    savers: list[Any] = [callback for callback in as_list(given) if isinstance(callback, _savers())]
+    mine = (any(s.save_freq == "epoch" for s in savers), any(s.save_freq != "epoch" for s in savers))
+    per_epoch, per_batch = zero.runtime.broadcast(mine, 0) if zero.runtime.world_size > 1 else mine
+    if not (per_epoch or per_batch):
+        return []
+    return [_gathering(zero, savers, per_epoch=per_epoch, per_batch=per_batch)]
 
 
-def _gathering(zero: Zero, savers: list[Any]) -> Any:
-    per_epoch = any(saver.save_freq == "epoch" for saver in savers)
-    per_batch = [saver for saver in savers if saver.save_freq != "epoch"]
+def _gathering(zero: Zero, savers: list[Any], *, per_epoch: bool, per_batch: bool) -> Any:
+    batch_savers = [saver for saver in savers if saver.save_freq != "epoch"]  # rank 0's decide
     runtime = zero.runtime
 
     def saves_on_batch(batch: int) -> bool:
         # Only rank 0 runs the savers (callbacks.py): its decision, asked of a copy so that its counts
         # move only when the saver itself runs, reaches every process.
-        will = runtime.global_rank == 0 and any(copy.copy(saver)._should_save_on_batch(batch) for saver in per_batch)
+        will = runtime.global_rank == 0 and any(copy.copy(saver)._should_save_on_batch(batch) for saver in batch_savers)
         return bool(runtime.broadcast(will, 0))
 
     class GatherForSavers(require_keras().callbacks.Callback):  # type: ignore[misc]
