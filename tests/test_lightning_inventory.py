@@ -39,10 +39,12 @@ def test_the_counts_in_the_table_header_and_the_guide_are_the_rows():
     tally = counts(rows)
     header = ", ".join(f"{tally[s]} {s}" for s in STATUSES) + f" of {len(rows)}"
     assert header in TABLE.read_text()
-    # The count line moved with "Coming from Lightning" from the README to its docs page.
+    # The count line is on the "Coming from Lightning" page and in the README's feature table.
     guide = TABLE.parent / "how-to" / "lightning.md"
     text = " ".join(guide.read_text().split())
     assert header in text, f"{guide.name}'s count of Lightning's names is not the table's ({header})"
+    readme = " ".join((TABLE.parent.parent / "README.md").read_text().split())
+    assert header in readme, f"README.md's count of Lightning's names is not the table's ({header})"
 
 
 def test_the_check_sees_a_name_trainmesh_loses(monkeypatch):
