@@ -40,6 +40,7 @@ from trainmesh.strategies.replica_quorum import (
     start_from_first_group,
 )
 from trainmesh.strategies.step import StepHooks, StepResult
+from trainmesh.utilities.install_hints import install_hint
 
 __all__ = ["SemiSyncDDPStrategy", "outer_optimizer_factory"]
 
@@ -227,8 +228,8 @@ def check_torchft_internals(sync: Any) -> None:
 
         raise RuntimeError(
             f"fault_tolerance: sync={kind!r} relies on torchft 0.2's {kind} ({', '.join(missing)}), which this "
-            f"torchft ({getattr(torchft, '__version__', 'unknown version')}) does not have; install torchft 0.2 "
-            "(pip install 'torchft>=0.2,<0.3')"
+            f"torchft ({getattr(torchft, '__version__', 'unknown version')}) does not have; install the torchft "
+            f"trainmesh is tested with: {install_hint('fault-tolerance')}"
         )
 
 
