@@ -66,24 +66,6 @@ def _fit_function(kind: str) -> Any:
     return fit
 
 
-def _calls(run: Any) -> collections.Counter:
-    counts: collections.Counter = collections.Counter()
-
-    def profiler(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            code = frame.f_code
-            counts[f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} {code.co_name}"] += 1
-        elif event == "c_call":
-            counts[f"C {getattr(arg, '__qualname__', repr(arg))}"] += 1
-
-    sys.setprofile(profiler)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return counts
-
-
 def worker(kind: str, fits: int, out: str) -> None:
     """In the fit's process (each rank of ddp): count, time, and (rank 0) write the result."""
     import logging
@@ -93,7 +75,9 @@ def worker(kind: str, fits: int, out: str) -> None:
     logging.getLogger("trainmesh").setLevel(logging.ERROR)
     fit = _fit_function(kind)
     fit(1), fit(2)  # warm-up: imports and first-call caches
-    one, two = _calls(lambda: fit(1)), _calls(lambda: fit(2))
+    from step_breakdown import python_calls  # beside this script: its directory is on sys.path
+
+    one, two = python_calls(lambda: fit(1)), python_calls(lambda: fit(2))
     fixed = one.copy()
     fixed.subtract(two - one)
     times = []

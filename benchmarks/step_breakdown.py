@@ -52,7 +52,9 @@ def _epoch(variant: str, steps: int, root: str) -> Callable[[], None]:
     return lambda: loop_cpu.trainer_epoch(loader, marks, defaults=variant == "defaults", root=root)
 
 
-def _calls(run: Callable[[], None]) -> collections.Counter:
+def python_calls(run: Callable[[], None]) -> collections.Counter:
+    """The Python and C calls ``run()`` makes, by function (file:line name), from ``sys.setprofile``;
+    also fit_fixed_cost.py's counter."""
     counts: collections.Counter = collections.Counter()
     prefix = os.path.dirname(os.path.dirname(torch.__file__)) + os.sep
 
@@ -85,7 +87,7 @@ def worker(variant: str, steps: int, out: str) -> None:
     with tempfile.TemporaryDirectory() as root:
         short, long = _epoch(variant, steps, root), _epoch(variant, 2 * steps, root)
         short(), long()  # warm-up: first-call imports, caches
-        for name, count in (("calls", _calls), ("ops", _ops)):
+        for name, count in (("calls", python_calls), ("ops", _ops)):
             a, b = count(short), count(long)
             figures[name] = {k: (b[k] - a[k]) / steps for k in set(a) | set(b) if b[k] != a[k]}
     with open(out, "w") as file:
