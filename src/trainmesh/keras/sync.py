@@ -63,6 +63,7 @@ class SyncState:
         # id(Mean) -> whether a step of more than one sample added exactly 1 to its count (updated once per
         # step): a process whose batch is 1 sample cannot tell that from a Mean of samples by itself
         self.once_per_step: dict[int, bool] = {}
+        self.learned_means = False  # a step of more than one sample has run: once_per_step is settled
 
     @property
     def world(self) -> int:
@@ -230,11 +231,12 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
         step %= plan.steps  # the step of the pass (training counts the steps of every epoch)
     uneven = plan is not None and plan.uneven(step)
     read = plan is None and state.world > 1  # sizes read: uneven or not, known after the step (or the evaluation)
-    learn = state.world > 1 and not state.once_per_step  # the first step tells which Means count steps
+    learn = state.world > 1 and not state.learned_means  # the first full step tells which Means count steps
     before = step_means.snapshot(model) if uneven or read or learn else []
     state.global_read = None
     logs = keras_step(data)
     step_means.learn_once_per_step(before, state.last_batch, state.once_per_step)
+    state.learned_means = state.learned_means or state.last_batch > 1  # no snapshot per step after it
     total = plan.global_batch(step) if plan is not None else state.global_read if training else None
     if before and plan is None and not training:
         if sync_logs:  # every process takes every step (refused otherwise): the sizes summed now, for the logs
