@@ -46,3 +46,35 @@ def test_the_leave_barrier_ends_within_its_timeout_on_every_rank_and_names_who_d
     assert left[0][1] == "[]", out
     assert "rank 1 leaves the process group without rank 0, which did not reach its teardown" in result.stderr
     assert f"within {TIMEOUT:g} s" in result.stderr
+
+
+# Rank 0 hosts the store. Rank 1 reaches the teardown first and, between two polls of the count
+# (made slow here), rank 0 arrives, sees everyone and used to leave at once: rank 1 then found the
+# store gone and waited out its whole timeout (60 s by default), saying ranks 0 and 1 never came.
+RACE = textwrap.dedent(f"""
+    import time, types, torch, torch.distributed as dist, torch.multiprocessing as mp
+    from trainmesh.launchers.environments import find_free_port
+    from trainmesh.strategies.process_group import leave_process_group
+    import trainmesh.supervision.departures as departures
+
+    def worker(rank, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(1))
+        if rank == 1:  # polls the count every 2 s instead of every 0.05 s
+            departures.time = types.SimpleNamespace(sleep=lambda s: time.sleep(2.0), monotonic=time.monotonic)
+        else:
+            time.sleep(0.5)  # rank 1 is in its first sleep when rank 0 arrives
+        missing = leave_process_group(failed=False, timeout={LATE})
+        print(f"RANK {{rank}} missing={{missing}}", flush=True)
+
+    if __name__ == "__main__":
+        mp.start_processes(worker, args=(find_free_port(),), nprocs=2, start_method="fork")
+        print("ALL LEFT", flush=True)
+""")
+
+
+def test_rank_0_the_store_s_host_stays_until_every_rank_has_seen_that_all_arrived():
+    result = run("-c", RACE, timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RANK 0 missing=[]" in result.stdout and "RANK 1 missing=[]" in result.stdout, result.stdout
+    assert "leaves the process group without" not in result.stderr, result.stderr[-3000:]

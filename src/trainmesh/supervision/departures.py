@@ -64,10 +64,16 @@ class _Channel:
         return cls(store, rank=dist.get_rank(), world_size=dist.get_world_size(), leave=leave)
 
     def departed_count(self) -> int:
+        count = self.count("departed")
+        return 0 if count is None else count  # None: the store is gone (the run is ending)
+
+    def count(self, key: str, add: int = 0) -> int | None:
+        """The counter ``key`` after adding ``add``; None when the store is gone (its host, rank 0,
+        has left the group)."""
         try:
-            return int(self.store.add(self.prefix + "departed", 0))
-        except RuntimeError:  # the store is gone (the run is ending): nothing to read
-            return 0
+            return int(self.store.add(self.prefix + key, add))
+        except RuntimeError:
+            return None
 
     def depart(self, departure: Departure) -> None:
         with contextlib.suppress(RuntimeError):
@@ -102,9 +108,17 @@ def leave_together(*, timeout: float = LEAVE_TIMEOUT) -> list[int]:
     where = site.user.place if site.user is not None else ""
     channel.depart(Departure(rank=channel.rank, collectives=mine, where=where, wait_s=timeout))
     deadline = time.monotonic() + timeout
-    while channel.departed_count() < channel.world_size and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        departed = channel.count("departed")
+        if departed is None:
+            # Rank 0 hosts the store and leaves only once every rank arrived or its own wait
+            # ended: nothing more can be counted, and waiting on would only add the timeout.
+            return []
+        if departed >= channel.world_size:
+            break
         time.sleep(0.05)
     missing = sorted(set(range(channel.world_size)) - set(channel.read("left", str)))
+    _release(channel, everyone_arrived=not missing)
     if missing:
         print(
             f"trainmesh: rank {channel.rank} leaves the process group without {_ranks(missing)}, which did not "
@@ -115,6 +129,18 @@ def leave_together(*, timeout: float = LEAVE_TIMEOUT) -> list[int]:
             flush=True,
         )
     return missing
+
+
+def _release(channel: _Channel, *, everyone_arrived: bool) -> None:
+    """Rank 0 hosts the store: it stays until every rank has seen the full count, or a peer
+    still polling it would find the store gone and wait out its whole timeout."""
+    released = channel.count("released", 1)
+    if channel.rank != 0 or not everyone_arrived:
+        return
+    deadline = time.monotonic() + _STORE_TIMEOUT.total_seconds()
+    while released is not None and released < channel.world_size and time.monotonic() < deadline:
+        time.sleep(0.01)
+        released = channel.count("released")
 
 
 def watch_departures(timeout: float | None) -> None:
