@@ -193,7 +193,11 @@ COVERED_BY: dict[str, list[str]] = {
         "strategies/test_resume_layouts.py",
     ],
     "strategies/process_group.py": ["strategies/test_ddp.py"],
-    "strategies/sampling.py": ["strategies/test_ddp_dataloaders.py", "launchers/test_spawn_evaluation.py"],
+    "strategies/sampling.py": [
+        "strategies/test_ddp_dataloaders.py",
+        "launchers/test_spawn_evaluation.py",
+        "trainer/test_lightning_sampler_ddp.py",
+    ],
     "strategies/single.py": ["trainer/test_fit_loop.py", "strategies/test_matrix.py"],
     "strategies/stage_state.py": [
         "strategies/test_pipeline.py",

@@ -218,12 +218,22 @@ class Runtime:
         return [RuntimeOptimizer.of(opt, self.precision) for opt in prepared]
 
     def setup_dataloaders(
-        self, *loaders: Any, train: bool = True, batch_hooks: BatchHooks | None = None, distribute: bool = True
+        self,
+        *loaders: Any,
+        train: bool = True,
+        batch_hooks: BatchHooks | None = None,
+        distribute: bool = True,
+        shuffle: bool | None = None,
     ) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,
         through Lightning's batch-transfer ``batch_hooks`` where given (``dataloader_idx``: the
         loader's place among ``loaders``). ``distribute=False`` (Lightning's
         ``use_distributed_sampler=False``): each loader is read as it is, its sampler the user's.
+
+        ``shuffle`` orders a training loader's distributed shards: None (the default, as Lightning's
+        ``Fabric.setup_dataloaders``), shuffled where its sampler is a ``RandomSampler``, in order
+        otherwise; True or False, every training loader shuffled with the seed or none, whatever
+        its sampler, as Lightning's Trainer does (the Trainer passes ``not overfit_batches``).
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
         ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
@@ -244,7 +254,11 @@ class Runtime:
                 loader = with_worker_init_fn(
                     loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
                 )
-            processed = self.strategy.process_dataloader(loader, train=train, seed=seed) if distribute else loader
+            processed = (
+                self.strategy.process_dataloader(loader, train=train, seed=seed, shuffle=shuffle)
+                if distribute
+                else loader
+            )
             if batch_hooks is None:
                 wrapped.append(DeviceDataLoader(processed, self.to_device, self._moves_batches))
             else:

@@ -83,6 +83,16 @@ def test_shuffled_training_loader_gets_a_seeded_shuffling_distributed_sampler():
     assert second == [permutation[0::2], permutation[1::2]]
 
 
+@pytest.mark.parametrize("shuffle_given", [False, True])
+def test_the_trainer_s_shuffle_overrides_the_loader_s_own(shuffle_given):
+    """shuffle=True/False (Lightning's Trainer: every training loader shuffled, none under
+    overfit_batches) whatever the loader says; the seed is the run's."""
+    loader = DataLoader(indices(20), batch_size=4, shuffle=not shuffle_given)
+    sharded = strategy_for(0).process_dataloader(loader, train=True, seed=7, shuffle=shuffle_given)
+    assert (sharded.sampler.shuffle, sharded.sampler.seed) == (shuffle_given, 7)
+    assert seen(sharded) == list(DistributedSampler(range(20), num_replicas=2, rank=0, shuffle=shuffle_given, seed=7))
+
+
 def test_a_distributed_sampler_the_user_made_is_not_sharded_again():
     data = indices(20)
     loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, num_replicas=2, rank=1, shuffle=False))

@@ -182,3 +182,19 @@ def test_wrapper_forwards_set_epoch_to_its_sampler():
 def test_wrapper_over_an_empty_sampler_yields_nothing():
     wrapper = DistributedSamplerWrapper(SequentialSampler(range(0)), num_replicas=2, rank=1)
     assert list(wrapper) == [] and len(wrapper) == 0
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize(("n", "world"), [(7, 2), (10, 3), (2, 4)])
+def test_wrapper_reads_what_lightning_s_wrapper_reads(shuffle, n, world):
+    """Lightning's Trainer wraps a sampler of one's own in its DistributedSamplerWrapper with
+    shuffle=True and the seed (its docstring says they have no effect; they permute the positions)."""
+    lightning = pytest.importorskip("lightning.fabric.utilities.distributed")
+    for epoch in (0, 1):
+        for rank in range(world):
+            inner = list(range(n - 1, -1, -1))  # an order of one's own: backwards
+            theirs = lightning.DistributedSamplerWrapper(inner, num_replicas=world, rank=rank, shuffle=shuffle, seed=5)
+            ours = DistributedSamplerWrapper(inner, num_replicas=world, rank=rank, shuffle=shuffle, seed=5)
+            theirs.set_epoch(epoch)
+            ours.set_epoch(epoch)
+            assert list(ours) == list(theirs) and len(ours) == len(theirs)

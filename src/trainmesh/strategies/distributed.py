@@ -129,10 +129,16 @@ class DistributedStrategy(LightningStrategyFace):
         """Where configure_model builds layers: here, on the real device (after setup_module)."""
         return contextlib.nullcontext()
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
         mesh = self._mesh
         return shard_dataloader(
-            loader, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, train=train, seed=seed, longest=self._longest_over_ranks
+            loader,
+            dp_rank=mesh.dp_rank,
+            dp_size=mesh.dp_size,
+            train=train,
+            seed=seed,
+            longest=self._longest_over_ranks,
+            shuffle=shuffle,
         )
 
     def _longest_over_ranks(self, count: int) -> int:

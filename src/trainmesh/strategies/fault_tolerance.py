@@ -109,14 +109,20 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     def _load_peer_state(self, state: dict[str, Any]) -> None:
         checkpoints.load_plain_state_dict(self._placed, self._optimizers, state, strict=True)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
         if not train:
             return loader  # every group validates on the whole set, as the job it is
         # The group's share of the data: fixed by its number, so a group started again reads the
         # same share (torchft's own DistributedSampler does the same).
         ft = self.fault_tolerance
         return shard_dataloader(
-            loader, dp_rank=ft.replica_group, dp_size=ft.num_replica_groups, train=True, seed=seed, longest=int
+            loader,
+            dp_rank=ft.replica_group,
+            dp_size=ft.num_replica_groups,
+            train=True,
+            seed=seed,
+            longest=int,
+            shuffle=shuffle,
         )
 
     def train_step(
@@ -201,7 +207,7 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
         params = checkpoints.sharded_state_dict(module, [], sharded=True)["model"]
         checkpoints.load_sharded_state_dict(module, self._optimizers, _as_shards(state, params), strict=True)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
         if not train:
             return super().process_dataloader(loader, train=False, seed=seed)  # the group validates the whole set
         # The group's processes read consecutive shares of the data: group g's process r is
@@ -214,6 +220,7 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
             train=True,
             seed=seed,
             longest=int,
+            shuffle=shuffle,
         )
 
     def train_step(

@@ -28,7 +28,14 @@ from trainmesh.utilities.distributed_samplers import (
 
 
 def shard_dataloader(
-    loader: Any, *, dp_rank: int, dp_size: int, train: bool, seed: int, longest: Callable[[int], int]
+    loader: Any,
+    *,
+    dp_rank: int,
+    dp_size: int,
+    train: bool,
+    seed: int,
+    longest: Callable[[int], int],
+    shuffle: bool | None = None,
 ) -> Any:
     """``loader`` reading only data-parallel rank ``dp_rank``'s share out of ``dp_size``.
 
@@ -36,6 +43,14 @@ def shard_dataloader(
     ``longest(n)`` is the largest ``n`` over the ranks (a collective): evaluation shards are
     padded to it with empty batches, so every rank runs as many steps and collectives.
     A loader that is already distributed, or not a map-style DataLoader, is kept as it is.
+
+    ``shuffle`` says how a training loader is ordered: None, by its sampler (a ``RandomSampler``
+    shuffles, anything else keeps its order: Lightning's ``Fabric.setup_dataloaders``, and the
+    keras-io DDP guide's ``DistributedSampler(shuffle=False)``); True or False, as Lightning's
+    Trainer orders every training loader under ``use_distributed_sampler=True``: shuffled with
+    ``seed`` (False under ``overfit_batches``), whatever the loader's own sampler, a custom
+    sampler's indices permuted as Lightning's ``DistributedSamplerWrapper`` permutes them.
+    Evaluation ignores it.
     """
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader  # an iterable dataset shards itself (get_worker_info / rank)
@@ -58,11 +73,14 @@ def shard_dataloader(
         )
     sampler = loader.sampler
     if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
-        shard: Any = DistributedSampler(
-            loader.dataset, num_replicas=dp_size, rank=dp_rank, shuffle=type(sampler) is RandomSampler, seed=seed
-        )
+        shuffled = type(sampler) is RandomSampler if shuffle is None else shuffle
+        shard: Any = DistributedSampler(loader.dataset, num_replicas=dp_size, rank=dp_rank, shuffle=shuffled, seed=seed)
     else:
-        shard = DistributedSamplerWrapper(cast(Sampler[int], sampler), num_replicas=dp_size, rank=dp_rank)
+        # By its sampler (None), a custom sampler's order is kept: Fabric's wrapper is never asked to
+        # shuffle (a RandomSampler gets a DistributedSampler there, as here).
+        shard = DistributedSamplerWrapper(
+            cast(Sampler[int], sampler), num_replicas=dp_size, rank=dp_rank, shuffle=bool(shuffle), seed=seed
+        )
     if loader.batch_sampler is None:
         return _with_sampler(loader, shard)
     if type(loader.batch_sampler) is not BatchSampler:

@@ -123,7 +123,7 @@ class SingleDeviceStrategy(LightningStrategyFace):
     ) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int) -> Any:
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
         return loader
 
     def train_step(

@@ -60,7 +60,9 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
             "it is checked against Lightning on one process only. Run it on one process, or combine the "
             "datasets into one (one loader per process is sharded as usual)"
         )
-    placed = ctx.runtime.setup_dataloaders(*loader.flattened, train=train)
+    placed = ctx.runtime.setup_dataloaders(
+        *loader.flattened, train=train, shuffle=ctx.shuffle_training if train else None
+    )
     placed = placed if isinstance(placed, list) else [placed]
     combined = copy.copy(loader)  # the user's keeps its own loaders
     combined.flattened = [device_loader.loader for device_loader in placed]

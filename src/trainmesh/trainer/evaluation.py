@@ -145,7 +145,11 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
         return []
     loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(
-        *loaders, train=train, batch_hooks=ctx.batch_hooks, distribute=ctx.use_distributed_sampler
+        *loaders,
+        train=train,
+        batch_hooks=ctx.batch_hooks,
+        distribute=ctx.use_distributed_sampler,
+        shuffle=ctx.shuffle_training if train else None,
     )
     found = ctx.state.stage_loaders[kind] = list(placed) if len(loaders) > 1 else [placed]
     return found

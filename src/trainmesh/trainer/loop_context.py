@@ -40,6 +40,8 @@ class LoopContext:
     )
     # Lightning 2's Trainer arguments the loops read (trainer/lightning2_arguments.py)
     use_distributed_sampler: bool = True
+    # Lightning's distributed sampler shuffles every training loader, none under overfit_batches
+    shuffle_training: bool = True
     reload_every_n_epochs: int = 0
     detect_anomaly: bool = False
     log_hyperparams: bool = True

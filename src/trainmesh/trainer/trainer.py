@@ -419,6 +419,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             modules_restored=restored,
             profiler=self.profiler,
             use_distributed_sampler=behaviour.use_distributed_sampler,
+            shuffle_training=not self.overfit_batches,
             reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
             detect_anomaly=behaviour.detect_anomaly,
             log_hyperparams=behaviour.enable_autolog_hparams,

@@ -11,9 +11,9 @@ at the global batch reads, and what Lightning's ``DistributedSampler`` gives its
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sized
-from typing import Any
+from typing import Any, cast
 
-from torch.utils.data import Sampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from trainmesh.utilities.collections import apply_to_tensors, first_tensor
 
@@ -85,14 +85,21 @@ class InterleavedShardSampler(Sampler[int]):
 
 
 class DistributedSamplerWrapper(Sampler[int]):
-    """Shards a custom sampler's indices across ranks for training (each rank every W-th index).
+    """Shards a custom sampler's indices across ranks for training, as Lightning's wrapper does.
 
-    The user's sampler decides the order (weighted, stratified, ...); padding by repetition
-    gives every rank the same count, as ``DistributedSampler`` does.
+    The user's sampler decides which indices (weighted, stratified, ...); this rank takes every
+    W-th of them, padded by repetition so that every rank gets the same count (as
+    ``DistributedSampler`` does). With ``shuffle`` (what Lightning's Trainer asks of its
+    ``DistributedSamplerWrapper`` for training) the positions in the sampler's list are first
+    permuted with ``seed + epoch``: Lightning's ``DistributedSampler`` over the list, which its
+    ranks read.
     """
 
-    def __init__(self, sampler: Sampler[int], *, num_replicas: int, rank: int) -> None:
+    def __init__(
+        self, sampler: Sampler[int], *, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0
+    ) -> None:
         self.sampler, self.num_replicas, self.rank = sampler, num_replicas, rank
+        self.shuffle, self.seed = shuffle, seed
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -100,13 +107,19 @@ class DistributedSamplerWrapper(Sampler[int]):
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
-    def _padded(self) -> list[Any]:
-        order = list(self.sampler)
-        total = -(-len(order) // self.num_replicas) * self.num_replicas
-        return (order * (total // max(len(order), 1) + 1))[:total] if order else []
-
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._padded()[self.rank :: self.num_replicas])
+        order = list(self.sampler)
+        # Lightning's DistributedSamplerWrapper: torch's DistributedSampler over the sampler's
+        # positions (its permutation, its padding), each position then read from the list.
+        positions: DistributedSampler[int] = DistributedSampler(
+            cast("Dataset[int]", range(len(self.sampler))),  # type: ignore[arg-type]
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            shuffle=self.shuffle,
+            seed=self.seed,
+        )
+        positions.set_epoch(self.epoch)
+        return iter([order[position] for position in positions])
 
     def __len__(self) -> int:
         return -(-len(self.sampler) // self.num_replicas)  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""What each rank trains on under ``strategy="ddp"`` at 2 CPU processes with Lightning's default
+``use_distributed_sampler=True``: ``python sampler_ddp_run.py lightning|trainmesh OUT``.
+
+One launch runs every case of ``CASES`` in order (Lightning's ddp starts the script again as the
+second process, which runs them in the same order) and writes each process's record to
+``OUT/<case>-rank<r>.pt``: the sample indices of every training step and the trained weights.
+The first case runs before any ``seed_everything`` (the sampler's seed is then 0); the rest after
+``seed_everything(17)``. ``resumed`` is a fit that saves after its second step and a new fit from
+that checkpoint (the second fit's record). trainmesh also runs ``TRAINMESH_ONLY`` (other data-parallel strategies,
+whose Lightning counterparts share ddp's sampler) in the same process group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+if sys.argv[1] == "lightning":
+    import lightning.pytorch as pl
+else:
+    import trainmesh as pl
+
+SAMPLES = 32
+_gen = torch.Generator().manual_seed(0)
+X = torch.randn(SAMPLES, 3, generator=_gen)
+Y = X @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.1 * torch.randn(SAMPLES, 1, generator=_gen)
+DATA = TensorDataset(torch.arange(SAMPLES), X, Y)
+
+
+class EveryThirdFirst(Sampler[int]):
+    """A sampler of one's own: indices 0, 3, 6, ..., then 1, 4, ..., then 2, 5, ...; 30 of the 32."""
+
+    def __iter__(self):
+        return iter([i for start in range(3) for i in range(start, 30, 3)])
+
+    def __len__(self):
+        return 30
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(3, 1)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx):
+        index, x, y = batch
+        self.seen.append((self.current_epoch, index.tolist()))
+        return F.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader(kind: str) -> DataLoader:
+    if kind == "in_order":
+        return DataLoader(DATA, batch_size=4)
+    if kind == "shuffled":
+        return DataLoader(DATA, batch_size=4, shuffle=True)
+    return DataLoader(DATA, batch_size=4, sampler=EveryThirdFirst())
+
+
+CASES = {
+    "unseeded_in_order": dict(data="in_order"),
+    "in_order": dict(data="in_order"),
+    "shuffled": dict(data="shuffled"),
+    "own_sampler": dict(data="own_sampler"),
+    "overfit": dict(data="shuffled", overfit_batches=2),
+    "resumed": dict(data="shuffled"),
+}
+TRAINMESH_ONLY = {
+    "fsdp_in_order": dict(data="in_order", strategy="fsdp"),
+    "zero1_shuffled": dict(data="shuffled", strategy="zero1"),
+}
+
+
+def fit(data: str, strategy: str = "ddp", ckpt_path: Path | None = None, **settings) -> tuple[Model, pl.Trainer]:
+    torch.manual_seed(3)  # the weights: the same in both frameworks without moving the sampler's seed
+    model = Model()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing="callbacks" in settings,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **settings,
+    )
+    trainer.fit(model, loader(data), ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def run(out: Path, case: str, data: str, **settings) -> None:
+    if case == "resumed":
+        # A fit that writes a checkpoint after its second step (of 4 an epoch), then a new fit from it
+        saves = pl.callbacks.ModelCheckpoint(out / "steps", filename="{step}", every_n_train_steps=2, save_top_k=-1)
+        fit(data, callbacks=[saves])
+        model, trainer = fit(data, ckpt_path=out / "steps" / "step=2.ckpt")
+    else:
+        model, trainer = fit(data, **settings)
+    # Whole tensors (a DTensor under fsdp: full_tensor is a collective, which every rank runs)
+    weights = {k: getattr(v, "full_tensor", v.detach)().clone() for k, v in model.layer.state_dict().items()}
+    torch.save(dict(seen=model.seen, weights=weights), out / f"{case}-rank{trainer.global_rank}.pt")
+
+
+def main(framework: str, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cases = dict(CASES, **(TRAINMESH_ONLY if framework == "trainmesh" else {}))
+    for case, settings in cases.items():
+        if case == "in_order":
+            pl.seed_everything(17)
+        run(out, case, **settings)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))

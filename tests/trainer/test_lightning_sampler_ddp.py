@@ -1,0 +1,101 @@
+"""What each rank trains on under ddp at 2 processes, against Lightning 2.6's own ddp run.
+
+With its default ``use_distributed_sampler=True``, Lightning's Trainer gives every training loader
+``DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED or 0)`` (``shuffle=False`` under
+``overfit_batches``; a sampler of one's own through ``DistributedSamplerWrapper``, which permutes
+it alike) and calls ``set_epoch`` each epoch. One launch per framework
+(tests/trainer/sampler_ddp_run.py) runs 2 epochs of 32 samples at batch 4 for each case: a
+``shuffle=False`` loader before any ``seed_everything`` and after ``seed_everything(17)``, a
+``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, and a fit resumed mid-epoch.
+Each rank's samples at every step are Lightning's rank's, exactly, and the trained weights
+Lightning's (to float noise). fsdp and zero1 (trainmesh's, in the same launch) read what
+Lightning's ddp ranks read: Lightning's strategies share one sampler.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.forked import can_fork, run_forked
+from helpers.processes import run_program
+
+pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parent / "sampler_ddp_run.py"
+CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit"]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """Lightning's run as a new interpreter (its ddp starts the second process itself, as its
+    owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py). Neither
+    sees a PL_GLOBAL_SEED from outside: the first case's seed is the default, 0."""
+    out = tmp_path_factory.mktemp("sampler_ddp")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    done = run_program([str(SCRIPT), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [str(SCRIPT), "trainmesh", str(out / "trainmesh")]
+    if can_fork():
+        done = run_forked(SCRIPT, ours[1:], env=env, timeout=600, cwd=out, world=2)
+    else:
+        done = run_program(ours, timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def _load(out: Path, framework: str, case: str, rank: int) -> dict:
+    return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
+
+
+def _same_weights(ours: dict, theirs: dict) -> bool:
+    return ours.keys() == theirs.keys() and all(torch.allclose(ours[k], theirs[k], rtol=0, atol=1e-6) for k in theirs)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("case", CASES)
+def test_each_rank_trains_on_lightning_s_samples(records, case, rank):
+    theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
+    assert ours["seen"] == theirs["seen"]
+    assert _same_weights(ours["weights"], theirs["weights"])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize(("ours_case", "their_case"), [("fsdp_in_order", "in_order"), ("zero1_shuffled", "shuffled")])
+def test_fsdp_and_zero1_read_lightning_s_ddp_samples(records, ours_case, their_case, rank):
+    theirs, ours = _load(records, "lightning", their_case, rank), _load(records, "trainmesh", ours_case, rank)
+    assert ours["seen"] == theirs["seen"]
+    assert _same_weights(ours["weights"], theirs["weights"])
+
+
+def test_what_lightning_reads(records):
+    """The owner's run, as measured: a shuffle=False loader is shuffled with seed 0 before any
+    seed_everything (rank 0's first batch 12, 25, 19, 9), with the seed after one, anew each
+    epoch; under overfit_batches it is read in order (rank r: samples r, r+2, ...)."""
+    unseeded = _load(records, "lightning", "unseeded_in_order", 0)["seen"]
+    assert unseeded[0] == (0, [12, 25, 19, 9])
+    seeded = _load(records, "lightning", "in_order", 0)["seen"]
+    assert seeded[0] != unseeded[0] and seeded[0][1] != seeded[4][1] and seeded[4][0] == 1
+    overfit = [_load(records, "lightning", "overfit", rank)["seen"] for rank in (0, 1)]
+    assert overfit[0][:2] == [(0, [0, 2, 4, 6]), (0, [8, 10, 12, 14])]
+    assert overfit[1][0] == (0, [1, 3, 5, 7])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_mid_epoch_resume_reads_the_rest_of_the_epoch(records, rank):
+    """A fit resumed from the checkpoint written after step 2 of the first epoch (of 4, shuffle=True):
+    trainmesh's ranks read that epoch's batches 3 and 4, then the next epoch, and end on the weights of
+    the fit that was not stopped (Lightning's). Lightning's own resume reads the epoch's first 2
+    batches again (its DataLoader is not resumable: it says so in a warning), so its weights differ."""
+    whole = _load(records, "lightning", "shuffled", rank)
+    ours, theirs = _load(records, "trainmesh", "resumed", rank), _load(records, "lightning", "resumed", rank)
+    assert ours["seen"] == whole["seen"][2:]
+    assert _same_weights(ours["weights"], whole["weights"])
+    assert theirs["seen"] == whole["seen"][:2] + whole["seen"][4:]
+    assert not _same_weights(theirs["weights"], whole["weights"])
