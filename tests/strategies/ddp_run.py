@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
 EPOCHS, PER_RANK_BATCH = 2, 16
@@ -112,13 +113,14 @@ def run_trainer(out, strategy="ddp", devices=2, nodes=1):
 
 
 def handwritten_worker(rank, out, port):
-    # The keras-io seed's loop: a DistributedSampler without shuffling, DDP, Adam.
+    # The keras-io seed's loop: a DistributedSampler, DDP, Adam; shuffled with seed 0, as the
+    # Trainer's sampler shuffles every training loader (Lightning's)
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where it hangs, then ends
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
     )
     data = dataset()
-    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
     model = torch.nn.parallel.DistributedDataParallel(net())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -307,7 +309,9 @@ def run_callbacks(out, directory):
 
 def run_single(out, optimizer="adam"):
     model = Net() if optimizer == "adam" else SGDNet()
-    quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH))
+    # At step k the 2 ddp ranks' k-th batches, which the Trainer's sampler shuffles (helpers/lightning_order.py)
+    order = GlobalBatches(len(dataset()), world=2, batch_size=PER_RANK_BATCH)
+    quiet_trainer(max_epochs=EPOCHS).fit(model, DataLoader(dataset(), batch_size=2 * PER_RANK_BATCH, sampler=order))
     torch.save({"state_dict": model.state_dict()}, out)
 
 
@@ -426,7 +430,8 @@ def run_runtime(out):
         model = net()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         model, optimizer = runtime.setup(model, optimizer)
-        loader = runtime.setup_dataloaders(DataLoader(dataset(), batch_size=PER_RANK_BATCH))
+        # shuffle=True: the Runtime shuffles a RandomSampler's loader (as Lightning's Fabric), as the loop above
+        loader = runtime.setup_dataloaders(DataLoader(dataset(), batch_size=PER_RANK_BATCH, shuffle=True))
         for epoch in range(EPOCHS):
             loader.set_epoch(epoch)
             for x, y in loader:

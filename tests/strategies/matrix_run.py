@@ -16,7 +16,8 @@ A cell is an entry point (the Trainer; a Runtime loop with the optimizer built b
 
 Every cell sees the same global batches split the same way as its reference: dp and ddp2
 read the data in an order whose chunk c of batch k is what ddp rank c (node-major for ddp2)
-reads as its batch k, so BatchNorm's per-device statistics and dropout masks can match.
+reads as its batch k from the Trainer's shuffling sampler, so BatchNorm's per-device statistics
+and dropout masks can match.
 """
 
 import faulthandler
@@ -31,12 +32,13 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.utils.data import DataLoader, Subset, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
 from helpers.forked import single_threaded  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
 EPOCHS, PER_DEVICE_BATCH, SAMPLES, LR = 2, 16, 256, 1e-2
@@ -66,26 +68,21 @@ def dataset() -> TensorDataset:
     return TensorDataset(x, (x[:, :4].argmax(1) + (x[:, 5] > 1).long()) % 4)
 
 
-def chunk_order(nodes: int, chunks: int) -> list[int]:
-    """Positions such that node n's chunk c of batch k holds what ddp rank ``chunks*n + c``
-    (of ``nodes*chunks``) reads as its batch k (DistributedSampler without shuffling)."""
-    per_node = SAMPLES // nodes
-    order = [0] * SAMPLES
-    for n in range(nodes):
-        for j in range(per_node):
-            k, rest = divmod(j, chunks * PER_DEVICE_BATCH)
-            c, i = divmod(rest, PER_DEVICE_BATCH)
-            order[n + nodes * j] = (chunks * n + c) + (nodes * chunks) * (k * PER_DEVICE_BATCH + i)
-    return order
-
-
 def loader_for(strategy: str) -> DataLoader:
-    _, nodes, chunks = LAYOUTS[strategy]
+    processes, nodes, chunks = LAYOUTS[strategy]
     data = dataset()
     if chunks > 1:
-        data = Subset(data, chunk_order(nodes, chunks))
-    batch = PER_DEVICE_BATCH * chunks * (2 if strategy in ("single", "plain") else 1)
-    return DataLoader(data, batch_size=batch)
+        # Node n's chunk c of batch k: what ddp rank chunks*n + c (of nodes*chunks) reads as its batch k
+        # from the Trainer's distributed sampler (helpers/lightning_order.py); ddp2's nodes run under
+        # torchrun, one process each, whose RANK is the node's.
+        node = int(os.environ.get("RANK", "0"))
+        ranks = range(node * chunks, node * chunks + chunks)
+        order = GlobalBatches(SAMPLES, world=nodes * chunks, batch_size=PER_DEVICE_BATCH, ranks=ranks)
+        return DataLoader(data, batch_size=PER_DEVICE_BATCH * chunks, sampler=order)
+    batch = PER_DEVICE_BATCH * (2 if strategy in ("single", "plain") else 1)
+    # Several processes: shuffled, so that a Runtime loop's sampler (shuffling a RandomSampler's loader
+    # only, as Lightning's Fabric) reads what the Trainer's reads (every training loader shuffled)
+    return DataLoader(data, batch_size=batch, shuffle=processes > 1)
 
 
 def build_net(kind: str) -> torch.nn.Module:

@@ -24,10 +24,12 @@ import sys
 
 import torch
 from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from helpers.nanogpt import GPT, GPTConfig, PublishedGPT, gpt_loader  # noqa: E402
 from trainmesh.runtime_optimizer import inner_optimizer  # noqa: E402
@@ -90,6 +92,10 @@ def main(argv: list[str]) -> None:
     devices, dp, strategy = LAYOUTS[layout]
     torch.manual_seed(0)
     model, loader = model_and_data(options.get("model", "llama"), GLOBAL_BATCH // dp)
+    if layout == "single":
+        # The samples the other layouts' ranks read: the Trainer's distributed sampler shuffles (seed 0)
+        order = GlobalBatches(len(loader.dataset), world=1, batch_size=GLOBAL_BATCH)
+        loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH, sampler=order)
     split = options.get("split")
     trainer = tm.Trainer(
         accelerator="cpu",

@@ -121,13 +121,14 @@ def run_trainer(out, strategy, devices, max_steps=2 * BATCHES, ckpt_dir=None, re
 
 
 def handwritten_worker(rank, out, port):
-    """The same GAN as a plain torch program: two DDP modules, the data split by rank, no shuffle."""
+    """The same GAN as a plain torch program: two DDP modules, the data split by rank, shuffled with
+    seed 0 as the Trainer's sampler shuffles every training loader."""
     faulthandler.dump_traceback_later(90, exit=True)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
     )
     data = train_set()
-    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=0)
     generator, discriminator = networks()
     opt_g, opt_d = optimizers(generator, discriminator)
     generator, discriminator = (

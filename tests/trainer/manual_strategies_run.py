@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from manual_optimization_run import GAN, PER_RANK_BATCH, networks, noise, optimizers, train_set  # noqa: E402
 
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
 # Six batches per rank: three accumulation windows of two, each ending in two optimizer steps.
@@ -90,9 +91,10 @@ class TensorParallelGAN(CheckedGAN):
 
 
 def rank_batches(world: int, rank: int) -> list:
-    """What data-parallel rank ``rank`` of ``world`` reads (a DistributedSampler, no shuffle)."""
+    """What data-parallel rank ``rank`` of ``world`` reads: the Trainer's DistributedSampler shuffles
+    every training loader (seed 0: no seed_everything here), as Lightning's."""
     data = train_set()
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
     return [x for _, (x, _) in zip(range(BATCHES), DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler))]
 
 
@@ -225,10 +227,18 @@ def run_trainer(out, strategy, devices, num_nodes="1", max_steps="-1", ckpt_dir=
         enable_checkpointing=bool(ckpt_dir),
     )
     model = TensorParallelGAN() if strategy in ("tp", "fsdp_tp") else CheckedGAN()
-    data = chunked_set(int(num_nodes), chunks) if chunks > 1 else train_set()
+    loader = DataLoader(train_set(), batch_size=PER_RANK_BATCH)
+    if strategy in ("dp", "ddp2", "layers_on_devices"):
+        # A process splitting its batch (or its model): node n's chunk c of batch k is what rank
+        # chunks * n + c reads (rank_batches), a sampler the Trainer keeps. ddp2's nodes run under
+        # torchrun, one process each, whose RANK is the node's (the Trainer's ranks are known at fit).
+        node = int(os.environ.get("RANK", "0"))
+        ranks = range(node * chunks, (node + 1) * chunks)
+        order = GlobalBatches(len(train_set()), world=int(num_nodes) * chunks, batch_size=PER_RANK_BATCH, ranks=ranks)
+        loader = DataLoader(train_set(), batch_size=PER_RANK_BATCH * chunks, sampler=order)
     trainer.fit(
         model,
-        DataLoader(data, batch_size=PER_RANK_BATCH * chunks),
+        loader,
         ckpt_path=os.path.join(ckpt_dir, "last.ckpt") if resume else None,
     )
     state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
