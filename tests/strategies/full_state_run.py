@@ -35,7 +35,14 @@ def run_leg(out: Path, layout: str) -> None:
         logger=False,
         default_root_dir=str(out),
     )
-    trainer.fit(Net(), DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp))
+    loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp)
+    if layout == "single":
+        # The layouts' step k: the samples the Trainer's shuffling sampler deals their ranks (seed 0)
+        from helpers.lightning_order import GlobalBatches
+
+        order = GlobalBatches(len(loader.dataset), world=1, batch_size=GLOBAL_BATCH)
+        loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH, sampler=order)
+    trainer.fit(Net(), loader)
     full = trainer.full_state_dict()  # every rank: a collective where the model is sharded or split
     trainer.save_checkpoint(out / f"{layout}.ckpt")  # every rank, too
     if trainer.is_global_zero:

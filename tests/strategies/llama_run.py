@@ -18,6 +18,7 @@ import os
 import sys
 
 import torch
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -67,6 +68,12 @@ def run_leg(argv: list[str]) -> None:
     # batch's mean. With it, padding and the summed loss: the global token count normalises.
     samples = GLOBAL_BATCH * steps if whole else 32
     train = loaders(config, batch_size=GLOBAL_BATCH // dp, samples=samples, uneven_padding=whole)
+    if layout == "single":
+        # The layouts' step k: the samples the Trainer's shuffling sampler deals their ranks (seed 0)
+        from helpers.lightning_order import GlobalBatches
+
+        order = GlobalBatches(len(train.dataset), world=1, batch_size=GLOBAL_BATCH)
+        train = DataLoader(train.dataset, batch_size=GLOBAL_BATCH, sampler=order)
     val = (
         loaders(config, batch_size=GLOBAL_BATCH // dp, samples=12, seed=5, uneven_padding=False)
         if opts.get("positions") == "1"

@@ -33,6 +33,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # tests/helpers
 from trainmesh.strategies import ModelParallelStrategy
 
 GLOBAL_BATCH, D = 16, 16
@@ -133,6 +135,12 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         layout, 1
     )
     loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp)
+    if layout == "single":
+        # The other layouts' step k: the samples the Trainer's shuffling sampler deals their ranks
+        from helpers.lightning_order import GlobalBatches
+
+        order = GlobalBatches(len(loader.dataset), world=1, batch_size=GLOBAL_BATCH)
+        loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH, sampler=order)
     val = DataLoader(dataset(40, seed=1), batch_size=GLOBAL_BATCH // dp)
     trainer = tm.Trainer(
         accelerator="cpu",

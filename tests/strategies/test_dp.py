@@ -9,6 +9,7 @@ from legs import SCRIPT, run, run_torchrun_nodes
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
+from helpers.lightning_order import GlobalBatches
 from helpers.models import TutorialModule, quiet_trainer
 from trainmesh.data import DigitsDataModule
 
@@ -82,7 +83,9 @@ def test_seed_example_2_under_the_seeds_own_spelling_fails_clearly_without_cuda(
 def test_dp_matches_the_handwritten_ddp_loop(handwritten):
     model = Net()
     trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="dp", max_epochs=2)
-    trainer.fit(model, DataLoader(dataset(), batch_size=32))  # the global batch of 2 x 16
+    # The global batch of 2 x 16: at step k the hand-written ranks' k-th batches (shuffled, seed 0)
+    order = GlobalBatches(len(dataset()), world=2, batch_size=16)
+    trainer.fit(model, DataLoader(dataset(), batch_size=32, sampler=order))
     total = sum(float(t.double().sum()) for t in model.state_dict().values())
     reference = sum(float(t.double().sum()) for t in handwritten.values())
     assert abs(total - reference) <= 1e-5

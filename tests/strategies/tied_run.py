@@ -17,6 +17,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -168,11 +169,14 @@ def train(layout: str, out: str, *options: str) -> None:
         enable_checkpointing="save" in opts,
         default_root_dir=os.path.dirname(out),
     )
-    trainer.fit(
-        model,
-        token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=SAMPLES, uneven_padding=False),
-        ckpt_path=opts.get("resume"),
-    )
+    loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=SAMPLES, uneven_padding=False)
+    if layout == "single":
+        # The layouts' step k: the samples the Trainer's shuffling sampler deals their ranks (seed 0)
+        from helpers.lightning_order import GlobalBatches
+
+        order = GlobalBatches(len(loader.dataset), world=1, batch_size=GLOBAL_BATCH)
+        loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH, sampler=order)
+    trainer.fit(model, loader, ckpt_path=opts.get("resume"))
     if "save" in opts:
         trainer.save_checkpoint(opts["save"])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]

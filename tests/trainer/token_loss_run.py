@@ -16,10 +16,12 @@ import os
 import sys
 
 import torch
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
@@ -95,7 +97,13 @@ def run_leg(argv):
         enable_checkpointing=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(model, token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp // accumulate))
+    loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp // accumulate)
+    if dp == 1 and devices == 1 or layout == "dp":
+        # One process (dp: its 2 chunks): at each micro-step the 2 ddp ranks' micro-batches, which the
+        # Trainer's sampler shuffles (seed 0); the pipelines' shuffled steps hold the same samples
+        order = GlobalBatches(len(loader.dataset), world=2, batch_size=GLOBAL_BATCH // 2 // accumulate)
+        loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH // accumulate, sampler=order)
+    trainer.fit(model, loader)
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:
         torch.save(
