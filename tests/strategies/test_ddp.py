@@ -94,7 +94,7 @@ def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
 
 def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs)
+    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs, forked_agents=True)
     saved = torch.load(outs[0])
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():
