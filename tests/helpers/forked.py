@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 # What the fork server imports once, before its first fork: torch and trainmesh, and what the
@@ -56,6 +57,27 @@ def single_threaded() -> bool:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
         return False
+
+
+def start_workers(fn: Callable[..., None], args: tuple, nprocs: int, *, guard_s: float) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)`` for a program's reference workers (a
+    hand-written torch loop, a harness's own process group) whose start the test is not about:
+    as forks of this process where it has one thread (no second import of torch and trainmesh:
+    2.5 s of CPU each), else spawned. The program's hang guard (``faulthandler.dump_traceback_later``)
+    runs a thread, which a fork would copy stopped and its own guard would wait for forever: it is
+    stopped while the workers fork (each arms its own), then armed again for ``guard_s`` seconds."""
+    import faulthandler
+
+    import torch.multiprocessing
+
+    faulthandler.cancel_dump_traceback_later()
+    fork = "fork" in multiprocessing.get_all_start_methods() and single_threaded()
+    workers = torch.multiprocessing.start_processes(
+        fn, args=args, nprocs=nprocs, join=False, start_method="fork" if fork else "spawn"
+    )
+    faulthandler.dump_traceback_later(guard_s, exit=True)
+    while not workers.join():
+        pass
 
 
 def _fork_server() -> multiprocessing.context.BaseContext:
