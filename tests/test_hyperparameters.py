@@ -206,7 +206,7 @@ def test_the_parsing_utility_saves_what_lightning_s_saves(tmp_path):
     """Before: trainmesh's ``utilities.parsing.save_hyperparameters(self)`` left ``_hparams_name`` None
     (the checkpoint's ``hparams_name`` missing) and sent the values to the logger, a subclass's
     ``ignore`` kept what its base saved, a module among them gave no warning, ``hparams`` printed as a
-    dict where Lightning's AttributeDict prints aligned rows."""
+    dict where Lightning's hparams print aligned rows."""
     found = run_both(hyperparameters_by_the_utility, tmp_path)
     theirs = found["lightning"]
     assert [theirs[how]["name"] for how in ("all", "config", "named", "bare")] == [

@@ -350,5 +350,5 @@ def test_batch_counts_are_lightning_s_lists(tmp_path):
     found = run_both(reading_batch_counts, tmp_path)
     seen = dict(found["lightning"])
     assert seen["after fit"]["num_val_batches"] == [2, 1] and seen["after validate"]["num_val_batches"] == [2]
-    assert seen["after predict"]["num_predict_batches"] == [3, 2]
+    assert seen["after test"]["num_test_batches"] == [3] and seen["after predict"]["num_predict_batches"] == [3, 2]
     assert differences(found["lightning"], found["trainmesh"]) == []
