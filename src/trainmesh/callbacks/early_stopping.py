@@ -26,7 +26,8 @@ class EarlyStopping(Callback):
     After a stop, ``stopped_epoch`` is the epoch of the check and ``stopping_reason`` one of
     ``"patience_exhausted"``, ``"stopping_threshold"``, ``"divergence_threshold"`` or
     ``"non_finite_metric"`` (``"not_stopped"`` before; ``"stopped_by_another_rank"`` where only
-    another rank's value called for it); ``stopping_reason_message`` says more.
+    another rank's value called for it); ``stopping_reason_message`` says why, in Lightning 2.6's
+    words (None until a stop). The checkpoint state is Lightning's (``patience`` too, restored from it).
 
     Args:
         monitor: the logged metric to watch.
