@@ -195,6 +195,14 @@ def early_stopping_reasons(L, root):
     return found
 
 
+REASONS = {
+    "patience": "patience_exhausted",
+    "threshold": "stopping_threshold",
+    "divergence": "divergence_threshold",
+    "nan": "non_finite_metric",
+}
+
+
 def test_early_stopping_reasons_are_lightning_s(tmp_path):
     """Before: the state lacked ``patience`` (a resume kept the new callback's, Lightning restores the
     saved one), held the reason as a name where Lightning's checkpoints hold its number, a float
@@ -209,6 +217,13 @@ def test_early_stopping_reasons_are_lightning_s(tmp_path):
     ]
     assert theirs["patience"][2][3] == 2  # the saved patience, not the new callback's 9
     assert differences(theirs, found["trainmesh"]) == []
+    from trainmesh.callbacks import EarlyStopping
+
+    for name, (_, state, kept, _) in theirs.items():  # Lightning's own state, restored by trainmesh
+        restored = EarlyStopping(monitor="score", patience=9)
+        restored.load_state_dict(state)
+        assert (restored.wait_count, restored.stopped_epoch, restored.best_score, restored.patience) == kept
+        assert restored.stopping_reason == REASONS[name]
 
 
 def test_classifier_with_datamodule_same_outcome(tmp_path):
