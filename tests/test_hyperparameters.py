@@ -3,6 +3,7 @@ module's) as Lightning 2.6 writes them for the same program."""
 
 from __future__ import annotations
 
+import collections
 import importlib
 
 import pytest
@@ -170,6 +171,15 @@ def hyperparameters_by_the_utility(L, root):
             super().__init__(a, b)
             self.save_hyperparameters(ignore="a")
 
+    class Config(collections.UserDict):  # a mapping that is not a dict
+        pass
+
+    class Keeper(L.pl.LightningModule):
+        def __init__(self, config):
+            super().__init__()
+            self.save_hyperparameters(config)
+            self.kept_as_given = self.hparams is config
+
     class Holder(L.pl.LightningModule):
         def __init__(self, net, lr=0.1):
             super().__init__()
@@ -187,7 +197,9 @@ def hyperparameters_by_the_utility(L, root):
     with pytest.warns(UserWarning) as caught:
         made = {"all": Model(), "config": Model(config={"lr": 0.2}, how="config"), "named": Model(how="named")}
         made.update(bare=Bare(), sub=Sub(), holder=Holder(nn.Linear(1, 1)), empty=L.pl.LightningModule())
+        made.update(mapping=Keeper(Config(a=1, b=2)))
     found = {key: seen(obj) for key, obj in made.items()}
+    found["mapping kept as given"] = made["mapping"].kept_as_given
     found["warnings"] = sorted(str(w.message) for w in caught if "nn.Module" in str(w.message))
     for how in ("all", "config"):
         logger = L.loggers.CSVLogger(root / how, name="run", version=0)
@@ -205,8 +217,9 @@ def hyperparameters_by_the_utility(L, root):
 def test_the_parsing_utility_saves_what_lightning_s_saves(tmp_path):
     """Before: trainmesh's ``utilities.parsing.save_hyperparameters(self)`` left ``_hparams_name`` None
     (the checkpoint's ``hparams_name`` missing) and sent the values to the logger, a subclass's
-    ``ignore`` kept what its base saved, a module among them gave no warning, ``hparams`` printed as a
-    dict where Lightning's hparams print aligned rows."""
+    ``ignore`` kept what its base saved, a module among them gave no warning, a mapping that is not a
+    dict given to ``save_hyperparameters`` became an attribute dict (Lightning keeps it, type and all),
+    ``hparams`` printed as a dict where Lightning's hparams print aligned rows."""
     found = run_both(hyperparameters_by_the_utility, tmp_path)
     theirs = found["lightning"]
     assert [theirs[how]["name"] for how in ("all", "config", "named", "bare")] == [
@@ -216,5 +229,6 @@ def test_the_parsing_utility_saves_what_lightning_s_saves(tmp_path):
         "kwargs",
     ]
     assert theirs["all checkpoint"]["hparams_name"] == "kwargs" and theirs["all logged"] in ([], ["{}\n"])
+    assert theirs["mapping"]["types"] == ["Config", "Config"] and theirs["mapping kept as given"]
     assert theirs["sub"]["hparams"] == {"b": 2, "c": 3} and theirs["holder"]["print"].startswith('"lr":')
     assert differences(theirs, found["trainmesh"]) == []

@@ -11,7 +11,7 @@ import argparse
 import copy
 import inspect
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -53,7 +53,7 @@ class HyperparametersMixin:
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
             given = args[0]
-            found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
+            found = vars(given) if isinstance(given, argparse.Namespace) else given
             # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
             # (the arguments of the constructors up the calling chain, as Lightning collects them, so that a
             # helper method of __init__ calling this still finds the __init__ argument)
@@ -75,7 +75,14 @@ class HyperparametersMixin:
         their checkpoint name (``hparams_name``): add them to ``hparams`` without the ignored names (also
         dropping those a base class's ``__init__`` saved before), warn of modules among them, and freeze
         a copy as ``hparams_initial``. It leaves the logger switch as it is (the function's callers do)."""
-        self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        if isinstance(found, MutableMapping) and not isinstance(found, dict):
+            # Lightning keeps a mapping of another kind (a UserDict, a config object) as the hparams
+            # themselves, its type too
+            object.__setattr__(self, "_hparams", found)
+        elif isinstance(self.hparams, dict):
+            self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        else:  # such a mapping saved before: replaced, as Lightning
+            object.__setattr__(self, "_hparams", AttributeDict({k: v for k, v in found.items() if k not in ignored}))
         self.remove_ignored_hparams(sorted(ignored))
         for key, value in self.hparams.items():
             if isinstance(value, torch.nn.Module):  # Lightning's warning, in its words
@@ -122,7 +129,8 @@ class HyperparametersMixin:
 
     @property
     def hparams(self) -> AttributeDict:
-        # Created on first use: a DataModule subclass need not call super().__init__().
+        # Created on first use: a DataModule subclass need not call super().__init__(). A mapping of
+        # another kind given to save_hyperparameters is kept itself, as Lightning keeps it.
         found = self.__dict__.get("_hparams")
         if found is None:
             found = AttributeDict()

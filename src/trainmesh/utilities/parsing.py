@@ -161,7 +161,7 @@ def save_hyperparameters(
         chosen = {arg: init_args[arg] for arg in args if isinstance(arg, str)}
         name = "kwargs"
     # as Lightning's function, the logger switch stays as it is (only obj.save_hyperparameters sets it)
-    obj._store_hyperparameters(dict(vars(chosen)) if isinstance(chosen, Namespace) else dict(chosen), name, ignored)
+    obj._store_hyperparameters(vars(chosen) if isinstance(chosen, Namespace) else chosen, name, ignored)
 
 
 def _same_config(value: Any, given: Any) -> bool:
