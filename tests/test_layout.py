@@ -270,6 +270,7 @@ CROSS_CUTTING: dict[str, str] = {
     "trainer/test_differential_programs.py": "tutorial-style Lightning programs under Lightning 2.6 and their port, compared as data (helpers/programs.py)",
     "trainer/test_differential_programs_more.py": "more tutorial-style Lightning programs under Lightning 2.6 and their port (helpers/programs.py)",
     "trainer/test_differential_programs_unseen.py": "six more Lightning 2.6 programs nobody here had run, under Lightning 2.6 and their port (helpers/programs.py)",
+    "trainer/test_differential_programs_l36.py": "Lightning 2.6 programs using the common API together (DataModule, checkpoint, early stopping, CSV, resume), under Lightning 2.6 and their port",
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
     "test_lightning_signatures.py": "every parameter of Lightning 2.6's signatures is taken by trainmesh's, or listed with its reason",
     "test_lightning_parameters.py": "the parameters that comparison found, run under Lightning and trainmesh and compared",
