@@ -178,8 +178,17 @@ rank, way = int(os.environ["RANK"]), sys.argv[1]
 try:
     raise ValueError(f"rank {rank} refuses the checkpoint")
 except ValueError as exc:
-    if way == "across a second" and rank == 1:
-        time.sleep(1.02 - time.time() % 1)  # torch stamps an error in whole seconds: rank 1's is the next
+    if way == "across a second" and rank == 1:  # torch stamps an error in whole seconds: rank 1's is a later one
+        first = os.path.join(os.path.dirname(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])), "0", "error.json")
+        stamp = None
+        while stamp is None:  # rank 0's record, not a guess at when it comes (late on a loaded machine)
+            try:
+                with open(first) as file:
+                    stamp = int(json.load(file)["message"]["extraInfo"]["timestamp"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.01)
+        while int(time.time()) <= stamp:
+            time.sleep(0.01)
     if way == "rank 0 slow to record" and rank == 0:
         time.sleep(60)  # a long teardown: the agent's SIGTERM comes before the record
     data = {"message": f"{type(exc).__name__}: {exc}", "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}
