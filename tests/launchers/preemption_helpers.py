@@ -46,10 +46,18 @@ def run_script(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     torchrun: tuple[str, ...] | None = None,
+    forked: bool = False,
 ) -> subprocess.CompletedProcess:
     """``python preemption_run.py ROOT ARGS`` (or under ``torchrun`` with those options) in a clean
-    environment; the whole session is killed on timeout."""
+    environment; the whole session is killed on timeout. ``forked`` (not under torchrun): the
+    script runs as a fork of the fork server (helpers/forked.py), which imported torch and
+    trainmesh already; a script of several devices is then the elastic agent, as started by
+    ``python``, and its workers are new interpreters all the same."""
     command = [RUN, str(root), *args]
+    if forked and torchrun is None and can_fork():
+        clean = {k: v for k, v in os.environ.items() if k not in launcher_variables()}
+        environment = {**clean, "OMP_NUM_THREADS": "1", **(env or {})}
+        return run_forked(Path(RUN), command[1:], env=environment, timeout=timeout, cwd=root)
     if torchrun is not None:
         command = ["-m", "torch.distributed.run", *torchrun, *command]
     return run_program(command, timeout=timeout, env=env, without=launcher_variables(), cwd=root)

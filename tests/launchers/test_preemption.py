@@ -90,7 +90,11 @@ def chain(tmp_path_factory) -> dict[str, Stage]:
     stages["agent"] = record(
         root,
         at,
-        [run_script(root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02")],
+        [
+            run_script(
+                root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02", forked=True
+            )
+        ],
     )
     # "every" and "requeued" save in the background (AsyncCheckpointIO): the stop waits for the
     # periodic save in flight, and the chain's end matches the run never stopped across both kinds.
@@ -164,7 +168,9 @@ def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
 
 def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, capsys):
     at = random.randint(3, 40)
-    stopped = run_script(tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self")
+    stopped = run_script(
+        tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self", forked=True
+    )
     context = f"SIGTERM after step {at}\n{stopped.stdout[-1500:]}\n{stopped.stderr[-3000:]}"
     assert stopped.returncode == PREEMPTED, context
     assert f"stopped by SIGTERM: training stopped after step {at}" in stopped.stderr, context
