@@ -215,11 +215,11 @@ def test_when_every_rank_raises_at_once_the_summary_names_an_exception_and_exits
     still exiting is listed as killed by it, and could be taken for the run's cause (exit 143,
     "its program did not fail") when it raised in the second before. 20 runs in one agent process
     (about 0.3 s each, 1 s across a second), each way several times."""
-    from helpers.processes import run_program
+    from helpers.processes import run_code_forked
 
     ways = ["at once"] * 6 + ["rank 0 slow to exit"] * 5 + ["across a second"] * 5 + ["rank 0 slow to record"] * 4
     without = (*LAUNCHER_VARIABLES, "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT")
-    done = run_program(["-c", AGENT_RUNS, EVERY_RANK_RAISES, *ways], timeout=300, without=without, cwd=tmp_path)
+    done = run_code_forked(AGENT_RUNS, [EVERY_RANK_RAISES, *ways], timeout=300, without=without, cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-4000:]}"
     summaries = re.findall(r"trainmesh: (worker rank (\d) .*)\n(.*)", done.stderr)
     assert done.stdout.split() == ["1"] * len(ways) and len(summaries) == len(ways), context

@@ -32,7 +32,7 @@ from preemption_helpers import (
 )
 
 import trainmesh as tm
-from helpers.processes import run_program
+from helpers.processes import run_code_forked
 from trainmesh.launchers.environments import find_free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
@@ -202,7 +202,7 @@ def test_the_agent_names_the_signal_that_ended_the_run_in_its_message_and_status
     killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     # SIGTERM to the agent while its workers are outside fit: nothing saved, so not 75, and not Ctrl-C's 130.
     terminated = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
-    done = run_program(["-c", AGENT_RUNS, killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
+    done = run_code_forked(AGENT_RUNS, [killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-3000:]}"
     assert done.stdout.split() == ["status", "137", "status", "143"], context
     assert "was killed by SIGKILL (signal 9)" in done.stderr and "Exit status 137" in done.stderr, context
