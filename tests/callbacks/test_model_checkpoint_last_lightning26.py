@@ -96,3 +96,10 @@ def test_last_ckpt_is_written_where_lightning_26_writes_it(tmp_path) -> None:
     differing = {name: (found["lightning"][name], found["trainmesh"][name]) for name in SETTINGS}
     differing = {name: pair for name, pair in differing.items() if pair[0] != pair[1]}
     assert differing == {}
+
+
+def test_a_save_last_string_other_than_link_is_refused() -> None:
+    # Lightning 2.6 takes any value and treats a string as True: a typo would silently copy, not link.
+    with pytest.raises(ValueError, match=r"save_last='links'.*'link'"):
+        tm.callbacks.ModelCheckpoint(save_last="links")
+    assert tm.callbacks.ModelCheckpoint(save_last="link").save_last == "link"
