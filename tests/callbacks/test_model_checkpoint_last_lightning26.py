@@ -103,3 +103,24 @@ def test_a_save_last_string_other_than_link_is_refused() -> None:
     with pytest.raises(ValueError, match=r"save_last='links'.*'link'"):
         tm.callbacks.ModelCheckpoint(save_last="links")
     assert tm.callbacks.ModelCheckpoint(save_last="link").save_last == "link"
+
+
+def test_fast_dev_run_leaves_last_ckpt_as_lightning_26_does(tmp_path) -> None:
+    """Lightning 2.6 skips every save under ``fast_dev_run`` but its ``on_train_end`` writes
+    ``last.ckpt`` where nothing was written (measured: a last.ckpt of step 1)."""
+    found = {}
+    for label, framework in (("lightning", L), ("trainmesh", tm)):
+        torch.manual_seed(0)
+        model = _model(framework)
+        data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+        checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path / label, monitor="val_loss", save_last=True)
+        trainer = framework.Trainer(
+            fast_dev_run=True, accelerator="cpu", enable_progress_bar=False, enable_model_summary=False,
+            callbacks=[checkpoint],
+        )  # fmt: skip
+        trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=16))
+        files = sorted(os.listdir(tmp_path / label)) if (tmp_path / label).exists() else []
+        last = tmp_path / label / "last.ckpt"
+        found[label] = (files, torch.load(last, weights_only=False)["global_step"] if last.exists() else None)
+    assert found["lightning"] == (["last.ckpt"], 1)
+    assert found["trainmesh"] == found["lightning"]

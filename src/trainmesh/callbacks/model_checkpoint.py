@@ -178,8 +178,9 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
         """A fit that wrote no checkpoint at all (``save_top_k=0``, or too short for the cadence)
-        still leaves ``last.ckpt`` where it ended, as Lightning 2.6's."""
-        if self.save_last and not self._last_checkpoint_saved and not trainer.fast_dev_run:
+        still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
+        (every other save is skipped there, this one is not: measured)."""
+        if self.save_last and not self._last_checkpoint_saved:
             self._save_last(trainer, dict(trainer.callback_metrics))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
