@@ -29,12 +29,34 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 
 def pytest_collection_modifyitems(config, items):
     group_files(items, longest_first=hasattr(config, "workerinput"))  # in an xdist worker
+    if getattr(config.option, "loadgroup", False):  # set in an xdist worker under --dist loadgroup
+        name_groups_in_node_ids(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def name_groups_in_node_ids(items: list[pytest.Item]) -> None:
+    """Appends each item's ``xdist_group`` to its node id (``...::test_x@group``), which is all
+    the controller's scheduler (FileGroups) sees of a group. xdist's worker does this in its own
+    collection hook, but it writes ``item._nodeid``, which pytest 9.2 no longer reads (the id is
+    ``item._id``, a NodeId), and it runs before the marks above exist: every file was then a unit
+    of its own, and files sharing a session fixture ran it once per worker (model_parallel_legs'
+    33 legs, the handwritten reference)."""
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid.rpartition("]")[2]:
+            continue  # not grouped, or named already (an xdist whose own naming took effect)
+        tagged = f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}"
+        if hasattr(item, "_id"):
+            item._id = coerce_node_id(tagged)
+        else:  # pytest before 9.2
+            item._nodeid = tagged
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -1,7 +1,8 @@
 """Every fenced Python block of the documentation (every page under docs/, and the README) runs.
 
-A page's blocks run in order in one fresh process (one namespace, as a reader follows the page),
-in a temporary directory. An HTML comment just before a block changes that, and is invisible on
+A page's blocks run in order in one process of their own (one namespace, as a reader follows the
+page), in a temporary directory: a fork of the fork server that imported torch and trainmesh once
+(helpers/forked.py; no page is about how a process starts or imports). An HTML comment just before a block changes that, and is invisible on
 the site:
 
 - ``<!-- snippet: skip reason="needs 2 GPUs" -->``: not run; the reason is required.
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from helpers.forked import can_fork, run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -113,9 +116,12 @@ def test_the_pages_python_blocks_run(page, tmp_path):
     script = tmp_path / "page.py"
     script.write_text(program(page))
     # A hang guard, not a time limit (never asserted on): the pages' blocks are small.
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    if can_fork():
+        done = run_forked(script, [], env=env, timeout=600, cwd=tmp_path)
+    else:
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
     assert done.returncode == 0, f"{page}'s blocks failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 

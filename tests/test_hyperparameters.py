@@ -3,6 +3,7 @@ module's) as Lightning 2.6 writes them for the same program."""
 
 from __future__ import annotations
 
+import collections
 import importlib
 
 import pytest
@@ -125,3 +126,109 @@ def test_load_from_checkpoint_builds_what_lightning_builds(tmp_path):
     for how in ("config", "helper", "utility"):  # each is given the saved dict back as config=
         assert found["lightning"][f"{how} {{}}"]["given"]["config"] == {"width": 4, "lr": 0.5}
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def hyperparameters_by_the_utility(L, root):
+    """Lightning's ``utilities.parsing.save_hyperparameters(self, ...)`` called from ``__init__`` (all
+    arguments, a dict, a name; on a bare ``HyperparametersMixin``), a subclass ignoring a name its base
+    saved, a module among the arguments: ``hparams`` (its type, contents and print), ``hparams_initial``,
+    ``_hparams_name``, the warnings; then one of them fitted with a CSVLogger: its checkpoint's entries and
+    what the logger was given."""
+    parsing = importlib.import_module(f"{L.pl.__name__}.utilities.parsing")
+    mixin = next(c for c in L.pl.LightningModule.__mro__ if c.__name__ == "HyperparametersMixin")
+
+    class Model(L.pl.LightningModule):
+        def __init__(self, lr=0.1, width=4, config=None, *, how="all"):
+            super().__init__()
+            if how == "all":
+                parsing.save_hyperparameters(self)
+            elif how == "config":
+                parsing.save_hyperparameters(self, config)
+            else:
+                parsing.save_hyperparameters(self, "width")
+            self.net = nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = F.mse_loss(self.net(batch[0]), batch[1])
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.get("lr", 0.1))
+
+    class Bare(mixin):
+        def __init__(self, lr=0.1, width=2):
+            super().__init__()
+            parsing.save_hyperparameters(self)
+
+    class Base(L.pl.LightningModule):
+        def __init__(self, a=1, b=2):
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Sub(Base):
+        def __init__(self, a=1, b=2, c=3):
+            super().__init__(a, b)
+            self.save_hyperparameters(ignore="a")
+
+    class Config(collections.UserDict):  # a mapping that is not a dict
+        pass
+
+    class Keeper(L.pl.LightningModule):
+        def __init__(self, config):
+            super().__init__()
+            self.save_hyperparameters(config)
+            self.kept_as_given = self.hparams is config
+
+    class Holder(L.pl.LightningModule):
+        def __init__(self, net, lr=0.1):
+            super().__init__()
+            self.save_hyperparameters()
+
+    def plain(values):  # a module among the values: compared by its print (two runs, two objects)
+        return {k: repr(v) if isinstance(v, nn.Module) else v for k, v in values.items()}
+
+    def seen(obj):
+        hp = obj.hparams
+        initial = obj.hparams_initial
+        return {"name": obj.__dict__.get("_hparams_name", "unset"), "hparams": plain(hp), "initial": plain(initial),
+                "types": [type(hp).__name__, type(initial).__name__], "print": repr(hp)}  # fmt: skip
+
+    with pytest.warns(UserWarning) as caught:
+        made = {"all": Model(), "config": Model(config={"lr": 0.2}, how="config"), "named": Model(how="named")}
+        made.update(bare=Bare(), sub=Sub(), holder=Holder(nn.Linear(1, 1)), empty=L.pl.LightningModule())
+        made.update(mapping=Keeper(Config(a=1, b=2)))
+    found = {key: seen(obj) for key, obj in made.items()}
+    found["mapping kept as given"] = made["mapping"].kept_as_given
+    found["warnings"] = sorted(str(w.message) for w in caught if "nn.Module" in str(w.message))
+    for how in ("all", "config"):
+        logger = L.loggers.CSVLogger(root / how, name="run", version=0)
+        trainer = L.pl.Trainer(**trainer_kwargs(root / how, logger=logger, max_steps=1, enable_checkpointing=False))
+        trainer.fit(made[how], DataLoader(TensorDataset(torch.ones(4, 4), torch.zeros(4, 1)), batch_size=2))
+        trainer.save_checkpoint(root / f"{how}.ckpt")
+        saved = torch.load(root / f"{how}.ckpt", weights_only=False)
+        found[f"{how} checkpoint"] = {key: saved[key] for key in _KEYS if key in saved}
+        logger.save()
+        written = sorted((root / how / "run" / "version_0").glob("hparams.yaml"))
+        found[f"{how} logged"] = [path.read_text() for path in written]
+    return found
+
+
+def test_the_parsing_utility_saves_what_lightning_s_saves(tmp_path):
+    """Before: trainmesh's ``utilities.parsing.save_hyperparameters(self)`` left ``_hparams_name`` None
+    (the checkpoint's ``hparams_name`` missing) and sent the values to the logger, a subclass's
+    ``ignore`` kept what its base saved, a module among them gave no warning, a mapping that is not a
+    dict given to ``save_hyperparameters`` became an attribute dict (Lightning keeps it, type and all),
+    ``hparams`` printed as a dict where Lightning's hparams print aligned rows."""
+    found = run_both(hyperparameters_by_the_utility, tmp_path)
+    theirs = found["lightning"]
+    assert [theirs[how]["name"] for how in ("all", "config", "named", "bare")] == [
+        "kwargs",
+        "config",
+        "kwargs",
+        "kwargs",
+    ]
+    assert theirs["all checkpoint"]["hparams_name"] == "kwargs" and theirs["all logged"] in ([], ["{}\n"])
+    assert theirs["mapping"]["types"] == ["Config", "Config"] and theirs["mapping kept as given"]
+    assert theirs["sub"]["hparams"] == {"b": 2, "c": 3} and theirs["holder"]["print"].startswith('"lr":')
+    assert differences(theirs, found["trainmesh"]) == []

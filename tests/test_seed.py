@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, str(Path(__file__).parent))
 
 import trainmesh as tm  # noqa: E402
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.seed import SeedSettings, seed_settings, seed_worker  # noqa: E402
 
@@ -151,13 +152,12 @@ def test_two_seeded_runs_with_worker_augmentation_see_the_same_batches():
 
 
 def test_ddp_processes_seed_their_workers_apart_and_shuffle_with_the_seed(tmp_path):
-    result = subprocess.run(
-        [sys.executable, __file__, "ddp", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if can_fork():  # the program a fork of the fork server that imported torch and trainmesh once
+        result = run_forked(Path(__file__), ["ddp", str(tmp_path)], env=env, timeout=240)
+    else:
+        command = [sys.executable, __file__, "ddp", str(tmp_path)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     # The two shards are halves of the permutation DistributedSampler draws from seed 7, epoch 0.

@@ -11,13 +11,14 @@ import argparse
 import copy
 import inspect
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import torch
 
 from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.utilities.parsing import collect_init_args
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
 class HyperparametersMixin:
@@ -27,7 +28,7 @@ class HyperparametersMixin:
     ...     def __init__(self, batch_size: int = 32, data_dir: str = "data"):
     ...         self.save_hyperparameters(ignore="data_dir")
     >>> Data(batch_size=8).hparams
-    {'batch_size': 8}
+    "batch_size": 8
     """
 
     # The checkpoint keys Lightning reads and writes the hyperparameters under.
@@ -52,7 +53,7 @@ class HyperparametersMixin:
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
             given = args[0]
-            found = dict(vars(given) if isinstance(given, argparse.Namespace) else given)
+            found = vars(given) if isinstance(given, argparse.Namespace) else given
             # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
             # (the arguments of the constructors up the calling chain, as Lightning collects them, so that a
             # helper method of __init__ calling this still finds the __init__ argument)
@@ -66,10 +67,31 @@ class HyperparametersMixin:
             found = self._named_init_arguments(args, frame)
             # Lightning's: "kwargs" for named arguments, or for all of them where there are some
             name = "kwargs" if args or any(k not in ignored for k in found) else None
-        self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        object.__setattr__(self, "_log_hyperparams", logger)
+        self._store_hyperparameters(found, name, ignored)
+
+    def _store_hyperparameters(self, found: Mapping[str, Any], name: str | None, ignored: set[str]) -> None:
+        """What Lightning's ``utilities.parsing.save_hyperparameters`` does once it has the values and
+        their checkpoint name (``hparams_name``): add them to ``hparams`` without the ignored names (also
+        dropping those a base class's ``__init__`` saved before), warn of modules among them, and freeze
+        a copy as ``hparams_initial``. It leaves the logger switch as it is (the function's callers do)."""
+        if isinstance(found, MutableMapping) and not isinstance(found, dict):
+            # Lightning keeps a mapping of another kind (a UserDict, a config object) as the hparams
+            # themselves, its type too
+            object.__setattr__(self, "_hparams", found)
+        elif isinstance(self.hparams, dict):
+            self.hparams.update({k: v for k, v in found.items() if k not in ignored})
+        else:  # such a mapping saved before: replaced, as Lightning
+            object.__setattr__(self, "_hparams", AttributeDict({k: v for k, v in found.items() if k not in ignored}))
+        self.remove_ignored_hparams(sorted(ignored))
+        for key, value in self.hparams.items():
+            if isinstance(value, torch.nn.Module):  # Lightning's warning, in its words
+                rank_zero_warn(
+                    f"Attribute {key!r} is an instance of `nn.Module` and is already saved during checkpointing."
+                    f" It is recommended to ignore them using `self.save_hyperparameters(ignore=[{key!r}])`."
+                )
         object.__setattr__(self, "_hparams_name", name)
         object.__setattr__(self, "_hparams_initial", _frozen_copy(self.hparams))
-        object.__setattr__(self, "_log_hyperparams", logger)
 
     @property
     def hparams_initial(self) -> AttributeDict:
@@ -107,7 +129,8 @@ class HyperparametersMixin:
 
     @property
     def hparams(self) -> AttributeDict:
-        # Created on first use: a DataModule subclass need not call super().__init__().
+        # Created on first use: a DataModule subclass need not call super().__init__(). A mapping of
+        # another kind given to save_hyperparameters is kept itself, as Lightning keeps it.
         found = self.__dict__.get("_hparams")
         if found is None:
             found = AttributeDict()
@@ -116,8 +139,9 @@ class HyperparametersMixin:
 
     @property
     def log_hyperparams_enabled(self) -> bool:
-        """False after ``save_hyperparameters(logger=False)``: the Trainer does not log them."""
-        return bool(self.__dict__.get("_log_hyperparams", True))
+        """Whether the Trainer logs the hyperparameters: True after ``save_hyperparameters()`` (False with
+        ``logger=False``, or when only ``utilities.parsing.save_hyperparameters`` stored them, as Lightning)."""
+        return bool(self.__dict__.get("_log_hyperparams", False))
 
 
 def _frozen_copy(hparams: AttributeDict) -> AttributeDict:

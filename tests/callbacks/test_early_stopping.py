@@ -175,7 +175,7 @@ def test_verbose_prints_on_rank_zero_only(capsys):
     EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(
         make_trainer(callback_metrics={"val_loss": 1.0}), None
     )
-    assert "val_loss improved to 1" in capsys.readouterr().out
+    assert "Metric val_loss improved. New best score: 1.000" in capsys.readouterr().out  # Lightning 2.6's words
     quiet_trainer = make_trainer(callback_metrics={"val_loss": 1.0}, is_global_zero=False)
     EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(quiet_trainer, None)
     assert capsys.readouterr().out == ""

@@ -45,10 +45,13 @@ def test_weights_only_checkpoints_load_for_evaluation_and_refuse_resume(tmp_path
     assert best.last_model_path == str(tmp_path / "best" / "last.ckpt")
     assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == ["latest.ckpt"]  # overwritten, no -v1
 
-    # last.ckpt holds the trained weights and the hyperparameters, and nothing to resume with.
+    # last.ckpt holds the weights and the hyperparameters, and nothing to resume with. As Lightning 2.6's,
+    # it is written beside a top-k save only: the weights of the newest top-k checkpoint.
     saved = torch.load(best.last_model_path, weights_only=False)
     assert not {"callbacks", "loop", "lr_schedulers", "per_rank"} & set(saved) and saved["optimizer_states"] == []
-    trained = model.state_dict()
+    newest = max((torch.load(p, weights_only=False) for p in best.best_k_models), key=lambda c: c["global_step"])
+    assert saved["global_step"] == newest["global_step"]
+    trained = newest["state_dict"]
     assert all(torch.equal(saved["state_dict"][k], trained[k]) for k in trained)
     assert saved["hyper_parameters"]["lr"] == 0.05
 

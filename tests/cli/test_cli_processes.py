@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 import trainmesh
+from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
+
+HERE = Path(__file__).parent
 
 _TINY_RUN = [
     "--trainer.accelerator",
@@ -45,12 +48,18 @@ _LAUNCHER_VARIABLES = (
 )
 
 
-def _run_cli(cwd: Path, *args: str, timeout: float = 240) -> str:
+def _run_cli(cwd: Path, *args: str, timeout: float = 240, forked: bool = False) -> str:
     """``python -m trainmesh ARGS`` in its own session; on timeout the whole session is killed,
-    workers included, and the test fails instead of hanging."""
+    workers included, and the test fails instead of hanging. ``forked``: as a fork of the fork
+    server (helpers/forked.py), which imported torch and trainmesh already."""
     src = str(Path(trainmesh.__file__).resolve().parents[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    result = run_program(["-m", "trainmesh", *args], timeout=timeout, env=env, without=_LAUNCHER_VARIABLES, cwd=cwd)
+    if forked and can_fork():
+        clean = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
+        environment = {**clean, "OMP_NUM_THREADS": "1", **env}
+        result = run_forked(HERE / "cli_main_run.py", list(args), env=environment, timeout=timeout, cwd=cwd)
+    else:
+        result = run_program(["-m", "trainmesh", *args], timeout=timeout, env=env, without=_LAUNCHER_VARIABLES, cwd=cwd)
     out, err = result.stdout, result.stderr
     assert result.returncode == 0, out[-3000:] + err[-3000:]
     return out
@@ -65,7 +74,9 @@ def _printed(out: str, label: str) -> str:
 def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
     # ckpt_path="last" on a first run starts from scratch, with one notice (from rank 0 only).
     # The summary on: rank 0 alone prints each stage's start line (fit, then the CLI's test);
-    # ddp_spawn and ddp_fork are ddp started another way.
+    # ddp_spawn and ddp_fork are ddp started another way. Their command is a fork that already
+    # imported torch and trainmesh (their workers are new interpreters or forks of it all the
+    # same); ddp's is `python -m trainmesh`, which its agent re-runs as such.
     out = _run_cli(
         tmp_path,
         "fit",
@@ -76,6 +87,7 @@ def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
         *_TINY_RUN,
         "--trainer.enable_model_summary",
         "true",
+        forked=strategy != "ddp",
     )
     assert out.count(f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch") == 1, out
     for stage in ("fit", "test"):

@@ -115,3 +115,17 @@ def test_importing_trainmesh_data_does_not_import_sklearn(monkeypatch):
     fresh = importlib.import_module("trainmesh.data")
     assert fresh is not original
     assert fresh.DigitsDataModule(batch_size=8).num_classes == 10
+
+
+def test_setup_reads_the_digits_without_importing_sklearn(monkeypatch):
+    """The data are sklearn's load_digits(), read without importing scikit-learn (with scipy,
+    1.2 s of CPU in every process that sets the data module up: each worker of a run)."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    for name in [n for n in sys.modules if n.startswith(("sklearn.", "scipy"))]:
+        monkeypatch.setitem(sys.modules, name, None)  # an import of sklearn.datasets or scipy now fails
+    dm = _ready(seed=0, val_fraction=0.0, test_fraction=0.0)
+    order = torch.randperm(1797, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(dm.train_set.tensors[0], (torch.as_tensor(bunch.data, dtype=torch.float32) / 16.0)[order])
+    assert torch.equal(dm.train_set.tensors[1], torch.as_tensor(bunch.target)[order])

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 # What the fork server imports once, before its first fork: torch and trainmesh, and what the
@@ -58,6 +59,27 @@ def single_threaded() -> bool:
         return False
 
 
+def start_workers(fn: Callable[..., None], args: tuple, nprocs: int, *, guard_s: float) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)`` for a program's reference workers (a
+    hand-written torch loop, a harness's own process group) whose start the test is not about:
+    as forks of this process where it has one thread (no second import of torch and trainmesh:
+    2.5 s of CPU each), else spawned. The program's hang guard (``faulthandler.dump_traceback_later``)
+    runs a thread, which a fork would copy stopped and its own guard would wait for forever: it is
+    stopped while the workers fork (each arms its own), then armed again for ``guard_s`` seconds."""
+    import faulthandler
+
+    import torch.multiprocessing
+
+    faulthandler.cancel_dump_traceback_later()
+    fork = "fork" in multiprocessing.get_all_start_methods() and single_threaded()
+    workers = torch.multiprocessing.start_processes(
+        fn, args=args, nprocs=nprocs, join=False, start_method="fork" if fork else "spawn"
+    )
+    faulthandler.dump_traceback_later(guard_s, exit=True)
+    while not workers.join():
+        pass
+
+
 def _fork_server() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
@@ -73,25 +95,60 @@ def run_forked(
     would run it on ``world`` processes, each a fork in one process group (ddp_fork's), where
     the program's Trainer or Runtime of ``world`` devices finds its processes already started
     (for a program that does not test how they start)."""
-    command = [sys.executable, str(program), *args]
-    with tempfile.TemporaryDirectory(prefix="forked-") as folder:
-        out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        child = _fork_server().Process(target=_child, args=(str(program), args, env, cwd, out, err, world))
-        child.start()
+    return start_forked(program, args, env=env, cwd=cwd, world=world).wait(timeout)
+
+
+def start_forked(
+    program: Path, args: list[str], *, env: dict[str, str], cwd: Path | None = None, world: int = 1
+) -> Forked:
+    """``run_forked`` without the wait, as ``subprocess.Popen`` is ``subprocess.run`` without it:
+    for programs that run at once (replica groups that train together); ``Forked.wait`` collects
+    one, ``Forked.kill`` stops one (its whole session) at once."""
+    return Forked(program, args, env=env, cwd=cwd, world=world)
+
+
+class Forked:
+    """A program started by ``start_forked``: ``poll()``, ``wait(timeout)``, ``kill()``."""
+
+    def __init__(self, program: Path, args: list[str], *, env: dict[str, str], cwd: Path | None, world: int) -> None:
+        self.command = [sys.executable, str(program), *args]
+        self._folder = tempfile.TemporaryDirectory(prefix="forked-")
+        self._out, self._err = Path(self._folder.name, "stdout"), Path(self._folder.name, "stderr")
+        target_args = (str(program), args, env, cwd, self._out, self._err, world)
+        self._child = _fork_server().Process(target=_child, args=target_args)
+        self._child.start()
+
+    def poll(self) -> int | None:
+        """The exit status, or None while it runs."""
+        return self._child.exitcode
+
+    def wait(self, timeout: float) -> subprocess.CompletedProcess:
+        """Its exit status and output once it ends; past ``timeout`` seconds its session is killed
+        and TimeoutExpired raised (as ``subprocess.run``'s)."""
         timed_out = True
         try:
-            child.join(timeout)
-            timed_out = child.exitcode is None
+            self._child.join(timeout)
+            timed_out = self._child.exitcode is None
         finally:
-            if child.exitcode is None:  # timed out, or the test itself was stopped: no worker outlives it
-                try:
-                    os.killpg(child.pid, signal.SIGKILL)
-                except ProcessLookupError:  # killed before its setsid: no group of its own yet
-                    child.kill()
-                child.join()
+            if self._child.exitcode is None:  # timed out, or the test itself was stopped: no worker outlives it
+                self.kill()
+        try:
+            out, err = self._out.read_text(), self._err.read_text()
+        finally:
+            self._folder.cleanup()
         if timed_out:
-            raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text())
-        return subprocess.CompletedProcess(command, child.exitcode, out.read_text(), err.read_text())
+            raise subprocess.TimeoutExpired(self.command, timeout, out, err)
+        return subprocess.CompletedProcess(self.command, self._child.exitcode, out, err)
+
+    def kill(self) -> None:
+        """Stop it and its workers (its session) now, if it still runs."""
+        if self._child.exitcode is not None:
+            return
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except ProcessLookupError:  # killed before its setsid: no group of its own yet
+            self._child.kill()
+        self._child.join()
 
 
 def _run_main(program: str) -> None:

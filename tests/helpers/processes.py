@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run_program(
@@ -29,3 +30,19 @@ def run_program(
         process.communicate()
         raise
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def run_code_forked(
+    code: str, args: list[str], *, timeout: float, cwd: Path, without: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """As ``run_program(["-c", CODE, *ARGS], ...)``, the code run as a fork of the fork server
+    (helpers/forked.py: torch and trainmesh already imported) where it can, from a file written
+    in ``cwd``: for a program that is an agent or a launcher, not one about how a process starts."""
+    from helpers.forked import can_fork, run_forked
+
+    if not can_fork():
+        return run_program(["-c", code, *args], timeout=timeout, without=without, cwd=cwd)
+    program = Path(cwd, "forked_code.py")
+    program.write_text(code)
+    environment = {**{k: v for k, v in os.environ.items() if k not in without}, "OMP_NUM_THREADS": "1"}
+    return run_forked(program, args, env=environment, timeout=timeout, cwd=cwd)

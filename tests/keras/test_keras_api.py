@@ -312,9 +312,12 @@ def test_a_keras_whose_internals_moved_is_refused_before_training(monkeypatch):
 
 
 # Each check below needs a process that has not imported Keras yet (it reads KERAS_BACKEND at import):
-# one interpreter imports trainmesh (not Keras), then runs each check in a fork of itself
+# one interpreter imports trainmesh and torch (not Keras), then runs each check in a fork of itself
 # (helpers/fork_checks.py) instead of a new interpreter per check (2 CPU-s or more of imports each).
+# torch too: ``import trainmesh`` imports neither (its names load on first use), and each fork's
+# ``import trainmesh.keras`` imported torch again (1.2 of its 1.5 CPU-s).
 PROGRAM = FORKS + textwrap.dedent("""
+    import torch  # (what every check's trainmesh.keras imports: once, before the forks)
     import trainmesh
 
     def check(mode):

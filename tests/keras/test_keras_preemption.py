@@ -7,6 +7,7 @@ global batch, usually mid-epoch), then the rerun, which also fits the reference 
 """
 
 import importlib.util
+import os
 import pickle
 import random
 import signal
@@ -24,6 +25,7 @@ sys.path.insert(0, str(HERE.parent / "launchers"))
 
 from preemption_helpers import launcher_variables  # noqa: E402
 
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 pytestmark = [
@@ -39,13 +41,16 @@ BATCHES_PER_EPOCH = 8  # keras_preemption_run.py: 128 training samples, 2 proces
 
 
 def launch(root: Path, *args: str):
-    return run_program(
-        [str(SCRIPT), str(root), *args],
-        timeout=300,
-        env={"KERAS_BACKEND": "torch"},
-        without=launcher_variables(),
-        cwd=root,
-    )
+    """``python keras_preemption_run.py ROOT ARGS``: the agent (trainmesh's, which gets the SIGTERM) a fork
+    of the fork server (torch and trainmesh imported: helpers/forked.py), its workers new interpreters
+    started as under strategy="ddp"; where there is no fork server, the agent a new interpreter too."""
+    env = {"KERAS_BACKEND": "torch"}
+    if can_fork():
+        without = launcher_variables()
+        environment = {k: v for k, v in os.environ.items() if k not in without}
+        environment = {**environment, "OMP_NUM_THREADS": "1", **env}
+        return run_forked(SCRIPT, [str(root), *args], env=environment, timeout=300, cwd=root)
+    return run_program([str(SCRIPT), str(root), *args], timeout=300, env=env, without=launcher_variables(), cwd=root)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,7 @@ test_restarts (computed once per session)."""
 
 import pytest
 import torch
-from preemption_helpers import RUN, launcher_variables
-
-from helpers.processes import run_program
+from preemption_helpers import run_script
 
 
 @pytest.fixture(scope="session")
@@ -14,6 +12,6 @@ def ddp_reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     (the same DDP, sampler and seeds as ddp, bit for bit) starts its workers without importing
     torch again: the cheapest multi-process run there is."""
     root = tmp_path_factory.mktemp("reference")
-    done = run_program([RUN, str(root), "--strategy", "ddp_fork"], timeout=120, without=launcher_variables(), cwd=root)
+    done = run_script(root, "--strategy", "ddp_fork", forked=True)  # a fork that imported torch and trainmesh
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(root / "weights.pt")

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))  # tests/, for helpers (test_restarts.py runs as a script too)
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 RUN = str(HERE / "preemption_run.py")
@@ -44,10 +46,18 @@ def run_script(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     torchrun: tuple[str, ...] | None = None,
+    forked: bool = False,
 ) -> subprocess.CompletedProcess:
     """``python preemption_run.py ROOT ARGS`` (or under ``torchrun`` with those options) in a clean
-    environment; the whole session is killed on timeout."""
+    environment; the whole session is killed on timeout. ``forked`` (not under torchrun): the
+    script runs as a fork of the fork server (helpers/forked.py), which imported torch and
+    trainmesh already; a script of several devices is then the elastic agent, as started by
+    ``python``, and its workers are new interpreters all the same."""
     command = [RUN, str(root), *args]
+    if forked and torchrun is None and can_fork():
+        clean = {k: v for k, v in os.environ.items() if k not in launcher_variables()}
+        environment = {**clean, "OMP_NUM_THREADS": "1", **(env or {})}
+        return run_forked(Path(RUN), command[1:], env=environment, timeout=timeout, cwd=root)
     if torchrun is not None:
         command = ["-m", "torch.distributed.run", *torchrun, *command]
     return run_program(command, timeout=timeout, env=env, without=launcher_variables(), cwd=root)
@@ -70,6 +80,18 @@ def run_slurm_tasks(
         "MASTER_ADDR": "127.0.0.1",
         **env,
     }
+    tasks_env = [{**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)} for rank in range(tasks)]
+    if can_fork():
+        # Each task a fork of the fork server (helpers/forked.py: its own session, environment,
+        # output and exit status), not a new interpreter importing torch and trainmesh: the
+        # preemption reads SLURM's variables and the signals, not how the process started. All
+        # at once: each waits for the others' rendezvous.
+        with ThreadPoolExecutor(tasks) as pool:
+            return list(
+                pool.map(
+                    lambda env: run_forked(Path(RUN), [str(root), *args], env=env, timeout=timeout, cwd=root), tasks_env
+                )
+            )
     processes = [
         subprocess.Popen(
             [sys.executable, RUN, str(root), *args],
@@ -78,9 +100,9 @@ def run_slurm_tasks(
             text=True,
             cwd=root,
             start_new_session=True,
-            env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+            env=env,
         )
-        for rank in range(tasks)
+        for env in tasks_env
     ]
     deadline = time.monotonic() + timeout
     results = []

@@ -59,34 +59,36 @@ def read_ranks(out: Path, world_size: int = 2) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def spawn_places(tmp_path_factory) -> tuple[list[dict], subprocess.CompletedProcess]:
-    """Two ddp_spawn workers, started with OMP_NUM_THREADS unset, each reporting its place."""
+def spawn_places(tmp_path_factory) -> tuple[list[dict], subprocess.CompletedProcess, dict[str, list[dict]]]:
+    """spawn_run.py's one program: two ddp_spawn launches of 2 workers each reporting its place,
+    the first with OMP_NUM_THREADS unset, the second with the OMP_NUM_THREADS=2 the program was
+    started with. Returns the first's places, the run, and every launch's places with the parent's."""
     out = tmp_path_factory.mktemp("spawn") / "place"
-    result = run_program("spawn_run.py", "place", str(out))
+    result = run_program("spawn_run.py", str(out), env={"OMP_NUM_THREADS": "2"}, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    return read_ranks(out), result
+    places = {"share": read_ranks(f"{out}.share"), "chosen": read_ranks(f"{out}.chosen")}
+    places["parent"] = [json.loads(Path(f"{out}.parent").read_text())]
+    return places["share"], result, places
 
 
 # ---- threads per worker ------------------------------------------------------------------------
 def test_spawn_workers_use_their_share_of_the_cores(spawn_places):
-    places, _ = spawn_places
+    places, _, _ = spawn_places
     expected = max(1, (os.cpu_count() or 1) // 2)  # as the elastic launcher: cores // workers
     assert [place["threads"] for place in places] == [expected, expected]
 
 
-def test_spawn_workers_keep_the_threads_the_user_chose(tmp_path):
-    out = tmp_path / "place"
-    result = run_program("spawn_run.py", "place", str(out), env={"OMP_NUM_THREADS": "2"})
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_spawn_workers_keep_the_threads_the_user_chose(spawn_places):
+    _, _, launches = spawn_places
     # What a plain process makes of OMP_NUM_THREADS=2 (torch caps it at the cores it finds): the
     # launching process's own count, taken before it imported trainmesh.
-    plain = json.loads(Path(f"{out}.parent").read_text())["threads"]
-    assert [place["threads"] for place in read_ranks(out)] == [plain] * 2
+    plain = launches["parent"][0]["threads"]
+    assert [place["threads"] for place in launches["chosen"]] == [plain] * 2
 
 
 # ---- torchrun's variables, and rank_zero_only --------------------------------------------------
 def test_spawn_workers_see_torchrun_variables(spawn_places):
-    places, _ = spawn_places
+    places, _, _ = spawn_places
     for rank, place in enumerate(places):
         assert place["rank"] == rank
         assert place["env"] == {
@@ -99,7 +101,7 @@ def test_spawn_workers_see_torchrun_variables(spawn_places):
 
 
 def test_rank_zero_only_runs_in_exactly_one_spawn_worker(spawn_places):
-    places, result = spawn_places
+    places, result, _ = spawn_places
     assert [place["rank_zero_only_ran"] for place in places] == [True, False]
     assert result.stdout.count("rank_zero_info ran") == 1, result.stdout
 
@@ -108,7 +110,7 @@ def test_spawned_workers_start_from_the_parents_seeded_rng(spawn_places):
     """ddp_spawn workers start from the parent's RNG state, as ddp workers (which re-run the
     script, seed_everything included) do: a seeded parent gives reproducible workers. (spawn_run.py
     seeds before the launch; rank 0's torch.rand(4) is the parent's next draw.)"""
-    _, result = spawn_places
+    _, result, _ = spawn_places
     assert "SAME" in result.stdout, result.stdout
 
 
@@ -124,11 +126,9 @@ def test_multi_process_runtime_without_launch_says_to_call_launch(strategy, monk
     assert "runtime.launch(train)" in message and "torchrun" in message
 
 
-def test_module_level_runtime_works_inside_ddp_spawn(tmp_path):
-    out = tmp_path / "module_level"
-    result = run_program("module_level_runtime_run.py", str(out), env={"OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert read_ranks(out) == [
+def test_module_level_runtime_works_inside_ddp_spawn(spawn_places):
+    places, _, _ = spawn_places  # spawn_run.py's RUNTIME is made at module level
+    assert [place["module_level"] for place in places] == [
         {"rank": 0, "world_size": 2, "rank_sum": 1.0},
         {"rank": 1, "world_size": 2, "rank_sum": 1.0},
     ]
@@ -178,8 +178,17 @@ rank, way = int(os.environ["RANK"]), sys.argv[1]
 try:
     raise ValueError(f"rank {rank} refuses the checkpoint")
 except ValueError as exc:
-    if way == "across a second" and rank == 1:
-        time.sleep(1.02 - time.time() % 1)  # torch stamps an error in whole seconds: rank 1's is the next
+    if way == "across a second" and rank == 1:  # torch stamps an error in whole seconds: rank 1's is a later one
+        first = os.path.join(os.path.dirname(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])), "0", "error.json")
+        stamp = None
+        while stamp is None:  # rank 0's record, not a guess at when it comes (late on a loaded machine)
+            try:
+                with open(first) as file:
+                    stamp = int(json.load(file)["message"]["extraInfo"]["timestamp"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.01)
+        while int(time.time()) <= stamp:
+            time.sleep(0.01)
     if way == "rank 0 slow to record" and rank == 0:
         time.sleep(60)  # a long teardown: the agent's SIGTERM comes before the record
     data = {"message": f"{type(exc).__name__}: {exc}", "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}
@@ -206,11 +215,11 @@ def test_when_every_rank_raises_at_once_the_summary_names_an_exception_and_exits
     still exiting is listed as killed by it, and could be taken for the run's cause (exit 143,
     "its program did not fail") when it raised in the second before. 20 runs in one agent process
     (about 0.3 s each, 1 s across a second), each way several times."""
-    from helpers.processes import run_program
+    from helpers.processes import run_code_forked
 
     ways = ["at once"] * 6 + ["rank 0 slow to exit"] * 5 + ["across a second"] * 5 + ["rank 0 slow to record"] * 4
     without = (*LAUNCHER_VARIABLES, "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT")
-    done = run_program(["-c", AGENT_RUNS, EVERY_RANK_RAISES, *ways], timeout=300, without=without, cwd=tmp_path)
+    done = run_code_forked(AGENT_RUNS, [EVERY_RANK_RAISES, *ways], timeout=300, without=without, cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-4000:]}"
     summaries = re.findall(r"trainmesh: (worker rank (\d) .*)\n(.*)", done.stderr)
     assert done.stdout.split() == ["1"] * len(ways) and len(summaries) == len(ways), context

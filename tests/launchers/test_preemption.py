@@ -32,7 +32,7 @@ from preemption_helpers import (
 )
 
 import trainmesh as tm
-from helpers.processes import run_program
+from helpers.processes import run_code_forked
 from trainmesh.launchers.environments import find_free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
@@ -90,7 +90,11 @@ def chain(tmp_path_factory) -> dict[str, Stage]:
     stages["agent"] = record(
         root,
         at,
-        [run_script(root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02")],
+        [
+            run_script(
+                root, "--signal", "SIGTERM", "--at", str(at), "--to", "agent", "--exchange-every", "0.02", forked=True
+            )
+        ],
     )
     # "every" and "requeued" save in the background (AsyncCheckpointIO): the stop waits for the
     # periodic save in flight, and the chain's end matches the run never stopped across both kinds.
@@ -164,7 +168,9 @@ def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
 
 def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, capsys):
     at = random.randint(3, 40)
-    stopped = run_script(tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self")
+    stopped = run_script(
+        tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self", forked=True
+    )
     context = f"SIGTERM after step {at}\n{stopped.stdout[-1500:]}\n{stopped.stderr[-3000:]}"
     assert stopped.returncode == PREEMPTED, context
     assert f"stopped by SIGTERM: training stopped after step {at}" in stopped.stderr, context
@@ -196,7 +202,7 @@ def test_the_agent_names_the_signal_that_ended_the_run_in_its_message_and_status
     killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     # SIGTERM to the agent while its workers are outside fit: nothing saved, so not 75, and not Ctrl-C's 130.
     terminated = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
-    done = run_program(["-c", AGENT_RUNS, killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
+    done = run_code_forked(AGENT_RUNS, [killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-3000:]}"
     assert done.stdout.split() == ["status", "137", "status", "143"], context
     assert "was killed by SIGKILL (signal 9)" in done.stderr and "Exit status 137" in done.stderr, context

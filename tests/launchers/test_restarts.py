@@ -31,8 +31,8 @@ TORCHRUN = ("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")
 
 
 def run_with_a_death(root: Path, launcher: str) -> subprocess.CompletedProcess:
-    if launcher == "trainmesh":
-        return run_script(root, "--die-at", str(DIE_AT), "--max-restarts", "2", timeout=150)
+    if launcher == "trainmesh":  # the agent a fork that imported torch and trainmesh; its workers new interpreters
+        return run_script(root, "--die-at", str(DIE_AT), "--max-restarts", "2", timeout=150, forked=True)
     return run_script(
         root, "--die-at", str(DIE_AT), torchrun=TORCHRUN, timeout=150, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     )

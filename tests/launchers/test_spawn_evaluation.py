@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from spawned_modules import EvaluationNet, EvaluationSteps, evaluation_data, evaluation_weights
+from torch.utils.data import DistributedSampler
 
 import trainmesh as tm
 
@@ -35,47 +35,13 @@ SETTINGS = dict(
 )
 
 
-def _data() -> TensorDataset:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(32, 4, generator=g)
-    return TensorDataset(x, torch.randn(32, 1, generator=g), torch.arange(32))  # the sample's index last
-
-
-def _weights() -> dict[str, torch.Tensor]:
-    torch.manual_seed(0)
-    return torch.nn.Linear(4, 1).state_dict()
-
-
-class _Steps:
-    batch_size = 4
-    out = ""  # where a rank writes the samples it read (the spawned workers' only way back here)
-
-    def validation_step(self, batch, batch_idx):
-        x, y, index = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
-        if self.out:
-            with open(Path(self.out) / f"rank{self.global_rank}.jsonl", "a") as file:
-                file.write(json.dumps(index.tolist()) + "\n")
-
-    def val_dataloader(self):
-        return DataLoader(_data(), batch_size=self.batch_size)
-
-
-class SpawnNet(_Steps, tm.Module):
-    def __init__(self, out: str):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-        self.layer.load_state_dict(_weights())
-        self.out = out
-
-
-class LightningNet(_Steps, pl.LightningModule):
+class LightningNet(EvaluationSteps, pl.LightningModule):
     batch_size = 8  # the global batch of 2 processes at 4
 
     def __init__(self):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
-        self.layer.load_state_dict(_weights())
+        self.layer.load_state_dict(evaluation_weights())
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +58,12 @@ def test_spawned_validation_with_a_batch_limit_reads_and_returns_what_lightning_
     trainer = tm.Trainer(strategy="ddp_spawn", devices=2, **SETTINGS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        (metrics,) = trainer.validate(SpawnNet(str(tmp_path)), verbose=False)
+        (metrics,) = trainer.validate(EvaluationNet(str(tmp_path)), verbose=False)
     read = [
         [i for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines() for i in json.loads(line)] for r in (0, 1)
     ]
     # Lightning's ranks read the first 4 indices of DistributedSampler's shares: together, samples 0..7.
-    theirs = [list(DistributedSampler(_data(), num_replicas=2, rank=r, shuffle=False))[:4] for r in (0, 1)]
+    theirs = [list(DistributedSampler(evaluation_data(), num_replicas=2, rank=r, shuffle=False))[:4] for r in (0, 1)]
     assert sorted(read[0] + read[1]) == sorted(theirs[0] + theirs[1]) == list(range(8))
     assert read == [[0, 1, 2, 3], [4, 5, 6, 7]]  # a batch is one process's batch at 4: rank r's k-th is batch 2k+r
     # sync_dist's mean over both ranks' batches (equal sizes), back in the launching process

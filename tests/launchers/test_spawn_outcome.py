@@ -24,7 +24,7 @@ import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from spawned_modules import OutcomeNet, OutcomeSteps
 
 import trainmesh as tm
 from trainmesh.callbacks import ModelCheckpoint
@@ -33,41 +33,7 @@ from trainmesh.loggers import CSVLogger
 pl = pytest.importorskip("lightning.pytorch")
 
 
-def _data() -> TensorDataset:
-    g = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g))
-
-
-class _Steps:
-    batch_size = 4
-
-    def training_step(self, batch, batch_idx):
-        loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
-        self.log("train_loss", loss, on_step=True, on_epoch=True, sync_dist=True)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]), sync_dist=True)
-
-    def test_step(self, batch, batch_idx):
-        self.log("test_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]), sync_dist=True)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def train_dataloader(self):
-        return DataLoader(_data(), batch_size=self.batch_size)
-
-    val_dataloader = test_dataloader = train_dataloader
-
-
-class SpawnNet(_Steps, tm.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-
-class LightningNet(_Steps, pl.LightningModule):
+class LightningNet(OutcomeSteps, pl.LightningModule):
     batch_size = 8  # the global batch of 2 processes at 4
 
     def __init__(self):
@@ -116,7 +82,7 @@ def _fit_and_test(trainer_class, module_class, checkpoint_class, logger_class, s
 @pytest.mark.slow
 def test_spawned_fit_then_test_leaves_what_one_process_leaves(tmp_path):
     ours = _fit_and_test(
-        tm.Trainer, SpawnNet, ModelCheckpoint, CSVLogger, tm.seed_everything, tmp_path / "tm",
+        tm.Trainer, OutcomeNet, ModelCheckpoint, CSVLogger, tm.seed_everything, tmp_path / "tm",
         strategy="ddp_spawn", devices=2,
     )  # fmt: skip
     from lightning.pytorch.callbacks import ModelCheckpoint as PlCheckpoint

@@ -28,7 +28,7 @@ def handwritten(tmp_path_factory) -> dict[str, torch.Tensor]:
 def _reference_run(out: Path) -> str | None:
     """None when the hand-written run succeeded, else what it printed."""
     try:
-        # Its parent a fork of the fork server (its two workers still spawned, as the seed wrote it).
+        # Its parent a fork of the fork server, its two workers forks of that (spawned where they cannot be).
         result = run(str(SCRIPT), "handwritten", str(out), forked=True)
     except subprocess.TimeoutExpired as timeout:
         return f"timed out: {timeout}"

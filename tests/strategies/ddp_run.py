@@ -24,10 +24,12 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
+from helpers.forked import start_workers  # noqa: E402
 from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
 EPOCHS, PER_RANK_BATCH = 2, 16
+WATCHDOG_S = int(os.environ.get("LEG_WATCHDOG_S", "100"))  # a leg's hang guard: it prints its stacks and ends
 
 
 def dataset(n=256):
@@ -137,7 +139,7 @@ def handwritten_worker(rank, out, port):
 
 
 def existing_group_worker(rank, out, port):
-    # A harness that made its own process group, with no launcher variables in the environment.
+    faulthandler.dump_traceback_later(90, exit=True)  # a harness's own group, no launcher variables
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     run_trainer(out)
     assert dist.is_initialized(), "the Trainer must leave a group it did not create"
@@ -506,17 +508,17 @@ def run_trainer_leg(out, strategy="ddp", devices="2", nodes="1"):
 
 
 def run_handwritten(out):
-    """handwritten OUT: the keras-io seed's hand-written DDP loop, in two spawned processes."""
+    """handwritten OUT: the keras-io seed's hand-written DDP loop, in two processes (start_workers)."""
     from trainmesh.launchers.environments import find_free_port
 
-    torch.multiprocessing.spawn(handwritten_worker, args=(out, find_free_port()), nprocs=2)
+    start_workers(handwritten_worker, (out, find_free_port()), 2, guard_s=WATCHDOG_S)
 
 
 def run_existing(out):
-    """existing OUT: a harness's own process group, made before the Trainer."""
+    """existing OUT: a harness's own process group, made before the Trainer (start_workers)."""
     from trainmesh.launchers.environments import find_free_port
 
-    torch.multiprocessing.spawn(existing_group_worker, args=(out, find_free_port()), nprocs=2)
+    start_workers(existing_group_worker, (out, find_free_port()), 2, guard_s=WATCHDOG_S)
 
 
 def run_accumulate_leg(out, accumulate, batch):
@@ -560,13 +562,11 @@ def run_mode(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    # Every leg (and every worker that re-runs this script) prints its stacks and ends if it
-    # hangs, instead of waiting for the test's timeout.
-    watchdog = int(os.environ.get("LEG_WATCHDOG_S", "100"))
+    # Every leg (and worker re-running this script) prints its stacks and ends if it hangs.
     if sys.argv[1] == "--batch":  # several legs in one launch (helpers/batches.py), a watchdog each
         from helpers.batches import run_batch
 
-        run_batch(sys.argv[2], run_mode, limit=watchdog)
+        run_batch(sys.argv[2], run_mode, limit=WATCHDOG_S)
     else:
-        faulthandler.dump_traceback_later(watchdog, exit=True)
+        faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
         run_mode(sys.argv[1:])

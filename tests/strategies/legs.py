@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -37,34 +38,36 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path)["state_dict"]
 
 
-def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120, script: Path = SCRIPT) -> None:
-    """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each)."""
+def run_torchrun_nodes(
+    leg: list[str], outs: list[Path], *, timeout: float = 120, script: Path = SCRIPT, forked_agents: bool = False
+) -> None:
+    """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each).
+    ``forked_agents``: each agent is a fork of the fork server running torchrun's main (this
+    file's ``__main__``: no second import of torch) where it can be; its worker is torchrun's new
+    interpreter all the same."""
     from trainmesh.launchers.environments import find_free_port
 
     port = str(find_free_port())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def torchrun(rank: int, out: Path) -> list[str]:
+        node = ["--nnodes", str(len(outs)), "--nproc-per-node", "1", "--node-rank", str(rank)]
+        return [*node, "--master-addr", "127.0.0.1", "--master-port", port, str(script), leg[0], str(out), *leg[1:]]
+
+    if forked_agents and can_fork():
+        with ThreadPoolExecutor(len(outs)) as pool:  # all at once: each waits for the others at the rendezvous
+            agents = pool.map(
+                lambda node: run_forked(Path(__file__), torchrun(*node), env=env, timeout=timeout, cwd=HERE),
+                enumerate(outs),
+            )
+            for agent in list(agents):
+                assert agent.returncode == 0, agent.stderr[-3000:]
+        return
     nodes = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                str(len(outs)),
-                "--nproc-per-node",
-                "1",
-                "--node-rank",
-                str(rank),
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                port,
-                str(script),
-                leg[0],
-                str(out),
-                *leg[1:],
-            ],
+            [sys.executable, "-m", "torch.distributed.run", *torchrun(rank, out)],
             cwd=HERE,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -80,3 +83,9 @@ def run_torchrun_nodes(leg: list[str], outs: list[Path], *, timeout: float = 120
                 os.killpg(each.pid, signal.SIGKILL)
             raise
         assert node.returncode == 0, err[-3000:]
+
+
+if __name__ == "__main__":  # torchrun's agent, as ``python -m torch.distributed.run ARGS`` (forked_agents)
+    from torch.distributed.run import main
+
+    main()

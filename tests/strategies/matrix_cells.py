@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import torch
-from legs import run, run_torchrun_nodes
+from legs import run
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from helpers.batches import WORKERS  # noqa: E402
@@ -44,16 +44,18 @@ REFUSED = {
     for name in ("sharded", "fsdp", "hsdp")
 }
 REFERENCE_CELLS = {"ddp4": "trainer-torch,trainer-keras"}
-# Legs of one world size started the same way (ddp through the elastic agent, or one process)
-# share one launch: one after another in the same processes and process group. ddp_spawn,
-# ddp_fork and ddp2 (two torchrun nodes) test how their processes start: one launch each.
+# Legs of one world size share one launch: one after another in the same processes and process
+# group, whose workers are forks (ddp_fork's start) where this platform has them. Each leg's
+# Trainer and Runtime find the group made, as under torchrun, so the cells of ddp_spawn, ddp_fork
+# and ddp2 (on two nodes of one process each: its node is the rank) run as in launches of their
+# own, without starting their processes again (a launch each was: two spawned workers, two forks,
+# two torchrun agents and their workers; a spawned or torchrun worker imports torch and keras
+# again). How those start: tests/launchers/ (spawn, fork), test_ddp.py and
+# test_manual_optimization_split.py (torchrun nodes, ddp2's among them).
 LAUNCHES = [
-    ("ddp", "zero1", "sharded", "fsdp"),
+    ("ddp", "zero1", "sharded", "fsdp", "ddp_spawn", "ddp_fork", "ddp2"),
     ("ddp4", "hsdp"),
     ("plain", "single", "dp"),
-    ("ddp_spawn",),
-    ("ddp_fork",),
-    ("ddp2",),
 ]
 LEG_TIMEOUT = 300  # seconds per leg; a launch of n legs gets n times this
 
@@ -65,12 +67,9 @@ def launch_of(strategy: str) -> tuple[str, ...]:
 
 def run_matrix(*args: str, timeout: float) -> subprocess.CompletedProcess:
     """``python matrix_run.py ARGS`` in its own session, as a fork of this process where it can
-    be (helpers/forked.py: torch is not imported a second time; the workers of ddp_spawn, ddp_fork
-    and ddp2 still start as the leg's start method starts them, a batch's as forks)."""
+    be (helpers/forked.py: torch is not imported a second time), its workers forks too."""
     if can_fork():
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        if args[0] == "--batch":  # a batch's legs test no start method: its workers are forks too
-            env[WORKERS] = "fork"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", WORKERS: "fork"}
         return run_forked(MATRIX, list(args), env=env, timeout=timeout, cwd=MATRIX.parent)
     return run(str(MATRIX), *args, timeout=timeout)
 
@@ -80,15 +79,6 @@ def run_legs(legs: tuple[str, ...], root: Path) -> dict[str, str]:
     ``root/<leg>``. Returns, per leg, '' when it ran to its end, else why not."""
     for leg in legs:
         (root / leg).mkdir(parents=True, exist_ok=True)
-    if legs == ("ddp2",):  # two torchrun agents on 127.0.0.1, one process each
-        try:
-            run_torchrun_nodes(["ddp2"], [root / "ddp2", root / "ddp2"], script=MATRIX, timeout=LEG_TIMEOUT)
-        except AssertionError as failure:
-            return {"ddp2": f"ddp2 failed: {failure}"}
-        return {"ddp2": ""}
-    if len(legs) == 1 and legs[0] in ("ddp_spawn", "ddp_fork"):
-        result = run_matrix(legs[0], str(root / legs[0]), timeout=LEG_TIMEOUT)
-        return {legs[0]: "" if result.returncode == 0 else f"{legs[0]} failed:\n{result.stderr[-4000:]}"}
     batch = root / f"batch-{'-'.join(legs)}.json"
     batch.write_text(
         json.dumps(

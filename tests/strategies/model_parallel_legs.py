@@ -24,7 +24,7 @@ from legs import FORK_WORKERS, HERE, run
 SCRIPT = HERE / "model_parallel_run.py"
 ATOL = 1e-5
 METRICS = ("val_loss", "train_loss")
-STEPS = 12  # 96 samples / 16 per step x 2 epochs
+STEPS = 8  # model_parallel_run.TRAIN_SAMPLES (64) / 16 per step x 2 epochs
 
 
 class RunFailed(Exception):

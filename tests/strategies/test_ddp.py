@@ -8,6 +8,7 @@ interpreter started per launch or worker); the programs that test no start-up ar
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
 
 def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs)
+    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs, forked_agents=True)
     saved = torch.load(outs[0])
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():
@@ -185,13 +186,13 @@ def test_runtime_makes_the_handwritten_loop_multi_process(legs, handwritten):
 
 
 def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handwritten):
-    # Two tasks as `srun --ntasks-per-node=2` would start them on one node.
+    # Two tasks as `srun --ntasks-per-node=2` would start them on one node, each with its task's
+    # environment: forks of the fork server where they can be (no second import of torch and
+    # trainmesh), which read it as a new interpreter does (the Trainer reads it, not the import).
     port, out = str(find_free_port()), tmp_path / "slurm.pt"
-    tasks = []
-    for rank in range(2):
+
+    def task(rank: int) -> subprocess.CompletedProcess:
         env = {
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
             "SLURM_NTASKS": "2",
             "SLURM_PROCID": str(rank),
             "SLURM_LOCALID": str(rank),
@@ -202,19 +203,12 @@ def test_slurm_tasks_are_recognised_and_start_nothing_themselves(tmp_path, handw
             "SLURM_JOB_NAME": "train",
             "MASTER_PORT": port,
         }
-        tasks.append(
-            subprocess.Popen(
-                [sys.executable, str(SCRIPT), "trainer", str(out), "ddp", "2"],
-                cwd=HERE,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for task in tasks:
-        _, err = task.communicate(timeout=120)
-        assert task.returncode == 0, err[-3000:]
+        return run(str(SCRIPT), "trainer", str(out), "ddp", "2", env=env, timeout=120, forked=True)
+
+    with ThreadPoolExecutor(2) as pool:  # both at once: each waits for the other at the rendezvous
+        tasks = list(pool.map(task, range(2)))
+    for result in tasks:
+        assert result.returncode == 0, result.stderr[-3000:]
     saved = torch.load(out)
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():

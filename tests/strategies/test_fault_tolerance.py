@@ -2,7 +2,8 @@
 
 The multi-process test needs torchft (an optional dependency: ``pip install torchft``) and is
 skipped without it. It starts torchft's lighthouse on 127.0.0.1 and two replica groups of one
-process each (fault_tolerance_run.py); group 1 dies hard after step 6 and is started again by the
+process each (fault_tolerance_run.py, each a fork of the fork server that imported torch and
+trainmesh once: helpers/forked.py); group 1 dies hard after step 6 and is started again by the
 test while group 0 trains on; the restarted group takes the weights, the Adam state, the step count
 and the scheduler from group 0 and both end at step 30 with identical state.
 The refusals need no torchft.
@@ -17,12 +18,21 @@ import torch
 from legs import run
 
 import trainmesh as tm
+from helpers.forked import Forked, start_forked
 from helpers.models import TutorialModule, loaders, quiet_trainer
 from trainmesh.strategies import FSDPStrategy
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "fault_tolerance_run.py"
 FT = tm.FaultTolerance("http://127.0.0.1:1", replica_group=0, num_replica_groups=2, host="127.0.0.1")
+
+# How long the lighthouse counts a group that stopped heartbeating as alive. A group killed without
+# a goodbye is dropped only then (the survivor's quorum waits for it: torchft's split-brain rule),
+# so every kill costs the survivor this wait (14 kills in this file; a real run pays torchft's 5 s
+# default). A live group's Manager heartbeats every 100 ms from a thread of its own (Rust, no GIL):
+# 500 ms is 4 missed heartbeats, and a thread sleeping 100 ms at a time overslept by 57 ms at most
+# in a minute at a load average of 18 on this machine's 2 cores (2000 ms took 24 s of the kill run).
+HEARTBEAT_TIMEOUT_MS = 500
 
 try:
     import torchft  # noqa: F401
@@ -45,27 +55,34 @@ def killed_and_rejoined(tmp_path_factory):
     from torchft.coordination import LighthouseServer
 
     out = tmp_path_factory.mktemp("ft")
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
+    lighthouse = LighthouseServer(
+        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS
+    )
+    env = {**_env(), "RUST_LOG": "warn", "OMP_NUM_THREADS": "1"}
 
-    def start(group: int, attempt: int) -> subprocess.Popen:
-        log = open(out / f"log_{group}_{attempt}", "w")
-        command = [sys.executable, str(SCRIPT), "replica", str(out), lighthouse.address(), str(group), str(attempt)]
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**_env(), "RUST_LOG": "warn"})
+    def start(group: int, attempt: int) -> Forked:
+        return start_forked(SCRIPT, ["replica", str(out), lighthouse.address(), str(group), str(attempt)], env=env)
 
-    survivor, doomed = start(0, 0), start(1, 0)
-    started = [survivor, doomed]
+    started = {(0, 0): start(0, 0), (1, 0): start(1, 0)}
     try:
-        first_exit = doomed.wait(timeout=240)
-        restarted = start(1, 1)
-        started.append(restarted)
-        codes = (first_exit, restarted.wait(timeout=240), survivor.wait(timeout=240))
+        done = {(1, 0): started[1, 0].wait(timeout=240)}
+        started[1, 1] = start(1, 1)
+        done[1, 1] = started[1, 1].wait(timeout=240)
+        done[0, 0] = started[0, 0].wait(timeout=240)
+        codes = tuple(done[key].returncode for key in ((1, 0), (1, 1), (0, 0)))
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
+        for process in started.values():
+            process.kill()
         lighthouse.shutdown()
+    _write_logs(out, done)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
     return out, codes, logs
+
+
+def _write_logs(out: Path, done: dict[tuple[int, int], subprocess.CompletedProcess]) -> None:
+    """What each (group, attempt) printed, in OUT/log_GROUP_ATTEMPT."""
+    for (group, attempt), finished in done.items():
+        (out / f"log_{group}_{attempt}").write_text(finished.stdout + finished.stderr)
 
 
 def test_while_both_groups_train_they_equal_ddp_on_two_processes(killed_and_rejoined):
@@ -134,35 +151,29 @@ def fsdp_groups_killed_and_rejoined(tmp_path_factory):
     from torchft.coordination import LighthouseServer
 
     out = tmp_path_factory.mktemp("ft_fsdp")
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=2000)
+    lighthouse = LighthouseServer(
+        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS
+    )
+    env = {**_env(), "RUST_LOG": "warn", "OMP_NUM_THREADS": "1"}
 
-    def start(group: int, attempt: int) -> subprocess.Popen:
-        log = open(out / f"log_{group}_{attempt}", "w")
-        command = [
-            sys.executable,
-            str(SCRIPT),
-            "fsdp_replica",
-            str(out),
-            lighthouse.address(),
-            str(group),
-            str(attempt),
-        ]
-        env = {**_env(), "RUST_LOG": "warn", "OMP_NUM_THREADS": "1"}
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    def start(group: int, attempt: int) -> Forked:
+        # Each group is 2 forks in one process group, as its launcher would start them (legs.run).
+        args = ["fsdp_replica", str(out), lighthouse.address(), str(group), str(attempt)]
+        return start_forked(SCRIPT, args, env=env, cwd=HERE, world=2)
 
-    survivor, doomed = start(0, 0), start(1, 0)
-    started = [survivor, doomed]
+    started = {(0, 0): start(0, 0), (1, 0): start(1, 0)}
     try:
-        first_exit = doomed.wait(timeout=300)
-        restarted = start(1, 1)
-        started.append(restarted)
-        codes = (first_exit, restarted.wait(timeout=300), survivor.wait(timeout=300))
+        done = {(1, 0): started[1, 0].wait(timeout=300)}
+        started[1, 1] = start(1, 1)
+        done[1, 1] = started[1, 1].wait(timeout=300)
+        done[0, 0] = started[0, 0].wait(timeout=300)
+        codes = tuple(done[key].returncode for key in ((1, 0), (1, 1), (0, 0)))
         reference = run(str(SCRIPT), "one_process", str(out), timeout=240, env=_env(), forked=True)
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
+        for process in started.values():
+            process.kill()
         lighthouse.shutdown()
+    _write_logs(out, done)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("log_*")))
     assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
     return out, codes, logs
@@ -228,22 +239,25 @@ def killed_inside_steps(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("ft_kills")
     # join_timeout: a live group whose step is slow (a busy machine) stays in the quorum.
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=3000, heartbeat_timeout_ms=2000)
+    lighthouse = LighthouseServer(
+        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=3000, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS
+    )
     env = {**_env(), "RUST_LOG": "warn", "OMP_NUM_THREADS": "1"}
     started = []
     try:
         for role in ("survivor", "doomed"):
-            command = [sys.executable, str(KILLS), role, str(out), lighthouse.address(), ",".join(KILL_PLAN)]
-            started.append(
-                subprocess.Popen(command, stdout=open(out / f"log_{role}", "w"), stderr=subprocess.STDOUT, env=env)
-            )
+            started.append(start_forked(KILLS, [role, str(out), lighthouse.address(), ",".join(KILL_PLAN)], env=env))
         survived = started[0].wait(timeout=600)
         # A survivor that died leaves the doomed group waiting for it: stop that at once.
-        codes = (survived, started[1].wait(timeout=120) if survived == 0 else started[1].kill() or "killed")
+        if survived.returncode != 0:
+            started[1].kill()
+        doomed = started[1].wait(timeout=120)
+        codes = (survived.returncode, doomed.returncode if survived.returncode == 0 else "killed")
+        for role, done in zip(("survivor", "doomed"), (survived, doomed)):
+            (out / f"log_{role}").write_text(done.stdout + done.stderr)
     finally:
         for process in started:
-            if process.poll() is None:
-                process.kill()
+            process.kill()
         lighthouse.shutdown()
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(out.glob("log_*")))
     return out, codes, logs

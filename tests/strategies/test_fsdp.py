@@ -5,14 +5,11 @@ launch, one after another in the same processes (helpers/batches.py), and each r
 module, so the ddp references and the checkpoint legs serve several tests.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from legs import HERE, SCRIPT
+from legs import HERE, SCRIPT, run
 from torch import nn
 
 from helpers.batches import Batches
@@ -273,6 +270,7 @@ def test_predict_under_fsdp_returns_every_prediction_in_order(legs):
 
 FIRST_SAVE = """
 import sys, torch, trainmesh as tm
+print("dcp imported at start:", "torch.distributed.checkpoint.state_dict" in sys.modules)
 from torch.utils.data import DataLoader, TensorDataset
 class Net(tm.Module):
     def __init__(self):
@@ -295,15 +293,12 @@ print("saved:", sorted(p.name for p in __import__("pathlib").Path(sys.argv[1]).i
 
 def test_fsdp_imports_dcp_as_it_sets_up_not_inside_its_first_save(tmp_path):
     """Issue 38: the first distributed save paid for importing torch's DCP (0.03-0.2 s), which a
-    hand-written DCP script imports at its top: now the strategy's setup does (a fresh process)."""
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_SAVE, str(tmp_path / "ckpt")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        check=False,
-    )
+    hand-written DCP script imports at its top: now the strategy's setup does (a process that had
+    not imported it: a fork of the fork server, which has not, where it can be, else a new one)."""
+    program = tmp_path / "first_save.py"
+    program.write_text(FIRST_SAVE)
+    done = run(str(program), str(tmp_path / "ckpt"), timeout=300, forked=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "dcp imported at start: False" in done.stdout, done.stdout
     assert "dcp imported before any save: True" in done.stdout, done.stdout
     assert ".metadata" in done.stdout and "trainer_state.pt" in done.stdout, done.stdout

@@ -6,11 +6,13 @@ pages in the processes it starts. In-process: the decision is checked, not its e
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
 import trainmesh.strategies.fsdp as fsdp_module
+from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
@@ -97,14 +99,20 @@ print(f"rank {trainer.global_rank}: huge pages {huge_pages_in_effect()}, release
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc, Linux's huge pages")
 def test_workers_that_trainmesh_starts_get_huge_pages_and_release(tmp_path) -> None:
-    """End to end: run with python, Trainer(strategy="fsdp", devices=2) starts the workers itself
-    (the elastic agent), with torch's huge pages on from their start, so each releases freed host
-    memory; under the same launch a ddp run's workers get neither."""
+    """End to end: run as python runs it, Trainer(strategy="fsdp", devices=2) starts the workers
+    itself (the elastic agent: new interpreters), with torch's huge pages on from their start, so
+    each releases freed host memory; under the same launch a ddp run's workers get neither. The
+    agent, whose own pages are not checked, is a fork of the fork server where it can be (no
+    second import of torch and trainmesh)."""
     script = tmp_path / "fit.py"
     script.write_text(PROGRAM)
     huge = huge_pages_allowed()
+    env = {**{k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}, "OMP_NUM_THREADS": "1"}
     for strategy, expected in (("fsdp", huge), ("ddp", False)):
-        done = run_program([str(script), strategy], timeout=240, without=("THP_MEM_ALLOC_ENABLE",), cwd=tmp_path)
+        if can_fork():
+            done = run_forked(script, [strategy], env=env, timeout=240, cwd=tmp_path)
+        else:
+            done = run_program([str(script), strategy], timeout=240, without=("THP_MEM_ALLOC_ENABLE",), cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         for rank in (0, 1):
             assert f"rank {rank}: huge pages {expected}, released {expected}" in done.stdout, done.stdout

@@ -3,9 +3,10 @@
 A Llama-3-style decoder with every feature that found a silent wrong answer or a crash before:
 RoPE in a complex64 buffer that ``init_weights()`` assigns afresh, grouped-query attention,
 RMSNorm, SwiGLU, tied input and output embeddings, built on the meta device in
-``configure_model``, trained 20 AdamW steps on batches whose ``ignore_index`` padding is spread
-unevenly over ranks and micro-batches, with the loss summed over tokens and ``num_tokens``
-(trainmesh divides by the global count). Each layout ends within ATOL of one process trained on
+``configure_model``, trained 7 AdamW steps on batches whose ``ignore_index`` padding is spread
+unevenly over ranks and micro-batches (7 batches: every placement of that padding there is,
+llama_run.py), with the loss summed over tokens and ``num_tokens`` (trainmesh divides by the
+global count). Each layout ends within ATOL of one process trained on
 the same global batches from the same start: tp=2, pp=2 (1F1B, 4 micro-batches), fsdp (2),
 pp=2 x tp=2 and fsdp=2 x tp=2 (world 4).
 

@@ -2,7 +2,7 @@
 refused before training with an error naming the combination and the alternative.
 
 Each strategy's leg runs all six of its cells in one process group (see matrix_run.py); legs of
-the same world size and start method share one launch (matrix_cells.LAUNCHES).
+the same world size share one launch (matrix_cells.LAUNCHES).
 """
 
 from pathlib import Path

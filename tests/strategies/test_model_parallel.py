@@ -45,8 +45,8 @@ def test_clipping_really_clips_in_the_reference(legs):
     """Without this, the clipped comparisons below would pass with clipping ignored."""
     clipped, unclipped = legs("single", **CLIPPED), legs("single", accumulate=2)
     assert clipped["steps"] == unclipped["steps"] == STEPS // 2
-    assert max_difference(clipped, unclipped) > 100 * ATOL  # measured 1.2e-2
-    assert max_difference(legs("single", clip=0.05), legs("single")) > 100 * ATOL  # measured 1.5e-2
+    assert max_difference(clipped, unclipped) > 100 * ATOL  # measured 6.4e-3
+    assert max_difference(legs("single", clip=0.05), legs("single")) > 100 * ATOL  # measured 1.3e-2
 
 
 @pytest.mark.slow

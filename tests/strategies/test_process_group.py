@@ -3,7 +3,10 @@ within its timeout on every rank, rank 0 included or not, says which ranks did n
 a rank that arrives after the others left still leaves at once and cleanly.
 
 One 2-process program (torch.multiprocessing, gloo): rank 1 reaches the teardown first and waits
-TIMEOUT s; rank 0 is busy (no collective) for LATE s > TIMEOUT, then leaves too.
+TIMEOUT s; rank 0 is busy (no collective) until rank 1 has left, or LATE s > TIMEOUT at most, then
+leaves too. An event that rank 1 sets once it left ends rank 0's wait, not a fixed sleep: the run
+takes TIMEOUT s, not LATE s, and a rank 1 that waits on past its timeout still shows, leaving
+after rank 0 arrived.
 """
 
 import re
@@ -18,17 +21,20 @@ PROGRAM = textwrap.dedent(f"""
     from trainmesh.launchers.environments import find_free_port
     from trainmesh.strategies.process_group import leave_process_group
 
-    def worker(rank, port):
+    def worker(rank, port, rank_1_left):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
         dist.all_reduce(torch.ones(1))
         if rank == 0:
-            time.sleep({LATE})  # busy outside any collective, past the other rank's patience
+            rank_1_left.wait({LATE})  # busy outside any collective until rank 1 gave up waiting and left
             print(f"ARRIVES {{time.time()}}", flush=True)
         missing = leave_process_group(failed=False, timeout={TIMEOUT})
         print(f"RANK {{rank}} LEFT {{time.time()}} missing={{missing}}", flush=True)
+        if rank == 1:
+            rank_1_left.set()
 
     if __name__ == "__main__":
-        mp.start_processes(worker, args=(find_free_port(),), nprocs=2, start_method="fork")  # -c: no spawn
+        left = mp.get_context("fork").Event()  # -c: no spawn
+        mp.start_processes(worker, args=(find_free_port(), left), nprocs=2, start_method="fork")
         print("ALL LEFT", flush=True)
 """)
 

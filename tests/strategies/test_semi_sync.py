@@ -269,15 +269,16 @@ def kill_runs(tmp_path_factory):
     from torchft.coordination import LighthouseServer
 
     env = {**_env(), "OMP_NUM_THREADS": "1"}
+    # A killed group is dropped once its heartbeat is 500 ms old (a wait each kill costs the survivor;
+    # a live Manager heartbeats every 100 ms from a thread of its own: test_fault_tolerance.py's
+    # HEARTBEAT_TIMEOUT_MS says what that leaves on a loaded machine).
     lighthouses, launches = [], {}
     try:
         with ThreadPoolExecutor(6) as pool:
             for sync in ("diloco", "local_sgd", "streaming"):
                 out = tmp_path_factory.mktemp(f"semi_sync_kills_{sync}")
                 lighthouses.append(
-                    LighthouseServer(
-                        bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=2000
-                    )
+                    LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=5000, heartbeat_timeout_ms=500)
                 )
                 args = [str(out), lighthouses[-1].address(), sync]
                 launches[sync] = (

@@ -163,10 +163,12 @@ def handwritten_worker(rank, out, port):
 
 
 def run_handwritten(out):
-    """handwritten OUT: the GAN as a plain torch program, in two spawned processes."""
+    """handwritten OUT: the GAN as a plain torch program, in two processes (forks where they can
+    be, as torch.multiprocessing.spawn would start them otherwise: helpers/forked.py)."""
+    from helpers.forked import start_workers
     from trainmesh.launchers.environments import find_free_port
 
-    torch.multiprocessing.spawn(handwritten_worker, args=(out, find_free_port()), nprocs=2)
+    start_workers(handwritten_worker, (out, find_free_port()), 2, guard_s=100)
 
 
 # The programs of this file: a leg's argv is NAME ARGS... (tests/helpers/batches.py's dispatch).

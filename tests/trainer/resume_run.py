@@ -73,7 +73,10 @@ def main(argv: list[str]) -> None:
     if mode == "pause":
         length = {"max_steps": int(argv[3])}
         if keep_last:
-            callbacks.append(ModelCheckpoint(dirpath=os.path.join(os.path.dirname(out), "checkpoints"), save_last=True))
+            # A save at the stopping step: as Lightning 2.6's, last.ckpt is written only beside a save, and
+            # max_steps ending mid-epoch is no save point (no validation ran at that step).
+            folder = os.path.join(os.path.dirname(out), "checkpoints")
+            callbacks.append(ModelCheckpoint(dirpath=folder, save_last=True, every_n_train_steps=int(argv[3])))
     elif "MAX_STEPS" in os.environ:
         length = {"max_steps": int(os.environ["MAX_STEPS"])}
     else:

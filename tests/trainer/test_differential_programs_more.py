@@ -163,13 +163,16 @@ def test_ddp_program_same_outcome(tmp_path):
     script = Path(__file__).parent / "ddp_program_run.py"
     found = {}
     for name in ("lightning", "trainmesh"):
-        if name == "trainmesh" and can_fork():
-            # On 2 forks in one process group, which its Trainer finds started as torchrun's: 2 new
-            # interpreters fewer (the program is about what ddp computes, not how it starts).
+        if can_fork():
+            # trainmesh: on 2 forks in one process group, which its Trainer finds started as
+            # torchrun's: 2 new interpreters fewer (the program is about what ddp computes, not how
+            # it starts). Lightning: its rank 0 a fork, whose ddp starts the second process itself
+            # (a new interpreter running the script), as its owners define it.
+            world = 2 if name == "trainmesh" else 1
             done = run_forked(
-                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=2
+                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=world
             )
-        else:  # Lightning's ddp starts its second process itself, as its owners define it
+        else:
             done = run_program([str(script), name, str(tmp_path / name)], timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         found[name] = torch.load(tmp_path / name / "outcome.pt", weights_only=False)

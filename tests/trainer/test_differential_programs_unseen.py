@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
+from helpers.batch_count_program import reading_batch_counts
 from helpers.differential import recorder_class
 from helpers.programs import differences, outcome, run_both, trainer_kwargs
 
@@ -22,7 +23,7 @@ pytest.importorskip("lightning.pytorch")
 
 
 SHARED_CHECKPOINT_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "callbacks", "epoch", "global_step")
-SHARED_CHECKPOINT_KEYS += ("hyper_parameters",)  # Lightning's hparams_name too ("kwargs"): not written by trainmesh
+SHARED_CHECKPOINT_KEYS += ("hyper_parameters", "hparams_name")
 # What Lightning 2.6's ModelCheckpoint keeps in a checkpoint (trainmesh's keeps "mode" and
 # "last_global_step_saved" besides, for its resume)
 CHECKPOINT_STATE = ("monitor", "best_model_score", "best_model_path", "current_score", "dirpath", "best_k_models")
@@ -343,90 +344,11 @@ def test_program_same_outcome(tmp_path, program):
     assert differences(found["lightning"], found["trainmesh"]) == []
 
 
-def reading_batch_counts(L, root):
-    """A callback reading trainer.num_*_batches before, during and after fit (two validation loaders,
-    a sanity check), validate, test and predict (two loaders): Lightning 2.6 gives one count per loader."""
-    names = ("num_val_batches", "num_sanity_val_batches", "num_test_batches", "num_predict_batches")
-
-    def counts(trainer):
-        return {name: getattr(trainer, name) for name in (*names, "num_training_batches")}
-
-    class Reader(L.pl.Callback):
-        def __init__(self):
-            self.seen = []
-
-        def on_fit_start(self, trainer, pl_module):
-            self.seen.append(("on_fit_start", counts(trainer)))
-
-        def on_sanity_check_start(self, trainer, pl_module):
-            self.seen.append(("on_sanity_check_start", counts(trainer)))
-
-        def on_validation_start(self, trainer, pl_module):
-            self.seen.append(("on_validation_start", counts(trainer)))
-
-        def on_validation_epoch_end(self, trainer, pl_module):
-            self.seen.append(("on_validation_epoch_end", counts(trainer)))
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            self.seen.append(("on_train_epoch_end", counts(trainer)))
-
-        def on_fit_end(self, trainer, pl_module):
-            self.seen.append(("on_fit_end", counts(trainer)))
-
-        def on_test_start(self, trainer, pl_module):
-            self.seen.append(("on_test_start", counts(trainer)))
-
-        def on_test_epoch_end(self, trainer, pl_module):
-            self.seen.append(("on_test_epoch_end", counts(trainer)))
-
-        def on_predict_start(self, trainer, pl_module):
-            self.seen.append(("on_predict_start", counts(trainer)))
-
-        def on_predict_end(self, trainer, pl_module):
-            self.seen.append(("on_predict_end", counts(trainer)))
-
-    class Model(L.pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return F.mse_loss(self.net(batch[0]), batch[1])
-
-        def validation_step(self, batch, batch_idx, dataloader_idx=0):
-            return None
-
-        test_step = validation_step
-
-        def predict_step(self, batch, batch_idx, dataloader_idx=0):
-            return self.net(batch[0])
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def loader(n):
-        return DataLoader(TensorDataset(*_data(n)), batch_size=4)
-
-    reader, model = Reader(), Model()
-    kwargs = trainer_kwargs(root, callbacks=[reader], logger=False, max_epochs=1, enable_checkpointing=False)
-    trainer = L.pl.Trainer(**kwargs, num_sanity_val_steps=1, limit_val_batches=2)
-    reader.seen.append(("before", counts(trainer)))
-    trainer.fit(model, loader(8), [loader(10), loader(4)])
-    reader.seen.append(("after fit", counts(trainer)))
-    trainer.validate(model, loader(10))
-    reader.seen.append(("after validate", counts(trainer)))
-    trainer.test(model, loader(10))
-    reader.seen.append(("after test", counts(trainer)))
-    trainer.predict(model, [loader(10), loader(6)])
-    reader.seen.append(("after predict", counts(trainer)))
-    return reader.seen
-
-
 def test_batch_counts_are_lightning_s_lists(tmp_path):
     """Found by fractional_validation_and_predict (docs/notes/lt36.md): Lightning 2.6 gives [3]
     where trainmesh gave 3; now the same lists at every hook and between the runs."""
     found = run_both(reading_batch_counts, tmp_path)
     seen = dict(found["lightning"])
     assert seen["after fit"]["num_val_batches"] == [2, 1] and seen["after validate"]["num_val_batches"] == [2]
-    assert seen["after predict"]["num_predict_batches"] == [3, 2]
+    assert seen["after test"]["num_test_batches"] == [3] and seen["after predict"]["num_predict_batches"] == [3, 2]
     assert differences(found["lightning"], found["trainmesh"]) == []

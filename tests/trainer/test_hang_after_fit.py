@@ -20,11 +20,12 @@ from test_watchdog import Run  # noqa: E402  (the agent's session, killed whole 
 
 HERE = Path(__file__).parent
 TIMEOUT = 3.0  # hang_after_fit_run.TIMEOUT
+RUN_TIMEOUT = 150  # a hang guard: each leg also ends itself after 100 s (faulthandler)
 
 
 class HangRun(Run):
     def __init__(self, mode: str, out: Path) -> None:
-        super().__init__(mode, out, script=HERE / "hang_after_fit_run.py")
+        super().__init__(mode, out, script=HERE / "hang_after_fit_run.py", timeout=RUN_TIMEOUT)
 
     def waited_for(self) -> float:
         """Seconds from rank 0's call of the collective (``WAITS <time>``) to the end of the run."""
@@ -38,7 +39,7 @@ class HangRun(Run):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     started = {mode: HangRun(mode, tmp_path_factory.mktemp(mode)) for mode in ("fsdp", "ddp")}
-    deadline = time.monotonic() + 150  # each leg also ends itself after 100 s (faulthandler)
+    deadline = time.monotonic() + RUN_TIMEOUT
     for run in started.values():
         run.wait(deadline)
     return started

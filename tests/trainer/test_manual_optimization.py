@@ -22,8 +22,9 @@ SCRIPT = HERE / "manual_optimization_run.py"
 def plan(root: Path) -> list:
     ckpts = str(root / "ckpts")
     return [
-        ("single.pt", 1, ["trainer", str(root / "single.pt"), "single", "1"], {}),
+        # The hand-written loop first: its workers fork while its process has one thread.
         ("handwritten.pt", 1, ["handwritten", str(root / "handwritten.pt")], {}),
+        ("single.pt", 1, ["trainer", str(root / "single.pt"), "single", "1"], {}),
         ("ddp.pt", 2, ["trainer", str(root / "ddp.pt"), "ddp", "2"], {}),
         ("stopped.pt", 2, ["trainer", str(root / "stopped.pt"), "ddp", "2", "4", ckpts], {}),
         ("resumed.pt", 2, ["trainer", str(root / "resumed.pt"), "ddp", "2", "12", ckpts, "resume"], {}),

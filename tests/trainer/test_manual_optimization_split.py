@@ -84,7 +84,7 @@ def test_the_checked_gan_under_dp_resumes_from_its_checkpoint_as_if_uninterrupte
 @pytest.mark.slow
 def test_the_checked_gan_under_ddp2_on_two_nodes_matches_four_plain_torch_ranks(tmp_path):
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs, script=SCRIPT, timeout=240)
+    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs, script=SCRIPT, timeout=240, forked_agents=True)
     got, expected = torch.load(outs[0]), reference(4)
     assert got["global_step"] == 6 and got["lrs"] == pytest.approx(expected["lrs"])
     assert_close_weights(got["state_dict"], expected["state_dict"], TOLERANCE)

@@ -13,12 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from helpers.forked import can_fork, run_forked
+
 HERE = Path(__file__).parent
 TIMEOUT = 2.0  # watchdog_run.TIMEOUT
+RUN_TIMEOUT = 120  # a hang guard: each leg also ends itself after 100 s (faulthandler)
 LAUNCHER_VARIABLES = (
     "RANK",
     "LOCAL_RANK",
@@ -36,21 +40,45 @@ LAUNCHER_VARIABLES = (
 
 
 class Run:
-    def __init__(self, mode: str, out: Path, *, script: Path = HERE / "watchdog_run.py") -> None:
+    """``python SCRIPT MODE OUT`` in its own session, started at once, output and exit status kept
+    by :meth:`wait`. Where it can, as a fork of the fork server (helpers/forked.py), which
+    imported torch and trainmesh already: the script is then the elastic agent (or the one
+    process) as ``python`` would start it, and an agent's workers are new interpreters all the same."""
+
+    def __init__(
+        self, mode: str, out: Path, *, script: Path = HERE / "watchdog_run.py", timeout: float = RUN_TIMEOUT
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+        env["OMP_NUM_THREADS"] = "1"
+        self.out = out
+        self.output, self.ended_at, self.returncode = "", 0.0, None
+        self.process: subprocess.Popen | None = None
+        self.forked: Future | None = None
+        if can_fork():
+            pool = ThreadPoolExecutor(1)
+            self.forked = pool.submit(run_forked, script, [mode, str(out)], env=env, timeout=timeout, cwd=out)
+            pool.shutdown(wait=False)
+            return
         self.process = subprocess.Popen(
             [sys.executable, str(script), mode, str(out)],
             cwd=out,
-            env={**env, "OMP_NUM_THREADS": "1"},
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
         )
-        self.out = out
-        self.output, self.ended_at, self.returncode = "", 0.0, None
 
     def wait(self, deadline: float) -> None:
+        if self.forked is not None:
+            try:
+                done = self.forked.result()
+                self.output, self.returncode = done.stdout + done.stderr, done.returncode
+            except subprocess.TimeoutExpired as timed_out:  # killed whole, the agent and its workers
+                self.output = f"{timed_out.stdout or ''}{timed_out.stderr or ''}"
+            self.ended_at = time.time()
+            return
+        assert self.process is not None
         try:
             self.output, _ = self.process.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -68,7 +96,7 @@ class Run:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     started = {mode: Run(mode, tmp_path_factory.mktemp(mode)) for mode in ("ddp", "single")}
-    deadline = time.monotonic() + 120  # each leg also ends itself after 100 s (faulthandler)
+    deadline = time.monotonic() + RUN_TIMEOUT
     for run in started.values():
         run.wait(deadline)
     return started

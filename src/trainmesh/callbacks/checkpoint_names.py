@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,34 @@ def absolute(path: str | os.PathLike[str]) -> str:
 def inside(path: str, directory: str | None) -> bool:
     # Only files under our own folder are ever deleted, whatever a restored state says.
     return directory is not None and Path(absolute(path)).is_relative_to(directory)
+
+
+def link_or_copy(target: str, path: str) -> None:
+    """``save_last="link"``: make ``path`` a relative symbolic link to ``target`` (a copy where links
+    cannot be made, as on Windows without the right), replacing what is there, as Lightning's."""
+    if absolute(target) == absolute(path):
+        return
+    if os.path.islink(path) or os.path.isfile(path):
+        os.remove(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+    try:
+        os.symlink(os.path.relpath(target, os.path.dirname(path)), path)
+    except OSError:
+        if os.path.isdir(target):
+            shutil.copytree(target, path)
+        else:
+            shutil.copy(target, path)
+
+
+def write_yaml(scores: dict[str, float], dirpath: str | None, filepath: str | os.PathLike[str] | None) -> None:
+    """``ModelCheckpoint.to_yaml``: ``scores`` (path: score) to ``filepath``, by default
+    ``<dirpath>/best_k_models.yaml``."""
+    import yaml
+
+    if filepath is None:
+        if not dirpath:
+            raise ValueError("ModelCheckpoint.to_yaml() needs a filepath before fit sets dirpath; pass one")
+        filepath = os.path.join(dirpath, "best_k_models.yaml")
+    with open(filepath, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(scores, handle)

@@ -26,7 +26,8 @@ class EarlyStopping(Callback):
     After a stop, ``stopped_epoch`` is the epoch of the check and ``stopping_reason`` one of
     ``"patience_exhausted"``, ``"stopping_threshold"``, ``"divergence_threshold"`` or
     ``"non_finite_metric"`` (``"not_stopped"`` before; ``"stopped_by_another_rank"`` where only
-    another rank's value called for it); ``stopping_reason_message`` says more.
+    another rank's value called for it); ``stopping_reason_message`` says why, in Lightning 2.6's
+    words (None until a stop). The checkpoint state is Lightning's (``patience`` too, restored from it).
 
     Args:
         monitor: the logged metric to watch.
@@ -82,7 +83,8 @@ class EarlyStopping(Callback):
         self.stopped_epoch = 0
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = "not_stopped"
-        self.stopping_reason_message: str | None = None
+        self.stopping_reason_message: str | None = None  # why it stopped (Lightning's: set by a stop only)
+        self._said: str | None = None  # what the latest check found, for verbose
 
     @property
     def state_key(self) -> str:
@@ -129,8 +131,8 @@ class EarlyStopping(Callback):
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
             trainer.should_stop = True
-        if self.verbose and trainer.is_global_zero and self.stopping_reason_message:
-            print(f"Epoch {trainer.current_epoch}: {self.stopping_reason_message}", flush=True)
+        if self.verbose and trainer.is_global_zero and self._said:
+            print(f"Epoch {trainer.current_epoch}: {self._said}", flush=True)
 
     # ---- the decision -------------------------------------------------------------------------
     def evaluate(self, value: Any) -> bool:
@@ -141,34 +143,39 @@ class EarlyStopping(Callback):
         """
         current = float(value)
         better = _better_than(self.mode)
+        # the messages are Lightning 2.6's words (a checkpoint keeps them), the value shown as its tensor
+        shown = value.detach().squeeze() if isinstance(value, torch.Tensor) else torch.tensor(current)
+        order = "<" if self.mode == "min" else ">"
         if self.check_finite and not math.isfinite(current):
             return self._stop(
                 "non_finite_metric",
-                f"{self.monitor} = {current} is not finite; the best value was {self.best_score:.5g}. Stopping",
+                f"Monitored metric {self.monitor} = {shown} is not finite."
+                f" Previous best value was {self.best_score:.3f}. Signaling Trainer to stop.",
             )
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
             return self._stop(
                 "stopping_threshold",
-                f"{self.monitor} = {current:.5g} reached the stopping threshold {self.stopping_threshold}. Stopping",
+                f"Stopping threshold reached: {self.monitor} = {shown} {order} {self.stopping_threshold}."
+                " Signaling Trainer to stop.",
             )
         if self.divergence_threshold is not None and better(self.divergence_threshold, current):
             return self._stop(
                 "divergence_threshold",
-                f"{self.monitor} = {current:.5g} is past the divergence "
-                f"threshold {self.divergence_threshold}. Stopping",
+                f"Divergence threshold reached: {self.monitor} = {shown} {order} {self.divergence_threshold}."
+                " Signaling Trainer to stop.",
             )
         if self._improves(current):
             previous, self.best_score, self.wait_count = self.best_score, current, 0
-            self.stopping_reason_message = _improvement_message(self.monitor, previous, current)
+            self._said = _improvement_message(self.monitor, previous, current, self.min_delta)
             return False
         self.wait_count += 1
         if self.wait_count >= self.patience:
             return self._stop(
                 "patience_exhausted",
-                f"{self.monitor} did not improve in the last {self.wait_count} "
-                f"checks; the best value was {self.best_score:.5g}. Stopping",
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records."
+                f" Best score: {self.best_score:.3f}. Signaling Trainer to stop.",
             )
-        self.stopping_reason_message = None
+        self._said = None
         return False
 
     def _improves(self, current: float) -> bool:
@@ -177,35 +184,56 @@ class EarlyStopping(Callback):
         return current > self.best_score + self.min_delta
 
     def _stop(self, reason: str, message: str) -> bool:
-        self.stopping_reason, self.stopping_reason_message = reason, message
+        self.stopping_reason, self.stopping_reason_message, self._said = reason, message, message
         return True
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Lightning 2.6's entries, in its types: ``best_score`` a tensor, ``stopping_reason`` the number
+        of its ``EarlyStoppingReason`` (a stop another rank called for: its "not stopped", as there)."""
         return {
             "wait_count": self.wait_count,
             "stopped_epoch": self.stopped_epoch,
-            "best_score": self.best_score,
-            "stopping_reason": self.stopping_reason,
+            "best_score": torch.tensor(self.best_score),
+            "patience": self.patience,
+            "stopping_reason": _REASON_CODES.get(self.stopping_reason, 0),
             "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As Lightning's: the saved ``patience`` replaces the constructor's; a reason saved as
+        Lightning's number or as trainmesh's earlier name."""
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
         self.best_score = float(state_dict["best_score"])
-        self.stopping_reason = state_dict.get("stopping_reason", "not_stopped")
+        self.patience = int(state_dict.get("patience", self.patience))
+        reason = state_dict.get("stopping_reason", "not_stopped")
+        self.stopping_reason = _REASON_NAMES.get(reason, "not_stopped") if isinstance(reason, int) else reason
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+
+
+# Lightning's EarlyStoppingReason numbers, which its checkpoints hold
+_REASON_CODES = {
+    "not_stopped": 0,
+    "stopping_threshold": 1,
+    "divergence_threshold": 2,
+    "patience_exhausted": 3,
+    "non_finite_metric": 4,
+}
+_REASON_NAMES = {code: name for name, code in _REASON_CODES.items()}
 
 
 def _better_than(mode: str) -> Callable[[float, float], bool]:
     return (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
 
 
-def _improvement_message(monitor: str, previous: float, current: float) -> str:
+def _improvement_message(monitor: str, previous: float, current: float, min_delta: float) -> str:
     if math.isfinite(previous):
-        return f"{monitor} improved by {abs(previous - current):.5g} to {current:.5g}"
-    return f"{monitor} improved to {current:.5g}"
+        return (
+            f"Metric {monitor} improved by {abs(previous - current):.3f} >= min_delta = {abs(min_delta)}."
+            f" New best score: {current:.3f}"
+        )
+    return f"Metric {monitor} improved. New best score: {current:.3f}"
 
 
 def _check_arguments(monitor: str, min_delta: float, patience: int, mode: str) -> None:

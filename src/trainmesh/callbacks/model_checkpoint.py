@@ -19,7 +19,16 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
-from trainmesh.callbacks.checkpoint_names import absolute, as_score, check_arguments, inside, render_filename, worst
+from trainmesh.callbacks.checkpoint_names import (
+    absolute,
+    as_score,
+    check_arguments,
+    inside,
+    link_or_copy,
+    render_filename,
+    worst,
+    write_yaml,
+)
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.rank_zero import rank_zero_info
@@ -39,7 +48,7 @@ class ModelCheckpoint(Checkpoint):
         filename: str | None = None,
         monitor: str | None = None,
         verbose: bool = False,
-        save_last: bool | None = None,
+        save_last: bool | str | None = None,
         save_top_k: int = 1,
         save_on_exception: bool = False,
         save_weights_only: bool = False,
@@ -58,7 +67,9 @@ class ModelCheckpoint(Checkpoint):
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
-        self.save_last = bool(save_last)
+        if isinstance(save_last, str) and save_last != "link":
+            raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False or 'link'")
+        self.save_last: bool | str = save_last if save_last == "link" else bool(save_last)
         if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs = 1
         self.save_on_exception = save_on_exception
@@ -84,6 +95,9 @@ class ModelCheckpoint(Checkpoint):
         self.best_k_models: dict[str, torch.Tensor] = {}
         # Step 0 counts as saved: a checkpoint of untrained weights is never worth writing.
         self._last_global_step_saved = 0
+        # The step and path of the newest file written: last.ckpt follows them (see _last_due).
+        self._written_at_step: int | None = None
+        self._last_checkpoint_saved = ""
         self._owned: set[str] = set()  # files this callback wrote (or restored as its own)
         self._validated_since_check = False
         self._validated_this_fit = False
@@ -161,10 +175,12 @@ class ModelCheckpoint(Checkpoint):
             return
         if self._saves_at_epoch_end(trainer) or validated:
             self._save(trainer, mid_epoch=False)
-        elif self.save_last:
-            # last.ckpt stays where the run stands at every epoch's end (and a max_steps stop inside
-            # one), so that ckpt_path="last" resumes exactly, whatever the top-k cadence.
-            self._last_global_step_saved = trainer.global_step
+
+    def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
+        """A fit that wrote no checkpoint at all (``save_top_k=0``, or too short for the cadence)
+        still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
+        (every other save is skipped there, this one is not: measured)."""
+        if self.save_last and not self._last_checkpoint_saved:
             self._save_last(trainer, dict(trainer.callback_metrics))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
@@ -250,6 +266,15 @@ class ModelCheckpoint(Checkpoint):
             bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
         )
 
+    def _last_due(self, trainer: TrainerView, *, mid_epoch: bool) -> bool:
+        """Lightning 2.6's rule: with each step-cadence save; at an epoch's end (or after validation) only
+        where a checkpoint was written at this step, or, with ``save_last="link"``, once one was."""
+        if not self.save_last:
+            return False
+        if mid_epoch or self._written_at_step == trainer.global_step:
+            return True
+        return self.save_last == "link" and bool(self._last_checkpoint_saved)
+
     def _epoch_due(self, trainer: TrainerView) -> bool:
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
@@ -266,7 +291,7 @@ class ModelCheckpoint(Checkpoint):
                 self._save_latest(trainer, metrics)
             elif ranked:
                 self._save_if_top_k(trainer, metrics, metrics[self.monitor])
-        if self.save_last:
+        if self._last_due(trainer, mid_epoch=mid_epoch):
             self._save_last(trainer, metrics)
 
     def _warn_about_foreign_files(self, trainer: TrainerView) -> None:
@@ -356,7 +381,12 @@ class ModelCheckpoint(Checkpoint):
     def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
         previous, self.last_model_path = self.last_model_path, path
-        self._write(trainer, path)
+        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
+            if trainer.is_global_zero:
+                link_or_copy(self._last_checkpoint_saved, path)
+            trainer.runtime.barrier()
+        else:
+            self._write(trainer, path)
         if previous and previous != path:
             self._remove(trainer, previous)
 
@@ -365,6 +395,7 @@ class ModelCheckpoint(Checkpoint):
 
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
+        self._written_at_step, self._last_checkpoint_saved = trainer.global_step, path
         # Collective: every rank calls it with the same path.
         if self.save_weights_only:
             trainer.save_checkpoint(path, weights_only=True)
@@ -391,14 +422,7 @@ class ModelCheckpoint(Checkpoint):
     def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
         """Write ``best_k_models`` (path: score) to ``filepath``, by default
         ``<dirpath>/best_k_models.yaml``, as Lightning's ``ModelCheckpoint.to_yaml``."""
-        import yaml
-
-        if filepath is None:
-            if not self.dirpath:
-                raise ValueError("ModelCheckpoint.to_yaml() needs a filepath before fit sets dirpath; pass one")
-            filepath = os.path.join(self.dirpath, "best_k_models.yaml")
-        with open(filepath, "w", encoding="utf-8") as handle:
-            yaml.safe_dump({path: score.item() for path, score in self.best_k_models.items()}, handle)
+        write_yaml({path: score.item() for path, score in self.best_k_models.items()}, self.dirpath, filepath)
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -115,7 +115,8 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(to_yaml_safe(dict(hparams)), sort_keys=False)
+    # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
+    text = yaml.safe_dump(to_yaml_safe(dict(hparams)), sort_keys=True)
     _atomic_write_text(path, text)
     return path
 

@@ -127,7 +127,7 @@ Args:
     monitor: the metric to rank checkpoints by (None: the latest) (default ``None``).
     mode: ``"min"`` or ``"max"`` (default ``'min'``).
     save_top_k: keep the best k (-1: all, 0: none) (default ``1``).
-    save_last: also write ``last.ckpt`` (default ``None``).
+    save_last: also write ``last.ckpt``, as Lightning 2.6: with each step-cadence save; at an epoch's end (or after validation) only beside a checkpoint written there; at the fit's end only if none was written. ``'link'``: a symbolic link to the newest checkpoint instead of a copy (default ``None``).
     every_n_train_steps: save every this many training steps (default ``None``).
     train_time_interval: save when this ``datetime.timedelta`` of training has passed since the last such save, checked at each batch's end (rank 0's clock); the only cadence then (default ``None``).
     every_n_epochs: save every this many epochs (default ``None``).

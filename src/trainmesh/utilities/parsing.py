@@ -15,7 +15,7 @@ import inspect
 import pickle
 import types
 from argparse import Namespace
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 from trainmesh.utilities.attribute_dict import AttributeDict
@@ -124,7 +124,7 @@ def save_hyperparameters(
         ...         super().__init__()  # a constructor in the chain (Lightning finds them by super's cell)
         ...         save_hyperparameters(self, ignore="data_dir")
         >>> Data(batch_size=8).hparams
-        {'batch_size': 8}
+        "batch_size": 8
     """
     if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
         return  # an empty container, as Lightning
@@ -144,14 +144,29 @@ def save_hyperparameters(
     ignored = {ignore} if isinstance(ignore, str) else {a for a in ignore or () if isinstance(a, str)}
     init_args = {k: v for k, v in init_args.items() if k not in ignored}
     not_names = [arg for arg in args if not isinstance(arg, str)]
+    # Lightning's checkpoint "hparams_name": "kwargs" for __init__ arguments (all, where any are left, or
+    # named ones), the name of the __init__ argument holding a given dict or Namespace
     if not args:
         chosen: Any = init_args
+        name = "kwargs" if init_args else None
     elif len(not_names) == 1:
         chosen = not_names[0]  # one dict or Namespace stands for the arguments
+        name = next((k for k, v in init_args.items() if _same_config(v, chosen)), None)
     else:
+        missing = [arg for arg in args if isinstance(arg, str) and arg not in init_args]
+        if missing:
+            raise ValueError(
+                f"save_hyperparameters: {missing} are not __init__ arguments; they are {sorted(init_args)}"
+            )
         chosen = {arg: init_args[arg] for arg in args if isinstance(arg, str)}
-    # the user's __init__ frame goes along: the checkpoint's hparams_name is the argument holding a given dict
-    obj.save_hyperparameters(dict(vars(chosen)) if isinstance(chosen, Namespace) else dict(chosen), frame=frame)
+        name = "kwargs"
+    # as Lightning's function, the logger switch stays as it is (only obj.save_hyperparameters sets it)
+    obj._store_hyperparameters(vars(chosen) if isinstance(chosen, Namespace) else chosen, name, ignored)
+
+
+def _same_config(value: Any, given: Any) -> bool:
+    """Lightning's ``v == hp`` for the argument holding a given dict/Namespace, without comparing tensors."""
+    return value is given or (isinstance(value, (Mapping, Namespace)) and value == given)
 
 
 def _attribute_holders(model: Any, attribute: str) -> list[Any]:
