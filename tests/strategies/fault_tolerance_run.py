@@ -19,7 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-import trainmesh as tm
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import trainmesh as tm  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 
 STEPS, KILL_AT = 30, 6
 
@@ -172,7 +175,8 @@ class PaceGroup(tm.Callback):
 
 def one_process(out: str) -> None:
     """The reference for fsdp groups: one process at the global batch (2 groups x 2 processes x 8),
-    up to FSDP_KILL_AT; unshuffled, the 4 shards of a step's batch are its 32 rows."""
+    up to FSDP_KILL_AT. The 4 processes are data-parallel ranks 0-3 of one shuffling sampler
+    (seed 0, as the Trainer deals them): at step k it reads their 4 k-th batches together."""
     trainer = tm.Trainer(
         accelerator="cpu",
         devices=1,
@@ -185,7 +189,8 @@ def one_process(out: str) -> None:
         default_root_dir=str(Path(out) / "one"),
     )
     model = Net()
-    trainer.fit(model, DataLoader(dataset(), batch_size=32, shuffle=False))
+    order = GlobalBatches(len(dataset()), world=4, batch_size=8)
+    trainer.fit(model, DataLoader(dataset(), batch_size=32, sampler=order))
     torch.save(model.state_dict(), Path(out) / "one_at_kill.pt")
 
 
