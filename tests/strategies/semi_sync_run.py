@@ -134,7 +134,9 @@ def reference_diloco(out: Path, lighthouse: str, group: int, fragments: int = 1)
         init_sync=False,
     )
     data = dataset()
-    sampler = DistributedSampler(data, num_replicas=2, rank=group, shuffle=False)
+    # The group's share as the Trainer deals it: shuffled with the seed (0: no seed_everything).
+    sampler = DistributedSampler(data, num_replicas=2, rank=group, shuffle=True, seed=0)
+    sampler.set_epoch(0)  # the 12 steps stay in epoch 0 (16 batches of 8 per group)
     batches = iter(DataLoader(data, batch_size=8, sampler=sampler))
     every = DILOCO_EVERY if fragments == 1 else STREAMING_EVERY
     with DiLoCo(manager, pieces, inner, outers if fragments > 1 else outers[0], sync_every=every):

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 
 import trainmesh as tm
 from helpers.forked import can_fork, run_forked
+from helpers.lightning_order import GlobalBatches
 from helpers.models import TutorialModule, loaders, quiet_trainer
 
 HERE = Path(__file__).parent
@@ -91,8 +92,11 @@ def test_local_sgd_every_step_with_sgd_equals_one_process_at_the_global_batch(tr
     w - lr mean(g): one process on both groups' batches (measured: 1.2e-7 apart after 6 steps)."""
     model = run.layers(3)
     optimizer = torch.optim.SGD(model.parameters(), lr=run.SGD_LR)
-    # Group g reads samples g, g+2, ... in batches of 8: step k of both together is samples 16k .. 16k+15.
-    batches = iter(DataLoader(run.dataset(), batch_size=16, shuffle=False))
+    # Step k of both groups together: their k-th batches of 8 as the Trainer's shuffling sampler
+    # deals them (seed 0), one batch of 16.
+    data = run.dataset()
+    order = GlobalBatches(len(data), world=2, batch_size=8)
+    batches = iter(DataLoader(data, batch_size=16, sampler=order))
     for _ in range(run.LOCAL_SGD_STEPS):
         x, y = next(batches)
         optimizer.zero_grad()
