@@ -89,7 +89,10 @@ def fit(
     per_rank_batch: int = GLOBAL_BATCH,
     model: Net | None = None,
     validate: bool = True,
+    as_replicas: int = 1,
 ) -> tuple[tm.Trainer, Net]:
+    """``as_replicas``: one process reading, at each step, the batches the Trainer's shuffling
+    sampler (seed 0) deals that many data-parallel replicas together (pp_replicate's reference)."""
     model = model or Net()
     trainer = tm.Trainer(
         accelerator=accelerator,
@@ -104,6 +107,11 @@ def fit(
         enable_checkpointing=False,
     )
     train, val = loaders(per_rank_batch)
+    if as_replicas > 1:
+        from helpers.lightning_order import GlobalBatches  # the test's process: tests/ is on its path
+
+        order = GlobalBatches(len(train.dataset), world=as_replicas, batch_size=per_rank_batch // as_replicas)
+        train = DataLoader(train.dataset, batch_size=per_rank_batch, sampler=order)
     trainer.fit(model, train, val if validate else None)
     return trainer, model
 

@@ -58,8 +58,17 @@ def reference() -> dict:
 
 
 @pytest.fixture(scope="module")
+def replicas_reference() -> dict:
+    """One process at global batch 16 reading, at each step, what the Trainer's shuffling sampler
+    deals pp_replicate's two replicas: the reference of (b), with validation."""
+    trainer, model = run.fit(as_replicas=run.REPLICAS)
+    return {"weights": weights_of(model), "val_loss": trainer.callback_metrics["val_loss"]}
+
+
+@pytest.fixture(scope="module")
 def reference_without_validation() -> dict:
-    trainer, model = run.fit(validate=False)
+    """(b)'s reference (the replicas' shuffled batches) without the validation loader."""
+    trainer, model = run.fit(validate=False, as_replicas=run.REPLICAS)
     return {"weights": weights_of(model)}
 
 
@@ -354,7 +363,8 @@ def test_pp_replicate_on_two_nodes_trains_like_one_process(pp_replicate_runs, re
 
 
 @pytest.mark.slow
-def test_pp_replicate_on_two_nodes_validates_like_one_process(pp_replicate_runs, reference):
+def test_pp_replicate_on_two_nodes_validates_like_one_process(pp_replicate_runs, replicas_reference):
+    reference = replicas_reference
     ranks = pp_replicate_runs[True]
     assert_pipeline_within_each_node(ranks)
     worst = assert_same_weights(ranks[0]["state_dict"], reference["weights"], atol=1e-5)
