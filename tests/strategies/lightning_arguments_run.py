@@ -43,7 +43,8 @@ def _torch_ddp(hook):
     """The seed's hand-written loop (ddp_run.handwritten_worker) in this launch's process group."""
     rank = dist.get_rank()
     data = dataset()
-    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False)
+    # Shuffled with seed 0 (set_epoch below), as the Trainer's sampler deals every training loader
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
     model = torch.nn.parallel.DistributedDataParallel(net())
     if hook is not None:
