@@ -59,15 +59,19 @@ class WarmUp(Net):
 
 
 def torch_reference(
-    *, batch_size: int, accumulate: int = 1, clip: float | None = None, skip=lambda batch_idx: False, warm=True
-) -> torch.nn.Module:
+    *, batch_size: int, accumulate: int = 1, clip: float | None = None, skip=lambda batch_idx: False, warm=True,
+    sampler=None,
+) -> torch.nn.Module:  # fmt: skip
     """The same training in plain torch: zero_grad at a window's first batch, step at its last
-    (``skip(batch_idx)``: not that one), then the warm-up's learning rate (``warm``)."""
+    (``skip(batch_idx)``: not that one), then the warm-up's learning rate (``warm``). ``sampler``
+    (a DistributedSampler, set_epoch each epoch): the order to read, in order without one."""
     model = network()
     optimizer = sgd(model.parameters())
-    loader = DataLoader(random_classification(SAMPLES), batch_size=batch_size)
+    loader = DataLoader(random_classification(SAMPLES), batch_size=batch_size, sampler=sampler)
     step = 0
-    for _ in range(EPOCHS):
+    for epoch in range(EPOCHS):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         for batch_idx, (x, y) in enumerate(loader):
             if batch_idx % accumulate == 0:
                 optimizer.zero_grad()

@@ -27,6 +27,7 @@ from optimizer_step_run import (  # noqa: E402
 
 import trainmesh as tm  # noqa: E402
 from helpers.batches import Batches  # noqa: E402
+from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer, random_classification  # noqa: E402
 
 SCRIPT = HERE / "optimizer_step_run.py"
@@ -300,10 +301,15 @@ def test_a_warm_up_in_optimizer_step_under_two_processes_trains_what_plain_torch
     under fsdp the norm over both shards): the weights of plain torch on the whole batches."""
     saved = legs(f"{strategy}.pt")
     assert saved["global_step"] == EPOCHS * 6 // ACCUMULATE
-    reference = torch_reference(batch_size=16, accumulate=ACCUMULATE, clip=CLIP)
+    # Step k of the global batch: both ranks' k-th batches of 8, as the Trainer's shuffling sampler
+    # deals them (seed 0, a new permutation each epoch).
+    reference = torch_reference(
+        batch_size=16, accumulate=ACCUMULATE, clip=CLIP, sampler=GlobalBatches(SAMPLES, world=2, batch_size=8)
+    )
     single = WarmUp()
+    order = GlobalBatches(SAMPLES, world=2, batch_size=8)
     quiet_trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=CLIP).fit(
-        single, loader(batch_size=16)
+        single, DataLoader(random_classification(SAMPLES), batch_size=16, sampler=order)
     )
     assert_same_weights(single, reference)  # one process: the same arithmetic
     for (name, got), want in zip(saved["state_dict"].items(), reference.parameters(), strict=True):
