@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.forked import can_fork, run_forked
+from helpers.lightning_order import GlobalBatches, rank_batches
 
 HERE = Path(__file__).parent
 
@@ -86,10 +87,11 @@ def test_batch_transfer_hooks_change_what_each_rank_sees(run):
     _, ranks = run
     # The DataModule's on_before_batch_transfer adds 100 * dataloader_idx, the Module's
     # on_after_batch_transfer negates: training's loader is index 0, validation's two are 0 and 1.
-    # Training shards interleave the samples (rank r: samples r, r+2, ...), evaluation shards the
-    # batches of 2 (rank r: batches r, r+2: samples 2r, 2r+1, 2r+4, 2r+5).
-    assert ranks[0]["seen"]["train"] == [[-0.0, -2.0], [-4.0, -6.0]]
-    assert ranks[1]["seen"]["train"] == [[-1.0, -3.0], [-5.0, -7.0]]
+    # Training shards are the Trainer's shuffling sampler's (seed 0; sample i holds the value i),
+    # evaluation shards the batches of 2 (rank r: batches r, r+2: samples 2r, 2r+1, 2r+4, 2r+5).
+    for rank in (0, 1):
+        dealt = rank_batches(8, world=2, rank=rank, batch_size=2)
+        assert ranks[rank]["seen"]["train"] == [[-float(i) for i in batch] for batch in dealt]
     for rank, seen in enumerate(r["seen"]["val"] for r in ranks):
         expected = [
             [idx, [-(float(v) + 100 * idx) for v in (b, b + 1)]] for idx in (0, 1) for b in (2 * rank, 2 * rank + 4)
@@ -104,7 +106,8 @@ def test_ddp_trains_on_the_changed_batches_like_one_process(run):
     layer = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.01)
     x = torch.arange(8, dtype=torch.float32).unsqueeze(1)
-    for rows in ([0, 2, 1, 3], [4, 6, 5, 7]):
+    order = list(GlobalBatches(8, world=2, batch_size=2))  # step k: both ranks' k-th batches
+    for rows in (order[:4], order[4:]):
         optimizer.zero_grad()
         F.mse_loss(layer(-x[rows]), 3 * x[rows]).backward()
         optimizer.step()
