@@ -9,7 +9,8 @@ brings back those, and the counts besides (``global_step``, ``current_epoch`` an
 so that a spawned fit then test leaves what one process leaves: the program below, run on 2 spawned
 processes at batch 4, gives the metrics.csv rows (steps and values, to float noise), the
 ``callback_metrics``, ``trainer.state``, a best checkpoint and the weights of Lightning 2.6.6's one
-process at the global batch 8 (values logged with sync_dist=True, so that both read the global batch).
+process at the global batch 8, reading at each step the two ranks' shuffled batches (GlobalBatches)
+(values logged with sync_dist=True, so that both read the global batch).
 
 Validation (``limit_val_batches=1``, each epoch) and test (``limit_test_batches=1``) values are
 compared too: each of the two processes reads its batch of the loader's first two, dealt in turn as
@@ -24,9 +25,11 @@ import warnings
 
 import pytest
 import torch
-from spawned_modules import OutcomeNet, OutcomeSteps
+from spawned_modules import OutcomeNet, OutcomeSteps, outcome_data
+from torch.utils.data import DataLoader
 
 import trainmesh as tm
+from helpers.lightning_order import GlobalBatches
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.loggers import CSVLogger
 
@@ -39,6 +42,12 @@ class LightningNet(OutcomeSteps, pl.LightningModule):
     def __init__(self):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
+
+    def train_dataloader(self):
+        # At step k, the two processes' k-th batches of 4 as the shuffling sampler both Trainers
+        # give a ddp run's training loader deals them (seed_everything's 0, set_epoch each epoch).
+        data = outcome_data()
+        return DataLoader(data, batch_size=self.batch_size, sampler=GlobalBatches(len(data), world=2, batch_size=4))
 
 
 SETTINGS = dict(
