@@ -6,7 +6,8 @@ What holds, measured: on one process, ddp, fsdp, tp and pp the meta build starts
 the eager build starts (init_weights runs on whole stand-ins of the shards, in the eager build's RNG
 order; a pipeline stage replays the other stages' draws on throwaway tensors) and trains to within
 1.1e-6 of it (AdamW, lr 1e-3, 4 steps: TRAINED_ATOL derives the bound; pp 7e-8); with positions
-as a keyword input of every stage, pp matches one process within 1.7e-7 (val_loss equal), 7e-3 away from the run without them.
+as a keyword input of every stage, pp matches one process within 1.7e-7 (val_loss equal), 7e-3 away
+from the run without them.
 """
 
 from __future__ import annotations
