@@ -63,10 +63,17 @@ class Net(tm.Module):
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
 
-def data(batch_size: int = 8) -> DataLoader:
+def data(batch_size: int = 8, world: str = "2") -> DataLoader:
+    """320 samples; one process at batch 16 (the reference of 2 processes of batch 8) reads at each
+    step the samples the Trainer's shuffling sampler deals the 2 ddp ranks (seed 0)."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(320, 8, generator=g)
-    return DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=batch_size)
+    dataset = TensorDataset(x, x[:, :4].argmax(1))
+    if world == "1" and batch_size == 16:
+        from helpers.lightning_order import GlobalBatches
+
+        return DataLoader(dataset, batch_size=16, sampler=GlobalBatches(len(dataset), world=2, batch_size=8))
+    return DataLoader(dataset, batch_size=batch_size)
 
 
 def trainer_for(strategy: str, world: str, compile: str, steps: int, root: str) -> tm.Trainer:
@@ -112,7 +119,7 @@ def train(
     trainer = trainer_for(strategy, world, compile, int(steps), os.path.dirname(out))
     if save_at:
         trainer.callbacks.append(SaveAt(int(save_at), out + ".ckpt"))
-    trainer.fit(model, data(int(batch_size)))
+    trainer.fit(model, data(int(batch_size), world))
     finish(trainer, model, out)
 
 
@@ -122,7 +129,7 @@ def user(strategy: str, world: str, backend: str, out: str, save_at: str = "") -
     trainer = trainer_for(strategy, world, "no", STEPS, os.path.dirname(out))
     if save_at:
         trainer.callbacks.append(SaveAt(int(save_at), out + ".ckpt"))
-    trainer.fit(compiled, data(16 // int(world)))
+    trainer.fit(compiled, data(16 // int(world), world))
     finish(trainer, model, out)
     if not trainer.is_global_zero:
         return
@@ -162,7 +169,7 @@ def refuse(out: str) -> None:
 def resume(strategy: str, world: str, compile: str, ckpt: str, out: str, batch_size: str = "8") -> None:
     model = Net()
     trainer = trainer_for(strategy, world, compile, STEPS, os.path.dirname(out))
-    trainer.fit(model, data(int(batch_size)), ckpt_path=ckpt)
+    trainer.fit(model, data(int(batch_size), world), ckpt_path=ckpt)
     finish(trainer, model, out)
 
 

@@ -25,7 +25,7 @@ from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
-# seq_len 14: the padding leaves 50, 62, 60, 58 valid tokens in the four global batches, split
+# seq_len 14: the padding leaves 53, 58, 58, 61 valid tokens in the four shuffled global batches, split
 # unevenly over ranks and micro-batches (with seq_len 16 every batch of 8 holds 68, and a loss
 # scaled by the count would move AdamW's weights as the mean does).
 CONFIG = LlamaConfig(seq_len=14)
@@ -99,9 +99,10 @@ def run_leg(argv):
     )
     loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp // accumulate)
     if dp == 1 and devices == 1 or layout == "dp":
-        # One process (dp: its 2 chunks): at each micro-step the 2 ddp ranks' micro-batches, which the
-        # Trainer's sampler shuffles (seed 0); the pipelines' shuffled steps hold the same samples
-        order = GlobalBatches(len(loader.dataset), world=2, batch_size=GLOBAL_BATCH // 2 // accumulate)
+        # One process (dp: its 2 chunks) reads the order a pipeline's one data-parallel rank is dealt
+        # (the Trainer's shuffling sampler, seed 0), in its rows' order: the 2 ddp ranks' micro-step j
+        # holds the same samples (rank r: perm[r::2]), so each optimizer step sees ddp's samples too.
+        order = GlobalBatches(len(loader.dataset), world=1, batch_size=GLOBAL_BATCH // accumulate)
         loader = DataLoader(loader.dataset, batch_size=GLOBAL_BATCH // accumulate, sampler=order)
     trainer.fit(model, loader)
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
