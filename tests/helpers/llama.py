@@ -121,10 +121,12 @@ class Llama(tm.Module):
         summed_loss: bool = False,
         *,
         build_in_configure_model: bool = False,
+        adam_eps: float = 1e-8,
     ):
         super().__init__()
         self.config = config
         self.lr = lr
+        self.adam_eps = adam_eps
         self.summed_loss = summed_loss
         if not build_in_configure_model:
             self.build()
@@ -201,7 +203,7 @@ class Llama(tm.Module):
         return loss
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, eps=self.adam_eps)
 
     def tensor_parallel_plan(self):
         from torch.distributed.tensor import Replicate

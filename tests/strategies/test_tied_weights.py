@@ -2,8 +2,8 @@
 pipeline parallelism train like one process, or are refused before training.
 
 Legs of tied_run.py, batched per world size (helpers/batches.py). Every layout trains 5 AdamW
-steps on the same global batches as one process; weights within ATOL of it (measured: 1.8e-6 at
-most, float32 reordering), the tied names bit-equal on every rank. Untied by mistake (each stage
+steps (eps 1e-5: tied_run.py says why) on the same global batches as one process; weights
+within ATOL of it (float32 reordering), the tied names bit-equal on every rank. Untied by mistake (each stage
 or plan entry training its own copy) they differ from one process by about 1e-3.
 """
 

@@ -32,6 +32,12 @@ GLOBAL_BATCH, SAMPLES = 8, 40  # 5 steps an epoch
 # AdamW moves a weight whose gradient is near 0 by about lr whatever its size, so float32
 # reordering (tp, pp) shows as lr-sized noise there: lr 1e-3 keeps it well under 1e-5.
 LR = 1e-3
+# AdamW's first step moves a weight by lr * g / (|g| + eps): where a first gradient is below
+# float32's rounding unit of its layer's largest one (~4e-9 here), eps=1e-8 turns that rounding
+# into up to 1e-4 of weight (measured: wv[8,22] with a first gradient of -2.8e-9 under the shuffled
+# order). eps=1e-5 bounds the effect by lr * rounding / eps ~ 4e-7, far under ATOL, while an untied
+# copy still ends ~1e-3 away.
+ADAM_EPS = 1e-5
 
 
 def _mp(**sizes):
@@ -75,8 +81,8 @@ class UserBuilt(UserParallelized):
     """The tie made inside configure_model (on the meta device) and split there by the model's own
     parallelize_module: only the parameters' registrations show that the two names were one."""
 
-    def __init__(self, config, lr):
-        super().__init__(config, lr, build_in_configure_model=True)
+    def __init__(self, config, lr, adam_eps):
+        super().__init__(config, lr, build_in_configure_model=True, adam_eps=adam_eps)
 
 
 class UserMismatched(UserParallelized):
@@ -139,7 +145,7 @@ class Losses(Callback):
 
 def build(cls=Llama) -> Llama:
     torch.manual_seed(0)
-    return cls(CONFIG, lr=LR)  # __init__ ends with init_weights(): small weights, N(0, 0.02)
+    return cls(CONFIG, lr=LR, adam_eps=ADAM_EPS)  # __init__ ends with init_weights(): small weights, N(0, 0.02)
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
