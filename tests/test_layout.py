@@ -57,6 +57,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/lightning1_names.py": ["trainer/test_lightning1_members.py"],
     "trainer/plugins_argument.py": ["plugins/test_plugins.py", "trainer/test_checkpoint_saves.py"],
     "utilities/refusal.py": ["plugins/test_plugins.py"],
+    "utilities/filesystem.py": ["utilities/test_filesystem.py", "utilities/test_remote_paths.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "manual_calls.py": [
         "trainer/test_manual_optimization.py",
