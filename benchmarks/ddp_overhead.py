@@ -58,7 +58,7 @@ def handwritten_loop(dataset: TensorDataset, *, rank: int, batch_size: int) -> t
     return model.module
 
 
-def trainer_loop(dataset: TensorDataset, *, batch_size: int) -> torch.nn.Module:
+def trainer_loop(dataset: TensorDataset, *, rank: int, batch_size: int) -> torch.nn.Module:
     torch.manual_seed(0)
     module = MLPModule()
     trainer = tm.Trainer(
@@ -71,8 +71,9 @@ def trainer_loop(dataset: TensorDataset, *, batch_size: int) -> torch.nn.Module:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    # A plain loader: the Trainer adds the DistributedSampler (no shuffle, as the seed's).
-    trainer.fit(module, DataLoader(dataset, batch_size=batch_size))
+    # The seed's loader, kept as it is (a loader that is distributed already is, as in Lightning): a
+    # plain one would get Lightning's shuffled order, and the weights could not match the seed's.
+    trainer.fit(module, seed_loader(dataset, rank=rank, batch_size=batch_size))
     return module.net
 
 
@@ -131,7 +132,7 @@ def worker(args: argparse.Namespace) -> None:
             if args.worker == "handwritten":
                 model = handwritten_loop(dataset, rank=rank, batch_size=args.batch_size)
             elif args.worker == "trainmesh":
-                model = trainer_loop(dataset, batch_size=args.batch_size)
+                model = trainer_loop(dataset, rank=rank, batch_size=args.batch_size)
             else:
                 model = lightning_loop(dataset, rank=rank, batch_size=args.batch_size, root=root)
             if epoch:  # the first is the warm-up: first-call imports, kernels, the allocator

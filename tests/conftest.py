@@ -73,6 +73,22 @@ def _quiet_threads(monkeypatch):
     yield
 
 
+_SESSION_SEED_VARIABLES = {name: os.environ.get(name) for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+
+
+@pytest.fixture(autouse=True)
+def _lightning_seed_variables(monkeypatch):
+    # Lightning's seed_everything writes PL_GLOBAL_SEED (and PL_SEED_WORKERS) into this process's
+    # environment, and a later seed_everything(None), trainmesh's or Lightning's, reads it: each test
+    # starts with the variables as the session found them, whatever ran before it on this worker.
+    for name, value in _SESSION_SEED_VARIABLES.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _no_process_group_from_another_file():
     # A Trainer run in this process (strategy="ddp", devices=1) keeps its one-process group until

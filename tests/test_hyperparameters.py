@@ -232,3 +232,22 @@ def test_the_parsing_utility_saves_what_lightning_s_saves(tmp_path):
     assert theirs["mapping"]["types"] == ["Config", "Config"] and theirs["mapping kept as given"]
     assert theirs["sub"]["hparams"] == {"b": 2, "c": 3} and theirs["holder"]["print"].startswith('"lr":')
     assert differences(theirs, found["trainmesh"]) == []
+
+
+@pytest.mark.parametrize("given", [5, [1, 2]])
+def test_what_cannot_be_hyperparameters_raises_lightning_s_error_type(given):
+    """A number or a list given to save_hyperparameters: Lightning raises ValueError (trainmesh raised
+    TypeError, so a program catching Lightning's type missed it)."""
+    raised = {}
+    for name in ("lightning", "trainmesh"):
+        base = importlib.import_module("lightning.pytorch" if name == "lightning" else "trainmesh").LightningModule
+
+        class Saving(base):  # type: ignore[misc, valid-type]
+            def __init__(self, value):
+                super().__init__()
+                self.save_hyperparameters(value)
+
+        with pytest.raises(Exception) as caught:
+            Saving(given)
+        raised[name] = type(caught.value)
+    assert raised["trainmesh"] is raised["lightning"] is ValueError

@@ -57,6 +57,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/lightning1_names.py": ["trainer/test_lightning1_members.py"],
     "trainer/plugins_argument.py": ["plugins/test_plugins.py", "trainer/test_checkpoint_saves.py"],
     "utilities/refusal.py": ["plugins/test_plugins.py"],
+    "utilities/filesystem.py": ["utilities/test_filesystem.py", "utilities/test_remote_paths.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
     "manual_calls.py": [
         "trainer/test_manual_optimization.py",
@@ -230,7 +231,12 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/loop_context.py": ["trainer/test_fit_loop.py"],
     "trainer/loop_state.py": ["test_trainer_view.py", "trainer/test_resume.py"],
     "trainer/optimization_hooks.py": ["trainer/test_step_hooks.py"],
-    "trainer/optimizers.py": ["trainer/test_bad_input.py", "callbacks/test_lr_monitor.py", "trainer/test_fit_loop.py"],
+    "trainer/optimizers.py": [
+        "trainer/test_bad_input.py",
+        "callbacks/test_lr_monitor.py",
+        "trainer/test_fit_loop.py",
+        "trainer/test_scheduler_strict.py",
+    ],
     "trainer/publishing.py": ["trainer/test_log_values.py"],
     "trainer/results.py": ["trainer/test_log_values.py", "trainer/test_fit_loop.py"],
     "trainer/settings.py": ["trainer/test_bad_input.py"],

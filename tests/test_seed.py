@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +73,19 @@ def _keep_seed_settings(monkeypatch):
     monkeypatch.setattr(trainmesh.seed, "_settings", trainmesh.seed._settings)
 
 
+def _lightning_seed_everything():
+    seed = pytest.importorskip("lightning.fabric.utilities.seed")
+    return seed.seed_everything
+
+
+SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
 def test_seed_everything_passes_nothing_through_the_environment(monkeypatch):
-    for name in ("TRAINMESH_GLOBAL_SEED", "TRAINMESH_SEED_WORKERS"):
-        monkeypatch.delenv(name, raising=False)
+    """A deliberate difference: Lightning's sets PL_GLOBAL_SEED and PL_SEED_WORKERS; trainmesh hands
+    the seed to the processes it starts explicitly (DESIGN: no side channel through the environment)."""
+    for variable in SEED_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
     before = dict(os.environ)
     assert tm.seed_everything(5, workers=True) == 5
     assert dict(os.environ) == before
@@ -83,12 +94,29 @@ def test_seed_everything_passes_nothing_through_the_environment(monkeypatch):
     assert seed_settings() == SeedSettings(seed=6, workers=False)
 
 
-def test_seed_none_is_zero_in_every_process_whatever_the_environment(monkeypatch):
-    # Every process of a run must agree without a side channel: no random pick, no variable.
-    monkeypatch.setenv("TRAINMESH_GLOBAL_SEED", "99")
-    with pytest.warns(UserWarning, match="no seed given"):
-        assert tm.seed_everything() == 0
-    assert seed_settings() == SeedSettings(seed=0, workers=False)
+def test_a_seed_is_taken_as_lightning_takes_it(monkeypatch):
+    """None reads PL_GLOBAL_SEED (unset: 0, with a warning); a NumPy integer or a string of digits is
+    taken (before: a ValueError for both, and None was 0 whatever the variable said)."""
+    lightning_seed_everything = _lightning_seed_everything()
+    monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+    cases = [("99", None), (None, None), (None, np.int64(7)), (None, "8"), (None, 3.0)]
+    found = {}
+    for name, seed_everything in (("lightning", lightning_seed_everything), ("trainmesh", tm.seed_everything)):
+        found[name] = []
+        for variable, seed in cases:
+            if variable is None:
+                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            else:
+                monkeypatch.setenv("PL_GLOBAL_SEED", variable)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                returned = seed_everything(seed)
+            found[name].append((returned, random.random(), bool(caught)))
+    assert found["trainmesh"] == found["lightning"]
+    assert [case[0] for case in found["trainmesh"]] == [99, 0, 7, 8, 3]
+    monkeypatch.setenv("PL_GLOBAL_SEED", "x")
+    with pytest.raises(ValueError, match="PL_GLOBAL_SEED='x'"):
+        tm.seed_everything()
 
 
 def test_the_runtime_seeds_the_workers_of_training_and_evaluation_loaders_when_asked():

@@ -115,7 +115,7 @@ class HyperparametersMixin:
         args = _init_arguments(init_frame)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
-            raise TypeError(
+            raise ValueError(  # Lightning's type for what it cannot take as hyperparameters
                 f"save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
                 f"{[type(b).__name__ for b in bad]}; pass e.g. save_hyperparameters('lr') or save_hyperparameters(vars(args))"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -50,11 +51,13 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
     With ``workers=True`` the Runtime gives every DataLoader with workers (and no
     ``worker_init_fn`` of its own) :func:`seed_worker`, so each worker of each process draws
-    its own reproducible random numbers. ``seed=None`` means 0 (with a warning), as in
-    Lightning 2: every process of a run, however started, must agree on the seed.
+    its own reproducible random numbers. ``seed=None`` reads ``PL_GLOBAL_SEED``, and without it means 0
+    (with a warning), as in Lightning 2: every process of a run, however started, must agree on the
+    seed. Unlike Lightning's, it sets no environment variable: trainmesh hands the seed to the processes
+    it starts explicitly (no side channel through the environment).
 
     Args:
-        seed: the seed (None: 0, said on stderr) (default ``None``).
+        seed: the seed; anything ``int()`` takes (None: ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
         workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
         verbose: log "Seed set to N" to the ``trainmesh`` logger at INFO, as Lightning's (default ``True``).
 
@@ -63,11 +66,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         7
     """
     global _settings
-    if seed is None:
-        seed = 0
-        rank_zero_warn("seed_everything(): no seed given, so the seed is 0; pass one to choose it")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed < 2**32):
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    seed = _chosen_seed(seed, verbose)
     _settings = SeedSettings(seed=seed, workers=bool(workers))
     if verbose:
         logging.getLogger("trainmesh").info("Seed set to %d", seed)
@@ -80,6 +79,39 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     except ImportError:  # numpy is optional for torch itself
         pass
     return seed
+
+
+def _chosen_seed(seed: Any, verbose: bool) -> int:
+    """Lightning's rule: None reads ``PL_GLOBAL_SEED`` (unset: 0, said), anything ``int()`` takes is
+    taken (a NumPy integer, a string of digits); the seed must fit NumPy's 32 bits."""
+    if seed is None:
+        from_env = os.environ.get("PL_GLOBAL_SEED")
+        if from_env is None:
+            if verbose:
+                rank_zero_warn("seed_everything(): no seed given, so the seed is 0; pass one to choose it")
+            return 0
+        try:
+            seed = int(from_env)
+        except ValueError:
+            raise ValueError(
+                f"seed_everything(): PL_GLOBAL_SEED={from_env!r} is not an integer; set it to one, or pass the seed"
+            ) from None
+    try:
+        value = int(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}") from None
+    if not 0 <= value < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    return value
+
+
+def env_seed() -> int:
+    """The seed a process that never called :func:`seed_everything` shuffles with: ``PL_GLOBAL_SEED``
+    where set (Lightning's sampler reads it), else 0."""
+    try:
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+    except ValueError:
+        return 0
 
 
 def seed_worker(worker_id: int, *, seed: int, rank: int) -> None:

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainmesh.callbacks.early_stopping import EarlyStopping
+from trainmesh.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 
 
 class FakeRuntime:
@@ -59,7 +59,7 @@ def test_stops_after_patience_checks_without_improvement():
     assert callback.stopped_epoch == 3
     assert callback.wait_count == 2
     assert callback.best_score == pytest.approx(0.8)
-    assert callback.stopping_reason == "patience_exhausted"
+    assert callback.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
     assert "did not improve in the last 2" in callback.stopping_reason_message
     assert trainer.runtime.reduce_ops == ["max"] * 4
 
@@ -68,7 +68,7 @@ def test_an_improvement_resets_the_wait():
     callback, trainer = EarlyStopping(monitor="val_loss", patience=2), make_trainer()
     assert run_epochs(callback, trainer, [1.0, 1.1, 0.9, 1.0, 0.8, 0.85]) is None
     assert callback.wait_count == 1
-    assert callback.stopping_reason == "not_stopped"
+    assert callback.stopping_reason is EarlyStoppingReason.NOT_STOPPED
 
 
 def test_min_delta_counts_small_gains_as_no_improvement():
@@ -86,26 +86,26 @@ def test_mode_max():
 def test_stopping_threshold_stops_at_once():
     callback, trainer = EarlyStopping(monitor="acc", mode="max", stopping_threshold=0.9), make_trainer()
     assert run_epochs(callback, trainer, [0.5, 0.95], key="acc") == 1
-    assert callback.stopping_reason == "stopping_threshold"
+    assert callback.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
 
 
 def test_divergence_threshold_stops_at_once():
     callback, trainer = EarlyStopping(monitor="val_loss", divergence_threshold=5.0), make_trainer()
     assert run_epochs(callback, trainer, [1.0, 4.0, 6.0]) == 2
-    assert callback.stopping_reason == "divergence_threshold"
+    assert callback.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_non_finite_values_stop(bad):
     callback, trainer = EarlyStopping(monitor="val_loss", patience=10), make_trainer()
     assert run_epochs(callback, trainer, [1.0, bad]) == 1
-    assert callback.stopping_reason == "non_finite_metric"
+    assert callback.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
 
 
 def test_non_finite_values_only_count_as_no_improvement_without_check_finite():
     callback = EarlyStopping(monitor="val_loss", patience=2, check_finite=False)
     assert run_epochs(callback, make_trainer(), [1.0, math.nan, math.nan]) == 2
-    assert callback.stopping_reason == "patience_exhausted"
+    assert callback.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
 
 
 def test_tensor_values_are_accepted():
@@ -115,7 +115,7 @@ def test_tensor_values_are_accepted():
 
 def test_missing_monitor_is_an_error_that_lists_the_logged_metrics():
     trainer = make_trainer(callback_metrics={"train_loss": 1.0, "val_acc": 0.5})
-    with pytest.raises(ValueError, match=r"'val_loss'.*\['train_loss', 'val_acc'\]"):
+    with pytest.raises(RuntimeError, match=r"'val_loss'.*\['train_loss', 'val_acc'\]"):
         EarlyStopping(monitor="val_loss").on_train_epoch_end(trainer, None)
 
 
@@ -131,7 +131,9 @@ def test_another_ranks_stop_stops_this_rank():
     trainer = make_trainer(runtime=FakeRuntime(other_rank_stops=True))
     callback = EarlyStopping(monitor="val_loss")
     assert run_epochs(callback, trainer, [1.0]) == 0
-    assert callback.stopping_reason == "stopped_by_another_rank"
+    # Lightning's: this rank's reason stays "not stopped"; the message is its own check's words
+    assert callback.stopping_reason is EarlyStoppingReason.NOT_STOPPED
+    assert callback.stopping_reason_message == "Metric val_loss improved. New best score: 1.000"
 
 
 def test_no_checks_in_sanity_check_or_fast_dev_run():

@@ -96,8 +96,10 @@ def callback_reading_the_trainer(L, root):
         def on_train_epoch_end(self, trainer, pl_module):
             lrs = [g["lr"] for o in trainer.optimizers for g in o.param_groups]
             configs = [(c.interval, c.frequency, c.monitor, c.name) for c in trainer.lr_scheduler_configs]
-            # not progress_bar_metrics: trainmesh's holds the running "loss" in fit (docs/how-to/lightning.md, "Known, not fixed yet")
-            metrics = [metrics_of(m) for m in (trainer.callback_metrics, trainer.logged_metrics)]
+            # progress_bar_metrics too: trainmesh's held a running "loss" in fit, Lightning 2.x's never does
+            metrics = [
+                metrics_of(m) for m in (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics)
+            ]
             self.history.append(("epoch", trainer.current_epoch, pl_module.current_epoch, lrs, configs, metrics))
 
     class Model(L.pl.LightningModule):

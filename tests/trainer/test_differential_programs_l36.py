@@ -180,6 +180,9 @@ def early_stopping_reasons(L, root):
         "threshold": ({"mode": "max", "stopping_threshold": 0.8}, [0.5, 0.7, 0.85, 0.9]),
         "divergence": ({"divergence_threshold": 2.0}, [1.0, 1.5, 3.0, 1.0]),
         "nan": ({"patience": 5}, [1.0, float("nan"), 0.5]),
+        # 0.9 + 0.1 rounds to 1.0 in the metric's float32: no improvement, a stop at epoch 1 (in
+        # float64 it is one, and the run went on)
+        "delta_in_float32": ({"patience": 1, "min_delta": 0.1}, [1.0, 0.9, 0.85]),
     }
     found = {}
     for name, (kwargs, values) in settings.items():
@@ -191,7 +194,9 @@ def early_stopping_reasons(L, root):
         restored = L.callbacks.EarlyStopping(monitor="score", patience=9)
         restored.load_state_dict(stopping.state_dict())
         kept = (restored.wait_count, restored.stopped_epoch, float(restored.best_score), restored.patience)
-        found[name] = (trainer.current_epoch, stopping.state_dict(), kept, restored.stopping_reason_message)
+        # the attributes a program reads, as their types show them: an enum member, a 0-d tensor
+        seen = (repr(stopping.stopping_reason), repr(stopping.best_score), repr(restored.stopping_reason))
+        found[name] = (trainer.current_epoch, stopping.state_dict(), kept, restored.stopping_reason_message, seen)
     return found
 
 
@@ -200,30 +205,29 @@ REASONS = {
     "threshold": "stopping_threshold",
     "divergence": "divergence_threshold",
     "nan": "non_finite_metric",
+    "delta_in_float32": "patience_exhausted",
 }
 
 
 def test_early_stopping_reasons_are_lightning_s(tmp_path):
     """Before: the state lacked ``patience`` (a resume kept the new callback's, Lightning restores the
     saved one), held the reason as a name where Lightning's checkpoints hold its number, a float
-    best score, and trainmesh's own message, also after an improvement (Lightning's: only a stop's)."""
+    best score, and trainmesh's own message, also after an improvement (Lightning's: only a stop's).
+    Then: ``stopping_reason`` a string where Lightning's is its ``EarlyStoppingReason``, ``best_score`` a
+    float, and the min_delta test made in float64 (``delta_in_float32`` trained on to epoch 3)."""
     found = run_both(early_stopping_reasons, tmp_path)
     theirs = found["lightning"]
-    assert [theirs[name][1]["stopping_reason"] for name in ("patience", "threshold", "divergence", "nan")] == [
-        3,
-        1,
-        2,
-        4,
-    ]
+    assert [theirs[name][1]["stopping_reason"] for name in REASONS] == [3, 1, 2, 4, 3]
+    assert theirs["delta_in_float32"][1]["stopped_epoch"] == 1  # Lightning stopped at epoch 1
     assert theirs["patience"][2][3] == 2  # the saved patience, not the new callback's 9
     assert differences(theirs, found["trainmesh"]) == []
     from trainmesh.callbacks import EarlyStopping
 
-    for name, (_, state, kept, _) in theirs.items():  # Lightning's own state, restored by trainmesh
+    for name, (_, state, kept, _, _) in theirs.items():  # Lightning's own state, restored by trainmesh
         restored = EarlyStopping(monitor="score", patience=9)
         restored.load_state_dict(state)
-        assert (restored.wait_count, restored.stopped_epoch, restored.best_score, restored.patience) == kept
-        assert restored.stopping_reason == REASONS[name]
+        assert (restored.wait_count, restored.stopped_epoch, float(restored.best_score), restored.patience) == kept
+        assert restored.stopping_reason.name == REASONS[name].upper()
 
 
 def test_classifier_with_datamodule_same_outcome(tmp_path):

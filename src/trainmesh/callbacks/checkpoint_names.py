@@ -1,6 +1,6 @@
-"""Checkpoint file names and ModelCheckpoint's argument checks: the pure parts of
-``model_checkpoint.py`` (no trainer), kept apart so that the callback's file holds its cadence and
-its ranking."""
+"""Checkpoint file names, ModelCheckpoint's argument checks and the rules it reads from the Trainer's
+settings: the parts of ``model_checkpoint.py`` that keep no state, kept apart so that the callback's
+file holds its cadence and its ranking."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import math
 import os
 import re
 import shutil
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from trainmesh.trainer_view import TrainerView
 
 # "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
@@ -86,8 +89,11 @@ def worst(mode: str) -> float:
 
 
 def as_score(value: float | torch.Tensor) -> torch.Tensor:
-    """A score as Lightning keeps it: a 0-d tensor (float64 here: the logged number, unrounded)."""
-    return torch.tensor(float(value), dtype=torch.float64)
+    """A score as Lightning keeps it: the logged tensor itself (its dtype and device), a number as a
+    tensor of the default dtype (as ``torch.tensor(torch.inf)``, Lightning's starting k-th value)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()  # Lightning ranks a deep copy of the metrics
+    return torch.tensor(float(value))
 
 
 def absolute(path: str | os.PathLike[str]) -> str:
@@ -128,3 +134,35 @@ def write_yaml(scores: dict[str, float], dirpath: str | None, filepath: str | os
         filepath = os.path.join(dirpath, "best_k_models.yaml")
     with open(filepath, "w", encoding="utf-8") as handle:
         yaml.safe_dump(scores, handle)
+
+
+def saves_at_epoch_end(setting: bool | None, trainer: TrainerView) -> bool:
+    """Lightning's rule where ``save_on_train_epoch_end`` is None: after each validation run when
+    validation runs more than once an epoch or not every epoch (the monitored metric may not
+    exist at an epoch's end), at the epoch's end when it runs once at the end of each, or not at all."""
+    if setting is not None:
+        return setting
+    if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
+        return False
+    if not getattr(trainer, "val_loader_batches", 0):
+        return True
+    return getattr(trainer, "val_check_interval", 1.0) in (None, 1.0)
+
+
+def warn_about_foreign_files(dirpath: str | None, owned: set[str]) -> None:
+    """Say once that the folder already holds files this callback did not write (they are kept)."""
+    if dirpath is None or not os.path.isdir(dirpath):
+        return
+    foreign = [
+        entry.name
+        for entry in os.scandir(dirpath)
+        if not entry.name.startswith(".") and absolute(entry.path) not in owned
+    ]
+    if foreign:
+        warnings.warn(
+            f"checkpoint directory {dirpath} already holds files of another run ({len(foreign)}, e.g. "
+            f"{sorted(foreign)[0]}); they are kept, and a new checkpoint whose name is taken gets a -v1, -v2 "
+            "suffix. Set ModelCheckpoint(dirpath=...) to a fresh folder to keep runs apart",
+            UserWarning,
+            stacklevel=4,
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import torch
@@ -12,6 +12,22 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 
 _MODES = ("min", "max")
+
+
+class EarlyStoppingReason(Enum):
+    """Why an :class:`EarlyStopping` stopped training: Lightning 2.6's enum, its members and numbers
+    (a checkpoint holds the number).
+
+    Examples:
+        >>> EarlyStoppingReason(3)
+        <EarlyStoppingReason.PATIENCE_EXHAUSTED: 3>
+    """
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -23,11 +39,12 @@ class EarlyStopping(Callback):
     stops at once when the value reaches ``stopping_threshold`` (good enough), passes
     ``divergence_threshold`` (hopeless), or is NaN/inf (with ``check_finite``).
 
-    After a stop, ``stopped_epoch`` is the epoch of the check and ``stopping_reason`` one of
-    ``"patience_exhausted"``, ``"stopping_threshold"``, ``"divergence_threshold"`` or
-    ``"non_finite_metric"`` (``"not_stopped"`` before; ``"stopped_by_another_rank"`` where only
-    another rank's value called for it); ``stopping_reason_message`` says why, in Lightning 2.6's
-    words (None until a stop). The checkpoint state is Lightning's (``patience`` too, restored from it).
+    After a stop, ``stopped_epoch`` is the epoch of the check and ``stopping_reason`` an
+    :class:`EarlyStoppingReason` (``NOT_STOPPED`` before, and on a rank whose own value did not call
+    for the stop another rank's did, as in Lightning); ``stopping_reason_message`` says why, in
+    Lightning 2.6's words (None until a stop; on such a rank, what its own check found).
+    ``best_score`` is a 0-d tensor and the checks compare tensors, in the metric's dtype, as
+    Lightning's do. The checkpoint state is Lightning's (``patience`` too, restored from it).
 
     Args:
         monitor: the logged metric to watch.
@@ -50,7 +67,7 @@ class EarlyStopping(Callback):
         >>> early_stop.evaluate(0.50), early_stop.evaluate(0.495), early_stop.evaluate(0.49)
         (False, False, True)
         >>> early_stop.stopping_reason
-        'patience_exhausted'
+        <EarlyStoppingReason.PATIENCE_EXHAUSTED: 3>
     """
 
     def __init__(
@@ -81,8 +98,8 @@ class EarlyStopping(Callback):
         self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
         self.stopped_epoch = 0
-        self.best_score = math.inf if mode == "min" else -math.inf
-        self.stopping_reason = "not_stopped"
+        self.best_score = torch.tensor(math.inf if mode == "min" else -math.inf)
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None  # why it stopped (Lightning's: set by a stop only)
         self._said: str | None = None  # what the latest check found, for verbose
 
@@ -115,7 +132,8 @@ class EarlyStopping(Callback):
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             if self.strict:
-                raise ValueError(
+                # RuntimeError: the type Lightning raises here, so a program catching it still does
+                raise RuntimeError(
                     f"EarlyStopping(monitor={self.monitor!r}): that metric was not logged; logged metrics: "
                     f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value) in the Module, set "
                     "monitor to one of the names above, or pass strict=False to skip checks without it"
@@ -126,9 +144,9 @@ class EarlyStopping(Callback):
         # rank wanting to stop stops all, so no rank trains on alone and hangs in a collective.
         flag = torch.tensor(float(local_stop), device=trainer.runtime.device)
         should_stop = bool(trainer.runtime.all_reduce(flag, "max").item() > 0)
-        if should_stop and not local_stop:
-            self._stop("stopped_by_another_rank", f"another rank's check of {self.monitor} decided to stop")
         if should_stop:
+            # Lightning's: a rank stopped by another keeps its reason and takes its own check's words
+            self.stopping_reason_message = self._said
             self.stopped_epoch = trainer.current_epoch
             trainer.should_stop = True
         if self.verbose and trainer.is_global_zero and self._said:
@@ -139,96 +157,86 @@ class EarlyStopping(Callback):
         """Take one new value of the monitored metric; return whether training should stop.
 
         Updates ``best_score``, ``wait_count`` and ``stopping_reason``. The Trainer's hooks call
-        this; it is public so the rule can be checked without a Trainer.
+        this; it is public so the rule can be checked without a Trainer. A number is taken as the
+        float32 tensor ``self.log`` makes of it; a tensor is compared in its own dtype, as Lightning does.
         """
-        current = float(value)
-        better = _better_than(self.mode)
-        # the messages are Lightning 2.6's words (a checkpoint keeps them), the value shown as its tensor
-        shown = value.detach().squeeze() if isinstance(value, torch.Tensor) else torch.tensor(current)
+        current = value.detach().squeeze() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+        better = torch.lt if self.mode == "min" else torch.gt
         order = "<" if self.mode == "min" else ">"
-        if self.check_finite and not math.isfinite(current):
+        if self.check_finite and not torch.isfinite(current):
             return self._stop(
-                "non_finite_metric",
-                f"Monitored metric {self.monitor} = {shown} is not finite."
+                EarlyStoppingReason.NON_FINITE_METRIC,
+                f"Monitored metric {self.monitor} = {current} is not finite."
                 f" Previous best value was {self.best_score:.3f}. Signaling Trainer to stop.",
             )
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
             return self._stop(
-                "stopping_threshold",
-                f"Stopping threshold reached: {self.monitor} = {shown} {order} {self.stopping_threshold}."
+                EarlyStoppingReason.STOPPING_THRESHOLD,
+                f"Stopping threshold reached: {self.monitor} = {current} {order} {self.stopping_threshold}."
                 " Signaling Trainer to stop.",
             )
-        if self.divergence_threshold is not None and better(self.divergence_threshold, current):
+        if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
             return self._stop(
-                "divergence_threshold",
-                f"Divergence threshold reached: {self.monitor} = {shown} {order} {self.divergence_threshold}."
+                EarlyStoppingReason.DIVERGENCE_THRESHOLD,
+                f"Divergence threshold reached: {self.monitor} = {current} {order} {self.divergence_threshold}."
                 " Signaling Trainer to stop.",
             )
-        if self._improves(current):
-            previous, self.best_score, self.wait_count = self.best_score, current, 0
-            self._said = _improvement_message(self.monitor, previous, current, self.min_delta)
+        # Lightning's arithmetic: the delta moves the value (in its dtype) toward the worse side
+        delta = -self.min_delta if self.mode == "min" else self.min_delta
+        if better(current - delta, self.best_score.to(current.device)):
+            self._said = _improvement_message(self.monitor, self.best_score, current, self.min_delta)
+            self.best_score, self.wait_count = current, 0
             return False
         self.wait_count += 1
         if self.wait_count >= self.patience:
             return self._stop(
-                "patience_exhausted",
+                EarlyStoppingReason.PATIENCE_EXHAUSTED,
                 f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records."
                 f" Best score: {self.best_score:.3f}. Signaling Trainer to stop.",
             )
         self._said = None
         return False
 
-    def _improves(self, current: float) -> bool:
-        if self.mode == "min":
-            return current < self.best_score - self.min_delta
-        return current > self.best_score + self.min_delta
-
-    def _stop(self, reason: str, message: str) -> bool:
+    def _stop(self, reason: EarlyStoppingReason, message: str) -> bool:
         self.stopping_reason, self.stopping_reason_message, self._said = reason, message, message
         return True
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Lightning 2.6's entries, in its types: ``best_score`` a tensor, ``stopping_reason`` the number
-        of its ``EarlyStoppingReason`` (a stop another rank called for: its "not stopped", as there)."""
+        of its ``EarlyStoppingReason``."""
         return {
             "wait_count": self.wait_count,
             "stopped_epoch": self.stopped_epoch,
-            "best_score": torch.tensor(self.best_score),
+            "best_score": self.best_score,
             "patience": self.patience,
-            "stopping_reason": _REASON_CODES.get(self.stopping_reason, 0),
+            "stopping_reason": self.stopping_reason.value,
             "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As Lightning's: the saved ``patience`` replaces the constructor's; a reason saved as
-        Lightning's number or as trainmesh's earlier name."""
+        Lightning's number or as trainmesh's earlier name (a float ``best_score`` of earlier
+        trainmesh checkpoints becomes a tensor)."""
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
-        self.best_score = float(state_dict["best_score"])
+        best = state_dict["best_score"]
+        self.best_score = best if isinstance(best, torch.Tensor) else torch.tensor(float(best))
         self.patience = int(state_dict.get("patience", self.patience))
-        reason = state_dict.get("stopping_reason", "not_stopped")
-        self.stopping_reason = _REASON_NAMES.get(reason, "not_stopped") if isinstance(reason, int) else reason
+        self.stopping_reason = _reason(state_dict.get("stopping_reason", 0))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
 
-# Lightning's EarlyStoppingReason numbers, which its checkpoints hold
-_REASON_CODES = {
-    "not_stopped": 0,
-    "stopping_threshold": 1,
-    "divergence_threshold": 2,
-    "patience_exhausted": 3,
-    "non_finite_metric": 4,
-}
-_REASON_NAMES = {code: name for name, code in _REASON_CODES.items()}
+def _reason(saved: int | str) -> EarlyStoppingReason:
+    """Lightning's number, or a name earlier trainmesh checkpoints held ("patience_exhausted", ...;
+    "stopped_by_another_rank" was what Lightning calls not stopped)."""
+    if isinstance(saved, int):
+        return EarlyStoppingReason(saved)
+    return EarlyStoppingReason.__members__.get(saved.upper(), EarlyStoppingReason.NOT_STOPPED)
 
 
-def _better_than(mode: str) -> Callable[[float, float], bool]:
-    return (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
-
-
-def _improvement_message(monitor: str, previous: float, current: float, min_delta: float) -> str:
-    if math.isfinite(previous):
+def _improvement_message(monitor: str, previous: torch.Tensor, current: torch.Tensor, min_delta: float) -> str:
+    if torch.isfinite(previous):
         return (
             f"Metric {monitor} improved by {abs(previous - current):.3f} >= min_delta = {abs(min_delta)}."
             f" New best score: {current:.3f}"

@@ -9,7 +9,6 @@ would hang the run.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -26,11 +25,14 @@ from trainmesh.callbacks.checkpoint_names import (
     inside,
     link_or_copy,
     render_filename,
+    saves_at_epoch_end,
+    warn_about_foreign_files,
     worst,
     write_yaml,
 )
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 __all__ = ["ModelCheckpoint", "render_filename"]
@@ -61,6 +63,7 @@ class ModelCheckpoint(Checkpoint):
         enable_version_counter: bool = True,
     ) -> None:
         check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs, train_time_interval)
+        dirpath = local_path(dirpath, "ModelCheckpoint(dirpath)")
         self._dirpath_given = dirpath is not None
         self.dirpath: str | None = absolute(dirpath) if dirpath is not None else None
         self.filename = filename
@@ -85,9 +88,9 @@ class ModelCheckpoint(Checkpoint):
         self.auto_insert_metric_name = auto_insert_metric_name
 
         self.best_model_path = ""
-        self._best_score: float | None = None  # a float here; a tensor to users and in the state
-        # Scores are 0-d float64 tensors, as Lightning's (users call .item() on them); ranking
-        # compares them as floats.
+        self._best_score: torch.Tensor | None = None
+        # Scores are the logged tensors themselves (their dtype and device), as Lightning keeps them
+        # (users call .item() on them); ranking compares them as floats.
         self.current_score: torch.Tensor | None = None
         self.last_model_path = ""
         self.kth_best_model_path = ""
@@ -107,12 +110,11 @@ class ModelCheckpoint(Checkpoint):
     @property
     def best_model_score(self) -> torch.Tensor | None:
         """The monitored value of the best checkpoint, as a 0-d tensor (None before one is ranked)."""
-        # float64: the same number as best_k_models[best_model_path], with no rounding.
-        return None if self._best_score is None else as_score(self._best_score)
+        return self._best_score
 
     @best_model_score.setter
     def best_model_score(self, value: float | torch.Tensor | None) -> None:
-        self._best_score = None if value is None else float(value)
+        self._best_score = None if value is None else as_score(value)
 
     @property
     def state_key(self) -> str:
@@ -211,16 +213,7 @@ class ModelCheckpoint(Checkpoint):
         return due
 
     def _saves_at_epoch_end(self, trainer: TrainerView) -> bool:
-        """Lightning's rule where ``save_on_train_epoch_end`` is None: after each validation run when
-        validation runs more than once an epoch or not every epoch (the monitored metric may not
-        exist at an epoch's end), at the epoch's end when it runs once at the end of each, or not at all."""
-        if self.save_on_train_epoch_end is not None:
-            return self.save_on_train_epoch_end
-        if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
-            return False
-        if not getattr(trainer, "val_loader_batches", 0):
-            return True
-        return getattr(trainer, "val_check_interval", 1.0) in (None, 1.0)
+        return saves_at_epoch_end(self.save_on_train_epoch_end, trainer)
 
     # ---- names --------------------------------------------------------------------------------
     def format_checkpoint_name(
@@ -283,7 +276,8 @@ class ModelCheckpoint(Checkpoint):
         ranked = self._monitor_available(metrics, mid_epoch)
         if not self._dir_checked:
             self._dir_checked = True
-            self._warn_about_foreign_files(trainer)
+            if trainer.is_global_zero:  # at the first save: a resumed run's restored files count as ours
+                warn_about_foreign_files(self.dirpath, self._owned)
         # Set before writing: this counter is part of the state the checkpoint holds.
         self._last_global_step_saved = trainer.global_step
         if self.save_top_k != 0:
@@ -293,24 +287,6 @@ class ModelCheckpoint(Checkpoint):
                 self._save_if_top_k(trainer, metrics, metrics[self.monitor])
         if self._last_due(trainer, mid_epoch=mid_epoch):
             self._save_last(trainer, metrics)
-
-    def _warn_about_foreign_files(self, trainer: TrainerView) -> None:
-        # Checked at the first save, not in setup, so that a resumed run's restored files count as ours.
-        if not trainer.is_global_zero or self.dirpath is None or not os.path.isdir(self.dirpath):
-            return
-        foreign = [
-            entry.name
-            for entry in os.scandir(self.dirpath)
-            if not entry.name.startswith(".") and absolute(entry.path) not in self._owned
-        ]
-        if foreign:
-            warnings.warn(
-                f"checkpoint directory {self.dirpath} already holds files of another run ({len(foreign)}, e.g. "
-                f"{sorted(foreign)[0]}); they are kept, and a new checkpoint whose name is taken gets a -v1, -v2 "
-                "suffix. Set ModelCheckpoint(dirpath=...) to a fresh folder to keep runs apart",
-                UserWarning,
-                stacklevel=4,
-            )
 
     def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
         if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
@@ -344,21 +320,26 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, previous)
 
     def _save_if_top_k(self, trainer: TrainerView, metrics: dict[str, Any], value: Any) -> None:
-        score = float(value)
-        if math.isnan(score):
-            score = worst(self.mode)  # NaN never ranks above a real value
-        self.current_score = as_score(score)
-        if not self._is_top_k(score):
-            self._say(trainer, f"{self.monitor!r} was {score:.5g}, not in the top {self.save_top_k}")
+        # Lightning's order (_save_monitor_checkpoint): a value outside the top k changes nothing,
+        # current_score included; a NaN that enters (the top k not full yet) is kept as the worst value.
+        current = as_score(value)
+        if not self._is_top_k(float(current)):
+            self._say(trainer, f"{self.monitor!r} was {float(current):.5g}, not in the top {self.save_top_k}")
             return
+        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         dropped = None
-        if self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k:
+        if len(self.best_k_models) == k and k > 0:
             dropped = self.kth_best_model_path
             self.best_k_models.pop(dropped)
+        if torch.isnan(current):
+            current = torch.tensor(worst(self.mode), device=current.device)
         path = self._free_path(trainer, self._template(), metrics, dropped)
-        self.best_k_models[path] = as_score(score)
-        self._update_ranking()
-        self._say(trainer, f"{self.monitor!r} reached {score:.5g} (best {self._best_score:.5g}); saving {path}")
+        self.current_score = current
+        self.best_k_models[path] = current
+        self._update_ranking(full=len(self.best_k_models) == k)
+        self._say(
+            trainer, f"{self.monitor!r} reached {float(current):.5g} (best {self._best_score:.5g}); saving {path}"
+        )
         self._write(trainer, path)
         if dropped and dropped != path:
             self._remove(trainer, dropped)
@@ -367,16 +348,18 @@ class ModelCheckpoint(Checkpoint):
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
         kth = float(self.best_k_models[self.kth_best_model_path])
-        return score < kth if self.mode == "min" else score > kth
+        return score < kth if self.mode == "min" else score > kth  # NaN: never
 
-    def _update_ranking(self) -> None:
+    def _update_ranking(self, full: bool) -> None:
         # min()/max() keep the first of equal scores, and every rank inserted in the same order.
+        # The k-th is Lightning's: named only once the top k is full.
         worse, better = (max, min) if self.mode == "min" else (min, max)
         scores = {path: float(score) for path, score in self.best_k_models.items()}
-        self.kth_best_model_path = worse(scores, key=scores.__getitem__)
-        self.kth_value = self.best_k_models[self.kth_best_model_path]
+        if full:
+            self.kth_best_model_path = worse(scores, key=scores.__getitem__)
+            self.kth_value = self.best_k_models[self.kth_best_model_path]
         self.best_model_path = better(scores, key=scores.__getitem__)
-        self._best_score = scores[self.best_model_path]
+        self._best_score = self.best_k_models[self.best_model_path]
 
     def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
+from trainmesh.utilities.filesystem import local_path
 
 METRICS_FILE = "metrics.csv"
 HPARAMS_FILE = "hparams.yaml"
@@ -155,7 +156,7 @@ class CSVLogger(Logger):
                 f"flush_logs_every_n_steps={flush_logs_every_n_steps} must be at least 1: it is the number "
                 "of log calls between writes to metrics.csv. Use 1 to write on every call."
             )
-        self._save_dir = Path(save_dir)
+        self._save_dir = Path(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
         self._name = name
         self._version = version
         self._flush_every_n_steps = flush_logs_every_n_steps

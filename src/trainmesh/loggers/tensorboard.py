@@ -25,6 +25,7 @@ from trainmesh.loggers.csv_logger import (
     save_hparams_yaml,
     version_dir_name,
 )
+from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.install_hints import install_hint
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class TensorBoardLogger(Logger):
     ) -> None:
         # Fail here, when the user builds the Trainer, not hours later at the first log call.
         self._writer_module = _writer_module()
-        self._save_dir = Path(save_dir)
+        self._save_dir = Path(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
         self._name = name or ""
         self._version = version
         self._log_graph = log_graph

@@ -8,6 +8,9 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
 _FORMS = (
     "an optimizer; a list of optimizers; ([optimizers], [schedulers]); "
     "{'optimizer': opt, 'lr_scheduler': sched or {'scheduler': sched, 'interval': 'step'|'epoch', "
@@ -24,6 +27,8 @@ class SchedulerConfig:
     name: str | None = None
     # Stepped with the monitored metric (Lightning's key; by default: a ReduceLROnPlateau).
     reduce_on_plateau: bool = False
+    # Lightning's: the monitored metric missing stops the run (True) or skips this step with a warning.
+    strict: bool = True
 
 
 def parse_optimizers(
@@ -119,7 +124,15 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
         if frequency < 1:
             raise ValueError(f"{owner}: lr_scheduler frequency={frequency} must be >= 1")
         plateau = bool(item.get("reduce_on_plateau", _is_plateau(item["scheduler"])))
-        return SchedulerConfig(item["scheduler"], interval, frequency, item.get("monitor"), item.get("name"), plateau)
+        return SchedulerConfig(
+            item["scheduler"],
+            interval,
+            frequency,
+            item.get("monitor"),
+            item.get("name"),
+            plateau,
+            item.get("strict", True),
+        )
     return SchedulerConfig(item, reduce_on_plateau=_is_plateau(item))
 
 
@@ -158,9 +171,18 @@ def step_scheduler(
     if config.reduce_on_plateau:
         assert config.monitor is not None
         if config.monitor not in metrics:
-            raise ValueError(
-                f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: {sorted(metrics)}"
+            if config.strict:
+                raise MisconfigurationException(  # Lightning's type
+                    f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: "
+                    f"{sorted(metrics)}. Log it, or set 'strict': False in the lr_scheduler dict to skip such steps"
+                )
+            # Lightning's words and category
+            rank_zero_warn(
+                f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available but strict is set "
+                "to `False`. Skipping learning rate update.",
+                category=RuntimeWarning,
             )
+            return
         metric = metrics[config.monitor]
     if lr_scheduler_step is not None:
         lr_scheduler_step(config.scheduler, metric)

@@ -54,6 +54,7 @@ from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.rank_zero import rank_zero_info
 from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
@@ -155,6 +156,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             distributed_backend=distributed_backend,
             weights_summary=weights_summary,
         )
+        default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
         self.default_root_dir = str(default_root_dir or os.getcwd())
         self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)

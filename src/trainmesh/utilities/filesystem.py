@@ -70,3 +70,30 @@ def _all(decision: bool) -> bool:
     answers: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(answers, bool(decision))
     return all(answers)
+
+
+def local_path(path: str | os.PathLike[str] | None, where: str) -> str | os.PathLike[str] | None:
+    """``path`` as a local path (a ``file://`` URL without its scheme), or stop before training on a URL
+    such as ``s3://bucket/run``: Lightning writes there through fsspec, trainmesh writes local files
+    only, and would otherwise make a local folder named ``s3:`` and leave the remote store empty.
+
+    Examples:
+        >>> local_path("runs/a", "default_root_dir"), local_path("file:///tmp/run", "default_root_dir")
+        ('runs/a', '/tmp/run')
+        >>> local_path("s3://bucket/run", "default_root_dir")
+        Traceback (most recent call last):
+        ...
+        ValueError: default_root_dir='s3://bucket/run' is a remote URL (s3://): trainmesh writes and reads local files only (Lightning goes through fsspec); use a local folder, or a mounted one, and copy it to the store afterwards
+    """
+    if path is None:
+        return None
+    text = os.fspath(path)
+    scheme, separator, rest = text.partition("://")
+    if not separator or not scheme or "/" in scheme:
+        return path
+    if scheme == "file":
+        return rest
+    raise ValueError(
+        f"{where}={text!r} is a remote URL ({scheme}://): trainmesh writes and reads local files only "
+        "(Lightning goes through fsspec); use a local folder, or a mounted one, and copy it to the store afterwards"
+    )
