@@ -20,7 +20,10 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
-    "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
+    "callbacks/model_checkpoint.py": [
+        "callbacks/test_monitor_cadence_as_lightning.py",
+        "callbacks/test_model_checkpoint_after_validation.py",
+    ],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [

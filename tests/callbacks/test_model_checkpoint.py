@@ -43,6 +43,7 @@ def make_trainer(tmp_path, **overrides):
         lr_scheduler_configs=[],
         sanity_checking=False,
         fast_dev_run=0,
+        loop=SimpleNamespace(mid_epoch_validation=False),
         stage="fit",
         callbacks=[],
         ckpt_path=None,
@@ -265,8 +266,10 @@ def test_save_after_every_validation_when_not_on_train_epoch_end(tmp_path):
         trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=-1, save_on_train_epoch_end=False)
     )
     trainer.global_step, trainer.callback_metrics = 3, {"val_loss": 0.4}
-    checkpoint.on_validation_end(trainer, None)  # a mid-epoch validation at this batch
-    checkpoint.on_train_batch_end(trainer, None, None, None, 2)
+    trainer.loop.mid_epoch_validation = True
+    checkpoint.on_validation_end(trainer, None)  # a mid-epoch validation after this batch: saved here
+    trainer.loop.mid_epoch_validation = False
+    assert [torch.load(p)["global_step"] for p in trainer.saved] == [3]
     trainer.global_step = 4
     checkpoint.on_train_batch_end(trainer, None, None, None, 3)  # no validation: no save
     end_epoch(checkpoint, trainer, {"val_loss": 0.3}, steps=2)

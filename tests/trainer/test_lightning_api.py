@@ -186,7 +186,7 @@ def test_save_hyperparameters_forms_checkpoints_and_loggers(tmp_path):
     plain = FullSignature()
     plain.save_hyperparameters({"lr": 0.2, "extra": "y"}, ignore="extra", logger=False)
     assert plain.hparams == {"lr": 0.2}
-    with pytest.raises(TypeError, match="argument names"):
+    with pytest.raises(ValueError, match="argument names"):
         plain.save_hyperparameters(3)
 
     logger = CSVLogger(tmp_path, name="hp")

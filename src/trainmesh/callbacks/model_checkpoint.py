@@ -153,23 +153,27 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_checked = time.monotonic()
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        if not trainer.sanity_checking:
-            self._validated_since_check = self._validated_this_fit = True
+        if trainer.sanity_checking:
+            return
+        self._validated_since_check = self._validated_this_fit = True
+        # After a validation inside the epoch that the epoch's end does not save for (validation runs
+        # more than once an epoch, or not every epoch): here, as Lightning's on_validation_end saves.
+        # One run at the epoch's last batch is saved for at the epoch's end (on_train_epoch_end).
+        if getattr(trainer.loop, "mid_epoch_validation", False) and not self._skip(trainer):
+            if not self._saves_at_epoch_end(trainer) and self._epoch_due(trainer):
+                self._validated_since_check = False
+                self._save(trainer, mid_epoch=False)
 
     def on_train_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        validated, self._validated_since_check = self._validated_since_check, False
+        self._validated_since_check = False  # a validation before this batch was saved for, or not due
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
-        # After a validation run that the epoch's end does not save for (it runs more than once an
-        # epoch, or not every epoch): at the next batch's end, where the loop's counters are those of
-        # a finished batch (Lightning saves at on_validation_end, one batch earlier: known difference).
-        after_validation = validated and not self._saves_at_epoch_end(trainer) and self._epoch_due(trainer)
-        if step_due or after_validation:
-            self._save(trainer, mid_epoch=not after_validation)
+        if step_due:
+            self._save(trainer, mid_epoch=True)
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False

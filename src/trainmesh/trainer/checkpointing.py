@@ -152,7 +152,8 @@ def _loop_entry(state: LoopState) -> dict[str, Any]:
         "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
         "total_batches": loop.total_batches,
-        "batches_stepped": loop.batches_stepped,
+        # taken in a validation after a batch (ModelCheckpoint's on_validation_end): that batch's step counts
+        "batches_stepped": loop.batches_stepped + loop.stepped_pending,
     }
 
 

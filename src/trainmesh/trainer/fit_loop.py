@@ -320,8 +320,12 @@ def _log_and_validate(
         ctx.publisher.step_metrics()
     if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
         _verify_losses(loop)
-        # gradients are released first where none wait for an optimizer step
-        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
+        loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
+        try:
+            # gradients are released first where none wait for an optimizer step
+            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
+        finally:
+            loop.mid_epoch_validation, loop.stepped_pending = False, 0
         state.log_collector.start_stage(train_results)
 
 

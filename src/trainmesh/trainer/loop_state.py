@@ -40,6 +40,11 @@ class LoopPosition:
     total_batches: int = 0
     batches_stepped: int = 0
     min_not_met_told: bool = False  # Lightning says once that a stop waits for min_epochs/min_steps
+    # Set while validation runs after a batch that is not the epoch's last (ModelCheckpoint saves in its
+    # on_validation_end then, as Lightning's); that batch's optimizer step is not in batches_stepped yet,
+    # and a checkpoint taken then counts it (stepped_pending).
+    mid_epoch_validation: bool = False
+    stepped_pending: int = 0
     epoch_finished: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then
