@@ -73,20 +73,31 @@ def _quiet_threads(monkeypatch):
     yield
 
 
-_SESSION_SEED_VARIABLES = {name: os.environ.get(name) for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
-
-
 @pytest.fixture(autouse=True)
-def _lightning_seed_variables(monkeypatch):
+def _lightning_seed_variables():
     # Lightning's seed_everything writes PL_GLOBAL_SEED (and PL_SEED_WORKERS) into this process's
-    # environment, and a later seed_everything(None), trainmesh's or Lightning's, reads it: each test
-    # starts with the variables as the session found them, whatever ran before it on this worker.
-    for name, value in _SESSION_SEED_VARIABLES.items():
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
+    # environment, and a later seed_everything(None) or sampler, trainmesh's or Lightning's, reads it,
+    # in this process and in the processes it starts: each test starts, and leaves the next test and
+    # the next file's launches, without them (as a shell that never set them; a test that needs one
+    # sets it).
+    _reset_seed_variables()
     yield
+    _reset_seed_variables()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _lightning_seed_variables_for_the_file():
+    # ... and before a file's module fixtures launch their processes
+    _reset_seed_variables()
+    yield
+
+
+def _reset_seed_variables():
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        os.environ.pop(name, None)
+
+
+_reset_seed_variables()  # the shell's too: the suite does not depend on where it is run
 
 
 @pytest.fixture(scope="module", autouse=True)
