@@ -28,6 +28,7 @@ from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.replica_quorum import FaultTolerance, ReplicaQuorum, import_torchft
 from trainmesh.strategies.sampling import shard_dataloader
+from trainmesh.strategies.shard_snapshot import ShardSnapshot
 from trainmesh.strategies.step import StepHooks, StepResult
 from trainmesh.utilities.dtensors import is_dtensor
 
@@ -189,6 +190,8 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]
     ) -> list[torch.optim.Optimizer]:
         self._optimizers = list(optimizers)
+        # read in torchft's quorum thread during the step: not through the state-dict hooks (shard_snapshot.py)
+        self._snapshot = ShardSnapshot(checkpoints.unwrap(self._placed), self._optimizers)
         return self.quorum.committing(optimizers, self._peer_state_dict, self._load_peer_state)
 
     def share_state_with_peers(self, key: str, state: Callable[[], Any], load: Callable[[Any], None]) -> None:
@@ -196,9 +199,7 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
 
     def _peer_state_dict(self) -> dict[str, Any]:
         # This process's shards as plain tensors: process r of a recovering group takes process r's.
-        sharded = checkpoints.sharded_state_dict(checkpoints.unwrap(self._placed), self._optimizers, sharded=True)
-        local: dict[str, Any] = _map_tensors(sharded, lambda t: t.to_local() if is_dtensor(t) else t)
-        return local
+        return self._snapshot.read()
 
     def _load_peer_state(self, state: dict[str, Any]) -> None:
         # This process's own parameters say how each local shard lies in its whole tensor (its
@@ -262,16 +263,6 @@ def _all_reduce_bucket(quorum: ReplicaQuorum, bucket: Any) -> torch.futures.Futu
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     done.set_result(buffer)
     return done
-
-
-def _map_tensors(tree: Any, change: Callable[[torch.Tensor], Any]) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return change(tree)
-    if isinstance(tree, dict):
-        return {key: _map_tensors(value, change) for key, value in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_tensors(value, change) for value in tree)
-    return tree
 
 
 def _as_shards(state: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
