@@ -30,7 +30,10 @@ def _two_samples(x: Any) -> Any:
     """The inputs of the first two samples of ``x`` (arrays or a PyDataset's first batch); None: other data."""
     keras = require_keras()
     if isinstance(x, keras.utils.PyDataset):
-        batch = x[0]
+        try:
+            batch = x[0]
+        except Exception:  # noqa: BLE001 -- a PyDataset the probe cannot index: not probed
+            return None
         x = batch[0] if isinstance(batch, tuple) else batch
     leaves = keras.tree.flatten(x) if x is not None else []
     if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):

@@ -247,7 +247,7 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     batched = is_batches(x)
     if batched and world > 1:  # each process predicts its run of the first steps * W batches, all of it
         x = split_for_prediction(x, runtime, kwargs.pop("steps", None))
-    shares = None if batched else tuple(share_sizes(num_samples(x), world))
+    shares = None if batched or world == 1 else tuple(share_sizes(num_samples(x), world))
     with predicting(model, StepRows(runtime), shares, kwargs.get("batch_size") or 32):
         outputs = model.predict(x if batched else shard(x, rank, world), **kwargs)
     if world == 1:
