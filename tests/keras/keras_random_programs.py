@@ -4,8 +4,8 @@ processes of 16 (one leg of the Keras programs' shared launch: keras_batch.py).
 
 python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R}
 
-- ``dropout``: a Sequential with ``Dropout(0.5)`` (unseeded: Keras draws its mask from torch's generator)
-  and ``Dropout(0.3, seed=7)`` (a SeedGenerator), arrays of 106 samples (the last global batch 8 + 7),
+- ``dropout``: a Sequential with ``GaussianNoise``, ``Dropout(0.5)`` (unseeded: Keras draws its mask from
+  torch's generator) and ``Dropout(0.3, seed=7)`` (a SeedGenerator), arrays of 106 samples (the last global batch 8 + 7),
   ``validation_split``; ``dropout_loader`` the same on a DataLoader (split by sample), ``dropout_pydataset``
   on a PyDataset (split by batch: the processes' batches are blocks of one process's).
 - ``drawing_step``: a ``train_step`` of its own drawing, as keras-io's GAN guide does, a batch of normal
@@ -69,6 +69,7 @@ def dropout_model() -> keras.Model:
         [
             keras.Input((6,)),
             keras.layers.Dense(16, activation="relu"),
+            keras.layers.GaussianNoise(0.1, seed=3),  # draws keras.random.normal(shape=...) by keyword
             keras.layers.Dropout(0.5),
             keras.layers.Dense(8, activation="relu"),
             keras.layers.Dropout(0.3, seed=7),
