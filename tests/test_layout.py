@@ -142,6 +142,9 @@ COVERED_BY: dict[str, list[str]] = {
         "keras/test_step_means.py",
     ],
     "keras/metric_states.py": ["keras/test_keras_unseen_programs.py"],
+    "keras/draws.py": ["keras/test_keras_random_draws.py", "keras/test_keras_zero1.py"],
+    "keras/added_losses.py": ["keras/test_keras_random_draws.py"],
+    "keras/batch_statistics.py": ["keras/test_keras_ddp.py"],
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
     "keras/sync.py": [
         "keras/test_keras_api.py",

@@ -13,6 +13,7 @@ PROGRAM_FILES = {
     "keras_callbacks_run": "test_keras_callbacks_ddp.py",
     "keras_zero1_run": "test_keras_zero1.py",
     "keras_unseen_programs": "test_keras_unseen_programs.py",
+    "keras_random_programs": "test_keras_random_draws.py",
 }
 
 

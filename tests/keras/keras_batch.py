@@ -49,12 +49,19 @@ def run_keras_unseen_programs(out: str) -> None:
     keras_unseen_programs.run_ddp(out)
 
 
+def run_keras_random_programs(out: str) -> None:
+    import keras_random_programs
+
+    keras_random_programs.run_ddp(out)
+
+
 # name: the program's ddp run (its module imported in the workers only)
 PROGRAMS = {
     "keras_run": run_keras_run,
     "keras_callbacks_run": run_keras_callbacks_run,
     "keras_zero1_run": run_keras_zero1_run,
     "keras_unseen_programs": run_keras_unseen_programs,
+    "keras_random_programs": run_keras_random_programs,
 }
 
 

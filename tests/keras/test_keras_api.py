@@ -429,3 +429,24 @@ def test_ddp_spawn_refuses_a_class_no_worker_can_import(monkeypatch):
         ValueError, match="'Local' .*inside a function.*register_keras_serializable.*'ddp_fork' or 'ddp'"
     ):
         tk.fit(model, x, y, batch_size=16, verbose=0, strategy="ddp_spawn", devices=2)
+
+
+class Endpoint(keras.layers.Layer):
+    """keras-io's LogisticEndpoint's way: an ``__init__`` taking ``name`` only, so Keras cannot rebuild it
+    from its config (which holds ``trainable`` and ``dtype`` too)."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
+
+    def call(self, inputs):
+        return inputs
+
+
+def test_ddp_spawn_refuses_a_model_keras_cannot_rebuild(monkeypatch):
+    """Refused before any process starts, with Keras' reason and what to do (before: every spawned worker
+    failed rebuilding it, after the start, with Keras' TypeError alone)."""
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", lambda *a, **k: pytest.fail("a process was started"))
+    model = keras.Sequential([keras.Input((8,)), Endpoint(), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="(?s)rebuilding it fails .*unexpected keyword argument.*get_config.*'ddp'"):
+        tk.fit(model, x, y, batch_size=16, verbose=0, strategy="ddp_spawn", devices=2)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trainmesh.keras import internals
+from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
 from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
@@ -87,6 +88,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     check_loss_reduction(model)
     check_optimizer(model, world)
     refuse_non_additive_metrics(model, x, y, world)
+    refuse_batch_sums(model, x, world)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
     if is_batches(x) and kwargs.get("validation_split"):  # Keras' own rule, said before any process starts
@@ -110,6 +112,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     if world > 1:
         refuse_unshardable("x", x, world, batches=True)
         refuse_non_additive_metrics(model, x, y, world)
+        refuse_batch_sums(model, x, world)
         if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
             check_batches("x", x, world, train=False)
             return

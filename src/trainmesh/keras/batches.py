@@ -183,9 +183,12 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return _rank_batches()(value, range(rank, value.num_batches, world))
     if not train:  # in turn, not contiguous runs: validation_steps/steps=k reads the loader's first k * W batches
         return replace_batch_sampler(value, InterleavedBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
+    before = torch.get_rng_state()
     seed = runtime.broadcast(int(torch.randint(0, 2**31 - 1, ()).item()), 0)  # torch's generator: the user's seed
+    shuffle = is_split_by_sample(value) and type(value.sampler) is RandomSampler
+    if not shuffle:  # one process reads an unshuffled loader without drawing: its Dropout masks come next
+        torch.set_rng_state(before)
     if is_split_by_sample(value):
-        shuffle = type(value.sampler) is RandomSampler
         samples = SampleShard(len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
         batches = value.batch_sampler
         return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))

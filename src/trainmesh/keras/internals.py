@@ -29,14 +29,17 @@ def _calls(function: Any, name: str) -> bool:
 def missing() -> list[str]:
     """Each internal that the installed Keras lacks, with what relies on it (empty: all there)."""
     keras = require_keras()
+    from keras.src import backend as keras_backend
     from keras.src.backend.torch.trainer import TorchTrainer
     from keras.src.layers.layer import Layer
+    from keras.src.layers.normalization.batch_normalization import BatchNormalization
     from keras.src.optimizers.base_optimizer import BaseOptimizer
 
     gone = []
     for owner, name, needed_by in (
         (TorchTrainer, "_get_metrics_result_or_logs", "the metric sums (sync.py)"),
         (Layer, "_flatten_layers", "the BatchNormalization averages (sync.py)"),
+        (BatchNormalization, "_moments", "the global batch's moments in training steps (batch_statistics.py)"),
         (BaseOptimizer, "add_variable_from_reference", "zero1's optimizer slots (zero.py)"),
         (BaseOptimizer, "finalize_variable_values", "zero1's gather at fit's end (zero.py)"),
         (keras.callbacks.ModelCheckpoint, "_should_save_on_batch", "zero1's gather before a save (zero.py)"),
@@ -52,6 +55,9 @@ def missing() -> list[str]:
     ):
         if not _calls(getattr(TorchTrainer, method), name):
             gone.append(f"TorchTrainer.{method} no longer uses {name} ({needed_by})")
+    for name in ("normal", "uniform", "randint", "truncated_normal", "dropout"):
+        if not callable(getattr(keras_backend.random, name, None)):
+            gone.append(f"keras.src.backend.random.{name} (a step's draws at the global batch, draws.py)")
     from trainmesh.keras.optimizers import keras_classes_with_apply
 
     routed = keras_classes_with_apply()

@@ -15,9 +15,12 @@ optimizer classes (optimizers.py):
   and of each evaluation, before the logs reach History and the callbacks. Every metric's state
   variables (totals, counts, confusion counts) are summed across processes there, so each
   process reads the metrics of all the data; at a training epoch's end the BatchNormalization
-  moving statistics are averaged too, before validation and before any callback saves. When Keras
-  keeps the step's own returned dict instead, each entry is made its value over all processes
-  (step_logs.py).
+  moving statistics are averaged too, before validation and before any callback saves (within a
+  training step each layer normalises with the global batch's moments, batch_statistics.py, so they
+  are the same on every process already). When Keras keeps the step's own returned dict instead,
+  each entry is made its value over all processes (step_logs.py).
+- Keras' random functions, within a step: a batch-shaped draw gives each process its rows of what one
+  process draws at the global batch (draws.py).
 
 ``SyncCallback`` (last in the callback list) broadcasts rank 0's variables when training begins
 and makes a stop asked for by any process (``model.stop_training``) a stop in every process.
@@ -34,8 +37,10 @@ import torch
 
 from trainmesh.keras import step_logs, step_means
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
+from trainmesh.keras.draws import EVALUATING_BATCHES, StepRows, at_the_global_batch, plan_sizes
 from trainmesh.keras.optimizers import every_apply_through, own_overrides, refuse_own_apply, refuse_unaveraged_step
 from trainmesh.runtime import Runtime
 
@@ -64,6 +69,8 @@ class SyncState:
         # step): a process whose batch is 1 sample cannot tell that from a Mean of samples by itself
         self.once_per_step: dict[int, bool] = {}
         self.learned_means = False  # a step of more than one sample has run: once_per_step is settled
+        self.rows = StepRows(runtime)  # the running step's rows of the global batch, for random draws (draws.py)
+        self.train_blocks = False  # training reads a split PyDataset: the processes' batches are blocks of one
 
     @property
     def world(self) -> int:
@@ -202,12 +209,26 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
         _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
     try:
-        with every_apply_through(apply):
+        moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
+        with every_apply_through(apply), at_the_global_batch(state.rows), moments:
             yield
     finally:
         optimizer.__dict__.pop("finalize_variable_values", None)
         for name in shadows:
             model.__dict__.pop(name, None)
+
+
+def begin_rows(state: SyncState, plan: TrainPlan | None, step: int, *, training: bool) -> None:
+    """Where this process's batch of the step beginning sits in the global batch (draws.py): split arrays
+    give every process's size; a PyDataset's or a DataLoader's training sizes are summed at the step's
+    first draw (every process takes every training step); their evaluation's refuse batch-shaped draws."""
+    if plan is not None:
+        sizes = plan_sizes(plan.shares, plan.batch_size, step % plan.steps)
+        state.rows.begin(state.last_batch, sizes, blocks=False)
+    elif training:
+        state.rows.begin(state.last_batch, None, blocks=state.train_blocks)
+    else:
+        state.rows.begin(state.last_batch, None, blocks=True, refusal=EVALUATING_BATCHES)
 
 
 def run_step(  # noqa: PLR0913 -- the step, and where it stands
@@ -234,7 +255,11 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
     learn = state.world > 1 and not state.learned_means  # the first full step tells which Means count steps
     before = step_means.snapshot(model) if uneven or read or learn else []
     state.global_read = None
-    logs = keras_step(data)
+    begin_rows(state, plan, step, training=training)
+    try:
+        logs = keras_step(data)
+    finally:
+        state.rows.end()
     step_means.learn_once_per_step(before, state.last_batch, state.once_per_step)
     state.learned_means = state.learned_means or state.last_batch > 1  # no snapshot per step after it
     total = plan.global_batch(step) if plan is not None else state.global_read if training else None

@@ -21,10 +21,19 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batches import epoch_setter, is_batches, split_batches, split_for_prediction
+from trainmesh.keras.batches import epoch_setter, is_batches, is_py_dataset, split_batches, split_for_prediction
 from trainmesh.keras.callbacks import for_rank
-from trainmesh.keras.data import concatenate, evaluation_plan, interleave, num_samples, plan_training, shard
-from trainmesh.keras.preemption import KerasPreemption
+from trainmesh.keras.data import (
+    concatenate,
+    evaluation_plan,
+    interleave,
+    num_samples,
+    plan_training,
+    shard,
+    share_sizes,
+)
+from trainmesh.keras.draws import StepRows, predicting
+from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.step_means import readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
@@ -69,7 +78,9 @@ def fit(
     if runtime.capabilities.shards_optimizer_state:
         zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
-    values = arguments.variable_values(model)
+    # torch's, numpy's and Python's generators too: a spawned worker has not run the program's seeding, and
+    # an unseeded Dropout draws its masks from torch's generator (draws.py)
+    values = (arguments.variable_values(model), random_states())
     call = next(_FIT_CALLS)
     result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call)
     return arguments.adopt_fit(model, result)
@@ -87,10 +98,11 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
 
 
 def _fit(
-    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: list[Any], call: int
+    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: tuple[Any, ...], call: int
 ) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
-    arguments.assign_values(model.variables, values)
+    arguments.assign_values(model.variables, values[0])
+    set_random_states(values[1])
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     whole = x  # what names the fit for preemption (the same on every process)
@@ -108,6 +120,7 @@ def _fit(
         x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
+    state.train_blocks = is_py_dataset(whole)
     given = kwargs.get("callbacks")
     state.batch_logs, test_reads = readers_over_processes(runtime, given)  # alike on every process
     if validation is not None:
@@ -234,7 +247,9 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     batched = is_batches(x)
     if batched and world > 1:  # each process predicts its run of the first steps * W batches, all of it
         x = split_for_prediction(x, runtime, kwargs.pop("steps", None))
-    outputs = model.predict(x if batched else shard(x, rank, world), **kwargs)
+    shares = None if batched or world == 1 else tuple(share_sizes(num_samples(x), world))
+    with predicting(model, StepRows(runtime), shares, kwargs.get("batch_size") or 32):
+        outputs = model.predict(x if batched else shard(x, rank, world), **kwargs)
     if world == 1:
         return outputs
     require_keras()

@@ -16,10 +16,14 @@ script as ``__mp_main__``); one defined inside a function, or in a ``__main__`` 
 from __future__ import annotations
 
 import pickle
+import random
 import sys
 import types
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
+import torch
 
 from trainmesh.keras.backend import is_keras_object, require_keras
 
@@ -33,7 +37,30 @@ class Travelling:
 
     def __reduce__(self) -> tuple[Any, ...]:
         objects = own_objects(self.model)
-        return (_arrive, (objects, pickle.dumps(self.model)))
+        data = pickle.dumps(self.model)
+        _check_rebuilds(objects, data)
+        return (_arrive, (objects, data))
+
+
+def _check_rebuilds(objects: dict[str, Any], data: bytes) -> None:
+    """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
+    cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
+    config's other entries) is refused before any process starts, not in every worker after it. The
+    generators a rebuild draws seeds from are left as they were."""
+    generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        _arrive(objects, data)
+    except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
+        raise ValueError(
+            "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
+            f"rebuilding it fails ({type(err).__name__}: {err}). Give each class of your own a get_config() "
+            "whose entries its __init__ takes (with **kwargs for Keras' own: name, trainable, dtype), or use "
+            "strategy='ddp_fork' or 'ddp', which start the processes without pickling the model"
+        ) from None
+    finally:
+        torch.set_rng_state(generators[0])
+        np.random.set_state(generators[1])
+        random.setstate(generators[2])
 
 
 def _arrive(objects: dict[str, Any], data: bytes) -> Travelling:

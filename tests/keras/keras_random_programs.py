@@ -1,0 +1,263 @@
+"""Keras programs drawing random numbers in their steps, and adding losses, for test_keras_random_draws.py:
+each under Keras' own fit at the global batch (2 x 16) in the test process and under trainmesh.keras' ddp at 2
+processes of 16 (one leg of the Keras programs' shared launch: keras_batch.py).
+
+python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R}
+
+- ``dropout``: a Sequential with ``GaussianNoise``, ``Dropout(0.5)`` (unseeded: Keras draws its mask from
+  torch's generator) and ``Dropout(0.3, seed=7)`` (a SeedGenerator), arrays of 106 samples (the last global batch 8 + 7),
+  ``validation_split``; ``dropout_loader`` the same on a DataLoader (split by sample), ``dropout_pydataset``
+  on a PyDataset (split by batch: the processes' batches are blocks of one process's).
+- ``drawing_step``: a ``train_step`` of its own drawing, as keras-io's GAN guide does, a batch of normal
+  noise (``keras.random.normal((batch, d), seed=self.seed_generator)``) and uniform label noise for two
+  stacked batch-sized parts (``keras.random.uniform((2 * batch, 1))``).
+- ``sampling``: a layer drawing ``keras.random.normal`` of its input's shape in ``call`` (a VAE's
+  ``Sampling``): in training, validation, ``evaluate`` (27 samples: 14 + 13) and ``predict``.
+- ``batch_sum_loss``: ``self.add_loss(ops.sum(inputs) * 0.1)`` in a layer (keras-io's
+  ``ActivityRegularizationLayer``): refused before training. ``batch_mean_loss``: the same as a mean.
+- ``categorical_step``: a step drawing ``keras.random.categorical`` of the batch's logits: refused at the draw.
+- ``sampling_predict_pydataset``: ``sampling``'s model predicting a PyDataset: refused at the draw.
+"""
+
+import faulthandler
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+from keras import ops  # noqa: E402
+
+SEED = 0
+BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
+
+
+def data(samples: int, features: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    x = rng.normal(size=(samples, features)).astype("float32")
+    return x, (x[:, :1] - 0.5 * x[:, 1:2] + 0.3 * rng.normal(size=(samples, 1))).astype("float32")
+
+
+def fresh() -> None:
+    keras.backend.clear_session(free_memory=False)
+    keras.utils.set_random_seed(SEED)
+
+
+class Rows(keras.utils.PyDataset):
+    def __init__(self, x, y, batch, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.y, self.batch = x, y, batch
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch)
+
+    def __getitem__(self, index):
+        part = slice(index * self.batch, (index + 1) * self.batch)
+        return self.x[part], self.y[part]
+
+
+def dropout_model() -> keras.Model:
+    fresh()
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.GaussianNoise(0.1, seed=3),  # draws keras.random.normal(shape=...) by keyword
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dropout(0.3, seed=7),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
+    return model
+
+
+def dropout(batch: int, feed: str = "arrays") -> dict:
+    model = dropout_model()
+    x, y = data(106)
+    if feed == "arrays":
+        fit = {"x": x, "y": y, "batch_size": batch, "validation_split": 0.25, "shuffle": False}
+    elif feed == "loader":  # 96 samples: 3 batches of 16 per process (the loader is split by sample)
+        dataset = torch.utils.data.TensorDataset(torch.from_numpy(x[:93]), torch.from_numpy(y[:93]))
+        fit = {"x": torch.utils.data.DataLoader(dataset, batch_size=batch)}
+    else:  # the last global batch 16 + 14
+        fit = {"x": Rows(x[:94], y[:94], batch)}
+    return {"model": model, "fit": {**fit, "epochs": 2}}
+
+
+class DrawingStep(keras.Model):
+    """A train_step of its own drawing batch-shaped noise from its SeedGenerator, as the GAN guide does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.body = keras.layers.Dense(8, activation="tanh")
+        self.head = keras.layers.Dense(1)
+        self.seed_generator = keras.random.SeedGenerator(1337)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    def call(self, x):
+        return self.head(self.body(x))
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def train_step(self, data):
+        x, y = data
+        batch = x.shape[0]
+        noisy = x + 0.1 * keras.random.normal((batch, x.shape[1]), seed=self.seed_generator)
+        targets = torch.concat([y, y], axis=0)
+        targets = targets + 0.05 * keras.random.uniform(targets.shape, seed=self.seed_generator)
+        self.zero_grad()
+        loss = self.compute_loss(y=targets, y_pred=torch.concat([self(noisy), self(x)], axis=0))
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+
+def drawing_step(batch: int) -> dict:
+    fresh()
+    model = DrawingStep()
+    model(np.zeros((1, 6), "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    x, y = data(106)
+    return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
+
+
+class Sampling(keras.layers.Layer):
+    """z = mean + exp(log_var / 2) * epsilon, epsilon drawn in every call (a VAE's sampling layer)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator(1337)
+
+    def call(self, inputs):
+        mean, log_var = inputs
+        epsilon = keras.random.normal(ops.shape(mean), seed=self.seed_generator)
+        return mean + ops.exp(0.5 * log_var) * epsilon
+
+
+def sampling_model() -> keras.Model:
+    fresh()
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    z = Sampling()([keras.layers.Dense(2)(hidden), keras.layers.Dense(2)(hidden)])
+    model = keras.Model(inputs, keras.layers.Dense(1)(z))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    return model
+
+
+def sampling(batch: int) -> dict:
+    x, y = data(133)
+    fit = {"x": x[:106], "y": y[:106], "batch_size": batch, "epochs": 2, "shuffle": False, "validation_split": 0.25}
+    return {
+        "model": sampling_model(),
+        "fit": fit,
+        "evaluate": {"x": x[106:], "y": y[106:], "batch_size": batch},
+        "predict": {"x": x[106:], "batch_size": batch},
+    }
+
+
+class AddedLoss(keras.layers.Layer):
+    def __init__(self, reduce="sum", **kwargs):
+        super().__init__(**kwargs)
+        self.reduce = reduce
+
+    def call(self, inputs):
+        reduced = ops.sum(inputs) if self.reduce == "sum" else ops.mean(ops.sum(inputs, axis=1))
+        self.add_loss(reduced * 0.01)
+        return inputs
+
+
+def added_loss(batch: int, reduce: str = "sum") -> dict:
+    fresh()
+    inputs = keras.Input((6,))
+    hidden = AddedLoss(reduce)(keras.layers.Dense(8, activation="relu")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    x, y = data(96)
+    return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
+
+
+class CategoricalStep(keras.Sequential):
+    def train_step(self, data):
+        x, y = data
+        keras.random.categorical(ops.zeros((x.shape[0], 3)), 1, seed=3)  # a draw per sample of the batch
+        return super().train_step(data)
+
+
+def categorical_step(batch: int) -> dict:
+    fresh()
+    model = CategoricalStep([keras.Input((6,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = data(64)
+    return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 1, "shuffle": False}}
+
+
+def sampling_predict_pydataset(batch: int) -> dict:
+    x, y = data(64)
+    return {"model": sampling_model(), "predict": {"x": Rows(x, y, batch)}}
+
+
+PROGRAMS = {
+    "dropout": dropout,
+    "dropout_loader": lambda batch: dropout(batch, "loader"),
+    "dropout_pydataset": lambda batch: dropout(batch, "pydataset"),
+    "drawing_step": drawing_step,
+    "sampling": sampling,
+    "batch_sum_loss": added_loss,
+    "batch_mean_loss": lambda batch: added_loss(batch, "mean"),
+    "categorical_step": categorical_step,
+    "sampling_predict_pydataset": sampling_predict_pydataset,
+}
+
+
+def run(name: str, batch: int, distributed: bool) -> dict:
+    """The program under Keras' own methods (one process) or trainmesh.keras' (ddp, 2 processes): History,
+    every variable (seed generators' states included), the optimizer's state, evaluate and predict, and
+    torch's generator state after it all."""
+    import trainmesh.keras as tk
+
+    program = PROGRAMS[name](batch)
+    model = program["model"]
+    launch = {"strategy": "ddp", "devices": 2} if distributed else {}
+    result: dict = {}
+    if "fit" in program:
+        fit = tk.fit if distributed else lambda m, **k: m.fit(**k)
+        result["history"] = fit(model, verbose=0, **launch, **program["fit"]).history
+        result["optimizer"] = [np.array(v.numpy()) for v in model.optimizer.variables]
+    if "evaluate" in program:
+        evaluate = tk.evaluate if distributed else lambda m, **k: m.evaluate(**k)
+        result["evaluate"] = evaluate(model, verbose=0, return_dict=True, **launch, **program["evaluate"])
+    if "predict" in program:
+        predict = tk.predict if distributed else lambda m, **k: m.predict(**k)
+        result["predict"] = np.asarray(predict(model, verbose=0, **launch, **program["predict"]))
+    result["variables"] = [np.array(v.numpy()) for v in model.variables]
+    result["generator"] = torch.get_rng_state().numpy()
+    return result
+
+
+def run_ddp(out: str) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    for name in PROGRAMS:
+        try:
+            result = run(name, BATCH, distributed=True)
+        except (ValueError, TypeError, RuntimeError) as error:  # a refusal: the next programs still run
+            result = {"error": f"{type(error).__name__}: {error}"}
+        torch.save(result, os.path.join(out, f"{name}.rank{rank}"))
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
+    {"ddp": run_ddp}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,100 @@
+"""Random draws in a step and added losses under 2 processes, against Keras' own fit at the global batch
+(keras_random_programs.py; the ddp runs are one leg of the Keras programs' shared launch: conftest.py).
+
+Before draws.py, every process drew the same numbers for its half of each global batch (the first rows of
+what one process draws): a Dropout classifier, a train_step drawing noise as keras-io's GAN guide does and a
+VAE-style sampling layer trained and evaluated apart from one process, silently, while the ranks agreed.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
+)
+
+TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of one batch
+SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampling", "batch_mean_loss"]
+
+
+@pytest.fixture(scope="module")
+def ddp(keras_ddp_programs) -> Path:
+    return keras_ddp_programs("keras_random_programs")
+
+
+def ranks(root: Path, name: str) -> tuple[dict, dict]:
+    return tuple(torch.load(root / f"{name}.rank{r}", weights_only=False) for r in (0, 1))  # type: ignore[return-value]
+
+
+def largest_difference(a, b) -> float:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return max([largest_difference(a[k], b[k]) for k in a], default=0.0)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b), (a, b)
+        return max([largest_difference(x, y) for x, y in zip(a, b, strict=True)], default=0.0)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape
+    return float(np.abs(a - b).max()) if a.size else 0.0
+
+
+@pytest.mark.parametrize("name", SAME)
+def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
+    """History, every variable (SeedGenerator states included), the optimizer's state, evaluate and predict
+    within TOLERANCE of Keras' own run at the global batch, the ranks bit-identical, and torch's generator
+    where one process leaves it (an unseeded Dropout draws from it)."""
+    import keras_random_programs as programs
+
+    zero, one = ranks(ddp, name)
+    assert "error" not in zero, zero.get("error")
+    assert largest_difference(zero, one) == 0.0
+    expected = programs.run(name, 2 * programs.BATCH, distributed=False)
+    assert expected.keys() == zero.keys()
+    for key in expected:
+        assert largest_difference(expected[key], zero[key]) < TOLERANCE, key
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("batch_sum_loss", ("add_loss", "a sum over the samples", "ops.mean")),
+        ("categorical_step", ("keras.random.categorical", "batch-shaped", "pass it with the data")),
+        ("sampling_predict_pydataset", ("keras.random.normal", "predicting a PyDataset or a DataLoader")),
+    ],
+)
+def test_what_no_rows_can_reproduce_is_refused_on_every_rank(ddp, name, parts):
+    """An added loss summed over the batch (keras-io's ActivityRegularizationLayer) is refused before any
+    process starts; a batch-shaped draw no rows of one process's draw reproduce, at the draw, before
+    anything is updated; on both ranks, with the reason."""
+    zero, one = ranks(ddp, name)
+    assert "error" in zero and zero["error"] == one["error"], zero
+    for part in parts:
+        assert part in zero["error"], zero["error"]
+
+
+def test_the_added_loss_probe_leaves_the_model_as_it_was():
+    """The probe calls the model three times (two samples, then each alone): every variable, a drawing
+    layer's SeedGenerator state included, and torch's generator are as before it; one process: no probe."""
+    import keras_random_programs as programs
+
+    from trainmesh.keras.added_losses import refuse_batch_sums
+
+    model = programs.sampling_model()
+    x, _ = programs.data(8)
+    before = [np.array(v.numpy()) for v in model.variables]
+    generator = torch.get_rng_state()
+    refuse_batch_sums(model, x, world=2)  # its added losses: none
+    summed = programs.added_loss(16)["model"]
+    refuse_batch_sums(summed, x, world=1)
+    with pytest.raises(ValueError, match="a sum over the samples"):
+        refuse_batch_sums(summed, x, world=2)
+    assert all(np.array_equal(a, np.array(v.numpy())) for a, v in zip(before, model.variables, strict=True))
+    assert torch.equal(generator, torch.get_rng_state())
