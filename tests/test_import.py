@@ -101,7 +101,62 @@ NOT_WITH_THE_TRAINER = (
     "trainmesh.tuner",
     "trainmesh.launchers.elastic",
     "trainmesh.launchers.spawn",
+    # Issue 38 (import time): what only some runs use, imported where it is used.
+    *(
+        "trainmesh.checkpoint.distributed",  # DCP's reader and writer: a sharded checkpoint's
+        "trainmesh.checkpoint.shard_digest",
+        "trainmesh.plugins",  # Trainer(plugins=...)
+        "trainmesh.strategies.pipeline_cut",  # a model built on the meta device
+        "trainmesh.strategies.stand_ins",
+        "trainmesh.strategies.gradients",
+        "trainmesh.supervision.stall_report",  # the watchdog's verdict: once a watch starts
+        "trainmesh.supervision.call_site",  # several processes only
+        "trainmesh.supervision.departure_report",
+        "trainmesh.supervision.stop_agreement",
+        "trainmesh.trainer.lightning1.optimizer_turns",  # Lightning 1.x's runners: when a fit starts
+        "trainmesh.trainer.lightning1.tbptt",
+        "trainmesh.trainer.lightning1.tune",
+        "trainmesh.trainer.lightning1.argparse_arguments",
+        "trainmesh.utilities.argparse",
+        "trainmesh.utilities.parsing",
+        "trainmesh.trainer.loop_views",  # trainer.fit_loop and the like
+        "trainmesh.callbacks.progress",  # with the bar itself
+        "trainmesh.callbacks.finders",
+        "trainmesh.utilities.combined_loader",
+        "trainmesh.trainer.worker_outcome",  # a spawned worker's report
+        "trainmesh.utilities.distributed_samplers",
+        "trainmesh.accelerator_types",
+    ),
 )
+# What a default `tm.Trainer()` must not import either (issue 38): the constructor builds the
+# strategy, the default callbacks and the logger it uses, nothing only another run uses.
+NOT_IN_A_PLAIN_FIT = (  # what a one-device fit without them does not import either (issue 38)
+    "trainmesh.checkpoint.distributed",
+    "trainmesh.plugins",
+    "trainmesh.strategies.pipeline_cut",
+    "trainmesh.supervision.call_site",
+    "trainmesh.supervision.departure_report",
+    "trainmesh.supervision.stop_agreement",
+    "trainmesh.trainer.lightning1.tune",
+    "trainmesh.trainer.lightning1.argparse_arguments",
+    "trainmesh.utilities.argparse",  # with the DataModule's 1.x argparse classmethods
+    "trainmesh.utilities.parsing",
+    "trainmesh.datamodule",
+    "trainmesh.trainer.loop_views",
+    "trainmesh.callbacks.finders",
+    "trainmesh.callbacks.early_stopping",
+    "trainmesh.utilities.combined_loader",
+    "trainmesh.utilities.distributed_samplers",
+    "trainmesh.accelerator_types",  # accelerator="auto": a string
+    "trainmesh.trainer.worker_outcome",
+    "trainmesh.loggers.mlflow",
+    "trainmesh.loggers.wandb",
+)
+NOT_WITH_A_DEFAULT_TRAINER = tuple(
+    name
+    for name in NOT_WITH_THE_TRAINER
+    if name not in ("trainmesh.callbacks.progress", "trainmesh.strategies.gradients")  # the bar; clipping
+) + ("trainmesh.loggers.mlflow", "trainmesh.loggers.wandb")
 _STAGES = """
 import json, sys
 def modules():
@@ -111,6 +166,22 @@ seen = {}
 import trainmesh as tm
 tm.Trainer
 seen['trainer'] = modules()
+tm.Trainer()
+seen['constructed'] = modules()
+import tempfile, torch
+class Net(tm.Module):  # a plain fit: one device, a loss logged, the default callbacks and logger
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log('loss', loss)
+        return loss
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)), batch_size=2)
+tm.Trainer(max_steps=1, default_root_dir=tempfile.mkdtemp(), enable_model_summary=False, log_every_n_steps=1).fit(Net(), loader)
+seen['fit'] = modules()
 from trainmesh.strategies import Placement, build_strategy
 seen['single'] = (type(build_strategy('single', Placement('cpu', (0,)))).__name__, modules())
 seen['ddp'] = (type(build_strategy('ddp', Placement('cpu', (0, 1)))).__name__, modules())
@@ -125,12 +196,22 @@ print(json.dumps(seen))
 @pytest.fixture(scope="module")
 def modules_by_stage() -> dict:
     # A fresh interpreter (one for every check below), as modules_after_import.
-    return json.loads(_fresh(_STAGES).stdout)
+    return json.loads(_fresh(_STAGES).stdout.splitlines()[-1])  # the last line: the fit's bar prints before it
 
 
 @pytest.mark.parametrize("module", NOT_WITH_THE_TRAINER)
 def test_the_trainer_does_not_import(module, modules_by_stage):
     assert module not in modules_by_stage["trainer"], f"tm.Trainer imports {module}; import it where it is used"
+
+
+@pytest.mark.parametrize("module", NOT_WITH_A_DEFAULT_TRAINER)
+def test_a_default_trainer_does_not_import(module, modules_by_stage):
+    assert module not in modules_by_stage["constructed"], f"tm.Trainer() imports {module}; import it where it is used"
+
+
+@pytest.mark.parametrize("module", NOT_IN_A_PLAIN_FIT)
+def test_a_plain_fit_does_not_import(module, modules_by_stage):
+    assert module not in modules_by_stage["fit"], f"a plain fit imports {module}; import it where it is used"
 
 
 def test_a_named_strategy_imports_its_own_module_only(modules_by_stage):

@@ -99,6 +99,7 @@ COVERED_BY: dict[str, list[str]] = {
     "checkpoint/cleanup.py": ["checkpoint/test_kill_during_save.py"],
     "checkpoint/compat.py": ["trainer/test_bad_input.py", "strategies/test_fsdp.py"],
     "checkpoint/distributed.py": ["strategies/test_fsdp.py", "strategies/test_pipeline.py"],
+    "checkpoint/layout.py": ["strategies/test_fsdp.py", "checkpoint/test_distributed_pieces.py"],
     "checkpoint/formats.py": ["checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/io.py": ["checkpoint/test_kill_during_save.py", "checkpoint/test_corrupt_checkpoints.py"],
     "checkpoint/load_checks.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],

@@ -4,26 +4,55 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.accelerator_types import (
-    Accelerator,
-    CPUAccelerator,
-    CUDAAccelerator,
-    HPUAccelerator,
-    IPUAccelerator,
-    MPSAccelerator,
-    TPUAccelerator,
-    XLAAccelerator,
-    accelerator_name,
-    call_register_accelerators,
-    find_usable_cuda_devices,
-)
+from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.suggestions import did_you_mean
 
-# Lightning's accelerator names (lightning.pytorch.accelerators), defined in accelerator_types.py.
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and the import graph's checks
+    from trainmesh.accelerator_types import (
+        Accelerator,
+        CPUAccelerator,
+        CUDAAccelerator,
+        HPUAccelerator,
+        IPUAccelerator,
+        MPSAccelerator,
+        TPUAccelerator,
+        XLAAccelerator,
+        call_register_accelerators,
+        find_usable_cuda_devices,
+    )
+
+# Lightning's accelerator names (lightning.pytorch.accelerators), defined in accelerator_types.py and
+# imported on first use (PEP 562): a run given accelerator="cpu" (a string) does not import them.
+_LAZY = {
+    name: ("trainmesh.accelerator_types", name)
+    for name in (
+        "Accelerator",
+        "CPUAccelerator",
+        "CUDAAccelerator",
+        "HPUAccelerator",
+        "IPUAccelerator",
+        "MPSAccelerator",
+        "TPUAccelerator",
+        "XLAAccelerator",
+        "call_register_accelerators",
+        "find_usable_cuda_devices",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, globals(), _LAZY, name, submodules=False)
+
+
+def __dir__() -> list[str]:
+    return lazy_dir(globals(), _LAZY)
+
+
 __all__ = [
     "Accelerator",
     "CPUAccelerator",
@@ -52,7 +81,10 @@ _OTHER_HARDWARE = {
 def resolve_accelerator(accelerator: str | Accelerator) -> str:
     """ "auto" picks cuda, then mps, then cpu; "gpu" means cuda; an Accelerator object stands for
     its device type (accelerator_types.py). Returns a torch device type."""
-    accelerator = accelerator_name(accelerator)
+    if not isinstance(accelerator, str):  # an Accelerator object: its class's module is imported already
+        from trainmesh.accelerator_types import accelerator_name
+
+        accelerator = accelerator_name(accelerator)
     if isinstance(accelerator, str) and accelerator.lower() in _OTHER_HARDWARE:
         raise ValueError(
             f"accelerator={accelerator!r} is Lightning's, but {_OTHER_HARDWARE[accelerator.lower()]} are not supported "

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.attribute_dict import AttributeDict
-from trainmesh.utilities.parsing import collect_init_args
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
@@ -57,6 +56,8 @@ class HyperparametersMixin:
             # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
             # (the arguments of the constructors up the calling chain, as Lightning collects them, so that a
             # helper method of __init__ calling this still finds the __init__ argument)
+            from trainmesh.utilities.parsing import collect_init_args  # only for a dict or Namespace given
+
             caller = frame or inspect.currentframe().f_back  # type: ignore[union-attr]
             arguments: dict[str, Any] = {}
             for local in collect_init_args(caller, [], classes=(HyperparametersMixin,)) if caller else ():

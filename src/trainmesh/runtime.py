@@ -30,7 +30,6 @@ from trainmesh.seed import SeedSettings, env_seed, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
-from trainmesh.strategies.gradients import divide_by_global_tokens
 from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
@@ -336,6 +335,8 @@ class Runtime:
 
         >>> runtime.normalize_gradients(model, runtime.train_step(model, batch, 0).num_tokens)  # doctest: +SKIP
         """
+        from trainmesh.strategies.gradients import divide_by_global_tokens  # only a token-averaged loss's
+
         return divide_by_global_tokens(self.mesh, model.parameters(), num_tokens, loss_sum)
 
     # ---- collectives ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from torch import nn
 from trainmesh.precision import Precision
 from trainmesh.strategies import collectives
 from trainmesh.strategies.protocol import Strategy
-from trainmesh.utilities.distributed_samplers import is_padding
+from trainmesh.utilities.collections import is_padding
 
 
 class _Host(Protocol):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
+from trainmesh.utilities.lazy import is_instance, lazy_attribute, lazy_dir
 
 
 @pytest.fixture
@@ -47,6 +47,17 @@ def test_a_submodule_that_fails_its_own_import_says_why(package):
     # not "no attribute": the submodule exists, and what it could not import is the reason to show
     with pytest.raises(ModuleNotFoundError, match="no_such_module_anywhere"):
         lazy_attribute(package, {}, {}, "broken")
+
+
+def test_is_instance_answers_without_importing_a_module_that_was_never_imported(package, tmp_path):
+    (tmp_path / "pkg" / "c.py").write_text("class C: ...\nclass D: ...\nclass E(C): ...\n")
+    assert not is_instance(object(), "pkg.c", "C")  # never imported: no instance can exist
+    assert "pkg.c" not in sys.modules
+    import pkg.c
+
+    assert is_instance(pkg.c.E(), "pkg.c", "C")  # a subclass's instance, as isinstance
+    assert is_instance(pkg.c.D(), "pkg.c", "C", "D")  # any of several names
+    assert not is_instance(pkg.c.D(), "pkg.c", "C")
 
 
 def test_dir_lists_what_is_imported_and_what_would_be():

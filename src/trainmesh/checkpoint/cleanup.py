@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainmesh.checkpoint.distributed import readable_metadata
 from trainmesh.checkpoint.formats import UnreadableCheckpoint
 from trainmesh.checkpoint.io import TEMPORARY_NAME, delete_entry
 
@@ -52,6 +51,8 @@ def _finish_interrupted_swap(path: Path, entries: list[Path]) -> bool:
     retired = [p for p in entries if p.name.startswith(f".{target.name}.") and p.name.endswith(".old")]
     if match["kind"] != "tmp" or not path.is_dir() or os.path.lexists(target) or not retired:
         return False
+    from trainmesh.checkpoint.distributed import readable_metadata  # DCP's reader: only for a swap left half-done
+
     try:
         readable_metadata(path)
     except UnreadableCheckpoint:

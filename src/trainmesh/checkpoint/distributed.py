@@ -40,11 +40,11 @@ from trainmesh.checkpoint.io import (
     load_checkpoint_file,
     no_space_error,
 )
+from trainmesh.checkpoint.layout import METADATA_FILE as METADATA_FILE  # re-exported: the layout's names
+from trainmesh.checkpoint.layout import STATE_FILE as STATE_FILE
+from trainmesh.checkpoint.layout import is_distributed_checkpoint as is_distributed_checkpoint
 from trainmesh.checkpoint.marker import file_starts_with_marker
 from trainmesh.checkpoint.shard_digest import DIGEST_FILE, damaged_item, items_of, read_digests, write_digests
-
-STATE_FILE = "trainer_state.pt"  # the name predates the generic format; kept so existing directories load
-METADATA_FILE = ".metadata"
 
 # The state file's entry that records the sharded entries. Its value:
 #   {"version": 1, "entries": {KEY: {"stored_as": DCP_KEY, "list": BOOL}, ...}}
@@ -64,10 +64,6 @@ LEGACY_RECORD: dict[str, Any] = {
         "optimizer_states": {"stored_as": "optimizers", "list": True},
     },
 }
-
-
-def is_distributed_checkpoint(path: str | os.PathLike[str]) -> bool:
-    return Path(path).is_dir()
 
 
 def save_distributed(

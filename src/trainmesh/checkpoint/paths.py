@@ -22,9 +22,9 @@ import torch
 
 from trainmesh.checkpoint.cleanup import clean_stale_temporaries
 from trainmesh.checkpoint.digest import structure_problem
-from trainmesh.checkpoint.distributed import STATE_FILE, is_distributed_checkpoint, readable_metadata
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
 from trainmesh.checkpoint.io import TEMPORARY_NAME
+from trainmesh.checkpoint.layout import STATE_FILE, is_distributed_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +159,8 @@ def checkpoint_problem(path: str) -> str | None:
     never lacks one it should have: one without (older trainmesh, Lightning) is checked as before.
     """
     if is_distributed_checkpoint(path):
+        from trainmesh.checkpoint.distributed import readable_metadata  # DCP's reader: a directory only
+
         try:
             readable_metadata(Path(path))
         except UnreadableCheckpoint as exc:

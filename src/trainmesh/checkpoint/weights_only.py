@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from trainmesh.checkpoint.distributed import STATE_FILE
 from trainmesh.checkpoint.formats import file_problem
+from trainmesh.checkpoint.layout import STATE_FILE
 
 
 def check_weights_only(path: str | os.PathLike[str], weights_only: bool | None) -> None:

@@ -35,7 +35,6 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from trainmesh.checkpoint.distributed import save_distributed
 from trainmesh.checkpoint.io import atomic_save
 
 
@@ -49,6 +48,13 @@ class CheckpointWriter(Protocol):
     def after_save(self, action: Callable[[], None]) -> None: ...
 
 
+def _save_distributed(checkpoint: dict[str, Any], path: str, **options: Any) -> None:
+    # DCP's writer is imported by the first sharded save, not by every run that may save a file.
+    from trainmesh.checkpoint.distributed import save_distributed
+
+    save_distributed(checkpoint, path, **options)
+
+
 class SynchronousWriter:
     """Writes before returning (the default)."""
 
@@ -60,7 +66,7 @@ class SynchronousWriter:
     def write_distributed(
         self, checkpoint: dict[str, Any], path: str, *, rank: int, sharded_keys: Sequence[str]
     ) -> None:
-        save_distributed(checkpoint, path, rank=rank, sharded_keys=sharded_keys)
+        _save_distributed(checkpoint, path, rank=rank, sharded_keys=sharded_keys)
 
     def after_save(self, action: Callable[[], None]) -> None:
         action()
@@ -139,11 +145,11 @@ class AsyncCheckpointIO:
         self.wait()
         self._end_prestaging()
         if not self._open:
-            save_distributed(checkpoint, path, rank=rank, sharded_keys=sharded_keys)
+            _save_distributed(checkpoint, path, rank=rank, sharded_keys=sharded_keys)
             return
         group = self._checkpoint_group()
         staged = self._stage(checkpoint)
-        save = functools.partial(save_distributed, staged, path, rank=rank, sharded_keys=sharded_keys)
+        save = functools.partial(_save_distributed, staged, path, rank=rank, sharded_keys=sharded_keys)
         self._submit(functools.partial(save, process_group=group), path)
 
     def after_save(self, action: Callable[[], None]) -> None:

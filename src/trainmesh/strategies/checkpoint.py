@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh.checkpoint.distributed import is_distributed_checkpoint, load_distributed, templates_for
 from trainmesh.checkpoint.io import load_checkpoint_file
 from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.layout import is_distributed_checkpoint
 from trainmesh.utilities.dtensors import is_dtensor
 
 
@@ -199,6 +199,8 @@ def load(
     """A checkpoint file, or a distributed checkpoint loaded into state shaped like this run's
     (``part_of_model``: this process holds some of the model's layers, a pipeline stage)."""
     if is_distributed_checkpoint(path):
+        from trainmesh.checkpoint.distributed import load_distributed, templates_for  # DCP's reader: a directory
+
         assert module is not None, "load a distributed checkpoint after setup_module"
         return load_distributed(
             path,

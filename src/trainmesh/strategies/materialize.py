@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import torch
 from torch import nn
 
-from trainmesh.strategies.pipeline_cut import pipeline_parts, whole_model_on_meta
-from trainmesh.strategies.stand_ins import CannotReplay, StandIns, empty_stand_in
 from trainmesh.utilities.dtensors import is_dtensor
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
+
+    from trainmesh.strategies.stand_ins import StandIns
 
 
 def materialize(module: nn.Module, device: torch.device) -> None:
@@ -53,6 +53,11 @@ def materialize(module: nn.Module, device: torch.device) -> None:
     Raises ``ValueError`` naming every parameter or buffer that no initialiser wrote: left
     alone, it would hold whatever the allocator found in memory.
     """
+    # Imported here: only a model built on the meta device is materialised (the Runtime imports
+    # this module for builds_on_meta and refuse_meta_tensors on every run).
+    from trainmesh.strategies.pipeline_cut import whole_model_on_meta
+    from trainmesh.strategies.stand_ins import CannotReplay
+
     ties = _tied_slots(module)
     module.to_empty(device=device)
     for first, *others in ties:  # to_empty gives each registration its own tensor: tie them again
@@ -113,6 +118,8 @@ def _by_part(
     """Each module with its initialiser; but the initialisers of a part another pipeline stage
     holds (on meta) together, on that part: its tensors stay whole between them (a parent may
     read what a child's initialiser drew), then are thrown away."""
+    from trainmesh.strategies.pipeline_cut import pipeline_parts
+
     replaying = any(t.is_meta for t in module.parameters())  # parts of other stages are back
     parts = [module.get_submodule(name) for name in (pipeline_parts(module) if replaying else [])]
     owner = {id(inner): part for part in parts if any(t.is_meta for t in part.parameters()) for inner in part.modules()}
@@ -234,6 +241,8 @@ def _run_on_full_tensors(
     """Run ``initialisers`` with every sharded tensor of ``submodule`` swapped for a whole one,
     then keep this rank's shard of each tensor they wrote. ``lazy``: the whole ones hold memory
     only while used (stand_ins.py), for initialisers that may touch any tensor of a large module."""
+    from trainmesh.strategies.stand_ins import StandIns
+
     stand_ins = StandIns(_keep_local_shard) if lazy else None
     shared = {id(tensor): group for group, tensor in _tied_groups(submodule)}  # before the swap hides them
     swapped = _swap_in_stand_ins(submodule, written, stand_ins, shared, device)
@@ -272,6 +281,8 @@ def _swap_in_stand_ins(
 ) -> list[tuple[_Slot, torch.Tensor, int]]:
     """Register a whole stand-in in place of each sharded tensor (under each of its names:
     ``shared``, the tied ones); (slot, tensor now, its version)."""
+    from trainmesh.strategies.stand_ins import empty_stand_in
+
     swapped: list[tuple[_Slot, torch.Tensor, int]] = []
     for slot in list(_slots(submodule)):  # listed first: the loop swaps what _slots would read
         live = slot.tensor

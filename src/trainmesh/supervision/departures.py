@@ -27,14 +27,14 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from trainmesh.supervision.call_site import call_site, thread_frames
-from trainmesh.supervision.departure_report import Departure, Waiting, departure_message, groups_ahead
-from trainmesh.supervision.stall_report import EXIT_STATUS, collectives_issued
 from trainmesh.supervision.watchdog import answer_grace, end_process, poll_interval, record_for_agent
+
+if TYPE_CHECKING:
+    from trainmesh.supervision.departure_report import Departure, Waiting
 
 LEAVE_TIMEOUT = 60.0  # seconds a rank waits at the teardown for the others before it leaves alone
 _STORE_TIMEOUT = timedelta(seconds=10)
@@ -103,6 +103,11 @@ def leave_together(*, timeout: float = LEAVE_TIMEOUT) -> list[int]:
     channel = _Channel.open(leave)
     if channel is None:
         return []
+    # The reports' modules: imported only where there are other ranks to tell (a channel).
+    from trainmesh.supervision.call_site import call_site, thread_frames
+    from trainmesh.supervision.departure_report import Departure
+    from trainmesh.supervision.stall_report import collectives_issued
+
     mine = collectives_issued()  # before this teardown's own calls
     site = call_site(thread_frames(threading.get_ident()))
     where = site.user.place if site.user is not None else ""
@@ -177,6 +182,10 @@ class DepartureWatch:
     left will never join (see the module's docstring)."""
 
     def __init__(self, channel: _Channel, group: Any, *, timeout: float) -> None:
+        # What the thread reports with, imported here (by the thread that arms the watch), not by
+        # the watch's thread while the main thread may be inside an import.
+        from trainmesh.supervision import call_site, departure_report, stall_report  # noqa: F401
+
         self.channel, self.group, self.timeout = channel, group, timeout
         self._stopping = threading.Event()
         self._main = threading.main_thread().ident or 0
@@ -193,6 +202,9 @@ class DepartureWatch:
             self._thread.join(timeout=_STORE_TIMEOUT.total_seconds())
 
     def _watch(self) -> None:
+        from trainmesh.supervision.departure_report import Departure, groups_ahead  # imported by __init__
+        from trainmesh.supervision.stall_report import collectives_issued
+
         since: float | None = None  # when this rank was first seen waiting for a departed rank
         first_seen: float | None = None  # when a departure was first read
         last: dict[str, int] = {}
@@ -214,6 +226,10 @@ class DepartureWatch:
                 self._end_run(waited=now - since, departed=departed, mine=mine)
 
     def _end_run(self, *, waited: float, departed: dict[int, Departure], mine: dict[str, int]) -> None:
+        from trainmesh.supervision.call_site import thread_frames  # imported by __init__
+        from trainmesh.supervision.departure_report import Waiting, departure_message
+        from trainmesh.supervision.stall_report import EXIT_STATUS
+
         try:
             channel = self.channel
             waiting = Waiting(

@@ -28,14 +28,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from trainmesh.checkpoint.io import remove_checkpoint
 from trainmesh.launchers import exit_status
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import requeue_slurm_job
 from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
-from trainmesh.supervision.stop_agreement import StopAgreement
+
+if TYPE_CHECKING:
+    from trainmesh.supervision.stop_agreement import StopAgreement
 
 PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -70,7 +72,10 @@ class SignalStop:
             # Python runs signal handlers in the main thread only, and only it may install them.
             yield
             return
-        self._agreement = StopAgreement() if process.world_size > 1 else None
+        if process.world_size > 1:  # one process has no one to agree with: the module is not imported
+            from trainmesh.supervision.stop_agreement import StopAgreement
+
+            self._agreement = StopAgreement()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
             yield

@@ -45,12 +45,14 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch.distributed as dist
 
-from trainmesh.supervision.stall_report import EXIT_STATUS, RankReport, collectives_issued, decide, loop_thread_stack
 from trainmesh.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from trainmesh.supervision.stall_report import RankReport
 
 DEFAULT_TIMEOUT = 300.0  # seconds: far below the process group's 30 minutes, far above a step
 FIRST_STEP_FACTOR = 3  # as torchtitan, whose first-step timeout is three times its step timeout
@@ -141,6 +143,10 @@ class StepWatchdog:
         if self.timeout is None:
             return
         assert self._thread is None, "a watch is already running"
+        # The verdict's module, imported by the thread that starts the watch, not by the watch's
+        # thread when the loop is stuck (nor by a process that never watches a loop).
+        from trainmesh.supervision import stall_report  # noqa: F401
+
         self._channel = _RankChannel.open(watch)
         group_timeout = _default_group_timeout()
         _warn_if_group_times_out_first(self.timeout, group_timeout)
@@ -177,6 +183,8 @@ class StepWatchdog:
                 return
 
     def _end_run(self, *, stalled: bool) -> None:
+        from trainmesh.supervision.stall_report import EXIT_STATUS  # imported by start()
+
         self._ending = True
         try:
             self._report_and_wait(stalled=stalled)
@@ -184,6 +192,8 @@ class StepWatchdog:
             end_process(EXIT_STATUS)  # the training thread is stuck: nothing else can end the process
 
     def _report_and_wait(self, *, stalled: bool) -> None:
+        from trainmesh.supervision.stall_report import RankReport, collectives_issued, decide, loop_thread_stack
+
         assert self.timeout is not None
         channel, rank = self._channel, _rank()
         report = RankReport(
@@ -256,6 +266,8 @@ class _RankChannel:
     def gather(self, grace: float) -> tuple[dict[int, RankReport], set[int]]:
         """Every rank's report that arrives within ``grace`` seconds, and the ranks that had
         finished the loop instead."""
+        from trainmesh.supervision.stall_report import RankReport  # imported by start()
+
         deadline = time.monotonic() + grace
         with contextlib.suppress(RuntimeError):
             # One counter of the ranks that reported or finished: one store call per look.

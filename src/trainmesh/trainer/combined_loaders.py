@@ -14,7 +14,9 @@ import copy
 from typing import Any
 
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.utilities.combined_loader import CombinedBatches, CombinedLoader
+from trainmesh.utilities.lazy import is_instance
+
+_MODULE = "trainmesh.utilities.combined_loader"  # imported by a run that combines loaders
 
 
 def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
@@ -23,8 +25,10 @@ def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
     if len(loaders) == 1 and not isinstance(loaders[0], dict):
         loader = loaders[0]
     else:
+        from trainmesh.utilities.combined_loader import CombinedLoader
+
         loader = CombinedLoader(loaders[0] if len(loaders) == 1 else loaders, mode)  # type: ignore[arg-type]
-    if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+    if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(
             f'fit does not support the `CombinedLoader(mode="sequential")` mode (nor does Lightning\'s). '
@@ -38,8 +42,10 @@ def evaluation_loaders(loaders: list[Any]) -> list[Any]:
     found: list[Any] = []
     for loader in loaders:
         if isinstance(loader, dict):
+            from trainmesh.utilities.combined_loader import CombinedLoader
+
             loader = CombinedLoader(loader, "sequential")
-        if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+        if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
             found.extend(loader.flattened)
         else:
             found.append(loader)
@@ -50,8 +56,10 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     """``loader``, or for a ``CombinedLoader`` a copy whose loaders the Runtime set up (the
     strategy's sampler, the workers' seeding; not the move to the device, which the combined
     batch gets whole), read as the loops read a loader."""
-    if not isinstance(loader, CombinedLoader):
+    if not is_instance(loader, _MODULE, "CombinedLoader"):
         return loader
+    from trainmesh.utilities.combined_loader import CombinedBatches
+
     if ctx.runtime.world_size > 1:
         # Each inner loader would get the strategy's sampler, as Lightning's do, but no test compares
         # such a run with ddp's weights yet: refused rather than trained unchecked.

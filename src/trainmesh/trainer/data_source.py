@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,19 @@ from typing import Any
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lazy import is_instance
+
+# The DataModule's module, imported by a program that uses one (or asks for tm.DataModule): a run
+# without one does not import it (nor 1.x's argparse helpers it carries).
+_DATAMODULE = "trainmesh.datamodule"
+
+
+def _datamodule_base_method(method: str) -> Any:
+    """The DataModule base's own ``method`` (which raises), or None where the class was never
+    imported: then no object's method can be it."""
+    module = sys.modules.get(_DATAMODULE)
+    return vars(module.DataModule)[method] if module is not None else None
+
 
 _LOADER_METHOD = {
     "train": "train_dataloader",
@@ -66,18 +80,13 @@ class DataSource:
         """Whether there are ``kind`` loaders to ask for, told without asking (Lightning's
         ``is_defined``): passed as an argument, or a loader method of the DataModule's or the
         Module's own (not the DataModule base's, which raises)."""
-        from trainmesh.datamodule import DataModule
-
         method = _LOADER_METHOD[kind]
+        base = _datamodule_base_method(method)
         if kind in self.given:
             return True
         for owner in (self.datamodule, self.model):
             found = getattr(owner, method, None)
-            if (
-                owner is not None
-                and callable(found)
-                and getattr(found, "__func__", None) is not vars(DataModule)[method]
-            ):
+            if owner is not None and callable(found) and (base is None or getattr(found, "__func__", None) is not base):
                 return True
         return False
 
@@ -122,9 +131,7 @@ def _defines_prepare_data(owner: Any) -> bool:
 def is_datamodule(obj: Any) -> bool:
     """A trainmesh DataModule, or any object that has loader methods and is not itself a
     loader (a Lightning-style data module ported with its class name only)."""
-    from trainmesh.datamodule import DataModule
-
-    if isinstance(obj, DataModule):
+    if is_instance(obj, _DATAMODULE, "DataModule"):
         return True
     if hasattr(obj, "__iter__") or hasattr(obj, "__len__"):
         return False

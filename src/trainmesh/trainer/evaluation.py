@@ -22,7 +22,7 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_it
 from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
-from trainmesh.utilities.distributed_samplers import is_padding
+from trainmesh.utilities.collections import is_padding
 from trainmesh.utilities.exceptions import MisconfigurationException
 
 _STEP_HOOK = {

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
 from trainmesh.seed import isolate_rng
+from trainmesh.utilities.lazy import is_instance
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
     from trainmesh.tuner.tuning import Trainer
+
+_FINDERS = "trainmesh.callbacks.finders"
 
 
 def run_searches(
@@ -18,9 +20,12 @@ def run_searches(
 ) -> None:
     """Each finder's search, in the callbacks' order (Lightning's order at ``on_fit_start``), its result
     handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before."""
-    finders = [cb for cb in trainer.callbacks if isinstance(cb, (LearningRateFinder, BatchSizeFinder))]
+    # A run with no finder callback never imports their module.
+    finders = [cb for cb in trainer.callbacks if is_instance(cb, _FINDERS, "LearningRateFinder", "BatchSizeFinder")]
     if not finders:
         return
+    from trainmesh.callbacks.finders import BatchSizeFinder
+
     # Before the launch: the devices asked for (the processes are not started yet), or a launched world.
     if trainer.world_size > 1 or len(runtime.device_indices) * runtime.num_nodes > 1:
         raise ValueError(

@@ -26,6 +26,7 @@ from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, optimize
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lazy import is_instance
 
 # Lightning 1.x's other hooks are called where 1.x called them by the loop's files, which reach them
 # through this door (lightning1/legacy_hooks.py; docs/architecture.md rule 10).
@@ -199,10 +200,10 @@ def _class_is_callback_like(cls: type) -> bool:
 
 def is_monitoring(callback: Any) -> bool:
     """Lightning's "monitoring callbacks", which run after the module at on_train_epoch_end."""
-    from trainmesh.callbacks.early_stopping import EarlyStopping
-    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
-
-    return isinstance(callback, (ModelCheckpoint, EarlyStopping))
+    # Without importing either module where no such callback was ever made (utilities/lazy.py).
+    return is_instance(callback, "trainmesh.callbacks.model_checkpoint", "ModelCheckpoint") or is_instance(
+        callback, "trainmesh.callbacks.early_stopping", "EarlyStopping"
+    )
 
 
 class TrainBatchHooks:

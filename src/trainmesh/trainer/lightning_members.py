@@ -7,20 +7,22 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from trainmesh.callbacks.checkpoint import Checkpoint
-from trainmesh.callbacks.progress import ProgressBar
-from trainmesh.plugins import precision as precision_plugins
 from trainmesh.trainer.lightning2_arguments import RunBehaviour
-from trainmesh.trainer.loop_views import EvaluationLoopView, FitLoopView, LoopOwner
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.states import TrainerFn, TrainerStatus
+from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
+
+if TYPE_CHECKING:
+    from trainmesh.plugins import precision as precision_plugins
+    from trainmesh.trainer.loop_views import EvaluationLoopView, FitLoopView
 
 
 class LightningMembers(RunProperties):
@@ -82,6 +84,8 @@ class LightningMembers(RunProperties):
     @property
     def precision_plugin(self) -> precision_plugins.Precision:
         """Lightning's precision plugin for the run's precision (``MixedPrecision`` with its scaler, ...)."""
+        from trainmesh.plugins import precision as precision_plugins  # here: a run that never asks does not import it
+
         name = self.precision
         plugin: precision_plugins.Precision
         if name in ("16-mixed", "bf16-mixed"):
@@ -107,12 +111,13 @@ class LightningMembers(RunProperties):
 
     @property
     def early_stopping_callbacks(self) -> list[Any]:
-        from trainmesh.callbacks.early_stopping import EarlyStopping  # here: a run without one never imports it
-
-        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+        # A run without one never imports its module (the loop reads this property in every fit).
+        return [c for c in self.callbacks if is_instance(c, "trainmesh.callbacks.early_stopping", "EarlyStopping")]
 
     @property
     def progress_bar_callback(self) -> Any:
+        from trainmesh.callbacks.progress import ProgressBar  # here: imported with the bar itself, or by asking
+
         return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
 
     # ---- the run's status ---------------------------------------------------------------------
@@ -187,16 +192,25 @@ class LightningMembers(RunProperties):
     def fit_loop(self) -> FitLoopView:
         """Lightning's ``trainer.fit_loop``: ``max_epochs``, ``epoch_progress``, ``epoch_loop.batch_progress``,
         ``epoch_loop._batches_that_stepped``, ``epoch_loop.val_loop``, ... read-only but for its settings."""
+        from trainmesh.trainer.loop_views import (
+            FitLoopView,
+            LoopOwner,
+        )  # the views: imported by a program that reads them
+
         return FitLoopView(cast(LoopOwner, self), self._state.progress)
 
     @property
     def validate_loop(self) -> EvaluationLoopView:
         """Lightning's ``trainer.validate_loop`` (``trainer.validate``'s): ``batch_progress``, ``max_batches``."""
+        from trainmesh.trainer.loop_views import EvaluationLoopView, LoopOwner
+
         return EvaluationLoopView(cast(LoopOwner, self), self._state.progress, "validate", "trainer.validate_loop")
 
     @property
     def test_loop(self) -> EvaluationLoopView:
         """Lightning's ``trainer.test_loop``: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
+        from trainmesh.trainer.loop_views import EvaluationLoopView, LoopOwner
+
         return EvaluationLoopView(cast(LoopOwner, self), self._state.progress, "test", "trainer.test_loop")
 
     @property

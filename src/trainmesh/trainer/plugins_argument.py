@@ -11,18 +11,12 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainmesh.plugins import (
-    AsyncCheckpointIO,
-    ClusterEnvironment,
-    LayerSync,
-    Precision,
-    TorchCheckpointIO,
-    TorchSyncBatchNorm,
-)
-from trainmesh.plugins.lightning1 import STRATEGY_STRINGS
 from trainmesh.utilities.refusal import LightningOneName
+
+if TYPE_CHECKING:
+    from trainmesh.plugins import AsyncCheckpointIO, LayerSync
 
 
 @dataclass(frozen=True)
@@ -40,6 +34,17 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
         if plugins is None
         else ([plugins] if not isinstance(plugins, Iterable) or isinstance(plugins, str) else list(plugins))
     )
+    if not given and not sync_batchnorm:
+        return SortedPlugins(precision, strategy, None, None)  # without plugins the package is not imported
+    from trainmesh.plugins import (
+        AsyncCheckpointIO,
+        ClusterEnvironment,
+        LayerSync,
+        Precision,
+        TorchCheckpointIO,
+        TorchSyncBatchNorm,
+    )
+
     kinds: Counter[str] = Counter()
     writer, precision_plugin = None, None
     layer_sync: LayerSync | None = TorchSyncBatchNorm() if sync_batchnorm else None
@@ -79,6 +84,8 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
 
 def _strategy_from_plugin(plugin: Any, strategy: Any) -> Any:
     """Lightning 1.x's strategy in ``plugins`` (an object, or a name such as "ddp_sharded") as the strategy."""
+    from trainmesh.plugins.lightning1 import STRATEGY_STRINGS
+
     if isinstance(plugin, str):
         if plugin not in STRATEGY_STRINGS:
             raise ValueError(

@@ -12,6 +12,7 @@ import torch
 from trainmesh.runtime import Runtime
 from trainmesh.trainer import publishing
 from trainmesh.trainer.states import RunningStageFlags
+from trainmesh.utilities.lazy import is_instance
 
 
 class RunProperties(RunningStageFlags):
@@ -87,6 +88,5 @@ class RunProperties(RunningStageFlags):
 
     @property
     def early_stopping_callback(self) -> Any:
-        from trainmesh.callbacks.early_stopping import EarlyStopping
-
-        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
+        early_stopping = "trainmesh.callbacks.early_stopping"  # not imported by a run without one
+        return next((cb for cb in self.callbacks if is_instance(cb, early_stopping, "EarlyStopping")), None)

@@ -52,9 +52,9 @@ from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
-from trainmesh.trainer.worker_outcome import WorkerOutcome
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.filesystem import local_path
+from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info
 from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
@@ -295,7 +295,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             refuse_missing_steps(model, stage)  # before any process starts (stage_requirements.py)
         self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
-        if isinstance(outcome, WorkerOutcome):  # the work ran in spawned processes
+        if is_instance(
+            outcome, "trainmesh.trainer.worker_outcome", "WorkerOutcome"
+        ):  # the work ran in spawned processes
             return outcome.adopt(self._state, self, model)
         return outcome
 
@@ -345,6 +347,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
             if self.runtime.process.reports_to_parent and self.is_global_zero:
+                from trainmesh.trainer.worker_outcome import WorkerOutcome  # a spawned worker's report
+
                 return WorkerOutcome.capture(self, result)
             return result
         except KeyboardInterrupt as exc:

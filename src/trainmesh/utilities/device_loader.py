@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.collections import move_data_to_device
-from trainmesh.utilities.combined_loader import CombinedBatches
 from trainmesh.utilities.dataloaders import skip_batches
+from trainmesh.utilities.lazy import is_instance
 
 
 class DeviceDataLoader:
@@ -53,7 +53,7 @@ class DeviceDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Tell a distributed or epoch-aware sampler which epoch starts (it seeds the shuffle)."""
-        if isinstance(self.loader, CombinedBatches):
+        if is_instance(self.loader, "trainmesh.utilities.combined_loader", "CombinedBatches"):
             self.loader.set_epoch(epoch)  # each of its loaders'
             return
         for holder in (

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from trainmesh.utilities.collections import apply_to_tensors, first_tensor
+from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.collections import is_padding as is_padding  # re-exported: it lives with first_tensor
 
 
 def shard_bounds(num_samples: int, num_replicas: int, rank: int) -> tuple[int, int]:
@@ -160,9 +161,3 @@ class EqualLengthLoader:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
-
-
-def is_padding(output: Any) -> bool:
-    """Whether ``output`` came from an :class:`EqualLengthLoader` padding batch."""
-    tensor = first_tensor(output)
-    return tensor is not None and tensor.dim() > 0 and tensor.shape[0] == 0

@@ -9,6 +9,7 @@ where each name lives and import it when it is first read. Each package's ``__ge
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -47,3 +48,11 @@ def lazy_dir(namespace: Iterable[str], table: Iterable[str]) -> list[str]:
 def _module(package: str, where: str) -> str:
     # a dotted name is a whole module's (``trainmesh.cli.lightning_parser``), a bare one a submodule's
     return where if "." in where else f"{package}.{where}"
+
+
+def is_instance(value: Any, module: str, *names: str) -> bool:
+    """``isinstance(value, module.name)`` for any of ``names``, without importing ``module``: where it
+    was never imported, no object can be an instance of its classes (an instance's class, a subclass's
+    included, imports the module that defines it), so the answer is False and the import is saved."""
+    imported = sys.modules.get(module)
+    return imported is not None and isinstance(value, tuple(getattr(imported, name) for name in names))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from trainmesh.accelerators import find_usable_cuda_devices
 from trainmesh.utilities.refusal import LightningOneName
 
 # The Trainer arguments refused here, with the reason (the inventory of Lightning's API lists them so).
@@ -66,6 +65,8 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
         accelerator, devices = "cpu", given["num_processes"]
         _notice(f"num_processes={devices} is Lightning 1.x's spelling; today: accelerator='cpu', devices={devices}")
     if given["auto_select_gpus"] and isinstance(gpus, int) and gpus != 0:
+        from trainmesh.accelerators import find_usable_cuda_devices  # 1.x's auto_select_gpus only
+
         chosen = find_usable_cuda_devices(gpus)
         _notice(
             f"auto_select_gpus=True is Lightning 1.x's spelling; today: devices=find_usable_cuda_devices({gpus}) "

@@ -15,16 +15,14 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
-from argparse import Namespace
+from argparse import ArgumentParser, Namespace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainmesh.trainer.lightning1 import argparse_arguments, tune
 from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_type
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
 from trainmesh.trainer.run_properties import RunProperties
-from trainmesh.utilities.argparse import parse_env_variables
 from trainmesh.utilities.refusal import LightningOneName
 
 if TYPE_CHECKING:
@@ -136,9 +134,28 @@ class LightningOneMembers(RunProperties):
     _lightning1: LightningOneRun
     _state: LoopState
 
-    add_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.add_argparse_args)
-    parse_argparser: classmethod[Any, Any, Any] = classmethod(argparse_arguments.parse_argparser)
-    from_argparse_args: classmethod[Any, Any, Any] = classmethod(argparse_arguments.from_argparse_args)
+    # 1.x's argparse classmethods (lightning1/argparse_arguments.py), imported by a program that calls one.
+    @classmethod
+    def add_argparse_args(cls, parent_parser: ArgumentParser, *, use_argument_group: bool = True) -> Any:
+        """``parent_parser`` with a ``--name`` option for each Trainer argument a command line can give
+        (in a group named after the class; ``use_argument_group=False``: a new parser holding them)."""
+        from trainmesh.trainer.lightning1 import argparse_arguments
+
+        return argparse_arguments.add_argparse_args(cls, parent_parser, use_argument_group=use_argument_group)
+
+    @classmethod
+    def parse_argparser(cls, arg_parser: ArgumentParser | Namespace) -> Namespace:
+        """The parsed command line (``arg_parser.parse_args()``), a flag left without a value as True."""
+        from trainmesh.trainer.lightning1 import argparse_arguments
+
+        return argparse_arguments.parse_argparser(cls, arg_parser)
+
+    @classmethod
+    def from_argparse_args(cls, args: ArgumentParser | Namespace, **kwargs: Any) -> Any:
+        """``cls(...)`` from the parsed arguments that are its own (others are the program's), ``kwargs`` over them."""
+        from trainmesh.trainer.lightning1 import argparse_arguments
+
+        return argparse_arguments.from_argparse_args(cls, args, **kwargs)
 
     locals().update({name: _removed_property(name, instead) for name, instead in GRAVEYARD_PROPERTIES.items()})
     locals().update({name: _removed_method(name, instead) for name, instead in GRAVEYARD_METHODS.items()})
@@ -152,6 +169,8 @@ class LightningOneMembers(RunProperties):
     @classmethod
     def match_env_arguments(cls) -> Namespace:
         """The constructor's arguments given as ``PL_TRAINER_<NAME>`` environment variables (1.x's)."""
+        from trainmesh.utilities.argparse import parse_env_variables  # a program that asks imports it
+
         return parse_env_variables(cls)
 
     @property
@@ -194,6 +213,8 @@ class LightningOneMembers(RunProperties):
             >>> tm.Trainer(auto_lr_find=True, logger=False).tune  # doctest: +ELLIPSIS
             <bound method LightningOneMembers.tune of ...>
         """
+        from trainmesh.trainer.lightning1 import tune  # here: a program that never tunes does not import it
+
         return tune.tune(
             self,  # type: ignore[arg-type]  # the Trainer: the tuner's protocol
             self._lightning1,

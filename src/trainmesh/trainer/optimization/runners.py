@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainmesh.strategies.step import StepResult
-from trainmesh.trainer.lightning1 import optimizer_turns, tbptt
 from trainmesh.trainer.optimization.automatic_optimization import AutomaticRunner
 from trainmesh.trainer.optimization.owner import OptimizerSteps
 
@@ -52,6 +51,9 @@ class ManualRunner:
 def choose_runner(ctx: LoopContext, accumulate: int) -> Runner:
     """At an epoch's start, before its first batch: the runner for this module and these optimizers
     (refusing, before training, what neither Lightning ran)."""
+    # Lightning 1.x's runners and checks: imported when a fit starts, not with the Trainer.
+    from trainmesh.trainer.lightning1 import optimizer_turns, tbptt
+
     manual = ctx.state.manual_backward is not None  # the module steps its optimizers itself
     _start_turns(ctx, manual)
     # Lightning 1.x's training_step(batch, batch_idx, optimizer_idx): once per optimizer where there are several
@@ -72,12 +74,16 @@ def choose_runner(ctx: LoopContext, accumulate: int) -> Runner:
 
 def check_before_fit(state: LoopState, runtime: Runtime, *, manual: bool) -> None:
     """Before training: refuse a Lightning 1.x loop the run cannot train (lightning1/tbptt.py)."""
+    from trainmesh.trainer.lightning1 import tbptt
+
     tbptt.check_truncated_backprop(state.module, runtime, manual=manual, optimizers=len(state.optimizers))
 
 
 def epoch_scheduler_due(state: LoopState, scheduler: Any) -> bool:
     """Whether an epoch-interval scheduler steps at this epoch's end (Lightning 1.x's optimizer
     frequencies decide it: lightning1/optimizer_turns.py; always otherwise)."""
+    from trainmesh.trainer.lightning1 import optimizer_turns
+
     return optimizer_turns.epoch_scheduler_due(state, scheduler)
 
 
