@@ -28,3 +28,14 @@ def test_a_requirement_reads_versions_and_specifier_ranges():
     assert not imports._Requirement("no-such-distribution>=1")
     with pytest.raises(ValueError, match="specifier"):
         imports._satisfies("1.0", "~=1.0")
+
+
+def test_a_bare_name_without_its_distribution_is_available_when_its_module_imports():
+    """Lightning's RequirementCache falls back to importing a module of that name (a package on the
+    path without installed metadata, like these tests' ``helpers``); its sentence still says "not met"."""
+    from lightning_utilities.core.imports import RequirementCache
+
+    for name in ("helpers", "helpers.no_such_module", "no_such_module_here"):
+        theirs, ours = RequirementCache(name), imports._Requirement(name)
+        assert (bool(ours), str(ours)) == (bool(theirs), str(theirs)), name
+    assert imports._Requirement("helpers") and not imports._Requirement("helpers>=1")

@@ -47,7 +47,9 @@ def _satisfies(version: str, specifiers: str) -> bool:
 
 class _Requirement:
     """Lightning's ``RequirementCache(requirement)``: true when the distribution is installed at a
-    version the specifiers allow; ``str`` says which, with Lightning's install hint."""
+    version the specifiers allow, or, for a bare name whose distribution is not found, when a
+    module of that name imports (as Lightning's falls back); ``str`` says whether the distribution
+    was found, with Lightning's install hint."""
 
     def __init__(self, requirement: str) -> None:
         self.requirement = requirement
@@ -61,8 +63,16 @@ class _Requirement:
             return False
         return _satisfies(version, self.requirement[len(self.name) :])
 
+    @functools.cached_property
+    def _available(self) -> bool:
+        if self._met:
+            return True
+        if any(c in self.requirement for c in "=<>"):
+            return False
+        return _module_available(self.name)  # "sometimes the metadata fails but the module imports"
+
     def __bool__(self) -> bool:
-        return self._met
+        return self._available
 
     def __str__(self) -> str:
         if self._met:
@@ -78,6 +88,17 @@ def _package_available(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
         return False
+
+
+def _module_available(module_path: str) -> bool:
+    """Lightning's ``module_available``: its package is found and the module imports."""
+    if not _package_available(module_path.split(".")[0]):
+        return False
+    try:
+        importlib.import_module(module_path)
+    except ImportError:
+        return False
+    return True
 
 
 _PYTHON_GREATER_EQUAL_3_11_0 = sys.version_info[:2] >= (3, 11)
