@@ -91,10 +91,10 @@ def test_hparams_yaml(tmp_path):
     logger.log_hyperparams({"lr": 0.01, "layers": (64, 32), "act": torch.nn.ReLU(), "out": tmp_path})
     logger.log_hyperparams({"batch_size": 32, "scale": torch.tensor(2.0), "nested": {"a": {1, 2}}})
     with open(os.path.join(logger.log_dir, "hparams.yaml")) as file:
-        loaded = yaml.safe_load(file)
+        loaded = yaml.full_load(file)  # Lightning's load_hparams_from_yaml: a tuple is tagged !!python/tuple
     assert loaded == {
         "lr": 0.01,
-        "layers": [64, 32],
+        "layers": (64, 32),
         "act": "ReLU()",
         "out": str(tmp_path),
         "batch_size": 32,

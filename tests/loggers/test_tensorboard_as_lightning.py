@@ -72,3 +72,49 @@ def test_tensorboard_logger_writes_what_lightning_s_writes(tmp_path) -> None:
     assert expected["log_dir"] == os.path.join("m", "version_0", "events") and expected["graph"] is True
     assert "p-hp_metric" in expected["scalars"] and "p-train_loss" in expected["scalars"]
     assert _run(trainmesh, trainmesh_loggers, str(tmp_path / "trainmesh")) == expected
+
+
+def _files_and_hparams(framework, root: str, *, saved: bool) -> tuple[list[str], dict[str, str]]:
+    """A default Trainer (its logger is TensorBoard's): a module that logs nothing, with a tuple among
+    its saved hyperparameters (``saved``) or none saved; the files it leaves (event files by kind)."""
+
+    class Quiet(framework.LightningModule):
+        def __init__(self, shape: tuple = (1, 2, 3)) -> None:
+            super().__init__()
+            if saved:
+                self.save_hyperparameters()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = framework.Trainer(
+        max_epochs=1, accelerator="cpu", default_root_dir=root, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(Quiet(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    found = []
+    for folder, _, names in os.walk(root):
+        # trainmesh's default checkpointing also writes last.ckpt (docs/how-to/lightning.md: kept on purpose)
+        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if n != "last.ckpt"]
+    texts = {p: open(os.path.join(root, p)).read() for p in found if p.endswith(".yaml")}
+    return sorted(p.split("events.out.tfevents")[0] + "<events>" if "tfevents" in p else p for p in found), texts
+
+
+def test_a_run_that_logs_nothing_leaves_lightning_s_files_and_hparams_yaml(tmp_path) -> None:
+    """Lightning saves each logger at a run's start: TensorBoard's event file is made and its
+    ``hparams.yaml`` written (``{}`` when nothing was saved), and a tuple is written as ``yaml.dump``
+    writes it (``!!python/tuple``). trainmesh wrote neither file there, and a tuple as a list."""
+    lightning = pytest.importorskip("lightning.pytorch")
+
+    import trainmesh
+
+    for saved in (False, True):
+        expected = _files_and_hparams(lightning, str(tmp_path / f"lightning{saved}"), saved=saved)
+        assert "lightning_logs/version_0/<events>" in expected[0]
+        assert expected[1]["lightning_logs/version_0/hparams.yaml"] == (
+            "shape: !!python/tuple\n- 1\n- 2\n- 3\n" if saved else "{}\n"
+        )
+        assert _files_and_hparams(trainmesh, str(tmp_path / f"trainmesh{saved}"), saved=saved) == expected

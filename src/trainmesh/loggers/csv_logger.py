@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import numbers
 import os
 import re
@@ -69,8 +70,9 @@ def metric_to_float(key: str, value: Any) -> float:
         ) from err
 
 
-def to_yaml_safe(value: Any) -> Any:
-    """``value`` rebuilt from types ``yaml.safe_dump`` accepts; anything else becomes its repr.
+def to_yaml_safe(value: Any, *, tuples: bool = False) -> Any:
+    """``value`` rebuilt from types ``yaml.safe_dump`` accepts; anything else becomes its repr
+    (``tuples=True``: tuples stay tuples, for ``hparams.yaml``'s dumper).
 
     >>> to_yaml_safe({"lr": torch.tensor(0.5), "act": torch.nn.ReLU(), "dims": (1, 2)})
     {'lr': 0.5, 'act': 'ReLU()', 'dims': [1, 2]}
@@ -84,9 +86,11 @@ def to_yaml_safe(value: Any) -> Any:
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, Mapping):
-        return {_yaml_key(k): to_yaml_safe(v) for k, v in value.items()}
+        return {_yaml_key(k): to_yaml_safe(v, tuples=tuples) for k, v in value.items()}
+    if tuples and isinstance(value, tuple):
+        return tuple(to_yaml_safe(v, tuples=True) for v in value)
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_yaml_safe(v) for v in value]
+        return [to_yaml_safe(v, tuples=tuples) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
@@ -116,10 +120,25 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
-    text = yaml.safe_dump(to_yaml_safe(dict(hparams)), sort_keys=True)
+    # keys sorted and a tuple tagged `!!python/tuple`, as Lightning's yaml.dump writes them (a file
+    # written under either reads the same with yaml.full_load, Lightning's load_hparams_from_yaml)
+    text = yaml.dump(to_yaml_safe(dict(hparams), tuples=True), Dumper=_tuple_dumper(), sort_keys=True)
     _atomic_write_text(path, text)
     return path
+
+
+@functools.cache
+def _tuple_dumper() -> type:
+    """The safe dumper, with a tuple written as Lightning's (the full) ``yaml.dump`` writes it."""
+    import yaml
+
+    class TupleDumper(yaml.SafeDumper):
+        pass
+
+    TupleDumper.add_representer(
+        tuple, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:python/tuple", value)
+    )
+    return TupleDumper
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

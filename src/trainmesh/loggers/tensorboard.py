@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import (
+    HPARAMS_FILE,
     hparams_to_dict,
     metric_to_float,
     next_version,
@@ -221,8 +222,17 @@ class TensorBoardLogger(Logger):
             writer.add_scalar(name, metric_to_float(key, value), global_step=int(step))
 
     def save(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        """As Lightning's (the Trainer calls it at the start of each run): the writer flushed, made
+        first if there is none (so a run that logs nothing still leaves its event file), and
+        ``hparams.yaml`` written where the folder exists and the file does not (``{}``: none saved)."""
+        if not on_rank_zero():
+            return
+        self.experiment.flush()
+        self._save_hparams_file()
+
+    def _save_hparams_file(self) -> None:
+        if os.path.isdir(self.log_dir) and not os.path.isfile(os.path.join(self.log_dir, HPARAMS_FILE)):
+            save_hparams_yaml(self.log_dir, self._hparams)
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:
@@ -230,6 +240,8 @@ class TensorBoardLogger(Logger):
             self._writer.close()
             # A later log call (e.g. trainer.test after fit) opens a fresh event file.
             self._writer = None
+        if status == "success" and on_rank_zero():
+            self._save_hparams_file()  # Lightning's finalize saves (its closed writer makes no new file)
 
     def __getstate__(self) -> dict[str, Any]:
         # A SummaryWriter holds a thread and an open file: spawn launchers pickle loggers, so

@@ -75,8 +75,7 @@ def build_checkpoint(
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
         "precision": runtime.precision.state_dict(),
         "callbacks": callback_states(trainer.callbacks),
-        "hyper_parameters": dict(getattr(module, "hparams", {})),
-        **hyperparameter_names(module),
+        **hyperparameter_entries(module),
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
         "train_results": _reduced_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
@@ -100,6 +99,13 @@ def build_checkpoint(
     ):  # Lightning 1.x's SLURM save (lightning1/legacy_hooks.py)
         module.on_hpc_save(checkpoint)
     return checkpoint
+
+
+def hyperparameter_entries(module: Any) -> dict[str, Any]:
+    """``hyper_parameters`` (and ``hparams_name``) where the module saved some: Lightning writes
+    neither key for a module without hyperparameters."""
+    hparams = getattr(module, "hparams", None)
+    return {"hyper_parameters": dict(hparams), **hyperparameter_names(module)} if hparams else {}
 
 
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
@@ -133,8 +139,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         "optimizer_states": [],
-        "hyper_parameters": dict(getattr(module, "hparams", {})),
-        **hyperparameter_names(module),
+        **hyperparameter_entries(module),
     }
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
