@@ -54,6 +54,8 @@ MODULES = (
     "utilities.deepspeed",
     "utilities.parsing",
     "utilities.combined_loader",
+    "utilities.imports",
+    "demos.mnist_datamodule",
 )
 
 # Names trainmesh refuses on purpose: the name exists and its use stops with this reason.

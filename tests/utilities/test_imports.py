@@ -39,3 +39,39 @@ def test_a_bare_name_without_its_distribution_is_available_when_its_module_impor
         theirs, ours = RequirementCache(name), imports._Requirement(name)
         assert (bool(ours), str(ours)) == (bool(theirs), str(theirs)), name
     assert imports._Requirement("helpers") and not imports._Requirement("helpers>=1")
+
+
+REQUIREMENTS = [
+    ("torch>=0.1", None),
+    ("torch>100.0", None),
+    ("torch", None),
+    ("unknown_package", None),
+    (None, "torch.utils"),
+    (None, "unknown.module.path"),
+    ("unknown_package>=1.0", "torch"),
+    ("numpy>=1.0,<100", None),
+]
+
+
+@pytest.mark.parametrize(("requirement", "module"), REQUIREMENTS)
+def test_requirement_cache_answers_as_lightning_s(requirement, module):
+    """``RequirementCache`` and ``compare_version`` were missing from the inventory's
+    ``utilities.imports`` (programs import them beside the flags)."""
+    theirs = pytest.importorskip("lightning_utilities.core.imports")
+    from trainmesh.utilities.imports import RequirementCache
+
+    ours, lightning = RequirementCache(requirement, module), theirs.RequirementCache(requirement, module)
+    assert (bool(ours), str(ours)) == (bool(lightning), str(lightning))
+
+
+def test_compare_version_answers_as_lightning_s():
+    import operator
+
+    theirs = pytest.importorskip("lightning_utilities.core.imports")
+    from trainmesh.utilities.imports import compare_version
+
+    for args in [("torch", operator.ge, "2.0"), ("torch", operator.lt, "2.0"), ("nothing_here", operator.ge, "0")]:
+        assert compare_version(*args) == theirs.compare_version(*args)
+    assert compare_version("torch", operator.ge, "2.13", use_base_version=True) == theirs.compare_version(
+        "torch", operator.ge, "2.13", use_base_version=True
+    )

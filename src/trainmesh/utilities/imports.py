@@ -19,8 +19,10 @@ import importlib.metadata
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
-__all__: list[str] = []  # every name here is private, as in Lightning's module
+__all__ = ["RequirementCache", "compare_version"]  # the flags are private, as in Lightning's module
 
 _SPECIFIER = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9A-Za-z.+-]*)\s*")
 
@@ -45,41 +47,90 @@ def _satisfies(version: str, specifiers: str) -> bool:
     return True
 
 
-class _Requirement:
-    """Lightning's ``RequirementCache(requirement)``: true when the distribution is installed at a
-    version the specifiers allow, or, for a bare name whose distribution is not found, when a
-    module of that name imports (as Lightning's falls back); ``str`` says whether the distribution
-    was found, with Lightning's install hint."""
+class RequirementCache:
+    """Lightning's ``RequirementCache`` (lightning_utilities'): truthy when ``requirement`` (a
+    distribution and version specifiers) is installed, or, for a bare name whose distribution is not
+    found (or with ``module`` given), when that module imports; ``str`` says which, with Lightning's
+    words. Extras (``pkg[extra]``) are not checked. Read once, on first use.
 
-    def __init__(self, requirement: str) -> None:
-        self.requirement = requirement
-        self.name = re.split(r"[<>=!]", requirement, maxsplit=1)[0].strip()
+    Args:
+        requirement: e.g. ``"torchvision>=0.15"`` (default ``None``).
+        module: a module to import instead of, or beside, the requirement (default ``None``).
+
+    Examples:
+        >>> bool(RequirementCache("torch>=0.1")), bool(RequirementCache("torch>100.0"))
+        (True, False)
+        >>> bool(RequirementCache(module="torch.utils")), bool(RequirementCache(module="unknown.module.path"))
+        (True, False)
+    """
+
+    def __init__(self, requirement: str | None = None, module: str | None = None) -> None:
+        if not (requirement or module):
+            raise ValueError("At least one arguments need to be set.")
+        self.requirement, self.module = requirement, module
 
     @functools.cached_property
-    def _met(self) -> bool:
+    def _outcome(self) -> tuple[bool, str]:
+        available, message = True, ""
+        if self.requirement:
+            available, message = self._check_requirement(self.requirement)
+        if available and self.module:
+            available = _module_available(self.module)
+            message = (
+                f"Module {self.module!r} available"
+                if available
+                else f"Module not found: {self.module!r}. HINT: Try running `pip install -U {self.module}`"
+            )
+        return available, message
+
+    def _check_requirement(self, requirement: str) -> tuple[bool, str]:
+        name = re.split(r"[<>=!\[;\s]", requirement, maxsplit=1)[0].strip()
         try:
-            version = importlib.metadata.version(self.name)
+            available = _satisfies(importlib.metadata.version(name), requirement[len(name) :].split(";")[0])
         except importlib.metadata.PackageNotFoundError:
-            return False
-        return _satisfies(version, self.requirement[len(self.name) :])
-
-    @functools.cached_property
-    def _available(self) -> bool:
-        if self._met:
-            return True
-        if any(c in self.requirement for c in "=<>"):
-            return False
-        return _module_available(self.name)  # "sometimes the metadata fails but the module imports"
+            available = False
+        if available:
+            return True, f"Requirement {requirement!r} met"
+        if not any(c in requirement for c in "=<>") or self.module is not None:
+            # "sometimes the metadata fails but the module imports", as Lightning's falls back
+            available = _module_available(requirement if self.module is None else self.module)
+        return available, f"Requirement {requirement!r} not met. HINT: Try running `pip install -U {requirement!r}`"
 
     def __bool__(self) -> bool:
-        return self._available
+        return self._outcome[0]
 
     def __str__(self) -> str:
-        if self._met:
-            return f"Requirement {self.requirement!r} met"
-        return f"Requirement {self.requirement!r} not met. HINT: Try running `pip install -U {self.requirement!r}`"
+        return self._outcome[1]
 
     __repr__ = __str__
+
+
+_Requirement = RequirementCache  # the flags below
+
+
+def compare_version(package: str, op: Callable[[Any, Any], bool], version: str, use_base_version: bool = False) -> bool:
+    """Lightning's ``compare_version``: ``op(installed version, version)`` for an importable
+    ``package`` (its ``__version__``, else its distribution's), False where it does not import.
+
+    Examples:
+        >>> import operator
+        >>> compare_version("torch", operator.ge, "0.1"), compare_version("does_not_exist", operator.ge, "0.0")
+        (True, False)
+    """
+    try:
+        module = importlib.import_module(package)
+    except (ImportError, RuntimeError):
+        return False
+    try:
+        installed = getattr(module, "__version__", None) or importlib.metadata.version(package)
+    except (TypeError, importlib.metadata.PackageNotFoundError):
+        return True  # Lightning's answer where the version cannot be read
+    try:
+        from packaging.version import Version
+    except ImportError:  # packaging absent: release numbers compared
+        return op(_release(str(installed)), _release(version))
+    found = Version(str(installed))
+    return op(Version(found.base_version) if use_base_version else found, Version(version))
 
 
 def _package_available(name: str) -> bool:
