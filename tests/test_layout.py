@@ -20,6 +20,10 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "callbacks/progress/__init__.py": ["callbacks/test_progress.py"],
+    "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
+    "demos/lstm.py": ["demos/test_transformer.py"],
+    "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
     "callbacks/model_checkpoint.py": ["callbacks/test_monitor_cadence_as_lightning.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],

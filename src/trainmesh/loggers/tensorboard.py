@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import (
+    HPARAMS_FILE,
     hparams_to_dict,
     metric_to_float,
     next_version,
@@ -222,13 +223,21 @@ class TensorBoardLogger(Logger):
     def save(self) -> None:
         if self._writer is not None:
             self._writer.flush()
+            self._hparams_file()
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:
             self._writer.flush()
+            self._hparams_file()
             self._writer.close()
             # A later log call (e.g. trainer.test after fit) opens a fresh event file.
             self._writer = None
+
+    def _hparams_file(self) -> None:
+        # Lightning's save() writes hparams.yaml where the folder exists and the file does not:
+        # "{}" for a run that logged no hyperparameters (the folder then reads as Lightning's).
+        if on_rank_zero() and not (Path(self.log_dir) / HPARAMS_FILE).exists():
+            save_hparams_yaml(self.log_dir, self._hparams)
 
     def __getstate__(self) -> dict[str, Any]:
         # A SummaryWriter holds a thread and an open file: spawn launchers pickle loggers, so
