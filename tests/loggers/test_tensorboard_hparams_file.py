@@ -1,7 +1,7 @@
-"""A TensorBoard log folder holds ``hparams.yaml`` once anything was written there, with or without
-saved hyperparameters, as Lightning 2.6's ``TensorBoardLogger.save()`` writes it (``{}`` where none
-were logged). Found running Lightning's transformer example: its ``version_0`` had the file,
-trainmesh's did not. Compared with Lightning's run of the same program: the files left and each
+"""A TensorBoard log folder is made as the run sets up and holds ``hparams.yaml`` once the run saves
+or ends well, with or without saved hyperparameters, as Lightning 2.6's ``TensorBoardLogger.save()``
+writes it (``{}`` where none were logged; none after a failed setup). Found running Lightning's
+transformer example: its ``version_0`` had the file, trainmesh's did not. Compared with Lightning's run of the same program: the files left and each
 ``hparams.yaml``'s text, for TensorBoard beside CSV, with and without ``save_hyperparameters``."""
 
 from __future__ import annotations
@@ -41,6 +41,17 @@ def two_loggers(L, root):
         model = Model(save=save)
         trainer.fit(model, data)
         texts.update({str(p.relative_to(root)): p.read_text() for p in sorted(folder.rglob("hparams.yaml"))})
+    failing = root / "failed"  # a callback's setup fails: the folder is made, and no hparams.yaml written
+
+    class Failing(L.pl.Callback):
+        def setup(self, trainer, pl_module, stage):
+            raise RuntimeError("setup fails")
+
+    loggers = [L.loggers.TensorBoardLogger(failing, name="tb")]
+    trainer_failing = L.pl.Trainer(**trainer_kwargs(failing, max_epochs=1, logger=loggers, callbacks=[Failing()]))
+    with pytest.raises(RuntimeError, match="setup fails"):
+        trainer_failing.fit(Model(save=True), data)
+    texts["failed"] = sorted(str(p.relative_to(failing)).split(".")[0] for p in failing.rglob("*") if p.is_file())
     found = outcome(trainer, model, root)
     found["files"] = [name for name in found["files"] if "events.out" not in name]  # named by time and host
     return found, texts

@@ -228,10 +228,11 @@ class TensorBoardLogger(Logger):
     def finalize(self, status: str) -> None:
         if self._writer is not None:
             self._writer.flush()
-            self._hparams_file()
             self._writer.close()
             # A later log call (e.g. trainer.test after fit) opens a fresh event file.
             self._writer = None
+            if status == "success":  # as Lightning's: a failed run leaves no hparams.yaml it had not
+                self._hparams_file()
 
     def _hparams_file(self) -> None:
         # Lightning's save() writes hparams.yaml where the folder exists and the file does not:
