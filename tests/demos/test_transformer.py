@@ -19,7 +19,7 @@ def language_models(L, root):
     found = {}
     for model in (demos.LightningTransformer(vocab_size=30), demos.LightningLSTM(vocab_size=30)):
         # the demo modules read ./data/wikitext-2.txt (the test runs in its folder)
-        settings = dict(max_epochs=1, limit_train_batches=2, logger=L.loggers.CSVLogger(root / type(model).__name__))
+        settings = dict(max_epochs=1, limit_train_batches=1, logger=L.loggers.CSVLogger(root / type(model).__name__))
         trainer = L.pl.Trainer(**trainer_kwargs(root, enable_checkpointing=False, **settings))
         trainer.fit(model)
         found[type(model).__name__] = outcome(trainer, model, root)
