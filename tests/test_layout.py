@@ -24,6 +24,10 @@ COVERED_BY: dict[str, list[str]] = {
         "callbacks/test_monitor_cadence_as_lightning.py",
         "callbacks/test_model_checkpoint_after_validation.py",
     ],
+    "callbacks/progress/__init__.py": ["callbacks/test_progress.py"],
+    "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
+    "demos/lstm.py": ["demos/test_transformer.py"],
+    "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [

@@ -113,7 +113,8 @@ class Precision:
         the closure first (its backward), then the scaler's step, which cannot take a closure.
         Returns the closure's result where there is one (torch's ``step(closure)`` does too)."""
         if self.scaler is None:
-            return optimizer.step(closure) if closure is not None else optimizer.step()
+            # Lightning's gives step a closure always (one that does nothing where there is none)
+            return optimizer.step(closure=closure if closure is not None else _do_nothing)  # type: ignore[arg-type]
         closure_result = None
         if closure is not None:
             if isinstance(optimizer, torch.optim.LBFGS):
@@ -131,3 +132,7 @@ class Precision:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def _do_nothing() -> None:
+    """The closure a step without one gets (Lightning's ``do_nothing_closure``)."""

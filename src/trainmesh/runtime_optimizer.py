@@ -53,7 +53,8 @@ class RuntimeOptimizer:
 
     def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if self._plain:  # what Precision.optimizer_step does without a scaler, one call fewer per step
-            return self.optimizer.step() if closure is None else self.optimizer.step(closure)
+            # Lightning always gives step a closure (one that does nothing where there is none)
+            return self.optimizer.step(closure=_do_nothing if closure is None else closure)  # type: ignore[arg-type]
         return self._precision.optimizer_step(self.optimizer, closure)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -62,6 +63,12 @@ class RuntimeOptimizer:
 
     def __repr__(self) -> str:
         return f"RuntimeOptimizer({self.optimizer!r})"
+
+
+def _do_nothing() -> None:
+    """The closure a step without one gets, as Lightning's ``do_nothing_closure``: an optimizer
+    written ``def step(self, closure)`` (Lightning's docs) steps; torch's call it and get None
+    (torch types the closure as returning a float, its loss: None is what Lightning's returns)."""
 
 
 def inner_optimizer(optimizer: Any) -> torch.optim.Optimizer:

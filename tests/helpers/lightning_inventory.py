@@ -41,6 +41,8 @@ PACKAGES = (
     "accelerators",
     "utilities",
     "core",
+    "demos",
+    "serve",
 )
 MODULES = (
     "tuner",
@@ -56,6 +58,7 @@ MODULES = (
     "utilities.combined_loader",
     "utilities.imports",
     "demos.mnist_datamodule",
+    "demos.boring_classes",
 )
 
 # Names trainmesh refuses on purpose: the name exists and its use stops with this reason.

@@ -118,6 +118,7 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False, kind=kind)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
+    ctx.state.eval_step_counts[stage] = {}  # each validate/test call counts its batches from 0 (Lightning's)
     return _evaluate(ctx, stage, loaders, limit)
 
 
@@ -288,6 +289,8 @@ def _run_batches(
         progress.processed()
         per_loader.add(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
+        if stage != "predict":
+            ctx.publisher.evaluation_step(_step_counter(ctx, stage), loader_idx, _suffix(loader_idx, loaders))
         progress.completed()
         runtime.supervision.step_done()
     per_loader.close()
@@ -379,6 +382,14 @@ def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, An
     row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
     return [{**values, **shared} for values in own]
+
+
+def _step_counter(ctx: LoopContext, stage: str) -> str | None:
+    """Which loop's batch count an evaluation step's logged values go to the loggers at (None: the
+    sanity check, which logs nothing)."""
+    if stage == "sanity_check":
+        return None
+    return "fit" if ctx.state.stage == "fit" else stage
 
 
 def _suffix(loader_idx: int, loaders: list[Any]) -> str:

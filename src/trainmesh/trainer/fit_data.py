@@ -71,6 +71,7 @@ class FitData:
             loaders = self._source.loaders("validate", required=False)
             self._val = device_loaders(self._ctx, loaders, train=False, kind="validate")
             state.val_loaders = self._val
+            state.eval_step_counts["fit"] = {}  # Lightning's val loop counts its batches from its loaders' setup
             # Lightning counts them as its fit loop's validation sets its loaders up
             limit = self._ctx.settings.limit_val_batches
             state.batch_counts["fit"] = [limited_count(loader, limit) for loader in self._val]

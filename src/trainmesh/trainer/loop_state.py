@@ -118,6 +118,12 @@ class LoopState:
     # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
     wide_metrics: set[str] = field(default_factory=set)
     prog_bar_names: set[str] = field(default_factory=set)
+    # The progress bar's values of evaluation steps (on_step=True, prog_bar=True), by Lightning's names.
+    eval_bar_metrics: dict[str, float] = field(default_factory=dict)
+    # Lightning's count of each evaluation loop's batches per loader ("fit": the fit's validation,
+    # counted on across its runs until its loaders are asked for again; "validate", "test": per call):
+    # the step the loggers get a validation/test step's values at.
+    eval_step_counts: dict[str, dict[int, int]] = field(default_factory=dict)
     train_results: StageResults | None = None
     loop: LoopPosition = field(default_factory=LoopPosition)
     # What the run trains, set when a stage is prepared.

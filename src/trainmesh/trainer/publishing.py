@@ -77,6 +77,8 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     for name, value in state.epoch_metrics.items():
         if name in state.prog_bar_names:
             metrics.setdefault(name, value)
+    for name, value in state.eval_bar_metrics.items():
+        metrics.setdefault(name, value)
     return {**state.module.get_progress_bar_dict(), **metrics} if legacy else metrics
 
 
@@ -123,6 +125,35 @@ class Publisher:
         wide = state.log_collector.wide_step_names()
         state.logged_metrics.update({name: metric_tensor(value, wide=name in wide) for name, value in logged.items()})
         self.log(logged)
+
+    def evaluation_step(self, counter: str | None, loader_idx: int, suffix: str) -> None:
+        """After an evaluation batch's end hooks, as Lightning's: what its step logged with
+        ``on_step=True`` into ``logged_metrics`` and the progress bar, and to the loggers at the
+        count of batches ``counter``'s loop has run of this loader (no epoch key). The sanity check
+        (``counter`` None) sends nothing and counts nothing."""
+        state = self.state
+        results = state.log_collector.results
+        logged: dict[str, Any] = {}
+        bar: dict[str, Any] = {}
+        for name, value in results.step_values.items():
+            entry = results.entries[name]
+            key = (f"{name}_step" if entry.on_epoch else name) + (suffix if entry.add_dataloader_idx else "")
+            if entry.logger:
+                logged[key] = value
+            if entry.prog_bar:
+                bar[key] = value
+        state.logged_metrics.update({name: step_tensor(value) for name, value in logged.items()})
+        if counter is None:
+            return
+        if bar:
+            state.eval_bar_metrics.update(read_floats(bar))
+        counts = state.eval_step_counts.setdefault(counter, {})
+        step = counts.get(loader_idx, 0)
+        counts[loader_idx] = step + 1
+        if logged and self.loggers and self.is_global_zero:
+            row = read_floats(logged)
+            for logger in self.loggers:
+                logger.log_metrics(row, step=step)
 
     def hyperparameters(self) -> None:
         """At the start of each run (fit, validate, test, predict), as Lightning's: the saved

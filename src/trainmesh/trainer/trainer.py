@@ -377,7 +377,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         # after a fit, validate/test hold their own values only.
         state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
         state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
-        state.computed_metrics = {}
+        state.computed_metrics, state.eval_bar_metrics = {}, {}
         state.stage_loaders = {}  # each run asks for its loaders afresh, as Lightning's (its attach_dataloaders)
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
@@ -391,6 +391,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if self.world_size > 1:
             for logger in self.loggers:
                 logger.agree_on_version(runtime.broadcast)
+        for logger in self.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
+            getattr(logger, "experiment", None)
         # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's
         hooks.call_callbacks("setup", stage)
         hooks.call_module("setup", stage)

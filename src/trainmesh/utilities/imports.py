@@ -96,6 +96,16 @@ class RequirementCache:
             available = _module_available(requirement if self.module is None else self.module)
         return available, f"Requirement {requirement!r} not met. HINT: Try running `pip install -U {requirement!r}`"
 
+    @property
+    def available(self) -> bool:
+        """Whether the requirement (or module) is there (lightning_utilities' attribute)."""
+        return self._outcome[0]
+
+    @property
+    def message(self) -> str:
+        """What ``str`` says (lightning_utilities' attribute)."""
+        return self._outcome[1]
+
     def __bool__(self) -> bool:
         return self._outcome[0]
 

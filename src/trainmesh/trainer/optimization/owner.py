@@ -136,10 +136,14 @@ class OptimizerSteps:
                 self.close_window()  # (a window of mean losses, only to start the next one's count)
             if not self.plain_step:
                 self.before_step(optimizer)
-            optimizer.step()
+            # Lightning's step always gets a closure; training ran already, so this one gives its loss
+            optimizer.step(self._step_loss)
             if not self.zero_in_window:
                 optimizer.zero_grad()
         self.stepped(batch_idx)
+
+    def _step_loss(self) -> Any:
+        return self.ctx.state.loop.last_loss
 
     def step_through_hook(self, batch_idx: int, train: Callable[[], StepResult] | None) -> StepResult | None:
         """``module.optimizer_step(epoch, batch_idx, optimizer, closure)`` for the optimizer (several take
