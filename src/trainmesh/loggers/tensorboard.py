@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import (
+    HPARAMS_FILE,
     hparams_to_dict,
     metric_to_float,
     next_version,
@@ -124,6 +125,7 @@ class TensorBoardLogger(Logger):
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._writer_kwargs = writer_kwargs
         self._writer: SummaryWriter | None = None
+        self._closed = False  # finalize closed the writer: save() does not open another (as Lightning's)
         self._hparams: dict[str, Any] = {}
 
     @property
@@ -220,8 +222,15 @@ class TensorBoardLogger(Logger):
             writer.add_scalar(name, metric_to_float(key, value), global_step=int(step))
 
     def save(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        """As Lightning's (the Trainer calls it at each run's start): the writer, opened if it never
+        was (so an event file exists from the run's start), flushed; ``hparams.yaml`` written
+        where ``log_dir`` exists and has none yet."""
+        if not on_rank_zero():
+            return
+        if self._writer is not None or not self._closed:
+            self.experiment.flush()
+        if os.path.isdir(self.log_dir) and not os.path.isfile(os.path.join(self.log_dir, HPARAMS_FILE)):
+            save_hparams_yaml(self.log_dir, self._hparams)
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:
@@ -229,6 +238,9 @@ class TensorBoardLogger(Logger):
             self._writer.close()
             # A later log call (e.g. trainer.test after fit) opens a fresh event file.
             self._writer = None
+            self._closed = True
+        if status == "success":
+            self.save()  # as Lightning's: hparams.yaml even when no hyperparameter was logged
 
     def __getstate__(self) -> dict[str, Any]:
         # A SummaryWriter holds a thread and an open file: spawn launchers pickle loggers, so

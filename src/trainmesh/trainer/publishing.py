@@ -136,6 +136,8 @@ class Publisher:
                 logger.log_hyperparams(hparams)
             if callable(getattr(logger, "log_graph", None)):  # as Lightning's; a user's own logger may not define it
                 logger.log_graph(self.state.module)
+            if callable(getattr(logger, "save", None)):  # as Lightning's: TensorBoard's event file exists from here
+                logger.save()
 
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         """To the loggers (none when ``metrics`` is empty) with the epoch, at ``step``, by default
