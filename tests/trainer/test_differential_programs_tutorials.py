@@ -103,3 +103,18 @@ def test_lightning_1_x_profiler_module_holds_today_s_profilers(tmp_path):
             profiler = getattr(old, name)()
         assert isinstance(profiler, getattr(profilers, name))
     assert old.XLAProfiler is profilers.XLAProfiler  # refused with its reason, as today's
+
+
+def test_devices_none_is_refused_with_lightning_s_exception_type():
+    """The reinforce-learning-DQN tutorial builds ``Trainer(devices=None)`` on a machine without a
+    GPU: Lightning 2.6 refuses it with a TypeError; trainmesh raised a ValueError."""
+    import lightning.pytorch as pl
+
+    import trainmesh as tm
+
+    with pytest.raises(TypeError) as theirs:
+        pl.Trainer(accelerator="cpu", devices=None, logger=False)
+    with pytest.raises(TypeError, match="devices=None") as ours:
+        tm.Trainer(accelerator="cpu", devices=None, logger=False)
+    assert isinstance(ours.value, ValueError)  # still trainmesh's devices error
+    assert "devices" in str(theirs.value)
