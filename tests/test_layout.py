@@ -28,6 +28,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
+    "profiler.py": ["trainer/test_differential_programs_tutorials.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [
@@ -291,6 +292,7 @@ CROSS_CUTTING: dict[str, str] = {
     "trainer/test_differential_programs.py": "tutorial-style Lightning programs under Lightning 2.6 and their port, compared as data (helpers/programs.py)",
     "trainer/test_differential_programs_more.py": "more tutorial-style Lightning programs under Lightning 2.6 and their port (helpers/programs.py)",
     "trainer/test_differential_programs_unseen.py": "six more Lightning 2.6 programs nobody here had run, under Lightning 2.6 and their port (helpers/programs.py)",
+    "trainer/test_differential_programs_tutorials.py": "what Lightning-AI/tutorials' programs showed trainmesh doing differently from Lightning 2.6, as small programs under both",
     "trainer/test_differential_programs_l36.py": "Lightning 2.6 programs using the common API together (DataModule, checkpoint, early stopping, CSV, resume), under Lightning 2.6 and their port",
     "test_lightning_inventory.py": "docs/lightning-api.md, the inventory of Lightning's API, against the installed Lightning",
     "test_lightning_signatures.py": "every parameter of Lightning 2.6's signatures is taken by trainmesh's, or listed with its reason",

@@ -272,9 +272,15 @@ def _parse_devices(devices: object) -> int | str | list[int]:
             return int(text)
         except ValueError:
             pass
-    raise ValueError(
-        f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'"
-    )
+    message = f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'"
+    if not isinstance(devices, str):
+        raise DevicesTypeError(message)  # devices=None: a TypeError, as Lightning 2.6 raises
+    raise ValueError(message)
+
+
+class DevicesTypeError(TypeError, ValueError):
+    """``devices=`` of a type no Trainer takes (None, a float): a TypeError as Lightning's, and a
+    ValueError as trainmesh's other ``devices`` errors."""
 
 
 def device_for(device_type: str, index: int) -> torch.device:

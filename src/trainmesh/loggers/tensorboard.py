@@ -236,12 +236,13 @@ class TensorBoardLogger(Logger):
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:
+            # Closed but kept, as Lightning keeps its experiment: the next run's start (save(), the
+            # experiment read at setup) makes no new file; a later log call (trainer.test after fit
+            # logging a metric) opens a fresh event file, torch's SummaryWriter reopening on use.
             self._writer.flush()
             self._writer.close()
-            # A later log call (e.g. trainer.test after fit) opens a fresh event file.
-            self._writer = None
-        if status == "success" and on_rank_zero():
-            self._save_hparams_file()  # Lightning's finalize saves (its closed writer makes no new file)
+        if status == "success":
+            self.save()  # Lightning's finalize saves: hparams.yaml even when none was logged
 
     def __getstate__(self) -> dict[str, Any]:
         # A SummaryWriter holds a thread and an open file: spawn launchers pickle loggers, so
