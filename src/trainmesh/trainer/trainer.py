@@ -21,6 +21,7 @@ from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     clear_interrupted_saves,
+    evaluation_ckpt_path,
     refuse_storage_options,
     restore_checkpoint,
     write_checkpoint,
@@ -237,6 +238,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
         with ``return_predictions=False`` (Lightning's arguments, in its order)."""
+        ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
@@ -279,6 +281,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _evaluate(
         self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt: tuple[Any, Any], verbose: bool
     ) -> list[dict[str, float]]:
+        ckpt = (evaluation_ckpt_path(self, stage, model, ckpt[0]), ckpt[1])
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
@@ -400,7 +403,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ctx = self._loop_context(model, data, hooks, restored)
         if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
             state.fit_data = FitData(ctx, data)
-        if stage == "fit" and not state.optimizers:
+        if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
             configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
         state.manual_steps = ManualSteps(state, runtime)
         return ctx
