@@ -5,6 +5,8 @@ in Lightning 2.6 as in 1.9.5. Run under Lightning 2.6 and trainmesh and compared
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -122,4 +124,51 @@ def test_each_fit_configures_fresh_optimizers_as_lightning(tmp_path):
     found = run_both(fit_again, tmp_path)
     assert found["lightning"]["calls"] == ["configure_optimizers"] * 3
     assert found["lightning"]["adam_steps"] == [4.0, 4.0]
+    assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def evaluation_step_logs(L, root):
+    """autoencoder.py's ``self.log(..., on_step=True)`` in validation and test steps: a fit validating two
+    loaders each epoch (3 batches each), then validate and test; metrics.csv's rows and logged_metrics."""
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.layer(batch[0]), batch[1])
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val_loss", F.mse_loss(self.layer(batch[0]), batch[1]), on_step=True)
+
+        def test_step(self, batch, batch_idx):
+            self.log("test_loss", F.mse_loss(self.layer(batch[0]), batch[1]), on_step=True, on_epoch=False)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    model, logger = Model(), L.loggers.CSVLogger(root)
+    kwargs = trainer_kwargs(root, max_epochs=2, logger=logger, enable_checkpointing=False, limit_val_batches=3)
+    trainer = L.pl.Trainer(**kwargs)
+    trainer.fit(model, _loader(), [_loader(), _loader()])
+    # as floats, compared to a relative 1e-6: trainmesh's epoch means are summed in float64 (a documented difference)
+    after_fit = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    trainer.validate(model, _loader(), verbose=False)
+    after_validate = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    trainer.test(model, _loader(), verbose=False)
+    after_test = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    with open(f"{logger.log_dir}/metrics.csv", newline="") as file:
+        rows = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(file)]
+    return {"rows": rows, "after_fit": after_fit, "after_validate": after_validate, "after_test": after_test}
+
+
+def test_evaluation_step_values_reach_the_loggers_as_lightning(tmp_path):
+    """Each validation/test batch's on_step value goes to metrics.csv at Lightning's step (the loader's
+    batches before it in the run: 0..5 over the fit's two validations, 0..2 in validate, 0..3 in test;
+    no epoch column), named val_loss_step/dataloader_idx_N with two loaders; the rows and logged_metrics
+    equal Lightning 2.6.6's. Before, trainmesh sent only the epoch values."""
+    found = run_both(evaluation_step_logs, tmp_path)
+    steps = [row["step"] for row in found["lightning"]["rows"] if "test_loss" in row]
+    assert steps == [0, 1, 2, 3]
     assert differences(found["lightning"], found["trainmesh"]) == []

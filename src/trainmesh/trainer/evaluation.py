@@ -289,6 +289,8 @@ def _run_batches(
         per_loader.add(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
         progress.completed()
+        if stage != "predict" and not state.sanity_checking:
+            ctx.publisher.eval_step_metrics(loader_idx, _suffix(loader_idx, loaders))
         runtime.supervision.step_done()
     per_loader.close()
 

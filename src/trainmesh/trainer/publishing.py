@@ -86,6 +86,8 @@ class Publisher:
 
     def __init__(self, state: LoopState, loggers: list[Any], *, is_global_zero: bool) -> None:
         self.state, self.loggers, self.is_global_zero = state, loggers, is_global_zero
+        # Each evaluation loader's batches logged so far in this run (a fit's validations count on)
+        self._eval_steps: dict[int, int] = {}
 
     def epoch_metrics(
         self,
@@ -124,6 +126,23 @@ class Publisher:
         wide = state.log_collector.wide_step_names()
         state.logged_metrics.update({name: metric_tensor(value, wide=name in wide) for name, value in logged.items()})
         self.log(logged)
+
+    def eval_step_metrics(self, loader_idx: int, suffix: str) -> None:
+        """An evaluation batch's step values (``self.log(..., on_step=True)`` in a validation or test
+        step) into logged_metrics and the loggers, as Lightning's ``update_eval_step_metrics``: at
+        the count of this loader's batches before it in the run, without the epoch."""
+        step = self._eval_steps.get(loader_idx, 0)
+        self._eval_steps[loader_idx] = step + 1
+        collector = self.state.log_collector
+        logged = collector.step_metrics(logger_only=True, suffix=suffix)
+        if not logged or not self.loggers:
+            return
+        wide = collector.wide_step_names()
+        for name, value in logged.items():
+            self.state.logged_metrics[name] = metric_tensor(value, wide=name.removesuffix(suffix) in wide)
+        if self.is_global_zero:
+            for logger in self.loggers:
+                logger.log_metrics(dict(logged), step=step)
 
     def hyperparameters(self) -> None:
         """At the start of each run (fit, validate, test, predict), as Lightning's: the saved
