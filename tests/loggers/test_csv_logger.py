@@ -118,9 +118,9 @@ def test_bad_metrics_and_arguments(tmp_path):
 
 
 def test_the_header_is_sorted_as_lightning_s(tmp_path):
-    """metrics.csv's columns in Lightning 2.6's order (sorted again whenever a name is new; pytorch-lightning
-    1.9.5 wrote mnist-hello-world's header sorted too), for the same log_metrics calls and flushes: the
-    file's text equals Lightning's. Before, trainmesh kept the order names first came in."""
+    """metrics.csv's columns in Lightning 2.6's order (sorted again whenever a name is new), for the same
+    log_metrics calls and flushes: the file's text equals Lightning's. Before, trainmesh kept the order
+    names first came in (as pytorch-lightning 1.9.5 did)."""
     lightning_loggers = pytest.importorskip("lightning.pytorch.loggers")
     calls = [({"val_loss": 2.5, "val_acc": 0.0625, "epoch": 0}, 4), ({"val_loss": 2.25, "epoch": 1}, 9)]
     calls += [({"test_loss": 2.0, "test_acc": 0.09375, "epoch": 2}, 10), ({"b_first": 1.0, "epoch": 2}, 11)]
