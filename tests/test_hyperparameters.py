@@ -251,3 +251,43 @@ def test_what_cannot_be_hyperparameters_raises_lightning_s_error_type(given):
             Saving(given)
         raised[name] = type(caught.value)
     assert raised["trainmesh"] is raised["lightning"] is ValueError
+
+
+def subclass_chain(L, root):
+    """cifar10-baseline's SWAResnet: a base class's ``__init__`` calls ``save_hyperparameters()`` while a
+    subclass is built (Lightning collects the subclass's arguments too), then the subclass's own
+    ``save_hyperparameters("lr")`` adds to them."""
+
+    class Base(L.pl.LightningModule):
+        def __init__(self, lr=0.05):
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Averaged(Base):
+        def __init__(self, trained_model, lr=0.01):
+            super().__init__()
+            self.after_base = dict(self.hparams)
+            self.save_hyperparameters("lr")
+
+    class Wider(Base):
+        def __init__(self, width=3, lr=0.01):
+            super().__init__()
+            self.save_hyperparameters("lr")
+
+    averaged = Averaged(nn.Linear(2, 2))
+    return {
+        "after_base": {k: repr(v) for k, v in averaged.after_base.items()},
+        "averaged": {k: repr(v) for k, v in averaged.hparams.items()},
+        "averaged_initial": {k: repr(v) for k, v in averaged.hparams_initial.items()},
+        "wider": dict(Wider().hparams),
+    }
+
+
+def test_a_base_class_saves_the_subclass_s_arguments_as_lightning(tmp_path):
+    """The base's save_hyperparameters() holds the subclass's arguments (trained_model, lr=0.01), and the
+    subclass's save_hyperparameters("lr") keeps them: the same hparams as Lightning 2.6.6 (and 1.9.5, run
+    by hand: {'lr': 0.01, 'trained_model': ...}). Before, trainmesh read only the calling __init__
+    ({'lr': 0.05}, then {'lr': 0.01})."""
+    found = run_both(subclass_chain, tmp_path)
+    assert found["lightning"]["wider"] == {"lr": 0.01, "width": 3}
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -282,6 +282,10 @@ COVERED_BY: dict[str, list[str]] = {
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.
 CROSS_CUTTING: dict[str, str] = {
+    "trainer/test_lightning1_examples.py": "what Lightning 1.x's published examples use (finetune_function's "
+    "opt_idx, LightningCLI's 1.x keywords), against pytorch-lightning 1.9.5's recorded runs",
+    "trainer/test_repeated_runs.py": "one Trainer run again (evaluation without a model after fit, a second "
+    "fit's fresh optimizers), against Lightning 2.6",
     "test_first_hour.py": "a new user's first mistakes: missing steps, mistyped settings, logging interval, install hints",
     "test_architecture.py": "who may import whom (layers, the one door), with a self-test of its checkers",
     "test_import.py": "the package imports and its public names",

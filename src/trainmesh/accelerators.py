@@ -274,7 +274,7 @@ def _parse_devices(devices: object) -> int | str | list[int]:
             pass
     message = f"devices={devices!r} is not understood: give a count (2), indices ([0, 1] or '0,1'), -1 or 'auto'"
     if not isinstance(devices, str):
-        raise DevicesTypeError(message)  # devices=None: a TypeError, as Lightning 2.6 raises
+        raise DevicesTypeError(message)  # a value of another type: a TypeError, as Lightning 2.6 raises
     raise ValueError(message)
 
 

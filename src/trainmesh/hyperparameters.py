@@ -113,7 +113,13 @@ class HyperparametersMixin:
             assert frame is not None and frame.f_back is not None and frame.f_back.f_back is not None
             init_frame = frame.f_back.f_back
             del frame
-        args = _init_arguments(init_frame)
+        # The arguments of each __init__ up the chain of constructors (a subclass's too, when a base
+        # class's __init__ calls this), the outermost winning, as Lightning collects them.
+        from trainmesh.utilities.parsing import collect_init_args
+
+        args: dict[str, Any] = {}
+        for local in collect_init_args(init_frame, [], classes=(HyperparametersMixin,)):
+            args.update(local)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
             raise ValueError(  # Lightning's type for what it cannot take as hyperparameters
@@ -165,16 +171,6 @@ def hyperparameter_names(owner: Any) -> dict[str, str | None]:
     if owner is None or not getattr(owner, "hparams", None) or "_hparams_name" not in owner.__dict__:
         return {}
     return {owner.CHECKPOINT_HYPER_PARAMS_NAME: owner.__dict__["_hparams_name"]}
-
-
-def _init_arguments(frame: Any) -> dict[str, Any]:
-    """The named arguments of the ``__init__`` running in ``frame``, without ``self``."""
-    info = inspect.getargvalues(frame)
-    args = {name: info.locals[name] for name in info.args if name != "self"}
-    if info.keywords:
-        args.update(info.locals[info.keywords])
-    args.pop("__class__", None)
-    return args
 
 
 def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any] | None:

@@ -115,3 +115,22 @@ def test_bad_metrics_and_arguments(tmp_path):
         logger.log_metrics({"name": "abc"}, step=0)
     with pytest.raises(ValueError, match="flush_logs_every_n_steps"):
         CSVLogger(tmp_path, flush_logs_every_n_steps=0)
+
+
+def test_the_header_is_sorted_as_lightning_s(tmp_path):
+    """metrics.csv's columns in Lightning 2.6's order (sorted again whenever a name is new), for the same
+    log_metrics calls and flushes: the file's text equals Lightning's. Before, trainmesh kept the order
+    names first came in (as pytorch-lightning 1.9.5 did)."""
+    lightning_loggers = pytest.importorskip("lightning.pytorch.loggers")
+    calls = [({"val_loss": 2.5, "val_acc": 0.0625, "epoch": 0}, 4), ({"val_loss": 2.25, "epoch": 1}, 9)]
+    calls += [({"test_loss": 2.0, "test_acc": 0.09375, "epoch": 2}, 10), ({"b_first": 1.0, "epoch": 2}, 11)]
+    texts = []
+    for make in (lightning_loggers.CSVLogger, CSVLogger):
+        logger = make(tmp_path / make.__module__, name="run", flush_logs_every_n_steps=2)
+        for metrics, step in calls:
+            logger.log_metrics(metrics, step=step)
+        logger.finalize("success")
+        with open(os.path.join(logger.log_dir, "metrics.csv")) as file:
+            texts.append(file.read())
+    assert texts[0].splitlines()[0] == "b_first,epoch,step,test_acc,test_loss,val_acc,val_loss"
+    assert texts[1] == texts[0]

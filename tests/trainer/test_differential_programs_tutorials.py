@@ -105,16 +105,17 @@ def test_lightning_1_x_profiler_module_holds_today_s_profilers(tmp_path):
     assert old.XLAProfiler is profilers.XLAProfiler  # refused with its reason, as today's
 
 
-def test_devices_none_is_refused_with_lightning_s_exception_type():
-    """The reinforce-learning-DQN tutorial builds ``Trainer(devices=None)`` on a machine without a
-    GPU: Lightning 2.6 refuses it with a TypeError; trainmesh raised a ValueError."""
+def test_devices_of_a_wrong_type_raise_lightning_s_exception_type():
+    """``Trainer(devices=1.5)``: Lightning 2.6 refuses it with a TypeError; trainmesh raised a ValueError.
+    (``devices=None``, which the reinforce-learning-DQN tutorial passes and 2.6 refuses too, runs as
+    pytorch-lightning 1.9.5 runs it, on every device: tests/trainer/test_lightning1_examples.py.)"""
     import lightning.pytorch as pl
 
     import trainmesh as tm
 
     with pytest.raises(TypeError) as theirs:
-        pl.Trainer(accelerator="cpu", devices=None, logger=False)
-    with pytest.raises(TypeError, match="devices=None") as ours:
-        tm.Trainer(accelerator="cpu", devices=None, logger=False)
+        pl.Trainer(accelerator="cpu", devices=1.5, logger=False)
+    with pytest.raises(TypeError, match="devices=1.5") as ours:
+        tm.Trainer(accelerator="cpu", devices=1.5, logger=False)
     assert isinstance(ours.value, ValueError)  # still trainmesh's devices error
     assert "devices" in str(theirs.value)

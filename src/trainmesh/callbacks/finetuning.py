@@ -15,7 +15,9 @@ The param groups it adds are kept in its checkpoint state and rebuilt on resume.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import warnings
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -27,6 +29,7 @@ from torch.optim.optimizer import Optimizer
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.refusal import LightningOneName
 
 log = logging.getLogger(__name__)
 
@@ -202,13 +205,18 @@ class BaseFinetuning(Callback):
             )
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        takes_opt_idx = _takes_opt_idx(self.finetune_function)
         for opt_idx, optimizer in enumerate(trainer.optimizers):
             num_param_groups = len(optimizer.param_groups)
-            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
+            if takes_opt_idx:  # Lightning 1.x's finetune_function(pl_module, epoch, optimizer, opt_idx)
+                self.finetune_function(pl_module, trainer.current_epoch, optimizer, opt_idx)
+            else:
+                self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             self._store(pl_module, opt_idx, num_param_groups, optimizer.param_groups)
 
-    def finetune_function(self, pl_module: Any, epoch: int, optimizer: Optimizer) -> None:
-        """Override to add your unfreeze logic."""
+    def finetune_function(self, pl_module: Any, epoch: int, optimizer: Optimizer, opt_idx: int | None = None) -> None:
+        """Override to add your unfreeze logic. ``opt_idx`` is Lightning 1.x's fourth argument: an
+        override that requires it gets the optimizer's index, as 1.x passed it."""
         raise NotImplementedError
 
     def freeze_before_training(self, pl_module: Any) -> None:
@@ -310,7 +318,7 @@ class BackboneFinetuning(BaseFinetuning):
     def freeze_before_training(self, pl_module: Any) -> None:
         self.freeze(pl_module.backbone)
 
-    def finetune_function(self, pl_module: Any, epoch: int, optimizer: Optimizer) -> None:
+    def finetune_function(self, pl_module: Any, epoch: int, optimizer: Optimizer, opt_idx: int | None = None) -> None:
         if epoch == self.unfreeze_backbone_at_epoch:
             current_lr = optimizer.param_groups[0]["lr"]
             initial_backbone_lr = (
@@ -341,3 +349,23 @@ class BackboneFinetuning(BaseFinetuning):
             log.info(
                 f"Current lr: {round(current_lr, self.rounding)}, Backbone lr: {round(backbone_lr, self.rounding)}"
             )
+
+
+def _takes_opt_idx(finetune_function: Callable[..., Any]) -> bool:
+    """Whether an override is Lightning 1.x's ``finetune_function(pl_module, epoch, optimizer, opt_idx)``
+    (a fourth positional parameter without a default), which 1.x called with the optimizer's index;
+    said once per run with today's signature."""
+    try:
+        parameters = list(inspect.signature(finetune_function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 4 or positional[3].default is not inspect.Parameter.empty:
+        return False
+    warnings.warn(
+        "finetune_function(pl_module, epoch, optimizer, opt_idx) is Lightning 1.x's signature; today: "
+        "finetune_function(pl_module, epoch, optimizer) (the optimizer's index is still passed here)",
+        LightningOneName,
+        stacklevel=3,
+    )
+    return True

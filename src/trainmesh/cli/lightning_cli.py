@@ -19,6 +19,7 @@ import functools
 import inspect
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from trainmesh.module import Module
 from trainmesh.seed import seed_everything
 from trainmesh.trainer.trainer import Trainer
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.refusal import LightningOneName
 
 
 class LightningCLI:
@@ -54,6 +56,9 @@ class LightningCLI:
     of ``sys.argv``), ``run`` (False: parse and build only; ``cli.model``, ``cli.datamodule`` and
     ``cli.trainer`` are then ready) and ``auto_configure_optimizers`` (``--optimizer`` and
     ``--lr_scheduler`` options that replace the model's ``configure_optimizers`` when given).
+    Lightning 1.x's keywords (``save_config_filename`` / ``save_config_overwrite`` /
+    ``save_config_multifile``, ``description``, ``env_prefix``, ``env_parse``) go where 1.9.5 put them
+    (``save_config_kwargs``, ``parser_kwargs``), each with a ``LightningOneName`` warning.
 
     >>> # main.py
     >>> from trainmesh.cli import LightningCLI  # doctest: +SKIP
@@ -77,13 +82,15 @@ class LightningCLI:
         run: bool = True,
         auto_configure_optimizers: bool = True,
         load_from_checkpoint_support: bool = True,
+        **lightning1_kwargs: Any,
     ) -> None:
         self.save_config_callback = save_config_callback
-        self.save_config_kwargs = save_config_kwargs or {}
+        self.save_config_kwargs = dict(save_config_kwargs or {})
         self.trainer_class = trainer_class
         self.trainer_defaults = trainer_defaults or {}
         self.seed_everything_default = seed_everything_default
-        self.parser_kwargs = parser_kwargs or {}
+        self.parser_kwargs = dict(parser_kwargs or {})
+        _take_lightning1_arguments(lightning1_kwargs, self.save_config_kwargs, self.parser_kwargs)
         self.parser_class = parser_class
         self.auto_configure_optimizers = auto_configure_optimizers
         self.load_from_checkpoint_support = load_from_checkpoint_support
@@ -366,6 +373,36 @@ class LightningCLI:
         seed = seed_everything(None if seed is True else seed, workers=True)
         # The config records the seed used, so a saved config.yaml reruns the same numbers.
         (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
+
+
+# Lightning 1.8/1.9's LightningCLI arguments, and the key of save_config_kwargs / parser_kwargs each became
+# (pytorch-lightning 1.9.5 took them with a deprecation notice and moved them so; 2.0 removed them).
+LIGHTNING1_ARGUMENTS = {
+    "save_config_filename": ("save_config_kwargs", "config_filename"),
+    "save_config_overwrite": ("save_config_kwargs", "overwrite"),
+    "save_config_multifile": ("save_config_kwargs", "multifile"),
+    "description": ("parser_kwargs", "description"),
+    "env_prefix": ("parser_kwargs", "env_prefix"),
+    "env_parse": ("parser_kwargs", "default_env"),
+}
+
+
+def _take_lightning1_arguments(
+    given: dict[str, Any], save_config_kwargs: dict[str, Any], parser_kwargs: dict[str, Any]
+) -> None:
+    """Move Lightning 1.x's arguments into the dicts that hold them today, as 1.9.5 did, each with
+    today's spelling in a ``LightningOneName`` warning; any other keyword is a ``TypeError``."""
+    unknown = sorted(set(given) - set(LIGHTNING1_ARGUMENTS))
+    if unknown:
+        raise TypeError(f"LightningCLI got unexpected keyword arguments {unknown}")
+    for name, value in given.items():
+        where, key = LIGHTNING1_ARGUMENTS[name]
+        (save_config_kwargs if where == "save_config_kwargs" else parser_kwargs)[key] = value
+        warnings.warn(
+            f"LightningCLI({name}=...) is Lightning 1.x's name; today: LightningCLI({where}={{{key!r}: ...}})",
+            LightningOneName,
+            stacklevel=3,
+        )
 
 
 def _hide_old_trainer_arguments(parser: LightningArgumentParser) -> None:

@@ -254,6 +254,8 @@ class CSVLogger(Logger):
         columns = list(self._columns)
         for row in self._buffer:
             columns.extend(key for key in row if key not in columns)
+        if len(columns) > len(self._columns):  # new names: Lightning sorts the whole header again
+            columns.sort()
         if columns != self._columns or not path.exists():
             _rewrite_with_header(path, columns, self._buffer)
         else:

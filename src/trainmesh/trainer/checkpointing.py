@@ -415,6 +415,20 @@ def resolve_ckpt_path(
     return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
 
 
+def evaluation_ckpt_path(trainer: TrainerView, stage: str, model: Any, ckpt_path: Any) -> Any:
+    """The checkpoint validate/test/predict load, as Lightning chooses it: called without a model once one
+    is connected (after a fit), "best" with Lightning's warning; else ``ckpt_path`` as given (None: the
+    model's own weights)."""
+    if ckpt_path is not None or model is not None or trainer.lightning_module is None:
+        return ckpt_path
+    rank_zero_warn(
+        f"`.{stage}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will "
+        f"be used. You can pass `.{stage}(ckpt_path='best')` to use the best model or `.{stage}(ckpt_path='last')` "
+        "to use the last model. If you pass a value, this warning will be silenced."
+    )
+    return "best"
+
+
 def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[str] | None) -> None:
     """At the start of fit, before this run saves anything: global rank 0 deletes the temporaries
     that killed saves left (see ``trainmesh.checkpoint.cleanup``) where this run saves and where it

@@ -43,7 +43,7 @@ def configure_run_optimizers(
     state: LoopState, runtime: Runtime, hooks: HookDispatcher, *, fault_tolerant: bool, profiler: Any
 ) -> None:
     """The fit's optimizers and schedulers from the module's ``configure_optimizers``, placed by the
-    runtime (once per model object: a second fit of the same model keeps them)."""
+    runtime, in every fit as Lightning's (a second fit of the same model gets new ones)."""
     model = state.module
     with profiler.profile(f"[LightningModule]{type(model).__name__}.configure_optimizers"):
         returned = model.configure_optimizers()

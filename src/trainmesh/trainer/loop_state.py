@@ -159,6 +159,15 @@ class LoopState:
         else:
             self.trainer_state.stage = self.stage_before_check
 
+    def start_run_metrics(self) -> None:
+        """Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's
+        setup): after a fit, validate/test hold their own values only; each run asks for its loaders
+        afresh (Lightning's attach_dataloaders)."""
+        self.train_results, self.prog_bar_names, self.wide_metrics = None, set(), set()
+        self.epoch_metrics, self.logged_metrics, self.written_metrics = {}, {}, {}
+        self.computed_metrics, self.eval_bar_metrics = {}, {}
+        self.stage_loaders = {}
+
     def set_batch_count(self, stage: str, count: int | float) -> None:
         """The batch count of the loader an evaluation stage runs now (``val_loader_batches``, ...)."""
         setattr(self, _COUNT_OF_STAGE[stage], count)

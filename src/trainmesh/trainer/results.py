@@ -289,14 +289,18 @@ class LogCollector:
         )
 
     # ---- reading metrics --------------------------------------------------------------------
-    def step_metrics(self, *, prog_bar_only: bool = False, logger_only: bool = False) -> dict[str, float]:
+    def step_metrics(
+        self, *, prog_bar_only: bool = False, logger_only: bool = False, suffix: str = ""
+    ) -> dict[str, float]:
+        """The step values under Lightning's names (``suffix``: an evaluation loader's ``/dataloader_idx_N``)."""
         chosen: dict[str, torch.Tensor | float] = {}
         entries = self.results.entries
         for name, value in self.results.step_values.items():
             entry = entries[name]
             if (prog_bar_only and not entry.prog_bar) or (logger_only and not entry.logger):
                 continue
-            chosen[f"{name}_step" if entry.on_epoch else name] = value
+            end = suffix if entry.add_dataloader_idx else ""
+            chosen[(f"{name}_step" if entry.on_epoch else name) + end] = value
         return read_floats(chosen)
 
     def wide_step_names(self) -> set[str]:

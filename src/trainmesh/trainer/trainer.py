@@ -21,6 +21,7 @@ from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
     clear_interrupted_saves,
+    evaluation_ckpt_path,
     refuse_storage_options,
     restore_checkpoint,
     write_checkpoint,
@@ -239,6 +240,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
         with ``return_predictions=False`` (Lightning's arguments, in its order)."""
+        ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
@@ -281,6 +283,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _evaluate(
         self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt: tuple[Any, Any], verbose: bool
     ) -> list[dict[str, float]]:
+        ckpt = (evaluation_ckpt_path(self, stage, model, ckpt[0]), ckpt[1])
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
@@ -373,12 +376,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         state.module, state.datamodule = model, data.datamodule
         state.log_collector = LogCollector(runtime.all_reduce)
         state.log_collector.barebones = self.barebones
-        # Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's setup):
-        # after a fit, validate/test hold their own values only.
-        state.train_results, state.prog_bar_names, state.wide_metrics = None, set(), set()
-        state.epoch_metrics, state.logged_metrics, state.written_metrics = {}, {}, {}
-        state.computed_metrics, state.eval_bar_metrics = {}, {}
-        state.stage_loaders = {}  # each run asks for its loaders afresh, as Lightning's (its attach_dataloaders)
+        state.start_run_metrics()
         if isinstance(model, Module):
             model.attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
@@ -408,7 +406,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ctx = self._loop_context(model, data, hooks, restored)
         if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
             state.fit_data = FitData(ctx, data)
-        if stage == "fit" and not state.optimizers:
+        if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
             configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
         state.manual_steps = ManualSteps(state, runtime)
         return ctx

@@ -59,6 +59,12 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
         )
     if given["amp_backend"] == "native":
         _notice("amp_backend='native' is Lightning 1.x's spelling; today: leave it out (torch's AMP is the only one)")
+    # 1.x's defaults were None: the accelerator chosen as "auto" and all of its devices (1.9.5's
+    # auto_device_count(): one on CPU), what "auto" chooses today.
+    for name, value in (("accelerator", accelerator), ("devices", devices)):
+        if value is None:
+            _notice(f"{name}=None is Lightning 1.x's default; today: {name}='auto'")
+    accelerator, devices = ("auto" if accelerator is None else accelerator), ("auto" if devices is None else devices)
     if given["num_processes"] not in (None, 1):
         if devices not in ("auto", None):
             raise ValueError(f"Trainer(num_processes={given['num_processes']}, devices={devices!r}): give one of them")

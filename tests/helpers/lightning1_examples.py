@@ -1,0 +1,170 @@
+"""Small programs for what Lightning 1.x's published examples use and trainmesh ran differently, run under
+pytorch-lightning 1.9.5 by ``record_lightning_1_9_examples.py`` (``trainmesh`` standing for 1.9.5's classes)
+and under trainmesh by ``tests/trainer/test_lightning1_examples.py``; each returns what it measured, as data.
+
+No ``from __future__ import annotations``: LightningCLI reads the annotations of ``__init__`` as objects.
+"""
+
+import os
+import tempfile
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from trainmesh.callbacks import BackboneFinetuning, BaseFinetuning
+
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+
+
+def _dataset(n: int = 32) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=generator)
+    return TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))
+
+
+def _weights(module: nn.Module) -> dict:
+    return {k: v.detach().flatten().tolist() for k, v in module.state_dict().items()}
+
+
+class Backboned(tm.Module):
+    """A backbone (linear, batch norm) and a head; Adam over what is trainable, MultiStepLR."""
+
+    def __init__(self, lr: float = 0.01, batch_size: int = 8) -> None:
+        super().__init__()
+        self.lr, self.batch_size = lr, batch_size
+        self.backbone = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam([p for p in self.parameters() if p.requires_grad], lr=self.lr)
+        return [optimizer], [torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[2], gamma=0.1)]
+
+    def train_dataloader(self):
+        return DataLoader(_dataset(), batch_size=self.batch_size)
+
+
+class Milestones(BaseFinetuning):
+    """computer_vision_fine_tuning.py's callback: 1.x's ``finetune_function(..., opt_idx)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = []
+
+    def freeze_before_training(self, pl_module):
+        self.freeze(modules=pl_module.backbone, train_bn=False)
+
+    def finetune_function(self, pl_module, epoch, optimizer, opt_idx):
+        if epoch == 1:
+            self.unfreeze_and_add_param_group(modules=pl_module.backbone, optimizer=optimizer, train_bn=False)
+        self.seen.append([epoch, opt_idx, [group["lr"] for group in optimizer.param_groups]])
+
+
+class Backbone1x(BackboneFinetuning):
+    """A 1.x subclass of BackboneFinetuning handing its ``opt_idx`` on to ``super()``."""
+
+    def __init__(self) -> None:
+        super().__init__(unfreeze_backbone_at_epoch=1)
+        self.seen = []
+
+    def finetune_function(self, pl_module, epoch, optimizer, opt_idx):
+        super().finetune_function(pl_module, epoch, optimizer, opt_idx)
+        self.seen.append([epoch, opt_idx, [group["lr"] for group in optimizer.param_groups]])
+
+
+def finetune_opt_idx() -> dict:
+    """1.x's ``finetune_function(pl_module, epoch, optimizer, opt_idx)`` overrides, of ``BaseFinetuning``
+    and of ``BackboneFinetuning`` (calling ``super()`` with ``opt_idx``), over 3 epochs."""
+    found = {}
+    for name, make in (("base", Milestones), ("backbone", Backbone1x)):
+        tm.seed_everything(0)
+        model, callback = Backboned(), make()
+        trainer = tm.Trainer(max_epochs=3, callbacks=[callback], enable_checkpointing=False, **QUIET)
+        trainer.fit(model)
+        found[name] = {"seen": callback.seen, "global_step": trainer.global_step, "weights": _weights(model)}
+    return found
+
+
+class CLIModel(Backboned):
+    """A model LightningCLI builds (``--model.lr``)."""
+
+
+@contextmanager
+def _inside(folder):
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def cli_lightning1_arguments() -> dict:
+    """``LightningCLI(save_config_overwrite=True, description=, env_prefix=, env_parse=True, run=False)``
+    (1.x's arguments) built twice in one folder: the Trainer's max_epochs read from the environment, the
+    parser's description, and a second fit writing config.yaml over the first."""
+    from trainmesh.cli import LightningCLI
+
+    found = {}
+    with tempfile.TemporaryDirectory() as root, _inside(root):
+        os.environ["EXAMPLE_TRAINER__MAX_EPOCHS"] = "2"
+        try:
+            for run in ("first", "second"):
+                tm.seed_everything(0)
+                cli = LightningCLI(
+                    CLIModel,
+                    save_config_overwrite=True,
+                    description="an example",
+                    env_prefix="EXAMPLE",
+                    env_parse=True,
+                    run=False,
+                    seed_everything_default=0,
+                    trainer_defaults=dict(QUIET, enable_checkpointing=False),
+                    args=["--model.lr=0.05", "--trainer.default_root_dir=" + root],
+                )
+                cli.trainer.fit(cli.model)
+                found[run] = {
+                    "description": cli.parser.description,
+                    "max_epochs": cli.trainer.max_epochs,
+                    "global_step": cli.trainer.global_step,
+                    "lr": cli.model.lr,
+                    "config_written": os.path.isfile(os.path.join(root, "config.yaml")),
+                    "weights": _weights(cli.model),
+                }
+        finally:
+            del os.environ["EXAMPLE_TRAINER__MAX_EPOCHS"]
+    return found
+
+
+def devices_none() -> dict:
+    """mnist-hello-world's ``Trainer(accelerator="auto", devices=None)`` (1.x's default devices: the
+    accelerator's, one CPU), and ``accelerator=None`` (1.x's default accelerator)."""
+    found = {}
+    for accelerator in ("auto", None):
+        tm.seed_everything(0)
+        model = Backboned()
+        trainer = tm.Trainer(accelerator=accelerator, devices=None, max_epochs=1, enable_checkpointing=False, **QUIET)
+        trainer.fit(model)
+        found[str(accelerator)] = {
+            "num_devices": trainer.num_devices,
+            "device": str(model.device),
+            "global_step": trainer.global_step,
+            "weights": _weights(model),
+        }
+    return found
+
+
+PROGRAMS = {
+    "devices_none": devices_none,
+    "finetune_opt_idx": finetune_opt_idx,
+    "cli_lightning1_arguments": cli_lightning1_arguments,
+}

@@ -1,0 +1,60 @@
+"""What Lightning 1.x's published examples use, against pytorch-lightning 1.9.5 itself: the programs of
+``tests/helpers/lightning1_examples.py`` were run under 1.9.5 by ``record_lightning_1_9_examples.py`` (its own
+venv), and run here under trainmesh; every value is compared exactly (weights and learning rates as floats)."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from helpers import lightning1_examples as programs
+from trainmesh.utilities.refusal import LightningOneName
+
+RECORDED = json.loads((Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_examples.json").read_text())
+
+
+def run(name):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = programs.PROGRAMS[name]()
+    # as the recording holds it (JSON: tuples become lists)
+    return json.loads(json.dumps(got)), [str(w.message) for w in caught if issubclass(w.category, LightningOneName)]
+
+
+def test_trainer_with_lightning_1x_default_devices_none_as_lightning_1_9():
+    """mnist-hello-world's ``Trainer(accelerator="auto", devices=None)`` and ``accelerator=None``: one CPU,
+    the same global_step and weights as 1.9.5 (before: ValueError "devices=None is not understood")."""
+    got, notices = run("devices_none")
+    assert got == RECORDED["devices_none"]
+    assert "devices=None is Lightning 1.x's default; today: devices='auto'" in notices
+
+
+def test_finetune_function_with_lightning_1x_opt_idx_as_lightning_1_9():
+    """computer_vision_fine_tuning.py's ``finetune_function(pl_module, epoch, optimizer, opt_idx)``, on a
+    BaseFinetuning subclass and on a BackboneFinetuning subclass calling ``super()`` with ``opt_idx``: the
+    same calls (epoch, opt_idx 0, the param groups' rates after each), global_step (12) and bit-identical
+    weights over 3 epochs as 1.9.5 (before, trainmesh called it with three arguments: TypeError)."""
+    got, notices = run("finetune_opt_idx")
+    assert got == RECORDED["finetune_opt_idx"]
+    assert any("finetune_function(pl_module, epoch, optimizer)" in n for n in notices)
+
+
+def test_lightning_cli_takes_lightning_1x_arguments_as_lightning_1_9():
+    """autoencoder.py's ``LightningCLI(save_config_overwrite=True)``, with ``description``, ``env_prefix``
+    and ``env_parse``: max_epochs read from EXAMPLE_TRAINER__MAX_EPOCHS (2), the parser's description, a
+    second CLI writing config.yaml over the first, the same global_step and weights as 1.9.5 (before:
+    TypeError for the unexpected keywords)."""
+    pytest.importorskip("jsonargparse")
+    got, notices = run("cli_lightning1_arguments")
+    assert got == RECORDED["cli_lightning1_arguments"]
+    assert any("LightningCLI(save_config_kwargs={'overwrite': ...})" in n for n in notices)
+    assert any("LightningCLI(parser_kwargs={'default_env': ...})" in n for n in notices)
+
+
+def test_lightning_cli_refuses_other_keywords():
+    pytest.importorskip("jsonargparse")
+    from trainmesh.cli import LightningCLI
+
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['save_config_everything'\\]"):
+        LightningCLI(programs.CLIModel, save_config_everything=True, run=False, args=[])
