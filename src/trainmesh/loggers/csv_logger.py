@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
-import numbers
 import os
 import re
+import warnings
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -70,36 +70,29 @@ def metric_to_float(key: str, value: Any) -> float:
         ) from err
 
 
-def to_yaml_safe(value: Any, *, tuples: bool = False) -> Any:
-    """``value`` rebuilt from types ``yaml.safe_dump`` accepts; anything else becomes its repr
-    (``tuples=True``: tuples stay tuples, for ``hparams.yaml``'s dumper).
+def yaml_values(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters ``hparams.yaml`` holds, by Lightning's rule (``save_hparams_to_yaml``):
+    each value as PyYAML's ``yaml.dump`` writes it (an ``Enum`` by its name; a tuple, a class or
+    an object with its Python tag, so a file written under either framework reads the same), and
+    a value ``yaml.dump`` refuses left out with Lightning's warning.
 
-    >>> to_yaml_safe({"lr": torch.tensor(0.5), "act": torch.nn.ReLU(), "dims": (1, 2)})
-    {'lr': 0.5, 'act': 'ReLU()', 'dims': [1, 2]}
+    >>> yaml_values({"lr": 0.1, "kind": Enum("Kind", "SGD").SGD})
+    {'lr': 0.1, 'kind': 'SGD'}
     """
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, str):  # str subclasses (StrEnum) are rejected by the safe dumper
-        return str(value)
-    if isinstance(value, numbers.Integral):  # NumPy integers are not int subclasses
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {_yaml_key(k): to_yaml_safe(v, tuples=tuples) for k, v in value.items()}
-    if tuples and isinstance(value, tuple):
-        return tuple(to_yaml_safe(v, tuples=True) for v in value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_yaml_safe(v, tuples=tuples) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        return to_yaml_safe(value.item())  # 0-d tensors and arrays
-    return repr(value)
+    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
 
-
-def _yaml_key(key: Any) -> Any:
-    return key if type(key) in (bool, int, float, str) else repr(key)
+    kept = {}
+    for key, value in hparams.items():
+        try:
+            value = value.name if isinstance(value, Enum) else value
+            yaml.dump(value)
+        except (TypeError, ValueError):
+            warnings.warn(
+                f"Skipping '{key}' parameter because it is not possible to safely dump to YAML.", stacklevel=2
+            )
+        else:
+            kept[key] = value
+    return kept
 
 
 def hparams_to_dict(params: Mapping[str, Any] | argparse.Namespace) -> dict[str, Any]:
@@ -120,25 +113,10 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    # keys sorted and a tuple tagged `!!python/tuple`, as Lightning's yaml.dump writes them (a file
-    # written under either reads the same with yaml.full_load, Lightning's load_hparams_from_yaml)
-    text = yaml.dump(to_yaml_safe(dict(hparams), tuples=True), Dumper=_tuple_dumper(), sort_keys=True)
+    # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
+    text = yaml.dump(yaml_values(hparams), sort_keys=True)
     _atomic_write_text(path, text)
     return path
-
-
-@functools.cache
-def _tuple_dumper() -> type:
-    """The safe dumper, with a tuple written as Lightning's (the full) ``yaml.dump`` writes it."""
-    import yaml
-
-    class TupleDumper(yaml.SafeDumper):
-        pass
-
-    TupleDumper.add_representer(
-        tuple, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:python/tuple", value)
-    )
-    return TupleDumper
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
