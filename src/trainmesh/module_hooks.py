@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from trainmesh.data_hooks import DataHooks
+
 
 class ModelHooks:
     """Mixed into Module; every default is Lightning's."""
@@ -111,3 +113,24 @@ class ModelHooks:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+    # Lightning's private batch-transfer calls, which its TensorBoardLogger.log_graph uses on the
+    # example input: each hook the running DataModule's where it overrides it, else the Module's.
+    def _on_before_batch_transfer(self, batch: Any, dataloader_idx: int = 0) -> Any:
+        return _batch_hook(self, "on_before_batch_transfer")(batch, dataloader_idx)
+
+    def _apply_batch_transfer_handler(
+        self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0
+    ) -> Any:
+        device = device or getattr(self, "device", torch.device("cpu"))
+        batch = _batch_hook(self, "transfer_batch_to_device")(batch, device, dataloader_idx)
+        return _batch_hook(self, "on_after_batch_transfer")(batch, dataloader_idx)
+
+
+def _batch_hook(module: Any, name: str) -> Callable[..., Any]:
+    """Lightning's ``_call_batch_hook`` rule, outside a loop: the DataModule's ``name`` where it
+    overrides DataHooks' default, else the Module's."""
+    datamodule = getattr(module.__dict__.get("_trainer"), "datamodule", None)
+    if datamodule is not None and getattr(type(datamodule), name, None) is not getattr(DataHooks, name):
+        return getattr(datamodule, name)
+    return getattr(module, name)

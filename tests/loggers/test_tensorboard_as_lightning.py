@@ -118,3 +118,78 @@ def test_a_run_that_logs_nothing_leaves_lightning_s_files_and_hparams_yaml(tmp_p
             "shape: !!python/tuple\n- 1\n- 2\n- 3\n" if saved else "{}\n"
         )
         assert _files_and_hparams(trainmesh, str(tmp_path / f"trainmesh{saved}"), saved=saved) == expected
+
+
+def _graph_through_batch_hooks(framework, loggers, root: str, with_datamodule: bool) -> dict[str, object]:
+    """``log_graph=True`` with a uint8 ``example_input_array`` that the batch-transfer hooks make
+    float (the Module's, or a DataModule's that overrides them): what each hook saw and the graph."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    calls: list[tuple[str, str, str]] = []
+
+    def hooks_of(owner: str) -> dict[str, object]:
+        def before(self, batch, dataloader_idx):
+            calls.append((owner, "before", str(batch[0].dtype if isinstance(batch, list) else batch.dtype)))
+            return batch
+
+        def after(self, batch, dataloader_idx):
+            calls.append((owner, "after", str(batch[0].dtype if isinstance(batch, list) else batch.dtype)))
+            return [b.float() / 255 for b in batch] if isinstance(batch, list) else batch.float() / 255
+
+        return {"on_before_batch_transfer": before, "on_after_batch_transfer": after}
+
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+            self.example_input_array = torch.full((2, 4), 7, dtype=torch.uint8)
+
+        def forward(self, x):
+            return self.layer(x)
+
+        def training_step(self, batch, batch_idx):
+            return self(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = DataLoader(TensorDataset(torch.randint(0, 255, (8, 4), dtype=torch.uint8)), batch_size=4)
+    Data = type(
+        "Data", (framework.LightningDataModule,), {**hooks_of("datamodule"), "train_dataloader": lambda s: loader}
+    )
+    if not with_datamodule:
+        Model = type("HookedModel", (Model,), hooks_of("module"))
+    logger = loggers.TensorBoardLogger(root, name="m", log_graph=True)
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(
+        Model(), datamodule=Data() if with_datamodule else None, train_dataloaders=None if with_datamodule else loader
+    )
+    events = EventAccumulator(logger.log_dir)
+    events.Reload()
+    return {"calls": calls, "graph": events.Tags()["graph"]}
+
+
+@pytest.mark.parametrize("with_datamodule", [False, True], ids=["module_hooks", "datamodule_hooks"])
+def test_log_graph_sends_the_example_through_the_batch_transfer_hooks(tmp_path, with_datamodule) -> None:
+    """Found by the UvA normalizing-flows and ViT tutorials' ``trainer.logger._log_graph = True``:
+    Lightning 2.6's log_graph passes ``example_input_array`` through on_before_batch_transfer,
+    transfer_batch_to_device and on_after_batch_transfer (the DataModule's where it overrides them)
+    before tracing; trainmesh traced the raw input, so a model whose hook makes it float failed."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import lightning.pytorch.loggers as lightning_loggers
+
+    import trainmesh
+    import trainmesh.loggers as trainmesh_loggers
+
+    expected = _graph_through_batch_hooks(lightning, lightning_loggers, str(tmp_path / "l"), with_datamodule)
+    owner = "datamodule" if with_datamodule else "module"
+    assert expected["calls"][:2] == [(owner, "before", "torch.uint8"), (owner, "after", "torch.uint8")]
+    assert expected["graph"] is True
+    assert _graph_through_batch_hooks(trainmesh, trainmesh_loggers, str(tmp_path / "t"), with_datamodule) == expected

@@ -165,7 +165,29 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.max_depth == 0 or not getattr(trainer, "is_global_zero", True):
             return
+        _forward_example_input(pl_module)
         print(format_summary(summarize(pl_module, self.max_depth)), flush=True)
+
+
+def _forward_example_input(module: Any) -> None:
+    """Lightning's summary runs ``example_input_array`` through the model (batch-transfer hooks,
+    eval mode, no_grad; modes restored) at the start of fit: a forward that draws random numbers
+    moves the RNG, and the trained numbers depend on it, so it runs here too."""
+    example = getattr(module, "example_input_array", None)
+    if example is None or not callable(getattr(module, "_apply_batch_transfer_handler", None)):
+        return
+    example = module._apply_batch_transfer_handler(module._on_before_batch_transfer(example))
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    with torch.no_grad():
+        if isinstance(example, (list, tuple)):
+            module(*example)
+        elif isinstance(example, dict):
+            module(**example)
+        else:
+            module(example)
+    for m, training in modes.items():
+        m.training = training
 
 
 # Lightning's name for its rich summary; it replaces the default summary as ModelSummary does.

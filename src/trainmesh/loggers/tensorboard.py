@@ -213,6 +213,10 @@ class TensorBoardLogger(Logger):
                 stacklevel=2,
             )
             return
+        # As Lightning's: the example goes through the batch-transfer hooks to the model's device
+        # (a hook may turn uint8 images into floats; a model on the GPU needs its input there).
+        if callable(getattr(model, "_apply_batch_transfer_handler", None)):
+            input_array = model._apply_batch_transfer_handler(model._on_before_batch_transfer(input_array))
         self.experiment.add_graph(model, input_array)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
