@@ -9,22 +9,23 @@ runs: ``trainer.test`` on 100 samples at batch 16 with a ``test_step`` that flat
 empty fourth batch, which crashed it), ``trainer.validate`` on 101 samples (Lightning repeats
 sample 0 on rank 1), with ``limit_val_batches=2``, a fit's sanity check and validation, and
 ``trainer.predict`` on 33 samples (rank 0: 2 batches, rank 1: 1). Each rank's samples at every
-step, the synced epoch metrics and Lightning's warning about the padding are Lightning's.
+step, the synced epoch metrics and Lightning's warning about the padding are Lightning's (slow:
+two launches). Below them, without processes: where each step is a collective (fsdp), the step
+counts are evened out or refused (``steps_owed``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
-
-pytest.importorskip("lightning.pytorch")
-pytestmark = pytest.mark.slow
+from trainmesh.trainer.evaluation_shares import steps_owed
 
 SCRIPT = Path(__file__).resolve().parent / "evaluation_shares_run.py"
 CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "predict_33"]
@@ -32,6 +33,7 @@ CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "predict_33
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
+    pytest.importorskip("lightning.pytorch")
     """Lightning's run as a new interpreter (its ddp starts the second process itself, as its
     owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py)."""
     out = tmp_path_factory.mktemp("evaluation_shares")
@@ -53,6 +55,7 @@ def _load(out: Path, framework: str, case: str, rank: int) -> dict:
     return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 @pytest.mark.parametrize("case", CASES)
 def test_each_rank_evaluates_lightning_s_samples(records, case, rank):
@@ -61,6 +64,7 @@ def test_each_rank_evaluates_lightning_s_samples(records, case, rank):
     assert ours["warnings"] == theirs["warnings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 @pytest.mark.parametrize("case", ["test_100", "validate_101", "validate_limit", "fit_sanity"])
 def test_the_synced_epoch_metric_is_lightning_s(records, case, rank):
@@ -74,6 +78,7 @@ def test_the_synced_epoch_metric_is_lightning_s(records, case, rank):
             assert mine == pytest.approx(their, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_predict_returns_every_prediction_once_in_order(records):
     """Lightning returns each rank's own predictions (rank r: samples r, r+2, ...); trainmesh returns
     them all, in the loader's order: Lightning's two ranks' rows dealt back to their positions."""
@@ -85,6 +90,7 @@ def test_predict_returns_every_prediction_once_in_order(records):
         torch.testing.assert_close(ours, in_order, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_what_lightning_reads(records):
     """The owner's run, as measured: rank 1's test batches are 16, 16, 16 and 2 samples (none
     empty); validation of 101 samples repeats sample 0 at rank 1's end; each rank's limit of 2
@@ -99,3 +105,32 @@ def test_what_lightning_reads(records):
     ]
     assert len(_load(records, "lightning", "test_100", 0)["warnings"]) == 1 and not test["warnings"]
     assert not _load(records, "lightning", "fit_sanity", 0)["warnings"]
+
+
+# ---- evening out the steps where each step is a collective (fsdp), without processes --------------
+def context(mine: int, others: int, *, shards: bool = True) -> SimpleNamespace:
+    """A loop context on rank 0 of 2 whose peer ran ``others`` steps: the Runtime's max-reduction."""
+
+    def all_reduce(value, op):
+        assert op == "max"
+        return torch.maximum(value, torch.tensor([others, -others], dtype=value.dtype))
+
+    capabilities = SimpleNamespace(shards_parameters=shards)
+    runtime = SimpleNamespace(
+        world_size=2, capabilities=capabilities, device="cpu", strategy_name="fsdp", all_reduce=all_reduce
+    )
+    return SimpleNamespace(runtime=runtime)
+
+
+def test_a_rank_with_a_predict_batch_fewer_owes_a_step_only_where_steps_are_collectives():
+    assert steps_owed(context(1, 2), "predict", [1]) == 1
+    assert steps_owed(context(2, 1), "predict", [2]) == 0
+    assert steps_owed(context(1, 2, shards=False), "predict", [1]) == 0  # ddp: no collective in a step
+    assert steps_owed(context(3, 3), "validate", [1, 2]) == 0
+
+
+def test_uneven_evaluation_under_gathering_strategies_is_refused_before_the_first_step():
+    with pytest.raises(ValueError, match="validate loaders give different numbers of batches \\(2 to 3\\).*fsdp"):
+        steps_owed(context(2, 3), "validate", [2])
+    with pytest.raises(ValueError, match="a process has no sample to predict.*at least as many samples"):
+        steps_owed(context(0, 1), "predict", [0])

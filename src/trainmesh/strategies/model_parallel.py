@@ -353,7 +353,7 @@ class ModelParallelStrategy(DistributedStrategy):
         inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
         size = rows_in(inputs)
         # Data-parallel peers may hold batches of different sizes here (micro-batches of other
-        # shapes), or a padding batch: the shards are gathered once per batch, the same
+        # shapes), or an empty one: the shards are gathered once per batch, the same
         # collective on every peer, and stay whole through the micro-batches.
         sharded = self._mesh.group_size("dp_shard") > 1
         with (
@@ -362,7 +362,7 @@ class ModelParallelStrategy(DistributedStrategy):
             else contextlib.nullcontext()
         ):
             if size == 0:
-                return None  # a padding batch (equal-length evaluation shards): nothing to run
+                return None  # an empty batch: nothing to run
             self._follow_mode(module)
             with self._step_context():
                 output = self._pipeline.step(inputs, size, training=False, kwargs=kwargs)
