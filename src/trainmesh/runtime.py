@@ -223,6 +223,7 @@ class Runtime:
         batch_hooks: BatchHooks | None = None,
         distribute: bool = True,
         shuffle: bool | None = None,
+        predict: bool = False,
     ) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,
         through Lightning's batch-transfer ``batch_hooks`` where given (``dataloader_idx``: the
@@ -233,6 +234,9 @@ class Runtime:
         ``Fabric.setup_dataloaders``), shuffled where its sampler is a ``RandomSampler``, in order
         otherwise; True or False, every training loader shuffled with the seed or none, whatever
         its sampler, as Lightning's Trainer does (the Trainer passes ``not overfit_batches``).
+        Evaluation loaders (``train=False``) are split as Lightning's Trainer splits them: rank r
+        reads samples r, r+W, ... of the loader's order, padded by repeating the first so that
+        every process runs as many batches; ``predict=True``: unpadded, every sample once.
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
         ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
@@ -254,7 +258,7 @@ class Runtime:
                     loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
                 )
             processed = (
-                self.strategy.process_dataloader(loader, train=train, seed=seed, shuffle=shuffle)
+                self.strategy.process_dataloader(loader, train=train, seed=seed, shuffle=shuffle, predict=predict)
                 if distribute
                 else loader
             )

@@ -19,7 +19,6 @@ from torch import nn
 from trainmesh.precision import Precision
 from trainmesh.strategies import collectives
 from trainmesh.strategies.protocol import Strategy
-from trainmesh.utilities.collections import is_padding
 
 
 class _Host(Protocol):
@@ -70,9 +69,13 @@ class TrainerPort:
         (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
         self._runtime.strategy.share_state_with_peers(key, state, load)
 
-    def collect_predictions(self, outputs: list[Any]) -> list[Any]:
-        """Every data-parallel rank's predictions, in dataset order."""
-        return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, is_padding=is_padding)
+    def collect_predictions(
+        self, outputs: list[Any], share: tuple[list[int] | None, int | None] | None = None
+    ) -> list[Any]:
+        """Every data-parallel rank's predictions; in the loader's order where each rank read its
+        unpadded ``share`` (its batches' sample counts, the loader's batch size: see
+        ``collectives.collect_predictions``)."""
+        return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, share=share)
 
     @property
     def parallel(self) -> bool:

@@ -13,8 +13,9 @@ process at the global batch 8, reading at each step the two ranks' shuffled batc
 (values logged with sync_dist=True, so that both read the global batch).
 
 Validation (``limit_val_batches=1``, each epoch) and test (``limit_test_batches=1``) values are
-compared too: each of the two processes reads its batch of the loader's first two, dealt in turn as
-Lightning's DistributedSampler deals samples, so their mean is one process's over the global batch.
+compared too: each of the two processes reads the first batch of its share (Lightning's
+DistributedSampler's: rank r, samples r, r+2, ...), together samples 0..7, so their mean is one
+process's over the global batch.
 (They were left out while evaluation shards were contiguous runs of the batches: 0.455 vs 0.928.)
 """
 

@@ -288,7 +288,7 @@ def run_dcp_resume(directory, out, strategy, devices):
 def run_sharded_predict(out, strategy):
     model = Wide()
     trainer = quiet_trainer(strategy=strategy, devices=2 if strategy != "single" else 1)
-    predictions = trainer.predict(model, DataLoader(wide_dataset(101), batch_size=16))
+    predictions = trainer.predict(model, DataLoader(wide_dataset(97), batch_size=16))
     if trainer.is_global_zero:
         torch.save(torch.cat(predictions), out)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 import trainmesh as tm
 
@@ -170,6 +170,12 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         # test and predict after fit: a batch of 7 (37 samples) is the last one of each shard.
         held_out = DataLoader(dataset(37, seed=2), batch_size=GLOBAL_BATCH // dp)
         evaluated["test"] = trainer.test(model, held_out, verbose=False)
+        if layout == "single":
+            # What 2 data-parallel ranks test, as Lightning's: DistributedSampler's shares, 37
+            # samples padded to 38 by repeating sample 0 (predict reads every sample once).
+            shares = [i for r in (0, 1) for i in DistributedSampler(range(37), num_replicas=2, rank=r, shuffle=False)]
+            two_ranks = DataLoader(Subset(held_out.dataset, shares), batch_size=GLOBAL_BATCH)
+            evaluated["test_two_ranks"] = trainer.test(model, two_ranks, verbose=False)
         evaluated["predictions"] = torch.cat([p.cpu() for p in trainer.predict(model, held_out)])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "ddp_run.py"
@@ -128,21 +128,38 @@ def test_lightning_s_collectives_on_trainer_strategy_answer_as_lightning_s_ddp(l
         assert (face["all_true"], face["any_true"]) == (False, True)
 
 
-@pytest.mark.parametrize("samples", [1001, 1])  # 1: a rank with no sample at all
-def test_validate_and_predict_see_every_sample_once_in_order(legs, samples):
+@pytest.mark.parametrize("samples", [1001, 1])  # 1: Lightning's validation gives both ranks sample 0
+def test_validate_and_predict_read_lightning_s_shares_and_predict_returns_them_in_order(legs, samples):
+    """Each rank validates its DistributedSampler share (rank r: samples r, r+2, ..., padded by
+    repeating sample 0) and predicts its unpadded share, as Lightning's ranks do (their samples:
+    tests/trainer/test_evaluation_shares.py); the reference is one process reading each
+    rank's share in the same batches. The epoch metrics are the mean of the ranks' (as many samples
+    each); the predictions come back in the loader's order."""
     distributed = torch.load(legs.out(f"evaluate-{samples}.pt"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers' thread count: same kernels, same rounding
     try:
-        model, data = Net(), DataLoader(dataset(samples), batch_size=16)
-        trainer = quiet_trainer()
-        expected_metrics = trainer.validate(model, data, verbose=False)
-        expected_predictions = torch.cat(trainer.predict(model, data))
+        model, data, trainer = Net(), dataset(samples), quiet_trainer()
+        shares = [list(DistributedSampler(range(samples), num_replicas=2, rank=r, shuffle=False)) for r in (0, 1)]
+        per_rank = [
+            trainer.validate(model, DataLoader(Subset(data, share), batch_size=16), verbose=False)[0]
+            for share in shares
+        ]
+        predicted = [
+            torch.cat(trainer.predict(model, DataLoader(Subset(data, range(r, samples, 2)), batch_size=16)))
+            if r < samples
+            else torch.zeros(0, 4)
+            for r in (0, 1)
+        ]
     finally:
         torch.set_num_threads(threads)
-    assert distributed["metrics"] == expected_metrics
+    (metrics,) = distributed["metrics"]
+    assert metrics.keys() == per_rank[0].keys()
+    for name, value in metrics.items():
+        assert value == pytest.approx((per_rank[0][name] + per_rank[1][name]) / 2, rel=1e-6), name
+    in_order = torch.stack([predicted[position % 2][position // 2] for position in range(samples)])
     assert distributed["predictions"].shape == (samples, 4)
-    assert torch.equal(distributed["predictions"], expected_predictions)
+    assert torch.equal(distributed["predictions"], in_order)
 
 
 def test_an_exception_in_rank_1_ends_every_rank_quickly():

@@ -8,9 +8,8 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     IterableDataset,
-    RandomSampler,
+    Sampler,
     SequentialSampler,
-    SubsetRandomSampler,
     TensorDataset,
     WeightedRandomSampler,
 )
@@ -19,13 +18,7 @@ from trainmesh.precision import Precision
 from trainmesh.strategies.ddp import DDPStrategy
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
-from trainmesh.utilities.distributed_samplers import (
-    DistributedSamplerWrapper,
-    EqualLengthLoader,
-    InterleavedBatchShard,
-    InterleavedShardSampler,
-    is_padding,
-)
+from trainmesh.utilities.distributed_samplers import DistributedSamplerWrapper, UnrepeatedDistributedSampler
 
 
 def strategy_for(rank: int, world: int = 2) -> DDPStrategy:
@@ -182,52 +175,120 @@ def test_other_dataloader_options_are_kept():
     assert [b.tolist() for _, b in batches] == [[1, 3, 5, 7], [9, 11, 13, 15]]
 
 
-# ---- evaluation --------------------------------------------------------------------------------
-@pytest.mark.parametrize("world", [2, 3])
-def test_evaluation_loaders_get_interleaved_unpadded_shards(world):
-    loader = DataLoader(indices(1001), batch_size=16)
-    padded = [strategy_for(rank, world).process_dataloader(loader, train=False, seed=1234) for rank in range(world)]
-    assert all(isinstance(p, EqualLengthLoader) for p in padded)  # equal step counts (see below)
-    shards = [p.loader for p in padded]
-    for sharded in shards:
-        assert type(sharded.batch_sampler) is InterleavedBatchShard
-    batches = [[b[0].tolist() for b in sharded] for sharded in shards]
-    in_turn = [part[turn] for turn in range(len(batches[0])) for part in batches if turn < len(part)]
-    assert in_turn == [b[0].tolist() for b in loader]  # rank r: the loader's batches r, r+W, ...
-    assert sum(len(sharded) for sharded in shards) == len(loader) == 63
+# ---- evaluation: what Lightning 2.6's Trainer gives each rank --------------------------------
+class EveryThirdFirst(Sampler[int]):
+    """A sampler of one's own: 0, 3, 6, ..., then 1, 4, ..., then 2, 5, ...; 30 of the 31 samples."""
+
+    def __iter__(self):
+        return iter([i for start in range(3) for i in range(start, 30, 3)])
+
+    def __len__(self):
+        return 30
 
 
-def test_unbatched_evaluation_loader_gets_an_interleaved_sample_shard():
-    loader = DataLoader(indices(7), batch_size=None)
-    shards = [strategy_for(rank).process_dataloader(loader, train=False, seed=1234) for rank in range(2)]
-    assert all(type(s.sampler) is InterleavedShardSampler for s in shards)
-    views = [[int(sample[0]) for sample in s] for s in shards]
-    assert views == [[0, 2, 4, 6], [1, 3, 5]]
-    assert [len(s) for s in shards] == [4, 3]
+class OwnBatches(BatchSampler):
+    """A batch sampler class of one's own that follows BatchSampler's __init__."""
 
 
-def test_unbatched_evaluation_loader_keeps_its_samplers_order():
-    def loader() -> DataLoader:
-        return DataLoader(
-            indices(7), batch_size=None, sampler=RandomSampler(range(7), generator=torch.Generator().manual_seed(2))
-        )
+class NoSizes(Sampler[list[int]]):
+    """A batch sampler with neither batch_size nor drop_last: nothing to make it again with."""
 
-    reference = [int(s[0]) for s in loader()]
-    views = [
-        [int(s[0]) for s in strategy_for(rank).process_dataloader(loader(), train=False, seed=1234)]
-        for rank in range(2)
-    ]
-    assert views[0] == reference[0::2] and views[1] == reference[1::2] and len(views[0]) == 4
+    def __iter__(self):
+        return iter([[0, 1], [2, 3]])
+
+    def __len__(self):
+        return 2
 
 
-def test_unbatched_evaluation_loader_over_a_subset_has_the_length_it_yields():
-    loader = DataLoader(
-        indices(100),
-        batch_size=None,
-        sampler=SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0)),
+EVALUATION_LOADERS = {
+    "100_at_16": lambda: DataLoader(indices(100), batch_size=16),
+    "101_at_16": lambda: DataLoader(indices(101), batch_size=16),  # 101 % 2: Lightning repeats sample 0
+    "drop_last": lambda: DataLoader(indices(101), batch_size=16, drop_last=True),
+    "shuffled": lambda: DataLoader(indices(37), batch_size=4, shuffle=True),
+    "own_sampler": lambda: DataLoader(indices(31), batch_size=4, sampler=EveryThirdFirst()),
+    "unbatched": lambda: DataLoader(indices(7), batch_size=None),
+    "own_batch_sampler": lambda: DataLoader(
+        indices(21), batch_sampler=OwnBatches(SequentialSampler(range(21)), 4, False)
+    ),
+    "33_at_16": lambda: DataLoader(indices(33), batch_size=16),  # predict: rank 0 a batch more
+    "one_sample": lambda: DataLoader(indices(1), batch_size=4),
+}
+
+
+def lightning_batches(make, rank: int, world: int, mode: str) -> list[list[int]]:
+    """What Lightning 2.6's Trainer makes of the loader for rank ``rank`` (its own functions:
+    data_connector._get_distributed_sampler, utilities.data._update_dataloader), read."""
+    pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
+
+    stage = RunningStage.PREDICTING if mode == "predict" else RunningStage.VALIDATING
+    loader = make()
+    sampler = _get_distributed_sampler(
+        loader, _is_dataloader_shuffled(loader), overfit_batches=0, mode=stage, num_replicas=world, rank=rank, seed=0
     )
-    sharded = strategy_for(0).process_dataloader(loader, train=False, seed=1234)
-    assert len(sharded) == len(list(sharded))
+    torch.manual_seed(0)  # a RandomSampler under predict's wrapper draws its order from torch's generator
+    return [batch[0].reshape(-1).tolist() for batch in _update_dataloader(loader, sampler, mode=stage)]
+
+
+def our_batches(make, rank: int, world: int, mode: str) -> list[list[int]]:
+    shard = strategy_for(rank, world).process_dataloader(make(), train=False, seed=0, predict=mode == "predict")
+    torch.manual_seed(0)
+    return [batch[0].reshape(-1).tolist() for batch in shard]
+
+
+# Not one sample to predict on 2 ranks: Lightning's predict sampler asserts (test_what_lightning_s_ranks_read)
+@pytest.mark.parametrize(
+    ("case", "mode"),
+    [
+        (case, mode)
+        for mode in ("validate", "predict")
+        for case in EVALUATION_LOADERS
+        if (case, mode) != ("one_sample", "predict")
+    ],
+)
+def test_each_rank_reads_the_batches_lightning_s_rank_reads(case, mode):
+    make = EVALUATION_LOADERS[case]
+    for world in (2, 3):
+        for rank in range(world):
+            assert our_batches(make, rank, world, mode) == lightning_batches(make, rank, world, mode), (world, rank)
+
+
+def test_what_lightning_s_ranks_read():
+    """The owner's shares, as measured: validation pads by repeating the first samples (no rank's
+    batch is empty), predict does not and stops a rank a batch short."""
+    assert lightning_batches(EVALUATION_LOADERS["100_at_16"], 1, 2, "validate") == [
+        list(range(1, 32, 2)),
+        list(range(33, 64, 2)),
+        list(range(65, 96, 2)),
+        [97, 99],
+    ]
+    assert lightning_batches(EVALUATION_LOADERS["101_at_16"], 1, 2, "validate")[-1] == [97, 99, 0]
+    assert lightning_batches(EVALUATION_LOADERS["one_sample"], 1, 2, "validate") == [[0]]
+    assert [len(b) for b in lightning_batches(EVALUATION_LOADERS["33_at_16"], 0, 2, "predict")] == [16, 1]
+    assert [len(b) for b in lightning_batches(EVALUATION_LOADERS["33_at_16"], 1, 2, "predict")] == [16]
+    with pytest.raises(AssertionError):  # UnrepeatedDistributedSampler: a rank with no sample at all
+        lightning_batches(EVALUATION_LOADERS["one_sample"], 1, 2, "predict")
+    # trainmesh predicts there (under ddp: test_ddp.py), rank 1 reading nothing
+    assert our_batches(EVALUATION_LOADERS["one_sample"], 1, 2, "predict") == []
+
+
+def test_a_batch_sampler_that_cannot_be_made_again_is_refused_as_lightning_refuses_it():
+    make = lambda: DataLoader(indices(4), batch_sampler=NoSizes())  # noqa: E731
+    with pytest.raises(TypeError, match="can't inject a \\(distributed\\) sampler"):
+        lightning_batches(make, 0, 2, "validate")
+    with pytest.raises(TypeError, match="NoSizes has no batch_size and drop_last.*use_distributed_sampler=False"):
+        our_batches(make, 0, 2, "validate")
+
+
+def test_evaluation_shares_are_distributed_samplers_and_leave_the_user_s_loader_alone():
+    loader = DataLoader(indices(101), batch_size=16)
+    shard = strategy_for(1).process_dataloader(loader, train=False, seed=0)
+    assert type(shard.sampler) is DistributedSampler and shard.sampler.shuffle is False and len(shard) == 4
+    predicted = strategy_for(1).process_dataloader(loader, train=False, seed=0, predict=True)
+    assert type(predicted.sampler) is UnrepeatedDistributedSampler and len(predicted.sampler) == 50
+    assert seen(loader) == list(range(101)) and type(loader.sampler) is SequentialSampler
 
 
 # ---- left alone --------------------------------------------------------------------------------
@@ -250,13 +311,3 @@ def test_random_sampler_with_replacement_keeps_its_own_draws():
     sharded = strategy_for(0).process_dataloader(loader, train=True, seed=1234)
     assert isinstance(sharded.sampler, DistributedSamplerWrapper)
     assert len(sharded.sampler) == 4  # half of the 8 draws, not half of the dataset
-
-
-def test_equal_length_loader_pads_shorter_shards_with_empty_batches():
-    loader = DataLoader(indices(5), batch_size=2)  # batches of 2, 2, 1
-    padded = EqualLengthLoader(loader, longest_of=lambda own: 5)
-    batches = list(padded)
-    assert len(padded) == 5 and [b[0].shape[0] for b in batches] == [2, 2, 1, 0, 0]
-    assert [is_padding(b) for b in batches] == [False, False, False, True, True]
-    empty_shard = DataLoader(indices(3), batch_size=2, sampler=[])  # a rank that got no sample
-    assert [b[0].shape[0] for b in EqualLengthLoader(empty_shard, longest_of=lambda own: 2)] == [0, 0]

@@ -13,8 +13,9 @@ rank's record is compared with the same rank's under Lightning:
   batch (``is_last_batch``), ``estimated_stepping_batches``, ``enable_validation``, the loaders'
   lengths, ``is_shared_filesystem`` (True for a folder both ranks see, False for one per rank), and
   the samples of every training step (both shuffle the ``shuffle=False`` loader alike:
-  test_lightning_sampler_ddp.py). Not the loaders' samplers and types: Lightning's sampler pads
-  evaluation, trainmesh shards it without padding (docs/how-to/multi-gpu.md).
+  test_lightning_sampler_ddp.py). Not the loaders' samplers and types: Lightning re-makes each
+  ``DataLoader(sampler=DistributedSampler)``, trainmesh's hold a ``BatchSampler`` over one (the
+  samples they give are Lightning's: test_evaluation_shares.py).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def test_use_distributed_sampler_false_reads_as_lightning(records, case, rank):
 
 
 def _without_samples(events):
-    """The record less the loaders' types and samplers (Lightning's pads evaluation)."""
+    """The record less the loaders' types and samplers (Lightning re-makes its DataLoaders)."""
     kept = []
     for event in events:
         if event[0] == "on_train_start":

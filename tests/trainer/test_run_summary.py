@@ -2,7 +2,6 @@
 
 from types import SimpleNamespace
 
-import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -86,16 +85,8 @@ def test_loader_batch_size_reads_batch_sampler_and_gives_up_on_plain_iterables()
     # The Runtime's and the strategies' wrappers keep the loader they wrap as .loader.
     wrapped = SimpleNamespace(loader=SimpleNamespace(loader=DataLoader(data, batch_size=4)))
     assert loader_batch_size(wrapped) == 4
-    # An evaluation shard: batch_size None, the original batch sampler inside; its padded loader's
-    # len() is a collective, which rank 0 alone must never start.
-    shard = shard_dataloader(
-        DataLoader(data, batch_size=3),
-        dp_rank=0,
-        dp_size=2,
-        train=False,
-        seed=0,
-        longest=lambda count: pytest.fail("len() of a padded shard was asked"),
-    )
+    # An evaluation shard: batch_size None, its batch sampler the loader's batch size over the share.
+    shard = shard_dataloader(DataLoader(data, batch_size=3), dp_rank=0, dp_size=2, train=False, seed=0)
     assert loader_batch_size(shard) == 3
 
 

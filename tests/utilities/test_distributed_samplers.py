@@ -1,15 +1,16 @@
-"""Splitting indices across ranks: every-W-th batch (or sample) without padding for evaluation,
-contiguous runs of batches for Keras' own evaluation, every-W-th with padding for training."""
+"""Splitting indices across ranks: every-W-th batch for Keras' own evaluation, contiguous runs of
+batches for Keras' prediction, every-W-th sample with padding for training and the Trainer's
+validation and test, without padding for its prediction."""
 
 import pytest
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
+from torch.utils.data import BatchSampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
 
 from trainmesh.utilities.distributed_samplers import (
     ContiguousBatchShard,
     DistributedSamplerWrapper,
     InterleavedBatchShard,
-    InterleavedShardSampler,
+    UnrepeatedDistributedSampler,
     shard_bounds,
 )
 
@@ -94,42 +95,23 @@ def test_interleaved_batch_shard_with_more_ranks_than_batches():
     assert [len(shard) for shard in shards] == [1, 1, 0]
 
 
-# ---- InterleavedShardSampler -------------------------------------------------------------------
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_interleaved_shard_sampler_without_a_sampler_splits_0_to_n(world):
-    source = range(10)
-    parts = [list(InterleavedShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)]
-    assert in_turn(parts) == list(range(10))
-    assert [len(InterleavedShardSampler(source, num_replicas=world, rank=rank)) for rank in range(world)] == [
-        len(part) for part in parts
-    ]
-
-
-def test_interleaved_shard_sampler_deals_out_the_order_of_its_sampler():
-    order = RandomSampler(range(11), generator=torch.Generator().manual_seed(3))
-    expected = list(RandomSampler(range(11), generator=torch.Generator().manual_seed(3)))
-    assert sorted(expected) == list(range(11)) and expected != list(range(11))
-    # Each rank draws the order itself, from an identically seeded generator (as separate processes would).
+# ---- UnrepeatedDistributedSampler --------------------------------------------------------------
+def test_unrepeated_sampler_deals_out_its_sampler_s_order_without_padding():
+    """Lightning's own is compared with it rank by rank in tests/strategies/test_ddp_dataloaders.py."""
+    subset = SubsetRandomSampler(list(range(11)), generator=torch.Generator().manual_seed(3))
+    expected = list(SubsetRandomSampler(list(range(11)), generator=torch.Generator().manual_seed(3)))
     parts = [
         list(
-            InterleavedShardSampler(
-                range(11),
+            UnrepeatedDistributedSampler(
+                SubsetRandomSampler(list(range(11)), generator=torch.Generator().manual_seed(3)),
                 num_replicas=2,
                 rank=rank,
-                sampler=RandomSampler(range(11), generator=torch.Generator().manual_seed(3)),
             )
         )
         for rank in range(2)
     ]
-    assert in_turn(parts) == expected
-    assert [len(part) for part in parts] == [6, 5]
-    assert len(list(InterleavedShardSampler(range(11), num_replicas=2, rank=0, sampler=order))) == 6
-
-
-def test_interleaved_shard_sampler_length_matches_its_iteration_for_a_subset_sampler():
-    subset = SubsetRandomSampler(list(range(10)), generator=torch.Generator().manual_seed(0))
-    shard = InterleavedShardSampler(range(100), num_replicas=2, rank=0, sampler=subset)
-    assert len(shard) == len(list(shard))
+    assert in_turn(parts) == expected and [len(part) for part in parts] == [6, 5]
+    assert len(UnrepeatedDistributedSampler(subset, num_replicas=2, rank=1)) == 5
 
 
 # ---- DistributedSamplerWrapper -----------------------------------------------------------------

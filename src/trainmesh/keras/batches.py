@@ -194,12 +194,9 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))
     from trainmesh.strategies.sampling import shard_dataloader
 
-    def longest(count: int) -> int:  # only evaluation shards pad to the longest
-        return count
-
     # Ordered by its sampler (shuffle=None), as the keras-io DDP guide's DistributedSampler(shuffle=False)
     # reads a loader in order: not as Lightning's Trainer, which shuffles every training loader.
-    return shard_dataloader(value, dp_rank=rank, dp_size=world, train=True, seed=seed, longest=longest, shuffle=None)
+    return shard_dataloader(value, dp_rank=rank, dp_size=world, train=True, seed=seed, shuffle=None)
 
 
 def split_for_prediction(value: Any, runtime: Runtime, steps: int | None) -> Any:

@@ -129,7 +129,9 @@ class DistributedStrategy(LightningStrategyFace):
         """Where configure_model builds layers: here, on the real device (after setup_module)."""
         return contextlib.nullcontext()
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
         mesh = self._mesh
         return shard_dataloader(
             loader,
@@ -137,12 +139,9 @@ class DistributedStrategy(LightningStrategyFace):
             dp_size=mesh.dp_size,
             train=train,
             seed=seed,
-            longest=self._longest_over_ranks,
             shuffle=shuffle,
+            predict=predict,
         )
-
-    def _longest_over_ranks(self, count: int) -> int:
-        return int(collectives.reduce(self._mesh, torch.tensor(count, device=self._device), "max"))
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in

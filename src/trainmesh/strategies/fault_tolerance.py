@@ -110,7 +110,9 @@ class FaultTolerantDDPStrategy(DDPStrategy):
     def _load_peer_state(self, state: dict[str, Any]) -> None:
         checkpoints.load_plain_state_dict(self._placed, self._optimizers, state, strict=True)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
         if not train:
             return loader  # every group validates on the whole set, as the job it is
         # The group's share of the data: fixed by its number, so a group started again reads the
@@ -122,7 +124,6 @@ class FaultTolerantDDPStrategy(DDPStrategy):
             dp_size=ft.num_replica_groups,
             train=True,
             seed=seed,
-            longest=int,
             shuffle=shuffle,
         )
 
@@ -208,9 +209,12 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
         params = checkpoints.sharded_state_dict(module, [], sharded=True)["model"]
         checkpoints.load_sharded_state_dict(module, self._optimizers, _as_shards(state, params), strict=True)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
         if not train:
-            return super().process_dataloader(loader, train=False, seed=seed)  # the group validates the whole set
+            # the group validates (and predicts) the whole set
+            return super().process_dataloader(loader, train=False, seed=seed, predict=predict)
         # The group's processes read consecutive shares of the data: group g's process r is
         # data-parallel rank g x processes + r of them all, fixed when the group starts again.
         ft, mesh = self.fault_tolerance, self._mesh
@@ -220,7 +224,6 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
             dp_size=ft.num_replica_groups * mesh.dp_size,
             train=True,
             seed=seed,
-            longest=int,
             shuffle=shuffle,
         )
 

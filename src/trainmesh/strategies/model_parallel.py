@@ -234,8 +234,10 @@ class ModelParallelStrategy(DistributedStrategy):
         keep_only(module, {part for parts in mine.values() for part in parts})
         return mine
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
-        loader = super().process_dataloader(loader, train=train, seed=seed, shuffle=shuffle)
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
+        loader = super().process_dataloader(loader, train=train, seed=seed, shuffle=shuffle, predict=predict)
         if self._mesh.group_size("pp") > 1:
             check_pipeline_loader(
                 loader, train=train, microbatches=self.microbatches or self._num_stages(), schedule=self.schedule
@@ -351,7 +353,7 @@ class ModelParallelStrategy(DistributedStrategy):
         inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
         size = rows_in(inputs)
         # Data-parallel peers may hold batches of different sizes here (micro-batches of other
-        # shapes), or a padding batch: the shards are gathered once per batch, the same
+        # shapes), or an empty one: the shards are gathered once per batch, the same
         # collective on every peer, and stay whole through the micro-batches.
         sharded = self._mesh.group_size("dp_shard") > 1
         with (
@@ -360,7 +362,7 @@ class ModelParallelStrategy(DistributedStrategy):
             else contextlib.nullcontext()
         ):
             if size == 0:
-                return None  # a padding batch (equal-length evaluation shards): nothing to run
+                return None  # an empty batch: nothing to run
             self._follow_mode(module)
             with self._step_context():
                 output = self._pipeline.step(inputs, size, training=False, kwargs=kwargs)

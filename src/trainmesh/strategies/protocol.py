@@ -108,13 +108,17 @@ class Strategy(Protocol):
         """The optimizers as the strategy steps them (zero1: state sharded); ``module`` is the
         placed one (None when a user's loop sets up optimizers first)."""
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
         """Add a distributed sampler or anything else the strategy needs in the loader.
 
         ``seed`` is the run's seed (``seed_everything``, 0 without it), the same in every
         process: a distributed sampler shuffles with it, so the shards make one permutation.
         ``shuffle`` orders a training loader's shards (``sampling.shard_dataloader``): None, as its
-        sampler says; True/False, every loader shuffled or not, as Lightning's Trainer does."""
+        sampler says; True/False, every loader shuffled or not, as Lightning's Trainer does.
+        ``predict`` (with ``train=False``): the loader is a predict loader, whose shares are not
+        padded (``sampling.shard_for_evaluation``)."""
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks

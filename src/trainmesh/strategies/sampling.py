@@ -1,11 +1,13 @@
-"""Each data-parallel rank reads its own share of the data: samplers for training (one shuffled
-permutation split across the ranks) and for evaluation (the batches dealt out in turn, every
-sample once, so that a limit on the batches reads the loader's first ones)."""
+"""Each data-parallel rank reads its own share of the data, as Lightning 2.6's Trainer gives its
+ranks (``use_distributed_sampler=True``): training, one shuffled permutation split across the
+ranks; validation and test, ``DistributedSampler`` over the loader's order (rank r: samples r,
+r+W, ..., padded by repeating the first); prediction, the same shares unpadded. Each rank's share
+is batched at the loader's own batch size."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sized
+from collections.abc import Sized
 from typing import Any, cast
 
 from torch.utils.data import (
@@ -21,9 +23,8 @@ from torch.utils.data import (
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.distributed_samplers import (
     DistributedSamplerWrapper,
-    EqualLengthLoader,
     InterleavedBatchShard,
-    InterleavedShardSampler,
+    UnrepeatedDistributedSampler,
 )
 
 
@@ -34,15 +35,14 @@ def shard_dataloader(
     dp_size: int,
     train: bool,
     seed: int,
-    longest: Callable[[int], int],
     shuffle: bool | None = None,
+    predict: bool = False,
 ) -> Any:
     """``loader`` reading only data-parallel rank ``dp_rank``'s share out of ``dp_size``.
 
     ``seed`` (the same on every rank) shuffles one permutation that the shards split.
-    ``longest(n)`` is the largest ``n`` over the ranks (a collective): evaluation shards are
-    padded to it with empty batches, so every rank runs as many steps and collectives.
     A loader that is already distributed, or not a map-style DataLoader, is kept as it is.
+    Evaluation (``train=False``) shards as :func:`shard_for_evaluation` says (``predict``: unpadded).
 
     ``shuffle`` says how a training loader is ordered: None, by its sampler (a ``RandomSampler``
     shuffles, anything else keeps its order: Lightning's ``Fabric.setup_dataloaders``, and the
@@ -57,10 +57,7 @@ def shard_dataloader(
     if _already_distributed(loader):
         return loader
     if not train:
-        sharded = _shard_for_evaluation(loader, dp_size, dp_rank)
-        if sharded.batch_sampler is None:
-            return sharded  # unbatched loaders have no empty batch to pad with
-        return EqualLengthLoader(sharded, longest)
+        return shard_for_evaluation(loader, dp_size, dp_rank, seed=seed, predict=predict)
     dataset = cast(Sized, loader.dataset)  # map-style (an iterable one returned above): it has a length
     if len(dataset) == 0:
         # Empty on every rank alike: the fit loop warns and trains nothing, as on one device.
@@ -103,23 +100,64 @@ def _plain_shuffle(sampler: Any) -> bool:
     )
 
 
-def _shard_for_evaluation(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
-    """Rank r: the loader's batches r, r+W, ... (unbatched: its samples so), no padding.
+def shard_for_evaluation(
+    loader: DataLoader[Any], world: int, rank: int, *, seed: int, predict: bool
+) -> DataLoader[Any]:
+    """Rank ``rank``'s share of an evaluation loader, as Lightning 2.6's Trainer makes it
+    (``data_connector._get_distributed_sampler``, ``utilities.data._update_dataloader``).
 
-    Not contiguous runs: with ``limit_val_batches=k`` (or the sanity check) the ranks would read the
-    first k batches of each run, samples one process at the global batch never reads together,
-    where Lightning's ``DistributedSampler`` and one process read the first k*W*B samples.
+    Validation and test: ``DistributedSampler`` over the dataset where the loader's sampler is a
+    ``SequentialSampler`` or ``RandomSampler`` (shuffled, with ``seed``, only for the latter, as
+    Lightning's), else over the loader's own sampler's order (``DistributedSamplerWrapper``): rank r
+    reads samples r, r+W, ..., the last padded by repeating the first, so every rank runs as many
+    batches and none is empty. Predict: the same shares, unpadded, and ``drop_last=False``. The
+    share is batched at the loader's batch size; a batch sampler of the user's own class is made
+    again around the share as Lightning makes it (``cls(sampler, batch_size=, drop_last=)``).
     """
-    if loader.batch_sampler is None:
-        order = None if type(loader.sampler) is SequentialSampler else loader.sampler
-        return _with_sampler(
-            loader,
-            InterleavedShardSampler(
-                cast(Sized, loader.dataset), num_replicas=world, rank=rank, sampler=cast("Sampler[int] | None", order)
-            ),
-        )
-    batches = cast(Sampler[list[int]], loader.batch_sampler)
-    return replace_batch_sampler(loader, InterleavedBatchShard(batches, num_replicas=world, rank=rank))
+    shuffled = _is_shuffled(loader)
+    order = cast("Sampler[int]", loader.sampler)
+    share: Any
+    if predict:
+        share = UnrepeatedDistributedSampler(order, num_replicas=world, rank=rank, shuffle=shuffled)
+    elif isinstance(loader.sampler, (SequentialSampler, RandomSampler)):
+        share = DistributedSampler(loader.dataset, num_replicas=world, rank=rank, shuffle=shuffled, seed=seed)
+    else:
+        share = DistributedSamplerWrapper(order, num_replicas=world, rank=rank, shuffle=shuffled, seed=seed)
+    batches = loader.batch_sampler
+    if batches is None:
+        return _with_sampler(loader, share)
+    drop_last = False if predict else bool(getattr(batches, "drop_last", False))
+    if type(batches) is BatchSampler:
+        return replace_batch_sampler(loader, BatchSampler(share, batches.batch_size, drop_last))
+    return replace_batch_sampler(loader, _own_batch_sampler(batches, share, drop_last))
+
+
+def _is_shuffled(loader: DataLoader[Any]) -> bool:
+    """Lightning's ``_is_dataloader_shuffled``: whether the sampler that orders the batches is a
+    ``RandomSampler`` (a batch sampler's own ``sampler`` where it has one)."""
+    batches = loader.batch_sampler
+    sampler = loader.sampler if batches is None else getattr(batches, "sampler", batches)
+    return isinstance(sampler, RandomSampler)
+
+
+def _own_batch_sampler(batches: Any, share: Any, drop_last: bool) -> Any:
+    """A user's batch sampler class made again around ``share``, as Lightning makes it; refused as
+    Lightning refuses it where that cannot be done."""
+    cls = type(batches)
+    if hasattr(batches, "batch_size") and hasattr(batches, "drop_last"):
+        try:
+            return cls(share, batch_size=batches.batch_size, drop_last=drop_last)
+        except TypeError as error:
+            reason = f"{cls.__name__}(sampler, batch_size=..., drop_last=...) failed: {error}"
+    else:
+        reason = f"{cls.__name__} has no batch_size and drop_last to make it again with"
+    raise TypeError(
+        f"the evaluation DataLoader's batch sampler cannot be given each process's share of the data: {reason} "
+        "(Lightning's Trainer makes it again the same way, unless it recorded the class's arguments in a "
+        "*_dataloader hook). Follow the API of torch's BatchSampler (__init__(sampler, batch_size, "
+        "drop_last)), or pass use_distributed_sampler=False to the Trainer and split the data in your batch "
+        "sampler yourself"
+    )
 
 
 def _with_sampler(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
@@ -131,5 +169,5 @@ def _with_sampler(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
 
 def _already_distributed(loader: DataLoader[Any]) -> bool:
     samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler]
-    ours = (DistributedSampler, DistributedSamplerWrapper, InterleavedShardSampler, InterleavedBatchShard)
+    ours = (DistributedSampler, DistributedSamplerWrapper, UnrepeatedDistributedSampler, InterleavedBatchShard)
     return any(isinstance(s, ours) for s in samplers)

@@ -123,7 +123,9 @@ class SingleDeviceStrategy(LightningStrategyFace):
     ) -> list[torch.optim.Optimizer]:
         return list(optimizers)
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None) -> Any:
+    def process_dataloader(
+        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+    ) -> Any:
         return loader
 
     def train_step(

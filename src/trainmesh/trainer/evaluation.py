@@ -13,6 +13,7 @@ from trainmesh.seed import import_leaving_rng, isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches
+from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts, Progress
@@ -22,7 +23,6 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_it
 from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
-from trainmesh.utilities.collections import is_padding
 from trainmesh.utilities.exceptions import MisconfigurationException
 
 _STEP_HOOK = {
@@ -115,7 +115,9 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     kind = "validate" if stage == "validate" else "test"
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
-    loaders = device_loaders(ctx, data.loaders(kind, required=True), train=False, kind=kind)
+    given = data.loaders(kind, required=True)
+    loaders = device_loaders(ctx, given, train=False, kind=kind)
+    warn_replicated_samples(stage, given, loaders)
     limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     ctx.state.eval_step_counts[stage] = {}  # each validate/test call counts its batches from 0 (Lightning's)
@@ -134,7 +136,10 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     ctx.state.predict_loop.start(len(loaders), writers)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
     per_loader = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
-    outputs = [ctx.runtime.trainer_port.collect_predictions(predictions) for predictions in per_loader]
+    outputs = [
+        ctx.runtime.trainer_port.collect_predictions(predictions, prediction_share(loader, len(predictions)))
+        for loader, predictions in zip(loaders, per_loader, strict=True)
+    ]
     return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -151,6 +156,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
         batch_hooks=ctx.batch_hooks,
         distribute=ctx.use_distributed_sampler,
         shuffle=ctx.shuffle_training if train else None,
+        predict=kind == "predict",
     )
     found = ctx.state.stage_loaders[kind] = list(placed) if len(loaders) > 1 else [placed]
     return found
@@ -164,6 +170,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     state, hooks = ctx.state, ctx.hooks
     limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
     _record_batch_counts(ctx, stage, loaders, limits)
+    owed = steps_owed(ctx, stage, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
     if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(state.module)):
@@ -186,7 +193,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     start, end = _START_END_HOOKS[stage]
     with evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
-        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher)
+        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed)
         hooks.call(end)
     return results
 
@@ -216,7 +223,7 @@ def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
 
 
 def _run_loop(
-    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], fetcher: Fetcher
+    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], fetcher: Fetcher, owed: int
 ) -> list[Any]:
     """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict)."""
     state, hooks = ctx.state, ctx.hooks
@@ -229,7 +236,7 @@ def _run_loop(
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
         per_loader = _LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
-        _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index)
+        _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index, owed)
         results, kept = per_loader.results, per_loader.kept
         if outputs_hook is not None and keeps_outputs:
             state.log_collector.set_batch(outputs_hook, None)
@@ -249,10 +256,17 @@ def _run_loop(
 
 
 def _run_batches(
-    ctx: LoopContext, stage: str, loaders: list[Any], fetcher: Fetcher, per_loader: _LoaderResults, extra_index: bool
+    ctx: LoopContext,
+    stage: str,
+    loaders: list[Any],
+    fetcher: Fetcher,
+    per_loader: _LoaderResults,
+    extra_index: bool,
+    owed: int,
 ) -> None:
     """Each of ``fetcher``'s batches through the stage's step and batch hooks, taken to the device
-    as the loop takes it (with its own loader's batch-transfer hooks)."""
+    as the loop takes it (with its own loader's batch-transfer hooks); then the last batch's step
+    ``owed`` times more, alone (evaluation_shares.steps_owed)."""
     state, log_collector, hooks, runtime = ctx.state, ctx.state.log_collector, ctx.hooks, ctx.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
@@ -293,6 +307,8 @@ def _run_batches(
             ctx.publisher.evaluation_step(_step_counter(ctx, stage), loader_idx, _suffix(loader_idx, loaders))
         progress.completed()
         runtime.supervision.step_done()
+    for _ in range(owed):  # as many collectives as the ranks that ran more steps: no hook, output dropped
+        eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
     per_loader.close()
 
 
@@ -320,7 +336,7 @@ class _LoaderResults:
             self._outputs = []
 
     def add(self, output: Any) -> None:
-        if self._stage == "predict" or self._keeps and not is_padding(output):
+        if self._stage == "predict" or self._keeps:
             self._outputs.append(output)
 
     def close(self) -> None:

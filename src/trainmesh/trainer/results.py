@@ -239,13 +239,13 @@ class LogCollector:
             elif entry.total.device != tensor.device:  # restored from a checkpoint (kept on CPU)
                 entry.total = entry.total.to(tensor.device)
             if batch_size == 0:
-                return  # a padding batch (equal-length evaluation shards) carries no data
+                return  # an empty batch carries no data
             weight = batch_size if entry.reduce_fx == "mean" else 1
             entry.total.add_(tensor, alpha=weight)
             entry.weight += weight
         else:
             if batch_size == 0 or (batch_size is None and infer_batch_size(self._batch) == 0):
-                # A padding batch: the identity of max/min, so every rank still takes part.
+                # An empty batch: the identity of max/min, so every rank still takes part.
                 if entry.total is None:
                     entry.total = torch.tensor(
                         float("-inf") if entry.reduce_fx == "max" else float("inf"),

@@ -125,10 +125,3 @@ def _address(tensor: torch.Tensor) -> int | None:
         return int(tensor.data_ptr())
     except RuntimeError:
         return None
-
-
-def is_padding(output: Any) -> bool:
-    """Whether ``output`` came from an ``EqualLengthLoader`` padding batch (distributed_samplers.py: an
-    empty batch). Here, beside ``first_tensor``, so that the loops ask it without importing the samplers."""
-    tensor = first_tensor(output)
-    return tensor is not None and tensor.dim() > 0 and tensor.shape[0] == 0

@@ -1,22 +1,21 @@
 """Samplers that split a dataset across processes.
 
-Training uses PyTorch's ``DistributedSampler`` (every rank the same number of batches, as DDP
-needs). Evaluation interleaves without padding (rank r: the loader's batches r, r+W, r+2W, ...),
-so every sample is seen exactly once, and the first k batches of every rank together are the
-loader's first k*W batches: ``limit_val_batches=k`` (and the sanity check) reads what one process
-at the global batch reads, and what Lightning's ``DistributedSampler`` gives its ranks.
-(``ContiguousBatchShard`` remains for Keras' prediction: each process a run, concatenated in order.)
+Training and the Trainer's validation and test use PyTorch's ``DistributedSampler`` (or, over a
+sampler of the user's own, ``DistributedSamplerWrapper``): rank r reads samples r, r+W, ... of the
+loader's order, the last ones padded by repeating the first so every rank holds as many, as
+Lightning 2.6's Trainer gives its ranks. Prediction reads the same shares unpadded
+(``UnrepeatedDistributedSampler``, Lightning's ``UnrepeatedDistributedSamplerWrapper``): every
+sample once, the ranks' counts differing by at most one. Keras' own evaluation deals batches out in
+turn (``InterleavedBatchShard``) and predicts contiguous runs (``ContiguousBatchShard``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Iterator
 from typing import Any, cast
 
+import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
-
-from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.collections import is_padding as is_padding  # re-exported: it lives with first_tensor
 
 
 def shard_bounds(num_samples: int, num_replicas: int, rank: int) -> tuple[int, int]:
@@ -68,23 +67,6 @@ class InterleavedBatchShard(Sampler[list[int]]):
         return len(range(self.rank, len(self.batch_sampler), self.num_replicas))  # type: ignore[arg-type]
 
 
-class InterleavedShardSampler(Sampler[int]):
-    """Every W-th index of the order ``sampler`` gives (or of 0..n-1), from ``rank``, no padding:
-    an unbatched evaluation loader's share, as ``InterleavedBatchShard`` is a batched one's."""
-
-    def __init__(self, source: Sized, *, num_replicas: int, rank: int, sampler: Sampler[int] | None = None) -> None:
-        # A sampler may yield fewer or more indices than the dataset has (a subset, weights).
-        self.num_samples = len(sampler) if sampler is not None else len(source)  # type: ignore[arg-type]
-        self.num_replicas, self.rank, self.sampler = num_replicas, rank, sampler
-
-    def __iter__(self) -> Iterator[int]:
-        order = list(self.sampler) if self.sampler is not None else range(self.num_samples)
-        return iter(order[self.rank :: self.num_replicas])
-
-    def __len__(self) -> int:
-        return len(range(self.rank, self.num_samples, self.num_replicas))
-
-
 class DistributedSamplerWrapper(Sampler[int]):
     """Shards a custom sampler's indices across ranks for training, as Lightning's wrapper does.
 
@@ -126,38 +108,29 @@ class DistributedSamplerWrapper(Sampler[int]):
         return -(-len(self.sampler) // self.num_replicas)  # type: ignore[arg-type]
 
 
-class EqualLengthLoader:
-    """A rank's evaluation shard, then empty batches up to the longest shard's batch count.
+class UnrepeatedDistributedSampler(Sampler[int]):
+    """Positions ``rank``, ``rank + W``, ... of the order ``sampler`` gives, unpadded: Lightning's
+    ``UnrepeatedDistributedSamplerWrapper``, which its Trainer gives every predict loader.
 
-    Evaluation shards differ by a batch; ranks that run collectives per step (fsdp's
-    all-gathers, a ``self.all_gather`` or ``sync_dist`` in ``validation_step``) must run as many
-    steps as each other. An empty batch (every tensor sliced to 0 rows) carries no data: its
-    logged values weigh 0 and its predictions are dropped.
+    Every sample is read once; ranks hold counts that differ by at most one (a rank may hold none
+    when there are fewer samples than ranks). With ``shuffle`` the positions are first permuted
+    with a generator seeded by the epoch alone, as Lightning's (its seed is not used there).
     """
 
-    def __init__(self, loader: Any, longest_of: Callable[[int], int]) -> None:
-        self.loader, self._longest_of = loader, longest_of
-        self._longest: int | None = None
+    def __init__(self, sampler: Sampler[int], *, num_replicas: int, rank: int, shuffle: bool = False) -> None:
+        self.sampler, self.num_replicas, self.rank, self.shuffle = sampler, num_replicas, rank, shuffle
+        self.epoch = 0
 
-    def __len__(self) -> int:
-        if self._longest is None:
-            self._longest = self._longest_of(len(self.loader))  # a collective: every rank asks
-        return self._longest
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
-        longest, last, count = len(self), None, 0
-        for batch in self.loader:
-            last, count = batch, count + 1
-            yield batch
-        if count < longest:
-            template = last if last is not None else self._one_sample_batch()
-            empty = apply_to_tensors(template, lambda t: t[:0])
-            for _ in range(longest - count):
-                yield empty
+        order = list(self.sampler)
+        if self.shuffle:
+            positions = torch.randperm(len(order), generator=torch.Generator().manual_seed(self.epoch)).tolist()
+        else:
+            positions = list(range(len(order)))
+        return iter([order[position] for position in positions[self.rank :: self.num_replicas]])
 
-    def _one_sample_batch(self) -> Any:
-        # This rank's shard is empty: make the padding's structure from the dataset's first sample.
-        return self.loader.collate_fn([self.loader.dataset[0]])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.sampler), self.num_replicas))  # type: ignore[arg-type]

@@ -1,0 +1,113 @@
+"""What each rank evaluates under ``strategy="ddp"`` at 2 CPU processes with Lightning's default
+``use_distributed_sampler=True``: ``python evaluation_shares_run.py lightning|trainmesh OUT``.
+
+One launch runs every case of ``CASES`` in order (Lightning's ddp starts the script again as the
+second process, which runs them in the same order) and writes each process's record to
+``OUT/<case>-rank<r>.pt``: the sample indices of every evaluation step, the metrics the call
+returned and ``callback_metrics``, the warnings that name ``DistributedSampler``, and for predict
+the predictions it returned. The program's ``test_step`` flattens its batch with
+``x.view(x.size(0), -1)``, as a published Lightning program does (an empty batch crashes it).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+if sys.argv[1] == "lightning":
+    import lightning.pytorch as pl
+else:
+    import trainmesh as pl
+
+
+def dataset(n: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 2, 3, generator=g)
+    return TensorDataset(torch.arange(n), x, x.sum((1, 2)).unsqueeze(1) + 0.1 * torch.randn(n, 1, generator=g))
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.layer = nn.Linear(6, 1)
+        self.seen: list[tuple[str, list[int]]] = []
+
+    def _loss(self, stage: str, batch):
+        index, x, y = batch
+        self.seen.append((stage, index.tolist()))
+        x = x.view(x.size(0), -1)
+        return F.mse_loss(self.layer(x), y)
+
+    def training_step(self, batch, batch_idx):
+        return self._loss("train", batch)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self._loss("sanity" if self.trainer.sanity_checking else "val", batch), sync_dist=True)
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", self._loss("test", batch), sync_dist=True)
+
+    def predict_step(self, batch, batch_idx):
+        index, x, _ = batch
+        self.seen.append(("predict", index.tolist()))
+        return self.layer(x.view(x.size(0), -1))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(n: int) -> DataLoader:
+    return DataLoader(dataset(n), batch_size=16)
+
+
+CASES = {
+    "test_100": dict(call="test", samples=100),  # 7 batches: rank 1 read 3 and an empty one before
+    "validate_101": dict(call="validate", samples=101),  # 101 % 2: Lightning repeats sample 0
+    "validate_limit": dict(call="validate", samples=100, limit_val_batches=2),
+    "fit_sanity": dict(call="fit", samples=101, num_sanity_val_steps=2, limit_train_batches=2, max_epochs=1),
+    "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
+}
+
+
+def run(out: Path, case: str, call: str, samples: int, **settings) -> None:
+    model = Model()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **settings,
+    )
+    record = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if call == "fit":
+            trainer.fit(model, loader(64), loader(samples))
+        elif call == "predict":
+            record["predictions"] = torch.cat(trainer.predict(model, loader(samples)))
+        else:
+            record["returned"] = getattr(trainer, call)(model, loader(samples), verbose=False)
+    record["callback_metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    record["warnings"] = [str(w.message) for w in caught if "DistributedSampler" in str(w.message)]
+    record["seen"] = model.seen
+    torch.save(record, out / f"{case}-rank{trainer.global_rank}.pt")
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for case, settings in CASES.items():
+        run(out, case, **settings)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[2]))

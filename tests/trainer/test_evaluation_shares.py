@@ -1,0 +1,136 @@
+"""What each rank evaluates under ddp at 2 processes, against Lightning 2.6's own ddp run.
+
+Lightning's Trainer gives every validation and test loader ``DistributedSampler(shuffle=False)``
+(rank r: samples r, r+2, ..., the last padded by repeating the first, so every rank runs as many
+batches and none is empty) and every predict loader ``UnrepeatedDistributedSamplerWrapper`` (no
+padding: a rank may run a batch fewer). One launch per framework (tests/trainer/evaluation_shares_run.py)
+runs: ``trainer.test`` on 100 samples at batch 16 with a ``test_step`` that flattens its batch with
+``x.view(x.size(0), -1)`` (trainmesh used to deal the 7 batches out in turn and hand rank 1 an
+empty fourth batch, which crashed it), ``trainer.validate`` on 101 samples (Lightning repeats
+sample 0 on rank 1), with ``limit_val_batches=2``, a fit's sanity check and validation, and
+``trainer.predict`` on 33 samples (rank 0: 2 batches, rank 1: 1). Each rank's samples at every
+step, the synced epoch metrics and Lightning's warning about the padding are Lightning's (slow:
+two launches). Below them, without processes: where each step is a collective (fsdp), the step
+counts are evened out or refused (``steps_owed``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from helpers.forked import can_fork, run_forked
+from helpers.processes import run_program
+from trainmesh.trainer.evaluation_shares import steps_owed
+
+SCRIPT = Path(__file__).resolve().parent / "evaluation_shares_run.py"
+CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "predict_33"]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    pytest.importorskip("lightning.pytorch")
+    """Lightning's run as a new interpreter (its ddp starts the second process itself, as its
+    owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py)."""
+    out = tmp_path_factory.mktemp("evaluation_shares")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    done = run_program([str(SCRIPT), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [str(SCRIPT), "trainmesh", str(out / "trainmesh")]
+    if can_fork():
+        done = run_forked(SCRIPT, ours[1:], env=env, timeout=600, cwd=out, world=2)
+    else:
+        done = run_program(ours, timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def _load(out: Path, framework: str, case: str, rank: int) -> dict:
+    return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("case", CASES)
+def test_each_rank_evaluates_lightning_s_samples(records, case, rank):
+    theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
+    assert ours["seen"] == theirs["seen"]
+    assert ours["warnings"] == theirs["warnings"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("case", ["test_100", "validate_101", "validate_limit", "fit_sanity"])
+def test_the_synced_epoch_metric_is_lightning_s(records, case, rank):
+    theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
+    assert ours["callback_metrics"].keys() == theirs["callback_metrics"].keys()
+    for name, value in theirs["callback_metrics"].items():
+        assert ours["callback_metrics"][name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
+    if "returned" in theirs:
+        assert [list(m) for m in ours["returned"]] == [list(m) for m in theirs["returned"]]
+        for mine, their in zip(ours["returned"], theirs["returned"], strict=True):
+            assert mine == pytest.approx(their, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_predict_returns_every_prediction_once_in_order(records):
+    """Lightning returns each rank's own predictions (rank r: samples r, r+2, ...); trainmesh returns
+    them all, in the loader's order: Lightning's two ranks' rows dealt back to their positions."""
+    theirs = [_load(records, "lightning", "predict_33", rank)["predictions"] for rank in (0, 1)]
+    assert [len(t) for t in theirs] == [17, 16]
+    in_order = torch.stack([theirs[position % 2][position // 2] for position in range(33)])
+    for rank in (0, 1):
+        ours = _load(records, "trainmesh", "predict_33", rank)["predictions"]
+        torch.testing.assert_close(ours, in_order, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_what_lightning_reads(records):
+    """The owner's run, as measured: rank 1's test batches are 16, 16, 16 and 2 samples (none
+    empty); validation of 101 samples repeats sample 0 at rank 1's end; each rank's limit of 2
+    batches reads the first 2 of its own share; trainer.test/validate warn on rank 0 only."""
+    test = _load(records, "lightning", "test_100", 1)
+    assert [len(batch) for _, batch in test["seen"]] == [16, 16, 16, 2]
+    assert test["seen"][0][1] == list(range(1, 32, 2))
+    assert _load(records, "lightning", "validate_101", 1)["seen"][-1][1] == [97, 99, 0]
+    assert _load(records, "lightning", "validate_limit", 0)["seen"] == [
+        ("val", list(range(0, 32, 2))),
+        ("val", list(range(32, 64, 2))),
+    ]
+    assert len(_load(records, "lightning", "test_100", 0)["warnings"]) == 1 and not test["warnings"]
+    assert not _load(records, "lightning", "fit_sanity", 0)["warnings"]
+
+
+# ---- evening out the steps where each step is a collective (fsdp), without processes --------------
+def context(mine: int, others: int, *, shards: bool = True) -> SimpleNamespace:
+    """A loop context on rank 0 of 2 whose peer ran ``others`` steps: the Runtime's max-reduction."""
+
+    def all_reduce(value, op):
+        assert op == "max"
+        return torch.maximum(value, torch.tensor([others, -others], dtype=value.dtype))
+
+    capabilities = SimpleNamespace(shards_parameters=shards)
+    runtime = SimpleNamespace(
+        world_size=2, capabilities=capabilities, device="cpu", strategy_name="fsdp", all_reduce=all_reduce
+    )
+    return SimpleNamespace(runtime=runtime)
+
+
+def test_a_rank_with_a_predict_batch_fewer_owes_a_step_only_where_steps_are_collectives():
+    assert steps_owed(context(1, 2), "predict", [1]) == 1
+    assert steps_owed(context(2, 1), "predict", [2]) == 0
+    assert steps_owed(context(1, 2, shards=False), "predict", [1]) == 0  # ddp: no collective in a step
+    assert steps_owed(context(3, 3), "validate", [1, 2]) == 0
+
+
+def test_uneven_evaluation_under_gathering_strategies_is_refused_before_the_first_step():
+    with pytest.raises(ValueError, match="validate loaders give different numbers of batches \\(2 to 3\\).*fsdp"):
+        steps_owed(context(2, 3), "validate", [2])
+    with pytest.raises(ValueError, match="a process has no sample to predict.*at least as many samples"):
+        steps_owed(context(0, 1), "predict", [0])
