@@ -35,6 +35,7 @@ from trainmesh.cli.lightning_parser import (
     instantiate_class,
 )
 from trainmesh.cli.save_config import SaveConfigCallback
+from trainmesh.cli.trainer_arguments import add_trainer_arguments
 from trainmesh.datamodule import DataModule
 from trainmesh.module import Module
 from trainmesh.seed import seed_everything
@@ -151,8 +152,7 @@ class LightningCLI:
         )
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(self.trainer_class, "trainer")
-        _hide_old_trainer_arguments(parser)
+        add_trainer_arguments(parser, self.trainer_class)  # Lightning's types, defaults and order
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         # Without a datamodule class the model's own *_dataloader methods may supply the data.
@@ -403,18 +403,6 @@ def _take_lightning1_arguments(
             LightningOneName,
             stacklevel=3,
         )
-
-
-def _hide_old_trainer_arguments(parser: LightningArgumentParser) -> None:
-    """The Trainer's Lightning 1.x arguments (gpus=...) stay accepted, but neither --help nor a
-    saved config.yaml shows them (jsonargparse leaves suppressed arguments out of its dumps)."""
-    import argparse
-
-    from trainmesh.trainer.construction import OLD_ARGUMENTS
-
-    for action in parser._actions:  # argparse keeps no public list of its actions
-        if action.dest.removeprefix("trainer.") in OLD_ARGUMENTS and action.dest.startswith("trainer."):
-            action.help = argparse.SUPPRESS
 
 
 def _automatic(base: type | tuple[type, ...], registered: dict[str, tuple[type | tuple[type, ...], str]]) -> list[str]:

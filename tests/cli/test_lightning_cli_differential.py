@@ -1,0 +1,394 @@
+"""``LightningCLI``, trainmesh's against Lightning 2.6's, on the same program and command lines.
+
+Each case builds both CLIs (``run=False`` where it can, so nothing trains), and compares what each
+parsed (the config, class paths reduced to class names), built (the classes and arguments of the
+callbacks, loggers, strategy, profiler the options ask for) or wrote (``config.yaml``,
+``hparams.yaml``). Lightning is the owner's run here: the tests are skipped without it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch.utils.data import DataLoader, TensorDataset
+
+pytest.importorskip("lightning")
+
+import lightning.pytorch as L  # noqa: E402
+import lightning.pytorch.cli as lcli  # noqa: E402
+
+import trainmesh as tm  # noqa: E402
+import trainmesh.cli as tcli  # noqa: E402
+
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+def make_classes(framework: str) -> tuple[type, type]:
+    """The same small model and data module on Lightning's or trainmesh's base classes."""
+    module_base, data_base = (
+        (L.LightningModule, L.LightningDataModule) if framework == "lightning" else (tm.Module, tm.DataModule)
+    )
+
+    class Net(module_base):
+        def __init__(self, hidden: int = 8, lr: float = 0.1, milestones: tuple[int, ...] = (1, 2)) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Linear(4, hidden)
+            self.out = torch.nn.Linear(hidden, 1)
+
+        def forward(self, x):
+            return self.out(self.net(x))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    class Data(data_base):
+        def __init__(self, batch_size: int = 4) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+
+        def _loader(self):
+            x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+            return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=self.batch_size)
+
+        def train_dataloader(self):
+            return self._loader()
+
+        def val_dataloader(self):
+            return self._loader()
+
+    Net.__qualname__ = Data.__qualname__ = "local"  # the config names them by class path; see _normal
+    return Net, Data
+
+
+CLASSES = {name: make_classes(name) for name in ("lightning", "trainmesh")}
+CLI_CLASS = {"lightning": lcli.LightningCLI, "trainmesh": tcli.LightningCLI}
+
+
+@pytest.fixture(autouse=True)
+def _no_command_line(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["main.py"])  # both CLIs warn when given args and a command line
+
+
+def build(framework: str, args, cli_class=None, **kwargs):
+    model_class, data_class = CLASSES[framework]
+    kwargs.setdefault("run", False)
+    return (cli_class or CLI_CLASS[framework])(model_class, data_class, args=args, **kwargs)
+
+
+def _normal(value):
+    """A config as data, with each class path reduced to its class name (lightning.pytorch.callbacks.X
+    and trainmesh.callbacks.X are the same class name) and the version header dropped."""
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items() if k != "__path__"}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    if isinstance(value, str) and value.count(".") >= 2 and value.split(".")[0] in ("lightning", "trainmesh"):
+        return value.rsplit(".", 1)[1]
+    return value
+
+
+def parsed(cli, *, own: bool = False) -> dict:
+    """The parsed config as data; without trainmesh's own Trainer arguments unless ``own``."""
+    config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, skip_check=True))
+    return _without_own(_normal(config[cli.subcommand] if cli.subcommand else config), own)
+
+
+def _without_own(config: dict, own: bool = False) -> dict:
+    from trainmesh.cli.trainer_arguments import TRAINMESH_OWN
+
+    if own or not isinstance(config.get("trainer"), dict):
+        return config
+    return {**config, "trainer": {k: v for k, v in config["trainer"].items() if k not in TRAINMESH_OWN}}
+
+
+def built(objects, names) -> list[tuple[str, dict]]:
+    """The classes named in ``names`` among ``objects``, each with the arguments it was given."""
+    return [(type(o).__name__, _attributes(o, names[type(o).__name__])) for o in objects if type(o).__name__ in names]
+
+
+def _attributes(obj, names):
+    out = {}
+    for name in names:
+        value = getattr(obj, name, getattr(obj, f"_{name}", None))
+        out[name] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+# Constructors that differ (docs/notes/f-cli.md): Lightning's TensorBoardLogger(**kwargs) shows
+# SummaryWriter's arguments, trainmesh's keeps them for later; the strategies' constructors are each
+# library's own (Lightning's DDPStrategy takes accelerator, parallel_devices, ...): the arguments given
+# are compared.
+_SUMMARY_WRITER = {"comment", "purge_step", "max_queue", "flush_secs", "filename_suffix"}
+
+
+def _known_differences_out(trainer: dict) -> dict:
+    trainer = dict(trainer)
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if isinstance(logger, dict) and logger["class_path"] == "TensorBoardLogger":
+            logger["init_args"] = {k: v for k, v in logger["init_args"].items() if k not in _SUMMARY_WRITER}
+    if isinstance(trainer["strategy"], dict):
+        given = trainer["strategy"]["init_args"]["find_unused_parameters"]
+        trainer["strategy"] = {"class_path": trainer["strategy"]["class_path"], "find_unused_parameters": given}
+    return trainer
+
+
+# ---- 1. every Trainer argument Lightning's CLI parses, parsed and built the same ---------------------------
+TRAINER_CASES = {
+    "callbacks_append": ["--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_interval=epoch"],
+    "callbacks_two_with_arguments": [
+        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val_loss",
+        "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val_loss", "--trainer.callbacks.patience=2",
+    ],
+    "callbacks_json": ['--trainer.callbacks=[{"class_path": "EarlyStopping", "init_args": {"monitor": "x"}}]'],
+    "logger_append": ["--trainer.logger+=CSVLogger", "--trainer.logger.save_dir={root}",
+                      "--trainer.logger+=TensorBoardLogger", "--trainer.logger.save_dir={root}"],
+    "logger_class": ["--trainer.logger=CSVLogger", "--trainer.logger.save_dir={root}", "--trainer.logger.name=x"],
+    "logger_false": ["--trainer.logger=false"],
+    "strategy_class": ["--trainer.strategy=DDPStrategy", "--trainer.strategy.find_unused_parameters=true"],
+    "strategy_name": ["--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--trainer.devices=1"],
+    "profiler_name": ["--trainer.profiler=simple"],
+    "profiler_class": ["--trainer.profiler=SimpleProfiler", "--trainer.profiler.filename=perf"],
+    "precision": ["--trainer.precision=32"],
+    "precision_string": ["--trainer.precision=bf16-mixed"],
+    "max_time_string": ["--trainer.max_time=00:00:05:00"],
+    "max_time_dict": ['--trainer.max_time={"minutes": 5}'],
+    "val_check_interval": ["--trainer.val_check_interval=0.5", "--trainer.check_val_every_n_epoch=2"],
+    "accelerator": ["--trainer.accelerator=cpu", "--trainer.devices=1"],
+    "opt_out_defaults": ["--trainer.log_every_n_steps=3", "--trainer.num_sanity_val_steps=0",
+                         "--trainer.enable_checkpointing=false"],
+    "limits": ["--trainer.limit_train_batches=0.5", "--trainer.limit_val_batches=2", "--trainer.max_steps=7"],
+    "default_root_dir": ["--trainer.default_root_dir={root}"],
+}  # fmt: skip
+
+WATCHED = {
+    "LearningRateMonitor": ["logging_interval"],
+    "ModelCheckpoint": ["monitor"],
+    "EarlyStopping": ["monitor", "patience"],
+    "CSVLogger": ["save_dir", "name"],
+    "TensorBoardLogger": ["save_dir"],
+    "SimpleProfiler": ["filename"],
+}
+
+
+@pytest.mark.parametrize("case", list(TRAINER_CASES))
+def test_trainer_options_parse_and_build_as_lightning_s(case, tmp_path):
+    args = [a.replace("{root}", str(tmp_path)) for a in TRAINER_CASES[case]]
+    if not any("default_root_dir" in a for a in args):
+        args.append(f"--trainer.default_root_dir={tmp_path}")
+    ours, theirs = build("trainmesh", [*QUIET, *args]), build("lightning", [*QUIET, *args])
+    assert _known_differences_out(parsed(ours)["trainer"]) == _known_differences_out(parsed(theirs)["trainer"])
+    for attribute in ("callbacks", "loggers"):
+        assert built(getattr(ours.trainer, attribute), WATCHED) == built(getattr(theirs.trainer, attribute), WATCHED)
+    assert built([ours.trainer.profiler], WATCHED) == built([theirs.trainer.profiler], WATCHED)
+    assert type(ours.trainer.strategy).__name__ == type(theirs.trainer.strategy).__name__
+    if case == "strategy_class":
+        given = theirs.trainer.strategy._ddp_kwargs["find_unused_parameters"]
+        assert ours.trainer.strategy.ddp_options["find_unused_parameters"] is given is True
+    if case == "opt_out_defaults":
+        for name in ("log_every_n_steps", "num_sanity_val_steps", "checkpoint_callback"):
+            assert getattr(ours.trainer, name) == getattr(theirs.trainer, name)
+
+
+def test_a_config_file_s_callbacks_and_logger_are_built_as_lightning_s(tmp_path):
+    config = {
+        "trainer": {
+            "default_root_dir": str(tmp_path),
+            "callbacks": [
+                {"class_path": "ModelCheckpoint", "init_args": {"monitor": "val_loss"}},
+                {"class_path": "LearningRateMonitor"},
+            ],
+            "logger": {"class_path": "CSVLogger", "init_args": {"save_dir": str(tmp_path), "name": "csv"}},
+        }
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    ours, theirs = (build(f, ["-c", str(tmp_path / "config.yaml")]) for f in ("trainmesh", "lightning"))
+    assert parsed(ours)["trainer"] == parsed(theirs)["trainer"]
+    assert built(ours.trainer.callbacks, WATCHED) == built(theirs.trainer.callbacks, WATCHED)
+    assert built(ours.trainer.loggers, WATCHED) == built(theirs.trainer.loggers, WATCHED)
+
+
+def test_the_trainer_section_lists_lightning_s_arguments_in_its_order():
+    from trainmesh.cli.trainer_arguments import LIGHTNING_ORDER, TRAINMESH_OWN
+
+    lightning_names = [n for n in inspect.signature(L.Trainer).parameters]
+    assert list(LIGHTNING_ORDER) == lightning_names
+    ours, theirs = parsed(build("trainmesh", []), own=True), parsed(build("lightning", []))
+    assert list(ours["trainer"]) == [*lightning_names, *TRAINMESH_OWN]
+    assert {k: ours["trainer"][k] for k in lightning_names} == theirs["trainer"]
+    assert ours == {**theirs, "trainer": ours["trainer"]}  # seed_everything, model, data, optimizer, lr_scheduler
+
+
+# ---- 2. what the run writes: config.yaml, hparams.yaml, the checkpoint's hyper_parameters ------------------
+def _fit(framework: str, root: Path, *args: str, **kwargs):
+    fit_args = ["fit", *QUIET, f"--trainer.default_root_dir={root}", "--trainer.max_epochs=1", *args]
+    fit_args += ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.logger+=CSVLogger"]
+    fit_args += [f"--trainer.logger.save_dir={root}", "--trainer.num_sanity_val_steps=0"]
+    return build(framework, fit_args, run=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """One fit under each framework, with an optimizer, a scheduler, a seed and a callback given."""
+    args = ["--seed_everything=7", "--model.hidden=5", "--model.milestones=[3, 4]", "--optimizer=Adam"]
+    args += ["--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=2"]
+    args += ["--trainer.callbacks+=LearningRateMonitor"]
+    runs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["main.py"])
+        for framework in ("lightning", "trainmesh"):
+            root = tmp_path_factory.mktemp(framework)
+            runs[framework] = (_fit(framework, root, *args), root)
+    return runs
+
+
+def _written(root: Path, name: str) -> dict:
+    [path] = root.rglob(name)
+    return _normal(yaml.unsafe_load(path.read_text()))
+
+
+def test_config_yaml_is_lightning_s_section_by_section(fitted):
+    ours, theirs = (_without_own(_written(fitted[f][1], "config.yaml")) for f in ("trainmesh", "lightning"))
+    root = {f: str(fitted[f][1]) for f in fitted}
+    theirs = json.loads(json.dumps(theirs).replace(root["lightning"], root["trainmesh"]))
+    assert ours["trainer"] == theirs["trainer"]
+    for section in ("seed_everything", "model", "data", "optimizer", "lr_scheduler", "ckpt_path"):
+        assert ours[section] == theirs[section], section
+    assert list(ours) == list(theirs)
+
+
+def test_hyperparameters_are_the_config_s_with_lightning_s_instantiator(fitted):
+    ours, theirs = (fitted[f][0].model.hparams for f in ("trainmesh", "lightning"))
+    assert dict(ours) == dict(theirs)  # milestones a list, as parsed; _instantiator: Lightning's path
+    hparams = {f: _written(fitted[f][1], "hparams.yaml") for f in fitted}
+    assert hparams["trainmesh"] == hparams["lightning"]
+    checkpoints = {f: torch.load(next(fitted[f][1].rglob("*.ckpt")), weights_only=False) for f in fitted}
+    assert dict(checkpoints["trainmesh"]["hyper_parameters"]) == dict(checkpoints["lightning"]["hyper_parameters"])
+    model_class = CLASSES["trainmesh"][0]
+    loaded = model_class.load_from_checkpoint(next(fitted["trainmesh"][1].rglob("*.ckpt")))
+    assert loaded.hparams.milestones == [3, 4] and loaded.net.out_features == 5
+
+
+# ---- 4. the constructor's arguments and the parser's features ----------------------------------------------
+def _both(args, **kwargs):
+    return parsed(build("trainmesh", args, **kwargs)), parsed(build("lightning", args, **kwargs))
+
+
+def test_args_as_a_list_a_dict_and_a_namespace(tmp_path):
+    root = f"--trainer.default_root_dir={tmp_path}"
+    as_dict = {"trainer": {"max_epochs": 3, "default_root_dir": str(tmp_path)}, "model": {"hidden": 3}}
+    for args in ([root, "--trainer.max_epochs=3", "--model.hidden=3"], as_dict):
+        ours, theirs = _both(args)
+        assert ours["trainer"]["max_epochs"] == theirs["trainer"]["max_epochs"] == 3
+        assert ours["model"] == theirs["model"]
+    from jsonargparse import Namespace
+
+    ours, theirs = _both(Namespace(trainer=Namespace(max_steps=4, default_root_dir=str(tmp_path))))
+    assert ours["trainer"]["max_steps"] == theirs["trainer"]["max_steps"] == 4
+
+
+def test_several_config_files_and_the_environment(tmp_path, monkeypatch):
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"trainer": {"max_epochs": 2}, "model": {"hidden": 3}}))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"model": {"lr": 0.5}}))
+    args = ["--config", str(tmp_path / "a.yaml"), "-c", str(tmp_path / "b.yaml"), "--model.hidden=4"]
+    args.append(f"--trainer.default_root_dir={tmp_path}")
+    ours, theirs = _both(args)
+    assert ours["model"] == theirs["model"] and ours["trainer"]["max_epochs"] == theirs["trainer"]["max_epochs"]
+    monkeypatch.setenv("PL_TRAINER__MAX_EPOCHS", "6")
+    monkeypatch.setenv("PL_MODEL__HIDDEN", "9")
+    ours, theirs = _both([f"--trainer.default_root_dir={tmp_path}"], parser_kwargs={"default_env": True})
+    assert (ours["trainer"]["max_epochs"], ours["model"]) == (theirs["trainer"]["max_epochs"], theirs["model"])
+
+
+def test_defaults_seed_and_trainer_defaults(tmp_path):
+    kwargs = {"trainer_defaults": {"max_epochs": 4, "log_every_n_steps": 2}, "seed_everything_default": 5}
+    ours, theirs = _both([f"--trainer.default_root_dir={tmp_path}"], **kwargs)
+    assert ours["trainer"] == theirs["trainer"]
+    assert ours["seed_everything"] == theirs["seed_everything"] == 5
+
+
+def test_print_config_prints_lightning_s_config(tmp_path, capsys):
+    printed = {}
+    for framework in ("trainmesh", "lightning"):
+        with pytest.raises(SystemExit):
+            args = ["fit", "--print_config", "--model.hidden=2", "--trainer.callbacks+=LearningRateMonitor"]
+            build(framework, args, run=True)
+        printed[framework] = _without_own(_normal(yaml.safe_load(capsys.readouterr().out)))
+    assert printed["trainmesh"] == printed["lightning"]
+
+
+def test_hooks_links_and_added_arguments_run_in_lightning_s_order(tmp_path):
+    calls = {}
+
+    def cli_class(framework):
+        base = CLI_CLASS[framework]
+        callbacks = tm.callbacks if framework == "trainmesh" else L.callbacks
+        seen = calls.setdefault(framework, [])
+
+        class MyCLI(base):
+            def add_arguments_to_parser(self, parser):
+                parser.add_lightning_class_args(callbacks.EarlyStopping, "early_stopping")
+                parser.set_defaults({"early_stopping.monitor": "val_loss"})
+                parser.link_arguments("data.batch_size", "model.hidden")
+                seen.append("add_arguments_to_parser")
+
+            def before_instantiate_classes(self):
+                seen.append("before_instantiate_classes")
+
+            def after_instantiate_classes(self):
+                seen.append("after_instantiate_classes")
+
+            def before_validate(self):
+                seen.append("before_validate")
+
+            def after_validate(self):
+                seen.append("after_validate")
+
+        return MyCLI
+
+    args = ["validate", *QUIET, "--data.batch_size=6", "--trainer.limit_val_batches=1", "--trainer.logger=false"]
+    clis = {
+        f: build(f, [*args, f"--trainer.default_root_dir={tmp_path / f}"], cli_class=cli_class(f), run=True)
+        for f in ("trainmesh", "lightning")
+    }
+    assert calls["trainmesh"] == calls["lightning"]
+    assert parsed(clis["trainmesh"])["early_stopping"] == parsed(clis["lightning"])["early_stopping"]
+    assert clis["trainmesh"].model.hparams.hidden == clis["lightning"].model.hparams.hidden == 6
+
+
+def test_save_config_multifile_writes_lightning_s_files(tmp_path):
+    written = {}
+    for framework in ("trainmesh", "lightning"):
+        root = tmp_path / framework
+        args = ["fit", *QUIET, f"--trainer.default_root_dir={root}", "--trainer.max_steps=1"]
+        args += ["--trainer.logger=false", "--trainer.enable_checkpointing=false", "--trainer.num_sanity_val_steps=0"]
+        build(framework, args, run=True, save_config_kwargs={"multifile": True, "config_filename": "c.yaml"})
+        written[framework] = sorted(p.name for p in root.iterdir())
+    assert written["trainmesh"] == written["lightning"]
+
+
+def test_the_module_s_names_are_lightning_s():
+    own = [
+        n for n in dir(lcli) if not n.startswith("_") and getattr(getattr(lcli, n), "__module__", "") == lcli.__name__
+    ]
+    assert set(own) - {"ModuleType"} <= set(tcli.__all__)  # ModuleType: a TypeVar of Lightning's annotations
+    assert typing.get_args(tcli.ArgsType) == typing.get_args(lcli.ArgsType)
+    init = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert repr(tcli.instantiate_class(params, init)) == repr(lcli.instantiate_class(params, init))
