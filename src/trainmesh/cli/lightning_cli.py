@@ -9,8 +9,8 @@ a config file written for Lightning reads the same. It runs the subcommand and n
 Lightning's does; trainmesh's own :class:`~trainmesh.cli.CLI` also tests after ``fit`` and prints
 tables.
 
-One difference: checkpoints record the model's ``__init__`` arguments as ``save_hyperparameters``
-saw them (Lightning's behaviour with ``load_from_checkpoint_support=False``), not the parsed config.
+As Lightning's, the model's and data module's hyperparameters are the parsed config's values with
+``_instantiator`` (``load_from_checkpoint_support=False``: the ``__init__`` arguments as received).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from trainmesh.cli.lightning_parser import (
 from trainmesh.cli.save_config import SaveConfigCallback
 from trainmesh.cli.trainer_arguments import add_trainer_arguments
 from trainmesh.datamodule import DataModule
+from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.module import Module
 from trainmesh.seed import seed_everything
 from trainmesh.trainer.trainer import Trainer
@@ -263,8 +264,22 @@ class LightningCLI:
         self.config_init = self.parser.instantiate(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
+        if self.load_from_checkpoint_support:
+            self._give_config_hyperparameters()
         self._add_configure_optimizers_method_to_model(self.subcommand)
         self.trainer = self.instantiate_trainer()
+
+    def _give_config_hyperparameters(self) -> None:
+        """The model's and data module's saved hyperparameters become the config's values, as parsed,
+        with ``_class_path`` (a subclass chosen) and Lightning's ``_instantiator``, as Lightning 2.6's CLI
+        gives them to ``save_hyperparameters``; values set by an instantiation link stay as built."""
+        import yaml
+
+        dump = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False))
+        dump = dump.get(str(self.subcommand), dump) if self.subcommand else dump
+        for key, built in (("model", self.model), ("data", self.datamodule)):
+            if isinstance(built, HyperparametersMixin):
+                built._given_hyperparameters(dump.get(key) or {}, "lightning.pytorch.cli.instantiate_module")
 
     def after_instantiate_classes(self) -> None:
         """Override to run code after the classes are built."""

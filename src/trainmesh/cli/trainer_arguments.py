@@ -120,7 +120,7 @@ def add_trainer_arguments(parser: LightningArgumentParser, trainer_class: Any) -
     parser.add_class_arguments(
         trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True, skip=set(retyped)
     )
-    group = parser.groups["trainer"]
+    group = (parser.groups or {})["trainer"]
     for name, (annotation, default) in retyped.items():
         group.add_argument(f"--trainer.{name}", type=annotation, default=default, sub_configs=True)
     shown = {f"trainer.{name}" for name in (*LIGHTNING_ORDER, *TRAINMESH_OWN)}
