@@ -392,3 +392,21 @@ def test_the_module_s_names_are_lightning_s():
     init = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}
     params = [torch.nn.Parameter(torch.zeros(2))]
     assert repr(tcli.instantiate_class(params, init)) == repr(lcli.instantiate_class(params, init))
+
+
+# ---- 3. pytorch-lightning 1.9's tune subcommand ------------------------------------------------------------
+def test_tune_runs_lightning_1_9_s_trainer_tune(tmp_path):
+    """1.9.5's ``LightningCLI`` runs ``trainer.tune(model, datamodule=..., lr_find_kwargs=...)`` for ``tune``
+    (its cli.py ``subcommands()``); the CLI's suggestion is the one ``Trainer.tune`` finds with the same seed."""
+    model_class, data_class = CLASSES["trainmesh"]
+    args = ["tune", *QUIET, f"--trainer.default_root_dir={tmp_path}", "--trainer.auto_lr_find=true"]
+    args += ['--lr_find_kwargs={"num_training": 40}', "--seed_everything=3", "--trainer.logger=false"]
+    cli = build("trainmesh", args, run=True)
+    tm.seed_everything(3, workers=True)
+    model, data = model_class(), data_class()
+    trainer = tm.Trainer(
+        auto_lr_find=True, default_root_dir=str(tmp_path / "direct"), logger=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.tune(model, datamodule=data, lr_find_kwargs={"num_training": 40})
+    assert cli.model.hparams.lr == model.hparams.lr != 0.1  # the finder's suggestion, written onto the model

@@ -181,12 +181,15 @@ class LightningCLI:
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """The subcommands, each with the Trainer method's arguments that are not options."""
+        """The subcommands, each with the Trainer method's arguments that are not options (Lightning
+        2.6's, and 1.9's ``tune`` for a 1.x program's ``--trainer.auto_lr_find true``)."""
         return {
             "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
             "validate": {"model", "dataloaders", "datamodule"},
             "test": {"model", "dataloaders", "datamodule"},
             "predict": {"model", "dataloaders", "datamodule"},
+            # pytorch-lightning 1.9's: Trainer.tune (auto_lr_find / auto_scale_batch_size), which 2.0 removed
+            "tune": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
         }
 
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
