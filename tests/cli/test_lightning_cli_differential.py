@@ -212,9 +212,12 @@ def test_a_config_file_s_callbacks_and_logger_are_built_as_lightning_s(tmp_path)
             "default_root_dir": str(tmp_path),
             "callbacks": [
                 {"class_path": "ModelCheckpoint", "init_args": {"monitor": "val_loss"}},
-                {"class_path": "LearningRateMonitor"},
+                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor"},  # as Lightning writes it
             ],
-            "logger": {"class_path": "CSVLogger", "init_args": {"save_dir": str(tmp_path), "name": "csv"}},
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.csv_logs.CSVLogger",
+                "init_args": {"save_dir": str(tmp_path), "name": "csv"},
+            },
         }
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
@@ -323,14 +326,20 @@ def test_defaults_seed_and_trainer_defaults(tmp_path):
     assert ours["seed_everything"] == theirs["seed_everything"] == 5
 
 
-def test_print_config_prints_lightning_s_config(tmp_path, capsys):
+def test_print_config_prints_lightning_s_config_and_reads_lightning_s(tmp_path, capsys):
     printed = {}
     for framework in ("trainmesh", "lightning"):
         with pytest.raises(SystemExit):
             args = ["fit", "--print_config", "--model.hidden=2", "--trainer.callbacks+=LearningRateMonitor"]
             build(framework, args, run=True)
-        printed[framework] = _without_own(_normal(yaml.safe_load(capsys.readouterr().out)))
-    assert printed["trainmesh"] == printed["lightning"]
+        printed[framework] = capsys.readouterr().out
+    ours, theirs = (_without_own(_normal(yaml.safe_load(printed[f]))) for f in ("trainmesh", "lightning"))
+    assert ours == theirs
+    # Lightning's printed config (lightning.pytorch.callbacks.LearningRateMonitor) read by trainmesh's CLI
+    (tmp_path / "lightning.yaml").write_text(printed["lightning"])
+    with pytest.raises(SystemExit):
+        build("trainmesh", ["fit", "-c", str(tmp_path / "lightning.yaml"), "--print_config"], run=True)
+    assert _without_own(_normal(yaml.safe_load(capsys.readouterr().out))) == theirs
 
 
 def test_hooks_links_and_added_arguments_run_in_lightning_s_order(tmp_path):
@@ -403,19 +412,5 @@ def test_the_module_s_names_are_lightning_s():
     assert repr(tcli.instantiate_class(params, init)) == repr(lcli.instantiate_class(params, init))
 
 
-# ---- 3. pytorch-lightning 1.9's tune subcommand ------------------------------------------------------------
-def test_tune_runs_lightning_1_9_s_trainer_tune(tmp_path):
-    """1.9.5's ``LightningCLI`` runs ``trainer.tune(model, datamodule=..., lr_find_kwargs=...)`` for ``tune``
-    (its cli.py ``subcommands()``); the CLI's suggestion is the one ``Trainer.tune`` finds with the same seed."""
-    model_class, data_class = CLASSES["trainmesh"]
-    args = ["tune", *QUIET, f"--trainer.default_root_dir={tmp_path}", "--trainer.auto_lr_find=true"]
-    args += ['--lr_find_kwargs={"num_training": 40}', "--seed_everything=3", "--trainer.logger=false"]
-    cli = build("trainmesh", args, run=True)
-    tm.seed_everything(3, workers=True)
-    model, data = model_class(), data_class()
-    trainer = tm.Trainer(
-        auto_lr_find=True, default_root_dir=str(tmp_path / "direct"), logger=False,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
-    trainer.tune(model, datamodule=data, lr_find_kwargs={"num_training": 40})
-    assert cli.model.hparams.lr == model.hparams.lr != 0.1  # the finder's suggestion, written onto the model
+# ---- 3. pytorch-lightning 1.9's tune subcommand: against 1.9.5's recorded run, in
+# tests/trainer/test_lightning1_examples.py::test_lightning_cli_tune_subcommand_as_lightning_1_9
