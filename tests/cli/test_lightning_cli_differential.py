@@ -414,3 +414,23 @@ def test_the_module_s_names_are_lightning_s():
 
 # ---- 3. pytorch-lightning 1.9's tune subcommand: against 1.9.5's recorded run, in
 # tests/trainer/test_lightning1_examples.py::test_lightning_cli_tune_subcommand_as_lightning_1_9
+
+
+def test_none_means_lightning_s_default_for_the_opt_out_arguments(tmp_path):
+    """What a config's ``null`` passes: ``Trainer(logger=None, ...)`` builds Lightning 2.6's defaults."""
+    names = ("logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary")
+    nones = dict.fromkeys((*names, "log_every_n_steps", "num_sanity_val_steps", "precision"))
+    ours = tm.Trainer(default_root_dir=str(tmp_path), **nones)
+    theirs = L.Trainer(default_root_dir=str(tmp_path), **nones)
+    assert ours.log_every_n_steps == theirs.log_every_n_steps == 50
+    assert ours.num_sanity_val_steps == theirs.num_sanity_val_steps == 2
+    assert ours.precision == theirs.precision == "32-true"
+    assert (
+        (ours.logger is None, ours.checkpoint_callback is None)
+        == (False, False)
+        == (
+            theirs.logger is None,
+            theirs.checkpoint_callback is None,
+        )
+    )
+    assert ours.progress_bar_callback is not None and theirs.progress_bar_callback is not None
