@@ -376,7 +376,7 @@ def test_hooks_links_and_added_arguments_run_in_lightning_s_order(tmp_path):
         f: build(f, [*args, f"--trainer.default_root_dir={tmp_path / f}"], cli_class=cli_class(f), run=True)
         for f in ("trainmesh", "lightning")
     }
-    # once per subcommand's parser: trainmesh has 1.9's tune besides Lightning 2.6's four
+    # once per subcommand's parser: trainmesh's has 1.9's fifth subcommand besides Lightning 2.6's four
     assert (
         calls["trainmesh"].count("add_arguments_to_parser") == calls["lightning"].count("add_arguments_to_parser") + 1
     )
@@ -410,10 +410,6 @@ def test_the_module_s_names_are_lightning_s():
     init = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}
     params = [torch.nn.Parameter(torch.zeros(2))]
     assert repr(tcli.instantiate_class(params, init)) == repr(lcli.instantiate_class(params, init))
-
-
-# ---- 3. pytorch-lightning 1.9's tune subcommand: against 1.9.5's recorded run, in
-# tests/trainer/test_lightning1_examples.py::test_lightning_cli_tune_subcommand_as_lightning_1_9
 
 
 def test_none_means_lightning_s_default_for_the_opt_out_arguments(tmp_path):

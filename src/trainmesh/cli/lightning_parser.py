@@ -64,7 +64,7 @@ class LightningArgumentParser(ArgumentParser):
         default_env: bool = False,
         **kwargs: Any,
     ) -> None:
-        from trainmesh.cli.trainer_arguments import LOADER_MODE, register_loader
+        from trainmesh.cli.lightning_paths import LOADER_MODE, register_loader
 
         register_loader()
         # YAML, with a Lightning config's class paths (lightning.pytorch.callbacks.X) read as trainmesh's

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainmesh.cli.lightning_paths import SHORT_NAME_PACKAGES
+
 if TYPE_CHECKING:
     from trainmesh.cli.lightning_parser import LightningArgumentParser
 
@@ -42,17 +44,6 @@ LIGHTNING_ORDER = (
 
 # trainmesh's own Trainer arguments, listed after Lightning's; any other is Lightning 1.x's.
 TRAINMESH_OWN = ("max_restarts", "compile", "watchdog_timeout", "fault_tolerance")
-
-# The packages whose classes a config names by their short name (jsonargparse looks a short name
-# up among the subclasses imported so far; trainmesh's packages import their classes on first use).
-_SHORT_NAME_PACKAGES = (
-    "trainmesh.callbacks",
-    "trainmesh.loggers",
-    "trainmesh.strategies",
-    "trainmesh.profilers",
-    "trainmesh.plugins",
-    "trainmesh.accelerators",
-)
 
 
 def _lightning_types() -> dict[str, tuple[Any, Any]]:
@@ -103,7 +94,7 @@ def import_short_names() -> None:
     """Import the classes a config may name by short name (``LearningRateMonitor``, ``CSVLogger``,
     ``DDPStrategy``), as importing ``lightning.pytorch`` imports Lightning's. A class whose optional
     package is missing is left out, as it cannot be built."""
-    for package_name in _SHORT_NAME_PACKAGES:
+    for package_name in SHORT_NAME_PACKAGES:
         package = importlib.import_module(package_name)
         for name in getattr(package, "__all__", ()):
             try:
@@ -152,60 +143,3 @@ def _in_lightning_order(parser: LightningArgumentParser) -> None:
     ordered = sorted(enumerate(actions[i] for i in slots), key=lambda p: (rank.get(p[1].dest, len(rank)), p[0]))
     for slot, (_, action) in zip(slots, ordered):
         actions[slot] = action
-
-
-# A Lightning config names Lightning's classes by their full path (its --print_config writes
-# lightning.pytorch.callbacks.LearningRateMonitor); trainmesh's class of that name in the same package
-# takes its place. The loader below reads every config file and JSON/YAML value of the CLI's parsers.
-_LIGHTNING_PREFIXES = ("lightning.pytorch.", "pytorch_lightning.")
-LOADER_MODE = "trainmesh_lightning_yaml"
-
-
-def trainmesh_class_path(class_path: str) -> str:
-    """``lightning.pytorch.<package>[.<module>].<Name>`` -> ``trainmesh.<package>.<Name>`` where
-    trainmesh's ``<package>`` has ``<Name>``; any other path unchanged.
-
-    Examples:
-        >>> trainmesh_class_path("lightning.pytorch.callbacks.lr_monitor.LearningRateMonitor")
-        'trainmesh.callbacks.LearningRateMonitor'
-        >>> trainmesh_class_path("torch.optim.Adam")
-        'torch.optim.Adam'
-    """
-    prefix = next((p for p in _LIGHTNING_PREFIXES if class_path.startswith(p)), None)
-    if prefix is None:
-        return class_path
-    parts = class_path[len(prefix) :].split(".")
-    package = f"trainmesh.{parts[0]}"
-    if len(parts) < 2 or package not in {*_SHORT_NAME_PACKAGES, "trainmesh.cli"}:
-        return class_path
-    try:
-        found = hasattr(importlib.import_module(package), parts[-1])
-    except ImportError:
-        found = False
-    return f"{package}.{parts[-1]}" if found else class_path
-
-
-def _with_trainmesh_class_paths(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: trainmesh_class_path(v) if k == "class_path" and isinstance(v, str) else _with_trainmesh_class_paths(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_with_trainmesh_class_paths(v) for v in value]
-    return value
-
-
-def load_lightning_yaml(text: str) -> Any:
-    """jsonargparse's YAML loader, with Lightning's class paths read as trainmesh's."""
-    from jsonargparse._loaders_dumpers import yaml_load  # the loader of its "yaml" mode
-
-    return _with_trainmesh_class_paths(yaml_load(text))
-
-
-def register_loader() -> None:
-    """The parsers' loader mode (``LightningArgumentParser(parser_mode=LOADER_MODE)``)."""
-    import yaml
-    from jsonargparse import set_loader
-
-    set_loader(LOADER_MODE, load_lightning_yaml, exceptions=(yaml.YAMLError,))
