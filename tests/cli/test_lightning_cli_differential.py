@@ -72,7 +72,10 @@ def make_classes(framework: str) -> tuple[type, type]:
         def val_dataloader(self):
             return self._loader()
 
-    Net.__qualname__ = Data.__qualname__ = "local"  # the config names them by class path; see _normal
+    # module-level names, so that a config's class_path finds them (subclass mode)
+    for cls, role in ((Net, "Net"), (Data, "Data")):
+        cls.__name__ = cls.__qualname__ = f"{framework.title()}{role}"
+        globals()[cls.__name__] = cls
     return Net, Data
 
 
@@ -291,6 +294,18 @@ def test_hyperparameters_are_the_config_s_with_lightning_s_instantiator(fitted):
 # ---- 4. the constructor's arguments and the parser's features ----------------------------------------------
 def _both(args, **kwargs):
     return parsed(build("trainmesh", args, **kwargs)), parsed(build("lightning", args, **kwargs))
+
+
+def test_subclass_mode_keeps_the_class_path_in_the_hyperparameters_as_lightning(tmp_path):
+    found = {}
+    for framework in ("trainmesh", "lightning"):
+        path = f"{__name__}.{framework.title()}Net"
+        args = [f"--trainer.default_root_dir={tmp_path}", f"--model={path}", "--model.init_args.hidden=3"]
+        cli = build(framework, args, subclass_mode_model=True)
+        hparams = dict(cli.model.hparams)
+        found[framework] = {**hparams, "_class_path": hparams["_class_path"].replace(path, "Net")}
+        found[framework]["config"] = parsed(cli)["model"]["init_args"]
+    assert found["trainmesh"] == found["lightning"]
 
 
 def test_args_as_a_list_a_dict_and_a_namespace(tmp_path):
