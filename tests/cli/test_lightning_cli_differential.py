@@ -279,6 +279,15 @@ def test_config_yaml_is_lightning_s_section_by_section(fitted):
     assert list(ours) == list(theirs)
 
 
+def test_the_run_logs_and_trains_as_lightning_s(fitted):
+    """--optimizer Adam, --lr_scheduler StepLR, --trainer.callbacks+=LearningRateMonitor, a CSVLogger: the
+    same metrics.csv (lr-Adam, val_loss) and weights."""
+    rows = {f: next(fitted[f][1].rglob("metrics.csv")).read_text() for f in fitted}
+    assert rows["trainmesh"] == rows["lightning"] and "lr-Adam" in rows["lightning"]
+    weights = {f: [p.detach() for p in fitted[f][0].model.parameters()] for f in fitted}
+    assert all(torch.equal(a, b) for a, b in zip(weights["trainmesh"], weights["lightning"], strict=True))
+
+
 def test_hyperparameters_are_the_config_s_with_lightning_s_instantiator(fitted):
     ours, theirs = (fitted[f][0].model.hparams for f in ("trainmesh", "lightning"))
     assert dict(ours) == dict(theirs)  # milestones a list, as parsed; _instantiator: Lightning's path
