@@ -133,19 +133,10 @@ def _attributes(obj, names):
     return out
 
 
-# Constructors that differ (docs/notes/f-cli.md): Lightning's TensorBoardLogger(**kwargs) shows
-# SummaryWriter's arguments, trainmesh's keeps them for later; the strategies' constructors are each
-# library's own (Lightning's DDPStrategy takes accelerator, parallel_devices, ...): the arguments given
-# are compared.
-_SUMMARY_WRITER = {"comment", "purge_step", "max_queue", "flush_secs", "filename_suffix"}
-
-
+# Constructors that differ (docs/notes/f-cli.md): the strategies' are each library's own (Lightning's
+# DDPStrategy takes accelerator, parallel_devices, ...): the arguments given are compared.
 def _known_differences_out(trainer: dict) -> dict:
     trainer = dict(trainer)
-    loggers = trainer.get("logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        if isinstance(logger, dict) and logger["class_path"] == "TensorBoardLogger":
-            logger["init_args"] = {k: v for k, v in logger["init_args"].items() if k not in _SUMMARY_WRITER}
     if isinstance(trainer["strategy"], dict):
         given = trainer["strategy"]["init_args"]["find_unused_parameters"]
         trainer["strategy"] = {"class_path": trainer["strategy"]["class_path"], "find_unused_parameters": given}
@@ -164,6 +155,8 @@ TRAINER_CASES = {
                       "--trainer.logger+=TensorBoardLogger", "--trainer.logger.save_dir={root}"],
     "logger_class": ["--trainer.logger=CSVLogger", "--trainer.logger.save_dir={root}", "--trainer.logger.name=x"],
     "logger_false": ["--trainer.logger=false"],
+    "logger_writer_arguments": ["--trainer.logger=TensorBoardLogger", "--trainer.logger.save_dir={root}",
+                                "--trainer.logger.flush_secs=5"],
     "strategy_class": ["--trainer.strategy=DDPStrategy", "--trainer.strategy.find_unused_parameters=true"],
     "strategy_name": ["--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--trainer.devices=1"],
     "profiler_name": ["--trainer.profiler=simple"],
