@@ -447,3 +447,54 @@ def test_none_means_lightning_s_default_for_the_opt_out_arguments(tmp_path):
         )
     )
     assert ours.progress_bar_callback is not None and theirs.progress_bar_callback is not None
+
+
+class _Callables:
+    """Lightning's documented pattern: the optimizer and scheduler as ``__init__`` arguments."""
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer(self.parameters())
+        return [optimizer], [self.scheduler(optimizer)]
+
+
+class LightningCallables(_Callables, L.LightningModule):
+    def __init__(
+        self,
+        optimizer: lcli.OptimizerCallable = torch.optim.Adam,
+        scheduler: lcli.LRSchedulerCallable = torch.optim.lr_scheduler.ConstantLR,
+    ) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.optimizer, self.scheduler = optimizer, scheduler
+
+
+class TrainmeshCallables(_Callables, tm.Module):
+    def __init__(
+        self,
+        optimizer: tcli.OptimizerCallable = torch.optim.Adam,
+        scheduler: tcli.LRSchedulerCallable = torch.optim.lr_scheduler.ConstantLR,
+    ) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.optimizer, self.scheduler = optimizer, scheduler
+
+
+def test_optimizer_and_scheduler_callables_in_the_model_s_arguments(tmp_path):
+    """Lightning's documented pattern: ``optimizer: OptimizerCallable`` in ``__init__``, chosen with
+    ``--model.optimizer=SGD --model.optimizer.lr=0.3``."""
+    args = [f"--trainer.default_root_dir={tmp_path}", "--model.optimizer=SGD", "--model.optimizer.lr=0.3"]
+    args += ["--model.scheduler=StepLR", "--model.scheduler.step_size=4"]
+    found = {}
+    for framework in ("trainmesh", "lightning"):
+        model_class = {"trainmesh": TrainmeshCallables, "lightning": LightningCallables}[framework]
+        cli = CLI_CLASS[framework](model_class, CLASSES[framework][1], args=args, run=False)
+        [optimizer], [scheduler] = cli.model.configure_optimizers()
+        found[framework] = (
+            parsed(cli)["model"],
+            type(optimizer).__name__,
+            optimizer.defaults["lr"],
+            type(scheduler).__name__,
+            scheduler.step_size,
+        )
+    assert found["trainmesh"] == found["lightning"]
+    assert found["trainmesh"][1:] == ("SGD", 0.3, "StepLR", 4)
