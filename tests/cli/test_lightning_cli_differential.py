@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("lightning")
 
@@ -26,60 +25,19 @@ import lightning.pytorch.cli as lcli  # noqa: E402
 
 import trainmesh as tm  # noqa: E402
 import trainmesh.cli as tcli  # noqa: E402
+from helpers import lightning_cli_programs  # noqa: E402
+from helpers.lightning_cli_programs import (  # noqa: E402
+    CLASSES,
+    LightningCallables,
+    TrainmeshCallables,
+    built,
+    normal,
+    without_own,
+)
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
-def make_classes(framework: str) -> tuple[type, type]:
-    """The same small model and data module on Lightning's or trainmesh's base classes."""
-    module_base, data_base = (
-        (L.LightningModule, L.LightningDataModule) if framework == "lightning" else (tm.Module, tm.DataModule)
-    )
-
-    class Net(module_base):
-        def __init__(self, hidden: int = 8, lr: float = 0.1, milestones: tuple[int, ...] = (1, 2)) -> None:
-            super().__init__()
-            self.save_hyperparameters()
-            self.net = torch.nn.Linear(4, hidden)
-            self.out = torch.nn.Linear(hidden, 1)
-
-        def forward(self, x):
-            return self.out(self.net(x))
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.mse_loss(self(x), y)
-
-        def validation_step(self, batch, batch_idx):
-            x, y = batch
-            self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
-
-    class Data(data_base):
-        def __init__(self, batch_size: int = 4) -> None:
-            super().__init__()
-            self.batch_size = batch_size
-
-        def _loader(self):
-            x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
-            return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=self.batch_size)
-
-        def train_dataloader(self):
-            return self._loader()
-
-        def val_dataloader(self):
-            return self._loader()
-
-    # module-level names, so that a config's class_path finds them (subclass mode)
-    for cls, role in ((Net, "Net"), (Data, "Data")):
-        cls.__name__ = cls.__qualname__ = f"{framework.title()}{role}"
-        globals()[cls.__name__] = cls
-    return Net, Data
-
-
-CLASSES = {name: make_classes(name) for name in ("lightning", "trainmesh")}
 CLI_CLASS = {"lightning": lcli.LightningCLI, "trainmesh": tcli.LightningCLI}
 
 
@@ -94,43 +52,10 @@ def build(framework: str, args, cli_class=None, **kwargs):
     return (cli_class or CLI_CLASS[framework])(model_class, data_class, args=args, **kwargs)
 
 
-def _normal(value):
-    """A config as data, with each class path reduced to its class name (lightning.pytorch.callbacks.X
-    and trainmesh.callbacks.X are the same class name) and the version header dropped."""
-    if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items() if k != "__path__"}
-    if isinstance(value, list):
-        return [_normal(v) for v in value]
-    if isinstance(value, str) and value.count(".") >= 2 and value.split(".")[0] in ("lightning", "trainmesh"):
-        return value.rsplit(".", 1)[1]
-    return value
-
-
 def parsed(cli, *, own: bool = False) -> dict:
     """The parsed config as data; without trainmesh's own Trainer arguments unless ``own``."""
     config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, skip_check=True))
-    return _without_own(_normal(config[cli.subcommand] if cli.subcommand else config), own)
-
-
-def _without_own(config: dict, own: bool = False) -> dict:
-    from trainmesh.cli.trainer_arguments import TRAINMESH_OWN
-
-    if own or not isinstance(config.get("trainer"), dict):
-        return config
-    return {**config, "trainer": {k: v for k, v in config["trainer"].items() if k not in TRAINMESH_OWN}}
-
-
-def built(objects, names) -> list[tuple[str, dict]]:
-    """The classes named in ``names`` among ``objects``, each with the arguments it was given."""
-    return [(type(o).__name__, _attributes(o, names[type(o).__name__])) for o in objects if type(o).__name__ in names]
-
-
-def _attributes(obj, names):
-    out = {}
-    for name in names:
-        value = getattr(obj, name, getattr(obj, f"_{name}", None))
-        out[name] = str(value) if isinstance(value, Path) else value
-    return out
+    return without_own(normal(config[cli.subcommand] if cli.subcommand else config), own)
 
 
 # Constructors that differ (docs/notes/f-cli.md): the strategies' are each library's own (Lightning's
@@ -259,11 +184,11 @@ def fitted(tmp_path_factory):
 
 def _written(root: Path, name: str) -> dict:
     [path] = root.rglob(name)
-    return _normal(yaml.unsafe_load(path.read_text()))
+    return normal(yaml.unsafe_load(path.read_text()))
 
 
 def test_config_yaml_is_lightning_s_section_by_section(fitted):
-    ours, theirs = (_without_own(_written(fitted[f][1], "config.yaml")) for f in ("trainmesh", "lightning"))
+    ours, theirs = (without_own(_written(fitted[f][1], "config.yaml")) for f in ("trainmesh", "lightning"))
     root = {f: str(fitted[f][1]) for f in fitted}
     theirs = json.loads(json.dumps(theirs).replace(root["lightning"], root["trainmesh"]))
     assert ours["trainer"] == theirs["trainer"]
@@ -301,7 +226,7 @@ def _both(args, **kwargs):
 def test_subclass_mode_keeps_the_class_path_in_the_hyperparameters_as_lightning(tmp_path):
     found = {}
     for framework in ("trainmesh", "lightning"):
-        path = f"{__name__}.{framework.title()}Net"
+        path = f"{lightning_cli_programs.__name__}.{framework.title()}Net"
         args = [f"--trainer.default_root_dir={tmp_path}", f"--model={path}", "--model.init_args.hidden=3"]
         cli = build(framework, args, subclass_mode_model=True)
         hparams = dict(cli.model.hparams)
@@ -350,13 +275,13 @@ def test_print_config_prints_lightning_s_config_and_reads_lightning_s(tmp_path, 
             args = ["fit", "--print_config", "--model.hidden=2", "--trainer.callbacks+=LearningRateMonitor"]
             build(framework, args, run=True)
         printed[framework] = capsys.readouterr().out
-    ours, theirs = (_without_own(_normal(yaml.safe_load(printed[f]))) for f in ("trainmesh", "lightning"))
+    ours, theirs = (without_own(normal(yaml.safe_load(printed[f]))) for f in ("trainmesh", "lightning"))
     assert ours == theirs
     # Lightning's printed config (lightning.pytorch.callbacks.LearningRateMonitor) read by trainmesh's CLI
     (tmp_path / "lightning.yaml").write_text(printed["lightning"])
     with pytest.raises(SystemExit):
         build("trainmesh", ["fit", "-c", str(tmp_path / "lightning.yaml"), "--print_config"], run=True)
-    assert _without_own(_normal(yaml.safe_load(capsys.readouterr().out))) == theirs
+    assert without_own(normal(yaml.safe_load(capsys.readouterr().out))) == theirs
 
 
 def test_hooks_links_and_added_arguments_run_in_lightning_s_order(tmp_path):
@@ -447,36 +372,6 @@ def test_none_means_lightning_s_default_for_the_opt_out_arguments(tmp_path):
         )
     )
     assert ours.progress_bar_callback is not None and theirs.progress_bar_callback is not None
-
-
-class _Callables:
-    """Lightning's documented pattern: the optimizer and scheduler as ``__init__`` arguments."""
-
-    def configure_optimizers(self):
-        optimizer = self.optimizer(self.parameters())
-        return [optimizer], [self.scheduler(optimizer)]
-
-
-class LightningCallables(_Callables, L.LightningModule):
-    def __init__(
-        self,
-        optimizer: lcli.OptimizerCallable = torch.optim.Adam,
-        scheduler: lcli.LRSchedulerCallable = torch.optim.lr_scheduler.ConstantLR,
-    ) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-        self.optimizer, self.scheduler = optimizer, scheduler
-
-
-class TrainmeshCallables(_Callables, tm.Module):
-    def __init__(
-        self,
-        optimizer: tcli.OptimizerCallable = torch.optim.Adam,
-        scheduler: tcli.LRSchedulerCallable = torch.optim.lr_scheduler.ConstantLR,
-    ) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-        self.optimizer, self.scheduler = optimizer, scheduler
 
 
 def test_optimizer_and_scheduler_callables_in_the_model_s_arguments(tmp_path):
