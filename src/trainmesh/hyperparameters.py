@@ -94,6 +94,23 @@ class HyperparametersMixin:
         object.__setattr__(self, "_hparams_name", name)
         object.__setattr__(self, "_hparams_initial", _frozen_copy(self.hparams))
 
+    def _given_hyperparameters(self, config: Mapping[str, Any], instantiator: str) -> None:
+        """Replace what ``save_hyperparameters()`` stored from the ``__init__`` arguments with the values
+        a config gave them (``LightningCLI``'s, as parsed: a list where ``__init__`` received a tuple),
+        with the config's ``_class_path`` and the ``_instantiator`` that rebuilds the object from them,
+        as Lightning's ``_given_hyperparameters`` does. Nothing is done where nothing was saved, or where
+        names were picked (``save_hyperparameters("lr")``: Lightning keeps those as received)."""
+        if self.__dict__.get("_hparams_name") != "kwargs" or not isinstance(self.hparams, dict):
+            return
+        if "class_path" in config:  # a subclass chosen: its arguments, and the class, as Lightning keeps them
+            config = {"_class_path": config["class_path"], **(config.get("init_args") or {})}
+        saved = dict(self.hparams)
+        given = {k: v for k, v in config.items() if k in saved or k == "_class_path"}
+        self.hparams.clear()
+        self._store_hyperparameters({**given, **{k: v for k, v in saved.items() if k not in given}}, "kwargs", set())
+        self.hparams["_instantiator"] = instantiator
+        self.__dict__["_hparams_initial"]["_instantiator"] = instantiator
+
     @property
     def hparams_initial(self) -> AttributeDict:
         """A copy of the hyperparameters as ``save_hyperparameters`` stored them (later edits to
@@ -240,6 +257,8 @@ def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: M
     ``overrides`` replacing saved values (in such a dict too) and passed as well; only ``__init__``'s own arguments unless it takes ``**kwargs``."""
     # the overrides replace saved values first (inside a saved config dict too), then are passed as well
     saved = {**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides}  # type: ignore[attr-defined]
+    # LightningCLI's entries (the chosen class, Lightning's rebuilding function) are not arguments
+    saved = {k: v for k, v in saved.items() if k not in ("_instantiator", "_class_path")}
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
     variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     names = {p.name for p in parameters if p.kind not in variadic}

@@ -163,7 +163,26 @@ def devices_none() -> dict:
     return found
 
 
+def cli_tune() -> dict:
+    """1.9's ``LightningCLI`` subcommand ``tune`` (``python main.py tune --trainer.auto_lr_find true``):
+    ``trainer.tune`` with ``--lr_find_kwargs``, then with ``--trainer.auto_scale_batch_size``: the learning
+    rate and batch size written onto the model, and the weights (the finders restore them)."""
+    from trainmesh.cli import LightningCLI
+
+    found = {}
+    with tempfile.TemporaryDirectory() as root, _inside(root):
+        for name, option in (("lr", "--trainer.auto_lr_find=true"), ("batch", "--trainer.auto_scale_batch_size=power")):
+            tm.seed_everything(0)
+            args = ["tune", option, "--trainer.default_root_dir=" + root, "--seed_everything=0"]
+            args += ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+            args += ['--lr_find_kwargs={"num_training": 30}', '--scale_batch_size_kwargs={"steps_per_trial": 2}']
+            cli = LightningCLI(CLIModel, save_config_callback=None, args=args)
+            found[name] = {"lr": cli.model.lr, "batch_size": cli.model.batch_size, "weights": _weights(cli.model)}
+    return found
+
+
 PROGRAMS = {
+    "cli_tune": cli_tune,
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,

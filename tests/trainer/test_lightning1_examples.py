@@ -58,3 +58,12 @@ def test_lightning_cli_refuses_other_keywords():
 
     with pytest.raises(TypeError, match="unexpected keyword arguments \\['save_config_everything'\\]"):
         LightningCLI(programs.CLIModel, save_config_everything=True, run=False, args=[])
+
+
+def test_lightning_cli_tune_subcommand_as_lightning_1_9():
+    """1.9's ``LightningCLI`` ``tune`` subcommand (``--trainer.auto_lr_find=true`` with ``--lr_find_kwargs``,
+    then ``--trainer.auto_scale_batch_size=power`` with ``--scale_batch_size_kwargs``): the learning rate and
+    batch size 1.9.5 wrote onto the model, and the same weights (before: "invalid choice: 'tune'")."""
+    pytest.importorskip("jsonargparse")
+    got, _ = run("cli_tune")
+    assert got == RECORDED["cli_tune"]

@@ -9,8 +9,8 @@ a config file written for Lightning reads the same. It runs the subcommand and n
 Lightning's does; trainmesh's own :class:`~trainmesh.cli.CLI` also tests after ``fit`` and prints
 tables.
 
-One difference: checkpoints record the model's ``__init__`` arguments as ``save_hyperparameters``
-saw them (Lightning's behaviour with ``load_from_checkpoint_support=False``), not the parsed config.
+As Lightning's, the model's and data module's hyperparameters are the parsed config's values with
+``_instantiator`` (``load_from_checkpoint_support=False``: the ``__init__`` arguments as received).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from trainmesh.cli.lightning_parser import (
     instantiate_class,
 )
 from trainmesh.cli.save_config import SaveConfigCallback
+from trainmesh.cli.trainer_arguments import add_trainer_arguments
 from trainmesh.datamodule import DataModule
+from trainmesh.hyperparameters import HyperparametersMixin
 from trainmesh.module import Module
 from trainmesh.seed import seed_everything
 from trainmesh.trainer.trainer import Trainer
@@ -151,8 +153,7 @@ class LightningCLI:
         )
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(self.trainer_class, "trainer")
-        _hide_old_trainer_arguments(parser)
+        add_trainer_arguments(parser, self.trainer_class)  # Lightning's types, defaults and order
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         # Without a datamodule class the model's own *_dataloader methods may supply the data.
@@ -180,12 +181,15 @@ class LightningCLI:
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """The subcommands, each with the Trainer method's arguments that are not options."""
+        """The subcommands, each with the Trainer method's arguments that are not options (Lightning
+        2.6's, and 1.9's ``tune`` for a 1.x program's ``--trainer.auto_lr_find true``)."""
         return {
             "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
             "validate": {"model", "dataloaders", "datamodule"},
             "test": {"model", "dataloaders", "datamodule"},
             "predict": {"model", "dataloaders", "datamodule"},
+            # pytorch-lightning 1.9's: Trainer.tune (auto_lr_find / auto_scale_batch_size), which 2.0 removed
+            "tune": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
         }
 
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
@@ -263,8 +267,22 @@ class LightningCLI:
         self.config_init = self.parser.instantiate(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
+        if self.load_from_checkpoint_support:
+            self._give_config_hyperparameters()
         self._add_configure_optimizers_method_to_model(self.subcommand)
         self.trainer = self.instantiate_trainer()
+
+    def _give_config_hyperparameters(self) -> None:
+        """The model's and data module's saved hyperparameters become the config's values, as parsed,
+        with ``_class_path`` (a subclass chosen) and Lightning's ``_instantiator``, as Lightning 2.6's CLI
+        gives them to ``save_hyperparameters``; values set by an instantiation link stay as built."""
+        import yaml
+
+        dump = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False))
+        dump = dump.get(str(self.subcommand), dump) if self.subcommand else dump
+        for key, built in (("model", self.model), ("data", self.datamodule)):
+            if isinstance(built, HyperparametersMixin):
+                built._given_hyperparameters(dump.get(key) or {}, "lightning.pytorch.cli.instantiate_module")
 
     def after_instantiate_classes(self) -> None:
         """Override to run code after the classes are built."""
@@ -403,18 +421,6 @@ def _take_lightning1_arguments(
             LightningOneName,
             stacklevel=3,
         )
-
-
-def _hide_old_trainer_arguments(parser: LightningArgumentParser) -> None:
-    """The Trainer's Lightning 1.x arguments (gpus=...) stay accepted, but neither --help nor a
-    saved config.yaml shows them (jsonargparse leaves suppressed arguments out of its dumps)."""
-    import argparse
-
-    from trainmesh.trainer.construction import OLD_ARGUMENTS
-
-    for action in parser._actions:  # argparse keeps no public list of its actions
-        if action.dest.removeprefix("trainer.") in OLD_ARGUMENTS and action.dest.startswith("trainer."):
-            action.help = argparse.SUPPRESS
 
 
 def _automatic(base: type | tuple[type, ...], registered: dict[str, tuple[type | tuple[type, ...], str]]) -> list[str]:

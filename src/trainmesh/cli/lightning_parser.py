@@ -64,6 +64,11 @@ class LightningArgumentParser(ArgumentParser):
         default_env: bool = False,
         **kwargs: Any,
     ) -> None:
+        from trainmesh.cli.lightning_paths import LOADER_MODE, register_loader
+
+        register_loader()
+        # YAML, with a Lightning config's class paths (lightning.pytorch.callbacks.X) read as trainmesh's
+        kwargs.setdefault("parser_mode", LOADER_MODE)
         super().__init__(*args, description=description, env_prefix=env_prefix, default_env=default_env, **kwargs)
         self.callback_keys: list[str] = []
         # What add_optimizer_args / add_lr_scheduler_args registered: key -> (class or classes, link_to).

@@ -169,8 +169,13 @@ class TensorBoardLogger(Logger):
         if not on_rank_zero():
             return DummyExperiment()
         if self._writer is None:
-            writer_cls = importlib.import_module(self._writer_module).SummaryWriter
-            self._writer = writer_cls(log_dir=self.log_dir, **self._writer_kwargs)
+            # Named imports, not importlib: jsonargparse (LightningCLI) follows **writer_kwargs into
+            # SummaryWriter's signature, so --trainer.logger.flush_secs parses as under Lightning.
+            if self._writer_module == "tensorboardX":
+                from tensorboardX import SummaryWriter  # type: ignore[import-not-found, no-redef, unused-ignore]
+            else:
+                from torch.utils.tensorboard import SummaryWriter
+            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
 
     def log_hyperparams(

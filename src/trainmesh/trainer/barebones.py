@@ -31,6 +31,16 @@ _OFF = (
     ("detect_anomaly", False, bool, "Anomaly detection can impact raw speed so it is disabled in barebones mode."),
     ("profiler", None, lambda v: v is not None, "Profiling can impact raw speed so it is disabled in barebones mode."),
 )  # fmt: skip
+# Lightning 2.6's opt-out defaults: a None passed (a LightningCLI config's null) means the default.
+_OPT_OUT = {
+    "enable_checkpointing": True,
+    "logger": True,
+    "enable_progress_bar": True,
+    "log_every_n_steps": 50,
+    "enable_model_summary": True,
+    "num_sanity_val_steps": 2,
+    "precision": "32-true",
+}
 _DEACTIVATED = (
     " - Checkpointing: `Trainer(enable_checkpointing=True)`",
     " - Progress bar: `Trainer(enable_progress_bar=True)`",
@@ -46,7 +56,7 @@ _DEACTIVATED = (
 
 def barebones_arguments(init: _F) -> _F:
     """Wrap the Trainer's ``__init__``: with ``barebones=True``, refuse what Lightning refuses and
-    pass the switched-off values on."""
+    pass the switched-off values on; else a ``None`` among ``_OPT_OUT`` is Lightning's default."""
 
     @functools.wraps(init)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -60,6 +70,7 @@ def barebones_arguments(init: _F) -> _F:
                 " disabled to facilitate analyzing the Trainer overhead. Specifically, the following features are"
                 f" deactivated:{os.linesep}{os.linesep.join(_DEACTIVATED)}"
             )
+        kwargs.update({n: default for n, default in _OPT_OUT.items() if n in kwargs and kwargs[n] is None})
         init(self, *args, **kwargs)
 
     return wrapped  # type: ignore[return-value]
