@@ -163,8 +163,47 @@ def devices_none() -> dict:
     return found
 
 
+class _Sampled(torch.utils.data.IterableDataset):
+    """reinforce_learn_Qnet.py's RLDataset: each pass draws its samples with NumPy's generator."""
+
+    def __iter__(self):
+        import numpy as np
+
+        rows = _dataset(16).tensors
+        yield from ((rows[0][i], rows[1][i]) for i in np.random.choice(16, 8, replace=False))
+
+
+class Playing(Backboned):
+    """A training step that draws from NumPy's generator too (the RL example's epsilon-greedy agent)."""
+
+    def training_step(self, batch, batch_idx):
+        import numpy as np
+
+        self.played.append(float(np.random.random()))
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        return DataLoader(_Sampled(), batch_size=4)
+
+
+def dp_on_cpu_seeds_again() -> dict:
+    """reinforce_learn_Qnet.py on CPU: ``seed_everything(0)``, draws of the program's own (its replay
+    buffer's warm start), then ``Trainer(accelerator="cpu", strategy="dp")``, which 1.9.5 ran as ddp on
+    one process: the generators are seeded again as the fit sets up, so the samples drawn are the seed's."""
+    import numpy as np
+
+    tm.seed_everything(0)
+    np.random.random(50)
+    model = Playing()
+    model.played = []
+    trainer = tm.Trainer(accelerator="cpu", devices=1, strategy="dp", max_epochs=2, enable_checkpointing=False, **QUIET)
+    trainer.fit(model)
+    return {"played": model.played, "global_step": trainer.global_step, "weights": _weights(model)}
+
+
 PROGRAMS = {
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
+    "dp_on_cpu_seeds_again": dp_on_cpu_seeds_again,  # last: 1.9.5's ddp leaves its process group
 }
