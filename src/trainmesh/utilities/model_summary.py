@@ -226,9 +226,9 @@ def format_summary(summary: SummaryTable) -> str:
 
     >>> print(format_summary(summarize(torch.nn.Sequential(torch.nn.Linear(2, 2)))))  # doctest: +NORMALIZE_WHITESPACE
       | Name | Type   | Params | Mode  | FLOPs
-    ---------------------------------------------
+    ------------------------------------------------
     0 | 0    | Linear | 6      | train | 0
-    ---------------------------------------------
+    ------------------------------------------------
     6         Trainable params
     0         Non-trainable params
     6         Total params
