@@ -201,9 +201,106 @@ def dp_on_cpu_seeds_again() -> dict:
     return {"played": model.played, "global_step": trainer.global_step, "weights": _weights(model)}
 
 
+def _counting_loops():
+    """kfold.py's shape without its Trainer: an outer loop over folds with a connected inner loop, each
+    hook call written down, a ``StopIteration`` ending the inner loop, ``replace`` by class."""
+    from trainmesh.loops import Loop
+
+    shared: list = []
+
+    class Inner(Loop):
+        def __init__(self, steps: int) -> None:
+            super().__init__()
+            self.steps, self.i, self.calls = steps, 0, shared  # one list across replaced loops
+
+        @property
+        def done(self):
+            return self.i >= self.steps
+
+        def reset(self):
+            self.calls.append("inner.reset")
+            self.i = 0
+
+        def advance(self, fold):
+            self.calls.append(f"inner.advance {fold} {self.i}")
+            self.i += 1
+            if fold == 1 and self.i == 2:
+                raise StopIteration
+
+        def on_run_end(self):
+            return self.i
+
+        def on_save_checkpoint(self):
+            return {"i": self.i}
+
+        def on_load_checkpoint(self, state_dict):
+            self.calls.append(f"inner.load {state_dict}")
+
+    class Folds(Loop):
+        def __init__(self, folds: int) -> None:
+            super().__init__()
+            self.folds, self.fold, self.calls, self.ran = folds, 0, [], []
+
+        @property
+        def done(self):
+            return self.fold >= self.folds
+
+        def connect(self, inner=None):
+            self.inner = inner
+
+        def reset(self):
+            self.calls.append("reset")
+
+        def on_run_start(self, *args):
+            self.calls.append(f"on_run_start {args}")
+
+        def on_advance_start(self, *args):
+            self.calls.append(f"on_advance_start {self.fold}")
+
+        def advance(self, *args):
+            self.ran.append(self.inner.run(self.fold))
+            self.fold += 1
+
+        def on_advance_end(self):
+            self.calls.append(f"on_advance_end {self.fold} restarting={self.restarting}")
+            self.replace(inner=Inner)  # a new inner loop, made with the old one's steps
+
+        def on_run_end(self):
+            return list(self.ran)
+
+        def on_save_checkpoint(self):
+            return {"fold": self.fold}
+
+    return Inner, Folds
+
+
+def custom_loop_run() -> dict:
+    """1.x's ``Loop`` run by a program itself (``loop.run()``): the hooks' order, ``replace``, ``skip``,
+    ``state_dict`` / ``load_state_dict`` and ``restarting``."""
+    inner_class, folds_class = _counting_loops()
+    folds = folds_class(3)
+    folds.connect(inner=inner_class(3))
+    folds.trainer = "a trainer"  # given to the sub-loops too
+    ran = folds.run("data")
+    state = folds.state_dict()
+    again = folds_class(3)
+    again.connect(inner=inner_class(3))
+    again.load_state_dict(state)
+    return {
+        "ran": ran,
+        "calls": folds.calls,
+        "inner_calls": folds.inner.calls,
+        "inner_trainer": folds.inner.trainer,
+        "state": state,
+        "loaded": again.inner.calls,
+        "restarting": [again.restarting, again.inner.restarting],
+    }
+
+
 PROGRAMS = {
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
+    "custom_loop_run": custom_loop_run,
     "dp_on_cpu_seeds_again": dp_on_cpu_seeds_again,  # last: 1.9.5's ddp leaves its process group
 }

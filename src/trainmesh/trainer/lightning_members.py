@@ -199,6 +199,14 @@ class LightningMembers(RunProperties):
 
         return FitLoopView(cast(LoopOwner, self), self._state.progress)
 
+    @fit_loop.setter
+    def fit_loop(self, loop: Any) -> None:
+        # 1.x's trainer.fit_loop = KFoldLoop(...): refused with what to do (loops/loop.py)
+        from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
+        from trainmesh.utilities.refusal import RefusedError
+
+        raise RefusedError(f"trainer.fit_loop = {type(loop).__name__}(...): {TRAINER_LOOPS_REFUSAL}")
+
     @property
     def validate_loop(self) -> EvaluationLoopView:
         """Lightning's ``trainer.validate_loop`` (``trainer.validate``'s): ``batch_progress``, ``max_batches``."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, Protocol
 
+from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
 from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
 from trainmesh.trainer.states import TrainerState, TrainerStatus
 from trainmesh.trainer_view import LoopProgress
+from trainmesh.utilities.refusal import RefusedError
 
 
 class LoopOwner(Protocol):
@@ -129,6 +131,16 @@ class _View:
     def __repr__(self) -> str:
         return f"<trainmesh view of Lightning's {self._where}>"
 
+    # pytorch-lightning 1.x's loop objects were rewired through these: refused with what to do instead
+    def connect(self, **loops: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.connect({', '.join(loops)}=...): {TRAINER_LOOPS_REFUSAL}")
+
+    def replace(self, **loops: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.replace({', '.join(loops)}=...): {TRAINER_LOOPS_REFUSAL}")
+
+    def run(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.run(): {TRAINER_LOOPS_REFUSAL}")
+
 
 class EvaluationLoopView(_View):
     """Lightning 2.6's ``_EvaluationLoop`` as read: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
@@ -202,6 +214,11 @@ class TrainingEpochLoopView(_View):
     @min_steps.setter
     def min_steps(self, value: int | None) -> None:
         self._owner.min_steps = value
+
+    @property
+    def batch_loop(self) -> NoReturn:
+        """1.x's ``TrainingBatchLoop`` (its ``optimizer_loop`` / ``manual_loop``): refused."""
+        raise RefusedError(f"{self._where}.batch_loop: {TRAINER_LOOPS_REFUSAL}")
 
     @property
     def val_loop(self) -> EvaluationLoopView:
