@@ -1,5 +1,5 @@
 """Lightning's DDP, FSDP and ModelParallel strategies seed every generator again as each run sets up
-(``reset_seed()`` in ``setup_distributed``): a program's draws between ``seed_everything`` and
+(in ``setup_distributed``): a program's draws between ``seed_everything`` and
 ``trainer.fit`` do not change what its hooks draw. Checked against Lightning 2.6 on one CPU process,
 and against pytorch-lightning 1.9.5's ``strategy="dp"`` on CPU (which it ran as ddp) through the
 recording of ``tests/helpers/lightning1_examples.py``."""
