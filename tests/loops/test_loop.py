@@ -27,10 +27,14 @@ def test_the_trainer_s_1x_loops_refuse_with_what_to_do():
     """kfold.py's ``trainer.fit_loop = KFoldLoop(...)`` and ``fit_loop.replace`` / ``test_loop.run()``,
     yielding_training_step.py's ``OptimizerLoop`` subclass and ``epoch_loop.batch_loop.connect(...)``: each
     stops with the same reason, naming the Loop base class and the 2.x ways (manual optimization, a fit per
-    fold), and the imports the examples make succeed."""
+    fold), and the imports the examples make succeed (kfold.py's ``core.module`` path too)."""
+    from trainmesh.core.datamodule import LightningDataModule
+    from trainmesh.core.module import LightningModule
     from trainmesh.loops import FitLoop, Loop, OptimizerLoop  # noqa: F401 - the examples' imports
     from trainmesh.loops.fit_loop import FitLoop as fit_loop_module_s
     from trainmesh.loops.optimization.optimizer_loop import ClosureResult  # noqa: F401
+
+    assert (LightningModule, LightningDataModule) == (tm.LightningModule, tm.LightningDataModule)  # kfold.py's paths
 
     class YieldLoop(OptimizerLoop):
         def __init__(self):
