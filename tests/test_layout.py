@@ -103,6 +103,7 @@ COVERED_BY: dict[str, list[str]] = {
         "strategies/test_fault_tolerance.py",
         "trainer/test_reseed.py",
     ],
+    "loops/optimization/optimizer_loop.py": ["loops/test_optimizer_loop.py"],
     "utilities/model_summary.py": ["callbacks/test_model_summary.py", "callbacks/test_model_summary_as_lightning.py"],
     "checkpoint/verifying_reader.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "accelerators.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],

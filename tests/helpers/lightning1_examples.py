@@ -297,10 +297,93 @@ def custom_loop_run() -> dict:
     }
 
 
+def _yielding_loop() -> type:
+    """yielding_training_step.py's ``YieldLoop`` pattern: an ``OptimizerLoop`` subclass that gets the
+    ``training_step`` generator once per batch and gives each optimizer's closure its next loss."""
+    import inspect
+    from functools import partial
+
+    from trainmesh.loops import OptimizerLoop
+    from trainmesh.loops.optimization.optimizer_loop import ClosureResult
+
+    class Yielding(OptimizerLoop):
+        def __init__(self) -> None:
+            super().__init__()
+            self._generator = None
+
+        def connect(self, **kwargs):
+            raise NotImplementedError(f"{type(self).__name__} does not connect any child loops.")
+
+        def on_run_start(self, optimizers, kwargs):
+            super().on_run_start(optimizers, kwargs)
+            assert inspect.isgeneratorfunction(self.trainer.lightning_module.training_step)
+            step_kwargs = self._build_kwargs(kwargs, 0, hiddens=None)
+            self._generator = self.trainer.strategy.training_step(*step_kwargs.values())
+
+        def _make_step_fn(self, *_):
+            return partial(self._next_loss, self._generator)
+
+        def _next_loss(self, generator):
+            self.trainer.lightning_module._current_fx_name = "training_step"  # as the example, for self.log
+            output = next(generator)
+            self.trainer.strategy.post_training_step()
+            model_output = self.trainer._call_lightning_module_hook("training_step_end", output)
+            strategy_output = self.trainer._call_strategy_hook("training_step_end", output)
+            output = strategy_output if model_output is None else model_output
+            return ClosureResult.from_training_step_output(output, self.trainer.accumulate_grad_batches)
+
+    return Yielding
+
+
+class Adversaries(tm.Module):
+    """A generator and a discriminator; ``training_step`` yields the generator's loss, then the
+    discriminator's, reusing the fake batch made once (and its random draw)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.make, self.judge = nn.Linear(4, 4), nn.Linear(4, 1)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx, optimizer_idx=0):
+        x, _ = batch
+        fake = self.make(torch.randn_like(x))
+        g_loss = (self.judge(fake) - 1).pow(2).mean()
+        self.log("g_loss", g_loss)
+        self.seen.append([batch_idx, optimizer_idx, float(g_loss.detach())])
+        yield g_loss
+        d_loss = ((self.judge(x) - 1).pow(2).mean() + self.judge(fake.detach()).pow(2).mean()) / 2
+        self.log("d_loss", d_loss)
+        self.seen.append([batch_idx, "d", float(d_loss.detach())])
+        yield d_loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.make.parameters(), lr=0.05), torch.optim.Adam(self.judge.parameters())], []
+
+    def train_dataloader(self):
+        return DataLoader(_dataset(), batch_size=8)
+
+
+def yielding_optimizer_loop() -> dict:
+    """yielding_training_step.py: a generator ``training_step`` run by an ``OptimizerLoop`` subclass connected
+    with ``trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=...)``, two optimizers, 2 epochs."""
+    tm.seed_everything(0)
+    model = Adversaries()
+    trainer = tm.Trainer(max_epochs=2, enable_checkpointing=False, **QUIET)
+    trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=_yielding_loop()())
+    trainer.fit(model)
+    return {
+        "seen": model.seen,
+        "global_step": trainer.global_step,
+        "callback_metrics": {k: float(v) for k, v in sorted(trainer.callback_metrics.items())},
+        "weights": _weights(model),
+    }
+
+
 PROGRAMS = {
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
     "custom_loop_run": custom_loop_run,
+    "yielding_optimizer_loop": yielding_optimizer_loop,
     "dp_on_cpu_seeds_again": dp_on_cpu_seeds_again,  # last: 1.9.5's ddp leaves its process group
 }

@@ -24,31 +24,26 @@ def test_a_loop_of_one_s_own_runs_as_lightning_1_9():
 
 
 def test_the_trainer_s_1x_loops_refuse_with_what_to_do():
-    """kfold.py's ``trainer.fit_loop = KFoldLoop(...)`` and ``fit_loop.replace`` / ``test_loop.run()``,
-    yielding_training_step.py's ``OptimizerLoop`` subclass and ``epoch_loop.batch_loop.connect(...)``: each
-    stops with the same reason, naming the Loop base class and the 2.x ways (manual optimization, a fit per
-    fold), and the imports the examples make succeed (kfold.py's ``core.module`` path too)."""
+    """kfold.py's ``trainer.fit_loop = KFoldLoop(...)`` and its ``replace`` / ``test_loop.run()``, 1.x's
+    ``FitLoop`` and ``ManualOptimization``, a ``manual_loop`` connected to the batch loop: each stops with the
+    same reason, naming what trainmesh has (the Loop base class, a connected OptimizerLoop) and the 2.x ways (a
+    fit per fold, manual optimization); the imports the examples make succeed (kfold.py's ``core.module`` too)."""
     from trainmesh.core.datamodule import LightningDataModule
     from trainmesh.core.module import LightningModule
-    from trainmesh.loops import FitLoop, Loop, OptimizerLoop  # noqa: F401 - the examples' imports
+    from trainmesh.loops import FitLoop, Loop, ManualOptimization
     from trainmesh.loops.fit_loop import FitLoop as fit_loop_module_s
-    from trainmesh.loops.optimization.optimizer_loop import ClosureResult  # noqa: F401
 
     assert (LightningModule, LightningDataModule) == (tm.LightningModule, tm.LightningDataModule)  # kfold.py's paths
-
-    class YieldLoop(OptimizerLoop):
-        def __init__(self):
-            super().__init__()
 
     class KFoldLoop(Loop):
         done, reset, advance = True, None, None
 
     trainer = tm.Trainer(logger=False, enable_checkpointing=False)
     attempts = {
-        "YieldLoop()": YieldLoop,
         "FitLoop()": fit_loop_module_s,
+        "ManualOptimization()": ManualOptimization,
         "trainer.fit_loop = KFoldLoop()": lambda: setattr(trainer, "fit_loop", KFoldLoop()),
-        "batch_loop.connect": lambda: trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=None),
+        "batch_loop.connect(manual_loop)": lambda: trainer.fit_loop.epoch_loop.batch_loop.connect(manual_loop=1),
         "fit_loop.replace": lambda: trainer.fit_loop.replace(fit_loop=FitLoop),
         "test_loop.run": lambda: trainer.test_loop.run(),
     }
@@ -56,5 +51,5 @@ def test_the_trainer_s_1x_loops_refuse_with_what_to_do():
         with pytest.raises(RefusedError) as refused:
             attempt()
         message = str(refused.value)
-        assert "trainmesh.loops.Loop" in message and "manual optimization" in message, what
-        assert "a new Trainer and the fold's DataModule" in message, what
+        assert "trainmesh.loops.Loop" in message and "connect(optimizer_loop=...)" in message, what
+        assert "a new Trainer and the fold's DataModule" in message and "manual optimization" in message, what

@@ -3,8 +3,9 @@ class of a loop of one's own, run by calling its ``run()``, as 1.9.5 defines it.
 
 What trainmesh does not have is the other half of 1.x's loop API: its Trainer's loops as objects a program
 subclasses, replaces or rewires (``trainer.fit_loop = KFoldLoop(...)``, ``fit_loop.replace(...)``,
-``epoch_loop.batch_loop.connect(optimizer_loop=...)``, 1.x's ``FitLoop``, ``TrainingEpochLoop``,
-``OptimizerLoop``, ...): trainmesh's loop is functions over a typed state, and ``trainer.fit_loop`` is a
+1.x's ``FitLoop``, ``TrainingEpochLoop``, ``ManualOptimization``, ...; an ``OptimizerLoop`` subclass
+connected with ``epoch_loop.batch_loop.connect(optimizer_loop=...)`` is the exception:
+loops/optimization/optimizer_loop.py): trainmesh's loop is functions over a typed state, and ``trainer.fit_loop`` is a
 read-only view of it. Each of those names stops with :data:`TRAINER_LOOPS_REFUSAL`.
 """
 
@@ -25,15 +26,16 @@ __all__ = ["TRAINER_LOOPS_REFUSAL", "Loop", "trainer_loop_class"]
 T = TypeVar("T")  # what ``run`` returns
 
 TRAINER_LOOPS_REFUSAL = (
-    "pytorch-lightning 1.x's Trainer loops as objects a program subclasses, replaces or connects (FitLoop, "
-    "TrainingEpochLoop, TrainingBatchLoop, OptimizerLoop, ManualOptimization, EvaluationLoop, "
-    "PredictionLoop, trainer.fit_loop = ..., .replace(...), .connect(...), .run()) were removed in Lightning 2.0 "
-    "and are not in trainmesh, whose loop is not made of such objects (trainer.fit_loop, .validate_loop and "
-    ".test_loop are read-only views of its counters). trainmesh has 1.x's Loop base class for a loop of your own "
-    "that you run with loop.run() (trainmesh.loops.Loop). Instead: a training_step that yields one loss per "
-    "optimizer is manual optimization (self.automatic_optimization = False; opt_g, opt_d = self.optimizers(); "
-    "self.manual_backward(loss); opt.step()); a loop over folds or stages calls trainer.fit / trainer.test once "
-    "per fold, with a new Trainer and the fold's DataModule (Lightning 2.x's way)"
+    "pytorch-lightning 1.x's Trainer loops as objects a program subclasses, replaces or runs (FitLoop, "
+    "TrainingEpochLoop, TrainingBatchLoop, ManualOptimization, EvaluationLoop, PredictionLoop, DataLoaderLoop, "
+    "trainer.fit_loop = ..., .replace(...), .run()) were removed in Lightning 2.0 and are not in trainmesh, whose "
+    "loop is not made of such objects (trainer.fit_loop, .validate_loop and .test_loop are read-only views of its "
+    "counters). trainmesh has 1.x's Loop base class for a loop of your own that you run with loop.run() "
+    "(trainmesh.loops.Loop), and an OptimizerLoop subclass connected with "
+    "trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=...) on one device. Instead: a loop over folds "
+    "or stages calls trainer.fit / trainer.test once per fold, with a new Trainer and the fold's DataModule "
+    "(Lightning 2.x's way); what a custom loop changes in a step is manual optimization "
+    "(self.automatic_optimization = False; opt = self.optimizers(); self.manual_backward(loss); opt.step())"
 )
 
 

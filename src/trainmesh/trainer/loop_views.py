@@ -36,6 +36,7 @@ class LoopOwner(Protocol):
     def state(self) -> TrainerState: ...
     @property
     def is_last_batch(self) -> bool: ...
+    def _connect_optimizer_loop(self, loop: Any) -> None: ...
 
 
 def _refuse(where: str, name: str) -> NoReturn:
@@ -171,6 +172,20 @@ class EvaluationLoopView(_View):
         return len(self._progress().max_batches)
 
 
+class TrainingBatchLoopView(_View):
+    """pytorch-lightning 1.x's ``trainer.fit_loop.epoch_loop.batch_loop``: ``connect(optimizer_loop=...)`` with
+    a subclass of ``trainmesh.loops.OptimizerLoop`` (its ``manual_loop``, ``run`` and ``replace``: refused)."""
+
+    __slots__ = ()
+    _where = "trainer.fit_loop.epoch_loop.batch_loop"
+
+    def connect(self, optimizer_loop: Any = None, manual_loop: Any = None) -> None:  # type: ignore[override]
+        if manual_loop is not None:
+            raise RefusedError(f"{self._where}.connect(manual_loop=...): {TRAINER_LOOPS_REFUSAL}")
+        if optimizer_loop is not None:
+            self._owner._connect_optimizer_loop(optimizer_loop)
+
+
 class TrainingEpochLoopView(_View):
     """Lightning 2.6's ``_TrainingEpochLoop`` as read (``trainer.fit_loop.epoch_loop``)."""
 
@@ -216,9 +231,9 @@ class TrainingEpochLoopView(_View):
         self._owner.min_steps = value
 
     @property
-    def batch_loop(self) -> NoReturn:
-        """1.x's ``TrainingBatchLoop`` (its ``optimizer_loop`` / ``manual_loop``): refused."""
-        raise RefusedError(f"{self._where}.batch_loop: {TRAINER_LOOPS_REFUSAL}")
+    def batch_loop(self) -> TrainingBatchLoopView:
+        """1.x's ``TrainingBatchLoop``: only its ``connect(optimizer_loop=...)``."""
+        return TrainingBatchLoopView(self._owner, self._counters)
 
     @property
     def val_loop(self) -> EvaluationLoopView:
