@@ -10,6 +10,7 @@ loop's state handed to a recovering fault-tolerant peer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from trainmesh.precision import Precision
+from trainmesh.seed import SeedSettings, seed_everything, seed_settings
 from trainmesh.strategies import collectives
 from trainmesh.strategies.protocol import Strategy
 
@@ -27,6 +29,7 @@ class _Host(Protocol):
 
     strategy: Strategy
     precision: Precision
+    seed_settings: SeedSettings | None
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
     def _choose_strategy(self, module: nn.Module) -> None: ...
@@ -44,6 +47,18 @@ class TrainerPort:
         """For ``strategy="auto"`` on several processes: the first strategy whose per-rank memory
         estimate for ``module`` fits a device; called before the processes start."""
         self._runtime._choose_strategy(module)
+
+    def reseed_for_run(self) -> None:
+        """Seed every generator again with the latest ``seed_everything``'s seed where the strategy's
+        ``capabilities.reseeds_each_run`` (Lightning's ``reset_seed()`` as its DDP, FSDP and
+        ModelParallel strategies set up each run); nothing without a seed, as Lightning's."""
+        if not self._runtime.strategy.capabilities.reseeds_each_run:
+            return
+        settings = seed_settings() or self._runtime.seed_settings  # a spawned worker has the Runtime's
+        if settings is not None:
+            seed_everything(settings.seed, workers=settings.workers, verbose=False)
+        elif "PL_GLOBAL_SEED" in os.environ:  # Lightning's reset_seed reads the variable
+            seed_everything(None, verbose=False)
 
     def uncompiled(self, module: Any) -> Any:
         """``torch.compile(m)``: ``m``, to be compiled where the strategy compiles (strategies/compile.py)."""

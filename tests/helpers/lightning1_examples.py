@@ -181,9 +181,228 @@ def cli_tune() -> dict:
     return found
 
 
+class _Sampled(torch.utils.data.IterableDataset):
+    """reinforce_learn_Qnet.py's RLDataset: each pass draws its samples with NumPy's generator."""
+
+    def __iter__(self):
+        import numpy as np
+
+        rows = _dataset(16).tensors
+        yield from ((rows[0][i], rows[1][i]) for i in np.random.choice(16, 8, replace=False))
+
+
+class Playing(Backboned):
+    """A training step that draws from NumPy's generator too (the RL example's epsilon-greedy agent)."""
+
+    def training_step(self, batch, batch_idx):
+        import numpy as np
+
+        self.played.append(float(np.random.random()))
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        return DataLoader(_Sampled(), batch_size=4)
+
+
+def dp_on_cpu_seeds_again() -> dict:
+    """reinforce_learn_Qnet.py on CPU: ``seed_everything(0)``, draws of the program's own (its replay
+    buffer's warm start), then ``Trainer(accelerator="cpu", strategy="dp")``, which 1.9.5 ran as ddp on
+    one process: the generators are seeded again as the fit sets up, so the samples drawn are the seed's."""
+    import numpy as np
+
+    tm.seed_everything(0)
+    np.random.random(50)
+    model = Playing()
+    model.played = []
+    trainer = tm.Trainer(accelerator="cpu", devices=1, strategy="dp", max_epochs=2, enable_checkpointing=False, **QUIET)
+    trainer.fit(model)
+    return {"played": model.played, "global_step": trainer.global_step, "weights": _weights(model)}
+
+
+def _counting_loops():
+    """kfold.py's shape without its Trainer: an outer loop over folds with a connected inner loop, each
+    hook call written down, a ``StopIteration`` ending the inner loop, ``replace`` by class."""
+    from trainmesh.loops import Loop
+
+    shared: list = []
+
+    class Inner(Loop):
+        def __init__(self, steps: int) -> None:
+            super().__init__()
+            self.steps, self.i, self.calls = steps, 0, shared  # one list across replaced loops
+
+        @property
+        def done(self):
+            return self.i >= self.steps
+
+        def reset(self):
+            self.calls.append("inner.reset")
+            self.i = 0
+
+        def advance(self, fold):
+            self.calls.append(f"inner.advance {fold} {self.i}")
+            self.i += 1
+            if fold == 1 and self.i == 2:
+                raise StopIteration
+
+        def on_run_end(self):
+            return self.i
+
+        def on_save_checkpoint(self):
+            return {"i": self.i}
+
+        def on_load_checkpoint(self, state_dict):
+            self.calls.append(f"inner.load {state_dict}")
+
+    class Folds(Loop):
+        def __init__(self, folds: int) -> None:
+            super().__init__()
+            self.folds, self.fold, self.calls, self.ran = folds, 0, [], []
+
+        @property
+        def done(self):
+            return self.fold >= self.folds
+
+        def connect(self, inner=None):
+            self.inner = inner
+
+        def reset(self):
+            self.calls.append("reset")
+
+        def on_run_start(self, *args):
+            self.calls.append(f"on_run_start {args}")
+
+        def on_advance_start(self, *args):
+            self.calls.append(f"on_advance_start {self.fold}")
+
+        def advance(self, *args):
+            self.ran.append(self.inner.run(self.fold))
+            self.fold += 1
+
+        def on_advance_end(self):
+            self.calls.append(f"on_advance_end {self.fold} restarting={self.restarting}")
+            self.replace(inner=Inner)  # a new inner loop, made with the old one's steps
+
+        def on_run_end(self):
+            return list(self.ran)
+
+        def on_save_checkpoint(self):
+            return {"fold": self.fold}
+
+    return Inner, Folds
+
+
+def custom_loop_run() -> dict:
+    """1.x's ``Loop`` run by a program itself (``loop.run()``): the hooks' order, ``replace``, ``skip``,
+    ``state_dict`` / ``load_state_dict`` and ``restarting``."""
+    inner_class, folds_class = _counting_loops()
+    folds = folds_class(3)
+    folds.connect(inner=inner_class(3))
+    folds.trainer = "a trainer"  # given to the sub-loops too
+    ran = folds.run("data")
+    state = folds.state_dict()
+    again = folds_class(3)
+    again.connect(inner=inner_class(3))
+    again.load_state_dict(state)
+    return {
+        "ran": ran,
+        "calls": folds.calls,
+        "inner_calls": folds.inner.calls,
+        "inner_trainer": folds.inner.trainer,
+        "state": state,
+        "loaded": again.inner.calls,
+        "restarting": [again.restarting, again.inner.restarting],
+    }
+
+
+def _yielding_loop() -> type:
+    """yielding_training_step.py's ``YieldLoop`` pattern: an ``OptimizerLoop`` subclass that gets the
+    ``training_step`` generator once per batch and gives each optimizer's closure its next loss."""
+    import inspect
+    from functools import partial
+
+    from trainmesh.loops import OptimizerLoop
+    from trainmesh.loops.optimization.optimizer_loop import ClosureResult
+
+    class Yielding(OptimizerLoop):
+        def __init__(self) -> None:
+            super().__init__()
+            self._generator = None
+
+        def connect(self, **kwargs):
+            raise NotImplementedError(f"{type(self).__name__} does not connect any child loops.")
+
+        def on_run_start(self, optimizers, kwargs):
+            super().on_run_start(optimizers, kwargs)
+            assert inspect.isgeneratorfunction(self.trainer.lightning_module.training_step)
+            step_kwargs = self._build_kwargs(kwargs, 0, hiddens=None)
+            self._generator = self.trainer.strategy.training_step(*step_kwargs.values())
+
+        def _make_step_fn(self, *_):
+            return partial(self._next_loss, self._generator)
+
+        def _next_loss(self, generator):
+            self.trainer.lightning_module._current_fx_name = "training_step"  # as the example, for self.log
+            output = next(generator)
+            self.trainer.strategy.post_training_step()
+            model_output = self.trainer._call_lightning_module_hook("training_step_end", output)
+            strategy_output = self.trainer._call_strategy_hook("training_step_end", output)
+            output = strategy_output if model_output is None else model_output
+            return ClosureResult.from_training_step_output(output, self.trainer.accumulate_grad_batches)
+
+    return Yielding
+
+
+class Adversaries(tm.Module):
+    """A generator and a discriminator; ``training_step`` yields the generator's loss, then the
+    discriminator's, reusing the fake batch made once (and its random draw)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.make, self.judge = nn.Linear(4, 4), nn.Linear(4, 1)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx, optimizer_idx=0):
+        x, _ = batch
+        fake = self.make(torch.randn_like(x))
+        g_loss = (self.judge(fake) - 1).pow(2).mean()
+        self.log("g_loss", g_loss)
+        self.seen.append([batch_idx, optimizer_idx, float(g_loss.detach())])
+        yield g_loss
+        d_loss = ((self.judge(x) - 1).pow(2).mean() + self.judge(fake.detach()).pow(2).mean()) / 2
+        self.log("d_loss", d_loss)
+        self.seen.append([batch_idx, "d", float(d_loss.detach())])
+        yield d_loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.make.parameters(), lr=0.05), torch.optim.Adam(self.judge.parameters())], []
+
+    def train_dataloader(self):
+        return DataLoader(_dataset(), batch_size=8)
+
+
+def yielding_optimizer_loop() -> dict:
+    """yielding_training_step.py: a generator ``training_step`` run by an ``OptimizerLoop`` subclass connected
+    with ``trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=...)``, two optimizers, 2 epochs."""
+    tm.seed_everything(0)
+    model = Adversaries()
+    trainer = tm.Trainer(max_epochs=2, enable_checkpointing=False, **QUIET)
+    trainer.fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=_yielding_loop()())
+    trainer.fit(model)
+    return {
+        "seen": model.seen,
+        "global_step": trainer.global_step,
+        "callback_metrics": {k: float(v) for k, v in sorted(trainer.callback_metrics.items())},
+        "weights": _weights(model),
+    }
+
+
 PROGRAMS = {
     "cli_tune": cli_tune,
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
+    "custom_loop_run": custom_loop_run,
+    "yielding_optimizer_loop": yielding_optimizer_loop,
+    "dp_on_cpu_seeds_again": dp_on_cpu_seeds_again,  # last: 1.9.5's ddp leaves its process group
 }

@@ -35,6 +35,9 @@ def _more_of_lightning_as_trainmesh() -> None:
     stand_in_cli = types.ModuleType("trainmesh.cli")
     stand_in_cli.LightningCLI = cli.LightningCLI
     sys.modules["trainmesh"].cli = sys.modules["trainmesh.cli"] = stand_in_cli
+    import pytorch_lightning.loops
+
+    sys.modules["trainmesh"].loops = sys.modules["trainmesh.loops"] = pytorch_lightning.loops
 
 
 if __name__ == "__main__":

@@ -67,3 +67,13 @@ def test_lightning_cli_tune_subcommand_as_lightning_1_9():
     pytest.importorskip("jsonargparse")
     got, _ = run("cli_tune")
     assert got == RECORDED["cli_tune"]
+
+
+def test_dp_on_cpu_seeds_again_as_lightning_1_9():
+    """reinforce_learn_Qnet.py's ``Trainer(accelerator="cpu", strategy="dp")``, which 1.9.5 ran as ddp on
+    one process (seeding again as the fit set up): after ``seed_everything(0)`` and the program's own
+    NumPy draws, the samples an IterableDataset draws, the training steps' draws (4) and the weights are
+    1.9.5's (before: trainmesh's dp went on from the program's draws, and the RL example trained other
+    weights)."""
+    got, _ = run("dp_on_cpu_seeds_again")
+    assert got == RECORDED["dp_on_cpu_seeds_again"]

@@ -87,6 +87,14 @@ class StrategyCapabilities:
             run under it, their weights checked against pytorch-lightning 1.9.5
             (tests/trainer/test_optimizer_idx.py, test_tbptt.py); where not, they are refused
             before training.
+        lightning1_optimizer_loop: a 1.x ``OptimizerLoop`` subclass connected with
+            ``epoch_loop.batch_loop.connect(optimizer_loop=...)`` runs under it: the strategy has Lightning's
+            ``training_step``, which such a loop calls itself (checked against 1.9.5 on one device:
+            tests/loops/test_optimizer_loop.py); where not, it is refused before training.
+        reseeds_each_run: each fit, validate, test and predict starts by seeding every generator
+            again with the seed of the latest ``seed_everything`` (nothing without one), as Lightning's
+            ``reset_seed()`` in the ``setup_distributed`` of its DDP, FSDP and ModelParallel strategies
+            (and pytorch-lightning 1.9.5's ``strategy="dp"`` on CPU, which ran as ddp).
 
     Examples:
         >>> StrategyCapabilities(manual_optimization=True).backward_hooks
@@ -106,6 +114,8 @@ class StrategyCapabilities:
     shards_parameters: bool = False
     splits_parameters: bool = False
     lightning1_loops: bool = False
+    lightning1_optimizer_loop: bool = False
+    reseeds_each_run: bool = False
 
     @property
     def shards_optimizer_state(self) -> bool:

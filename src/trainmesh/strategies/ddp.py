@@ -86,6 +86,7 @@ class DDPStrategy(DistributedStrategy):
         communication_model=True,
         keras_fit=True,
         lightning1_loops=True,  # tests/trainer/test_optimizer_idx.py, test_tbptt.py
+        reseeds_each_run=True,
     )
     # Why compile is refused where ``capabilities.compile`` is False.
     compile_refusal = ""
@@ -267,7 +268,10 @@ class DDP2Strategy(DDPStrategy):
         # (tests/trainer/test_manual_optimization_split.py); on a node's GPUs, see dp.py.
         refusal = manual_refusal_on_replicas(self.chunk_devices or [], "ddp2")
         return StrategyCapabilities(
-            manual_optimization=not refusal, manual_optimization_refusal=refusal, memory_model=REPLICATED
+            manual_optimization=not refusal,
+            manual_optimization_refusal=refusal,
+            memory_model=REPLICATED,
+            reseeds_each_run=True,
         )
 
     @property
@@ -309,6 +313,7 @@ class ZeRO1Strategy(DDPStrategy):
         manual_optimization=True,
         memory_model=MemoryModel(optimizer_state=WORLD),
         communication_model=True,
+        reseeds_each_run=True,
         keras_fit=True,  # keras/zero.py splits the Keras optimizer's state the same way
     )
     compile_refusal = "no compiled zero1 run is checked against eager yet"

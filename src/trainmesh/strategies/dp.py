@@ -56,7 +56,12 @@ class DataParallelStrategy(SingleDeviceStrategy):
         # module itself (tests/trainer/test_manual_optimization_split.py), not on replicas.
         refusal = manual_refusal_on_replicas(self.chunk_devices, "dp")
         self.capabilities = StrategyCapabilities(
-            manual_optimization=not refusal, manual_optimization_refusal=refusal, memory_model=REPLICATED
+            manual_optimization=not refusal,
+            manual_optimization_refusal=refusal,
+            memory_model=REPLICATED,
+            # Lightning 2.x has no dp; pytorch-lightning 1.9.5 ran strategy="dp" on CPU as ddp on one
+            # process, which seeds again as each run starts (tests/trainer/test_reseed.py).
+            reseeds_each_run=self.placement.device_type == "cpu",
         )
 
     def setup_module(self, module: nn.Module) -> nn.Module:

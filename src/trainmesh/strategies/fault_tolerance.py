@@ -53,6 +53,7 @@ class FaultTolerantDDPStrategy(DDPStrategy):
         manual_optimization_refusal=_MANUAL_REFUSAL,
         memory_model=REPLICATED,
         lightning1_loops=True,  # as plain ddp's (its name was "ddp" when these loops checked names)
+        reseeds_each_run=True,
     )
     compile_refusal = (
         "DDP over torchft's quorum is not checked with torch.compile; leave fault_tolerance or compile out"

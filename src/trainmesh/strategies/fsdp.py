@@ -229,6 +229,7 @@ class FSDPStrategy(DistributedStrategy):
             restore_checkpoint_after_setup=True,  # as Lightning's FSDP
             shards_parameters=True,
             splits_parameters=True,
+            reseeds_each_run=True,
         )
 
     def dims(self, world_size: int) -> ParallelDims:

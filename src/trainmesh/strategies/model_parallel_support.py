@@ -98,6 +98,7 @@ def model_parallel_capabilities(dims: ParallelDims, *, replicated: bool) -> Stra
         memory_model=None if replicated else _SPLIT_MODEL,
         shards_parameters=dims.dp_shard > 1,
         splits_parameters=dims.dp_shard > 1 or dims.tp > 1,
+        reseeds_each_run=True,
     )
 
 

@@ -56,7 +56,12 @@ class SingleDeviceStrategy(LightningStrategyFace):
     processes_per_node = 1
     # Manual optimization is checked against plain torch (tests/trainer/test_manual_optimization*.py).
     capabilities = StrategyCapabilities(
-        manual_optimization=True, compile=True, memory_model=REPLICATED, keras_fit=True, lightning1_loops=True
+        manual_optimization=True,
+        compile=True,
+        memory_model=REPLICATED,
+        keras_fit=True,
+        lightning1_loops=True,
+        lightning1_optimizer_loop=True,  # tests/loops/test_optimizer_loop.py
     )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SingleDeviceStrategy:
@@ -79,6 +84,7 @@ class SingleDeviceStrategy(LightningStrategyFace):
         self.precision = self.placement.precision
         self._device = device_for(self.placement.device_type, self.placement.devices[0])
         self._mesh = ParallelMesh(ParallelDims().resolved(1))
+        self._placed: nn.Module | None = None  # what training_step calls (Lightning's strategy.model)
 
     def with_placement(self, placement: Placement) -> SingleDeviceStrategy:
         return rebuilt(self, placement)
@@ -116,7 +122,19 @@ class SingleDeviceStrategy(LightningStrategyFace):
         module = self.precision.convert_module(module, device=self._device)
         if (setting := compile_setting(self.placement.compile, module)) is not None:
             apply_compile(module, options=setting)  # in place: the module stays the user's
+        self._placed = module
         return module
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's ``Strategy.training_step``: the placed module's ``training_step`` (in the precision's
+        autocast), which a 1.x ``OptimizerLoop`` subclass calls itself (yielding_training_step.py)."""
+        if self._placed is None:
+            raise RuntimeError("strategy.training_step runs once fit has placed the module")
+        with self.precision.autocast():
+            return self._placed.training_step(*args, **kwargs)  # type: ignore[operator]
+
+    def post_training_step(self) -> None:
+        """Lightning 1.x's hook after ``training_step``: nothing to do on one device."""
 
     def setup_optimizers(
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer]

@@ -199,6 +199,14 @@ class LightningMembers(RunProperties):
 
         return FitLoopView(cast(LoopOwner, self), self._state.progress)
 
+    @fit_loop.setter
+    def fit_loop(self, loop: Any) -> None:
+        # 1.x's trainer.fit_loop = KFoldLoop(...): refused with what to do (loops/loop.py)
+        from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
+        from trainmesh.utilities.refusal import RefusedError
+
+        raise RefusedError(f"trainer.fit_loop = {type(loop).__name__}(...): {TRAINER_LOOPS_REFUSAL}")
+
     @property
     def validate_loop(self) -> EvaluationLoopView:
         """Lightning's ``trainer.validate_loop`` (``trainer.validate``'s): ``batch_progress``, ``max_batches``."""
@@ -212,6 +220,35 @@ class LightningMembers(RunProperties):
         from trainmesh.trainer.loop_views import EvaluationLoopView, LoopOwner
 
         return EvaluationLoopView(cast(LoopOwner, self), self._state.progress, "test", "trainer.test_loop")
+
+    def _connect_optimizer_loop(self, loop: Any) -> None:
+        """1.x's ``fit_loop.epoch_loop.batch_loop.connect(optimizer_loop=loop)``: the loop gets this Trainer
+        (1.x's ``Loop.trainer``) and the fits' several-optimizer turns call it (lightning1/optimizer_turns.py)."""
+        from trainmesh.loops.optimization.optimizer_loop import OptimizerLoop
+
+        if not isinstance(loop, OptimizerLoop):
+            raise TypeError(
+                f"batch_loop.connect(optimizer_loop=...) takes a subclass of trainmesh.loops.OptimizerLoop, got "
+                f"{type(loop).__name__}"
+            )
+        loop.trainer = cast(Any, self)
+        self._state.optimizer_loop = loop
+
+    def _call_lightning_module_hook(self, hook_name: str, *args: Any, **kwargs: Any) -> Any:
+        """pytorch-lightning 1.x's private caller, which a 1.x ``OptimizerLoop`` subclass calls itself: the
+        module's hook with these arguments (None where it has none)."""
+        hook = getattr(self.lightning_module, hook_name, None)
+        return hook(*args, **kwargs) if callable(hook) else None
+
+    def _call_strategy_hook(self, hook_name: str, *args: Any, **kwargs: Any) -> Any:
+        """pytorch-lightning 1.x's private caller of a strategy hook, for what a 1.x ``OptimizerLoop`` subclass
+        calls: ``training_step_end`` (and the other ``*_step_end``), which 1.x's strategies give back unchanged."""
+        if hook_name.endswith("_step_end"):
+            return args[0]
+        raise NotImplementedError(
+            f"trainer._call_strategy_hook({hook_name!r}) (pytorch-lightning 1.x's private caller) takes only the "
+            f"*_step_end hooks in trainmesh; call trainer.strategy.{hook_name}(...) yourself"
+        )
 
     @property
     def val_check_batch(self) -> int | float | None:

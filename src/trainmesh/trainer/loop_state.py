@@ -133,6 +133,7 @@ class LoopState:
     optimizers: list[Any] = field(default_factory=list)
     lr_scheduler_configs: list[SchedulerConfig] = field(default_factory=list)
     optimizer_frequencies: list[int] = field(default_factory=list)  # Lightning 1.x's, per optimizer ([]: none)
+    optimizer_loop: Any = None  # a 1.x OptimizerLoop subclass connected by the program (loops/optimization)
     hooks: HookDispatcher | None = None
     val_loaders: list[Any] = field(default_factory=list)
     # manual_calls.ManualBackward, set by fit for a manual-optimization module

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, Protocol
 
+from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
 from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
 from trainmesh.trainer.states import TrainerState, TrainerStatus
 from trainmesh.trainer_view import LoopProgress
+from trainmesh.utilities.refusal import RefusedError
 
 
 class LoopOwner(Protocol):
@@ -34,6 +36,7 @@ class LoopOwner(Protocol):
     def state(self) -> TrainerState: ...
     @property
     def is_last_batch(self) -> bool: ...
+    def _connect_optimizer_loop(self, loop: Any) -> None: ...
 
 
 def _refuse(where: str, name: str) -> NoReturn:
@@ -129,6 +132,16 @@ class _View:
     def __repr__(self) -> str:
         return f"<trainmesh view of Lightning's {self._where}>"
 
+    # pytorch-lightning 1.x's loop objects were rewired through these: refused with what to do instead
+    def connect(self, **loops: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.connect({', '.join(loops)}=...): {TRAINER_LOOPS_REFUSAL}")
+
+    def replace(self, **loops: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.replace({', '.join(loops)}=...): {TRAINER_LOOPS_REFUSAL}")
+
+    def run(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise RefusedError(f"{self._where}.run(): {TRAINER_LOOPS_REFUSAL}")
+
 
 class EvaluationLoopView(_View):
     """Lightning 2.6's ``_EvaluationLoop`` as read: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
@@ -157,6 +170,20 @@ class EvaluationLoopView(_View):
     @property
     def num_dataloaders(self) -> int:
         return len(self._progress().max_batches)
+
+
+class TrainingBatchLoopView(_View):
+    """pytorch-lightning 1.x's ``trainer.fit_loop.epoch_loop.batch_loop``: ``connect(optimizer_loop=...)`` with
+    a subclass of ``trainmesh.loops.OptimizerLoop`` (its ``manual_loop``, ``run`` and ``replace``: refused)."""
+
+    __slots__ = ()
+    _where = "trainer.fit_loop.epoch_loop.batch_loop"
+
+    def connect(self, optimizer_loop: Any = None, manual_loop: Any = None) -> None:  # type: ignore[override]
+        if manual_loop is not None:
+            raise RefusedError(f"{self._where}.connect(manual_loop=...): {TRAINER_LOOPS_REFUSAL}")
+        if optimizer_loop is not None:
+            self._owner._connect_optimizer_loop(optimizer_loop)
 
 
 class TrainingEpochLoopView(_View):
@@ -202,6 +229,11 @@ class TrainingEpochLoopView(_View):
     @min_steps.setter
     def min_steps(self, value: int | None) -> None:
         self._owner.min_steps = value
+
+    @property
+    def batch_loop(self) -> TrainingBatchLoopView:
+        """1.x's ``TrainingBatchLoop``: only its ``connect(optimizer_loop=...)``."""
+        return TrainingBatchLoopView(self._owner, self._counters)
 
     @property
     def val_loop(self) -> EvaluationLoopView:

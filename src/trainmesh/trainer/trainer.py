@@ -382,6 +382,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
+        runtime.trainer_port.reseed_for_run()  # Lightning's DDP/FSDP setup_environment: reset_seed()
         setup_profiler(self.profiler, stage, self, model, self.log_dir)
         hooks = state.hooks = hook_dispatcher(self, model, self.callbacks, self.profiler)  # refuses what it cannot call
         # Lightning 1.x's on_before_accelerator_backend_setup: after prepare_data, before the setup hooks

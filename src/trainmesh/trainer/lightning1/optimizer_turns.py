@@ -26,6 +26,7 @@ import bisect
 import functools
 import inspect
 import itertools
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -61,11 +62,58 @@ class StepArguments:
             return method(batch, batch_idx, *args, self.hiddens, **kwargs)
         return method(batch, batch_idx, self.index, *args, **kwargs)
 
+    def begin_batch(self, batch: Any, batch_idx: int, active: list[int], optimizers: list[Any]) -> None:
+        """Before a batch's turns (a connected loop's ``on_run_start``: ``ConnectedLoopSteps``)."""
+
+
+class ConnectedLoopSteps(StepArguments):
+    """What each turn's ``training_step`` call gives where the program connected a 1.x ``OptimizerLoop``
+    subclass (``epoch_loop.batch_loop.connect(optimizer_loop=...)``; yielding_training_step.py's ``YieldLoop``):
+    1.9.5's ``OptimizerLoop`` calls its ``on_run_start(optimizers, kwargs)`` once per batch, then, in each
+    optimizer's closure, ``_make_step_fn(_build_kwargs(kwargs, optimizer_idx, hiddens))()``, whose
+    ``closure_loss`` backward runs on. The turns around it (toggling, zero_grad, backward, the step) are
+    ``OptimizerTurns``'."""
+
+    def __init__(self, loop: Any) -> None:
+        super().__init__(takes_index=True, turns=True)
+        self.loop = loop
+        self.kwargs: OrderedDict[str, Any] = OrderedDict()
+
+    def begin_batch(self, batch: Any, batch_idx: int, active: list[int], optimizers: list[Any]) -> None:
+        self.kwargs = OrderedDict(batch=batch, batch_idx=batch_idx)
+        self.loop.on_run_start([(index, optimizers[index].optimizer) for index in active], self.kwargs)
+
+    def __call__(self, method: Any, batch: Any, batch_idx: int, *args: Any, **kwargs: Any) -> Any:
+        result = self.loop._make_step_fn(self.loop._build_kwargs(self.kwargs, self.index, None))()
+        return {"loss": result.closure_loss, **result.extra} if result.extra else result.closure_loss
+
+
+def plan_connected_loop(ctx: LoopContext, manual: bool) -> ConnectedLoopSteps:
+    """The turns of a connected 1.x ``OptimizerLoop`` subclass; refused before training where it cannot run
+    as 1.9.5 ran it."""
+    loop, strategy = ctx.state.optimizer_loop, ctx.runtime.strategy_name
+    where = f"a connected {type(loop).__name__} (1.x's epoch_loop.batch_loop.connect(optimizer_loop=...))"
+    if manual:
+        raise ValueError(f"{where} runs the optimizers of automatic optimization; the module steps its own")
+    if not ctx.runtime.capabilities.lightning1_optimizer_loop:
+        raise ValueError(
+            f"{where} runs under strategy 'single' (one device), where it calls strategy.training_step itself; not "
+            f"under '{strategy}'. Use one device, or manual optimization (the Lightning 2.x way)"
+        )
+    if getattr(ctx.view, "accumulate_grad_batches", 1) != 1:
+        raise ValueError(
+            f"{where} divides each loss by accumulate_grad_batches itself (ClosureResult), as trainmesh's step does "
+            "again: use accumulate_grad_batches=1 with it"
+        )
+    return ConnectedLoopSteps(loop)
+
 
 def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
     """At an epoch's start, before its first batch: 1.x's ``training_step`` arguments where ``training_step``
     declares ``optimizer_idx`` (``turns`` where several optimizers take turns: the runner's, then,
     ``OptimizerTurns``); None where it does not. Refuses what neither Lightning ran."""
+    if ctx.state.optimizer_loop is not None:
+        return plan_connected_loop(ctx, manual)
     module = ctx.state.module
     name, count = type(module).__name__, len(ctx.state.optimizers)
     function = static_attribute(type(module), "training_step")
@@ -153,6 +201,7 @@ class OptimizerTurns:
         ``steps_now``: the turns' outputs (``output_of`` each result, right after its turn) and the last result."""
         self.steps.backward.loss_check.batch_idx = batch_idx
         outputs, result = [], None
+        self.arguments.begin_batch(batch, batch_idx, self.active(batch_idx), self.optimizers)
         for index in self.active(batch_idx):
             train = functools.partial(self._train, batch, batch_idx, steps_now)
             result = self._turn(index, batch_idx, train, stepping=steps_now)

@@ -1,0 +1,7 @@
+"""1.x's ``pytorch_lightning.loops.fit_loop``: ``FitLoop``, refused when made (``TRAINER_LOOPS_REFUSAL``)."""
+
+from trainmesh.loops.loop import trainer_loop_class
+
+__all__ = ["FitLoop"]
+
+FitLoop = trainer_loop_class("FitLoop", __name__)

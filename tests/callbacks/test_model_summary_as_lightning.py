@@ -1,0 +1,83 @@
+"""The summary table's text against Lightning 2.6's (``lightning.pytorch.utilities.model_summary``) for
+one small module with an ``example_input_array``: "In sizes" / "Out sizes" from the example's forward,
+"Mode", "FLOPs", a layer the forward never reaches ("?"), a tuple input and output, a layer in eval
+mode, a parameter of no layer ("other params"), at ``max_depth`` 1, 2 and -1; and what the
+``ModelSummary`` callback prints as fit starts."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from trainmesh.callbacks import ModelSummary
+from trainmesh.utilities.model_summary import format_summary, summarize
+
+pytest.importorskip("lightning")
+
+
+class Pair(nn.Module):
+    """Takes and gives a tuple."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left, self.right = nn.Linear(4, 6), nn.Linear(4, 2)
+
+    def forward(self, x, y):
+        return self.left(x), self.right(y)
+
+
+def module_class(base: type) -> type:
+    class Small(base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pair = Pair()
+            self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 3))
+            self.body[2].eval()
+            self.unused = nn.Linear(2, 2)
+            self.scale = nn.Parameter(torch.ones(3))  # of no layer: Lightning's "other params"
+            self.example_input_array = (torch.zeros(5, 4), torch.ones(5, 4))
+
+        def forward(self, x, y):
+            left, right = self.pair(x, y)
+            return self.body(torch.cat([left, right], dim=1)) * self.scale
+
+    return Small
+
+
+@pytest.fixture(scope="module")
+def modules():
+    import lightning.pytorch as pl
+
+    import trainmesh as tm
+
+    torch.manual_seed(0)
+    theirs = module_class(pl.LightningModule)()
+    torch.manual_seed(0)
+    return theirs, module_class(tm.LightningModule)()
+
+
+@pytest.mark.parametrize("depth", [1, 2, -1])
+def test_summary_text_is_lightning_s(modules, depth):
+    """Line for line Lightning's text, "In sizes" [[5, 4], [5, 4]] and "Out sizes" [[5, 6], [5, 2]] for
+    the pair, "?" for the unused layer (before: no size, mode or FLOPs column, no mode or FLOPs totals)."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    theirs, ours = modules
+    expected = str(lightning_summarize(theirs, max_depth=depth))
+    assert format_summary(summarize(ours, max_depth=depth)) == expected
+    assert "In sizes" in expected and "[[5, 4], [5, 4]]" in expected
+    # nested rows count their parameters again, so only the top level leaves parameters over
+    assert ("other params" in expected) == (depth == 1)
+
+
+def test_callback_prints_lightning_s_table(modules, capsys):
+    """The callback's table at fit start (on rank 0) is Lightning's, with ``max_depth=2``; the
+    module's modes are as before it ran."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    theirs, ours = modules
+    ModelSummary(max_depth=2).on_fit_start(SimpleNamespace(is_global_zero=True), ours)
+    assert capsys.readouterr().out == str(lightning_summarize(theirs, max_depth=2)) + "\n"
+    assert ours.training and not ours.body[2].training
+    assert summarize(ours).in_sizes == [[[5, 4], [5, 4]], [5, 8], "?"]
