@@ -69,7 +69,7 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
         fit_data.val_loaders()
     warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
-    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+    with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
             while not _fit_done(state, settings):
