@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.runtime_optimizer import step_trained
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.optimization.closure import (
     HookedOptimizer,
@@ -137,7 +138,8 @@ class OptimizerSteps:
             if not self.plain_step:
                 self.before_step(optimizer)
             # Lightning's step always gets a closure; training ran already, so this one gives its loss
-            optimizer.step(self._step_loss)
+            # (or none, where nothing can tell: runtime_optimizer.step_trained)
+            step_trained(optimizer, self._step_loss)
             if not self.zero_in_window:
                 optimizer.zero_grad()
         self.stepped(batch_idx)
