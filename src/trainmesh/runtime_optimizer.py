@@ -116,6 +116,16 @@ def _torch_steps() -> frozenset[Any]:
     return frozenset(inspect.unwrap(c.step) for c in optimizers if c not in skipped)
 
 
+def has_own_step(optimizer: Any) -> bool:
+    """Whether the optimizer's class has a ``step`` of its own: a user's subclass that overrides it
+    (Lightning's docs' ``LitAdam``; sharpness-aware minimisation, which calls its closure twice to
+    train again at a perturbed point). Lightning runs such a step with the closure that trains, so the
+    step decides when, and how often, training_step and backward run; the loop must then do the same.
+    torch's own optimizers and the wrappers a strategy puts around the user's (ZeRO, torchft's) are not."""
+    cls = type(inner_optimizer(optimizer))  # (the Runtime's wrapper, or the optimizer itself)
+    return not _closure_once(cls) and not cls.__module__.startswith(("torch.", "torchft."))
+
+
 def _closure_once(cls: type[torch.optim.Optimizer]) -> bool:
     """Whether ``cls.step`` is one of torch's own that call a closure once (a subclass overriding step is not)."""
     return inspect.unwrap(cls.step) in _torch_steps()
