@@ -119,6 +119,48 @@ def test_through_optimizer_step_the_closure_gives_none_as_lightnings(tmp_path):
     assert all(torch.equal(our_weights[k], their_weights[k]) for k in their_weights)
 
 
+# Two ddp processes (the script re-runs itself through the elastic agent); rank 1 returns None at batch 1.
+DDP_NONE = """
+import torch
+import trainmesh as tm
+
+
+class M(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 1 and self.global_rank == 1:
+            return None
+        return self.l(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 2)), batch_size=2)
+trainer = tm.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, logger=False,
+                     enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+trainer.fit(M(), data)
+print("FIT ENDED")
+"""
+
+
+@pytest.mark.slow
+def test_under_ddp_one_rank_returning_none_ends_the_run_with_lightnings_error(tmp_path):
+    """Lightning raises on the rank that returned None; the other rank, waiting in backward's
+    all-reduce, is stopped by the agent: the run ends (no hang) with the error."""
+    from helpers.processes import run_code_forked
+
+    launched = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    launched += ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "SLURM_NTASKS", "SLURM_PROCID")
+    done = run_code_forked(DDP_NONE, [], timeout=240, cwd=tmp_path, without=launched)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "FIT ENDED" not in output, output[-3000:]
+    assert "[rank1]: RuntimeError: Skipping the `training_step` by returning None in distributed training" in output
+
+
 def test_on_several_processes_it_is_lightnings_error():
     from trainmesh.trainer.optimization.step_hooks import _OutputReader
 
