@@ -111,3 +111,16 @@ def test_only_torch_s_own_steps_go_without_it():
 
     assert _closure_once(torch.optim.SGD) and _closure_once(torch.optim.Adam) and _closure_once(Renamed)
     assert not _closure_once(torch.optim.LBFGS) and not _closure_once(OwnStep)
+
+
+def test_a_fit_called_under_no_grad_trains_as_lightning(tmp_path):
+    """Lightning's fit loop enables grad (FitLoop.reset), and its closure too: a fit called inside
+    ``torch.no_grad()`` trains. trainmesh's fast path trains outside any closure, in the fit's grad
+    mode, which is now enabled the same way (before: "loss does not require grad")."""
+    program, settings = Program(optimizer="adam"), dict(max_epochs=1, limit_train_batches=3, limit_val_batches=1)
+    with torch.no_grad():
+        theirs = run("lightning", program, tmp_path / "pl", **settings)
+    with torch.no_grad():
+        ours = run("trainmesh", program, tmp_path / "tm", **settings)
+        assert not torch.is_grad_enabled()  # the caller's mode, back after the fit
+    assert differences(ours, theirs, ignore_checkpoint_keys=IGNORED_KEYS) == {}
