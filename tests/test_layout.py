@@ -92,9 +92,16 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/optimization/automatic_optimization.py": ["trainer/test_automatic_optimization.py"],
     "trainer/optimization/runners.py": ["trainer/test_automatic_optimization.py", "trainer/test_optimizer_idx.py"],
     "trainer/optimization/closure.py": ["trainer/test_automatic_optimization_hooks.py", "trainer/test_step_cost.py"],
-    "trainer/optimization/step_hooks.py": ["trainer/test_automatic_optimization.py"],
+    "trainer/optimization/step_hooks.py": [
+        "trainer/test_automatic_optimization.py",
+        "trainer/test_training_step_none.py",
+    ],
     "trainer/optimization/progress.py": ["trainer/test_manual_optimization.py", "trainer/test_optimizer_idx.py"],
-    "runtime_optimizer.py": ["test_runtime.py", "trainer/test_optimizer_wrappers.py"],
+    "runtime_optimizer.py": [
+        "test_runtime.py",
+        "trainer/test_optimizer_wrappers.py",
+        "test_runtime_optimizer_step_trained.py",
+    ],
     "runtime_checkpoints.py": ["test_runtime.py", "trainer/test_checkpoint_saves.py", "trainer/test_checkpointing.py"],
     "runtime_choice.py": ["test_memory_estimate.py"],
     "runtime_port.py": [

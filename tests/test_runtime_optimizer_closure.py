@@ -59,3 +59,61 @@ def test_an_optimizer_whose_step_needs_a_closure_trains_as_under_lightning(tmp_p
     found = run_both(closure_program, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
     assert found["trainmesh"][1][1] == ["NoneType"] * 3  # manual: a closure that does nothing
+
+
+class SharpnessAware(torch.optim.SGD):
+    """Sharpness-aware minimisation's shape: its step calls the closure twice, the second time at
+    weights it perturbed along the gradient, so that closure must run training_step and backward again
+    (Lightning's closure does). Records the order of its step and the module's hooks."""
+
+    events: list = []
+
+    def step(self, closure):
+        SharpnessAware.events.append("step")
+        loss = closure()
+        saved = [p.detach().clone() for group in self.param_groups for p in group["params"]]
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(p.grad, alpha=0.05)
+        perturbed = closure()
+        SharpnessAware.events.append((round(float(loss), 6), round(float(perturbed), 6)))
+        with torch.no_grad():
+            for old, p in zip(saved, (p for group in self.param_groups for p in group["params"])):
+                p.copy_(old)
+        return super().step()
+
+
+def sharpness_program(L, root):
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            SharpnessAware.events.append(f"training_step {batch_idx}")
+            return self.layer(batch[0]).pow(2).mean()
+
+        def on_before_optimizer_step(self, optimizer):
+            SharpnessAware.events.append("on_before_optimizer_step")
+
+        def configure_optimizers(self):
+            return SharpnessAware(self.parameters(), lr=0.1)
+
+    SharpnessAware.events = []
+    model = Model()
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=2, logger=False, enable_checkpointing=False))
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(12, 4)), batch_size=4))
+    return outcome(trainer, model, root), list(SharpnessAware.events)
+
+
+def test_an_optimizer_that_runs_its_closure_twice_trains_again_as_under_lightning(tmp_path):
+    """A step of the optimizer's own gets the closure that trains, inside the step, as Lightning's:
+    the second call trains at the perturbed weights. Before, trainmesh trained before the step and
+    its closure only gave that loss back: both calls the same loss, other weights, silently."""
+    found = run_both(sharpness_program, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+    events = found["trainmesh"][1]  # (the same as Lightning's: compared above)
+    assert events[:5] == ["step"] + ["training_step 0", "on_before_optimizer_step"] * 2
+    first, again = events[5]
+    assert first != again  # the second closure trained again, at the perturbed weights

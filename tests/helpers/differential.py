@@ -120,6 +120,8 @@ class Program:
     # A LearningRateMonitor: its logging_interval "step" or "epoch", or "scheduler" (None: each scheduler's own)
     lr_monitor: str | None = None
     param_groups: int = 1  # 2: the weight and the bias in their own groups (lr 0.1 and 0.05, momentum 0.9 and 0.5)
+    none_at: tuple[int, ...] = ()  # the batches (of each epoch) whose training_step returns None after logging
+    optimizer: str = "sgd"  # "adam": torch.optim.Adam(lr=0.1) (its step count is kept per parameter)
 
 
 def module_class(base: type, program: Program) -> type:
@@ -131,6 +133,7 @@ def module_class(base: type, program: Program) -> type:
             self.layer = torch.nn.Linear(4, 1)
             self.automatic_optimization = not program.manual
             self.lrs: list[float] = []  # the learning rate each training step ran with
+            self.batch_outputs: list[Any] = []  # with none_at: on_train_batch_end's outputs (keys, loss)
 
         def _loss(self, batch: Any) -> torch.Tensor:
             inputs = batch[0] + torch.rand_like(batch[0]) if program.random else batch[0]
@@ -141,7 +144,7 @@ def module_class(base: type, program: Program) -> type:
             loss = self._loss(batch)
             self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
             if not program.manual:
-                return loss
+                return None if batch_idx in program.none_at else loss
             for optimizer in self.optimizers():
                 optimizer.zero_grad()
                 self.manual_backward(self._loss(batch))
@@ -154,6 +157,8 @@ def module_class(base: type, program: Program) -> type:
             return getattr(first, "optimizer", first)
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
+            if program.none_at:
+                self.batch_outputs.append((sorted(outputs), _number(outputs["loss"]) if "loss" in outputs else None))
             if program.log_in_batch_end:
                 self.log("batch_end_value", float(batch_idx))
             if batch_idx == program.stop_at_batch and self.trainer.current_epoch == 0:
@@ -171,7 +176,8 @@ def module_class(base: type, program: Program) -> type:
         def configure_optimizers(self):
             if program.manual:
                 return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.05)]
-            optimizer = torch.optim.SGD(self._groups(), lr=0.1)
+            make = torch.optim.Adam if program.optimizer == "adam" else torch.optim.SGD
+            optimizer = make(self._groups(), lr=0.1)
             if program.scheduler is None:
                 return optimizer
             scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
@@ -233,6 +239,7 @@ class Outcome:
     checkpoint: dict[str, Any] = field(default_factory=dict)  # keys and global_step
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     lrs: list[float] = field(default_factory=list)
+    batch_outputs: list[Any] = field(default_factory=list)
     global_step: int = 0
     current_epoch: int = 0
 
@@ -301,6 +308,7 @@ def run(
     out.csv_rows = csv_rows(root / "logs" / "version_0" / "metrics.csv")
     out.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     out.lrs, out.global_step, out.current_epoch = model.lrs, trainer.global_step, trainer.current_epoch
+    out.batch_outputs = model.batch_outputs
     return out
 
 
@@ -317,7 +325,7 @@ def differences(
     """What differs between two outcomes, by field (empty when they agree; weights bit for bit);
     ``checkpoint_epoch=False``: not the checkpoint's epoch."""
     found: dict[str, Any] = {}
-    for name in ("calls", "metrics", "csv_rows", "lrs", "global_step", "current_epoch"):
+    for name in ("calls", "metrics", "csv_rows", "lrs", "batch_outputs", "global_step", "current_epoch"):
         mine, other = getattr(ours, name), getattr(theirs, name)
         if not _same(mine, other):
             found[name] = (mine, other)

@@ -40,7 +40,6 @@ def _module(step):
 @pytest.mark.parametrize(
     ("step", "error", "pattern"),
     [
-        (lambda self, batch: None, ValueError, "returned None"),
         (lambda self, batch: self.net(batch[0]), ValueError, r"scalar tensor, got \(8, 4\)"),
         (lambda self, batch: {"total": self.net(batch[0]).sum()}, ValueError, "without a 'loss' key"),
         (lambda self, batch: "loss", TypeError, "returned str"),

@@ -183,7 +183,51 @@ def test_a_trainer_with_a_watchdog_pickles_for_ddp_spawn():
     from trainmesh.supervision.watchdog import StepWatchdog
 
     watchdog = StepWatchdog(timeout=30)
-    watchdog.start()
+    watchdog.start(processes=1)
     watchdog.feed()
     watchdog.stop()
     assert pickle.loads(pickle.dumps(watchdog)).timeout == 30.0
+
+
+# A single-process fit whose epoch-end hook outlasts the default timeout (patched down to 0.5 s):
+# the default does not arm on one process, so the fit ends as Lightning's (which has no watchdog).
+LONG_EPOCH_END = """
+import sys, time
+import torch
+import trainmesh as tm
+from trainmesh.supervision import watchdog
+
+watchdog.DEFAULT_TIMEOUT = float(sys.argv[1])  # the default a Trainer built now resolves "auto" to
+
+
+class SlowEpochEnd(tm.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).pow(2).mean()
+
+    def on_train_epoch_end(self):
+        time.sleep(float(sys.argv[2]))  # sampling for minutes in the UvA energy tutorial's callback
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = torch.utils.data.TensorDataset(torch.randn(8, 4))
+trainer = tm.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
+                     enable_checkpointing=False, enable_model_summary=False)
+assert trainer.fit(SlowEpochEnd(), torch.utils.data.DataLoader(data, batch_size=4)) is None
+print("FIT ENDED", trainer.global_step, flush=True)
+"""
+
+
+def test_the_default_timeout_does_not_end_a_single_process_fit(tmp_path):
+    from helpers.processes import run_code_forked
+
+    done = run_code_forked(
+        LONG_EPOCH_END, ["0.5", "1.5"], timeout=RUN_TIMEOUT, cwd=tmp_path, without=LAUNCHER_VARIABLES
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FIT ENDED 2" in done.stdout, done.stdout + done.stderr

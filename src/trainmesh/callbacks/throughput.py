@@ -19,6 +19,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.module_hooks import ModelHooks
+from trainmesh.runtime_optimizer import has_own_step
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import first_tensor
 from trainmesh.utilities.compiled import has_compiled_part
@@ -379,7 +380,10 @@ def _steps_through_closure(trainer: TrainerView, module: Any) -> bool:
     inners = [getattr(optimizer, "optimizer", optimizer) for optimizer in getattr(trainer, "optimizers", ())]
     default = ModelHooks.optimizer_step  # what every Module inherits (module_hooks.py)
     overridden = getattr(type(module), "optimizer_step", default) is not default
-    return overridden or any(isinstance(inner, torch.optim.LBFGS) for inner in inners)
+    if overridden or any(isinstance(inner, torch.optim.LBFGS) for inner in inners):
+        return True
+    # An optimizer with a step of its own trains inside it, through the closure (as under Lightning)
+    return any(has_own_step(inner) for inner in inners if isinstance(inner, torch.optim.Optimizer))
 
 
 def peak_memory_bytes(device: torch.device) -> int:

@@ -150,6 +150,10 @@ class StepHooks:
     # bound method (a replica's, under dp); the loop builds it once from the hook's signature (a hook
     # taking fewer arguments, Lightning 1.x's optimizer_idx and hiddens). None: ``method(batch, ...)``.
     call: Callable[..., Any] | None = None
+    # Lightning 2.x's automatic optimization skips the backward of a batch whose training_step returned
+    # None: called instead of the loss's check and backward (the loop's zero_grad still runs there).
+    # None: such an output goes to ``loss_of`` (an error there, as under several processes).
+    skipped: Callable[[], None] | None = None
 
 
 @dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
@@ -201,6 +205,9 @@ def run_train_step(
         with autocast:
             output = forward()
             output = hooks.step_end(output) if hooks.step_end is not None else combine(output)
+    if output is None and hooks.skipped is not None:
+        hooks.skipped()
+        return StepResult(None, None)
     loss = hooks.loss_of(output)
     num_tokens = hooks.count_of(output)
     hooks.check_loss(loss)

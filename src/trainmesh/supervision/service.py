@@ -15,7 +15,7 @@ Three watches that the loop only feeds and asks, so that the Trainer side never 
 
 >>> supervision = Supervision()
 >>> supervision.set_watchdog_timeout(120)
->>> with supervision.watching():
+>>> with supervision.watching(processes=1):
 ...     supervision.step_done()
 """
 
@@ -29,20 +29,20 @@ from typing import Any, NoReturn
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.supervision import departures
 from trainmesh.supervision.preemption import SignalStop, restart_reason
-from trainmesh.supervision.watchdog import DEFAULT_TIMEOUT, StepWatchdog
+from trainmesh.supervision.watchdog import AUTO, StepWatchdog
 
 
 class Supervision:
     """Watchdog, stop agreement and preemption of one run (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self._watchdog = StepWatchdog(DEFAULT_TIMEOUT)
+        self._watchdog = StepWatchdog(AUTO)
         self._signals = SignalStop()
 
     # ---- the stuck-rank watchdog ----------------------------------------------------------------
     def set_watchdog_timeout(self, timeout: Any) -> None:
         """``Trainer(watchdog_timeout=...)``: seconds (checked, with an error that says how to
-        give it), or None to turn the watchdog off."""
+        give it), None to turn the watchdog off, or ``"auto"`` (armed where there are several processes)."""
         self._watchdog = StepWatchdog(timeout)
 
     @property
@@ -50,9 +50,10 @@ class Supervision:
         return self._watchdog.timeout
 
     @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """Watch the calling thread's training loop while the block runs."""
-        self._watchdog.start()
+    def watching(self, *, processes: int) -> Iterator[None]:
+        """Watch the calling thread's training loop while the block runs (``processes``: the run's
+        world size; on one, the default timeout does not arm)."""
+        self._watchdog.start(processes=processes)
         try:
             yield
         finally:

@@ -31,6 +31,10 @@ checkpoint saves pause the clock (:meth:`StepWatchdog.paused`). A training threa
 the interpreter inside C code forever stops the watchdog's thread too; the process group's
 timeout is then the backstop. The sanity check and ``validate``/``test``/``predict`` outside
 ``fit`` are not watched.
+
+One process: nothing can wait on a peer, so the default (``watchdog_timeout="auto"``) does not arm
+there, and a long hook (an epoch-end callback sampling for minutes) finishes as under Lightning,
+which has no watchdog. A timeout given explicitly is kept on one process too: the user asked for it.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     from trainmesh.supervision.stall_report import RankReport
 
 DEFAULT_TIMEOUT = 300.0  # seconds: far below the process group's 30 minutes, far above a step
+AUTO = "auto"  # the Trainer's default: DEFAULT_TIMEOUT where the run has several processes, off on one
 FIRST_STEP_FACTOR = 3  # as torchtitan, whose first-step timeout is three times its step timeout
 _EXIT_DELAY = 3.0  # how long a rank that is not stuck waits for the agent to stop it (it polls every 0.1 s)
 _STORE_TIMEOUT = timedelta(seconds=10)  # one store call of the watchdog's, at most
@@ -65,14 +70,17 @@ class StuckRankError(RuntimeError):
 
 
 def check_timeout(timeout: Any) -> float | None:
-    """``Trainer(watchdog_timeout=...)`` checked: positive finite seconds, or None (off)."""
+    """``Trainer(watchdog_timeout=...)`` checked: positive finite seconds, or None (off); ``"auto"`` is
+    ``DEFAULT_TIMEOUT`` (read now), which ``StepWatchdog.start`` arms only where there are several processes."""
     if timeout is None:
         return None
+    if isinstance(timeout, str) and timeout == AUTO:
+        return DEFAULT_TIMEOUT
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(
             f"watchdog_timeout={timeout!r} ({type(timeout).__name__}): it is the number of seconds a rank may "
-            f"go without completing a step before the run is ended; give a number (default {DEFAULT_TIMEOUT:g}) "
-            "or None to turn the watchdog off"
+            f'go without completing a step before the run is ended; give a number ("auto", the default: '
+            f"{DEFAULT_TIMEOUT:g} on several processes, off on one) or None to turn the watchdog off"
         )
     if not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(
@@ -96,17 +104,21 @@ class StepWatchdog:
     ``timeout`` seconds, naming the rank that did not arrive and where it was; exit status 124.
 
     >>> watchdog = StepWatchdog(timeout=120)
-    >>> watchdog.start(); watchdog.feed(); watchdog.stop()
+    >>> watchdog.start(processes=1); watchdog.feed(); watchdog.stop()
     >>> StepWatchdog(timeout=None).timeout is None  # off
     True
+    >>> StepWatchdog().timeout, StepWatchdog().chosen  # "auto": armed on several processes only
+    (300.0, False)
     """
 
     # Each fit starts one watch on every rank, in the same order: the count names the store
     # keys of this watch, so that an alarm of an earlier fit in this process is never read.
     _watches = itertools.count()
 
-    def __init__(self, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, timeout: float | str | None = AUTO) -> None:
         self.timeout = check_timeout(timeout)
+        # Given by the user (a number, or None): kept on one process too; "auto" arms on several only.
+        self.chosen = not (isinstance(timeout, str) and timeout == AUTO)
         self.last_step_at = 0.0  # time.monotonic() when the last step completed
         self.steps_done = 0
         self._pauses = 0
@@ -119,7 +131,7 @@ class StepWatchdog:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # ddp_spawn pickles the Trainer: the watch itself (thread, store) never travels.
-        return (StepWatchdog, (self.timeout,))
+        return (StepWatchdog, (self.timeout if self.chosen else AUTO,))
 
     def feed(self) -> None:
         """A step completed (called by the loops after every training and evaluation step)."""
@@ -137,10 +149,11 @@ class StepWatchdog:
             self._pauses -= 1
             self.last_step_at = time.monotonic()
 
-    def start(self) -> None:
-        """Watch the calling thread's loop until :meth:`stop`."""
+    def start(self, *, processes: int) -> None:
+        """Watch the calling thread's loop until :meth:`stop` (``processes``: the run's world size; on
+        one, only a timeout the user chose arms: nothing can wait on a peer there)."""
         watch = next(StepWatchdog._watches)
-        if self.timeout is None:
+        if self.timeout is None or (processes == 1 and not self.chosen):
             return
         assert self._thread is None, "a watch is already running"
         # The verdict's module, imported by the thread that starts the watch, not by the watch's

@@ -84,7 +84,7 @@ def build_runtime(
     distributed_backend: str | None,
     weights_summary: str | None,
     num_tpu_cores: int | None,
-    watchdog_timeout: float | None,
+    watchdog_timeout: float | str | None,
     fault_tolerance: Any = None,
     plugins: Any = None,
     sync_batchnorm: bool = False,

@@ -45,8 +45,8 @@ def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str, *,
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "Trainer._prepare made the fit's FitData"
     resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
-    # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end
-    with torch.autograd.set_detect_anomaly(ctx.detect_anomaly):
+    # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
+    with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
         _train(ctx, fit_data, resume_rng)
     ctx.hooks.call("on_fit_end")
 
@@ -69,7 +69,7 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
         fit_data.val_loaders()
     warn_of_modules_in_eval_mode(state.module)
     hooks.call("on_train_start")
-    with ctx.runtime.supervision.watching():  # the stuck-rank watchdog (supervision/watchdog.py)
+    with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
             while not _fit_done(state, settings):

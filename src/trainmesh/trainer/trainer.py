@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -14,7 +14,6 @@ from trainmesh.checkpoint import check_weights_only, remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
-from trainmesh.supervision import DEFAULT_WATCHDOG_TIMEOUT
 from trainmesh.trainer import construction, evaluation, fit_loop
 from trainmesh.trainer.barebones import barebones_arguments
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
@@ -100,7 +99,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         enable_checkpointing: bool = True,
         enable_model_summary: bool = True,
         deterministic: bool = False,
-        watchdog_timeout: float | None = DEFAULT_WATCHDOG_TIMEOUT,
+        watchdog_timeout: float | Literal["auto"] | None = "auto",
         fast_dev_run: bool | int = False,
         inference_mode: bool = True,
         gpus: int | list[int] | None = None,

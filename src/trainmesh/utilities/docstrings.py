@@ -38,7 +38,7 @@ Args:
     enable_checkpointing: add a default ModelCheckpoint (default ``True``).
     enable_model_summary: print the model summary and the run's one-line banner (default ``True``).
     deterministic: ask torch for deterministic algorithms (default ``False``).
-    watchdog_timeout: seconds without a completed step on some rank before the run is ended (exit 124); None turns it off (default ``300.0``).
+    watchdog_timeout: seconds without a completed step on some rank before the run is ended (exit 124); ``"auto"``: 300 where the run has several processes, off on one; None turns it off (default ``"auto"``).
     fast_dev_run: run 1 (or n) batches of each loop, with no logging or checkpoints, to check the code (default ``False``).
     inference_mode: evaluate under ``torch.inference_mode`` (else ``no_grad``) (default ``True``).
     gpus: Lightning 1.x's spelling of ``accelerator="gpu", devices=gpus`` (``0``: the CPU) (default ``None``).

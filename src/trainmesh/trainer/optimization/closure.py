@@ -161,3 +161,9 @@ class LossBackward:
         if self.zero_grad is not None:
             self.zero_grad()
         self.backward(loss)
+
+    def skip(self) -> None:
+        """training_step returned None: no backward for this batch, but the window's zero_grad still
+        runs where it is armed (Lightning's closure zeroes before it looks at the loss)."""
+        if self.zero_grad is not None:
+            self.zero_grad()

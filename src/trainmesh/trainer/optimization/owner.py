@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.runtime_optimizer import has_own_step, step_trained
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.optimization.closure import (
     HookedOptimizer,
@@ -57,7 +58,9 @@ class OptimizerSteps:
         self.hooks = hooks = LoopStepHooks(ctx.hooks, runtime)
         self._train_step = profiled_call(runtime.train_step, ctx.profiler, strategy_action(runtime, "training_step"))
         needs_closure = any(isinstance(o.optimizer, torch.optim.LBFGS) for o in state.optimizers)
-        self.through_hook = not manual and (hooks.custom_step or needs_closure or through_hook)
+        # An optimizer with a step of its own gets Lightning's closure, which trains (it may run it twice: SAM)
+        own_step = any(has_own_step(o) for o in state.optimizers)
+        self.through_hook = not manual and (hooks.custom_step or needs_closure or own_step or through_hook)
         # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
         self.zero_in_window = not manual and (hooks.zero_in_window or self.through_hook)
         # How the strategy calls training_step: Lightning 1.x's runner's arguments, or those its signature takes
@@ -137,7 +140,8 @@ class OptimizerSteps:
             if not self.plain_step:
                 self.before_step(optimizer)
             # Lightning's step always gets a closure; training ran already, so this one gives its loss
-            optimizer.step(self._step_loss)
+            # (or none, where nothing can tell: runtime_optimizer.step_trained)
+            step_trained(optimizer, self._step_loss)
             if not self.zero_in_window:
                 optimizer.zero_grad()
         self.stepped(batch_idx)

@@ -3,6 +3,7 @@ and token count, with the errors a wrong output gets), backward, ``training_step
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import torch
 from trainmesh.strategies.step import StepHooks, tokens_in
 from trainmesh.trainer import manual_optimization
 from trainmesh.trainer.optimization.closure import LossBackward
+from trainmesh.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
     from trainmesh.trainer.loop_context import LoopContext
@@ -27,7 +29,8 @@ def step_hooks_for(
 ) -> StepHooks:
     """``call``: how the strategy calls training_step (``StepHooks.call``: its arguments, built from its signature)."""
     hooks, log_collector, manual_backward = ctx.hooks, ctx.state.log_collector, ctx.state.manual_backward
-    reader = _OutputReader(module)
+    processes = ctx.runtime.world_size
+    reader = _OutputReader(module, processes)
     step_hooks = StepHooks(
         step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
         loss_of=reader.loss_of,
@@ -38,10 +41,30 @@ def step_hooks_for(
         loss_divisor=accumulate,
         check_loss=backward.loss_check.check,
         call=call,
+        # Lightning 2.x skips such a batch on one process only (several: loss_of raises its error)
+        skipped=functools.partial(_skip_batch, backward) if processes == 1 else None,
     )
     if manual_backward is None:
         return step_hooks
     return manual_optimization.manual_step_hooks(step_hooks, manual_backward, module)
+
+
+# Lightning 2.6's words (loops/optimization/automatic.py: Closure.closure, _AutomaticOptimization._training_step)
+SKIPPED_WARNING = "`training_step` returned `None`. If this was on purpose, ignore this warning..."
+SKIP_REFUSED = (
+    "Skipping the `training_step` by returning None in distributed training is not supported."
+    " It is recommended that you rewrite your training logic to avoid having to skip the step in the first"
+    " place."
+)
+# Lightning's Closure.warning_cache is a class attribute: the warning comes once per process, not per fit.
+_SKIPPED_WARNINGS = WarningCache()
+
+
+def _skip_batch(backward: LossBackward) -> None:
+    """training_step returned None on one process: Lightning 2.x warns (once), zeroes where its closure
+    would, and runs no backward; the optimizer still steps (on no new gradients) and global_step counts it."""
+    _SKIPPED_WARNINGS.warn(SKIPPED_WARNING)
+    backward.skip()
 
 
 class _OutputReader:
@@ -49,12 +72,14 @@ class _OutputReader:
     bound methods with a fast path for the usual output, a scalar loss tensor, since they run on
     every step; anything else goes through ``loss_of``/``tokens_in`` and their errors."""
 
-    def __init__(self, module: Any) -> None:
-        self.module, self.owner = module, f"{type(module).__name__}.training_step"
+    def __init__(self, module: Any, processes: int = 1) -> None:
+        self.module, self.owner, self.processes = module, f"{type(module).__name__}.training_step", processes
 
     def loss_of(self, output: Any) -> torch.Tensor:
         if type(output) is torch.Tensor and output.requires_grad and output.numel() == 1:
             return output
+        if output is None and self.processes > 1:
+            raise RuntimeError(SKIP_REFUSED)
         return loss_of(output, self.module)
 
     def count_of(self, output: Any) -> torch.Tensor | None:
