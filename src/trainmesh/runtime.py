@@ -24,7 +24,7 @@ from trainmesh.precision import Precision
 from trainmesh.runtime_checkpoints import RuntimeCheckpoints
 from trainmesh.runtime_choice import StrategyChoice
 from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
-from trainmesh.runtime_optimizer import inner_optimizer
+from trainmesh.runtime_optimizer import inner_optimizer, refuse_own_step_on_shards
 from trainmesh.runtime_port import TrainerPort
 from trainmesh.seed import SeedSettings, env_seed, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
@@ -213,6 +213,7 @@ class Runtime:
         for optimizer in optimizers:
             for moves in self._parameter_moves:
                 rebind_optimizer(inner_optimizer(optimizer), moves)
+        refuse_own_step_on_shards(optimizers, self.strategy.capabilities.memory_model, self.strategy.name)
         prepared = self.strategy.setup_optimizers(self._placed, optimizers)
         return [RuntimeOptimizer.of(opt, self.precision) for opt in prepared]
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 import torch.optim.optimizer as torch_optimizer  # (torch.optim deletes its name for the submodule)
 
+from trainmesh.strategies.capabilities import WHOLE, MemoryModel
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 
@@ -124,6 +125,26 @@ def has_own_step(optimizer: Any) -> bool:
     torch's own optimizers and the wrappers a strategy puts around the user's (ZeRO, torchft's) are not."""
     cls = type(inner_optimizer(optimizer))  # (the Runtime's wrapper, or the optimizer itself)
     return not _closure_once(cls) and not cls.__module__.startswith(("torch.", "torchft."))
+
+
+def refuse_own_step_on_shards(optimizers: Sequence[Any], memory: MemoryModel | None, strategy: str) -> None:
+    """Stop before training where the strategy gives each process's copy of the optimizer only a
+    shard of whole parameters (zero1) and an optimizer's class has a step of its own: such a step
+    may read or change the whole model (SAM perturbs every weight, then runs its closure again to
+    train at that point; a rule over the norm of all parameters), and would see one shard per
+    process, training other weights with no error. torch's own steps work per parameter."""
+    if memory is None or memory.optimizer_state == WHOLE or memory.parameters != WHOLE:
+        return  # (fsdp's optimizer holds a shard of every parameter, the whole model's)
+    for optimizer in optimizers:
+        if has_own_step(optimizer):
+            name = type(inner_optimizer(optimizer)).__name__
+            raise ValueError(
+                f"strategy={strategy!r} cannot shard {name}'s state: its class has a step of its own, and "
+                f"{strategy} gives each process's copy of the optimizer only that process's share of the "
+                "parameters, so a step that reads or changes the whole model (SAM's perturbation, a norm "
+                "over all parameters) would silently train other weights. Use strategy='ddp' with this "
+                "optimizer, or a torch.optim optimizer with this strategy"
+            )
 
 
 def _closure_once(cls: type[torch.optim.Optimizer]) -> bool:
