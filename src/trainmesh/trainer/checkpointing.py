@@ -233,13 +233,18 @@ def restore_modules(
     if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (lightning1/legacy_hooks.py)
         module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
+    # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
+    strict = bool(getattr(module, "strict_loading", True))
     check_state_dict_fits(
-        runtime.checkpoints.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
+        runtime.checkpoints.state_dicts(model, [], sharded=True)["model"],
+        checkpoint["state_dict"],
+        source=source,
+        strict=strict,
     )
     if not weights_only:
         # Early (before configure_optimizers) the optimizers' count is checked with the training state.
         _check_resumable(None if early else len(state.optimizers), checkpoint, source)
-    runtime.checkpoints.load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
+    runtime.checkpoints.load_state_dicts(model, [], {"model": checkpoint["state_dict"]}, strict=strict)
     if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
         state.datamodule.load_state_dict(checkpoint["datamodule"])
     _restore_callbacks(trainer, module, checkpoint)
