@@ -241,6 +241,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/evaluation.py": ["trainer/test_trainer.py", "trainer/test_hooks.py", "strategies/test_ddp.py"],
     "trainer/fit_loop.py": ["trainer/test_resume.py"],
     "trainer/stop_limits.py": ["trainer/test_differential.py"],
+    "loggers/logger.py": ["trainer/test_differential_docs.py"],
     "trainer/loop_context.py": ["trainer/test_fit_loop.py"],
     "trainer/loop_state.py": ["test_trainer_view.py", "trainer/test_resume.py"],
     "trainer/optimization_hooks.py": ["trainer/test_step_hooks.py"],

@@ -259,3 +259,90 @@ def test_a_progress_bar_subclass_replaces_the_default_and_gets_lightning_s_metri
     assert found["lightning"]["bars"] == ["LitProgressBar"]
     assert found["lightning"]["shown"][0]["v_num"] == 3 and "v_num" not in found["lightning"]["shown"][1]
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def test_a_data_module_s_state_is_saved_under_lightning_s_key(tmp_path):
+    """datamodule.rst's ``state_dict`` / ``load_state_dict`` on a LightningDataModule: Lightning saves
+    the state under the class's qualified name (``checkpoint[Data.__qualname__]``) and restores it from there, in
+    ``trainer.validate(ckpt_path=...)`` and ``Data.load_from_checkpoint``; trainmesh saved it under
+    ``"datamodule"``, so a checkpoint of either framework did not restore the other's state."""
+
+    def program(L, root):
+        restored = []
+
+        class Data(L.pl.LightningDataModule):
+            def train_dataloader(self):
+                return _data()
+
+            def val_dataloader(self):
+                return _data(8)
+
+            def state_dict(self):
+                return {"seen": 5}
+
+            def load_state_dict(self, state_dict):
+                restored.append(dict(state_dict))
+
+        trainer = L.pl.Trainer(**trainer_kwargs(root, logger=False, max_epochs=1))
+        trainer.fit(_module(L)(), datamodule=Data())
+        path = trainer.checkpoint_callback.best_model_path
+        checkpoint = torch.load(path, weights_only=False)
+        trainer.validate(_module(L)(), datamodule=Data(), ckpt_path=path, verbose=False)
+        Data.load_from_checkpoint(path)
+        saved = {k.split(".")[-1]: v for k, v in checkpoint.items() if k == Data.__qualname__ or k == "datamodule"}
+        return {"saved": saved, "restored": restored}
+
+    found = run_both(program, tmp_path)
+    assert found["lightning"] == {"saved": {"Data": {"seen": 5}}, "restored": [{"seen": 5}, {"seen": 5}]}
+    assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def test_a_logger_of_one_s_own_from_the_logging_page_as_lightning(tmp_path):
+    """logging.rst's ``MyLogger`` (``from lightning.pytorch.loggers.logger import Logger,
+    rank_zero_experiment``; its methods under ``@rank_zero_only``): trainmesh had no
+    ``loggers.logger`` module (ModuleNotFoundError). The calls it gets are Lightning's."""
+
+    def program(L, root):
+        logger_module = importlib.import_module(f"{L.pl.__name__}.loggers.logger")
+        rank_zero_only = importlib.import_module(f"{L.pl.__name__}.utilities").rank_zero_only
+        calls = []
+
+        class MyLogger(logger_module.Logger):
+            @property
+            def name(self):
+                return "MyLogger"
+
+            @property
+            def version(self):
+                return "0.1"
+
+            @property
+            @logger_module.rank_zero_experiment
+            def experiment(self):
+                return "experiment"
+
+            @rank_zero_only
+            def log_hyperparams(self, params):
+                calls.append(("log_hyperparams", dict(params)))
+
+            @rank_zero_only
+            def log_metrics(self, metrics, step):
+                calls.append(("log_metrics", step, sorted(metrics)))
+
+            @rank_zero_only
+            def save(self):
+                calls.append("save")
+
+            @rank_zero_only
+            def finalize(self, status):
+                calls.append(("finalize", status))
+
+        logger = MyLogger()
+        settings = dict(logger=logger, max_epochs=2, log_every_n_steps=2, enable_checkpointing=False)
+        trainer = L.pl.Trainer(**trainer_kwargs(root, **settings))
+        trainer.fit(_module(L)(), _data(), _data(8))
+        return {"calls": calls, "experiment": logger.experiment}
+
+    found = run_both(program, tmp_path)
+    assert ("finalize", "success") in found["lightning"]["calls"]
+    assert differences(found["lightning"], found["trainmesh"]) == []
