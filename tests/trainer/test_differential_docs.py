@@ -7,6 +7,7 @@ weights bit for bit."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -345,4 +346,28 @@ def test_a_logger_of_one_s_own_from_the_logging_page_as_lightning(tmp_path):
 
     found = run_both(program, tmp_path)
     assert ("finalize", "success") in found["lightning"]["calls"]
+    assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def test_a_resumed_fit_writes_into_its_own_logger_s_folder_as_lightning(tmp_path):
+    """checkpointing_basic.rst: checkpoints go to the logger's ``.../version_N/checkpoints``. A fit
+    resumed (``ckpt_path=``) from a checkpoint written by a fit without a logger
+    (``<root>/checkpoints``) writes into its own logger's folder and leaves the first run's file,
+    as Lightning; trainmesh went back to the checkpoint's folder and deleted the first run's file."""
+
+    def program(L, root):
+        first = L.pl.Trainer(**trainer_kwargs(root, logger=False, max_epochs=1))
+        first.fit(_module(L)(), _data())
+        logger = L.loggers.CSVLogger(root, name="logs", version=0)
+        second = L.pl.Trainer(**trainer_kwargs(root, logger=logger, max_epochs=2))
+        second.fit(_module(L)(), _data(), ckpt_path=first.checkpoint_callback.best_model_path)
+        # trainmesh's default checkpointing also writes last.ckpt (docs/how-to/lightning.md: on purpose)
+        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.ckpt") if p.name != "last.ckpt")
+        return {"files": files, "best": Path(second.checkpoint_callback.best_model_path).relative_to(root).as_posix()}
+
+    found = run_both(program, tmp_path)
+    assert found["lightning"]["files"] == [
+        "checkpoints/epoch=0-step=3.ckpt",
+        "logs/version_0/checkpoints/epoch=1-step=6.ckpt",
+    ]
     assert differences(found["lightning"], found["trainmesh"]) == []
