@@ -6,7 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
+from trainmesh.hyperparameters import (
+    HyperparametersMixin,
+    constructor_arguments,
+    datamodule_state,
+    read_saved_checkpoint,
+)
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import argparse as lightning_one_argparse
 
@@ -104,8 +109,9 @@ class DataModule(DataHooks, HyperparametersMixin):
         (``weights_only`` goes to ``torch.load``: None is torch's default)."""
         checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
         made = cls(**constructor_arguments(cls, checkpoint, overrides))
-        if checkpoint.get("datamodule"):  # the state its state_dict() returned when saved
-            made.load_state_dict(checkpoint["datamodule"])
+        held = datamodule_state(made, checkpoint)  # the state its state_dict() returned when saved
+        if held:
+            made.load_state_dict(held)
         return made
 
     def state_dict(self) -> dict[str, Any]:

@@ -268,3 +268,12 @@ def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: M
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return arguments
     return {name: value for name, value in arguments.items() if name in names}
+
+
+def datamodule_state(datamodule: Any, checkpoint: Mapping[str, Any]) -> Any:
+    """The data module's saved state in ``checkpoint``: under its class's name, as Lightning 2.6
+    saves it, or under ``"datamodule"``, where trainmesh's checkpoints before it kept it; None
+    without a data module or a saved state."""
+    if datamodule is None:
+        return None
+    return checkpoint.get(type(datamodule).__qualname__, checkpoint.get("datamodule"))

@@ -21,6 +21,7 @@ import torch
 
 from trainmesh.strategies.step import ManualSync
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 
@@ -153,6 +154,11 @@ def untoggle_module(module: Any) -> None:
     )
 
 
+class ClipSettingClash(MisconfigurationException, ValueError):
+    """A clip value or algorithm given both to the Trainer and to ``clip_gradients``: Lightning raises
+    ``MisconfigurationException``, which programs catch (a ValueError too, as trainmesh raised before)."""
+
+
 def clip_gradients(
     trainer: TrainerView, optimizer: Any, value: float | None, algorithm: str | None
 ) -> torch.Tensor | None:
@@ -163,7 +169,7 @@ def clip_gradients(
     if value is None:
         value = trainer_value or 0.0
     elif trainer_value is not None and trainer_value != value:
-        raise ValueError(
+        raise ClipSettingClash(
             f"clip_gradients(gradient_clip_val={value!r}) with Trainer(gradient_clip_val={trainer_value!r}): "
             "give the value in one place only (as Lightning requires)"
         )
@@ -172,7 +178,7 @@ def clip_gradients(
     else:
         algorithm = algorithm.lower()
         if trainer_algorithm is not None and trainer_algorithm != algorithm:
-            raise ValueError(
+            raise ClipSettingClash(
                 f"clip_gradients(gradient_clip_algorithm={algorithm!r}) with Trainer(gradient_clip_algorithm="
                 f"{trainer_algorithm!r}): give the algorithm in one place only (as Lightning requires)"
             )

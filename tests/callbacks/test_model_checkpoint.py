@@ -373,11 +373,15 @@ def test_state_dict_round_trip_keeps_the_ranking(tmp_path):
     assert files_in(tmp_path) == ["epoch=1-step=20.ckpt", "epoch=2-step=30.ckpt", "last.ckpt"]
 
 
-def test_default_dirpath_is_taken_from_the_checkpoint(tmp_path):
+def test_default_dirpath_stays_this_run_s_folder(tmp_path):
+    """As Lightning's: the folder resolved at setup (the logger's) is kept, the saved one's ranking
+    not taken (a resumed fit with a new logger writes there; trainmesh used to go back to the old
+    folder: tests/trainer/test_differential_docs.py compares with Lightning)."""
     state = ModelCheckpoint(dirpath=tmp_path / "old", monitor="m").state_dict()
     checkpoint = attach(make_trainer(tmp_path), ModelCheckpoint(monitor="m"))
-    checkpoint.load_state_dict(state)
-    assert checkpoint.dirpath == str(tmp_path / "old")
+    with pytest.warns(UserWarning, match="dirpath changed"):
+        checkpoint.load_state_dict(state)
+    assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
 
 
 def test_changed_dirpath_or_monitor_restarts_the_ranking(tmp_path):

@@ -104,6 +104,13 @@ MATRIX = {
         ("fit",),
         dict(max_epochs=4, min_steps=6, limit_train_batches=4, limit_val_batches=1),
     ),
+    # trainer.rst: should_stop asked in the first epoch, min_steps met inside it: Lightning's
+    # min_epochs is then 1 (_parse_loop_limits), so the epoch runs to its end
+    "stop_first_epoch_min_steps_met": (
+        Program(stop_at_batch=1),
+        ("fit",),
+        dict(max_epochs=4, min_steps=3, limit_train_batches=4, limit_val_batches=1),
+    ),
     "progress_bar": (
         Program(),
         ("fit",),

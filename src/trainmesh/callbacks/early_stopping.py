@@ -110,12 +110,18 @@ class EarlyStopping(Callback):
 
     # ---- hooks --------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        if self._checks_at_epoch_end(trainer):
-            self._check(trainer)
+        if self._checks_at_epoch_end(trainer) and not self._should_skip_check(trainer):
+            self._run_early_stopping_check(trainer)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        if not self._checks_at_epoch_end(trainer) and getattr(trainer, "stage", "fit") == "fit":
-            self._check(trainer)
+        if not self._checks_at_epoch_end(trainer) and not self._should_skip_check(trainer):
+            self._run_early_stopping_check(trainer)
+
+    # Lightning's names for the two steps, which subclasses override or call (Lightning's docs show
+    # one that checks at on_train_end through _run_early_stopping_check)
+    def _should_skip_check(self, trainer: TrainerView) -> bool:
+        """No check outside fit, nor in its sanity check."""
+        return getattr(trainer, "stage", "fit") != "fit" or bool(trainer.sanity_checking)
 
     def _checks_at_epoch_end(self, trainer: TrainerView) -> bool:
         """``check_on_train_epoch_end``, or where it is None Lightning's rule: validation more than
@@ -126,7 +132,8 @@ class EarlyStopping(Callback):
         interval = getattr(trainer, "val_check_interval", 1.0)
         return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) == 1
 
-    def _check(self, trainer: TrainerView) -> None:
+    def _run_early_stopping_check(self, trainer: TrainerView) -> None:
+        """Check the monitored metric now and ask the Trainer to stop where the rule says so."""
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
         metrics = trainer.callback_metrics

@@ -432,7 +432,13 @@ class ModelCheckpoint(Checkpoint):
         self._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
         self.best_model_path = state_dict.get("best_model_path", "")
         self.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
-        if self._dirpath_given and saved_dir is not None and saved_dir != self.dirpath:
+        # Lightning's rule: a folder other than the saved one (given, or this run's logger's, resolved at
+        # setup) starts afresh; a resumed fit neither ranks nor deletes the first run's files
+        if (
+            saved_dir is not None
+            and self.dirpath is not None
+            and os.path.abspath(saved_dir) != os.path.abspath(self.dirpath)
+        ):
             warnings.warn(
                 f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
                 "starts afresh there (best_model_path and best_model_score are kept)",

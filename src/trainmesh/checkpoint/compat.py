@@ -6,10 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def check_state_dict_fits(expected: Mapping[str, Any], loaded: Mapping[str, Any], *, source: str) -> None:
-    """Raise ValueError naming missing, unexpected and reshaped entries; return when they fit."""
-    missing = [k for k in expected if k not in loaded]
-    unexpected = [k for k in loaded if k not in expected]
+def check_state_dict_fits(
+    expected: Mapping[str, Any], loaded: Mapping[str, Any], *, source: str, strict: bool = True
+) -> None:
+    """Raise ValueError naming missing, unexpected and reshaped entries; return when they fit.
+    ``strict=False`` (a module's ``strict_loading = False``): only reshaped entries, as torch's
+    ``load_state_dict(strict=False)`` refuses only those."""
+    missing = [k for k in expected if k not in loaded] if strict else []
+    unexpected = [k for k in loaded if k not in expected] if strict else []
     reshaped = [
         f"{k}: checkpoint {tuple(loaded[k].shape)} vs model {tuple(expected[k].shape)}"
         for k in expected

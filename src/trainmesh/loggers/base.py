@@ -43,7 +43,7 @@ class Logger:
         if hasattr(self, "_version"):
             self._version = broadcast(self.version)
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         raise NotImplementedError
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:

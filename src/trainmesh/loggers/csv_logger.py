@@ -7,6 +7,7 @@ with :mod:`trainmesh.loggers.tensorboard`, so both loggers lay out their folders
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import os
 import re
@@ -113,10 +114,30 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
-    text = yaml.dump(yaml_values(hparams), sort_keys=True)
+    text = _omegaconf_yaml(hparams)
+    if text is None:  # Lightning's second way: keys sorted, as its yaml.dump writes them
+        text = yaml.dump(yaml_values(hparams), sort_keys=True)
     _atomic_write_text(path, text)
     return path
+
+
+def _omegaconf_yaml(hparams: Mapping[str, Any]) -> str | None:
+    """Lightning's first way where omegaconf is installed (``save_hparams_to_yaml``): OmegaConf's
+    YAML, the keys in the order they were saved; None without omegaconf or where it refuses a value
+    (a module, an object), as Lightning then falls back to ``yaml.dump``."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+        from omegaconf.errors import UnsupportedValueType, ValidationError
+    except ImportError:
+        return None
+    values = {
+        key: OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+        for key, value in copy.deepcopy(dict(hparams)).items()
+    }
+    try:
+        return OmegaConf.to_yaml(values)
+    except (UnsupportedValueType, ValidationError):
+        return None
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -204,8 +225,9 @@ class CSVLogger(Logger):
         self._hparams.update(hparams_to_dict(params))
         save_hparams_yaml(self.log_dir, self._hparams)
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Buffer one row: every metric of ``metrics`` at ``step``."""
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Buffer one row: every metric of ``metrics`` at ``step`` (None: as Lightning's CSVLogger,
+        the count of rows buffered since the last flush)."""
         # An int stays one ("epoch": 0 is written 0, as Lightning's CSVLogger writes it)
         row: dict[str, float | int] = {
             (f"{self._prefix}-{key}" if self._prefix else key): value
@@ -213,7 +235,7 @@ class CSVLogger(Logger):
             else metric_to_float(key, value)
             for key, value in metrics.items()
         }
-        row["step"] = int(step)
+        row["step"] = len(self._buffer) if step is None else int(step)
         self._buffer.append(row)
         self._calls_since_flush += 1
         if self._calls_since_flush >= self._flush_every_n_steps:

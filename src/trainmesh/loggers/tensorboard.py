@@ -224,11 +224,12 @@ class TensorBoardLogger(Logger):
             input_array = model._apply_batch_transfer_handler(model._on_before_batch_transfer(input_array))
         self.experiment.add_graph(model, input_array)
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         writer = self.experiment
+        at = None if step is None else int(step)  # None: the writer's own default, as Lightning passes it
         for key, value in metrics.items():
             name = f"{self._prefix}-{key}" if self._prefix else key
-            writer.add_scalar(name, metric_to_float(key, value), global_step=int(step))
+            writer.add_scalar(name, metric_to_float(key, value), global_step=at)
 
     def save(self) -> None:
         """As Lightning's (the Trainer calls it at the start of each run): the writer flushed, made

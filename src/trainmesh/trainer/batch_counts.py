@@ -6,10 +6,12 @@ import math
 from typing import Any
 
 from trainmesh.utilities.dataloaders import has_len
+from trainmesh.utilities.exceptions import MisconfigurationException
 
 
-def limited_count(loader: Any, limit: int | float) -> int | float:
-    """``limit`` is a count (int) or a fraction (float); inf when the loader has no length."""
+def limited_count(loader: Any, limit: int | float, prefix: str = "val") -> int | float:
+    """``limit`` is a count (int) or a fraction (float); inf when the loader has no length.
+    ``prefix`` names the loader in the error (``train``, ``val``, ``test``, ``predict``)."""
     total = len(loader) if has_len(loader) else math.inf
     if isinstance(limit, int):
         return min(limit, total)
@@ -17,4 +19,12 @@ def limited_count(loader: Any, limit: int | float) -> int | float:
         if limit not in (1.0, 0.0):
             raise ValueError("a fractional limit_*_batches needs a loader with a length; give an int count")
         return math.inf if limit == 1.0 else 0
-    return int(total * limit) if limit < 1.0 else total
+    count = int(total * limit) if limit < 1.0 else total
+    if count == 0 and limit > 0.0 and total > 0:
+        # A fraction that rounds down to no batch would skip the stage without a word: Lightning
+        # 2.6 refuses it (data_connector._parse_num_batches), with this message.
+        raise MisconfigurationException(
+            f"You requested to check {limit} of the `{prefix}_dataloader` but {limit} * {total} < 1. Please"
+            f" increase the `limit_{prefix}_batches` argument. Try at least `limit_{prefix}_batches={1.0 / total}`"
+        )
+    return count

@@ -19,7 +19,7 @@ from trainmesh.checkpoint import (
     remove_interrupted_saves,
     resolve_checkpoint,
 )
-from trainmesh.hyperparameters import hyperparameter_names
+from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
@@ -84,8 +84,9 @@ def build_checkpoint(
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
     datamodule = state.datamodule
-    if datamodule is not None and hasattr(datamodule, "state_dict"):
-        checkpoint["datamodule"] = datamodule.state_dict()
+    if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
+        # Lightning's key, the class's name, so checkpoints load both ways; an empty state is not saved
+        checkpoint[type(datamodule).__qualname__] = held
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
         checkpoint.update(hyperparameter_names(datamodule))
@@ -233,15 +234,21 @@ def restore_modules(
     if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (lightning1/legacy_hooks.py)
         module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
+    # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
+    strict = bool(getattr(module, "strict_loading", True))
     check_state_dict_fits(
-        runtime.checkpoints.state_dicts(model, [], sharded=True)["model"], checkpoint["state_dict"], source=source
+        runtime.checkpoints.state_dicts(model, [], sharded=True)["model"],
+        checkpoint["state_dict"],
+        source=source,
+        strict=strict,
     )
     if not weights_only:
         # Early (before configure_optimizers) the optimizers' count is checked with the training state.
         _check_resumable(None if early else len(state.optimizers), checkpoint, source)
-    runtime.checkpoints.load_state_dicts(model, [], {"model": checkpoint["state_dict"]})
-    if state.datamodule is not None and "datamodule" in checkpoint and hasattr(state.datamodule, "load_state_dict"):
-        state.datamodule.load_state_dict(checkpoint["datamodule"])
+    runtime.checkpoints.load_state_dicts(model, [], {"model": checkpoint["state_dict"]}, strict=strict)
+    held = datamodule_state(state.datamodule, checkpoint)
+    if held is not None and hasattr(state.datamodule, "load_state_dict"):
+        state.datamodule.load_state_dict(held)
     _restore_callbacks(trainer, module, checkpoint)
 
 

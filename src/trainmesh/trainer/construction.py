@@ -52,6 +52,7 @@ def configure_run_optimizers(
         type(model).__name__,
         # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
         custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
+        manual=is_manual(model),
     )
     state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
     state.optimizers = runtime.setup_optimizers(*optimizers)
@@ -177,8 +178,7 @@ def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: boo
         from trainmesh.callbacks.model_summary import ModelSummary
 
         result.insert(0, ModelSummary())
-    bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")  # progress.py's bar and Lightning's names for it
-    if progress_bar and not any(type(cb).__name__ in bars for cb in result):
+    if progress_bar and not any(_is_bar(cb) for cb in result):
         from trainmesh.callbacks.progress import ProgressBar
 
         result.append(ProgressBar())
@@ -187,7 +187,7 @@ def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: boo
 
         # Every run with a bar shows its throughput; placed before the bar, which shows its latest figures.
         # The loggers get what the program logged only, as Lightning's (a ThroughputMonitor given logs its figures).
-        bar_at = next((i for i, cb in enumerate(result) if type(cb).__name__ in bars), len(result))
+        bar_at = next((i for i, cb in enumerate(result) if _is_bar(cb)), len(result))
         result.insert(bar_at, ThroughputMonitor(to_loggers=False))
     # Any Checkpoint callback (Lightning's rule) stands instead of the default ModelCheckpoint.
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
@@ -237,3 +237,10 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
         )
     merged = [cb for cb in callbacks if type(cb) not in replaced] + given
     return [cb for cb in merged if not isinstance(cb, Checkpoint)] + [cb for cb in merged if isinstance(cb, Checkpoint)]
+
+
+def _is_bar(callback: Any) -> bool:
+    """A progress bar stands instead of the default one, a subclass of one too (Lightning's rule:
+    any ``ProgressBar``): progress.py's bar and Lightning's names for it, found by class name."""
+    bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")
+    return any(klass.__name__ in bars for klass in type(callback).__mro__)

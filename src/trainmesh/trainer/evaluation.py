@@ -203,15 +203,19 @@ def _record_batch_counts(ctx: LoopContext, stage: str, loaders: list[Any], limit
     validation (its sanity check counts without the sanity limit, as Lightning's ``_max_batches``)."""
     state = ctx.state
     if stage == "sanity_check":
-        limits = [limited_count(loader, ctx.settings.limit_val_batches) for loader in loaders]
+        limits = [limited_count(loader, ctx.settings.limit_val_batches, "val") for loader in loaders]
     fitting = stage == "sanity_check" or (stage == "validate" and state.stage == "fit")
     state.batch_counts["fit" if fitting else stage] = list(limits)
 
 
+# The loaders' names in Lightning's messages (RunningStage.dataloader_prefix)
+_PREFIXES = {"validate": "val", "sanity_check": "val"}
+
+
 def _batch_limit(ctx: LoopContext, stage: str, loader: Any, limit_setting: int | float) -> int | float:
-    limit = limited_count(loader, limit_setting)
+    limit = limited_count(loader, limit_setting, _PREFIXES.get(stage, stage))
     if stage == "sanity_check":  # a few validation batches, but never more than validation itself runs
-        limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches))
+        limit = min(limit, limited_count(loader, ctx.settings.limit_val_batches, "val"))
     return limit
 
 

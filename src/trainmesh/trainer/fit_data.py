@@ -74,7 +74,7 @@ class FitData:
             state.eval_step_counts["fit"] = {}  # Lightning's val loop counts its batches from its loaders' setup
             # Lightning counts them as its fit loop's validation sets its loaders up
             limit = self._ctx.settings.limit_val_batches
-            state.batch_counts["fit"] = [limited_count(loader, limit) for loader in self._val]
+            state.batch_counts["fit"] = [limited_count(loader, limit, "val") for loader in self._val]
         return self._val
 
     def train_loader(self, *, reload: bool = False) -> Any:
@@ -91,7 +91,7 @@ class FitData:
         # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
         loaders = [train_loader(self._source.loaders("train", required=True), self._source.train_mode)]
         (self._train,) = device_loaders(ctx, loaders, train=True, kind="train")
-        ctx.state.num_training_batches = limited_count(self._train, ctx.settings.limit_train_batches)
+        ctx.state.num_training_batches = limited_count(self._train, ctx.settings.limit_train_batches, "train")
         if ctx.state.num_training_batches != 0:
             self._train_epoch = ctx.state.current_epoch
         if reload:

@@ -35,9 +35,10 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
+from trainmesh.trainer.stop_limits import can_stop_early, min_met
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
-from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
@@ -144,7 +145,7 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
 
 
 def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
-    if state.should_stop and _min_met(state, settings):
+    if state.should_stop and min_met(state, settings):
         return True
     if settings.max_steps != -1 and state.global_step >= settings.max_steps:
         return True
@@ -336,7 +337,7 @@ def _stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
     state, max_steps = ctx.state, ctx.settings.max_steps
     if max_steps != -1 and state.global_step >= max_steps:
         return not is_last
-    if state.should_stop and _can_stop_early(ctx):
+    if state.should_stop and can_stop_early(ctx):
         return False
     return None
 
@@ -434,29 +435,7 @@ def _validates_after(
     done = loop.total_batches if settings.check_val_every_n_epoch is None else loop.batches_done
     if done % val_every == 0 or is_last and val_every == math.inf:
         return True
-    return state.should_stop and _min_met(state, settings)
-
-
-def _min_met(state: LoopState, settings: LoopSettings) -> bool:
-    """Lightning's ``_can_stop_early``: ``min_epochs`` epochs done (``current_epoch`` counts the one
-    whose batches are over, as its ``epoch_progress.processed``) and ``min_steps`` optimizer steps."""
-    epochs_met = not settings.min_epochs or state.current_epoch >= settings.min_epochs
-    return epochs_met and (not settings.min_steps or state.global_step >= settings.min_steps)
-
-
-def _can_stop_early(ctx: LoopContext) -> bool:
-    """Whether a stop asked (``should_stop``) ends the epoch now; where ``min_epochs`` is not met,
-    training goes on (should_stop stays set), saying so once, in Lightning's words."""
-    state, settings = ctx.state, ctx.settings
-    if _min_met(state, settings):
-        return True
-    if not state.loop.min_not_met_told:
-        state.loop.min_not_met_told = True
-        rank_zero_info(
-            f"Trainer was signaled to stop but the required `min_epochs={settings.min_epochs!r}` or"
-            f" `min_steps={settings.min_steps!r}` has not been met. Training will continue..."
-        )
-    return False
+    return state.should_stop and min_met(state, settings)
 
 
 def _val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:

@@ -32,16 +32,18 @@ class SchedulerConfig:
 
 
 def parse_optimizers(
-    returned: Any, owner: str, *, custom_scheduler_step: bool = False
+    returned: Any, owner: str, *, custom_scheduler_step: bool = False, manual: bool = False
 ) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     """Normalise every form Lightning users write into (optimizers, scheduler configs).
 
     ``custom_scheduler_step``: the loop never calls a scheduler's ``step`` itself (the module overrides
     ``lr_scheduler_step``, or steps them in manual optimization), so a scheduler of any class is taken.
+    ``manual``: manual optimization, where the module steps a plateau scheduler with its own metric
+    (``sch.step(self.trainer.callback_metrics["loss"])``), so none needs a ``monitor``, as in Lightning.
     """
     optimizers, configs = _parse(returned, owner)
     for config in configs:
-        _check_scheduler(config, owner, custom_scheduler_step)
+        _check_scheduler(config, owner, custom_scheduler_step, manual)
     return optimizers, configs
 
 
@@ -136,7 +138,7 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
     return SchedulerConfig(item, reduce_on_plateau=_is_plateau(item))
 
 
-def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool) -> None:
+def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, manual: bool) -> None:
     name = type(config.scheduler).__name__
     if not (callable(getattr(config.scheduler, "state_dict", None)) and hasattr(config.scheduler, "load_state_dict")):
         raise TypeError(
@@ -149,7 +151,7 @@ def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool) -> 
             f"{owner}.lr_scheduler_step(scheduler, metric) to step it, as Lightning requires for a scheduler that "
             "is not torch's"
         )
-    if config.reduce_on_plateau and config.monitor is None:
+    if config.reduce_on_plateau and config.monitor is None and not manual:
         raise ValueError(
             f"{owner}: {name} is stepped with a metric (reduce_on_plateau) and needs one to watch; return "
             "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}"

@@ -151,9 +151,7 @@ class Publisher:
         step = counts.get(loader_idx, 0)
         counts[loader_idx] = step + 1
         if logged and self.loggers and self.is_global_zero:
-            row = read_floats(logged)
-            for logger in self.loggers:
-                logger.log_metrics(row, step=step)
+            _to_loggers(self.loggers, read_floats(logged), step)
 
     def hyperparameters(self) -> None:
         """At the start of each run (fit, validate, test, predict), as Lightning's: the saved
@@ -175,9 +173,16 @@ class Publisher:
         ``_batches_that_stepped``), so the first step's values go to step 0."""
         if metrics and self.loggers and self.is_global_zero and not self.state.sanity_checking:
             at = self.state.loop.batches_stepped if step is None else step
-            row = {**metrics, "epoch": self.state.current_epoch}
-            for logger in self.loggers:
-                logger.log_metrics(row, step=at)
+            _to_loggers(self.loggers, {**metrics, "epoch": self.state.current_epoch}, at)
+
+
+def _to_loggers(loggers: list[Any], row: dict[str, float], step: int) -> None:
+    """As Lightning's logger connector: each logger's ``log_metrics`` then its ``save`` (so what a
+    program logs itself without a step counts its rows from the Trainer's last write, as there)."""
+    for logger in loggers:
+        logger.log_metrics(row, step=step)
+        if callable(getattr(logger, "save", None)):
+            logger.save()
 
 
 def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:

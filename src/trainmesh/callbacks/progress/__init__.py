@@ -236,9 +236,26 @@ class ProgressBar(Callback):
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._stop()
 
+    def get_metrics(self, trainer: TrainerView, pl_module: Any) -> dict[str, Any]:
+        """What the bar shows, as Lightning's ``ProgressBar.get_metrics``: the loggers' version
+        (``v_num``) and ``trainer.progress_bar_metrics``. Override it to change what is shown.
+
+        Args:
+            trainer: the running Trainer.
+            pl_module: the module being run.
+
+        Examples:
+            >>> class NoVersion(ProgressBar):
+            ...     def get_metrics(self, trainer, pl_module):
+            ...         items = super().get_metrics(trainer, pl_module)
+            ...         items.pop("v_num", None)
+            ...         return items
+        """
+        return {**get_standard_metrics(trainer), **trainer.progress_bar_metrics}
+
     def _bar_metrics(self, trainer: TrainerView) -> dict[str, Any]:
         # Callbacks with figures to show (ThroughputMonitor's samples/s, MFU) offer `bar_metrics`.
-        shown = dict(trainer.progress_bar_metrics)
+        shown = dict(self.get_metrics(trainer, getattr(trainer, "lightning_module", None)))
         for callback in getattr(trainer, "callbacks", ()):
             shown.update(getattr(callback, "bar_metrics", None) or {})
         return shown
@@ -339,6 +356,18 @@ class ProgressBar(Callback):
         state = self.__dict__.copy()
         state.update(_progress=None, _train_task=None, _eval_task=None, _eval_owns_progress=False, _console=None)
         return state
+
+
+def get_standard_metrics(trainer: TrainerView) -> dict[str, int | str]:
+    """Lightning's standard bar items: ``v_num``, the loggers' version (several loggers' versions
+    joined by ``_``; a string version's last 4 characters), none without a logger or a version."""
+    loggers = list(getattr(trainer, "loggers", None) or ())  # a stand-in trainer may have none
+    if not loggers:
+        return {}
+    version = loggers[0].version if len(loggers) == 1 else "_".join(dict.fromkeys(str(lg.version) for lg in loggers))
+    if version in ("", None):
+        return {}
+    return {"v_num": version[-4:] if isinstance(version, str) else version}
 
 
 def _epoch_description(trainer: TrainerView) -> str:
