@@ -120,3 +120,22 @@ def test_a_1_x_epoch_end_logging_a_step_name_keeps_the_two_apart(tmp_path):
     found = run_both(epoch_end_logging_a_step_name, tmp_path)
     assert set(found["lightning"]["logged_metrics"]) == {"val_loss", "val_loss_epoch", "val_loss_step"}
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ddp", "ddp_spawn", "dp"])
+def test_the_accelerator_connector_says_distributed_as_lightning_s(strategy):
+    """lightning-bolts' ``SSLOnlineEvaluator`` reads ``trainer._accelerator_connector.is_distributed``
+    in ``on_fit_start`` to wrap its own head in DDP; trainmesh's Trainer had no such member (the
+    callback stopped with an AttributeError). Lightning 2.6 has no ``dp``: trainmesh's answers False
+    there, as a one-process strategy."""
+    import lightning.pytorch as pl
+
+    import trainmesh as tm
+
+    settings = dict(strategy=strategy, devices=1, accelerator="cpu", logger=False, enable_progress_bar=False)
+    ours = tm.Trainer(**settings)._accelerator_connector
+    if strategy == "dp":
+        assert ours.is_distributed is False
+        return
+    theirs = pl.Trainer(**settings)._accelerator_connector
+    assert ours.is_distributed == theirs.is_distributed

@@ -7,6 +7,7 @@ with :mod:`trainmesh.loggers.tensorboard`, so both loggers lay out their folders
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import os
 import re
@@ -113,10 +114,33 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
-    text = yaml.dump(yaml_values(hparams), sort_keys=True)
+    text = _omegaconf_yaml(hparams)
+    if text is None:
+        # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
+        text = yaml.dump(yaml_values(hparams), sort_keys=True)
     _atomic_write_text(path, text)
     return path
+
+
+def _omegaconf_yaml(hparams: Mapping[str, Any]) -> str | None:
+    """Where omegaconf is installed Lightning writes hparams.yaml with ``OmegaConf.save`` (keys in
+    their order, DictConfig values resolved), falling back to ``yaml.dump`` for a value OmegaConf
+    refuses; None: that fallback (omegaconf absent, or a value it refuses)."""
+    import importlib.util
+
+    if importlib.util.find_spec("omegaconf") is None:
+        return None
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import UnsupportedValueType, ValidationError
+
+    values = {
+        key: OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else copy.deepcopy(value)
+        for key, value in hparams.items()
+    }
+    try:
+        return OmegaConf.to_yaml(OmegaConf.create(values))
+    except (UnsupportedValueType, ValidationError):
+        return None
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
