@@ -57,6 +57,8 @@ MODULES = (
     "utilities.parsing",
     "utilities.combined_loader",
     "utilities.imports",
+    "utilities.signature_utils",
+    "utilities.apply_func",  # 1.9's (2.0 removed it): lightning-bolts' callbacks import it
     "demos.mnist_datamodule",
     "demos.boring_classes",
 )

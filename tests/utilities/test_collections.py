@@ -1,6 +1,7 @@
 import dataclasses
 from collections import namedtuple
 
+import pytest
 import torch
 
 from trainmesh.utilities.collections import apply_to_tensors, first_tensor, infer_batch_size, move_to_device
@@ -45,3 +46,18 @@ def test_first_tensor_is_found_depth_first_in_every_shape_of_batch():
     assert first_tensor(Pair("x", b)) is b and first_tensor({"k": 1, "v": (a,)}) is a
     assert first_tensor(Frozen(a, 1, {})) is a
     assert first_tensor([]) is None and first_tensor(("text", 1)) is None and first_tensor(a) is a
+
+
+def test_a_defaultdict_batch_moves_as_lightning_moves_it():
+    """A batch holding a ``defaultdict`` (lightning-bolts' apply_func users pass one) keeps its
+    class and factory, as Lightning 2.6's ``move_data_to_device``; it used to stop with a TypeError."""
+    from collections import defaultdict
+
+    from trainmesh.utilities.collections import move_data_to_device
+
+    lightning = pytest.importorskip("lightning.fabric.utilities.apply_func")
+    batch = {"d": defaultdict(list, {"x": torch.ones(2)})}
+    ours, theirs = move_data_to_device(batch, "cpu"), lightning.move_data_to_device(batch, "cpu")
+    assert type(ours["d"]) is type(theirs["d"]) is defaultdict
+    assert ours["d"].default_factory is theirs["d"].default_factory is list
+    assert torch.equal(ours["d"]["x"], theirs["d"]["x"])

@@ -42,6 +42,10 @@ class DistributedStrategy(LightningStrategyFace):
     build the same strategy for the run's devices.
     """
 
+    # Lightning's DDP, FSDP and ModelParallel strategies answer True (its accelerator connector's
+    # is_distributed reads it: published callbacks wrap their own modules in DDP then)
+    is_distributed = True
+
     name = "distributed"
 
     def __init__(

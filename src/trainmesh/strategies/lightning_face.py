@@ -106,3 +106,17 @@ class LightningStrategyFace:
 
 
 __all__ = ["LightningStrategyFace"]
+
+
+class AcceleratorConnectorView:
+    """What programs read of Lightning's private ``trainer._accelerator_connector``: ``is_distributed``
+    (True for a strategy that joins processes in a process group, as Lightning's DDP, FSDP and
+    ModelParallel strategies; lightning-bolts' ``SSLOnlineEvaluator`` asks it), ``strategy``."""
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+
+    @property
+    def is_distributed(self) -> bool:
+        # as Lightning's: its own distributed classes, else the strategy's is_distributed, else False
+        return bool(getattr(self.strategy, "is_distributed", False))

@@ -242,9 +242,6 @@ def _run_loop(
         per_loader = _LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
         _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index, owed)
         results, kept = per_loader.results, per_loader.kept
-        if outputs_hook is not None and keeps_outputs:
-            state.log_collector.set_batch(outputs_hook, None)
-            hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         if stage == "predict":
             state.predict_loop.finish(results)
             state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
@@ -253,6 +250,12 @@ def _run_loop(
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
         reduced = _reduce_and_show(ctx, stage, results)
+        if outputs_hook is not None and keeps_outputs:
+            # 1.x's validation_epoch_end(outputs) logs into the epoch-end hooks' results, as 1.9 keeps
+            # its values apart from the steps' (a name the steps logged too is a second metric, not
+            # one more sample of the steps' mean)
+            state.log_collector.set_batch(outputs_hook, None)
+            hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         hooks.call("on_epoch_end")  # Lightning 1.x's

@@ -45,6 +45,11 @@ class LightningMembers(RunProperties):
 
     # ---- devices ------------------------------------------------------------------------------
     @property
+    def _accelerator_connector(self) -> Any:
+        """Lightning's private connector, as far as published callbacks read it (``is_distributed``)."""
+        return self.runtime.accelerator_connector
+
+    @property
     def accelerator(self) -> Any:
         """The run's accelerator object (``CPUAccelerator``, ``CUDAAccelerator``, ``MPSAccelerator``)."""
         from trainmesh import accelerator_types

@@ -92,8 +92,6 @@ class LoopStepHooks:
         self.hooks, self.runtime = hooks, runtime
         self.before_step = hooks.overridden("on_before_optimizer_step")
         self.before_zero_grad = hooks.overridden("on_before_zero_grad")
-        # Either moves zero_grad to Lightning's point, the first batch of an accumulation window.
-        self.zero_in_window = self.before_zero_grad or hooks.module_overrides("optimizer_zero_grad")
         self.custom_step = hooks.module_overrides("optimizer_step")
         self.custom_clip = hooks.module_overrides("configure_gradient_clipping")
         self.custom_scheduler_step = hooks.module_overrides("lr_scheduler_step")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +31,8 @@ def apply_to_tensors(data: Any, fn: Callable[[Any], Any], *, also: Callable[[Any
     if isinstance(data, Mapping):
         mapped = {key: apply_to_tensors(value, fn, also=also) for key, value in data.items()}
         mapping_type: Any = type(data)  # the input's own mapping class
+        if isinstance(data, defaultdict):  # its constructor takes the factory first (Lightning keeps it)
+            return mapping_type(data.default_factory, mapped)
         return mapped if mapping_type is dict else mapping_type(mapped)
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         # Frozen dataclasses and fields with init=False cannot go through the constructor,

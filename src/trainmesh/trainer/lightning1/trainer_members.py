@@ -179,6 +179,44 @@ class LightningOneMembers(RunProperties):
         _settle_resume(self._lightning1, self._state)
         return self._lightning1.resume_from_checkpoint
 
+    # The 1.x arguments 1.9.5 keeps on its Trainer as given (track_grad_norm as a float)
+    @property
+    def auto_lr_find(self) -> bool | str:
+        """``Trainer(auto_lr_find=...)`` as given (1.9.5's attribute)."""
+        return self._lightning1.auto_lr_find
+
+    @property
+    def auto_scale_batch_size(self) -> bool | str:
+        """``Trainer(auto_scale_batch_size=...)`` as given (1.9.5's attribute)."""
+        return self._lightning1.auto_scale_batch_size
+
+    @property
+    def move_metrics_to_cpu(self) -> bool:
+        """``Trainer(move_metrics_to_cpu=...)`` as given (1.9.5's attribute)."""
+        return self._lightning1.move_metrics_to_cpu
+
+    @property
+    def track_grad_norm(self) -> float:
+        """``Trainer(track_grad_norm=p)`` as a float, -1.0 when off (1.9.5's attribute)."""
+        return float(self._lightning1.track_grad_norm)
+
+    @property
+    def tuner(self) -> Any:
+        """A ``Tuner`` of this Trainer (1.9.5 kept one as ``trainer.tuner``: ``lr_find``, ``scale_batch_size``)."""
+        from trainmesh.tuner.tuning import Tuner  # a program that asks imports the tuner
+
+        return Tuner(self)  # type: ignore[arg-type]
+
+    @property
+    def accumulation_scheduler(self) -> Any:
+        """The ``GradientAccumulationScheduler`` among the callbacks, else one holding
+        ``{0: accumulate_grad_batches}`` (1.9.5 added that one to every Trainer)."""
+        from trainmesh.callbacks import GradientAccumulationScheduler
+
+        given = [cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)]
+        factor = getattr(self, "accumulate_grad_batches", 1)  # the Trainer's field (trainer_fields.py)
+        return given[0] if given else GradientAccumulationScheduler({0: factor})
+
     def tune(
         self,
         model: Any,

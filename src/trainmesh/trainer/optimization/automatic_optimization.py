@@ -17,9 +17,8 @@ a training batch as::
 The automatic runner takes that route where the module overrides ``optimizer_step`` (or an optimizer
 needs its closure: LBFGS). Otherwise it makes the same calls in the same order without a closure and
 without looking a hook up per step (``OptimizerSteps.step``, the fast path): on_before_optimizer_step,
-clipping, ``optimizer.step()``; and where nobody overrides ``on_before_zero_grad`` or
-``optimizer_zero_grad`` it zeroes the gradients (set to None) right after the step rather than at the
-next window's first batch: every backward sees the same gradients either way.
+clipping, ``optimizer.step()``. Gradients are zeroed where Lightning zeroes them, at each window's
+first batch before backward, and stay after the step (hooks until the next window read them).
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ class AutomaticRunner:
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
         steps = self.steps
         steps.backward.loss_check.batch_idx = batch_idx
-        if steps.zero_in_window:
-            steps.arm_zero_grad(batch_idx)
+        steps.arm_zero_grad(batch_idx)
         if steps_now and steps.through_hook:
             result = steps.step_through_hook(batch_idx, functools.partial(steps.train, batch, batch_idx, True))
             assert result is not None  # the first closure trains, and it ran (checked)

@@ -61,8 +61,11 @@ class OptimizerSteps:
         # An optimizer with a step of its own gets Lightning's closure, which trains (it may run it twice: SAM)
         own_step = any(has_own_step(o) for o in state.optimizers)
         self.through_hook = not manual and (hooks.custom_step or needs_closure or own_step or through_hook)
-        # Through the hook, the closure zeroes as Lightning's does: an optimizer may run it more than once (LBFGS).
-        self.zero_in_window = not manual and (hooks.zero_in_window or self.through_hook)
+        # Lightning zeroes at a window's first batch, after training_step and before backward, and leaves the
+        # gradients in place after the step: hooks between (on_train_batch_end, the next on_train_batch_start)
+        # read them, and gradients something else made before the window (a callback's backward in
+        # on_train_start) are cleared. Zeroing right after the step instead changed both.
+        self.zero_in_window = not manual
         # How the strategy calls training_step: Lightning 1.x's runner's arguments, or those its signature takes
         call = training_step if training_step is not None else ctx.hooks.step_caller("training_step")
         self.step_hooks = step_hooks_for(
@@ -142,8 +145,6 @@ class OptimizerSteps:
             # Lightning's step always gets a closure; training ran already, so this one gives its loss
             # (or none, where nothing can tell: runtime_optimizer.step_trained)
             step_trained(optimizer, self._step_loss)
-            if not self.zero_in_window:
-                optimizer.zero_grad()
         self.stepped(batch_idx)
 
     def _step_loss(self) -> Any:
@@ -155,8 +156,6 @@ class OptimizerSteps:
         result = None
         for optimizer in self.ctx.state.optimizers:  # one, or none (configure_optimizers returned nothing)
             result = self.step_one(optimizer, batch_idx, train, self.optimizer_step_hook)
-            if not self.zero_in_window:
-                optimizer.zero_grad()
         self.stepped(batch_idx)
         return result
 
