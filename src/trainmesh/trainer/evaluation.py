@@ -20,6 +20,7 @@ from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
 from trainmesh.trainer.publishing import logger_row
+from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.collections import is_padding
@@ -184,10 +185,12 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     if progress is not None:  # Lightning's loop resets its current count as a run starts
         progress.current, progress.max_batches = Counts(), list(limits)
     start, end = _START_END_HOOKS[stage]
+    logged: list[StageResults] = []  # what this run logged: its metric objects are reset after `end`
     with evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
-        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher)
+        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, logged)
         hooks.call(end)
+    reset_metric_objects(logged)  # as Lightning's reset_results after on_validation_end / on_test_end
     return results
 
 
@@ -216,9 +219,15 @@ def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
 
 
 def _run_loop(
-    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], fetcher: Fetcher
+    ctx: LoopContext,
+    stage: str,
+    loaders: list[Any],
+    limits: list[int | float],
+    fetcher: Fetcher,
+    logged: list[StageResults],
 ) -> list[Any]:
-    """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict)."""
+    """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict).
+    The results logged into (each loader's, the epoch-end hooks') are added to ``logged``."""
     state, hooks = ctx.state, ctx.hooks
     step_hook = _STEP_HOOK[stage]
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
@@ -245,6 +254,7 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         hooks.call("on_epoch_end")  # Lightning 1.x's
+        logged += [*results, state.log_collector.results]
         return _publish(ctx, reduced, state.log_collector.epoch_metrics())
 
 

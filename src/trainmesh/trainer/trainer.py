@@ -171,9 +171,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if deterministic:
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
-        self.callbacks = build_callbacks(
-            callbacks, loop, progress_bar=enable_progress_bar, summary=enable_model_summary
-        )
+        bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
+        self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)

@@ -1,0 +1,127 @@
+"""What the lightning-hydra-template (and programs built from it) rely on, each written as our own
+small program and run under Lightning 2.6 and under its port (tests/helpers/programs.py), compared
+as data (campaign of issue 36, branch c-hydra).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.programs import differences, outcome, run_both, trainer_kwargs
+
+pytest.importorskip("lightning.pytorch")
+torchmetrics = pytest.importorskip("torchmetrics")
+
+
+def _loader(n: int, seed: int) -> DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return DataLoader(TensorDataset(x, (x.sum(1) > 0).long()), batch_size=4)
+
+
+def metric_objects_logged(L, root):
+    """Metric objects logged with self.log (the template's MNISTLitModule): the epoch hooks call
+    compute() on them (a running best over epochs), and on_*_end still sees the epoch's state."""
+    from torchmetrics import MaxMetric, MeanMetric
+    from torchmetrics.classification import Accuracy
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+            self.train_loss, self.val_acc, self.val_best = (
+                MeanMetric(),
+                Accuracy("multiclass", num_classes=2),
+                MaxMetric(),
+            )
+            self.seen = []
+
+        def training_step(self, batch, batch_idx):
+            loss = nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+            self.train_loss(loss)
+            self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
+            return loss
+
+        def on_train_epoch_end(self):
+            self.seen.append(("train_epoch_end", float(self.train_loss.compute())))
+
+        def validation_step(self, batch, batch_idx):
+            self.val_acc(self.net(batch[0]).argmax(1), batch[1])
+            self.log("val/acc", self.val_acc, prog_bar=True)
+
+        def on_validation_epoch_end(self):
+            self.val_best(self.val_acc.compute())
+            self.log("val/acc_best", self.val_best.compute(), prog_bar=True)
+
+        def on_validation_end(self):
+            self.seen.append(("validation_end", float(self.val_acc.compute()), float(self.val_best.compute())))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    model = Model()
+    kwargs = trainer_kwargs(root, max_epochs=3, logger=L.loggers.CSVLogger(root), enable_checkpointing=False)
+    trainer = L.pl.Trainer(log_every_n_steps=1, **kwargs)
+    trainer.fit(model, _loader(16, 0), _loader(12, 1))
+    return outcome(trainer, model, root, seen=model.seen)
+
+
+def test_metric_objects_are_computed_at_epoch_end_and_reset_after_the_loop_s_end_hooks(tmp_path):
+    found = run_both(metric_objects_logged, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+    best = [s[2] for s in found["lightning"]["extra"]["seen"] if s[0] == "validation_end"]
+    assert len(best) == 4 and best[-1] > 0  # the sanity check's, then one per epoch: a running best
+
+
+def test_rank_zero_only_has_lightning_s_rank():
+    """The template's RankedLogger reads ``rank_zero_only.rank`` to prefix its lines."""
+    from lightning.pytorch.utilities import rank_zero as theirs
+
+    from trainmesh.utilities import rank_zero as ours
+
+    assert ours.rank_zero_only.rank == theirs.rank_zero_only.rank == 0
+    message = ours.rank_prefixed_message("Instantiating", ours.rank_zero_only.rank)
+    assert message == theirs.rank_prefixed_message("Instantiating", theirs.rank_zero_only.rank)
+    calls = []
+    ours.rank_zero_only.rank = 1  # as Lightning's strategies set it on another rank
+    try:
+        ours.rank_zero_only(lambda: calls.append(1))()
+    finally:
+        ours.rank_zero_only.rank = None
+    assert calls == [] and ours.rank_zero_only.rank == 0
+
+
+def fast_dev_run_then_test_best(L, root):
+    """The template's train(): with no callbacks configured (its debug configs) the default
+    checkpointing is on, and after fit it reads ``trainer.checkpoint_callback.best_model_path``."""
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def test_step(self, batch, batch_idx):
+            self.log("test/loss", nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    model = Model()
+    trainer = L.pl.Trainer(**trainer_kwargs(root, fast_dev_run=True))
+    trainer.fit(model, _loader(16, 0))
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path
+    trainer.test(model, _loader(8, 1), ckpt_path=best or None)
+    return outcome(trainer, model, root, callback=type(callback).__name__, best=best, last=callback.last_model_path)
+
+
+def test_fast_dev_run_keeps_the_default_checkpoint_callback_saving_nothing(tmp_path):
+    found = run_both(fast_dev_run_then_test_best, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+    assert found["trainmesh"]["extra"]["callback"] == "ModelCheckpoint" and found["trainmesh"]["files"] == []
