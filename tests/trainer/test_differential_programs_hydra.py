@@ -125,3 +125,38 @@ def test_fast_dev_run_keeps_the_default_checkpoint_callback_saving_nothing(tmp_p
     found = run_both(fast_dev_run_then_test_best, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
     assert found["trainmesh"]["extra"]["callback"] == "ModelCheckpoint" and found["trainmesh"]["files"] == []
+
+
+def printed_results(L, root):
+    """What trainer.test and trainer.validate print (two validation loaders, one name kept
+    without its loader's suffix): the template's logs show the test table."""
+    import contextlib
+    import io
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val/loss", nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+            if dataloader_idx == 0:
+                self.log("seen", 1.0, add_dataloader_idx=False)
+
+        def test_step(self, batch, batch_idx):
+            self.log("test/a_rather_long_metric_name", nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+
+    model, printed = Model(), io.StringIO()
+    trainer = L.pl.Trainer(**trainer_kwargs(root, logger=False, enable_checkpointing=False))
+    with contextlib.redirect_stdout(printed):
+        tested = trainer.test(model, _loader(8, 1))
+        validated = trainer.validate(model, [_loader(8, 1), _loader(8, 2)])
+    # the table's lines (trainmesh prints its one-line run summary before each run besides)
+    table = [line for line in printed.getvalue().splitlines() if line[:1] in "┏┃┡│└"]
+    return outcome(trainer, model, root, printed=table, returned=repr([tested, validated]))
+
+
+def test_validate_and_test_print_lightning_s_table(tmp_path):
+    found = run_both(printed_results, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []
+    assert any("Validate metric" in line for line in found["trainmesh"]["extra"]["printed"])

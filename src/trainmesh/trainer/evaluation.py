@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.seed import import_leaving_rng, isolate_rng
+from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches
@@ -415,21 +415,3 @@ def _accepts_dataloader_idx(step: Any) -> bool:
         return len(inspect.signature(step).parameters) >= 3
     except (TypeError, ValueError):
         return False
-
-
-def print_results(stage: str, results: list[dict[str, float]]) -> None:
-    """A table of the metrics each dataloader produced, as users of the seeds expect."""
-    if not results or not any(results):
-        return
-    import_leaving_rng("rich.console")  # its first import draws from Python's random
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{stage} results")
-    table.add_column("metric")
-    for index in range(len(results)):
-        table.add_column(f"dataloader {index}" if len(results) > 1 else "value", justify="right")
-    names = sorted({name for result in results for name in result})
-    for name in names:
-        table.add_row(name, *[f"{r[name]:.6g}" if name in r else "" for r in results])
-    Console().print(table)

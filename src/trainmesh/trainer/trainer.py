@@ -48,6 +48,7 @@ from trainmesh.trainer.peer_state import check_fault_tolerant_limits
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
+from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import refuse_missing_steps
@@ -287,7 +288,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
         if verbose and self.is_global_zero:
-            evaluation.print_results(stage, results)
+            print_results(stage, results)
         return results
 
     def _launch(
