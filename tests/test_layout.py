@@ -251,6 +251,7 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "trainer/publishing.py": ["trainer/test_log_values.py"],
     "trainer/results.py": ["trainer/test_log_values.py", "trainer/test_fit_loop.py"],
+    "loggers/csv_logs.py": ["trainer/test_differential_programs_hydra.py"],
     "trainer/results_table.py": ["trainer/test_differential_programs_hydra.py", "test_seed_isolation.py"],
     "trainer/settings.py": ["trainer/test_bad_input.py"],
     "trainer/trainer.py": ["trainer/test_lightning_api.py", "strategies/test_full_state_dict.py"],

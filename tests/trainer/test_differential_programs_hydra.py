@@ -160,3 +160,39 @@ def test_validate_and_test_print_lightning_s_table(tmp_path):
     found = run_both(printed_results, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
     assert any("Validate metric" in line for line in found["trainmesh"]["extra"]["printed"])
+
+
+def hyperparameters_of_a_config(L, root):
+    """The template's log_hyperparameters: nested dicts of a Hydra config (interpolation strings
+    kept) sent with logger.log_hyperparams, beside a DictConfig value, to CSV and TensorBoard."""
+    from omegaconf import OmegaConf
+
+    config = {"model": {"_target_": "src.Model", "optimizer": {"lr": 0.001, "_partial_": True}}, "tags": ["dev"]}
+    config |= {"model/params/total": 10, "data": {"dir": "${paths.data_dir}"}, "ckpt_path": None}
+    config |= {"resolved": OmegaConf.create({"a": 1, "b": "${a}"})}
+    loggers = [L.loggers.CSVLogger(root, name="csv"), L.loggers.TensorBoardLogger(root, name="tb")]
+    for logger in loggers:
+        logger.log_hyperparams(config)
+        logger.save()
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("hparams.yaml"))}
+
+
+def test_hparams_yaml_is_written_as_lightning_writes_it_with_omegaconf_installed(tmp_path):
+    found = run_both(hyperparameters_of_a_config, tmp_path)
+    assert found["lightning"] == found["trainmesh"] and len(found["trainmesh"]) == 2
+    assert next(iter(found["trainmesh"].values())).startswith("model:\n  _target_: src.Model")  # in its order
+
+
+# The template's configs' _target_ paths, and the port's (lightning.pytorch -> trainmesh)
+TARGETS = ["trainer.Trainer", "callbacks.ModelCheckpoint", "callbacks.EarlyStopping", "callbacks.RichModelSummary"]
+TARGETS += ["callbacks.RichProgressBar", "loggers.csv_logs.CSVLogger", "loggers.tensorboard.TensorBoardLogger"]
+TARGETS += ["loggers.wandb.WandbLogger", "loggers.mlflow.MLFlowLogger"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_template_s_targets_resolve_in_the_port(target):
+    import importlib
+
+    module, name = target.rsplit(".", 1)
+    assert hasattr(importlib.import_module(f"lightning.pytorch.{module}"), name)
+    assert isinstance(getattr(importlib.import_module(f"trainmesh.{module}"), name), type)  # hydra's _locate
