@@ -232,7 +232,7 @@ def default_logger():
     trainer.logger.finalize("success")
 
 def results_table():
-    from trainmesh.trainer.evaluation import print_results
+    from trainmesh.trainer.results_table import print_results
     print_results("test", [{"acc": 1.0}])
 
 steps = {

@@ -7,8 +7,8 @@ with :mod:`trainmesh.loggers.tensorboard`, so both loggers lay out their folders
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
+import importlib.util
 import os
 import re
 import warnings
@@ -114,28 +114,33 @@ def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) ->
 
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _omegaconf_yaml(hparams)
-    if text is None:  # Lightning's second way: keys sorted, as its yaml.dump writes them
+    text = _omegaconf_text(hparams)
+    if text is None:  # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
         text = yaml.dump(yaml_values(hparams), sort_keys=True)
     _atomic_write_text(path, text)
     return path
 
 
-def _omegaconf_yaml(hparams: Mapping[str, Any]) -> str | None:
-    """Lightning's first way where omegaconf is installed (``save_hparams_to_yaml``): OmegaConf's
-    YAML, the keys in the order they were saved; None without omegaconf or where it refuses a value
-    (a module, an object), as Lightning then falls back to ``yaml.dump``."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-        from omegaconf.errors import UnsupportedValueType, ValidationError
-    except ImportError:
+def _omegaconf_text(hparams: Mapping[str, Any]) -> str | None:
+    """The file as Lightning's ``save_hparams_to_yaml`` writes it where omegaconf is installed:
+    ``OmegaConf.save`` (keys in their order, DictConfig values resolved, interpolation strings kept);
+    None where omegaconf is absent or refuses a value (then Lightning falls back to ``yaml.dump``)."""
+    if importlib.util.find_spec("omegaconf") is None:
         return None
-    values = {
-        key: OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
-        for key, value in copy.deepcopy(dict(hparams)).items()
-    }
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import UnsupportedValueType, ValidationError
+
+    def resolved(value: Any) -> Any:  # Lightning's apply_to_collection(hparams, DictConfig, to_container)
+        if isinstance(value, DictConfig):
+            return OmegaConf.to_container(value, resolve=True)
+        if isinstance(value, (dict, list, tuple)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            done = {key: resolved(item) for key, item in items}
+            return done if isinstance(value, dict) else type(value)(done.values())
+        return value
+
     try:
-        return OmegaConf.to_yaml(values)
+        return OmegaConf.to_yaml(OmegaConf.create(resolved(dict(hparams))))
     except (UnsupportedValueType, ValidationError):
         return None
 

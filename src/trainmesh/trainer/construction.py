@@ -159,9 +159,12 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     return [logger]
 
 
-def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: bool, summary: bool) -> list[Any]:
+def build_callbacks(
+    callbacks: Any, settings: LoopSettings, *, progress_bar: bool, summary: bool, enable_checkpointing: bool = True
+) -> list[Any]:
     """The user's ``callbacks`` and the defaults the Trainer's arguments ask for (``settings``:
-    the checked ones; ``enable_checkpointing`` there is False under ``fast_dev_run``)."""
+    the checked ones; ``enable_checkpointing`` there is False under ``fast_dev_run``, the
+    argument of that name is the Trainer's own)."""
     checkpointing, fast_dev_run = settings.enable_checkpointing, bool(settings.fast_dev_run)
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
@@ -193,6 +196,10 @@ def build_callbacks(callbacks: Any, settings: LoopSettings, *, progress_bar: boo
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
         # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
         result.append(ModelCheckpoint(save_last=True))
+    elif fast_dev_run and enable_checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
+        # Lightning keeps its default ModelCheckpoint under fast_dev_run, saving nothing there:
+        # programs read trainer.checkpoint_callback.best_model_path ("") after such a fit
+        result.append(ModelCheckpoint())
     if not checkpointing and not fast_dev_run and any(isinstance(cb, Checkpoint) for cb in result):
         raise ValueError(
             f"enable_checkpointing=False but {type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__} "

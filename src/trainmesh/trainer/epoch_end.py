@@ -9,7 +9,7 @@ from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics
-from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.results import StageResults, reset_metric_objects
 
 
 def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
@@ -39,6 +39,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     log_collector.set_batch("on_train_epoch_end", None)
     hooks.call_callbacks("on_train_epoch_end", monitoring=False)
     hooks.call_module("on_train_epoch_end")
+    logged = [train_results, log_collector.results]
     # At the epoch's last logged step, as Lightning's (its _batches_that_stepped less one)
     ctx.publisher.epoch_metrics({**trained, **log_collector.epoch_metrics()}, step=loop.batches_stepped - 1)
     log_collector.start_stage(train_results)
@@ -51,6 +52,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
         hooks.call("on_epoch_end")
         ctx.publisher.epoch_metrics(log_collector.epoch_metrics(), step=loop.batches_stepped - 1)
         log_collector.start_stage(train_results)
+    reset_metric_objects(logged)  # after every on_train_epoch_end, as Lightning's update_train_epoch_metrics
 
 
 def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short: bool, plateau: bool) -> None:

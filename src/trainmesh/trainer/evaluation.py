@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.seed import import_leaving_rng, isolate_rng
+from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches
@@ -21,6 +21,7 @@ from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
 from trainmesh.trainer.publishing import logger_row
+from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -191,10 +192,14 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     if progress is not None:  # Lightning's loop resets its current count as a run starts
         progress.current, progress.max_batches = Counts(), list(limits)
     start, end = _START_END_HOOKS[stage]
+    logged: list[StageResults] = []  # what this run logged: its metric objects are reset after `end`
     with evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
-        results = [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed)
+        results = (
+            [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
+        )
         hooks.call(end)
+    reset_metric_objects(logged)  # as Lightning's reset_results after on_validation_end / on_test_end
     return results
 
 
@@ -227,9 +232,16 @@ def _grad_mode(ctx: LoopContext) -> AbstractContextManager[Any]:
 
 
 def _run_loop(
-    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], fetcher: Fetcher, owed: int
+    ctx: LoopContext,
+    stage: str,
+    loaders: list[Any],
+    limits: list[int | float],
+    fetcher: Fetcher,
+    owed: int,
+    logged: list[StageResults],
 ) -> list[Any]:
-    """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict)."""
+    """Run ``stage`` over ``fetcher``'s batches; metrics per loader (or predictions for predict).
+    The results logged into (each loader's, the epoch-end hooks') are added to ``logged``."""
     state, hooks = ctx.state, ctx.hooks
     step_hook = _STEP_HOOK[stage]
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
@@ -259,6 +271,7 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         hooks.call("on_epoch_end")  # Lightning 1.x's
+        logged += [*results, state.log_collector.results]
         return _publish(ctx, reduced, state.log_collector.epoch_metrics())
 
 
@@ -428,21 +441,3 @@ def _accepts_dataloader_idx(step: Any) -> bool:
         return len(inspect.signature(step).parameters) >= 3
     except (TypeError, ValueError):
         return False
-
-
-def print_results(stage: str, results: list[dict[str, float]]) -> None:
-    """A table of the metrics each dataloader produced, as users of the seeds expect."""
-    if not results or not any(results):
-        return
-    import_leaving_rng("rich.console")  # its first import draws from Python's random
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{stage} results")
-    table.add_column("metric")
-    for index in range(len(results)):
-        table.add_column(f"dataloader {index}" if len(results) > 1 else "value", justify="right")
-    names = sorted({name for result in results for name in result})
-    for name in names:
-        table.add_row(name, *[f"{r[name]:.6g}" if name in r else "" for r in results])
-    Console().print(table)

@@ -103,7 +103,8 @@ class Publisher:
         for name, (value, entry) in metrics.items():
             end = suffix if entry.add_dataloader_idx else ""
             key = f"{name}{end}"
-            published[key] = value
+            # what trainer.validate/test return: the value in Lightning's dtype, as its .item() gives it
+            published[key] = float(metric_tensor(value, wide=entry.wide))
             keys = [key, f"{name}_epoch{end}"] if entry.on_step else [key]
             for each in keys:
                 state.epoch_metrics[each] = value

@@ -321,8 +321,9 @@ class LogCollector:
             if not entry.on_epoch:
                 continue
             if entry.metric is not None:
+                # Lightning computes a logged Metric here and resets it only once its loop's
+                # results are done (reset_metric_objects): the epoch-end hooks may still call compute()
                 value = entry.metric.compute()
-                entry.metric.reset()
                 out[name] = (float(value), entry)
                 continue
             if entry.total is None:
@@ -336,6 +337,15 @@ class LogCollector:
                 value = reduce(entry.total.clone(), entry.reduce_fx)
             out[name] = (float(value), entry)
         return out
+
+
+def reset_metric_objects(logged: list[StageResults]) -> None:
+    """Reset the torchmetrics objects logged into ``logged`` (where Lightning's loops call
+    ``reset_results``: after ``on_validation_end`` / ``on_test_end``, after ``on_train_epoch_end``)."""
+    for results in logged:
+        for entry in results.entries.values():
+            if entry.metric is not None:
+                entry.metric.reset()
 
 
 def _local(value: torch.Tensor, op: str) -> torch.Tensor:

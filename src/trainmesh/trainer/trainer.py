@@ -47,6 +47,7 @@ from trainmesh.trainer.peer_state import check_fault_tolerant_limits
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
+from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import refuse_missing_steps
@@ -170,9 +171,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if deterministic:
             make_deterministic()
         self.loggers = build_loggers(loop.logger, self.default_root_dir)
-        self.callbacks = build_callbacks(
-            callbacks, loop, progress_bar=enable_progress_bar, summary=enable_model_summary
-        )
+        bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
+        self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
@@ -287,7 +287,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
         if verbose and self.is_global_zero:
-            evaluation.print_results(stage, results)
+            print_results(stage, results)
         return results
 
     def _launch(

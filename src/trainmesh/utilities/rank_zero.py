@@ -26,8 +26,13 @@ def global_rank_from_env() -> int:
     return 0
 
 
-def rank_zero_only(fn: F, default: Any = None) -> F:
+class _RankZeroOnly:
     """Decorate ``fn`` so that it runs on global rank 0 and returns ``default`` elsewhere.
+
+    ``rank_zero_only.rank`` is the process's global rank, as on Lightning's (and
+    lightning_utilities') decorator, which programs read to prefix their log lines (the
+    lightning-hydra-template's ``RankedLogger``); it is read from the environment each time unless
+    a program sets it.
 
     Args:
         fn: the function to run on global rank 0 only.
@@ -39,15 +44,33 @@ def rank_zero_only(fn: F, default: Any = None) -> F:
         ...     return msg
         >>> report("hi")
         'hi'
+        >>> rank_zero_only.rank
+        0
     """
 
-    @functools.wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if global_rank_from_env() == 0:
-            return fn(*args, **kwargs)
-        return default
+    def __init__(self) -> None:
+        self._rank: int | None = None
 
-    return wrapped  # type: ignore[return-value]
+    @property
+    def rank(self) -> int:
+        return global_rank_from_env() if self._rank is None else self._rank
+
+    @rank.setter
+    def rank(self, value: int | None) -> None:
+        # Lightning's strategies assign it; a program may too (None: read the environment again)
+        self._rank = value
+
+    def __call__(self, fn: F, default: Any = None) -> F:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if self.rank == 0:
+                return fn(*args, **kwargs)
+            return default
+
+        return wrapped  # type: ignore[return-value]
+
+
+rank_zero_only = _RankZeroOnly()
 
 
 @rank_zero_only
