@@ -34,7 +34,7 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.draws import StepRows, predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
-from trainmesh.keras.step_means import readers_over_processes, watch_evaluation_batches
+from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -74,7 +74,7 @@ def fit(
         >>> history = tk.fit(model, x, y, batch_size=32, epochs=2, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
-    arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
+    gather = arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
     if runtime.capabilities.shards_optimizer_state:
         zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
@@ -82,8 +82,13 @@ def fit(
     # an unseeded Dropout draws its masks from torch's generator (draws.py)
     values = (arguments.variable_values(model), random_states())
     call = next(_FIT_CALLS)
-    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call)
+    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call, gather)
     return arguments.adopt_fit(model, result)
+
+
+def agree(runtime: Runtime, flag: bool) -> bool:
+    """Rank 0's ``flag`` on every process (each decided it before starting, from its own model)."""
+    return bool(runtime.broadcast(flag, 0)) if runtime.world_size > 1 else flag
 
 
 def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
@@ -97,8 +102,15 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
             runtime.teardown()
 
 
-def _fit(
-    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: tuple[Any, ...], call: int
+def _fit(  # noqa: PLR0913 -- what the launch hands every process
+    runtime: Runtime,
+    travelling: Travelling,
+    x: Any,
+    y: Any,
+    kwargs: dict[str, Any],
+    values: tuple[Any, ...],
+    call: int,
+    gather: bool,
 ) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values[0])
@@ -120,6 +132,7 @@ def _fit(
         x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
+    state.gather_metrics = agree(runtime, gather)
     state.train_blocks = is_py_dataset(whole)
     given = kwargs.get("callbacks")
     state.batch_logs, test_reads = readers_over_processes(runtime, given)  # alike on every process
@@ -130,6 +143,7 @@ def _fit(
         )
         batch, steps = kwargs.get("validation_batch_size") or kwargs.get("batch_size"), kwargs.get("validation_steps")
         state.eval_plan = evaluation_plan(validation, world, batch, steps)
+        state.eval_counts = evaluation_step_counts(validation, world, batch, steps)
         state.test_batch_logs = watch_evaluation_batches(test_reads, validation, world, batch, steps, "validation_data")
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
@@ -181,15 +195,17 @@ def evaluate(
         >>> loss, accuracy = tk.evaluate(model, x, y, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
-    arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs)
+    gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
+    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
 
 
-def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
+def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], gather: bool) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
+    state.gather_metrics = agree(runtime, gather)
     steps = kwargs.get("steps")
+    state.eval_counts = evaluation_step_counts(x if is_batches(x) else (x, y), world, kwargs.get("batch_size"), steps)
     _, reads = readers_over_processes(runtime, kwargs.get("callbacks"))  # alike on every process
     state.test_batch_logs = watch_evaluation_batches(reads, x, world, kwargs.get("batch_size"), steps, "x")
     if not is_batches(x):
