@@ -105,7 +105,21 @@ def pair_batches(batch: int) -> tuple:
     return model, fit, {"x": Batches(x[94:], y[94:], batch)}
 
 
-PROGRAMS = {"pair_arrays": pair_arrays, "pair_batches": pair_batches}
+def shuffled(batch: int) -> tuple:
+    """fit's default shuffle=True on arrays (with class_weight) and a DataLoader(shuffle=True), a Dropout
+    layer drawing its masks: 79 samples (the last global batch 8 + 7), 2 epochs each."""
+    model = compiled_model()
+    dropout = keras.Sequential([keras.Input((6,)), keras.layers.Dropout(0.3), *model.layers])
+    dropout.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x, y = classes(96)
+    data = torch.utils.data.TensorDataset(torch.from_numpy(x[:79]), torch.from_numpy(y[:79]))
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
+    fit = {"x": x[:79], "y": y[:79], "batch_size": batch, "epochs": 2, "class_weight": {0: 1.0, 1: 2.0, 2: 1.0, 3: 0.5},
+           "again": {"x": loader, "epochs": 4, "initial_epoch": 2}}  # fmt: skip
+    return dropout, fit, {"x": x[79:], "y": y[79:], "batch_size": batch}
+
+
+PROGRAMS = {"pair_arrays": pair_arrays, "pair_batches": pair_batches, "shuffled": shuffled}
 
 
 def run(name: str, batch: int, distributed: bool) -> dict:
@@ -114,7 +128,9 @@ def run(name: str, batch: int, distributed: bool) -> dict:
 
     model, fit, evaluate = PROGRAMS[name](batch)
     launch = {"strategy": "ddp", "devices": 2} if distributed else {}
-    history = (tk.fit(model, verbose=0, **launch, **fit) if distributed else model.fit(verbose=0, **fit)).history
+    again = fit.pop("again", None)
+    history = [(tk.fit(model, verbose=0, **launch, **f) if distributed else model.fit(verbose=0, **f)).history
+               for f in (fit, again) if f is not None]  # fmt: skip
     evaluate = {"verbose": 0, "return_dict": True, **evaluate}
     evaluated = tk.evaluate(model, **launch, **evaluate) if distributed else model.evaluate(**evaluate)
     return {

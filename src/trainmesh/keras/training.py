@@ -21,7 +21,14 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batches import epoch_setter, is_batches, is_py_dataset, split_batches, split_for_prediction
+from trainmesh.keras.batches import (
+    epoch_setter,
+    is_batches,
+    is_py_dataset,
+    shuffled_arrays,
+    split_batches,
+    split_for_prediction,
+)
 from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import (
     concatenate,
@@ -129,7 +136,13 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
             steps = kwargs.get("steps_per_epoch")
             plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, steps)
         whole = x
-        x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
+        loader = shuffled_arrays(x, y, sample_weight, kwargs, runtime)  # one process's permutation, split
+        if loader is not None:
+            x, y, sample_weight = loader, None, None
+            kwargs.pop("class_weight", None)  # made sample weights in the loader, as Keras makes them
+            kwargs["shuffle"] = False
+        else:
+            x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
     state.gather_metrics = agree(runtime, gather)
