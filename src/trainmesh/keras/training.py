@@ -128,21 +128,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     if is_batches(x):  # a PyDataset or a DataLoader: split by batch, weighted by the sizes read (batches.py)
         x, plan = split_batches(x, runtime, train=True), None
     else:
-        (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
-        if validation is not None:
-            kwargs["validation_data"] = validation
-        plan = None
-        if world > 1:
-            steps = kwargs.get("steps_per_epoch")
-            plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, steps)
-        whole = x
-        loader = shuffled_arrays(x, y, sample_weight, kwargs, runtime)  # one process's permutation, split
-        if loader is not None:
-            x, y, sample_weight = loader, None, None
-            kwargs.pop("class_weight", None)  # made sample weights in the loader, as Keras makes them
-            kwargs["shuffle"] = False
-        else:
-            x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
+        whole, x, y, sample_weight, plan = _split_arrays(runtime, x, y, sample_weight, kwargs)
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
     state.gather_metrics = agree(runtime, gather)
@@ -176,6 +162,24 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     if runtime.process.reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
         return arguments.fit_result(model, history)
     return history
+
+
+def _split_arrays(runtime: Runtime, x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Training arrays after ``validation_split`` (into ``kwargs``): all of them, this process's share (a
+    loader of one process's permutation where Keras would shuffle them), and the batch plan."""
+    rank, world = runtime.global_rank, runtime.world_size
+    (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
+    if validation is not None:
+        kwargs["validation_data"] = validation
+    plan = None
+    if world > 1:
+        plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
+    loader = shuffled_arrays(x, y, sample_weight, kwargs, runtime)  # one process's permutation, split
+    if loader is not None:
+        kwargs.pop("class_weight", None)  # made sample weights in the loader, as Keras makes them
+        kwargs["shuffle"] = False
+        return x, loader, None, None, plan
+    return (x, *(shard(part, rank, world) for part in (x, y, sample_weight)), plan)
 
 
 def evaluate(
