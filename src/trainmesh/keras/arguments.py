@@ -195,6 +195,7 @@ class FitResult:
     params: dict[str, Any]
     variables: list[np.ndarray]
     optimizer_variables: list[np.ndarray] = field(default_factory=list)
+    build_config: dict[str, Any] | None = None  # how the worker's fit built the model (Keras' own record)
 
 
 def variable_values(model: Any) -> list[np.ndarray]:
@@ -214,6 +215,7 @@ def fit_result(model: Any, history: Any) -> FitResult:
         dict(history.params),
         variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
+        model.get_build_config(),
     )
 
 
@@ -222,6 +224,8 @@ def adopt_fit(model: Any, result: Any) -> Any:
     if not isinstance(result, FitResult):
         return result
     keras = require_keras()
+    if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
+        model.build_from_config(result.build_config)
     assign_values(model.variables, result.variables)
     optimizer = model.optimizer
     if result.optimizer_variables:
