@@ -9,10 +9,12 @@ numbers of steps, a loss whose reduction the gradient averaging would not reprod
 from __future__ import annotations
 
 import inspect
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from trainmesh.keras import internals
 from trainmesh.keras.added_losses import refuse_batch_sums
@@ -196,6 +198,18 @@ class FitResult:
     variables: list[np.ndarray]
     optimizer_variables: list[np.ndarray] = field(default_factory=list)
     build_config: dict[str, Any] | None = None  # how the worker's fit built the model (Keras' own record)
+    # torch's, numpy's and Python's generators where rank 0's fit left them: where one process's would be
+    states: dict[str, Any] | None = None
+
+
+def random_states() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_random_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
 
 
 def variable_values(model: Any) -> list[np.ndarray]:
@@ -216,6 +230,7 @@ def fit_result(model: Any, history: Any) -> FitResult:
         variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
         model.get_build_config(),
+        random_states(),
     )
 
 
@@ -227,6 +242,8 @@ def adopt_fit(model: Any, result: Any) -> Any:
     if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
         model.build_from_config(result.build_config)
     assign_values(model.variables, result.variables)
+    if result.states is not None:  # a later draw (a second fit's shuffle, a Dropout) goes on from there
+        set_random_states(result.states)
     optimizer = model.optimizer
     if result.optimizer_variables:
         if not optimizer.built:
