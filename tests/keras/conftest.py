@@ -14,6 +14,7 @@ PROGRAM_FILES = {
     "keras_zero1_run": "test_keras_zero1.py",
     "keras_unseen_programs": "test_keras_unseen_programs.py",
     "keras_random_programs": "test_keras_random_draws.py",
+    "keras_batch_metric_programs": "test_batch_metrics.py",
 }
 
 

@@ -29,21 +29,27 @@ def model():
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_training_loader_is_split_by_sample_without_repeating_one(shuffle):
     """101 samples over 2 processes: 51 and 50, every sample once (torch's DistributedSampler gives 51 and
-    51, sample 0 twice); unshuffled, rank r reads r, r + 2, ...; shuffled, one permutation per epoch (the
-    same on both ranks, another the next epoch)."""
-    shards = [SampleShard(101, num_replicas=2, rank=r, shuffle=shuffle, seed=7) for r in range(2)]
+    51, sample 0 twice); unshuffled, rank r reads r, r + 2, ...; shuffled, rank r reads samples r, r + 2,
+    ... of the permutation torch's RandomSampler (one process's shuffle) draws from the same generator
+    state (before: DistributedSampler's seed + epoch, another permutation), another the next epoch."""
+    from torch.utils.data import RandomSampler
+
+    shards = [SampleShard(101, num_replicas=2, rank=r, shuffle=shuffle) for r in range(2)]
     epochs = []
-    for epoch in (0, 1):
-        for shard in shards:
-            shard.set_epoch(epoch)
-        parts = [list(shard) for shard in shards]
+    torch.manual_seed(3)
+    for _ in (0, 1):
+        state = torch.get_rng_state()
+        one_process = list(RandomSampler(range(101)))
+        parts = []
+        for shard in shards:  # every process starts the epoch from the generator state one process has
+            torch.set_rng_state(state)
+            parts.append(list(shard))
         assert [len(part) for part in parts] == [len(shard) for shard in shards] == [51, 50]
         assert sorted(parts[0] + parts[1]) == list(range(101))
+        order = one_process if shuffle else list(range(101))
+        assert parts == [order[0::2], order[1::2]]
         epochs.append(parts)
-    if shuffle:
-        assert epochs[0][0] != epochs[1][0]
-    else:
-        assert epochs[0] == epochs[1] == [list(range(0, 101, 2)), list(range(1, 101, 2))]
+    assert (epochs[0] != epochs[1]) == shuffle
 
 
 def test_refused_before_any_process_starts(monkeypatch):

@@ -9,14 +9,17 @@ numbers of steps, a loss whose reduction the gradient averaging would not reprod
 from __future__ import annotations
 
 import inspect
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from trainmesh.keras import internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
+from trainmesh.keras.batch_metrics import coupled_metrics, refuse_ungatherable
 from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
@@ -27,6 +30,7 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
 from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
+from trainmesh.keras.step_means import evaluation_step_counts
 from trainmesh.runtime import Runtime
 
 _REASONS = {
@@ -77,10 +81,11 @@ def bind(method: Any, what: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
-def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
+def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> bool:
+    """Everything ``fit`` would refuse, refused; whether a compiled metric needs the global batch."""
     bind(model.fit, "fit", x, y, **kwargs)
     if world == 1:
-        return
+        return False
     refuse_unshardable("x", x, world, batches=True)
     refuse_unshardable("y", y, world)
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
@@ -89,6 +94,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     check_optimizer(model, world)
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
+    coupled = coupled_metrics(model, x, y)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
     if is_batches(x) and kwargs.get("validation_split"):  # Keras' own rule, said before any process starts
@@ -100,25 +106,40 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
         )
     if is_batches(x):  # split by batch (batches.py); Keras itself refuses y with it
         check_batches("x", x, world, train=True)
-        return
-    train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
-    plan_training(num_samples(train), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
-    if validation is not None and not is_batches(validation):
-        check_evaluation_size(num_samples(validation), world, "the validation data")
+        validation = kwargs.get("validation_data")
+    else:
+        train, validation = split_validation(x, y, kwargs.get("sample_weight"), dict(kwargs))
+        plan_training(num_samples(train), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
+        if validation is not None and not is_batches(validation):
+            check_evaluation_size(num_samples(validation), world, "the validation data")
+    if validation is not None:
+        batch = kwargs.get("validation_batch_size") or kwargs.get("batch_size")
+        counts = evaluation_step_counts(validation, world, batch, kwargs.get("validation_steps"))
+        refuse_ungatherable(model, coupled, world, counts, "the validation data")
+    else:
+        refuse_ungatherable(model, coupled, world, None, "")
+    return bool(coupled)
 
 
-def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> None:
+def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> bool:
+    """Everything ``evaluate`` would refuse, refused; whether a compiled metric needs the global batch."""
     bind(model.evaluate, "evaluate", x, y, **kwargs)
-    if world > 1:
-        refuse_unshardable("x", x, world, batches=True)
-        refuse_non_additive_metrics(model, x, y, world)
-        refuse_batch_sums(model, x, world)
-        if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
-            check_batches("x", x, world, train=False)
-            return
+    if world == 1:
+        return False
+    refuse_unshardable("x", x, world, batches=True)
+    refuse_non_additive_metrics(model, x, y, world)
+    refuse_batch_sums(model, x, world)
+    coupled = coupled_metrics(model, x, y)
+    data = x if is_batches(x) else (x, y)
+    if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
+        check_batches("x", x, world, train=False)
+    else:
         for name, value in (("y", y), ("sample_weight", kwargs.get("sample_weight"))):
             refuse_unshardable(name, value, world)
         check_evaluation_size(num_samples((x, y)), world, "x")
+    counts = evaluation_step_counts(data, world, kwargs.get("batch_size"), kwargs.get("steps"))
+    refuse_ungatherable(model, coupled, world, counts, "x")
+    return bool(coupled)
 
 
 def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> None:
@@ -176,6 +197,19 @@ class FitResult:
     params: dict[str, Any]
     variables: list[np.ndarray]
     optimizer_variables: list[np.ndarray] = field(default_factory=list)
+    build_config: dict[str, Any] | None = None  # how the worker's fit built the model (Keras' own record)
+    # torch's, numpy's and Python's generators where rank 0's fit left them: where one process's would be
+    states: dict[str, Any] | None = None
+
+
+def random_states() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_random_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
 
 
 def variable_values(model: Any) -> list[np.ndarray]:
@@ -195,6 +229,8 @@ def fit_result(model: Any, history: Any) -> FitResult:
         dict(history.params),
         variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
+        model.get_build_config(),
+        random_states(),
     )
 
 
@@ -203,7 +239,11 @@ def adopt_fit(model: Any, result: Any) -> Any:
     if not isinstance(result, FitResult):
         return result
     keras = require_keras()
+    if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
+        model.build_from_config(result.build_config)
     assign_values(model.variables, result.variables)
+    if result.states is not None:  # a later draw (a second fit's shuffle, a Dropout) goes on from there
+        set_random_states(result.states)
     optimizer = model.optimizer
     if result.optimizer_variables:
         if not optimizer.built:

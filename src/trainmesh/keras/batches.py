@@ -11,8 +11,8 @@ of ``W`` (each step is a collective every process joins); validation takes any n
 ``W`` (its metrics are summed once, at its end).
 
 A DataLoader is split the same way. For training, process ``r`` reads samples ``r, r + W, ...``
-of the loader's order (of one permutation, drawn anew each epoch with one seed from rank 0, when
-it shuffles), in batches of its ``batch_size``, without the padding of torch's
+of the loader's order (when it shuffles: of the permutation one process draws, drawn anew each
+epoch as torch's RandomSampler draws it, with rank 0's seed), in batches of its ``batch_size``, without the padding of torch's
 ``DistributedSampler`` (which repeats samples to even the shares: one process reads each sample
 once); the processes must then have as many batches each, or the run is refused. A sampler of
 the user's own (weighted, a subset) is split by torch's ``DistributedSampler`` recipe, padded.
@@ -138,22 +138,28 @@ def _check_equal_steps(name: str, samples: int, batches: Any, world: int) -> Non
 
 
 class SampleShard(Sampler[int]):
-    """Samples ``rank, rank + W, ...`` of ``0..n-1``, or of one permutation (``seed + epoch``) when
-    ``shuffle``: step k of the W processes reads the samples of batch k of one process at W times
-    the batch. No padding: every sample once, as one process reads them."""
+    """Samples ``rank, rank + W, ...`` of ``0..n-1``, or, when ``shuffle``, of the permutation one process
+    draws at this point: torch's ``RandomSampler`` (a DataLoader's ``shuffle=True``, Keras' own shuffle of
+    arrays) draws a seed from torch's generator when its epoch's first batch is read, and permutes all
+    ``n`` samples with it; every process draws as it (the generators move on alike) and takes rank 0's
+    seed (``runtime``: one small broadcast per epoch). Step k of the W processes reads the samples of
+    batch k of one process at W times the batch. No padding: every sample once, as one process reads them."""
 
-    def __init__(self, samples: int, *, num_replicas: int, rank: int, shuffle: bool, seed: int) -> None:
+    def __init__(self, samples: int, *, num_replicas: int, rank: int, shuffle: bool, runtime: Any = None) -> None:
         self.samples, self.num_replicas, self.rank = samples, num_replicas, rank
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.shuffle, self.runtime, self.epoch = shuffle, runtime, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
         order: Any = range(self.samples)
-        if self.shuffle:  # DistributedSampler's draw: the same permutation on every rank
+        if self.shuffle:  # RandomSampler's draw, the same on every rank
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            if self.runtime is not None and self.num_replicas > 1:
+                seed = self.runtime.broadcast(seed, 0)
             generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
+            generator.manual_seed(seed)
             order = torch.randperm(self.samples, generator=generator).tolist()
         return iter(order[self.rank :: self.num_replicas])
 
@@ -183,20 +189,39 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return _rank_batches()(value, range(rank, value.num_batches, world))
     if not train:  # in turn, not contiguous runs: validation_steps/steps=k reads the loader's first k * W batches
         return replace_batch_sampler(value, InterleavedBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
-    before = torch.get_rng_state()
-    seed = runtime.broadcast(int(torch.randint(0, 2**31 - 1, ()).item()), 0)  # torch's generator: the user's seed
-    shuffle = is_split_by_sample(value) and type(value.sampler) is RandomSampler
-    if not shuffle:  # one process reads an unshuffled loader without drawing: its Dropout masks come next
-        torch.set_rng_state(before)
-    if is_split_by_sample(value):
-        samples = SampleShard(len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
+    if is_split_by_sample(value):  # draws nothing now: a shuffle draws when its epoch begins, as one process's
+        shuffle = type(value.sampler) is RandomSampler
+        samples = SampleShard(len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, runtime=runtime)
         batches = value.batch_sampler
         return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))
+    before = torch.get_rng_state()  # one process reads such a loader's order without this draw
+    seed = runtime.broadcast(int(torch.randint(0, 2**31 - 1, ()).item()), 0)  # torch's generator: the user's seed
+    torch.set_rng_state(before)
     from trainmesh.strategies.sampling import shard_dataloader
 
     # Ordered by its sampler (shuffle=None), as the keras-io DDP guide's DistributedSampler(shuffle=False)
     # reads a loader in order: not as Lightning's Trainer, which shuffles every training loader.
     return shard_dataloader(value, dp_rank=rank, dp_size=world, train=True, seed=seed, shuffle=None)
+
+
+def shuffled_arrays(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any], runtime: Runtime) -> Any:
+    """Arrays Keras would shuffle (``shuffle=True``, ``fit``'s default) under several processes: Keras' own
+    torch loader of all the samples (``class_weight`` made sample weights, as Keras makes them) at this
+    process's batch, read through a ``SampleShard``: each epoch the permutation one process at ``W``
+    times the batch draws, this process's samples of each global batch. None: nothing to shuffle so."""
+    rank, world = runtime.global_rank, runtime.world_size
+    if world == 1 or kwargs.get("shuffle", True) is not True or kwargs.get("steps_per_epoch") is not None:
+        return None
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    batch = kwargs.get("batch_size") or 32
+    adapter = ArrayDataAdapter(
+        x, y, sample_weight=sample_weight, class_weight=kwargs.get("class_weight"), shuffle=True, batch_size=batch
+    )
+    keras_loader = adapter.get_torch_dataloader()
+    samples = SampleShard(adapter._num_samples, num_replicas=world, rank=rank, shuffle=True, runtime=runtime)
+    sampler = BatchSampler(samples, batch, drop_last=False)
+    return DataLoader(keras_loader.dataset, batch_sampler=sampler, collate_fn=keras_loader.collate_fn)
 
 
 def split_for_prediction(value: Any, runtime: Runtime, steps: int | None) -> Any:

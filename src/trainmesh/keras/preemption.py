@@ -28,13 +28,11 @@ import functools
 import hashlib
 import os
 import pickle
-import random
 from typing import Any
 
 import numpy as np
-import torch
 
-from trainmesh.keras.arguments import assign_values, variable_values
+from trainmesh.keras.arguments import assign_values, random_states, set_random_states, variable_values
 from trainmesh.keras.data import num_samples
 from trainmesh.keras.optimizers import applied_optimizers, before_first_apply
 from trainmesh.runtime import Runtime
@@ -52,16 +50,6 @@ def _samples(x: Any) -> int | None:
 
 def metric_variables(model: Any) -> list[Any]:
     return [v for metric in model.metrics for v in metric.variables]
-
-
-def random_states() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def set_random_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
 
 
 class KerasPreemption:

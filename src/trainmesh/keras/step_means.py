@@ -110,21 +110,24 @@ def batch_logs_over_processes(runtime: Runtime, model: Any, logs: Any, batch: in
     return step_logs.over_processes(runtime, logs, before, after, batch)
 
 
-def means(model: Any) -> list[Any]:
+def means(model: Any, skip: Any = None) -> list[Any]:
     """The model's ``Mean`` metrics (Keras' ``Mean`` and its subclasses: trackers, metric functions'
-    wrappers), those inside the compiled metrics included."""
+    wrappers), those inside the compiled metrics included, except those of ``skip`` (the compiled
+    metrics, when rank 0 updates them with the global batch: batch_metrics.py)."""
     keras = require_keras()
     found = []
     for metric in model.metrics:
+        if skip is not None and metric is skip:
+            continue
         for member in [metric, *(getattr(metric, "metrics", None) or [])]:
             if isinstance(member, keras.metrics.Mean) and member not in found:
                 found.append(member)
     return found
 
 
-def snapshot(model: Any) -> list[tuple[Any, Any, Any]]:
-    """Each Mean with its (total, count) before a step."""
-    return [(m, m.total.value.detach().clone(), m.count.value.detach().clone()) for m in means(model)]
+def snapshot(model: Any, skip: Any = None) -> list[tuple[Any, Any, Any]]:
+    """Each Mean (but those of ``skip``) with its (total, count) before a step."""
+    return [(m, m.total.value.detach().clone(), m.count.value.detach().clone()) for m in means(model, skip)]
 
 
 def learn_once_per_step(before: list[tuple[Any, Any, Any]], batch: int, known: dict[int, bool]) -> None:
@@ -200,13 +203,15 @@ def increments(
     return batch, found
 
 
-def weigh_evaluation(runtime: Runtime, model: Any, steps: list[tuple[int, list[tuple[Any, Any, Any]]]]) -> None:
+def weigh_evaluation(
+    runtime: Runtime, model: Any, steps: list[tuple[int, list[tuple[Any, Any, Any]]]], skip: Any = None
+) -> None:
     """At the end of an evaluation of batches known only once read (a PyDataset, a DataLoader): every
     process's batch size at each of its steps, gathered in two small sums (the step counts, then the
     sizes), and each recorded increment of a Mean updated once per step scaled by its share N b_r / B of
     that step (B: the step's global batch; a step only some processes take included), as for split
     arrays. Every process joins when the model has a Mean (the same on every process)."""
-    found = means(model)
+    found = means(model, skip)
     if not found:
         return
     world, rank = runtime.world_size, runtime.global_rank

@@ -37,6 +37,7 @@ import torch
 
 from trainmesh.keras import step_logs, step_means
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batch_metrics import on_global_batch
 from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
@@ -71,6 +72,8 @@ class SyncState:
         self.learned_means = False  # a step of more than one sample has run: once_per_step is settled
         self.rows = StepRows(runtime)  # the running step's rows of the global batch, for random draws (draws.py)
         self.train_blocks = False  # training reads a split PyDataset: the processes' batches are blocks of one
+        self.gather_metrics = False  # a compiled metric is coupled: compute_metrics gets the global batch
+        self.eval_counts: list[int] | None = None  # each process's evaluation steps (batches dealt in turn)
 
     @property
     def world(self) -> int:
@@ -185,24 +188,12 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         step, state.eval_step = state.eval_step, state.eval_step + 1
         return run_step(state, model, state.eval_plan, step, keras_test_step, data, state.test_batch_logs, False)
 
-    def apply(optimizer: Any, keras_apply: Callable[..., Any], gradients: Any, variables: Any) -> Any:
-        # Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): averaged.
-        # One whose apply is the user's own (it called Keras' through super()): refused before it updates.
-        # One process averages nothing, so the class walk is skipped there (this runs every step).
-        if state.world > 1:
-            refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
-        if batch_sizes:
-            gradients = average_gradients(state, list(gradients), batch_sizes[-1])
-        zero = state.zero
-        if zero is not None and zero.partitioned and optimizer is model.optimizer:  # only its state is split
-            chosen = variables if variables is not None else zero.variables  # Keras' default: those it was built on
-            return zero.apply(functools.partial(keras_apply, optimizer), gradients, chosen)
-        return keras_apply(optimizer, gradients, variables)
-
-    def results_or_logs(logs: Any) -> Any:
-        return epoch_results(state, model, keras_results, logs)
-
-    shadows = {"train_step": train_step, "test_step": test_step, "_get_metrics_result_or_logs": results_or_logs}
+    shadows = {
+        "train_step": train_step,
+        "test_step": test_step,
+        "_get_metrics_result_or_logs": functools.partial(epoch_results, state, model, keras_results),
+        **_global_batch_metrics(state, model),
+    }
     for name, function in shadows.items():
         _shadow(model, name, function)
     optimizer = model.optimizer
@@ -210,12 +201,55 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
     try:
         moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
+        apply = functools.partial(averaged_apply, state, model, batch_sizes)
         with every_apply_through(apply), at_the_global_batch(state.rows), moments:
             yield
     finally:
         optimizer.__dict__.pop("finalize_variable_values", None)
         for name in shadows:
             model.__dict__.pop(name, None)
+
+
+def averaged_apply(  # noqa: PLR0913 -- where the step stands, and Keras' apply's arguments
+    state: SyncState,
+    model: Any,
+    batch_sizes: list[int],
+    optimizer: Any,
+    keras_apply: Callable[..., Any],
+    gradients: Any,
+    variables: Any,
+) -> Any:
+    """Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): its gradients
+    averaged first (``batch_sizes``: the running training step's batch; empty outside one)."""
+    # One whose apply is the user's own (it called Keras' through super()): refused before it updates.
+    # One process averages nothing, so the class walk is skipped there (this runs every step).
+    if state.world > 1:
+        refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
+    if batch_sizes:
+        gradients = average_gradients(state, list(gradients), batch_sizes[-1])
+    zero = state.zero
+    if zero is not None and zero.partitioned and optimizer is model.optimizer:  # only its state is split
+        chosen = variables if variables is not None else zero.variables  # Keras' default: those it was built on
+        return zero.apply(functools.partial(keras_apply, optimizer), gradients, chosen)
+    return keras_apply(optimizer, gradients, variables)
+
+
+def _global_batch_metrics(state: SyncState, model: Any) -> dict[str, Any]:
+    """Where a compiled metric is coupled (batch_metrics.py): ``compute_metrics`` given the global batch."""
+    if not state.gather_metrics or state.world == 1:
+        return {}
+    takers_now = functools.partial(takers, state)
+    return {"compute_metrics": on_global_batch(state.runtime, model.compute_metrics, model, takers_now, state.rows)}
+
+
+def takers(state: SyncState) -> list[bool]:
+    """Which processes take the running step: every one in training; in an evaluation, those with a
+    batch at this step (split arrays: from the plan; batches dealt in turn: from the step counts)."""
+    if state.rows.sizes is not None:
+        return [size > 0 for size in state.rows.sizes]
+    if state.evaluating and state.eval_counts is not None:
+        return [count > state.eval_step - 1 for count in state.eval_counts]
+    return [True] * state.world
 
 
 def begin_rows(state: SyncState, plan: TrainPlan | None, step: int, *, training: bool) -> None:
@@ -253,7 +287,8 @@ def run_step(  # noqa: PLR0913 -- the step, and where it stands
     uneven = plan is not None and plan.uneven(step)
     read = plan is None and state.world > 1  # sizes read: uneven or not, known after the step (or the evaluation)
     learn = state.world > 1 and not state.learned_means  # the first full step tells which Means count steps
-    before = step_means.snapshot(model) if uneven or read or learn else []
+    skip = model._compile_metrics if state.gather_metrics else None  # rank 0 updates them for every process
+    before = step_means.snapshot(model, skip) if uneven or read or learn else []
     state.global_read = None
     begin_rows(state, plan, step, training=training)
     try:
@@ -281,7 +316,8 @@ def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], A
     """What Keras' ``_get_metrics_result_or_logs`` returns, over all processes (the same on each)."""
     before = step_logs.own_results(model) if state.world > 1 else {}
     if state.evaluating and state.eval_plan is None and state.world > 1:
-        step_means.weigh_evaluation(state.runtime, model, state.eval_steps)
+        skip = model._compile_metrics if state.gather_metrics else None
+        step_means.weigh_evaluation(state.runtime, model, state.eval_steps, skip)
     state.eval_steps = []
     reduce_metrics(state, model)
     if not state.evaluating:

@@ -21,7 +21,14 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batches import epoch_setter, is_batches, is_py_dataset, split_batches, split_for_prediction
+from trainmesh.keras.batches import (
+    epoch_setter,
+    is_batches,
+    is_py_dataset,
+    shuffled_arrays,
+    split_batches,
+    split_for_prediction,
+)
 from trainmesh.keras.callbacks import for_rank
 from trainmesh.keras.data import (
     concatenate,
@@ -34,7 +41,7 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.draws import StepRows, predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
-from trainmesh.keras.step_means import readers_over_processes, watch_evaluation_batches
+from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -74,7 +81,7 @@ def fit(
         >>> history = tk.fit(model, x, y, batch_size=32, epochs=2, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
-    arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
+    gather = arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
     if runtime.capabilities.shards_optimizer_state:
         zero.refuse_unsupported(model, fit_kwargs)
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
@@ -82,8 +89,13 @@ def fit(
     # an unseeded Dropout draws its masks from torch's generator (draws.py)
     values = (arguments.variable_values(model), random_states())
     call = next(_FIT_CALLS)
-    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call)
+    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call, gather)
     return arguments.adopt_fit(model, result)
+
+
+def agree(runtime: Runtime, flag: bool) -> bool:
+    """Rank 0's ``flag`` on every process (each decided it before starting, from its own model)."""
+    return bool(runtime.broadcast(flag, 0)) if runtime.world_size > 1 else flag
 
 
 def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
@@ -97,8 +109,15 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
             runtime.teardown()
 
 
-def _fit(
-    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], values: tuple[Any, ...], call: int
+def _fit(  # noqa: PLR0913 -- what the launch hands every process
+    runtime: Runtime,
+    travelling: Travelling,
+    x: Any,
+    y: Any,
+    kwargs: dict[str, Any],
+    values: tuple[Any, ...],
+    call: int,
+    gather: bool,
 ) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values[0])
@@ -109,17 +128,10 @@ def _fit(
     if is_batches(x):  # a PyDataset or a DataLoader: split by batch, weighted by the sizes read (batches.py)
         x, plan = split_batches(x, runtime, train=True), None
     else:
-        (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
-        if validation is not None:
-            kwargs["validation_data"] = validation
-        plan = None
-        if world > 1:
-            steps = kwargs.get("steps_per_epoch")
-            plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, steps)
-        whole = x
-        x, y, sample_weight = (shard(part, rank, world) for part in (x, y, sample_weight))
+        whole, x, y, sample_weight, plan = _split_arrays(runtime, x, y, sample_weight, kwargs)
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
+    state.gather_metrics = agree(runtime, gather)
     state.train_blocks = is_py_dataset(whole)
     given = kwargs.get("callbacks")
     state.batch_logs, test_reads = readers_over_processes(runtime, given)  # alike on every process
@@ -130,6 +142,7 @@ def _fit(
         )
         batch, steps = kwargs.get("validation_batch_size") or kwargs.get("batch_size"), kwargs.get("validation_steps")
         state.eval_plan = evaluation_plan(validation, world, batch, steps)
+        state.eval_counts = evaluation_step_counts(validation, world, batch, steps)
         state.test_batch_logs = watch_evaluation_batches(test_reads, validation, world, batch, steps, "validation_data")
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
@@ -149,6 +162,24 @@ def _fit(
     if runtime.process.reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
         return arguments.fit_result(model, history)
     return history
+
+
+def _split_arrays(runtime: Runtime, x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Training arrays after ``validation_split`` (into ``kwargs``): all of them, this process's share (a
+    loader of one process's permutation where Keras would shuffle them), and the batch plan."""
+    rank, world = runtime.global_rank, runtime.world_size
+    (x, y, sample_weight), validation = arguments.split_validation(x, y, sample_weight, kwargs)
+    if validation is not None:
+        kwargs["validation_data"] = validation
+    plan = None
+    if world > 1:
+        plan = plan_training(num_samples(x), world, kwargs.get("batch_size") or 32, kwargs.get("steps_per_epoch"))
+    loader = shuffled_arrays(x, y, sample_weight, kwargs, runtime)  # one process's permutation, split
+    if loader is not None:
+        kwargs.pop("class_weight", None)  # made sample weights in the loader, as Keras makes them
+        kwargs["shuffle"] = False
+        return x, loader, None, None, plan
+    return (x, *(shard(part, rank, world) for part in (x, y, sample_weight)), plan)
 
 
 def evaluate(
@@ -181,15 +212,17 @@ def evaluate(
         >>> loss, accuracy = tk.evaluate(model, x, y, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
-    arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs)
+    gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
+    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
 
 
-def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any]) -> Any:
+def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], gather: bool) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
+    state.gather_metrics = agree(runtime, gather)
     steps = kwargs.get("steps")
+    state.eval_counts = evaluation_step_counts(x if is_batches(x) else (x, y), world, kwargs.get("batch_size"), steps)
     _, reads = readers_over_processes(runtime, kwargs.get("callbacks"))  # alike on every process
     state.test_batch_logs = watch_evaluation_batches(reads, x, world, kwargs.get("batch_size"), steps, "x")
     if not is_batches(x):

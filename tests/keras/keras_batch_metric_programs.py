@@ -1,0 +1,156 @@
+"""Programs whose compiled metrics update on a batch with other than the sum of their samples' updates,
+run under Keras' own fit at the global batch and under trainmesh.keras' ddp at 2 processes
+(test_batch_metrics.py compares them; the ddp runs are one leg of the Keras programs' launch).
+
+python keras_batch_metric_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R}
+
+Each program is ``build(batch) -> (model, fit, evaluate)``; ``run`` records History, every variable, the
+optimizer's state and evaluate. Metrics: a class counting the pairs of a batch's samples whose target is
+the other's predicted class (quadratic in the batch), a function giving one number per batch (the spread
+of the predictions: Keras wraps it in a Mean) and Keras' own accuracy.
+"""
+
+import faulthandler
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+from lean_keras import leave_out_unused_packages  # noqa: E402
+
+leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+from keras import ops  # noqa: E402
+
+SEED = 0
+BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
+CLASSES = 4
+
+
+class PairMatches(keras.metrics.Metric):
+    """Pairs (i, j) of a batch with target j equal to the predicted class of i: b x b comparisons."""
+
+    def __init__(self, name="pair_matches", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.matches = self.add_variable(shape=(), initializer="zeros", name="matches")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        predicted = ops.expand_dims(ops.argmax(y_pred, axis=-1), 1)  # (b, 1)
+        targets = ops.expand_dims(ops.cast(ops.reshape(y_true, (-1,)), "int32"), 0)  # (1, b)
+        self.matches.assign_add(ops.sum(ops.cast(ops.cast(predicted, "int32") == targets, "float32")))
+
+    def result(self):
+        return self.matches + 0.0  # a copy: History keeps what it is handed
+
+
+def prediction_spread(y_true, y_pred):
+    """One number per batch: the standard deviation of every prediction in it."""
+    return ops.std(y_pred)
+
+
+def classes(samples: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    x = rng.normal(size=(samples, 6)).astype("float32")
+    return x, (np.argmax(x[:, :CLASSES], axis=1) + (rng.random(samples) < 0.3)) % CLASSES
+
+
+def compiled_model() -> keras.Model:
+    keras.backend.clear_session(free_memory=False)
+    keras.utils.set_random_seed(SEED)
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(CLASSES, activation="softmax")]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.02),
+        loss="sparse_categorical_crossentropy",
+        metrics=[PairMatches(), prediction_spread, "accuracy"],
+    )
+    return model
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.y, self.batch = x, y, batch
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch)
+
+    def __getitem__(self, index):
+        part = slice(index * self.batch, (index + 1) * self.batch)
+        return self.x[part], self.y[part]
+
+
+def pair_arrays(batch: int) -> tuple:
+    """Arrays: 79 samples to train (the last global batch 8 + 7), 17 to validate and evaluate at batch
+    ``batch // 2`` (the processes take 2 and 1 steps: the last one is rank 0's alone)."""
+    model = compiled_model()
+    x, y = classes(96)
+    small = batch // 2
+    fit = {"x": x[:79], "y": y[:79], "batch_size": batch, "epochs": 2, "shuffle": False,
+           "validation_data": (x[79:], y[79:]), "validation_batch_size": small}  # fmt: skip
+    return model, fit, {"x": x[79:], "y": y[79:], "batch_size": small}
+
+
+def pair_batches(batch: int) -> tuple:
+    """PyDatasets (the processes' batches are blocks of one process's): 94 samples to train (6 batches,
+    the last global one 16 + 14), 40 to validate and evaluate (3 batches: the last, rank 0's alone)."""
+    model = compiled_model()
+    x, y = classes(134)
+    fit = {"x": Batches(x[:94], y[:94], batch), "epochs": 2, "validation_data": Batches(x[94:], y[94:], batch)}
+    return model, fit, {"x": Batches(x[94:], y[94:], batch)}
+
+
+def shuffled(batch: int) -> tuple:
+    """fit's default shuffle=True on arrays (with class_weight) and a DataLoader(shuffle=True), a Dropout
+    layer drawing its masks: 79 samples (the last global batch 8 + 7), 2 epochs each."""
+    model = compiled_model()
+    dropout = keras.Sequential([keras.Input((6,)), keras.layers.Dropout(0.3), *model.layers])
+    dropout.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x, y = classes(96)
+    data = torch.utils.data.TensorDataset(torch.from_numpy(x[:79]), torch.from_numpy(y[:79]))
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
+    fit = {"x": x[:79], "y": y[:79], "batch_size": batch, "epochs": 2, "class_weight": {0: 1.0, 1: 2.0, 2: 1.0, 3: 0.5},
+           "again": {"x": loader, "epochs": 4, "initial_epoch": 2}}  # fmt: skip
+    return dropout, fit, {"x": x[79:], "y": y[79:], "batch_size": batch}
+
+
+PROGRAMS = {"pair_arrays": pair_arrays, "pair_batches": pair_batches, "shuffled": shuffled}
+
+
+def run(name: str, batch: int, distributed: bool) -> dict:
+    """The program under Keras' own methods (one process) or trainmesh.keras' (ddp, 2 processes)."""
+    import trainmesh.keras as tk
+
+    model, fit, evaluate = PROGRAMS[name](batch)
+    launch = {"strategy": "ddp", "devices": 2} if distributed else {}
+    again = fit.pop("again", None)
+    history = [(tk.fit(model, verbose=0, **launch, **f) if distributed else model.fit(verbose=0, **f)).history
+               for f in (fit, again) if f is not None]  # fmt: skip
+    evaluate = {"verbose": 0, "return_dict": True, **evaluate}
+    evaluated = tk.evaluate(model, **launch, **evaluate) if distributed else model.evaluate(**evaluate)
+    return {
+        "history": history,
+        "variables": [np.array(v.numpy()) for v in model.variables],
+        "optimizer": [np.array(v.numpy()) for v in model.optimizer.variables],
+        "evaluate": evaluated,
+    }
+
+
+def run_ddp(out: str) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    for name in PROGRAMS:
+        try:
+            result = run(name, BATCH, distributed=True)
+        except (ValueError, TypeError, RuntimeError) as error:
+            result = {"error": f"{type(error).__name__}: {error}"}
+        torch.save(result, os.path.join(out, f"{name}.rank{rank}"))
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(int(os.environ.get("LEG_WATCHDOG_S", "300")), exit=True)
+    {"ddp": run_ddp}[sys.argv[1]](*sys.argv[2:])
