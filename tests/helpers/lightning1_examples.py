@@ -163,8 +163,49 @@ def devices_none() -> dict:
     return found
 
 
+class Searched(tm.Module):
+    """A regression tutorial's ``trainer.tune`` under ``auto_lr_find``: shuffled train and validation loaders
+    (each validation pass draws the global generator), a ``learning_rate`` attribute for the suggestion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.learning_rate, self.events = 0.05, []
+        self.layer = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        self.events.append(["train", self.trainer.global_step, batch_idx])
+        return nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+    def validation_step(self, batch, batch_idx):
+        self.events.append(["val", self.trainer.global_step, batch_idx])
+        self.log("val_loss", nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+
+def tune_auto_lr_find() -> dict:
+    """``Trainer(auto_lr_find=True)`` then ``trainer.tune(model, train, val)``: the steps of the search (1.9.5
+    validates once before its first training batch), its losses, the suggestion, and the fit after it."""
+    tm.seed_everything(3)
+    model = Searched()
+    loaders = [DataLoader(_dataset(16), batch_size=2, shuffle=True) for _ in range(2)]
+    trainer = tm.Trainer(max_epochs=2, auto_lr_find=True, num_sanity_val_steps=0, **QUIET, enable_checkpointing=False)
+    found = trainer.tune(model, *loaders)["lr_find"]
+    searched, model.events = model.events, []
+    trainer.fit(model, *loaders)
+    return {
+        "search": searched,
+        "losses": [float(x) for x in found.results["loss"]],
+        "learning_rate": model.learning_rate,
+        "fit": model.events,
+        "weights": _weights(model),
+    }
+
+
 PROGRAMS = {
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
+    "tune_auto_lr_find": tune_auto_lr_find,
 }

@@ -58,3 +58,24 @@ def test_lightning_cli_refuses_other_keywords():
 
     with pytest.raises(TypeError, match="unexpected keyword arguments \\['save_config_everything'\\]"):
         LightningCLI(programs.CLIModel, save_config_everything=True, run=False, args=[])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known difference, not yet fixed (docs/notes/c-pl1x.md): 1.9.5's learning-rate search validates once "
+    "before its first training batch (its restored epoch loop restarts on a validation check); trainmesh's does not",
+)
+def test_trainer_tune_auto_lr_find_searches_as_lightning_1_9():
+    """A regression tutorial's ``Trainer(auto_lr_find=True)`` + ``trainer.tune(model, train, val)`` with shuffled
+    loaders: 1.9.5 runs the 8 validation batches at step 0, then trains 2 steps (the loss diverges), validating
+    again; its first loss is 3.963 where trainmesh's is 1.619 (the first validation's shuffle moved the generator
+    the training loader then draws). The suggestion (None: too few points), the fit after it and its weights are
+    1.9.5's."""
+    got, _ = run("tune_auto_lr_find")
+    expected = RECORDED["tune_auto_lr_find"]
+    assert (got["learning_rate"], got["fit"], got["weights"]) == (
+        expected["learning_rate"],
+        expected["fit"],
+        expected["weights"],
+    )
+    assert (got["search"], got["losses"]) == (expected["search"], expected["losses"])
