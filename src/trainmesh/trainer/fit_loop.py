@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.fit_cadence import can_stop_early, min_met, val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
@@ -37,7 +37,7 @@ from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
-from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
@@ -144,7 +144,7 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
 
 
 def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
-    if state.should_stop and _min_met(state, settings):
+    if state.should_stop and min_met(state, settings):
         return True
     if settings.max_steps != -1 and state.global_step >= settings.max_steps:
         return True
@@ -229,7 +229,11 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
-    val_every = _val_check_batches(state, ctx.settings, fit_data)
+    val_every = val_check_batches(state, ctx.settings, fit_data)
+    if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
+        # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)
+        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False)
+        state.log_collector.start_stage(train_results)
     cut_short = _train_batches(ctx, fit_data, loader.batch_transfer(), batches, val_every, train_results)
     _end_epoch(ctx, train_results, cut_short=cut_short)
 
@@ -318,7 +322,7 @@ def _log_and_validate(
     if log_due:
         _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         ctx.publisher.step_metrics()
-    if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
+    if val_every is not None and validates_after(state, settings, loop, val_every, is_last=is_last):
         _verify_losses(loop)
         loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
         try:
@@ -336,7 +340,7 @@ def _stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
     state, max_steps = ctx.state, ctx.settings.max_steps
     if max_steps != -1 and state.global_step >= max_steps:
         return not is_last
-    if state.should_stop and _can_stop_early(ctx):
+    if state.should_stop and can_stop_early(ctx):
         return False
     return None
 
@@ -374,7 +378,7 @@ _EXHAUSTED = object()
 
 def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
     """The end of an epoch: epoch-end hooks, epoch metrics, epoch schedulers (its validation
-    ran after its last batch, where that batch was one to validate after: ``_validates_after``).
+    ran after its last batch, where that batch was one to validate after: ``validates_after``).
 
     ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
     the epoch does not. What reports on the run still happens, as at any epoch end (and as in
@@ -421,54 +425,3 @@ def _copied_results(results: Any) -> dict[str, Any]:
 
 def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
-
-
-def _validates_after(
-    state: LoopState, settings: LoopSettings, loop: LoopPosition, val_every: int | float, *, is_last: bool
-) -> bool:
-    """Whether validation runs after the batch just trained, after its on_train_batch_end, as
-    Lightning's ``_should_check_val_fx``: every ``val_every`` batches of the epoch (of the fit, all
-    epochs counted, where ``check_val_every_n_epoch=None``; not at an epoch's end that is not one of
-    them, nor where max_steps stops), after the last batch of a loader without a length, and where
-    a stop was asked (``should_stop``) once ``min_epochs`` are done."""
-    done = loop.total_batches if settings.check_val_every_n_epoch is None else loop.batches_done
-    if done % val_every == 0 or is_last and val_every == math.inf:
-        return True
-    return state.should_stop and _min_met(state, settings)
-
-
-def _min_met(state: LoopState, settings: LoopSettings) -> bool:
-    """Lightning's ``_can_stop_early``: ``min_epochs`` epochs done (``current_epoch`` counts the one
-    whose batches are over, as its ``epoch_progress.processed``) and ``min_steps`` optimizer steps."""
-    epochs_met = not settings.min_epochs or state.current_epoch >= settings.min_epochs
-    return epochs_met and (not settings.min_steps or state.global_step >= settings.min_steps)
-
-
-def _can_stop_early(ctx: LoopContext) -> bool:
-    """Whether a stop asked (``should_stop``) ends the epoch now; where ``min_epochs`` is not met,
-    training goes on (should_stop stays set), saying so once, in Lightning's words."""
-    state, settings = ctx.state, ctx.settings
-    if _min_met(state, settings):
-        return True
-    if not state.loop.min_not_met_told:
-        state.loop.min_not_met_told = True
-        rank_zero_info(
-            f"Trainer was signaled to stop but the required `min_epochs={settings.min_epochs!r}` or"
-            f" `min_steps={settings.min_steps!r}` has not been met. Training will continue..."
-        )
-    return False
-
-
-def _val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:
-    """How many training batches between validations this epoch; None when none is due."""
-    if not fit_data.validates_in_epoch(state.current_epoch):
-        return None
-    limit = state.num_training_batches
-    interval = settings.val_check_interval
-    if isinstance(interval, int):
-        return interval
-    if limit == math.inf:
-        if interval != 1.0:
-            raise ValueError("val_check_interval as a fraction needs a train loader with a length; give an int")
-        return math.inf  # unknown length: validate once, at the end of the epoch
-    return max(1, int(limit * interval))
