@@ -45,7 +45,15 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
         (str_to_bool, True),
     ),
     **dict.fromkeys(
-        ("auto_select_gpus", "inference_mode", "replace_sampler_ddp", "move_metrics_to_cpu"), (str_to_bool, True)
+        (
+            "auto_select_gpus",
+            "inference_mode",
+            "replace_sampler_ddp",
+            "move_metrics_to_cpu",
+            "benchmark",
+            "detect_anomaly",
+        ),
+        (str_to_bool, True),
     ),
     **dict.fromkeys(("auto_lr_find", "auto_scale_batch_size"), (str_to_bool_or_str, True)),
     "track_grad_norm": (float, False),
@@ -63,6 +71,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
             "max_epochs",
             "min_epochs",
             "max_steps",
+            "min_steps",
+            "reload_dataloaders_every_n_epochs",
             "log_every_n_steps",
             "num_sanity_val_steps",
             "ipus",
