@@ -82,6 +82,7 @@ COVERED_BY: dict[str, list[str]] = {
     "profilers/pytorch_schedule.py": ["profilers/test_profilers.py"],
     "trainer/fetching.py": ["trainer/test_fit_loop_reads.py"],
     "trainer/fit_data.py": ["trainer/test_fit_loop_reads.py"],
+    "trainer/fit_cadence.py": ["trainer/test_fit_loop.py", "trainer/test_lightning2_arguments.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/lightning1/optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],

@@ -397,11 +397,107 @@ def yielding_optimizer_loop() -> dict:
     }
 
 
+class Searched(tm.Module):
+    """A regression tutorial's ``trainer.tune`` under ``auto_lr_find``: shuffled train and validation loaders
+    (each validation pass draws the global generator), a ``learning_rate`` attribute for the suggestion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.learning_rate, self.events = 0.05, []
+        self.layer = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        self.events.append(["train", self.trainer.global_step, batch_idx])
+        return nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+    def validation_step(self, batch, batch_idx):
+        self.events.append(["val", self.trainer.global_step, batch_idx])
+        self.log("val_loss", nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+
+def tune_auto_lr_find() -> dict:
+    """``Trainer(auto_lr_find=True)`` then ``trainer.tune(model, train, val)``: the steps of the search (1.9.5
+    validates once before its first training batch), its losses, the suggestion, and the fit after it."""
+    tm.seed_everything(3)
+    model = Searched()
+    loaders = [DataLoader(_dataset(16), batch_size=2, shuffle=True) for _ in range(2)]
+    trainer = tm.Trainer(max_epochs=2, auto_lr_find=True, num_sanity_val_steps=0, **QUIET, enable_checkpointing=False)
+    found = trainer.tune(model, *loaders)["lr_find"]
+    searched, model.events = model.events, []
+    trainer.fit(model, *loaders)
+    return {
+        "search": searched,
+        "losses": [float(x) for x in found.results["loss"]],
+        "learning_rate": model.learning_rate,
+        "fit": model.events,
+        "weights": _weights(model),
+    }
+
+
+class NormalRegression(tm.Module):
+    """A probabilistic regression (a Normal's mean and scale from one hidden layer), the negative log-likelihood
+    its loss: its range test's loss falls unevenly over the rates, where 1.x's and 2.x's suggestions part."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.learning_rate = 0.05
+        self.hidden, self.mean, self.scale = nn.Linear(1, 10), nn.Linear(10, 1), nn.Linear(10, 1)
+
+    def training_step(self, batch, batch_idx):
+        hidden = torch.sigmoid(self.hidden(batch[0]))
+        normal = torch.distributions.Normal(self.mean(hidden), nn.functional.softplus(self.scale(hidden)))
+        return -normal.log_prob(batch[1]).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+
+def tune_lr_suggestion() -> dict:
+    """``trainer.tune`` under ``auto_lr_find="learning_rate"``, a 56-step search to its end: the rates and losses
+    searched, the suggestion written onto the model and ``suggestion()`` of the returned finder."""
+    tm.seed_everything(5)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.rand(100, 1, generator=generator) * 20 - 10
+    y = 1.3 * x + 3 * torch.cos(x * 0.5) + torch.randn(100, 1, generator=generator) * (torch.sin(x * 0.4) + 1)
+    model = NormalRegression()
+    trainer = tm.Trainer(max_epochs=8, auto_lr_find="learning_rate", **QUIET, enable_checkpointing=False)
+    found = trainer.tune(
+        model, DataLoader(TensorDataset(x, y), batch_size=16), lr_find_kwargs={"early_stop_threshold": None}
+    )
+    finder = found["lr_find"]
+    return {
+        "lrs": [float(v) for v in finder.results["lr"]],
+        "losses": [float(v) for v in finder.results["loss"]],
+        "learning_rate": model.learning_rate,
+        "suggestion": finder.suggestion(),
+        "suggestion_skip_5": finder.suggestion(skip_begin=5, skip_end=3),
+        "on_a_set_curve": _suggestions_on_a_set_curve(finder),
+    }
+
+
+def _suggestions_on_a_set_curve(finder) -> list:
+    """The finder's ``suggestion()`` on a curve set here: the loss falls by 0.2 from step 12 to 13 (rates near
+    1e-5) and by 1 from step 30 to 31 (near 0.3); one loss is not finite. Per step the steeper fall is the
+    second, per unit of rate the first; the non-finite point shifts 1.9.5's index."""
+    lrs = [10 ** (-8 + 8 * i / 39) for i in range(40)]
+    losses = [3.0 - 0.2 * (i > 12) - 1.0 * (i > 30) for i in range(40)]
+    found = []
+    for bad in (None, 20):
+        finder.results = {"lr": lrs, "loss": [float("nan") if i == bad else v for i, v in enumerate(losses)]}
+        found.append([finder.suggestion(), finder.suggestion(skip_begin=2, skip_end=2)])
+    return found
+
+
 PROGRAMS = {
     "cli_tune": cli_tune,
     "devices_none": devices_none,
     "finetune_opt_idx": finetune_opt_idx,
     "cli_lightning1_arguments": cli_lightning1_arguments,
+    "tune_auto_lr_find": tune_auto_lr_find,
+    "tune_lr_suggestion": tune_lr_suggestion,
     "custom_loop_run": custom_loop_run,
     "yielding_optimizer_loop": yielding_optimizer_loop,
     "dp_on_cpu_seeds_again": dp_on_cpu_seeds_again,  # last: 1.9.5's ddp leaves its process group

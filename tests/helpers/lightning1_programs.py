@@ -387,10 +387,13 @@ def resume_after_tune() -> dict:
             enable_checkpointing=False,
             **QUIET,
         )
-        trainer.tune(model)
+        found = trainer.tune(model)["lr_find"]
         path_after_tune = trainer.resume_from_checkpoint == path
+        searched, weights_after_tune = [float(v) for v in found.results["loss"]], _weights(model)
         trainer.fit(model)
         return {
+            "searched_losses": searched,
+            "weights_after_tune": weights_after_tune,
             "lr": model.lr,
             "path_after_tune": path_after_tune,
             "global_step": trainer.global_step,

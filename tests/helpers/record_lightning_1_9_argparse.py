@@ -39,6 +39,7 @@ COMMAND_LINES = [
     ["--tpu_cores", "8"],
     ["--sync_batchnorm"],
     ["--overfit_batches", "0.1"],
+    ["--min_steps", "5", "--reload_dataloaders_every_n_epochs", "2", "--detect_anomaly", "--benchmark", "false"],
 ]
 
 

@@ -77,3 +77,25 @@ def test_dp_on_cpu_seeds_again_as_lightning_1_9():
     weights)."""
     got, _ = run("dp_on_cpu_seeds_again")
     assert got == RECORDED["dp_on_cpu_seeds_again"]
+
+
+def test_trainer_tune_auto_lr_find_searches_as_lightning_1_9():
+    """A regression tutorial's ``Trainer(auto_lr_find=True)`` + ``trainer.tune(model, train, val)`` with shuffled
+    loaders: as 1.9.5's search, trainmesh's validates its 8 batches at step 0 before training (1.9.5's restored
+    epoch loop restarts on a validation check), then trains 2 steps (the loss diverges) and validates again;
+    the same losses, suggestion (None: too few points), fit after it and weights. Before, trainmesh trained
+    first: its first search loss was 1.619 where 1.9.5's is 3.963 (the validation's shuffle had moved the
+    generator the training loader then draws), and a regression tutorial's suggestion 7.59e-08 for 5.25e-06."""
+    got, _ = run("tune_auto_lr_find")
+    expected = RECORDED["tune_auto_lr_find"]
+    assert got == expected
+
+
+def test_trainer_tune_suggests_the_learning_rate_lightning_1_9_suggests():
+    """``trainer.tune`` under ``auto_lr_find="learning_rate"`` (a 56-step search to its end): the same rates,
+    losses and suggestion as 1.9.5, and the returned finder's ``suggestion()`` is 1.9.5's on a set curve (the
+    loss's steepest fall per search step, 2.x's per unit of rate): 0.01425, and 0.00889 with a non-finite loss
+    (1.9.5's index shift). Before, trainmesh answered 2.x's point (4.64e-06 on that curve), and a regression
+    tutorial's third Trainer trained at 1.1e-07 where 1.9.5's trained at 5.25e-06."""
+    got, _ = run("tune_lr_suggestion")
+    assert got == RECORDED["tune_lr_suggestion"]

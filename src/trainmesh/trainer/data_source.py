@@ -38,6 +38,7 @@ class DataSource:
     model: Any = None
     given: dict[str, Any] = field(default_factory=dict)
     train_mode: str = "max_size_cycle"  # several train loaders read as one (1.x's multiple_trainloader_mode)
+    validate_first: bool = False  # a 1.x trainer.tune search: validate before the first batch (lightning1/)
 
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:

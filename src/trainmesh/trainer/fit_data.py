@@ -12,6 +12,7 @@ defined), as Lightning's ``trainer.enable_validation``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainmesh.trainer.batch_counts import limited_count
@@ -59,6 +60,12 @@ class FitData:
         """Whether epoch ``epoch`` validates (Lightning's ``_should_check_val_epoch``)."""
         every_n = self._ctx.settings.check_val_every_n_epoch
         return self.validation_enabled() and (every_n is None or (epoch + 1) % every_n == 0)
+
+    def validates_first(self, val_every: int | float | None) -> bool:
+        """Whether the fit's first epoch validates before its first batch, as the searches of Lightning
+        1.x's ``trainer.tune`` do (``DataSource.validate_first``): where validation is due every
+        ``val_every`` batches (not only after the last batch of a loader without a length)."""
+        return self._source.validate_first and val_every is not None and val_every != math.inf
 
     def val_loaders(self) -> list[Any]:
         """The validation loaders, asked for the first time they are needed, and again where

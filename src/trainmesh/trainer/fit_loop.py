@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from trainmesh.trainer import evaluation, manual_optimization
 from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
+from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
@@ -230,7 +230,11 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
-    val_every = _val_check_batches(state, ctx.settings, fit_data)
+    val_every = val_check_batches(state, ctx.settings, fit_data)
+    if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
+        # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)
+        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False)
+        state.log_collector.start_stage(train_results)
     cut_short = _train_batches(ctx, fit_data, loader.batch_transfer(), batches, val_every, train_results)
     _end_epoch(ctx, train_results, cut_short=cut_short)
 
@@ -319,7 +323,7 @@ def _log_and_validate(
     if log_due:
         _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         ctx.publisher.step_metrics()
-    if val_every is not None and _validates_after(state, settings, loop, val_every, is_last=is_last):
+    if val_every is not None and validates_after(state, settings, loop, val_every, is_last=is_last):
         _verify_losses(loop)
         loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
         try:
@@ -375,7 +379,7 @@ _EXHAUSTED = object()
 
 def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
     """The end of an epoch: epoch-end hooks, epoch metrics, epoch schedulers (its validation
-    ran after its last batch, where that batch was one to validate after: ``_validates_after``).
+    ran after its last batch, where that batch was one to validate after: ``validates_after``).
 
     ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
     the epoch does not. What reports on the run still happens, as at any epoch end (and as in
@@ -422,32 +426,3 @@ def _copied_results(results: Any) -> dict[str, Any]:
 
 def detached(output: Any) -> Any:
     return apply_to_tensors(output, lambda t: t.detach())
-
-
-def _validates_after(
-    state: LoopState, settings: LoopSettings, loop: LoopPosition, val_every: int | float, *, is_last: bool
-) -> bool:
-    """Whether validation runs after the batch just trained, after its on_train_batch_end, as
-    Lightning's ``_should_check_val_fx``: every ``val_every`` batches of the epoch (of the fit, all
-    epochs counted, where ``check_val_every_n_epoch=None``; not at an epoch's end that is not one of
-    them, nor where max_steps stops), after the last batch of a loader without a length, and where
-    a stop was asked (``should_stop``) once ``min_epochs`` are done."""
-    done = loop.total_batches if settings.check_val_every_n_epoch is None else loop.batches_done
-    if done % val_every == 0 or is_last and val_every == math.inf:
-        return True
-    return state.should_stop and min_met(state, settings)
-
-
-def _val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:
-    """How many training batches between validations this epoch; None when none is due."""
-    if not fit_data.validates_in_epoch(state.current_epoch):
-        return None
-    limit = state.num_training_batches
-    interval = settings.val_check_interval
-    if isinstance(interval, int):
-        return interval
-    if limit == math.inf:
-        if interval != 1.0:
-            raise ValueError("val_check_interval as a fraction needs a train loader with a length; give an int")
-        return math.inf  # unknown length: validate once, at the end of the epoch
-    return max(1, int(limit * interval))

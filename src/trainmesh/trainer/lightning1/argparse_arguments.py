@@ -71,6 +71,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
             "max_epochs",
             "min_epochs",
             "max_steps",
+            "min_steps",
+            "reload_dataloaders_every_n_epochs",
             "log_every_n_steps",
             "num_sanity_val_steps",
             "ipus",

@@ -114,10 +114,14 @@ def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
 
 
 def lightning_one_fit(trainer: LightningOneMembers, data: DataSource, ckpt_path: Any) -> Any:
-    """At fit's start: the train loaders' mode on ``data``; the gradient norms' callback (``track_grad_norm``);
+    """At fit's start: the train loaders' mode on ``data`` (and whether a search validates first); the
+    gradient norms' callback (``track_grad_norm``);
     the checkpoint to resume from (``ckpt_path``, else ``resume_from_checkpoint``'s, as 1.9.5's ``fit``)."""
     run, state = trainer._lightning1, trainer._state
     data.train_mode = run.multiple_trainloader_mode
+    # 1.9.5's tuner runs its searches' fit loop from a restored state: the restarting epoch loop finds a
+    # validation check due before the first batch (batch_idx -1) and validates first (2.x skips it)
+    data.validate_first = run.tuning
     if run.track_grad_norm != -1 and not any(isinstance(cb, GradNormTracking) for cb in trainer.callbacks):
         trainer.callbacks.append(GradNormTracking(run.track_grad_norm))
     _settle_resume(run, state)

@@ -1,0 +1,44 @@
+"""When a fit validates and when a stop asked ends it, as Lightning's training epoch loop decides
+(``_should_check_val_fx``, ``_should_check_val_epoch``'s interval; when a stop asked may end it:
+stop_limits.py): read by the fit loop (``fit_loop.py``) after each batch."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from trainmesh.trainer.stop_limits import min_met
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.fit_data import FitData
+    from trainmesh.trainer.loop_state import LoopPosition, LoopState
+    from trainmesh.trainer.settings import LoopSettings
+
+
+def validates_after(
+    state: LoopState, settings: LoopSettings, loop: LoopPosition, val_every: int | float, *, is_last: bool
+) -> bool:
+    """Whether validation runs after the batch just trained, after its on_train_batch_end, as
+    Lightning's ``_should_check_val_fx``: every ``val_every`` batches of the epoch (of the fit, all
+    epochs counted, where ``check_val_every_n_epoch=None``; not at an epoch's end that is not one of
+    them, nor where max_steps stops), after the last batch of a loader without a length, and where
+    a stop was asked (``should_stop``) once ``min_epochs`` are done."""
+    done = loop.total_batches if settings.check_val_every_n_epoch is None else loop.batches_done
+    if done % val_every == 0 or is_last and val_every == math.inf:
+        return True
+    return state.should_stop and min_met(state, settings)
+
+
+def val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitData) -> int | float | None:
+    """How many training batches between validations this epoch; None when none is due."""
+    if not fit_data.validates_in_epoch(state.current_epoch):
+        return None
+    limit = state.num_training_batches
+    interval = settings.val_check_interval
+    if isinstance(interval, int):
+        return interval
+    if limit == math.inf:
+        if interval != 1.0:
+            raise ValueError("val_check_interval as a fraction needs a train loader with a length; give an int")
+        return math.inf  # unknown length: validate once, at the end of the epoch
+    return max(1, int(limit * interval))
