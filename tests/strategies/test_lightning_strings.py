@@ -108,3 +108,15 @@ def test_lightning_1_9_s_spawned_sharded_classes_spawn_as_in_1_9() -> None:
         for made in (DDPSpawnShardedStrategy(), DDPSpawnShardedPlugin()):
             assert isinstance(made, FSDPStrategy) and made.start_method == "spawn"
             assert made.reshard_after_forward is False
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])  # Lightning refuses fsdp on CPU
+def test_the_strategy_tells_its_processes_per_node_as_lightning_s(strategy: str) -> None:
+    """``trainer.strategy.num_processes``, which Lightning's ImageNet example divides its batch size
+    by in ``setup`` (trainmesh's strategies had no such attribute: AttributeError under ddp_spawn)."""
+    pl = pytest.importorskip("lightning.pytorch")
+    import trainmesh as tm
+
+    theirs = pl.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
+    ours = tm.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
+    assert ours == theirs == 2
