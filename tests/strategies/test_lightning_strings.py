@@ -120,3 +120,7 @@ def test_the_strategy_tells_its_processes_per_node_as_lightning_s(strategy: str)
     theirs = pl.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
     ours = tm.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
     assert ours == theirs == 2
+    # Lightning 1.x's Trainer(num_processes=2): its spelling of accelerator="cpu", devices=2
+    with pytest.warns(Warning, match="num_processes=2 is Lightning 1.x's spelling"):
+        legacy = tm.Trainer(strategy=strategy, num_processes=2, logger=False)
+    assert legacy.strategy.num_processes == theirs
