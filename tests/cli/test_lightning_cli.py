@@ -228,3 +228,28 @@ def test_instantiate_module_builds_what_lightning_s_builds(config) -> None:
     ours, theirs = instantiate_module(_Encoder, dict(config)), lightning_instantiate(_Encoder, dict(config))
     assert type(ours) is type(theirs) and vars(ours)["width"] == vars(theirs)["width"]
     assert (ours.act, getattr(ours, "depth", None)) == (theirs.act, getattr(theirs, "depth", None))
+
+
+def test_the_saved_config_is_written_from_a_parser_unpickled_in_a_new_process(tmp_path, monkeypatch):
+    """Under ``ddp_spawn`` the workers get the CLI's SaveConfigCallback (its parser and config)
+    pickled; rank 0 writes config.yaml there. A new interpreter has none of jsonargparse's loader
+    modes registered in the launching process: our parser's save raised
+    ``KeyError: 'trainmesh_lightning_yaml'`` (Lightning 2.6.6 wrote the file: a published
+    autoencoder program, ``LightningCLI`` with ``--trainer.strategy=ddp_spawn --trainer.devices=2``)."""
+    import pickle
+
+    from jsonargparse import _loaders_dumpers
+
+    from trainmesh.cli.lightning_paths import LOADER_MODE
+
+    with pytest.warns(UserWarning, match="seed"):
+        cli = LightningCLI(Net, Data, run=False, args=["--trainer.default_root_dir", str(tmp_path)])
+    (saver,) = [c for c in cli.trainer.callbacks if isinstance(c, SaveConfigCallback)]
+    payload = pickle.dumps(saver)
+    # what a spawned interpreter starts with: only jsonargparse's own modes
+    monkeypatch.delitem(_loaders_dumpers.loaders, LOADER_MODE)
+    monkeypatch.delitem(_loaders_dumpers.loader_exceptions, LOADER_MODE, raising=False)
+    worker_saver = pickle.loads(payload)
+    written = tmp_path / "config.yaml"
+    worker_saver.parser.save(worker_saver.config, str(written), skip_unset=False, overwrite=True)
+    assert yaml.safe_load(written.read_text())["model"] == {"hidden": 32, "lr": 0.1}

@@ -108,3 +108,19 @@ def test_lightning_1_9_s_spawned_sharded_classes_spawn_as_in_1_9() -> None:
         for made in (DDPSpawnShardedStrategy(), DDPSpawnShardedPlugin()):
             assert isinstance(made, FSDPStrategy) and made.start_method == "spawn"
             assert made.reshard_after_forward is False
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])  # Lightning refuses fsdp on CPU
+def test_the_strategy_tells_its_processes_per_node_as_lightning_s(strategy: str) -> None:
+    """``trainer.strategy.num_processes``, which Lightning's ImageNet example divides its batch size
+    by in ``setup`` (trainmesh's strategies had no such attribute: AttributeError under ddp_spawn)."""
+    pl = pytest.importorskip("lightning.pytorch")
+    import trainmesh as tm
+
+    theirs = pl.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
+    ours = tm.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False).strategy.num_processes
+    assert ours == theirs == 2
+    # Lightning 1.x's Trainer(num_processes=2): its spelling of accelerator="cpu", devices=2
+    with pytest.warns(Warning, match="num_processes=2 is Lightning 1.x's spelling"):
+        legacy = tm.Trainer(strategy=strategy, num_processes=2, logger=False)
+    assert legacy.strategy.num_processes == theirs

@@ -369,5 +369,9 @@ def test_pp_replicate_on_two_nodes_validates_like_one_process(pp_replicate_runs,
     assert_pipeline_within_each_node(ranks)
     worst = assert_same_weights(ranks[0]["state_dict"], reference["weights"], atol=1e-5)
     val_losses = [result["metrics"]["val_loss"] for result in ranks]
-    assert max(abs(v - reference["val_loss"]) for v in val_losses) <= 1e-5, (val_losses, reference["val_loss"])
+    # Logged without sync_dist: each replica keeps its own mean (Lightning's rule), shared by its
+    # pipeline's ranks; the replicas read 16 of the 32 samples each, so their mean is one process's.
+    assert val_losses[0] == val_losses[1] and val_losses[2] == val_losses[3], val_losses
+    mean = sum(val_losses) / len(val_losses)
+    assert abs(mean - reference["val_loss"]) <= 1e-5, (val_losses, reference["val_loss"])
     print(f"pp_replicate vs one process: weights {worst:.3g}, val_loss {val_losses[0]} vs {reference['val_loss']}")

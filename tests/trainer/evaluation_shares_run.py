@@ -33,8 +33,9 @@ def dataset(n: int) -> TensorDataset:
 
 
 class Model(pl.LightningModule):
-    def __init__(self):
+    def __init__(self, unsynced: bool = False):
         super().__init__()
+        self.unsynced = unsynced  # also log the loss without sync_dist (Lightning advises sync_dist)
         torch.manual_seed(3)
         self.layer = nn.Linear(6, 1)
         self.seen: list[tuple[str, list[int]]] = []
@@ -49,7 +50,10 @@ class Model(pl.LightningModule):
         return self._loss("train", batch)
 
     def validation_step(self, batch, batch_idx):
-        self.log("val_loss", self._loss("sanity" if self.trainer.sanity_checking else "val", batch), sync_dist=True)
+        loss = self._loss("sanity" if self.trainer.sanity_checking else "val", batch)
+        self.log("val_loss", loss, sync_dist=True)
+        if self.unsynced:
+            self.log("val_plain", loss)
 
     def test_step(self, batch, batch_idx):
         self.log("test_loss", self._loss("test", batch), sync_dist=True)
@@ -72,12 +76,13 @@ CASES = {
     "validate_101": dict(call="validate", samples=101),  # 101 % 2: Lightning repeats sample 0
     "validate_limit": dict(call="validate", samples=100, limit_val_batches=2),
     "fit_sanity": dict(call="fit", samples=101, num_sanity_val_steps=2, limit_train_batches=2, max_epochs=1),
+    "validate_unsynced": dict(call="validate", samples=100, unsynced=True),  # val_plain: no sync_dist
     "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
 }
 
 
-def run(out: Path, case: str, call: str, samples: int, **settings) -> None:
-    model = Model()
+def run(out: Path, case: str, call: str, samples: int, unsynced: bool = False, **settings) -> None:
+    model = Model(unsynced)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
@@ -98,7 +103,8 @@ def run(out: Path, case: str, call: str, samples: int, **settings) -> None:
         else:
             record["returned"] = getattr(trainer, call)(model, loader(samples), verbose=False)
     record["callback_metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    record["warnings"] = [str(w.message) for w in caught if "DistributedSampler" in str(w.message)]
+    advice = ("DistributedSampler", "sync_dist=True")
+    record["warnings"] = [str(w.message) for w in caught if any(text in str(w.message) for text in advice)]
     record["seen"] = model.seen
     torch.save(record, out / f"{case}-rank{trainer.global_rank}.pt")
 

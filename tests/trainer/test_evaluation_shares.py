@@ -28,7 +28,7 @@ from helpers.processes import run_program
 from trainmesh.trainer.evaluation_shares import steps_owed
 
 SCRIPT = Path(__file__).resolve().parent / "evaluation_shares_run.py"
-CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "predict_33"]
+CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "validate_unsynced", "predict_33"]
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,32 @@ def test_what_lightning_reads(records):
     ]
     assert len(_load(records, "lightning", "test_100", 0)["warnings"]) == 1 and not test["warnings"]
     assert not _load(records, "lightning", "fit_sanity", 0)["warnings"]
+
+
+@pytest.mark.slow
+def test_an_epoch_value_logged_without_sync_dist_gets_lightning_s_advice(records):
+    """``self.log("val_plain", loss)`` in ``validation_step`` under ddp: Lightning's rank 0 warns once
+    that ``sync_dist=True`` is recommended (trainmesh gave no such warning)."""
+    advice = "It is recommended to use `self.log('val_plain', ..., sync_dist=True)` when logging on epoch level"
+    for framework in ("lightning", "trainmesh"):
+        warned = [
+            [w for w in _load(records, framework, "validate_unsynced", rank)["warnings"] if "sync_dist" in w]
+            for rank in (0, 1)
+        ]
+        assert len(warned[0]) == 1 and warned[0][0].startswith(advice) and warned[1] == [], framework
+
+
+@pytest.mark.slow
+def test_an_epoch_value_logged_without_sync_dist_stays_rank_local(records):
+    """Without ``sync_dist`` Lightning's epoch value is each rank's own mean over its share (it
+    differs between the ranks); trainmesh reduced it across the ranks."""
+    for rank in (0, 1):
+        theirs = _load(records, "lightning", "validate_unsynced", rank)["callback_metrics"]["val_plain"]
+        ours = _load(records, "trainmesh", "validate_unsynced", rank)["callback_metrics"]["val_plain"]
+        assert ours == pytest.approx(theirs, rel=1e-6)
+    lightning = [_load(records, "lightning", "validate_unsynced", rank)["callback_metrics"] for rank in (0, 1)]
+    assert lightning[0]["val_plain"] != pytest.approx(lightning[1]["val_plain"], rel=1e-3)
+    assert lightning[0]["val_loss"] == pytest.approx(lightning[1]["val_loss"], rel=1e-6)  # sync_dist: one value
 
 
 # ---- evening out the steps where each step is a collective (fsdp), without processes --------------

@@ -147,7 +147,7 @@ class EarlyStopping(Callback):
                 )
             return
         local_stop = self.evaluate(metrics[self.monitor])
-        # callback_metrics are reduced across ranks already, but a step-only metric is not: one
+        # A metric logged without sync_dist is each rank's own (Lightning's rule), so ranks may differ: one
         # rank wanting to stop stops all, so no rank trains on alone and hangs in a collective.
         flag = torch.tensor(float(local_stop), device=trainer.runtime.device)
         should_stop = bool(trainer.runtime.all_reduce(flag, "max").item() > 0)

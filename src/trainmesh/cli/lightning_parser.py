@@ -75,6 +75,15 @@ class LightningArgumentParser(ArgumentParser):
         self._optimizers: dict[str, tuple[type | tuple[type, ...], str]] = {}
         self._lr_schedulers: dict[str, tuple[type | tuple[type, ...], str]] = {}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a process of its own (SaveConfigCallback's parser in a ddp_spawn worker):
+        # jsonargparse's loader modes are registered per process, so this parser's is registered
+        # again before it reads or writes a value (its save() raised KeyError: 'trainmesh_lightning_yaml').
+        from trainmesh.cli.lightning_paths import register_loader
+
+        register_loader()
+        self.__dict__.update(state)
+
     def add_lightning_class_args(
         self, lightning_class: Any, nested_key: str, subclass_mode: bool = False, required: bool = True
     ) -> list[str]:

@@ -6,7 +6,7 @@ from typing import Any
 
 
 class Logger:
-    """Receives metrics (already reduced across ranks) on global rank 0 only.
+    """Receives metrics (reduced across ranks where logged with ``sync_dist``) on global rank 0 only.
 
     ``log_dir`` is where this logger writes; the Trainer puts checkpoints next to it.
     """

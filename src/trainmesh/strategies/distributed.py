@@ -87,6 +87,12 @@ class DistributedStrategy(LightningStrategyFace):
         return len(self.placement.devices)
 
     @property
+    def num_processes(self) -> int:
+        """Lightning 2.6's name for the processes on each node (``len(parallel_devices)``), which
+        programs divide their batch size by (the ImageNet example's ``setup``)."""
+        return self.processes_per_node
+
+    @property
     def root_device(self) -> torch.device:
         return self._device
 

@@ -374,8 +374,8 @@ class _LoaderResults:
 
 
 def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
-    """Each loader's epoch metrics reduced across ranks, shown in callback_metrics (not yet sent
-    to the loggers); then fresh results for the epoch-end hooks' logs."""
+    """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
+    callback_metrics (not yet sent to the loggers); then fresh results for the epoch-end hooks' logs."""
     log_collector, reduced = ctx.state.log_collector, []
     for loader_idx, results in enumerate(per_loader):
         log_collector.start_stage(results)

@@ -15,11 +15,15 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.collections import infer_batch_size
+from trainmesh.utilities.rank_zero import WarningCache
+from trainmesh.utilities.warnings import PossibleUserWarning
 
 Reducer = Callable[[torch.Tensor, str], torch.Tensor]
 
 # Defaults Lightning users expect: per step while training, per epoch while evaluating.
 _STEP_HOOKS = {"training_step"}
+# Once per metric name and process, as Lightning's module-level cache in its result.py.
+_WARNINGS = WarningCache()
 
 
 @dataclass
@@ -90,6 +94,7 @@ class LogCollector:
         self._reduce = reducer
         # Set when only some ranks log (pipeline: the last stage): their results, to every rank.
         self.metrics_source: Callable[[Any], Any] | None = None
+        self.world_size = 1  # the run's processes (trainer.py sets it): Lightning advises sync_dist above 1
         self.results = StageResults()
         self.hook = "training_step"
         self.barebones = False  # Trainer(barebones=True): self.log warns and drops the value (module.py)
@@ -314,7 +319,8 @@ class LogCollector:
         }
 
     def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
-        """Each epoch-level metric reduced across processes (every rank gets the same value)."""
+        """Each epoch-level metric: reduced across processes where logged with ``sync_dist``, else
+        this process's own (Lightning's rule)."""
         self.end_step()
         out: dict[str, tuple[float, _Entry]] = {}
         for name, entry in self.results.entries.items():
@@ -328,7 +334,11 @@ class LogCollector:
                 continue
             if entry.total is None:
                 continue
-            reduce = _local if entry.rank_zero_only else self._reduce
+            if not entry.sync_dist and self.world_size > 1:
+                _advise_sync_dist(name)
+            # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
+            # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
+            reduce = self._reduce if entry.sync_dist else _local
             if entry.reduce_fx in ("mean", "sum"):
                 total = reduce(entry.total.clone(), "sum")
                 weight = reduce(torch.tensor(entry.weight, dtype=torch.float64, device=total.device), "sum")
@@ -348,8 +358,18 @@ def reset_metric_objects(logged: list[StageResults]) -> None:
                 entry.metric.reset()
 
 
+def _advise_sync_dist(name: str) -> None:
+    """Lightning 2.6's advice (its ``_ResultCollection._get_cache``), once per name and process, when
+    a tensor is logged per epoch without ``sync_dist`` in a run of more than one process."""
+    _WARNINGS.warn(
+        f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging on epoch level in"
+        " distributed setting to accumulate the metric across devices.",
+        category=PossibleUserWarning,
+    )
+
+
 def _local(value: torch.Tensor, op: str) -> torch.Tensor:
-    return value  # this process's own value: what rank_zero_only asks for
+    return value  # this process's own value: logged without sync_dist (rank_zero_only too)
 
 
 def _is_metric_object(value: Any) -> bool:

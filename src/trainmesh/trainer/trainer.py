@@ -402,6 +402,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             state.optimizers, state.lr_scheduler_configs = [], []
         hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.log_collector.metrics_source = runtime.trainer_port.metrics_source
+        state.log_collector.world_size = runtime.world_size  # Lightning's sync_dist advice: more than one process
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
         ctx = self._loop_context(model, data, hooks, restored)
         if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
