@@ -30,7 +30,6 @@ from trainmesh.seed import SeedSettings, env_seed, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
-from trainmesh.strategies.lightning_face import AcceleratorConnectorView
 from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
@@ -154,11 +153,6 @@ class Runtime:
     def strategy_name(self) -> str:
         """The strategy's name ("ddp", "fsdp", ...), for what the run reports about itself."""
         return self.strategy.name
-
-    @property
-    def accelerator_connector(self) -> AcceleratorConnectorView:
-        """What programs read of Lightning's ``trainer._accelerator_connector`` (``is_distributed``)."""
-        return AcceleratorConnectorView(self.strategy)
 
     @property
     def capabilities(self) -> StrategyCapabilities:

@@ -93,6 +93,13 @@ class TrainerPort:
         return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, share=share)
 
     @property
+    def accelerator_connector(self) -> Any:
+        """What programs read of Lightning's private ``trainer._accelerator_connector`` (``is_distributed``)."""
+        from trainmesh.strategies.lightning_face import AcceleratorConnectorView
+
+        return AcceleratorConnectorView(self._runtime.strategy)
+
+    @property
     def parallel(self) -> bool:
         """Lightning's ``isinstance(trainer.strategy, ParallelStrategy)`` (1.x's ``trainer.data_parallel``)."""
         # Imported here: Lightning's names import every parallel strategy's module, which a run

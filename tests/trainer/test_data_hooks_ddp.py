@@ -88,14 +88,13 @@ def test_batch_transfer_hooks_change_what_each_rank_sees(run):
     # The DataModule's on_before_batch_transfer adds 100 * dataloader_idx, the Module's
     # on_after_batch_transfer negates: training's loader is index 0, validation's two are 0 and 1.
     # Training shards are the Trainer's shuffling sampler's (seed 0; sample i holds the value i),
-    # evaluation shards the batches of 2 (rank r: batches r, r+2: samples 2r, 2r+1, 2r+4, 2r+5).
+    # evaluation shards are Lightning's DistributedSampler(shuffle=False) batched by 2 (rank r: samples
+    # r, r+2, r+4, r+6 of 8, in batches [r, r+2] and [r+4, r+6]).
     for rank in (0, 1):
         dealt = rank_batches(8, world=2, rank=rank, batch_size=2)
         assert ranks[rank]["seen"]["train"] == [[-float(i) for i in batch] for batch in dealt]
     for rank, seen in enumerate(r["seen"]["val"] for r in ranks):
-        expected = [
-            [idx, [-(float(v) + 100 * idx) for v in (b, b + 1)]] for idx in (0, 1) for b in (2 * rank, 2 * rank + 4)
-        ]
+        expected = [[idx, [-(float(v) + 100 * idx) for v in (b, b + 2)]] for idx in (0, 1) for b in (rank, rank + 4)]
         assert seen == expected
 
 

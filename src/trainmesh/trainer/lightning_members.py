@@ -47,7 +47,7 @@ class LightningMembers(RunProperties):
     @property
     def _accelerator_connector(self) -> Any:
         """Lightning's private connector, as far as published callbacks read it (``is_distributed``)."""
-        return self.runtime.accelerator_connector
+        return self.runtime.trainer_port.accelerator_connector
 
     @property
     def accelerator(self) -> Any:
