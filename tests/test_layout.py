@@ -83,6 +83,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/fetching.py": ["trainer/test_fit_loop_reads.py"],
     "trainer/fit_data.py": ["trainer/test_fit_loop_reads.py"],
     "trainer/fit_cadence.py": ["trainer/test_fit_loop.py", "trainer/test_lightning2_arguments.py"],
+    "trainer/checkpoint_results.py": ["trainer/test_resume.py"],
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/lightning1/optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],

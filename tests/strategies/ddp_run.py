@@ -177,7 +177,7 @@ class Wide(tm.Module):
         return loss
 
     def validation_step(self, batch, batch_idx):
-        self.log("val_loss", F.cross_entropy(self(batch[0]), batch[1]))
+        self.log("val_loss", F.cross_entropy(self(batch[0]), batch[1]), sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
@@ -331,7 +331,11 @@ class GatheringNet(Net):
 
     def validation_step(self, batch, batch_idx):
         self.all_gather(torch.tensor([batch[0].shape[0]]))
-        return super().validation_step(batch, batch_idx)
+        x, y = batch
+        # sync_dist: the test compares the run's value, over every rank's share, with one process's
+        logits = self.net(x)
+        self.log("val_loss", F.cross_entropy(logits, y), sync_dist=True)
+        self.log("val_acc", (logits.argmax(1) == y).float().mean(), sync_dist=True)
 
 
 def run_evaluate(out, samples=1001):

@@ -91,18 +91,18 @@ class Net(tm.Module):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, on_epoch=True, prog_bar=True)
+        self.log("train_loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         logits = self(x)
-        self.log("val_loss", F.cross_entropy(logits, y))
+        self.log("val_loss", F.cross_entropy(logits, y), sync_dist=True)
         self.log("val_acc", (logits.argmax(-1) == y).float().mean() if not self.lossp else torch.tensor(0.0))
 
     def test_step(self, batch, batch_idx):
         x, y = batch
-        self.log("test_loss", F.cross_entropy(self(x), y))
+        self.log("test_loss", F.cross_entropy(self(x), y), sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-2)

@@ -21,9 +21,9 @@ from trainmesh.checkpoint import (
 )
 from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
+from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
-from trainmesh.trainer.results import StageResults
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -77,7 +77,7 @@ def build_checkpoint(
         "callbacks": callback_states(trainer.callbacks),
         **hyperparameter_entries(module),
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
-        "train_results": _reduced_results(state, runtime),
+        "train_results": saved_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
         # What differs between processes, one entry per rank (a collective: every rank saves).
         "per_rank": runtime.all_gather_object(_rank_entry(state, runtime, trainer.accumulate_grad_batches)),
@@ -184,26 +184,6 @@ def _pending_gradients(state: LoopState, runtime: Runtime, accumulate: int) -> l
     return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
 
 
-def _reduced_results(loop_state: LoopState, runtime: Runtime) -> dict[str, Any]:
-    stop = loop_state.loop.stopped_inside
-    if stop is not None:
-        state = {name: dict(entry) for name, entry in stop.train_results.items()}  # reduced anew each save
-    elif loop_state.train_results is None:
-        return {}
-    else:
-        state = loop_state.train_results.state_dict()
-    reduce = runtime.all_reduce
-    for name in sorted(state):  # the same order on every rank: these are collectives
-        entry = state[name]
-        reduce_fx = StageResults.saved_reduce_fx(entry)
-        op = reduce_fx if reduce_fx in ("max", "min") else "sum"
-        if entry["total"] is not None:
-            entry["total"] = reduce(entry["total"], op).cpu()
-        weight = torch.tensor(float(entry["weight"]), dtype=torch.float64, device=runtime.device)
-        entry["weight"] = float(reduce(weight, "sum"))
-    return state
-
-
 def restore_modules(
     state: LoopState,
     runtime: Runtime,
@@ -298,7 +278,7 @@ def restore_checkpoint(
     own = _own_entry(runtime, checkpoint)
     state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
     state.log_collector.results.load_state_dict(
-        _results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank)
+        results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank, runtime.world_size)
     )
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
@@ -378,18 +358,6 @@ def _own_entry(runtime: Runtime, checkpoint: dict[str, Any]) -> dict[str, Any]:
             "gradients of an unfinished accumulation window and kept training_epoch_end outputs are dropped"
         )
     return {"rng": checkpoint["rng"]}
-
-
-def _results_for_this_rank(state: dict[str, Any], rank: int) -> dict[str, Any]:
-    if rank == 0:
-        return state
-    neutral = {}
-    for name, entry in state.items():
-        op = StageResults.saved_reduce_fx(entry)
-        fill = float("-inf") if op == "max" else float("inf") if op == "min" else 0.0
-        total = None if entry["total"] is None else torch.full_like(entry["total"], fill)
-        neutral[name] = {**entry, "total": total, "weight": 0.0}
-    return neutral
 
 
 def checkpoint_places(trainer: TrainerView) -> CheckpointPlaces:
