@@ -33,18 +33,20 @@ def dataset(n: int) -> TensorDataset:
 
 
 class Model(pl.LightningModule):
-    def __init__(self, unsynced: bool = False):
+    def __init__(self, unsynced: bool = False, batchnorm: bool = False):
         super().__init__()
         self.unsynced = unsynced  # also log the loss without sync_dist (Lightning advises sync_dist)
         torch.manual_seed(3)
         self.layer = nn.Linear(6, 1)
+        # running statistics each rank gathers from its own training share (validated with rank 0's)
+        self.norm = nn.BatchNorm1d(6) if batchnorm else nn.Identity()
         self.seen: list[tuple[str, list[int]]] = []
 
     def _loss(self, stage: str, batch):
         index, x, y = batch
         self.seen.append((stage, index.tolist()))
         x = x.view(x.size(0), -1)
-        return F.mse_loss(self.layer(x), y)
+        return F.mse_loss(self.layer(self.norm(x)), y)
 
     def training_step(self, batch, batch_idx):
         return self._loss("train", batch)
@@ -77,12 +79,15 @@ CASES = {
     "validate_limit": dict(call="validate", samples=100, limit_val_batches=2),
     "fit_sanity": dict(call="fit", samples=101, num_sanity_val_steps=2, limit_train_batches=2, max_epochs=1),
     "validate_unsynced": dict(call="validate", samples=100, unsynced=True),  # val_plain: no sync_dist
+    "fit_batchnorm": dict(call="fit", samples=64, batchnorm=True, limit_train_batches=2, max_epochs=1),
     "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
 }
 
 
-def run(out: Path, case: str, call: str, samples: int, unsynced: bool = False, **settings) -> None:
-    model = Model(unsynced)
+def run(
+    out: Path, case: str, call: str, samples: int, unsynced: bool = False, batchnorm: bool = False, **settings
+) -> None:
+    model = Model(unsynced, batchnorm)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,

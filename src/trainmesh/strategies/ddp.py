@@ -221,8 +221,13 @@ class DDPStrategy(DistributedStrategy):
         return super().no_backward_sync(module)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
-        # Evaluation needs no gradient sync, and shards may differ in length by a batch: going
-        # around DDP keeps per-batch collectives (buffer broadcasts) out of it.
+        # Around DDP (no gradient sync; predict's shares may differ by a batch), but validation first takes
+        # rank 0's buffers as Lightning's, whose validation_step goes through DDP's forward: it broadcasts
+        # them (BatchNorm's running statistics) once after training forwards, then leaves the flag off.
+        if hook == "validation_step" and isinstance(module, DistributedDataParallel):
+            if module.will_sync_module_buffers():  # type: ignore[no-untyped-call]  # torch's own, unannotated
+                module._sync_buffers()  # type: ignore[no-untyped-call]
+                module.require_forward_param_sync = False
         inner = checkpoints.unwrap(module)
         chunk_devices = self.chunk_devices
         if chunk_devices:
