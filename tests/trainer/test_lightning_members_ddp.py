@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from helpers.forked import can_fork, run_forked
+from trainmesh.launchers.environments import find_free_port
 
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
@@ -50,6 +51,7 @@ def records(tmp_path_factory):
             [str(Path(__file__).resolve().parents[2] / "src"), os.environ.get("PYTHONPATH", "")]
         ),
     }
+    env["MASTER_PORT"] = str(find_free_port())  # Lightning's own pick may be held by a launch beside it
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "lightning", str(out)],
         cwd=out,

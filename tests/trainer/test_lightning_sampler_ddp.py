@@ -22,6 +22,7 @@ import torch
 
 from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
+from trainmesh.launchers.environments import find_free_port
 
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
@@ -39,6 +40,9 @@ def records(tmp_path_factory):
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
     env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
+    # may hold (EADDRINUSE, and its second process then waits for ever): give it a free one.
+    env["MASTER_PORT"] = str(find_free_port())
     done = run_program([str(SCRIPT), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     ours = [str(SCRIPT), "trainmesh", str(out / "trainmesh")]
