@@ -14,15 +14,12 @@ Lightning's ddp ranks read: Lightning's strategies share one sampler.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers.forked import can_fork, run_forked
-from helpers.processes import run_program
-from trainmesh.launchers.environments import find_free_port
+from helpers.beside_lightning import run_beside_lightning
 
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
@@ -37,20 +34,7 @@ def records(tmp_path_factory):
     owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py). Neither
     sees a PL_GLOBAL_SEED from outside: the first case's seed is the default, 0."""
     out = tmp_path_factory.mktemp("sampler_ddp")
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
-    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
-    # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
-    # may hold (EADDRINUSE, and its second process then waits for ever): give it a free one.
-    env["MASTER_PORT"] = str(find_free_port())
-    done = run_program([str(SCRIPT), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ours = [str(SCRIPT), "trainmesh", str(out / "trainmesh")]
-    if can_fork():
-        done = run_forked(SCRIPT, ours[1:], env=env, timeout=600, cwd=out, world=2)
-    else:
-        done = run_program(ours, timeout=600, cwd=out, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_beside_lightning(SCRIPT, out)
     return out
 
 

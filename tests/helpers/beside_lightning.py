@@ -1,0 +1,32 @@
+"""One ddp program run under Lightning 2.6 and under trainmesh, each writing its records under
+``out/<framework>``: Lightning's as a new interpreter (its ddp starts the second process itself, as
+its owners define it), trainmesh's on 2 forks in one process group (helpers/forked.py). Neither sees
+a PL_GLOBAL_SEED from outside."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers.forked import can_fork, run_forked
+from helpers.processes import run_program
+from trainmesh.launchers.environments import find_free_port
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def run_beside_lightning(script: Path, out: Path) -> None:
+    """``script lightning|trainmesh <folder>`` under both frameworks; asserts both ended well."""
+    env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
+    env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")])
+    # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
+    # may hold (EADDRINUSE, and its second process then waits for ever): give it a free one.
+    env["MASTER_PORT"] = str(find_free_port())
+    done = run_program([str(script), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [str(script), "trainmesh", str(out / "trainmesh")]
+    if can_fork():
+        done = run_forked(script, ours[1:], env=env, timeout=600, cwd=out, world=2)
+    else:
+        done = run_program(ours, timeout=600, cwd=out, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
