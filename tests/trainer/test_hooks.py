@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer, random_classification
 from trainmesh.trainer import hooks
+from trainmesh.utilities.exceptions import MisconfigurationException
 
 
 class Recorder(DropoutNet):
@@ -88,7 +89,7 @@ def test_predict_without_predict_step_or_forward():
     class NoForward(DropoutNet):
         pass
 
-    with pytest.raises(ValueError, match="neither predict_step"):
+    with pytest.raises(MisconfigurationException, match="neither predict_step"):  # Lightning's type, before the run
         quiet_trainer().predict(NoForward(), DataLoader(random_classification(8), batch_size=4))
 
 

@@ -174,11 +174,6 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     owed = steps_owed(ctx, stage, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
-    if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(state.module)):
-        raise ValueError(
-            f"{type(state.module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
-            "define one of them to predict"
-        )
     fetcher = None
     if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
         with _grad_mode(ctx):
@@ -430,10 +425,6 @@ def _step_counter(ctx: LoopContext, stage: str) -> str | None:
 
 def _suffix(loader_idx: int, loaders: list[Any]) -> str:
     return f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
-
-
-def _has_forward(module: Any) -> bool:
-    return type(module).forward is not torch.nn.Module.forward
 
 
 def _accepts_dataloader_idx(step: Any) -> bool:

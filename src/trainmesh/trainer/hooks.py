@@ -117,9 +117,7 @@ class HookDispatcher:
     def module_overrides(self, hook: str) -> bool:
         found = self._module_overrides.get(hook)
         if found is None:
-            found = hasattr(self._module, hook) and (
-                not isinstance(self._module, self._module_base) or overrides(self._module, hook, self._module_base)
-            )
+            found = _module_defines(self._module, hook, self._module_base)
             self._module_overrides[hook] = found
         return found
 
@@ -229,3 +227,15 @@ class TrainBatchHooks:
 
     def _legacy_end(self, output: Any, batch: Any, batch_idx: int) -> None:
         self.hooks.call("on_batch_end")
+
+
+def _module_defines(module: Any, hook: str, base: type) -> bool:
+    """Whether ``module`` defines ``hook``, as Lightning's ``is_overridden`` tells: its class
+    overrides ``base``'s, or the program set a function on the instance; a hook set to None on the
+    instance (Lightning's own way of switching a step off, ``model.validation_step = None``)
+    defines nothing. An object that is not a ``base`` defines what it has."""
+    if getattr(module, hook, None) is None:
+        return False
+    if not isinstance(module, base) or hook in vars(module):
+        return True
+    return overrides(module, hook, base)

@@ -13,6 +13,8 @@ from typing import Any
 from trainmesh.module import Module
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.model_helpers import is_overridden
+from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.warnings import PossibleUserWarning
 
 # stage -> the methods it calls, each with what it is for (the sentence's second half)
 _REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
@@ -27,6 +29,8 @@ _REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
 
 def refuse_missing_steps(model: Any, stage: str) -> None:
     """Raise :class:`MisconfigurationException` when ``model`` lacks a method ``stage`` calls."""
+    if stage == "predict":
+        _refuse_unpredictable(model)
     for name, purpose in _REQUIRED.get(stage, ()):
         if not is_overridden(name, model, parent=Module):  # Lightning's test, on trainmesh's placeholders
             needs = " and ".join(f"{method}()" for method, _ in _REQUIRED[stage])
@@ -34,3 +38,32 @@ def refuse_missing_steps(model: Any, stage: str) -> None:
                 f"{type(model).__name__} defines no {name}(), so trainer.{stage}() cannot run ({purpose}); "
                 f"{stage} needs {needs} on the module"
             )
+
+
+def warn_unpaired_validation(model: Any, has_val_loader: bool) -> None:
+    """Lightning's two warnings at the start of a fit whose validation cannot run: loaders without
+    ``validation_step``, or ``validation_step`` without loaders (the fit then skips validation)."""
+    has_val_step = is_overridden("validation_step", model, parent=Module)
+    if has_val_loader and not has_val_step:
+        rank_zero_warn("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
+    if has_val_step and not has_val_loader:
+        rank_zero_warn(
+            "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.",
+            category=PossibleUserWarning,
+        )
+
+
+def _refuse_unpredictable(model: Any) -> None:
+    # Lightning's rule: predict_step need not be overridden (the base one calls forward), but set to None
+    # on the instance it switches prediction off, and without it forward must exist.
+    name = type(model).__name__
+    if getattr(model, "predict_step", None) is None:
+        raise MisconfigurationException(
+            f"{name}.predict_step is None, so trainer.predict() has no step to run; "
+            "define predict_step(batch, batch_idx) or leave the base class's (it calls forward)"
+        )
+    if not is_overridden("predict_step", model, parent=Module) and not is_overridden("forward", model, parent=Module):
+        raise MisconfigurationException(
+            f"{name} defines neither predict_step(batch, batch_idx) nor forward(), so trainer.predict() has "
+            "nothing to run; define one of them"
+        )
