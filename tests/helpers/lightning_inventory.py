@@ -18,6 +18,7 @@ import functools
 import importlib
 import inspect
 import json
+import pkgutil
 import re
 import sys
 from collections.abc import Iterator
@@ -126,12 +127,29 @@ def _instance_names(trainer_class: type) -> set[str]:
     return {n for n in vars(trainer) if not n.startswith("_")}
 
 
+@functools.cache
+def public_modules(root: str) -> tuple[str, ...]:
+    """Every public module path under ``root`` (no part starting with "_"), found by walking the
+    installed package: a program may import from any of them (``lightning.pytorch.core.optimizer``,
+    ``callbacks.callback``), so each is looked up, not only the packages listed above. Only for
+    Lightning 2.x: 1.9.5's names were recorded with the lists above."""
+    if root != "lightning.pytorch":
+        return ()
+    package = importlib.import_module(root)
+    found = []
+    for info in pkgutil.walk_packages(package.__path__, f"{root}.", onerror=lambda name: None):
+        path = info.name.removeprefix(f"{root}.")
+        if not any(part.startswith("_") for part in path.split(".")) and path not in PACKAGES + MODULES:
+            found.append(path)
+    return tuple(sorted(found))
+
+
 def lightning_names(root: str = "lightning.pytorch") -> Iterator[tuple[str, str]]:
     """(area, name) for every public name of the installed Lightning (2.x, or 1.x as `pytorch_lightning`)."""
     import torch
 
     L = importlib.import_module(root)
-    for path in PACKAGES + MODULES:
+    for path in PACKAGES + MODULES + public_modules(root):
         area = root + (f".{path}" if path else "") + "."
         for name in _module_names(root, path):
             yield area, name

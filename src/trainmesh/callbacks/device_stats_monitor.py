@@ -15,29 +15,9 @@ from typing import Any
 
 import torch
 
+from trainmesh.accelerators.cpu import _psutil_available, get_cpu_stats
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
-
-
-def _psutil_available() -> bool:
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def get_cpu_stats() -> dict[str, float]:
-    """Lightning's CPU accelerator's device statistics, from ``psutil``."""
-    if not _psutil_available():
-        raise ModuleNotFoundError("Fetching CPU device stats requires `psutil` to be installed.")
-    import psutil
-
-    return {
-        "cpu_vm_percent": psutil.virtual_memory().percent,
-        "cpu_percent": psutil.cpu_percent(),
-        "cpu_swap_percent": psutil.swap_memory().percent,
-    }
 
 
 def get_device_stats(device: torch.device) -> dict[str, Any]:

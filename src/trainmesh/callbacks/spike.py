@@ -24,6 +24,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.refusal import refused_class
 
 
 class TrainingSpikeException(RuntimeError):
@@ -144,3 +145,10 @@ def _any_rank(trainer: TrainerView, decision: bool) -> bool:
     if trainer.world_size == 1:
         return decision
     return bool(trainer.runtime.all_reduce(torch.tensor(float(decision), device=trainer.runtime.device), "max") > 0)
+
+
+FabricSpikeDetection = refused_class(
+    "FabricSpikeDetection",
+    "Lightning Fabric's spike detection, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.callbacks.SpikeDetection",
+    module=__name__,
+)

@@ -18,6 +18,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.enums import LightningEnum
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 _INTERVALS = ("step", "epoch")
@@ -37,6 +38,13 @@ def _seconds(duration: str | timedelta | dict[str, int] | None) -> float | None:
     elif isinstance(duration, dict):
         duration = timedelta(**duration)
     return duration.total_seconds() if duration is not None else None
+
+
+class Interval(LightningEnum):
+    """Where ``Timer`` checks the time: at each training batch's end, or each epoch's."""
+
+    step = "step"
+    epoch = "epoch"
 
 
 class Timer(Callback):

@@ -5,12 +5,14 @@ page), so the port imports the same names from here."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
+from trainmesh.utilities.refusal import refused_class
 
-__all__ = ["DummyExperiment", "DummyLogger", "Logger", "rank_zero_experiment"]
+__all__ = ["DummyExperiment", "DummyLogger", "FabricLogger", "Logger", "merge_dicts", "rank_zero_experiment"]
 
 
 def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -75,3 +77,41 @@ class DummyLogger(Logger):
             return None
 
         return method
+
+
+def merge_dicts(
+    dicts: Sequence[Mapping[str, Any]],
+    agg_key_funcs: Mapping[str, Any] | None = None,
+    default_func: Callable[[Sequence[float]], float] = statistics.mean,
+) -> dict[str, Any]:
+    """One dictionary from several: each key's values (None left out) aggregated by its function in
+    ``agg_key_funcs`` or by ``default_func``; nested dictionaries merged the same way, with the
+    nested mapping of ``agg_key_funcs`` (Lightning's ``loggers.logger.merge_dicts``).
+
+    Args:
+        dicts: the dictionaries to merge.
+        agg_key_funcs: key -> function of the list of that key's values (a mapping for a nested key).
+        default_func: the function for keys ``agg_key_funcs`` does not name (the mean by default).
+
+    Examples:
+        >>> merge_dicts([{"a": 1.0, "b": {"c": 2}}, {"a": 3.0, "b": {"c": 4}}], {"b": {"c": max}})
+        {'a': 2.0, 'b': {'c': 4}}
+    """
+    agg_key_funcs = agg_key_funcs or {}
+    keys = set().union(*(d.keys() for d in dicts))
+    merged: dict[str, Any] = {}
+    for key in keys:
+        function = agg_key_funcs.get(key)
+        values = [d[key] for d in dicts if d.get(key) is not None]
+        if isinstance(values[0], dict):
+            merged[key] = merge_dicts(values, function, default_func)
+        else:
+            merged[key] = (function or default_func)(values)
+    return merged
+
+
+FabricLogger = refused_class(
+    "FabricLogger",
+    "Lightning Fabric's logger base class, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.Logger",
+    module=__name__,
+)

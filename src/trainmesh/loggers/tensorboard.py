@@ -28,6 +28,7 @@ from trainmesh.loggers.csv_logger import (
 )
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.install_hints import install_hint
+from trainmesh.utilities.refusal import refused_class
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -260,3 +261,10 @@ class TensorBoardLogger(Logger):
         state = self.__dict__.copy()
         state["_writer"] = None
         return state
+
+
+FabricTensorBoardLogger = refused_class(
+    "FabricTensorBoardLogger",
+    "Lightning Fabric's TensorBoard logger, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.TensorBoardLogger",
+    module=__name__,
+)

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.plugins.precision import DoublePrecision, FSDPPrecision, MixedPrecision, Precision
+# Lightning 1.x's precision plugin names that 2.x's plugins.precision still holds are defined there.
+from trainmesh.plugins.precision import (  # noqa: F401  # this module's 1.x names, re-exported
+    DeepSpeedPrecisionPlugin,
+    DoublePrecisionPlugin,
+    FSDPPrecision,
+    MixedPrecisionPlugin,
+    PrecisionPlugin,
+    mixed_precision_of,
+)
 from trainmesh.strategies.registry import STRATEGIES
 from trainmesh.utilities.refusal import refused_class, renamed_class
 
@@ -33,10 +41,6 @@ def _named(name: str, **fixed: Any) -> Callable[..., Any]:
         return STRATEGIES[name](*args, **{**fixed, **kwargs})
 
     return make
-
-
-def _mixed(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> MixedPrecision:
-    return MixedPrecision("bf16-mixed" if str(precision).startswith("bf16") else "16-mixed", device, scaler)
 
 
 def _fsdp_mixed(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> FSDPPrecision:
@@ -64,12 +68,11 @@ DDPSpawnShardedPlugin = _today(
 DDPFullyShardedPlugin = _today("DDPFullyShardedPlugin", "strategy='fsdp' (FSDPStrategy)", _named("fsdp"))
 
 # Precision plugins (Lightning 1.x's names of 2.x's).
-PrecisionPlugin = _today("PrecisionPlugin", "Precision() (or precision='32-true')", Precision)
-DoublePrecisionPlugin = _today("DoublePrecisionPlugin", "DoublePrecision() (or precision='64-true')", DoublePrecision)
-MixedPrecisionPlugin = _today("MixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", _mixed)
-NativeMixedPrecisionPlugin = _today("NativeMixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", _mixed)
+NativeMixedPrecisionPlugin = _today(
+    "NativeMixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", mixed_precision_of
+)
 ShardedNativeMixedPrecisionPlugin = _today(
-    "ShardedNativeMixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", _mixed
+    "ShardedNativeMixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", mixed_precision_of
 )
 FullyShardedNativeMixedPrecisionPlugin = _today(
     "FullyShardedNativeMixedPrecisionPlugin", "FSDPPrecision('16-mixed')", _fsdp_mixed
@@ -95,7 +98,6 @@ SingleTPUPlugin = _refused("SingleTPUPlugin", f"TPUs (torch_xla) are not support
 IPUPlugin = _refused("IPUPlugin", f"Graphcore IPUs are not supported; {_INSTEAD}")
 ApexMixedPrecisionPlugin = _refused("ApexMixedPrecisionPlugin", f"NVIDIA Apex's AMP is not supported; {_INSTEAD}")
 ColossalAIPrecisionPlugin = _refused("ColossalAIPrecisionPlugin", f"ColossalAI is not supported; {_INSTEAD}")
-DeepSpeedPrecisionPlugin = _refused("DeepSpeedPrecisionPlugin", f"trainmesh has no DeepSpeed strategy; {_INSTEAD}")
 HPUPrecisionPlugin = _refused("HPUPrecisionPlugin", f"Habana HPUs are not supported; {_INSTEAD}")
 IPUPrecisionPlugin = _refused("IPUPrecisionPlugin", f"Graphcore IPUs are not supported; {_INSTEAD}")
 TPUPrecisionPlugin = _refused("TPUPrecisionPlugin", f"TPUs (torch_xla) are not supported; {_INSTEAD}")

@@ -18,6 +18,7 @@ from torch import nn
 
 from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
+from trainmesh.plugins.precision import FSDPPrecision  # noqa: F401  # Lightning's module path holds it too
 from trainmesh.precision import Precision
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import lightning_arguments

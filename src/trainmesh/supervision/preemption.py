@@ -35,6 +35,7 @@ from trainmesh.launchers import exit_status
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import requeue_slurm_job
 from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
+from trainmesh.utilities.exceptions import SIGTERMException
 
 if TYPE_CHECKING:
     from trainmesh.supervision.stop_agreement import StopAgreement
@@ -43,7 +44,7 @@ PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
-class Preempted(SystemExit):
+class Preempted(SIGTERMException):
     """Raised on every process after a preemption checkpoint is saved: the program exits with
     status 75 (``exit_status.PREEMPTED``) unless the script catches it."""
 

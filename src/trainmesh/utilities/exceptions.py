@@ -9,3 +9,9 @@ from __future__ import annotations
 
 class MisconfigurationException(Exception):
     """A Trainer's settings or a module's definition that cannot run, found before the run starts."""
+
+
+class SIGTERMException(SystemExit):
+    """Lightning's exception for a run ended by SIGTERM: a ``SystemExit``. trainmesh's own end of a
+    run on a stop signal (``supervision.preemption.Preempted``, exit status 75 after its checkpoint
+    is saved) is one, so a program that catches this catches that too."""

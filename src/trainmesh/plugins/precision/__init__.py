@@ -79,3 +79,53 @@ DeepSpeedPrecision = _refused(
     "DeepSpeedPrecision", f"trainmesh has no DeepSpeed strategy (use strategy='fsdp' or 'zero1'); {_ONE_SETTING}"
 )
 XLAPrecision = _refused("XLAPrecision", f"TPUs (torch_xla) are not supported by trainmesh; {_ONE_SETTING}")
+
+# Lightning 1.x's and 2.0/2.1's names of these classes (2.6 keeps them, warning): each makes today's class.
+
+
+def mixed_precision_of(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> MixedPrecision:
+    """Lightning 1.x's mixed precision arguments (16 or "bf16", device, scaler) as 2.x's ``MixedPrecision``."""
+    return MixedPrecision("bf16-mixed" if str(precision).startswith("bf16") else "16-mixed", device, scaler)
+
+
+from trainmesh.utilities.refusal import renamed_class  # noqa: E402
+
+PrecisionPlugin = renamed_class("PrecisionPlugin", "Precision() (or precision='32-true')", Precision, module=__name__)
+DoublePrecisionPlugin = renamed_class(
+    "DoublePrecisionPlugin", "DoublePrecision() (or precision='64-true')", DoublePrecision, module=__name__
+)
+MixedPrecisionPlugin = renamed_class(
+    "MixedPrecisionPlugin", "MixedPrecision('16-mixed', device)", mixed_precision_of, module=__name__
+)
+DeepSpeedPrecisionPlugin = _refused("DeepSpeedPrecisionPlugin", DeepSpeedPrecision.__refused__)  # type: ignore[attr-defined]
+FSDPPrecisionPlugin = renamed_class("FSDPPrecisionPlugin", "FSDPPrecision", FSDPPrecision, module=__name__)
+FSDPMixedPrecisionPlugin = renamed_class("FSDPMixedPrecisionPlugin", "FSDPPrecision", FSDPPrecision, module=__name__)
+HalfPrecisionPlugin = renamed_class("HalfPrecisionPlugin", "HalfPrecision", HalfPrecision, module=__name__)
+BitsandbytesPrecisionPlugin = _refused("BitsandbytesPrecisionPlugin", BitsandbytesPrecision.__refused__)  # type: ignore[attr-defined]
+TransformerEnginePrecisionPlugin = _refused(
+    "TransformerEnginePrecisionPlugin",
+    TransformerEnginePrecision.__refused__,  # type: ignore[attr-defined]
+)
+XLAPrecisionPlugin = _refused("XLAPrecisionPlugin", XLAPrecision.__refused__)  # type: ignore[attr-defined]
+
+__all__ = [
+    "BitsandbytesPrecision",
+    "BitsandbytesPrecisionPlugin",
+    "DeepSpeedPrecision",
+    "DeepSpeedPrecisionPlugin",
+    "DoublePrecision",
+    "DoublePrecisionPlugin",
+    "FSDPMixedPrecisionPlugin",
+    "FSDPPrecision",
+    "FSDPPrecisionPlugin",
+    "HalfPrecision",
+    "HalfPrecisionPlugin",
+    "MixedPrecision",
+    "MixedPrecisionPlugin",
+    "Precision",
+    "PrecisionPlugin",
+    "TransformerEnginePrecision",
+    "TransformerEnginePrecisionPlugin",
+    "XLAPrecision",
+    "XLAPrecisionPlugin",
+]

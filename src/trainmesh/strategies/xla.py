@@ -1,0 +1,15 @@
+"""Lightning's ``lightning.pytorch.strategies.xla`` path: ``XLAStrategy`` and the XLA plugins it
+imports, each refused (TPUs need torch_xla, which trainmesh does not run on)."""
+
+from trainmesh.plugins.environments import XLAEnvironment
+from trainmesh.plugins.io import XLACheckpointIO
+from trainmesh.plugins.precision import XLAPrecision
+from trainmesh.utilities.refusal import refused_class
+
+XLAStrategy = refused_class(
+    "XLAStrategy",
+    "TPUs (torch_xla) are not supported by trainmesh; use strategy='ddp', 'fsdp', 'zero1' or ModelParallelStrategy (CPU and CUDA)",
+    module=__name__,
+)
+
+__all__ = ["XLACheckpointIO", "XLAEnvironment", "XLAPrecision", "XLAStrategy"]
