@@ -113,7 +113,11 @@ COVERED_BY: dict[str, list[str]] = {
         "trainer/test_reseed.py",
     ],
     "loops/optimization/optimizer_loop.py": ["loops/test_optimizer_loop.py"],
-    "utilities/model_summary.py": ["callbacks/test_model_summary.py", "callbacks/test_model_summary_as_lightning.py"],
+    "utilities/model_summary/table.py": [
+        "callbacks/test_model_summary.py",
+        "callbacks/test_model_summary_as_lightning.py",
+    ],
+    "utilities/model_summary/lightning_summary.py": ["test_lightning_module_paths.py"],
     "checkpoint/verifying_reader.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "accelerators/__init__.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],
     # Lightning's module paths below its packages: the same objects, their functions against Lightning's

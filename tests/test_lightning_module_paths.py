@@ -202,3 +202,71 @@ def test_names_that_cannot_run_here_refuse_with_their_reason(path, name):
     refused = getattr(importlib.import_module(f"trainmesh.{path}"), name)
     with pytest.raises(RefusedError, match=re.escape(refusal_of(refused))):
         refused()
+
+
+def _summary_model(base):
+    class Net(base):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Linear(4, 300)
+            self.norm = torch.nn.BatchNorm1d(300)
+            self.head = torch.nn.Sequential(torch.nn.Linear(300, 2))
+            self.example_input_array = torch.zeros(3, 4)
+
+        def forward(self, x):
+            return self.head(self.norm(self.encoder(x)))
+
+    torch.manual_seed(0)
+    net = Net()
+    net.norm.eval()
+    net.encoder.weight.requires_grad_(False)
+    return net
+
+
+@pytest.mark.parametrize("max_depth", [0, 1, -1])
+def test_model_summary_object_answers_as_lightning_s(max_depth):
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.model_summary import ModelSummary as Theirs
+
+    import trainmesh as tm
+    from trainmesh.utilities.model_summary.model_summary import ModelSummary as Ours
+
+    theirs = Theirs(_summary_model(pl.LightningModule), max_depth=max_depth)
+    ours = Ours(_summary_model(tm.Module), max_depth=max_depth)
+    for name in (
+        "layer_names",
+        "layer_types",
+        "param_nums",
+        "training_modes",
+        "total_training_modes",
+        "total_parameters",
+        "trainable_parameters",
+        "total_layer_params",
+        "in_sizes",
+        "out_sizes",
+    ):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.model_size == pytest.approx(theirs.model_size)
+    assert str(ours) == str(theirs)
+
+
+def test_summary_formatters_answer_as_lightning_s():
+    import lightning.pytorch.utilities.model_summary as theirs
+
+    import trainmesh.utilities.model_summary as ours
+
+    for number in (0, 7, 999, 1_000, 1_290, 99_999, 100_000, 2_100_000, 1_200_000_000, 5 * 10**15):
+        assert ours.get_human_readable_count(number) == theirs.get_human_readable_count(number)
+    assert ours.get_formatted_model_size(1234.56789) == theirs.get_formatted_model_size(1234.56789)
+    batch = [torch.zeros(2, 3), (torch.zeros(4), "x")]
+    assert ours.parse_batch_shape(batch) == theirs.parse_batch_shape(batch)
+    net = torch.nn.Linear(3, 2)
+    mine, theirs_layer = ours.LayerSummary(net), theirs.LayerSummary(net)
+    net(torch.zeros(5, 3))
+    assert (mine.in_size, mine.out_size, mine.num_parameters, mine.layer_type, mine.training) == (
+        theirs_layer.in_size,
+        theirs_layer.out_size,
+        theirs_layer.num_parameters,
+        theirs_layer.layer_type,
+        theirs_layer.training,
+    )

@@ -7,6 +7,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.model_summary import ModelSummary as Summary  # Lightning's module imports it so
 from trainmesh.utilities.model_summary import (
     SummaryRow,
     SummaryTable,
@@ -18,6 +19,7 @@ from trainmesh.utilities.model_summary import (
 __all__ = [
     "ModelSummary",
     "RichModelSummary",
+    "Summary",
     "SummaryRow",
     "SummaryTable",
     "format_summary",

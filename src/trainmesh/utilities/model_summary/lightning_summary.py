@@ -1,0 +1,162 @@
+"""Lightning's summary objects over trainmesh's table: ``ModelSummary(model, max_depth)`` (what
+Lightning's ``summarize`` returns; its columns as lists, its totals, ``str()`` the printed table),
+``LayerSummary`` (one layer's sizes from its first forward) and the number formatters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainmesh.utilities.model_summary.table import (
+    SummaryTable,
+    _cell_count,
+    _count_params,
+    _Sizes,
+    batch_shape,
+    summarize,
+)
+
+__all__ = ["LayerSummary", "ModelSummary", "get_formatted_model_size", "get_human_readable_count", "parse_batch_shape"]
+
+
+def get_human_readable_count(number: int) -> str:
+    """A count with Lightning's units (" ", K, M, B, T): ``"999  "``, ``"1.3 K"``, ``"100 K"``.
+
+    Examples:
+        >>> get_human_readable_count(1290), get_human_readable_count(12)
+        ('1.3 K', '12  ')
+    """
+    return _cell_count(number)
+
+
+def get_formatted_model_size(total_model_size: float) -> str:
+    """A size in MB with three decimals and thousands separators, as the summary prints it.
+
+    Examples:
+        >>> get_formatted_model_size(1234.56789)
+        '1,234.568'
+    """
+    return f"{total_model_size:,.3f}"
+
+
+def parse_batch_shape(batch: Any) -> Any:
+    """A tensor's shape as a list, nested for lists and tuples; ``"?"`` for anything else.
+
+    Examples:
+        >>> parse_batch_shape([torch.zeros(2, 3), (torch.zeros(4),)])
+        [[2, 3], [[4]]]
+    """
+    return batch_shape(batch)
+
+
+class LayerSummary(_Sizes):
+    """One layer: the sizes it took and gave in its first forward after this was made (``"?"``
+    until then), its class name, parameter count and training mode.
+
+    Args:
+        module: the layer.
+
+    Examples:
+        >>> layer = LayerSummary(torch.nn.Linear(3, 2)); _ = layer._module(torch.zeros(5, 3))
+        >>> layer.in_size, layer.out_size, layer.num_parameters, layer.layer_type
+        ([5, 3], [5, 2], 8, 'Linear')
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__(module)
+        self._module = module
+
+    def detach_hook(self) -> None:
+        """Stop recording sizes (the hook removes itself after the first forward anyway)."""
+        self.detach()
+
+    @property
+    def layer_type(self) -> str:
+        return type(self._module).__name__
+
+    @property
+    def num_parameters(self) -> int:
+        return _count_params(self._module)
+
+    @property
+    def training(self) -> bool:
+        return self._module.training
+
+
+class ModelSummary:
+    """Lightning's summary of a module's layers down to ``max_depth`` (1: its children; -1: every
+    layer; 0: the totals only); ``str()`` is the table Lightning prints.
+
+    Args:
+        model: the module.
+        max_depth: how deep to list layers.
+
+    Examples:
+        >>> summary = ModelSummary(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()))
+        >>> summary.layer_names, summary.param_nums, summary.total_parameters
+        (['0', '1'], [15, 0], 15)
+    """
+
+    def __init__(self, model: torch.nn.Module, max_depth: int = 1) -> None:
+        self._model = model
+        self._max_depth = max_depth
+        self._table: SummaryTable = summarize(model, max_depth)
+
+    @property
+    def max_depth(self) -> int:
+        return self._max_depth
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [row.name for row in self._table.rows]
+
+    @property
+    def layer_types(self) -> list[str]:
+        return [row.type_name for row in self._table.rows]
+
+    @property
+    def in_sizes(self) -> list[Any]:
+        return self._table.in_sizes
+
+    @property
+    def out_sizes(self) -> list[Any]:
+        return self._table.out_sizes
+
+    @property
+    def param_nums(self) -> list[int]:
+        return [row.params for row in self._table.rows]
+
+    @property
+    def training_modes(self) -> list[bool]:
+        return [row.training for row in self._table.rows]
+
+    @property
+    def total_training_modes(self) -> dict[str, int]:
+        return {"train": self._table.train_modules, "eval": self._table.eval_modules}
+
+    @property
+    def total_parameters(self) -> int:
+        return self._table.total
+
+    @property
+    def trainable_parameters(self) -> int:
+        return self._table.trainable
+
+    @property
+    def total_layer_params(self) -> int:
+        return sum(self.param_nums)
+
+    @property
+    def model_size(self) -> float:
+        return self._table.size_mb
+
+    @property
+    def total_flops(self) -> int:
+        return self._table.total_flops
+
+    def __str__(self) -> str:
+        return str(self._table)
+
+    def __repr__(self) -> str:
+        return str(self)
