@@ -82,6 +82,10 @@ class _CompiledByUser:
         found = self._by_id.get(id(module))
         return found[1] if found is not None and found[0]() is module else None
 
+    def drop(self, module: nn.Module) -> None:
+        if self.of(module) is not None:
+            del self._by_id[id(module)]
+
 
 # Where a module the user compiled has its compile settings once unwrapped: the strategy that
 # places it compiles it with them.
@@ -204,3 +208,38 @@ def refuse_compile(options: dict[str, Any] | None, strategy: str, *, instead: st
             "with it, or compile with strategy='single', 'ddp' or 'fsdp'",
             reason=instead,
         )
+
+
+def from_compiled_module(compiled: Any, base: type) -> Any:
+    """The module inside ``torch.compile(module, ...)``, recorded as compiled with those settings so
+    that the strategy placing it compiles it in place (Lightning's ``from_compiled``, without writing
+    onto the module). ``compiled`` must wrap a ``base`` (the trainmesh Module)."""
+    if not _compiled_by_torch(compiled):
+        raise ValueError(f"`model` is required to be a `OptimizedModule`. Found a `{type(compiled).__name__}` instead.")
+    inner = compiled._orig_mod
+    if not (isinstance(inner, base) and isinstance(inner, nn.Module)):
+        raise ValueError(
+            f"`model` is expected to be a compiled LightningModule. Found a `{type(inner).__name__}` instead"
+        )
+    _COMPILED_BY_USER.record(inner, CompiledByUser(compiled.dynamo_ctx))
+    return inner
+
+
+def to_uncompiled_module(model: Any, base: type) -> Any:
+    """The module without compilation: inside ``torch.compile(module)``, or one ``from_compiled_module``
+    returned, whose record is dropped (Lightning's ``to_uncompiled``)."""
+    if _compiled_by_torch(model):
+        inner = model._orig_mod
+        if not isinstance(inner, base):
+            raise TypeError(
+                f"Unexpected error, the wrapped model should be a LightningModule, found {type(model).__name__}"
+            )
+        return inner
+    if isinstance(model, base) and isinstance(model, nn.Module):
+        if _COMPILED_BY_USER.of(model) is None:
+            raise ValueError(
+                "`model` is required to be a compiled LightningModule. Found a non-compiled LightningModule instead."
+            )
+        _COMPILED_BY_USER.drop(model)
+        return model
+    raise ValueError("`model` must either be an instance of OptimizedModule or LightningModule")

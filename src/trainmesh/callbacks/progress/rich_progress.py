@@ -10,8 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainmesh.callbacks.progress import RichProgressBar
+from trainmesh.utilities.refusal import refused_class
 
-__all__ = ["RichProgressBar", "RichProgressBarTheme"]
+__all__ = [
+    "BatchesProcessedColumn",
+    "CustomBarColumn",
+    "CustomInfiniteTask",
+    "CustomProgress",
+    "CustomTimeColumn",
+    "MetricsTextColumn",
+    "ProcessingSpeedColumn",
+    "RichProgressBar",
+    "RichProgressBarTheme",
+]
 
 
 @dataclass
@@ -46,3 +57,19 @@ class RichProgressBarTheme:
     metrics: Any = "italic"
     metrics_text_delimiter: str = " "
     metrics_format: str = ".3f"
+
+
+# The rich columns and progress object Lightning's bar builds itself from: trainmesh's bar draws its
+# own, so a program subclassing these has nothing to plug them into.
+_COLUMNS = (
+    "one of the rich columns Lightning's RichProgressBar draws itself with; trainmesh's RichProgressBar "
+    "draws its own line: style it with RichProgressBar(theme=RichProgressBarTheme(...)), or write a "
+    "ProgressBar subclass of your own"
+)
+BatchesProcessedColumn = refused_class("BatchesProcessedColumn", _COLUMNS, module=__name__)
+CustomBarColumn = refused_class("CustomBarColumn", _COLUMNS, module=__name__)
+CustomInfiniteTask = refused_class("CustomInfiniteTask", _COLUMNS, module=__name__)
+CustomProgress = refused_class("CustomProgress", _COLUMNS, module=__name__)
+CustomTimeColumn = refused_class("CustomTimeColumn", _COLUMNS, module=__name__)
+MetricsTextColumn = refused_class("MetricsTextColumn", _COLUMNS, module=__name__)
+ProcessingSpeedColumn = refused_class("ProcessingSpeedColumn", _COLUMNS, module=__name__)
