@@ -270,7 +270,11 @@ COVERED_BY: dict[str, list[str]] = {
         "trainer/test_scheduler_strict.py",
     ],
     "trainer/publishing.py": ["trainer/test_log_values.py"],
-    "trainer/results.py": ["trainer/test_log_values.py", "trainer/test_fit_loop.py"],
+    "trainer/results.py": [
+        "trainer/test_log_values.py",
+        "trainer/test_fit_loop.py",
+        "trainer/test_differential_epoch_means.py",
+    ],
     "loggers/csv_logs.py": ["trainer/test_differential_programs_hydra.py"],
     "trainer/results_table.py": ["trainer/test_differential_programs_hydra.py", "test_seed_isolation.py"],
     "trainer/settings.py": ["trainer/test_bad_input.py"],
