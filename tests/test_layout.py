@@ -252,7 +252,10 @@ COVERED_BY: dict[str, list[str]] = {
     "supervision/stop_agreement.py": ["launchers/test_preemption.py"],
     "supervision/watchdog.py": ["trainer/test_watchdog.py"],
     "trainer/batch_counts.py": ["trainer/test_fit_loop.py"],
-    "trainer/combined_loaders.py": ["utilities/test_combined_loader.py"],
+    "trainer/combined_loaders.py": [
+        "utilities/test_combined_loader.py",
+        "trainer/test_differential_combined_loaders.py",
+    ],
     "trainer/prediction_loop.py": ["callbacks/test_prediction_writer.py"],
     "tuner/tuning.py": ["tuner/test_lr_finder.py"],
     "trainer/data_source.py": [
