@@ -143,7 +143,7 @@ COVERED_BY: dict[str, list[str]] = {
     "cli/main.py": ["cli/test_cli.py", "cli/test_cli_processes.py"],
     "cli/save_config.py": ["cli/test_lightning_cli.py"],
     "cli/trainer_arguments.py": ["cli/test_lightning_cli_differential.py"],
-    "cli/lightning_paths.py": ["cli/test_lightning_cli_differential.py"],
+    "cli/lightning_paths.py": ["cli/test_lightning_cli_differential.py", "cli/test_lightning_cli_configs.py"],
     "datamodule.py": ["trainer/test_lightning_api.py", "data/test_digits.py", "test_module_utilities.py"],
     "demo.py": ["cli/test_cli.py"],
     "callbacks/checkpoint.py": ["callbacks/test_lightning_callbacks.py"],
