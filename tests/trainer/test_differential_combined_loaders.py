@@ -2,7 +2,7 @@
 test and predict loader, under Lightning 2.6 and under trainmesh: the batches each step reads
 (with ``batch_idx`` and ``dataloader_idx``), the ``dataloader_idx`` the callbacks' batch hooks get,
 ``trainer.num_*_batches``, the keys logged (``/dataloader_idx_N``), what the call returns, and the
-error where Lightning refuses the mode (the error's type; fit's sequential refusal words differ).
+error where Lightning refuses the mode (its type and words).
 
 Lightning counts an evaluation's batches per inner loader whatever the mode
 (``num_val_batches == [2, 3]`` while ``max_size_cycle`` reads 3 combined batches); trainmesh
@@ -129,7 +129,7 @@ def run(name: str, stage: str, mode: str, kind: str, root, **settings) -> dict[s
                 found["returned"] = getattr(trainer, stage)(model, combined, verbose=False)
                 found["num"] = trainer.num_val_batches if stage == "validate" else trainer.num_test_batches
     except ValueError as error:
-        found["error"] = type(error).__name__
+        found["error"] = f"{type(error).__name__}: {error}"
     found.update(seen=model.seen, calls=hooks.calls, keys=sorted(trainer.callback_metrics))
     return found
 

@@ -31,8 +31,8 @@ def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
     if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(
-            f'fit does not support the `CombinedLoader(mode="sequential")` mode (nor does Lightning\'s). '
-            f"The available modes are: {modes}"
+            # Lightning's words (its _FitLoop.setup_data), so that a program matching them still does
+            f'`_FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: {modes}'
         )
     return loader
 
