@@ -90,3 +90,53 @@ def test_what_lightning_lists(tmp_path):
     ]
     assert callback_names("lightning", "lr_finder", tmp_path)[0] == "LearningRateFinder"
     assert callback_names("lightning", "bar_given_disabled", tmp_path) == "MisconfigurationException"
+
+
+def callbacks_after_fit(framework: str, root: Path) -> list[str]:
+    """``configure_callbacks`` returning a summary, an early stopping and a finder: Lightning's
+    ``_attach_model_callbacks`` replaces the Trainer's of those classes and reorders the list."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    if framework == "lightning":
+        import lightning.pytorch as pl
+        from lightning.pytorch import callbacks
+    else:
+        import trainmesh as pl
+        from trainmesh import callbacks
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def configure_callbacks(self):
+            return [callbacks.ModelSummary(max_depth=2), callbacks.EarlyStopping("x"), callbacks.LearningRateFinder()]
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        max_steps=1,
+        callbacks=[callbacks.EarlyStopping("y"), callbacks.LearningRateMonitor()],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            trainer.fit(Model(), DataLoader(torch.ones(4, 1), batch_size=2))
+        except Exception:  # noqa: BLE001, S110  the finder's search may refuse this tiny run: the list is set before
+            pass
+    return [type(callback).__name__ for callback in trainer.callbacks]
+
+
+def test_the_model_s_callbacks_join_in_lightning_s_order(tmp_path):
+    theirs = callbacks_after_fit("lightning", tmp_path / "lightning")
+    assert callbacks_after_fit("trainmesh", tmp_path / "trainmesh") == theirs
