@@ -13,6 +13,7 @@ L = pytest.importorskip("lightning.pytorch")
 import trainmesh as tm  # noqa: E402
 from trainmesh.callbacks import Checkpoint, LambdaCallback, ModelCheckpoint, OnExceptionCheckpoint  # noqa: E402
 from trainmesh.callbacks.base import HOOK_NAMES  # noqa: E402
+from trainmesh.utilities.exceptions import MisconfigurationException  # noqa: E402
 
 
 def _model_class(base, fail_at=None):
@@ -94,7 +95,7 @@ def test_a_checkpoint_callback_stands_instead_of_the_default_model_checkpoint(tm
     assert not any(isinstance(cb, ModelCheckpoint) for cb in ours.callbacks)
     assert not any(isinstance(cb, L.callbacks.ModelCheckpoint) for cb in theirs.callbacks)
     assert isinstance(ours.callbacks[-1], Own)
-    with pytest.raises(ValueError, match="enable_checkpointing=False"):
+    with pytest.raises(MisconfigurationException, match="enable_checkpointing=False"):  # Lightning's exception
         tm.Trainer(**_settings(tmp_path, enable_checkpointing=False), callbacks=[OnExceptionCheckpoint(tmp_path)])
 
 

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
+from trainmesh.callbacks import ThroughputMonitor
 from trainmesh.callbacks.progress import ProgressBar, format_metrics
 
 
@@ -21,6 +22,8 @@ def make_trainer(**overrides):
         progress_bar_metrics={},
         is_global_zero=True,
         sanity_checking=False,
+        # a monitor given: the bar makes none of its own, which would need a real run (test_throughput.py)
+        callbacks=[ThroughputMonitor(count_flops=False)],
     )
     values.update(overrides)
     return SimpleNamespace(**values)

@@ -185,11 +185,21 @@ def test_a_trainer_with_a_progress_bar_reports_throughput_on_the_bar():
     console = Console(file=io.StringIO(), width=200)
     bar = ProgressBar(console=console)
     trainer = quiet_trainer(max_epochs=1, callbacks=[bar], enable_progress_bar=True, log_every_n_steps=1)
-    names = [type(cb).__name__ for cb in trainer.callbacks]
-    assert names.index("ThroughputMonitor") < names.index("ProgressBar")  # the bar shows fresh figures
+    # the bar owns its monitor: trainer.callbacks lists what Lightning's lists (test_differential_callbacks.py)
+    assert [type(cb).__name__ for cb in trainer.callbacks] == ["ProgressBar"]
     trainer.fit(LinearNet(), linear_loader())
     assert "samples/s=" in console.file.getvalue()
-    assert not any(isinstance(cb, ThroughputMonitor) for cb in quiet_trainer().callbacks), "no bar, no monitor"
+    assert isinstance(bar._meter, ThroughputMonitor) and bar._meter.history, "the bar's monitor measured"
+    assert not bar._meter.to_loggers
+
+
+def test_a_monitor_given_is_the_one_the_bar_shows():
+    console = Console(file=io.StringIO(), width=200)
+    bar, given = ProgressBar(console=console), ThroughputMonitor(count_flops=False)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[bar, given], enable_progress_bar=True, log_every_n_steps=1)
+    trainer.fit(LinearNet(), linear_loader())
+    assert bar._meter is None and given.history  # no second count
+    assert "samples/s=" in console.file.getvalue()
 
 
 @pytest.mark.parametrize("dims", [{"tp": 2, "pp": 1}, {"tp": 1, "pp": 2}, {"tp": 1, "pp": 1}])

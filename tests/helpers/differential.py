@@ -347,8 +347,8 @@ def differences(
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, floats to a relative 1e-6, strings of floats too (an epoch mean: trainmesh sums in
-    float64, Lightning in float32, so the float32 value may differ in its last bit)."""
+    """Equal, floats to a relative 1e-6, strings of floats too (a test that needs the last bit
+    compares the values itself: tests/trainer/test_differential_epoch_means.py)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):

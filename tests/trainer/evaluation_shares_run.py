@@ -33,9 +33,10 @@ def dataset(n: int) -> TensorDataset:
 
 
 class Model(pl.LightningModule):
-    def __init__(self, unsynced: bool = False, batchnorm: bool = False):
+    def __init__(self, unsynced: bool = False, batchnorm: bool = False, means: bool = False):
         super().__init__()
         self.unsynced = unsynced  # also log the loss without sync_dist (Lightning advises sync_dist)
+        self.means = means  # also log a float64 tensor, a number, a sum, with and without sync_dist
         torch.manual_seed(3)
         self.layer = nn.Linear(6, 1)
         # running statistics each rank gathers from its own training share (validated with rank 0's)
@@ -58,7 +59,15 @@ class Model(pl.LightningModule):
             self.log("val_plain", loss)
 
     def test_step(self, batch, batch_idx):
-        self.log("test_loss", self._loss("test", batch), sync_dist=True)
+        loss = self._loss("test", batch)
+        self.log("test_loss", loss, sync_dist=True)
+        if self.means:
+            for synced in (True, False):
+                end = "" if synced else "_local"
+                self.log(f"wide{end}", loss.double() / 3, sync_dist=synced)
+                self.log(f"number{end}", loss.item() / 3, sync_dist=synced)
+                self.log(f"sum{end}", loss, sync_dist=synced, reduce_fx="sum")
+            self.log("local", loss)
 
     def predict_step(self, batch, batch_idx):
         index, x, _ = batch
@@ -80,14 +89,22 @@ CASES = {
     "fit_sanity": dict(call="fit", samples=101, num_sanity_val_steps=2, limit_train_batches=2, max_epochs=1),
     "validate_unsynced": dict(call="validate", samples=100, unsynced=True),  # val_plain: no sync_dist
     "fit_batchnorm": dict(call="fit", samples=64, batchnorm=True, limit_train_batches=2, max_epochs=1),
+    "test_means": dict(call="test", samples=100, means=True),  # epoch means to the bit (uneven batches)
     "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
 }
 
 
 def run(
-    out: Path, case: str, call: str, samples: int, unsynced: bool = False, batchnorm: bool = False, **settings
+    out: Path,
+    case: str,
+    call: str,
+    samples: int,
+    unsynced: bool = False,
+    batchnorm: bool = False,
+    means: bool = False,
+    **settings,
 ) -> None:
-    model = Model(unsynced, batchnorm)
+    model = Model(unsynced, batchnorm, means)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
@@ -108,6 +125,7 @@ def run(
         else:
             record["returned"] = getattr(trainer, call)(model, loader(samples), verbose=False)
     record["callback_metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    record["dtypes"] = {k: str(v.dtype) for k, v in trainer.callback_metrics.items()}
     advice = ("DistributedSampler", "sync_dist=True")
     record["warnings"] = [str(w.message) for w in caught if any(text in str(w.message) for text in advice)]
     record["seen"] = model.seen

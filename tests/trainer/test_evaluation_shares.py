@@ -26,7 +26,16 @@ from helpers.beside_lightning import run_beside_lightning
 from trainmesh.trainer.evaluation_shares import steps_owed
 
 SCRIPT = Path(__file__).resolve().parent / "evaluation_shares_run.py"
-CASES = ["test_100", "validate_101", "validate_limit", "fit_sanity", "fit_batchnorm", "validate_unsynced", "predict_33"]
+CASES = [
+    "test_100",
+    "validate_101",
+    "validate_limit",
+    "fit_sanity",
+    "fit_batchnorm",
+    "validate_unsynced",
+    "test_means",
+    "predict_33",
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +76,18 @@ def test_the_synced_epoch_metric_is_lightning_s(records, case, rank):
         assert [list(m) for m in ours["returned"]] == [list(m) for m in theirs["returned"]]
         for mine, their in zip(ours["returned"], theirs["returned"], strict=True):
             assert mine == pytest.approx(their, rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_epoch_means_are_lightning_s_to_the_bit(records, rank):
+    """Float32, float64, a number and a sum, with and without ``sync_dist``, over each rank's 16, 16,
+    16 and 2 samples: Lightning's float32 arithmetic (trainmesh summed in float64 before, and the
+    values differed in their last bits). The values as ``trainer.test`` returns them and their dtypes."""
+    theirs, ours = _load(records, "lightning", "test_means", rank), _load(records, "trainmesh", "test_means", rank)
+    assert ours["dtypes"] == theirs["dtypes"]
+    assert ours["callback_metrics"] == theirs["callback_metrics"]
+    assert ours["returned"] == theirs["returned"]
 
 
 @pytest.mark.slow

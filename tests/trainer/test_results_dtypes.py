@@ -77,7 +77,14 @@ def test_epoch_and_step_values_have_lightnings_dtypes(tmp_path):
         trainer.logged_metrics["d_step"].dtype == torch.float64
         and trainer.logged_metrics["e_step"].dtype == torch.float32
     )
-    # The epoch mean itself, rounded to float32 (all batches have the same size).
-    expected = torch.stack(module.losses).double().mean()
-    assert trainer.callback_metrics["a"].item() == expected.float().item()
-    assert trainer.callback_metrics["d"].item() == expected.item()
+    # The epoch mean itself in Lightning's arithmetic (_ResultMetric.update/compute): loss * batch
+    # size added into a float32 sum (float64 once a float64 value is added), divided by the count.
+    assert trainer.callback_metrics["a"].item() == _lightning_mean(module.losses).item()
+    assert trainer.callback_metrics["d"].item() == _lightning_mean([loss.double() for loss in module.losses]).item()
+
+
+def _lightning_mean(values: list[torch.Tensor], batch_size: int = 8) -> torch.Tensor:
+    total, count = torch.tensor(0.0), torch.tensor(0)
+    for value in values:
+        total, count = total + value * batch_size, count + batch_size
+    return total / count

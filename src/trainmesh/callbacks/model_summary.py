@@ -60,5 +60,16 @@ class ModelSummary(Callback):
             print(format_summary(table), flush=True)
 
 
-# Lightning's name for its rich summary; it replaces the default summary as ModelSummary does.
-RichModelSummary = ModelSummary
+class RichModelSummary(ModelSummary):
+    """Lightning's name for its rich summary, the Trainer's default where rich is installed (as
+    Lightning's); it prints trainmesh's one table and replaces the default summary as
+    ``ModelSummary`` does.
+
+    Args:
+        max_depth: the depth of submodules listed (0 turns the printout off) (default ``1``).
+        **summarize_kwargs: Lightning's styling arguments, kept and not used.
+
+    Examples:
+        >>> isinstance(RichModelSummary(max_depth=2), ModelSummary)
+        True
+    """

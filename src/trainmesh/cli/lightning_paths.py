@@ -21,7 +21,8 @@ SHORT_NAME_PACKAGES = (
     "trainmesh.accelerators",
 )
 
-_LIGHTNING_PREFIXES = ("lightning.pytorch.", "pytorch_lightning.")
+# lightning.fabric's: Lightning writes its plugins' and accelerators' paths there (TorchCheckpointIO)
+_LIGHTNING_PREFIXES = ("lightning.pytorch.", "pytorch_lightning.", "lightning.fabric.", "lightning_fabric.")
 LOADER_MODE = "trainmesh_lightning_yaml"
 
 
@@ -51,13 +52,62 @@ def trainmesh_class_path(class_path: str) -> str:
 
 def _with_trainmesh_class_paths(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
+        found = {
             k: trainmesh_class_path(v) if k == "class_path" and isinstance(v, str) else _with_trainmesh_class_paths(v)
             for k, v in value.items()
         }
+        theirs, ours, init_args = value.get("class_path"), found.get("class_path"), found.get("init_args")
+        if isinstance(init_args, dict) and isinstance(theirs, str) and isinstance(ours, str) and ours != theirs:
+            found["init_args"] = init_args_ours_take(theirs, ours, init_args)
+        return found
     if isinstance(value, list):
         return [_with_trainmesh_class_paths(v) for v in value]
     return value
+
+
+def init_args_ours_take(theirs: str, ours: str, init_args: dict[str, Any]) -> dict[str, Any]:
+    """A Lightning class's ``init_args`` as trainmesh's class of that name takes them from a config.
+
+    Lightning's ``--print_config`` and ``config.yaml`` write every parameter of its class, its
+    defaults included (a ``DDPStrategy``'s ``accelerator: null``, ``dim: 0`` and the rest of
+    torch's ``DistributedDataParallel`` arguments). Those trainmesh's class does not name are
+    dropped where they hold Lightning's default (None, or torch DDP's default for that name: what
+    trainmesh's strategy would use too); any other value is refused, naming it, rather than lost.
+
+    Examples:
+        >>> init_args_ours_take("lightning.pytorch.strategies.DDPStrategy", "trainmesh.strategies.DDPStrategy",
+        ...                     {"accelerator": None, "dim": 0, "find_unused_parameters": True})
+        {'find_unused_parameters': True}
+    """
+    module_name, _, name = ours.rpartition(".")
+    accepted = _parameter_names(getattr(importlib.import_module(module_name), name))
+    kept = {}
+    for key, value in init_args.items():
+        if key in accepted:
+            kept[key] = value
+        elif not (value is None or _torch_ddp_default(key) == (True, value)):
+            raise ValueError(
+                f"the config's {theirs} sets init_args.{key}={value!r}, which trainmesh's {name} does not take from a "
+                f"config (it takes {sorted(accepted)}); leave it out or at Lightning's default, or build "
+                f"{name}({key}=...) in code and pass it as Trainer(strategy=...)"
+            )
+    return kept
+
+
+def _parameter_names(cls: type) -> set[str]:
+    """The arguments LightningCLI's parser checks a config's ``init_args`` against (jsonargparse's view)."""
+    from jsonargparse._signatures import get_signature_parameters  # the parser's own reading
+
+    return {parameter.name for parameter in get_signature_parameters(cls)}
+
+
+def _torch_ddp_default(key: str) -> tuple[bool, Any]:
+    import inspect
+
+    import torch
+
+    parameter = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters.get(key)
+    return (False, None) if parameter is None else (True, parameter.default)
 
 
 def load_lightning_yaml(text: str) -> Any:

@@ -64,9 +64,11 @@ class SingleDeviceStrategy(LightningStrategyFace):
         lightning1_optimizer_loop=True,  # tests/loops/test_optimizer_loop.py
     )
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> SingleDeviceStrategy:
-        # Lightning's programs write SingleDeviceStrategy("cuda:0"): the device is its one positional argument.
-        return new_keeping_arguments(cls, (), {"device": args[0], **kwargs} if args else kwargs)
+    def __new__(cls, device: Any = None, **kwargs: Any) -> SingleDeviceStrategy:
+        # Lightning's programs write SingleDeviceStrategy("cuda:0"): the device is its one positional
+        # argument. Named here (not *args) so that LightningCLI's parser sees it, as in Lightning's
+        # config (``init_args: {device: cpu}``).
+        return new_keeping_arguments(cls, (), kwargs if device is None else {"device": device, **kwargs})
 
     def __init__(self, device: Any = None, *, placement: Placement | None = None, **kwargs: Any) -> None:
         lightning_arguments.refuse_unknown(

@@ -31,14 +31,15 @@ def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
     if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(
-            f'fit does not support the `CombinedLoader(mode="sequential")` mode (nor does Lightning\'s). '
-            f"The available modes are: {modes}"
+            # Lightning's words (its _FitLoop.setup_data), so that a program matching them still does
+            f'`_FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: {modes}'
         )
     return loader
 
 
-def evaluation_loaders(loaders: list[Any]) -> list[Any]:
-    """The stage's loaders one by one: a sequential ``CombinedLoader`` or a dict taken apart."""
+def evaluation_loaders(loaders: list[Any], kind: str = "val") -> list[Any]:
+    """The stage's loaders one by one: a sequential ``CombinedLoader`` or a dict taken apart.
+    ``kind`` "predict": another mode is refused, as Lightning's prediction loop refuses it."""
     found: list[Any] = []
     for loader in loaders:
         if isinstance(loader, dict):
@@ -47,9 +48,23 @@ def evaluation_loaders(loaders: list[Any]) -> list[Any]:
             loader = CombinedLoader(loader, "sequential")
         if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
             found.extend(loader.flattened)
+        elif kind == "predict" and is_instance(loader, _MODULE, "CombinedLoader"):
+            raise ValueError('`trainer.predict()` only supports the `CombinedLoader(mode="sequential")` mode.')
         else:
             found.append(loader)
     return found
+
+
+def inner_loaders(loader: Any) -> list[Any] | None:
+    """The loaders a (placed) loader of combined batches reads, or None for any other loader:
+    Lightning counts an evaluation's batches per inner loader (``trainer.num_val_batches`` is
+    ``[2, 3]`` for a ``CombinedLoader`` of 2 and 3 batches, whatever its mode)."""
+    from trainmesh.utilities.combined_loader import CombinedBatches
+
+    inner = getattr(loader, "loader", loader)  # a DeviceLoader's
+    if isinstance(inner, CombinedBatches):
+        return list(inner.combined.flattened)
+    return None
 
 
 def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:

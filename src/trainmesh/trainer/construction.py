@@ -19,6 +19,7 @@ from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.plugins_argument import sort_plugins
+from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 # Lightning 1.x's Trainer arguments: the CLI reaches them through this door (docs/architecture.md rule 10).
@@ -176,23 +177,10 @@ def build_callbacks(
                 f"the callback hook methods (on_train_start, on_validation_end, ...). Pass Callback objects, or "
                 f"objects with Lightning's callback methods"
             )
+    # Lightning's order (its _CallbackConnector.on_trainer_init): the given ones, the default checkpoint,
+    # (the max_time Timer, with_max_time), the default bar, the default summary; then finders first
+    # and checkpoints last (_reorder_callbacks).
     result = list(given)
-    if summary and not any(type(cb).__name__ == "ModelSummary" for cb in result):
-        from trainmesh.callbacks.model_summary import ModelSummary
-
-        result.insert(0, ModelSummary())
-    if progress_bar and not any(_is_bar(cb) for cb in result):
-        from trainmesh.callbacks.progress import ProgressBar
-
-        result.append(ProgressBar())
-    if progress_bar and not any(type(cb).__name__ == "ThroughputMonitor" for cb in result):
-        from trainmesh.callbacks.throughput import ThroughputMonitor
-
-        # Every run with a bar shows its throughput; placed before the bar, which shows its latest figures.
-        # The loggers get what the program logged only, as Lightning's (a ThroughputMonitor given logs its figures).
-        bar_at = next((i for i, cb in enumerate(result) if _is_bar(cb)), len(result))
-        result.insert(bar_at, ThroughputMonitor(to_loggers=False))
-    # Any Checkpoint callback (Lightning's rule) stands instead of the default ModelCheckpoint.
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
         # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
         result.append(ModelCheckpoint(save_last=True))
@@ -201,12 +189,12 @@ def build_callbacks(
         # programs read trainer.checkpoint_callback.best_model_path ("") after such a fit
         result.append(ModelCheckpoint())
     if not checkpointing and not fast_dev_run and any(isinstance(cb, Checkpoint) for cb in result):
-        raise ValueError(
-            f"enable_checkpointing=False but {type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__} "
-            "is in callbacks; drop one of them"
+        found = type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__
+        raise MisconfigurationException(  # Lightning's exception and words
+            f"Trainer was configured with `enable_checkpointing=False` but found `{found}` in callbacks list: "
+            "drop the callback, or leave enable_checkpointing at True"
         )
-    # Callbacks that decide from metrics (checkpoints, early stopping) see everything others logged.
-    return sorted(result, key=lambda cb: isinstance(cb, Checkpoint))
+    return reordered(result + default_bar_and_summary(result, progress_bar=progress_bar, summary=summary))
 
 
 def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
@@ -242,8 +230,46 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
         rank_zero_info(
             f"The callbacks {type(model).__name__}.configure_callbacks returned replace the Trainer's: {names}"
         )
-    merged = [cb for cb in callbacks if type(cb) not in replaced] + given
-    return [cb for cb in merged if not isinstance(cb, Checkpoint)] + [cb for cb in merged if isinstance(cb, Checkpoint)]
+    return reordered([cb for cb in callbacks if type(cb) not in replaced] + given)
+
+
+def reordered(callbacks: list[Any]) -> list[Any]:
+    """Lightning's ``_reorder_callbacks``: the finders first, the checkpoint callbacks last, each
+    group in its order (callbacks that decide from metrics see everything others logged)."""
+    finders = [cb for cb in callbacks if is_finder(cb)]
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint) and not is_finder(cb)]
+    return finders + [cb for cb in callbacks if not (is_finder(cb) or isinstance(cb, Checkpoint))] + checkpoints
+
+
+def default_bar_and_summary(given: list[Any], *, progress_bar: bool, summary: bool) -> list[Any]:
+    """The bar and the summary the Trainer adds, as Lightning's: ``RichProgressBar`` and
+    ``RichModelSummary`` where rich is installed, else ``TQDMProgressBar`` and ``ModelSummary``
+    (trainmesh's bar and summary under those names); none where one is given. A bar given with
+    ``enable_progress_bar=False`` is refused, as Lightning refuses it."""
+    import importlib.util
+
+    from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
+    from trainmesh.callbacks.progress import RichProgressBar, TQDMProgressBar
+
+    rich = importlib.util.find_spec("rich") is not None
+    added: list[Any] = []
+    bars = [cb for cb in given if _is_bar(cb)]
+    if bars and not progress_bar:
+        raise MisconfigurationException(
+            f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in "
+            "callbacks list: drop the bar, or leave enable_progress_bar at True"
+        )
+    if progress_bar and not bars:
+        added.append(RichProgressBar() if rich else TQDMProgressBar())
+    summaries = ("ModelSummary", "RichModelSummary")  # Lightning's own classes given count too
+    if summary and not any(klass.__name__ in summaries for cb in given for klass in type(cb).__mro__):
+        added.append(RichModelSummary() if rich else ModelSummary())
+    return added
+
+
+def is_finder(callback: Any) -> bool:
+    """A LearningRateFinder / BatchSizeFinder (a subclass too): Lightning runs them first."""
+    return any(klass.__name__ in ("LearningRateFinder", "BatchSizeFinder") for klass in type(callback).__mro__)
 
 
 def _is_bar(callback: Any) -> bool:

@@ -155,7 +155,7 @@ def _in_list(kind: str, loaders: Any) -> list[Any]:
     """An evaluation's loaders one by one (a dict's, a sequential CombinedLoader's): training's
     are combined instead (fit_data.py)."""
     found = _as_list(loaders)
-    return found if kind == "train" else evaluation_loaders(found)
+    return found if kind == "train" else evaluation_loaders(found, kind)
 
 
 def _as_list(loaders: Any) -> list[Any]:

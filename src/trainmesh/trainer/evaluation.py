@@ -12,7 +12,7 @@ import torch
 from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
-from trainmesh.trainer.combined_loaders import combined_batches
+from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loop_context import LoopContext
@@ -170,7 +170,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     hook. Each loader's metric results, or its predictions for predict."""
     state, hooks = ctx.state, ctx.hooks
     limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
-    _record_batch_counts(ctx, stage, loaders, limits)
+    _record_batch_counts(ctx, stage, loaders, limits, limit_setting)
     owed = steps_owed(ctx, stage, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
@@ -198,12 +198,22 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     return results
 
 
-def _record_batch_counts(ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float]) -> None:
+def _record_batch_counts(
+    ctx: LoopContext, stage: str, loaders: list[Any], limits: list[int | float], setting: int | float
+) -> None:
     """Lightning's per-loader lists (trainer.num_val_batches, ...), kept by loop: the fit's
-    validation (its sanity check counts without the sanity limit, as Lightning's ``_max_batches``)."""
+    validation (its sanity check counts without the sanity limit, as Lightning's ``_max_batches``);
+    a loader of combined batches counts each loader it reads (Lightning's ``combined_loader.flattened``)."""
     state = ctx.state
     if stage == "sanity_check":
-        limits = [limited_count(loader, ctx.settings.limit_val_batches, "val") for loader in loaders]
+        setting = ctx.settings.limit_val_batches
+        limits = [limited_count(loader, setting, "val") for loader in loaders]
+    prefix = _PREFIXES.get(stage, stage)
+    counts: list[int | float] = []
+    for loader, limit in zip(loaders, limits, strict=True):
+        inner = inner_loaders(loader)
+        counts += [limit] if inner is None else [limited_count(each, setting, prefix) for each in inner]
+    limits = counts
     fitting = stage == "sanity_check" or (stage == "validate" and state.stage == "fit")
     state.batch_counts["fit" if fitting else stage] = list(limits)
 

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from trainmesh.trainer.batch_counts import limited_count
-from trainmesh.trainer.combined_loaders import train_loader
+from trainmesh.trainer.combined_loaders import inner_loaders, train_loader
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.evaluation import device_loaders
 from trainmesh.trainer.fetching import Fetcher
@@ -81,7 +81,9 @@ class FitData:
             state.eval_step_counts["fit"] = {}  # Lightning's val loop counts its batches from its loaders' setup
             # Lightning counts them as its fit loop's validation sets its loaders up
             limit = self._ctx.settings.limit_val_batches
-            state.batch_counts["fit"] = [limited_count(loader, limit, "val") for loader in self._val]
+            state.batch_counts["fit"] = [
+                limited_count(each, limit, "val") for loader in self._val for each in inner_loaders(loader) or [loader]
+            ]
         return self._val
 
     def train_loader(self, *, reload: bool = False) -> Any:

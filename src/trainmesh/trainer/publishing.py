@@ -188,7 +188,7 @@ def _to_loggers(loggers: list[Any], row: dict[str, float], step: int) -> None:
 
 def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:
     """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
-    (summed in float64: Lightning's loggers get its float32 mean, which may differ in the last bits)."""
+    (Lightning's value: summed in float32, or float64 where a float64 tensor was logged)."""
     row = {}
     for name, (value, entry) in metrics.items():
         if entry.logger:

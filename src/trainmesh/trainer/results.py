@@ -1,7 +1,8 @@
 """What ``self.log`` records: step values and epoch accumulators, reduced across processes.
 
-Epoch values are batch-size-weighted means by default, accumulated in float64 on the device so
-that the hot path never waits for a device-to-host copy.
+Epoch values are batch-size-weighted means by default, accumulated on the device (so that the
+hot path never waits for a device-to-host copy) in Lightning's arithmetic: float32, or float64
+once a float64 value is logged.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class _Entry:
     on_epoch: bool
     reduce_fx: str
     sync_dist: bool
-    total: torch.Tensor | None = None  # float64 accumulator for "mean"/"sum"/"max"/"min"
+    total: torch.Tensor | None = None  # accumulator for "mean"/"sum" (Lightning's dtype), "max"/"min"
     weight: float = 0.0
     metric: Any = None  # a torchmetrics Metric computes its own epoch value
     # A float64 tensor was logged: Lightning's epoch value is then float64, else float32 (lightning_dtype).
@@ -224,7 +225,9 @@ class LogCollector:
         if entry.on_epoch:
             if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
                 entry.wide = True
-            self._accumulate(entry, _as_tensor(number), batch_size)
+            # a number as Lightning's self.log makes it: a tensor of the default dtype (float32)
+            tensor = number if isinstance(number, torch.Tensor) else torch.tensor(number, dtype=lightning_dtype())
+            self._accumulate(entry, tensor, batch_size)
 
     def _mean_over_chunks(self, name: str, tensor: torch.Tensor, size: int) -> torch.Tensor:
         """The step value of a split batch: the chunks' values weighted by their sizes."""
@@ -240,13 +243,17 @@ class LogCollector:
                     self._batch_size = infer_batch_size(self._batch)
                 batch_size = self._batch_size
             if entry.total is None:
-                entry.total = torch.zeros((), dtype=torch.float64, device=tensor.device)
+                entry.total = torch.zeros((), dtype=lightning_dtype(), device=tensor.device)
             elif entry.total.device != tensor.device:  # restored from a checkpoint (kept on CPU)
                 entry.total = entry.total.to(tensor.device)
             if batch_size == 0:
                 return  # an empty batch carries no data
             weight = batch_size if entry.reduce_fx == "mean" else 1
-            entry.total.add_(tensor, alpha=weight)
+            if tensor.dtype not in (torch.float32, torch.float64):
+                tensor = tensor.to(lightning_dtype())
+            # Lightning's arithmetic (_ResultMetric.update): value * batch size added in float32
+            # (a float64 value promotes the sum), so that the epoch mean is Lightning's to the last bit
+            entry.total = entry.total + tensor * weight
             entry.weight += weight
         else:
             if batch_size == 0 or (batch_size is None and infer_batch_size(self._batch) == 0):
@@ -339,10 +346,14 @@ class LogCollector:
             # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
             # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
             reduce = self._reduce if entry.sync_dist else _local
-            if entry.reduce_fx in ("mean", "sum"):
-                total = reduce(entry.total.clone(), "sum")
-                weight = reduce(torch.tensor(entry.weight, dtype=torch.float64, device=total.device), "sum")
-                value = total / weight if entry.reduce_fx == "mean" else total
+            if entry.reduce_fx == "mean":
+                # Lightning's _ResultMetric.compute: the sum and the integer count each reduced with
+                # "mean" (over gloo its sum / world size, copied back into the count's int64: truncated)
+                total = reduce(entry.total.clone(), "mean")
+                count = reduce(torch.tensor(int(entry.weight), device=total.device), "mean").to(torch.int64)
+                value = total / count
+            elif entry.reduce_fx == "sum":
+                value = reduce(entry.total.clone(), "sum")
             else:
                 value = reduce(entry.total.clone(), entry.reduce_fx)
             out[name] = (float(value), entry)

@@ -91,7 +91,9 @@ def announce_run(
     trainer: TrainerView, state: LoopState, runtime: Runtime, stage: str, loader: Any, *, accumulation: int = 1
 ) -> None:
     """Print the start line for ``stage`` on rank 0, unless the model summary is turned off."""
-    if not trainer.is_global_zero or not any(type(cb).__name__ == "ModelSummary" for cb in trainer.callbacks):
+    if not trainer.is_global_zero or not any(
+        type(cb).__name__ in ("ModelSummary", "RichModelSummary") for cb in trainer.callbacks
+    ):
         return
     dims = runtime.mesh.dims
     rank_zero_info(

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.progress.bar_meter import bar_meter
 from trainmesh.seed import import_leaving_rng
 from trainmesh.trainer_view import TrainerView
 
@@ -146,6 +147,9 @@ class ProgressBar(Callback):
         self._eval_started_at = 0.0
         self._train_done = 0
         self._eval_done = 0
+        # The run's throughput, shown on the bar from a monitor of the bar's own (not among the
+        # Trainer's callbacks, as Lightning lists them), unless the program gave one (bar_meter.py).
+        self._meter: Any = None
 
     @property
     def console(self) -> Console:
@@ -182,7 +186,17 @@ class ProgressBar(Callback):
 
     # training
 
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._meter = bar_meter(trainer, self._meter)
+        self._metered("on_train_start", trainer, pl_module)
+
+    def _metered(self, hook: str, *args: Any) -> None:
+        # the meter's hook first: the bar then shows its latest figures
+        if self._meter is not None:
+            getattr(self._meter, hook)(*args)
+
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._metered("on_train_epoch_start", trainer, pl_module)
         if not self._enabled(trainer):
             return
         self._epoch_started_at = time.monotonic()
@@ -203,6 +217,7 @@ class ProgressBar(Callback):
     def on_train_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        self._metered("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
         self._train_done = batch_idx + 1
         if self._train_task is None or self._train_done % self.refresh_rate:
             return
@@ -219,6 +234,7 @@ class ProgressBar(Callback):
         )
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._metered("on_train_epoch_end", trainer, pl_module)
         if not self._enabled(trainer):
             return
         if self._train_task is not None:
@@ -234,6 +250,7 @@ class ProgressBar(Callback):
             )
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._metered("on_train_end", trainer, pl_module)
         self._stop()
 
     def get_metrics(self, trainer: TrainerView, pl_module: Any) -> dict[str, Any]:
@@ -256,6 +273,7 @@ class ProgressBar(Callback):
     def _bar_metrics(self, trainer: TrainerView) -> dict[str, Any]:
         # Callbacks with figures to show (ThroughputMonitor's samples/s, MFU) offer `bar_metrics`.
         shown = dict(self.get_metrics(trainer, getattr(trainer, "lightning_module", None)))
+        shown.update(self._meter.bar_metrics if self._meter is not None else {})
         for callback in getattr(trainer, "callbacks", ()):
             shown.update(getattr(callback, "bar_metrics", None) or {})
         return shown
@@ -269,6 +287,7 @@ class ProgressBar(Callback):
         self._end_eval(trainer, None)
 
     def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._metered("on_validation_start", trainer, pl_module)
         if self._eval_task is None:  # on_sanity_check_start may have opened it already
             label = "Sanity check" if getattr(trainer, "sanity_checking", False) else "Validation"
             self._start_eval(trainer, label, "val_loader_batches")
@@ -279,6 +298,7 @@ class ProgressBar(Callback):
         self._advance_eval(trainer, batch_idx, "val_loader_batches")
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
+        self._metered("on_validation_end", trainer, pl_module)
         self._end_eval(trainer, None)
         if self._train_task is not None and not getattr(trainer, "sanity_checking", False):
             self._update_train(trainer)  # show the validation metrics just logged
@@ -345,6 +365,7 @@ class ProgressBar(Callback):
     # clean-up: never leave the terminal in a live display
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
+        self._metered("on_exception", trainer, pl_module, exception)
         self._stop()
 
     def teardown(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
