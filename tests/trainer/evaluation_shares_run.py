@@ -78,8 +78,8 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def loader(n: int) -> DataLoader:
-    return DataLoader(dataset(n), batch_size=16)
+def loader(n: int, shuffle: bool = False) -> DataLoader:
+    return DataLoader(dataset(n), batch_size=16, shuffle=shuffle, drop_last=shuffle)
 
 
 CASES = {
@@ -90,6 +90,8 @@ CASES = {
     "validate_unsynced": dict(call="validate", samples=100, unsynced=True),  # val_plain: no sync_dist
     "fit_batchnorm": dict(call="fit", samples=64, batchnorm=True, limit_train_batches=2, max_epochs=1),
     "test_means": dict(call="test", samples=100, means=True),  # epoch means to the bit (uneven batches)
+    # shuffled evaluation loaders: Lightning sets their sampler's epoch to the fit's processed epochs
+    "fit_shuffled_then_test": dict(call="fit+test", samples=40, max_epochs=2, limit_train_batches=1),
     "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
 }
 
@@ -120,6 +122,9 @@ def run(
         warnings.simplefilter("always")
         if call == "fit":
             trainer.fit(model, loader(64), loader(samples))
+        elif call == "fit+test":  # validation in fit, then test, on shuffled loaders
+            trainer.fit(model, loader(64, shuffle=True), loader(samples, shuffle=True))
+            record["returned"] = trainer.test(model, loader(samples, shuffle=True), verbose=False)
         elif call == "predict":
             record["predictions"] = torch.cat(trainer.predict(model, loader(samples)))
         else:

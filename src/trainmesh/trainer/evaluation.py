@@ -174,6 +174,12 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     owed = steps_owed(ctx, stage, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
+    # Lightning gives every evaluation loader's sampler the fit's processed epochs as its epoch
+    # (evaluation_loop / data_connector: "validation shuffling based on the training progress"): a
+    # shuffled loader's distributed share after a 2-epoch fit is the permutation of epoch 2, not 0.
+    for loader in loaders:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(state.progress.epochs.current.processed)
     fetcher = None
     if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
         with _grad_mode(ctx):
