@@ -37,7 +37,7 @@ import torch
 
 from trainmesh.keras import step_logs, step_means
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batch_metrics import on_global_batch
+from trainmesh.keras.batch_metrics import by_hand, on_global_batch, updated_on_global_batch
 from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
@@ -73,6 +73,7 @@ class SyncState:
         self.rows = StepRows(runtime)  # the running step's rows of the global batch, for random draws (draws.py)
         self.train_blocks = False  # training reads a split PyDataset: the processes' batches are blocks of one
         self.gather_metrics = False  # a compiled metric is coupled: compute_metrics gets the global batch
+        self.coupled: list[str] = []  # the coupled metrics' names (those a step updates by hand: batch_metrics.py)
         self.eval_counts: list[int] | None = None  # each process's evaluation steps (batches dealt in turn)
 
     @property
@@ -196,6 +197,11 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     }
     for name, function in shadows.items():
         _shadow(model, name, function)
+    gathered = _gathered_by_hand(state, model)
+    for metric in gathered:
+        _shadow(
+            metric, "update_state", updated_on_global_batch(state.runtime, metric, lambda: takers(state), state.rows)
+        )
     optimizer = model.optimizer
     if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
         _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
@@ -206,6 +212,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
             yield
     finally:
         optimizer.__dict__.pop("finalize_variable_values", None)
+        for metric in gathered:
+            metric.__dict__.pop("update_state", None)
         for name in shadows:
             model.__dict__.pop(name, None)
 
@@ -240,6 +248,13 @@ def _global_batch_metrics(state: SyncState, model: Any) -> dict[str, Any]:
         return {}
     takers_now = functools.partial(takers, state)
     return {"compute_metrics": on_global_batch(state.runtime, model.compute_metrics, model, takers_now, state.rows)}
+
+
+def _gathered_by_hand(state: SyncState, model: Any) -> list[Any]:
+    """The coupled metrics a step of the model's own updates by hand: given the global batch."""
+    if state.world == 1:
+        return []
+    return [metric for metric in by_hand(model) if metric.name in state.coupled]
 
 
 def takers(state: SyncState) -> list[bool]:
