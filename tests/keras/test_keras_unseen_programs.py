@@ -184,3 +184,48 @@ def test_tensorboard_writing_batches_reads_the_batch_logs():
         board = keras.callbacks.TensorBoard("tb", update_freq=freq)
         assert reads_batch_logs([board], TRAIN_HOOKS) and not reads_batch_logs([board], TEST_HOOKS)
     assert not reads_batch_logs([keras.callbacks.TensorBoard("tb")], TRAIN_HOOKS)
+
+
+def test_a_tracker_a_train_step_updates_by_hand_is_probed_with_values():
+    """A train_step of the model's own updating a metric class of its own with one value (a running
+    maximum of the loss, ``self.peak.update_state(loss)``): under 2 processes the maxima were summed
+    (max_step program, 2 processes of 16 against Keras' own fit at 32: History 2.31 apart, silently);
+    refused before start, naming it and what to do. A tracker whose state adds up (a Mean subclass)
+    passes, and one process is Keras' own fit."""
+    import keras_custom_steps  # noqa: F401 -- sets KERAS_BACKEND before keras is imported
+
+    import keras
+    from trainmesh.keras.arguments import check_fit
+
+    class Peak(keras.metrics.Metric):
+        def __init__(self, name="peak", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.top = self.add_variable(shape=(), initializer="zeros", name="top")
+
+        def update_state(self, value):
+            self.top.assign(keras.ops.maximum(self.top, value))
+
+        def result(self):
+            return self.top
+
+    class Tracked(keras.metrics.Mean):
+        pass
+
+    class Stepping(keras.Model):
+        def __init__(self, tracker, **kwargs):
+            super().__init__(**kwargs)
+            self.dense, self.tracker = keras.layers.Dense(1), tracker
+
+        def call(self, x):
+            return self.dense(x)
+
+    x, y = np.zeros((8, 2), dtype="float32"), np.zeros((8, 1), dtype="float32")
+    for tracker, refused in ((Peak(), True), (Tracked(name="tracked"), False)):
+        model = Stepping(tracker)
+        model.compile(optimizer="sgd", loss="mse")
+        check_fit(model, x, y, {"batch_size": 2}, world=1)
+        if refused:
+            with pytest.raises(ValueError, match=r"(?s)'peak' \(Peak\).*does not add up.*assign_add"):
+                check_fit(model, x, y, {"batch_size": 2}, world=2)
+        else:
+            check_fit(model, x, y, {"batch_size": 2}, world=2)
