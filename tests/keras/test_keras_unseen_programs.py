@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of one batch (measured: <= 8e-7)
 SAME = ["subclassed_step", "uneven_tracker", "two_optimizers", "class_weights", "callbacks",
         "pydataset_steps", "pydataset_tracker", "loader_tracker",
-        "initial_epoch"]  # fmt: skip
+        "initial_epoch", "clipped_by_hand"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,9 @@ def test_each_program_trains_at_2_processes_what_keras_trains_at_the_global_batc
     7: History 1.5e-3 apart before), ``callbacks`` (a callback's batch logs were rank 0's own: 0.22
     apart). Fixed in kerasu: ``pydataset_tracker`` (the same tracker on PyDatasets, whose batch sizes
     are known only once read: History 0.013 apart before),
-    ``loader_tracker`` (on DataLoaders, the validation's last step rank 0's only: 0.042 before)."""
+    ``loader_tracker`` (on DataLoaders, the validation's last step rank 0's only: 0.042 before).
+    ``clipped_by_hand``: a train_step clipping the gradients by their global norm by hand and tracking
+    that norm (each process clipped and logged its own gradient: 0.39 apart before; backward.py)."""
     import keras_unseen_programs as programs
 
     zero, one = ranks(ddp, name)

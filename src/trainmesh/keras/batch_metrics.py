@@ -268,3 +268,18 @@ def updated_on_global_batch(
         return None
 
     return update_state
+
+
+@contextlib.contextmanager
+def by_hand_on_global_batch(
+    runtime: Any, metrics: list[Any], takers_now: Callable[[], list[bool]], rows: Any
+) -> Iterator[None]:
+    """For the block: each of ``metrics`` (coupled, updated by a step of the model's own) updated on the
+    step's global batch (an instance attribute in front of its class's ``update_state``, removed after)."""
+    for metric in metrics:
+        object.__setattr__(metric, "update_state", updated_on_global_batch(runtime, metric, takers_now, rows))
+    try:
+        yield
+    finally:
+        for metric in metrics:
+            metric.__dict__.pop("update_state", None)
