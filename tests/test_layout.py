@@ -163,6 +163,7 @@ COVERED_BY: dict[str, list[str]] = {
     "hyperparameters.py": ["trainer/test_lightning_api.py", "test_module_utilities.py"],
     "keras/arguments.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/backend.py": ["keras/test_keras_api.py"],
+    "keras/backward.py": ["keras/test_keras_unseen_programs.py"],
     "keras/batches.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/internals.py": ["keras/test_keras_api.py"],
     "keras/callbacks.py": ["keras/test_keras_ddp.py", "keras/test_keras_callbacks_ddp.py"],

@@ -315,6 +315,44 @@ def own_metric(batch: int) -> Program:
     return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
 
 
+# 11. A train_step clipping the gradients by their global norm by hand before applying them, and
+# tracking that norm: both read the gradients backward leaves.
+class ClippedByHand(Regressor):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.norm_tracker = keras.metrics.Mean(name="gradient_norm")
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.mae_metric, self.norm_tracker]
+
+    def train_step(self, data):
+        x, y = data
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(y=y, y_pred=y_pred)
+        loss.backward()
+        weights = self.trainable_weights
+        gradients = [w.value.grad for w in weights]
+        norm = keras.ops.sqrt(sum(keras.ops.sum(g * g) for g in gradients))
+        with torch.no_grad():
+            self.optimizer.apply([g * keras.ops.minimum(1.0, 0.05 / norm) for g in gradients], weights)
+        self.loss_tracker.update_state(loss)
+        self.mae_metric.update_state(y, y_pred)
+        self.norm_tracker.update_state(norm)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def clipped_by_hand(batch: int) -> Program:
+    """106 samples: 79 to train (the last global batch 8 + 7), 27 to validate."""
+    fresh()
+    model = ClippedByHand()
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    x, y = tabular(106, classes=False)
+    fit = {"x": x, "y": y, "batch_size": batch, "epochs": 2, "validation_split": 0.25, "shuffle": False}
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
+
+
 PROGRAMS = {
     "subclassed_step": subclassed_step,
     "uneven_tracker": uneven_tracker,
@@ -326,6 +364,7 @@ PROGRAMS = {
     "loader_tracker": loader_tracker,
     "initial_epoch": initial_epoch,
     "own_metric": own_metric,
+    "clipped_by_hand": clipped_by_hand,
 }
 
 

@@ -29,12 +29,14 @@ def ddp(keras_ddp_programs) -> Path:
     return keras_ddp_programs("keras_batch_metric_programs")
 
 
-@pytest.mark.parametrize("name", ["pair_arrays", "pair_batches"])
+@pytest.mark.parametrize("name", ["pair_arrays", "pair_batches", "pair_by_hand"])
 def test_metrics_of_pairs_and_of_batches_are_one_process_s_at_the_global_batch(ddp, name):
     """A pair-counting metric class, a metric function giving one number per batch and Keras' accuracy:
     the last training batch uneven (8 + 7, 16 + 14), the last evaluation step rank 0's alone; arrays
     (interleaved) and PyDatasets (blocks). Ranks bit-identical; History (validation too), variables,
-    optimizer state and evaluate within TOLERANCE of Keras' own run at the global batch."""
+    optimizer state and evaluate within TOLERANCE of Keras' own run at the global batch. ``pair_by_hand``:
+    the pair counter updated by a train_step/test_step of the model's own, without compute_metrics (before:
+    each process counted its half's pairs: History 309 apart)."""
     import keras_batch_metric_programs as programs
     from test_keras_unseen_programs import largest_difference
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of one batch (measured: <= 8e-7)
 SAME = ["subclassed_step", "uneven_tracker", "two_optimizers", "class_weights", "callbacks",
         "pydataset_steps", "pydataset_tracker", "loader_tracker",
-        "initial_epoch"]  # fmt: skip
+        "initial_epoch", "clipped_by_hand"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,9 @@ def test_each_program_trains_at_2_processes_what_keras_trains_at_the_global_batc
     7: History 1.5e-3 apart before), ``callbacks`` (a callback's batch logs were rank 0's own: 0.22
     apart). Fixed in kerasu: ``pydataset_tracker`` (the same tracker on PyDatasets, whose batch sizes
     are known only once read: History 0.013 apart before),
-    ``loader_tracker`` (on DataLoaders, the validation's last step rank 0's only: 0.042 before)."""
+    ``loader_tracker`` (on DataLoaders, the validation's last step rank 0's only: 0.042 before).
+    ``clipped_by_hand``: a train_step clipping the gradients by their global norm by hand and tracking
+    that norm (each process clipped and logged its own gradient: 0.39 apart before; backward.py)."""
     import keras_unseen_programs as programs
 
     zero, one = ranks(ddp, name)
@@ -184,3 +186,48 @@ def test_tensorboard_writing_batches_reads_the_batch_logs():
         board = keras.callbacks.TensorBoard("tb", update_freq=freq)
         assert reads_batch_logs([board], TRAIN_HOOKS) and not reads_batch_logs([board], TEST_HOOKS)
     assert not reads_batch_logs([keras.callbacks.TensorBoard("tb")], TRAIN_HOOKS)
+
+
+def test_a_tracker_a_train_step_updates_by_hand_is_probed_with_values():
+    """A train_step of the model's own updating a metric class of its own with one value (a running
+    maximum of the loss, ``self.peak.update_state(loss)``): under 2 processes the maxima were summed
+    (max_step program, 2 processes of 16 against Keras' own fit at 32: History 2.31 apart, silently);
+    refused before start, naming it and what to do. A tracker whose state adds up (a Mean subclass)
+    passes, and one process is Keras' own fit."""
+    import keras_custom_steps  # noqa: F401 -- sets KERAS_BACKEND before keras is imported
+
+    import keras
+    from trainmesh.keras.arguments import check_fit
+
+    class Peak(keras.metrics.Metric):
+        def __init__(self, name="peak", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.top = self.add_variable(shape=(), initializer="zeros", name="top")
+
+        def update_state(self, value):
+            self.top.assign(keras.ops.maximum(self.top, value))
+
+        def result(self):
+            return self.top
+
+    class Tracked(keras.metrics.Mean):
+        pass
+
+    class Stepping(keras.Model):
+        def __init__(self, tracker, **kwargs):
+            super().__init__(**kwargs)
+            self.dense, self.tracker = keras.layers.Dense(1), tracker
+
+        def call(self, x):
+            return self.dense(x)
+
+    x, y = np.zeros((8, 2), dtype="float32"), np.zeros((8, 1), dtype="float32")
+    for tracker, refused in ((Peak(), True), (Tracked(name="tracked"), False)):
+        model = Stepping(tracker)
+        model.compile(optimizer="sgd", loss="mse")
+        check_fit(model, x, y, {"batch_size": 2}, world=1)
+        if refused:
+            with pytest.raises(ValueError, match=r"(?s)'peak' \(Peak\).*does not add up.*assign_add"):
+                check_fit(model, x, y, {"batch_size": 2}, world=2)
+        else:
+            check_fit(model, x, y, {"batch_size": 2}, world=2)

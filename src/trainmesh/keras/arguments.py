@@ -81,11 +81,11 @@ def bind(method: Any, what: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
-def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> bool:
-    """Everything ``fit`` would refuse, refused; whether a compiled metric needs the global batch."""
+def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> list[str]:
+    """Everything ``fit`` would refuse, refused; the metrics that need the global batch (batch_metrics.py)."""
     bind(model.fit, "fit", x, y, **kwargs)
     if world == 1:
-        return False
+        return []
     refuse_unshardable("x", x, world, batches=True)
     refuse_unshardable("y", y, world)
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
@@ -118,14 +118,14 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
         refuse_ungatherable(model, coupled, world, counts, "the validation data")
     else:
         refuse_ungatherable(model, coupled, world, None, "")
-    return bool(coupled)
+    return coupled
 
 
-def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> bool:
-    """Everything ``evaluate`` would refuse, refused; whether a compiled metric needs the global batch."""
+def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) -> list[str]:
+    """Everything ``evaluate`` would refuse, refused; the metrics that need the global batch (batch_metrics.py)."""
     bind(model.evaluate, "evaluate", x, y, **kwargs)
     if world == 1:
-        return False
+        return []
     refuse_unshardable("x", x, world, batches=True)
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
@@ -139,7 +139,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
         check_evaluation_size(num_samples((x, y)), world, "x")
     counts = evaluation_step_counts(data, world, kwargs.get("batch_size"), kwargs.get("steps"))
     refuse_ungatherable(model, coupled, world, counts, "x")
-    return bool(coupled)
+    return coupled
 
 
 def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> None:

@@ -17,8 +17,10 @@ training and evaluation step, ``model.compute_metrics`` is given the step's glob
 process's ``y``, ``y_pred`` and ``sample_weight`` gathered (one all_gather per array) and put in the
 order one process's batch has them; rank 0 updates the compiled metrics with it and the other
 processes leave theirs untouched, so the summed states are one process's (at a step only rank 0
-takes, the last of an evaluation, its batch is the global one). Costs those gathers at every step,
-only when a coupled metric is compiled. Refused before start: a model whose class overrides
+takes, the last of an evaluation, its batch is the global one). A coupled metric of the program's own class that a
+``train_step``/``test_step`` of the model's own updates by hand (keras-io's pattern without
+``compute_metrics``) is probed alike and given the global batch in its ``update_state``. Costs those
+gathers at every step, only when a coupled metric is compiled or updated by hand. Refused before start: a model whose class overrides
 ``compute_metrics`` (it may use ``x``, which is not gathered), and an evaluation whose steps are taken
 by more than one but not every process (3 processes or more, uneven shares). Not probed: a model not
 built, a model with several outputs, data the probe cannot index.
@@ -112,11 +114,19 @@ def left_as_it_was(model: Any) -> Iterator[None]:
         torch.set_rng_state(generator)
 
 
+def by_hand(model: Any) -> list[Any]:
+    """The model's metrics that a ``train_step``/``test_step`` of its own updates itself (keras-io's
+    ``self.loss_tracker``, a metric attribute): all but Keras' loss tracker and compiled metrics."""
+    keras_own = (getattr(model, "_loss_tracker", None), getattr(model, "_compile_metrics", None))
+    return [metric for metric in getattr(model, "metrics", None) or [] if not any(metric is k for k in keras_own)]
+
+
 def coupled_metrics(model: Any, x: Any, y: Any) -> list[str]:
-    """The compiled metrics (of the program's own) whose update on the first samples of the data
-    together is not the sum of their updates on each sample alone, by name; [] when none (or not probed)."""
+    """The compiled metrics, and the metrics a step of the model's own updates by hand (of the program's
+    own classes), whose update on the first samples of the data together is not the sum of their updates
+    on each sample alone, by name; [] when none (or not probed)."""
     keras = require_keras()
-    copies = [(metric, _own_copy(metric)) for metric in _compiled(model)]
+    copies = [(metric, _own_copy(metric)) for metric in [*_compiled(model), *by_hand(model)]]
     copies = [(metric, copy) for metric, copy in copies if copy is not None]
     batch = probe_batch(x, y) if copies and getattr(model, "built", False) else None
     if batch is None:
@@ -143,6 +153,12 @@ def coupled_metrics(model: Any, x: Any, y: Any) -> list[str]:
     return found
 
 
+def compiled_among(model: Any, coupled: list[str]) -> bool:
+    """Whether a metric of ``coupled`` (names) is compiled, not one a step of the model's updates by hand."""
+    hand = {metric.name for metric in by_hand(model)}
+    return any(name not in hand for name in coupled)
+
+
 def gatherable_evaluation(counts: list[int] | None) -> bool:
     """Whether every evaluation step is taken by every process or by rank 0 alone (the processes'
     step counts fall with the rank: split arrays and batches dealt in turn)."""
@@ -161,7 +177,8 @@ def refuse_ungatherable(model: Any, coupled: list[str], world: int, counts: list
         "each process's part of a batch would add another number than one process's batch does. trainmesh.keras "
         "gives such metrics the global batch at every step, "
     )
-    if type(model).compute_metrics is not Trainer.compute_metrics:
+    compiled = compiled_among(model, coupled)
+    if compiled and type(model).compute_metrics is not Trainer.compute_metrics:
         raise ValueError(
             why + f"through Keras' compute_metrics, which {type(model).__name__} overrides (it may read x, which is "
             "not gathered). Compute it per sample (sum per-sample values with assign_add), or run on one process"
@@ -226,3 +243,43 @@ def on_global_batch(
         return model.get_metrics_result()
 
     return compute_metrics
+
+
+def updated_on_global_batch(
+    runtime: Any, metric: Any, takers_now: Callable[[], list[bool]], rows: Any
+) -> Callable[..., Any]:
+    """``metric.update_state`` (a coupled metric a step of the model's own updates by hand) given the
+    step's global batch of its ``y_true``, ``y_pred`` and ``sample_weight``: rank 0 updates, the others
+    leave their state untouched (the states are summed at the epoch's end)."""
+    keras_update = metric.update_state
+
+    def update_state(y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        if rows.local is None:  # outside a step
+            return keras_update(y_true, y_pred, sample_weight=sample_weight)
+        takers = takers_now()
+        if all(takers):
+            y_true, y_pred, sample_weight = gather_global_batch(
+                runtime, (y_true, y_pred, sample_weight), rows.every_size(), rows.blocks
+            )
+        elif sum(takers) != 1 or not takers[0]:  # refused before start (refuse_ungatherable)
+            raise RuntimeError(f"an evaluation step taken by the processes {takers}: no global batch to gather")
+        if runtime.global_rank == 0:
+            return keras_update(y_true, y_pred, sample_weight=sample_weight)
+        return None
+
+    return update_state
+
+
+@contextlib.contextmanager
+def by_hand_on_global_batch(
+    runtime: Any, metrics: list[Any], takers_now: Callable[[], list[bool]], rows: Any
+) -> Iterator[None]:
+    """For the block: each of ``metrics`` (coupled, updated by a step of the model's own) updated on the
+    step's global batch (an instance attribute in front of its class's ``update_state``, removed after)."""
+    for metric in metrics:
+        object.__setattr__(metric, "update_state", updated_on_global_batch(runtime, metric, takers_now, rows))
+    try:
+        yield
+    finally:
+        for metric in metrics:
+            metric.__dict__.pop("update_state", None)

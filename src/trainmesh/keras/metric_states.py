@@ -8,12 +8,15 @@ silently wrong (a maximum of 3.7 reads 7.1 at 2 processes). Before start, each c
 class that is not Keras' own is probed on a copy (``from_config``) with two one-sample batches of the
 training targets with constant predictions of 0.25 and 0.75 (four batches, so that some score
 non-zero whatever the targets); one whose state after any ordered pair of them (a batch with itself
-too) is not the sum of its states after each alone is refused. A class whose ``update_state`` the
-probe cannot call (other arguments, a copy it cannot make) is not probed.
+too) is not the sum of its states after each alone is refused. A metric a ``train_step`` of the model's
+own updates by hand with one value (``self.peak.update_state(loss)``) is probed alike with the values
+0.25, 0.75, 1.5 and 3.0. A class whose ``update_state`` the probe cannot call (other arguments, a copy
+it cannot make) is not probed.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -37,11 +40,27 @@ def own_metric_classes(model: Any) -> list[Any]:
     return found
 
 
-def _state(metric: Any, updates: list[tuple[Any, Any]]) -> list[np.ndarray]:
+def _state(metric: Any, updates: list[tuple[Any, ...]]) -> list[np.ndarray]:
     metric.reset_state()
-    for y_true, y_pred in updates:
-        metric.update_state(y_true, y_pred)
+    for arguments in updates:
+        metric.update_state(*arguments)
     return [np.asarray(v.numpy(), dtype=np.float64) for v in metric.variables]
+
+
+def takes_values(metric: Any) -> bool:
+    """Whether ``update_state`` takes one value (a tracker a step of the model's own updates by hand,
+    ``tracker.update_state(loss)``), not ``(y_true, y_pred)``."""
+    try:
+        parameters = inspect.signature(metric.update_state).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in positional and p.default is inspect.Parameter.empty for p in parameters) == 1
+
+
+# Values a tracker is updated with (a loss, a norm): some small, some large, so that a running maximum,
+# a last value or a moving average shows whatever order they come in.
+VALUES = [(np.float32(value),) for value in (0.25, 0.75, 1.5, 3.0)]
 
 
 def _targets(x: Any, y: Any) -> np.ndarray | None:
@@ -61,18 +80,19 @@ def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
         return
     metrics = own_metric_classes(model)
     targets = _targets(x, y) if metrics else None
-    if targets is None:
-        return
     # Each target with a low and a high prediction: whatever the targets, some batches score non-zero
     # (a state of 0 first hides a decay: 0.9 * 0 + x adds up once, not when a non-zero state comes first).
-    batches = [(t, np.full_like(t, p)) for p in (0.25, 0.75) for t in (targets[:1], targets[1:])]
+    batches = (
+        [] if targets is None else [(t, np.full_like(t, p)) for p in (0.25, 0.75) for t in (targets[:1], targets[1:])]
+    )
     for metric in metrics:
-        found = _not_adding_up(metric, batches)
+        probes = VALUES if takes_values(metric) else batches
+        found = _not_adding_up(metric, probes) if probes else None
         if found is not None:
             both, summed = found
             raise ValueError(
                 f"the metric {metric.name!r} ({type(metric).__name__}) keeps a state that does not add up over "
-                f"batches: updated with two batches one after the other its state is {_show(both)}, where the "
+                f"batches: updated twice, one update after the other, its state is {_show(both)}, where the "
                 f"two updates alone sum to {_show(summed)}. Under {world} processes trainmesh.keras sums each "
                 "metric's state over the processes (each process sees its part of every global batch), which is "
                 "one process's metric only for states that add up (totals and counts, as Keras' own metrics keep). "
@@ -81,7 +101,7 @@ def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
             )
 
 
-def _not_adding_up(metric: Any, batches: list[tuple[Any, Any]]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+def _not_adding_up(metric: Any, batches: list[tuple[Any, ...]]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """The first ordered pair of ``batches`` (each with itself too) whose state updated one after the
     other is not the sum of the two alone, as (both, summed); None when all add up or not probed."""
     try:

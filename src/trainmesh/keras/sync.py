@@ -9,7 +9,9 @@ optimizer classes (optimizers.py):
   ``loss.backward()`` left are averaged across processes first (weighted by each process's share
   of the global batch, so a short last batch weighs as in one process: from the split arrays'
   sizes, or, for a PyDataset or DataLoader, from the sizes read, summed in the same collective),
-  one collective per bucket.
+  one collective per bucket. Gradients a step's backward pass accumulated in the model's variables
+  are averaged so when the pass ends, for a step of the user's that reads them (backward.py), and
+  not again in ``apply``.
 - ``model.train_step``/``test_step``: count the steps and note the batch sizes, for that weighting.
 - ``model._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
   and of each evaluation, before the logs reach History and the callbacks. Every metric's state
@@ -37,7 +39,8 @@ import torch
 
 from trainmesh.keras import step_logs, step_means
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batch_metrics import on_global_batch
+from trainmesh.keras.backward import BackwardAverage
+from trainmesh.keras.batch_metrics import by_hand, by_hand_on_global_batch, on_global_batch
 from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
@@ -73,6 +76,8 @@ class SyncState:
         self.rows = StepRows(runtime)  # the running step's rows of the global batch, for random draws (draws.py)
         self.train_blocks = False  # training reads a split PyDataset: the processes' batches are blocks of one
         self.gather_metrics = False  # a compiled metric is coupled: compute_metrics gets the global batch
+        self.backward: BackwardAverage | None = None  # several processes: gradients averaged as backward ends
+        self.coupled: list[str] = []  # the coupled metrics' names (those a step updates by hand: batch_metrics.py)
         self.eval_counts: list[int] | None = None  # each process's evaluation steps (batches dealt in turn)
 
     @property
@@ -175,6 +180,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
             return model.get_metrics_result()
         state.last_batch = batch_size_of(data)
         batch_sizes.append(state.last_batch)
+        if state.backward is not None:
+            state.backward.step_begins(model)
         try:  # state.plan: None on one process and for a PyDataset or a DataLoader
             logs = run_step(state, model, state.plan, state.step, keras_train_step, data, state.batch_logs, True)
         finally:
@@ -196,14 +203,16 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     }
     for name, function in shadows.items():
         _shadow(model, name, function)
+    by_hand = by_hand_on_global_batch(state.runtime, _gathered_by_hand(state, model), lambda: takers(state), state.rows)
     optimizer = model.optimizer
     if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
         _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
     try:
         moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
         apply = functools.partial(averaged_apply, state, model, batch_sizes)
-        with every_apply_through(apply), at_the_global_batch(state.rows), moments:
-            yield
+        with every_apply_through(apply), at_the_global_batch(state.rows), moments, by_hand:
+            with _averaging_backward(state, batch_sizes):
+                yield
     finally:
         optimizer.__dict__.pop("finalize_variable_values", None)
         for name in shadows:
@@ -225,7 +234,7 @@ def averaged_apply(  # noqa: PLR0913 -- where the step stands, and Keras' apply'
     # One process averages nothing, so the class walk is skipped there (this runs every step).
     if state.world > 1:
         refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
-    if batch_sizes:
+    if batch_sizes and not _averaged_by_backward(state, optimizer, gradients, variables):
         gradients = average_gradients(state, list(gradients), batch_sizes[-1])
     zero = state.zero
     if zero is not None and zero.partitioned and optimizer is model.optimizer:  # only its state is split
@@ -234,12 +243,47 @@ def averaged_apply(  # noqa: PLR0913 -- where the step stands, and Keras' apply'
     return keras_apply(optimizer, gradients, variables)
 
 
+@contextlib.contextmanager
+def _averaging_backward(state: SyncState, batch_sizes: list[int]) -> Iterator[None]:
+    """Several processes: a step of the user's reads the gradients backward leaves, averaged there (backward.py)."""
+    if state.world == 1:
+        yield
+        return
+    backward = BackwardAverage(
+        functools.partial(average_gradients, state), lambda: batch_sizes[-1] if batch_sizes else None
+    )
+    state.backward = backward
+    try:
+        yield
+    finally:
+        state.backward = None
+        backward.remove()
+
+
+def _averaged_by_backward(state: SyncState, optimizer: Any, gradients: Any, variables: Any) -> bool:
+    """Whether the gradients ``apply`` got are those this step's backward passes averaged (backward.py)."""
+    if state.backward is None:
+        return False
+    chosen = variables if variables is not None else getattr(optimizer, "_trainable_variables", None)
+    if chosen is None:
+        return False
+    given = [v for g, v in zip(gradients, chosen, strict=False) if g is not None]
+    return bool(given) and state.backward.covers(given)
+
+
 def _global_batch_metrics(state: SyncState, model: Any) -> dict[str, Any]:
     """Where a compiled metric is coupled (batch_metrics.py): ``compute_metrics`` given the global batch."""
     if not state.gather_metrics or state.world == 1:
         return {}
     takers_now = functools.partial(takers, state)
     return {"compute_metrics": on_global_batch(state.runtime, model.compute_metrics, model, takers_now, state.rows)}
+
+
+def _gathered_by_hand(state: SyncState, model: Any) -> list[Any]:
+    """The coupled metrics a step of the model's own updates by hand: given the global batch."""
+    if state.world == 1:
+        return []
+    return [metric for metric in by_hand(model) if metric.name in state.coupled]
 
 
 def takers(state: SyncState) -> list[bool]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from trainmesh.keras import arguments, zero
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batch_metrics import compiled_among
 from trainmesh.keras.batches import (
     epoch_setter,
     is_batches,
@@ -93,9 +94,11 @@ def fit(
     return arguments.adopt_fit(model, result)
 
 
-def agree(runtime: Runtime, flag: bool) -> bool:
-    """Rank 0's ``flag`` on every process (each decided it before starting, from its own model)."""
-    return bool(runtime.broadcast(flag, 0)) if runtime.world_size > 1 else flag
+def agree(runtime: Runtime, state: SyncState, model: Any, coupled: list[str]) -> None:
+    """Rank 0's coupled metrics (each process decided before starting, from its own model) in ``state``:
+    compiled ones make ``compute_metrics`` take the global batch, the others their ``update_state``."""
+    state.coupled = list(runtime.broadcast(coupled, 0)) if runtime.world_size > 1 else coupled
+    state.gather_metrics = compiled_among(model, state.coupled)
 
 
 def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
@@ -117,7 +120,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     kwargs: dict[str, Any],
     values: tuple[Any, ...],
     call: int,
-    gather: bool,
+    gather: list[str],
 ) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values[0])
@@ -131,7 +134,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
         whole, x, y, sample_weight, plan = _split_arrays(runtime, x, y, sample_weight, kwargs)
     validation = kwargs.get("validation_data")
     state = SyncState(runtime, plan)
-    state.gather_metrics = agree(runtime, gather)
+    agree(runtime, state, model, gather)
     state.train_blocks = is_py_dataset(whole)
     given = kwargs.get("callbacks")
     state.batch_logs, test_reads = readers_over_processes(runtime, given)  # alike on every process
@@ -216,11 +219,13 @@ def evaluate(
     return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
 
 
-def _evaluate(runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], gather: bool) -> Any:
+def _evaluate(
+    runtime: Runtime, travelling: Travelling, x: Any, y: Any, kwargs: dict[str, Any], gather: list[str]
+) -> Any:
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     kwargs = dict(kwargs)
     state = SyncState(runtime, None)
-    state.gather_metrics = agree(runtime, gather)
+    agree(runtime, state, model, gather)
     steps = kwargs.get("steps")
     state.eval_counts = evaluation_step_counts(x if is_batches(x) else (x, y), world, kwargs.get("batch_size"), steps)
     _, reads = readers_over_processes(runtime, kwargs.get("callbacks"))  # alike on every process

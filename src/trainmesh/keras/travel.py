@@ -11,6 +11,11 @@ pickled by reference (their module and name), and the worker rebuilds the model 
 level of any module the worker can import, ``__main__`` included (a spawned worker runs the main
 script as ``__mp_main__``); one defined inside a function, or in a ``__main__`` without a file
 (``python -c``, a notebook), cannot travel, and the launch is refused before any process starts.
+
+A rebuilt layer's unseeded initializers draw their seeds anew (Keras draws an initializer's seed from
+Python's generator when it is made): a model that only ``fit`` builds would start from other weights
+than the launching process's (and than Keras' own fit). Each such seed travels beside the model and
+the rebuilt model's initializers take it back.
 """
 
 from __future__ import annotations
@@ -38,18 +43,31 @@ class Travelling:
     def __reduce__(self) -> tuple[Any, ...]:
         objects = own_objects(self.model)
         data = pickle.dumps(self.model)
-        _check_rebuilds(objects, data)
-        return (_arrive, (objects, data))
+        seeds = [initializer.seed for initializer in unseeded_initializers(self.model)]
+        _check_rebuilds(objects, data, seeds)
+        return (_arrive, (objects, data, seeds))
 
 
-def _check_rebuilds(objects: dict[str, Any], data: bytes) -> None:
+def unseeded_initializers(model: Any) -> list[Any]:
+    """The random initializers made without a seed, of every layer (the model's own included), in the
+    order of the layers and of their attributes' names: the same order in a model rebuilt from its config."""
+    keras = require_keras()
+    found = []
+    for layer in model._flatten_layers(include_self=True):
+        for _, value in sorted(vars(layer).items()):
+            if isinstance(value, keras.initializers.Initializer) and getattr(value, "_init_seed", 0) is None:
+                found.append(value)
+    return found
+
+
+def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any]) -> None:
     """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
     cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
     config's other entries) is refused before any process starts, not in every worker after it. The
     generators a rebuild draws seeds from are left as they were."""
     generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
-        _arrive(objects, data)
+        _arrive(objects, data, seeds)
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
         raise ValueError(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
@@ -63,9 +81,12 @@ def _check_rebuilds(objects: dict[str, Any], data: bytes) -> None:
         random.setstate(generators[2])
 
 
-def _arrive(objects: dict[str, Any], data: bytes) -> Travelling:
+def _arrive(objects: dict[str, Any], data: bytes, seeds: list[Any]) -> Travelling:
     with require_keras().saving.custom_object_scope(objects):
-        return Travelling(pickle.loads(data))
+        model = pickle.loads(data)
+    for initializer, seed in zip(unseeded_initializers(model), seeds, strict=True):
+        initializer.seed = seed  # the rebuild drew its own: the launching process's initializer draws the weights
+    return Travelling(model)
 
 
 def own_objects(model: Any) -> dict[str, Any]:
