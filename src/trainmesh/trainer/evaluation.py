@@ -193,7 +193,9 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         progress.current, progress.max_batches = Counts(), list(limits)
     start, end = _START_END_HOOKS[stage]
     logged: list[StageResults] = []  # what this run logged: its metric objects are reset after `end`
-    with evaluation_mode(hooks, state.model, stage):
+    # Lightning's evaluation loops run whole under no_grad / inference_mode: the stage's start and end
+    # hooks and on_*_model_eval/train too (a tensor made there has no graph)
+    with _grad_mode(ctx), evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)

@@ -18,7 +18,7 @@ import torch
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
+from trainmesh.trainer.epoch_end import end_epoch_at_batch_start, run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
@@ -271,7 +271,8 @@ def _train_batches(
     progress = state.progress.train_batches  # trainer.fit_loop.epoch_loop.batch_progress, advanced as Lightning's
     for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, state):
         if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
-            break  # the module asked to end the epoch early
+            end_epoch_at_batch_start(state, hooks, batch_idx)  # the module asked to end the epoch here
+            break
         progress.started()
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = run_batch(batch, batch_idx, steps_now=steps_now).output

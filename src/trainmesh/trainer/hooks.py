@@ -117,8 +117,14 @@ class HookDispatcher:
     def module_overrides(self, hook: str) -> bool:
         found = self._module_overrides.get(hook)
         if found is None:
-            found = hasattr(self._module, hook) and (
-                not isinstance(self._module, self._module_base) or overrides(self._module, hook, self._module_base)
+            # As Lightning's is_overridden, which reads getattr(module, hook): a hook set on the instance
+            # counts (`model.validation_step = other_step`), and one set to None is not there
+            # (`model.validation_step = None` turns validation off).
+            attribute = getattr(self._module, hook, None)
+            found = attribute is not None and (
+                not isinstance(self._module, self._module_base)
+                or hook in getattr(self._module, "__dict__", {})
+                or overrides(self._module, hook, self._module_base)
             )
             self._module_overrides[hook] = found
         return found

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainmesh.utilities.exceptions import MisconfigurationException
+
 
 @dataclass(frozen=True)
 class LoopSettings:
@@ -61,6 +63,12 @@ def check_loop_settings(
     enable_checkpointing: bool,
 ) -> LoopSettings:
     """The Trainer's loop arguments checked (``ValueError`` naming the first bad one), with defaults filled in."""
+    if check_val_every_n_epoch is None and isinstance(val_check_interval, float):
+        # Lightning's type: a fraction of an epoch means nothing where validation ignores epochs
+        raise MisconfigurationException(
+            f"val_check_interval={val_check_interval}, a fraction of an epoch, with check_val_every_n_epoch=None, "
+            "where validation counts batches across epochs: give val_check_interval as an integer number of batches"
+        )
     dev_run = _check_fast_dev_run(fast_dev_run)
     if dev_run:
         # One quick pass through every stage to shake out bugs: no logs, no checkpoints.

@@ -1,0 +1,136 @@
+"""Lightning 2.6's loop behaviour from its own tests (tests_pytorch/trainer/flags, loops/), the same
+small program run under Lightning and trainmesh and compared as data: a step hook set to None or
+replaced on the instance, on_train_batch_start returning -1, the grad mode of the evaluation
+hooks, and the val_check_interval misconfigurations Lightning refuses."""
+
+import pytest
+import torch
+
+import trainmesh as tm
+from trainmesh.demos.boring_classes import BoringModel as TmBoringModel
+from trainmesh.utilities.exceptions import MisconfigurationException as TmMisconfiguration
+
+pl = pytest.importorskip("lightning.pytorch")
+from lightning.pytorch.demos.boring_classes import BoringModel as PlBoringModel  # noqa: E402
+from lightning.pytorch.utilities.exceptions import MisconfigurationException as PlMisconfiguration  # noqa: E402
+
+FRAMEWORKS = {"lightning": (pl.Trainer, PlBoringModel), "trainmesh": (tm.Trainer, TmBoringModel)}
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+
+
+def both(program, *args):
+    """``program(Trainer, BoringModel, *args)`` under each framework: (Lightning's, trainmesh's)."""
+    return tuple(program(*FRAMEWORKS[name], *args) for name in ("lightning", "trainmesh"))
+
+
+def step_hooks_on_the_instance(Trainer, BoringModel, root):
+    model = BoringModel()
+    model.validation_step = None  # Lightning's tests turn validation off so (test_overfit_batches.py)
+    asked = []
+    model.val_dataloader = lambda: asked.append("val") or BoringModel().val_dataloader()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, default_root_dir=root, **QUIET)
+    trainer.fit(model)
+    steps = []
+    model.test_step = lambda batch, batch_idx: steps.append(batch_idx)  # replaced on the instance: called
+    trainer.test(model, verbose=False)
+    return trainer.num_val_batches, asked, trainer.num_training_batches, steps[:3], len(steps)
+
+
+def test_a_step_hook_set_on_the_instance(tmp_path):
+    theirs, ours = both(step_hooks_on_the_instance, tmp_path)
+    assert ours == theirs
+    assert theirs == ([], [], 2, [0, 1, 2], 64)
+
+
+def ends_epochs_early(Trainer, BoringModel, root, interval):
+    seen = []
+
+    class Model(BoringModel):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1 if batch_idx == 3 else None
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
+
+        def on_train_batch_end(self, *args):
+            seen.append(("batch_end", self.trainer.global_step))
+
+        def on_validation_start(self):
+            seen.append(("validation", self.trainer.global_step))
+
+        def on_train_epoch_end(self):
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            seen.append(("epoch_end", self.trainer.global_step, self.trainer.is_last_batch, lr))
+
+    trainer = Trainer(
+        max_epochs=2, limit_train_batches=6, limit_val_batches=1, val_check_interval=2, num_sanity_val_steps=0,
+        default_root_dir=root, **QUIET,
+    )  # fmt: skip
+    trainer.fit(Model())
+    progress = trainer.fit_loop.epoch_loop.batch_progress.total
+    return seen, trainer.global_step, trainer.is_last_batch, (progress.ready, progress.started, progress.processed)
+
+
+@pytest.mark.parametrize("interval", ["epoch", "step"])
+def test_on_train_batch_start_minus_one_ends_the_epoch_as_lightnings(tmp_path, interval):
+    """The batch is the epoch's last (is_last_batch, processed, not trained); the schedulers step as
+    at an epoch's end (the step-interval ones too); no validation after it."""
+    theirs, ours = both(ends_epochs_early, tmp_path, interval)
+    assert ours == theirs
+    assert theirs[0][4][3] == (0.05 if interval == "epoch" else 0.00625)  # 0.1 halved once, or 4 times
+
+
+def grad_mode_in_hooks(Trainer, BoringModel, root):
+    seen = {}
+
+    class Model(BoringModel):
+        def record(self, hook):
+            seen[(self.trainer.state.fn, hook)] = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+
+    for hook in ("on_validation_model_eval", "on_validation_start", "on_validation_end", "on_test_start",
+                 "on_test_end", "on_predict_start", "on_predict_end"):  # fmt: skip
+        setattr(Model, hook, lambda self, hook=hook: self.record(hook))
+    model = Model()
+    trainer = Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, default_root_dir=root, **QUIET)
+    trainer.fit(model)
+    for inference in (True, False):
+        trainer = Trainer(inference_mode=inference, limit_test_batches=1, limit_predict_batches=1, **QUIET)
+        trainer.validate(model, verbose=False)
+        trainer.test(model, verbose=False)
+        trainer.predict(model)
+    return {(str(fn), hook): mode for (fn, hook), mode in seen.items()}
+
+
+def test_evaluation_hooks_run_without_grad(tmp_path):
+    theirs, ours = both(grad_mode_in_hooks, tmp_path)
+    assert ours == theirs
+    assert not any(grad for grad, _ in theirs.values())
+
+
+def misconfigured(Trainer, BoringModel, root):
+    found = []
+    try:
+        Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+    except (PlMisconfiguration, TmMisconfiguration) as error:
+        found.append(type(error).__name__)
+    trainer = Trainer(limit_train_batches=10, val_check_interval=100, default_root_dir=root, **QUIET)
+    try:
+        trainer.fit(BoringModel())
+    except ValueError as error:
+        found.append(("ValueError", "less than or equal to the number of the training batches" in str(error)))
+    # fine: validation off, or counted across epochs
+    for extra in (dict(limit_val_batches=0), dict(check_val_every_n_epoch=None, max_steps=3)):
+        trainer = Trainer(
+            limit_train_batches=2, val_check_interval=3, max_epochs=2, default_root_dir=root, **QUIET, **extra
+        )
+        trainer.fit(BoringModel())
+        found.append(trainer.global_step)
+    return found
+
+
+def test_val_check_interval_misconfigurations(tmp_path):
+    theirs, ours = both(misconfigured, tmp_path)
+    assert ours == theirs
+    assert theirs == ["MisconfigurationException", ("ValueError", True), 4, 3]
