@@ -134,3 +134,35 @@ def test_val_check_interval_misconfigurations(tmp_path):
     theirs, ours = both(misconfigured, tmp_path)
     assert ours == theirs
     assert theirs == ["MisconfigurationException", ("ValueError", True), 4, 3]
+
+
+def fast_dev_run_loggers(Trainer, BoringModel, root, logger_kind):
+    from lightning.pytorch.loggers import CSVLogger as PlCSV
+
+    from trainmesh.loggers import CSVLogger as TmCSV
+
+    drawn = []
+
+    class Model(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.logger.experiment.add_histogram("weights", self.layer.weight)  # a no-op under fast_dev_run
+            drawn.append(self.logger.experiment.log_anything(batch_idx))
+            return super().training_step(batch, batch_idx)
+
+    csv = (PlCSV if Trainer is pl.Trainer else TmCSV)(root / "csv")
+    logger = {"csv": csv, "default": True, "none": False}[logger_kind]
+    trainer = Trainer(fast_dev_run=2, logger=logger, default_root_dir=root, enable_progress_bar=False)
+    model = Model() if logger_kind != "none" else BoringModel()
+    trainer.fit(model)
+    written = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+    return type(trainer.logger).__name__, len(trainer.loggers), drawn, written
+
+
+@pytest.mark.parametrize("logger_kind", ["csv", "default", "none"])
+def test_fast_dev_run_swaps_the_loggers_for_a_dummy(tmp_path, logger_kind):
+    theirs = fast_dev_run_loggers(*FRAMEWORKS["lightning"], tmp_path / "pl", logger_kind)
+    ours = fast_dev_run_loggers(*FRAMEWORKS["trainmesh"], tmp_path / "tm", logger_kind)
+    assert ours == theirs
+    assert theirs[:3] == {"none": ("NoneType", 0, []), "csv": ("DummyLogger", 1, [None, None])}.get(
+        logger_kind, ("DummyLogger", 1, [None, None])
+    )

@@ -170,7 +170,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
         if deterministic:
             make_deterministic()
-        self.loggers = build_loggers(loop.logger, self.default_root_dir)
+        self.loggers = build_loggers(logger, self.default_root_dir, fast_dev_run=bool(loop.fast_dev_run))
         bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
