@@ -166,3 +166,43 @@ def test_fast_dev_run_swaps_the_loggers_for_a_dummy(tmp_path, logger_kind):
     assert theirs[:3] == {"none": ("NoneType", 0, []), "csv": ("DummyLogger", 1, [None, None])}.get(
         logger_kind, ("DummyLogger", 1, [None, None])
     )
+
+
+def sampler_epochs_and_kept_predictions(Trainer, BoringModel, root):
+    from unittest.mock import Mock
+
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    def loader(batch_sampler):
+        dataset = BoringModel().train_dataloader().dataset
+        sampler = RandomSampler(dataset)
+        sampler.set_epoch = Mock()
+        if batch_sampler:
+            return DataLoader(dataset, batch_sampler=BatchSampler(sampler, 2, True)), sampler
+        return DataLoader(dataset, sampler=sampler), sampler
+
+    class Model(BoringModel):
+        def predict_step(self, batch, batch_idx):
+            return batch_idx
+
+    epochs = []
+    for batch_sampler in (False, True):
+        trainer = Trainer(max_epochs=2, limit_train_batches=1, limit_val_batches=1, default_root_dir=root, **QUIET)
+        (train, train_sampler), (val, val_sampler) = loader(batch_sampler), loader(batch_sampler)
+        trainer.fit(Model(), train, val)
+        test, test_sampler = loader(batch_sampler)
+        trainer.test(Model(), test, verbose=False)
+        epochs.append([[c.args for c in s.set_epoch.mock_calls] for s in (train_sampler, val_sampler, test_sampler)])
+    trainer = Trainer(limit_predict_batches=2, **QUIET)
+    returned = trainer.predict(Model(), return_predictions=True)
+    kept = list(trainer.predict_loop.predictions)
+    trainer = Trainer(limit_predict_batches=2, **QUIET)
+    none = trainer.predict(Model(), return_predictions=False)
+    return epochs, returned, kept, none, list(trainer.predict_loop.predictions)
+
+
+def test_evaluation_samplers_get_the_epoch_and_return_predictions_false_keeps_none(tmp_path):
+    theirs, ours = both(sampler_epochs_and_kept_predictions, tmp_path)
+    assert ours == theirs
+    assert theirs[0][0] == [[(0,), (1,)], [(0,), (0,), (1,)], [(2,)]]  # validation: sanity check, epochs 0, 1
+    assert theirs[1:] == ([0, 1], [0, 1], None, [])

@@ -179,6 +179,8 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
             f"{type(state.module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
             "define one of them to predict"
         )
+    for loader in loaders:  # Lightning's: the samplers told the fit's epoch (validation may shuffle by it)
+        loader.set_epoch(state.progress.epochs.current.processed)
     fetcher = None
     if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
         with _grad_mode(ctx):
@@ -358,7 +360,7 @@ class _LoaderResults:
             self._outputs = []
 
     def add(self, output: Any) -> None:
-        if self._stage == "predict" or self._keeps:
+        if self._stage == "predict" and self._state.predict_loop.keeps_predictions or self._keeps:
             self._outputs.append(output)
 
     def close(self) -> None:

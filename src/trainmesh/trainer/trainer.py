@@ -242,6 +242,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
+        self._state.predict_loop.return_predictions = return_predictions is not False  # else none kept, as Lightning
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return None if return_predictions is False else outputs
 
