@@ -206,3 +206,25 @@ def test_evaluation_samplers_get_the_epoch_and_return_predictions_false_keeps_no
     assert ours == theirs
     assert theirs[0][0] == [[(0,), (1,)], [(0,), (0,), (1,)], [(2,)]]  # validation: sanity check, epochs 0, 1
     assert theirs[1:] == ([0, 1], [0, 1], None, [])
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate", "test", "predict"])
+def test_a_step_reading_dataloader_iter_is_refused_before_anything_runs(tmp_path, stage):
+    """Lightning 2's ``training_step(self, dataloader_iter)`` fetches its own batches; trainmesh's loops
+    give every step one batch, so such a module is refused before any hook runs (it failed inside
+    the first step with "'Tensor' object is not an iterator")."""
+    step = {"fit": "training_step", "validate": "validation_step", "test": "test_step", "predict": "predict_step"}
+    calls = []
+
+    class Model(TmBoringModel):
+        def setup(self, stage):
+            calls.append(stage)
+
+    def reads_its_batches(self, dataloader_iter):
+        return self.step(next(dataloader_iter)[0])
+
+    setattr(Model, step[stage], reads_its_batches)
+    trainer = tm.Trainer(default_root_dir=tmp_path, max_epochs=1, **QUIET)
+    with pytest.raises(TmMisconfiguration, match=f"{step[stage]}\\(\\) takes dataloader_iter"):
+        getattr(trainer, stage)(Model())
+    assert calls == []
