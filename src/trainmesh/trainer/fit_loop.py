@@ -270,9 +270,8 @@ def _train_batches(
     next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
     progress = state.progress.train_batches  # trainer.fit_loop.epoch_loop.batch_progress, advanced as Lightning's
     for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, state):
-        if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
-            end_epoch_at_batch_start(state, hooks, batch_idx)  # the module asked to end the epoch here
-            break
+        if at_batch_start and _ends_epoch(state, batch_hooks, batch, batch_idx):
+            break  # the module asked to end the epoch here
         progress.started()
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = run_batch(batch, batch_idx, steps_now=steps_now).output
@@ -306,6 +305,14 @@ def _train_batches(
     if pending_gradients:
         batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window
     return cut_short
+
+
+def _ends_epoch(state: LoopState, batch_hooks: TrainBatchHooks, batch: Any, batch_idx: int) -> bool:
+    """Call on_train_batch_start; True where it returned -1, the epoch then ended at this batch."""
+    if batch_hooks.start(batch, batch_idx) != -1:
+        return False
+    end_epoch_at_batch_start(state, batch_hooks.hooks, batch_idx)
+    return True
 
 
 def _log_and_validate(
