@@ -228,3 +228,36 @@ def test_a_step_reading_dataloader_iter_is_refused_before_anything_runs(tmp_path
     with pytest.raises(TmMisconfiguration, match=f"{step[stage]}\\(\\) takes dataloader_iter"):
         getattr(trainer, stage)(Model())
     assert calls == []
+
+
+def limits_as_lightning_reads_them(Trainer, BoringModel, root):
+    validations = []
+
+    class Model(BoringModel):
+        def on_validation_start(self):
+            validations.append(self.trainer.global_step)
+
+    found = []
+    trainer = Trainer(
+        limit_train_batches=4.0, limit_val_batches=2.0, val_check_interval=2.0, max_epochs=1, num_sanity_val_steps=0,
+        default_root_dir=root, **QUIET,
+    )  # fmt: skip
+    trainer.fit(Model())
+    found.append((trainer.num_training_batches, trainer.num_val_batches, validations))
+    # (overfit_batches=3.0 is 3 for both, but Lightning then limits training by the float 3.0: every batch)
+    found.append(Trainer(overfit_batches=3.0).overfit_batches)
+    for bad in ({"limit_train_batches": 1.2}, {"limit_test_batches": -0.1}, {"val_check_interval": 1.5},
+                {"overfit_batches": 1.2}, {"fast_dev_run": -1}):  # fmt: skip
+        try:
+            Trainer(**bad)
+        except (PlMisconfiguration, TmMisconfiguration) as error:
+            found.append(("refused", isinstance(error, ValueError) or Trainer is pl.Trainer))
+    found.append([Trainer(fast_dev_run=value).fast_dev_run for value in (True, 1, 3, False)])
+    return found
+
+
+def test_batch_limits_as_lightning_reads_them(tmp_path):
+    theirs, ours = both(limits_as_lightning_reads_them, tmp_path)
+    assert ours == theirs
+    assert theirs[:2] == [(4, [2], [2, 4]), 3]
+    assert theirs[2:] == [("refused", True)] * 5 + [[True, True, 3, False]]

@@ -13,6 +13,11 @@ from typing import Any
 from trainmesh.utilities.exceptions import MisconfigurationException
 
 
+class InvalidSetting(MisconfigurationException, ValueError):
+    """A loop argument out of its range: Lightning's type (``MisconfigurationException``), and the
+    ``ValueError`` trainmesh raised before, so either ``except`` catches it."""
+
+
 @dataclass(frozen=True)
 class LoopSettings:
     """The checked values; the Trainer exposes each as an attribute of the same name.
@@ -125,29 +130,39 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
     return value
 
 
+def whole_count(value: Any) -> Any:
+    """A float above 1 with no fraction is that many batches, as Lightning's ``_determine_batch_limits``
+    reads it (``limit_train_batches=10.0`` from a config file: 10 batches); anything else as given."""
+    if isinstance(value, float) and value > 1.0 and value % 1.0 == 0:
+        return int(value)
+    return value
+
+
 def _check_limit(name: str, value: int | float | None) -> int | float:
     if value is None:
         return 1.0
+    value = whole_count(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+        raise InvalidSetting(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
     if isinstance(value, float) and not (0.0 <= value <= 1.0):
-        raise ValueError(
+        raise InvalidSetting(
             f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count"
         )
     if isinstance(value, int) and value < 0:
-        raise ValueError(f"{name}={value} must not be negative")
+        raise InvalidSetting(f"{name}={value} must not be negative")
     return value
 
 
 def _check_val_interval(value: int | float | None) -> int | float:
     if value is None:
         return 1.0
+    value = whole_count(value)
     if isinstance(value, float) and not (0.0 < value <= 1.0):
-        raise ValueError(
+        raise InvalidSetting(
             f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches"
         )
     if isinstance(value, int) and value < 1:
-        raise ValueError(f"val_check_interval={value} must be at least 1 batch")
+        raise InvalidSetting(f"val_check_interval={value} must be at least 1 batch")
     return value
 
 
@@ -156,4 +171,4 @@ def _check_fast_dev_run(value: bool | int) -> int:
         return 1 if value else 0
     if isinstance(value, int) and value >= 0:
         return value
-    raise ValueError(f"fast_dev_run={value!r}: use True, False or a number of batches")
+    raise InvalidSetting(f"fast_dev_run={value!r}: use True, False or a number of batches (it should be >= 0)")
