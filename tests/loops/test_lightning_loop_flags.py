@@ -261,3 +261,20 @@ def test_batch_limits_as_lightning_reads_them(tmp_path):
     assert ours == theirs
     assert theirs[:2] == [(4, [2], [2, 4]), 3]
     assert theirs[2:] == [("refused", True)] * 5 + [[True, True, 3, False]]
+
+
+def environment_defaults(Trainer, BoringModel, root, monkeypatch):
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "3")
+    monkeypatch.setenv("PL_TRAINER_LIMIT_VAL_BATCHES", "0.5")
+    trainer = Trainer(default_root_dir=root, enable_progress_bar=False, enable_checkpointing=False)
+    from_environment = (trainer.logger, trainer.max_steps, trainer.limit_val_batches)
+    trainer.fit(BoringModel())
+    passed = Trainer(max_steps=42, logger=False, default_root_dir=root)  # an argument passed wins
+    return from_environment, trainer.global_step, passed.max_steps
+
+
+def test_trainer_arguments_default_from_pl_trainer_environment_variables(tmp_path, monkeypatch):
+    theirs, ours = both(environment_defaults, tmp_path, monkeypatch)
+    assert ours == theirs
+    assert theirs == ((None, 3, 0.5), 3, 42)

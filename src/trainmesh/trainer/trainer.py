@@ -15,7 +15,6 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
-from trainmesh.trainer.barebones import barebones_arguments
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -33,6 +32,7 @@ from trainmesh.trainer.construction import (
     configure_run_optimizers,
     merge_model_callbacks,
 )
+from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
@@ -57,7 +57,6 @@ from trainmesh.utilities import docstrings
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info
-from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 _BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
@@ -66,8 +65,7 @@ _BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
 class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunProperties; 1.x's members
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
-    @suggest_unknown_keywords  # Trainer(max_epoch=5): "... Did you mean 'max_epochs'?"
-    @barebones_arguments  # Trainer(barebones=True): Lightning's refusals, its features off (barebones.py)
+    @lightning_arguments  # PL_TRAINER_* defaults, mistyped keywords, barebones=True (constructor_arguments.py)
     def __init__(
         self,
         *,
