@@ -278,3 +278,30 @@ def test_trainer_arguments_default_from_pl_trainer_environment_variables(tmp_pat
     theirs, ours = both(environment_defaults, tmp_path, monkeypatch)
     assert ours == theirs
     assert theirs == ((None, 3, 0.5), 3, 42)
+
+
+def max_epochs_warnings(Trainer, BoringModel, root):
+    import warnings
+
+    class Model(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.trainer.should_stop = True
+            return super().training_step(batch, batch_idx)
+
+    said = []
+    for extra in ({}, {"max_steps": 2}, {"fast_dev_run": True}, {"max_time": {"minutes": 5}}, {"max_epochs": -1}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer = Trainer(limit_train_batches=1, default_root_dir=root, **QUIET, **extra)
+            trainer.fit(Model())
+        said.append(
+            [type(w.message).__name__ for w in caught if "`max_epochs` was not set" in str(w.message)]
+            + [trainer.max_epochs, trainer.current_epoch]
+        )
+    return said
+
+
+def test_a_fit_without_limits_says_it_stops_after_1000_epochs(tmp_path):
+    theirs, ours = both(max_epochs_warnings, tmp_path)
+    assert ours == theirs
+    assert theirs[0] == ["PossibleUserWarning", 1000, 1] and all(len(row) == 2 for row in theirs[1:])

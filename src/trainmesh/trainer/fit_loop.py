@@ -34,7 +34,7 @@ from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, w
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
-from trainmesh.trainer.settings import LoopSettings
+from trainmesh.trainer.settings import LoopSettings, warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, min_met
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
@@ -45,6 +45,7 @@ from trainmesh.utilities.warnings import PossibleUserWarning
 def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False) -> None:
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "Trainer._prepare made the fit's FitData"
+    warn_if_max_epochs_unset(ctx.settings)
     resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():

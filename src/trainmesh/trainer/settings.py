@@ -44,6 +44,19 @@ class LoopSettings:
     gradient_clip_algorithm: str | None  # None: not given ("norm" where clipping), as Lightning's Trainer holds it
     logger: Any
     enable_checkpointing: bool
+    max_epochs_unset: bool = False  # neither max_epochs nor max_steps (nor max_time) given: 1000, said at each fit
+
+
+def warn_if_max_epochs_unset(settings: LoopSettings) -> None:
+    """As Lightning's ``_parse_loop_limits`` at each fit: a fit given no limit stops after 1000 epochs."""
+    if settings.max_epochs_unset:
+        from trainmesh.utilities.rank_zero import rank_zero_warn
+        from trainmesh.utilities.warnings import PossibleUserWarning
+
+        rank_zero_warn(  # Lightning's words
+            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+            category=PossibleUserWarning,
+        )
 
 
 def check_loop_settings(
@@ -81,6 +94,7 @@ def check_loop_settings(
         limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = dev_run
         val_check_interval, logger, enable_checkpointing = 1.0, False, False
     max_steps = _check_int("max_steps", max_steps, minimum=-1)
+    max_epochs_unset = max_epochs is None and max_steps == -1
     if max_epochs is None:
         max_epochs = 1000 if max_steps == -1 else -1
     max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
@@ -121,6 +135,7 @@ def check_loop_settings(
         gradient_clip_algorithm=gradient_clip_algorithm,
         logger=logger,
         enable_checkpointing=enable_checkpointing,
+        max_epochs_unset=max_epochs_unset,
     )
 
 
