@@ -27,6 +27,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/progress/__init__.py": ["callbacks/test_progress.py"],
     "callbacks/progress/members.py": ["callbacks/test_progress_members.py"],
     "trainer/constructor_arguments.py": ["loops/test_lightning_loop_flags.py", "test_first_hour.py"],
+    "trainer/loader_checks.py": ["loops/test_lightning_loop_flags.py"],
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],

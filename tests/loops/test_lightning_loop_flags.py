@@ -305,3 +305,29 @@ def test_a_fit_without_limits_says_it_stops_after_1000_epochs(tmp_path):
     theirs, ours = both(max_epochs_warnings, tmp_path)
     assert ours == theirs
     assert theirs[0] == ["PossibleUserWarning", 1000, 1] and all(len(row) == 2 for row in theirs[1:])
+
+
+def worker_warnings(Trainer, BoringModel, root, monkeypatch):
+    import os
+    import warnings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)  # an 8-CPU machine
+    model = BoringModel()
+    found = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, default_root_dir=root, **QUIET)
+        trainer.fit(model)
+        trainer.test(model, verbose=False)
+        trainer.predict(model)
+    for warning in caught:
+        text = str(warning.message)
+        if "does not have many workers" in text:
+            found.append((type(warning.message).__name__, text.split("'")[1], text.split("num_workers=")[1][:1]))
+    return found
+
+
+def test_loaders_without_workers_are_warned_of_as_lightning_does(tmp_path, monkeypatch):
+    theirs, ours = both(worker_warnings, tmp_path, monkeypatch)
+    assert sorted(ours) == sorted(theirs)
+    assert ("PossibleUserWarning", "val_dataloader", "7") in theirs

@@ -15,6 +15,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches
 from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
+from trainmesh.trainer.loader_checks import warn_of_few_workers
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts, Progress
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
@@ -150,6 +151,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
     (``trainer.train_dataloader``, ``val_dataloaders``, ...)."""
     if not loaders:
         return []
+    warn_of_few_workers(loaders, kind, len(ctx.runtime.device_indices))
     loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(
         *loaders,
