@@ -172,6 +172,12 @@ def _check_val_interval(value: int | float | None) -> int | float:
     if value is None:
         return 1.0
     value = whole_count(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # Lightning 2.6's time-based interval ("DD:HH:MM:SS", a timedelta, its keywords as a dict)
+        raise InvalidSetting(
+            f"val_check_interval={value!r}: validation every so much time is not supported here; give an int "
+            "(every that many training batches) or a float (that fraction of an epoch)"
+        )
     if isinstance(value, float) and not (0.0 < value <= 1.0):
         raise InvalidSetting(
             f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches"
