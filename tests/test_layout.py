@@ -25,6 +25,9 @@ COVERED_BY: dict[str, list[str]] = {
         "callbacks/test_model_checkpoint_after_validation.py",
     ],
     "callbacks/progress/__init__.py": ["callbacks/test_progress.py"],
+    "callbacks/progress/members.py": ["callbacks/test_progress_members.py"],
+    "trainer/constructor_arguments.py": ["loops/test_lightning_loop_flags.py", "test_first_hour.py"],
+    "trainer/loader_checks.py": ["loops/test_lightning_loop_flags.py"],
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
     "callbacks/progress/bar_meter.py": ["callbacks/test_throughput.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
@@ -329,6 +332,8 @@ COVERED_BY: dict[str, list[str]] = {
 
 # Test files of behaviour across modules, not of one module: test file -> what it checks.
 CROSS_CUTTING: dict[str, str] = {
+    "loops/test_lightning_loop_flags.py": "the fit and evaluation loops' flags as Lightning 2.6's own tests use them "
+    "(step hooks on the instance, on_train_batch_start -1, grad mode, val_check_interval), against Lightning 2.6",
     "trainer/test_lightning1_examples.py": "what Lightning 1.x's published examples use (finetune_function's "
     "opt_idx, LightningCLI's 1.x keywords), against pytorch-lightning 1.9.5's recorded runs",
     "trainer/test_repeated_runs.py": "one Trainer run again (evaluation without a model after fit, a second "

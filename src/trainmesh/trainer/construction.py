@@ -146,11 +146,17 @@ def refuse_sync_on_cpu(runtime: Runtime) -> None:
 __all__ = ["LIGHTNING1_ARGUMENTS", "LightningOneMembers", "lightning_one_fit", "lightning_one_run"]
 
 
-def build_loggers(logger: Any, root: str) -> list[Any]:
+def build_loggers(logger: Any, root: str, *, fast_dev_run: bool = False) -> list[Any]:
     """``logger=True`` (the default) is Lightning's default: TensorBoard when it is installed,
-    else CSV, under ``<root>/lightning_logs/version_N`` (loggers/default.py)."""
+    else CSV, under ``<root>/lightning_logs/version_N`` (loggers/default.py). Under ``fast_dev_run``
+    the loggers given are one ``DummyLogger``, as Lightning's: nothing is written, and a program's
+    ``self.logger.experiment.add_histogram(...)`` still runs."""
     if logger is False or logger is None:
         return []
+    if fast_dev_run:
+        from trainmesh.loggers.logger import DummyLogger
+
+        return [DummyLogger()] if logger is True or build_loggers(logger, root) else []
     if logger is True:
         from trainmesh.loggers.default import default_logger
 

@@ -67,3 +67,20 @@ def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short:
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0:
             if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies
                 step_scheduler(config, callback_metrics(state), custom)
+
+
+def end_epoch_at_batch_start(state: LoopState, hooks: HookDispatcher, batch_idx: int) -> None:
+    """``on_train_batch_start`` returned -1 at ``batch_idx``: as Lightning's loop, that batch is the
+    epoch's last (``trainer.is_last_batch``, counted processed but not trained, no
+    ``on_train_batch_end``, no validation after it), and the schedulers step as at an epoch's last
+    batch: the epoch-interval ones, and the step-interval ones due at this batch (Lightning steps
+    those too, though no optimizer step ran)."""
+    state.is_last_batch = True
+    state.progress.train_batches.processed()
+    if state.manual_backward is not None:  # manual optimization: the module steps its schedulers
+        return
+    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    for config in state.lr_scheduler_configs:
+        if not config.reduce_on_plateau and config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
+            step_scheduler(config, callback_metrics(state), custom)
+    step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)

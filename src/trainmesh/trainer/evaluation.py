@@ -15,6 +15,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
+from trainmesh.trainer.loader_checks import warn_of_few_workers
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts, Progress
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
@@ -150,6 +151,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
     (``trainer.train_dataloader``, ``val_dataloaders``, ...)."""
     if not loaders:
         return []
+    warn_of_few_workers(loaders, kind, len(ctx.runtime.device_indices))
     loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(
         *loaders,
@@ -194,7 +196,9 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         progress.current, progress.max_batches = Counts(), list(limits)
     start, end = _START_END_HOOKS[stage]
     logged: list[StageResults] = []  # what this run logged: its metric objects are reset after `end`
-    with evaluation_mode(hooks, state.model, stage):
+    # Lightning's evaluation loops run whole under no_grad / inference_mode: the stage's start and end
+    # hooks and on_*_model_eval/train too (a tensor made there has no graph)
+    with _grad_mode(ctx), evaluation_mode(hooks, state.model, stage):
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
@@ -367,7 +371,7 @@ class _LoaderResults:
             self._outputs = []
 
     def add(self, output: Any) -> None:
-        if self._stage == "predict" or self._keeps:
+        if self._stage == "predict" and self._state.predict_loop.keeps_predictions or self._keeps:
             self._outputs.append(output)
 
     def close(self) -> None:

@@ -101,6 +101,7 @@ class FitData:
         loaders = [train_loader(self._source.loaders("train", required=True), self._source.train_mode)]
         (self._train,) = device_loaders(ctx, loaders, train=True, kind="train")
         ctx.state.num_training_batches = limited_count(self._train, ctx.settings.limit_train_batches, "train")
+        _check_val_interval_fits(ctx, ctx.state.num_training_batches)
         if ctx.state.num_training_batches != 0:
             self._train_epoch = ctx.state.current_epoch
         if reload:
@@ -112,3 +113,17 @@ class FitData:
 
 
 _NOT_ASKED = object()
+
+
+def _check_val_interval_fits(ctx: LoopContext, count: int | float) -> None:
+    """As Lightning's fit loop as it sets up its train loader: an integer ``val_check_interval`` over
+    the epoch's batch count would never validate where the count restarts every epoch."""
+    settings = ctx.settings
+    interval = settings.val_check_interval
+    if isinstance(interval, int) and interval > count and count != 0:
+        if settings.check_val_every_n_epoch is not None and settings.limit_val_batches > 0:
+            raise ValueError(  # Lightning's type
+                f"val_check_interval={interval} must be less than or equal to the number of the training batches "
+                f"({count}): validation counts batches within an epoch, so it would never run. Set limit_val_batches=0 "
+                "to turn validation off, or check_val_every_n_epoch=None to count batches across epochs"
+            )

@@ -18,7 +18,7 @@ import torch
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.epoch_end import run_epoch_end_hooks, step_epoch_schedulers
+from trainmesh.trainer.epoch_end import end_epoch_at_batch_start, run_epoch_end_hooks, step_epoch_schedulers
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
@@ -34,7 +34,7 @@ from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, w
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
-from trainmesh.trainer.settings import LoopSettings
+from trainmesh.trainer.settings import LoopSettings, warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, min_met
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
@@ -45,6 +45,7 @@ from trainmesh.utilities.warnings import PossibleUserWarning
 def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False) -> None:
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "Trainer._prepare made the fit's FitData"
+    warn_if_max_epochs_unset(ctx.settings)
     resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
@@ -270,8 +271,8 @@ def _train_batches(
     next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
     progress = state.progress.train_batches  # trainer.fit_loop.epoch_loop.batch_progress, advanced as Lightning's
     for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, state):
-        if at_batch_start and batch_hooks.start(batch, batch_idx) == -1:
-            break  # the module asked to end the epoch early
+        if at_batch_start and _ends_epoch(state, batch_hooks, batch, batch_idx):
+            break  # the module asked to end the epoch here
         progress.started()
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
         output = run_batch(batch, batch_idx, steps_now=steps_now).output
@@ -305,6 +306,14 @@ def _train_batches(
     if pending_gradients:
         batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window
     return cut_short
+
+
+def _ends_epoch(state: LoopState, batch_hooks: TrainBatchHooks, batch: Any, batch_idx: int) -> bool:
+    """Call on_train_batch_start; True where it returned -1, the epoch then ended at this batch."""
+    if batch_hooks.start(batch, batch_idx) != -1:
+        return False
+    end_epoch_at_batch_start(state, batch_hooks.hooks, batch_idx)
+    return True
 
 
 def _log_and_validate(

@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.settings import InvalidSetting, whole_count
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -25,12 +26,13 @@ def overfit_limits(
     overfit_batches: int | float, limit_train: int | float | None, limit_val: int | float | None
 ) -> tuple[int | float | None, int | float | None]:
     """The train and validation limits: ``overfit_batches`` for both where it is set (above 0)."""
+    overfit_batches = whole_count(overfit_batches)
     if isinstance(overfit_batches, bool) or not isinstance(overfit_batches, (int, float)) or overfit_batches < 0:
-        raise ValueError(
+        raise InvalidSetting(
             f"overfit_batches={overfit_batches!r}: give a number of batches (int) or a fraction (float in [0, 1])"
         )
     if isinstance(overfit_batches, float) and overfit_batches > 1.0:
-        raise ValueError(f"overfit_batches={overfit_batches}: a float is a fraction of the batches, in [0, 1]")
+        raise InvalidSetting(f"overfit_batches={overfit_batches}: a float is a fraction of the batches, in [0, 1]")
     if overfit_batches > 0:
         return overfit_batches, overfit_batches
     return limit_train, limit_val

@@ -25,6 +25,13 @@ class PredictLoop:
     epoch_batch_indices: list[list[list[int]]] = field(default_factory=list)
     current_batch_indices: list[int] = field(default_factory=list)
     writers: list[Any] = field(default_factory=list)  # the BasePredictionWriter callbacks
+    return_predictions: bool = True  # trainer.predict(return_predictions=...), set before the run
+
+    @property
+    def keeps_predictions(self) -> bool:
+        """Whether the run keeps each batch's predictions: as Lightning's, where they are returned or
+        a writer writes them at the epoch's end (else none is held: a long predict run's memory)."""
+        return self.return_predictions or any(writer.interval.on_epoch for writer in self.writers)
 
     def start(self, loaders: int, writers: list[Any]) -> None:
         self.predictions, self.current_batch_indices = [], []

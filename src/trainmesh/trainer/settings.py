@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainmesh.utilities.exceptions import MisconfigurationException
+
+
+class InvalidSetting(MisconfigurationException, ValueError):
+    """A loop argument out of its range: Lightning's type (``MisconfigurationException``), and the
+    ``ValueError`` trainmesh raised before, so either ``except`` catches it."""
+
 
 @dataclass(frozen=True)
 class LoopSettings:
@@ -37,6 +44,19 @@ class LoopSettings:
     gradient_clip_algorithm: str | None  # None: not given ("norm" where clipping), as Lightning's Trainer holds it
     logger: Any
     enable_checkpointing: bool
+    max_epochs_unset: bool = False  # neither max_epochs nor max_steps (nor max_time) given: 1000, said at each fit
+
+
+def warn_if_max_epochs_unset(settings: LoopSettings) -> None:
+    """As Lightning's ``_parse_loop_limits`` at each fit: a fit given no limit stops after 1000 epochs."""
+    if settings.max_epochs_unset:
+        from trainmesh.utilities.rank_zero import rank_zero_warn
+        from trainmesh.utilities.warnings import PossibleUserWarning
+
+        rank_zero_warn(  # Lightning's words
+            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+            category=PossibleUserWarning,
+        )
 
 
 def check_loop_settings(
@@ -61,6 +81,12 @@ def check_loop_settings(
     enable_checkpointing: bool,
 ) -> LoopSettings:
     """The Trainer's loop arguments checked (``ValueError`` naming the first bad one), with defaults filled in."""
+    if check_val_every_n_epoch is None and isinstance(val_check_interval, float):
+        # Lightning's type: a fraction of an epoch means nothing where validation ignores epochs
+        raise MisconfigurationException(
+            f"val_check_interval={val_check_interval}, a fraction of an epoch, with check_val_every_n_epoch=None, "
+            "where validation counts batches across epochs: give val_check_interval as an integer number of batches"
+        )
     dev_run = _check_fast_dev_run(fast_dev_run)
     if dev_run:
         # One quick pass through every stage to shake out bugs: no logs, no checkpoints.
@@ -68,6 +94,7 @@ def check_loop_settings(
         limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = dev_run
         val_check_interval, logger, enable_checkpointing = 1.0, False, False
     max_steps = _check_int("max_steps", max_steps, minimum=-1)
+    max_epochs_unset = max_epochs is None and max_steps == -1
     if max_epochs is None:
         max_epochs = 1000 if max_steps == -1 else -1
     max_epochs = _check_int("max_epochs", max_epochs, minimum=-1)
@@ -108,6 +135,7 @@ def check_loop_settings(
         gradient_clip_algorithm=gradient_clip_algorithm,
         logger=logger,
         enable_checkpointing=enable_checkpointing,
+        max_epochs_unset=max_epochs_unset,
     )
 
 
@@ -117,29 +145,45 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
     return value
 
 
+def whole_count(value: Any) -> Any:
+    """A float above 1 with no fraction is that many batches, as Lightning's ``_determine_batch_limits``
+    reads it (``limit_train_batches=10.0`` from a config file: 10 batches); anything else as given."""
+    if isinstance(value, float) and value > 1.0 and value % 1.0 == 0:
+        return int(value)
+    return value
+
+
 def _check_limit(name: str, value: int | float | None) -> int | float:
     if value is None:
         return 1.0
+    value = whole_count(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+        raise InvalidSetting(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
     if isinstance(value, float) and not (0.0 <= value <= 1.0):
-        raise ValueError(
+        raise InvalidSetting(
             f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count"
         )
     if isinstance(value, int) and value < 0:
-        raise ValueError(f"{name}={value} must not be negative")
+        raise InvalidSetting(f"{name}={value} must not be negative")
     return value
 
 
 def _check_val_interval(value: int | float | None) -> int | float:
     if value is None:
         return 1.0
+    value = whole_count(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # Lightning 2.6's time-based interval ("DD:HH:MM:SS", a timedelta, its keywords as a dict)
+        raise InvalidSetting(
+            f"val_check_interval={value!r}: validation every so much time is not supported here; give an int "
+            "(every that many training batches) or a float (that fraction of an epoch)"
+        )
     if isinstance(value, float) and not (0.0 < value <= 1.0):
-        raise ValueError(
+        raise InvalidSetting(
             f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches"
         )
     if isinstance(value, int) and value < 1:
-        raise ValueError(f"val_check_interval={value} must be at least 1 batch")
+        raise InvalidSetting(f"val_check_interval={value} must be at least 1 batch")
     return value
 
 
@@ -148,4 +192,4 @@ def _check_fast_dev_run(value: bool | int) -> int:
         return 1 if value else 0
     if isinstance(value, int) and value >= 0:
         return value
-    raise ValueError(f"fast_dev_run={value!r}: use True, False or a number of batches")
+    raise InvalidSetting(f"fast_dev_run={value!r}: use True, False or a number of batches (it should be >= 0)")

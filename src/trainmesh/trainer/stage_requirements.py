@@ -8,6 +8,7 @@ the start of the run (its configuration validator), and so does trainmesh, in on
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from trainmesh.module import Module
@@ -27,10 +28,33 @@ _REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+# stage -> the step methods its loop calls on every batch
+_STEPS = {
+    "fit": ("training_step", "validation_step"),
+    "validate": ("validation_step",),
+    "test": ("test_step",),
+    "predict": ("predict_step",),
+}
+
+
 def refuse_missing_steps(model: Any, stage: str) -> None:
-    """Raise :class:`MisconfigurationException` when ``model`` lacks a method ``stage`` calls."""
+    """Raise :class:`MisconfigurationException` when ``model`` lacks a method ``stage`` calls, or
+    has a step that reads its batches itself (``dataloader_iter``), which trainmesh's loops do not
+    give."""
     if stage == "predict":
         _refuse_unpredictable(model)
+    for name in _STEPS.get(stage, ()):
+        step = getattr(model, name, None)
+        try:
+            reads_itself = step is not None and "dataloader_iter" in inspect.signature(step).parameters
+        except (TypeError, ValueError):  # no signature to read (a builtin): called with the batch
+            reads_itself = False
+        if reads_itself:
+            raise MisconfigurationException(
+                f"{type(model).__name__}.{name}() takes dataloader_iter (Lightning 2's step that fetches its "
+                "own batches): trainmesh's loops give every step one batch, so it cannot run; take "
+                f"(batch, batch_idx) in {name}() instead"
+            )
     for name, purpose in _REQUIRED.get(stage, ()):
         if not is_overridden(name, model, parent=Module):  # Lightning's test, on trainmesh's placeholders
             needs = " and ".join(f"{method}()" for method, _ in _REQUIRED[stage])

@@ -15,7 +15,6 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
-from trainmesh.trainer.barebones import barebones_arguments
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpointing import (
     TENSOR_ENTRIES,
@@ -33,6 +32,7 @@ from trainmesh.trainer.construction import (
     configure_run_optimizers,
     merge_model_callbacks,
 )
+from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
@@ -57,7 +57,6 @@ from trainmesh.utilities import docstrings
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info
-from trainmesh.utilities.suggestions import suggest_unknown_keywords
 
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 _BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
@@ -66,8 +65,7 @@ _BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
 class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunProperties; 1.x's members
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
-    @suggest_unknown_keywords  # Trainer(max_epoch=5): "... Did you mean 'max_epochs'?"
-    @barebones_arguments  # Trainer(barebones=True): Lightning's refusals, its features off (barebones.py)
+    @lightning_arguments  # PL_TRAINER_* defaults, mistyped keywords, barebones=True (constructor_arguments.py)
     def __init__(
         self,
         *,
@@ -170,7 +168,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.profiler = build_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler (profiling.py)
         if deterministic:
             make_deterministic()
-        self.loggers = build_loggers(loop.logger, self.default_root_dir)
+        self.loggers = build_loggers(logger, self.default_root_dir, fast_dev_run=bool(loop.fast_dev_run))
         bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
@@ -242,6 +240,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
+        self._state.predict_loop.return_predictions = return_predictions is not False  # else none kept, as Lightning
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return None if return_predictions is False else outputs
 

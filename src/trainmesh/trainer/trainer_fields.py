@@ -17,7 +17,12 @@ class TrainerFields(LightningMembers):
     """The Trainer's fields; the Trainer is one."""
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
-    fast_dev_run: StateField[int] = StateField("_settings")
+    @property
+    def fast_dev_run(self) -> int | bool:
+        """Lightning's ``trainer.fast_dev_run``: True for one batch, the number of batches above one, else False."""
+        value: int = self._settings.fast_dev_run
+        return True if value == 1 else value or False
+
     max_steps: StateField[int] = StateField("_settings")
     max_epochs: StateField[int] = StateField("_settings")
     min_epochs: StateField[int | None] = StateField("_settings")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.progress.bar_meter import bar_meter
+from trainmesh.callbacks.progress.members import ProgressBarMembers
 from trainmesh.seed import import_leaving_rng
 from trainmesh.trainer_view import TrainerView
 
@@ -89,7 +90,7 @@ def _make_progress(console: Console, *, transient: bool) -> Progress:
     )
 
 
-class ProgressBar(Callback):
+class ProgressBar(ProgressBarMembers, Callback):
     """Show a bar per training epoch and transient bars for validation, test and predict.
 
     The training bar reads ``Epoch 3/9`` (counted from 0 as Lightning's: the 4th of 10), batches done of the total,
@@ -161,7 +162,7 @@ class ProgressBar(Callback):
         return self._console
 
     def _enabled(self, trainer: TrainerView) -> bool:
-        return self.refresh_rate > 0 and bool(getattr(trainer, "is_global_zero", True))
+        return self.is_enabled and bool(getattr(trainer, "is_global_zero", True))
 
     def _animated(self) -> bool:
         # Not a terminal (CI, a file): a live display would print a line per refresh.
@@ -295,7 +296,7 @@ class ProgressBar(Callback):
     def on_validation_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "val_loader_batches")
+        self._advance_eval(trainer, batch_idx, "val_loader_batches", dataloader_idx)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._metered("on_validation_end", trainer, pl_module)
@@ -309,7 +310,7 @@ class ProgressBar(Callback):
     def on_test_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "test_loader_batches")
+        self._advance_eval(trainer, batch_idx, "test_loader_batches", dataloader_idx)
 
     def on_test_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Testing")
@@ -320,12 +321,13 @@ class ProgressBar(Callback):
     def on_predict_batch_end(
         self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._advance_eval(trainer, batch_idx, "predict_loader_batches")
+        self._advance_eval(trainer, batch_idx, "predict_loader_batches", dataloader_idx)
 
     def on_predict_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._end_eval(trainer, "Predicting")
 
     def _start_eval(self, trainer: TrainerView, label: str, count_attr: str) -> None:
+        self.reset_dataloader_idx_tracker()
         if not self._enabled(trainer):
             return
         self._eval_started_at = time.monotonic()
@@ -340,7 +342,8 @@ class ProgressBar(Callback):
         self._eval_task = progress.add_task(label, total=total, metrics="")
         progress.refresh()
 
-    def _advance_eval(self, trainer: TrainerView, batch_idx: int, count_attr: str) -> None:
+    def _advance_eval(self, trainer: TrainerView, batch_idx: int, count_attr: str, dataloader_idx: int) -> None:
+        self.has_dataloader_changed(dataloader_idx)  # the current loader's total (members.py)
         self._eval_done = batch_idx + 1
         if self._eval_task is None or self._eval_done % self.refresh_rate:
             return

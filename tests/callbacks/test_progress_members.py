@@ -1,0 +1,59 @@
+"""The members Lightning 2.6's ``ProgressBar`` base gives a bar (callbacks/progress/members.py), read
+by a callback during a fit and a test under Lightning's default bar and trainmesh's: the batch
+totals (``total_val_batches`` 0 in an epoch that does not validate, as Lightning's own
+test_check_val_every_n_epoch reads it), the current evaluation loader's total, the descriptions."""
+
+import pytest
+
+import trainmesh as tm
+from trainmesh.demos.boring_classes import BoringModel as TmBoringModel
+
+pl = pytest.importorskip("lightning.pytorch")
+from lightning.pytorch.demos.boring_classes import BoringModel as PlBoringModel  # noqa: E402
+
+
+def read_the_bar(Trainer, BoringModel, Callback, root):
+    seen = []
+
+    def bar_of(trainer):
+        return trainer.progress_bar_callback
+
+    class Reader(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            bar = bar_of(trainer)
+            seen.append(("epoch", bar.total_train_batches, bar.total_val_batches, bar.is_enabled))
+
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            if not trainer.sanity_checking:
+                seen.append(("val", dataloader_idx, bar_of(trainer).total_val_batches_current_dataloader))
+
+        def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            seen.append(("test", dataloader_idx, bar_of(trainer).total_test_batches_current_dataloader))
+
+    class Model(BoringModel):
+        def val_dataloader(self):
+            return [super().val_dataloader(), super().val_dataloader()]
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().validation_step(batch, batch_idx)
+
+        test_dataloader = val_dataloader
+        test_step = validation_step
+
+    trainer = Trainer(
+        default_root_dir=root, max_epochs=2, limit_train_batches=3, limit_val_batches=2, limit_test_batches=1,
+        check_val_every_n_epoch=2, logger=False, enable_checkpointing=False, callbacks=[Reader()],
+    )  # fmt: skip
+    trainer.fit(Model())
+    trainer.test(Model(), verbose=False)
+    bar = trainer.progress_bar_callback
+    descriptions = (bar.train_description, bar.validation_description, bar.test_description, bar.predict_description)
+    bar.disable()
+    return seen, descriptions, bar.sanity_check_description, bar.is_disabled
+
+
+def test_a_callback_reads_lightnings_progress_bar_members(tmp_path):
+    theirs = read_the_bar(pl.Trainer, PlBoringModel, pl.Callback, tmp_path / "pl")
+    ours = read_the_bar(tm.Trainer, TmBoringModel, tm.Callback, tmp_path / "tm")
+    assert ours == theirs
+    assert theirs[0][:3] == [("epoch", 3, 0, True), ("val", 0, 2), ("val", 0, 2)]
