@@ -225,29 +225,22 @@ def _differ(a: Any, b: Any) -> bool:
     return bool(a != b)
 
 
-def refuse_hparams_file(hparams_file: Any) -> None:
-    """Lightning's ``load_from_checkpoint(hparams_file=)`` reads hyperparameters from a YAML/CSV
-    file a logger wrote; trainmesh's loggers write none, and the checkpoint carries them."""
-    if hparams_file is not None:
-        raise ValueError(
-            f"load_from_checkpoint(hparams_file={hparams_file!r}) is not supported: trainmesh reads the "
-            "hyperparameters the checkpoint saved; pass the ones to change as keyword arguments "
-            "(load_from_checkpoint(path, lr=0.1))"
-        )
-
-
 def read_saved_checkpoint(
-    checkpoint_path: Any, map_location: Any, hparams_file: Any, weights_only: bool | None
+    checkpoint_path: Any, map_location: Any, hparams_file: Any, weights_only: bool | None, *, hparams_key: str
 ) -> dict[str, Any]:
-    """The checkpoint ``load_from_checkpoint`` builds from: ``hparams_file`` refused (see
-    :func:`refuse_hparams_file`), ``weights_only`` as Lightning passes it to ``torch.load`` (None:
-    torch's default, True since torch 2.6: a checkpoint holding other classes stops with torch's
-    error unless they are allowed with ``torch.serialization.add_safe_globals``, or pass False)."""
+    """The checkpoint ``load_from_checkpoint`` builds from: ``weights_only`` as Lightning passes it to
+    ``torch.load`` (None: torch's default, True since torch 2.6: a checkpoint holding other classes
+    stops with torch's error unless they are allowed with ``torch.serialization.add_safe_globals``,
+    or pass False); with ``hparams_file`` (a logger's ``hparams.yaml`` or a ``tags.csv``), its
+    hyperparameters replace the saved ones under ``hparams_key``, as Lightning's do."""
     from trainmesh.checkpoint import check_weights_only, load_checkpoint_file
+    from trainmesh.hparams_files import load_hparams_file
 
-    refuse_hparams_file(hparams_file)
     check_weights_only(checkpoint_path, weights_only)
-    return load_checkpoint_file(checkpoint_path, map_location=map_location)
+    checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
+    if hparams_file is not None:
+        checkpoint[hparams_key] = load_hparams_file(hparams_file)
+    return checkpoint
 
 
 def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -110,15 +110,25 @@ def hparams_to_dict(params: Mapping[str, Any] | argparse.Namespace) -> dict[str,
 
 def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) -> Path:
     """Write ``hparams`` to ``log_dir/hparams.yaml``, creating ``log_dir``; return the path."""
-    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
-
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _omegaconf_text(hparams)
+    _atomic_write_text(path, hparams_yaml_text(hparams))
+    return path
+
+
+def hparams_yaml_text(hparams: Mapping[str, Any], *, use_omegaconf: bool = True) -> str:
+    """The text Lightning's ``save_hparams_to_yaml`` writes for ``hparams``: ``OmegaConf.save``'s
+    where omegaconf is installed and takes every value, else PyYAML's (see :func:`yaml_values`).
+
+    >>> hparams_yaml_text({"lr": 0.1})
+    'lr: 0.1\n'
+    """
+    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
+
+    text = _omegaconf_text(hparams) if use_omegaconf else None
     if text is None:  # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
         text = yaml.dump(yaml_values(hparams), sort_keys=True)
-    _atomic_write_text(path, text)
-    return path
+    return text
 
 
 def _omegaconf_text(hparams: Mapping[str, Any]) -> str | None:
