@@ -67,3 +67,13 @@ def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short:
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0:
             if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies
                 step_scheduler(config, callback_metrics(state), custom)
+
+
+def step_due_plateau_schedulers(state: LoopState, hooks: HookDispatcher) -> None:
+    """The step-interval schedulers stepped with a metric that the last batch made due, as Lightning's
+    ``update_lr_schedulers("step", update_plateau_schedulers=True)``: after the batch's
+    on_train_batch_end and its validation, so that they watch what those logged."""
+    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    due, state.loop.plateau_due = state.loop.plateau_due, []
+    for config in due:
+        step_scheduler(config, callback_metrics(state), custom)
