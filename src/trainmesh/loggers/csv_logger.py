@@ -212,12 +212,17 @@ class CSVLogger(Logger):
         # Resolved once, on first use, so that every file of this run lands in one folder even
         # if another run claims the next number meanwhile.
         if self._version is None:
-            self._version = next_version(self._save_dir / self._name)
+            self._version = next_version(self.root_dir)
         return self._version
 
     @property
+    def root_dir(self) -> str:
+        """``save_dir/name``, as Lightning's: read through the properties, which a subclass may override."""
+        return os.path.join(self.save_dir, self.name)
+
+    @property
     def log_dir(self) -> str:
-        return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
+        return os.path.join(self.root_dir, version_dir_name(self.version))
 
     @property
     def metrics_file(self) -> str:
