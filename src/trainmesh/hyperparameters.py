@@ -243,6 +243,27 @@ def read_saved_checkpoint(
     return checkpoint
 
 
+def load_saved_weights(module: Any, checkpoint: dict[str, Any], *, strict: bool | None, checkpoint_path: Any) -> None:
+    """The weights ``load_from_checkpoint`` loads into the module it built, as Lightning's ``_load_state``:
+    ``strict`` None takes the module's ``strict_loading`` (one the module set and ``strict`` given apart
+    is a ``ValueError``), ``on_load_checkpoint(checkpoint)`` runs first (it may change the checkpoint),
+    and a non-strict load warns of the missing and unexpected keys; an empty state dict warns."""
+    if "strict_loading" in vars(module) and strict is not None and strict != module.strict_loading:
+        raise ValueError(
+            f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
+            f"`{type(module).__name__}.strict_loading={module.strict_loading!r}. Please set the same value for both of them."
+        )
+    strict = bool(module.strict_loading) if strict is None else strict
+    module.on_load_checkpoint(checkpoint)
+    keys = module.load_state_dict(checkpoint["state_dict"], strict=strict)
+    if not strict and keys.missing_keys:
+        rank_zero_warn(f"Found keys that are in the model state dict but not in the checkpoint: {keys.missing_keys}")
+    if not strict and keys.unexpected_keys:
+        rank_zero_warn(f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}")
+    if not checkpoint["state_dict"]:
+        rank_zero_warn(f"The state dict in {checkpoint_path!r} contains no parameters.")
+
+
 def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments ``load_from_checkpoint`` builds ``cls`` with, by Lightning's rule
     (``_load_state``): the saved hyperparameters, given as the one ``__init__`` argument they were
