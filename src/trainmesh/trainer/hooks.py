@@ -117,8 +117,11 @@ class HookDispatcher:
     def module_overrides(self, hook: str) -> bool:
         found = self._module_overrides.get(hook)
         if found is None:
-            found = hasattr(self._module, hook) and (
-                not isinstance(self._module, self._module_base) or overrides(self._module, hook, self._module_base)
+            # Lightning's is_overridden reads the instance: a hook set on it counts, one set to None does not
+            found = getattr(self._module, hook, None) is not None and (
+                hook in vars(self._module)
+                or not isinstance(self._module, self._module_base)
+                or overrides(self._module, hook, self._module_base)
             )
             self._module_overrides[hook] = found
         return found
