@@ -235,14 +235,15 @@ class CSVLogger(Logger):
         ``self.logger.experiment.log_metrics(...)`` writes once."""
         return self if on_rank_zero() else DummyExperiment()
 
-    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
-        """Merge ``params`` into the saved hyperparameters and rewrite ``hparams.yaml``.
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
+        """Merge ``params`` (None: none, as Lightning's) into the saved hyperparameters and rewrite
+        ``hparams.yaml``.
 
         Only global rank 0 writes: a Module's own call runs on every rank.
         """
         if not on_rank_zero():
             return
-        self._hparams.update(hparams_to_dict(params))
+        self._hparams.update(hparams_to_dict({} if params is None else params))
         save_hparams_yaml(self.log_dir, self._hparams)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
