@@ -43,7 +43,8 @@ def loading_program(L, root):
                 state[key.replace("old_name", "layer")] = state.pop(key)
 
     trainer = L.pl.Trainer(**trainer_kwargs(root, max_steps=2, logger=False, enable_checkpointing=False))
-    trainer.fit(Saved(), DataLoader(TensorDataset(torch.ones(4, 4))))
+    saved = Saved()
+    trainer.fit(saved, DataLoader(TensorDataset(torch.ones(4, 4))))
     path = root / "saved.ckpt"
     trainer.save_checkpoint(path)
     found = {}
@@ -64,7 +65,7 @@ def loading_program(L, root):
     attempt("lenient_module", Renamed, lenient=True)  # strict_loading=False: loads, warns of extra.*
     attempt("conflict", Renamed, lenient=True, strict=True)
     attempt("given_false", Renamed, strict=False)
-    found["trained"] = trainer.lightning_module.old_name.weight.detach().clone()
+    found["trained"] = saved.old_name.weight.detach().clone()
     empty = torch.load(path, weights_only=False)
     empty["state_dict"] = {}
     torch.save(empty, root / "empty.ckpt")

@@ -40,7 +40,8 @@ def hparams_file_program(L, root):
             return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
     trainer = L.pl.Trainer(**trainer_kwargs(root, max_steps=1, logger=L.loggers.CSVLogger(root, name="csv")))
-    trainer.fit(Model(hidden=5, optim={"name": "sgd", "momentum": 0.9}), DataLoader(TensorDataset(torch.ones(2, 4))))
+    trained = Model(hidden=5, optim={"name": "sgd", "momentum": 0.9})
+    trainer.fit(trained, DataLoader(TensorDataset(torch.ones(2, 4))))
     trainer.save_checkpoint(root / "m.ckpt")
     yaml_path = root / "csv" / "version_0" / "hparams.yaml"
     found = {"yaml_text": yaml_path.read_text()}
@@ -54,7 +55,7 @@ def hparams_file_program(L, root):
     saving.save_hparams_to_tags_csv(root / "tags.csv", {"hidden": 9, "lr": 0.01})
     found["tags"] = saving.load_hparams_from_tags_csv(root / "tags.csv")
     found["from_csv"] = dict(Model.load_from_checkpoint(root / "m.ckpt", hparams_file=root / "tags.csv").hparams)
-    found["weights_equal"] = torch.equal(from_yaml.layer.weight, trainer.lightning_module.layer.weight)
+    found["weights_equal"] = torch.equal(from_yaml.layer.weight, trained.layer.weight)
     with pytest.raises(ValueError) as raised:
         Model.load_from_checkpoint(root / "m.ckpt", hparams_file=root / "hparams.txt")
     found["txt_raises"] = type(raised.value).__name__
