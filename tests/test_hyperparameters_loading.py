@@ -30,12 +30,14 @@ def loading_program(L, root):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     class Renamed(L.pl.LightningModule):
-        def __init__(self, lenient: bool | None = None) -> None:
+        def __init__(self, lenient: bool | None = None, unset: bool = False) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
             self.extra = torch.nn.Linear(1, 1)
             if lenient is not None:
                 self.strict_loading = not lenient
+            if unset:  # Lightning's setter takes None: unset, so no conflict with a strict given
+                self.strict_loading = None
 
         def on_load_checkpoint(self, checkpoint):
             state = checkpoint["state_dict"]
@@ -65,6 +67,7 @@ def loading_program(L, root):
     attempt("lenient_module", Renamed, lenient=True)  # strict_loading=False: loads, warns of extra.*
     attempt("conflict", Renamed, lenient=True, strict=True)
     attempt("given_false", Renamed, strict=False)
+    attempt("set_to_none", Renamed, unset=True, strict=False)
     found["trained"] = saved.old_name.weight.detach().clone()
     empty = torch.load(path, weights_only=False)
     empty["state_dict"] = {}

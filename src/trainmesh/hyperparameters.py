@@ -248,12 +248,13 @@ def load_saved_weights(module: Any, checkpoint: dict[str, Any], *, strict: bool 
     ``strict`` None takes the module's ``strict_loading`` (one the module set and ``strict`` given apart
     is a ``ValueError``), ``on_load_checkpoint(checkpoint)`` runs first (it may change the checkpoint),
     and a non-strict load warns of the missing and unexpected keys; an empty state dict warns."""
-    if "strict_loading" in vars(module) and strict is not None and strict != module.strict_loading:
+    strict_loading = module.strict_loading in (None, True)  # Lightning's getter: None (unset) is strict
+    if vars(module).get("strict_loading") is not None and strict is not None and strict != strict_loading:
         raise ValueError(
             f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
-            f"`{type(module).__name__}.strict_loading={module.strict_loading!r}. Please set the same value for both of them."
+            f"`{type(module).__name__}.strict_loading={strict_loading!r}. Please set the same value for both of them."
         )
-    strict = bool(module.strict_loading) if strict is None else strict
+    strict = strict_loading if strict is None else strict
     module.on_load_checkpoint(checkpoint)
     keys = module.load_state_dict(checkpoint["state_dict"], strict=strict)
     if not strict and keys.missing_keys:
