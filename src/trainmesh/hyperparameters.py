@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import inspect
 import types
 from collections.abc import Mapping, MutableMapping
@@ -135,7 +136,9 @@ class HyperparametersMixin:
         from trainmesh.utilities.parsing import collect_init_args
 
         args: dict[str, Any] = {}
-        for local in collect_init_args(init_frame, [], classes=(HyperparametersMixin,)):
+        if dataclasses.is_dataclass(self):  # Lightning's: a dataclass module's init fields, from __post_init__
+            args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        for local in () if args else collect_init_args(init_frame, [], classes=(HyperparametersMixin,)):
             args.update(local)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
