@@ -31,6 +31,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
     "callbacks/progress/bar_meter.py": ["callbacks/test_throughput.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
+    "hparams_files.py": ["core/test_saving.py"],
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
     "profiler.py": ["trainer/test_differential_programs_tutorials.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],

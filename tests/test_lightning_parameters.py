@@ -104,15 +104,6 @@ def test_callbacks_log_dict_hparams_and_checkpoints_take_lightning_s_arguments(t
     assert got[5] == expected[5]  # prog_bar=True reaches the progress bar's metrics
 
 
-def test_hparams_file_is_refused_with_the_reason(tmp_path) -> None:
-    model = _model_class(tm)()
-    trainer = _trainer(tm)
-    trainer.fit(model, _loader())
-    trainer.save_checkpoint(tmp_path / "m.ckpt")
-    with pytest.raises(ValueError, match="the hyperparameters the checkpoint saved"):
-        type(model).load_from_checkpoint(tmp_path / "m.ckpt", hparams_file="hparams.yaml")
-
-
 def _positional_settings(framework) -> list:
     stop = framework.callbacks.EarlyStopping("val", 0.1, 2, True, "max")
     save = framework.callbacks.ModelCheckpoint("d", "f", "val", True, True, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,14 +101,16 @@ class DataModule(DataHooks, HyperparametersMixin):
         cls,
         checkpoint_path: str,
         map_location: Any = "cpu",
-        hparams_file: None = None,
+        hparams_file: str | os.PathLike | None = None,
         weights_only: bool | None = None,
         **overrides: Any,
     ) -> DataModule:
         """The data module built from the hyperparameters a checkpoint saved for it, with
         ``overrides`` replacing some, as Lightning's ``LightningDataModule.load_from_checkpoint``
         (``weights_only`` goes to ``torch.load``: None is torch's default)."""
-        checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
+        checkpoint = read_saved_checkpoint(
+            checkpoint_path, map_location, hparams_file, weights_only, hparams_key=cls.CHECKPOINT_HYPER_PARAMS_KEY
+        )
         made = cls(**constructor_arguments(cls, checkpoint, overrides))
         held = datamodule_state(made, checkpoint)  # the state its state_dict() returned when saved
         if held:

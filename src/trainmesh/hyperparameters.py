@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import inspect
 import types
 from collections.abc import Mapping, MutableMapping
@@ -135,7 +136,9 @@ class HyperparametersMixin:
         from trainmesh.utilities.parsing import collect_init_args
 
         args: dict[str, Any] = {}
-        for local in collect_init_args(init_frame, [], classes=(HyperparametersMixin,)):
+        if dataclasses.is_dataclass(self):  # Lightning's: a dataclass module's init fields, from __post_init__
+            args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        for local in () if args else collect_init_args(init_frame, [], classes=(HyperparametersMixin,)):
             args.update(local)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
@@ -225,29 +228,44 @@ def _differ(a: Any, b: Any) -> bool:
     return bool(a != b)
 
 
-def refuse_hparams_file(hparams_file: Any) -> None:
-    """Lightning's ``load_from_checkpoint(hparams_file=)`` reads hyperparameters from a YAML/CSV
-    file a logger wrote; trainmesh's loggers write none, and the checkpoint carries them."""
-    if hparams_file is not None:
-        raise ValueError(
-            f"load_from_checkpoint(hparams_file={hparams_file!r}) is not supported: trainmesh reads the "
-            "hyperparameters the checkpoint saved; pass the ones to change as keyword arguments "
-            "(load_from_checkpoint(path, lr=0.1))"
-        )
-
-
 def read_saved_checkpoint(
-    checkpoint_path: Any, map_location: Any, hparams_file: Any, weights_only: bool | None
+    checkpoint_path: Any, map_location: Any, hparams_file: Any, weights_only: bool | None, *, hparams_key: str
 ) -> dict[str, Any]:
-    """The checkpoint ``load_from_checkpoint`` builds from: ``hparams_file`` refused (see
-    :func:`refuse_hparams_file`), ``weights_only`` as Lightning passes it to ``torch.load`` (None:
-    torch's default, True since torch 2.6: a checkpoint holding other classes stops with torch's
-    error unless they are allowed with ``torch.serialization.add_safe_globals``, or pass False)."""
+    """The checkpoint ``load_from_checkpoint`` builds from: ``weights_only`` as Lightning passes it to
+    ``torch.load`` (None: torch's default, True since torch 2.6: a checkpoint holding other classes
+    stops with torch's error unless they are allowed with ``torch.serialization.add_safe_globals``,
+    or pass False); with ``hparams_file`` (a logger's ``hparams.yaml`` or a ``tags.csv``), its
+    hyperparameters replace the saved ones under ``hparams_key``, as Lightning's do."""
     from trainmesh.checkpoint import check_weights_only, load_checkpoint_file
+    from trainmesh.hparams_files import load_hparams_file
 
-    refuse_hparams_file(hparams_file)
     check_weights_only(checkpoint_path, weights_only)
-    return load_checkpoint_file(checkpoint_path, map_location=map_location)
+    checkpoint = load_checkpoint_file(checkpoint_path, map_location=map_location)
+    if hparams_file is not None:
+        checkpoint[hparams_key] = load_hparams_file(hparams_file)
+    return checkpoint
+
+
+def load_saved_weights(module: Any, checkpoint: dict[str, Any], *, strict: bool | None, checkpoint_path: Any) -> None:
+    """The weights ``load_from_checkpoint`` loads into the module it built, as Lightning's ``_load_state``:
+    ``strict`` None takes the module's ``strict_loading`` (one the module set and ``strict`` given apart
+    is a ``ValueError``), ``on_load_checkpoint(checkpoint)`` runs first (it may change the checkpoint),
+    and a non-strict load warns of the missing and unexpected keys; an empty state dict warns."""
+    strict_loading = module.strict_loading in (None, True)  # Lightning's getter: None (unset) is strict
+    if vars(module).get("strict_loading") is not None and strict is not None and strict != strict_loading:
+        raise ValueError(
+            f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
+            f"`{type(module).__name__}.strict_loading={strict_loading!r}. Please set the same value for both of them."
+        )
+    strict = strict_loading if strict is None else strict
+    module.on_load_checkpoint(checkpoint)
+    keys = module.load_state_dict(checkpoint["state_dict"], strict=strict)
+    if not strict and keys.missing_keys:
+        rank_zero_warn(f"Found keys that are in the model state dict but not in the checkpoint: {keys.missing_keys}")
+    if not strict and keys.unexpected_keys:
+        rank_zero_warn(f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}")
+    if not checkpoint["state_dict"]:
+        rank_zero_warn(f"The state dict in {checkpoint_path!r} contains no parameters.")
 
 
 def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ loop-position properties read from there.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh import manual_calls
+from trainmesh import hyperparameters, manual_calls
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
 from trainmesh.model_configuration import call_configure_model
@@ -420,23 +421,25 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         cls,
         checkpoint_path: str,
         map_location: Any = "cpu",
-        hparams_file: None = None,
-        strict: bool = True,
+        hparams_file: str | os.PathLike | None = None,
+        strict: bool | None = None,
         weights_only: bool | None = None,
         **overrides: Any,
     ) -> Module:
         """Build the module from the hyperparameters saved in a checkpoint and load its weights.
 
-        ``overrides`` replace saved hyperparameters; ``strict=False`` tolerates missing or extra
-        weights; ``weights_only`` goes to ``torch.load`` as in Lightning (None: torch's default).
-        ``hparams_file`` (a YAML/CSV of hyperparameters in Lightning) is refused: the checkpoint carries them.
+        ``overrides`` replace saved hyperparameters; ``strict`` (None: the module's ``strict_loading``) and
+        ``on_load_checkpoint`` as Lightning's; ``weights_only`` goes to ``torch.load`` (None: torch's default).
+        ``hparams_file`` (a logger's ``hparams.yaml``, or a ``tags.csv``) replaces the saved hyperparameters, as in Lightning.
 
         >>> # model = Classifier.load_from_checkpoint("best.ckpt", map_location="cpu", hidden=64)
         """
-        checkpoint = read_saved_checkpoint(checkpoint_path, map_location, hparams_file, weights_only)
+        checkpoint = read_saved_checkpoint(
+            checkpoint_path, map_location, hparams_file, weights_only, hparams_key=cls.CHECKPOINT_HYPER_PARAMS_KEY
+        )
         module = cls(**constructor_arguments(cls, checkpoint, overrides))
         call_configure_model(module, None)
-        module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        hyperparameters.load_saved_weights(module, checkpoint, strict=strict, checkpoint_path=checkpoint_path)
         return module
 
 

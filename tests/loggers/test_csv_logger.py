@@ -125,3 +125,18 @@ def test_the_header_is_sorted_as_lightning_s(tmp_path):
             texts.append(file.read())
     assert texts[0].splitlines()[0] == "b_first,epoch,step,test_acc,test_loss,val_acc,val_loss"
     assert texts[1] == texts[0]
+
+
+@pytest.mark.parametrize("framework", ["lightning", "trainmesh"])
+def test_log_hyperparams_without_params_writes_an_empty_hparams_yaml_as_lightning(tmp_path, framework):
+    """Lightning's ``CSVLogger.log_hyperparams(params=None)`` (its test_csv.py::test_no_name); before,
+    trainmesh's required ``params`` (TypeError)."""
+    if framework == "lightning":
+        loggers = pytest.importorskip("lightning.pytorch.loggers")
+        logger = loggers.CSVLogger(tmp_path, name="")
+    else:
+        logger = CSVLogger(tmp_path, name="")
+    logger.log_hyperparams()
+    logger.save()
+    assert os.listdir(tmp_path / "version_0") == ["hparams.yaml"]
+    assert yaml.safe_load((tmp_path / "version_0" / "hparams.yaml").read_text()) == {}

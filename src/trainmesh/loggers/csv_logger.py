@@ -110,15 +110,25 @@ def hparams_to_dict(params: Mapping[str, Any] | argparse.Namespace) -> dict[str,
 
 def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) -> Path:
     """Write ``hparams`` to ``log_dir/hparams.yaml``, creating ``log_dir``; return the path."""
-    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
-
     path = Path(log_dir) / HPARAMS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _omegaconf_text(hparams)
+    _atomic_write_text(path, hparams_yaml_text(hparams))
+    return path
+
+
+def hparams_yaml_text(hparams: Mapping[str, Any], *, use_omegaconf: bool = True) -> str:
+    """The text Lightning's ``save_hparams_to_yaml`` writes for ``hparams``: ``OmegaConf.save``'s
+    where omegaconf is installed and takes every value, else PyYAML's (see :func:`yaml_values`).
+
+    >>> hparams_yaml_text({"lr": 0.1})
+    'lr: 0.1\n'
+    """
+    import yaml  # pyyaml is a dependency, but only loggers need it: keep `import trainmesh` lean
+
+    text = _omegaconf_text(hparams) if use_omegaconf else None
     if text is None:  # keys sorted, as Lightning's yaml.dump writes them (a file written under either reads the same)
         text = yaml.dump(yaml_values(hparams), sort_keys=True)
-    _atomic_write_text(path, text)
-    return path
+    return text
 
 
 def _omegaconf_text(hparams: Mapping[str, Any]) -> str | None:
@@ -202,12 +212,17 @@ class CSVLogger(Logger):
         # Resolved once, on first use, so that every file of this run lands in one folder even
         # if another run claims the next number meanwhile.
         if self._version is None:
-            self._version = next_version(self._save_dir / self._name)
+            self._version = next_version(self.root_dir)
         return self._version
 
     @property
+    def root_dir(self) -> str:
+        """``save_dir/name``, as Lightning's: read through the properties, which a subclass may override."""
+        return os.path.join(self.save_dir, self.name)
+
+    @property
     def log_dir(self) -> str:
-        return os.fspath(self._save_dir / self._name / version_dir_name(self.version))
+        return os.path.join(self.root_dir, version_dir_name(self.version))
 
     @property
     def metrics_file(self) -> str:
@@ -220,14 +235,15 @@ class CSVLogger(Logger):
         ``self.logger.experiment.log_metrics(...)`` writes once."""
         return self if on_rank_zero() else DummyExperiment()
 
-    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
-        """Merge ``params`` into the saved hyperparameters and rewrite ``hparams.yaml``.
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
+        """Merge ``params`` (None: none, as Lightning's) into the saved hyperparameters and rewrite
+        ``hparams.yaml``.
 
         Only global rank 0 writes: a Module's own call runs on every rank.
         """
         if not on_rank_zero():
             return
-        self._hparams.update(hparams_to_dict(params))
+        self._hparams.update(hparams_to_dict({} if params is None else params))
         save_hparams_yaml(self.log_dir, self._hparams)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:

@@ -139,8 +139,9 @@ class TensorBoardLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        """``save_dir/name``: the folder of this run's versions."""
-        return os.path.join(self.save_dir, self._name)
+        """``save_dir/name``: the folder of this run's versions (``name`` and ``save_dir`` read through
+        their properties, as Lightning's, so a subclass overriding them moves the folder)."""
+        return os.path.join(self.save_dir, self.name)
 
     @property
     def sub_dir(self) -> str | None:

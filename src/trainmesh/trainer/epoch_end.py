@@ -84,3 +84,13 @@ def end_epoch_at_batch_start(state: LoopState, hooks: HookDispatcher, batch_idx:
         if not config.reduce_on_plateau and config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
             step_scheduler(config, callback_metrics(state), custom)
     step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
+
+
+def step_due_plateau_schedulers(state: LoopState, hooks: HookDispatcher) -> None:
+    """The step-interval schedulers stepped with a metric that the last batch made due, as Lightning's
+    ``update_lr_schedulers("step", update_plateau_schedulers=True)``: after the batch's
+    on_train_batch_end and its validation, so that they watch what those logged."""
+    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    due, state.loop.plateau_due = state.loop.plateau_due, []
+    for config in due:
+        step_scheduler(config, callback_metrics(state), custom)

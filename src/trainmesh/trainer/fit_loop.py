@@ -18,7 +18,12 @@ import torch
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation, manual_optimization
-from trainmesh.trainer.epoch_end import end_epoch_at_batch_start, run_epoch_end_hooks, step_epoch_schedulers
+from trainmesh.trainer.epoch_end import (
+    end_epoch_at_batch_start,
+    run_epoch_end_hooks,
+    step_due_plateau_schedulers,
+    step_epoch_schedulers,
+)
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
@@ -293,7 +298,7 @@ def _train_batches(
         progress.completed()
         # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
         log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
-        if log_due or val_every is not None:
+        if log_due or val_every is not None or loop.plateau_due:
             _log_and_validate(
                 ctx, fit_data, val_every, train_results, log_due=log_due, stepped=stepped, is_last=is_last
             )
@@ -327,7 +332,7 @@ def _log_and_validate(
     is_last: bool,
 ) -> None:
     """After a batch's on_train_batch_end: its metrics to the loggers when due (``log_due``), then
-    validation when due."""
+    validation when due, then the schedulers stepped with a metric that the batch made due."""
     state, settings, loop = ctx.state, ctx.settings, ctx.state.loop
     if log_due:
         _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
@@ -341,6 +346,8 @@ def _log_and_validate(
         finally:
             loop.mid_epoch_validation, loop.stepped_pending = False, 0
         state.log_collector.start_stage(train_results)
+    if loop.plateau_due:  # Lightning's order: after on_train_batch_end and the validation, which may log their metric
+        step_due_plateau_schedulers(state, ctx.hooks)
 
 
 def _stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
@@ -413,6 +420,8 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
             train_results=_copied_results(train_results),
             epoch_outputs=list(loop.epoch_outputs),
         )
+    if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
+        step_due_plateau_schedulers(state, ctx.hooks)
     run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
     state.current_epoch += 1
     state.progress.epochs.completed()

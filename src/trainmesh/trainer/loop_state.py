@@ -60,6 +60,9 @@ class LoopPosition:
     # Seconds this process has waited for training batches (the loader's next()), for the
     # ThroughputMonitor's data-wait share; a figure of this run, not saved in checkpoints.
     data_seconds: float = 0.0
+    # The step-interval schedulers stepped with a metric that are due after this batch: Lightning steps
+    # them after its on_train_batch_end and validation, which may log the metric (not saved).
+    plateau_due: list[Any] = field(default_factory=list)
 
 
 @dataclass

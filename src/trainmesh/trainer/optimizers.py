@@ -42,9 +42,36 @@ def parse_optimizers(
     (``sch.step(self.trainer.callback_metrics["loss"])``), so none needs a ``monitor``, as in Lightning.
     """
     optimizers, configs = _parse(returned, owner)
+    if manual:
+        _warn_manual_keys(returned)
     for config in configs:
         _check_scheduler(config, owner, custom_scheduler_step, manual)
+        if getattr(config.scheduler, "optimizer", optimizers[0]) not in optimizers:  # Lightning's check and type
+            raise MisconfigurationException(
+                f"{owner}: the lr scheduler {type(config.scheduler).__name__} is attached with an optimizer that "
+                "wasn't returned from `configure_optimizers`; build it on one of the returned optimizers"
+            )
     return optimizers, configs
+
+
+def _warn_manual_keys(returned: Any) -> None:
+    """Lightning's warning under manual optimization, where the module steps its schedulers itself."""
+    entries = returned if isinstance(returned, (list, tuple)) else [returned]
+    if _two_lists(returned):
+        entries = returned[1] if isinstance(returned[1], (list, tuple)) else [returned[1]]
+    for entry in entries:
+        scheduler = entry.get("lr_scheduler") if isinstance(entry, Mapping) and "optimizer" in entry else entry
+        ignored = (
+            [k for k in scheduler if k in ("reduce_on_plateau", "monitor", "strict")]
+            if isinstance(scheduler, Mapping)
+            else []
+        )
+        if ignored:
+            rank_zero_warn(
+                f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You need to "
+                "call `lr_scheduler.step()` manually in manual optimization.",
+                category=RuntimeWarning,
+            )
 
 
 def optimizer_frequencies(returned: Any, owner: str) -> list[int]:
@@ -68,22 +95,73 @@ def optimizer_frequencies(returned: Any, owner: str) -> list[int]:
 
 
 def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    if returned is None:
-        raise TypeError(f"{owner}.configure_optimizers() returned None; return {_FORMS}")
+    if returned is None:  # Lightning's: the fit runs, its steps run the closure and change nothing
+        rank_zero_warn(
+            "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer",
+            category=UserWarning,
+        )
+        return [NoOptimizer()], []
     if isinstance(returned, torch.optim.Optimizer):
         return [returned], []
     if isinstance(returned, (str, bytes)):
-        raise TypeError(f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}")
+        raise MisconfigurationException(
+            f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}"
+        )
     if isinstance(returned, Mapping):
         return _from_dicts([returned], owner)
-    if isinstance(returned, tuple) and len(returned) == 2 and all(isinstance(x, (list, tuple)) for x in returned):
+    if _two_lists(returned):
         optimizers = _check_optimizers(list(returned[0]), owner)
-        return optimizers, [_scheduler_config(s, owner) for s in returned[1]]
+        schedulers = (
+            returned[1] if isinstance(returned[1], (list, tuple)) else [returned[1]]
+        )  # Lightning takes one alone
+        return optimizers, [_scheduler_config(s, owner) for s in schedulers]
     if isinstance(returned, Sequence) and returned and all(isinstance(x, Mapping) for x in returned):
         return _from_dicts(list(returned), owner)
     if isinstance(returned, Sequence) and returned:
         return _check_optimizers(list(returned), owner), []
-    raise TypeError(f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}")
+    raise MisconfigurationException(
+        f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}"
+    )
+
+
+def _two_lists(returned: Any) -> bool:
+    """Lightning's ``([optimizers], [schedulers])``, the second also a single scheduler."""
+    if not (isinstance(returned, (list, tuple)) and len(returned) == 2 and isinstance(returned[0], (list, tuple))):
+        return False
+    first = returned[0]
+    return bool(first) and all(isinstance(x, torch.optim.Optimizer) for x in first) and not _is_optimizer(returned[1])
+
+
+def _is_optimizer(item: Any) -> bool:
+    return isinstance(item, torch.optim.Optimizer) or (
+        isinstance(item, (list, tuple)) and any(isinstance(x, torch.optim.Optimizer) for x in item)
+    )
+
+
+class NoOptimizer(torch.optim.Optimizer):
+    """What a fit steps where ``configure_optimizers`` returned None (Lightning's ``_MockOptimizer``):
+    ``step(closure)`` runs the closure (the training step and backward) and changes no weight."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})
+
+    def add_param_group(self, param_group: dict[Any, Any]) -> None:
+        pass  # the stand-in's one parameter is all it holds
+
+    def load_state_dict(self, state_dict: dict[Any, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "No Optimizer"
 
 
 def _from_dicts(
@@ -91,8 +169,11 @@ def _from_dicts(
 ) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     optimizers, schedulers = [], []
     for entry in dicts:
+        extra = set(entry) - {"optimizer", "lr_scheduler", "monitor", "frequency"}  # frequency: Lightning 1.x's
+        if extra:
+            rank_zero_warn(f"Found unsupported keys in the optimizer configuration: {extra}", category=RuntimeWarning)
         if "optimizer" not in entry:
-            raise TypeError(
+            raise MisconfigurationException(
                 f"{owner}.configure_optimizers() returned a dict without 'optimizer' (keys: {sorted(entry)}); return {_FORMS}"
             )
         optimizers.extend(_check_optimizers([entry["optimizer"]], owner))
@@ -106,36 +187,46 @@ def _from_dicts(
 def _check_optimizers(items: list[Any], owner: str) -> list[torch.optim.Optimizer]:
     for item in items:
         if not isinstance(item, torch.optim.Optimizer):
-            raise TypeError(
+            raise MisconfigurationException(
                 f"{owner}.configure_optimizers() gave {type(item).__name__} where a torch.optim.Optimizer "
                 f"was expected; return {_FORMS}"
             )
     if not items:
-        raise TypeError(f"{owner}.configure_optimizers() returned no optimizer; return {_FORMS}")
+        raise MisconfigurationException(f"{owner}.configure_optimizers() returned no optimizer; return {_FORMS}")
     return items
 
 
+_SCHEDULER_KEYS = frozenset(SchedulerConfig.__dataclass_fields__) | {"opt_idx"}  # opt_idx: Lightning 1.x's
+
+
 def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
-    if isinstance(item, Mapping):
-        if "scheduler" not in item:
-            raise TypeError(f"{owner}: an lr_scheduler dict needs a 'scheduler' key (got {sorted(item)})")
-        interval = item.get("interval", "epoch")
-        if interval not in ("epoch", "step"):
-            raise ValueError(f"{owner}: lr_scheduler interval={interval!r}; use 'epoch' or 'step'")
-        frequency = int(item.get("frequency", 1))
-        if frequency < 1:
-            raise ValueError(f"{owner}: lr_scheduler frequency={frequency} must be >= 1")
-        plateau = bool(item.get("reduce_on_plateau", _is_plateau(item["scheduler"])))
-        return SchedulerConfig(
-            item["scheduler"],
-            interval,
-            frequency,
-            item.get("monitor"),
-            item.get("name"),
-            plateau,
-            item.get("strict", True),
+    if not isinstance(item, Mapping):
+        return SchedulerConfig(item, reduce_on_plateau=_is_plateau(item))
+    extra = set(item) - _SCHEDULER_KEYS
+    if extra:  # Lightning's warning; the keys are dropped
+        rank_zero_warn(
+            f"Found unsupported keys in the lr scheduler dict: {extra}. HINT: remove them from the output of "
+            "`configure_optimizers`.",
+            category=RuntimeWarning,
         )
-    return SchedulerConfig(item, reduce_on_plateau=_is_plateau(item))
+    if "scheduler" not in item:
+        raise MisconfigurationException(
+            f"{owner}: the lr scheduler dict must have the key 'scheduler' with an lr scheduler (got {sorted(item)})"
+        )
+    interval = item.get("interval", "epoch")
+    if interval not in ("epoch", "step"):
+        raise MisconfigurationException(f"{owner}: lr_scheduler interval={interval!r}; use 'epoch' or 'step'")
+    frequency = int(item.get("frequency", 1))
+    if frequency < 1:
+        raise ValueError(f"{owner}: lr_scheduler frequency={frequency} must be >= 1")
+    if isinstance(item["scheduler"], torch.optim.lr_scheduler.OneCycleLR) and interval == "epoch":
+        rank_zero_warn(
+            "A `OneCycleLR` scheduler is using 'interval': 'epoch'. Are you sure you didn't mean 'interval': 'step'?",
+            category=RuntimeWarning,
+        )
+    plateau = bool(item.get("reduce_on_plateau", _is_plateau(item["scheduler"])))
+    given = (item.get("monitor"), item.get("name"), plateau, item.get("strict", True))
+    return SchedulerConfig(item["scheduler"], interval, frequency, *given)
 
 
 def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, manual: bool) -> None:
@@ -146,13 +237,13 @@ def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, man
             "and restore it (Lightning requires them too); define both"
         )
     if not custom_step and not hasattr(config.scheduler, "step"):
-        raise TypeError(
+        raise MisconfigurationException(
             f"{owner}: {name} is not a learning-rate scheduler the loop can step (it has no step()); override "
             f"{owner}.lr_scheduler_step(scheduler, metric) to step it, as Lightning requires for a scheduler that "
             "is not torch's"
         )
     if config.reduce_on_plateau and config.monitor is None and not manual:
-        raise ValueError(
+        raise MisconfigurationException(
             f"{owner}: {name} is stepped with a metric (reduce_on_plateau) and needs one to watch; return "
             "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}"
         )

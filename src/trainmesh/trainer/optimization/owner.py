@@ -227,7 +227,10 @@ class OptimizerSteps:
             # optimizer steps) is a multiple of its frequency, at batches that step the optimizer.
             if config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
                 if due is None or due(config.scheduler):
-                    step_scheduler(config, callback_metrics(state), custom)
+                    if config.reduce_on_plateau:  # stepped by the fit loop after the batch's validation
+                        state.loop.plateau_due.append(config)
+                    else:
+                        step_scheduler(config, callback_metrics(state), custom)
 
 
 def _module_hook(ctx: LoopContext, hook: str) -> Callable[..., Any] | None:
