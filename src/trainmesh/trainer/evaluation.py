@@ -111,11 +111,19 @@ def run_validation(
     return results
 
 
+def start_stage(ctx: LoopContext) -> None:
+    """What Lightning's ``_run`` does between the module's setup and the stage's loop, in its order:
+    the hyperparameters logged, then ``module.zero_grad()`` (a gradient left by an earlier run or by
+    the program is gone, ``None``, before the first batch)."""
+    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
+        ctx.publisher.hyperparameters()
+    ctx.state.module.zero_grad()
+
+
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
+    start_stage(ctx)
     given = data.loaders(kind, required=True)
     loaders = device_loaders(ctx, given, train=False, kind=kind)
     warn_replicated_samples(stage, given, loaders)
@@ -128,8 +136,7 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 def run_predict(ctx: LoopContext, data: Any) -> Any:
     from trainmesh.callbacks.prediction_writer import BasePredictionWriter  # here: only predict looks for one
 
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
+    start_stage(ctx)
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)
@@ -174,13 +181,13 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     owed = steps_owed(ctx, stage, limits)
     if sum(limits) == 0:
         return [[] if stage == "predict" else {} for _ in loaders]
-    if stage == "predict" and not (hooks.module_overrides("predict_step") or _has_forward(state.module)):
+    if stage == "predict" and not (hooks.module_replaces("predict_step") or _has_forward(state.module)):
         raise ValueError(
             f"{type(state.module).__name__} defines neither predict_step(batch, batch_idx) nor forward(); "
             "define one of them to predict"
         )
     fetcher = None
-    if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
+    if stage == "predict" or hooks.module_replaces(_STEP_HOOK[stage]):
         with _grad_mode(ctx):
             fetcher = sequential_fetcher(
                 loaders,

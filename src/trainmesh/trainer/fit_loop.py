@@ -120,8 +120,7 @@ def _begin_fit(
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
     hooks.call("on_pretrain_routine_end")
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
+    evaluation.start_stage(ctx)
     if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
         # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
         # are kept aside meanwhile (the generators are restored when the epoch's data starts).

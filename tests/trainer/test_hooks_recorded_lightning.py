@@ -1,0 +1,123 @@
+"""Hook calls recorded with their arguments, the same program run by Lightning 2.6 and by trainmesh
+and compared as data (Lightning's tests_pytorch/models/test_hooks.py records them so): a hook set
+on the module itself (a wrapper around the default, a plain function, ``None``), ``setup`` and
+``teardown`` given ``stage`` by keyword, and ``zero_grad()`` at the start of each stage.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+pytest.importorskip("lightning.pytorch")
+
+# Hooks wrapped on the module instance; their defaults do nothing or little, as most programs'.
+WRAPPED = (
+    "setup",
+    "teardown",
+    "zero_grad",
+    "on_fit_start",
+    "on_train_epoch_start",
+    "on_validation_start",
+    "on_predict_start",
+    "on_test_epoch_end",
+    "on_before_batch_transfer",
+    "on_after_batch_transfer",
+    "configure_gradient_clipping",
+    "lr_scheduler_step",
+)
+
+
+def _kind(value: Any) -> Any:
+    """What a recorded argument is, comparable across the two frameworks."""
+    if isinstance(value, (int, str, float, bool, type(None))):
+        return value
+    return type(value).__name__ if isinstance(value, torch.Tensor) else "object"
+
+
+def _program(framework: str, root: str) -> list[Any]:
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        Module, Callback, Trainer = pl.LightningModule, pl.Callback, pl.Trainer
+    else:
+        import trainmesh as tm
+
+        Module, Callback, Trainer = tm.Module, tm.Callback, tm.Trainer
+    calls: list[Any] = []
+
+    class Net(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+            for hook in WRAPPED:  # as a program (or Lightning's own test) wraps a hook on the instance
+                method = getattr(self, hook)
+                wrapper = functools.partial(self._record, hook, method)
+                functools.update_wrapper(wrapper, method)
+                setattr(self, hook, wrapper)
+            self.on_train_end = lambda: calls.append(("on_train_end (plain function)",))
+            self.on_validation_model_train = None  # None: not called, as Lightning skips it
+
+        def _record(self, hook: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append((hook, [_kind(a) for a in args], sorted((k, _kind(v)) for k, v in kwargs.items())))
+            return method(*args, **kwargs)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("v", self.layer(batch).sum())
+
+        def test_step(self, batch, batch_idx):
+            self.log("t", self.layer(batch).sum())
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch)
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, 1)]
+
+        def train_dataloader(self):
+            return DataLoader(torch.randn(4, 4), batch_size=2)
+
+        val_dataloader = test_dataloader = predict_dataloader = train_dataloader
+
+    class Stages(Callback):
+        def setup(self, trainer, pl_module, **kwargs):  # reads stage from kwargs: Lightning passes it so
+            calls.append(("Callback.setup", sorted(kwargs)))
+
+        def teardown(self, trainer, pl_module, **kwargs):
+            calls.append(("Callback.teardown", sorted(kwargs)))
+
+    torch.manual_seed(0)
+    model = Net()
+    model.layer.weight.grad = torch.ones_like(model.layer.weight)  # a gradient left from before the run
+    trainer = Trainer(
+        default_root_dir=root,
+        max_epochs=1,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        callbacks=[Stages()],
+    )
+    trainer.fit(model)
+    model.layer.weight.grad = torch.ones_like(model.layer.weight)
+    trainer.test(model, verbose=False)
+    calls.append(("grad after test", model.layer.weight.grad))
+    trainer.predict(model)
+    return calls
+
+
+def test_hooks_set_on_the_module_and_their_arguments_match_lightning(tmp_path):
+    lightning = _program("lightning", str(tmp_path / "l"))
+    ours = _program("trainmesh", str(tmp_path / "t"))
+    assert ("grad after test", None) in lightning  # Lightning's zero_grad() at the stage's start
+    assert ours == lightning
