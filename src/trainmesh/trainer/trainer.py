@@ -391,8 +391,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 logger.agree_on_version(runtime.broadcast)
         for logger in self.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
             getattr(logger, "experiment", None)
-        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's;
-        # stage by keyword, as Lightning passes it (a hook taking ``**kwargs`` reads it there)
+        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
         hooks.call_callbacks("setup", stage=stage)
         hooks.call_module("setup", stage=stage)
         if state.prepared_module_id != id(model):
