@@ -69,13 +69,13 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             "the loss tensor (or a dict with a 'loss' key)"
         )
 
-    def validation_step(self, batch: Any, batch_idx: int) -> Any: ...
-    def test_step(self, batch: Any, batch_idx: int) -> Any: ...
+    # Lightning's signatures (*args, **kwargs): a subclass's step with a dataloader_idx may call super()'s.
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...
+    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """By default the forward pass on the batch (its first element if it is a pair)."""
-        if isinstance(batch, (tuple, list)) and len(batch) == 2:
-            batch = batch[0]
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """By default the forward pass on the whole batch, as Lightning's (``forward(batch)``)."""
+        batch = kwargs.get("batch", args[0] if args else None)
         return self(batch)
 
     def configure_optimizers(self) -> Any:

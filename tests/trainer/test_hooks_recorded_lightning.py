@@ -121,3 +121,44 @@ def test_hooks_set_on_the_module_and_their_arguments_match_lightning(tmp_path):
     ours = _program("trainmesh", str(tmp_path / "t"))
     assert ("grad after test", None) in lightning  # Lightning's zero_grad() at the stage's start
     assert ours == lightning
+
+
+def _default_steps(framework: str, root: str) -> list[Any]:
+    """The Module's default steps: ``predict_step`` runs ``forward(batch)`` on the whole batch (here a
+    pair the forward unpacks), and a subclass's step taking ``dataloader_idx`` calls ``super()``'s."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        Module, Trainer = pl.LightningModule, pl.Trainer
+    else:
+        import trainmesh as tm
+
+        Module, Trainer = tm.Module, tm.Trainer
+
+    class PairForward(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def forward(self, batch):
+            x, y = batch
+            return self.layer(x) - y
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().test_step(batch, batch_idx, dataloader_idx)
+
+    torch.manual_seed(0)
+    pairs = torch.utils.data.TensorDataset(torch.randn(4, 4), torch.randn(4, 1))
+    trainer = Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    model = PairForward()
+    tested = trainer.test(model, [DataLoader(pairs, batch_size=2)] * 2, verbose=False)
+    return [tested, trainer.predict(model, DataLoader(pairs, batch_size=2))]
+
+
+def test_default_steps_take_lightning_s_arguments_and_predict_forwards_the_whole_batch(tmp_path):
+    lightning = _default_steps("lightning", str(tmp_path / "l"))
+    ours = _default_steps("trainmesh", str(tmp_path / "t"))
+    assert [len(p) for p in ours[1]] == [len(p) for p in lightning[1]] == [2, 2]
+    assert ours[0] == lightning[0]
+    for mine, theirs in zip(ours[1], lightning[1], strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)

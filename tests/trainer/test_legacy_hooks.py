@@ -72,6 +72,9 @@ class Net(tm.Module):
     def test_step(self, batch, batch_idx):
         pass
 
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
