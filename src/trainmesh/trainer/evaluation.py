@@ -201,6 +201,8 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     start, end = _START_END_HOOKS[stage]
     logged: list[StageResults] = []  # what this run logged: its metric objects are reset after `end`
     with evaluation_mode(hooks, state.model, stage):
+        state.log_collector.start_stage()  # what `start` and the epoch-start hook log: on epoch, published with
+        state.log_collector.set_batch(start, None)  # what the epoch-end hooks log, as Lightning's
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
@@ -255,6 +257,8 @@ def _run_loop(
     with _grad_mode(ctx):
         if stage != "predict":
             hooks.call("on_epoch_start")  # Lightning 1.x's, around validation and test epochs too
+        opening = state.log_collector.results
+        state.log_collector.set_batch(_EPOCH_START_HOOK[stage], None)
         hooks.call(_EPOCH_START_HOOK[stage])
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
@@ -268,7 +272,7 @@ def _run_loop(
             return results
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
-        reduced = _reduce_and_show(ctx, stage, results)
+        reduced = _reduce_and_show(ctx, stage, results, opening)
         if outputs_hook is not None and keeps_outputs:
             # 1.x's validation_epoch_end(outputs) logs into the epoch-end hooks' results, as 1.9 keeps
             # its values apart from the steps' (a name the steps logged too is a second metric, not
@@ -380,16 +384,19 @@ class _LoaderResults:
         self.results.append(self._state.log_collector.results)
 
 
-def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
+def _reduce_and_show(
+    ctx: LoopContext, stage: str, per_loader: list[Any], opening: StageResults
+) -> list[dict[str, Any]]:
     """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
-    callback_metrics (not yet sent to the loggers); then fresh results for the epoch-end hooks' logs."""
+    callback_metrics (not yet sent to the loggers); then ``opening`` (what the start hooks logged) takes
+    the epoch-end hooks' logs."""
     log_collector, reduced = ctx.state.log_collector, []
     for loader_idx, results in enumerate(per_loader):
         log_collector.start_stage(results)
         metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
         ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
-    log_collector.start_stage()
+    log_collector.start_stage(opening)
     _refuse_shared_names(reduced)
     return reduced
 

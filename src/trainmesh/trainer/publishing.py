@@ -181,7 +181,7 @@ def _to_loggers(loggers: list[Any], row: dict[str, float], step: int) -> None:
     """As Lightning's logger connector: each logger's ``log_metrics`` then its ``save`` (so what a
     program logs itself without a step counts its rows from the Trainer's last write, as there)."""
     for logger in loggers:
-        logger.log_metrics(row, step=step)
+        logger.log_metrics(metrics=row, step=step)  # by keyword, as Lightning's logger connector calls it
         if callable(getattr(logger, "save", None)):
             logger.save()
 
