@@ -98,3 +98,36 @@ def test_a_sync_group_other_than_every_process_is_refused() -> None:
     trainer = trainmesh.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with pytest.raises(ValueError, match="sync_dist_group"):
         trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+
+
+def _reduced(framework) -> dict[str, float]:
+    """The epoch value of one value per step reduced by each of Lightning's ``reduce_fx`` spellings."""
+    spellings = {"py_max": max, "py_min": min, "py_sum": sum, "torch_max": torch.max, "avg": "avg", "SUM": "SUM"}
+
+    class Model(framework.LightningModule if hasattr(framework, "LightningModule") else framework.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            for name, reduce_fx in spellings.items():
+                self.log(name, float(batch_idx + 1), on_step=False, on_epoch=True, reduce_fx=reduce_fx)
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = framework.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(Model(), DataLoader(torch.ones(4, 1), batch_size=1))
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def test_reduce_fx_spellings_reduce_as_lightning_s() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _reduced(lightning)
+    assert expected == {"py_max": 4.0, "py_min": 1.0, "py_sum": 10.0, "torch_max": 4.0, "avg": 2.5, "SUM": 10.0}
+    assert _reduced(trainmesh) == expected
