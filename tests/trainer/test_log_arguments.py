@@ -131,3 +131,54 @@ def test_reduce_fx_spellings_reduce_as_lightning_s() -> None:
     expected = _reduced(lightning)
     assert expected == {"py_max": 4.0, "py_min": 1.0, "py_sum": 10.0, "torch_max": 4.0, "avg": 2.5, "SUM": 10.0}
     assert _reduced(trainmesh) == expected
+
+
+@pytest.mark.parametrize("value", [None, "foo", [1, 2, 3], {"a": 1}])
+def test_a_value_that_cannot_be_logged_raises_lightning_s_value_error(value) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    for framework in (lightning, trainmesh):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo", value)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(ValueError, match="foo"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))
+
+
+def test_a_name_with_a_loader_suffix_is_refused_as_lightning_refuses_it() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.exceptions import MisconfigurationException as LightningError
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    for framework, error in ((lightning, LightningError), (trainmesh, MisconfigurationException)):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo/dataloader_idx_0", 1.0)
+                return self.layer(batch).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(error, match="`self.log` with the key `foo/dataloader_idx_0`"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))
