@@ -182,3 +182,30 @@ def test_a_name_with_a_loader_suffix_is_refused_as_lightning_refuses_it() -> Non
         trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
         with pytest.raises(error, match="`self.log` with the key `foo/dataloader_idx_0`"):
             trainer.fit(Model(), DataLoader(torch.ones(2, 1)))
+
+
+def test_logging_neither_on_step_nor_on_epoch_is_refused_as_lightning_refuses_it() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.exceptions import MisconfigurationException as LightningError
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    for framework, error in ((lightning, LightningError), (trainmesh, MisconfigurationException)):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo", 1.0, on_step=False, on_epoch=False)
+                return self.layer(batch).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(error, match="is not useful"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))

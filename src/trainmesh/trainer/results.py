@@ -202,7 +202,9 @@ class LogCollector:
             sync_dist=sync_dist,
         )
         if not (entry.on_step or entry.on_epoch):
-            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
+            raise MisconfigurationException(  # Lightning's type: "... is not useful"
+                f"self.log({name!r}, on_step=False, on_epoch=False) is not useful: it records nothing; set one of them"
+            )
         self.results.entries[name] = entry
         return entry
 
