@@ -87,3 +87,39 @@ def test_what_the_start_hooks_log_reaches_the_rows_and_results_as_in_lightning(t
     ours = _program("trainmesh", str(tmp_path / "t"))
     assert any("train_start" in row for _, row in lightning["rows"])
     assert ours == lightning
+
+
+def _evaluated(framework: str, root: str) -> list[Any]:
+    """What ``trainer.test()`` returns: Lightning's logged metrics (``name_epoch`` for a value logged on
+    step and epoch; none logged with ``logger=False``), per loader."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        base = pl.LightningModule
+    else:
+        import trainmesh as pl
+
+        base = pl.Module
+
+    class Net(base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            loss = self.layer(batch).sum()
+            self.log("both", loss, on_step=True, on_epoch=True)
+            self.log("plain", loss)
+            self.log("hidden", loss, logger=False)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 4), batch_size=2)
+    trainer = pl.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    model = Net()
+    return [sorted(r) for loaders in ([loader], [loader, loader]) for r in trainer.test(model, loaders, verbose=False)]
+
+
+def test_what_test_returns_is_named_as_lightning_names_it(tmp_path):
+    lightning = _evaluated("lightning", str(tmp_path / "l"))
+    assert lightning[0] == ["both_epoch", "plain"]
+    assert _evaluated("trainmesh", str(tmp_path / "t")) == lightning
