@@ -162,3 +162,50 @@ def test_default_steps_take_lightning_s_arguments_and_predict_forwards_the_whole
     assert ours[0] == lightning[0]
     for mine, theirs in zip(ours[1], lightning[1], strict=True):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+
+def _limit_zero(framework: str, root: str) -> list[Any]:
+    """``validate``/``test`` with a limit of 0 batches: what is asked for and returned."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        Module, Trainer = pl.LightningModule, pl.Trainer
+    else:
+        import trainmesh as tm
+
+        Module, Trainer = tm.Module, tm.Trainer
+    asked: list[Any] = []
+
+    class Net(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("v", self.layer(batch).sum())
+
+        test_step = validation_step
+
+        def val_dataloader(self):
+            asked.append("val_dataloader")
+            return DataLoader(torch.randn(4, 4), batch_size=2)
+
+        def test_dataloader(self):
+            asked.append("test_dataloader")
+            return DataLoader(torch.randn(4, 4), batch_size=2)
+
+    trainer = Trainer(
+        default_root_dir=root,
+        limit_val_batches=0,
+        limit_test_batches=0,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    return [trainer.validate(Net(), verbose=False), trainer.test(Net(), verbose=False), asked]
+
+
+def test_a_limit_of_zero_batches_asks_for_no_loader_and_returns_nothing_as_lightning(tmp_path):
+    lightning = _limit_zero("lightning", str(tmp_path / "l"))
+    assert lightning == [[], [], []]
+    assert _limit_zero("trainmesh", str(tmp_path / "t")) == lightning

@@ -124,10 +124,12 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
     start_stage(ctx)
+    limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
+    if limit == 0:  # Lightning's skipped loop: no loader asked for, no hook, nothing returned
+        return []
     given = data.loaders(kind, required=True)
     loaders = device_loaders(ctx, given, train=False, kind=kind)
     warn_replicated_samples(stage, given, loaders)
-    limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     ctx.state.eval_step_counts[stage] = {}  # each validate/test call counts its batches from 0 (Lightning's)
     return _evaluate(ctx, stage, loaders, limit)
