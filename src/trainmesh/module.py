@@ -70,13 +70,12 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             "the loss tensor (or a dict with a 'loss' key)"
         )
 
-    def validation_step(self, batch: Any, batch_idx: int) -> Any: ...
-    def test_step(self, batch: Any, batch_idx: int) -> Any: ...
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...  # Lightning's signatures: super() takes any
+    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """By default the forward pass on the batch (its first element if it is a pair)."""
-        if isinstance(batch, (tuple, list)) and len(batch) == 2:
-            batch = batch[0]
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """By default the forward pass on the whole batch, as Lightning's (``forward(batch)``)."""
+        batch = kwargs.get("batch", args[0] if args else None)
         return self(batch)
 
     def configure_optimizers(self) -> Any:
@@ -448,10 +447,11 @@ Module.__jit_unused_properties__ = trainer_side_properties(Module)  # type: igno
 
 
 def _reduce_fx_name(reduce_fx: Any) -> str:
-    if isinstance(reduce_fx, str):
-        name = reduce_fx
+    if isinstance(reduce_fx, str):  # Lightning's: any case, "avg" for mean; torch's or Python's functions
+        name = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()
     else:
-        name = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(reduce_fx, "")
+        name = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max"}.get(reduce_fx, "")
+        name = "min" if reduce_fx in (torch.min, min) else name
     if name not in _REDUCE_FX_NAMES:
         raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(_REDUCE_FX_NAMES)}")
     return name

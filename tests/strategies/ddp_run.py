@@ -170,6 +170,9 @@ class Wide(tm.Module):
     def forward(self, x):
         return self.head(self.blocks(x))
 
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
+
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = F.cross_entropy(self(x), y)

@@ -100,6 +100,9 @@ class Net(tm.Module):
         self.log("val_loss", F.cross_entropy(logits, y), sync_dist=True)
         self.log("val_acc", (logits.argmax(-1) == y).float().mean() if not self.lossp else torch.tensor(0.0))
 
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
+
     def test_step(self, batch, batch_idx):
         x, y = batch
         self.log("test_loss", F.cross_entropy(self(x), y), sync_dist=True)

@@ -41,7 +41,7 @@ NEIGHBOURS = """
 
 
 def _recorder(name):
-    def hook(self, *args):
+    def hook(self, *args, **kwargs):  # setup/teardown get stage by keyword, as Lightning 1.x and 2.x pass it
         CALLS.append(f"{self.prefix}{name}")
 
     return hook
@@ -71,6 +71,9 @@ class Net(tm.Module):
 
     def test_step(self, batch, batch_idx):
         pass
+
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)

@@ -60,6 +60,9 @@ class FullSignature(tm.Module):
         x, y = batch
         self.log("test_loss", F.cross_entropy(self(x), y))
 
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 

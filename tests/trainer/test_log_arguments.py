@@ -98,3 +98,114 @@ def test_a_sync_group_other_than_every_process_is_refused() -> None:
     trainer = trainmesh.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with pytest.raises(ValueError, match="sync_dist_group"):
         trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+
+
+def _reduced(framework) -> dict[str, float]:
+    """The epoch value of one value per step reduced by each of Lightning's ``reduce_fx`` spellings."""
+    spellings = {"py_max": max, "py_min": min, "py_sum": sum, "torch_max": torch.max, "avg": "avg", "SUM": "SUM"}
+
+    class Model(framework.LightningModule if hasattr(framework, "LightningModule") else framework.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            for name, reduce_fx in spellings.items():
+                self.log(name, float(batch_idx + 1), on_step=False, on_epoch=True, reduce_fx=reduce_fx)
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = framework.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(Model(), DataLoader(torch.ones(4, 1), batch_size=1))
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def test_reduce_fx_spellings_reduce_as_lightning_s() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _reduced(lightning)
+    assert expected == {"py_max": 4.0, "py_min": 1.0, "py_sum": 10.0, "torch_max": 4.0, "avg": 2.5, "SUM": 10.0}
+    assert _reduced(trainmesh) == expected
+
+
+@pytest.mark.parametrize("value", [None, "foo", [1, 2, 3], {"a": 1}])
+def test_a_value_that_cannot_be_logged_raises_lightning_s_value_error(value) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    for framework in (lightning, trainmesh):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo", value)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(ValueError, match="foo"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))
+
+
+def test_a_name_with_a_loader_suffix_is_refused_as_lightning_refuses_it() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.exceptions import MisconfigurationException as LightningError
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    for framework, error in ((lightning, LightningError), (trainmesh, MisconfigurationException)):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo/dataloader_idx_0", 1.0)
+                return self.layer(batch).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(error, match="`self.log` with the key `foo/dataloader_idx_0`"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))
+
+
+def test_logging_neither_on_step_nor_on_epoch_is_refused_as_lightning_refuses_it() -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.exceptions import MisconfigurationException as LightningError
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    for framework, error in ((lightning, LightningError), (trainmesh, MisconfigurationException)):
+        base = framework.LightningModule if framework is lightning else framework.Module
+
+        class Model(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                self.log("foo", 1.0, on_step=False, on_epoch=False)
+                return self.layer(batch).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        with pytest.raises(error, match="is not useful"):
+            trainer.fit(Model(), DataLoader(torch.ones(2, 1)))

@@ -94,7 +94,7 @@ def test_each_submodule_gets_its_own_mode_back_and_fit_keeps_the_users_modes():
     ]
     assert module.training and not module.l1.training
     trainer.test(module, val, verbose=False)
-    trainer.predict(module, val)
+    trainer.predict(module, DataLoader(torch.randn(8, 8), batch_size=4))  # the default predict_step: forward(batch)
     assert module.training and not module.l1.training and module.drop.training
 
 

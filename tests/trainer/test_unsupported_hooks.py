@@ -30,6 +30,9 @@ class Plain(tm.Module):
     def test_step(self, batch, batch_idx):
         self.log("test_loss", F.cross_entropy(self(batch[0]), batch[1]))
 
+    def predict_step(self, batch, batch_idx):  # the default is forward(batch), as Lightning's: batch is a pair
+        return self(batch[0])
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 

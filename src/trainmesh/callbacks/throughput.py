@@ -373,7 +373,7 @@ class ThroughputMonitor(Callback):
         if self.to_loggers and trainer.is_global_zero and not trainer.sanity_checking and trainer.loggers:
             logged = {PREFIX + name: value for name, value in figures.items()}
             for logger in trainer.loggers:
-                logger.log_metrics(logged, step=trainer.global_step)
+                logger.log_metrics(metrics=logged, step=trainer.global_step)  # through its logger connector: by keyword
 
 
 def _steps_through_closure(trainer: TrainerView, module: Any) -> bool:

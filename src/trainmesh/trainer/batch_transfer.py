@@ -33,6 +33,10 @@ def choose_batch_hooks(module: Any, datamodule: Any) -> BatchHooks | None:
 def _chosen(name: str, module: Any, datamodule: Any) -> Any:
     in_datamodule = datamodule is not None and _overrides(datamodule, name)
     in_module = _overrides(module, name)
+    if not (in_datamodule or in_module) and callable(getattr(module, "__dict__", {}).get(name)):
+        # set on the module itself (a wrapper around the default): Lightning calls the module's hook
+        # whenever the data module does not override it, so the instance's runs
+        return getattr(module, name)
     if in_datamodule and in_module:
         rank_zero_warn(
             f"{type(module).__name__} and {type(datamodule).__name__} both define {name}: the data module's "

@@ -71,11 +71,11 @@ class DataSource:
         if before_setup is not None:
             before_setup()
         if self.datamodule is not None:
-            self.datamodule.setup(stage)
+            self.datamodule.setup(stage=stage)  # by keyword, as Lightning calls it
 
     def teardown(self, stage: str) -> None:
         if self.datamodule is not None:
-            self.datamodule.teardown(stage)
+            self.datamodule.teardown(stage=stage)
 
     def defines(self, kind: str) -> bool:
         """Whether there are ``kind`` loaders to ask for, told without asking (Lightning's

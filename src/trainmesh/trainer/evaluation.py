@@ -112,15 +112,25 @@ def run_validation(
     return results
 
 
+def start_stage(ctx: LoopContext) -> None:
+    """What Lightning's ``_run`` does between the module's setup and the stage's loop, in its order:
+    the hyperparameters logged, then ``module.zero_grad()`` (a gradient left by an earlier run or by
+    the program is gone, ``None``, before the first batch)."""
+    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
+        ctx.publisher.hyperparameters()
+    ctx.state.module.zero_grad()
+
+
 def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[str, float]]:
     """``trainer.validate()`` / ``trainer.test()``."""
     kind = "validate" if stage == "validate" else "test"
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
+    start_stage(ctx)
+    limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
+    if limit == 0:  # Lightning's skipped loop: no loader asked for, no hook, nothing returned
+        return []
     given = data.loaders(kind, required=True)
     loaders = device_loaders(ctx, given, train=False, kind=kind)
     warn_replicated_samples(stage, given, loaders)
-    limit = ctx.settings.limit_val_batches if stage == "validate" else ctx.settings.limit_test_batches
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     ctx.state.eval_step_counts[stage] = {}  # each validate/test call counts its batches from 0 (Lightning's)
     return _evaluate(ctx, stage, loaders, limit)
@@ -129,8 +139,7 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
 def run_predict(ctx: LoopContext, data: Any) -> Any:
     from trainmesh.callbacks.prediction_writer import BasePredictionWriter  # here: only predict looks for one
 
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
+    start_stage(ctx)
     loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)
@@ -183,7 +192,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(state.progress.epochs.current.processed)
     fetcher = None
-    if stage == "predict" or hooks.module_overrides(_STEP_HOOK[stage]):
+    if stage == "predict" or hooks.module_replaces(_STEP_HOOK[stage]):
         with _grad_mode(ctx):
             fetcher = sequential_fetcher(
                 loaders,
@@ -199,6 +208,8 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     # Lightning's evaluation loops run whole under no_grad / inference_mode: the stage's start and end
     # hooks and on_*_model_eval/train too (a tensor made there has no graph)
     with _grad_mode(ctx), evaluation_mode(hooks, state.model, stage):
+        state.log_collector.start_stage()  # what `start` and the epoch-start hook log: on epoch, published with
+        state.log_collector.set_batch(start, None)  # what the epoch-end hooks log, as Lightning's
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
@@ -263,6 +274,8 @@ def _run_loop(
     with _grad_mode(ctx):
         if stage != "predict":
             hooks.call("on_epoch_start")  # Lightning 1.x's, around validation and test epochs too
+        opening = state.log_collector.results
+        state.log_collector.set_batch(_EPOCH_START_HOOK[stage], None)
         hooks.call(_EPOCH_START_HOOK[stage])
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
@@ -276,7 +289,7 @@ def _run_loop(
             return results
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
-        reduced = _reduce_and_show(ctx, stage, results)
+        reduced = _reduce_and_show(ctx, stage, results, opening)
         if outputs_hook is not None and keeps_outputs:
             # 1.x's validation_epoch_end(outputs) logs into the epoch-end hooks' results, as 1.9 keeps
             # its values apart from the steps' (a name the steps logged too is a second metric, not
@@ -388,16 +401,19 @@ class _LoaderResults:
         self.results.append(self._state.log_collector.results)
 
 
-def _reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any]) -> list[dict[str, Any]]:
+def _reduce_and_show(
+    ctx: LoopContext, stage: str, per_loader: list[Any], opening: StageResults
+) -> list[dict[str, Any]]:
     """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
-    callback_metrics (not yet sent to the loggers); then fresh results for the epoch-end hooks' logs."""
+    callback_metrics (not yet sent to the loggers); then ``opening`` (what the start hooks logged) takes
+    the epoch-end hooks' logs."""
     log_collector, reduced = ctx.state.log_collector, []
     for loader_idx, results in enumerate(per_loader):
         log_collector.start_stage(results)
         metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
         ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
-    log_collector.start_stage()
+    log_collector.start_stage(opening)
     _refuse_shared_names(reduced)
     return reduced
 

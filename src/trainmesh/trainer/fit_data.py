@@ -52,7 +52,7 @@ class FitData:
         """Lightning's ``enable_validation``: validation loaders defined, ``validation_step``
         overridden and ``limit_val_batches`` not 0."""
         ctx = self._ctx
-        if ctx.settings.limit_val_batches == 0 or not ctx.hooks.module_overrides("validation_step"):
+        if ctx.settings.limit_val_batches == 0 or not ctx.hooks.module_replaces("validation_step"):
             return False
         return self._source.defines("validate")
 

@@ -75,6 +75,9 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     if fit_data.validates_in_epoch(state.current_epoch) and not fit_data.has_val_loaders:
         fit_data.val_loaders()
     warn_of_modules_in_eval_mode(state.module)
+    if not opened.mid_epoch_resume:  # what on_train_start logs is the first epoch's (Lightning's), on epoch
+        state.log_collector.start_stage()
+    state.log_collector.set_batch("on_train_start", None)
     hooks.call("on_train_start")
     with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
@@ -114,6 +117,9 @@ def _begin_fit(
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
     # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
     hooks.call("on_fit_start")
+    # Lightning's zero_grad() as the stage starts; before the restore here, which brings back the gradients
+    # of an accumulation window the checkpoint was taken in (a bit-identical resume)
+    state.module.zero_grad()
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
@@ -220,13 +226,14 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     """One epoch; ``opened``: the fit's first, its data started already."""
     state, hooks, log_collector = ctx.state, ctx.hooks, ctx.state.log_collector
     mid_epoch_resume = opened is not None and opened.mid_epoch_resume
-    if not mid_epoch_resume:
-        log_collector.start_stage()  # a resumed epoch keeps the accumulators restored from the checkpoint
+    if opened is None:  # the first: started with on_train_start's logs, or a resumed epoch's restored accumulators
+        log_collector.start_stage()
     train_results = log_collector.results
     state.train_results = train_results
     progress = state.progress
     if not mid_epoch_resume:
         progress.epochs.ready()
+        log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
         hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
         progress.epochs.started()

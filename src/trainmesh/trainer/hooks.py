@@ -27,6 +27,7 @@ from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBA
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lazy import is_instance
+from trainmesh.utilities.model_helpers import is_overridden
 
 # Lightning 1.x's other hooks are called where 1.x called them by the loop's files, which reach them
 # through this door (lightning1/legacy_hooks.py; docs/architecture.md rule 10).
@@ -115,11 +116,28 @@ class HookDispatcher:
         return found
 
     def module_overrides(self, hook: str) -> bool:
+        """Whether to call the module's ``hook``: its class overrides it, or a callable is set on the
+        module itself (``model.on_fit_start = fn``, a wrapper around the default: Lightning calls
+        ``getattr(module, hook)`` for every hook, so it runs)."""
         found = self._module_overrides.get(hook)
         if found is None:
-            found = _module_defines(self._module, hook, self._module_base)
+            own = getattr(self._module, "__dict__", {})
+            if hook in own:  # set on the module itself: called where callable (None: not, as Lightning)
+                found = callable(own[hook])
+            else:
+                found = hasattr(self._module, hook) and (
+                    not isinstance(self._module, self._module_base) or overrides(self._module, hook, self._module_base)
+                )
             self._module_overrides[hook] = found
         return found
+
+    def module_replaces(self, hook: str) -> bool:
+        """Lightning's ``is_overridden(hook, module)``, for what decides the run (is there a validation
+        step, which configure hook builds the layers): a wrapper set on the module around the default
+        does not count, as it does not in Lightning; ``module_overrides`` says whether to call it."""
+        if not isinstance(self._module, self._module_base):
+            return self.module_overrides(hook)
+        return is_overridden(hook, self._module, self._module_base)
 
     def overridden(self, hook: str) -> bool:
         """Whether the module or any callback overrides ``hook``."""
@@ -144,13 +162,13 @@ class HookDispatcher:
             calls.append(self.method(self._module, hook))
         return tuple(calls)
 
-    def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None) -> None:
+    def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
         for callback in self.callbacks_for(hook, monitoring=monitoring):
-            self.method(callback, hook)(self._trainer, self._module, *args)
+            self.method(callback, hook)(self._trainer, self._module, *args, **kwargs)
 
-    def call_module(self, hook: str, *args: Any) -> Any:
+    def call_module(self, hook: str, *args: Any, **kwargs: Any) -> Any:
         if self.module_overrides(hook):
-            return self.method(self._module, hook)(*args)
+            return self.method(self._module, hook)(*args, **kwargs)
         return None
 
     def call_exception_hooks(self, exception: BaseException, datamodule: Any) -> None:
@@ -227,15 +245,3 @@ class TrainBatchHooks:
 
     def _legacy_end(self, output: Any, batch: Any, batch_idx: int) -> None:
         self.hooks.call("on_batch_end")
-
-
-def _module_defines(module: Any, hook: str, base: type) -> bool:
-    """Whether ``module`` defines ``hook``, as Lightning's ``is_overridden`` tells: its class
-    overrides ``base``'s, or the program set a function on the instance; a hook set to None on the
-    instance (Lightning's own way of switching a step off, ``model.validation_step = None``)
-    defines nothing. An object that is not a ``base`` defines what it has."""
-    if getattr(module, hook, None) is None:
-        return False
-    if not isinstance(module, base) or hook in vars(module):
-        return True
-    return overrides(module, hook, base)

@@ -20,8 +20,8 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
     ``layer_sync`` (``sync_batchnorm``) converts its layers first, where several processes train (as
     Lightning's parallel strategies do; one process has nothing to sync)."""
     name = type(model).__name__
-    legacy = hooks.module_overrides("configure_sharded_model")
-    if legacy and hooks.module_overrides("configure_model"):
+    legacy = hooks.module_replaces("configure_sharded_model")
+    if legacy and hooks.module_replaces("configure_model"):
         raise ValueError(
             f"{name} defines both configure_model and configure_sharded_model, its former name: which one builds "
             "the layers would be a guess. Keep configure_model alone"

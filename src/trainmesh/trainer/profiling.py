@@ -88,9 +88,9 @@ class ProfiledHookDispatcher(HookDispatcher):
         name = f"[Callback]{state_key_of(callback)}.{hook}"
         method, profiler, trainer, module = self.method(callback, hook), self._profiler, self._trainer, self._module
 
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             with profiler.profile(name):
-                return method(trainer, module, *args)
+                return method(trainer, module, *args, **kwargs)
 
         return call
 
@@ -98,9 +98,9 @@ class ProfiledHookDispatcher(HookDispatcher):
         name = f"[LightningModule]{type(self._module).__name__}.{hook}"
         method, profiler = self.module_method(hook), self._profiler
 
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             with profiler.profile(name):
-                return method(*args)
+                return method(*args, **kwargs)
 
         return call
 
@@ -115,13 +115,13 @@ class ProfiledHookDispatcher(HookDispatcher):
             calls.append(self._module_call(hook))
         return tuple(calls)
 
-    def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None) -> None:
+    def call_callbacks(self, hook: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
         for callback in self.callbacks_for(hook, monitoring=monitoring):
-            self._callback_call(callback, hook)(*args)
+            self._callback_call(callback, hook)(*args, **kwargs)
 
-    def call_module(self, hook: str, *args: Any) -> Any:
+    def call_module(self, hook: str, *args: Any, **kwargs: Any) -> Any:
         if self.module_overrides(hook):
-            return self._module_call(hook)(*args)
+            return self._module_call(hook)(*args, **kwargs)
         return None
 
 

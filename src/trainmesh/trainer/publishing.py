@@ -103,9 +103,10 @@ class Publisher:
         for name, (value, entry) in metrics.items():
             end = suffix if entry.add_dataloader_idx else ""
             key = f"{name}{end}"
-            # what trainer.validate/test return: the value in Lightning's dtype, as its .item() gives it
-            published[key] = float(metric_tensor(value, wide=entry.wide))
             keys = [key, f"{name}_epoch{end}"] if entry.on_step else [key]
+            if entry.logger:  # what trainer.validate/test return: Lightning's logged metrics (name_epoch where
+                # logged on step too), each value in Lightning's dtype, as its .item() gives it
+                published[keys[-1]] = float(metric_tensor(value, wide=entry.wide))
             for each in keys:
                 state.epoch_metrics[each] = value
             (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
@@ -181,7 +182,7 @@ def _to_loggers(loggers: list[Any], row: dict[str, float], step: int) -> None:
     """As Lightning's logger connector: each logger's ``log_metrics`` then its ``save`` (so what a
     program logs itself without a step counts its rows from the Trainer's last write, as there)."""
     for logger in loggers:
-        logger.log_metrics(row, step=step)
+        logger.log_metrics(metrics=row, step=step)  # by keyword, as Lightning's logger connector calls it
         if callable(getattr(logger, "save", None)):
             logger.save()
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.collections import infer_batch_size
+from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import WarningCache
 from trainmesh.utilities.warnings import PossibleUserWarning
 
@@ -162,6 +163,11 @@ class LogCollector:
         """
         entry = self.results.entries.get(name)
         if entry is None:
+            if add_dataloader_idx and "/dataloader_idx_" in name:  # Lightning's check, once per name here
+                raise MisconfigurationException(
+                    f"You called `self.log` with the key `{name}`: the Trainer adds `/dataloader_idx_N` itself "
+                    "(add_dataloader_idx=True); log the name without it, or pass add_dataloader_idx=False"
+                )
             # rank_zero_only: no collective (the other ranks may not log it), as Lightning's no_op sync
             entry = self._new_entry(
                 name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only
@@ -197,7 +203,9 @@ class LogCollector:
             sync_dist=sync_dist,
         )
         if not (entry.on_step or entry.on_epoch):
-            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them")
+            raise MisconfigurationException(  # Lightning's type: "... is not useful"
+                f"self.log({name!r}, on_step=False, on_epoch=False) is not useful: it records nothing; set one of them"
+            )
         self.results.entries[name] = entry
         return entry
 
@@ -408,7 +416,7 @@ def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
         return scalar
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise TypeError(
+    raise ValueError(  # Lightning's type for it, which a program may catch
         f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"
     )
 

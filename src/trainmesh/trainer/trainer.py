@@ -392,9 +392,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 logger.agree_on_version(runtime.broadcast)
         for logger in self.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
             getattr(logger, "experiment", None)
-        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's
-        hooks.call_callbacks("setup", stage)
-        hooks.call_module("setup", stage)
+        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
+        hooks.call_callbacks("setup", stage=stage)
+        hooks.call_module("setup", stage=stage)
         if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
@@ -456,8 +456,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             # Lightning's order: the data module, the callbacks, the module. After a failure Lightning
             # calls no teardown hook (on_exception ran), and neither does trainmesh.
             data.teardown(stage)
-            self.hooks.call_callbacks("teardown", stage)
-            self.hooks.call_module("teardown", stage)
+            self.hooks.call_callbacks("teardown", stage=stage)
+            self.hooks.call_module("teardown", stage=stage)
         if stage == "fit" and self._layer_sync is not None and self.world_size > 1:
             self._layer_sync.revert(self.model)  # batch norms again after fit, as Lightning's strategies leave them
         end_run(self.state, succeeded=status == "success")

@@ -1,0 +1,125 @@
+"""What ``self.log`` records in the start hooks, the same program run by Lightning 2.6 and by trainmesh
+and compared as data (Lightning's tests_pytorch/trainer/logging_/test_train_loop_logging.py
+``test_log_on_train_start``): ``on_train_start`` and ``on_train_epoch_start`` log on epoch into the
+(first) epoch's row, ``on_validation_start`` and ``on_validation_epoch_start`` into the validation's
+row and ``validate()``'s result; the loggers get ``log_metrics(metrics=..., step=...)`` by keyword."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+pytest.importorskip("lightning.pytorch")
+
+
+def _program(framework: str, root: str) -> dict[str, Any]:
+    if framework == "lightning":
+        import lightning.pytorch as pl
+        from lightning.pytorch.loggers import Logger
+    else:
+        import trainmesh as pl
+        from trainmesh.loggers import Logger
+    rows: list[Any] = []
+
+    class Keywords(Logger):  # takes the metrics by keyword only, as Lightning's connector passes them
+        name, version, experiment = "rows", 0, None
+
+        def log_metrics(self, *, metrics, step=None):
+            rows.append((step, {k: round(float(v), 5) for k, v in sorted(metrics.items())}))  # float64 sums here
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    class Net(pl.LightningModule if framework == "lightning" else pl.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.count = torch.nn.Linear(4, 1), 0.0
+
+        def _next(self) -> float:
+            self.count += 1
+            return self.count
+
+        def on_train_start(self):
+            self.log("train_start", 123.0)
+
+        def on_train_epoch_start(self):
+            self.log("epoch_start", self._next())
+
+        def on_validation_start(self):
+            self.log("val_start", self._next())
+
+        def on_validation_epoch_start(self):
+            self.log("val_epoch_start", self._next())
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val", self.layer(batch).sum())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 4), batch_size=2)
+    trainer = pl.Trainer(
+        default_root_dir=root,
+        max_epochs=2,
+        num_sanity_val_steps=0,
+        log_every_n_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=Keywords(),
+    )
+    model = Net()
+    trainer.fit(model, loader, loader)
+    metrics = {k: round(float(v), 5) for k, v in sorted(trainer.callback_metrics.items())}
+    validated = [{k: round(v, 5) for k, v in r.items()} for r in trainer.validate(model, loader, verbose=False)]
+    return {"rows": rows, "callback_metrics": metrics, "validated": validated}
+
+
+def test_what_the_start_hooks_log_reaches_the_rows_and_results_as_in_lightning(tmp_path):
+    lightning = _program("lightning", str(tmp_path / "l"))
+    ours = _program("trainmesh", str(tmp_path / "t"))
+    assert any("train_start" in row for _, row in lightning["rows"])
+    assert ours == lightning
+
+
+def _evaluated(framework: str, root: str) -> list[Any]:
+    """What ``trainer.test()`` returns: Lightning's logged metrics (``name_epoch`` for a value logged on
+    step and epoch; none logged with ``logger=False``), per loader."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        base = pl.LightningModule
+    else:
+        import trainmesh as pl
+
+        base = pl.Module
+
+    class Net(base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            loss = self.layer(batch).sum()
+            self.log("both", loss, on_step=True, on_epoch=True)
+            self.log("plain", loss)
+            self.log("hidden", loss, logger=False)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 4), batch_size=2)
+    trainer = pl.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    model = Net()
+    return [sorted(r) for loaders in ([loader], [loader, loader]) for r in trainer.test(model, loaders, verbose=False)]
+
+
+def test_what_test_returns_is_named_as_lightning_names_it(tmp_path):
+    lightning = _evaluated("lightning", str(tmp_path / "l"))
+    assert lightning[0] == ["both_epoch", "plain"]
+    assert _evaluated("trainmesh", str(tmp_path / "t")) == lightning
