@@ -62,6 +62,8 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/lightning1/one_run.py": ["trainer/test_lightning1_members.py"],
     "utilities/argparse.py": ["trainer/test_lightning1_members.py"],
     "utilities/all_gather_grad.py": ["trainer/test_lightning1_members.py"],
+    "utilities/cloud_io.py": ["utilities/test_lightning1_deprecations.py"],
+    "utilities/distributed.py": ["utilities/test_lightning1_deprecations.py"],
     "callbacks/lightning1_names.py": ["trainer/test_lightning1_members.py"],
     "trainer/plugins_argument.py": ["plugins/test_plugins.py", "trainer/test_checkpoint_saves.py"],
     "utilities/refusal.py": ["plugins/test_plugins.py"],

@@ -1,0 +1,123 @@
+"""What pytorch-lightning 1.9.5's own deprecation tests (tests_pytorch/deprecated_api/test_remove_2-0.py) check
+that a program can see, as data: the 1.x module paths published programs import
+(``utilities.distributed``, ``utilities.cloud_io``) answering on one process and on a one-process gloo
+group, and which 1.x Trainer arguments and members warn a deprecation (a ``DeprecationWarning`` or
+``FutureWarning``, what ``pytest.deprecated_call`` and a program's filter on deprecations catch).
+
+``measure(root)`` runs the same text with ``root`` = ``"pytorch_lightning"`` (1.9.5's venv:
+``record_lightning_1_9_deprecations.py`` writes ``lightning_1_9_deprecations.json``) or ``"trainmesh"``
+(``tests/utilities/test_lightning1_deprecations.py`` compares). Messages are not compared: ours name today's
+spelling.
+"""
+
+import importlib
+import io
+import os
+import tempfile
+import warnings
+
+import torch
+import torch.distributed as dist
+
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+# each 1.x Trainer argument 1.9.5 deprecated, with a value given; and ones it did not (no line expected there)
+TRAINER_ARGUMENTS = {
+    "gpus": 0,
+    "num_processes": 1,
+    "resume_from_checkpoint": "missing.ckpt",
+    "amp_backend": "native",
+    "replace_sampler_ddp": False,
+    "auto_lr_find": True,
+    "track_grad_norm": 2,
+    "move_metrics_to_cpu": True,
+    "multiple_trainloader_mode": "min_size",
+}
+
+
+def _warned(fn):
+    """(what ``fn()`` returned, as data, or the exception's type; whether it warned a deprecation)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = _data(fn())
+        except Exception as exc:  # noqa: BLE001 - the exception's type is the measurement
+            value = f"raised {type(exc).__name__}"
+    return [value, any(issubclass(w.category, (DeprecationWarning, FutureWarning)) for w in caught)]
+
+
+def _data(value):
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _data(v) for k, v in value.items()}
+    return value if value is None or isinstance(value, (bool, int, float, str)) else type(value).__name__
+
+
+def _distributed(distributed) -> dict:
+    """Without a process group, then on a one-process gloo group."""
+    out = {
+        "rank_zero_only": _warned(lambda: distributed.rank_zero_only(lambda: 5)()),
+        "distributed_available": _warned(distributed.distributed_available),
+        "tpu_distributed": _warned(distributed.tpu_distributed),
+        "backend_for_cpu": _warned(
+            lambda: distributed.get_default_process_group_backend_for_device(torch.device("cpu"))
+        ),
+        "sync_if_available": _warned(lambda: distributed.sync_ddp_if_available(torch.tensor(3.0))),
+        "gather_if_available": _warned(lambda: distributed.all_gather_ddp_if_available(torch.tensor([1.0, 2.0]))),
+        "rank_zero_info": _warned(lambda: distributed.rank_zero_info("x")),
+        "comm_hook_none": _warned(lambda: distributed.register_ddp_comm_hook(None)),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=0, world_size=1)
+        try:
+            out["group"] = {
+                "available": _warned(distributed.distributed_available),
+                "sync_mean": _warned(lambda: distributed.sync_ddp(torch.tensor([3.0, 5.0]), reduce_op="mean")),
+                "sync_max": _warned(lambda: distributed.sync_ddp_if_available(torch.tensor(4.0), reduce_op="max")),
+                "sync_sum": _warned(lambda: distributed.sync_ddp_if_available(torch.tensor(4.0))),
+                "gather": _warned(lambda: distributed.all_gather_ddp_if_available(torch.tensor([1.0, 2.0]))),
+                "gather_all": _warned(lambda: distributed.gather_all_tensors(torch.arange(3))),
+                "gather_all_0d": _warned(lambda: distributed.gather_all_tensors(torch.tensor(7))),
+            }
+            grad = torch.tensor([1.0, 2.0], requires_grad=True)
+            gathered = distributed.all_gather_ddp_if_available(grad, sync_grads=True)
+            out["group"]["gather_grad"] = [gathered.requires_grad, list(gathered.shape)]
+        finally:
+            dist.destroy_process_group()
+    return out
+
+
+def _cloud_io(cloud_io) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "saved.ckpt")
+        buffer = io.BytesIO()
+        torch.save({"w": torch.tensor([1.0, 2.0])}, buffer)
+        buffer.seek(0)
+        return {
+            "atomic_save": _warned(lambda: cloud_io.atomic_save({"w": torch.tensor([3.0]), "n": 2}, path)),
+            "load_path": _warned(lambda: cloud_io.load(path)),
+            "load_map_location": _warned(lambda: cloud_io.load(path, map_location="cpu")),
+            "load_buffer": _warned(lambda: cloud_io.load(buffer)),
+            "filesystem": _warned(lambda: cloud_io.get_filesystem(path)),
+            "filesystem_exists": cloud_io.get_filesystem(path).exists(path),
+        }
+
+
+def _trainer(Trainer) -> dict:
+    out = {}
+    for name, value in TRAINER_ARGUMENTS.items():
+        out[name] = _warned(lambda given={name: value}: Trainer(**given, **QUIET) and None)[1]
+    trainer = Trainer(resume_from_checkpoint="missing.ckpt", **QUIET)
+    out["member resume_from_checkpoint"] = _warned(lambda: trainer.resume_from_checkpoint)
+    return out
+
+
+def measure(root: str) -> dict:
+    """Everything above, for the library named ``root``."""
+    return {
+        "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
+        "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
+        "trainer": _trainer(importlib.import_module(root).Trainer),
+    }
