@@ -81,7 +81,13 @@ class ModelHooks:
     # says where each runs). Each default is Lightning's; overriding one replaces that call.
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate ``loss`` (divided by the accumulation window, scaled under 16-mixed): the
-        loop's backward and ``manual_backward``'s, between on_before_backward and on_after_backward."""
+        loop's backward and ``manual_backward``'s, between on_before_backward and on_after_backward.
+        Lightning 1.x's override ``backward(self, loss, optimizer, optimizer_idx)`` calling
+        ``super().backward(loss, optimizer, optimizer_idx)`` reaches here with 1.x's two arguments, which 1.x's
+        default took and did not hand to ``loss.backward``: so here too."""
+        if args and hasattr(args[0], "param_groups"):  # an optimizer (or its wrapper): 1.x's (optimizer, optimizer_idx)
+            args = args[2:]
+        kwargs.pop("optimizer", None), kwargs.pop("optimizer_idx", None)
         loss.backward(*args, **kwargs)
 
     def optimizer_step(

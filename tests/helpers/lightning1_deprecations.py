@@ -1,7 +1,7 @@
 """What pytorch-lightning 1.9.5's own deprecation tests (tests_pytorch/deprecated_api/test_remove_2-0.py) check
 that a program can see, as data: the 1.x module paths published programs import
 (``utilities.distributed``, ``utilities.cloud_io``) answering on one process and on a one-process gloo
-group, and which 1.x Trainer arguments and members warn a deprecation (a ``DeprecationWarning`` or
+group, a 1.x ``backward(loss, optimizer, optimizer_idx)`` override calling ``super().backward``, and which 1.x Trainer arguments and members warn a deprecation (a ``DeprecationWarning`` or
 ``FutureWarning``, what ``pytest.deprecated_call`` and a program's filter on deprecations catch).
 
 ``measure(root)`` runs the same text with ``root`` = ``"pytorch_lightning"`` (1.9.5's venv:
@@ -114,9 +114,41 @@ def _trainer(Trainer) -> dict:
     return out
 
 
+def _backward_super(pl) -> dict:
+    """1.x's ``backward(self, loss, optimizer, optimizer_idx)`` override calling ``super().backward`` with them
+    (1.9.5's own tests_pytorch/loops/test_training_loop_flow_scalar.py does): 4 steps of SGD, the weights."""
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def backward(self, loss, optimizer, optimizer_idx):
+            super().backward(loss, optimizer, optimizer_idx)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            generator = torch.Generator().manual_seed(1)
+            x = torch.randn(16, 4, generator=generator)
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.Trainer(max_epochs=1, **QUIET).fit(model)
+    return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
+
+
 def measure(root: str) -> dict:
     """Everything above, for the library named ``root``."""
     return {
+        "backward_super": _backward_super(importlib.import_module(root)),
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),

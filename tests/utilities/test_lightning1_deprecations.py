@@ -69,3 +69,12 @@ def test_replace_sampler_ddp_false_is_use_distributed_sampler_false():
         old = tm.Trainer(replace_sampler_ddp=False, **quiet)
     assert old._behaviour == tm.Trainer(use_distributed_sampler=False, **quiet)._behaviour
     assert tm.Trainer(**quiet)._behaviour.use_distributed_sampler is True
+
+
+def test_a_lightning_one_backward_override_calling_super_trains_as_1_9_5(both):
+    """``def backward(self, loss, optimizer, optimizer_idx): super().backward(loss, optimizer, optimizer_idx)``:
+    1.x's default took the two and did not hand them to ``loss.backward`` (before: a TypeError from torch)."""
+    theirs, ours = both
+    assert ours["backward_super"].keys() == theirs["backward_super"].keys()
+    for name, values in theirs["backward_super"].items():
+        assert ours["backward_super"][name] == pytest.approx(values, abs=1e-6)

@@ -7,6 +7,7 @@ that the hot path never waits for a device-to-host copy.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -395,9 +396,11 @@ def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
             )
         scalar: torch.Tensor = value.detach().reshape(())
         return scalar
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    # Lightning's numbers.Number: a bool (logged as 1.0 / 0.0) and NumPy's scalars (np.float32) too
+    if isinstance(value, numbers.Real):
         return float(value)
-    raise TypeError(
+    # a ValueError, as Lightning (2.6 and 1.9.5) raises for it
+    raise ValueError(
         f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"
     )
 
