@@ -145,10 +145,64 @@ def _backward_super(pl) -> dict:
     return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
 
 
+def _outputs_data(outputs):
+    """``training_epoch_end``'s outputs as data: tensors as (value, requires_grad)."""
+    if isinstance(outputs, torch.Tensor):
+        return [round(outputs.item(), 5), outputs.requires_grad]
+    if isinstance(outputs, dict):
+        return {k: _outputs_data(v) for k, v in outputs.items()}
+    if isinstance(outputs, (list, tuple)):
+        return [_outputs_data(v) for v in outputs]
+    return repr(outputs)
+
+
+def _epoch_outputs(pl) -> dict:
+    """1.x's ``training_epoch_end(outputs)`` (and ``on_train_batch_end``'s outputs) for a training_step
+    returning a tensor, a tensor or None, a dict, with two optimizers (``optimizer_idx``), with
+    ``accumulate_grad_batches=2``."""
+    out = {}
+    for kind in ("tensor", "none_on_odd", "dict", "two_optimizers", "accumulate"):
+        seen = []
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+
+            def training_step(self, batch, batch_idx, optimizer_idx=0):
+                loss = (self.a if optimizer_idx == 0 else self.b)(batch[0]).sum()
+                if kind == "none_on_odd" and batch_idx % 2:
+                    return None
+                return {"loss": loss, "n": torch.tensor(batch_idx)} if kind == "dict" else loss
+
+            def on_train_batch_end(self, outputs, batch, batch_idx, *rest):
+                seen.append(_outputs_data(outputs))
+
+            def training_epoch_end(self, outputs):
+                seen.append(["epoch", _outputs_data(outputs)])
+
+            def configure_optimizers(self):
+                second = [torch.optim.SGD(self.b.parameters(), lr=0.1)] if kind == "two_optimizers" else []
+                return [torch.optim.SGD(self.a.parameters(), lr=0.1), *second]
+
+        if kind != "two_optimizers":  # 1.x passes optimizer_idx only to a step that has several optimizers
+            Model.training_step = lambda self, batch, batch_idx, f=Model.training_step: f(self, batch, batch_idx)
+        x = torch.arange(8.0).reshape(4, 2) / 8
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+        accumulate = 2 if kind == "accumulate" else 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pl.Trainer(max_epochs=1, accumulate_grad_batches=accumulate, **QUIET).fit(Model(), loader)
+        out[kind] = seen
+    return out
+
+
 def measure(root: str) -> dict:
     """Everything above, for the library named ``root``."""
     return {
         "backward_super": _backward_super(importlib.import_module(root)),
+        "epoch_outputs": _epoch_outputs(importlib.import_module(root)),
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),

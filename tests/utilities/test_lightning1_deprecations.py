@@ -78,3 +78,16 @@ def test_a_lightning_one_backward_override_calling_super_trains_as_1_9_5(both):
     assert ours["backward_super"].keys() == theirs["backward_super"].keys()
     for name, values in theirs["backward_super"].items():
         assert ours["backward_super"][name] == pytest.approx(values, abs=1e-6)
+
+
+def test_training_epoch_end_gets_1_9_5_s_outputs(both):
+    """1.x's ``training_epoch_end(outputs)``: one ``{"loss": ...}`` dict per batch for a returned tensor (the loss
+    backward ran on, detached: divided under accumulation), a batch returning None left out, 1.x's per-optimizer
+    lists; ``on_train_batch_end`` gets each detached (trainmesh gave the returned tensors themselves, kept None,
+    and handed the optimizer turns' losses with their graphs). A None batch's ``on_train_batch_end`` outputs
+    are 2.6's ``{}`` (1.9.5: ``[]``), the rule for a name both releases have."""
+    theirs, ours = both
+    their_none, our_none = theirs["epoch_outputs"]["none_on_odd"], ours["epoch_outputs"]["none_on_odd"]
+    assert [their_none[1], their_none[3]] == [[], []] and [our_none[1], our_none[3]] == [{}, {}]
+    their_none[1] = their_none[3] = our_none[1] = our_none[3] = None
+    assert ours["epoch_outputs"] == theirs["epoch_outputs"]
