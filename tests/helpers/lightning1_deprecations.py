@@ -160,42 +160,83 @@ def _epoch_outputs(pl) -> dict:
     """1.x's ``training_epoch_end(outputs)`` (and ``on_train_batch_end``'s outputs) for a training_step
     returning a tensor, a tensor or None, a dict, with two optimizers (``optimizer_idx``), with
     ``accumulate_grad_batches=2``."""
-    out = {}
-    for kind in ("tensor", "none_on_odd", "dict", "two_optimizers", "accumulate"):
-        seen = []
+    return {kind: _outputs_of(pl, kind) for kind in ("tensor", "none_on_odd", "dict", "two_optimizers", "accumulate")}
 
-        class Model(pl.LightningModule):
-            def __init__(self):
-                super().__init__()
-                torch.manual_seed(0)
-                self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
 
-            def training_step(self, batch, batch_idx, optimizer_idx=0):
-                loss = (self.a if optimizer_idx == 0 else self.b)(batch[0]).sum()
-                if kind == "none_on_odd" and batch_idx % 2:
-                    return None
-                return {"loss": loss, "n": torch.tensor(batch_idx)} if kind == "dict" else loss
+def _outputs_of(pl, kind: str) -> list:
+    seen = []
 
-            def on_train_batch_end(self, outputs, batch, batch_idx, *rest):
-                seen.append(_outputs_data(outputs))
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
 
-            def training_epoch_end(self, outputs):
-                seen.append(["epoch", _outputs_data(outputs)])
+        def training_step(self, batch, batch_idx, optimizer_idx=0):
+            loss = (self.a if optimizer_idx == 0 else self.b)(batch[0]).sum()
+            if kind == "none_on_odd" and batch_idx % 2:
+                return None
+            return {"loss": loss, "n": torch.tensor(batch_idx)} if kind == "dict" else loss
 
-            def configure_optimizers(self):
-                second = [torch.optim.SGD(self.b.parameters(), lr=0.1)] if kind == "two_optimizers" else []
-                return [torch.optim.SGD(self.a.parameters(), lr=0.1), *second]
+        def on_train_batch_end(self, outputs, batch, batch_idx, *rest):
+            seen.append(_outputs_data(outputs))
 
-        if kind != "two_optimizers":  # 1.x passes optimizer_idx only to a step that has several optimizers
-            Model.training_step = lambda self, batch, batch_idx, f=Model.training_step: f(self, batch, batch_idx)
-        x = torch.arange(8.0).reshape(4, 2) / 8
-        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
-        accumulate = 2 if kind == "accumulate" else 1
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pl.Trainer(max_epochs=1, accumulate_grad_batches=accumulate, **QUIET).fit(Model(), loader)
-        out[kind] = seen
-    return out
+        def training_epoch_end(self, outputs):
+            seen.append(["epoch", _outputs_data(outputs)])
+
+        def configure_optimizers(self):
+            second = [torch.optim.SGD(self.b.parameters(), lr=0.1)] if kind == "two_optimizers" else []
+            return [torch.optim.SGD(self.a.parameters(), lr=0.1), *second]
+
+    if kind != "two_optimizers":  # 1.x passes optimizer_idx only to a step that has several optimizers
+        Model.training_step = lambda self, batch, batch_idx, f=Model.training_step: f(self, batch, batch_idx)
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    accumulate = 2 if kind == "accumulate" else 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.Trainer(max_epochs=1, accumulate_grad_batches=accumulate, **QUIET).fit(Model(), loader)
+    return seen
+
+
+def _evaluation_outputs(pl) -> dict:
+    """1.x's ``validation_epoch_end(outputs)`` / ``test_epoch_end(outputs)`` when some steps return None (on
+    odd batches; on every batch of a second loader)."""
+    seen = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.a(batch[0]).sum()
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            return None if batch_idx % 2 or dataloader_idx == 1 else self.a(batch[0]).sum()
+
+        def validation_epoch_end(self, outputs):
+            seen.append(["validation", _outputs_data(outputs)])
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            return self.validation_step(batch, batch_idx, dataloader_idx)
+
+        def test_epoch_end(self, outputs):
+            seen.append(["test", _outputs_data(outputs)])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=1, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(model, loader, [loader, loader])
+        trainer.test(model, loader, verbose=False)
+    return {"calls": seen}
 
 
 def measure(root: str) -> dict:
@@ -203,6 +244,7 @@ def measure(root: str) -> dict:
     return {
         "backward_super": _backward_super(importlib.import_module(root)),
         "epoch_outputs": _epoch_outputs(importlib.import_module(root)),
+        "evaluation_outputs": _evaluation_outputs(importlib.import_module(root)),
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),

@@ -91,3 +91,10 @@ def test_training_epoch_end_gets_1_9_5_s_outputs(both):
     assert [their_none[1], their_none[3]] == [[], []] and [our_none[1], our_none[3]] == [{}, {}]
     their_none[1] = their_none[3] = our_none[1] = our_none[3] = None
     assert ours["epoch_outputs"] == theirs["epoch_outputs"]
+
+
+def test_evaluation_epoch_end_outputs_leave_out_none_as_1_9_5(both):
+    """1.x's ``validation_epoch_end`` / ``test_epoch_end``: the steps' outputs less the None ones (trainmesh
+    kept each None), one list per loader."""
+    theirs, ours = both
+    assert ours["evaluation_outputs"] == theirs["evaluation_outputs"]

@@ -356,7 +356,8 @@ class _LoaderResults:
             self._outputs = []
 
     def add(self, output: Any) -> None:
-        if self._stage == "predict" or self._keeps:
+        # 1.x's validation_epoch_end / test_epoch_end get the steps' outputs less the None ones (1.9.5's)
+        if self._stage == "predict" or (self._keeps and output is not None):
             self._outputs.append(output)
 
     def close(self) -> None:
