@@ -160,7 +160,8 @@ def _epoch_outputs(pl) -> dict:
     """1.x's ``training_epoch_end(outputs)`` (and ``on_train_batch_end``'s outputs) for a training_step
     returning a tensor, a tensor or None, a dict, with two optimizers (``optimizer_idx``), with
     ``accumulate_grad_batches=2``."""
-    return {kind: _outputs_of(pl, kind) for kind in ("tensor", "none_on_odd", "dict", "two_optimizers", "accumulate")}
+    kinds = ("tensor", "none_on_odd", "dict", "two_optimizers", "accumulate", "manual_none_on_odd")
+    return {kind: _outputs_of(pl, kind) for kind in kinds}
 
 
 def _outputs_of(pl, kind: str) -> list:
@@ -171,10 +172,15 @@ def _outputs_of(pl, kind: str) -> list:
             super().__init__()
             torch.manual_seed(0)
             self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+            self.automatic_optimization = not kind.startswith("manual")
 
         def training_step(self, batch, batch_idx, optimizer_idx=0):
             loss = (self.a if optimizer_idx == 0 else self.b)(batch[0]).sum()
-            if kind == "none_on_odd" and batch_idx % 2:
+            if not self.automatic_optimization:
+                self.manual_backward(loss)
+                self.optimizers().step()
+                self.optimizers().zero_grad()
+            if kind.endswith("none_on_odd") and batch_idx % 2:
                 return None
             return {"loss": loss, "n": torch.tensor(batch_idx)} if kind == "dict" else loss
 
@@ -183,6 +189,7 @@ def _outputs_of(pl, kind: str) -> list:
 
         def training_epoch_end(self, outputs):
             seen.append(["epoch", _outputs_data(outputs)])
+            super().training_epoch_end(outputs)  # 1.9.5's default: nothing
 
         def configure_optimizers(self):
             second = [torch.optim.SGD(self.b.parameters(), lr=0.1)] if kind == "two_optimizers" else []

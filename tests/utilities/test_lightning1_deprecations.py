@@ -83,13 +83,15 @@ def test_a_lightning_one_backward_override_calling_super_trains_as_1_9_5(both):
 def test_training_epoch_end_gets_1_9_5_s_outputs(both):
     """1.x's ``training_epoch_end(outputs)``: one ``{"loss": ...}`` dict per batch for a returned tensor (the loss
     backward ran on, detached: divided under accumulation), a batch returning None left out, 1.x's per-optimizer
-    lists; ``on_train_batch_end`` gets each detached (trainmesh gave the returned tensors themselves, kept None,
+    lists, under manual optimization too; an override's ``super().training_epoch_end(outputs)`` runs 1.9.5's
+    default (trainmesh's Module had none); ``on_train_batch_end`` gets each detached (trainmesh gave the returned tensors themselves, kept None,
     and handed the optimizer turns' losses with their graphs). A None batch's ``on_train_batch_end`` outputs
     are 2.6's ``{}`` (1.9.5: ``[]``), the rule for a name both releases have."""
     theirs, ours = both
-    their_none, our_none = theirs["epoch_outputs"]["none_on_odd"], ours["epoch_outputs"]["none_on_odd"]
-    assert [their_none[1], their_none[3]] == [[], []] and [our_none[1], our_none[3]] == [{}, {}]
-    their_none[1] = their_none[3] = our_none[1] = our_none[3] = None
+    for kind in ("none_on_odd", "manual_none_on_odd"):
+        their_none, our_none = theirs["epoch_outputs"][kind], ours["epoch_outputs"][kind]
+        assert [their_none[1], their_none[3]] == [[], []] and [our_none[1], our_none[3]] == [{}, {}]
+        their_none[1] = their_none[3] = our_none[1] = our_none[3] = None
     assert ours["epoch_outputs"] == theirs["epoch_outputs"]
 
 
