@@ -109,6 +109,9 @@ def _trainer(Trainer) -> dict:
     out = {}
     for name, value in TRAINER_ARGUMENTS.items():
         out[name] = _warned(lambda given={name: value}: Trainer(**given, **QUIET) and None)[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out["strategy=None"] = type(Trainer(strategy=None, **QUIET).strategy).__name__  # 1.9.5's default
     trainer = Trainer(resume_from_checkpoint="missing.ckpt", **QUIET)
     out["member resume_from_checkpoint"] = _warned(lambda: trainer.resume_from_checkpoint)
     return out

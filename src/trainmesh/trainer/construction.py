@@ -14,7 +14,12 @@ from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import is_callback
 from trainmesh.trainer.lightning1 import legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
-from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, distributed_sampler, hardware_arguments
+from trainmesh.trainer.lightning1.trainer_arguments import (
+    LIGHTNING1_ARGUMENTS,
+    distributed_sampler,
+    hardware_arguments,
+    strategy_argument,
+)
 from trainmesh.trainer.lightning1.trainer_members import LightningOneMembers, lightning_one_fit, lightning_one_run
 from trainmesh.trainer.lightning2_arguments import RunBehaviour, check_run_behaviour
 from trainmesh.trainer.manual_optimization import is_manual
@@ -96,6 +101,7 @@ def build_runtime(
 ) -> tuple[Runtime, bool, Any]:
     """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
     (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
+    strategy = strategy_argument(strategy)  # 1.x's default None (lightning1/trainer_arguments.py)
     plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
     # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
     gpus, accelerator, devices = hardware_arguments(

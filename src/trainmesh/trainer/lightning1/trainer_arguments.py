@@ -80,6 +80,15 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
     return gpus, accelerator, devices
 
 
+def strategy_argument(strategy: Any) -> Any:
+    """1.x's default ``strategy=None`` (its accelerator connector chose; programs pass it, as in
+    ``strategy="ddp" if devices > 1 else None``) is today's ``"auto"``."""
+    if strategy is None:
+        _notice("strategy=None is Lightning 1.x's default; today: strategy='auto'")
+        return "auto"
+    return strategy
+
+
 def distributed_sampler(replace_sampler_ddp: bool, use_distributed_sampler: bool) -> bool:
     """``use_distributed_sampler`` after 1.x's ``replace_sampler_ddp`` (its name until 2.0): False from
     either leaves each loader's sampler as given."""
