@@ -445,10 +445,12 @@ Module.__jit_unused_properties__ = trainer_side_properties(Module)  # type: igno
 
 
 def _reduce_fx_name(reduce_fx: Any) -> str:
+    # Lightning's: a name in any case ("avg" is "mean"), torch's four functions, or Python's sum / max / min
     if isinstance(reduce_fx, str):
-        name = reduce_fx
+        name = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()
     else:
-        name = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}.get(reduce_fx, "")
+        functions = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", sum: "sum", max: "max"}
+        name = {**functions, min: "min"}.get(reduce_fx, "")
     if name not in _REDUCE_FX_NAMES:
         raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(_REDUCE_FX_NAMES)}")
     return name
