@@ -229,6 +229,9 @@ def _evaluation_outputs(pl) -> dict:
         def validation_epoch_end(self, outputs):
             seen.append(["validation", _outputs_data(outputs)])
 
+        def on_test_batch_start(self, batch, batch_idx, dataloader_idx):  # 1.x's: dataloader_idx required
+            seen.append(["test batch", batch_idx, dataloader_idx])
+
         def test_step(self, batch, batch_idx, dataloader_idx=0):
             return self.validation_step(batch, batch_idx, dataloader_idx)
 

@@ -97,6 +97,7 @@ def test_training_epoch_end_gets_1_9_5_s_outputs(both):
 
 def test_evaluation_epoch_end_outputs_leave_out_none_as_1_9_5(both):
     """1.x's ``validation_epoch_end`` / ``test_epoch_end``: the steps' outputs less the None ones (trainmesh
-    kept each None), one list per loader."""
+    kept each None), one list per loader; an evaluation batch hook with a required ``dataloader_idx`` gets 0 for
+    one loader, as 1.x passed it (2.x passes none: a TypeError before)."""
     theirs, ours = both
     assert ours["evaluation_outputs"] == theirs["evaluation_outputs"]
