@@ -49,6 +49,11 @@ class ModelHooks:
     def on_test_epoch_end(self) -> None: ...
     def on_predict_epoch_start(self) -> None: ...
     def on_predict_epoch_end(self) -> None: ...
+    # Lightning 1.x's epoch-end hooks with the steps' outputs (2.0 removed them): 1.9.5's defaults, which do
+    # nothing, so that an override's super().training_epoch_end(outputs) runs; the loop calls overrides only.
+    def training_epoch_end(self, outputs: Any) -> None: ...
+    def validation_epoch_end(self, outputs: Any) -> None: ...
+    def test_epoch_end(self, outputs: Any) -> None: ...
     def configure_callbacks(self) -> Any:
         """Callbacks this model needs (one or a list), merged with the Trainer's at the start of
         each fit/validate/test/predict: one replaces the Trainer's of its type; checkpoints run last."""
@@ -81,7 +86,13 @@ class ModelHooks:
     # says where each runs). Each default is Lightning's; overriding one replaces that call.
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate ``loss`` (divided by the accumulation window, scaled under 16-mixed): the
-        loop's backward and ``manual_backward``'s, between on_before_backward and on_after_backward."""
+        loop's backward and ``manual_backward``'s, between on_before_backward and on_after_backward.
+        Lightning 1.x's override ``backward(self, loss, optimizer, optimizer_idx)`` calling
+        ``super().backward(loss, optimizer, optimizer_idx)`` reaches here with 1.x's two arguments, which 1.x's
+        default took and did not hand to ``loss.backward``: so here too."""
+        if args and hasattr(args[0], "param_groups"):  # an optimizer (or its wrapper): 1.x's (optimizer, optimizer_idx)
+            args = args[2:]
+        kwargs.pop("optimizer", None), kwargs.pop("optimizer_idx", None)
         loss.backward(*args, **kwargs)
 
     def optimizer_step(

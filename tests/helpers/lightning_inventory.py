@@ -60,6 +60,8 @@ MODULES = (
     "utilities.imports",
     "utilities.signature_utils",
     "utilities.apply_func",  # 1.9's (2.0 removed it): lightning-bolts' callbacks import it
+    "utilities.distributed",  # 1.9's (2.0 removed it): the latent-diffusion models import rank_zero_only from it
+    "utilities.cloud_io",  # 1.9's (2.0 moved it to Fabric): `load as pl_load` in 1.x programs
     "demos.mnist_datamodule",
     "demos.boring_classes",
 )

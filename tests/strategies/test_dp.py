@@ -159,7 +159,9 @@ def test_step_end_and_epoch_end_hooks_run_under_every_strategy(strategy):
     trainer.fit(model, DataLoader(dataset(64), batch_size=16), DataLoader(dataset(32), batch_size=8))
     (result,) = trainer.test(model, DataLoader(dataset(40), batch_size=8), verbose=False)
     assert model.seen == {"training_step_end": 4, "validation_step_end": 4, "test_step_end": 5}
-    assert model.validation_outputs == 4
+    assert (
+        model.validation_outputs == 0
+    )  # the steps return None: 1.9.5 keeps no None output (test_lightning1_deprecations.py)
     assert result["test_predictions"] == 40.0
 
 

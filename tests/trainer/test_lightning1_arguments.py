@@ -1,7 +1,8 @@
 """Lightning 1.x's Trainer arguments that 2.x removed (trainer/lightning1/trainer_arguments.py): each
 accepted at 1.x's default, translated with a LightningOneName warning where today's Trainer has the
 same thing (num_processes, amp_backend="native", auto_select_gpus), refused with the reason where
-trainmesh cannot honour it (TPUs, IPUs, Apex, replace_sampler_ddp=False); track_grad_norm and the tuner's
+trainmesh cannot honour it (TPUs, IPUs, Apex); replace_sampler_ddp=False is use_distributed_sampler=False
+(tests/utilities/test_lightning1_deprecations.py); track_grad_norm and the tuner's
 auto_lr_find / auto_scale_batch_size run in trainer.tune (test_lightning1_members.py)."""
 
 import pytest
@@ -18,7 +19,6 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": 
     [
         ({"amp_backend": "apex"}, "Apex is not supported"),
         ({"amp_level": "O2"}, "Apex's optimization levels"),
-        ({"replace_sampler_ddp": False}, "DistributedSampler"),
     ],
 )
 def test_removed_lightning_one_arguments_trainmesh_cannot_honour_are_refused(argument, match):

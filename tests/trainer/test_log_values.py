@@ -115,3 +115,85 @@ def test_on_cuda_a_training_step_with_self_log_never_waits_for_the_device():
     assert trainer.callback_metrics["loss_epoch_mean"].isfinite()
     epoch_row = next(metrics for _, metrics in rows.rows if "third_epoch" in metrics)
     assert epoch_row["third_epoch"] == _lightning_third_mean()
+
+
+def _log_in_a_step(pl, value) -> object:
+    """One step logging ``value`` under a framework (Lightning 2.6 or trainmesh): the callback metric, or
+    the exception's type."""
+    import numpy as np  # noqa: F401 - values below are NumPy's
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            self.log("value", value)
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer(fast_dev_run=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    loader = DataLoader(TensorDataset(torch.ones(2, 2)), batch_size=2)
+    try:
+        trainer.fit(Model(), loader)
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc).__name__
+    return float(trainer.callback_metrics["value"])
+
+
+def test_self_log_takes_the_numbers_lightning_takes_and_refuses_the_rest_with_its_exception():
+    """Lightning's ``numbers.Number``: a bool and NumPy's float32 are logged (trainmesh refused them with a
+    TypeError); ``None``, a string, a list or a nested dict raise Lightning's ValueError (2.6 and 1.9.5 alike)."""
+    import warnings
+
+    import numpy as np
+
+    lightning = pytest.importorskip("lightning.pytorch")
+    values = [True, np.float32(2.5), np.int64(3), None, "x", [1.0, 2.0], {"a": {"b": 1}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = [_log_in_a_step(lightning, v) for v in values]
+        ours = [_log_in_a_step(tm, v) for v in values]
+    assert theirs == [1.0, 2.5, 3.0, "ValueError", "ValueError", "ValueError", "ValueError"]
+    assert ours == theirs
+
+
+def _reduced(pl, reduce_fx) -> object:
+    """``self.log("v", batch_idx, reduce_fx=...)`` over 4 steps: the epoch value, or the exception's type."""
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            self.log("v", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=reduce_fx)
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    loader = DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=1)
+    try:
+        trainer.fit(Model(), loader)
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc).__name__
+    return float(trainer.callback_metrics["v"])
+
+
+def test_reduce_fx_takes_lightning_s_spellings():
+    """``reduce_fx="avg"`` / ``"SUM"`` and Python's ``max`` / ``min`` / ``sum``, as Lightning (2.6 and 1.9.5) takes
+    them (trainmesh took only the four lower-case names and torch's functions)."""
+    import warnings
+
+    lightning = pytest.importorskip("lightning.pytorch")
+    spellings = ["avg", "SUM", max, min, sum, "Max"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = [_reduced(lightning, fx) for fx in spellings]
+        ours = [_reduced(tm, fx) for fx in spellings]
+    assert theirs == [1.5, 6.0, 3.0, 0.0, 6.0, 3.0]
+    assert ours == theirs

@@ -4,6 +4,7 @@ optimizers once a strategy has prepared them."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,14 @@ from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import is_callback
 from trainmesh.trainer.lightning1 import legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
-from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, hardware_arguments
+from trainmesh.trainer.lightning1.trainer_arguments import (
+    LIGHTNING1_ARGUMENTS,
+    distributed_sampler,
+    hardware_arguments,
+    strategy_argument,
+)
 from trainmesh.trainer.lightning1.trainer_members import LightningOneMembers, lightning_one_fit, lightning_one_run
+from trainmesh.trainer.lightning2_arguments import RunBehaviour, check_run_behaviour
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
@@ -32,6 +39,7 @@ __all__ = [
     "in_todays_spelling",
     "merge_model_callbacks",
     "point_schedulers_at",
+    "run_behaviour",
 ]
 
 if TYPE_CHECKING:
@@ -94,6 +102,7 @@ def build_runtime(
 ) -> tuple[Runtime, bool, Any]:
     """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
     (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
+    strategy = strategy_argument(strategy)  # 1.x's default None (lightning1/trainer_arguments.py)
     plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
     # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
     gpus, accelerator, devices = hardware_arguments(
@@ -126,6 +135,19 @@ def build_runtime(
     if plugged.layer_sync is not None:
         refuse_sync_on_cpu(runtime)
     return runtime, settings.enable_model_summary, plugged.layer_sync
+
+
+_BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
+
+
+def run_behaviour(arguments: dict[str, Any]) -> RunBehaviour:
+    """``benchmark``, ``detect_anomaly``, ... among the constructor's ``arguments``, checked as Lightning checks
+    them (lightning2_arguments.py); 1.x's ``replace_sampler_ddp=False`` is ``use_distributed_sampler=False``."""
+    given = {name: value for name, value in arguments.items() if name in _BEHAVIOUR}
+    given["use_distributed_sampler"] = distributed_sampler(
+        arguments["replace_sampler_ddp"], arguments["use_distributed_sampler"]
+    )
+    return check_run_behaviour(**given)
 
 
 def refuse_sync_on_cpu(runtime: Runtime) -> None:

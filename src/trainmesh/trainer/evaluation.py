@@ -16,6 +16,7 @@ from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loader_checks import warn_of_few_workers
+from trainmesh.trainer.loader_results import LoaderResults
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts, Progress
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
@@ -279,7 +280,7 @@ def _run_loop(
         hooks.call(_EPOCH_START_HOOK[stage])
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
-        per_loader = _LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
+        per_loader = LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
         _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index, owed)
         results, kept = per_loader.results, per_loader.kept
         if stage == "predict":
@@ -308,7 +309,7 @@ def _run_batches(
     stage: str,
     loaders: list[Any],
     fetcher: Fetcher,
-    per_loader: _LoaderResults,
+    per_loader: LoaderResults,
     extra_index: bool,
     owed: int,
 ) -> None:
@@ -358,47 +359,6 @@ def _run_batches(
     for _ in range(owed):  # as many collectives as the ranks that ran more steps: no hook, output dropped
         eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
     per_loader.close()
-
-
-class _LoaderResults:
-    """Each loader's metric results (not yet reduced across ranks) or predictions, as the batches
-    move from one loader to the next; a loader with no batch gets empty ones. Step outputs are
-    kept in ``kept`` (one list per loader) when the module defines ``validation_epoch_end`` /
-    ``test_epoch_end``, and only then."""
-
-    def __init__(self, ctx: LoopContext, stage: str, limits: list[int | float], *, keeps_outputs: bool) -> None:
-        self._state, self._stage, self.limits, self._keeps = ctx.state, stage, limits, keeps_outputs
-        self.results: list[Any] = []
-        self.kept: list[list[Any]] = []
-        self._current = -1
-        self._outputs: list[Any] = []
-
-    def reach(self, loader_idx: int) -> None:
-        """Finish the loaders before ``loader_idx`` and start it."""
-        while self._current < loader_idx:
-            if self._current >= 0:
-                self._finish()
-            self._current += 1
-            self._state.set_batch_count(self._stage, self.limits[self._current])
-            self._state.log_collector.start_stage()
-            self._outputs = []
-
-    def add(self, output: Any) -> None:
-        if self._stage == "predict" and self._state.predict_loop.keeps_predictions or self._keeps:
-            self._outputs.append(output)
-
-    def close(self) -> None:
-        if self.limits:
-            self.reach(len(self.limits) - 1)
-            self._finish()
-
-    def _finish(self) -> None:
-        if self._stage == "predict":
-            self.results.append(self._outputs)
-            return
-        if self._keeps:
-            self.kept.append(self._outputs)
-        self.results.append(self._state.log_collector.results)
 
 
 def _reduce_and_show(

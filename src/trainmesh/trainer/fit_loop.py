@@ -34,14 +34,13 @@ from trainmesh.trainer.loop_progress import Counts
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
-from trainmesh.trainer.optimization.closure import batch_end_outputs
+from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings, warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, min_met
-from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -291,8 +290,8 @@ def _train_batches(
         progress.processed()
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
             log_collector.end_step()
-        if keep_outputs:
-            loop.epoch_outputs.append(detached(output))
+        if keep_outputs and (kept := epoch_end_output(output, manual=manual, accumulate=accumulate)) is not None:
+            loop.epoch_outputs.append(kept)  # training_epoch_end's (Lightning 1.x's, closure.py)
         stepped = steps_now or manual
         pending_gradients = not stepped  # backward ran; the optimizer has not stepped on it yet
         loop.batches_done, loop.total_batches = batch_idx + 1, loop.total_batches + 1
@@ -447,7 +446,3 @@ def _copied_results(results: Any) -> dict[str, Any]:
         if entry["total"] is not None:
             entry["total"] = entry["total"].clone()  # accumulated in place by later self.log calls
     return state
-
-
-def detached(output: Any) -> Any:
-    return apply_to_tensors(output, lambda t: t.detach())

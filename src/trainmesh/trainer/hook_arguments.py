@@ -37,6 +37,15 @@ PASSED_ARGS = {
 }
 # The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
 _OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
+# The evaluation batch hooks Lightning 1.x called with dataloader_idx even for one loader (2.x: only for several).
+_EVALUATION_BATCH_HOOKS = (
+    "on_validation_batch_start",
+    "on_test_batch_start",
+    "on_predict_batch_start",
+    "on_validation_batch_end",
+    "on_test_batch_end",
+    "on_predict_batch_end",
+)
 
 
 class LeadingArgs:
@@ -55,6 +64,17 @@ class WithDataloaderIdx:
 
     def __call__(self, method: Any, *args: Any) -> Any:
         return method(*args, 0)
+
+
+class OneLoaderIdx:
+    """``method(*args, 0)`` when the call is one argument short: an evaluation batch hook written for Lightning
+    1.x with a required ``dataloader_idx``, called for one loader (1.x passed 0; 2.x passes none)."""
+
+    def __init__(self, passed: int) -> None:
+        self.passed = passed
+
+    def __call__(self, method: Any, *args: Any) -> Any:
+        return method(*args, 0) if len(args) == self.passed - 1 else method(*args)
 
 
 def class_function(obj: Any, hook: str) -> Any:
@@ -114,6 +134,8 @@ def _caller_for(function: Any, hook: str, passed: int) -> Any:
         return LeadingArgs(capacity - 1)
     if hook in _OLD_DATALOADER_IDX and _requires_dataloader_idx(function, passed):
         return WithDataloaderIdx()
+    if hook in _EVALUATION_BATCH_HOOKS and _requires_dataloader_idx(function, passed - 1):
+        return OneLoaderIdx(passed)
     return None
 
 

@@ -8,6 +8,7 @@ once a float64 value is logged.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -414,7 +415,8 @@ def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
             )
         scalar: torch.Tensor = value.detach().reshape(())
         return scalar
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    # Lightning's numbers.Number: a bool (logged as 1.0 / 0.0) and NumPy's scalars (np.float32) too
+    if isinstance(value, numbers.Real):
         return float(value)
     raise ValueError(  # Lightning's type for it, which a program may catch
         f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"

@@ -37,7 +37,6 @@ from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
-from trainmesh.trainer.lightning2_arguments import check_run_behaviour
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
@@ -59,7 +58,6 @@ from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
-_BEHAVIOUR = frozenset(inspect.signature(check_run_behaviour).parameters)
 
 
 class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunProperties; 1.x's members
@@ -135,7 +133,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self._lightning1 = construction.lightning_one_run(locals())  # 1.x's arguments (lightning1/)
         self.barebones = barebones
         # benchmark, detect_anomaly, ...: checked as Lightning checks them (lightning2_arguments.py)
-        self._behaviour = check_run_behaviour(**{n: v for n, v in locals().items() if n in _BEHAVIOUR})
+        self._behaviour = construction.run_behaviour(locals())
         self.runtime, enable_model_summary, self._layer_sync = build_runtime(
             plugins=plugins,
             sync_batchnorm=sync_batchnorm,

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.refusal import LightningOneName
+
 # Lightning 1.x put the strategy in `accelerator` (and earlier in `distributed_backend`).
 _STRATEGY_NAMES = {"dp", "ddp", "ddp2", "ddp_spawn", "ddp_fork", "ddp_cpu"}
 
@@ -27,8 +29,9 @@ OLD_ARGUMENTS: dict[str, Any] = {
 }
 
 
-class LegacyArgumentNotice(UserWarning):
-    """An old Trainer spelling was translated; the message gives today's."""
+class LegacyArgumentNotice(LightningOneName):
+    """An old Trainer spelling was translated; the message gives today's. A deprecation warning, as
+    pytorch-lightning 1.9.5's for ``gpus=``: a program's filter on deprecations reaches it."""
 
 
 @dataclass

@@ -3,8 +3,8 @@
 (the GPUs a tensor can be placed on: ``find_usable_cuda_devices``), ``num_processes`` (CPU
 processes), ``amp_backend="native"``; what trainmesh cannot do is refused with the reason:
 ``tpu_cores``, ``ipus``, Apex (``amp_backend="apex"``, ``amp_level``), and the features 1.x built into
-the Trainer that trainmesh has not (``replace_sampler_ddp=False``). Each value 1.x took by default is
-accepted; ``auto_lr_find`` / ``auto_scale_batch_size`` run in ``trainer.tune`` (trainer_members.py,
+the Trainer that trainmesh has not; ``replace_sampler_ddp=False`` is today's
+``use_distributed_sampler=False``. Each value 1.x took by default is accepted; ``auto_lr_find`` / ``auto_scale_batch_size`` run in ``trainer.tune`` (trainer_members.py,
 tune.py), ``track_grad_norm`` in grad_norm.py.
 """
 
@@ -38,8 +38,6 @@ LIGHTNING1_ARGUMENTS: dict[str, Any] = {
 # A value other than the default stops with this reason.
 _NOT_HERE = {
     "amp_level": "Apex's optimization levels are not supported; precision='16-mixed' is torch's native AMP",
-    "replace_sampler_ddp": "trainmesh always gives each process its share of the data (a DistributedSampler); "
-    "leave replace_sampler_ddp out",
 }
 
 
@@ -65,7 +63,7 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
         if value is None:
             _notice(f"{name}=None is Lightning 1.x's default; today: {name}='auto'")
     accelerator, devices = ("auto" if accelerator is None else accelerator), ("auto" if devices is None else devices)
-    if given["num_processes"] not in (None, 1):
+    if given["num_processes"] is not None:  # 1.9.5: CPU processes, one included
         if devices not in ("auto", None):
             raise ValueError(f"Trainer(num_processes={given['num_processes']}, devices={devices!r}): give one of them")
         accelerator, devices = "cpu", given["num_processes"]
@@ -82,5 +80,33 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
     return gpus, accelerator, devices
 
 
+def strategy_argument(strategy: Any) -> Any:
+    """1.x's default ``strategy=None`` (its accelerator connector chose; programs pass it, as in
+    ``strategy="ddp" if devices > 1 else None``) is today's ``"auto"``."""
+    if strategy is None:
+        _notice("strategy=None is Lightning 1.x's default; today: strategy='auto'")
+        return "auto"
+    return strategy
+
+
+def distributed_sampler(replace_sampler_ddp: bool, use_distributed_sampler: bool) -> bool:
+    """``use_distributed_sampler`` after 1.x's ``replace_sampler_ddp`` (its name until 2.0): False from
+    either leaves each loader's sampler as given."""
+    if replace_sampler_ddp:
+        return use_distributed_sampler
+    _notice("replace_sampler_ddp=False is Lightning 1.x's spelling; today: use_distributed_sampler=False")
+    return False
+
+
+def resume_notice(path: Any) -> None:
+    """1.9.5's deprecation line for ``Trainer(resume_from_checkpoint=path)`` (given, not None)."""
+    if path is not None:
+        _notice(
+            f"resume_from_checkpoint={path!r} is Lightning 1.x's spelling; today: trainer.fit(model, ckpt_path=...)"
+        )
+
+
 def _notice(message: str) -> None:
-    warnings.warn(message, LightningOneName, stacklevel=5)
+    warnings.warn(
+        message, LightningOneName, stacklevel=7
+    )  # past the constructor and its two wrappers (barebones, suggestions)

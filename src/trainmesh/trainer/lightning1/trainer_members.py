@@ -22,6 +22,7 @@ import torch
 
 from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_type
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
+from trainmesh.trainer.lightning1.trainer_arguments import resume_notice
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.utilities.refusal import LightningOneName
 
@@ -103,6 +104,7 @@ def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
             "(several train loaders read until the longest one ends, the shorter ones cycled, or until the shortest)"
         )
     check_norm_type(arguments["track_grad_norm"])
+    resume_notice(arguments["resume_from_checkpoint"])
     names = (
         "resume_from_checkpoint",
         "auto_lr_find",
@@ -179,7 +181,13 @@ class LightningOneMembers(RunProperties):
 
     @property
     def resume_from_checkpoint(self) -> str | os.PathLike[str] | None:
-        """``Trainer(resume_from_checkpoint=path)``'s path until a fit has restored it (then None), as 1.9.5."""
+        """``Trainer(resume_from_checkpoint=path)``'s path until a fit has restored it (then None), as 1.9.5
+        (with its deprecation line)."""
+        warnings.warn(
+            "trainer.resume_from_checkpoint is Lightning 1.x's; today: trainer.ckpt_path",
+            LightningOneName,
+            stacklevel=2,
+        )
         _settle_resume(self._lightning1, self._state)
         return self._lightning1.resume_from_checkpoint
 

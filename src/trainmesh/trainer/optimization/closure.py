@@ -12,6 +12,7 @@ import torch
 
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.optimization_hooks import then_hooks, with_backward_hooks
+from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str
     is the one backward ran on: divided by ``accumulate_grad_batches``."""
     if output is None:
         return {}
-    if isinstance(output, list):  # Lightning 1.x's runners (optimizer turns, tbptt splits): 1.9's lists as they are
-        return output  # type: ignore[return-value]
+    if isinstance(output, list):  # Lightning 1.x's runners (optimizer turns, tbptt splits): 1.9's lists, detached
+        return apply_to_tensors(output, torch.Tensor.detach)  # type: ignore[no-any-return]
     extra = dict(output) if isinstance(output, Mapping) else {"loss": output}
     if not isinstance(extra.get("loss"), torch.Tensor):
         return extra
@@ -46,6 +47,16 @@ def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str
         loss = loss.clone() if accumulate == 1 else loss / accumulate
     extra["loss"] = loss
     return extra
+
+
+def epoch_end_output(output: Any, *, manual: bool, accumulate: int) -> Any:
+    """What pytorch-lightning 1.9.5's ``training_epoch_end(outputs)`` holds for one batch: the dict
+    ``on_train_batch_end`` receives (``{"loss": ...}`` for a returned tensor, the loss the backward ran on),
+    detached; a batch whose ``training_step`` returned None is left out (manual optimization too: 1.9.5's
+    batch loop keeps no empty result); 1.x's lists (optimizer turns, tbptt splits) detached."""
+    if output is None:
+        return None
+    return apply_to_tensors(batch_end_outputs(output, manual=manual, accumulate=accumulate), torch.Tensor.detach)
 
 
 class OptimizerClosure:

@@ -1,0 +1,103 @@
+"""pytorch-lightning 1.9.5's deprecated names a published program still uses, against 1.9.5 recorded as data
+(``tests/helpers/record_lightning_1_9_deprecations.py`` writes ``lightning_1_9_deprecations.json`` in 1.9.5's
+own venv; the program is ``tests/helpers/lightning1_deprecations.py``), from 1.9.5's own
+tests_pytorch/deprecated_api/test_remove_2-0.py:
+
+- ``trainmesh.utilities.distributed`` (``from pytorch_lightning.utilities.distributed import rank_zero_only``,
+  as the latent-diffusion models import it; ``sync_ddp_if_available``, ``gather_all_tensors``, ...) and
+  ``trainmesh.utilities.cloud_io`` (``load as pl_load``, ``get_filesystem``, ``atomic_save``): 1.9.5's values
+  on one process and on a one-process gloo group, each with 1.9.5's deprecation line;
+- which 1.x Trainer arguments and members warn a deprecation (``gpus=``, ``num_processes=``,
+  ``resume_from_checkpoint=``, ``amp_backend=``, ``trainer.resume_from_checkpoint``), a ``FutureWarning`` here
+  where 1.9.5 warns a ``DeprecationWarning`` (both caught by ``pytest.deprecated_call``).
+
+Two deliberate differences: ``sync_ddp(x)`` without ``reduce_op`` sums, as 1.9.5 documents it (its code
+passes ``op=None`` to torch, which raises a TypeError under torch 2.13); ``replace_sampler_ddp=False`` (1.9.5:
+silent) is today's ``use_distributed_sampler=False`` with trainmesh's line naming it, as for every 1.x spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from helpers.lightning1_deprecations import measure
+
+RECORDED = Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_deprecations.json"
+
+
+@pytest.fixture(scope="module")
+def both():
+    theirs = json.loads(RECORDED.read_text())["measured"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = measure("trainmesh")
+    return theirs, ours
+
+
+def test_utilities_distributed_answers_as_1_9_5(both):
+    theirs, ours = both
+    their_group, our_group = theirs["distributed"].pop("group"), ours["distributed"].pop("group")
+    assert ours["distributed"] == theirs["distributed"]
+    # documented as a sum in 1.9.5; its code hands torch op=None, which torch 2.13 refuses
+    assert their_group.pop("sync_sum") == ["raised TypeError", True]
+    assert our_group.pop("sync_sum") == [4.0, True]
+    assert our_group == their_group
+
+
+def test_utilities_cloud_io_answers_as_1_9_5(both):
+    theirs, ours = both
+    assert ours["cloud_io"] == theirs["cloud_io"]
+
+
+def test_lightning_one_trainer_arguments_warn_a_deprecation_as_1_9_5(both):
+    theirs, ours = both
+    assert theirs["trainer"].pop("replace_sampler_ddp") is False  # 1.9.5: not deprecated yet
+    assert ours["trainer"].pop("replace_sampler_ddp") is True  # trainmesh: today's use_distributed_sampler=False
+    assert ours["trainer"] == theirs["trainer"]
+
+
+def test_replace_sampler_ddp_false_is_use_distributed_sampler_false():
+    """1.x's name for 2.x's switch: the same behaviour (each loader's own sampler under ddp)."""
+    import trainmesh as tm
+
+    quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    with pytest.warns(FutureWarning, match="use_distributed_sampler=False"):
+        old = tm.Trainer(replace_sampler_ddp=False, **quiet)
+    assert old._behaviour == tm.Trainer(use_distributed_sampler=False, **quiet)._behaviour
+    assert tm.Trainer(**quiet)._behaviour.use_distributed_sampler is True
+
+
+def test_a_lightning_one_backward_override_calling_super_trains_as_1_9_5(both):
+    """``def backward(self, loss, optimizer, optimizer_idx): super().backward(loss, optimizer, optimizer_idx)``:
+    1.x's default took the two and did not hand them to ``loss.backward`` (before: a TypeError from torch)."""
+    theirs, ours = both
+    assert ours["backward_super"].keys() == theirs["backward_super"].keys()
+    for name, values in theirs["backward_super"].items():
+        assert ours["backward_super"][name] == pytest.approx(values, abs=1e-6)
+
+
+def test_training_epoch_end_gets_1_9_5_s_outputs(both):
+    """1.x's ``training_epoch_end(outputs)``: one ``{"loss": ...}`` dict per batch for a returned tensor (the loss
+    backward ran on, detached: divided under accumulation), a batch returning None left out, 1.x's per-optimizer
+    lists, under manual optimization too; an override's ``super().training_epoch_end(outputs)`` runs 1.9.5's
+    default (trainmesh's Module had none); ``on_train_batch_end`` gets each detached (trainmesh gave the returned tensors themselves, kept None,
+    and handed the optimizer turns' losses with their graphs). A None batch's ``on_train_batch_end`` outputs
+    are 2.6's ``{}`` (1.9.5: ``[]``), the rule for a name both releases have."""
+    theirs, ours = both
+    for kind in ("none_on_odd", "manual_none_on_odd"):
+        their_none, our_none = theirs["epoch_outputs"][kind], ours["epoch_outputs"][kind]
+        assert [their_none[1], their_none[3]] == [[], []] and [our_none[1], our_none[3]] == [{}, {}]
+        their_none[1] = their_none[3] = our_none[1] = our_none[3] = None
+    assert ours["epoch_outputs"] == theirs["epoch_outputs"]
+
+
+def test_evaluation_epoch_end_outputs_leave_out_none_as_1_9_5(both):
+    """1.x's ``validation_epoch_end`` / ``test_epoch_end``: the steps' outputs less the None ones (trainmesh
+    kept each None), one list per loader; an evaluation batch hook with a required ``dataloader_idx`` gets 0 for
+    one loader, as 1.x passed it (2.x passes none: a TypeError before)."""
+    theirs, ours = both
+    assert ours["evaluation_outputs"] == theirs["evaluation_outputs"]
