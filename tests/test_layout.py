@@ -133,6 +133,8 @@ COVERED_BY: dict[str, list[str]] = {
     "accelerators/mps.py": ["test_lightning_module_paths.py"],
     "utilities/data.py": ["test_lightning_module_paths.py"],
     "utilities/compile.py": ["test_lightning_module_paths.py"],
+    "core/optimizer.py": ["test_lightning_module_paths.py"],
+    "core/hooks.py": ["test_lightning_module_paths.py"],
     "loops/lightning_internals.py": ["test_lightning_module_paths.py"],
     "callbacks/progress/tqdm_progress.py": ["test_lightning_module_paths.py"],
     "callbacks/base.py": ["callbacks/test_lightning_names.py", "trainer/test_hooks.py"],

@@ -302,3 +302,56 @@ def test_small_loop_and_bar_helpers_answer_as_lightning_s():
         for check in (check_finite_loss, their_check):
             with pytest.raises(ValueError):
                 check(loss)
+
+
+def _optimizer_types(pl, optimizer_module, manual):
+    """Whether what the module is handed (self.optimizers() under manual optimization, optimizer_step's
+    optimizer under automatic) is a LightningOptimizer, and an instance of the user's optimizer class."""
+    seen = []
+    lightning_optimizer = importlib.import_module(optimizer_module).LightningOptimizer
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            self.automatic_optimization = not manual
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).sum()
+            if not manual:
+                return loss
+            opt = self.optimizers()
+            seen.append((isinstance(opt, lightning_optimizer), isinstance(opt, torch.optim.SGD)))
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            seen.append((isinstance(optimizer, lightning_optimizer), isinstance(optimizer, torch.optim.SGD)))
+            super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Net(), DataLoader(TensorDataset(torch.ones(2, 2)), batch_size=2))
+    return seen
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_the_optimizers_a_module_is_handed_are_lightning_optimizers_as_lightning_s(manual):
+    import lightning.pytorch as pl
+
+    import trainmesh as tm
+    from trainmesh.core.hooks import CheckpointHooks, DataHooks, ModelHooks
+    from trainmesh.core.optimizer import LightningOptimizer, do_nothing_closure
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = _optimizer_types(pl, "lightning.pytorch.core.optimizer", manual)
+        ours = _optimizer_types(tm, "trainmesh.core.optimizer", manual)
+    assert ours == theirs == [(True, True)]
+    assert do_nothing_closure() is None
+    with pytest.raises(TypeError, match="self.optimizers"):
+        LightningOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1))
+    assert issubclass(tm.Module, (ModelHooks, DataHooks)) and hasattr(CheckpointHooks, "on_load_checkpoint")
