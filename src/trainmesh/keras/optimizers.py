@@ -12,7 +12,9 @@ call goes through it: a ``LossScaleOptimizer`` or ``MultiOptimizer`` calls its i
 ``apply`` with gradients already averaged.
 
 Gradients reach a Keras optimizer only through ``apply``; a step that updates variables by hand
-(``variable.assign_sub``) or with a torch optimizer bypasses every optimizer, and this with it: a
+(``variable.assign_sub``) or with a torch optimizer bypasses every optimizer, and this with it (the
+gradients ``loss.backward()`` leaves are averaged as the pass ends, keras/backward.py, but not those of
+``torch.autograd.grad``, and an update made outside an optimizer is not one this can check): a
 fit whose first training step applied no Keras optimizer is stopped there (:func:`refuse_unaveraged_step`). An optimizer class of the
 user's own that overrides ``apply`` (or ``apply_gradients``) runs its override on each process's
 own gradients, before Keras' ``apply`` averages them: a clip there would clip each process's part
