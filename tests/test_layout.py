@@ -312,7 +312,11 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/worker_outcome.py": ["launchers/test_spawn.py", "strategies/test_ddp.py"],
     "utilities/attribute_dict.py": ["trainer/test_lightning_api.py"],
     "utilities/dataloaders.py": ["trainer/test_resume.py"],
-    "utilities/device_loader.py": ["test_runtime.py", "trainer/test_batch_transfer.py"],
+    "utilities/device_loader.py": [
+        "utilities/test_device_loader.py",
+        "test_runtime.py",
+        "trainer/test_batch_transfer.py",
+    ],
     "utilities/dtensors.py": ["trainer/test_run_summary.py", "callbacks/test_model_summary.py"],
     "utilities/memory.py": [
         "test_memory_estimate.py",

@@ -56,13 +56,19 @@ class DeviceDataLoader:
         if is_instance(self.loader, "trainmesh.utilities.combined_loader", "CombinedBatches"):
             self.loader.set_epoch(epoch)  # each of its loaders'
             return
-        for holder in (
-            getattr(self.loader, "sampler", None),
-            getattr(getattr(self.loader, "batch_sampler", None), "sampler", None),
-        ):
-            if holder is not None and hasattr(holder, "set_epoch"):
+        # Lightning's _set_sampler_epoch: the loader's sampler and its batch sampler's sampler, each once
+        # (a custom batch sampler may hold a sampler of its own beside the loader's)
+        holders = {
+            id(holder): holder
+            for holder in (
+                getattr(self.loader, "sampler", None),
+                getattr(getattr(self.loader, "batch_sampler", None), "sampler", None),
+            )
+            if holder is not None
+        }
+        for holder in holders.values():
+            if callable(getattr(holder, "set_epoch", None)):
                 holder.set_epoch(epoch)
-                return
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
