@@ -15,6 +15,7 @@ from trainmesh.utilities.model_summary import (
     human_readable_count,
     summarize,
 )
+from trainmesh.utilities.model_summary.table import summarize as summary_table
 
 __all__ = [
     "ModelSummary",
@@ -55,7 +56,7 @@ class ModelSummary(Callback):
         if self.max_depth == 0:
             return
         # On every rank, as Lightning's: the example's forward moves each rank's generators alike.
-        table = summarize(pl_module, self.max_depth)
+        table = summary_table(pl_module, self.max_depth)
         if getattr(trainer, "is_global_zero", True):
             print(format_summary(table), flush=True)
 

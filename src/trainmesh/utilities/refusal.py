@@ -14,6 +14,7 @@ trainmesh.utilities.refusal.RefusedError: XLAAccelerator: TPUs need torch_xla; u
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +58,21 @@ def renamed_class(
         warnings.warn(f"{old} is Lightning 1.x's name; today: {new}", LightningOneName, stacklevel=2)
         return make(*args, **kwargs)
 
-    namespace: dict[str, Any] = {"__new__": __new__, "__doc__": doc or f"Lightning 1.x's name; today: {new}."}
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        """Never called (``__new__`` returns today's object); it carries ``make``'s parameters, so that
+        ``inspect.signature`` of the old name shows what it takes."""
+
+    try:
+        taken = inspect.signature(make)
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        __init__.__signature__ = taken.replace(parameters=[self_parameter, *taken.parameters.values()])  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # a callable without a signature to read: (*args, **kwargs)
+        pass
+    namespace: dict[str, Any] = {
+        "__new__": __new__,
+        "__init__": __init__,
+        "__doc__": doc or f"Lightning 1.x's name; today: {new}.",
+    }
     if module is not None:
         namespace["__module__"] = module
     return type(old, (), namespace)

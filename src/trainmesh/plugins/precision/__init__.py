@@ -99,7 +99,14 @@ MixedPrecisionPlugin = renamed_class(
 )
 DeepSpeedPrecisionPlugin = _refused("DeepSpeedPrecisionPlugin", DeepSpeedPrecision.__refused__)  # type: ignore[attr-defined]
 FSDPPrecisionPlugin = renamed_class("FSDPPrecisionPlugin", "FSDPPrecision", FSDPPrecision, module=__name__)
-FSDPMixedPrecisionPlugin = renamed_class("FSDPMixedPrecisionPlugin", "FSDPPrecision", FSDPPrecision, module=__name__)
+
+
+def _fsdp_mixed(precision: Any, device: str | None = None, scaler: Any = None) -> FSDPPrecision:
+    # Lightning 2.0's FSDPMixedPrecisionPlugin(precision, device, scaler): the device is FSDP's own
+    return FSDPPrecision(precision, scaler)
+
+
+FSDPMixedPrecisionPlugin = renamed_class("FSDPMixedPrecisionPlugin", "FSDPPrecision", _fsdp_mixed, module=__name__)
 HalfPrecisionPlugin = renamed_class("HalfPrecisionPlugin", "HalfPrecision", HalfPrecision, module=__name__)
 BitsandbytesPrecisionPlugin = _refused("BitsandbytesPrecisionPlugin", BitsandbytesPrecision.__refused__)  # type: ignore[attr-defined]
 TransformerEnginePrecisionPlugin = _refused(

@@ -9,6 +9,7 @@ from trainmesh.utilities.model_summary.lightning_summary import (
     get_formatted_model_size,
     get_human_readable_count,
     parse_batch_shape,
+    summarize,
 )
 from trainmesh.utilities.model_summary.model_summary_deepspeed import DeepSpeedSummary
 from trainmesh.utilities.model_summary.table import (
@@ -16,7 +17,6 @@ from trainmesh.utilities.model_summary.table import (
     SummaryTable,
     format_summary,
     human_readable_count,
-    summarize,
 )
 
 __all__ = [

@@ -14,10 +14,19 @@ from trainmesh.utilities.model_summary.table import (
     _count_params,
     _Sizes,
     batch_shape,
-    summarize,
+)
+from trainmesh.utilities.model_summary.table import (
+    summarize as summary_table,
 )
 
-__all__ = ["LayerSummary", "ModelSummary", "get_formatted_model_size", "get_human_readable_count", "parse_batch_shape"]
+__all__ = [
+    "LayerSummary",
+    "ModelSummary",
+    "get_formatted_model_size",
+    "get_human_readable_count",
+    "parse_batch_shape",
+    "summarize",
+]
 
 
 def get_human_readable_count(number: int) -> str:
@@ -101,7 +110,7 @@ class ModelSummary:
     def __init__(self, model: torch.nn.Module, max_depth: int = 1) -> None:
         self._model = model
         self._max_depth = max_depth
-        self._table: SummaryTable = summarize(model, max_depth)
+        self._table: SummaryTable = summary_table(model, max_depth)
 
     @property
     def max_depth(self) -> int:
@@ -155,8 +164,30 @@ class ModelSummary:
     def total_flops(self) -> int:
         return self._table.total_flops
 
+    def __getattr__(self, name: str) -> Any:
+        # trainmesh's table underneath (rows, total, trainable, size_mb, ...): what trainmesh's own
+        # summarize gave before it returned Lightning's object
+        if name.startswith("__") or name == "_table":
+            raise AttributeError(name)
+        return getattr(self._table, name)
+
     def __str__(self) -> str:
         return str(self._table)
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def summarize(lightning_module: torch.nn.Module, max_depth: int = 1) -> ModelSummary:
+    """Lightning's ``summarize``: the :class:`ModelSummary` of ``lightning_module`` down to ``max_depth``.
+
+    Args:
+        lightning_module: the module.
+        max_depth: 1 lists its children, -1 every layer, 0 only the totals.
+
+    Examples:
+        >>> summary = summarize(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(128, 10)))
+        >>> [row.params for row in summary.rows], summary.total_parameters
+        ([8320, 1290], 9610)
+    """
+    return ModelSummary(lightning_module, max_depth=max_depth)

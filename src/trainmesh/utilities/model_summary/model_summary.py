@@ -7,8 +7,8 @@ from trainmesh.utilities.model_summary.lightning_summary import (
     get_formatted_model_size,
     get_human_readable_count,
     parse_batch_shape,
+    summarize,
 )
-from trainmesh.utilities.model_summary.table import summarize
 
 __all__ = [
     "LayerSummary",
