@@ -9,3 +9,8 @@ from __future__ import annotations
 
 class MisconfigurationException(Exception):
     """A Trainer's settings or a module's definition that cannot run, found before the run starts."""
+
+
+class MisconfiguredValue(MisconfigurationException, ValueError):
+    """An argument's value Lightning refuses with ``MisconfigurationException`` (``ModelCheckpoint(mode=)``,
+    ``EarlyStopping(mode=)``, ...): caught by either name, as trainmesh raised ``ValueError`` there before."""
