@@ -117,8 +117,13 @@ class HookDispatcher:
     def module_overrides(self, hook: str) -> bool:
         found = self._module_overrides.get(hook)
         if found is None:
-            found = hasattr(self._module, hook) and (
-                not isinstance(self._module, self._module_base) or overrides(self._module, hook, self._module_base)
+            # Lightning's is_overridden: a hook set to None on the instance (``model.validation_step =
+            # None``, how programs turn validation off) is not there; a function set on it is.
+            value = getattr(self._module, hook, None)
+            found = value is not None and (
+                not isinstance(self._module, self._module_base)
+                or hook in vars(self._module)
+                or overrides(self._module, hook, self._module_base)
             )
             self._module_overrides[hook] = found
         return found
