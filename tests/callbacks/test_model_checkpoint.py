@@ -386,7 +386,9 @@ def test_changed_dirpath_or_monitor_restarts_the_ranking(tmp_path):
     moved = ModelCheckpoint(dirpath=tmp_path / "new", monitor="m")
     with pytest.warns(UserWarning, match="dirpath has changed"):
         moved.load_state_dict(old.state_dict())
-    assert moved.best_k_models == {} and moved.best_model_score == 0.1
+    # As Lightning: only best_model_path is taken from another folder's state.
+    assert moved.best_k_models == {} and moved.best_model_score is None
+    assert moved.best_model_path == str(tmp_path / "old" / "a.ckpt")
     other_metric = ModelCheckpoint(dirpath=tmp_path / "old", monitor="acc", mode="max")
     with pytest.warns(UserWarning, match="ranked by 'm'"):
         other_metric.load_state_dict(old.state_dict())

@@ -24,6 +24,7 @@ CHECKPOINTS = {
     "by_epoch": dict(monitor="epoch", mode="max", filename="{epoch}", save_last=True),
     "named_twice": dict(monitor="val_loss", filename="run-{epoch}-val_loss={val_loss:.2f}", save_top_k=-1),
     "slash": dict(monitor="val/loss", filename="{epoch}-{val/loss:.2f}"),
+    "versions": dict(monitor="step", filename="fixed", save_top_k=-1),  # STARTING_VERSION = 9 below
     "kept_all": dict(monitor="val_loss", mode="max", filename="{epoch}-{step}", save_top_k=-1),
 }
 
@@ -46,6 +47,7 @@ def names_written(L, root):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     callbacks = {name: L.callbacks.ModelCheckpoint(dirpath=root / name, **kw) for name, kw in CHECKPOINTS.items()}
+    callbacks["versions"].STARTING_VERSION = 9
     data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
     trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=3, callbacks=list(callbacks.values()), logger=False))
     trainer.fit(Model(), data, data)
@@ -80,6 +82,12 @@ def formatted(L, root):
             {"epoch": torch.tensor(1), "epoch_loss": torch.tensor(0.5)}
         ),
     ]
+    joined = L.callbacks.ModelCheckpoint(filename="{epoch},{acc:.5f}")
+    joined.CHECKPOINT_JOIN_CHAR, joined.CHECKPOINT_EQUALS_CHAR = "@", ":"
+    names += [
+        joined.format_checkpoint_name({"epoch": 3, "acc": 0.03}, prefix="test"),
+        joined.format_checkpoint_name({"epoch": 3, "acc": 0.03}, ver=2),
+    ]
     return [os.path.relpath(name, root) if os.path.isabs(name) else name for name in names]
 
 
@@ -87,6 +95,20 @@ def test_format_checkpoint_name_takes_lightning_s_arguments(tmp_path):
     found = run_both(formatted, tmp_path)
     assert found["lightning"][0] == "epoch=2-val_loss=0.12.ckpt"
     assert found["trainmesh"] == found["lightning"]
+
+
+def restored_elsewhere(L, root):
+    old = L.callbacks.ModelCheckpoint(dirpath=root / "old", monitor="m")
+    old.best_model_path, old.best_model_score = str(root / "old" / "a.ckpt"), torch.tensor(0.1)
+    moved = L.callbacks.ModelCheckpoint(dirpath=root / "new", monitor="m")
+    moved.load_state_dict(old.state_dict())
+    return [os.path.relpath(moved.best_model_path, root), moved.best_model_score]
+
+
+def test_a_state_from_another_folder_keeps_only_the_best_path(tmp_path):
+    """Before: trainmesh kept ``best_model_score`` too (Lightning's own test_model_checkpoint_saveload_ckpt)."""
+    found = run_both(restored_elsewhere, tmp_path)
+    assert found["trainmesh"] == found["lightning"] == [os.path.join("old", "a.ckpt"), None]
 
 
 BAD = [

@@ -24,7 +24,13 @@ _MODES = ("min", "max")
 
 
 def render_filename(
-    template: str | None, values: dict[str, Any], *, auto_insert_metric_name: bool = True, prefix: str | None = None
+    template: str | None,
+    values: dict[str, Any],
+    *,
+    auto_insert_metric_name: bool = True,
+    prefix: str | None = None,
+    join: str = "-",
+    equals: str = "=",
 ) -> str:
     """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template, as Lightning 2.6's
     ``ModelCheckpoint._format_checkpoint_name`` does.
@@ -32,18 +38,19 @@ def render_filename(
     ``auto_insert_metric_name`` writes ``name=`` before every field (also after a ``name=`` the
     template already holds: ``"loss={loss}"`` gives ``loss=loss=...``); a name with ``/`` stays in the
     name (``val/loss=0.12``: a sub-folder, as in Lightning); a name not in ``values`` renders as 0.
-    An empty or None template is ``"{epoch}-{step}"``.
+    An empty or None template is ``"{epoch}-{step}"``; ``join`` and ``equals`` are the class's
+    ``CHECKPOINT_JOIN_CHAR`` and ``CHECKPOINT_EQUALS_CHAR``.
 
     >>> render_filename("{epoch}-{val/loss:.2f}", {"epoch": 2, "val/loss": 0.1234})
     'epoch=2-val/loss=0.12'
     """
-    filename = template or "{epoch}-{step}"
+    filename = template or "{epoch}" + join + "{step}"
     metrics = dict(values)
     # Longest first, so that "{epoch_loss" is replaced before "{epoch" (Lightning's order).
     for group in sorted(_GROUP.findall(filename), key=len, reverse=True):
         name = group[1:]
         if auto_insert_metric_name:
-            filename = filename.replace(group, name + "={" + name)
+            filename = filename.replace(group, name + equals + "{" + name)
         filename = filename.replace(group, f"{{0[{name}]")
         metrics.setdefault(name, torch.tensor(0))
     try:
@@ -53,7 +60,7 @@ def render_filename(
             f"checkpoint filename {template!r}: cannot format the values {metrics} ({exc}); metrics are "
             "floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
         ) from None
-    return filename if prefix is None else f"{prefix}-{filename}"
+    return filename if prefix is None else f"{prefix}{join}{filename}"
 
 
 def monitor_candidates(trainer: TrainerView) -> dict[str, Any]:

@@ -17,7 +17,6 @@ def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
     saved_dir = state_dict.get("dirpath")
     callback._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
     callback.best_model_path = state_dict.get("best_model_path", "")
-    callback.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
     # Lightning's rule: a folder other than the saved one (given, or this run's logger's, resolved at
     # setup) starts afresh; a resumed fit neither ranks nor deletes the first run's files
     if (
@@ -27,11 +26,13 @@ def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
     ):
         warnings.warn(
             f"The dirpath has changed from {saved_dir!r} to {callback.dirpath!r} (Lightning's words): "
-            "ModelCheckpoint's top-k ranking starts afresh there (best_model_path and best_model_score are kept)",
+            "ModelCheckpoint's top-k ranking and best_model_score start afresh there (best_model_path is kept)",
             UserWarning,
             stacklevel=2,
         )
         return
+    # Lightning restores the score only here, in the folder it was ranked in.
+    callback.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
     if state_dict.get("monitor") != callback.monitor:
         warnings.warn(
             f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "

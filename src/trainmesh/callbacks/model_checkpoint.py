@@ -44,8 +44,12 @@ __all__ = ["ModelCheckpoint", "render_filename"]
 class ModelCheckpoint(Checkpoint):
     __doc__ = docstrings.MODEL_CHECKPOINT  # Args and Examples, kept with the other long docstrings
 
+    # Lightning's class attributes, which programs set to change every name (on the class or an instance).
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
 
     def __init__(
         self,
@@ -237,7 +241,7 @@ class ModelCheckpoint(Checkpoint):
             filename or self.filename, metrics, prefix=prefix, auto_insert_metric_name=self.auto_insert_metric_name
         )
         if ver is not None:
-            name = f"{name}-v{ver}"
+            name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
@@ -248,7 +252,14 @@ class ModelCheckpoint(Checkpoint):
         prefix: str | None = None,
         auto_insert_metric_name: bool = True,
     ) -> str:
-        return render_filename(filename, metrics, auto_insert_metric_name=auto_insert_metric_name, prefix=prefix)
+        return render_filename(
+            filename,
+            metrics,
+            auto_insert_metric_name=auto_insert_metric_name,
+            prefix=prefix,
+            join=self.CHECKPOINT_JOIN_CHAR,
+            equals=self.CHECKPOINT_EQUALS_CHAR,
+        )
 
     def _free_path(
         self, trainer: TrainerView, metrics: dict[str, Any], filename: str | None, replaceable: str | None
@@ -259,7 +270,7 @@ class ModelCheckpoint(Checkpoint):
         must survive: the new file gets a ``-v1``, ``-v2`` suffix instead.
         """
         path = self.format_checkpoint_name(metrics, filename)
-        version = 1
+        version = self.STARTING_VERSION
         # enable_version_counter=False: the user asked for the name as it is, overwriting.
         while self.enable_version_counter and os.path.exists(path) and path != replaceable:
             path = self.format_checkpoint_name(metrics, filename, ver=version)
