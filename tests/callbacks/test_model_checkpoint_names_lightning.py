@@ -144,3 +144,22 @@ def test_bad_arguments_raise_what_lightning_raises(tmp_path):
     found = run_both(refusals, tmp_path)
     assert set(found["lightning"]) == {"MisconfigurationException"}
     assert found["trainmesh"] == found["lightning"]
+
+
+def checkpointing_off(L, root):
+    from importlib import import_module
+
+    exceptions = import_module(f"{L.pl.__name__}.utilities.exceptions")
+    try:
+        L.pl.Trainer(enable_checkpointing=False, callbacks=[L.callbacks.ModelCheckpoint(dirpath=root)], logger=False)
+    except exceptions.MisconfigurationException:
+        return "MisconfigurationException"
+    except Exception as exc:  # noqa: BLE001 - which type is the point
+        return type(exc).__name__
+    return "accepted"
+
+
+def test_checkpointing_off_with_a_model_checkpoint_raises_what_lightning_raises(tmp_path):
+    """Lightning's test_configure_model_checkpoint; before: a ValueError only."""
+    found = run_both(checkpointing_off, tmp_path)
+    assert found["trainmesh"] == found["lightning"] == "MisconfigurationException"

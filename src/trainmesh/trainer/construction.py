@@ -19,6 +19,7 @@ from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.plugins_argument import sort_plugins
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 # Lightning 1.x's Trainer arguments: the CLI reaches them through this door (docs/architecture.md rule 10).
@@ -201,7 +202,7 @@ def build_callbacks(
         # programs read trainer.checkpoint_callback.best_model_path ("") after such a fit
         result.append(ModelCheckpoint())
     if not checkpointing and not fast_dev_run and any(isinstance(cb, Checkpoint) for cb in result):
-        raise ValueError(
+        raise MisconfiguredValue(  # Lightning's MisconfigurationException
             f"enable_checkpointing=False but {type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__} "
             "is in callbacks; drop one of them"
         )
