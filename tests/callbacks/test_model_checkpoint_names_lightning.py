@@ -163,3 +163,40 @@ def test_checkpointing_off_with_a_model_checkpoint_raises_what_lightning_raises(
     """Lightning's test_configure_model_checkpoint; before: a ValueError only."""
     found = run_both(checkpointing_off, tmp_path)
     assert found["trainmesh"] == found["lightning"] == "MisconfigurationException"
+
+
+def ranked_at_the_last_batch(L, root):
+    """Lightning's test_model_checkpoint_step_interval_val_metric: every_n_train_steps equal to the
+    epoch's batches, a validation metric rising each epoch."""
+    scores = [0.1, 0.5, 1.0]
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("auroc", torch.tensor(scores[self.current_epoch]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    checkpoint = L.callbacks.ModelCheckpoint(
+        dirpath=root, monitor="auroc", mode="max", every_n_train_steps=2, save_on_train_epoch_end=False
+    )
+    data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    trainer = L.pl.Trainer(
+        **trainer_kwargs(root, max_epochs=3, callbacks=[checkpoint], num_sanity_val_steps=0, logger=False)
+    )
+    trainer.fit(Model(), data, DataLoader(TensorDataset(torch.randn(2, 2)), batch_size=2))
+    return [float(checkpoint.best_model_score), os.path.basename(checkpoint.best_model_path)]
+
+
+def test_a_step_save_at_the_epoch_s_last_batch_ranks_by_the_validation_after_it(tmp_path):
+    """Before: trainmesh ranked by the previous epoch's auroc (best 0.5, not 1.0)."""
+    found = run_both(ranked_at_the_last_batch, tmp_path)
+    assert found["lightning"] == [1.0, "epoch=2-step=6.ckpt"]
+    assert found["trainmesh"] == found["lightning"]

@@ -112,6 +112,7 @@ class ModelCheckpoint(Checkpoint):
         self._validated_since_check = False
         self._validated_this_fit = False
         self._warned_missing = False
+        self._deferred = False  # a step save waiting for the validation after the epoch's last batch
         self._dir_checked = False
 
     @property
@@ -163,6 +164,11 @@ class ModelCheckpoint(Checkpoint):
         if trainer.sanity_checking:
             return
         self._validated_since_check = self._validated_this_fit = True
+        if self._deferred:  # a step save at the epoch's last batch waited for this validation's metric
+            self._deferred = False
+            if not self._skip(trainer):
+                self._save(trainer, mid_epoch=True)
+            return
         # After a validation inside the epoch that the epoch's end does not save for (validation runs
         # more than once an epoch, or not every epoch): here, as Lightning's on_validation_end saves.
         # One run at the epoch's last batch is saved for at the epoch's end (on_train_epoch_end).
@@ -179,8 +185,20 @@ class ModelCheckpoint(Checkpoint):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
-        if step_due:
+        if step_due and self._validation_follows(trainer):
+            # Lightning 2.6.6: rank by the validation about to run, not by the previous one's metric.
+            self._deferred = True
+        elif step_due:
             self._save(trainer, mid_epoch=True)
+
+    def _validation_follows(self, trainer: TrainerView) -> bool:
+        """A monitored step save at the epoch's last batch, with validation run after it and not saved
+        for at the epoch's end: Lightning defers it to ``on_validation_end``."""
+        if self.monitor is None or self._saves_at_epoch_end(trainer) or not getattr(trainer, "is_last_batch", False):
+            return False
+        every = getattr(trainer, "check_val_every_n_epoch", 1)
+        due = every is None or (trainer.current_epoch + 1) % every == 0
+        return due and sum(trainer.num_val_batches) > 0
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
