@@ -39,7 +39,9 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",
         "callbacks/test_model_checkpoint_lightning26.py",
+        "callbacks/test_model_checkpoint_names_lightning.py",
     ],
+    "callbacks/checkpoint_state.py": ["callbacks/test_model_checkpoint.py"],
     "trainer/barebones.py": ["trainer/test_lightning2_arguments.py"],
     "trainer/trainer_fields.py": ["trainer/test_lightning_members.py", "trainer/test_differential.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],

@@ -21,7 +21,7 @@ import torch
 
 from trainmesh.strategies.step import ManualSync
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 
@@ -154,7 +154,7 @@ def untoggle_module(module: Any) -> None:
     )
 
 
-class ClipSettingClash(MisconfigurationException, ValueError):
+class ClipSettingClash(MisconfiguredValue):
     """A clip value or algorithm given both to the Trainer and to ``clip_gradients``: Lightning raises
     ``MisconfigurationException``, which programs catch (a ValueError too, as trainmesh raised before)."""
 

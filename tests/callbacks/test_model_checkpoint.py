@@ -7,6 +7,7 @@ import torch
 
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint, render_filename
 from trainmesh.checkpoint import remove_checkpoint
+from trainmesh.utilities.exceptions import MisconfigurationException
 
 
 class FakeRuntime:
@@ -199,30 +200,32 @@ def test_save_last_follows_the_top_k_saves(tmp_path):
 
 
 def test_filename_placeholders_and_metric_names_with_slashes():
+    # Lightning 2.6.6's names (checked against it): a "/" stays (a sub-folder), epoch/step come from the values.
     checkpoint = ModelCheckpoint(filename="{epoch:02d}-{val/loss:.3f}")
-    assert checkpoint.format_checkpoint_name({"val/loss": 0.12345}, 3, 40) == "epoch=03-val_loss=0.123.ckpt"
+    assert checkpoint.format_checkpoint_name({"epoch": 3, "val/loss": 0.12345}) == "epoch=03-val/loss=0.123.ckpt"
     default = ModelCheckpoint()
-    assert default.format_checkpoint_name({}, 1, 7) == "epoch=1-step=7.ckpt"
-    assert default.format_checkpoint_name({}, 1, 7, version=2) == "epoch=1-step=7-v2.ckpt"
+    assert default.format_checkpoint_name({"epoch": 1, "step": 7}) == "epoch=1-step=7.ckpt"
+    assert default.format_checkpoint_name({"epoch": 1, "step": 7}, ver=2) == "epoch=1-step=7-v2.ckpt"
 
 
-def test_filename_names_already_written_are_not_doubled():
+def test_filename_names_are_inserted_as_lightning_inserts_them():
+    # Lightning inserts "name=" before every field, also after one the template holds already.
     assert (
         render_filename("run-{epoch}-val_loss={val_loss:.1f}", {"epoch": 2, "val_loss": 0.25})
-        == "run-epoch=2-val_loss=0.2"
+        == "run-epoch=2-val_loss=val_loss=0.2"
     )
     assert render_filename("{epoch}_{step}", {"epoch": 1, "step": 9}, auto_insert_metric_name=False) == "1_9"
     assert render_filename("{missing:.2f}", {}) == "missing=0.00"
 
 
 def test_filename_with_a_bad_format_spec_says_why():
-    with pytest.raises(ValueError, match="cannot format val_loss=0.5"):
+    with pytest.raises(ValueError, match="cannot format the values"):
         render_filename("{val_loss:03d}", {"val_loss": 0.5})
 
 
 def test_dirpath_joins_the_formatted_name(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{step}")
-    assert checkpoint.format_checkpoint_name({}, 0, 5) == str(tmp_path / "step=5.ckpt")
+    assert checkpoint.format_checkpoint_name({"step": 5}) == str(tmp_path / "step=5.ckpt")
 
 
 def test_every_n_train_steps_saves_once_per_due_step(tmp_path):
@@ -238,18 +241,10 @@ def test_every_n_train_steps_saves_once_per_due_step(tmp_path):
     assert len(trainer.saved) == 2
 
 
-def test_epoch_end_at_an_already_saved_step_is_skipped(tmp_path):
-    trainer = make_trainer(tmp_path)
-    checkpoint = attach(
-        trainer, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, every_n_epochs=1, save_top_k=-1)
-    )
-    trainer.global_step = 5
-    checkpoint.on_train_batch_end(trainer, None, None, None, 4)
-    checkpoint.on_train_epoch_end(trainer, None)
-    assert len(trainer.saved) == 1
-    trainer.current_epoch, trainer.global_step = 1, 8
-    checkpoint.on_train_epoch_end(trainer, None)
-    assert len(trainer.saved) == 2
+def test_two_cadences_are_refused_as_lightning_refuses_them(tmp_path):
+    # Lightning 2.6 raises MisconfigurationException for every_n_train_steps with every_n_epochs.
+    with pytest.raises(MisconfigurationException, match="every_n_train_steps=5, every_n_epochs=1"):
+        ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, every_n_epochs=1, save_top_k=-1)
 
 
 def test_every_n_epochs(tmp_path):
@@ -312,7 +307,7 @@ def test_only_global_zero_deletes_but_every_rank_saves(tmp_path):
 def test_missing_monitor_raises_with_the_available_names(tmp_path):
     trainer = make_trainer(tmp_path)
     checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_acc"))
-    with pytest.raises(ValueError, match=r"'val_acc'.*\['train_loss', 'val_loss'\]"):
+    with pytest.raises(MisconfigurationException, match=r"'val_acc'.*\['epoch', 'step', 'train_loss', 'val_loss'\]"):
         end_epoch(checkpoint, trainer, {"val_loss": 0.1, "train_loss": 0.2})
 
 
@@ -333,7 +328,7 @@ def test_step_save_before_the_first_validation_warns_and_skips_ranking(tmp_path)
         trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", every_n_train_steps=1, save_last=True)
     )
     trainer.global_step, trainer.callback_metrics = 1, {"train_loss": 1.0}
-    with pytest.warns(UserWarning, match="not logged yet"):
+    with pytest.warns(UserWarning, match="could not find the monitored key"):
         checkpoint.on_train_batch_end(trainer, None, None, None, 0)
     assert files_in(tmp_path) == ["last.ckpt"]
     checkpoint.on_validation_end(trainer, None)
@@ -379,7 +374,7 @@ def test_default_dirpath_stays_this_run_s_folder(tmp_path):
     folder: tests/trainer/test_differential_docs.py compares with Lightning)."""
     state = ModelCheckpoint(dirpath=tmp_path / "old", monitor="m").state_dict()
     checkpoint = attach(make_trainer(tmp_path), ModelCheckpoint(monitor="m"))
-    with pytest.warns(UserWarning, match="dirpath changed"):
+    with pytest.warns(UserWarning, match="dirpath has changed"):
         checkpoint.load_state_dict(state)
     assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
 
@@ -389,9 +384,11 @@ def test_changed_dirpath_or_monitor_restarts_the_ranking(tmp_path):
     old.best_k_models = {str(tmp_path / "old" / "a.ckpt"): 0.1}
     old.best_model_path, old.best_model_score = str(tmp_path / "old" / "a.ckpt"), 0.1
     moved = ModelCheckpoint(dirpath=tmp_path / "new", monitor="m")
-    with pytest.warns(UserWarning, match="dirpath changed"):
+    with pytest.warns(UserWarning, match="dirpath has changed"):
         moved.load_state_dict(old.state_dict())
-    assert moved.best_k_models == {} and moved.best_model_score == 0.1
+    # As Lightning: only best_model_path is taken from another folder's state.
+    assert moved.best_k_models == {} and moved.best_model_score is None
+    assert moved.best_model_path == str(tmp_path / "old" / "a.ckpt")
     other_metric = ModelCheckpoint(dirpath=tmp_path / "old", monitor="acc", mode="max")
     with pytest.warns(UserWarning, match="ranked by 'm'"):
         other_metric.load_state_dict(old.state_dict())

@@ -16,39 +16,64 @@ from typing import Any
 import torch
 
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
-# "{name}" or "{name:format_spec}"; a name may hold "/" and "." (e.g. "val/loss").
-_FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
+# The "{name" that opens each field (Lightning's own pattern): "{epoch}", "{val/loss:.2f}".
+_GROUP = re.compile(r"(\{.*?)[:\}]")
 _MODES = ("min", "max")
 
 
-def render_filename(template: str, values: dict[str, Any], *, auto_insert_metric_name: bool = True) -> str:
-    """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template.
+def render_filename(
+    template: str | None,
+    values: dict[str, Any],
+    *,
+    auto_insert_metric_name: bool = True,
+    prefix: str | None = None,
+    join: str = "-",
+    equals: str = "=",
+) -> str:
+    """Fill ``{name}`` / ``{name:spec}`` fields of a checkpoint filename template, as Lightning 2.6's
+    ``ModelCheckpoint._format_checkpoint_name`` does.
 
-    A name not in ``values`` renders as 0, as in Lightning, so an early save still gets a name.
+    ``auto_insert_metric_name`` writes ``name=`` before every field (also after a ``name=`` the
+    template already holds: ``"loss={loss}"`` gives ``loss=loss=...``); a name with ``/`` stays in the
+    name (``val/loss=0.12``: a sub-folder, as in Lightning); a name not in ``values`` renders as 0.
+    An empty or None template is ``"{epoch}-{step}"``; ``join`` and ``equals`` are the class's
+    ``CHECKPOINT_JOIN_CHAR`` and ``CHECKPOINT_EQUALS_CHAR``.
 
     >>> render_filename("{epoch}-{val/loss:.2f}", {"epoch": 2, "val/loss": 0.1234})
-    'epoch=2-val_loss=0.12'
+    'epoch=2-val/loss=0.12'
     """
+    filename = template or "{epoch}" + join + "{step}"
+    metrics = dict(values)
+    # Longest first, so that "{epoch_loss" is replaced before "{epoch" (Lightning's order).
+    for group in sorted(_GROUP.findall(filename), key=len, reverse=True):
+        name = group[1:]
+        if auto_insert_metric_name:
+            filename = filename.replace(group, name + equals + "{" + name)
+        filename = filename.replace(group, f"{{0[{name}]")
+        metrics.setdefault(name, torch.tensor(0))
+    try:
+        filename = filename.format(metrics)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"checkpoint filename {template!r}: cannot format the values {metrics} ({exc}); metrics are "
+            "floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
+        ) from None
+    return filename if prefix is None else f"{prefix}{join}{filename}"
 
-    def fill(match: re.Match[str]) -> str:
-        name, spec = match.group(1), (match.group(2) or ":")[1:]
-        value = values.get(name, 0)
-        value = value.item() if hasattr(value, "item") else value
-        try:
-            text = format(value, spec)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"checkpoint filename {template!r}: cannot format {name}={value!r} with {{:{spec}}} ({exc}); "
-                "metrics are floats (use e.g. :.3f) and epoch/step are ints (e.g. :03d)"
-            ) from None
-        label = name.replace("/", "_")
-        before = template[: match.start()]
-        if auto_insert_metric_name and not before.endswith((f"{name}=", f"{label}=")):
-            return f"{label}={text}"
-        return text
 
-    return _FIELD.sub(fill, template)
+def monitor_candidates(trainer: TrainerView) -> dict[str, Any]:
+    """What ModelCheckpoint ranks and names by, as Lightning's ``_monitor_candidates``: a copy of
+    ``callback_metrics`` with ``epoch`` and ``step`` (a logged one cast to int, else the Trainer's)."""
+    candidates = {
+        name: value.detach().clone() if isinstance(value, torch.Tensor) else value
+        for name, value in trainer.callback_metrics.items()
+    }
+    for name, own in (("epoch", trainer.current_epoch), ("step", trainer.global_step)):
+        logged = candidates.get(name)
+        candidates[name] = logged.int() if isinstance(logged, torch.Tensor) else torch.tensor(own)
+    return candidates
 
 
 def check_arguments(
@@ -59,28 +84,36 @@ def check_arguments(
     every_n_epochs: int | None,
     train_time_interval: timedelta | None = None,
 ) -> None:
-    """ModelCheckpoint's arguments, refused where Lightning refuses them (with what to use)."""
+    """ModelCheckpoint's arguments, refused where Lightning refuses them (with what to use), as its
+    ``MisconfigurationException`` (a ``ValueError`` too, as trainmesh raised before)."""
     if mode not in _MODES:
-        raise ValueError(
+        raise MisconfiguredValue(
             f"ModelCheckpoint(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
         )
     if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1")
-    if monitor is None and save_top_k not in (-1, 0, 1):
-        raise ValueError(
-            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
-            "ranking to pick the top k by; set monitor='val_loss' (say), or save_top_k=-1 to keep every checkpoint"
+        raise MisconfiguredValue(
+            f"ModelCheckpoint(save_top_k={save_top_k!r}): use -1 (keep all), 0 (none) or a count >= 1"
         )
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"ModelCheckpoint({name}={value!r}) must be an integer >= 0 (0 turns that cadence off)")
-    if train_time_interval is not None and (
-        not isinstance(train_time_interval, timedelta) or every_n_train_steps or every_n_epochs
-    ):
-        raise ValueError(
-            f"ModelCheckpoint(train_time_interval={train_time_interval!r}, every_n_train_steps={every_n_train_steps}, "
-            f"every_n_epochs={every_n_epochs}): a datetime.timedelta, and the only cadence (Lightning refuses "
-            "these together too); use one ModelCheckpoint per cadence"
+            raise MisconfiguredValue(
+                f"ModelCheckpoint({name}={value!r}) must be an integer >= 0 (0 turns that cadence off)"
+            )
+    if train_time_interval is not None and not isinstance(train_time_interval, timedelta):
+        raise MisconfiguredValue(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}): use a datetime.timedelta"
+        )
+    cadences = bool(every_n_train_steps) + bool(every_n_epochs) + (train_time_interval is not None)
+    if cadences > 1:
+        raise MisconfiguredValue(
+            f"ModelCheckpoint: Combination of parameters every_n_train_steps={every_n_train_steps}, "
+            f"every_n_epochs={every_n_epochs} and train_time_interval={train_time_interval} should be mutually "
+            "exclusive (as in Lightning); use one ModelCheckpoint per cadence"
+        )
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise MisconfiguredValue(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+            "ranking to pick the top k by; set monitor='val_loss' (say), or save_top_k=-1 to keep every checkpoint"
         )
 
 

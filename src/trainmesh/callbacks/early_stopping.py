@@ -10,6 +10,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 _MODES = ("min", "max")
 
@@ -254,8 +255,8 @@ def _improvement_message(monitor: str, previous: torch.Tensor, current: torch.Te
 def _check_arguments(monitor: str, min_delta: float, patience: int, mode: str) -> None:
     if not isinstance(monitor, str) or not monitor:
         raise ValueError(f"EarlyStopping(monitor={monitor!r}): give the name of a logged metric, e.g. 'val_loss'")
-    if mode not in _MODES:
-        raise ValueError(
+    if mode not in _MODES:  # Lightning's MisconfigurationException
+        raise MisconfiguredValue(
             f"EarlyStopping(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
         )
     if min_delta < 0:

@@ -24,14 +24,17 @@ from trainmesh.callbacks.checkpoint_names import (
     check_arguments,
     inside,
     link_or_copy,
+    monitor_candidates,
     render_filename,
     saves_at_epoch_end,
     warn_about_foreign_files,
     worst,
     write_yaml,
 )
+from trainmesh.callbacks.checkpoint_state import restore_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -41,8 +44,12 @@ __all__ = ["ModelCheckpoint", "render_filename"]
 class ModelCheckpoint(Checkpoint):
     __doc__ = docstrings.MODEL_CHECKPOINT  # Args and Examples, kept with the other long docstrings
 
+    # Lightning's class attributes, which programs set to change every name (on the class or an instance).
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
 
     def __init__(
         self,
@@ -105,6 +112,7 @@ class ModelCheckpoint(Checkpoint):
         self._validated_since_check = False
         self._validated_this_fit = False
         self._warned_missing = False
+        self._deferred = False  # a step save waiting for the validation after the epoch's last batch
         self._dir_checked = False
 
     @property
@@ -156,6 +164,11 @@ class ModelCheckpoint(Checkpoint):
         if trainer.sanity_checking:
             return
         self._validated_since_check = self._validated_this_fit = True
+        if self._deferred:  # a step save at the epoch's last batch waited for this validation's metric
+            self._deferred = False
+            if not self._skip(trainer):
+                self._save(trainer, mid_epoch=True)
+            return
         # After a validation inside the epoch that the epoch's end does not save for (validation runs
         # more than once an epoch, or not every epoch): here, as Lightning's on_validation_end saves.
         # One run at the epoch's last batch is saved for at the epoch's end (on_train_epoch_end).
@@ -172,8 +185,20 @@ class ModelCheckpoint(Checkpoint):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
-        if step_due:
+        if step_due and self._validation_follows(trainer):
+            # Lightning 2.6.6: rank by the validation about to run, not by the previous one's metric.
+            self._deferred = True
+        elif step_due:
             self._save(trainer, mid_epoch=True)
+
+    def _validation_follows(self, trainer: TrainerView) -> bool:
+        """A monitored step save at the epoch's last batch, with validation run after it and not saved
+        for at the epoch's end: Lightning defers it to ``on_validation_end``."""
+        if self.monitor is None or self._saves_at_epoch_end(trainer) or not getattr(trainer, "is_last_batch", False):
+            return False
+        every = getattr(trainer, "check_val_every_n_epoch", 1)
+        due = every is None or (trainer.current_epoch + 1) % every == 0
+        return due and sum(trainer.num_val_batches) > 0
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         validated, self._validated_since_check = self._validated_since_check, False
@@ -187,15 +212,15 @@ class ModelCheckpoint(Checkpoint):
         still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
         (every other save is skipped there, this one is not: measured)."""
         if self.save_last and not self._last_checkpoint_saved:
-            self._save_last(trainer, dict(trainer.callback_metrics))
+            self._save_last(trainer, monitor_candidates(trainer))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         """``save_on_exception=True``: the checkpoint where the run stands, named as a save there
         would be (not ranked), and ``last.ckpt``, as Lightning's."""
         if not self.save_on_exception or self._skip(trainer):
             return
-        metrics = dict(trainer.callback_metrics)
-        path = self.format_checkpoint_name(metrics, trainer.current_epoch, trainer.global_step)
+        metrics = monitor_candidates(trainer)
+        path = self.format_checkpoint_name(metrics)
         self._last_global_step_saved = trainer.global_step
         self._write(trainer, path)
         if self.save_last:
@@ -221,36 +246,52 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- names --------------------------------------------------------------------------------
     def format_checkpoint_name(
-        self, metrics: dict[str, Any], epoch: int, step: int, *, version: int | None = None
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str | None = None
     ) -> str:
-        """The path a checkpoint taken at ``epoch``/``step`` with these metrics gets.
+        """The path a checkpoint saved with these values gets (Lightning's signature): ``filename``
+        (default: this callback's template) filled from ``metrics`` (which hold ``epoch`` and
+        ``step`` when the callback saves), ``-v<ver>`` appended, in ``dirpath`` once it is set.
 
-        >>> ModelCheckpoint(filename="{epoch:02d}-{val/acc:.2f}").format_checkpoint_name({"val/acc": 0.9}, 1, 50)
+        >>> ModelCheckpoint(filename="{epoch:02d}-{val_acc:.2f}").format_checkpoint_name({"epoch": 1, "val_acc": 0.9})
         'epoch=01-val_acc=0.90.ckpt'
         """
-        return self._path_for(self._template(), metrics, epoch, step, version)
-
-    def _path_for(self, template: str, metrics: dict[str, Any], epoch: int, step: int, version: int | None) -> str:
-        name = render_filename(
-            template, {**metrics, "epoch": epoch, "step": step}, auto_insert_metric_name=self.auto_insert_metric_name
+        name = self._format_checkpoint_name(
+            filename or self.filename, metrics, prefix=prefix, auto_insert_metric_name=self.auto_insert_metric_name
         )
-        if version is not None:
-            name = f"{name}-v{version}"
+        if ver is not None:
+            name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
-    def _free_path(self, trainer: TrainerView, template: str, metrics: dict[str, Any], replaceable: str | None) -> str:
+    def _format_checkpoint_name(
+        self,
+        filename: str | None,
+        metrics: dict[str, Any],
+        prefix: str | None = None,
+        auto_insert_metric_name: bool = True,
+    ) -> str:
+        return render_filename(
+            filename,
+            metrics,
+            auto_insert_metric_name=auto_insert_metric_name,
+            prefix=prefix,
+            join=self.CHECKPOINT_JOIN_CHAR,
+            equals=self.CHECKPOINT_EQUALS_CHAR,
+        )
+
+    def _free_path(
+        self, trainer: TrainerView, metrics: dict[str, Any], filename: str | None, replaceable: str | None
+    ) -> str:
         """A path for the new checkpoint that overwrites nothing but ``replaceable``.
 
         A file of the same name from another run, or one of our own still-kept checkpoints,
         must survive: the new file gets a ``-v1``, ``-v2`` suffix instead.
         """
-        epoch, step = trainer.current_epoch, trainer.global_step
-        path = self._path_for(template, metrics, epoch, step, None)
-        version = 1
+        path = self.format_checkpoint_name(metrics, filename)
+        version = self.STARTING_VERSION
         # enable_version_counter=False: the user asked for the name as it is, overwriting.
         while self.enable_version_counter and os.path.exists(path) and path != replaceable:
-            path = self._path_for(template, metrics, epoch, step, version)
+            path = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
         # File systems need not agree across nodes; every rank must save under one name.
         return trainer.runtime.broadcast(path, src=0)
@@ -276,7 +317,7 @@ class ModelCheckpoint(Checkpoint):
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def _save(self, trainer: TrainerView, *, mid_epoch: bool) -> None:
-        metrics = dict(trainer.callback_metrics)
+        metrics = monitor_candidates(trainer)
         ranked = self._monitor_available(metrics, mid_epoch)
         if not self._dir_checked:
             self._dir_checked = True
@@ -295,19 +336,20 @@ class ModelCheckpoint(Checkpoint):
     def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
         if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
             return True
-        if mid_epoch and not self._validated_this_fit:
-            # A validation metric cannot exist before the first validation: skip ranking for
-            # now rather than fail a step-cadence save; the epoch-end save still checks.
+        if not self._validated_this_fit:
+            # Lightning's rule: before any validation has run the metric may just not exist yet (a
+            # validation metric, or no validation data): warn and rank nothing; after one, raise.
             if not self._warned_missing:
                 self._warned_missing = True
                 warnings.warn(
-                    f"ModelCheckpoint(monitor={self.monitor!r}): not logged yet (no validation has run); "
-                    "this step's checkpoint is not ranked",
+                    f"ModelCheckpoint(monitor={self.monitor!r}) could not find the monitored key in the returned "
+                    f"metrics: {sorted(metrics)} (no validation has run yet); this checkpoint is not ranked. "
+                    f"Log it with self.log({self.monitor!r}, value)",
                     UserWarning,
                     stacklevel=3,
                 )
             return False
-        raise ValueError(
+        raise MisconfiguredValue(
             f"ModelCheckpoint(monitor={self.monitor!r}) cannot rank checkpoints: {self.monitor!r} is not "
             f"among the logged metrics {sorted(metrics)}. Log it in the Module with "
             f"self.log({self.monitor!r}, value) (a validation metric needs validation data), or set "
@@ -317,7 +359,7 @@ class ModelCheckpoint(Checkpoint):
     def _save_latest(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
         previous = self.best_model_path
         replaceable = previous if self.save_top_k == 1 else None
-        path = self._free_path(trainer, self._template(), metrics, replaceable)
+        path = self._free_path(trainer, metrics, None, replaceable)
         self.best_model_path = path
         self._write(trainer, path)
         if self.save_top_k == 1 and previous and previous != path:
@@ -337,7 +379,7 @@ class ModelCheckpoint(Checkpoint):
             self.best_k_models.pop(dropped)
         if torch.isnan(current):
             current = torch.tensor(worst(self.mode), device=current.device)
-        path = self._free_path(trainer, self._template(), metrics, dropped)
+        path = self._free_path(trainer, metrics, None, dropped)
         self.current_score = current
         self.best_k_models[path] = current
         self._update_ranking(full=len(self.best_k_models) == k)
@@ -366,7 +408,7 @@ class ModelCheckpoint(Checkpoint):
         self._best_score = self.best_k_models[self.best_model_path]
 
     def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
-        path = self._free_path(trainer, self.CHECKPOINT_NAME_LAST, metrics, self.last_model_path or None)
+        path = self._free_path(trainer, metrics, self.CHECKPOINT_NAME_LAST, self.last_model_path or None)
         previous, self.last_model_path = self.last_model_path, path
         if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
             if trainer.is_global_zero:
@@ -376,9 +418,6 @@ class ModelCheckpoint(Checkpoint):
             self._write(trainer, path)
         if previous and previous != path:
             self._remove(trainer, previous)
-
-    def _template(self) -> str:
-        return self.filename or "epoch={epoch}-step={step}"
 
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
@@ -428,40 +467,4 @@ class ModelCheckpoint(Checkpoint):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved_dir = state_dict.get("dirpath")
-        self._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
-        self.best_model_path = state_dict.get("best_model_path", "")
-        self.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
-        # Lightning's rule: a folder other than the saved one (given, or this run's logger's, resolved at
-        # setup) starts afresh; a resumed fit neither ranks nor deletes the first run's files
-        if (
-            saved_dir is not None
-            and self.dirpath is not None
-            and os.path.abspath(saved_dir) != os.path.abspath(self.dirpath)
-        ):
-            warnings.warn(
-                f"ModelCheckpoint: dirpath changed from {saved_dir} to {self.dirpath}; the top-k ranking "
-                "starts afresh there (best_model_path and best_model_score are kept)",
-                UserWarning,
-                stacklevel=2,
-            )
-            return
-        if state_dict.get("monitor") != self.monitor:
-            warnings.warn(
-                f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
-                f"{self.monitor!r}; the top-k ranking starts afresh",
-                UserWarning,
-                stacklevel=2,
-            )
-            return
-        # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
-        # resumed run keeps ranking, and deleting, the files the first run wrote.
-        self.dirpath = saved_dir or self.dirpath
-        # Checkpoints written before the scores were tensors hold floats: both load.
-        current = state_dict.get("current_score")
-        self.current_score = None if current is None else as_score(current)
-        self.last_model_path = state_dict.get("last_model_path", "")
-        self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
-        self.kth_value = as_score(state_dict.get("kth_value", worst(self.mode)))
-        self.best_k_models = {str(k): as_score(v) for k, v in state_dict.get("best_k_models", {}).items()}
-        self._owned.update(p for p in (*self.best_k_models, self.best_model_path, self.last_model_path) if p)
+        restore_state(self, state_dict)

@@ -26,6 +26,7 @@ from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -232,6 +233,16 @@ def restore_modules(
     _restore_callbacks(trainer, module, checkpoint)
 
 
+def _check_max_epochs(trainer: TrainerView, epoch: int, source: str) -> None:
+    """Lightning's check: a checkpoint past ``max_epochs`` stops the resumed fit instead of ending it at once."""
+    max_epochs = trainer.max_epochs
+    if max_epochs is not None and max_epochs != -1 and epoch > max_epochs:
+        raise MisconfigurationException(
+            f"You restored a checkpoint with current_epoch={epoch}, but you have set Trainer(max_epochs={max_epochs})"
+            f" ({source}); raise max_epochs above {epoch} to train on, or resume from an earlier checkpoint"
+        )
+
+
 def restore_checkpoint(
     state: LoopState,
     runtime: Runtime,
@@ -265,6 +276,7 @@ def restore_checkpoint(
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(checkpoint.get("precision", {}))
     state.current_epoch = checkpoint["epoch"]
+    _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
     loop_state = checkpoint["loop"]
     state.loop.batches_done = loop_state["batches_done"]

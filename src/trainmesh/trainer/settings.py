@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredValue
 
 
-class InvalidSetting(MisconfigurationException, ValueError):
+class InvalidSetting(MisconfiguredValue):
     """A loop argument out of its range: Lightning's type (``MisconfigurationException``), and the
     ``ValueError`` trainmesh raised before, so either ``except`` catches it."""
 

@@ -141,7 +141,7 @@ Args:
 Examples:
     >>> checkpoint = ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True,
     ...                              filename="{epoch}-{val_loss:.2f}")
-    >>> checkpoint.format_checkpoint_name({"val_loss": 0.25}, epoch=3, step=120)  # dirpath is set in setup()
+    >>> checkpoint.format_checkpoint_name({"epoch": 3, "step": 120, "val_loss": 0.25})  # dirpath is set in setup()
     'epoch=3-val_loss=0.25.ckpt'
 """
 

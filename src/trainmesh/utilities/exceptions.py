@@ -15,3 +15,8 @@ class SIGTERMException(SystemExit):
     """Lightning's exception for a run ended by SIGTERM: a ``SystemExit``. trainmesh's own end of a
     run on a stop signal (``supervision.preemption.Preempted``, exit status 75 after its checkpoint
     is saved) is one, so a program that catches this catches that too."""
+
+
+class MisconfiguredValue(MisconfigurationException, ValueError):
+    """An argument's value Lightning refuses with ``MisconfigurationException`` (``ModelCheckpoint(mode=)``,
+    ``EarlyStopping(mode=)``, ...): caught by either name, as trainmesh raised ``ValueError`` there before."""

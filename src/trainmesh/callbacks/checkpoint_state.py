@@ -1,0 +1,56 @@
+"""What ModelCheckpoint takes back from a checkpoint's state (its ``load_state_dict``), apart from the
+callback's file so that that file keeps its cadence and ranking."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from trainmesh.callbacks.checkpoint_names import as_score, worst
+
+
+# ``callback`` is the ModelCheckpoint whose load_state_dict this is (not imported: model_checkpoint.py
+# imports this module).
+def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
+    """``ModelCheckpoint.load_state_dict``: the ranking continues in the saved folder, or starts afresh."""
+    saved_dir = state_dict.get("dirpath")
+    callback._last_global_step_saved = int(state_dict.get("last_global_step_saved", 0))
+    callback.best_model_path = state_dict.get("best_model_path", "")
+    # Lightning's rule: a folder other than the saved one (given, or this run's logger's, resolved at
+    # setup) starts afresh; a resumed fit neither ranks nor deletes the first run's files
+    if (
+        saved_dir is not None
+        and callback.dirpath is not None
+        and os.path.abspath(saved_dir) != os.path.abspath(callback.dirpath)
+    ):
+        warnings.warn(
+            f"The dirpath has changed from {saved_dir!r} to {callback.dirpath!r} (Lightning's words): "
+            "ModelCheckpoint's top-k ranking and best_model_score start afresh there (best_model_path is kept)",
+            UserWarning,
+            stacklevel=2,
+        )
+        return
+    # Lightning restores the score only here, in the folder it was ranked in.
+    callback.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
+    if state_dict.get("monitor") != callback.monitor:
+        warnings.warn(
+            f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
+            f"{callback.monitor!r}; the top-k ranking starts afresh",
+            UserWarning,
+            stacklevel=2,
+        )
+        return
+    # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
+    # resumed run keeps ranking, and deleting, the files the first run wrote.
+    callback.dirpath = saved_dir or callback.dirpath
+    # Checkpoints written before the scores were tensors hold floats: both load.
+    current = state_dict.get("current_score")
+    callback.current_score = None if current is None else as_score(current)
+    callback.last_model_path = state_dict.get("last_model_path", "")
+    callback.kth_best_model_path = state_dict.get("kth_best_model_path", "")
+    callback.kth_value = as_score(state_dict.get("kth_value", worst(callback.mode)))
+    callback.best_k_models = {str(k): as_score(v) for k, v in state_dict.get("best_k_models", {}).items()}
+    callback._owned.update(
+        p for p in (*callback.best_k_models, callback.best_model_path, callback.last_model_path) if p
+    )
