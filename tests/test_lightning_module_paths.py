@@ -122,17 +122,23 @@ def test_merge_dicts_answers_as_lightning_s():
     assert ours(dicts) == theirs(dicts)
 
 
-def test_device_stats_have_lightning_s_keys():
-    psutil = pytest.importorskip("psutil")
-    assert psutil is not None
+def test_device_stats_answer_as_lightning_s():
+    """With psutil: Lightning's keys; without it (the test venv need not have it): the same error."""
+    import importlib.util
+
     from lightning.pytorch.accelerators.cpu import get_cpu_stats as their_cpu
     from lightning.pytorch.accelerators.mps import get_device_stats as their_mps
 
     from trainmesh.accelerators.cpu import get_cpu_stats as our_cpu
     from trainmesh.accelerators.mps import get_device_stats as our_mps
 
-    assert sorted(our_cpu()) == sorted(their_cpu())
-    assert sorted(our_mps()) == sorted(their_mps())
+    for ours, theirs in ((our_cpu, their_cpu), (our_mps, their_mps)):
+        if importlib.util.find_spec("psutil") is not None:
+            assert sorted(ours()) == sorted(theirs())
+        else:
+            for function in (ours, theirs):
+                with pytest.raises(ModuleNotFoundError):
+                    function()
 
 
 def test_cuda_helpers_answer_as_lightning_s_without_nvidia_smi(monkeypatch):
