@@ -9,6 +9,7 @@ the start of the run (its configuration validator), and so does trainmesh, in on
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from trainmesh.module import Module
@@ -91,3 +92,13 @@ def _refuse_unpredictable(model: Any) -> None:
             f"{name} defines neither predict_step(batch, batch_idx) nor forward(), so trainer.predict() has "
             "nothing to run; define one of them"
         )
+
+
+def check_before_launch(model: Any, stage: str, *, ckpt_given: bool, has_val_loaders: Callable[[], bool]) -> None:
+    """Lightning's configuration checks before any process starts: the methods the stage calls (an
+    evaluation from a checkpoint is checked once it is loaded, as Lightning orders it) and, for a fit,
+    validation without loaders or without a step."""
+    if stage == "fit" or not ckpt_given:
+        refuse_missing_steps(model, stage)
+    if stage == "fit":
+        warn_unpaired_validation(model, has_val_loaders())

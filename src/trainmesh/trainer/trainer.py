@@ -49,7 +49,7 @@ from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings
-from trainmesh.trainer.stage_requirements import refuse_missing_steps, warn_unpaired_validation
+from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
@@ -290,10 +290,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _launch(
         self, stage: str, model: Any, data: DataSource, ckpt_path: str | None, weights_only: bool | None = None
     ) -> Any:
-        if stage == "fit" or ckpt_path is None:  # else after the checkpoint is found, as Lightning orders it
-            refuse_missing_steps(model, stage)  # before any process starts (stage_requirements.py)
-        if stage == "fit":
-            warn_unpaired_validation(model, data.defines("validate"))
+        check_before_launch(
+            model, stage, ckpt_given=ckpt_path is not None, has_val_loaders=lambda: data.defines("validate")
+        )
         self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
         outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
         if is_instance(

@@ -8,6 +8,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
+from trainmesh.utilities.data import sized_len
+
 
 class _SkippingIterator:
     """Iterates ``source`` from position ``skip`` on; the skip runs at the first ``next()``
@@ -68,11 +70,7 @@ def begin_skip(loader: Any) -> None:
 
 
 def has_len(loader: Any) -> bool:
-    try:
-        len(loader)
-    except (TypeError, NotImplementedError):
-        return False
-    return True
+    return sized_len(loader) is not None
 
 
 def replace_batch_sampler(loader: DataLoader, batch_sampler: Any) -> DataLoader:
