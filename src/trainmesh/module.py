@@ -158,27 +158,6 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
         )
 
-    def get_progress_bar_dict(self) -> dict[str, Any]:
-        """Lightning 1.x's: the progress bar's standard items, the running ``loss`` and the logger's
-        version ``v_num``. An override returns what the bar shows instead, with the values logged
-        with ``prog_bar=True`` after them (Lightning 2.x removed it: log with ``prog_bar=True``).
-
-        >>> # def get_progress_bar_dict(self):
-        >>> #     items = super().get_progress_bar_dict()
-        >>> #     items.pop("v_num", None)
-        >>> #     return items
-        """
-        trainer, items = self._trainer, dict[str, Any]()
-        if trainer is None:
-            return items
-        loss = getattr(trainer.loop, "last_loss", None) if trainer.stage == "fit" else None
-        if loss is not None:
-            items["loss"] = float(loss)
-        version = getattr(trainer.logger, "version", None)
-        if version is not None:
-            items["v_num"] = version[-4:] if isinstance(version, str) else version
-        return items
-
     # ---- logging ------------------------------------------------------------------------------
     def log(
         self,

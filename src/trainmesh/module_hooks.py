@@ -68,12 +68,9 @@ class ModelHooks:
         here, as torchtitan's ``parallelize`` functions do. ``def configure_model(self)`` works too.
         """
 
-    # Lightning 1.x names, called where 1.x called them with a line naming the replacement.
+    # Lightning's former name of configure_model (Lightning 2.6 still calls it).
     def configure_sharded_model(self) -> None:
         """Lightning's former configure_model: called just before it, in the same context."""
-
-    def on_post_move_to_device(self) -> None:
-        """Called once the strategy has placed the model (1.x: tie shared weights here)."""
 
     # Around the step (trainmesh.trainer.optimization_hooks says when each runs): every backward,
     # then where the optimizer steps (gradients unscaled, not yet clipped), then before zero_grad.

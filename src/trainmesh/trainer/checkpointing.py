@@ -23,7 +23,7 @@ from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
-from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, call_datamodule_hook, warn_returned_callback_state
+from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, warn_returned_callback_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -41,20 +41,19 @@ TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states
 
 
 def write_checkpoint(
-    state: LoopState, runtime: Runtime, trainer: TrainerView, path: str, *, weights_only: bool, hpc: bool
+    state: LoopState, runtime: Runtime, trainer: TrainerView, path: str, *, weights_only: bool
 ) -> None:
     """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save)."""
     verify_finite_losses(state.loop.loss_check, path)  # no checkpoint of weights a non-finite step produced
-    checkpoint = build_checkpoint(state, runtime, trainer, weights_only=weights_only, hpc=hpc)
+    checkpoint = build_checkpoint(state, runtime, trainer, weights_only=weights_only)
     # The strategy waits for every rank; one that shards writes each rank's shards.
     runtime.checkpoints.write(checkpoint, path, sharded=TENSOR_ENTRIES)
 
 
 def build_checkpoint(
-    state: LoopState, runtime: Runtime, trainer: TrainerView, *, weights_only: bool = False, hpc: bool = False
+    state: LoopState, runtime: Runtime, trainer: TrainerView, *, weights_only: bool = False
 ) -> dict[str, Any]:
-    """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive.
-    ``hpc``: the checkpoint a stop signal saves (the module's 1.x ``on_hpc_save`` sees it)."""
+    """``state``'s checkpoint; ``trainer`` is what the callbacks' ``on_save_checkpoint`` receive."""
     from trainmesh.version import __version__
 
     if weights_only:
@@ -91,15 +90,10 @@ def build_checkpoint(
     if getattr(datamodule, "hparams", None):
         checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
         checkpoint.update(hyperparameter_names(datamodule))
-    # Lightning's order: the callbacks' on_save_checkpoint, then the module's, then (1.x) the data module's
+    # Lightning's order: the callbacks' on_save_checkpoint, then the module's
     _save_callbacks(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
-    call_datamodule_hook(datamodule, "on_save_checkpoint", checkpoint)
-    if hpc and callable(
-        getattr(module, "on_hpc_save", None)
-    ):  # Lightning 1.x's SLURM save (lightning1/legacy_hooks.py)
-        module.on_hpc_save(checkpoint)
     return checkpoint
 
 
@@ -145,7 +139,6 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     }
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
-    call_datamodule_hook(state.datamodule, "on_save_checkpoint", checkpoint)  # Lightning 1.x's, here too
     return checkpoint
 
 
@@ -193,7 +186,6 @@ def restore_modules(
     *,
     source: str,
     weights_only: bool,
-    hpc_resume: bool = False,
     early: bool = False,
 ) -> None:
     """What Lightning restores first (its ``_restore_modules_and_callbacks``): the module's and the
@@ -209,11 +201,8 @@ def restore_modules(
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
-    call_datamodule_hook(state.datamodule, "on_load_checkpoint", checkpoint)  # Lightning 1.x's, first of all
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
-    if hpc_resume and callable(getattr(module, "on_hpc_load", None)):  # Lightning 1.x's (lightning1/legacy_hooks.py)
-        module.on_hpc_load(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
     strict = bool(getattr(module, "strict_loading", True))
@@ -251,21 +240,17 @@ def restore_checkpoint(
     *,
     source: str,
     weights_only: bool,
-    hpc_resume: bool = False,
     modules_restored: bool = False,
 ) -> dict[str, Any] | None:
     """Load ``checkpoint`` into ``state``; returns the RNG state to resume with (fit only).
-    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive; ``hpc_resume``: a restarted
-    or requeued run resumes from a stop signal's checkpoint (the module's 1.x ``on_hpc_load``).
+    ``trainer`` is what the callbacks' ``on_load_checkpoint`` receive.
     With ``weights_only`` the weights, the data module's and the callbacks' states (as Lightning
     restores for validate/test/predict), without the training state. ``modules_restored``: a fit
     whose :func:`restore_modules` ran before ``configure_optimizers`` (Lightning's order for a
     checkpoint that is not sharded); only the training state is left.
     """
     if not modules_restored:
-        restore_modules(
-            state, runtime, trainer, checkpoint, source=source, weights_only=weights_only, hpc_resume=hpc_resume
-        )
+        restore_modules(state, runtime, trainer, checkpoint, source=source, weights_only=weights_only)
     if weights_only:
         return None
     if modules_restored:

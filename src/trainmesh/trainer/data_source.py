@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainmesh.trainer.combined_loaders import evaluation_loaders
-from trainmesh.trainer.hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
+from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lazy import is_instance
 
@@ -54,10 +53,10 @@ class DataSource:
         _check_exclusive(loaders, datamodule, "dataloaders")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
-    def prepare(self, trainer: TrainerView, stage: str, *, before_setup: Callable[[], None] | None = None) -> None:
+    def prepare(self, trainer: TrainerView, stage: str) -> None:
         """prepare_data, the DataModule's then the Module's (Lightning's order), each where its
-        ``prepare_data_per_node`` says, every process waiting for it; ``before_setup()``; then the
-        DataModule's setup(stage) in every process."""
+        ``prepare_data_per_node`` says, every process waiting for it; then the DataModule's
+        setup(stage) in every process."""
         if self.datamodule is not None:
             warn_legacy_datamodule_hooks(self.datamodule)
             self.datamodule.trainer = trainer
@@ -68,8 +67,6 @@ class DataSource:
                 if trainer.local_rank == 0 and (per_node or trainer.global_rank == 0):
                     owner.prepare_data()
                 trainer.runtime.barrier("prepare_data")
-        if before_setup is not None:
-            before_setup()
         if self.datamodule is not None:
             self.datamodule.setup(stage=stage)  # by keyword, as Lightning calls it
 
@@ -94,19 +91,14 @@ class DataSource:
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:
-            call_dataloader_hook(self.model, kind)  # Lightning 1.x's, for a loader passed as an argument too
             return _in_list(kind, self.given[kind])
         method = _LOADER_METHOD[kind]
-        hook_pending = True
         for owner in (self.datamodule, self.model):
             if owner is None:
                 continue
             impl = getattr(owner, method, None)
             if impl is None:
                 continue
-            if hook_pending:  # Lightning 1.x's on_<stage>_dataloader, before the loader is requested
-                call_dataloader_hook(self.model, kind)
-                hook_pending = False
             try:
                 return _in_list(kind, impl())
             except NotImplementedError:

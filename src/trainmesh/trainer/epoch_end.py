@@ -46,12 +46,6 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)
     loop.epoch_finished = True
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-    if hooks.overridden("on_epoch_end"):  # Lightning 1.x's, after on_train_epoch_end (lightning1/legacy_hooks.py)
-        log_collector.start_stage()
-        log_collector.set_batch("on_epoch_end", None)
-        hooks.call("on_epoch_end")
-        ctx.publisher.epoch_metrics(log_collector.epoch_metrics(), step=loop.batches_stepped - 1)
-        log_collector.start_stage(train_results)
     reset_metric_objects(logged)  # after every on_train_epoch_end, as Lightning's update_train_epoch_metrics
 
 

@@ -273,8 +273,6 @@ def _run_loop(
     step_hook = _STEP_HOOK[stage]
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
     with _grad_mode(ctx):
-        if stage != "predict":
-            hooks.call("on_epoch_start")  # Lightning 1.x's, around validation and test epochs too
         opening = state.log_collector.results
         state.log_collector.set_batch(_EPOCH_START_HOOK[stage], None)
         hooks.call(_EPOCH_START_HOOK[stage])
@@ -299,7 +297,6 @@ def _run_loop(
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
-        hooks.call("on_epoch_end")  # Lightning 1.x's
         logged += [*results, state.log_collector.results]
         return _publish(ctx, reduced, state.log_collector.epoch_metrics())
 

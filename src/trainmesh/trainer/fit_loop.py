@@ -46,11 +46,11 @@ from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
-def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool = False) -> None:
+def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) -> None:
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "Trainer._prepare made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
-    resume_rng = _begin_fit(ctx, fit_data, checkpoint, source, hpc_resume=hpc_resume)
+    resume_rng = _begin_fit(ctx, fit_data, checkpoint, source)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
         _train(ctx, fit_data, resume_rng)
@@ -91,9 +91,7 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     hooks.call("on_train_end")
 
 
-def _begin_fit(
-    ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str, *, hpc_resume: bool
-) -> Any:
+def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str) -> Any:
     """What a fit does before its train loader: the loop's position, the step hooks checked,
     ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
     logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
@@ -122,15 +120,13 @@ def _begin_fit(
     resume_rng = None
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
-        resume_rng = restore(weights_only=False, hpc_resume=hpc_resume, modules_restored=ctx.modules_restored)
+        resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
     state.progress.fit_started = True
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
-    hooks.call("on_pretrain_routine_start")  # Lightning 1.x's, between on_fit_start and the sanity check
-    hooks.call("on_pretrain_routine_end")
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
     if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
@@ -233,7 +229,6 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     if not mid_epoch_resume:
         progress.epochs.ready()
         log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
-        hooks.call("on_epoch_start")  # Lightning 1.x's, before on_train_epoch_start (lightning1/legacy_hooks.py)
         hooks.call("on_train_epoch_start")
         progress.epochs.started()
         # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch

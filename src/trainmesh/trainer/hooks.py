@@ -14,10 +14,6 @@ from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
 from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS as LIGHTNING1_CALLBACK_HOOKS
 from trainmesh.trainer.lightning1.legacy_hooks import (
     LEGACY_CALLBACK_STATES,
-    LegacyQueue,
-    call_dataloader_hook,
-    call_datamodule_hook,
-    call_init_hook,
     warn_legacy_datamodule_hooks,
     warn_legacy_hooks,
     warn_returned_callback_state,
@@ -29,16 +25,12 @@ from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.model_helpers import is_overridden
 
-# Lightning 1.x's other hooks are called where 1.x called them by the loop's files, which reach them
-# through this door (lightning1/legacy_hooks.py; docs/architecture.md rule 10).
+# Lightning 1.x's removed hooks are warned about, not called (lightning1/legacy_hooks.py); the loop's
+# files reach the 1.x room through this door (docs/architecture.md rule 10).
 __all__ = [
     "LEGACY_CALLBACK_STATES",
     "HookDispatcher",
-    "LegacyQueue",
     "TrainBatchHooks",
-    "call_dataloader_hook",
-    "call_datamodule_hook",
-    "call_init_hook",
     "is_callback",
     "is_monitoring",
     "warn_legacy_datamodule_hooks",
@@ -172,16 +164,9 @@ class HookDispatcher:
         return None
 
     def call_exception_hooks(self, exception: BaseException, datamodule: Any) -> None:
-        """The callbacks' on_exception, then the data module's (Lightning's order); on Ctrl-C the
-        callbacks' on_keyboard_interrupt first (Lightning 1.x's). A hook's own error is dropped:
-        the run's matters more."""
-        calls: list[Callable[[], Any]] = []
-        if isinstance(exception, KeyboardInterrupt):
-            calls += [
-                functools.partial(cb.on_keyboard_interrupt, self._trainer, self._module)
-                for cb in self.callbacks_for("on_keyboard_interrupt")
-            ]
-        calls += [
+        """The callbacks' on_exception, then the data module's (Lightning's order). A hook's own error
+        is dropped: the run's matters more."""
+        calls: list[Callable[[], Any]] = [
             functools.partial(cb.on_exception, self._trainer, self._module, exception)
             for cb in self.callbacks_for("on_exception")
         ]
@@ -223,25 +208,16 @@ def is_monitoring(callback: Any) -> bool:
 
 
 class TrainBatchHooks:
-    """``on_train_batch_start`` / ``on_train_batch_end``, and Lightning 1.x's ``on_batch_start`` /
-    ``on_batch_end`` around them (lightning1/legacy_hooks.py): who defines them is read once per epoch (the fit loop)."""
+    """``on_train_batch_start`` / ``on_train_batch_end``: who defines them is read once per epoch (the fit loop)."""
 
     def __init__(self, hooks: Any) -> None:
         self.hooks = hooks
-        self.legacy_start, self.train_start = (
-            hooks.overridden("on_batch_start"),
-            hooks.overridden("on_train_batch_start"),
-        )
-        self.train_end, self.legacy_end = hooks.overridden("on_train_batch_end"), hooks.overridden("on_batch_end")
-        self.at_start = self.legacy_start or self.train_start
+        self.train_start = hooks.overridden("on_train_batch_start")
+        self.train_end = hooks.overridden("on_train_batch_end")
+        self.at_start = self.train_start
         # What the loop calls with (output, batch, batch_idx) at every batch's end, bound once per epoch.
-        self.end_calls = hooks.bound("on_train_batch_end") + ((self._legacy_end,) if self.legacy_end else ())
+        self.end_calls = hooks.bound("on_train_batch_end")
 
     def start(self, batch: Any, batch_idx: int) -> Any:
         """-1 where the module's hook returned -1 to end the epoch."""
-        if self.legacy_start and self.hooks.call("on_batch_start") == -1:
-            return -1
         return self.hooks.call("on_train_batch_start", batch, batch_idx) if self.train_start else None
-
-    def _legacy_end(self, output: Any, batch: Any, batch_idx: int) -> None:
-        self.hooks.call("on_batch_end")

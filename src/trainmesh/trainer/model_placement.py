@@ -1,6 +1,6 @@
 """A model's layers built and placed once per model object: ``configure_sharded_model`` (the name
 Lightning 1.x and 2.0 used) and ``configure_model`` in the strategy's init context, the strategy's
-placement, then ``on_post_move_to_device`` (Lightning 1.x, after the model reached its device)."""
+placement (Lightning 1.x's ``on_post_move_to_device`` is not called: lightning1/legacy_hooks.py)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,6 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
     if layer_sync is not None and runtime.world_size > 1:
         model = layer_sync.apply(model)
     placed = runtime.setup_module(model)
-    if hooks.module_overrides("on_post_move_to_device"):
-        _deprecated(
-            model,
-            "on_post_move_to_device",
-            "a Lightning 1.x hook (called once the model is on its device); use configure_model (or setup) instead",
-        )
-        hooks.call_module("on_post_move_to_device")
     return placed
 
 

@@ -64,9 +64,6 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     """What ``self.log(..., prog_bar=True)`` logged, as Lightning's: no running ``"loss"`` (Lightning 2
     shows none; 1.x's bar added it from ``get_progress_bar_dict``, which a module may override)."""
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
-    # Lightning 1.x's get_progress_bar_dict(): a module that overrides it gives the standard items
-    # (the running loss; see Module.get_progress_bar_dict) itself (trainer/lightning1/legacy_hooks.py).
-    legacy = state.hooks is not None and state.hooks.module_overrides("get_progress_bar_dict")
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
         for name, value in state.train_results.step_values.items():
@@ -79,7 +76,7 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
             metrics.setdefault(name, value)
     for name, value in state.eval_bar_metrics.items():
         metrics.setdefault(name, value)
-    return {**state.module.get_progress_bar_dict(), **metrics} if legacy else metrics
+    return metrics
 
 
 class Publisher:

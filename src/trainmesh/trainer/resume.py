@@ -102,10 +102,7 @@ def restore_early(
         return False
     source, checkpoint = found
     if checkpoint is not None and source is not None:
-        hpc = ckpt_path is None  # a restart's or a requeue's resume (Trainer._run)
-        restore_modules(
-            state, runtime, trainer, checkpoint, source=source, weights_only=False, hpc_resume=hpc, early=True
-        )
+        restore_modules(state, runtime, trainer, checkpoint, source=source, weights_only=False, early=True)
     early.append((source, checkpoint))
     return checkpoint is not None
 

@@ -36,7 +36,7 @@ from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
-from trainmesh.trainer.hooks import HookDispatcher, call_init_hook
+from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
@@ -171,9 +171,6 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
-        # Lightning 1.x's callback hooks of the Trainer's construction (lightning1/legacy_hooks.py)
-        call_init_hook(self.callbacks, "on_init_start", self)
-        call_init_hook(self.callbacks, "on_init_end", self)
 
     @property
     def strategy(self) -> Strategy:
@@ -264,12 +261,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         with self.runtime.supervision.paused():  # gathering a large model may take longer than a step
             return self.runtime.checkpoints.full_state_dict(self.model)
 
-    def _save_checkpoint(self, path: str | os.PathLike[str], *, weights_only: bool = False, hpc: bool = False) -> None:
-        """``hpc``: the checkpoint a stop signal saves, Lightning 1.x's SLURM save (``on_hpc_save``)."""
+    def _save_checkpoint(self, path: str | os.PathLike[str], *, weights_only: bool = False) -> None:
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
-            write_checkpoint(self._state, self.runtime, self, str(path), weights_only=weights_only, hpc=hpc)
+            write_checkpoint(self._state, self.runtime, self, str(path), weights_only=weights_only)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
@@ -331,11 +327,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 with supervision.stop_signals(
                     self.runtime.process, folder=self.default_root_dir, save=self._save_on_stop
                 ):
-                    # resumed after a stop signal, a restart or a requeue: Lightning 1.x's "hpc" resume
-                    hpc_resume = ckpt_path is None and source is not None
                     saves = self.runtime.checkpoints.saves
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
-                        fit_loop.run_fit(loop, checkpoint, source or "", hpc_resume=hpc_resume)
+                        fit_loop.run_fit(loop, checkpoint, source or "")
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
@@ -382,8 +376,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         runtime.trainer_port.reseed_for_run()  # Lightning's DDP/FSDP setup_environment: reset_seed()
         setup_profiler(self.profiler, stage, self, model, self.log_dir)
         hooks = state.hooks = hook_dispatcher(self, model, self.callbacks, self.profiler)  # refuses what it cannot call
-        # Lightning 1.x's on_before_accelerator_backend_setup: after prepare_data, before the setup hooks
-        data.prepare(self, stage, before_setup=lambda: hooks.call_callbacks("on_before_accelerator_backend_setup"))
+        data.prepare(self, stage)
         if self.world_size > 1:
             for logger in self.loggers:
                 logger.agree_on_version(runtime.broadcast)
@@ -398,7 +391,6 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             state.model = place_model(model, runtime, hooks, self._layer_sync if stage == "fit" else None)
             state.prepared_module_id = id(model)
             state.optimizers, state.lr_scheduler_configs = [], []
-        hooks.call_callbacks("on_configure_sharded_model")  # Lightning 1.x's, after it, in every run
         state.log_collector.metrics_source = runtime.trainer_port.metrics_source
         state.log_collector.world_size = runtime.world_size  # Lightning's sync_dist advice: more than one process
         restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
@@ -466,5 +458,5 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""
-        self._save_checkpoint(path, hpc=True)
+        self._save_checkpoint(path)
         self.runtime.checkpoints.saves.finish()  # saved before the exit says so

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import callback_states, load_callback_state
-from trainmesh.trainer.hooks import LegacyQueue
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.results import metric_tensor
 from trainmesh.trainer.states import TrainerFn, TrainerState, TrainerStatus
@@ -37,8 +36,6 @@ class WorkerOutcome:
     # without these, its logger would pick the next free version, and the folder it reports
     # (and the one the next stage's workers log to) would not be the one the workers wrote.
     logger_versions: list[int | str | None] = field(default_factory=list)
-    # What the module's Lightning 1.x add_to_queue(queue) put, for its get_from_queue(queue) (lightning1/legacy_hooks.py).
-    queue: list[Any] = field(default_factory=list)
     stage: str | None = None  # the entry point the workers ran (trainer.state.fn)
 
     @classmethod
@@ -56,7 +53,6 @@ class WorkerOutcome:
             wide_metrics={name for name, value in trainer.callback_metrics.items() if _is_float64(value)},
             callback_states=callback_states(trainer.callbacks),
             logger_versions=[logger.version if hasattr(logger, "_version") else None for logger in trainer.loggers],
-            queue=_queued(trainer.lightning_module),
             stage=trainer.stage,
         )
 
@@ -76,22 +72,8 @@ class WorkerOutcome:
         for logger, version in zip(trainer.loggers, self.logger_versions):
             if version is not None:
                 logger.agree_on_version(lambda _own, version=version: version)  # rank 0's, as in the workers
-        get_from_queue = getattr(model, "get_from_queue", None)
-        if callable(get_from_queue):  # Lightning 1.x's, in the launching process once the results are in
-            if callable(getattr(model, "attach", None)):
-                model.attach(trainer, None)  # as in 1.x, self.trainer is this process's Trainer there
-            get_from_queue(LegacyQueue(self.queue))
         return self.result
 
 
 def _is_float64(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype == torch.float64
-
-
-def _queued(module: Any) -> list[Any]:
-    """What the module's Lightning 1.x ``add_to_queue(queue)`` puts, on global rank 0 after the stage."""
-    queue = LegacyQueue()
-    add_to_queue = getattr(module, "add_to_queue", None)
-    if callable(add_to_queue):
-        add_to_queue(queue)
-    return list(queue)
