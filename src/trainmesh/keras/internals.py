@@ -1,7 +1,8 @@
 """The private parts of Keras that trainmesh.keras relies on, checked before any process starts.
 
-sync.py shadows ``model._get_metrics_result_or_logs``, which Keras' torch ``fit`` and ``evaluate``
-call once per epoch and per evaluation, to sum the metrics over the processes there. A Keras
+sync.py routes Keras' ``Trainer._get_metrics_result_or_logs`` for the run's model (routes.py), which
+Keras' torch ``fit`` and ``evaluate`` call once per epoch and per evaluation, to sum the metrics
+over the processes there; and the step functions its ``make_train_function`` (test, predict) make. A Keras
 release that renamed it would fail loudly; one that kept it but stopped calling it would leave
 every metric, History and EarlyStopping decision silently per process. So each call checks that
 the installed Keras still has every private name used here and that its trainer still calls
@@ -38,6 +39,8 @@ def missing() -> list[str]:
     gone = []
     for owner, name, needed_by in (
         (TorchTrainer, "_get_metrics_result_or_logs", "the metric sums (sync.py)"),
+        (TorchTrainer, "compute_metrics", "coupled metrics on the global batch (batch_metrics.py)"),
+        (TorchTrainer, "_should_torch_compile", "the step functions, compiled as Keras compiles them (routes.py)"),
         (Layer, "_flatten_layers", "the BatchNormalization averages (sync.py)"),
         (BatchNormalization, "_moments", "the global batch's moments in training steps (batch_statistics.py)"),
         (BaseOptimizer, "add_variable_from_reference", "zero1's optimizer slots (zero.py)"),
@@ -47,7 +50,16 @@ def missing() -> list[str]:
     ):
         if not callable(getattr(owner, name, None)):
             gone.append(f"{owner.__name__}.{name} ({needed_by})")
+    for name in ("make_train_function", "make_test_function", "make_predict_function"):
+        if name not in vars(TorchTrainer):  # routed there, on that class (routes.py)
+            gone.append(f"TorchTrainer.{name} (each step, routes.py)")
     for method, name, needed_by in (
+        ("fit", "make_train_function", "each training step (routes.py)"),
+        ("fit", "train_function", "each training step (routes.py)"),
+        ("evaluate", "make_test_function", "each evaluation step (routes.py)"),
+        ("evaluate", "test_function", "each evaluation step (routes.py)"),
+        ("predict", "make_predict_function", "each prediction step (routes.py)"),
+        ("predict", "predict_function", "each prediction step (routes.py)"),
         ("fit", "_get_metrics_result_or_logs", "the training and validation metric sums"),
         ("evaluate", "_get_metrics_result_or_logs", "the evaluation metric sums"),
         ("fit", "_initial_epoch", "BackupAndRestore's epoch, broadcast from rank 0"),
