@@ -9,12 +9,15 @@ batch_metrics.py ``update_state`` on metrics a step updated by hand (test_batch_
 """
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+os.environ["KERAS_BACKEND"] = "torch"  # before keras is imported
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -46,8 +49,6 @@ def test_nothing_is_written_onto_the_program_s_objects_during_a_run(ddp):
 
 
 def _model(cls=None):
-    import keras_batch_metric_programs  # noqa: F401 -- sets KERAS_BACKEND before keras is imported
-
     import keras
 
     keras.utils.set_random_seed(0)
@@ -113,3 +114,21 @@ def test_a_model_overriding_a_routed_keras_method_is_refused_under_several_proce
         check_predict(model, x, {"batch_size": 2}, world=2)
     check_evaluate(model, x, y, {"batch_size": 2}, world=2)  # its test step is Keras' own
     check_fit(model, x, y, {"batch_size": 2}, world=1)
+
+
+def test_zero1_refuses_an_optimizer_overriding_finalize_variable_values_under_several_processes():
+    """Keras calls finalize_variable_values when fit ends; zero1 gathers the split state in Keras' own
+    method first (routed for the run's optimizer), which an override of the user's may not reach:
+    refused before start under 2 processes, naming it; under one process nothing is split."""
+    import keras
+    from trainmesh.keras.zero import refuse_unsupported
+
+    class Finalizing(keras.optimizers.SGD):
+        def finalize_variable_values(self, var_list):
+            pass
+
+    model = _model()
+    model.compile(optimizer=Finalizing(), loss="mse")
+    with pytest.raises(ValueError, match=r"Finalizing: it overrides .*Finalizing.finalize_variable_values"):
+        refuse_unsupported(model, {}, world=2)
+    refuse_unsupported(model, {}, world=1)

@@ -27,6 +27,19 @@ def _calls(function: Any, name: str) -> bool:
     return code is not None and name in code.co_names
 
 
+def _step_functions_missing(trainer: type) -> list[str]:
+    """Keras' torch trainer's step-function makers, routed on that class (routes.py), and their use."""
+    gone = []
+    for method, kind in (("fit", "train"), ("evaluate", "test"), ("predict", "predict")):
+        maker = f"make_{kind}_function"
+        if maker not in vars(trainer):
+            gone.append(f"TorchTrainer.{maker} (each {kind} step, routes.py)")
+        for name in (maker, f"{kind}_function"):
+            if not _calls(getattr(trainer, method), name):
+                gone.append(f"TorchTrainer.{method} no longer uses {name} (each {kind} step, routes.py)")
+    return gone
+
+
 def missing() -> list[str]:
     """Each internal that the installed Keras lacks, with what relies on it (empty: all there)."""
     keras = require_keras()
@@ -50,16 +63,8 @@ def missing() -> list[str]:
     ):
         if not callable(getattr(owner, name, None)):
             gone.append(f"{owner.__name__}.{name} ({needed_by})")
-    for name in ("make_train_function", "make_test_function", "make_predict_function"):
-        if name not in vars(TorchTrainer):  # routed there, on that class (routes.py)
-            gone.append(f"TorchTrainer.{name} (each step, routes.py)")
+    gone += _step_functions_missing(TorchTrainer)
     for method, name, needed_by in (
-        ("fit", "make_train_function", "each training step (routes.py)"),
-        ("fit", "train_function", "each training step (routes.py)"),
-        ("evaluate", "make_test_function", "each evaluation step (routes.py)"),
-        ("evaluate", "test_function", "each evaluation step (routes.py)"),
-        ("predict", "make_predict_function", "each prediction step (routes.py)"),
-        ("predict", "predict_function", "each prediction step (routes.py)"),
         ("fit", "_get_metrics_result_or_logs", "the training and validation metric sums"),
         ("evaluate", "_get_metrics_result_or_logs", "the evaluation metric sums"),
         ("fit", "_initial_epoch", "BackupAndRestore's epoch, broadcast from rank 0"),
