@@ -5,7 +5,8 @@ run under Keras' own fit at the global batch and under trainmesh.keras' ddp at 2
 python keras_batch_metric_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R}
 
 Each program is ``build(batch) -> (model, fit, evaluate)``; ``run`` records History, every variable, the
-optimizer's state and evaluate. Metrics: a class counting the pairs of a batch's samples whose target is
+optimizer's state, evaluate, predict and what a program's ``Untouched`` callback saw written onto its
+objects (keras_untouched.py). Metrics: a class counting the pairs of a batch's samples whose target is
 the other's predicted class (quadratic in the batch), a function giving one number per batch (the spread
 of the predictions: Keras wraps it in a Mean) and Keras' own accuracy.
 """
@@ -156,7 +157,8 @@ class ByHand(keras.Model):
 
 
 def pair_by_hand(batch: int) -> tuple:
-    """The pair counter updated by a step of the model's own: arrays as ``pair_arrays``."""
+    """The pair counter updated by a step of the model's own: arrays as ``pair_arrays`` (refused under
+    several processes: test_batch_metrics.py; not one of PROGRAMS)."""
     keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(SEED)
     inputs = keras.Input((6,))
@@ -169,31 +171,92 @@ def pair_by_hand(batch: int) -> tuple:
     return model, fit, {"x": x[79:], "y": y[79:], "batch_size": batch // 2}
 
 
+class OwnStep(keras.Model):
+    """keras-io's "custom_train_step_in_torch" pattern with compiled metrics: the steps compute the loss,
+    apply the gradients, track the loss by hand (a Mean) and return ``self.compute_metrics(...)``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_loss = keras.metrics.Mean(name="step_loss")
+
+    def train_step(self, data):
+        x, y = data
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        loss.backward()
+        trainable = list(self.trainable_weights)
+        with torch.no_grad():
+            self.optimizer.apply([v.value.grad for v in trainable], trainable)
+        self.step_loss.update_state(loss)
+        return self.compute_metrics(x, y, y_pred)
+
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        self.step_loss.update_state(self.compute_loss(x=x, y=y, y_pred=y_pred, training=False))
+        return self.compute_metrics(x, y, y_pred)
+
+
+def pair_own_step(batch: int) -> tuple:
+    """``OwnStep`` with the pair counter, the per-batch function and accuracy compiled, under zero1 (Adam of
+    the program's own class), arrays as ``pair_arrays``; ``Untouched`` watching fit, evaluate and predict."""
+    from keras_untouched import Untouched, WatchedAdam
+
+    keras.backend.clear_session(free_memory=False)
+    keras.utils.set_random_seed(SEED)
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    model = OwnStep(inputs, keras.layers.Dense(CLASSES, activation="softmax")(hidden))
+    pairs = PairMatches()
+    model.compile(
+        optimizer=WatchedAdam(0.02),
+        loss="sparse_categorical_crossentropy",
+        metrics=[pairs, prediction_spread, "accuracy"],
+    )
+    watch = [Untouched(model, pairs)]
+    x, y = classes(96)
+    fit = {"x": x[:79], "y": y[:79], "batch_size": batch, "epochs": 2, "shuffle": False, "callbacks": watch,
+           "validation_data": (x[79:], y[79:]), "validation_batch_size": batch // 2}  # fmt: skip
+    return model, fit, {"x": x[79:], "y": y[79:], "batch_size": batch // 2, "callbacks": watch}
+
+
 PROGRAMS = {
     "pair_arrays": pair_arrays,
     "pair_batches": pair_batches,
     "shuffled": shuffled,
-    "pair_by_hand": pair_by_hand,
+    "pair_own_step": pair_own_step,
 }
+STRATEGIES = {"pair_own_step": "zero1"}  # the others: ddp
 
 
 def run(name: str, batch: int, distributed: bool) -> dict:
     """The program under Keras' own methods (one process) or trainmesh.keras' (ddp, 2 processes)."""
+    import keras_untouched
+
     import trainmesh.keras as tk
 
     model, fit, evaluate = PROGRAMS[name](batch)
-    launch = {"strategy": "ddp", "devices": 2} if distributed else {}
+    launch = {"strategy": STRATEGIES.get(name, "ddp"), "devices": 2} if distributed else {}
     again = fit.pop("again", None)
+    keras_untouched.clear()
     history = [(tk.fit(model, verbose=0, **launch, **f) if distributed else model.fit(verbose=0, **f)).history
                for f in (fit, again) if f is not None]  # fmt: skip
     evaluate = {"verbose": 0, "return_dict": True, **evaluate}
     evaluated = tk.evaluate(model, **launch, **evaluate) if distributed else model.evaluate(**evaluate)
-    return {
+    result = {
         "history": history,
         "variables": [np.array(v.numpy()) for v in model.variables],
         "optimizer": [np.array(v.numpy()) for v in model.optimizer.variables],
         "evaluate": evaluated,
     }
+    if name == "pair_own_step":  # predict watched too; what was written onto the program's objects
+        predict = {"x": evaluate["x"], "batch_size": evaluate["batch_size"], "callbacks": evaluate["callbacks"]}
+        result["predict"] = (
+            tk.predict(model, verbose=0, **launch, **predict) if distributed else model.predict(verbose=0, **predict)
+        )
+        result["touched"] = keras_untouched.touched()
+    return result
 
 
 def run_ddp(out: str) -> None:

@@ -29,14 +29,14 @@ def ddp(keras_ddp_programs) -> Path:
     return keras_ddp_programs("keras_batch_metric_programs")
 
 
-@pytest.mark.parametrize("name", ["pair_arrays", "pair_batches", "pair_by_hand"])
+@pytest.mark.parametrize("name", ["pair_arrays", "pair_batches", "pair_own_step"])
 def test_metrics_of_pairs_and_of_batches_are_one_process_s_at_the_global_batch(ddp, name):
     """A pair-counting metric class, a metric function giving one number per batch and Keras' accuracy:
     the last training batch uneven (8 + 7, 16 + 14), the last evaluation step rank 0's alone; arrays
     (interleaved) and PyDatasets (blocks). Ranks bit-identical; History (validation too), variables,
-    optimizer state and evaluate within TOLERANCE of Keras' own run at the global batch. ``pair_by_hand``:
-    the pair counter updated by a train_step/test_step of the model's own, without compute_metrics (before:
-    each process counted its half's pairs: History 309 apart)."""
+    optimizer state and evaluate within TOLERANCE of Keras' own run at the global batch. ``pair_own_step``:
+    a train_step/test_step of the model's own returning ``self.compute_metrics(...)`` (Keras' method, routed
+    for the model: routes.py), under zero1, predict too (test_routes.py: nothing written onto its objects)."""
     import keras_batch_metric_programs as programs
     from test_keras_unseen_programs import largest_difference
 
@@ -106,3 +106,29 @@ def test_a_coupled_metric_the_global_batch_cannot_reach_is_refused_before_start(
     with pytest.raises(ValueError, match=r"'pair_matches'.*OwnMetrics overrides"):
         check_fit(own, x, y, {"batch_size": 4}, world=2)
     assert not check_fit(own, x, y, {"batch_size": 4}, world=1)
+
+
+def test_a_coupled_metric_a_step_updates_by_hand_is_refused_before_start(monkeypatch):
+    """keras-io's pattern without compute_metrics: the pair counter updated by the model's own
+    train_step/test_step (``self.pairs.update_state(y, y_pred)``). The call reaches the metric's own
+    method with nothing of Keras' in between, so trainmesh cannot give it the global batch (it did, by
+    rebinding the metric's update_state, which the project's rules forbid; before that each process
+    counted its half's pairs: History 309 apart). Refused before any process starts under 2 processes,
+    naming the metric and what to do instead; one process is Keras' own fit."""
+    import keras_batch_metric_programs as programs
+
+    import trainmesh.keras as tk
+    from trainmesh.keras.arguments import check_evaluate, check_fit
+    from trainmesh.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    model, fit, evaluate = programs.pair_by_hand(programs.BATCH)
+    x, y = fit.pop("x"), fit.pop("y")
+    expected = r"(?s)'pair_matches'.*ByHand's own train_step/test_step updates it by hand.*self\.compute_metrics"
+    with pytest.raises(ValueError, match=expected):
+        check_fit(model, x, y, dict(fit), world=2)
+    with pytest.raises(ValueError, match=expected):
+        check_evaluate(model, evaluate["x"], evaluate["y"], {"batch_size": 8}, world=2)
+    with pytest.raises(ValueError, match=expected):
+        tk.fit(model, x, y, strategy="ddp", devices=2, verbose=0, **fit)
+    assert check_fit(model, x, y, dict(fit), world=1) == []

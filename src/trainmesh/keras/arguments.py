@@ -30,6 +30,7 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
 from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
+from trainmesh.keras.routes import refuse_own_drivers
 from trainmesh.keras.step_means import evaluation_step_counts
 from trainmesh.runtime import Runtime
 
@@ -92,6 +93,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
     check_optimizer(model, world)
+    refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
     coupled = coupled_metrics(model, x, y)
@@ -127,6 +129,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     if world == 1:
         return []
     refuse_unshardable("x", x, world, batches=True)
+    refuse_own_drivers(model, world, "evaluate")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
     coupled = coupled_metrics(model, x, y)
@@ -146,6 +149,7 @@ def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> Non
     bind(model.predict, "predict", x, **kwargs)
     if world > 1:
         refuse_unshardable("x", x, world, batches=True)
+        refuse_own_drivers(model, world, "predict")
         if is_batches(x):  # each process predicts a contiguous run of the batches (batches.py)
             check_batches("x", x, world, train=False)
             return

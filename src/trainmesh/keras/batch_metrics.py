@@ -17,13 +17,20 @@ training and evaluation step, ``model.compute_metrics`` is given the step's glob
 process's ``y``, ``y_pred`` and ``sample_weight`` gathered (one all_gather per array) and put in the
 order one process's batch has them; rank 0 updates the compiled metrics with it and the other
 processes leave theirs untouched, so the summed states are one process's (at a step only rank 0
-takes, the last of an evaluation, its batch is the global one). A coupled metric of the program's own class that a
+takes, the last of an evaluation, its batch is the global one). Costs those gathers at every step, only
+when a coupled metric is compiled. ``compute_metrics`` is Keras' own method, routed for the run's model
+(routes.py), so a ``train_step``/``test_step`` of the model's own that calls ``self.compute_metrics``
+gets the same.
+
+Refused before start under several processes: a model whose class overrides ``compute_metrics`` (it may
+use ``x``, which is not gathered); an evaluation whose steps are taken by more than one but not every
+process (3 processes or more, uneven shares); and a coupled metric of the program's own class that a
 ``train_step``/``test_step`` of the model's own updates by hand (keras-io's pattern without
-``compute_metrics``) is probed alike and given the global batch in its ``update_state``. Costs those
-gathers at every step, only when a coupled metric is compiled or updated by hand. Refused before start: a model whose class overrides
-``compute_metrics`` (it may use ``x``, which is not gathered), and an evaluation whose steps are taken
-by more than one but not every process (3 processes or more, uneven shares). Not probed: a model not
-built, a model with several outputs, data the probe cannot index.
+``compute_metrics``: ``self.pairs.update_state(y, y_pred)``). There the step calls the metric's own
+``update_state`` directly, with nothing of Keras' in between (Keras 3's ``Metric`` does not wrap
+``update_state``; its ``__call__`` calls it, a direct call does not go through it), so no Keras method
+could be routed to give it the global batch, and rebinding the user's metric is not done. Not probed:
+a model not built, a model with several outputs, data the probe cannot index.
 """
 
 from __future__ import annotations
@@ -177,6 +184,18 @@ def refuse_ungatherable(model: Any, coupled: list[str], world: int, counts: list
         "each process's part of a batch would add another number than one process's batch does. trainmesh.keras "
         "gives such metrics the global batch at every step, "
     )
+    hand = [name for name in coupled if name in {metric.name for metric in by_hand(model)}]
+    if hand:
+        raise ValueError(
+            f"the metric {', '.join(map(repr, hand))} updates its state on a batch with other than the sum of its "
+            f"updates on each sample (a count over pairs of samples, a value per batch), so under {world} processes "
+            "each process's part of a batch would add another number than one process's batch does. "
+            f"{type(model).__name__}'s own train_step/test_step updates it by hand (metric.update_state(...)), which "
+            "reaches the metric's own method with nothing of Keras' in between, so trainmesh.keras cannot give it the "
+            "global batch. Compile it (model.compile(metrics=[...])) and call self.compute_metrics(x, y, y_pred) in "
+            "the step (trainmesh gives Keras' compute_metrics the global batch), make its update a sum over the "
+            "samples (assign_add of per-sample values), or run on one process"
+        )
     compiled = compiled_among(model, coupled)
     if compiled and type(model).compute_metrics is not Trainer.compute_metrics:
         raise ValueError(
@@ -222,13 +241,14 @@ def gather_global_batch(runtime: Any, tree: Any, sizes: list[int], blocks: bool)
     return keras.tree.map_structure(gather, tree)
 
 
-def on_global_batch(
-    runtime: Any, keras_compute: Callable[..., Any], model: Any, takers_now: Callable[[], list[bool]], rows: Any
-) -> Callable[..., Any]:
-    """``model.compute_metrics`` given the step's global batch (``takers_now()``: which processes take
-    the running step; ``rows``: the step's batch sizes, draws.StepRows): rank 0 updates, the others read."""
+def on_global_batch(runtime: Any, model: Any, takers_now: Callable[[], list[bool]], rows: Any) -> Callable[..., Any]:
+    """Keras' ``compute_metrics`` for ``model`` (routes.py) given the step's global batch (``takers_now()``:
+    which processes take the running step; ``rows``: the step's batch sizes, draws.StepRows): rank 0
+    updates, the others read."""
 
-    def compute_metrics(x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+    def compute_metrics(
+        keras_compute: Callable[..., Any], x: Any, y: Any, y_pred: Any, sample_weight: Any = None
+    ) -> Any:
         if rows.local is None:  # outside a step: Keras building the metrics (symbolic tensors, no update)
             return keras_compute(x, y, y_pred, sample_weight=sample_weight)
         takers = takers_now()
@@ -243,43 +263,3 @@ def on_global_batch(
         return model.get_metrics_result()
 
     return compute_metrics
-
-
-def updated_on_global_batch(
-    runtime: Any, metric: Any, takers_now: Callable[[], list[bool]], rows: Any
-) -> Callable[..., Any]:
-    """``metric.update_state`` (a coupled metric a step of the model's own updates by hand) given the
-    step's global batch of its ``y_true``, ``y_pred`` and ``sample_weight``: rank 0 updates, the others
-    leave their state untouched (the states are summed at the epoch's end)."""
-    keras_update = metric.update_state
-
-    def update_state(y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
-        if rows.local is None:  # outside a step
-            return keras_update(y_true, y_pred, sample_weight=sample_weight)
-        takers = takers_now()
-        if all(takers):
-            y_true, y_pred, sample_weight = gather_global_batch(
-                runtime, (y_true, y_pred, sample_weight), rows.every_size(), rows.blocks
-            )
-        elif sum(takers) != 1 or not takers[0]:  # refused before start (refuse_ungatherable)
-            raise RuntimeError(f"an evaluation step taken by the processes {takers}: no global batch to gather")
-        if runtime.global_rank == 0:
-            return keras_update(y_true, y_pred, sample_weight=sample_weight)
-        return None
-
-    return update_state
-
-
-@contextlib.contextmanager
-def by_hand_on_global_batch(
-    runtime: Any, metrics: list[Any], takers_now: Callable[[], list[bool]], rows: Any
-) -> Iterator[None]:
-    """For the block: each of ``metrics`` (coupled, updated by a step of the model's own) updated on the
-    step's global batch (an instance attribute in front of its class's ``update_state``, removed after)."""
-    for metric in metrics:
-        object.__setattr__(metric, "update_state", updated_on_global_batch(runtime, metric, takers_now, rows))
-    try:
-        yield
-    finally:
-        for metric in metrics:
-            metric.__dict__.pop("update_state", None)

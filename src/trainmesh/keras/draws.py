@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.routes import steps_through
 from trainmesh.runtime import Runtime
 
 MAPPED = ("normal", "uniform", "randint", "truncated_normal", "dropout")
@@ -191,7 +192,6 @@ def predicting(model: Any, rows: StepRows, shares: tuple[int, ...] | None, batch
     if rows.runtime.world_size == 1:
         yield
         return
-    keras_step = model.predict_step
     steps = [0]
 
     def predict_step(data: Any) -> Any:
@@ -201,17 +201,14 @@ def predicting(model: Any, rows: StepRows, shares: tuple[int, ...] | None, batch
         else:
             rows.begin(local, None, blocks=False, refusal=PREDICTING_BATCHES)
         try:
-            return keras_step(data)
+            return model.predict_step(data)
         finally:
             steps[0] += 1
             rows.end()
 
-    object.__setattr__(model, "predict_step", predict_step)  # in front of Keras' method, untracked
-    try:
-        with at_the_global_batch(rows):
-            yield
-    finally:
-        model.__dict__.pop("predict_step", None)
+    # Keras' make_predict_function, routed for this model (routes.py): the model itself is left as it is
+    with steps_through(model, {"predict": predict_step}), at_the_global_batch(rows):
+        yield
 
 
 def _leading(data: Any) -> int:

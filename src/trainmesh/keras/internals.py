@@ -1,7 +1,8 @@
 """The private parts of Keras that trainmesh.keras relies on, checked before any process starts.
 
-sync.py shadows ``model._get_metrics_result_or_logs``, which Keras' torch ``fit`` and ``evaluate``
-call once per epoch and per evaluation, to sum the metrics over the processes there. A Keras
+sync.py routes Keras' ``Trainer._get_metrics_result_or_logs`` for the run's model (routes.py), which
+Keras' torch ``fit`` and ``evaluate`` call once per epoch and per evaluation, to sum the metrics
+over the processes there; and the step functions its ``make_train_function`` (test, predict) make. A Keras
 release that renamed it would fail loudly; one that kept it but stopped calling it would leave
 every metric, History and EarlyStopping decision silently per process. So each call checks that
 the installed Keras still has every private name used here and that its trainer still calls
@@ -26,6 +27,19 @@ def _calls(function: Any, name: str) -> bool:
     return code is not None and name in code.co_names
 
 
+def _step_functions_missing(trainer: type) -> list[str]:
+    """Keras' torch trainer's step-function makers, routed on that class (routes.py), and their use."""
+    gone = []
+    for method, kind in (("fit", "train"), ("evaluate", "test"), ("predict", "predict")):
+        maker = f"make_{kind}_function"
+        if maker not in vars(trainer):
+            gone.append(f"TorchTrainer.{maker} (each {kind} step, routes.py)")
+        for name in (maker, f"{kind}_function"):
+            if not _calls(getattr(trainer, method), name):
+                gone.append(f"TorchTrainer.{method} no longer uses {name} (each {kind} step, routes.py)")
+    return gone
+
+
 def missing() -> list[str]:
     """Each internal that the installed Keras lacks, with what relies on it (empty: all there)."""
     keras = require_keras()
@@ -38,6 +52,8 @@ def missing() -> list[str]:
     gone = []
     for owner, name, needed_by in (
         (TorchTrainer, "_get_metrics_result_or_logs", "the metric sums (sync.py)"),
+        (TorchTrainer, "compute_metrics", "coupled metrics on the global batch (batch_metrics.py)"),
+        (TorchTrainer, "_should_torch_compile", "the step functions, compiled as Keras compiles them (routes.py)"),
         (Layer, "_flatten_layers", "the BatchNormalization averages (sync.py)"),
         (BatchNormalization, "_moments", "the global batch's moments in training steps (batch_statistics.py)"),
         (BaseOptimizer, "add_variable_from_reference", "zero1's optimizer slots (zero.py)"),
@@ -47,6 +63,7 @@ def missing() -> list[str]:
     ):
         if not callable(getattr(owner, name, None)):
             gone.append(f"{owner.__name__}.{name} ({needed_by})")
+    gone += _step_functions_missing(TorchTrainer)
     for method, name, needed_by in (
         ("fit", "_get_metrics_result_or_logs", "the training and validation metric sums"),
         ("evaluate", "_get_metrics_result_or_logs", "the evaluation metric sums"),

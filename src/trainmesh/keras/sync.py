@@ -1,8 +1,8 @@
 """Keras' own ``fit``/``evaluate`` in every process, kept in step as Horovod's Keras integration does.
 
-Installed for the length of one call and removed after it (the model is left as Keras made it),
-through instance attributes that shadow Keras' methods on the model and, for ``apply``, Keras'
-optimizer classes (optimizers.py):
+Installed for the length of one call and removed after it, through methods of Keras' own classes
+routed for the run's model and optimizer (routes.py; for ``apply``, optimizers.py): nothing is
+written onto the user's model, optimizer or metrics.
 
 - every Keras optimizer's ``apply`` during a training step (``model.optimizer`` in Keras' torch
   ``train_step``; a step of the user's may apply others, such as a GAN's two): the gradients
@@ -12,8 +12,9 @@ optimizer classes (optimizers.py):
   one collective per bucket. Gradients a step's backward pass accumulated in the model's variables
   are averaged so when the pass ends, for a step of the user's that reads them (backward.py), and
   not again in ``apply``.
-- ``model.train_step``/``test_step``: count the steps and note the batch sizes, for that weighting.
-- ``model._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
+- the step functions Keras makes (``make_train_function``/``make_test_function``), around the
+  model's own ``train_step``/``test_step``: count the steps and note the batch sizes, for that weighting.
+- ``Trainer._get_metrics_result_or_logs``: Keras calls it once at the end of each training epoch
   and of each evaluation, before the logs reach History and the callbacks. Every metric's state
   variables (totals, counts, confusion counts) are summed across processes there, so each
   process reads the metrics of all the data; at a training epoch's end the BatchNormalization
@@ -37,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.keras import step_logs, step_means
+from trainmesh.keras import routes, step_logs, step_means
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
-from trainmesh.keras.batch_metrics import by_hand, by_hand_on_global_batch, on_global_batch
+from trainmesh.keras.batch_metrics import on_global_batch
 from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
@@ -77,7 +78,7 @@ class SyncState:
         self.train_blocks = False  # training reads a split PyDataset: the processes' batches are blocks of one
         self.gather_metrics = False  # a compiled metric is coupled: compute_metrics gets the global batch
         self.backward: BackwardAverage | None = None  # several processes: gradients averaged as backward ends
-        self.coupled: list[str] = []  # the coupled metrics' names (those a step updates by hand: batch_metrics.py)
+        self.coupled: list[str] = []  # the coupled compiled metrics' names (batch_metrics.py)
         self.eval_counts: list[int] | None = None  # each process's evaluation steps (batches dealt in turn)
 
     @property
@@ -167,9 +168,8 @@ def batch_size_of(data: Any) -> int:
 
 @contextlib.contextmanager
 def installed(model: Any, state: SyncState) -> Iterator[None]:
-    """The wrappers on ``model``, and every Keras optimizer's ``apply``, for the length of the block."""
-    keras_train_step, keras_test_step = model.train_step, model.test_step
-    keras_results = model._get_metrics_result_or_logs
+    """trainmesh's steps, epoch results and (zero1) gather for ``model``, and every Keras optimizer's
+    ``apply``, for the length of the block: through Keras' own classes (routes.py), not the model."""
     batch_sizes: list[int] = []  # the batch of the training step running (none: no step runs)
 
     def train_step(data: Any) -> Any:
@@ -183,7 +183,7 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         if state.backward is not None:
             state.backward.step_begins(model)
         try:  # state.plan: None on one process and for a PyDataset or a DataLoader
-            logs = run_step(state, model, state.plan, state.step, keras_train_step, data, state.batch_logs, True)
+            logs = run_step(state, model, state.plan, state.step, model.train_step, data, state.batch_logs, True)
         finally:
             state.step += 1
             batch_sizes.clear()
@@ -193,30 +193,25 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     def test_step(data: Any) -> Any:
         state.last_batch = batch_size_of(data)
         step, state.eval_step = state.eval_step, state.eval_step + 1
-        return run_step(state, model, state.eval_plan, step, keras_test_step, data, state.test_batch_logs, False)
+        return run_step(state, model, state.eval_plan, step, model.test_step, data, state.test_batch_logs, False)
 
-    shadows = {
-        "train_step": train_step,
-        "test_step": test_step,
-        "_get_metrics_result_or_logs": functools.partial(epoch_results, state, model, keras_results),
-        **_global_batch_metrics(state, model),
-    }
-    for name, function in shadows.items():
-        _shadow(model, name, function)
-    by_hand = by_hand_on_global_batch(state.runtime, _gathered_by_hand(state, model), lambda: takers(state), state.rows)
-    optimizer = model.optimizer
-    if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
-        _shadow(optimizer, "finalize_variable_values", _gathering_first(state.zero, optimizer))
-    try:
-        moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
-        apply = functools.partial(averaged_apply, state, model, batch_sizes)
-        with every_apply_through(apply), at_the_global_batch(state.rows), moments, by_hand:
-            with _averaging_backward(state, batch_sizes):
-                yield
-    finally:
-        optimizer.__dict__.pop("finalize_variable_values", None)
-        for name in shadows:
-            model.__dict__.pop(name, None)
+    moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
+    apply = functools.partial(averaged_apply, state, model, batch_sizes)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(routes.steps_through(model, {"train": train_step, "test": test_step}))
+        results = functools.partial(epoch_results, state, model)
+        stack.enter_context(routes.on_trainer("_get_metrics_result_or_logs", model, results))
+        if state.gather_metrics and state.world > 1:  # a compiled metric is coupled (batch_metrics.py)
+            global_batch = on_global_batch(state.runtime, model, functools.partial(takers, state), state.rows)
+            stack.enter_context(routes.on_trainer("compute_metrics", model, global_batch))
+        if state.zero is not None:  # Keras calls it once training is over, before on_train_end: the whole state first
+            stack.enter_context(
+                routes.on_optimizer("finalize_variable_values", model.optimizer, _gathering_first(state.zero))
+            )
+        for block in (every_apply_through(apply), at_the_global_batch(state.rows), moments):
+            stack.enter_context(block)
+        stack.enter_context(_averaging_backward(state, batch_sizes))
+        yield
 
 
 def averaged_apply(  # noqa: PLR0913 -- where the step stands, and Keras' apply's arguments
@@ -269,21 +264,6 @@ def _averaged_by_backward(state: SyncState, optimizer: Any, gradients: Any, vari
         return False
     given = [v for g, v in zip(gradients, chosen, strict=False) if g is not None]
     return bool(given) and state.backward.covers(given)
-
-
-def _global_batch_metrics(state: SyncState, model: Any) -> dict[str, Any]:
-    """Where a compiled metric is coupled (batch_metrics.py): ``compute_metrics`` given the global batch."""
-    if not state.gather_metrics or state.world == 1:
-        return {}
-    takers_now = functools.partial(takers, state)
-    return {"compute_metrics": on_global_batch(state.runtime, model.compute_metrics, model, takers_now, state.rows)}
-
-
-def _gathered_by_hand(state: SyncState, model: Any) -> list[Any]:
-    """The coupled metrics a step of the model's own updates by hand: given the global batch."""
-    if state.world == 1:
-        return []
-    return [metric for metric in by_hand(model) if metric.name in state.coupled]
 
 
 def takers(state: SyncState) -> list[bool]:
@@ -372,19 +352,12 @@ def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], A
     return result
 
 
-def _gathering_first(zero: Zero, optimizer: Any) -> Callable[..., Any]:
-    keras_finalize = optimizer.finalize_variable_values
-
-    def finalize_variable_values(var_list: Any) -> Any:
+def _gathering_first(zero: Zero) -> Callable[..., Any]:
+    def finalize_variable_values(keras_finalize: Callable[..., Any], var_list: Any) -> Any:
         zero.gather()
         return keras_finalize(var_list)
 
     return finalize_variable_values
-
-
-def _shadow(owner: Any, name: str, function: Any) -> None:
-    """An instance attribute in front of the class's method, without Keras' attribute tracking."""
-    object.__setattr__(owner, name, function)
 
 
 def epoch_of(state: SyncState) -> int:

@@ -84,7 +84,7 @@ def fit(
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
     gather = arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
     if runtime.capabilities.shards_optimizer_state:
-        zero.refuse_unsupported(model, fit_kwargs)
+        zero.refuse_unsupported(model, fit_kwargs, arguments.world_of(runtime))
     # Keras pickles a model (to spawned workers) without its seed generators' states: they travel beside it.
     # torch's, numpy's and Python's generators too: a spawned worker has not run the program's seeding, and
     # an unseeded Dropout draws its masks from torch's generator (draws.py)

@@ -28,6 +28,8 @@ import torch
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.callbacks import as_list, checkpoint_writers
 from trainmesh.keras.collectives import assign, broadcast_from
+from trainmesh.keras.optimizers import own_overrides
+from trainmesh.keras.routes import on_optimizer
 from trainmesh.runtime import Runtime
 
 
@@ -54,26 +56,25 @@ def _kept_variables(optimizer: Any) -> list[Any]:
 def rebuild(optimizer: Any, variables: Sequence[Any]) -> list[tuple[Any, Any]]:
     """Keras' optimizer built again on ``variables`` (new, zero slots); each slot with its model variable.
 
-    Keras' ``build`` creates each slot with ``add_variable_from_reference``: watching that call
-    is how every optimizer's slots are found, whatever it names them."""
+    Keras' ``build`` creates each slot with ``add_variable_from_reference``: watching that call (Keras'
+    method, routed for ``optimizer``: routes.py) is how every optimizer's slots are found, whatever it
+    names them."""
     kept = _kept_variables(optimizer)
     optimizer._variables[:] = [v for v in optimizer._variables if any(v is k for k in kept)]
     optimizer._trainable_variables_indices = {}
     optimizer._trainable_variables = []
     optimizer.built = False
     made: list[tuple[Any, Any]] = []
-    keras_add = optimizer.add_variable_from_reference
 
-    def add_from_reference(reference_variable: Any, name: Any = None, initializer: Any = "zeros") -> Any:
+    def add_from_reference(
+        keras_add: Callable[..., Any], reference_variable: Any, name: Any = None, initializer: Any = "zeros"
+    ) -> Any:
         slot = keras_add(reference_variable, name=name, initializer=initializer)
         made.append((slot, reference_variable))
         return slot
 
-    object.__setattr__(optimizer, "add_variable_from_reference", add_from_reference)
-    try:
+    with on_optimizer("add_variable_from_reference", optimizer, add_from_reference):  # Keras' class, not the user's
         optimizer.build(list(variables))
-    finally:
-        optimizer.__dict__.pop("add_variable_from_reference", None)
     return made
 
 
@@ -161,10 +162,16 @@ def _is_kept(optimizer: Any, variable: Any) -> bool:
     return any(variable is k for k in _kept_variables(optimizer))
 
 
-def refuse_unsupported(model: Any, fit_kwargs: dict[str, Any]) -> None:
+def refuse_unsupported(model: Any, fit_kwargs: dict[str, Any], world: int) -> None:
     """What zero1 cannot run, refused before any process starts."""
     optimizer = model.optimizer
-    why = _unsupported_optimizer(optimizer)
+    overrides = own_overrides(optimizer, ("finalize_variable_values",)) if world > 1 else []
+    why = _unsupported_optimizer(optimizer) or (
+        f"it overrides {overrides[0]}, which Keras calls when fit ends: trainmesh gathers the split state in Keras' "
+        "own finalize_variable_values first, which an override may not reach, so it could read one process's part"
+        if overrides
+        else None
+    )
     if why:
         raise ValueError(f"strategy='zero1' cannot train with {type(optimizer).__name__}: {why}. Use strategy='ddp'")
     built_on = list(optimizer._trainable_variables) if optimizer.built else list(model.trainable_weights)
