@@ -22,8 +22,9 @@ def _loader() -> DataLoader:
 
 def _classes(framework) -> tuple[type, type, type, type]:
     class Model(framework.LightningModule):
-        def __init__(self, manual: bool = False, optimizers: str = "") -> None:
+        def __init__(self, manual: bool = False, optimizers: str = "", log_in: str = "") -> None:
             super().__init__()
+            self.log_in = log_in
             self.layer = torch.nn.Linear(1, 1)
             self.automatic_optimization = not manual
             self.choice = optimizers
@@ -35,6 +36,19 @@ def _classes(framework) -> tuple[type, type, type, type]:
             return loss
 
         def validation_step(self, batch, batch_idx): ...
+
+        def predict_step(self, batch, batch_idx):
+            if self.log_in == "predict_step":
+                self.log("x", 1.0)
+            return batch
+
+        def on_fit_start(self) -> None:
+            if self.log_in == "on_fit_start":
+                self.log("x", 1.0)
+
+        def on_train_end(self) -> None:
+            if self.log_in == "on_train_end":
+                self.log("x", 1.0)
 
         def test_step(self, batch, batch_idx): ...
 
@@ -114,6 +128,9 @@ def _cases(framework) -> dict:
         "an iterable stream with limit 0.5": lambda: fit(
             Model(), DataLoader(_Stream(), batch_size=2), limit_train_batches=0.5
         ),
+        "self.log in predict_step": lambda: trainer().predict(Model(log_in="predict_step"), _loader()),
+        "self.log in on_fit_start": lambda: fit(Model(log_in="on_fit_start")),
+        "self.log in on_train_end": lambda: fit(Model(log_in="on_train_end")),
         "limit_val_batches=0.01 of 4 batches": lambda: trainer(max_steps=1, limit_val_batches=0.01).fit(
             Model(), _loader(), _loader()
         ),

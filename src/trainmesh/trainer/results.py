@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
 from trainmesh.utilities.data import extract_batch_size
@@ -191,6 +192,7 @@ class LogCollector:
     def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, _Entry]:
         """The entry this hook (``self.fx``) logs ``name`` into, made at its first call; a call with
         other arguments than the hook's earlier ones is refused as Lightning refuses it."""
+        check_can_log(self.hook, self.fx)  # (a hook's first call of a name: no cost per step)
         entries = self.results.entries
         first = entries.get(name)
         key = name if first is None or first.fx == self.fx else f"{name}\x1f{self.fx}"
