@@ -112,6 +112,10 @@ def _cases(framework) -> dict:
             **quiet, enable_progress_bar=False, callbacks=[framework.callbacks.ModelCheckpoint()]
         ),
         "a bar without the bar": lambda: trainer(callbacks=[framework.callbacks.TQDMProgressBar()]),
+        "two bars": lambda: trainer(
+            enable_progress_bar=True,
+            callbacks=[framework.callbacks.TQDMProgressBar(), framework.callbacks.TQDMProgressBar()],
+        ),
         "fit: loaders and datamodule": lambda: trainer(max_steps=1).fit(Model(), _loader(), datamodule=Data()),
         "validate: loaders and datamodule": lambda: trainer().validate(Model(), _loader(), datamodule=Data()),
         "test: loaders and datamodule": lambda: trainer().test(Model(), _loader(), datamodule=Data()),
