@@ -417,7 +417,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
     def attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
-        object.__setattr__(self, "_trainer", trainer)
+        self.trainer = trainer  # (the setter: submodules that are Lightning modules too, as Lightning's)
         object.__setattr__(self, "_log_collector", log_collector)
 
     def __getstate__(self) -> dict[str, Any]:
