@@ -74,3 +74,39 @@ def test_a_name_logged_by_two_hooks_is_two_metrics_as_in_lightning(case: str) ->
     assert _run(trainmesh, case) == expected
     if case == "twice":
         assert expected[0] == "MisconfigurationException"
+
+
+def _bar_after_fit(framework, tmp_path) -> tuple[dict, dict]:
+    from importlib import import_module
+
+    boring = import_module(f"{framework.__name__}.demos.boring_classes").BoringModel
+
+    class Model(boring):  # Lightning's test_on_train_epoch_end_metrics_collection (tests/models/test_hooks.py)
+        def training_step(self, *args, **kwargs):
+            output = super().training_step(*args, **kwargs)
+            self.log_dict({"step_metric": torch.tensor(-1), "shared_metric": 100}, logger=False, prog_bar=True)
+            return output
+
+        def on_train_epoch_end(self) -> None:
+            epoch = self.current_epoch
+            self.log_dict(
+                {f"epoch_metric_{epoch}": torch.tensor(epoch), "shared_metric": 111}, logger=False, prog_bar=True
+            )
+
+    model = Model()
+    trainer = framework.Trainer(
+        max_epochs=3, default_root_dir=tmp_path, overfit_batches=2, accelerator="cpu", enable_model_summary=False
+    )
+    trainer.fit(model)
+    bar = trainer.progress_bar_callback.get_metrics(trainer, model)
+    bar.pop("v_num", None)
+    return bar, {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def test_the_epoch_end_value_replaces_the_step_s_in_the_bar_as_in_lightning(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _bar_after_fit(lightning, tmp_path / "lightning")
+    assert expected[0]["shared_metric"] == 111
+    assert _bar_after_fit(trainmesh, tmp_path / "trainmesh") == expected

@@ -72,10 +72,14 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     legacy = state.hooks is not None and state.hooks.module_overrides("get_progress_bar_dict")
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
+        ended = state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
         for key, value in state.train_results.step_values.items():
             entry = entries[key]
-            if entry.prog_bar:  # Lightning's names: name_step beside name_epoch where logged for both
-                shown[f"{entry.name or key}_step" if entry.on_epoch else entry.name or key] = value
+            name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
+            # Lightning's names: name_step beside name_epoch where logged for both; once the epoch
+            # ended, what the epoch-end hooks logged under the name for the bar replaces the step's
+            if entry.prog_bar and not (ended and name in state.prog_bar_names and name in state.epoch_metrics):
+                shown[name] = value
     metrics: dict[str, Any] = read_floats(shown)
     for name, value in state.epoch_metrics.items():
         if name in state.prog_bar_names:
