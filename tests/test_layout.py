@@ -302,6 +302,8 @@ COVERED_BY: dict[str, list[str]] = {
         "trainer/test_scheduler_strict.py",
     ],
     "trainer/publishing.py": ["trainer/test_log_values.py"],
+    "trainer/metric_values.py": ["trainer/test_results_dtypes.py", "trainer/test_log_values.py"],
+    "trainer/logging_hooks.py": ["trainer/test_trainer_misconfiguration.py"],
     "trainer/results.py": [
         "trainer/test_log_values.py",
         "trainer/test_fit_loop.py",

@@ -88,6 +88,9 @@ def test_extract_batch_size_refuses_and_warns_as_lightning_s():
         with pytest.raises(error):
             function(["no tensor"])
     ambiguous = [torch.zeros(2), torch.zeros(3)]
+    from trainmesh.utilities import data
+
+    data._WARNINGS.clear()  # once per message and process, as Lightning's warning cache
     with pytest.warns(UserWarning, match="ambiguous"):
         assert ours(ambiguous) == 2
     with warnings.catch_warnings():

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
 
 from trainmesh.data_hooks import DataHooks
@@ -80,7 +81,9 @@ class DataModule(DataHooks, HyperparametersMixin):
         **datamodule_kwargs: Any,
     ) -> DataModule:
         """A data module from datasets (each one, a list or a dict of them), as Lightning builds it:
-        the training loaders shuffle, the others keep their order.
+        the training loaders shuffle, the others keep their order, all pin memory;
+        ``datamodule_kwargs`` go to ``cls(...)``, and so do ``batch_size`` and ``num_workers``
+        where its ``__init__`` takes them.
 
         >>> import torch
         >>> from torch.utils.data import TensorDataset
@@ -88,13 +91,10 @@ class DataModule(DataHooks, HyperparametersMixin):
         >>> len(data.train_dataloader())
         2
         """
-        if datamodule_kwargs:
-            raise TypeError(
-                f"DataModule.from_datasets builds a plain DataModule; it takes no {sorted(datamodule_kwargs)}: "
-                "subclass DataModule to give it constructor arguments"
-            )
         datasets = {"train": train_dataset, "val": val_dataset, "test": test_dataset, "predict": predict_dataset}
-        return data_module_from_datasets(cls, datasets, batch_size=batch_size, num_workers=num_workers)
+        return data_module_from_datasets(
+            cls, datasets, batch_size=batch_size, num_workers=num_workers, **datamodule_kwargs
+        )
 
     @classmethod
     def load_from_checkpoint(
@@ -117,6 +117,23 @@ class DataModule(DataHooks, HyperparametersMixin):
             made.load_state_dict(held)
         return made
 
+    def __str__(self) -> str:
+        """Which loaders the data module gives and their datasets' sizes, as Lightning's prints it:
+        ``{Train dataloader: size=8}``, ``{Validation dataloader: 1. size=4 ; 2. size=4}``, ``... None}``
+        where the hook fails or is not defined (each hook is called to find out)."""
+        lines = []
+        for label, hook in _LOADER_HOOKS:
+            try:
+                info = _loader_sizes(getattr(self, hook)())
+            except Exception:  # Lightning's: any failure reads as no loader
+                info = None
+            if info is None or isinstance(info, str):
+                text = "None" if info is None else f"size={info}"
+            else:
+                text = " ; ".join(f"{i}. size={size}" for i, size in enumerate(info, start=1))
+            lines.append(f"{{{label}: {text}}}")
+        return os.linesep.join(lines)
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -127,12 +144,37 @@ class DataModule(DataHooks, HyperparametersMixin):
         ``on_exception`` (as in Lightning): clean up what ``setup`` made."""
 
 
+_LOADER_HOOKS = (
+    ("Train dataloader", "train_dataloader"),
+    ("Validation dataloader", "val_dataloader"),
+    ("Test dataloader", "test_dataloader"),
+    ("Predict dataloader", "predict_dataloader"),
+)
+
+
+def _loader_sizes(loaders: Any) -> str | list[str] | None:
+    """A DataLoader's dataset size ("NA" without a length), or each one's in a collection of them."""
+    from torch.utils.data import DataLoader
+
+    def size(loader: DataLoader) -> str:
+        dataset = loader.dataset
+        return str(len(dataset)) if isinstance(dataset, Sized) else "NA"
+
+    if isinstance(loaders, DataLoader):
+        return size(loaders)
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return [size(loader) for loader in loaders if isinstance(loader, DataLoader)]
+    return None
+
+
 def _loaders(datasets: Any, *, batch_size: int, shuffle: bool, num_workers: int) -> Any:
     from torch.utils.data import DataLoader, IterableDataset
 
     def one(dataset: Any) -> Any:
         shuffled = shuffle and not isinstance(dataset, IterableDataset)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffled, num_workers=num_workers)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffled, num_workers=num_workers, pin_memory=True)
 
     if isinstance(datasets, Mapping):
         return {key: one(ds) for key, ds in datasets.items()}
@@ -147,9 +189,17 @@ def data_module_from_datasets(
     *,
     batch_size: int,
     num_workers: int,
+    **datamodule_kwargs: Any,
 ) -> DataModule:
-    """A data module whose loaders wrap the given datasets (train shuffled, the others not)."""
-    made = cls()
+    """A data module whose loaders wrap the given datasets (train shuffled, the others not), built
+    as Lightning's ``from_datasets`` builds it: ``batch_size`` and ``num_workers`` are passed to
+    ``cls`` where its ``__init__`` names them (or takes ``**kwargs``)."""
+    # (DataModule itself defines no __init__: object's, whose *args/**kwargs take nothing)
+    parameters = {} if cls.__init__ is object.__init__ else inspect.signature(cls.__init__).parameters
+    special = {"batch_size": batch_size, "num_workers": num_workers}
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        special = {key: value for key, value in special.items() if key in parameters and key != "self"}
+    made = cls(**datamodule_kwargs, **special)
     for stage, dataset in datasets.items():
         if dataset is None:
             continue

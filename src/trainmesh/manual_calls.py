@@ -185,7 +185,7 @@ def clip_gradients(
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"gradient_clip_val must be an int or a float, got {value!r}")
     if algorithm not in ("norm", "value"):
-        raise ValueError(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
+        raise MisconfiguredValue(f"gradient_clip_algorithm={algorithm!r}; use 'norm' or 'value'")
     if value <= 0:
         return None  # Lightning's: 0 (or no value anywhere) clips nothing
     steps = trainer.manual_steps  # None before fit: then no ManualOptimizer was handed out

@@ -20,11 +20,10 @@ from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
+from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
-
-_REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 
 
 class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
@@ -199,8 +198,9 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
                 the name (``False``: the name as given; each loader must then log its own names,
                 as Lightning requires).
             batch_size: the weight of this batch in the epoch mean (default: read from the batch).
-            metric_attribute: accepted for Lightning's programs: the ``Metric`` object is kept as
-                passed, so no attribute lookup is needed.
+            metric_attribute: the module's attribute holding a logged ``Metric``; without it the
+                Metric must be one of the module's submodules (else ``MisconfigurationException``,
+                as in Lightning).
             rank_zero_only: accepted for Lightning's programs (a value logged only on rank 0 is
                 not synced; trainmesh syncs only with ``sync_dist=True``).
 
@@ -209,18 +209,20 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         """
         log_collector = self._log_collector
         if log_collector is None:
-            _warn_no_trainer(name)
+            warn_no_trainer(name)
             return
         if log_collector.barebones:
-            warnings.warn(_BAREBONES_LOG, stacklevel=2)  # Lightning's warning
+            warnings.warn(BAREBONES_LOG, stacklevel=2)  # Lightning's warning
             return
         if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
-            reduce_fx = _reduce_fx_name(reduce_fx)
+            reduce_fx = reduce_fx_name(reduce_fx)
         if sync_dist_group is not None:
             raise ValueError(
                 f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
                 "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
             )
+        if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
+            check_metric_attribute(self, name, value, metric_attribute)  # Lightning's refusal of a stray Metric
         log_collector.log(
             name,
             value,
@@ -270,8 +272,18 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def trainer(self) -> TrainerView:
         # While to_torchscript compiles, torch reads every property: answer None instead of failing.
         if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`.")
         return self._trainer  # type: ignore[return-value]  # None only while TorchScript reads it
+
+    @trainer.setter
+    def trainer(self, trainer: TrainerView | None) -> None:
+        # Lightning's setter: the submodules that are Lightning modules too point at the same Trainer.
+        for child in self.children():
+            if isinstance(child, Module):
+                child.trainer = trainer
+        object.__setattr__(self, "_trainer", trainer)
+        if trainer is None:  # detached: self.log warns and drops, as Lightning's without a Trainer
+            object.__setattr__(self, "_log_collector", None)
 
     @property
     def device(self) -> torch.device:
@@ -384,7 +396,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
     def attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users)."""
-        object.__setattr__(self, "_trainer", trainer)
+        self.trainer = trainer  # (the setter: submodules that are Lightning modules too, as Lightning's)
         object.__setattr__(self, "_log_collector", log_collector)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -423,30 +435,3 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
 # Read by torch.jit.script (to_torchscript): these properties are skipped, not compiled.
 Module.__jit_unused_properties__ = trainer_side_properties(Module)  # type: ignore[attr-defined]
-
-
-def _reduce_fx_name(reduce_fx: Any) -> str:
-    if isinstance(reduce_fx, str):  # Lightning's: any case, "avg" for mean; torch's or Python's functions
-        name = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()
-    else:
-        name = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max"}.get(reduce_fx, "")
-        name = "min" if reduce_fx in (torch.min, min) else name
-    if name not in _REDUCE_FX_NAMES:
-        raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(_REDUCE_FX_NAMES)}")
-    return name
-
-
-_warned_names: set[str] = set()
-_BAREBONES_LOG = (
-    "You are trying to `self.log()` but `Trainer(barebones=True)` is configured."
-    " Logging can impact raw speed so it is disabled under this setting."
-)
-
-
-def _warn_no_trainer(name: str) -> None:
-    if name not in _warned_names:
-        _warned_names.add(name)
-        warnings.warn(
-            f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
-            stacklevel=3,
-        )

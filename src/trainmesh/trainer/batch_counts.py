@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from trainmesh.utilities.dataloaders import has_len
-from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredValue
 
 
 def limited_count(loader: Any, limit: int | float, prefix: str = "val") -> int | float:
@@ -17,7 +17,9 @@ def limited_count(loader: Any, limit: int | float, prefix: str = "val") -> int |
         return min(limit, total)
     if total == math.inf:
         if limit not in (1.0, 0.0):
-            raise ValueError("a fractional limit_*_batches needs a loader with a length; give an int count")
+            raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before)
+                "a fractional limit_*_batches needs a loader with a length; give an int count"
+            )
         return math.inf if limit == 1.0 else 0
     count = int(total * limit) if limit < 1.0 else total
     if count == 0 and limit > 0.0 and total > 0:

@@ -272,8 +272,8 @@ def reordered(callbacks: list[Any]) -> list[Any]:
 def default_bar_and_summary(given: list[Any], *, progress_bar: bool, summary: bool) -> list[Any]:
     """The bar and the summary the Trainer adds, as Lightning's: ``RichProgressBar`` and
     ``RichModelSummary`` where rich is installed, else ``TQDMProgressBar`` and ``ModelSummary``
-    (trainmesh's bar and summary under those names); none where one is given. A bar given with
-    ``enable_progress_bar=False`` is refused, as Lightning refuses it."""
+    (trainmesh's bar and summary under those names); none where one is given. Two bars given, or a
+    bar given with ``enable_progress_bar=False``, are refused, as Lightning refuses them."""
     import importlib.util
 
     from trainmesh.callbacks.model_summary import ModelSummary, RichModelSummary
@@ -282,6 +282,11 @@ def default_bar_and_summary(given: list[Any], *, progress_bar: bool, summary: bo
     rich = importlib.util.find_spec("rich") is not None
     added: list[Any] = []
     bars = [cb for cb in given if _is_bar(cb)]
+    if len(bars) > 1:  # Lightning's check, before the next one
+        raise MisconfigurationException(
+            "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is"
+            f" supported: {[type(bar).__name__ for bar in bars]}; keep one"
+        )
     if bars and not progress_bar:
         raise MisconfigurationException(
             f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in "

@@ -9,6 +9,7 @@ from typing import Any
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lazy import is_instance
 
 # The DataModule's module, imported by a program that uses one (or asks for tm.DataModule): a run
@@ -160,4 +161,6 @@ def _as_list(loaders: Any) -> list[Any]:
 
 def _check_exclusive(loaders: Any, datamodule: Any, name: str) -> None:
     if loaders is not None and datamodule is not None:
-        raise ValueError(f"pass either {name}= or datamodule=, not both: trainmesh would not know which to use")
+        raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before)
+            f"pass either {name}= or datamodule=, not both: trainmesh would not know which to use"
+        )

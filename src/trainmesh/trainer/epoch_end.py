@@ -8,7 +8,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
-from trainmesh.trainer.publishing import callback_metrics
+from trainmesh.trainer.publishing import callback_metrics, logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 
 
@@ -41,7 +41,11 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     hooks.call_module("on_train_epoch_end")
     logged = [train_results, log_collector.results]
     # At the epoch's last logged step, as Lightning's (its _batches_that_stepped less one)
-    ctx.publisher.epoch_metrics({**trained, **log_collector.epoch_metrics()}, step=loop.batches_stepped - 1)
+    # One row at the epoch's last logged step, as Lightning's (its _batches_that_stepped less one): the
+    # steps' epoch values and the hooks' (a name both logged: each under its own key, the hooks' value last)
+    ended = log_collector.epoch_metrics()
+    ctx.publisher.epoch_metrics(ended, to_logger=False)
+    ctx.publisher.log({**logger_row(trained), **logger_row(ended)}, step=loop.batches_stepped - 1)
     log_collector.start_stage(train_results)
     step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)
     loop.epoch_finished = True

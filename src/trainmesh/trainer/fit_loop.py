@@ -37,7 +37,7 @@ from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
-from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import LoopSettings, warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, min_met
@@ -293,9 +293,9 @@ def _train_batches(
         step_done()
         if is_last:  # Lightning's order: the epoch's schedulers step at its last batch, before its hooks and validation
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
-        outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate) if at_batch_end else None
-        for call in at_batch_end:  # on_train_batch_end's (Lightning's outputs: closure.py), then on_batch_end's
-            call(outputs, batch, batch_idx)
+        if at_batch_end:  # on_train_batch_end's (Lightning's outputs: closure.py), then on_batch_end's
+            outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate)
+            _batch_end(log_collector, at_batch_end, outputs, batch, batch_idx)
         progress.completed()
         # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
         log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
@@ -312,6 +312,14 @@ def _train_batches(
     if pending_gradients:
         batches.finish_window(loop.batches_done - 1)  # the epoch ended inside an accumulation window
     return cut_short
+
+
+def _batch_end(log_collector: LogCollector, calls: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    """The batch-end hooks' calls; what they log is their own metric (the log collector's ``fx``),
+    apart from training_step's, as Lightning keeps it."""
+    log_collector.fx = "on_train_batch_end"
+    for call in calls:
+        call(outputs, batch, batch_idx)
 
 
 def _ends_epoch(state: LoopState, batch_hooks: TrainBatchHooks, batch: Any, batch_idx: int) -> bool:

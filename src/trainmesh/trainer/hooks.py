@@ -136,12 +136,21 @@ class HookDispatcher:
         return bool(self.callbacks_for(hook)) or self.module_overrides(hook)
 
     def call(self, hook: str, *args: Any) -> Any:
-        """The callbacks' hook, then the module's (Lightning's order); returns the module's result."""
-        for callback in self.callbacks_for(hook):
-            self.method(callback, hook)(self._trainer, self._module, *args)
-        if self.module_overrides(hook):
-            return self.method(self._module, hook)(*args)
-        return None
+        """The callbacks' hook, then the module's (Lightning's order); returns the module's result.
+        What they log is the hook's own metric (the log collector's ``fx``), as Lightning keeps it."""
+        collector = getattr(self._module, "_log_collector", None)
+        outer = None if collector is None else collector.fx
+        if collector is not None:
+            collector.fx = hook
+        try:
+            for callback in self.callbacks_for(hook):
+                self.method(callback, hook)(self._trainer, self._module, *args)
+            if self.module_overrides(hook):
+                return self.method(self._module, hook)(*args)
+            return None
+        finally:
+            if collector is not None:
+                collector.fx = outer
 
     def bound(self, hook: str) -> tuple[Callable[..., Any], ...]:
         """``call(hook, *args)`` as callables to call in turn with ``*args`` (results ignored):

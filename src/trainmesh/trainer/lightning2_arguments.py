@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 # The Trainer arguments refused here, with the reason (the inventory of Lightning's API lists them so).
@@ -54,7 +55,7 @@ def check_run_behaviour(
         raise ValueError(f"Trainer(model_registry={model_registry!r}): {REFUSED_ARGUMENTS['model_registry']}")
     every = reload_dataloaders_every_n_epochs
     if not isinstance(every, int) or isinstance(every, bool) or every < 0:
-        raise ValueError(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {every}.")
+        raise MisconfiguredValue(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {every}.")
     if deterministic:
         if benchmark is None:
             benchmark = False  # for determinism, as Lightning

@@ -34,6 +34,7 @@ from trainmesh.trainer.optimization.progress import count_optimizer_steps
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 from trainmesh.trainer_view import RuntimeView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
@@ -74,15 +75,15 @@ def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettin
             "optimization works under every strategy)"
         )
         raise ValueError(f"strategy {strategy!r} with {name}.automatic_optimization = False: {why}")
-    if settings.accumulate_grad_batches != 1:
-        raise ValueError(
+    if settings.accumulate_grad_batches != 1:  # (Lightning's class for both: MisconfigurationException)
+        raise MisconfiguredValue(
             f"Trainer(accumulate_grad_batches={settings.accumulate_grad_batches}) with {name}.automatic_optimization "
             "= False: the loop makes no optimizer step in manual optimization, so it cannot accumulate. Drop the "
             "argument and accumulate in training_step: call opt.step() and opt.zero_grad() every N batches "
             "(wrap the other batches' manual_backward in `with self.no_backward_sync():` to skip the gradient sync)"
         )
     if settings.gradient_clip_val is not None:
-        raise ValueError(
+        raise MisconfiguredValue(
             f"Trainer(gradient_clip_val={settings.gradient_clip_val}) with {name}.automatic_optimization = False: "
             "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "
             "and call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm='norm') in "

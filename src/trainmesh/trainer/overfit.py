@@ -15,7 +15,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from trainmesh.trainer.data_source import DataSource
-from trainmesh.trainer.settings import InvalidSetting, whole_count
+from trainmesh.trainer.settings import InvalidSetting
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -25,14 +25,21 @@ _PREFIX = {"train": "train", "validate": "val"}
 def overfit_limits(
     overfit_batches: int | float, limit_train: int | float | None, limit_val: int | float | None
 ) -> tuple[int | float | None, int | float | None]:
-    """The train and validation limits: ``overfit_batches`` for both where it is set (above 0)."""
-    overfit_batches = whole_count(overfit_batches)
+    """The train and validation limits: ``overfit_batches`` for both where it is set (above 0).
+
+    A whole float above 1 (``3.0``) is Lightning 2.6's quirk: its ``trainer.overfit_batches`` reads 3,
+    but the limits keep the float, a fraction of 3 times each loader, so fit trains and validates on
+    every batch (measured: 5 of 5 batches an epoch); the limits here are then 1.0, every batch."""
     if isinstance(overfit_batches, bool) or not isinstance(overfit_batches, (int, float)) or overfit_batches < 0:
         raise InvalidSetting(
             f"overfit_batches={overfit_batches!r}: give a number of batches (int) or a fraction (float in [0, 1])"
         )
     if isinstance(overfit_batches, float) and overfit_batches > 1.0:
-        raise InvalidSetting(f"overfit_batches={overfit_batches}: a float is a fraction of the batches, in [0, 1]")
+        if overfit_batches % 1.0:
+            raise InvalidSetting(  # Lightning's message
+                f"You have passed invalid value {overfit_batches} for overfit_batches, it has to be in [0.0, 1.0] or an int."
+            )
+        return 1.0, 1.0
     if overfit_batches > 0:
         return overfit_batches, overfit_batches
     return limit_train, limit_val

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainmesh.utilities.exceptions import MisconfiguredType
 from trainmesh.utilities.refusal import LightningOneName
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
                 )
             layer_sync, kinds["TorchSyncBatchNorm"] = plugin, kinds["TorchSyncBatchNorm"] + 1
         else:
-            raise TypeError(_other_plugin(plugin))
+            raise MisconfiguredType(_other_plugin(plugin))  # Lightning's class (a TypeError too, as before)
     duplicated = [kind for kind, count in kinds.items() if count > 1]
     if duplicated:
         raise ValueError(

@@ -15,6 +15,7 @@ from trainmesh.callbacks.base import state_key_of
 from trainmesh.profilers.profiler import PassThroughProfiler, Profiler
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 _BY_NAME = ("simple", "advanced", "pytorch")
 
@@ -41,7 +42,7 @@ def build_profiler(profiler: Profiler | str | None) -> Profiler:
 
         name = profiler.lower()
         if name not in _BY_NAME:
-            raise ValueError(
+            raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before)
                 f"Trainer(profiler={profiler!r}): a profiler given by name is one of {list(_BY_NAME)} "
                 "(or pass a trainmesh.profilers.Profiler)"
             )

@@ -8,7 +8,7 @@ import torch
 
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.trainer.loop_state import LoopState
-from trainmesh.trainer.results import metric_tensor, read_floats, step_tensor
+from trainmesh.trainer.metric_values import metric_tensor, read_floats, step_tensor
 
 
 def callback_metrics(state: LoopState) -> dict[str, Any]:
@@ -35,13 +35,16 @@ def _logged_values(state: LoopState) -> dict[str, torch.Tensor]:
     metrics = {name: metric_tensor(value, wide=name in wide) for name, value in state.epoch_metrics.items()}
     if state.train_results is not None:
         entries = state.train_results.entries
-        for name, value in state.train_results.step_values.items():
-            number = step_tensor(value)
-            if entries[name].on_epoch:
+        ended = state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
+        for key, value in state.train_results.step_values.items():
+            number, entry = step_tensor(value), entries[key]
+            name = entry.name or key
+            if entry.on_epoch:
                 metrics[f"{name}_step"] = number
-                if state.loop.batches_done and not (state.loop.epoch_finished or state.loop.epoch_ending):
+                if not ended:
                     metrics[name] = number
-            else:
+            elif not (ended and name in state.epoch_metrics):
+                # (once the epoch ended, a value the epoch-end hooks logged under the name replaces it, as Lightning's)
                 metrics[name] = number
     return metrics
 
@@ -53,10 +56,10 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     metrics = dict(state.logged_metrics)
     if state.train_results is not None:
         entries = state.train_results.entries
-        for name, value in state.train_results.step_values.items():
-            entry = entries[name]
+        for key, value in state.train_results.step_values.items():
+            entry = entries[key]
             if entry.logger:
-                metrics[f"{name}_step" if entry.on_epoch else name] = step_tensor(value)
+                metrics[f"{entry.name or key}_step" if entry.on_epoch else entry.name or key] = step_tensor(value)
     return metrics
 
 
@@ -66,10 +69,14 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
-        for name, value in state.train_results.step_values.items():
-            entry = entries[name]
-            if entry.prog_bar:  # Lightning's names: name_step beside name_epoch where logged for both
-                shown[f"{name}_step" if entry.on_epoch else name] = value
+        ended = state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
+        for key, value in state.train_results.step_values.items():
+            entry = entries[key]
+            name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
+            # Lightning's names: name_step beside name_epoch where logged for both; once the epoch
+            # ended, what the epoch-end hooks logged under the name for the bar replaces the step's
+            if entry.prog_bar and not (ended and name in state.prog_bar_names and name in state.epoch_metrics):
+                shown[name] = value
     metrics: dict[str, Any] = read_floats(shown)
     for name, value in state.epoch_metrics.items():
         if name in state.prog_bar_names:
@@ -134,8 +141,9 @@ class Publisher:
         results = state.log_collector.results
         logged: dict[str, Any] = {}
         bar: dict[str, Any] = {}
-        for name, value in results.step_values.items():
-            entry = results.entries[name]
+        for key, value in results.step_values.items():
+            entry = results.entries[key]
+            name = entry.name or key
             key = (f"{name}_step" if entry.on_epoch else name) + (suffix if entry.add_dataloader_idx else "")
             if entry.logger:
                 logged[key] = value

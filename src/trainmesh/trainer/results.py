@@ -8,15 +8,17 @@ once a float64 value is logged.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from trainmesh.trainer.logging_hooks import check_can_log
+from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
+from trainmesh.utilities.data import extract_batch_size
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import WarningCache
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -48,6 +50,12 @@ class _Entry:
     rank_zero_only: bool = False
     # A step value and nothing else (training_step's default): self.log's fast path.
     plain_step: bool = field(init=False, repr=False, compare=False)
+    # The name as logged, and the hook that logged it (Lightning keeps one metric per hook and name,
+    # so an entry's key in StageResults is the name, or "name<US>hook" for a second hook's)
+    name: str = field(default="", compare=False)
+    fx: str = field(default="training_step", compare=False)
+    # The self.log arguments of the latest call that matched (a call with others is checked: check_arguments)
+    given: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.plain_step = self.on_step and not self.on_epoch and not self.sync_dist
@@ -69,6 +77,8 @@ class StageResults:
                 "total": e.total,
                 "weight": e.weight,
                 "options": (e.prog_bar, e.logger, e.on_step, e.on_epoch, e.reduce_fx, e.sync_dist),
+                "name": e.name,
+                "fx": e.fx,
             }
             for name, e in self.entries.items()
             if e.metric is None
@@ -83,6 +93,7 @@ class StageResults:
         for name, saved in state.items():
             entry = _Entry(*saved["options"])
             entry.total, entry.weight = saved["total"], saved["weight"]
+            entry.name, entry.fx = saved.get("name", name), saved.get("fx", "training_step")
             self.entries[name] = entry
 
 
@@ -99,7 +110,8 @@ class LogCollector:
         self.metrics_source: Callable[[Any], Any] | None = None
         self.world_size = 1  # the run's processes (trainer.py sets it): Lightning advises sync_dist above 1
         self.results = StageResults()
-        self.hook = "training_step"
+        self.hook = "training_step"  # the stage's hook: on_step/on_epoch defaults
+        self.fx = "training_step"  # the hook running now (one of the stage's batch hooks: on_train_batch_end, ...)
         self.barebones = False  # Trainer(barebones=True): self.log warns and drops the value (module.py)
         self._batch: Any = None
         self._batch_size: int | None = None
@@ -134,7 +146,7 @@ class LogCollector:
         self.results = results if results is not None else StageResults()
 
     def set_batch(self, hook: str, batch: Any) -> None:
-        self.hook = hook
+        self.hook = self.fx = hook
         self._batch = batch
         self._batch_size = None
         if self._chunk_steps:  # (a split batch's; most steps have none: no new dict each step)
@@ -157,12 +169,35 @@ class LogCollector:
     ) -> None:
         """Record one ``self.log`` call.
 
-        The options of a name's first call in a stage hold for the stage; they are checked then,
-        once. The common case, a step value of a scalar tensor or a number, stores it and returns:
+        As Lightning's, each hook (``self.fx``) logs its own metric under a name (a second hook's value
+        of the name replaces the first's where both are shown), and a hook's call with other
+        arguments than its earlier calls of the name raises ``MisconfigurationException``. The common case, a step value of a scalar tensor or a number, stores it and returns:
         no tensor is made for a number and nothing is read from a device (values are read where
         they are shown, at the loggers' and the progress bar's cadence).
         """
-        entry = self.results.entries.get(name)
+        key, entry = name, self.results.entries.get(name)
+        given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only)
+        if entry is None or entry.fx != self.fx or entry.given != given:
+            key, entry = self._entry_for(name, given)
+        if entry.plain_step and not self._chunked:
+            kind = type(value)
+            if kind is torch.Tensor and value.ndim == 0:
+                self.results.step_values[key] = value.detach()
+                return
+            if kind is float:
+                self.results.step_values[key] = value
+                return
+        self._log_any(key, entry, value, batch_size)
+
+    def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, _Entry]:
+        """The entry this hook (``self.fx``) logs ``name`` into, made at its first call; a call with
+        other arguments than the hook's earlier ones is refused as Lightning refuses it."""
+        check_can_log(self.hook, self.fx)  # (a hook's first call of a name: no cost per step)
+        entries = self.results.entries
+        first = entries.get(name)
+        key = name if first is None or first.fx == self.fx else f"{name}\x1f{self.fx}"
+        entry = entries.get(key)
+        prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only = given
         if entry is None:
             if add_dataloader_idx and "/dataloader_idx_" in name:  # Lightning's check, once per name here
                 raise MisconfigurationException(
@@ -171,22 +206,24 @@ class LogCollector:
                 )
             # rank_zero_only: no collective (the other ranks may not log it), as Lightning's no_op sync
             entry = self._new_entry(
-                name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only
+                key, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only
             )
             entry.add_dataloader_idx, entry.rank_zero_only = add_dataloader_idx, rank_zero_only
-        if entry.plain_step and not self._chunked:
-            kind = type(value)
-            if kind is torch.Tensor and value.ndim == 0:
-                self.results.step_values[name] = value.detach()
-                return
-            if kind is float:
-                self.results.step_values[name] = value
-                return
-        self._log_any(name, entry, value, batch_size)
+            entry.name, entry.fx = name, self.fx
+        elif _arguments(entry, self.world_size) != _arguments(
+            self._new_entry(None, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only),
+            self.world_size,
+        ) or (entry.add_dataloader_idx, entry.rank_zero_only) != (add_dataloader_idx, rank_zero_only):
+            # Lightning's _ResultCollection.log compares the call's metadata (defaults resolved) with the first's
+            raise MisconfigurationException(
+                f"You called `self.log({name}, ...)` twice in `{self.fx}` with different arguments. This is not allowed"
+            )
+        entry.given = given
+        return key, entry
 
     def _new_entry(
         self,
-        name: str,
+        name: str | None,
         prog_bar: bool,
         logger: bool,
         on_step: bool | None,
@@ -207,29 +244,30 @@ class LogCollector:
             raise MisconfigurationException(  # Lightning's type: "... is not useful"
                 f"self.log({name!r}, on_step=False, on_epoch=False) is not useful: it records nothing; set one of them"
             )
-        self.results.entries[name] = entry
+        if name is not None:  # (None: only the options resolved, to compare: _entry_for)
+            self.results.entries[name] = entry
         return entry
 
     def _log_any(self, name: str, entry: _Entry, value: Any, batch_size: int | None) -> None:
         """Every other case: a metric object, a chunk of a split batch, an epoch value, sync_dist."""
-        if _is_metric_object(value):
+        if is_metric_object(value):
             entry.metric = value
             cached = getattr(value, "_forward_cache", None)
             if entry.on_step and isinstance(cached, torch.Tensor):
                 self.results.step_values[name] = cached.detach()
             return
-        number = _as_scalar(name, value)
+        number = as_scalar(entry.name or name, value)
         chunk = getattr(self._running, "chunk", None) if self._chunked else None
         if chunk is not None and batch_size is None:
             batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
         if entry.on_step:
             step_value: torch.Tensor | float
             if chunk is not None:
-                step_value = self._mean_over_chunks(name, _as_tensor(number), batch_size or 0)
+                step_value = self._mean_over_chunks(name, as_tensor(number), batch_size or 0)
             else:
                 step_value = number
             self.results.step_values[name] = (
-                self._reduce(_as_tensor(step_value), "mean") if entry.sync_dist else step_value
+                self._reduce(as_tensor(step_value), "mean") if entry.sync_dist else step_value
             )
         if entry.on_epoch:
             if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
@@ -248,9 +286,7 @@ class LogCollector:
     def _accumulate(self, entry: _Entry, tensor: torch.Tensor, batch_size: int | None) -> None:
         if entry.reduce_fx == "mean" or entry.reduce_fx == "sum":
             if batch_size is None:
-                if self._batch_size is None:
-                    self._batch_size = infer_batch_size(self._batch)
-                batch_size = self._batch_size
+                batch_size = self._mean_weight() if entry.reduce_fx == "mean" else 1
             if entry.total is None:
                 entry.total = torch.zeros((), dtype=lightning_dtype(), device=tensor.device)
             elif entry.total.device != tensor.device:  # restored from a checkpoint (kept on CPU)
@@ -282,6 +318,16 @@ class LogCollector:
                     torch.maximum(entry.total, value) if entry.reduce_fx == "max" else torch.minimum(entry.total, value)
                 )
             entry.weight = 1.0
+
+    def _mean_weight(self) -> int:
+        """The batch size a mean weighs a value by when ``self.log`` is given none: Lightning's
+        ``extract_batch_size`` of the batch (its first tensor's dim 0; warns when ambiguous; raises
+        when the batch holds no tensor), read once per batch; 1 where there is no batch."""
+        if self._batch_size is None:
+            if self._batch is None:
+                return 1
+            self._batch_size = extract_batch_size(self._batch)
+        return self._batch_size
 
     def end_step(self) -> None:
         """A step's values are complete: where only the last pipeline stage logs, every other
@@ -316,11 +362,11 @@ class LogCollector:
         """The step values under Lightning's names (``suffix``: an evaluation loader's ``/dataloader_idx_N``)."""
         chosen: dict[str, torch.Tensor | float] = {}
         entries = self.results.entries
-        for name, value in self.results.step_values.items():
-            entry = entries[name]
+        for key, value in self.results.step_values.items():
+            entry = entries[key]
             if (prog_bar_only and not entry.prog_bar) or (logger_only and not entry.logger):
                 continue
-            end = suffix if entry.add_dataloader_idx else ""
+            end, name = suffix if entry.add_dataloader_idx else "", entry.name or key
             chosen[(f"{name}_step" if entry.on_epoch else name) + end] = value
         return read_floats(chosen)
 
@@ -329,8 +375,8 @@ class LogCollector:
         Lightning keeps those float64 (lightning_dtype)."""
         entries = self.results.entries
         return {
-            f"{name}_step" if entries[name].on_epoch else name
-            for name, value in self.results.step_values.items()
+            f"{entries[key].name or key}_step" if entries[key].on_epoch else entries[key].name or key
+            for key, value in self.results.step_values.items()
             if isinstance(value, torch.Tensor) and value.dtype == torch.float64
         }
 
@@ -339,7 +385,8 @@ class LogCollector:
         this process's own (Lightning's rule)."""
         self.end_step()
         out: dict[str, tuple[float, _Entry]] = {}
-        for name, entry in self.results.entries.items():
+        for key, entry in self.results.entries.items():
+            name = entry.name or key  # a second hook's value under the same name replaces the first's, as Lightning's
             if not entry.on_epoch:
                 continue
             if entry.metric is not None:
@@ -369,6 +416,18 @@ class LogCollector:
         return out
 
 
+def _arguments(entry: _Entry, world_size: int) -> tuple[Any, ...]:
+    # What Lightning's _Metadata equality compares that trainmesh keeps; sync_dist only where it syncs
+    return (
+        entry.prog_bar,
+        entry.logger,
+        entry.on_step,
+        entry.on_epoch,
+        entry.reduce_fx,
+        entry.sync_dist and world_size > 1,
+    )
+
+
 def reset_metric_objects(logged: list[StageResults]) -> None:
     """Reset the torchmetrics objects logged into ``logged`` (where Lightning's loops call
     ``reset_results``: after ``on_validation_end`` / ``on_test_end``, after ``on_train_epoch_end``)."""
@@ -390,84 +449,3 @@ def _advise_sync_dist(name: str) -> None:
 
 def _local(value: torch.Tensor, op: str) -> torch.Tensor:
     return value  # this process's own value: logged without sync_dist (rank_zero_only too)
-
-
-def _is_metric_object(value: Any) -> bool:
-    # Duck-typed so torchmetrics stays optional.
-    return (
-        not isinstance(value, torch.Tensor)
-        and hasattr(value, "compute")
-        and hasattr(value, "update")
-        and hasattr(value, "reset")
-    )
-
-
-def _as_scalar(name: str, value: Any) -> torch.Tensor | float:
-    """A logged value as a detached 0-dim tensor, or a Python float for a number (making a
-    tensor of it costs more than the rest of self.log; it is made only where one is needed)."""
-    if isinstance(value, torch.Tensor):
-        if type(value) is not torch.Tensor and hasattr(value, "full_tensor"):  # (a failed hasattr is slow)
-            value = value.full_tensor()  # a DTensor (tensor parallel, loss_parallel): its value, as a plain tensor
-        if value.numel() != 1:
-            raise ValueError(
-                f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; log a scalar "
-                "(reduce it with .mean() or log each element under its own name)"
-            )
-        scalar: torch.Tensor = value.detach().reshape(())
-        return scalar
-    # Lightning's numbers.Number: a bool (logged as 1.0 / 0.0) and NumPy's scalars (np.float32) too
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise ValueError(  # Lightning's type for it, which a program may catch
-        f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"
-    )
-
-
-def _as_tensor(value: torch.Tensor | float) -> torch.Tensor:
-    # float64 holds a Python float exactly.
-    return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float64)
-
-
-def read_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
-    """``values`` as Python floats, in their order, with one device-to-host copy per device
-    rather than one per value: on a GPU each ``.item()`` waits for the device to catch up."""
-    out: dict[str, float] = dict.fromkeys(values, 0.0)  # the order of ``values``, filled below
-    on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
-    for name, value in values.items():
-        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            on_device.setdefault(value.device, {})[name] = value
-        else:
-            out[name] = float(value)
-    for tensors in on_device.values():
-        # float64 holds every float32/bf16/int32 value exactly: the same floats as float(value).
-        numbers = torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors.values()]).tolist()
-        out.update(zip(tensors, numbers))
-    return out
-
-
-def lightning_dtype(wide: bool = False) -> torch.dtype:
-    """The dtype Lightning gives a logged value (2.6.6, ``logger_connector/result.py``: its
-    ``_get_default_dtype`` and ``_ResultMetric.update``): float32 (the default dtype, no lower
-    than float32), or float64 where the default dtype is float64 or ``wide`` (a float64 tensor was
-    logged: its float32 accumulator promotes to float64)."""
-    return torch.float64 if wide or torch.get_default_dtype() == torch.float64 else torch.float32
-
-
-def step_tensor(value: torch.Tensor | float) -> torch.Tensor:
-    """A step value as ``callback_metrics`` hands it out: the tensor logged (no device sync), in
-    float32 or float64 as Lightning converts it (a float16, bfloat16 or integer tensor becomes
-    float32), or for a logged number a tensor of Lightning's dtype."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        return value if value.dtype in (torch.float32, torch.float64) else value.to(lightning_dtype())
-    return torch.tensor(value, dtype=lightning_dtype())
-
-
-def metric_tensor(value: Any, *, wide: bool = False) -> torch.Tensor:
-    """A metric as ``callback_metrics`` / ``logged_metrics`` hand it out: a scalar tensor, as
-    Lightning programs expect (they call ``.item()``). A step value stays where it is (no device
-    sync); a reduced epoch value (a float) becomes a tensor of Lightning's dtype: float32, or
-    float64 where a float64 tensor was logged under the name (``wide``) or that is the default."""
-    if isinstance(value, torch.Tensor):
-        return step_tensor(value)
-    return torch.tensor(float(value), dtype=lightning_dtype(wide))

@@ -113,7 +113,7 @@ def check_loop_settings(
     if gradient_clip_algorithm is not None:
         gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
     if gradient_clip_algorithm not in ("norm", "value", None):
-        raise ValueError(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+        raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
     if gradient_clip_val is not None and gradient_clip_val <= 0:
         raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
     return LoopSettings(
@@ -141,7 +141,7 @@ def check_loop_settings(
 
 def _check_int(name: str, value: Any, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+        raise MisconfiguredValue(f"{name}={value!r} must be an integer >= {minimum}")  # Lightning's class
     return value
 
 

@@ -48,7 +48,7 @@ from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
-from trainmesh.trainer.settings import check_loop_settings
+from trainmesh.trainer.settings import check_loop_settings, whole_count
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
@@ -155,7 +155,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         )
         default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
         self.default_root_dir = str(default_root_dir or os.getcwd())
-        self.overfit_batches = overfit_batches  # fit's loaders in order, limited (overfit.py)
+        self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two

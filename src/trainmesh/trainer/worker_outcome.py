@@ -14,7 +14,7 @@ import torch
 
 from trainmesh.callbacks.base import callback_states, load_callback_state
 from trainmesh.trainer.loop_state import LoopState
-from trainmesh.trainer.results import metric_tensor
+from trainmesh.trainer.metric_values import metric_tensor
 from trainmesh.trainer.states import TrainerFn, TrainerState, TrainerStatus
 from trainmesh.trainer_view import TrainerView
 

@@ -4,7 +4,7 @@ dataset is iterable."""
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -12,10 +12,12 @@ import torch
 from torch.utils.data import IterableDataset
 
 from trainmesh.utilities.exceptions import MisconfigurationException
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import WarningCache, rank_zero_warn
 
 __all__ = ["extract_batch_size", "has_iterable_dataset", "has_len_all_ranks", "sized_len"]
 
+# Once per message and process, as Lightning's module-level warning cache in utilities/data.py.
+_WARNINGS = WarningCache()
 _CANNOT_INFER = (
     "We could not infer the batch_size from the batch. Either simplify its structure"
     " or provide the batch_size as `self.log(..., batch_size=batch_size)`."
@@ -24,11 +26,12 @@ _CANNOT_INFER = (
 
 def extract_batch_size(batch: Any) -> int:
     """The size of dim 0 of the first tensor found in ``batch`` (a 0-d tensor counts 1), searching
-    mappings' values and other iterables in order, as Lightning does; warns when a later tensor
-    disagrees.
+    mappings' values, other iterables and dataclasses' fields in order, as Lightning does (its
+    ``utilities/data.py``); warns, once per message and process, when a later item disagrees: a
+    tensor of another size, or a string or number found after the size (Lightning's ambiguity).
 
     Args:
-        batch: a tensor, or a mapping / iterable holding tensors.
+        batch: a tensor, or a mapping / iterable / dataclass holding tensors.
 
     Raises:
         MisconfigurationException: ``batch`` holds no tensor.
@@ -43,10 +46,9 @@ def extract_batch_size(batch: Any) -> int:
             if found is None:
                 found = size
             elif size != found:
-                warnings.warn(
+                _WARNINGS.warn(
                     "Trying to infer the `batch_size` from an ambiguous collection. The batch size we"
-                    f" found is {found}. To avoid any miscalculations, use `self.log(..., batch_size=batch_size)`.",
-                    stacklevel=2,
+                    f" found is {found}. To avoid any miscalculations, use `self.log(..., batch_size=batch_size)`."
                 )
                 break
     except RecursionError as error:
@@ -56,12 +58,19 @@ def extract_batch_size(batch: Any) -> int:
     return found
 
 
-def _sizes(batch: Any) -> Iterator[int]:
+def _sizes(batch: Any) -> Iterator[int | None]:
+    # Lightning's _extract_batch_size: None for a leaf that is not a tensor (a string, a number),
+    # which counts as a disagreement once a size was found.
     if isinstance(batch, torch.Tensor):
         yield 1 if batch.ndim == 0 else batch.size(0)
     elif isinstance(batch, (Iterable, Mapping)) and not isinstance(batch, str):
         for item in batch.values() if isinstance(batch, Mapping) else batch:
             yield from _sizes(item)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for item in dataclasses.fields(batch):
+            yield from _sizes(getattr(batch, item.name))
+    else:
+        yield None
 
 
 def sized_len(dataloader: object) -> int | None:

@@ -20,3 +20,8 @@ class SIGTERMException(SystemExit):
 class MisconfiguredValue(MisconfigurationException, ValueError):
     """An argument's value Lightning refuses with ``MisconfigurationException`` (``ModelCheckpoint(mode=)``,
     ``EarlyStopping(mode=)``, ...): caught by either name, as trainmesh raised ``ValueError`` there before."""
+
+
+class MisconfiguredType(MisconfigurationException, TypeError):
+    """An argument of a type Lightning refuses with ``MisconfigurationException`` (``Trainer(plugins=[...])``
+    with an object no plugin type matches): caught by either name, as trainmesh raised ``TypeError`` there before."""

@@ -1,0 +1,77 @@
+"""The checks ``Module.log`` makes before a value reaches the Trainer's log collector, as
+Lightning's ``LightningModule.log`` makes them (2.6, ``core/module.py``): the ``reduce_fx``
+spellings it takes, the torchmetrics ``Metric`` it can name, and its warnings when logging
+cannot happen. Kept apart from :mod:`trainmesh.module` so that the module class stays small.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainmesh.utilities.exceptions import MisconfigurationException
+
+REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
+BAREBONES_LOG = (
+    "You are trying to `self.log()` but `Trainer(barebones=True)` is configured."
+    " Logging can impact raw speed so it is disabled under this setting."
+)
+_warned_names: set[str] = set()
+
+
+def reduce_fx_name(reduce_fx: Any) -> str:
+    """``reduce_fx`` as one of :data:`REDUCE_FX_NAMES`: Lightning's spellings (any case, "avg" for
+    the mean, torch's or Python's functions)."""
+    if isinstance(reduce_fx, str):
+        name = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()
+    else:
+        name = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max"}.get(reduce_fx, "")
+        name = "min" if reduce_fx in (torch.min, min) else name
+    if name not in REDUCE_FX_NAMES:
+        raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(REDUCE_FX_NAMES)}")
+    return name
+
+
+def warn_no_trainer(name: str) -> None:
+    if name not in _warned_names:
+        _warned_names.add(name)
+        warnings.warn(
+            f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
+            stacklevel=3,
+        )
+
+
+def check_metric_attribute(module: nn.Module, name: str, value: Any, metric_attribute: str | None) -> None:
+    """Lightning's refusal of a torchmetrics ``Metric`` logged without ``metric_attribute`` that is
+    not one of the module's submodules: Lightning names a logged Metric by its attribute (to save
+    and restore its state), so it raises ``MisconfigurationException`` with this text.
+
+    Lightning finds the attributes once per module (its ``_metric_attributes`` cache); here they are
+    looked up at each such call, which answers the same unless a Metric attribute is added later."""
+    if metric_attribute is not None or not _is_torchmetrics_metric(value):
+        return
+    from torchmetrics import Metric
+
+    attributes = {id(sub): sub_name for sub_name, sub in module.named_modules() if isinstance(sub, Metric)}
+    if not attributes:
+        raise MisconfigurationException(
+            "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged."
+            " You can fix this by setting an attribute for the metric in your `LightningModule`."
+        )
+    if id(value) not in attributes:
+        raise MisconfigurationException(
+            "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged."
+            f" You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` is one"
+            f" of {list(attributes.values())}"
+        )
+
+
+def _is_torchmetrics_metric(value: Any) -> bool:
+    # torchmetrics stays optional: a Metric can only exist where it was imported.
+    import sys
+
+    module = sys.modules.get("torchmetrics")
+    return module is not None and isinstance(value, module.Metric)
