@@ -1,0 +1,54 @@
+"""Code from Lightning 2.6's documentation pages on training tricks, extensions, tuning, debugging and
+the CLI (docs/source-pytorch: advanced/, extensions/, tuning/, debug/, cli/), each written as a small
+program of our own, run under Lightning 2.6 and after the mechanical port under trainmesh, compared as
+data (``helpers.programs``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.programs import differences, outcome, run_both, trainer_kwargs
+
+pytest.importorskip("lightning.pytorch")
+
+
+def _data(n: int = 24) -> DataLoader:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 4, generator=g)
+    return DataLoader(TensorDataset(x, 10 * x.sum(1, keepdim=True)), batch_size=8)
+
+
+def _module(L):
+    class Net(L.pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Net
+
+
+def test_gradient_clip_val_zero_trains_without_clipping_as_lightning(tmp_path):
+    """training_tricks.rst: ``Trainer(gradient_clip_val=0)`` is the documented default ("don't clip").
+    trainmesh refused it with a ValueError ("must be positive") before training."""
+
+    def program(L, root):
+        model = _module(L)()
+        trainer = L.pl.Trainer(
+            **trainer_kwargs(root, logger=False, enable_checkpointing=False, max_epochs=2, gradient_clip_val=0)
+        )
+        trainer.fit(model, _data())
+        return outcome(trainer, model, root, clip=trainer.gradient_clip_val)
+
+    found = run_both(program, tmp_path)
+    assert found["lightning"]["extra"]["clip"] == 0
+    assert differences(found["lightning"], found["trainmesh"]) == []
