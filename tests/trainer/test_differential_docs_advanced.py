@@ -52,3 +52,33 @@ def test_gradient_clip_val_zero_trains_without_clipping_as_lightning(tmp_path):
     found = run_both(program, tmp_path)
     assert found["lightning"]["extra"]["clip"] == 0
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def test_resuming_without_a_callback_of_the_checkpoint_warns_as_lightning(tmp_path):
+    """callbacks_state.rst: a checkpoint holds each stateful callback's state under its ``state_key``.
+    Resuming with a Trainer that lacks one of them, Lightning warns ("Be aware that when using
+    `ckpt_path`, ... Please add the following callbacks: [...]"); trainmesh dropped the state silently.
+    A resume with the same callbacks (the default ones included) warns nothing under either."""
+    import warnings
+
+    def program(L, root):
+        first = L.pl.Trainer(
+            **trainer_kwargs(
+                root / "a", logger=False, max_epochs=1, callbacks=[L.callbacks.EarlyStopping("train_loss")]
+            )
+        )
+        first.fit(_module(L)(), _data())
+        path = first.checkpoint_callback.best_model_path
+        said = {}
+        for name, callbacks in (("without", []), ("with", [L.callbacks.EarlyStopping("train_loss")])):
+            trainer = L.pl.Trainer(**trainer_kwargs(root / name, logger=False, max_epochs=2, callbacks=callbacks))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                trainer.fit(_module(L)(), _data(), ckpt_path=path)
+            said[name] = sorted(str(w.message) for w in caught if "Be aware" in str(w.message))
+        return said
+
+    found = run_both(program, tmp_path)
+    assert found["lightning"]["with"] == []
+    assert "EarlyStopping{'monitor': 'train_loss', 'mode': 'min'}" in found["lightning"]["without"][0]
+    assert found["trainmesh"] == found["lightning"]
