@@ -82,3 +82,58 @@ def test_resuming_without_a_callback_of_the_checkpoint_warns_as_lightning(tmp_pa
     assert found["lightning"]["with"] == []
     assert "EarlyStopping{'monitor': 'train_loss', 'mode': 'min'}" in found["lightning"]["without"][0]
     assert found["trainmesh"] == found["lightning"]
+
+
+def test_clashing_hyperparameters_without_a_logger_train_as_lightning(tmp_path):
+    """Lightning merges the module's and the data module's saved hyperparameters (raising on a name
+    saved with two values) only to hand them to the loggers: with ``logger=False`` it never merges and
+    the fit trains. trainmesh merged anyway and stopped with Lightning's RuntimeError."""
+
+    def program(L, root):
+        class Data(L.pl.LightningDataModule):
+            def __init__(self, lr: float = 0.3) -> None:
+                super().__init__()
+                self.save_hyperparameters()
+
+            def train_dataloader(self):
+                return _data()
+
+        class Net(_module(L)):
+            def __init__(self, lr: float = 0.1) -> None:
+                super().__init__()
+                self.save_hyperparameters()
+
+        said = {}
+        for logger in (False, True):
+            model = Net()
+            trainer = L.pl.Trainer(
+                **trainer_kwargs(root / str(logger), logger=logger, enable_checkpointing=False, max_epochs=1)
+            )
+            try:
+                trainer.fit(model, datamodule=Data())
+                said[logger] = sum(float(p.sum()) for p in model.parameters())
+            except RuntimeError as error:
+                said[logger] = str(error)
+        return said
+
+    found = run_both(program, tmp_path)
+    assert isinstance(found["lightning"][False], float) and "Error while merging" in found["lightning"][True]
+    assert found["trainmesh"] == found["lightning"]
+
+
+def test_simple_profiler_counts_the_training_fetches_as_lightning(tmp_path):
+    """profiler_basic.rst's ``Trainer(profiler="simple")`` report: Lightning records one
+    ``[_TrainingEpochLoop].train_dataloader_next`` per training batch (3 with limit_train_batches=3);
+    trainmesh recorded one more, its call past the last batch."""
+
+    def program(L, root):
+        trainer = L.pl.Trainer(
+            **trainer_kwargs(root, logger=False, enable_checkpointing=False, max_epochs=2, limit_train_batches=2),
+            profiler="simple",
+        )
+        trainer.fit(_module(L)(), _data(32))
+        return {k: len(v) for k, v in trainer.profiler.recorded_durations.items() if k.endswith("_next")}
+
+    found = run_both(program, tmp_path)
+    assert found["lightning"] == {"[_TrainingEpochLoop].train_dataloader_next": 4}
+    assert found["trainmesh"] == found["lightning"]
