@@ -1,6 +1,6 @@
-"""Code from Lightning 2.6's documentation pages on training tricks, extensions, tuning, debugging and
-the CLI (docs/source-pytorch: advanced/, extensions/, tuning/, debug/, cli/), each written as a small
-program of our own, run under Lightning 2.6 and after the mechanical port under trainmesh, compared as
+"""Code from Lightning 2.6's documentation pages on training tricks, extensions, profiling, debugging
+and the CLI (docs/source-pytorch: advanced/, extensions/, the profiler and finder pages, debug/, cli/), each
+written as a small program of our own, run under Lightning 2.6 and after the mechanical port under trainmesh, compared as
 data (``helpers.programs``)."""
 
 from __future__ import annotations
