@@ -364,6 +364,7 @@ CROSS_CUTTING: dict[str, str] = {
     "trainer/test_differential_programs_unseen.py": "six more Lightning 2.6 programs nobody here had run, under Lightning 2.6 and their port (helpers/programs.py)",
     "trainer/test_differential_programs_tutorials.py": "what Lightning-AI/tutorials' programs showed trainmesh doing differently from Lightning 2.6, as small programs under both",
     "trainer/test_differential_docs.py": "code from Lightning 2.6's documentation pages, as small programs under Lightning 2.6 and their port (helpers/programs.py)",
+    "trainer/test_differential_docs_advanced.py": "code from Lightning 2.6's pages on training tricks, extensions, profiling, debugging and the CLI, as small programs under Lightning 2.6 and their port",
     "trainer/test_differential_programs_bolts.py": "what lightning-bolts' models and callbacks showed trainmesh doing differently from Lightning, as small programs under both",
     "trainer/test_differential_programs_l36.py": "Lightning 2.6 programs using the common API together (DataModule, checkpoint, early stopping, CSV, resume), under Lightning 2.6 and their port",
     "trainer/test_differential_programs_hydra.py": "what the lightning-hydra-template relies on (torchmetrics objects in self.log, rank_zero_only.rank, ...), under Lightning 2.6 and its port",

@@ -264,7 +264,13 @@ class LightningCLI:
 
     def instantiate_classes(self) -> None:
         """Build the data module, the model and the Trainer from the config."""
-        self.config_init = self.parser.instantiate(self.config)
+        with warnings.catch_warnings():
+            if self.load_from_checkpoint_support:
+                # Lightning's CLI hands save_hyperparameters the config's values (a module argument as its
+                # class_path dict), so it never warns that an argument is an nn.Module; the values stored
+                # from the instances here are replaced by the config's just below.
+                warnings.filterwarnings("ignore", message=r"Attribute '.*' is an instance of `nn.Module`")
+            self.config_init = self.parser.instantiate(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
         if self.load_from_checkpoint_support:

@@ -87,6 +87,7 @@ _LAZY = {
     "stated_capabilities": "registry",
     "SemiSyncDDPStrategy": "semi_sync",
     "SingleDeviceStrategy": "single",
+    "StrategyRegistry": "strategy_registry",
 }
 
 
@@ -157,6 +158,8 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
         name = strategy.lower()
         if name == "auto":
             name = "single" if len(placement.devices) * placement.num_nodes == 1 else "ddp"
+        if (registered := _registered_by_program(strategy)) is not None:
+            return build_strategy(registered, placement)
         if name not in STRATEGIES and (lightning := _lightning_strategy(name)) is not None:
             return lightning(placement=placement)  # type: ignore[no-any-return]
         if name not in STRATEGIES:
@@ -169,6 +172,17 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
     placed: Strategy = strategy.with_placement(placement)  # a user's strategy object: typed from here on
     return placed
+
+
+def _registered_by_program(name: str) -> Any:
+    """The strategy a program registered as ``name`` in Lightning's ``StrategyRegistry``, built (None: not one)."""
+    import sys
+
+    if "trainmesh.strategies.strategy_registry" not in sys.modules:  # never imported: nothing registered
+        return None
+    from trainmesh.strategies.strategy_registry import StrategyRegistry, registered_by_program
+
+    return StrategyRegistry.get(name) if registered_by_program(name) else None
 
 
 def _lightning_strategy(name: str) -> Any:
@@ -209,6 +223,7 @@ __all__ = [
     "ParallelMesh",
     "Placement",
     "SingleDeviceStrategy",
+    "StrategyRegistry",
     "Strategy",
     "StrategyCapabilities",
     "ZeRO1Strategy",

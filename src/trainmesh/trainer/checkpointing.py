@@ -309,6 +309,7 @@ def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, 
     if states is None:
         return
     legacy = set(checkpoint.get(LEGACY_CALLBACK_STATES, ()))
+    _warn_missing_callbacks(trainer, states)
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_load_checkpoint"):
             key = state_key_of(callback)
@@ -318,6 +319,17 @@ def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, 
                 callback.on_load_checkpoint(trainer, module, copy.deepcopy(states[key]))
     for callback in trainer.callbacks:
         load_callback_state(callback, states)
+
+
+def _warn_missing_callbacks(trainer: TrainerView, states: dict[Any, Any]) -> None:
+    """Lightning's warning for a checkpoint holding the state of a callback this Trainer lacks (its state
+    would be dropped without a word)."""
+    missing = states.keys() - {state_key_of(callback) for callback in trainer.callbacks}
+    if missing:
+        rank_zero_warn(
+            "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
+            f"during `Trainer` instantiation. Please add the following callbacks: {list(missing)}."
+        )
 
 
 def _check_resumable(optimizer_count: int | None, checkpoint: dict[str, Any], source: str) -> None:

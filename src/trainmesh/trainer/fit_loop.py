@@ -397,6 +397,8 @@ def _timed_fetches(
         state.is_last_batch = fetcher.done
         progress.ready()
         yield batch_idx, batch, fetcher.done
+        if fetcher.done:  # no call past the last batch (a profiler records each, as Lightning's loop makes none)
+            return
 
 
 _EXHAUSTED = object()

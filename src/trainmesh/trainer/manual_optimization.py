@@ -82,7 +82,7 @@ def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettin
             "argument and accumulate in training_step: call opt.step() and opt.zero_grad() every N batches "
             "(wrap the other batches' manual_backward in `with self.no_backward_sync():` to skip the gradient sync)"
         )
-    if settings.gradient_clip_val is not None:
+    if settings.clips:
         raise MisconfiguredValue(
             f"Trainer(gradient_clip_val={settings.gradient_clip_val}) with {name}.automatic_optimization = False: "
             "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "

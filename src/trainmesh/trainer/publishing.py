@@ -163,6 +163,8 @@ class Publisher:
     def hyperparameters(self) -> None:
         """At the start of each run (fit, validate, test, predict), as Lightning's: the saved
         hyperparameters to each logger (none saved: no call; a clash raises on every rank)."""
+        if not self.loggers:  # Lightning's _log_hyperparams: no logger, nothing merged (so no clash raised)
+            return
         hparams = hyperparameters_to_log(self.state.module, self.state.datamodule)
         if not self.is_global_zero:
             return

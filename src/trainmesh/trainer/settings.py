@@ -46,6 +46,12 @@ class LoopSettings:
     enable_checkpointing: bool
     max_epochs_unset: bool = False  # neither max_epochs nor max_steps (nor max_time) given: 1000, said at each fit
 
+    @property
+    def clips(self) -> bool:
+        """Whether the loop clips: Lightning's ``gradient_clip_val`` of 0 (its documented default) or below clips
+        nothing, though the Trainer still holds the value."""
+        return self.gradient_clip_val is not None and self.gradient_clip_val > 0
+
 
 def warn_if_max_epochs_unset(settings: LoopSettings) -> None:
     """As Lightning's ``_parse_loop_limits`` at each fit: a fit given no limit stops after 1000 epochs."""
@@ -114,8 +120,10 @@ def check_loop_settings(
         gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
     if gradient_clip_algorithm not in ("norm", "value", None):
         raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
-    if gradient_clip_val is not None and gradient_clip_val <= 0:
-        raise ValueError(f"gradient_clip_val={gradient_clip_val} must be positive (or None for no clipping)")
+    if gradient_clip_val is not None and (
+        isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float))
+    ):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val}.")
     return LoopSettings(
         fast_dev_run=dev_run,
         max_steps=max_steps,

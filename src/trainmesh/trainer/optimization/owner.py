@@ -72,7 +72,7 @@ class OptimizerSteps:
             ctx, self.module, self.backward, accumulate, zero_in_window=self.zero_in_window, call=call
         )
         # Where no hook, clipping or precision step runs before the optimizer's, the step skips _before_step.
-        self.plain_step = not (hooks.before_step or hooks.custom_clip or ctx.settings.gradient_clip_val is not None)
+        self.plain_step = not (hooks.before_step or hooks.custom_clip or ctx.settings.clips)
         # A pipeline's schedule runs training_step and backward in one call: zeroing between them is
         # not the loop's to do, so the window's zero_grad hooks run just before that call.
         self.zero_before_step = self.zero_in_window and not runtime.capabilities.backward_hooks
@@ -199,7 +199,7 @@ class OptimizerSteps:
                 gradient_clip_val=settings.gradient_clip_val,
                 gradient_clip_algorithm=settings.gradient_clip_algorithm,
             )
-        elif settings.gradient_clip_val is not None:
+        elif settings.clips:
             model, value = self.ctx.state.model, settings.gradient_clip_val
             if settings.gradient_clip_algorithm == "value":
                 self.ctx.runtime.clip_gradients(model, optimizer, clip_val=value)
