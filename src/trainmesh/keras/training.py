@@ -43,6 +43,7 @@ from trainmesh.keras.data import (
 from trainmesh.keras.draws import StepRows, predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
+from trainmesh.keras.step_probe import probing_callback
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -125,6 +126,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values[0])
     set_random_states(values[1])
+    probe = probing_callback(runtime, x, y, kwargs)  # a step whose loss is not a mean: refused before training
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     whole = x  # what names the fit for preemption (the same on every process)
@@ -150,7 +152,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
     savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
-    kwargs["callbacks"] = [*savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
+    kwargs["callbacks"] = [probe, *savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
