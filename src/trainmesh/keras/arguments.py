@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import internals
+from trainmesh.keras import global_seed, internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
 from trainmesh.keras.batch_metrics import coupled_metrics, refuse_ungatherable
@@ -203,13 +203,17 @@ class FitResult:
 
 
 def random_states() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """torch's, numpy's, Python's generators and Keras' global seed generator (global_seed.py)."""
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    return {**states, "keras": global_seed.state()}
 
 
 def set_random_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     np.random.set_state(states["numpy"])
     random.setstate(states["python"])
+    if "keras" in states:  # a state saved before it was carried: left as it is
+        global_seed.set_state(states["keras"])
 
 
 def variable_values(model: Any) -> list[np.ndarray]:

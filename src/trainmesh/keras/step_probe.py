@@ -10,13 +10,15 @@ samples (contrastive) gives other numbers. The run would train, and differ from 
 So where the model's class overrides ``train_step`` or ``compute_loss``, or a compiled loss is the
 program's own, the step is probed under several processes when training begins (a callback put first:
 Keras' ``fit`` has built the model, its compiled loss and metrics and the optimizer, and no training
-step has run). Rank 0 runs the model class's ``train_step`` on the first samples of the training data (the
+step has run). Each process runs the model class's ``train_step`` on the first samples of the training data (the
 batch Keras' own data adapter makes of them) and on each of its two halves, applying nothing (every Keras
 optimizer's ``apply`` records what it is given), and compares the gradients each backward pass leaves in
 the model's variables (what keras/backward.py averages in the run: a step may clip them by hand after)
 or, in a step running no backward pass, those ``apply`` is given. A mean loss gives ``grad(whole) ==
 (grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm); a
 step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference.
+What the step does outside Keras' variables and generators (a Python counter of its own, a print, a
+torch optimizer's state) it does those three (or four) times more, on every process alike.
 
 The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the
 run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as
@@ -402,15 +404,12 @@ def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -
 def refuse_non_mean_step(  # noqa: PLR0913 -- the run, and the data as fit takes it
     runtime: Any, model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any
 ) -> None:
-    """In each process: rank 0 probes (the same model and data on every process), and every process
-    raises its reason alike (none waits for a process that stopped)."""
+    """In each process: every process probes (the step's effects outside Keras' variables, a counter of
+    the program's own, happen alike on every process), and every process raises rank 0's reason."""
     world = runtime.world_size
     if world == 1 or not needs_probe(model):
         return
-    reason = None
-    if runtime.global_rank == 0:
-        reason = refusal(model, x, y, sample_weight, class_weight, world)
-    reason = runtime.broadcast(reason, 0)
+    reason = runtime.broadcast(refusal(model, x, y, sample_weight, class_weight, world), 0)
     if reason:
         raise ValueError(reason)
 
