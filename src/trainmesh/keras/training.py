@@ -218,7 +218,8 @@ def evaluate(
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
+    result = _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
+    return arguments.adopt_call(result, model, x, y)
 
 
 def _evaluate(
@@ -241,7 +242,7 @@ def _evaluate(
         kwargs["verbose"] = 0
     x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
     with installed(model, state):
-        return model.evaluate(x, shard(y, rank, world), **kwargs)
+        return arguments.call_result(runtime, model.evaluate(x, shard(y, rank, world), **kwargs), model)
 
 
 def predict(
@@ -275,7 +276,7 @@ def predict(
     """
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
+    return arguments.adopt_call(_launch(runtime, _predict, Travelling(model), x, predict_kwargs))
 
 
 def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -294,4 +295,4 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
         return outputs
     require_keras()
     parts = runtime.all_gather_object(outputs)
-    return concatenate(parts) if batched else interleave(parts)
+    return arguments.call_result(runtime, concatenate(parts) if batched else interleave(parts))
