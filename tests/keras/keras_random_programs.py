@@ -15,6 +15,9 @@ python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R
   ``Sampling``): in training, validation, ``evaluate`` (27 samples: 14 + 13) and ``predict``.
 - ``batch_sum_loss``: ``self.add_loss(ops.sum(inputs) * 0.1)`` in a layer (keras-io's
   ``ActivityRegularizationLayer``): refused before training. ``batch_mean_loss``: the same as a mean.
+- ``batch_std_step``: a ``train_step`` of its own adding ``keras.ops.std(y_pred)`` to its compiled loss (a
+  term on a batch statistic, not a mean over the samples), with a Dropout: refused when training begins, before
+  any training step (``BATCHES_BEGUN``), on both ranks (step_probe.py).
 - ``categorical_step``: a step drawing ``keras.random.categorical`` of the batch's logits: refused at the draw.
 - ``sampling_predict_pydataset``: ``sampling``'s model predicting a PyDataset: refused at the draw.
 """
@@ -190,6 +193,44 @@ def added_loss(batch: int, reduce: str = "sum") -> dict:
     return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
 
 
+BATCHES_BEGUN = [0]  # training batches begun by the programs' fits in this process
+
+
+class CountBatches(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        BATCHES_BEGUN[0] += 1
+
+
+class BatchStdStep(keras.Model):
+    """keras-io's custom ``train_step`` (torch) with a term on the batch's spread of predictions added."""
+
+    def train_step(self, data):
+        x, y = data
+        self.zero_grad()
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.std(y_pred)
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        return self.compute_metrics(x, y, y_pred)
+
+
+def batch_std_model() -> keras.Model:
+    fresh()
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dropout(0.2)(keras.layers.Dense(8, activation="relu")(inputs))
+    model = BatchStdStep(inputs, keras.layers.Dense(1)(hidden))
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return model
+
+
+def batch_std_step(batch: int) -> dict:
+    x, y = data(96)
+    fit = {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False, "callbacks": [CountBatches()]}
+    return {"model": batch_std_model(), "fit": fit}
+
+
 class CategoricalStep(keras.Sequential):
     def train_step(self, data):
         x, y = data
@@ -218,6 +259,7 @@ PROGRAMS = {
     "sampling": sampling,
     "batch_sum_loss": added_loss,
     "batch_mean_loss": lambda batch: added_loss(batch, "mean"),
+    "batch_std_step": batch_std_step,
     "categorical_step": categorical_step,
     "sampling_predict_pydataset": sampling_predict_pydataset,
 }
@@ -254,7 +296,7 @@ def run_ddp(out: str) -> None:
         try:
             result = run(name, BATCH, distributed=True)
         except (ValueError, TypeError, RuntimeError) as error:  # a refusal: the next programs still run
-            result = {"error": f"{type(error).__name__}: {error}"}
+            result = {"error": f"{type(error).__name__}: {error}", "batches_begun": BATCHES_BEGUN[0]}
         torch.save(result, os.path.join(out, f"{name}.rank{rank}"))
 
 

@@ -70,3 +70,44 @@ def test_a_model_not_built_yet_arrives_with_the_launching_process_s_initializer_
     assert histories[0] == histories[1]
     for mine, theirs in zip(model.get_weights(), arrived.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_an_evaluation_s_workers_leave_the_launching_process_as_keras_evaluate_leaves_it():
+    """A ddp_spawn/ddp_fork worker's evaluate sends back, besides its value, the generators where it left
+    them and its metrics' states: the launching process takes them and builds its compiled metrics as
+    Keras' own evaluate does (from the data's specs, drawing nothing). Before, its torch generator had not
+    moved (Keras' evaluate draws a DataLoader seed) and its metrics were unbuilt, so a later fit shuffled,
+    dropped out and built otherwise: 2 processes of 16 trained 6.8e-2 apart from Keras' own evaluate then
+    fit at 32 (9.3e-2 after predict, which sends the generators back too)."""
+    from types import SimpleNamespace
+
+    from trainmesh.keras.arguments import adopt_call, call_result, random_states, set_random_states
+
+    def model():
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((5,))
+        hidden = keras.layers.Dropout(0.3)(keras.layers.Dense(8, activation="relu")(inputs))
+        built = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+        built.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+        return built
+
+    x = np.random.default_rng(0).random((32, 5)).astype("float32")
+    y = x[:, :1].copy()
+    worker, parent = model(), model()
+    before = random_states()
+    value = worker.evaluate(x, y, batch_size=16, verbose=0)
+    after, left = torch.get_rng_state(), random_states()
+    result = call_result(SimpleNamespace(process=SimpleNamespace(reports_to_parent=True)), value, worker)
+    set_random_states(before)  # the launching process, where the workers left it
+    assert not parent._compile_metrics.built
+    assert adopt_call(result, parent, x, y) == value
+    assert torch.equal(torch.get_rng_state(), after) and parent._compile_metrics.built
+    for mine, theirs in zip(parent.metrics_variables, worker.metrics_variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    histories = []
+    for fitted in (worker, parent):  # each from where the evaluation left the generators
+        set_random_states(left)
+        histories.append(fitted.fit(x, y, batch_size=8, epochs=1, verbose=0).history)
+    assert histories[0] == histories[1]
+    for mine, theirs in zip(parent.get_weights(), worker.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)

@@ -194,10 +194,11 @@ def test_a_train_step_that_applies_no_keras_optimizer_is_stopped_after_its_first
     """A train_step stepping a torch optimizer (trainmesh averages gradients in Keras' optimizer apply only):
     stopped on both ranks after one of its 4 steps, with what to use instead (before: each rank trained
     its own model on its own half, silently). One applying an optimizer of its own whose class overrides
-    apply (it would clip each rank's gradient): refused at that optimizer's first apply."""
+    apply (it would clip each rank's gradient): refused at that optimizer's first apply. The step's own
+    counter also counts the 3 calls of step_probe.py's probe before training (a mean loss: not refused)."""
     for r in (0, 1):
         got = rank(ddp, "torch_optimizer", r)
-        assert got["steps"] == 1
+        assert got["steps"] == 3 + 1
         assert "without applying gradients through a Keras optimizer's apply" in got["error"]
         assert "self.optimizer.apply(gradients, self.trainable_weights)" in got["error"]
         assert "ClippingSGD overrides ClippingSGD.apply: " in got["own_apply_error"]

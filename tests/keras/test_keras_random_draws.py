@@ -80,6 +80,18 @@ def test_what_no_rows_can_reproduce_is_refused_on_every_rank(ddp, name, parts):
         assert part in zero["error"], zero["error"]
 
 
+def test_a_step_whose_loss_is_not_a_mean_is_refused_before_any_training_step(ddp):
+    """A train_step adding keras.ops.std(y_pred) to its loss (2 x 16 trained 6.8e-4 apart from Keras' own
+    fit at 32 in 2 epochs, silently, before step_probe.py): refused on both ranks with the same reason when
+    training begins, before either began a training batch, and the next programs of the launch still run."""
+    zero, one = ranks(ddp, "batch_std_step")
+    assert "error" in zero and zero["error"] == one["error"], zero
+    for part in ("train_step is not a mean over the batch's samples", "3.90e-03", "or run on one process"):
+        assert part in zero["error"], zero["error"]
+    assert zero["batches_begun"] == one["batches_begun"] == 0
+    assert "error" in ranks(ddp, "categorical_step")[0]  # the next program ran (and was refused at its draw)
+
+
 def test_the_added_loss_probe_leaves_the_model_as_it_was():
     """The probe calls the model three times (two samples, then each alone): every variable, a drawing
     layer's SeedGenerator state included, and torch's generator are as before it; one process: no probe."""

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import internals
+from trainmesh.keras import global_seed, internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batch_metrics import coupled_metrics, refuse_ungatherable
+from trainmesh.keras.batch_metrics import coupled_metrics, probe_batch, refuse_ungatherable
 from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.data import (
     check_evaluation_size,
@@ -206,14 +206,56 @@ class FitResult:
     states: dict[str, Any] | None = None
 
 
+@dataclass
+class CallResult:
+    """What a spawned worker's ``evaluate``/``predict`` sends back: Keras' value, the generators where rank
+    0's call left them, and (evaluate) its metrics' states, summed over the processes. Keras' evaluate
+    and predict draw a DataLoader seed from torch's generator, and evaluate builds the compiled metrics
+    and leaves their states: without them a later ``fit`` (shuffling, dropping out, building the
+    metrics from a batch of its data) trained 6.8e-2 apart from one process's, and the model's metrics
+    read nothing."""
+
+    value: Any
+    states: dict[str, Any]
+    metrics: list[np.ndarray] | None = None
+
+
+def call_result(runtime: Runtime, value: Any, model: Any = None) -> Any:
+    """In a worker: ``value``, with what its parent cannot see (a spawned or forked worker's)."""
+    if not runtime.process.reports_to_parent:
+        return value
+    metrics = None if model is None else [np.array(v.numpy()) for v in model.metrics_variables]
+    return CallResult(value, random_states(), metrics)
+
+
+def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> Any:
+    """In the launching process: a worker's value, its generators and (evaluate) ``model``'s compiled
+    metrics built as Keras' own evaluate builds them on ``x``/``y``, with the worker's states."""
+    if not isinstance(result, CallResult):
+        return result
+    set_random_states(result.states)
+    if model is not None and result.metrics is not None:
+        batch = probe_batch(x, y)
+        compiled = (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None))
+        if batch is not None and any(part is not None and not part.built for part in compiled):
+            model._symbolic_build(data_batch=batch)  # specs only: nothing drawn, as Keras' evaluate builds
+        if len(model.metrics_variables) == len(result.metrics):
+            assign_values(model.metrics_variables, result.metrics)
+    return result.value
+
+
 def random_states() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """torch's, numpy's, Python's generators and Keras' global seed generator (global_seed.py)."""
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    return {**states, "keras": global_seed.state()}
 
 
 def set_random_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     np.random.set_state(states["numpy"])
     random.setstate(states["python"])
+    if "keras" in states:  # a state saved before it was carried: left as it is
+        global_seed.set_state(states["keras"])
 
 
 def variable_values(model: Any) -> list[np.ndarray]:

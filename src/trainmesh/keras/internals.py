@@ -90,6 +90,14 @@ def missing() -> list[str]:
         from keras.src.trainers.data_adapters.array_slicing import train_validation_split  # noqa: F401
     except ImportError:
         gone.append("keras.src.trainers.data_adapters.array_slicing.train_validation_split (validation_split)")
+    try:
+        from keras.src.trainers.data_adapters import get_data_adapter  # noqa: F401
+    except ImportError:
+        gone.append("keras.src.trainers.data_adapters.get_data_adapter (the probe of a step's loss, step_probe.py)")
+    from keras.src.random import seed_generator
+
+    if getattr(seed_generator, "GLOBAL_SEED_GENERATOR", None) != "global_seed_generator":
+        gone.append("Keras' global seed generator's key 'global_seed_generator' (carried to workers, global_seed.py)")
     return gone
 
 

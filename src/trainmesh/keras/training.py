@@ -43,6 +43,7 @@ from trainmesh.keras.data import (
 from trainmesh.keras.draws import StepRows, predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
+from trainmesh.keras.step_probe import probing_callback
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.runtime import Runtime
@@ -125,6 +126,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     rank, world, model = runtime.global_rank, runtime.world_size, travelling.model
     arguments.assign_values(model.variables, values[0])
     set_random_states(values[1])
+    probe = probing_callback(runtime, x, y, kwargs)  # a step whose loss is not a mean: refused before training
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     whole = x  # what names the fit for preemption (the same on every process)
@@ -150,7 +152,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
     savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
-    kwargs["callbacks"] = [*savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
+    kwargs["callbacks"] = [probe, *savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
@@ -216,7 +218,8 @@ def evaluate(
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
+    result = _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
+    return arguments.adopt_call(result, model, x, y)
 
 
 def _evaluate(
@@ -239,7 +242,7 @@ def _evaluate(
         kwargs["verbose"] = 0
     x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
     with installed(model, state):
-        return model.evaluate(x, shard(y, rank, world), **kwargs)
+        return arguments.call_result(runtime, model.evaluate(x, shard(y, rank, world), **kwargs), model)
 
 
 def predict(
@@ -273,7 +276,7 @@ def predict(
     """
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
+    return arguments.adopt_call(_launch(runtime, _predict, Travelling(model), x, predict_kwargs))
 
 
 def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -292,4 +295,4 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
         return outputs
     require_keras()
     parts = runtime.all_gather_object(outputs)
-    return concatenate(parts) if batched else interleave(parts)
+    return arguments.call_result(runtime, concatenate(parts) if batched else interleave(parts))

@@ -1,0 +1,443 @@
+"""A training step of the program's own whose loss is not a mean over the batch's samples: refused before training.
+
+Under ``N`` processes each one runs the step on its part of every global batch and the gradients are
+averaged, weighted by the parts' sizes (sync.py). That is one process's gradient at the global batch when
+the step's loss is a mean over the samples (Keras' compiled losses at their default reduction), and
+only then: a loss reduced by a sum gives each process its part's sum (averaged: ``1/N`` of one
+process's), a term on a batch statistic (``keras.ops.std(y_pred)``) or a loss over pairs of the batch's
+samples (contrastive) gives other numbers. The run would train, and differ from one process's, silently.
+
+So where the model's class overrides ``train_step`` or ``compute_loss``, or a compiled loss is the
+program's own, the step is probed under several processes when training begins (a callback put first:
+Keras' ``fit`` has built the model, its compiled loss and metrics and the optimizer, and no training
+step has run). Each process runs the model class's ``train_step`` on the first samples of the training data (the
+batch Keras' own data adapter makes of them) and on each of its two halves, applying nothing (every Keras
+optimizer's ``apply`` records what it is given), and compares the gradients each backward pass leaves in
+the model's variables (what keras/backward.py averages in the run: a step may clip them by hand after)
+or, in a step running no backward pass, those ``apply`` is given. A mean loss gives ``grad(whole) ==
+(grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm); a
+step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference.
+What the step does outside Keras' variables and generators (a Python counter of its own, a print, a
+torch optimizer's state) it does those three (or four) times more, on every process alike.
+
+The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the
+run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as
+draws.py gives each process its rows of one process's draw); each BatchNormalization's moments are the
+whole batch's, as constants (batch_statistics.py makes them the global batch's, gradients included, in
+the run itself). A step drawing from torch's own generators (``torch.randn``, which draws.py does not map
+either) is run on the whole batch once more, its Keras draws replayed and torch's generator elsewhere:
+where that moves the gradients, the step is refused only where its halves differ ``NOISE_FACTOR`` times
+more. Every variable of the model (metrics', seed generators' and the optimizer's included), the
+gradients left in its variables, Keras' global seed generator and torch's, numpy's and Python's
+generators are restored after each run: the fit goes on as Keras' own would. Costs three calls of the
+step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fit``.
+
+Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
+fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
+error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
+a batch-shaped ``shuffle``/``gamma``/``binomial``/``beta`` draw; a step drawing from torch's own
+generators is refused only well above what those draws move.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainmesh.keras.backend import require_keras
+from trainmesh.keras.backward import BackwardAverage
+from trainmesh.keras.batch_metrics import probe_batch
+from trainmesh.keras.optimizers import keras_classes_with_apply
+
+# Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
+# with Dense, Dropout, BatchNormalization); a step computing in float16/bfloat16 by ~1e-3.
+TOLERANCE = 1e-4
+LOW_PRECISION_TOLERANCE = 3e-2
+NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above what they alone move
+DRAWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical", "shuffle", "gamma")
+DRAWS += ("binomial", "beta")
+REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
+
+
+class NotProbed(Exception):
+    """A step the probe cannot compare (its runs differ in structure): left to the run itself."""
+
+
+def own(thing: Any) -> bool:
+    return (getattr(thing, "__module__", None) or "keras").split(".")[0] != "keras"
+
+
+def _own_override(model: Any, name: str) -> bool:
+    for cls in type(model).__mro__:
+        if not own(cls):
+            return False
+        if name in vars(cls):
+            return True
+    return False
+
+
+def needs_probe(model: Any) -> bool:
+    """Whether the model's step is the program's own: ``train_step`` or ``compute_loss`` overridden, or a
+    compiled loss (a function, a ``Loss`` class) of the program's own. Keras' own losses at the default
+    reduction are means (others are refused: arguments.check_loss_reduction)."""
+    keras = require_keras()
+    if _own_override(model, "train_step") or _own_override(model, "compute_loss"):
+        return True
+    losses = keras.tree.flatten(getattr(model, "loss", None))
+    return any(callable(loss) and (own(loss) or own(type(loss))) for loss in losses)
+
+
+class _Tape:
+    """Keras' random draws and BatchNormalization's moments of the run on the whole batch, replayed in the
+    other runs (a replaying run reads them in the order the whole batch's run made them)."""
+
+    def __init__(self) -> None:
+        self.draws: list[tuple[str, Any]] = []
+        self.moments: list[tuple[Any, Any]] = []
+        self.replaying: tuple[int, int, int] | None = None  # (first row, rows, whole batch) of a replaying run
+        self.position = [0, 0]  # the next draw, the next moments
+
+    def replay(self, start: int, rows: int, whole: int) -> None:
+        self.replaying, self.position = (start, rows, whole), [0, 0]
+
+    def next(self, which: int, name: str) -> Any:
+        recorded = (self.draws, self.moments)[which]
+        index = self.position[which]
+        if index >= len(recorded) or (which == 0 and recorded[index][0] != name):
+            raise NotProbed(f"the runs differ at {name}")
+        self.position[which] += 1
+        return recorded[index][1] if which == 0 else recorded[index]
+
+    def rows_of(self, name: str, recorded: Any, leading: int | None) -> Any:
+        """This run's rows of a draw of the whole batch's run (all of one not batch-shaped)."""
+        assert self.replaying is not None
+        start, rows, whole = self.replaying
+        if leading is None or (leading == recorded.shape[0] and rows == whole):
+            return recorded
+        if name not in REPLAYED_BY_ROWS or leading % rows or recorded.shape[0] != leading // rows * whole:
+            raise NotProbed(f"keras.random.{name} drew {leading} rows of a batch of {rows}")
+        index = torch.cat([part * whole + torch.arange(start, start + rows) for part in range(leading // rows)])
+        return recorded[index.to(recorded.device)]
+
+
+_FIRST_ARGUMENT = {"dropout": "inputs", "categorical": "logits", "shuffle": "x"}  # the others': shape
+
+
+def _leading(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    first = args[0] if args else kwargs.get(_FIRST_ARGUMENT.get(name, "shape"))
+    shape = tuple(getattr(first, "shape", first) or ())
+    return int(shape[0]) if shape else None
+
+
+def _taped(keras_draw: Callable[..., Any], tape: _Tape, name: str) -> Callable[..., Any]:
+    @functools.wraps(keras_draw)
+    def draw(*args: Any, **kwargs: Any) -> Any:
+        from keras.src.backend.torch.core import get_device
+
+        if get_device() == "meta":  # Keras building symbolically: nothing drawn
+            return keras_draw(*args, **kwargs)
+        inputs = (args[0] if args else kwargs.get("inputs")) if name == "dropout" else None
+        if tape.replaying is not None:
+            out = tape.rows_of(name, tape.next(0, name), _leading(name, args, kwargs))
+        elif inputs is not None:  # Dropout: its mask (0 or 1 / keep) recorded, the halves' inputs their own
+            rest = {k: v for k, v in kwargs.items() if k != "inputs"}
+            out = keras_draw(torch.ones_like(inputs), *args[1:], **rest)
+            tape.draws.append((name, out))
+        else:
+            out = keras_draw(*args, **kwargs)
+            tape.draws.append((name, out))
+        return inputs * out if inputs is not None else out
+
+    return draw
+
+
+@contextlib.contextmanager
+def _drawing_alike(tape: _Tape) -> Iterator[None]:
+    """Keras' random functions taped, and BatchNormalization's moments the whole batch's, as constants."""
+    from keras.src import backend as keras_backend
+    from keras.src.layers.normalization.batch_normalization import BatchNormalization
+
+    module = keras_backend.random
+    keras_functions = {name: getattr(module, name) for name in DRAWS if hasattr(module, name)}
+    keras_moments = vars(BatchNormalization)["_moments"]
+
+    def _moments(self: Any, inputs: Any, mask: Any) -> Any:
+        if tape.replaying is not None:
+            return tape.next(1, "BatchNormalization")
+        mean, variance = keras_moments(self, inputs, mask)
+        tape.moments.append((mean.detach(), variance.detach()))
+        return tape.moments[-1]
+
+    for name, function in keras_functions.items():
+        setattr(module, name, _taped(function, tape, name))
+    type.__setattr__(BatchNormalization, "_moments", _moments)
+    try:
+        yield
+    finally:
+        for name, function in keras_functions.items():
+            setattr(module, name, function)
+        type.__setattr__(BatchNormalization, "_moments", keras_moments)
+
+
+def _global_seed_state() -> Any:
+    from keras.src.backend.common import global_state
+
+    generator = global_state.get_global_attribute("global_seed_generator")
+    return generator, None if generator is None else generator.state.value.detach().clone()
+
+
+def _set_global_seed_state(saved: Any) -> None:
+    from keras.src.backend.common import global_state
+
+    generator, value = saved
+    global_state.set_global_attribute("global_seed_generator", generator)
+    if generator is not None:
+        generator.state.assign(value)
+
+
+class _Restorer:
+    """Every variable of the model, its optimizer's, the gradients left in them, Keras' global seed
+    generator and torch's, numpy's and Python's generators: saved, and restored before each run and after."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        optimizer = getattr(model, "optimizer", None)
+        variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
+        if optimizer is not None and optimizer.built:
+            variables += list(optimizer.variables)
+        self.variables = list({id(v): v for v in variables}.values())
+        self.values = [v.value.detach().clone() for v in self.variables]
+        self.grads = [(v, v.value.grad) for v in model.trainable_variables]
+        self.seed = _global_seed_state()
+        self.generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+
+    def restore(self) -> None:
+        for variable, value in zip(self.variables, self.values, strict=True):
+            variable.assign(value)
+        for variable, grad in self.grads:
+            variable.value.grad = grad
+        _set_global_seed_state(self.seed)
+        torch.set_rng_state(self.generators[0])
+        np.random.set_state(self.generators[1])
+        random.setstate(self.generators[2])
+        saved = {id(v) for v in self.variables}
+        for metric in getattr(self.model, "metrics", None) or []:  # built by the probe's first step: fresh
+            if any(id(v) not in saved for v in metric.variables):
+                metric.reset_state()
+
+
+def _first_samples(x: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any] | None:
+    """The first ``PROBED_SAMPLES`` samples of the training data (arrays, a PyDataset's or a map-style
+    DataLoader's first samples; ``y`` may be None with arrays, as keras-io's GAN fits); None: not probed."""
+    keras = require_keras()
+    from trainmesh.keras.batches import is_batches
+
+    if is_batches(x) or y is not None:
+        batch = probe_batch(x, y)
+        return None if batch is None else (*batch, None if is_batches(x) else sample_weight)
+    leaves = keras.tree.flatten(x) if x is not None else []
+    if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
+        return None
+    return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), x), None, sample_weight
+
+
+def _first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
+    """The first samples (an even count, 4 at least) as Keras' fit hands a batch of them to ``train_step``."""
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    keras = require_keras()
+    found = _first_samples(x, y, sample_weight)
+    if found is None:
+        return None
+    inputs, targets, weights = found
+    count = min(len(leaf) for leaf in keras.tree.flatten(inputs)) // 2 * 2
+    if count < 4:
+        return None
+    inputs, targets = keras.tree.map_structure(lambda leaf: None if leaf is None else leaf[:count], (inputs, targets))
+    weights = None if weights is None else np.asarray(weights[:count])
+    adapter = get_data_adapter(inputs, targets, weights, batch_size=count, shuffle=False, class_weight=class_weight)
+    generator = torch.get_rng_state()
+    try:
+        return next(iter(adapter.get_torch_dataloader()))
+    finally:  # torch's DataLoader draws its workers' base seed from it
+        torch.set_rng_state(generator)
+
+
+def _gradients(model: Any, data: Any) -> list[tuple[Any, list[Any]]]:
+    """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
+    the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
+    in a step running no backward pass (``torch.autograd.grad``), those each Keras optimizer's ``apply`` is
+    given (what sync.averaged_apply averages)."""
+    passes: list[tuple[Any, list[Any]]] = []
+    given: list[tuple[Any, list[Any]]] = []
+
+    def at_pass_end(gradients: list[Any], _batch: int) -> list[Any]:
+        passes.append(("backward", [None if g is None else g.detach().clone() for g in gradients]))
+        return gradients
+
+    def record(optimizer: Any, _keras_apply: Any, gradients: Any, _variables: Any) -> None:
+        given.append((id(optimizer), [None if g is None else g.detach().clone() for g in gradients]))
+
+    backward = BackwardAverage(at_pass_end, lambda: 1)
+    backward.step_begins(model)
+    try:
+        with _applying_nothing(record):
+            type(model).train_step(model, data)  # the class's: not what fit's wrappers put on the model
+    finally:
+        backward.remove()
+    return passes or given
+
+
+@contextlib.contextmanager
+def _applying_nothing(record: Callable[..., None]) -> Iterator[None]:
+    """Each Keras optimizer class's ``apply`` records what it is given and applies nothing, within the block
+    (over whatever the run put there: optimizers.every_apply_through's, restored after)."""
+    found = {cls: vars(cls)["apply"] for cls in keras_classes_with_apply()}
+
+    def apply(self: Any, grads: Any, trainable_variables: Any = None) -> None:
+        record(self, None, list(grads), trainable_variables)
+
+    for cls in found:
+        type.__setattr__(cls, "apply", apply)
+    try:
+        yield
+    finally:
+        for cls, method in found.items():
+            type.__setattr__(cls, "apply", method)
+
+
+def _relative(a: list[tuple[Any, list[Any]]], b: list[tuple[Any, list[Any]]]) -> tuple[float, int]:
+    """The largest relative difference ``|a - b| / |a|`` over the applies (global norms), and at which apply."""
+    if [o for o, _ in a] != [o for o, _ in b] or any(len(x) != len(y) for (_, x), (_, y) in zip(a, b, strict=True)):
+        raise NotProbed("the runs apply different optimizers or variables")
+    worst, where = 0.0, 0
+    for index, ((_, x), (_, y)) in enumerate(zip(a, b, strict=True)):
+        pairs = [(g, h) for g, h in zip(x, y, strict=True) if g is not None and h is not None]
+        if not pairs:
+            continue
+        scale = max(float(torch.sqrt(sum(torch.sum(g.double() ** 2) for g, _ in pairs))), 1e-12)
+        diff = float(torch.sqrt(sum(torch.sum((g.double() - h.double()) ** 2) for g, h in pairs)))
+        if diff / scale > worst:
+            worst, where = diff / scale, index
+    return worst, where
+
+
+def _mean_of(first: list[tuple[Any, list[Any]]], second: list[tuple[Any, list[Any]]]) -> list[tuple[Any, list[Any]]]:
+    if [o for o, _ in first] != [o for o, _ in second]:
+        raise NotProbed("the halves apply different optimizers")
+    return [
+        (o, [None if g is None or h is None else (g + h) / 2 for g, h in zip(x, y, strict=True)])
+        for (o, x), (_, y) in zip(first, second, strict=True)
+    ]
+
+
+def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[float, float]:
+    """(the largest relative difference between the step's gradients on ``data`` and the mean of its
+    halves', what torch's own draws alone move them: 0 when the step draws none)."""
+    keras = require_keras()
+    count = len(keras.tree.flatten(data)[0])
+    half = count // 2
+    halves = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
+    restorer, tape = _Restorer(model), _Tape()
+    try:
+        with _drawing_alike(tape):
+            whole = _gradients(model, data)
+            parts = []
+            for start, part in zip((0, half), halves, strict=True):
+                restorer.restore()
+                tape.replay(start, half, count)
+                parts.append(_gradients(model, part))
+            difference, _ = _relative(whole, _mean_of(*parts))
+            noise = 0.0
+            if difference > limit:  # torch's own draws, if any: the whole batch again, torch elsewhere
+                restorer.restore()
+                tape.replay(0, count, count)
+                torch.manual_seed(int(torch.randint(1, 2**31 - 1, ()).item()) ^ 0x5EED)
+                noise, _ = _relative(whole, _gradients(model, data))
+            return difference, noise
+    finally:
+        restorer.restore()
+
+
+def _reason(model: Any, difference: float, noise: float, world: int) -> str:
+    names = (
+        "train_step"
+        if _own_override(model, "train_step")
+        else "compute_loss"
+        if _own_override(model, "compute_loss")
+        else "compiled loss"
+    )
+    drawn = f" (torch's own draws in the step alone move them by {noise:.2e})" if noise else ""
+    return (
+        f"the model's {names} is not a mean over the batch's samples: on the first {PROBED_SAMPLES} samples of the "
+        f"training data its gradients differ from the mean of its gradients on each half by {difference:.2e} of "
+        f"their norm{drawn} (a loss reduced by a sum gives half, a term on a batch statistic such as "
+        f"keras.ops.std(y_pred) or a loss over pairs of samples other numbers). Under {world} processes each one "
+        "runs the step on its part of every global batch and trainmesh averages the gradients weighted by the "
+        "parts' sizes, which is one process's gradient only for a mean over the samples: the run would train and "
+        "differ from one process's, silently. Make the loss a mean over the samples (keras.ops.mean of per-sample "
+        "values, Keras' losses at their default reduction 'sum_over_batch_size'), or run on one process"
+    )
+
+
+def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> Any:
+    """The Keras callback (put it first) that probes the step when training begins, once Keras' ``fit``
+    has built the model, its compiled loss and metrics and the optimizer, and before any other
+    callback (sync.py's restores a preempted run's state after it) and any training step. ``x``,
+    ``y``: the training data before it is split over the processes."""
+    keras = require_keras()
+    weights = (fit_kwargs.get("sample_weight"), fit_kwargs.get("class_weight"))
+
+    class StepProbe(keras.callbacks.Callback):  # type: ignore[name-defined]
+        def on_train_begin(self, logs: Any = None) -> None:
+            refuse_non_mean_step(runtime, self.model, x, y, *weights)
+
+    return StepProbe()
+
+
+def refuse_non_mean_step(  # noqa: PLR0913 -- the run, and the data as fit takes it
+    runtime: Any, model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any
+) -> None:
+    """In each process: every process probes (the step's effects outside Keras' variables, a counter of
+    the program's own, happen alike on every process), and every process raises rank 0's reason."""
+    world = runtime.world_size
+    if world == 1 or not needs_probe(model):
+        return
+    reason = runtime.broadcast(refusal(model, x, y, sample_weight, class_weight, world), 0)
+    if reason:
+        raise ValueError(reason)
+
+
+def tolerance(model: Any) -> float:
+    policy = getattr(model, "dtype_policy", None)
+    low = getattr(policy, "compute_dtype", "float32") in ("float16", "bfloat16")
+    return LOW_PRECISION_TOLERANCE if low else TOLERANCE
+
+
+def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int) -> str | None:
+    """Why the model's step cannot run under ``world`` processes (its reason), or None: a mean loss, or
+    not probed (see the module's doc)."""
+    if world == 1 or not needs_probe(model) or not all(layer.built for layer in model._flatten_layers()):
+        return None
+    try:
+        data = _first_batch(x, y, sample_weight, class_weight)
+        if data is None:
+            return None
+        difference, noise = step_difference(model, data, tolerance(model))
+    except NotProbed:
+        return None
+    except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
+        return None
+    limit = tolerance(model)
+    if difference <= limit or (noise > limit / NOISE_FACTOR and difference <= NOISE_FACTOR * noise):
+        return None
+    return _reason(model, difference, noise, world)
+
+
+PROBED_SAMPLES = 16  # batch_metrics.PROBED_SAMPLES: the samples probe_batch takes

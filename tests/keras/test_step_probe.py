@@ -1,0 +1,159 @@
+"""The probe of a train_step's loss (step_probe.py), on one process with a world size given to it.
+
+Under 2 processes a train_step adding ``keras.ops.std(y_pred)`` to its loss trained apart from one
+process's fit at the global batch (keras_random_programs' batch_std_step: weights 6.8e-4 apart after 2
+epochs, silently); it is refused before training now (the ddp leg: test_keras_random_draws.py).
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("KERAS_BACKEND", "torch")  # before keras is imported
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
+)
+
+
+def stepped(loss: str, layers: str = "dense"):
+    """A keras-io custom train_step (torch) whose loss is ``loss``: the compiled mean, plus a batch
+    statistic, a sum, a term over pairs, or the mean of targets noised with torch's own generator; with Dropout and
+    BatchNormalization layers where ``layers`` says so."""
+    import keras_random_programs as programs
+
+    import keras
+    from keras import ops
+
+    class Step(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            self.zero_grad()
+            y_pred = self(x, training=True)
+            if loss == "mean":
+                value = self.compute_loss(y=y, y_pred=y_pred)
+            elif loss == "std":
+                value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.std(y_pred)
+            elif loss == "sum":
+                value = ops.sum(ops.square(y - y_pred))
+            elif loss == "pairs":  # a contrastive term over every pair of the batch's samples
+                distances = ops.sum(ops.square(y_pred[:, None, :] - y_pred[None, :, :]), axis=-1)
+                value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.mean(ops.exp(-distances))
+            else:  # torch's own draw, not Keras'
+                value = ops.mean(ops.square(y + 0.1 * torch.randn_like(y) - y_pred))
+            value.backward()
+            weights = self.trainable_weights
+            with torch.no_grad():
+                self.optimizer.apply([w.value.grad for w in weights], weights)
+            return self.compute_metrics(x, y, y_pred)
+
+    programs.fresh()
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(8)(inputs)
+    if layers == "drawing":
+        hidden = keras.layers.GaussianNoise(0.1, seed=3)(keras.layers.Dropout(0.5)(hidden))
+        hidden = keras.layers.BatchNormalization()(keras.layers.Dropout(0.3, seed=7)(hidden))
+    model = Step(inputs, keras.layers.Dense(1)(keras.layers.Activation("relu")(hidden)))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    return model, *programs.data(64)
+
+
+@pytest.mark.parametrize("loss", ["std", "sum", "pairs"])
+def test_a_step_whose_loss_is_not_a_mean_is_refused(loss):
+    """A term on a batch statistic, a loss reduced by a sum, a term over pairs: refused under 2 processes with the
+    gradients' relative difference (a sum: 0.5, each half's gradient half the whole's), probed through
+    Dropout (unseeded and seeded), GaussianNoise and BatchNormalization; one process: nothing probed."""
+    from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
+
+    model, x, y = stepped(loss, "drawing")
+    assert refusal(model, x, y, None, None, world=1) is None
+    reason = refusal(model, x, y, None, None, world=2)
+    assert reason is not None
+    for part in ("train_step is not a mean over the batch's samples", "or run on one process", "sum_over_batch_size"):
+        assert part in reason, reason
+    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    assert f"by {difference:.2e} of their norm" in reason and noise == 0.0
+    assert difference > 10 * TOLERANCE
+    if loss == "sum":
+        assert abs(difference - 0.5) < 1e-5
+
+
+@pytest.mark.parametrize("layers", ["dense", "drawing"])
+def test_a_mean_loss_step_is_not_refused(layers):
+    """keras-io's custom train_step (a mean loss), with Keras' own draws and BatchNormalization: its
+    gradients and its halves' agree to float rounding (measured 4e-8 to 1e-7 of their norm)."""
+    from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
+
+    model, x, y = stepped("mean", layers)
+    assert refusal(model, x, y, None, None, world=2) is None
+    difference, _ = step_difference(model, _first_batch(x, y, None, None))
+    assert difference < TOLERANCE / 100
+
+
+def test_the_guides_steps_are_not_refused():
+    """keras-io's "customizing what happens in fit" CustomModel (validation_split, a tracker of its
+    own), its GAN (two optimizers, drawing in the step), a compute_loss adding a weight penalty and a step
+    reading sample weights: none refused."""
+    import keras_custom_steps as steps
+    import keras_run
+
+    import keras
+    from trainmesh.keras.step_probe import refusal
+
+    model, x, y = steps.custom_step()
+    assert refusal(model, x, y, None, None, world=2) is None
+    for fed in (False, True):
+        gan, images = steps.gan(fed)
+        assert refusal(gan, images, None, None, None, world=2) is None
+    x, y = keras_run.get_tabular()
+    assert refusal(steps.penalized(), x, y, None, None, world=2) is None
+    weighted = steps.WeightedStep([keras.Input((x.shape[1],)), keras.layers.Dense(1, activation="sigmoid")])
+    weighted.compile(optimizer="adam", loss="binary_crossentropy")
+    assert refusal(weighted, x, y, np.linspace(0.5, 1.5, len(x)), None, world=2) is None
+
+
+def test_torch_s_own_draws_in_a_step_are_not_refused():
+    """A step noising its targets with torch.randn (not Keras' draws: the halves draw other numbers): the
+    halves differ by about twice what the draws alone move the gradients, under the refusal's factor."""
+    from trainmesh.keras.step_probe import NOISE_FACTOR, _first_batch, refusal, step_difference
+
+    model, x, y = stepped("torch_draw")
+    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    assert 0 < noise < difference < NOISE_FACTOR * noise
+    assert refusal(model, x, y, None, None, world=2) is None
+
+
+def test_the_probe_leaves_the_fit_as_it_was():
+    """A fit whose training begins with the probe (a refusal on 2 processes called on one) ends
+    bit-identical to Keras' own fit: every variable (optimizer's, metrics', seed generators'), History,
+    torch's generator; through Dropout and BatchNormalization."""
+    import keras
+    from trainmesh.keras.step_probe import refusal
+
+    class Probe(keras.callbacks.Callback):
+        def __init__(self, x, y):
+            super().__init__()
+            self.data, self.reasons = (x, y), []
+
+        def on_train_begin(self, logs=None):
+            self.reasons.append(refusal(self.model, *self.data, None, None, world=2))
+
+    runs = []
+    for probed in (False, True):
+        model, x, y = stepped("mean", "drawing")
+        callbacks = [Probe(x, y)] if probed else []
+        history = model.fit(x, y, batch_size=16, epochs=2, validation_split=0.25, callbacks=callbacks, verbose=0)
+        variables = [np.array(v.numpy()) for v in [*model.variables, *model.optimizer.variables]]
+        runs.append((variables, history.history, torch.get_rng_state()))
+    assert callbacks[0].reasons == [None]
+    (before, history, generator), (after, probed_history, probed_generator) = runs
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    assert history == probed_history
+    assert torch.equal(generator, probed_generator)
