@@ -115,7 +115,7 @@ def steps_through(model: Any, steps: dict[str, Callable[[Any], Any]]) -> Iterato
 
 def _maker(model: Any, kind: str, step: Callable[[Any], Any]) -> Ours:
     """Keras' torch ``make_<kind>_function`` for ``model``, its step function calling ``step``."""
-    attribute, made = f"{kind}_function", []  # made: the function made in this call (then reused)
+    attribute, made = f"{kind}_function", list[Any]()  # made: the function made in this call (then reused)
 
     def make(keras_make: Callable[..., Any], force: bool = False) -> Any:
         current = getattr(model, attribute, None)

@@ -60,8 +60,8 @@ from trainmesh.keras.optimizers import keras_classes_with_apply
 TOLERANCE = 1e-4
 LOW_PRECISION_TOLERANCE = 3e-2
 NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above what they alone move
-DRAWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical", "shuffle", "gamma")
-DRAWS += ("binomial", "beta")
+DRAWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
+DRAWS += ("shuffle", "gamma", "binomial", "beta")
 REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 
 
@@ -321,8 +321,8 @@ def _relative(a: list[tuple[Any, list[Any]]], b: list[tuple[Any, list[Any]]]) ->
         pairs = [(g, h) for g, h in zip(x, y, strict=True) if g is not None and h is not None]
         if not pairs:
             continue
-        scale = max(float(torch.sqrt(sum(torch.sum(g.double() ** 2) for g, _ in pairs))), 1e-12)
-        diff = float(torch.sqrt(sum(torch.sum((g.double() - h.double()) ** 2) for g, h in pairs)))
+        scale = max(float(torch.stack([torch.sum(g.double() ** 2) for g, _ in pairs]).sum().sqrt()), 1e-12)
+        diff = float(torch.stack([torch.sum((g.double() - h.double()) ** 2) for g, h in pairs]).sum().sqrt())
         if diff / scale > worst:
             worst, where = diff / scale, index
     return worst, where
