@@ -96,7 +96,7 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/replica_quorum.py": ["strategies/test_fault_tolerance.py"],
     "trainer/lightning1/optimizer_hooks.py": ["trainer/test_optimizer_idx.py"],
     "trainer/lightning1/optimizer_turns.py": ["trainer/test_optimizer_idx.py"],
-    "trainer/lightning1/tbptt.py": ["trainer/test_tbptt.py"],
+    "trainer/lightning1/tbptt.py": ["trainer/test_tbptt.py", "trainer/test_tbptt_lightning2.py"],
     "trainer/lightning1/legacy_arguments.py": ["trainer/test_legacy_arguments.py"],
     "trainer/lightning1/legacy_hooks.py": ["trainer/test_legacy_hooks.py", "trainer/test_legacy_hooks_1x_data.py"],
     "trainer/optimization/owner.py": ["trainer/test_automatic_optimization.py", "trainer/test_token_loss.py"],

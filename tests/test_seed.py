@@ -131,7 +131,7 @@ def test_the_runtime_seeds_the_workers_of_training_and_evaluation_loaders_when_a
     for train in (True, False):
         prepared = runtime.setup_dataloaders(users, without_workers, with_own, train=train)
         init = prepared[0].loader.worker_init_fn
-        assert init.func is seed_worker and init.keywords == {"seed": 5, "rank": 0}
+        assert init.func is seed_worker and init.keywords == {"rank": 0}
         assert prepared[1].loader.worker_init_fn is None  # no worker processes to seed
         assert prepared[2].loader.worker_init_fn is own_init  # the user's choice stands
     assert users.worker_init_fn is None  # the user's loader is left as it was
@@ -145,25 +145,60 @@ def test_the_runtime_takes_the_settings_it_was_built_with_where_seed_everything_
     assert runtime.seed_settings == SeedSettings(seed=8, workers=True)
     monkeypatch.setattr("trainmesh.seed._settings", None)  # as in a process ddp_spawn started
     init = runtime.setup_dataloaders(noisy_loader()).loader.worker_init_fn
-    assert init.keywords == {"seed": 8, "rank": 0}
+    assert init.func is seed_worker and init.keywords == {"rank": 0}
 
 
-def test_seed_worker_depends_on_the_seed_the_rank_the_worker_and_the_epoch():
-    def draws(base_seed: int, worker_id: int, *, seed: int = 3, rank: int = 0) -> tuple[float, float, float]:
+def test_seed_worker_draws_lightning_s_numbers_for_the_base_seed_the_rank_and_the_worker():
+    """Lightning 2.6's ``pl_worker_init_function`` in the same worker state: the same torch, random
+    and NumPy draws (before: trainmesh's own mix of the seed, the rank and the worker)."""
+    fabric_seed = pytest.importorskip("lightning.fabric.utilities.seed")
+
+    def draws(init, base_seed: int, worker_id: int, rank: int) -> tuple[float, float, float]:
         torch.manual_seed(base_seed + worker_id)  # what torch does in a new worker
-        seed_worker(worker_id, seed=seed, rank=rank)
+        init(worker_id, rank=rank)
         return torch.rand(()).item(), random.random(), float(np.random.rand())
 
     state = torch.get_rng_state(), random.getstate(), np.random.get_state()
     try:
-        reference = draws(1000, 1)
-        assert draws(1000, 1) == reference
-        others = [draws(1000, 1, rank=1), draws(1000, 1, seed=4), draws(1000, 0), draws(2000, 1)]
-        assert all(all(a != b for a, b in zip(other, reference)) for other in others)
+        cases = [(1000, 1, 0), (1000, 1, 1), (1000, 0, 0), (2000, 1, 0), (2**40 + 3, 3, 2)]
+        ours = [draws(seed_worker, *case) for case in cases]
+        assert ours == [draws(fabric_seed.pl_worker_init_function, *case) for case in cases]
+        assert len(set(ours)) == len(cases)  # every base seed, rank and worker draws apart
     finally:
         torch.set_rng_state(state[0])
         random.setstate(state[1])
         np.random.set_state(state[2])
+
+
+def test_a_seeded_fit_with_worker_augmentation_sees_lightning_s_batches(monkeypatch):
+    """``seed_everything(42, workers=True)`` and a shuffled loader with 2 workers drawing an
+    augmentation: the batches of a 2-epoch fit (indices and noise) are Lightning 2.6's."""
+    pl = pytest.importorskip("lightning.pytorch")
+    for variable in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):  # Lightning's seed_everything sets them: undone after
+        monkeypatch.setenv(variable, "0")
+    seen = {}
+    for name, framework in (("lightning", pl), ("trainmesh", tm)):
+
+        class Records(framework.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.layer, self.seen = torch.nn.Linear(1, 1), []
+
+            training_step = RecordsBatches.training_step
+            configure_optimizers = RecordsBatches.configure_optimizers
+
+        framework.seed_everything(42, workers=True)
+        model = Records()
+        trainer = framework.Trainer(
+            max_epochs=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(model, noisy_loader(8))
+        seen[name] = model.seen
+    assert seen["trainmesh"] == seen["lightning"]
 
 
 def test_two_seeded_runs_with_worker_augmentation_see_the_same_batches():

@@ -240,8 +240,8 @@ class Runtime:
         every process runs as many batches; ``predict=True``: unpadded, every sample once.
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
-        ``worker_init_fn`` of its own gets one that seeds each worker from the seed, this
-        process's rank, the worker id and the loader's base seed (:func:`trainmesh.seed.seed_worker`).
+        ``worker_init_fn`` of its own gets one that seeds each worker from the loader's base seed, the
+        worker id and this process's rank, as Lightning's (:func:`trainmesh.seed.seed_worker`).
         """
         self.setup_environment()
         # This process's latest seed_everything wins (it may have come after this Runtime was
@@ -255,9 +255,7 @@ class Runtime:
         wrapped = []
         for index, loader in enumerate(loaders):
             if settings is not None and settings.workers:
-                loader = with_worker_init_fn(
-                    loader, functools.partial(seed_worker, seed=settings.seed, rank=self.global_rank)
-                )
+                loader = with_worker_init_fn(loader, functools.partial(seed_worker, rank=self.global_rank))
             processed = (
                 self.strategy.process_dataloader(loader, train=train, seed=seed, shuffle=shuffle, predict=predict)
                 if distribute

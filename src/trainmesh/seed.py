@@ -114,28 +114,43 @@ def env_seed() -> int:
         return 0
 
 
-def seed_worker(worker_id: int, *, seed: int, rank: int) -> None:
+def seed_worker(worker_id: int, *, rank: int) -> None:
     """A DataLoader ``worker_init_fn``: seed the worker's torch, ``random`` and NumPy from the
-    run's seed, the process rank, the worker id and the loader's base seed (as Lightning's
-    ``pl_worker_init_function``). The Runtime passes ``functools.partial(seed_worker,
-    seed=seed, rank=rank)``.
+    loader's base seed, the worker id and the process rank, as Lightning 2.6's
+    ``pl_worker_init_function`` does (the same numbers in the worker). The Runtime passes
+    ``functools.partial(seed_worker, rank=rank)``.
     """
-    # torch starts each worker with torch.manual_seed(base_seed + worker_id), base_seed drawn
-    # from the loader's generator when its iterator starts: new every epoch, so augmentations
-    # differ between epochs. But it is the same in every process whose generator is in the
-    # same state (all of them, after one seed_everything), and a spawned process's generator
-    # never saw seed_everything: the rank and the run's seed are mixed in. A str seed is
-    # hashed with SHA-512, not hash(): the same in every process.
+    # torch starts each worker with torch.manual_seed(base_seed + worker_id), base_seed drawn from
+    # the loader's generator when its iterator starts: new every epoch (augmentations differ between
+    # epochs), and the run's seed through seed_everything (a process trainmesh starts is seeded again
+    # with it, as Lightning's reset_seed). The rank sets the processes apart.
     base_seed = torch.initial_seed() - worker_id
-    mixer = random.Random(f"trainmesh-worker/{seed}/{rank}/{worker_id}/{base_seed}")
-    torch.manual_seed(mixer.getrandbits(63))
-    random.seed(mixer.getrandbits(63))
+    seeds = _seed_sequence(base_seed, worker_id, rank, count=4)
+    torch.manual_seed(seeds[0])
+    random.seed((seeds[1] << 32) | seeds[2])
     try:
         import numpy as np
 
-        np.random.seed([mixer.getrandbits(32) for _ in range(4)])
+        np.random.seed(np.random.SeedSequence([base_seed, worker_id, rank]).generate_state(4))
     except ImportError:
         pass
+
+
+def _seed_sequence(base_seed: int, worker_id: int, rank: int, count: int) -> list[int]:
+    """Lightning 2.6's ``_generate_seed_sequence``: the three numbers mixed into 64 bits (MurmurHash3's
+    finalizer), then ``count`` steps of Knuth's 64-bit linear congruential generator."""
+    mask = (1 << 64) - 1
+    mixed = (base_seed << 32) | (worker_id << 16) | rank
+    mixed ^= mixed >> 33
+    mixed = (mixed * 0xFF51AFD7ED558CCD) & mask
+    mixed ^= mixed >> 33
+    mixed = (mixed * 0xC4CEB9FE1A85EC53) & mask
+    mixed ^= mixed >> 33
+    seeds = []
+    for _ in range(count):
+        mixed = (mixed * 6364136223846793005 + 1) & mask
+        seeds.append(mixed)
+    return seeds
 
 
 def capture_rng_state() -> dict[str, Any]:

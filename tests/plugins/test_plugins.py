@@ -257,3 +257,57 @@ def test_every_refused_name_stops_with_its_reason():
             value()
         if isinstance(error.value, RefusedError):
             assert refusal_of(value) in str(error.value), name
+
+
+def _own_precision_classes(plugins):
+    """Lightning's precision_expert page: ``class CustomPrecision(Precision)``, with and without methods."""
+
+    class OnlyPrecision(plugins.MixedPrecision):
+        precision = "bf16-mixed"
+
+        def __init__(self):
+            super().__init__("bf16-mixed", "cpu")
+
+    class WithMethods(plugins.Precision):
+        calls = []
+
+        def convert_input(self, data):
+            self.calls.append("convert_input")
+            return super().convert_input(data)
+
+        def pre_backward(self, tensor, module):
+            self.calls.append("pre_backward")
+            return super().pre_backward(tensor, module)
+
+    return OnlyPrecision, WithMethods
+
+
+def test_a_precision_plugin_of_ones_own_class_is_taken_for_its_precision_or_refused_where_it_has_methods():
+    """Before: the methods were accepted and never called (Lightning calls them at every step)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from helpers.models import quiet_trainer
+
+    pl_only, pl_methods = _own_precision_classes(pl_plugins)
+    tm_only, tm_methods = _own_precision_classes(tm_plugins)
+    kwargs = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    assert tm.Trainer(plugins=[tm_only()], **kwargs).precision == pl.Trainer(plugins=[pl_only()], **kwargs).precision
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
+    pl.Trainer(max_epochs=1, plugins=[pl_methods()], **kwargs).fit(Module(), loader)
+    assert pl_methods.calls == ["convert_input", "pre_backward"] * 2  # what Lightning does with them
+    with pytest.raises(
+        ValueError, match=r"WithMethods\(...\)\]: .*\(convert_input, pre_backward\) would not be called"
+    ):
+        quiet_trainer(max_epochs=1, plugins=[tm_methods()])

@@ -22,7 +22,7 @@ class Data(tm.DataModule):
         calls.append("datamodule.prepare_data")
 
     def setup(self, stage):
-        calls.append(f"datamodule.setup:{stage}")
+        calls.append(f"datamodule.setup:{stage.value}")
 
     def train_dataloader(self):
         return data()
@@ -37,7 +37,7 @@ class Net(tm.Module):
         calls.append(f"module.prepare_data:{self.trainer.stage}")
 
     def setup(self, stage):
-        calls.append(f"module.setup:{stage}")
+        calls.append(f"module.setup:{stage.value}")
 
     def training_step(self, batch, batch_idx):
         return F.mse_loss(self.layer(batch[0]), batch[1])

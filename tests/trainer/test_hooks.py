@@ -16,10 +16,10 @@ class Recorder(DropoutNet):
         self.calls = []
 
     def setup(self, stage):
-        self.calls.append(f"setup:{stage}")
+        self.calls.append(f"setup:{stage.value}")
 
     def teardown(self, stage):
-        self.calls.append(f"teardown:{stage}")
+        self.calls.append(f"teardown:{stage.value}")
 
     def on_validation_epoch_start(self):
         self.calls.append("val_epoch_start")

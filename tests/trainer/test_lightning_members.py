@@ -182,3 +182,17 @@ def test_received_sigterm_read_as_lightnings(tmp_path):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert read["trainmesh"] == read["lightning"] == [False, False, True]
+
+
+@pytest.mark.parametrize("steps", [-1, 0, 3])
+def test_num_sanity_val_steps_reads_as_lightnings(steps):
+    """``Trainer(num_sanity_val_steps=-1)`` reads back as ``inf`` (Lightning's "every batch"); before: -1.
+    Setting it back (as the tuner does) keeps the run's meaning."""
+    import trainmesh as tm
+
+    ours = tm.Trainer(num_sanity_val_steps=steps, logger=False)
+    theirs = pl.Trainer(num_sanity_val_steps=steps, logger=False, enable_progress_bar=False)
+    assert ours.num_sanity_val_steps == theirs.num_sanity_val_steps
+    assert type(ours.num_sanity_val_steps) is type(theirs.num_sanity_val_steps)
+    ours.num_sanity_val_steps = theirs.num_sanity_val_steps
+    assert ours.num_sanity_val_steps == theirs.num_sanity_val_steps

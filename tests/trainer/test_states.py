@@ -176,3 +176,64 @@ def test_state_names():
         assert [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs]
     assert RunningStage.TRAINING == "TRAIN" and TrainerStatus.FINISHED.stopped
     assert RunningStage.SANITY_CHECKING.evaluating and RunningStage.SANITY_CHECKING.dataloader_prefix == "val"
+
+
+def _stage_records(framework):
+    """What setup/teardown of a data module, a callback and the module see as ``stage`` in fit, validate,
+    test and predict: its text in an f-string, its class and its value."""
+    seen = []
+
+    def record(owner):
+        return lambda self, stage: seen.append((owner, f"{stage}", type(stage).__name__, stage.value))
+
+    data = TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
+    loader = lambda: DataLoader(data, batch_size=4)  # noqa: E731
+
+    class Data(framework.LightningDataModule):
+        setup, teardown = record("data"), record("data")
+        train_dataloader = val_dataloader = test_dataloader = predict_dataloader = lambda self: loader()
+
+    class Records(framework.Callback):
+        setup = lambda self, trainer, module, stage: seen.append(("callback", f"{stage}", type(stage).__name__))  # noqa: E731
+
+    class Module(framework.LightningModule):
+        setup, teardown = record("module"), record("module")
+
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.layer(batch[0]), batch[1])
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        test_step = validation_step
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    module, datamodule = Module(), Data()
+    trainer = framework.Trainer(
+        max_epochs=1,
+        callbacks=[Records()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    for run in (trainer.validate, trainer.test, trainer.predict):
+        run(module, datamodule=datamodule)
+    return seen
+
+
+def test_setup_and_teardown_get_lightning_s_trainer_fn_as_stage():
+    """Before: the plain string "fit" (``f"{stage}"`` gave "fit" where Lightning's gives "TrainerFn.FITTING")."""
+    ours = _stage_records(tm)
+    assert ours == _stage_records(pl)
+    assert ("module", "TrainerFn.FITTING", "TrainerFn", "fit") in ours

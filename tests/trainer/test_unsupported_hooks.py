@@ -16,7 +16,7 @@ class Plain(tm.Module):
         self.ran = []
 
     def setup(self, stage):
-        self.ran.append(f"setup:{stage}")
+        self.ran.append(f"setup:{stage.value}")
 
     def forward(self, x):
         return self.layer(x)

@@ -173,7 +173,7 @@ class BatchSizeFinder(Callback):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             raise ValueError(
-                f"BatchSizeFinder during {stage} is not supported: trainmesh searches the batch size for fit only "
+                f"BatchSizeFinder during {getattr(stage, 'value', stage)} is not supported: trainmesh searches the batch size for fit only "
                 "(Lightning also scales validate/test/predict loaders); remove the callback from this Trainer, "
                 "or set the batch size found by fit yourself"
             )

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
+from trainmesh.trainer.states import hook_stage
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lazy import is_instance
@@ -69,11 +70,11 @@ class DataSource:
                     owner.prepare_data()
                 trainer.runtime.barrier("prepare_data")
         if self.datamodule is not None:
-            self.datamodule.setup(stage=stage)  # by keyword, as Lightning calls it
+            self.datamodule.setup(stage=hook_stage(stage))  # by keyword, as Lightning calls it
 
     def teardown(self, stage: str) -> None:
         if self.datamodule is not None:
-            self.datamodule.teardown(stage=stage)
+            self.datamodule.teardown(stage=hook_stage(stage))
 
     def defines(self, kind: str) -> bool:
         """Whether there are ``kind`` loaders to ask for, told without asking (Lightning's

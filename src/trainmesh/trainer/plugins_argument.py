@@ -53,6 +53,7 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
         if isinstance(plugin, str) or callable(getattr(plugin, "with_placement", None)):
             strategy = _strategy_from_plugin(plugin, strategy)
         elif isinstance(plugin, Precision):
+            _refuse_own_precision_methods(plugin)
             precision_plugin, kinds["Precision"] = plugin, kinds["Precision"] + 1
         elif isinstance(plugin, AsyncCheckpointIO):
             writer, kinds["CheckpointIO"] = plugin, kinds["CheckpointIO"] + 1
@@ -81,6 +82,28 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
             raise ValueError(f"Received both `precision={precision}` and `plugins={precision_plugin}`. Choose one.")
         precision = precision_plugin.precision
     return SortedPlugins(precision, strategy, writer, layer_sync)
+
+
+def _refuse_own_precision_methods(plugin: Any) -> None:
+    """A precision plugin of the program's own class (Lightning's precision_expert page: ``class
+    CustomPrecision(Precision)``) is taken for its ``precision``; methods it defines (``convert_input``,
+    ``pre_backward``, ``optimizer_step``, ...) would never be called, as trainmesh runs the precision in its
+    own loop: refused before anything runs, rather than trained without them."""
+    own = sorted(
+        name
+        for cls in type(plugin).__mro__
+        if not cls.__module__.startswith("trainmesh.") and cls is not object
+        for name, value in vars(cls).items()
+        if not name.startswith("__") and (callable(value) or isinstance(value, property | staticmethod | classmethod))
+    )
+    if own:
+        raise ValueError(
+            f"plugins=[{type(plugin).__name__}(...)]: a precision plugin of your own class is taken for its precision "
+            f"({plugin.precision!r}) only; the methods it defines ({', '.join(own)}) would not be called, as trainmesh "
+            "runs the precision in its own loop. Pass Trainer(precision=...) and move that logic into the "
+            "LightningModule's hooks (on_before_batch_transfer / on_after_batch_transfer for the inputs, "
+            "on_before_backward / on_after_backward, optimizer_step, configure_gradient_clipping)"
+        )
 
 
 def _strategy_from_plugin(plugin: Any, strategy: Any) -> Any:

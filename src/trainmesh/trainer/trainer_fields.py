@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 from trainmesh.trainer.hooks import HookDispatcher
@@ -33,7 +35,18 @@ class TrainerFields(LightningMembers):
     limit_predict_batches: StateField[int | float] = StateField("_settings")
     val_check_interval: StateField[int | float] = StateField("_settings")
     check_val_every_n_epoch: StateField[int | None] = StateField("_settings")
-    num_sanity_val_steps: StateField[int] = StateField("_settings")
+
+    @property
+    def num_sanity_val_steps(self) -> int | float:
+        """Lightning's: ``inf`` for ``num_sanity_val_steps=-1`` (every validation batch), else the count."""
+        steps: int = self._settings.num_sanity_val_steps
+        return math.inf if steps == -1 else steps
+
+    @num_sanity_val_steps.setter
+    def num_sanity_val_steps(self, value: int | float) -> None:
+        steps = -1 if value == math.inf else value
+        self._settings = dataclasses.replace(self._settings, num_sanity_val_steps=steps)
+
     log_every_n_steps: StateField[int] = StateField("_settings")
     accumulate_grad_batches: StateField[int] = StateField("_settings")
     gradient_clip_val: StateField[float | None] = StateField("_settings")

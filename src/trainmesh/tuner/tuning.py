@@ -26,7 +26,7 @@ class Trainer(Protocol):
     max_steps: int
     limit_train_batches: int | float
     limit_val_batches: int | float
-    num_sanity_val_steps: int
+    num_sanity_val_steps: int | float
 
     @property
     def global_step(self) -> int: ...

@@ -41,6 +41,7 @@ from trainmesh.trainer.lightning1.optimizer_turns import OptimizerTurns, StepArg
 from trainmesh.trainer.optimization.owner import OptimizerSteps
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from trainmesh.utilities.signature_utils import is_param_in_hook_signature
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
@@ -52,11 +53,25 @@ _INSTEAD = (
 )
 
 
+def split_steps(module: Any) -> Any:
+    """The module's ``truncated_bptt_steps`` where it asks for 1.x's loop, else 0.
+
+    Lightning 2.x has no such attribute: its TBPTT page sets ``self.truncated_bptt_steps = 10`` as the
+    program's own number and splits the batch in a manual ``training_step(batch, batch_idx)``. 1.9.5
+    passed ``hiddens`` to every split's ``training_step`` (a step without it stopped with a TypeError),
+    so a ``training_step`` that takes no ``hiddens`` (nor ``*args``) is such a 2.x program: its attribute
+    is left to it, as Lightning 2.x leaves it."""
+    steps = getattr(module, "truncated_bptt_steps", 0)
+    if steps and not is_param_in_hook_signature(module.training_step, "hiddens"):
+        return 0
+    return steps
+
+
 def check_truncated_backprop(module: Any, runtime: Runtime, *, manual: bool, optimizers: int) -> None:
     """Before training: refuse what 1.9's loop is not run for here (among it, a strategy whose capabilities
     do not include Lightning 1.x's loops), and say once that it runs (1.x, deprecated)."""
     strategy = runtime.strategy_name
-    steps, name = getattr(module, "truncated_bptt_steps", 0), type(module).__name__
+    steps, name = split_steps(module), type(module).__name__
     if not steps:
         if callable(getattr(type(module), "tbptt_split_batch", None)):
             rank_zero_warn(
@@ -87,7 +102,7 @@ def plan_splits(module: Any, arguments: StepArguments | None) -> tuple[StepArgum
     """At an epoch's start: 1.x's ``training_step`` arguments with ``hiddens`` (after ``optimizer_idx`` where
     it declares one: ``arguments``) and the split size where the module sets truncated_bptt_steps (the
     runner's, then: ``TruncatedBackprop``); None otherwise."""
-    steps = getattr(module, "truncated_bptt_steps", 0)
+    steps = split_steps(module)
     if not steps:
         return None
     arguments = arguments if arguments is not None else StepArguments(takes_index=False)
