@@ -45,6 +45,15 @@ def test_tune_with_auto_scale_batch_size_as_lightning_1_9(mode):
     assert run(f"tune_batch_size_{mode}") == RECORDED[f"tune_batch_size_{mode}"]
 
 
+@pytest.mark.parametrize("mode", ["power", "binsearch"])
+def test_tune_batch_size_search_counts_trials_and_caps_as_lightning_1_9(mode):
+    """100 samples from batch size 2, ``max_trials`` 1, 4 and 25: 1.9.5's sizes 4, 32 and 100 (power doubles
+    after its last trial, binsearch runs max_trials + 1; a size past the loader's batches is capped at the
+    dataset's length), the fit after them (global_step, weights) and the kwargs dict with 1.9.5's "mode" in it.
+    Before: 2.x's rules found 2, 16 and 128."""
+    assert run(f"tune_batch_size_trials_{mode}") == RECORDED[f"tune_batch_size_trials_{mode}"]
+
+
 def test_multiple_trainloader_mode_as_lightning_1_9():
     """Trainer(multiple_trainloader_mode="max_size_cycle" | "min_size") with a dict and a list of two
     train loaders (8 and 3 batches): the same batches per step, steps (16 / 6) and weights as 1.9.5."""
