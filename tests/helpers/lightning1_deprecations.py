@@ -23,6 +23,7 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": 
 # each 1.x Trainer argument 1.9.5 deprecated, with a value given; and ones it did not (no line expected there)
 TRAINER_ARGUMENTS = {
     "gpus": 0,
+    "auto_select_gpus": True,
     "num_processes": 1,
     "resume_from_checkpoint": "missing.ckpt",
     "amp_backend": "native",
@@ -252,6 +253,29 @@ def _evaluation_outputs(pl) -> dict:
     return {"calls": seen}
 
 
+# Trainers asking for a GPU this CPU machine lacks: 1.x programs fall back with
+# ``except MisconfigurationException:`` (1.9.5 raises it, as Lightning 2.6 does for accelerator="gpu")
+NO_GPU_ARGUMENTS = {"gpus=1": {"gpus": 1}, "gpus='0,'": {"gpus": "0,"}, "accelerator='gpu'": {"accelerator": "gpu"}}
+
+
+def _no_gpu(root: str) -> dict:
+    """Which of Misconfiguration/ValueError/other each Trainer asking for a missing GPU raises."""
+    trainer_class = importlib.import_module(root).Trainer
+    misconfigured = importlib.import_module(f"{root}.utilities.exceptions").MisconfigurationException
+    found = {}
+    for name, settings in NO_GPU_ARGUMENTS.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trainer_class(**QUIET, **settings)
+            found[name] = "no error"
+        except misconfigured:
+            found[name] = "MisconfigurationException"
+        except Exception as exc:  # noqa: BLE001 - the exception's type is the measurement
+            found[name] = type(exc).__name__
+    return found
+
+
 def measure(root: str) -> dict:
     """Everything above, for the library named ``root``."""
     return {
@@ -261,4 +285,5 @@ def measure(root: str) -> dict:
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
+        "no_gpu": _no_gpu(root),
     }

@@ -77,6 +77,10 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
             f"(here {chosen})"
         )
         gpus = chosen  # 1.x selected nothing for a list of indices or no GPUs
+    elif given["auto_select_gpus"]:  # 1.9.5 warns its deprecation whatever it then selects
+        _notice(
+            "auto_select_gpus=True is Lightning 1.x's (deprecated in 1.9); today: devices=find_usable_cuda_devices(N)"
+        )
     return gpus, accelerator, devices
 
 
