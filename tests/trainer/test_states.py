@@ -176,3 +176,65 @@ def test_state_names():
         assert [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs]
     assert RunningStage.TRAINING == "TRAIN" and TrainerStatus.FINISHED.stopped
     assert RunningStage.SANITY_CHECKING.evaluating and RunningStage.SANITY_CHECKING.dataloader_prefix == "val"
+
+
+def _stage_program(root, trainer_class, module_class, datamodule_class, callback_class):
+    """setup/teardown of the module, a callback and a data module in fit, validate, test and predict:
+    what each is handed, as a program prints it (repr, str, == the stage's name)."""
+    seen = []
+
+    def record_hook(owner, name):
+        def hook(self, *args, stage=None):
+            seen.append((owner, name, repr(stage), f"{stage}", stage == stage.value, type(stage).__name__))
+
+        return hook
+
+    class Data(datamodule_class):
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(4, 2), torch.randn(4, 1)), batch_size=2)
+
+        val_dataloader = test_dataloader = predict_dataloader = train_dataloader
+        setup, teardown = record_hook("datamodule", "setup"), record_hook("datamodule", "teardown")
+
+    class Model(module_class):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.layer(batch[0]), batch[1])
+
+        def validation_step(self, batch, batch_idx):
+            return None
+
+        test_step = validation_step
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        setup, teardown = record_hook("module", "setup"), record_hook("module", "teardown")
+
+    class Recorder(callback_class):
+        setup, teardown = record_hook("callback", "setup"), record_hook("callback", "teardown")
+
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = trainer_class(max_steps=1, accelerator="cpu", callbacks=[Recorder()], **quiet)
+    model, data = Model(), Data()
+    trainer.fit(model, datamodule=data)
+    trainer.validate(model, datamodule=data, verbose=False)
+    trainer.test(model, datamodule=data, verbose=False)
+    trainer.predict(model, datamodule=data)
+    return seen
+
+
+def test_setup_and_teardown_get_lightning_s_trainer_fn():
+    """Lightning (2.6, and 1.9.5 alike) hands setup/teardown a ``TrainerFn``: ``f"{stage}"`` is
+    "TrainerFn.FITTING", not "fit" (a program naming files or printing by it sees it); it still equals
+    "fit". Before: trainmesh handed the str."""
+    theirs = _stage_program(pl, pl.Trainer, pl.LightningModule, pl.LightningDataModule, pl.Callback)
+    ours = _stage_program(tm, tm.Trainer, tm.Module, tm.DataModule, tm.Callback)
+    assert ours == theirs
+    assert ("module", "setup", "<TrainerFn.FITTING: 'fit'>", "TrainerFn.FITTING", True, "TrainerFn") in ours

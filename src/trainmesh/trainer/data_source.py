@@ -9,6 +9,7 @@ from typing import Any
 
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import call_dataloader_hook, warn_legacy_datamodule_hooks
+from trainmesh.trainer.states import hook_stage
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lazy import is_instance
 
@@ -71,11 +72,11 @@ class DataSource:
         if before_setup is not None:
             before_setup()
         if self.datamodule is not None:
-            self.datamodule.setup(stage=stage)  # by keyword, as Lightning calls it
+            self.datamodule.setup(stage=hook_stage(stage))  # by keyword, as Lightning calls it
 
     def teardown(self, stage: str) -> None:
         if self.datamodule is not None:
-            self.datamodule.teardown(stage=stage)
+            self.datamodule.teardown(stage=hook_stage(stage))
 
     def defines(self, kind: str) -> bool:
         """Whether there are ``kind`` loaders to ask for, told without asking (Lightning's

@@ -44,6 +44,15 @@ class TrainerFn(_LightningEnum):
     PREDICTING = "predict"
 
 
+def hook_stage(stage: str) -> str:
+    """What the ``setup`` / ``teardown`` hooks get as ``stage``: Lightning passes ``trainer.state.fn``,
+    a ``TrainerFn`` (equal to "fit", but ``f"{stage}"`` is ``TrainerFn.FITTING`` and it has ``.value``)."""
+    try:
+        return TrainerFn(stage)
+    except ValueError:
+        return stage
+
+
 class RunningStage(_LightningEnum):
     """The running stage; while fitting: sanity check, training, or validation within it."""
 

@@ -50,7 +50,7 @@ from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
-from trainmesh.trainer.states import begin_run, end_run, interrupt_run
+from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.filesystem import local_path
@@ -390,8 +390,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         for logger in self.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
             getattr(logger, "experiment", None)
         # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
-        hooks.call_callbacks("setup", stage=stage)
-        hooks.call_module("setup", stage=stage)
+        hooks.call_callbacks("setup", stage=hook_stage(stage))
+        hooks.call_module("setup", stage=hook_stage(stage))
         if state.prepared_module_id != id(model):
             # configure_model and placement run once per model object, so fit-then-test keeps
             # the trained (wrapped) model instead of wrapping it a second time.
@@ -453,8 +453,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             # Lightning's order: the data module, the callbacks, the module. After a failure Lightning
             # calls no teardown hook (on_exception ran), and neither does trainmesh.
             data.teardown(stage)
-            self.hooks.call_callbacks("teardown", stage=stage)
-            self.hooks.call_module("teardown", stage=stage)
+            self.hooks.call_callbacks("teardown", stage=hook_stage(stage))
+            self.hooks.call_module("teardown", stage=hook_stage(stage))
         if stage == "fit" and self._layer_sync is not None and self.world_size > 1:
             self._layer_sync.revert(self.model)  # batch norms again after fit, as Lightning's strategies leave them
         end_run(self.state, succeeded=status == "success")
