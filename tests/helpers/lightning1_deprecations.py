@@ -253,6 +253,37 @@ def _evaluation_outputs(pl) -> dict:
     return {"calls": seen}
 
 
+def _predict_epoch_end(pl) -> dict:
+    """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
+    (callback): the predictions, a list per loader, with one loader and with two."""
+    seen = []
+
+    class Recorder(pl.Callback):
+        def on_predict_epoch_end(self, trainer, pl_module, outputs):
+            seen.append(["callback", _data(outputs)])
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return self.a(batch[0]).sum()
+
+        def on_predict_epoch_end(self, results):
+            seen.append(["module", _data(results)])
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=2)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(callbacks=[Recorder()], **QUIET)
+        returned = [_data(trainer.predict(model, loader)), _data(trainer.predict(model, [loader, loader]))]
+    return {"calls": seen, "returned": returned}
+
+
 # Trainers asking for a GPU this CPU machine lacks: 1.x programs fall back with
 # ``except MisconfigurationException:`` (1.9.5 raises it, as Lightning 2.6 does for accelerator="gpu")
 NO_GPU_ARGUMENTS = {"gpus=1": {"gpus": 1}, "gpus='0,'": {"gpus": "0,"}, "accelerator='gpu'": {"accelerator": "gpu"}}
@@ -286,4 +317,5 @@ def measure(root: str) -> dict:
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
         "no_gpu": _no_gpu(root),
+        "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
     }

@@ -69,6 +69,13 @@ def test_asking_for_a_missing_gpu_raises_misconfiguration_as_1_9_5(both):
     assert ours["no_gpu"] == theirs["no_gpu"] == dict.fromkeys(theirs["no_gpu"], "MisconfigurationException")
 
 
+def test_on_predict_epoch_end_with_results_gets_the_predictions_as_1_9_5(both):
+    """A 1.x ``on_predict_epoch_end(self, results)`` (and a callback's ``(trainer, pl_module, outputs)``) gets
+    the predictions, a list per loader (``[[...]]`` for one), as 1.9.5 (before: a TypeError, nothing passed)."""
+    theirs, ours = both
+    assert ours["predict_epoch_end"] == theirs["predict_epoch_end"]
+
+
 def test_replace_sampler_ddp_false_is_use_distributed_sampler_false():
     """1.x's name for 2.x's switch: the same behaviour (each loader's own sampler under ddp)."""
     import trainmesh as tm
