@@ -434,3 +434,24 @@ def tune_batch_size_trials(mode) -> dict:
 
 PROGRAMS["tune_batch_size_trials_power"] = lambda: tune_batch_size_trials("power")
 PROGRAMS["tune_batch_size_trials_binsearch"] = lambda: tune_batch_size_trials("binsearch")
+
+
+def accumulate_dict() -> dict:
+    """``Trainer(accumulate_grad_batches={0: 1, 1: 3})`` (1.x's per-epoch factors): the optimizer steps,
+    ``trainer.accumulate_grad_batches`` after each epoch and the weights."""
+    tm.seed_everything(0)
+    model = HundredSamples(batch_size=8)  # 13 batches an epoch
+    factors = []
+
+    class Factors(tm.callbacks.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            factors.append(trainer.accumulate_grad_batches)
+
+    trainer = tm.Trainer(
+        max_epochs=3, accumulate_grad_batches={0: 1, 1: 3}, callbacks=[Factors()], enable_checkpointing=False, **QUIET
+    )
+    trainer.fit(model)
+    return {"global_step": trainer.global_step, "factors": factors, "weights": _weights(model)}
+
+
+PROGRAMS["accumulate_dict"] = accumulate_dict

@@ -40,7 +40,7 @@ def _lightning_as_trainmesh() -> None:
     stand_in.Module, stand_in.DataModule, stand_in.Trainer = pl.LightningModule, pl.LightningDataModule, Trainer
     stand_in.seed_everything = pl.seed_everything
     callbacks = types.ModuleType("trainmesh.callbacks")
-    callbacks.ModelCheckpoint = ModelCheckpoint
+    callbacks.ModelCheckpoint, callbacks.Callback = ModelCheckpoint, pl.Callback
     stand_in.callbacks = callbacks
     sys.modules["trainmesh"], sys.modules["trainmesh.callbacks"] = stand_in, callbacks
     import pytorch_lightning.utilities.memory

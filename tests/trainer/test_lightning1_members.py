@@ -175,3 +175,9 @@ def test_tune_then_fit_resumes_from_checkpoint_as_lightning_1_9():
     1.9.5's search losses, lr on the model, global_step (16) and bit-identical weights. Before, trainmesh
     searched from the model's own weights (first loss 10.81 where 1.9.5's is 2.67)."""
     assert run("resume_after_tune") == RECORDED["resume_after_tune"]
+
+
+def test_accumulate_grad_batches_dict_schedules_as_lightning_1_9():
+    """Trainer(accumulate_grad_batches={0: 1, 1: 3}), 1.x's per-epoch factors: 1.9.5's optimizer steps (13 + 5 +
+    5), factors after each epoch (1, 3, 3) and weights. Before: refused as not an integer."""
+    assert run("accumulate_dict") == RECORDED["accumulate_dict"]
