@@ -284,6 +284,18 @@ def _predict_epoch_end(pl) -> dict:
     return {"calls": seen, "returned": returned}
 
 
+def _tbptt_default(pl) -> list:
+    """A module's ``truncated_bptt_steps`` when it sets none, and after it sets 2."""
+
+    class Model(pl.LightningModule):
+        pass
+
+    model = Model()
+    before = model.truncated_bptt_steps
+    model.truncated_bptt_steps = 2
+    return [before, model.truncated_bptt_steps]
+
+
 # Trainers asking for a GPU this CPU machine lacks: 1.x programs fall back with
 # ``except MisconfigurationException:`` (1.9.5 raises it, as Lightning 2.6 does for accelerator="gpu")
 NO_GPU_ARGUMENTS = {"gpus=1": {"gpus": 1}, "gpus='0,'": {"gpus": "0,"}, "accelerator='gpu'": {"accelerator": "gpu"}}
@@ -318,4 +330,5 @@ def measure(root: str) -> dict:
         "trainer": _trainer(importlib.import_module(root).Trainer),
         "no_gpu": _no_gpu(root),
         "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
+        "tbptt_default": _tbptt_default(importlib.import_module(root)),
     }

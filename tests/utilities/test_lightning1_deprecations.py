@@ -76,6 +76,13 @@ def test_on_predict_epoch_end_with_results_gets_the_predictions_as_1_9_5(both):
     assert ours["predict_epoch_end"] == theirs["predict_epoch_end"]
 
 
+def test_truncated_bptt_steps_defaults_to_0_as_1_9_5(both):
+    """A 1.x module reading ``self.truncated_bptt_steps`` without setting it gets 0 (1.9.5's default; before: an
+    AttributeError)."""
+    theirs, ours = both
+    assert ours["tbptt_default"] == theirs["tbptt_default"] == [0, 2]
+
+
 def test_replace_sampler_ddp_false_is_use_distributed_sampler_false():
     """1.x's name for 2.x's switch: the same behaviour (each loader's own sampler under ddp)."""
     import trainmesh as tm
