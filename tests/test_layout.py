@@ -65,6 +65,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/lightning1/trainer_arguments.py": ["trainer/test_lightning1_arguments.py"],
     "trainer/lightning1/trainer_members.py": ["trainer/test_lightning1_members.py"],
     "trainer/lightning1/tune.py": ["trainer/test_lightning1_members.py"],
+    "trainer/lightning1/batch_size_search.py": ["trainer/test_lightning1_members.py"],
     "trainer/lightning1/grad_norm.py": ["trainer/test_lightning1_members.py"],
     "trainer/lightning1/one_run.py": ["trainer/test_lightning1_members.py"],
     "utilities/argparse.py": ["trainer/test_lightning1_members.py"],

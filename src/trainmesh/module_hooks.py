@@ -52,6 +52,10 @@ class ModelHooks:
     # Lightning 1.x's epoch-end hooks with the steps' outputs (2.0 removed them): 1.9.5's defaults, which do
     # nothing, so that an override's super().training_epoch_end(outputs) runs; the loop calls overrides only.
     def training_epoch_end(self, outputs: Any) -> None: ...
+
+    # 1.9.5's default (a property there): 0, no splitting; a 1.x program reads it (``if self.truncated_bptt_steps``)
+    truncated_bptt_steps: int = 0
+
     def validation_epoch_end(self, outputs: Any) -> None: ...
     def test_epoch_end(self, outputs: Any) -> None: ...
     def configure_callbacks(self) -> Any:

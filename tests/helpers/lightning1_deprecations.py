@@ -23,6 +23,7 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": 
 # each 1.x Trainer argument 1.9.5 deprecated, with a value given; and ones it did not (no line expected there)
 TRAINER_ARGUMENTS = {
     "gpus": 0,
+    "auto_select_gpus": True,
     "num_processes": 1,
     "resume_from_checkpoint": "missing.ckpt",
     "amp_backend": "native",
@@ -252,6 +253,72 @@ def _evaluation_outputs(pl) -> dict:
     return {"calls": seen}
 
 
+def _predict_epoch_end(pl) -> dict:
+    """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
+    (callback): the predictions, a list per loader, with one loader and with two."""
+    seen = []
+
+    class Recorder(pl.Callback):
+        def on_predict_epoch_end(self, trainer, pl_module, outputs):
+            seen.append(["callback", _data(outputs)])
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return self.a(batch[0]).sum()
+
+        def on_predict_epoch_end(self, results):
+            seen.append(["module", _data(results)])
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=2)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(callbacks=[Recorder()], **QUIET)
+        returned = [_data(trainer.predict(model, loader)), _data(trainer.predict(model, [loader, loader]))]
+    return {"calls": seen, "returned": returned}
+
+
+def _tbptt_default(pl) -> list:
+    """A module's ``truncated_bptt_steps`` when it sets none, and after it sets 2."""
+
+    class Model(pl.LightningModule):
+        pass
+
+    model = Model()
+    before = model.truncated_bptt_steps
+    model.truncated_bptt_steps = 2
+    return [before, model.truncated_bptt_steps]
+
+
+# Trainers asking for a GPU this CPU machine lacks: 1.x programs fall back with
+# ``except MisconfigurationException:`` (1.9.5 raises it, as Lightning 2.6 does for accelerator="gpu")
+NO_GPU_ARGUMENTS = {"gpus=1": {"gpus": 1}, "gpus='0,'": {"gpus": "0,"}, "accelerator='gpu'": {"accelerator": "gpu"}}
+
+
+def _no_gpu(root: str) -> dict:
+    """Which of Misconfiguration/ValueError/other each Trainer asking for a missing GPU raises."""
+    trainer_class = importlib.import_module(root).Trainer
+    misconfigured = importlib.import_module(f"{root}.utilities.exceptions").MisconfigurationException
+    found = {}
+    for name, settings in NO_GPU_ARGUMENTS.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trainer_class(**QUIET, **settings)
+            found[name] = "no error"
+        except misconfigured:
+            found[name] = "MisconfigurationException"
+        except Exception as exc:  # noqa: BLE001 - the exception's type is the measurement
+            found[name] = type(exc).__name__
+    return found
+
+
 def measure(root: str) -> dict:
     """Everything above, for the library named ``root``."""
     return {
@@ -261,4 +328,7 @@ def measure(root: str) -> dict:
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
+        "no_gpu": _no_gpu(root),
+        "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
+        "tbptt_default": _tbptt_default(importlib.import_module(root)),
     }

@@ -402,3 +402,56 @@ def resume_after_tune() -> dict:
 
 
 PROGRAMS["resume_after_tune"] = resume_after_tune
+
+
+class HundredSamples(Regression):
+    """The regression over 100 samples (not a power of two: where the batch-size searches part)."""
+
+    def train_dataloader(self):
+        return DataLoader(_dataset(100), batch_size=self.batch_size)
+
+
+def tune_batch_size_trials(mode) -> dict:
+    """``trainer.tune`` with ``auto_scale_batch_size=mode`` and ``scale_batch_size_kwargs``: the sizes found
+    with 1, 4 and the default 25 trials, what the fit after trains, and the kwargs dict afterwards."""
+    found = {}
+    for max_trials in (1, 4, 25):
+        tm.seed_everything(0)
+        model = HundredSamples(batch_size=2)
+        trainer = tm.Trainer(auto_scale_batch_size=mode, max_epochs=1, **QUIET, enable_checkpointing=False)
+        kwargs = {"max_trials": max_trials}
+        result = trainer.tune(model, scale_batch_size_kwargs=kwargs)
+        trainer.fit(model)
+        found[str(max_trials)] = {
+            "found": result["scale_batch_size"],
+            "model_batch_size": model.batch_size,
+            "kwargs_after": kwargs,
+            "global_step": trainer.global_step,
+            "weights": _weights(model),
+        }
+    return found
+
+
+PROGRAMS["tune_batch_size_trials_power"] = lambda: tune_batch_size_trials("power")
+PROGRAMS["tune_batch_size_trials_binsearch"] = lambda: tune_batch_size_trials("binsearch")
+
+
+def accumulate_dict() -> dict:
+    """``Trainer(accumulate_grad_batches={0: 1, 1: 3})`` (1.x's per-epoch factors): the optimizer steps,
+    ``trainer.accumulate_grad_batches`` after each epoch and the weights."""
+    tm.seed_everything(0)
+    model = HundredSamples(batch_size=8)  # 13 batches an epoch
+    factors = []
+
+    class Factors(tm.callbacks.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            factors.append(trainer.accumulate_grad_batches)
+
+    trainer = tm.Trainer(
+        max_epochs=3, accumulate_grad_batches={0: 1, 1: 3}, callbacks=[Factors()], enable_checkpointing=False, **QUIET
+    )
+    trainer.fit(model)
+    return {"global_step": trainer.global_step, "factors": factors, "weights": _weights(model)}
+
+
+PROGRAMS["accumulate_dict"] = accumulate_dict

@@ -40,7 +40,7 @@ def _lightning_as_trainmesh() -> None:
     stand_in.Module, stand_in.DataModule, stand_in.Trainer = pl.LightningModule, pl.LightningDataModule, Trainer
     stand_in.seed_everything = pl.seed_everything
     callbacks = types.ModuleType("trainmesh.callbacks")
-    callbacks.ModelCheckpoint = ModelCheckpoint
+    callbacks.ModelCheckpoint, callbacks.Callback = ModelCheckpoint, pl.Callback
     stand_in.callbacks = callbacks
     sys.modules["trainmesh"], sys.modules["trainmesh.callbacks"] = stand_in, callbacks
     import pytorch_lightning.utilities.memory
@@ -72,9 +72,20 @@ def _graveyard() -> dict:
     return found
 
 
+def numpy_2_spelling() -> None:
+    """1.9.5's ModelCheckpoint and EarlyStopping read ``np.Inf``, which NumPy 2 removed: a 1.9.5 venv
+    with NumPy 2 runs them with ``np.inf`` under that name (``numpy<2`` needs nothing)."""
+    import numpy
+
+    if "Inf" not in dir(numpy):
+        numpy.Inf = numpy.inf
+
+
 if __name__ == "__main__":
     import pytorch_lightning
     import torch
+
+    numpy_2_spelling()
 
     _lightning_as_trainmesh()
     sys.path.insert(0, str(HERE))

@@ -45,6 +45,15 @@ def test_tune_with_auto_scale_batch_size_as_lightning_1_9(mode):
     assert run(f"tune_batch_size_{mode}") == RECORDED[f"tune_batch_size_{mode}"]
 
 
+@pytest.mark.parametrize("mode", ["power", "binsearch"])
+def test_tune_batch_size_search_counts_trials_and_caps_as_lightning_1_9(mode):
+    """100 samples from batch size 2, ``max_trials`` 1, 4 and 25: 1.9.5's sizes 4, 32 and 100 (power doubles
+    after its last trial, binsearch runs max_trials + 1; a size past the loader's batches is capped at the
+    dataset's length), the fit after them (global_step, weights) and the kwargs dict with 1.9.5's "mode" in it.
+    Before: 2.x's rules found 2, 16 and 128."""
+    assert run(f"tune_batch_size_trials_{mode}") == RECORDED[f"tune_batch_size_trials_{mode}"]
+
+
 def test_multiple_trainloader_mode_as_lightning_1_9():
     """Trainer(multiple_trainloader_mode="max_size_cycle" | "min_size") with a dict and a list of two
     train loaders (8 and 3 batches): the same batches per step, steps (16 / 6) and weights as 1.9.5."""
@@ -166,3 +175,9 @@ def test_tune_then_fit_resumes_from_checkpoint_as_lightning_1_9():
     1.9.5's search losses, lr on the model, global_step (16) and bit-identical weights. Before, trainmesh
     searched from the model's own weights (first loss 10.81 where 1.9.5's is 2.67)."""
     assert run("resume_after_tune") == RECORDED["resume_after_tune"]
+
+
+def test_accumulate_grad_batches_dict_schedules_as_lightning_1_9():
+    """Trainer(accumulate_grad_batches={0: 1, 1: 3}), 1.x's per-epoch factors: 1.9.5's optimizer steps (13 + 5 +
+    5), factors after each epoch (1, 3, 3) and weights. Before: refused as not an integer."""
+    assert run("accumulate_dict") == RECORDED["accumulate_dict"]

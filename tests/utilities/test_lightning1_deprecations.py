@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.lightning1_deprecations import measure
 
@@ -58,6 +59,28 @@ def test_lightning_one_trainer_arguments_warn_a_deprecation_as_1_9_5(both):
     assert theirs["trainer"].pop("replace_sampler_ddp") is False  # 1.9.5: not deprecated yet
     assert ours["trainer"].pop("replace_sampler_ddp") is True  # trainmesh: today's use_distributed_sampler=False
     assert ours["trainer"] == theirs["trainer"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="measures a machine without CUDA, as 1.9.5 was recorded on")
+def test_asking_for_a_missing_gpu_raises_misconfiguration_as_1_9_5(both):
+    """Trainer(gpus=1) / gpus="0," / accelerator="gpu" without CUDA: caught by ``except
+    MisconfigurationException`` as under 1.9.5 (before: a plain ValueError slipped past it)."""
+    theirs, ours = both
+    assert ours["no_gpu"] == theirs["no_gpu"] == dict.fromkeys(theirs["no_gpu"], "MisconfigurationException")
+
+
+def test_on_predict_epoch_end_with_results_gets_the_predictions_as_1_9_5(both):
+    """A 1.x ``on_predict_epoch_end(self, results)`` (and a callback's ``(trainer, pl_module, outputs)``) gets
+    the predictions, a list per loader (``[[...]]`` for one), as 1.9.5 (before: a TypeError, nothing passed)."""
+    theirs, ours = both
+    assert ours["predict_epoch_end"] == theirs["predict_epoch_end"]
+
+
+def test_truncated_bptt_steps_defaults_to_0_as_1_9_5(both):
+    """A 1.x module reading ``self.truncated_bptt_steps`` without setting it gets 0 (1.9.5's default; before: an
+    AttributeError)."""
+    theirs, ours = both
+    assert ours["tbptt_default"] == theirs["tbptt_default"] == [0, 2]
 
 
 def test_replace_sampler_ddp_false_is_use_distributed_sampler_false():

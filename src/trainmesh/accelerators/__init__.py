@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.suggestions import did_you_mean
@@ -104,14 +105,15 @@ def resolve_accelerator(accelerator: str | Accelerator) -> str:
         if _mps_available():
             return "mps"
         return "cpu"
+    # Lightning (1.9.5 and 2.6) raises MisconfigurationException here: caught by that name or ValueError
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
+        raise MisconfiguredValue(
             "accelerator='cuda' was asked for but no CUDA device is visible to torch "
             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
             "run on CPU with accelerator='cpu', or check CUDA_VISIBLE_DEVICES and the driver"
         )
     if name == "mps" and not _mps_available():
-        raise ValueError("accelerator='mps' was asked for but this machine has no MPS device; use 'cpu'")
+        raise MisconfiguredValue("accelerator='mps' was asked for but this machine has no MPS device; use 'cpu'")
     return name
 
 

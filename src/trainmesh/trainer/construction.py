@@ -16,6 +16,7 @@ from trainmesh.trainer.lightning1 import legacy_arguments
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS, in_todays_spelling
 from trainmesh.trainer.lightning1.trainer_arguments import (
     LIGHTNING1_ARGUMENTS,
+    accumulation_argument,
     distributed_sampler,
     hardware_arguments,
     strategy_argument,
@@ -32,6 +33,7 @@ from trainmesh.utilities.rank_zero import rank_zero_info
 # Lightning 1.x's Trainer arguments: the CLI reaches them through this door (docs/architecture.md rule 10).
 __all__ = [
     "OLD_ARGUMENTS",
+    "accumulation_argument",
     "build_callbacks",
     "build_loggers",
     "build_runtime",

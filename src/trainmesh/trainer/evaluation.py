@@ -284,7 +284,7 @@ def _run_loop(
         if stage == "predict":
             state.predict_loop.finish(results)
             state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
-            hooks.call(_EPOCH_END_HOOK[stage])
+            hooks.call(_EPOCH_END_HOOK[stage], results)  # 1.x's hook takes them (hook_arguments.py), 2.x's does not
             return results
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.

@@ -31,6 +31,9 @@ PASSED_ARGS = {
     "on_validation_batch_end": 4,
     "on_test_batch_end": 4,
     "on_predict_batch_end": 4,
+    # Lightning 1.x's on_predict_epoch_end(results) (callbacks: (trainer, pl_module, outputs)): the predictions,
+    # a list per loader; a 2.x hook takes none and is called without them
+    "on_predict_epoch_end": 1,
     "on_before_backward": 1,
     "on_before_optimizer_step": 1,
     "on_before_zero_grad": 1,

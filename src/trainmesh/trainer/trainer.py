@@ -26,6 +26,7 @@ from trainmesh.trainer.checkpointing import (
 )
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
+    accumulation_argument,
     build_callbacks,
     build_loggers,
     build_runtime,
@@ -158,6 +159,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
+        callbacks, accumulate_grad_batches = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
         # limits as overfit_batches and max_time left them above)
         self._settings = loop = check_loop_settings(**{n: v for n, v in locals().items() if n in _LOOP_SETTINGS})

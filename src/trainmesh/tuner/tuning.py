@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
@@ -136,9 +137,10 @@ class Tuner:
         if trainer.fast_dev_run:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
             return None
+        search, first_adjust, measure = self._batch_size_rules(mode, max_trials, margin, max_val)
         size = BatchSizeAttribute(model, datamodule, batch_arg_name)
         source = datamodule if datamodule is not None else model
-        length = functools.partial(_dataset_length, source)
+        length = functools.partial(measure, source)
         weights = copy.deepcopy(model.state_dict())
         kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
         kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
@@ -151,17 +153,26 @@ class Tuner:
             trainer.callbacks, trainer.loggers = [], []
             trainer.max_steps, trainer.limit_train_batches = steps_per_trial, 1.0
             trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
-            adjust(size, length, value=init_val)
-            if mode == "power":
-                found = power_scaling(trial, size, length, max_trials, max_val)
-            else:
-                found = binsearch_scaling(trial, size, length, max_trials, margin, max_val)
+            first_adjust(size, length, value=init_val)
+            found = search(trial, size, length)
         finally:
             for name, value in kept.items():
                 setattr(trainer, name, value)
             model.load_state_dict(weights)
             trainer._reset_fit_state()
         return found
+
+    def _batch_size_rules(
+        self, mode: str, max_trials: int, margin: float, max_val: int
+    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]], Callable[[Any], Any]]:
+        """The search ``search(trial, size, length)``, the size rule the first size goes through
+        (``adjust(size, length, value=init_val)``) and what ``length()`` measures of the model's or data
+        module's train loader: Lightning 2.6's here; Lightning 1.x's ``trainer.tune`` has 1.9.5's
+        (``trainer/lightning1/batch_size_search.py``)."""
+        if mode == "power":
+            return functools.partial(power_scaling, max_trials=max_trials, max_val=max_val), adjust, _dataset_length
+        search = functools.partial(binsearch_scaling, max_trials=max_trials, margin=margin, max_val=max_val)
+        return search, adjust, _dataset_length
 
 
 def _dataset_length(source: Any) -> int | None:

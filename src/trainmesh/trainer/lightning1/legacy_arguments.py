@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.refusal import LightningOneName
 
 # Lightning 1.x put the strategy in `accelerator` (and earlier in `distributed_backend`).
@@ -88,7 +89,7 @@ def translate(
         given, gpus = gpus, _parse_gpus(gpus)
         count = len(gpus) if isinstance(gpus, (list, tuple)) else (gpus if gpus >= 0 else torch.cuda.device_count())
         if (count or gpus == -1) and check_cuda and not torch.cuda.is_available():
-            raise ValueError(
+            raise MisconfiguredValue(  # 1.9.5's type, and ValueError as before
                 f"gpus={given!r} asks for CUDA devices, but no CUDA device is visible to torch on this "
                 f"machine. To run on CPU: Trainer(accelerator='cpu', devices={count or 1}, "
                 f"strategy={out.strategy!r}) (dp and ddp run on CPU too)"

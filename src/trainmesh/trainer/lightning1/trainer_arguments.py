@@ -77,7 +77,34 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
             f"(here {chosen})"
         )
         gpus = chosen  # 1.x selected nothing for a list of indices or no GPUs
+    elif given["auto_select_gpus"]:  # 1.9.5 warns its deprecation whatever it then selects
+        _notice(
+            "auto_select_gpus=True is Lightning 1.x's (deprecated in 1.9); today: devices=find_usable_cuda_devices(N)"
+        )
     return gpus, accelerator, devices
+
+
+def accumulation_argument(callbacks: Any, accumulate_grad_batches: Any) -> tuple[Any, Any]:
+    """1.x's ``accumulate_grad_batches={epoch: factor}`` (2.0 took only an int) is 1.9.5's
+    ``GradientAccumulationScheduler(that dict)`` added after the program's callbacks, the Trainer's own
+    factor 1 (the callback sets it each epoch); with such a callback given as well, 1.9.5's error."""
+    if not isinstance(accumulate_grad_batches, dict):
+        return callbacks, accumulate_grad_batches
+    from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    if any(isinstance(callback, GradientAccumulationScheduler) for callback in given):
+        raise MisconfigurationException(
+            "You have set both `accumulate_grad_batches` and passed an instance of `GradientAccumulationScheduler` "
+            "inside callbacks. Either remove `accumulate_grad_batches` from trainer or remove "
+            "`GradientAccumulationScheduler` from callbacks list."
+        )
+    _notice(
+        f"accumulate_grad_batches={accumulate_grad_batches!r} is Lightning 1.x's spelling; today: "
+        f"callbacks=[GradientAccumulationScheduler({accumulate_grad_batches!r})]"
+    )
+    return [*given, GradientAccumulationScheduler(dict(accumulate_grad_batches))], 1
 
 
 def strategy_argument(strategy: Any) -> Any:

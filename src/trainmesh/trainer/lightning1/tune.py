@@ -10,7 +10,6 @@ random generator as before it (1.9.5's ``isolate_rng``). Returns 1.9.5's result:
 from __future__ import annotations
 
 import logging
-import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -87,11 +86,14 @@ def tune(
     method: Literal["fit", "validate", "test", "predict"] = "fit",
 ) -> dict[str, Any]:
     """``trainer.tune(...)`` of pytorch-lightning 1.9.5 (module docstring)."""
-    from trainmesh.tuner.tuning import Tuner  # here: the tuner is imported by a run that tunes, not with the Trainer
+    # here: the tuner is imported by a run that tunes, not with the Trainer
+    from trainmesh.trainer.lightning1.batch_size_search import LightningOneTuner
 
-    scale_kwargs, lr_kwargs = dict(scale_batch_size_kwargs or {}), dict(lr_find_kwargs or {})
+    # 1.9.5 sets its defaults ("mode", "update_attr") into the dicts the program passed, which it may print
+    scale_given = scale_batch_size_kwargs or {}  # an empty one is not written into, as in 1.9.5
+    lr_given = lr_find_kwargs or {}
     result: dict[str, Any] = {}
-    tuner = Tuner(trainer)
+    tuner = LightningOneTuner(trainer)
     if (train_dataloaders is not None or val_dataloaders is not None) and datamodule is not None:
         raise ValueError(
             "You cannot pass `train_dataloader` or `val_dataloaders` to `trainer.tune()` with a datamodule."
@@ -103,14 +105,15 @@ def tune(
                 _start_from_resumed_weights(run, model)
             if run.auto_scale_batch_size:
                 if isinstance(run.auto_scale_batch_size, str):
-                    scale_kwargs.setdefault("mode", run.auto_scale_batch_size)
-                # 1.9.5's search keeps the size found (2.x's takes 5% off it) and has no ceiling
-                scale_kwargs.setdefault("margin", 0.0)
-                scale_kwargs.setdefault("max_val", sys.maxsize)
+                    scale_given.setdefault("mode", run.auto_scale_batch_size)
+                scale_kwargs = dict(scale_given)
+                # 1.9.5's search (batch_size_search.py): no margin, no ceiling, its trial count and size rule
                 result["scale_batch_size"] = tuner.scale_batch_size(
                     model, train_dataloaders, val_dataloaders, dataloaders, datamodule, method, **scale_kwargs
                 )
             if run.auto_lr_find:
+                lr_given.setdefault("update_attr", True)
+                lr_kwargs = dict(lr_given)
                 if isinstance(run.auto_lr_find, str):
                     lr_kwargs.setdefault("attr_name", run.auto_lr_find)
                 data = (train_dataloaders, val_dataloaders, dataloaders, datamodule, method)

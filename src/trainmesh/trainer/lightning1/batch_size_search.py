@@ -1,0 +1,116 @@
+"""pytorch-lightning 1.9.5's batch-size search, for 1.x's ``Trainer(auto_scale_batch_size=...)`` +
+``trainer.tune``: its rules differ from Lightning 2's (``tuner/batch_size_scaling.py``) in what a
+program sees (the size found, set on the model, and the fit trained with it):
+
+- ``"power"`` runs ``max_trials`` trials and doubles the size after each, the last included, so it
+  ends on a size one doubling past the last trial (2.x stops on the last trial's size);
+- ``"binsearch"`` runs ``max_trials + 1`` trials (1.9.5's ``count > max_trials``) and keeps the size
+  found (no margin);
+- a new size larger than the number of batches the train loader makes at the present size is capped
+  at the dataset's length (1.9.5's ``_is_valid_batch_size``; 2.x stops once the size reaches the
+  length, and goes past it), and there is no ``max_val``.
+
+On a CPU no trial runs out of memory; the halving and bisecting after one are 1.9.5's as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute
+from trainmesh.tuner.tuning import Tuner
+
+log = logging.getLogger(__name__)
+
+Length = Callable[[], "tuple[int | None, int | None]"]
+
+
+def loader_lengths(source: Any) -> tuple[int | None, int | None]:
+    """The number of batches and of samples of the train loader the model or data module makes now
+    (None where it has no length)."""
+    loader = source.train_dataloader()
+    try:
+        return len(loader), len(loader.dataset)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None, None
+
+
+def adjust(
+    size: BatchSizeAttribute, length: Length, *, factor: float = 1.0, value: int | None = None
+) -> tuple[int, bool]:
+    """1.9.5's ``_adjust_batch_size``: the new size and whether it changed."""
+    batch_size = size.get()
+    new_size = value if value is not None else int(batch_size * factor)
+    batches, samples = length()
+    if batches is not None and new_size > batches and samples is not None:
+        new_size = min(new_size, samples)
+    size.set(new_size)
+    return new_size, new_size != batch_size
+
+
+def _is_oom(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and "out of memory" in str(error)
+
+
+def power_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: Length, max_trials: int) -> int:
+    """1.9.5's ``_run_power_scaling``."""
+    new_size, any_success = size.get(), False
+    for _ in range(max_trials):
+        try:
+            trial()
+            new_size, changed = adjust(size, length, factor=2.0)
+            if not changed:
+                break
+            any_success = True
+        except RuntimeError as error:
+            if not _is_oom(error):
+                raise
+            new_size, _ = adjust(size, length, factor=0.5)
+            if any_success:
+                break
+    return new_size
+
+
+def binsearch_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: Length, max_trials: int) -> int:
+    """1.9.5's ``_run_binary_scaling``."""
+    new_size, low, high, count = size.get(), 1, None, 0
+    while True:
+        try:
+            trial()
+            count += 1
+            if count > max_trials:
+                break
+            low = new_size
+            if high:
+                if high - low <= 1:
+                    break
+                new_size, changed = adjust(size, length, value=(high + low) // 2)
+            else:
+                new_size, changed = adjust(size, length, factor=2.0)
+            if not changed:
+                break
+        except RuntimeError as error:
+            if not _is_oom(error):
+                raise
+            high = new_size
+            new_size, _ = adjust(size, length, value=(high + low) // 2)
+            if high - low <= 1:
+                break
+    return new_size
+
+
+class LightningOneTuner(Tuner):
+    """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
+    (2.x's) do not exist in it."""
+
+    def _batch_size_rules(
+        self, mode: str, max_trials: int, margin: float, max_val: int
+    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]], Callable[[Any], Any]]:
+        search = power_scaling if mode == "power" else binsearch_scaling
+
+        def run(trial: Callable[[], None], size: BatchSizeAttribute, length: Length) -> int:
+            return search(trial, size, length, max_trials)
+
+        return run, adjust, loader_lengths
