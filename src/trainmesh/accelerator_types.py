@@ -53,14 +53,10 @@ class CPUAccelerator(Accelerator):
             raise ValueError(f"Device should be CPU, got {device} instead.")
 
     def get_device_stats(self, device: Any) -> dict[str, Any]:
-        """Memory and CPU use from psutil, under Lightning's keys."""
-        import psutil
+        """Memory and CPU use from psutil, under Lightning's keys (its error where psutil is missing)."""
+        from trainmesh.accelerators.cpu import get_cpu_stats
 
-        return {
-            "cpu_vm_percent": psutil.virtual_memory().percent,
-            "cpu_percent": psutil.cpu_percent(),
-            "cpu_swap_percent": psutil.swap_memory().percent,
-        }
+        return get_cpu_stats()
 
     @staticmethod
     def parse_devices(devices: int | str) -> int:
@@ -133,7 +129,11 @@ class MPSAccelerator(Accelerator):
             raise ValueError(f"Device should be MPS, got {device} instead")
 
     def get_device_stats(self, device: Any) -> dict[str, Any]:
-        return {}
+        """The host's memory and CPU use from psutil, under Lightning's ``M1_*`` keys (its error where
+        psutil is missing)."""
+        from trainmesh.accelerators.mps import get_device_stats
+
+        return get_device_stats()
 
     @staticmethod
     def parse_devices(devices: int | str | list[int]) -> list[int] | None:

@@ -118,14 +118,22 @@ def test_cpu_stats_false_logs_nothing(tmp_path, fake_psutil):
 
 @pytest.mark.skipif("psutil" in sys.modules, reason="psutil is installed")
 def test_without_psutil_refused_as_lightning(tmp_path):
+    found = []
     for lightning in (True, False):
-        with pytest.raises(ModuleNotFoundError, match="cannot log CPU stats as `psutil` is not installed"):
+        with pytest.raises(ModuleNotFoundError, match="cannot log CPU stats as `psutil` is not installed") as error:
             run(lightning, tmp_path / str(lightning))
+        found.append(str(error.value))
+    assert found[0] == found[1]
 
 
 def test_without_logger_refused_as_lightning(tmp_path, fake_psutil):
-    for lightning in (True, False):
-        with pytest.raises(
-            Exception, match="Cannot use `DeviceStatsMonitor` callback with `Trainer\\(logger=False\\)`"
-        ):
-            run(lightning, tmp_path / str(lightning), logger=False)
+    """Lightning's MisconfigurationException (trainmesh's is also a ValueError)."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as PlMisconfiguration
+
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    match = "Cannot use `DeviceStatsMonitor` callback with `Trainer\\(logger=False\\)`"
+    with pytest.raises(PlMisconfiguration, match=match):
+        run(True, tmp_path / "pl", logger=False)
+    with pytest.raises(MisconfigurationException, match=match):
+        run(False, tmp_path / "tm", logger=False)

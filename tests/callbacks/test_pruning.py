@@ -98,11 +98,35 @@ def test_pruning_trains_as_lightning(tmp_path, case):
         assert torch.equal(our_saved[name], their_saved[name]), name
 
 
-def test_arguments_checked_as_lightning():
-    with pytest.raises(ValueError, match="`pruning_dim` should be provided"):
-        ModelPruning("ln_structured", use_global_unstructured=False)
-    with pytest.raises(ValueError, match='Only the "unstructured" PRUNING_TYPE'):
-        ModelPruning("random_structured", pruning_dim=0)
+REFUSED = [
+    {"pruning_fn": "ln_structured", "pruning_dim": 0, "pruning_norm": 2},  # structured, global by default
+    {"pruning_fn": "random_structured", "pruning_dim": 0, "use_global_unstructured": True},
+    {"pruning_fn": "ln_structured", "use_global_unstructured": False},
+    {"pruning_fn": "ln_structured", "pruning_dim": 0, "use_global_unstructured": False},
+    {"pruning_fn": "l2_unstructured"},
+    {"pruning_fn": prune.L1Unstructured, "use_global_unstructured": False},
+    {"pruning_fn": prune.l1_unstructured},
+    {"pruning_fn": "l1_unstructured", "parameter_names": ["kernel"]},
+    {"pruning_fn": "l1_unstructured", "amount": "half"},
+    {"pruning_fn": "l1_unstructured", "verbose": 3},
+]
+
+
+@pytest.mark.parametrize("arguments", REFUSED, ids=range(len(REFUSED)))
+def test_arguments_refused_as_lightning(arguments):
+    """Lightning refuses each with MisconfigurationException (a structured ``pruning_fn`` with
+    ``use_global_unstructured=True``, its default, among them); trainmesh's is one too (and a
+    ValueError), with Lightning's message."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as PlMisconfiguration
+
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(PlMisconfiguration) as theirs:
+        PlPruning(**arguments)
+    with pytest.raises(MisconfigurationException) as ours:
+        ModelPruning(**arguments)
+    assert str(ours.value) == str(theirs.value)
+    assert isinstance(ours.value, ValueError)
 
 
 def test_validation_inside_fit_runs_without_inference_mode_as_lightning(tmp_path):

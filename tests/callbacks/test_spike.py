@@ -1,6 +1,8 @@
 """SpikeDetection (callbacks/spike.py) against Lightning 2.6's: the same program whose data has an
 outlier batch stops at the same batch with the same message, writes the same batches to skip, and
-leaves bit-identical weights; with a high ``atol`` neither stops, and the state is the same."""
+leaves bit-identical weights; with a high ``atol`` neither stops, and the state is the same. A NaN
+loss is the callback's to handle, as in Lightning: the step runs, then TrainingSpikeException (not
+trainmesh's own finite-loss FloatingPointError) with the same batches to skip and callbacks told."""
 
 import json
 
@@ -33,7 +35,7 @@ def make_module(base):
     return Net
 
 
-def run(lightning, tmp, **kwargs):
+def run(lightning, tmp, nan_batch=None, **kwargs):
     base, trainer_class, detector = (
         (pl.LightningModule, pl.Trainer, PlSpikeDetection)
         if lightning
@@ -44,6 +46,8 @@ def run(lightning, tmp, **kwargs):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(40, 3, generator=g), torch.randn(40, 1, generator=g)
     y[28:32] *= 50  # batch 7 is an outlier
+    if nan_batch is not None:
+        x[nan_batch * 4] = float("nan")
     spike = detector(window=4, warmup=2, **kwargs)
     trainer = trainer_class(
         max_epochs=1,
@@ -78,3 +82,18 @@ def test_spike_detected_as_lightning(tmp_path, atol):
         assert ours[1] is None
     for name in theirs[0]:
         assert torch.equal(ours[0][name], theirs[0][name]), name
+
+
+def test_a_nan_loss_stops_as_lightning_s_spike(tmp_path):
+    """The NaN loss at batch 5 (before the outlier): Lightning trains that step (the weights go
+    NaN), then the callback raises in on_train_batch_end; trainmesh's finite-loss check, which
+    would stop before the step with FloatingPointError, leaves it to the callback."""
+    theirs = run(True, tmp_path / "pl", nan_batch=5, atol=1e6)
+    ours = run(False, tmp_path / "tm", nan_batch=5, atol=1e6)
+    assert type(ours[1]).__name__ == type(theirs[1]).__name__ == "TrainingSpikeException"
+    assert str(ours[1]) == str(theirs[1]) == "Training spike detected in batch 5"
+    assert ours[2] == theirs[2] == [4, 5]
+    assert ours[3] == theirs[3]
+    for name in theirs[0]:
+        assert torch.equal(ours[0][name].isnan(), theirs[0][name].isnan()), name
+        assert torch.equal(ours[0][name].nan_to_num(), theirs[0][name].nan_to_num()), name

@@ -90,8 +90,41 @@ def test_stops_where_lightning_stops(tmp_path, monkeypatch, settings):
         assert torch.equal(out["tm"][3][key], value), key
 
 
-def test_bad_durations_are_refused():
-    with pytest.raises(ValueError, match="DD:HH:MM:SS"):
-        Timer(duration="11 seconds")
-    with pytest.raises(ValueError, match="interval"):
-        Timer(duration="00:00:00:11", interval="batch")
+@pytest.mark.parametrize(
+    "arguments",
+    [{"duration": "11 seconds"}, {"duration": "00:00:00:11", "interval": "batch"}],
+    ids=["duration", "interval"],
+)
+def test_bad_arguments_are_refused_as_lightning(arguments):
+    """Lightning's MisconfigurationException (trainmesh's is also a ValueError), with its message."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as PlMisconfiguration
+
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(PlMisconfiguration) as theirs:
+        pl_timer.Timer(**arguments)
+    with pytest.raises(MisconfigurationException) as ours:
+        Timer(**arguments)
+    assert isinstance(ours.value, ValueError)
+    # Lightning joins a set of the intervals: its order changes between processes
+    assert sorted(str(ours.value)) == sorted(str(theirs.value))
+
+
+def test_times_and_a_restored_state_read_as_lightning_s(monkeypatch):
+    """Before any training, after ``load_state_dict`` (a resume) and for a stage that is not
+    Lightning's RunningStage: the same values, of the same types, and the same error."""
+    monkeypatch.setattr(pl_timer, "time", Clock)
+    monkeypatch.setattr(tm_timer, "time", Clock)
+
+    def readings(timer):
+        found = [timer.time_elapsed(), timer.time_remaining(), timer.time_elapsed("validate"), timer.start_time()]
+        timer.load_state_dict({"time_elapsed": {"train": 3.5, "validate": 1.0}})
+        found += [timer.time_elapsed(), timer.time_remaining("train"), timer.time_elapsed("validate")]
+        found += [timer.state_dict()]
+        try:
+            timer.time_elapsed("fit")
+        except ValueError as error:
+            found.append(str(error))
+        return [(type(value).__name__, value) for value in found]
+
+    assert readings(Timer(duration={"seconds": 9})) == readings(pl_timer.Timer(duration={"seconds": 9}))

@@ -93,7 +93,7 @@ def test_ctrl_c_ends_cleanly_and_the_last_checkpoint_resumes(tmp_path):
 
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=10, save_last=True)
     trainer = quiet_trainer(max_epochs=5, callbacks=[CtrlC(), checkpoint], enable_checkpointing=True)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit):  # Lightning 2.6's sys.exit(1) after the exception hooks
         trainer.fit(DropoutNet(), train, val)
     last = load_checkpoint_file(tmp_path / "last.ckpt")
     assert last["global_step"] == 20  # the interrupt came before step 30's save

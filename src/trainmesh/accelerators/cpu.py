@@ -8,6 +8,10 @@ from trainmesh.accelerator_types import CPUAccelerator
 __all__ = ["CPUAccelerator", "get_cpu_stats"]
 
 
+# What Lightning's errors add (its ``str(RequirementCache("psutil"))`` where psutil is missing)
+PSUTIL_MISSING = "Requirement 'psutil' not met. HINT: Try running `pip install -U 'psutil'`"
+
+
 def _psutil_available() -> bool:
     try:
         import psutil  # noqa: F401
@@ -19,7 +23,7 @@ def _psutil_available() -> bool:
 def get_cpu_stats() -> dict[str, float]:
     """Lightning's CPU accelerator's device statistics, from ``psutil``."""
     if not _psutil_available():
-        raise ModuleNotFoundError("Fetching CPU device stats requires `psutil` to be installed.")
+        raise ModuleNotFoundError(f"Fetching CPU device stats requires `psutil` to be installed. {PSUTIL_MISSING}")
     import psutil
 
     return {

@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 from trainmesh.accelerator_types import MPSAccelerator
+from trainmesh.accelerators.cpu import PSUTIL_MISSING, _psutil_available
 
 __all__ = ["MPSAccelerator", "get_device_stats"]
 
 
 def get_device_stats() -> dict[str, float]:
     """``psutil``'s virtual-memory, CPU and swap percentages, keyed as Lightning keys them."""
-    try:
-        import psutil
-    except ImportError as error:
-        raise ModuleNotFoundError("Fetching MPS device stats requires `psutil` to be installed.") from error
+    if not _psutil_available():
+        raise ModuleNotFoundError(f"Fetching MPS device stats requires `psutil` to be installed. {PSUTIL_MISSING}")
+    import psutil
+
     return {
         "M1_vm_percent": psutil.virtual_memory().percent,
         "M1_percent": psutil.cpu_percent(),

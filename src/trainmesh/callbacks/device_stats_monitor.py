@@ -15,15 +15,21 @@ from typing import Any
 
 import torch
 
-from trainmesh.accelerators.cpu import _psutil_available, get_cpu_stats
+from trainmesh.accelerators.cpu import PSUTIL_MISSING, _psutil_available, get_cpu_stats
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 
 def get_device_stats(device: torch.device) -> dict[str, Any]:
-    """What Lightning's accelerator for ``device`` reports: CUDA's allocator statistics, or CPU's."""
+    """What Lightning's accelerator for ``device`` reports: CUDA's allocator statistics, MPS's
+    ``M1_*`` host figures, or CPU's."""
     if device.type == "cuda":
         return dict(torch.cuda.memory_stats(device))
+    if device.type == "mps":
+        from trainmesh.accelerators.mps import get_device_stats as mps_stats
+
+        return mps_stats()
     return get_cpu_stats()
 
 
@@ -31,7 +37,8 @@ class DeviceStatsMonitor(Callback):
     """Log the device's statistics during training, validation and test: at each batch's start and
     end where the loggers are due (``log_every_n_steps``), under ``DeviceStatsMonitor.{hook}/{stat}``
     (CUDA: ``torch.cuda.memory_stats``; CPU: ``psutil``'s ``cpu_percent``, ``cpu_vm_percent``,
-    ``cpu_swap_percent``). Needs a logger: ``Trainer(logger=False)`` raises ``ValueError`` at fit.
+    ``cpu_swap_percent``; MPS: the host's, as ``M1_*``). Needs a logger: ``Trainer(logger=False)`` raises
+    Lightning's ``MisconfigurationException`` (also a ``ValueError``) at fit.
 
     Args:
         cpu_stats: ``None``: CPU statistics only when training on CPU (needs ``psutil``); ``True``: also beside CUDA's statistics on a GPU; ``False``: never CPU's (on CPU nothing is logged) (default ``None``).
@@ -49,9 +56,11 @@ class DeviceStatsMonitor(Callback):
         if stage != "fit":
             return
         if not trainer.loggers:
-            raise ValueError("Cannot use `DeviceStatsMonitor` callback with `Trainer(logger=False)`.")
+            raise MisconfiguredValue("Cannot use `DeviceStatsMonitor` callback with `Trainer(logger=False)`.")
         if self._cpu_stats is None and pl_module.device.type == "cpu" and not _psutil_available():
-            raise ModuleNotFoundError("`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed.")
+            raise ModuleNotFoundError(
+                f"`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed. {PSUTIL_MISSING} "
+            )
 
     def _log(self, trainer: TrainerView, pl_module: Any, key: str, count: int, step: int) -> None:
         """Log where the loggers are due: ``count`` is the loop's batch count (from 1) Lightning checks."""

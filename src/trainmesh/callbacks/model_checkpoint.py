@@ -169,10 +169,13 @@ class ModelCheckpoint(Checkpoint):
             if not self._skip(trainer):
                 self._save(trainer, mid_epoch=True)
             return
-        # After a validation inside the epoch that the epoch's end does not save for (validation runs
-        # more than once an epoch, or not every epoch): here, as Lightning's on_validation_end saves.
-        # One run at the epoch's last batch is saved for at the epoch's end (on_train_epoch_end).
-        if getattr(trainer.loop, "mid_epoch_validation", False) and not self._skip(trainer):
+        # After a validation that the epoch's end does not save for (save_on_train_epoch_end=False, or
+        # validation runs more than once an epoch, or not every epoch): here, as Lightning's
+        # on_validation_end saves; the one after the epoch's last batch too, before the epoch's
+        # on_train_epoch_end and plateau scheduler step (the checkpoint holds the state before them).
+        loop = trainer.loop
+        in_fit = getattr(loop, "mid_epoch_validation", False) or getattr(loop, "epoch_end_validation", False)
+        if in_fit and not self._skip(trainer):
             if not self._saves_at_epoch_end(trainer) and self._epoch_due(trainer):
                 self._validated_since_check = False
                 self._save(trainer, mid_epoch=False)

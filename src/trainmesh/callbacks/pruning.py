@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +99,20 @@ class ModelPruning(Callback):
         self._pruning_method_name: str | None = None
         for name in self._parameter_names:
             if name not in self.PARAMETER_NAMES:
-                raise ValueError(f"The provided `parameter_names` name: {name} isn't in {self.PARAMETER_NAMES}")
+                raise MisconfiguredValue(f"The provided `parameter_names` name: {name} isn't in {self.PARAMETER_NAMES}")
         self.pruning_fn = self._pruning_function(pruning_fn, pruning_dim, pruning_norm)
         if use_global_unstructured and self.pruning_fn.PRUNING_TYPE != "unstructured":
-            raise ValueError(
+            raise MisconfiguredValue(
                 'Only the "unstructured" PRUNING_TYPE is supported with `use_global_unstructured=True`.'
                 f" Found method {self.pruning_fn} of type {self.pruning_fn.PRUNING_TYPE}. "
             )
         self._apply_pruning = apply_pruning
         self._make_pruning_permanent = make_pruning_permanent
         if not (isinstance(amount, (int, float)) or callable(amount)):
-            raise ValueError("`amount` should be provided and be either an int, a float or Callable function.")
+            raise MisconfiguredValue("`amount` should be provided and be either an int, a float or Callable function.")
         self.amount = amount
         if verbose not in (0, 1, 2):
-            raise ValueError("`verbose` must be any of (0, 1, 2)")
+            raise MisconfiguredValue("`verbose` must be any of (0, 1, 2)")
         self._verbose = verbose
 
     def _pruning_function(self, pruning_fn: Any, dim: int | None, norm: int | None) -> Any:
@@ -120,16 +121,18 @@ class ModelPruning(Callback):
             kwargs: dict[str, Any] = {}
             pruning_fn = pruning_fn.lower()
             if pruning_fn not in _PRUNING_FUNCTIONS:
-                raise ValueError(
+                raise MisconfiguredValue(
                     f"The provided `pruning_fn` {pruning_fn} isn't available in PyTorch's"
                     f" built-in functions: {list(_PRUNING_FUNCTIONS.keys())} "
                 )
             if pruning_fn.endswith("_structured"):
                 if dim is None:
-                    raise ValueError("When requesting `structured` pruning, the `pruning_dim` should be provided.")
+                    raise MisconfiguredValue(
+                        "When requesting `structured` pruning, the `pruning_dim` should be provided."
+                    )
                 if pruning_fn == "ln_structured":
                     if norm is None:
-                        raise ValueError(
+                        raise MisconfiguredValue(
                             "When requesting `ln_structured` pruning, the `pruning_norm` should be provided."
                         )
                     kwargs["n"] = norm
@@ -137,11 +140,11 @@ class ModelPruning(Callback):
             return self._create_pruning_fn(pruning_fn, **kwargs)
         if self._is_pruning_method(pruning_fn):
             if not self._use_global_unstructured:
-                raise ValueError(
+                raise MisconfiguredValue(
                     "PyTorch `BasePruningMethod` is currently only supported with `use_global_unstructured=True`."
                 )
             return pruning_fn
-        raise ValueError(
+        raise MisconfiguredValue(
             f"`pruning_fn` is expected to be a str in {list(_PRUNING_FUNCTIONS.keys())}"
             f" or a PyTorch `BasePruningMethod`. Found: {pruning_fn}."
             " HINT: if passing a `BasePruningMethod`, pass the class, not an instance"
@@ -269,14 +272,14 @@ class ModelPruning(Callback):
             and all(len(p) == 2 for p in parameters_to_prune)
             and all(isinstance(a, nn.Module) and isinstance(b, str) for a, b in parameters_to_prune)
         ):
-            raise ValueError(
+            raise MisconfiguredValue(
                 "The provided `parameters_to_prune` should either be list of tuple"
                 " with 2 elements: (nn.Module, parameter_name_to_prune) or None"
             )
         missing_modules = [m for m, _ in parameters_to_prune if m not in layers]
         missing_parameters = [n for m, n in parameters_to_prune if m in layers and not hasattr(m, n)]
         if missing_modules or missing_parameters:
-            raise ValueError(
+            raise MisconfiguredValue(
                 "Some provided `parameters_to_prune` don't exist in the model."
                 f" Found missing modules: {missing_modules} and missing parameters: {missing_parameters}"
             )

@@ -19,6 +19,7 @@ from typing import Any
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.enums import LightningEnum
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 _INTERVALS = ("step", "epoch")
@@ -30,7 +31,7 @@ def _seconds(duration: str | timedelta | dict[str, int] | None) -> float | None:
     if isinstance(duration, str):
         match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", duration.strip())
         if not match:
-            raise ValueError(
+            raise MisconfiguredValue(
                 f"`Timer(duration={duration!r})` is not a valid duration. Expected a string in the format DD:HH:MM:SS."
             )
         days, hours, minutes, seconds = (int(g) for g in match.groups())
@@ -66,7 +67,7 @@ class Timer(Callback):
     ) -> None:
         super().__init__()
         if interval not in _INTERVALS:
-            raise ValueError(
+            raise MisconfiguredValue(
                 f"Unsupported parameter value `Timer(interval={interval})`. Possible choices are: {', '.join(_INTERVALS)}"
             )
         self._duration = _seconds(duration)
@@ -74,7 +75,7 @@ class Timer(Callback):
         self._verbose = verbose
         self._start_time: dict[str, float | None] = dict.fromkeys(_STAGES)
         self._end_time: dict[str, float | None] = dict.fromkeys(_STAGES)
-        self._offset = 0.0
+        self._offset: float = 0  # an int, as Lightning's: time_elapsed() before training is 0
 
     def start_time(self, stage: str = "train") -> float | None:
         return self._start_time[_stage(stage)]
@@ -142,10 +143,10 @@ class Timer(Callback):
 
 
 def _stage(stage: str) -> str:
-    value = str(getattr(stage, "value", stage)).lower()  # a RunningStage, or its value
-    if value not in _STAGES:
-        raise ValueError(f"{stage!r} is not a running stage: one of {', '.join(_STAGES)}")
-    return value
+    """A RunningStage or its value (Lightning's ``RunningStage(stage)``: its ValueError for another)."""
+    from trainmesh.trainer.states import RunningStage  # here: trainmesh.trainer imports this module
+
+    return str(RunningStage(stage).value)
 
 
 def with_max_time(

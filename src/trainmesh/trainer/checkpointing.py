@@ -147,8 +147,10 @@ def _loop_entry(state: LoopState) -> dict[str, Any]:
     return {
         "batches_done": loop.batches_done if stop is None else stop.batches_done,
         # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
-        # epoch too, and steps the epoch's schedulers first if they had not stepped yet.
-        "epoch_finished": (loop.epoch_finished or loop.epoch_ending) and stop is None,
+        # epoch too, and steps the epoch's schedulers first if they had not stepped yet. Taken in
+        # the validation after the epoch's last batch, it resumes with the next epoch without the
+        # epoch's plateau step, as Lightning's restart does (its metric is not in the checkpoint).
+        "epoch_finished": (loop.epoch_finished or loop.epoch_ending or loop.epoch_end_validation) and stop is None,
         "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
         "total_batches": loop.total_batches,

@@ -8,6 +8,11 @@ of the first non-finite step and its value (updated with ``torch.where``: no syn
 them (one sync) at the logging cadence, before every checkpoint is built, before validation
 and at the end of the epoch. The steps that ran between the bad one and the read did change
 the weights in memory, but no checkpoint holds them: the error says how many ran.
+
+A ``SpikeDetection(finite_only=True)`` among the callbacks handles a non-finite loss itself, as in
+Lightning (which has no check of its own): the step runs, and the callback's ``on_train_batch_end``
+writes the batches to skip and raises ``TrainingSpikeException``. The check is then deferred on
+CPU too, the backstop for a loss the callback lets pass (inside its ``warmup``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ class FiniteLossCheck:
 
     @classmethod
     def for_device(cls, trainer: TrainerView, device: torch.device) -> FiniteLossCheck:
-        return cls(trainer, deferred=device.type != "cpu")
+        return cls(trainer, deferred=device.type != "cpu" or _spike_detection_watches(trainer))
 
     def check(self, loss: torch.Tensor) -> None:
         """The step's loss (of batch ``self.batch_idx``), before it changes the weights (see the
@@ -118,3 +123,10 @@ def verify_finite_losses(check: FiniteLossCheck | None, path: str) -> None:
     non-finite step (outside fit there is no check: None)."""
     if check is not None:
         check.before_save(path)
+
+
+def _spike_detection_watches(trainer: TrainerView) -> bool:
+    """A SpikeDetection that takes a non-finite loss for a spike (its default) is among the callbacks."""
+    from trainmesh.callbacks.spike import SpikeDetection
+
+    return any(isinstance(each, SpikeDetection) and each.finite_only for each in trainer.callbacks)

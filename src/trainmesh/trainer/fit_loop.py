@@ -349,11 +349,13 @@ def _log_and_validate(
     if val_every is not None and validates_after(state, settings, loop, val_every, is_last=is_last):
         _verify_losses(loop)
         loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
+        loop.epoch_end_validation = is_last
         try:
             # gradients are released first where none wait for an optimizer step
             evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
         finally:
             loop.mid_epoch_validation, loop.stepped_pending = False, 0
+            loop.epoch_end_validation = False
         state.log_collector.start_stage(train_results)
     if loop.plateau_due:  # Lightning's order: after on_train_batch_end and the validation, which may log their metric
         step_due_plateau_schedulers(state, ctx.hooks)

@@ -45,6 +45,10 @@ class LoopPosition:
     # and a checkpoint taken then counts it (stepped_pending).
     mid_epoch_validation: bool = False
     stepped_pending: int = 0
+    # Set while validation runs after the epoch's last batch: a checkpoint taken then (ModelCheckpoint
+    # with save_on_train_epoch_end=False, in its on_validation_end as Lightning's) holds the schedulers
+    # before the epoch's plateau step and resumes with the next epoch without it (Lightning's restart).
+    epoch_end_validation: bool = False
     epoch_finished: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then

@@ -104,11 +104,13 @@ def begin_run(state: TrainerState, fn: str) -> None:
     state.stage = _FIRST_STAGE[state.fn]
 
 
-def end_run(state: TrainerState, *, succeeded: bool) -> None:
-    """After the teardown hooks (or on_exception): the stage is over."""
+def end_run(state: TrainerState, *, succeeded: bool, keep_stage: bool = False) -> None:
+    """After the teardown hooks (or on_exception): the stage is over (``keep_stage``: after Ctrl-C
+    Lightning leaves it set)."""
     if succeeded:
         state.status = TrainerStatus.FINISHED
-    state.stage = None
+    if not keep_stage:
+        state.stage = None
 
 
 def interrupt_run(state: TrainerState) -> None:

@@ -38,6 +38,7 @@ from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
@@ -56,7 +57,6 @@ from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.lazy import is_instance
-from trainmesh.utilities.rank_zero import rank_zero_info
 
 _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 
@@ -349,9 +349,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             return result
         except KeyboardInterrupt as exc:
             status = "interrupted"
-            rank_zero_info("\nInterrupted: stopping; checkpoints already written are complete and usable.")
-            self._on_exception(exc)
-            raise
+            # Lightning's SystemExit(1) on one process, the interrupt its context (keyboard_interrupt.py)
+            raise shut_down_on_interrupt(self, exc)  # noqa: B904
         except BaseException as exc:
             self._on_exception(exc)
             raise
@@ -451,7 +450,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             self.hooks.call_module("teardown", stage=hook_stage(stage))
         if stage == "fit" and self._layer_sync is not None and self.world_size > 1:
             self._layer_sync.revert(self.model)  # batch norms again after fit, as Lightning's strategies leave them
-        end_run(self.state, succeeded=status == "success")
+        end_run(self.state, succeeded=status == "success", keep_stage=status == "interrupted")
         if self.is_global_zero:
             for logger in self.loggers:
                 logger.finalize(status)
