@@ -4,6 +4,7 @@ dataset is iterable."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -24,8 +25,8 @@ _CANNOT_INFER = (
 
 def extract_batch_size(batch: Any) -> int:
     """The size of dim 0 of the first tensor found in ``batch`` (a 0-d tensor counts 1), searching
-    mappings' values and other iterables in order, as Lightning does; warns when a later tensor
-    disagrees.
+    mappings' values, other iterables and a dataclass's fields in order, as Lightning does; warns
+    when a later tensor disagrees.
 
     Args:
         batch: a tensor, or a mapping / iterable holding tensors.
@@ -62,6 +63,9 @@ def _sizes(batch: Any) -> Iterator[int]:
     elif isinstance(batch, (Iterable, Mapping)) and not isinstance(batch, str):
         for item in batch.values() if isinstance(batch, Mapping) else batch:
             yield from _sizes(item)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):  # its fields in order, as Lightning's
+        for field in dataclasses.fields(batch):
+            yield from _sizes(getattr(batch, field.name))
 
 
 def sized_len(dataloader: object) -> int | None:
