@@ -19,15 +19,19 @@ from trainmesh.utilities.lazy import is_instance
 _MODULE = "trainmesh.utilities.combined_loader"  # imported by a run that combines loaders
 
 
-def train_loader(loaders: list[Any], mode: str = "max_size_cycle") -> Any:
+def train_loader(loaders: list[Any], mode: str = "max_size_cycle", *, given_as: Any = None) -> Any:
     """The one loader fit reads, of the train loaders given (a dict as one item), several read in
-    ``mode`` (Lightning 1.x's ``multiple_trainloader_mode``)."""
-    if len(loaders) == 1 and not isinstance(loaders[0], dict):
+    ``mode`` (Lightning 1.x's ``multiple_trainloader_mode``); given as a list or tuple
+    (``given_as``), even of one loader, each batch is a list or tuple of the loaders' batches, as
+    Lightning's."""
+    if len(loaders) == 1 and not isinstance(loaders[0], dict) and not isinstance(given_as, (list, tuple)):
         loader = loaders[0]
     else:
         from trainmesh.utilities.combined_loader import CombinedLoader
 
-        loader = CombinedLoader(loaders[0] if len(loaders) == 1 else loaders, mode)  # type: ignore[arg-type]
+        several = tuple(loaders) if isinstance(given_as, tuple) else loaders
+        one_dict = len(loaders) == 1 and isinstance(loaders[0], dict)
+        loader = CombinedLoader(loaders[0] if one_dict else several, mode)  # type: ignore[arg-type]
     if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(
@@ -90,3 +94,24 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     combined = copy.copy(loader)  # the user's keeps its own loaders
     combined.flattened = [device_loader.loader for device_loader in placed]
     return CombinedBatches(combined)
+
+
+def as_given(shape: Any, placed: list[Any]) -> Any:
+    """``placed`` (the loaders a stage reads, a ``CombinedLoader``'s taken apart) in ``shape``, the
+    structure the program gave them in: Lightning's ``trainer.train_dataloader``, ``val_dataloaders``,
+    ... are its ``CombinedLoader.iterables`` (a list stays a list, even of one; a dict a dict; a
+    ``CombinedLoader`` gives its iterables), each loader the one the run reads."""
+    flat: list[Any] = []
+    for loader in placed:
+        flat.extend(loader.combined.flattened if is_instance(loader, _MODULE, "CombinedBatches") else [loader])
+    if not flat:
+        return placed
+    if is_instance(shape, _MODULE, "CombinedLoader"):
+        shape = shape.iterables
+    from trainmesh.utilities.combined_loader import CombinedLoader
+
+    combined = CombinedLoader(shape)  # its iterables' structure, flattened as a CombinedLoader's
+    if len(combined.flattened) != len(flat):  # not what this stage was given: the loaders as a list
+        return flat[0] if len(flat) == 1 else flat
+    combined.flattened = flat
+    return combined.iterables

@@ -40,6 +40,9 @@ class DataSource:
     given: dict[str, Any] = field(default_factory=dict)
     train_mode: str = "max_size_cycle"  # several train loaders read as one (1.x's multiple_trainloader_mode)
     validate_first: bool = False  # a 1.x trainer.tune search: validate before the first batch (lightning1/)
+    # What each kind's loaders were last given as (a loader, a list, a dict, a CombinedLoader):
+    # Lightning's trainer.train_dataloader / val_dataloaders / ... hand the loaders back so.
+    shapes: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:
@@ -93,6 +96,7 @@ class DataSource:
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:
+            self.shapes[kind] = self.given[kind]
             return _in_list(kind, self.given[kind])
         method = _LOADER_METHOD[kind]
         for owner in (self.datamodule, self.model):
@@ -102,9 +106,10 @@ class DataSource:
             if impl is None:
                 continue
             try:
-                return _in_list(kind, impl())
+                self.shapes[kind] = impl()
             except NotImplementedError:
                 continue
+            return _in_list(kind, self.shapes[kind])
         if required:
             arg = (
                 "train_dataloaders" if kind == "train" else ("val_dataloaders" if kind == "validate" else "dataloaders")

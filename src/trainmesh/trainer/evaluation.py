@@ -130,7 +130,7 @@ def run_evaluation_stage(ctx: LoopContext, stage: str, data: Any) -> list[dict[s
     if limit == 0:  # Lightning's skipped loop: no loader asked for, no hook, nothing returned
         return []
     given = data.loaders(kind, required=True)
-    loaders = device_loaders(ctx, given, train=False, kind=kind)
+    loaders = device_loaders(ctx, given, train=False, kind=kind, shape=data.shapes.get(kind))
     warn_replicated_samples(stage, given, loaders)
     announce_run(ctx.view, ctx.state, ctx.runtime, stage, loaders[0] if loaders else None)
     ctx.state.eval_step_counts[stage] = {}  # each validate/test call counts its batches from 0 (Lightning's)
@@ -141,7 +141,8 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     from trainmesh.callbacks.prediction_writer import BasePredictionWriter  # here: only predict looks for one
 
     start_stage(ctx)
-    loaders = device_loaders(ctx, data.loaders("predict", required=True), train=False, kind="predict")
+    given = data.loaders("predict", required=True)
+    loaders = device_loaders(ctx, given, train=False, kind="predict", shape=data.shapes.get("predict"))
     for loader in loaders:  # each batch's sample indices known, for BasePredictionWriter (prediction_loop.py)
         loader.loader = indexed(loader.loader)
     writers = [callback for callback in ctx.view.callbacks if isinstance(callback, BasePredictionWriter)]
@@ -155,10 +156,12 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: str) -> list[Any]:
+def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: str, shape: Any = None) -> list[Any]:
     """``loaders`` set up by the Runtime, their batches through the batch-transfer hooks, each
     told its place among ``loaders`` (Lightning's ``dataloader_idx``); kept as ``kind``'s
-    (``trainer.train_dataloader``, ``val_dataloaders``, ...)."""
+    (``trainer.train_dataloader``, ``val_dataloaders``, ...), with ``shape``, what the program
+    gave them as."""
+    ctx.state.stage_shapes[kind] = shape
     if not loaders:
         return []
     warn_of_few_workers(loaders, kind, len(ctx.runtime.device_indices))

@@ -76,7 +76,8 @@ class FitData:
             if not state.sanity_checking or self.validates_in_epoch(state.current_epoch):
                 self._val_epoch = state.current_epoch
             loaders = self._source.loaders("validate", required=False)
-            self._val = device_loaders(self._ctx, loaders, train=False, kind="validate")
+            shape = self._source.shapes.get("validate")
+            self._val = device_loaders(self._ctx, loaders, train=False, kind="validate", shape=shape)
             state.val_loaders = self._val
             state.eval_step_counts["fit"] = {}  # Lightning's val loop counts its batches from its loaders' setup
             # Lightning counts them as its fit loop's validation sets its loaders up
@@ -98,8 +99,10 @@ class FitData:
         if ctx.settings.limit_train_batches == 0:
             return None
         # Several loaders are read together, as a CombinedLoader (combined_loaders.py)
-        loaders = [train_loader(self._source.loaders("train", required=True), self._source.train_mode)]
-        (self._train,) = device_loaders(ctx, loaders, train=True, kind="train")
+        given = self._source.loaders("train", required=True)
+        shape = self._source.shapes.get("train")
+        loaders = [train_loader(given, self._source.train_mode, given_as=shape)]
+        (self._train,) = device_loaders(ctx, loaders, train=True, kind="train", shape=shape)
         ctx.state.num_training_batches = limited_count(self._train, ctx.settings.limit_train_batches, "train")
         _check_val_interval_fits(ctx, ctx.state.num_training_batches)
         if ctx.state.num_training_batches != 0:

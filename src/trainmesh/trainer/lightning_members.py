@@ -13,6 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.trainer.combined_loaders import as_given
 from trainmesh.trainer.lightning2_arguments import RunBehaviour
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.states import TrainerFn, TrainerStatus
@@ -185,7 +186,7 @@ class LightningMembers(RunProperties):
         if loaders is None:
             return None
         plain = [getattr(loader, "loader", loader) for loader in loaders]
-        return plain[0] if len(plain) == 1 else plain
+        return as_given(self._state.stage_shapes.get(kind), plain)
 
     @property
     def is_last_batch(self) -> bool:

@@ -152,6 +152,7 @@ class LoopState:
     # Lightning's trainer.train_dataloader, val_dataloaders, ...: the loaders each kind last asked for
     # ("train", "validate", "test", "predict") in the current or latest run.
     stage_loaders: dict[str, list[Any]] = field(default_factory=dict)
+    stage_shapes: dict[str, Any] = field(default_factory=dict)  # each kind's loaders as the program gave them
     is_last_batch: bool = False  # the training batch in hand is its epoch's last (trainer.is_last_batch)
     fit_data: Any = None  # the fit's loaders (fit_data.FitData, which imports this module), set when a fit is prepared
 
@@ -174,7 +175,7 @@ class LoopState:
         self.train_results, self.prog_bar_names, self.wide_metrics = None, set(), set()
         self.epoch_metrics, self.logged_metrics, self.written_metrics = {}, {}, {}
         self.computed_metrics, self.eval_bar_metrics = {}, {}
-        self.stage_loaders = {}
+        self.stage_loaders, self.stage_shapes = {}, {}
 
     def set_batch_count(self, stage: str, count: int | float) -> None:
         """The batch count of the loader an evaluation stage runs now (``val_loader_batches``, ...)."""

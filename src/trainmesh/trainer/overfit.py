@@ -17,9 +17,11 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.settings import InvalidSetting
 from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 _PREFIX = {"train": "train", "validate": "val"}
+_COMBINED = "trainmesh.utilities.combined_loader"  # imported by a run that combines loaders
 
 
 def overfit_limits(
@@ -68,11 +70,30 @@ def for_overfit(data: DataSource, overfit_batches: int | float) -> DataSource:
 
 
 def _in_order(loader: Any) -> bool:
+    if isinstance(loader, (dict, list, tuple)) or is_instance(loader, _COMBINED, "CombinedLoader"):
+        return all(_in_order(each) for each in _inner(loader))
     return not hasattr(loader, "sampler") or isinstance(loader.sampler, SequentialSampler)
 
 
+def _inner(loader: Any) -> list[Any]:
+    """The loaders of a dict, list, tuple or CombinedLoader of train loaders."""
+    if isinstance(loader, dict):
+        return list(loader.values())
+    return list(loader.flattened if is_instance(loader, _COMBINED, "CombinedLoader") else loader)
+
+
 def _sequential(loader: Any) -> Any:
-    """A copy of ``loader`` reading its dataset in order, in batches of the same size."""
+    """A copy of ``loader`` reading its dataset in order, in batches of the same size; of a dict,
+    list, tuple or CombinedLoader of loaders, each of its loaders so (as Lightning's
+    ``_resolve_overfit_batches`` does to every loader of its CombinedLoader)."""
+    if isinstance(loader, dict):
+        return {key: _sequential(value) for key, value in loader.items()}
+    if type(loader) in (list, tuple):
+        return type(loader)(_sequential(each) for each in loader)
+    if is_instance(loader, _COMBINED, "CombinedLoader"):
+        clone = copy.copy(loader)  # the program's keeps its own loaders
+        clone.flattened = [_sequential(each) for each in loader.flattened]
+        return clone
     if not isinstance(loader, DataLoader) or not hasattr(loader, "dataset"):
         return loader
     order = SequentialSampler(loader.dataset)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ class RunProperties(RunningStageFlags):
     """Where the run is, for callbacks and the Module; the Trainer is one."""
 
     runtime: Runtime
-    loggers: list[Any]
+    _loggers: list[Any]
     callbacks: list[Any]
     default_root_dir: str
     module: Any
@@ -46,8 +46,20 @@ class RunProperties(RunningStageFlags):
         return self.runtime.is_global_zero
 
     @property
+    def loggers(self) -> list[Any]:
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, loggers: list[Any] | None) -> None:
+        self._loggers = list(loggers) if loggers else []  # None or [] is no logger (Lightning's setter)
+
+    @property
     def logger(self) -> Any:
         return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Any) -> None:
+        self.loggers = [logger] if logger else []  # as Lightning's: None (or False) leaves no logger
 
     @property
     def log_dir(self) -> str:

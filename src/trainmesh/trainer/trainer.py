@@ -155,7 +155,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             weights_summary=weights_summary,
         )
         default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
-        self.default_root_dir = str(default_root_dir or os.getcwd())
+        # Lightning's trainer.default_root_dir: "~" expanded, the path normalized
+        self.default_root_dir = os.path.normpath(os.path.expanduser(str(default_root_dir or os.getcwd())))
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py

@@ -71,6 +71,8 @@ class DeviceDataLoader:
                 holder.set_epoch(epoch)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "loader":  # not set yet: copy.deepcopy and pickle ask before __dict__ is filled
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
 
