@@ -47,15 +47,20 @@ class DataSource:
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:
         train, datamodule = _datamodule_in_loader_place(train, datamodule, "train_dataloaders")
-        _check_exclusive(train, datamodule, "train_dataloaders")
-        _check_exclusive(val, datamodule, "val_dataloaders")
+        if (train is not None or val is not None) and datamodule is not None:
+            # Lightning's words (the DataModule's loaders would be ignored, or the arguments)
+            raise MisconfiguredValue(
+                "You cannot pass `train_dataloader` or `val_dataloaders` to `trainer.fit(datamodule=...)`"
+            )
         given = {k: v for k, v in (("train", train), ("validate", val)) if v is not None}
         return cls(datamodule=datamodule, model=model, given=given)
 
     @classmethod
     def for_stage(cls, stage: str, model: Any, loaders: Any, datamodule: Any) -> DataSource:
         loaders, datamodule = _datamodule_in_loader_place(loaders, datamodule, "dataloaders")
-        _check_exclusive(loaders, datamodule, "dataloaders")
+        if loaders is not None and datamodule is not None:
+            name = {"validate": "validate", "test": "test", "predict": "predict"}[stage]
+            raise MisconfiguredValue(f"You cannot pass both `trainer.{name}(dataloaders=..., datamodule=...)`")
         return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
 
     def prepare(self, trainer: TrainerView, stage: str) -> None:
@@ -87,11 +92,15 @@ class DataSource:
         base = _datamodule_base_method(method)
         if kind in self.given:
             return True
-        for owner in (self.datamodule, self.model):
-            found = getattr(owner, method, None)
-            if owner is not None and callable(found) and (base is None or getattr(found, "__func__", None) is not base):
-                return True
-        return False
+        owner = self._owner()
+        found = getattr(owner, method, None)
+        return owner is not None and callable(found) and (base is None or getattr(found, "__func__", None) is not base)
+
+    def _owner(self) -> Any:
+        """Where loaders not given as arguments come from: the DataModule where one is given (only it,
+        as Lightning's ``attach_datamodule`` points every loop's source at it: the Module's own
+        loader methods are not asked then), else the Module."""
+        return self.datamodule if self.datamodule is not None else self.model
 
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
@@ -99,24 +108,23 @@ class DataSource:
             self.shapes[kind] = self.given[kind]
             return _in_list(kind, self.given[kind])
         method = _LOADER_METHOD[kind]
-        for owner in (self.datamodule, self.model):
-            if owner is None:
-                continue
-            impl = getattr(owner, method, None)
-            if impl is None:
-                continue
+        owner = self._owner()
+        impl = getattr(owner, method, None)
+        base = _datamodule_base_method(method)
+        if owner is self.datamodule and impl is not None and getattr(impl, "__func__", None) is base:
+            if required:  # the base's method, which Lightning's DataModule calls and which raises this
+                raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
+            return []
+        if impl is not None:
             try:
                 self.shapes[kind] = impl()
             except NotImplementedError:
-                continue
-            return _in_list(kind, self.shapes[kind])
-        if required:
-            arg = (
-                "train_dataloaders" if kind == "train" else ("val_dataloaders" if kind == "validate" else "dataloaders")
-            )
-            raise ValueError(
-                f"no {kind} dataloader: pass {arg}=..., a datamodule with {method}(), or define {method}() on the model"
-            )
+                if owner is self.datamodule:
+                    raise  # a DataModule's own raise reaches the program, as under Lightning
+            else:
+                return _in_list(kind, self.shapes[kind])
+        if required:  # Lightning's words: its base classes' loader methods raise them
+            raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
         return []
 
 
@@ -163,10 +171,3 @@ def _as_list(loaders: Any) -> list[Any]:
     if isinstance(loaders, (list, tuple)):
         return list(loaders)
     return [loaders]
-
-
-def _check_exclusive(loaders: Any, datamodule: Any, name: str) -> None:
-    if loaders is not None and datamodule is not None:
-        raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before)
-            f"pass either {name}= or datamodule=, not both: trainmesh would not know which to use"
-        )

@@ -366,7 +366,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             # Checked first, as Lightning validates its configuration: a strategy that cannot run
             # manual optimization (a pipeline) says why, before placing the model fails otherwise.
             check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
-        state.module, state.datamodule = model, data.datamodule
+        state.module = model
+        if data.datamodule is not None:  # a run without one keeps the last (Lightning's trainer.datamodule)
+            state.datamodule = data.datamodule
         state.log_collector = LogCollector(runtime.all_reduce)
         state.log_collector.barebones = self.barebones
         state.start_run_metrics()
