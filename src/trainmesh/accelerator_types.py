@@ -54,7 +54,7 @@ class CPUAccelerator(Accelerator):
 
     def get_device_stats(self, device: Any) -> dict[str, Any]:
         """Memory and CPU use from psutil, under Lightning's keys (its error where psutil is missing)."""
-        from trainmesh.accelerators.cpu import get_cpu_stats
+        from trainmesh.device_stats import get_cpu_stats
 
         return get_cpu_stats()
 
@@ -131,9 +131,9 @@ class MPSAccelerator(Accelerator):
     def get_device_stats(self, device: Any) -> dict[str, Any]:
         """The host's memory and CPU use from psutil, under Lightning's ``M1_*`` keys (its error where
         psutil is missing)."""
-        from trainmesh.accelerators.mps import get_device_stats
+        from trainmesh.device_stats import get_mps_stats
 
-        return get_device_stats()
+        return get_mps_stats()
 
     @staticmethod
     def parse_devices(devices: int | str | list[int]) -> list[int] | None:

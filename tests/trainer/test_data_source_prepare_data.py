@@ -53,8 +53,8 @@ def test_the_modules_prepare_data_runs_after_the_data_modules_before_setup():
     assert calls == [
         "datamodule.prepare_data",
         "module.prepare_data:fit",
-        "datamodule.setup:TrainerFn.FITTING",
-        "module.setup:TrainerFn.FITTING",
+        "datamodule.setup:fit",
+        "module.setup:fit",
     ]
 
 
@@ -63,7 +63,7 @@ def test_prepare_data_once_in_all_still_runs_in_a_single_process_and_with_loader
     module = Net()
     module.prepare_data_per_node = False  # global rank 0: this process
     quiet_trainer(max_epochs=1).fit(module, data())
-    assert calls == ["module.prepare_data:fit", "module.setup:TrainerFn.FITTING"]
+    assert calls == ["module.prepare_data:fit", "module.setup:fit"]
 
 
 def test_prepare_data_defaults_do_nothing():

@@ -119,5 +119,5 @@ def test_no_listed_name_is_a_hook_trainmesh_defines_or_calls(monkeypatch, tmp_pa
     for stage in ("fit", "validate", "test", "predict"):
         _run(stage, trainer, module)
     assert called == []
-    # Lightning passes TrainerFn, which formats as "TrainerFn.FITTING"
-    assert module.ran == [f"setup:TrainerFn.{name}" for name in ("FITTING", "VALIDATING", "TESTING", "PREDICTING")]
+    # stage.value read above: Lightning passes TrainerFn (formatted "TrainerFn.FITTING"), its value the name
+    assert module.ran == [f"setup:{stage}" for stage in ("fit", "validate", "test", "predict")]

@@ -54,7 +54,7 @@ class TokenLlama(Llama):
 
 
 class StepLosses(tm.Callback):
-    """The loss the loop reports (1.x's progress bar dict's) after each optimizer step, and the outputs
+    """The loss the loop reports (its running loss) after each optimizer step, and the outputs
     each batch's on_train_batch_end sees (a callback logging loss per token reads them)."""
 
     def __init__(self):
@@ -62,7 +62,7 @@ class StepLosses(tm.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step > len(self.losses):
-            self.losses.append(module.get_progress_bar_dict()["loss"])
+            self.losses.append(float(trainer.loop.last_loss))
         if isinstance(outputs, dict):
             count = outputs.get("num_tokens")
             first = outputs.get("first_tokens")

@@ -4,19 +4,8 @@
 from __future__ import annotations
 
 from trainmesh.accelerator_types import MPSAccelerator
-from trainmesh.accelerators.cpu import PSUTIL_MISSING, _psutil_available
+from trainmesh.device_stats import get_mps_stats
 
 __all__ = ["MPSAccelerator", "get_device_stats"]
 
-
-def get_device_stats() -> dict[str, float]:
-    """``psutil``'s virtual-memory, CPU and swap percentages, keyed as Lightning keys them."""
-    if not _psutil_available():
-        raise ModuleNotFoundError(f"Fetching MPS device stats requires `psutil` to be installed. {PSUTIL_MISSING}")
-    import psutil
-
-    return {
-        "M1_vm_percent": psutil.virtual_memory().percent,
-        "M1_percent": psutil.cpu_percent(),
-        "M1_swap_percent": psutil.swap_memory().percent,
-    }
+get_device_stats = get_mps_stats  # Lightning's name at this path

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from trainmesh.accelerators.cpu import PSUTIL_MISSING, _psutil_available, get_cpu_stats
 from trainmesh.callbacks.base import Callback
+from trainmesh.device_stats import PSUTIL_MISSING, _psutil_available, get_cpu_stats
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 

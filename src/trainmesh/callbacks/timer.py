@@ -142,11 +142,16 @@ class Timer(Callback):
             rank_zero_info(f"Time limit reached. Elapsed time is {elapsed}. Signaling Trainer to stop.")
 
 
+# Lightning's RunningStage values (trainer/states.py), read here without importing the Trainer side
+_RUNNING_STAGES = ("train", "sanity_check", "validate", "test", "predict")
+
+
 def _stage(stage: str) -> str:
     """A RunningStage or its value (Lightning's ``RunningStage(stage)``: its ValueError for another)."""
-    from trainmesh.trainer.states import RunningStage  # here: trainmesh.trainer imports this module
-
-    return str(RunningStage(stage).value)
+    value = getattr(stage, "value", stage)
+    if value not in _RUNNING_STAGES:
+        raise ValueError(f"{stage!r} is not a valid RunningStage")
+    return str(value)
 
 
 def with_max_time(

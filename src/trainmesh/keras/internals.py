@@ -86,6 +86,13 @@ def missing() -> list[str]:
     for name in ("_variables", "_iterations", "_trainable_variables", "_trainable_variables_indices", "_learning_rate"):
         if not hasattr(optimizer, name):
             gone.append(f"optimizer.{name} (zero1, zero.py)")
+    gone += _imports_missing()
+    return gone
+
+
+def _imports_missing() -> list[str]:
+    """The Keras modules and keys imported by name (data adapters, the global seed generator)."""
+    gone = []
     try:
         from keras.src.trainers.data_adapters.array_slicing import train_validation_split  # noqa: F401
     except ImportError:

@@ -38,6 +38,8 @@ PASSED_ARGS = {
     "on_before_optimizer_step": 1,
     "on_before_zero_grad": 1,
 }
+# Hooks whose last argument only Lightning 1.x passed: given to a signature that names it, not to *args.
+_NAMED_ONLY = ("on_predict_epoch_end",)
 # The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
 _OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
 # The evaluation batch hooks Lightning 1.x called with dataloader_idx even for one loader (2.x: only for several).
@@ -133,6 +135,8 @@ def hook_caller(obj: Any, hook: str, *, leading: int = 0) -> Any:
 def _caller_for(function: Any, hook: str, passed: int) -> Any:
     """Read once per function (a class's hook is shared by all its instances and runs)."""
     capacity = positional_capacity(function)
+    if capacity is None and hook in _NAMED_ONLY:  # *args: Lightning 2.x's call, without 1.x's extra argument
+        return LeadingArgs(passed - 1)
     if capacity is not None and capacity - 1 < passed:  # - 1: self
         return LeadingArgs(capacity - 1)
     if hook in _OLD_DATALOADER_IDX and _requires_dataloader_idx(function, passed):

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
 
 from trainmesh.utilities.rank_zero import rank_zero_info
 
 
-def shut_down_on_interrupt(trainer: Any, exception: KeyboardInterrupt) -> BaseException:
-    """The run's exception hooks, under Lightning's message; returns what the Trainer raises."""
+def shut_down_on_interrupt(
+    on_exception: Callable[[BaseException], None], world_size: int, exception: KeyboardInterrupt
+) -> BaseException:
+    """The run's exception hooks (``on_exception``), under Lightning's message; returns what the Trainer raises."""
     rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
     with _second_interrupt_ignored():
-        trainer._on_exception(exception)
-    return SystemExit(1) if trainer.world_size == 1 else exception
+        on_exception(exception)
+    return SystemExit(1) if world_size == 1 else exception
 
 
 class _second_interrupt_ignored:

@@ -116,14 +116,7 @@ def check_loop_settings(
     num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
     log_every_n_steps = _check_int("log_every_n_steps", log_every_n_steps, minimum=0)  # 0: never (barebones)
     accumulate_grad_batches = _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
-    if gradient_clip_algorithm is not None:
-        gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
-    if gradient_clip_algorithm not in ("norm", "value", None):
-        raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
-    if gradient_clip_val is not None and (
-        isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float))
-    ):
-        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val}.")
+    gradient_clip_algorithm = _check_clipping(gradient_clip_val, gradient_clip_algorithm)
     return LoopSettings(
         fast_dev_run=dev_run,
         max_steps=max_steps,
@@ -145,6 +138,19 @@ def check_loop_settings(
         enable_checkpointing=enable_checkpointing,
         max_epochs_unset=max_epochs_unset,
     )
+
+
+def _check_clipping(gradient_clip_val: Any, gradient_clip_algorithm: str | None) -> str | None:
+    """The clipping algorithm's name in lower case, Lightning's errors for a bad one or a bad value."""
+    if gradient_clip_algorithm is not None:
+        gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
+    if gradient_clip_algorithm not in ("norm", "value", None):
+        raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+    if gradient_clip_val is not None and (
+        isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float))
+    ):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val}.")
+    return gradient_clip_algorithm
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> int:

@@ -351,7 +351,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         except KeyboardInterrupt as exc:
             status = "interrupted"
             # Lightning's SystemExit(1) on one process, the interrupt its context (keyboard_interrupt.py)
-            raise shut_down_on_interrupt(self, exc)  # noqa: B904
+            raise shut_down_on_interrupt(self._on_exception, self.world_size, exc)  # noqa: B904
         except BaseException as exc:
             self._on_exception(exc)
             raise
