@@ -46,9 +46,7 @@ def test_hook_counts_with_two_validation_loaders():
     trainer = quiet_trainer(max_epochs=2, limit_val_batches=2, num_sanity_val_steps=0)
     trainer.fit(model, train, [val, val])
     calls = model.calls
-    assert (
-        calls[0] == "setup:fit" and calls[-1] == "teardown:fit"
-    )  # as Lightning formats it
+    assert calls[0] == "setup:fit" and calls[-1] == "teardown:fit"  # as Lightning formats it
     assert calls.count("val_epoch_start") == 2 and calls.count("val_epoch_end") == 2  # once per validation
     assert calls.count("val_batch_end") == 2 * 2 * 2
     assert calls.count("train_epoch_start") == 2 and calls.count("train_epoch_end") == 2
