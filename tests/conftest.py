@@ -66,6 +66,33 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
+# Lightning's _replace_dunder_methods (lightning/fabric/utilities/data.py) wraps DataLoader's and
+# BatchSampler's __init__ while a *_dataloader() hook runs, with no `finally`: a hook that raises under
+# Lightning (a DataModule's NotImplementedError, a refused loader) leaves them wrapped, and every later
+# Lightning run in that worker wraps them again, until a test sharing the worker fails with a
+# RecursionError (tests/trainer/test_states.py after test_data_source_datamodule.py). Undone after each test.
+_LOADER_METHODS = ("__init__", "__setattr__", "__delattr__")
+_PRISTINE_LOADER_CLASSES = {
+    cls: {name: cls.__dict__[name] for name in _LOADER_METHODS if name in cls.__dict__}
+    for cls in (torch.utils.data.DataLoader, torch.utils.data.BatchSampler)
+}
+
+
+@pytest.fixture(autouse=True)
+def _lightning_loader_patches_undone():
+    yield
+    for cls, methods in _PRISTINE_LOADER_CLASSES.items():
+        if not any(f"__old{name}" in cls.__dict__ for name in _LOADER_METHODS):
+            continue
+        for name in _LOADER_METHODS:
+            if f"__old{name}" in cls.__dict__:
+                delattr(cls, f"__old{name}")
+            if name in methods:
+                setattr(cls, name, methods[name])
+            elif name in cls.__dict__:
+                delattr(cls, name)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_threads(monkeypatch):
     # Two cores: keep torch from oversubscribing when tests start subprocesses.

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from torch.utils.data import DataLoader
 
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
@@ -43,6 +46,7 @@ class DataSource:
     # What each kind's loaders were last given as (a loader, a list, a dict, a CombinedLoader):
     # Lightning's trainer.train_dataloader / val_dataloaders / ... hand the loaders back so.
     shapes: dict[str, Any] = field(default_factory=dict)
+    trainer_fn: str = ""  # the entry point reading them ("fit", "validate", ...): Lightning's error names it
 
     @classmethod
     def for_fit(cls, model: Any, train: Any, val: Any, datamodule: Any) -> DataSource:
@@ -53,7 +57,7 @@ class DataSource:
                 "You cannot pass `train_dataloader` or `val_dataloaders` to `trainer.fit(datamodule=...)`"
             )
         given = {k: v for k, v in (("train", train), ("validate", val)) if v is not None}
-        return cls(datamodule=datamodule, model=model, given=given)
+        return cls(datamodule=datamodule, model=model, given=given, trainer_fn="fit")
 
     @classmethod
     def for_stage(cls, stage: str, model: Any, loaders: Any, datamodule: Any) -> DataSource:
@@ -61,7 +65,8 @@ class DataSource:
         if loaders is not None and datamodule is not None:
             name = {"validate": "validate", "test": "test", "predict": "predict"}[stage]
             raise MisconfiguredValue(f"You cannot pass both `trainer.{name}(dataloaders=..., datamodule=...)`")
-        return cls(datamodule=datamodule, model=model, given={stage: loaders} if loaders is not None else {})
+        given = {stage: loaders} if loaders is not None else {}
+        return cls(datamodule=datamodule, model=model, given=given, trainer_fn=stage)
 
     def prepare(self, trainer: TrainerView, stage: str) -> None:
         """prepare_data, the DataModule's then the Module's (Lightning's order), each where its
@@ -102,10 +107,30 @@ class DataSource:
         loader methods are not asked then), else the Module."""
         return self.datamodule if self.datamodule is not None else self.model
 
+    def _check_iterable(self, loaders: Any, kind: str, *, returned_by: str | None) -> None:
+        """Lightning's ``_check_dataloader_iterable``: a loader that cannot be iterated stops with its
+        ``TypeError`` naming where it came from (not a bare "'int' object is not iterable" later)."""
+        for loader in _leaves(loaders):
+            if isinstance(loader, DataLoader):
+                continue  # always iterable; iter() would start its workers
+            try:
+                iter(loader)
+            except TypeError:
+                if returned_by is not None:
+                    raise TypeError(
+                        f"An invalid dataloader was returned from `{returned_by}`. Found {loader}."
+                    ) from None
+                entry = self.trainer_fn or ("fit" if kind == "train" else kind)
+                prefix = "train_" if entry == "fit" else ""
+                raise TypeError(
+                    f"An invalid dataloader was passed to `Trainer.{entry}({prefix}dataloaders=...)`. Found {loader}."
+                ) from None
+
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
         """The loaders for ``kind`` ("train", "validate", "test", "predict"), as a list."""
         if kind in self.given:
             self.shapes[kind] = self.given[kind]
+            self._check_iterable(self.given[kind], kind, returned_by=None)
             return _in_list(kind, self.given[kind])
         method = _LOADER_METHOD[kind]
         owner = self._owner()
@@ -122,10 +147,25 @@ class DataSource:
                 if owner is self.datamodule:
                     raise  # a DataModule's own raise reaches the program, as under Lightning
             else:
+                self._check_iterable(self.shapes[kind], kind, returned_by=f"{type(owner).__name__}.{method}()")
                 return _in_list(kind, self.shapes[kind])
         if required:  # Lightning's words: its base classes' loader methods raise them
             raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
         return []
+
+
+def _leaves(loaders: Any) -> Iterator[Any]:
+    """Each loader of a loader, a list/tuple/dict of them or a CombinedLoader (its ``flattened``)."""
+    if is_instance(loaders, "trainmesh.utilities.combined_loader", "CombinedLoader"):
+        yield from loaders.flattened
+    elif isinstance(loaders, Mapping):
+        for value in loaders.values():
+            yield from _leaves(value)
+    elif isinstance(loaders, (list, tuple)):
+        for value in loaders:
+            yield from _leaves(value)
+    elif loaders is not None:
+        yield loaders
 
 
 def _defines_prepare_data(owner: Any) -> bool:
