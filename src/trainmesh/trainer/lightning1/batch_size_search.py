@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute
+from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, _is_oom
 from trainmesh.tuner.tuning import Tuner
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,6 @@ def adjust(
         new_size = min(new_size, samples)
     size.set(new_size)
     return new_size, new_size != batch_size
-
-
-def _is_oom(error: BaseException) -> bool:
-    return isinstance(error, RuntimeError) and "out of memory" in str(error)
 
 
 def power_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: Length, max_trials: int) -> int:
