@@ -257,8 +257,9 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
     }
     if replaced:
         names = ", ".join(sorted(t.__name__ for t in replaced))
-        rank_zero_info(
-            f"The callbacks {type(model).__name__}.configure_callbacks returned replace the Trainer's: {names}"
+        rank_zero_info(  # Lightning's words
+            "The following callbacks returned in `LightningModule.configure_callbacks` will override"
+            f" existing callbacks passed to Trainer: {names}"
         )
     return reordered([cb for cb in callbacks if type(cb) not in replaced] + given)
 
