@@ -162,3 +162,12 @@ def test_disabled_governs_the_line_s_own_logger_only(logs, tmp_path, monkeypatch
     _fit(trainmesh, tmp_path / "trainmesh")
     assert _said(logs, tmp_path / "trainmesh") == theirs
     assert theirs and all(line.startswith("Metric ") for line in theirs)
+
+
+def test_trainer_says_which_accelerators_there_are_as_lightning_s(logs, tmp_path):
+    pl.Trainer(logger=False, default_root_dir=str(tmp_path))
+    theirs = [r.getMessage() for r in logs.records if r.getMessage().startswith(("GPU ", "TPU "))]
+    logs.clear()
+    trainmesh.Trainer(logger=False, default_root_dir=str(tmp_path))
+    ours = [r.getMessage() for r in logs.records if r.getMessage().startswith(("GPU ", "TPU "))]
+    assert ours == theirs and len(ours) == 2  # here: "GPU available: False, used: False", "TPU available: False, ..."
