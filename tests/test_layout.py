@@ -24,7 +24,7 @@ COVERED_BY: dict[str, list[str]] = {
         "callbacks/test_monitor_cadence_as_lightning.py",
         "callbacks/test_model_checkpoint_after_validation.py",
     ],
-    "callbacks/progress/__init__.py": ["callbacks/test_progress.py"],
+    "callbacks/progress/__init__.py": ["callbacks/test_progress.py", "callbacks/test_progress_streams.py"],
     "callbacks/progress/members.py": ["callbacks/test_progress_members.py"],
     "trainer/constructor_arguments.py": ["loops/test_lightning_loop_flags.py", "test_first_hour.py"],
     "trainer/loader_checks.py": ["loops/test_lightning_loop_flags.py"],

@@ -41,6 +41,10 @@ from trainmesh.utilities import docstrings
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
 
 
 class Runtime:
@@ -113,7 +117,7 @@ class Runtime:
             if self._choice.reason and self.process.global_rank == 0:
                 # Said here, in the process that trains: under the elastic agent the process that
                 # chose first is the agent, which re-runs the script (and the choice) as the workers.
-                print(self._choice.reason, flush=True)
+                log.info(self._choice.reason)
 
     @property
     def global_rank(self) -> int:

@@ -1,3 +1,4 @@
+import logging
 import math
 from types import SimpleNamespace
 
@@ -32,6 +33,8 @@ def make_trainer(**overrides):
         global_step=0,
         callback_metrics={},
         is_global_zero=True,
+        global_rank=0,
+        world_size=1,
         should_stop=False,
         runtime=FakeRuntime(),
         sanity_checking=False,
@@ -173,13 +176,21 @@ def test_state_dict_round_trip():
     assert run_epochs(restored, trainer, [0.6, 0.6]) == 4  # the wait carried over
 
 
-def test_verbose_prints_on_rank_zero_only(capsys):
-    EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(
-        make_trainer(callback_metrics={"val_loss": 1.0}), None
-    )
-    assert "Metric val_loss improved. New best score: 1.000" in capsys.readouterr().out  # Lightning 2.6's words
-    quiet_trainer = make_trainer(callback_metrics={"val_loss": 1.0}, is_global_zero=False)
-    EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(quiet_trainer, None)
+def test_verbose_logs_as_lightning_on_each_rank_or_rank_zero_only(caplog, capsys):
+    # Lightning 2.6's _log_info: its logger (not stdout), every rank's own words, "[rank: N] " where several
+    with caplog.at_level(logging.INFO, logger="trainmesh"):
+        EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(
+            make_trainer(callback_metrics={"val_loss": 1.0}, global_rank=0, world_size=1), None
+        )
+        assert caplog.messages == ["Metric val_loss improved. New best score: 1.000"]  # Lightning 2.6's words
+        caplog.clear()
+        other_rank = dict(callback_metrics={"val_loss": 1.0}, is_global_zero=False, global_rank=1, world_size=2)
+        EarlyStopping(monitor="val_loss", verbose=True).on_train_epoch_end(make_trainer(**other_rank), None)
+        assert caplog.messages == ["[rank: 1] Metric val_loss improved. New best score: 1.000"]
+        caplog.clear()
+        quiet = EarlyStopping(monitor="val_loss", verbose=True, log_rank_zero_only=True)
+        quiet.on_train_epoch_end(make_trainer(**other_rank), None)
+        assert caplog.messages == []
     assert capsys.readouterr().out == ""
 
 

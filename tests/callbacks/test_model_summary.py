@@ -1,10 +1,17 @@
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
-from trainmesh.callbacks.model_summary import ModelSummary, format_summary, human_readable_count, summarize
+from trainmesh.callbacks.model_summary import (
+    ModelSummary,
+    RichModelSummary,
+    format_summary,
+    human_readable_count,
+    summarize,
+)
 
 
 class TwoLayers(nn.Module):
@@ -109,12 +116,18 @@ def test_format_summary_table():
     ]
 
 
-def test_callback_prints_on_rank_zero_only(capsys):
+def test_callback_logs_on_rank_zero_only_and_the_rich_name_prints(caplog, capsys):
+    # Lightning's ModelSummary logs the table (stderr), its RichModelSummary renders it on stdout
     module = TwoLayers()
-    ModelSummary().on_fit_start(SimpleNamespace(is_global_zero=True), module)
-    assert "Total params" in capsys.readouterr().out
-    ModelSummary().on_fit_start(SimpleNamespace(is_global_zero=False), module)
-    ModelSummary(max_depth=0).on_fit_start(SimpleNamespace(is_global_zero=True), module)
-    assert capsys.readouterr().out == ""
+    with caplog.at_level(logging.INFO, logger="trainmesh"):
+        ModelSummary().on_fit_start(SimpleNamespace(is_global_zero=True), module)
+        assert "Total params" in caplog.text
+        caplog.clear()
+        ModelSummary().on_fit_start(SimpleNamespace(is_global_zero=False), module)
+        ModelSummary(max_depth=0).on_fit_start(SimpleNamespace(is_global_zero=True), module)
+        assert caplog.text == ""
+        assert capsys.readouterr().out == ""
+        RichModelSummary().on_fit_start(SimpleNamespace(is_global_zero=True), module)
+        assert "Total params" in capsys.readouterr().out and caplog.text == ""
     with pytest.raises(ValueError, match="max_depth"):
         ModelSummary(max_depth=-5)

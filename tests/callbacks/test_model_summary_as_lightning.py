@@ -4,6 +4,7 @@ one small module with an ``example_input_array``: "In sizes" / "Out sizes" from 
 mode, a parameter of no layer ("other params"), at ``max_depth`` 1, 2 and -1; and what the
 ``ModelSummary`` callback prints as fit starts."""
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -71,13 +72,14 @@ def test_summary_text_is_lightning_s(modules, depth):
     assert ("other params" in expected) == (depth == 1)
 
 
-def test_callback_prints_lightning_s_table(modules, capsys):
-    """The callback's table at fit start (on rank 0) is Lightning's, with ``max_depth=2``; the
-    module's modes are as before it ran."""
+def test_callback_logs_lightning_s_table(modules, caplog):
+    """The callback's table at fit start (on rank 0) is Lightning's, with ``max_depth=2``, logged as
+    its callback logs it ("\\n" + the table); the module's modes are as before it ran."""
     from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
 
     theirs, ours = modules
-    ModelSummary(max_depth=2).on_fit_start(SimpleNamespace(is_global_zero=True), ours)
-    assert capsys.readouterr().out == str(lightning_summarize(theirs, max_depth=2)) + "\n"
+    with caplog.at_level(logging.INFO, logger="trainmesh"):
+        ModelSummary(max_depth=2).on_fit_start(SimpleNamespace(is_global_zero=True), ours)
+    assert caplog.messages == ["\n" + str(lightning_summarize(theirs, max_depth=2))]
     assert ours.training and not ours.body[2].training
     assert summarize(ours).in_sizes == [[[5, 4], [5, 4]], [5, 8], "?"]

@@ -30,6 +30,7 @@ import torch
 from helpers.damage import flip_largest_tensor_bytes
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from helpers.processes import run_program
+from helpers.said import said
 from trainmesh.checkpoint.distributed import STATE_FILE, load_distributed, save_distributed
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file, no_space_error
 from trainmesh.checkpoint.paths import checkpoint_problem
@@ -258,7 +259,7 @@ def test_last_skips_a_damaged_newest_checkpoint_for_the_newest_complete_one(newe
     assert trainer.ckpt_path == str(expected) and trainer.global_step == STEPS + 1
 
 
-def test_last_with_only_damaged_checkpoints_is_never_silent(good, tmp_path, capsys):
+def test_last_with_only_damaged_checkpoints_is_never_silent(good, tmp_path, caplog):
     truncated(tmp_path / "last.ckpt", good)
     _, val = loaders()
     with pytest.raises(
@@ -270,10 +271,7 @@ def test_last_with_only_damaged_checkpoints_is_never_silent(good, tmp_path, caps
     with pytest.warns(UserWarning, match=r"ckpt_path='last': no complete checkpoint; skipped .*truncated\?"):
         trainer = fit_from("last", default_root_dir=tmp_path)
     assert trainer.global_step == STEPS + 1 and trainer.ckpt_path is None
-    assert (
-        f"ckpt_path='last': no complete checkpoint found under {tmp_path}; starting from scratch"
-        in capsys.readouterr().out
-    )
+    assert f"ckpt_path='last': no complete checkpoint found under {tmp_path}; starting from scratch" in said(caplog)
 
 
 # ---- a full disk -------------------------------------------------------------------------------------

@@ -48,10 +48,11 @@ _LAUNCHER_VARIABLES = (
 )
 
 
-def _run_cli(cwd: Path, *args: str, timeout: float = 240, forked: bool = False) -> str:
+def _run_cli(cwd: Path, *args: str, timeout: float = 240, forked: bool = False) -> tuple[str, str]:
     """``python -m trainmesh ARGS`` in its own session; on timeout the whole session is killed,
     workers included, and the test fails instead of hanging. ``forked``: as a fork of the fork
-    server (helpers/forked.py), which imported torch and trainmesh already."""
+    server (helpers/forked.py), which imported torch and trainmesh already. Returns stdout (what the
+    CLI prints) and stderr (what trainmesh logs, as Lightning's lines)."""
     src = str(Path(trainmesh.__file__).resolve().parents[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     if forked and can_fork():
@@ -62,7 +63,7 @@ def _run_cli(cwd: Path, *args: str, timeout: float = 240, forked: bool = False) 
         result = run_program(["-m", "trainmesh", *args], timeout=timeout, env=env, without=_LAUNCHER_VARIABLES, cwd=cwd)
     out, err = result.stdout, result.stderr
     assert result.returncode == 0, out[-3000:] + err[-3000:]
-    return out
+    return out, err
 
 
 def _printed(out: str, label: str) -> str:
@@ -77,7 +78,7 @@ def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
     # ddp_spawn and ddp_fork are ddp started another way. Their command is a fork that already
     # imported torch and trainmesh (their workers are new interpreters or forks of it all the
     # same); ddp's is `python -m trainmesh`, which its agent re-runs as such.
-    out = _run_cli(
+    out, err = _run_cli(
         tmp_path,
         "fit",
         "--trainer.strategy",
@@ -89,15 +90,15 @@ def test_fit_and_test_log_to_the_printed_folder(tmp_path, strategy):
         "true",
         forked=strategy != "ddp",
     )
-    assert out.count(f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch") == 1, out
+    assert err.count(f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch") == 1, err
     for stage in ("fit", "test"):
         assert (
-            out.count(
+            err.count(
                 f"trainmesh {stage}: strategy ddp, 2 processes (2 per node x 1 node), "
                 "mesh dp_replicate=2, device cpu, precision 32-true, global batch "
             )
             == 1
-        ), out
+        ), err
     logs = Path(_printed(out, "logs"))
     # The same default as the Python API and Lightning: TensorBoard in <cwd>/lightning_logs/version_N.
     assert logs == tmp_path / "lightning_logs" / "version_0"

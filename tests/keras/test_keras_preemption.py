@@ -90,7 +90,7 @@ def test_sigterm_stops_every_process_after_one_batch_saves_on_rank_0_and_exits_7
 def test_the_rerun_resumes_and_ends_bit_identical_to_the_fit_never_stopped(runs):
     rerun, root = runs["rerun"], runs["root"]
     assert rerun.returncode == 0, explain(runs)
-    assert f"the previous run was preempted: resuming from {runs['saved'][0]}" in rerun.stdout, explain(runs)
+    assert f"the previous run was preempted: resuming from {runs['saved'][0]}" in rerun.stderr, explain(runs)
     reference = torch.load(root / "reference.rank0", weights_only=False)
     assert reference["epoch"] == [0, 1, 2]
     for name in ("resumed.rank0", "resumed.rank1", "reference.rank1"):
@@ -111,4 +111,4 @@ def test_a_fit_that_finishes_removes_the_saved_state(runs):
     assert runs["rerun"].returncode == 0, explain(runs)
     assert not list(runs["root"].glob("**/last-preempted.ckpt*")), explain(runs)
     assert not list(runs["root"].glob("**/trainmesh_keras")), explain(runs)  # its empty folders too
-    assert "removed" in runs["rerun"].stdout and "the preempted run's checkpoint" in runs["rerun"].stdout
+    assert "removed" in runs["rerun"].stderr and "the preempted run's checkpoint" in runs["rerun"].stderr

@@ -33,6 +33,7 @@ from preemption_helpers import (
 
 import trainmesh as tm
 from helpers.processes import run_code_forked
+from helpers.said import said
 from trainmesh.launchers.environments import find_free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
@@ -134,7 +135,7 @@ def test_sigterm_to_the_agent_saves_the_stop_step_and_exits_75(chain):
 def test_sigterm_to_every_slurm_task_saves_the_stop_step_and_exits_75(chain):
     stage = chain["every"]
     check_stopped(stage, "SIGTERM")
-    assert "the previous run was preempted: resuming from" in stage.results[0].stdout, stage.explain()
+    assert "the previous run was preempted: resuming from" in stage.results[0].stderr, stage.explain()
     # SIGTERM (scancel, SLURM's own preemption) never requeues: only SIGUSR1 asks for it.
     assert "requeue" not in stage.results[0].stderr, stage.explain()
 
@@ -150,7 +151,7 @@ def test_slurm_sigusr1_saves_and_requeues_the_job_once(chain):
 def test_the_requeued_job_resumes_and_ends_bit_identical_to_a_run_never_stopped(chain, ddp_reference):
     stage = chain["requeued"]
     assert [r.returncode for r in stage.results] == [0, 0], stage.explain()
-    assert f"SLURM requeue 1 of job {JOB}: resuming from" in stage.results[0].stdout, stage.explain()
+    assert f"SLURM requeue 1 of job {JOB}: resuming from" in stage.results[0].stderr, stage.explain()
     assert same_weights(torch.load(stage.root / "weights.pt"), ddp_reference), stage.explain()
     # Finished: the preemption checkpoint is retired, so that the next run starts afresh.
     assert not (stage.root / "last-preempted.ckpt").exists()
@@ -166,7 +167,7 @@ def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, capsys):
+def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, caplog):
     at = random.randint(3, 40)
     stopped = run_script(
         tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self", forked=True
@@ -179,9 +180,7 @@ def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     resumed = one_process_fit(tmp_path)  # the same script run again: fit(ckpt_path=None)
-    assert (
-        f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in capsys.readouterr().out
-    )
+    assert f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in said(caplog)
     assert same_weights(resumed, one_process_fit(tmp_path / "never_stopped")), context
     assert not (tmp_path / "last-preempted.ckpt").exists()
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # fit's handlers are gone again

@@ -45,7 +45,7 @@ def problem(root: Path, done: subprocess.CompletedProcess, reference: dict[str, 
     if not (root / "died.json").exists() or json.loads((root / "died.json").read_text())["step"] != DIE_AT:
         return "no rank died: the restart was not exercised"
     resumed = f"restart 1 of the elastic agent: resuming from {root / 'checkpoints' / 'last.ckpt'}"
-    if resumed not in done.stdout:
+    if resumed not in done.stderr:  # logged, as Lightning's lines
         return f"the restarted workers did not say {resumed!r}"
     started = json.loads((root / "started.1.json").read_text())["global_step"]
     if started != DIE_AT // CHECKPOINT_EVERY * CHECKPOINT_EVERY:

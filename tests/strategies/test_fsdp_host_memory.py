@@ -14,6 +14,7 @@ import pytest
 import trainmesh.strategies.fsdp as fsdp_module
 from helpers.forked import can_fork, run_forked
 from helpers.processes import run_program
+from helpers.said import said as said_lines
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.protocol import Placement
 
@@ -35,13 +36,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     [(None, True, 1), (None, False, 0), (True, False, 1), (True, True, 1), (False, True, 0), (False, False, 0)],
 )
 def test_release_follows_the_choice_and_huge_pages(
-    monkeypatch: pytest.MonkeyPatch, calls: dict[str, int], capsys, choice, huge_pages, released
+    monkeypatch: pytest.MonkeyPatch, calls: dict[str, int], caplog, choice, huge_pages, released
 ) -> None:
     monkeypatch.setattr(fsdp_module, "huge_pages_in_effect", lambda: huge_pages)
     strategy = FSDPStrategy(release_host_memory=choice, placement=Placement())
     strategy._release_host_memory()
     assert calls["released"] == released
-    said = capsys.readouterr().out
+    said = said_lines(caplog)  # logged, as Lightning's info lines
     # Only the default, left without huge pages, says what it chose and how to get both.
     assert ("THP_MEM_ALLOC_ENABLE=1" in said) == (choice is None and not huge_pages)
 

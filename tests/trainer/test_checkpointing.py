@@ -7,6 +7,7 @@ import torch
 
 import trainmesh as tm
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
+from helpers.said import said
 from trainmesh.callbacks import EarlyStopping, ModelCheckpoint
 from trainmesh.checkpoint import io as checkpoint_io
 from trainmesh.checkpoint.io import atomic_save, load_checkpoint_file
@@ -102,20 +103,20 @@ def test_ctrl_c_ends_cleanly_and_the_last_checkpoint_resumes(tmp_path):
     assert trainer.global_step == 60
 
 
-def test_fit_from_last_with_no_checkpoint_yet_starts_from_scratch(tmp_path, capsys):
+def test_fit_from_last_with_no_checkpoint_yet_starts_from_scratch(tmp_path, caplog):
     # A script a scheduler restarts passes ckpt_path="last" every time, the first time included.
     train, val = loaders()
     trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=True)
     trainer.fit(DropoutNet(), train, val, ckpt_path="last")
     assert trainer.global_step == 12
-    out = capsys.readouterr().out
+    out = said(caplog)
     assert f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch" in out
     assert out.count("starting from scratch") == 1, "one line"
 
     restarted = quiet_trainer(max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=True)
     restarted.fit(DropoutNet(), train, val, ckpt_path="last")
     assert restarted.global_step == 24, "the restart resumed from the first run's last.ckpt"
-    assert "starting from scratch" not in capsys.readouterr().out
+    assert "starting from scratch" not in said(caplog)
 
 
 def test_fit_from_last_looks_in_the_checkpoint_callbacks_own_folder(tmp_path):

@@ -2,6 +2,8 @@
 its callbacks merged with the Trainer's by Lightning's rule (a returned callback replaces the
 Trainer's of a class it is; checkpoint callbacks go last), and then run like the Trainer's."""
 
+import logging
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -56,7 +58,8 @@ def show(callback):
     return f"{type(callback).__name__}:{getattr(callback, 'monitor', getattr(callback, 'tag', ''))}"
 
 
-def test_model_callbacks_replace_the_trainers_of_their_class_and_checkpoints_go_last(tmp_path, capsys):
+def test_model_callbacks_replace_the_trainers_of_their_class_and_checkpoints_go_last(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="trainmesh")
     loader = DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
     trainer_callbacks = [ModelCheckpoint(monitor="b", filename="trainer"), EarlyStopping(monitor="a"), Mine("trainer")]
     trainer = quiet_trainer(
@@ -67,7 +70,10 @@ def test_model_callbacks_replace_the_trainers_of_their_class_and_checkpoints_go_
     # Lightning 2.6.6, the same program: ['MyStop:b', 'Mine:model', 'ModelCheckpoint:b'], after
     # fit and again after test; configure_callbacks called at fit's and test's start.
     assert [show(cb) for cb in trainer.callbacks] == ["MyStop:b", "Mine:model", "ModelCheckpoint:b"]
-    assert "replace the Trainer's: EarlyStopping, Mine, ModelCheckpoint" in capsys.readouterr().out
+    # Lightning 2.6.6's words, logged
+    overriding = [line for line in caplog.messages if "configure_callbacks" in line]
+    assert len(overriding) == 1
+    assert "will override existing callbacks passed to Trainer: EarlyStopping, Mine, ModelCheckpoint" in overriding[0]
     model_mine = trainer.callbacks[1]
     assert model_mine.ran == [("setup", "fit"), ("on_fit_start",)] and trainer_callbacks[2].ran == []
     assert sorted(p.name for p in tmp_path.rglob("*.ckpt")) == ["model.ckpt"]  # the model's checkpoint alone

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers.batches import Batches, LegFailed
+from helpers.said import said
 from trainmesh.checkpoint.distributed import METADATA_FILE, save_distributed
 from trainmesh.trainer.checkpointing import resolve_ckpt_path
 
@@ -124,8 +125,8 @@ def test_last_skips_incomplete_directories_and_temporaries(tmp_path):
         assert resolve_ckpt_path(fake_trainer(tmp_path), "last") == str(good)
 
 
-def test_last_with_only_an_incomplete_directory_starts_fresh(tmp_path, capsys):
+def test_last_with_only_an_incomplete_directory_starts_fresh(tmp_path, caplog):
     distributed_dir(tmp_path / "last.ckpt", complete=False)
     with pytest.warns(UserWarning, match=r"no complete checkpoint; skipped .*last\.ckpt is not a complete"):
         assert resolve_ckpt_path(fake_trainer(tmp_path), "last", allow_fresh_start=True) is None
-    assert "starting from scratch" in capsys.readouterr().out
+    assert "starting from scratch" in said(caplog)

@@ -8,6 +8,7 @@ import pytest
 
 import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer
+from helpers.said import said
 from trainmesh.callbacks import ModelCheckpoint
 
 
@@ -51,18 +52,18 @@ def _copy(run, tmp_path, *, keep):
     return tmp_path
 
 
-def test_last_resumes_from_a_top_k_file_when_no_last_ckpt_exists(two_epochs, tmp_path, capsys):
+def test_last_resumes_from_a_top_k_file_when_no_last_ckpt_exists(two_epochs, tmp_path, caplog):
     # A kill during the first last.ckpt write leaves only the top-k file: today's code started over.
     folder = _copy(two_epochs, tmp_path, keep={"epoch=0-step=12.ckpt": "epoch=0-step=12.ckpt"})
     trainer, first = _fit(folder, 2, save_last=True, ckpt_path="last")
     assert first == 12 and trainer.global_step == 24
-    out = capsys.readouterr().out
+    out = said(caplog)
     chosen = folder / "ckpts" / "epoch=0-step=12.ckpt"
     assert f"ckpt_path='last': resuming from {chosen} (epoch 0, global step 12)" in out
     assert out.count("resuming from") == 1, "one line"
 
 
-def test_last_prefers_a_newer_top_k_file_over_an_older_last_ckpt(two_epochs, tmp_path, capsys):
+def test_last_prefers_a_newer_top_k_file_over_an_older_last_ckpt(two_epochs, tmp_path, caplog):
     # last.ckpt holds epoch 0 (a kill during its epoch-1 rewrite) and is the newest file by mtime:
     # the position recorded inside decides, not the name or the time.
     folder = _copy(
@@ -71,12 +72,10 @@ def test_last_prefers_a_newer_top_k_file_over_an_older_last_ckpt(two_epochs, tmp
     os.utime(folder / "ckpts" / "epoch=1-step=24.ckpt", (1_000_000, 1_000_000))
     trainer, first = _fit(folder, 3, save_last=True, ckpt_path="last")
     assert first == 24 and trainer.global_step == 36
-    assert f"resuming from {folder / 'ckpts' / 'epoch=1-step=24.ckpt'} (epoch 1, global step 24)" in (
-        capsys.readouterr().out
-    )
+    assert f"resuming from {folder / 'ckpts' / 'epoch=1-step=24.ckpt'} (epoch 1, global step 24)" in (said(caplog))
 
 
-def test_restart_resumes_from_the_newest_complete_file_and_says_so(two_epochs, tmp_path, capsys, monkeypatch):
+def test_restart_resumes_from_the_newest_complete_file_and_says_so(two_epochs, tmp_path, caplog, monkeypatch):
     # The automatic resume (fit without ckpt_path) of an elastic restart: the same choice, with a
     # damaged newer file skipped with a warning that names it.
     folder = _copy(two_epochs, tmp_path, keep={"epoch=0-step=12.ckpt": "epoch=0-step=12.ckpt"})
@@ -88,14 +87,14 @@ def test_restart_resumes_from_the_newest_complete_file_and_says_so(two_epochs, t
     assert (
         f"trainmesh: restart 1 of the elastic agent: resuming from {folder / 'ckpts' / 'epoch=0-step=12.ckpt'} "
         "(epoch 0, global step 12)"
-    ) in capsys.readouterr().out
+    ) in said(caplog)
 
 
-def test_resuming_a_run_that_reached_max_epochs_says_there_is_nothing_to_train(two_epochs, tmp_path, capsys):
+def test_resuming_a_run_that_reached_max_epochs_says_there_is_nothing_to_train(two_epochs, tmp_path, caplog):
     folder = _copy(two_epochs, tmp_path, keep={"epoch=1-step=24.ckpt": "last.ckpt"})
     trainer, _ = _fit(folder, 2, save_last=True, ckpt_path="last")
     assert trainer.global_step == 24
     assert (
         f"trainmesh: {folder / 'ckpts' / 'last.ckpt'} is at epoch 1, global step 24: max_epochs=2 is already "
         "reached, so there is nothing to train. Raise max_epochs to train further"
-    ) in capsys.readouterr().out
+    ) in said(caplog)

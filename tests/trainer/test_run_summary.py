@@ -1,5 +1,6 @@
 """The start line: each stage says on what it runs (strategy, processes, mesh, batch)."""
 
+import logging
 from types import SimpleNamespace
 
 import torch
@@ -90,7 +91,9 @@ def test_loader_batch_size_reads_batch_sampler_and_gives_up_on_plain_iterables()
     assert loader_batch_size(shard) == 3
 
 
-def test_every_stage_prints_its_line_once_and_summary_off_silences_it(capsys):
+def test_every_stage_logs_its_line_once_and_summary_off_silences_it(capsys, caplog):
+    # Logged (stderr), as Lightning's lines about the run it starts ("GPU available: ..."), not printed
+    caplog.set_level(logging.INFO, logger="trainmesh")
     train, val = loaders(batch_size=8)
     trainer = quiet_trainer(
         max_steps=2, limit_val_batches=1, num_sanity_val_steps=0, accumulate_grad_batches=2, enable_model_summary=True
@@ -98,7 +101,9 @@ def test_every_stage_prints_its_line_once_and_summary_off_silences_it(capsys):
     model = DropoutNet()
     trainer.fit(model, train, val)
     trainer.validate(model, val, verbose=False)
-    out = capsys.readouterr().out
+    assert "trainmesh fit" not in capsys.readouterr().out
+    out = "\n".join(caplog.messages)
+    caplog.clear()
     assert (
         out.count(
             "trainmesh fit: strategy single, 1 process, mesh none, device cpu, precision 32-true, "
@@ -110,4 +115,4 @@ def test_every_stage_prints_its_line_once_and_summary_off_silences_it(capsys):
     assert out.count("trainmesh validate: ") == 1 and "global batch 8 (8 per rank" in out, out
 
     quiet_trainer(max_steps=1, limit_val_batches=0).fit(DropoutNet(), train)
-    assert "trainmesh " not in capsys.readouterr().out
+    assert "trainmesh " not in "\n".join(caplog.messages) + capsys.readouterr().out

@@ -11,8 +11,19 @@ import torch
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_prefixed_message
 
 _MODES = ("min", "max")
+# Lightning's EarlyStopping logs its verbose lines here (as its lightning.pytorch.callbacks.early_stopping)
+log = lightning_named_logger(__name__)
+
+
+def _log_info(trainer: TrainerView, message: str, rank_zero_only: bool) -> None:
+    """Lightning's ``EarlyStopping._log_info``: each rank's own words, with its rank where there are several."""
+    rank = trainer.global_rank if trainer.world_size > 1 else None
+    if rank is None or not rank_zero_only or rank == 0:
+        log.info(rank_prefixed_message(message, rank))
 
 
 class EarlyStoppingReason(Enum):
@@ -60,8 +71,8 @@ class EarlyStopping(Callback):
             None: as Lightning decides, at the epoch's end when validation runs once at the end of every epoch,
             else after every validation run) (default ``None``).
         verbose: say why it stopped (default ``False``).
-        log_rank_zero_only: accepted for Lightning's programs: the message is said on global rank 0 only
-            in any case (default ``False``).
+        log_rank_zero_only: with ``verbose``, say it on global rank 0 only (False: every rank says its
+            own check's words, prefixed ``[rank: N]`` where there are several, as Lightning's) (default ``False``).
 
     Examples:
         >>> early_stop = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
@@ -157,8 +168,8 @@ class EarlyStopping(Callback):
             self.stopping_reason_message = self._said
             self.stopped_epoch = trainer.current_epoch
             trainer.should_stop = True
-        if self.verbose and trainer.is_global_zero and self._said:
-            print(f"Epoch {trainer.current_epoch}: {self._said}", flush=True)
+        if self.verbose and self._said:
+            _log_info(trainer, self._said, self.log_rank_zero_only)
 
     # ---- the decision -------------------------------------------------------------------------
     def evaluate(self, value: Any) -> bool:

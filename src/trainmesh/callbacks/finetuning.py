@@ -16,7 +16,6 @@ The param groups it adds are kept in its checkpoint state and rebuilt on resume.
 from __future__ import annotations
 
 import inspect
-import logging
 import warnings
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -28,10 +27,11 @@ from torch.optim.optimizer import Optimizer
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.refusal import LightningOneName
 
-log = logging.getLogger(__name__)
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 Modules = Module | Iterable[Any]
 

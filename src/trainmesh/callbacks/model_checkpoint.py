@@ -373,7 +373,7 @@ class ModelCheckpoint(Checkpoint):
         # current_score included; a NaN that enters (the top k not full yet) is kept as the worst value.
         current = as_score(value)
         if not self._is_top_k(float(current)):
-            self._say(trainer, f"{self.monitor!r} was {float(current):.5g}, not in the top {self.save_top_k}")
+            self._say(trainer, f"{self.monitor!r} was not in top {self.save_top_k}")
             return
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         dropped = None
@@ -387,7 +387,9 @@ class ModelCheckpoint(Checkpoint):
         self.best_k_models[path] = current
         self._update_ranking(full=len(self.best_k_models) == k)
         self._say(
-            trainer, f"{self.monitor!r} reached {float(current):.5g} (best {self._best_score:.5g}); saving {path}"
+            trainer,
+            f"{self.monitor!r} reached {current:0.5f} (best {self.best_model_score:0.5f}), saving model to {path!r}"
+            f" as top {k}",
         )
         self._write(trainer, path)
         if dropped and dropped != path:
@@ -445,8 +447,8 @@ class ModelCheckpoint(Checkpoint):
         trainer.remove_checkpoint(path)
 
     def _say(self, trainer: TrainerView, message: str) -> None:
-        if self.verbose and trainer.is_global_zero:
-            print(f"Epoch {trainer.current_epoch}, step {trainer.global_step}: {message}", flush=True)
+        if self.verbose:  # Lightning's words, through its logger (rank_zero_info: rank 0 only)
+            rank_zero_info(f"Epoch {trainer.current_epoch:d}, global step {trainer.global_step:d}: {message}")
 
     def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
         """Write ``best_k_models`` (path: score) to ``filepath``, by default

@@ -7,6 +7,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.model_summary import ModelSummary as Summary  # Lightning's module imports it so
 from trainmesh.utilities.model_summary import (
     SummaryRow,
@@ -27,6 +28,8 @@ __all__ = [
     "human_readable_count",
     "summarize",
 ]
+
+log = lightning_named_logger(__name__)
 
 
 class ModelSummary(Callback):
@@ -58,13 +61,17 @@ class ModelSummary(Callback):
         # On every rank, as Lightning's: the example's forward moves each rank's generators alike.
         table = summary_table(pl_module, self.max_depth)
         if getattr(trainer, "is_global_zero", True):
-            print(format_summary(table), flush=True)
+            self._show(format_summary(table))
+
+    def _show(self, text: str) -> None:
+        # Lightning's ModelSummary logs the table (stderr; silenced with Lightning's loggers)
+        log.info("\n" + text)
 
 
 class RichModelSummary(ModelSummary):
     """Lightning's name for its rich summary, the Trainer's default where rich is installed (as
-    Lightning's); it prints trainmesh's one table and replaces the default summary as
-    ``ModelSummary`` does.
+    Lightning's); it prints trainmesh's one table on stdout, as Lightning's renders on rich's console
+    (``ModelSummary`` logs it, as Lightning's), and replaces the default summary as ``ModelSummary`` does.
 
     Args:
         max_depth: the depth of submodules listed (0 turns the printout off) (default ``1``).
@@ -74,3 +81,7 @@ class RichModelSummary(ModelSummary):
         >>> isinstance(RichModelSummary(max_depth=2), ModelSummary)
         True
     """
+
+    def _show(self, text: str) -> None:
+        # Lightning's RichModelSummary prints on rich's console: stdout, whatever its loggers say
+        print(text, flush=True)

@@ -15,7 +15,6 @@ would be sharded by a different plan than the parameters they replace).
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from functools import partial
@@ -28,8 +27,9 @@ from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfiguredValue
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
-log = logging.getLogger(__name__)
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 _PRUNING_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ln_structured": pytorch_prune.ln_structured,

@@ -25,6 +25,10 @@ from trainmesh.checkpoint.digest import structure_problem
 from trainmesh.checkpoint.formats import UnreadableCheckpoint, file_problem
 from trainmesh.checkpoint.io import TEMPORARY_NAME
 from trainmesh.checkpoint.layout import STATE_FILE, is_distributed_checkpoint
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +127,7 @@ class LastCheckpoints:
     def _announce(self, candidate: Candidate) -> None:
         if self._places.announces:
             verb = "resuming from" if self._allow_fresh_start else "loading"
-            print(f"{self._places.announce_as}: {verb} {candidate.path} ({candidate.describe()})", flush=True)
+            log.info(f"{self._places.announce_as}: {verb} {candidate.path} ({candidate.describe()})")
 
     def _none_found(self) -> None:
         skipped, places = self._skipped, self._places
@@ -144,10 +148,9 @@ class LastCheckpoints:
                     UserWarning,
                     stacklevel=7,
                 )
-            print(
+            log.info(
                 f"ckpt_path='last': no {'complete ' if skipped else ''}checkpoint found under {where}; "
-                "starting from scratch",
-                flush=True,
+                "starting from scratch"
             )
 
 

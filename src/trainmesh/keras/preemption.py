@@ -36,6 +36,10 @@ from trainmesh.keras.arguments import assign_values, random_states, set_random_s
 from trainmesh.keras.data import num_samples
 from trainmesh.keras.optimizers import applied_optimizers, before_first_apply
 from trainmesh.runtime import Runtime
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+# trainmesh's notices go to stderr, through the logging module, as the Trainer's do
+log = lightning_named_logger(__name__)
 
 FOLDER = "trainmesh_keras"  # under the working directory: where the script is run again
 STATE = "last-preempted.ckpt"  # the supervision's name (supervision/preemption.py)
@@ -88,7 +92,7 @@ class KerasPreemption:
                 found = pickle.load(file)
         if self.runtime.global_rank == 0 and reason is not None:
             said = f"resuming from {path}" if found else "but there is no saved state: training starts afresh"
-            print(f"trainmesh: {reason}: {said}", flush=True)
+            log.info(f"trainmesh: {reason}: {said}")  # on stderr, as the Trainer's notices
         big = ("variables", "optimizer", "other_optimizers")
         small = None if found is None else {k: v for k, v in found.items() if k not in big}
         small = self.runtime.broadcast(small, 0)

@@ -13,7 +13,6 @@ the log) at the end of a stage. The Trainer wraps its hook calls and loop steps 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from abc import ABC, abstractmethod
@@ -22,7 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-log = logging.getLogger(__name__)
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 
 class Profiler(ABC):

@@ -36,9 +36,13 @@ from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import requeue_slurm_job
 from trainmesh.launchers.environments import restart_reason as restart_reason_of_launch
 from trainmesh.utilities.exceptions import SIGTERMException
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 if TYPE_CHECKING:
     from trainmesh.supervision.stop_agreement import StopAgreement
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
 
 PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -138,7 +142,7 @@ class SignalStop:
         if self._process.is_global_zero and os.path.exists(path):
             # Kept, the next run of the script would resume from it instead of starting afresh.
             remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
-            print(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint", flush=True)
+            log.info(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint")
 
 
 def restart_reason(folder: str) -> str | None:

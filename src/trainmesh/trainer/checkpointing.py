@@ -27,12 +27,16 @@ from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, warn_returned_callba
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
     from trainmesh.trainer.loop_state import LoopState
     from trainmesh.trainer.settings import LoopSettings
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
 
 CHECKPOINT_FORMAT = 1
 # The entries holding the model's and the optimizers' state: a strategy that shards writes
@@ -296,10 +300,9 @@ def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str,
     else:
         return
     if announces:
-        print(
+        log.info(
             f"trainmesh: {source} is at epoch {state.current_epoch}, global step {state.global_step}: {limit} is "
-            f"already reached, so there is nothing to train. Raise {limit.split('=')[0]} to train further",
-            flush=True,
+            f"already reached, so there is nothing to train. Raise {limit.split('=')[0]} to train further"
         )
 
 
@@ -429,9 +432,8 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
         folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
         removed = remove_interrupted_saves(folders, ckpt_path, checkpoint_places(trainer), older_than=time.time())
         if removed:
-            print(
-                f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves (e.g. {removed[0]})",
-                flush=True,
+            log.info(
+                f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves (e.g. {removed[0]})"
             )
     trainer.runtime.barrier()
 

@@ -257,8 +257,9 @@ def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:
     }
     if replaced:
         names = ", ".join(sorted(t.__name__ for t in replaced))
-        rank_zero_info(
-            f"The callbacks {type(model).__name__}.configure_callbacks returned replace the Trainer's: {names}"
+        rank_zero_info(  # Lightning's words
+            "The following callbacks returned in `LightningModule.configure_callbacks` will override"
+            f" existing callbacks passed to Trainer: {names}"
         )
     return reordered([cb for cb in callbacks if type(cb) not in replaced] + given)
 
@@ -312,3 +313,26 @@ def _is_bar(callback: Any) -> bool:
     any ``ProgressBar``): progress.py's bar and Lightning's names for it, found by class name."""
     bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")
     return any(klass.__name__ in bars for klass in type(callback).__mro__)
+
+
+def log_device_info(runtime: Runtime) -> None:
+    """Lightning's ``_log_device_info``, as ``Trainer()`` ends: the accelerators there are and what the run
+    uses, logged in its words, and its warning where a GPU is there and not used."""
+    import importlib.util
+
+    import torch
+
+    from trainmesh.utilities.rank_zero import rank_zero_warn
+    from trainmesh.utilities.warnings import PossibleUserWarning
+
+    mps = getattr(torch.backends, "mps", None)
+    gpu = "cuda" if torch.cuda.is_available() else "mps" if mps is not None and mps.is_available() else None
+    gpu_used = runtime.device_type in ("cuda", "mps")
+    rank_zero_info(f"GPU available: {gpu is not None}{f' ({gpu})' if gpu else ''}, used: {gpu_used}")
+    # trainmesh runs no TPU (its accelerator is refused): torch_xla's presence is what "available" can say
+    rank_zero_info(f"TPU available: {importlib.util.find_spec('torch_xla') is not None}, using: 0 TPU cores")
+    if gpu is not None and not gpu_used:
+        rank_zero_warn(
+            "GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`.",
+            category=PossibleUserWarning,
+        )

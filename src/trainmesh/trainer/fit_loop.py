@@ -39,10 +39,10 @@ from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, w
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
-from trainmesh.trainer.settings import LoopSettings, warn_if_max_epochs_unset
-from trainmesh.trainer.stop_limits import can_stop_early, min_met
+from trainmesh.trainer.settings import warn_if_max_epochs_unset
+from trainmesh.trainer.stop_limits import can_stop_early, fit_done
 from trainmesh.utilities.dataloaders import begin_skip
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 
@@ -65,6 +65,8 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     if train_loader is None or state.num_training_batches == 0:
         # As Lightning: no training, no on_train_start/end (nor a loader asked for with a limit of 0)
         rank_zero_warn("the train dataloader is empty (or limit_train_batches=0): no training step ran")
+        if settings.limit_train_batches != 0:  # Lightning's words where the loader has no batch (its done)
+            rank_zero_info("`Trainer.fit` stopped: No training batches.")
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
@@ -81,7 +83,7 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
-            while not _fit_done(state, settings):
+            while not fit_done(state, settings, say=True):
                 if opened is None and fit_data.train_reload_due():  # reload_dataloaders_every_n_epochs
                     train_loader = fit_data.train_loader(reload=True)
                 run_epoch(ctx, fit_data, train_loader, opened)
@@ -151,14 +153,6 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
         )
 
 
-def _fit_done(state: LoopState, settings: LoopSettings) -> bool:
-    if state.should_stop and min_met(state, settings):
-        return True
-    if settings.max_steps != -1 and state.global_step >= settings.max_steps:
-        return True
-    return settings.max_epochs != -1 and state.current_epoch >= settings.max_epochs
-
-
 @dataclass
 class _OpenedEpoch:
     """The first epoch of a fit, its iterator started before ``on_train_start`` (Lightning's order)."""
@@ -170,7 +164,7 @@ class _OpenedEpoch:
 def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> _OpenedEpoch | None:
     """Start the fit's first epoch's data; None where nothing is left to train (a resumed fit)."""
     state, loop = ctx.state, ctx.state.loop
-    if resume_rng is not None and loop.epoch_finished and not _fit_done(state, ctx.settings):
+    if resume_rng is not None and loop.epoch_finished and not fit_done(state, ctx.settings):
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
         if loop.epoch_schedulers_pending:
@@ -180,7 +174,7 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
-    if _fit_done(state, ctx.settings):
+    if fit_done(state, ctx.settings, say=True):
         if resume_rng is not None:
             # Resumed with nothing left to train: still hold the generators the checkpoint
             # held, for a checkpoint saved now.

@@ -27,11 +27,15 @@ from typing import TYPE_CHECKING, Any, cast
 from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
 from trainmesh.trainer.checkpointing import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 if TYPE_CHECKING:
     from trainmesh.checkpoint import CheckpointPlaces
     from trainmesh.runtime import Runtime
     from trainmesh.trainer.loop_state import LoopState
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
 
 Read = Callable[[str], dict[str, Any]]  # one checkpoint, read on this process
 
@@ -51,11 +55,10 @@ def read_fit_checkpoint(
         places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
         source, checkpoint = _read_last(places, runtime, read, allow_fresh_start=True)
         if source is None and trainer.is_global_zero:  # the line naming a checkpoint found came from LastCheckpoints
-            print(
+            log.info(
                 f"trainmesh: {reason}, but there is no checkpoint to resume from: training starts from the "
                 "beginning. Save periodic checkpoints (ModelCheckpoint(save_last=True, every_n_train_steps=N)) "
-                "so that a restart resumes",
-                flush=True,
+                "so that a restart resumes"
             )
         return source, checkpoint
     if str(ckpt_path) == "last":

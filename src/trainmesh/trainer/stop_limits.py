@@ -1,5 +1,6 @@
-"""When a stop asked during fit (``trainer.should_stop``) may end it: Lightning's fit loop's
-``_can_stop_early``, with its ``min_epochs`` / ``min_steps`` as ``_parse_loop_limits`` settles them."""
+"""When fit ends: Lightning's fit loop's ``done`` (its limits, and the words it logs on reaching
+one), and when a stop asked (``trainer.should_stop``) may end it: its ``_can_stop_early``, with its
+``min_epochs`` / ``min_steps`` as ``_parse_loop_limits`` settles them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.settings import LoopSettings
 from trainmesh.utilities.rank_zero import rank_zero_info
+
+
+def fit_done(state: LoopState, settings: LoopSettings, *, say: bool = False) -> bool:
+    """Lightning's ``FitLoop.done``, in its order: ``max_steps``, ``max_epochs`` (``current_epoch``
+    counts the epochs whose batches are over), then a stop asked once the minimums are met. With
+    ``say`` (where the answer ends the fit), a limit reached is logged in Lightning's words."""
+    if settings.max_steps != -1 and state.global_step >= settings.max_steps:
+        limit = f"max_steps={settings.max_steps!r}"
+    elif settings.max_epochs != -1 and state.current_epoch >= settings.max_epochs:
+        limit = f"max_epochs={settings.max_epochs!r}"
+    else:
+        return state.should_stop and min_met(state, settings)
+    if say:
+        rank_zero_info(f"`Trainer.fit` stopped: `{limit}` reached.")
+    return True
 
 
 def min_met(state: LoopState, settings: LoopSettings) -> bool:

@@ -9,11 +9,12 @@ The model's weights and the Trainer's fit state are as before the search.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger(__name__)
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 
 class BatchSizeAttribute:

@@ -7,7 +7,6 @@ descent of the loss. The model's weights and the Trainer's state are as before t
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -16,9 +15,10 @@ from torch.optim.lr_scheduler import LRScheduler
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.finders import lr_attribute as lr_attribute  # Lightning's rule, read by both
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.types import LRSchedulerConfig
 
-log = logging.getLogger(__name__)
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 
 class _LRFinder:

@@ -9,11 +9,12 @@ object to ask.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,16 +87,23 @@ def rank_zero_deprecation(message: str, stacklevel: int = 2) -> None:
     warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)
 
 
+# Lightning's rank_zero_info / rank_zero_debug log here (its ``lightning.pytorch.utilities.rank_zero``):
+# INFO shows on stderr through the ``trainmesh`` logger's handler, or root's where the program
+# configured logging, and a program's settings of Lightning's loggers govern it (lightning_loggers.py).
+log = lightning_named_logger(__name__)
+
+
 @rank_zero_only
 def rank_zero_info(message: str, *args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    """``message`` printed on global rank 0 (``stacklevel`` accepted for Lightning's calls)."""
-    print(message, *args, flush=True)
+    """``message`` logged at INFO on global rank 0, as Lightning's (``stacklevel`` counts as in
+    Lightning, whose call goes one frame deeper)."""
+    log.info(message, *args, stacklevel=stacklevel - 1, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_debug(message: str, *args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    """``message`` to the ``trainmesh`` logger at DEBUG, on global rank 0."""
-    logging.getLogger("trainmesh").debug(message, *args, stacklevel=stacklevel, **kwargs)
+    """``message`` logged at DEBUG on global rank 0."""
+    log.debug(message, *args, stacklevel=stacklevel - 1, **kwargs)
 
 
 class LightningDeprecationWarning(DeprecationWarning):

@@ -9,7 +9,6 @@ random generator as before it (1.9.5's ``isolate_rng``). Returns 1.9.5's result:
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -17,12 +16,13 @@ import torch
 from trainmesh.checkpoint import load_checkpoint_file
 from trainmesh.seed import isolate_rng
 from trainmesh.tuner.lr_finder import _LRFinder, lr_attribute, set_lr
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 if TYPE_CHECKING:
     from trainmesh.trainer.lightning1.one_run import LightningOneRun
     from trainmesh.tuner.tuning import Trainer
 
-log = logging.getLogger(__name__)
+log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
 
 class LightningOneLRFinder(_LRFinder):
