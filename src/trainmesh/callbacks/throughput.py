@@ -5,7 +5,9 @@ synchronisation (under 1% of a 0.8 ms CPU step, measured by ``benchmarks/loop_ov
 the fit loop itself times the wait for each batch. Rates are computed once per logging window
 (``log_every_n_steps``), where one synchronisation on CUDA makes the window's wall time include
 the work queued in it. FLOPs are counted once, over the first step's forward and backward, with
-``torch.utils.flop_counter.FlopCounterMode`` (imported then, not when this module is imported).
+torch's ``FlopCounterMode`` counts and every op's own kernel (``utilities/exact_flop_counter.py``:
+torch's counter would run some ops through other arithmetic and train the step to other weights),
+imported then, not when this module is imported.
 """
 
 from __future__ import annotations
@@ -108,10 +110,12 @@ def token_count(inputs: torch.Tensor | None) -> int | None:
 
 
 def count_step_flops() -> Any:
-    """A ``FlopCounterMode`` that prints nothing: ``with count_step_flops() as c: ...; c.get_total_flops()``."""
-    from torch.utils.flop_counter import FlopCounterMode  # imported when counting, not with trainmesh
+    """A ``FlopCounterMode`` that prints nothing and changes no result of the counted step (torch's own
+    runs some ops through other arithmetic, see ``exact_flop_counter``):
+    ``with count_step_flops() as c: ...; c.get_total_flops()``."""
+    from trainmesh.utilities.exact_flop_counter import ExactFlopCounterMode  # imported when counting
 
-    return FlopCounterMode(display=False)
+    return ExactFlopCounterMode(display=False)
 
 
 class ThroughputMonitor(Callback):
