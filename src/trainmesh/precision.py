@@ -50,12 +50,16 @@ class Precision:
     torch.bfloat16
     """
 
-    def __init__(self, precision: str | int, *, device_type: str) -> None:
+    def __init__(self, precision: str | int, *, device_type: str, scaler: torch.amp.GradScaler | None = None) -> None:
         self.name = normalize_precision(precision)
         self.device_type = device_type
-        self.scaler: torch.amp.GradScaler | None = None
-        if self.name == "16-mixed":
+        assert scaler is None or self.name == "16-mixed", "only 16-mixed scales the loss"
+        self.scaler: torch.amp.GradScaler | None = scaler
+        if self.name == "16-mixed" and scaler is None:
             # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
+            # This is fp16 on every device, the CPU's too: Runtime(precision="16-mixed") and Lightning's
+            # MixedPrecision("16-mixed", "cpu") plugin ask for it; Trainer(precision="16-mixed") on
+            # the CPU is "bf16-mixed", as Lightning's (trainer/precision_flag.py).
             self.scaler = torch.amp.GradScaler(device_type)
         self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the scaler's last update
         self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(

@@ -51,7 +51,7 @@ class Runtime:
         accelerator: str = "auto",
         devices: int | str | list[int] = "auto",
         strategy: str | Any = "auto",
-        precision: str | int = "32-true",
+        precision: str | int | Precision = "32-true",
         *,
         num_nodes: int = 1,
         max_restarts: int = 0,
@@ -66,7 +66,11 @@ class Runtime:
         self.device_type = resolve_accelerator(accelerator)
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
-        self.precision = Precision(precision, device_type=self.device_type)
+        if isinstance(precision, Precision):  # the Trainer's, chosen as Lightning's (trainer/precision_flag.py)
+            assert precision.device_type == self.device_type, (precision.device_type, self.device_type)
+            self.precision = precision
+        else:
+            self.precision = Precision(precision, device_type=self.device_type)
         placement = Placement(
             self.device_type, tuple(self.device_indices), num_nodes, self.precision, compile=compile_options(compile)
         )
