@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.placement import place_tensors
 from trainmesh.utilities.suggestions import did_you_mean
 
@@ -122,8 +123,12 @@ class Precision:
         closure_result = None
         if closure is not None:
             if isinstance(optimizer, torch.optim.LBFGS):
-                # LBFGS calls its closure many times inside one step: a scaler's step cannot.
-                raise ValueError("precision='16-mixed' cannot step LBFGS (as in Lightning); use 'bf16-mixed' or '32'")
+                # LBFGS calls its closure many times inside one step: a scaler's step cannot. Lightning's
+                # MisconfigurationException and words, then why and what to use (a ValueError too, as before)
+                raise MisconfiguredValue(
+                    "AMP and the LBFGS optimizer are not compatible. (precision='16-mixed' steps through a GradScaler, "
+                    "which cannot run LBFGS's closure many times in one step; use 'bf16-mixed' or '32')"
+                )
             closure_result = closure()
         result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
         self.scaler.update()

@@ -321,13 +321,17 @@ class Runtime:
         max_norm: float | None = None,
         clip_val: float | None = None,
         norm_type: float = 2.0,
+        unscale: bool = True,
     ) -> torch.Tensor | None:
         """Clip the gradients of ``optimizer``'s parameters (as Fabric and Lightning do) by their
-        global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm."""
+        global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm.
+        ``unscale=False``: the gradients as they are, scaled under 16-mixed (what Lightning's
+        ``LightningModule.clip_gradients`` clips in manual optimization)."""
         if (max_norm is None) == (clip_val is None):
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
         inner = inner_optimizer(optimizer)
-        self.precision.unscale_gradients(inner)
+        if unscale:
+            self.precision.unscale_gradients(inner)
         parameters = [param for group in inner.param_groups for param in group["params"]]
         return self.strategy.clip_gradients(
             module, parameters, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type

@@ -1,0 +1,99 @@
+"""Float16 with a GradScaler on the CPU, as Lightning 2.6 runs it when a program asks for it
+(``plugins=[MixedPrecision("16-mixed", "cpu")]``): the same program under Lightning and trainmesh,
+compared on the losses, the gradients ``on_before_optimizer_step`` sees, the scaler's final scale, the
+step count and the trained weights, bit for bit. Automatic optimization plain, clipping by norm and by
+value, accumulating, overflowing (the scaler skips steps), and manual optimization with
+``self.clip_gradients`` (Lightning clips the still scaled gradients there: its precision unscales
+only in ``optimizer.step()``); LBFGS stops with Lightning's exception."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+import trainmesh.plugins as tm_plugins
+from trainmesh.utilities.exceptions import MisconfigurationException
+
+pl = pytest.importorskip("lightning.pytorch")
+import lightning.pytorch.plugins as pl_plugins  # noqa: E402
+
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+TRAINER = {
+    "plain": {},
+    "clip_norm": {"gradient_clip_val": 0.3},
+    "clip_value": {"gradient_clip_val": 0.01, "gradient_clip_algorithm": "value"},
+    "accumulate": {"accumulate_grad_batches": 2},
+    "overflow": {},
+    "manual_clip": {},
+    "lbfgs": {},
+}
+
+
+def run(framework: str, case: str) -> dict:
+    Trainer, Module, plugins = (
+        (pl.Trainer, pl.LightningModule, pl_plugins)
+        if framework == "lightning"
+        else (tm.Trainer, tm.Module, tm_plugins)
+    )
+    seen: dict = {"losses": [], "grad_norms": []}
+
+    class Net(Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+            self.automatic_optimization = case != "manual_clip"
+
+        def training_step(self, batch, batch_idx):
+            loss = nn.functional.mse_loss(self.net(batch[0]), batch[1])
+            seen["losses"].append(loss.item())
+            if self.automatic_optimization:
+                return loss
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            self.clip_gradients(optimizer, gradient_clip_val=0.5)
+            optimizer.step()
+
+        def on_before_optimizer_step(self, optimizer):
+            seen["grad_norms"].append(sum(p.grad.norm().item() for p in self.parameters()))
+
+        def configure_optimizers(self):
+            if case == "lbfgs":
+                return torch.optim.LBFGS(self.parameters(), lr=0.1)
+            return torch.optim.Adam(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    model = Net()
+    data = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 8, generator=data) * (1e4 if case == "overflow" else 1.0)
+    y = torch.randn(32, 1, generator=data)
+    trainer = Trainer(max_steps=6, plugins=[plugins.MixedPrecision("16-mixed", "cpu")], **QUIET, **TRAINER[case])
+    trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=4))
+    seen["grad_norms"] = ["nan" if math.isnan(n) else n for n in seen["grad_norms"]]
+    seen["scale"] = trainer.precision_plugin.scaler.get_scale()
+    seen["global_step"] = trainer.global_step
+    seen["weights"] = [t.detach() for t in model.state_dict().values()]
+    return seen
+
+
+@pytest.mark.parametrize("case", [c for c in TRAINER if c != "lbfgs"])
+def test_fp16_with_a_grad_scaler_on_the_cpu_trains_as_lightnings(case):
+    """Before: manual optimization's clip_gradients unscaled first (weights 0.0127 apart after 6 steps)."""
+    lightning, ours = run("lightning", case), run("trainmesh", case)
+    assert [torch.equal(a, b) for a, b in zip(lightning.pop("weights"), ours.pop("weights"))] == [True] * 4
+    assert ours == lightning
+
+
+def test_lbfgs_under_fp16_stops_with_lightnings_exception():
+    with pytest.raises(Exception) as lightning:
+        run("lightning", "lbfgs")
+    with pytest.raises(ValueError) as ours:  # a ValueError too, as trainmesh raised before
+        run("trainmesh", "lbfgs")
+    assert type(lightning.value).__name__ == "MisconfigurationException"
+    assert isinstance(ours.value, MisconfigurationException)
+    assert str(ours.value).startswith(str(lightning.value))
