@@ -63,6 +63,9 @@ class Precision:
             # the CPU is "bf16-mixed", as Lightning's (trainer/precision_flag.py).
             self.scaler = torch.amp.GradScaler(device_type)
         self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the scaler's last update
+        # Lightning's precision plugin object standing for this setting: the one a Trainer was given
+        # (trainer.precision_plugin is it, as Lightning's), else made once when first asked for
+        self.plugin: Any = None
         self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(
             self.name
         )

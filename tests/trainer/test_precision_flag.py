@@ -126,6 +126,21 @@ def test_16_mixed_on_the_cpu_is_bf16_mixed_with_lightnings_warning():
     assert fp16["dtypes"][1] == "torch.float16" and fp16["scaler"][0] == "GradScaler" and not fp16["warnings"]
 
 
+@pytest.mark.parametrize("case", ["16-mixed", "64-true", "plugin_16-mixed_scaler", "plugin_double"])
+def test_the_precision_plugin_is_one_object_the_given_one_where_one_was_given(case):
+    """As Lightning's: trainer.precision_plugin is the plugin given (its scaler the run's), else one object
+    made for the setting (before: a new object at each read, never the one given)."""
+    found = {}
+    for name, Trainer, plugins in (("lightning", pl.Trainer, pl_plugins), ("trainmesh", tm.Trainer, tm_plugins)):
+        settings = CASES[case](plugins)
+        trainer = Trainer(**QUIET, **settings)
+        given = settings.get("plugins", [None])[0]
+        found[name] = (trainer.precision_plugin is trainer.precision_plugin, trainer.precision_plugin is given)
+        if given is not None and getattr(given, "scaler", None) is not None:
+            assert trainer.precision_plugin.scaler is given.scaler
+    assert found["trainmesh"] == found["lightning"]
+
+
 @pytest.mark.parametrize("precision", ["8-bit", 8, "16-mixd"])
 def test_an_invalid_precision_stops_with_lightnings_error(precision):
     with pytest.raises(ValueError) as lightning:

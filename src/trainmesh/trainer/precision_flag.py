@@ -60,7 +60,9 @@ def choose_precision(flag: str, plugin: Any, *, device_type: str, strategy: Any)
     the ``flag`` (already unified) on ``device_type``, as Lightning's connector chooses it."""
     if plugin is not None:
         scaler = getattr(plugin, "scaler", None) if plugin.precision == "16-mixed" else None
-        return Precision(plugin.precision, device_type=device_type, scaler=scaler)
+        chosen = Precision(plugin.precision, device_type=device_type, scaler=scaler)
+        chosen.plugin = plugin  # trainer.precision_plugin is the object given, as Lightning's
+        return chosen
     if flag.startswith("transformer-engine"):
         raise ValueError(
             f"Trainer(precision={flag!r}): NVIDIA Transformer Engine's FP8 training is not supported by trainmesh "
