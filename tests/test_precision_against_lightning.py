@@ -9,6 +9,7 @@ only in ``optimizer.step()``); LBFGS stops with Lightning's exception."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -143,3 +144,55 @@ def test_a_resumed_fp16_run_restores_the_scaler_as_lightnings(tmp_path):
     lightning, ours = resumed("lightning", tmp_path), resumed("trainmesh", tmp_path)
     assert ours[:2] == lightning[:2]
     assert [torch.equal(a, b) for a, b in zip(lightning[2], ours[2])] == [True] * 4
+
+
+def test_lightning_one_mixed_precision_plugin_at_16_trains_as_pytorch_lightning_1_9_5_on_the_cpu():
+    """pytorch-lightning 1.9.5's ``MixedPrecisionPlugin(16, "cpu")`` makes ``torch.cuda.amp.GradScaler()``,
+    which disables itself without CUDA: float16 autocast, no loss scaling. Measured against 1.9.5 itself
+    (its venv, the same program: weights bit-equal); here against that loop in plain torch. Before, trainmesh
+    scaled the loss with an enabled CPU GradScaler (its first step skipped: losses 2.4002 vs 2.3568 at the
+    second step). 2.x's spelling (``MixedPrecisionPlugin("16-mixed", "cpu")``) is Lightning 2.6's."""
+    if torch.cuda.is_available():
+        pytest.skip("1.9.5's CUDA GradScaler is enabled where CUDA is")
+    data = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 8, generator=data), torch.randn(32, 1, generator=data)
+    losses = []
+
+    class Net(tm.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+        def training_step(self, batch, batch_idx):
+            losses.append(nn.functional.mse_loss(self.net(batch[0]), batch[1]))
+            return losses[-1]
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    model = Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the renamed class's, and torch's "CUDA is not available. Disabling."
+        plugin = tm_plugins.MixedPrecisionPlugin(16, "cpu")
+    trainer = tm.Trainer(max_steps=4, plugins=[plugin], **QUIET)
+    trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=4))
+    assert trainer.precision_plugin.scaler is not None and not trainer.precision_plugin.scaler.is_enabled()
+
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step, (inputs, targets) in enumerate(DataLoader(TensorDataset(x, y), batch_size=4)):
+        if step == 4:
+            break
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.mse_loss(reference(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()  # unscaled: the disabled scaler scales nothing and skips no step
+        optimizer.step()
+        assert torch.equal(loss, losses[step])
+    for mine, theirs in zip(model.net.state_dict().values(), reference.state_dict().values()):
+        assert torch.equal(mine, theirs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the renamed class's warning
+        assert tm_plugins.MixedPrecisionPlugin("16-mixed", "cpu").scaler.is_enabled()  # 2.6's: a CPU scaler

@@ -90,8 +90,16 @@ XLAPrecision = _refused("XLAPrecision", f"TPUs (torch_xla) are not supported by 
 
 
 def mixed_precision_of(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> MixedPrecision:
-    """Lightning 1.x's mixed precision arguments (16 or "bf16", device, scaler) as 2.x's ``MixedPrecision``."""
-    return MixedPrecision("bf16-mixed" if str(precision).startswith("bf16") else "16-mixed", device, scaler)
+    """Lightning 1.x's mixed precision arguments (16 or "bf16", device, scaler) as 2.x's ``MixedPrecision``;
+    2.x's spellings ("16-mixed") as Lightning 2.6's deprecated ``MixedPrecisionPlugin`` takes them."""
+    if str(precision) in ("16-mixed", "bf16-mixed"):
+        return MixedPrecision(str(precision), device, scaler)
+    name = "bf16-mixed" if str(precision).startswith("bf16") else "16-mixed"
+    if scaler is None and name == "16-mixed":
+        # pytorch-lightning 1.9.5 makes torch.cuda.amp.GradScaler() whatever the device: on a machine
+        # without CUDA it disables itself (torch warns), so 1.x's fp16 on the CPU trains unscaled
+        scaler = torch.amp.GradScaler("cuda")
+    return MixedPrecision(name, device, scaler)
 
 
 from trainmesh.utilities.refusal import renamed_class  # noqa: E402
