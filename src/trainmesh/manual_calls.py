@@ -164,7 +164,8 @@ def clip_gradients(
 ) -> torch.Tensor | None:
     """Clip the gradients of ``optimizer``'s parameters, as Lightning's ``LightningModule.clip_gradients``:
     None takes the Trainer's setting (no clipping without one), a different value than the Trainer's is
-    refused. Through the strategy's clip (one global norm across shards under fsdp), after unscaling."""
+    refused. Through the strategy's clip (one global norm across shards under fsdp), on the gradients as
+    they are (Lightning's unscales none here)."""
     trainer_value, trainer_algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
     if value is None:
         value = trainer_value or 0.0
@@ -191,9 +192,12 @@ def clip_gradients(
     steps = trainer.manual_steps  # None before fit: then no ManualOptimizer was handed out
     inner = steps.unwrap(optimizer) if steps is not None else optimizer
     runtime = trainer.runtime
+    # Lightning's clips the gradients as they are: unscaled by then in automatic optimization (the loop
+    # unscales before on_before_optimizer_step and configure_gradient_clipping), still scaled under
+    # 16-mixed in manual optimization, where its precision unscales only in optimizer.step()
     norm: torch.Tensor | None = (
-        runtime.clip_gradients(trainer.model, inner, max_norm=value)
+        runtime.clip_gradients(trainer.model, inner, max_norm=value, unscale=False)
         if algorithm == "norm"
-        else runtime.clip_gradients(trainer.model, inner, clip_val=value)
+        else runtime.clip_gradients(trainer.model, inner, clip_val=value, unscale=False)
     )
     return norm

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.placement import place_tensors
 from trainmesh.utilities.suggestions import did_you_mean
 
@@ -50,14 +51,21 @@ class Precision:
     torch.bfloat16
     """
 
-    def __init__(self, precision: str | int, *, device_type: str) -> None:
+    def __init__(self, precision: str | int, *, device_type: str, scaler: torch.amp.GradScaler | None = None) -> None:
         self.name = normalize_precision(precision)
         self.device_type = device_type
-        self.scaler: torch.amp.GradScaler | None = None
-        if self.name == "16-mixed":
+        assert scaler is None or self.name == "16-mixed", "only 16-mixed scales the loss"
+        self.scaler: torch.amp.GradScaler | None = scaler
+        if self.name == "16-mixed" and scaler is None:
             # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
+            # This is fp16 on every device, the CPU's too: Runtime(precision="16-mixed") and Lightning's
+            # MixedPrecision("16-mixed", "cpu") plugin ask for it; Trainer(precision="16-mixed") on
+            # the CPU is "bf16-mixed", as Lightning's (trainer/precision_flag.py).
             self.scaler = torch.amp.GradScaler(device_type)
         self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the scaler's last update
+        # Lightning's precision plugin object standing for this setting: the one a Trainer was given
+        # (trainer.precision_plugin is it, as Lightning's), else made once when first asked for
+        self.plugin: Any = None
         self._true_dtype = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(
             self.name
         )
@@ -118,8 +126,12 @@ class Precision:
         closure_result = None
         if closure is not None:
             if isinstance(optimizer, torch.optim.LBFGS):
-                # LBFGS calls its closure many times inside one step: a scaler's step cannot.
-                raise ValueError("precision='16-mixed' cannot step LBFGS (as in Lightning); use 'bf16-mixed' or '32'")
+                # LBFGS calls its closure many times inside one step: a scaler's step cannot. Lightning's
+                # MisconfigurationException and words, then why and what to use (a ValueError too, as before)
+                raise MisconfiguredValue(
+                    "AMP and the LBFGS optimizer are not compatible. (precision='16-mixed' steps through a GradScaler, "
+                    "which cannot run LBFGS's closure many times in one step; use 'bf16-mixed' or '32')"
+                )
             closure_result = closure()
         result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
         self.scaler.update()

@@ -55,7 +55,7 @@ class Runtime:
         accelerator: str = "auto",
         devices: int | str | list[int] = "auto",
         strategy: str | Any = "auto",
-        precision: str | int = "32-true",
+        precision: str | int | Precision = "32-true",
         *,
         num_nodes: int = 1,
         max_restarts: int = 0,
@@ -70,7 +70,11 @@ class Runtime:
         self.device_type = resolve_accelerator(accelerator)
         self.device_indices = resolve_devices(self.device_type, devices)
         self.num_nodes = num_nodes
-        self.precision = Precision(precision, device_type=self.device_type)
+        if isinstance(precision, Precision):  # the Trainer's, chosen as Lightning's (trainer/precision_flag.py)
+            assert precision.device_type == self.device_type, (precision.device_type, self.device_type)
+            self.precision = precision
+        else:
+            self.precision = Precision(precision, device_type=self.device_type)
         placement = Placement(
             self.device_type, tuple(self.device_indices), num_nodes, self.precision, compile=compile_options(compile)
         )
@@ -321,13 +325,17 @@ class Runtime:
         max_norm: float | None = None,
         clip_val: float | None = None,
         norm_type: float = 2.0,
+        unscale: bool = True,
     ) -> torch.Tensor | None:
         """Clip the gradients of ``optimizer``'s parameters (as Fabric and Lightning do) by their
-        global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm."""
+        global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm.
+        ``unscale=False``: the gradients as they are, scaled under 16-mixed (what Lightning's
+        ``LightningModule.clip_gradients`` clips in manual optimization)."""
         if (max_norm is None) == (clip_val is None):
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
         inner = inner_optimizer(optimizer)
-        self.precision.unscale_gradients(inner)
+        if unscale:
+            self.precision.unscale_gradients(inner)
         parameters = [param for group in inner.param_groups for param in group["params"]]
         return self.strategy.clip_gradients(
             module, parameters, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type

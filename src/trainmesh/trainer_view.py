@@ -40,7 +40,13 @@ class RuntimeView(Protocol):
     def state_dicts(self, model: Any, optimizers: Any, *, sharded: bool = False) -> dict[str, Any]: ...
     def no_backward_sync(self, model: Any, enabled: bool = True) -> Any: ...
     def clip_gradients(
-        self, model: Any, optimizer: Any, *, max_norm: float | None = None, clip_val: float | None = None
+        self,
+        model: Any,
+        optimizer: Any,
+        *,
+        max_norm: float | None = None,
+        clip_val: float | None = None,
+        unscale: bool = True,
     ) -> Any: ...
 
 

@@ -88,6 +88,7 @@ TRAINER_CASES = {
     "profiler_class": ["--trainer.profiler=SimpleProfiler", "--trainer.profiler.filename=perf"],
     "precision": ["--trainer.precision=32"],
     "precision_string": ["--trainer.precision=bf16-mixed"],
+    "precision_16_mixed_on_cpu": ["--trainer.precision=16-mixed", "--trainer.accelerator=cpu"],
     "max_time_string": ["--trainer.max_time=00:00:05:00"],
     "max_time_dict": ['--trainer.max_time={"minutes": 5}'],
     "val_check_interval": ["--trainer.val_check_interval=0.5", "--trainer.check_val_every_n_epoch=2"],
@@ -119,6 +120,8 @@ def test_trainer_options_parse_and_build_as_lightning_s(case, tmp_path):
         assert built(getattr(ours.trainer, attribute), WATCHED) == built(getattr(theirs.trainer, attribute), WATCHED)
     assert built([ours.trainer.profiler], WATCHED) == built([theirs.trainer.profiler], WATCHED)
     assert type(ours.trainer.strategy).__name__ == type(theirs.trainer.strategy).__name__
+    # "16-mixed" on the CPU: "bf16-mixed" in both (before: trainmesh's stayed "16-mixed", fp16 with a scaler)
+    assert ours.trainer.precision == theirs.trainer.precision
     if case == "strategy_class":
         given = theirs.trainer.strategy._ddp_kwargs["find_unused_parameters"]
         assert ours.trainer.strategy.ddp_options["find_unused_parameters"] is given is True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -84,6 +86,14 @@ def loaders(batch_size: int = 8, shuffle: bool = True, num_workers: int = 0) -> 
     train = DataLoader(random_classification(), batch_size=batch_size, shuffle=shuffle, num_workers=num_workers)
     val = DataLoader(random_classification(40, seed=1), batch_size=batch_size)
     return train, val
+
+
+def fp16_on_cpu() -> dict[str, Any]:
+    """The Trainer arguments of float16 autocast with a GradScaler on the CPU, as Lightning allows it: the
+    plugin (``Trainer(precision="16-mixed")`` on the CPU is "bf16-mixed", with Lightning's warning)."""
+    from trainmesh.plugins import MixedPrecision
+
+    return {"plugins": [MixedPrecision("16-mixed", "cpu")]}
 
 
 def quiet_trainer(**kwargs) -> tm.Trainer:

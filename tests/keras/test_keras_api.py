@@ -93,6 +93,31 @@ def test_tk_fit_is_keras_model_fit(case):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_mixed_precision_policy_runs_as_keras_runs_it_on_the_cpu(policy):
+    """Keras' own precision, as Keras runs it: mixed_float16 on the CPU is float16 with Keras'
+    LossScaleOptimizer (Lightning's Trainer switches "16-mixed" to bfloat16 there; Keras does not),
+    bit-identical to model.fit."""
+
+    def fit(run):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+        history = run(model)(x, y, batch_size=16, epochs=2, verbose=0)
+        return history.history, model.get_weights(), type(model.optimizer).__name__
+
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        expected = fit(lambda model: model.fit)
+        got = fit(lambda model: functools.partial(tk.fit, model))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert got[0] == expected[0] and got[2] == expected[2]
+    assert expected[2] == ("LossScaleOptimizer" if policy == "mixed_float16" else "Adam")
+    for a, b in zip(got[1], expected[1]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_two_fits_continue_like_one_with_the_summed_epochs():
     """The optimizer (its state, its iterations) carries over from one tk.fit to the next, as in Keras."""
     keras_model = model_with(keras.optimizers.Adam(1e-2))

@@ -14,7 +14,7 @@ from trainmesh.utilities.exceptions import MisconfigurationException
     [
         ({"strategy": "ddq"}, r"strategy='ddq' is not known.*single"),
         ({"accelerator": "tpu9"}, r"accelerator='tpu9' is not known.*cpu"),
-        ({"precision": "8-bit"}, r"precision='8-bit' is not known.*bf16-mixed"),
+        ({"precision": "8-bit"}, r"Precision .8-bit. is invalid. Allowed precision values: .*bf16-mixed"),
         ({"accelerator": "cuda"}, r"no CUDA device is visible.*accelerator='cpu'"),
         ({"devices": 0}, r"devices=0 must be at least 1"),
         ({"max_epochs": -3}, r"max_epochs=-3"),

@@ -10,7 +10,15 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
-from helpers.models import DropoutNet, TutorialModule, flat_weights, loaders, quiet_trainer, random_classification
+from helpers.models import (
+    DropoutNet,
+    TutorialModule,
+    flat_weights,
+    fp16_on_cpu,
+    loaders,
+    quiet_trainer,
+    random_classification,
+)
 from trainmesh.data import DigitsDataModule
 
 
@@ -204,7 +212,7 @@ def test_reduced_precisions_train_on_cpu(precision):
 
     model = Probe()
     before = flat_weights(model).clone()
-    trainer = quiet_trainer(max_epochs=1, precision=precision)
+    trainer = quiet_trainer(max_epochs=1, **(fp16_on_cpu() if precision == "16-mixed" else {"precision": precision}))
     trainer.fit(model, train)
     expected = torch.float16 if precision == "16-mixed" else torch.bfloat16
     assert model.seen_dtype == expected

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
-from helpers.models import quiet_trainer, random_classification
+from helpers.models import fp16_on_cpu, quiet_trainer, random_classification
 from trainmesh.trainer.hooks import HookDispatcher
 
 CLIP = 1e-3  # far below these models' gradient norms: every step clips
@@ -276,7 +276,7 @@ def test_16_mixed_gradients_are_unscaled_for_on_before_optimizer_step(clip):
     """As in Lightning: on_after_backward sees scaled gradients, on_before_optimizer_step unscaled
     ones; clipping after the hook does not unscale them a second time (GradScaler would refuse)."""
     module = ScaledNorms()
-    quiet_trainer(max_epochs=1, precision="16-mixed", gradient_clip_val=clip).fit(module, train_loader(3))
+    quiet_trainer(max_epochs=1, gradient_clip_val=clip, **fp16_on_cpu()).fit(module, train_loader(3))
     assert len(module.after_backward) == len(module.before_step) == 3
     for scaled, unscaled, scale in zip(module.after_backward, module.before_step, module.scales):
         assert scale > 1

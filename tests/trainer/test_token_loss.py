@@ -26,7 +26,7 @@ from token_loss_run import CONFIG  # noqa: E402
 
 from helpers.batches import Batches  # noqa: E402
 from helpers.llama import IGNORE_INDEX, Llama, token_loader  # noqa: E402
-from helpers.models import quiet_trainer  # noqa: E402
+from helpers.models import fp16_on_cpu, quiet_trainer  # noqa: E402
 
 SCRIPT = HERE / "token_loss_run.py"
 ATOL = 1e-5
@@ -163,7 +163,7 @@ def test_16_mixed_unscales_the_token_normalised_gradients():
     seen = FirstFiniteGradients()
     torch.manual_seed(0)
     # 4 steps an epoch; the first 3 overflow here (the scale falls from 2**16 to 2**13).
-    trainer = quiet_trainer(max_steps=8, accumulate_grad_batches=2, precision="16-mixed", callbacks=[seen])
+    trainer = quiet_trainer(max_steps=8, accumulate_grad_batches=2, callbacks=[seen], **fp16_on_cpu())
     trainer.fit(Llama(CONFIG, summed_loss=True), token_loader(CONFIG, batch_size=4))
     assert seen.grads is not None, "every step overflowed"
     first_row = 8 * (seen.step % 4)

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainmesh.accelerators import resolve_accelerator
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
@@ -27,6 +28,7 @@ from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.plugins_argument import sort_plugins
+from trainmesh.trainer.precision_flag import choose_precision, unified_precision
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -87,7 +89,7 @@ def build_runtime(
     accelerator: str,
     devices: int | str | list[int],
     strategy: str | Any,
-    precision: str | int,
+    precision: str | int | None,
     compile: bool | dict[str, Any],
     num_nodes: int,
     max_restarts: int,
@@ -105,6 +107,7 @@ def build_runtime(
     """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
     (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
     strategy = strategy_argument(strategy)  # 1.x's default None (lightning1/trainer_arguments.py)
+    precision = unified_precision(precision)  # checked before the plugins, as Lightning's (precision_flag.py)
     plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
     # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
     gpus, accelerator, devices = hardware_arguments(
@@ -121,11 +124,18 @@ def build_runtime(
         weights_summary=weights_summary,
         num_tpu_cores=num_tpu_cores,
     )
+    # "16-mixed" on the CPU is "bf16-mixed", a plugin runs as given (precision_flag.py)
+    chosen = choose_precision(
+        str(plugged.precision),
+        plugged.precision_plugin,
+        device_type=resolve_accelerator(settings.accelerator),
+        strategy=settings.strategy,
+    )
     runtime = Runtime(
         accelerator=settings.accelerator,
         devices=settings.devices,
         strategy=settings.strategy,
-        precision=plugged.precision,
+        precision=chosen,
         num_nodes=num_nodes,
         max_restarts=max_restarts,
         compile=compile,

@@ -92,17 +92,19 @@ class LightningMembers(RunProperties):
         """Lightning's precision plugin for the run's precision (``MixedPrecision`` with its scaler, ...)."""
         from trainmesh.plugins import precision as precision_plugins  # here: a run that never asks does not import it
 
+        if self.runtime.precision.plugin is not None:  # the one given, or made at the first question: one object
+            return self.runtime.precision.plugin  # type: ignore[no-any-return]
         name = self.precision
         plugin: precision_plugins.Precision
         if name in ("16-mixed", "bf16-mixed"):
-            plugin = precision_plugins.MixedPrecision(name, self.runtime.device_type)
-            plugin.scaler = self.scaler
+            plugin = precision_plugins.MixedPrecision(name, self.runtime.device_type, scaler=self.scaler)
         elif name in ("16-true", "bf16-true"):
             plugin = precision_plugins.HalfPrecision(name)
         elif name == "64-true":
             plugin = precision_plugins.DoublePrecision()
         else:
             plugin = precision_plugins.Precision()
+        self.runtime.precision.plugin = plugin
         return plugin
 
     @property

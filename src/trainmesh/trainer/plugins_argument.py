@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 class SortedPlugins:
     precision: str | int
     strategy: Any
+    precision_plugin: Any  # a precision plugin given (trainer/precision_flag.py runs it as given), or None
     background_writer: AsyncCheckpointIO | None
     layer_sync: LayerSync | None
 
@@ -36,7 +37,7 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
         else ([plugins] if not isinstance(plugins, Iterable) or isinstance(plugins, str) else list(plugins))
     )
     if not given and not sync_batchnorm:
-        return SortedPlugins(precision, strategy, None, None)  # without plugins the package is not imported
+        return SortedPlugins(precision, strategy, None, None, None)  # without plugins the package is not imported
     from trainmesh.plugins import (
         AsyncCheckpointIO,
         ClusterEnvironment,
@@ -81,7 +82,7 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
         if precision not in ("32-true", 32, "32"):
             raise ValueError(f"Received both `precision={precision}` and `plugins={precision_plugin}`. Choose one.")
         precision = precision_plugin.precision
-    return SortedPlugins(precision, strategy, writer, layer_sync)
+    return SortedPlugins(precision, strategy, precision_plugin, writer, layer_sync)
 
 
 def _refuse_own_precision_methods(plugin: Any) -> None:

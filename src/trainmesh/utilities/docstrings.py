@@ -14,7 +14,7 @@ Args:
     num_nodes: number of nodes (default ``1``).
     max_restarts: restart every worker this many times after a failure, resuming from the newest checkpoint (default ``0``).
     strategy: a strategy name (``"ddp"``, ``"fsdp"``, ``"tp"``, ``"pp"``, ...) or a Strategy object; ``"auto"`` picks by memory (default ``'auto'``).
-    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"`` (``32``, ``16`` and ``"bf16"`` too) (default ``'32-true'``).
+    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"64-true"`` (``32``, ``16`` and ``"bf16"`` too); ``"16-mixed"`` on the CPU is ``"bf16-mixed"``, with Lightning's warning (float16 with a GradScaler there: ``plugins=[MixedPrecision("16-mixed", "cpu")]``) (default ``'32-true'``).
     compile: ``True`` or a dict of ``torch.compile`` options: compile in place where the strategy's order says (default ``False``).
     max_epochs: stop after this many epochs (None: 1000 when ``max_steps`` is -1, else no epoch limit) (default ``None``).
     min_epochs: train at least this many epochs, whatever asks to stop (default ``None``).
@@ -87,7 +87,7 @@ Args:
     accelerator: ``"auto"``, ``"cpu"``, ``"gpu"``/``"cuda"`` or ``"mps"`` (default ``'auto'``).
     devices: devices (processes) per node, a list of indices, or ``"auto"`` (default ``'auto'``).
     strategy: a strategy name (``"ddp"``, ``"fsdp"``, ``"tp"``, ...) or a Strategy object (default ``'auto'``).
-    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"`` (default ``'32-true'``).
+    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"64-true"``; ``"16-mixed"`` is float16 with a GradScaler on every device, the CPU's too (default ``'32-true'``).
     num_nodes: number of nodes (default ``1``).
     max_restarts: restart every worker this many times after a failure (the elastic agent) (default ``0``).
     compile: ``True`` or a dict of ``torch.compile`` options: compile the model where the strategy says (default ``False``).

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.refusal import refused_class
 
 
@@ -20,19 +23,22 @@ class Precision:
 
 
 class MixedPrecision(Precision):
-    """Autocast to float16 (with a gradient scaler) or bfloat16, parameters kept in float32."""
+    """Autocast to float16 (with a gradient scaler: ``scaler``, else torch's with its defaults) or
+    bfloat16, parameters kept in float32. Given as a plugin it runs as given, as Lightning's: on the CPU,
+    ``MixedPrecision("16-mixed", "cpu")`` is float16 autocast with a GradScaler, where
+    ``Trainer(precision="16-mixed")`` is "bf16-mixed"."""
 
     def __init__(self, precision: str, device: str, scaler: Any = None) -> None:
         if precision not in ("16-mixed", "bf16-mixed"):
             raise ValueError(
                 f"`Passed `{type(self).__name__}(precision={precision!r})`. Precision must be '16-mixed' or 'bf16-mixed'."
             )
-        if scaler is not None:
-            raise ValueError(
-                f"{type(self).__name__}(scaler=...): trainmesh makes the gradient scaler of '16-mixed' itself "
-                "(torch.amp.GradScaler with its defaults); leave scaler out"
-            )
-        self.precision, self.device = precision, device
+        if scaler is None and precision == "16-mixed":
+            # Lightning's makes it here too: trainer.precision_plugin.scaler is the one the run steps with
+            scaler = torch.amp.GradScaler(device=device)
+        if scaler is not None and precision == "bf16-mixed":
+            raise MisconfigurationException(f"`precision='bf16-mixed'` does not use a scaler, found {scaler}.")
+        self.precision, self.device, self.scaler = precision, device, scaler
 
 
 class HalfPrecision(Precision):
@@ -84,8 +90,16 @@ XLAPrecision = _refused("XLAPrecision", f"TPUs (torch_xla) are not supported by 
 
 
 def mixed_precision_of(precision: Any = 16, device: str = "cuda", scaler: Any = None) -> MixedPrecision:
-    """Lightning 1.x's mixed precision arguments (16 or "bf16", device, scaler) as 2.x's ``MixedPrecision``."""
-    return MixedPrecision("bf16-mixed" if str(precision).startswith("bf16") else "16-mixed", device, scaler)
+    """Lightning 1.x's mixed precision arguments (16 or "bf16", device, scaler) as 2.x's ``MixedPrecision``;
+    2.x's spellings ("16-mixed") as Lightning 2.6's deprecated ``MixedPrecisionPlugin`` takes them."""
+    if str(precision) in ("16-mixed", "bf16-mixed"):
+        return MixedPrecision(str(precision), device, scaler)
+    name = "bf16-mixed" if str(precision).startswith("bf16") else "16-mixed"
+    if scaler is None and name == "16-mixed":
+        # pytorch-lightning 1.9.5 makes torch.cuda.amp.GradScaler() whatever the device: on a machine
+        # without CUDA it disables itself (torch warns), so 1.x's fp16 on the CPU trains unscaled
+        scaler = torch.amp.GradScaler("cuda")
+    return MixedPrecision(name, device, scaler)
 
 
 from trainmesh.utilities.refusal import renamed_class  # noqa: E402

@@ -191,6 +191,8 @@ class OptimizerSteps:
     def before_step(self, optimizer: Any) -> None:
         """What Lightning's precision runs once the closure has (``_after_closure``): the hook, then clipping."""
         settings, hooks = self.ctx.settings, self.hooks
+        # 16-mixed: unscaled before the hook and any clipping, as Lightning's precision unscales after the closure
+        self.ctx.runtime.precision.unscale_gradients(optimizer.optimizer)
         if hooks.before_step:
             hooks.call_before_step(optimizer.optimizer)
         if hooks.custom_clip and self.clip_hook is not None:
