@@ -170,17 +170,24 @@ def _loader_sizes(loaders: Any) -> str | list[str] | None:
 
 
 def _loaders(datasets: Any, *, batch_size: int, shuffle: bool, num_workers: int) -> Any:
-    from torch.utils.data import DataLoader, IterableDataset
+    """A loader for each ``Dataset`` of ``datasets``, kept where it sits in lists, tuples and dicts
+    at any depth, what is not a Dataset left as it is (Lightning's ``apply_to_collection``)."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-    def one(dataset: Any) -> Any:
-        shuffled = shuffle and not isinstance(dataset, IterableDataset)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffled, num_workers=num_workers, pin_memory=True)
+    def each(found: Any) -> Any:
+        if isinstance(found, Dataset):
+            shuffled = shuffle and not isinstance(found, IterableDataset)
+            return DataLoader(found, batch_size=batch_size, shuffle=shuffled, num_workers=num_workers, pin_memory=True)
+        if isinstance(found, Mapping):
+            dict_type: Any = type(found)  # a dict, an OrderedDict, ... as given
+            return dict_type({key: each(value) for key, value in found.items()})
+        if isinstance(found, tuple) and hasattr(found, "_fields"):  # a namedtuple
+            return type(found)(*(each(value) for value in found))
+        if isinstance(found, (list, tuple)):
+            return type(found)(each(value) for value in found)
+        return found
 
-    if isinstance(datasets, Mapping):
-        return {key: one(ds) for key, ds in datasets.items()}
-    if isinstance(datasets, (list, tuple)):
-        return [one(ds) for ds in datasets]
-    return one(datasets)
+    return each(datasets)
 
 
 def data_module_from_datasets(

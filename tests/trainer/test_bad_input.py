@@ -18,7 +18,7 @@ from trainmesh.utilities.exceptions import MisconfigurationException
         ({"accelerator": "cuda"}, r"no CUDA device is visible.*accelerator='cpu'"),
         ({"devices": 0}, r"devices=0 must be at least 1"),
         ({"max_epochs": -3}, r"max_epochs=-3"),
-        ({"limit_train_batches": 1.5}, r"fraction.*\[0, 1\]"),
+        ({"limit_train_batches": 1.5}, r"invalid value 1.5 for limit_train_batches.*\[0.0, 1.0\].*fraction"),
         ({"gradient_clip_algorithm": "both"}, r"'norm' or 'value'"),
     ],
 )

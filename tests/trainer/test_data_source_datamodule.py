@@ -1,13 +1,17 @@
 """Where each stage's loaders come from, under Lightning 2.6 and under trainmesh: a loader given as
 an argument, a DataModule's method, the Module's, both or neither, a DataModule method raising
 NotImplementedError, loaders beside ``datamodule=``, a second DataModule after fit, and
-``LightningDataModule.from_datasets``. Each case records the batches read (each loader holds its
+``LightningDataModule.from_datasets`` (lists and dicts of datasets too), a loader method returning
+None or set to None, a Module's loader method raising NotImplementedError. Each case records the batches read (each loader holds its
 own value), the warnings, the error (Lightning's exception class or not, the builtin class, the
 words) and ``trainer.datamodule``.
 
 Lightning takes loaders only from the DataModule where one is given (``attach_datamodule``):
 before, trainmesh fell back to the Module's ``val_dataloader``, so validation ran and ``val_loss``
-was monitored where Lightning skips the val loop.
+was monitored where Lightning skips the val loop. A loader method returning None trained on
+nothing (train) or skipped the stage where Lightning 2.6 raises its TypeError; a Module's
+NotImplementedError was taken for "no loader" (Lightning lets it out); ``from_datasets`` with a
+dict holding a list of datasets failed in collate.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ def _loader(value: float) -> DataLoader:
     return DataLoader([torch.full((2,), value)] * 2, batch_size=1)
 
 
+def _loaders(value: Any) -> Any:
+    """A loader for a number, a list of them for a list (None kept)."""
+    if isinstance(value, list):
+        return [None if each is None else _loader(each) for each in value]
+    return _loader(value)
+
+
 def _classes(pl: Any) -> dict[str, Any]:
     class Net(pl.LightningModule):
         def __init__(self, own: tuple[str, ...] = ()) -> None:
@@ -46,20 +57,21 @@ def _classes(pl: Any) -> dict[str, Any]:
             self.own = own
 
         def _read(self, stage: str, batch: torch.Tensor) -> torch.Tensor:
-            batch = batch[0] if isinstance(batch, (list, tuple)) else batch  # a TensorDataset's
+            while isinstance(batch, (list, tuple, dict)):  # a TensorDataset's, several loaders'
+                batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
             self.trainer.reads.append((stage, float(batch[0, 0])))
             return self.layer(batch).sum()
 
         def training_step(self, batch, batch_idx):
             return self._read("train", batch)
 
-        def validation_step(self, batch, batch_idx):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
             self.log("val_loss", self._read("val", batch))
 
-        def test_step(self, batch, batch_idx):
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
             self.log("test_loss", self._read("test", batch))
 
-        def predict_step(self, batch, batch_idx):
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
             return self._read("predict", batch)
 
         def configure_optimizers(self):
@@ -100,8 +112,45 @@ def _classes(pl: Any) -> dict[str, Any]:
         def test_dataloader(self):
             raise NotImplementedError("no test data")
 
+    class NetReturningNone(Net):  # its evaluation loaders "switched off" by returning None
+        def train_dataloader(self):
+            return _loader(1.0)
+
+        def val_dataloader(self):
+            return None
+
+        def test_dataloader(self):
+            return None
+
+    class NetTrainNone(NetWithLoaders):
+        def train_dataloader(self):
+            return None
+
+    class NetRaising(NetWithLoaders):
+        def val_dataloader(self):
+            raise NotImplementedError("no validation data")
+
+        def test_dataloader(self):
+            raise NotImplementedError("no test data")
+
+    class NoneData(TrainData):
+        def val_dataloader(self):
+            return None
+
+        def predict_dataloader(self):
+            return None
+
+    class NoneTrainData(AllData):
+        def train_dataloader(self):
+            return None
+
     return {
         "Net": Net,
+        "NetReturningNone": NetReturningNone,
+        "NetTrainNone": NetTrainNone,
+        "NetRaising": NetRaising,
+        "NoneData": NoneData,
+        "NoneTrainData": NoneTrainData,
         "NetWithLoaders": NetWithLoaders,
         "TrainData": TrainData,
         "AllData": AllData,
@@ -109,6 +158,12 @@ def _classes(pl: Any) -> dict[str, Any]:
         "from_datasets": lambda: pl.LightningDataModule.from_datasets(
             train_dataset=TensorDataset(torch.full((2, 2), 50.0)),
             val_dataset=TensorDataset(torch.full((2, 2), 60.0)),
+            batch_size=1,
+        ),
+        "from_datasets_lists": lambda: pl.LightningDataModule.from_datasets(
+            train_dataset=[TensorDataset(torch.full((2, 2), 50.0)), TensorDataset(torch.full((4, 2), 51.0))],
+            val_dataset=[TensorDataset(torch.full((2, 2), 60.0)), TensorDataset(torch.full((2, 2), 61.0))],
+            test_dataset={"a": TensorDataset(torch.full((1, 2), 70.0)), "b": [TensorDataset(torch.full((1, 2), 71.0))]},
             batch_size=1,
         ),
     }
@@ -126,6 +181,19 @@ CASES = {
     "fit-val-argument-and-dm": ("fit", "Net", "AllData", {"val_dataloaders": 200.0}),
     "fit-arguments": ("fit", "NetWithLoaders", None, {"train_dataloaders": 100.0, "val_dataloaders": 200.0}),
     "fit-from-datasets": ("fit", "NetWithLoaders", "from_datasets", {}),
+    "fit-from-dataset-lists": ("fit", "Net", "from_datasets_lists", {}),
+    "test-from-datasets-nested": ("test", "Net", "from_datasets_lists", {}),
+    "fit-dm-train-returns-none": ("fit", "Net", "NoneTrainData", {}),
+    "fit-dm-val-returns-none": ("fit", "Net", "NoneData", {}),
+    "predict-dm-returns-none": ("predict", "Net", "NoneData", {}),
+    "fit-module-train-returns-none": ("fit", "NetTrainNone", None, {}),
+    "fit-module-val-returns-none": ("fit", "NetReturningNone", None, {}),
+    "test-module-returns-none": ("test", "NetReturningNone", None, {}),
+    "fit-val-list-holding-none": ("fit", "NetWithLoaders", None, {"val_dataloaders": [200.0, None]}),
+    "fit-module-raising-val": ("fit", "NetRaising", None, {}),
+    "test-module-raising": ("test", "NetRaising", None, {}),
+    "fit-module-loaders-set-to-none": ("fit", "NetWithLoaders", None, {"set_to_none": True}),
+    "validate-module-loaders-set-to-none": ("validate", "NetWithLoaders", None, {"set_to_none": True}),
     "validate-dm-without-module-with": ("validate", "NetWithLoaders", "TrainData", {}),
     "validate-dm-raising": ("validate", "NetWithLoaders", "RaisingData", {}),
     "validate-dm-with": ("validate", "NetWithLoaders", "AllData", {}),
@@ -163,7 +231,10 @@ def _record(name: str, case: str) -> dict[str, Any]:
     stage, net_name, dm_name, extra = CASES[case]
     model = classes[net_name]()
     datamodule = classes[dm_name]() if dm_name else None
-    kwargs = {k: _loader(v) for k, v in extra.items()}
+    if extra.get("set_to_none"):  # Lightning's tests' way of taking a loader method away
+        for kind in ("train", "val", "test", "predict"):
+            setattr(model, f"{kind}_dataloader", None)
+    kwargs = {k: _loaders(v) for k, v in extra.items() if k != "set_to_none"}
     trainer = pl.Trainer(
         max_epochs=1,
         limit_train_batches=1,

@@ -4,6 +4,8 @@ train loaders, which Lightning reads as one in ``max_size_cycle`` mode) trains t
 Lightning's with the same seed (shuffled loaders of different lengths, 2 epochs), and validates on
 a sequential one with the same metrics per ``dataloader_idx``."""
 
+import pickle
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,6 +44,19 @@ def test_modes_read_as_lightnings(mode, limits):
     assert len(ours.flattened) == 3 and ours._dataset_length() == theirs._dataset_length()
     assert repr(ours.sampler).count("Sampler") == repr(theirs.sampler).count("Sampler")
     assert CombinedLoaderFromModule is CombinedLoader
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_started_combined_loader_pickles_as_lightning_s(mode):
+    """Lightning's pickles after iteration began (a copy holds None for a started DataLoader's
+    iterator, which torch refuses to pickle); trainmesh's raised NotImplementedError."""
+    copies = []
+    for combined in (CombinedLoader(iterables(), mode), PlCombinedLoader(iterables(), mode)):
+        started = iter(combined)
+        next(started)
+        copy = pickle.loads(pickle.dumps(combined))
+        copies.append(as_lists(copy))  # read again from its start
+    assert copies[0] == copies[1]
 
 
 def test_length_before_iteration_is_refused_as_lightning():

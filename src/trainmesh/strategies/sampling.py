@@ -87,7 +87,7 @@ def shard_dataloader(
             "kept as it is), or use sampler= with batch_size="
         )
     batches = BatchSampler(shard, loader.batch_sampler.batch_size, loader.batch_sampler.drop_last)
-    return replace_batch_sampler(loader, batches)
+    return _rebatched(loader, batches)
 
 
 def _plain_shuffle(sampler: Any) -> bool:
@@ -128,8 +128,20 @@ def shard_for_evaluation(
         return _with_sampler(loader, share)
     drop_last = False if predict else bool(getattr(batches, "drop_last", False))
     if type(batches) is BatchSampler:
-        return replace_batch_sampler(loader, BatchSampler(share, batches.batch_size, drop_last))
+        return _rebatched(loader, BatchSampler(share, batches.batch_size, drop_last))
     return replace_batch_sampler(loader, _own_batch_sampler(batches, share, drop_last))
+
+
+def _rebatched(loader: DataLoader[Any], batches: BatchSampler) -> DataLoader[Any]:
+    """``loader`` reading ``batches`` (torch's BatchSampler over a share), its ``batch_size`` and
+    ``drop_last`` still saying how it batches where the user's loader batched by ``batch_size``: as
+    the ``DataLoader(..., batch_size=, sampler=, drop_last=)`` Lightning makes again (they read None
+    and False on a loader given a batch sampler)."""
+    clone = replace_batch_sampler(loader, batches)
+    if loader.batch_size is not None:
+        object.__setattr__(clone, "batch_size", batches.batch_size)
+        object.__setattr__(clone, "drop_last", batches.drop_last)
+    return clone
 
 
 def _is_shuffled(loader: DataLoader[Any]) -> bool:

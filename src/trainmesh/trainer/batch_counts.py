@@ -17,8 +17,9 @@ def limited_count(loader: Any, limit: int | float, prefix: str = "val") -> int |
         return min(limit, total)
     if total == math.inf:
         if limit not in (1.0, 0.0):
-            raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before)
-                "a fractional limit_*_batches needs a loader with a length; give an int count"
+            raise MisconfiguredValue(  # Lightning's class (a ValueError too, as before) and words
+                f"When using an `IterableDataset`, `Trainer(limit_{prefix}_batches)` must be `1.0` or an int. An int"
+                f" specifies `num_{prefix}_batches` to use."
             )
         return math.inf if limit == 1.0 else 0
     count = int(total * limit) if limit < 1.0 else total

@@ -107,9 +107,12 @@ class DataSource:
         loader methods are not asked then), else the Module."""
         return self.datamodule if self.datamodule is not None else self.model
 
-    def _check_iterable(self, loaders: Any, kind: str, *, returned_by: str | None) -> None:
+    def _check_iterable(self, loaders: Any, kind: str, *, returned_by: str | None, missing: str | None = None) -> None:
         """Lightning's ``_check_dataloader_iterable``: a loader that cannot be iterated stops with its
-        ``TypeError`` naming where it came from (not a bare "'int' object is not iterable" later)."""
+        ``TypeError`` naming where it came from (not a bare "'int' object is not iterable" later).
+        None is such a loader (a method returning None, a None in a list or dict of loaders): Lightning
+        2.6 refuses it where 1.9.5 left an evaluation loader out (and trained on a None train loader
+        nothing). ``missing``: the loader method the owner has set to None (nothing was passed)."""
         for loader in _leaves(loaders):
             if isinstance(loader, DataLoader):
                 continue  # always iterable; iter() would start its workers
@@ -122,8 +125,15 @@ class DataSource:
                     ) from None
                 entry = self.trainer_fn or ("fit" if kind == "train" else kind)
                 prefix = "train_" if entry == "fit" else ""
+                hint = (
+                    f" Either pass the dataloader to the `.{entry}()` method OR implement `def {missing}(self):` in"
+                    " your LightningModule/LightningDataModule."
+                    if missing
+                    else ""
+                )
                 raise TypeError(
                     f"An invalid dataloader was passed to `Trainer.{entry}({prefix}dataloaders=...)`. Found {loader}."
+                    + hint
                 ) from None
 
     def loaders(self, kind: str, *, required: bool) -> list[Any]:
@@ -141,14 +151,14 @@ class DataSource:
                 raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
             return []
         if impl is not None:
-            try:
-                self.shapes[kind] = impl()
-            except NotImplementedError:
-                if owner is self.datamodule:
-                    raise  # a DataModule's own raise reaches the program, as under Lightning
-            else:
-                self._check_iterable(self.shapes[kind], kind, returned_by=f"{type(owner).__name__}.{method}()")
-                return _in_list(kind, self.shapes[kind])
+            # What the method raises (NotImplementedError included) reaches the program, as
+            # Lightning 2.6 and 1.9.5 let it
+            self.shapes[kind] = impl()
+            self._check_iterable(self.shapes[kind], kind, returned_by=f"{type(owner).__name__}.{method}()")
+            return _in_list(kind, self.shapes[kind])
+        if required and owner is not None and hasattr(owner, method):
+            # The method set to None (Lightning's tests' way of removing it): Lightning's TypeError
+            self._check_iterable(None, kind, returned_by=None, missing=method)
         if required:  # Lightning's words: its base classes' loader methods raise them
             raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
         return []
@@ -164,7 +174,7 @@ def _leaves(loaders: Any) -> Iterator[Any]:
     elif isinstance(loaders, (list, tuple)):
         for value in loaders:
             yield from _leaves(value)
-    elif loaders is not None:
+    else:  # None included: Lightning's CombinedLoader keeps it as a loader (and refuses it)
         yield loaders
 
 

@@ -32,9 +32,13 @@ def overfit_limits(
     A whole float above 1 (``3.0``) is Lightning 2.6's quirk: its ``trainer.overfit_batches`` reads 3,
     but the limits keep the float, a fraction of 3 times each loader, so fit trains and validates on
     every batch (measured: 5 of 5 batches an epoch); the limits here are then 1.0, every batch."""
-    if isinstance(overfit_batches, bool) or not isinstance(overfit_batches, (int, float)) or overfit_batches < 0:
+    if isinstance(overfit_batches, bool) or not isinstance(overfit_batches, (int, float)):
         raise InvalidSetting(
             f"overfit_batches={overfit_batches!r}: give a number of batches (int) or a fraction (float in [0, 1])"
+        )
+    if overfit_batches < 0:  # Lightning's message
+        raise InvalidSetting(
+            f"You have passed invalid value {overfit_batches} for overfit_batches, it has to be in [0.0, 1.0] or an int."
         )
     if isinstance(overfit_batches, float) and overfit_batches > 1.0:
         if overfit_batches % 1.0:

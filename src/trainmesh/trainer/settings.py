@@ -173,13 +173,16 @@ def _check_limit(name: str, value: int | float | None) -> int | float:
     value = whole_count(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidSetting(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
-    if isinstance(value, float) and not (0.0 <= value <= 1.0):
+    if value < 0 or (isinstance(value, float) and value > 1.0):
         raise InvalidSetting(
-            f"{name}={value}: a float is a fraction of the batches and must be in [0, 1]; use an int for a count"
+            f"{invalid_value_words(name, value)} (a float is a fraction of the batches, an int a count)"
         )
-    if isinstance(value, int) and value < 0:
-        raise InvalidSetting(f"{name}={value} must not be negative")
     return value
+
+
+def invalid_value_words(name: str, value: int | float) -> str:
+    """Lightning 2.6's words for a batch limit or interval out of range (its ``_determine_batch_limits``)."""
+    return f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int."
 
 
 def _check_val_interval(value: int | float | None) -> int | float:
@@ -192,9 +195,11 @@ def _check_val_interval(value: int | float | None) -> int | float:
             f"val_check_interval={value!r}: validation every so much time is not supported here; give an int "
             "(every that many training batches) or a float (that fraction of an epoch)"
         )
-    if isinstance(value, float) and not (0.0 < value <= 1.0):
+    if value < 0 or (isinstance(value, float) and value > 1.0):
+        raise InvalidSetting(f"{invalid_value_words('val_check_interval', value)} (a float is a fraction of an epoch)")
+    if isinstance(value, float) and value == 0.0:
         raise InvalidSetting(
-            f"val_check_interval={value}: a float is a fraction of an epoch in (0, 1]; an int counts batches"
+            "val_check_interval=0.0: a float is a fraction of an epoch in (0, 1]; an int counts batches"
         )
     if isinstance(value, int) and value < 1:
         raise InvalidSetting(f"val_check_interval={value} must be at least 1 batch")

@@ -60,6 +60,15 @@ class _ModeIterator(Iterator[tuple[Any, int, int]]):
     def reset(self) -> None:
         self.iterators, self._idx = [], 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        """As Lightning's: a started DataLoader's iterator cannot be pickled (torch raises), so a
+        pickled copy (``copy.deepcopy``, a spawned process) holds None in its place."""
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        state = self.__dict__.copy()
+        state["iterators"] = [None if isinstance(each, _BaseDataLoaderIter) else each for each in self.iterators]
+        return state
+
 
 class _MaxSizeCycle(_ModeIterator):
     def __iter__(self) -> _MaxSizeCycle:
