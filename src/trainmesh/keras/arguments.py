@@ -19,8 +19,9 @@ import torch
 from trainmesh.keras import global_seed, internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batch_metrics import coupled_metrics, probe_batch, refuse_ungatherable
+from trainmesh.keras.batch_metrics import coupled_metrics, refuse_ungatherable
 from trainmesh.keras.batches import check_batches, is_batches
+from trainmesh.keras.compiled_build import build_compiled, first_batch
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -235,10 +236,7 @@ def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> 
         return result
     set_random_states(result.states)
     if model is not None and result.metrics is not None:
-        batch = probe_batch(x, y)
-        compiled = (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None))
-        if batch is not None and any(part is not None and not part.built for part in compiled):
-            model._symbolic_build(data_batch=batch)  # specs only: nothing drawn, as Keras' evaluate builds
+        build_compiled(model, first_batch(x, y))  # specs only: nothing drawn, as Keras' evaluate builds
         if len(model.metrics_variables) == len(result.metrics):
             assign_values(model.metrics_variables, result.metrics)
     return result.value
