@@ -273,9 +273,20 @@ def fit_result(model: Any, history: Any) -> FitResult:
         dict(history.params),
         variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
-        model.get_build_config(),
+        plain(model.get_build_config()),
         random_states(),
     )
+
+
+def plain(value: Any) -> Any:
+    """``value`` with Keras' tracked containers made plain lists and dicts: a model rebuilt from its config
+    (a ddp_spawn worker's) keeps its build config's shapes in Keras' ``TrackedList``, whose tracker holds a
+    lambda, so the worker's result could not be pickled back once training was over."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (tuple if isinstance(value, tuple) else list)(plain(item) for item in value)
+    return value
 
 
 def adopt_fit(model: Any, result: Any) -> Any:

@@ -36,7 +36,7 @@ step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fi
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
 fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
 error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
-a batch-shaped ``shuffle``/``gamma``/``binomial``/``beta`` draw; a step drawing from torch's generator
+a batch-shaped ``shuffle`` draw; a step drawing from torch's generator
 in a way the tape does not see is refused only well above what those draws move.
 """
 
@@ -64,7 +64,8 @@ LOW_PRECISION_TOLERANCE = 3e-2
 NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above what they alone move
 DRAWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 DRAWS += ("shuffle", "gamma", "binomial", "beta")
-REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
+REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical", "gamma", "binomial")
+REPLAYED_BY_ROWS += ("beta",)
 REPLAYED_BY_ROWS += probe_torch_draws.replayed_names()
 
 
