@@ -19,7 +19,7 @@ import torch
 from trainmesh.keras import global_seed, internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batch_metrics import coupled_metrics, refuse_ungatherable
+from trainmesh.keras.batch_metrics import coupled_metrics, refuse_unchecked_by_hand, refuse_ungatherable
 from trainmesh.keras.batches import check_batches, is_batches
 from trainmesh.keras.compiled_build import build_compiled, first_batch
 from trainmesh.keras.data import (
@@ -97,6 +97,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
+    refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
@@ -133,6 +134,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     refuse_own_drivers(model, world, "evaluate")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
+    refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     data = x if is_batches(x) else (x, y)
     if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
