@@ -25,8 +25,8 @@ process. Each process draws ``N`` times the rows it keeps (Dropout: a mask of th
 can reproduce (``categorical`` of a batch's logits, ``shuffle`` of a batch, ``gamma``/``binomial``/``beta``
 whose parameters are tensors; a batch-shaped draw while predicting a PyDataset or a DataLoader, whose
 processes predict runs of batches that start at different generator states) are refused at the draw,
-before that step updates anything. Draws from torch's own generators in
-a step of the user's (``torch.randn``) are not Keras' and are not mapped.
+before that step updates anything. Draws from torch's own functions in a step of the program's own
+(``torch.randn_like``) are mapped alike: torch_draws.py.
 """
 
 from __future__ import annotations
@@ -117,9 +117,9 @@ def _parts(rows: StepRows, leading: Any) -> int:
     return leading // local if leading % local == 0 else 0
 
 
-def _refuse(rows: StepRows, name: str) -> None:
+def _refuse(rows: StepRows, name: str, module: str = "keras.random") -> None:
     raise ValueError(
-        f"keras.random.{name} drew a batch-shaped sample in a step under {rows.runtime.world_size} processes, "
+        f"{module}.{name} drew a batch-shaped sample in a step under {rows.runtime.world_size} processes, "
         f"{rows.refusal or 'that no rows of the draw one process makes can reproduce'}: each "
         "process would draw other numbers than one process at the global batch, silently. Draw it outside the "
         "step and pass it with the data (each sample keeps its draw on whichever process trains it), or run on "
@@ -199,8 +199,11 @@ def at_the_global_batch(rows: StepRows) -> Iterator[None]:
     for name, function in keras_functions.items():
         wrap = _on_rows if name in MAPPED else _numbers_only if name in MAPPED_WITH_NUMBERS else _refusing
         setattr(module, name, wrap(function, rows, name))
+    from trainmesh.keras.torch_draws import torch_at_the_global_batch  # it builds on this module
+
     try:
-        yield
+        with torch_at_the_global_batch(rows):  # torch's own functions drawn in a step of the program's own
+            yield
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)
