@@ -19,6 +19,12 @@ python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R
   term on a batch statistic, not a mean over the samples), with a Dropout: refused when training begins, before
   any training step (``BATCHES_BEGUN``), on both ranks (step_probe.py).
 - ``categorical_step``: a step drawing ``keras.random.categorical`` of the batch's logits: refused at the draw.
+- ``torch_drawing_step``: ``drawing_step`` drawing from torch's own functions (``torch.randn``,
+  ``torch.randn_like``, ``torch.rand``, ``torch.nn.functional.dropout``); ``torch_poisson_step`` adds a
+  ``torch.poisson`` of the batch's shape (refused at the draw).
+- ``mixup_step``: keras-io's MixUp in a ``train_step``, its mixing weights from two ``keras.random.gamma`` of
+  shape ``(batch, 1)`` (mapped as ``normal``); ``mixup_tensor_alpha``: their concentration a tensor of the
+  batch's shape (refused at the draw).
 - ``sampling_predict_pydataset``: ``sampling``'s model predicting a PyDataset: refused at the draw.
 """
 
@@ -238,6 +244,92 @@ class CategoricalStep(keras.Sequential):
         return super().train_step(data)
 
 
+class MixUpStep(keras.Model):
+    """keras-io's MixUp (vision/mixup.py) in a train_step: each sample mixed with its pair of a second set, the
+    weights from a beta distribution sampled as the guide does, two gammas of shape (batch, 1); ``tensor_alpha``:
+    the gammas' concentration a tensor of the batch's shape (refused at the draw: no rows reproduce it)."""
+
+    def __init__(self, tensor_alpha=False, **kwargs):
+        super().__init__(**kwargs)
+        self.tensor_alpha = tensor_alpha
+        self.body = keras.layers.Dense(8, activation="relu")
+        self.head = keras.layers.Dense(1)
+        self.seed_generator = keras.random.SeedGenerator(5)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    def call(self, x):
+        return self.head(self.body(x))
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def train_step(self, data):
+        x_one, x_two, y_one, y_two = keras.utils.unpack_x_y_sample_weight(data)[0]
+        shape = (x_one.shape[0], 1)
+        alpha = ops.full(shape, 0.2) if self.tensor_alpha else 0.2
+        gamma_one = keras.random.gamma(shape, alpha=alpha, seed=self.seed_generator)
+        gamma_two = keras.random.gamma(shape, alpha=alpha, seed=self.seed_generator)
+        weight = gamma_one / (gamma_one + gamma_two)
+        x, y = x_one * weight + x_two * (1 - weight), y_one * weight + y_two * (1 - weight)
+        self.zero_grad()
+        loss = ops.mean(ops.square(y - self(x)))
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+
+def mixup_step(batch: int, tensor_alpha: bool = False) -> dict:
+    fresh()
+    model = MixUpStep(tensor_alpha)
+    model(np.zeros((1, 6), "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01))
+    x, y = data(106)
+    pairs = np.random.default_rng(1).permutation(len(x))
+    return {
+        "model": model,
+        "fit": {"x": (x, x[pairs], y, y[pairs]), "batch_size": batch, "epochs": 2, "shuffle": False},
+    }
+
+
+class TorchDrawingStep(DrawingStep):
+    """DrawingStep drawing from torch's own functions: targets noised with torch.randn_like, inputs with
+    torch.randn of the batch's sizes and masked by torch.nn.functional.dropout, label noise of two stacked
+    parts with torch.rand; ``poisson``: a torch.poisson of the batch's shape (refused at the draw)."""
+
+    def __init__(self, poisson=False, **kwargs):
+        super().__init__(**kwargs)
+        self.poisson = poisson
+
+    def train_step(self, data):
+        x, y = data
+        if self.poisson:
+            x = x + torch.poisson(torch.ones_like(x))
+        noisy = torch.nn.functional.dropout(x + 0.1 * torch.randn(x.shape[0], x.shape[1]), 0.3)
+        targets = torch.concat([y, y], axis=0) + 0.1 * torch.randn_like(torch.concat([y, y], axis=0))
+        targets = targets + 0.05 * torch.rand(targets.shape)
+        self.zero_grad()
+        loss = self.compute_loss(y=targets, y_pred=torch.concat([self(noisy), self(x)], axis=0))
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+
+def torch_drawing_step(batch: int, poisson: bool = False) -> dict:
+    fresh()
+    model = TorchDrawingStep(poisson)
+    model(np.zeros((1, 6), "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    x, y = data(106)
+    return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
+
+
 def categorical_step(batch: int) -> dict:
     fresh()
     model = CategoricalStep([keras.Input((6,)), keras.layers.Dense(1)])
@@ -261,6 +353,10 @@ PROGRAMS = {
     "batch_mean_loss": lambda batch: added_loss(batch, "mean"),
     "batch_std_step": batch_std_step,
     "categorical_step": categorical_step,
+    "mixup_step": mixup_step,
+    "torch_drawing_step": torch_drawing_step,
+    "torch_poisson_step": lambda batch: torch_drawing_step(batch, poisson=True),
+    "mixup_tensor_alpha": lambda batch: mixup_step(batch, tensor_alpha=True),
     "sampling_predict_pydataset": sampling_predict_pydataset,
 }
 

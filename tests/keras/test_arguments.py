@@ -111,3 +111,35 @@ def test_an_evaluation_s_workers_leave_the_launching_process_as_keras_evaluate_l
     assert histories[0] == histories[1]
     for mine, theirs in zip(parent.get_weights(), worker.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
+
+
+class Patches(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.dense(keras.ops.reshape(x, (-1, 8)))
+
+
+def test_a_rebuilt_subclassed_model_s_result_pickles():
+    """A subclassed model built by calling it before fit (keras-io's masked image modeling), as ddp_spawn's
+    workers rebuild it from its config, keeps its build config's shape in Keras' TrackedList (its tracker holds
+    a lambda): every worker trained, then failed sending its result back (AttributeError: Can't pickle local
+    object 'Layer._initialize_tracker.<locals>.<lambda>'). The result is plain now, and adopted."""
+    import pickle
+
+    from trainmesh.keras.arguments import adopt_fit, fit_result
+    from trainmesh.keras.travel import Travelling
+
+    keras.utils.set_random_seed(0)
+    model = Patches()
+    x = np.random.default_rng(0).random((8, 2, 4)).astype("float32")
+    model(x[:2])
+    model.compile(optimizer="sgd", loss="mse")
+    arrived = pickle.loads(pickle.dumps(Travelling(model))).model
+    history = arrived.fit(x, x[:, 0, :1], batch_size=4, verbose=0)
+    result = pickle.loads(pickle.dumps(fit_result(arrived, history)))
+    adopt_fit(model, result)
+    for mine, theirs in zip(model.get_weights(), arrived.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)

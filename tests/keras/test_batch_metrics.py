@@ -132,3 +132,68 @@ def test_a_coupled_metric_a_step_updates_by_hand_is_refused_before_start(monkeyp
     with pytest.raises(ValueError, match=expected):
         tk.fit(model, x, y, strategy="ddp", devices=2, verbose=0, **fit)
     assert check_fit(model, x, y, dict(fit), world=1) == []
+
+
+class KernelDistance:
+    """keras-io's KID (generative/ddim.py): a per-batch estimate over pairs of the batch's samples, averaged
+    over the batches, updated with real and generated samples in a test_step of the model's own."""
+
+    @staticmethod
+    def make():
+        import keras
+        from keras import ops
+
+        class KID(keras.metrics.Metric):
+            def __init__(self, name="kid", **kwargs):
+                super().__init__(name=name, **kwargs)
+                self.kid_tracker = keras.metrics.Mean(name="kid_tracker")
+
+            def update_state(self, real, generated, sample_weight=None):
+                batch = real.shape[0]
+                kernel = (ops.matmul(real, ops.transpose(generated)) / real.shape[1] + 1.0) ** 3.0
+                off_diagonal = ops.sum(kernel * (1.0 - ops.eye(batch))) / (batch * (batch - 1))
+                self.kid_tracker.update_state(off_diagonal - ops.mean(kernel))
+
+            def result(self):
+                return self.kid_tracker.result()
+
+            def reset_state(self):
+                self.kid_tracker.reset_state()
+
+        class Denoiser(keras.Model):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.network = keras.Sequential([keras.Input((6,)), keras.layers.Dense(6)])
+                self.kid = KID()
+                self.built = True
+
+            @property
+            def metrics(self):
+                return [self.kid]
+
+            def test_step(self, images):
+                self.kid.update_state(images, self.network(images))
+                return {"kid": self.kid.result()}
+
+        return Denoiser()
+
+
+def test_a_metric_of_its_own_a_step_updates_by_hand_that_cannot_be_probed_is_refused_before_start():
+    """keras-io's DDIM: its KID metric (its own class) updated in the model's test_step with real and generated
+    images, the model fit on images alone (no targets) and without a call of its own: the probe cannot update
+    it with targets and predictions, so nothing checked it. At 2 x 16 the validation KID was 6.0 from Keras'
+    own fit at 32, silently (each process's half of a batch gives another estimate over pairs). Refused
+    before any process starts, naming the metric and why; one process is Keras' own."""
+    import numpy as np
+
+    from trainmesh.keras.arguments import check_evaluate, check_fit
+
+    model = KernelDistance.make()
+    model.compile(optimizer="adam")
+    x = np.random.default_rng(0).normal(size=(32, 6)).astype("float32")
+    expected = r"(?s)'kid', of a class of your own, is updated by hand.*no targets.*run on one process"
+    with pytest.raises(ValueError, match=expected):
+        check_fit(model, x, None, {"batch_size": 4, "validation_data": (x,)}, world=2)
+    with pytest.raises(ValueError, match=expected):
+        check_evaluate(model, x, None, {"batch_size": 4}, world=2)
+    assert check_fit(model, x, None, {"batch_size": 4}, world=1) == []

@@ -22,7 +22,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of one batch
-SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampling", "batch_mean_loss"]
+# mixup_step: keras-io's MixUp drawing two keras.random.gamma of shape (batch, 1) in its step, refused at the draw
+# before draws.MAPPED_WITH_NUMBERS
+# torch_drawing_step: torch.randn/randn_like/rand/F.dropout in its step (torch_draws.py; before: 1e-2 apart, silently)
+SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampling", "batch_mean_loss", "mixup_step"]
+SAME += ["torch_drawing_step"]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +71,8 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
     [
         ("batch_sum_loss", ("add_loss", "a sum over the samples", "ops.mean")),
         ("categorical_step", ("keras.random.categorical", "batch-shaped", "pass it with the data")),
+        ("mixup_tensor_alpha", ("keras.random.gamma", "batch-shaped", "pass it with the data")),
+        ("torch_poisson_step", ("torch.poisson", "batch-shaped", "pass it with the data")),
         ("sampling_predict_pydataset", ("keras.random.normal", "predicting a PyDataset or a DataLoader")),
     ],
 )

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 def stepped(loss: str, layers: str = "dense"):
     """A keras-io custom train_step (torch) whose loss is ``loss``: the compiled mean, plus a batch
-    statistic, a sum, a term over pairs, or the mean of targets noised with torch's own generator; with Dropout and
+    statistic, a sum, a term over pairs, or a mean or a sum with draws from torch's own generator; with Dropout and
     BatchNormalization layers where ``layers`` says so."""
     import keras_random_programs as programs
 
@@ -46,8 +46,13 @@ def stepped(loss: str, layers: str = "dense"):
             elif loss == "pairs":  # a contrastive term over every pair of the batch's samples
                 distances = ops.sum(ops.square(y_pred[:, None, :] - y_pred[None, :, :]), axis=-1)
                 value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.mean(ops.exp(-distances))
-            else:  # torch's own draw, not Keras'
-                value = ops.mean(ops.square(y + 0.1 * torch.randn_like(y) - y_pred))
+            elif loss == "torch_draw":  # torch's own draws, not Keras'
+                noised = torch.nn.functional.dropout(y_pred, 0.2) + 0.1 * torch.randn(y.shape[0], 1)
+                value = ops.mean(ops.square(y + 0.1 * torch.randn_like(y) - noised))
+            elif loss == "torch_sum":
+                value = ops.sum(ops.square(y + 0.1 * torch.randn_like(y) - y_pred))
+            else:  # a tensor method's draw, which the probe does not tape
+                value = ops.mean(ops.square(y + 0.1 * torch.empty_like(y).normal_() - y_pred))
             value.backward()
             weights = self.trainable_weights
             with torch.no_grad():
@@ -119,12 +124,31 @@ def test_the_guides_steps_are_not_refused():
     assert refusal(weighted, x, y, np.linspace(0.5, 1.5, len(x)), None, world=2) is None
 
 
-def test_torch_s_own_draws_in_a_step_are_not_refused():
-    """A step noising its targets with torch.randn (not Keras' draws: the halves draw other numbers): the
-    halves differ by about twice what the draws alone move the gradients, under the refusal's factor."""
+@pytest.mark.parametrize("loss", ["torch_draw", "torch_sum"])
+def test_torch_s_own_draws_in_a_step_are_replayed_in_the_halves(loss):
+    """A step drawing from torch's generator directly (torch.randn_like, torch.randn, F.dropout): the probe tapes
+    those draws in the whole batch's run and gives each half its rows, so a mean loss agrees to float rounding
+    and a loss reduced by a sum is refused (its halves give half: 0.5). Before, the halves drew their own
+    numbers and differed by about twice what the draws alone move the gradients, under the refusal's factor:
+    the sum was not refused, and trained at 2 processes apart from one process, silently."""
+    from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
+
+    model, x, y = stepped(loss)
+    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    assert noise == 0.0
+    reason = refusal(model, x, y, None, None, world=2)
+    if loss == "torch_draw":
+        assert difference < TOLERANCE / 100 and reason is None
+    else:
+        assert abs(difference - 0.5) < 1e-5 and "train_step is not a mean" in reason
+
+
+def test_a_torch_draw_the_probe_does_not_see_is_weighed_against_what_it_moves():
+    """A draw through a tensor method (x.normal_()) is not taped: the halves draw otherwise, and a mean loss
+    is judged against what those draws alone move the gradients (not refused)."""
     from trainmesh.keras.step_probe import NOISE_FACTOR, _first_batch, refusal, step_difference
 
-    model, x, y = stepped("torch_draw")
+    model, x, y = stepped("tensor_method")
     difference, noise = step_difference(model, _first_batch(x, y, None, None))
     assert 0 < noise < difference < NOISE_FACTOR * noise
     assert refusal(model, x, y, None, None, world=2) is None

@@ -19,8 +19,9 @@ import torch
 from trainmesh.keras import global_seed, internals
 from trainmesh.keras.added_losses import refuse_batch_sums
 from trainmesh.keras.backend import is_keras_object, require_keras
-from trainmesh.keras.batch_metrics import coupled_metrics, probe_batch, refuse_ungatherable
+from trainmesh.keras.batch_metrics import coupled_metrics, refuse_unchecked_by_hand, refuse_ungatherable
 from trainmesh.keras.batches import check_batches, is_batches
+from trainmesh.keras.compiled_build import build_compiled, first_batch
 from trainmesh.keras.data import (
     check_evaluation_size,
     leaves,
@@ -96,6 +97,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
+    refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     if is_batches(kwargs.get("validation_data")):
         check_batches("validation_data", kwargs["validation_data"], world, train=False)
@@ -132,6 +134,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     refuse_own_drivers(model, world, "evaluate")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
+    refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     data = x if is_batches(x) else (x, y)
     if is_batches(x):  # each process evaluates its batches (batches.py); Keras refuses y with them
@@ -235,10 +238,7 @@ def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> 
         return result
     set_random_states(result.states)
     if model is not None and result.metrics is not None:
-        batch = probe_batch(x, y)
-        compiled = (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None))
-        if batch is not None and any(part is not None and not part.built for part in compiled):
-            model._symbolic_build(data_batch=batch)  # specs only: nothing drawn, as Keras' evaluate builds
+        build_compiled(model, first_batch(x, y))  # specs only: nothing drawn, as Keras' evaluate builds
         if len(model.metrics_variables) == len(result.metrics):
             assign_values(model.metrics_variables, result.metrics)
     return result.value
@@ -275,9 +275,20 @@ def fit_result(model: Any, history: Any) -> FitResult:
         dict(history.params),
         variable_values(model),
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
-        model.get_build_config(),
+        plain(model.get_build_config()),
         random_states(),
     )
+
+
+def plain(value: Any) -> Any:
+    """``value`` with Keras' tracked containers made plain lists and dicts: a model rebuilt from its config
+    (a ddp_spawn worker's) keeps its build config's shapes in Keras' ``TrackedList``, whose tracker holds a
+    lambda, so the worker's result could not be pickled back once training was over."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (tuple if isinstance(value, tuple) else list)(plain(item) for item in value)
+    return value
 
 
 def adopt_fit(model: Any, result: Any) -> Any:

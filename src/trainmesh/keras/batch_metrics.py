@@ -30,7 +30,9 @@ process (3 processes or more, uneven shares); and a coupled metric of the progra
 ``update_state`` directly, with nothing of Keras' in between (Keras 3's ``Metric`` does not wrap
 ``update_state``; its ``__call__`` calls it, a direct call does not go through it), so no Keras method
 could be routed to give it the global batch, and rebinding the user's metric is not done. Not probed:
-a model not built, a model with several outputs, data the probe cannot index.
+a model not built, a model with several outputs, data the probe cannot index; where such a metric (of the
+program's own class, updated by hand with other than one value) is not probed, it is refused under several
+processes (:func:`refuse_unchecked_by_hand`: keras-io's DDIM's KID, 6.0 apart before).
 """
 
 from __future__ import annotations
@@ -158,6 +160,58 @@ def coupled_metrics(model: Any, x: Any, y: Any) -> list[str]:
         if not all(np.allclose(t, s, rtol=1e-5, atol=1e-6) for t, s in zip(together, summed, strict=True)):
             found.append(_name(metric))
     return found
+
+
+def unchecked_by_hand(model: Any, x: Any, y: Any) -> dict[str, str]:
+    """The metrics of the program's own classes that a step of the model's own updates by hand and that
+    :func:`coupled_metrics` could not update with the targets and the model's predictions of the first
+    samples (no targets, a model without a call of its own, several outputs, an update taking other
+    arguments: keras-io's KID, updated with real and generated images in a test_step), by name, with why."""
+    from trainmesh.keras.metric_states import takes_values
+
+    keras = require_keras()
+    # A tracker updated with one value per step (a loss) is metric_states.py's (and step_means.py's) to check
+    own = [metric for metric in by_hand(model) if _own_copy(metric) is not None and not takes_values(metric)]
+    if not own:
+        return {}
+    built = getattr(model, "built", False)
+    batch = probe_batch(x, y) if built else None
+    why = "" if batch is not None else "no targets to update it with" if built else "the model is not built before fit"
+    predicted = None
+    if batch is not None:
+        try:
+            with left_as_it_was(model):
+                predicted = model(batch[0], training=False)
+        except Exception:  # noqa: BLE001 -- a model the probe cannot call
+            why = "the model cannot be called on the inputs"
+    if predicted is not None and (not hasattr(predicted, "shape") or isinstance(batch[1], (dict, list, tuple))):
+        why = "the model has several outputs"
+    unchecked = {}
+    for metric in own:
+        reason = why
+        if not reason:
+            try:
+                _state(_own_copy(metric), batch[1], keras.ops.convert_to_numpy(predicted))
+            except Exception as err:  # noqa: BLE001 -- an update taking other arguments than (y_true, y_pred)
+                reason = f"its update_state(y_true, y_pred) fails ({type(err).__name__})"
+        if reason:
+            unchecked[_name(metric)] = reason
+    return unchecked
+
+
+def refuse_unchecked_by_hand(model: Any, x: Any, y: Any, world: int) -> None:
+    """A metric of the program's own class updated by hand in a step, which the probe cannot check: refused."""
+    unchecked = unchecked_by_hand(model, x, y) if world > 1 else {}
+    if unchecked:
+        name, why = next(iter(unchecked.items()))
+        raise ValueError(
+            f"the metric {name!r}, of a class of your own, is updated by hand in {type(model).__name__}'s own "
+            f"train_step/test_step, and trainmesh.keras cannot check that its update on a batch is the sum of its "
+            f"updates on each sample ({why}). Under {world} processes each process updates it with its part of each "
+            "batch and the states are summed: a metric over pairs of a batch's samples (keras-io's KID), or one value "
+            "per batch, would give another number than one process's, silently. Make its update a sum over the "
+            "samples (assign_add of per-sample values), compute it after fit on one process, or run on one process"
+        )
 
 
 def compiled_among(model: Any, coupled: list[str]) -> bool:

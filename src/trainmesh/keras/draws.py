@@ -20,17 +20,20 @@ the generators (a ``SeedGenerator``'s state, torch's global generator) move on a
 A draw of another shape (a scalar, a per-feature vector) is the same on every process, as in one
 process. Each process draws ``N`` times the rows it keeps (Dropout: a mask of the global batch).
 
-Draws no row map can reproduce (``categorical`` of a batch's logits, ``shuffle`` of a batch,
-``gamma``/``binomial``/``beta`` of batch shape; a batch-shaped draw while predicting a PyDataset or
-a DataLoader, whose processes predict runs of batches that start at different generator states)
-are refused at the draw, before that step updates anything. Draws from torch's own generators in
-a step of the user's (``torch.randn``) are not Keras' and are not mapped.
+``gamma``, ``binomial`` and ``beta`` of batch shape are mapped alike where their parameters are numbers
+(keras-io's MixUp draws its mixing weights from two ``gamma`` of shape ``(batch, 1)``). Draws no row map
+can reproduce (``categorical`` of a batch's logits, ``shuffle`` of a batch, ``gamma``/``binomial``/``beta``
+whose parameters are tensors; a batch-shaped draw while predicting a PyDataset or a DataLoader, whose
+processes predict runs of batches that start at different generator states) are refused at the draw,
+before that step updates anything. Draws from torch's own functions in a step of the program's own
+(``torch.randn_like``) are mapped alike: torch_draws.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +45,11 @@ from trainmesh.keras.routes import steps_through
 from trainmesh.runtime import Runtime
 
 MAPPED = ("normal", "uniform", "randint", "truncated_normal", "dropout")
-UNMAPPABLE = ("categorical", "shuffle", "gamma", "binomial", "beta")
+UNMAPPABLE = ("categorical", "shuffle")
+# Mapped where their parameters are numbers (one per draw: drawing the global batch's shape and keeping this
+# process's rows is one process's draw), refused where a parameter is a tensor (its other processes' rows
+# are not here): keras-io's MixUp samples its mixing weights from two gammas of the batch's shape.
+MAPPED_WITH_NUMBERS = ("gamma", "binomial", "beta")
 
 
 class StepRows:
@@ -110,9 +117,9 @@ def _parts(rows: StepRows, leading: Any) -> int:
     return leading // local if leading % local == 0 else 0
 
 
-def _refuse(rows: StepRows, name: str) -> None:
+def _refuse(rows: StepRows, name: str, module: str = "keras.random") -> None:
     raise ValueError(
-        f"keras.random.{name} drew a batch-shaped sample in a step under {rows.runtime.world_size} processes, "
+        f"{module}.{name} drew a batch-shaped sample in a step under {rows.runtime.world_size} processes, "
         f"{rows.refusal or 'that no rows of the draw one process makes can reproduce'}: each "
         "process would draw other numbers than one process at the global batch, silently. Draw it outside the "
         "step and pass it with the data (each sample keeps its draw on whichever process trains it), or run on "
@@ -164,6 +171,19 @@ def _refusing(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Call
     return draw
 
 
+def _numbers_only(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Callable[..., Any]:
+    """Mapped where every parameter is a number (or a tensor of one), refused at a batch-shaped draw otherwise."""
+    mapped, refused = _on_rows(keras_draw, rows, name), _refusing(keras_draw, rows, name)
+
+    @functools.wraps(keras_draw)
+    def draw(*args: Any, **kwargs: Any) -> Any:
+        given = [*args[1:], *kwargs.values()]  # the shape first; a seed or a dtype has no shape
+        numbers = all(math.prod(tuple(p.shape)) == 1 for p in given if hasattr(p, "shape"))
+        return (mapped if numbers else refused)(*args, **kwargs)
+
+    return draw
+
+
 @contextlib.contextmanager
 def at_the_global_batch(rows: StepRows) -> Iterator[None]:
     """Keras' random functions map batch-shaped draws to ``rows`` within the block (several processes)."""
@@ -174,12 +194,16 @@ def at_the_global_batch(rows: StepRows) -> Iterator[None]:
     from keras.src import backend as keras_backend
 
     module = keras_backend.random
-    keras_functions = {name: getattr(module, name) for name in (*MAPPED, *UNMAPPABLE) if hasattr(module, name)}
+    every = (*MAPPED, *UNMAPPABLE, *MAPPED_WITH_NUMBERS)
+    keras_functions = {name: getattr(module, name) for name in every if hasattr(module, name)}
     for name, function in keras_functions.items():
-        wrap = _on_rows if name in MAPPED else _refusing
+        wrap = _on_rows if name in MAPPED else _numbers_only if name in MAPPED_WITH_NUMBERS else _refusing
         setattr(module, name, wrap(function, rows, name))
+    from trainmesh.keras.torch_draws import torch_at_the_global_batch  # it builds on this module
+
     try:
-        yield
+        with torch_at_the_global_batch(rows):  # torch's own functions drawn in a step of the program's own
+            yield
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)

@@ -34,7 +34,7 @@ import numpy as np
 
 from trainmesh.keras.arguments import assign_values, random_states, set_random_states, variable_values
 from trainmesh.keras.data import num_samples
-from trainmesh.keras.optimizers import applied_optimizers, before_first_apply
+from trainmesh.keras.optimizers import applied_optimizers, before_first_apply, own_overrides
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
@@ -99,6 +99,23 @@ class KerasPreemption:
         self.resumed, self._variables = small, found
         if small is not None:
             self.logs = list(small["logs"])
+
+    def refuse_a_step_around_the_skip(self, ours: bool) -> None:
+        """When training begins: a resume that passes over batches trained before the stop does it in
+        trainmesh's step function (sync.installed); ``ours``: whether that is the one Keras' fit will call.
+        A model class overriding ``make_train_function`` may leave another (Keras' fit calls whatever its
+        maker left in ``train_function``), which would train those batches again: refused, every rank alike."""
+        if self.resumed is None or not self.resumed["batches"] or ours:
+            return
+        overrides = own_overrides(self.model, ("make_train_function",))
+        raise ValueError(
+            f"this fit resumes a preempted run after {self.resumed['batches']} batches of epoch "
+            f"{self.resumed['epoch'] + 1}, which trainmesh passes over in the step function it makes, but the model "
+            f"{type(self.model).__name__}{' (' + ', '.join(overrides) + ')' if overrides else ''} leaves another in "
+            "train_function, which Keras' fit calls: the resumed fit would train those batches again and end apart "
+            "from the fit never stopped. Let make_train_function return Keras' own (super().make_train_function(force), "
+            f"unchanged) and put the change in train_step, or delete {self.folder} to start this fit afresh"
+        )
 
     def restore_variables(self) -> None:
         """When training begins, before rank 0's variables are broadcast: the saved ones on rank 0."""

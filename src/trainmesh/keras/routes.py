@@ -21,7 +21,10 @@ trainmesh's behaviour, any other object Keras' own method.
 
 A class of the user's that overrides one of the step function makers or
 ``_get_metrics_result_or_logs`` would go around the replacement: refused before start under
-several processes (:func:`refuse_own_drivers`).
+several processes (:func:`refuse_own_drivers`). On one process ``fit`` is Keras' own with it, as
+Keras runs it; only a preempted fit resuming mid-epoch needs trainmesh's step function (it passes over
+the batches trained before the stop), and is refused when training begins if Keras' fit would call
+another (preemption.py).
 """
 
 from __future__ import annotations
@@ -96,26 +99,30 @@ def on_optimizer(name: str, optimizer: Any, ours: Ours) -> contextlib.AbstractCo
 
 
 @contextlib.contextmanager
-def steps_through(model: Any, steps: dict[str, Callable[[Any], Any]]) -> Iterator[None]:
+def steps_through(model: Any, steps: dict[str, Callable[[Any], Any]]) -> Iterator[dict[str, list[Any]]]:
     """Within the block, the step function Keras' torch trainer makes for ``model`` of each kind in
-    ``steps`` ("train", "test", "predict") calls ``steps[kind](data)``; Keras' cache put back after."""
+    ``steps`` ("train", "test", "predict") calls ``steps[kind](data)``; Keras' cache put back after.
+    Yields, for each kind, the function made (once made): a model class overriding the maker may leave
+    another in ``model.train_function``, which is what Keras' fit calls."""
     from keras.src.backend.torch.trainer import TorchTrainer
 
     cached = {kind: getattr(model, f"{kind}_function", None) for kind in steps}
+    made: dict[str, list[Any]] = {kind: [] for kind in steps}
     try:
         with contextlib.ExitStack() as stack:
             for kind, step in steps.items():
                 name = f"make_{kind}_function"
-                stack.enter_context(routed([TorchTrainer], name, model, _maker(model, kind, step)))
-            yield
+                stack.enter_context(routed([TorchTrainer], name, model, _maker(model, kind, step, made[kind])))
+            yield made
     finally:
         for kind, function in cached.items():
             setattr(model, f"{kind}_function", function)  # as Keras' own make_*_function writes it
 
 
-def _maker(model: Any, kind: str, step: Callable[[Any], Any]) -> Ours:
-    """Keras' torch ``make_<kind>_function`` for ``model``, its step function calling ``step``."""
-    attribute, made = f"{kind}_function", list[Any]()  # made: the function made in this call (then reused)
+def _maker(model: Any, kind: str, step: Callable[[Any], Any], made: list[Any]) -> Ours:
+    """Keras' torch ``make_<kind>_function`` for ``model``, its step function calling ``step``; ``made``:
+    the function made in this call (then reused)."""
+    attribute = f"{kind}_function"
 
     def make(keras_make: Callable[..., Any], force: bool = False) -> Any:
         current = getattr(model, attribute, None)

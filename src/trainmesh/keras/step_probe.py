@@ -24,10 +24,11 @@ The runs draw alike: each of Keras' random functions (``keras.src.backend.random
 run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as
 draws.py gives each process its rows of one process's draw); each BatchNormalization's moments are the
 whole batch's, as constants (batch_statistics.py makes them the global batch's, gradients included, in
-the run itself). A step drawing from torch's own generators (``torch.randn``, which draws.py does not map
-either) is run on the whole batch once more, its Keras draws replayed and torch's generator elsewhere:
-where that moves the gradients, the step is refused only where its halves differ ``NOISE_FACTOR`` times
-more. Every variable of the model (metrics', seed generators' and the optimizer's included), the
+the run itself). torch's own random functions called in the step (``torch.randn_like``, ``torch.randn``,
+``torch.nn.functional.dropout``: probe_torch_draws.py) are taped and replayed alike. A step whose halves
+still move torch's generator (a draw the tape does not see: ``x.normal_()``) is run on the whole batch
+once more, its draws replayed and torch's generator elsewhere: where that moves the gradients, the step
+is refused only where its halves differ ``NOISE_FACTOR`` times more. Every variable of the model (metrics', seed generators' and the optimizer's included), the
 gradients left in its variables, Keras' global seed generator and torch's, numpy's and Python's
 generators are restored after each run: the fit goes on as Keras' own would. Costs three calls of the
 step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fit``.
@@ -35,8 +36,8 @@ step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fi
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
 fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
 error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
-a batch-shaped ``shuffle``/``gamma``/``binomial``/``beta`` draw; a step drawing from torch's own
-generators is refused only well above what those draws move.
+a batch-shaped ``shuffle`` draw; a step drawing from torch's generator
+in a way the tape does not see is refused only well above what those draws move.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainmesh.keras import probe_torch_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -62,7 +64,9 @@ LOW_PRECISION_TOLERANCE = 3e-2
 NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above what they alone move
 DRAWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 DRAWS += ("shuffle", "gamma", "binomial", "beta")
-REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
+REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical", "gamma", "binomial")
+REPLAYED_BY_ROWS += ("beta",)
+REPLAYED_BY_ROWS += probe_torch_draws.replayed_names()
 
 
 class NotProbed(Exception):
@@ -102,6 +106,7 @@ class _Tape:
         self.moments: list[tuple[Any, Any]] = []
         self.replaying: tuple[int, int, int] | None = None  # (first row, rows, whole batch) of a replaying run
         self.position = [0, 0]  # the next draw, the next moments
+        self.inside = False  # within a Keras draw: the torch functions it calls are part of it
 
     def replay(self, start: int, rows: int, whole: int) -> None:
         self.replaying, self.position = (start, rows, whole), [0, 0]
@@ -121,7 +126,7 @@ class _Tape:
         if leading is None or (leading == recorded.shape[0] and rows == whole):
             return recorded
         if name not in REPLAYED_BY_ROWS or leading % rows or recorded.shape[0] != leading // rows * whole:
-            raise NotProbed(f"keras.random.{name} drew {leading} rows of a batch of {rows}")
+            raise NotProbed(f"{name} drew {leading} rows of a batch of {rows}")
         index = torch.cat([part * whole + torch.arange(start, start + rows) for part in range(leading // rows)])
         return recorded[index.to(recorded.device)]
 
@@ -145,12 +150,16 @@ def _taped(keras_draw: Callable[..., Any], tape: _Tape, name: str) -> Callable[.
         inputs = (args[0] if args else kwargs.get("inputs")) if name == "dropout" else None
         if tape.replaying is not None:
             out = tape.rows_of(name, tape.next(0, name), _leading(name, args, kwargs))
-        elif inputs is not None:  # Dropout: its mask (0 or 1 / keep) recorded, the halves' inputs their own
-            rest = {k: v for k, v in kwargs.items() if k != "inputs"}
-            out = keras_draw(torch.ones_like(inputs), *args[1:], **rest)
-            tape.draws.append((name, out))
         else:
-            out = keras_draw(*args, **kwargs)
+            tape.inside = True
+            try:
+                if inputs is not None:  # Dropout: its mask (0 or 1 / keep) recorded, the halves' inputs their own
+                    rest = {k: v for k, v in kwargs.items() if k != "inputs"}
+                    out = keras_draw(torch.ones_like(inputs), *args[1:], **rest)
+                else:
+                    out = keras_draw(*args, **kwargs)
+            finally:
+                tape.inside = False
             tape.draws.append((name, out))
         return inputs * out if inputs is not None else out
 
@@ -178,7 +187,8 @@ def _drawing_alike(tape: _Tape) -> Iterator[None]:
         setattr(module, name, _taped(function, tape, name))
     type.__setattr__(BatchNormalization, "_moments", _moments)
     try:
-        yield
+        with probe_torch_draws.taped(tape):  # torch's own functions, drawn directly in the step
+            yield
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)
@@ -348,17 +358,18 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
     try:
         with _drawing_alike(tape):
             whole = _gradients(model, data)
-            parts = []
+            parts, untaped = [], False
             for start, part in zip((0, half), halves, strict=True):
                 restorer.restore()
                 tape.replay(start, half, count)
                 parts.append(_gradients(model, part))
+                untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
             difference, _ = _relative(whole, _mean_of(*parts))
             noise = 0.0
-            if difference > limit:  # torch's own draws, if any: the whole batch again, torch elsewhere
+            if difference > limit and untaped:  # torch's draws the tape did not see: the whole batch again, elsewhere
                 restorer.restore()
                 tape.replay(0, count, count)
-                torch.manual_seed(int(torch.randint(1, 2**31 - 1, ()).item()) ^ 0x5EED)
+                torch.manual_seed(int(torch.get_rng_state().sum().item()) ^ 0x5EED)  # elsewhere, drawing nothing
                 noise, _ = _relative(whole, _gradients(model, data))
             return difference, noise
     finally:

@@ -80,6 +80,7 @@ class SyncState:
         self.backward: BackwardAverage | None = None  # several processes: gradients averaged as backward ends
         self.coupled: list[str] = []  # the coupled compiled metrics' names (batch_metrics.py)
         self.eval_counts: list[int] | None = None  # each process's evaluation steps (batches dealt in turn)
+        self.made: dict[str, list[Any]] = {}  # the step functions trainmesh made, by kind (routes.steps_through)
 
     @property
     def world(self) -> int:
@@ -198,7 +199,7 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
     apply = functools.partial(averaged_apply, state, model, batch_sizes)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(routes.steps_through(model, {"train": train_step, "test": test_step}))
+        state.made = stack.enter_context(routes.steps_through(model, {"train": train_step, "test": test_step}))
         results = functools.partial(epoch_results, state, model)
         stack.enter_context(routes.on_trainer("_get_metrics_result_or_logs", model, results))
         if state.gather_metrics and state.world > 1:  # a compiled metric is coupled (batch_metrics.py)
@@ -370,7 +371,8 @@ def sync_callback(state: SyncState) -> Any:
 
     class SyncCallback(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
-            if state.preemption is not None:
+            if state.preemption is not None:  # fit made its step function: a resume's skip must be in it
+                state.preemption.refuse_a_step_around_the_skip(self.model.train_function in state.made.get("train", []))
                 state.preemption.restore_variables()
             broadcast_variables(state, self.model)
             if state.zero is not None:

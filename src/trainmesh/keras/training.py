@@ -91,7 +91,17 @@ def fit(
     # an unseeded Dropout draws its masks from torch's generator (draws.py)
     values = (arguments.variable_values(model), random_states())
     call = next(_FIT_CALLS)
-    result = _launch(runtime, _fit, Travelling(model), x, y, fit_kwargs, values, call, gather)
+    result = _launch(
+        runtime,
+        _fit,
+        Travelling(model, (x, y, fit_kwargs.get("sample_weight"))),
+        x,
+        y,
+        fit_kwargs,
+        values,
+        call,
+        gather,
+    )
     return arguments.adopt_fit(model, result)
 
 
@@ -218,7 +228,15 @@ def evaluate(
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
     gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
-    result = _launch(runtime, _evaluate, Travelling(model), x, y, evaluate_kwargs, gather)
+    result = _launch(
+        runtime,
+        _evaluate,
+        Travelling(model, (x, y, evaluate_kwargs.get("sample_weight"))),
+        x,
+        y,
+        evaluate_kwargs,
+        gather,
+    )
     return arguments.adopt_call(result, model, x, y)
 
 

@@ -15,7 +15,8 @@ script as ``__mp_main__``); one defined inside a function, or in a ``__main__`` 
 A rebuilt layer's unseeded initializers draw their seeds anew (Keras draws an initializer's seed from
 Python's generator when it is made): a model that only ``fit`` builds would start from other weights
 than the launching process's (and than Keras' own fit). Each such seed travels beside the model and
-the rebuilt model's initializers take it back.
+the rebuilt model's initializers take it back. Compiled metrics and a compiled loss the launching process
+had built arrive built too, from the specs of the call's first samples (compiled_build.py).
 """
 
 from __future__ import annotations
@@ -31,21 +32,41 @@ import numpy as np
 import torch
 
 from trainmesh.keras.backend import is_keras_object, require_keras
+from trainmesh.keras.compiled_build import build_compiled, built_parts, first_batch
 
 
 class Travelling:
     """``model`` as ``runtime.launch`` hands it to each process: itself where nothing is pickled
-    (one process, ``ddp``, ``ddp_fork``), rebuilt with its own classes where it is (``ddp_spawn``)."""
+    (one process, ``ddp``, ``ddp_fork``), rebuilt with its own classes where it is (``ddp_spawn``).
+    ``data``: the call's ``(x, y, sample_weight)`` (fit, evaluate), whose first samples' specs build the
+    compiled metrics and loss the model had built."""
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
+    def __init__(self, model: Any, data: tuple[Any, Any, Any] | None = None) -> None:
+        self.model, self.data = model, data
 
     def __reduce__(self) -> tuple[Any, ...]:
         objects = own_objects(self.model)
         data = pickle.dumps(self.model)
         seeds = [initializer.seed for initializer in unseeded_initializers(self.model)]
-        _check_rebuilds(objects, data, seeds)
-        return (_arrive, (objects, data, seeds))
+        batch = _batch_to_build(self.model, self.data)
+        _check_rebuilds(objects, data, seeds, batch)
+        return (_arrive, (objects, data, seeds, batch))
+
+
+def _batch_to_build(model: Any, data: tuple[Any, Any, Any] | None) -> Any:
+    """The call's first samples where the model's compiled metrics or loss are built (None otherwise)."""
+    if data is None or not built_parts(model):
+        return None
+    batch = first_batch(*data)
+    if batch is None:
+        raise ValueError(
+            "ddp_spawn sends the Keras model to new processes, where its compiled metrics and loss (built here by "
+            "an earlier fit or evaluate) arrive unbuilt, and trainmesh builds them from the specs of the data's first "
+            f"samples, which it cannot take from this {type(data[0]).__name__} without iterating it (each worker's "
+            "fit would then draw a seed from torch's generator one process does not, and train otherwise). Use "
+            "strategy='ddp_fork' or 'ddp', which start the processes without pickling the model"
+        )
+    return batch
 
 
 def unseeded_initializers(model: Any) -> list[Any]:
@@ -60,14 +81,14 @@ def unseeded_initializers(model: Any) -> list[Any]:
     return found
 
 
-def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any]) -> None:
+def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any) -> None:
     """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
     cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
     config's other entries) is refused before any process starts, not in every worker after it. The
     generators a rebuild draws seeds from are left as they were."""
     generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
-        _arrive(objects, data, seeds)
+        _arrive(objects, data, seeds, batch)
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
         raise ValueError(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
@@ -81,11 +102,12 @@ def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any]) -> N
         random.setstate(generators[2])
 
 
-def _arrive(objects: dict[str, Any], data: bytes, seeds: list[Any]) -> Travelling:
+def _arrive(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any = None) -> Travelling:
     with require_keras().saving.custom_object_scope(objects):
         model = pickle.loads(data)
     for initializer, seed in zip(unseeded_initializers(model), seeds, strict=True):
         initializer.seed = seed  # the rebuild drew its own: the launching process's initializer draws the weights
+    build_compiled(model, batch)  # as the launching process had them: the worker's fit does not build them
     return Travelling(model)
 
 
