@@ -31,6 +31,7 @@ from trainmesh.callbacks.checkpoint_names import (
     worst,
     write_yaml,
 )
+from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_state import restore_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
@@ -187,6 +188,10 @@ class ModelCheckpoint(Checkpoint):
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
+        if not getattr(pl_module, "automatic_optimization", True):  # Lightning's own rules there
+            if step_due:
+                save_manual_step(pl_module, trainer.is_global_zero, lambda: self._save(trainer, mid_epoch=True))
+            return
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
         if step_due and self._validation_follows(trainer):
             # Lightning 2.6.6: rank by the validation about to run, not by the previous one's metric.
