@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_names import (
     absolute,
     as_score,
@@ -31,7 +32,6 @@ from trainmesh.callbacks.checkpoint_names import (
     worst,
     write_yaml,
 )
-from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_state import restore_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
