@@ -165,7 +165,7 @@ class ModelCheckpoint(Checkpoint):
         if trainer.sanity_checking:
             return
         self._validated_since_check = self._validated_this_fit = True
-        if self._deferred:  # a step save at the epoch's last batch waited for this validation's metric
+        if self._deferred and not self._saves_at_epoch_end(trainer):  # a step save waited for this metric
             self._deferred = False
             if not self._skip(trainer):
                 self._save(trainer, mid_epoch=True)
@@ -188,9 +188,9 @@ class ModelCheckpoint(Checkpoint):
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
-        if not getattr(pl_module, "automatic_optimization", True):  # Lightning's own rules there
-            if step_due:
-                save_manual_step(pl_module, trainer.is_global_zero, lambda: self._save(trainer, mid_epoch=True))
+        if not getattr(pl_module, "automatic_optimization", True):  # Lightning's own rules (checkpoint_manual)
+            save = lambda: self._save(trainer, mid_epoch=True)  # noqa: E731
+            self._deferred = (step_due and save_manual_step(self.monitor, trainer, pl_module, save)) or self._deferred
             return
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
         if step_due and self._validation_follows(trainer):
