@@ -32,7 +32,7 @@ from trainmesh.callbacks.checkpoint_names import (
     worst,
     write_yaml,
 )
-from trainmesh.callbacks.checkpoint_state import restore_state
+from trainmesh.callbacks.checkpoint_state import restore_state, saved_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.exceptions import MisconfiguredValue
@@ -460,19 +460,7 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "monitor": self.monitor,
-            "mode": self.mode,
-            "dirpath": self.dirpath,
-            "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,  # tensors, as in Lightning's state
-            "current_score": self.current_score,
-            "last_model_path": self.last_model_path,
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "best_k_models": dict(self.best_k_models),
-            "last_global_step_saved": self._last_global_step_saved,
-        }
+        return saved_state(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         restore_state(self, state_dict)
