@@ -16,6 +16,7 @@ from trainmesh.hyperparameters import (
 )
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import argparse as lightning_one_argparse
+from trainmesh.utilities.model_helpers import _restricted_classmethod
 
 
 class DataModule(DataHooks, HyperparametersMixin):
@@ -96,7 +97,7 @@ class DataModule(DataHooks, HyperparametersMixin):
             cls, datasets, batch_size=batch_size, num_workers=num_workers, **datamodule_kwargs
         )
 
-    @classmethod
+    @_restricted_classmethod  # Lightning's: called on an instance, a TypeError
     def load_from_checkpoint(
         cls,
         checkpoint_path: str,

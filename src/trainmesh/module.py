@@ -24,6 +24,7 @@ from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, redu
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
+from trainmesh.utilities.model_helpers import _restricted_classmethod
 
 
 class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
@@ -406,7 +407,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         state["_log_collector"] = None
         return state
 
-    @classmethod
+    @_restricted_classmethod  # Lightning's: called on an instance, a TypeError
     def load_from_checkpoint(
         cls,
         checkpoint_path: str,

@@ -92,3 +92,56 @@ def test_the_names_a_port_keeps():
     assert Net().on_gpu == PlNet().on_gpu is False
     if torch.cuda.is_available():
         assert Net().cuda().on_gpu == PlNet().cuda().on_gpu is True
+
+
+def _fit_and_save(framework, tmp_path, module):
+    trainer = framework.Trainer(
+        max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path
+    )
+    trainer.fit(module, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)), batch_size=2))
+    path = str(tmp_path / "saved.ckpt")
+    trainer.save_checkpoint(path)
+    return path
+
+
+def _load_on_instance(framework, tmp_path):
+    class Net(framework.LightningModule):
+        def __init__(self, width=2):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Data(framework.LightningDataModule):
+        def __init__(self, size=4):
+            super().__init__()
+            self.save_hyperparameters()
+
+    net = Net()
+    path = _fit_and_save(framework, tmp_path, net)
+    seen = {}
+    for name, made in (("module", net), ("data", Data())):
+        try:
+            made.load_from_checkpoint(path)  # on the instance: the result (a new object) is lost
+            seen[name] = "returned"
+        except TypeError as error:
+            seen[name] = (type(error).__name__, str(error).replace(type(made).__name__, "X"))
+    seen["on the class"] = type(Net.load_from_checkpoint(path)).__name__  # the documented call still works
+    return seen
+
+
+def test_load_from_checkpoint_on_an_instance_raises_as_lightnings(tmp_path):
+    """A program calling ``model.load_from_checkpoint(path)`` on an instance (discarding the loaded
+    model: a cross-validation script that then scored the last weights, not the best) stops with
+    Lightning 2.6's TypeError, as under Lightning; before, trainmesh returned a new model silently."""
+    (tmp_path / "pl").mkdir()
+    (tmp_path / "tm").mkdir()
+    theirs = _load_on_instance(pl, tmp_path / "pl")
+    ours = _load_on_instance(tm, tmp_path / "tm")
+    assert ours == theirs
+    assert theirs["module"][0] == "TypeError"

@@ -1,5 +1,5 @@
-"""What ModelCheckpoint takes back from a checkpoint's state (its ``load_state_dict``), apart from the
-callback's file so that that file keeps its cadence and ranking."""
+"""What ModelCheckpoint saves in a checkpoint (its ``state_dict``) and takes back from one (its
+``load_state_dict``), apart from the callback's file so that that file keeps its cadence and ranking."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ import warnings
 from typing import Any
 
 from trainmesh.callbacks.checkpoint_names import as_score, worst
+
+
+def saved_state(callback: Any) -> dict[str, Any]:
+    """``ModelCheckpoint.state_dict``: Lightning's keys, with ``mode`` and ``last_global_step_saved``."""
+    return {
+        "monitor": callback.monitor,
+        "mode": callback.mode,
+        "dirpath": callback.dirpath,
+        "best_model_path": callback.best_model_path,
+        "best_model_score": callback.best_model_score,  # tensors, as in Lightning's state
+        "current_score": callback.current_score,
+        "last_model_path": callback.last_model_path,
+        "kth_best_model_path": callback.kth_best_model_path,
+        "kth_value": callback.kth_value,
+        "best_k_models": dict(callback.best_k_models),
+        "last_global_step_saved": callback._last_global_step_saved,
+    }
 
 
 # ``callback`` is the ModelCheckpoint whose load_state_dict this is (not imported: model_checkpoint.py

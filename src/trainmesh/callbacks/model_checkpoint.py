@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_names import (
     absolute,
     as_score,
@@ -31,7 +32,7 @@ from trainmesh.callbacks.checkpoint_names import (
     worst,
     write_yaml,
 )
-from trainmesh.callbacks.checkpoint_state import restore_state
+from trainmesh.callbacks.checkpoint_state import restore_state, saved_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.exceptions import MisconfiguredValue
@@ -164,7 +165,7 @@ class ModelCheckpoint(Checkpoint):
         if trainer.sanity_checking:
             return
         self._validated_since_check = self._validated_this_fit = True
-        if self._deferred:  # a step save at the epoch's last batch waited for this validation's metric
+        if self._deferred and not self._saves_at_epoch_end(trainer):  # a step save waited for this metric
             self._deferred = False
             if not self._skip(trainer):
                 self._save(trainer, mid_epoch=True)
@@ -187,6 +188,10 @@ class ModelCheckpoint(Checkpoint):
         if self._skip(trainer):
             return
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
+        if not getattr(pl_module, "automatic_optimization", True):  # Lightning's own rules (checkpoint_manual)
+            save = lambda: self._save(trainer, mid_epoch=True)  # noqa: E731
+            self._deferred = (step_due and save_manual_step(self.monitor, trainer, pl_module, save)) or self._deferred
+            return
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
         if step_due and self._validation_follows(trainer):
             # Lightning 2.6.6: rank by the validation about to run, not by the previous one's metric.
@@ -457,19 +462,7 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "monitor": self.monitor,
-            "mode": self.mode,
-            "dirpath": self.dirpath,
-            "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,  # tensors, as in Lightning's state
-            "current_score": self.current_score,
-            "last_model_path": self.last_model_path,
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "best_k_models": dict(self.best_k_models),
-            "last_global_step_saved": self._last_global_step_saved,
-        }
+        return saved_state(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         restore_state(self, state_dict)

@@ -1,5 +1,6 @@
 """Lightning's ``utilities.model_helpers``: ``is_overridden`` (whether an object's class replaces a
-hook of its trainmesh base class) and ``get_torchvision_model``, as Lightning 2.6 defines them.
+hook of its trainmesh base class), ``get_torchvision_model`` and ``_restricted_classmethod``, as
+Lightning 2.6 defines them.
 
 >>> import trainmesh as tm
 >>> class Net(tm.Module):
@@ -12,6 +13,9 @@ hook of its trainmesh base class) and ``get_torchvision_model``, as Lightning 2.
 from __future__ import annotations
 
 import functools
+import inspect
+import os
+from collections.abc import Callable
 from typing import Any
 from unittest.mock import Mock
 
@@ -71,3 +75,37 @@ def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
         ) from error
     model: nn.Module = models.get_model(model_name, **kwargs)
     return model
+
+
+class _restricted_classmethod(classmethod):  # noqa: N801 (Lightning's name)
+    """A classmethod that raises Lightning 2.6's TypeError when called on an instance.
+
+    ``model.load_from_checkpoint(path)`` returns a new model and leaves ``model`` as it was: a
+    program that discards the result goes on with the weights it had (a cross-validation script
+    scoring its last weights as the best checkpoint's). Lightning refuses the call; so do we. Inside
+    ``torch.jit`` scripting the call goes through, as Lightning lets it (its pytorch#67146 workaround).
+    """
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        super().__init__(method)
+        self.method = method
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Callable[..., Any]:  # type: ignore[override]
+        method = self.method
+
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            cls = owner if owner is not None else type(instance)
+            if instance is not None and not _in_jit_scripting():
+                raise TypeError(
+                    f"The classmethod `{cls.__name__}.{method.__name__}` cannot be called on an instance."
+                    " Please call it on the class type and make sure the return value is used."
+                )
+            return method(cls, *args, **kwargs)
+
+        wrapper.__func__ = method  # type: ignore[attr-defined]
+        return wrapper
+
+
+def _in_jit_scripting() -> bool:
+    return any(os.path.join("torch", "jit") in frame.filename for frame in inspect.stack())
