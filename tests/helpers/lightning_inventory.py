@@ -228,11 +228,27 @@ def _names_the_trainer_calls() -> frozenset[str]:
 
 
 def citing_test(name: str, tests: dict[str, str]) -> str:
+    """The first test file naming ``name`` as a whole word (not inside a longer identifier)."""
+    if re.fullmatch(r"\w+", name):
+        # The same answer as the pattern below, from each file's words (its maximal runs of \w):
+        # 861 names x 300 files of regex searches took 9.4 CPU-s of the inventory test's 10.8 s.
+        return next((path for path, words in _words_of(tests) if name in words), "")
     pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
     for path, text in tests.items():
         if pattern.search(text):
             return path
     return ""
+
+
+_WORDS: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _words_of(tests: dict[str, str]) -> list[tuple[str, frozenset[str]]]:
+    """Each file's set of words, in the dict's order (computed once per file text)."""
+    for path, text in tests.items():
+        if (path, text) not in _WORDS:
+            _WORDS[path, text] = frozenset(re.findall(r"\w+", text))
+    return [(path, _WORDS[path, text]) for path, text in tests.items()]
 
 
 def _test_texts() -> tuple[dict[str, str], dict[str, str]]:

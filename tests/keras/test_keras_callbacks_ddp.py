@@ -241,7 +241,7 @@ def test_two_torchrun_nodes_train_as_two_processes_on_one_node(ddp, tmp_path):
     outs = [tmp_path / "node0", tmp_path / "node1"]
     for out in outs:
         out.mkdir()
-    run_torchrun_nodes(["node"], outs, timeout=200, script=SCRIPT)
+    run_torchrun_nodes(["node"], outs, timeout=200, script=SCRIPT, forked_agents=True)  # agents: forks, workers: new
     single, _ = ranks(ddp, "uninterrupted")
     for r, out in enumerate(outs):
         got = torch.load(out / f"node.rank{r}", weights_only=False)

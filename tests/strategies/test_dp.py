@@ -107,7 +107,7 @@ def test_dp_loss_without_step_end_is_the_mean_of_the_device_losses():
 
 def test_ddp2_on_two_torchrun_nodes_matches_the_handwritten_ddp_loop(tmp_path, handwritten):
     outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs)
+    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs, forked_agents=True)  # agents without a 2nd torch import
     saved = torch.load(outs[0])
     assert saved["world_size"] == 2  # one process per node
     assert saved["node_batches"] == 16  # training_step_end saw each node's batch, one loss per device
