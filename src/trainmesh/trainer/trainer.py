@@ -375,7 +375,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         state.log_collector.barebones = self.barebones
         state.start_run_metrics()
         if isinstance(model, Module):
-            model.attach(self, state.log_collector)
+            model._tm_attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)
