@@ -17,9 +17,9 @@ from trainmesh.utilities.exceptions import MisconfigurationException
         ({"precision": "8-bit"}, r"precision='8-bit' is not known.*bf16-mixed"),
         ({"accelerator": "cuda"}, r"no CUDA device is visible.*accelerator='cpu'"),
         ({"devices": 0}, r"devices=0 must be at least 1"),
-        ({"max_epochs": -3}, r"max_epochs=-3"),
+        ({"max_epochs": -3}, r"`max_epochs` must be a non-negative integer or -1. You passed in -3"),
         ({"limit_train_batches": 1.5}, r"fraction.*\[0, 1\]"),
-        ({"gradient_clip_algorithm": "both"}, r"'norm' or 'value'"),
+        ({"gradient_clip_algorithm": "both"}, r"`gradient_clip_algorithm` both is invalid.*'value', 'norm'"),
     ],
 )
 def test_bad_trainer_settings(kwargs, pattern):

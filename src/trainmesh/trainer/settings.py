@@ -165,10 +165,13 @@ def check_loop_settings(
 
 def _check_clipping(gradient_clip_val: Any, gradient_clip_algorithm: str | None) -> str | None:
     """The clipping algorithm's name in lower case, Lightning's errors for a bad one or a bad value."""
+    given = gradient_clip_algorithm
     if gradient_clip_algorithm is not None:
         gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
     if gradient_clip_algorithm not in ("norm", "value", None):
-        raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+        raise MisconfiguredValue(  # Lightning's words
+            f"`gradient_clip_algorithm` {given} is invalid. Allowed algorithms: ['value', 'norm']."
+        )
     if gradient_clip_val is not None and (
         isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float))
     ):
@@ -176,8 +179,20 @@ def _check_clipping(gradient_clip_val: Any, gradient_clip_algorithm: str | None)
     return gradient_clip_algorithm
 
 
+# Lightning's words for the arguments it checks itself (its fit loops' and data connector's)
+_LIGHTNING_WORDS = {
+    "max_epochs": "`max_epochs` must be a non-negative integer or -1. You passed in {value}.",
+    "max_steps": "`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {value}.",
+    "check_val_every_n_epoch": "`check_val_every_n_epoch` should be an integer, found {value!r}.",
+}
+
+
 def _check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    not_int = isinstance(value, bool) or not isinstance(value, int)
+    if not_int or value < minimum:
+        words = _LIGHTNING_WORDS.get(name, "")
+        if words and (not_int or name != "check_val_every_n_epoch"):  # Lightning's says "integer" only
+            raise MisconfiguredValue(words.format(value=value))
         raise MisconfiguredValue(f"{name}={value!r} must be an integer >= {minimum}")  # Lightning's class
     return value
 
