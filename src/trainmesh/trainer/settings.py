@@ -194,7 +194,8 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
         if words and (not_int or name != "check_val_every_n_epoch"):  # Lightning's says "integer" only
             raise MisconfiguredValue(words.format(value=value))
         raise MisconfiguredValue(f"{name}={value!r} must be an integer >= {minimum}")  # Lightning's class
-    return value
+    checked: int = value
+    return checked
 
 
 def whole_count(value: Any) -> Any:
