@@ -55,6 +55,7 @@ from trainmesh.trainer.stage_requirements import check_before_launch, refuse_mis
 from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.exceptions import MissingModel
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.lazy import is_instance
 
@@ -305,7 +306,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _model_or_last(self, model: Any, stage: str) -> Any:
         if model is None:
             if self.module is None:
-                raise ValueError(f"trainer.{stage}() needs a model: pass it, or call fit(model) first")
+                raise MissingModel(  # Lightning's words, then how
+                    f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run:"
+                    " pass it, or call fit(model) first"
+                )
             return self.module
         return self.runtime.trainer_port.uncompiled(model)
 
