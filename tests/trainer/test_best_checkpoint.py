@@ -55,3 +55,26 @@ def _error(name, setting, stage):
 def test_best_refused_in_lightning_s_words(setting, stage):
     lightning = _error("lightning", setting, stage)
     assert _error("trainmesh", setting, stage).startswith(lightning)
+
+
+def _multiple_warning(name, tmp_path):
+    framework = FRAMEWORKS[name]
+    checkpoints = [  # distinct state keys (every_n_epochs): Lightning refuses two checkpoints with the same one
+        framework.callbacks.ModelCheckpoint(dirpath=tmp_path / name / str(n), every_n_epochs=n) for n in (1, 2)
+    ]
+    demo = importlib.import_module(f"{framework.__name__}.demos.boring_classes")
+    trainer = framework.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=checkpoints,
+        max_epochs=1, limit_train_batches=1, limit_val_batches=1, limit_test_batches=1,
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer.fit(demo.BoringModel())
+        trainer.test(ckpt_path="best")
+    return [str(w.message) for w in seen if "multiple `ModelCheckpoint`" in str(w.message)]
+
+
+def test_best_with_several_checkpoint_callbacks_warns_as_lightning(tmp_path):
+    lightning = _multiple_warning("lightning", tmp_path)
+    assert len(lightning) == 1
+    assert _multiple_warning("trainmesh", tmp_path) == lightning
