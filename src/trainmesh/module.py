@@ -395,8 +395,9 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             what="clip_gradients()",
         )
 
-    def attach(self, trainer: TrainerView, log_collector: Any) -> None:
-        """Point the module at the running Trainer (called by the Trainer, not by users)."""
+    def _tm_attach(self, trainer: TrainerView, log_collector: Any) -> None:
+        """Point the module at the running Trainer (called by the Trainer, not by users). Private, as
+        Lightning's LightningModule has no such public method: a program's own ``attach`` is its own."""
         self.trainer = trainer  # (the setter: submodules that are Lightning modules too, as Lightning's)
         object.__setattr__(self, "_log_collector", log_collector)
 

@@ -116,13 +116,16 @@ class Precision:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
-        """``optimizer.step(closure)``; with a grad scaler (16-mixed), as Lightning's MixedPrecision:
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """``optimizer.step(closure, **kwargs)``; with a grad scaler (16-mixed), as Lightning's MixedPrecision:
         the closure first (its backward), then the scaler's step, which cannot take a closure.
-        Returns the closure's result where there is one (torch's ``step(closure)`` does too)."""
+        Returns the closure's result where there is one (torch's ``step(closure)`` does too). ``kwargs``:
+        what the program gave ``optimizer.step(...)`` besides the closure, passed on as Lightning does."""
         if self.scaler is None:
             # Lightning's gives step a closure always (one that does nothing where there is none)
-            return optimizer.step(closure=closure if closure is not None else _do_nothing)  # type: ignore[arg-type]
+            return optimizer.step(closure=closure if closure is not None else _do_nothing, **kwargs)  # type: ignore[arg-type]
         closure_result = None
         if closure is not None:
             if isinstance(optimizer, torch.optim.LBFGS):
@@ -133,7 +136,7 @@ class Precision:
                     "which cannot run LBFGS's closure many times in one step; use 'bf16-mixed' or '32')"
                 )
             closure_result = closure()
-        result = self.scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
+        result = self.scaler.step(optimizer, **kwargs)  # skipped when the gradients hold inf/NaN
         self.scaler.update()
         self._unscaled.clear()  # update() starts every optimizer's next step scaled
         return closure_result if closure is not None else result

@@ -21,7 +21,9 @@ class _StepsOptimizers(Protocol):
 
     scaler: Any  # torch.amp.GradScaler under 16-mixed; None: the optimizer's own step is the step
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any: ...
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any: ...
 
 
 class RuntimeOptimizer:
@@ -57,11 +59,12 @@ class RuntimeOptimizer:
         made._tm_zero_grad = optimizer.zero_grad
         return made
 
-    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def _step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        # kwargs: the program's own arguments to step() besides the closure, passed on as Lightning's are
         if self._plain:  # what Precision.optimizer_step does without a scaler, one call fewer per step
             # Lightning always gives step a closure (one that does nothing where there is none)
-            return self.optimizer.step(closure=_do_nothing if closure is None else closure)  # type: ignore[arg-type]
-        return self._precision.optimizer_step(self.optimizer, closure)
+            return self.optimizer.step(closure=_do_nothing if closure is None else closure, **kwargs)  # type: ignore[arg-type]
+        return self._precision.optimizer_step(self.optimizer, closure, **kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)

@@ -130,7 +130,7 @@ class TrainerView(Protocol):
 
     # ---- settings
     @property
-    def max_epochs(self) -> int: ...
+    def max_epochs(self) -> int | None: ...  # None until a fit settles it (Lightning's)
     @property
     def max_steps(self) -> int: ...
     @property

@@ -17,9 +17,9 @@ from trainmesh.utilities.exceptions import MisconfigurationException
         ({"precision": "8-bit"}, r"Precision .8-bit. is invalid. Allowed precision values: .*bf16-mixed"),
         ({"accelerator": "cuda"}, r"no CUDA device is visible.*accelerator='cpu'"),
         ({"devices": 0}, r"devices=0 must be at least 1"),
-        ({"max_epochs": -3}, r"max_epochs=-3"),
+        ({"max_epochs": -3}, r"`max_epochs` must be a non-negative integer or -1. You passed in -3"),
         ({"limit_train_batches": 1.5}, r"invalid value 1.5 for limit_train_batches.*\[0.0, 1.0\].*fraction"),
-        ({"gradient_clip_algorithm": "both"}, r"'norm' or 'value'"),
+        ({"gradient_clip_algorithm": "both"}, r"`gradient_clip_algorithm` both is invalid.*'value', 'norm'"),
     ],
 )
 def test_bad_trainer_settings(kwargs, pattern):

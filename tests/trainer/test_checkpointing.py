@@ -143,7 +143,9 @@ def test_fit_from_a_missing_file_or_from_best_is_still_an_error(tmp_path):
     trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         trainer.fit(DropoutNet(), train, ckpt_path=str(tmp_path / "gone.ckpt"))
-    with pytest.raises(ValueError, match="no best checkpoint is known"):
+    with pytest.raises(
+        ValueError, match=r"`.fit\(ckpt_path=\"best\"\)` is set but `ModelCheckpoint` is not configured"
+    ):
         trainer.fit(DropoutNet(), train, ckpt_path="best")
 
 

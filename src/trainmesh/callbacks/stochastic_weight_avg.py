@@ -104,14 +104,16 @@ class StochasticWeightAveraging(Callback):
             raise ValueError("SWA currently works with 1 `optimizer`.")
         if len(trainer.lr_scheduler_configs) > 1:
             raise ValueError("SWA currently not supported for more than 1 `lr_scheduler`.")
+        max_epochs = trainer.max_epochs
+        assert max_epochs is not None  # a fit has settled it (1000 or -1 where none was given)
         if isinstance(self._swa_epoch_start, float):
-            if trainer.max_epochs == -1:
+            if max_epochs == -1:
                 raise ValueError(
                     "SWA with `swa_epoch_start` as a float is not supported when `max_epochs=-1`. "
                     "Please provide `swa_epoch_start` as an integer."
                 )
-            self._swa_epoch_start = int(trainer.max_epochs * self._swa_epoch_start)
-        self._max_epochs = trainer.max_epochs
+            self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
+        self._max_epochs = max_epochs
         if self._scheduler_state is not None:  # resumed: the SWA scheduler comes back at its epoch
             trainer.lr_scheduler_configs.clear()
 

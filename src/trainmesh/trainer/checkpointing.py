@@ -21,6 +21,7 @@ from trainmesh.checkpoint import (
 )
 from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
+from trainmesh.trainer.best_checkpoint import check_best_known
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, warn_returned_callback_state
@@ -401,6 +402,8 @@ def resolve_ckpt_path(
 ) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists
     (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
+    if str(ckpt_path) == "best":
+        check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
     return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
 
 

@@ -125,10 +125,26 @@ def hook_caller(obj: Any, hook: str, *, leading: int = 0) -> Any:
     'b'
     """
     passed = PASSED_ARGS.get(hook)
-    function = class_function(obj, hook) if passed is not None else None
-    if function is None or passed is None:
+    if passed is None:
         return None
+    function = class_function(obj, hook)
+    if function is None:
+        return _held_caller(obj, hook, leading + passed)
     return _caller_for(function, hook, leading + passed)
+
+
+def _held_caller(obj: Any, hook: str, passed: int) -> Any:
+    """A hook the instance holds (``functools.partial``, a wrapper, a lambda) or a staticmethod is called with
+    every argument, as Lightning calls it, except 1.x's extra one (``_NAMED_ONLY``), which Lightning 2.x never
+    passes: only a signature with room for it gets it (its ``__wrapped__``'s, where it wraps a bound method)."""
+    if hook not in _NAMED_ONLY:
+        return None
+    held = getattr(obj, hook, None)
+    # uncached: a held callable is the instance's own (the cache would keep it alive, and it may not hash)
+    capacity = positional_capacity.__wrapped__(held) if callable(held) else None
+    if capacity is not None and capacity >= passed:
+        return None
+    return LeadingArgs(passed - 1 if capacity is None else min(capacity, passed - 1))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -32,7 +32,7 @@ class LightningMembers(RunProperties):
     _settings: Any
     _behaviour: RunBehaviour
     accumulate_grad_batches: int
-    max_epochs: int
+    max_epochs: int | None
     max_steps: int
     num_training_batches: int | float
 
@@ -307,7 +307,8 @@ class LightningMembers(RunProperties):
         (rounded up) times ``max_epochs``, at most ``max_steps``; ``max_steps`` for a loader without
         a length, inf for ``max_epochs=-1`` without ``max_steps``. Read in ``configure_optimizers``
         it asks for the train loader there, as Lightning does."""
-        if self.max_epochs == -1:
+        max_epochs: int = self._settings.max_epochs  # the limit the fit runs with (settled), read before a fit too
+        if max_epochs == -1:
             return math.inf if self.max_steps == -1 else self.max_steps
         fit_data = self._state.fit_data
         if "train" not in self._state.stage_loaders and fit_data is not None:
@@ -316,7 +317,7 @@ class LightningMembers(RunProperties):
         total = self.num_training_batches
         if total == math.inf:
             return self.max_steps
-        estimated = math.ceil(total / self.accumulate_grad_batches) * max(self.max_epochs, 1)
+        estimated = math.ceil(total / self.accumulate_grad_batches) * max(max_epochs, 1)
         return min(estimated, self.max_steps) if self.max_steps != -1 else estimated
 
 

@@ -255,11 +255,8 @@ class FitLoopView(_View):
         self._owner.max_epochs = value
 
     @property
-    def min_epochs(self) -> int | None:
-        value = self._owner.min_epochs
-        if value is None and self._counters.fit_started:  # Lightning's _parse_loop_limits, as a fit starts
-            return 0 if self._owner.min_steps is None else 1
-        return value
+    def min_epochs(self) -> int | None:  # Lightning's _parse_loop_limits as a fit starts: trainer_fields.py
+        return self._owner.min_epochs
 
     @min_epochs.setter
     def min_epochs(self, value: int | None) -> None:

@@ -166,10 +166,12 @@ class ManualOptimizer:
         made._tm_zero_grad = types.MethodType(cls._zero_grad, made)
         return made
 
-    def _manual_step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return self._tm_sync().step(self._tm_counted_step, closure, what=f"{self._tm_name()}.step()")
+    def _manual_step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        # kwargs: the program's own arguments to step() besides the closure, passed on as Lightning's are
+        step = functools.partial(self._tm_counted_step, **kwargs) if kwargs else self._tm_counted_step
+        return self._tm_sync().step(step, closure, what=f"{self._tm_name()}.step()")
 
-    def _tm_counted_step(self, closure: Callable[[], Any] | None) -> Any:
+    def _tm_counted_step(self, closure: Callable[[], Any] | None, **kwargs: Any) -> Any:
         state, runtime = self._steps.state, self._steps.runtime
         if state.hooks is not None and state.hooks.overridden("on_before_optimizer_step"):
             announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer.optimizer)
@@ -177,7 +179,7 @@ class ManualOptimizer:
                 announce()
             else:  # as in Lightning: once the closure has run its backward
                 closure = then_hooks(closure, announce)
-        result = self.optimizer.step(closure)
+        result = self.optimizer.step(closure, **kwargs)
         count_optimizer_steps(state)  # the one place global_step grows (optimization/progress.py)
         return result
 

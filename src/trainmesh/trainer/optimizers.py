@@ -105,7 +105,8 @@ def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list
         return [returned], []
     if isinstance(returned, (str, bytes)):
         raise MisconfigurationException(
-            f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}"
+            f"Unknown configuration for model optimizers: {owner}.configure_optimizers() returned "
+            f"{type(returned).__name__}; return {_FORMS}"
         )
     if isinstance(returned, Mapping):
         return _from_dicts([returned], owner)
@@ -119,8 +120,9 @@ def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list
         return _from_dicts(list(returned), owner)
     if isinstance(returned, Sequence) and returned:
         return _check_optimizers(list(returned), owner), []
-    raise MisconfigurationException(
-        f"{owner}.configure_optimizers() returned {type(returned).__name__}; return {_FORMS}"
+    raise MisconfigurationException(  # Lightning's first words, then what to return
+        f"Unknown configuration for model optimizers: {owner}.configure_optimizers() returned "
+        f"{type(returned).__name__}; return {_FORMS}"
     )
 
 
@@ -188,8 +190,8 @@ def _check_optimizers(items: list[Any], owner: str) -> list[torch.optim.Optimize
     for item in items:
         if not isinstance(item, torch.optim.Optimizer):
             raise MisconfigurationException(
-                f"{owner}.configure_optimizers() gave {type(item).__name__} where a torch.optim.Optimizer "
-                f"was expected; return {_FORMS}"
+                f"Unknown configuration for model optimizers: {owner}.configure_optimizers() gave "
+                f"{type(item).__name__} where a torch.optim.Optimizer was expected; return {_FORMS}"
             )
     if not items:
         raise MisconfigurationException(f"{owner}.configure_optimizers() returned no optimizer; return {_FORMS}")
@@ -211,11 +213,14 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
         )
     if "scheduler" not in item:
         raise MisconfigurationException(
-            f"{owner}: the lr scheduler dict must have the key 'scheduler' with an lr scheduler (got {sorted(item)})"
+            'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler'
+            f" ({owner} gave the keys {sorted(item)})"
         )
     interval = item.get("interval", "epoch")
     if interval not in ("epoch", "step"):
-        raise MisconfigurationException(f"{owner}: lr_scheduler interval={interval!r}; use 'epoch' or 'step'")
+        raise MisconfigurationException(
+            f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{interval}" ({owner})'
+        )
     frequency = int(item.get("frequency", 1))
     if frequency < 1:
         raise ValueError(f"{owner}: lr_scheduler frequency={frequency} must be >= 1")
@@ -244,7 +249,8 @@ def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, man
         )
     if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
-            f"{owner}: {name} is stepped with a metric (reduce_on_plateau) and needs one to watch; return "
+            f"`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used ({owner}: "
+            f"{name} is stepped with a metric). For example: "
             "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}"
         )
 
@@ -265,9 +271,10 @@ def step_scheduler(
         assert config.monitor is not None
         if config.monitor not in metrics:
             if config.strict:
-                raise MisconfigurationException(  # Lightning's type
-                    f"the lr scheduler watches {config.monitor!r}, which was not logged; logged metrics: "
-                    f"{sorted(metrics)}. Log it, or set 'strict': False in the lr_scheduler dict to skip such steps"
+                raise MisconfigurationException(  # Lightning's type and words, then what to do
+                    f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available "
+                    f"metrics are: {list(metrics)}. Condition can be set using `monitor` key in lr scheduler dict;"
+                    " log the metric, or set 'strict': False in the lr_scheduler dict to skip such steps"
                 )
             # Lightning's words and category
             rank_zero_warn(

@@ -7,7 +7,7 @@ in the Trainer's argument order, so the first mistake is the one reported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredValue
@@ -45,12 +45,33 @@ class LoopSettings:
     logger: Any
     enable_checkpointing: bool
     max_epochs_unset: bool = False  # neither max_epochs nor max_steps (nor max_time) given: 1000, said at each fit
+    # Lightning's trainer.max_epochs / min_epochs read None (as given) until a fit settles them (_parse_loop_limits)
+    max_epochs_given: bool = True
+    limits_settled: bool = False
 
     @property
     def clips(self) -> bool:
         """Whether the loop clips: Lightning's ``gradient_clip_val`` of 0 (its documented default) or below clips
         nothing, though the Trainer still holds the value."""
         return self.gradient_clip_val is not None and self.gradient_clip_val > 0
+
+
+def settle_limits(settings: LoopSettings) -> LoopSettings:
+    """As Lightning's ``_parse_loop_limits`` where a fit starts: ``trainer.max_epochs`` and ``min_epochs``
+    read the values the loop runs with from then on (1000 or -1 for max_epochs, 0 or 1 for min_epochs)."""
+    return settings if settings.limits_settled else replace(settings, limits_settled=True)
+
+
+def given_max_epochs(settings: LoopSettings) -> int | None:
+    """``trainer.max_epochs`` as Lightning reads it: None where none was given and no fit has settled it."""
+    return settings.max_epochs if settings.max_epochs_given or settings.limits_settled else None
+
+
+def given_min_epochs(settings: LoopSettings) -> int | None:
+    """``trainer.min_epochs`` as Lightning reads it: as given until a fit settles it (0, or 1 with min_steps)."""
+    if settings.min_epochs is None and settings.limits_settled:
+        return 0 if settings.min_steps is None else 1
+    return settings.min_epochs
 
 
 def warn_if_max_epochs_unset(settings: LoopSettings) -> None:
@@ -85,6 +106,7 @@ def check_loop_settings(
     gradient_clip_algorithm: str | None,
     logger: Any,
     enable_checkpointing: bool,
+    max_epochs_given: bool = True,
 ) -> LoopSettings:
     """The Trainer's loop arguments checked (``ValueError`` naming the first bad one), with defaults filled in."""
     if check_val_every_n_epoch is None and isinstance(val_check_interval, float):
@@ -137,15 +159,19 @@ def check_loop_settings(
         logger=logger,
         enable_checkpointing=enable_checkpointing,
         max_epochs_unset=max_epochs_unset,
+        max_epochs_given=max_epochs_given or bool(dev_run),
     )
 
 
 def _check_clipping(gradient_clip_val: Any, gradient_clip_algorithm: str | None) -> str | None:
     """The clipping algorithm's name in lower case, Lightning's errors for a bad one or a bad value."""
+    given = gradient_clip_algorithm
     if gradient_clip_algorithm is not None:
         gradient_clip_algorithm = str(gradient_clip_algorithm).lower()
     if gradient_clip_algorithm not in ("norm", "value", None):
-        raise MisconfiguredValue(f"gradient_clip_algorithm={gradient_clip_algorithm!r}; use 'norm' or 'value'")
+        raise MisconfiguredValue(  # Lightning's words
+            f"`gradient_clip_algorithm` {given} is invalid. Allowed algorithms: ['value', 'norm']."
+        )
     if gradient_clip_val is not None and (
         isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float))
     ):
@@ -153,10 +179,23 @@ def _check_clipping(gradient_clip_val: Any, gradient_clip_algorithm: str | None)
     return gradient_clip_algorithm
 
 
+# Lightning's words for the arguments it checks itself (its fit loops' and data connector's)
+_LIGHTNING_WORDS = {
+    "max_epochs": "`max_epochs` must be a non-negative integer or -1. You passed in {value}.",
+    "max_steps": "`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {value}.",
+    "check_val_every_n_epoch": "`check_val_every_n_epoch` should be an integer, found {value!r}.",
+}
+
+
 def _check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    not_int = isinstance(value, bool) or not isinstance(value, int)
+    if not_int or value < minimum:
+        words = _LIGHTNING_WORDS.get(name, "")
+        if words and (not_int or name != "check_val_every_n_epoch"):  # Lightning's says "integer" only
+            raise MisconfiguredValue(words.format(value=value))
         raise MisconfiguredValue(f"{name}={value!r} must be an integer >= {minimum}")  # Lightning's class
-    return value
+    checked: int = value
+    return checked
 
 
 def whole_count(value: Any) -> Any:

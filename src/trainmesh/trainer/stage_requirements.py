@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.module import Module
-from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredType
 from trainmesh.utilities.model_helpers import is_overridden
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -42,6 +42,7 @@ def refuse_missing_steps(model: Any, stage: str) -> None:
     """Raise :class:`MisconfigurationException` when ``model`` lacks a method ``stage`` calls, or
     has a step that reads its batches itself (``dataloader_iter``), which trainmesh's loops do not
     give."""
+    _refuse_stepless_object(model, stage)
     if stage == "predict":
         _refuse_unpredictable(model)
     for name in _STEPS.get(stage, ()):
@@ -76,6 +77,19 @@ def warn_unpaired_validation(model: Any, has_val_loader: bool) -> None:
             "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.",
             category=PossibleUserWarning,
         )
+
+
+def _refuse_stepless_object(model: Any, stage: str) -> None:
+    """Lightning's ``TypeError`` for a model that is no LightningModule (a bare ``nn.Linear``), in its words.
+    trainmesh also runs a module of its own class that defines the stage's step, so only one without it is
+    refused here (also a ``MisconfigurationException``, as the refusal of a missing step is)."""
+    step = _STEPS[stage][0]
+    if isinstance(model, Module) or callable(getattr(model, step, None)):
+        return
+    raise MisconfiguredType(
+        f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `{type(model).__qualname__}`"
+        f" (it defines no {step}(), which trainer.{stage}() calls): subclass LightningModule and define {step}()"
+    )
 
 
 def _refuse_unpredictable(model: Any) -> None:

@@ -50,11 +50,12 @@ from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
-from trainmesh.trainer.settings import check_loop_settings, whole_count
+from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
+from trainmesh.utilities.exceptions import MissingModel
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.lazy import is_instance
 
@@ -159,6 +160,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.default_root_dir = os.path.normpath(os.path.expanduser(str(default_root_dir or os.getcwd())))
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
+        max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         callbacks, accumulate_grad_batches = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
@@ -194,6 +196,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly (``weights_only``:
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
+        self._settings = settle_limits(self._settings)  # Lightning's _parse_loop_limits: max/min_epochs read settled
         run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)  # the Finder callbacks
         data = for_overfit(
             DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
@@ -304,7 +307,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _model_or_last(self, model: Any, stage: str) -> Any:
         if model is None:
             if self.module is None:
-                raise ValueError(f"trainer.{stage}() needs a model: pass it, or call fit(model) first")
+                raise MissingModel(  # Lightning's words, then how
+                    f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run:"
+                    " pass it, or call fit(model) first"
+                )
             return self.module
         return self.runtime.trainer_port.uncompiled(model)
 
@@ -374,7 +380,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         state.log_collector.barebones = self.barebones
         state.start_run_metrics()
         if isinstance(model, Module):
-            model.attach(self, state.log_collector)
+            model._tm_attach(self, state.log_collector)
         state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
         # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
         self.callbacks = merge_model_callbacks(self.callbacks, model)

@@ -13,6 +13,7 @@ from trainmesh.trainer.loop_state import LoopPosition, StateField
 from trainmesh.trainer.optimizers import SchedulerConfig
 from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.results import LogCollector
+from trainmesh.trainer.settings import given_max_epochs, given_min_epochs
 
 
 class TrainerFields(LightningMembers):
@@ -26,8 +27,32 @@ class TrainerFields(LightningMembers):
         return True if value == 1 else value or False
 
     max_steps: StateField[int] = StateField("_settings")
-    max_epochs: StateField[int] = StateField("_settings")
-    min_epochs: StateField[int | None] = StateField("_settings")
+
+    @property
+    def max_epochs(self) -> int | None:
+        """Lightning's: as given (None where not) until a fit starts, then 1000 or -1 for None."""
+        return given_max_epochs(self._settings)
+
+    @max_epochs.setter
+    def max_epochs(self, value: int | None) -> None:  # trainer.fit_loop.max_epochs = value, between fits
+        resolved = value if value is not None else 1000 if self._settings.max_steps == -1 else -1
+        self._settings = dataclasses.replace(
+            self._settings,
+            max_epochs=resolved,
+            max_epochs_given=value is not None,
+            max_epochs_unset=value is None and self._settings.max_steps == -1,
+            limits_settled=value is not None and self._settings.limits_settled,
+        )
+
+    @property
+    def min_epochs(self) -> int | None:
+        """Lightning's: as given until a fit starts, then 0 for None (1 where min_steps is given)."""
+        return given_min_epochs(self._settings)
+
+    @min_epochs.setter
+    def min_epochs(self, value: int | None) -> None:
+        self._settings = dataclasses.replace(self._settings, min_epochs=value)
+
     min_steps: StateField[int | None] = StateField("_settings")
     limit_train_batches: StateField[int | float] = StateField("_settings")
     limit_val_batches: StateField[int | float] = StateField("_settings")

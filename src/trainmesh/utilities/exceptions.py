@@ -25,3 +25,8 @@ class MisconfiguredValue(MisconfigurationException, ValueError):
 class MisconfiguredType(MisconfigurationException, TypeError):
     """An argument of a type Lightning refuses with ``MisconfigurationException`` (``Trainer(plugins=[...])``
     with an object no plugin type matches): caught by either name, as trainmesh raised ``TypeError`` there before."""
+
+
+class MissingModel(TypeError, ValueError):
+    """``trainer.validate/test/predict()`` without a model where no earlier run gave one: Lightning's
+    ``TypeError``, and the ``ValueError`` trainmesh raised before, so either ``except`` catches it."""

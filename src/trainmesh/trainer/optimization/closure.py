@@ -132,10 +132,11 @@ class HookedOptimizer:
         inner: torch.optim.Optimizer = self._optimizer.optimizer
         return inner
 
-    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def _step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         if closure is not None and not callable(closure):
             raise TypeError(f"optimizer.step(closure=...) takes a callable, got {type(closure).__name__}")
-        return self._optimizer.step(then_hooks(closure or _nothing, self._before_step))
+        # kwargs: the program's own arguments to step(), passed on to the optimizer's as Lightning's
+        return self._optimizer.step(then_hooks(closure or _nothing, self._before_step), **kwargs)
 
     def _zero_grad(self, set_to_none: bool = True) -> None:
         self._optimizer.zero_grad(set_to_none=set_to_none)

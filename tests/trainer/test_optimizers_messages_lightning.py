@@ -1,0 +1,82 @@
+"""What ``configure_optimizers`` may return, refused in Lightning 2.6's words (its exception type and first
+sentence, which programs and Lightning's own trainer/optimization/test_optimizers.py match), trainmesh's
+how-to-fix after them. Before, each was trainmesh's own sentence only."""
+
+import importlib
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+pl = pytest.importorskip("lightning.pytorch")
+FRAMEWORKS = {"lightning": pl, "trainmesh": importlib.import_module("trainmesh")}
+
+
+def _sgd(module):
+    return torch.optim.SGD(module.parameters(), lr=0.1)
+
+
+def _plateau(module):
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(module.sgd)
+
+
+# name -> (what configure_optimizers returns, Lightning's first words)
+CASES = {
+    "unknown": (lambda m: 1, "Unknown configuration for model optimizers"),
+    "dict_as_optimizer": (lambda m: [{"optimizer": m.sgd}, [m.sgd]], "Unknown configuration for model optimizers"),
+    "no_scheduler_key": (
+        lambda m: {"optimizer": m.sgd, "lr_scheduler": {"monitor": "x"}},
+        'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler',
+    ),
+    "bad_interval": (
+        lambda m: {"optimizer": m.sgd, "lr_scheduler": {"scheduler": _plateau(m), "interval": "hour", "monitor": "x"}},
+        'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "hour"',
+    ),
+    "plateau_without_monitor": (
+        lambda m: ([m.sgd], [_plateau(m)]),
+        "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used",
+    ),
+    "plateau_metric_not_logged": (
+        lambda m: {"optimizer": m.sgd, "lr_scheduler": {"scheduler": _plateau(m), "monitor": "giraffe"}},
+        "ReduceLROnPlateau conditioned on metric giraffe which is not available. Available metrics are: [",
+    ),
+}
+
+
+def _error(name, case):
+    framework = FRAMEWORKS[name]
+    returned, _ = CASES[case]
+
+    class Net(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            self.sgd = _sgd(self)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return returned(self)
+
+    trainer = framework.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(2, 2)), batch_size=1))
+        except Exception as error:  # noqa: BLE001 - the error is what is compared
+            return error
+    raise AssertionError(f"{name}: {case} ran")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_configure_optimizers_refused_in_lightning_s_words(case):
+    words = CASES[case][1]
+    lightning, trainmesh = _error("lightning", case), _error("trainmesh", case)
+    assert str(lightning).startswith(words), str(lightning)
+    assert type(lightning).__name__ == "MisconfigurationException"
+    assert isinstance(trainmesh, FRAMEWORKS["trainmesh"].utilities.exceptions.MisconfigurationException)
+    assert str(trainmesh).startswith(words), str(trainmesh)
