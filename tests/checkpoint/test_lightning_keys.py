@@ -56,6 +56,7 @@ def _fit(framework, root, *, max_epochs=1, ckpt_path=None, plugins=None):
         warnings.simplefilter("ignore")
         trainer.fit(model, ckpt_path=ckpt_path)
     trainer.save_checkpoint(root / "after_fit.ckpt")
+    trainer.save_checkpoint(root / "weights.ckpt", weights_only=True)
     return trainer, model
 
 
@@ -71,12 +72,19 @@ def test_lightning_keys_in_lightnings_order(tmp_path):
         assert ours["pytorch-lightning_version"] == theirs["pytorch-lightning_version"] == "2.6.6"
         assert [key for key in ours if key in theirs] == list(theirs)  # every key of Lightning's, in its order
         assert (ours["epoch"], ours["global_step"]) == (theirs["epoch"], theirs["global_step"])
+        assert list(ours["callbacks"]) == list(theirs["callbacks"])
+        for key, state in theirs["callbacks"].items():  # Lightning's state keys first, in its order
+            assert list(ours["callbacks"][key])[: len(state)] == list(state)
         fit_loop, expected = ours["loops"]["fit_loop"], theirs["loops"]["fit_loop"]
+        assert ours["loops"].keys() == theirs["loops"].keys()
         assert fit_loop.keys() == expected.keys()
         assert fit_loop["epoch_progress"] == expected["epoch_progress"]
         assert fit_loop["epoch_loop.state_dict"] == expected["epoch_loop.state_dict"]
         steps = "epoch_loop.automatic_optimization.optim_progress"
         assert fit_loop[steps]["optimizer"]["step"]["total"] == expected[steps]["optimizer"]["step"]["total"]
+    ours, theirs = _load(tmp_path / "tm" / "weights.ckpt"), _load(tmp_path / "pl" / "weights.ckpt")
+    assert [key for key in ours if key in theirs] == list(theirs)
+    assert ours["loops"]["fit_loop"]["epoch_progress"] == theirs["loops"]["fit_loop"]["epoch_progress"]
 
 
 def test_lightning_resumes_from_a_trainmesh_checkpoint(tmp_path):

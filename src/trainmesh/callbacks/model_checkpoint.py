@@ -457,17 +457,18 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        # Lightning 2.6's keys in its order (programs read them from the checkpoint), then trainmesh's
         return {
             "monitor": self.monitor,
-            "mode": self.mode,
-            "dirpath": self.dirpath,
-            "best_model_path": self.best_model_path,
             "best_model_score": self.best_model_score,  # tensors, as in Lightning's state
+            "best_model_path": self.best_model_path,
             "current_score": self.current_score,
-            "last_model_path": self.last_model_path,
+            "dirpath": self.dirpath,
+            "best_k_models": dict(self.best_k_models),
             "kth_best_model_path": self.kth_best_model_path,
             "kth_value": self.kth_value,
-            "best_k_models": dict(self.best_k_models),
+            "last_model_path": self.last_model_path,
+            "mode": self.mode,
             "last_global_step_saved": self._last_global_step_saved,
         }
 

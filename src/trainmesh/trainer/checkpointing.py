@@ -142,7 +142,8 @@ def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any
 
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
     """The weights and what loading them needs (hyperparameters), as ModelCheckpoint(save_weights_only=True)
-    writes: no optimizer, scheduler, callback or loop state, so ``fit`` refuses to resume from it."""
+    writes: no optimizer, scheduler, callback or trainmesh loop state (Lightning's ``loops`` counters, as Lightning
+    writes them there), so ``fit`` refuses to resume from it."""
     module = state.module
     checkpoint: dict[str, Any] = {
         # Where the weights were taken, for people reading the file; not a resumable position.
@@ -151,6 +152,13 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         **version_entry(),
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
+        # Lightning writes its loops' counters in a weights-only checkpoint too
+        "loops": lightning_loops(
+            _loop_entry(state),
+            state.current_epoch,
+            state.global_step,
+            automatic=getattr(module, "automatic_optimization", True),
+        ),
         "optimizer_states": [],
         **hyperparameter_entries(module),
         "trainmesh_version": version,
