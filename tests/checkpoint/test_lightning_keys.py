@@ -28,6 +28,12 @@ def _model_class(framework):
         def training_step(self, batch, batch_idx):
             return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
 
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(X, Y), batch_size=8)
+
         def configure_optimizers(self):
             optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
             return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5)]
@@ -131,3 +137,23 @@ def test_scaler_state_read_from_either_key(tmp_path):
             plugins=[tm.plugins.MixedPrecision("16-mixed", "cpu")],
         )
         assert _load(tmp_path / f"resume_{name}" / "after_fit.ckpt")["MixedPrecision"]["scale"] == 4.0, name
+
+
+def test_validate_from_a_lightning_checkpoint(tmp_path):
+    """validate(ckpt_path=) on a file Lightning wrote loads its weights and ModelCheckpoint state as Lightning
+    does (before, trainmesh refused the file); fit(ckpt_path=) still refuses it, saying why."""
+    _fit(L, tmp_path / "pl")
+    source = tmp_path / "pl" / "epoch_end.ckpt"
+    outcomes = {}
+    for framework in (L, tm):
+        callback = framework.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "pl"))
+        trainer = framework.Trainer(
+            logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[callback]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metrics = trainer.validate(_model_class(framework)(), ckpt_path=source, verbose=False)
+        outcomes[framework.__name__] = (metrics, callback.best_model_path)
+    assert outcomes["trainmesh"] == outcomes[L.__name__]
+    with pytest.raises(tm.checkpoint.UnreadableCheckpoint, match="PyTorch Lightning checkpoint"):
+        _fit(tm, tmp_path / "resume", max_epochs=2, ckpt_path=source)

@@ -92,3 +92,14 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
     evaluation = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=False)}
     predict = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=None)}
     return {"fit_loop": fit_loop, "validate_loop": evaluation, "test_loop": dict(evaluation), "predict_loop": predict}
+
+
+def written_by_lightning(checkpoint: Any) -> bool:
+    """A checkpoint Lightning wrote (its version key and weights, none of trainmesh's entries): its
+    weights, data module and callback states load as Lightning loads them for validate/test/predict."""
+    return (
+        isinstance(checkpoint, dict)
+        and VERSION_KEY in checkpoint
+        and "state_dict" in checkpoint
+        and "trainmesh_version" not in checkpoint
+    )

@@ -24,6 +24,7 @@ from trainmesh.checkpoint.lightning_keys import (
     precision_entries,
     saved_precision_state,
     version_entry,
+    written_by_lightning,
 )
 from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
@@ -227,7 +228,9 @@ def restore_modules(
     Lightning, where it may adapt the checkpoint).
     """
     module, model = state.module, state.model
-    problem = content_problem(checkpoint, source)
+    # Lightning's own checkpoint: its weights (and callback states) for validate/test/predict, as
+    # Lightning loads them; fit does not resume from it (content_problem says why)
+    problem = None if weights_only and written_by_lightning(checkpoint) else content_problem(checkpoint, source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
