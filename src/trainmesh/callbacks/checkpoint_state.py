@@ -12,17 +12,18 @@ from trainmesh.callbacks.checkpoint_names import as_score, worst
 
 def saved_state(callback: Any) -> dict[str, Any]:
     """``ModelCheckpoint.state_dict``: Lightning's keys, with ``mode`` and ``last_global_step_saved``."""
+    # Lightning 2.6's keys in its order (programs read them from the checkpoint), then trainmesh's
     return {
         "monitor": callback.monitor,
-        "mode": callback.mode,
-        "dirpath": callback.dirpath,
-        "best_model_path": callback.best_model_path,
         "best_model_score": callback.best_model_score,  # tensors, as in Lightning's state
+        "best_model_path": callback.best_model_path,
         "current_score": callback.current_score,
-        "last_model_path": callback.last_model_path,
+        "dirpath": callback.dirpath,
+        "best_k_models": dict(callback.best_k_models),
         "kth_best_model_path": callback.kth_best_model_path,
         "kth_value": callback.kth_value,
-        "best_k_models": dict(callback.best_k_models),
+        "last_model_path": callback.last_model_path,
+        "mode": callback.mode,
         "last_global_step_saved": callback._last_global_step_saved,
     }
 

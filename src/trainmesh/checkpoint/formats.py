@@ -107,6 +107,8 @@ def _foreign_by_first_bytes(path: Path, head: bytes, size: int) -> str | None:
 
 def content_problem(checkpoint: Any, source: str) -> str | None:
     """Why a loaded object is not a trainmesh checkpoint, saying whose it is and how to use it; None if it is."""
+    if isinstance(checkpoint, Mapping) and "trainmesh_version" in checkpoint and "state_dict" in checkpoint:
+        return None  # trainmesh's (it writes Lightning's version key too, for Lightning to read it)
     if isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint:
         return (
             f"{source} is a PyTorch Lightning checkpoint (Lightning {checkpoint['pytorch-lightning_version']}), "
@@ -121,8 +123,6 @@ def content_problem(checkpoint: Any, source: str) -> str | None:
             f"checkpoint: module.load_state_dict(torch.load({source!r})), then fit without ckpt_path (or "
             "validate/test the module as it is)"
         )
-    if isinstance(checkpoint, Mapping) and "trainmesh_version" in checkpoint and "state_dict" in checkpoint:
-        return None
     keys = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, Mapping) else []
     weights = [str(key) for key, value in checkpoint.items() if _is_flat_tensor_dict(value)] if keys else []
     hint = (

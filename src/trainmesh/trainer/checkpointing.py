@@ -19,6 +19,13 @@ from trainmesh.checkpoint import (
     remove_interrupted_saves,
     resolve_checkpoint,
 )
+from trainmesh.checkpoint.lightning_keys import (
+    lightning_loops,
+    precision_entries,
+    saved_precision_state,
+    version_entry,
+    written_by_lightning,
+)
 from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.best_checkpoint import check_best_known
@@ -69,18 +76,34 @@ def build_checkpoint(
     # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
     # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
     stop = loop.stopped_inside
+    checkpoint_epoch, loop_entry = state.current_epoch if stop is None else stop.epoch, _loop_entry(state)
+    # Lightning's keys in Lightning's order (dump_checkpoint), then trainmesh's own
     checkpoint: dict[str, Any] = {
-        "trainmesh_version": __version__,
-        "format": CHECKPOINT_FORMAT,
-        "epoch": state.current_epoch if stop is None else stop.epoch,
+        "epoch": checkpoint_epoch,
         "global_step": state.global_step,
-        "loop": _loop_entry(state),
+        **version_entry(),
         "state_dict": pieces["model"],
+        # Lightning's progress counters of this position, for Lightning's own fit(ckpt_path=)
+        "loops": lightning_loops(
+            loop_entry, checkpoint_epoch, state.global_step, automatic=getattr(module, "automatic_optimization", True)
+        ),
+        "callbacks": callback_states(trainer.callbacks),
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
-        "precision": runtime.precision.state_dict(),
-        "callbacks": callback_states(trainer.callbacks),
-        **hyperparameter_entries(module),
+        **precision_entries(runtime.precision.state_dict()),
+    }
+    datamodule = state.datamodule
+    if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
+        # Lightning's key, the class's name, so checkpoints load both ways; an empty state is not saved
+        checkpoint[type(datamodule).__qualname__] = held
+    checkpoint.update(hyperparameter_entries(module))
+    if getattr(datamodule, "hparams", None):
+        checkpoint.update(hyperparameter_names(datamodule))
+        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    checkpoint |= {
+        "trainmesh_version": __version__,
+        "format": CHECKPOINT_FORMAT,
+        "loop": loop_entry,
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
         "train_results": saved_results(state, runtime),
         "epoch_metrics": dict(state.epoch_metrics),
@@ -88,13 +111,6 @@ def build_checkpoint(
         "per_rank": runtime.all_gather_object(_rank_entry(state, runtime, trainer.accumulate_grad_batches)),
     }
     checkpoint["rng"] = checkpoint["per_rank"][0]["rng"]
-    datamodule = state.datamodule
-    if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
-        # Lightning's key, the class's name, so checkpoints load both ways; an empty state is not saved
-        checkpoint[type(datamodule).__qualname__] = held
-    if getattr(datamodule, "hparams", None):
-        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
-        checkpoint.update(hyperparameter_names(datamodule))
     # Lightning's order: the callbacks' on_save_checkpoint, then the module's
     _save_callbacks(trainer, module, checkpoint)
     if hasattr(module, "on_save_checkpoint"):
@@ -106,7 +122,7 @@ def hyperparameter_entries(module: Any) -> dict[str, Any]:
     """``hyper_parameters`` (and ``hparams_name``) where the module saved some: Lightning writes
     neither key for a module without hyperparameters."""
     hparams = getattr(module, "hparams", None)
-    return {"hyper_parameters": dict(hparams), **hyperparameter_names(module)} if hparams else {}
+    return {**hyperparameter_names(module), "hyper_parameters": dict(hparams)} if hparams else {}
 
 
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
@@ -128,19 +144,28 @@ def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any
 
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
     """The weights and what loading them needs (hyperparameters), as ModelCheckpoint(save_weights_only=True)
-    writes: no optimizer, scheduler, callback or loop state, so ``fit`` refuses to resume from it."""
+    writes: no optimizer, scheduler, callback or trainmesh loop state (Lightning's ``loops`` counters, as Lightning
+    writes them there), so ``fit`` refuses to resume from it."""
     module = state.module
     checkpoint: dict[str, Any] = {
-        "trainmesh_version": version,
-        "format": CHECKPOINT_FORMAT,
-        "weights_only": True,
         # Where the weights were taken, for people reading the file; not a resumable position.
         "epoch": state.current_epoch,
         "global_step": state.global_step,
+        **version_entry(),
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
+        # Lightning writes its loops' counters in a weights-only checkpoint too
+        "loops": lightning_loops(
+            _loop_entry(state),
+            state.current_epoch,
+            state.global_step,
+            automatic=getattr(module, "automatic_optimization", True),
+        ),
         "optimizer_states": [],
         **hyperparameter_entries(module),
+        "trainmesh_version": version,
+        "format": CHECKPOINT_FORMAT,
+        "weights_only": True,
     }
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
@@ -204,7 +229,9 @@ def restore_modules(
     Lightning, where it may adapt the checkpoint).
     """
     module, model = state.module, state.model
-    problem = content_problem(checkpoint, source)
+    # Lightning's own checkpoint: its weights (and callback states) for validate/test/predict, as
+    # Lightning loads them; fit does not resume from it (content_problem says why)
+    problem = None if weights_only and written_by_lightning(checkpoint) else content_problem(checkpoint, source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
@@ -266,7 +293,7 @@ def restore_checkpoint(
     runtime.checkpoints.load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
-    runtime.precision.load_state_dict(checkpoint.get("precision", {}))
+    runtime.precision.load_state_dict(saved_precision_state(checkpoint))
     state.current_epoch = checkpoint["epoch"]
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
