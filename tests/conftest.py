@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 import tempfile
@@ -91,6 +92,33 @@ def _lightning_loader_patches_undone():
                 setattr(cls, name, methods[name])
             elif name in cls.__dict__:
                 delattr(cls, name)
+
+
+_GOVERNING_LOGGERS = ("lightning", "lightning.pytorch", "pytorch_lightning", "trainmesh")
+
+
+def _logger_settings() -> dict[str, tuple]:
+    loggers = [logging.getLogger(name) for name in _GOVERNING_LOGGERS]
+    loggers += [
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.startswith(tuple(f"{n}." for n in _GOVERNING_LOGGERS))
+    ]
+    return {logger.name: (logger.level, logger.propagate, logger.disabled, list(logger.handlers)) for logger in loggers}
+
+
+@pytest.fixture(autouse=True)
+def _lightning_logger_settings_restored():
+    # trainmesh's info lines follow the levels a program sets on Lightning's loggers
+    # (utilities/lightning_loggers.py), and many tests quiet Lightning with
+    # getLogger("lightning.pytorch").setLevel(ERROR): each test leaves those loggers as it found them,
+    # or a later test in the same worker would see no trainmesh line at all.
+    before = _logger_settings()
+    yield
+    for name, (level, propagate, disabled, handlers) in before.items():
+        logger = logging.getLogger(name)
+        logger.propagate, logger.disabled, logger.handlers[:] = propagate, disabled, handlers
+        logger.setLevel(level)  # (setLevel also clears logging's cached effective levels)
 
 
 @pytest.fixture(autouse=True)

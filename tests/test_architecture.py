@@ -63,6 +63,14 @@ THROUGH_THE_DOOR = {
     "trainmesh.launchers.base": {"ProcessInfo"},
     "trainmesh.checkpoint.keys": {"CheckpointKeys"},
     "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},
+    # Lightning's keys of a checkpoint dict (its version, loops counters, scaler key): pure functions of values
+    "trainmesh.checkpoint.lightning_keys": {
+        "lightning_loops",
+        "precision_entries",
+        "saved_precision_state",
+        "version_entry",
+        "written_by_lightning",
+    },
     # checkpoint/'s public face: files and paths, no collective ("last"/"best" resolution, reading
     # and removing one checkpoint, format checks); sharded saves and loads, and the background
     # writer (AsyncCheckpointIO: its own process group), go through the Runtime (checkpoint/saves.py).

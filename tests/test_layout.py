@@ -32,6 +32,8 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
     "callbacks/progress/bar_meter.py": ["callbacks/test_throughput.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
+    "keras/global_draws.py": ["keras/test_keras_random_draws.py"],
+    "trainer/checkpoint_paths.py": ["trainer/test_last_checkpoint_dirs.py", "checkpoint/test_kill_during_save.py"],
     "hparams_files.py": ["core/test_saving.py"],
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
     "profiler.py": ["trainer/test_differential_programs_tutorials.py"],

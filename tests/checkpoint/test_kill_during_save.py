@@ -45,7 +45,7 @@ from trainmesh.checkpoint.distributed import load_distributed, save_distributed
 from trainmesh.checkpoint.formats import content_problem
 from trainmesh.checkpoint.io import TEMPORARY_NAME, load_checkpoint_file, remove_checkpoint
 from trainmesh.checkpoint.writers import SYNCHRONOUS
-from trainmesh.trainer.checkpointing import clear_interrupted_saves, resolve_ckpt_path
+from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, resolve_ckpt_path
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="forks its savers"),

@@ -11,7 +11,7 @@ import torch
 from helpers.batches import Batches, LegFailed
 from helpers.said import said
 from trainmesh.checkpoint.distributed import METADATA_FILE, save_distributed
-from trainmesh.trainer.checkpointing import resolve_ckpt_path
+from trainmesh.trainer.checkpoint_paths import resolve_ckpt_path
 
 SCRIPT = Path(__file__).parent / "last_dirs_run.py"
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # one-process DCP

@@ -184,12 +184,16 @@ def unchecked_by_hand(model: Any, x: Any, y: Any) -> dict[str, str]:
                 predicted = model(batch[0], training=False)
         except Exception:  # noqa: BLE001 -- a model the probe cannot call
             why = "the model cannot be called on the inputs"
-    if predicted is not None and (not hasattr(predicted, "shape") or isinstance(batch[1], (dict, list, tuple))):
+    if (
+        batch is not None
+        and predicted is not None
+        and (not hasattr(predicted, "shape") or isinstance(batch[1], (dict, list, tuple)))
+    ):
         why = "the model has several outputs"
     unchecked = {}
     for metric in own:
         reason = why
-        if not reason:
+        if not reason and batch is not None:  # (no reason: there is a batch)
             try:
                 _state(_own_copy(metric), batch[1], keras.ops.convert_to_numpy(predicted))
             except Exception as err:  # noqa: BLE001 -- an update taking other arguments than (y_true, y_pred)

@@ -55,7 +55,7 @@ def first_batch(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
         if isinstance(x, DataLoader):
             if isinstance(x.dataset, IterableDataset):
                 return None
-            return x.collate_fn([x.dataset[i] for i in range(min(SAMPLES, len(x.dataset)))])
+            return x.collate_fn([x.dataset[i] for i in range(min(SAMPLES, len(x.dataset)))])  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 -- data that cannot be indexed: None, said by the caller
         return None
     parts = tuple(part for part in (x, y, sample_weight) if part is not None)

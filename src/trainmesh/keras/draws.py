@@ -41,7 +41,6 @@ from typing import Any
 import torch
 
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.routes import steps_through
 from trainmesh.runtime import Runtime
 
 MAPPED = ("normal", "uniform", "randint", "truncated_normal", "dropout")
@@ -185,8 +184,9 @@ def _numbers_only(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> 
 
 
 @contextlib.contextmanager
-def at_the_global_batch(rows: StepRows) -> Iterator[None]:
-    """Keras' random functions map batch-shaped draws to ``rows`` within the block (several processes)."""
+def keras_at_the_global_batch(rows: StepRows) -> Iterator[None]:
+    """Keras' random functions map batch-shaped draws to ``rows`` within the block (several processes);
+    global_draws.py adds torch's own."""
     if rows.runtime.world_size == 1:
         yield
         return
@@ -199,43 +199,8 @@ def at_the_global_batch(rows: StepRows) -> Iterator[None]:
     for name, function in keras_functions.items():
         wrap = _on_rows if name in MAPPED else _numbers_only if name in MAPPED_WITH_NUMBERS else _refusing
         setattr(module, name, wrap(function, rows, name))
-    from trainmesh.keras.torch_draws import torch_at_the_global_batch  # it builds on this module
-
     try:
-        with torch_at_the_global_batch(rows):  # torch's own functions drawn in a step of the program's own
-            yield
+        yield
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)
-
-
-@contextlib.contextmanager
-def predicting(model: Any, rows: StepRows, shares: tuple[int, ...] | None, batch_size: int) -> Iterator[None]:
-    """``model.predict`` of split arrays (``shares``: samples per process) maps its steps' draws; of
-    batches (``shares`` None: runs of batches, at other generator states) refuses batch-shaped ones."""
-    if rows.runtime.world_size == 1:
-        yield
-        return
-    steps = [0]
-
-    def predict_step(data: Any) -> Any:
-        local = _leading(data)
-        if shares is not None:
-            rows.begin(local, plan_sizes(shares, batch_size, steps[0]), blocks=False)
-        else:
-            rows.begin(local, None, blocks=False, refusal=PREDICTING_BATCHES)
-        try:
-            return model.predict_step(data)
-        finally:
-            steps[0] += 1
-            rows.end()
-
-    # Keras' make_predict_function, routed for this model (routes.py): the model itself is left as it is
-    with steps_through(model, {"predict": predict_step}), at_the_global_batch(rows):
-        yield
-
-
-def _leading(data: Any) -> int:
-    x = data[0] if isinstance(data, tuple) else data
-    first = next(leaf for leaf in require_keras().tree.flatten(x) if leaf is not None)
-    return int(first.shape[0])

@@ -64,7 +64,8 @@ LOW_PRECISION_TOLERANCE = 3e-2
 NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above what they alone move
 DRAWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 DRAWS += ("shuffle", "gamma", "binomial", "beta")
-REPLAYED_BY_ROWS = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical", "gamma", "binomial")
+REPLAYED_BY_ROWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
+REPLAYED_BY_ROWS += ("gamma", "binomial")
 REPLAYED_BY_ROWS += ("beta",)
 REPLAYED_BY_ROWS += probe_torch_draws.replayed_names()
 

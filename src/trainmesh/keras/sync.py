@@ -45,7 +45,8 @@ from trainmesh.keras.batch_metrics import on_global_batch
 from trainmesh.keras.batch_statistics import over_the_global_batch
 from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_zero
 from trainmesh.keras.data import TrainPlan
-from trainmesh.keras.draws import EVALUATING_BATCHES, StepRows, at_the_global_batch, plan_sizes
+from trainmesh.keras.draws import EVALUATING_BATCHES, StepRows, plan_sizes
+from trainmesh.keras.global_draws import at_the_global_batch
 from trainmesh.keras.optimizers import every_apply_through, own_overrides, refuse_own_apply, refuse_unaveraged_step
 from trainmesh.runtime import Runtime
 

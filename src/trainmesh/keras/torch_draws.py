@@ -67,7 +67,7 @@ def _mapped(torch_draw: Callable[..., Any], rows: draws.StepRows, name: str, kin
                 return torch_draw(*args, **kwargs)
         first = leading("tensor" if kind in ("dropout", "refused") else kind, args, kwargs)
         parts = draws._parts(rows, first) if first else 0
-        if not parts:
+        if not parts or first is None:
             return torch_draw(*args, **kwargs)
         if rows.refusal is not None or kind == "refused":
             draws._refuse(rows, name.rpartition(".")[2], module=name.rpartition(".")[0])

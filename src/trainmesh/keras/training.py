@@ -40,7 +40,8 @@ from trainmesh.keras.data import (
     shard,
     share_sizes,
 )
-from trainmesh.keras.draws import StepRows, predicting
+from trainmesh.keras.draws import StepRows
+from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.step_probe import probing_callback

@@ -16,7 +16,7 @@ from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loader_checks import warn_of_loader_settings
-from trainmesh.trainer.loader_lengths import check_loader_lengths, reducing_strategy
+from trainmesh.trainer.loader_lengths import RuntimeSum, check_loader_lengths
 from trainmesh.trainer.loader_results import LoaderResults
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts, Progress
@@ -169,7 +169,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
         loaders, kind, len(ctx.runtime.device_indices), reload_every_n_epochs=ctx.reload_every_n_epochs
     )
     owners = (ctx.state.model, ctx.state.datamodule)
-    check_loader_lengths(loaders, train=train, strategy=reducing_strategy(ctx.view), owners=owners)
+    check_loader_lengths(loaders, train=train, strategy=RuntimeSum(ctx.runtime), owners=owners)
     loaders = [combined_batches(ctx, loader, train=train) for loader in loaders]
     placed = ctx.runtime.setup_dataloaders(
         *loaders,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainmesh.utilities.data import has_len_all_ranks, sized_len
 
 # Lightning's switch, on the LightningModule and the LightningDataModule (False by default)
@@ -56,13 +58,13 @@ def _combined_length(loader: Any) -> int | None:
     return min(known) if getattr(loader, "mode", None) == "min_size" else max(known)
 
 
-def reducing_strategy(view: Any) -> Any:
-    """The run's strategy where it can sum across ranks (``trainer.strategy``), else one that
-    leaves a value as it is (one process)."""
-    strategy = getattr(view, "strategy", None)
-    return strategy if callable(getattr(strategy, "reduce", None)) else _OneProcess()
+class RuntimeSum:
+    """Sums a loader's length across the data-parallel ranks through the Runtime, called as
+    ``has_len_all_ranks`` calls a strategy's ``reduce`` (the Trainer side talks only to the Runtime)."""
 
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
 
-class _OneProcess:
     def reduce(self, tensor: Any, reduce_op: Any = "sum") -> Any:
-        return tensor
+        # a number: the Runtime moves it to the run's device (NCCL reduces device tensors only)
+        return torch.tensor(self.runtime.all_reduce(float(tensor), "sum"))

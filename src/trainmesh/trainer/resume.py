@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
-from trainmesh.trainer.checkpointing import checkpoint_places, resolve_ckpt_path
+from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
@@ -95,7 +95,8 @@ def restore_early(
     layers unfrozen there reach the optimizer. Appends (source, checkpoint) to ``early`` where it
     read one, and says whether it restored one; a sharded checkpoint is left to be read after
     ``configure_optimizers``, as before."""
-    from trainmesh.trainer.checkpointing import clear_interrupted_saves, restore_modules
+    from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves
+    from trainmesh.trainer.checkpointing import restore_modules
 
     if runtime.capabilities.restore_checkpoint_after_setup:
         return False

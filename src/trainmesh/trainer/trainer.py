@@ -16,14 +16,8 @@ from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.checkpointing import (
-    TENSOR_ENTRIES,
-    clear_interrupted_saves,
-    evaluation_ckpt_path,
-    refuse_storage_options,
-    restore_checkpoint,
-    write_checkpoint,
-)
+from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, refuse_storage_options
+from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, restore_checkpoint, write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
     accumulation_argument,

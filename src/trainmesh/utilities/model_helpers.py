@@ -16,7 +16,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest.mock import Mock
 
 from torch import nn
@@ -77,7 +77,7 @@ def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
     return model
 
 
-class _restricted_classmethod(classmethod):  # noqa: N801 (Lightning's name)
+class _RestrictedClassmethod(classmethod):
     """A classmethod that raises Lightning 2.6's TypeError when called on an instance.
 
     ``model.load_from_checkpoint(path)`` returns a new model and leaves ``model`` as it was: a
@@ -90,7 +90,7 @@ class _restricted_classmethod(classmethod):  # noqa: N801 (Lightning's name)
         super().__init__(method)
         self.method = method
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Callable[..., Any]:  # type: ignore[override]
+    def __get__(self, instance: Any, owner: type | None = None) -> Callable[..., Any]:
         method = self.method
 
         @functools.wraps(method)
@@ -105,6 +105,14 @@ class _restricted_classmethod(classmethod):  # noqa: N801 (Lightning's name)
 
         wrapper.__func__ = method  # type: ignore[attr-defined]
         return wrapper
+
+
+# Lightning's name. To a type checker it is the classmethod it is on the class (the methods' ``cls``
+# typed as the class); at run time, the one that refuses an instance.
+if TYPE_CHECKING:
+    _restricted_classmethod = classmethod
+else:
+    _restricted_classmethod = _RestrictedClassmethod
 
 
 def _in_jit_scripting() -> bool:

@@ -1,0 +1,94 @@
+"""Where the Trainer's checkpoints are looked for and cleared: "last"/"best" and a given path resolved
+over this set-up's folders, validate/test/predict's default, interrupted saves removed at the start of fit."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from trainmesh.checkpoint import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
+from trainmesh.trainer.best_checkpoint import check_best_known
+from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+# trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
+log = lightning_named_logger(__name__)
+
+
+def checkpoint_places(trainer: TrainerView) -> CheckpointPlaces:
+    """Where an earlier run of this set-up may have saved, as ``checkpoint/paths.py`` searches it.
+
+    An earlier run wrote under default_root_dir, or in its own version folder next to this
+    run's logger folder, or in the checkpoint callback's fixed dirpath: a last.ckpt missed
+    there would make fit start from scratch instead of resuming.
+    """
+    folders = [trainer.default_root_dir]
+    if trainer.loggers:
+        folders.append(os.path.dirname(trainer.log_dir))
+    callback = trainer.checkpoint_callback
+    if callback is not None and callback.dirpath:
+        folders.append(callback.dirpath)
+    return CheckpointPlaces(
+        folders=tuple(folders),
+        last_known=getattr(callback, "last_model_path", "") or "",
+        best_known=getattr(callback, "best_model_path", "") or "",
+        stage=trainer.stage or "",
+        announces=trainer.is_global_zero,
+    )
+
+
+def resolve_ckpt_path(
+    trainer: TrainerView, ckpt_path: str | os.PathLike[str], *, allow_fresh_start: bool = False
+) -> str | None:
+    """Turn "last" / "best" into a file, and check that a given path exists
+    (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
+    if str(ckpt_path) == "best":
+        check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
+    return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
+
+
+def evaluation_ckpt_path(trainer: TrainerView, stage: str, model: Any, ckpt_path: Any) -> Any:
+    """The checkpoint validate/test/predict load, as Lightning chooses it: called without a model once one
+    is connected (after a fit), "best" with Lightning's warning; else ``ckpt_path`` as given (None: the
+    model's own weights)."""
+    if ckpt_path is not None or model is not None or trainer.lightning_module is None:
+        return ckpt_path
+    rank_zero_warn(
+        f"`.{stage}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will "
+        f"be used. You can pass `.{stage}(ckpt_path='best')` to use the best model or `.{stage}(ckpt_path='last')` "
+        "to use the last model. If you pass a value, this warning will be silenced."
+    )
+    return "best"
+
+
+def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[str] | None) -> None:
+    """At the start of fit, before this run saves anything: global rank 0 deletes the temporaries
+    that killed saves left (see ``trainmesh.checkpoint.cleanup``) where this run saves and where it
+    resumes from; the other ranks wait, so that every rank then finds the same checkpoints.
+
+    Only what nothing modified since this moment is deleted: another live run's save in progress
+    keeps touching its files.
+    """
+    from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
+
+    if trainer.is_global_zero:
+        folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+        removed = remove_interrupted_saves(folders, ckpt_path, checkpoint_places(trainer), older_than=time.time())
+        if removed:
+            log.info(
+                f"trainmesh: removed {len(removed)} leftover(s) of interrupted checkpoint saves (e.g. {removed[0]})"
+            )
+    trainer.runtime.barrier()
+
+
+def refuse_storage_options(storage_options: Any) -> None:
+    """Lightning's ``save_checkpoint(storage_options=)`` goes to a CheckpointIO plugin; its default
+    one (``TorchCheckpointIO``) refuses it, and trainmesh has no plugin that takes it."""
+    if storage_options is not None:
+        raise TypeError(
+            "Trainer.save_checkpoint(..., storage_options=...) is not supported: trainmesh writes checkpoints "
+            "itself and has no CheckpointIO plugin that takes storage options (Lightning's default "
+            "TorchCheckpointIO refuses them too); write the file locally and copy it where it should go"
+        )
