@@ -18,13 +18,13 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
+from trainmesh.callbacks.checkpoint_last import last_due, save_last, write_with_last
 from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_names import (
     absolute,
     as_score,
     check_arguments,
     inside,
-    link_or_copy,
     monitor_candidates,
     render_filename,
     saves_at_epoch_end,
@@ -106,9 +106,11 @@ class ModelCheckpoint(Checkpoint):
         self.best_k_models: dict[str, torch.Tensor] = {}
         # Step 0 counts as saved: a checkpoint of untrained weights is never worth writing.
         self._last_global_step_saved = 0
-        # The step and path of the newest file written: last.ckpt follows them (see _last_due).
+        # The step and path of the newest file written: last.ckpt follows them (checkpoint_last.last_due).
         self._written_at_step: int | None = None
         self._last_checkpoint_saved = ""
+        self._last_from_same_save = False  # the Trainer's default: last.ckpt from the save beside it
+        self._last_pending: dict[str, Any] | None = None  # this save point's metrics, while _save writes
         self._owned: set[str] = set()  # files this callback wrote (or restored as its own)
         self._validated_since_check = False
         self._validated_this_fit = False
@@ -220,7 +222,7 @@ class ModelCheckpoint(Checkpoint):
         still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
         (every other save is skipped there, this one is not: measured)."""
         if self.save_last and not self._last_checkpoint_saved:
-            self._save_last(trainer, monitor_candidates(trainer))
+            save_last(self, trainer, monitor_candidates(trainer))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         """``save_on_exception=True``: the checkpoint where the run stands, named as a save there
@@ -232,7 +234,7 @@ class ModelCheckpoint(Checkpoint):
         self._last_global_step_saved = trainer.global_step
         self._write(trainer, path)
         if self.save_last:
-            self._save_last(trainer, metrics)
+            save_last(self, trainer, metrics)
         rank_zero_info(
             f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {path}"
         )
@@ -312,15 +314,6 @@ class ModelCheckpoint(Checkpoint):
             bool(trainer.fast_dev_run) or trainer.sanity_checking or trainer.global_step == self._last_global_step_saved
         )
 
-    def _last_due(self, trainer: TrainerView, *, mid_epoch: bool) -> bool:
-        """Lightning 2.6's rule: with each step-cadence save; at an epoch's end (or after validation) only
-        where a checkpoint was written at this step, or, with ``save_last="link"``, once one was."""
-        if not self.save_last:
-            return False
-        if mid_epoch or self._written_at_step == trainer.global_step:
-            return True
-        return self.save_last == "link" and bool(self._last_checkpoint_saved)
-
     def _epoch_due(self, trainer: TrainerView) -> bool:
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
@@ -333,13 +326,19 @@ class ModelCheckpoint(Checkpoint):
                 warn_about_foreign_files(self.dirpath, self._owned)
         # Set before writing: this counter is part of the state the checkpoint holds.
         self._last_global_step_saved = trainer.global_step
-        if self.save_top_k != 0:
-            if self.monitor is None:
-                self._save_latest(trainer, metrics)
-            elif ranked:
-                self._save_if_top_k(trainer, metrics, metrics[self.monitor])
-        if self._last_due(trainer, mid_epoch=mid_epoch):
-            self._save_last(trainer, metrics)
+        # Lightning's default callback saves once here (its save_last=True callback twice, kept for it).
+        sharing = self._last_from_same_save and self.save_last is True
+        self._last_pending = metrics if sharing else None
+        try:
+            if self.save_top_k != 0:
+                if self.monitor is None:
+                    self._save_latest(trainer, metrics)
+                elif ranked:
+                    self._save_if_top_k(trainer, metrics, metrics[self.monitor])
+        finally:  # _write takes the pending metrics when it writes last.ckpt too
+            shared, self._last_pending = sharing and self._last_pending is None, None
+        if not shared and last_due(self, trainer, mid_epoch=mid_epoch):
+            save_last(self, trainer, metrics)
 
     def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
         if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
@@ -417,26 +416,21 @@ class ModelCheckpoint(Checkpoint):
         self.best_model_path = better(scores, key=scores.__getitem__)
         self._best_score = self.best_k_models[self.best_model_path]
 
-    def _save_last(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
-        path = self._free_path(trainer, metrics, self.CHECKPOINT_NAME_LAST, self.last_model_path or None)
-        previous, self.last_model_path = self.last_model_path, path
-        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
-            if trainer.is_global_zero:
-                link_or_copy(self._last_checkpoint_saved, path)
-            trainer.runtime.barrier()
-        else:
-            self._write(trainer, path)
-        if previous and previous != path:
-            self._remove(trainer, previous)
-
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
         self._written_at_step, self._last_checkpoint_saved = trainer.global_step, path
+        if self._last_pending is not None:  # the default callback: last.ckpt gets this same checkpoint
+            metrics, self._last_pending = self._last_pending, None
+            write_with_last(self, trainer, path, metrics)
+        else:
+            self._save_checkpoint(trainer, path)
+
+    def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.
         if self.save_weights_only:
-            trainer.save_checkpoint(path, weights_only=True)
+            trainer.save_checkpoint(filepath, weights_only=True)
         else:
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(filepath)
 
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,13 +48,21 @@ TENSOR_ENTRIES = CheckpointKeys(model="state_dict", optimizers="optimizer_states
 
 
 def write_checkpoint(
-    state: LoopState, runtime: Runtime, trainer: TrainerView, path: str, *, weights_only: bool
+    state: LoopState,
+    runtime: Runtime,
+    trainer: TrainerView,
+    path: str,
+    *,
+    weights_only: bool,
+    copies: Sequence[str] = (),
 ) -> None:
-    """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save)."""
+    """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save), then the same
+    checkpoint to each of ``copies``: built once, so the save hooks run once for all of them."""
     verify_finite_losses(state.loop.loss_check, path)  # no checkpoint of weights a non-finite step produced
     checkpoint = build_checkpoint(state, runtime, trainer, weights_only=weights_only)
-    # The strategy waits for every rank; one that shards writes each rank's shards.
-    runtime.checkpoints.write(checkpoint, path, sharded=TENSOR_ENTRIES)
+    for target in (path, *copies):
+        # The strategy waits for every rank; one that shards writes each rank's shards (a folder each).
+        runtime.checkpoints.write(checkpoint, target, sharded=TENSOR_ENTRIES)
 
 
 def build_checkpoint(

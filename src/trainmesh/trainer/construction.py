@@ -222,8 +222,11 @@ def build_callbacks(
     # and checkpoints last (_reorder_callbacks).
     result = list(given)
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
-        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up.
-        result.append(ModelCheckpoint(save_last=True))
+        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up: written from
+        # the checkpoint saved beside it, so the save hooks run once per save point, as with Lightning's default.
+        default = ModelCheckpoint(save_last=True)
+        default._last_from_same_save = True
+        result.append(default)
     elif fast_dev_run and enable_checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
         # Lightning keeps its default ModelCheckpoint under fast_dev_run, saving nothing there:
         # programs read trainer.checkpoint_callback.best_model_path ("") after such a fit

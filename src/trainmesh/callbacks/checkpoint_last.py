@@ -1,0 +1,59 @@
+"""ModelCheckpoint's ``last.ckpt``: when it is written (Lightning 2.6's rule), under which name, and how:
+a copy, a link (``save_last="link"``), or, for the Trainer's default callback, the same checkpoint as
+the file saved beside it, built once, so that the save hooks run once per save point as under Lightning's
+default (which writes no last.ckpt at all)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.callbacks.checkpoint_names import link_or_copy
+from trainmesh.trainer_view import TrainerView
+
+# ``callback`` is the ModelCheckpoint (not imported: model_checkpoint.py imports this module).
+
+
+def last_due(callback: Any, trainer: TrainerView, *, mid_epoch: bool) -> bool:
+    """Lightning 2.6's rule: with each step-cadence save; at an epoch's end (or after validation) only
+    where a checkpoint was written at this step, or, with ``save_last="link"``, once one was."""
+    if not callback.save_last:
+        return False
+    if mid_epoch or callback._written_at_step == trainer.global_step:
+        return True
+    return callback.save_last == "link" and bool(callback._last_checkpoint_saved)
+
+
+def save_last(callback: Any, trainer: TrainerView, metrics: dict[str, Any]) -> None:
+    """Write ``last.ckpt`` as a checkpoint of its own (a program's ``save_last=True``: Lightning builds it
+    anew), or link it to the newest checkpoint (``"link"``)."""
+    previous, path = callback.last_model_path, _claim_path(callback, trainer, metrics)
+    if callback.save_last == "link" and callback._last_checkpoint_saved and callback.save_top_k != 0:
+        if trainer.is_global_zero:
+            link_or_copy(callback._last_checkpoint_saved, path)
+        trainer.runtime.barrier()
+    else:
+        callback._write(trainer, path)
+    if previous and previous != path:
+        callback._remove(trainer, previous)
+
+
+def write_with_last(callback: Any, trainer: TrainerView, path: str, metrics: dict[str, Any]) -> None:
+    """The default callback's save: ``path`` and ``last.ckpt`` from one checkpoint, through
+    ``trainer.save_checkpoint`` (called once, as Lightning's default calls it: a program may wrap it).
+    Under a sharded strategy each is a folder: the same shards written to both."""
+    previous, last = callback.last_model_path, _claim_path(callback, trainer, metrics)
+    callback._owned.add(last)
+    callback._last_checkpoint_saved = last
+    with trainer._copying_saves([last]):
+        callback._save_checkpoint(trainer, path)
+    if previous and previous != last:
+        callback._remove(trainer, previous)
+
+
+def _claim_path(callback: Any, trainer: TrainerView, metrics: dict[str, Any]) -> str:
+    """The path ``last.ckpt`` is written to now, set as ``last_model_path`` before the write (the
+    checkpoint holds it): the previous one is overwritten, any other file of that name is kept."""
+    callback.last_model_path = callback._free_path(
+        trainer, metrics, callback.CHECKPOINT_NAME_LAST, callback.last_model_path or None
+    )
+    return str(callback.last_model_path)
