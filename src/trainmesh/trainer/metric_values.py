@@ -88,5 +88,6 @@ def as_scalar(name: str, value: Any) -> torch.Tensor | float:
 
 
 def as_tensor(value: torch.Tensor | float) -> torch.Tensor:
-    # float64 holds a Python float exactly.
-    return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float64)
+    # A number as Lightning's self.log makes it: a tensor of the default dtype (float32), so that a
+    # reduced (sync_dist) or split-batch step value is Lightning's float32 number, not a float64 one.
+    return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=lightning_dtype())

@@ -31,21 +31,29 @@ def callback_metrics(state: LoopState) -> dict[str, Any]:
 
 
 def _logged_values(state: LoopState) -> dict[str, torch.Tensor]:
+    # In Lightning's order (a program printing callback_metrics sees it): the training step's names
+    # first (``name``, then ``name_step``), as its step 1 puts them there, then the epoch values
+    # (validation's, then the training epoch's) in the order they were first published.
     wide = state.wide_metrics
-    metrics = {name: metric_tensor(value, wide=name in wide) for name, value in state.epoch_metrics.items()}
+    epoch = state.epoch_metrics
+    metrics: dict[str, torch.Tensor] = {}
     if state.train_results is not None:
         entries = state.train_results.entries
         ended = state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
         for key, value in state.train_results.step_values.items():
             number, entry = step_tensor(value), entries[key]
             name = entry.name or key
+            # (once the epoch ended, a value the epoch-end hooks logged under the name replaces it, as Lightning's)
+            from_epoch = ended and name in epoch
+            if entry.on_epoch and not ended or not entry.on_epoch and not from_epoch:
+                metrics[name] = number
+            elif from_epoch:
+                metrics[name] = metric_tensor(epoch[name], wide=name in wide)
             if entry.on_epoch:
                 metrics[f"{name}_step"] = number
-                if not ended:
-                    metrics[name] = number
-            elif not (ended and name in state.epoch_metrics):
-                # (once the epoch ended, a value the epoch-end hooks logged under the name replaces it, as Lightning's)
-                metrics[name] = number
+    for name, value in epoch.items():
+        if name not in metrics:
+            metrics[name] = metric_tensor(value, wide=name in wide)
     return metrics
 
 
