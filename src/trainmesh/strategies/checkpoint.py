@@ -80,7 +80,12 @@ def load_sharded_state_dict(
     for optimizer, saved in zip(optimizers, state.get("optim", [])):
         if is_numbered(saved):
             saved = keyed_by_name(saved, optimizer, module)
-        full = not any(is_dtensor(v) for entry in saved.get("state", {}).values() for v in entry.values())
+        tensors = [
+            v for entry in saved.get("state", {}).values() for v in entry.values() if isinstance(v, torch.Tensor)
+        ]
+        # No tensor at all (SGD without momentum): nothing to shard, and torch's full-state load needs a
+        # tensor to find the device ("Expected device to be set"): loaded as it is, param_groups only
+        full = bool(tensors) and not any(is_dtensor(v) for v in tensors)
         set_optimizer_state_dict(module, optimizer, saved, options=StateDictOptions(full_state_dict=full))
 
 
