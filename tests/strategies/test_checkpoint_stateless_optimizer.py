@@ -7,23 +7,23 @@ stopped with "AssertionError: Expected device to be set" (found resuming
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainmesh.launchers.environments import find_free_port
 from trainmesh.strategies import checkpoint as checkpoints
 
 
 @pytest.fixture(scope="module")
 def one_process_group():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29400 + (os.getpid() + 7) % 1000))
+    # a port of its own, given to the group (not written into os.environ: a later test in this worker
+    # launching processes would rendezvous on it)
     started = not dist.is_initialized()
     if started:
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
     yield
     if started:
         dist.destroy_process_group()

@@ -187,6 +187,7 @@ def test_ddp_at_two_processes_trains_as_lightnings(tmp_path):
     weights bit-equal to Lightning's rank's (before: trainmesh's "16-mixed" trained float16)."""
     from helpers.forked import can_fork, run_forked
     from helpers.processes import run_program
+    from trainmesh.launchers.environments import find_free_port
 
     script = Path(__file__).parent / "precision_ddp_run.py"
     outcomes = {}
@@ -195,7 +196,8 @@ def test_ddp_at_two_processes_trains_as_lightnings(tmp_path):
         out.mkdir()
         if can_fork():  # as tests/trainer/test_differential_programs_more.py::test_ddp_program_same_outcome
             world = 2 if framework == "trainmesh" else 1
-            env = dict(os.environ)
+            # a free rendezvous port of its own (one an earlier test left in os.environ may be taken)
+            env = dict(os.environ, MASTER_PORT=str(find_free_port()))
             done = run_forked(script, [framework, str(out)], env=env, timeout=600, cwd=tmp_path, world=world)
         else:
             done = run_program([str(script), framework, str(out)], timeout=600, cwd=tmp_path)
