@@ -42,3 +42,20 @@ def model_parallel_legs(tmp_path_factory):
     from model_parallel_legs import Legs
 
     return Legs(tmp_path_factory.mktemp("model_parallel"))
+
+
+@pytest.fixture(scope="module")
+def one_process_group():
+    """A gloo group of this test process alone, for the module's tests (FSDP2 on one rank). Its port is
+    given to the group, not written into os.environ: a later test in this worker launching processes
+    would rendezvous on it."""
+    import torch.distributed as dist
+
+    from trainmesh.launchers.environments import find_free_port
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
+    yield
+    if started:
+        dist.destroy_process_group()

@@ -8,25 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from trainmesh.launchers.environments import find_free_port
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.shard_snapshot import ShardSnapshot
 from trainmesh.utilities.dtensors import is_dtensor
-
-
-@pytest.fixture(scope="module")
-def one_process_group():
-    # a port of its own, given to the group (not written into os.environ: a later test in this worker
-    # launching processes would rendezvous on it)
-    started = not dist.is_initialized()
-    if started:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
-    yield
-    if started:
-        dist.destroy_process_group()
 
 
 def _sharded_model():
