@@ -119,6 +119,8 @@ class TrainerView(Protocol):
     @property
     def loop(self) -> LoopProgress: ...
     @property
+    def fit_loop(self) -> Any: ...  # Lightning's, as read (trainer/loop_views.py); some of it a callback may write
+    @property
     def ckpt_path(self) -> str | None: ...
 
     # ---- metrics

@@ -2,8 +2,8 @@
 program (a shuffled loader, SGD with momentum and a StepLR that SWA swaps for SWALR, 4 epochs)
 trains to the same averaged weights with the same seed, under each annealing strategy, an int or
 fractional ``swa_epoch_start`` and a custom ``avg_fn``; the learning rates at each epoch's start,
-the callback's checkpoint state (count, scheduler, average) are the same. A model with batch norm is
-refused (Lightning's extra epoch is not in this fit loop)."""
+the callback's checkpoint state (count, scheduler, average) are the same. A model with batch norm
+(Lightning's extra forward-only epoch): test_stochastic_weight_avg_batch_norm.py."""
 
 import pytest
 import torch
@@ -18,12 +18,11 @@ pl = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.callbacks import StochasticWeightAveraging as PlSWA  # noqa: E402
 
 
-def make_module(base, *, batch_norm=False):
+def make_module(base):
     class Net(base):
         def __init__(self):
             super().__init__()
-            norm = nn.BatchNorm1d(8) if batch_norm else nn.Identity()
-            self.net = nn.Sequential(nn.Linear(4, 8), norm, nn.ReLU(), nn.Linear(8, 1))
+            self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
 
         def training_step(self, batch, batch_idx):
             x, y = batch
@@ -51,14 +50,14 @@ def halfway(averaged, current, count):
     return (averaged + current) / 2
 
 
-def run(lightning, tmp, swa_kwargs, *, batch_norm=False):
+def run(lightning, tmp, swa_kwargs):
     base, callback_base, trainer_class, swa_class = (
         (pl.LightningModule, pl.Callback, pl.Trainer, PlSWA)
         if lightning
         else (tm.LightningModule, tm.Callback, tm.Trainer, StochasticWeightAveraging)
     )
     pl.seed_everything(2) if lightning else tm.seed_everything(2)
-    model = make_module(base, batch_norm=batch_norm)()
+    model = make_module(base)()
     swa, recorder = swa_class(**swa_kwargs), make_recorder(callback_base)()
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(24, 4, generator=g), torch.randn(24, 1, generator=g))
@@ -95,11 +94,6 @@ def test_swa_averages_as_lightning(tmp_path, case):
     for name in their_weights:
         assert torch.equal(our_weights[name], their_weights[name]), name
         assert torch.equal(our_state["average_model_state"][name], their_state["average_model_state"][name]), name
-
-
-def test_batch_norm_refused_before_training(tmp_path):
-    with pytest.raises(ValueError, match="batch-norm layers in Net: Lightning trains one more epoch"):
-        run(False, tmp_path, CASES["cos"], batch_norm=True)
 
 
 def test_arguments_checked_as_lightning():

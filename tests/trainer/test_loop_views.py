@@ -151,6 +151,63 @@ def test_a_second_fit_carries_the_loggers_step_on(tmp_path):
     assert differences(found["lightning"], found["trainmesh"]) == []
 
 
+def writes_during_fit(L, root):
+    """A callback writes Lightning's three running-loop members: ``fit_loop.max_epochs += 1`` in
+    on_fit_start (one more epoch), and at epoch 1's start ``max_batches += 1`` and ``_skip_backward``
+    with a window of the epoch's length (training_step without backward, one optimizer step at its end,
+    on the gradients the last step left), put back at its end; what the hooks read meanwhile."""
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(3, 1)
+            self.seen = []
+
+        def training_step(self, batch, batch_idx):
+            t = self.trainer
+            loop = t.fit_loop
+            self.seen.append(
+                (t.current_epoch, t.global_step, loop.max_epochs, t.num_training_batches, loop._skip_backward)
+            )
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def on_before_backward(self, loss):
+            self.seen.append(("backward", self.trainer.current_epoch))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    class Lengthen(L.pl.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            trainer.fit_loop.max_epochs += 1
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 1:
+                trainer.fit_loop.max_batches += 1
+                trainer.fit_loop._skip_backward = True
+                trainer.accumulate_grad_batches = trainer.fit_loop.max_batches
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.fit_loop._skip_backward = False
+
+    g = torch.Generator().manual_seed(1)
+    train = DataLoader(TensorDataset(torch.randn(8, 3, generator=g), torch.randn(8, 1, generator=g)), batch_size=2)
+    model = Model()
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=1, logger=False, enable_checkpointing=False))
+    trainer.callbacks.append(Lengthen())
+    trainer.fit(model, train)
+    return outcome(trainer, model, root, seen=model.seen, max_epochs=trainer.max_epochs)
+
+
+def test_writes_during_fit_as_in_lightning(tmp_path):
+    """Before: ``cannot change while the Trainer runs`` (the loop read its settings at the start)."""
+    found = run_both(writes_during_fit, tmp_path)
+    seen = found["lightning"]["extra"]["seen"]
+    assert seen[-1] == (1, 4, 2, 5, True) and ("backward", 1) not in seen
+    assert found["lightning"]["global_step"] == 5
+    assert differences(found["lightning"], found["trainmesh"]) == []
+
+
 def test_writes_into_the_loops_work_between_runs_or_are_refused(tmp_path):
     import trainmesh as tm
 
@@ -162,7 +219,7 @@ def test_writes_into_the_loops_work_between_runs_or_are_refused(tmp_path):
         def training_step(self, batch, batch_idx):
             if self.trainer.current_epoch == 0 and batch_idx == 0:
                 with pytest.raises(AttributeError, match="cannot change while the Trainer runs"):
-                    self.trainer.fit_loop.max_epochs = 9
+                    self.trainer.fit_loop.min_epochs = 9
             return self.net(batch[0]).sum()
 
         def configure_optimizers(self):

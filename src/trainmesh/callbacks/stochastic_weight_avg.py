@@ -6,11 +6,15 @@ model's parameters are averaged into a copy (``avg_fn``; by default the running 
 last epoch the model holds the averaged parameters. The average, its count and the scheduler's
 state are kept in the checkpoint.
 
->>> swa = StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=2, annealing_epochs=1)
+A model with batch-norm layers gets Lightning's extra epoch: the fit is lengthened by one
+(``trainer.fit_loop.max_epochs += 1`` as it starts), and at that epoch's start the averaged weights
+go into the model, the layers' running statistics are reset (momentum None: a cumulative mean) and
+the epoch runs forward only: every batch's training_step and hooks, no zero_grad and no backward
+(the loop's switch, ``trainer.fit_loop._skip_backward``), the accumulation window made the epoch's
+length so that the optimizer steps once, at its last batch, as Lightning's. ``on_train_end`` puts
+the limits and the momenta back. A strategy that shards parameters is refused (as Lightning).
 
-Not here yet, and refused before training: a model with batch-norm layers (Lightning runs one more
-epoch, without backward or optimizer step, to recompute their statistics for the averaged
-weights; the fit loop here has no such epoch), and a strategy that shards parameters (as Lightning).
+>>> swa = StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=2, annealing_epochs=1)
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class StochasticWeightAveraging(Callback):
         self._init_n_averaged = 0
         self._latest_update_epoch = -1
         self._max_epochs: int = -1
+        self._model_contains_batch_norm: bool | None = None
+        self._accumulate_grad_batches = 1  # the Trainer's, kept during the batch-norm epoch
+        self.momenta: dict[nn.modules.batchnorm._BatchNorm, float | None] = {}
 
     @property
     def swa_start(self) -> int:
@@ -89,15 +96,7 @@ class StochasticWeightAveraging(Callback):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if trainer.runtime.capabilities.shards_parameters:
             raise ValueError("SWA does not currently support sharded models.")
-        if self.pl_module_contains_batch_norm(pl_module):
-            raise ValueError(
-                f"StochasticWeightAveraging with batch-norm layers in {type(pl_module).__name__}: Lightning trains one "
-                "more epoch, without backward, to recompute their running statistics for the averaged weights, and "
-                "trainmesh's fit loop has no such epoch yet, so the averaged model's statistics would be wrong. Use "
-                "torch.optim.swa_utils.update_bn(loader, model) after fit with SWA on a model without batch norm, or "
-                "train this one under Lightning."
-            )
-        self._average_model = deepcopy(pl_module)
+        self._average_model = deepcopy(pl_module)  # before the model goes to its device, as Lightning's
 
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if len(trainer.optimizers) != 1:
@@ -113,7 +112,11 @@ class StochasticWeightAveraging(Callback):
                     "Please provide `swa_epoch_start` as an integer."
                 )
             self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
+        self._model_contains_batch_norm = self.pl_module_contains_batch_norm(pl_module)
         self._max_epochs = max_epochs
+        if self._model_contains_batch_norm and max_epochs != -1:
+            # one more epoch, to recompute the batch-norm statistics for the averaged weights
+            trainer.fit_loop.max_epochs += 1
         if self._scheduler_state is not None:  # resumed: the SWA scheduler comes back at its epoch
             trainer.lr_scheduler_configs.clear()
 
@@ -126,6 +129,30 @@ class StochasticWeightAveraging(Callback):
             assert self.n_averaged is not None and self._average_model is not None
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
+        # not ">": the callback may be saved with the model and training go on (Lightning's note)
+        if self._max_epochs != -1 and epoch == self.swa_end + 1:
+            self._start_batch_norm_epoch(trainer, pl_module)
+
+    def _start_batch_norm_epoch(self, trainer: TrainerView, pl_module: Any) -> None:
+        """The averaged weights into the model, its batch-norm statistics reset, and this epoch run
+        forward only, its optimizer step held back by a window one batch longer than the epoch."""
+        assert self._average_model is not None
+        self.transfer_weights(self._average_model, pl_module)
+        self.reset_batch_norm_and_save_state(pl_module)
+        fit_loop = trainer.fit_loop
+        fit_loop.max_batches += 1
+        fit_loop._skip_backward = True
+        self._accumulate_grad_batches = trainer.accumulate_grad_batches
+        if not isinstance(fit_loop.max_batches, int):
+            raise ValueError(
+                "StochasticWeightAveraging on a model with batch norm needs a train loader with a length (its last "
+                "epoch recomputes the statistics over one pass of it): give the dataset a __len__, or set "
+                "Trainer(limit_train_batches=<int>)"
+            )
+        trainer.accumulate_grad_batches = fit_loop.max_batches
+
+    def on_train_epoch_end(self, trainer: TrainerView, *args: Any) -> None:
+        trainer.fit_loop._skip_backward = False
 
     def _start_averaging(self, trainer: TrainerView, pl_module: Any) -> None:
         """The average's device, and SWALR in the scheduler's place (or added where there is none)."""
@@ -167,14 +194,42 @@ class StochasticWeightAveraging(Callback):
             self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=pl_module.device)
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        """The averaged parameters into the model, where the last epoch averaged."""
-        if (trainer.current_epoch - 1 == self.swa_end or self._max_epochs == -1) and self._average_model is not None:
-            self.transfer_weights(self._average_model, pl_module)
+        """After the batch-norm epoch, the limits and momenta as they were; else the averaged
+        parameters into the model, where the last epoch averaged (current_epoch counts it done)."""
+        bn_epoch_done = trainer.current_epoch - 1 == self.swa_end + 1
+        if self._model_contains_batch_norm and self._max_epochs != -1 and bn_epoch_done:
+            trainer.accumulate_grad_batches = self._accumulate_grad_batches
+            fit_loop = trainer.fit_loop
+            fit_loop.max_batches -= 1
+            fit_loop.max_epochs -= 1
+            self.reset_momenta()
+        elif trainer.current_epoch - 1 == self.swa_end or self._max_epochs == -1:
+            if self._average_model is not None:
+                self.transfer_weights(self._average_model, pl_module)
 
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:
         for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters(), strict=False):
             dst.detach().copy_(src.to(dst.device))
+
+    def reset_batch_norm_and_save_state(self, pl_module: Any) -> None:
+        """Lightning's (from torch 1.7's ``swa_utils``): fresh running statistics, the momenta kept aside."""
+        self.momenta = {}
+        for module in pl_module.modules():
+            if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+                continue
+            assert module.running_mean is not None and module.running_var is not None
+            mean, var = module.running_mean, module.running_var
+            module.running_mean = torch.zeros_like(mean, device=pl_module.device, dtype=mean.dtype)
+            module.running_var = torch.ones_like(var, device=pl_module.device, dtype=var.dtype)
+            self.momenta[module] = module.momentum
+            module.momentum = None  # torch's: None is a cumulative mean
+            assert module.num_batches_tracked is not None
+            module.num_batches_tracked *= 0
+
+    def reset_momenta(self) -> None:
+        for module, momentum in self.momenta.items():
+            module.momentum = momentum
 
     @staticmethod
     def update_parameters(

@@ -40,7 +40,7 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
-from trainmesh.trainer.stop_limits import can_stop_early, fit_done
+from trainmesh.trainer.stop_limits import can_stop_early, fit_done, fit_limits
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -83,7 +83,7 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
-            while not fit_done(state, settings, say=True):
+            while not fit_done(state, fit_limits(ctx), say=True):
                 if opened is None and fit_data.train_reload_due():  # reload_dataloaders_every_n_epochs
                     train_loader = fit_data.train_loader(reload=True)
                 run_epoch(ctx, fit_data, train_loader, opened)
@@ -123,7 +123,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
-        announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
+        announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
     state.progress.fit_started = True
@@ -164,7 +164,7 @@ class _OpenedEpoch:
 def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> _OpenedEpoch | None:
     """Start the fit's first epoch's data; None where nothing is left to train (a resumed fit)."""
     state, loop = ctx.state, ctx.state.loop
-    if resume_rng is not None and loop.epoch_finished and not fit_done(state, ctx.settings):
+    if resume_rng is not None and loop.epoch_finished and not fit_done(state, fit_limits(ctx)):
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
         if loop.epoch_schedulers_pending:
@@ -174,7 +174,7 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
-    if fit_done(state, ctx.settings, say=True):
+    if fit_done(state, fit_limits(ctx), say=True):
         if resume_rng is not None:
             # Resumed with nothing left to train: still hold the generators the checkpoint
             # held, for a checkpoint saved now.

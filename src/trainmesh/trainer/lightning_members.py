@@ -34,7 +34,6 @@ class LightningMembers(RunProperties):
     accumulate_grad_batches: int
     max_epochs: int | None
     max_steps: int
-    num_training_batches: int | float
 
     @property
     def reload_dataloaders_every_n_epochs(self) -> int:
@@ -259,10 +258,19 @@ class LightningMembers(RunProperties):
         )
 
     @property
+    def num_training_batches(self) -> int | float:
+        """Lightning's (its ``fit_loop.max_batches``): the fit's loader's count, and what a callback
+        added to it for the running fit (``trainer.fit_loop.max_batches += 1``: loop_views.py)."""
+        counted: int | float = self._state.num_training_batches
+        added: int = self._state.loop.added_batches
+        return counted + added
+
+    @property
     def val_check_batch(self) -> int | float | None:
         """Lightning's: the training batches between validations, settled as a fit starts (None before
         any fit); an int ``val_check_interval`` as given, a fraction of the epoch's batches at least 1."""
-        interval, batches = self._settings.val_check_interval, self.num_training_batches
+        # the loader's count (Lightning settled it when the loader was set up: no batch a callback added)
+        interval, batches = self._settings.val_check_interval, self._state.num_training_batches
         if not self._state.progress.fit_started or batches == 0:  # Lightning settles it only for batches to run
             return None
         if isinstance(interval, int) or math.isinf(batches):

@@ -67,6 +67,14 @@ class LoopPosition:
     # The step-interval schedulers stepped with a metric that are due after this batch: Lightning steps
     # them after its on_train_batch_end and validation, which may log the metric (not saved).
     plateau_due: list[Any] = field(default_factory=list)
+    # Lightning's ``fit_loop._skip_backward`` (a callback sets it, through trainer.fit_loop: loop_views.py):
+    # automatic optimization runs training_step with its hooks and logging, but no zero_grad and no
+    # backward (StochasticWeightAveraging's batch-norm epoch); the optimizer still steps where a window
+    # ends, on whatever gradients are there. And what ``trainer.fit_loop.max_batches`` was raised by:
+    # what trainer.num_training_batches reads beyond the loader's count (the loader and the validation
+    # cadence keep theirs, as Lightning's, which settled them when the loader was set up). Not saved.
+    forward_only: bool = False
+    added_batches: int = 0
 
 
 @dataclass

@@ -4,15 +4,19 @@ read-only views of Lightning 2.6's loop objects onto trainmesh's loop state (``m
 ``epoch_loop.val_loop.batch_progress``, ``max_batches``, ...). The counters are copies taken at the
 read (loop_progress.py); a write a program makes to a loop's setting goes to the Trainer's own
 (``trainer.fit_loop.max_epochs = 5`` between fits, as in Lightning), any other write is refused
-with what to do instead, since trainmesh's loops are no objects a program can rewire.
+with what to do instead, since trainmesh's loops are no objects a program can rewire. During a fit
+a callback may write three of Lightning's, which the loop reads live: ``fit_loop.max_epochs`` (the
+fit's length), ``fit_loop.max_batches`` (what ``trainer.num_training_batches`` reads) and
+``fit_loop._skip_backward`` (the loop's forward-only switch): StochasticWeightAveraging's door.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, cast
 
 from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
 from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
+from trainmesh.trainer.loop_state import LoopPosition
 from trainmesh.trainer.states import TrainerState, TrainerStatus
 from trainmesh.trainer_view import LoopProgress
 from trainmesh.utilities.refusal import RefusedError
@@ -117,11 +121,14 @@ class _View:
         object.__setattr__(self, "_owner", owner)
         object.__setattr__(self, "_counters", counters)
 
+    # What a callback may change while the loop runs (the loop reads it live), as in Lightning
+    _running_writes: frozenset[str] = frozenset()
+
     def __setattr__(self, name: str, value: Any) -> None:
         member = getattr(type(self), name, None)
         if not (isinstance(member, property) and member.fset is not None):
             _refuse(self._where, name)
-        if self._owner.state.status == TrainerStatus.RUNNING:
+        if self._owner.state.status == TrainerStatus.RUNNING and name not in self._running_writes:
             raise AttributeError(
                 f"`{self._where}.{name}` cannot change while the Trainer runs in trainmesh: the loop reads "
                 "its settings when the run starts. Set it before calling trainer.fit (Lightning would "
@@ -245,6 +252,9 @@ class FitLoopView(_View):
 
     __slots__ = ()
     _where = "trainer.fit_loop"
+    # A callback lengthening the running fit by a forward-only epoch (Lightning's StochasticWeightAveraging
+    # on a model with batch norm: callbacks/stochastic_weight_avg.py) writes these three
+    _running_writes = frozenset({"max_epochs", "max_batches", "_skip_backward"})
 
     @property
     def max_epochs(self) -> int:
@@ -252,7 +262,7 @@ class FitLoopView(_View):
 
     @max_epochs.setter
     def max_epochs(self, value: int) -> None:
-        self._owner.max_epochs = value
+        self._owner.max_epochs = value  # the running fit reads it at each epoch's end (stop_limits.py)
 
     @property
     def min_epochs(self) -> int | None:  # Lightning's _parse_loop_limits as a fit starts: trainer_fields.py
@@ -273,6 +283,25 @@ class FitLoopView(_View):
     @property
     def max_batches(self) -> int | float:
         return self._owner.num_training_batches
+
+    @max_batches.setter
+    def max_batches(self, value: int | float) -> None:
+        """What ``trainer.num_training_batches`` reads from now on in this fit; the loader is read as
+        before (its own count of batches, its validation cadence), as Lightning's."""
+        self._position().added_batches += int(value - self._owner.num_training_batches)
+
+    @property
+    def _skip_backward(self) -> bool:
+        """Lightning's switch (its automatic optimization's): True runs training_step without zero_grad
+        and backward, from the next batch on, until it is set back; the loop's ``forward_only``."""
+        return self._position().forward_only
+
+    @_skip_backward.setter
+    def _skip_backward(self, value: bool) -> None:
+        self._position().forward_only = bool(value)
+
+    def _position(self) -> LoopPosition:
+        return cast(LoopPosition, self._owner.loop)
 
     @property
     def epoch_progress(self) -> EpochProgressCopy:

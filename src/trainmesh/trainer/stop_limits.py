@@ -4,6 +4,8 @@ one), and when a stop asked (``trainer.should_stop``) may end it: its ``_can_sto
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.settings import LoopSettings
@@ -23,6 +25,16 @@ def fit_done(state: LoopState, settings: LoopSettings, *, say: bool = False) -> 
     if say:
         rank_zero_info(f"`Trainer.fit` stopped: `{limit}` reached.")
     return True
+
+
+def fit_limits(ctx: LoopContext) -> LoopSettings:
+    """The running fit's settings with ``max_epochs`` as the Trainer reads it now: a callback may
+    lengthen the fit (``trainer.fit_loop.max_epochs += 1`` in its on_fit_start, Lightning's
+    StochasticWeightAveraging on a model with batch norm) or shorten it, as in Lightning."""
+    settings, max_epochs = ctx.settings, ctx.view.max_epochs
+    if max_epochs is None or max_epochs == settings.max_epochs:
+        return settings
+    return dataclasses.replace(settings, max_epochs=max_epochs)
 
 
 def min_met(state: LoopState, settings: LoopSettings) -> bool:

@@ -97,7 +97,7 @@ class TrainerFields(LightningMembers):
     current_epoch: StateField[int] = StateField("_state")
     global_step: StateField[int] = StateField("_state")
     should_stop: StateField[bool] = StateField("_state")
-    num_training_batches: StateField[int | float] = StateField("_state")
+    # num_training_batches: lightning_members.py (what a callback added to the loader's count with it)
     val_loader_batches: StateField[int | float] = StateField("_state")
     test_loader_batches: StateField[int | float] = StateField("_state")
     predict_loader_batches: StateField[int | float] = StateField("_state")

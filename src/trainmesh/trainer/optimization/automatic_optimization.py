@@ -19,6 +19,10 @@ needs its closure: LBFGS). Otherwise it makes the same calls in the same order w
 without looking a hook up per step (``OptimizerSteps.step``, the fast path): on_before_optimizer_step,
 clipping, ``optimizer.step()``. Gradients are zeroed where Lightning zeroes them, at each window's
 first batch before backward, and stay after the step (hooks until the next window read them).
+
+A forward-only batch (Lightning's ``fit_loop._skip_backward``, set by a callback:
+StochasticWeightAveraging's batch-norm epoch) runs training_step and the rest of the closure, but
+neither zero_grad nor backward; where it ends a window the optimizer still steps, as Lightning's.
 """
 
 from __future__ import annotations
@@ -41,7 +45,19 @@ class AutomaticRunner:
     def run(self, batch: Any, batch_idx: int, *, steps_now: bool) -> StepResult:
         steps = self.steps
         steps.backward.loss_check.batch_idx = batch_idx
-        steps.arm_zero_grad(batch_idx)
+        # Lightning's _skip_backward, read per batch as its closure is built (loop_state.LoopPosition.forward_only)
+        forward_only = steps.backward.forward_only = steps.ctx.state.loop.forward_only
+        if forward_only:
+            if steps.zero_before_step:
+                raise ValueError(
+                    "A forward-only training epoch (trainer.fit_loop._skip_backward, StochasticWeightAveraging on a "
+                    "model with batch norm) under pipeline parallelism: its schedule runs backward with the forward, so "
+                    "the loop cannot leave it out. Recompute the batch-norm statistics after fit "
+                    "(torch.optim.swa_utils.update_bn) or train without pipeline stages"
+                )
+            steps.disarm_zero_grad()
+        else:
+            steps.arm_zero_grad(batch_idx)
         if steps_now and steps.through_hook:
             result = steps.step_through_hook(batch_idx, functools.partial(steps.train, batch, batch_idx, True))
             assert result is not None  # the first closure trains, and it ran (checked)

@@ -168,8 +168,12 @@ class LossBackward:
         self.loss_check = loss_check
         # Set at a window's first batch where the zero_grad hooks are overridden: Lightning zeroes there.
         self.zero_grad: Callable[[], None] | None = None
+        # Set per batch by the automatic runner: the loop's forward-only switch (no zero_grad, no backward)
+        self.forward_only = False
 
     def __call__(self, loss: torch.Tensor) -> None:
+        if self.forward_only:
+            return
         if self.zero_grad is not None:
             self.zero_grad()
         self.backward(loss)
