@@ -225,3 +225,40 @@ def test_resumed_from_averaging_epochs_as_lightnings(tmp_path):
             for side in ("pl", "tm")
         }
         assert_same(resumed["pl"], resumed["tm"])
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Batches without a length: the batch-norm epoch cannot hold its step for the last one."""
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        return iter([(torch.randn(4, 4, generator=g), torch.randn(4, 1, generator=g)) for _ in range(3)])
+
+
+def test_loader_without_length_stops_before_training(tmp_path):
+    """Lightning 2.6.6 trains every epoch and stops as the batch-norm epoch starts (an assertion);
+    trainmesh stops at on_train_start, before a training step, saying what to do."""
+    results = {}
+    for lib in (pl, tm):
+        calls = []
+        model = make_module(lib.LightningModule, calls)()
+        swa = lib.callbacks.StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=1)
+        trainer = lib.Trainer(
+            max_epochs=2,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[swa],
+        )
+        with pytest.raises((AssertionError, ValueError)) as raised:
+            trainer.fit(model, DataLoader(Stream(), batch_size=None))
+        results[lib] = (raised, [c for c in calls if c[0] == "training_step"])
+    raised, steps = results[pl]
+    assert "Iterable-style datasets are not supported" in str(raised.value) and len(steps) == 6
+    raised, steps = results[tm]
+    assert raised.type is ValueError and "needs a train loader with a length" in str(raised.value)
+    assert steps == []

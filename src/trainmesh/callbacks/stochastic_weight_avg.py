@@ -140,16 +140,17 @@ class StochasticWeightAveraging(Callback):
         self.transfer_weights(self._average_model, pl_module)
         self.reset_batch_norm_and_save_state(pl_module)
         fit_loop = trainer.fit_loop
+        _check_counted(fit_loop.max_batches)  # a loader reloaded without a length since on_train_start
         fit_loop.max_batches += 1
         fit_loop._skip_backward = True
         self._accumulate_grad_batches = trainer.accumulate_grad_batches
-        if not isinstance(fit_loop.max_batches, int):
-            raise ValueError(
-                "StochasticWeightAveraging on a model with batch norm needs a train loader with a length (its last "
-                "epoch recomputes the statistics over one pass of it): give the dataset a __len__, or set "
-                "Trainer(limit_train_batches=<int>)"
-            )
         trainer.accumulate_grad_batches = fit_loop.max_batches
+
+    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        """Before any batch: the batch-norm epoch needs the loader's count (Lightning's assertion only
+        fails when that epoch starts, after the whole training)."""
+        if self._model_contains_batch_norm and self._max_epochs != -1:
+            _check_counted(trainer.num_training_batches)
 
     def on_train_epoch_end(self, trainer: TrainerView, *args: Any) -> None:
         trainer.fit_loop._skip_backward = False
@@ -262,6 +263,17 @@ class StochasticWeightAveraging(Callback):
         self._scheduler_state = state_dict["scheduler_state"]
         if self._average_model is not None:
             self._average_model.load_state_dict(state_dict["average_model_state"])
+
+
+def _check_counted(batches: int | float) -> None:
+    if not isinstance(batches, int):
+        raise ValueError(
+            "StochasticWeightAveraging on a model with batch norm needs a train loader with a length: after the "
+            "averaging it runs one more epoch, forward only, whose optimizer step waits for the epoch's last batch "
+            "(Lightning 2.6 stops there: 'Iterable-style datasets are not supported'). Give the dataset a __len__, "
+            "set Trainer(limit_train_batches=<int>), or average with torch.optim.swa_utils (AveragedModel, update_bn) in "
+            "a callback of your own"
+        )
 
 
 def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, avg_fn: Any, device: Any) -> None:

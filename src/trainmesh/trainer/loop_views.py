@@ -12,6 +12,7 @@ fit's length), ``fit_loop.max_batches`` (what ``trainer.num_training_batches`` r
 
 from __future__ import annotations
 
+import math
 from typing import Any, NoReturn, Protocol, cast
 
 from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
@@ -288,7 +289,15 @@ class FitLoopView(_View):
     def max_batches(self, value: int | float) -> None:
         """What ``trainer.num_training_batches`` reads from now on in this fit; the loader is read as
         before (its own count of batches, its validation cadence), as Lightning's."""
-        self._position().added_batches += int(value - self._owner.num_training_batches)
+        counted = self._owner.num_training_batches
+        if math.isinf(counted) and value == counted:  # no length: inf + 1 is inf, as in Lightning
+            return
+        if math.isinf(counted) or math.isinf(value):
+            raise ValueError(
+                f"trainer.fit_loop.max_batches = {value}: the train loader's batches are {counted}; trainmesh "
+                "changes what trainer.num_training_batches reads by a count, which needs both to be finite"
+            )
+        self._position().added_batches += int(value - counted)
 
     @property
     def _skip_backward(self) -> bool:
