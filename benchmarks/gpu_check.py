@@ -51,7 +51,9 @@ class Sizes:
 
 GPU_SIZES = Sizes(vocab=8192, width=768, layers=6, heads=12, seq=512, batch=16, steps=60, warmup=15)
 # One layer: inductor's compilation costs about 12 CPU-s a layer with a cold cache; a step, 3 ms.
-DRY_SIZES = Sizes(vocab=128, width=32, layers=1, heads=2, seq=16, batch=4, steps=6, warmup=2)
+# Two timed steps after one: a row's wiring needs one timed step; each step costs up to 0.23 CPU-s
+# on the CPU (bf16 autocast), and the six variants' steps were 4 of the dry run's 30 CPU-s at 6 + 2.
+DRY_SIZES = Sizes(vocab=128, width=32, layers=1, heads=2, seq=16, batch=4, steps=2, warmup=1)
 
 
 # ---- the model, the data and the hand count (imported in the variant processes only) ------------
@@ -345,6 +347,8 @@ def trainmesh_scale(device: str, dry_run: bool, timeout: float) -> dict:
             "1",
             "--accelerator",
             device,
+            "--mode",  # the table reads the strong sweep only
+            "strong",
             "--steps",
             "5" if dry_run else "30",
             "--windows",
@@ -353,13 +357,24 @@ def trainmesh_scale(device: str, dry_run: bool, timeout: float) -> dict:
             out,
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_with_source_path())
-        # "[strong] N=1: 40946 samples/s, ..." and the step time's row of the strong table.
         lines = done.stdout.splitlines()
         summary = [line for line in lines if line.startswith("[strong]")]
-        header = next((i for i, line in enumerate(lines) if line.startswith("N  batch/rank")), None)
-        if header is not None and header + 1 < len(lines):
-            summary.append("step ms: " + lines[header + 1].split()[2])
+        step_ms = _step_ms_of_the_table(lines)
+        if step_ms is not None:
+            summary.append(f"step ms: {step_ms}")
         return {"returncode": done.returncode, "lines": summary, "error": done.stderr.strip()[-300:]}
+
+
+def _step_ms_of_the_table(lines: list[str]) -> str | None:
+    """The first row's ``step ms`` in the scale command's table (its header's columns are separated
+    by two or more spaces; a row's values are single words): "[strong] N=1: 40946 samples/s, ..."
+    has no step time."""
+    header = next((i for i, line in enumerate(lines) if line.startswith("N  ") and "step ms" in line), None)
+    if header is None or header + 1 >= len(lines):
+        return None
+    column = re.split(r"\s{2,}", lines[header].strip()).index("step ms")
+    values = lines[header + 1].split()
+    return values[column] if column < len(values) else None
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -445,14 +460,15 @@ def main() -> None:
             figures = run_variant(name, Sizes(**json.loads(args.sizes)), args.device)
             print(json.dumps({"variant": name, "figures": figures}), flush=True)
         return
-    import torch
+    if args.dry_run:  # no device to ask torch about: this process does not import it (2 CPU-s)
+        device, sizes, device_name = "cpu", DRY_SIZES, "CPU (dry run)"
+    else:
+        import torch
 
-    if not args.dry_run and not torch.cuda.is_available():
-        sys.exit("gpu_check: no CUDA device is visible; run with --dry-run to exercise the script on the CPU")
-    device = "cpu" if args.dry_run else "cuda"
-    sizes = DRY_SIZES if args.dry_run else GPU_SIZES
+        if not torch.cuda.is_available():
+            sys.exit("gpu_check: no CUDA device is visible; run with --dry-run to exercise the script on the CPU")
+        device, sizes, device_name = "cuda", GPU_SIZES, torch.cuda.get_device_name(0)
     repeats = args.repeats or (1 if args.dry_run else 2)
-    device_name = "CPU (dry run)" if args.dry_run else torch.cuda.get_device_name(0)
     started = time.perf_counter()
     tests = cuda_tests(args.dry_run, timeout=240)
     print("cuda tests:", tests["summary"], flush=True)

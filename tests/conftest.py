@@ -5,7 +5,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 # Tests import small shared models from tests/helpers.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -13,12 +12,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers.xdist_groups import FileGroups, group_files  # noqa: E402
 
 # One torch thread per process, set before any fixture starts a process (module fixtures launch
-# before the function-level _quiet_threads below) and in this process too (torch read its thread
-# count at import): two xdist workers share two cores with the tests' own processes, and a
-# second OpenMP thread spins waiting for a core (test_keras_api's in-process fits: 58 CPU-s with
-# torch's two threads, 35 with one).
+# before the function-level _quiet_threads below) and before this process imports torch (torch
+# reads it at import; set_num_threads where a plugin imported it first): two xdist workers share
+# two cores with the tests' own processes, and a second OpenMP thread spins waiting for a core
+# (test_keras_api's in-process fits: 58 CPU-s with torch's two threads, 35 with one).
+# This file does not import torch itself: xdist's controller loads it before it starts its
+# workers and runs no test, and its import of torch (1.9 CPU-s; 4.6 where bytecode is neither
+# installed nor written, .ci/run's case) held the workers' start back. Where tests are collected,
+# pytest_collection_modifyitems imports it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+if "torch" in sys.modules:
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 # The tests start hundreds of interpreters that import trainmesh: where bytecode caching is off
 # (PYTHONDONTWRITEBYTECODE, as on the project's machines) each one compiled trainmesh's 200 files
 # again (0.27 s of CPU a process). Their bytecode goes to a cache of the tests' own, outside the
@@ -29,6 +33,9 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 
 
 def pytest_collection_modifyitems(config, items):
+    import torch
+
+    _record_pristine_loader_classes()
     group_files(items, longest_first=hasattr(config, "workerinput"))  # in an xdist worker
     if getattr(config.option, "loadgroup", False):  # set in an xdist worker under --dist loadgroup
         name_groups_in_node_ids(items)
@@ -73,10 +80,17 @@ def pytest_xdist_make_scheduler(config, log):
 # Lightning run in that worker wraps them again, until a test sharing the worker fails with a
 # RecursionError (tests/trainer/test_states.py after test_data_source_datamodule.py). Undone after each test.
 _LOADER_METHODS = ("__init__", "__setattr__", "__delattr__")
-_PRISTINE_LOADER_CLASSES = {
-    cls: {name: cls.__dict__[name] for name in _LOADER_METHODS if name in cls.__dict__}
-    for cls in (torch.utils.data.DataLoader, torch.utils.data.BatchSampler)
-}
+_PRISTINE_LOADER_CLASSES: dict[type, dict] = {}
+
+
+def _record_pristine_loader_classes() -> None:
+    """The classes' own methods, recorded once tests are collected, before any runs (collection
+    runs no Lightning hook)."""
+    import torch.utils.data
+
+    for cls in (torch.utils.data.DataLoader, torch.utils.data.BatchSampler):
+        methods = {name: cls.__dict__[name] for name in _LOADER_METHODS if name in cls.__dict__}
+        _PRISTINE_LOADER_CLASSES.setdefault(cls, methods)
 
 
 @pytest.fixture(autouse=True)

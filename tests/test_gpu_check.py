@@ -1,6 +1,7 @@
 """The GPU check script runs end to end on the CPU (--dry-run), so it is ready when a GPU is lent."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     step_rows = [line for line in table.splitlines() if "step time" in line]
     assert all("n/a" not in line for line in step_rows), table
     assert "8 tests collected" in table or "collected" in table  # the CUDA tests were found, then skipped
+    scale_row = next(line for line in table.splitlines() if line.startswith("| `trainmesh scale"))
+    assert re.search(r"step ms: [0-9.]+", scale_row), scale_row  # read from the command's table
 
 
 def test_gpu_check_refuses_to_run_without_cuda_unless_dry_run(tmp_path):

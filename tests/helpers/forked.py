@@ -118,6 +118,11 @@ class Forked:
         self._child = _fork_server().Process(target=_child, args=target_args)
         self._child.start()
 
+    @property
+    def pid(self) -> int:
+        """Its process id, also its session's and process group's (for a test that signals it)."""
+        return self._child.pid
+
     def poll(self) -> int | None:
         """The exit status, or None while it runs."""
         return self._child.exitcode

@@ -32,6 +32,8 @@ sys.path.insert(0, str(HERE))
 
 import seed_003_run as run  # noqa: E402
 
+from helpers.forked import can_fork, start_forked  # noqa: E402
+
 STEPS = run.EPOCHS * 64 // run.GLOBAL_BATCH  # 8 optimizer steps
 VAL_BATCHES = run.EPOCHS * 32 // run.GLOBAL_BATCH  # 4 validation forwards
 
@@ -225,31 +227,22 @@ def run_torchrun_nodes(leg: list[str], *, nodes: int, per_node: int, timeout: fl
     from trainmesh.launchers.environments import find_free_port
 
     port = str(find_free_port())
-    started, files = [], []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": str(int(timeout))}
+    started: list = []
+    files = []
     for rank in range(nodes):
+        torchrun = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), "--node-rank", str(rank)]
+        torchrun += ["--master-addr", "127.0.0.1", "--master-port", port, str(HERE / "seed_003_run.py"), *leg]
+        if can_fork():
+            started.append(ForkedAgent(torchrun, env=env, log=logs / f"node{rank}.log"))
+            continue
         log = open(logs / f"node{rank}.log", "w")
         files.append(log)
         started.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "torch.distributed.run",
-                    "--nnodes",
-                    str(nodes),
-                    "--nproc-per-node",
-                    str(per_node),
-                    "--node-rank",
-                    str(rank),
-                    "--master-addr",
-                    "127.0.0.1",
-                    "--master-port",
-                    port,
-                    str(HERE / "seed_003_run.py"),
-                    *leg,
-                ],
+                [sys.executable, "-m", "torch.distributed.run", *torchrun],
                 cwd=HERE,
-                env={**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": str(int(timeout))},
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -269,11 +262,42 @@ def run_torchrun_nodes(leg: list[str], *, nodes: int, per_node: int, timeout: fl
         stop(started)
         for log in files:
             log.close()
+        for agent in started:
+            if isinstance(agent, ForkedAgent):
+                agent.write_log()
     text = "\n".join(f"==== node {rank}\n{(logs / f'node{rank}.log').read_text()}" for rank in range(nodes))
     if timed_out:
         raise NodesFailed(f"the torchrun nodes ran past {timeout}s and were killed", text)
     if any(p.returncode != 0 for p in started):
         raise NodesFailed(f"torchrun nodes exited with {[p.returncode for p in started]}", text)
+
+
+class ForkedAgent:
+    """A torchrun agent as a fork of the fork server (helpers/forked.py; legs.py's ``__main__`` is
+    ``python -m torch.distributed.run``), with the face of the ``Popen`` the loop above and stop()
+    use: the agent does not import torch again (2 CPU-s each); its workers are torchrun's new
+    interpreters all the same."""
+
+    def __init__(self, torchrun: list[str], *, env: dict[str, str], log: Path) -> None:
+        self.forked, self.log = start_forked(HERE / "legs.py", torchrun, env=env, cwd=HERE), log
+        self.pid = self.forked.pid
+        self.done: subprocess.CompletedProcess | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.forked.poll()
+
+    def poll(self) -> int | None:
+        return self.forked.poll()
+
+    def wait(self) -> None:
+        if self.done is None:
+            self.done = self.forked.wait(timeout=60)  # (stop() killed what still ran)
+
+    def write_log(self) -> None:
+        self.wait()
+        assert self.done is not None
+        self.log.write_text(self.done.stdout + self.done.stderr)
 
 
 def descendants(pid: int) -> list[int]:
