@@ -98,6 +98,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
     logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
+    from trainmesh.trainer.resume import say_restored
 
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     # Lightning's counts across fits of one Trainer carry on into a second fit (its loops persist):
@@ -123,6 +124,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
+        say_restored(source, fitting=True)
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
