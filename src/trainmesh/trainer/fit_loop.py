@@ -144,13 +144,14 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
 
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
     """As Lightning: an epoch shorter than ``log_every_n_steps`` never reaches the loggers' step
-    rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said."""
+    rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said. In
+    Lightning's words, which programs' ``warnings.filterwarnings(message=...)`` match."""
     interval = ctx.settings.log_every_n_steps
     if ctx.publisher.loggers and num_batches < interval and not ctx.settings.fast_dev_run:
         rank_zero_warn(
-            f"The number of training batches ({num_batches}) is smaller than the logging interval "
-            f"Trainer(log_every_n_steps={interval}): step metrics reach the loggers once every {interval} steps, "
-            "so not in every epoch, and not at all in a shorter run. Set log_every_n_steps lower to log each epoch",
+            f"The number of training batches ({num_batches}) is smaller than the logging interval"
+            f" Trainer(log_every_n_steps={interval}). Set a lower value for log_every_n_steps if"
+            " you want to see logs for the training epoch.",
             category=PossibleUserWarning,
         )
 
