@@ -15,6 +15,7 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
+from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, refuse_storage_options
 from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, write_checkpoint
@@ -152,6 +153,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
         # Lightning's trainer.default_root_dir: "~" expanded, the path normalized
         self.default_root_dir = os.path.normpath(os.path.expanduser(str(default_root_dir or os.getcwd())))
+        notes = batch_limit_notes(locals())  # Lightning's lines for limits given as 1 or 1.0, said below
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
@@ -171,6 +173,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
+        say_batch_limit_notes(notes)
 
     @property
     def strategy(self) -> Strategy:
