@@ -12,9 +12,11 @@ touches (``tm.Trainer`` imports the Trainer and everything under it, ``tm.seed_e
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
+from trainmesh.utilities.warnings import format_warning_as_lightning
 from trainmesh.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
@@ -65,6 +67,10 @@ _logger.setLevel(logging.INFO)
 if not logging.getLogger().hasHandlers():
     _logger.addHandler(logging.StreamHandler())
     _logger.propagate = False
+
+# Warnings show as Lightning's do once a program imports it: the library's own without their
+# category and source line (a program that sets warnings.formatwarning itself afterwards keeps its own).
+warnings.formatwarning = format_warning_as_lightning
 
 __all__ = [
     "Callback",

@@ -17,6 +17,7 @@ import torch
 
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 # The "{name" that opens each field (Lightning's own pattern): "{epoch}", "{val/loss:.2f}".
 _GROUP = re.compile(r"(\{.*?)[:\}]")
@@ -180,6 +181,13 @@ def saves_at_epoch_end(setting: bool | None, trainer: TrainerView) -> bool:
     if not getattr(trainer, "val_loader_batches", 0):
         return True
     return getattr(trainer, "val_check_interval", 1.0) in (None, 1.0)
+
+
+def warn_if_dir_not_empty(dirpath: str | None, save_top_k: int) -> None:
+    """Lightning's warning as a fit sets its checkpoint folder up (``ModelCheckpoint.setup``): the
+    folder already holds something (a file, a folder, a hidden one) and this callback saves."""
+    if save_top_k != 0 and dirpath is not None and os.path.isdir(dirpath) and os.listdir(dirpath):
+        rank_zero_warn(f"Checkpoint directory {dirpath} exists and is not empty.")
 
 
 def warn_about_foreign_files(dirpath: str | None, owned: set[str]) -> None:

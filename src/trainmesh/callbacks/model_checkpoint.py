@@ -29,6 +29,7 @@ from trainmesh.callbacks.checkpoint_names import (
     render_filename,
     saves_at_epoch_end,
     warn_about_foreign_files,
+    warn_if_dir_not_empty,
     worst,
     write_yaml,
 )
@@ -157,6 +158,8 @@ class ModelCheckpoint(Checkpoint):
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
             self.dirpath = trainer.runtime.broadcast(absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+        if trainer.is_global_zero and stage == "fit":
+            warn_if_dir_not_empty(self.dirpath, self.save_top_k)
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False

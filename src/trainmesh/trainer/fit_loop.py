@@ -98,6 +98,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
     logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
+    from trainmesh.trainer.resume import say_restored
 
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     # Lightning's counts across fits of one Trainer carry on into a second fit (its loops persist):
@@ -123,6 +124,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
+        say_restored(source, fitting=True)
         announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
@@ -142,13 +144,14 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
 
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
     """As Lightning: an epoch shorter than ``log_every_n_steps`` never reaches the loggers' step
-    rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said."""
+    rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said. In
+    Lightning's words, which programs' ``warnings.filterwarnings(message=...)`` match."""
     interval = ctx.settings.log_every_n_steps
     if ctx.publisher.loggers and num_batches < interval and not ctx.settings.fast_dev_run:
         rank_zero_warn(
-            f"The number of training batches ({num_batches}) is smaller than the logging interval "
-            f"Trainer(log_every_n_steps={interval}): step metrics reach the loggers once every {interval} steps, "
-            "so not in every epoch, and not at all in a shorter run. Set log_every_n_steps lower to log each epoch",
+            f"The number of training batches ({num_batches}) is smaller than the logging interval"
+            f" Trainer(log_every_n_steps={interval}). Set a lower value for log_every_n_steps if"
+            " you want to see logs for the training epoch.",
             category=PossibleUserWarning,
         )
 

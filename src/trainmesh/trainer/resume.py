@@ -28,6 +28,7 @@ from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from trainmesh.checkpoint import CheckpointPlaces
@@ -38,6 +39,17 @@ if TYPE_CHECKING:
 log = lightning_named_logger(__name__)
 
 Read = Callable[[str], dict[str, Any]]  # one checkpoint, read on this process
+
+
+def say_restoring(source: str) -> None:
+    """Lightning's line as its checkpoint connector starts on a checkpoint (``resume_start``)."""
+    rank_zero_info(f"Restoring states from the checkpoint path at {source}")
+
+
+def say_restored(source: str, *, fitting: bool) -> None:
+    """Lightning's line once the checkpoint is restored (``resume_end``): a fit's whole state, or
+    the weights validate/test/predict load."""
+    rank_zero_info(f"{'Restored all states' if fitting else 'Loaded model weights'} from the checkpoint at {source}")
 
 
 def read_fit_checkpoint(
@@ -106,6 +118,7 @@ def restore_early(
         return False
     source, checkpoint = found
     if checkpoint is not None and source is not None:
+        say_restoring(source)
         restore_modules(state, runtime, trainer, checkpoint, source=source, weights_only=False, early=True)
     early.append((source, checkpoint))
     return checkpoint is not None
@@ -122,6 +135,20 @@ def read_weights_checkpoint(
         checkpoint = None if source is None else read(source)
     assert source is not None and checkpoint is not None  # "last" without a checkpoint raised
     return source, checkpoint
+
+
+def load_weights_for_eval(
+    trainer: TrainerView, runtime: Runtime, state: LoopState, ckpt_path: str | os.PathLike[str], read: Read
+) -> None:
+    """validate/test/predict(ckpt_path=...): the checkpoint's weights into the module, with
+    Lightning's lines before and after."""
+    from trainmesh.trainer.checkpointing import restore_checkpoint
+
+    source, checkpoint = read_weights_checkpoint(trainer, runtime, ckpt_path, read)
+    state.ckpt_path = source
+    say_restoring(source)
+    restore_checkpoint(state, runtime, trainer, checkpoint, source=source, weights_only=True)
+    say_restored(source, fitting=False)
 
 
 class _FoundDamaged(Exception):

@@ -15,9 +15,10 @@ from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
+from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, refuse_storage_options
-from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, restore_checkpoint, write_checkpoint
+from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
     accumulation_argument,
@@ -43,7 +44,7 @@ from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_p
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
-from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
+from trainmesh.trainer.resume import load_weights_for_eval, read_fit_checkpoint, restore_early, say_restoring
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
@@ -152,6 +153,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
         # Lightning's trainer.default_root_dir: "~" expanded, the path normalized
         self.default_root_dir = os.path.normpath(os.path.expanduser(str(default_root_dir or os.getcwd())))
+        notes = batch_limit_notes(locals())  # Lightning's lines for limits given as 1 or 1.0, said below
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
@@ -171,6 +173,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
+        say_batch_limit_notes(notes)
 
     @property
     def strategy(self) -> Strategy:
@@ -328,6 +331,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
                 read = functools.partial(self._read_checkpoint, with_optimizers=True, weights_only=weights_only)
                 source, checkpoint = early[0] if early else read_fit_checkpoint(self, self.runtime, ckpt_path, read)
+                if not early and source is not None:  # restored after configure_optimizers (a sharded one)
+                    say_restoring(source)
                 state.ckpt_path = source
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
                 with supervision.stop_signals(
@@ -433,9 +438,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if ckpt_path is None:
             return
         read = functools.partial(self._read_checkpoint, with_optimizers=False, weights_only=weights_only)
-        source, checkpoint = read_weights_checkpoint(self, self.runtime, ckpt_path, read)
-        self._state.ckpt_path = source
-        restore_checkpoint(self._state, self.runtime, self, checkpoint, source=source, weights_only=True)
+        load_weights_for_eval(self, self.runtime, self._state, ckpt_path, read)
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
         check_weights_only(source, weights_only)  # what Lightning's torch.load(weights_only=) refuses
