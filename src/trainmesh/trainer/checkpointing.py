@@ -179,12 +179,10 @@ def _loop_entry(state: LoopState) -> dict[str, Any]:
     loop, stop = state.loop, state.loop.stopped_inside
     return {
         "batches_done": loop.batches_done if stop is None else stop.batches_done,
-        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
-        # epoch too, and steps the epoch's schedulers first if they had not stepped yet. Taken in
-        # the validation after the epoch's last batch, it resumes with the next epoch without the
-        # epoch's plateau step, as Lightning's restart does (its metric is not in the checkpoint).
+        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending) or in the validation after
+        # its last batch, it resumes with the next epoch without the epoch's plateau step, as
+        # Lightning's restart does (its metric is not in the checkpoint).
         "epoch_finished": (loop.epoch_finished or loop.epoch_ending or loop.epoch_end_validation) and stop is None,
-        "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
         "total_batches": loop.total_batches,
         # taken in a validation after a batch (ModelCheckpoint's on_validation_end): that batch's step counts
@@ -303,7 +301,6 @@ def restore_checkpoint(
     loop_state = checkpoint["loop"]
     state.loop.batches_done = loop_state["batches_done"]
     state.loop.epoch_finished = loop_state["epoch_finished"]
-    state.loop.epoch_schedulers_pending = loop_state.get("epoch_schedulers_pending", False)
     state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     state.loop.total_batches = loop_state.get("total_batches", 0)
     state.loop.batches_stepped = loop_state.get("batches_stepped", state.global_step)  # older checkpoints
