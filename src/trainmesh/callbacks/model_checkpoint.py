@@ -73,7 +73,9 @@ class ModelCheckpoint(Checkpoint):
         check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs, train_time_interval)
         dirpath = local_path(dirpath, "ModelCheckpoint(dirpath)")
         self._dirpath_given = dirpath is not None
-        self.dirpath: str | None = absolute(dirpath) if dirpath is not None else None
+        # Lightning's: a folder given is made absolute, its links resolved (realpath); one of the run's
+        # (setup) stays as the trainer's folders give it, relative where they are
+        self.dirpath: str | None = os.path.realpath(absolute(dirpath)) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
@@ -156,7 +158,7 @@ class ModelCheckpoint(Checkpoint):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
-            self.dirpath = trainer.runtime.broadcast(absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+            self.dirpath = trainer.runtime.broadcast(os.path.join(trainer.log_dir, "checkpoints"), src=0)
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
