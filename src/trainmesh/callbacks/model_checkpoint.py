@@ -429,10 +429,7 @@ class ModelCheckpoint(Checkpoint):
 
     def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.
-        if self.save_weights_only:
-            trainer.save_checkpoint(filepath, weights_only=True)
-        else:
-            trainer.save_checkpoint(filepath)
+        trainer.save_checkpoint(filepath, self.save_weights_only)  # Lightning's call (a bool: no "not set" line)
 
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned

@@ -31,7 +31,7 @@ from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
@@ -289,6 +289,7 @@ def restore_checkpoint(
     if not modules_restored:
         restore_modules(state, runtime, trainer, checkpoint, source=source, weights_only=weights_only)
     if weights_only:
+        rank_zero_info(f"Loaded model weights from the checkpoint at {source}")  # Lightning's resume_end
         return None
     if modules_restored:
         _check_resumable(len(state.optimizers), checkpoint, source)
@@ -316,6 +317,7 @@ def restore_checkpoint(
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
     rng: dict[str, Any] | None = own.get("rng", checkpoint["rng"])
+    rank_zero_info(f"Restored all states from the checkpoint at {source}")  # Lightning's resume_end
     return rng
 
 

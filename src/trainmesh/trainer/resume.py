@@ -24,10 +24,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
+from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from trainmesh.checkpoint import CheckpointPlaces
@@ -195,3 +196,10 @@ def _short(message: str) -> str:
     """A damage message without its advice (resume from an earlier checkpoint: done here)."""
     cut = message.find("bytes changed on disk")
     return message[:cut].rstrip(" (:") if cut > 0 else message
+
+
+def check_before_reading(source: str, weights_only: bool | None) -> None:
+    """What Lightning does before it reads a checkpoint to restore: its ``torch.load(weights_only=)``
+    refusals (checkpoint/weights_only.py), and its line naming the file."""
+    check_weights_only(source, weights_only)
+    rank_zero_info(f"Restoring states from the checkpoint path at {source}")

@@ -10,13 +10,14 @@ from typing import Any, Literal
 import torch
 
 from trainmesh.callbacks.timer import with_max_time
-from trainmesh.checkpoint import check_weights_only, remove_checkpoint
+from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
+from trainmesh.trainer.batch_limit_messages import BATCH_LIMIT_ARGUMENTS, announce_batch_limits
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, refuse_storage_options
+from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
 from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, restore_checkpoint, write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
@@ -43,7 +44,7 @@ from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_p
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
-from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
+from trainmesh.trainer.resume import check_before_reading, read_fit_checkpoint, read_weights_checkpoint, restore_early
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
@@ -68,7 +69,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         num_nodes: int = 1,
         max_restarts: int = 0,
         strategy: str | Any = "auto",
-        precision: str | int = "32-true",
+        precision: str | int | None = None,
         compile: bool | dict[str, Any] = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
@@ -170,7 +171,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
-        construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
+        construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, then its limits'
+        announce_batch_limits(**{n: v for n, v in locals().items() if n in BATCH_LIMIT_ARGUMENTS})
 
     @property
     def strategy(self) -> Strategy:
@@ -245,12 +247,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
 
     def save_checkpoint(
-        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+        self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None
     ) -> None:
         """Write the training state to ``filepath`` (atomically); ``weights_only``: the weights and hyperparameters
         alone (fit cannot resume from them); ``storage_options`` refused, as by Lightning's default checkpoint IO."""
-        refuse_storage_options(storage_options)
-        self._save_checkpoint(filepath, weights_only=weights_only)
+        self._save_checkpoint(filepath, weights_only=save_arguments(weights_only, storage_options))
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The trained model's whole weights on rank 0 (``{name: CPU tensor}``, the names of one
@@ -438,7 +439,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         restore_checkpoint(self._state, self.runtime, self, checkpoint, source=source, weights_only=True)
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
-        check_weights_only(source, weights_only)  # what Lightning's torch.load(weights_only=) refuses
+        check_before_reading(source, weights_only)  # Lightning's torch.load refusals and its line
         optimizers = self.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
