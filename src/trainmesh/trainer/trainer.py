@@ -440,7 +440,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
         check_before_reading(source, weights_only)  # Lightning's torch.load refusals and its line
-        optimizers = self.optimizers if with_optimizers else []
+        optimizers = self._state.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
