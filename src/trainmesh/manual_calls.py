@@ -67,8 +67,10 @@ def optimizers_of(trainer: TrainerView, *, wrapped: bool) -> Any:
         raise RuntimeError(
             "self.optimizers() is available once fit has called configure_optimizers (in training_step, say)"
         )
-    steps = trainer.manual_steps
-    found = [steps.wrap(o) if wrapped and steps is not None else o.optimizer for o in given]
+    steps = (
+        trainer.manual_steps
+    )  # LightningOptimizers over the run's optimizers, or (use_pl_optimizer=False) the user's
+    found = steps.wrap_all() if wrapped and steps is not None else list(given)
     return found[0] if len(found) == 1 else found
 
 

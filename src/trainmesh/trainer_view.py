@@ -70,6 +70,7 @@ class ManualSteps(Protocol):
     """What ``Module.optimizers()`` wraps each optimizer with (manual optimization's ``step()``)."""
 
     def wrap(self, optimizer: Any) -> Any: ...
+    def wrap_all(self) -> list[Any]: ...  # every optimizer of the run, wrapped
     def unwrap(self, optimizer: Any) -> Any: ...  # what wrap handed out -> the runtime's optimizer
 
 

@@ -15,17 +15,6 @@ class FakeLogger:
         self.records.append((step, dict(metrics)))
 
 
-class Wrapper:
-    """Stands in for the Trainer's optimizer wrapper: the torch optimizer is ``.optimizer``."""
-
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-
 def params(n=1):
     return [torch.nn.Parameter(torch.zeros(2)) for _ in range(n)]
 
@@ -43,7 +32,7 @@ def make_trainer(optimizers=(), configs=(), **overrides):
         sanity_checking=False,
         fast_dev_run=0,
         loggers=[FakeLogger()],
-        optimizers=[Wrapper(o) for o in optimizers],
+        optimizers=list(optimizers),  # the program's own optimizers, as Lightning's trainer holds them
         lr_scheduler_configs=list(configs),
         log_every_n_steps=1,
         should_stop=False,

@@ -53,7 +53,7 @@ def make_trainer(tmp_path, **overrides):
     trainer = SimpleNamespace(**values)
     trainer.saved = []
 
-    def save_checkpoint(path):
+    def save_checkpoint(path, weights_only=None):  # as ModelCheckpoint calls it: (path, save_weights_only)
         # What the real Trainer does, in small: every callback's state goes into the file.
         state = {cb.state_key: cb.state_dict() for cb in trainer.callbacks}
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -242,7 +242,7 @@ def test_the_flop_count_ends_where_the_optimizer_steps_and_leaves_no_hook():
     trainer = quiet_trainer(max_epochs=1, callbacks=[monitor])
     trainer.fit(Plain(), linear_loader())
     assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT)  # the model's forward and backward only
-    assert not trainer.optimizers[0].optimizer._optimizer_step_pre_hooks, "the pre-hook outlived the count"
+    assert not trainer.optimizers[0]._optimizer_step_pre_hooks, "the pre-hook outlived the count"
 
 
 def test_an_optimizer_with_its_own_step_is_counted_through_its_batch():
@@ -256,7 +256,7 @@ def test_an_optimizer_with_its_own_step_is_counted_through_its_batch():
     # Its step trains inside it (the closure, as under Lightning): the count ends with the batch, the
     # step's own matmuls in it (2 FLOPs per parameter element)
     assert monitor.flops_per_batch == 3 * (2 * B * IN * OUT) + 2 * (IN * OUT + OUT)
-    assert not trainer.optimizers[0].optimizer._optimizer_step_pre_hooks
+    assert not trainer.optimizers[0]._optimizer_step_pre_hooks
 
 
 def test_a_module_stepping_with_a_closure_is_counted_through_its_batch():

@@ -209,7 +209,9 @@ def distributed_saves(rank: int, folder: Path, store: Path, fd: int, *, max_step
     if background:
         writer.open()
 
-    def save_checkpoint(path: str) -> None:
+    def save_checkpoint(
+        path: str, weights_only: bool | None = None
+    ) -> None:  # ModelCheckpoint: (path, save_weights_only)
         live["w"].to_local().fill_(float(trainer.global_step))
         checkpoint = {
             "state_dict": live,

@@ -33,7 +33,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     trainer.fit(model, loaders()[0])
     trainer.save_checkpoint(folder / "file.ckpt")
     checkpoint = load_checkpoint_file(folder / "file.ckpt")
-    checkpoint["optimizer_states"] = [get_optimizer_state_dict(model, o.optimizer) for o in trainer.optimizers]
+    checkpoint["optimizer_states"] = [get_optimizer_state_dict(model, o) for o in trainer.optimizers]
     save_distributed(checkpoint, folder / "dir.ckpt", rank=0, sharded_keys=["state_dict", "optimizer_states"])
     return {"file": folder / "file.ckpt", "dir": folder / "dir.ckpt"}
 

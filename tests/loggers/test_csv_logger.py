@@ -74,16 +74,19 @@ def test_explicit_version(tmp_path):
     assert CSVLogger(tmp_path, version="ablation").log_dir == str(tmp_path / "lightning_logs" / "ablation")
 
 
-def test_resuming_into_existing_version_appends(tmp_path):
+def test_a_logger_of_an_existing_version_starts_its_metrics_file_anew(tmp_path):
+    """As Lightning's (tests/loggers/test_csv_logger_existing_version.py compares): the earlier
+    run's metrics.csv is deleted, with a warning, when the new logger is first used."""
     first = CSVLogger(tmp_path, version=0)
     first.log_metrics({"loss": 1.0}, step=0)
     first.finalize("success")
-    resumed = CSVLogger(tmp_path, version=0)
-    resumed.log_metrics({"loss": 0.5, "acc": 0.9}, step=1)
-    resumed.finalize("success")
-    header, rows = read_rows(resumed.metrics_file)
+    again = CSVLogger(tmp_path, version=0)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        again.log_metrics({"loss": 0.5, "acc": 0.9}, step=1)
+    again.finalize("success")
+    header, rows = read_rows(again.metrics_file)
     assert set(header) == {"loss", "acc", "step"}
-    assert [r["step"] for r in rows] == ["0", "1"]
+    assert [r["step"] for r in rows] == ["1"]
 
 
 def test_hparams_yaml(tmp_path):

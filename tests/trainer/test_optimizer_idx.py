@@ -255,14 +255,18 @@ class WarmUp1x(Net):
         warm_up(optimizer, self.trainer.global_step)
 
     def optimizer_zero_grad(self, epoch, batch_idx, optimizer, optimizer_idx):
-        self.seen.add(("optimizer_zero_grad", optimizer_idx, optimizer is self.trainer.optimizers[0].optimizer))
+        self.seen.add(
+            ("optimizer_zero_grad", optimizer_idx, optimizer is self.trainer.optimizers[0])
+        )  # the user's, as in Lightning
         optimizer.zero_grad()
 
     def on_before_optimizer_step(self, optimizer, optimizer_idx):
         self.seen.add(("on_before_optimizer_step", optimizer_idx))
 
     def backward(self, loss, optimizer, optimizer_idx):
-        self.seen.add(("backward", optimizer_idx, optimizer is self.trainer.optimizers[0].optimizer))
+        self.seen.add(
+            ("backward", optimizer_idx, optimizer is self.trainer.optimizers[0])
+        )  # the user's, as in Lightning
         loss.backward()
 
     def configure_gradient_clipping(self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm):

@@ -185,7 +185,9 @@ def test_max_steps_inside_an_epoch_reports_the_partial_epoch_but_does_not_end_it
 
     trainer.save_checkpoint(tmp_path / "paused.ckpt")
     saved = torch.load(tmp_path / "paused.ckpt", weights_only=False)
-    assert (saved["epoch"], saved["global_step"]) == (1, 17)
+    # Lightning's epoch (the trainer's, the next); trainmesh's loop entry points inside the stopped epoch
+    assert (saved["epoch"], saved["global_step"]) == (2, 17)
+    assert saved["loop"]["stopped_epoch"] == 1
     assert saved["loop"]["batches_done"] == 5 and not saved["loop"]["epoch_finished"]
     assert [len(entry["epoch_outputs"]) for entry in saved["per_rank"]] == [5]
 

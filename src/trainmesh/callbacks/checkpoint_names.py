@@ -136,7 +136,7 @@ def absolute(path: str | os.PathLike[str]) -> str:
 
 def inside(path: str, directory: str | None) -> bool:
     # Only files under our own folder are ever deleted, whatever a restored state says.
-    return directory is not None and Path(absolute(path)).is_relative_to(directory)
+    return directory is not None and Path(absolute(path)).is_relative_to(absolute(directory))
 
 
 def link_or_copy(target: str, path: str) -> None:

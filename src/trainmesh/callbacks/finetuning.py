@@ -86,7 +86,7 @@ class BaseFinetuning(Callback):
                         )
                         configured = len(optimizer.param_groups)
                         # On the optimizer itself: the Trainer's wrapper would take the attribute as its own.
-                        _unwrapped(optimizer).param_groups = param_groups
+                        optimizer.param_groups = param_groups
                         _unfreeze_added(param_groups[configured:])
             self._restarting = False
 
@@ -154,7 +154,7 @@ class BaseFinetuning(Callback):
                 "The provided params to be frozen already exist within another group of this optimizer."
                 " Those parameters will be skipped.\n"
                 "HINT: Did you init your optimizer in `configure_optimizer` as such:\n"
-                f" {type(_unwrapped(optimizer))}(filter(lambda p: p.requires_grad, self.parameters()), ...) ",
+                f" {type(optimizer)}(filter(lambda p: p.requires_grad, self.parameters()), ...) ",
             )
         return out_params
 
@@ -232,12 +232,6 @@ def _unfreeze_added(groups: list[dict[str, Any]]) -> None:
     for group in groups:
         for param in group["params"]:
             param.requires_grad = True
-
-
-def _unwrapped(optimizer: Any) -> Any:
-    """The torch optimizer inside the Trainer's (``trainer.optimizers`` holds the Runtime's wrappers)."""
-    inner = getattr(optimizer, "optimizer", None)
-    return optimizer if not isinstance(inner, Optimizer) else inner
 
 
 def _refuse_parallel(trainer: TrainerView, name: str) -> None:

@@ -166,8 +166,7 @@ def _check_unique(names: list[str]) -> None:
 
 
 def _torch_optimizers(trainer: TrainerView) -> list[Any]:
-    # The Trainer may hold wrappers; the learning rate lives on the torch optimizer inside.
-    return [getattr(opt, "optimizer", opt) for opt in trainer.optimizers]
+    return list(trainer.optimizers)  # the program's own optimizers, as Lightning's
 
 
 def _has_momentum(optimizer: Any) -> bool:

@@ -74,7 +74,9 @@ class ModelCheckpoint(Checkpoint):
         check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs, train_time_interval)
         dirpath = local_path(dirpath, "ModelCheckpoint(dirpath)")
         self._dirpath_given = dirpath is not None
-        self.dirpath: str | None = absolute(dirpath) if dirpath is not None else None
+        # Lightning's: a folder given is made absolute, its links resolved (realpath); one of the run's
+        # (setup) stays as the trainer's folders give it, relative where they are
+        self.dirpath: str | None = os.path.realpath(absolute(dirpath)) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
@@ -157,7 +159,7 @@ class ModelCheckpoint(Checkpoint):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
-            self.dirpath = trainer.runtime.broadcast(absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+            self.dirpath = trainer.runtime.broadcast(os.path.join(trainer.log_dir, "checkpoints"), src=0)
         if trainer.is_global_zero and stage == "fit":
             warn_if_dir_not_empty(self.dirpath, self.save_top_k)
 
@@ -430,10 +432,7 @@ class ModelCheckpoint(Checkpoint):
 
     def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.
-        if self.save_weights_only:
-            trainer.save_checkpoint(filepath, weights_only=True)
-        else:
-            trainer.save_checkpoint(filepath)
+        trainer.save_checkpoint(filepath, self.save_weights_only)  # Lightning's call (a bool: no "not set" line)
 
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned

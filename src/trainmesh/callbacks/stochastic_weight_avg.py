@@ -159,9 +159,7 @@ class StochasticWeightAveraging(Callback):
         """The average's device, and SWALR in the scheduler's place (or added where there is none)."""
         assert self._average_model is not None
         self._average_model = self._average_model.to(self._device or pl_module.device)
-        optimizer = trainer.optimizers[0]
-        inner = getattr(optimizer, "optimizer", None)  # the torch optimizer inside the Runtime's wrapper
-        optimizer = inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+        optimizer = trainer.optimizers[0]  # the program's own, as Lightning's
         if isinstance(self._swa_lrs, float):
             self._swa_lrs = [self._swa_lrs] * len(optimizer.param_groups)
         for lr, group in zip(self._swa_lrs, optimizer.param_groups, strict=False):

@@ -300,10 +300,9 @@ class ThroughputMonitor(Callback):
         # forward and backward (Lightning's optimizer_closure), as LBFGS needs: its count ends with the batch.
         if not getattr(module, "automatic_optimization", True) or _steps_through_closure(trainer, module):
             return
-        for optimizer in getattr(trainer, "optimizers", ()):
-            inner = getattr(optimizer, "optimizer", optimizer)  # the Trainer's RuntimeOptimizer wraps it
-            if isinstance(inner, torch.optim.Optimizer):
-                self._step_hooks.append(inner.register_step_pre_hook(self._end_count_before_step))
+        for optimizer in getattr(trainer, "optimizers", ()):  # the program's own optimizers, as Lightning's
+            if isinstance(optimizer, torch.optim.Optimizer):
+                self._step_hooks.append(optimizer.register_step_pre_hook(self._end_count_before_step))
 
     def _end_count_before_step(self, *args: Any) -> None:
         self._stop_counter(keep=True)  # backward has run: the step's FLOPs are all counted
@@ -381,7 +380,7 @@ class ThroughputMonitor(Callback):
 
 
 def _steps_through_closure(trainer: TrainerView, module: Any) -> bool:
-    inners = [getattr(optimizer, "optimizer", optimizer) for optimizer in getattr(trainer, "optimizers", ())]
+    inners = list(getattr(trainer, "optimizers", ()))  # the program's own optimizers, as Lightning's
     default = ModelHooks.optimizer_step  # what every Module inherits (module_hooks.py)
     overridden = getattr(type(module), "optimizer_step", default) is not default
     if overridden or any(isinstance(inner, torch.optim.LBFGS) for inner in inners):

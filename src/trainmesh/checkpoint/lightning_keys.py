@@ -69,6 +69,10 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
     done, finished = loop["batches_done"], loop["epoch_finished"]
     started = epoch + 1 if finished or done else epoch
     processed = epoch + 1 if finished else epoch
+    if "stopped_epoch" in loop:  # max_steps ended that epoch inside: Lightning counted it processed
+        # (in its on_train_epoch_end, then completed: ``epoch`` is the trainer's current_epoch) and keeps
+        # the epoch's batch counts, not at its last batch
+        started = processed = loop["stopped_epoch"] + 1
     epochs = {"total": _progress(started, epoch, started=started, processed=processed)}
     epochs["current"] = dict(epochs["total"])
     steps = {"total": _progress(global_step, global_step), "current": _progress(done, done)}

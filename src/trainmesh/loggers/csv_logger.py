@@ -198,6 +198,7 @@ class CSVLogger(Logger):
         self._buffer: list[dict[str, float | int]] = []
         self._columns: list[str] | None = None  # the header of metrics.csv; None: not read yet
         self._calls_since_flush = 0
+        self._log_dir_checked = False  # Lightning's check of an existing folder, once (its writer's creation)
 
     @property
     def name(self) -> str:
@@ -233,7 +234,26 @@ class CSVLogger(Logger):
         """This logger itself (it writes its files directly), or on ranks other than global rank 0
         a :class:`DummyExperiment` that ignores every call, so a Module's
         ``self.logger.experiment.log_metrics(...)`` writes once."""
-        return self if on_rank_zero() else DummyExperiment()
+        if not on_rank_zero():
+            return DummyExperiment()
+        self._check_log_dir()
+        return self
+
+    def _check_log_dir(self) -> None:
+        """Lightning's ExperimentWriter as it is created (the logger's first use): a folder of this version
+        that already holds files is warned of, and its ``metrics.csv`` deleted, so this run's rows are the
+        file's only ones (Lightning's words; ``hparams.yaml`` is rewritten by the next hyperparameters)."""
+        if self._log_dir_checked:
+            return
+        self._log_dir_checked = True
+        log_dir = Path(self.log_dir)
+        if log_dir.is_dir() and any(log_dir.iterdir()):
+            warnings.warn(
+                f"Experiment logs directory {self.log_dir} exists and is not empty."
+                " Previous log files in this directory will be deleted when the new ones are saved!",
+                stacklevel=3,
+            )
+            Path(self.metrics_file).unlink(missing_ok=True)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
         """Merge ``params`` (None: none, as Lightning's) into the saved hyperparameters and rewrite
@@ -243,6 +263,7 @@ class CSVLogger(Logger):
         """
         if not on_rank_zero():
             return
+        self._check_log_dir()
         self._hparams.update(hparams_to_dict({} if params is None else params))
         save_hparams_yaml(self.log_dir, self._hparams)
 
@@ -257,6 +278,8 @@ class CSVLogger(Logger):
             for key, value in metrics.items()
         }
         row["step"] = len(self._buffer) if step is None else int(step)
+        if on_rank_zero():
+            self._check_log_dir()
         self._buffer.append(row)
         self._calls_since_flush += 1
         if self._calls_since_flush >= self._flush_every_n_steps:
@@ -270,7 +293,8 @@ class CSVLogger(Logger):
         path = Path(self.metrics_file)
         path.parent.mkdir(parents=True, exist_ok=True)
         if self._columns is None:
-            # A run resumed into an existing version appends to that run's file.
+            if on_rank_zero():
+                self._check_log_dir()  # a file of an earlier run in this version is gone (Lightning's)
             self._columns = _read_header(path)
         columns = list(self._columns)
         for row in self._buffer:

@@ -39,7 +39,6 @@ _OPT_OUT = {
     "log_every_n_steps": 50,
     "enable_model_summary": True,
     "num_sanity_val_steps": 2,
-    "precision": "32-true",
 }
 _DEACTIVATED = (
     " - Checkpointing: `Trainer(enable_checkpointing=True)`",

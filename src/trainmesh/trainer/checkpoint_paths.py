@@ -11,7 +11,7 @@ from trainmesh.checkpoint import CheckpointPlaces, remove_interrupted_saves, res
 from trainmesh.trainer.best_checkpoint import check_best_known
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 # trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
 log = lightning_named_logger(__name__)
@@ -83,12 +83,16 @@ def clear_interrupted_saves(trainer: TrainerView, ckpt_path: str | os.PathLike[s
     trainer.runtime.barrier()
 
 
-def refuse_storage_options(storage_options: Any) -> None:
-    """Lightning's ``save_checkpoint(storage_options=)`` goes to a CheckpointIO plugin; its default
-    one (``TorchCheckpointIO``) refuses it, and trainmesh has no plugin that takes it."""
+def save_arguments(weights_only: bool | None, storage_options: Any) -> bool:
+    """``Trainer.save_checkpoint``'s ``weights_only`` as Lightning takes it (None: False, said as its
+    ``dump_checkpoint`` says it), after refusing ``storage_options``: Lightning's goes to a CheckpointIO
+    plugin; its default one (``TorchCheckpointIO``) refuses it, and trainmesh has no plugin that takes it."""
     if storage_options is not None:
         raise TypeError(
             "Trainer.save_checkpoint(..., storage_options=...) is not supported: trainmesh writes checkpoints "
             "itself and has no CheckpointIO plugin that takes storage options (Lightning's default "
             "TorchCheckpointIO refuses them too); write the file locally and copy it where it should go"
         )
+    if weights_only is None:
+        rank_zero_info("`weights_only` was not set, defaulting to `False`.")
+    return bool(weights_only)

@@ -73,13 +73,13 @@ def build_checkpoint(
 
     if weights_only:
         return _weights_only_checkpoint(state, runtime, __version__)
-    module, loop = state.module, state.loop
+    module = state.module
     # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
     pieces = runtime.checkpoints.state_dicts(state.model, state.optimizers, sharded=True)
-    # max_steps ended the fit inside an epoch: record that moment, not the end-of-epoch
-    # reporting that ran after it, so a resume trains the rest of the epoch (see fit_loop._end_epoch).
-    stop = loop.stopped_inside
-    checkpoint_epoch, loop_entry = state.current_epoch if stop is None else stop.epoch, _loop_entry(state)
+    # max_steps ended the fit inside an epoch: trainmesh's loop entry records that moment, not the
+    # end-of-epoch reporting that ran after it, so a resume trains the rest of the epoch (see
+    # fit_loop._end_epoch); Lightning's epoch and counters are the trainer's, as Lightning saves them.
+    checkpoint_epoch, loop_entry = state.current_epoch, _loop_entry(state)
     # Lightning's keys in Lightning's order (dump_checkpoint), then trainmesh's own
     checkpoint: dict[str, Any] = {
         "epoch": checkpoint_epoch,
@@ -178,13 +178,13 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
 def _loop_entry(state: LoopState) -> dict[str, Any]:
     loop, stop = state.loop, state.loop.stopped_inside
     return {
+        # max_steps ended the fit inside this epoch: a resume trains the rest of it (not the checkpoint's "epoch")
+        **({} if stop is None else {"stopped_epoch": stop.epoch}),
         "batches_done": loop.batches_done if stop is None else stop.batches_done,
-        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
-        # epoch too, and steps the epoch's schedulers first if they had not stepped yet. Taken in
-        # the validation after the epoch's last batch, it resumes with the next epoch without the
-        # epoch's plateau step, as Lightning's restart does (its metric is not in the checkpoint).
+        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending) or in the validation after
+        # its last batch, it resumes with the next epoch without the epoch's plateau step, as
+        # Lightning's restart does (its metric is not in the checkpoint).
         "epoch_finished": (loop.epoch_finished or loop.epoch_ending or loop.epoch_end_validation) and stop is None,
-        "epoch_schedulers_pending": loop.epoch_ending and not loop.epoch_finished and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
         "total_batches": loop.total_batches,
         # taken in a validation after a batch (ModelCheckpoint's on_validation_end): that batch's step counts
@@ -297,13 +297,12 @@ def restore_checkpoint(
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(saved_precision_state(checkpoint))
-    state.current_epoch = checkpoint["epoch"]
+    loop_state = checkpoint["loop"]
+    state.current_epoch = loop_state.get("stopped_epoch", checkpoint["epoch"])
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
-    loop_state = checkpoint["loop"]
     state.loop.batches_done = loop_state["batches_done"]
     state.loop.epoch_finished = loop_state["epoch_finished"]
-    state.loop.epoch_schedulers_pending = loop_state.get("epoch_schedulers_pending", False)
     state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     state.loop.total_batches = loop_state.get("total_batches", 0)
     state.loop.batches_stepped = loop_state.get("batches_stepped", state.global_step)  # older checkpoints

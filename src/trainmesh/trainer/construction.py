@@ -107,8 +107,11 @@ def build_runtime(
     """The Runtime the arguments describe (its watchdog's timeout checked and set), enable_model_summary
     (the seeds' weights_summary sets it too) and the layer sync fit applies (sync_batchnorm)."""
     strategy = strategy_argument(strategy)  # 1.x's default None (lightning1/trainer_arguments.py)
+    given = precision is not None  # None: Lightning's default, "32-true"; one given beside a precision plugin raises
     precision = unified_precision(precision)  # checked before the plugins, as Lightning's (precision_flag.py)
-    plugged = sort_plugins(plugins, precision=precision, strategy=strategy, sync_batchnorm=sync_batchnorm)
+    plugged = sort_plugins(
+        plugins, precision=precision, precision_given=given, strategy=strategy, sync_batchnorm=sync_batchnorm
+    )
     # Lightning 1.x's removed arguments (lightning1/trainer_arguments.py)
     gpus, accelerator, devices = hardware_arguments(
         lightning1 or {}, gpus=gpus, accelerator=accelerator, devices=devices

@@ -18,11 +18,11 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
 
     As in Lightning, the epoch values of what training logged exist before any of these hooks, so
     each of them reads them in ``callback_metrics``; what the hooks log is published before the
-    monitoring callbacks decide, and the loggers get both in one call. Epoch-interval schedulers
-    step, and the position is marked finished, before the monitoring callbacks run: a checkpoint
-    they save resumes with the next epoch (Lightning steps its schedulers after them). One taken in
-    the hooks before (``loop.epoch_ending``) resumes with the next epoch too, stepping the
-    schedulers first (checkpointing.py, fit_loop._run_epoch).
+    monitoring callbacks decide, and the loggers get both in one call. The epoch-interval
+    schedulers stepped with a metric (ReduceLROnPlateau) step after every hook, the monitoring
+    callbacks' included, as Lightning's fit loop steps them: a checkpoint taken in any of these
+    hooks (``loop.epoch_ending``) holds them before that step, and resumes with the next epoch
+    without it, as Lightning's restart does (the metric is not in the checkpoint).
     """
     state, hooks = ctx.state, ctx.hooks
     loop, log_collector = state.loop, state.log_collector
@@ -47,9 +47,9 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     ctx.publisher.epoch_metrics(ended, to_logger=False)
     ctx.publisher.log({**logger_row(trained), **logger_row(ended)}, step=loop.batches_stepped - 1)
     log_collector.start_stage(train_results)
+    hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)
     loop.epoch_finished = True
-    hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     reset_metric_objects(logged)  # after every on_train_epoch_end, as Lightning's update_train_epoch_metrics
 
 

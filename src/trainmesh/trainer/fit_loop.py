@@ -169,10 +169,7 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
     state, loop = ctx.state, ctx.state.loop
     if resume_rng is not None and loop.epoch_finished and not fit_done(state, fit_limits(ctx)):
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
-        # on_train_epoch_end hooks (then its schedulers step now): go on with the next.
-        if loop.epoch_schedulers_pending:
-            step_epoch_schedulers(state, ctx.hooks, cut_short=False, plateau=True)
-            loop.epoch_schedulers_pending = False
+        # on_train_epoch_end hooks (its plateau step then is not taken, as in Lightning's restart): go on with the next.
         state.current_epoch += 1
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)

@@ -52,9 +52,8 @@ class LoopPosition:
     epoch_finished: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then
-    # resumes with the next epoch, stepping the epoch's schedulers first (epoch_schedulers_pending).
+    # resumes with the next epoch, without the epoch's plateau step (Lightning's restart).
     epoch_ending: bool = False
-    epoch_schedulers_pending: bool = False  # restored from such a checkpoint
     epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
     last_loss: torch.Tensor | None = None
     # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.

@@ -137,9 +137,13 @@ class ManualSteps:
             wrapped = self._wrapped[id(optimizer)] = ManualOptimizer.of(optimizer, self)
         return wrapped
 
+    def wrap_all(self) -> list[ManualOptimizer]:
+        """Every optimizer of the run (``LoopState.optimizers``, the runtime's), wrapped."""
+        return [self.wrap(optimizer) for optimizer in self.state.optimizers]
+
     def unwrap(self, optimizer: Any) -> Any:
         """The runtime's optimizer behind what ``wrap`` handed out (anything else as it is)."""
-        return optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
+        return optimizer._tm_runtime if isinstance(optimizer, ManualOptimizer) else optimizer
 
 
 class ManualOptimizer:
@@ -149,11 +153,12 @@ class ManualOptimizer:
     ``LightningOptimizer``: a subclass of its class sharing its ``__dict__``
     (utilities/wrapped_objects.py). Made by ``ManualOptimizer.of(runtime_optimizer, steps)``."""
 
-    __slots__ = ("optimizer", "_steps", "_tm_step", "_tm_zero_grad")
+    __slots__ = ("_tm_runtime", "_steps", "_tm_step", "_tm_zero_grad")
     step = slot_method("_tm_step")
     zero_grad = slot_method("_tm_zero_grad")
+    _tm_joined_name = "Lightning{}"  # Lightning's LightningOptimizer's class name ("LightningAdam"), its repr's too
 
-    optimizer: Any  # the runtime's wrapper (runtime_optimizer.RuntimeOptimizer)
+    _tm_runtime: Any  # the runtime's wrapper (runtime_optimizer.RuntimeOptimizer)
     _steps: ManualSteps
     _tm_step: Callable[..., Any]
     _tm_zero_grad: Callable[..., None]
@@ -161,10 +166,15 @@ class ManualOptimizer:
     @classmethod
     def of(cls, optimizer: Any, steps: ManualSteps) -> ManualOptimizer:
         made = sharing_state(cls, optimizer.optimizer)
-        made.optimizer, made._steps = optimizer, steps
+        made._tm_runtime, made._steps = optimizer, steps
         made._tm_step = types.MethodType(cls._manual_step, made)
         made._tm_zero_grad = types.MethodType(cls._zero_grad, made)
         return made
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer ``configure_optimizers`` returned, as Lightning's ``LightningOptimizer.optimizer``."""
+        return self._tm_runtime.optimizer
 
     def _manual_step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         # kwargs: the program's own arguments to step() besides the closure, passed on as Lightning's are
@@ -174,18 +184,18 @@ class ManualOptimizer:
     def _tm_counted_step(self, closure: Callable[[], Any] | None, **kwargs: Any) -> Any:
         state, runtime = self._steps.state, self._steps.runtime
         if state.hooks is not None and state.hooks.overridden("on_before_optimizer_step"):
-            announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer.optimizer)
+            announce = functools.partial(call_before_optimizer_step, state.hooks, runtime, self.optimizer)
             if closure is None:
                 announce()
             else:  # as in Lightning: once the closure has run its backward
                 closure = then_hooks(closure, announce)
-        result = self.optimizer.step(closure, **kwargs)
+        result = self._tm_runtime.step(closure, **kwargs)
         count_optimizer_steps(state)  # the one place global_step grows (optimization/progress.py)
         return result
 
     def _zero_grad(self, set_to_none: bool = True) -> None:
         self._tm_sync().once(
-            lambda: self.optimizer.zero_grad(set_to_none=set_to_none), what=f"{self._tm_name()}.zero_grad()"
+            lambda: self._tm_runtime.zero_grad(set_to_none=set_to_none), what=f"{self._tm_name()}.zero_grad()"
         )
 
     # Its own methods are named _tm_*: a plain method is found after the shared __dict__, so a name
@@ -195,12 +205,9 @@ class ManualOptimizer:
 
     def _tm_name(self) -> str:
         """The optimizer, as a call that chunks of a step disagree on names it: "optimizer 1 (Adam)"."""
-        index = next((i for i, o in enumerate(self._steps.state.optimizers) if o is self.optimizer), 0)
-        return f"optimizer {index} ({type(self.optimizer.optimizer).__name__})"
+        index = next((i for i, o in enumerate(self._steps.state.optimizers) if o is self._tm_runtime), 0)
+        return f"optimizer {index} ({type(self.optimizer).__name__})"
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
-        return (ManualOptimizer.of, (self.optimizer, self._steps))
-
-    def __repr__(self) -> str:
-        return f"ManualOptimizer({self.optimizer.optimizer!r})"
+        return (ManualOptimizer.of, (self._tm_runtime, self._steps))

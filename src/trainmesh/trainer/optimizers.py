@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.types import LRSchedulerConfig
 
 _FORMS = (
     "an optimizer; a list of optimizers; ([optimizers], [schedulers]); "
@@ -18,17 +18,10 @@ _FORMS = (
 )
 
 
-@dataclass
-class SchedulerConfig:
-    scheduler: Any
-    interval: str = "epoch"
-    frequency: int = 1
-    monitor: str | None = None
-    name: str | None = None
-    # Stepped with the monitored metric (Lightning's key; by default: a ReduceLROnPlateau).
-    reduce_on_plateau: bool = False
-    # Lightning's: the monitored metric missing stops the run (True) or skips this step with a warning.
-    strict: bool = True
+# Lightning's LRSchedulerConfig itself, what ``trainer.lr_scheduler_configs`` holds (its type, fields and repr):
+# ``reduce_on_plateau`` is stepped with the monitored metric (by default: a ReduceLROnPlateau); ``strict``:
+# the monitored metric missing stops the run (True) or skips this step with a warning.
+SchedulerConfig = LRSchedulerConfig
 
 
 def parse_optimizers(
@@ -230,8 +223,15 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
             category=RuntimeWarning,
         )
     plateau = bool(item.get("reduce_on_plateau", _is_plateau(item["scheduler"])))
-    given = (item.get("monitor"), item.get("name"), plateau, item.get("strict", True))
-    return SchedulerConfig(item["scheduler"], interval, frequency, *given)
+    return SchedulerConfig(
+        item["scheduler"],
+        name=item.get("name"),
+        interval=interval,
+        frequency=frequency,
+        reduce_on_plateau=plateau,
+        monitor=item.get("monitor"),
+        strict=item.get("strict", True),
+    )
 
 
 def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, manual: bool) -> None:
@@ -284,9 +284,10 @@ def step_scheduler(
             )
             return
         metric = metrics[config.monitor]
+    scheduler: Any = config.scheduler  # any class where the module steps it (lr_scheduler_step)
     if lr_scheduler_step is not None:
-        lr_scheduler_step(config.scheduler, metric)
+        lr_scheduler_step(scheduler, metric)
     elif metric is None:
-        config.scheduler.step()
+        scheduler.step()
     else:
-        config.scheduler.step(metric)
+        scheduler.step(metric)

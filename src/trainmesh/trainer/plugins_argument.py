@@ -29,8 +29,11 @@ class SortedPlugins:
     layer_sync: LayerSync | None
 
 
-def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batchnorm: bool) -> SortedPlugins:
-    """The settings ``plugins`` stand for, checked (Lightning's messages where it has one)."""
+def sort_plugins(
+    plugins: Any, *, precision: str | int, strategy: Any, sync_batchnorm: bool, precision_given: bool = True
+) -> SortedPlugins:
+    """The settings ``plugins`` stand for, checked (Lightning's messages where it has one).
+    ``precision_given``: the program passed ``precision`` (any value beside a precision plugin raises)."""
     given = (
         []
         if plugins is None
@@ -79,7 +82,7 @@ def sort_plugins(plugins: Any, *, precision: str | int, strategy: Any, sync_batc
             f"Received multiple values for {', '.join(duplicated)} flags in `plugins`. Expected one value for each type at most."
         )
     if precision_plugin is not None:
-        if precision not in ("32-true", 32, "32"):
+        if precision_given:  # Lightning 2.6's check (pytorch-lightning 1.9.5 took the plugin beside precision=32)
             raise ValueError(f"Received both `precision={precision}` and `plugins={precision_plugin}`. Choose one.")
         precision = precision_plugin.precision
     return SortedPlugins(precision, strategy, precision_plugin, writer, layer_sync)

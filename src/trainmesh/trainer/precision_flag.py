@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from trainmesh.precision import PRECISIONS, Precision
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.suggestions import did_you_mean
 
 # What Lightning 2.6's Trainer takes, in the order its error lists them (lightning.fabric's
@@ -81,6 +81,8 @@ def choose_precision(flag: str, plugin: Any, *, device_type: str, strategy: Any)
             stacklevel=8,  # the user's Trainer(...) line
         )
         flag = "bf16-mixed"
+    if flag in ("16-mixed", "bf16-mixed"):
+        rank_zero_info(f"Using {'16bit' if flag == '16-mixed' else 'bfloat16'} Automatic Mixed Precision (AMP)")
     return Precision(flag, device_type=device_type)
 
 

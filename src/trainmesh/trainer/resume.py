@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints
+from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
@@ -137,18 +137,36 @@ def read_weights_checkpoint(
     return source, checkpoint
 
 
-def load_weights_for_eval(
-    trainer: TrainerView, runtime: Runtime, state: LoopState, ckpt_path: str | os.PathLike[str], read: Read
-) -> None:
-    """validate/test/predict(ckpt_path=...): the checkpoint's weights into the module, with
-    Lightning's lines before and after."""
-    from trainmesh.trainer.checkpointing import restore_checkpoint
+@dataclasses.dataclass(frozen=True)
+class StageCheckpoints:
+    """How one stage of a Trainer reads checkpoints: with the stage's ``weights_only`` (Lightning's
+    ``torch.load`` refusals first), into the module and, for a fit, the optimizers it has then."""
 
-    source, checkpoint = read_weights_checkpoint(trainer, runtime, ckpt_path, read)
-    state.ckpt_path = source
-    say_restoring(source)
-    restore_checkpoint(state, runtime, trainer, checkpoint, source=source, weights_only=True)
-    say_restored(source, fitting=False)
+    trainer: TrainerView
+    runtime: Runtime
+    state: LoopState
+    weights_only: bool | None
+
+    def read(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
+        from trainmesh.trainer.checkpointing import TENSOR_ENTRIES
+
+        check_before_reading(source, self.weights_only)
+        optimizers = self.state.optimizers if with_optimizers else []
+        return self.runtime.checkpoints.read(source, self.trainer.model, optimizers, keys=TENSOR_ENTRIES)
+
+    def load_weights_for_eval(self, ckpt_path: str | os.PathLike[str] | None) -> None:
+        """validate/test/predict(ckpt_path=...): the checkpoint's weights into the module, with
+        Lightning's lines before and after."""
+        from trainmesh.trainer.checkpointing import restore_checkpoint
+
+        if ckpt_path is None:
+            return
+        read = functools.partial(self.read, with_optimizers=False)
+        source, checkpoint = read_weights_checkpoint(self.trainer, self.runtime, ckpt_path, read)
+        self.state.ckpt_path = source
+        say_restoring(source)
+        restore_checkpoint(self.state, self.runtime, self.trainer, checkpoint, source=source, weights_only=True)
+        say_restored(source, fitting=False)
 
 
 class _FoundDamaged(Exception):
@@ -222,3 +240,9 @@ def _short(message: str) -> str:
     """A damage message without its advice (resume from an earlier checkpoint: done here)."""
     cut = message.find("bytes changed on disk")
     return message[:cut].rstrip(" (:") if cut > 0 else message
+
+
+def check_before_reading(source: str, weights_only: bool | None) -> None:
+    """What Lightning does before it reads a checkpoint to restore: its ``torch.load(weights_only=)``
+    refusals (checkpoint/weights_only.py). Its line naming the file: say_restoring."""
+    check_weights_only(source, weights_only)

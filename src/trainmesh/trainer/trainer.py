@@ -10,15 +10,15 @@ from typing import Any, Literal
 import torch
 
 from trainmesh.callbacks.timer import with_max_time
-from trainmesh.checkpoint import check_weights_only, remove_checkpoint
+from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
 from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, refuse_storage_options
-from trainmesh.trainer.checkpointing import TENSOR_ENTRIES, write_checkpoint
+from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
+from trainmesh.trainer.checkpointing import write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
     accumulation_argument,
@@ -44,7 +44,7 @@ from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_p
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
-from trainmesh.trainer.resume import load_weights_for_eval, read_fit_checkpoint, restore_early, say_restoring
+from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
@@ -69,7 +69,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         num_nodes: int = 1,
         max_restarts: int = 0,
         strategy: str | Any = "auto",
-        precision: str | int = "32-true",
+        precision: str | int | None = None,
         compile: bool | dict[str, Any] = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
@@ -248,12 +248,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
 
     def save_checkpoint(
-        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+        self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None
     ) -> None:
         """Write the training state to ``filepath`` (atomically); ``weights_only``: the weights and hyperparameters
         alone (fit cannot resume from them); ``storage_options`` refused, as by Lightning's default checkpoint IO."""
-        refuse_storage_options(storage_options)
-        self._save_checkpoint(filepath, weights_only=weights_only)
+        self._save_checkpoint(filepath, weights_only=save_arguments(weights_only, storage_options))
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The trained model's whole weights on rank 0 (``{name: CPU tensor}``, the names of one
@@ -321,7 +320,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
-            peek = functools.partial(self._read_checkpoint, with_optimizers=False, weights_only=weights_only)
+            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
+            peek = functools.partial(checkpoints.read, with_optimizers=False)
             restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
             loop = self._prepare(model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
@@ -329,7 +329,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
                 # "last" and the automatic resume fall back past a damaged checkpoint (trainer/resume.py).
                 clear_interrupted_saves(self, ckpt_path)  # before this run saves anything
-                read = functools.partial(self._read_checkpoint, with_optimizers=True, weights_only=weights_only)
+                read = functools.partial(checkpoints.read, with_optimizers=True)
                 source, checkpoint = early[0] if early else read_fit_checkpoint(self, self.runtime, ckpt_path, read)
                 if not early and source is not None:  # restored after configure_optimizers (a sharded one)
                     say_restoring(source)
@@ -344,10 +344,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                     result = None
                     supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
             elif stage == "predict":
-                self._load_weights_for_eval(ckpt_path, weights_only)
+                checkpoints.load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(loop, data)
             else:
-                self._load_weights_for_eval(ckpt_path, weights_only)
+                checkpoints.load_weights_for_eval(ckpt_path)
                 refuse_missing_steps(model, stage)
                 result = evaluation.run_evaluation_stage(loop, stage, data)
             status = "success"
@@ -433,17 +433,6 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             detect_anomaly=behaviour.detect_anomaly,
             log_hyperparams=behaviour.enable_autolog_hparams,
         )
-
-    def _load_weights_for_eval(self, ckpt_path: str | None, weights_only: bool | None) -> None:
-        if ckpt_path is None:
-            return
-        read = functools.partial(self._read_checkpoint, with_optimizers=False, weights_only=weights_only)
-        load_weights_for_eval(self, self.runtime, self._state, ckpt_path, read)
-
-    def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
-        check_weights_only(source, weights_only)  # what Lightning's torch.load(weights_only=) refuses
-        optimizers = self.optimizers if with_optimizers else []
-        return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
     def _on_exception(self, exc: BaseException) -> None:
         interrupt_run(self.state)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from trainmesh.runtime_optimizer import inner_optimizer
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.lightning_members import LightningMembers
 from trainmesh.trainer.loop_state import LoopPosition, StateField
@@ -108,7 +109,17 @@ class TrainerFields(LightningMembers):
     module: StateField[Any] = StateField("_state")
     model: StateField[Any] = StateField("_state")
     datamodule: StateField[Any] = StateField("_state")
-    optimizers: StateField[list[Any]] = StateField("_state")
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """Lightning's ``trainer.optimizers``: the objects ``configure_optimizers`` returned (the run
+        steps them through its own wrappers, ``LoopState.optimizers``, which programs never see)."""
+        return [inner_optimizer(optimizer) for optimizer in self._state.optimizers]
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Any]) -> None:
+        self._state.optimizers = list(optimizers)
+
     predict_loop: StateField[PredictLoop] = StateField("_state")
     lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
     log_collector: StateField[LogCollector] = StateField("_state")

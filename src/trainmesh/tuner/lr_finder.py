@@ -108,9 +108,7 @@ class _ExchangeScheduler(Callback):
                 f"`model.configure_optimizers()` returned {len(trainer.optimizers)}, but"
                 " learning rate finder only works with single optimizer"
             )
-        optimizer = trainer.optimizers[0]
-        inner = getattr(optimizer, "optimizer", None)  # the torch optimizer inside the Runtime's wrapper
-        optimizer = inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+        optimizer = trainer.optimizers[0]  # the program's own, as Lightning's
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] = self.finder.lr_min
         scheduler = _SearchRates(optimizer, self.finder.lr_max, self.finder.num_training, self.finder.mode)

@@ -99,7 +99,9 @@ def _join(wrapper: type, cls: type) -> type:
     namespace: dict[str, Any] = {"__slots__": (), "__module__": wrapper.__module__}
     if hasattr(cls, "__del__"):  # the user's finalizer belongs to the user's object, not to its wrapper
         namespace["__del__"] = _nothing
-    return type(f"{wrapper.__name__}[{cls.__name__}]", (wrapper, cls), namespace)
+    # A wrapper handed to programs takes Lightning's name ("LightningAdam": ``_tm_joined_name``)
+    name = getattr(wrapper, "_tm_joined_name", wrapper.__name__ + "[{}]").format(cls.__name__)
+    return type(name, (wrapper, cls), namespace)
 
 
 def _nothing(self: Any) -> None:

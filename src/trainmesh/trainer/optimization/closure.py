@@ -113,6 +113,7 @@ class HookedOptimizer:
     __slots__ = ("_optimizer", "_before_step", "_tm_step", "_tm_zero_grad")
     step = slot_method("_tm_step")
     zero_grad = slot_method("_tm_zero_grad")
+    _tm_joined_name = "Lightning{}"  # Lightning's LightningOptimizer's class name ("LightningAdam"), its repr's too
 
     _optimizer: Any  # the runtime's wrapper (runtime_optimizer.RuntimeOptimizer)
     _before_step: Callable[[], None]
@@ -144,9 +145,6 @@ class HookedOptimizer:
     def __reduce_ex__(self, protocol: Any) -> Any:
         # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
         return (HookedOptimizer.of, (self._optimizer, self._before_step))
-
-    def __repr__(self) -> str:
-        return f"HookedOptimizer({self.optimizer!r})"
 
 
 def _nothing() -> None:
