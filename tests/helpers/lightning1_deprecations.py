@@ -253,6 +253,108 @@ def _evaluation_outputs(pl) -> dict:
     return {"calls": seen}
 
 
+def _step_end_returning_none(pl) -> dict:
+    """1.x's ``training_step_end`` / ``validation_step_end`` / ``test_step_end`` that only log and return None
+    (a dense classifier's metric updates, l-progs4 p01): 1.9.5 goes on with the step's own output (its
+    loops take ``strategy_output if model_output is None else model_output``), so the loss still trains."""
+    seen = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return {"loss": self.a(batch[0]).pow(2).mean(), "n": torch.tensor(batch_idx)}
+
+        def training_step_end(self, outputs):
+            self.log("n", outputs["n"].float())
+
+        def training_epoch_end(self, outputs):
+            seen.append(["train", _outputs_data(outputs)])
+
+        def validation_step(self, batch, batch_idx):
+            return {"v": self.a(batch[0]).sum()}
+
+        def validation_step_end(self, outputs):
+            self.log("v", outputs["v"])
+
+        def validation_epoch_end(self, outputs):
+            seen.append(["validation", _outputs_data(outputs)])
+
+        def test_step(self, batch, batch_idx):
+            return self.validation_step(batch, batch_idx)
+
+        def test_step_end(self, outputs):
+            self.log("t", outputs["v"])
+
+        def test_epoch_end(self, outputs):
+            seen.append(["test", _outputs_data(outputs)])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(model, loader, loader)
+        tested = trainer.test(model, loader, verbose=False)
+    weights = [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()]
+    return {"calls": seen, "weights": weights, "global_step": trainer.global_step, "tested": _outputs_data(tested)}
+
+
+def _strategy_optimizer_step(pl) -> dict:
+    """A 1.x ``optimizer_step`` override warming the learning rate up, then stepping through
+    ``self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)`` (MixVPR's
+    pattern; l-progs4 p03), with norm clipping and an ``on_before_optimizer_step``: the hooks run twice
+    per step in 1.9.5 (its precision plugin wraps the closure, and the optimizer's step wraps it again)."""
+    seen = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.a(batch[0]).pow(2).mean() * 10
+
+        def on_before_optimizer_step(self, optimizer, optimizer_idx=0):
+            seen.append(round(self.a.weight.grad.norm().item(), 5))
+
+        def optimizer_step(
+            self,
+            epoch,
+            batch_idx,
+            optimizer,
+            optimizer_idx,
+            optimizer_closure,
+            on_tpu=False,
+            using_native_amp=False,
+            using_lbfgs=False,
+        ):
+            for group in optimizer.param_groups:
+                group["lr"] = 0.1 * min(1.0, (self.trainer.global_step + 1) / 3)
+            self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=2, gradient_clip_val=0.05, **QUIET)
+        trainer.fit(model, loader)
+    weights = [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()]
+    return {"grad_norms_seen": seen, "weights": weights, "global_step": trainer.global_step}
+
+
 def _predict_epoch_end(pl) -> dict:
     """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
     (callback): the predictions, a list per loader, with one loader and with two."""
@@ -325,6 +427,8 @@ def measure(root: str) -> dict:
         "backward_super": _backward_super(importlib.import_module(root)),
         "epoch_outputs": _epoch_outputs(importlib.import_module(root)),
         "evaluation_outputs": _evaluation_outputs(importlib.import_module(root)),
+        "step_end_none": _step_end_returning_none(importlib.import_module(root)),
+        "strategy_optimizer_step": _strategy_optimizer_step(importlib.import_module(root)),
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),

@@ -124,3 +124,21 @@ def test_evaluation_epoch_end_outputs_leave_out_none_as_1_9_5(both):
     one loader, as 1.x passed it (2.x passes none: a TypeError before)."""
     theirs, ours = both
     assert ours["evaluation_outputs"] == theirs["evaluation_outputs"]
+
+
+def test_step_end_returning_none_goes_on_with_the_step_s_output_as_1_9_5(both):
+    """A 1.x ``training_step_end`` / ``validation_step_end`` / ``test_step_end`` that only logs (returns None):
+    1.9.5 goes on with what the step returned, so the loss trains and the epoch-end hooks get the steps'
+    outputs. trainmesh took the None as a skipped batch: no step ran (a dense classifier stayed at 10%
+    accuracy where 1.9.5 reached 84%, silently) and the epoch-end hooks got nothing."""
+    theirs, ours = both
+    assert ours["step_end_none"] == theirs["step_end_none"]
+
+
+def test_strategy_optimizer_step_from_a_1x_optimizer_step_steps_as_1_9_5(both):
+    """``self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)`` at the end of a 1.x
+    ``optimizer_step`` override (a warm-up): the same steps, weights and hook calls as 1.9.5, whose precision
+    plugin and optimizer each wrap the closure with on_before_optimizer_step and the clipping (twice a step).
+    trainmesh's strategies had no ``optimizer_step``: an AttributeError at the first step."""
+    theirs, ours = both
+    assert ours["strategy_optimizer_step"] == theirs["strategy_optimizer_step"]

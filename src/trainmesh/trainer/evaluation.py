@@ -325,9 +325,8 @@ def _run_batches(
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
     step_end = _STEP_END_HOOK.get(stage)
-    step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
     step_hooks = StepHooks(
-        step_end=None if step_end is None else getattr(state.module, step_end),
+        step_end=None if step_end is None else hooks.step_end(step_end),
         chunk_scope=log_collector.chunk_scope,
         call=hooks.step_caller(step_hook),  # a step hook taking fewer arguments: those it accepts
     )

@@ -19,6 +19,7 @@ from trainmesh.trainer.lightning1.legacy_hooks import (
     warn_returned_callback_state,
 )
 from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, optimizer_idx_callers
+from trainmesh.trainer.lightning1.step_end import step_end_hook
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
@@ -89,6 +90,11 @@ class HookDispatcher:
         """How the strategy calls the module's step hook (``StepHooks.call``); None: with every argument."""
         caller: Callable[..., Any] | None = self._callers.get((id(self._module), hook))
         return caller
+
+    def step_end(self, hook: str) -> Callable[[Any], Any] | None:
+        """The module's 1.x ``*_step_end`` hook where it overrides it (its None meaning the step's own
+        output, as in 1.x: lightning1/step_end.py); None where it does not."""
+        return step_end_hook(self._module, hook) if self.module_overrides(hook) else None
 
     @property
     def module(self) -> Any:
