@@ -26,6 +26,7 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_it
 from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.stage_requirements import require_dataloader_idx
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.exceptions import MisconfigurationException
 
@@ -279,6 +280,7 @@ def _run_loop(
     The results logged into (each loader's, the epoch-end hooks') are added to ``logged``."""
     state, hooks = ctx.state, ctx.hooks
     step_hook = _STEP_HOOK[stage]
+    require_dataloader_idx(state.module, stage, len(loaders))
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
     with _grad_mode(ctx):
         opening = state.log_collector.results
