@@ -355,6 +355,42 @@ def _strategy_optimizer_step(pl) -> dict:
     return {"grad_norms_seen": seen, "weights": weights, "global_step": trainer.global_step}
 
 
+# Trainer arguments removed before 1.9 that ported programs still pass (progress_bar_refresh_rate, weights ...)
+REMOVED_TRAINER_ARGUMENTS = {
+    "progress_bar_refresh_rate": 0,
+    "checkpoint_callback": False,
+    "reload_dataloaders_every_epoch": True,
+    "flush_logs_every_n_steps": 10,
+    "stochastic_weight_avg": True,
+    "terminate_on_nan": True,
+    "prepare_data_per_node": True,
+    "process_position": 1,
+    "log_gpu_memory": "all",
+    "weights_save_path": "w",
+    "truncated_bptt_steps": 2,
+    "automatic_optimization": False,
+    "row_log_interval": 5,
+    "log_save_interval": 5,
+    "early_stop_callback": True,
+    "train_percent_check": 0.5,
+    "val_percent_check": 0.5,
+    "test_percent_check": 0.5,
+    "overfit_pct": 0.1,
+}
+
+
+def _removed_trainer_arguments(trainer_class) -> dict:
+    """What ``Trainer(name=value)`` raises for each argument removed before 1.9: the type, and its message."""
+    found = {}
+    for name, value in REMOVED_TRAINER_ARGUMENTS.items():
+        try:
+            trainer_class(**QUIET, **{name: value})
+            found[name] = ["no error", ""]
+        except Exception as exc:  # noqa: BLE001 - the exception is the measurement
+            found[name] = [type(exc).__name__, str(exc)]
+    return found
+
+
 def _predict_epoch_end(pl) -> dict:
     """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
     (callback): the predictions, a list per loader, with one loader and with two."""
@@ -433,6 +469,7 @@ def measure(root: str) -> dict:
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
         "no_gpu": _no_gpu(root),
+        "removed_trainer_arguments": _removed_trainer_arguments(importlib.import_module(root).Trainer),
         "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
         "tbptt_default": _tbptt_default(importlib.import_module(root)),
     }

@@ -142,3 +142,15 @@ def test_strategy_optimizer_step_from_a_1x_optimizer_step_steps_as_1_9_5(both):
     trainmesh's strategies had no ``optimizer_step``: an AttributeError at the first step."""
     theirs, ours = both
     assert ours["strategy_optimizer_step"] == theirs["strategy_optimizer_step"]
+
+
+def test_trainer_arguments_removed_before_1_9_are_refused_saying_what_replaced_them(both):
+    """``Trainer(progress_bar_refresh_rate=0)``, ``checkpoint_callback=False``, ``reload_dataloaders_every_epoch``
+    and the other arguments Lightning removed before 1.9 (common in ported programs): 1.9.5's TypeError, and
+    trainmesh's message says what replaced each (it said only "unexpected keyword argument")."""
+    theirs, ours = both
+    their_types = {name: found[0] for name, found in theirs["removed_trainer_arguments"].items()}
+    our_types = {name: found[0] for name, found in ours["removed_trainer_arguments"].items()}
+    assert our_types == their_types == dict.fromkeys(their_types, "TypeError")
+    for name, (_, message) in ours["removed_trainer_arguments"].items():
+        assert f"keyword argument {name!r}" in message and "1.9.5 refuses it too); today: " in message, message
