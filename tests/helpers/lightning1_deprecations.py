@@ -391,6 +391,37 @@ def _removed_trainer_arguments(trainer_class) -> dict:
     return found
 
 
+def _epoch_end_with_outputs(pl) -> dict:
+    """A 1.x ``on_train_epoch_end(self, outputs)`` (Lightning passed outputs until 1.5; l-progs4 p09): the
+    exception's type and how many training steps ran before it."""
+    steps = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            steps.append(batch_idx)
+            return self.a(batch[0]).sum()
+
+        def on_train_epoch_end(self, outputs):
+            steps.append("epoch end")
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pl.Trainer(max_epochs=2, **QUIET).fit(Model(), loader)
+        raised = "no error"
+    except Exception as exc:  # noqa: BLE001 - the exception's type is the measurement
+        raised = type(exc).__name__
+    return {"raised": raised, "steps_before": len(steps)}
+
+
 def _predict_epoch_end(pl) -> dict:
     """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
     (callback): the predictions, a list per loader, with one loader and with two."""
@@ -469,6 +500,7 @@ def measure(root: str) -> dict:
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
         "no_gpu": _no_gpu(root),
+        "epoch_end_with_outputs": _epoch_end_with_outputs(importlib.import_module(root)),
         "removed_trainer_arguments": _removed_trainer_arguments(importlib.import_module(root).Trainer),
         "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
         "tbptt_default": _tbptt_default(importlib.import_module(root)),

@@ -154,3 +154,12 @@ def test_trainer_arguments_removed_before_1_9_are_refused_saying_what_replaced_t
     assert our_types == their_types == dict.fromkeys(their_types, "TypeError")
     for name, (_, message) in ours["removed_trainer_arguments"].items():
         assert f"keyword argument {name!r}" in message and "1.9.5 refuses it too); today: " in message, message
+
+
+def test_on_train_epoch_end_requiring_outputs_stops_before_training(both):
+    """``on_train_epoch_end(self, outputs)`` (Lightning passed them until 1.5): 1.9.5 raises a TypeError at the
+    first epoch's end, after the epoch trained; trainmesh raises the same type at fit's start, before any batch
+    (it raised 1.9.5's bare error at the same late point), saying what replaces it."""
+    theirs, ours = both
+    assert theirs["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 2}
+    assert ours["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 0}
