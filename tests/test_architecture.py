@@ -141,7 +141,11 @@ LIGHTNING1_DOORS = (
 # construction's door holds arguments only: a callback's 1.x hook names come through the dispatcher).
 LIGHTNING1_DOOR_SCOPES = {
     "trainmesh.trainer.optimization.runners": (f"{LIGHTNING1}.optimizer_turns", f"{LIGHTNING1}.tbptt"),
-    "trainmesh.trainer.hooks": (f"{LIGHTNING1}.legacy_hooks", f"{LIGHTNING1}.optimizer_hooks"),
+    "trainmesh.trainer.hooks": (
+        f"{LIGHTNING1}.legacy_hooks",
+        f"{LIGHTNING1}.optimizer_hooks",
+        f"{LIGHTNING1}.step_end",
+    ),
     "trainmesh.trainer.construction": (
         f"{LIGHTNING1}.legacy_arguments",
         f"{LIGHTNING1}.trainer_arguments",

@@ -253,6 +253,175 @@ def _evaluation_outputs(pl) -> dict:
     return {"calls": seen}
 
 
+def _step_end_returning_none(pl) -> dict:
+    """1.x's ``training_step_end`` / ``validation_step_end`` / ``test_step_end`` that only log and return None
+    (a dense classifier's metric updates, l-progs4 p01): 1.9.5 goes on with the step's own output (its
+    loops take ``strategy_output if model_output is None else model_output``), so the loss still trains."""
+    seen = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return {"loss": self.a(batch[0]).pow(2).mean(), "n": torch.tensor(batch_idx)}
+
+        def training_step_end(self, outputs):
+            self.log("n", outputs["n"].float())
+
+        def training_epoch_end(self, outputs):
+            seen.append(["train", _outputs_data(outputs)])
+
+        def validation_step(self, batch, batch_idx):
+            return {"v": self.a(batch[0]).sum()}
+
+        def validation_step_end(self, outputs):
+            self.log("v", outputs["v"])
+
+        def validation_epoch_end(self, outputs):
+            seen.append(["validation", _outputs_data(outputs)])
+
+        def test_step(self, batch, batch_idx):
+            return self.validation_step(batch, batch_idx)
+
+        def test_step_end(self, outputs):
+            self.log("t", outputs["v"])
+
+        def test_epoch_end(self, outputs):
+            seen.append(["test", _outputs_data(outputs)])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(model, loader, loader)
+        tested = trainer.test(model, loader, verbose=False)
+    weights = [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()]
+    return {"calls": seen, "weights": weights, "global_step": trainer.global_step, "tested": _outputs_data(tested)}
+
+
+def _strategy_optimizer_step(pl) -> dict:
+    """A 1.x ``optimizer_step`` override warming the learning rate up, then stepping through
+    ``self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)`` (MixVPR's
+    pattern; l-progs4 p03), with norm clipping and an ``on_before_optimizer_step``: the hooks run twice
+    per step in 1.9.5 (its precision plugin wraps the closure, and the optimizer's step wraps it again)."""
+    seen = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.a(batch[0]).pow(2).mean() * 10
+
+        def on_before_optimizer_step(self, optimizer, optimizer_idx=0):
+            seen.append(round(self.a.weight.grad.norm().item(), 5))
+
+        def optimizer_step(
+            self,
+            epoch,
+            batch_idx,
+            optimizer,
+            optimizer_idx,
+            optimizer_closure,
+            on_tpu=False,
+            using_native_amp=False,
+            using_lbfgs=False,
+        ):
+            for group in optimizer.param_groups:
+                group["lr"] = 0.1 * min(1.0, (self.trainer.global_step + 1) / 3)
+            self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    x = torch.arange(8.0).reshape(4, 2) / 8
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=1)
+    model = Model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=2, gradient_clip_val=0.05, **QUIET)
+        trainer.fit(model, loader)
+    weights = [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()]
+    return {"grad_norms_seen": seen, "weights": weights, "global_step": trainer.global_step}
+
+
+# Trainer arguments removed before 1.9 that ported programs still pass (progress_bar_refresh_rate, weights ...)
+REMOVED_TRAINER_ARGUMENTS = {
+    "progress_bar_refresh_rate": 0,
+    "checkpoint_callback": False,
+    "reload_dataloaders_every_epoch": True,
+    "flush_logs_every_n_steps": 10,
+    "stochastic_weight_avg": True,
+    "terminate_on_nan": True,
+    "prepare_data_per_node": True,
+    "process_position": 1,
+    "log_gpu_memory": "all",
+    "weights_save_path": "w",
+    "truncated_bptt_steps": 2,
+    "automatic_optimization": False,
+    "row_log_interval": 5,
+    "log_save_interval": 5,
+    "early_stop_callback": True,
+    "train_percent_check": 0.5,
+    "val_percent_check": 0.5,
+    "test_percent_check": 0.5,
+    "overfit_pct": 0.1,
+}
+
+
+def _removed_trainer_arguments(trainer_class) -> dict:
+    """What ``Trainer(name=value)`` raises for each argument removed before 1.9: the type, and its message."""
+    found = {}
+    for name, value in REMOVED_TRAINER_ARGUMENTS.items():
+        try:
+            trainer_class(**QUIET, **{name: value})
+            found[name] = ["no error", ""]
+        except Exception as exc:  # noqa: BLE001 - the exception is the measurement
+            found[name] = [type(exc).__name__, str(exc)]
+    return found
+
+
+def _epoch_end_with_outputs(pl) -> dict:
+    """A 1.x ``on_train_epoch_end(self, outputs)`` (Lightning passed outputs until 1.5; l-progs4 p09): the
+    exception's type and how many training steps ran before it."""
+    steps = []
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            steps.append(batch_idx)
+            return self.a(batch[0]).sum()
+
+        def on_train_epoch_end(self, outputs):
+            steps.append("epoch end")
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pl.Trainer(max_epochs=2, **QUIET).fit(Model(), loader)
+        raised = "no error"
+    except Exception as exc:  # noqa: BLE001 - the exception's type is the measurement
+        raised = type(exc).__name__
+    return {"raised": raised, "steps_before": len(steps)}
+
+
 def _predict_epoch_end(pl) -> dict:
     """1.x's ``on_predict_epoch_end(results)`` (module) and ``on_predict_epoch_end(trainer, pl_module, outputs)``
     (callback): the predictions, a list per loader, with one loader and with two."""
@@ -325,10 +494,14 @@ def measure(root: str) -> dict:
         "backward_super": _backward_super(importlib.import_module(root)),
         "epoch_outputs": _epoch_outputs(importlib.import_module(root)),
         "evaluation_outputs": _evaluation_outputs(importlib.import_module(root)),
+        "step_end_none": _step_end_returning_none(importlib.import_module(root)),
+        "strategy_optimizer_step": _strategy_optimizer_step(importlib.import_module(root)),
         "distributed": _distributed(importlib.import_module(f"{root}.utilities.distributed")),
         "cloud_io": _cloud_io(importlib.import_module(f"{root}.utilities.cloud_io")),
         "trainer": _trainer(importlib.import_module(root).Trainer),
         "no_gpu": _no_gpu(root),
+        "epoch_end_with_outputs": _epoch_end_with_outputs(importlib.import_module(root)),
+        "removed_trainer_arguments": _removed_trainer_arguments(importlib.import_module(root).Trainer),
         "predict_epoch_end": _predict_epoch_end(importlib.import_module(root)),
         "tbptt_default": _tbptt_default(importlib.import_module(root)),
     }

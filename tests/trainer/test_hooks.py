@@ -27,7 +27,9 @@ class Recorder(DropoutNet):
     def on_validation_epoch_end(self):
         self.calls.append("val_epoch_end")
 
-    def on_validation_batch_end(self, outputs, batch, batch_idx):
+    def on_validation_batch_end(
+        self, outputs, batch, batch_idx, dataloader_idx=0
+    ):  # Lightning requires it for two loaders
         self.calls.append("val_batch_end")
 
     def on_train_epoch_start(self):

@@ -124,3 +124,42 @@ def test_evaluation_epoch_end_outputs_leave_out_none_as_1_9_5(both):
     one loader, as 1.x passed it (2.x passes none: a TypeError before)."""
     theirs, ours = both
     assert ours["evaluation_outputs"] == theirs["evaluation_outputs"]
+
+
+def test_step_end_returning_none_goes_on_with_the_step_s_output_as_1_9_5(both):
+    """A 1.x ``training_step_end`` / ``validation_step_end`` / ``test_step_end`` that only logs (returns None):
+    1.9.5 goes on with what the step returned, so the loss trains and the epoch-end hooks get the steps'
+    outputs. trainmesh took the None as a skipped batch: no step ran (a dense classifier stayed at 10%
+    accuracy where 1.9.5 reached 84%, silently) and the epoch-end hooks got nothing."""
+    theirs, ours = both
+    assert ours["step_end_none"] == theirs["step_end_none"]
+
+
+def test_strategy_optimizer_step_from_a_1x_optimizer_step_steps_as_1_9_5(both):
+    """``self.trainer.strategy.optimizer_step(optimizer, optimizer_idx, optimizer_closure)`` at the end of a 1.x
+    ``optimizer_step`` override (a warm-up): the same steps, weights and hook calls as 1.9.5, whose precision
+    plugin and optimizer each wrap the closure with on_before_optimizer_step and the clipping (twice a step).
+    trainmesh's strategies had no ``optimizer_step``: an AttributeError at the first step."""
+    theirs, ours = both
+    assert ours["strategy_optimizer_step"] == theirs["strategy_optimizer_step"]
+
+
+def test_trainer_arguments_removed_before_1_9_are_refused_saying_what_replaced_them(both):
+    """``Trainer(progress_bar_refresh_rate=0)``, ``checkpoint_callback=False``, ``reload_dataloaders_every_epoch``
+    and the other arguments Lightning removed before 1.9 (common in ported programs): 1.9.5's TypeError, and
+    trainmesh's message says what replaced each (it said only "unexpected keyword argument")."""
+    theirs, ours = both
+    their_types = {name: found[0] for name, found in theirs["removed_trainer_arguments"].items()}
+    our_types = {name: found[0] for name, found in ours["removed_trainer_arguments"].items()}
+    assert our_types == their_types == dict.fromkeys(their_types, "TypeError")
+    for name, (_, message) in ours["removed_trainer_arguments"].items():
+        assert f"keyword argument {name!r}" in message and "1.9.5 refuses it too); today: " in message, message
+
+
+def test_on_train_epoch_end_requiring_outputs_stops_before_training(both):
+    """``on_train_epoch_end(self, outputs)`` (Lightning passed them until 1.5): 1.9.5 raises a TypeError at the
+    first epoch's end, after the epoch trained; trainmesh raises the same type at fit's start, before any batch
+    (it raised 1.9.5's bare error at the same late point), saying what replaces it."""
+    theirs, ours = both
+    assert theirs["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 2}
+    assert ours["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 0}

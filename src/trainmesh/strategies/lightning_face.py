@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from trainmesh.strategies import collectives
+from trainmesh.utilities.refusal import RefusedError
 
 # Lightning's reduce_op spellings (a string, or torch's ReduceOp) -> collectives' ops.
 _OPS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -96,6 +97,27 @@ class LightningStrategyFace:
         if not _has_group():
             return tensor
         return collectives.all_gather(self.mesh, tensor, group=group, sync_grads=sync_grads)
+
+    def optimizer_step(self, optimizer: Any, *args: Any, model: Any = None, **kwargs: Any) -> Any:
+        """Lightning's ``Strategy.optimizer_step(optimizer, closure, model=None, **kwargs)`` (1.x's:
+        ``(optimizer, opt_idx, closure, ...)``), which a 1.x ``optimizer_step`` override calls after
+        its warm-up instead of ``optimizer.step(closure=...)``: the step of the optimizer that
+        ``optimizer_step`` received, its closure followed by the step hooks, as Lightning's precision
+        plugin runs it. ``model`` is the run's module here (the only one Lightning would take)."""
+        closure = kwargs.pop("closure", None)
+        kwargs.pop("opt_idx", None)
+        if args and callable(args[-1]):
+            closure = args[-1]
+        elif len(args) > 1:  # 1.x: (opt_idx, closure) with a closure of None
+            closure = args[1]
+        strategy_step = getattr(type(optimizer), "_tm_strategy_step", None)
+        if strategy_step is None:
+            raise RefusedError(
+                f"trainer.strategy.optimizer_step got a {type(optimizer).__name__} that is not the run's: "
+                "trainmesh steps, with its hooks, the optimizer that optimizer_step receives (or "
+                "self.optimizers() gives); pass that one, or call optimizer.step(closure=...) on it"
+            )
+        return strategy_step(optimizer, closure, **kwargs)
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002  Lightning's name
         """True when every process decided True (``all``), or any did (``all=False``)."""

@@ -45,7 +45,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     # steps' epoch values and the hooks' (a name both logged: each under its own key, the hooks' value last)
     ended = log_collector.epoch_metrics()
     ctx.publisher.epoch_metrics(ended, to_logger=False)
-    ctx.publisher.log({**logger_row(trained), **logger_row(ended)}, step=loop.batches_stepped - 1)
+    ctx.publisher.log({**logger_row(trained), **logger_row(ended)}, stepped=loop.batches_stepped - 1)
     log_collector.start_stage(train_results)
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)

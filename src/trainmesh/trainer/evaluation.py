@@ -26,6 +26,7 @@ from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_it
 from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.trainer.run_summary import announce_run
+from trainmesh.trainer.stage_requirements import require_dataloader_idx
 from trainmesh.trainer.states import RunningStage
 from trainmesh.utilities.exceptions import MisconfigurationException
 
@@ -279,6 +280,7 @@ def _run_loop(
     The results logged into (each loader's, the epoch-end hooks') are added to ``logged``."""
     state, hooks = ctx.state, ctx.hooks
     step_hook = _STEP_HOOK[stage]
+    require_dataloader_idx(state.module, stage, len(loaders))
     extra_index = len(loaders) > 1 and _accepts_dataloader_idx(getattr(state.module, step_hook))
     with _grad_mode(ctx):
         opening = state.log_collector.results
@@ -325,9 +327,8 @@ def _run_batches(
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
     step_end = _STEP_END_HOOK.get(stage)
-    step_end = step_end if step_end is not None and hooks.module_overrides(step_end) else None
     step_hooks = StepHooks(
-        step_end=None if step_end is None else getattr(state.module, step_end),
+        step_end=None if step_end is None else hooks.step_end(step_end),
         chunk_scope=log_collector.chunk_scope,
         call=hooks.step_caller(step_hook),  # a step hook taking fewer arguments: those it accepts
     )

@@ -113,6 +113,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
         state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime))
     refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
+    hooks.refuse_lightning1_epoch_end_outputs()
     runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
     # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).

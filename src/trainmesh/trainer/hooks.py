@@ -14,11 +14,13 @@ from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
 from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS as LIGHTNING1_CALLBACK_HOOKS
 from trainmesh.trainer.lightning1.legacy_hooks import (
     LEGACY_CALLBACK_STATES,
+    refuse_epoch_end_outputs,
     warn_legacy_datamodule_hooks,
     warn_legacy_hooks,
     warn_returned_callback_state,
 )
 from trainmesh.trainer.lightning1.optimizer_hooks import OptimizerTurn, optimizer_idx_callers
+from trainmesh.trainer.lightning1.step_end import step_end_hook
 from trainmesh.trainer.unsupported_hooks import CALLBACK_HOOKS as REFUSED_CALLBACK_HOOKS
 from trainmesh.trainer.unsupported_hooks import refuse_uncalled_hooks
 from trainmesh.trainer_view import TrainerView
@@ -89,6 +91,15 @@ class HookDispatcher:
         """How the strategy calls the module's step hook (``StepHooks.call``); None: with every argument."""
         caller: Callable[..., Any] | None = self._callers.get((id(self._module), hook))
         return caller
+
+    def refuse_lightning1_epoch_end_outputs(self) -> None:
+        """At fit's start: an on_train_epoch_end requiring 1.x's ``outputs`` (lightning1/legacy_hooks.py)."""
+        refuse_epoch_end_outputs(self._module, self._callbacks)
+
+    def step_end(self, hook: str) -> Callable[[Any], Any] | None:
+        """The module's 1.x ``*_step_end`` hook where it overrides it (its None meaning the step's own
+        output, as in 1.x: lightning1/step_end.py); None where it does not."""
+        return step_end_hook(self._module, hook) if self.module_overrides(hook) else None
 
     @property
     def module(self) -> Any:

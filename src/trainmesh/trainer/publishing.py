@@ -184,12 +184,20 @@ class Publisher:
             if callable(getattr(logger, "save", None)):  # Lightning's too: TensorBoard's makes its event file
                 logger.save()
 
-    def log(self, metrics: dict[str, float], step: int | None = None) -> None:
+    def log(self, metrics: dict[str, float], step: int | None = None, *, stepped: int | None = None) -> None:
         """To the loggers (none when ``metrics`` is empty) with the epoch, at ``step``, by default
         Lightning's: the batches of the fit that ended with an optimizer step (its
-        ``_batches_that_stepped``), so the first step's values go to step 0."""
+        ``_batches_that_stepped``, or ``stepped`` where the loop has moved it on), so the first step's
+        values go to step 0. Without ``step``, a metric the program
+        logged as ``"step"`` is the step instead, as Lightning's ``LoggerConnector.log_metrics`` takes
+        it (``int(...)``, out of the row, and no ``epoch`` added): ``log_dict({..., "step": epoch})``
+        is how 1.x programs put epochs on a logger's x-axis."""
         if metrics and self.loggers and self.is_global_zero and not self.state.sanity_checking:
-            at = self.state.loop.batches_stepped if step is None else step
+            if step is None and "step" in metrics:
+                row = {name: value for name, value in metrics.items() if name != "step"}
+                _to_loggers(self.loggers, row, int(metrics["step"]))
+                return
+            at = step if step is not None else self.state.loop.batches_stepped if stepped is None else stepped
             _to_loggers(self.loggers, {**metrics, "epoch": self.state.current_epoch}, at)
 
 

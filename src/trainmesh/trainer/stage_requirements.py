@@ -16,6 +16,7 @@ from trainmesh.module import Module
 from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredType
 from trainmesh.utilities.model_helpers import is_overridden
 from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.signature_utils import is_param_in_hook_signature
 from trainmesh.utilities.warnings import PossibleUserWarning
 
 # stage -> the methods it calls, each with what it is for (the sentence's second half)
@@ -116,3 +117,27 @@ def check_before_launch(model: Any, stage: str, *, ckpt_given: bool, has_val_loa
         refuse_missing_steps(model, stage)
     if stage == "fit":
         warn_unpaired_validation(model, has_val_loaders())
+
+
+# the loop's stage -> (Lightning's dataloader prefix, the step, its batch hooks)
+_LOADER_HOOKS = {
+    "validate": ("val", "validation_step", "on_validation_batch_start", "on_validation_batch_end"),
+    "sanity_check": ("val", "validation_step", "on_validation_batch_start", "on_validation_batch_end"),
+    "test": ("test", "test_step", "on_test_batch_start", "on_test_batch_end"),
+    "predict": ("predict", "predict_step", "on_predict_batch_start", "on_predict_batch_end"),
+}
+
+
+def require_dataloader_idx(module: Any, stage: str, loaders: int) -> None:
+    """Several loaders and a step (or batch hook) without ``dataloader_idx``: Lightning 2.6's
+    ``_verify_dataloader_idx_requirement`` stops before the first batch (1.9.5 with a TypeError at
+    it). Called with one argument fewer, the step would run every loader's batches as if from one."""
+    if loaders < 2 or stage not in _LOADER_HOOKS:
+        return
+    prefix, *hooks = _LOADER_HOOKS[stage]
+    for hook in hooks:
+        if not is_param_in_hook_signature(getattr(module, hook), "dataloader_idx"):
+            raise RuntimeError(
+                f"You provided multiple `{prefix}_dataloader`, but no `dataloader_idx` argument in"
+                f" `{type(module).__name__}.{hook}()`. Try adding `dataloader_idx=0` to its signature."
+            )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -50,12 +50,14 @@ def _edits(a: str, b: str) -> int:
     return previous[-1]
 
 
-def suggest_unknown_keywords(init: _F) -> _F:
+def suggest_unknown_keywords(init: _F, removed: Mapping[str, str] | None = None) -> _F:
     """Wrap a keyword-only ``__init__`` so that a mistyped keyword is refused with the closest name.
 
     Python's own TypeError names the unknown keyword only; this adds the argument that was probably
-    meant. The signature stays the wrapped one (``inspect.signature`` follows ``__wrapped__``).
+    meant, or for a name ``removed`` lists (an argument an older release took) what to write instead.
+    The signature stays the wrapped one (``inspect.signature`` follows ``__wrapped__``).
     """
+    removed = removed or {}
     parameters = inspect.signature(init).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return init  # any keyword is accepted: nothing to check
@@ -65,10 +67,8 @@ def suggest_unknown_keywords(init: _F) -> _F:
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         for keyword in kwargs:
             if keyword not in parameters:
-                raise TypeError(
-                    f"{type(self).__name__}() got an unexpected keyword argument {keyword!r}."
-                    f"{did_you_mean(keyword, known[1:])}"
-                )
+                hint = f" {removed[keyword]}" if keyword in removed else did_you_mean(keyword, known[1:])
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {keyword!r}.{hint}")
         return init(self, *args, **kwargs)
 
     return checked  # type: ignore[return-value]

@@ -22,6 +22,7 @@ callback's state, and its ``on_load_checkpoint(trainer, module, callback_state)`
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
@@ -108,3 +109,33 @@ def _not_called(owner: str, name: str, instead: str) -> None:
         f"runs and this code does not run. Use {instead} instead",
         stacklevel=3,
     )
+
+
+def refuse_epoch_end_outputs(module: Any, callbacks: list[Any]) -> None:
+    """At fit's start: an ``on_train_epoch_end`` that requires 1.x's ``outputs`` (``on_train_epoch_end(self,
+    outputs)``; a callback's ``(self, trainer, pl_module, outputs)``), which Lightning passed until 1.5.
+    pytorch-lightning 1.9.5 calls it without them and stops with a TypeError at the first epoch's end, after
+    an epoch of training; trainmesh stops with the same type before the first batch, saying what replaces it."""
+    owners = [(module, 0)] + [(callback, 2) for callback in callbacks]
+    for owner, leading in owners:
+        hook = getattr(owner, "on_train_epoch_end", None)
+        if owner is None or hook is None:
+            continue
+        try:
+            parameters = list(inspect.signature(hook).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        required = [
+            p
+            for p in parameters
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(required) > leading:
+            extra = ", ".join(p.name for p in required[leading:])
+            raise TypeError(
+                f"{type(owner).__name__}.on_train_epoch_end requires {extra}: Lightning 1.x passed the epoch's "
+                "step outputs there until 1.5; pytorch-lightning 1.9.5 and Lightning 2.x call it without them "
+                "(1.9.5 stops with a TypeError at the first epoch's end). Take the outputs in "
+                "training_epoch_end(self, outputs) (1.x), or keep them yourself from training_step and read them in "
+                "on_train_epoch_end(self)"
+            )

@@ -142,6 +142,12 @@ class HookedOptimizer:
     def _zero_grad(self, set_to_none: bool = True) -> None:
         self._optimizer.zero_grad(set_to_none=set_to_none)
 
+    def _tm_strategy_step(self, closure: Callable[[], Any] | None, **kwargs: Any) -> Any:
+        """``trainer.strategy.optimizer_step(optimizer, closure)`` given this optimizer: Lightning's
+        precision plugin wraps the closure with the step hooks and calls this optimizer's ``step``, which
+        wraps it again, so on_before_optimizer_step and the clipping run twice (1.9.5 and 2.6 alike)."""
+        return self._step(then_hooks(closure or _nothing, self._before_step), **kwargs)
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         # Pickled and copied as what it wraps, wrapped again (its class is made at run time: not importable)
         return (HookedOptimizer.of, (self._optimizer, self._before_step))

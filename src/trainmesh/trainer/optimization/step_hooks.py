@@ -32,7 +32,7 @@ def step_hooks_for(
     processes = ctx.runtime.world_size
     reader = _OutputReader(module, processes)
     step_hooks = StepHooks(
-        step_end=module.training_step_end if hooks.module_overrides("training_step_end") else None,
+        step_end=hooks.step_end("training_step_end"),
         loss_of=reader.loss_of,
         count_of=reader.count_of,
         # Where nothing zeroes inside the window, backward itself: one call fewer on every step.
