@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import weakref
 from typing import Any, Literal
 
 import torch
@@ -175,7 +176,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     @property
     def strategy(self) -> Strategy:
         """The run's strategy object, for users' code that inspects it (the loop never does)."""
-        return self.runtime.strategy
+        strategy = self.runtime.strategy
+        if hasattr(strategy, "serve"):  # its optimizers and lr_scheduler_configs: this Trainer's (lightning_face.py)
+            strategy.serve(weakref.ref(self))
+        return strategy
 
     # ---- public entry points ------------------------------------------------------------------
     def fit(
