@@ -150,7 +150,15 @@ class LightningStrategyFace:
         return bool(votes == self.world_size) if all else bool(votes > 0)
 
 
-__all__ = ["LightningStrategyFace"]
+def serving(strategy: Any, trainer_ref: Callable[[], Any]) -> Any:
+    """``strategy``, its ``optimizers`` and ``lr_scheduler_configs`` now the Trainer's that ``trainer_ref``
+    returns (``Trainer.strategy``: a strategy that is no LightningStrategyFace is returned as it is)."""
+    if isinstance(strategy, LightningStrategyFace):
+        strategy.serve(trainer_ref)
+    return strategy
+
+
+__all__ = ["LightningStrategyFace", "serving"]
 
 
 class AcceleratorConnectorView:

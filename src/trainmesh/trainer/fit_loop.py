@@ -37,6 +37,7 @@ from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
+from trainmesh.trainer.restore_messages import announce_restored
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -123,6 +124,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
+        announce_restored(source, "fit")  # Lightning's "Restored all states from the checkpoint at ..."
         announce_nothing_left(state, settings, source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start

@@ -42,6 +42,7 @@ from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
 from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
+from trainmesh.trainer.restore_messages import announce_restored, announce_restoring
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import read_fit_checkpoint, read_weights_checkpoint, restore_early
@@ -176,10 +177,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     @property
     def strategy(self) -> Strategy:
         """The run's strategy object, for users' code that inspects it (the loop never does)."""
-        strategy = self.runtime.strategy
-        if hasattr(strategy, "serve"):  # its optimizers and lr_scheduler_configs: this Trainer's (lightning_face.py)
-            strategy.serve(weakref.ref(self))
-        return strategy
+        return self.runtime.trainer_port.strategy_serving(weakref.ref(self))  # its optimizers: this Trainer's
 
     # ---- public entry points ------------------------------------------------------------------
     def fit(
@@ -440,9 +438,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         source, checkpoint = read_weights_checkpoint(self, self.runtime, ckpt_path, read)
         self._state.ckpt_path = source
         restore_checkpoint(self._state, self.runtime, self, checkpoint, source=source, weights_only=True)
+        announce_restored(source, self._state.stage or "test")  # "Loaded model weights from ...", Lightning's
 
     def _read_checkpoint(self, source: str, *, with_optimizers: bool, weights_only: bool | None) -> dict[str, Any]:
         check_weights_only(source, weights_only)  # what Lightning's torch.load(weights_only=) refuses
+        announce_restoring(source)  # Lightning's line before it reads a checkpoint (restore_messages.py)
         optimizers = self.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.model, optimizers, keys=TENSOR_ENTRIES)
 
