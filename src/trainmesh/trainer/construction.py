@@ -328,9 +328,10 @@ def _is_bar(callback: Any) -> bool:
     return any(klass.__name__ in bars for klass in type(callback).__mro__)
 
 
-def log_device_info(runtime: Runtime) -> None:
+def log_device_info(runtime: Runtime, *, fast_dev_run: int = 0) -> None:
     """Lightning's ``_log_device_info``, as ``Trainer()`` ends: the accelerators there are and what the run
-    uses, logged in its words, and its warning where a GPU is there and not used."""
+    uses, logged in its words, and its warning where a GPU is there and not used; then, as its
+    ``_init_debugging_flags`` next, its line for ``fast_dev_run`` (``fast_dev_run``: the batches, 0 for none)."""
     import importlib.util
 
     import torch
@@ -348,4 +349,9 @@ def log_device_info(runtime: Runtime) -> None:
         rank_zero_warn(
             "GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`.",
             category=PossibleUserWarning,
+        )
+    if fast_dev_run:
+        rank_zero_info(
+            f"Running in `fast_dev_run` mode: will run the requested loop using {int(fast_dev_run)} batch(es). "
+            "Logging and checkpointing is suppressed."
         )

@@ -172,7 +172,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
         self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
-        construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
+        construction.log_device_info(self.runtime, fast_dev_run=loop.fast_dev_run)  # Lightning's lines, last as its
 
     @property
     def strategy(self) -> Strategy:
