@@ -37,7 +37,7 @@ from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.filesystem import local_path
-from trainmesh.utilities.rank_zero import rank_zero_info
+from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 __all__ = ["ModelCheckpoint", "render_filename"]
 
@@ -157,6 +157,9 @@ class ModelCheckpoint(Checkpoint):
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
             self.dirpath = trainer.runtime.broadcast(absolute(os.path.join(trainer.log_dir, "checkpoints")), src=0)
+        if stage == "fit" and trainer.is_global_zero and self.save_top_k != 0 and self.dirpath is not None:
+            if os.path.isdir(self.dirpath) and os.listdir(self.dirpath):  # Lightning's __warn_if_dir_not_empty
+                rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
