@@ -16,7 +16,10 @@ from typing import Any, Literal, Protocol
 from trainmesh.seed import isolate_rng
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
+
+log = lightning_named_logger(__name__)  # Lightning's lines, governed as its loggers' by a program's settings
 
 
 class Trainer(Protocol):
@@ -95,8 +98,11 @@ class Tuner:
                 trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
                 trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
                 trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
+                start = trainer.global_step
                 trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
                 finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+                if trainer.global_step != num_training + start:  # Lightning's line
+                    log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
             finally:
                 for name, value in kept.items():
                     setattr(trainer, name, value)
@@ -106,6 +112,7 @@ class Tuner:
                 lr = finder.suggestion()
                 if lr is not None:
                     set_lr(model, attr, lr)
+                    log.info(f"Learning rate set to {lr}")
         return finder
 
     def scale_batch_size(
@@ -159,6 +166,7 @@ class Tuner:
             trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
             first_adjust(size, length, value=init_val)
             found = search(trial, size, length)
+            log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
         finally:
             for name, value in kept.items():
                 setattr(trainer, name, value)
