@@ -20,6 +20,7 @@ from torch import nn
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_everything, seed_settings
 from trainmesh.strategies import collectives
+from trainmesh.strategies.lightning_face import serving
 from trainmesh.strategies.protocol import Strategy
 
 
@@ -59,6 +60,11 @@ class TrainerPort:
             seed_everything(settings.seed, workers=settings.workers, verbose=False)
         elif "PL_GLOBAL_SEED" in os.environ:  # Lightning's reset_seed reads the variable
             seed_everything(None, verbose=False)
+
+    def strategy_serving(self, trainer_ref: Callable[[], Any]) -> Strategy:
+        """The strategy, its Lightning ``optimizers`` and ``lr_scheduler_configs`` those of the Trainer
+        that ``trainer_ref`` (a weak reference) returns: ``trainer.strategy`` (lightning_face.py)."""
+        return serving(self._runtime.strategy, trainer_ref)
 
     def uncompiled(self, module: Any) -> Any:
         """``torch.compile(m)``: ``m``, to be compiled where the strategy compiles (strategies/compile.py)."""

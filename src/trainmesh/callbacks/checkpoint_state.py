@@ -42,9 +42,10 @@ def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
         and callback.dirpath is not None
         and os.path.abspath(saved_dir) != os.path.abspath(callback.dirpath)
     ):
-        warnings.warn(
-            f"The dirpath has changed from {saved_dir!r} to {callback.dirpath!r} (Lightning's words): "
-            "ModelCheckpoint's top-k ranking and best_model_score start afresh there (best_model_path is kept)",
+        warnings.warn(  # Lightning 2.6's words (a program may filter its warnings by them)
+            f"The dirpath has changed from {saved_dir!r} to {callback.dirpath!r},"
+            " therefore `best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and"
+            " `best_k_models` won't be reloaded. Only `best_model_path` will be reloaded.",
             UserWarning,
             stacklevel=2,
         )

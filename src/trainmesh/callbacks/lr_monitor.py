@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.runtime_optimizer import RuntimeOptimizer
 from trainmesh.trainer_view import TrainerView
 
 _INTERVALS = (None, "step", "epoch")
@@ -53,8 +54,8 @@ class LearningRateMonitor(Callback):
         self.log_momentum = log_momentum
         self.log_weight_decay = log_weight_decay
         self.lrs: dict[str, list[float]] = {}  # every value logged, by name
-        self.last_momentum_values: dict[str, float] = {}
-        self.last_weight_decay_values: dict[str, float] = {}
+        self.last_momentum_values: dict[str, float | None] = {}
+        self.last_weight_decay_values: dict[str, float | None] = {}
 
     # ---- hooks --------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
@@ -66,6 +67,12 @@ class LearningRateMonitor(Callback):
             )
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        # Lightning's: every name the run will log, with no value yet (``monitor.lrs["lr-SGD"] == []``
+        # until the first logging step; a run shorter than log_every_n_steps keeps them empty)
+        names = [name for group_names, _, _ in optimizer_names(trainer) for name in group_names]
+        self.lrs = {name: [] for name in names}
+        self.last_momentum_values = {f"{name}-momentum": None for name in names}
+        self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
         if self.log_momentum and trainer.is_global_zero:
             lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
             if lacking:
@@ -131,6 +138,8 @@ def optimizer_names(trainer: TrainerView) -> list[tuple[list[str], Any, str | No
     per_class: dict[type, int] = defaultdict(int)
     for config in trainer.lr_scheduler_configs:
         optimizer = getattr(config.scheduler, "optimizer", None)
+        if isinstance(optimizer, RuntimeOptimizer):  # a scheduler made on trainer.optimizers[i] (the wrapper)
+            optimizer = optimizer.optimizer  # is that optimizer's: Lightning names the torch one (lr-Adam)
         if optimizer is None:
             continue  # a custom scheduler that holds no optimizer: nothing to read the lr from
         entries.append((_group_names(optimizer, config.name, per_class), optimizer, config.interval))

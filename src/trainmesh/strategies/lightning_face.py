@@ -10,6 +10,7 @@ A base class of the single-device and distributed strategies; it reads only thei
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,6 +41,50 @@ def _has_group() -> bool:
 
 class LightningStrategyFace:
     """Lightning's collectives and ranks on a strategy (``trainer.strategy.reduce(x, reduce_op="sum")``)."""
+
+    # The Trainer whose run this strategy serves, as a weak reference (the strategy must not keep it alive).
+    _served: Callable[[], Any] | None = None
+
+    def serve(self, trainer_ref: Callable[[], Any]) -> None:
+        """Let ``optimizers`` and ``lr_scheduler_configs`` below be the Trainer's that ``trainer_ref``
+        (its ``weakref.ref``) returns (the Trainer calls it)."""
+        self._served = trainer_ref
+
+    def _run_state(self) -> Any:
+        trainer = self._served() if self._served is not None else None
+        return None if trainer is None else trainer._state
+
+    # Lightning's strategy holds the run's optimizers and scheduler configs (its trainer.optimizers and
+    # trainer.lr_scheduler_configs read them there), and programs replace them through it: a warmup
+    # callback's ``trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(warmup, interval="step")]``.
+    # trainmesh's live in the Trainer's loop state, so these read and write that state: a write here
+    # is the schedulers the loop steps next (without them it set an attribute nothing read).
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        state = self._run_state()
+        return [] if state is None else state.lr_scheduler_configs
+
+    @lr_scheduler_configs.setter
+    def lr_scheduler_configs(self, configs: list[Any]) -> None:
+        self._writable_state("lr_scheduler_configs").lr_scheduler_configs = configs
+
+    @property
+    def optimizers(self) -> list[Any]:
+        state = self._run_state()
+        return [] if state is None else state.optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Any]) -> None:
+        self._writable_state("optimizers").optimizers = optimizers
+
+    def _writable_state(self, name: str) -> Any:
+        state = self._run_state()
+        if state is None:
+            raise RuntimeError(
+                f"strategy.{name} = ...: this strategy serves no Trainer, so there is no run whose {name} "
+                f"to set; set it through the Trainer's strategy (trainer.strategy.{name})"
+            )
+        return state
 
     @property
     def mesh(self) -> Any:  # the strategy's (single.py, distributed.py)
@@ -127,7 +172,15 @@ class LightningStrategyFace:
         return bool(votes == self.world_size) if all else bool(votes > 0)
 
 
-__all__ = ["LightningStrategyFace"]
+def serving(strategy: Any, trainer_ref: Callable[[], Any]) -> Any:
+    """``strategy``, its ``optimizers`` and ``lr_scheduler_configs`` now the Trainer's that ``trainer_ref``
+    returns (``Trainer.strategy``: a strategy that is no LightningStrategyFace is returned as it is)."""
+    if isinstance(strategy, LightningStrategyFace):
+        strategy.serve(trainer_ref)
+    return strategy
+
+
+__all__ = ["LightningStrategyFace", "serving"]
 
 
 class AcceleratorConnectorView:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import weakref
 from typing import Any, Literal
 
 import torch
@@ -178,7 +179,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     @property
     def strategy(self) -> Strategy:
         """The run's strategy object, for users' code that inspects it (the loop never does)."""
-        return self.runtime.strategy
+        return self.runtime.trainer_port.strategy_serving(weakref.ref(self))  # its optimizers: this Trainer's
 
     # ---- public entry points ------------------------------------------------------------------
     def fit(

@@ -53,15 +53,23 @@ def adjust(
     factor: float = 1.0,
     value: int | None = None,
     max_val: int = 8192,
+    desc: str | None = None,
 ) -> tuple[int, bool]:
     """Lightning's ``_adjust_batch_size``: the new size (not past ``max_val``), and whether it changed;
-    unchanged once the size reaches the dataset's length."""
+    unchanged once the size reaches the dataset's length. With ``desc`` ("succeeded", "failed": how the
+    trial went) it logs Lightning's line for the step."""
     batch_size = size.get()
     length = dataset_length()
     if length is not None and batch_size >= length:
         log.info(f"The batch size {batch_size} is greater or equal than the length of your dataset: {length}.")
         return batch_size, False
-    new_size = min(value if value is not None else int(batch_size * factor), max_val)
+    new_size = value if value is not None else int(batch_size * factor)
+    if new_size > max_val:
+        if desc:
+            log.info(f"Batch size {new_size} exceeds max_val limit {max_val}, capping at {max_val}")
+        new_size = max_val
+    if desc:
+        log.info(f"Batch size {batch_size} {desc}, trying batch size {new_size}")
     size.set(new_size)
     return new_size, new_size != batch_size
 
@@ -72,19 +80,20 @@ def power_scaling(
     new_size, any_success = size.get(), False
     for i in range(max_trials):
         if new_size >= max_val:
+            log.info(f"Reached the maximum batch size limit of {max_val}. Stopping search.")
             break
         try:
             trial()
             if i + 1 >= max_trials:
                 break
-            new_size, changed = adjust(size, length, factor=2.0, max_val=max_val)
+            new_size, changed = adjust(size, length, factor=2.0, max_val=max_val, desc="succeeded")
             if not changed:
                 break
             any_success = True
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
-            new_size, _ = adjust(size, length, factor=0.5)
+            new_size, _ = adjust(size, length, factor=0.5, desc="failed")
             if any_success:
                 break
     return new_size
@@ -99,7 +108,10 @@ def binsearch_scaling(
     max_val: int,
 ) -> int:
     new_size, low, high, count = size.get(), 1, None, 0
-    while new_size < max_val:
+    while True:
+        if new_size >= max_val:
+            log.info(f"Reached the maximum batch size limit of {max_val}. Stopping search.")
+            break
         try:
             trial()
             count += 1
@@ -109,17 +121,19 @@ def binsearch_scaling(
             if high and high - low <= 1:
                 break
             target = {"value": (high + low) // 2} if high else {"factor": 2.0}
-            new_size, changed = adjust(size, length, max_val=max_val, **target)  # type: ignore[arg-type]
+            new_size, changed = adjust(size, length, max_val=max_val, desc="succeeded", **target)  # type: ignore[arg-type]
             if not changed:
                 break
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             high = new_size
-            new_size, _ = adjust(size, length, value=(high + low) // 2)
+            new_size, _ = adjust(size, length, value=(high + low) // 2, desc="failed")
             if high - low <= 1:
                 break
     if margin > 0 and max(1, int(new_size * (1 - margin))) != new_size:
-        new_size = max(1, int(new_size * (1 - margin)))
+        reduced = max(1, int(new_size * (1 - margin)))
+        log.info(f"Applying margin of {margin:.1%}, reducing batch size from {new_size} to {reduced}")
+        new_size = reduced
         size.set(new_size)
     return new_size

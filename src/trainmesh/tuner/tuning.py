@@ -13,9 +13,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
+from trainmesh.seed import isolate_rng
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
+
+log = lightning_named_logger(__name__)  # Lightning's lines, governed as its loggers' by a program's settings
 
 
 class Trainer(Protocol):
@@ -79,29 +83,36 @@ class Tuner:
         attr = lr_attribute(model, attr_name) if update_attr else ""
         finder = _LRFinder(mode, min_lr, max_lr, num_training)
         recorder = _LRCallback(num_training, early_stop_threshold)
-        weights = copy.deepcopy(model.state_dict())
-        kept = {
-            "callbacks": trainer.callbacks,
-            "loggers": trainer.loggers,
-            "max_steps": trainer.max_steps,
-            "limit_val_batches": trainer.limit_val_batches,
-            "num_sanity_val_steps": trainer.num_sanity_val_steps,
-        }
-        try:
-            trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
-            trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
-            trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
-            trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
-            finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
-        finally:
-            for name, value in kept.items():
-                setattr(trainer, name, value)
-            model.load_state_dict(weights)
-            trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
-        if update_attr:
-            lr = finder.suggestion()
-            if lr is not None:
-                set_lr(model, attr, lr)
+        # Lightning's LearningRateFinder runs the search under isolate_rng: the generators (torch's,
+        # numpy's, Python's) are after it as before, so the fit that follows shuffles as without it
+        with isolate_rng():
+            weights = copy.deepcopy(model.state_dict())
+            kept = {
+                "callbacks": trainer.callbacks,
+                "loggers": trainer.loggers,
+                "max_steps": trainer.max_steps,
+                "limit_val_batches": trainer.limit_val_batches,
+                "num_sanity_val_steps": trainer.num_sanity_val_steps,
+            }
+            try:
+                trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
+                trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
+                trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
+                start = trainer.global_step
+                trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
+                finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+                if trainer.global_step != num_training + start:  # Lightning's line
+                    log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
+            finally:
+                for name, value in kept.items():
+                    setattr(trainer, name, value)
+                model.load_state_dict(weights)
+                trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+            if update_attr:
+                lr = finder.suggestion()
+                if lr is not None:
+                    set_lr(model, attr, lr)
+                    log.info(f"Learning rate set to {lr}")
         return finder
 
     def scale_batch_size(
@@ -155,12 +166,22 @@ class Tuner:
             trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
             first_adjust(size, length, value=init_val)
             found = search(trial, size, length)
+            log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
         finally:
             for name, value in kept.items():
                 setattr(trainer, name, value)
             model.load_state_dict(weights)
             trainer._reset_fit_state()
+        self._after_search(source)
         return found
+
+    def _after_search(self, source: Any) -> None:
+        """Lightning 2.6's ``__scale_batch_restore_params`` resets the fit loop's data as the search
+        ends: it asks for the train loader again (at the size found) and makes its iterator, which draws
+        the loader's base seed from the global generator. The same here, so that the fit after the search
+        shuffles as Lightning's does (one draw fewer, and every later shuffle differed)."""
+        iterator = iter(source.train_dataloader())
+        del iterator  # a loader with workers shuts them down
 
     def _batch_size_rules(
         self, mode: str, max_trials: int, margin: float, max_val: int

@@ -110,3 +110,6 @@ class LightningOneTuner(Tuner):
             return search(trial, size, length, max_trials)
 
         return run, adjust, loader_lengths
+
+    def _after_search(self, source: Any) -> None:
+        """Nothing: 1.9.5's ``__scale_batch_restore_params`` leaves the loaders as the last trial left them."""

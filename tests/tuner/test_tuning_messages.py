@@ -1,0 +1,60 @@
+"""The Tuner's lines as Lightning 2.6 logs them: ``LR finder stopped early after N steps ...``, ``Learning
+rate set to X``, ``Batch size A succeeded, trying batch size B``, ``Applying margin ...``, ``Finished batch
+size finder, ...`` (Lightning's lines about its temporary checkpoint and ``weights_only`` are not
+trainmesh's: it keeps no temporary checkpoint)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+_NOT_OURS = ("checkpoint", "weights_only", "litlogger", "litmodels", "available")
+
+
+def _lines(framework, tmp_path, caplog, mode) -> list[str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.lr, self.batch_size = 0.01, 4
+            self.data = TensorDataset(torch.randn(256, 3), torch.randn(256, 1))
+
+        def train_dataloader(self):
+            return DataLoader(self.data, batch_size=self.batch_size, shuffle=True)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    torch.manual_seed(0)
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    tuner, model = framework.tuner.Tuner(trainer), Model()
+    caplog.clear()
+    tuner.lr_find(model, num_training=40)
+    tuner.scale_batch_size(model, mode=mode, max_trials=4, steps_per_trial=1)
+    return [r.getMessage() for r in caplog.records if not any(word in r.getMessage() for word in _NOT_OURS)]
+
+
+@pytest.mark.parametrize("mode", ["power", "binsearch"])
+def test_the_tuner_logs_lightning_s_lines(tmp_path, caplog, mode) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    caplog.set_level(logging.INFO)
+    expected = _lines(lightning, tmp_path / "lightning", caplog, mode)
+    assert any(line.startswith("Learning rate set to") for line in expected)
+    assert "Batch size 2 succeeded, trying batch size 4" in expected
+    assert _lines(trainmesh, tmp_path / "trainmesh", caplog, mode) == expected
