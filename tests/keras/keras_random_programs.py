@@ -102,6 +102,28 @@ def dropout(batch: int, feed: str = "arrays") -> dict:
     return {"model": model, "fit": {**fit, "epochs": 2}}
 
 
+def spatial_dropout(batch: int) -> dict:
+    """SpatialDropout1D: keras.random.dropout with a noise_shape of the batch's (one mask per sample and
+    channel), which the mapped draw makes the global batch's (before: the first training step failed,
+    'The expanded size of the tensor (32) must match the existing size (16)')."""
+    fresh()
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Reshape((3, 2)),
+            keras.layers.Conv1D(4, 2, padding="same", activation="relu"),
+            keras.layers.SpatialDropout1D(0.4, seed=5),
+            keras.layers.SpatialDropout1D(0.3),
+            keras.layers.Flatten(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
+    x, y = data(106)
+    fit = {"x": x, "y": y, "batch_size": batch, "validation_split": 0.25, "shuffle": False, "epochs": 2}
+    return {"model": model, "fit": fit}
+
+
 class DrawingStep(keras.Model):
     """A train_step of its own drawing batch-shaped noise from its SeedGenerator, as the GAN guide does."""
 
@@ -347,6 +369,7 @@ PROGRAMS = {
     "dropout": dropout,
     "dropout_loader": lambda batch: dropout(batch, "loader"),
     "dropout_pydataset": lambda batch: dropout(batch, "pydataset"),
+    "spatial_dropout": spatial_dropout,
     "drawing_step": drawing_step,
     "sampling": sampling,
     "batch_sum_loss": added_loss,

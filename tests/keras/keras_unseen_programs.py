@@ -1,4 +1,4 @@
-"""Ten Keras 3 programs written as users write them, run under Keras' own fit at the global batch and
+"""Keras 3 programs written as users write them, run under Keras' own fit at the global batch and
 under trainmesh.keras' ddp at 2 processes (test_keras_unseen_programs.py compares them).
 
 python keras_unseen_programs.py ddp OUT -> one launch of 2 processes, every program one after another;
@@ -10,7 +10,7 @@ Each program is ``build(batch) -> Program``: the compiled model, the arguments o
 batch, distributed)`` runs it with Keras' own methods (``distributed=False``, one process) or with
 ``tk.fit``/``evaluate``/``predict`` under ddp at 2 processes, and records History, every variable, the
 optimizers' states, what a callback of the program's own read from its logs, evaluate and predict.
-Every fit is unshuffled (``shuffle=True`` shuffles within each process's share: not one process's order).
+Most fits are unshuffled; ``batch_shuffled`` and ``steps_shuffled`` shuffle as Keras does.
 """
 
 import faulthandler
@@ -353,6 +353,35 @@ def clipped_by_hand(batch: int) -> Program:
     return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
 
 
+# 12. shuffle="batch" (Keras permutes the samples inside each batch) with Dropout, then a shuffled fit.
+def batch_shuffled(batch: int) -> Program:
+    """120 samples (the last global batch 12 + 12): each Dropout row must meet the sample it meets in one
+    process's batch, and torch's generator must go on as one process's for the second fit's shuffle."""
+    fresh()
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dropout(0.4),
+         keras.layers.Dense(1, activation="sigmoid")]
+    )  # fmt: skip
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy", metrics=["accuracy"])
+    x, y = tabular(140)
+    fit = {"x": x[:120], "y": y[:120], "batch_size": batch, "epochs": 2, "shuffle": "batch",
+           "validation_data": (x[120:], y[120:])}  # fmt: skip
+    again = {**fit, "epochs": 3, "initial_epoch": 2, "shuffle": True}
+    return Program(model, fit, {"x": x[120:], "y": y[120:], "batch_size": batch}, {"x": x[120:]}, again=again)
+
+
+# 13. steps_per_epoch on arrays with fit's default shuffle=True: epochs go on through one permutation.
+def steps_shuffled(batch: int) -> Program:
+    """128 samples (4 global batches) at 3 steps per epoch: the second epoch ends the first permutation
+    and begins a second one, as one process's loader does."""
+    fresh()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.5), loss="mse", metrics=["mae"])
+    x, y = tabular(128, classes=False)
+    fit = {"x": x, "y": y, "batch_size": batch, "epochs": 3, "steps_per_epoch": 3}
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x[:40]})
+
+
 PROGRAMS = {
     "subclassed_step": subclassed_step,
     "uneven_tracker": uneven_tracker,
@@ -365,6 +394,8 @@ PROGRAMS = {
     "initial_epoch": initial_epoch,
     "own_metric": own_metric,
     "clipped_by_hand": clipped_by_hand,
+    "batch_shuffled": batch_shuffled,
+    "steps_shuffled": steps_shuffled,
 }
 
 

@@ -26,7 +26,7 @@ TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of o
 # before draws.MAPPED_WITH_NUMBERS
 # torch_drawing_step: torch.randn/randn_like/rand/F.dropout in its step (torch_draws.py; before: 1e-2 apart, silently)
 SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampling", "batch_mean_loss", "mixup_step"]
-SAME += ["torch_drawing_step"]
+SAME += ["torch_drawing_step", "spatial_dropout"]
 
 
 @pytest.fixture(scope="module")

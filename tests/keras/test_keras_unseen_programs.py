@@ -1,4 +1,4 @@
-"""Ten Keras programs written as users write them (keras_unseen_programs.py), each under Keras' own
+"""Keras programs written as users write them (keras_unseen_programs.py), each under Keras' own
 fit/evaluate/predict in this process at the global batch (2 x 16) and under trainmesh.keras' ddp at 2
 processes (one leg of the Keras programs' shared launch: conftest.py). Every rank must hold the same
 results, and those must be one process's: History (both fits where the program continues with
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of one batch (measured: <= 8e-7)
 SAME = ["subclassed_step", "uneven_tracker", "two_optimizers", "class_weights", "callbacks",
         "pydataset_steps", "pydataset_tracker", "loader_tracker",
-        "initial_epoch", "clipped_by_hand"]  # fmt: skip
+        "initial_epoch", "clipped_by_hand", "batch_shuffled", "steps_shuffled"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,11 @@ def test_each_program_trains_at_2_processes_what_keras_trains_at_the_global_batc
     are known only once read: History 0.013 apart before),
     ``loader_tracker`` (on DataLoaders, the validation's last step rank 0's only: 0.042 before).
     ``clipped_by_hand``: a train_step clipping the gradients by their global norm by hand and tracking
-    that norm (each process clipped and logged its own gradient: 0.39 apart before; backward.py)."""
+    that norm (each process clipped and logged its own gradient: 0.39 apart before; backward.py).
+    Fixed in k-progs: ``batch_shuffled`` (``shuffle="batch"`` permuted each process's share of a batch on its
+    own, so Dropout's rows met other samples: History 3.8e-2 apart before in a keras-io text classifier)
+    and ``steps_shuffled`` (``steps_per_epoch`` with ``shuffle=True``: each process shuffled its own share,
+    6.2e-2 apart before); batches.py."""
     import keras_unseen_programs as programs
 
     zero, one = ranks(ddp, name)

@@ -122,6 +122,24 @@ def test_script_command_reruns_a_script_with_its_arguments(monkeypatch, tmp_path
     assert script_command() == [str(script), "--lr", "0.1"]
 
 
+def test_script_command_of_a_script_that_changed_directory_says_so(monkeypatch, tmp_path):
+    """``python train.py`` that calls os.chdir before a ddp fit: its relative argv[0] is not found from the new
+    directory. Before: refused as 'an interactive session (notebook, REPL or python -c)', which it is not."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--lr", "0.1"])
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    elsewhere = tmp_path / "outputs"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ValueError) as info:
+        script_command()
+    message = str(info.value)
+    assert "interactive" not in message and "os.chdir" in message and str(script) in message, message
+
+
 def test_script_command_reruns_a_module_started_with_dash_m(monkeypatch):
     main = types.ModuleType("__main__")
     main.__spec__ = types.SimpleNamespace(name="mypkg.train.__main__")

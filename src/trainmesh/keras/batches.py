@@ -167,6 +167,26 @@ class SampleShard(Sampler[int]):
         return len(range(self.rank, self.samples, self.num_replicas))
 
 
+class BatchShuffleShard(Sampler[list[int]]):
+    """This process's samples of each global batch of ``shuffle="batch"`` (Keras' torch loader keeps the
+    batches in order and permutes the samples inside each: ``torch.randperm(len(batch))`` per batch):
+    each process draws the permutation one process draws for the global batch (the generators move on
+    alike) and takes its samples ``rank, rank + W, ...`` of it, the rows it holds of one process's batch,
+    so that a batch-shaped draw (Dropout) meets the samples it meets in one process."""
+
+    def __init__(self, samples: int, batch_size: int, *, num_replicas: int, rank: int) -> None:
+        self.samples, self.batch_size, self.num_replicas, self.rank = samples, batch_size, num_replicas, rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        size = self.batch_size * self.num_replicas
+        for start in range(0, self.samples, size):
+            batch = range(start, min(self.samples, start + size))
+            yield [batch[i] for i in torch.randperm(len(batch))][self.rank :: self.num_replicas]
+
+    def __len__(self) -> int:
+        return math.ceil(self.samples / (self.batch_size * self.num_replicas))
+
+
 class _FirstBatches(Sampler[list[int]]):
     """The first ``count`` batches of a batch sampler (predict's ``steps``)."""
 
@@ -205,22 +225,30 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
 
 
 def shuffled_arrays(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any], runtime: Runtime) -> Any:
-    """Arrays Keras would shuffle (``shuffle=True``, ``fit``'s default) under several processes: Keras' own
-    torch loader of all the samples (``class_weight`` made sample weights, as Keras makes them) at this
-    process's batch, read through a ``SampleShard``: each epoch the permutation one process at ``W``
-    times the batch draws, this process's samples of each global batch. None: nothing to shuffle so."""
+    """Arrays Keras would shuffle (``shuffle=True``, ``fit``'s default, or ``shuffle="batch"``) under several
+    processes: Keras' own torch loader of all the samples (``class_weight`` made sample weights, as Keras
+    makes them) at this process's batch, read through a ``SampleShard`` (each epoch the permutation one
+    process at ``W`` times the batch draws, this process's samples of each global batch) or, for
+    ``"batch"``, a ``BatchShuffleShard``. With ``steps_per_epoch`` too: Keras then reads the loader on
+    from where the last epoch stopped and makes a new one when it runs out, drawing as from its own.
+    None: nothing to shuffle so."""
     rank, world = runtime.global_rank, runtime.world_size
-    if world == 1 or kwargs.get("shuffle", True) is not True or kwargs.get("steps_per_epoch") is not None:
+    shuffle = kwargs.get("shuffle", True)
+    if world == 1 or shuffle not in (True, "batch"):
         return None
     from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
 
     batch = kwargs.get("batch_size") or 32
     adapter = ArrayDataAdapter(
-        x, y, sample_weight=sample_weight, class_weight=kwargs.get("class_weight"), shuffle=True, batch_size=batch
+        x, y, sample_weight=sample_weight, class_weight=kwargs.get("class_weight"), shuffle=shuffle, batch_size=batch
     )
     keras_loader = adapter.get_torch_dataloader()
-    samples = SampleShard(adapter._num_samples, num_replicas=world, rank=rank, shuffle=True, runtime=runtime)
-    sampler = BatchSampler(samples, batch, drop_last=False)
+    sampler: Sampler[list[int]]
+    if shuffle == "batch":
+        sampler = BatchShuffleShard(adapter._num_samples, batch, num_replicas=world, rank=rank)
+    else:
+        samples = SampleShard(adapter._num_samples, num_replicas=world, rank=rank, shuffle=True, runtime=runtime)
+        sampler = BatchSampler(samples, batch, drop_last=False)
     return DataLoader(keras_loader.dataset, batch_sampler=sampler, collate_fn=keras_loader.collate_fn)
 
 

@@ -147,7 +147,8 @@ def _on_rows(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Calla
                 whole = inputs.new_zeros((parts * total, *inputs.shape[1:]))
                 whole = whole.index_put((mine.to(inputs.device),), inputs)
                 rest = {k: v for k, v in kwargs.items() if k != key}
-                return keras_draw(whole, *args[1:], **rest)[mine.to(inputs.device)]
+                more = _global_noise_shape(list(args[1:]), rest, len(inputs), len(whole))
+                return keras_draw(whole, *more, **rest)[mine.to(inputs.device)]
             shape = (parts * total, *tuple(first)[1:])
             out = keras_draw(shape, *args[1:], **{k: v for k, v in kwargs.items() if k != key})
             return out[mine.to(out.device)]
@@ -155,6 +156,20 @@ def _on_rows(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Calla
             _drawing[0] = False
 
     return draw
+
+
+def _global_noise_shape(args: list[Any], kwargs: dict[str, Any], local: int, total: int) -> list[Any]:
+    """``dropout``'s arguments after the inputs, with a ``noise_shape`` of this process's batch
+    (SpatialDropout's ``(batch, 1, 1, channels)``: one mask per sample and channel) made the global
+    batch's, in place in ``kwargs``; a noise shape that is not per sample (``None`` or 1 first) stays."""
+    noise = args[1] if len(args) > 1 else kwargs.get("noise_shape")
+    if noise is None or not len(noise) or noise[0] != local:
+        return args
+    noise = (total, *tuple(noise)[1:])
+    if len(args) > 1:
+        return [args[0], noise, *args[2:]]
+    kwargs["noise_shape"] = noise
+    return args
 
 
 def _refusing(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Callable[..., Any]:

@@ -25,6 +25,7 @@ import pickle
 import random
 import sys
 import types
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,8 +50,9 @@ class Travelling:
         data = pickle.dumps(self.model)
         seeds = [initializer.seed for initializer in unseeded_initializers(self.model)]
         batch = _batch_to_build(self.model, self.data)
-        _check_rebuilds(objects, data, seeds, batch)
-        return (_arrive, (objects, data, seeds, batch))
+        unbuilt = not getattr(getattr(self.model, "optimizer", None), "built", True)
+        _check_rebuilds(objects, data, seeds, batch, unbuilt)
+        return (_arrive, (objects, data, seeds, batch, unbuilt))
 
 
 def _batch_to_build(model: Any, data: tuple[Any, Any, Any] | None) -> Any:
@@ -81,14 +83,14 @@ def unseeded_initializers(model: Any) -> list[Any]:
     return found
 
 
-def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any) -> None:
+def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any, unbuilt: bool) -> None:
     """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
     cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
     config's other entries) is refused before any process starts, not in every worker after it. The
     generators a rebuild draws seeds from are left as they were."""
     generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
-        _arrive(objects, data, seeds, batch)
+        _arrive(objects, data, seeds, batch, unbuilt)
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
         raise ValueError(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
@@ -102,8 +104,14 @@ def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batc
         random.setstate(generators[2])
 
 
-def _arrive(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any = None) -> Travelling:
-    with require_keras().saving.custom_object_scope(objects):
+def _arrive(
+    objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any = None, unbuilt: bool = False
+) -> Travelling:
+    with require_keras().saving.custom_object_scope(objects), warnings.catch_warnings():
+        if unbuilt:  # Keras' compile_from_config builds the rebuilt model's optimizer, then finds the sender's
+            # unbuilt one (its iterations and learning rate, which the config carries) short of slots and warns
+            # "Skipping variable loading": nothing of the sender's is lost, and Keras' own fit shows no warning
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer", category=UserWarning)
         model = pickle.loads(data)
     for initializer, seed in zip(unseeded_initializers(model), seeds, strict=True):
         initializer.seed = seed  # the rebuild drew its own: the launching process's initializer draws the weights

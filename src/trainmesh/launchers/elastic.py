@@ -106,6 +106,14 @@ def script_command() -> list[str]:
         module = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
         return ["-m", module, *sys.argv[1:]]
     script = sys.argv[0] if sys.argv else ""
+    started_from = getattr(main, "__file__", None)  # absolute since Python 3.9
+    if not hasattr(sys, "ps1") and script not in ("", "-c") and not os.path.isfile(script) and started_from:
+        raise ValueError(
+            f"strategy='ddp' starts its workers by running this program again ({script!r}), but {script!r} is not "
+            f"found from the working directory {os.getcwd()!r}: the program changed directory (os.chdir) after "
+            "it started. Start it by its absolute path, e.g. python "
+            f"{started_from}, or change directory after fit; or use strategy='ddp_fork' or 'ddp_spawn'"
+        )
     if hasattr(sys, "ps1") or script in ("", "-c") or not os.path.isfile(script):
         raise ValueError(
             "strategy='ddp' starts its workers by running this program again, but this is an "
