@@ -130,15 +130,17 @@ def test_the_header_is_sorted_as_lightning_s(tmp_path):
     assert texts[1] == texts[0]
 
 
+@pytest.mark.parametrize("name", ["", None])
 @pytest.mark.parametrize("framework", ["lightning", "trainmesh"])
-def test_log_hyperparams_without_params_writes_an_empty_hparams_yaml_as_lightning(tmp_path, framework):
+def test_log_hyperparams_without_params_writes_an_empty_hparams_yaml_as_lightning(tmp_path, framework, name):
     """Lightning's ``CSVLogger.log_hyperparams(params=None)`` (its test_csv.py::test_no_name); before,
-    trainmesh's required ``params`` (TypeError)."""
+    trainmesh's required ``params`` (TypeError), and ``name=None`` stopped in os.path.join (TypeError)."""
     if framework == "lightning":
         loggers = pytest.importorskip("lightning.pytorch.loggers")
-        logger = loggers.CSVLogger(tmp_path, name="")
+        logger = loggers.CSVLogger(tmp_path, name=name)
     else:
-        logger = CSVLogger(tmp_path, name="")
+        logger = CSVLogger(tmp_path, name=name)
+    assert logger.name == "" and os.path.normpath(logger.root_dir) == str(tmp_path)
     logger.log_hyperparams()
     logger.save()
     assert os.listdir(tmp_path / "version_0") == ["hparams.yaml"]

@@ -269,3 +269,63 @@ def test_val_check_batch_stays_none_when_no_training_batch_runs(tmp_path):
     found = run_both(val_check_batch_without_training_batches, tmp_path)
     assert found["lightning"] == {0: None, 2: 2}
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def epoch_progress_across_a_resume(L, root):
+    """Fit 2 epochs saving each epoch's end and every 3 steps, then resume on new Trainers, reading
+    ``fit_loop.epoch_progress`` at the hooks: from the last epoch's end with nothing left to train and
+    with one more epoch, and from inside the first epoch."""
+
+    class Reader(L.pl.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def _read(self, trainer, hook):
+            self.seen.append((hook, _counts(trainer.fit_loop.epoch_progress), trainer.current_epoch))
+
+        def on_train_start(self, trainer, pl_module):
+            self._read(trainer, "on_train_start")
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self._read(trainer, "on_train_epoch_start")
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            self._read(trainer, "on_train_epoch_end")
+
+        def on_train_end(self, trainer, pl_module):
+            self._read(trainer, "on_train_end")
+
+    class Regression(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = TensorDataset(torch.randn(8, 3, generator=torch.Generator().manual_seed(0)), torch.randn(8, 1))
+    seen = []
+    for max_epochs, resume in ((2, None), (2, "epoch=1-step=8"), (3, "epoch=1-step=8"), (3, "epoch=0-step=3")):
+        reader = Reader()
+        saver = L.pl.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1)
+        inside = L.pl.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_train_steps=3)
+        callbacks = [reader, saver, inside] if resume is None else [reader]
+        trainer = L.pl.Trainer(
+            **trainer_kwargs(root, max_epochs=max_epochs, logger=False, callbacks=callbacks, limit_val_batches=0)
+        )
+        ckpt = str(root / "ckpt" / f"{resume}.ckpt") if resume else None
+        trainer.fit(Regression(), DataLoader(data, batch_size=2), ckpt_path=ckpt)
+        seen.append((reader.seen, _counts(trainer.fit_loop.epoch_progress)))
+    return seen
+
+
+def test_epoch_progress_after_resuming_from_an_epoch_end_save(tmp_path):
+    """Before: resumed from the save of epoch 1's end, trainmesh's ``epoch_progress`` counted one epoch
+    less than Lightning's (processed 1 where Lightning's checkpoint holds 2; 2 after one more epoch, not 3);
+    resumed inside an epoch, one epoch less made ready and started."""
+    found = run_both(epoch_progress_across_a_resume, tmp_path)
+    assert found["lightning"][1][1][0][2] == 2  # resumed with nothing left: Lightning's total.processed
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -28,6 +28,7 @@ def save_last(callback: Any, trainer: TrainerView, metrics: dict[str, Any]) -> N
     anew), or link it to the newest checkpoint (``"link"``)."""
     previous, path = callback.last_model_path, _claim_path(callback, trainer, metrics)
     if callback.save_last == "link" and callback._last_checkpoint_saved and callback.save_top_k != 0:
+        callback._owned.add(path)  # the link is this callback's file: replaced by the next one, as Lightning's
         if trainer.is_global_zero:
             link_or_copy(callback._last_checkpoint_saved, path)
         trainer.runtime.barrier()

@@ -11,6 +11,7 @@ import torch
 from trainmesh.callbacks.base import Callback
 from trainmesh.runtime_optimizer import RuntimeOptimizer
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 _INTERVALS = (None, "step", "epoch")
 
@@ -61,27 +62,28 @@ class LearningRateMonitor(Callback):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         # fast_dev_run turns loggers off on purpose; there is nothing to complain about then.
         if stage == "fit" and not trainer.loggers and not trainer.fast_dev_run:
-            raise ValueError(
-                "LearningRateMonitor needs a logger: set Trainer(logger=True) (the default CSV logger) or "
-                "pass one, e.g. Trainer(logger=TensorBoardLogger(...)); or drop the callback"
+            raise MisconfiguredValue(
+                "Cannot use `LearningRateMonitor` callback with `Trainer` that has no logger. Set "
+                "Trainer(logger=True) (the default CSV logger) or pass one, e.g. "
+                "Trainer(logger=TensorBoardLogger(...)); or drop the callback"
             )
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
-        # Lightning's: every name the run will log, with no value yet (``monitor.lrs["lr-SGD"] == []``
-        # until the first logging step; a run shorter than log_every_n_steps keeps them empty)
-        names = [name for group_names, _, _ in optimizer_names(trainer) for name in group_names]
+        # Lightning's test: any optimizer (those with a scheduler, where there are some) lacking both keys
+        scheduled = [getattr(c.scheduler, "optimizer", None) for c in trainer.lr_scheduler_configs]
+        checked = [opt for opt in scheduled if opt is not None] if scheduled else _torch_optimizers(trainer)
+        if self.log_momentum and trainer.is_global_zero and any(not _has_momentum(opt) for opt in checked):
+            warnings.warn(
+                "You have set log_momentum=True, but some optimizers do not have momentum. This will log a "
+                "value 0 for the momentum.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        # As Lightning's: every name has its (empty) history from the start, in the order names are made
+        names = [name for names, _, _ in optimizer_names(trainer) for name in names]
         self.lrs = {name: [] for name in names}
         self.last_momentum_values = {f"{name}-momentum": None for name in names}
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
-        if self.log_momentum and trainer.is_global_zero:
-            lacking = [type(opt).__name__ for opt in _torch_optimizers(trainer) if not _has_momentum(opt)]
-            if lacking:
-                warnings.warn(
-                    f"LearningRateMonitor(log_momentum=True): {', '.join(lacking)} has no momentum or "
-                    "betas; its momentum is logged as 0",
-                    UserWarning,
-                    stacklevel=2,
-                )
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.logging_interval != "step":
@@ -108,6 +110,7 @@ class LearningRateMonitor(Callback):
         and every optimizer that has no scheduler."""
         stats: dict[str, float] = {}
         for names, optimizer, scheduler_interval in optimizer_names(trainer):
+            self._remap_keys(names)
             if scheduler_interval is not None and interval not in (scheduler_interval, "any"):
                 continue
             uses_betas = "betas" in optimizer.defaults
@@ -121,6 +124,17 @@ class LearningRateMonitor(Callback):
                     decay = float(group["weight_decay"])
                     stats[f"{name}-weight_decay"] = self.last_weight_decay_values[f"{name}-weight_decay"] = decay
         return stats
+
+    def _remap_keys(self, names: list[str]) -> None:
+        """Lightning's: an optimizer that gained parameter groups (a finetuning callback adds them) logs
+        as ``<name>/pg1``, ``/pg2``: its history so far moves from ``<name>`` to ``<name>/pg1`` (to the
+        end of ``lrs``), and each new name starts an empty one."""
+        for name in names:
+            old = name.replace("/pg1", "")
+            if "/pg1" in name and old in self.lrs:
+                self.lrs[name] = self.lrs.pop(old)
+            elif name not in self.lrs:
+                self.lrs[name] = []
 
 
 def optimizer_names(trainer: TrainerView) -> list[tuple[list[str], Any, str | None]]:
@@ -159,6 +173,13 @@ def _group_names(optimizer: Any, given: str | None, per_class: dict[type, int]) 
         per_class[cls] += 1
         base = f"lr-{cls.__name__}" + (f"-{per_class[cls] - 1}" if per_class[cls] > 1 else "")
     groups = optimizer.param_groups
+    given_names = [group.get("name", f"pg{i}") for i, group in enumerate(groups, start=1)]
+    repeated = {name for name in given_names if given_names.count(name) > 1}
+    if repeated:
+        raise MisconfiguredValue(
+            "A single `Optimizer` cannot have multiple parameter groups with identical "
+            f"`name` values. {base} has duplicated parameter group names {repeated}"
+        )
     if len(groups) == 1:
         group_name = groups[0].get("name")
         return [f"{base}/{group_name}" if group_name else base]

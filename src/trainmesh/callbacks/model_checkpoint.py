@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -59,7 +59,7 @@ class ModelCheckpoint(Checkpoint):
         filename: str | None = None,
         monitor: str | None = None,
         verbose: bool = False,
-        save_last: bool | str | None = None,
+        save_last: Literal[True, False, "link"] | None = None,  # Lightning 2.6's type: a CLI parses it as Lightning's
         save_top_k: int = 1,
         save_on_exception: bool = False,
         save_weights_only: bool = False,

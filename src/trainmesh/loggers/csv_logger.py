@@ -179,7 +179,7 @@ class CSVLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike,
-        name: str = "lightning_logs",
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
@@ -190,7 +190,7 @@ class CSVLogger(Logger):
                 "of log calls between writes to metrics.csv. Use 1 to write on every call."
             )
         self._save_dir = Path(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
-        self._name = name
+        self._name = name or ""  # None as "": the versions directly under save_dir, as Lightning's
         self._version = version
         self._flush_every_n_steps = flush_logs_every_n_steps
         self._prefix = prefix

@@ -431,6 +431,8 @@ def _suffix(loader_idx: int, loaders: list[Any]) -> str:
 
 def _accepts_dataloader_idx(step: Any) -> bool:
     try:
-        return len(inspect.signature(step).parameters) >= 3
+        parameters = inspect.signature(step).parameters.values()
     except (TypeError, ValueError):
         return False
+    # ``validation_step(self, *args)`` gets it too, as Lightning passes it to every step where there are several
+    return len(parameters) >= 3 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)

@@ -128,7 +128,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
         say_restored(source, fitting=True)
         announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
-    state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
+    _restart_epoch_counts(state, resumed=checkpoint is not None)
     state.progress.fit_started = True
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
@@ -157,6 +157,21 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
         )
 
 
+def _restart_epoch_counts(state: LoopState, *, resumed: bool) -> None:
+    """``fit_loop.epoch_progress`` as a fit starts (Lightning's on_run_start). Resumed from a save made
+    as an epoch ended, Lightning's restored counts hold that epoch as processed but not completed (until
+    the fit goes on to the next: ``_first_epoch``)."""
+    epochs = state.progress.epochs
+    if resumed and state.loop.epoch_finished:
+        epochs.restart(state.current_epoch + 1, state.current_epoch + 1)
+        epochs.total.completed = state.current_epoch
+    else:
+        epochs.restart(state.current_epoch, state.current_epoch)
+        if resumed and state.loop.batches_done > 0:  # saved inside an epoch: that epoch had started
+            epochs.ready()
+            epochs.started()
+
+
 @dataclass
 class _OpenedEpoch:
     """The first epoch of a fit, its iterator started before ``on_train_start`` (Lightning's order)."""
@@ -181,6 +196,8 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
             # held, for a checkpoint saved now.
             restore_rng_state(resume_rng)
         return None
+    epochs = state.progress.epochs.total
+    epochs.completed = epochs.processed  # a resumed epoch-end save's epoch: Lightning completes it as it goes on
     # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
     mid_epoch_resume = resume_rng is not None and loop.batches_done > 0

@@ -267,7 +267,7 @@ class LogCollector:
             else:
                 step_value = number
             self.results.step_values[name] = (
-                self._reduce(as_tensor(step_value), "mean") if entry.sync_dist else step_value
+                self._reduce(as_tensor(step_value), entry.reduce_fx) if entry.sync_dist else step_value
             )
         if entry.on_epoch:
             if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
