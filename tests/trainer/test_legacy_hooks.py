@@ -10,7 +10,9 @@ called it, so the next epoch's shuffle differed).
 """
 
 import importlib
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ pl = pytest.importorskip("lightning.pytorch")
 tm = importlib.import_module("trainmesh")
 
 FRAMEWORKS = {"lightning": pl, "trainmesh": tm}
+RECORDED = Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_deprecations.json"
 
 
 def _data(shuffle=False):
@@ -169,3 +172,27 @@ def test_a_callback_drawing_random_numbers_in_on_epoch_end_trains_lightnings_wei
     theirs, ours = _random_epoch_end_weights("lightning"), _random_epoch_end_weights("trainmesh")
     for a, b in zip(theirs, ours, strict=True):
         assert torch.equal(a, b)
+
+
+def test_each_not_called_line_says_what_pytorch_lightning_1_9_5_did(tmp_path):
+    """Each line says whether pytorch-lightning 1.9.5 stopped before the run for the hook (its
+    ``configuration_validator``: ``on_epoch_end``, a callback's ``on_batch_start``, a data module's
+    ``on_save_checkpoint``, ...) or ran without calling it (``get_progress_bar_dict``, the module's
+    ``on_batch_start``, ``on_keyboard_interrupt``, ...), as recorded from 1.9.5 (before: every line said
+    "1.8 and 1.9 refuse it or ignore it"). trainmesh runs and calls none, as Lightning 2.6."""
+    recorded = json.loads(RECORDED.read_text())["leftovers"]["removed_hooks"]
+    calls = []
+    Net, OldCallback, Data = _classes(tm, calls)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _trainer(tm, tmp_path, callbacks=[OldCallback()]).fit(Net(), datamodule=Data())
+    lines = {line.split(" ")[0]: line for line in (str(w.message) for w in caught) if "is not called" in line}
+    owners = {"module": "Net", "callback": "OldCallback", "datamodule": "Data"}
+    assert calls == []
+    for kind, hooks in recorded.items():
+        for name, (raised, _, called) in hooks.items():
+            assert called == []  # 1.9.5 calls none of them either
+            line = lines.pop(f"{owners[kind]}.{name}")
+            then = "stops before the run for it" if raised != "trained" else "runs without calling it"
+            assert f"pytorch-lightning 1.9.5 {then}," in line, (kind, name, raised, line)
+    assert lines == {}

@@ -163,3 +163,26 @@ def test_on_train_epoch_end_requiring_outputs_stops_before_training(both):
     theirs, ours = both
     assert theirs["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 2}
     assert ours["epoch_end_with_outputs"] == {"raised": "TypeError", "steps_before": 0}
+
+
+def test_utilities_seed_functions_warn_a_deprecation_as_1_9_5():
+    """``from pytorch_lightning.utilities.seed import seed_everything`` (and ``reset_seed``,
+    ``pl_worker_init_function``): 1.9.5's deprecation line, ours a ``LightningOneName`` naming today's home
+    (before: silent); ``isolate_rng`` is silent in both."""
+    from helpers.lightning1_leftovers import seed_functions
+
+    theirs = json.loads(RECORDED.read_text())["leftovers"]["seed_functions"]
+    assert seed_functions("trainmesh") == theirs == {**dict.fromkeys(theirs, True), "isolate_rng": False}
+
+
+def test_weights_summary_and_distributed_backend_run_where_1_9_5_refuses_them():
+    """A deliberate difference: 1.9.5 refuses ``Trainer(weights_summary=...)`` and
+    ``Trainer(distributed_backend=...)`` (TypeError; 1.5 removed them), but the documents trainmesh was made
+    from (its seed documents: ``distributed_backend='dp'``, ``weights_summary=None``) spell them, so they run
+    as their meaning, each with a ``LightningOneName`` line (docs/how-to/lightning-1x.md)."""
+    import trainmesh as tm
+    from helpers.lightning1_leftovers import old_trainer_arguments
+
+    theirs = json.loads(RECORDED.read_text())["leftovers"]["old_trainer_arguments"]
+    assert theirs == {"weights_summary": "TypeError", "distributed_backend": "TypeError"}
+    assert old_trainer_arguments(tm.Trainer) == dict.fromkeys(theirs, "built")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
-from trainmesh.trainer.hooks import LEGACY_CALLBACK_STATES, warn_returned_callback_state
+from trainmesh.trainer.hooks import warn_returned_callback_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -129,20 +128,14 @@ def hyperparameter_entries(module: Any) -> dict[str, Any]:
 
 
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
-    """The callbacks' on_save_checkpoint. One that returns a value is a Lightning 1.x callback:
-    as 1.x did, the value is its state (in place of its state_dict()), and the checkpoint lists its
-    key so that the restore passes it that state (lightning1/legacy_hooks.py)."""
-    legacy: list[str] = []
+    """The callbacks' on_save_checkpoint, as Lightning 2.x calls it: a returned value is not stored (Lightning
+    1.x until 1.6 stored it as the callback's state; pytorch-lightning 1.8 and 1.9 refuse it, 2.x ignores it),
+    said once per callback (lightning1/legacy_hooks.py)."""
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_save_checkpoint"):
             state = callback.on_save_checkpoint(trainer, module, checkpoint)
-            if state:  # 1.x's test: a falsy value stores nothing
+            if state is not None:
                 warn_returned_callback_state(callback)
-                key = state_key_of(callback)
-                checkpoint["callbacks"][key] = state
-                legacy.append(key)
-    if legacy:
-        checkpoint[LEGACY_CALLBACK_STATES] = legacy
 
 
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
@@ -337,21 +330,15 @@ def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str,
 
 
 def _restore_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
-    """Lightning's order: every callback's on_load_checkpoint, then every callback's saved state;
-    nothing for a checkpoint without callback states (a weights-only one). A callback whose
-    on_save_checkpoint returned its state (Lightning 1.x) gets that state, as 1.x gave it."""
+    """Lightning's order: every callback's on_load_checkpoint (with the whole checkpoint), then every
+    callback's saved state; nothing for a checkpoint without callback states (a weights-only one)."""
     states = checkpoint.get("callbacks")
     if states is None:
         return
-    legacy = set(checkpoint.get(LEGACY_CALLBACK_STATES, ()))
     _warn_missing_callbacks(trainer, states)
     for callback in trainer.callbacks:
         if defines_hook(callback, "on_load_checkpoint"):
-            key = state_key_of(callback)
-            if key not in legacy:
-                callback.on_load_checkpoint(trainer, module, checkpoint)
-            elif states.get(key):  # Lightning 1.x's: the state its on_save_checkpoint returned, a copy
-                callback.on_load_checkpoint(trainer, module, copy.deepcopy(states[key]))
+            callback.on_load_checkpoint(trainer, module, checkpoint)
     for callback in trainer.callbacks:
         load_callback_state(callback, states)
 

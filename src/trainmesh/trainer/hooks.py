@@ -13,7 +13,6 @@ from trainmesh.module import Module
 from trainmesh.trainer.hook_arguments import PASSED_ARGS, hook_caller
 from trainmesh.trainer.lightning1.legacy_hooks import CALLBACK_HOOKS as LIGHTNING1_CALLBACK_HOOKS
 from trainmesh.trainer.lightning1.legacy_hooks import (
-    LEGACY_CALLBACK_STATES,
     refuse_epoch_end_outputs,
     warn_legacy_datamodule_hooks,
     warn_legacy_hooks,
@@ -30,7 +29,6 @@ from trainmesh.utilities.model_helpers import is_overridden
 # Lightning 1.x's removed hooks are warned about, not called (lightning1/legacy_hooks.py); the loop's
 # files reach the 1.x room through this door (docs/architecture.md rule 10).
 __all__ = [
-    "LEGACY_CALLBACK_STATES",
     "HookDispatcher",
     "TrainBatchHooks",
     "is_callback",

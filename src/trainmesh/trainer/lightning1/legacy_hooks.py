@@ -2,22 +2,24 @@
 
 Ported programs still carry hooks that Lightning removed, and current programs carry them as dead
 code (the UvA energy-model tutorial's callbacks define ``on_epoch_end``, which Lightning 2.x never
-calls). pytorch-lightning 1.8 and 1.9 refuse most of them before the run (its
-``configuration_validator``) and ignore the rest; Lightning 2.x ignores them all. Calling them, as
-Lightning 1.7 and older did, would give numbers neither reference gives (the energy-model
-tutorial's callbacks draw random numbers there, so its training differed from Lightning 2.6's).
-So trainmesh runs what Lightning 2.x runs and says, once per run and hook, that the hook is not
-called and what replaces it: the module's and callbacks' ``on_epoch_start/end``,
+calls). pytorch-lightning 1.9.5 refuses some of them before the run (its ``configuration_validator``:
+``REFUSED_BY_1_9``, recorded in tests/helpers/lightning_1_9_deprecations.json) and does not call the
+rest; Lightning 2.0 dropped those refusals and ignores them all, so the same program runs under
+Lightning 2.6. Calling them, as Lightning 1.7 and older did, would give numbers neither reference gives
+(the energy-model tutorial's callbacks draw random numbers there, so its training differed from
+Lightning 2.6's). So trainmesh runs what Lightning 2.x runs and says, once per run and hook, that the
+hook is not called, what pytorch-lightning 1.9.5 did with it, and what replaces it: the module's and callbacks' ``on_epoch_start/end``,
 ``on_batch_start/end``, ``on_pretrain_routine_start/end``; the module's ``on_hpc_save/load``,
 ``get_progress_bar_dict``, ``on_{train,val,test,predict}_dataloader``, ``add_to_queue`` /
 ``get_from_queue``, ``on_post_move_to_device``; the callbacks' ``on_init_start/end``, ``on_before_accelerator_backend_setup``,
 ``on_configure_sharded_model``, ``on_keyboard_interrupt``; the data module's
 ``on_save_checkpoint`` / ``on_load_checkpoint``.
 
-Kept from 1.x: a callback's ``on_save_checkpoint`` that returns a value has it stored as the
-callback's state, and its ``on_load_checkpoint(trainer, module, callback_state)`` gets it back
-(1.6's ``_call_callbacks_on_save_checkpoint``; checkpointing.py lists those keys under
-``LEGACY_CALLBACK_STATES``), so that checkpoints written that way stay loadable.
+A callback's ``on_save_checkpoint`` that returns a value (Lightning 1.x stored it as the callback's
+state until 1.6) is called as Lightning 2.x calls it: the value is not stored, and its
+``on_load_checkpoint`` gets the whole checkpoint. pytorch-lightning 1.8 and 1.9 refuse the returned value
+(a ValueError at the save), Lightning 2.x ignores it; the name is in both, so 2.x's behaviour holds, with
+one line saying so.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from trainmesh.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 _EPOCH = "on_train_epoch_{0} (and on_validation_epoch_{0}, on_test_epoch_{0})"
 
@@ -49,8 +51,6 @@ MODULE_HOOKS: dict[str, str] = {
     "get_from_queue": "nothing: read trainer.callback_metrics in the launching process",
     "on_post_move_to_device": "configure_model (or setup)",
 }
-# The checkpoint entry listing the callbacks whose state 1.x's on_save_checkpoint returned.
-LEGACY_CALLBACK_STATES = "callback_states_from_on_save_checkpoint"
 CALLBACK_HOOKS: dict[str, str] = {
     "on_epoch_start": _EPOCH.format("start"),
     "on_epoch_end": _EPOCH.format("end"),
@@ -73,6 +73,15 @@ DATAMODULE_HOOKS: dict[str, str] = {
     "on_predict_dataloader": "predict_dataloader() (or setup(stage))",
 }
 
+# The hooks above that pytorch-lightning 1.9.5 refuses at the run's start (RuntimeError; the data module's:
+# NotImplementedError); it runs without calling the others.
+_EPOCH_AND_PRETRAIN = {"on_epoch_start", "on_epoch_end", "on_pretrain_routine_start", "on_pretrain_routine_end"}
+REFUSED_BY_1_9: dict[str, set[str]] = {
+    "module": _EPOCH_AND_PRETRAIN,
+    "callback": set(CALLBACK_HOOKS) - {"on_keyboard_interrupt"},
+    "datamodule": {"on_save_checkpoint", "on_load_checkpoint"},
+}
+
 
 def warn_legacy_hooks(hooks: Any) -> None:
     """One line for each Lightning 1.x hook the run's module or callbacks define, which is not called
@@ -80,33 +89,34 @@ def warn_legacy_hooks(hooks: Any) -> None:
     if hooks.module is not None:
         for name, instead in MODULE_HOOKS.items():
             if hooks.module_overrides(name):
-                _not_called(type(hooks.module).__name__, name, instead)
+                _not_called(type(hooks.module).__name__, name, instead, "module")
     for name, instead in CALLBACK_HOOKS.items():
         for callback in hooks.callbacks_for(name):
-            _not_called(type(callback).__name__, name, instead)
+            _not_called(type(callback).__name__, name, instead, "callback")
 
 
 def warn_legacy_datamodule_hooks(datamodule: Any) -> None:
     for name, instead in DATAMODULE_HOOKS.items():
         if callable(getattr(type(datamodule), name, None)):
-            _not_called(type(datamodule).__name__, name, instead)
+            _not_called(type(datamodule).__name__, name, instead, "datamodule")
 
 
 def warn_returned_callback_state(callback: Any) -> None:
-    rank_zero_deprecation(
-        f"{type(callback).__name__}.on_save_checkpoint returns a value: Lightning 1.x stored it as the "
-        "callback's state and passed it to on_load_checkpoint(trainer, module, callback_state), and trainmesh "
-        "does so too; Lightning 2.0 removed this. Use state_dict() to return the state and "
-        "load_state_dict(state) to take it back",
+    rank_zero_warn(
+        f"{type(callback).__name__}.on_save_checkpoint returns a value, which is not saved: Lightning 1.x until "
+        "1.6 stored it as the callback's state, pytorch-lightning 1.8 and 1.9 refuse it (a ValueError), Lightning "
+        "2.x ignores it and so does trainmesh; on_load_checkpoint gets the whole checkpoint. Return the state from "
+        "state_dict() and take it back in load_state_dict(state)",
         stacklevel=3,
     )
 
 
-def _not_called(owner: str, name: str, instead: str) -> None:
+def _not_called(owner: str, name: str, instead: str, kind: str) -> None:
+    then = "stops before the run for it" if name in REFUSED_BY_1_9[kind] else "runs without calling it"
     rank_zero_warn(
         f"{owner}.{name} is not called: it is a Lightning 1.x hook that Lightning removed (pytorch-lightning "
-        f"1.8 and 1.9 refuse it or ignore it, Lightning 2.x never calls it), so trainmesh runs what Lightning 2.x "
-        f"runs and this code does not run. Use {instead} instead",
+        f"1.9.5 {then}, Lightning 2.x runs without calling it), so trainmesh runs what Lightning 2.x runs and "
+        f"this code does not run. Use {instead} instead",
         stacklevel=3,
     )
 
