@@ -182,3 +182,35 @@ def test_elastic_launch_from_python_c_reports_the_fix_without_starting_workers()
     assert "trainmesh/launchers/elastic.py" in result.stderr
     assert "torch/distributed" not in result.stderr
     assert "worker rank" not in result.stderr
+
+
+class _CollectedWhere:
+    """Cyclic garbage whose finalizer records the process it ran in."""
+
+    def __init__(self, record: Path) -> None:
+        self.record, self.cycle = record, self
+
+    def __del__(self) -> None:
+        with open(self.record, "a") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+def _collect_garbage() -> None:
+    import gc
+
+    gc.collect()  # what a worker's allocations trigger sooner or later
+
+
+def test_fork_collects_this_process_s_garbage_before_the_workers_start(tmp_path):
+    # A finalizer run in a forked worker runs without this process's threads: a torchft Manager's
+    # waited there forever. Collected before the fork, it runs here, once.
+    import gc
+
+    record = tmp_path / "collected"
+    gc.disable()  # keep the cycle uncollected until the launch (as between two of the suite's tests)
+    try:
+        _CollectedWhere(record)
+        SpawnLauncher(devices=2, num_nodes=1, start_method="fork").launch(_collect_garbage)
+    finally:
+        gc.enable()
+    assert record.read_text().split() == [str(os.getpid())]

@@ -3,6 +3,7 @@ rank 0's result back to this process."""
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 from collections.abc import Callable
@@ -67,6 +68,11 @@ class SpawnLauncher:
         # ddp worker (which ran the script up to here itself) would be.
         rng = pickle.dumps(capture_rng_state())
         results = mp.get_context(self.start_method).SimpleQueue()
+        if self.start_method == "fork":
+            # Garbage this process has not collected yet would otherwise be collected in each forked
+            # worker, whose finalizers then run without the threads they wait for: an earlier run's
+            # torchft Manager, dropped in a worker, waited forever on its Rust threads (seen in the suite).
+            gc.collect()
         workers = mp.start_processes(
             _worker,
             args=(payload, template, results, rng),
