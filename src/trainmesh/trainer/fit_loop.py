@@ -134,13 +134,23 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
-    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
-        # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
-        # are kept aside meanwhile (the generators are restored when the epoch's data starts).
+    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not _restarting(ctx, checkpoint):
+        # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
+        # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
         resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
     return resume_rng
+
+
+def _restarting(ctx: LoopContext, checkpoint: dict[str, Any] | None) -> bool:
+    """Lightning's ``fit_loop.restarting`` after a restore, which skips the sanity check: the
+    checkpoint was taken inside an epoch (its batches begun and its end not reached, or reached in
+    the validation after its last batch), or the fit is bounded by ``max_steps``."""
+    if checkpoint is None:
+        return False
+    loop = ctx.state.loop
+    return ctx.settings.max_steps != -1 or (loop.batches_done > 0 and not loop.epoch_finished)
 
 
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
@@ -430,7 +440,9 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
         )
     if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
         step_due_plateau_schedulers(state, ctx.hooks)
-    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
+    # An epoch whose end a resume runs (loop.epoch_end_due) steps no scheduler, as Lightning's restart
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due)
+    loop.epoch_end_due = False
     state.current_epoch += 1
     state.progress.epochs.completed()
     loop.epoch_finished = loop.epoch_ending = False
