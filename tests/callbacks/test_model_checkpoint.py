@@ -391,7 +391,7 @@ def test_changed_dirpath_restarts_the_ranking_a_changed_monitor_does_not(tmp_pat
     assert moved.best_k_models == {} and moved.best_model_score is None
     assert moved.best_model_path == str(tmp_path / "old" / "a.ckpt")
     # As Lightning: a state ranked by another monitor is restored, without a warning
-    # (tests/trainer/test_resume_hooks_lightning.py compares it with Lightning's)
+    # (tests/trainer/test_restart_hooks_lightning.py compares it with Lightning's)
     other_metric = ModelCheckpoint(dirpath=tmp_path / "old", monitor="acc", mode="max")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

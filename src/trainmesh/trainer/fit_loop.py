@@ -37,6 +37,7 @@ from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
+from trainmesh.trainer.restart import rerun_epoch_end_under_max_steps, restarting
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -127,6 +128,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
         say_restored(source, fitting=True)
         announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
+        rerun_epoch_end_under_max_steps(ctx)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     state.progress.epochs.restart(state.current_epoch, state.current_epoch)  # Lightning's on_run_start
     state.progress.fit_started = True
@@ -134,23 +136,13 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
-    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not _restarting(ctx, checkpoint):
+    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not restarting(ctx, checkpoint):
         # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
         # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
         resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
     return resume_rng
-
-
-def _restarting(ctx: LoopContext, checkpoint: dict[str, Any] | None) -> bool:
-    """Lightning's ``fit_loop.restarting`` after a restore, which skips the sanity check: the
-    checkpoint was taken inside an epoch (its batches begun and its end not reached, or reached in
-    the validation after its last batch), or the fit is bounded by ``max_steps``."""
-    if checkpoint is None:
-        return False
-    loop = ctx.state.loop
-    return ctx.settings.max_steps != -1 or (loop.batches_done > 0 and not loop.epoch_finished)
 
 
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:

@@ -52,6 +52,8 @@ _CASES = {
         "last.ckpt",
         dict(max_epochs=3, val_check_interval=0.5),
     ),
+    # bounded by max_steps, Lightning's restart runs the checkpoint's epoch end again
+    "epoch_end_under_max_steps": (dict(monitor="val"), dict(max_epochs=2), "last.ckpt", dict(max_steps=12)),
     "mid_epoch": (dict(every_n_train_steps=3), dict(max_epochs=2), "epoch=0-step=3.ckpt", dict(max_epochs=2)),
     "max_steps": (dict(every_n_train_steps=3), dict(max_steps=6), "epoch=1-step=6.ckpt", dict(max_steps=6)),
 }
