@@ -52,14 +52,8 @@ def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
         return
     # Lightning restores the score only here, in the folder it was ranked in.
     callback.best_model_score = state_dict.get("best_model_score")  # the setter takes a float or tensor
-    if state_dict.get("monitor") != callback.monitor:
-        warnings.warn(
-            f"ModelCheckpoint: the checkpoint ranked by {state_dict.get('monitor')!r}, this one by "
-            f"{callback.monitor!r}; the top-k ranking starts afresh",
-            UserWarning,
-            stacklevel=2,
-        )
-        return
+    # A state ranked by another monitor is restored too, silently, as Lightning's (its state key holds
+    # the monitor, so a Trainer's restore reaches this only through a Lightning 1.x key or a direct call)
     # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
     # resumed run keeps ranking, and deleting, the files the first run wrote.
     callback.dirpath = saved_dir or callback.dirpath

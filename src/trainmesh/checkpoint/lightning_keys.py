@@ -68,7 +68,8 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
     """
     done, finished = loop["batches_done"], loop["epoch_finished"]
     started = epoch + 1 if finished or done else epoch
-    processed = epoch + 1 if finished else epoch
+    # taken in the validation after the epoch's last batch: the epoch is not processed yet (its end is due)
+    processed = epoch + 1 if finished and not loop.get("epoch_end_due") else epoch
     if "stopped_epoch" in loop:  # max_steps ended that epoch inside: Lightning counted it processed
         # (in its on_train_epoch_end, then completed: ``epoch`` is the trainer's current_epoch) and keeps
         # the epoch's batch counts, not at its last batch

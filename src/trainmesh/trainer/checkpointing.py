@@ -174,10 +174,13 @@ def _loop_entry(state: LoopState) -> dict[str, Any]:
         # max_steps ended the fit inside this epoch: a resume trains the rest of it (not the checkpoint's "epoch")
         **({} if stop is None else {"stopped_epoch": stop.epoch}),
         "batches_done": loop.batches_done if stop is None else stop.batches_done,
-        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending) or in the validation after
-        # its last batch, it resumes with the next epoch without the epoch's plateau step, as
-        # Lightning's restart does (its metric is not in the checkpoint).
+        # Taken in the epoch's on_train_epoch_end hooks (epoch_ending), it resumes with the next
+        # epoch without the epoch's plateau step, as Lightning's restart does (its metric is not in
+        # the checkpoint). Taken in the validation after its last batch, the epoch's end is still
+        # due (Lightning's epoch_progress not yet processed): a resume runs its on_train_epoch_end
+        # hooks, without the plateau step, before the next epoch.
         "epoch_finished": (loop.epoch_finished or loop.epoch_ending or loop.epoch_end_validation) and stop is None,
+        "epoch_end_due": loop.epoch_end_validation and not (loop.epoch_finished or loop.epoch_ending) and stop is None,
         "epoch_start_rng": loop.epoch_start_rng,
         "total_batches": loop.total_batches,
         # taken in a validation after a batch (ModelCheckpoint's on_validation_end): that batch's step counts
@@ -295,7 +298,9 @@ def restore_checkpoint(
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
     state.loop.batches_done = loop_state["batches_done"]
-    state.loop.epoch_finished = loop_state["epoch_finished"]
+    # Older checkpoints lack epoch_end_due: they resume after the epoch's end, as they did
+    state.loop.epoch_end_due = bool(loop_state.get("epoch_end_due", False))
+    state.loop.epoch_finished = loop_state["epoch_finished"] and not state.loop.epoch_end_due
     state.loop.epoch_start_rng = loop_state["epoch_start_rng"]
     state.loop.total_batches = loop_state.get("total_batches", 0)
     state.loop.batches_stepped = loop_state.get("batches_stepped", state.global_step)  # older checkpoints

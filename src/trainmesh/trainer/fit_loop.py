@@ -37,6 +37,7 @@ from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
+from trainmesh.trainer.restart import rerun_epoch_end_under_max_steps, restarting
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -127,6 +128,7 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
         say_restored(source, fitting=True)
         announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
+        rerun_epoch_end_under_max_steps(ctx)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
     _restart_epoch_counts(state, resumed=checkpoint is not None)
     state.progress.fit_started = True
@@ -134,9 +136,9 @@ def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] |
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
-    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0:
-        # A resumed fit too, as Lightning's: the epoch's accumulators restored from the checkpoint
-        # are kept aside meanwhile (the generators are restored when the epoch's data starts).
+    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not restarting(ctx, checkpoint):
+        # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
+        # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
         resumed_results = state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
@@ -447,7 +449,9 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
         )
     if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
         step_due_plateau_schedulers(state, ctx.hooks)
-    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short)
+    # An epoch whose end a resume runs (loop.epoch_end_due) steps no scheduler, as Lightning's restart
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due)
+    loop.epoch_end_due = False
     state.current_epoch += 1
     state.progress.epochs.completed()
     loop.epoch_finished = loop.epoch_ending = False

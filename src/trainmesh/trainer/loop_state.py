@@ -50,6 +50,9 @@ class LoopPosition:
     # before the epoch's plateau step and resumes with the next epoch without it (Lightning's restart).
     epoch_end_validation: bool = False
     epoch_finished: bool = False
+    # Resumed from a checkpoint taken in the validation after the epoch's last batch: the epoch's
+    # end (its on_train_epoch_end hooks) is still to run, without its schedulers (Lightning's restart).
+    epoch_end_due: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then
     # resumes with the next epoch, without the epoch's plateau step (Lightning's restart).
