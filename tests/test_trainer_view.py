@@ -8,6 +8,7 @@ import torch
 
 import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer
+from trainmesh.runtime_optimizer import inner_optimizer
 from trainmesh.trainer.loop_state import LoopPosition, LoopState
 from trainmesh.trainer_view import LoopProgress, RuntimeView, TrainerView
 
@@ -76,13 +77,15 @@ def test_fit_updates_the_loop_state_and_the_properties_read_it():
         "ckpt_path",
         "epoch_metrics",
         "loop",
-        "optimizers",
         "lr_scheduler_configs",
         "model",
         "datamodule",
     ):
         assert getattr(trainer, name) is getattr(state, name), name
     assert trainer.lightning_module is state.module
+    # Lightning's trainer.optimizers: the program's own objects, which the run steps through its wrappers
+    assert [type(o) for o in trainer.optimizers] == [torch.optim.SGD]
+    assert all(o is inner_optimizer(w) for o, w in zip(trainer.optimizers, state.optimizers, strict=True))
     # logged_metrics: what went to the loggers, with the step values read live (as Lightning's)
     assert trainer.logged_metrics.items() >= state.logged_metrics.items()
     assert "val_loss" in state.epoch_metrics

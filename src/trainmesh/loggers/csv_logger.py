@@ -239,6 +239,12 @@ class CSVLogger(Logger):
         self._check_log_dir()
         return self
 
+    def keep_this_run_s_file(self) -> None:
+        """This version's ``metrics.csv`` holds this run's rows (spawned workers wrote them in an
+        earlier stage): the next stage appends to it instead of deleting it as an earlier run's, as
+        one process's logger, whose writer is made once, would."""
+        self._log_dir_checked = True
+
     def _check_log_dir(self) -> None:
         """Lightning's ExperimentWriter as it is created (the logger's first use): a folder of this version
         that already holds files is warned of, and its ``metrics.csv`` deleted, so this run's rows are the

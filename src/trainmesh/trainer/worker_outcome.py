@@ -72,6 +72,9 @@ class WorkerOutcome:
         for logger, version in zip(trainer.loggers, self.logger_versions):
             if version is not None:
                 logger.agree_on_version(lambda _own, version=version: version)  # rank 0's, as in the workers
+            keep = getattr(logger, "keep_this_run_s_file", None)  # trainmesh's CSVLogger: the workers' rows stay
+            if callable(keep):
+                keep()
         return self.result
 
 

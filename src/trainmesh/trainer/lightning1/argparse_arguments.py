@@ -94,7 +94,10 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
 
 
 def _defaults(cls: type) -> dict[str, Any]:
-    return {n: p.default for n, p in inspect.signature(cls).parameters.items() if n in _PARSERS}
+    defaults = {n: p.default for n, p in inspect.signature(cls).parameters.items() if n in _PARSERS}
+    if defaults.get("precision", "") is None:  # the Trainer's None (Lightning 2's) means 1.9.5's default, 32
+        defaults["precision"] = "32-true"
+    return defaults
 
 
 def add_argparse_args(cls: type, /, parent_parser: ArgumentParser, *, use_argument_group: bool = True) -> Any:
