@@ -6,6 +6,7 @@ trainmesh's: it keeps no temporary checkpoint)."""
 from __future__ import annotations
 
 import logging
+import warnings
 
 import pytest
 import torch
@@ -58,3 +59,43 @@ def test_the_tuner_logs_lightning_s_lines(tmp_path, caplog, mode) -> None:
     assert any(line.startswith("Learning rate set to") for line in expected)
     assert "Batch size 2 succeeded, trying batch size 4" in expected
     assert _lines(trainmesh, tmp_path / "trainmesh", caplog, mode) == expected
+
+
+def _batch_size_warnings(framework, tmp_path) -> list[str]:
+    class Model(framework.LightningModule):
+        def __init__(self, batch_size: int = 4) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.batch_size = batch_size  # in both places: Lightning warns
+            self.layer = torch.nn.Linear(3, 1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(16, 3)), batch_size=self.batch_size)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        framework.tuner.Tuner(trainer).scale_batch_size(Model(), steps_per_trial=1, max_trials=1)
+    return [str(w.message) for w in caught if "batch_size" in str(w.message)]
+
+
+def test_a_batch_size_on_the_module_and_in_hparams_warns_as_lightning(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _batch_size_warnings(lightning, tmp_path / "lightning")
+    assert expected and _batch_size_warnings(trainmesh, tmp_path / "trainmesh") == expected
