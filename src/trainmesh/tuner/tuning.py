@@ -114,6 +114,11 @@ class Tuner:
                     setattr(trainer, name, value)
                 model.load_state_dict(weights)
                 trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+            if train_dataloaders is None:
+                # Lightning's _lr_find resets the fit loop's data after its restore: train_dataloader() asked
+                # once more, here under isolate_rng as there; a fit with the LearningRateFinder reads it
+                loader = (datamodule if datamodule is not None else model).train_dataloader()
+                self.fit_train_loader = loader if self._fit_follows else None
             if update_attr:
                 lr = finder.suggestion()
                 if lr is not None:
