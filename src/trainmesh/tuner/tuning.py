@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from trainmesh.seed import isolate_rng
+from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
 from trainmesh.tuner.trial_loaders import TrialLoaders
@@ -29,6 +30,7 @@ class Trainer(Protocol):
 
     callbacks: list[Any]
     loggers: list[Any]
+    default_root_dir: str
     max_steps: int
     limit_train_batches: int | float
     limit_val_batches: int | float
@@ -53,6 +55,8 @@ class Trainer(Protocol):
 
 class Tuner:
     """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
+
+    _says_checkpoint = True  # Lightning 2.6's lines about its temporary checkpoint (temporary_checkpoint.py)
 
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
@@ -92,6 +96,7 @@ class Tuner:
         # Lightning's LearningRateFinder runs the search under isolate_rng: the generators (torch's,
         # numpy's, Python's) are after it as before, so the fit that follows shuffles as without it
         with isolate_rng():
+            checkpoint = temporary_checkpoint.saved(trainer.default_root_dir, "lr_find", says=self._says_checkpoint)
             weights = copy.deepcopy(model.state_dict())
             kept = {
                 "callbacks": trainer.callbacks,
@@ -114,6 +119,7 @@ class Tuner:
                     setattr(trainer, name, value)
                 model.load_state_dict(weights)
                 trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+                temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
             if train_dataloaders is None:
                 # Lightning's _lr_find resets the fit loop's data after its restore: train_dataloader() asked
                 # once more, here under isolate_rng as there; a fit with the LearningRateFinder reads it
@@ -169,6 +175,9 @@ class Tuner:
             )
         source = datamodule if datamodule is not None else model
         trial, length, search_arguments, finish = self._trial_data(model, source, val_dataloaders, datamodule)
+        checkpoint = temporary_checkpoint.saved(
+            trainer.default_root_dir, "scale_batch_size", says=self._says_checkpoint
+        )
         weights = copy.deepcopy(model.state_dict())
         kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
         kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
@@ -184,6 +193,7 @@ class Tuner:
                 setattr(trainer, name, value)
             model.load_state_dict(weights)
             trainer._reset_fit_state()
+            temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
         self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
 

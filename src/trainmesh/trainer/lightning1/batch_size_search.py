@@ -106,6 +106,8 @@ class LightningOneTuner(Tuner):
     """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
     (2.x's) do not exist in it."""
 
+    _says_checkpoint = False  # 2.6's lines about its temporary checkpoint: not compared with 1.9.5's here
+
     def _batch_size_rules(
         self, mode: str, max_trials: int, margin: float, max_val: int
     ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
