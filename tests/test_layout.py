@@ -21,6 +21,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "tuner/temporary_checkpoint.py": ["tuner/test_tuning_messages.py"],
     "trainer/lightning1/step_end.py": ["utilities/test_lightning1_deprecations.py"],
     "callbacks/model_checkpoint.py": [
         "callbacks/test_monitor_cadence_as_lightning.py",

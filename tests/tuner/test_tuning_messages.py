@@ -1,17 +1,19 @@
 """The Tuner's lines as Lightning 2.6 logs them: ``LR finder stopped early after N steps ...``, ``Learning
 rate set to X``, ``Batch size A succeeded, trying batch size B``, ``Applying margin ...``, ``Finished batch
-size finder, ...`` (Lightning's lines about its temporary checkpoint and ``weights_only`` are not
-trainmesh's: it keeps no temporary checkpoint)."""
+size finder, ...``, and those about its temporary checkpoint (``weights_only`` ..., ``Restoring states from
+the checkpoint path at .../.lr_find_<uuid>.ckpt``, ``Restored all states ...``)."""
 
 from __future__ import annotations
 
 import logging
+import re
+import warnings
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-_NOT_OURS = ("checkpoint", "weights_only", "litlogger", "litmodels", "available")
+_NOT_OURS = ("litlogger", "litmodels", "available")
 
 
 def _lines(framework, tmp_path, caplog, mode) -> list[str]:
@@ -45,7 +47,9 @@ def _lines(framework, tmp_path, caplog, mode) -> list[str]:
     caplog.clear()
     tuner.lr_find(model, num_training=40)
     tuner.scale_batch_size(model, mode=mode, max_trials=4, steps_per_trial=1)
-    return [r.getMessage() for r in caplog.records if not any(word in r.getMessage() for word in _NOT_OURS)]
+    lines = [r.getMessage() for r in caplog.records if not any(word in r.getMessage() for word in _NOT_OURS)]
+    # the temporary checkpoints' names: <default_root_dir>/.lr_find_<uuid>.ckpt, .scale_batch_size_<uuid>.ckpt
+    return [re.sub(r"at .*/\.(\w+?)_[0-9a-f-]{36}\.ckpt", r"at DIR/.\1_UUID.ckpt", line) for line in lines]
 
 
 @pytest.mark.parametrize("mode", ["power", "binsearch"])
@@ -57,4 +61,45 @@ def test_the_tuner_logs_lightning_s_lines(tmp_path, caplog, mode) -> None:
     expected = _lines(lightning, tmp_path / "lightning", caplog, mode)
     assert any(line.startswith("Learning rate set to") for line in expected)
     assert "Batch size 2 succeeded, trying batch size 4" in expected
+    assert "Restored all states from the checkpoint at DIR/.scale_batch_size_UUID.ckpt" in expected
     assert _lines(trainmesh, tmp_path / "trainmesh", caplog, mode) == expected
+
+
+def _batch_size_warnings(framework, tmp_path) -> list[str]:
+    class Model(framework.LightningModule):
+        def __init__(self, batch_size: int = 4) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.batch_size = batch_size  # in both places: Lightning warns
+            self.layer = torch.nn.Linear(3, 1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(16, 3)), batch_size=self.batch_size)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = framework.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        framework.tuner.Tuner(trainer).scale_batch_size(Model(), steps_per_trial=1, max_trials=1)
+    return [str(w.message) for w in caught if "batch_size" in str(w.message)]
+
+
+def test_a_batch_size_on_the_module_and_in_hparams_warns_as_lightning(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _batch_size_warnings(lightning, tmp_path / "lightning")
+    assert expected and _batch_size_warnings(trainmesh, tmp_path / "trainmesh") == expected

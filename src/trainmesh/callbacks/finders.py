@@ -106,7 +106,7 @@ class BatchSizeFinder(Callback):
     """Lightning's batch size search, run before the fit; the size found is the model's (or data module's).
 
     The Trainer runs ``Tuner.scale_batch_size`` with these settings just before the fit, which sets
-    ``batch_arg_name`` where the batch size lives; the fit's ``train_dataloader()`` reads it.
+    ``batch_arg_name`` where the batch size lives; the fit reads the train loader the search ended with (made at that size), as Lightning's.
     ``optimal_batch_size`` is the size found. For ``fit`` only, on one process, with the batch size
     read by the model's or data module's ``train_dataloader()``.
 

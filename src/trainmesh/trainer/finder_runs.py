@@ -17,13 +17,15 @@ _FINDERS = "trainmesh.callbacks.finders"
 
 def run_searches(
     trainer: Trainer, runtime: Runtime, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any
-) -> None:
+) -> Any:
     """Each finder's search, in the callbacks' order (Lightning's order at ``on_fit_start``), its result
-    handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before."""
+    handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before.
+    Returns the train loader a batch size search ended with, for the fit to read as Lightning's reads it
+    (None: the fit asks for its own)."""
     # A run with no finder callback never imports their module.
     finders = [cb for cb in trainer.callbacks if is_instance(cb, _FINDERS, "LearningRateFinder", "BatchSizeFinder")]
     if not finders:
-        return
+        return None
     from trainmesh.callbacks.finders import BatchSizeFinder
 
     # Before the launch: the devices asked for (the processes are not started yet), or a launched world.
@@ -35,6 +37,7 @@ def run_searches(
     from trainmesh.tuner.tuning import Tuner  # a run with no finder never imports the tuner
 
     tuner = Tuner(trainer)
+    tuner._fit_follows = True
     data = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders, "datamodule": datamodule}
     for finder in finders:
         arguments = finder.search_arguments(model)
@@ -44,3 +47,4 @@ def run_searches(
         else:
             with isolate_rng():  # as Lightning's LearningRateFinder.lr_find
                 finder.searched(tuner.lr_find(model, **data, **arguments))
+    return tuner.fit_train_loader

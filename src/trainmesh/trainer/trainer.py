@@ -195,10 +195,12 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         self._settings = settle_limits(self._settings)  # Lightning's _parse_loop_limits: max/min_epochs read settled
-        run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)  # the Finder callbacks
-        data = for_overfit(
-            DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule), self.overfit_batches
-        )
+        # the Finder callbacks; a batch size search's last train loader is the fit's, as in Lightning
+        searched = run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)
+        data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
+        if searched is not None:
+            data.given["train"] = searched
+        data = for_overfit(data, self.overfit_batches)
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path, weights_only)
 
@@ -243,6 +245,13 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self._state.predict_loop.return_predictions = return_predictions is not False  # else none kept, as Lightning
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return None if return_predictions is False else outputs
+
+    def _fit_on_train_loader(self, model: Any, train_loader: Any, val_dataloaders: Any, datamodule: Any) -> None:
+        """A batch-size search's trial: fit on the train loader the search made (``tuner/trial_loaders.py``),
+        the validation loaders as ``fit(model, val_dataloaders, datamodule=...)`` has them."""
+        given = {"train": train_loader} | ({"validate": val_dataloaders} if val_dataloaders is not None else {})
+        data = DataSource(datamodule=datamodule, model=model, given=given, trainer_fn="fit")
+        self._launch("fit", model, for_overfit(data, self.overfit_batches), None)
 
     def _reset_fit_state(self) -> None:
         """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""

@@ -74,9 +74,19 @@ def adjust(
     return new_size, new_size != batch_size
 
 
+def _nothing() -> None:
+    pass
+
+
 def power_scaling(
-    trial: Callable[[], None], size: BatchSizeAttribute, length: Callable[[], int | None], max_trials: int, max_val: int
+    trial: Callable[[], None],
+    size: BatchSizeAttribute,
+    length: Callable[[], int | None],
+    max_trials: int,
+    max_val: int,
+    reset: Callable[[], None] = _nothing,
 ) -> int:
+    """Lightning's ``_run_power_scaling``; ``reset()`` after each size change (its ``_reset_dataloaders``)."""
     new_size, any_success = size.get(), False
     for i in range(max_trials):
         if new_size >= max_val:
@@ -89,11 +99,13 @@ def power_scaling(
             new_size, changed = adjust(size, length, factor=2.0, max_val=max_val, desc="succeeded")
             if not changed:
                 break
+            reset()
             any_success = True
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             new_size, _ = adjust(size, length, factor=0.5, desc="failed")
+            reset()
             if any_success:
                 break
     return new_size
@@ -106,7 +118,9 @@ def binsearch_scaling(
     max_trials: int,
     margin: float,
     max_val: int,
+    reset: Callable[[], None] = _nothing,
 ) -> int:
+    """Lightning's ``_run_binsearch_scaling``; ``reset()`` after each size change (its ``_reset_dataloaders``)."""
     new_size, low, high, count = size.get(), 1, None, 0
     while True:
         if new_size >= max_val:
@@ -124,11 +138,13 @@ def binsearch_scaling(
             new_size, changed = adjust(size, length, max_val=max_val, desc="succeeded", **target)  # type: ignore[arg-type]
             if not changed:
                 break
+            reset()
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             high = new_size
             new_size, _ = adjust(size, length, value=(high + low) // 2, desc="failed")
+            reset()
             if high - low <= 1:
                 break
     if margin > 0 and max(1, int(new_size * (1 - margin))) != new_size:

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from trainmesh.seed import isolate_rng
+from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
+from trainmesh.tuner.trial_loaders import TrialLoaders
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -28,6 +30,7 @@ class Trainer(Protocol):
 
     callbacks: list[Any]
     loggers: list[Any]
+    default_root_dir: str
     max_steps: int
     limit_train_batches: int | float
     limit_val_batches: int | float
@@ -47,13 +50,20 @@ class Trainer(Protocol):
         self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None
     ) -> None: ...
     def _reset_fit_state(self) -> None: ...
+    def _fit_on_train_loader(self, model: Any, train_loader: Any, val_dataloaders: Any, datamodule: Any) -> None: ...
 
 
 class Tuner:
     """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
 
+    _says_checkpoint = True  # Lightning 2.6's lines about its temporary checkpoint (temporary_checkpoint.py)
+
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
+        # A BatchSizeFinder's search in a fit (trainer/finder_runs.py): the train loader the search
+        # ends with, which the fit reads, as Lightning's fit reads the loader its search left
+        self._fit_follows = False
+        self.fit_train_loader: Any = None
 
     def lr_find(
         self,
@@ -86,6 +96,7 @@ class Tuner:
         # Lightning's LearningRateFinder runs the search under isolate_rng: the generators (torch's,
         # numpy's, Python's) are after it as before, so the fit that follows shuffles as without it
         with isolate_rng():
+            checkpoint = temporary_checkpoint.saved(trainer.default_root_dir, "lr_find", says=self._says_checkpoint)
             weights = copy.deepcopy(model.state_dict())
             kept = {
                 "callbacks": trainer.callbacks,
@@ -108,6 +119,12 @@ class Tuner:
                     setattr(trainer, name, value)
                 model.load_state_dict(weights)
                 trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+                temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
+            if train_dataloaders is None:
+                # Lightning's _lr_find resets the fit loop's data after its restore: train_dataloader() asked
+                # once more, here under isolate_rng as there; a fit with the LearningRateFinder reads it
+                loader = (datamodule if datamodule is not None else model).train_dataloader()
+                self.fit_train_loader = loader if self._fit_follows else None
             if update_attr:
                 lr = finder.suggestion()
                 if lr is not None:
@@ -148,58 +165,60 @@ class Tuner:
         if trainer.fast_dev_run:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
             return None
-        search, first_adjust, measure = self._batch_size_rules(mode, max_trials, margin, max_val)
+        search, first_adjust = self._batch_size_rules(mode, max_trials, margin, max_val)
         size = BatchSizeAttribute(model, datamodule, batch_arg_name)
+        if hasattr(model, batch_arg_name) and batch_arg_name in getattr(model, "hparams", {}):
+            rank_zero_warn(  # Lightning's BatchSizeFinder.setup, in its words
+                f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually"
+                f" exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling."
+                " If this is not the intended behavior, please remove either one."
+            )
         source = datamodule if datamodule is not None else model
-        length = functools.partial(measure, source)
+        trial, length, search_arguments, finish = self._trial_data(model, source, val_dataloaders, datamodule)
+        checkpoint = temporary_checkpoint.saved(
+            trainer.default_root_dir, "scale_batch_size", says=self._says_checkpoint
+        )
         weights = copy.deepcopy(model.state_dict())
         kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
         kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
-
-        def trial() -> None:
-            trainer._reset_fit_state()  # each trial from step 0, as Lightning's _reset_progress
-            trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
-
         try:
             trainer.callbacks, trainer.loggers = [], []
             trainer.max_steps, trainer.limit_train_batches = steps_per_trial, 1.0
             trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
             first_adjust(size, length, value=init_val)
-            found = search(trial, size, length)
+            found = search(trial, size, length, **search_arguments)
             log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
         finally:
             for name, value in kept.items():
                 setattr(trainer, name, value)
             model.load_state_dict(weights)
             trainer._reset_fit_state()
-        self._after_search(source)
+            temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
+        self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
 
-    def _after_search(self, source: Any) -> None:
-        """Lightning 2.6's ``__scale_batch_restore_params`` resets the fit loop's data as the search
-        ends: it asks for the train loader again (at the size found) and makes its iterator, which draws
-        the loader's base seed from the global generator. The same here, so that the fit after the search
-        shuffles as Lightning's does (one draw fewer, and every later shuffle differed)."""
-        iterator = iter(source.train_dataloader())
-        del iterator  # a loader with workers shuts them down
+    def _trial_data(
+        self, model: Any, source: Any, val_dataloaders: Any, datamodule: Any
+    ) -> tuple[Callable[[], None], Callable[[], int | None], dict[str, Any], Callable[..., Any]]:
+        """The search's ``trial()``, ``length()`` (the train dataset's), the search's further arguments and
+        what runs after it: Lightning 2.6's loaders, asked for when its loop asks (``trial_loaders.py``);
+        Lightning 1.x's ``trainer.tune`` has 1.9.5's (``trainer/lightning1/batch_size_search.py``)."""
+        trainer = self._trainer
+
+        def fit_on(loader: Any) -> None:
+            trainer._reset_fit_state()  # each trial from step 0, as Lightning's _reset_progress
+            trainer._fit_on_train_loader(model, loader, val_dataloaders, datamodule)
+
+        loaders = TrialLoaders(source, fit_on)
+        return loaders.trial, loaders.dataset_length, {"reset": loaders.reset}, loaders.finish
 
     def _batch_size_rules(
         self, mode: str, max_trials: int, margin: float, max_val: int
-    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]], Callable[[Any], Any]]:
-        """The search ``search(trial, size, length)``, the size rule the first size goes through
-        (``adjust(size, length, value=init_val)``) and what ``length()`` measures of the model's or data
-        module's train loader: Lightning 2.6's here; Lightning 1.x's ``trainer.tune`` has 1.9.5's
-        (``trainer/lightning1/batch_size_search.py``)."""
+    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
+        """The search ``search(trial, size, length, ...)`` and the size rule the first size goes through
+        (``adjust(size, length, value=init_val)``): Lightning 2.6's here; Lightning 1.x's ``trainer.tune``
+        has 1.9.5's (``trainer/lightning1/batch_size_search.py``)."""
         if mode == "power":
-            return functools.partial(power_scaling, max_trials=max_trials, max_val=max_val), adjust, _dataset_length
+            return functools.partial(power_scaling, max_trials=max_trials, max_val=max_val), adjust
         search = functools.partial(binsearch_scaling, max_trials=max_trials, margin=margin, max_val=max_val)
-        return search, adjust, _dataset_length
-
-
-def _dataset_length(source: Any) -> int | None:
-    """The train dataset's length, of the loader the model or data module makes now (None: unknown)."""
-    loader = source.train_dataloader()
-    try:
-        return len(loader.dataset)
-    except (AttributeError, TypeError, NotImplementedError):
-        return None
+        return search, adjust

@@ -15,6 +15,7 @@ On a CPU no trial runs out of memory; the halving and bisecting after one are 1.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,10 @@ from trainmesh.tuner.tuning import Tuner
 log = logging.getLogger(__name__)
 
 Length = Callable[[], "tuple[int | None, int | None]"]
+
+
+def _nothing(**_: Any) -> None:
+    pass
 
 
 def loader_lengths(source: Any) -> tuple[int | None, int | None]:
@@ -101,15 +106,28 @@ class LightningOneTuner(Tuner):
     """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
     (2.x's) do not exist in it."""
 
+    _says_checkpoint = False  # 2.6's lines about its temporary checkpoint: not compared with 1.9.5's here
+
     def _batch_size_rules(
         self, mode: str, max_trials: int, margin: float, max_val: int
-    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]], Callable[[Any], Any]]:
+    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
         search = power_scaling if mode == "power" else binsearch_scaling
 
         def run(trial: Callable[[], None], size: BatchSizeAttribute, length: Length) -> int:
             return search(trial, size, length, max_trials)
 
-        return run, adjust, loader_lengths
+        return run, adjust
 
-    def _after_search(self, source: Any) -> None:
-        """Nothing: 1.9.5's ``__scale_batch_restore_params`` leaves the loaders as the last trial left them."""
+    def _trial_data(
+        self, model: Any, source: Any, val_dataloaders: Any, datamodule: Any
+    ) -> tuple[Callable[[], None], Callable[[], Any], dict[str, Any], Callable[..., Any]]:
+        """1.9.5's: each trial a fit asking for its own loaders, each size check asking for a new one, and
+        nothing after the search (its ``__scale_batch_restore_params`` leaves the loaders as the last trial
+        left them)."""
+        trainer = self._trainer
+
+        def trial() -> None:
+            trainer._reset_fit_state()  # each trial from step 0, as 1.9.5's _reset_progress
+            trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
+
+        return trial, functools.partial(loader_lengths, source), {}, _nothing

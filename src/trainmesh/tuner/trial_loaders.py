@@ -1,0 +1,62 @@
+"""The train loaders of Lightning 2.6's batch-size search, asked for when its fit loop asks.
+
+Lightning's search runs its trials in one fit loop, whose train loader is made by
+``train_dataloader()`` only when the loop's data is reset: once before the first trial (the first
+size adjustment measures the dataset with it, so the first trial reads the loader made at the
+model's own batch size, before ``init_val`` is set), again after each adjustment that changed the size
+(or followed a trial that failed), and once more as the search ends. Measuring the dataset reads the
+loader the loop holds; it asks for none. trainmesh's trials are fits of their own: each is handed the
+loader Lightning's trial would read, so ``train_dataloader()`` is called as often, at the same sizes,
+and the random numbers it draws (or its loaders' shuffles draw) leave the generators where
+Lightning's leave them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class TrialLoaders:
+    """The loader each trial reads, made by the model's (or data module's) ``train_dataloader()``."""
+
+    def __init__(self, source: Any, fit_on: Callable[[Any], None]) -> None:
+        """``source``: the model or data module whose ``train_dataloader()`` makes the loaders;
+        ``fit_on(loader)``: one trial's fit on ``loader``, from step 0."""
+        self._source, self._fit_on = source, fit_on
+        self._loader: Any = None
+
+    def current(self) -> Any:
+        """The loader the next trial reads: made on the first request (Lightning's first ``setup_data``)."""
+        if self._loader is None:
+            self.reset()
+        return self._loader
+
+    def reset(self) -> None:
+        """A new loader at the present size (Lightning's ``_reset_dataloaders``)."""
+        self._loader = self._source.train_dataloader()
+
+    def dataset_length(self) -> int | None:
+        """The train dataset's length, of the loader the next trial reads (None: unknown)."""
+        try:
+            return len(self.current().dataset)
+        except (AttributeError, TypeError, NotImplementedError):
+            return None
+
+    def trial(self) -> None:
+        """One trial: a fit of ``steps_per_trial`` steps on the present loader."""
+        self._fit_on(self.current())
+
+    def finish(self, *, fit_follows: bool = False) -> Any:
+        """Lightning's ``__scale_batch_restore_params`` resets the loop's data as the search ends: the
+        loader asked for again (at the size found) and its iterator made, which draws the loader's base
+        seed from the global generator; so the fit after the search shuffles as Lightning's does. With
+        ``fit_follows`` (a ``BatchSizeFinder`` in a fit) Lightning's fit reads that loader and iterator:
+        the loader is returned for the fit, whose iterator makes the one draw. None otherwise."""
+        self.reset()
+        loader, self._loader = self._loader, None
+        if fit_follows:
+            return loader
+        iterator = iter(loader)
+        del iterator  # a loader with workers shuts them down
+        return None
