@@ -1,5 +1,6 @@
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -91,6 +92,27 @@ def _record_pristine_loader_classes() -> None:
     for cls in (torch.utils.data.DataLoader, torch.utils.data.BatchSampler):
         methods = {name: cls.__dict__[name] for name in _LOADER_METHODS if name in cls.__dict__}
         _PRISTINE_LOADER_CLASSES.setdefault(cls, methods)
+
+
+_WORKING_DIRECTORY: list[str] = []  # (the folder the tests run in, the one pytest started in)
+
+
+def pytest_collection_finish(session):
+    """Each pytest process runs its tests in a folder of its own (after collecting, which reads paths
+    as given). A Trainer given no default_root_dir writes checkpoints/ (and lightning_logs/) into the
+    working directory, Lightning's as trainmesh's; the suite's two workers writing the same names
+    there at once raced (a checkpoint's atomic rename of epoch=0-step=3-v5.ckpt failed with
+    FileNotFoundError in a full run). A hook, not a session fixture: a fixture every file used would
+    put every file in one xdist group (helpers/xdist_groups.py)."""
+    _WORKING_DIRECTORY[:] = [tempfile.mkdtemp(prefix="trainmesh-tests-"), os.getcwd()]
+    os.chdir(_WORKING_DIRECTORY[0])
+
+
+def pytest_sessionfinish(session):
+    if _WORKING_DIRECTORY:
+        folder, before = _WORKING_DIRECTORY
+        os.chdir(before)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -163,11 +163,6 @@ class Runtime:
         return self.strategy.name
 
     @property
-    def strategy_class_name(self) -> str:
-        """The strategy's class ("SingleDeviceStrategy", "DDPStrategy", ...): Lightning's profiler names its steps so."""
-        return type(self.strategy).__name__
-
-    @property
     def capabilities(self) -> StrategyCapabilities:
         """What the strategy supports in this run (manual optimization, compile, FLOP counting, ...)."""
         return self.strategy.capabilities

@@ -61,6 +61,12 @@ class TrainerPort:
         elif "PL_GLOBAL_SEED" in os.environ:  # Lightning's reset_seed reads the variable
             seed_everything(None, verbose=False)
 
+    @property
+    def strategy_class_name(self) -> str:
+        """The strategy's class ("SingleDeviceStrategy", "DDPStrategy", ...), as Lightning's profiler
+        names the steps it runs (trainer/profiling.py)."""
+        return type(self._runtime.strategy).__name__
+
     def strategy_serving(self, trainer_ref: Callable[[], Any]) -> Strategy:
         """The strategy, its Lightning ``optimizers`` and ``lr_scheduler_configs`` those of the Trainer
         that ``trainer_ref`` (a weak reference) returns: ``trainer.strategy`` (lightning_face.py)."""

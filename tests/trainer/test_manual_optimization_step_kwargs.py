@@ -32,7 +32,7 @@ class ScaledSGD(torch.optim.SGD):
         return loss
 
 
-def _fit(name, manual):
+def _fit(name, manual, root):
     framework = FRAMEWORKS[name]
     torch.manual_seed(0)
 
@@ -60,7 +60,12 @@ def _fit(name, manual):
 
     module = Net()
     trainer = framework.Trainer(
-        max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root / name,  # not the working directory, which the suite's workers share
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -69,9 +74,9 @@ def _fit(name, manual):
 
 
 @pytest.mark.parametrize("manual", [True, False], ids=["manual", "optimizer_step"])
-def test_step_arguments_reach_the_optimizer_as_in_lightning(manual):
-    scales, weight, steps = _fit("lightning", manual)
+def test_step_arguments_reach_the_optimizer_as_in_lightning(manual, tmp_path):
+    scales, weight, steps = _fit("lightning", manual, tmp_path)
     assert scales == ([0.5, 1.0, 1.5] if manual else [0.25, 0.5, 0.75]) and steps == 3
-    t_scales, t_weight, t_steps = _fit("trainmesh", manual)
+    t_scales, t_weight, t_steps = _fit("trainmesh", manual, tmp_path)
     assert (t_scales, t_steps) == (scales, steps)
     torch.testing.assert_close(t_weight, weight)

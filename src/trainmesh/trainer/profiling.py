@@ -32,7 +32,7 @@ FETCH_ACTION = {
 def strategy_action(runtime: Any, step: str) -> str:
     """The action of a step the strategy runs: ``[Strategy]<strategy class>.<step>``, as Lightning's
     ``[Strategy]SingleDeviceStrategy.training_step``; PyTorchProfiler steps its schedule at the end of each."""
-    return f"[Strategy]{runtime.strategy_class_name}.{step}"
+    return f"[Strategy]{runtime.trainer_port.strategy_class_name}.{step}"
 
 
 def build_profiler(profiler: Profiler | str | None) -> Profiler:
