@@ -96,8 +96,9 @@ def fp16_on_cpu() -> dict[str, Any]:
     return {"plugins": [MixedPrecision("16-mixed", "cpu")]}
 
 
-def quiet_trainer(**kwargs) -> tm.Trainer:
-    """A Trainer without progress bar, summary, logger or checkpoints, unless asked."""
+def quiet_trainer(*, framework: Any = tm, **kwargs) -> Any:
+    """A Trainer without progress bar, summary, logger or checkpoints, unless asked; ``framework``:
+    trainmesh, or Lightning (``lightning.pytorch``) for the same Trainer beside it."""
     options = dict(
         accelerator="cpu",
         devices=1,
@@ -107,7 +108,7 @@ def quiet_trainer(**kwargs) -> tm.Trainer:
         enable_checkpointing=False,
     )
     options.update(kwargs)
-    return tm.Trainer(**options)
+    return framework.Trainer(**options)
 
 
 def flat_weights(module: torch.nn.Module) -> torch.Tensor:

@@ -11,6 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from helpers.models import quiet_trainer
+
 
 class _Reads(Dataset):
     """64 rows; records each index read."""
@@ -60,13 +62,9 @@ def _search(framework, tmp_path, where: str, **arguments) -> dict:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    trainer = framework.Trainer(
+    trainer = quiet_trainer(
+        framework=framework,
         max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
     )
     torch.manual_seed(0)

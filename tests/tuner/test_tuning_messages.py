@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.models import quiet_trainer
+
 _NOT_OURS = ("litlogger", "litmodels", "available")
 
 
@@ -34,13 +36,9 @@ def _lines(framework, tmp_path, caplog, mode) -> list[str]:
             return torch.optim.SGD(self.parameters(), lr=self.lr)
 
     torch.manual_seed(0)
-    trainer = framework.Trainer(
+    trainer = quiet_trainer(
+        framework=framework,
         max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
     )
     tuner, model = framework.tuner.Tuner(trainer), Model()
@@ -82,13 +80,9 @@ def _batch_size_warnings(framework, tmp_path) -> list[str]:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    trainer = framework.Trainer(
+    trainer = quiet_trainer(
+        framework=framework,
         max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
     )
     with warnings.catch_warnings(record=True) as caught:

@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.models import quiet_trainer
+
 
 def _draws(framework, tmp_path) -> list[float]:
     class Model(framework.LightningModule):
@@ -28,13 +30,9 @@ def _draws(framework, tmp_path) -> list[float]:
             return torch.optim.SGD(self.parameters(), lr=self.lr)
 
     def trainer():
-        return framework.Trainer(
+        return quiet_trainer(
+            framework=framework,
             max_epochs=1,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
             default_root_dir=tmp_path,
         )
 
@@ -85,13 +83,9 @@ def _lr_search_loaders(framework, tmp_path, *, callback: bool) -> dict:
             return torch.optim.SGD(self.parameters(), lr=self.lr)
 
     finder = framework.callbacks.LearningRateFinder(num_training_steps=4) if callback else None
-    trainer = framework.Trainer(
+    trainer = quiet_trainer(
+        framework=framework,
         max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
         callbacks=[finder] if finder else None,
     )

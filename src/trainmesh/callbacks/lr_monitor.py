@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
-from trainmesh.runtime_optimizer import RuntimeOptimizer
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 
@@ -152,8 +151,6 @@ def optimizer_names(trainer: TrainerView) -> list[tuple[list[str], Any, str | No
     per_class: dict[type, int] = defaultdict(int)
     for config in trainer.lr_scheduler_configs:
         optimizer = getattr(config.scheduler, "optimizer", None)
-        if isinstance(optimizer, RuntimeOptimizer):  # a scheduler made on trainer.optimizers[i] (the wrapper)
-            optimizer = optimizer.optimizer  # is that optimizer's: Lightning names the torch one (lr-Adam)
         if optimizer is None:
             continue  # a custom scheduler that holds no optimizer: nothing to read the lr from
         entries.append((_group_names(optimizer, config.name, per_class), optimizer, config.interval))

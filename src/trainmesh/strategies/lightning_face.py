@@ -50,41 +50,40 @@ class LightningStrategyFace:
         (its ``weakref.ref``) returns (the Trainer calls it)."""
         self._served = trainer_ref
 
-    def _run_state(self) -> Any:
-        trainer = self._served() if self._served is not None else None
-        return None if trainer is None else trainer._state
+    def _served_trainer(self) -> Any:
+        return self._served() if self._served is not None else None
 
     # Lightning's strategy holds the run's optimizers and scheduler configs (its trainer.optimizers and
     # trainer.lr_scheduler_configs read them there), and programs replace them through it: a warmup
     # callback's ``trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(warmup, interval="step")]``.
-    # trainmesh's live in the Trainer's loop state, so these read and write that state: a write here
-    # is the schedulers the loop steps next (without them it set an attribute nothing read).
+    # trainmesh's are the Trainer's, so these are its members, read and written: the same objects
+    # ``trainer.optimizers`` gives, and a write here is the schedulers the loop steps next.
     @property
     def lr_scheduler_configs(self) -> list[Any]:
-        state = self._run_state()
-        return [] if state is None else state.lr_scheduler_configs
+        trainer = self._served_trainer()
+        return [] if trainer is None else trainer.lr_scheduler_configs
 
     @lr_scheduler_configs.setter
     def lr_scheduler_configs(self, configs: list[Any]) -> None:
-        self._writable_state("lr_scheduler_configs").lr_scheduler_configs = configs
+        self._writable_trainer("lr_scheduler_configs").lr_scheduler_configs = configs
 
     @property
     def optimizers(self) -> list[Any]:
-        state = self._run_state()
-        return [] if state is None else state.optimizers
+        trainer = self._served_trainer()
+        return [] if trainer is None else trainer.optimizers
 
     @optimizers.setter
     def optimizers(self, optimizers: list[Any]) -> None:
-        self._writable_state("optimizers").optimizers = optimizers
+        self._writable_trainer("optimizers").optimizers = optimizers
 
-    def _writable_state(self, name: str) -> Any:
-        state = self._run_state()
-        if state is None:
+    def _writable_trainer(self, name: str) -> Any:
+        trainer = self._served_trainer()
+        if trainer is None:
             raise RuntimeError(
                 f"strategy.{name} = ...: this strategy serves no Trainer, so there is no run whose {name} "
                 f"to set; set it through the Trainer's strategy (trainer.strategy.{name})"
             )
-        return state
+        return trainer
 
     @property
     def mesh(self) -> Any:  # the strategy's (single.py, distributed.py)
