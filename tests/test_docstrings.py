@@ -6,6 +6,7 @@ show. The sections are Google style (``Args:``, ``Examples:``), which the refere
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -60,6 +61,30 @@ def undocumented(qualname: str, obj: object) -> str | None:
     return None
 
 
+def wrong_defaults(obj: object) -> list[str]:
+    """Each ``(default ``X``)`` that names a literal X other than the signature's default: a
+    docstring left behind when the default changed (Trainer's precision said '32-true' after it
+    became None as Lightning's). Non-literal defaults (``torch.device(...)``, enum members) are
+    not compared."""
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    doc = inspect.getdoc(obj) or ""
+    wrong = []
+    for p in signature.parameters.values():
+        stated = re.search(rf"^\s+{re.escape(p.name)}\b[^\n]*\(default ``(.*?)``\)\.?\s*$", doc, re.M)
+        if stated is None or p.default is inspect.Parameter.empty:
+            continue
+        try:
+            value = ast.literal_eval(stated.group(1))
+        except (ValueError, SyntaxError):
+            continue
+        if value != p.default or type(value) is not type(p.default):
+            wrong.append(f"{p.name}: the docstring says {stated.group(1)}, the signature {p.default!r}")
+    return wrong
+
+
 def test_the_public_names_are_found():
     names = {qualname for qualname, _ in public_objects()}
     assert {"trainmesh.Trainer", "trainmesh.keras.fit", "trainmesh.callbacks.ModelCheckpoint"} <= names
@@ -70,6 +95,11 @@ def test_the_public_names_are_found():
 def test_every_public_name_has_a_docstring_with_its_arguments_and_an_example(qualname):
     obj = dict(public_objects())[qualname]
     assert undocumented(qualname, obj) is None, undocumented(qualname, obj)
+
+
+@pytest.mark.parametrize("qualname", [q for q, _ in public_objects()])
+def test_every_stated_default_is_the_signature_s(qualname):
+    assert wrong_defaults(dict(public_objects())[qualname]) == []
 
 
 def test_the_check_sees_what_is_missing():
@@ -99,6 +129,18 @@ def test_the_check_sees_what_is_missing():
         return a + b
 
     assert undocumented("documented", documented) is None
+    assert wrong_defaults(documented) == []
+
+    def stale(a: int = 2, b: str | None = None, c: float = 1e-8) -> None:
+        """Nothing.
+
+        Args:
+            a: the first (default ``2``).
+            b: the second (default ``'32-true'``).
+            c: the third (default ``1e-8``).
+        """
+
+    assert wrong_defaults(stale) == ["b: the docstring says '32-true', the signature None"]
     assert "does not name ['b']" in undocumented("half", half)
     assert "no docstring" in undocumented("lambda", lambda: None)
 

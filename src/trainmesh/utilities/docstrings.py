@@ -14,7 +14,7 @@ Args:
     num_nodes: number of nodes (default ``1``).
     max_restarts: restart every worker this many times after a failure, resuming from the newest checkpoint (default ``0``).
     strategy: a strategy name (``"ddp"``, ``"fsdp"``, ``"tp"``, ``"pp"``, ...) or a Strategy object; ``"auto"`` picks by memory (default ``'auto'``).
-    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"64-true"`` (``32``, ``16`` and ``"bf16"`` too); ``"16-mixed"`` on the CPU is ``"bf16-mixed"``, with Lightning's warning (float16 with a GradScaler there: ``plugins=[MixedPrecision("16-mixed", "cpu")]``) (default ``'32-true'``).
+    precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"64-true"`` (``32``, ``16`` and ``"bf16"`` too); ``"16-mixed"`` on the CPU is ``"bf16-mixed"``, with Lightning's warning (float16 with a GradScaler there: ``plugins=[MixedPrecision("16-mixed", "cpu")]``); None: a precision plugin's, else ``"32-true"`` (default ``None``).
     compile: ``True`` or a dict of ``torch.compile`` options: compile in place where the strategy's order says (default ``False``).
     max_epochs: stop after this many epochs (None: 1000 when ``max_steps`` is -1, else no epoch limit) (default ``None``).
     min_epochs: train at least this many epochs, whatever asks to stop (default ``None``).
@@ -131,7 +131,7 @@ Args:
     every_n_train_steps: save every this many training steps (default ``None``).
     train_time_interval: save when this ``datetime.timedelta`` of training has passed since the last such save, checked at each batch's end (rank 0's clock); the only cadence then (default ``None``).
     every_n_epochs: save every this many epochs (default ``None``).
-    save_on_train_epoch_end: save at the training epoch's end (None: after validation when there is one) (default ``True``).
+    save_on_train_epoch_end: save at the training epoch's end (None: after validation when there is one) (default ``None``).
     verbose: say what was saved (default ``False``).
     auto_insert_metric_name: write ``name=value`` in the file name (default ``True``).
     save_weights_only: save the weights only (not resumable) (default ``False``).
