@@ -169,7 +169,8 @@ class PaceGroup(tm.Callback):
                 torch.save(whole, self.out / f"at_kill_{self.group}.pt")
                 (self.out / f"saved_{self.group}").touch()
             if self.group == 1 and rank == 1:
-                while not (self.out / "saved_1").exists():  # its weights at the kill, written first
+                deadline = time.monotonic() + 120  # its weights at the kill, written first (a bound, no hang)
+                while not (self.out / "saved_1").exists() and time.monotonic() < deadline:
                     time.sleep(0.01)
                 os.kill(int((self.out / "pid_1_0_0").read_text()), signal.SIGKILL)
                 os._exit(3)  # a hard crash of one process; its launcher finds the group gone
