@@ -1,7 +1,8 @@
 """One ddp program run under Lightning 2.6 and under trainmesh, each writing its records under
-``out/<framework>``: Lightning's as a new interpreter (its ddp starts the second process itself, as
-its owners define it), trainmesh's on 2 forks in one process group (helpers/forked.py). Neither sees
-a PL_GLOBAL_SEED from outside."""
+``out/<framework>``: Lightning's first process a fork of the fork server (helpers/forked.py: torch
+already imported, 1.5 CPU-s of the launch's 12), its ddp starting the second process itself as a new
+interpreter, as its owners define it; trainmesh's on 2 forks in one process group. Neither sees a
+PL_GLOBAL_SEED from outside."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ def run_beside_lightning(script: Path, out: Path) -> None:
     # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
     # may hold (EADDRINUSE, and its second process then waits for ever): give it a free one.
     env["MASTER_PORT"] = str(find_free_port())
-    done = run_program([str(script), "lightning", str(out / "lightning")], timeout=600, cwd=out, env=env)
+    theirs = [str(script), "lightning", str(out / "lightning")]
+    if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
+        done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out)
+    else:
+        done = run_program(theirs, timeout=600, cwd=out, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     ours = [str(script), "trainmesh", str(out / "trainmesh")]
     if can_fork():

@@ -10,6 +10,7 @@ the end writes the weights, the optimizer and scheduler state to OUT/final_GROUP
 """
 
 import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -142,12 +143,15 @@ def _whole(module) -> dict:
 
 class PaceGroup(tm.Callback):
     """Pace for a replica group of 2 fsdp processes: rank 0 logs and waits, process 1 of group 1's
-    first attempt dies hard after step FSDP_KILL_AT (its launcher then stops the group)."""
+    first attempt dies hard after step FSDP_KILL_AT and takes its group's other process with it
+    (SIGKILL): what its launcher does too, but only after torch's 30 s SIGTERM grace, which that
+    process, waiting in a collective with the dead one, never answers (30 s of the test idle)."""
 
     def __init__(self, out: Path, group: int, attempt: int):
         self.out, self.group, self.attempt = out, group, attempt
 
     def on_train_start(self, trainer, module):
+        (self.out / f"pid_{self.group}_{self.attempt}_{trainer.global_rank}").write_text(str(os.getpid()))
         if trainer.global_rank == 0:
             (self.out / f"up_{self.group}_{self.attempt}").touch()
         while self.attempt == 0 and not all((self.out / f"up_{g}_0").exists() for g in (0, 1)):
@@ -163,8 +167,13 @@ class PaceGroup(tm.Callback):
             whole = _whole(module)
             if rank == 0:
                 torch.save(whole, self.out / f"at_kill_{self.group}.pt")
+                (self.out / f"saved_{self.group}").touch()
             if self.group == 1 and rank == 1:
-                os._exit(3)  # a hard crash of one process: its launcher stops the whole group
+                deadline = time.monotonic() + 120  # its weights at the kill, written first (a bound, no hang)
+                while not (self.out / "saved_1").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                os.kill(int((self.out / "pid_1_0_0").read_text()), signal.SIGKILL)
+                os._exit(3)  # a hard crash of one process; its launcher finds the group gone
         restarted = self.out / "up_1_1"
         if self.group == 0 and step == FSDP_KILL_AT + 2:
             while not restarted.exists():

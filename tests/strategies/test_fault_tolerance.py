@@ -144,8 +144,9 @@ def test_both_groups_end_with_identical_weights_optimizer_and_scheduler(killed_a
 
 @pytest.fixture(scope="module")
 def fsdp_groups_killed_and_rejoined(tmp_path_factory):
-    """One run of 2 replica groups of 2 fsdp processes: a process of group 1 dies after step 4 (its
-    launcher stops the group), group 1 is started again; what each group logged and ended with."""
+    """One run of 2 replica groups of 2 fsdp processes: a process of group 1 dies after step 4 and
+    takes the group's other one with it (fault_tolerance_run.PaceGroup: its launcher would, after a
+    30 s wait), group 1 is started again; what each group logged and ended with."""
     if not HAS_TORCHFT:
         pytest.skip("torchft is not installed (pip install torchft): replica fault tolerance runs on it")
     from torchft.coordination import LighthouseServer

@@ -43,7 +43,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     pytest.importorskip("lightning.pytorch")
-    """Lightning's run as a new interpreter (its ddp starts the second process itself, as its
+    """Lightning's run (helpers/beside_lightning.py: its ddp starts the second process itself, as its
     owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py)."""
     out = tmp_path_factory.mktemp("evaluation_shares")
     run_beside_lightning(SCRIPT, out)

@@ -40,8 +40,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "trainer_members_ddp.
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Lightning's run starts as a new interpreter (its ddp starts the second process so, as its
-    owners define it); trainmesh's runs on 2 forks of the fork server in one process group
+    """Lightning's run starts as a fork of the fork server (its ddp starts the second process as a new
+    interpreter, as its owners define it); trainmesh's runs on 2 forks of the fork server in one process group
     (helpers/forked.py), which its Trainer finds started, as torchrun's: 2 interpreters fewer, each
     importing torch and trainmesh (this test is about what the Trainer reports, not process start)."""
     out = tmp_path_factory.mktemp("members_ddp")
@@ -52,14 +52,17 @@ def records(tmp_path_factory):
         ),
     }
     env["MASTER_PORT"] = str(find_free_port())  # Lightning's own pick may be held by a launch beside it
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "lightning", str(out)],
-        cwd=out,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
+        done = run_forked(SCRIPT, ["lightning", str(out)], env=env, timeout=600, cwd=out)
+    else:
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "lightning", str(out)],
+            cwd=out,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     if can_fork():
         done = run_forked(SCRIPT, ["trainmesh", str(out)], env=env, timeout=600, cwd=out, world=2)

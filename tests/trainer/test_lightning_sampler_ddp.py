@@ -30,7 +30,7 @@ CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit"]
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Lightning's run as a new interpreter (its ddp starts the second process itself, as its
+    """Lightning's run (helpers/beside_lightning.py: its ddp starts the second process itself, as its
     owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py). Neither
     sees a PL_GLOBAL_SEED from outside: the first case's seed is the default, 0."""
     out = tmp_path_factory.mktemp("sampler_ddp")

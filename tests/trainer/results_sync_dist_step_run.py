@@ -1,0 +1,67 @@
+"""The program of test_results_sync_dist_step.py: FRAMEWORK's Trainer(strategy="ddp_fork", devices=2)
+fits SyncedSteps, each rank logging its own numbers with sync_dist=True and every reduce_fx; the
+parent's ``trainer.callback_metrics`` (rank 0's, sent back by the launcher) go to OUT as JSON.
+
+python results_sync_dist_step_run.py lightning|trainmesh OUT
+"""
+
+import json
+import sys
+import warnings
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class SyncedSteps:
+    """Each rank logs its own numbers at each step, synced with each reduction."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        rank = self.trainer.global_rank
+        for fx in ("sum", "mean", "max", "min"):
+            self.log(f"step_{fx}", 1.0 + rank, on_step=True, on_epoch=False, sync_dist=True, reduce_fx=fx)
+            self.log(f"both_{fx}", batch_idx + 2.0 * rank, on_step=True, on_epoch=True, sync_dist=True, reduce_fx=fx)
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(8, 2, generator=torch.Generator().manual_seed(0))), batch_size=2)
+
+
+def main(framework_name: str, out: str) -> None:
+    if framework_name == "lightning":
+        import lightning.pytorch as framework
+
+        module = type("LightningSyncedSteps", (SyncedSteps, framework.LightningModule), {})()
+    else:
+        import trainmesh as framework
+
+        module = type("TrainmeshSyncedSteps", (SyncedSteps, framework.Module), {})()
+    trainer = framework.Trainer(
+        strategy="ddp_fork",
+        accelerator="cpu",
+        devices=2,
+        max_epochs=1,
+        limit_train_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=out + "_root",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module)
+    metrics = {name: value.item() for name, value in sorted(trainer.callback_metrics.items())}
+    with open(out, "w") as f:
+        json.dump(metrics, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
