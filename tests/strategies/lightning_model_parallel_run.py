@@ -5,12 +5,14 @@ module's ``configure_model`` parallelizes on ``self.device_mesh``) at 2 CPU proc
 One launch runs every case of ``CASES`` in order (Lightning's strategy starts the script again as the
 second process) and writes each process's record to ``OUT/<case>-rank<r>.pt``: the whole trained
 weights, the logged metrics, the mesh's names and sizes as ``configure_model`` saw them, and the
-checkpoint files written. ``resumed`` fits 1 epoch saving one whole-state file
+checkpoint files written. ``tensor_parallel`` builds its model in ``trainer.init_module(empty_init=True)``
+(on the meta device, as Lightning's strategy does). ``resumed`` fits 1 epoch saving one whole-state file
 (``save_distributed_checkpoint=False``), then 2 epochs from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -62,15 +64,14 @@ class Model(pl.LightningModule):
 
 
 CASES = {
-    "tensor_parallel": dict(sizes=(1, 2)),
+    "tensor_parallel": dict(sizes=(1, 2), empty_init=True),
     "data_parallel": dict(sizes=(2, 1)),
     "resumed": dict(sizes=(1, 2), distributed_checkpoint=False),
 }
 
 
-def fit(out: Path, sizes, epochs: int, ckpt_path=None, distributed_checkpoint: bool = True):
+def fit(out: Path, sizes, epochs: int, ckpt_path=None, distributed_checkpoint: bool = True, empty_init=False):
     torch.manual_seed(3)
-    model = Model()
     strategy = ModelParallelStrategy(
         data_parallel_size=sizes[0], tensor_parallel_size=sizes[1], save_distributed_checkpoint=distributed_checkpoint
     )
@@ -85,18 +86,21 @@ def fit(out: Path, sizes, epochs: int, ckpt_path=None, distributed_checkpoint: b
         callbacks=[pl.callbacks.ModelCheckpoint(out, filename="{epoch}", save_top_k=-1)],
         num_sanity_val_steps=0,
     )
+    # empty_init: built on the meta device, each layer's reset_parameters once parallelized (Lightning's order)
+    with trainer.init_module(empty_init=True) if empty_init else contextlib.nullcontext():
+        model = Model()
     loaders = DataLoader(TensorDataset(X, Y), batch_size=8), DataLoader(TensorDataset(X, Y), batch_size=16)
     trainer.fit(model, *loaders, ckpt_path=ckpt_path)
     return model, trainer
 
 
-def run(out: Path, case: str, sizes, distributed_checkpoint: bool = True) -> None:
+def run(out: Path, case: str, sizes, distributed_checkpoint: bool = True, empty_init: bool = False) -> None:
     folder = out / case
     if case == "resumed":
         fit(folder, sizes, 1, distributed_checkpoint=False)
         model, trainer = fit(folder, sizes, 2, ckpt_path=folder / "epoch=0.ckpt", distributed_checkpoint=False)
     else:
-        model, trainer = fit(folder, sizes, 2, distributed_checkpoint=distributed_checkpoint)
+        model, trainer = fit(folder, sizes, 2, distributed_checkpoint=distributed_checkpoint, empty_init=empty_init)
     # Whole tensors (DTensors: full_tensor is a collective, which every rank runs)
     weights = {k: getattr(v, "full_tensor", v.detach)().clone() for k, v in model.net.state_dict().items()}
     metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}

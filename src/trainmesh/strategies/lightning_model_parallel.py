@@ -96,14 +96,40 @@ def place(module: nn.Module, precision: Any, device: torch.device, *, data_paral
     """The module its ``configure_model`` parallelized, placed as Lightning's strategy places it:
     checked, converted to the run's precision, its layers left on the meta device initialised."""
     from trainmesh.strategies import checkpoint as checkpoints
-    from trainmesh.strategies.materialize import materialize, meta_tensor_names
 
     check_module_parallelized(module, data_parallel)
+    materialize(module, device)
     module = precision.convert_module(module, device=device)
-    if meta_tensor_names(module):
-        materialize(module, device)
     checkpoints.import_distributed_checkpoint()  # its saves are DCP's: not inside the first
     return module
+
+
+def materialize(module: nn.Module, device: torch.device) -> None:
+    """Lightning's materialization of a module built on the meta device: allocated whole, then
+    each layer's ``reset_parameters()`` in module order (the random numbers Lightning draws, so a
+    seeded run initialises the same weights); layers without one are named in Lightning's warning.
+    trainmesh's own form replays the layers' initialisers instead (strategies/materialize.py)."""
+    import itertools
+
+    from trainmesh.utilities.rank_zero import rank_zero_warn
+
+    if not any(t.is_meta for t in itertools.chain(module.parameters(), module.buffers())):
+        return
+    module.to_empty(device=device)
+    uninitialized = set()
+    for layer in module.modules():
+        if not any(True for _ in itertools.chain(layer.parameters(recurse=False), layer.buffers(recurse=False))):
+            continue
+        if callable(reset := getattr(layer, "reset_parameters", None)):
+            reset()
+        else:
+            uninitialized.add(type(layer).__name__)
+    if uninitialized:
+        rank_zero_warn(
+            "Parameter initialization incomplete. The following modules have parameters or buffers with uninitialized"
+            " memory because they don't define a `reset_parameters()` method for re-initialization:"
+            f" {', '.join(uninitialized)}"
+        )
 
 
 def whole(checkpoint: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

@@ -115,6 +115,7 @@ class ModelParallelStrategy(DistributedStrategy):
             self._lightning, {"pp": pp, "tp": tp, "dp_shard": dp_shard, "dp_replicate": dp_replicate}
         )
         self.module_device_mesh: Any = None  # Lightning's form: the mesh the module sees as self.device_mesh
+        self.empty_init_on_meta = self._lightning is not None  # Lightning's trainer.init_module(empty_init=True)
         super().__init__(
             start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
         )
