@@ -49,8 +49,13 @@ class ModuleUtilities(nn.Module):
     strict_loading: bool = True
     # A batch for ModelSummary's shapes and for to_torchscript(method="trace"); None until set.
     example_input_array: Any = None
-    # Set by a strategy that gives the module a mesh; None otherwise.
-    device_mesh: Any = None
+
+    @property
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` Lightning's form of ``ModelParallelStrategy`` shows the module (its
+        ``configure_model`` parallelizes on it); None under every other strategy, as Lightning's."""
+        return getattr(self, "_device_mesh", None)
+
     # Lightning Fabric's handle, for modules Fabric runs; trainmesh never sets it.
     fabric: Any = None
 

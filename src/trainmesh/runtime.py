@@ -205,7 +205,10 @@ class Runtime:
     def setup_module(self, module: nn.Module) -> nn.Module:
         self.setup_environment()
         module = self._uncompiled(module)
-        if not builds_on_meta(self.strategy.module_init_context()):
+        # Lightning's ModelParallelStrategy initialises what trainer.init_module(empty_init=True) built on meta
+        if not (
+            builds_on_meta(self.strategy.module_init_context()) or getattr(self.strategy, "empty_init_on_meta", False)
+        ):
             refuse_meta_tensors(module, self.strategy.name)
         moves = ParameterMoves(module)
         placed = self.strategy.setup_module(module)

@@ -67,6 +67,18 @@ class TrainerPort:
         names the steps it runs (trainer/profiling.py)."""
         return type(self._runtime.strategy).__name__
 
+    @property
+    def module_device_mesh(self) -> Any:
+        """The ``DeviceMesh`` a module's ``device_mesh`` shows as its ``configure_model`` runs (Lightning's
+        form of ModelParallelStrategy: strategies/lightning_model_parallel.py); None for other strategies."""
+        return getattr(self._runtime.strategy, "module_device_mesh", None)
+
+    @property
+    def empty_init_on_meta(self) -> bool:
+        """Whether ``trainer.init_module(empty_init=True)`` builds on the meta device, the strategy
+        initialising the layers once placed (Lightning's ModelParallelStrategy); else uninitialised."""
+        return bool(getattr(self._runtime.strategy, "empty_init_on_meta", False))
+
     def strategy_serving(self, trainer_ref: Callable[[], Any]) -> Strategy:
         """The strategy, its Lightning ``optimizers`` and ``lr_scheduler_configs`` those of the Trainer
         that ``trainer_ref`` (a weak reference) returns: ``trainer.strategy`` (lightning_face.py)."""

@@ -145,10 +145,15 @@ def test_fsdp_mixed_precision_is_accepted_only_where_it_is_the_trainers_precisio
         FSDPStrategy(mixed_precision=reduced_in_bf16).with_placement(bf16)
 
 
-def test_lightnings_model_parallel_arguments_are_refused_saying_how_to_write_it_here():
-    for arguments in ({"data_parallel_size": 1, "tensor_parallel_size": 2}, {"save_distributed_checkpoint": True}):
-        with pytest.raises(ValueError, match=r"ModelParallelStrategy\(tp=<tensor_parallel_size>"):
-            ModelParallelStrategy(**arguments)
+def test_lightnings_model_parallel_arguments_are_taken_and_checked():
+    # Lightning's form is trained in tests/strategies/test_lightning_model_parallel.py; here what is refused
+    ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2, save_distributed_checkpoint=False)
+    with pytest.raises(ValueError, match="Give one form's arguments"):
+        ModelParallelStrategy(tensor_parallel_size=2, tp=2)
+    with pytest.raises(ValueError, match="positive number of processes or 'auto'"):
+        ModelParallelStrategy(tensor_parallel_size=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tensor_parallel'"):
+        ModelParallelStrategy(tensor_parallel=2)
 
 
 # ---- trained ----------------------------------------------------------------------------------

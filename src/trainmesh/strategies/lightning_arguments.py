@@ -275,27 +275,3 @@ def check_device(device: Any, placement: Any) -> None:
             f"SingleDeviceStrategy(device={str(asked)!r}) differs from the Trainer's device {str(runs)!r}; trainmesh "
             f"takes the device from the Trainer: Trainer(accelerator={asked.type!r}, devices=[{asked.index or 0}])"
         )
-
-
-# ---- ModelParallelStrategy --------------------------------------------------------------------
-_LIGHTNING_MODEL_PARALLEL = ("data_parallel_size", "tensor_parallel_size", "save_distributed_checkpoint")
-
-
-def refuse_lightning_model_parallel(kwargs: dict[str, Any]) -> None:
-    """Lightning's ``ModelParallelStrategy(data_parallel_size=, tensor_parallel_size=)`` hands the module a
-    ``DeviceMesh`` named ``("data_parallel", "tensor_parallel")`` and leaves ``fully_shard`` and
-    ``parallelize_module`` to the module's ``configure_model``. trainmesh's applies them itself, after
-    ``configure_model``, on its own axes: the Lightning module's calls would find no ``self.device_mesh``
-    and the strategy would shard its layers a second time, so the arguments are refused."""
-    for name in kwargs:
-        if name not in _LIGHTNING_MODEL_PARALLEL:
-            raise TypeError(f"ModelParallelStrategy() got an unexpected keyword argument {name!r}")
-    if kwargs:
-        raise ValueError(
-            f"ModelParallelStrategy({', '.join(f'{k}=...' for k in kwargs)}) is Lightning's: there, configure_model "
-            "applies fully_shard/parallelize_module itself on self.device_mesh['data_parallel'/'tensor_parallel']. "
-            "trainmesh's ModelParallelStrategy applies them itself, after configure_model: state the plan in "
-            "tensor_parallel_plan() (or apply parallelize_module in configure_model(mesh) on mesh.submesh('tp')), "
-            "leave fully_shard out, and write ModelParallelStrategy(tp=<tensor_parallel_size>, "
-            "dp_shard=<data_parallel_size>); checkpoints are distributed as save_distributed_checkpoint=True"
-        )

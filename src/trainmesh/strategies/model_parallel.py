@@ -31,6 +31,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.writers import SYNCHRONOUS, CheckpointWriter
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies import collectives, stage_state
+from trainmesh.strategies import lightning_model_parallel as lightning
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.strategies.data_parallel import StepCall
@@ -41,13 +42,12 @@ from trainmesh.strategies.fsdp import (
     refuse_keras,
 )
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
-from trainmesh.strategies.lightning_arguments import refuse_lightning_model_parallel
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
 from trainmesh.strategies.model_parallel_support import (
-    DDP_DOES_NOT_COMPOSE,
     apply_data_parallel,
     check_model_parallel_module,
+    check_model_parallel_settings,
     model_parallel_capabilities,
 )
 from trainmesh.strategies.pipeline import (
@@ -109,27 +109,21 @@ class ModelParallelStrategy(DistributedStrategy):
         placement: Placement | None = None,
         **kwargs: Any,
     ) -> None:
-        refuse_lightning_model_parallel(kwargs)  # data_parallel_size, tensor_parallel_size, ...: see there
+        # Lightning's form (data_parallel_size=, ...): configure_model parallelizes (lightning_model_parallel.py)
+        self._lightning = lightning.lightning_form(kwargs)
+        lightning.check_not_mixed(
+            self._lightning, {"pp": pp, "tp": tp, "dp_shard": dp_shard, "dp_replicate": dp_replicate}
+        )
+        self.module_device_mesh: Any = None  # Lightning's form: the mesh the module sees as self.device_mesh
+        self.empty_init_on_meta = self._lightning is not None  # Lightning's trainer.init_module(empty_init=True)
         super().__init__(
             start_method=start_method, timeout=timeout, process_group_backend=process_group_backend, placement=placement
         )
         refuse_compile(
             self.placement.compile, self.name, instead="compile with tensor parallel and pipelines is untested"
         )
-        if data_parallel != "fsdp":
-            raise ValueError(
-                f"data_parallel={data_parallel!r}: {DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
-                if data_parallel == "ddp"
-                else f"data_parallel={data_parallel!r} is not known; model-parallel runs replicate and shard with 'fsdp'"
-            )
+        check_model_parallel_settings(data_parallel, microbatches, self.precision)
         self.schedule = choose_schedule(schedule, stages_per_rank)
-        if microbatches is not None and (not isinstance(microbatches, int) or microbatches < 1):
-            raise ValueError(f"microbatches={microbatches!r}; give a positive number of micro-batches per batch")
-        if self.precision.scaler is not None:
-            raise ValueError(
-                f"precision={self.precision.name!r} scales the loss with a GradScaler, which cannot see a pipeline "
-                "stage's or a tensor shard's overflow on the other ranks; use precision='bf16-mixed' (no scaling needed)"
-            )
         self.sizes = {"pp": pp, "tp": tp, "dp_shard": dp_shard, "dp_replicate": dp_replicate}
         self.microbatches, self.split_points = microbatches, list(split_points or []) or None
         self.loss_parallel, self.reshard_after_forward = loss_parallel, reshard_after_forward
@@ -162,16 +156,30 @@ class ModelParallelStrategy(DistributedStrategy):
                 f"pp={stages} pipeline stages need at least {stages} processes, but the run has "
                 f"{world_size}; use pp <= devices x nodes (and stages_per_rank for more stages per rank)"
             )
+        if self._lightning is not None:
+            dp, tp = lightning.resolved_sizes(
+                self._lightning, world_size=world_size, num_nodes=self.placement.num_nodes
+            )
+            return ParallelDims(tp=tp, dp_shard=dp, order=self.order).resolved(world_size)
         return ParallelDims(**self.sizes, order=self.order).resolved(world_size)
+
+    def setup_environment(self, process: Any) -> None:
+        super().setup_environment(process)
+        if self._lightning is not None:
+            dims = self._mesh.dims
+            self.module_device_mesh = lightning.build_device_mesh(self._device.type, dims.dp_shard, dims.tp)
 
     # ---- placing the model: the written order -------------------------------------------------
     def module_init_context(self) -> AbstractContextManager[Any]:
         """configure_model builds on the meta device: each rank allocates only its stages' shards;
-        the parameters it registers are recorded (a tie its own parallelize_module splits)."""
-        return self._ties_seen.recording("meta")
+        the parameters it registers are recorded (a tie its own parallelize_module splits). In
+        Lightning's form on the real device, where Lightning builds."""
+        return contextlib.nullcontext() if self._lightning is not None else self._ties_seen.recording("meta")
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         refuse_keras(module, self.name)
+        if self._lightning is not None:  # configure_model parallelized it: placed as Lightning places it
+            return lightning.place(module, self.precision, self._device, data_parallel=self._mesh.dims.dp_shard)
         mesh = self._mesh
         tp = mesh.group_size("tp")
         plan = check_model_parallel_module(module, tp)
@@ -443,6 +451,8 @@ class ModelParallelStrategy(DistributedStrategy):
         sharded: CheckpointKeys | None,
         writer: CheckpointWriter = SYNCHRONOUS,
     ) -> None:
+        if sharded is not None and self._lightning is not None and not self._lightning.save_distributed_checkpoint:
+            checkpoint, sharded = lightning.whole(checkpoint, (sharded.model, sharded.optimizers)), None  # one file
         if sharded is None:
             super().save_checkpoint(checkpoint, path, sharded=None, writer=writer)
             return

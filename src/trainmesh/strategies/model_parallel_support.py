@@ -34,6 +34,23 @@ PIPELINE_RUNS_BACKWARD = (
 )
 
 
+def check_model_parallel_settings(data_parallel: str, microbatches: Any, precision: Any) -> None:
+    """Refuse settings that cannot compose with model parallelism, as the strategy is built."""
+    if data_parallel != "fsdp":
+        raise ValueError(
+            f"data_parallel={data_parallel!r}: {DDP_DOES_NOT_COMPOSE}. Leave data_parallel='fsdp'"
+            if data_parallel == "ddp"
+            else f"data_parallel={data_parallel!r} is not known; model-parallel runs replicate and shard with 'fsdp'"
+        )
+    if microbatches is not None and (not isinstance(microbatches, int) or microbatches < 1):
+        raise ValueError(f"microbatches={microbatches!r}; give a positive number of micro-batches per batch")
+    if precision.scaler is not None:
+        raise ValueError(
+            f"precision={precision.name!r} scales the loss with a GradScaler, which cannot see a pipeline "
+            "stage's or a tensor shard's overflow on the other ranks; use precision='bf16-mixed' (no scaling needed)"
+        )
+
+
 def check_model_parallel_module(module: nn.Module, tp: int) -> Any:
     """Refuse what cannot compose with model parallelism; return the module's tensor-parallel
     plan (None: it states none)."""

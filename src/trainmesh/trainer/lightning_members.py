@@ -158,7 +158,10 @@ class LightningMembers(RunProperties):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(self.runtime.precision.param_dtype)
         try:
-            with torch.device(self.runtime.device), _SkipInit(enabled=bool(empty_init)):
+            # Lightning's ModelParallelStrategy builds on the meta device and initialises the layers once
+            # its configure_model parallelized them (reset_parameters, strategies/lightning_model_parallel.py)
+            on_meta = bool(empty_init) and self.runtime.trainer_port.empty_init_on_meta
+            with torch.device("meta" if on_meta else self.runtime.device), _SkipInit(enabled=bool(empty_init)):
                 yield
         finally:
             torch.set_default_dtype(previous)

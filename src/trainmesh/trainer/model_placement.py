@@ -28,6 +28,9 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
         )
     if legacy:
         _deprecated(model, "configure_sharded_model", "Lightning's former name of configure_model; rename it")
+    if (device_mesh := runtime.trainer_port.module_device_mesh) is not None:
+        # Lightning's ModelParallelStrategy sets the module's mesh so before configure_model reads it
+        model._device_mesh = device_mesh
     if legacy or hasattr(model, "configure_model"):
         with runtime.module_init_context():
             if legacy:

@@ -175,7 +175,7 @@ Args:
     timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
     process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
     placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
-    **kwargs: Lightning 2.6's ``data_parallel_size``, ``tensor_parallel_size`` and ``save_distributed_checkpoint``: refused, saying what to write instead (``strategies/lightning_arguments.py``).
+    **kwargs: Lightning 2.6's ``data_parallel_size``, ``tensor_parallel_size`` (``"auto"`` or a number) and ``save_distributed_checkpoint`` (True: a folder per checkpoint; False: one file of whole tensors): Lightning's form, where the module's ``configure_model`` applies ``parallelize_module``/``fully_shard`` on ``self.device_mesh`` and the strategy applies nothing (``strategies/lightning_model_parallel.py``); not together with ``pp``/``tp``/``dp_shard``/``dp_replicate``.
 
 Examples:
     >>> strategy = ModelParallelStrategy(pp=2, dp_shard=1, schedule="1F1B", microbatches=4)

@@ -1,0 +1,103 @@
+"""Lightning's form of ``ModelParallelStrategy`` (``data_parallel_size=``, ``tensor_parallel_size=``,
+``save_distributed_checkpoint=``), against Lightning 2.6's own run at 2 CPU processes.
+
+The module's ``configure_model`` reads ``self.device_mesh`` (named ``("data_parallel",
+"tensor_parallel")``) and applies ``parallelize_module`` and ``fully_shard`` itself, as Lightning's
+tensor-parallel example and torchtitan's ``parallelize`` functions do; trainmesh applies nothing on
+top. One launch per framework (tests/strategies/lightning_model_parallel_run.py): tensor parallel
+(1 x 2), data parallel (2 x 1), and a fit resumed from one whole-state file
+(``save_distributed_checkpoint=False``). Before, trainmesh refused these arguments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.beside_lightning import run_beside_lightning
+from trainmesh.strategies import ModelParallelStrategy
+from trainmesh.strategies.lightning_model_parallel import (
+    LightningForm,
+    check_module_parallelized,
+    lightning_form,
+    resolved_sizes,
+)
+
+SCRIPT = Path(__file__).resolve().parent / "lightning_model_parallel_run.py"
+CASES = ["tensor_parallel", "data_parallel", "resumed"]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    pytest.importorskip("lightning.pytorch")
+    out = tmp_path_factory.mktemp("lightning_model_parallel")
+    run_beside_lightning(SCRIPT, out)
+    return out
+
+
+def _load(out: Path, framework: str, case: str, rank: int) -> dict:
+    return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("case", CASES)
+def test_lightning_s_form_trains_lightning_s_weights_and_metrics(records, case, rank):
+    theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
+    assert ours["mesh"] == theirs["mesh"]  # the names and sizes configure_model saw
+    assert ours["weights"].keys() == theirs["weights"].keys()
+    for name, tensor in theirs["weights"].items():
+        assert torch.allclose(ours["weights"][name], tensor, rtol=0, atol=1e-6), name
+    assert ours["metrics"] == pytest.approx(theirs["metrics"], abs=1e-6)
+    assert ours["files"] == theirs["files"]  # a folder each (distributed checkpoint), or one file
+
+
+@pytest.mark.slow
+def test_save_distributed_checkpoint_false_writes_whole_tensors_as_lightning(records):
+    theirs, ours = (
+        _load(records, "lightning", "resumed", 0)["saved"],
+        _load(records, "trainmesh", "resumed", 0)["saved"],
+    )
+    assert {k: kind for k, (kind, _) in ours.items()} == {k: kind for k, (kind, _) in theirs.items()}
+    assert all(kind == "Tensor" for kind, _ in ours.values())
+    assert all(torch.allclose(ours[k][1], theirs[k][1], rtol=0, atol=1e-6) for k in theirs)
+
+
+def test_the_two_forms_are_told_apart_by_the_arguments_given():
+    assert lightning_form({}) is None
+    assert lightning_form({"save_distributed_checkpoint": False}) == LightningForm(save_distributed_checkpoint=False)
+    # Lightning's "auto": data parallel across nodes, tensor parallel within one
+    assert resolved_sizes(LightningForm(), world_size=4, num_nodes=1) == (1, 4)
+    assert resolved_sizes(LightningForm(data_parallel_size=2, tensor_parallel_size=2), world_size=4, num_nodes=1) == (
+        2,
+        2,
+    )
+    with pytest.raises(RuntimeError, match=r"`tensor_parallel_size=4` multiplied should equal the world size \(4\)"):
+        resolved_sizes(LightningForm(data_parallel_size=2), world_size=4, num_nodes=1)  # as Lightning: "auto" is 4
+    with pytest.raises(ValueError, match="Give one form's arguments"):
+        ModelParallelStrategy(data_parallel_size=2, dp_shard=2)
+
+
+class _Configured(nn.Linear):
+    def configure_model(self):
+        pass
+
+
+def test_data_parallel_ranks_without_fully_shard_are_refused_before_training():
+    # Lightning trains such a module with no word, each data-parallel rank on its own weights
+    with pytest.raises(ValueError, match=r"applied no fully_shard .* each train their own weights"):
+        check_module_parallelized(_Configured(2, 2), 2)
+    check_module_parallelized(_Configured(2, 2), 1)  # one data-parallel rank: nothing to reduce
+
+
+def test_a_module_without_configure_model_gets_lightning_s_type_error():
+    import trainmesh
+
+    # Lightning 2.6's words (its ModelParallelStrategy.setup)
+    message = r"When using the ModelParallelStrategy, you are required to override the `configure_model\(\)` hook"
+    for base in (trainmesh.LightningModule, nn.Module):
+        with pytest.raises(TypeError, match=message):
+            check_module_parallelized(type("Plain", (base,), {})(), 1)
