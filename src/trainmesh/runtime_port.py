@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_everything, seed_settings
 from trainmesh.strategies import collectives
@@ -31,6 +32,9 @@ class _Host(Protocol):
     strategy: Strategy
     precision: Precision
     seed_settings: SeedSettings | None
+    process: ProcessInfo
+    launcher: Launcher
+    _environment_ready: bool
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
     def _choose_strategy(self, module: nn.Module) -> None: ...
@@ -78,6 +82,15 @@ class TrainerPort:
         """Whether ``trainer.init_module(empty_init=True)`` builds on the meta device, the strategy
         initialising the layers once placed (Lightning's ModelParallelStrategy); else uninitialised."""
         return bool(getattr(self._runtime.strategy, "empty_init_on_meta", False))
+
+    @property
+    def place(self) -> ProcessInfo:
+        """This process's place as a program reads it (``trainer.world_size``, ``trainer.is_global_zero``):
+        once set up, the launcher's; before (a script's code before ``fit``, ddp_spawn's launching
+        process), the place the launcher plans for it, as Lightning's strategy reports it from the
+        Trainer's construction on (the loop reads ``runtime.process``, set up)."""
+        runtime = self._runtime
+        return runtime.process if runtime._environment_ready else runtime.launcher.planned_process()
 
     def strategy_serving(self, trainer_ref: Callable[[], Any]) -> Strategy:
         """The strategy, its Lightning ``optimizers`` and ``lr_scheduler_configs`` those of the Trainer

@@ -56,3 +56,59 @@ def test_trainer_strategy_collectives_on_one_process_answer_as_lightning_s() -> 
     expected = _answers(lightning)
     assert expected["gathered"] == [3.0] and expected["decision"] == (False, True)
     assert _answers(trainmesh) == expected
+
+
+# A worker's environment as torchrun (and trainmesh's own agent) sets it: rank 1 of 2 on one node.
+_WORKER_1 = {"RANK": "1", "LOCAL_RANK": "1", "GROUP_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+
+
+def _ranks_before_fit(framework, strategy: str) -> dict[str, object]:
+    """What a script reads before ``fit`` (a directory made on global zero only, a learning rate
+    scaled by the world size): Lightning's strategy has its ranks from the Trainer's construction on."""
+    trainer = framework.Trainer(
+        accelerator="cpu", devices=2, strategy=strategy, logger=False, enable_progress_bar=False
+    )
+    names = ("global_rank", "local_rank", "node_rank", "world_size", "is_global_zero")
+    return {
+        "trainer": [getattr(trainer, name) for name in names],
+        "strategy": [getattr(trainer.strategy, name) for name in names],
+    }
+
+
+@pytest.mark.parametrize(
+    "strategy, environment", [("ddp_spawn", {}), ("ddp", _WORKER_1)], ids=["launching_process", "worker_rank_1"]
+)
+def test_ranks_before_fit_answer_as_lightning_s(monkeypatch, strategy, environment) -> None:
+    # Before: world_size 1 everywhere, and the worker of rank 1 said global_rank 0, is_global_zero True.
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero
+    from lightning_utilities.core.rank_zero import rank_zero_only as utilities_rank_zero
+
+    import trainmesh
+
+    for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    env = {**environment, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"} if environment else {}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    # Lightning's construction sets the process-wide rank_zero_only.rank: put it back for later tests
+    monkeypatch.setattr(fabric_rank_zero, "rank", getattr(fabric_rank_zero, "rank", 0))
+    monkeypatch.setattr(utilities_rank_zero, "rank", getattr(utilities_rank_zero, "rank", 0))
+    expected = _ranks_before_fit(lightning, strategy)
+    rank = int(environment.get("RANK", 0))
+    assert expected["trainer"] == expected["strategy"] == [rank, rank, 0, 2, rank == 0]
+    assert _ranks_before_fit(trainmesh, strategy) == expected
+
+
+def test_a_spawned_run_pickles_a_trainer_whose_strategy_the_program_read() -> None:
+    # ddp_spawn pickles the Runtime with its strategy; reading trainer.strategy (to print it, or
+    # isinstance(trainer.strategy, DDPStrategy)) gave the strategy the Trainer's weak reference, and
+    # the launch stopped ("Runtime.strategy._served cannot be pickled"), where Lightning's ddp_spawn trains.
+    import pickle
+
+    import trainmesh
+
+    trainer = trainmesh.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False)
+    assert trainer.strategy.optimizers == []  # serves the Trainer now
+    copy = pickle.loads(pickle.dumps(trainer.runtime))
+    assert copy.strategy.world_size == 1 and copy.strategy.optimizers == []  # no Trainer served there yet

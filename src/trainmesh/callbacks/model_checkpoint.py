@@ -2,7 +2,9 @@
 
 Every decision here (whether to save, which name, which file drops out of the top k) is made
 from values that are identical on every rank: ``callback_metrics`` after the epoch-end
-reduction, the step and epoch counters, and a file name broadcast from rank 0. That matters
+reduction, the step and epoch counters, a file name broadcast from rank 0, and whether a value
+enters a full top k, decided by every rank together (a metric logged without ``sync_dist``
+differs by rank: each rank keeps its own scores, as in Lightning). That matters
 because ``trainer.save_checkpoint`` is collective: a rank that skipped a save another rank made
 would hang the run.
 """
@@ -381,7 +383,7 @@ class ModelCheckpoint(Checkpoint):
         # Lightning's order (_save_monitor_checkpoint): a value outside the top k changes nothing,
         # current_score included; a NaN that enters (the top k not full yet) is kept as the worst value.
         current = as_score(value)
-        if not self._is_top_k(float(current)):
+        if not self._is_top_k(trainer, float(current)):
             self._say(trainer, f"{self.monitor!r} was not in top {self.save_top_k}")
             return
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
@@ -404,11 +406,16 @@ class ModelCheckpoint(Checkpoint):
         if dropped and dropped != path:
             self._remove(trainer, dropped)
 
-    def _is_top_k(self, score: float) -> bool:
+    def _is_top_k(self, trainer: TrainerView, score: float) -> bool:
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
         kth = float(self.best_k_models[self.kth_best_model_path])
-        return score < kth if self.mode == "min" else score > kth  # NaN: never
+        better = score < kth if self.mode == "min" else score > kth  # NaN: never
+        # Lightning's check_monitor_top_k: the ranks decide together, a save only where every rank's
+        # value enters (a metric logged without sync_dist differs by rank); one rank saving alone
+        # would wait for ever in the save's collectives.
+        agreed = trainer.runtime.all_reduce(torch.tensor(float(better), device=trainer.runtime.device), "min")
+        return bool(agreed.item() > 0)
 
     def _update_ranking(self, full: bool) -> None:
         # min()/max() keep the first of equal scores, and every rank inserted in the same order.

@@ -48,3 +48,7 @@ class Launcher(Protocol):
     def process_info(self) -> ProcessInfo:
         """This process's place in the run, valid inside ``fn``."""
         ...
+
+    def planned_process(self) -> ProcessInfo:
+        """This process's place as far as it is known before ``launch`` sets the run up."""
+        ...

@@ -28,6 +28,7 @@ from trainmesh.launchers.environments import (
     already_started,
     check_port_free,
     find_free_port,
+    planned_process,
     set_worker_environment,
 )
 
@@ -50,6 +51,9 @@ class ElasticLauncher:
                 "the script with torchrun, which makes the processes itself"
             )
         return process
+
+    def planned_process(self) -> ProcessInfo:
+        return self._process or planned_process(devices=self.devices, num_nodes=self.num_nodes)
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._find_process() is not None:

@@ -43,6 +43,25 @@ def already_started(*, devices: int, num_nodes: int) -> ProcessInfo | None:
     )
 
 
+def planned_process(*, devices: int, num_nodes: int) -> ProcessInfo:
+    """This process's place before its launcher has set the run up, as Lightning's strategy reports it
+    from the Trainer's construction on (its ``set_world_ranks``): a process something already started
+    (torchrun, SLURM, trainmesh's own agent or spawn, a process group that exists) its own place; the
+    process that will start them local rank 0 of ``devices * num_nodes``, as Lightning's launching
+    process is. A script's code before ``fit`` reads it (``trainer.world_size``, ``is_global_zero``),
+    and ddp_spawn's launching process after."""
+    try:
+        started = already_started(devices=devices, num_nodes=num_nodes)
+    except ValueError:  # a mismatch, which the launch itself reports in its words
+        started = None
+    if started is not None:
+        return started
+    node = int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0")))
+    return ProcessInfo(
+        global_rank=node * devices, node_rank=node, world_size=devices * num_nodes, local_world_size=devices
+    )
+
+
 def existing_group_process(*, devices: int, num_nodes: int) -> ProcessInfo | None:
     """This process's place in a process group the user (or a harness) already created."""
     import torch.distributed as dist

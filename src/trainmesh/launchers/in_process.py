@@ -17,3 +17,6 @@ class InProcessLauncher:
 
     def process_info(self) -> ProcessInfo:
         return self._process
+
+    def planned_process(self) -> ProcessInfo:
+        return self._process

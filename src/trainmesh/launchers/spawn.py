@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.launchers.environments import already_started, find_free_port, set_worker_environment
+from trainmesh.launchers.environments import already_started, find_free_port, planned_process, set_worker_environment
 from trainmesh.seed import capture_rng_state, restore_rng_state
 
 
@@ -43,6 +43,9 @@ class SpawnLauncher:
                 "which makes the processes itself"
             )
         return self._process
+
+    def planned_process(self) -> ProcessInfo:
+        return self._process or planned_process(devices=self.devices, num_nodes=self.num_nodes)
 
     def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._process is None:

@@ -53,6 +53,13 @@ class LightningStrategyFace:
     def _served_trainer(self) -> Any:
         return self._served() if self._served is not None else None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Without the Trainer's weak reference (it cannot be pickled): ddp_spawn pickles the Runtime and
+        # its strategy after a program read ``trainer.strategy``; the worker's Trainer serves it again.
+        state = dict(self.__dict__)
+        state.pop("_served", None)
+        return state
+
     # Lightning's strategy holds the run's optimizers and scheduler configs (its trainer.optimizers and
     # trainer.lr_scheduler_configs read them there), and programs replace them through it: a warmup
     # callback's ``trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(warmup, interval="step")]``.
@@ -96,11 +103,17 @@ class LightningStrategyFace:
     @property
     def world_size(self) -> int:
         """The number of processes (Lightning's ``strategy.world_size``)."""
-        return int(self.mesh.world_size)
+        return int(self._planned_or_mesh().world_size)
 
     @property
     def global_rank(self) -> int:
-        return int(self.mesh.global_rank)
+        return int(self._planned_or_mesh().global_rank)
+
+    def _planned_or_mesh(self) -> Any:
+        # Before the run's processes are set up the mesh is one process's; the served Trainer then
+        # knows the place its launcher plans (Lightning's strategy has its ranks from construction on).
+        trainer = self._served_trainer()
+        return trainer if trainer is not None and int(self.mesh.world_size) == 1 else self.mesh
 
     @property
     def local_rank(self) -> int:

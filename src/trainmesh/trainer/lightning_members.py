@@ -59,7 +59,7 @@ class LightningMembers(RunProperties):
 
     @property
     def node_rank(self) -> int:
-        return self.runtime.node_rank
+        return self.runtime.trainer_port.place.node_rank
 
     @property
     def num_nodes(self) -> int:

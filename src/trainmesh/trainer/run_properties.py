@@ -31,19 +31,19 @@ class RunProperties(RunningStageFlags):
 
     @property
     def global_rank(self) -> int:
-        return self.runtime.global_rank
+        return self.runtime.trainer_port.place.global_rank
 
     @property
     def local_rank(self) -> int:
-        return self.runtime.local_rank
+        return self.runtime.trainer_port.place.local_rank
 
     @property
     def world_size(self) -> int:
-        return self.runtime.world_size
+        return self.runtime.trainer_port.place.world_size
 
     @property
     def is_global_zero(self) -> bool:
-        return self.runtime.is_global_zero
+        return self.runtime.trainer_port.place.is_global_zero
 
     @property
     def loggers(self) -> list[Any]:
