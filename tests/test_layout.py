@@ -40,6 +40,10 @@ COVERED_BY: dict[str, list[str]] = {
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],
     "profiler.py": ["trainer/test_differential_programs_tutorials.py"],
     "trainer/finder_runs.py": ["callbacks/test_finders.py"],
+    "trainer/stage_setup.py": ["trainer/test_hooks_order.py"],
+    "trainer/stage_end.py": ["trainer/test_hooks_order.py", "trainer/test_keyboard_interrupt.py"],
+    "trainer/stage_trainer.py": ["trainer/test_hooks_order.py"],
+    "trainer/fit_start.py": ["trainer/test_fit_loop.py"],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",
