@@ -48,14 +48,14 @@ def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) ->
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "stage_setup.prepare_stage made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
-    resume_rng = begin_fit(ctx, fit_data, checkpoint, source)
+    resume_rng = begin_fit(ctx, fit_data, checkpoint, source, train)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
-        _train(ctx, fit_data, resume_rng)
+        train(ctx, fit_data, resume_rng)
     ctx.hooks.call("on_fit_end")
 
 
-def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None) -> None:
+def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None) -> None:
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
     # epoch's iterator started (and read ahead where it has no length), then the validation loaders.

@@ -9,17 +9,22 @@ from typing import Any
 
 from trainmesh.manual_calls import ManualBackward
 from trainmesh.trainer import evaluation, manual_optimization
+from trainmesh.trainer.epoch_counts import restart_epoch_counts
+from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.trainer.loop_state import LoopPosition, LoopState
+from trainmesh.trainer.loop_state import LoopPosition
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.restart import rerun_epoch_end_under_max_steps, restarting
+from trainmesh.trainer.search_trials import TrainLoop
 from trainmesh.trainer.stop_limits import fit_limits
 
 
-def begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str) -> Any:
+def begin_fit(
+    ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str, train: TrainLoop
+) -> Any:
     """What a fit does before its train loader: the loop's position, the step hooks checked,
     ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
     logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
@@ -43,6 +48,7 @@ def begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | 
     runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
     # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
+    run_searches(ctx, fit_data, train)  # the finders' (Lightning's at their on_fit_start, the first callbacks')
     hooks.call("on_fit_start")
     # Lightning's zero_grad() as the stage starts; before the restore here, which brings back the gradients
     # of an accumulation window the checkpoint was taken in (a bit-identical resume)
@@ -68,18 +74,3 @@ def begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | 
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
         state.log_collector.start_stage(resumed_results)
     return resume_rng
-
-
-def restart_epoch_counts(state: LoopState, *, resumed: bool) -> None:
-    """``fit_loop.epoch_progress`` as a fit starts (Lightning's on_run_start). Resumed from a save made
-    as an epoch ended, Lightning's restored counts hold that epoch as processed but not completed (until
-    the fit goes on to the next: ``_first_epoch``)."""
-    epochs = state.progress.epochs
-    if resumed and state.loop.epoch_finished:
-        epochs.restart(state.current_epoch + 1, state.current_epoch + 1)
-        epochs.total.completed = state.current_epoch
-    else:
-        epochs.restart(state.current_epoch, state.current_epoch)
-        if resumed and state.loop.batches_done > 0:  # saved inside an epoch: that epoch had started
-            epochs.ready()
-            epochs.started()

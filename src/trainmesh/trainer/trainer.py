@@ -27,7 +27,7 @@ from trainmesh.trainer.construction import (
 )
 from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
-from trainmesh.trainer.finder_runs import run_searches
+from trainmesh.trainer.finder_runs import refuse_several_processes
 from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
@@ -36,6 +36,7 @@ from trainmesh.trainer.profiling import build_profiler
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
+from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_end import finish_stage, on_stage_exception
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
@@ -187,11 +188,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         self._settings = settle_limits(self._settings)  # Lightning's _parse_loop_limits: max/min_epochs read settled
-        # the Finder callbacks; a batch size search's last train loader is the fit's, as in Lightning
-        searched = run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)
+        refuse_several_processes(self, self.runtime)  # the finder callbacks search inside the fit (finder_runs.py)
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
-        if searched is not None:
-            data.given["train"] = searched
         data = for_overfit(data, self.overfit_batches)
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path, weights_only)
@@ -358,6 +356,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
                 return WorkerOutcome.capture(self, result)
             return result
+        except TunerExit:  # the Tuner's search is over: the teardown hooks, as Lightning's
+            status = "success"
+            return None
         except KeyboardInterrupt as exc:
             status = "interrupted"
             # Lightning's SystemExit(1) on one process, the interrupt its context (keyboard_interrupt.py)
