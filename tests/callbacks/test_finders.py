@@ -1,8 +1,8 @@
 """Lightning 2.6's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks, in a fit under
 Lightning 2.6.6 and trainmesh with the same seed: the search's rates and losses, the suggested rate
 (in the model's ``lr`` and the optimizer during training), the batch size found, and the weights the
-fit then trains (trainmesh runs the search just before the fit, Lightning inside it at
-``on_fit_start``: ``callbacks/finders.py``)."""
+fit then trains (both run the search inside the fit, at its start:
+``callbacks/finders.py``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """Lightning 2.6's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks, on the Tuner's searches.
 
-Lightning runs each search inside the fit, at ``on_fit_start``: its fit loop run nested, then the
-weights, optimizers and loops restored from a temporary checkpoint. trainmesh's loop has no nested
-run, so the Trainer runs the search just before the fit (``trainer/finder_runs.py``), with the
-Tuner's ``lr_find`` / ``scale_batch_size`` (compared with Lightning's in ``tests/tuner/``), leaving
-the weights and the Trainer's state as before it; the callback then applies what was found where
-Lightning applies it. What differs is the hooks: the module's ``setup`` and
-``configure_optimizers`` run once for the search and again for the fit (Lightning runs them once,
-the search after them). ``lr_find`` / ``scale_batch_size`` called by a subclass during a fit (say at
-an epoch's start) would need the nested run, and stop with the reason.
+As Lightning's, each search runs inside the fit, after ``configure_optimizers`` and before the
+callbacks' ``on_fit_start`` (the finders are the first callbacks): the fit's training loop run again
+per trial, then the weights, optimizers and loops restored (``trainer/finder_runs.py``,
+``trainer/search_trials.py``); the callback then applies what was found where Lightning applies it.
+``lr_find`` / ``scale_batch_size`` called by a subclass later in the fit (say at an epoch's start)
+stop with the reason.
 """
 
 from __future__ import annotations
@@ -21,17 +18,17 @@ from trainmesh.utilities.parsing import lightning_setattr
 
 _NESTED = (
     "{cls}.{method}() during a running fit is not supported: Lightning runs the search as a nested fit "
-    "inside the running one, and trainmesh's fit loop has no nested run. trainmesh runs {cls}'s search "
-    "just before the fit; to search again later, call trainmesh.tuner.Tuner(trainer).{method}(model, ...) "
+    "inside the running one, and trainmesh runs a search only at the fit's start. trainmesh runs {cls}'s search "
+    "there; to search again later, call trainmesh.tuner.Tuner(trainer).{method}(model, ...) "
     "between fits"
 )
 
 
 class LearningRateFinder(Callback):
-    """Lightning's learning-rate range test, run before the fit, its suggestion applied at ``on_fit_start``.
+    """Lightning's learning-rate range test, run at the fit's start, its suggestion applied at ``on_fit_start``.
 
-    The Trainer runs ``Tuner.lr_find`` with these settings just before the fit (the random state kept
-    as it was, as Lightning's ``isolate_rng``); at ``on_fit_start`` the suggestion goes to the model's
+    The fit runs the search with these settings before the callbacks' ``on_fit_start`` (the random state
+    kept as it was, as Lightning's ``isolate_rng``); at ``on_fit_start`` the suggestion goes to the model's
     ``lr`` / ``learning_rate`` (or ``attr_name``) and to every param group of the configured
     optimizers, as Lightning sets them after its search. ``optimal_lr`` holds the search (``.results``,
     ``.suggestion()``). One process only.
@@ -85,11 +82,11 @@ class LearningRateFinder(Callback):
         }
 
     def searched(self, finder: Any) -> None:
-        """The search the Trainer ran before the fit (None under ``fast_dev_run``)."""
+        """The search the fit ran at its start (None under ``fast_dev_run``)."""
         self.optimal_lr = finder
 
     def lr_find(self, trainer: TrainerView, pl_module: Any) -> None:
-        """Lightning runs the search here; trainmesh has run it before the fit (see the module's text)."""
+        """Lightning's search, called later in a fit: refused (the fit has run it at its start)."""
         raise RuntimeError(_NESTED.format(cls=type(self).__name__, method="lr_find"))
 
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
@@ -103,9 +100,9 @@ class LearningRateFinder(Callback):
 
 
 class BatchSizeFinder(Callback):
-    """Lightning's batch size search, run before the fit; the size found is the model's (or data module's).
+    """Lightning's batch size search, run at the fit's start; the size found is the model's (or data module's).
 
-    The Trainer runs ``Tuner.scale_batch_size`` with these settings just before the fit, which sets
+    The fit runs the search with these settings before the callbacks' ``on_fit_start``, which sets
     ``batch_arg_name`` where the batch size lives; the fit reads the train loader the search ended with (made at that size), as Lightning's.
     ``optimal_batch_size`` is the size found. For ``fit`` only, on one process, with the batch size
     read by the model's or data module's ``train_dataloader()``.
@@ -163,11 +160,11 @@ class BatchSizeFinder(Callback):
         }
 
     def searched(self, size: int | None) -> None:
-        """The size the Trainer's search found before the fit (None under ``fast_dev_run``)."""
+        """The size the fit's search found at its start (None under ``fast_dev_run``)."""
         self.optimal_batch_size = size
 
     def scale_batch_size(self, trainer: TrainerView, pl_module: Any) -> None:
-        """Lightning runs the search here; trainmesh has run it before the fit (see the module's text)."""
+        """Lightning's search, called later in a fit: refused (the fit has run it at its start)."""
         raise RuntimeError(_NESTED.format(cls=type(self).__name__, method="scale_batch_size"))
 
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:

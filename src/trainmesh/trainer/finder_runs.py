@@ -1,50 +1,69 @@
-"""The searches of Lightning's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks, run by
-``Trainer.fit`` just before its run (``callbacks/finders.py`` says why not nested, as Lightning's)."""
+"""The searches of Lightning's ``LearningRateFinder`` and ``BatchSizeFinder`` callbacks (and of the
+``Tuner``, which runs a fit with one of them), inside the fit as Lightning runs them: after
+``configure_optimizers``, just before the callbacks' ``on_fit_start`` (Lightning puts the finders first
+and searches at theirs), their trials run by ``search_trials.py``. A Tuner's fit ends after its
+search (``TunerExit``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.seed import isolate_rng
+from trainmesh.trainer.fit_data import FitData
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.search_trials import SearchTrials, TrainLoop, TunerExit
+from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lazy import is_instance
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainmesh.runtime import Runtime
-    from trainmesh.tuner.tuning import Trainer
 
 _FINDERS = "trainmesh.callbacks.finders"
 
 
-def run_searches(
-    trainer: Trainer, runtime: Runtime, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any
-) -> Any:
-    """Each finder's search, in the callbacks' order (Lightning's order at ``on_fit_start``), its result
-    handed to the callback. The Tuner's searches leave the weights and the Trainer's fit state as before.
-    Returns the train loader a batch size search ended with, for the fit to read as Lightning's reads it
-    (None: the fit asks for its own)."""
-    # A run with no finder callback never imports their module.
-    finders = [cb for cb in trainer.callbacks if is_instance(cb, _FINDERS, "LearningRateFinder", "BatchSizeFinder")]
-    if not finders:
-        return None
-    from trainmesh.callbacks.finders import BatchSizeFinder
+def finder_callbacks(callbacks: list[Any]) -> list[Any]:
+    """The finder callbacks among ``callbacks``, in their order (a run with none never imports them)."""
+    return [cb for cb in callbacks if is_instance(cb, _FINDERS, "LearningRateFinder", "BatchSizeFinder")]
 
-    # Before the launch: the devices asked for (the processes are not started yet), or a launched world.
-    if trainer.world_size > 1 or len(runtime.device_indices) * runtime.num_nodes > 1:
+
+def refuse_several_processes(trainer: TrainerView, runtime: Runtime) -> None:
+    """Before the launch: a finder with the devices asked for (the processes are not started yet), or a launched world."""
+    finders = finder_callbacks(trainer.callbacks)
+    if finders and (trainer.world_size > 1 or len(runtime.device_indices) * runtime.num_nodes > 1):
         raise ValueError(
-            f"{type(finders[0]).__name__} runs on one process only in trainmesh (its search is a short fit of "
-            "this Trainer's): find the value with one process (devices=1), then pass it to the distributed run"
+            f"{type(finders[0]).__name__} runs on one process only in trainmesh: find the value with one process "
+            "(devices=1), then pass it to the distributed run"
         )
-    from trainmesh.tuner.tuning import Tuner  # a run with no finder never imports the tuner
 
-    tuner = Tuner(trainer)
-    tuner._fit_follows = True
-    data = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders, "datamodule": datamodule}
+
+def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
+    """Each finder's search, in the callbacks' order, its result handed to the callback; a batch size
+    search's last train loader is the fit's (Lightning's fit reads it)."""
+    finders = finder_callbacks(ctx.view.callbacks)
+    if not finders:
+        return
+    if ctx.settings.fast_dev_run:  # Lightning's words, each finder's
+        for finder in finders:
+            what = "batch size scaler" if is_instance(finder, _FINDERS, "BatchSizeFinder") else "learning rate finder"
+            rank_zero_warn(f"Skipping {what} since `fast_dev_run` is enabled.")
+            finder.searched(None)
+        return
+    from trainmesh.callbacks.finders import BatchSizeFinder
+    from trainmesh.tuner import in_fit_searches  # a run with no finder never imports the tuner
+
     for finder in finders:
-        arguments = finder.search_arguments(model)
+        early_exit = getattr(finder, "_early_exit", False)  # the Tuner's (Lightning's flag)
+        arguments = finder.search_arguments(ctx.state.module) | {"fit_follows": not early_exit}
+        result: Any
         if isinstance(finder, BatchSizeFinder):
             # Lightning's batch size search runs with the run's random state (no isolate_rng).
-            finder.searched(tuner.scale_batch_size(model, **data, **arguments))
+            result, loader = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
         else:
             with isolate_rng():  # as Lightning's LearningRateFinder.lr_find
-                finder.searched(tuner.lr_find(model, **data, **arguments))
-    return tuner.fit_train_loader
+                result, loader = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
+        finder.searched(result)
+        if early_exit:
+            raise TunerExit
+        if loader is not None:
+            fit_data.use_train_loader(loader)

@@ -41,6 +41,15 @@ class FitData:
         return every > 0 and (last is None or self._ctx.state.current_epoch - last >= every)
 
     @property
+    def source(self) -> DataSource:
+        """Where the fit's loaders come from (the searches' trials read it: ``search_trials.py``)."""
+        return self._source
+
+    def use_train_loader(self, loader: Any) -> None:
+        """The fit reads ``loader`` (a batch size search's last, as Lightning's fit reads it)."""
+        self._source.given["train"], self._train = loader, _NOT_ASKED
+
+    @property
     def has_val_loaders(self) -> bool:
         return self._val is not None
 
@@ -67,11 +76,11 @@ class FitData:
         ``val_every`` batches (not only after the last batch of a loader without a length)."""
         return self._source.validate_first and val_every is not None and val_every != math.inf
 
-    def val_loaders(self) -> list[Any]:
+    def val_loaders(self, *, reload: bool = False) -> list[Any]:
         """The validation loaders, asked for the first time they are needed, and again where
         ``reload_dataloaders_every_n_epochs`` says (a sanity check before an epoch that does not
         validate leaves the next validation to ask again, as Lightning's)."""
-        if self._val is None or self._due(self._val_epoch):
+        if self._val is None or reload or self._due(self._val_epoch):
             state = self._ctx.state
             if not state.sanity_checking or self.validates_in_epoch(state.current_epoch):
                 self._val_epoch = state.current_epoch

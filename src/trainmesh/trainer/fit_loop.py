@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from trainmesh.manual_calls import ManualBackward
 from trainmesh.seed import capture_rng_state, restore_rng_state
-from trainmesh.trainer import evaluation, manual_optimization
+from trainmesh.trainer import evaluation
 from trainmesh.trainer.epoch_end import (
     end_epoch_at_batch_start,
     run_epoch_end_hooks,
@@ -25,9 +24,9 @@ from trainmesh.trainer.epoch_end import (
     step_epoch_schedulers,
 )
 from trainmesh.trainer.fetching import Fetcher
-from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
+from trainmesh.trainer.fit_start import begin_fit
 from trainmesh.trainer.hooks import TrainBatchHooks
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts
@@ -35,9 +34,7 @@ from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideE
 from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
-from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
-from trainmesh.trainer.restart import rerun_epoch_end_under_max_steps, restarting
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -49,16 +46,16 @@ from trainmesh.utilities.warnings import PossibleUserWarning
 
 def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) -> None:
     fit_data = ctx.state.fit_data
-    assert fit_data is not None, "Trainer._prepare made the fit's FitData"
+    assert fit_data is not None, "stage_setup.prepare_stage made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
-    resume_rng = _begin_fit(ctx, fit_data, checkpoint, source)
+    resume_rng = begin_fit(ctx, fit_data, checkpoint, source, train)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
-        _train(ctx, fit_data, resume_rng)
+        train(ctx, fit_data, resume_rng)
     ctx.hooks.call("on_fit_end")
 
 
-def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None) -> None:
+def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None) -> None:
     state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
     # Lightning's order (trainer/fit_data.py): the train loader after the sanity check, its first
     # epoch's iterator started (and read ahead where it has no length), then the validation loaders.
@@ -94,57 +91,6 @@ def _train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | Non
     hooks.call("on_train_end")
 
 
-def _begin_fit(ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None, source: str) -> Any:
-    """What a fit does before its train loader: the loop's position, the step hooks checked,
-    ``on_fit_start``, the checkpoint restored, Lightning 1.x's pretrain routine, the hyperparameters
-    logged and the sanity check. Returns the resumed epoch's RNG states (None on a fresh start)."""
-    from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
-    from trainmesh.trainer.resume import say_restored
-
-    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
-    # Lightning's counts across fits of one Trainer carry on into a second fit (its loops persist):
-    # the loggers' step and the batch count check_val_every_n_epoch=None validates by
-    state.loop = LoopPosition(
-        loss_check=FiniteLossCheck.for_device(ctx.view, runtime.device),
-        total_batches=state.loop.total_batches,
-        batches_stepped=state.loop.batches_stepped,
-    )
-    state.manual_backward = None
-    manual = manual_optimization.is_manual(state.module)
-    if manual:  # its settings and strategy were checked before the model was placed (Trainer._prepare)
-        state.manual_backward = ManualBackward(with_backward_hooks(hooks, runtime))
-    refuse_uncallable_step_hooks(hooks, state.module, runtime, manual=manual)
-    hooks.refuse_lightning1_epoch_end_outputs()
-    runners.check_before_fit(state, runtime, manual=manual)
-    # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
-    # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
-    hooks.call("on_fit_start")
-    # Lightning's zero_grad() as the stage starts; before the restore here, which brings back the gradients
-    # of an accumulation window the checkpoint was taken in (a bit-identical resume)
-    state.module.zero_grad()
-    resume_rng = None
-    if checkpoint is not None:
-        restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
-        resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
-        say_restored(source, fitting=True)
-        announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
-        rerun_epoch_end_under_max_steps(ctx)
-        state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
-    _restart_epoch_counts(state, resumed=checkpoint is not None)
-    state.progress.fit_started = True
-
-    # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
-    if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
-        ctx.publisher.hyperparameters()
-    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not restarting(ctx, checkpoint):
-        # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
-        # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
-        resumed_results = state.log_collector.results
-        evaluation.run_sanity_check(ctx, fit_data.val_loaders)
-        state.log_collector.start_stage(resumed_results)
-    return resume_rng
-
-
 def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None:
     """As Lightning: an epoch shorter than ``log_every_n_steps`` never reaches the loggers' step
     rows (``train_loss`` missing from metrics.csv), which looks like a logging bug unless said. In
@@ -157,21 +103,6 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
             " you want to see logs for the training epoch.",
             category=PossibleUserWarning,
         )
-
-
-def _restart_epoch_counts(state: LoopState, *, resumed: bool) -> None:
-    """``fit_loop.epoch_progress`` as a fit starts (Lightning's on_run_start). Resumed from a save made
-    as an epoch ended, Lightning's restored counts hold that epoch as processed but not completed (until
-    the fit goes on to the next: ``_first_epoch``)."""
-    epochs = state.progress.epochs
-    if resumed and state.loop.epoch_finished:
-        epochs.restart(state.current_epoch + 1, state.current_epoch + 1)
-        epochs.total.completed = state.current_epoch
-    else:
-        epochs.restart(state.current_epoch, state.current_epoch)
-        if resumed and state.loop.batches_done > 0:  # saved inside an epoch: that epoch had started
-            epochs.ready()
-            epochs.started()
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a loop function takes: the loop's state and the parts it calls, as one typed value.
 
-The Trainer builds one per fit/validate/test/predict call (``Trainer._prepare``); the loop
+The Trainer builds one per fit/validate/test/predict call (``stage_setup.prepare_stage``); the loop
 functions (fit_loop.py, evaluation.py) take it instead of the Trainer.
 """
 

@@ -12,12 +12,10 @@ import torch
 
 from trainmesh.callbacks.timer import with_max_time
 from trainmesh.checkpoint import remove_checkpoint
-from trainmesh.module import Module
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop
 from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
-from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
 from trainmesh.trainer.checkpointing import write_checkpoint
 from trainmesh.trainer.construction import (
@@ -26,29 +24,24 @@ from trainmesh.trainer.construction import (
     build_callbacks,
     build_loggers,
     build_runtime,
-    configure_run_optimizers,
-    merge_model_callbacks,
 )
 from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
-from trainmesh.trainer.finder_runs import run_searches
-from trainmesh.trainer.fit_data import FitData
-from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.finder_runs import refuse_several_processes
 from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
-from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState
-from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
-from trainmesh.trainer.model_placement import place_model
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
-from trainmesh.trainer.profiling import build_profiler, hook_dispatcher, setup_profiler
-from trainmesh.trainer.publishing import Publisher
+from trainmesh.trainer.profiling import build_profiler
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
+from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
+from trainmesh.trainer.stage_end import finish_stage, on_stage_exception
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
-from trainmesh.trainer.states import begin_run, end_run, hook_stage, interrupt_run
+from trainmesh.trainer.stage_setup import prepare_stage
+from trainmesh.trainer.states import begin_run
 from trainmesh.trainer.trainer_fields import TrainerFields
 from trainmesh.utilities import docstrings
 from trainmesh.utilities.exceptions import MissingModel
@@ -195,11 +188,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         self._settings = settle_limits(self._settings)  # Lightning's _parse_loop_limits: max/min_epochs read settled
-        # the Finder callbacks; a batch size search's last train loader is the fit's, as in Lightning
-        searched = run_searches(self, self.runtime, model, train_dataloaders, val_dataloaders, datamodule)
+        refuse_several_processes(self, self.runtime)  # the finder callbacks search inside the fit (finder_runs.py)
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
-        if searched is not None:
-            data.given["train"] = searched
         data = for_overfit(data, self.overfit_batches)
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path, weights_only)
@@ -333,7 +323,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
             peek = functools.partial(checkpoints.read, with_optimizers=False)
             restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
-            loop = self._prepare(model, data, stage, restore if stage == "fit" else None)
+            loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
                 # a restart or the run after a preemption finds its checkpoint (supervision/preemption.py).
@@ -366,104 +356,18 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
                 return WorkerOutcome.capture(self, result)
             return result
+        except TunerExit:  # the Tuner's search is over: the teardown hooks, as Lightning's
+            status = "success"
+            return None
         except KeyboardInterrupt as exc:
             status = "interrupted"
             # Lightning's SystemExit(1) on one process, the interrupt its context (keyboard_interrupt.py)
-            raise shut_down_on_interrupt(self._on_exception, self.world_size, exc)  # noqa: B904
+            raise shut_down_on_interrupt(functools.partial(on_stage_exception, self), self.world_size, exc)  # noqa: B904
         except BaseException as exc:
-            self._on_exception(exc)
+            on_stage_exception(self, exc)
             raise
         finally:
-            self._finish(data, stage, status)
-
-    def _prepare(self, model: Any, data: DataSource, stage: str, early: functools.partial[bool] | None) -> LoopContext:
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
-        state, runtime = self._state, self.runtime
-        if stage == "fit" and is_manual(model):
-            # Checked first, as Lightning validates its configuration: a strategy that cannot run
-            # manual optimization (a pipeline) says why, before placing the model fails otherwise.
-            check_manual_settings(runtime.strategy_name, runtime.capabilities, self._settings, model)
-        state.module = model
-        if data.datamodule is not None:  # a run without one keeps the last (Lightning's trainer.datamodule)
-            state.datamodule = data.datamodule
-        state.log_collector = LogCollector(runtime.all_reduce)
-        state.log_collector.barebones = self.barebones
-        state.start_run_metrics()
-        if isinstance(model, Module):
-            model._tm_attach(self, state.log_collector)
-        state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
-        # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
-        self.callbacks = merge_model_callbacks(self.callbacks, model)
-        runtime.trainer_port.reseed_for_run()  # Lightning's DDP/FSDP setup_environment: reset_seed()
-        setup_profiler(self.profiler, stage, self, model, self.log_dir)
-        hooks = state.hooks = hook_dispatcher(self, model, self.callbacks, self.profiler)  # refuses what it cannot call
-        data.prepare(self, stage)
-        if self.world_size > 1:
-            for logger in self.loggers:
-                logger.agree_on_version(runtime.broadcast)
-        for logger in self.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
-            getattr(logger, "experiment", None)
-        # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
-        hooks.call_callbacks("setup", stage=hook_stage(stage))
-        hooks.call_module("setup", stage=hook_stage(stage))
-        if state.prepared_module_id != id(model):
-            # configure_model and placement run once per model object, so fit-then-test keeps
-            # the trained (wrapped) model instead of wrapping it a second time.
-            state.model = place_model(model, runtime, hooks, self._layer_sync if stage == "fit" else None)
-            state.prepared_module_id = id(model)
-            state.optimizers, state.lr_scheduler_configs = [], []
-        state.log_collector.metrics_source = runtime.trainer_port.metrics_source
-        state.log_collector.world_size = runtime.world_size  # Lightning's sync_dist advice: more than one process
-        restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
-        ctx = self._loop_context(model, data, hooks, restored)
-        if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
-            state.fit_data = FitData(ctx, data)
-        if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
-            configure_run_optimizers(state, runtime, hooks, fault_tolerant=self._fault_tolerant, profiler=self.profiler)
-        state.manual_steps = ManualSteps(state, runtime)
-        return ctx
-
-    def _loop_context(self, model: Any, data: DataSource, hooks: HookDispatcher, restored: bool) -> LoopContext:
-        behaviour = self._behaviour
-        return LoopContext(
-            state=self._state,
-            settings=self._settings,
-            runtime=self.runtime,
-            hooks=hooks,
-            publisher=Publisher(self._state, self.loggers, is_global_zero=self.is_global_zero),
-            view=self,
-            inference_mode=self.inference_mode,
-            batch_hooks=choose_batch_hooks(model, data.datamodule),
-            modules_restored=restored,
-            profiler=self.profiler,
-            use_distributed_sampler=behaviour.use_distributed_sampler,
-            shuffle_training=not self.overfit_batches,
-            reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
-            detect_anomaly=behaviour.detect_anomaly,
-            log_hyperparams=behaviour.enable_autolog_hparams,
-        )
-
-    def _on_exception(self, exc: BaseException) -> None:
-        interrupt_run(self.state)
-        if self.hooks is not None:
-            self.hooks.call_exception_hooks(exc, self.datamodule)
-
-    def _finish(self, data: DataSource, stage: str, status: str) -> None:
-        if status == "success" and self.hooks is not None:
-            # Lightning's order: the data module, the callbacks, the module. After a failure Lightning
-            # calls no teardown hook (on_exception ran), and neither does trainmesh.
-            data.teardown(stage)
-            self.hooks.call_callbacks("teardown", stage=hook_stage(stage))
-            self.hooks.call_module("teardown", stage=hook_stage(stage))
-        if stage == "fit" and self._layer_sync is not None and self.world_size > 1:
-            self._layer_sync.revert(self.model)  # batch norms again after fit, as Lightning's strategies leave them
-        end_run(self.state, succeeded=status == "success", keep_stage=status == "interrupted")
-        if self.is_global_zero:
-            for logger in self.loggers:
-                logger.finalize(status)
-        if status == "success":
-            self.profiler.describe()  # the stage's report, as Lightning writes it
+            finish_stage(self, data, stage, status)
 
     def _save_on_stop(self, path: str) -> None:
         """The checkpoint a stop signal (SIGTERM/SIGUSR1) saves (supervision/preemption.py)."""

@@ -1,9 +1,11 @@
-"""``Tuner`` (Lightning 2.6's ``tuner/tuning.py``): ``lr_find``, run as a short fit of the
-Trainer's own (its settings, precision, accumulation) with only the search's callbacks, no logger,
-no sanity check and no checkpoint; then the model's weights and the Trainer's fit state are as
-before it, and with ``update_attr`` the model's ``lr`` (or ``learning_rate``) is the suggestion.
+"""``Tuner`` (Lightning 2.6's ``tuner/tuning.py``): ``lr_find`` and ``scale_batch_size``, each as
+Lightning's, one fit of the Trainer's own with a ``LearningRateFinder`` / ``BatchSizeFinder`` first
+among its callbacks, which searches at the fit's start (its trials inside the fit:
+``trainer/finder_runs.py``) and ends the fit; then the model's weights and the Trainer's fit state are
+as before it, and with ``update_attr`` the model's ``lr`` (or ``learning_rate``) is the suggestion.
 
-``scale_batch_size`` the same way: a short fit per trial (``batch_size_scaling.py``).
+Lightning 1.x's ``trainer.tune`` (``trainer/lightning1/batch_size_search.py``) runs 1.9.5's trials
+instead, each a short fit of its own (``_in_one_fit = False``: the older path below).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Tuner:
     """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
 
     _says_checkpoint = True  # Lightning 2.6's lines about its temporary checkpoint (temporary_checkpoint.py)
+    # Lightning 2.6's: the search inside one fit (trainer/finder_runs.py); Lightning 1.x's trainer.tune
+    # (trainer/lightning1/batch_size_search.py) runs 1.9.5's trials, each a fit of its own
+    _in_one_fit = True
 
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
@@ -91,6 +96,15 @@ class Tuner:
             rank_zero_warn("Skipping learning rate finder since `fast_dev_run` is enabled.")
             return None
         attr = lr_attribute(model, attr_name) if update_attr else ""
+        if self._in_one_fit:
+            from trainmesh.callbacks.finders import LearningRateFinder
+
+            callback = LearningRateFinder(min_lr, max_lr, num_training, mode, early_stop_threshold, False, attr_name)
+            data = (train_dataloaders, val_dataloaders, datamodule)
+            found: _LRFinder | None = self._search_in_fit(callback, model, *data)
+            if found is not None and update_attr:
+                _apply_suggestion(model, attr, found)
+            return found
         finder = _LRFinder(mode, min_lr, max_lr, num_training)
         recorder = _LRCallback(num_training, early_stop_threshold)
         # Lightning's LearningRateFinder runs the search under isolate_rng: the generators (torch's,
@@ -126,10 +140,7 @@ class Tuner:
                 loader = (datamodule if datamodule is not None else model).train_dataloader()
                 self.fit_train_loader = loader if self._fit_follows else None
             if update_attr:
-                lr = finder.suggestion()
-                if lr is not None:
-                    set_lr(model, attr, lr)
-                    log.info(f"Learning rate set to {lr}")
+                _apply_suggestion(model, attr, finder)
         return finder
 
     def scale_batch_size(
@@ -165,6 +176,13 @@ class Tuner:
         if trainer.fast_dev_run:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
             return None
+        if self._in_one_fit:
+            from trainmesh.callbacks.finders import BatchSizeFinder
+
+            callback = BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+            BatchSizeAttribute(model, datamodule, batch_arg_name)  # a missing field stops before the fit
+            found_size: int | None = self._search_in_fit(callback, model, None, val_dataloaders, datamodule)
+            return found_size
         search, first_adjust = self._batch_size_rules(mode, max_trials, margin, max_val)
         size = BatchSizeAttribute(model, datamodule, batch_arg_name)
         if hasattr(model, batch_arg_name) and batch_arg_name in getattr(model, "hparams", {}):
@@ -197,6 +215,18 @@ class Tuner:
         self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
 
+    def _search_in_fit(self, callback: Any, model: Any, train: Any, val: Any, datamodule: Any) -> Any:
+        """Lightning's Tuner: a fit with ``callback`` first among the callbacks, which searches at the fit's
+        start and ends it (``trainer/finder_runs.py``); the callback's result."""
+        trainer = self._trainer
+        callback._early_exit = True  # our own callback: Lightning's flag
+        trainer.callbacks = [callback, *trainer.callbacks]
+        try:
+            trainer.fit(model, train, val, datamodule)
+        finally:
+            trainer.callbacks = [cb for cb in trainer.callbacks if cb is not callback]
+        return callback.optimal_batch_size if hasattr(callback, "optimal_batch_size") else callback.optimal_lr
+
     def _trial_data(
         self, model: Any, source: Any, val_dataloaders: Any, datamodule: Any
     ) -> tuple[Callable[[], None], Callable[[], int | None], dict[str, Any], Callable[..., Any]]:
@@ -222,3 +252,11 @@ class Tuner:
             return functools.partial(power_scaling, max_trials=max_trials, max_val=max_val), adjust
         search = functools.partial(binsearch_scaling, max_trials=max_trials, margin=margin, max_val=max_val)
         return search, adjust
+
+
+def _apply_suggestion(model: Any, attr: str, finder: _LRFinder) -> None:
+    """The suggestion written to the model's ``attr`` (Lightning's ``update_attr``), said as Lightning says it."""
+    lr = finder.suggestion()
+    if lr is not None:
+        set_lr(model, attr, lr)
+        log.info(f"Learning rate set to {lr}")

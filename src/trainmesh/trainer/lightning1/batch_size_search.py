@@ -107,6 +107,7 @@ class LightningOneTuner(Tuner):
     (2.x's) do not exist in it."""
 
     _says_checkpoint = False  # 2.6's lines about its temporary checkpoint: not compared with 1.9.5's here
+    _in_one_fit = False  # 1.9.5's trials: each a fit
 
     def _batch_size_rules(
         self, mode: str, max_trials: int, margin: float, max_val: int

@@ -1,0 +1,37 @@
+"""A stage's end in one process: after a success the teardown hooks (Lightning's order), after a
+failure the exception hooks instead; the loggers finalized with the run's status either way."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.states import end_run, hook_stage, interrupt_run
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.stage_trainer import StageTrainer
+
+
+def on_stage_exception(trainer: StageTrainer, exc: BaseException) -> None:
+    """A stage that raised: its state interrupted, the exception hooks called (Lightning's on_exception)."""
+    interrupt_run(trainer._state.trainer_state)
+    if trainer._state.hooks is not None:
+        trainer._state.hooks.call_exception_hooks(exc, trainer.datamodule)
+
+
+def finish_stage(trainer: StageTrainer, data: DataSource, stage: str, status: str) -> None:
+    """A stage's end: the teardown hooks after a success, the loggers finalized, the profiler's report."""
+    if status == "success" and trainer._state.hooks is not None:
+        # Lightning's order: the data module, the callbacks, the module. After a failure Lightning
+        # calls no teardown hook (on_exception ran), and neither does trainmesh.
+        data.teardown(stage)
+        trainer._state.hooks.call_callbacks("teardown", stage=hook_stage(stage))
+        trainer._state.hooks.call_module("teardown", stage=hook_stage(stage))
+    if stage == "fit" and trainer._layer_sync is not None and trainer.world_size > 1:
+        trainer._layer_sync.revert(trainer.model)  # batch norms again after fit, as Lightning's strategies leave them
+    end_run(trainer._state.trainer_state, succeeded=status == "success", keep_stage=status == "interrupted")
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.finalize(status)
+    if status == "success":
+        trainer.profiler.describe()  # the stage's report, as Lightning writes it

@@ -1,0 +1,109 @@
+"""A stage's set-up before its loop (``fit``, ``validate``, ``test``, ``predict``), in Lightning's
+order: the model attached and the model's callbacks merged, ``prepare_data`` and the ``setup``
+hooks, the model placed (once per model object), then for ``fit`` its data and optimizers; and the
+``LoopContext`` the stage's loop runs with."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainmesh.module import Module
+from trainmesh.trainer.batch_transfer import choose_batch_hooks
+from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
+from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.fit_data import FitData
+from trainmesh.trainer.hooks import HookDispatcher
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
+from trainmesh.trainer.model_placement import place_model
+from trainmesh.trainer.profiling import hook_dispatcher, setup_profiler
+from trainmesh.trainer.publishing import Publisher
+from trainmesh.trainer.results import LogCollector
+from trainmesh.trainer.states import hook_stage
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.stage_trainer import StageTrainer
+
+
+def prepare_stage(
+    trainer: StageTrainer, model: Any, data: DataSource, stage: str, early: functools.partial[bool] | None
+) -> LoopContext:
+    """What a stage does before its loop, in Lightning's order: the model attached, the callbacks merged,
+    ``prepare_data`` and ``setup``, the model placed once, the fit's data and optimizers."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
+    state, runtime = trainer._state, trainer.runtime
+    if stage == "fit" and is_manual(model):
+        # Checked first, as Lightning validates its configuration: a strategy that cannot run
+        # manual optimization (a pipeline) says why, before placing the model fails otherwise.
+        check_manual_settings(runtime.strategy_name, runtime.capabilities, trainer._settings, model)
+    state.module = model
+    if data.datamodule is not None:  # a run without one keeps the last (Lightning's trainer.datamodule)
+        state.datamodule = data.datamodule
+    state.log_collector = LogCollector(runtime.all_reduce)
+    state.log_collector.barebones = trainer.barebones
+    state.start_run_metrics()
+    if isinstance(model, Module):
+        model._tm_attach(trainer, state.log_collector)
+    state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
+    # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
+    trainer.callbacks = merge_model_callbacks(trainer.callbacks, model)
+    runtime.trainer_port.reseed_for_run()  # Lightning's DDP/FSDP setup_environment: reset_seed()
+    setup_profiler(trainer.profiler, stage, trainer, model, trainer.log_dir)
+    hooks = state.hooks = hook_dispatcher(
+        trainer, model, trainer.callbacks, trainer.profiler
+    )  # refuses what it cannot call
+    data.prepare(trainer, stage)
+    if trainer.world_size > 1:
+        for logger in trainer.loggers:
+            logger.agree_on_version(runtime.broadcast)
+    for logger in trainer.loggers:  # Lightning's setup makes each one's experiment (TensorBoard's folder, file)
+        getattr(logger, "experiment", None)
+    # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
+    hooks.call_callbacks("setup", stage=hook_stage(stage))
+    hooks.call_module("setup", stage=hook_stage(stage))
+    if state.prepared_module_id != id(model):
+        # configure_model and placement run once per model object, so fit-then-test keeps
+        # the trained (wrapped) model instead of wrapping it a second time.
+        state.model = place_model(model, runtime, hooks, trainer._layer_sync if stage == "fit" else None)
+        state.prepared_module_id = id(model)
+        state.optimizers, state.lr_scheduler_configs = [], []
+    state.log_collector.metrics_source = runtime.trainer_port.metrics_source
+    state.log_collector.world_size = runtime.world_size  # Lightning's sync_dist advice: more than one process
+    restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
+    ctx = loop_context(trainer, model, data, hooks, restored)
+    if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
+        state.fit_data = FitData(ctx, data)
+    if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
+        configure_run_optimizers(
+            state, runtime, hooks, fault_tolerant=trainer._fault_tolerant, profiler=trainer.profiler
+        )
+    state.manual_steps = ManualSteps(state, runtime)
+    return ctx
+
+
+def loop_context(
+    trainer: StageTrainer, model: Any, data: DataSource, hooks: HookDispatcher, restored: bool
+) -> LoopContext:
+    """The stage's loop context: the Trainer's state, settings and runtime with this stage's hooks."""
+    behaviour = trainer._behaviour
+    return LoopContext(
+        state=trainer._state,
+        settings=trainer._settings,
+        runtime=trainer.runtime,
+        hooks=hooks,
+        publisher=Publisher(trainer._state, trainer.loggers, is_global_zero=trainer.is_global_zero),
+        view=trainer,
+        inference_mode=trainer.inference_mode,
+        batch_hooks=choose_batch_hooks(model, data.datamodule),
+        modules_restored=restored,
+        profiler=trainer.profiler,
+        use_distributed_sampler=behaviour.use_distributed_sampler,
+        shuffle_training=not trainer.overfit_batches,
+        reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
+        detect_anomaly=behaviour.detect_anomaly,
+        log_hyperparams=behaviour.enable_autolog_hparams,
+    )

@@ -1,0 +1,94 @@
+"""Lightning 2.6's batch-size search and learning-rate range test as its finder callbacks run them:
+inside the fit, before the callbacks' ``on_fit_start`` (``trainer/finder_runs.py``), each trial the
+fit's training loop run again (``trainer/search_trials.py``), the fit's state restored after."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from trainmesh.trainer.search_trials import SearchTrials
+from trainmesh.tuner import temporary_checkpoint
+from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
+from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder
+from trainmesh.tuner.trial_loaders import TrialLoaders
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_warn
+
+log = lightning_named_logger("trainmesh.tuner.tuning")  # Lightning's lines, governed as its loggers'
+
+
+def scale_batch_size(
+    trials: SearchTrials,
+    *,
+    fit_follows: bool,
+    mode: str,
+    steps_per_trial: int,
+    init_val: int,
+    max_trials: int,
+    batch_arg_name: str,
+    margin: float,
+    max_val: int,
+) -> tuple[int, Any]:
+    """The size found (set where the batch size lives) and, with ``fit_follows``, the train loader the
+    search ended with, which the fit reads (None without)."""
+    state, source = trials.ctx.state, trials.fit_data.source
+    model, datamodule = state.module, source.datamodule
+    size = BatchSizeAttribute(model, datamodule, batch_arg_name)
+    if hasattr(model, batch_arg_name) and batch_arg_name in getattr(model, "hparams", {}):
+        rank_zero_warn(  # Lightning's BatchSizeFinder.setup, in its words
+            f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually"
+            f" exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling."
+            " If this is not the intended behavior, please remove either one."
+        )
+    path = temporary_checkpoint.saved(trials.ctx.view.default_root_dir, "scale_batch_size")
+    trial = functools.partial(
+        trials.run, max_steps=steps_per_trial, limit_train_batches=1.0, limit_val_batches=steps_per_trial
+    )
+    loaders = TrialLoaders(datamodule if datamodule is not None else model, trial)
+    if mode == "power":
+        search = functools.partial(power_scaling, max_trials=max_trials, max_val=max_val)
+    else:
+        search = functools.partial(binsearch_scaling, max_trials=max_trials, margin=margin, max_val=max_val)
+    adjust(size, loaders.dataset_length, value=init_val)
+    found = search(loaders.trial, size, loaders.dataset_length, reset=loaders.reset)
+    log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
+    loader = loaders.finish(fit_follows=fit_follows)
+    if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
+        trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
+    trials.restore()
+    temporary_checkpoint.restored(path)
+    return found, loader
+
+
+def lr_find(
+    trials: SearchTrials,
+    *,
+    fit_follows: bool,
+    min_lr: float,
+    max_lr: float,
+    num_training: int,
+    mode: str,
+    early_stop_threshold: float | None,
+    update_attr: bool = False,  # applied by the callback (or the Tuner) after the search
+) -> tuple[_LRFinder, Any]:
+    """The range test's results, and the train loader asked for after it (the fit's, with ``fit_follows``)."""
+    ctx, state = trials.ctx, trials.ctx.state
+    path = temporary_checkpoint.saved(ctx.view.default_root_dir, "lr_find")
+    finder = _LRFinder(mode, min_lr, max_lr, num_training)
+    recorder = _LRCallback(num_training, early_stop_threshold)
+    schedulers = list(state.lr_scheduler_configs)
+    _ExchangeScheduler(finder).on_fit_start(ctx.view, state.module)  # the search's rates in place of the module's
+    start = state.global_step
+    trials.run(max_steps=num_training + start, limit_val_batches=num_training, callbacks=[recorder])
+    finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+    if state.global_step != num_training + start:  # Lightning's line
+        log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
+    state.lr_scheduler_configs[:] = schedulers
+    trials.restore()
+    temporary_checkpoint.restored(path)
+    loader = None
+    if "train" not in trials.fit_data.source.given:  # Lightning's fit loop sets its data up again
+        source = trials.fit_data.source
+        loader = (source.datamodule if source.datamodule is not None else state.module).train_dataloader()
+    return finder, loader if fit_follows else None
