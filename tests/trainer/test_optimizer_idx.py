@@ -373,11 +373,13 @@ def test_a_lone_optimizer_runs_training_step_with_its_optimizer_idx_default():
 
 
 @pytest.mark.parametrize("framework", ["lightning", "trainmesh"])
-@pytest.mark.parametrize("optimizers", [1, 2])
+@pytest.mark.parametrize("optimizers", [1, 2, "manual"])
 def test_optimizer_idx_neither_lightning_runs_is_refused_with_lightning_2s_error(framework, optimizers):
-    """A required optimizer_idx with one optimizer (1.9.5: TypeError, 2.x: refused), and several optimizers
-    without one in automatic optimization (1.9.5 and 2.x refuse): Lightning 2.6's RuntimeError and words
-    before training, also a ValueError as 1.9.5 raised it for the latter."""
+    """A required optimizer_idx with one optimizer (1.9.5: TypeError, 2.x: refused), several optimizers
+    without one in automatic optimization, and optimizer_idx in manual optimization (1.9.5 and 2.x refuse):
+    Lightning 2.6's RuntimeError and words before training, also a ValueError as 1.9.5 raised it."""
+    manual = optimizers == "manual"
+    optimizers = 2 if manual else optimizers
     pl = pytest.importorskip("lightning.pytorch") if framework == "lightning" else tm
 
     class Refused(pl.LightningModule):
@@ -391,14 +393,16 @@ def test_optimizer_idx_neither_lightning_runs_is_refused_with_lightning_2s_error
         def configure_optimizers(self):
             return [torch.optim.SGD(self.parameters(), lr=0.1) for _ in range(optimizers)]
 
-    if optimizers == 1:  # a required optimizer_idx
+    if optimizers == 1 or manual:  # a required optimizer_idx
         Refused.training_step = lambda self, batch, batch_idx, optimizer_idx: self.layer(batch[0]).sum()
         words = "Remove the `optimizer_idx` argument from `training_step`"
     else:
         words = "multiple optimizers is only supported with manual optimization. Set `self.automatic_optimization"
+    module = Refused()
+    module.automatic_optimization = not manual
     trainer = quiet_trainer(framework=pl, max_epochs=1)
     with pytest.raises(RuntimeError, match=re.escape(words)) as raised:
-        trainer.fit(Refused(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+        trainer.fit(module, DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
     assert trainer.global_step == 0
     assert framework == "lightning" or isinstance(raised.value, ValueError)
 

@@ -140,10 +140,10 @@ def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
     function = static_attribute(type(module), "training_step")
     takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
     if manual and takes_index and count > 1:
-        raise ValueError(
-            f"{name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
+        raise SeveralOptimizersRefused(
+            f"{_REMOVE_OPTIMIZER_IDX} ({name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
             "= False), where training_step steps its optimizers itself (opt_g, opt_d = self.optimizers()). Remove "
-            "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x)"
+            "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x))"
         )
     if not takes_index:
         if count > 1 and not manual:
