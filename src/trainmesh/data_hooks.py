@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from trainmesh.utilities.collections import move_data_to_device
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 
 class DataHooks:
@@ -47,3 +48,22 @@ class DataHooks:
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch on the device (augmentation on the accelerator, say)."""
         return batch
+
+    # Lightning's defaults, which raise: a Module or DataModule has the four loader methods, as
+    # Lightning's have (``super().train_dataloader()``, a hook recorder built from the base's members).
+    # The Trainer takes one of these as "no loaders" (trainmesh.trainer.data_source).
+    def train_dataloader(self) -> Any:
+        """The training loader(s): a DataLoader, or a list, dict or CombinedLoader of them."""
+        raise MisconfiguredValue("`train_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def val_dataloader(self) -> Any:
+        """The validation loader(s); several are told apart by ``dataloader_idx``."""
+        raise MisconfiguredValue("`val_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def test_dataloader(self) -> Any:
+        """The test loader(s); several are told apart by ``dataloader_idx``."""
+        raise MisconfiguredValue("`test_dataloader` must be implemented to be used with the Lightning Trainer")
+
+    def predict_dataloader(self) -> Any:
+        """The prediction loader(s); several are told apart by ``dataloader_idx``."""
+        raise MisconfiguredValue("`predict_dataloader` must be implemented to be used with the Lightning Trainer")

@@ -58,18 +58,6 @@ class DataModule(DataHooks, HyperparametersMixin):
 
     def teardown(self, stage: str) -> None: ...
 
-    def train_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} defines no train_dataloader()")
-
-    def val_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} defines no val_dataloader()")
-
-    def test_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} defines no test_dataloader()")
-
-    def predict_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader()")
-
     @classmethod
     def from_datasets(
         cls,

@@ -234,7 +234,7 @@ def test_several_optimizers_without_optimizer_idx_are_refused_before_training():
     module = TwoOptimizers()
     before = [p.detach().clone() for p in module.parameters()]
     trainer = quiet_trainer(max_epochs=1)
-    with pytest.raises(ValueError, match=r"returned 2 optimizers, but training_step takes no optimizer_idx.*manual"):
+    with pytest.raises(RuntimeError, match=r"returned 2 optimizers, but training_step takes no optimizer_idx.*manual"):
         trainer.fit(module, loader())
     assert trainer.global_step == 0
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))

@@ -173,9 +173,9 @@ def _scheduled(schedule, *, overridden):
         (
             HalvingSchedule,
             False,
-            r"HalvingSchedule is not a learning-rate scheduler the loop can step.*lr_scheduler_step",
+            r"HalvingSchedule` doesn't follow PyTorch's LRScheduler API.*lr_scheduler_step",
         ),
-        (StatelessSchedule, True, r"StatelessSchedule has no state_dict\(\)/load_state_dict\(\)"),
+        (StatelessSchedule, True, r"StatelessSchedule` is invalid. It should have `state_dict` and `load_state_dict`"),
     ],
 )
 def test_a_scheduler_the_run_could_not_step_or_save_is_refused(schedule, overridden, error):

@@ -8,13 +8,14 @@ record_optimizer_idx_lightning_1_9.py in a 1.9.5 venv); the suite does not need 
 """
 
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -349,10 +350,15 @@ def test_optimizer_idx_in_manual_optimization_is_refused_before_training():
     assert trainer.global_step == 0
 
 
-def test_a_lone_optimizer_gets_index_0_in_training_step():
-    """Lightning 1.x passed no optimizer_idx with one optimizer; a training_step that requires it gets 0."""
+def test_a_lone_optimizer_runs_training_step_with_its_optimizer_idx_default():
+    """Lightning 1.9.5 passed no optimizer_idx with one optimizer: the parameter's default runs."""
+    seen = []
 
-    class One(TwoWithIndex):
+    class One(Net):
+        def training_step(self, batch, batch_idx, optimizer_idx=None):
+            seen.append(optimizer_idx)
+            return super().training_step(batch, batch_idx)
+
         def configure_optimizers(self):
             return sgd(self.parameters())
 
@@ -360,9 +366,45 @@ def test_a_lone_optimizer_gets_index_0_in_training_step():
     quiet_trainer(max_epochs=2, accumulate_grad_batches=2).fit(
         module, DataLoader(random_classification(SAMPLES), batch_size=8)
     )
+    assert seen and set(seen) == {None}
     reference = torch_reference(batch_size=8, accumulate=2, warm=False)
     for got, want in zip(module.net.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.detach(), want.detach(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["lightning", "trainmesh"])
+@pytest.mark.parametrize("optimizers", [1, 2, "manual"])
+def test_optimizer_idx_neither_lightning_runs_is_refused_with_lightning_2s_error(framework, optimizers):
+    """A required optimizer_idx with one optimizer (1.9.5: TypeError, 2.x: refused), several optimizers
+    without one in automatic optimization, and optimizer_idx in manual optimization (1.9.5 and 2.x refuse):
+    Lightning 2.6's RuntimeError and words before training, also a ValueError as 1.9.5 raised it."""
+    manual = optimizers == "manual"
+    optimizers = 2 if manual else optimizers
+    pl = pytest.importorskip("lightning.pytorch") if framework == "lightning" else tm
+
+    class Refused(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx, *rest):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return [torch.optim.SGD(self.parameters(), lr=0.1) for _ in range(optimizers)]
+
+    if optimizers == 1 or manual:  # a required optimizer_idx
+        Refused.training_step = lambda self, batch, batch_idx, optimizer_idx: self.layer(batch[0]).sum()
+        words = "Remove the `optimizer_idx` argument from `training_step`"
+    else:
+        words = "multiple optimizers is only supported with manual optimization. Set `self.automatic_optimization"
+    module = Refused()
+    module.automatic_optimization = not manual
+    trainer = quiet_trainer(framework=pl, max_epochs=1)
+    with pytest.raises(RuntimeError, match=re.escape(words)) as raised:
+        trainer.fit(module, DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+    assert trainer.global_step == 0
+    assert framework == "lightning" or isinstance(raised.value, ValueError)
 
 
 def test_a_1x_gan_under_a_strategy_not_checked_against_lightning_1_9_is_refused_before_training():

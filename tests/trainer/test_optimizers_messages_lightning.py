@@ -21,8 +21,36 @@ def _plateau(module):
     return torch.optim.lr_scheduler.ReduceLROnPlateau(module.sgd)
 
 
-# name -> (what configure_optimizers returns, Lightning's first words)
+class _OwnStep:
+    """A scheduler that is not torch's, whose step is of its own signature (timm's step(epoch))."""
+
+    def __init__(self, optimizer, *, stateful=True):
+        self.optimizer = optimizer
+        if stateful:
+            self.state_dict, self.load_state_dict = dict, lambda state: None
+
+    def step(self, epoch): ...
+
+
+# name -> (what configure_optimizers returns, Lightning's first words[, its exception type when not
+# MisconfigurationException])
 CASES = {
+    "scheduler_not_torchs": (
+        lambda m: {"optimizer": m.sgd, "lr_scheduler": _OwnStep(m.sgd)},
+        "The provided lr scheduler `_OwnStep` doesn't follow PyTorch's LRScheduler API. You should override",
+    ),
+    "scheduler_not_torchs_on_plateau": (
+        lambda m: {
+            "optimizer": m.sgd,
+            "lr_scheduler": {"scheduler": _OwnStep(m.sgd), "reduce_on_plateau": True, "monitor": "x"},
+        },
+        "The provided lr scheduler `_OwnStep` doesn't follow PyTorch's LRScheduler API. You should override",
+    ),
+    "scheduler_without_state": (
+        lambda m: {"optimizer": m.sgd, "lr_scheduler": _OwnStep(m.sgd, stateful=False)},
+        "The provided lr scheduler `_OwnStep` is invalid. It should have `state_dict` and `load_state_dict`",
+        TypeError,
+    ),
     "unknown": (lambda m: 1, "Unknown configuration for model optimizers"),
     "dict_as_optimizer": (lambda m: [{"optimizer": m.sgd}, [m.sgd]], "Unknown configuration for model optimizers"),
     "no_scheduler_key": (
@@ -46,7 +74,7 @@ CASES = {
 
 def _error(name, case):
     framework = FRAMEWORKS[name]
-    returned, _ = CASES[case]
+    returned = CASES[case][0]
 
     class Net(framework.LightningModule):
         def __init__(self):
@@ -74,9 +102,12 @@ def _error(name, case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_configure_optimizers_refused_in_lightning_s_words(case):
-    words = CASES[case][1]
+    words, *kind = CASES[case][1:]
     lightning, trainmesh = _error("lightning", case), _error("trainmesh", case)
     assert str(lightning).startswith(words), str(lightning)
-    assert type(lightning).__name__ == "MisconfigurationException"
-    assert isinstance(trainmesh, FRAMEWORKS["trainmesh"].utilities.exceptions.MisconfigurationException)
+    if kind:
+        assert type(lightning) is kind[0] and type(trainmesh) is kind[0]
+    else:
+        assert type(lightning).__name__ == "MisconfigurationException"
+        assert isinstance(trainmesh, FRAMEWORKS["trainmesh"].utilities.exceptions.MisconfigurationException)
     assert str(trainmesh).startswith(words), str(trainmesh)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader
 
+from trainmesh.data_hooks import DataHooks
 from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer.states import hook_stage
@@ -21,11 +21,14 @@ from trainmesh.utilities.lazy import is_instance
 _DATAMODULE = "trainmesh.datamodule"
 
 
-def _datamodule_base_method(method: str) -> Any:
-    """The DataModule base's own ``method`` (which raises), or None where the class was never
-    imported: then no object's method can be it."""
-    module = sys.modules.get(_DATAMODULE)
-    return vars(module.DataModule)[method] if module is not None else None
+def _base_method(method: str) -> Any:
+    """The loader method of Lightning's base classes (DataHooks'), which raises: a Module or DataModule
+    whose ``method`` is it defines no loaders of that kind."""
+    return vars(DataHooks)[method]
+
+
+def _is_base(found: Any, method: str) -> bool:
+    return getattr(found, "__func__", None) is _base_method(method)
 
 
 _LOADER_METHOD = {
@@ -94,12 +97,11 @@ class DataSource:
         ``is_defined``): passed as an argument, or a loader method of the DataModule's or the
         Module's own (not the DataModule base's, which raises)."""
         method = _LOADER_METHOD[kind]
-        base = _datamodule_base_method(method)
         if kind in self.given:
             return True
         owner = self._owner()
         found = getattr(owner, method, None)
-        return owner is not None and callable(found) and (base is None or getattr(found, "__func__", None) is not base)
+        return owner is not None and callable(found) and not _is_base(found, method)
 
     def _owner(self) -> Any:
         """Where loaders not given as arguments come from: the DataModule where one is given (only it,
@@ -145,9 +147,8 @@ class DataSource:
         method = _LOADER_METHOD[kind]
         owner = self._owner()
         impl = getattr(owner, method, None)
-        base = _datamodule_base_method(method)
-        if owner is self.datamodule and impl is not None and getattr(impl, "__func__", None) is base:
-            if required:  # the base's method, which Lightning's DataModule calls and which raises this
+        if impl is not None and _is_base(impl, method):
+            if required:  # the base's method, which Lightning calls and which raises this
                 raise MisconfiguredValue(f"`{method}` must be implemented to be used with the Lightning Trainer")
             return []
         if impl is not None:
@@ -193,7 +194,8 @@ def is_datamodule(obj: Any) -> bool:
         return True
     if hasattr(obj, "__iter__") or hasattr(obj, "__len__"):
         return False
-    return any(callable(getattr(obj, method, None)) for method in _LOADER_METHOD.values())
+    found = [getattr(obj, method, None) for method in _LOADER_METHOD.values()]
+    return any(callable(f) and not _is_base(f, m) for f, m in zip(found, _LOADER_METHOD.values(), strict=True))
 
 
 def _datamodule_in_loader_place(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:

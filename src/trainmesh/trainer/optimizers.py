@@ -235,17 +235,21 @@ def _scheduler_config(item: Any, owner: str) -> SchedulerConfig:
 
 
 def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, manual: bool) -> None:
+    """Lightning's ``_validate_scheduler_api``, its words first (a program may match them), then ours."""
     name = type(config.scheduler).__name__
     if not (callable(getattr(config.scheduler, "state_dict", None)) and hasattr(config.scheduler, "load_state_dict")):
         raise TypeError(
-            f"{owner}: the lr scheduler {name} has no state_dict()/load_state_dict(), so checkpoints cannot save "
-            "and restore it (Lightning requires them too); define both"
+            f"The provided lr scheduler `{name}` is invalid. It should have `state_dict` and `load_state_dict` "
+            f"methods defined ({owner}: checkpoints save and restore it through them)."
         )
-    if not custom_step and not hasattr(config.scheduler, "step"):
+    # Lightning steps only torch's schedulers itself (step() or step(metric)), before training refusing any
+    # other in automatic optimization unless lr_scheduler_step is overridden: one with a step of its own
+    # signature (timm's step(epoch)) would otherwise fail at the first epoch's end, after training.
+    if not custom_step and not manual and not isinstance(config.scheduler, _TORCH_SCHEDULERS):
         raise MisconfigurationException(
-            f"{owner}: {name} is not a learning-rate scheduler the loop can step (it has no step()); override "
-            f"{owner}.lr_scheduler_step(scheduler, metric) to step it, as Lightning requires for a scheduler that "
-            "is not torch's"
+            f"The provided lr scheduler `{name}` doesn't follow PyTorch's LRScheduler API. You should override the "
+            "`LightningModule.lr_scheduler_step` hook with your own logic if you are using a custom LR scheduler "
+            f"({owner}.lr_scheduler_step(scheduler, metric): call the scheduler's own step there)."
         )
     if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
@@ -253,6 +257,10 @@ def _check_scheduler(config: SchedulerConfig, owner: str, custom_step: bool, man
             f"{name} is stepped with a metric). For example: "
             "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}"
         )
+
+
+# What Lightning steps itself (its LRSchedulerTypeTuple)
+_TORCH_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
 def _is_plateau(scheduler: Any) -> bool:

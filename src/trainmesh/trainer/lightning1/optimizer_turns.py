@@ -44,12 +44,31 @@ if TYPE_CHECKING:
     from trainmesh.trainer.loop_context import LoopContext
 
 
+class SeveralOptimizersRefused(RuntimeError, ValueError):
+    """What neither Lightning runs with its optimizers: a ``RuntimeError`` as Lightning 2.x raises it
+    (``_validate_multiple_optimizers_support``), and a ``ValueError`` as 1.9.5's loop raised it, so that
+    either version's ``except`` catches it."""
+
+
+# Lightning 2.x's words (core/optimizer.py), which a program may match
+_REMOVE_OPTIMIZER_IDX = (
+    "Training with multiple optimizers is only supported with manual optimization. Remove the `optimizer_idx`"
+    " argument from `training_step`, set `self.automatic_optimization = False` and access your optimizers"
+    " in `training_step` with `opt1, opt2, ... = self.optimizers()`."
+)
+_SET_MANUAL = (
+    "Training with multiple optimizers is only supported with manual optimization. Set"
+    " `self.automatic_optimization = False`, then access your optimizers in `training_step` with"
+    " `opt1, opt2, ... = self.optimizers()`."
+)
+
+
 class StepArguments:
     """How the strategy calls 1.x's ``training_step`` (``StepHooks.call``): ``(batch, batch_idx)``, then
     ``optimizer_idx`` where it declares one (the optimizer in turn: ``index``) and ``hiddens`` under truncated
     BPTT (tbptt.py), as 1.9.5's ``_build_training_step_kwargs`` passes them. The runner sets ``index`` and
     ``hiddens`` before each call; nothing is written onto the module. ``turns``: several optimizers take turns
-    (``OptimizerTurns``); otherwise a lone optimizer's index, 0, is passed where it is declared."""
+    (``OptimizerTurns``); a lone optimizer gets no index (1.9.5 passed none: the parameter's default runs)."""
 
     def __init__(self, *, takes_index: bool, turns: bool = False) -> None:
         self.takes_index, self.turns, self.takes_hiddens = takes_index, turns, False
@@ -60,7 +79,9 @@ class StepArguments:
             if self.takes_index:
                 return method(batch, batch_idx, self.index, *args, self.hiddens, **kwargs)
             return method(batch, batch_idx, *args, self.hiddens, **kwargs)
-        return method(batch, batch_idx, self.index, *args, **kwargs)
+        if self.takes_index:
+            return method(batch, batch_idx, self.index, *args, **kwargs)
+        return method(batch, batch_idx, *args, **kwargs)
 
     def begin_batch(self, batch: Any, batch_idx: int, active: list[int], optimizers: list[Any]) -> None:
         """Before a batch's turns (a connected loop's ``on_run_start``: ``ConnectedLoopSteps``)."""
@@ -119,23 +140,28 @@ def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
     function = static_attribute(type(module), "training_step")
     takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
     if manual and takes_index and count > 1:
-        raise ValueError(
-            f"{name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
+        raise SeveralOptimizersRefused(
+            f"{_REMOVE_OPTIMIZER_IDX} ({name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
             "= False), where training_step steps its optimizers itself (opt_g, opt_d = self.optimizers()). Remove "
-            "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x)"
+            "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x))"
         )
     if not takes_index:
         if count > 1 and not manual:
-            raise ValueError(
-                f"{name}.configure_optimizers returned {count} optimizers, but training_step takes no optimizer_idx: "
+            raise SeveralOptimizersRefused(
+                f"{_SET_MANUAL} ({name}.configure_optimizers returned {count} optimizers, but training_step takes no "
+                "optimizer_idx: "
                 "in automatic optimization Lightning calls training_step once per optimizer with its index (1.x: "
                 "training_step(self, batch, batch_idx, optimizer_idx)), and 2.x refuses several optimizers. Use manual "
                 "optimization (self.automatic_optimization = False; opt_a, opt_b = self.optimizers() in training_step; "
-                "the Lightning 2.x way), add optimizer_idx, or return one optimizer"
+                "the Lightning 2.x way), add optimizer_idx, or return one optimizer)"
             )
         return None
     if count == 1 or manual:
-        return StepArguments(takes_index=True)  # one optimizer: its index, 0
+        # 1.9.5 passes optimizer_idx only where several optimizers take turns: a lone optimizer's training_step
+        # runs with the parameter's default. Without one 1.9.5 stopped with a TypeError and 2.x refuses it.
+        if inspect.signature(function).parameters["optimizer_idx"].default is not inspect.Parameter.empty:
+            return StepArguments(takes_index=False)
+        raise SeveralOptimizersRefused(_REMOVE_OPTIMIZER_IDX)
     strategy = ctx.runtime.strategy_name
     if not ctx.runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_optimizer_idx.py)
         raise ValueError(
