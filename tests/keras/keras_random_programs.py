@@ -28,7 +28,8 @@ python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R
 - ``sampling_predict_pydataset``: ``sampling``'s model predicting a PyDataset: refused at the draw.
 - ``tensor_method_step``: ``drawing_step`` drawing with a tensor's own methods (``torch.empty_like(x).normal_()``,
   ``bernoulli_`` with a tensor of probabilities, ``uniform_``: tensor_draws.py; before: 0.13 apart, silently);
-  ``imported_draw_step``: with ``randn`` imported from torch by name before fit (refused when training begins).
+  ``imported_draw_step``: with ``randn`` imported from torch by name before fit (refused when training begins);
+  ``own_generator_step``: ``torch.randn(..., generator=GENERATOR)``, a ``torch.Generator`` of the program's own.
 """
 
 import faulthandler
@@ -49,6 +50,7 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 SEED = 0
+GENERATOR = torch.Generator()  # a program's own, seeded in fresh()
 BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
 
 
@@ -61,6 +63,7 @@ def data(samples: int, features: int = 6) -> tuple[np.ndarray, np.ndarray]:
 def fresh() -> None:
     keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(SEED)
+    GENERATOR.manual_seed(SEED + 1)
 
 
 class Rows(keras.utils.PyDataset):
@@ -365,7 +368,13 @@ class TensorMethodStep(DrawingStep):
 
     def train_step(self, data):
         x, y = data
-        if self.imported:
+        if self.imported == "generator":
+            noisy = (
+                x
+                + 0.1 * torch.randn(x.shape, generator=GENERATOR)
+                + 0.1 * torch.empty_like(x).normal_(generator=GENERATOR)
+            )
+        elif self.imported:
             noisy = x + 0.1 * randn(x.shape[0], x.shape[1])
         else:
             keep = torch.full_like(x, 0.8).bernoulli_(torch.full_like(x, 0.8))  # a tensor of probabilities
@@ -420,6 +429,7 @@ PROGRAMS = {
     "sampling_predict_pydataset": sampling_predict_pydataset,
     "tensor_method_step": tensor_method_step,
     "imported_draw_step": lambda batch: tensor_method_step(batch, imported=True),
+    "own_generator_step": lambda batch: tensor_method_step(batch, imported="generator"),
 }
 
 

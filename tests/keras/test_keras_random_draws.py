@@ -29,6 +29,8 @@ SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampl
 SAME += ["torch_drawing_step", "spatial_dropout"]
 # tensor_method_step: x.normal_(), bernoulli_, uniform_ in its step (tensor_draws.py; before: apart, silently)
 SAME += ["tensor_method_step"]
+# own_generator_step: torch.randn(..., generator=g) of its own (torch_draws.py; before: apart, silently)
+SAME += ["own_generator_step"]
 
 
 @pytest.fixture(scope="module")

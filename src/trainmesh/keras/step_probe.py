@@ -109,9 +109,16 @@ class _Tape:
         self.replaying: tuple[int, int, int] | None = None  # (first row, rows, whole batch) of a replaying run
         self.position = [0, 0]  # the next draw, the next moments
         self.inside = False  # within a Keras draw: the torch functions it calls are part of it
+        self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # the program's own, as found
+
+    def saw_generator(self, generator: torch.Generator | None) -> None:
+        if generator is not None and id(generator) not in self.generators:
+            self.generators[id(generator)] = (generator, generator.get_state())
 
     def replay(self, start: int, rows: int, whole: int) -> None:
         self.replaying, self.position = (start, rows, whole), [0, 0]
+        for generator, state in self.generators.values():  # the run on the whole batch moved them: put back
+            generator.set_state(state)
 
     def next(self, which: int, name: str) -> Any:
         recorded = (self.draws, self.moments)[which]
@@ -383,6 +390,7 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
             return difference, noise
     finally:
         restorer.restore()
+        tape.replay(0, count, count)  # the program's own torch.Generators as they were
 
 
 def _reason(model: Any, difference: float, noise: float, world: int) -> str:

@@ -37,7 +37,7 @@ def _mapped(method: Callable[..., Any], rows: draws.StepRows, name: str) -> Call
     @functools.wraps(method)
     def draw(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         first = _first(self)
-        if draws._drawing[0] or kwargs.get("generator") is not None or first is None:
+        if draws._drawing[0] or first is None:  # Keras' own draw; a scalar
             return method(self, *args, **kwargs)
         parts = draws._parts(rows, first)
         if not parts:
@@ -93,12 +93,13 @@ def tensor_methods_at_the_global_batch(rows: draws.StepRows) -> Iterator[None]:
 def _taped(method: Callable[..., Any], tape: Any, name: str) -> Callable[..., Any]:
     @functools.wraps(method)
     def draw(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if tape.inside or kwargs.get("generator") is not None:  # Keras' own calls, or a generator of its own
+        if tape.inside:  # Keras' own calls
             return method(self, *args, **kwargs)
         if tape.replaying is not None:
             recorded = tape.rows_of(name, tape.next(0, name), _first(self))
             self.copy_(recorded)
             return self
+        tape.saw_generator(kwargs.get("generator"))
         method(self, *args, **kwargs)
         tape.draws.append((name, self.detach().clone()))
         return self
