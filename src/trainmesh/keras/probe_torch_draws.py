@@ -7,11 +7,12 @@ of another size), so the halves differed by the draw and a loss reduced by a sum
 the gradient) was taken for noise and not refused (keras_random_programs' torch-noised ``sum`` step: 2
 processes trained apart from one process's fit, silently). Within the probe, each of these functions
 called outside a Keras draw (Keras' own call torch's), on torch's global generator or a ``generator=`` of
-the program's own (put back as it was after the probe: step_probe._Tape.saw_generator), is recorded in the run on the whole batch and replayed in the halves, each taking its rows of a
-batch-shaped draw, as Keras' draws are: the runs draw alike. A draw these do not see (a tensor method,
-``x.normal_()``; a function imported before the probe, ``from torch import randn``) still moves torch's
-generator in the halves: the probe then falls back to comparing with what those draws alone move
-(step_probe.NOISE_FACTOR).
+the program's own (put back as it was after the probe: step_probe._Tape.saw_generator), is recorded in
+the run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw, as
+Keras' draws are: the runs draw alike. A tensor's draw methods (``x.normal_()``) are taped alike
+(tensor_draws.py); a draw none of these see (``from torch import randn``) still moves torch's generator
+in the halves: refused where it follows the batch (unmapped_draws.py), else weighed against what those
+draws alone move (step_probe.NOISE_FACTOR).
 """
 
 from __future__ import annotations

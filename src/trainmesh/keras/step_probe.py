@@ -38,7 +38,7 @@ step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fi
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
 fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
 error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
-a batch-shaped ``shuffle`` draw; a draw from a ``torch.Generator`` of the program's own.
+a batch-shaped ``shuffle`` draw.
 """
 
 from __future__ import annotations
