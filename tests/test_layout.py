@@ -209,6 +209,8 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/preemption.py": ["keras/test_keras_preemption.py"],
     "keras/probe_torch_draws.py": ["keras/test_step_probe.py"],
     "keras/torch_draws.py": ["keras/test_keras_random_draws.py"],
+    "keras/tensor_draws.py": ["keras/test_keras_random_draws.py", "keras/test_step_probe.py"],
+    "keras/unmapped_draws.py": ["keras/test_step_probe.py", "keras/test_keras_random_draws.py"],
     "keras/sync.py": [
         "keras/test_keras_api.py",
         "keras/test_keras_ddp.py",

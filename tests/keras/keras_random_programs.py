@@ -26,6 +26,10 @@ python keras_random_programs.py ddp OUT -> each rank writes OUT/<program>.rank{R
   shape ``(batch, 1)`` (mapped as ``normal``); ``mixup_tensor_alpha``: their concentration a tensor of the
   batch's shape (refused at the draw).
 - ``sampling_predict_pydataset``: ``sampling``'s model predicting a PyDataset: refused at the draw.
+- ``tensor_method_step``: ``drawing_step`` drawing with a tensor's own methods (``torch.empty_like(x).normal_()``,
+  ``bernoulli_`` with a tensor of probabilities, ``uniform_``: tensor_draws.py; before: 0.13 apart, silently);
+  ``imported_draw_step``: with ``randn`` imported from torch by name before fit (refused when training begins);
+  ``own_generator_step``: ``torch.randn(..., generator=GENERATOR)``, a ``torch.Generator`` of the program's own.
 """
 
 import faulthandler
@@ -40,11 +44,13 @@ leave_out_unused_packages(__name__)  # before keras: see lean_keras.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch import randn  # noqa: E402 -- imported by name, as a user's script may: no mapping sees its draws
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 SEED = 0
+GENERATOR = torch.Generator()  # a program's own, seeded in fresh()
 BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
 
 
@@ -57,6 +63,7 @@ def data(samples: int, features: int = 6) -> tuple[np.ndarray, np.ndarray]:
 def fresh() -> None:
     keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(SEED)
+    GENERATOR.manual_seed(SEED + 1)
 
 
 class Rows(keras.utils.PyDataset):
@@ -352,6 +359,45 @@ def torch_drawing_step(batch: int, poisson: bool = False) -> dict:
     return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
 
 
+class TensorMethodStep(DrawingStep):
+    """DrawingStep drawing with a tensor's own methods; ``imported``: with a ``randn`` imported by name."""
+
+    def __init__(self, imported=False, **kwargs):
+        super().__init__(**kwargs)
+        self.imported = imported
+
+    def train_step(self, data):
+        x, y = data
+        if self.imported == "generator":
+            noisy = (
+                x
+                + 0.1 * torch.randn(x.shape, generator=GENERATOR)
+                + 0.1 * torch.empty_like(x).normal_(generator=GENERATOR)
+            )
+        elif self.imported:
+            noisy = x + 0.1 * randn(x.shape[0], x.shape[1])
+        else:
+            keep = torch.full_like(x, 0.8).bernoulli_(torch.full_like(x, 0.8))  # a tensor of probabilities
+            noisy = (x + 0.1 * torch.empty_like(x).normal_()) * keep * torch.empty(x.shape[0], 1).uniform_(0.9, 1.1)
+        self.zero_grad()
+        loss = self.compute_loss(y=y, y_pred=self(noisy))
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+
+def tensor_method_step(batch: int, imported: bool = False) -> dict:
+    fresh()
+    model = TensorMethodStep(imported)
+    model(np.zeros((1, 6), "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    x, y = data(106)
+    return {"model": model, "fit": {"x": x, "y": y, "batch_size": batch, "epochs": 2, "shuffle": False}}
+
+
 def categorical_step(batch: int) -> dict:
     fresh()
     model = CategoricalStep([keras.Input((6,)), keras.layers.Dense(1)])
@@ -381,6 +427,9 @@ PROGRAMS = {
     "torch_poisson_step": lambda batch: torch_drawing_step(batch, poisson=True),
     "mixup_tensor_alpha": lambda batch: mixup_step(batch, tensor_alpha=True),
     "sampling_predict_pydataset": sampling_predict_pydataset,
+    "tensor_method_step": tensor_method_step,
+    "imported_draw_step": lambda batch: tensor_method_step(batch, imported=True),
+    "own_generator_step": lambda batch: tensor_method_step(batch, imported="generator"),
 }
 
 

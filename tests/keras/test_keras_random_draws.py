@@ -27,6 +27,10 @@ TOLERANCE = 1e-5  # float rounding of sums over 2 processes' halves instead of o
 # torch_drawing_step: torch.randn/randn_like/rand/F.dropout in its step (torch_draws.py; before: 1e-2 apart, silently)
 SAME = ["dropout", "dropout_loader", "dropout_pydataset", "drawing_step", "sampling", "batch_mean_loss", "mixup_step"]
 SAME += ["torch_drawing_step", "spatial_dropout"]
+# tensor_method_step: x.normal_(), bernoulli_, uniform_ in its step (tensor_draws.py; before: apart, silently)
+SAME += ["tensor_method_step"]
+# own_generator_step: torch.randn(..., generator=g) of its own (torch_draws.py; before: apart, silently)
+SAME += ["own_generator_step"]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,8 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
         ("mixup_tensor_alpha", ("keras.random.gamma", "batch-shaped", "pass it with the data")),
         ("torch_poisson_step", ("torch.poisson", "batch-shaped", "pass it with the data")),
         ("sampling_predict_pydataset", ("keras.random.normal", "predicting a PyDataset or a DataLoader")),
+        # a randn imported by name before fit (unmapped_draws.py; before: trained apart, silently)
+        ("imported_draw_step", ("torch's global random generator", "from torch import randn", "run on one process")),
     ],
 )
 def test_what_no_rows_can_reproduce_is_refused_on_every_rank(ddp, name, parts):

@@ -51,7 +51,11 @@ def stepped(loss: str, layers: str = "dense"):
                 value = ops.mean(ops.square(y + 0.1 * torch.randn_like(y) - noised))
             elif loss == "torch_sum":
                 value = ops.sum(ops.square(y + 0.1 * torch.randn_like(y) - y_pred))
-            else:  # a tensor method's draw, which the probe does not tape
+            elif loss == "numpy_draw":  # numpy's global generator: no mapping sees it
+                value = ops.mean(ops.square(y + 0.1 * torch.from_numpy(np.random.normal(size=y.shape)) - y_pred))
+            elif loss == "coin":  # a draw not of the batch's size: the same on every process
+                value = self.compute_loss(y=y, y_pred=y_pred) * (1.0 + 0.01 * float(np.random.uniform()))
+            else:  # a tensor method's draw (tensor_draws.py)
                 value = ops.mean(ops.square(y + 0.1 * torch.empty_like(y).normal_() - y_pred))
             value.backward()
             weights = self.trainable_weights
@@ -143,15 +147,32 @@ def test_torch_s_own_draws_in_a_step_are_replayed_in_the_halves(loss):
         assert abs(difference - 0.5) < 1e-5 and "train_step is not a mean" in reason
 
 
-def test_a_torch_draw_the_probe_does_not_see_is_weighed_against_what_it_moves():
-    """A draw through a tensor method (x.normal_()) is not taped: the halves draw otherwise, and a mean loss
-    is judged against what those draws alone move the gradients (not refused)."""
-    from trainmesh.keras.step_probe import NOISE_FACTOR, _first_batch, refusal, step_difference
+def test_a_tensor_method_s_draw_is_replayed_in_the_halves():
+    """A draw through a tensor method (x.normal_()) is taped and replayed by rows as torch's functions are: a
+    mean loss agrees to float rounding, nothing moves torch's generator in the halves (noise 0). Before, the
+    halves drew otherwise and the probe fell back to weighing the difference against what the draws moved."""
+    from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
 
     model, x, y = stepped("tensor_method")
     difference, noise = step_difference(model, _first_batch(x, y, None, None))
-    assert 0 < noise < difference < NOISE_FACTOR * noise
+    assert noise == 0.0 and difference < TOLERANCE / 100
     assert refusal(model, x, y, None, None, world=2) is None
+
+
+@pytest.mark.parametrize("loss", ["numpy_draw", "coin"])
+def test_a_draw_no_mapping_sees_is_refused_where_its_size_follows_the_batch(loss):
+    """A batch-sized draw from numpy's global generator (or a torch function imported by name: the ddp leg's
+    imported_draw_step) is refused, naming the generator: each process would draw the first rows of one
+    process's draw. Before, the probe refused it only as a loss 'not a mean' (its halves drew otherwise), or
+    not at all where the draw moved the gradients little. A scalar draw is the same on every process: passes."""
+    from trainmesh.keras.step_probe import refusal
+
+    model, x, y = stepped(loss)
+    reason = refusal(model, x, y, None, None, world=2)
+    if loss == "coin":
+        assert reason is None
+    else:
+        assert "draws from numpy's global random generator a sample whose size follows the batch's" in reason
 
 
 def test_the_probe_leaves_the_fit_as_it_was():

@@ -10,6 +10,7 @@ from typing import Any
 from trainmesh.keras import draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.routes import steps_through
+from trainmesh.keras.tensor_draws import tensor_methods_at_the_global_batch
 from trainmesh.keras.torch_draws import torch_at_the_global_batch
 
 
@@ -18,7 +19,8 @@ def at_the_global_batch(rows: draws.StepRows) -> Iterator[None]:
     """Keras' and torch's random functions map batch-shaped draws to ``rows`` within the block."""
     # torch's own functions drawn in a step of the program's own, inside Keras' (as before the split)
     with draws.keras_at_the_global_batch(rows), torch_at_the_global_batch(rows):
-        yield
+        with tensor_methods_at_the_global_batch(rows):  # a tensor's own draws (x.normal_())
+            yield
 
 
 @contextlib.contextmanager

@@ -6,12 +6,13 @@ the mean of its gradients on each half; run by run, such a draw gave other numbe
 of another size), so the halves differed by the draw and a loss reduced by a sum (whose halves give half
 the gradient) was taken for noise and not refused (keras_random_programs' torch-noised ``sum`` step: 2
 processes trained apart from one process's fit, silently). Within the probe, each of these functions
-called on torch's global generator (no ``generator=``) and outside a Keras draw (Keras' own call torch's)
-is recorded in the run on the whole batch and replayed in the halves, each taking its rows of a
-batch-shaped draw, as Keras' draws are: the runs draw alike. A draw these do not see (a tensor method,
-``x.normal_()``; a function imported before the probe, ``from torch import randn``) still moves torch's
-generator in the halves: the probe then falls back to comparing with what those draws alone move
-(step_probe.NOISE_FACTOR).
+called outside a Keras draw (Keras' own call torch's), on torch's global generator or a ``generator=`` of
+the program's own (put back as it was after the probe: step_probe._Tape.saw_generator), is recorded in
+the run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw, as
+Keras' draws are: the runs draw alike. A tensor's draw methods (``x.normal_()``) are taped alike
+(tensor_draws.py); a draw none of these see (``from torch import randn``) still moves torch's generator
+in the halves: refused where it follows the batch (unmapped_draws.py), else weighed against what those
+draws alone move (step_probe.NOISE_FACTOR).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def leading(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | N
 def _taped(torch_draw: Callable[..., Any], tape: Any, name: str, kind: str) -> Callable[..., Any]:
     @functools.wraps(torch_draw)
     def draw(*args: Any, **kwargs: Any) -> Any:
-        if tape.inside or kwargs.get("generator") is not None:  # Keras' own calls, or a generator of its own
+        if tape.inside:  # Keras' own calls
             return torch_draw(*args, **kwargs)
         if kind == "dropout":
             inputs = args[0] if args else kwargs["input"]
@@ -71,6 +72,7 @@ def _taped(torch_draw: Callable[..., Any], tape: Any, name: str, kind: str) -> C
         if tape.replaying is not None:
             out = tape.rows_of(name_taped, tape.next(0, name_taped), leading(kind, args, kwargs))
         else:
+            tape.saw_generator(kwargs.get("generator"))  # a torch.Generator of the program's own: put back after
             out = torch_draw(torch.ones_like(inputs), **rest) if kind == "dropout" else torch_draw(*args, **kwargs)
             tape.draws.append((name_taped, out))
         return inputs * out if kind == "dropout" else out

@@ -25,10 +25,12 @@ run on the whole batch and replayed in the halves, each taking its rows of a bat
 draws.py gives each process its rows of one process's draw); each BatchNormalization's moments are the
 whole batch's, as constants (batch_statistics.py makes them the global batch's, gradients included, in
 the run itself). torch's own random functions called in the step (``torch.randn_like``, ``torch.randn``,
-``torch.nn.functional.dropout``: probe_torch_draws.py) are taped and replayed alike. A step whose halves
-still move torch's generator (a draw the tape does not see: ``x.normal_()``) is run on the whole batch
-once more, its draws replayed and torch's generator elsewhere: where that moves the gradients, the step
-is refused only where its halves differ ``NOISE_FACTOR`` times more. Every variable of the model (metrics', seed generators' and the optimizer's included), the
+``torch.nn.functional.dropout``: probe_torch_draws.py) and a tensor's draw methods (``x.normal_()``:
+tensor_draws.py) are taped and replayed alike. A step whose halves still move a global generator (a draw no
+tape sees: ``from torch import randn``, ``numpy.random``) is run on the whole batch once more, its draws
+replayed: where it leaves that generator elsewhere than a half, the draw follows the batch and the step is
+refused (unmapped_draws.py); else (torch's generator moved) it is run once more with torch's generator
+elsewhere, and refused only where its halves differ ``NOISE_FACTOR`` times more than that moves them. Every variable of the model (metrics', seed generators' and the optimizer's included), the
 gradients left in its variables, Keras' global seed generator and torch's, numpy's and Python's
 generators are restored after each run: the fit goes on as Keras' own would. Costs three calls of the
 step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fit``.
@@ -36,8 +38,7 @@ step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fi
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
 fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
 error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
-a batch-shaped ``shuffle`` draw; a step drawing from torch's generator
-in a way the tape does not see is refused only well above what those draws move.
+a batch-shaped ``shuffle`` draw.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import probe_torch_draws
+from trainmesh.keras import probe_torch_draws, tensor_draws, unmapped_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -67,7 +68,7 @@ DRAWS += ("shuffle", "gamma", "binomial", "beta")
 REPLAYED_BY_ROWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 REPLAYED_BY_ROWS += ("gamma", "binomial")
 REPLAYED_BY_ROWS += ("beta",)
-REPLAYED_BY_ROWS += probe_torch_draws.replayed_names()
+REPLAYED_BY_ROWS += probe_torch_draws.replayed_names() + tensor_draws.replayed_names()
 
 
 class NotProbed(Exception):
@@ -108,9 +109,16 @@ class _Tape:
         self.replaying: tuple[int, int, int] | None = None  # (first row, rows, whole batch) of a replaying run
         self.position = [0, 0]  # the next draw, the next moments
         self.inside = False  # within a Keras draw: the torch functions it calls are part of it
+        self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # the program's own, as found
+
+    def saw_generator(self, generator: torch.Generator | None) -> None:
+        if generator is not None and id(generator) not in self.generators:
+            self.generators[id(generator)] = (generator, generator.get_state())
 
     def replay(self, start: int, rows: int, whole: int) -> None:
         self.replaying, self.position = (start, rows, whole), [0, 0]
+        for generator, state in self.generators.values():  # the run on the whole batch moved them: put back
+            generator.set_state(state)
 
     def next(self, which: int, name: str) -> Any:
         recorded = (self.draws, self.moments)[which]
@@ -188,7 +196,7 @@ def _drawing_alike(tape: _Tape) -> Iterator[None]:
         setattr(module, name, _taped(function, tape, name))
     type.__setattr__(BatchNormalization, "_moments", _moments)
     try:
-        with probe_torch_draws.taped(tape):  # torch's own functions, drawn directly in the step
+        with probe_torch_draws.taped(tape), tensor_draws.taped(tape):  # torch's own, drawn directly in the step
             yield
     finally:
         for name, function in keras_functions.items():
@@ -365,6 +373,13 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
                 tape.replay(start, half, count)
                 parts.append(_gradients(model, part))
                 untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
+                after_half = unmapped_draws.generator_states()
+            if unmapped_draws.moved(restorer.generators, after_half):  # draws no mapping saw: do they follow the batch?
+                restorer.restore()
+                tape.replay(0, count, count)
+                _gradients(model, data)
+                if which := unmapped_draws.moved(after_half, unmapped_draws.generator_states()):
+                    raise unmapped_draws.UnmappedDraws(which)
             difference, _ = _relative(whole, _mean_of(*parts))
             noise = 0.0
             if difference > limit and untaped:  # torch's draws the tape did not see: the whole batch again, elsewhere
@@ -375,6 +390,7 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
             return difference, noise
     finally:
         restorer.restore()
+        tape.replay(0, count, count)  # the program's own torch.Generators as they were
 
 
 def _reason(model: Any, difference: float, noise: float, world: int) -> str:
@@ -444,6 +460,8 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
         difference, noise = step_difference(model, data, tolerance(model))
     except NotProbed:
         return None
+    except unmapped_draws.UnmappedDraws as unmapped:
+        return unmapped_draws.reason(unmapped.args[0], world)
     except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
         return None
     limit = tolerance(model)

@@ -7,8 +7,10 @@ process drew its own part from the same generator state, the first rows of one p
 process's samples, and the run differed from one process's, silently (keras_random_programs'
 ``torch_drawing_step``: History 0.083 apart at 2 x 16 against Keras' own fit at 32).
 
-Within a training or evaluation step, each of these functions asked, on torch's global generator (no
-``generator=``), for a batch-shaped draw (first dimension ``k`` times this process's batch) draws the global
+Within a training or evaluation step, each of these functions asked, on torch's global generator or a
+``torch.Generator`` of the program's own (``generator=g``: alike on every process, seeded by the same
+program; before, not mapped, and the step probe refused it as a loss "not a mean": its halves drew other
+numbers), for a batch-shaped draw (first dimension ``k`` times this process's batch) draws the global
 batch's shape and keeps this process's rows (draws.StepRows): sizes are made the global batch's
 (``randn``, ``rand``, ``randint``), a ``*_like`` draws like an empty tensor of the global batch's shape, and
 the tensors of ``bernoulli``, ``normal`` and ``dropout`` are put at this process's rows of zeros of the global
@@ -59,7 +61,7 @@ def _at_rows(value: Any, first: int, rows: int, mine: torch.Tensor) -> Any:
 def _mapped(torch_draw: Callable[..., Any], rows: draws.StepRows, name: str, kind: str) -> Callable[..., Any]:
     @functools.wraps(torch_draw)
     def draw(*args: Any, **kwargs: Any) -> Any:
-        if draws._drawing[0] or kwargs.get("generator") is not None:  # Keras' own draw, or a generator of its own
+        if draws._drawing[0]:  # Keras' own draw (a generator of the program's own is mapped: one process's rows)
             return torch_draw(*args, **kwargs)
         if kind == "dropout":
             p, training = (list(args[1:3]) + [kwargs.get("p", 0.5), kwargs.get("training", True)][len(args[1:3]) :])[:2]

@@ -47,6 +47,7 @@ from trainmesh.keras.step_means import evaluation_step_counts, readers_over_proc
 from trainmesh.keras.step_probe import probing_callback
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
+from trainmesh.keras.worker_errors import launch_raising_as_itself
 from trainmesh.runtime import Runtime
 
 # The how-manieth ``fit`` of this process: a script run again after a preemption makes the same calls
@@ -118,7 +119,7 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
     its process group is left afterwards, as the worker processes of a larger run leave theirs by
     ending, so that a later run in this process (another world size) starts from none."""
     try:
-        return runtime.launch(run, runtime, *args)
+        return launch_raising_as_itself(runtime, run, *args)  # a spawned worker's exception, as itself
     finally:
         if runtime.world_size == 1:
             runtime.teardown()
