@@ -2,6 +2,8 @@
 TorchScript export, toggled_optimizer, from_datasets, load_from_checkpoint), each run on the same
 program under Lightning 2.6 and under trainmesh and compared."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -69,8 +71,14 @@ def test_to_torchscript_gives_the_modules_outputs(method, tmp_path):
     x = torch.randn(4, 3)
     for model in (ours, theirs):
         model.example_input_array = x
-    scripted = ours.to_torchscript(tmp_path / "m.pt", method=method)
-    reference = theirs.to_torchscript(method=method)
+    said, exported = [], []
+    for model, path in ((ours, tmp_path / "m.pt"), (theirs, None)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exported.append(model.to_torchscript(path, method=method))
+        said.append([str(w.message) for w in caught if "to_torchscript" in str(w.message)])
+    scripted, reference = exported
+    assert said[0] == said[1] and said[0]  # Lightning 2.6.6's deprecation warning, in its words
     assert torch.equal(scripted(x), reference(x)) and torch.equal(torch.jit.load(tmp_path / "m.pt")(x), ours(x))
     assert ours.training  # the mode is restored
     with pytest.raises(ValueError, match="method"):

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.utilities.rank_zero import rank_zero_deprecation
+
 
 def trainer_side_properties(cls: type) -> list[str]:
     """The properties ``cls`` and its trainmesh bases define (``trainer``, ``hparams``, ...): TorchScript
@@ -106,6 +108,11 @@ class ModuleUtilities(nn.Module):
     ) -> Any:
         """The module as TorchScript (``method="script"`` or ``"trace"`` with ``example_inputs``, by
         default ``example_input_array``), saved to ``file_path`` when given; the mode is restored."""
+        rank_zero_deprecation(  # Lightning 2.6.6's warning, in its words
+            "`LightningModule.to_torchscript` has been deprecated in v2.7 and will be removed in v2.8. "
+            "TorchScript is deprecated in PyTorch. Use `torch.export.export()` for model exporting instead. "
+            "See https://pytorch.org/docs/stable/export.html for more information."
+        )
         was_training = self.training
         object.__setattr__(self, "_jit_is_scripting", True)
         try:

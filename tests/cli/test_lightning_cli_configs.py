@@ -12,6 +12,7 @@ it builds the same classes from them, prints its own config in the same shape (`
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -20,9 +21,11 @@ import yaml
 pytest.importorskip("lightning")
 
 import lightning.pytorch.cli as lcli  # noqa: E402
+from lightning.pytorch.callbacks import Callback as LightningCallback  # noqa: E402
 
 import trainmesh.cli as tcli  # noqa: E402
 from helpers.lightning_cli_programs import CLASSES, normal  # noqa: E402
+from trainmesh.callbacks import Callback as TrainmeshCallback  # noqa: E402
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 CASES = {
@@ -92,3 +95,34 @@ def test_a_lightning_argument_trainmesh_cannot_take_is_refused_not_dropped(tmp_p
     (tmp_path / "lightning.yaml").write_text(yaml.safe_dump(theirs))
     with pytest.raises(ValueError, match="sets init_args.dim=1, which trainmesh's DDPStrategy does not take"):
         printed(tcli.LightningCLI, CLASSES["trainmesh"], ["-c", str(tmp_path / "lightning.yaml")], capsys)
+
+
+class _Untyped:
+    def __init__(self, output_dir, write_interval="batch"):  # no annotations, as users write them
+        super().__init__()
+        self.output_dir, self.write_interval = output_dir, write_interval
+
+
+class LightningUntypedCallback(_Untyped, LightningCallback):
+    pass
+
+
+class TrainmeshUntypedCallback(_Untyped, TrainmeshCallback):
+    pass
+
+
+def test_a_callback_with_an_untyped_parameter_is_built_from_its_class_path_as_lightning_builds_it(tmp_path):
+    # Academich/translation-transformer's config: `callbacks: - class_path: callbacks.PredictionWriter`
+    # whose `__init__(self, output_dir, ...)` has no annotation. trainmesh refused it ("With
+    # fail_untyped=True, all mandatory parameters must have a supported type"); Lightning builds it.
+    built = []
+    for framework, cli_class, callback in (
+        ("lightning", lcli.LightningCLI, LightningUntypedCallback),
+        ("trainmesh", tcli.LightningCLI, TrainmeshUntypedCallback),
+    ):
+        config = {"class_path": f"{__name__}.{callback.__name__}", "init_args": {"output_dir": "out/p.csv"}}
+        args = [*QUIET, f"--trainer.default_root_dir={tmp_path}", f"--trainer.callbacks={json.dumps([config])}"]
+        cli = cli_class(*CLASSES[framework], args=args, run=False)
+        mine = [c for c in cli.trainer.callbacks if isinstance(c, callback)]
+        built.append([(c.output_dir, c.write_interval) for c in mine])
+    assert built[0] == built[1] == [("out/p.csv", "batch")]

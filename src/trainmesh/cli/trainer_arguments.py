@@ -113,7 +113,11 @@ def add_trainer_arguments(parser: LightningArgumentParser, trainer_class: Any) -
     )
     group = (parser.groups or {})["trainer"]
     for name, (annotation, default) in retyped.items():
-        group.add_argument(f"--trainer.{name}", type=annotation, default=default, sub_configs=True)
+        action = group.add_argument(f"--trainer.{name}", type=annotation, default=default, sub_configs=True)
+        # what jsonargparse gives an argument of Lightning's `add_class_arguments(Trainer, fail_untyped=False,
+        # instantiate=True, sub_configs=True)`: a callback/logger class chosen by class_path may then take an
+        # untyped parameter (`def __init__(self, output_dir)`), as under Lightning
+        action.sub_add_kwargs = {"fail_untyped": False, "sub_configs": True, "instantiate": True}
     shown = {f"trainer.{name}" for name in (*LIGHTNING_ORDER, *TRAINMESH_OWN)}
     for action in parser._actions:  # argparse keeps no public list of its actions
         if action.dest.startswith("trainer.") and action.dest not in shown:

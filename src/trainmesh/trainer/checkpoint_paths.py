@@ -9,6 +9,7 @@ from typing import Any
 
 from trainmesh.checkpoint import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
 from trainmesh.trainer.best_checkpoint import check_best_known
+from trainmesh.trainer.last_checkpoint import evaluation_last_checkpoint
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -53,6 +54,8 @@ def evaluation_ckpt_path(trainer: TrainerView, stage: str, model: Any, ckpt_path
     """The checkpoint validate/test/predict load, as Lightning chooses it: called without a model once one
     is connected (after a fit), "best" with Lightning's warning; else ``ckpt_path`` as given (None: the
     model's own weights)."""
+    if str(ckpt_path) == "last":
+        return evaluation_last_checkpoint(trainer, stage)
     if ckpt_path is not None or model is not None or trainer.lightning_module is None:
         return ckpt_path
     rank_zero_warn(

@@ -94,14 +94,8 @@ def build_checkpoint(
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
         **precision_entries(runtime.precision.state_dict()),
     }
-    datamodule = state.datamodule
-    if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
-        # Lightning's key, the class's name, so checkpoints load both ways; an empty state is not saved
-        checkpoint[type(datamodule).__qualname__] = held
     checkpoint.update(hyperparameter_entries(module))
-    if getattr(datamodule, "hparams", None):
-        checkpoint.update(hyperparameter_names(datamodule))
-        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    checkpoint.update(_datamodule_entries(state.datamodule))
     checkpoint |= {
         "trainmesh_version": __version__,
         "format": CHECKPOINT_FORMAT,
@@ -138,6 +132,19 @@ def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any
                 warn_returned_callback_state(callback)
 
 
+def _datamodule_entries(datamodule: Any) -> dict[str, Any]:
+    """The data module's hyperparameters (Lightning's ``datamodule_hparams_name`` and
+    ``datamodule_hyper_parameters``) and its ``state_dict`` under its class's name (Lightning's key, so
+    checkpoints load both ways; an empty state is not saved)."""
+    entries: dict[str, Any] = {}
+    if getattr(datamodule, "hparams", None):
+        entries.update(hyperparameter_names(datamodule))
+        entries["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
+        entries[type(datamodule).__qualname__] = held
+    return entries
+
+
 def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -> dict[str, Any]:
     """The weights and what loading them needs (hyperparameters), as ModelCheckpoint(save_weights_only=True)
     writes: no optimizer, scheduler, callback or trainmesh loop state (Lightning's ``loops`` counters, as Lightning
@@ -159,6 +166,9 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         ),
         "optimizer_states": [],
         **hyperparameter_entries(module),
+        # Lightning dumps the data module's hyperparameters and state in a weights-only checkpoint too, so
+        # that LightningDataModule.load_from_checkpoint reads it
+        **_datamodule_entries(state.datamodule),
         "trainmesh_version": version,
         "format": CHECKPOINT_FORMAT,
         "weights_only": True,

@@ -314,8 +314,14 @@ def default_bar_and_summary(given: list[Any], *, progress_bar: bool, summary: bo
     if progress_bar and not bars:
         added.append(RichProgressBar() if rich else TQDMProgressBar())
     summaries = ("ModelSummary", "RichModelSummary")  # Lightning's own classes given count too
-    if summary and not any(klass.__name__ in summaries for cb in given for klass in type(cb).__mro__):
+    given_summaries = [type(cb) for cb in given if any(klass.__name__ in summaries for klass in type(cb).__mro__)]
+    if summary and not given_summaries:
         added.append(RichModelSummary() if rich else ModelSummary())
+    elif summary:  # Lightning's line (its _CallbackConnector._configure_model_summary_callback)
+        rank_zero_info(
+            f"Trainer already configured with model summary callbacks: {given_summaries}."
+            " Skipping setting a default `ModelSummary` callback."
+        )
     return added
 
 

@@ -1,0 +1,63 @@
+"""``test(ckpt_path="last")`` after a fit whose ``ModelCheckpoint`` has no ``save_last``: Lightning 2.6 looks
+for a file named ``last`` only, finds none, warns and tests the fit's final weights; trainmesh loaded the
+newest top-k file (here the first epoch's, the best by ``mode="max"``) and reported another loss."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainmesh as tm
+from helpers.models import quiet_trainer
+
+L = pytest.importorskip("lightning.pytorch")
+
+
+def _module(framework):
+    class Regression(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(4, 1)
+
+        def _loss(self, batch):
+            return ((self.layer(batch[0]) - batch[1]) ** 2).mean()
+
+        def training_step(self, batch, batch_idx):
+            return self._loss(batch)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", self._loss(batch))
+
+        def test_step(self, batch, batch_idx):
+            self.log("test_loss", self._loss(batch))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    return Regression
+
+
+@pytest.mark.parametrize("save_last", [None, True])
+def test_last_names_a_last_file_as_lightning_s_and_none_means_the_model_s_weights(save_last, tmp_path):
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(2))
+    data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    results = []
+    for framework in (L, tm):
+        torch.manual_seed(0)
+        model = _module(framework)()
+        checkpoint = framework.callbacks.ModelCheckpoint(
+            dirpath=tmp_path / framework.__name__, monitor="val_loss", mode="max", save_last=save_last
+        )
+        trainer = quiet_trainer(framework=framework, max_epochs=3, callbacks=[checkpoint], enable_checkpointing=True)
+        trainer.fit(model, data, data)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tested = trainer.test(model, data, ckpt_path="last", verbose=False)
+        said = [str(w.message) for w in caught if "no last checkpoint available" in str(w.message)]
+        results.append((tested, said, trainer.ckpt_path and trainer.ckpt_path.rsplit("/", 1)[-1]))
+    assert results[1] == results[0]
+    assert bool(results[0][1]) is (save_last is None)  # Lightning's warning when there is no last file
