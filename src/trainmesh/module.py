@@ -17,7 +17,12 @@ from torch import nn
 
 from trainmesh import hyperparameters, manual_calls
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
+from trainmesh.hyperparameters import (
+    PAST_HPARAMS_KEYS,
+    HyperparametersMixin,
+    constructor_arguments,
+    read_saved_checkpoint,
+)
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
@@ -429,7 +434,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         checkpoint = read_saved_checkpoint(
             checkpoint_path, map_location, hparams_file, weights_only, hparams_key=cls.CHECKPOINT_HYPER_PARAMS_KEY
         )
-        module = cls(**constructor_arguments(cls, checkpoint, overrides))
+        module = cls(**constructor_arguments(cls, checkpoint, overrides, past_keys=PAST_HPARAMS_KEYS))
         call_configure_model(module, None)
         hyperparameters.load_saved_weights(module, checkpoint, strict=strict, checkpoint_path=checkpoint_path)
         return module

@@ -21,7 +21,7 @@ from trainmesh.checkpoint.lightning_keys import (
     version_entry,
     written_by_lightning,
 )
-from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
+from trainmesh.hyperparameters import datamodule_state, saved_hyperparameters
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
@@ -98,10 +98,8 @@ def build_checkpoint(
     if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
         # Lightning's key, the class's name, so checkpoints load both ways; an empty state is not saved
         checkpoint[type(datamodule).__qualname__] = held
-    checkpoint.update(hyperparameter_entries(module))
-    if getattr(datamodule, "hparams", None):
-        checkpoint.update(hyperparameter_names(datamodule))
-        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    checkpoint.update(saved_hyperparameters(module))
+    checkpoint.update(saved_hyperparameters(datamodule))
     checkpoint |= {
         "trainmesh_version": __version__,
         "format": CHECKPOINT_FORMAT,
@@ -118,13 +116,6 @@ def build_checkpoint(
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     return checkpoint
-
-
-def hyperparameter_entries(module: Any) -> dict[str, Any]:
-    """``hyper_parameters`` (and ``hparams_name``) where the module saved some: Lightning writes
-    neither key for a module without hyperparameters."""
-    hparams = getattr(module, "hparams", None)
-    return {**hyperparameter_names(module), "hyper_parameters": dict(hparams)} if hparams else {}
 
 
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
@@ -158,7 +149,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
             automatic=getattr(module, "automatic_optimization", True),
         ),
         "optimizer_states": [],
-        **hyperparameter_entries(module),
+        **saved_hyperparameters(module),
         "trainmesh_version": version,
         "format": CHECKPOINT_FORMAT,
         "weights_only": True,
