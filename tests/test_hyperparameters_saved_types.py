@@ -76,3 +76,35 @@ def test_saved_hyperparameters_come_back_as_lightning_gives_them(tmp_path):
     assert theirs["override"][1]["ref"] == 0.25
     assert theirs["past"] == ("AttributeDict", {"hparams": None, "lr": -17})
     assert ours == theirs
+
+
+def unpicklable_program(L, root):
+    class Model(L.pl.LightningModule):
+        def __init__(self, foo="bar", pickle_me=(lambda x: x + 1)):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    model = Model()
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_steps=1, logger=False, enable_checkpointing=False))
+    with pytest.warns(UserWarning) as caught:
+        trainer.fit(model, DataLoader(TensorDataset(torch.ones(4, 4))))
+    return [str(w.message) for w in caught if "pickle" in str(w.message)], dict(model.hparams)
+
+
+def test_an_unpicklable_hyperparameter_is_dropped_at_fit_as_lightning_drops_it(tmp_path):
+    found = run_both(unpicklable_program, tmp_path)
+    assert found["lightning"] == (
+        [
+            "Attribute 'pickle_me' removed from hparams because it cannot be pickled. You can suppress this warning"
+            " by setting `self.save_hyperparameters(ignore=['pickle_me'])`."
+        ],
+        {"foo": "bar"},
+    )
+    assert found["trainmesh"] == found["lightning"]
