@@ -84,6 +84,7 @@ def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettin
         )
     if settings.clips:
         raise MisconfiguredValue(
+            "Automatic gradient clipping is not supported for manual optimization (Lightning's words): "
             f"Trainer(gradient_clip_val={settings.gradient_clip_val}) with {name}.automatic_optimization = False: "
             "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "
             "and call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm='norm') in "

@@ -63,7 +63,8 @@ def refuse_missing_steps(model: Any, stage: str) -> None:
             needs = " and ".join(f"{method}()" for method, _ in _REQUIRED[stage])
             raise MisconfigurationException(
                 f"{type(model).__name__} defines no {name}(), so trainer.{stage}() cannot run ({purpose}); "
-                f"{stage} needs {needs} on the module"
+                f"{stage} needs {needs} on the module (Lightning's words: No `{name}()` method defined to run "
+                f"`Trainer.{stage}`)"
             )
 
 
