@@ -108,3 +108,24 @@ def test_an_unpicklable_hyperparameter_is_dropped_at_fit_as_lightning_drops_it(t
         {"foo": "bar"},
     )
     assert found["trainmesh"] == found["lightning"]
+
+
+@pytest.mark.parametrize("given", [(42,), (3.14, "abc"), ([1, 2],)])
+def test_a_lone_config_that_is_no_mapping_is_refused_in_lightnings_words(given):
+    import lightning.pytorch as lightning
+
+    import trainmesh
+
+    def attempt(pl):
+        class Model(pl.LightningModule):
+            def __init__(self, arg1, arg2=None):
+                super().__init__()
+                self.save_hyperparameters(*given)
+
+        with pytest.raises(ValueError) as caught:
+            Model(given[0])
+        return str(caught.value)
+
+    theirs, ours = attempt(lightning), attempt(trainmesh)
+    assert theirs.startswith(("Primitives (<class 'bool'>", "Unsupported config type of <class 'list'>"))
+    assert ours.startswith(theirs)

@@ -143,8 +143,14 @@ class HyperparametersMixin:
             args.update(local)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
+            # Lightning's words first where it has some: it takes a lone non-str argument as the config
+            words = ""
+            if len(bad) == 1 and isinstance(bad[0], (bool, int, float)):
+                words = f"Primitives {(bool, int, float, str)} are not allowed. "
+            elif len(bad) == 1:
+                words = f"Unsupported config type of {type(bad[0])}. "
             raise ValueError(  # Lightning's type for what it cannot take as hyperparameters
-                f"save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
+                f"{words}save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
                 f"{[type(b).__name__ for b in bad]}; pass e.g. save_hyperparameters('lr') or save_hyperparameters(vars(args))"
             )
         missing = [n for n in names if n not in args]
