@@ -1,7 +1,7 @@
 """The configuration errors a program can catch carry Lightning 2.6's words beside trainmesh's (the
 regexes of Lightning's own tests/tests_pytorch/trainer/test_config_validator.py): a module without
-``training_step``/``configure_optimizers``/``validation_step``, and ``gradient_clip_val`` under manual
-optimization. Before: the same exception type with trainmesh's words only, so Lightning's
+``training_step``/``configure_optimizers``/``validation_step``, ``predict_step = None``, and
+``gradient_clip_val`` or ``accumulate_grad_batches`` under manual optimization. Before: the same exception type with trainmesh's words only, so Lightning's
 ``pytest.raises(..., match=...)`` (or a program's ``"No `training_step()`" in str(err)``) failed."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ CASES = {
     "configure_optimizers": ("fit", r"No `configure_optimizers\(\)` method defined."),
     "validation_step": ("validate", r"No `validation_step\(\)` method defined"),
     "clipping": ("fit", r"Automatic gradient clipping is not supported"),
+    "accumulating": ("fit", r"Automatic gradient accumulation is not supported"),
+    "predict_step": ("predict", r"`predict_step` cannot be None."),
 }
 
 
@@ -27,7 +29,9 @@ def _module(pl, left_out):
         def __init__(self):
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
-            self.automatic_optimization = left_out != "clipping"
+            self.automatic_optimization = left_out not in ("clipping", "accumulating")
+            if left_out == "predict_step":
+                self.predict_step = None
 
         def training_step(self, batch, batch_idx):
             return self.layer(batch[0]).sum()
@@ -48,7 +52,7 @@ def _module(pl, left_out):
 def test_configuration_errors_carry_lightnings_words(tmp_path, framework, case):
     L = port(framework)
     stage, words = CASES[case]
-    clip = {"gradient_clip_val": 1.0} if case == "clipping" else {}
+    clip = {"clipping": {"gradient_clip_val": 1.0}, "accumulating": {"accumulate_grad_batches": 2}}.get(case, {})
     trainer = L.pl.Trainer(**trainer_kwargs(tmp_path, max_steps=1, logger=False, **clip))
     loader = DataLoader(TensorDataset(torch.ones(4, 4)))
     with pytest.raises(L.pl.utilities.exceptions.MisconfigurationException, match=words):

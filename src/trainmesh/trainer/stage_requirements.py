@@ -100,7 +100,8 @@ def _refuse_unpredictable(model: Any) -> None:
     name = type(model).__name__
     if getattr(model, "predict_step", None) is None:
         raise MisconfigurationException(
-            f"{name}.predict_step is None, so trainer.predict() has no step to run; "
+            f"`predict_step` cannot be None to run `Trainer.predict` (Lightning's words): {name}.predict_step is "
+            "None, so trainer.predict() has no step to run; "
             "define predict_step(batch, batch_idx) or leave the base class's (it calls forward)"
         )
     if not is_overridden("predict_step", model, parent=Module) and not is_overridden("forward", model, parent=Module):
