@@ -1,6 +1,6 @@
 """The configuration errors a program can catch carry Lightning 2.6's words beside trainmesh's (the
 regexes of Lightning's own tests/tests_pytorch/trainer/test_config_validator.py): a module without
-``training_step``/``configure_optimizers``/``validation_step``, ``predict_step = None``, and
+``training_step``/``configure_optimizers``/``validation_step``, ``predict_step = None`` or neither it nor ``forward``, and
 ``gradient_clip_val`` or ``accumulate_grad_batches`` under manual optimization. Before: the same exception type with trainmesh's words only, so Lightning's
 ``pytest.raises(..., match=...)`` (or a program's ``"No `training_step()`" in str(err)``) failed."""
 
@@ -21,6 +21,7 @@ CASES = {
     "clipping": ("fit", r"Automatic gradient clipping is not supported"),
     "accumulating": ("fit", r"Automatic gradient accumulation is not supported"),
     "predict_step": ("predict", r"`predict_step` cannot be None."),
+    "forward": ("predict", r"requires `forward` method to run."),  # neither predict_step nor forward defined
 }
 
 

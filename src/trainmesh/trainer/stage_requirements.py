@@ -106,6 +106,7 @@ def _refuse_unpredictable(model: Any) -> None:
         )
     if not is_overridden("predict_step", model, parent=Module) and not is_overridden("forward", model, parent=Module):
         raise MisconfigurationException(
+            "`Trainer.predict` requires `forward` method to run (Lightning's words): "
             f"{name} defines neither predict_step(batch, batch_idx) nor forward(), so trainer.predict() has "
             "nothing to run; define one of them"
         )
