@@ -46,6 +46,7 @@ class DataModule(DataHooks, HyperparametersMixin):
     # A data module's hyperparameters live under their own key, beside the module's.
     CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     # Lightning 1.x's argparse face, which 2.0 removed (pytorch-lightning 1.9.5's, utilities/argparse.py):
     # ``MyData.add_argparse_args(parser)``, ``MyData.from_argparse_args(args, **overrides)``.

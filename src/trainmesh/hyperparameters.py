@@ -11,6 +11,7 @@ import argparse
 import copy
 import dataclasses
 import inspect
+import sys
 import types
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -142,8 +143,14 @@ class HyperparametersMixin:
             args.update(local)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
+            # Lightning's words first where it has some: it takes a lone non-str argument as the config
+            words = ""
+            if len(bad) == 1 and isinstance(bad[0], (bool, int, float)):
+                words = f"Primitives {(bool, int, float, str)} are not allowed. "
+            elif len(bad) == 1:
+                words = f"Unsupported config type of {type(bad[0])}. "
             raise ValueError(  # Lightning's type for what it cannot take as hyperparameters
-                f"save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
+                f"{words}save_hyperparameters takes argument names (str) or one dict/argparse.Namespace, got "
                 f"{[type(b).__name__ for b in bad]}; pass e.g. save_hyperparameters('lr') or save_hyperparameters(vars(args))"
             )
         missing = [n for n in names if n not in args]
@@ -191,6 +198,21 @@ def hyperparameter_names(owner: Any) -> dict[str, str | None]:
     if owner is None or not getattr(owner, "hparams", None) or "_hparams_name" not in owner.__dict__:
         return {}
     return {owner.CHECKPOINT_HYPER_PARAMS_NAME: owner.__dict__["_hparams_name"]}
+
+
+def saved_hyperparameters(owner: Any) -> dict[str, Any]:
+    """The checkpoint entries of a module's or data module's hyperparameters, as Lightning's
+    ``dump_checkpoint`` writes them: none where it saved none; its ``hparams_name``; an omegaconf
+    container kept as it is, with its type (``load_from_checkpoint`` gives the module that type back),
+    anything else as a dict."""
+    hparams = getattr(owner, "hparams", None)
+    if owner is None or not hparams:
+        return {}
+    entries: dict[str, Any] = {**hyperparameter_names(owner), owner.CHECKPOINT_HYPER_PARAMS_KEY: dict(hparams)}
+    omegaconf = sys.modules.get("omegaconf")  # a container's module is imported already: no import here
+    if omegaconf is not None and isinstance(hparams, omegaconf.Container):
+        entries |= {owner.CHECKPOINT_HYPER_PARAMS_KEY: hparams, owner.CHECKPOINT_HYPER_PARAMS_TYPE: type(hparams)}
+    return entries
 
 
 def hyperparameters_to_log(module: Any, datamodule: Any) -> dict[str, Any] | None:
@@ -268,15 +290,28 @@ def load_saved_weights(module: Any, checkpoint: dict[str, Any], *, strict: bool 
         rank_zero_warn(f"The state dict in {checkpoint_path!r} contains no parameters.")
 
 
-def constructor_arguments(cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+# Where checkpoints before pytorch-lightning 0.8 kept a module's hyperparameters (Lightning still reads them)
+PAST_HPARAMS_KEYS = ("hparams", "module_arguments")
+
+
+def constructor_arguments(
+    cls: type, checkpoint: Mapping[str, Any], overrides: Mapping[str, Any], *, past_keys: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The keyword arguments ``load_from_checkpoint`` builds ``cls`` with, by Lightning's rule
     (``_load_state``): the saved hyperparameters, given as the one ``__init__`` argument they were
     saved from when the checkpoint names it (``save_hyperparameters(config)`` -> ``config=``), with the
     ``overrides`` replacing saved values (in such a dict too) and passed as well; only ``__init__``'s own arguments unless it takes ``**kwargs``."""
     # the overrides replace saved values first (inside a saved config dict too), then are passed as well
-    saved = {**checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}), **overrides}  # type: ignore[attr-defined]
+    past = {k: v for key in past_keys for k, v in checkpoint.get(key, {}).items()}  # the newer key wins
+    # Lightning updates the saved object itself: an omegaconf container's interpolations then read the overrides
+    held = copy.copy(checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}))  # type: ignore[attr-defined]
+    held.update(overrides)
+    saved = {**past, **held}
     # LightningCLI's entries (the chosen class, Lightning's rebuilding function) are not arguments
     saved = {k: v for k, v in saved.items() if k not in ("_instantiator", "_class_path")}
+    # The type they were saved as (an omegaconf container; a past checkpoint's name of one: AttributeDict)
+    if saved_type := checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_TYPE):  # type: ignore[attr-defined]
+        saved = (AttributeDict if isinstance(saved_type, str) else saved_type)(saved)
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
     variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     names = {p.name for p in parameters if p.kind not in variadic}

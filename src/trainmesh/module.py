@@ -17,7 +17,12 @@ from torch import nn
 
 from trainmesh import hyperparameters, manual_calls
 from trainmesh.data_hooks import DataHooks
-from trainmesh.hyperparameters import HyperparametersMixin, constructor_arguments, read_saved_checkpoint
+from trainmesh.hyperparameters import (
+    PAST_HPARAMS_KEYS,
+    HyperparametersMixin,
+    constructor_arguments,
+    read_saved_checkpoint,
+)
 from trainmesh.model_configuration import call_configure_model
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
@@ -25,6 +30,7 @@ from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.utilities.model_helpers import _restricted_classmethod
+from trainmesh.utilities.parsing import clean_namespace
 
 
 class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
@@ -400,6 +406,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Lightning's LightningModule has no such public method: a program's own ``attach`` is its own."""
         self.trainer = trainer  # (the setter: submodules that are Lightning modules too, as Lightning's)
         object.__setattr__(self, "_log_collector", log_collector)
+        clean_namespace(self.hparams)  # Lightning's _run drops, with a warning, what no checkpoint could pickle
 
     def __getstate__(self) -> dict[str, Any]:
         # A module travels to spawned processes and into pickled checkpoints without its Trainer.
@@ -429,7 +436,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         checkpoint = read_saved_checkpoint(
             checkpoint_path, map_location, hparams_file, weights_only, hparams_key=cls.CHECKPOINT_HYPER_PARAMS_KEY
         )
-        module = cls(**constructor_arguments(cls, checkpoint, overrides))
+        module = cls(**constructor_arguments(cls, checkpoint, overrides, past_keys=PAST_HPARAMS_KEYS))
         call_configure_model(module, None)
         hyperparameters.load_saved_weights(module, checkpoint, strict=strict, checkpoint_path=checkpoint_path)
         return module

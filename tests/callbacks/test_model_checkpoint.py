@@ -87,10 +87,12 @@ def files_in(directory):
     return sorted(name for name in os.listdir(directory) if not name.startswith("."))
 
 
-def test_setup_puts_checkpoints_under_log_dir(tmp_path):
+def test_setup_puts_checkpoints_under_default_root_dir_without_a_logger(tmp_path):
+    # Lightning's __resolve_ckpt_dir: default_root_dir/checkpoints, or the first logger's
+    # save_dir/name/version/checkpoints (tests/callbacks/test_model_checkpoint_paths_lightning.py)
     trainer = make_trainer(tmp_path)
     checkpoint = attach(trainer, ModelCheckpoint())
-    assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
+    assert checkpoint.dirpath == str(tmp_path / "checkpoints")
     assert trainer.runtime.broadcasts == [checkpoint.dirpath]
 
 
@@ -377,7 +379,7 @@ def test_default_dirpath_stays_this_run_s_folder(tmp_path):
     checkpoint = attach(make_trainer(tmp_path), ModelCheckpoint(monitor="m"))
     with pytest.warns(UserWarning, match="dirpath has changed"):
         checkpoint.load_state_dict(state)
-    assert checkpoint.dirpath == str(tmp_path / "logs" / "checkpoints")
+    assert checkpoint.dirpath == str(tmp_path / "checkpoints")
 
 
 def test_changed_dirpath_restarts_the_ranking_a_changed_monitor_does_not(tmp_path):

@@ -1,6 +1,7 @@
 """ModelCheckpoint's paths under Lightning 2.6 and trainmesh, run from a working folder: a ``dirpath``
 given (relative, or through a link) is made absolute with its links resolved; the default callback's
 folder stays as ``default_root_dir`` or the logger's ``save_dir`` gives it, relative where they are
+(``save_dir/name/version/checkpoints``: a TensorBoardLogger's ``sub_dir`` left out, as Lightning's)
 (``best_model_path``, ``kth_best_model_path``, ``best_k_models``' keys and the callback's state in the
 checkpoint with it)."""
 
@@ -73,7 +74,9 @@ def _run(name, here):
             callback = L.callbacks.ModelCheckpoint(**kwargs)
             L.pl.Trainer(logger=False, callbacks=[callback], **quiet).fit(_model(L.pl), _loader())
             found[case] = _paths(callback, str(here))
-        for case, logger in {"default": False, "csv": L.loggers.CSVLogger("logs")}.items():
+        # a TensorBoardLogger's sub_dir is in its log_dir, not in the checkpoints' folder (Lightning's __resolve_ckpt_dir)
+        tensorboard = L.loggers.TensorBoardLogger("tb", sub_dir="sub")
+        for case, logger in {"default": False, "csv": L.loggers.CSVLogger("logs"), "sub_dir": tensorboard}.items():
             L.pl.seed_everything(0)
             trainer = L.pl.Trainer(logger=logger, default_root_dir="./root/", **quiet)
             trainer.fit(_model(L.pl), _loader())
@@ -89,4 +92,5 @@ def test_checkpoint_paths_are_lightnings(tmp_path, monkeypatch):
         monkeypatch.chdir(here)
         found[name] = _run(name, here)
     assert found["lightning"]["default"]["best"] == "root/checkpoints/epoch=1-step=4.ckpt"  # the reference
+    assert found["lightning"]["sub_dir"]["dirpath"] == "tb/lightning_logs/version_0/checkpoints"
     assert found["trainmesh"] == found["lightning"]

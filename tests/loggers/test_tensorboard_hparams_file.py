@@ -35,12 +35,17 @@ def two_loggers(L, root):
     texts = {}
     for save in (False, True):
         folder = root / f"save_{save}"
-        loggers = [L.loggers.TensorBoardLogger(folder, name="tb"), L.loggers.CSVLogger(folder, name="csv")]
+        # Lightning's TensorBoardLogger.NAME_HPARAMS_FILE names the file (a subclass renames it)
+        tensorboard = type("Renamed", (L.loggers.TensorBoardLogger,), {"NAME_HPARAMS_FILE": "params.yaml"})
+        loggers = [
+            (tensorboard if save else L.loggers.TensorBoardLogger)(folder, name="tb"),
+            L.loggers.CSVLogger(folder, name="csv"),
+        ]
         trainer = L.pl.Trainer(**trainer_kwargs(folder, max_epochs=1, logger=loggers, enable_checkpointing=False))
         data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
         model = Model(save=save)
         trainer.fit(model, data)
-        texts.update({str(p.relative_to(root)): p.read_text() for p in sorted(folder.rglob("hparams.yaml"))})
+        texts.update({str(p.relative_to(root)): p.read_text() for p in sorted(folder.rglob("*.yaml"))})
     failing = root / "failed"  # a callback's setup fails: the folder is made, and no hparams.yaml written
 
     class Failing(L.pl.Callback):
@@ -61,3 +66,4 @@ def test_hparams_file_is_written_as_lightnings(tmp_path):
     found = run_both(two_loggers, tmp_path)
     assert differences(found["lightning"], found["trainmesh"]) == []
     assert found["trainmesh"][1]["save_False/tb/version_0/hparams.yaml"] == "{}\n"
+    assert "save_True/tb/version_0/params.yaml" in found["lightning"][1]

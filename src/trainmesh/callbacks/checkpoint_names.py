@@ -64,6 +64,19 @@ def render_filename(
     return filename if prefix is None else f"{prefix}{join}{filename}"
 
 
+def default_checkpoint_dir(trainer: TrainerView) -> str:
+    """Where a ModelCheckpoint without ``dirpath`` saves, by Lightning's ``__resolve_ckpt_dir``: the
+    first logger's ``save_dir`` (``default_root_dir`` where None), name and version, then
+    ``checkpoints`` (not its ``log_dir``: a TensorBoardLogger's ``sub_dir`` is left out); with no
+    logger, ``default_root_dir/checkpoints``."""
+    if not trainer.loggers:
+        return os.path.join(trainer.default_root_dir, "checkpoints")
+    logger = trainer.loggers[0]
+    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return os.path.join(save_dir, str(logger.name), version, "checkpoints")
+
+
 def monitor_candidates(trainer: TrainerView) -> dict[str, Any]:
     """What ModelCheckpoint ranks and names by, as Lightning's ``_monitor_candidates``: a copy of
     ``callback_metrics`` with ``epoch`` and ``step`` (a logged one cast to int, else the Trainer's)."""

@@ -26,6 +26,7 @@ from trainmesh.callbacks.checkpoint_names import (
     absolute,
     as_score,
     check_arguments,
+    default_checkpoint_dir,
     inside,
     monitor_candidates,
     render_filename,
@@ -161,7 +162,7 @@ class ModelCheckpoint(Checkpoint):
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
-            self.dirpath = trainer.runtime.broadcast(os.path.join(trainer.log_dir, "checkpoints"), src=0)
+            self.dirpath = trainer.runtime.broadcast(default_checkpoint_dir(trainer), src=0)
         if trainer.is_global_zero and stage == "fit":
             warn_if_dir_not_empty(self.dirpath, self.save_top_k)
 

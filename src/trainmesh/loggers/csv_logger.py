@@ -108,9 +108,9 @@ def hparams_to_dict(params: Mapping[str, Any] | argparse.Namespace) -> dict[str,
     return dict(params)
 
 
-def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any]) -> Path:
-    """Write ``hparams`` to ``log_dir/hparams.yaml``, creating ``log_dir``; return the path."""
-    path = Path(log_dir) / HPARAMS_FILE
+def save_hparams_yaml(log_dir: str | os.PathLike, hparams: Mapping[str, Any], *, file_name: str = HPARAMS_FILE) -> Path:
+    """Write ``hparams`` to ``log_dir/hparams.yaml`` (or ``file_name``), creating ``log_dir``; return the path."""
+    path = Path(log_dir) / file_name
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(path, hparams_yaml_text(hparams))
     return path

@@ -105,6 +105,8 @@ class TensorBoardLogger(Logger):
         >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
     """
 
+    NAME_HPARAMS_FILE = HPARAMS_FILE  # Lightning's: the hyperparameters' file in log_dir (a subclass may rename it)
+
     def __init__(
         self,
         save_dir: str | os.PathLike,
@@ -192,7 +194,7 @@ class TensorBoardLogger(Logger):
             return
         params = hparams_to_dict(params)
         self._hparams.update(params)
-        save_hparams_yaml(self.log_dir, self._hparams)
+        save_hparams_yaml(self.log_dir, self._hparams, file_name=self.NAME_HPARAMS_FILE)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else None
         elif not isinstance(metrics, Mapping):
@@ -243,8 +245,8 @@ class TensorBoardLogger(Logger):
         self._save_hparams_file()
 
     def _save_hparams_file(self) -> None:
-        if os.path.isdir(self.log_dir) and not os.path.isfile(os.path.join(self.log_dir, HPARAMS_FILE)):
-            save_hparams_yaml(self.log_dir, self._hparams)
+        if os.path.isdir(self.log_dir) and not os.path.isfile(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE)):
+            save_hparams_yaml(self.log_dir, self._hparams, file_name=self.NAME_HPARAMS_FILE)
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:

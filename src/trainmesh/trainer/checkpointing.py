@@ -21,7 +21,7 @@ from trainmesh.checkpoint.lightning_keys import (
     version_entry,
     written_by_lightning,
 )
-from trainmesh.hyperparameters import datamodule_state, hyperparameter_names
+from trainmesh.hyperparameters import datamodule_state, saved_hyperparameters
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
@@ -94,7 +94,7 @@ def build_checkpoint(
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
         **precision_entries(runtime.precision.state_dict()),
     }
-    checkpoint.update(hyperparameter_entries(module))
+    checkpoint.update(saved_hyperparameters(module))
     checkpoint.update(_datamodule_entries(state.datamodule))
     checkpoint |= {
         "trainmesh_version": __version__,
@@ -114,13 +114,6 @@ def build_checkpoint(
     return checkpoint
 
 
-def hyperparameter_entries(module: Any) -> dict[str, Any]:
-    """``hyper_parameters`` (and ``hparams_name``) where the module saved some: Lightning writes
-    neither key for a module without hyperparameters."""
-    hparams = getattr(module, "hparams", None)
-    return {**hyperparameter_names(module), "hyper_parameters": dict(hparams)} if hparams else {}
-
-
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """The callbacks' on_save_checkpoint, as Lightning 2.x calls it: a returned value is not stored (Lightning
     1.x until 1.6 stored it as the callback's state; pytorch-lightning 1.8 and 1.9 refuse it, 2.x ignores it),
@@ -136,10 +129,7 @@ def _datamodule_entries(datamodule: Any) -> dict[str, Any]:
     """The data module's hyperparameters (Lightning's ``datamodule_hparams_name`` and
     ``datamodule_hyper_parameters``) and its ``state_dict`` under its class's name (Lightning's key, so
     checkpoints load both ways; an empty state is not saved)."""
-    entries: dict[str, Any] = {}
-    if getattr(datamodule, "hparams", None):
-        entries.update(hyperparameter_names(datamodule))
-        entries["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    entries: dict[str, Any] = saved_hyperparameters(datamodule)
     if datamodule is not None and hasattr(datamodule, "state_dict") and (held := datamodule.state_dict()):
         entries[type(datamodule).__qualname__] = held
     return entries
@@ -165,7 +155,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
             automatic=getattr(module, "automatic_optimization", True),
         ),
         "optimizer_states": [],
-        **hyperparameter_entries(module),
+        **saved_hyperparameters(module),
         # Lightning dumps the data module's hyperparameters and state in a weights-only checkpoint too, so
         # that LightningDataModule.load_from_checkpoint reads it
         **_datamodule_entries(state.datamodule),

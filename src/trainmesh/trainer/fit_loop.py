@@ -18,7 +18,6 @@ import torch
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.epoch_end import (
-    end_epoch_at_batch_start,
     run_epoch_end_hooks,
     step_due_plateau_schedulers,
     step_epoch_schedulers,
@@ -39,6 +38,7 @@ from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, fit_done, fit_limits
+from trainmesh.trainer.train_batch_start import END_OF_EPOCH, BatchStart
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -210,23 +210,22 @@ def _train_batches(
     log_every = settings.log_every_n_steps
     shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
-    at_batch_start, at_batch_end = batch_hooks.at_start, batch_hooks.end_calls  # read once: the step's fast path
+    at_batch_end = batch_hooks.end_calls  # read once: the step's fast path
     start = loop.batches_done
     pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = runners.choose_runner(ctx, accumulate)
     run_batch = profiled_call(batches.run, ctx.profiler, "run_training_batch")
+    start_batch = BatchStart(state, batch_hooks, batches, run_batch)  # None batches, on_train_batch_start, run_batch
     manual = batches.manual  # the module steps its optimizers itself
     keep_outputs = hooks.module_overrides("training_epoch_end")
     cut_short = False
     next_batch = profiled_call(functools.partial(next, fetcher, _EXHAUSTED), ctx.profiler, FETCH_ACTION["fit"])
     progress = state.progress.train_batches  # trainer.fit_loop.epoch_loop.batch_progress, advanced as Lightning's
     for batch_idx, batch, is_last in _timed_fetches(fetcher, next_batch, transfer, start, state):
-        if at_batch_start and _ends_epoch(state, batch_hooks, batch, batch_idx):
-            break  # the module asked to end the epoch here
-        progress.started()
         steps_now = (batch_idx + 1) % accumulate == 0 or is_last
-        output = run_batch(batch, batch_idx, steps_now=steps_now).output
+        if (output := start_batch(batch, batch_idx, steps_now=steps_now)) is END_OF_EPOCH:
+            break  # the module asked to end the epoch here
         progress.processed()
         if shares_metrics:  # where only some ranks computed the loss (pipeline), every rank now has their values
             log_collector.end_step()
@@ -239,7 +238,7 @@ def _train_batches(
         if is_last:  # Lightning's order: the epoch's schedulers step at its last batch, before its hooks and validation
             step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
         if at_batch_end:  # on_train_batch_end's (Lightning's outputs: closure.py), then on_batch_end's
-            outputs = batch_end_outputs(output, manual=manual, accumulate=accumulate)
+            outputs = None if batch is None else batch_end_outputs(output, manual=manual, accumulate=accumulate)
             _batch_end(log_collector, at_batch_end, outputs, batch, batch_idx)
         progress.completed()
         # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
@@ -265,14 +264,6 @@ def _batch_end(log_collector: LogCollector, calls: Any, outputs: Any, batch: Any
     log_collector.fx = "on_train_batch_end"
     for call in calls:
         call(outputs, batch, batch_idx)
-
-
-def _ends_epoch(state: LoopState, batch_hooks: TrainBatchHooks, batch: Any, batch_idx: int) -> bool:
-    """Call on_train_batch_start; True where it returned -1, the epoch then ended at this batch."""
-    if batch_hooks.start(batch, batch_idx) != -1:
-        return False
-    end_epoch_at_batch_start(state, batch_hooks.hooks, batch_idx)
-    return True
 
 
 def _log_and_validate(

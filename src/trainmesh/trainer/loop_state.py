@@ -164,6 +164,7 @@ class LoopState:
     stage_loaders: dict[str, list[Any]] = field(default_factory=dict)
     stage_shapes: dict[str, Any] = field(default_factory=dict)  # each kind's loaders as the program gave them
     is_last_batch: bool = False  # the training batch in hand is its epoch's last (trainer.is_last_batch)
+    none_batch_told: bool = False  # Lightning warns once per Trainer of a None batch (train_batch_start.py)
     fit_data: Any = None  # the fit's loaders (fit_data.FitData, which imports this module), set when a fit is prepared
 
     @property

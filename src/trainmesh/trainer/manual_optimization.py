@@ -77,6 +77,7 @@ def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettin
         raise ValueError(f"strategy {strategy!r} with {name}.automatic_optimization = False: {why}")
     if settings.accumulate_grad_batches != 1:  # (Lightning's class for both: MisconfigurationException)
         raise MisconfiguredValue(
+            "Automatic gradient accumulation is not supported for manual optimization (Lightning's words): "
             f"Trainer(accumulate_grad_batches={settings.accumulate_grad_batches}) with {name}.automatic_optimization "
             "= False: the loop makes no optimizer step in manual optimization, so it cannot accumulate. Drop the "
             "argument and accumulate in training_step: call opt.step() and opt.zero_grad() every N batches "
@@ -84,6 +85,7 @@ def check_manual_settings(strategy: str, capabilities: Any, settings: LoopSettin
         )
     if settings.clips:
         raise MisconfiguredValue(
+            "Automatic gradient clipping is not supported for manual optimization (Lightning's words): "
             f"Trainer(gradient_clip_val={settings.gradient_clip_val}) with {name}.automatic_optimization = False: "
             "the loop makes no optimizer step in manual optimization, so it has nowhere to clip. Drop the argument "
             "and call self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm='norm') in "

@@ -63,7 +63,8 @@ def refuse_missing_steps(model: Any, stage: str) -> None:
             needs = " and ".join(f"{method}()" for method, _ in _REQUIRED[stage])
             raise MisconfigurationException(
                 f"{type(model).__name__} defines no {name}(), so trainer.{stage}() cannot run ({purpose}); "
-                f"{stage} needs {needs} on the module"
+                f"{stage} needs {needs} on the module (Lightning's words: No `{name}()` method defined to run "
+                f"`Trainer.{stage}`)"
             )
 
 
@@ -99,11 +100,13 @@ def _refuse_unpredictable(model: Any) -> None:
     name = type(model).__name__
     if getattr(model, "predict_step", None) is None:
         raise MisconfigurationException(
-            f"{name}.predict_step is None, so trainer.predict() has no step to run; "
+            f"`predict_step` cannot be None to run `Trainer.predict` (Lightning's words): {name}.predict_step is "
+            "None, so trainer.predict() has no step to run; "
             "define predict_step(batch, batch_idx) or leave the base class's (it calls forward)"
         )
     if not is_overridden("predict_step", model, parent=Module) and not is_overridden("forward", model, parent=Module):
         raise MisconfigurationException(
+            "`Trainer.predict` requires `forward` method to run (Lightning's words): "
             f"{name} defines neither predict_step(batch, batch_idx) nor forward(), so trainer.predict() has "
             "nothing to run; define one of them"
         )

@@ -51,8 +51,8 @@ def clean_namespace(hparams: MutableMapping[str, Any]) -> None:
     """Drop (with a warning naming each) the hyperparameters that cannot be pickled."""
     for key in [k for k, v in hparams.items() if not is_picklable(v)]:
         rank_zero_warn(
-            f"hyperparameter {key!r} removed: it cannot be pickled, so no checkpoint could hold it; "
-            f"leave it out with save_hyperparameters(ignore=[{key!r}])"
+            f"Attribute '{key}' removed from hparams because it cannot be pickled. You can suppress this warning by"
+            f" setting `self.save_hyperparameters(ignore=['{key}'])`.",
         )
         del hparams[key]
 
