@@ -30,7 +30,6 @@ from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.utilities.model_helpers import _restricted_classmethod
-from trainmesh.utilities.parsing import clean_namespace
 
 
 class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
@@ -406,7 +405,10 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Lightning's LightningModule has no such public method: a program's own ``attach`` is its own."""
         self.trainer = trainer  # (the setter: submodules that are Lightning modules too, as Lightning's)
         object.__setattr__(self, "_log_collector", log_collector)
-        clean_namespace(self.hparams)  # Lightning's _run drops, with a warning, what no checkpoint could pickle
+        if self.hparams:  # Lightning's _run drops, with a warning, what no checkpoint could pickle
+            from trainmesh.utilities.parsing import clean_namespace  # here: a plain fit does not import it
+
+            clean_namespace(self.hparams)
 
     def __getstate__(self) -> dict[str, Any]:
         # A module travels to spawned processes and into pickled checkpoints without its Trainer.

@@ -162,7 +162,16 @@ def fit_with_resume(folder: Path, fd: int, *, max_steps: int, background: bool =
 
 
 class Collectives:
-    """The two Runtime collectives ModelCheckpoint and the start-of-fit cleaning use."""
+    """The Runtime collectives ModelCheckpoint and the start-of-fit cleaning use."""
+
+    device = torch.device("cpu")
+
+    def all_reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        # ModelCheckpoint's top-k decision, taken by every rank together (min: all must agree)
+        ops = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
+        reduced = value.clone()
+        dist.all_reduce(reduced, op=ops[op])
+        return reduced
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         box = [obj]
