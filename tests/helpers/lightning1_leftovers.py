@@ -194,6 +194,25 @@ def seed_functions(root: str) -> dict:
     return found
 
 
+def removed_module_paths(root: str) -> dict:
+    """A 1.x program's ``from <root>.core.lightning import LightningModule`` (removed in 1.9): whether it
+    imports, and what constructing a subclass raises (type and message)."""
+    try:
+        base = importlib.import_module(f"{root}.core.lightning").LightningModule
+    except ImportError as exc:
+        return {"core.lightning": ["import", type(exc).__name__]}
+
+    class Subclass(base):
+        def __init__(self):
+            super().__init__()
+
+    try:
+        Subclass()
+    except Exception as exc:  # noqa: BLE001 - the type and message are what is compared
+        return {"core.lightning": ["construct", type(exc).__name__, str(exc)]}
+    return {"core.lightning": ["construct", None]}
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -202,4 +221,5 @@ def measure(root: str) -> dict:
         "returned_callback_state": returned_callback_state(pl),
         "old_trainer_arguments": old_trainer_arguments(pl.Trainer),
         "seed_functions": seed_functions(root),
+        "removed_module_paths": removed_module_paths(root),
     }

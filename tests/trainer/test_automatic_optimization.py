@@ -344,3 +344,41 @@ def test_step_schedulers_follow_lightnings_frequency_rule(accumulate):
     data = DataLoader(TensorDataset(torch.ones(5, 2)), batch_size=1)
     quiet_trainer(max_epochs=2, accumulate_grad_batches=accumulate).fit(module, data)
     assert module.lrs == [1.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125, 0.125, 0.0625, 0.0625]
+
+
+def skipping_the_closure(L, root):
+    # Found by repalette's AdversarialSystem (l-progs6 p03): a 1.x optimizer_step that steps one optimizer
+    # only every k batches, so the closure does not run; Lightning (1.9.5 and 2.6) stops the fit with
+    # MisconfigurationException, which a program catches by that name.
+    from helpers.programs import trainer_kwargs
+
+    class SkipsTheClosure(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+            if batch_idx % 2:
+                optimizer.step(closure=optimizer_closure)
+
+    exceptions = __import__(f"{L.pl.__name__}.utilities.exceptions", fromlist=["MisconfigurationException"])
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=1, logger=False, enable_checkpointing=False))
+    try:
+        trainer.fit(SkipsTheClosure(), DataLoader(TensorDataset(torch.ones(8, 4)), batch_size=4))
+    except exceptions.MisconfigurationException:
+        return {"caught by Lightning's name": True}
+    return {"caught by Lightning's name": False}
+
+
+def test_an_optimizer_step_that_skips_the_closure_raises_lightning_s_exception(tmp_path):
+    pytest.importorskip("lightning.pytorch")
+    from helpers.programs import differences, run_both
+
+    found = run_both(skipping_the_closure, tmp_path)
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -117,7 +117,7 @@ def test_on_cuda_a_training_step_with_self_log_never_waits_for_the_device():
     assert epoch_row["third_epoch"] == _lightning_third_mean()
 
 
-def _log_in_a_step(pl, value) -> object:
+def _log_in_a_step(pl, value, reraise: bool = False) -> object:
     """One step logging ``value`` under a framework (Lightning 2.6 or trainmesh): the callback metric, or
     the exception's type."""
     import numpy as np  # noqa: F401 - values below are NumPy's
@@ -139,6 +139,8 @@ def _log_in_a_step(pl, value) -> object:
     try:
         trainer.fit(Model(), loader)
     except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        if reraise:
+            raise
         return type(exc).__name__
     return float(trainer.callback_metrics["value"])
 
@@ -197,3 +199,13 @@ def test_reduce_fx_takes_lightning_s_spellings():
         ours = [_reduced(tm, fx) for fx in spellings]
     assert theirs == [1.5, 6.0, 3.0, 0.0, 6.0, 3.0]
     assert ours == theirs
+
+
+def test_a_dict_value_is_refused_as_lightning_2_refuses_it_saying_what_to_log_instead():
+    """Found by a 1.x UnetTrainer (l-progs6 p01): ``self.log('loss', {'train_loss': avg})``. pytorch-lightning
+    1.9.5 logged the dict as one nested metric (csv cell "{'train_loss': 0.57}"); Lightning 2.6 raises
+    ValueError "`dict` values cannot be logged", as trainmesh does, now with Lightning's words and the way out."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    assert _log_in_a_step(lightning, {"train_loss": 1.0}) == "ValueError"
+    with pytest.raises(ValueError, match=r"`dict` values cannot be logged.*self\.log_dict\(\{'value/<key>'"):
+        _log_in_a_step(tm, {"train_loss": 1.0}, reraise=True)

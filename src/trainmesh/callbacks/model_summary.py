@@ -16,6 +16,7 @@ from trainmesh.utilities.model_summary import (
     human_readable_count,
     summarize,
 )
+from trainmesh.utilities.model_summary.table import reread_size_columns
 from trainmesh.utilities.model_summary.table import summarize as summary_table
 
 __all__ = [
@@ -60,6 +61,7 @@ class ModelSummary(Callback):
             return
         # On every rank, as Lightning's: the example's forward moves each rank's generators alike.
         table = summary_table(pl_module, self.max_depth)
+        reread_size_columns(table, pl_module)
         if getattr(trainer, "is_global_zero", True):
             self._show(format_summary(table))
 

@@ -82,6 +82,12 @@ def as_scalar(name: str, value: Any) -> torch.Tensor | float:
     # Lightning's numbers.Number: a bool (logged as 1.0 / 0.0) and NumPy's scalars (np.float32) too
     if isinstance(value, numbers.Real):
         return float(value)
+    if isinstance(value, Mapping):
+        raise ValueError(  # Lightning 2.6's ValueError; 1.x's nested metric named with what to do instead
+            f"`self.log({name}, {value!r})` was called, but `dict` values cannot be logged (Lightning 2.x refuses "
+            "them too; pytorch-lightning 1.x logged the dict as one nested metric, which trainmesh does not). "
+            f"Log each value under its own name: self.log_dict({{'{name}/<key>': value, ...}})"
+        )
     raise ValueError(  # Lightning's type for it, which a program may catch
         f"self.log({name!r}, {value!r}): the value must be a number, a scalar tensor or a torchmetrics Metric"
     )

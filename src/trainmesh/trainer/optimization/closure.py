@@ -13,6 +13,7 @@ import torch
 from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.optimization_hooks import then_hooks, with_backward_hooks
 from trainmesh.utilities.collections import apply_to_tensors
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ class OptimizerClosure:
 
     def check_ran(self, owner: str) -> None:
         if not self.ran:
-            raise ValueError(
+            # Lightning (1.9.5 and 2.6) raises MisconfigurationException here; a ValueError before, so both names catch it
+            raise MisconfiguredValue(
                 f"{owner}.optimizer_step returned without running optimizer_closure, which runs training_step and "
                 "backward: pass it to the optimizer (optimizer.step(closure=optimizer_closure)), or call "
                 "optimizer_closure() yourself on a step you skip (as Lightning requires)"

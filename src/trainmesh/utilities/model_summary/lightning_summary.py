@@ -14,6 +14,7 @@ from trainmesh.utilities.model_summary.table import (
     _count_params,
     _Sizes,
     batch_shape,
+    reread_size_columns,
 )
 from trainmesh.utilities.model_summary.table import (
     summarize as summary_table,
@@ -172,6 +173,7 @@ class ModelSummary:
         return getattr(self._table, name)
 
     def __str__(self) -> str:
+        reread_size_columns(self._table, self._model)  # Lightning's __str__ reads the example again
         return str(self._table)
 
     def __repr__(self) -> str:

@@ -149,6 +149,15 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
     return table
 
 
+def reread_size_columns(table: SummaryTable, module: torch.nn.Module) -> None:
+    """Lightning's summary data (``_get_summary_data``, 1.9.5 and 2.6) reads ``example_input_array``
+    once more to choose the "In sizes"/"Out sizes" columns, on every rank. A property that draws
+    random numbers there (``next(iter(self.val_dataloader()))`` draws a DataLoader iterator's seed
+    from the global generator) moves the generator a third time, and the trained numbers follow it.
+    """
+    table.with_sizes = getattr(module, "example_input_array", None) is not None
+
+
 def _totals(module: torch.nn.Module) -> SummaryTable:
     table = SummaryTable()
     # parameters() yields a parameter shared by several layers once, so totals count it once.
