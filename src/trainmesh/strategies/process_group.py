@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from datetime import timedelta
 
@@ -12,6 +13,14 @@ import torch.distributed as dist
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together
 
+# Every process of a run forms its groups in the same order (each fit or launch joins once): the
+# count names the store keys of one group. Under an elastic agent (ours, torchrun's) the workers
+# share the agent's store, which outlives their groups, and torch writes a group's keys under the
+# same names each time ("default_pg/0/..."): a process whose peer had not yet re-joined read the
+# peer's address of the group before, already closed, and waited on it until the timeout
+# ("connectFullMesh ... Connection refused"), a fit after an earlier fit's failure in one script.
+_joins = itertools.count()
+
 
 def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
     """Initialise the default process group for ``process``; False when one already exists
@@ -19,9 +28,14 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     if dist.is_available() and dist.is_initialized():
         return False
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    # The store torch's tcp:// rendezvous makes (the agent's where there is one, else rank 0's),
+    # with this group's keys apart from those of every group before it in this process.
+    url = f"tcp://{process.master_addr}:{process.master_port}"
+    store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
+    store.set_timeout(timeout)
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{process.master_addr}:{process.master_port}",
+        store=dist.PrefixStore(f"trainmesh/group/{next(_joins)}/", store),
         rank=process.global_rank,
         world_size=process.world_size,
         timeout=timeout,
