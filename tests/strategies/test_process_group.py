@@ -10,7 +10,8 @@ after rank 0 arrived.
 
 The second program (RACE) goes on, after its clean leave, to join (strategies/process_group.py's
 join_process_group) twice more on a store that outlives the groups, as an elastic agent's does:
-a group that fails, then the next, which rank 0 joins late (a slower teardown).
+a group that rank 1 leaves as a rank that raised leaves it, while rank 0 waits in a collective,
+then the next, which rank 0 joins late.
 """
 
 import re
@@ -78,19 +79,26 @@ RACE = textwrap.dedent(f"""
             time.sleep(0.5)  # rank 1 is in its first sleep when rank 0 arrives
         missing = leave_process_group(failed=False, timeout={LATE})
         print(f"RANK {{rank}} missing={{missing}}", flush=True)
-        # Two more groups on the agent's store: the first left as after a failure, the next
-        # joined by rank 0 late. Rank 1 used to read rank 0's address of the group before, and
-        # wait on it until the timeout.
+        # Two more groups on the agent's store: the first left as after a failure (rank 1 raised
+        # before a collective that rank 0 waits in), the next joined by rank 0 late. Rank 1 used
+        # to read rank 0's address of the group before, and wait on it until the timeout.
         os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         process = ProcessInfo(global_rank=rank, world_size=2, master_port=agent_port)
-        for group in range(2):
-            if rank == 0 and group == 1:
-                time.sleep(1.0)
-            join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
-            total = torch.ones(1)
-            dist.all_reduce(total)
-            leave_process_group(failed=group == 0)
-            print(f"RANK {{rank}} GROUP {{group}} sum={{total.item():g}}", flush=True)
+        join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
+        departures.watch_departures(60.0)  # armed as the Runtime arms it
+        if rank == 0:  # waits in a collective that rank 1, which raised, never joins
+            try:
+                dist.all_reduce(torch.ones(1))
+            except RuntimeError as error:
+                print(f"RANK 0 GROUP 0 {{'closed by peer' if 'closed by peer' in str(error) else error}}", flush=True)
+        leave_process_group(failed=True)
+        if rank == 0:
+            time.sleep(1.0)
+        join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        leave_process_group(failed=False)
+        print(f"RANK {{rank}} GROUP 1 sum={{total.item():g}}", flush=True)
 
     if __name__ == "__main__":
         agent_port = find_free_port()
@@ -118,3 +126,9 @@ def test_a_group_after_a_failed_one_forms_on_a_store_that_outlives_both(race):
     assert race.returncode == 0, race.stderr[-3000:]
     for rank in (0, 1):
         assert f"RANK {rank} GROUP 1 sum=2" in race.stdout, race.stdout + race.stderr[-3000:]
+
+
+def test_a_rank_that_raised_closes_its_connections_so_a_peer_waiting_on_it_fails_at_once(race):
+    # Before: rank 1's departure watch held the failed group open, and rank 0 waited in its
+    # collective until the group's timeout (15 s here; 30 minutes by default).
+    assert "RANK 0 GROUP 0 closed by peer" in race.stdout, race.stdout + race.stderr[-3000:]

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together
+from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together, stop_watching
 
 # Every process of a run forms its groups in the same order (each fit or launch joins once): the
 # count names the store keys of one group. Under an elastic agent (ours, torchrun's) the workers
@@ -50,7 +50,9 @@ def leave_process_group(*, failed: bool, timeout: float = LEAVE_TIMEOUT) -> list
     if not dist.is_initialized():
         return []
     missing: list[int] = []
-    if not failed:
+    if failed:
+        stop_watching()  # it holds the group, whose connections must close now (departures.py)
+    else:
         # Leave together: a rank that tears its group down while a peer still talks to the
         # rendezvous store can abort in gloo's threads. Through the store, with a timeout that
         # holds on every rank (gloo's monitored_barrier enforces it on rank 0 only), and with a
