@@ -7,11 +7,17 @@ TIMEOUT s; rank 0 is busy (no collective) until rank 1 has left, or LATE s > TIM
 leaves too. An event that rank 1 sets once it left ends rank 0's wait, not a fixed sleep: the run
 takes TIMEOUT s, not LATE s, and a rank 1 that waits on past its timeout still shows, leaving
 after rank 0 arrived.
+
+The second program (RACE) goes on, after its clean leave, to join (strategies/process_group.py's
+join_process_group) twice more on a store that outlives the groups, as an elastic agent's does:
+a group that rank 1 leaves as a rank that raised leaves it, while rank 0 waits in a collective,
+then the next, which rank 0 joins late.
 """
 
 import re
 import textwrap
 
+import pytest
 from legs import run
 
 TIMEOUT, LATE = 2.0, 12.0
@@ -58,12 +64,13 @@ def test_the_leave_barrier_ends_within_its_timeout_on_every_rank_and_names_who_d
 # (made slow here), rank 0 arrives, sees everyone and used to leave at once: rank 1 then found the
 # store gone and waited out its whole timeout (60 s by default), saying ranks 0 and 1 never came.
 RACE = textwrap.dedent(f"""
-    import time, types, torch, torch.distributed as dist, torch.multiprocessing as mp
+    import datetime, os, time, types, torch, torch.distributed as dist, torch.multiprocessing as mp
+    from trainmesh.launchers.base import ProcessInfo
     from trainmesh.launchers.environments import find_free_port
-    from trainmesh.strategies.process_group import leave_process_group
+    from trainmesh.strategies.process_group import join_process_group, leave_process_group
     import trainmesh.supervision.departures as departures
 
-    def worker(rank, port):
+    def worker(rank, port, agent_port):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
         dist.all_reduce(torch.ones(1))
         if rank == 1:  # polls the count every 2 s instead of every 0.05 s
@@ -72,15 +79,56 @@ RACE = textwrap.dedent(f"""
             time.sleep(0.5)  # rank 1 is in its first sleep when rank 0 arrives
         missing = leave_process_group(failed=False, timeout={LATE})
         print(f"RANK {{rank}} missing={{missing}}", flush=True)
+        # Two more groups on the agent's store: the first left as after a failure (rank 1 raised
+        # before a collective that rank 0 waits in), the next joined by rank 0 late. Rank 1 used
+        # to read rank 0's address of the group before, and wait on it until the timeout.
+        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        process = ProcessInfo(global_rank=rank, world_size=2, master_port=agent_port)
+        join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
+        departures.watch_departures(60.0)  # armed as the Runtime arms it
+        if rank == 0:  # waits in a collective that rank 1, which raised, never joins
+            try:
+                dist.all_reduce(torch.ones(1))
+            except RuntimeError as error:
+                print(f"RANK 0 GROUP 0 {{'closed by peer' if 'closed by peer' in str(error) else error}}", flush=True)
+        leave_process_group(failed=True)
+        if rank == 0:
+            time.sleep(1.0)
+        join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        leave_process_group(failed=False)
+        print(f"RANK {{rank}} GROUP 1 sum={{total.item():g}}", flush=True)
 
     if __name__ == "__main__":
-        mp.start_processes(worker, args=(find_free_port(),), nprocs=2, start_method="fork")
+        agent_port = find_free_port()
+        agent_store = dist.TCPStore("127.0.0.1", agent_port, is_master=True, wait_for_workers=False)
+        mp.start_processes(worker, args=(find_free_port(), agent_port), nprocs=2, start_method="fork")
         print("ALL LEFT", flush=True)
 """)
 
 
-def test_rank_0_the_store_s_host_stays_until_every_rank_has_seen_that_all_arrived():
-    result = run("-c", RACE, timeout=90)
+@pytest.fixture(scope="module")
+def race():
+    return run("-c", RACE, timeout=120)
+
+
+def test_rank_0_the_store_s_host_stays_until_every_rank_has_seen_that_all_arrived(race):
+    result = race
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RANK 0 missing=[]" in result.stdout and "RANK 1 missing=[]" in result.stdout, result.stdout
     assert "leaves the process group without" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_group_after_a_failed_one_forms_on_a_store_that_outlives_both(race):
+    # Before: rank 1 waited on rank 0's closed address of the failed group, and the join ended in
+    # "Gloo connectFullMesh failed ... Connection refused" at the timeout (15 s here).
+    assert race.returncode == 0, race.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"RANK {rank} GROUP 1 sum=2" in race.stdout, race.stdout + race.stderr[-3000:]
+
+
+def test_a_rank_that_raised_closes_its_connections_so_a_peer_waiting_on_it_fails_at_once(race):
+    # Before: rank 1's departure watch held the failed group open, and rank 0 waited in its
+    # collective until the group's timeout (15 s here; 30 minutes by default).
+    assert "RANK 0 GROUP 0 closed by peer" in race.stdout, race.stdout + race.stderr[-3000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from datetime import timedelta
 
@@ -10,7 +11,15 @@ import torch
 import torch.distributed as dist
 
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together
+from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together, stop_watching
+
+# Every process of a run forms its groups in the same order (each fit or launch joins once): the
+# count names the store keys of one group. Under an elastic agent (ours, torchrun's) the workers
+# share the agent's store, which outlives their groups, and torch writes a group's keys under the
+# same names each time ("default_pg/0/..."): a process whose peer had not yet re-joined read the
+# peer's address of the group before, already closed, and waited on it until the timeout
+# ("connectFullMesh ... Connection refused"), a fit after an earlier fit's failure in one script.
+_joins = itertools.count()
 
 
 def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
@@ -19,9 +28,14 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     if dist.is_available() and dist.is_initialized():
         return False
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    # The store torch's tcp:// rendezvous makes (the agent's where there is one, else rank 0's),
+    # with this group's keys apart from those of every group before it in this process.
+    url = f"tcp://{process.master_addr}:{process.master_port}"
+    store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
+    store.set_timeout(timeout)
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{process.master_addr}:{process.master_port}",
+        store=dist.PrefixStore(f"trainmesh/group/{next(_joins)}/", store),
         rank=process.global_rank,
         world_size=process.world_size,
         timeout=timeout,
@@ -36,7 +50,9 @@ def leave_process_group(*, failed: bool, timeout: float = LEAVE_TIMEOUT) -> list
     if not dist.is_initialized():
         return []
     missing: list[int] = []
-    if not failed:
+    if failed:
+        stop_watching()  # it holds the group, whose connections must close now (departures.py)
+    else:
         # Leave together: a rank that tears its group down while a peer still talks to the
         # rendezvous store can abort in gloo's threads. Through the store, with a timeout that
         # holds on every rank (gloo's monitored_barrier enforces it on rank 0 only), and with a

@@ -169,6 +169,14 @@ def watch_departures(timeout: float | None) -> None:
             _watch = DepartureWatch(channel, group, timeout=timeout)
 
 
+def stop_watching() -> None:
+    """Disarm this process's departure watch: a rank that raised, as it leaves its group at once.
+    The watch holds the group, and while anything does, the group's connections stay open: a
+    peer blocked in a collective this rank will never join then waits out the group's timeout
+    (30 minutes) instead of failing at once with "Connection closed by peer"."""
+    _stop_watch()
+
+
 def _stop_watch() -> None:
     global _watch
     with _lock:
