@@ -4,7 +4,9 @@
 hooks not inside a trial, ``on_save_checkpoint`` / ``on_load_checkpoint`` around the search, the
 loaders asked for where Lightning asks (the first train loader after ``setup``, the validation
 loader once more as a batch size search ends); a ``setup`` that draws random numbers, and a fit after
-the search, train the same weights."""
+the search, train the same weights. The module's ``on_fit_start`` and ``on_train_start`` see the global
+generator as Lightning's do: a finder callback sets the fit's train data up as its search ends, its
+first iterator made there (under the learning-rate search's ``isolate_rng``), as Lightning's."""
 
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
     def record(owner: str, name: str):
         def hook(self, *args, **kwargs):
             calls.append(f"{owner}.{name}")
+            if owner == "M" and name in ("on_fit_start", "on_train_start"):
+                calls[-1] += f" rng={hash(torch.get_rng_state().numpy().tobytes())}"
             if owner == "M" and name == "setup":
                 torch.rand(1)  # a setup that draws
 
@@ -75,6 +79,8 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
     callbacks = [Callback()]
     if search == "BatchSizeFinder":
         callbacks.append(framework.callbacks.BatchSizeFinder(steps_per_trial=2, max_trials=3))
+    elif search == "LearningRateFinder":
+        callbacks.append(framework.callbacks.LearningRateFinder(num_training_steps=4))
     trainer = quiet_trainer(
         framework=framework, max_epochs=1, limit_val_batches=1, callbacks=callbacks, default_root_dir=tmp_path
     )
@@ -92,7 +98,7 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
 
 @pytest.mark.parametrize(
     ("search", "where"),
-    [("power", "module"), ("lr_find", "module"), ("BatchSizeFinder", "datamodule")],
+    [("power", "module"), ("lr_find", "module"), ("BatchSizeFinder", "datamodule"), ("LearningRateFinder", "module")],
 )
 def test_hooks_loaders_and_weights_are_lightning_s(tmp_path, monkeypatch, search, where) -> None:
     lightning = pytest.importorskip("lightning.pytorch")
