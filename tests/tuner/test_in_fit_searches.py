@@ -86,7 +86,9 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
     )
     torch.manual_seed(0)
     model = Module()
-    data = {"datamodule": Data()} if where == "datamodule" else {}
+    data: dict = {"datamodule": Data()} if where == "datamodule" else {}
+    if where == "given":  # loaders passed to fit
+        data = {"train_dataloaders": Loaders().train_dataloader(), "val_dataloaders": Loaders().val_dataloader()}
     if search == "power" or search == "binsearch":
         framework.tuner.Tuner(trainer).scale_batch_size(model, mode=search, steps_per_trial=2, max_trials=3, **data)
     elif search == "lr_find":
@@ -98,7 +100,13 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
 
 @pytest.mark.parametrize(
     ("search", "where"),
-    [("power", "module"), ("lr_find", "module"), ("BatchSizeFinder", "datamodule"), ("LearningRateFinder", "module")],
+    [
+        ("power", "module"),
+        ("lr_find", "module"),
+        ("BatchSizeFinder", "datamodule"),
+        ("LearningRateFinder", "module"),
+        ("LearningRateFinder", "given"),
+    ],
 )
 def test_hooks_loaders_and_weights_are_lightning_s(tmp_path, monkeypatch, search, where) -> None:
     lightning = pytest.importorskip("lightning.pytorch")
