@@ -125,3 +125,45 @@ def test_hooks_loaders_and_weights_are_lightning_s(tmp_path, monkeypatch, search
     assert got[0] == expected[0]
     torch.testing.assert_close(got[1], expected[1], rtol=0, atol=1e-6)
     assert torch.equal(got[2], expected[2])
+
+
+def _lr_find_then_fit(framework, tmp_path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)  # the loader shuffles with its own: isolate_rng leaves it
+
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.lr = torch.nn.Linear(3, 1), 0.1
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(TensorDataset(_X, _X[:, :1]), batch_size=2, shuffle=True, generator=generator)
+
+    torch.manual_seed(0)
+    model = Model()
+    trainer = quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path)
+    framework.tuner.Tuner(trainer).lr_find(model, num_training=4)
+    after_search = generator.get_state()
+    trainer.fit(model)
+    return after_search, generator.get_state(), flat_weights(model)
+
+
+def test_lr_find_makes_the_loader_s_iterator_as_it_ends(tmp_path) -> None:
+    """Lightning's lr_find ends making the train loader's iterator (its fit loop's setup_data), which the
+    Tuner's fit drops: a loader with a generator of its own has drawn its base seed from it, so the fit
+    after the search shuffles as Lightning's."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice on loader workers, its suggestion's few points
+        expected = _lr_find_then_fit(lightning, tmp_path / "lightning")
+        got = _lr_find_then_fit(trainmesh, tmp_path / "trainmesh")
+    assert torch.equal(got[0], expected[0])
+    assert torch.equal(got[1], expected[1])
+    torch.testing.assert_close(got[2], expected[2], rtol=0, atol=1e-6)

@@ -66,7 +66,7 @@ def scale_batch_size(
 def lr_find(
     trials: SearchTrials,
     *,
-    fit_follows: bool,
+    fit_follows: bool,  # a Tuner's fit ends after the search: the iterator is made all the same, as Lightning's
     min_lr: float,
     max_lr: float,
     num_training: int,
@@ -77,7 +77,8 @@ def lr_find(
     """The range test's results. Lightning's search ends setting the fit loop's data up again (the
     train loader asked for, its iterator made), inside the callback's ``isolate_rng``: with
     ``fit_follows`` the fit reads that iterator, so its shuffle is drawn from the generator as the
-    search began, not as the fit goes on."""
+    search began, not as the fit goes on; a Tuner's drops it, but a loader shuffling with its own
+    generator (which ``isolate_rng`` does not give back) has drawn from it."""
     ctx, state = trials.ctx, trials.ctx.state
     path = temporary_checkpoint.saved(ctx.view.default_root_dir, "lr_find")
     finder = _LRFinder(mode, min_lr, max_lr, num_training)
@@ -97,7 +98,6 @@ def lr_find(
         loader = source.given["train"]
     else:  # Lightning's fit loop asks for its loader again
         loader = (source.datamodule if source.datamodule is not None else state.module).train_dataloader()
-    if fit_follows:
-        trials.fit_data.use_train_loader(loader)
-        trials.fit_data.start_first_epoch()
+    trials.fit_data.use_train_loader(loader)
+    trials.fit_data.start_first_epoch()
     return finder
