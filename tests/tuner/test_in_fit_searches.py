@@ -4,7 +4,9 @@
 hooks not inside a trial, ``on_save_checkpoint`` / ``on_load_checkpoint`` around the search, the
 loaders asked for where Lightning asks (the first train loader after ``setup``, the validation
 loader once more as a batch size search ends); a ``setup`` that draws random numbers, and a fit after
-the search, train the same weights."""
+the search, train the same weights. The module's ``on_fit_start`` and ``on_train_start`` see the global
+generator as Lightning's do: a finder callback sets the fit's train data up as its search ends, its
+first iterator made there (under the learning-rate search's ``isolate_rng``), as Lightning's."""
 
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
     def record(owner: str, name: str):
         def hook(self, *args, **kwargs):
             calls.append(f"{owner}.{name}")
+            if owner == "M" and name in ("on_fit_start", "on_train_start"):
+                calls[-1] += f" rng={hash(torch.get_rng_state().numpy().tobytes())}"
             if owner == "M" and name == "setup":
                 torch.rand(1)  # a setup that draws
 
@@ -75,12 +79,16 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
     callbacks = [Callback()]
     if search == "BatchSizeFinder":
         callbacks.append(framework.callbacks.BatchSizeFinder(steps_per_trial=2, max_trials=3))
+    elif search == "LearningRateFinder":
+        callbacks.append(framework.callbacks.LearningRateFinder(num_training_steps=4))
     trainer = quiet_trainer(
         framework=framework, max_epochs=1, limit_val_batches=1, callbacks=callbacks, default_root_dir=tmp_path
     )
     torch.manual_seed(0)
     model = Module()
-    data = {"datamodule": Data()} if where == "datamodule" else {}
+    data: dict = {"datamodule": Data()} if where == "datamodule" else {}
+    if where == "given":  # loaders passed to fit
+        data = {"train_dataloaders": Loaders().train_dataloader(), "val_dataloaders": Loaders().val_dataloader()}
     if search == "power" or search == "binsearch":
         framework.tuner.Tuner(trainer).scale_batch_size(model, mode=search, steps_per_trial=2, max_trials=3, **data)
     elif search == "lr_find":
@@ -92,7 +100,13 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
 
 @pytest.mark.parametrize(
     ("search", "where"),
-    [("power", "module"), ("lr_find", "module"), ("BatchSizeFinder", "datamodule")],
+    [
+        ("power", "module"),
+        ("lr_find", "module"),
+        ("BatchSizeFinder", "datamodule"),
+        ("LearningRateFinder", "module"),
+        ("LearningRateFinder", "given"),
+    ],
 )
 def test_hooks_loaders_and_weights_are_lightning_s(tmp_path, monkeypatch, search, where) -> None:
     lightning = pytest.importorskip("lightning.pytorch")
@@ -111,3 +125,45 @@ def test_hooks_loaders_and_weights_are_lightning_s(tmp_path, monkeypatch, search
     assert got[0] == expected[0]
     torch.testing.assert_close(got[1], expected[1], rtol=0, atol=1e-6)
     assert torch.equal(got[2], expected[2])
+
+
+def _lr_find_then_fit(framework, tmp_path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)  # the loader shuffles with its own: isolate_rng leaves it
+
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.lr = torch.nn.Linear(3, 1), 0.1
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(TensorDataset(_X, _X[:, :1]), batch_size=2, shuffle=True, generator=generator)
+
+    torch.manual_seed(0)
+    model = Model()
+    trainer = quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path)
+    framework.tuner.Tuner(trainer).lr_find(model, num_training=4)
+    after_search = generator.get_state()
+    trainer.fit(model)
+    return after_search, generator.get_state(), flat_weights(model)
+
+
+def test_lr_find_makes_the_loader_s_iterator_as_it_ends(tmp_path) -> None:
+    """Lightning's lr_find ends making the train loader's iterator (its fit loop's setup_data), which the
+    Tuner's fit drops: a loader with a generator of its own has drawn its base seed from it, so the fit
+    after the search shuffles as Lightning's."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice on loader workers, its suggestion's few points
+        expected = _lr_find_then_fit(lightning, tmp_path / "lightning")
+        got = _lr_find_then_fit(trainmesh, tmp_path / "trainmesh")
+    assert torch.equal(got[0], expected[0])
+    assert torch.equal(got[1], expected[1])
+    torch.testing.assert_close(got[2], expected[2], rtol=0, atol=1e-6)

@@ -38,8 +38,8 @@ def refuse_several_processes(trainer: TrainerView, runtime: Runtime) -> None:
 
 
 def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
-    """Each finder's search, in the callbacks' order, its result handed to the callback; a batch size
-    search's last train loader is the fit's (Lightning's fit reads it)."""
+    """Each finder's search, in the callbacks' order, its result handed to the callback; the train
+    loader each search ends with, and its iterator started then, are the fit's (Lightning's fit reads them)."""
     finders = finder_callbacks(ctx.view.callbacks)
     if not finders:
         return
@@ -58,12 +58,11 @@ def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
         result: Any
         if isinstance(finder, BatchSizeFinder):
             # Lightning's batch size search runs with the run's random state (no isolate_rng).
-            result, loader = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
+            result = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
         else:
-            with isolate_rng():  # as Lightning's LearningRateFinder.lr_find
-                result, loader = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
+            # as Lightning's LearningRateFinder.lr_find (the fit's first iterator is made inside too)
+            with isolate_rng():
+                result = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
         finder.searched(result)
         if early_exit:
             raise TunerExit
-        if loader is not None:
-            fit_data.use_train_loader(loader)

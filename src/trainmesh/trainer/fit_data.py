@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import inner_loaders, train_loader
 from trainmesh.trainer.data_source import DataSource
@@ -34,6 +35,9 @@ class FitData:
         # Trainer(reload_dataloaders_every_n_epochs=n) asks again n epochs later.
         self._val_epoch: int | None = None
         self._train_epoch: int | None = None
+        # The first epoch's iterator, started where a finder's search ends, and the generators' state
+        # as it started (for a resume's replay): (rng state, Fetcher), taken by the fit's first epoch
+        self._started_epoch: tuple[dict[str, Any], Fetcher] | None = None
         ctx.state.val_loaders = []
 
     def _due(self, last: int | None) -> bool:
@@ -46,8 +50,26 @@ class FitData:
         return self._source
 
     def use_train_loader(self, loader: Any) -> None:
-        """The fit reads ``loader`` (a batch size search's last, as Lightning's fit reads it)."""
+        """The fit reads ``loader`` (a finder's search's last, as Lightning's fit reads it)."""
         self._source.given["train"], self._train = loader, _NOT_ASKED
+        self._started_epoch = None
+
+    def start_first_epoch(self) -> None:
+        """Lightning's finders set the fit loop's data up as their search ends (``_FitLoop.setup_data``,
+        which makes the train loader's iterator: a shuffling loader's base seed drawn from the global
+        generator, read ahead where it has no length), and the fit reads that iterator in its first
+        epoch; the learning-rate search does it inside its ``isolate_rng``, so the draw leaves the
+        fit's generator untouched. The same here: the loader set up and its iterator started now."""
+        loader = self.train_loader()
+        count = self._ctx.state.num_training_batches
+        if loader is not None and count != 0:
+            self._started_epoch = (capture_rng_state(), Fetcher(loader.batches(), count))
+
+    def take_started_epoch(self) -> tuple[dict[str, Any], Fetcher] | None:
+        """The first epoch's iterator :meth:`start_first_epoch` started (and the generators' state
+        before it), once; None where none was started."""
+        started, self._started_epoch = self._started_epoch, None
+        return started
 
     @property
     def has_val_loaders(self) -> bool:

@@ -68,7 +68,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
-    opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng)
+    opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng, fit_data.take_started_epoch())
     if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end
         return
     if fit_data.validates_in_epoch(state.current_epoch) and not fit_data.has_val_loaders:
@@ -113,9 +113,15 @@ class _OpenedEpoch:
     mid_epoch_resume: bool  # a resumed epoch: its epoch-start hooks ran in the interrupted run
 
 
-def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None) -> _OpenedEpoch | None:
-    """Start the fit's first epoch's data; None where nothing is left to train (a resumed fit)."""
+def _first_epoch(
+    ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | None, started: tuple[dict[str, Any], Fetcher] | None
+) -> _OpenedEpoch | None:
+    """Start the fit's first epoch's data; None where nothing is left to train (a resumed fit).
+    ``started``: the iterator a finder's search started (``FitData.start_first_epoch``), read here as
+    Lightning's fit reads it, unless the fit resumes (its epoch is replayed from the checkpoint)."""
     state, loop = ctx.state, ctx.state.loop
+    if resume_rng is not None:
+        started = None
     if resume_rng is not None and loop.epoch_finished and not fit_done(state, fit_limits(ctx)):
         # The checkpoint was taken after this epoch's end-of-epoch work, or during its
         # on_train_epoch_end hooks (its plateau step then is not taken, as in Lightning's restart): go on with the next.
@@ -134,6 +140,11 @@ def _first_epoch(ctx: LoopContext, loader: Any, resume_rng: dict[str, Any] | Non
     # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
     mid_epoch_resume = resume_rng is not None and loop.batches_done > 0
+    if started is not None:
+        loop.epoch_start_rng, batches = started
+        loop.batches_done = 0
+        loader.set_epoch(state.current_epoch)  # after the iterator is made, as Lightning's on_advance_start
+        return _OpenedEpoch(batches, mid_epoch_resume)
     return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume)
 
 

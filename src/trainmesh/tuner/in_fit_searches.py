@@ -5,7 +5,6 @@ fit's training loop run again (``trainer/search_trials.py``), the fit's state re
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from trainmesh.trainer.search_trials import SearchTrials
 from trainmesh.tuner import temporary_checkpoint
@@ -29,9 +28,9 @@ def scale_batch_size(
     batch_arg_name: str,
     margin: float,
     max_val: int,
-) -> tuple[int, Any]:
-    """The size found (set where the batch size lives) and, with ``fit_follows``, the train loader the
-    search ended with, which the fit reads (None without)."""
+) -> int:
+    """The size found (set where the batch size lives); with ``fit_follows``, the fit reads the train
+    loader the search ended with, its first iterator started as the search ends (as Lightning's)."""
     state, source = trials.ctx.state, trials.fit_data.source
     model, datamodule = state.module, source.datamodule
     size = BatchSizeAttribute(model, datamodule, batch_arg_name)
@@ -54,25 +53,32 @@ def scale_batch_size(
     found = search(loaders.trial, size, loaders.dataset_length, reset=loaders.reset)
     log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
     loader = loaders.finish(fit_follows=fit_follows)
+    if loader is not None:  # Lightning's _reset_dataloaders: the fit loop's data set up, its iterator made
+        trials.fit_data.use_train_loader(loader)
+        trials.fit_data.start_first_epoch()
     if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
     trials.restore()
     temporary_checkpoint.restored(path)
-    return found, loader
+    return found
 
 
 def lr_find(
     trials: SearchTrials,
     *,
-    fit_follows: bool,
+    fit_follows: bool,  # a Tuner's fit ends after the search: the iterator is made all the same, as Lightning's
     min_lr: float,
     max_lr: float,
     num_training: int,
     mode: str,
     early_stop_threshold: float | None,
     update_attr: bool = False,  # applied by the callback (or the Tuner) after the search
-) -> tuple[_LRFinder, Any]:
-    """The range test's results, and the train loader asked for after it (the fit's, with ``fit_follows``)."""
+) -> _LRFinder:
+    """The range test's results. Lightning's search ends setting the fit loop's data up again (the
+    train loader asked for, its iterator made), inside the callback's ``isolate_rng``: with
+    ``fit_follows`` the fit reads that iterator, so its shuffle is drawn from the generator as the
+    search began, not as the fit goes on; a Tuner's drops it, but a loader shuffling with its own
+    generator (which ``isolate_rng`` does not give back) has drawn from it."""
     ctx, state = trials.ctx, trials.ctx.state
     path = temporary_checkpoint.saved(ctx.view.default_root_dir, "lr_find")
     finder = _LRFinder(mode, min_lr, max_lr, num_training)
@@ -87,8 +93,11 @@ def lr_find(
     state.lr_scheduler_configs[:] = schedulers
     trials.restore()
     temporary_checkpoint.restored(path)
-    loader = None
-    if "train" not in trials.fit_data.source.given:  # Lightning's fit loop sets its data up again
-        source = trials.fit_data.source
+    source = trials.fit_data.source
+    if "train" in source.given:  # a loader given to fit: Lightning's fit loop reads it again
+        loader = source.given["train"]
+    else:  # Lightning's fit loop asks for its loader again
         loader = (source.datamodule if source.datamodule is not None else state.module).train_dataloader()
-    return finder, loader if fit_follows else None
+    trials.fit_data.use_train_loader(loader)
+    trials.fit_data.start_first_epoch()
+    return finder
