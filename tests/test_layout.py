@@ -29,6 +29,7 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "callbacks/progress/__init__.py": ["callbacks/test_progress.py", "callbacks/test_progress_streams.py"],
     "callbacks/progress/members.py": ["callbacks/test_progress_members.py"],
+    "callbacks/progress/stage_bars.py": ["callbacks/test_progress_stage_bars.py"],
     "trainer/constructor_arguments.py": ["loops/test_lightning_loop_flags.py", "test_first_hour.py"],
     "trainer/loader_checks.py": ["loops/test_lightning_loop_flags.py"],
     "callbacks/progress/rich_progress.py": ["callbacks/test_progress_lightning_paths.py"],
