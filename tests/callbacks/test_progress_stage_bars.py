@@ -1,7 +1,8 @@
 """What a program reads of Lightning 2.6's bars, under Lightning and under its port: each stage's
 ``*_progress_bar`` (tqdm's ``n``/``total``, rich's ``completed``/``total``) read from a callback at
 each batch's end and after each run, with ``refresh_rate=2``, two validation loaders and a predict
-loader without a length; and the error before a run (tqdm's TypeError, rich's AssertionError)."""
+loader without a length, after a sanity check; and the error before a run (tqdm's TypeError, rich's
+AssertionError). (The descriptions differ: Lightning's "Validation DataLoader 0: ", trainmesh's "Validation".)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _count(bar):
 
 def _read(callback, stage):
     try:
-        bar = getattr(callback, f"{stage}_progress_bar")
+        bar = getattr(callback, "val_sanity_check_bar" if stage == "val_sanity" else f"{stage}_progress_bar")
     except (TypeError, AssertionError, AttributeError) as error:
         return type(error).__name__
     return (bar.total, _count(bar))
@@ -56,7 +57,8 @@ def bars_read_by_a_callback(L, root, kind):
             seen.append(("train", _read(trainer.progress_bar_callback, "train")))
 
         def on_validation_batch_end(self, trainer, *args):
-            seen.append(("val", _read(trainer.progress_bar_callback, "val")))
+            bar = trainer.progress_bar_callback  # the sanity check's batch too: rich counts it apart
+            seen.append(("val", _read(bar, "val"), _read(bar, "train"), _read(bar, "val_sanity")))
 
         def on_test_batch_end(self, trainer, *args):
             seen.append(("test", _read(trainer.progress_bar_callback, "test")))
@@ -66,7 +68,7 @@ def bars_read_by_a_callback(L, root, kind):
 
     bar = L.callbacks.TQDMProgressBar(refresh_rate=2) if kind == "tqdm" else L.callbacks.RichProgressBar(2)
     seen.append(("before", _read(bar, "train")))
-    kwargs = trainer_kwargs(root, max_epochs=2, callbacks=[bar, Reader()], logger=False, num_sanity_val_steps=0)
+    kwargs = trainer_kwargs(root, max_epochs=2, callbacks=[bar, Reader()], logger=False, num_sanity_val_steps=1)
     kwargs.update(enable_progress_bar=True, enable_checkpointing=False, enable_model_summary=False)
     trainer = L.pl.Trainer(**kwargs, limit_predict_batches=3)
     model, data = Steps(), DataLoader(torch.ones(5, 1), batch_size=1)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.progress.bar_meter import bar_meter
 from trainmesh.callbacks.progress.members import ProgressBarMembers
-from trainmesh.callbacks.progress.stage_bars import STAGE_OF_COUNT, RichStageBars, StageBars, TqdmStageBars
+from trainmesh.callbacks.progress.stage_bars import RichStageBars, StageBars, TqdmStageBars
 from trainmesh.seed import import_leaving_rng
 from trainmesh.trainer_view import TrainerView
 
@@ -336,7 +336,8 @@ class ProgressBar(ProgressBarMembers, Callback):
             return
         self._eval_started_at = time.monotonic()
         self._eval_done = 0
-        self._stage_bars.start(self, STAGE_OF_COUNT[count_attr], label)
+        sanity = getattr(trainer, "sanity_checking", False)
+        self._stage_bars.start(self, self._stage_bars.stage_of(self, trainer, count_attr), label, sanity=sanity)
         if not self._animated():
             return
         if self._eval_task is not None:  # a run that ended without its end hook
@@ -350,7 +351,8 @@ class ProgressBar(ProgressBarMembers, Callback):
     def _advance_eval(self, trainer: TrainerView, batch_idx: int, count_attr: str, dataloader_idx: int) -> None:
         changed = self.has_dataloader_changed(dataloader_idx)  # the current loader's total (members.py)
         self._eval_done = batch_idx + 1
-        self._stage_bars.advance(self, STAGE_OF_COUNT[count_attr], self._eval_done, new_loader=changed)
+        stage = self._stage_bars.stage_of(self, trainer, count_attr)
+        self._stage_bars.advance(self, stage, self._eval_done, new_loader=changed)
         if self._eval_task is None or self._eval_done % self.refresh_rate:
             return
         assert self._progress is not None

@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainmesh.trainer_view import TrainerView
+
 # The members (members.py) each stage's total is read from, as Lightning's bars read them.
 _TOTALS = {
     "train": "total_train_batches",
     "val": "total_val_batches_current_dataloader",
+    "val_sanity": "total_val_batches_current_dataloader",
     "test": "total_test_batches_current_dataloader",
     "predict": "total_predict_batches_current_dataloader",
 }
@@ -70,10 +73,20 @@ class StageBars:
         """A run (fit, validate, test, predict) ended: its teardown."""
         self._ended = True
 
-    def start(self, owner: Any, stage: str, description: str) -> None:
+    @staticmethod
+    def stage_of(owner: Any, trainer: TrainerView, count_attr: str) -> str:
+        """The stage an evaluation counts under: Lightning's rich bar counts the sanity check under
+        ``val_sanity_progress_bar``, its tqdm bar under ``val_progress_bar``."""
+        stage = STAGE_OF_COUNT[count_attr]
+        sanity = stage == "val" and getattr(trainer, "sanity_checking", False)
+        return "val_sanity" if sanity and getattr(owner, "_counts_every_batch", False) else stage
+
+    def start(self, owner: Any, stage: str, description: str, *, sanity: bool = False) -> None:
         if self._ended and getattr(owner, "_counts_every_batch", False):
             self._bars.clear()
         self._ended = False
+        if sanity and not getattr(owner, "_counts_every_batch", False):
+            self._bars["train"] = StageBar("", None)  # Lightning's tqdm: a disabled train bar until training
         bar = self._bars.setdefault(stage, StageBar(description, None))
         # An evaluation's total is its current loader's, set at its first batch (as Lightning's bars)
         bar.description, bar.total, bar.n = description, _total(owner, "train") if stage == "train" else None, 0
@@ -140,3 +153,7 @@ class RichStageBars:
     @property
     def test_progress_bar(self) -> StageBar:
         return _stage_bar(self, "test", rich=True)
+
+    @property
+    def val_sanity_check_bar(self) -> StageBar:  # Lightning's name
+        return _stage_bar(self, "val_sanity", rich=True)
