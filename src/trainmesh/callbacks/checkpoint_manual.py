@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from trainmesh.callbacks.checkpoint_names import monitor_candidates
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -43,11 +42,14 @@ NO_PRE_STEP_STATE = (
 )
 
 
-def save_manual_step(monitor: str | None, trainer: TrainerView, pl_module: Any, save: Callable[[], None]) -> bool:
+def save_manual_step(
+    monitor: str | None, candidates: dict[str, Any], trainer: TrainerView, pl_module: Any, save: Callable[[], None]
+) -> bool:
     """Run ``save`` (the callback's step save) with ``layer`` holding its newest state from before
     the step where the module kept one, else after Lightning's warning (rank 0). True, saving
-    nothing, where ``monitor`` is not among the metrics yet: the caller saves after validation."""
-    if monitor is not None and monitor not in monitor_candidates(trainer):
+    nothing, where ``monitor`` is not among ``candidates`` (the callback's ``_monitor_candidates``)
+    yet: the caller saves after validation."""
+    if monitor is not None and monitor not in candidates:
         return True
     saved = getattr(pl_module, "saved_models", None)
     layer = getattr(pl_module, "layer", None)

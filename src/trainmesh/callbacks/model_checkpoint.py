@@ -27,7 +27,6 @@ from trainmesh.callbacks.checkpoint_names import (
     as_score,
     check_arguments,
     default_checkpoint_dir,
-    inside,
     monitor_candidates,
     render_filename,
     saves_at_epoch_end,
@@ -36,6 +35,7 @@ from trainmesh.callbacks.checkpoint_names import (
     worst,
     write_yaml,
 )
+from trainmesh.callbacks.checkpoint_removal import remove_if_ours
 from trainmesh.callbacks.checkpoint_state import restore_state, saved_state
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
@@ -200,7 +200,9 @@ class ModelCheckpoint(Checkpoint):
         step_due = self.every_n_train_steps > 0 and trainer.global_step % self.every_n_train_steps == 0
         if not getattr(pl_module, "automatic_optimization", True):  # Lightning's own rules (checkpoint_manual)
             save = lambda: self._save(trainer, mid_epoch=True)  # noqa: E731
-            self._deferred = (step_due and save_manual_step(self.monitor, trainer, pl_module, save)) or self._deferred
+            self._deferred = (
+                step_due and save_manual_step(self.monitor, self._monitor_candidates(trainer), trainer, pl_module, save)
+            ) or self._deferred
             return
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
         if step_due and self._validation_follows(trainer):
@@ -230,14 +232,14 @@ class ModelCheckpoint(Checkpoint):
         still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
         (every other save is skipped there, this one is not: measured)."""
         if self.save_last and not self._last_checkpoint_saved:
-            save_last(self, trainer, monitor_candidates(trainer))
+            save_last(self, trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
         """``save_on_exception=True``: the checkpoint where the run stands, named as a save there
         would be (not ranked), and ``last.ckpt``, as Lightning's."""
         if not self.save_on_exception or self._skip(trainer):
             return
-        metrics = monitor_candidates(trainer)
+        metrics = self._monitor_candidates(trainer)
         path = self.format_checkpoint_name(metrics)
         self._last_global_step_saved = trainer.global_step
         self._write(trainer, path)
@@ -246,6 +248,11 @@ class ModelCheckpoint(Checkpoint):
         rank_zero_info(
             f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {path}"
         )
+
+    def _monitor_candidates(self, trainer: TrainerView) -> dict[str, Any]:
+        """What this callback ranks and names checkpoints by (Lightning's method, which programs
+        override to add or rename a metric): ``callback_metrics`` with ``epoch`` and ``step``."""
+        return monitor_candidates(trainer)
 
     def _time_due(self, trainer: TrainerView) -> bool:
         """``train_time_interval`` has passed since the last time-due save (rank 0's clock decides)."""
@@ -326,7 +333,7 @@ class ModelCheckpoint(Checkpoint):
         return self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def _save(self, trainer: TrainerView, *, mid_epoch: bool) -> None:
-        metrics = monitor_candidates(trainer)
+        metrics = self._monitor_candidates(trainer)
         ranked = self._monitor_available(metrics, mid_epoch)
         if not self._dir_checked:
             self._dir_checked = True
@@ -445,15 +452,7 @@ class ModelCheckpoint(Checkpoint):
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned
         self._owned.discard(path)
-        if not trainer.is_global_zero or not owned or not inside(path, self.dirpath):
-            return
-        # The checkpoint this run resumed from stays, whatever its rank now: it is the way back
-        # should this run go wrong, and the user named it.
-        if trainer.ckpt_path and absolute(trainer.ckpt_path) == absolute(path):
-            return
-        # A sharded checkpoint is a folder: it leaves its name in one step, then is deleted; with
-        # AsyncCheckpointIO only once the save in flight (the one replacing it) is complete.
-        trainer.remove_checkpoint(path)
+        remove_if_ours(trainer, path, owned=owned, dirpath=self.dirpath)
 
     def _say(self, trainer: TrainerView, message: str) -> None:
         if self.verbose:  # Lightning's words, through its logger (rank_zero_info: rank 0 only)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer.states import hook_stage
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.combined_loader import _tree_flatten, is_one_iterable
 from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lazy import is_instance
 
@@ -166,17 +167,14 @@ class DataSource:
 
 
 def _leaves(loaders: Any) -> Iterator[Any]:
-    """Each loader of a loader, a list/tuple/dict of them or a CombinedLoader (its ``flattened``)."""
+    """Each loader of a loader, a list/tuple/dict of them or a CombinedLoader (its ``flattened``),
+    split as Lightning's ``CombinedLoader`` splits them: a container of numbers or strings (``[0, 1]``,
+    ``[]``) is one iterable, not several loaders. None included: Lightning keeps it as a loader (and
+    refuses it)."""
     if is_instance(loaders, "trainmesh.utilities.combined_loader", "CombinedLoader"):
         yield from loaders.flattened
-    elif isinstance(loaders, Mapping):
-        for value in loaders.values():
-            yield from _leaves(value)
-    elif isinstance(loaders, (list, tuple)):
-        for value in loaders:
-            yield from _leaves(value)
-    else:  # None included: Lightning's CombinedLoader keeps it as a loader (and refuses it)
-        yield loaders
+    else:
+        yield from _tree_flatten(loaders)[0]
 
 
 def _defines_prepare_data(owner: Any) -> bool:
@@ -220,6 +218,6 @@ def _in_list(kind: str, loaders: Any) -> list[Any]:
 def _as_list(loaders: Any) -> list[Any]:
     if loaders is None:
         return []
-    if isinstance(loaders, (list, tuple)):
+    if isinstance(loaders, (list, tuple)) and not is_one_iterable(loaders):
         return list(loaders)
     return [loaders]

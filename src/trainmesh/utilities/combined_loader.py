@@ -303,6 +303,15 @@ def _batches(combined: CombinedLoader) -> Iterator[Any]:
         yield batch
 
 
+def is_one_iterable(loaders: Any) -> bool:
+    """A non-empty list or tuple of numbers or strings (``[0, 1]``): Lightning's ``CombinedLoader``
+    takes it as one iterable of batches, not as a list of loaders."""
+    if not isinstance(loaders, (list, tuple)) or not loaders:
+        return False
+    flat = _tree_flatten(loaders)[0]
+    return len(flat) == 1 and flat[0] is loaders
+
+
 def _tree_flatten(tree: Any) -> tuple[list[Any], TreeSpec]:
     """torch's ``tree_flatten``, except that a container of numbers or strings is one leaf (as
     Lightning's ``_tree_flatten``: a list of numbers is an iterable, not several)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.progress.bar_meter import bar_meter
 from trainmesh.callbacks.progress.members import ProgressBarMembers
+from trainmesh.callbacks.progress.stage_bars import RichStageBars, StageBars, TqdmStageBars
 from trainmesh.seed import import_leaving_rng
 from trainmesh.trainer_view import TrainerView
 
@@ -151,6 +152,7 @@ class ProgressBar(ProgressBarMembers, Callback):
         # The run's throughput, shown on the bar from a monitor of the bar's own (not among the
         # Trainer's callbacks, as Lightning lists them), unless the program gave one (bar_meter.py).
         self._meter: Any = None
+        self._stage_bars = StageBars()  # what a program reads as Lightning's bars (stage_bars.py)
 
     @property
     def console(self) -> Console:
@@ -202,6 +204,7 @@ class ProgressBar(ProgressBarMembers, Callback):
             return
         self._epoch_started_at = time.monotonic()
         self._train_done = 0
+        self._stage_bars.start(self, "train", _epoch_description(trainer))
         if not self._animated():
             return
         if self._train_task is not None and self.leave:
@@ -220,6 +223,7 @@ class ProgressBar(ProgressBarMembers, Callback):
     ) -> None:
         self._metered("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
         self._train_done = batch_idx + 1
+        self._stage_bars.advance(self, "train", self._train_done)
         if self._train_task is None or self._train_done % self.refresh_rate:
             return
         self._update_train(trainer)
@@ -332,6 +336,8 @@ class ProgressBar(ProgressBarMembers, Callback):
             return
         self._eval_started_at = time.monotonic()
         self._eval_done = 0
+        sanity = getattr(trainer, "sanity_checking", False)
+        self._stage_bars.start(self, self._stage_bars.stage_of(self, trainer, count_attr), label, sanity=sanity)
         if not self._animated():
             return
         if self._eval_task is not None:  # a run that ended without its end hook
@@ -343,8 +349,10 @@ class ProgressBar(ProgressBarMembers, Callback):
         progress.refresh()
 
     def _advance_eval(self, trainer: TrainerView, batch_idx: int, count_attr: str, dataloader_idx: int) -> None:
-        self.has_dataloader_changed(dataloader_idx)  # the current loader's total (members.py)
+        changed = self.has_dataloader_changed(dataloader_idx)  # the current loader's total (members.py)
         self._eval_done = batch_idx + 1
+        stage = self._stage_bars.stage_of(self, trainer, count_attr)
+        self._stage_bars.advance(self, stage, self._eval_done, new_loader=changed)
         if self._eval_task is None or self._eval_done % self.refresh_rate:
             return
         assert self._progress is not None
@@ -373,6 +381,7 @@ class ProgressBar(ProgressBarMembers, Callback):
 
     def teardown(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         self._stop()
+        self._stage_bars.end()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawn launchers pickle callbacks; a live display and a console hold threads and
@@ -409,7 +418,7 @@ def _format_duration(seconds: float) -> str:
 # Lightning's names for its progress bars: templates pass them, and each one replaces the
 # default bar (the Trainer recognizes these classes), so a run never draws two. Each takes its
 # Lightning class's arguments in that class's order, so positional calls mean what they meant.
-class TQDMProgressBar(ProgressBar):
+class TQDMProgressBar(TqdmStageBars, ProgressBar):
     """trainmesh's bar under Lightning's name, with ``TQDMProgressBar``'s arguments in its order.
 
     Args:
@@ -428,7 +437,7 @@ class TQDMProgressBar(ProgressBar):
         super().__init__(refresh_rate, leave, process_position=process_position, **kwargs)
 
 
-class RichProgressBar(ProgressBar):
+class RichProgressBar(RichStageBars, ProgressBar):
     """trainmesh's bar under Lightning's name, with ``RichProgressBar``'s arguments in its order.
 
     Args:
