@@ -24,9 +24,11 @@ def train_loader(loaders: list[Any], mode: str = "max_size_cycle", *, given_as: 
     ``mode`` (Lightning 1.x's ``multiple_trainloader_mode``); given as a list or tuple
     (``given_as``), even of one loader, each batch is a list or tuple of the loaders' batches, as
     Lightning's (a list of numbers is one loader, not a list of them)."""
-    from trainmesh.utilities.combined_loader import is_one_iterable
+    as_list = False
+    if isinstance(given_as, (list, tuple)):  # only then: a plain fit does not import the module
+        from trainmesh.utilities.combined_loader import is_one_iterable
 
-    as_list = isinstance(given_as, (list, tuple)) and not is_one_iterable(given_as)
+        as_list = not is_one_iterable(given_as)
     if len(loaders) == 1 and not isinstance(loaders[0], dict) and not as_list:
         loader = loaders[0]
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,6 @@ from trainmesh.trainer.combined_loaders import evaluation_loaders
 from trainmesh.trainer.hooks import warn_legacy_datamodule_hooks
 from trainmesh.trainer.states import hook_stage
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.combined_loader import _tree_flatten, is_one_iterable
 from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lazy import is_instance
 
@@ -173,7 +173,11 @@ def _leaves(loaders: Any) -> Iterator[Any]:
     refuses it)."""
     if is_instance(loaders, "trainmesh.utilities.combined_loader", "CombinedLoader"):
         yield from loaders.flattened
+    elif not isinstance(loaders, (list, tuple, dict, collections.deque)):
+        yield loaders  # one loader: a leaf (a plain fit does not import the flattening)
     else:
+        from trainmesh.utilities.combined_loader import _tree_flatten
+
         yield from _tree_flatten(loaders)[0]
 
 
@@ -218,6 +222,9 @@ def _in_list(kind: str, loaders: Any) -> list[Any]:
 def _as_list(loaders: Any) -> list[Any]:
     if loaders is None:
         return []
-    if isinstance(loaders, (list, tuple)) and not is_one_iterable(loaders):
-        return list(loaders)
+    if isinstance(loaders, (list, tuple)):
+        from trainmesh.utilities.combined_loader import is_one_iterable  # only for a list or tuple given
+
+        if not is_one_iterable(loaders):
+            return list(loaders)
     return [loaders]
