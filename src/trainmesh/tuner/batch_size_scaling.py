@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 log = lightning_named_logger(__name__)  # governed as Lightning's by a program's settings of its loggers
 
@@ -25,6 +26,17 @@ class BatchSizeAttribute:
         hparams = getattr(model, "hparams", {})
         if not (hasattr(model, name) or name in hparams or (datamodule is not None and hasattr(datamodule, name))):
             raise AttributeError(f"Field {name} not found in `model`, `datamodule`, nor their `hparams` attributes.")
+
+    def warn_if_in_both(self) -> None:
+        """Lightning's warning (its BatchSizeFinder.setup, in its words) where the model has the field and
+        its ``hparams`` too: the model's is scaled."""
+        name = self.name
+        if hasattr(self.model, name) and name in getattr(self.model, "hparams", {}):
+            rank_zero_warn(
+                f"Field `model.{name}` and `model.hparams.{name}` are mutually"
+                f" exclusive! `model.{name}` will be used as the initial batch size for scaling."
+                " If this is not the intended behavior, please remove either one."
+            )
 
     def get(self) -> int:
         if hasattr(self.model, self.name):

@@ -12,7 +12,6 @@ from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binse
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder
 from trainmesh.tuner.trial_loaders import TrialLoaders
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
-from trainmesh.utilities.rank_zero import rank_zero_warn
 
 log = lightning_named_logger("trainmesh.tuner.tuning")  # Lightning's lines, governed as its loggers'
 
@@ -34,12 +33,7 @@ def scale_batch_size(
     state, source = trials.ctx.state, trials.fit_data.source
     model, datamodule = state.module, source.datamodule
     size = BatchSizeAttribute(model, datamodule, batch_arg_name)
-    if hasattr(model, batch_arg_name) and batch_arg_name in getattr(model, "hparams", {}):
-        rank_zero_warn(  # Lightning's BatchSizeFinder.setup, in its words
-            f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually"
-            f" exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling."
-            " If this is not the intended behavior, please remove either one."
-        )
+    size.warn_if_in_both()
     path = temporary_checkpoint.saved(trials.ctx.view.default_root_dir, "scale_batch_size")
     trial = functools.partial(
         trials.run, max_steps=steps_per_trial, limit_train_batches=1.0, limit_val_batches=steps_per_trial

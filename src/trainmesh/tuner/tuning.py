@@ -185,12 +185,7 @@ class Tuner:
             return found_size
         search, first_adjust = self._batch_size_rules(mode, max_trials, margin, max_val)
         size = BatchSizeAttribute(model, datamodule, batch_arg_name)
-        if hasattr(model, batch_arg_name) and batch_arg_name in getattr(model, "hparams", {}):
-            rank_zero_warn(  # Lightning's BatchSizeFinder.setup, in its words
-                f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually"
-                f" exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling."
-                " If this is not the intended behavior, please remove either one."
-            )
+        size.warn_if_in_both()
         source = datamodule if datamodule is not None else model
         trial, length, search_arguments, finish = self._trial_data(model, source, val_dataloaders, datamodule)
         checkpoint = temporary_checkpoint.saved(
