@@ -2,7 +2,6 @@
 
 import importlib.util
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,14 @@ ROWS = [
 ]
 
 
+def _load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    gpu_check = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(gpu_check)
+    return gpu_check
+
+
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     out = tmp_path / "gpu_check.md"
@@ -43,25 +50,25 @@ def test_gpu_check_dry_run_writes_every_row_without_errors(tmp_path):
     assert re.search(r"step ms: [0-9.]+", scale_row), scale_row  # read from the command's table
 
 
-def test_gpu_check_refuses_to_run_without_cuda_unless_dry_run(tmp_path):
+def test_gpu_check_refuses_to_run_without_cuda_unless_dry_run(tmp_path, monkeypatch):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.md")], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode != 0 and "--dry-run" in done.stderr
+    # In this process (the script's main() as `python gpu_check.py --out x.md` runs it): a new
+    # interpreter cost 2 CPU-s of imports for this one check. sys.exit(message) is exit status 1
+    # with the message on stderr.
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--out", str(tmp_path / "x.md")])
+    with pytest.raises(SystemExit) as refused:
+        _load_script().main()
+    assert isinstance(refused.value.code, str) and "--dry-run" in refused.value.code
+    assert not (tmp_path / "x.md").exists()
 
 
 def test_every_cuda_marked_test_is_in_a_file_the_check_collects(request):
     """The check collects only the files whose text names the mark: every test of this session
     that carries it (the whole suite's, in a full run; test_cuda.py's always) is in one of them."""
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    gpu_check = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(gpu_check)
-    collected = {Path(path) for path in gpu_check.cuda_test_files()}
+    collected = {Path(path) for path in _load_script().cuda_test_files()}
     marked = {Path(item.path) for item in request.session.items if item.get_closest_marker("cuda")}
     assert marked <= collected, sorted(map(str, marked - collected))
     assert Path(__file__).with_name("test_cuda.py") in collected  # its mark applied by pytestmark
