@@ -364,3 +364,19 @@ def test_the_optimizers_a_module_is_handed_are_lightning_optimizers_as_lightning
     with pytest.raises(TypeError, match="self.optimizers"):
         LightningOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1))
     assert issubclass(tm.Module, (ModelHooks, DataHooks)) and hasattr(CheckpointHooks, "on_load_checkpoint")
+
+
+def test_import_lightning_as_l_reads_l_pytorch_s_packages_as_lightning_does():
+    """``import lightning as L`` then ``L.pytorch.callbacks.EarlyStopping`` / ``L.pytorch.loggers.CSVLogger``
+    (l-progs7 p01, p06: stored files 32126587493, 619297837), ported to ``import trainmesh as L``. Before:
+    AttributeError: module 'trainmesh' has no attribute 'pytorch' unless a ``trainmesh.X`` import came first."""
+    import lightning as L
+
+    import trainmesh as T
+
+    for path in ("Trainer", "callbacks.EarlyStopping", "loggers.CSVLogger", "callbacks.ModelCheckpoint"):
+        theirs, ours = L.pytorch, T.pytorch
+        for part in path.split("."):
+            theirs, ours = getattr(theirs, part), getattr(ours, part)
+        assert theirs.__name__ == ours.__name__
+    assert T.pytorch is T

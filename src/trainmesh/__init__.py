@@ -12,6 +12,7 @@ touches (``tm.Trainer`` imports the Trainer and everything under it, ``tm.seed_e
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "pytorch":
+        # ``import lightning as L`` ported to ``import trainmesh as L``: Lightning's ``L.pytorch.callbacks.X``,
+        # ``L.pytorch.loggers.X`` are trainmesh's own packages (``import lightning`` imports lightning.pytorch)
+        return sys.modules[__name__]
     return lazy_attribute(__name__, globals(), _LAZY, name)
 
 

@@ -83,3 +83,46 @@ def test_callback_logs_lightning_s_table(modules, caplog):
     assert caplog.messages == ["\n" + str(lightning_summarize(theirs, max_depth=2))]
     assert ours.training and not ours.body[2].training
     assert summarize(ours).in_sizes == [[[5, 4], [5, 4]], [5, 8], "?"]
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_a_mixed_precision_fit_warns_of_the_summary_s_size_as_lightning(precision, tmp_path):
+    """Lightning's summary warns "Precision bf16-mixed is not supported by the model summary. ..." as fit
+    starts with a mixed precision (l-progs7 p02: precision="16-mixed" on the CPU, which runs as bf16-mixed).
+    Before: trainmesh printed the table without it."""
+    import warnings
+
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import trainmesh as tm
+
+    said = {}
+    for framework in (pl, tm):
+
+        class Tiny(framework.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = nn.Linear(2, 1)
+
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch[0]).float().pow(2).mean()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        trainer = framework.Trainer(
+            accelerator="cpu",
+            max_steps=1,
+            precision=precision,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            default_root_dir=tmp_path,
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(Tiny(), DataLoader(TensorDataset(torch.ones(2, 2))))
+        said[framework.__name__] = [str(w.message) for w in caught if "model summary" in str(w.message)]
+    assert said["trainmesh"] == said["lightning.pytorch"]
+    assert bool(said["trainmesh"]) is (precision == "bf16-mixed")

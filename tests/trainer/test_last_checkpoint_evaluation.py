@@ -61,3 +61,25 @@ def test_last_names_a_last_file_as_lightning_s_and_none_means_the_model_s_weight
         results.append((tested, said, trainer.ckpt_path and trainer.ckpt_path.rsplit("/", 1)[-1]))
     assert results[1] == results[0]
     assert bool(results[0][1]) is (save_last is None)  # Lightning's warning when there is no last file
+
+
+def test_last_from_a_relative_folder_is_the_absolute_path_lightning_reports(tmp_path, monkeypatch):
+    """``ModelCheckpoint(save_last=True)`` in the folder of a logger saving under a relative ``"out"`` (l-progs7
+    p10, stored file 43773755918), then ``test(ckpt_path="last")``: Lightning lists the folder through fsspec,
+    whose paths are absolute, so ``trainer.ckpt_path`` and its "Restoring states from the checkpoint path at ..."
+    line hold ``<cwd>/out/lightning_logs/version_0/checkpoints/last.ckpt``. Before: trainmesh's was relative."""
+    monkeypatch.chdir(tmp_path)
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
+    data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    paths = []
+    for framework in (L, tm):
+        checkpoint = framework.callbacks.ModelCheckpoint(save_last=True)  # its folder: the logger's
+        logger = framework.loggers.CSVLogger(save_dir=f"out_{framework.__name__}")
+        trainer = quiet_trainer(
+            framework=framework, max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True, logger=logger
+        )
+        trainer.fit(_module(framework)(), data)
+        trainer.test(ckpt_path="last", dataloaders=data, verbose=False)
+        paths.append(trainer.ckpt_path.replace(framework.__name__, "<framework>"))
+    assert paths[0] == str(tmp_path / "out_<framework>" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
+    assert paths[1] == paths[0]

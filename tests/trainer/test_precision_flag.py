@@ -212,3 +212,19 @@ def test_ddp_at_two_processes_trains_as_lightnings(tmp_path):
     assert outcomes["trainmesh"][0]["16-mixed"]["precision"] == "bf16-mixed"
     assert outcomes["trainmesh"][0]["16-mixed"]["warnings"] and not outcomes["trainmesh"][1]["16-mixed"]["warnings"]
     assert outcomes["trainmesh"][0]["plugin"]["out_dtype"] == "torch.float16"
+
+
+def test_16_mixed_on_the_cpu_is_warned_from_the_library_s_line_as_lightning_s():
+    """Lightning's warning comes from its accelerator connector, so the program sees
+    ".../accelerator_connector.py:479: You passed ..." (Lightning's warning format, no category, no source
+    line; l-progs7 p02). Before: trainmesh's named the program's Trainer(...) line, shown as
+    "main.py:170: UserWarning: You passed ..." followed by that line."""
+    from_the_library = {}
+    for name, framework in (("lightning", pl), ("trainmesh", tm)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            framework.Trainer(accelerator="cpu", precision="16-mixed", logger=False, enable_progress_bar=False)
+        (warned,) = [w for w in caught if "AMP with fp16 is not supported on CPU" in str(w.message)]
+        package = os.path.dirname(os.path.dirname(framework.__file__)) if name == "lightning" else framework.__path__[0]
+        from_the_library[name] = warned.filename.startswith(package + os.sep)
+    assert from_the_library == {"lightning": True, "trainmesh": True}

@@ -16,6 +16,7 @@ from trainmesh.utilities.model_summary import (
     human_readable_count,
     summarize,
 )
+from trainmesh.utilities.model_summary.lightning_summary import warn_of_an_unsized_precision
 from trainmesh.utilities.model_summary.table import reread_size_columns
 from trainmesh.utilities.model_summary.table import summarize as summary_table
 
@@ -60,6 +61,7 @@ class ModelSummary(Callback):
         if self.max_depth == 0:
             return
         # On every rank, as Lightning's: the example's forward moves each rank's generators alike.
+        warn_of_an_unsized_precision(pl_module)  # as Lightning's summary object warns when it is made
         table = summary_table(pl_module, self.max_depth)
         reread_size_columns(table, pl_module)
         if getattr(trainer, "is_global_zero", True):

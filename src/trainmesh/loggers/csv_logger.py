@@ -189,7 +189,8 @@ class CSVLogger(Logger):
                 f"flush_logs_every_n_steps={flush_logs_every_n_steps} must be at least 1: it is the number "
                 "of log calls between writes to metrics.csv. Use 1 to write on every call."
             )
-        self._save_dir = Path(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
+        # kept as given, as Lightning keeps it (os.fspath): "./logs/" stays "./logs/" in every path made from it
+        self._save_dir = os.fspath(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
         self._name = name or ""  # None as "": the versions directly under save_dir, as Lightning's
         self._version = version
         self._flush_every_n_steps = flush_logs_every_n_steps
@@ -206,7 +207,7 @@ class CSVLogger(Logger):
 
     @property
     def save_dir(self) -> str:
-        return os.fspath(self._save_dir)
+        return self._save_dir
 
     @property
     def version(self) -> int | str:
@@ -228,6 +229,30 @@ class CSVLogger(Logger):
     @property
     def metrics_file(self) -> str:
         return os.path.join(self.log_dir, METRICS_FILE)
+
+    # Lightning's ``experiment`` is its ExperimentWriter; trainmesh's is this logger, so the writer's
+    # public names are here too (a subclass's ``save()`` reading ``self.experiment.metrics_file_path``).
+    NAME_METRICS_FILE = METRICS_FILE
+    NAME_HPARAMS_FILE = HPARAMS_FILE
+
+    @property
+    def metrics_file_path(self) -> str:
+        """The writer's ``metrics.csv`` path (Lightning's ``experiment.metrics_file_path``)."""
+        return self.metrics_file
+
+    @property
+    def metrics(self) -> list[dict[str, float | int]]:
+        """The rows logged since the last write, each with its ``step`` (the writer's ``metrics``)."""
+        return self._buffer
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The hyperparameters logged so far (the writer's ``hparams``)."""
+        return self._hparams
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """The writer's ``log_hparams``: merge ``params`` and rewrite ``hparams.yaml``."""
+        self.log_hyperparams(params)
 
     @property
     def experiment(self) -> CSVLogger | DummyExperiment:

@@ -120,7 +120,8 @@ class TensorBoardLogger(Logger):
     ) -> None:
         # Fail here, when the user builds the Trainer, not hours later at the first log call.
         self._writer_module = _writer_module()
-        self._save_dir = Path(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
+        # kept as given, as Lightning keeps it (os.fspath): "./logs/" stays "./logs/" in every path made from it
+        self._save_dir = os.fspath(local_path(save_dir, f"{type(self).__name__}(save_dir)"))  # type: ignore[arg-type]
         self._name = name or ""
         self._version = version
         self._log_graph = log_graph
@@ -137,7 +138,7 @@ class TensorBoardLogger(Logger):
 
     @property
     def save_dir(self) -> str:
-        return os.fspath(self._save_dir)
+        return self._save_dir
 
     @property
     def root_dir(self) -> str:

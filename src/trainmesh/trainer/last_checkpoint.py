@@ -55,8 +55,10 @@ def _last_files(callback: object) -> set[str]:
         return set()
     pattern = rf"^{callback.CHECKPOINT_NAME_LAST}(-(\d+))?"  # type: ignore[attr-defined]
     extension = callback.FILE_EXTENSION  # type: ignore[attr-defined]
+    # absolute, as Lightning's (its fsspec ``ls`` lists a local folder's files by absolute path): the path
+    # "Restoring states from the checkpoint path at ..." prints and trainer.ckpt_path holds
     return {
-        os.path.normpath(os.path.join(folder, name))
+        os.path.normpath(os.path.abspath(os.path.join(folder, name)))
         for name in os.listdir(folder)
         if name.endswith(extension) and re.match(pattern, name[: -len(extension)])
     }

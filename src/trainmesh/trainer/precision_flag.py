@@ -78,7 +78,8 @@ def choose_precision(flag: str, plugin: Any, *, device_type: str, strategy: Any)
         rank_zero_warn(
             "You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
             "CPU. Using `precision='bf16-mixed'` instead.",
-            stacklevel=8,  # the user's Trainer(...) line
+            # from the library's own line, as Lightning's (its connector's): shown as Lightning shows it,
+            # "<file>:<line>: You passed ..." without a category or the program's source line
         )
         flag = "bf16-mixed"
     if flag in ("16-mixed", "bf16-mixed"):

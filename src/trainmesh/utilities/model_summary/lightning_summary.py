@@ -19,6 +19,7 @@ from trainmesh.utilities.model_summary.table import (
 from trainmesh.utilities.model_summary.table import (
     summarize as summary_table,
 )
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 __all__ = [
     "LayerSummary",
@@ -111,6 +112,7 @@ class ModelSummary:
     def __init__(self, model: torch.nn.Module, max_depth: int = 1) -> None:
         self._model = model
         self._max_depth = max_depth
+        warn_of_an_unsized_precision(model)
         self._table: SummaryTable = summary_table(model, max_depth)
 
     @property
@@ -178,6 +180,24 @@ class ModelSummary:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+# Lightning's table of bits per parameter for the size column; a mixed precision is not in it
+_SIZED_PRECISIONS = ("64", "32", "16", "bf16", "16-true", "bf16-true", "32-true", "64-true")
+
+
+def warn_of_an_unsized_precision(model: Any) -> None:
+    """Lightning's warning as its summary is made for a module attached to a Trainer whose precision is
+    mixed ("16-mixed", "bf16-mixed"): the size column counts 32 bits then (trainmesh's counts the
+    parameters' own bytes, the same 4 where the parameters stay float32 under autocast)."""
+    trainer = getattr(model, "_trainer", None)
+    precision = getattr(trainer, "precision", None) if trainer is not None else None
+    if precision is not None and precision not in _SIZED_PRECISIONS:
+        rank_zero_warn(
+            f"Precision {precision} is not supported by the model summary. "
+            " Estimated model size in MB will not be accurate. Using 32 bits instead.",
+            category=UserWarning,
+        )
 
 
 def summarize(lightning_module: torch.nn.Module, max_depth: int = 1) -> ModelSummary:
