@@ -71,8 +71,15 @@ def _load(path):
 
 
 def test_lightning_keys_in_lightnings_order(tmp_path):
-    _fit(L, tmp_path / "pl")
-    _fit(tm, tmp_path / "tm")
+    runs = {"pl": _fit(L, tmp_path / "pl"), "tm": _fit(tm, tmp_path / "tm")}
+    for folder, (trainer, model) in runs.items():  # then a validate run: Lightning counts its batches too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.validate(model, verbose=False)
+        trainer.save_checkpoint(tmp_path / folder / "after_validate.ckpt")
+    ours, theirs = _load(tmp_path / "tm" / "after_validate.ckpt"), _load(tmp_path / "pl" / "after_validate.ckpt")
+    assert theirs["loops"]["validate_loop"]["batch_progress"]["total"]["completed"] == 2
+    assert ours["loops"]["validate_loop"] == theirs["loops"]["validate_loop"]
     for name in ("epoch_end.ckpt", "after_fit.ckpt"):
         ours, theirs = _load(tmp_path / "tm" / name), _load(tmp_path / "pl" / name)
         assert ours["pytorch-lightning_version"] == theirs["pytorch-lightning_version"] == "2.6.6"
@@ -86,6 +93,8 @@ def test_lightning_keys_in_lightnings_order(tmp_path):
         assert fit_loop.keys() == expected.keys()
         assert fit_loop["epoch_progress"] == expected["epoch_progress"]
         assert fit_loop["epoch_loop.state_dict"] == expected["epoch_loop.state_dict"]
+        # the fit's validation counted (trainmesh wrote zeros)
+        assert fit_loop["epoch_loop.val_loop.batch_progress"] == expected["epoch_loop.val_loop.batch_progress"]
         steps = "epoch_loop.automatic_optimization.optim_progress"
         assert fit_loop[steps]["optimizer"]["step"]["total"] == expected[steps]["optimizer"]["step"]["total"]
     ours, theirs = _load(tmp_path / "tm" / "weights.ckpt"), _load(tmp_path / "pl" / "weights.ckpt")

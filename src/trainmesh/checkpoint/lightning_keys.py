@@ -57,7 +57,14 @@ def _batch_progress(current: int, total: int, *, last: bool | None) -> dict[str,
     return progress if last is None else progress | {"is_last_batch": last}
 
 
-def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, automatic: bool) -> dict[str, Any]:
+def lightning_loops(
+    loop: dict[str, Any],
+    epoch: int,
+    global_step: int,
+    *,
+    automatic: bool,
+    evaluated: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Lightning's ``loops`` entry (its loops' progress counters) for the position trainmesh's ``loop``
     entry records, so that Lightning's ``fit(ckpt_path=)`` resumes where trainmesh stopped: without it
     Lightning restarts at epoch 0 with the checkpoint's weights and trains every epoch again.
@@ -65,7 +72,10 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
     Lightning's ``current_epoch`` is the epochs completed; at an epoch's end (ModelCheckpoint's
     save in ``on_train_epoch_end``) the epoch is processed but not yet completed, which makes
     Lightning resume with the next epoch; the batches of the epoch are the current batch counts.
+    ``evaluated``: the evaluation loops' batch progress as the Trainer counted it (``val_loop``, the
+    fit's validation; ``validate_loop``, ``test_loop``), Lightning's ``_BatchProgress`` state dicts.
     """
+    evaluated = evaluated or {}
     done, finished = loop["batches_done"], loop["epoch_finished"]
     started = epoch + 1 if finished or done else epoch
     # taken in the validation after the epoch's last batch: the epoch is not processed yet (its end is due)
@@ -91,12 +101,15 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
         "epoch_loop.manual_optimization.state_dict": {},
         "epoch_loop.manual_optimization.optim_step_progress": none if automatic else steps,
         "epoch_loop.val_loop.state_dict": {},
-        "epoch_loop.val_loop.batch_progress": _batch_progress(0, 0, last=False),
+        "epoch_loop.val_loop.batch_progress": evaluated.get("val_loop", _batch_progress(0, 0, last=False)),
         "epoch_progress": epochs,
     }
-    evaluation = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=False)}
+    validate, test = (
+        {"state_dict": {}, "batch_progress": evaluated.get(name, _batch_progress(0, 0, last=False))}
+        for name in ("validate_loop", "test_loop")
+    )
     predict = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=None)}
-    return {"fit_loop": fit_loop, "validate_loop": evaluation, "test_loop": dict(evaluation), "predict_loop": predict}
+    return {"fit_loop": fit_loop, "validate_loop": validate, "test_loop": test, "predict_loop": predict}
 
 
 def written_by_lightning(checkpoint: Any) -> bool:
