@@ -49,6 +49,13 @@ def _progress(ready: int, completed: int, *, started: int | None = None, process
     return counts
 
 
+def _ready_completed(progress: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Lightning's ``_Progress`` of ``_ReadyCompletedTracker`` (its scheduler_progress) from full counts."""
+    if progress is None:
+        return None
+    return {key: _progress(progress[key]["ready"], progress[key]["completed"]) for key in ("total", "current")}
+
+
 def _batch_progress(current: int, total: int, *, last: bool | None) -> dict[str, Any]:
     progress = {
         "total": _progress(total, total, started=total, processed=total),
@@ -63,7 +70,7 @@ def lightning_loops(
     global_step: int,
     *,
     automatic: bool,
-    evaluated: dict[str, dict[str, Any]] | None = None,
+    counters: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Lightning's ``loops`` entry (its loops' progress counters) for the position trainmesh's ``loop``
     entry records, so that Lightning's ``fit(ckpt_path=)`` resumes where trainmesh stopped: without it
@@ -72,10 +79,10 @@ def lightning_loops(
     Lightning's ``current_epoch`` is the epochs completed; at an epoch's end (ModelCheckpoint's
     save in ``on_train_epoch_end``) the epoch is processed but not yet completed, which makes
     Lightning resume with the next epoch; the batches of the epoch are the current batch counts.
-    ``evaluated``: the evaluation loops' batch progress as the Trainer counted it (``val_loop``, the
-    fit's validation; ``validate_loop``, ``test_loop``), Lightning's ``_BatchProgress`` state dicts.
+    ``counters``: the evaluation loops' batch progress as the Trainer counted it (``val_loop``, the
+    fit's validation; ``validate_loop``, ``test_loop``, ``predict_loop``), Lightning's ``_BatchProgress`` state dicts.
     """
-    evaluated = evaluated or {}
+    counters = counters or {}
     done, finished = loop["batches_done"], loop["epoch_finished"]
     started = epoch + 1 if finished or done else epoch
     # taken in the validation after the epoch's last batch: the epoch is not processed yet (its end is due)
@@ -93,7 +100,7 @@ def lightning_loops(
         "state_dict": {},
         "epoch_loop.state_dict": {"_batches_that_stepped": loop.get("batches_stepped", global_step)},
         "epoch_loop.batch_progress": _batch_progress(done, loop.get("total_batches", 0), last=finished),
-        "epoch_loop.scheduler_progress": none,
+        "epoch_loop.scheduler_progress": _ready_completed(counters.get("scheduler_progress")) or none,
         "epoch_loop.automatic_optimization.state_dict": {},
         "epoch_loop.automatic_optimization.optim_progress": {
             "optimizer": {"step": steps, "zero_grad": zero_grads} if automatic else {"step": none, "zero_grad": none}
@@ -101,14 +108,16 @@ def lightning_loops(
         "epoch_loop.manual_optimization.state_dict": {},
         "epoch_loop.manual_optimization.optim_step_progress": none if automatic else steps,
         "epoch_loop.val_loop.state_dict": {},
-        "epoch_loop.val_loop.batch_progress": evaluated.get("val_loop", _batch_progress(0, 0, last=False)),
+        "epoch_loop.val_loop.batch_progress": counters.get("val_loop", _batch_progress(0, 0, last=False)),
         "epoch_progress": epochs,
     }
     validate, test = (
-        {"state_dict": {}, "batch_progress": evaluated.get(name, _batch_progress(0, 0, last=False))}
+        {"state_dict": {}, "batch_progress": counters.get(name, _batch_progress(0, 0, last=False))}
         for name in ("validate_loop", "test_loop")
     )
-    predict = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=None)}
+    predicted = counters.get("predict_loop", _batch_progress(0, 0, last=None))
+    # Lightning's predict loop keeps a _Progress: no is_last_batch in its state
+    predict = {"state_dict": {}, "batch_progress": {k: v for k, v in predicted.items() if k != "is_last_batch"}}
     return {"fit_loop": fit_loop, "validate_loop": validate, "test_loop": test, "predict_loop": predict}
 
 

@@ -91,7 +91,7 @@ def build_checkpoint(
             checkpoint_epoch,
             state.global_step,
             automatic=getattr(module, "automatic_optimization", True),
-            evaluated=_evaluation_progress(state),
+            counters=_loop_counters(state),
         ),
         "callbacks": callback_states(trainer.callbacks),
         "optimizer_states": pieces["optim"],
@@ -157,7 +157,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
             state.current_epoch,
             state.global_step,
             automatic=getattr(module, "automatic_optimization", True),
-            evaluated=_evaluation_progress(state),
+            counters=_loop_counters(state),
         ),
         "optimizer_states": [],
         **saved_hyperparameters(module),
@@ -173,11 +173,18 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     return checkpoint
 
 
-def _evaluation_progress(state: LoopState) -> dict[str, dict[str, Any]]:
+def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
     """The evaluation loops' counters (trainer/loop_progress.py) as Lightning's ``loops`` entry holds
-    them: the fit's validation (its ``val_loop``), ``trainer.validate``'s and ``trainer.test``'s."""
+    them: the fit's validation (its ``val_loop``), ``trainer.validate``'s, ``trainer.test``'s and
+    ``trainer.predict``'s."""
     counters = state.progress
-    loops = {"val_loop": counters.fit_validation, "validate_loop": counters.validate, "test_loop": counters.test}
+    loops = {
+        "val_loop": counters.fit_validation,
+        "validate_loop": counters.validate,
+        "test_loop": counters.test,
+        "predict_loop": counters.predict,
+        "scheduler_progress": counters.schedulers,
+    }
     return {
         name: {
             "total": vars(progress.total).copy(),
