@@ -129,3 +129,24 @@ def test_a_lone_config_that_is_no_mapping_is_refused_in_lightnings_words(given):
     theirs, ours = attempt(lightning), attempt(trainmesh)
     assert theirs.startswith(("Primitives (<class 'bool'>", "Unsupported config type of <class 'list'>"))
     assert ours.startswith(theirs)
+
+
+@pytest.mark.parametrize("given", [(1, 2), ({"a": 1}, 2), ("a", 1, 2), ("a", {"x": 1}), (0,), ({},)])
+def test_arguments_that_are_no_names_are_taken_as_lightning_takes_them(given):
+    """Several arguments that are no names are ignored (only the names among them saved), one beside
+    names is the config, and one empty (0, {}) saves nothing: Lightning 2.6.6's ``save_hyperparameters``
+    (trainmesh refused the first three with a ValueError and saved ``a`` for the fourth)."""
+    import lightning.pytorch as lightning
+
+    import trainmesh
+
+    def saved(pl):
+        class Model(pl.LightningModule):
+            def __init__(self, a=5, b=6):
+                super().__init__()
+                self.save_hyperparameters(*given)
+
+        model = Model()
+        return dict(model.hparams), dict(model.hparams_initial), model.__dict__.get("_hparams_name", "unset")
+
+    assert saved(trainmesh) == saved(lightning)

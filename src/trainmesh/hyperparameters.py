@@ -52,8 +52,16 @@ class HyperparametersMixin:
         argument); ``logger=False`` keeps them out of the loggers (checkpoints still hold them).
         """
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
-        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
-            given = args[0]
+        object.__setattr__(self, "_log_hyperparams", logger)
+        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+            return  # Lightning's: one empty container (or 0, None) saves nothing
+        # As Lightning's: one argument that is no name is the config (the names beside it unused);
+        # several are ignored, and only the names among the arguments are saved
+        configs = [arg for arg in args if not isinstance(arg, str)]
+        if len(configs) > 1:
+            args = tuple(arg for arg in args if isinstance(arg, str))
+        if len(configs) == 1 and isinstance(configs[0], (Mapping, argparse.Namespace)):
+            given = configs[0]
             found = vars(given) if isinstance(given, argparse.Namespace) else given
             # Lightning's checkpoint "hparams_name": the __init__ argument that holds the given object
             # (the arguments of the constructors up the calling chain, as Lightning collects them, so that a
@@ -67,10 +75,9 @@ class HyperparametersMixin:
             holders = [k for k, v in arguments.items() if k not in ignored and _same_object(v, given)]
             name = holders[0] if holders else None
         else:
-            found = self._named_init_arguments(args, frame)
+            found = self._named_init_arguments(args, frame) if args or not configs else {}
             # Lightning's: "kwargs" for named arguments, or for all of them where there are some
-            name = "kwargs" if args or any(k not in ignored for k in found) else None
-        object.__setattr__(self, "_log_hyperparams", logger)
+            name = "kwargs" if configs or args or any(k not in ignored for k in found) else None
         self._store_hyperparameters(found, name, ignored)
 
     def _store_hyperparameters(self, found: Mapping[str, Any], name: str | None, ignored: set[str]) -> None:

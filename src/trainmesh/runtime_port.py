@@ -4,7 +4,7 @@
 A loop of one's own never calls these; the Trainer does, and so they are kept off the Runtime's
 public face (pinned by tests/test_runtime.py) without being reached as its private members: the
 choice of a strategy by the model's memory, the model a ``torch.compile`` wraps, where only some
-ranks log, the loss's backward as one callable, predictions gathered in dataset order, and the
+ranks log, the loss's backward as one callable, whether predict returns its predictions, and the
 loop's state handed to a recovering fault-tolerant peer.
 """
 
@@ -20,9 +20,9 @@ from torch import nn
 from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_everything, seed_settings
-from trainmesh.strategies import collectives
 from trainmesh.strategies.lightning_face import serving
 from trainmesh.strategies.protocol import Strategy
+from trainmesh.utilities.lazy import is_instance
 
 
 class _Host(Protocol):
@@ -121,13 +121,20 @@ class TrainerPort:
         (``fault_tolerance``), which calls ``load`` with it; nothing happens without fault tolerance."""
         self._runtime.strategy.share_state_with_peers(key, state, load)
 
-    def collect_predictions(
-        self, outputs: list[Any], share: tuple[list[int] | None, int | None] | None = None
-    ) -> list[Any]:
-        """Every data-parallel rank's predictions; in the loader's order where each rank read its
-        unpadded ``share`` (its batches' sample counts, the loader's batch size: see
-        ``collectives.collect_predictions``)."""
-        return collectives.collect_predictions(self._runtime.strategy.mesh, outputs, share=share)
+    def returns_predictions(self, return_predictions: bool | None) -> bool:
+        """Whether ``trainer.predict`` keeps and returns each rank's own predictions, as Lightning's
+        ``_PredictionLoop.return_predictions`` decides: by default yes, but not where the workers are
+        spawned or forked (ddp_spawn, ddp_fork: the launching process gets None), where ``True`` is
+        refused with Lightning's error (raised there in each worker, here before they start)."""
+        from trainmesh.utilities.exceptions import MisconfigurationException  # only predict asks
+
+        spawns = is_instance(self._runtime.launcher, "trainmesh.launchers.spawn", "SpawnLauncher")
+        if return_predictions and spawns:
+            raise MisconfigurationException(
+                "`return_predictions` should be set to `False` when using the strategies that spawn or fork."
+                f" Found {return_predictions} with strategy {type(self._runtime.strategy)}."
+            )
+        return not spawns if return_predictions is None else return_predictions
 
     @property
     def accelerator_connector(self) -> Any:

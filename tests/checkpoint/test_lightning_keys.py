@@ -31,6 +31,9 @@ def _model_class(framework):
         def validation_step(self, batch, batch_idx):
             self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
 
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
         def val_dataloader(self):
             return DataLoader(TensorDataset(X, Y), batch_size=8)
 
@@ -71,8 +74,18 @@ def _load(path):
 
 
 def test_lightning_keys_in_lightnings_order(tmp_path):
-    _fit(L, tmp_path / "pl")
-    _fit(tm, tmp_path / "tm")
+    runs = {"pl": _fit(L, tmp_path / "pl"), "tm": _fit(tm, tmp_path / "tm")}
+    for folder, (trainer, model) in runs.items():  # then a validate run: Lightning counts its batches too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.validate(model, verbose=False)
+            trainer.predict(model, DataLoader(TensorDataset(X), batch_size=4))
+        trainer.save_checkpoint(tmp_path / folder / "after_validate.ckpt")
+    ours, theirs = _load(tmp_path / "tm" / "after_validate.ckpt"), _load(tmp_path / "pl" / "after_validate.ckpt")
+    assert theirs["loops"]["validate_loop"]["batch_progress"]["total"]["completed"] == 2
+    assert theirs["loops"]["predict_loop"]["batch_progress"]["total"]["completed"] == 4
+    for loop in ("validate_loop", "predict_loop"):  # trainmesh wrote zeros
+        assert ours["loops"][loop] == theirs["loops"][loop]
     for name in ("epoch_end.ckpt", "after_fit.ckpt"):
         ours, theirs = _load(tmp_path / "tm" / name), _load(tmp_path / "pl" / name)
         assert ours["pytorch-lightning_version"] == theirs["pytorch-lightning_version"] == "2.6.6"
@@ -86,6 +99,9 @@ def test_lightning_keys_in_lightnings_order(tmp_path):
         assert fit_loop.keys() == expected.keys()
         assert fit_loop["epoch_progress"] == expected["epoch_progress"]
         assert fit_loop["epoch_loop.state_dict"] == expected["epoch_loop.state_dict"]
+        # the fit's validation and scheduler steps counted (trainmesh wrote zeros)
+        assert fit_loop["epoch_loop.val_loop.batch_progress"] == expected["epoch_loop.val_loop.batch_progress"]
+        assert fit_loop["epoch_loop.scheduler_progress"] == expected["epoch_loop.scheduler_progress"], name
         steps = "epoch_loop.automatic_optimization.optim_progress"
         assert fit_loop[steps]["optimizer"]["step"]["total"] == expected[steps]["optimizer"]["step"]["total"]
     ours, theirs = _load(tmp_path / "tm" / "weights.ckpt"), _load(tmp_path / "pl" / "weights.ckpt")

@@ -292,8 +292,8 @@ def run_sharded_predict(out, strategy):
     model = Wide()
     trainer = quiet_trainer(strategy=strategy, devices=2 if strategy != "single" else 1)
     predictions = trainer.predict(model, DataLoader(wide_dataset(97), batch_size=16))
-    if trainer.is_global_zero:
-        torch.save(torch.cat(predictions), out)
+    # each rank its own predictions, as Lightning's ranks return theirs
+    torch.save(torch.cat(predictions), out if trainer.world_size == 1 else f"{out}-rank{trainer.global_rank}")
 
 
 def run_callbacks(out, directory):
@@ -346,9 +346,11 @@ def run_evaluate(out, samples=1001):
     data = DataLoader(dataset(int(samples)), batch_size=16)
     trainer = quiet_trainer(strategy="ddp", devices=2)
     metrics = trainer.validate(model, data, verbose=False)
-    predictions = trainer.predict(model, data)
+    predictions = trainer.predict(model, data)  # each rank's own (None: a rank with no sample)
+    own = torch.cat(predictions) if predictions is not None else None
+    torch.save(own, f"{out}-predictions-rank{trainer.global_rank}")
     if trainer.is_global_zero:
-        torch.save({"metrics": metrics, "predictions": torch.cat(predictions)}, out)
+        torch.save({"metrics": metrics}, out)
 
 
 class MetricsNet(Net):

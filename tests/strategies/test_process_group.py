@@ -11,7 +11,7 @@ after rank 0 arrived.
 The second program (RACE) goes on, after its clean leave, to join (strategies/process_group.py's
 join_process_group) twice more on a store that outlives the groups, as an elastic agent's does:
 a group that rank 1 leaves as a rank that raised leaves it, while rank 0 waits in a collective,
-then the next, which rank 0 joins late.
+then the next, which rank 0 joins late, and a third that rank 1 never joins.
 """
 
 import re
@@ -97,8 +97,17 @@ RACE = textwrap.dedent(f"""
         join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=15))
         total = torch.ones(1)
         dist.all_reduce(total)
-        leave_process_group(failed=False)
+        departures.watch_departures(60.0)
+        old = departures._watch
+        dist.destroy_process_group()  # as a program may, without the leave that stops the watch
+        departures.watch_departures(60.0)  # drops the watch of the group that is gone
+        print(f"RANK {{rank}} OLD WATCH alive={{old._thread.is_alive()}}", flush=True)
         print(f"RANK {{rank}} GROUP 1 sum={{total.item():g}}", flush=True)
+        if rank == 0:  # a third group, which rank 1 never joins (it ends): rank 0 waits 2 s, not 30 minutes
+            try:
+                join_process_group(process, torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(seconds=2))
+            except Exception as error:
+                print(f"RANK 0 JOINED ALONE {{type(error).__name__}}: {{error}}", flush=True)
 
     if __name__ == "__main__":
         agent_port = find_free_port()
@@ -132,3 +141,16 @@ def test_a_rank_that_raised_closes_its_connections_so_a_peer_waiting_on_it_fails
     # Before: rank 1's departure watch held the failed group open, and rank 0 waited in its
     # collective until the group's timeout (15 s here; 30 minutes by default).
     assert "RANK 0 GROUP 0 closed by peer" in race.stdout, race.stdout + race.stderr[-3000:]
+
+
+def test_a_rank_that_never_joins_ends_the_join_within_its_wait_naming_it(race):
+    # Before: rank 0 waited in torch's join for the group's whole timeout (30 minutes by default,
+    # as Lightning's init_process_group) and then failed without naming the missing rank.
+    assert "RANK 0 JOINED ALONE MissingRanks: rank 0 waited 2 s" in race.stdout, race.stdout + race.stderr[-3000:]
+    assert "but rank 1 never joined: every process must call the same Trainer method" in race.stdout
+
+
+def test_a_watch_of_a_group_that_is_gone_is_stopped_when_dropped(race):
+    # Before: watch_departures dropped it and its thread polled on for the rest of the process.
+    for rank in (0, 1):
+        assert f"RANK {rank} OLD WATCH alive=False" in race.stdout, race.stdout + race.stderr[-3000:]

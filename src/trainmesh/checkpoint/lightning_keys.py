@@ -49,6 +49,13 @@ def _progress(ready: int, completed: int, *, started: int | None = None, process
     return counts
 
 
+def _ready_completed(progress: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Lightning's ``_Progress`` of ``_ReadyCompletedTracker`` (its scheduler_progress) from full counts."""
+    if progress is None:
+        return None
+    return {key: _progress(progress[key]["ready"], progress[key]["completed"]) for key in ("total", "current")}
+
+
 def _batch_progress(current: int, total: int, *, last: bool | None) -> dict[str, Any]:
     progress = {
         "total": _progress(total, total, started=total, processed=total),
@@ -57,7 +64,14 @@ def _batch_progress(current: int, total: int, *, last: bool | None) -> dict[str,
     return progress if last is None else progress | {"is_last_batch": last}
 
 
-def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, automatic: bool) -> dict[str, Any]:
+def lightning_loops(
+    loop: dict[str, Any],
+    epoch: int,
+    global_step: int,
+    *,
+    automatic: bool,
+    counters: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Lightning's ``loops`` entry (its loops' progress counters) for the position trainmesh's ``loop``
     entry records, so that Lightning's ``fit(ckpt_path=)`` resumes where trainmesh stopped: without it
     Lightning restarts at epoch 0 with the checkpoint's weights and trains every epoch again.
@@ -65,7 +79,10 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
     Lightning's ``current_epoch`` is the epochs completed; at an epoch's end (ModelCheckpoint's
     save in ``on_train_epoch_end``) the epoch is processed but not yet completed, which makes
     Lightning resume with the next epoch; the batches of the epoch are the current batch counts.
+    ``counters``: the evaluation loops' batch progress as the Trainer counted it (``val_loop``, the
+    fit's validation; ``validate_loop``, ``test_loop``, ``predict_loop``), Lightning's ``_BatchProgress`` state dicts.
     """
+    counters = counters or {}
     done, finished = loop["batches_done"], loop["epoch_finished"]
     started = epoch + 1 if finished or done else epoch
     # taken in the validation after the epoch's last batch: the epoch is not processed yet (its end is due)
@@ -83,7 +100,7 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
         "state_dict": {},
         "epoch_loop.state_dict": {"_batches_that_stepped": loop.get("batches_stepped", global_step)},
         "epoch_loop.batch_progress": _batch_progress(done, loop.get("total_batches", 0), last=finished),
-        "epoch_loop.scheduler_progress": none,
+        "epoch_loop.scheduler_progress": _ready_completed(counters.get("scheduler_progress")) or none,
         "epoch_loop.automatic_optimization.state_dict": {},
         "epoch_loop.automatic_optimization.optim_progress": {
             "optimizer": {"step": steps, "zero_grad": zero_grads} if automatic else {"step": none, "zero_grad": none}
@@ -91,12 +108,17 @@ def lightning_loops(loop: dict[str, Any], epoch: int, global_step: int, *, autom
         "epoch_loop.manual_optimization.state_dict": {},
         "epoch_loop.manual_optimization.optim_step_progress": none if automatic else steps,
         "epoch_loop.val_loop.state_dict": {},
-        "epoch_loop.val_loop.batch_progress": _batch_progress(0, 0, last=False),
+        "epoch_loop.val_loop.batch_progress": counters.get("val_loop", _batch_progress(0, 0, last=False)),
         "epoch_progress": epochs,
     }
-    evaluation = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=False)}
-    predict = {"state_dict": {}, "batch_progress": _batch_progress(0, 0, last=None)}
-    return {"fit_loop": fit_loop, "validate_loop": evaluation, "test_loop": dict(evaluation), "predict_loop": predict}
+    validate, test = (
+        {"state_dict": {}, "batch_progress": counters.get(name, _batch_progress(0, 0, last=False))}
+        for name in ("validate_loop", "test_loop")
+    )
+    predicted = counters.get("predict_loop", _batch_progress(0, 0, last=None))
+    # Lightning's predict loop keeps a _Progress: no is_last_batch in its state
+    predict = {"state_dict": {}, "batch_progress": {k: v for k, v in predicted.items() if k != "is_last_batch"}}
+    return {"fit_loop": fit_loop, "validate_loop": validate, "test_loop": test, "predict_loop": predict}
 
 
 def written_by_lightning(checkpoint: Any) -> bool:

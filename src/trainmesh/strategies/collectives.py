@@ -10,8 +10,6 @@ import torch.distributed as dist
 
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.utilities.collections import apply_to_tensors
-from trainmesh.utilities.prediction_order import in_loader_order
-from trainmesh.utilities.rank_zero import rank_zero_warn
 
 _OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -148,33 +146,3 @@ def barrier(mesh: ParallelMesh) -> None:
     # The parent of ddp_spawn workers has a mesh of many but no group once they ended.
     if mesh.world_size > 1 and dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-def collect_predictions(
-    mesh: ParallelMesh, outputs: list[Any], *, share: tuple[list[int] | None, int | None] | None = None
-) -> list[Any]:
-    """Every data-parallel rank's predictions. ``share`` where each rank read its unpadded share of
-    the loader's positions (rank r: r, r+W, ..., as Lightning's ``UnrepeatedDistributedSampler``):
-    its batches' sample counts (None: an unbatched loader) and the loader's batch size; the
-    predictions are then put back in the loader's order, in its batches (utilities/prediction_order.py),
-    or, where they cannot be cut into one row per sample, returned rank after rank with a warning.
-    Without ``share`` (a loader each rank read as it was given), the ranks' batches are taken in turn."""
-    if not _talks(mesh, "dp"):
-        return outputs
-    rows, batch_size = share if share is not None else (None, None)
-    parts = all_gather_object(mesh, (apply_to_tensors(outputs, lambda t: t.cpu()), rows), over="dp")
-    outputs_of = [part[0] for part in parts]
-    if share is None:
-        rounds = max((len(part) for part in outputs_of), default=0)
-        return [part[turn] for turn in range(rounds) for part in outputs_of if turn < len(part)]
-    ordered = in_loader_order(outputs_of, [part[1] for part in parts], batch_size)
-    if ordered is not None:
-        return ordered
-    rank_zero_warn(
-        "trainer.predict returns the processes' predictions one process after another (rank 0's batches first), "
-        "not in the dataloader's order: each process predicted samples r, r+W, ... (as Lightning's ranks do), and "
-        "predict_step's outputs are not tensors (or dicts, lists, tuples of tensors) with one row per sample, "
-        "which could be put back in order. Return such tensors, or use a BasePredictionWriter, whose "
-        "batch_indices name each batch's samples"
-    )
-    return [output for part in outputs_of for output in part]

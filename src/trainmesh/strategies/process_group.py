@@ -21,6 +21,17 @@ from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together, stop
 # ("connectFullMesh ... Connection refused"), a fit after an earlier fit's failure in one script.
 _joins = itertools.count()
 
+# How long a process waits for every other to join its group: torchrun's rendezvous join timeout
+# (10 minutes) under the strategies' default group timeout, else the timeout given. Lightning waits
+# the group's timeout (30 minutes by default) where a rank never comes: a program that calls fit on
+# rank 0 only, or whose other rank ended before its fit, hung that long without a word.
+DEFAULT_GROUP_TIMEOUT = timedelta(minutes=30)
+DEFAULT_JOIN_WAIT = timedelta(minutes=10)
+
+
+class MissingRanks(RuntimeError):
+    """Some processes of the run never joined its process group within the join wait."""
+
 
 def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
     """Initialise the default process group for ``process``; False when one already exists
@@ -31,16 +42,53 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     # The store torch's tcp:// rendezvous makes (the agent's where there is one, else rank 0's),
     # with this group's keys apart from those of every group before it in this process.
     url = f"tcp://{process.master_addr}:{process.master_port}"
-    store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
+    wait = DEFAULT_JOIN_WAIT if timeout == DEFAULT_GROUP_TIMEOUT else timeout
+    join = next(_joins)
+    try:  # without an agent's store, rank 0 hosts one and waits for every process to connect
+        store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=wait))
+    except dist.DistStoreError as error:
+        raise MissingRanks(_missing_message(process, wait, None) + f" (torch: {error})") from error
+    _arrive_together(dist.PrefixStore(f"trainmesh/join/{join}/", store), process, wait)
     store.set_timeout(timeout)
     dist.init_process_group(
         backend,
-        store=dist.PrefixStore(f"trainmesh/group/{next(_joins)}/", store),
+        store=dist.PrefixStore(f"trainmesh/group/{join}/", store),
         rank=process.global_rank,
         world_size=process.world_size,
         timeout=timeout,
     )
     return True
+
+
+def _arrive_together(store: dist.Store, process: ProcessInfo, wait: timedelta) -> None:
+    """Each process marks its arrival and waits, up to ``wait``, for every other's; then says which
+    never came (torch's own join would wait the group's whole timeout and name none)."""
+    store.set_timeout(wait)
+    store.set(f"arrived/{process.global_rank}", "1")
+    deadline = time.monotonic() + wait.total_seconds()
+    arrived = store.add("arrivals", 1)
+    while arrived < process.world_size:
+        if time.monotonic() >= deadline:
+            missing = [rank for rank in range(process.world_size) if not store.check([f"arrived/{rank}"])]
+            raise MissingRanks(_missing_message(process, wait, missing))
+        time.sleep(0.05)
+        arrived = store.add("arrivals", 0)
+
+
+def _missing_message(process: ProcessInfo, wait: timedelta, missing: list[int] | None) -> str:
+    who = (
+        "some of the others"
+        if missing is None
+        else ("rank " if len(missing) == 1 else "ranks ") + ", ".join(map(str, missing))
+    )
+    return (
+        f"rank {process.global_rank} waited {wait.total_seconds():g} s for the {process.world_size} processes of the "
+        f"run to join its process group, but {who} never joined: every process must call the same Trainer "
+        "method (fit/validate/test/predict) or Runtime.launch; a program that calls it on rank 0 only, or a "
+        "process that ended or failed before it, leaves the others waiting. Where a process is only slow to "
+        "arrive (a download on rank 0 before fit), give the strategy a longer timeout, which is also the join "
+        "wait: e.g. DDPStrategy(timeout=timedelta(hours=1)) (default: 10 minutes to join, 30 per collective)"
+    )
 
 
 def leave_process_group(*, failed: bool, timeout: float = LEAVE_TIMEOUT) -> list[int]:

@@ -155,6 +155,9 @@ def watch_departures(timeout: float | None) -> None:
     with _lock:
         group = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
         if _watch is not None and (_watch.group is not group or not _watch.alive()):
+            # A watch of an earlier group: its thread stopped too, or it would poll that group's
+            # store (and hold the group) for the rest of the process
+            _watch.stop()
             _watch = None
         if timeout is None:
             if _watch is not None:

@@ -87,7 +87,11 @@ def build_checkpoint(
         "state_dict": pieces["model"],
         # Lightning's progress counters of this position, for Lightning's own fit(ckpt_path=)
         "loops": lightning_loops(
-            loop_entry, checkpoint_epoch, state.global_step, automatic=getattr(module, "automatic_optimization", True)
+            loop_entry,
+            checkpoint_epoch,
+            state.global_step,
+            automatic=getattr(module, "automatic_optimization", True),
+            counters=_loop_counters(state),
         ),
         "callbacks": callback_states(trainer.callbacks),
         "optimizer_states": pieces["optim"],
@@ -153,6 +157,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
             state.current_epoch,
             state.global_step,
             automatic=getattr(module, "automatic_optimization", True),
+            counters=_loop_counters(state),
         ),
         "optimizer_states": [],
         **saved_hyperparameters(module),
@@ -166,6 +171,28 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     return checkpoint
+
+
+def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
+    """The evaluation loops' counters (trainer/loop_progress.py) as Lightning's ``loops`` entry holds
+    them: the fit's validation (its ``val_loop``), ``trainer.validate``'s, ``trainer.test``'s and
+    ``trainer.predict``'s."""
+    counters = state.progress
+    loops = {
+        "val_loop": counters.fit_validation,
+        "validate_loop": counters.validate,
+        "test_loop": counters.test,
+        "predict_loop": counters.predict,
+        "scheduler_progress": counters.schedulers,
+    }
+    return {
+        name: {
+            "total": vars(progress.total).copy(),
+            "current": vars(progress.current).copy(),
+            "is_last_batch": progress.is_last_batch,
+        }
+        for name, progress in loops.items()
+    }
 
 
 def _loop_entry(state: LoopState) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short:
             continue
         if config.interval == "epoch" and (state.current_epoch + 1) % config.frequency == 0:
             if epoch_scheduler_due(state, config.scheduler):  # Lightning 1.x's optimizer frequencies
-                step_scheduler(config, callback_metrics(state), custom)
+                step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)
 
 
 def end_epoch_at_batch_start(state: LoopState, hooks: HookDispatcher, batch_idx: int) -> None:
@@ -80,7 +80,7 @@ def end_epoch_at_batch_start(state: LoopState, hooks: HookDispatcher, batch_idx:
     custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs:
         if not config.reduce_on_plateau and config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
-            step_scheduler(config, callback_metrics(state), custom)
+            step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)
     step_epoch_schedulers(state, hooks, cut_short=False, plateau=False)
 
 
@@ -91,4 +91,4 @@ def step_due_plateau_schedulers(state: LoopState, hooks: HookDispatcher) -> None
     custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     due, state.loop.plateau_due = state.loop.plateau_due, []
     for config in due:
-        step_scheduler(config, callback_metrics(state), custom)
+        step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)

@@ -13,7 +13,7 @@ from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
-from trainmesh.trainer.evaluation_shares import prediction_share, steps_owed, warn_replicated_samples
+from trainmesh.trainer.evaluation_shares import steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.loader_checks import warn_of_loader_settings
 from trainmesh.trainer.loader_lengths import RuntimeSum, check_loader_lengths
@@ -150,11 +150,10 @@ def run_predict(ctx: LoopContext, data: Any) -> Any:
     writers = [callback for callback in ctx.view.callbacks if isinstance(callback, BasePredictionWriter)]
     ctx.state.predict_loop.start(len(loaders), writers)
     announce_run(ctx.view, ctx.state, ctx.runtime, "predict", loaders[0] if loaders else None)
-    per_loader = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
-    outputs = [
-        ctx.runtime.trainer_port.collect_predictions(predictions, prediction_share(loader, len(predictions)))
-        for loader, predictions in zip(loaders, per_loader, strict=True)
-    ]
+    # Each rank's own predictions (its unpadded share), as Lightning's ranks return theirs
+    outputs = _evaluate(ctx, "predict", loaders, ctx.settings.limit_predict_batches)
+    if not outputs:  # no batch to predict (no loader, or every one empty): Lightning's skipped loop
+        return None
     return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -193,8 +192,8 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
     _record_batch_counts(ctx, stage, loaders, limits, limit_setting)
     owed = steps_owed(ctx, stage, limits)
-    if sum(limits) == 0:
-        return [[] if stage == "predict" else {} for _ in loaders]
+    if sum(limits) == 0:  # Lightning's skipped loop: no hook; validate/test return [], predict None
+        return []
     # Lightning gives every evaluation loader's sampler the fit's processed epochs as its epoch
     # (evaluation_loop / data_connector: "validation shuffling based on the training progress"): a
     # shuffled loader's distributed share after a 2-epoch fit is the permutation of epoch 2, not 0.
@@ -308,7 +307,10 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         logged += [*results, state.log_collector.results]
-        return _publish(ctx, reduced, state.log_collector.epoch_metrics())
+        published = _publish(ctx, reduced, state.log_collector.epoch_metrics())
+        # Lightning's loop stores a loader's results as the batches move on to another loader, and
+        # once at the end: loader 0's always, another's only where it gave a batch
+        return [values for index, values in enumerate(published) if index == 0 or index in per_loader.reached]
 
 
 def _run_batches(

@@ -3,8 +3,7 @@
 The Runtime splits each evaluation loader as Lightning 2.6's Trainer does (strategies/sampling.py):
 validation and test padded so that every rank runs as many batches, predict unpadded (ranks may
 run a batch fewer). This module warns as Lightning warns about the padding, evens out the step
-counts where the strategy's step is a collective, and says how a rank's predictions lie in the
-loader's order.
+counts where the strategy's step is a collective.
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.trainer.prediction_loop import batch_indices_seen
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
 
@@ -82,22 +80,3 @@ def steps_owed(ctx: LoopContext, stage: str, limits: list[int | float]) -> int:
             "of them). Predict at least as many samples as there are processes, or predict on one process"
         )
     return int(most - total)
-
-
-def prediction_share(loader: Any, count: int) -> tuple[list[int] | None, int | None] | None:
-    """How this rank's ``count`` predictions of ``loader`` lie in the loader's order: its batches'
-    sample counts and the loader's batch size where it read its unpadded share (positions r, r+W,
-    ...) in batches of torch's ``BatchSampler`` (counts None: unbatched, one sample a prediction);
-    None where it read the loader another way (as given, or a batch sampler of the user's own)."""
-    from trainmesh.utilities.distributed_samplers import UnrepeatedDistributedSampler
-
-    inner = getattr(loader, "loader", loader)
-    if getattr(inner, "batch_sampler", None) is None:
-        return (None, None) if isinstance(getattr(inner, "sampler", None), UnrepeatedDistributedSampler) else None
-    seen = batch_indices_seen(inner)
-    if seen is None:
-        return None
-    batches, indices = seen
-    if type(batches) is not BatchSampler or not isinstance(batches.sampler, UnrepeatedDistributedSampler):
-        return None
-    return [len(batch) for batch in indices[:count]], batches.batch_size

@@ -190,6 +190,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
         # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch
         # counts, and the validation batches counted across the epoch
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()
+        progress.schedulers.current = Counts()
     state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)

@@ -20,10 +20,15 @@ class LoaderResults:
         self.results: list[Any] = []
         self.kept: list[list[Any]] = []
         self._current = -1
+        self.reached: set[int] = set()  # the loaders that gave a batch
         self._outputs: list[Any] = []
 
     def reach(self, loader_idx: int) -> None:
-        """Finish the loaders before ``loader_idx`` and start it."""
+        """A batch of loader ``loader_idx``: finish the loaders before it and start it."""
+        self.reached.add(loader_idx)
+        self._advance_to(loader_idx)
+
+    def _advance_to(self, loader_idx: int) -> None:
         while self._current < loader_idx:
             if self._current >= 0:
                 self._finish()
@@ -45,7 +50,7 @@ class LoaderResults:
 
     def close(self) -> None:
         if self.limits:
-            self.reach(len(self.limits) - 1)
+            self._advance_to(len(self.limits) - 1)
             self._finish()
 
     def _finish(self) -> None:

@@ -9,6 +9,7 @@ epoch_end.py, evaluation.py); the views hand out read-only copies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -64,18 +65,33 @@ class Progress:
 @dataclass
 class LoopCounters:
     """The counters of Lightning's loops: the fit's epochs and training batches, the fit's own
-    validation loop (its sanity check and in-fit validation), ``trainer.validate``'s and
-    ``trainer.test``'s."""
+    validation loop (its sanity check and in-fit validation), ``trainer.validate``'s,
+    ``trainer.test``'s and ``trainer.predict``'s."""
 
     epochs: Progress = field(default_factory=Progress)
     train_batches: Progress = field(default_factory=Progress)
     fit_validation: Progress = field(default_factory=Progress)
     validate: Progress = field(default_factory=Progress)
     test: Progress = field(default_factory=Progress)
+    predict: Progress = field(default_factory=Progress)
+    # the fit's scheduler steps (Lightning's scheduler_progress: ready and completed; current per epoch)
+    schedulers: Progress = field(default_factory=Progress)
     fit_started: bool = False  # Lightning settles its fit loop's limits (min_epochs 0 for None) as a fit starts
 
     def evaluation(self, stage: str, fitting: bool) -> Progress | None:
-        """The counters an evaluation ``stage`` advances (None for predict, which has none here)."""
+        """The counters an evaluation ``stage`` (or predict) advances."""
         if stage == "sanity_check" or (stage == "validate" and fitting):
             return self.fit_validation
-        return {"validate": self.validate, "test": self.test}.get(stage)
+        return {"validate": self.validate, "test": self.test, "predict": self.predict}.get(stage)
+
+
+def scheduler_progress_of(checkpoint: Any) -> Progress:
+    """The scheduler steps a resumed fit counts on from: the checkpoint's Lightning ``loops`` entry
+    (``scheduler_progress``, written by trainmesh or Lightning), as Lightning's restart reads them
+    (``ready`` back at ``completed``); none counted where the checkpoint has no such entry."""
+    loops = checkpoint.get("loops") if isinstance(checkpoint, dict) else None
+    saved = (loops or {}).get("fit_loop", {}).get("epoch_loop.scheduler_progress")
+    if not isinstance(saved, dict):
+        return Progress()
+    total, current = (int(saved.get(key, {}).get("completed", 0)) for key in ("total", "current"))
+    return Progress(total=Counts(ready=total, completed=total), current=Counts(ready=current, completed=current))

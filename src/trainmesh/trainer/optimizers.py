@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.trainer.loop_progress import Progress
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_warn
 from trainmesh.utilities.types import LRSchedulerConfig
@@ -271,6 +272,8 @@ def step_scheduler(
     config: SchedulerConfig,
     metrics: Mapping[str, torch.Tensor | float],
     lr_scheduler_step: Callable[[Any, Any], None] | None = None,
+    *,
+    counted: Progress | None = None,
 ) -> None:
     """Step one scheduler: through the module's ``lr_scheduler_step(scheduler, metric)`` where it
     overrides it, else as its default does (``step()``, or ``step(metric)`` for a plateau scheduler)."""
@@ -293,9 +296,13 @@ def step_scheduler(
             return
         metric = metrics[config.monitor]
     scheduler: Any = config.scheduler  # any class where the module steps it (lr_scheduler_step)
+    if counted is not None:  # Lightning's scheduler_progress: ready before the step, completed after
+        counted.ready()
     if lr_scheduler_step is not None:
         lr_scheduler_step(scheduler, metric)
     elif metric is None:
         scheduler.step()
     else:
         scheduler.step(metric)
+    if counted is not None:
+        counted.completed()

@@ -84,12 +84,3 @@ def indexed(loader: Any) -> Any:
     if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
         return loader
     return replace_batch_sampler(loader, _IndexBatchSampler(loader.batch_sampler))
-
-
-def batch_indices_seen(loader: Any) -> tuple[Any, list[list[int]]] | None:
-    """The batch sampler that :func:`indexed` wrapped in ``loader`` and the indices of the batches it
-    gave in this iteration (None where ``loader`` was not so wrapped)."""
-    sampler = getattr(loader, "batch_sampler", None)
-    if not isinstance(sampler, _IndexBatchSampler):
-        return None
-    return sampler.batch_sampler, sampler.seen_batch_indices

@@ -232,9 +232,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
-        self._state.predict_loop.return_predictions = return_predictions is not False  # else none kept, as Lightning
+        keep = self.runtime.trainer_port.returns_predictions(return_predictions)
+        self._state.predict_loop.return_predictions = keep  # else none kept, as Lightning
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
-        return None if return_predictions is False else outputs
+        return outputs if keep else None
 
     def _fit_on_train_loader(self, model: Any, train_loader: Any, val_dataloaders: Any, datamodule: Any) -> None:
         """A batch-size search's trial: fit on the train loader the search made (``tuner/trial_loaders.py``),

@@ -232,7 +232,7 @@ class OptimizerSteps:
                     if config.reduce_on_plateau:  # stepped by the fit loop after the batch's validation
                         state.loop.plateau_due.append(config)
                     else:
-                        step_scheduler(config, callback_metrics(state), custom)
+                        step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)
 
 
 def _module_hook(ctx: LoopContext, hook: str) -> Callable[..., Any] | None:
