@@ -100,6 +100,18 @@ def read_members(trainer: Any) -> dict[str, Any]:
     }
 
 
+def read_parallel_strategy(strategy: Any) -> dict[str, Any]:
+    """What programs read on Lightning's ParallelStrategy (under ddp; its single-device strategy
+    has none of these)."""
+    return {
+        "distributed_sampler_kwargs": strategy.distributed_sampler_kwargs,
+        "parallel_devices": [str(device) for device in strategy.parallel_devices],
+        "process_group_backend": strategy.process_group_backend,
+        "lightning_module": type(strategy.lightning_module).__name__,
+        "num_processes": strategy.num_processes,
+    }
+
+
 def recorder(framework: str, events: list[Any], shared_filesystem: Path | None = None) -> Any:
     pl, _, _, is_shared_filesystem = classes(framework)
 
@@ -111,6 +123,7 @@ def recorder(framework: str, events: list[Any], shared_filesystem: Path | None =
                 own.mkdir(parents=True, exist_ok=True)
                 shared = is_shared_filesystem(trainer.strategy, shared_filesystem)
                 events.append(("is_shared_filesystem", shared, is_shared_filesystem(trainer.strategy, own)))
+                events.append(("strategy", read_parallel_strategy(trainer.strategy)))
 
         def on_fit_start(self, trainer, pl_module):
             events.append(("on_fit_start", trainer.enable_validation, torch.is_anomaly_enabled()))

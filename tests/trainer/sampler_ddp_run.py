@@ -6,7 +6,8 @@ second process, which runs them in the same order) and writes each process's rec
 ``OUT/<case>-rank<r>.pt``: the sample indices of every training step and the trained weights.
 The first case runs before any ``seed_everything`` (the sampler's seed is then 0); the rest after
 ``seed_everything(17)``. ``resumed`` is a fit that saves after its second step and a new fit from
-that checkpoint (the second fit's record). trainmesh also runs ``TRAINMESH_ONLY`` (other data-parallel strategies,
+that checkpoint (the second fit's record). ``combined`` trains on a dict of two loaders (32 and 13
+samples), each sharded by its own sampler; its record holds both loaders' indices each step. trainmesh also runs ``TRAINMESH_ONLY`` (other data-parallel strategies,
 whose Lightning counterparts share ddp's sampler) in the same process group.
 """
 
@@ -49,6 +50,9 @@ class Model(pl.LightningModule):
         self.seen = []
 
     def training_step(self, batch, batch_idx):
+        if isinstance(batch, dict):  # "combined": both loaders' batches, read together
+            self.seen.append((self.current_epoch, [batch["a"][0].tolist(), batch["b"][0].tolist()]))
+            return sum(F.mse_loss(self.layer(x), y) for _, x, y in batch.values())
         index, x, y = batch
         self.seen.append((self.current_epoch, index.tolist()))
         return F.mse_loss(self.layer(x), y)
@@ -57,7 +61,10 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def loader(kind: str) -> DataLoader:
+def loader(kind: str) -> DataLoader | dict[str, DataLoader]:
+    if kind == "combined":  # Lightning reads a dict as CombinedLoader(mode="max_size_cycle"); 13 pads to 14
+        few = TensorDataset(*DATA[:13])
+        return {"a": DataLoader(DATA, batch_size=4, shuffle=True), "b": DataLoader(few, batch_size=3, shuffle=True)}
     if kind == "in_order":
         return DataLoader(DATA, batch_size=4)
     if kind == "shuffled":
@@ -71,6 +78,7 @@ CASES = {
     "shuffled": dict(data="shuffled"),
     "own_sampler": dict(data="own_sampler"),
     "overfit": dict(data="shuffled", overfit_batches=2),
+    "combined": dict(data="combined"),
     "resumed": dict(data="shuffled"),
 }
 TRAINMESH_ONLY = {

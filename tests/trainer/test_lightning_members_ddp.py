@@ -12,6 +12,8 @@ rank's record is compared with the same rank's under Lightning:
   (``num_devices``, ``device_ids``, ``distributed_sampler_kwargs``, ``node_rank``, ...), at each
   batch (``is_last_batch``), ``estimated_stepping_batches``, ``enable_validation``, the loaders'
   lengths, ``is_shared_filesystem`` (True for a folder both ranks see, False for one per rank), and
+  ``trainer.strategy``'s ``distributed_sampler_kwargs``, ``parallel_devices``, ``process_group_backend``,
+  ``lightning_module`` (before: AttributeError, and None for the backend), and
   the samples of every training step (both shuffle the ``shuffle=False`` loader alike:
   test_lightning_sampler_ddp.py). Not the loaders' samplers and types: Lightning re-makes each
   ``DataLoader(sampler=DistributedSampler)``, trainmesh's hold a ``BatchSampler`` over one (the
@@ -118,4 +120,9 @@ def test_members_under_ddp_read_as_lightning(records, rank):
     setup = next(e for e in theirs["events"] if e[0] == "setup")[2]
     assert setup["distributed_sampler_kwargs"] == {"num_replicas": 2, "rank": rank}
     assert ("is_shared_filesystem", True, False) in theirs["events"]
+    strategy = {"distributed_sampler_kwargs": {"num_replicas": 2, "rank": rank}, "parallel_devices": ["cpu", "cpu"]}
+    assert (
+        "strategy",
+        {**strategy, "process_group_backend": "gloo", "lightning_module": "Net", "num_processes": 2},
+    ) in theirs["events"]
     assert ("configure_optimizers", 4) in theirs["events"]

@@ -6,7 +6,9 @@ With its default ``use_distributed_sampler=True``, Lightning's Trainer gives eve
 it alike) and calls ``set_epoch`` each epoch. One launch per framework
 (tests/trainer/sampler_ddp_run.py) runs 2 epochs of 32 samples at batch 4 for each case: a
 ``shuffle=False`` loader before any ``seed_everything`` and after ``seed_everything(17)``, a
-``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, and a fit resumed mid-epoch.
+``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, a dict of two loaders (Lightning's
+``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), and a fit
+resumed mid-epoch.
 Each rank's samples at every step are Lightning's rank's, exactly, and the trained weights
 Lightning's (to float noise). fsdp and zero1 (trainmesh's, in the same launch) read what
 Lightning's ddp ranks read: Lightning's strategies share one sampler.
@@ -25,7 +27,7 @@ pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent / "sampler_ddp_run.py"
-CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit"]
+CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined"]
 
 
 @pytest.fixture(scope="module")

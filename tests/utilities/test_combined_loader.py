@@ -139,17 +139,3 @@ def test_trainer_trains_on_a_combined_loader_as_lightning(tmp_path, train):
 def test_sequential_train_loader_refused_as_lightning(tmp_path):
     with pytest.raises(ValueError, match='CombinedLoader\\(mode="sequential"\\)'):
         run((tm.LightningModule, tm.Trainer, CombinedLoader), lambda cls, s: cls(s, "sequential"), tmp=tmp_path)
-
-
-def test_a_combined_loader_on_several_processes_is_refused_before_reading():
-    # not yet compared with ddp's weights: stops with the reason instead of training unchecked
-    from types import SimpleNamespace
-
-    from trainmesh.trainer.combined_loaders import combined_batches
-
-    ctx = SimpleNamespace(runtime=SimpleNamespace(world_size=2))
-    loader = CombinedLoader({"a": DataLoader(range(4)), "b": DataLoader(range(6))}, "max_size_cycle")
-    with pytest.raises(
-        ValueError, match=r"CombinedLoader \(mode 'max_size_cycle'\) on 2 processes is not supported yet"
-    ):
-        combined_batches(ctx, loader, train=True)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from trainmesh.accelerators import device_for
@@ -60,7 +61,7 @@ class DistributedStrategy(LightningStrategyFace):
             raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
         self.start_method = start_method
         self.timeout = timeout
-        self.process_group_backend = process_group_backend
+        self._process_group_backend = process_group_backend
         self.placement = placement or Placement()
         self.precision = self.placement.precision
         self._device = torch.device("cpu")
@@ -85,6 +86,14 @@ class DistributedStrategy(LightningStrategyFace):
     @property
     def processes_per_node(self) -> int:
         return len(self.placement.devices)
+
+    @property
+    def process_group_backend(self) -> str | None:
+        """The backend given, or once the processes joined, the one in use (``"gloo"`` on CPU), as
+        Lightning's DDP strategy answers after its ``setup_environment``."""
+        if self._process_group_backend is None and dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+        return self._process_group_backend
 
     @property
     def num_processes(self) -> int:
@@ -118,7 +127,7 @@ class DistributedStrategy(LightningStrategyFace):
         self._device = device_for(self.placement.device_type, self.device_index(process))
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
-        if join_process_group(process, self._device, backend=self.process_group_backend, timeout=self.timeout):
+        if join_process_group(process, self._device, backend=self._process_group_backend, timeout=self.timeout):
             self._owns_process_group = True
             # Processes started to run a whole script end there; close the group on the way out.
             atexit.register(self.teardown)

@@ -127,6 +127,30 @@ class LightningStrategyFace:
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
+    # Members of Lightning's ParallelStrategy that programs read: their own sampler's arguments
+    # (``DistributedSampler(ds, **trainer.strategy.distributed_sampler_kwargs)``), the module a
+    # callback holding only the strategy reaches, the node's devices. Each is the served Trainer's.
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.distributed_sampler_kwargs
+
+    @property
+    def lightning_module(self) -> Any:
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.lightning_module
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        """One device per process on this node (Lightning's CPU accelerator lists ``cpu`` n times)."""
+        trainer, device = self._served_trainer(), self.root_device
+        if trainer is None:
+            return [device]
+        return [
+            torch.device(device.type) if device.type == "cpu" else torch.device(device.type, i)
+            for i in trainer.device_ids
+        ]
+
     def barrier(self, name: str | None = None) -> None:
         """Wait for every process (nothing on one)."""
         collectives.barrier(self.mesh)

@@ -79,19 +79,13 @@ def inner_loaders(loader: Any) -> list[Any] | None:
 def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     """``loader``, or for a ``CombinedLoader`` a copy whose loaders the Runtime set up (the
     strategy's sampler, the workers' seeding; not the move to the device, which the combined
-    batch gets whole), read as the loops read a loader."""
+    batch gets whole), read as the loops read a loader. Under ddp each inner loader is sharded
+    by a sampler of its own, as Lightning's ``_prepare_dataloader`` shards each loader of its
+    ``CombinedLoader`` (tests/trainer/test_lightning_sampler_ddp.py, case ``combined``)."""
     if not is_instance(loader, _MODULE, "CombinedLoader"):
         return loader
     from trainmesh.utilities.combined_loader import CombinedBatches
 
-    if ctx.runtime.world_size > 1:
-        # Each inner loader would get the strategy's sampler, as Lightning's do, but no test compares
-        # such a run with ddp's weights yet: refused rather than trained unchecked.
-        raise ValueError(
-            f"a CombinedLoader (mode {loader.mode!r}) on {ctx.runtime.world_size} processes is not supported yet: "
-            "it is checked against Lightning on one process only. Run it on one process, or combine the "
-            "datasets into one (one loader per process is sharded as usual)"
-        )
     placed = ctx.runtime.setup_dataloaders(
         *loader.flattened, train=train, shuffle=ctx.shuffle_training if train else None
     )
