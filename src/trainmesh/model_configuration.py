@@ -25,8 +25,7 @@ def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
     would always look small enough for ddp. Its layers are built here on a copy, on the meta device (no memory, no
     initialisation), exactly as a sharding strategy would build them, without a mesh.
     """
-    configure = getattr(type(module), "configure_model", None)
-    if configure is None or configure is ModelHooks.configure_model:
+    if not configure_model_is_a_hook(module):
         return module, False
     probe = copy.deepcopy(module)
     try:
@@ -39,6 +38,38 @@ def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
             f"({type(error).__name__}: {error}). Name the strategy instead (e.g. strategy='fsdp' or 'ddp')"
         ) from error
     return probe, True
+
+
+# Lightning 2.0 removed these module hooks (2.6 refuses them): a module that defines one was written for
+# pytorch-lightning 1.x, which had no ``configure_model`` hook (Lightning 2.1 added it). There a method of
+# that name is the program's own (a ``self.configure_model()`` called in ``__init__``, say), which 1.9.5
+# never calls: called again by the Trainer it would build the layers anew, dropping the weights already
+# there and drawing from the random generator. (Its 1.x name, ``configure_sharded_model``, is called.)
+_LIGHTNING1_ONLY_HOOKS = (
+    "training_step_end",
+    "validation_step_end",
+    "test_step_end",
+    "training_epoch_end",
+    "validation_epoch_end",
+    "test_epoch_end",
+)
+
+
+def configure_model_is_a_hook(module: Any) -> bool:
+    """Whether ``module``'s class overrides Lightning's ``configure_model`` hook: False for a module of
+    Lightning 1.x (one defining a hook 2.0 removed), where that name was no hook.
+
+    >>> configure_model_is_a_hook(nn.Linear(1, 1))
+    False
+    """
+    if not _overrides(module, "configure_model"):
+        return False
+    return not any(_overrides(module, hook) for hook in _LIGHTNING1_ONLY_HOOKS)
+
+
+def _overrides(module: Any, hook: str) -> bool:
+    found = getattr(type(module), hook, None)
+    return found is not None and found is not getattr(ModelHooks, hook, None)
 
 
 def call_configure_model(module: Any, mesh: Any) -> None:

@@ -23,7 +23,7 @@ from trainmesh.hyperparameters import (
     constructor_arguments,
     read_saved_checkpoint,
 )
-from trainmesh.model_configuration import call_configure_model
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
@@ -439,7 +439,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             checkpoint_path, map_location, hparams_file, weights_only, hparams_key=cls.CHECKPOINT_HYPER_PARAMS_KEY
         )
         module = cls(**constructor_arguments(cls, checkpoint, overrides, past_keys=PAST_HPARAMS_KEYS))
-        call_configure_model(module, None)
+        if configure_model_is_a_hook(module):  # Lightning 2.6's _load_state: only where overridden
+            call_configure_model(module, None)
         hyperparameters.load_saved_weights(module, checkpoint, strict=strict, checkpoint_path=checkpoint_path)
         return module
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from trainmesh.model_configuration import call_configure_model
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook
 from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.utilities.rank_zero import global_rank_from_env
@@ -31,7 +31,7 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
     if (device_mesh := runtime.trainer_port.module_device_mesh) is not None:
         # Lightning's ModelParallelStrategy sets the module's mesh so before configure_model reads it
         model._device_mesh = device_mesh
-    if legacy or hasattr(model, "configure_model"):
+    if legacy or configure_model_is_a_hook(model):  # not a 1.x module's method of its own (model_configuration.py)
         with runtime.module_init_context():
             if legacy:
                 hooks.call_module("configure_sharded_model")  # where Lightning 2.0 called it: before configure_model

@@ -64,11 +64,19 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     metrics = dict(state.logged_metrics)
     if state.train_results is not None:
         entries = state.train_results.entries
+        ended = _epoch_ended(state)
         for key, value in state.train_results.step_values.items():
             entry = entries[key]
-            if entry.logger:
-                metrics[f"{entry.name or key}_step" if entry.on_epoch else entry.name or key] = step_tensor(value)
+            name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
+            # once the epoch ended, what the epoch-end hooks logged under the same name replaces the step's
+            # value, as Lightning's epoch-end log_metrics updates its logged_metrics (1.9.5 and 2.6 alike)
+            if entry.logger and not (ended and name in state.epoch_metrics and name in state.logged_metrics):
+                metrics[name] = step_tensor(value)
     return metrics
+
+
+def _epoch_ended(state: LoopState) -> bool:
+    return state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
 
 
 def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
@@ -77,7 +85,7 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
-        ended = state.loop.epoch_finished or state.loop.epoch_ending or not state.loop.batches_done
+        ended = _epoch_ended(state)
         for key, value in state.train_results.step_values.items():
             entry = entries[key]
             name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
