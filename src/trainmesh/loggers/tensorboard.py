@@ -28,7 +28,6 @@ from trainmesh.loggers.csv_logger import (
 )
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.install_hints import install_hint
-from trainmesh.utilities.refusal import refused_class
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -266,8 +265,11 @@ class TensorBoardLogger(Logger):
         return state
 
 
-FabricTensorBoardLogger = refused_class(
-    "FabricTensorBoardLogger",
-    "Lightning Fabric's TensorBoard logger, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.TensorBoardLogger",
-    module=__name__,
-)
+def __getattr__(name: str) -> Any:
+    # Lightning's module imports Fabric's TensorBoard logger under this name: trainmesh's Fabric's
+    # (trainmesh.fabric.loggers, which subclasses this module's logger: imported when asked for)
+    if name == "FabricTensorBoardLogger":
+        from trainmesh.fabric.loggers import TensorBoardLogger as FabricTensorBoardLogger
+
+        return FabricTensorBoardLogger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

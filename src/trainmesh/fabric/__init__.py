@@ -1,0 +1,14 @@
+"""Lightning Fabric's API (``lightning.fabric``) over trainmesh's Runtime: ``trainmesh.Fabric``.
+
+>>> import trainmesh as tm
+>>> tm.Fabric(accelerator="cpu", devices=1).world_size
+1
+
+See docs/how-to/fabric.md: what a Fabric program gets, and what differs from Lightning Fabric.
+"""
+
+from trainmesh.fabric.fabric import Fabric
+from trainmesh.fabric.wrappers import is_wrapped
+from trainmesh.seed import seed_everything
+
+__all__ = ["Fabric", "is_wrapped", "seed_everything"]
