@@ -28,6 +28,7 @@ from trainmesh.fabric.precision import FabricPrecision
 from trainmesh.fabric.wrappers import BackwardGate, _FabricDataLoader, _FabricModule, _FabricOptimizer, _unwrap_objects
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
+from trainmesh.utilities.lazy import is_instance
 
 
 def _saved_form(obj: Any) -> Any:
@@ -164,6 +165,9 @@ class Fabric(Launching):
 
     def _wrap_module(self, module: nn.Module) -> _FabricModule:
         placed = self._runtime.setup_module(module)
+        if is_instance(module, "trainmesh.module", "Module") and module not in self._callbacks:
+            # Fabric's: a LightningModule's hooks are called by fabric.call like a callback's
+            self._callbacks.append(module)
         return _FabricModule(placed, self._precision, original_module=module)
 
     def _prepared(self, optimizers: tuple[torch.optim.Optimizer, ...]) -> list[torch.optim.Optimizer]:
