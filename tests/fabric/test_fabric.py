@@ -162,3 +162,38 @@ def test_save_filter_and_load_raw_as_lightning_fabric(tmp_path):
     (tmp_path / "l").mkdir()
     (tmp_path / "t").mkdir()
     assert _filtered_and_raw("trainmesh", tmp_path / "t") == _filtered_and_raw("lightning", tmp_path / "l")
+
+
+def _other_members(framework: str, capsys) -> dict:
+    L = _api(framework)
+
+    class Subclassed(L.Fabric):
+        def run(self, value):  # Fabric's older form: fabric.run(...) launches it
+            return (value, self.world_size)
+
+    fabric = L.Fabric(accelerator="cpu", devices=1, precision="bf16-true")
+    with fabric.init_module():
+        module = torch.nn.Linear(2, 2)
+    with fabric.init_tensor():
+        made = torch.ones(2)
+    module = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(module.parameters(), lr=0.1))
+    with fabric.autocast():
+        out = module(torch.ones(1, 2))
+    fabric.barrier()
+    fabric.print("printed", 1)
+    with pytest.warns(DeprecationWarning, match="sharded_model"):
+        fabric.sharded_model()
+    return {
+        "dtypes": (module.weight.dtype, made.dtype, out.dtype),
+        "optimizer": (type(optimizer).__name__, isinstance(optimizer, torch.optim.SGD)),
+        "to_device": (fabric.to_device(torch.ones(1)).device, fabric.to_device(torch.nn.Linear(1, 1)).weight.device),
+        "node_rank": fabric.node_rank,
+        "accelerator": type(fabric.accelerator).__name__,
+        "printed": capsys.readouterr().out,
+        "run": Subclassed(accelerator="cpu", devices=1).run(5),
+    }
+
+
+def test_the_other_members_answer_as_lightning_fabric(capsys):
+    assert _other_members("trainmesh", capsys) == _other_members("lightning", capsys)

@@ -18,7 +18,7 @@ import torch
 from trainmesh.loggers.base import Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import CSVLogger as _TrainerCSVLogger
 from trainmesh.loggers.csv_logger import next_version, version_dir_name
-from trainmesh.loggers.tensorboard import TensorBoardLogger as _TrainerTensorBoardLogger
+from trainmesh.loggers.tensorboard import FabricTensorBoardLogger
 
 
 class CSVLogger(_TrainerCSVLogger):
@@ -82,28 +82,8 @@ class CSVLogger(_TrainerCSVLogger):
         self.save()
 
 
-class TensorBoardLogger(_TrainerTensorBoardLogger):
-    """Fabric's TensorBoard logger: event files in ``root_dir/name/version_N``; ``root_dir`` is ``root_dir/name``."""
-
-    def __init__(
-        self,
-        root_dir: str | os.PathLike[str],
-        name: str | None = "lightning_logs",
-        version: int | str | None = None,
-        default_hp_metric: bool = True,
-        prefix: str = "",
-        sub_dir: str | os.PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            root_dir,
-            name=name,
-            version=version,
-            default_hp_metric=default_hp_metric,
-            prefix=prefix,
-            sub_dir=sub_dir,
-            **kwargs,
-        )
+# Fabric's TensorBoard logger is defined beside the Trainer's (Lightning's module imports it from there)
+TensorBoardLogger = FabricTensorBoardLogger
 
 
 __all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]

@@ -265,11 +265,27 @@ class TensorBoardLogger(Logger):
         return state
 
 
-def __getattr__(name: str) -> Any:
-    # Lightning's module imports Fabric's TensorBoard logger under this name: trainmesh's Fabric's
-    # (trainmesh.fabric.loggers, which subclasses this module's logger: imported when asked for)
-    if name == "FabricTensorBoardLogger":
-        from trainmesh.fabric.loggers import TensorBoardLogger as FabricTensorBoardLogger
+class FabricTensorBoardLogger(TensorBoardLogger):
+    """Lightning Fabric's TensorBoard logger (``lightning.fabric.loggers.TensorBoardLogger``, which Lightning's
+    module imports under this name; ``trainmesh.fabric.loggers`` names it): the first argument is ``root_dir``,
+    the folder that holds ``name/version_N``, and there is no ``log_graph`` argument."""
 
-        return FabricTensorBoardLogger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __init__(
+        self,
+        root_dir: str | os.PathLike,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            root_dir,
+            name=name,
+            version=version,
+            default_hp_metric=default_hp_metric,
+            prefix=prefix,
+            sub_dir=sub_dir,
+            **kwargs,
+        )
