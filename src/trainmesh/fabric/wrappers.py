@@ -104,20 +104,27 @@ class _FabricModule(nn.Module):
 
     def _redirection_through_forward(self, method_name: str) -> Callable[..., Any]:
         # Fabric's: a marked method runs through the strategy's wrapper (DDP) as its forward, so that the
-        # wrapper's gradient bookkeeping sees it. Fabric swaps the user's module's forward for the call;
-        # here the wrapper's ``module`` (the strategy's object, not the user's) is pointed at a stand-in
-        # whose forward is the method, for the length of the call.
+        # wrapper prepares its gradient all-reduce for it. Fabric swaps the user's module's forward for the
+        # call; trainmesh's wrappers hold a step dispatcher that runs a named method when the call starts
+        # with a StepCall (strategies/data_parallel.py), so nothing is written onto the user's module.
+        from trainmesh.strategies.data_parallel import StepCall, StepDispatcher
+
         wrapper = self._forward_module
         original = self._original_module
 
         def call_through_forward(*args: Any, **kwargs: Any) -> Any:
-            if getattr(wrapper, "module", None) is not original:
-                return getattr(original, method_name)(*args, **kwargs)  # no wrapper around it: nothing to see
-            wrapper.module = _MethodAsForward(getattr(original, method_name))
-            try:
-                return self.forward(*args, **kwargs)
-            finally:
-                wrapper.module = original
+            if isinstance(getattr(wrapper, "module", None), StepDispatcher):
+                return self.forward(StepCall(method_name), *args, **kwargs)
+            if getattr(wrapper, "module", None) is original:  # a wrapper of the user's own (configure_ddp)
+                wrapper.module = _MethodAsForward(getattr(original, method_name))
+                try:
+                    return self.forward(*args, **kwargs)
+                finally:
+                    wrapper.module = original
+            raise RuntimeError(
+                f"`{type(original).__name__}.{method_name}` is marked as a forward method, but the strategy's "
+                f"wrapper ({type(wrapper).__name__}) cannot run it as its forward; call the module's forward instead"
+            )
 
         return call_through_forward
 
