@@ -197,3 +197,15 @@ def _other_members(framework: str, capsys) -> dict:
 
 def test_the_other_members_answer_as_lightning_fabric(capsys):
     assert _other_members("trainmesh", capsys) == _other_members("lightning", capsys)
+
+
+def test_a_seed_set_before_launch_reaches_the_processes_launch_spawns():
+    # Fabric's seed_everything sets PL_GLOBAL_SEED, which ddp_spawn's processes inherit: their samplers
+    # shuffle with it. trainmesh hands the seed over in the Runtime that the spawned processes receive
+    # (measured on 2 processes in /work/progs/fabric/RESULTS.md: each rank's samples Fabric's).
+    import trainmesh
+    from trainmesh.seed import seed_everything
+
+    fabric = trainmesh.Fabric(accelerator="cpu", devices=1)
+    seed_everything(11, verbose=False)
+    assert fabric.launch(lambda f: f._runtime.seed_settings.seed) == 11

@@ -62,7 +62,12 @@ class Launching:
         return self._wrap_and_launch(function, self, *args, **kwargs)
 
     def _wrap_and_launch(self, to_run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from trainmesh.seed import seed_settings
+
         self._launched = True
+        # Fabric's seed_everything sets PL_GLOBAL_SEED, which spawned processes inherit: one made after
+        # Fabric(...) and before launch(fn) seeds their samplers too. The Runtime hands the seed over.
+        self._runtime.seed_settings = seed_settings() or self._runtime.seed_settings
         return self._runtime.launch(to_run, *args, **kwargs)
 
     def _validate_launched(self) -> None:
