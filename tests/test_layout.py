@@ -21,6 +21,12 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "fabric/arguments.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/checkpoints.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/launching.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/loggers.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/precision.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/wrappers.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "tuner/temporary_checkpoint.py": ["tuner/test_tuning_messages.py"],
     "trainer/lightning1/step_end.py": ["utilities/test_lightning1_deprecations.py"],
     "callbacks/model_checkpoint.py": [

@@ -187,7 +187,7 @@ def test_lightning_2_0_precision_plugin_names_make_today_s_classes():
     [
         ("strategies.xla", "XLAStrategy"),
         ("strategies.single_xla", "SingleDeviceXLAStrategy"),
-        ("loggers.csv_logs", "FabricCSVLogger"),
+        ("callbacks.spike", "FabricSpikeDetection"),
         ("utilities.migration", "migrate_checkpoint"),
         ("utilities.model_registry", "download_model_from_registry"),
         ("loops.fit_loop", "RestartStage"),
@@ -380,3 +380,26 @@ def test_import_lightning_as_l_reads_l_pytorch_s_packages_as_lightning_does():
             theirs, ours = getattr(theirs, part), getattr(ours, part)
         assert theirs.__name__ == ours.__name__
     assert T.pytorch is T
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "fabric_name"),
+    [
+        ("loggers.csv_logs", "FabricCSVLogger", "CSVLogger"),
+        ("loggers.tensorboard", "FabricTensorBoardLogger", "TensorBoardLogger"),
+        ("loggers.logger", "FabricLogger", "Logger"),
+    ],
+)
+def test_lightning_s_modules_name_fabric_s_loggers(module, name, fabric_name):
+    # Lightning's Trainer-side modules import Fabric's loggers under these names (they were refused
+    # while trainmesh had no Fabric): the same classes as the Fabric package's
+    import importlib
+
+    import lightning.fabric.loggers
+
+    assert getattr(importlib.import_module(f"lightning.pytorch.{module}"), name) is getattr(
+        lightning.fabric.loggers, fabric_name
+    )
+    from trainmesh.fabric import loggers
+
+    assert getattr(importlib.import_module(f"trainmesh.{module}"), name) is getattr(loggers, fabric_name)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
 _LAZY = {
     "Callback": ("trainmesh.callbacks.base", "Callback"),
     "DataModule": ("trainmesh.datamodule", "DataModule"),
+    "Fabric": ("trainmesh.fabric", "Fabric"),
     "FaultTolerance": ("trainmesh.strategies.fault_tolerance", "FaultTolerance"),
     "LightningDataModule": ("trainmesh.datamodule", "DataModule"),
     "LightningModule": ("trainmesh.module", "Module"),
@@ -80,6 +81,7 @@ warnings.formatwarning = format_warning_as_lightning
 __all__ = [
     "Callback",
     "DataModule",
+    "Fabric",
     "FaultTolerance",
     "LightningDataModule",
     "LightningModule",

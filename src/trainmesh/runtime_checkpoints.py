@@ -84,7 +84,7 @@ class RuntimeCheckpoints:
     # ---- a user's loop: one file, the user's own keys ------------------------------------------------
     def save(self, path: str, state: dict[str, Any]) -> None:
         """Save ``state``: modules and optimizers in it are saved as state dicts, the rest as is."""
-        self._runtime.strategy.save_checkpoint(self._to_checkpoint(state), path, sharded=None, writer=SYNCHRONOUS)
+        self._runtime.strategy.save_checkpoint(self.to_checkpoint(state), path, sharded=None, writer=SYNCHRONOUS)
 
     def load(self, path: str, state: dict[str, Any] | None = None, *, strict: bool = True) -> dict[str, Any]:
         """Load ``path`` into the modules and optimizers of ``state`` in place; returns the entries
@@ -92,7 +92,8 @@ class RuntimeCheckpoints:
         checkpoint = self._runtime.strategy.load_checkpoint(path, self._runtime._placed, [], keys=_USER_KEYS)
         return self._restore(checkpoint, state or {}, strict=strict)
 
-    def _to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
+    def to_checkpoint(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` as it is saved: modules and optimizers (and objects with a ``state_dict``) as their state dicts."""
         converted: dict[str, Any] = {}
         for key, value in state.items():
             if isinstance(value, nn.Module):

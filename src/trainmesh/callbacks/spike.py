@@ -149,6 +149,6 @@ def _any_rank(trainer: TrainerView, decision: bool) -> bool:
 
 FabricSpikeDetection = refused_class(
     "FabricSpikeDetection",
-    "Lightning Fabric's spike detection, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.callbacks.SpikeDetection",
+    "Lightning Fabric's spike detection, which Lightning's module imports for its own use; trainmesh's Fabric (trainmesh.fabric) has no spike detection: use trainmesh.callbacks.SpikeDetection",
     module=__name__,
 )

@@ -1,16 +1,23 @@
 """Lightning's module path of the CSV logger, ``lightning.pytorch.loggers.csv_logs.CSVLogger``,
 which configurations name in ``_target_`` (the lightning-hydra-template's ``logger/csv.yaml``)."""
 
+from typing import Any
+
 from trainmesh.loggers.csv_logger import CSVLogger
 from trainmesh.utilities.refusal import refused_class
 
-__all__ = ["CSVLogger", "ExperimentWriter", "FabricCSVLogger"]
+__all__ = ["CSVLogger", "ExperimentWriter"]
 
-FabricCSVLogger = refused_class(
-    "FabricCSVLogger",
-    "Lightning Fabric's CSV logger, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.CSVLogger",
-    module=__name__,
-)
+
+def __getattr__(name: str) -> Any:
+    # Lightning's module imports Fabric's CSV logger under this name: trainmesh's Fabric's
+    # (trainmesh.fabric.loggers), imported when asked for (it imports this package's loggers)
+    if name == "FabricCSVLogger":
+        from trainmesh.fabric.loggers import CSVLogger as FabricCSVLogger
+
+        return FabricCSVLogger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ExperimentWriter = refused_class(
     "ExperimentWriter",

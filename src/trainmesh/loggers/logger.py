@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
-from trainmesh.utilities.refusal import refused_class
 
 __all__ = ["DummyExperiment", "DummyLogger", "FabricLogger", "Logger", "merge_dicts", "rank_zero_experiment"]
 
@@ -110,8 +109,6 @@ def merge_dicts(
     return merged
 
 
-FabricLogger = refused_class(
-    "FabricLogger",
-    "Lightning Fabric's logger base class, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.Logger",
-    module=__name__,
-)
+# Fabric's logger base class, which Lightning's module imports for its own use: the one base of
+# trainmesh's loggers, the Trainer's and trainmesh.fabric's alike
+FabricLogger = Logger

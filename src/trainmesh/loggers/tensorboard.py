@@ -28,7 +28,6 @@ from trainmesh.loggers.csv_logger import (
 )
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.install_hints import install_hint
-from trainmesh.utilities.refusal import refused_class
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -267,8 +266,27 @@ class TensorBoardLogger(Logger):
         return state
 
 
-FabricTensorBoardLogger = refused_class(
-    "FabricTensorBoardLogger",
-    "Lightning Fabric's TensorBoard logger, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.loggers.TensorBoardLogger",
-    module=__name__,
-)
+class FabricTensorBoardLogger(TensorBoardLogger):
+    """Lightning Fabric's TensorBoard logger (``lightning.fabric.loggers.TensorBoardLogger``, which Lightning's
+    module imports under this name; ``trainmesh.fabric.loggers`` names it): the first argument is ``root_dir``,
+    the folder that holds ``name/version_N``, and there is no ``log_graph`` argument."""
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            root_dir,
+            name=name,
+            version=version,
+            default_hp_metric=default_hp_metric,
+            prefix=prefix,
+            sub_dir=sub_dir,
+            **kwargs,
+        )

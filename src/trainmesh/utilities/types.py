@@ -23,10 +23,12 @@ __all__ = [
     "LRSchedulerConfigType",
     "LRSchedulerPLType",
     "LRSchedulerTypeUnion",
+    "Optimizable",
     "OptimizerConfig",
     "OptimizerLRScheduler",
     "OptimizerLRSchedulerConfig",
     "PredictStep",
+    "Steppable",
     "TestStep",
     "TrainingStep",
     "ValidationStep",
@@ -112,3 +114,24 @@ class PredictStep(Protocol):
     """An object with a ``predict_step`` (``isinstance`` checks it)."""
 
     def predict_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT: ...
+
+
+# Lightning Fabric's ``utilities.types`` names (``lightning.fabric.utilities.types`` is this module under trainmesh.fabric)
+@runtime_checkable
+class Steppable(Protocol):
+    """Anything with a ``step`` (Fabric's)."""
+
+    def step(self, closure: Any = None) -> Any: ...
+
+
+@runtime_checkable
+class Optimizable(Steppable, Protocol):
+    """An optimizer, as Fabric's protocol reads one: ``step``, its groups, defaults, state and state dicts."""
+
+    param_groups: list[dict[Any, Any]]
+    defaults: dict[Any, Any]
+    state: Any
+
+    def state_dict(self) -> dict[str, dict[Any, Any]]: ...
+
+    def load_state_dict(self, state_dict: dict[str, dict[Any, Any]]) -> None: ...

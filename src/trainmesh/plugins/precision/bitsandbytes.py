@@ -8,6 +8,6 @@ __all__ = ["BitsandbytesPrecision", "BitsandbytesPrecisionPlugin", "FabricBNBPre
 
 FabricBNBPrecision = refused_class(
     "FabricBNBPrecision",
-    "Lightning Fabric's bitsandbytes precision, which Lightning's module imports for its own use; trainmesh has no Fabric: use Trainer(precision='bf16-mixed') or '16-mixed'",
+    "Lightning Fabric's bitsandbytes precision, which Lightning's module imports for its own use; trainmesh's Fabric takes no bitsandbytes quantization: use Fabric(precision='bf16-mixed') or Trainer(precision='bf16-mixed')",
     module=__name__,
 )

@@ -8,6 +8,6 @@ __all__ = ["FabricPrecision", "Precision", "PrecisionPlugin"]
 
 FabricPrecision = refused_class(
     "FabricPrecision",
-    "Lightning Fabric's precision base class, which Lightning's module imports for its own use; trainmesh has no Fabric: use trainmesh.plugins.precision.Precision",
+    "Lightning Fabric's precision base class, which Lightning's module imports for its own use; trainmesh's Fabric takes its precision by name (Fabric(precision='bf16-mixed')), its plugins by their precision flag: use trainmesh.plugins.precision.Precision",
     module=__name__,
 )

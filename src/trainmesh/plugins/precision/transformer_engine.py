@@ -8,6 +8,6 @@ __all__ = ["FabricTEPrecision", "TransformerEnginePrecision", "TransformerEngine
 
 FabricTEPrecision = refused_class(
     "FabricTEPrecision",
-    "Lightning Fabric's Transformer Engine precision, which Lightning's module imports for its own use; trainmesh has no Fabric: use Trainer(precision='bf16-mixed') or '16-mixed'",
+    "Lightning Fabric's Transformer Engine precision, which Lightning's module imports for its own use; NVIDIA Transformer Engine (CUDA fp8), which trainmesh's Fabric does not run: use Fabric(precision='bf16-mixed') or Trainer(precision='bf16-mixed')",
     module=__name__,
 )

@@ -1,0 +1,97 @@
+"""Lightning Fabric's constructor arguments, turned into a :class:`trainmesh.Runtime`'s.
+
+Fabric's connector (``lightning/fabric/connector.py``) resolves the same flags; what differs from the
+Runtime's own reading is said here, each with Fabric's words: ``precision=None`` is "32-true",
+``"16-mixed"`` on the CPU becomes "bf16-mixed" with Fabric's warning, the historical aliases (16, "bf16")
+warn as Fabric's do, and ``strategy="dp"`` on the CPU becomes "ddp" with Fabric's warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+
+# Fabric's info lines, on stderr as Lightning's (lightning_loggers.py)
+log = lightning_named_logger(__name__)
+
+# Fabric's accepted precision values (its _PRECISION_INPUT), and the historical ones' new names
+_PRECISIONS = ("16-true", "16-mixed", "bf16-true", "bf16-mixed", "32-true", "64-true")
+_ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
+_REFUSED_PRECISIONS = {
+    "transformer-engine": "NVIDIA Transformer Engine's fp8 layers (CUDA only), which trainmesh does not run",
+    "transformer-engine-float16": "NVIDIA Transformer Engine's fp8 layers (CUDA only), which trainmesh does not run",
+}
+_REFUSED_STRATEGIES = {
+    "deepspeed": "DeepSpeed's engine, which trainmesh does not run (use strategy='fsdp': sharded parameters, "
+    "gradients and optimizer state)",
+    "xla": "XLA devices (TPUs) through torch_xla, which this machine does not have",
+    "xla_fsdp": "XLA devices (TPUs) through torch_xla, which this machine does not have",
+}
+
+
+def fabric_precision(precision: Any, device_type: str) -> str:
+    """Fabric's precision flag as one of its names, with Fabric's warnings (connector.py)."""
+    if precision is None:
+        return "32-true"
+    allowed = (*_REFUSED_PRECISIONS, *_PRECISIONS, 64, 32, 16, "64", "32", "16", "bf16")  # Fabric's order
+    if precision not in allowed:
+        raise ValueError(f"Precision {precision!r} is invalid. Allowed precision values: {allowed}")
+    name = str(precision)
+    if name in _REFUSED_PRECISIONS:
+        raise ValueError(f"Fabric(precision={name!r}) asks for {_REFUSED_PRECISIONS[name]}; use 'bf16-mixed'")
+    if name in _ALIASES:
+        if name[:2] not in ("32", "64"):
+            warnings.warn(
+                f"`precision={name}` is supported for historical reasons but its usage is discouraged. "
+                f"Please set your precision to {_ALIASES[name]} instead!",
+                stacklevel=4,
+            )
+        name = _ALIASES[name]
+    if name == "16-mixed" and device_type == "cpu":
+        warnings.warn(
+            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
+            "CPU. Using `precision='bf16-mixed'` instead.",
+            stacklevel=4,
+        )
+        name = "bf16-mixed"
+    if name in ("16-mixed", "bf16-mixed"):
+        mixed = "16-bit" if name == "16-mixed" else "bfloat16"
+        log.info(f"Using {mixed} Automatic Mixed Precision (AMP)")
+    return name
+
+
+def fabric_strategy(strategy: Any, device_type: str) -> Any:
+    """Fabric's strategy flag for the Runtime: a name or a strategy object (trainmesh's, which
+    ``lightning.fabric.strategies`` names under the alias); the ones trainmesh cannot run refused."""
+    if not isinstance(strategy, str):
+        return strategy
+    name = strategy.lower()
+    if name in _REFUSED_STRATEGIES or name.startswith("deepspeed"):
+        reason = _REFUSED_STRATEGIES.get(name, _REFUSED_STRATEGIES["deepspeed"])
+        raise ValueError(f"Fabric(strategy={strategy!r}) asks for {reason}")
+    if name == "dp" and device_type == "cpu":
+        warnings.warn(f"{name!r} is not supported on CPUs, hence setting `strategy='ddp'`.", stacklevel=4)
+        return "ddp"
+    return strategy
+
+
+def precision_of_plugins(plugins: Any) -> str | None:
+    """The precision a Fabric precision plugin stands for (its ``precision`` flag); other plugins
+    (cluster environments, checkpoint IO) are refused: this face reads the environment as the
+    Runtime does, and writes checkpoints with ``torch.save``."""
+    if plugins is None:
+        return None
+    found = None
+    for plugin in plugins if isinstance(plugins, list) else [plugins]:
+        precision = getattr(plugin, "precision", None)
+        if isinstance(precision, str):
+            found = precision
+            continue
+        raise ValueError(
+            f"Fabric(plugins={plugin!r}): trainmesh's Fabric takes a precision plugin only (it reads the cluster "
+            "environment as trainmesh.Runtime does and writes checkpoints with torch.save, as Fabric's default "
+            "TorchCheckpointIO does); leave the plugin out"
+        )
+    return found

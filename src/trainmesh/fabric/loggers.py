@@ -1,0 +1,89 @@
+"""``lightning.fabric.loggers``: Fabric's CSV and TensorBoard loggers over trainmesh's writers.
+
+Fabric's loggers differ from the Trainer's (trainmesh.loggers) in what a Fabric program sees:
+the first argument is ``root_dir`` (the folder that holds ``name/version_N``), ``root_dir`` is that
+folder, the CSV logger writes every ``flush_logs_every_n_steps`` *steps* (``(step + 1) % n == 0``)
+and at ``finalize``/``save``, writes its values as given (a tensor as its ``.item()``), takes no
+hyperparameters, and only global rank 0 logs (Fabric's ``rank_zero_only``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from trainmesh.loggers.base import Logger, on_rank_zero
+from trainmesh.loggers.csv_logger import CSVLogger as _TrainerCSVLogger
+from trainmesh.loggers.csv_logger import next_version, version_dir_name
+from trainmesh.loggers.tensorboard import FabricTensorBoardLogger
+
+
+class CSVLogger(_TrainerCSVLogger):
+    """Fabric's CSV logger: ``root_dir/name/version_N/metrics.csv``.
+
+    >>> logger = CSVLogger(root_dir="logs")  # doctest: +SKIP
+    >>> logger.log_metrics({"loss": 0.25}, step=0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__(
+            root_dir, name=name, version=version, prefix=prefix, flush_logs_every_n_steps=flush_logs_every_n_steps
+        )
+        self._every_n_steps = flush_logs_every_n_steps
+
+    @property
+    def root_dir(self) -> str:
+        return self.save_dir
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(os.path.join(self.save_dir, self.name))
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.save_dir, self.name, version_dir_name(self.version))
+
+    def log_hyperparams(self, params: Any = None) -> None:
+        if on_rank_zero():
+            raise NotImplementedError("The `CSVLogger` does not yet support logging hyperparameters.")
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not on_rank_zero():
+            return
+        prefix = self._prefix
+        row = {
+            (f"{prefix}-{key}" if prefix else key): value.item() if isinstance(value, torch.Tensor) else value
+            for key, value in metrics.items()
+        }
+        step = len(self._buffer) if step is None else step
+        row["step"] = step
+        self._check_log_dir()
+        self._buffer.append(row)
+        if (step + 1) % self._every_n_steps == 0:
+            self.save()
+
+    def save(self) -> None:
+        if on_rank_zero():
+            super().save()
+
+    def finalize(self, status: str) -> None:
+        self.save()
+
+
+# Fabric's TensorBoard logger is defined beside the Trainer's (Lightning's module imports it from there)
+TensorBoardLogger = FabricTensorBoardLogger
+
+
+__all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
