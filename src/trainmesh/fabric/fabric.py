@@ -40,11 +40,24 @@ def _saved_form(obj: Any) -> Any:
 class Fabric(Launching):
     """Lightning Fabric's ``Fabric`` over trainmesh's Runtime: the same constructor and verbs.
 
-    >>> import torch, trainmesh as tm
-    >>> fabric = tm.Fabric(accelerator="cpu", devices=1)
-    >>> model, optimizer = fabric.setup(torch.nn.Linear(2, 1), torch.optim.SGD(torch.nn.Linear(2, 1).parameters()))
-    >>> fabric.world_size
-    1
+    Args:
+        accelerator: ``"auto"``, ``"cpu"``, ``"gpu"``/``"cuda"`` or ``"mps"`` (default ``'auto'``).
+        strategy: ``"auto"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"`` or a strategy object (default ``'auto'``).
+        devices: how many devices per node, which ones, or ``"auto"`` (default ``'auto'``).
+        num_nodes: how many machines take part (default ``1``).
+        precision: Fabric's precision flags: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
+            ``"bf16-true"``, ``"64-true"``; None is Fabric's default, ``"32-true"`` (default ``None``).
+        plugins: a precision plugin; other plugin kinds are refused, naming them (default ``None``).
+        callbacks: objects whose methods ``call(hook_name, ...)`` runs (default ``None``).
+        loggers: Fabric's loggers that ``log``/``log_dict`` write to (default ``None``).
+
+    Examples:
+        >>> import torch, trainmesh as tm
+        >>> fabric = tm.Fabric(accelerator="cpu", devices=1)
+        >>> model = torch.nn.Linear(2, 1)
+        >>> model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        >>> fabric.world_size
+        1
     """
 
     def __init__(
