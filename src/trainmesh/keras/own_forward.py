@@ -47,3 +47,16 @@ def forward_of_its_own(model: Any) -> str | None:
         if not isinstance(operation, keras.layers.Layer):  # keras.ops applied to a functional model's tensors
             return f"keras.ops.{type(operation).__name__} in the functional model"
     return None
+
+
+def forward_reason(model: Any, difference: float, world: int, samples: int) -> str:
+    """Why a model whose forward pass of its own combines the batch's samples is refused (step_probe.py)."""
+    return (
+        f"the model's forward pass ({forward_of_its_own(model)}) combines the samples of a batch: on the first "
+        f"{samples} samples of the training data its gradients differ from the mean of its gradients on each half by "
+        f"{difference:.2e} of their norm (an output computed from several samples, such as "
+        f"ops.tensordot(a, b, 2) contracting the batch axis, or a statistic over the batch). Under {world} "
+        "processes each one computes it from its own part of every global batch: the run would train and differ "
+        "from one process's, silently. Compute each sample's output from that sample alone (ops.sum(a * b, "
+        "axis=1, keepdims=True) for a per-sample dot product), or run on one process"
+    )

@@ -57,7 +57,7 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
 from trainmesh.keras.optimizers import keras_classes_with_apply
-from trainmesh.keras.own_forward import forward_of_its_own, own
+from trainmesh.keras.own_forward import forward_of_its_own, forward_reason, own
 from trainmesh.keras.own_forward import own_override as _own_override
 
 # Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
@@ -395,7 +395,7 @@ def _reason(model: Any, difference: float, noise: float, world: int) -> str:
         else "compiled loss"
     )
     if names == "compiled loss" and not _own_losses(model):
-        names = f"forward pass ({forward_of_its_own(model)}, which may combine the batch's samples)"
+        return forward_reason(model, difference, world, PROBED_SAMPLES)
     drawn = f" (torch's own draws in the step alone move them by {noise:.2e})" if noise else ""
     return (
         f"the model's {names} is not a mean over the batch's samples: on the first {PROBED_SAMPLES} samples of the "
