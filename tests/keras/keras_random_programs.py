@@ -112,7 +112,8 @@ def dropout(batch: int, feed: str = "arrays") -> dict:
 def spatial_dropout(batch: int) -> dict:
     """SpatialDropout1D: keras.random.dropout with a noise_shape of the batch's (one mask per sample and
     channel), which the mapped draw makes the global batch's (before: the first training step failed,
-    'The expanded size of the tensor (32) must match the existing size (16)')."""
+    'The expanded size of the tensor (32) must match the existing size (16)'); an unseeded Dropout of the
+    Conv1D's output, channels-first in memory (before: a contiguous global mask, rows apart, silently)."""
     fresh()
     model = keras.Sequential(
         [
@@ -121,6 +122,7 @@ def spatial_dropout(batch: int) -> dict:
             keras.layers.Conv1D(4, 2, padding="same", activation="relu"),
             keras.layers.SpatialDropout1D(0.4, seed=5),
             keras.layers.SpatialDropout1D(0.3),
+            keras.layers.Dropout(0.3),
             keras.layers.Flatten(),
             keras.layers.Dense(1),
         ]
@@ -337,7 +339,8 @@ class TorchDrawingStep(DrawingStep):
         x, y = data
         if self.poisson:
             x = x + torch.poisson(torch.ones_like(x))
-        noisy = torch.nn.functional.dropout(x + 0.1 * torch.randn(x.shape[0], x.shape[1]), 0.3)
+        noisy = x + 0.1 * torch.randn(x.shape[0], x.shape[1])
+        noisy = torch.nn.functional.dropout(noisy.T.contiguous().T, 0.3)  # feature-major in memory: masked so
         targets = torch.concat([y, y], axis=0) + 0.1 * torch.randn_like(torch.concat([y, y], axis=0))
         targets = targets + 0.05 * torch.rand(targets.shape)
         self.zero_grad()

@@ -332,11 +332,11 @@ def shuffled_loader_samples(arrays: bool = False) -> list[list[int]]:
 
     class Record(keras.layers.Layer):  # the sample numbers of each training batch, in the epoch it came
         def call(self, inputs, training=False):
-            if training:
+            if training and epoch[0] is not None:  # not step_probe's calls as training begins (own_forward.py)
                 seen[epoch[0]].extend(int(v) for v in inputs.detach().cpu().numpy().ravel())
             return inputs
 
-    epoch = [0]
+    epoch: list[int | None] = [None]
     model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     numbers = torch.arange(32, dtype=torch.float32).reshape(32, 1)

@@ -88,6 +88,22 @@ class StepRows:
         return total, torch.cat([part * total + base for part in range(parts)])
 
 
+def global_batch_like(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """Zeros of ``tensor``'s shape with ``rows`` rows, laid out in memory as ``tensor`` is.
+
+    torch draws on a tensor (``F.dropout``, ``randn_like``, ``x.normal_()``, ``bernoulli``) fill it in
+    memory order, and by another algorithm where it is not contiguous: Keras' ``Conv1D``/``Conv2D`` leave
+    their outputs channels-first in memory (a permuted view), so a contiguous global batch would give each
+    row other numbers than one process's draw on its own (keras-io's anomaly autoencoder: History 1.6e-2
+    apart). A layout that is not dense (a broadcast view) is drawn contiguous, as ``empty_like`` does."""
+    shape = (rows, *tensor.shape[1:])
+    if tensor.dim() < 2 or tensor.is_contiguous() or torch.empty_like(tensor).stride() != tensor.stride():
+        return tensor.new_zeros(shape)
+    strides = tensor.stride()
+    order = sorted(range(tensor.dim()), key=lambda d: -strides[d])  # outermost in memory first
+    return tensor.new_zeros([shape[d] for d in order]).permute([order.index(d) for d in range(tensor.dim())])
+
+
 def plan_sizes(shares: tuple[int, ...], batch_size: int, step: int) -> list[int]:
     """Each process's batch at ``step`` of a pass over split arrays."""
     return [max(0, min(batch_size, share - step * batch_size)) for share in shares]
@@ -144,7 +160,7 @@ def _on_rows(keras_draw: Callable[..., Any], rows: StepRows, name: str) -> Calla
         try:
             if name == "dropout":  # the mask of the global batch, this process's inputs at their rows
                 inputs = first
-                whole = inputs.new_zeros((parts * total, *inputs.shape[1:]))
+                whole = global_batch_like(inputs, parts * total)
                 whole = whole.index_put((mine.to(inputs.device),), inputs)
                 rest = {k: v for k, v in kwargs.items() if k != key}
                 more = _global_noise_shape(list(args[1:]), rest, len(inputs), len(whole))

@@ -57,6 +57,8 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
 from trainmesh.keras.optimizers import keras_classes_with_apply
+from trainmesh.keras.own_forward import forward_of_its_own, forward_reason, own
+from trainmesh.keras.own_forward import own_override as _own_override
 
 # Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
 # with Dense, Dropout, BatchNormalization); a step computing in float16/bfloat16 by ~1e-3.
@@ -75,27 +77,18 @@ class NotProbed(Exception):
     """A step the probe cannot compare (its runs differ in structure): left to the run itself."""
 
 
-def own(thing: Any) -> bool:
-    return (getattr(thing, "__module__", None) or "keras").split(".")[0] != "keras"
-
-
-def _own_override(model: Any, name: str) -> bool:
-    for cls in type(model).__mro__:
-        if not own(cls):
-            return False
-        if name in vars(cls):
-            return True
-    return False
-
-
 def needs_probe(model: Any) -> bool:
     """Whether the model's step is the program's own: ``train_step`` or ``compute_loss`` overridden, or a
-    compiled loss (a function, a ``Loss`` class) of the program's own. Keras' own losses at the default
-    reduction are means (others are refused: arguments.check_loss_reduction)."""
-    keras = require_keras()
-    if _own_override(model, "train_step") or _own_override(model, "compute_loss"):
+    compiled loss (a function, a ``Loss`` class) of the program's own, or a forward pass of its own
+    (own_forward.py). Keras' own losses at the default reduction are means (others are refused:
+    arguments.check_loss_reduction)."""
+    if _own_override(model, "train_step") or _own_override(model, "compute_loss") or forward_of_its_own(model):
         return True
-    losses = keras.tree.flatten(getattr(model, "loss", None))
+    return _own_losses(model)
+
+
+def _own_losses(model: Any) -> bool:
+    losses = require_keras().tree.flatten(getattr(model, "loss", None))
     return any(callable(loss) and (own(loss) or own(type(loss))) for loss in losses)
 
 
@@ -401,6 +394,8 @@ def _reason(model: Any, difference: float, noise: float, world: int) -> str:
         if _own_override(model, "compute_loss")
         else "compiled loss"
     )
+    if names == "compiled loss" and not _own_losses(model):
+        return forward_reason(model, difference, world, PROBED_SAMPLES)
     drawn = f" (torch's own draws in the step alone move them by {noise:.2e})" if noise else ""
     return (
         f"the model's {names} is not a mean over the batch's samples: on the first {PROBED_SAMPLES} samples of the "

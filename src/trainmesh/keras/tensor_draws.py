@@ -45,12 +45,12 @@ def _mapped(method: Callable[..., Any], rows: draws.StepRows, name: str) -> Call
         if rows.refusal is not None:
             draws._refuse(rows, name, module="torch.Tensor")
         total, mine = rows.rows(parts)
-        whole, mine = self.new_empty((parts * total, *self.shape[1:])), mine.to(self.device)
+        whole, mine = draws.global_batch_like(self, parts * total), mine.to(self.device)
 
         def at_rows(value: Any) -> Any:  # bernoulli_'s per-entry probabilities: this process's at its rows
             if not isinstance(value, torch.Tensor) or value.dim() != self.dim() or value.shape[0] != first:
                 return value
-            return value.new_zeros((len(whole), *value.shape[1:])).index_put((mine,), value)
+            return draws.global_batch_like(value, len(whole)).index_put((mine,), value)
 
         draws._drawing[0] = True
         try:

@@ -53,7 +53,7 @@ def _at_rows(value: Any, first: int, rows: int, mine: torch.Tensor) -> Any:
     """A tensor of batch shape put at this process's rows of zeros of the global batch's shape."""
     if not isinstance(value, torch.Tensor) or not value.dim() or value.shape[0] != first:
         return value
-    whole = value.new_zeros((rows, *value.shape[1:]))
+    whole = draws.global_batch_like(value, rows)
     whole[mine.to(value.device)] = value
     return whole
 
@@ -82,7 +82,7 @@ def _mapped(torch_draw: Callable[..., Any], rows: draws.StepRows, name: str, kin
                 args, kwargs = _global_sizes("sizes" if kind == "sizes" else "size", args, kwargs, whole)
             elif kind == "tensor" and name.endswith("_like"):
                 tensor = args[0] if args else kwargs.pop("input")
-                args = (tensor.new_empty((whole, *tensor.shape[1:])), *args[1:])
+                args = (draws.global_batch_like(tensor, whole), *args[1:])
             else:  # bernoulli, normal, dropout: their tensors at this process's rows
                 args = tuple(_at_rows(a, first, whole, mine) for a in args)
                 kwargs = {k: _at_rows(v, first, whole, mine) for k, v in kwargs.items()}

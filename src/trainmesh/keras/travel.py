@@ -34,6 +34,7 @@ import torch
 
 from trainmesh.keras.backend import is_keras_object, require_keras
 from trainmesh.keras.compiled_build import build_compiled, built_parts, first_batch
+from trainmesh.launchers.spawn import RefusedToTravel
 
 
 class Travelling:
@@ -61,7 +62,7 @@ def _batch_to_build(model: Any, data: tuple[Any, Any, Any] | None) -> Any:
         return None
     batch = first_batch(*data)
     if batch is None:
-        raise ValueError(
+        raise RefusedToTravel(
             "ddp_spawn sends the Keras model to new processes, where its compiled metrics and loss (built here by "
             "an earlier fit or evaluate) arrive unbuilt, and trainmesh builds them from the specs of the data's first "
             f"samples, which it cannot take from this {type(data[0]).__name__} without iterating it (each worker's "
@@ -92,7 +93,7 @@ def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batc
     try:
         _arrive(objects, data, seeds, batch, unbuilt)
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
-        raise ValueError(
+        raise RefusedToTravel(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
             f"rebuilding it fails ({type(err).__name__}: {err}). Give each class of your own a get_config() "
             "whose entries its __init__ takes (with **kwargs for Keras' own: name, trainable, dtype), or use "
@@ -189,7 +190,7 @@ def _refuse_unreachable(name: str, obj: Any) -> None:
             return
         except Exception as err:  # pickle raises several types (PicklingError, AttributeError, TypeError)
             why = f"it cannot be pickled by reference ({type(err).__name__}: {err})"
-    raise ValueError(
+    raise RefusedToTravel(
         f"ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config and must find "
         f"{name!r} ({where}) there, but {why}. Define it at the top level of a module (decorated with "
         "@keras.saving.register_keras_serializable() if you also load saved models without trainmesh), or use "

@@ -136,11 +136,19 @@ def torchrun_variables(process: ProcessInfo) -> dict[str, str]:
     }
 
 
+class RefusedToTravel(ValueError):
+    """An object's own refusal, raised while it is pickled, to be sent to a spawned process (trainmesh.keras'
+    model: Keras cannot rebuild it there). Its message says what, why and what to use instead: it reaches the
+    program as it is, without the generic advice below (``setup()`` is the Trainer's)."""
+
+
 def check_picklable(objects: dict[str, Any]) -> None:
     """Name the attribute that cannot travel to a spawned process, before any process starts."""
     for label, obj in objects.items():
         try:
             pickle.dumps(obj)
+        except RefusedToTravel:
+            raise
         except Exception as err:  # pickle raises several types (PicklingError, TypeError, AttributeError)
             path = _find_unpicklable(obj, label, depth=4) or label
             raise ValueError(

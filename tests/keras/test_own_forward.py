@@ -1,0 +1,62 @@
+"""A forward pass of the program's own (own_forward.py): probed under several processes, on one process with a
+world size given to the probe (step_probe.refusal)."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")  # before keras is imported
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed (pip install trainmesh[keras])"
+)
+
+
+@pytest.mark.parametrize("combined", [True, False])
+def test_a_forward_pass_of_its_own_combining_the_batch_s_samples_is_refused(combined):
+    """keras-io's collaborative filtering RecommenderNet (a subclassed model, Keras' own compiled loss) adds
+    ``ops.tensordot(user_vector, movie_vector, 2)``, a number from every sample of the batch, to each
+    prediction: 2 x 16 trained 0.25 apart (History) from Keras' own fit at 32, silently, before own_forward.py
+    had its step probed. Refused now, naming its call; the per-sample dot product (axis 1) passes, as do a
+    Lambda layer of its own and a functional model's keras.ops (probed, not refused)."""
+    import keras_random_programs as programs
+
+    import keras
+    from keras import ops
+    from trainmesh.keras.step_probe import refusal
+
+    class Recommender(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.users, self.movies = keras.layers.Embedding(12, 4), keras.layers.Embedding(9, 4)
+            self.user_bias = keras.layers.Embedding(12, 1)
+
+        def call(self, inputs):
+            user, movie = self.users(inputs[:, 0]), self.movies(inputs[:, 1])
+            dot = ops.tensordot(user, movie, 2) if combined else ops.sum(user * movie, axis=1, keepdims=True)
+            return ops.sigmoid(dot + self.user_bias(inputs[:, 0]))
+
+    programs.fresh()
+    x = np.stack([np.arange(64) % 12, np.arange(64) % 9], axis=1)
+    y = (x.sum(axis=1, keepdims=True) % 3 / 2.0).astype("float32")
+    model = Recommender()
+    model.compile(loss="binary_crossentropy", optimizer="adam")
+    model.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=1, verbose=0)  # built as fit builds it
+    reason = refusal(model, x, y, None, None, world=2)
+    assert (reason is not None) == combined
+    if combined:
+        for part in ("forward pass (Recommender.call) combines the samples", "ops.tensordot", "on one process"):
+            assert part in reason, reason
+    inputs = keras.Input((6,))
+    distance = keras.layers.Lambda(lambda t: ops.sum(ops.square(t), axis=1, keepdims=True))(inputs)
+    functional = keras.Model(inputs, keras.layers.Dense(1)(inputs) + distance)
+    functional.compile(loss="mse", optimizer="sgd")
+    x, y = programs.data(32)
+    functional.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=1, verbose=0)
+    assert refusal(functional, x, y, None, None, world=2) is None
