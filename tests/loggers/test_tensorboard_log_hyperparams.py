@@ -4,7 +4,7 @@ HPARAMS tab holds (tensors and arrays of more than one dimension as text, a 1-d 
 element, a list of mappings and a data class opened into ``name/0/key``), and ``hparams.yaml``
 written by ``save()`` where it is not yet there, not by ``log_hyperparams`` (was: rewritten at each
 call, which raised on keys omegaconf refuses, ``5j``, and a later call changed a file Lightning's
-leaves as first saved)."""
+leaves as first saved); ``log_graph``'s warnings in Lightning's words (::test_tensorboard_log_graph_warning_no_example_input_array)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,32 @@ def test_log_hyperparams_writes_what_lightning_s_writes(tmp_path) -> None:
     expected = _logged(lightning, str(tmp_path / "lightning"))
     assert expected[0] == ["events"] and "later: 7" not in expected[2] and "list:" in expected[2]
     assert _logged(trainmesh, str(tmp_path / "trainmesh")) == expected
+
+
+def _graph_warnings(framework, root: str) -> list[str]:
+    import warnings
+
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+
+    logger = framework.loggers.TensorBoardLogger(root, log_graph=True)
+    said = []
+    for example in (None, [torch.zeros(1, 3)]):  # none given; a list, which tracing does not take
+        model = Model()
+        model.example_input_array = example
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logger.log_graph(model)
+        said += [str(w.message) for w in caught if "computational graph" in str(w.message)]
+    return said
+
+
+def test_log_graph_warns_in_lightning_s_words(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _graph_warnings(lightning, str(tmp_path / "lightning"))
+    assert len(expected) == 2
+    assert _graph_warnings(trainmesh, str(tmp_path / "trainmesh")) == expected

@@ -227,10 +227,18 @@ class TensorBoardLogger(Logger):
         import torch
 
         input_array = getattr(model, "example_input_array", None) if input_array is None else input_array
-        if input_array is None or not isinstance(input_array, (torch.Tensor, tuple)):
+        if input_array is None:  # Lightning's words
             warnings.warn(
-                "Could not log computational graph to TensorBoard: set `model.example_input_array` to a tensor "
-                "(or a tuple of forward's positional arguments), or pass `input_array`",
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute"
+                " is not set or `input_array` was not given.",
+                stacklevel=2,
+            )
+            return
+        if not isinstance(input_array, (torch.Tensor, tuple)):
+            warnings.warn(
+                "Could not log computational graph to TensorBoard: The `input_array` or `model.example_input_array`"
+                f" has type {type(input_array)} which can't be traced by TensorBoard. Make the input array a tuple"
+                " representing the positional arguments to the model's `forward()` implementation.",
                 stacklevel=2,
             )
             return
