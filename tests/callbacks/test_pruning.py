@@ -98,6 +98,21 @@ def test_pruning_trains_as_lightning(tmp_path, case):
         assert torch.equal(our_saved[name], their_saved[name]), name
 
 
+def test_verbose_2_logs_lightning_s_lines(tmp_path, caplog):
+    """verbose=2: Lightning's line for each pruned parameter after the total (was: the total only)."""
+    import logging
+
+    kwargs = {**CASES["local_random"], "verbose": 2}
+    lines = []
+    for lightning in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            run(lightning, tmp_path / str(lightning), kwargs)
+        lines.append([m for m in caplog.messages if m.startswith("Applied")])
+    assert len(lines[0]) == 10 and " to `Linear(in_features=6" in lines[0][1]  # 2 prunings x (1 + 4)
+    assert lines[1] == lines[0]
+
+
 REFUSED = [
     {"pruning_fn": "ln_structured", "pruning_dim": 0, "pruning_norm": 2},  # structured, global by default
     {"pruning_fn": "random_structured", "pruning_dim": 0, "use_global_unstructured": True},

@@ -96,8 +96,18 @@ def test_swa_averages_as_lightning(tmp_path, case):
         assert torch.equal(our_state["average_model_state"][name], their_state["average_model_state"][name]), name
 
 
-def test_arguments_checked_as_lightning():
-    with pytest.raises(ValueError, match="swa_epoch_start should be"):
-        StochasticWeightAveraging(0.1, swa_epoch_start=0)
-    with pytest.raises(ValueError, match="positive float"):
-        StochasticWeightAveraging(-1.0)
+@pytest.mark.parametrize(
+    "arguments",
+    [{"swa_lrs": 0.1, "swa_epoch_start": 0}, {"swa_lrs": 0.1, "swa_epoch_start": 1.5}, {"swa_lrs": [0.2, 1]}],
+)
+def test_arguments_checked_as_lightning(arguments):
+    """Lightning's MisconfigurationException and words (was: a ValueError a program's except missed)."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as PlMisconfiguration
+
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(PlMisconfiguration) as theirs:
+        PlSWA(**arguments)
+    with pytest.raises(MisconfigurationException, match=str(theirs.value).replace("`", ".")) as ours:
+        StochasticWeightAveraging(**arguments)
+    assert isinstance(ours.value, ValueError)  # as trainmesh raised before

@@ -97,3 +97,70 @@ def test_a_batch_size_on_the_module_and_in_hparams_warns_as_lightning(tmp_path) 
 
     expected = _batch_size_warnings(lightning, tmp_path / "lightning")
     assert expected and _batch_size_warnings(trainmesh, tmp_path / "trainmesh") == expected
+
+
+def _two_optimizers_error(framework, tmp_path) -> tuple[str, str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization, self.lr = False, 0.01
+            self.layer = torch.nn.Linear(3, 1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4)
+
+        def training_step(self, batch, batch_idx):
+            pass
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr), torch.optim.Adam(self.parameters(), lr=self.lr)
+
+    trainer = quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path)
+    misconfiguration = framework.utilities.exceptions.MisconfigurationException
+    with pytest.raises(misconfiguration) as raised:  # was: a ValueError, which a program's except missed
+        framework.tuner.Tuner(trainer).lr_find(Model())
+    return "MisconfigurationException", str(raised.value)  # (trainmesh's: still a ValueError too)
+
+
+def test_lr_find_refuses_two_optimizers_with_lightning_s_exception(tmp_path) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _two_optimizers_error(lightning, tmp_path / "lightning")
+    assert _two_optimizers_error(trainmesh, tmp_path / "trainmesh") == expected
+
+
+def _configured_finder_error(framework, tmp_path, search: str) -> tuple[str, str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.lr, self.batch_size = torch.nn.Linear(3, 1), 0.01, 2
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=self.batch_size)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    finder = (
+        framework.callbacks.BatchSizeFinder()
+        if search == "scale_batch_size"
+        else framework.callbacks.LearningRateFinder()
+    )
+    trainer = quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path, callbacks=[finder])
+    with pytest.raises(ValueError) as raised:  # was: the Tuner searched, and the callback again in its fit
+        getattr(framework.tuner.Tuner(trainer), search)(Model())
+    return type(raised.value).__name__, str(raised.value)
+
+
+@pytest.mark.parametrize("search", ["scale_batch_size", "lr_find"])
+def test_a_tuner_on_a_trainer_with_the_finder_callback_is_refused_as_lightning(tmp_path, search) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    expected = _configured_finder_error(lightning, tmp_path / "lightning", search)
+    assert "already configured" in expected[1]
+    assert _configured_finder_error(trainmesh, tmp_path / "trainmesh", search) == expected

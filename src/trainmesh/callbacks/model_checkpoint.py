@@ -21,6 +21,7 @@ import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.callbacks.checkpoint_last import last_due, save_last, write_with_last
+from trainmesh.callbacks.checkpoint_loggers import tell_loggers_of_save
 from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_names import (
     absolute,
@@ -448,6 +449,7 @@ class ModelCheckpoint(Checkpoint):
     def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.
         trainer.save_checkpoint(filepath, self.save_weights_only)  # Lightning's call (a bool: no "not set" line)
+        tell_loggers_of_save(self, trainer)
 
     def _remove(self, trainer: TrainerView, path: str) -> None:
         owned = path in self._owned

@@ -207,6 +207,12 @@ class ModelPruning(Callback):
                 f"Applied `{self._pruning_method_name}`. Pruned: {zeros_before}/{total} ({zeros_before / total:.2%})"
                 f" -> {zeros}/{total} ({zeros / total:.2%})"
             )
+        if self._verbose == 2:  # Lightning's line for each parameter too
+            for (module, name), (was, size_was), (now, size) in zip(self._parameters_to_prune, before, after):
+                log.info(
+                    f"Applied `{self._pruning_method_name}` to `{module!r}.{name}` with amount={amount}. Pruned:"
+                    f" {was} ({was / size_was:.2%}) -> {now} ({now / size:.2%})"
+                )
 
     @staticmethod
     def _get_pruned_stats(module: nn.Module, name: str) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from torch.optim.swa_utils import SWALR
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue  # Lightning's exception, and the ValueError it was
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.types import LRSchedulerConfig
 
@@ -95,19 +96,19 @@ class StochasticWeightAveraging(Callback):
 
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
         if trainer.runtime.capabilities.shards_parameters:
-            raise ValueError("SWA does not currently support sharded models.")
+            raise MisconfiguredValue("SWA does not currently support sharded models.")
         self._average_model = deepcopy(pl_module)  # before the model goes to its device, as Lightning's
 
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if len(trainer.optimizers) != 1:
-            raise ValueError("SWA currently works with 1 `optimizer`.")
+            raise MisconfiguredValue("SWA currently works with 1 `optimizer`.")
         if len(trainer.lr_scheduler_configs) > 1:
-            raise ValueError("SWA currently not supported for more than 1 `lr_scheduler`.")
+            raise MisconfiguredValue("SWA currently not supported for more than 1 `lr_scheduler`.")
         max_epochs = trainer.max_epochs
         assert max_epochs is not None  # a fit has settled it (1000 or -1 where none was given)
         if isinstance(self._swa_epoch_start, float):
             if max_epochs == -1:
-                raise ValueError(
+                raise MisconfiguredValue(
                     "SWA with `swa_epoch_start` as a float is not supported when `max_epochs=-1`. "
                     "Please provide `swa_epoch_start` as an integer."
                 )
@@ -278,15 +279,15 @@ def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, avg_fn: Any, device: An
     """Lightning's checks, with its messages."""
     message = "swa_epoch_start should be a >0 integer or a float between 0 and 1."
     if isinstance(swa_epoch_start, int) and swa_epoch_start < 1:
-        raise ValueError(message)
+        raise MisconfiguredValue(message)
     if isinstance(swa_epoch_start, float) and not 0 <= swa_epoch_start <= 1:
-        raise ValueError(message)
+        raise MisconfiguredValue(message)
     wrong_type = not isinstance(swa_lrs, (float, list))
     wrong_float = isinstance(swa_lrs, float) and swa_lrs <= 0
     wrong_list = isinstance(swa_lrs, list) and not all(lr > 0 and isinstance(lr, float) for lr in swa_lrs)
     if wrong_type or wrong_float or wrong_list:
-        raise ValueError("The `swa_lrs` should a positive float, or a list of positive floats")
+        raise MisconfiguredValue("The `swa_lrs` should a positive float, or a list of positive floats")
     if avg_fn is not None and not callable(avg_fn):
-        raise ValueError("The `avg_fn` should be callable.")
+        raise MisconfiguredValue("The `avg_fn` should be callable.")
     if device is not None and not isinstance(device, (torch.device, str)):
-        raise ValueError(f"device is expected to be a torch.device or a str. Found {device}")
+        raise MisconfiguredValue(f"device is expected to be a torch.device or a str. Found {device}")

@@ -50,22 +50,34 @@ def tensorboard_available() -> bool:
     return any(_installed(package) for package in _WRITERS)
 
 
-def _flat_for_tensorboard(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+def _flat_for_tensorboard(params: Mapping[Any, Any], parent: str = "") -> dict[str, Any]:
     """Nested hyperparameters as ``a/b`` names, values TensorBoard takes (others as text), as
-    Lightning's ``_flatten_dict`` + ``_sanitize_params``."""
+    Lightning's ``_flatten_dict`` + its TensorBoard logger's ``_sanitize_params``: data classes and
+    namespaces opened, a list of mappings as ``name/0/key``; a tensor or array of more than one
+    dimension as text (TensorBoard takes a number, or a 1-d tensor's first element)."""
+    import dataclasses
+
+    import torch  # here: this module is imported without torch (see the module's docstring)
+
     flat: dict[str, Any] = {}
     for key, value in params.items():
         name = f"{parent}/{key}" if parent else str(key)
-        if isinstance(value, argparse.Namespace):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, argparse.Namespace):
             value = vars(value)
         if isinstance(value, Mapping):
             flat.update(_flat_for_tensorboard(value, name))
             continue
+        if isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
+            for index, item in enumerate(value):
+                flat.update(_flat_for_tensorboard(item, f"{name}/{index}"))
+            continue
         if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalars
             value = value.item()
-        import torch  # here: this module is imported without torch (see the module's docstring)
-
-        flat[name] = value if type(value) in (bool, int, float, str, torch.Tensor) else str(value)
+        if type(value) not in (bool, int, float, str, torch.Tensor) or getattr(value, "ndim", 0) > 1:
+            value = str(value)
+        flat[name] = value
     return flat
 
 
@@ -189,12 +201,12 @@ class TensorBoardLogger(Logger):
         step: int | None = None,
     ) -> None:
         """Record ``params`` in TensorBoard's HPARAMS tab (flattened: ``{"a": {"b": 1}}`` is
-        ``a/b``) with ``metrics`` (default ``{"hp_metric": -1}``), and in ``log_dir/hparams.yaml``."""
+        ``a/b``) with ``metrics`` (default ``{"hp_metric": -1}``), and for ``log_dir/hparams.yaml``, which
+        :meth:`save` writes where it is not yet there (as Lightning's: a later call leaves it as it is)."""
         if not on_rank_zero():  # a Module's own call runs on every rank; rank 0 writes
             return
         params = hparams_to_dict(params)
-        self._hparams.update(params)
-        save_hparams_yaml(self.log_dir, self._hparams, file_name=self.NAME_HPARAMS_FILE)
+        self._hparams.update(params)  # hparams.yaml written by save(), once (Lightning's)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else None
         elif not isinstance(metrics, Mapping):
@@ -215,10 +227,18 @@ class TensorBoardLogger(Logger):
         import torch
 
         input_array = getattr(model, "example_input_array", None) if input_array is None else input_array
-        if input_array is None or not isinstance(input_array, (torch.Tensor, tuple)):
+        if input_array is None:  # Lightning's words
             warnings.warn(
-                "Could not log computational graph to TensorBoard: set `model.example_input_array` to a tensor "
-                "(or a tuple of forward's positional arguments), or pass `input_array`",
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute"
+                " is not set or `input_array` was not given.",
+                stacklevel=2,
+            )
+            return
+        if not isinstance(input_array, (torch.Tensor, tuple)):
+            warnings.warn(
+                "Could not log computational graph to TensorBoard: The `input_array` or `model.example_input_array`"
+                f" has type {type(input_array)} which can't be traced by TensorBoard. Make the input array a tuple"
+                " representing the positional arguments to the model's `forward()` implementation.",
                 stacklevel=2,
             )
             return

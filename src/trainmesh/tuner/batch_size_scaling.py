@@ -19,13 +19,25 @@ log = lightning_named_logger(__name__)  # governed as Lightning's by a program's
 
 
 class BatchSizeAttribute:
-    """Where the batch size lives: the model's attribute, its ``hparams``, the data module's."""
+    """Where the batch size lives: the model's attribute, its ``hparams``, the data module's, its
+    ``hparams`` (Lightning's ``lightning_getattr``/``lightning_setattr`` holders, in their order)."""
 
     def __init__(self, model: Any, datamodule: Any, name: str) -> None:
         self.model, self.datamodule, self.name = model, datamodule, name
-        hparams = getattr(model, "hparams", {})
-        if not (hasattr(model, name) or name in hparams or (datamodule is not None and hasattr(datamodule, name))):
+        if not self._holders():
             raise AttributeError(f"Field {name} not found in `model`, `datamodule`, nor their `hparams` attributes.")
+
+    def _holders(self) -> list[Any]:
+        holders: list[Any] = []
+        for owner in (self.model, self.datamodule):
+            if owner is None:
+                continue
+            if hasattr(owner, self.name):
+                holders.append(owner)
+            hparams = getattr(owner, "hparams", None)
+            if hparams is not None and self.name in hparams:
+                holders.append(hparams)
+        return holders
 
     def warn_if_in_both(self) -> None:
         """Lightning's warning (its BatchSizeFinder.setup, in its words) where the model has the field and
@@ -39,19 +51,17 @@ class BatchSizeAttribute:
             )
 
     def get(self) -> int:
-        if hasattr(self.model, self.name):
-            return int(getattr(self.model, self.name))
-        hparams = getattr(self.model, "hparams", {})
-        return int(hparams[self.name] if self.name in hparams else getattr(self.datamodule, self.name))
+        # The last holder's, as Lightning's lightning_getattr (the data module's hparams before the model's)
+        holder = self._holders()[-1]
+        return int(holder[self.name] if isinstance(holder, dict) else getattr(holder, self.name))
 
     def set(self, value: int) -> None:
         # Everywhere it is (Lightning's lightning_setattr)
-        if hasattr(self.model, self.name):
-            setattr(self.model, self.name, value)
-        if self.name in getattr(self.model, "hparams", {}):
-            self.model.hparams[self.name] = value
-        if self.datamodule is not None and hasattr(self.datamodule, self.name):
-            setattr(self.datamodule, self.name, value)
+        for holder in self._holders():
+            if isinstance(holder, dict):
+                holder[self.name] = value
+            else:
+                setattr(holder, self.name, value)
 
 
 def _is_oom(error: BaseException) -> bool:

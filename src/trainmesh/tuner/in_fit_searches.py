@@ -46,10 +46,13 @@ def scale_batch_size(
     adjust(size, loaders.dataset_length, value=init_val)
     found = search(loaders.trial, size, loaders.dataset_length, reset=loaders.reset)
     log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
-    loader = loaders.finish(fit_follows=fit_follows)
-    if loader is not None:  # Lightning's _reset_dataloaders: the fit loop's data set up, its iterator made
-        trials.fit_data.use_train_loader(loader)
+    # Lightning's _reset_dataloaders: the fit loop's data set up (its trainer.train_dataloader), and
+    # its iterator made (for the fit that follows, or by finish())
+    trials.fit_data.use_train_loader(loaders.finish(fit_follows=fit_follows))
+    if fit_follows:
         trials.fit_data.start_first_epoch()
+    else:
+        trials.fit_data.train_loader()
     if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
     trials.restore()

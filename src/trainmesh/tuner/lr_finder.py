@@ -15,6 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.finders import lr_attribute as lr_attribute  # Lightning's rule, read by both
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.types import LRSchedulerConfig
 
@@ -103,8 +104,8 @@ class _ExchangeScheduler(Callback):
         self.finder = finder
 
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
-        if len(trainer.optimizers) != 1:
-            raise ValueError(
+        if len(trainer.optimizers) != 1:  # Lightning's exception (and the ValueError it was)
+            raise MisconfiguredValue(
                 f"`model.configure_optimizers()` returned {len(trainer.optimizers)}, but"
                 " learning rate finder only works with single optimizer"
             )

@@ -51,12 +51,12 @@ class TrialLoaders:
         """Lightning's ``__scale_batch_restore_params`` resets the loop's data as the search ends: the
         loader asked for again (at the size found) and its iterator made, which draws the loader's base
         seed from the global generator; so the fit after the search shuffles as Lightning's does. With
-        ``fit_follows`` (a ``BatchSizeFinder`` in a fit) Lightning's fit reads that loader and iterator:
-        the loader is returned for the fit, whose iterator makes the one draw. None otherwise."""
+        ``fit_follows`` (a ``BatchSizeFinder`` in a fit) Lightning's fit reads that loader and iterator,
+        whose iterator the fit makes; otherwise it is made (and dropped) here. Either way the loader is
+        returned: it is Lightning's ``trainer.train_dataloader`` after the search."""
         self.reset()
         loader, self._loader = self._loader, None
-        if fit_follows:
-            return loader
-        iterator = iter(loader)
-        del iterator  # a loader with workers shuts them down
-        return None
+        if not fit_follows:
+            iterator = iter(loader)
+            del iterator  # a loader with workers shuts them down
+        return loader

@@ -92,6 +92,7 @@ class Tuner:
         if dataloaders is not None:
             raise ValueError("In tuner with method='fit', `dataloaders` argument should be None.")
         trainer = self._trainer
+        _refuse_a_configured_finder(trainer, "LearningRateFinder")
         if trainer.fast_dev_run:
             rank_zero_warn("Skipping learning rate finder since `fast_dev_run` is enabled.")
             return None
@@ -166,6 +167,7 @@ class Tuner:
             raise ValueError(
                 f"method={method!r}, mode={mode!r}: trainmesh searches for fit only, in mode 'power' or 'binsearch'"
             )
+        _refuse_a_configured_finder(trainer, "BatchSizeFinder")
         if train_dataloaders is not None or dataloaders is not None:
             raise ValueError(
                 "The batch size finder cannot change the batch size of a loader passed in: define train_dataloader() "
@@ -255,3 +257,15 @@ def _apply_suggestion(model: Any, attr: str, finder: _LRFinder) -> None:
     if lr is not None:
         set_lr(model, attr, lr)
         log.info(f"Learning rate set to {lr}")
+
+
+def _refuse_a_configured_finder(trainer: Trainer, name: str) -> None:
+    """Lightning's check (its ``_check_lr_find_configuration`` / ``_check_scale_batch_size_configuration``),
+    before the model's fields are looked at: a Trainer given the finder callback searches in its fit
+    already, and the Tuner would search again."""
+    from trainmesh.callbacks import finders
+
+    if any(isinstance(callback, getattr(finders, name)) for callback in trainer.callbacks):
+        raise ValueError(
+            f"Trainer is already configured with a `{name}` callback.Please remove it if you want to use the Tuner."
+        )

@@ -19,7 +19,9 @@ class AttributeDict(dict):
         try:
             return self[key]
         except KeyError as err:
-            raise AttributeError(f"hyperparameter {key!r} was not saved; saved: {sorted(self)}") from err
+            raise AttributeError(
+                f"hyperparameter {key!r} was not saved; saved: {sorted(self, key=str)}"
+            ) from err  # keys may mix str and int
 
     def __setattr__(self, key: str, value: Any) -> None:
         self[key] = value
