@@ -431,6 +431,7 @@ PROGRAMS = {
     "imported_draw_step": lambda batch: tensor_method_step(batch, imported=True),
     "own_generator_step": lambda batch: tensor_method_step(batch, imported="generator"),
     "ema_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch),
+    "ema_later_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch, later=True),
 }
 
 

@@ -10,12 +10,17 @@ the run trains and differs from Keras' own fit at the global batch, silently (me
 inputs' mean 0.19 apart between the ranks, the sample count 128 where Keras counts 256).
 
 The step probe (step_probe.py) runs the step on the first samples and on each half of them, applying
-nothing. Every variable of the model after each run is compared: a variable whose value after a half is
+nothing. Every non-trainable variable of the model after each run is compared: a variable whose value after a half is
 not its value after the whole batch follows the batch (a counter of steps, or a target network moved towards
 the online one by ``assign``, is the same after each run, and the same on every process in the run). Such a
 step is refused on every process, naming the variable and what to do instead. Seed generators' states are
 left out: the probe replays the whole batch's draws in the halves (step_probe.py), and the run draws what one
-process draws on every process (draws.py).
+process draws on every process (draws.py). Trainable variables are left to sync.py's check that a step applied a Keras
+optimizer (a torch optimizer stepping them is stopped after the first step).
+
+A step that updates such a variable only from a later step on (not at the step the probe runs) is caught at the
+first training epoch's end instead (``refuse_parted``, called by sync.py): rank 0's non-trainable variables are
+compared with each process's, and one held apart stops the fit on every process, naming it.
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ class HandUpdated(Exception):
 
 
 def values(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """Every model variable's path and value now (a run of the probe has just ended), but seed generators'."""
+    """Every non-trainable model variable's path and value now (a run of the probe has just ended), but seed generators'."""
     seeds = {
         id(generator.state) for layer in model._flatten_layers() for generator in getattr(layer, "_seed_generators", ())
     }
-    return [(v.path, v.value.detach().clone()) for v in model.variables if id(v) not in seeds]
+    return [(v.path, v.value.detach().clone()) for v in model.non_trainable_variables if id(v) not in seeds]
 
 
 def refuse_batch_dependent(whole: list[tuple[str, torch.Tensor]], halves: list[list[tuple[str, torch.Tensor]]]) -> None:
@@ -58,3 +63,33 @@ def reason(path: str, world: int) -> str:
         "over the processes; keras.metrics.Mean for a mean), compute it after training from the whole data, "
         "or run on one process"
     )
+
+
+def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
+    """At a training epoch's end under several processes (every process calls it): a non-trainable variable of
+    the model (but ``skip``, BatchNormalization's statistics, and seed generators) whose copies the processes
+    hold apart was updated by hand from each process's part of the batch at a step the probe does not see (from
+    the second step on, say): stopped on every process, naming it, rather than train on apart, silently."""
+    from trainmesh.keras.collectives import all_reduce_sum, broadcast_from_zero
+
+    left_out = {id(v) for v in skip} | {id(g.state) for layer in model._flatten_layers() for g in _seeds(layer)}
+    variables = [v for v in model.non_trainable_variables if id(v) not in left_out]
+    if runtime.world_size == 1 or not variables:
+        return
+    zeros = broadcast_from_zero(runtime, [v.value for v in variables])
+    apart = torch.stack([(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=True)])
+    apart = all_reduce_sum(runtime, [apart])[0]
+    parted = [(v.path, float(a)) for v, a in zip(variables, apart, strict=True) if float(a) > 0]
+    if parted:
+        path, gap = parted[0]
+        raise ValueError(
+            f"the variable {path!r} of the model is {gap:.2e} apart between the processes at the end of a training "
+            "epoch: a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
+            "from each process's part of the batch, at a step the check before training does not run (not the "
+            "first), so each process holds its own copy and the run differs from one process's. "
+            + reason(path, runtime.world_size).split(". ", 1)[1]
+        )
+
+
+def _seeds(layer: Any) -> Any:
+    return getattr(layer, "_seed_generators", ())
