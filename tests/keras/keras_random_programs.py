@@ -433,6 +433,8 @@ PROGRAMS = {
     "tensor_method_step": tensor_method_step,
     "imported_draw_step": lambda batch: tensor_method_step(batch, imported=True),
     "own_generator_step": lambda batch: tensor_method_step(batch, imported="generator"),
+    "ema_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch),
+    "ema_later_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch, later=True),
 }
 
 

@@ -80,6 +80,11 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
         ("sampling_predict_pydataset", ("keras.random.normal", "predicting a PyDataset or a DataLoader")),
         # a randn imported by name before fit (unmapped_draws.py; before: trained apart, silently)
         ("imported_draw_step", ("torch's global random generator", "from torch import randn", "run on one process")),
+        # an EMA of the batch's mean and a count of samples kept by hand (hand_updates.py; before: the ranks'
+        # centres 0.21 apart, the count half Keras', silently)
+        ("ema_step", ("updates the variable 'hand_updated_step/centre' by hand", "keras.metrics.Mean")),
+        # the same from the second step on (before: ranks 0.13 apart, silently): stopped at the first epoch's end
+        ("ema_later_step", ("'hand_updated_step/centre' of the model is", "apart between the processes")),
     ],
 )
 def test_what_no_rows_can_reproduce_is_refused_on_every_rank(ddp, name, parts):

@@ -1,44 +1,42 @@
 """A training step of the program's own whose loss is not a mean over the batch's samples: refused before training.
 
-Under ``N`` processes each one runs the step on its part of every global batch and the gradients are
-averaged, weighted by the parts' sizes (sync.py). That is one process's gradient at the global batch when
-the step's loss is a mean over the samples (Keras' compiled losses at their default reduction), and
-only then: a loss reduced by a sum gives each process its part's sum (averaged: ``1/N`` of one
-process's), a term on a batch statistic (``keras.ops.std(y_pred)``) or a loss over pairs of the batch's
-samples (contrastive) gives other numbers. The run would train, and differ from one process's, silently.
+Under ``N`` processes each one runs the step on its part of every global batch and the gradients are averaged,
+weighted by the parts' sizes (sync.py). That is one process's gradient at the global batch when the step's loss is a
+mean over the samples (Keras' compiled losses at their default reduction), and only then: a loss reduced by a sum
+gives each process its part's sum (averaged: ``1/N`` of one process's), a term on a batch statistic
+(``keras.ops.std(y_pred)``) or a loss over pairs of the batch's samples (contrastive) gives other numbers. The run
+would train, and differ from one process's, silently.
 
-So where the model's class overrides ``train_step`` or ``compute_loss``, or a compiled loss is the
-program's own, the step is probed under several processes when training begins (a callback put first:
-Keras' ``fit`` has built the model, its compiled loss and metrics and the optimizer, and no training
-step has run). Each process runs the model class's ``train_step`` on the first samples of the training data (the
-batch Keras' own data adapter makes of them) and on each of its two halves, applying nothing (every Keras
-optimizer's ``apply`` records what it is given), and compares the gradients each backward pass leaves in
-the model's variables (what keras/backward.py averages in the run: a step may clip them by hand after)
-or, in a step running no backward pass, those ``apply`` is given. A mean loss gives ``grad(whole) ==
-(grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm); a
-step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference.
-What the step does outside Keras' variables and generators (a Python counter of its own, a print, a
-torch optimizer's state) it does those three (or four) times more, on every process alike.
+So where the model's class overrides ``train_step`` or ``compute_loss``, or a compiled loss is the program's own, the
+step is probed under several processes when training begins (a callback put first: Keras' ``fit`` has built the model,
+its compiled loss and metrics and the optimizer, and no training step has run). Each process runs the model class's
+``train_step`` on the first samples of the training data (the batch Keras' own data adapter makes of them) and on each
+of its two halves, applying nothing (every Keras optimizer's ``apply`` records what it is given), and compares the
+gradients each backward pass leaves in the model's variables (what keras/backward.py averages in the run: a step may
+clip them by hand after) or, in a step running no backward pass, those ``apply`` is given. A mean loss gives
+``grad(whole) == (grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm);
+a step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference. What the
+step does outside Keras' variables and generators (a Python counter of its own, a print, a torch optimizer's state) it
+does those three (or four) times more, on every process alike.
 
-The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the
-run on the whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as
-draws.py gives each process its rows of one process's draw); each BatchNormalization's moments are the
-whole batch's, as constants (batch_statistics.py makes them the global batch's, gradients included, in
-the run itself). torch's own random functions called in the step (``torch.randn_like``, ``torch.randn``,
-``torch.nn.functional.dropout``: probe_torch_draws.py) and a tensor's draw methods (``x.normal_()``:
-tensor_draws.py) are taped and replayed alike. A step whose halves still move a global generator (a draw no
-tape sees: ``from torch import randn``, ``numpy.random``) is run on the whole batch once more, its draws
-replayed: where it leaves that generator elsewhere than a half, the draw follows the batch and the step is
-refused (unmapped_draws.py); else (torch's generator moved) it is run once more with torch's generator
-elsewhere, and refused only where its halves differ ``NOISE_FACTOR`` times more than that moves them. Every variable of the model (metrics', seed generators' and the optimizer's included), the
-gradients left in its variables, Keras' global seed generator and torch's, numpy's and Python's
-generators are restored after each run: the fit goes on as Keras' own would. Costs three calls of the
-step on ``PROBED_SAMPLES`` samples (four where the halves differ), once per ``fit``.
+The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the run on the
+whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as draws.py gives each process
+its rows of one process's draw); each BatchNormalization's moments are the whole batch's, as constants
+(batch_statistics.py makes them the global batch's, gradients included, in the run itself). torch's own random
+functions called in the step (``torch.randn_like``, ``torch.randn``, ``torch.nn.functional.dropout``:
+probe_torch_draws.py) and a tensor's draw methods (``x.normal_()``: tensor_draws.py) are taped and replayed alike. A
+step whose halves still move a global generator (a draw no tape sees: ``from torch import randn``, ``numpy.random``)
+is run on the whole batch once more, its draws replayed: where it leaves that generator elsewhere than a half, the
+draw follows the batch and the step is refused (unmapped_draws.py); else (torch's generator moved) it is run once more
+with torch's generator elsewhere, and refused only where its halves differ ``NOISE_FACTOR`` times more than that moves
+them. Every variable of the model (metrics', seed generators' and the optimizer's included), the gradients left in its
+variables, Keras' global seed generator and torch's, numpy's and Python's generators are restored after each run: the
+fit goes on as Keras' own would. Costs three calls of the step on ``PROBED_SAMPLES`` samples (four where the halves
+differ), once per ``fit``.
 
-Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of
-fewer than 4 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its
-error comes in the run) or whose halves apply other optimizers or draw otherwise than the whole batch,
-a batch-shaped ``shuffle`` draw.
+Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of fewer than 4
+samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its error comes in the run) or
+whose halves apply other optimizers or draw otherwise than the whole batch, a batch-shaped ``shuffle`` draw.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import probe_torch_draws, tensor_draws, unmapped_draws
+from trainmesh.keras import hand_updates, probe_torch_draws, tensor_draws, unmapped_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -68,8 +66,7 @@ NOISE_FACTOR = 10  # torch's own draws in the step: refused only this far above 
 DRAWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
 DRAWS += ("shuffle", "gamma", "binomial", "beta")
 REPLAYED_BY_ROWS: tuple[str, ...] = ("normal", "uniform", "randint", "truncated_normal", "dropout", "categorical")
-REPLAYED_BY_ROWS += ("gamma", "binomial")
-REPLAYED_BY_ROWS += ("beta",)
+REPLAYED_BY_ROWS += ("gamma", "binomial", "beta")
 REPLAYED_BY_ROWS += probe_torch_draws.replayed_names() + tensor_draws.replayed_names()
 
 
@@ -360,11 +357,12 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
     try:
         with _drawing_alike(tape):
             whole = _gradients(model, data)
-            parts, untaped = [], False
+            parts, untaped, after = [], False, [hand_updates.values(model)]
             for start, part in zip((0, half), halves, strict=True):
                 restorer.restore()
                 tape.replay(start, half, count)
                 parts.append(_gradients(model, part))
+                after.append(hand_updates.values(model))
                 untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
                 after_half = unmapped_draws.generator_states()
             if unmapped_draws.moved(restorer.generators, after_half):  # draws no mapping saw: do they follow the batch?
@@ -373,6 +371,7 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
                 _gradients(model, data)
                 if which := unmapped_draws.moved(after_half, unmapped_draws.generator_states()):
                     raise unmapped_draws.UnmappedDraws(which)
+            hand_updates.refuse_batch_dependent(after[0], after[1:])
             difference, _ = _relative(whole, _mean_of(*parts))
             noise = 0.0
             if difference > limit and untaped:  # torch's draws the tape did not see: the whole batch again, elsewhere
@@ -457,6 +456,8 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
         return None
     except unmapped_draws.UnmappedDraws as unmapped:
         return unmapped_draws.reason(unmapped.args[0], world)
+    except hand_updates.HandUpdated as updated:
+        return hand_updates.reason(updated.args[0], world)
     except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
         return None
     limit = tolerance(model)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainmesh.keras import routes, step_logs, step_means
+from trainmesh.keras import hand_updates, routes, step_logs, step_means
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import on_global_batch
@@ -348,6 +348,7 @@ def epoch_results(state: SyncState, model: Any, keras_results: Callable[[Any], A
     reduce_metrics(state, model)
     if not state.evaluating:
         average_batchnorm(state, model)  # a training epoch ended: before validation and the callbacks
+        hand_updates.refuse_parted(state.runtime, model, batchnorm_statistics(model))
     result = keras_results(logs)
     if result is logs and isinstance(logs, dict) and state.world > 1:  # Keras kept the step's own dict
         result = step_logs.over_processes(state.runtime, logs, before, step_logs.own_results(model), state.last_batch)

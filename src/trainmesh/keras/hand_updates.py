@@ -1,0 +1,95 @@
+"""A variable a training step of the program's own updates by hand from its batch: refused before training.
+
+Under ``N`` processes trainmesh averages what reaches a Keras optimizer's ``apply`` (sync.py), keeps
+BatchNormalization's moving statistics on the global batch's moments (batch_statistics.py) and sums the
+metrics' states; a model variable a ``train_step`` assigns itself (``self.centre.assign(0.9 * self.centre +
+0.1 * ops.mean(x, axis=0))``, an EMA of a statistic; ``self.seen.assign_add(batch_size)``, a count of the
+samples) is left to each process, which updates it from its own part of the batch. The processes' copies
+part (an EMA of each part's mean), or agree and differ from one process's (a count of half the samples):
+the run trains and differs from Keras' own fit at the global batch, silently (measured: the EMA of the
+inputs' mean 0.19 apart between the ranks, the sample count 128 where Keras counts 256).
+
+The step probe (step_probe.py) runs the step on the first samples and on each half of them, applying
+nothing. Every non-trainable variable of the model after each run is compared: a variable whose value after a half is
+not its value after the whole batch follows the batch (a counter of steps, or a target network moved towards
+the online one by ``assign``, is the same after each run, and the same on every process in the run). Such a
+step is refused on every process, naming the variable and what to do instead. Seed generators' states are
+left out: the probe replays the whole batch's draws in the halves (step_probe.py), and the run draws what one
+process draws on every process (draws.py). Trainable variables are left to sync.py's check that a step applied a Keras
+optimizer (a torch optimizer stepping them is stopped after the first step).
+
+A step that updates such a variable only from a later step on (not at the step the probe runs) is caught at the
+first training epoch's end instead (``refuse_parted``, called by sync.py): rank 0's non-trainable variables are
+compared with each process's, and one held apart stops the fit on every process, naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class HandUpdated(Exception):
+    """args[0]: the path of a variable the step updates by hand from its batch."""
+
+
+def values(model: Any) -> list[tuple[str, torch.Tensor]]:
+    """Every non-trainable model variable's path and value now (a run of the probe has just ended), but seed generators'."""
+    seeds = {
+        id(generator.state) for layer in model._flatten_layers() for generator in getattr(layer, "_seed_generators", ())
+    }
+    return [(v.path, v.value.detach().clone()) for v in model.non_trainable_variables if id(v) not in seeds]
+
+
+def refuse_batch_dependent(whole: list[tuple[str, torch.Tensor]], halves: list[list[tuple[str, torch.Tensor]]]) -> None:
+    """Raise ``HandUpdated`` for the first variable whose value after a half differs from the whole's."""
+    for index, (path, value) in enumerate(whole):
+        for half in halves:
+            other = half[index][1]
+            if value.shape != other.shape or not torch.allclose(value, other, rtol=1e-6, atol=1e-7):
+                raise HandUpdated(path)
+
+
+def reason(path: str, world: int) -> str:
+    return (
+        f"the model's train_step updates the variable {path!r} by hand (assign/assign_add, not through a Keras "
+        f"optimizer's apply) from its batch: run on the first samples of the training data and on each half of "
+        f"them, the step leaves it at other values. Under {world} processes each process runs the step on its part "
+        "of every global batch, and trainmesh averages only what reaches an optimizer's apply (and "
+        "BatchNormalization's statistics, and metrics' states): each process would update its own copy from its own "
+        "part (an EMA of a batch statistic parts between the processes; a count of samples counts one part), and the "
+        "run would differ from one process's, silently. Keep such a statistic in a Keras metric (its state is summed "
+        "over the processes; keras.metrics.Mean for a mean), compute it after training from the whole data, "
+        "or run on one process"
+    )
+
+
+def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
+    """At a training epoch's end under several processes (every process calls it): a non-trainable variable of
+    the model (but ``skip``, BatchNormalization's statistics, and seed generators) whose copies the processes
+    hold apart was updated by hand from each process's part of the batch at a step the probe does not see (from
+    the second step on, say): stopped on every process, naming it, rather than train on apart, silently."""
+    from trainmesh.keras.collectives import all_reduce_sum, broadcast_from_zero
+
+    left_out = {id(v) for v in skip} | {id(g.state) for layer in model._flatten_layers() for g in _seeds(layer)}
+    variables = [v for v in model.non_trainable_variables if id(v) not in left_out]
+    if runtime.world_size == 1 or not variables:
+        return
+    zeros = broadcast_from_zero(runtime, [v.value for v in variables])
+    apart = torch.stack([(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=True)])
+    apart = all_reduce_sum(runtime, [apart])[0]
+    parted = [(v.path, float(a)) for v, a in zip(variables, apart, strict=True) if float(a) > 0]
+    if parted:
+        path, gap = parted[0]
+        raise ValueError(
+            f"the variable {path!r} of the model is {gap:.2e} apart between the processes at the end of a training "
+            "epoch: a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
+            "from each process's part of the batch, at a step the check before training does not run (not the "
+            "first), so each process holds its own copy and the run differs from one process's. "
+            + reason(path, runtime.world_size).split(". ", 1)[1]
+        )
+
+
+def _seeds(layer: Any) -> Any:
+    return getattr(layer, "_seed_generators", ())
