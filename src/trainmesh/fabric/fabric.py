@@ -304,7 +304,7 @@ class Fabric(Launching):
         op = str(getattr(reduce_op, "name", reduce_op) or "mean").lower().replace("avg", "mean")
         if group is not None:
             return apply_to_tensors(self._tensors(data), functools.partial(_reduce_in_group, group=group, op=op))
-        return apply_to_tensors(self._tensors(data), lambda t: self._runtime.all_reduce(t, op))
+        return apply_to_tensors(self._tensors(data), lambda t: _into(t, self._runtime.all_reduce(t, op)))
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         self._validate_launched()
@@ -409,7 +409,16 @@ def _reduce_in_group(tensor: torch.Tensor, *, group: Any, op: str) -> torch.Tens
     reduced = tensor.clone()
     ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
     dist.all_reduce(reduced, op=ops[op], group=group)
-    return reduced / dist.get_world_size(group) if op == "mean" else reduced
+    return _into(tensor, reduced / dist.get_world_size(group) if op == "mean" else reduced)
+
+
+def _into(tensor: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
+    """``tensor`` holding ``reduced``: Fabric's ``_sync_ddp`` reduces the caller's tensor in place (a
+    program may rely on it and drop the result), an integer mean truncated into it by ``copy_``."""
+    if reduced is not tensor:
+        with torch.no_grad():  # as torch's in-place all_reduce, also on a leaf that requires grad
+            tensor.copy_(reduced)
+    return tensor
 
 
 def _accepted_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
