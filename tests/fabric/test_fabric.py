@@ -176,6 +176,10 @@ def _other_members(framework: str, capsys) -> dict:
         module = torch.nn.Linear(2, 2)
     with fabric.init_tensor():
         made = torch.ones(2)
+    torch.manual_seed(5)
+    with fabric.init_module(empty_init=True):  # torch.nn.init skipped: no random draws
+        torch.nn.Linear(2, 2)
+    drawn_after_empty_init = torch.rand(1).item()
     module = fabric.setup_module(module)
     optimizer = fabric.setup_optimizers(torch.optim.SGD(module.parameters(), lr=0.1))
     with fabric.autocast():
@@ -186,6 +190,7 @@ def _other_members(framework: str, capsys) -> dict:
         fabric.sharded_model()
     return {
         "dtypes": (module.weight.dtype, made.dtype, out.dtype),
+        "drawn_after_empty_init": drawn_after_empty_init,
         "optimizer": (type(optimizer).__name__, isinstance(optimizer, torch.optim.SGD)),
         "to_device": (fabric.to_device(torch.ones(1)).device, fabric.to_device(torch.nn.Linear(1, 1)).weight.device),
         "node_rank": fabric.node_rank,

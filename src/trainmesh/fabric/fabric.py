@@ -10,6 +10,7 @@ Members trainmesh cannot serve (DeepSpeed, XLA) are refused when the Fabric is b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -277,9 +278,16 @@ class Fabric(Launching):
         return self._precision.tensor_init_context()
 
     def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
-        """Build the module in the precision's dtype (and where the strategy shards, on the meta device)."""
+        """Build the module in the precision's dtype (and where the strategy shards, on the meta device);
+        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's."""
+        from trainmesh.utilities.empty_init import SkipInit
+
         self._validate_launched()
-        return _both(self._precision.tensor_init_context(), self._runtime.module_init_context())
+        return _all(
+            self._precision.tensor_init_context(),
+            self._runtime.module_init_context(),
+            SkipInit(enabled=bool(empty_init)),
+        )
 
     def sharded_model(self) -> AbstractContextManager[Any]:
         import warnings
@@ -433,6 +441,8 @@ def _accepted_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict
 
 
 @contextmanager
-def _both(first: AbstractContextManager[Any], second: AbstractContextManager[Any]) -> Generator[None, None, None]:
-    with first, second:
+def _all(*contexts: AbstractContextManager[Any]) -> Generator[None, None, None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
         yield
