@@ -399,7 +399,7 @@ class Fabric(Launching):
         self.log_dict(metrics={name: value}, step=step)
 
     def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        scalars = apply_to_tensors(dict(metrics), lambda t: t.item() if t.numel() == 1 else t)
+        scalars = apply_to_tensors(dict(metrics), _scalar)
         for logger in self._loggers:
             logger.log_metrics(metrics=scalars, step=step)
 
@@ -409,6 +409,15 @@ class Fabric(Launching):
         from trainmesh.seed import seed_everything
 
         return seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)
+
+
+def _scalar(value: torch.Tensor) -> Any:
+    """A logged tensor's number (Fabric's ``convert_tensors_to_scalars``, with its error)."""
+    if value.numel() != 1:
+        raise ValueError(
+            f"The metric `{value}` does not contain a single element, thus it cannot be converted to a scalar."
+        )
+    return value.item()
 
 
 def _reduce_in_group(tensor: torch.Tensor, *, group: Any, op: str) -> torch.Tensor:
