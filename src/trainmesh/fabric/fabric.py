@@ -26,6 +26,7 @@ from trainmesh.fabric import checkpoints
 from trainmesh.fabric.arguments import fabric_precision, fabric_strategy, precision_of_plugins
 from trainmesh.fabric.launching import Launching
 from trainmesh.fabric.precision import FabricPrecision
+from trainmesh.fabric.reductions import in_place, reduced_in_group
 from trainmesh.fabric.wrappers import BackwardGate, _FabricDataLoader, _FabricModule, _FabricOptimizer, _unwrap_objects
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
@@ -311,8 +312,8 @@ class Fabric(Launching):
         self._validate_launched()
         op = str(getattr(reduce_op, "name", reduce_op) or "mean").lower().replace("avg", "mean")
         if group is not None:
-            return apply_to_tensors(self._tensors(data), functools.partial(_reduce_in_group, group=group, op=op))
-        return apply_to_tensors(self._tensors(data), lambda t: _into(t, self._runtime.all_reduce(t, op)))
+            return apply_to_tensors(self._tensors(data), functools.partial(reduced_in_group, group=group, op=op))
+        return apply_to_tensors(self._tensors(data), lambda t: in_place(t, self._runtime.all_reduce(t, op)))
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         self._validate_launched()
@@ -418,24 +419,6 @@ def _scalar(value: torch.Tensor) -> Any:
             f"The metric `{value}` does not contain a single element, thus it cannot be converted to a scalar."
         )
     return value.item()
-
-
-def _reduce_in_group(tensor: torch.Tensor, *, group: Any, op: str) -> torch.Tensor:
-    import torch.distributed as dist
-
-    reduced = tensor.clone()
-    ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-    dist.all_reduce(reduced, op=ops[op], group=group)
-    return _into(tensor, reduced / dist.get_world_size(group) if op == "mean" else reduced)
-
-
-def _into(tensor: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
-    """``tensor`` holding ``reduced``: Fabric's ``_sync_ddp`` reduces the caller's tensor in place (a
-    program may rely on it and drop the result), an integer mean truncated into it by ``copy_``."""
-    if reduced is not tensor:
-        with torch.no_grad():  # as torch's in-place all_reduce, also on a leaf that requires grad
-            tensor.copy_(reduced)
-    return tensor
 
 
 def _accepted_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
