@@ -84,6 +84,11 @@ def main() -> None:
     gathered = fabric.all_gather({"rank": torch.tensor([fabric.global_rank])})
     sent = fabric.broadcast({"from": fabric.global_rank}, src=1)
     total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
+    # Fabric reduces the caller's tensor in place (a program may not read the result), an integer mean
+    # truncated into the integer tensor
+    count = torch.tensor([fabric.global_rank + 1])
+    fabric.all_reduce(count, reduce_op="sum")
+    ints = fabric.all_reduce(torch.tensor([3 + fabric.global_rank]))
     path = os.path.join(OUT, "state.ckpt")
     fabric.save(path, {"model": model, "optimizer": optimizer, "step": step})
     state = {"model": model, "optimizer": optimizer, "step": -1}
@@ -95,6 +100,7 @@ def main() -> None:
         "gathered": gathered["rank"].tolist(),
         "sent": sent,
         "total": total.item(),
+        "in_place": (count.tolist(), ints.tolist(), str(ints.dtype)),
         "first": first,
         "step": state["step"],
         "calls": recorder.calls,

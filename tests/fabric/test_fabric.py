@@ -131,6 +131,7 @@ def _misuses(framework: str, root: Path) -> list[tuple[type, str]]:
         _error(lambda: fabric.launch(lambda: None)),
         _error(lambda: plain.setup(torch.nn.Linear(2, 1))),
         _error(lambda: L.Fabric(accelerator="cpu", precision="bf17")),
+        _error(lambda: fabric.log_dict({"vector": torch.ones(2)})),  # a logged tensor must hold one number
     ]
 
 
@@ -176,6 +177,10 @@ def _other_members(framework: str, capsys) -> dict:
         module = torch.nn.Linear(2, 2)
     with fabric.init_tensor():
         made = torch.ones(2)
+    torch.manual_seed(5)
+    with fabric.init_module(empty_init=True):  # torch.nn.init skipped: no random draws
+        torch.nn.Linear(2, 2)
+    drawn_after_empty_init = torch.rand(1).item()
     module = fabric.setup_module(module)
     optimizer = fabric.setup_optimizers(torch.optim.SGD(module.parameters(), lr=0.1))
     with fabric.autocast():
@@ -186,6 +191,7 @@ def _other_members(framework: str, capsys) -> dict:
         fabric.sharded_model()
     return {
         "dtypes": (module.weight.dtype, made.dtype, out.dtype),
+        "drawn_after_empty_init": drawn_after_empty_init,
         "optimizer": (type(optimizer).__name__, isinstance(optimizer, torch.optim.SGD)),
         "to_device": (fabric.to_device(torch.ones(1)).device, fabric.to_device(torch.nn.Linear(1, 1)).weight.device),
         "node_rank": fabric.node_rank,

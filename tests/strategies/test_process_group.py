@@ -154,3 +154,28 @@ def test_a_watch_of_a_group_that_is_gone_is_stopped_when_dropped(race):
     # Before: watch_departures dropped it and its thread polled on for the rest of the process.
     for rank in (0, 1):
         assert f"RANK {rank} OLD WATCH alive=False" in race.stdout, race.stdout + race.stderr[-3000:]
+
+
+def test_the_join_waits_the_group_s_whole_timeout_as_lightning(monkeypatch):
+    # Before: 10 minutes under the default 30-minute timeout, so a run whose rank 0 downloaded for
+    # 15 minutes before fit (which Lightning's init_process_group waits for) ended in MissingRanks.
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from trainmesh.launchers.base import ProcessInfo
+    from trainmesh.strategies.process_group import MissingRanks, join_process_group
+
+    waits = []
+
+    def rendezvous(url, rank, world_size, timeout):
+        waits.append(timeout)
+        raise dist.DistStoreError("no one came")
+
+    monkeypatch.setattr(dist, "rendezvous", rendezvous)
+    with pytest.raises(MissingRanks, match="waited 1800 s"):
+        join_process_group(
+            ProcessInfo(world_size=2), torch.device("cpu"), backend="gloo", timeout=datetime.timedelta(minutes=30)
+        )
+    assert waits == [datetime.timedelta(minutes=30)]

@@ -10,6 +10,7 @@ Members trainmesh cannot serve (DeepSpeed, XLA) are refused when the Fabric is b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -25,6 +26,7 @@ from trainmesh.fabric import checkpoints
 from trainmesh.fabric.arguments import fabric_precision, fabric_strategy, precision_of_plugins
 from trainmesh.fabric.launching import Launching
 from trainmesh.fabric.precision import FabricPrecision
+from trainmesh.fabric.reductions import in_place, reduced_in_group
 from trainmesh.fabric.wrappers import BackwardGate, _FabricDataLoader, _FabricModule, _FabricOptimizer, _unwrap_objects
 from trainmesh.runtime import Runtime
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
@@ -277,9 +279,16 @@ class Fabric(Launching):
         return self._precision.tensor_init_context()
 
     def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
-        """Build the module in the precision's dtype (and where the strategy shards, on the meta device)."""
+        """Build the module in the precision's dtype (and where the strategy shards, on the meta device);
+        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's."""
+        from trainmesh.utilities.empty_init import SkipInit
+
         self._validate_launched()
-        return _both(self._precision.tensor_init_context(), self._runtime.module_init_context())
+        return _all(
+            self._precision.tensor_init_context(),
+            self._runtime.module_init_context(),
+            SkipInit(enabled=bool(empty_init)),
+        )
 
     def sharded_model(self) -> AbstractContextManager[Any]:
         import warnings
@@ -303,8 +312,8 @@ class Fabric(Launching):
         self._validate_launched()
         op = str(getattr(reduce_op, "name", reduce_op) or "mean").lower().replace("avg", "mean")
         if group is not None:
-            return apply_to_tensors(self._tensors(data), functools.partial(_reduce_in_group, group=group, op=op))
-        return apply_to_tensors(self._tensors(data), lambda t: self._runtime.all_reduce(t, op))
+            return apply_to_tensors(self._tensors(data), functools.partial(reduced_in_group, group=group, op=op))
+        return apply_to_tensors(self._tensors(data), lambda t: in_place(t, self._runtime.all_reduce(t, op)))
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         self._validate_launched()
@@ -391,7 +400,7 @@ class Fabric(Launching):
         self.log_dict(metrics={name: value}, step=step)
 
     def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        scalars = apply_to_tensors(dict(metrics), lambda t: t.item() if t.numel() == 1 else t)
+        scalars = apply_to_tensors(dict(metrics), _scalar)
         for logger in self._loggers:
             logger.log_metrics(metrics=scalars, step=step)
 
@@ -403,13 +412,13 @@ class Fabric(Launching):
         return seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)
 
 
-def _reduce_in_group(tensor: torch.Tensor, *, group: Any, op: str) -> torch.Tensor:
-    import torch.distributed as dist
-
-    reduced = tensor.clone()
-    ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-    dist.all_reduce(reduced, op=ops[op], group=group)
-    return reduced / dist.get_world_size(group) if op == "mean" else reduced
+def _scalar(value: torch.Tensor) -> Any:
+    """A logged tensor's number (Fabric's ``convert_tensors_to_scalars``, with its error)."""
+    if value.numel() != 1:
+        raise ValueError(
+            f"The metric `{value}` does not contain a single element, thus it cannot be converted to a scalar."
+        )
+    return value.item()
 
 
 def _accepted_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +433,8 @@ def _accepted_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict
 
 
 @contextmanager
-def _both(first: AbstractContextManager[Any], second: AbstractContextManager[Any]) -> Generator[None, None, None]:
-    with first, second:
+def _all(*contexts: AbstractContextManager[Any]) -> Generator[None, None, None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
         yield

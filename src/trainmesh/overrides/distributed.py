@@ -8,7 +8,7 @@ __all__ = ["UnrepeatedDistributedSampler", "UnrepeatedDistributedSamplerWrapper"
 
 _SAMPLER = (
     "the sampler Lightning's Trainer gives each predict loader under ddp itself; trainmesh's Trainer does the "
-    "same (each sample read once, predictions back in order): pass a plain DataLoader"
+    "same (each sample read once, each rank returning its own predictions): pass a plain DataLoader"
 )
 UnrepeatedDistributedSampler = refused_class("UnrepeatedDistributedSampler", _SAMPLER, module=__name__)
 UnrepeatedDistributedSamplerWrapper = refused_class("UnrepeatedDistributedSamplerWrapper", _SAMPLER, module=__name__)

@@ -21,16 +21,13 @@ from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together, stop
 # ("connectFullMesh ... Connection refused"), a fit after an earlier fit's failure in one script.
 _joins = itertools.count()
 
-# How long a process waits for every other to join its group: torchrun's rendezvous join timeout
-# (10 minutes) under the strategies' default group timeout, else the timeout given. Lightning waits
-# the group's timeout (30 minutes by default) where a rank never comes: a program that calls fit on
-# rank 0 only, or whose other rank ended before its fit, hung that long without a word.
-DEFAULT_GROUP_TIMEOUT = timedelta(minutes=30)
-DEFAULT_JOIN_WAIT = timedelta(minutes=10)
 
-
+# A process waits for every other to join its group as long as Lightning's init_process_group does:
+# the group's timeout (30 minutes by default). A shorter wait of our own would end a run Lightning
+# completes (rank 0 downloading for 15 minutes before fit while the others wait); what trainmesh adds
+# is the ending: the ranks that never came, named, instead of a DistStoreError naming store keys.
 class MissingRanks(RuntimeError):
-    """Some processes of the run never joined its process group within the join wait."""
+    """Some processes of the run never joined its process group within the group's timeout."""
 
 
 def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
@@ -42,13 +39,12 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     # The store torch's tcp:// rendezvous makes (the agent's where there is one, else rank 0's),
     # with this group's keys apart from those of every group before it in this process.
     url = f"tcp://{process.master_addr}:{process.master_port}"
-    wait = DEFAULT_JOIN_WAIT if timeout == DEFAULT_GROUP_TIMEOUT else timeout
     join = next(_joins)
     try:  # without an agent's store, rank 0 hosts one and waits for every process to connect
-        store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=wait))
+        store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
     except dist.DistStoreError as error:
-        raise MissingRanks(_missing_message(process, wait, None) + f" (torch: {error})") from error
-    _arrive_together(dist.PrefixStore(f"trainmesh/join/{join}/", store), process, wait)
+        raise MissingRanks(_missing_message(process, timeout, None) + f" (torch: {error})") from error
+    _arrive_together(dist.PrefixStore(f"trainmesh/join/{join}/", store), process, timeout)
     store.set_timeout(timeout)
     dist.init_process_group(
         backend,
@@ -87,7 +83,7 @@ def _missing_message(process: ProcessInfo, wait: timedelta, missing: list[int] |
         "method (fit/validate/test/predict) or Runtime.launch; a program that calls it on rank 0 only, or a "
         "process that ended or failed before it, leaves the others waiting. Where a process is only slow to "
         "arrive (a download on rank 0 before fit), give the strategy a longer timeout, which is also the join "
-        "wait: e.g. DDPStrategy(timeout=timedelta(hours=1)) (default: 10 minutes to join, 30 per collective)"
+        "wait: e.g. DDPStrategy(timeout=timedelta(hours=1)) (default: 30 minutes, as Lightning's)"
     )
 
 

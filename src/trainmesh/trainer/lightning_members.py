@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.trainer.combined_loaders import as_given
 from trainmesh.trainer.lightning2_arguments import RunBehaviour
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.trainer.states import TrainerFn, TrainerStatus
+from trainmesh.utilities.empty_init import SkipInit
 from trainmesh.utilities.lazy import is_instance
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -161,7 +161,7 @@ class LightningMembers(RunProperties):
             # Lightning's ModelParallelStrategy builds on the meta device and initialises the layers once
             # its configure_model parallelized them (reset_parameters, strategies/lightning_model_parallel.py)
             on_meta = bool(empty_init) and self.runtime.trainer_port.empty_init_on_meta
-            with torch.device("meta" if on_meta else self.runtime.device), _SkipInit(enabled=bool(empty_init)):
+            with torch.device("meta" if on_meta else self.runtime.device), SkipInit(enabled=bool(empty_init)):
                 yield
         finally:
             torch.set_default_dtype(previous)
@@ -330,17 +330,3 @@ class LightningMembers(RunProperties):
             return self.max_steps
         estimated = math.ceil(total / self.accumulate_grad_batches) * max(max_epochs, 1)
         return min(estimated, self.max_steps) if self.max_steps != -1 else estimated
-
-
-class _SkipInit(TorchFunctionMode):
-    """``torch.nn.init``'s functions return their tensor unchanged (Lightning's ``_EmptyInit``)."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        super().__init__()
-        self.enabled = enabled
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if self.enabled and getattr(func, "__module__", None) == "torch.nn.init":
-            return kwargs["tensor"] if "tensor" in kwargs else args[0]
-        return func(*args, **kwargs)

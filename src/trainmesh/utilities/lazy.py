@@ -9,8 +9,9 @@ where each name lives and import it when it is first read. Each package's ``__ge
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 # A table entry: the module that defines the name under the same name (a submodule of the package by
@@ -56,3 +57,23 @@ def is_instance(value: Any, module: str, *names: str) -> bool:
     included, imports the module that defines it), so the answer is False and the import is saved."""
     imported = sys.modules.get(module)
     return imported is not None and isinstance(value, tuple(getattr(imported, name) for name in names))
+
+
+def alias_of(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module's ``__getattr__`` and ``__dir__`` answering with ``package``'s names and submodules, so
+    that a face's module (``lightning.fabric.strategies``) is the package the Trainer's side uses
+    (``trainmesh.strategies``) without a copy of its table, nor its import before first use."""
+
+    def __getattr__(name: str) -> Any:
+        found = importlib.import_module(package)
+        try:
+            return getattr(found, name)
+        except AttributeError:  # a submodule not imported yet (``types``, ``fsdp``)
+            if importlib.util.find_spec(f"{package}.{name}") is None:
+                raise
+            return importlib.import_module(f"{package}.{name}")
+
+    def __dir__() -> list[str]:
+        return dir(importlib.import_module(package))
+
+    return __getattr__, __dir__
