@@ -19,7 +19,11 @@ class AttributeDict(dict):
         try:
             return self[key]
         except KeyError as err:
-            raise AttributeError(f"hyperparameter {key!r} was not saved; saved: {sorted(self)}") from err
+            # Lightning's words first (a program may match them), then which hyperparameters were saved
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute '{key}' (hyperparameter {key!r} was not saved; "
+                f"saved: {sorted(self)})"
+            ) from err
 
     def __setattr__(self, key: str, value: Any) -> None:
         self[key] = value
