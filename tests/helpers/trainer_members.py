@@ -112,6 +112,31 @@ def read_parallel_strategy(strategy: Any) -> dict[str, Any]:
     }
 
 
+def read_strategy_plugins(strategy: Any, pl_module: Any) -> dict[str, Any]:
+    """What programs read of the strategy's plugins and module during fit (both strategies), and under
+    ddp its cluster environment and timeout (``trainer.strategy.cluster_environment.global_rank()``)."""
+    read = {
+        "checkpoint_io": type(strategy.checkpoint_io).__name__,
+        "precision_plugin": type(strategy.precision_plugin).__name__,
+        "accelerator": type(strategy.accelerator).__name__,
+        "model": type(strategy.model).__name__,
+        "model_is_module": strategy.model is pl_module,
+        "root_device": str(strategy.root_device),
+    }
+    if type(strategy).__name__ == "SingleDeviceStrategy":  # Lightning's has no cluster environment
+        return {**read, "launcher": strategy.launcher}
+    env = strategy.cluster_environment
+    return {
+        **read,
+        "cluster_environment": type(env).__name__,
+        "places": (env.global_rank(), env.world_size(), env.local_rank(), env.node_rank()),
+        "main_address": env.main_address,
+        "main_port": type(env.main_port).__name__,
+        "creates_processes_externally": env.creates_processes_externally,
+        "timeout": strategy._timeout,
+    }
+
+
 def recorder(framework: str, events: list[Any], shared_filesystem: Path | None = None) -> Any:
     pl, _, _, is_shared_filesystem = classes(framework)
 
@@ -132,6 +157,7 @@ def recorder(framework: str, events: list[Any], shared_filesystem: Path | None =
             events.append(("on_sanity_check_start", [_number(n) for n in trainer.num_sanity_val_batches]))
 
         def on_train_start(self, trainer, pl_module):
+            events.append(("strategy_plugins", read_strategy_plugins(trainer.strategy, pl_module)))
             events.append(
                 (
                     "on_train_start",

@@ -16,7 +16,7 @@ HERE = Path(__file__).parent
 @pytest.fixture
 def agent_environment(monkeypatch):
     """_launch_config sets variables for the workers in this process's environment: restore them."""
-    for name in (AGENT_VARIABLE, "OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "MASTER_PORT"):
+    for name in (AGENT_VARIABLE, "OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "MASTER_PORT", "NODE_RANK"):
         monkeypatch.setenv(name, "unset-by-the-test")
         monkeypatch.delenv(name)
 
@@ -28,6 +28,9 @@ def test_one_node_meets_on_the_agents_store_and_restarts_on_c10d(agent_environme
     assert (plain.rdzv_backend, plain.rdzv_configs["rank"]) == ("static", 0)
     assert plain.rdzv_endpoint.startswith("127.0.0.1:")
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ
+    # Lightning's ddp launcher sets NODE_RANK for the processes it starts (measured: "0" in both of
+    # Lightning 2.6.6's ddp workers on one node), and programs read it.
+    assert os.environ["NODE_RANK"] == "0"
     # With restarts, c10d's, the rendezvous that gives each attempt a store of its own.
     restarting = _launch_config(devices=2, num_nodes=1, max_restarts=1)
     assert (restarting.rdzv_backend, restarting.max_restarts) == ("c10d", 1)

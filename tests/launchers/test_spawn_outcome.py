@@ -8,8 +8,8 @@ Lightning's ``_MultiProcessingLauncher`` returns to the main process the trained
 brings back those, and the counts besides (``global_step``, ``current_epoch`` and the loggers' step),
 so that a spawned fit then test leaves what one process leaves: the program below, run on 2 spawned
 processes at batch 4, gives the metrics.csv rows (steps and values, to float noise), the
-``callback_metrics``, ``trainer.state``, a best checkpoint and the weights of Lightning 2.6.6's one
-process at the global batch 8, reading at each step the two ranks' shuffled batches (GlobalBatches)
+``callback_metrics``, ``trainer.state``, a best checkpoint and the fit's weights of Lightning 2.6.6's one
+process at the global batch 8 (after ``test(ckpt_path="best")``: what Lightning's ddp_spawn leaves, below), reading at each step the two ranks' shuffled batches (GlobalBatches)
 (values logged with sync_dist=True, so that both read the global batch).
 
 Validation (``limit_val_batches=1``, each epoch) and test (``limit_test_batches=1``) values are
@@ -67,7 +67,8 @@ SETTINGS = dict(
 def _fit_and_test(trainer_class, module_class, checkpoint_class, logger_class, seed, root, **strategy):
     seed(0)
     model = module_class()
-    checkpoint = checkpoint_class(dirpath=root / "ck", monitor="train_loss")
+    # mode="max": the best checkpoint is an earlier epoch's, not the last weights (test(ckpt_path="best") below)
+    checkpoint = checkpoint_class(dirpath=root / "ck", monitor="train_loss", mode="max")
     trainer = trainer_class(
         logger=logger_class(root, name="logs", version=0), callbacks=[checkpoint], **SETTINGS, **strategy
     )
@@ -81,12 +82,14 @@ def _fit_and_test(trainer_class, module_class, checkpoint_class, logger_class, s
             "state": (trainer.state.status.value, trainer.state.fn.value),
             "best": checkpoint.best_model_path.rsplit("/", 1)[-1],
         }
-        trainer.test(model, verbose=False)
+        fit_weights = {k: v.clone() for k, v in model.state_dict().items()}
+        trainer.test(model, ckpt_path="best", verbose=False)
+        after_test = {k: float(v) for k, v in trainer.callback_metrics.items()}
     for logger in trainer.loggers:
         logger.save()
     with (root / "logs" / "version_0" / "metrics.csv").open() as file:
         rows = [{k: v for k, v in row.items() if v} for row in csv.DictReader(file)]
-    return after_fit, rows, model.state_dict()
+    return after_fit, rows, model.state_dict(), fit_weights, after_test
 
 
 @pytest.mark.slow
@@ -99,7 +102,13 @@ def test_spawned_fit_then_test_leaves_what_one_process_leaves(tmp_path):
     from lightning.pytorch.loggers import CSVLogger as PlCSVLogger
 
     theirs = _fit_and_test(pl.Trainer, LightningNet, PlCheckpoint, PlCSVLogger, pl.seed_everything, tmp_path / "pl")
-    (our_fit, our_rows, our_weights), (their_fit, their_rows, their_weights) = ours, theirs
+    (
+        (our_fit, our_rows, our_weights, our_fit_weights, our_test),
+        (their_fit, their_rows, _, their_fit_weights, their_test),
+    ) = (
+        ours,
+        theirs,
+    )
     assert (our_fit["global_step"], our_fit["current_epoch"], our_fit["state"], our_fit["best"]) == (
         their_fit["global_step"],
         their_fit["current_epoch"],
@@ -118,5 +127,15 @@ def test_spawned_fit_then_test_leaves_what_one_process_leaves(tmp_path):
     for our_row, their_row in zip(our_rows, their_rows):
         for key in our_row:
             assert float(our_row[key]) == pytest.approx(float(their_row[key]), rel=1e-5)
-    for key in our_weights:
-        torch.testing.assert_close(our_weights[key], their_weights[key], rtol=1e-6, atol=1e-7)
+    for key in our_fit_weights:
+        torch.testing.assert_close(our_fit_weights[key], their_fit_weights[key], rtol=1e-6, atol=1e-7)
+    # After test(ckpt_path="best") the launching process holds what Lightning's ddp_spawn leaves (its launcher
+    # brings weights back after fit only, and updates callback_metrics with the workers': measured with its own
+    # ddp_spawn on fit then validate/test(ckpt_path=...)): the fit's weights, not the best checkpoint's that one
+    # process holds; the fit's callback_metrics updated with the test's. Before: the best's, the test's alone.
+    best = torch.load(tmp_path / "tm" / "ck" / our_fit["best"], weights_only=False)["state_dict"]
+    assert any(not torch.equal(best[key], our_fit_weights[key]) for key in best)  # the check can tell them apart
+    assert all(torch.equal(our_weights[key], our_fit_weights[key]) for key in our_weights)
+    expected = {**{k: v for k, (v, _) in their_fit["callback"].items()}, **their_test}
+    assert our_test.keys() == expected.keys()
+    assert all(our_test[k] == pytest.approx(expected[k], rel=1e-5) for k in expected)

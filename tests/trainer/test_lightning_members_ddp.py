@@ -13,7 +13,9 @@ rank's record is compared with the same rank's under Lightning:
   batch (``is_last_batch``), ``estimated_stepping_batches``, ``enable_validation``, the loaders'
   lengths, ``is_shared_filesystem`` (True for a folder both ranks see, False for one per rank), and
   ``trainer.strategy``'s ``distributed_sampler_kwargs``, ``parallel_devices``, ``process_group_backend``,
-  ``lightning_module`` (before: AttributeError, and None for the backend), and
+  ``lightning_module`` (before: AttributeError, and None for the backend), its ``cluster_environment``
+  (``.global_rank()``, ``.world_size()``, ...), ``checkpoint_io``, ``precision_plugin``, ``model`` (the
+  DDP-wrapped module), ``_timeout`` (before: AttributeError), and
   the samples of every training step (both shuffle the ``shuffle=False`` loader alike:
   test_lightning_sampler_ddp.py). Not the loaders' samplers and types: Lightning re-makes each
   ``DataLoader(sampler=DistributedSampler)``, trainmesh's hold a ``BatchSampler`` over one (the
@@ -126,3 +128,6 @@ def test_members_under_ddp_read_as_lightning(records, rank):
         {**strategy, "process_group_backend": "gloo", "lightning_module": "Net", "num_processes": 2},
     ) in theirs["events"]
     assert ("configure_optimizers", 4) in theirs["events"]
+    plugins = next(e for e in theirs["events"] if e[0] == "strategy_plugins")[1]
+    assert plugins["cluster_environment"] == "LightningEnvironment" and plugins["places"] == (rank, 2, rank, 0)
+    assert plugins["model"] == "DistributedDataParallel" and plugins["checkpoint_io"] == "TorchCheckpointIO"

@@ -180,6 +180,8 @@ def _launch_config(*, devices: int, num_nodes: int, max_restarts: int) -> Any:
     # The workers check that this process is still their parent (die_with_agent); torch does
     # not tell them its pid.
     os.environ[AGENT_VARIABLE] = f"{os.getpid()} {run_id}"
+    # Lightning's ddp launcher tells the processes it starts their node (NODE_RANK), and programs read it.
+    os.environ.setdefault("NODE_RANK", "0" if num_nodes == 1 else str(_node_rank()))
     # Two workers on a few cores should not each start a thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
     if max_restarts > 0:

@@ -134,6 +134,17 @@ class SLURMEnvironment(ClusterEnvironment):
         return super().trainer_refusal()
 
 
+def running_environment() -> ClusterEnvironment:
+    """The environment this process was started in, as Lightning's connector picks it: SLURM's job
+    step, torchrun's workers (not trainmesh's own elastic agent's: those are the processes the
+    Trainer starts, Lightning's ``LightningEnvironment``), else ``LightningEnvironment``."""
+    if SLURMEnvironment.detect():
+        return SLURMEnvironment()
+    if TorchElasticEnvironment.detect() and "TRAINMESH_ELASTIC_AGENT" not in os.environ:
+        return TorchElasticEnvironment()
+    return LightningEnvironment()
+
+
 class _NotForTheTrainer(ClusterEnvironment):
     """An environment whose variables trainmesh does not read to place its processes."""
 

@@ -106,6 +106,22 @@ class DistributedStrategy(LightningStrategyFace):
         return self._device
 
     @property
+    def cluster_environment(self) -> Any:
+        """Where this process reads its place, as Lightning's ParallelStrategy holds it: SLURM's or
+        torchrun's environment when they started the process, else ``LightningEnvironment`` (the
+        processes trainmesh starts itself). ``.global_rank()``, ``.world_size()``, ``.main_address``..."""
+        if "_cluster_environment" not in self.__dict__:  # one object, as Lightning's strategy holds
+            from trainmesh.plugins.environments import running_environment  # here: only when asked
+
+            self.__dict__["_cluster_environment"] = running_environment()
+        return self.__dict__["_cluster_environment"]
+
+    @property
+    def _timeout(self) -> timedelta:
+        """Lightning's private name of the process group's timeout, which programs read."""
+        return self.timeout
+
+    @property
     def mesh(self) -> ParallelMesh:
         return self._mesh
 

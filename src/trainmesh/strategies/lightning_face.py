@@ -151,6 +151,38 @@ class LightningStrategyFace:
             for i in trainer.device_ids
         ]
 
+    # Lightning's Strategy holds its plugins and the module it runs, and programs read them there
+    # (``trainer.strategy.checkpoint_io.save_checkpoint(...)``, ``trainer.strategy.precision_plugin``,
+    # ``trainer.strategy.model``: the DDP-wrapped module during fit, the LightningModule on one device).
+    @property
+    def checkpoint_io(self) -> Any:
+        """The AsyncCheckpointIO given in ``plugins``, else a ``TorchCheckpointIO`` (Lightning's default)."""
+        trainer = self._served_trainer()
+        background = None if trainer is None else trainer.runtime.checkpoints.saves.background
+        if background is not None:
+            return background
+        if "_checkpoint_io" not in self.__dict__:  # one object, as Lightning's strategy holds
+            from trainmesh.plugins.io import TorchCheckpointIO  # here: plugins is imported only when asked
+
+            self.__dict__["_checkpoint_io"] = TorchCheckpointIO()
+        return self.__dict__["_checkpoint_io"]
+
+    @property
+    def precision_plugin(self) -> Any:
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.precision_plugin
+
+    @property
+    def accelerator(self) -> Any:
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.accelerator
+
+    @property
+    def model(self) -> Any:
+        """The module the run steps (a ``DistributedDataParallel`` under ddp); None before a stage."""
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.model
+
     def barrier(self, name: str | None = None) -> None:
         """Wait for every process (nothing on one)."""
         collectives.barrier(self.mesh)

@@ -51,6 +51,8 @@ class SingleDeviceStrategy(LightningStrategyFace):
         device(type='cpu', index=0)
     """
 
+    launcher = None  # Lightning's single-device strategy starts no processes (programs test it for None)
+
     name = "single"
     start_method = "in_process"
     processes_per_node = 1

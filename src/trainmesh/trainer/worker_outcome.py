@@ -2,7 +2,9 @@
 
 Under ``ddp_spawn`` the training happens in child processes; rank 0 returns this, and the
 parent adopts it so that after ``fit`` its model holds the trained weights and its trainer the
-metrics, the best checkpoint's path and the loggers' version folders, as in one process.
+metrics, the best checkpoint's path and the loggers' version folders, as in one process. As
+Lightning's launcher, weights come back after ``fit`` only, and ``callback_metrics`` are updated
+with the workers' (not replaced).
 """
 
 from __future__ import annotations
@@ -59,9 +61,16 @@ class WorkerOutcome:
     def adopt(self, state: LoopState, trainer: TrainerView, model: Any) -> Any:
         """Copy the workers' end state into this process's loop state (and ``trainer``'s callbacks
         and loggers); returns the stage's result."""
-        model.load_state_dict(self.state_dict)
+        if self.stage == "fit":
+            # Lightning's launcher brings weights back after fit only: after validate/test/predict(ckpt_path=...)
+            # the launching process keeps the fit's last weights, not the checkpoint's the workers loaded.
+            model.load_state_dict(self.state_dict)
         state.module = model
-        state.epoch_metrics, state.wide_metrics = dict(self.metrics), set(self.wide_metrics)
+        # Lightning's launching process updates its callback_metrics with the workers' (a validate after a
+        # fit leaves the fit's train_loss beside the new val_loss there), where one process starts afresh.
+        kept = {name: value for name, value in state.epoch_metrics.items() if name not in self.metrics}
+        state.epoch_metrics = {**kept, **self.metrics}
+        state.wide_metrics = {name for name in state.wide_metrics if name in kept} | set(self.wide_metrics)
         state.logged_metrics = {name: metric_tensor(value) for name, value in self.logged_metrics.items()}
         state.current_epoch, state.global_step = self.current_epoch, self.global_step
         state.loop.batches_stepped = self.batches_stepped

@@ -19,9 +19,12 @@ class AttributeDict(dict):
         try:
             return self[key]
         except KeyError as err:
+            # Lightning's words first (a program may match them), then which hyperparameters were saved
+            # (keys may mix str and int: sorted by their text)
             raise AttributeError(
-                f"hyperparameter {key!r} was not saved; saved: {sorted(self, key=str)}"
-            ) from err  # keys may mix str and int
+                f"'{type(self).__name__}' object has no attribute '{key}' (hyperparameter {key!r} was not saved; "
+                f"saved: {sorted(self, key=str)})"
+            ) from err
 
     def __setattr__(self, key: str, value: Any) -> None:
         self[key] = value
