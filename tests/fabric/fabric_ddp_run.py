@@ -3,7 +3,7 @@
 
 Each process trains with gradient accumulation (``no_backward_sync``), clips by value, logs the
 mean loss into Fabric's CSVLogger, calls a callback's hook, runs a method marked as a forward
-through the strategy's wrapper, gathers, broadcasts, saves and loads a checkpoint, and writes its
+through the strategy's wrapper, gathers, broadcasts, reduces in place, saves and loads a checkpoint, and writes its
 record to ``OUT/rank<r>.pt``: the sample indices it read, the weights, the collectives' results.
 """
 
@@ -84,6 +84,10 @@ def main() -> None:
     gathered = fabric.all_gather({"rank": torch.tensor([fabric.global_rank])})
     sent = fabric.broadcast({"from": fabric.global_rank}, src=1)
     total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
+    # Fabric's all_reduce is in place: published loops ignore its return value (an int's mean is truncated)
+    summed, counts = torch.tensor([1.0 + fabric.global_rank, 4.0]), torch.tensor([3 * (fabric.global_rank + 1)])
+    returned = fabric.all_reduce(summed, reduce_op="sum")
+    fabric.all_reduce(counts)
     path = os.path.join(OUT, "state.ckpt")
     fabric.save(path, {"model": model, "optimizer": optimizer, "step": step})
     state = {"model": model, "optimizer": optimizer, "step": -1}
@@ -95,6 +99,7 @@ def main() -> None:
         "gathered": gathered["rank"].tolist(),
         "sent": sent,
         "total": total.item(),
+        "in_place": (summed.tolist(), returned is summed, counts.tolist(), counts.dtype),
         "first": first,
         "step": state["step"],
         "calls": recorder.calls,

@@ -3,7 +3,7 @@
 One launch per framework (fabric_ddp_run.py; helpers/beside_lightning.py: Lightning's ddp starts
 its second process itself, trainmesh's runs on 2 forks in one process group) checks at once: the
 samples each rank reads, the weights after gradient accumulation with ``no_backward_sync`` and
-clipping (bit-identical), a method marked as a forward, the collectives' results, the checkpoint's
+clipping (bit-identical), a method marked as a forward, the collectives' results (all_reduce in place), the checkpoint's
 keys, what ``load`` restores, the callbacks' calls and the CSV logger's rows.
 """
 
@@ -36,7 +36,7 @@ def test_each_rank_reads_trains_and_talks_as_lightning_fabric(out, rank):
     assert ours["seen"] == theirs["seen"]
     assert ours["weights"].keys() == theirs["weights"].keys()
     assert all(torch.equal(ours["weights"][k], theirs["weights"][k]) for k in theirs["weights"])
-    for key in ("gathered", "sent", "total", "first", "step", "calls", "ranks"):
+    for key in ("gathered", "sent", "total", "in_place", "first", "step", "calls", "ranks"):
         assert ours[key] == theirs[key], key
 
 

@@ -308,8 +308,10 @@ class Fabric(Launching):
         self._validate_launched()
         op = str(getattr(reduce_op, "name", reduce_op) or "mean").lower().replace("avg", "mean")
         if group is not None:
-            return apply_to_tensors(self._tensors(data), functools.partial(_reduce_in_group, group=group, op=op))
-        return apply_to_tensors(self._tensors(data), lambda t: self._runtime.all_reduce(t, op))
+            reduce = functools.partial(_reduce_in_group, group=group, op=op)
+        else:
+            reduce = functools.partial(self._runtime.all_reduce, op=op)
+        return apply_to_tensors(self._tensors(data), functools.partial(_into_place, reduce=reduce))
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         self._validate_launched()
@@ -406,6 +408,17 @@ class Fabric(Launching):
         from trainmesh.seed import seed_everything
 
         return seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)
+
+
+def _into_place(tensor: torch.Tensor, *, reduce: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Fabric's all_reduce is torch's, in place: the tensor given (once on the device) holds the result and is
+    returned, so a program that ignores the return value (``fabric.all_reduce(loss_sum, reduce_op="sum")``)
+    reads the reduced values, and an integer tensor's mean is truncated into it, as Fabric's ``_sync_ddp``."""
+    reduced = reduce(tensor)
+    if reduced is not tensor:
+        with torch.no_grad():
+            tensor.copy_(reduced)
+    return tensor
 
 
 def _reduce_in_group(tensor: torch.Tensor, *, group: Any, op: str) -> torch.Tensor:
