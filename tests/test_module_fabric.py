@@ -4,7 +4,8 @@ Fabric's ``setup`` hands the module the Fabric: ``self.log``/``self.log_dict`` t
 ``fabric.log_dict`` (one row per call), ``self.trainer`` reads the Fabric, ``self.optimizers()`` returns
 Fabric's optimizers and ``manual_backward`` calls ``fabric.backward``. The same module code (a loop calling
 its ``training_step``, as published Fabric programs do) writes the same ``metrics.csv`` and trains to the
-same weights under each; what it reads back and Fabric's check of a logged value answer the same.
+same weights under each; what it reads back, Fabric's check of a logged value and ``self.print``'s error
+(Lightning's reads ``self.trainer.progress_bar_callback``, which Fabric's shim does not have) answer the same.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _run(framework: str, root: Path) -> dict:
         optimizer.zero_grad()
     with pytest.raises(ValueError) as error:
         model.log("bad", "text")
+    with pytest.raises(AttributeError) as printed:  # Lightning's self.print reads the shim's progress bar
+        model.print("on rank 0")
     fabric.logger.finalize("success")
     return {
         "csv": (root / "lightning_logs" / "version_0" / "metrics.csv").read_text(),
@@ -63,6 +66,7 @@ def _run(framework: str, root: Path) -> dict:
         "seen": model.seen,
         "fabric": model.module.fabric is fabric,
         "error": str(error.value),
+        "printed": str(printed.value),
     }
 
 
@@ -73,3 +77,4 @@ def test_a_lightning_module_logs_and_trains_through_fabric_as_lightning(tmp_path
     assert ours["seen"] == theirs["seen"] == [(1, "FabricSGD", "CSVLogger")] * 3
     assert ours["fabric"] and theirs["fabric"]
     assert ours["error"] == theirs["error"]
+    assert ours["printed"] == theirs["printed"]
