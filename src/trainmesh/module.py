@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh import hyperparameters, manual_calls
+from trainmesh import hyperparameters, manual_calls, module_fabric
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import (
     PAST_HPARAMS_KEYS,
@@ -57,8 +57,11 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
     _trainer: TrainerView | None
     _log_collector: Any
+    # Set by trainmesh.Fabric's setup, as Lightning's Fabric sets them (trainmesh.module_fabric).
+    _fabric: Any = None
+    _fabric_optimizers: Any = ()
     # Python objects TorchScript must not try to type (to_torchscript).
-    __jit_ignored_attributes__ = ["_trainer", "_log_collector"]
+    __jit_ignored_attributes__ = ["_trainer", "_log_collector", "_fabric", "_fabric_optimizers"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -213,6 +216,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Examples:
             >>> # self.log("val_loss", loss, prog_bar=True, sync_dist=True)
         """
+        if self._fabric is not None:
+            return module_fabric.log_through_fabric(self._fabric, {name: value}, logger)
         log_collector = self._log_collector
         if log_collector is None:
             warn_no_trainer(name)
@@ -260,6 +265,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     ) -> None:
         """``self.log`` for each item of ``dictionary`` with the same options (Lightning's
         arguments, in Lightning's order)."""
+        if self._fabric is not None:  # Lightning's: one fabric.log_dict call for the whole dictionary
+            return module_fabric.log_through_fabric(self._fabric, dictionary, logger)
         options = dict(locals())
         del options["self"], options["dictionary"]
         for name, value in dictionary.items():
@@ -276,6 +283,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     # ---- where the module is running --------------------------------------------------------
     @property
     def trainer(self) -> TrainerView:
+        if self._fabric is not None:
+            return module_fabric._TrainerFabricShim(self._fabric)  # Lightning's shim
         # While to_torchscript compiles, torch reads every property: answer None instead of failing.
         if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
             raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`.")
@@ -290,6 +299,11 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         object.__setattr__(self, "_trainer", trainer)
         if trainer is None:  # detached: self.log warns and drops, as Lightning's without a Trainer
             object.__setattr__(self, "_log_collector", None)
+
+    @property
+    def fabric(self) -> Any:
+        """The ``trainmesh.Fabric`` that set this module up, else None (Lightning's ``LightningModule.fabric``)."""
+        return self._fabric
 
     @property
     def device(self) -> torch.device:
@@ -330,11 +344,15 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
         >>> # self.logger.experiment.add_image("samples", grid, self.global_step)
         """
+        if self._fabric is not None:
+            return self._fabric.logger
         return self._trainer.logger if self._trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:
         """Every logger of the Trainer (empty without a Trainer or with ``logger=False``)."""
+        if self._fabric is not None:
+            return self._fabric.loggers
         return list(self._trainer.loggers) if self._trainer is not None else []
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
@@ -361,6 +379,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when configure_optimizers made several); ``step()`` goes through
         the precision and the strategy, and counts in ``global_step``."""
+        if self._fabric is not None:
+            return module_fabric.fabric_optimizers(list(self._fabric_optimizers))
         return manual_calls.optimizers_of(self.trainer, wrapped=use_pl_optimizer)
 
     def lr_schedulers(self) -> Any:
@@ -370,6 +390,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
         sync) and the module's ``backward`` hook."""
+        if self._fabric is not None:
+            return self._fabric.backward(loss, *args, **kwargs)
         manual = getattr(self.trainer, "manual_backward", None)
         if manual is None:
             raise RuntimeError(

@@ -94,6 +94,9 @@ class ModelHooks:
         if args and hasattr(args[0], "param_groups"):  # an optimizer (or its wrapper): 1.x's (optimizer, optimizer_idx)
             args = args[2:]
         kwargs.pop("optimizer", None), kwargs.pop("optimizer_idx", None)
+        fabric = getattr(self, "_fabric", None)  # set by trainmesh.Fabric's setup: Lightning's calls fabric.backward
+        if fabric is not None:
+            return fabric.backward(loss, *args, **kwargs)
         loss.backward(*args, **kwargs)
 
     def optimizer_step(

@@ -83,6 +83,13 @@ class ModuleUtilities(nn.Module):
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank 0 only (through the progress bar when it draws one)."""
+        if getattr(self, "_fabric", None) is not None:
+            # set up by trainmesh.Fabric: Lightning's reads self.trainer, Fabric's shim, which has no progress
+            # bar: the shim's AttributeError on rank 0, as Lightning's
+            shim: Any = getattr(self, "trainer")  # noqa: B009  # the Module's property (this mixin has none)
+            if shim.is_global_zero:
+                _ = shim.progress_bar_callback
+            return
         trainer = getattr(self, "_trainer", None)
         if trainer is not None and not trainer.is_global_zero:
             return

@@ -154,6 +154,8 @@ class Fabric(Launching):
             _FabricOptimizer(opt, self._runtime, self._callbacks) for opt in self._prepared(optimizers)
         ]
         self._models_setup += 1
+        if is_instance(module, "trainmesh.module", "Module"):  # Fabric's: self.optimizers() returns these
+            module._fabric_optimizers = fabric_optimizers  # type: ignore[assignment]  # a Module attribute
         self.call("on_after_setup", fabric=self, module=wrapped)
         if fabric_optimizers:
             extra = (scheduler,) if scheduler is not None else ()
@@ -180,9 +182,12 @@ class Fabric(Launching):
 
     def _wrap_module(self, module: nn.Module) -> _FabricModule:
         placed = self._runtime.setup_module(module)
-        if is_instance(module, "trainmesh.module", "Module") and module not in self._callbacks:
-            # Fabric's: a LightningModule's hooks are called by fabric.call like a callback's
-            self._callbacks.append(module)
+        if is_instance(module, "trainmesh.module", "Module"):
+            # Fabric's: self.log, self.trainer, manual_backward of a LightningModule go to this Fabric
+            # (trainmesh.module_fabric), and its hooks are called by fabric.call like a callback's
+            module._fabric = self  # type: ignore[assignment]  # a Module attribute, as Fabric sets it
+            if module not in self._callbacks:
+                self._callbacks.append(module)
         return _FabricModule(placed, self._precision, original_module=module)
 
     def _prepared(self, optimizers: tuple[torch.optim.Optimizer, ...]) -> list[torch.optim.Optimizer]:
