@@ -21,8 +21,14 @@ from trainmesh.loggers.csv_logger import next_version, version_dir_name
 from trainmesh.loggers.tensorboard import FabricTensorBoardLogger
 
 
-class CSVLogger(_TrainerCSVLogger):
+class FabricCSVLogger(_TrainerCSVLogger):
     """Fabric's CSV logger: ``root_dir/name/version_N/metrics.csv``.
+
+    Named ``FabricCSVLogger`` (the name Lightning's Trainer side imports it under), as Fabric's
+    TensorBoard logger is: it subclasses the Trainer's CSVLogger, so under its own name ``CSVLogger``
+    a LightningCLI's ``--trainer.logger CSVLogger`` would find two loggers of that name once this
+    module is imported (jsonargparse: "Multiple subclasses with name CSVLogger"), where Lightning's
+    Fabric logger is no Trainer logger and the name is one class.
 
     >>> logger = CSVLogger(root_dir="logs")  # doctest: +SKIP
     >>> logger.log_metrics({"loss": 0.25}, step=0)  # doctest: +SKIP
@@ -82,6 +88,7 @@ class CSVLogger(_TrainerCSVLogger):
         self.save()
 
 
+CSVLogger = FabricCSVLogger
 # Fabric's TensorBoard logger is defined beside the Trainer's (Lightning's module imports it from there)
 TensorBoardLogger = FabricTensorBoardLogger
 
