@@ -179,6 +179,10 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
             shares = [i for r in (0, 1) for i in DistributedSampler(range(37), num_replicas=2, rank=r, shuffle=False)]
             two_ranks = DataLoader(Subset(held_out.dataset, shares), batch_size=GLOBAL_BATCH)
             evaluated["test_two_ranks"] = trainer.test(model, two_ranks, verbose=False)
+            # What rank 0 of 2 predicts, as Lightning's: its own share (samples 0, 2, ..., 36), not every rank's
+            rank_0 = list(DistributedSampler(range(37), num_replicas=2, rank=0, shuffle=False))
+            first_share = DataLoader(Subset(held_out.dataset, rank_0), batch_size=GLOBAL_BATCH // 2)
+            evaluated["predictions_rank_0"] = torch.cat([p.cpu() for p in trainer.predict(model, first_share)])
         evaluated["predictions"] = torch.cat([p.cpu() for p in trainer.predict(model, held_out)])
     full = trainer.runtime.state_dicts(trainer.model, [], sharded=False)["model"]
     if trainer.is_global_zero:
