@@ -2,8 +2,9 @@
 
 jsonargparse resolves a class name among the subclasses of the annotated type (the Trainer's
 ``Logger``). Lightning's Fabric loggers are no Trainer loggers; trainmesh's Fabric CSV logger
-subclasses the Trainer's, so under the name ``CSVLogger`` it made the name ambiguous in any process
-that had imported trainmesh.fabric ("Multiple subclasses with name CSVLogger": the CLI stopped).
+subclassed the Trainer's, so the name ``CSVLogger`` was ambiguous in any process that had imported
+trainmesh.fabric ("Multiple subclasses with name CSVLogger": the CLI stopped). Now, as Lightning's, a
+Fabric logger is no Trainer logger, and the Trainer's logger is a Fabric one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from jsonargparse._typehints import resolve_class_path_by_name
 
 
 def test_the_trainer_s_csv_logger_is_the_one_class_of_its_name_with_fabric_imported():
-    import lightning.fabric.loggers  # noqa: F401
+    import lightning.fabric.loggers
     import lightning.pytorch.loggers as theirs
 
     import trainmesh.fabric.loggers as fabric_loggers
@@ -21,4 +22,8 @@ def test_the_trainer_s_csv_logger_is_the_one_class_of_its_name_with_fabric_impor
     assert resolve_class_path_by_name(theirs.Logger, "CSVLogger").endswith("CSVLogger")
     resolved = resolve_class_path_by_name(ours.Logger, "CSVLogger")
     assert resolved.rsplit(".", 1)[0].startswith("trainmesh.loggers"), resolved
-    assert fabric_loggers.CSVLogger is fabric_loggers.FabricCSVLogger
+    assert fabric_loggers.CSVLogger.__name__ == lightning.fabric.loggers.CSVLogger.__name__ == "CSVLogger"
+    for fabric_side, trainer_side in ((lightning.fabric.loggers, theirs), (fabric_loggers, ours)):
+        assert not issubclass(fabric_side.CSVLogger, trainer_side.Logger)
+        assert issubclass(fabric_side.CSVLogger, fabric_side.Logger)
+        assert issubclass(trainer_side.CSVLogger, fabric_side.Logger)

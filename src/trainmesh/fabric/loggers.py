@@ -15,23 +15,16 @@ from typing import Any
 
 import torch
 
-from trainmesh.loggers.base import Logger, on_rank_zero
+from trainmesh.loggers.base import FabricLogger, on_rank_zero
 from trainmesh.loggers.csv_logger import CSVLogger as _TrainerCSVLogger
 from trainmesh.loggers.csv_logger import next_version, version_dir_name
 from trainmesh.loggers.tensorboard import FabricTensorBoardLogger
 
 
-class FabricCSVLogger(_TrainerCSVLogger):
-    """Fabric's CSV logger: ``root_dir/name/version_N/metrics.csv``.
-
-    Named ``FabricCSVLogger`` (the name Lightning's Trainer side imports it under), as Fabric's
-    TensorBoard logger is: it subclasses the Trainer's CSVLogger, so under its own name ``CSVLogger``
-    a LightningCLI's ``--trainer.logger CSVLogger`` would find two loggers of that name once this
-    module is imported (jsonargparse: "Multiple subclasses with name CSVLogger"), where Lightning's
-    Fabric logger is no Trainer logger and the name is one class.
-
-    >>> logger = CSVLogger(root_dir="logs")  # doctest: +SKIP
-    >>> logger.log_metrics({"loss": 0.25}, step=0)  # doctest: +SKIP
+class _CSVWriter(_TrainerCSVLogger):
+    """The files of Fabric's CSV logger, written by the Trainer's CSV writer: ``root_dir`` is the folder
+    that holds ``name/version_N``, rows flushed every ``flush_logs_every_n_steps`` *steps*, values as
+    given. Private: a Trainer logger by its base, which Fabric's logger must not be (below).
     """
 
     def __init__(
@@ -88,9 +81,69 @@ class FabricCSVLogger(_TrainerCSVLogger):
         self.save()
 
 
-CSVLogger = FabricCSVLogger
+class CSVLogger(FabricLogger):
+    """Fabric's CSV logger: ``root_dir/name/version_N/metrics.csv``.
+
+    A Fabric logger, not a Trainer one, as Lightning's: under the Trainer's ``Logger`` a
+    LightningCLI's ``--trainer.logger CSVLogger`` would find two classes of that name in a process
+    that imported trainmesh.fabric (jsonargparse: "Multiple subclasses with name CSVLogger"). The
+    files are the writer's (``_CSVWriter``), which this class hands every call to.
+
+    >>> logger = CSVLogger(root_dir="logs")  # doctest: +SKIP
+    >>> logger.log_metrics({"loss": 0.25}, step=0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        self._writer = _CSVWriter(
+            root_dir, name=name, version=version, prefix=prefix, flush_logs_every_n_steps=flush_logs_every_n_steps
+        )
+
+    @property
+    def name(self) -> str:
+        return self._writer.name
+
+    @property
+    def version(self) -> int | str:
+        return self._writer.version
+
+    @property
+    def root_dir(self) -> str:
+        return self._writer.root_dir
+
+    @property
+    def log_dir(self) -> str:
+        return self._writer.log_dir
+
+    @property
+    def experiment(self) -> Any:
+        """The writer (Fabric's ``_ExperimentWriter``): its ``metrics``, ``metrics_file_path``, ``log_metrics``."""
+        return self._writer.experiment
+
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
+        self._writer.log_hyperparams(params)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        self._writer.log_metrics(metrics, step)
+
+    def save(self) -> None:
+        self._writer.save()
+
+    def finalize(self, status: str) -> None:
+        self._writer.finalize(status)
+
+
 # Fabric's TensorBoard logger is defined beside the Trainer's (Lightning's module imports it from there)
 TensorBoardLogger = FabricTensorBoardLogger
 
+
+# Fabric's base of loggers (``lightning.fabric.loggers.Logger``), under the Trainer's as in Lightning
+Logger = FabricLogger
 
 __all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]

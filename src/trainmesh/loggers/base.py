@@ -5,7 +5,52 @@ from __future__ import annotations
 from typing import Any
 
 
-class Logger:
+class FabricLogger:
+    """What Lightning Fabric's ``log``/``log_dict`` feed (``lightning.fabric.loggers.Logger``).
+
+    The Trainer's :class:`Logger` builds on it, as Lightning's does; Fabric's own loggers build on
+    this one alone, so that they are no Trainer loggers (a LightningCLI's ``--trainer.logger
+    CSVLogger`` names one class, as Lightning's).
+    """
+
+    @property
+    def name(self) -> str | None:
+        raise NotImplementedError
+
+    @property
+    def version(self) -> int | str | None:
+        raise NotImplementedError
+
+    @property
+    def root_dir(self) -> str | None:
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        return None
+
+    @property
+    def group_separator(self) -> str:
+        return "/"
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        raise NotImplementedError
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's graph; most loggers record none."""
+
+    def save(self) -> None:
+        """Flush what is buffered to disk."""
+
+    def finalize(self, status: str) -> None:
+        """Called once when the run ends; ``status`` is "success", "failed" or "interrupted"."""
+        self.save()
+
+
+class Logger(FabricLogger):
     """Receives metrics (reduced across ranks where logged with ``sync_dist``) on global rank 0 only.
 
     ``log_dir`` is where this logger writes; the Trainer puts checkpoints next to it.

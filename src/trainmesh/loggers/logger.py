@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
+from trainmesh.loggers.base import DummyExperiment, FabricLogger, Logger, on_rank_zero
 
 __all__ = ["DummyExperiment", "DummyLogger", "FabricLogger", "Logger", "merge_dicts", "rank_zero_experiment"]
 
@@ -107,8 +107,3 @@ def merge_dicts(
         else:
             merged[key] = (function or default_func)(values)
     return merged
-
-
-# Fabric's logger base class, which Lightning's module imports for its own use: the one base of
-# trainmesh's loggers, the Trainer's and trainmesh.fabric's alike
-FabricLogger = Logger
