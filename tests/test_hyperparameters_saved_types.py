@@ -131,11 +131,12 @@ def test_a_lone_config_that_is_no_mapping_is_refused_in_lightnings_words(given):
     assert ours.startswith(theirs)
 
 
-@pytest.mark.parametrize("given", [(1, 2), ({"a": 1}, 2), ("a", 1, 2), ("a", {"x": 1}), (0,), ({},)])
+@pytest.mark.parametrize("given", [(1, 2), ({"a": 1}, 2), ("a", 1, 2), ("a", {"x": 1}), (0,), ({},), ("",)])
 def test_arguments_that_are_no_names_are_taken_as_lightning_takes_them(given):
     """Several arguments that are no names are ignored (only the names among them saved), one beside
-    names is the config, and one empty (0, {}) saves nothing: Lightning 2.6.6's ``save_hyperparameters``
-    (trainmesh refused the first three with a ValueError and saved ``a`` for the fourth)."""
+    names is the config, and one empty (0, {}, and the empty name "") saves nothing: Lightning 2.6.6's
+    ``save_hyperparameters`` (trainmesh refused the first three with a ValueError and saved ``a`` for the
+    fourth, and refused "" as no argument of ``__init__``)."""
     import lightning.pytorch as lightning
 
     import trainmesh

@@ -53,8 +53,8 @@ class HyperparametersMixin:
         """
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or [])
         object.__setattr__(self, "_log_hyperparams", logger)
-        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
-            return  # Lightning's: one empty container (or 0, None) saves nothing
+        if len(args) == 1 and not args[0]:
+            return  # Lightning's: one empty argument (a container, 0, None, the name "") saves nothing
         # As Lightning's: one argument that is no name is the config (the names beside it unused);
         # several are ignored, and only the names among the arguments are saved
         configs = [arg for arg in args if not isinstance(arg, str)]
