@@ -27,19 +27,6 @@ class _CSVWriter(_TrainerCSVLogger):
     given. Private: a Trainer logger by its base, which Fabric's logger must not be (below).
     """
 
-    def __init__(
-        self,
-        root_dir: str | os.PathLike[str],
-        name: str | None = "lightning_logs",
-        version: int | str | None = None,
-        prefix: str = "",
-        flush_logs_every_n_steps: int = 100,
-    ) -> None:
-        super().__init__(
-            root_dir, name=name, version=version, prefix=prefix, flush_logs_every_n_steps=flush_logs_every_n_steps
-        )
-        self._every_n_steps = flush_logs_every_n_steps
-
     @property
     def root_dir(self) -> str:
         return self.save_dir
@@ -70,7 +57,7 @@ class _CSVWriter(_TrainerCSVLogger):
         row["step"] = step
         self._check_log_dir()
         self._buffer.append(row)
-        if (step + 1) % self._every_n_steps == 0:
+        if (step + 1) % self._flush_every_n_steps == 0:  # by steps, where the Trainer's counts calls
             self.save()
 
     def save(self) -> None:
@@ -101,6 +88,7 @@ class CSVLogger(FabricLogger):
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
+        # the Trainer's CSV writer's first argument is its save_dir: Fabric's root_dir
         self._writer = _CSVWriter(
             root_dir, name=name, version=version, prefix=prefix, flush_logs_every_n_steps=flush_logs_every_n_steps
         )
