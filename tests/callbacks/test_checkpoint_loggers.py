@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.models import quiet_trainer
+from helpers.programs import linear_loss_module
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -32,24 +33,11 @@ def _calls(framework, root) -> list[tuple[str, str, int]]:
             written = checkpoint_callback._last_checkpoint_saved  # the file just written, as Lightning's
             calls.append((type(checkpoint_callback).__name__, os.path.basename(written), len(calls)))  # a weakref proxy
 
-    class Model(framework.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            loss = self.layer(batch[0]).pow(2).mean()
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     checkpoint = framework.callbacks.ModelCheckpoint(dirpath=str(root), monitor="loss", save_top_k=2, save_last=True)
     trainer = quiet_trainer(
         framework=framework, max_epochs=3, logger=Recording(), enable_checkpointing=True, callbacks=[checkpoint]
     )
-    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4))
+    trainer.fit(linear_loss_module(framework, 3), DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4))
     return calls
 
 

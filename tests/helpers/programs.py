@@ -34,6 +34,26 @@ def port(name: str) -> SimpleNamespace:
     return SimpleNamespace(pl=tm, callbacks=callbacks, loggers=loggers)
 
 
+def linear_loss_module(pl: Any, width: int = 4) -> Any:
+    """The smallest module the logger tests train under either framework (``pl``: Lightning's or
+    trainmesh's package): a Linear layer, its squared output logged as ``loss``, SGD at 0.1."""
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Model()
+
+
 def trainer_kwargs(root: Path, **kwargs: Any) -> dict[str, Any]:
     """The quiet single-CPU settings every program uses, plus its own."""
     return dict(accelerator="cpu", devices=1, default_root_dir=root, enable_progress_bar=False, **kwargs)

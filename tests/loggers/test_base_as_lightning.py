@@ -10,24 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.programs import linear_loss_module
+
 L = pytest.importorskip("lightning.pytorch")
 import trainmesh as tm  # noqa: E402
 
 
 def _run(framework, root):
-    class Model(framework.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            loss = self.layer(batch[0]).pow(2).mean()
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     rows: list[tuple[int, list[str]]] = []
 
     class Recorder(framework.loggers.Logger):
@@ -55,7 +44,7 @@ def _run(framework, root):
         enable_model_summary=False,
         default_root_dir=root,
     )
-    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
+    trainer.fit(linear_loss_module(framework), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
     written = sorted(str(path.relative_to(root)) for path in root.rglob("*.ckpt"))
     return rows, written
 

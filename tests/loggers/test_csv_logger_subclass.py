@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.programs import run_both, trainer_kwargs
+from helpers.programs import linear_loss_module, run_both, trainer_kwargs
 
 pytest.importorskip("lightning.pytorch")
 pytest.importorskip("tensorboard")
@@ -87,26 +87,13 @@ def plotting_csv_logger(L, root):
             with open(path) if os.path.exists(path) else open(os.devnull) as file:
                 self.seen.append((path, len(file.read().splitlines()), len(self.experiment.metrics)))
 
-    class Model(L.pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            loss = self.layer(batch[0]).pow(2).mean()
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     root.mkdir(parents=True)
     cwd = os.getcwd()
     os.chdir(root)  # "./logs/" relative to the run's own folder
     try:
         logger = PlottingLogger(save_dir="./logs/")
         trainer = L.pl.Trainer(**trainer_kwargs(".", max_steps=3, logger=logger, log_every_n_steps=1))
-        trainer.fit(Model(), DataLoader(TensorDataset(torch.ones(2, 4)), batch_size=1))
+        trainer.fit(linear_loss_module(L.pl), DataLoader(TensorDataset(torch.ones(2, 4)), batch_size=1))
     finally:
         os.chdir(cwd)
     return {
