@@ -382,6 +382,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_import.py": "the package imports and its public names",
     "test_gpu_check.py": "benchmarks/gpu_check.py",
     "test_layout.py": "this index",
+    "test_batches_crash.py": "the batched launches' harness (helpers/batches.py): a leg whose process dies by a signal is named and run once more",
     "test_xdist_grouping.py": "the suite's xdist grouping (conftest.py, helpers/xdist_groups.py): files sharing a session fixture share a worker",
     "trainer/test_differential.py": "one program under Lightning 2.6 and trainmesh, compared as data (helpers/differential.py)",
     "trainer/test_differential_programs.py": "tutorial-style Lightning programs under Lightning 2.6 and their port, compared as data (helpers/programs.py)",

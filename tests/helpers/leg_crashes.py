@@ -1,0 +1,69 @@
+"""A process of a batched launch (helpers/batches.py) that died by a fatal signal: which leg, which
+process, which signal, and what every thread of it was doing.
+
+Each leg's processes run with faulthandler on (``batches._run_legs``), writing to file descriptor 2,
+which is the leg's own ``LOG.stderr-RANK`` while the leg runs: a native crash leaves
+"Fatal Python error: Segmentation fault" and the stack of every Python thread there. Where a process
+died without writing it (a signal faulthandler does not catch), the launch's stderr names the signal
+(torch's spawn: "process 3 terminated with signal SIGSEGV") and the crashed leg is the last one that
+started.
+
+Why: CPU gloo's point-to-point path under torch.distributed.pipelining crashed a pipelined leg with
+SIGSEGV once in a loaded CI run, and every later leg of that launch then failed with gloo's
+"Connection closed by peer", the crash itself named nowhere (docs/how-to/troubleshooting.md,
+"A worker died by a signal").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+# faulthandler's first line, by signal (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE: the native crashes).
+_DUMPED = re.compile(
+    r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Illegal instruction|Floating[- ]point exception)"
+)
+# torch's spawn ("terminated with signal SIGSEGV") and elastic agent ("Signal 11 (SIGSEGV) received").
+_SIGNALLED = re.compile(r"(?:terminated with signal |Signal \d+ \()(SIG(?:SEGV|BUS|ABRT|ILL|FPE))")
+_NAMES = {
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Aborted": "SIGABRT",
+    "Illegal instruction": "SIGILL",
+    "Floating-point exception": "SIGFPE",
+    "Floating point exception": "SIGFPE",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Crash:
+    leg: int  # index of the crashed leg in its launch
+    name: str  # its name in the plan
+    rank: str  # the process that died ("?" where only the launch's stderr names the signal)
+    signal: str  # e.g. "SIGSEGV"
+    dump: str  # faulthandler's report (every thread's Python stack), or the launch's stderr
+
+    def describe(self) -> str:
+        return (
+            f"process {self.rank} of the launch died by {self.signal} during leg {self.name}: a native crash "
+            f"(torch, gloo), not a Python error of the leg. Its report:\n{self.dump}"
+        )
+
+
+def find_crash(names: list[str], logs: list[Path], launch_stderr: str) -> Crash | None:
+    """The first leg of the launch in which a process died by a fatal signal, or None."""
+    for index, (name, log) in enumerate(zip(names, logs)):
+        for path in sorted(log.parent.glob(f"{log.name}.stderr-*")):
+            text = path.read_text(errors="replace")
+            found = _DUMPED.search(text)
+            if found:
+                rank = path.name.rsplit("-", 1)[1]
+                return Crash(index, name, rank, _NAMES[found.group(1)], text[found.start() :][-6000:])
+    signalled = _SIGNALLED.search(launch_stderr)
+    if signalled is None:
+        return None
+    started = [i for i, log in enumerate(logs) if any(log.parent.glob(f"{log.name}.stderr-*"))]
+    index = started[-1] if started else 0
+    rank = re.search(r"process (\d+) terminated", launch_stderr)
+    return Crash(index, names[index], rank.group(1) if rank else "?", signalled.group(1), launch_stderr[-3000:])

@@ -1,0 +1,54 @@
+"""A batched launch (helpers/batches.py) whose process dies by a fatal signal: the crash is named
+(leg, process, signal, every thread's Python stack) in a warning, never hidden, and the crashed
+leg and those after it run once more; a leg that crashes again fails with that report rather than
+with a peer's broken connection. Why: helpers/leg_crashes.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers.batches import Batches, LegCrashed, LegFailed  # noqa: E402
+
+PROGRAM = Path(__file__).parent / "batches_crash_run.py"
+
+
+def _attempts(root: Path, name: str) -> int:
+    path = root / f"{name}.attempts"
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+def test_a_leg_whose_process_dies_by_a_signal_is_named_and_runs_once_more(tmp_path):
+    def leg(name: str, *argv: str) -> tuple:
+        return name, 1, [argv[0], str(tmp_path / name), *argv[1:]], {}
+
+    # One launch; its rerun (from flaky on) is the last: broken's crash there fails it.
+    plan = [
+        leg("before", "ok"),
+        leg("flaky", "segv", "once"),
+        leg("after", "ok"),
+        leg("broken", "segv"),
+        leg("later", "ok"),
+    ]
+    batches = Batches(PROGRAM, tmp_path, plan, leg_timeout=60)
+
+    with pytest.warns(LegCrashed) as said:
+        with pytest.raises(LegFailed, match="process 0 of the launch died by SIGSEGV during leg broken") as failed:
+            batches("broken")
+    (crash,) = said
+    message = str(crash.message)
+    assert "process 0 of the launch died by SIGSEGV during leg flaky" in message
+    assert "Fatal Python error: Segmentation fault" in message and "in crash_here" in message
+    assert "Running flaky and the legs after it again" in message
+    assert "in crash_here" in str(failed.value)
+    # The leg before the crash ran once; flaky and after again in the second launch, where broken
+    # crashed: not run a third time, and the leg after it never ran, and says why.
+    attempts = [_attempts(tmp_path, name) for name in ("before", "flaky", "after", "broken", "later")]
+    assert attempts == [1, 2, 1, 1, 0]
+    assert all(isinstance(batches(name), str) for name in ("before", "flaky", "after"))
+    with pytest.raises(LegFailed, match="died by SIGSEGV during leg broken"):
+        batches("later")
