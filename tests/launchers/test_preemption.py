@@ -201,10 +201,15 @@ def test_the_agent_names_the_signal_that_ended_the_run_in_its_message_and_status
     killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     # SIGTERM to the agent while its workers are outside fit: nothing saved, so not 75, and not Ctrl-C's 130.
     terminated = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
-    done = run_code_forked(AGENT_RUNS, [killed, terminated], timeout=120, without=launcher_variables(), cwd=tmp_path)
+    # A native crash inside a worker (as torch's or gloo's would be), without a core file.
+    crashed = "import ctypes, resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); ctypes.string_at(0)"
+    runs = [killed, terminated, crashed]
+    done = run_code_forked(AGENT_RUNS, runs, timeout=120, without=launcher_variables(), cwd=tmp_path)
     context = f"{done.stdout}\n{done.stderr[-3000:]}"
-    assert done.stdout.split() == ["status", "137", "status", "143"], context
+    assert done.stdout.split() == ["status", "137", "status", "143", "status", "139"], context
     assert "was killed by SIGKILL (signal 9)" in done.stderr and "Exit status 137" in done.stderr, context
+    assert "died by SIGSEGV (signal 11): a native crash inside the worker" in done.stderr, context
+    assert "PYTHONFAULTHANDLER=1" in done.stderr and "Exit status 139" in done.stderr, context
     assert "stopped by SIGTERM, and every worker with it, before a checkpoint was saved" in done.stderr, context
 
 

@@ -234,6 +234,16 @@ def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
     if error.exitcode < 0 and not _recorded(error):
         name = exit_status.describe_signal(-error.exitcode)
         status = exit_status.killed_by_signal(-error.exitcode)
+        if exit_status.crashed_inside(-error.exitcode):
+            why = (
+                "a native crash inside the worker (torch, gloo or another C extension), not a Python error; "
+                "PYTHONFAULTHANDLER=1 prints every thread's Python stack at the crash"
+            )
+            _say(
+                f"worker rank {rank} died by {name} (signal {-error.exitcode}){again}: {why}; every worker was "
+                f"stopped. Exit status {status}."
+            )
+            return status
         _say(
             f"worker rank {rank} was killed by {name} (signal {-error.exitcode}){again}: its program did not "
             "fail, something outside stopped it (SIGKILL: often the out-of-memory killer; else a scheduler or a "

@@ -16,7 +16,7 @@ status   meaning
 130      stopped with Ctrl-C (SIGINT)
 128 + N  killed by signal N before a checkpoint was saved: 143 = SIGTERM outside ``fit`` or past
          the grace period, 137 = SIGKILL (the out-of-memory killer, ``kill -9``, a scheduler's
-         last resort)
+         last resort), 139 = SIGSEGV (a native crash inside the worker: see ``crashed_inside``)
 =======  ==========================================================================================
 
 >>> killed_by_signal(15)
@@ -35,6 +35,12 @@ INTERRUPTED = 130
 def killed_by_signal(signum: int) -> int:
     """The shell's status for a process that signal ``signum`` ended: 128 + N."""
     return 128 + signum
+
+
+def crashed_inside(signum: int) -> bool:
+    """Whether signal ``signum`` is one a process's own native code raises when it crashes (SIGSEGV,
+    SIGBUS, SIGABRT, SIGILL, SIGFPE), rather than one sent from outside (SIGKILL, SIGTERM)."""
+    return signum in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE)
 
 
 def describe_signal(signum: int) -> str:
