@@ -46,24 +46,37 @@ class Crash:
 
     def describe(self) -> str:
         return (
-            f"process {self.rank} of the launch died by {self.signal} during leg {self.name}: a native crash "
+            f"{'a process' if self.rank == '?' else f'process {self.rank}'} of the launch died by {self.signal} during leg {self.name}: a native crash "
             f"(torch, gloo), not a Python error of the leg. Its report:\n{self.dump}"
         )
+
+
+def fatal_signal(text: str) -> tuple[str, str] | None:
+    """(signal, report) of a process's death by a fatal signal that ``text`` (stderr) tells of, or None."""
+    signalled = _SIGNALLED.search(text)
+    return _dumped(text) or ((signalled.group(1), text[-3000:]) if signalled else None)
+
+
+def _dumped(text: str) -> tuple[str, str] | None:
+    found = _DUMPED.search(text)
+    return (_NAMES[found.group(1)], text[found.start() :][-6000:]) if found else None
 
 
 def find_crash(names: list[str], logs: list[Path], launch_stderr: str) -> Crash | None:
     """The first leg of the launch in which a process died by a fatal signal, or None."""
     for index, (name, log) in enumerate(zip(names, logs)):
         for path in sorted(log.parent.glob(f"{log.name}.stderr-*")):
-            text = path.read_text(errors="replace")
-            found = _DUMPED.search(text)
-            if found:
-                rank = path.name.rsplit("-", 1)[1]
-                return Crash(index, name, rank, _NAMES[found.group(1)], text[found.start() :][-6000:])
-    signalled = _SIGNALLED.search(launch_stderr)
-    if signalled is None:
+            said = _dumped(path.read_text(errors="replace"))
+            if said is not None:
+                return Crash(index, name, path.name.rsplit("-", 1)[1], *said)
+    said = fatal_signal(launch_stderr)
+    if said is None:
         return None
     started = [i for i, log in enumerate(logs) if any(log.parent.glob(f"{log.name}.stderr-*"))]
-    index = started[-1] if started else 0
+    return crash_at(started[-1] if started else 0, names, launch_stderr, said)
+
+
+def crash_at(index: int, names: list[str], launch_stderr: str, said: tuple[str, str]) -> Crash:
+    """The crash ``fatal_signal`` found in a launch's stderr, in leg ``index`` (the one that ran)."""
     rank = re.search(r"process (\d+) terminated", launch_stderr)
-    return Crash(index, names[index], rank.group(1) if rank else "?", signalled.group(1), launch_stderr[-3000:])
+    return Crash(index, names[index], rank.group(1) if rank else "?", *said)

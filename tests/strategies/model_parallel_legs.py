@@ -15,11 +15,15 @@ serve the tests of all three files.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from legs import FORK_WORKERS, HERE, run
+
+from helpers.batches import LegCrashed
+from helpers.leg_crashes import crash_at, fatal_signal
 
 SCRIPT = HERE / "model_parallel_run.py"
 ATOL = 1e-5
@@ -123,24 +127,41 @@ class Legs:
             batch.append((layout, options))
         self._launch(batch, timeout=120 * len(batch))
 
-    def _launch(self, legs: list[tuple[str, dict]], *, timeout: float) -> None:
+    def _launch(self, legs: list[tuple[str, dict]], *, timeout: float, rerun: bool = True) -> None:
         import json
 
         specs = []
         for layout, options in legs:
             folder = self.root / "-".join([layout, *(f"{k}={v}" for k, v in sorted(options.items()))])
-            folder.mkdir()
+            folder.mkdir(exist_ok=True)  # there already: a rerun after a crash
+            for stale in folder.glob("out.pt.error-*"):  # the crashed launch's
+                stale.unlink()
             opts = {k: str(self.root / str(v)) if k in ("save", "resume") else str(v) for k, v in options.items()}
             specs.append([str(folder / "out.pt"), layout, opts])
         batch_file = self.root / f"batch-{len(self.done)}.json"
         batch_file.write_text(json.dumps(specs))
         # Forked, and its workers forks of it: no leg tests how its processes start.
         result = run(str(SCRIPT), "--batch", str(batch_file), timeout=timeout, forked=True, env=FORK_WORKERS)
-        for (layout, options), (out, _, _) in zip(legs, specs):
+        said = fatal_signal(result.stderr) if result.returncode else None
+        crash = None
+        if said is not None:  # in the first leg without its output (rank 0 writes it at the leg's end)
+            ran = next((i for i, (out, _, _) in enumerate(specs) if not Path(out).exists()), len(specs) - 1)
+            crash = crash_at(ran, [f"{layout} {options}" for layout, options in legs], result.stderr, said)
+        if crash is not None and rerun:
+            # A native crash (helpers/leg_crashes.py): said, never hidden; the crashed leg and the
+            # legs after it run once more, in a launch of their own.
+            warnings.warn(LegCrashed(f"{crash.describe()}\nRunning it and the legs after it again."), stacklevel=3)
+            for (layout, options), (out, _, _) in zip(legs[: crash.leg], specs):
+                self.done[self._key(layout, options)] = torch.load(out)
+            self._launch(legs[crash.leg :], timeout=timeout, rerun=False)
+            return
+        for index, ((layout, options), (out, _, _)) in enumerate(zip(legs, specs)):
             errors = sorted(Path(out).parent.glob("out.pt.error-*"))
-            if errors:
+            if crash is not None and index >= crash.leg:
+                failure = RunFailed(f"{layout} {options} did not end well: {crash.describe()}")
+            elif errors:
                 failure = RunFailed(f"{layout} {options} failed:\n" + errors[0].read_text()[-4000:])
-            elif result.returncode != 0 or not Path(out).exists():
+            elif (result.returncode != 0 and crash is None) or not Path(out).exists():
                 failure = RunFailed(
                     f"{layout} {options} did not run: its launch exited {result.returncode} "
                     f"(an earlier leg of the batch failed?):\n{result.stderr[-4000:]}"
