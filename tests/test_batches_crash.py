@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers.batches import Batches, LegCrashed, LegFailed  # noqa: E402
+from helpers.leg_crashes import fatal_signal  # noqa: E402
 
 PROGRAM = Path(__file__).parent / "batches_crash_run.py"
 
@@ -52,3 +53,27 @@ def test_a_leg_whose_process_dies_by_a_signal_is_named_and_runs_once_more(tmp_pa
     assert all(isinstance(batches(name), str) for name in ("before", "flaky", "after"))
     with pytest.raises(LegFailed, match="died by SIGSEGV during leg broken"):
         batches("later")
+
+
+def test_the_report_keeps_the_crashing_threads_native_stack_and_every_python_stack():
+    # As a leg's stderr has it: torch's handler (one native stack per thread, the crashing one's
+    # through fatalSignalHandler), then faulthandler's. Abridged from a real crash.
+    stderr = (
+        "a warning of the leg\n"
+        "SIGSEGV(11), PID: 6225, Thread 6225: \n"
+        " frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x8f\n"
+        "frame #1: c10::FatalSignalHandler::fatalSignalHandler(int, siginfo_t*) + 0x2da\n"
+        "frame #4: gloo::transport::tcp::Pair::read() + 0x1\n\n"
+        "SIGSEGV(11), PID: 6225, Thread 6560: \n"
+        " frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x8f\n"
+        "frame #3: pthread_cond_wait + 0x1e8\n\n"
+        "Fatal Python error: Segmentation fault\n\n"
+        "Current thread 0x00007f93d3c73b80 (most recent call first):\n"
+        '  File "schedules.py", line 683 in _wait_batch_p2p\n'
+    )
+    signal, report = fatal_signal(stderr)
+    assert signal == "SIGSEGV"
+    assert "Thread 6225" in report and "Pair::read" in report and "in _wait_batch_p2p" in report
+    assert "Thread 6560" not in report and "a warning of the leg" not in report
+    assert fatal_signal("process 3 terminated with signal SIGSEGV")[0] == "SIGSEGV"
+    assert fatal_signal("process 3 terminated with signal SIGKILL") is None  # a kill, not a crash

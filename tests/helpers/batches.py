@@ -198,9 +198,12 @@ def run_batch(spec_file: str, run_leg: Callable[[list[str]], object], *, limit: 
 
 def _run_legs(legs: list, run_leg: Callable[[list[str]], object], limit: float) -> None:
     rank = os.environ.get("RANK", "0")
-    # A fatal signal (a native crash) writes every thread's Python stack to descriptor 2: the
-    # running leg's stderr below, where Batches finds it (helpers/leg_crashes.py).
+    # A fatal signal (a native crash) writes every thread's native stack (torch's handler, which
+    # then calls faulthandler's) and Python stack to descriptor 2: the running leg's stderr below,
+    # where Batches finds it (helpers/leg_crashes.py).
     faulthandler.enable(all_threads=True)
+    if "torch" in sys.modules:
+        sys.modules["torch"]._C._set_print_stack_traces_on_fatal_signal(True)
     base = {name: os.environ.get(name) for _, env, _ in legs for name in env}
     for argv, env, log in legs:
         faulthandler.dump_traceback_later(limit, exit=True)  # per leg: a hang ends the launch

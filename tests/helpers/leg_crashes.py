@@ -1,9 +1,11 @@
 """A process of a batched launch (helpers/batches.py) that died by a fatal signal: which leg, which
 process, which signal, and what every thread of it was doing.
 
-Each leg's processes run with faulthandler on (``batches._run_legs``), writing to file descriptor 2,
-which is the leg's own ``LOG.stderr-RANK`` while the leg runs: a native crash leaves
-"Fatal Python error: Segmentation fault" and the stack of every Python thread there. Where a process
+Each leg's processes run with faulthandler on (``batches._run_legs``), and torch's own handler before
+it (``torch._C._set_print_stack_traces_on_fatal_signal``, as torch's distributed tests run), writing to
+file descriptor 2, which is the leg's own ``LOG.stderr-RANK`` while the leg runs: a native crash leaves
+every thread's native stack, then "Fatal Python error: Segmentation fault" and every Python thread's
+stack there. Where a process
 died without writing it (a signal faulthandler does not catch), the launch's stderr names the signal
 (torch's spawn: "process 3 terminated with signal SIGSEGV") and the crashed leg is the last one that
 started.
@@ -26,6 +28,8 @@ _DUMPED = re.compile(
 )
 # torch's spawn ("terminated with signal SIGSEGV") and elastic agent ("Signal 11 (SIGSEGV) received").
 _SIGNALLED = re.compile(r"(?:terminated with signal |Signal \d+ \()(SIG(?:SEGV|BUS|ABRT|ILL|FPE))")
+# torch's handler (c10's FatalSignalHandler), before faulthandler's: one native stack per thread.
+_NATIVE = re.compile(r"^SIG[A-Z]+\(\d+\), PID: \d+, Thread \d+: *$", re.MULTILINE)
 _NAMES = {
     "Segmentation fault": "SIGSEGV",
     "Bus error": "SIGBUS",
@@ -58,8 +62,14 @@ def fatal_signal(text: str) -> tuple[str, str] | None:
 
 
 def _dumped(text: str) -> tuple[str, str] | None:
+    """faulthandler's report (every Python thread's stack), after the crashing thread's native stack
+    where torch's handler printed it (the other threads' are in the file, not the message)."""
     found = _DUMPED.search(text)
-    return (_NAMES[found.group(1)], text[found.start() :][-6000:]) if found else None
+    if found is None:
+        return None
+    starts = [m.start() for m in _NATIVE.finditer(text, 0, found.start())] + [found.start()]
+    crashed = [text[a:b] for a, b in zip(starts, starts[1:]) if "fatalSignalHandler" in text[a:b]]
+    return _NAMES[found.group(1)], "".join(crashed)[-4000:] + text[found.start() :][-6000:]
 
 
 def find_crash(names: list[str], logs: list[Path], launch_stderr: str) -> Crash | None:
@@ -68,7 +78,8 @@ def find_crash(names: list[str], logs: list[Path], launch_stderr: str) -> Crash 
         for path in sorted(log.parent.glob(f"{log.name}.stderr-*")):
             said = _dumped(path.read_text(errors="replace"))
             if said is not None:
-                return Crash(index, name, path.name.rsplit("-", 1)[1], *said)
+                signal, report = said
+                return Crash(index, name, path.name.rsplit("-", 1)[1], signal, f"{report}\n(all of it: {path})")
     said = fatal_signal(launch_stderr)
     if said is None:
         return None

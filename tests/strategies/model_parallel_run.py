@@ -198,9 +198,11 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
 
 
 def run_legs(legs: list, limit: int) -> None:
-    # A fatal signal (a native crash) writes every thread's Python stack to stderr, where
-    # model_parallel_legs.py finds it and names it (helpers/leg_crashes.py).
+    # A fatal signal (a native crash) writes every thread's native stack (torch's handler, which
+    # then calls faulthandler's) and Python stack to stderr, where model_parallel_legs.py finds it
+    # and names it (helpers/leg_crashes.py).
     faulthandler.enable(all_threads=True)
+    torch._C._set_print_stack_traces_on_fatal_signal(True)
     for index, (out, layout, opts) in enumerate(legs):
         # A hang ends the launch. The legs left, not one: under torchrun's start the agent process
         # waits inside the first leg's fit while its workers run the whole batch.
