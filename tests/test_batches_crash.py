@@ -75,5 +75,6 @@ def test_the_report_keeps_the_crashing_threads_native_stack_and_every_python_sta
     assert signal == "SIGSEGV"
     assert "Thread 6225" in report and "Pair::read" in report and "in _wait_batch_p2p" in report
     assert "Thread 6560" not in report and "a warning of the leg" not in report
-    assert fatal_signal("process 3 terminated with signal SIGSEGV")[0] == "SIGSEGV"
+    assert fatal_signal("process 3 terminated with signal SIGSEGV")[0] == "SIGSEGV"  # torch's spawn
+    assert fatal_signal("worker rank 3 died by SIGBUS (signal 7): a native crash")[0] == "SIGBUS"  # our agent
     assert fatal_signal("process 3 terminated with signal SIGKILL") is None  # a kill, not a crash

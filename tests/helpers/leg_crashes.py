@@ -26,8 +26,9 @@ from pathlib import Path
 _DUMPED = re.compile(
     r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Illegal instruction|Floating[- ]point exception)"
 )
-# torch's spawn ("terminated with signal SIGSEGV") and elastic agent ("Signal 11 (SIGSEGV) received").
-_SIGNALLED = re.compile(r"(?:terminated with signal |Signal \d+ \()(SIG(?:SEGV|BUS|ABRT|ILL|FPE))")
+# torch's spawn ("process 3 terminated with signal SIGSEGV"), torch's elastic agent ("Signal 11
+# (SIGSEGV) received") and trainmesh's ("worker rank 3 died by SIGSEGV").
+_SIGNALLED = re.compile(r"(?:terminated with signal |Signal \d+ \(|died by )(SIG(?:SEGV|BUS|ABRT|ILL|FPE))")
 # torch's handler (c10's FatalSignalHandler), before faulthandler's: one native stack per thread.
 _NATIVE = re.compile(r"^SIG[A-Z]+\(\d+\), PID: \d+, Thread \d+: *$", re.MULTILINE)
 _NAMES = {
@@ -89,5 +90,5 @@ def find_crash(names: list[str], logs: list[Path], launch_stderr: str) -> Crash 
 
 def crash_at(index: int, names: list[str], launch_stderr: str, said: tuple[str, str]) -> Crash:
     """The crash ``fatal_signal`` found in a launch's stderr, in leg ``index`` (the one that ran)."""
-    rank = re.search(r"process (\d+) terminated", launch_stderr)
-    return Crash(index, names[index], rank.group(1) if rank else "?", *said)
+    rank = re.search(r"process (\d+) terminated|worker rank (\d+) died", launch_stderr)
+    return Crash(index, names[index], (rank.group(1) or rank.group(2)) if rank else "?", *said)
