@@ -28,7 +28,6 @@ from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.utilities.model_helpers import _restricted_classmethod
 
 
@@ -68,8 +67,10 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         # Plain attributes set through object.__setattr__ so nn.Module does not try to register
         # a Trainer as a submodule or parameter.
         object.__setattr__(self, "_trainer", None)
-        object.__setattr__(self, "_hparams", AttributeDict())
         object.__setattr__(self, "_log_collector", None)
+        # As Lightning's HyperparametersMixin.__init__ (1.9.5 and 2.6): hparams saved before
+        # super().__init__() are kept (self.hparams creates them on first use), and not logged
+        object.__setattr__(self, "_log_hyperparams", False)
 
     # ---- hooks a user overrides -------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> Any:
