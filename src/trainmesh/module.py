@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh import hyperparameters, manual_calls, module_fabric
+from trainmesh import hyperparameters, manual_calls, module_fabric, module_logging
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import (
     PAST_HPARAMS_KEYS,
@@ -233,6 +233,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
                 f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
                 "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
             )
+        if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
+            value = module_logging.lightning1_number(self, value)
         if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
             check_metric_attribute(self, name, value, metric_attribute)  # Lightning's refusal of a stray Metric
         log_collector.log(
