@@ -291,3 +291,53 @@ def test_a_base_class_saves_the_subclass_s_arguments_as_lightning(tmp_path):
     found = run_both(subclass_chain, tmp_path)
     assert found["lightning"]["wider"] == {"lr": 0.01, "width": 3}
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def saved_before_the_base_init(L, root):
+    """``self.save_hyperparameters()`` called before ``super().__init__()`` (the RL-GAN-Net autoencoder,
+    l-progs10 p06) in a module and a data module, fitted one step with a CSVLogger: what hparams hold,
+    the checkpoint's entries and the logged hparams.yaml."""
+
+    class Data(L.pl.LightningDataModule):
+        def __init__(self, batch_size=2):
+            self.save_hyperparameters()
+            super().__init__()
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.ones(4, 2), torch.zeros(4, 1)), batch_size=self.hparams.batch_size)
+
+    class Early(L.pl.LightningModule):
+        def __init__(self, width=2, split=0):
+            self.save_hyperparameters()
+            super().__init__()
+            self.net = nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    model, data = Early(width=2, split=3), Data(batch_size=2)
+    logger = L.pl.loggers.CSVLogger(root)
+    trainer = L.pl.Trainer(**trainer_kwargs(root, logger=logger, max_steps=1, enable_checkpointing=False))
+    trainer.fit(model, datamodule=data)
+    trainer.save_checkpoint(root / "early.ckpt")
+    saved = torch.load(root / "early.ckpt", weights_only=False)
+    yaml_file = root / "lightning_logs" / "version_0" / "hparams.yaml"
+    return {
+        "hparams": dict(model.hparams),
+        "datamodule_hparams": dict(data.hparams),
+        "entries": {key: saved[key] for key in _KEYS if key in saved},
+        "logged": yaml_file.read_text().strip() if yaml_file.exists() else None,
+    }
+
+
+def test_hyperparameters_saved_before_the_base_init_are_kept_and_not_logged(tmp_path):
+    """Lightning 2.6.6 (and pytorch-lightning 1.9.5, run by hand: l-progs10 p06) keep what
+    save_hyperparameters() stored before super().__init__(), in hparams and in the checkpoint, and do not
+    log it (their HyperparametersMixin.__init__ sets _log_hyperparams = False). Before, trainmesh's Module
+    emptied hparams there (the checkpoint had no hyper_parameters) and both logged their hparams."""
+    found = run_both(saved_before_the_base_init, tmp_path)
+    assert found["lightning"]["hparams"] == {"width": 2, "split": 3}
+    assert differences(found["lightning"], found["trainmesh"]) == []

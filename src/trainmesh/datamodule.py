@@ -55,6 +55,10 @@ class DataModule(DataHooks, HyperparametersMixin):
     parse_argparser = classmethod(lightning_one_argparse.parse_argparser)
     get_init_arguments_and_types = classmethod(lightning_one_argparse.get_init_arguments_and_types)
 
+    def __init__(self) -> None:
+        # As Lightning's HyperparametersMixin.__init__: hparams saved before super().__init__() are not logged
+        object.__setattr__(self, "_log_hyperparams", False)
+
     def setup(self, stage: str) -> None: ...
 
     def teardown(self, stage: str) -> None: ...
@@ -191,8 +195,8 @@ def data_module_from_datasets(
     """A data module whose loaders wrap the given datasets (train shuffled, the others not), built
     as Lightning's ``from_datasets`` builds it: ``batch_size`` and ``num_workers`` are passed to
     ``cls`` where its ``__init__`` names them (or takes ``**kwargs``)."""
-    # (DataModule itself defines no __init__: object's, whose *args/**kwargs take nothing)
-    parameters = {} if cls.__init__ is object.__init__ else inspect.signature(cls.__init__).parameters
+    # (DataModule's own __init__ takes nothing)
+    parameters = {} if cls.__init__ is DataModule.__init__ else inspect.signature(cls.__init__).parameters
     special = {"batch_size": batch_size, "num_workers": num_workers}
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         special = {key: value for key, value in special.items() if key in parameters and key != "self"}

@@ -64,7 +64,12 @@ def configure_model_is_a_hook(module: Any) -> bool:
     """
     if not _overrides(module, "configure_model"):
         return False
-    return not any(_overrides(module, hook) for hook in _LIGHTNING1_ONLY_HOOKS)
+    return not is_lightning1_module(module)
+
+
+def is_lightning1_module(module: Any) -> bool:
+    """Whether ``module`` was written for pytorch-lightning 1.x: its class defines a hook Lightning 2.0 removed."""
+    return any(_overrides(module, hook) for hook in _LIGHTNING1_ONLY_HOOKS)
 
 
 def _overrides(module: Any, hook: str) -> bool:

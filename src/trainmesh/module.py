@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh import hyperparameters, manual_calls, module_fabric
+from trainmesh import hyperparameters, manual_calls, module_fabric, module_logging
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import (
     PAST_HPARAMS_KEYS,
@@ -28,7 +28,6 @@ from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.attribute_dict import AttributeDict
 from trainmesh.utilities.model_helpers import _restricted_classmethod
 
 
@@ -68,8 +67,10 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         # Plain attributes set through object.__setattr__ so nn.Module does not try to register
         # a Trainer as a submodule or parameter.
         object.__setattr__(self, "_trainer", None)
-        object.__setattr__(self, "_hparams", AttributeDict())
         object.__setattr__(self, "_log_collector", None)
+        # As Lightning's HyperparametersMixin.__init__ (1.9.5 and 2.6): hparams saved before
+        # super().__init__() are kept (self.hparams creates them on first use), and not logged
+        object.__setattr__(self, "_log_hyperparams", False)
 
     # ---- hooks a user overrides -------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -232,6 +233,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
                 f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
                 "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
             )
+        if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
+            value = module_logging.lightning1_number(self, value)
         if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
             check_metric_attribute(self, name, value, metric_attribute)  # Lightning's refusal of a stray Metric
         log_collector.log(

@@ -2,7 +2,7 @@
 differently from pytorch-lightning 1.9.5, as data: ``measure("pytorch_lightning")`` is recorded under
 1.9.5 by ``record_lightning_1_9_ported_programs.py`` (its own venv) and compared with
 ``measure("trainmesh")`` by ``tests/test_model_configuration_lightning1.py`` and
-``tests/trainer/test_publishing_epoch_end_names.py``.
+``tests/trainer/test_publishing_epoch_end_names.py`` and ``tests/test_module_logging_lightning1.py``.
 """
 
 import importlib
@@ -100,10 +100,52 @@ def name_logged_at_step_and_epoch_end(pl, hook: str = "training_epoch_end") -> d
     }
 
 
+def numpy_float_logged(pl) -> dict:
+    """A 1.x module (``validation_epoch_end``) logging NumPy float64 values (a peptide-binding regressor's
+    ``spearmanr(...)[0]``, stored file 37880889318; l-progs10 p08): on step, at an epoch's end, and as
+    ``ModelCheckpoint``'s monitor. 1.9.5 keeps them float64 (``torch.tensor(value)``); a Python float
+    beside them stays float32."""
+    import numpy
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("step_corr", numpy.float64(loss.item()) / 3, on_step=True, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def validation_epoch_end(self, outputs):
+            total = float(torch.stack(outputs).sum())
+            self.log("corr", numpy.corrcoef([1.0, 2.0, 4.0], [1.0, 3.0, total])[0, 1])
+            self.log("plain", total / 3)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, monitor="corr", mode="max")
+        trainer = pl.Trainer(max_epochs=2, log_every_n_steps=1, default_root_dir=root, callbacks=[checkpoint], **QUIET)
+        trainer.fit(Regressor(), data, data)
+    return {
+        "callback": {k: [str(v.dtype), v.item()] for k, v in sorted(trainer.callback_metrics.items())},
+        "logged": {k: [str(v.dtype), v.item()] for k, v in sorted(trainer.logged_metrics.items())},
+        "best": [str(checkpoint.best_model_score.dtype), checkpoint.best_model_score.item()],
+    }
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
     return {
         "own_configure_model": own_configure_model(pl),
         "name_logged_at_step_and_epoch_end": name_logged_at_step_and_epoch_end(pl),
+        "numpy_float_logged": numpy_float_logged(pl),
     }
