@@ -35,12 +35,12 @@ def reduce_fx_name(reduce_fx: Any) -> str:
     return name
 
 
-def warn_no_trainer(name: str) -> None:
+def warn_no_trainer(name: str, *, stacklevel: int = 3) -> None:
     if name not in _warned_names:
         _warned_names.add(name)
         warnings.warn(
             f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
 

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -165,6 +166,34 @@ def test_save_filter_and_load_raw_as_lightning_fabric(tmp_path):
     assert _filtered_and_raw("trainmesh", tmp_path / "t") == _filtered_and_raw("lightning", tmp_path / "l")
 
 
+class Settings:  # not on torch's weights_only allowlist
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+
+def _weights_only(framework: str, root: Path) -> list:
+    L = _api(framework)
+    fabric = L.Fabric(accelerator="cpu", devices=1)
+    model = fabric.setup(torch.nn.Linear(2, 1))
+    fabric.save(root / "plain.ckpt", {"model": model, "step": 3})
+    fabric.save(root / "objects.ckpt", {"model": model, "settings": Settings(0.1)})
+    answers: list = [sorted(fabric.load(root / "plain.ckpt", weights_only=True))]
+    for weights_only in (None, True, False):
+        try:
+            answers.append(type(fabric.load(root / "objects.ckpt", {"model": model}, weights_only=weights_only)))
+        except Exception as error:  # torch's UnpicklingError, as Fabric's torch.load raises it
+            answers.append((type(error), str(error).split("\n")[0]))
+    return answers
+
+
+def test_load_s_weights_only_is_torch_load_s_as_in_lightning_fabric(tmp_path):
+    (tmp_path / "l").mkdir()
+    (tmp_path / "t").mkdir()
+    ours, theirs = _weights_only("trainmesh", tmp_path / "t"), _weights_only("lightning", tmp_path / "l")
+    assert ours == theirs
+    assert theirs[3] is dict
+
+
 def _other_members(framework: str, capsys) -> dict:
     L = _api(framework)
 
@@ -198,6 +227,8 @@ def _other_members(framework: str, capsys) -> dict:
         "accelerator": type(fabric.accelerator).__name__,
         "printed": capsys.readouterr().out,
         "run": Subclassed(accelerator="cpu", devices=1).run(5),
+        # Fabric's convert_to_tensors: nested numbers too, int32, bool as uint8, numpy arrays
+        "converted": repr((fabric.all_reduce({"n": 3, "f": [1.5, True]}), fabric.all_gather(np.arange(2)))),
     }
 
 

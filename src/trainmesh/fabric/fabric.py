@@ -308,10 +308,11 @@ class Fabric(Launching):
 
     # ---- collectives ------------------------------------------------------------------------
     def _tensors(self, data: Any) -> Any:
-        # Fabric's convert_to_tensors: numbers become tensors on the device, tensors move there
-        if isinstance(data, (int, float, bool)):
-            return torch.tensor(data, device=self.device)
-        return move_data_to_device(data, self.device)
+        # Fabric's convert_to_tensors: numbers (anywhere in a collection) become tensors on the device,
+        # with its dtypes (int32, float32, bool as uint8), numpy arrays too; tensors move there
+        from trainmesh.utilities.apply_func import new_convert_to_tensors
+
+        return new_convert_to_tensors(data, self.device)
 
     def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         self._validate_launched()
@@ -366,7 +367,7 @@ class Fabric(Launching):
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
         unwrapped = {key: _saved_form(value) for key, value in state.items()} if state is not None else None
-        remainder = checkpoints.load(self._runtime, path, unwrapped, strict=strict)
+        remainder = checkpoints.load(self._runtime, path, unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
         if state is not None and unwrapped is not None:
             for key in list(unwrapped):  # plain values the checkpoint held, into the caller's dict (Fabric's)
@@ -382,7 +383,7 @@ class Fabric(Launching):
         *,
         weights_only: bool | None = None,
     ) -> None:
-        checkpoints.load(self._runtime, path, _saved_form(obj), strict=strict)
+        checkpoints.load(self._runtime, path, _saved_form(obj), strict=strict, weights_only=weights_only)
 
     # ---- callbacks, loggers, seed -------------------------------------------------------------
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
