@@ -194,6 +194,46 @@ def test_load_s_weights_only_is_torch_load_s_as_in_lightning_fabric(tmp_path):
     assert theirs[3] is dict
 
 
+def _plugins(framework: str) -> list:
+    if framework == "lightning":
+        from lightning.fabric import Fabric
+        from lightning.fabric.plugins import MixedPrecision, TorchCheckpointIO
+        from lightning.fabric.plugins.environments import LightningEnvironment
+    else:
+        from trainmesh import Fabric
+        from trainmesh.plugins import MixedPrecision, TorchCheckpointIO
+        from trainmesh.plugins.environments import LightningEnvironment
+
+    # the plugin runs as given: float16 autocast on the CPU, with the program's own scaler
+    scaler = torch.amp.GradScaler("cpu", init_scale=16.0, growth_interval=1)
+    fabric = Fabric(accelerator="cpu", devices=1, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
+    torch.manual_seed(0)
+    model, optimizer = fabric.setup(*(lambda m: (m, torch.optim.SGD(m.parameters(), lr=0.1)))(torch.nn.Linear(4, 1)))
+    for _ in range(2):
+        fabric.backward(model(torch.randn(3, 4)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    answers: list = [scaler.get_scale(), [p.detach().clone() for p in model.parameters()]]
+    for plugins, precision in (
+        ([TorchCheckpointIO(), LightningEnvironment()], None),  # Fabric's default writer, this process's environment
+        ([TorchCheckpointIO(), TorchCheckpointIO()], None),
+        ("bf16-mixed", None),
+        (MixedPrecision("bf16-mixed", "cpu"), "bf16-mixed"),
+    ):
+        try:
+            answers.append(type(Fabric(accelerator="cpu", devices=1, plugins=plugins, precision=precision)).__name__)
+        except (TypeError, ValueError) as error:
+            answers.append((type(error), re.sub(r"<[\w.]*\.(\w+) object at 0x[0-9a-f]+>", r"<\1>", str(error))))
+    return answers
+
+
+def test_plugins_are_taken_or_refused_as_lightning_fabric_takes_them():
+    ours, theirs = _plugins("trainmesh"), _plugins("lightning")
+    assert ours[0] == theirs[0] == 64.0
+    assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1], strict=True))
+    assert ours[2:] == theirs[2:]
+
+
 def _other_members(framework: str, capsys) -> dict:
     L = _api(framework)
 

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from trainmesh.fabric import checkpoints
-from trainmesh.fabric.arguments import fabric_precision, fabric_strategy, precision_of_plugins
+from trainmesh.fabric.arguments import fabric_run_precision, fabric_strategy
 from trainmesh.fabric.launching import Launching
 from trainmesh.fabric.precision import FabricPrecision
 from trainmesh.fabric.reductions import in_place, reduced_in_group
@@ -49,7 +49,8 @@ class Fabric(Launching):
         num_nodes: how many machines take part (default ``1``).
         precision: Fabric's precision flags: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
             ``"bf16-true"``, ``"64-true"``; None is Fabric's default, ``"32-true"`` (default ``None``).
-        plugins: a precision plugin; other plugin kinds are refused, naming them (default ``None``).
+        plugins: a precision plugin (run as given, its scaler included), ``TorchCheckpointIO``, the cluster
+            environment the process is in; a CheckpointIO of your own is refused, saying why (default ``None``).
         callbacks: objects whose methods ``call(hook_name, ...)`` runs (default ``None``).
         loggers: Fabric's loggers that ``log``/``log_dict`` write to (default ``None``).
 
@@ -77,12 +78,12 @@ class Fabric(Launching):
         from trainmesh.accelerators import resolve_accelerator
 
         device_type = resolve_accelerator(accelerator)
-        name = fabric_precision(precision_of_plugins(plugins) or precision, device_type)
+        run_precision = fabric_run_precision(plugins, precision, device_type)
         self._runtime = Runtime(
             accelerator=device_type,
             devices=devices,
             strategy=fabric_strategy(strategy, device_type),
-            precision=name,
+            precision=run_precision,
             num_nodes=num_nodes,
         )
         self._precision = FabricPrecision(self._runtime.precision)
