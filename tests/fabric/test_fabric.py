@@ -194,6 +194,35 @@ def test_load_s_weights_only_is_torch_load_s_as_in_lightning_fabric(tmp_path):
     assert theirs[3] is dict
 
 
+def _mixed_precision_plugin(Fabric: type, MixedPrecision: type, device: str) -> list:
+    # the plugin runs as given: float16 autocast (on the CPU too), with the program's own scaler
+    scaler = torch.amp.GradScaler(device, init_scale=16.0, growth_interval=1)
+    fabric = Fabric(accelerator=device, devices=1, plugins=[MixedPrecision("16-mixed", device, scaler=scaler)])
+    torch.manual_seed(0)
+    model, optimizer = fabric.setup(*(lambda m: (m, torch.optim.SGD(m.parameters(), lr=0.1)))(torch.nn.Linear(4, 1)))
+    for _ in range(2):
+        fabric.backward(model(torch.randn(3, 4, device=device)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    return [scaler.get_scale(), [p.detach().cpu() for p in model.parameters()]]
+
+
+@pytest.mark.cuda
+def test_a_mixed_precision_plugin_s_scaler_steps_on_the_gpu_as_lightning_fabric_s():
+    from lightning.fabric import Fabric as Theirs
+    from lightning.fabric.plugins import MixedPrecision as TheirPlugin
+
+    from trainmesh import Fabric as Ours
+    from trainmesh.plugins import MixedPrecision as OurPlugin
+
+    ours, theirs = (
+        _mixed_precision_plugin(Ours, OurPlugin, "cuda"),
+        _mixed_precision_plugin(Theirs, TheirPlugin, "cuda"),
+    )
+    assert ours[0] == theirs[0] == 64.0
+    assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1], strict=True))
+
+
 def _plugins(framework: str) -> list:
     if framework == "lightning":
         from lightning.fabric import Fabric
@@ -204,16 +233,7 @@ def _plugins(framework: str) -> list:
         from trainmesh.plugins import MixedPrecision, TorchCheckpointIO
         from trainmesh.plugins.environments import LightningEnvironment
 
-    # the plugin runs as given: float16 autocast on the CPU, with the program's own scaler
-    scaler = torch.amp.GradScaler("cpu", init_scale=16.0, growth_interval=1)
-    fabric = Fabric(accelerator="cpu", devices=1, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
-    torch.manual_seed(0)
-    model, optimizer = fabric.setup(*(lambda m: (m, torch.optim.SGD(m.parameters(), lr=0.1)))(torch.nn.Linear(4, 1)))
-    for _ in range(2):
-        fabric.backward(model(torch.randn(3, 4)).pow(2).mean())
-        optimizer.step()
-        optimizer.zero_grad()
-    answers: list = [scaler.get_scale(), [p.detach().clone() for p in model.parameters()]]
+    answers: list = _mixed_precision_plugin(Fabric, MixedPrecision, "cpu")
     for plugins, precision in (
         ([TorchCheckpointIO(), LightningEnvironment()], None),  # Fabric's default writer, this process's environment
         ([TorchCheckpointIO(), TorchCheckpointIO()], None),
