@@ -1,5 +1,5 @@
 """A NumPy float64 given to ``self.log`` by a module written for pytorch-lightning 1.x stays float64, as 1.9.5
-logged it (``module_logging.lightning1_number``). Compared with 1.9.5 itself: the program in
+logged it (``model_configuration.lightning1_number``, called by ``Module.log``). Compared with 1.9.5 itself: the program in
 ``helpers/lightning1_ported_programs.py`` was run under 1.9.5 by ``record_lightning_1_9_ported_programs.py``."""
 
 import json
@@ -26,7 +26,7 @@ def test_a_1x_module_s_numpy_float64_is_logged_as_1_9_5_logs_it():
 
 
 def test_a_lightning_2_module_s_numpy_float64_stays_lightning_2_s_float32():
-    from trainmesh.module_logging import lightning1_number
+    from trainmesh.model_configuration import lightning1_number
 
     class Lightning2(tm.LightningModule):
         pass

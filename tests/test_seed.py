@@ -243,3 +243,19 @@ def _ddp_leg(out_dir: str) -> None:
 if __name__ == "__main__":
     assert sys.argv[1] == "ddp"
     _ddp_leg(sys.argv[2])
+
+
+@pytest.mark.parametrize("environment", [{}, {"LOCAL_RANK": "1"}, {"RANK": "0", "LOCAL_RANK": "1"}])
+def test_seed_set_names_the_rank_a_launcher_gave_as_lightning(monkeypatch, caplog, environment):
+    # Lightning prefixes "Seed set to N" with "[rank: N] " (its _get_rank: RANK, then LOCAL_RANK, ...) in a
+    # process a launcher started, as trainmesh's workers are
+    lightning_seed = pytest.importorskip("lightning.fabric.utilities.seed")
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level("INFO"):
+        lightning_seed.seed_everything(3)
+        tm.seed_everything(3)
+    theirs, ours = (r.getMessage() for r in caplog.records if "Seed set" in r.getMessage())
+    assert ours == theirs

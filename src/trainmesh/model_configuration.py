@@ -88,3 +88,12 @@ def call_configure_model(module: Any, mesh: Any) -> None:
         configure(mesh)
     else:
         configure()
+
+
+def lightning1_number(module: Any, value: float) -> Any:
+    """A NumPy float64 (a ``float`` subclass: ``np.corrcoef(...)[0, 1]``, ``scipy.stats.spearmanr(...)[0]``)
+    given to ``self.log``. Lightning 2.x logs every number in the default dtype (float32);
+    pytorch-lightning 1.9.5 made it ``torch.tensor(value)``, which keeps NumPy's float64, so its logged
+    values, ``callback_metrics`` and a checkpoint's ``best_model_score`` kept every digit. A 1.x module
+    (:func:`is_lightning1_module`) gets 1.9.5's: a float64 tensor."""
+    return torch.tensor(value) if hasattr(value, "dtype") and is_lightning1_module(module) else value

@@ -8,14 +8,14 @@ loop-position properties read from there.
 from __future__ import annotations
 
 import os
-import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainmesh import hyperparameters, manual_calls, module_fabric, module_logging
+from trainmesh import hyperparameters, manual_calls
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import (
     PAST_HPARAMS_KEYS,
@@ -23,9 +23,10 @@ from trainmesh.hyperparameters import (
     constructor_arguments,
     read_saved_checkpoint,
 )
-from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook, lightning1_number
+from trainmesh.module_fabric import FabricHost
 from trainmesh.module_hooks import ModelHooks
-from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
+from trainmesh.module_host import TRAINER_HOST, ModuleHost
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.model_helpers import _restricted_classmethod
@@ -56,11 +57,12 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     # Declared for the type checker, which would otherwise read them through nn.Module.__getattr__.
     _trainer: TrainerView | None
     _log_collector: Any
-    # Set by trainmesh.Fabric's setup, as Lightning's Fabric sets them (trainmesh.module_fabric).
-    _fabric: Any = None
-    _fabric_optimizers: Any = ()
+    # Who answers self.trainer, self.log, self.optimizers()...: the Trainer, or the Fabric that set the
+    # module up (module_host.py; chosen by ``_fabric``'s setter, which Fabric's setup assigns).
+    _host: ModuleHost = TRAINER_HOST
+    _fabric_optimizers: Any = ()  # set by trainmesh.Fabric's setup, as Lightning's Fabric sets it
     # Python objects TorchScript must not try to type (to_torchscript).
-    __jit_ignored_attributes__ = ["_trainer", "_log_collector", "_fabric", "_fabric_optimizers"]
+    __jit_ignored_attributes__ = ["_trainer", "_log_collector", "_host", "_fabric_optimizers"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -217,39 +219,11 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Examples:
             >>> # self.log("val_loss", loss, prog_bar=True, sync_dist=True)
         """
-        if self._fabric is not None:
-            return module_fabric.log_through_fabric(self._fabric, {name: value}, logger)
-        log_collector = self._log_collector
-        if log_collector is None:
-            warn_no_trainer(name)
-            return
-        if log_collector.barebones:
-            warnings.warn(BAREBONES_LOG, stacklevel=2)  # Lightning's warning
-            return
-        if reduce_fx != "mean":  # the default needs no check; this is the hot path of every step
-            reduce_fx = reduce_fx_name(reduce_fx)
-        if sync_dist_group is not None:
-            raise ValueError(
-                f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
-                "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
-            )
+        options = dict(locals())  # enable_graph: values are stored detached (no logged number changes)
+        del options["self"], options["name"], options["value"], options["enable_graph"]
         if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
-            value = module_logging.lightning1_number(self, value)
-        if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
-            check_metric_attribute(self, name, value, metric_attribute)  # Lightning's refusal of a stray Metric
-        log_collector.log(
-            name,
-            value,
-            prog_bar=prog_bar,
-            logger=True if logger is None else logger,
-            on_step=on_step,
-            on_epoch=on_epoch,
-            reduce_fx=reduce_fx,
-            sync_dist=sync_dist,
-            batch_size=batch_size,
-            add_dataloader_idx=add_dataloader_idx,
-            rank_zero_only=rank_zero_only,
-        )
+            value = lightning1_number(self, value)
+        self._host.log(self, name, value, options)
 
     def log_dict(
         self,
@@ -268,12 +242,9 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     ) -> None:
         """``self.log`` for each item of ``dictionary`` with the same options (Lightning's
         arguments, in Lightning's order)."""
-        if self._fabric is not None:  # Lightning's: one fabric.log_dict call for the whole dictionary
-            return module_fabric.log_through_fabric(self._fabric, dictionary, logger)
         options = dict(locals())
         del options["self"], options["dictionary"]
-        for name, value in dictionary.items():
-            self.log(name, value, **options)
+        self._host.log_dict(self, dictionary, options)
 
     def log_grad_norm(self, grad_norm_dict: dict[str, float]) -> None:
         """Lightning 1.x's: with ``Trainer(track_grad_norm=p)`` called at each optimizer step, before
@@ -286,12 +257,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     # ---- where the module is running --------------------------------------------------------
     @property
     def trainer(self) -> TrainerView:
-        if self._fabric is not None:
-            return module_fabric._TrainerFabricShim(self._fabric)  # Lightning's shim
-        # While to_torchscript compiles, torch reads every property: answer None instead of failing.
-        if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
-            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`.")
-        return self._trainer  # type: ignore[return-value]  # None only while TorchScript reads it
+        trainer: TrainerView = self._host.trainer(self)  # under Fabric, Lightning's shim over the Fabric
+        return trainer
 
     @trainer.setter
     def trainer(self, trainer: TrainerView | None) -> None:
@@ -307,6 +274,24 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def fabric(self) -> Any:
         """The ``trainmesh.Fabric`` that set this module up, else None (Lightning's ``LightningModule.fabric``)."""
         return self._fabric
+
+    @fabric.setter
+    def fabric(self, fabric: Any) -> None:
+        # Lightning's setter: the Lightning submodules too, and a weak proxy (Fabric's setup assigns _fabric itself)
+        for child in self.children():
+            if isinstance(child, Module):
+                child.fabric = fabric
+        if fabric is not None and not isinstance(fabric, weakref.ProxyTypes):
+            fabric = weakref.proxy(fabric)
+        self._fabric = fabric
+
+    @property
+    def _fabric(self) -> Any:
+        return self._host.fabric
+
+    @_fabric.setter
+    def _fabric(self, fabric: Any) -> None:
+        object.__setattr__(self, "_host", TRAINER_HOST if fabric is None else FabricHost(fabric))
 
     @property
     def device(self) -> torch.device:
@@ -347,16 +332,12 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
 
         >>> # self.logger.experiment.add_image("samples", grid, self.global_step)
         """
-        if self._fabric is not None:
-            return self._fabric.logger
-        return self._trainer.logger if self._trainer is not None else None
+        return self._host.logger(self)
 
     @property
     def loggers(self) -> list[Any]:
         """Every logger of the Trainer (empty without a Trainer or with ``logger=False``)."""
-        if self._fabric is not None:
-            return self._fabric.loggers
-        return list(self._trainer.loggers) if self._trainer is not None else []
+        return self._host.loggers(self)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather ``data`` (tensors in any nesting) from every process, stacked on a new dim 0, as
@@ -373,7 +354,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Examples:
             >>> # embeddings = self.all_gather(z, sync_grads=True).flatten(0, 1)
         """
-        return self.trainer.runtime.all_gather(data, group=group, sync_grads=sync_grads, stack_alone=False)
+        return self._host.all_gather(self, data, group, sync_grads)
 
     # ---- manual optimization (trainmesh.manual_calls) -------------------------------------
     # Set ``self.automatic_optimization = False`` to step the optimizers in training_step.
@@ -382,9 +363,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when configure_optimizers made several); ``step()`` goes through
         the precision and the strategy, and counts in ``global_step``."""
-        if self._fabric is not None:
-            return module_fabric.fabric_optimizers(list(self._fabric_optimizers))
-        return manual_calls.optimizers_of(self.trainer, wrapped=use_pl_optimizer)
+        return self._host.optimizers(self, use_pl_optimizer)
 
     def lr_schedulers(self) -> Any:
         """The scheduler (a list when there are several, None without); step them yourself."""
@@ -393,15 +372,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
         sync) and the module's ``backward`` hook."""
-        if self._fabric is not None:
-            return self._fabric.backward(loss, *args, **kwargs)
-        manual = getattr(self.trainer, "manual_backward", None)
-        if manual is None:
-            raise RuntimeError(
-                f"manual_backward is for manual optimization: set self.automatic_optimization = False in "
-                f"{type(self).__name__}.__init__, or return the loss from training_step and let the loop backpropagate"
-            )
-        manual(loss, *args, **kwargs)
+        self._host.manual_backward(self, loss, args, kwargs)
 
     def no_backward_sync(self, enabled: bool = True) -> Any:
         """Inside, ``manual_backward`` accumulates gradients locally, without the all-reduce."""
@@ -419,11 +390,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
     ) -> torch.Tensor | None:
         """Clip the gradients of ``optimizer``'s parameters (their global norm across devices, or by
         value) before ``optimizer.step()``; None takes the Trainer's setting, as in Lightning."""
-        # Once for the step, however many parts of it run training_step (dp's chunks).
-        return manual_calls.sync_of(self.trainer).once(
-            lambda: manual_calls.clip_gradients(self.trainer, optimizer, gradient_clip_val, gradient_clip_algorithm),
-            what="clip_gradients()",
-        )
+        return self._host.clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _tm_attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users). Private, as

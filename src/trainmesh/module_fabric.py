@@ -1,9 +1,10 @@
-"""A Module set up by ``trainmesh.Fabric`` (Lightning's LightningModule under Fabric).
+"""A Module set up by ``trainmesh.Fabric`` (Lightning's LightningModule under Fabric): ``FabricHost``.
 
-Fabric's ``setup`` sets ``module._fabric`` (and ``_fabric_optimizers``) on a LightningModule: from then on
-Lightning's ``self.log``/``self.log_dict`` go to ``fabric.log_dict``, ``self.trainer`` answers from the
-Fabric, ``self.optimizers()`` returns Fabric's optimizers and ``manual_backward``/``backward`` call
-``fabric.backward``. These helpers are those branches, kept out of module.py.
+Fabric's ``setup`` sets ``module._fabric`` (and ``_fabric_optimizers``) on a LightningModule, which makes
+this its host (module_host.py): from then on Lightning's ``self.log``/``self.log_dict`` go to
+``fabric.log_dict``, ``self.trainer`` answers from the Fabric, ``self.optimizers()`` returns Fabric's
+optimizers, ``manual_backward``/``backward`` call ``fabric.backward``, ``clip_gradients`` calls
+``fabric.clip_gradients`` and ``all_gather`` Fabric's, each as Lightning's "if self._fabric" branch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,55 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+
+class FabricHost:
+    """Lightning's answers of a LightningModule set up by ``fabric`` (the members of module_host.ModuleHost)."""
+
+    def __init__(self, fabric: Any) -> None:
+        self.fabric = fabric
+
+    def trainer(self, module: Any) -> Any:
+        return _TrainerFabricShim(self.fabric)
+
+    def log(self, module: Any, name: str, value: Any, options: dict[str, Any]) -> None:
+        log_through_fabric(self.fabric, {name: value}, options["logger"])
+
+    def log_dict(self, module: Any, dictionary: Mapping[str, Any], options: dict[str, Any]) -> None:
+        log_through_fabric(self.fabric, dictionary, options["logger"])  # Lightning's: one fabric.log_dict call
+
+    def logger(self, module: Any) -> Any:
+        return self.fabric.logger
+
+    def loggers(self, module: Any) -> list[Any]:
+        loggers: list[Any] = self.fabric.loggers
+        return loggers
+
+    def optimizers(self, module: Any, use_pl_optimizer: bool) -> Any:
+        optimizers = list(module._fabric_optimizers)  # the one optimizer alone, else the list
+        return optimizers[0] if len(optimizers) == 1 else optimizers
+
+    def manual_backward(self, module: Any, loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.fabric.backward(loss, *args, **kwargs)
+
+    def backward(self, module: Any, loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.fabric.backward(loss, *args, **kwargs)
+
+    def print(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # Lightning's reads self.trainer.progress_bar_callback on rank 0, which the shim does not have:
+        # the shim's AttributeError there, nothing printed elsewhere
+        shim = self.trainer(module)
+        if shim.is_global_zero:
+            _ = shim.progress_bar_callback
+
+    def clip_gradients(self, module: Any, optimizer: Any, value: float | None, algorithm: str | None) -> Any:
+        by_value = algorithm is not None and str(getattr(algorithm, "value", algorithm)).lower() == "value"
+        self.fabric.clip_gradients(
+            module, optimizer, clip_val=value if by_value else None, max_norm=None if by_value else value
+        )  # Lightning's returns nothing here
+
+    def all_gather(self, module: Any, data: Any, group: Any, sync_grads: bool) -> Any:
+        return self.fabric.all_gather(data, group=group, sync_grads=sync_grads)  # the strategy's, as Lightning's
 
 
 class _TrainerFabricShim:
@@ -53,8 +103,3 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [leaf for item in value for leaf in _leaves(item)]
     return [value]
-
-
-def fabric_optimizers(optimizers: list[Any]) -> Any:
-    """``self.optimizers()`` under Fabric: the one optimizer alone, else the list."""
-    return optimizers[0] if len(optimizers) == 1 else optimizers

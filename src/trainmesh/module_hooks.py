@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from trainmesh.data_hooks import DataHooks
+from trainmesh.module_host import host_of
 
 
 class ModelHooks:
@@ -94,10 +95,7 @@ class ModelHooks:
         if args and hasattr(args[0], "param_groups"):  # an optimizer (or its wrapper): 1.x's (optimizer, optimizer_idx)
             args = args[2:]
         kwargs.pop("optimizer", None), kwargs.pop("optimizer_idx", None)
-        fabric = getattr(self, "_fabric", None)  # set by trainmesh.Fabric's setup: Lightning's calls fabric.backward
-        if fabric is not None:
-            return fabric.backward(loss, *args, **kwargs)
-        loss.backward(*args, **kwargs)
+        host_of(self).backward(self, loss, args, kwargs)  # loss.backward; under Fabric, fabric.backward
 
     def optimizer_step(
         self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable[[], Any] | None = None

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.utilities.exceptions import MisconfigurationException
 
 REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
@@ -36,12 +35,12 @@ def reduce_fx_name(reduce_fx: Any) -> str:
     return name
 
 
-def warn_no_trainer(name: str) -> None:
+def warn_no_trainer(name: str, *, stacklevel: int = 3) -> None:
     if name not in _warned_names:
         _warned_names.add(name)
         warnings.warn(
             f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
 
@@ -76,12 +75,3 @@ def _is_torchmetrics_metric(value: Any) -> bool:
 
     module = sys.modules.get("torchmetrics")
     return module is not None and isinstance(value, module.Metric)
-
-
-def lightning1_number(module: Any, value: float) -> Any:
-    """A NumPy float64 (a ``float`` subclass: ``np.corrcoef(...)[0, 1]``, ``scipy.stats.spearmanr(...)[0]``)
-    given to ``self.log``. Lightning 2.x logs every number in the default dtype (float32);
-    pytorch-lightning 1.9.5 made it ``torch.tensor(value)``, which keeps NumPy's float64, so its logged
-    values, ``callback_metrics`` and a checkpoint's ``best_model_score`` kept every digit. A 1.x module
-    (:func:`~trainmesh.model_configuration.is_lightning1_module`) gets 1.9.5's: a float64 tensor."""
-    return torch.tensor(value) if hasattr(value, "dtype") and is_lightning1_module(module) else value

@@ -7,7 +7,6 @@ inherits these.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainmesh.module_host import host_of
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
 
@@ -83,21 +83,7 @@ class ModuleUtilities(nn.Module):
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank 0 only (through the progress bar when it draws one)."""
-        if getattr(self, "_fabric", None) is not None:
-            # set up by trainmesh.Fabric: Lightning's reads self.trainer, Fabric's shim, which has no progress
-            # bar: the shim's AttributeError on rank 0, as Lightning's
-            shim: Any = getattr(self, "trainer")  # noqa: B009  # the Module's property (this mixin has none)
-            if shim.is_global_zero:
-                _ = shim.progress_bar_callback
-            return
-        trainer = getattr(self, "_trainer", None)
-        if trainer is not None and not trainer.is_global_zero:
-            return
-        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
-        if bar is not None and hasattr(bar, "print"):
-            bar.print(*args, **kwargs)
-        else:
-            builtins.print(*args, **kwargs)
+        host_of(self).print(self, args, kwargs)  # under Fabric, Lightning's error on rank 0 (module_fabric.py)
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:

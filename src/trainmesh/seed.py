@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.utilities.rank_zero import rank_zero_warn
+from trainmesh.utilities.rank_zero import rank_prefixed_message, rank_zero_warn
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     Args:
         seed: the seed; anything ``int()`` takes (None: ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
         workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
-        verbose: log "Seed set to N" to the ``trainmesh`` logger at INFO, as Lightning's (default ``True``).
+        verbose: log "Seed set to N" to the ``trainmesh`` logger at INFO, as Lightning's, prefixed
+            "[rank: N] " in a process whose environment gives its rank (default ``True``).
 
     Examples:
         >>> seed_everything(7)
@@ -69,7 +70,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     seed = _chosen_seed(seed, verbose)
     _settings = SeedSettings(seed=seed, workers=bool(workers))
     if verbose:
-        logging.getLogger("trainmesh").info("Seed set to %d", seed)
+        # Lightning's: "[rank: N] " where the process's environment names its rank (a process a launcher
+        # started; the one the user started, before any launch, has none)
+        logging.getLogger("trainmesh").info(rank_prefixed_message(f"Seed set to {seed}", _rank_in_environment()))
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     try:
@@ -236,3 +239,12 @@ def make_deterministic() -> None:
 
     torch.use_deterministic_algorithms(True)
     require_deterministic_cublas()
+
+
+def _rank_in_environment() -> int | None:
+    """Lightning's ``_get_rank``: the first of these variables set, else None (no launcher started this process)."""
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        value = os.environ.get(name)
+        if value is not None:
+            return int(value)
+    return None

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -165,6 +166,94 @@ def test_save_filter_and_load_raw_as_lightning_fabric(tmp_path):
     assert _filtered_and_raw("trainmesh", tmp_path / "t") == _filtered_and_raw("lightning", tmp_path / "l")
 
 
+class Settings:  # not on torch's weights_only allowlist
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+
+def _weights_only(framework: str, root: Path) -> list:
+    L = _api(framework)
+    fabric = L.Fabric(accelerator="cpu", devices=1)
+    model = fabric.setup(torch.nn.Linear(2, 1))
+    fabric.save(root / "plain.ckpt", {"model": model, "step": 3})
+    fabric.save(root / "objects.ckpt", {"model": model, "settings": Settings(0.1)})
+    answers: list = [sorted(fabric.load(root / "plain.ckpt", weights_only=True))]
+    for weights_only in (None, True, False):
+        try:
+            answers.append(type(fabric.load(root / "objects.ckpt", {"model": model}, weights_only=weights_only)))
+        except Exception as error:  # torch's UnpicklingError, as Fabric's torch.load raises it
+            answers.append((type(error), str(error).split("\n")[0]))
+    return answers
+
+
+def test_load_s_weights_only_is_torch_load_s_as_in_lightning_fabric(tmp_path):
+    (tmp_path / "l").mkdir()
+    (tmp_path / "t").mkdir()
+    ours, theirs = _weights_only("trainmesh", tmp_path / "t"), _weights_only("lightning", tmp_path / "l")
+    assert ours == theirs
+    assert theirs[3] is dict
+
+
+def _mixed_precision_plugin(Fabric: type, MixedPrecision: type, device: str) -> list:
+    # the plugin runs as given: float16 autocast (on the CPU too), with the program's own scaler
+    scaler = torch.amp.GradScaler(device, init_scale=16.0, growth_interval=1)
+    fabric = Fabric(accelerator=device, devices=1, plugins=[MixedPrecision("16-mixed", device, scaler=scaler)])
+    torch.manual_seed(0)
+    model, optimizer = fabric.setup(*(lambda m: (m, torch.optim.SGD(m.parameters(), lr=0.1)))(torch.nn.Linear(4, 1)))
+    for _ in range(2):
+        fabric.backward(model(torch.randn(3, 4, device=device)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    return [scaler.get_scale(), [p.detach().cpu() for p in model.parameters()]]
+
+
+@pytest.mark.cuda
+def test_a_mixed_precision_plugin_s_scaler_steps_on_the_gpu_as_lightning_fabric_s():
+    from lightning.fabric import Fabric as Theirs
+    from lightning.fabric.plugins import MixedPrecision as TheirPlugin
+
+    from trainmesh import Fabric as Ours
+    from trainmesh.plugins import MixedPrecision as OurPlugin
+
+    ours, theirs = (
+        _mixed_precision_plugin(Ours, OurPlugin, "cuda"),
+        _mixed_precision_plugin(Theirs, TheirPlugin, "cuda"),
+    )
+    assert ours[0] == theirs[0] == 64.0
+    assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1], strict=True))
+
+
+def _plugins(framework: str) -> list:
+    if framework == "lightning":
+        from lightning.fabric import Fabric
+        from lightning.fabric.plugins import MixedPrecision, TorchCheckpointIO
+        from lightning.fabric.plugins.environments import LightningEnvironment
+    else:
+        from trainmesh import Fabric
+        from trainmesh.plugins import MixedPrecision, TorchCheckpointIO
+        from trainmesh.plugins.environments import LightningEnvironment
+
+    answers: list = _mixed_precision_plugin(Fabric, MixedPrecision, "cpu")
+    for plugins, precision in (
+        ([TorchCheckpointIO(), LightningEnvironment()], None),  # Fabric's default writer, this process's environment
+        ([TorchCheckpointIO(), TorchCheckpointIO()], None),
+        ("bf16-mixed", None),
+        (MixedPrecision("bf16-mixed", "cpu"), "bf16-mixed"),
+    ):
+        try:
+            answers.append(type(Fabric(accelerator="cpu", devices=1, plugins=plugins, precision=precision)).__name__)
+        except (TypeError, ValueError) as error:
+            answers.append((type(error), re.sub(r"<[\w.]*\.(\w+) object at 0x[0-9a-f]+>", r"<\1>", str(error))))
+    return answers
+
+
+def test_plugins_are_taken_or_refused_as_lightning_fabric_takes_them():
+    ours, theirs = _plugins("trainmesh"), _plugins("lightning")
+    assert ours[0] == theirs[0] == 64.0
+    assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1], strict=True))
+    assert ours[2:] == theirs[2:]
+
+
 def _other_members(framework: str, capsys) -> dict:
     L = _api(framework)
 
@@ -198,6 +287,8 @@ def _other_members(framework: str, capsys) -> dict:
         "accelerator": type(fabric.accelerator).__name__,
         "printed": capsys.readouterr().out,
         "run": Subclassed(accelerator="cpu", devices=1).run(5),
+        # Fabric's convert_to_tensors: nested numbers too, int32, bool as uint8, numpy arrays
+        "converted": repr((fabric.all_reduce({"n": 3, "f": [1.5, True]}), fabric.all_gather(np.arange(2)))),
     }
 
 

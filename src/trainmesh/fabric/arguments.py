@@ -9,6 +9,8 @@ warn as Fabric's do, and ``strategy="dp"`` on the CPU becomes "ddp" with Fabric'
 from __future__ import annotations
 
 import warnings
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
@@ -46,14 +48,14 @@ def fabric_precision(precision: Any, device_type: str) -> str:
             warnings.warn(
                 f"`precision={name}` is supported for historical reasons but its usage is discouraged. "
                 f"Please set your precision to {_ALIASES[name]} instead!",
-                stacklevel=4,
+                stacklevel=5,
             )
         name = _ALIASES[name]
     if name == "16-mixed" and device_type == "cpu":
         warnings.warn(
             "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
             "CPU. Using `precision='bf16-mixed'` instead.",
-            stacklevel=4,
+            stacklevel=5,
         )
         name = "bf16-mixed"
     if name in ("16-mixed", "bf16-mixed"):
@@ -77,21 +79,64 @@ def fabric_strategy(strategy: Any, device_type: str) -> Any:
     return strategy
 
 
-def precision_of_plugins(plugins: Any) -> str | None:
-    """The precision a Fabric precision plugin stands for (its ``precision`` flag); other plugins
-    (cluster environments, checkpoint IO) are refused: this face reads the environment as the
-    Runtime does, and writes checkpoints with ``torch.save``."""
+def fabric_run_precision(plugins: Any, precision: Any, device_type: str) -> Any:
+    """What the Runtime runs: the precision plugin given, as given (Fabric's connector takes its instance
+    before reading any flag: ``MixedPrecision("16-mixed", "cpu")`` is float16 autocast with its scaler on
+    the CPU, where the flag "16-mixed" becomes "bf16-mixed"), else the flag's name (``fabric_precision``).
+    ``plugins`` checked as Fabric's connector checks them, with its words."""
+    plugin = _precision_plugin(plugins)
+    if plugin is None:
+        return fabric_precision(precision, device_type)
+    if precision is not None:
+        raise ValueError(f"Received both `precision={precision}` and `plugins={plugin}`. Choose one.")
+    from trainmesh.precision import Precision as RunPrecision
+
+    device = getattr(plugin, "device", device_type)
+    if plugin.precision.endswith("-mixed") and str(device).split(":")[0] != device_type:
+        raise ValueError(
+            f"Fabric(plugins={type(plugin).__name__}(precision={plugin.precision!r}, device={device!r})) on the "
+            f"{device_type} accelerator: its autocast would be {device!r}'s, which leaves this device's computation "
+            f"in float32; pass device={device_type!r}"
+        )
+    scaler = getattr(plugin, "scaler", None) if plugin.precision == "16-mixed" else None
+    chosen = RunPrecision(plugin.precision, device_type=device_type, scaler=scaler)
+    chosen.plugin = plugin
+    return chosen
+
+
+def _precision_plugin(plugins: Any) -> Any:
+    """The precision plugin among ``plugins`` (None without one). Fabric's default checkpoint IO
+    (``TorchCheckpointIO``) and the cluster environment the process is in are taken (trainmesh writes with
+    ``torch.save`` and reads its place from the environment itself); a CheckpointIO of a program's own
+    class, or an environment this process was not started by, is refused, saying why."""
     if plugins is None:
         return None
+    from trainmesh.plugins import CheckpointIO, ClusterEnvironment, Precision, TorchCheckpointIO
+
+    kinds: Counter[str] = Counter()
     found = None
-    for plugin in plugins if isinstance(plugins, list) else [plugins]:
-        precision = getattr(plugin, "precision", None)
-        if isinstance(precision, str):
-            found = precision
-            continue
+    for plugin in [plugins] if not isinstance(plugins, Iterable) else plugins:  # Fabric's (a string's letters)
+        if isinstance(plugin, Precision):
+            found, kinds["Precision"] = plugin, kinds["Precision"] + 1
+        elif isinstance(plugin, CheckpointIO):
+            kinds["CheckpointIO"] += 1
+            if type(plugin) is not TorchCheckpointIO:
+                raise ValueError(
+                    f"Fabric(plugins={plugin!r}): trainmesh's Fabric writes checkpoints with torch.save, as Fabric's "
+                    "default TorchCheckpointIO does, and would not call this CheckpointIO's methods; leave it out"
+                )
+        elif isinstance(plugin, ClusterEnvironment):
+            kinds["ClusterEnvironment"] += 1
+            if (refusal := plugin.trainer_refusal()) is not None:
+                raise ValueError(refusal)
+        else:
+            raise TypeError(
+                f"Found invalid type for plugin {plugin}. Expected one of: Precision, CheckpointIO, ClusterEnvironment."
+            )
+    duplicated = [kind for kind, count in kinds.items() if count > 1]
+    if duplicated:
         raise ValueError(
-            f"Fabric(plugins={plugin!r}): trainmesh's Fabric takes a precision plugin only (it reads the cluster "
-            "environment as trainmesh.Runtime does and writes checkpoints with torch.save, as Fabric's default "
-            "TorchCheckpointIO does); leave the plugin out"
+            f"Received multiple values for {', '.join(duplicated)} flags in `plugins`."
+            " Expected one value for each type at most."
         )
     return found

@@ -55,8 +55,15 @@ def save(runtime: Runtime, path: str | os.PathLike[str], state: dict[str, Any], 
     runtime.save(os.fspath(path), converted)
 
 
-def load(runtime: Runtime, path: str | os.PathLike[str], state: Any, *, strict: bool) -> dict[str, Any]:
-    """Fabric's ``Strategy.load_checkpoint``: ``state`` a dict, a module or an optimizer (``load_raw``)."""
+def load(
+    runtime: Runtime, path: str | os.PathLike[str], state: Any, *, strict: bool, weights_only: bool | None
+) -> dict[str, Any]:
+    """Fabric's ``Strategy.load_checkpoint``: ``state`` a dict, a module or an optimizer (``load_raw``).
+    ``weights_only`` as Fabric hands it to ``torch.load``: True, or None (torch's default, True since
+    torch 2.6), refuses a checkpoint holding other objects than tensors and plain values with torch's error."""
+    from trainmesh.checkpoint import check_weights_only
+
+    check_weights_only(path, weights_only)
     checkpoint = runtime.load(os.fspath(path))  # every entry: nothing requested
     if not state:
         return checkpoint

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from trainmesh.fabric import checkpoints
-from trainmesh.fabric.arguments import fabric_precision, fabric_strategy, precision_of_plugins
+from trainmesh.fabric.arguments import fabric_run_precision, fabric_strategy
 from trainmesh.fabric.launching import Launching
 from trainmesh.fabric.precision import FabricPrecision
 from trainmesh.fabric.reductions import in_place, reduced_in_group
@@ -49,7 +49,8 @@ class Fabric(Launching):
         num_nodes: how many machines take part (default ``1``).
         precision: Fabric's precision flags: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
             ``"bf16-true"``, ``"64-true"``; None is Fabric's default, ``"32-true"`` (default ``None``).
-        plugins: a precision plugin; other plugin kinds are refused, naming them (default ``None``).
+        plugins: a precision plugin (run as given, its scaler included), ``TorchCheckpointIO``, the cluster
+            environment the process is in; a CheckpointIO of your own is refused, saying why (default ``None``).
         callbacks: objects whose methods ``call(hook_name, ...)`` runs (default ``None``).
         loggers: Fabric's loggers that ``log``/``log_dict`` write to (default ``None``).
 
@@ -77,12 +78,12 @@ class Fabric(Launching):
         from trainmesh.accelerators import resolve_accelerator
 
         device_type = resolve_accelerator(accelerator)
-        name = fabric_precision(precision_of_plugins(plugins) or precision, device_type)
+        run_precision = fabric_run_precision(plugins, precision, device_type)
         self._runtime = Runtime(
             accelerator=device_type,
             devices=devices,
             strategy=fabric_strategy(strategy, device_type),
-            precision=name,
+            precision=run_precision,
             num_nodes=num_nodes,
         )
         self._precision = FabricPrecision(self._runtime.precision)
@@ -308,10 +309,11 @@ class Fabric(Launching):
 
     # ---- collectives ------------------------------------------------------------------------
     def _tensors(self, data: Any) -> Any:
-        # Fabric's convert_to_tensors: numbers become tensors on the device, tensors move there
-        if isinstance(data, (int, float, bool)):
-            return torch.tensor(data, device=self.device)
-        return move_data_to_device(data, self.device)
+        # Fabric's convert_to_tensors: numbers (anywhere in a collection) become tensors on the device,
+        # with its dtypes (int32, float32, bool as uint8), numpy arrays too; tensors move there
+        from trainmesh.utilities.apply_func import new_convert_to_tensors
+
+        return new_convert_to_tensors(data, self.device)
 
     def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         self._validate_launched()
@@ -366,7 +368,7 @@ class Fabric(Launching):
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
         unwrapped = {key: _saved_form(value) for key, value in state.items()} if state is not None else None
-        remainder = checkpoints.load(self._runtime, path, unwrapped, strict=strict)
+        remainder = checkpoints.load(self._runtime, path, unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
         if state is not None and unwrapped is not None:
             for key in list(unwrapped):  # plain values the checkpoint held, into the caller's dict (Fabric's)
@@ -382,7 +384,7 @@ class Fabric(Launching):
         *,
         weights_only: bool | None = None,
     ) -> None:
-        checkpoints.load(self._runtime, path, _saved_form(obj), strict=strict)
+        checkpoints.load(self._runtime, path, _saved_form(obj), strict=strict, weights_only=weights_only)
 
     # ---- callbacks, loggers, seed -------------------------------------------------------------
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
