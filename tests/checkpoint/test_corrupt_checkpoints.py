@@ -363,11 +363,22 @@ def test_disk_full_while_saving_a_distributed_checkpoint_names_the_place_and_kee
     assert f"no space left on device while saving the checkpoint {target} (in {target.parent}," in str(named)
 
 
+def _run_disk_full(args: list[str]) -> subprocess.CompletedProcess:
+    """``python disk_full_run.py ARGS``: the elastic agent a fork of the fork server (helpers/forked.py:
+    torch and trainmesh imported there once; 1.5-1.8 CPU-s of imports each as a new interpreter),
+    its 2 workers new interpreters, as ``python PROGRAM`` starts them."""
+    from helpers.forked import can_fork, run_forked
+
+    script = Path(__file__).parent / "disk_full_run.py"
+    if not can_fork():
+        return run_program([str(script), *args], timeout=240, cwd=script.parent)
+    return run_forked(script, args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240, cwd=script.parent)
+
+
 def test_disk_full_under_fsdp_on_a_real_small_disk_is_in_the_agents_summary(tmp_path):
     # 2 processes, a distributed checkpoint: the first fits on the 400 KiB disk, the second not.
-    script = Path(__file__).parent / "disk_full_run.py"
     with small_disk(tmp_path / "disk", "400k") as disk:
-        result = run_program([str(script), str(disk / "ckpt"), "fsdp"], timeout=240, cwd=script.parent)
+        result = _run_disk_full([str(disk / "ckpt"), "fsdp"])
         assert result.returncode != 0
         summary = result.stderr[result.stderr.rindex("trainmesh: worker rank") :]
         assert (
@@ -379,8 +390,7 @@ def test_disk_full_under_fsdp_on_a_real_small_disk_is_in_the_agents_summary(tmp_
 
 
 def test_disk_full_under_ddp_is_in_the_agents_summary(tmp_path):
-    script = Path(__file__).parent / "disk_full_run.py"
-    result = run_program([str(script), str(tmp_path / "ckpt")], timeout=240, cwd=script.parent)
+    result = _run_disk_full([str(tmp_path / "ckpt")])
     assert result.returncode != 0
     summary = result.stderr[result.stderr.rindex("trainmesh: worker rank") :]
     assert "failed (exit code 1); every worker was stopped" in summary, result.stderr[-3000:]
