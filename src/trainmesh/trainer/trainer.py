@@ -39,7 +39,7 @@ from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
-from trainmesh.trainer.stage_end import finish_stage, on_stage_exception
+from trainmesh.trainer.stage_end import finish_stage, on_spawned_exception, on_stage_exception
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.stage_setup import prepare_stage
 from trainmesh.trainer.states import begin_run
@@ -301,7 +301,12 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             model, stage, ckpt_given=ckpt_path is not None, has_val_loaders=lambda: data.defines("validate")
         )
         self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
-        outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
+        try:
+            outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
+        except BaseException as exc:
+            if is_instance(self.runtime.launcher, "trainmesh.launchers.spawn", "SpawnLauncher"):
+                on_spawned_exception(self, exc, model, data.datamodule)  # the workers called none
+            raise
         if is_instance(
             outcome, "trainmesh.trainer.worker_outcome", "WorkerOutcome"
         ):  # the work ran in spawned processes
