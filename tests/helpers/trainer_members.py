@@ -134,6 +134,8 @@ def read_strategy_plugins(strategy: Any, pl_module: Any) -> dict[str, Any]:
         "main_port": type(env.main_port).__name__,
         "creates_processes_externally": env.creates_processes_externally,
         "timeout": strategy._timeout,
+        "launcher": (strategy.launcher is not None, strategy.launcher.is_interactive_compatible),
+        "layer_sync": strategy._layer_sync,
     }
 
 

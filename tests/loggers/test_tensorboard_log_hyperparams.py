@@ -25,10 +25,23 @@ class _Optim:
     lr: float = 0.1
 
 
-def _logged(framework, root: str) -> tuple[list[str], dict[str, object], list[str]]:
+def _tab(log_dir: str) -> dict[str, object]:
+    """The HPARAMS tab's values as first logged in ``log_dir``."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
+    accumulator = EventAccumulator(log_dir)
+    accumulator.Reload()
+    tab: dict[str, object] = {}
+    for data in accumulator.PluginTagToContent("hparams").values():
+        plugin = HParamsPluginData.FromString(data)
+        if plugin.HasField("session_start_info"):
+            for key, value in plugin.session_start_info.hparams.items():
+                tab[key] = getattr(value, value.WhichOneof("kind"))
+    return tab
+
+
+def _logged(framework, root: str) -> tuple[list[str], dict[str, object], list[str]]:
     logger = framework.loggers.TensorBoardLogger(root, name="tb")
     logger.log_hyperparams({"a": 1, 123: 3, 3.5: 4, 5j: 5})  # keys omegaconf refuses: no file yet
     files = sorted(name.split(".")[0] for name in os.listdir(logger.log_dir))
@@ -46,14 +59,7 @@ def _logged(framework, root: str) -> tuple[list[str], dict[str, object], list[st
     logger.save()
     logger.log_hyperparams({"later": 7})  # Lightning's file keeps what the first save wrote
     logger.save()
-    accumulator = EventAccumulator(logger.log_dir)
-    accumulator.Reload()
-    tab: dict[str, object] = {}
-    for data in accumulator.PluginTagToContent("hparams").values():
-        plugin = HParamsPluginData.FromString(data)
-        if plugin.HasField("session_start_info"):
-            for key, value in plugin.session_start_info.hparams.items():
-                tab[key] = getattr(value, value.WhichOneof("kind"))
+    tab = _tab(logger.log_dir)
     with open(os.path.join(logger.log_dir, "hparams.yaml")) as file:  # its keys (a tensor's text holds ids)
         return files, tab, [line for line in file.read().splitlines() if line[:1] not in (" ", "-")]
 
@@ -65,6 +71,29 @@ def test_log_hyperparams_writes_what_lightning_s_writes(tmp_path) -> None:
     expected = _logged(lightning, str(tmp_path / "lightning"))
     assert expected[0] == ["events"] and "later: 7" not in expected[2] and "list:" in expected[2]
     assert _logged(trainmesh, str(tmp_path / "trainmesh")) == expected
+
+
+def _numbers_logged(framework, root: str) -> tuple[dict[str, object], str]:
+    """The tab of numpy numbers and a 0-dim array; the error a 0-dim tensor raises."""
+    logger = framework.loggers.TensorBoardLogger(root)
+    logger.log_hyperparams({"count": np.int64(3), "flag": np.bool_(True), "zero_dim_array": np.array(2.0)})
+    logger.experiment.flush()
+    with pytest.raises(IndexError) as raised:
+        logger.log_hyperparams({"temperature": torch.tensor(3.0)})
+    return _tab(logger.log_dir), str(raised.value)
+
+
+def test_numbers_and_a_zero_dim_tensor_as_lightning_s(tmp_path) -> None:
+    """A 0-dim array is text, numpy numbers their value; Lightning hands a 0-dim tensor to TensorBoard,
+    which raises IndexError (in a fit: after on_fit_start, before training). Before: trainmesh logged
+    the array's and the tensor's numbers."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    tab, error = _numbers_logged(lightning, str(tmp_path / "lightning"))
+    assert tab == {"count": 3.0, "flag": True, "zero_dim_array": "2.0"}
+    ours = _numbers_logged(trainmesh, str(tmp_path / "trainmesh"))
+    assert ours[0] == tab and ours[1].startswith(error)
 
 
 def _graph_warnings(framework, root: str) -> list[str]:

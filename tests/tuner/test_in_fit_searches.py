@@ -4,7 +4,7 @@
 hooks not inside a trial, ``on_save_checkpoint`` / ``on_load_checkpoint`` around the search, the
 loaders asked for where Lightning asks (the first train loader after ``setup``, the validation
 loader once more as a batch size search ends); a ``setup`` that draws random numbers, and a fit after
-the search, train the same weights. The module's ``on_fit_start`` and ``on_train_start`` see the global
+the search, train the same weights and count the fit's batches alone. The module's ``on_fit_start`` and ``on_train_start`` see the global
 generator as Lightning's do: a finder callback sets the fit's train data up as its search ends, its
 first iterator made there (under the learning-rate search's ``isolate_rng``), as Lightning's."""
 
@@ -95,6 +95,10 @@ def _run(framework, tmp_path, search: str, where: str) -> tuple[list[str], torch
         framework.tuner.Tuner(trainer).lr_find(model, num_training=6, **data)
     calls.append("fit")
     trainer.fit(model, **data)
+    # the fit loop's counts after it: the search's trials not among them (Lightning restores its loops)
+    epoch_loop = trainer.fit_loop.epoch_loop
+    batches, validated = epoch_loop.batch_progress, epoch_loop.val_loop.batch_progress
+    calls.append(f"batches {batches.total.completed} {batches.current.completed} validated {validated.total.completed}")
     return calls, flat_weights(model), torch.get_rng_state()
 
 

@@ -229,10 +229,10 @@ class ModelCheckpoint(Checkpoint):
             self._save(trainer, mid_epoch=False)
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        """A fit that wrote no checkpoint at all (``save_top_k=0``, or too short for the cadence)
-        still leaves ``last.ckpt`` where it ended, as Lightning 2.6's: under ``fast_dev_run`` too
-        (every other save is skipped there, this one is not: measured)."""
-        if self.save_last and not self._last_checkpoint_saved:
+        """A fit that wrote no checkpoint (``save_top_k=0``, too short for the cadence) still leaves ``last.ckpt``,
+        as Lightning 2.6's, under ``fast_dev_run`` too (measured); not the Trainer's default callback (Lightning's
+        writes no last.ckpt: a fit that saved nothing, global_step 0, leaves no file)."""
+        if self.save_last and not self._last_checkpoint_saved and not self._last_from_same_save:
             save_last(self, trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:

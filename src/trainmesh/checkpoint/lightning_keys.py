@@ -64,6 +64,30 @@ def _batch_progress(current: int, total: int, *, last: bool | None) -> dict[str,
     return progress if last is None else progress | {"is_last_batch": last}
 
 
+def _optimizer_progress(
+    optimizer: dict[str, Any] | None, loop: dict[str, Any], global_step: int
+) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Lightning's optimizer ``step`` and ``zero_grad`` progress and its ``_batches_that_stepped``: from
+    the Trainer's counts (``optimizer``: the epoch's steps, the zero_grad calls, the batches stepped, as
+    Lightning's loop counts them at the save), else from the position (a checkpoint's ``loop`` entry)."""
+    if optimizer is None:
+        done = loop["batches_done"]
+        steps = {"total": _progress(global_step, global_step), "current": _progress(done, done)}
+        zero_grads = {key: value | {"started": value["ready"]} for key, value in steps.items()}
+        return steps, zero_grads, loop.get("batches_stepped", global_step)
+    total, current = optimizer["step"]["total"], optimizer["step"]["current"]
+    steps = {"total": _progress(total, total), "current": _progress(current, current)}
+    zero_grads = {
+        key: {"ready": counts["ready"], "completed": counts["completed"], "started": counts["started"]}
+        for key, counts in optimizer["zero_grad"].items()
+    }
+    return steps, zero_grads, optimizer["batches_stepped"]
+
+
+def _manual_steps(steps: dict[str, Any]) -> dict[str, Any]:
+    return {"total": steps["total"], "current": dict(steps["total"])}
+
+
 def lightning_loops(
     loop: dict[str, Any],
     epoch: int,
@@ -93,20 +117,24 @@ def lightning_loops(
         started = processed = loop["stopped_epoch"] + 1
     epochs = {"total": _progress(started, epoch, started=started, processed=processed)}
     epochs["current"] = dict(epochs["total"])
-    steps = {"total": _progress(global_step, global_step), "current": _progress(done, done)}
-    zero_grads = {key: value | {"started": value["ready"]} for key, value in steps.items()}
+    optimizer = counters.get("optimizer")
+    steps, zero_grads, stepped = _optimizer_progress(optimizer, loop, global_step)
     none = {"total": _progress(0, 0), "current": _progress(0, 0)}
+    batches = counters.get("train_batches") or _batch_progress(done, loop.get("total_batches", 0), last=finished)
     fit_loop = {
         "state_dict": {},
-        "epoch_loop.state_dict": {"_batches_that_stepped": loop.get("batches_stepped", global_step)},
-        "epoch_loop.batch_progress": _batch_progress(done, loop.get("total_batches", 0), last=finished),
+        "epoch_loop.state_dict": {"_batches_that_stepped": stepped},
+        "epoch_loop.batch_progress": batches,
         "epoch_loop.scheduler_progress": _ready_completed(counters.get("scheduler_progress")) or none,
         "epoch_loop.automatic_optimization.state_dict": {},
         "epoch_loop.automatic_optimization.optim_progress": {
-            "optimizer": {"step": steps, "zero_grad": zero_grads} if automatic else {"step": none, "zero_grad": none}
+            "optimizer": {"step": steps, "zero_grad": zero_grads}
+            if automatic
+            else {"step": none, "zero_grad": {key: value | {"started": 0} for key, value in none.items()}}
         },
         "epoch_loop.manual_optimization.state_dict": {},
-        "epoch_loop.manual_optimization.optim_step_progress": none if automatic else steps,
+        # manual optimization's steps: Lightning never resets its current count (both are global_step)
+        "epoch_loop.manual_optimization.optim_step_progress": none if automatic else _manual_steps(steps),
         "epoch_loop.val_loop.state_dict": {},
         "epoch_loop.val_loop.batch_progress": counters.get("val_loop", _batch_progress(0, 0, last=False)),
         "epoch_progress": epochs,

@@ -34,6 +34,9 @@ from trainmesh.launchers.environments import (
 
 
 class ElasticLauncher:
+    # Lightning's launcher property (its _SubprocessScriptLauncher's): a script's processes, not a notebook's
+    is_interactive_compatible = False
+
     def __init__(
         self, *, devices: int, num_nodes: int, max_restarts: int = 0, environment: dict[str, str] | None = None
     ) -> None:

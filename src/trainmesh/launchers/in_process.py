@@ -9,6 +9,8 @@ from trainmesh.launchers.base import ProcessInfo
 class InProcessLauncher:
     """Runs ``fn`` right here: one process, or one of several started by torchrun or SLURM."""
 
+    is_interactive_compatible = False  # Lightning's (its ddp launcher under torchrun: a script's)
+
     def __init__(self, process: ProcessInfo | None = None) -> None:
         self._process = process or ProcessInfo()
 

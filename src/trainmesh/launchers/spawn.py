@@ -30,6 +30,11 @@ class SpawnLauncher:
         self.environment = dict(environment or {})
         self._process: ProcessInfo | None = None
 
+    @property
+    def is_interactive_compatible(self) -> bool:
+        """Lightning's ``_MultiProcessingLauncher``'s: forked workers run from a notebook, spawned ones do not."""
+        return self.start_method == "fork"
+
     def process_info(self) -> ProcessInfo:
         if self._process is None:
             # A second launcher in a worker (the user's module-level Runtime, built again when

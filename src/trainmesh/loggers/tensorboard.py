@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,12 +74,26 @@ def _flat_for_tensorboard(params: Mapping[Any, Any], parent: str = "") -> dict[s
             for index, item in enumerate(value):
                 flat.update(_flat_for_tensorboard(item, f"{name}/{index}"))
             continue
-        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalars
+        if isinstance(value, torch.Tensor) and value.ndim == 0:
+            # Lightning passes a 0-dim tensor on to TensorBoard's ``hparams``, which indexes it and
+            # raises: the same error (a program that runs under Lightning runs here, and no other).
+            raise IndexError(
+                "too many indices for array: array is 0-dimensional, but 1 were indexed (hyperparameter "
+                f"{name!r} is a 0-dim tensor, which TensorBoard's hparams cannot take, as under Lightning: "
+                "save it as a number (tensor.item()) or a 1-element tensor)"
+            )
+        if _is_numpy_number(value):  # np.float32(1.5): its number, as Lightning's _sanitize_params
             value = value.item()
         if type(value) not in (bool, int, float, str, torch.Tensor) or getattr(value, "ndim", 0) > 1:
             value = str(value)
         flat[name] = value
     return flat
+
+
+def _is_numpy_number(value: Any) -> bool:
+    """A numpy bool, integer or float scalar (Lightning logs its ``item()``; a 0-dim array is text)."""
+    numpy = sys.modules.get("numpy")  # not imported: the value is no numpy object
+    return numpy is not None and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating))
 
 
 def _writer_module() -> str:

@@ -117,6 +117,21 @@ class DistributedStrategy(LightningStrategyFace):
         return self.__dict__["_cluster_environment"]
 
     @property
+    def launcher(self) -> Any:
+        """What starts the processes (the served Trainer's; None for a strategy that serves none), with
+        Lightning's ``is_interactive_compatible``: True only for forked workers (ddp_fork), as Lightning's
+        ``_SubprocessScriptLauncher`` (ddp) and ``_MultiProcessingLauncher`` (ddp_spawn, ddp_fork) answer."""
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer.runtime.launcher
+
+    @property
+    def _layer_sync(self) -> Any:
+        """Lightning's private name of the layer sync plugin (``sync_batchnorm=True``'s ``TorchSyncBatchNorm``;
+        None without), which programs read."""
+        trainer = self._served_trainer()
+        return None if trainer is None else trainer._layer_sync
+
+    @property
     def _timeout(self) -> timedelta:
         """Lightning's private name of the process group's timeout, which programs read."""
         return self.timeout

@@ -185,7 +185,7 @@ def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
         "predict_loop": counters.predict,
         "scheduler_progress": counters.schedulers,
     }
-    return {
+    written = {
         name: {
             "total": vars(progress.total).copy(),
             "current": vars(progress.current).copy(),
@@ -193,6 +193,23 @@ def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
         }
         for name, progress in loops.items()
     }
+    # The fit's training batches as its loop counts them (a save in on_train_batch_end: that batch not yet
+    # completed; after the fit: the last epoch's), its optimizer steps and zero_grad calls
+    written["train_batches"] = {
+        "total": vars(counters.train_batches.total).copy(),
+        "current": vars(counters.train_batches.current).copy(),
+        "is_last_batch": state.is_last_batch,
+    }
+    written["optimizer"] = {
+        "step": {"total": state.global_step, "current": counters.epoch_steps},
+        "zero_grad": {
+            "total": vars(counters.zero_grads.total).copy(),
+            "current": vars(counters.zero_grads.current).copy(),
+        },
+        # Lightning counts a batch's step in _batches_that_stepped after its validation
+        "batches_stepped": state.loop.batches_stepped,
+    }
+    return written
 
 
 def _loop_entry(state: LoopState) -> dict[str, Any]:

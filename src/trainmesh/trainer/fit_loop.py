@@ -191,6 +191,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
         # counts, and the validation batches counted across the epoch
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()
         progress.schedulers.current = Counts()
+        progress.epoch_steps, progress.zero_grads.current = 0, Counts()  # its optimizer progress too
     state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
@@ -224,7 +225,8 @@ def _train_batches(
     batch_hooks = TrainBatchHooks(hooks)
     at_batch_end = batch_hooks.end_calls  # read once: the step's fast path
     start = loop.batches_done
-    pending_gradients = start % accumulate != 0  # resuming inside an accumulation window
+    # Resuming inside an accumulation window; not at the epoch's end (its last batch stepped the window)
+    pending_gradients = start % accumulate != 0 and start < state.num_training_batches
     # The training step, and the optimizer step through Lightning's hooks (who overrides which is read here)
     batches = runners.choose_runner(ctx, accumulate)
     run_batch = profiled_call(batches.run, ctx.profiler, "run_training_batch")

@@ -14,7 +14,7 @@ from trainmesh.trainer.finder_runs import run_searches
 from trainmesh.trainer.finite_loss import FiniteLossCheck
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.trainer.loop_progress import scheduler_progress_of
+from trainmesh.trainer.loop_progress import restore_optimizer_progress, scheduler_progress_of
 from trainmesh.trainer.loop_state import LoopPosition
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
@@ -63,6 +63,7 @@ def begin_fit(
         rerun_epoch_end_under_max_steps(ctx)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
         state.progress.schedulers = scheduler_progress_of(checkpoint)
+        restore_optimizer_progress(state.progress, checkpoint)
     restart_epoch_counts(state, resumed=checkpoint is not None)
     state.progress.fit_started = True
 

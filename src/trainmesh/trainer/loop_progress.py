@@ -8,7 +8,8 @@ epoch_end.py, evaluation.py); the views hand out read-only copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -53,6 +54,12 @@ class Progress:
         self.total.completed += 1
         self.current.completed += 1
 
+    def count(self) -> None:
+        """One more made ready, started and completed at once (Lightning's zero_grad tracker)."""
+        self.ready()
+        self.started()
+        self.completed()
+
     def clear(self) -> None:
         """Lightning's ``_reset_progress`` (the fit's validation counters after the sanity check)."""
         self.total, self.current, self.is_last_batch = Counts(), Counts(), False
@@ -76,6 +83,10 @@ class LoopCounters:
     predict: Progress = field(default_factory=Progress)
     # the fit's scheduler steps (Lightning's scheduler_progress: ready and completed; current per epoch)
     schedulers: Progress = field(default_factory=Progress)
+    # Lightning's optimizer progress of the fit: the epoch's optimizer steps (the total is global_step)
+    # and the zero_grad calls of automatic optimization (one per accumulation window), current per epoch
+    epoch_steps: int = 0
+    zero_grads: Progress = field(default_factory=Progress)
     fit_started: bool = False  # Lightning settles its fit loop's limits (min_epochs 0 for None) as a fit starts
 
     def evaluation(self, stage: str, fitting: bool) -> Progress | None:
@@ -85,12 +96,34 @@ class LoopCounters:
         return {"validate": self.validate, "test": self.test, "predict": self.predict}.get(stage)
 
 
+def restore_counters(counters: LoopCounters, saved: LoopCounters) -> None:
+    """``counters`` as ``saved`` (a copy taken earlier), in place: the loop views hold this object."""
+    for name in (f.name for f in fields(LoopCounters)):
+        setattr(counters, name, copy.deepcopy(getattr(saved, name)))
+
+
+def _saved_fit_loop(checkpoint: Any) -> dict[str, Any]:
+    loops = checkpoint.get("loops") if isinstance(checkpoint, dict) else None
+    fit_loop = (loops or {}).get("fit_loop")
+    return fit_loop if isinstance(fit_loop, dict) else {}
+
+
+def restore_optimizer_progress(counters: LoopCounters, checkpoint: Any) -> None:
+    """The epoch's optimizer steps and the zero_grad counts a resumed fit counts on from (the
+    checkpoint's Lightning ``loops`` entry, as Lightning's restart reads them); none where it has none."""
+    saved = _saved_fit_loop(checkpoint).get("epoch_loop.automatic_optimization.optim_progress", {})
+    optimizer = saved.get("optimizer", {}) if isinstance(saved, dict) else {}
+    counters.epoch_steps = int(optimizer.get("step", {}).get("current", {}).get("completed", 0))
+    zero_grad = optimizer.get("zero_grad", {})
+    total, current = (int(zero_grad.get(key, {}).get("completed", 0)) for key in ("total", "current"))
+    counters.zero_grads = Progress(total=Counts.at(total), current=Counts.at(current))
+
+
 def scheduler_progress_of(checkpoint: Any) -> Progress:
     """The scheduler steps a resumed fit counts on from: the checkpoint's Lightning ``loops`` entry
     (``scheduler_progress``, written by trainmesh or Lightning), as Lightning's restart reads them
     (``ready`` back at ``completed``); none counted where the checkpoint has no such entry."""
-    loops = checkpoint.get("loops") if isinstance(checkpoint, dict) else None
-    saved = (loops or {}).get("fit_loop", {}).get("epoch_loop.scheduler_progress")
+    saved = _saved_fit_loop(checkpoint).get("epoch_loop.scheduler_progress")
     if not isinstance(saved, dict):
         return Progress()
     total, current = (int(saved.get(key, {}).get("completed", 0)) for key in ("total", "current"))

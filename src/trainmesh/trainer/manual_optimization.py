@@ -46,6 +46,7 @@ class StepCount(Protocol):
     imported: the Module imports this module, and the state's types lead back to the Module)."""
 
     global_step: int
+    progress: Any  # loop_progress.LoopCounters (its epoch_steps)
     hooks: Any
     optimizers: list[Any]
     manual_backward: Any

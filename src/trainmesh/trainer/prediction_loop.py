@@ -7,7 +7,7 @@ each batch are known; a loader with no batch sampler has none (Lightning warns a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,10 @@ from torch.utils.data import DataLoader
 
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.rank_zero import rank_zero_warn
+
+
+def _returned_by_default(value: bool | None) -> bool:
+    return True if value is None else bool(value)
 
 
 @dataclass
@@ -25,7 +29,22 @@ class PredictLoop:
     epoch_batch_indices: list[list[list[int]]] = field(default_factory=list)
     current_batch_indices: list[int] = field(default_factory=list)
     writers: list[Any] = field(default_factory=list)  # the BasePredictionWriter callbacks
-    return_predictions: bool = True  # trainer.predict(return_predictions=...), set before the run
+    # What a ``return_predictions`` of True/False/None becomes (the Trainer's ``returns_predictions``:
+    # None is "yes" unless the workers are spawned, where True is refused), and the value, False until
+    # set (as Lightning's ``_PredictionLoop``).
+    decide: Callable[[bool | None], bool] = _returned_by_default
+    _return_predictions: bool = False
+
+    @property
+    def return_predictions(self) -> bool:
+        """Whether the run keeps and returns its predictions (``trainer.predict(return_predictions=...)``)."""
+        return self._return_predictions
+
+    @return_predictions.setter
+    def return_predictions(self, value: bool | None) -> None:
+        # Decided at set time, as Lightning's setter: None is the strategy's default, True under a
+        # strategy that spawns is refused here (a program setting it directly sees the same error).
+        self._return_predictions = self.decide(value)
 
     @property
     def keeps_predictions(self) -> bool:

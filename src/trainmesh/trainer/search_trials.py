@@ -21,6 +21,7 @@ from trainmesh.trainer.checkpointing import build_checkpoint, restore_checkpoint
 from trainmesh.trainer.epoch_counts import restart_epoch_counts
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.loop_progress import restore_counters
 from trainmesh.trainer.profiling import hook_dispatcher
 from trainmesh.trainer.publishing import Publisher
 
@@ -42,6 +43,8 @@ class SearchTrials:
         # Lightning's temporary checkpoint (`.scale_batch_size_<uuid>.ckpt`), kept in memory
         # a copy: the state dicts' tensors are the live ones, which the trials train (Lightning's is a file)
         self._checkpoint = copy.deepcopy(build_checkpoint(ctx.state, ctx.runtime, ctx.view))
+        # and the loops' progress counts, which Lightning's checkpoint holds (trainer.fit_loop's after the search)
+        self._counters = copy.deepcopy(ctx.state.progress)
         self._fresh = True  # the first trial starts from the state saved: nothing to restore
 
     def run(
@@ -60,6 +63,7 @@ class SearchTrials:
             restore_checkpoint(
                 state, ctx.runtime, ctx.view, self._checkpoint, source="", weights_only=False, modules_restored=True
             )
+            restore_counters(state.progress, self._counters)
         self._fresh = False
         restart_epoch_counts(state, resumed=False)
         state.should_stop = False
@@ -91,5 +95,6 @@ class SearchTrials:
         """The fit's state as the search began (Lightning restores its checkpoint: ``on_load_checkpoint``)."""
         ctx = self.ctx
         restore_checkpoint(ctx.state, ctx.runtime, ctx.view, self._checkpoint, source="", weights_only=False)
+        restore_counters(ctx.state.progress, self._counters)
         restart_epoch_counts(ctx.state, resumed=False)
         ctx.state.should_stop = False

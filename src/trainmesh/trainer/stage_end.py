@@ -3,8 +3,10 @@ failure the exception hooks instead; the loggers finalized with the run's status
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
+from trainmesh.callbacks.base import defines_hook
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.states import end_run, hook_stage, interrupt_run
 
@@ -13,10 +15,30 @@ if TYPE_CHECKING:
 
 
 def on_stage_exception(trainer: StageTrainer, exc: BaseException) -> None:
-    """A stage that raised: its state interrupted, the exception hooks called (Lightning's on_exception)."""
+    """A stage that raised: its state interrupted, the exception hooks called (Lightning's on_exception).
+    Not in a spawned worker: Lightning calls them in the launching process only (on_spawned_exception)."""
     interrupt_run(trainer._state.trainer_state)
-    if trainer._state.hooks is not None:
+    if trainer._state.hooks is not None and not trainer.runtime.process.reports_to_parent:
         trainer._state.hooks.call_exception_hooks(exc, trainer.datamodule)
+
+
+def on_spawned_exception(trainer: StageTrainer, exc: BaseException, model: Any, datamodule: Any) -> None:
+    """A stage whose spawned workers raised, in the launching process, as Lightning's ``_interrupt`` there:
+    the state interrupted, the callbacks' ``on_exception`` with this process's exception (torch's
+    ``ProcessRaisedException``), then the data module's; a hook's own error is dropped, as in a worker."""
+    interrupt_run(trainer._state.trainer_state)
+    calls = [
+        functools.partial(callback.on_exception, trainer, model, exc)
+        for callback in trainer.callbacks
+        if defines_hook(callback, "on_exception")
+    ]
+    if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
+        calls.append(functools.partial(datamodule.on_exception, exc))
+    for call in calls:
+        try:
+            call()
+        except Exception:
+            pass
 
 
 def finish_stage(trainer: StageTrainer, data: DataSource, stage: str, status: str) -> None:

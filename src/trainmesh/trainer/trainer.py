@@ -32,13 +32,14 @@ from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
+from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.profiling import build_profiler
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
-from trainmesh.trainer.stage_end import finish_stage, on_stage_exception
+from trainmesh.trainer.stage_end import finish_stage, on_spawned_exception, on_stage_exception
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.stage_setup import prepare_stage
 from trainmesh.trainer.states import begin_run
@@ -165,7 +166,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         # loop_state.py: the properties below read it
-        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
+        self._state = self._new_loop_state()
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
         say_batch_limit_notes(notes)
 
@@ -232,8 +233,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
-        keep = self.runtime.trainer_port.returns_predictions(return_predictions)
-        self._state.predict_loop.return_predictions = keep  # else none kept, as Lightning
+        self._state.predict_loop.return_predictions = return_predictions  # decided (and refused) there
+        keep = self._state.predict_loop.return_predictions  # else none kept, as Lightning
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return outputs if keep else None
 
@@ -246,7 +247,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
     def _reset_fit_state(self) -> None:
         """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""
-        self._state = LoopState(log_collector=LogCollector(self.runtime.all_reduce))
+        self._state = self._new_loop_state()
+
+    def _new_loop_state(self) -> LoopState:
+        decide = self.runtime.trainer_port.returns_predictions  # trainer.predict_loop.return_predictions = x
+        return LoopState(log_collector=LogCollector(self.runtime.all_reduce), predict_loop=PredictLoop(decide=decide))
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None
@@ -296,7 +301,12 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             model, stage, ckpt_given=ckpt_path is not None, has_val_loaders=lambda: data.defines("validate")
         )
         self.runtime.trainer_port.choose_strategy(model)  # "auto" decides by the model's memory, before processes start
-        outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
+        try:
+            outcome = self.runtime.launch(self._run, stage, model, data, ckpt_path, weights_only)
+        except BaseException as exc:
+            if is_instance(self.runtime.launcher, "trainmesh.launchers.spawn", "SpawnLauncher"):
+                on_spawned_exception(self, exc, model, data.datamodule)  # the workers called none
+            raise
         if is_instance(
             outcome, "trainmesh.trainer.worker_outcome", "WorkerOutcome"
         ):  # the work ran in spawned processes

@@ -130,6 +130,7 @@ class OptimizerSteps:
         state = self.ctx.state
         zero_grad = self.zero_grad_hook or default_zero_grad
         for optimizer in state.optimizers if optimizers is None else optimizers:
+            state.progress.zero_grads.count()  # Lightning's optim_progress.optimizer.zero_grad
             if self.hooks.before_zero_grad:
                 self.ctx.hooks.call("on_before_zero_grad", optimizer.optimizer)
             zero_grad(state.current_epoch, batch_idx, optimizer.optimizer)
