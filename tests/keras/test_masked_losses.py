@@ -1,8 +1,10 @@
-"""A compiled loss reduced over a mask (masked_losses.py): refused under 2 processes before any process starts.
+"""A compiled loss reduced over a mask, or Keras' Dice over the whole batch (masked_losses.py): refused under 2
+processes before any process starts.
 
 Before: a per-token tagger (Embedding(mask_zero=True) + BiLSTM, sparse cross-entropy) trained 2 x 16 3.5e-3
 apart from Keras' own fit at 32 in History, a Masking + GRU regression 2.6e-2, a segmentation with
-SparseCategoricalCrossentropy(ignore_class=0) 1.4e-3 (predict 0.14), silently (/work/progs/k-progs4).
+SparseCategoricalCrossentropy(ignore_class=0) 1.4e-3 (predict 0.14), a segmentation with keras.losses.Dice()
+weights 6.3e-3 (predict 4.3e-3), silently (/work/progs/k-progs4).
 Each test runs in the launching process only: the refusal comes before any launch.
 """
 
@@ -56,6 +58,8 @@ def test_a_loss_over_the_unmasked_positions_is_not_a_mean_over_the_samples():
         (False, "sparse_categorical_crossentropy", "mask (from Embedding(mask_zero=True)"),
         (True, "ignore_class", "SparseCategoricalCrossentropy(ignore_class=0)"),
         (True, "sparse_categorical_crossentropy", None),  # the mask ends in the pooling: a per-sample loss
+        (True, "dice", "Dice(axis=None) is computed over the whole batch"),  # one ratio of sums over the batch
+        (True, "dice_per_sample", None),  # Dice(axis=(1,)): one value per sample, averaged
     ],
 )
 def test_a_loss_over_a_mask_is_refused_before_start_under_two_processes(pooled, loss, named):
@@ -67,6 +71,9 @@ def test_a_loss_over_a_mask_is_refused_before_start_under_two_processes(pooled, 
     if loss == "ignore_class":
         loss = keras.losses.SparseCategoricalCrossentropy(ignore_class=0)
         y = y[:, :1]
+    elif loss.startswith("dice"):
+        loss = keras.losses.Dice(axis=(1,) if loss == "dice_per_sample" else None)
+        y = keras.utils.to_categorical(y[:, 0] % 4, 4)
     model = _model(pooled, loss)
     before = [v.numpy().copy() for v in model.variables]
     refuse_masked_losses(model, x, world=1)  # one process: Keras' own numbers
@@ -75,7 +82,7 @@ def test_a_loss_over_a_mask_is_refused_before_start_under_two_processes(pooled, 
         return
     with pytest.raises(ValueError, match=r"devices=1\)$") as refused:
         tk.fit(model, x, y, batch_size=8, strategy="ddp", devices=2)
-    assert named in str(refused.value) and "sample_weight" in str(refused.value)
-    with pytest.raises(ValueError, match="divides by the count of unmasked positions"):
+    assert named in str(refused.value) and ("sample_weight" in str(refused.value)) != ("Dice" in named)
+    with pytest.raises(ValueError, match="divides by the count of unmasked positions|over the whole batch"):
         tk.evaluate(model, x, y, batch_size=8, strategy="ddp", devices=2)
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.variables, strict=True))
