@@ -42,6 +42,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/progress/bar_meter.py": ["callbacks/test_throughput.py"],
     "demos/lstm.py": ["demos/test_transformer.py"],
     "keras/global_draws.py": ["keras/test_keras_random_draws.py"],
+    "keras/probe_reasons.py": ["keras/test_step_probe.py"],
     "trainer/checkpoint_paths.py": ["trainer/test_last_checkpoint_dirs.py", "checkpoint/test_kill_during_save.py"],
     "hparams_files.py": ["core/test_saving.py"],
     "serve/servable_module.py": ["serve/test_servable_module_validator.py"],

@@ -508,3 +508,28 @@ def test_ddp_spawn_refuses_a_model_keras_cannot_rebuild(monkeypatch):
     # Keras' reason alone (before: wrapped in the launcher's "Travelling cannot be pickled (...). Make it picklable
     # (e.g. build it in setup())", the Trainer's advice)
     assert str(refused.value).startswith("ddp_spawn sends the Keras model") and "setup()" not in str(refused.value)
+
+
+class NoConfigNet(keras.Model):
+    """keras-io's RecommenderNet's way: a model class taking ``__init__`` arguments, with no ``get_config``."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+
+def test_ddp_spawn_refuses_a_model_keras_cannot_save_in_its_own_words(monkeypatch):
+    """Keras' NotImplementedError ("must override get_config()") while the model is pickled: refused before any
+    process starts as trainmesh's reason (before: inside the launcher's "Travelling.model._tracker.config cannot
+    be pickled (...). Make it picklable (e.g. build it in setup())", the Trainer's advice)."""
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", lambda *a, **k: pytest.fail("a process was started"))
+    model = NoConfigNet(3)
+    model(x[:2])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="(?s)Keras cannot save it .NotImplementedError.*get_config.*'ddp'") as refused:
+        tk.fit(model, x, y, batch_size=16, verbose=0, strategy="ddp_spawn", devices=2)
+    assert str(refused.value).startswith("ddp_spawn sends the Keras model") and "setup()" not in str(refused.value)
+    assert "Example:" not in str(refused.value)  # Keras' code sample left out

@@ -43,6 +43,9 @@ def stepped(loss: str, layers: str = "dense"):
                 value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.std(y_pred)
             elif loss == "sum":
                 value = ops.sum(ops.square(y - y_pred))
+            elif loss == "ratio":  # keras-io ner_with_transformers' loss: a mean over the positions the mask keeps
+                mask = ops.cast(y > 0, "float32")
+                value = ops.sum(ops.square(y - y_pred) * mask) / ops.sum(mask)
             elif loss == "pairs":  # a contrastive term over every pair of the batch's samples
                 distances = ops.sum(ops.square(y_pred[:, None, :] - y_pred[None, :, :]), axis=-1)
                 value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.mean(ops.exp(-distances))
@@ -74,20 +77,32 @@ def stepped(loss: str, layers: str = "dense"):
     return model, *programs.data(64)
 
 
-@pytest.mark.parametrize("loss", ["std", "sum", "pairs"])
-def test_a_step_whose_loss_is_not_a_mean_is_refused(loss):
-    """A term on a batch statistic, a loss reduced by a sum, a term over pairs: refused under 2 processes with the
-    gradients' relative difference (a sum: 0.5, each half's gradient half the whole's), probed through
-    Dropout (unseeded and seeded), GaussianNoise and BatchNormalization; one process: nothing probed."""
+@pytest.mark.parametrize(
+    ("loss", "named"),
+    [
+        ("std", "a loss reduced by a sum gives half"),  # no relation known: the general words
+        ("sum", "the loss is a sum over the batch's samples"),
+        ("pairs", "a loss reduced by a sum gives half"),
+        ("ratio", "the loss is a ratio over the batch: its gradients on the batch are its halves' weighted"),
+    ],
+)
+def test_a_step_whose_loss_is_not_a_mean_is_refused(loss, named):
+    """A term on a batch statistic, a loss reduced by a sum, a term over pairs, a ratio over the batch (a mean over
+    the positions a mask keeps): refused under 2 processes with the gradients' relative difference (a sum: 0.5,
+    each half's gradient half the whole's) and, where the gradients are the halves' sum or their mean weighted
+    otherwise than 1/2 : 1/2, what the loss is (before: the general words for every one; probe_reasons.py),
+    probed through Dropout (unseeded and seeded), GaussianNoise and BatchNormalization; one process: nothing
+    probed."""
     from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
 
     model, x, y = stepped(loss, "drawing")
     assert refusal(model, x, y, None, None, world=1) is None
     reason = refusal(model, x, y, None, None, world=2)
     assert reason is not None
-    for part in ("train_step is not a mean over the batch's samples", "or run on one process", "sum_over_batch_size"):
+    fix = "sample_weight" if loss == "ratio" else "sum_over_batch_size"
+    for part in ("train_step is not a mean over the batch's samples", "or run on one process", fix, named):
         assert part in reason, reason
-    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    difference, noise, _ = step_difference(model, _first_batch(x, y, None, None))
     assert f"by {difference:.2e} of their norm" in reason and noise == 0.0
     assert difference > 10 * TOLERANCE
     if loss == "sum":
@@ -102,7 +117,7 @@ def test_a_mean_loss_step_is_not_refused(layers):
 
     model, x, y = stepped("mean", layers)
     assert refusal(model, x, y, None, None, world=2) is None
-    difference, _ = step_difference(model, _first_batch(x, y, None, None))
+    difference, _, _ = step_difference(model, _first_batch(x, y, None, None))
     assert difference < TOLERANCE / 100
 
 
@@ -138,7 +153,7 @@ def test_torch_s_own_draws_in_a_step_are_replayed_in_the_halves(loss):
     from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
 
     model, x, y = stepped(loss)
-    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    difference, noise, _ = step_difference(model, _first_batch(x, y, None, None))
     assert noise == 0.0
     reason = refusal(model, x, y, None, None, world=2)
     if loss == "torch_draw":
@@ -154,7 +169,7 @@ def test_a_tensor_method_s_draw_is_replayed_in_the_halves():
     from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
 
     model, x, y = stepped("tensor_method")
-    difference, noise = step_difference(model, _first_batch(x, y, None, None))
+    difference, noise, _ = step_difference(model, _first_batch(x, y, None, None))
     assert noise == 0.0 and difference < TOLERANCE / 100
     assert refusal(model, x, y, None, None, world=2) is None
 

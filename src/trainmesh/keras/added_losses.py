@@ -26,7 +26,7 @@ import torch
 from trainmesh.keras.backend import require_keras
 
 
-def _two_samples(x: Any) -> Any:
+def two_samples(x: Any) -> Any:
     """The inputs of the first two samples of ``x`` (arrays or a PyDataset's first batch); None: other data."""
     keras = require_keras()
     if isinstance(x, keras.utils.PyDataset):
@@ -78,7 +78,7 @@ def refuse_batch_sums(model: Any, x: Any, world: int) -> None:
     """Under several processes: an added loss that is not a mean over the batch's samples, refused."""
     if world == 1 or not getattr(model, "built", False):
         return
-    inputs = _two_samples(x)
+    inputs = two_samples(x)
     found = probe(model, inputs) if inputs is not None else None
     if found is None:
         return

@@ -55,8 +55,9 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
 from trainmesh.keras.optimizers import keras_classes_with_apply
-from trainmesh.keras.own_forward import forward_of_its_own, forward_reason, own
+from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
+from trainmesh.keras.probe_reasons import relation, step_reason
 
 # Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
 # with Dense, Dropout, BatchNormalization); a step computing in float16/bfloat16 by ~1e-3.
@@ -346,9 +347,10 @@ def _mean_of(first: list[tuple[Any, list[Any]]], second: list[tuple[Any, list[An
     ]
 
 
-def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[float, float]:
+def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[float, float, str]:
     """(the largest relative difference between the step's gradients on ``data`` and the mean of its
-    halves', what torch's own draws alone move them: 0 when the step draws none)."""
+    halves', what torch's own draws alone move them: 0 when the step draws none, what the gradients are of
+    the halves': probe_reasons.relation)."""
     keras = require_keras()
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
@@ -379,33 +381,11 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
                 tape.replay(0, count, count)
                 torch.manual_seed(int(torch.get_rng_state().sum().item()) ^ 0x5EED)  # elsewhere, drawing nothing
                 noise, _ = _relative(whole, _gradients(model, data))
-            return difference, noise
+            found = relation(whole, parts, limit) if difference > limit else ""
+            return difference, noise, found
     finally:
         restorer.restore()
         tape.replay(0, count, count)  # the program's own torch.Generators as they were
-
-
-def _reason(model: Any, difference: float, noise: float, world: int) -> str:
-    names = (
-        "train_step"
-        if _own_override(model, "train_step")
-        else "compute_loss"
-        if _own_override(model, "compute_loss")
-        else "compiled loss"
-    )
-    if names == "compiled loss" and not _own_losses(model):
-        return forward_reason(model, difference, world, PROBED_SAMPLES)
-    drawn = f" (torch's own draws in the step alone move them by {noise:.2e})" if noise else ""
-    return (
-        f"the model's {names} is not a mean over the batch's samples: on the first {PROBED_SAMPLES} samples of the "
-        f"training data its gradients differ from the mean of its gradients on each half by {difference:.2e} of "
-        f"their norm{drawn} (a loss reduced by a sum gives half, a term on a batch statistic such as "
-        f"keras.ops.std(y_pred) or a loss over pairs of samples other numbers). Under {world} processes each one "
-        "runs the step on its part of every global batch and trainmesh averages the gradients weighted by the "
-        "parts' sizes, which is one process's gradient only for a mean over the samples: the run would train and "
-        "differ from one process's, silently. Make the loss a mean over the samples (keras.ops.mean of per-sample "
-        "values, Keras' losses at their default reduction 'sum_over_batch_size'), or run on one process"
-    )
 
 
 def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> Any:
@@ -451,7 +431,7 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
         data = _first_batch(x, y, sample_weight, class_weight)
         if data is None:
             return None
-        difference, noise = step_difference(model, data, tolerance(model))
+        difference, noise, found = step_difference(model, data, tolerance(model))
     except NotProbed:
         return None
     except unmapped_draws.UnmappedDraws as unmapped:
@@ -463,7 +443,9 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
     limit = tolerance(model)
     if difference <= limit or (noise > limit / NOISE_FACTOR and difference <= NOISE_FACTOR * noise):
         return None
-    return _reason(model, difference, noise, world)
+    return step_reason(
+        model, difference, noise, world, samples=PROBED_SAMPLES, found=found, own_losses=_own_losses(model)
+    )
 
 
 PROBED_SAMPLES = 16  # batch_metrics.PROBED_SAMPLES: the samples probe_batch takes

@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.keras import arguments, zero
+from trainmesh.keras import arguments, masked_losses, zero
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.batch_metrics import compiled_among
 from trainmesh.keras.batches import (
@@ -139,6 +139,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     arguments.assign_values(model.variables, values[0])
     set_random_states(values[1])
     probe = probing_callback(runtime, x, y, kwargs)  # a step whose loss is not a mean: refused before training
+    checks = [probe, masked_losses.checking_callback(world, x)]  # a loss over a mask: a model fit built
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     whole = x  # what names the fit for preemption (the same on every process)
@@ -164,7 +165,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     if runtime.capabilities.shards_optimizer_state and world > 1:
         state.zero = zero.Zero(runtime, model)
     savers_first = zero.gather_for_savers(state.zero, given)  # zero1: the whole state before a saver writes
-    kwargs["callbacks"] = [probe, *savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
+    kwargs["callbacks"] = [*checks, *savers_first, *for_rank(given, rank), *epoch_setter(x), sync_callback(state)]
     if rank != 0:
         kwargs["verbose"] = 0
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)

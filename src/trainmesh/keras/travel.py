@@ -47,13 +47,30 @@ class Travelling:
         self.model, self.data = model, data
 
     def __reduce__(self) -> tuple[Any, ...]:
-        objects = own_objects(self.model)
-        data = pickle.dumps(self.model)
+        objects, data = _saved(self.model)
         seeds = [initializer.seed for initializer in unseeded_initializers(self.model)]
         batch = _batch_to_build(self.model, self.data)
         unbuilt = not getattr(getattr(self.model, "optimizer", None), "built", True)
         _check_rebuilds(objects, data, seeds, batch, unbuilt)
         return (_arrive, (objects, data, seeds, batch, unbuilt))
+
+
+def _saved(model: Any) -> tuple[dict[str, Any], bytes]:
+    """The program's own classes the model's config names, and the model's bytes as Keras pickles it (its
+    ``.keras`` file); Keras' refusal to save it (a class of the
+    program's own taking ``__init__`` arguments without a ``get_config``: keras-io's RecommenderNet) named as
+    trainmesh's, before any process starts (before: it arrived inside the launcher's generic "cannot be pickled
+    ... build it in setup()", the Trainer's advice, naming ``Travelling.model._tracker.config``)."""
+    try:
+        return own_objects(model), pickle.dumps(model)  # both read the model's config
+    except Exception as err:  # noqa: BLE001 -- whatever Keras raises while saving the model
+        said = " ".join(str(err).split("Example:")[0].split())  # Keras' reason, without its code sample
+        raise RefusedToTravel(
+            "ddp_spawn sends the Keras model to new processes by pickling it, which Keras does by saving it "
+            f"(its .keras file, from each class's get_config), and Keras cannot save it ({type(err).__name__}: "
+            f"{said}). Give each class of your own whose __init__ takes arguments a get_config() returning them, "
+            "or use strategy='ddp_fork' or 'ddp', which start the processes without pickling the model"
+        ) from None
 
 
 def _batch_to_build(model: Any, data: tuple[Any, Any, Any] | None) -> Any:
