@@ -58,7 +58,7 @@ class CheckedGAN(GAN):
             sched_g.step()
 
         self.toggle_optimizer(opt_d)
-        with self.no_backward_sync(enabled=not steps_now):
+        with self._discriminator_sync(steps_now):
             real = F.binary_cross_entropy_with_logits(self.discriminator(x), ones)
             fake = F.binary_cross_entropy_with_logits(self.discriminator(self(z).detach()), zeros)
             self.manual_backward((real + fake) / 2 / ACCUMULATE)
@@ -70,6 +70,13 @@ class CheckedGAN(GAN):
             opt_d.zero_grad()
             sched_d.step()
         self.log("g_loss", g_loss)
+
+    def _discriminator_sync(self, steps_now):
+        # Under ddp, Lightning's ParallelStrategy.block_backward_sync() (gradient-cache programs use it:
+        # l-progs9 p05b) instead of no_backward_sync: the same DDP no_sync, so the same weights.
+        if not steps_now and type(self.trainer.strategy).__name__ == "DDPStrategy":
+            return self.trainer.strategy.block_backward_sync()
+        return self.no_backward_sync(enabled=not steps_now)
 
     def configure_optimizers(self):
         opt_g, opt_d = optimizers(self.generator, self.discriminator)

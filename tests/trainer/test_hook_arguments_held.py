@@ -64,3 +64,47 @@ def test_instance_held_epoch_end_hooks_get_lightning_2_arguments():
     lightning, trainmesh = _predict("lightning"), _predict("trainmesh")
     assert lightning == ([("module start", 0), ("callback", 2), ("module", 0), ("callback end", 2)], [(2, 1), (2, 1)])
     assert trainmesh == lightning
+
+
+def _held_steps(name):
+    """Step hooks set per instance (``functools.partial(self._step, stage=...)``, a lambda): Lightning reads each
+    one's signature as a method's (first parameter skipped) and passes ``batch_idx`` only where it is named there,
+    or two parameters follow the first (ContrastivePretrainingModel, stored file 10785753000)."""
+    framework = FRAMEWORKS[name]
+    calls = []
+
+    class Net(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            for stage in ("training", "test", "predict"):
+                setattr(self, f"{stage}_step", functools.partial(self._step, stage=stage))
+            self.validation_step = lambda batch, batch_idx: calls.append(("validation", batch_idx))
+
+        def _step(self, batch, stage):
+            calls.append((stage, batch.shape[0]))
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 2), batch_size=2)
+    kwargs = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = framework.Trainer(max_epochs=1, enable_checkpointing=False, num_sanity_val_steps=0, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = Net()
+        trainer.fit(net, loader, loader)
+        trainer.test(net, loader, verbose=False)
+        trainer.predict(net, loader)
+    return calls, net.layer.weight.tolist()
+
+
+def test_instance_held_step_hooks_get_batch_idx_as_lightning_reads_their_signature():
+    lightning, trainmesh = _held_steps("lightning"), _held_steps("trainmesh")
+    assert (
+        lightning[0]
+        == [("training", 2)] * 2 + [("validation", 0), ("validation", 1)] + [("test", 2)] * 2 + [("predict", 2)] * 2
+    )
+    assert trainmesh == lightning

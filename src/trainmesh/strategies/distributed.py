@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -195,6 +195,21 @@ class DistributedStrategy(LightningStrategyFace):
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Iterator[None]:
+        """Lightning's ``ParallelStrategy.block_backward_sync()`` (a gradient-cache loop's backward on each
+        chunk but the last): inside, a model the run wraps in DDP accumulates gradients locally, as
+        ``LightningModule.no_backward_sync``; another's backward syncs as it would, as Lightning yields then."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        trainer = self._served_trainer()
+        model = None if trainer is None else trainer.model
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        with trainer.runtime.no_backward_sync(model):
+            yield
 
     def clip_gradients(
         self,

@@ -14,6 +14,8 @@ import functools
 import inspect
 from typing import Any
 
+from trainmesh.utilities.signature_utils import is_param_in_hook_signature
+
 # The positional arguments the Trainer passes to each batch-level hook (after trainer and
 # module, for a callback). Lightning programs often define fewer (``training_step(self,
 # batch)``): such a hook gets only the first ones it accepts.
@@ -40,6 +42,9 @@ PASSED_ARGS = {
 }
 # Hooks whose last argument only Lightning 1.x passed: given to a signature that names it, not to *args.
 _NAMED_ONLY = ("on_predict_epoch_end",)
+# The step hooks: Lightning 2.x passes batch_idx only where the hook's signature asks for it
+# (``is_param_in_hook_signature(step, "batch_idx", min_args=2)``, its loops' ``_build_kwargs``).
+_STEP_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
 # The train-batch hooks Lightning before 1.5 called with a trailing dataloader_idx.
 _OLD_DATALOADER_IDX = ("on_train_batch_start", "on_train_batch_end")
 # The evaluation batch hooks Lightning 1.x called with dataloader_idx even for one loader (2.x: only for several).
@@ -61,6 +66,14 @@ class LeadingArgs:
 
     def __call__(self, method: Any, *args: Any) -> Any:
         return method(*args[: self.count])
+
+
+class WithoutBatchIdx:
+    """``method(batch, *rest)``: a step hook the instance holds whose signature Lightning reads as taking
+    no ``batch_idx`` (``functools.partial(self._step, stage=...)``): the batch and what follows the index."""
+
+    def __call__(self, method: Any, *args: Any) -> Any:
+        return method(args[0], *args[2:])
 
 
 class WithDataloaderIdx:
@@ -137,14 +150,26 @@ def _held_caller(obj: Any, hook: str, passed: int) -> Any:
     """A hook the instance holds (``functools.partial``, a wrapper, a lambda) or a staticmethod is called with
     every argument, as Lightning calls it, except 1.x's extra one (``_NAMED_ONLY``), which Lightning 2.x never
     passes: only a signature with room for it gets it (its ``__wrapped__``'s, where it wraps a bound method)."""
+    held = getattr(obj, hook, None)
+    if hook in _STEP_HOOKS:
+        return _held_step_caller(held)
     if hook not in _NAMED_ONLY:
         return None
-    held = getattr(obj, hook, None)
     # uncached: a held callable is the instance's own (the cache would keep it alive, and it may not hash)
     capacity = positional_capacity.__wrapped__(held) if callable(held) else None
     if capacity is not None and capacity >= passed:
         return None
     return LeadingArgs(passed - 1 if capacity is None else min(capacity, passed - 1))
+
+
+def _held_step_caller(held: Any) -> Any:
+    """Lightning reads a held step hook's signature as a method's (its first parameter skipped): without a
+    ``batch_idx``, ``*args`` or two parameters after the first, the index is not passed."""
+    try:
+        takes_index = is_param_in_hook_signature(held, "batch_idx", min_args=2)
+    except TypeError:  # a callable inspect cannot read (a builtin): called with every argument
+        return None
+    return None if takes_index else WithoutBatchIdx()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -118,7 +118,13 @@ class TrainerFields(LightningMembers):
 
     @optimizers.setter
     def optimizers(self, optimizers: list[Any]) -> None:
-        self._state.optimizers = list(optimizers)
+        # Lightning's setter (``strategy.optimizers = [...]``) takes plain optimizers and wraps them: one the run
+        # already steps keeps its wrapper (acorn's EdgeClassifierStage sets the scheduler's own optimizer back
+        # at each epoch's start), another is prepared for the strategy as configure_optimizers' are.
+        wrapped = {id(inner_optimizer(held)): held for held in self._state.optimizers}
+        new = [optimizer for optimizer in optimizers if id(inner_optimizer(optimizer)) not in wrapped]
+        wrapped.update(zip((id(o) for o in new), self.runtime.setup_optimizers(*new) if new else ()))
+        self._state.optimizers = [wrapped[id(inner_optimizer(optimizer))] for optimizer in optimizers]
 
     predict_loop: StateField[PredictLoop] = StateField("_state")
     lr_scheduler_configs: StateField[list[SchedulerConfig]] = StateField("_state")
