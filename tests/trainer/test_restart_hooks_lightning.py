@@ -2,7 +2,7 @@
 each, under Lightning 2.6.6 and trainmesh, for checkpoints taken at an epoch's end (in its
 ``on_train_epoch_end``, and in the validation after its last batch), mid-epoch
 (``every_n_train_steps``) and at ``max_steps``; and ModelCheckpoint's state restored under another
-``monitor``.
+``monitor``; and one taken in the last batch's ``on_train_batch_end``.
 
 Lightning's ``fit_loop.restarting`` (a checkpoint taken inside an epoch, its end included, or a fit
 bounded by ``max_steps``) skips the sanity check; a checkpoint taken in the validation after an
@@ -55,6 +55,9 @@ _CASES = {
     # bounded by max_steps, Lightning's restart runs the checkpoint's epoch end again
     "epoch_end_under_max_steps": (dict(monitor="val"), dict(max_epochs=2), "last.ckpt", dict(max_steps=12)),
     "mid_epoch": (dict(every_n_train_steps=3), dict(max_epochs=2), "epoch=0-step=3.ckpt", dict(max_epochs=2)),
+    # saved in the epoch's last on_train_batch_end (4 batches an epoch): Lightning goes on with the next
+    # epoch, without the saved epoch's end (its validation included) nor the next one's start hooks
+    "last_batch": (dict(every_n_train_steps=4), dict(max_epochs=2), "epoch=1-step=8.ckpt", dict(max_epochs=3)),
     "max_steps": (dict(every_n_train_steps=3), dict(max_steps=6), "epoch=1-step=6.ckpt", dict(max_steps=6)),
 }
 
@@ -122,7 +125,9 @@ def resumed(L, root: Path, case: str):
 def test_a_resumed_fit_calls_lightning_s_hooks(case, tmp_path):
     """Before: trainmesh ran the sanity check in the mid-epoch and max_steps resumes, and resumed from
     a checkpoint taken in the validation after an epoch's last batch with the next epoch: neither
-    on_train_start, that epoch's on_train_epoch_end nor on_train_end where max_epochs was reached."""
+    on_train_start, that epoch's on_train_epoch_end nor on_train_end where max_epochs was reached.
+    ``last_batch``, before: trainmesh ran the saved epoch's on_train_epoch_end (an EarlyStopping or
+    ReduceLROnPlateau there acting once more) and the next epoch's on_train_epoch_start."""
     found = run_both(lambda L, root: resumed(L, root, case), tmp_path)
     theirs, ours = found["lightning"], found["trainmesh"]
     assert ours["calls"] == theirs["calls"]
