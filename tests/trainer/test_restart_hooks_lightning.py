@@ -85,6 +85,7 @@ def resumed(L, root: Path, case: str):
         def training_step(self, batch, batch_idx):
             loss = self.net(batch[0]).pow(2).mean()
             self.log("loss", loss, on_epoch=True)
+            self.log("rising", float(self.current_epoch), on_step=False, on_epoch=True)  # rises: the plateau steps
             return loss
 
         def validation_step(self, batch, batch_idx):
@@ -99,7 +100,9 @@ def resumed(L, root: Path, case: str):
             return DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
 
         def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "rising"}}
 
     for name in _MODULE_HOOKS:
         setattr(Model, name, lambda self, name=name: record("module", name, self.trainer))
@@ -117,6 +120,7 @@ def resumed(L, root: Path, case: str):
         "calls": calls,
         "counters": (trainer.current_epoch, trainer.global_step),
         "weights": model.net.weight.tolist(),
+        "lr": trainer.optimizers[0].param_groups[0]["lr"],
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
     }
 
@@ -127,15 +131,18 @@ def test_a_resumed_fit_calls_lightning_s_hooks(case, tmp_path):
     a checkpoint taken in the validation after an epoch's last batch with the next epoch: neither
     on_train_start, that epoch's on_train_epoch_end nor on_train_end where max_epochs was reached.
     ``last_batch``, before: trainmesh ran the saved epoch's on_train_epoch_end (an EarlyStopping or
-    ReduceLROnPlateau there acting once more) and the next epoch's on_train_epoch_start."""
+    ReduceLROnPlateau there acting once more) and the next epoch's on_train_epoch_start. ``mid_epoch``
+    and ``last_batch``, before: the ReduceLROnPlateau stepped at the end of the resumed fit's
+    first epoch, where Lightning's restarting fit loop steps none."""
     found = run_both(lambda L, root: resumed(L, root, case), tmp_path)
     theirs, ours = found["lightning"], found["trainmesh"]
     assert ours["calls"] == theirs["calls"]
     assert ours["counters"] == theirs["counters"]
+    assert ours["lr"] == theirs["lr"]  # the plateau steps none at the end of a restart's first epoch
     if case == "end_validation_same_max_epochs":
         # Lightning's checkpoint holds no epoch accumulators: its rerun epoch end has no epoch values;
         # trainmesh's holds them, so that epoch end shows the epoch's means (docs/how-to/lightning.md)
-        assert theirs["callback_metrics"] == {} and set(ours["callback_metrics"]) == {"loss", "loss_epoch"}
+        assert theirs["callback_metrics"] == {} and set(ours["callback_metrics"]) == {"loss", "loss_epoch", "rising"}
     elif case == "mid_epoch":  # Lightning reads the epoch's first batches again there (docs/how-to/lightning.md)
         assert set(ours["callback_metrics"]) == set(theirs["callback_metrics"])
     else:

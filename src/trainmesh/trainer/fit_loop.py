@@ -410,9 +410,10 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
         )
     if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
         step_due_plateau_schedulers(state, ctx.hooks)
-    # An epoch whose end a resume runs (loop.epoch_end_due) steps no scheduler, as Lightning's restart
-    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due)
-    loop.epoch_end_due = False
+    # An epoch whose end a resume runs (loop.epoch_end_due), or the first a restart trains (loop.plateau_held),
+    # steps no plateau scheduler, as Lightning's restart
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due or loop.plateau_held)
+    loop.epoch_end_due = loop.plateau_held = False
     state.current_epoch += 1
     state.progress.epochs.completed()
     loop.epoch_finished = loop.epoch_ending = False
