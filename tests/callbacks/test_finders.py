@@ -123,3 +123,24 @@ def test_several_processes_are_refused_before_any_starts(tmp_path) -> None:
     )  # fmt: skip
     with pytest.raises(ValueError, match="LearningRateFinder runs on one process only"):
         trainer.fit(_model(tm)())
+
+
+def test_a_batch_size_finder_on_several_processes_is_refused_as_lightning_refuses_it(tmp_path) -> None:
+    """Lightning's BatchSizeFinder.setup refuses a distributed Trainer (before: trainmesh's ValueError in its
+    own words, which a program catching Lightning's MisconfigurationException missed)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import BatchSizeFinder
+
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    theirs = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=str(tmp_path))
+    with pytest.raises(Exception) as lightning_error:
+        BatchSizeFinder().setup(theirs, None, "fit")
+    ours = tm.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=str(tmp_path),
+        callbacks=[tm.callbacks.BatchSizeFinder()],
+    )  # fmt: skip
+    with pytest.raises(MisconfigurationException) as our_error:
+        ours.fit(_model(tm)())
+    assert type(lightning_error.value).__name__ == "MisconfigurationException"
+    assert str(our_error.value).startswith(str(lightning_error.value))

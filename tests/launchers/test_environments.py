@@ -171,3 +171,31 @@ def test_check_port_free_on_a_held_port_says_it_is_in_use_and_how_to_fix():
         with pytest.raises(ValueError, match="already in use") as info:
             check_port_free("127.0.0.1", port)
     assert str(port) in str(info.value) and "MASTER_PORT" in str(info.value)
+
+
+# ---- processes the user started (Lightning's LightningEnvironment with LOCAL_RANK set) -----------
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS")
+
+
+def test_local_rank_set_by_the_user_places_the_process_as_lightning_does(monkeypatch):
+    """Two 'nodes' started by hand (NODE_RANK, LOCAL_RANK, MASTER_ADDR/PORT; no RANK): Lightning starts no
+    process and reads the place from them. Before: trainmesh started its own agents, which hung."""
+    pl = pytest.importorskip("lightning.pytorch")
+    for name in _LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    env = {"LOCAL_RANK": "1", "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    theirs = pl.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    assert theirs.strategy.cluster_environment.creates_processes_externally
+    process = managed_process(env, devices=2, num_nodes=2)
+    assert (process.global_rank, process.local_rank, process.node_rank, process.world_size) == (
+        theirs.global_rank,
+        theirs.local_rank,
+        theirs.node_rank,
+        theirs.world_size,
+    )
+    env_ = theirs.strategy.cluster_environment
+    assert (process.master_addr, process.master_port) == (env_.main_address, env_.main_port)
+    with pytest.raises(ValueError, match="MASTER_PORT is not: set MASTER_PORT"):
+        managed_process({"LOCAL_RANK": "0"}, devices=1, num_nodes=2)

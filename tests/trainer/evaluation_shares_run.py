@@ -92,6 +92,8 @@ CASES = {
     "test_means": dict(call="test", samples=100, means=True),  # epoch means to the bit (uneven batches)
     # shuffled evaluation loaders: Lightning sets their sampler's epoch to the fit's processed epochs
     "fit_shuffled_then_test": dict(call="fit+test", samples=40, max_epochs=2, limit_train_batches=1),
+    # a fit without validation, then test: Lightning's first test_step through DDP takes rank 0's running statistics
+    "fit_batchnorm_then_test": dict(call="train+test", samples=20, batchnorm=True, limit_train_batches=2, max_epochs=1),
     "predict_33": dict(call="predict", samples=33),  # rank 0: 17 samples in 2 batches, rank 1: 16 in 1
 }
 
@@ -125,6 +127,9 @@ def run(
         elif call == "fit+test":  # validation in fit, then test, on shuffled loaders
             trainer.fit(model, loader(64, shuffle=True), loader(samples, shuffle=True))
             record["returned"] = trainer.test(model, loader(samples, shuffle=True), verbose=False)
+        elif call == "train+test":
+            trainer.fit(model, loader(64))
+            record["returned"] = trainer.test(model, loader(samples), verbose=False)
         elif call == "predict":
             record["predictions"] = torch.cat(trainer.predict(model, loader(samples)))
         else:

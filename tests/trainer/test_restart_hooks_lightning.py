@@ -2,7 +2,7 @@
 each, under Lightning 2.6.6 and trainmesh, for checkpoints taken at an epoch's end (in its
 ``on_train_epoch_end``, and in the validation after its last batch), mid-epoch
 (``every_n_train_steps``) and at ``max_steps``; and ModelCheckpoint's state restored under another
-``monitor``.
+``monitor``; and one taken in the last batch's ``on_train_batch_end``.
 
 Lightning's ``fit_loop.restarting`` (a checkpoint taken inside an epoch, its end included, or a fit
 bounded by ``max_steps``) skips the sanity check; a checkpoint taken in the validation after an
@@ -55,6 +55,9 @@ _CASES = {
     # bounded by max_steps, Lightning's restart runs the checkpoint's epoch end again
     "epoch_end_under_max_steps": (dict(monitor="val"), dict(max_epochs=2), "last.ckpt", dict(max_steps=12)),
     "mid_epoch": (dict(every_n_train_steps=3), dict(max_epochs=2), "epoch=0-step=3.ckpt", dict(max_epochs=2)),
+    # saved in the epoch's last on_train_batch_end (4 batches an epoch): Lightning goes on with the next
+    # epoch, without the saved epoch's end (its validation included) nor the next one's start hooks
+    "last_batch": (dict(every_n_train_steps=4), dict(max_epochs=2), "epoch=1-step=8.ckpt", dict(max_epochs=3)),
     "max_steps": (dict(every_n_train_steps=3), dict(max_steps=6), "epoch=1-step=6.ckpt", dict(max_steps=6)),
 }
 
@@ -82,6 +85,7 @@ def resumed(L, root: Path, case: str):
         def training_step(self, batch, batch_idx):
             loss = self.net(batch[0]).pow(2).mean()
             self.log("loss", loss, on_epoch=True)
+            self.log("rising", float(self.current_epoch), on_step=False, on_epoch=True)  # rises: the plateau steps
             return loss
 
         def validation_step(self, batch, batch_idx):
@@ -96,7 +100,9 @@ def resumed(L, root: Path, case: str):
             return DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
 
         def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "rising"}}
 
     for name in _MODULE_HOOKS:
         setattr(Model, name, lambda self, name=name: record("module", name, self.trainer))
@@ -114,6 +120,7 @@ def resumed(L, root: Path, case: str):
         "calls": calls,
         "counters": (trainer.current_epoch, trainer.global_step),
         "weights": model.net.weight.tolist(),
+        "lr": trainer.optimizers[0].param_groups[0]["lr"],
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
     }
 
@@ -122,15 +129,20 @@ def resumed(L, root: Path, case: str):
 def test_a_resumed_fit_calls_lightning_s_hooks(case, tmp_path):
     """Before: trainmesh ran the sanity check in the mid-epoch and max_steps resumes, and resumed from
     a checkpoint taken in the validation after an epoch's last batch with the next epoch: neither
-    on_train_start, that epoch's on_train_epoch_end nor on_train_end where max_epochs was reached."""
+    on_train_start, that epoch's on_train_epoch_end nor on_train_end where max_epochs was reached.
+    ``last_batch``, before: trainmesh ran the saved epoch's on_train_epoch_end (an EarlyStopping or
+    ReduceLROnPlateau there acting once more) and the next epoch's on_train_epoch_start. ``mid_epoch``
+    and ``last_batch``, before: the ReduceLROnPlateau stepped at the end of the resumed fit's
+    first epoch, where Lightning's restarting fit loop steps none."""
     found = run_both(lambda L, root: resumed(L, root, case), tmp_path)
     theirs, ours = found["lightning"], found["trainmesh"]
     assert ours["calls"] == theirs["calls"]
     assert ours["counters"] == theirs["counters"]
+    assert ours["lr"] == theirs["lr"]  # the plateau steps none at the end of a restart's first epoch
     if case == "end_validation_same_max_epochs":
         # Lightning's checkpoint holds no epoch accumulators: its rerun epoch end has no epoch values;
         # trainmesh's holds them, so that epoch end shows the epoch's means (docs/how-to/lightning.md)
-        assert theirs["callback_metrics"] == {} and set(ours["callback_metrics"]) == {"loss", "loss_epoch"}
+        assert theirs["callback_metrics"] == {} and set(ours["callback_metrics"]) == {"loss", "loss_epoch", "rising"}
     elif case == "mid_epoch":  # Lightning reads the epoch's first batches again there (docs/how-to/lightning.md)
         assert set(ours["callback_metrics"]) == set(theirs["callback_metrics"])
     else:

@@ -231,3 +231,37 @@ def test_the_default_timeout_does_not_end_a_single_process_fit(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FIT ENDED 2" in done.stdout, done.stdout + done.stderr
+
+
+# Lightning's DDPStrategy(timeout=timedelta(seconds=60)) sets the process group's timeout; the default
+# watchdog fits under it, silently (Lightning has no watchdog, so a program sets no watchdog_timeout and
+# a warning about one is noise), and still fires first. A timeout the user chose keeps its warning.
+GROUP_TIMEOUT = """
+import datetime, sys, warnings
+import torch.distributed as dist
+from trainmesh.supervision.watchdog import StepWatchdog
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1,
+                        timeout=datetime.timedelta(seconds=60))
+for chosen in ("auto", 300):
+    watchdog = StepWatchdog(timeout=chosen)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        watchdog.start(processes=2)
+    watchdog.stop()
+    print(chosen, watchdog.timeout, [str(w.message)[:40] for w in caught], flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_default_timeout_fits_under_a_shorter_process_group_timeout_without_a_warning(tmp_path):
+    from helpers.processes import run_code_forked
+    from trainmesh.launchers.environments import find_free_port
+
+    done = run_code_forked(
+        GROUP_TIMEOUT, [str(find_free_port())], timeout=RUN_TIMEOUT, cwd=tmp_path, without=LAUNCHER_VARIABLES
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "auto 27.5 []" in lines, done.stdout + done.stderr
+    assert "300 300.0 ['watchdog_timeout=300 s is not well below']" in lines, done.stdout + done.stderr

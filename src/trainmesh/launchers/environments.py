@@ -1,4 +1,5 @@
-"""Recognise processes started by torchrun or SLURM, and read their place in the run.
+"""Recognise processes started by torchrun, SLURM or the user (Lightning's ``LOCAL_RANK``), and read
+their place in the run.
 
 Under either, trainmesh starts no process itself: the scheduler already started one per
 device, and the environment says which one this is.
@@ -23,6 +24,8 @@ def managed_process(environ: Mapping[str, str] | None = None, *, devices: int, n
         process = _torchrun_process(env)
     elif _in_slurm_job_step(env):
         process = _slurm_process(env, devices=devices)
+    elif "LOCAL_RANK" in env:
+        process = _user_started_process(env, devices=devices, num_nodes=num_nodes)
     else:
         return None
     expected = devices * num_nodes
@@ -90,6 +93,28 @@ def _torchrun_process(env: Mapping[str, str]) -> ProcessInfo:
         world_size=int(env["WORLD_SIZE"]),
         local_world_size=local_world,
         master_addr=env["MASTER_ADDR"],
+        master_port=int(env["MASTER_PORT"]),
+    )
+
+
+def _user_started_process(env: Mapping[str, str], *, devices: int, num_nodes: int) -> ProcessInfo:
+    """Lightning's ``LightningEnvironment`` with ``LOCAL_RANK`` set: the user started every process
+    (``creates_processes_externally``), each at ``NODE_RANK * devices + LOCAL_RANK`` of ``devices * num_nodes``,
+    meeting at ``MASTER_ADDR`` (default 127.0.0.1) and ``MASTER_PORT``."""
+    local, node = int(env["LOCAL_RANK"]), int(env.get("NODE_RANK", env.get("GROUP_RANK", "0")))
+    if not env.get("MASTER_PORT", "").isdigit():
+        raise ValueError(
+            f"LOCAL_RANK={local} is set, so this process is one the user started (as Lightning reads it), but "
+            "MASTER_PORT is not: set MASTER_PORT (a free port of node 0, the same in every process) and "
+            "MASTER_ADDR, or unset LOCAL_RANK and let the Trainer start the processes"
+        )
+    return ProcessInfo(
+        global_rank=node * devices + local,
+        local_rank=local,
+        node_rank=node,
+        world_size=devices * num_nodes,
+        local_world_size=devices,
+        master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
         master_port=int(env["MASTER_PORT"]),
     )
 

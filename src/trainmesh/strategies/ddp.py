@@ -221,10 +221,11 @@ class DDPStrategy(DistributedStrategy):
         return super().no_backward_sync(module)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
-        # Around DDP (no gradient sync; predict's shares may differ by a batch), but validation first takes
-        # rank 0's buffers as Lightning's, whose validation_step goes through DDP's forward: it broadcasts
-        # them (BatchNorm's running statistics) once after training forwards, then leaves the flag off.
-        if hook == "validation_step" and isinstance(module, DistributedDataParallel):
+        # Around DDP (no gradient sync; predict's shares may differ by a batch), but evaluation first takes
+        # rank 0's buffers as Lightning's, whose validation_step, test_step and predict_step go through DDP's
+        # forward: it broadcasts them (BatchNorm's running statistics) once after training forwards, then
+        # leaves the flag off (a test after a fit without validation: each rank tested with its own before).
+        if hook in ("validation_step", "test_step", "predict_step") and isinstance(module, DistributedDataParallel):
             if module.will_sync_module_buffers():  # type: ignore[no-untyped-call]  # torch's own, unannotated
                 module._sync_buffers()  # type: ignore[no-untyped-call]
                 module.require_forward_param_sync = False

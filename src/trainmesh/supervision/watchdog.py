@@ -160,8 +160,14 @@ class StepWatchdog:
         # thread when the loop is stuck (nor by a process that never watches a loop).
         from trainmesh.supervision import stall_report  # noqa: F401
 
-        self._channel = _RankChannel.open(watch)
         group_timeout = _default_group_timeout()
+        if not self.chosen:
+            # "auto" fits under the group's timeout a program set (Lightning's DDPStrategy(timeout=)):
+            # a warning about watchdog_timeout, which no Lightning program sets, would be noise.
+            self.timeout = _auto_timeout(group_timeout)
+            if self.timeout is None:
+                return
+        self._channel = _RankChannel.open(watch)
         _warn_if_group_times_out_first(self.timeout, group_timeout)
         self._first_allowance = _first_step_allowance(self.timeout, group_timeout)
         self._loop_thread = threading.get_ident()
@@ -324,6 +330,21 @@ def _default_group_timeout() -> float | None:
         return group._get_backend(group._device_types[0]).options._timeout.total_seconds()
     except (AttributeError, IndexError, RuntimeError):
         return None
+
+
+def _auto_timeout(group_timeout: float | None) -> float | None:
+    """``watchdog_timeout="auto"``: ``DEFAULT_TIMEOUT``, or, under a shorter process group timeout, a
+    timeout that still fires (with its poll and the others' answers) before the group's does; off
+    where the group's timeout is too short for that (it then ends a stuck run soon anyway).
+
+    >>> _auto_timeout(None), _auto_timeout(1800.0), _auto_timeout(200.0), _auto_timeout(4.0)
+    (300.0, 300.0, 97.5, None)
+    """
+    if group_timeout is None:
+        return DEFAULT_TIMEOUT
+    # t + poll + answer_grace(t) = t + 3 poll + 5 < group_timeout, with poll at most t / 10.
+    fitted = min(DEFAULT_TIMEOUT, (group_timeout - 5.0) / 2)
+    return fitted if fitted > 0 else None
 
 
 def _first_step_allowance(timeout: float, group_timeout: float | None) -> float:

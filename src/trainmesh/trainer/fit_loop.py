@@ -111,6 +111,9 @@ class _OpenedEpoch:
 
     batches: Fetcher
     mid_epoch_resume: bool  # a resumed epoch: its epoch-start hooks ran in the interrupted run
+    # Resumed from a save in the previous epoch's last on_train_batch_end: Lightning's restart holds that
+    # epoch done (no epoch-end hooks, no validation) and starts this one without its epoch-start hooks.
+    after_last_batch: bool = False
 
 
 def _first_epoch(
@@ -129,6 +132,16 @@ def _first_epoch(
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
+    after_last_batch = resume_rng is not None and _saved_after_last_batch(state)
+    if resume_rng is not None and after_last_batch:
+        # Lightning's fit_loop.reset (restarted on train batch end, mid-epoch, is_last_batch): the saved
+        # epoch is processed and completed without its end; the fit goes on with the next epoch.
+        state.progress.epochs.processed()
+        state.progress.epochs.completed()
+        state.current_epoch += 1
+        loop.batches_done = 0
+        restore_rng_state(resume_rng)
+        resume_rng = None
     if fit_done(state, fit_limits(ctx), say=True):
         if resume_rng is not None:
             # Resumed with nothing left to train: still hold the generators the checkpoint
@@ -144,8 +157,21 @@ def _first_epoch(
         loop.epoch_start_rng, batches = started
         loop.batches_done = 0
         loader.set_epoch(state.current_epoch)  # after the iterator is made, as Lightning's on_advance_start
-        return _OpenedEpoch(batches, mid_epoch_resume)
-    return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume)
+        return _OpenedEpoch(batches, mid_epoch_resume, after_last_batch)
+    return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume, after_last_batch)
+
+
+def _saved_after_last_batch(state: LoopState) -> bool:
+    """The checkpoint was saved in on_train_batch_end of its epoch's last batch (every batch trained,
+    the epoch's end not begun, nor due: ``epoch_end_due`` is a save in the validation after it)."""
+    loop, count = state.loop, state.num_training_batches
+    return (
+        not loop.epoch_finished
+        and not loop.epoch_end_due
+        and loop.batches_done > 0
+        and count != float("inf")
+        and loop.batches_done >= count
+    )
 
 
 def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None) -> Fetcher:
@@ -183,10 +209,11 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     state.train_results = train_results
     progress = state.progress
     if not mid_epoch_resume:
-        progress.epochs.ready()
-        log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
-        hooks.call("on_train_epoch_start")
-        progress.epochs.started()
+        if opened is None or not opened.after_last_batch:  # Lightning's restart skips these (_first_epoch)
+            progress.epochs.ready()
+            log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
+            hooks.call("on_train_epoch_start")
+            progress.epochs.started()
         # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch
         # counts, and the validation batches counted across the epoch
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()
@@ -385,9 +412,10 @@ def _end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool
         )
     if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
         step_due_plateau_schedulers(state, ctx.hooks)
-    # An epoch whose end a resume runs (loop.epoch_end_due) steps no scheduler, as Lightning's restart
-    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due)
-    loop.epoch_end_due = False
+    # An epoch whose end a resume runs (loop.epoch_end_due), or the first a restart trains (loop.plateau_held),
+    # steps no plateau scheduler, as Lightning's restart
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due or loop.plateau_held)
+    loop.epoch_end_due = loop.plateau_held = False
     state.current_epoch += 1
     state.progress.epochs.completed()
     loop.epoch_finished = loop.epoch_ending = False

@@ -65,6 +65,7 @@ def begin_fit(
         state.progress.schedulers = scheduler_progress_of(checkpoint)
         restore_optimizer_progress(state.progress, checkpoint)
     restart_epoch_counts(state, resumed=checkpoint is not None)
+    state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (fit_loop._end_epoch)
     state.progress.fit_started = True
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).

@@ -53,6 +53,9 @@ class LoopPosition:
     # Resumed from a checkpoint taken in the validation after the epoch's last batch: the epoch's
     # end (its on_train_epoch_end hooks) is still to run, without its schedulers (Lightning's restart).
     epoch_end_due: bool = False
+    # Lightning's fit_loop.restarting, which holds through the first epoch of a resumed fit (restart.py):
+    # that epoch's end steps no ReduceLROnPlateau (its metric is not in the checkpoint). Not saved.
+    plateau_held: bool = False
     # The epoch's batches are done and their epoch values published (its on_train_epoch_end
     # hooks run): callback_metrics shows those, not the last step's. A checkpoint taken then
     # resumes with the next epoch, without the epoch's plateau step (Lightning's restart).
