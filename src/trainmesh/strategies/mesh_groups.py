@@ -40,7 +40,9 @@ def shared_device_mesh(device_type: str, shape: tuple[int, ...], names: tuple[st
     default = dist.distributed_c10d._get_default_group()
     kept = _meshes.get(key)
     usable = kept is not None and kept[0] is default and all(_alive(group) for group in _groups(kept[1]))
-    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    # the default group's own device: NCCL's is the current GPU, gloo's the CPU
+    on_gpu = device_type == "cuda" and dist.get_backend(default) != "gloo"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     agreed = torch.tensor([int(usable)], device=device)
     dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
     if kept is not None and bool(agreed.item()):
