@@ -171,3 +171,23 @@ def test_the_staging_memory_is_allocated_in_the_background_before_the_first_save
     saved = load_checkpoint_file(tmp_path / "a.ckpt")
     for name, value in model.state_dict().items():
         assert torch.equal(saved["state_dict"][name], value)
+
+
+def test_the_group_of_the_background_sharded_saves_is_destroyed_when_the_writer_closes(tmp_path, monkeypatch):
+    # Each fit's background sharded saves made a gloo group (3 threads, 5 fds) that outlived the
+    # fit: a loop of fits with AsyncCheckpointIO piled them up in one process group.
+    import torch.distributed as dist
+
+    groups = []
+    monkeypatch.setattr(writers, "_save_distributed", lambda state, path, **options: groups.append(options))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        writer = AsyncCheckpointIO()
+        for fit in range(2):
+            writer.open()
+            writer.write_distributed(live_state(), str(tmp_path / f"fit{fit}"), rank=0, sharded_keys=())
+            writer.close()
+            assert groups[fit]["process_group"] not in dist.distributed_c10d._world.pg_map
+        assert len(dist.distributed_c10d._world.pg_map) == 1  # the default group alone
+    finally:
+        dist.destroy_process_group()

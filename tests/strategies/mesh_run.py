@@ -8,15 +8,17 @@ asserted, so that the test can say which one is wrong on which rank.
 """
 
 import faulthandler
+import gc
 import json
 import os
 import sys
 
 import torch
+from torch.distributed import distributed_c10d
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
-from trainmesh.strategies import collectives
+from trainmesh.strategies import collectives, lightning_model_parallel
 from trainmesh.strategies.fsdp import FSDPStrategy
 from trainmesh.strategies.mesh import ParallelDims, ParallelMesh
 from trainmesh.strategies.sampling import shard_dataloader
@@ -24,6 +26,19 @@ from trainmesh.strategies.sampling import shard_dataloader
 
 def read_indices(loader) -> list[int]:
     return [int(i) for (batch,) in loader for i in batch]
+
+
+def build_and_count(r: int, world: int) -> dict:
+    """What each fit of a fsdp_tp run builds, trainmesh's mesh and Lightning's named one (its
+    ModelParallelStrategy form), then this rank's groups, threads, fds."""
+    ParallelMesh.build(ParallelDims(dp_shard=2, tp=2), global_rank=r, world_size=world, device_type="cpu")
+    lightning_model_parallel.build_device_mesh("cpu", 2, 2)
+    gc.collect()
+    return {
+        "groups": len(distributed_c10d._world.pg_map),
+        "threads": len(os.listdir("/proc/self/task")),
+        "fds": len(os.listdir("/proc/self/fd")),
+    }
 
 
 def check(runtime: tm.Runtime, out_dir: str) -> None:
@@ -109,6 +124,10 @@ def check(runtime: tm.Runtime, out_dir: str) -> None:
         "samples": read_indices(loader),
         "all_reduce_sum": runtime.all_reduce(value, "sum").item(),
     }
+
+    # f. successive runs in this process group make no more groups, threads or fds than the
+    # first: the meshes a run builds are kept for the next run of their layout (k-fold loops).
+    seen["groups_after_runs"] = [build_and_count(r, world) for _ in range(3)]
 
     path = os.path.join(out_dir, f"rank{r}.json")
     with open(path + ".tmp", "w") as f:

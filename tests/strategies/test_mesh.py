@@ -211,6 +211,7 @@ def _record_device_meshes(monkeypatch, *, makes_a_group=False):
     import torch.distributed.device_mesh as torch_mesh
 
     from trainmesh.strategies import mesh as mesh_module
+    from trainmesh.strategies import mesh_groups
 
     made = []
 
@@ -219,6 +220,12 @@ def _record_device_meshes(monkeypatch, *, makes_a_group=False):
         return types.SimpleNamespace(mesh_dim_names=kwargs["mesh_dim_names"])
 
     monkeypatch.setattr(torch_mesh, "init_device_mesh", record)
+    # a mesh that makes groups is made (or reused) in mesh_groups, after a vote on the default group
+    monkeypatch.setattr(
+        mesh_groups,
+        "shared_device_mesh",
+        lambda device_type, shape, names: record(device_type, shape, mesh_dim_names=names),
+    )
     monkeypatch.setattr(mesh_module, "_mesh_makes_a_group", lambda: makes_a_group)
     return made
 
@@ -245,3 +252,12 @@ def test_a_mesh_that_makes_groups_is_made_by_every_process_at_build(monkeypatch)
     made = _record_device_meshes(monkeypatch, makes_a_group=True)  # CUDA present, gloo default group
     ParallelMesh.build(ParallelDims(), global_rank=0, world_size=2, device_type="cpu")
     assert len(made) == 1
+
+
+def test_successive_runs_in_one_process_group_do_not_pile_up_groups_threads_or_fds(four_ranks):
+    # A run's 2-D meshes (trainmesh's and Lightning's named one) made 2 gloo groups each (6
+    # threads, 10 fds) per fit, never destroyed: the counts grew at every fit of a k-fold loop or
+    # a batch of test legs. Now the three runs end with the same counts.
+    for seen in four_ranks:
+        first, second, third = seen["groups_after_runs"]
+        assert first == second == third, seen["groups_after_runs"]

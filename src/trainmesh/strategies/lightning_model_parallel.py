@@ -87,9 +87,10 @@ def resolved_sizes(form: LightningForm, *, world_size: int, num_nodes: int) -> t
 def build_device_mesh(device_type: str, dp: int, tp: int) -> Any:
     """Lightning's mesh: ``("data_parallel", "tensor_parallel")``, row-major over the ranks, as
     trainmesh's own ``dp_shard`` x ``tp`` mesh lays them out (so the data shares agree)."""
-    from torch.distributed.device_mesh import init_device_mesh
+    from trainmesh.strategies.mesh_groups import shared_device_mesh
 
-    return init_device_mesh(device_type, (dp, tp), mesh_dim_names=MESH_NAMES)
+    # made once per layout, as trainmesh's own mesh (mesh_groups.py: runs in one process group)
+    return shared_device_mesh(device_type, (dp, tp), MESH_NAMES)
 
 
 def place(module: nn.Module, precision: Any, device: torch.device, *, data_parallel: int) -> nn.Module:

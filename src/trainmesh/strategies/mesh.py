@@ -155,18 +155,22 @@ class ParallelMesh:
             return cls(dims, global_rank=global_rank)
         from torch.distributed.device_mesh import init_device_mesh
 
+        from trainmesh.strategies.mesh_groups import shared_device_mesh
+
         axes = dims.used_axes() or ("dp_replicate",)
         shape = tuple(getattr(dims, axis) for axis in axes)
-
-        def make() -> Any:
-            return init_device_mesh(device_type, shape, mesh_dim_names=axes)
 
         if len(axes) == 1 and not _mesh_makes_a_group():
             # A 1-D mesh over every process reuses the default group: nothing collective, so it
             # can wait for its first reader (a plain ddp run has none; building it costs ~1,300
             # Python calls of torch's layout code per fit).
-            return cls(dims, global_rank=global_rank, make_mesh=make)
-        return cls(dims, global_rank=global_rank, device_mesh=make())
+            return cls(
+                dims,
+                global_rank=global_rank,
+                make_mesh=lambda: init_device_mesh(device_type, shape, mesh_dim_names=axes),
+            )
+        # One that makes groups is made once per layout and reused by later runs (mesh_groups.py)
+        return cls(dims, global_rank=global_rank, device_mesh=shared_device_mesh(device_type, shape, axes))
 
     @property
     def device_mesh(self) -> Any:
