@@ -59,6 +59,8 @@ def _run(framework: str, root: Path) -> dict:
         model.log("bad", "text")
     with pytest.raises(AttributeError) as printed:  # Lightning's self.print reads the shim's progress bar
         model.print("on rank 0")
+    with pytest.raises(AttributeError) as untoggled:  # Lightning's reads self.trainer.optimizers, as toggle's
+        model.untoggle_optimizer(optimizer)
     fabric.logger.finalize("success")
     return {
         "csv": (root / "lightning_logs" / "version_0" / "metrics.csv").read_text(),
@@ -67,6 +69,7 @@ def _run(framework: str, root: Path) -> dict:
         "fabric": model.module.fabric is fabric,
         "error": str(error.value),
         "printed": str(printed.value),
+        "untoggled": str(untoggled.value),
     }
 
 
@@ -78,3 +81,4 @@ def test_a_lightning_module_logs_and_trains_through_fabric_as_lightning(tmp_path
     assert ours["fabric"] and theirs["fabric"]
     assert ours["error"] == theirs["error"]
     assert ours["printed"] == theirs["printed"]
+    assert ours["untoggled"] == theirs["untoggled"]

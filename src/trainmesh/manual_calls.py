@@ -151,6 +151,8 @@ def toggle_module(module: Any, optimizer: Any) -> None:
 
 def untoggle_module(module: Any) -> None:
     """``module.untoggle_optimizer(optimizer)``: what toggle_module changed, put back once."""
+    # Lightning's reads self.trainer.optimizers first: under Fabric that raises its AttributeError, as toggle's does
+    module.trainer.optimizers  # noqa: B018 - the read is the check
     sync_of(module.trainer).once(
         lambda: untoggle_optimizer(module.__dict__.pop("_toggled", {})), what="untoggle_optimizer()"
     )

@@ -132,6 +132,9 @@ def _misuses(framework: str, root: Path) -> list[tuple[type, str]]:
         _error(lambda: fabric.launch(lambda: None)),
         _error(lambda: plain.setup(torch.nn.Linear(2, 1))),
         _error(lambda: L.Fabric(accelerator="cpu", precision="bf17")),
+        # the Trainer's names that Fabric's registry lacks
+        _error(lambda: L.Fabric(accelerator="cpu", strategy="single_device")),
+        _error(lambda: L.Fabric(accelerator="cpu", strategy="DDP_spawn_find_unused_parameters_true")),
         _error(lambda: fabric.log_dict({"vector": torch.ones(2)})),  # a logged tensor must hold one number
     ]
 

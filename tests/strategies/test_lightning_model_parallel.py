@@ -79,6 +79,11 @@ def test_the_two_forms_are_told_apart_by_the_arguments_given():
         resolved_sizes(LightningForm(data_parallel_size=2), world_size=4, num_nodes=1)  # as Lightning: "auto" is 4
     with pytest.raises(ValueError, match="Give one form's arguments"):
         ModelParallelStrategy(data_parallel_size=2, dp_shard=2)
+    # Fabric 2.6's form: refused saying what it is and what to use (before: a bare "unexpected keyword")
+    with pytest.raises(
+        TypeError, match=r"parallelize_fn=\.\.\.\) is Lightning Fabric's form .* Use the Trainer's form"
+    ):
+        ModelParallelStrategy(parallelize_fn=lambda module, mesh: module, tensor_parallel_size=1)
 
 
 class _Configured(nn.Linear):

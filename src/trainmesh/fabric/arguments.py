@@ -31,6 +31,22 @@ _REFUSED_STRATEGIES = {
     "xla": "XLA devices (TPUs) through torch_xla, which this machine does not have",
     "xla_fsdp": "XLA devices (TPUs) through torch_xla, which this machine does not have",
 }
+# Fabric 2.6.6's registered strategy names (lightning.fabric.strategies.STRATEGY_REGISTRY): a Trainer-only
+# name ('single_device', 'ddp_spawn_find_unused_parameters_true', ...) is refused as Fabric's connector does
+_FABRIC_STRATEGIES = (
+    "auto",
+    "ddp",
+    "ddp_find_unused_parameters_true",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_spawn",
+    "dp",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "single_tpu",
+    "single_xla",
+    *_REFUSED_STRATEGIES,
+)
 
 
 def fabric_precision(precision: Any, device_type: str) -> str:
@@ -70,6 +86,13 @@ def fabric_strategy(strategy: Any, device_type: str) -> Any:
     if not isinstance(strategy, str):
         return strategy
     name = strategy.lower()
+    if name not in _FABRIC_STRATEGIES and not name.startswith("deepspeed"):
+        raise ValueError(  # Fabric's connector: its type and words
+            f"You selected an invalid strategy name: `strategy={name!r}`."
+            " It must be either a string or an instance of `lightning.fabric.strategies.Strategy`."
+            " Example choices: auto, ddp, ddp_spawn, deepspeed, dp, ..."
+            " Find a complete list of options in our documentation at https://lightning.ai"
+        )
     if name in _REFUSED_STRATEGIES or name.startswith("deepspeed"):
         reason = _REFUSED_STRATEGIES.get(name, _REFUSED_STRATEGIES["deepspeed"])
         raise ValueError(f"Fabric(strategy={strategy!r}) asks for {reason}")

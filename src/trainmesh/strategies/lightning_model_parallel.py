@@ -41,6 +41,14 @@ def lightning_form(kwargs: dict[str, Any]) -> LightningForm | None:
     >>> lightning_form({}) is None
     True
     """
+    if "parallelize_fn" in kwargs:  # Fabric 2.6's first argument: a bare "unexpected keyword" said nothing
+        raise TypeError(
+            "ModelParallelStrategy(parallelize_fn=...) is Lightning Fabric's form (fabric.setup calls "
+            "parallelize_fn(module, device_mesh)), which trainmesh's Fabric does not run (its setup has no "
+            "parallelize step). Use the Trainer's form, ModelParallelStrategy(data_parallel_size=..., "
+            "tensor_parallel_size=...) with the same code in the LightningModule's configure_model on "
+            "self.device_mesh, or Fabric(strategy='fsdp') for sharded data parallel"
+        )
     for name in kwargs:
         if name not in NAMES:
             raise TypeError(f"ModelParallelStrategy() got an unexpected keyword argument {name!r}")

@@ -181,7 +181,7 @@ class LogCollector:
             key, entry = self._entry_for(name, given)
         if entry.plain_step and not self._chunked:
             kind = type(value)
-            if kind is torch.Tensor and value.ndim == 0:
+            if kind is torch.Tensor and value.ndim == 0 and value.is_floating_point():
                 self.results.step_values[key] = value.detach()
                 return
             if kind is float:
@@ -257,6 +257,8 @@ class LogCollector:
                 self.results.step_values[name] = cached.detach()
             return
         number = as_scalar(entry.name or name, value)
+        if isinstance(number, torch.Tensor) and not number.is_floating_point():
+            number = _as_floating(entry.name or name, self.fx, number)
         chunk = getattr(self._running, "chunk", None) if self._chunked else None
         if chunk is not None and batch_size is None:
             batch_size = infer_batch_size(chunk)  # dp/ddp2: this device's piece of the batch
@@ -445,6 +447,20 @@ def _advise_sync_dist(name: str) -> None:
         " distributed setting to accumulate the metric across devices.",
         category=PossibleUserWarning,
     )
+
+
+def _as_floating(name: str, fx: str, value: torch.Tensor) -> torch.Tensor:
+    """An integer or bool tensor logged: Lightning 2.6's warning (its ``_ResultMetric.update``), once
+    per name and hook, and the value in the default dtype, as Lightning reduces it."""
+    dtype = lightning_dtype()
+    _WARNINGS.warn(
+        f"You called `self.log({name!r}, ...)` in your `{fx}` but the value needs to"
+        f" be floating to be reduced. Converting it to {dtype}."
+        " You can silence this warning by converting the value to floating point yourself."
+        " If you don't intend to reduce the value (for instance when logging the global step or epoch) then"
+        f" you can use `self.logger.log_metrics({{{name!r}: ...}})` instead."
+    )
+    return value.to(dtype)
 
 
 def _local(value: torch.Tensor, op: str) -> torch.Tensor:

@@ -52,12 +52,14 @@ def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str
 
 def epoch_end_output(output: Any, *, manual: bool, accumulate: int) -> Any:
     """What pytorch-lightning 1.9.5's ``training_epoch_end(outputs)`` holds for one batch: the dict
-    ``on_train_batch_end`` receives (``{"loss": ...}`` for a returned tensor, the loss the backward ran on),
-    detached; a batch whose ``training_step`` returned None is left out (manual optimization too: 1.9.5's
-    batch loop keeps no empty result); 1.x's lists (optimizer turns, tbptt splits) detached."""
+    ``on_train_batch_end`` receives (``{"loss": ...}`` for a returned tensor, the loss the backward ran on).
+    As 1.9.5's ``ClosureResult.asdict`` / ``ManualResult.asdict``, only the loss is detached: the other keys
+    keep their autograd graph (a graph kept per batch until the epoch's end, as 1.9.5 keeps it). A batch
+    whose ``training_step`` returned None is left out (manual optimization too: 1.9.5's batch loop keeps
+    no empty result); 1.x's lists (optimizer turns, tbptt splits) detached."""
     if output is None:
         return None
-    return apply_to_tensors(batch_end_outputs(output, manual=manual, accumulate=accumulate), torch.Tensor.detach)
+    return batch_end_outputs(output, manual=manual, accumulate=accumulate)
 
 
 class OptimizerClosure:
