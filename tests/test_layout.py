@@ -63,6 +63,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/checkpoint_state.py": ["callbacks/test_model_checkpoint.py"],
     "callbacks/checkpoint_last.py": ["callbacks/test_model_checkpoint_last_lightning26.py"],
     "callbacks/checkpoint_removal.py": ["callbacks/test_model_checkpoint.py"],
+    "callbacks/checkpoint_top_k.py": ["callbacks/test_model_checkpoint_ranking_lightning.py"],
     "trainer/barebones.py": ["trainer/test_lightning2_arguments.py"],
     "trainer/trainer_fields.py": ["trainer/test_lightning_members.py", "trainer/test_differential.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
