@@ -243,6 +243,8 @@ COVERED_BY: dict[str, list[str]] = {
         "launchers/test_orphans.py",
     ],
     "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
+    "launchers/failure_report.py": ["launchers/test_launch_processes.py"],
+    "launchers/agent_link.py": ["launchers/test_orphans.py", "launchers/test_preemption.py"],
     "launchers/in_process.py": ["test_runtime.py"],
     "loggers/base.py": ["loggers/test_module_logger.py"],
     "module.py": [
