@@ -245,6 +245,7 @@ COVERED_BY: dict[str, list[str]] = {
     "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
     "launchers/failure_report.py": ["launchers/test_launch_processes.py"],
     "launchers/agent_link.py": ["launchers/test_orphans.py", "launchers/test_preemption.py"],
+    "callbacks/progress/bar_text.py": ["callbacks/test_progress.py"],
     "launchers/in_process.py": ["test_runtime.py"],
     "loggers/base.py": ["loggers/test_module_logger.py"],
     "module.py": [
