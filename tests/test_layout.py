@@ -63,6 +63,7 @@ COVERED_BY: dict[str, list[str]] = {
     "callbacks/checkpoint_state.py": ["callbacks/test_model_checkpoint.py"],
     "callbacks/checkpoint_last.py": ["callbacks/test_model_checkpoint_last_lightning26.py"],
     "callbacks/checkpoint_removal.py": ["callbacks/test_model_checkpoint.py"],
+    "callbacks/checkpoint_top_k.py": ["callbacks/test_model_checkpoint_ranking_lightning.py"],
     "trainer/barebones.py": ["trainer/test_lightning2_arguments.py"],
     "trainer/trainer_fields.py": ["trainer/test_lightning_members.py", "trainer/test_differential.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
@@ -242,6 +243,9 @@ COVERED_BY: dict[str, list[str]] = {
         "launchers/test_orphans.py",
     ],
     "launchers/exit_status.py": ["launchers/test_launch_processes.py"],
+    "launchers/failure_report.py": ["launchers/test_launch_processes.py"],
+    "launchers/agent_link.py": ["launchers/test_orphans.py", "launchers/test_preemption.py"],
+    "callbacks/progress/bar_text.py": ["callbacks/test_progress.py"],
     "launchers/in_process.py": ["test_runtime.py"],
     "loggers/base.py": ["loggers/test_module_logger.py"],
     "module.py": [

@@ -152,7 +152,7 @@ def test_the_failure_summary_names_the_rank_that_failed_not_the_peer_it_left_wai
     gloo's "Connection closed by peer". The summary names the rank whose own error ended the run."""
     from types import SimpleNamespace
 
-    from trainmesh.launchers.elastic import _workers_failed, root_failure
+    from trainmesh.launchers.failure_report import root_failure, workers_failed
 
     def process_failure(timestamp, message):
         return SimpleNamespace(timestamp=timestamp, exitcode=1, message={"message": message})
@@ -161,7 +161,7 @@ def test_the_failure_summary_names_the_rank_that_failed_not_the_peer_it_left_wai
     cause = process_failure(11, "ValueError: boom in on_train_end")
     failure = SimpleNamespace(failures={0: casualty, 1: cause})
     assert root_failure(failure) == (1, cause)
-    assert _workers_failed(failure, run_id="none", max_restarts=0) == 1
+    assert workers_failed(failure, run_id="none", max_restarts=0) == 1
     err = capsys.readouterr().err
     assert "worker rank 1 failed (exit code 1)" in err and "boom in on_train_end" in err
     # Where every failure is a peer's, or the cause failed first, the first one is named, as before.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -38,9 +37,9 @@ from trainmesh.callbacks.checkpoint_names import (
 )
 from trainmesh.callbacks.checkpoint_removal import remove_if_ours
 from trainmesh.callbacks.checkpoint_state import restore_state, saved_state
+from trainmesh.callbacks.checkpoint_top_k import monitor_available, save_if_top_k, save_latest
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities import docstrings
-from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.filesystem import local_path
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -335,7 +334,7 @@ class ModelCheckpoint(Checkpoint):
 
     def _save(self, trainer: TrainerView, *, mid_epoch: bool) -> None:
         metrics = self._monitor_candidates(trainer)
-        ranked = self._monitor_available(metrics, mid_epoch)
+        ranked = monitor_available(self, metrics, mid_epoch)
         if not self._dir_checked:
             self._dir_checked = True
             if trainer.is_global_zero:  # at the first save: a resumed run's restored files count as ours
@@ -348,94 +347,13 @@ class ModelCheckpoint(Checkpoint):
         try:
             if self.save_top_k != 0:
                 if self.monitor is None:
-                    self._save_latest(trainer, metrics)
+                    save_latest(self, trainer, metrics)
                 elif ranked:
-                    self._save_if_top_k(trainer, metrics, metrics[self.monitor])
+                    save_if_top_k(self, trainer, metrics, metrics[self.monitor])
         finally:  # _write takes the pending metrics when it writes last.ckpt too
             shared, self._last_pending = sharing and self._last_pending is None, None
         if not shared and last_due(self, trainer, mid_epoch=mid_epoch):
             save_last(self, trainer, metrics)
-
-    def _monitor_available(self, metrics: dict[str, Any], mid_epoch: bool) -> bool:
-        if self.monitor is None or self.save_top_k == 0 or self.monitor in metrics:
-            return True
-        if not self._validated_this_fit:
-            # Lightning's rule: before any validation has run the metric may just not exist yet (a
-            # validation metric, or no validation data): warn and rank nothing; after one, raise.
-            if not self._warned_missing:
-                self._warned_missing = True
-                warnings.warn(
-                    f"ModelCheckpoint(monitor={self.monitor!r}) could not find the monitored key in the returned "
-                    f"metrics: {sorted(metrics)} (no validation has run yet); this checkpoint is not ranked. "
-                    f"Log it with self.log({self.monitor!r}, value)",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            return False
-        raise MisconfiguredValue(
-            f"ModelCheckpoint(monitor={self.monitor!r}) cannot rank checkpoints: {self.monitor!r} is not "
-            f"among the logged metrics {sorted(metrics)}. Log it in the Module with "
-            f"self.log({self.monitor!r}, value) (a validation metric needs validation data), or set "
-            "monitor to one of the names above"
-        )
-
-    def _save_latest(self, trainer: TrainerView, metrics: dict[str, Any]) -> None:
-        previous = self.best_model_path
-        replaceable = previous if self.save_top_k == 1 else None
-        path = self._free_path(trainer, metrics, None, replaceable)
-        self.best_model_path = path
-        self._write(trainer, path)
-        if self.save_top_k == 1 and previous and previous != path:
-            self._remove(trainer, previous)
-
-    def _save_if_top_k(self, trainer: TrainerView, metrics: dict[str, Any], value: Any) -> None:
-        # Lightning's order (_save_monitor_checkpoint): a value outside the top k changes nothing,
-        # current_score included; a NaN that enters (the top k not full yet) is kept as the worst value.
-        current = as_score(value)
-        if not self._is_top_k(trainer, float(current)):
-            self._say(trainer, f"{self.monitor!r} was not in top {self.save_top_k}")
-            return
-        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
-        dropped = None
-        if len(self.best_k_models) == k and k > 0:
-            dropped = self.kth_best_model_path
-            self.best_k_models.pop(dropped)
-        if torch.isnan(current):
-            current = torch.tensor(worst(self.mode), device=current.device)
-        path = self._free_path(trainer, metrics, None, dropped)
-        self.current_score = current
-        self.best_k_models[path] = current
-        self._update_ranking(full=len(self.best_k_models) == k)
-        self._say(
-            trainer,
-            f"{self.monitor!r} reached {current:0.5f} (best {self.best_model_score:0.5f}), saving model to {path!r}"
-            f" as top {k}",
-        )
-        self._write(trainer, path)
-        if dropped and dropped != path:
-            self._remove(trainer, dropped)
-
-    def _is_top_k(self, trainer: TrainerView, score: float) -> bool:
-        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
-            return True
-        kth = float(self.best_k_models[self.kth_best_model_path])
-        better = score < kth if self.mode == "min" else score > kth  # NaN: never
-        # Lightning's check_monitor_top_k: the ranks decide together, a save only where every rank's
-        # value enters (a metric logged without sync_dist differs by rank); one rank saving alone
-        # would wait for ever in the save's collectives.
-        agreed = trainer.runtime.all_reduce(torch.tensor(float(better), device=trainer.runtime.device), "min")
-        return bool(agreed.item() > 0)
-
-    def _update_ranking(self, full: bool) -> None:
-        # min()/max() keep the first of equal scores, and every rank inserted in the same order.
-        # The k-th is Lightning's: named only once the top k is full.
-        worse, better = (max, min) if self.mode == "min" else (min, max)
-        scores = {path: float(score) for path, score in self.best_k_models.items()}
-        if full:
-            self.kth_best_model_path = worse(scores, key=scores.__getitem__)
-            self.kth_value = self.best_k_models[self.kth_best_model_path]
-        self.best_model_path = better(scores, key=scores.__getitem__)
-        self._best_score = self.best_k_models[self.best_model_path]
 
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)

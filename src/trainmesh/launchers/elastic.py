@@ -13,16 +13,13 @@ from __future__ import annotations
 import atexit
 import gc
 import os
-import signal
 import sys
-import tempfile
-import threading
 import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from trainmesh.launchers import exit_status
+from trainmesh.launchers.agent_link import AGENT_VARIABLE, die_with_agent, own_agent_run_id, take_preemption_report
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import (
     already_started,
@@ -31,6 +28,7 @@ from trainmesh.launchers.environments import (
     planned_process,
     set_worker_environment,
 )
+from trainmesh.launchers.failure_report import stopped_by_signal, workers_failed
 
 
 class ElasticLauncher:
@@ -82,7 +80,7 @@ def _check_restart_settings(process: ProcessInfo, max_restarts: int) -> None:
     """Warn (rank 0) where restarts are torchrun's business, or would fail as torchrun is set up."""
     if not process.is_global_zero:
         return
-    if max_restarts > 0 and _own_agent_run_id() is None:
+    if max_restarts > 0 and own_agent_run_id() is None:
         warnings.warn(
             f"Trainer(max_restarts={max_restarts}) does nothing here: torchrun or SLURM started these processes, "
             "and restarting them is its job (torchrun --max-restarts N, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
@@ -152,11 +150,11 @@ def run_agent(command: list[str], *, devices: int, num_nodes: int, max_restarts:
     except SignalException as signal_:
         # SIGTERM, SIGUSR1, Ctrl-C...: torch's agent has sent the same signal to every worker
         # and waited for them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s, then SIGKILL).
-        raise SystemExit(_stopped_by_signal(signal_.sigval, config.run_id)) from None
+        raise SystemExit(stopped_by_signal(signal_.sigval, config.run_id)) from None
     except ChildFailedError as failure:
-        raise SystemExit(_workers_failed(failure, config.run_id, max_restarts)) from None
+        raise SystemExit(workers_failed(failure, config.run_id, max_restarts)) from None
     finally:
-        _take_preemption_report(config.run_id)  # never leave the file behind
+        take_preemption_report(config.run_id)  # never leave the file behind
 
 
 def _launch_config(*, devices: int, num_nodes: int, max_restarts: int) -> Any:
@@ -206,228 +204,6 @@ def _launch_config(*, devices: int, num_nodes: int, max_restarts: int) -> Any:
         # the agent passes it on to the workers as it does SIGTERM, instead of dying of it.
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
     )
-
-
-def _stopped_by_signal(sig: signal.Signals, run_id: str) -> int:
-    """Say how a signal to the agent ended the run; its exit status."""
-    report = _take_preemption_report(run_id)
-    if report is not None:
-        _say(f"stopped by {sig.name}: {report}")
-        return exit_status.PREEMPTED
-    if sig == signal.SIGINT:
-        _say("stopped by SIGINT (Ctrl-C); every worker was stopped.")
-        return exit_status.INTERRUPTED
-    status = exit_status.killed_by_signal(sig.value)
-    _say(
-        f"stopped by {sig.name}, and every worker with it, before a checkpoint was saved (the workers save "
-        f"on SIGTERM/SIGUSR1 only inside fit, within TORCH_ELASTIC_SHUTDOWN_TIMEOUT); exit status {status}."
-    )
-    return status
-
-
-def _workers_failed(failure: Any, run_id: str, max_restarts: int) -> int:
-    """Say how a worker's end ended the run (the one that caused it: see ``root_failure``); the
-    run's exit status."""
-    rank, error = root_failure(failure)
-    again = f", after {max_restarts} restart(s) that failed too" if max_restarts else ""
-    if error.exitcode == exit_status.PREEMPTED:
-        report = _take_preemption_report(run_id) or "their checkpoint is saved"
-        _say(f"the workers were preempted (a signal reached them, not this process): {report}")
-        return exit_status.PREEMPTED
-    if error.exitcode < 0 and not _recorded(error):
-        name = exit_status.describe_signal(-error.exitcode)
-        status = exit_status.killed_by_signal(-error.exitcode)
-        if exit_status.crashed_inside(-error.exitcode):
-            why = (
-                "a native crash inside the worker (torch, gloo or another C extension), not a Python error; "
-                "PYTHONFAULTHANDLER=1 prints every thread's Python stack at the crash"
-            )
-            _say(
-                f"worker rank {rank} died by {name} (signal {-error.exitcode}){again}: {why}; every worker was "
-                f"stopped. Exit status {status}."
-            )
-            return status
-        _say(
-            f"worker rank {rank} was killed by {name} (signal {-error.exitcode}){again}: its program did not "
-            "fail, something outside stopped it (SIGKILL: often the out-of-memory killer; else a scheduler or a "
-            f"user); every worker was stopped. Exit status {status}."
-        )
-        return status
-    if error.exitcode < 0:  # it raised, then was stopped while it exited: the agent stops them all
-        ended = f"it raised, then {exit_status.describe_signal(-error.exitcode)} ended it as it exited"
-    else:
-        ended = f"exit code {error.exitcode}"
-    _say(f"worker rank {rank} failed ({ended}){again}; every worker was stopped.\n{_failure_text(error)}")
-    return error.exitcode if error.exitcode > 0 else 1
-
-
-# What a collective raises on a rank whose peer left (gloo, NCCL): the rank is a casualty of
-# another's failure, not its cause.
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
-_NO_ERROR_FILE = "<N/A>"  # torch's ProcessFailure.error_file when the worker recorded no exception
-
-
-def root_failure(failure: Any) -> tuple[int, Any]:
-    """The worker whose failure ended the run: the first that failed of its own (raised, or exited
-    with a status), unless its error only says that a peer left (a rank that raises closes its
-    connections, and a peer blocked in a collective may exit first with "Connection closed by
-    peer"); else the first killed by a signal; else the first.
-
-    A signal comes after a failure of its own: once one worker fails, torch's agent stops the
-    others with SIGTERM, and lists them as failures too. When every rank raises at once, one that
-    raised and was still exiting is among them, stamped (as torch stamps every failure) in whole
-    seconds: earlier than the rank that ended the run, if it raised in the second before. The error
-    files' times (to the nanosecond) order the workers that raised within one second.
-
-    >>> from types import SimpleNamespace as F
-    >>> gone = F(timestamp=1, exitcode=1, message={"message": "RuntimeError: Connection closed by peer"})
-    >>> cause = F(timestamp=2, exitcode=1, message={"message": "ValueError: boom"})
-    >>> stopped = F(timestamp=3, exitcode=-15, message="Signal 15 (SIGTERM) received by PID 7")
-    >>> root_failure(F(failures={0: gone, 1: cause, 2: stopped}))[0]
-    1
-    """
-
-    def order(item: tuple[int, Any]) -> tuple[int, int, float]:
-        error = item[1]
-        own = error.exitcode > 0 or _recorded(error)
-        tier = 2 if any(marker in _failure_text(error) for marker in _PEER_GONE) else 0 if own else 1
-        return tier, error.timestamp, _recorded_at(error)
-
-    return min(failure.failures.items(), key=order)  # the first of the lowest: ties keep torch's order
-
-
-def _recorded(error: Any) -> bool:
-    """Whether the worker recorded an exception in its error file (it raised: see _run_recording_errors)."""
-    return getattr(error, "error_file", _NO_ERROR_FILE) not in (_NO_ERROR_FILE, "", None)
-
-
-def _recorded_at(error: Any) -> float:
-    """When the worker wrote its error file, in seconds; infinity without one (or once it is gone)."""
-    try:
-        return os.stat(error.error_file).st_mtime_ns / 1e9 if _recorded(error) else float("inf")
-    except OSError:
-        return float("inf")
-
-
-def _say(message: str) -> None:
-    print(f"\ntrainmesh: {message}", file=sys.stderr, flush=True)
-
-
-def tell_agent_preempted(report: str) -> bool:
-    """In a worker of trainmesh's own agent: tell it the run was preempted with its checkpoint
-    saved, so that it exits with ``exit_status.PREEMPTED`` rather than as killed by the signal,
-    and prints ``report``. (torch's agent reports no exit status of workers it stopped itself.)
-    False where no agent of ours reads it (torchrun's agent, SLURM, one process)."""
-    run_id = _own_agent_run_id()
-    if run_id is None:
-        return False
-    path = _preemption_report_path(run_id)
-    with open(f"{path}.{os.getpid()}.tmp", "w") as file:
-        file.write(report)
-    os.replace(f"{path}.{os.getpid()}.tmp", path)  # the agent never reads half a report
-    return True
-
-
-def _own_agent_run_id() -> str | None:
-    """The run id of the trainmesh agent that started this worker; None for any other process."""
-    run_id = os.environ.get(AGENT_VARIABLE, "").partition(" ")[2]
-    return run_id if run_id and run_id == os.environ.get("TORCHELASTIC_RUN_ID") else None
-
-
-def _take_preemption_report(run_id: str) -> str | None:
-    path = _preemption_report_path(run_id)
-    try:
-        with open(path) as file:
-            report = file.read()
-        os.remove(path)
-    except OSError:
-        return None
-    return report
-
-
-def _preemption_report_path(run_id: str) -> str:
-    # The workers inherit the agent's environment, so they find the same temporary folder.
-    return os.path.join(tempfile.gettempdir(), f"{run_id}.preempted")
-
-
-AGENT_VARIABLE = "TRAINMESH_ELASTIC_AGENT"  # "<agent pid> <run id>", set by run_agent for its workers
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-_watching_agent = False
-
-
-def die_with_agent() -> None:
-    """In a worker of an elastic agent (ours or torchrun's), die when the agent dies.
-
-    The agent stops its workers when it stops normally, on an error, Ctrl-C or SIGTERM; but
-    SIGKILL (the OOM killer, ``kill -9``, a scheduler's last resort) gives it no chance, and its
-    workers would live on as orphans: nothing can stop them or hear that they failed any more,
-    and they keep training and writing checkpoints over the files of the run that replaces them.
-    So on Linux the kernel sends each worker SIGKILL when its parent dies (PR_SET_PDEATHSIG);
-    elsewhere a thread watches the parent's pid. PR_SET_PDEATHSIG fires when the *thread* that
-    started the worker exits; the elastic agent starts its workers with subprocess from the
-    thread that runs it, which lives until the workers are done.
-    """
-    global _watching_agent
-    if _watching_agent or "TORCHELASTIC_RUN_ID" not in os.environ:
-        return
-    _watching_agent = True
-    agent = _agent_pid()
-    if not _kill_me_when_parent_dies():
-        threading.Thread(target=_watch_parent, args=(agent,), name="trainmesh-agent-watch", daemon=True).start()
-    # After asking for the signal, not before: a parent that died in between would never send it.
-    if os.getppid() != agent:
-        _agent_gone(agent)
-
-
-def _agent_pid() -> int:
-    """The pid of the agent that started this worker: the one trainmesh's agent recorded for
-    this run, else (torchrun) this process's parent now."""
-    pid, _, run_id = os.environ.get(AGENT_VARIABLE, "").partition(" ")
-    if pid.isdigit() and run_id == os.environ.get("TORCHELASTIC_RUN_ID"):
-        return int(pid)
-    return os.getppid()
-
-
-def _kill_me_when_parent_dies() -> bool:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL) through libc; False where there is no prctl."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        result = libc.prctl(
-            PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
-        )
-    except (OSError, AttributeError):
-        return False
-    return result == 0
-
-
-def _watch_parent(agent: int) -> None:
-    while True:
-        if os.getppid() != agent:
-            _agent_gone(agent)
-        threading.Event().wait(1.0)
-
-
-def _agent_gone(agent: int) -> None:
-    try:
-        print(
-            f"trainmesh: worker {os.getpid()} stops: its elastic agent (pid {agent}) is gone",
-            file=sys.stderr,
-            flush=True,
-        )
-    except Exception:  # noqa: BLE001 - the agent may have held the other end of stderr
-        pass
-    os._exit(1)
-
-
-def _failure_text(error: Any) -> str:
-    message = error.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    return str(message or "its traceback is printed above")
 
 
 def _multi_node_endpoint() -> str:

@@ -125,7 +125,7 @@ class SignalStop:
             requeued = requeue_slurm_job()
             report += f". {requeued}" if requeued else ""
         # trainmesh's own agent prints the report as it exits (once per node); else rank 0 does.
-        from trainmesh.launchers.elastic import tell_agent_preempted  # here: a run without the agent never needs it
+        from trainmesh.launchers.agent_link import tell_agent_preempted  # here: a run without the agent never needs it
 
         told_agent = process.local_rank == 0 and tell_agent_preempted(report)
         if process.is_global_zero and not told_agent:

@@ -8,14 +8,18 @@ seeded run's numbers. Per batch the bar stores one integer; rich is touched only
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Mapping
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.callbacks.progress.bar_meter import bar_meter
+from trainmesh.callbacks.progress.bar_text import (
+    epoch_description,
+    format_duration,
+    format_metrics,
+    get_standard_metrics,
+    known_total,
+)
 from trainmesh.callbacks.progress.members import ProgressBarMembers
 from trainmesh.callbacks.progress.stage_bars import RichStageBars, StageBars, TqdmStageBars
 from trainmesh.seed import import_leaving_rng
@@ -24,31 +28,6 @@ from trainmesh.trainer_view import TrainerView
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
-
-
-def format_metrics(metrics: Mapping[str, Any]) -> str:
-    """Render metrics compactly, three significant digits each.
-
-    >>> format_metrics({"loss": 0.23141, "val_acc": 0.95, "epoch": 3})
-    'loss=0.231 val_acc=0.95 epoch=3'
-    """
-    return " ".join(f"{key}={_format_value(value)}" for key, value in metrics.items())
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, int):
-        return str(value)
-    try:
-        return f"{value:.3g}"
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _total(count: int | float | None) -> int | None:
-    # rich takes total=None for "unknown": an iterable dataset has no length.
-    if count is None or (isinstance(count, float) and math.isinf(count)):
-        return None
-    return int(count)
 
 
 def _make_progress(console: Console, *, transient: bool) -> Progress:
@@ -204,14 +183,14 @@ class ProgressBar(ProgressBarMembers, Callback):
             return
         self._epoch_started_at = time.monotonic()
         self._train_done = 0
-        self._stage_bars.start(self, "train", _epoch_description(trainer))
+        self._stage_bars.start(self, "train", epoch_description(trainer))
         if not self._animated():
             return
         if self._train_task is not None and self.leave:
             self._stop()  # freeze the finished epoch's bar above the next one
         progress = self._ensure_progress(transient=not self.leave)
-        total = _total(trainer.num_training_batches)
-        description = _epoch_description(trainer)
+        total = known_total(trainer.num_training_batches)
+        description = epoch_description(trainer)
         if self._train_task is None:
             self._train_task = progress.add_task(description, total=total, metrics="")
         else:
@@ -233,7 +212,7 @@ class ProgressBar(ProgressBarMembers, Callback):
         self._progress.update(
             self._train_task,
             completed=self._train_done,
-            total=_total(trainer.num_training_batches),
+            total=known_total(trainer.num_training_batches),
             metrics=format_metrics(self._bar_metrics(trainer)),
             refresh=True,
         )
@@ -246,11 +225,11 @@ class ProgressBar(ProgressBarMembers, Callback):
             self._update_train(trainer)
         elif not self._animated():
             elapsed = time.monotonic() - self._epoch_started_at
-            total = _total(trainer.num_training_batches)
+            total = known_total(trainer.num_training_batches)
             speed = self._train_done / elapsed if elapsed > 0 else 0.0
             self._print(
-                f"{_epoch_description(trainer)}: {self._train_done}/{'?' if total is None else total} "
-                f"batches in {_format_duration(elapsed)} ({speed:.2f} it/s) "
+                f"{epoch_description(trainer)}: {self._train_done}/{'?' if total is None else total} "
+                f"batches in {format_duration(elapsed)} ({speed:.2f} it/s) "
                 f"{format_metrics(self._bar_metrics(trainer))}".rstrip()
             )
 
@@ -344,7 +323,7 @@ class ProgressBar(ProgressBarMembers, Callback):
             self._end_eval(trainer, None)
         self._eval_owns_progress = self._progress is None
         progress = self._ensure_progress(transient=True)
-        total = _total(getattr(trainer, count_attr, None))
+        total = known_total(getattr(trainer, count_attr, None))
         self._eval_task = progress.add_task(label, total=total, metrics="")
         progress.refresh()
 
@@ -356,7 +335,7 @@ class ProgressBar(ProgressBarMembers, Callback):
         if self._eval_task is None or self._eval_done % self.refresh_rate:
             return
         assert self._progress is not None
-        total = _total(getattr(trainer, count_attr, None))
+        total = known_total(getattr(trainer, count_attr, None))
         self._progress.update(self._eval_task, completed=self._eval_done, total=total, refresh=True)
 
     def _end_eval(self, trainer: TrainerView, plain_label: str | None) -> None:
@@ -371,7 +350,7 @@ class ProgressBar(ProgressBarMembers, Callback):
                 self._progress.refresh()
         elif plain_label is not None and self._enabled(trainer) and not self._animated():
             elapsed = time.monotonic() - self._eval_started_at
-            self._print(f"{plain_label}: {self._eval_done} batches in {_format_duration(elapsed)}")
+            self._print(f"{plain_label}: {self._eval_done} batches in {format_duration(elapsed)}")
 
     # clean-up: never leave the terminal in a live display
 
@@ -389,30 +368,6 @@ class ProgressBar(ProgressBarMembers, Callback):
         state = self.__dict__.copy()
         state.update(_progress=None, _train_task=None, _eval_task=None, _eval_owns_progress=False, _console=None)
         return state
-
-
-def get_standard_metrics(trainer: TrainerView) -> dict[str, int | str]:
-    """Lightning's standard bar items: ``v_num``, the loggers' version (several loggers' versions
-    joined by ``_``; a string version's last 4 characters), none without a logger or a version."""
-    loggers = list(getattr(trainer, "loggers", None) or ())  # a stand-in trainer may have none
-    if not loggers:
-        return {}
-    version = loggers[0].version if len(loggers) == 1 else "_".join(dict.fromkeys(str(lg.version) for lg in loggers))
-    if version in ("", None):
-        return {}
-    return {"v_num": version[-4:] if isinstance(version, str) else version}
-
-
-def _epoch_description(trainer: TrainerView) -> str:
-    # Lightning's convention (its RichProgressBar): epochs counted from 0, as current_epoch, the
-    # checkpoint names and the messages count them, so "Epoch 4/4" is the last of max_epochs=5.
-    epoch = trainer.current_epoch
-    max_epochs = getattr(trainer, "max_epochs", None)
-    return f"Epoch {epoch}/{max_epochs - 1}" if max_epochs is not None and max_epochs > 0 else f"Epoch {epoch}"
-
-
-def _format_duration(seconds: float) -> str:
-    return str(timedelta(seconds=int(seconds)))
 
 
 # Lightning's names for its progress bars: templates pass them, and each one replaces the
