@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainmesh.callbacks.spike import TrainingSpikeException
+from trainmesh.utilities.exceptions import TrainingSpikeException
 
 if TYPE_CHECKING:
     from trainmesh.fabric.fabric import Fabric

@@ -53,3 +53,14 @@ def test_spike_detection_is_fabric_s(tmp_path, losses, kwargs, spike_at):
     assert ours[0] == (
         None if spike_at is None else ("TrainingSpikeException", f"Training spike detected in batch {spike_at}")
     )
+
+
+def test_lightning_s_callbacks_spike_names_fabric_s_detector():
+    import lightning.fabric.utilities.spike
+    import lightning.pytorch.callbacks.spike
+
+    import trainmesh.callbacks.spike
+    import trainmesh.fabric.utilities.spike
+
+    assert lightning.pytorch.callbacks.spike.FabricSpikeDetection is lightning.fabric.utilities.spike.SpikeDetection
+    assert trainmesh.callbacks.spike.FabricSpikeDetection is trainmesh.fabric.utilities.spike.SpikeDetection
