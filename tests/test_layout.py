@@ -21,6 +21,9 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "fabric/utilities/apply_func.py": ["fabric/test_utilities_names.py"],
+    "fabric/utilities/data.py": ["fabric/test_utilities_names.py"],
+    "fabric/utilities/types.py": ["fabric/test_utilities_names.py"],
     "fabric/arguments.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/checkpoints.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/launching.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],

@@ -187,7 +187,6 @@ def test_lightning_2_0_precision_plugin_names_make_today_s_classes():
     [
         ("strategies.xla", "XLAStrategy"),
         ("strategies.single_xla", "SingleDeviceXLAStrategy"),
-        ("callbacks.spike", "FabricSpikeDetection"),
         ("utilities.migration", "migrate_checkpoint"),
         ("utilities.model_registry", "download_model_from_registry"),
         ("loops.fit_loop", "RestartStage"),

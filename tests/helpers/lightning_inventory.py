@@ -257,10 +257,10 @@ def _test_texts() -> tuple[dict[str, str], dict[str, str]]:
     for path in sorted((REPO / "tests").rglob("test_*.py")):
         # Not this table's own test, nor the signature comparison (it names every callable to
         # compare parameters; it runs no program under Lightning).
-        # Nor the Fabric face's tests (tests/fabric/): they run Lightning Fabric, not the names of this table.
+        # Nor the Fabric face's tests (tests/fabric/ and below): they run Lightning Fabric, not the names of this table.
         if (
             path.name not in ("test_lightning_inventory.py", "test_lightning_signatures.py")
-            and "fabric" not in path.parts[-2:-1]
+            and "fabric" not in (path.relative_to(REPO / "tests").parts[:-1])
         ):
             texts[str(path.relative_to(REPO))] = path.read_text()
     against_lightning = {

@@ -24,14 +24,7 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.refusal import refused_class
-
-
-class TrainingSpikeException(RuntimeError):
-    """Raised when a loss spike was detected."""
-
-    def __init__(self, batch_idx: int, *args: Any) -> None:
-        super().__init__(f"Training spike detected in batch {batch_idx}", *args)
+from trainmesh.utilities.exceptions import TrainingSpikeException
 
 
 class SpikeDetection(Callback):
@@ -147,8 +140,11 @@ def _any_rank(trainer: TrainerView, decision: bool) -> bool:
     return bool(trainer.runtime.all_reduce(torch.tensor(float(decision), device=trainer.runtime.device), "max") > 0)
 
 
-FabricSpikeDetection = refused_class(
-    "FabricSpikeDetection",
-    "Lightning Fabric's spike detection, which Lightning's module imports for its own use; trainmesh's Fabric (trainmesh.fabric) has no spike detection: use trainmesh.callbacks.SpikeDetection",
-    module=__name__,
-)
+def __getattr__(name: str) -> Any:
+    # Lightning's module imports Fabric's detector as ``FabricSpikeDetection``: the same class as
+    # ``lightning.fabric.utilities.spike.SpikeDetection`` here, imported on first use (it needs torchmetrics)
+    if name == "FabricSpikeDetection":
+        from trainmesh.fabric.utilities.spike import SpikeDetection
+
+        return SpikeDetection
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

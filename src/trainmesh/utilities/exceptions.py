@@ -6,6 +6,8 @@ MisconfigurationException``); trainmesh raises it where Lightning does for a mod
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MisconfigurationException(Exception):
     """A Trainer's settings or a module's definition that cannot run, found before the run starts."""
@@ -30,3 +32,10 @@ class MisconfiguredType(MisconfigurationException, TypeError):
 class MissingModel(TypeError, ValueError):
     """``trainer.validate/test/predict()`` without a model where no earlier run gave one: Lightning's
     ``TypeError``, and the ``ValueError`` trainmesh raised before, so either ``except`` catches it."""
+
+
+class TrainingSpikeException(RuntimeError):
+    """Raised when a loss spike was detected (by the Trainer side's or Fabric's ``SpikeDetection``)."""
+
+    def __init__(self, batch_idx: int, *args: Any) -> None:
+        super().__init__(f"Training spike detected in batch {batch_idx}", *args)

@@ -68,8 +68,8 @@ def alias_of(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]
         found = importlib.import_module(package)
         try:
             return getattr(found, name)
-        except AttributeError:  # a submodule not imported yet (``types``, ``fsdp``)
-            if importlib.util.find_spec(f"{package}.{name}") is None:
+        except AttributeError:  # a submodule not imported yet (``types``, ``fsdp``); a module has none
+            if not hasattr(found, "__path__") or importlib.util.find_spec(f"{package}.{name}") is None:
                 raise
             return importlib.import_module(f"{package}.{name}")
 

@@ -1,0 +1,5 @@
+"""``lightning.fabric.utilities.exceptions``: trainmesh's ``trainmesh.utilities.exceptions`` (the same objects, imported on first use)."""
+
+from trainmesh.utilities.lazy import alias_of
+
+__getattr__, __dir__ = alias_of("trainmesh.utilities.exceptions")
