@@ -12,6 +12,11 @@ import torch.distributed as dist
 
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.supervision.departures import LEAVE_TIMEOUT, leave_together, stop_watching
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_info
+
+# Lightning's banner of a group it forms comes from lightning.fabric.utilities.distributed (INFO)
+_log = lightning_named_logger("trainmesh.utilities.distributed")
 
 # Every process of a run forms its groups in the same order (each fit or launch joins once): the
 # count names the store keys of one group. Under an elastic agent (ours, torchrun's) the workers
@@ -40,6 +45,10 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     # with this group's keys apart from those of every group before it in this process.
     url = f"tcp://{process.master_addr}:{process.master_port}"
     join = next(_joins)
+    # Lightning's _init_dist_connection says this on every rank, at INFO, before it joins
+    _log.info(
+        f"Initializing distributed: GLOBAL_RANK: {process.global_rank}, MEMBER: {process.global_rank + 1}/{process.world_size}"
+    )
     try:  # without an agent's store, rank 0 hosts one and waits for every process to connect
         store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
     except dist.DistStoreError as error:
@@ -52,6 +61,13 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
         rank=process.global_rank,
         world_size=process.world_size,
         timeout=timeout,
+    )
+    # ...and this once every process has joined, on rank 0 only (its rank_zero_info)
+    rank_zero_info(
+        f"{'-' * 100}\n"
+        f"distributed_backend={backend}\n"
+        f"All distributed processes registered. Starting with {process.world_size} processes\n"
+        f"{'-' * 100}\n"
     )
     return True
 

@@ -19,6 +19,7 @@ from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
 from trainmesh.utilities.data import extract_batch_size
+from trainmesh.utilities.distributed import process_group_exists
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import WarningCache
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -108,7 +109,7 @@ class LogCollector:
         self._reduce = reducer
         # Set when only some ranks log (pipeline: the last stage): their results, to every rank.
         self.metrics_source: Callable[[Any], Any] | None = None
-        self.world_size = 1  # the run's processes (trainer.py sets it): Lightning advises sync_dist above 1
+        self.world_size = 1  # the run's processes (trainer.py sets it): sync_dist reduces above 1
         self.results = StageResults()
         self.hook = "training_step"  # the stage's hook: on_step/on_epoch defaults
         self.fx = "training_step"  # the hook running now (one of the stage's batch hooks: on_train_batch_end, ...)
@@ -399,7 +400,9 @@ class LogCollector:
                 continue
             if entry.total is None:
                 continue
-            if not entry.sync_dist and self.world_size > 1:
+            # Lightning's condition: logged without sync_dist (rank_zero_only aside) while a process group
+            # exists (ddp on one device too), whatever the run's size
+            if not entry.given[5] and process_group_exists():
                 _advise_sync_dist(name)
             # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
             # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
@@ -441,7 +444,7 @@ def reset_metric_objects(logged: list[StageResults]) -> None:
 
 def _advise_sync_dist(name: str) -> None:
     """Lightning 2.6's advice (its ``_ResultCollection._get_cache``), once per name and process, when
-    a tensor is logged per epoch without ``sync_dist`` in a run of more than one process."""
+    a tensor is logged per epoch without ``sync_dist`` while a process group exists."""
     _WARNINGS.warn(
         f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging on epoch level in"
         " distributed setting to accumulate the metric across devices.",

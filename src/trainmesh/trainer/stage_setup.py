@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainmesh.module import Module
+from trainmesh.plugins.environments import SLURMEnvironment
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
 from trainmesh.trainer.data_source import DataSource
@@ -23,9 +24,14 @@ from trainmesh.trainer.profiling import hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.states import hook_stage
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 if TYPE_CHECKING:
     from trainmesh.trainer.stage_trainer import StageTrainer
+
+
+# Lightning's SLURM line comes from its signal connector's logger, on every rank
+_signals_log = lightning_named_logger("trainmesh.trainer.connectors.signal_connector")
 
 
 def prepare_stage(
@@ -72,7 +78,7 @@ def prepare_stage(
         state.prepared_module_id = id(model)
         state.optimizers, state.lr_scheduler_configs = [], []
     state.log_collector.metrics_source = runtime.trainer_port.metrics_source
-    state.log_collector.world_size = runtime.world_size  # Lightning's sync_dist advice: more than one process
+    state.log_collector.world_size = runtime.world_size  # sync_dist reduces with more than one process
     restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
     ctx = loop_context(trainer, model, data, hooks, restored)
     if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
@@ -82,6 +88,8 @@ def prepare_stage(
             state, runtime, hooks, fault_tolerant=trainer._fault_tolerant, profiler=trainer.profiler
         )
     state.manual_steps = ManualSteps(state, runtime)
+    if SLURMEnvironment.detect():  # SIGUSR1 requeues (supervision/preemption.py); said where Lightning says it
+        _signals_log.info("SLURM auto-requeueing enabled. Setting signal handlers.")
     return ctx
 
 
