@@ -99,3 +99,20 @@ def test_schedule_checked_as_lightning():
     with pytest.raises(ValueError, match="greater than 0"):
         GradientAccumulationScheduler({1: 0})
     assert GradientAccumulationScheduler({2: 4}).scheduling == PlScheduler({2: 4}).scheduling == {2: 4, 0: 1}
+
+
+@pytest.mark.parametrize("scheduling", [{1: 2, -3: 4}, {0: 0}])
+def test_a_bad_scheduling_raises_lightnings_exception(scheduling):
+    """Lightning 2.6.6 raises MisconfigurationException (trainmesh raised ValueError only)."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler as Theirs
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as TheirError
+
+    import trainmesh.callbacks
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    for scheduler, error in (
+        (Theirs, TheirError),
+        (trainmesh.callbacks.GradientAccumulationScheduler, MisconfigurationException),
+    ):
+        with pytest.raises(error, match="should be an int"):
+            scheduler(scheduling=scheduling)

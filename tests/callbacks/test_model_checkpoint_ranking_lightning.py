@@ -9,6 +9,7 @@ callback shows: ``current_score``, ``best_model_score``, ``kth_value``, ``kth_be
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pytest
 import torch
@@ -79,3 +80,51 @@ def test_top_k_bookkeeping_reads_as_lightning_s(tmp_path, dtype):
     assert len(theirs) == len(ours)
     for epoch, (a, b) in enumerate(zip(theirs, ours)):
         assert b == a, f"after epoch {epoch - 1}"
+
+
+def step_saves_before_the_first_validation(L, root):
+    """Saves every step (and on a zero time interval) ranked by a metric only validation logs, and
+    validation only in the second (last) epoch: Lightning defers each save to the validation's end."""
+
+    class ValidatedEveryOtherEpoch(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def on_validation_epoch_end(self):
+            self.log("auroc", torch.tensor([0.2, 0.6][self.current_epoch]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    found = []
+    for trigger in ({"every_n_train_steps": 1}, {"train_time_interval": timedelta(0), "every_n_train_steps": 0}):
+        checkpoint = L.callbacks.ModelCheckpoint(
+            dirpath=root / str(len(found)),
+            monitor="auroc",
+            mode="max",
+            every_n_epochs=0,
+            save_on_train_epoch_end=False,
+            **trigger,
+        )
+        settings = dict(max_epochs=2, check_val_every_n_epoch=2, num_sanity_val_steps=0, logger=False)
+        trainer = L.pl.Trainer(**trainer_kwargs(root, callbacks=[checkpoint], **settings))
+        data = DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2)
+        trainer.fit(ValidatedEveryOtherEpoch(), data, data)
+        files = sorted(os.listdir(checkpoint.dirpath)) if os.path.isdir(checkpoint.dirpath) else []
+        found.append((repr(checkpoint.best_model_score), files))
+    return found
+
+
+def test_a_step_save_waits_for_the_validation_that_logs_its_metric(tmp_path):
+    """Before: trainmesh saved at the step unranked (a warning) and nothing at the validation's end,
+    so a time-interval callback kept no checkpoint and ``best_model_score`` stayed None."""
+    found = run_both(step_saves_before_the_first_validation, tmp_path)
+    assert found["lightning"][1][0] == "tensor(0.6000)"
+    assert found["trainmesh"] == found["lightning"]

@@ -2,6 +2,7 @@
 called where Lightning 2.6.6 calls them, with its arguments; a warm-up or a skipped step written in the hook
 trains the weights that the same schedule in plain torch does, under single, ddp and fsdp."""
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import trainmesh as tm  # noqa: E402
 from helpers.batches import Batches  # noqa: E402
 from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import fp16_on_cpu, quiet_trainer, random_classification  # noqa: E402
+from helpers.programs import differences, run_both, trainer_kwargs  # noqa: E402
 
 SCRIPT = HERE / "optimizer_step_run.py"
 
@@ -221,6 +223,38 @@ def test_an_optimizer_step_that_never_runs_the_closure_stops_the_fit(how):
     ):
         trainer.fit(NeverRunsTheClosure(how), loader())
     assert trainer.global_step == 0
+
+
+def closure_never_run_program(L, root):
+    class SkipsTheClosure(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            pass
+
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=1, logger=False, enable_checkpointing=False))
+    try:
+        trainer.fit(SkipsTheClosure(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    except importlib.import_module(f"{L.pl.__name__}.utilities.exceptions").MisconfigurationException as error:
+        return str(error).startswith(
+            "The closure hasn't been executed. HINT: did you call `optimizer_closure()` in your `optimizer_step` hook?"
+        )
+    return "no error"
+
+
+def test_an_optimizer_step_that_never_runs_the_closure_raises_lightnings_words(tmp_path):
+    """Lightning's test_closure.py (and a program) matches "The closure hasn't been executed"."""
+    found = run_both(closure_never_run_program, tmp_path)
+    assert found["lightning"] is True
+    assert differences(found["lightning"], found["trainmesh"]) == []
 
 
 class TwoOptimizers(Net):

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.model_helpers import is_overridden
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -41,9 +42,13 @@ class GradientAccumulationScheduler(Callback):
         if not scheduling:
             raise TypeError("Empty dict cannot be interpreted correct")
         if any(not isinstance(key, int) or key < 0 for key in scheduling):
-            raise ValueError(f"Epoch should be an int greater than or equal to 0. Got {list(scheduling.keys())}.")
+            raise MisconfiguredValue(
+                f"Epoch should be an int greater than or equal to 0. Got {list(scheduling.keys())}."
+            )
         if any(not isinstance(value, int) or value < 1 for value in scheduling.values()):
-            raise ValueError(f"Accumulation factor should be an int greater than 0. Got {list(scheduling.values())}.")
+            raise MisconfiguredValue(
+                f"Accumulation factor should be an int greater than 0. Got {list(scheduling.values())}."
+            )
         if min(scheduling) != 0:  # the first epochs step every batch
             scheduling.update({0: 1})
         self.scheduling = scheduling

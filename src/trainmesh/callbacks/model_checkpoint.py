@@ -205,16 +205,17 @@ class ModelCheckpoint(Checkpoint):
             ) or self._deferred
             return
         step_due = self._time_due(trainer) or step_due  # always asked: every rank joins its broadcast
-        if step_due and self._validation_follows(trainer):
-            # Lightning 2.6.6: rank by the validation about to run, not by the previous one's metric.
+        if step_due and self._waits_for_validation(trainer):  # Lightning 2.6.6: saved at validation's end
             self._deferred = True
         elif step_due:
             self._save(trainer, mid_epoch=True)
 
-    def _validation_follows(self, trainer: TrainerView) -> bool:
-        """A monitored step save at the epoch's last batch, with validation run after it and not saved
-        for at the epoch's end: Lightning defers it to ``on_validation_end``."""
-        if self.monitor is None or self._saves_at_epoch_end(trainer) or not getattr(trainer, "is_last_batch", False):
+    def _waits_for_validation(self, trainer: TrainerView) -> bool:
+        """A monitored step save whose metric is not logged yet, or at the epoch's last batch with validation
+        after it not saved for at the epoch's end: Lightning defers it to ``on_validation_end``."""
+        if self.monitor is None or self.monitor not in self._monitor_candidates(trainer):
+            return self.monitor is not None
+        if self._saves_at_epoch_end(trainer) or not getattr(trainer, "is_last_batch", False):
             return False
         every = getattr(trainer, "check_val_every_n_epoch", 1)
         due = every is None or (trainer.current_epoch + 1) % every == 0

@@ -99,10 +99,14 @@ class OptimizerClosure:
     def check_ran(self, owner: str) -> None:
         if not self.ran:
             # Lightning (1.9.5 and 2.6) raises MisconfigurationException here; a ValueError before, so both names catch it
+            # Lightning's own words first: a program (and Lightning's test_closure.py) matches on them
             raise MisconfiguredValue(
-                f"{owner}.optimizer_step returned without running optimizer_closure, which runs training_step and "
-                "backward: pass it to the optimizer (optimizer.step(closure=optimizer_closure)), or call "
-                "optimizer_closure() yourself on a step you skip (as Lightning requires)"
+                "The closure hasn't been executed. HINT: did you call `optimizer_closure()` in your "
+                "`optimizer_step` hook? It could also happen because the `optimizer.step(optimizer_closure)` "
+                f"call did not execute it internally. ({owner}.optimizer_step returned without running "
+                "optimizer_closure, which runs training_step and backward: pass it to the optimizer "
+                "(optimizer.step(closure=optimizer_closure)), or call optimizer_closure() yourself on a step "
+                "you skip)"
             )
 
 
