@@ -402,7 +402,9 @@ class LogCollector:
                 continue
             # Lightning's condition: logged without sync_dist (rank_zero_only aside) while a process group
             # exists (ddp on one device too), whatever the run's size
-            if not entry.given[5] and process_group_exists():
+            # (self.log's own sync_dist: an entry restored from a checkpoint holds no call's arguments)
+            asked_sync = entry.given[5] if entry.given else entry.sync_dist
+            if not asked_sync and process_group_exists():
                 _advise_sync_dist(name)
             # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
             # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
