@@ -20,7 +20,9 @@ from tbptt_run import data as rnn_data  # noqa: E402
 import trainmesh as tm  # noqa: E402
 
 # The Module's own slots a fit sets (Lightning's LightningModule holds its trainer too): not a hook.
-MODULE_OWN_STATE = {"_trainer", "_log_collector"}
+# _hparams: the hparams store both owners' HyperparametersMixin creates on first read (Lightning's
+# checkpoint dump reads model.hparams), kept when save_hyperparameters ran before the base __init__.
+MODULE_OWN_STATE = {"_trainer", "_log_collector", "_hparams"}
 
 
 class OldGan(Gan):

@@ -6,12 +6,12 @@ hooks, the model placed (once per model object), then for ``fit`` its data and o
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainmesh.module import Module
-from trainmesh.plugins.environments import SLURMEnvironment
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
 from trainmesh.trainer.data_source import DataSource
@@ -88,7 +88,7 @@ def prepare_stage(
             state, runtime, hooks, fault_tolerant=trainer._fault_tolerant, profiler=trainer.profiler
         )
     state.manual_steps = ManualSteps(state, runtime)
-    if SLURMEnvironment.detect():  # SIGUSR1 requeues (supervision/preemption.py); said where Lightning says it
+    if "SLURM_NTASKS" in os.environ and _under_slurm():  # SIGUSR1 requeues (supervision/preemption.py)
         _signals_log.info("SLURM auto-requeueing enabled. Setting signal handlers.")
     return ctx
 
@@ -115,3 +115,11 @@ def loop_context(
         detect_anomaly=behaviour.detect_anomaly,
         log_hyperparams=behaviour.enable_autolog_hparams,
     )
+
+
+def _under_slurm() -> bool:
+    """Lightning's ``SLURMEnvironment.detect()``; imported here, where SLURM's variables are set, so
+    that a run outside SLURM does not import the plugins package (tests/test_import.py)."""
+    from trainmesh.plugins.environments import SLURMEnvironment
+
+    return bool(SLURMEnvironment.detect())
