@@ -143,3 +143,37 @@ def test_a_rebuilt_subclassed_model_s_result_pickles():
     adopt_fit(model, result)
     for mine, theirs in zip(model.get_weights(), arrived.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_ddp_fit_says_no_lightning_banner_as_keras_says_none(monkeypatch):
+    """Keras' own fit prints no "Initializing distributed: GLOBAL_RANK..." / "All distributed processes
+    registered" lines; trainmesh.keras' ddp run formed its group through the strategy that says Lightning's
+    (strategies/process_group.py), so every Keras program on several processes printed Lightning's banner.
+    One process, in-process: a ddp fit of one device forms a group of one as a run of 2 does."""
+    import logging
+
+    import trainmesh.keras as tk
+    from trainmesh.launchers.environments import find_free_port
+
+    monkeypatch.setenv("MASTER_PORT", str(find_free_port()))
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("trainmesh")
+    logger.addHandler(handler)
+    x, y = np.random.default_rng(0).random((8, 3)).astype("float32"), np.zeros((8, 1), "float32")
+
+    def fit(ours):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return tk.fit(model, x, y, strategy="ddp", devices=1, verbose=0) if ours else model.fit(x, y, verbose=0)
+
+    try:
+        theirs = fit(False)
+        said_by_keras = list(lines)
+        ours = fit(True)
+    finally:
+        logger.removeHandler(handler)
+    assert ours.history == theirs.history  # the run is the one meant
+    assert [line for line in lines if "distributed" in line] == said_by_keras == []

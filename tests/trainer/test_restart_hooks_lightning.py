@@ -59,6 +59,13 @@ _CASES = {
     # epoch, without the saved epoch's end (its validation included) nor the next one's start hooks
     "last_batch": (dict(every_n_train_steps=4), dict(max_epochs=2), "epoch=1-step=8.ckpt", dict(max_epochs=3)),
     "max_steps": (dict(every_n_train_steps=3), dict(max_steps=6), "epoch=1-step=6.ckpt", dict(max_steps=6)),
+    # ... with max_steps reached there: Lightning's fit loop is done before its restart, current_epoch stays 1
+    "last_batch_at_max_steps": (
+        dict(every_n_train_steps=4),
+        dict(max_epochs=2),
+        "epoch=1-step=8.ckpt",
+        dict(max_epochs=3, max_steps=8),
+    ),
 }
 
 

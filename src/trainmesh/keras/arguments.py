@@ -53,6 +53,8 @@ def runtime_for(model: Any, what: str, strategy: Any, accelerator: str, devices:
             f"the model is not compiled: call model.compile(optimizer=..., loss=..., metrics=[...]) before {what}"
         )
     runtime = Runtime(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes)
+    if hasattr(runtime.strategy, "says_group_banner"):  # Keras prints no "Initializing distributed" lines
+        runtime.strategy.says_group_banner = False
     name = runtime.strategy.name
     if not runtime.capabilities.keras_fit:  # single, ddp (any start method), zero1 (zero.py)
         family = "fsdp" if runtime.capabilities.shards_parameters else name

@@ -49,6 +49,9 @@ class DistributedStrategy(LightningStrategyFace):
 
     name = "distributed"
 
+    # Lightning's banner as the group forms (process_group.py); trainmesh.keras' runs turn it off
+    says_group_banner = True
+
     def __init__(
         self,
         *,
@@ -158,7 +161,13 @@ class DistributedStrategy(LightningStrategyFace):
         self._device = device_for(self.placement.device_type, self.device_index(process))
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
-        if join_process_group(process, self._device, backend=self._process_group_backend, timeout=self.timeout):
+        if join_process_group(
+            process,
+            self._device,
+            backend=self._process_group_backend,
+            timeout=self.timeout,
+            banner=self.says_group_banner,
+        ):
             self._owns_process_group = True
             # Processes started to run a whole script end there; close the group on the way out.
             atexit.register(self.teardown)

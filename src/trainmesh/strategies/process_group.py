@@ -35,9 +35,12 @@ class MissingRanks(RuntimeError):
     """Some processes of the run never joined its process group within the group's timeout."""
 
 
-def join_process_group(process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta) -> bool:
+def join_process_group(
+    process: ProcessInfo, device: torch.device, *, backend: str | None, timeout: timedelta, banner: bool = True
+) -> bool:
     """Initialise the default process group for ``process``; False when one already exists
-    (the user, or a test harness, made it: use it and leave it to them)."""
+    (the user, or a test harness, made it: use it and leave it to them). ``banner``: say Lightning's
+    lines as it forms the group (a Keras run says none: Keras prints no such lines)."""
     if dist.is_available() and dist.is_initialized():
         return False
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
@@ -46,9 +49,10 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
     url = f"tcp://{process.master_addr}:{process.master_port}"
     join = next(_joins)
     # Lightning's _init_dist_connection says this on every rank, at INFO, before it joins
-    _log.info(
-        f"Initializing distributed: GLOBAL_RANK: {process.global_rank}, MEMBER: {process.global_rank + 1}/{process.world_size}"
-    )
+    if banner:
+        _log.info(
+            f"Initializing distributed: GLOBAL_RANK: {process.global_rank}, MEMBER: {process.global_rank + 1}/{process.world_size}"
+        )
     try:  # without an agent's store, rank 0 hosts one and waits for every process to connect
         store, _, _ = next(dist.rendezvous(url, process.global_rank, process.world_size, timeout=timeout))
     except dist.DistStoreError as error:
@@ -63,12 +67,13 @@ def join_process_group(process: ProcessInfo, device: torch.device, *, backend: s
         timeout=timeout,
     )
     # ...and this once every process has joined, on rank 0 only (its rank_zero_info)
-    rank_zero_info(
-        f"{'-' * 100}\n"
-        f"distributed_backend={backend}\n"
-        f"All distributed processes registered. Starting with {process.world_size} processes\n"
-        f"{'-' * 100}\n"
-    )
+    if banner:
+        rank_zero_info(
+            f"{'-' * 100}\n"
+            f"distributed_backend={backend}\n"
+            f"All distributed processes registered. Starting with {process.world_size} processes\n"
+            f"{'-' * 100}\n"
+        )
     return True
 
 

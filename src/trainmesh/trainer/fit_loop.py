@@ -132,7 +132,10 @@ def _first_epoch(
         loop.epoch_finished, loop.batches_done = False, 0
         restore_rng_state(resume_rng)
         resume_rng = None
-    after_last_batch = resume_rng is not None and _saved_after_last_batch(state)
+    # ... unless the fit is done already (max_steps reached there): Lightning's fit loop skips its run, reset included
+    after_last_batch = (
+        resume_rng is not None and _saved_after_last_batch(state) and not fit_done(state, fit_limits(ctx))
+    )
     if resume_rng is not None and after_last_batch:
         # Lightning's fit_loop.reset (restarted on train batch end, mid-epoch, is_last_batch): the saved
         # epoch is processed and completed without its end; the fit goes on with the next epoch.
