@@ -186,6 +186,13 @@ def test_local_rank_set_by_the_user_places_the_process_as_lightning_does(monkeyp
     env = {"LOCAL_RANK": "1", "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    # Lightning's Trainer sets its process-wide rank_zero_only.rank to the rank it reads (1 here): kept for
+    # this test only, or every later Lightning logger in this test process would write nothing
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
+    from lightning_utilities.core.rank_zero import rank_zero_only as utilities_rank_zero_only
+
+    for rank_zero_only in (fabric_rank_zero_only, utilities_rank_zero_only):
+        monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
     theirs = pl.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
     assert theirs.strategy.cluster_environment.creates_processes_externally
     process = managed_process(env, devices=2, num_nodes=2)
