@@ -362,6 +362,7 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "utilities/enums.py": ["utilities/test_lightning_utilities.py"],
     "utilities/flops.py": ["utilities/test_lightning_utilities.py"],
+    "utilities/spike_rules.py": ["callbacks/test_spike.py", "fabric/utilities/test_spike_fabric.py"],
     "utilities/grads.py": ["utilities/test_lightning_utilities.py"],
     "utilities/parameter_tying.py": ["utilities/test_lightning_utilities.py"],
     "utilities/parsing.py": ["utilities/test_lightning_utilities.py"],

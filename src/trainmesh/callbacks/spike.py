@@ -14,7 +14,6 @@ the checkpointed state holds the window as a list here instead).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -24,7 +23,8 @@ import torch
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
-from trainmesh.utilities.exceptions import TrainingSpikeException
+from trainmesh.utilities import spike_rules
+from trainmesh.utilities.exceptions import TrainingSpikeException  # noqa: F401  # Lightning exports it here too
 
 
 class SpikeDetection(Callback):
@@ -78,7 +78,7 @@ class SpikeDetection(Callback):
         is_spike = bool(batch_idx >= self.warmup and self._is_spike(loss))
         # Each process decides on its own loss; all stop if any one saw a spike
         if _any_rank(trainer, is_spike):
-            self._handle_spike(trainer, batch_idx)
+            spike_rules.record_spike(self.bad_batches, self.exclude_batches_path, batch_idx, trainer.global_rank == 0)
         elif self.finite_only or not _any_rank(trainer, not bool(torch.isfinite(loss).all())):
             self.window.append(loss.float())
             self.last_val = loss
@@ -87,32 +87,9 @@ class SpikeDetection(Callback):
         running = torch.stack(list(self.window)).sum() / len(self.window) if self.window else torch.tensor(float("nan"))
         if self.finite_only and not torch.isfinite(loss):
             return True
-        if self._is_better(loss - self.last_val):
+        if spike_rules.is_better(loss - self.last_val, self.mode):
             return False
-        return self._check_atol(loss, running) and self._check_rtol(loss, running)
-
-    def _handle_spike(self, trainer: TrainerView, batch_idx: int) -> None:
-        # The batch before too: it may have corrupted the weights that this one's loss shows
-        self.bad_batches.extend([batch_idx - 1, batch_idx])
-        if trainer.global_rank == 0:
-            path = str(self.exclude_batches_path)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                json.dump(self.bad_batches, f, indent=4)
-        raise TrainingSpikeException(batch_idx=batch_idx)
-
-    def _check_atol(self, val_a: Any, val_b: Any) -> bool:
-        return self.atol is None or bool(abs(val_a - val_b) >= abs(self.atol))
-
-    def _check_rtol(self, val_a: Any, val_b: Any) -> bool:
-        return self.rtol is None or bool(abs(val_a - val_b) >= abs(self.rtol * val_b))
-
-    def _is_better(self, diff_val: torch.Tensor) -> bool:
-        if self.mode == "min":
-            return bool((diff_val <= 0.0).all())
-        if self.mode == "max":
-            return bool((diff_val >= 0).all())
-        raise ValueError(f"Invalid mode. Has to be min or max, found {self.mode}")
+        return spike_rules.beyond_tolerances(loss, running, self.atol, self.rtol)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -10,14 +10,14 @@ A Fabric program calls ``detector.on_train_batch_end(fabric, loss, batch, batch_
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainmesh.utilities.exceptions import TrainingSpikeException
+from trainmesh.utilities import spike_rules
+from trainmesh.utilities.exceptions import TrainingSpikeException  # noqa: F401  # Lightning exports it here too
 
 if TYPE_CHECKING:
     from trainmesh.fabric.fabric import Fabric
@@ -79,7 +79,7 @@ class SpikeDetection:
         is_spike = bool(batch_idx >= self.warmup and self._is_spike(loss))
         fabric.barrier()
         if _reduce_decision(fabric, is_spike, every=False):
-            self._handle_spike(fabric, batch_idx)
+            spike_rules.record_spike(self.bad_batches, self.exclude_batches_path, batch_idx, fabric.global_rank == 0)
         elif self.finite_only or _reduce_decision(fabric, bool(torch.isfinite(loss).all()), every=True):
             self._update_stats(loss)
 
@@ -90,32 +90,9 @@ class SpikeDetection:
         curr_diff = loss - self.last_val
         if self.finite_only and not torch.isfinite(loss):
             return True
-        if self._is_better(curr_diff):
+        if spike_rules.is_better(curr_diff, self.mode):
             return False
-        return self._check_atol(loss, running_val) and self._check_rtol(loss, running_val)
-
-    def _handle_spike(self, fabric: Fabric, batch_idx: int) -> None:
-        # the batch before may have corrupted the weights, so it is skipped too
-        self.bad_batches.extend([batch_idx - 1, batch_idx])
-        if fabric.global_rank == 0:
-            path = str(self.exclude_batches_path)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                json.dump(self.bad_batches, f, indent=4)
-        raise TrainingSpikeException(batch_idx=batch_idx)
-
-    def _check_atol(self, val_a: float | torch.Tensor, val_b: float | torch.Tensor) -> bool:
-        return (self.atol is None) or bool(abs(val_a - val_b) >= abs(self.atol))  # type: ignore[operator]
-
-    def _check_rtol(self, val_a: float | torch.Tensor, val_b: float | torch.Tensor) -> bool:
-        return (self.rtol is None) or bool(abs(val_a - val_b) >= abs(self.rtol * val_b))  # type: ignore[operator]
-
-    def _is_better(self, diff_val: torch.Tensor) -> bool:
-        if self.mode == "min":
-            return bool((diff_val <= 0.0).all())
-        if self.mode == "max":
-            return bool((diff_val >= 0).all())
-        raise ValueError(f"Invalid mode. Has to be min or max, found {self.mode}")
+        return spike_rules.beyond_tolerances(loss, running_val, self.atol, self.rtol)
 
     def _update_stats(self, val: torch.Tensor) -> None:
         self.running_mean.update(val)
