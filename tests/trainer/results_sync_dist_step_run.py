@@ -25,6 +25,10 @@ class SyncedSteps:
         for fx in ("sum", "mean", "max", "min"):
             self.log(f"step_{fx}", 1.0 + rank, on_step=True, on_epoch=False, sync_dist=True, reduce_fx=fx)
             self.log(f"both_{fx}", batch_idx + 2.0 * rank, on_step=True, on_epoch=True, sync_dist=True, reduce_fx=fx)
+        # float16 1 + 2**-10 and 1: Lightning reduces in float32 (1.00048828125); a float16 sum rounds to 2, mean 1
+        half = torch.tensor(1.0 + (rank == 0) * 2.0**-10, dtype=torch.float16)
+        self.log("step_f16", half, on_step=True, on_epoch=False, sync_dist=True)
+        self.log("step_bf16", half.bfloat16() * (rank + 1), on_step=True, on_epoch=False, sync_dist=True)
         return self.layer(batch[0]).pow(2).mean()
 
     def configure_optimizers(self):

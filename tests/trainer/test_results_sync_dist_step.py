@@ -5,6 +5,9 @@ tests/tests_pytorch/trainer/logging_/test_train_loop_logging.py::test_logging_sy
 Before: trainmesh reduced every synced step value with "mean", whatever its ``reduce_fx``: under ddp_spawn
 at 2 processes ``self.log("foo", 1 + rank, on_step=True, on_epoch=False, sync_dist=True, reduce_fx="sum")``
 read 1.5 in ``trainer.callback_metrics`` where Lightning 2.6.6 reads 3 (and "max" read the mean 1.5).
+A float16 / bfloat16 step value is reduced in float32, as Lightning's ``_ResultMetric.update`` casts it
+before its sync (before: reduced in float16: 1 + 2**-10 and 1 gave 1.0 where Lightning gives 1.00048828125;
+found in /work/progs/l-ddp-progs4 g2, metrics.csv ``f16_step``).
 
 Each framework's run (results_sync_dist_step_run.py) is a fork of the fork server (helpers/forked.py)
 whose Trainer runs ``ddp_fork``: the launcher ``ddp_spawn`` uses, with fork for spawn, in Lightning as in
@@ -45,4 +48,5 @@ def _metrics(framework: str, root: Path) -> dict[str, float]:
 def test_a_synced_step_value_is_reduced_with_its_reduce_fx(tmp_path):
     theirs = _metrics("lightning", tmp_path)
     assert theirs["step_sum"] == 3.0 and theirs["step_max"] == 2.0
+    assert theirs["step_f16"] == 1.00048828125
     assert _metrics("trainmesh", tmp_path) == theirs

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.trainer import metric_values
 from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
@@ -269,8 +270,8 @@ class LogCollector:
                 step_value = self._mean_over_chunks(name, as_tensor(number), batch_size or 0)
             else:
                 step_value = number
-            self.results.step_values[name] = (
-                self._reduce(as_tensor(step_value), entry.reduce_fx) if entry.sync_dist else step_value
+            self.results.step_values[name] = (  # (synced in float32 or float64, as Lightning's _ResultMetric)
+                self._reduce(metric_values.step_tensor(step_value), entry.reduce_fx) if entry.sync_dist else step_value
             )
         if entry.on_epoch:
             if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
