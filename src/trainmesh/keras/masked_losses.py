@@ -1,26 +1,22 @@
-"""A compiled loss that is a mean over the unmasked positions only: refused under several processes.
+"""Compiled losses that are no mean over the batch's samples, refused under several processes where the run
+cannot make them exact.
 
 Keras applies a mask to a loss two ways: the model's output carries a Keras mask (``Embedding(mask_zero=True)``,
 ``Masking``, propagated through ``LSTM(return_sequences=True)``, ``Dense``...), or the loss is given
-``ignore_class`` (``SparseCategoricalCrossentropy(ignore_class=0)``, keras-io's segmentation examples). Either way
-its default reduction divides by the batch's count of unmasked positions (keras/src/losses/loss.py
-``apply_mask``: ``sum(loss * mask) / sum(mask)``), a ratio over the whole batch. Under ``N`` processes each
-process divides by its own part's count, and trainmesh averages the processes' gradients (and the loss logged)
-weighted by their shares of the samples: that is one process's only when every part holds as many unmasked
-positions. Measured before this check (2 x 16 against Keras at 32, /work/progs/k-progs4): a per-token tagger
-(Embedding(mask_zero) + BiLSTM) trained 3.5e-3 apart in History, a Masking + GRU regression 2.6e-2, a
-segmentation with ``ignore_class=0`` 1.4e-3 (predict 0.14), all silently, ranks alike.
+``ignore_class``. Its default reduction then divides by the batch's count of unmasked positions, a ratio over the
+whole batch: the run divides by the global batch's count (masked_counts.py), Keras' own ``apply_mask`` routed.
+That route sits in Keras' ``Loss.__call__``; a step of the program's own (``train_step`` or ``compute_loss``
+overridden, a loss or forward pass of its own: step_probe.needs_probe) is probed on halves of a batch on one
+process, where each half divides by its own count, so a masked loss there is refused before any process starts,
+naming the mask's source and the fix.
 
 Keras' ``Dice`` and ``Tversky`` losses at their default ``axis=None`` are one ratio of sums over every
 sample of the batch, and ``Circle`` compares the batch's samples in pairs: no mean over the samples either
-(keras.losses.Dice() on a 2 x 16 segmentation: weights 6.3e-3 apart, predict 4.3e-3, silently). Refused alike
+(keras.losses.Dice() on a 2 x 16 segmentation: weights 6.3e-3 apart, predict 4.3e-3, silently). Refused
 (``Dice``/``Tversky`` with an ``axis`` leaving out the batch axis are per-sample, and pass).
 
-So before any process starts (and, for a model built only by ``fit``, when training begins), a compiled loss
-given ``ignore_class`` is refused, and a built model is called (inference, as Keras' ``model(x)``) on two samples
-of the data: an output that carries a mask, with a compiled loss, is refused. Each names the fix. Variables and
-torch's generator are left as they were. Metrics are not concerned: Keras' masked metrics keep sums and
-counts, which add up over the processes.
+The mask is found by calling a built model (inference, as Keras' ``model(x)``) on two samples of the data (for a
+model built only by ``fit``, when training begins). Variables and torch's generator are left as they were.
 """
 
 from __future__ import annotations
@@ -35,20 +31,23 @@ from trainmesh.keras.backend import require_keras
 from trainmesh.keras.batch_metrics import probe_batch
 from trainmesh.keras.batches import is_batches
 from trainmesh.keras.data import leaves
+from trainmesh.keras.step_probe import needs_probe
 
 _WHY = (
     "Keras' loss then divides by the count of unmasked positions in the batch (a mean over those positions, "
-    "not over the samples). Under {world} processes each process divides by its own part's count and "
-    "trainmesh averages the processes' gradients and losses weighted by their shares of the samples, which is "
-    "one process's at the global batch only when every part holds as many unmasked positions: the run would "
-    "train and differ from one process's, silently (measured: a per-token tagger 2 x 16 3.5e-3 apart). "
+    "not over the samples). trainmesh divides Keras' own compiled loss by the global batch's count, but "
+    "{model} has a step of its own (train_step or compute_loss overridden, or a loss or forward pass of the "
+    "program's own), which trainmesh checks on halves of a batch, each dividing by its own count: under {world} "
+    "processes the run could train and differ from one process's, silently. "
 )
 
 
 def refuse_masked_losses(model: Any, x: Any, world: int) -> None:
-    """Under several processes: a compiled loss reduced over a mask, refused (the module's doc)."""
+    """Under several processes: a compiled loss over the whole batch, or reduced over a mask in a step of the
+    program's own, refused (the module's doc)."""
     if world == 1 or getattr(model, "loss", None) is None:
         return
+    own_step = needs_probe(model)
     losses = leaves(model.loss) if isinstance(model.loss, (list, tuple, dict)) else [model.loss]
     for loss in losses:
         wide = _batch_wide(loss)
@@ -62,18 +61,22 @@ def refuse_masked_losses(model: Any, x: Any, world: int) -> None:
                 "process (devices=1)"
             )
         ignored = getattr(loss, "ignore_class", None)
-        if ignored is not None:
+        if ignored is not None and own_step:
             raise ValueError(
                 f"the loss {type(loss).__name__}(ignore_class={ignored!r}) leaves out the positions labelled "
-                f"{ignored!r}: " + _WHY.format(world=world) + "Give the loss no ignore_class and weigh the "
+                f"{ignored!r}: "
+                + _WHY.format(world=world, model=type(model).__name__)
+                + "Give the loss no ignore_class and weigh the "
                 f"positions instead (sample_weight = (y != {ignored!r}), of y's shape: Keras' default reduction "
                 "then divides by every position, a mean over the samples), or run on one process (devices=1)"
             )
-    source = _masked_output(model, x)
+    source = _masked_output(model, x) if own_step else None
     if source is not None:
         raise ValueError(
             f"the model's output carries a Keras mask (from {source}), which Keras applies to the compiled "
-            "loss: " + _WHY.format(world=world) + "Keep the mask from the loss (end the model with a layer that "
+            "loss: "
+            + _WHY.format(world=world, model=type(model).__name__)
+            + "Keep the mask from the loss (end the model with a layer that "
             "does not propagate it, and pass the mask as sample_weight of the targets' shape: Keras' default "
             "reduction then divides by every position, a mean over the samples), or run on one process (devices=1)"
         )
