@@ -11,6 +11,8 @@ python keras_masked_programs.py ddp OUT -> one launch of 2 processes, every prog
   (the last evaluation step rank 0's alone).
 - ``segment``: SparseCategoricalCrossentropy(from_logits=True, ignore_class=0) on a tiny segmentation, zero1.
 - ``masking``: Masking -> GRU(return_sequences) -> Dense, per-step mse.
+- ``own_step``: a functional tagger (its Embedding's mask is a keras.ops.NotEqual in the graph: a forward pass
+  the step probe checks) of a Model class with a train_step of its own, probed with the whole batch's count.
 """
 
 import faulthandler
@@ -30,7 +32,7 @@ import keras  # noqa: E402
 
 SEED = 0
 BATCH = 16  # per process; Keras' own fit runs at 2 * BATCH
-STRATEGY = {"tagger": "ddp", "segment": "zero1", "masking": "ddp"}
+STRATEGY = {"tagger": "ddp", "segment": "zero1", "masking": "ddp", "own_step": "ddp"}
 
 
 def _tokens(samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +81,22 @@ def masking(batch: int) -> tuple[object, dict, dict]:
     return model, dict(x=x[:64], y=y[:64], batch_size=batch, epochs=2, shuffle=False), dict(x=x[64:], y=y[64:])
 
 
-PROGRAMS = {"tagger": tagger, "segment": segment, "masking": masking}
+class OwnStep(keras.Model):
+    def train_step(self, data):  # keras-io's custom steps call Keras' own pieces; this one all of it
+        return super().train_step(data)
+
+
+def own_step(batch: int) -> tuple[object, dict, dict]:
+    x, y = _tokens(96)
+    inputs = keras.Input((8,), dtype="int64")
+    h = keras.layers.Embedding(20, 6, mask_zero=True)(inputs)
+    h = keras.layers.GRU(5, return_sequences=True)(h)
+    model = OwnStep(inputs, keras.layers.Dense(5, activation="softmax")(h))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model, dict(x=x[:64], y=y[:64], batch_size=batch, epochs=2, shuffle=False), dict(x=x[64:], y=y[64:])
+
+
+PROGRAMS = {"tagger": tagger, "segment": segment, "masking": masking, "own_step": own_step}
 
 
 def run(name: str, batch: int, distributed: bool) -> dict:

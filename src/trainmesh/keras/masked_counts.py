@@ -88,4 +88,52 @@ def _global_weight(runtime: Runtime, mask: Any, dtype: Any, batch: int) -> Any:
     valid = torch.sum(mask.to(torch.float64)).reshape(1)
     summed = all_reduce_sum(runtime, [torch.cat([valid, valid.new_tensor([float(batch)])])])[0]
     total = float(mask.numel()) * float(summed[1].item()) / batch  # this part's positions, scaled to b samples
-    return ops.divide_no_nan(ops.cast(total, dtype), ops.cast(summed[0], dtype))
+    return _divided(total, summed[0], dtype)
+
+
+class CountTape:
+    """The unmasked counts of the step probe's run on a whole batch, in the order its losses took them, read
+    back in its runs on the halves (step_probe.py): each half divides by the whole batch's count, as each
+    process divides by the global batch's in the run, so that the probe compares what the run computes."""
+
+    def __init__(self) -> None:
+        self.counts: list[Any] = []
+        self.replaying: tuple[int, int] | None = None  # (rows, whole batch) of a replaying run
+        self.position = 0
+
+    def replay(self, rows: int, whole: int) -> None:
+        self.replaying, self.position = (rows, whole), 0
+
+
+@contextlib.contextmanager
+def counted_alike(tape: CountTape) -> Iterator[None]:
+    """Keras' ``apply_mask`` records the whole batch's counts in ``tape``, or (replaying) divides by them."""
+    from keras.src.losses import loss as keras_loss
+
+    keras_apply = keras_loss.apply_mask
+
+    def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
+        if mask is None or reduction not in MEANS:
+            return keras_apply(sample_weight, mask, dtype, reduction)
+        if tape.replaying is None:
+            tape.counts.append(torch.sum(torch.as_tensor(mask).to(torch.float64)).item())
+            return keras_apply(sample_weight, mask, dtype, reduction)
+        if tape.position >= len(tape.counts):  # the runs differ: this half's own count (the probe then compares)
+            return keras_apply(sample_weight, mask, dtype, reduction)
+        (rows, whole), valid = tape.replaying, tape.counts[tape.position]
+        tape.position += 1
+        return _weighed(
+            sample_weight, mask, dtype, _divided(float(torch.as_tensor(mask).numel()) * whole / rows, valid, dtype)
+        )
+
+    keras_loss.apply_mask = apply_mask
+    try:
+        yield
+    finally:
+        keras_loss.apply_mask = keras_apply
+
+
+def _divided(total: float, valid: Any, dtype: Any) -> Any:
+    from keras import ops
+
+    return ops.divide_no_nan(ops.cast(total, dtype), ops.cast(valid, dtype))

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import hand_updates, probe_torch_draws, tensor_draws, unmapped_draws
+from trainmesh.keras import hand_updates, masked_counts, probe_torch_draws, tensor_draws, unmapped_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -101,6 +101,7 @@ class _Tape:
         self.position = [0, 0]  # the next draw, the next moments
         self.inside = False  # within a Keras draw: the torch functions it calls are part of it
         self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # the program's own, as found
+        self.counts = masked_counts.CountTape()  # a loss over a mask: the whole batch's unmasked counts
 
     def saw_generator(self, generator: torch.Generator | None) -> None:
         if generator is not None and id(generator) not in self.generators:
@@ -108,6 +109,7 @@ class _Tape:
 
     def replay(self, start: int, rows: int, whole: int) -> None:
         self.replaying, self.position = (start, rows, whole), [0, 0]
+        self.counts.replay(rows, whole)
         for generator, state in self.generators.values():  # the run on the whole batch moved them: put back
             generator.set_state(state)
 
@@ -187,8 +189,8 @@ def _drawing_alike(tape: _Tape) -> Iterator[None]:
         setattr(module, name, _taped(function, tape, name))
     type.__setattr__(BatchNormalization, "_moments", _moments)
     try:
-        with probe_torch_draws.taped(tape), tensor_draws.taped(tape):  # torch's own, drawn directly in the step
-            yield
+        with probe_torch_draws.taped(tape), tensor_draws.taped(tape), masked_counts.counted_alike(tape.counts):
+            yield  # torch's own draws, drawn directly in the step, taped too; a masked loss the whole batch's count
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)
