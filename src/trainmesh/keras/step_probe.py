@@ -22,7 +22,9 @@ does those three (or four) times more, on every process alike.
 The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the run on the
 whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as draws.py gives each process
 its rows of one process's draw); each BatchNormalization's moments are the whole batch's, as constants
-(batch_statistics.py makes them the global batch's, gradients included, in the run itself). torch's own random
+(batch_statistics.py makes them the global batch's, gradients included, in the run itself); a loss Keras reduces over a
+mask divides by the whole batch's unmasked count in the halves (masked_counts.py: the run divides by the global
+batch's). torch's own random
 functions called in the step (``torch.randn_like``, ``torch.randn``, ``torch.nn.functional.dropout``:
 probe_torch_draws.py) and a tensor's draw methods (``x.normal_()``: tensor_draws.py) are taped and replayed alike. A
 step whose halves still move a global generator (a draw no tape sees: ``from torch import randn``, ``numpy.random``)
