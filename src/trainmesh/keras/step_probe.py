@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import hand_updates, masked_counts, probe_torch_draws, tensor_draws, unmapped_draws
+from trainmesh.keras import hand_updates, masked_counts, probe_facts, probe_torch_draws, tensor_draws, unmapped_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -283,7 +283,7 @@ def _first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
         torch.set_rng_state(generator)
 
 
-def _gradients(model: Any, data: Any) -> list[tuple[Any, list[Any]]]:
+def _gradients(model: Any, data: Any, facts: probe_facts.StepFacts | None = None) -> list[tuple[Any, list[Any]]]:
     """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
     the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
     in a step running no backward pass (``torch.autograd.grad``), those each Keras optimizer's ``apply`` is
@@ -297,11 +297,13 @@ def _gradients(model: Any, data: Any) -> list[tuple[Any, list[Any]]]:
 
     def record(optimizer: Any, _keras_apply: Any, gradients: Any, _variables: Any) -> None:
         given.append((id(optimizer), [None if g is None else g.detach().clone() for g in gradients]))
+        if facts is not None:  # the whole batch's run: what the step did, for a refusal's words (probe_facts.py)
+            facts.applied(optimizer)
 
     backward = BackwardAverage(at_pass_end, lambda: 1)
     backward.step_begins(model)
     try:
-        with _applying_nothing(record):
+        with _applying_nothing(record), probe_facts.watching(model, facts):
             type(model).train_step(model, data)  # the class's: not what fit's wrappers put on the model
     finally:
         backward.remove()
@@ -359,10 +361,10 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     halves = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
-    restorer, tape = _Restorer(model), _Tape()
+    restorer, tape, facts = _Restorer(model), _Tape(), probe_facts.StepFacts()
     try:
         with _drawing_alike(tape):
-            whole = _gradients(model, data)
+            whole = _gradients(model, data, facts)
             parts, untaped, after = [], False, [hand_updates.values(model)]
             for start, part in zip((0, half), halves, strict=True):
                 restorer.restore()
@@ -385,7 +387,7 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
                 tape.replay(0, count, count)
                 torch.manual_seed(int(torch.get_rng_state().sum().item()) ^ 0x5EED)  # elsewhere, drawing nothing
                 noise, _ = _relative(whole, _gradients(model, data))
-            found = relation(whole, parts, limit) if difference > limit else ""
+            found = (relation(whole, parts, limit) or probe_facts.sentence(facts)) if difference > limit else ""
             return difference, noise, found
     finally:
         restorer.restore()
