@@ -51,8 +51,15 @@ def over_the_global_count(
 
     def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
         takers = taking() if mask is not None and reduction in MEANS else None
-        if takers is None or not all(takers):  # no step, no mask, not a mean, or rank 0's batch is the global one
-            return keras_apply(sample_weight, mask, dtype, reduction)
+        if takers is None or takers == [True] + [False] * (len(takers) - 1):  # rank 0's batch is the global one
+            return keras_apply(sample_weight, mask, dtype, reduction)  # (or no step, no mask, not a mean)
+        if not all(takers):  # 3 processes or more, evaluation data of uneven shares: no count to sum over all
+            raise RuntimeError(
+                f"an evaluation step taken by the processes {takers} computes a loss over a mask, which Keras "
+                "divides by the step's global count of unmasked positions: it cannot be summed over only some "
+                "processes. Use evaluation data of a number of samples that is a multiple of processes x "
+                "batch_size, or evaluate on one process"
+            )
         return _weighed(sample_weight, mask, dtype, _global_weight(runtime, mask, dtype, local()))
 
     keras_loss.apply_mask = apply_mask
