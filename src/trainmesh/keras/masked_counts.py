@@ -94,7 +94,7 @@ def _global_weight(runtime: Runtime, mask: Any, dtype: Any, batch: int) -> Any:
     mask = ops.convert_to_tensor(mask)
     valid = torch.sum(mask.to(torch.float64)).reshape(1)
     summed = all_reduce_sum(runtime, [torch.cat([valid, valid.new_tensor([float(batch)])])])[0]
-    total = float(mask.numel()) * float(summed[1].item()) / batch  # this part's positions, scaled to b samples
+    total = summed[1] * (float(mask.numel()) / batch)  # this part's positions, scaled to b samples (no host sync)
     return _divided(total, summed[0], dtype)
 
 
@@ -140,7 +140,7 @@ def counted_alike(tape: CountTape) -> Iterator[None]:
         keras_loss.apply_mask = keras_apply
 
 
-def _divided(total: float, valid: Any, dtype: Any) -> Any:
+def _divided(total: Any, valid: Any, dtype: Any) -> Any:
     from keras import ops
 
     return ops.divide_no_nan(ops.cast(total, dtype), ops.cast(valid, dtype))
