@@ -15,6 +15,7 @@ PROGRAM_FILES = {
     "keras_unseen_programs": ("test_keras_unseen_programs.py",),
     "keras_random_programs": ("test_keras_random_draws.py",),
     "keras_batch_metric_programs": ("test_batch_metrics.py", "test_routes.py"),
+    "keras_masked_programs": ("test_masked_losses.py",),
 }
 
 

@@ -61,6 +61,12 @@ def run_keras_batch_metric_programs(out: str) -> None:
     keras_batch_metric_programs.run_ddp(out)
 
 
+def run_keras_masked_programs(out: str) -> None:
+    import keras_masked_programs
+
+    keras_masked_programs.run_ddp(out)
+
+
 # name: the program's ddp run (its module imported in the workers only)
 PROGRAMS = {
     "keras_run": run_keras_run,
@@ -69,6 +75,7 @@ PROGRAMS = {
     "keras_unseen_programs": run_keras_unseen_programs,
     "keras_random_programs": run_keras_random_programs,
     "keras_batch_metric_programs": run_keras_batch_metric_programs,
+    "keras_masked_programs": run_keras_masked_programs,
 }
 
 

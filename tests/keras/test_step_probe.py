@@ -35,9 +35,15 @@ def stepped(loss: str, layers: str = "dense"):
     class Step(keras.Model):
         def train_step(self, data):
             x, y = data
+            if loss == "half_steps":  # two updates per batch, each on a half (k-custom2's half_steps)
+                return self.half_steps(x, y)
+            if loss == "input_grad":  # a perturbation along the raw input gradient (k-custom2's raw_grad_adv)
+                x_in = x.detach().clone().requires_grad_(True)
+                (grad_x,) = torch.autograd.grad(self.compute_loss(y=y, y_pred=self(x_in, training=True)), x_in)
+                x = (x + 20.0 * grad_x).detach()
             self.zero_grad()
             y_pred = self(x, training=True)
-            if loss == "mean":
+            if loss in ("mean", "input_grad"):
                 value = self.compute_loss(y=y, y_pred=y_pred)
             elif loss == "std":
                 value = self.compute_loss(y=y, y_pred=y_pred) + 0.1 * ops.std(y_pred)
@@ -66,6 +72,14 @@ def stepped(loss: str, layers: str = "dense"):
                 self.optimizer.apply([w.value.grad for w in weights], weights)
             return self.compute_metrics(x, y, y_pred)
 
+        def half_steps(self, x, y):
+            for part in (slice(0, x.shape[0] // 2), slice(x.shape[0] // 2, None)):
+                self.zero_grad()
+                self.compute_loss(y=y[part], y_pred=self(x[part], training=True)).backward()
+                with torch.no_grad():
+                    self.optimizer.apply([w.value.grad for w in self.trainable_weights], self.trainable_weights)
+            return self.compute_metrics(x, y, self(x))
+
     programs.fresh()
     inputs = keras.Input((6,))
     hidden = keras.layers.Dense(8)(inputs)
@@ -84,22 +98,28 @@ def stepped(loss: str, layers: str = "dense"):
         ("sum", "the loss is a sum over the batch's samples"),
         ("pairs", "a loss reduced by a sum gives half"),
         ("ratio", "the loss is a ratio over the batch: its gradients on the batch are its halves' weighted"),
+        ("half_steps", "the step applies an optimizer 2 times per batch"),  # probe_facts.py
+        ("input_grad", "differentiates a loss over the batch with respect to a tensor of the batch"),
     ],
 )
 def test_a_step_whose_loss_is_not_a_mean_is_refused(loss, named):
     """A term on a batch statistic, a loss reduced by a sum, a term over pairs, a ratio over the batch (a mean over
     the positions a mask keeps): refused under 2 processes with the gradients' relative difference (a sum: 0.5,
     each half's gradient half the whole's) and, where the gradients are the halves' sum or their mean weighted
-    otherwise than 1/2 : 1/2, what the loss is (before: the general words for every one; probe_reasons.py),
+    otherwise than 1/2 : 1/2, what the loss is (before: the general words for every one; probe_reasons.py); a step
+    applying its optimizer on each half of its batch, or perturbing its inputs along their raw gradient, named from
+    what it called (before: the general words; probe_facts.py),
     probed through Dropout (unseeded and seeded), GaussianNoise and BatchNormalization; one process: nothing
     probed."""
     from trainmesh.keras.step_probe import TOLERANCE, _first_batch, refusal, step_difference
 
-    model, x, y = stepped(loss, "drawing")
+    # half_steps through Dropout is not probed (its halves draw other rows than the whole batch's: step_probe's doc)
+    model, x, y = stepped(loss, "dense" if loss == "half_steps" else "drawing")
     assert refusal(model, x, y, None, None, world=1) is None
     reason = refusal(model, x, y, None, None, world=2)
     assert reason is not None
-    fix = "sample_weight" if loss == "ratio" else "sum_over_batch_size"
+    fixes = {"ratio": "sample_weight", "half_steps": "Apply once per batch", "input_grad": "the sum over the samples"}
+    fix = fixes.get(loss, "sum_over_batch_size")
     for part in ("train_step is not a mean over the batch's samples", "or run on one process", fix, named):
         assert part in reason, reason
     difference, noise, _ = step_difference(model, _first_batch(x, y, None, None))

@@ -29,7 +29,7 @@ from trainmesh.keras.data import (
     plan_training,
     refuse_unshardable,
 )
-from trainmesh.keras.masked_losses import refuse_masked_losses
+from trainmesh.keras.masked_losses import refuse_batch_wide_losses
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
 from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
 from trainmesh.keras.routes import refuse_own_drivers
@@ -100,7 +100,7 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
-    refuse_masked_losses(model, x, world)
+    refuse_batch_wide_losses(model, world)
     refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     if is_batches(kwargs.get("validation_data")):
@@ -138,7 +138,7 @@ def check_evaluate(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: in
     refuse_own_drivers(model, world, "evaluate")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
-    refuse_masked_losses(model, x, world)
+    refuse_batch_wide_losses(model, world)
     refuse_unchecked_by_hand(model, x, y, world)
     coupled = coupled_metrics(model, x, y)
     data = x if is_batches(x) else (x, y)

@@ -1,26 +1,14 @@
-"""A compiled loss that is a mean over the unmasked positions only: refused under several processes.
-
-Keras applies a mask to a loss two ways: the model's output carries a Keras mask (``Embedding(mask_zero=True)``,
-``Masking``, propagated through ``LSTM(return_sequences=True)``, ``Dense``...), or the loss is given
-``ignore_class`` (``SparseCategoricalCrossentropy(ignore_class=0)``, keras-io's segmentation examples). Either way
-its default reduction divides by the batch's count of unmasked positions (keras/src/losses/loss.py
-``apply_mask``: ``sum(loss * mask) / sum(mask)``), a ratio over the whole batch. Under ``N`` processes each
-process divides by its own part's count, and trainmesh averages the processes' gradients (and the loss logged)
-weighted by their shares of the samples: that is one process's only when every part holds as many unmasked
-positions. Measured before this check (2 x 16 against Keras at 32, /work/progs/k-progs4): a per-token tagger
-(Embedding(mask_zero) + BiLSTM) trained 3.5e-3 apart in History, a Masking + GRU regression 2.6e-2, a
-segmentation with ``ignore_class=0`` 1.4e-3 (predict 0.14), all silently, ranks alike.
+"""Compiled losses over the whole batch at once (Keras' Dice, Tversky, Circle): refused under several processes.
 
 Keras' ``Dice`` and ``Tversky`` losses at their default ``axis=None`` are one ratio of sums over every
-sample of the batch, and ``Circle`` compares the batch's samples in pairs: no mean over the samples either
-(keras.losses.Dice() on a 2 x 16 segmentation: weights 6.3e-3 apart, predict 4.3e-3, silently). Refused alike
+sample of the batch, and ``Circle`` compares the batch's samples in pairs: no mean over the samples
+(keras.losses.Dice() on a 2 x 16 segmentation: weights 6.3e-3 apart, predict 4.3e-3, silently). Refused
+before any process starts (and, for a model built only by ``fit``, when training begins), naming the fix
 (``Dice``/``Tversky`` with an ``axis`` leaving out the batch axis are per-sample, and pass).
 
-So before any process starts (and, for a model built only by ``fit``, when training begins), a compiled loss
-given ``ignore_class`` is refused, and a built model is called (inference, as Keras' ``model(x)``) on two samples
-of the data: an output that carries a mask, with a compiled loss, is refused. Each names the fix. Variables and
-torch's generator are left as they were. Metrics are not concerned: Keras' masked metrics keep sums and
-counts, which add up over the processes.
+A loss Keras reduces over a mask (``Embedding(mask_zero=True)``, ``Masking``, ``ignore_class``) is also a ratio
+over the batch (its unmasked count), but one the run makes exact: masked_counts.py divides it by the global
+batch's count, and a step of the program's own is probed with the whole batch's count (step_probe.py).
 """
 
 from __future__ import annotations
@@ -28,25 +16,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import torch
-
-from trainmesh.keras.added_losses import two_samples
 from trainmesh.keras.backend import require_keras
-from trainmesh.keras.batch_metrics import probe_batch
-from trainmesh.keras.batches import is_batches
 from trainmesh.keras.data import leaves
 
-_WHY = (
-    "Keras' loss then divides by the count of unmasked positions in the batch (a mean over those positions, "
-    "not over the samples). Under {world} processes each process divides by its own part's count and "
-    "trainmesh averages the processes' gradients and losses weighted by their shares of the samples, which is "
-    "one process's at the global batch only when every part holds as many unmasked positions: the run would "
-    "train and differ from one process's, silently (measured: a per-token tagger 2 x 16 3.5e-3 apart). "
-)
 
-
-def refuse_masked_losses(model: Any, x: Any, world: int) -> None:
-    """Under several processes: a compiled loss reduced over a mask, refused (the module's doc)."""
+def refuse_batch_wide_losses(model: Any, world: int) -> None:
+    """Under several processes: a compiled loss over the whole batch, refused (the module's doc)."""
     if world == 1 or getattr(model, "loss", None) is None:
         return
     losses = leaves(model.loss) if isinstance(model.loss, (list, tuple, dict)) else [model.loss]
@@ -61,22 +36,6 @@ def refuse_masked_losses(model: Any, x: Any, world: int) -> None:
                 "without the batch axis (axis=(1, 2, 3) for images: one value per sample, averaged), or run on one "
                 "process (devices=1)"
             )
-        ignored = getattr(loss, "ignore_class", None)
-        if ignored is not None:
-            raise ValueError(
-                f"the loss {type(loss).__name__}(ignore_class={ignored!r}) leaves out the positions labelled "
-                f"{ignored!r}: " + _WHY.format(world=world) + "Give the loss no ignore_class and weigh the "
-                f"positions instead (sample_weight = (y != {ignored!r}), of y's shape: Keras' default reduction "
-                "then divides by every position, a mean over the samples), or run on one process (devices=1)"
-            )
-    source = _masked_output(model, x)
-    if source is not None:
-        raise ValueError(
-            f"the model's output carries a Keras mask (from {source}), which Keras applies to the compiled "
-            "loss: " + _WHY.format(world=world) + "Keep the mask from the loss (end the model with a layer that "
-            "does not propagate it, and pass the mask as sample_weight of the targets' shape: Keras' default "
-            "reduction then divides by every position, a mean over the samples), or run on one process (devices=1)"
-        )
 
 
 _BATCH_WIDE = {"dice": "Dice", "tversky": "Tversky", "circle": "Circle"}  # Keras' losses over the whole batch
@@ -98,48 +57,12 @@ def _batch_wide(loss: Any) -> str | None:
     return f"{cls}(axis={axis!r})" if cls != "Circle" else "Circle"
 
 
-def _masked_output(model: Any, x: Any) -> str | None:
-    """What gives the model's output its mask (a layer's description), or None: no mask, or not probed
-    (an unbuilt model, data the probe cannot index, a model the probe cannot call)."""
-    keras = require_keras()
-    from keras.src.backend.common.masking import get_keras_mask  # what Keras' Loss.__call__ reads
-
-    if not getattr(model, "built", False):
-        return None
-    inputs = two_samples(x)
-    if inputs is None and is_batches(x):  # a DataLoader: its first samples, collated
-        first = probe_batch(x, None)
-        inputs = None if first is None else first[0]
-    if inputs is None:
-        return None
-    variables = list(model.variables)
-    saved = [variable.value.detach().clone() for variable in variables]
-    generator = torch.get_rng_state()
-    try:
-        with torch.no_grad():
-            outputs = keras.tree.flatten(model(inputs, training=False))
-    except Exception:  # noqa: BLE001 -- a model the probe cannot call: the run meets its error itself
-        return None
-    finally:
-        for variable, value in zip(variables, saved, strict=True):
-            variable.assign(value)
-        torch.set_rng_state(generator)
-    if all(get_keras_mask(output) is None for output in outputs):
-        return None
-    for layer in model._flatten_layers(include_self=False):
-        if getattr(layer, "mask_zero", False):
-            return f"{type(layer).__name__}(mask_zero=True) {layer.name!r}"
-        if isinstance(layer, keras.layers.Masking):
-            return f"Masking {layer.name!r}"
-    return "a layer computing a mask"
-
-
-def checking_callback(world: int, x: Any) -> Any:
+def checking_callback(world: int) -> Any:
     """The Keras callback checking, when training begins, a model that ``fit`` built (not checked before start)."""
     keras = require_keras()
 
-    class MaskedLossCheck(keras.callbacks.Callback):  # type: ignore[name-defined]
+    class BatchWideLossCheck(keras.callbacks.Callback):  # type: ignore[name-defined]
         def on_train_begin(self, logs: Any = None) -> None:
-            refuse_masked_losses(self.model, x, world)
+            refuse_batch_wide_losses(self.model, world)
 
-    return MaskedLossCheck()
+    return BatchWideLossCheck()

@@ -8,8 +8,9 @@ program does (before, every refusal said "not a mean over the batch's samples" i
 - a ratio over the batch (keras-io's ner_with_transformers ``CustomNonPaddingTokenLoss``:
   ``sum(loss * mask) / sum(mask)``, a mean divided by the sum of the sample weights): the batch's
   gradients are the halves' weighted by the batch's own counts, ``a : 1 - a`` with ``a`` other than 1/2.
-Anything else (a batch statistic, pairs of samples, a step splitting its batch, a gradient with respect
-to the inputs) keeps the general wording.
+A step applying an optimizer more than once per batch, or differentiating with respect to its inputs, is named
+from what it called (probe_facts.py). Anything else (a batch statistic, pairs of samples) keeps the general
+wording.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from trainmesh.keras.own_forward import forward_reason
 from trainmesh.keras.own_forward import own_override as _own_override
+from trainmesh.keras.probe_facts import FIXES
 
 Applies = list[tuple[Any, list[Any]]]  # each optimizer's apply: (the optimizer, its gradients)
 
@@ -84,8 +86,11 @@ def step_reason(  # noqa: PLR0913 -- what the probe measured
         "Divide by a count that does not depend on the batch's content (the batch's size, or every position: "
         "weigh the positions with sample_weight and keep Keras' default reduction)"
         if "ratio" in found
-        else "Make the loss a mean over the samples (keras.ops.mean of per-sample values, Keras' losses at their "
-        "default reduction 'sum_over_batch_size')"
+        else next(
+            (words for key, words in FIXES.items() if key in found),
+            "Make the loss a mean over the samples (keras.ops.mean of per-sample values, Keras' losses at their "
+            "default reduction 'sum_over_batch_size')",
+        )
     )
     return (
         f"the model's {names} is not a mean over the batch's samples: on the first {samples} samples of the "

@@ -22,7 +22,9 @@ does those three (or four) times more, on every process alike.
 The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the run on the
 whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as draws.py gives each process
 its rows of one process's draw); each BatchNormalization's moments are the whole batch's, as constants
-(batch_statistics.py makes them the global batch's, gradients included, in the run itself). torch's own random
+(batch_statistics.py makes them the global batch's, gradients included, in the run itself); a loss Keras reduces over a
+mask divides by the whole batch's unmasked count in the halves (masked_counts.py: the run divides by the global
+batch's). torch's own random
 functions called in the step (``torch.randn_like``, ``torch.randn``, ``torch.nn.functional.dropout``:
 probe_torch_draws.py) and a tensor's draw methods (``x.normal_()``: tensor_draws.py) are taped and replayed alike. A
 step whose halves still move a global generator (a draw no tape sees: ``from torch import randn``, ``numpy.random``)
@@ -50,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import hand_updates, probe_torch_draws, tensor_draws, unmapped_draws
+from trainmesh.keras import hand_updates, masked_counts, probe_facts, probe_torch_draws, tensor_draws, unmapped_draws
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import probe_batch
@@ -101,6 +103,7 @@ class _Tape:
         self.position = [0, 0]  # the next draw, the next moments
         self.inside = False  # within a Keras draw: the torch functions it calls are part of it
         self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # the program's own, as found
+        self.counts = masked_counts.CountTape()  # a loss over a mask: the whole batch's unmasked counts
 
     def saw_generator(self, generator: torch.Generator | None) -> None:
         if generator is not None and id(generator) not in self.generators:
@@ -108,6 +111,7 @@ class _Tape:
 
     def replay(self, start: int, rows: int, whole: int) -> None:
         self.replaying, self.position = (start, rows, whole), [0, 0]
+        self.counts.replay(rows, whole)
         for generator, state in self.generators.values():  # the run on the whole batch moved them: put back
             generator.set_state(state)
 
@@ -187,8 +191,8 @@ def _drawing_alike(tape: _Tape) -> Iterator[None]:
         setattr(module, name, _taped(function, tape, name))
     type.__setattr__(BatchNormalization, "_moments", _moments)
     try:
-        with probe_torch_draws.taped(tape), tensor_draws.taped(tape):  # torch's own, drawn directly in the step
-            yield
+        with probe_torch_draws.taped(tape), tensor_draws.taped(tape), masked_counts.counted_alike(tape.counts):
+            yield  # torch's own draws, drawn directly in the step, taped too; a masked loss the whole batch's count
     finally:
         for name, function in keras_functions.items():
             setattr(module, name, function)
@@ -279,7 +283,7 @@ def _first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
         torch.set_rng_state(generator)
 
 
-def _gradients(model: Any, data: Any) -> list[tuple[Any, list[Any]]]:
+def _gradients(model: Any, data: Any, facts: probe_facts.StepFacts | None = None) -> list[tuple[Any, list[Any]]]:
     """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
     the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
     in a step running no backward pass (``torch.autograd.grad``), those each Keras optimizer's ``apply`` is
@@ -293,11 +297,13 @@ def _gradients(model: Any, data: Any) -> list[tuple[Any, list[Any]]]:
 
     def record(optimizer: Any, _keras_apply: Any, gradients: Any, _variables: Any) -> None:
         given.append((id(optimizer), [None if g is None else g.detach().clone() for g in gradients]))
+        if facts is not None:  # the whole batch's run: what the step did, for a refusal's words (probe_facts.py)
+            facts.applied(optimizer)
 
     backward = BackwardAverage(at_pass_end, lambda: 1)
     backward.step_begins(model)
     try:
-        with _applying_nothing(record):
+        with _applying_nothing(record), probe_facts.watching(model, facts):
             type(model).train_step(model, data)  # the class's: not what fit's wrappers put on the model
     finally:
         backward.remove()
@@ -355,10 +361,10 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     halves = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
-    restorer, tape = _Restorer(model), _Tape()
+    restorer, tape, facts = _Restorer(model), _Tape(), probe_facts.StepFacts()
     try:
         with _drawing_alike(tape):
-            whole = _gradients(model, data)
+            whole = _gradients(model, data, facts)
             parts, untaped, after = [], False, [hand_updates.values(model)]
             for start, part in zip((0, half), halves, strict=True):
                 restorer.restore()
@@ -381,7 +387,7 @@ def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[fl
                 tape.replay(0, count, count)
                 torch.manual_seed(int(torch.get_rng_state().sum().item()) ^ 0x5EED)  # elsewhere, drawing nothing
                 noise, _ = _relative(whole, _gradients(model, data))
-            found = relation(whole, parts, limit) if difference > limit else ""
+            found = (relation(whole, parts, limit) or probe_facts.sentence(facts)) if difference > limit else ""
             return difference, noise, found
     finally:
         restorer.restore()

@@ -22,6 +22,8 @@ written onto the user's model, optimizer or metrics.
   training step each layer normalises with the global batch's moments, batch_statistics.py, so they
   are the same on every process already). When Keras keeps the step's own returned dict instead,
   each entry is made its value over all processes (step_logs.py).
+- Keras' ``apply_mask``, within a step: a loss over a mask divides by the global batch's unmasked count
+  (masked_counts.py).
 - Keras' random functions, within a step: a batch-shaped draw gives each process its rows of what one
   process draws at the global batch (draws.py).
 
@@ -47,6 +49,7 @@ from trainmesh.keras.collectives import all_reduce_sum, assign, broadcast_from_z
 from trainmesh.keras.data import TrainPlan
 from trainmesh.keras.draws import EVALUATING_BATCHES, StepRows, plan_sizes
 from trainmesh.keras.global_draws import at_the_global_batch
+from trainmesh.keras.masked_counts import over_the_global_count
 from trainmesh.keras.optimizers import every_apply_through, own_overrides, refuse_own_apply, refuse_unaveraged_step
 from trainmesh.runtime import Runtime
 
@@ -213,6 +216,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         for block in (every_apply_through(apply), at_the_global_batch(state.rows), moments):
             stack.enter_context(block)
         stack.enter_context(_averaging_backward(state, batch_sizes))
+        taking = lambda: takers(state) if state.rows.local is not None else None  # noqa: E731 -- in a step only
+        stack.enter_context(over_the_global_count(state.runtime, taking, lambda: state.last_batch))
         yield
 
 

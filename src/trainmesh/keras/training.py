@@ -139,7 +139,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     arguments.assign_values(model.variables, values[0])
     set_random_states(values[1])
     probe = probing_callback(runtime, x, y, kwargs)  # a step whose loss is not a mean: refused before training
-    checks = [probe, masked_losses.checking_callback(world, x)]  # a loss over a mask: a model fit built
+    checks = [probe, masked_losses.checking_callback(world)]  # a loss over the whole batch: a model fit built
     kwargs = dict(kwargs)
     sample_weight = kwargs.pop("sample_weight", None)
     whole = x  # what names the fit for preemption (the same on every process)
