@@ -19,6 +19,7 @@ Not for a test about how processes start, import or exit (those run the real int
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import runpy
@@ -167,6 +168,13 @@ def _run_main(program: str) -> None:
 def _child(
     program: Path, args: list[str], env: dict[str, str], cwd: Path | None, out: Path, err: Path, world: int
 ) -> None:
+    # Everything the fork server imported (torch, trainmesh, dynamo, DTensor ...: most of this heap)
+    # out of the collector's reach: each full collection here, automatic or explicit (the fork
+    # launcher's, Keras' clear_session()), scanned it all (about 0.2 CPU-s each, and touching each
+    # object copied its page), 18.1 of test_matrix.py's 43.6 CPU-s. Nothing the program makes is
+    # frozen; the server's own objects live until this process exits anyway. (In the server, as a
+    # PRELOAD module, it could not run: the server imports before it has the tests' sys.path.)
+    gc.freeze()
     code = 1
     try:
         os.setsid()  # its own session, as start_new_session=True: killed as a group on timeout

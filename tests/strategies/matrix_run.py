@@ -98,7 +98,9 @@ def build_net(kind: str) -> torch.nn.Module:
         )
     import keras
 
-    keras.backend.clear_session()  # layer names restart: every cell's weights have the same keys
+    # Layer names restart: every cell's weights have the same keys. No gc.collect (free_memory):
+    # it scans the whole heap this fork made (Keras and Lightning included), 0.1-0.3 CPU-s a cell.
+    keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(0)
     return keras.Sequential(
         [
