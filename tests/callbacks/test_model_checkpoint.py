@@ -310,7 +310,8 @@ def test_only_global_zero_deletes_but_every_rank_saves(tmp_path):
 def test_missing_monitor_raises_with_the_available_names(tmp_path):
     trainer = make_trainer(tmp_path)
     checkpoint = attach(trainer, ModelCheckpoint(dirpath=tmp_path, monitor="val_acc"))
-    with pytest.raises(MisconfigurationException, match=r"'val_acc'.*\['epoch', 'step', 'train_loss', 'val_loss'\]"):
+    # in the order Lightning lists them: the logged metrics, then epoch and step
+    with pytest.raises(MisconfigurationException, match=r"'val_acc'.*\['val_loss', 'train_loss', 'epoch', 'step'\]"):
         end_epoch(checkpoint, trainer, {"val_loss": 0.1, "train_loss": 0.2})
 
 
