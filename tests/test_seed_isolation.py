@@ -12,6 +12,7 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,6 +103,43 @@ def test_the_sanity_check_leaves_every_generator_as_it_found_it():
         DrawsInValidation().validation_step(next(iter(DataLoader(random_classification(8), batch_size=8))), 0)
         assert all(generator_states()[name] != start[name] for name in ("python", "numpy", "torch"))
     assert generator_states() == start
+
+
+def draws_then_raises_in_validation(base: type) -> Any:
+    class DrawsThenRaises(base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def validation_step(self, batch, batch_idx):
+            torch.rand(3), random.random(), np.random.rand()
+            raise RuntimeError("validation failed")
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return DrawsThenRaises()
+
+
+def test_a_raising_sanity_check_leaves_the_generators_where_lightnings_does(tmp_path):
+    # Both owners' isolate_rng restores after a bare ``yield``: a block that raises keeps what it
+    # drew, so a program that catches the failed fit draws on from there (pytorch-lightning 1.9.5
+    # too: l-progs12 p04, whose validation_epoch_end raised in the sanity check).
+    import lightning.pytorch as pl
+
+    after = []
+    for framework, base in ((pl, pl.LightningModule), (tm, tm.Module)):
+        tm.seed_everything(3)
+        loader = DataLoader(random_classification(num_samples=8), batch_size=8)
+        with pytest.raises(RuntimeError, match="validation failed"):
+            quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path).fit(
+                draws_then_raises_in_validation(base), loader, loader
+            )
+        after.append(generator_states())
+    assert after[0] == after[1]
 
 
 def test_trained_weights_do_not_depend_on_num_sanity_val_steps():

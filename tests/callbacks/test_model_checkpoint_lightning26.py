@@ -144,3 +144,32 @@ def test_a_state_saved_under_the_key_before_is_still_restored():
     older = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 3, 'every_n_epochs': 0}"
     load_callback_state(checkpoint, {older: {"best_model_path": "a.ckpt", "last_model_path": "last.ckpt"}})
     assert (checkpoint.best_model_path, checkpoint.last_model_path) == ("a.ckpt", "last.ckpt")
+
+
+def _missing_key_messages(framework, root) -> tuple[list[str], str]:
+    """The warning (no validation yet) and the exception (after a validation) for a monitor nobody logs."""
+
+    class Validated(_model_class(framework, None)):
+        def validation_step(self, batch, batch_idx):
+            return None
+
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+    options = dict(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.warns(UserWarning) as record:
+        checkpoint = framework.callbacks.ModelCheckpoint(dirpath=root / "a", monitor="val_loss")
+        framework.Trainer(default_root_dir=root, callbacks=[checkpoint], **options).fit(Validated(), loader)
+    warned = [str(w.message) for w in record if "monitored key" in str(w.message)]
+    checkpoint = framework.callbacks.ModelCheckpoint(dirpath=root / "b", monitor="val_loss")
+    with pytest.raises(framework.utilities.exceptions.MisconfigurationException) as raised:
+        framework.Trainer(default_root_dir=root, callbacks=[checkpoint], **options).fit(Validated(), loader, loader)
+    return warned, str(raised.value)
+
+
+def test_a_monitor_nobody_logs_is_reported_in_lightnings_words(tmp_path) -> None:
+    # Lightning 2.6 and pytorch-lightning 1.9.5 share the words (l-progs12 p10c, a StarGAN sending val_loss to
+    # logger.log_metrics only); trainmesh's explanation follows them. Before: its own sentence.
+    lightning_warned, lightning_raised = _missing_key_messages(L, tmp_path / "lightning")
+    warned, raised = _missing_key_messages(tm, tmp_path / "trainmesh")
+    assert len(warned) == len(lightning_warned) == 1 and warned[0].startswith(lightning_warned[0])
+    assert raised.startswith(lightning_raised)

@@ -2,7 +2,8 @@
 differently from pytorch-lightning 1.9.5, as data: ``measure("pytorch_lightning")`` is recorded under
 1.9.5 by ``record_lightning_1_9_ported_programs.py`` (its own venv) and compared with
 ``measure("trainmesh")`` by ``tests/test_model_configuration_lightning1.py`` and
-``tests/trainer/test_publishing_epoch_end_names.py`` and ``tests/test_module_logging_lightning1.py``.
+``tests/trainer/test_publishing_epoch_end_names.py``, ``tests/test_module_logging_lightning1.py`` and
+``tests/trainer/test_checkpointing_lightning1.py``.
 """
 
 import importlib
@@ -141,6 +142,50 @@ def numpy_float_logged(pl) -> dict:
     }
 
 
+def checkpoint_states_after_test(pl, *, lightning1: bool = True) -> dict:
+    """A ModelCheckpoint keeping every epoch, then ``trainer.test(ckpt_path="best")`` (a Graphormer
+    pretraining driver's, stored file 8236349960; l-progs12 p07). 1.9.5 gives the callbacks their saved
+    states in fit only, so after the test ``best_k_models`` and the last path are as fit left them;
+    Lightning 2.6 turns them back to what the loaded (best) file knew. ``lightning1``: the module defines
+    ``validation_epoch_end`` (a 1.x module), else ``on_validation_epoch_end`` (a 2.x one)."""
+
+    class Scored(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", [3.0, 1.0, 2.0][self.current_epoch])  # the best at epoch 1 of 3
+
+        def test_step(self, batch, batch_idx):
+            self.log("test_out", self.layer(batch[0]).sum())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def epoch_end(self, *outputs):
+        self.log("ended", float(self.current_epoch))
+
+    setattr(Scored, "validation_epoch_end" if lightning1 else "on_validation_epoch_end", epoch_end)
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, monitor="val_loss", save_top_k=-1, save_last=True)
+        trainer = pl.Trainer(max_epochs=3, default_root_dir=root, callbacks=[checkpoint], **QUIET)
+        trainer.fit(Scored(), data, data)
+        tested = trainer.test(ckpt_path="best", dataloaders=data, verbose=False)
+    return {
+        "best_k_models": sorted(os.path.basename(path) for path in checkpoint.best_k_models),
+        "best": os.path.basename(checkpoint.best_model_path),
+        "last": os.path.basename(checkpoint.last_model_path),
+        "current_score": float(checkpoint.current_score),
+        "tested": tested,
+    }
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -148,4 +193,5 @@ def measure(root: str) -> dict:
         "own_configure_model": own_configure_model(pl),
         "name_logged_at_step_and_epoch_end": name_logged_at_step_and_epoch_end(pl),
         "numpy_float_logged": numpy_float_logged(pl),
+        "checkpoint_states_after_test": checkpoint_states_after_test(pl),
     }

@@ -57,9 +57,8 @@ def restore_state(callback: Any, state_dict: dict[str, Any]) -> None:
     # No dirpath of our own (or the same one): continue in the checkpoint's folder, so the
     # resumed run keeps ranking, and deleting, the files the first run wrote.
     callback.dirpath = saved_dir or callback.dirpath
-    # Checkpoints written before the scores were tensors hold floats: both load.
-    current = state_dict.get("current_score")
-    callback.current_score = None if current is None else as_score(current)
+    # Checkpoints written before the scores were tensors hold floats: both load. current_score is saved
+    # but not taken back (both owners': it stays the run's own, e.g. after test(ckpt_path="best"))
     callback.last_model_path = state_dict.get("last_model_path", "")
     callback.kth_best_model_path = state_dict.get("kth_best_model_path", "")
     callback.kth_value = as_score(state_dict.get("kth_value", worst(callback.mode)))

@@ -27,18 +27,23 @@ def monitor_available(callback: Any, metrics: dict[str, Any], mid_epoch: bool) -
         if not callback._warned_missing:
             callback._warned_missing = True
             warnings.warn(
-                f"ModelCheckpoint(monitor={callback.monitor!r}) could not find the monitored key in the returned "
-                f"metrics: {sorted(metrics)} (no validation has run yet); this checkpoint is not ranked. "
-                f"Log it with self.log({callback.monitor!r}, value)",
+                f"{_owners_missing_key(callback.monitor, metrics)} (No validation has run yet: this checkpoint is "
+                "not ranked.)",
                 UserWarning,
                 stacklevel=3,
             )
         return False
     raise MisconfiguredValue(
-        f"ModelCheckpoint(monitor={callback.monitor!r}) cannot rank checkpoints: {callback.monitor!r} is not "
-        f"among the logged metrics {sorted(metrics)}. Log it in the Module with "
-        f"self.log({callback.monitor!r}, value) (a validation metric needs validation data), or set "
-        "monitor to one of the names above"
+        f"{_owners_missing_key(callback.monitor, metrics)} So checkpoints cannot be ranked: log it in the Module "
+        "(a validation metric needs validation data), or set monitor to one of the names above."
+    )
+
+
+def _owners_missing_key(monitor: str, metrics: dict[str, Any]) -> str:
+    """Lightning's words (1.9.5's and 2.6's alike), which a program or its tests may match."""
+    return (
+        f"`ModelCheckpoint(monitor={monitor!r})` could not find the monitored key in the returned metrics:"
+        f" {list(metrics)}. HINT: Did you call `log({monitor!r}, value)` in the `LightningModule`?"
     )
 
 

@@ -22,6 +22,7 @@ from trainmesh.checkpoint.lightning_keys import (
     written_by_lightning,
 )
 from trainmesh.hyperparameters import datamodule_state, saved_hyperparameters
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
@@ -296,7 +297,11 @@ def restore_modules(
     held = datamodule_state(state.datamodule, checkpoint)
     if held is not None and hasattr(state.datamodule, "load_state_dict"):
         state.datamodule.load_state_dict(held)
-    _restore_callbacks(trainer, module, checkpoint)
+    # Lightning 2.6 gives the callbacks their saved states for validate/test/predict too; pytorch-lightning
+    # 1.9.5 only in fit, so a 1.x module's test(ckpt_path="best") leaves ModelCheckpoint's best_k_models,
+    # best and last paths as fit ended (2.6 turns them back to what the loaded file knew)
+    if not (weights_only and is_lightning1_module(module)):
+        _restore_callbacks(trainer, module, checkpoint)
 
 
 def _check_max_epochs(trainer: TrainerView, epoch: int, source: str) -> None:
