@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Protocol, cast
 from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
 from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
 from trainmesh.trainer.loop_state import LoopPosition
+from trainmesh.trainer.manual_step_progress import ManualOptimizationView, ManualStepOwner
 from trainmesh.trainer.states import TrainerState, TrainerStatus
 from trainmesh.trainer_view import LoopProgress
 from trainmesh.utilities.refusal import RefusedError
@@ -237,6 +238,11 @@ class TrainingEpochLoopView(_View):
     @min_steps.setter
     def min_steps(self, value: int | None) -> None:
         self._owner.min_steps = value
+
+    @property
+    def manual_optimization(self) -> ManualOptimizationView:
+        """Its ``optim_step_progress``, which a program advances to count its own steps (manual_step_progress.py)."""
+        return ManualOptimizationView(cast(ManualStepOwner, self._owner))
 
     @property
     def batch_loop(self) -> TrainingBatchLoopView:
