@@ -15,9 +15,10 @@ from helpers.programs import differences, outcome, run_both, trainer_kwargs
 pytest.importorskip("lightning.pytorch")
 
 
-def own_optimizer_advancing_the_step(L, root):
+def own_optimizer_advancing_the_step(L, root, how="increment"):
     """Episodes adapted with a local SGD (no configure_optimizers), the step counted by
-    ``optim_step_progress.increment_completed()``: logging cadence and checkpoint names follow it."""
+    ``optim_step_progress.increment_completed()`` (or ``total.completed += 1``, as PINA's solvers):
+    logging cadence and checkpoint names follow it."""
 
     class Episodic(L.pl.LightningModule):
         def __init__(self):
@@ -36,7 +37,11 @@ def own_optimizer_advancing_the_step(L, root):
             loss.backward()
             opt.step()
             progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
-            progress.increment_completed()
+            if how == "increment":
+                progress.increment_ready()
+                progress.increment_completed()
+            else:
+                progress.total.completed += 1
             self.seen.append((self.global_step, progress.total.completed, progress.current.completed))
             self.log("loss", loss)
 
@@ -51,8 +56,9 @@ def own_optimizer_advancing_the_step(L, root):
     return found
 
 
-def test_own_optimizer_steps_counted_as_in_lightning(tmp_path):
+@pytest.mark.parametrize("how", ["increment", "write"])
+def test_own_optimizer_steps_counted_as_in_lightning(tmp_path, how):
     """Before: ``AttributeError: 'TrainingEpochLoopView' object has no attribute 'manual_optimization'``."""
-    found = run_both(own_optimizer_advancing_the_step, tmp_path)
+    found = run_both(lambda L, root: own_optimizer_advancing_the_step(L, root, how), tmp_path)
     assert found["lightning"]["global_step"] == 8
     assert differences(found["lightning"], found["trainmesh"]) == []
