@@ -1,7 +1,8 @@
 """BasePredictionWriter (callbacks/prediction_writer.py) against Lightning 2.6's: a writer with each
 ``write_interval`` on the same predict run (a shuffled loader, so the batch indices are not 0..n;
 one loader and two) receives the same calls as Lightning's: each batch's prediction, sample
-indices, batch_idx and dataloader_idx, and at the epoch's end the predictions and batch indices."""
+indices, batch_idx and dataloader_idx, and at the epoch's end the predictions and batch indices; from
+``on_predict_end`` on, ``trainer.predict_loop`` holds neither (they are not returned)."""
 
 import pytest
 import torch
@@ -27,6 +28,11 @@ def make_writer(base):
         def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
             as_lists = torch.utils._pytree.tree_map(lambda t: t.tolist(), predictions)
             self.calls.append(("epoch", as_lists, batch_indices))
+
+        def on_predict_end(self, trainer, pl_module):
+            # Lightning drops the batch indices (and the predictions not returned) before this hook
+            loop = trainer.predict_loop
+            self.calls.append(("end", loop.epoch_batch_indices, len(loop.predictions)))
 
     return Writer
 
@@ -68,7 +74,7 @@ def run(lightning, interval, loaders, tmp):
         callbacks=[writer],
     )
     trainer.predict(make_module(base)(), [loader(n) for n in loaders], return_predictions=False)
-    return writer.calls
+    return [*writer.calls, ("after", trainer.predict_loop.epoch_batch_indices, len(trainer.predict_loop.predictions))]
 
 
 @pytest.mark.parametrize("interval", ["batch", "epoch", "batch_and_epoch"])

@@ -223,6 +223,8 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
         )
+        if stage == "predict":
+            state.predict_loop.end()
         hooks.call(end)
     reset_metric_objects(logged)  # as Lightning's reset_results after on_validation_end / on_test_end
     return results

@@ -312,6 +312,13 @@ class LightningMembers(RunProperties):
         fit_data = self._state.fit_data
         return fit_data is not None and fit_data.validation_enabled()
 
+    def _load_train_loader(self) -> None:
+        """The fit's train loader asked for now, where the fit has not asked yet (Lightning's
+        ``fit_loop.setup_data()``, which ``configure_optimizers`` may call to read ``len(trainer.train_dataloader)``)."""
+        fit_data = self._state.fit_data
+        if "train" not in self._state.stage_loaders and fit_data is not None:
+            fit_data.train_loader()
+
     @property
     def estimated_stepping_batches(self) -> int | float:
         """The optimizer steps fit will take: the epoch's batches over ``accumulate_grad_batches``
@@ -321,10 +328,9 @@ class LightningMembers(RunProperties):
         max_epochs: int = self._settings.max_epochs  # the limit the fit runs with (settled), read before a fit too
         if max_epochs == -1:
             return math.inf if self.max_steps == -1 else self.max_steps
-        fit_data = self._state.fit_data
-        if "train" not in self._state.stage_loaders and fit_data is not None:
+        if "train" not in self._state.stage_loaders and self._state.fit_data is not None:
             rank_zero_info("Loading `train_dataloader` to estimate number of stepping batches.")
-            fit_data.train_loader()
+        self._load_train_loader()
         total = self.num_training_batches
         if total == math.inf:
             return self.max_steps

@@ -87,6 +87,9 @@ class LoopCounters:
     # and the zero_grad calls of automatic optimization (one per accumulation window), current per epoch
     epoch_steps: int = 0
     zero_grads: Progress = field(default_factory=Progress)
+    # steps a program counted by writing manual optimization's total.completed (manual_step_progress.py):
+    # in Lightning's total (global_step), not in its current
+    steps_written_to_total: int = 0
     fit_started: bool = False  # Lightning settles its fit loop's limits (min_epochs 0 for None) as a fit starts
 
     def evaluation(self, stage: str, fitting: bool) -> Progress | None:

@@ -13,11 +13,13 @@ fit's length), ``fit_loop.max_batches`` (what ``trainer.num_training_batches`` r
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, NoReturn, Protocol, cast
 
 from trainmesh.loops.loop import TRAINER_LOOPS_REFUSAL
 from trainmesh.trainer.loop_progress import Counts, LoopCounters, Progress
 from trainmesh.trainer.loop_state import LoopPosition
+from trainmesh.trainer.manual_step_progress import ManualOptimizationView, ManualStepOwner
 from trainmesh.trainer.states import TrainerState, TrainerStatus
 from trainmesh.trainer_view import LoopProgress
 from trainmesh.utilities.refusal import RefusedError
@@ -42,6 +44,7 @@ class LoopOwner(Protocol):
     @property
     def is_last_batch(self) -> bool: ...
     def _connect_optimizer_loop(self, loop: Any) -> None: ...
+    def _load_train_loader(self) -> None: ...
 
 
 def _refuse(where: str, name: str) -> NoReturn:
@@ -63,6 +66,8 @@ class _ReadOnlyCopy:
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__slots__ and getattr(self, name) == value:
+            return  # what it holds already: a program "resetting" a fresh run's counters changes nothing
         _refuse("loop progress", name)
 
     def __eq__(self, other: object) -> bool:
@@ -108,6 +113,25 @@ class ProgressCopy(_ReadOnlyCopy):
     def of(cls, progress: Progress, *, is_last_batch: bool | None = None) -> ProgressCopy:
         last = progress.is_last_batch if is_last_batch is None else is_last_batch
         return cls(_tracker(progress.total), _tracker(progress.current), last)
+
+
+class OptimizerProgressCopy(_ReadOnlyCopy):
+    """Lightning's ``_OptimizerProgress``: ``step`` and ``zero_grad`` (``_Progress`` each)."""
+
+    __slots__ = ("step", "zero_grad")
+    step: ProgressCopy
+    zero_grad: ProgressCopy
+
+
+class OptimizationProgressCopy(_ReadOnlyCopy):
+    """Lightning's ``_OptimizationProgress``: ``optimizer`` and its ``optimizer_steps``."""
+
+    __slots__ = ("optimizer",)
+    optimizer: OptimizerProgressCopy
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.optimizer.step.total.completed
 
 
 class _View:
@@ -239,6 +263,22 @@ class TrainingEpochLoopView(_View):
         self._owner.min_steps = value
 
     @property
+    def automatic_optimization(self) -> SimpleNamespace:
+        """Its ``optim_progress`` as read (``optimizer.step``: the optimizer steps of automatic optimization,
+        whose total is ``global_step``; 0 under manual optimization, as Lightning's)."""
+        module = cast(Any, self._owner).lightning_module
+        automatic = module is None or module.automatic_optimization
+        total, current = (self._owner.global_step, self._counters.epoch_steps) if automatic else (0, 0)
+        step = ProgressCopy(Tracker(total, total, total, total), Tracker(current, current, current, current), False)
+        zero_grad = ProgressCopy.of(self._counters.zero_grads, is_last_batch=False)
+        return SimpleNamespace(optim_progress=OptimizationProgressCopy(OptimizerProgressCopy(step, zero_grad)))
+
+    @property
+    def manual_optimization(self) -> ManualOptimizationView:
+        """Its ``optim_step_progress``, which a program advances to count its own steps (manual_step_progress.py)."""
+        return ManualOptimizationView(cast(ManualStepOwner, self._owner))
+
+    @property
     def batch_loop(self) -> TrainingBatchLoopView:
         """1.x's ``TrainingBatchLoop``: only its ``connect(optimizer_loop=...)``."""
         return TrainingBatchLoopView(self._owner, self._counters)
@@ -311,6 +351,10 @@ class FitLoopView(_View):
 
     def _position(self) -> LoopPosition:
         return cast(LoopPosition, self._owner.loop)
+
+    def setup_data(self) -> None:
+        """Lightning's: the fit's train loader made now (``trainer.train_dataloader`` set), where it was not yet."""
+        self._owner._load_train_loader()
 
     @property
     def epoch_progress(self) -> EpochProgressCopy:

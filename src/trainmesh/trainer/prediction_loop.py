@@ -76,6 +76,13 @@ class PredictLoop:
     def finish(self, per_loader: list[list[Any]]) -> None:
         self.predictions = per_loader[0] if len(per_loader) == 1 else per_loader
 
+    def end(self) -> None:
+        """As the run ends, before ``on_predict_end`` (Lightning's ``_on_predict_end``): the batch indices
+        are dropped, and the predictions where they are not returned (a writer had them at the epoch's end)."""
+        if not self.return_predictions:
+            self.predictions = []
+        self.epoch_batch_indices = []
+
 
 class _IndexBatchSampler:
     """A batch sampler that keeps the indices of the batches it gave in this iteration."""
