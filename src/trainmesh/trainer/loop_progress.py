@@ -55,10 +55,15 @@ class Progress:
         self.current.completed += 1
 
     def count(self) -> None:
-        """One more made ready, started and completed at once (Lightning's zero_grad tracker)."""
-        self.ready()
-        self.started()
-        self.completed()
+        """One more made ready, started and completed at once (Lightning's zero_grad tracker; once a
+        step: the counts written here, not through the three methods, three Python calls fewer)."""
+        total, current = self.total, self.current
+        total.ready, total.started, total.completed = total.ready + 1, total.started + 1, total.completed + 1
+        current.ready, current.started, current.completed = (
+            current.ready + 1,
+            current.started + 1,
+            current.completed + 1,
+        )
 
     def clear(self) -> None:
         """Lightning's ``_reset_progress`` (the fit's validation counters after the sanity check)."""
