@@ -19,8 +19,8 @@ from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
 from trainmesh.utilities.data import extract_batch_size
-from trainmesh.utilities.distributed import process_group_exists
 from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.process_group import process_group_exists
 from trainmesh.utilities.rank_zero import WarningCache
 from trainmesh.utilities.warnings import PossibleUserWarning
 
