@@ -55,15 +55,11 @@ class Progress:
         self.current.completed += 1
 
     def count(self) -> None:
-        """One more made ready, started and completed at once (Lightning's zero_grad tracker; once a
-        step: the counts written here, not through the three methods, three Python calls fewer)."""
-        total, current = self.total, self.current
-        total.ready, total.started, total.completed = total.ready + 1, total.started + 1, total.completed + 1
-        current.ready, current.started, current.completed = (
-            current.ready + 1,
-            current.started + 1,
-            current.completed + 1,
-        )
+        """One more made ready, started and completed at once (Lightning's zero_grad tracker)."""
+        for counts in (self.total, self.current):  # not through the three methods: a step's 3 Python calls fewer
+            counts.ready += 1
+            counts.started += 1
+            counts.completed += 1
 
     def clear(self) -> None:
         """Lightning's ``_reset_progress`` (the fit's validation counters after the sanity check)."""
