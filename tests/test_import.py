@@ -126,6 +126,8 @@ NOT_WITH_THE_TRAINER = (
         "trainmesh.trainer.worker_outcome",  # a spawned worker's report
         "trainmesh.utilities.distributed_samplers",
         "trainmesh.accelerator_types",
+        "trainmesh.utilities.distributed",  # Lightning 1.x's module of that name (and its AllGatherGrad)
+        "trainmesh.utilities.all_gather_grad",
     ),
 )
 # What a default `tm.Trainer()` must not import either (issue 38): the constructor builds the

@@ -71,6 +71,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/trainer_fields.py": ["trainer/test_lightning_members.py", "trainer/test_differential.py"],
     "trainer/stage_requirements.py": ["test_first_hour.py", "trainer/test_bad_input.py"],
     "utilities/exceptions.py": ["test_first_hour.py"],
+    "utilities/process_group.py": ["trainer/test_evaluation_shares.py"],
     "utilities/wrapped_objects.py": ["trainer/test_optimizer_wrappers.py"],
     "utilities/install_hints.py": ["test_first_hour.py"],
     "utilities/suggestions.py": ["test_first_hour.py"],

@@ -219,8 +219,36 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         Examples:
             >>> # self.log("val_loss", loss, prog_bar=True, sync_dist=True)
         """
-        options = dict(locals())  # enable_graph: values are stored detached (no logged number changes)
-        del options["self"], options["name"], options["value"], options["enable_graph"]
+        collector = self._log_collector
+        if collector is not None and self._host is TRAINER_HOST and reduce_fx == "mean" and not collector.barebones:
+            # The common call, a step value of a name this hook logged before with the same arguments,
+            # stored without building the options (what TrainerHost.log and LogCollector.log do with them)
+            entry = collector.results.entries.get(name)
+            shown = True if logger is None else logger
+            given = (prog_bar, shown, on_step, on_epoch, "mean", sync_dist, add_dataloader_idx, rank_zero_only)
+            if (
+                entry is not None
+                and entry.plain_step
+                and entry.fx == collector.fx
+                and entry.given == given
+                and sync_dist_group is None
+                and metric_attribute is None
+                and collector.stored_step(name, value)
+            ):
+                return
+        options = {  # Lightning's arguments but name and value (enable_graph: values are stored detached)
+            "prog_bar": prog_bar,
+            "logger": logger,
+            "on_step": on_step,
+            "on_epoch": on_epoch,
+            "reduce_fx": reduce_fx,
+            "sync_dist": sync_dist,
+            "sync_dist_group": sync_dist_group,
+            "add_dataloader_idx": add_dataloader_idx,
+            "batch_size": batch_size,
+            "metric_attribute": metric_attribute,
+            "rank_zero_only": rank_zero_only,
+        }
         if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
             value = lightning1_number(self, value)
         self._host.log(self, name, value, options)

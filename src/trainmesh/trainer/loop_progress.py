@@ -56,9 +56,10 @@ class Progress:
 
     def count(self) -> None:
         """One more made ready, started and completed at once (Lightning's zero_grad tracker)."""
-        self.ready()
-        self.started()
-        self.completed()
+        for counts in (self.total, self.current):  # not through the three methods: a step's 3 Python calls fewer
+            counts.ready += 1
+            counts.started += 1
+            counts.completed += 1
 
     def clear(self) -> None:
         """Lightning's ``_reset_progress`` (the fit's validation counters after the sanity check)."""

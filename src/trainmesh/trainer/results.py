@@ -20,8 +20,8 @@ from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.utilities.collections import infer_batch_size
 from trainmesh.utilities.data import extract_batch_size
-from trainmesh.utilities.distributed import process_group_exists
 from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.process_group import process_group_exists
 from trainmesh.utilities.rank_zero import WarningCache
 from trainmesh.utilities.warnings import PossibleUserWarning
 
@@ -173,23 +173,24 @@ class LogCollector:
 
         As Lightning's, each hook (``self.fx``) logs its own metric under a name (a second hook's value
         of the name replaces the first's where both are shown), and a hook's call with other
-        arguments than its earlier calls of the name raises ``MisconfigurationException``. The common case, a step value of a scalar tensor or a number, stores it and returns:
-        no tensor is made for a number and nothing is read from a device (values are read where
-        they are shown, at the loggers' and the progress bar's cadence).
+        arguments than its earlier calls of the name raises ``MisconfigurationException``.
         """
         key, entry = name, self.results.entries.get(name)
         given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only)
         if entry is None or entry.fx != self.fx or entry.given != given:
             key, entry = self._entry_for(name, given)
-        if entry.plain_step and not self._chunked:
-            kind = type(value)
-            if kind is torch.Tensor and value.ndim == 0 and value.is_floating_point():
-                self.results.step_values[key] = value.detach()
-                return
-            if kind is float:
-                self.results.step_values[key] = value
-                return
-        self._log_any(key, entry, value, batch_size)
+        if not (entry.plain_step and self.stored_step(key, value)):
+            self._log_any(key, entry, value, batch_size)
+
+    def stored_step(self, key: str, value: Any) -> bool:
+        """A step value (the entry's ``plain_step``) of a scalar float tensor or a float: stored, and True
+        (Module.log calls it too). No tensor is made, nothing is read from a device (where shown, it is)."""
+        kind = type(value)
+        scalar = kind is torch.Tensor and value.ndim == 0 and value.is_floating_point()
+        if self._chunked or not (scalar or kind is float):
+            return False
+        self.results.step_values[key] = value if kind is float else value.detach()
+        return True
 
     def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, _Entry]:
         """The entry this hook (``self.fx``) logs ``name`` into, made at its first call; a call with

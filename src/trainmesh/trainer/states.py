@@ -123,7 +123,10 @@ def _flag(stage: RunningStage) -> property:
     stage) only if it is the current one: Lightning's setters."""
 
     def get(self: Any) -> bool:
-        return bool(self.state.stage == stage)
+        # A stage is one of the enum's members, so identity answers without the enum's case-blind
+        # __eq__ (five Python calls; ModelCheckpoint asks sanity_checking after every batch)
+        now = self.state.stage
+        return now is stage or (type(now) is not RunningStage and bool(now == stage))
 
     def set_(self: Any, value: bool) -> None:
         if value:

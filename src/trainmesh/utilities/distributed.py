@@ -79,12 +79,6 @@ def _available() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def process_group_exists() -> bool:
-    """Whether this process is in a torch.distributed group (Lightning's ``_distributed_is_initialized``):
-    a ddp run on one device too."""
-    return _available()
-
-
 def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     """1.x's ``rank_zero_only`` decorator: ``fn`` runs on global rank 0 only (the others get None).
 

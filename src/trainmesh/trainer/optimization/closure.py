@@ -34,6 +34,9 @@ def batch_end_outputs(output: Any, *, manual: bool, accumulate: int) -> dict[str
     ``{"loss": ...}`` for a tensor, the returned dict's other keys beside it, ``{}`` for None. The
     loss is detached (a callback keeping it does not keep the graph); in automatic optimization it
     is the one backward ran on: divided by ``accumulate_grad_batches``."""
+    if type(output) is torch.Tensor:  # the common case, first: a returned loss (no ABC check of Mapping)
+        loss = output.detach()
+        return {"loss": loss if manual else loss.clone() if accumulate == 1 else loss / accumulate}
     if output is None:
         return {}
     if isinstance(output, list):  # Lightning 1.x's runners (optimizer turns, tbptt splits): 1.9's lists, detached
