@@ -85,6 +85,7 @@ def _step_values(framework, root, *, change_at: int | None) -> tuple[dict[str, t
             self.log("loss", loss, prog_bar=batch_idx == change_at)
             self.log("half", batch_idx + 0.5, prog_bar=True)  # (a float32 number: docs/how-to/lightning.md)
             self.log("count", batch_idx)
+            self.log("third", (batch_idx + 1) / 3)  # not a float32 number: the loggers get float32's
             self.log("both", loss * 2, on_epoch=True, batch_size=3)
             self.log("r0", loss, rank_zero_only=True, logger=False)
             return loss

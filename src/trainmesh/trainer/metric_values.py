@@ -19,8 +19,10 @@ def read_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     for name, value in values.items():
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
             on_device.setdefault(value.device, {})[name] = value
-        else:
+        elif isinstance(value, torch.Tensor):
             out[name] = float(value)
+        else:  # a number: Lightning's is a tensor of its dtype (float32), which the loggers read back
+            out[name] = float(torch.tensor(value, dtype=lightning_dtype()))
     for tensors in on_device.values():
         # float64 holds every float32/bf16/int32 value exactly: the same floats as float(value).
         numbers = torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors.values()]).tolist()
