@@ -6,8 +6,8 @@ mean loss into Fabric's CSVLogger, calls a callback's hook, runs a method marked
 through the strategy's wrapper, gathers, broadcasts, saves and loads a checkpoint, and writes its
 record to ``OUT/rank<r>.pt``: the sample indices it read, the weights, the collectives' results.
 Then a second Fabric on the same processes, ``ModelParallelStrategy(parallelize_fn)`` (Fabric's form),
-tensor-parallel over both ranks with torch's own ``parallelize_module``: the mesh ``parallelize_fn``
-is given, and the whole weights after 3 steps.
+tensor-parallel over both ranks with torch's own ``parallelize_module`` on a module built under
+``init_module(empty_init=True)``: the mesh ``parallelize_fn`` is given, and the whole weights after 3 steps.
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ def tensor_parallel() -> tuple:
     fabric = Fabric(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(parallelize, tensor_parallel_size=2))
     fabric.launch()
     torch.manual_seed(5)
-    model = fabric.setup_module(Net())
+    with fabric.init_module(empty_init=True):  # Fabric's: on the meta device, reset_parameters() once parallelized
+        net = Net()
+    model = fabric.setup_module(net)
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
     for _ in range(3):
         fabric.backward(model(torch.randn(4, 8)).pow(2).mean())

@@ -292,13 +292,16 @@ class Fabric(Launching):
 
     def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
         """Build the module in the precision's dtype (and where the strategy shards, on the meta device);
-        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's."""
+        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's, and on the
+        meta device under Fabric's ``ModelParallelStrategy`` (its layers' ``reset_parameters`` run once placed)."""
         from trainmesh.utilities.empty_init import SkipInit
 
         self._validate_launched()
+        on_meta = bool(empty_init) and getattr(self._runtime.strategy, "empty_init_on_meta", False)
         return _all(
             self._precision.module_init_context(),
             self._runtime.module_init_context(),
+            torch.device("meta") if on_meta else nullcontext(),
             SkipInit(enabled=bool(empty_init)),
         )
 
