@@ -329,17 +329,20 @@ class Runtime:
         clip_val: float | None = None,
         norm_type: float = 2.0,
         unscale: bool = True,
+        parameters: list[torch.Tensor] | None = None,
     ) -> torch.Tensor | None:
         """Clip the gradients of ``optimizer``'s parameters (as Fabric and Lightning do) by their
         global norm (``max_norm``), across devices, or by value (``clip_val``); returns the norm.
         ``unscale=False``: the gradients as they are, scaled under 16-mixed (what Lightning's
-        ``LightningModule.clip_gradients`` clips in manual optimization)."""
+        ``LightningModule.clip_gradients`` clips in manual optimization). ``parameters``: the ones to clip
+        (a Fabric precision plugin's ``main_params``), else the optimizer's."""
         if (max_norm is None) == (clip_val is None):
             raise ValueError("clip_gradients needs exactly one of max_norm= or clip_val=")
         inner = inner_optimizer(optimizer)
         if unscale:
             self.precision.unscale_gradients(inner)
-        parameters = [param for group in inner.param_groups for param in group["params"]]
+        if parameters is None:
+            parameters = [param for group in inner.param_groups for param in group["params"]]
         return self.strategy.clip_gradients(
             module, parameters, max_norm=max_norm, clip_value=clip_val, norm_type=norm_type
         )

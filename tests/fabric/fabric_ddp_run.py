@@ -5,6 +5,9 @@ Each process trains with gradient accumulation (``no_backward_sync``), clips by 
 mean loss into Fabric's CSVLogger, calls a callback's hook, runs a method marked as a forward
 through the strategy's wrapper, gathers, broadcasts, saves and loads a checkpoint, and writes its
 record to ``OUT/rank<r>.pt``: the sample indices it read, the weights, the collectives' results.
+Then a second Fabric on the same processes, ``ModelParallelStrategy(parallelize_fn)`` (Fabric's form),
+tensor-parallel over both ranks with torch's own ``parallelize_module`` on a module built under
+``init_module(empty_init=True)``: the mesh ``parallelize_fn`` is given, and the whole weights after 3 steps.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from torch.utils.data import DataLoader, TensorDataset
 if sys.argv[1] == "lightning":
     from lightning.fabric import Fabric
     from lightning.fabric.loggers import CSVLogger
+    from lightning.fabric.strategies import ModelParallelStrategy
 else:
     from trainmesh import Fabric
     from trainmesh.fabric.loggers import CSVLogger
+    from trainmesh.fabric.strategies import ModelParallelStrategy
 
 OUT = sys.argv[2]
 
@@ -105,8 +110,35 @@ def main() -> None:
         "step": state["step"],
         "calls": recorder.calls,
         "ranks": (fabric.global_rank, fabric.local_rank, fabric.world_size, fabric.is_global_zero),
+        "model_parallel": tensor_parallel(),
     }
     torch.save(record, os.path.join(OUT, f"rank{fabric.global_rank}.pt"))
+
+
+def tensor_parallel() -> tuple:
+    """Fabric's form of ModelParallelStrategy: the mesh parallelize_fn sees, the whole weights after 3 steps."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    meshes = []
+
+    def parallelize(module, mesh):
+        meshes.append((mesh.mesh_dim_names, tuple(mesh.shape)))
+        parallelize_module(module.body, mesh["tensor_parallel"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        return module
+
+    fabric = Fabric(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(parallelize, tensor_parallel_size=2))
+    fabric.launch()
+    torch.manual_seed(5)
+    with fabric.init_module(empty_init=True):  # Fabric's: on the meta device, reset_parameters() once parallelized
+        net = Net()
+    model = fabric.setup_module(net)
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(3):
+        fabric.backward(model(torch.randn(4, 8)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    whole = {k: v.full_tensor().detach() for k, v in model.state_dict().items()}
+    return meshes, whole
 
 
 if __name__ == "__main__":

@@ -79,11 +79,15 @@ def test_the_two_forms_are_told_apart_by_the_arguments_given():
         resolved_sizes(LightningForm(data_parallel_size=2), world_size=4, num_nodes=1)  # as Lightning: "auto" is 4
     with pytest.raises(ValueError, match="Give one form's arguments"):
         ModelParallelStrategy(data_parallel_size=2, dp_shard=2)
-    # Fabric 2.6's form: refused saying what it is and what to use (before: a bare "unexpected keyword")
-    with pytest.raises(
-        TypeError, match=r"parallelize_fn=\.\.\.\) is Lightning Fabric's form .* Use the Trainer's form"
-    ):
-        ModelParallelStrategy(parallelize_fn=lambda module, mesh: module, tensor_parallel_size=1)
+
+    # Fabric 2.6's form, its function first (positionally or by name), kept when the strategy is rebuilt
+    # (tests/fabric/test_fabric_ddp.py trains it beside Fabric)
+    def parallelize(module, mesh):
+        return module
+
+    for strategy in (ModelParallelStrategy(parallelize), ModelParallelStrategy(parallelize_fn=parallelize)):
+        assert strategy.init_arguments == {"parallelize_fn": parallelize}
+        assert strategy.with_placement(strategy.placement)._lightning.parallelize_fn is parallelize
 
 
 class _Configured(nn.Linear):
@@ -96,6 +100,10 @@ def test_data_parallel_ranks_without_fully_shard_are_refused_before_training():
     with pytest.raises(ValueError, match=r"applied no fully_shard .* each train their own weights"):
         check_module_parallelized(_Configured(2, 2), 2)
     check_module_parallelized(_Configured(2, 2), 1)  # one data-parallel rank: nothing to reduce
+    with pytest.raises(
+        ValueError, match=r"parallelize_fn applied no fully_shard \(or replicate\) on device_mesh\['data_parallel'\]"
+    ):
+        check_module_parallelized(nn.Linear(2, 2), 2, by_fabric=True)  # Fabric's form: no configure_model needed
 
 
 def test_a_module_without_configure_model_gets_lightning_s_type_error():

@@ -99,7 +99,7 @@ def fabric_strategy(strategy: Any, device_type: str) -> Any:
     if name == "dp" and device_type == "cpu":
         warnings.warn(f"{name!r} is not supported on CPUs, hence setting `strategy='ddp'`.", stacklevel=4)
         return "ddp"
-    return strategy
+    return name  # Fabric's connector reads the name in lower case
 
 
 def fabric_run_precision(plugins: Any, precision: Any, device_type: str) -> Any:

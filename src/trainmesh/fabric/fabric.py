@@ -86,7 +86,7 @@ class Fabric(Launching):
             precision=run_precision,
             num_nodes=num_nodes,
         )
-        self._precision = FabricPrecision(self._runtime.precision)
+        self._precision = FabricPrecision(self._runtime.precision, plugin=getattr(run_precision, "plugin", None))
         callbacks = callbacks if callbacks is not None else []
         self._callbacks: list[Any] = callbacks if isinstance(callbacks, list) else [callbacks]
         loggers = loggers if loggers is not None else []
@@ -151,9 +151,7 @@ class Fabric(Launching):
             raise ValueError("An optimizer should be passed only once to the `setup` method.")
         self._refuse_staying_put(move_to_device)
         wrapped = self._wrap_module(module)
-        fabric_optimizers = [
-            _FabricOptimizer(opt, self._runtime, self._callbacks) for opt in self._prepared(optimizers)
-        ]
+        fabric_optimizers = self._wrapped_optimizers(optimizers)
         self._models_setup += 1
         if is_instance(module, "trainmesh.module", "Module"):  # Fabric's: self.optimizers() returns these
             module._fabric_optimizers = fabric_optimizers  # type: ignore[assignment]  # a Module attribute
@@ -178,11 +176,16 @@ class Fabric(Launching):
             raise ValueError("`setup_optimizers` requires at least one optimizer as input.")
         if any(isinstance(opt, _FabricOptimizer) for opt in optimizers):
             raise ValueError("An optimizer should be passed only once to the `setup_optimizers` method.")
-        wrapped = [_FabricOptimizer(opt, self._runtime, self._callbacks) for opt in self._prepared(optimizers)]
+        wrapped = self._wrapped_optimizers(optimizers)
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
+    def _wrapped_optimizers(self, optimizers: tuple[torch.optim.Optimizer, ...]) -> list[_FabricOptimizer]:
+        return [
+            _FabricOptimizer(opt, self._runtime, self._callbacks, self._precision) for opt in self._prepared(optimizers)
+        ]
+
     def _wrap_module(self, module: nn.Module) -> _FabricModule:
-        placed = self._runtime.setup_module(module)
+        placed = self._runtime.setup_module(self._precision.convert_module(module))
         if is_instance(module, "trainmesh.module", "Module"):
             # Fabric's: self.log, self.trainer, manual_backward of a LightningModule go to this Fabric
             # (trainmesh.module_fabric), and its hooks are called by fabric.call like a callback's
@@ -227,7 +230,8 @@ class Fabric(Launching):
     def backward(self, tensor: torch.Tensor, *args: Any, model: _FabricModule | None = None, **kwargs: Any) -> None:
         BackwardGate.inside = True
         try:
-            self._runtime.backward(tensor, *args, **kwargs)
+            module = model._forward_module if model is not None else None  # what Fabric's plugin hooks get
+            self._precision.backward(self._runtime, tensor, module, *args, **kwargs)
         finally:
             BackwardGate.inside = False
 
@@ -246,9 +250,11 @@ class Fabric(Launching):
             )
         if clip_val is None and max_norm is None:
             raise ValueError("You have to specify either `clip_val` or `max_norm` to do gradient clipping!")
+        inner = _unwrap_objects(optimizer)
         norm = self._runtime.clip_gradients(
             _unwrap_objects(module),
-            _unwrap_objects(optimizer),
+            inner,
+            **self._precision.clip_options(inner),
             max_norm=max_norm,
             clip_val=clip_val,
             norm_type=norm_type,
@@ -286,13 +292,16 @@ class Fabric(Launching):
 
     def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
         """Build the module in the precision's dtype (and where the strategy shards, on the meta device);
-        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's."""
+        ``empty_init=True``: without ``torch.nn.init`` (for weights a checkpoint fills), as Fabric's, and on the
+        meta device under Fabric's ``ModelParallelStrategy`` (its layers' ``reset_parameters`` run once placed)."""
         from trainmesh.utilities.empty_init import SkipInit
 
         self._validate_launched()
+        on_meta = bool(empty_init) and getattr(self._runtime.strategy, "empty_init_on_meta", False)
         return _all(
-            self._precision.tensor_init_context(),
+            self._precision.module_init_context(),
             self._runtime.module_init_context(),
+            torch.device("meta") if on_meta else nullcontext(),
             SkipInit(enabled=bool(empty_init)),
         )
 

@@ -154,9 +154,16 @@ class _FabricModule(nn.Module):
 
 
 class _FabricOptimizer:
-    def __init__(self, optimizer: torch.optim.Optimizer, runtime: Runtime, callbacks: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        runtime: Runtime,
+        callbacks: list[Any] | None = None,
+        precision: FabricPrecision | None = None,
+    ) -> None:
         self._optimizer = optimizer
         self._runtime = runtime
+        self._precision = precision
         self._callbacks = callbacks or []
         # Fabric's: the wrapper is an instance of the user's optimizer class too
         self.__class__ = type("Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {})
@@ -172,7 +179,10 @@ class _FabricOptimizer:
         self._optimizer.load_state_dict(state_dict)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        output = self._runtime.optimizer_step(self._optimizer, closure)
+        if self._precision is not None:  # a precision plugin of the program's may step it (precision.py)
+            output = self._precision.optimizer_step(self._runtime, self._optimizer, closure)
+        else:
+            output = self._runtime.optimizer_step(self._optimizer, closure)
         for callback in self._callbacks:
             hook = getattr(callback, "on_after_optimizer_step", None)
             if callable(hook):

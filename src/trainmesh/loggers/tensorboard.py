@@ -325,3 +325,6 @@ class FabricTensorBoardLogger(TensorBoardLogger):
             sub_dir=sub_dir,
             **kwargs,
         )
+
+    def _save_hparams_file(self) -> None:
+        """Fabric's logger writes no ``hparams.yaml`` (its hyperparameters go to the event file only)."""

@@ -19,7 +19,12 @@ T = TypeVar("T")
 
 def new_keeping_arguments(cls: type[T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
     """``cls.__new__``'s body: the new object, with the constructor's arguments as ``init_arguments``
-    (the placement apart: ``with_placement`` gives a new one)."""
+    (the placement apart: ``with_placement`` gives a new one). A class's ``positional_argument`` (Lightning
+    Fabric's ``ModelParallelStrategy(parallelize_fn)``) may come first positionally: recorded by its name."""
+    name = getattr(cls, "positional_argument", None)
+    if args and name is not None and len(args) == 1 and name not in kwargs:
+        kwargs = {name: args[0], **kwargs}
+        args = ()
     assert not args, f"{cls.__name__} takes keyword arguments only"
     strategy = object.__new__(cls)
     strategy.init_arguments = {name: value for name, value in kwargs.items() if name != "placement"}  # type: ignore[attr-defined]

@@ -1,5 +1,7 @@
 """Lightning's form of ``ModelParallelStrategy``: ``ModelParallelStrategy(data_parallel_size=,
-tensor_parallel_size=, save_distributed_checkpoint=)``.
+tensor_parallel_size=, save_distributed_checkpoint=)``, and Lightning Fabric's, whose first argument
+``parallelize_fn`` is called as ``parallelize_fn(module, device_mesh)`` when ``fabric.setup`` places the
+module (Fabric's ``ModelParallelStrategy.setup_module``), where the Trainer's module does it in ``configure_model``.
 
 There the strategy applies no parallelism itself: it builds a ``DeviceMesh`` named
 ``("data_parallel", "tensor_parallel")``, shows it to the module as ``self.device_mesh``, and the
@@ -14,6 +16,7 @@ per data-parallel rank) and the checkpoint kind ``save_distributed_checkpoint`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,26 +34,22 @@ class LightningForm:
     data_parallel_size: int | str = "auto"
     tensor_parallel_size: int | str = "auto"
     save_distributed_checkpoint: bool = True
+    parallelize_fn: Callable[[nn.Module, Any], nn.Module] | None = None  # Fabric's form
 
 
-def lightning_form(kwargs: dict[str, Any]) -> LightningForm | None:
-    """Lightning's arguments given to trainmesh's ``ModelParallelStrategy``; None where none was.
+def lightning_form(kwargs: dict[str, Any], parallelize_fn: Any = None) -> LightningForm | None:
+    """Lightning's arguments given to trainmesh's ``ModelParallelStrategy`` (Fabric's ``parallelize_fn``
+    with them); None where none was.
 
-    >>> lightning_form({"tensor_parallel_size": 2})
-    LightningForm(data_parallel_size='auto', tensor_parallel_size=2, save_distributed_checkpoint=True)
+    >>> lightning_form({"tensor_parallel_size": 2}).tensor_parallel_size
+    2
     >>> lightning_form({}) is None
     True
     """
-    if "parallelize_fn" in kwargs:  # Fabric 2.6's first argument: a bare "unexpected keyword" said nothing
-        raise TypeError(
-            "ModelParallelStrategy(parallelize_fn=...) is Lightning Fabric's form (fabric.setup calls "
-            "parallelize_fn(module, device_mesh)), which trainmesh's Fabric does not run (its setup has no "
-            "parallelize step). Use the Trainer's form, ModelParallelStrategy(data_parallel_size=..., "
-            "tensor_parallel_size=...) with the same code in the LightningModule's configure_model on "
-            "self.device_mesh, or Fabric(strategy='fsdp') for sharded data parallel"
-        )
+    if parallelize_fn is not None:
+        kwargs = {**kwargs, "parallelize_fn": parallelize_fn}
     for name in kwargs:
-        if name not in NAMES:
+        if name not in (*NAMES, "parallelize_fn"):
             raise TypeError(f"ModelParallelStrategy() got an unexpected keyword argument {name!r}")
     if not kwargs:
         return None
@@ -101,12 +100,35 @@ def build_device_mesh(device_type: str, dp: int, tp: int) -> Any:
     return shared_device_mesh(device_type, (dp, tp), MESH_NAMES)
 
 
-def place(module: nn.Module, precision: Any, device: torch.device, *, data_parallel: int) -> nn.Module:
-    """The module its ``configure_model`` parallelized, placed as Lightning's strategy places it:
-    checked, converted to the run's precision, its layers left on the meta device initialised."""
+def parallelized(module: nn.Module, form: LightningForm, device_mesh: Any) -> nn.Module:
+    """Fabric's form: what ``parallelize_fn(module, device_mesh)`` returns, checked as Fabric checks it
+    (a module wrapped in FSDP1 refused first); the Trainer's form: the module, which ``configure_model``
+    parallelized."""
+    if form.parallelize_fn is None:
+        return module
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if any(isinstance(layer, FullyShardedDataParallel) for layer in module.modules()):  # Fabric's words
+        raise TypeError(
+            "Found modules that are wrapped with `torch.distributed.fsdp.FullyShardedDataParallel`."
+            " The `ModelParallelStrategy` only supports the new FSDP2 APIs in PyTorch >= 2.4."
+        )
+    module = form.parallelize_fn(module, device_mesh)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"The `parallelize_fn` must return a `nn.Module` instance, but got: {type(module).__name__}")
+    return module
+
+
+def place(
+    module: nn.Module, form: LightningForm, mesh: Any, precision: Any, device: torch.device, *, data_parallel: int
+) -> nn.Module:
+    """The module its ``configure_model`` (or Fabric's ``parallelize_fn`` on ``mesh``) parallelized, placed
+    as Lightning's strategy places it: checked, converted to the run's precision, its layers left on the
+    meta device initialised."""
     from trainmesh.strategies import checkpoint as checkpoints
 
-    check_module_parallelized(module, data_parallel)
+    module = parallelized(module, form, mesh)
+    check_module_parallelized(module, data_parallel, by_fabric=form.parallelize_fn is not None)
     materialize(module, device)
     module = precision.convert_module(module, device=device)
     checkpoints.import_distributed_checkpoint()  # its saves are DCP's: not inside the first
@@ -154,24 +176,25 @@ def whole(checkpoint: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: apply_to_tensors(value, whole_tensor) if key in keys else value for key, value in checkpoint.items()}
 
 
-def check_module_parallelized(module: nn.Module, dp: int) -> None:
+def check_module_parallelized(module: nn.Module, dp: int, *, by_fabric: bool = False) -> None:
     """The module must define ``configure_model`` (Lightning's check). With several data-parallel
     ranks, its ``configure_model`` must have sharded it over
     ``device_mesh["data_parallel"]``: otherwise no gradient is reduced across them and each rank
     trains its own weights (Lightning runs such a module without a word; here it stops first)."""
     from torch.distributed.fsdp import FSDPModule
 
-    if not _overrides_configure_model(module):  # Lightning's error, in its words
+    where = "parallelize_fn" if by_fabric else f"{type(module).__name__}.configure_model"
+    mesh = "device_mesh" if by_fabric else "self.device_mesh"
+    if not by_fabric and not _overrides_configure_model(module):  # Lightning's error, in its words
         raise TypeError(
             "When using the ModelParallelStrategy, you are required to override the `configure_model()` hook in"
             " the LightningModule and apply parallelization there."
         )
     if dp > 1 and not any(isinstance(m, FSDPModule) for m in module.modules()):
         raise ValueError(
-            f"ModelParallelStrategy(data_parallel_size={dp}): {type(module).__name__}.configure_model applied no "
-            "fully_shard (or replicate) on self.device_mesh['data_parallel'], so the data-parallel ranks would each "
-            "train their own weights. Apply fully_shard(module, mesh=self.device_mesh['data_parallel']) in "
-            "configure_model, or use data_parallel_size=1"
+            f"ModelParallelStrategy(data_parallel_size={dp}): {where} applied no fully_shard (or replicate) on "
+            f"{mesh}['data_parallel'], so the data-parallel ranks would each train their own weights. Apply "
+            f"fully_shard(module, mesh={mesh}['data_parallel']) in {where.split('.')[-1]}, or use data_parallel_size=1"
         )
 
 

@@ -86,9 +86,11 @@ class ModelParallelStrategy(DistributedStrategy):
     __doc__ = docstrings.MODEL_PARALLEL_STRATEGY  # Args and Examples; the file is near 500 lines
 
     name = "model_parallel"
+    positional_argument = "parallelize_fn"  # Lightning Fabric's first argument (strategies/arguments.py)
 
     def __init__(
         self,
+        parallelize_fn: Any = None,  # Lightning Fabric's form: fabric.setup calls parallelize_fn(module, mesh)
         *,
         pp: int = 1,
         tp: int = 1,
@@ -110,7 +112,7 @@ class ModelParallelStrategy(DistributedStrategy):
         **kwargs: Any,
     ) -> None:
         # Lightning's form (data_parallel_size=, ...): configure_model parallelizes (lightning_model_parallel.py)
-        self._lightning = lightning.lightning_form(kwargs)
+        self._lightning = lightning.lightning_form(kwargs, parallelize_fn)
         lightning.check_not_mixed(
             self._lightning, {"pp": pp, "tp": tp, "dp_shard": dp_shard, "dp_replicate": dp_replicate}
         )
@@ -178,8 +180,9 @@ class ModelParallelStrategy(DistributedStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         refuse_keras(module, self.name)
-        if self._lightning is not None:  # configure_model parallelized it: placed as Lightning places it
-            return lightning.place(module, self.precision, self._device, data_parallel=self._mesh.dims.dp_shard)
+        if self._lightning is not None:  # configure_model (or Fabric's parallelize_fn) parallelizes it
+            mesh, dp = self.module_device_mesh, self._mesh.dims.dp_shard
+            return lightning.place(module, self._lightning, mesh, self.precision, self._device, data_parallel=dp)
         mesh = self._mesh
         tp = mesh.group_size("tp")
         plan = check_model_parallel_module(module, tp)

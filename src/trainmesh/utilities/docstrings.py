@@ -158,6 +158,7 @@ under torch's ``loss_parallel`` for a vocabulary-sharded cross-entropy. ``dp_sha
 nodes (model parallel within a machine, data parallel across machines).
 
 Args:
+    parallelize_fn: Lightning Fabric 2.6's form: ``fabric.setup`` calls ``parallelize_fn(module, device_mesh)`` on the mesh ``("data_parallel", "tensor_parallel")`` that ``data_parallel_size``/``tensor_parallel_size`` lay out (default ``None``).
     pp: pipeline stages (default ``1``).
     tp: tensor-parallel degree (default ``1``).
     dp_shard: FSDP2 sharding degree (-1: the rest) (default ``-1``).

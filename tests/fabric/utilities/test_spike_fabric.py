@@ -64,3 +64,33 @@ def test_lightning_s_callbacks_spike_names_fabric_s_detector():
 
     assert lightning.pytorch.callbacks.spike.FabricSpikeDetection is lightning.fabric.utilities.spike.SpikeDetection
     assert trainmesh.callbacks.spike.FabricSpikeDetection is trainmesh.fabric.utilities.spike.SpikeDetection
+
+
+def test_a_saved_detector_loads_where_lightning_fabric_s_raises(tmp_path):
+    # a deliberate difference (docs/how-to/fabric.md): Fabric 2.6's load_state_dict reads into
+    # self.running, which it never sets; trainmesh's restores the state its own state_dict wrote
+    import lightning.fabric
+    from lightning.fabric.utilities.spike import SpikeDetection as Theirs
+
+    import trainmesh.fabric
+    from trainmesh.fabric.utilities.spike import SpikeDetection as Ours
+
+    *_, saved = _run(lightning.fabric.Fabric, Theirs, LOSSES[:4], tmp_path / "theirs")
+    with pytest.raises(AttributeError, match="has no attribute 'running'"):
+        Theirs().load_state_dict(Theirs().state_dict())
+    trained = Ours(window=3, exclude_batches_path=tmp_path / "ours")
+    for batch_idx, loss in enumerate(LOSSES[:4]):
+        trained.on_train_batch_end(
+            trainmesh.fabric.Fabric(accelerator="cpu", devices=1), _tensor(loss), None, batch_idx
+        )
+    restored = Ours()
+    restored.load_state_dict(trained.state_dict())
+    assert restored.state_dict()["running"].keys() == trained.state_dict()["running"].keys()
+    assert str(restored.state_dict()) == str(trained.state_dict())
+    assert restored.state_dict()["mean"].keys() == saved["mean"].keys()
+
+
+def _tensor(value):
+    import torch
+
+    return torch.tensor(value)

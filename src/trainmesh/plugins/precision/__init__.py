@@ -16,10 +16,64 @@ from trainmesh.utilities.refusal import refused_class
 
 
 class Precision:
-    """Full precision (``"32-true"``); the base of the precision plugins."""
+    """Full precision (``"32-true"``); the base of the precision plugins.
+
+    Its methods are Lightning Fabric's precision hooks with Fabric's defaults for the plugin's setting, for a
+    plugin of the program's own class given to ``Fabric(plugins=...)`` (whose overrides Fabric calls, and may
+    call these through ``super()``): trainmesh.fabric.precision."""
 
     precision: str = "32-true"
     scaler: Any = None  # MixedPrecision's gradient scaler ("16-mixed"), as trainer.precision_plugin gives it
+
+    def _setting(self) -> Any:
+        from trainmesh.fabric.precision import FabricPrecision
+        from trainmesh.precision import Precision as Setting
+
+        device = str(getattr(self, "device", "cpu")).split(":")[0]
+        return FabricPrecision(Setting(self.precision, device_type=device, scaler=self.scaler))
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        dtype = self._setting().precision.param_dtype
+        return module.to(dtype) if self.precision.endswith("-true") and self.precision != "32-true" else module
+
+    def tensor_init_context(self) -> Any:
+        return self._setting().tensor_init_context()
+
+    def module_init_context(self) -> Any:
+        return self._setting().module_init_context()
+
+    def forward_context(self) -> Any:
+        return self._setting().forward_context()
+
+    def convert_input(self, data: Any) -> Any:
+        return self._setting().convert_input(data)
+
+    def convert_output(self, data: Any) -> Any:
+        return self._setting().convert_output(data)
+
+    def pre_backward(self, tensor: torch.Tensor, module: Any) -> Any:
+        return None
+
+    def backward(self, tensor: torch.Tensor, model: Any, *args: Any, **kwargs: Any) -> None:
+        (self.scaler.scale(tensor) if self.scaler is not None else tensor).backward(*args, **kwargs)
+
+    def post_backward(self, tensor: torch.Tensor, module: Any) -> Any:
+        return None
+
+    def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
+        if self.scaler is None:
+            return optimizer.step(**kwargs)
+        output = self.scaler.step(optimizer, **kwargs)  # Fabric's MixedPrecision: skipped on inf/nan gradients
+        self.scaler.update()
+        return output
+
+    def main_params(self, optimizer: torch.optim.Optimizer) -> Any:
+        for group in optimizer.param_groups:
+            yield from group["params"]
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
 
 
 class MixedPrecision(Precision):
