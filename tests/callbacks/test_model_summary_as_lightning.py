@@ -126,3 +126,54 @@ def test_a_mixed_precision_fit_warns_of_the_summary_s_size_as_lightning(precisio
         said[framework.__name__] = [str(w.message) for w in caught if "model summary" in str(w.message)]
     assert said["trainmesh"] == said["lightning.pytorch"]
     assert bool(said["trainmesh"]) is (precision == "bf16-mixed")
+
+
+def test_rich_summary_prints_lightning_s_rich_table(modules, monkeypatch):
+    """``RichModelSummary`` draws Lightning's rich table and grid of totals on rich's console (before:
+    the plain table printed on stdout); ``header_style`` is passed on as Lightning's."""
+    pytest.importorskip("rich")
+    import io
+
+    import rich
+    from lightning.pytorch.callbacks import RichModelSummary as LightningRich
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+    from rich.console import Console
+
+    from trainmesh.callbacks import RichModelSummary
+
+    def printed(show) -> str:
+        out = io.StringIO()
+        monkeypatch.setattr(rich, "get_console", lambda: Console(file=out, width=120, force_terminal=True))
+        show()
+        return out.getvalue()
+
+    theirs, ours = modules
+    summary = lightning_summarize(theirs, max_depth=2)
+    data = summary._get_summary_data()
+    counts = (summary.total_parameters, summary.trainable_parameters, summary.model_size)
+    expected = printed(
+        lambda: LightningRich.summarize(
+            data, *counts, summary.total_training_modes, summary.total_flops, header_style="bold red"
+        )
+    )
+    trainer = SimpleNamespace(is_global_zero=True)
+    got = printed(lambda: RichModelSummary(max_depth=2, header_style="bold red").on_fit_start(trainer, ours))
+    assert "Total estimated model params size (MB)" in expected and "┏━━━┳" in expected and "1;31m" in expected
+    assert got == expected
+
+
+def test_rich_summary_without_rich_is_refused_when_made_as_lightning(monkeypatch):
+    import importlib.util
+
+    import lightning.pytorch.callbacks.rich_model_summary as lightning_module
+
+    from trainmesh.callbacks import RichModelSummary
+
+    monkeypatch.setattr(lightning_module, "_RICH_AVAILABLE", False)
+    with pytest.raises(ModuleNotFoundError) as theirs:
+        lightning_module.RichModelSummary()
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else find_spec(name, *a))
+    with pytest.raises(ModuleNotFoundError) as ours:
+        RichModelSummary()
+    assert str(ours.value) == str(theirs.value)

@@ -246,6 +246,11 @@ def format_summary(summary: SummaryTable) -> str:
     0         Modules in eval mode
     0         Total Flops
     """
+    return "\n".join([*_table_lines(summary_columns(summary)), *_total_lines(summary)])
+
+
+def summary_columns(summary: SummaryTable) -> list[tuple[str, list[str]]]:
+    """Lightning's ``_get_summary_data``: each column's header and cells (what both summaries print)."""
     rows = summary.rows
     columns: list[tuple[str, list[str]]] = [
         (" ", [str(r.index) for r in rows]),
@@ -262,7 +267,7 @@ def format_summary(summary: SummaryTable) -> str:
         extra = [" ", LEFTOVER_PARAMS_NAME, NOT_APPLICABLE, _cell_count(leftover)] + [NOT_APPLICABLE] * 4
         for (_, cells), cell in zip(columns, extra):
             cells.append(cell)
-    return "\n".join([*_table_lines(columns), *_total_lines(summary)])
+    return columns
 
 
 def _table_lines(columns: list[tuple[str, list[str]]]) -> list[str]:
