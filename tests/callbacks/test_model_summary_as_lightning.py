@@ -177,3 +177,28 @@ def test_rich_summary_without_rich_is_refused_when_made_as_lightning(monkeypatch
     with pytest.raises(ModuleNotFoundError) as ours:
         RichModelSummary()
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("depth", [-2, "temp"])
+def test_a_bad_max_depth_raises_lightning_s_words_first(modules, depth):
+    """Lightning's test_model_summary.py matches "`max_depth` can be -1, 0 or > 0, got ..." (before:
+    trainmesh's own words, and a TypeError for a string)."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    from trainmesh.utilities.model_summary import summarize as lightning_named_summarize
+
+    theirs, ours = modules
+    with pytest.raises(ValueError) as their_error:
+        lightning_summarize(theirs, max_depth=depth)
+    with pytest.raises(ValueError) as our_error:
+        lightning_named_summarize(ours, max_depth=depth)
+    assert str(our_error.value).startswith(str(their_error.value))
+
+
+def test_the_summary_module_s_constants_are_lightning_s():
+    import lightning.pytorch.utilities.model_summary.model_summary as theirs
+
+    import trainmesh.utilities.model_summary.model_summary as ours
+
+    for name in ("UNKNOWN_SIZE", "LEFTOVER_PARAMS_NAME", "NOT_APPLICABLE"):
+        assert getattr(ours, name) == getattr(theirs, name)

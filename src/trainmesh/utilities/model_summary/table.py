@@ -117,9 +117,9 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
     >>> [row.params for row in table.rows], table.total
     ([8320, 1290], 9610)
     """
-    if max_depth < -1:
-        raise ValueError(
-            f"max_depth={max_depth} is not a depth: use 1 for the top-level layers, a larger "
+    if not isinstance(max_depth, int) or max_depth < -1:
+        raise ValueError(  # Lightning's words first (its tests match them), then how to choose
+            f"`max_depth` can be -1, 0 or > 0, got {max_depth}. Use 1 for the top-level layers, a larger "
             "number for nested ones, -1 for every layer, or 0 for the totals only."
         )
     table = _totals(module)
