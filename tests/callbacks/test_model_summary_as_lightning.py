@@ -202,3 +202,20 @@ def test_the_summary_module_s_constants_are_lightning_s():
 
     for name in ("UNKNOWN_SIZE", "LEFTOVER_PARAMS_NAME", "NOT_APPLICABLE"):
         assert getattr(ours, name) == getattr(theirs, name)
+
+
+def test_the_summary_s_training_modes_are_read_when_asked_as_lightning_s(modules):
+    """Lightning's ``total_training_modes`` reads the model's modes when asked (before: as they were
+    when the summary was made)."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    from trainmesh.utilities.model_summary import summarize as lightning_named_summarize
+
+    counts = []
+    for module, summarize_with in zip(modules, (lightning_summarize, lightning_named_summarize)):
+        summary = summarize_with(module)
+        module.pair.eval()
+        counts.append(summary.total_training_modes)
+        module.pair.train()
+    assert counts[0]["eval"] == 4
+    assert counts[1] == counts[0]
