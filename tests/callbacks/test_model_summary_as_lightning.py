@@ -165,13 +165,13 @@ def test_rich_summary_prints_lightning_s_rich_table(modules, monkeypatch):
 def test_rich_summary_without_rich_is_refused_when_made_as_lightning(monkeypatch):
     import importlib.util
 
-    import lightning.pytorch.callbacks.rich_model_summary as lightning_module
+    import lightning.pytorch.callbacks.rich_model_summary as their_rich_module
 
     from trainmesh.callbacks import RichModelSummary
 
-    monkeypatch.setattr(lightning_module, "_RICH_AVAILABLE", False)
+    monkeypatch.setattr(their_rich_module, "_RICH_AVAILABLE", False)
     with pytest.raises(ModuleNotFoundError) as theirs:
-        lightning_module.RichModelSummary()
+        their_rich_module.RichModelSummary()
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else find_spec(name, *a))
     with pytest.raises(ModuleNotFoundError) as ours:
