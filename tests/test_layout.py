@@ -21,6 +21,7 @@ BEGIN, END = "<!-- index: begin (python tests/test_layout.py writes it) -->", "<
 
 # Modules tested through other modules' test files: module (path under src/trainmesh) -> test files.
 COVERED_BY: dict[str, list[str]] = {
+    "callbacks/rich_summary.py": ["callbacks/test_model_summary_as_lightning.py"],
     "fabric/utilities/apply_func.py": ["fabric/test_utilities_names.py"],
     "fabric/utilities/data.py": ["fabric/test_utilities_names.py"],
     "fabric/utilities/types.py": ["fabric/test_utilities_names.py"],

@@ -76,3 +76,8 @@ def test_a_refused_name_is_listed_with_the_reason_its_user_sees():
     assert (row.status, row.evidence) == ("refused", reason)
     with pytest.raises(RefusedError, match="TPUs"):
         trainmesh.accelerators.XLAAccelerator()
+    # Lightning's static availability check answers without an instance (False without torch_xla), as Lightning's:
+    # its own tests (models/test_tpu.py) and a program ask it before choosing an accelerator
+    from lightning.pytorch.accelerators import XLAAccelerator
+
+    assert trainmesh.accelerators.XLAAccelerator.is_available() is XLAAccelerator.is_available() is False

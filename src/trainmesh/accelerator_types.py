@@ -176,6 +176,8 @@ XLAAccelerator = refused_class(
     "TPUs (torch_xla) are not supported by trainmesh, which runs on CPU, CUDA and MPS; "
     "use accelerator='cpu', 'cuda' or 'mps'",
     module=__name__,
+    # Lightning's static check answers without torch_xla too: False here (a program asks before choosing)
+    members={"is_available": staticmethod(lambda: False)},
 )
 
 _NOT_HERE = "trainmesh runs on CPU, CUDA and MPS; use accelerator='cpu', 'cuda' or 'mps'"

@@ -126,3 +126,96 @@ def test_a_mixed_precision_fit_warns_of_the_summary_s_size_as_lightning(precisio
         said[framework.__name__] = [str(w.message) for w in caught if "model summary" in str(w.message)]
     assert said["trainmesh"] == said["lightning.pytorch"]
     assert bool(said["trainmesh"]) is (precision == "bf16-mixed")
+
+
+def test_rich_summary_prints_lightning_s_rich_table(modules, monkeypatch):
+    """``RichModelSummary`` draws Lightning's rich table and grid of totals on rich's console (before:
+    the plain table printed on stdout); ``header_style`` is passed on as Lightning's."""
+    pytest.importorskip("rich")
+    import io
+
+    import rich
+    from lightning.pytorch.callbacks import RichModelSummary as LightningRich
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+    from rich.console import Console
+
+    from trainmesh.callbacks import RichModelSummary
+
+    def printed(show) -> str:
+        out = io.StringIO()
+        monkeypatch.setattr(rich, "get_console", lambda: Console(file=out, width=120, force_terminal=True))
+        show()
+        return out.getvalue()
+
+    theirs, ours = modules
+    summary = lightning_summarize(theirs, max_depth=2)
+    data = summary._get_summary_data()
+    counts = (summary.total_parameters, summary.trainable_parameters, summary.model_size)
+    expected = printed(
+        lambda: LightningRich.summarize(
+            data, *counts, summary.total_training_modes, summary.total_flops, header_style="bold red"
+        )
+    )
+    trainer = SimpleNamespace(is_global_zero=True)
+    got = printed(lambda: RichModelSummary(max_depth=2, header_style="bold red").on_fit_start(trainer, ours))
+    assert "Total estimated model params size (MB)" in expected and "┏━━━┳" in expected and "1;31m" in expected
+    assert got == expected
+
+
+def test_rich_summary_without_rich_is_refused_when_made_as_lightning(monkeypatch):
+    import importlib.util
+
+    import lightning.pytorch.callbacks.rich_model_summary as their_rich_module
+
+    from trainmesh.callbacks import RichModelSummary
+
+    monkeypatch.setattr(their_rich_module, "_RICH_AVAILABLE", False)
+    with pytest.raises(ModuleNotFoundError) as theirs:
+        their_rich_module.RichModelSummary()
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else find_spec(name, *a))
+    with pytest.raises(ModuleNotFoundError) as ours:
+        RichModelSummary()
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("depth", [-2, "temp"])
+def test_a_bad_max_depth_raises_lightning_s_words_first(modules, depth):
+    """Lightning's test_model_summary.py matches "`max_depth` can be -1, 0 or > 0, got ..." (before:
+    trainmesh's own words, and a TypeError for a string)."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    from trainmesh.utilities.model_summary import summarize as lightning_named_summarize
+
+    theirs, ours = modules
+    with pytest.raises(ValueError) as their_error:
+        lightning_summarize(theirs, max_depth=depth)
+    with pytest.raises(ValueError) as our_error:
+        lightning_named_summarize(ours, max_depth=depth)
+    assert str(our_error.value).startswith(str(their_error.value))
+
+
+def test_the_summary_module_s_constants_are_lightning_s():
+    import lightning.pytorch.utilities.model_summary.model_summary as theirs
+
+    import trainmesh.utilities.model_summary.model_summary as ours
+
+    for name in ("UNKNOWN_SIZE", "LEFTOVER_PARAMS_NAME", "NOT_APPLICABLE"):
+        assert getattr(ours, name) == getattr(theirs, name)
+
+
+def test_the_summary_s_training_modes_are_read_when_asked_as_lightning_s(modules):
+    """Lightning's ``total_training_modes`` reads the model's modes when asked (before: as they were
+    when the summary was made)."""
+    from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
+
+    from trainmesh.utilities.model_summary import summarize as lightning_named_summarize
+
+    counts = []
+    for module, summarize_with in zip(modules, (lightning_summarize, lightning_named_summarize)):
+        summary = summarize_with(module)
+        module.pair.eval()
+        counts.append(summary.total_training_modes)
+        module.pair.train()
+    assert counts[0]["eval"] == 4
+    assert counts[1] == counts[0]

@@ -222,10 +222,12 @@ def test_an_optimizer_step_that_never_runs_the_closure_stops_the_fit(how):
         ValueError, match=r"NeverRunsTheClosure.optimizer_step returned without running optimizer_closure"
     ):
         trainer.fit(NeverRunsTheClosure(how), loader())
-    assert trainer.global_step == 0
+    assert trainer.global_step == 1  # as Lightning: its optimizer_step returned, the step counted, then the check
 
 
 def closure_never_run_program(L, root):
+    seen = []
+
     class SkipsTheClosure(L.pl.LightningModule):
         def __init__(self):
             super().__init__()
@@ -240,20 +242,27 @@ def closure_never_run_program(L, root):
         def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
             pass
 
-    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=1, logger=False, enable_checkpointing=False))
+    class SeesTheStep(L.pl.Callback):
+        def on_exception(self, trainer, pl_module, exception):
+            seen.append(("on_exception", trainer.global_step))
+
+    kwargs = trainer_kwargs(root, max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[SeesTheStep()])
+    trainer = L.pl.Trainer(**kwargs)
     try:
         trainer.fit(SkipsTheClosure(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
     except importlib.import_module(f"{L.pl.__name__}.utilities.exceptions").MisconfigurationException as error:
-        return str(error).startswith(
+        words = str(error).startswith(
             "The closure hasn't been executed. HINT: did you call `optimizer_closure()` in your `optimizer_step` hook?"
         )
+        return {"words": words, "global_step": trainer.global_step, "seen": seen}
     return "no error"
 
 
 def test_an_optimizer_step_that_never_runs_the_closure_raises_lightnings_words(tmp_path):
-    """Lightning's test_closure.py (and a program) matches "The closure hasn't been executed"."""
+    """Lightning's test_closure.py (and a program) matches "The closure hasn't been executed"; Lightning
+    counted the step before it checked the closure: global_step is 1 in on_exception and after the error."""
     found = run_both(closure_never_run_program, tmp_path)
-    assert found["lightning"] is True
+    assert found["lightning"] == {"words": True, "global_step": 1, "seen": [("on_exception", 1)]}
     assert differences(found["lightning"], found["trainmesh"]) == []
 
 

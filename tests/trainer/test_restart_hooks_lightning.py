@@ -74,7 +74,7 @@ def resumed(L, root: Path, case: str):
     calls = []
 
     def record(who, name, trainer):
-        calls.append((who, name, trainer.current_epoch, trainer.global_step))
+        calls.append((who, name, trainer.current_epoch, trainer.global_step, trainer.fit_loop.restarting))
 
     def recorder(who, name):
         def hook(self, trainer, *args):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from trainmesh.callbacks.base import Callback
@@ -65,27 +66,35 @@ class ModelSummary(Callback):
         table = summary_table(pl_module, self.max_depth)
         reread_size_columns(table, pl_module)
         if getattr(trainer, "is_global_zero", True):
-            self._show(format_summary(table))
+            self._show(table)
 
-    def _show(self, text: str) -> None:
+    def _show(self, table: SummaryTable) -> None:
         # Lightning's ModelSummary logs the table (stderr; silenced with Lightning's loggers)
-        log.info("\n" + text)
+        log.info("\n" + format_summary(table))
 
 
 class RichModelSummary(ModelSummary):
-    """Lightning's name for its rich summary, the Trainer's default where rich is installed (as
-    Lightning's); it prints trainmesh's one table on stdout, as Lightning's renders on rich's console
-    (``ModelSummary`` logs it, as Lightning's), and replaces the default summary as ``ModelSummary`` does.
+    """Lightning's rich summary, the Trainer's default where rich is installed (as Lightning's): the
+    same table drawn as Lightning's rich table with its grid of totals on rich's console (stdout),
+    and replaces the default summary as ``ModelSummary`` does.
 
     Args:
         max_depth: the depth of submodules listed (0 turns the printout off) (default ``1``).
-        **summarize_kwargs: Lightning's styling arguments, kept and not used.
+        **summarize_kwargs: Lightning's styling arguments (``header_style`` is read, as Lightning's).
 
     Examples:
         >>> isinstance(RichModelSummary(max_depth=2), ModelSummary)
         True
     """
 
-    def _show(self, text: str) -> None:
-        # Lightning's RichModelSummary prints on rich's console: stdout, whatever its loggers say
-        print(text, flush=True)
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        if importlib.util.find_spec("rich") is None:  # as Lightning's, when it is made (not once fit starts)
+            raise ModuleNotFoundError(
+                "`RichModelSummary` requires `rich` to be installed. Install it by running `pip install -U rich`."
+            )
+        super().__init__(max_depth, **summarize_kwargs)
+
+    def _show(self, table: SummaryTable) -> None:
+        from trainmesh.callbacks.rich_summary import print_rich_summary  # rich only where this summary prints
+
+        print_rich_summary(table, **self.summarize_kwargs)

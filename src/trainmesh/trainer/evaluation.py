@@ -290,6 +290,7 @@ def _run_loop(
         outputs_hook = _OUTPUTS_HOOK.get(stage)
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
         per_loader = LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
+        logged_before_batches = {id(entry) for entry in opening.entries.values()}  # the start hooks'
         _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index, owed)
         results, kept = per_loader.results, per_loader.kept
         if stage == "predict":
@@ -309,7 +310,7 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         logged += [*results, state.log_collector.results]
-        published = _publish(ctx, reduced, state.log_collector.epoch_metrics())
+        published = _publish(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches)
         # Lightning's loop stores a loader's results as the batches move on to another loader, and
         # once at the end: loader 0's always, another's only where it gave a batch
         return [values for index, values in enumerate(published) if index == 0 or index in per_loader.reached]
@@ -405,20 +406,27 @@ def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
             seen.add(name)
 
 
-def _publish(ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any]) -> list[dict[str, float]]:
-    """Publish each loader's metrics to callback_metrics and the loggers, and what the epoch-end
-    hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as Lightning's); the
-    loggers get none of the sanity check's. Each loader's results as Lightning returns them: its own
-    values and the epoch-end hooks'."""
+def _publish(
+    ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any], before_batches: set[int]
+) -> list[dict[str, float]]:
+    """Publish each loader's metrics to callback_metrics and the loggers, and what the start and
+    epoch-end hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as
+    Lightning's); the loggers get none of the sanity check's. Each loader's results as Lightning
+    returns them: its own values and the hooks', in Lightning's order (``before_batches``: the ids
+    of the entries the start hooks logged)."""
     own, row = [], {}
     for loader_idx, metrics in enumerate(reduced):
         suffix = _suffix(loader_idx, reduced)
         own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False))
         row.update(logger_row(metrics, suffix))
-    shared = ctx.publisher.epoch_metrics(late, to_logger=False)
+    # Lightning's results dict is its result collection's order: with one loader, the order of the
+    # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
+    first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
+    leading = ctx.publisher.epoch_metrics(first, to_logger=False)
+    shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
     row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    return [{**values, **shared} for values in own]
+    return [{**leading, **values, **shared, **leading} for values in own]  # (the hooks' value wins, as before)
 
 
 def _step_counter(ctx: LoopContext, stage: str) -> str | None:

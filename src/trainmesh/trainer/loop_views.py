@@ -298,6 +298,13 @@ class FitLoopView(_View):
     _running_writes = frozenset({"max_epochs", "max_batches", "_skip_backward"})
 
     @property
+    def restarting(self) -> bool:
+        """Lightning's: a fit resumed inside an epoch (or bounded by max_steps), until that first epoch
+        ends (a callback reads it to tell a resumed epoch from a new one)."""
+        # the Trainer's loop position (loop_state.LoopPosition) holds it through that epoch (fit_start.py)
+        return bool(getattr(self._owner.loop, "plateau_held", False))
+
+    @property
     def max_epochs(self) -> int:
         return self._owner.max_epochs
 

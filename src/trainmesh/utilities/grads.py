@@ -21,7 +21,8 @@ def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: 
     """
     p = float(norm_type)
     if p <= 0:
-        raise ValueError(f"grad_norm: norm_type must be a positive number or 'inf', got {norm_type!r}")
+        # Lightning's words: its test_grads.py (and a program) matches on them
+        raise ValueError(f"`norm_type` must be a positive number or 'inf' (infinity norm). Got {p}")
     norms = {
         f"grad_{p}_norm{group_separator}{name}": param.grad.detach().norm(p)
         for name, param in module.named_parameters()

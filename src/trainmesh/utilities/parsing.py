@@ -187,7 +187,8 @@ def _attribute_holders(model: Any, attribute: str) -> list[Any]:
 
 def _not_found(attribute: str) -> AttributeError:
     return AttributeError(
-        f"{attribute} is neither an attribute of the model, nor in its hparams, nor in the data module's"
+        # Lightning's words: its test_parsing.py (and a program) matches on them
+        f"{attribute} is neither stored in the model namespace nor the `hparams` namespace/dict, nor the datamodule."
     )
 
 

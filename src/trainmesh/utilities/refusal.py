@@ -24,13 +24,14 @@ class RefusedError(NotImplementedError):
     """A Lightning name trainmesh has on purpose but cannot run; the message says why and what instead."""
 
 
-def refused_class(name: str, reason: str, *, module: str | None = None) -> type:
-    """A class named ``name`` whose construction raises :class:`RefusedError` with ``reason``."""
+def refused_class(name: str, reason: str, *, module: str | None = None, members: dict[str, Any] | None = None) -> type:
+    """A class named ``name`` whose construction raises :class:`RefusedError` with ``reason``
+    (``members``: class-level names the owner's class answers without an instance, as its own)."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RefusedError(f"{name}: {reason}")
 
-    namespace = {"__init__": __init__, "__refused__": reason, "__doc__": f"Refused: {reason}"}
+    namespace = {**(members or {}), "__init__": __init__, "__refused__": reason, "__doc__": f"Refused: {reason}"}
     if module is not None:
         namespace["__module__"] = module
     return type(name, (), namespace)

@@ -145,7 +145,9 @@ class ModelSummary:
 
     @property
     def total_training_modes(self) -> dict[str, int]:
-        return {"train": self._table.train_modules, "eval": self._table.eval_modules}
+        # read from the model when asked, as Lightning's (a layer put in eval mode after summarizing counts)
+        modes = [layer.training for layer in self._model.modules()][1:]  # the root module left out
+        return {"train": modes.count(True), "eval": modes.count(False)}
 
     @property
     def total_parameters(self) -> int:

@@ -9,8 +9,14 @@ from trainmesh.utilities.model_summary.lightning_summary import (
     parse_batch_shape,
     summarize,
 )
+from trainmesh.utilities.model_summary.table import LEFTOVER_PARAMS_NAME, NOT_APPLICABLE, UNKNOWN_SIZE
+
+# Lightning's module constants: its tests (and a program) compare a summary's sizes with UNKNOWN_SIZE
 
 __all__ = [
+    "LEFTOVER_PARAMS_NAME",
+    "NOT_APPLICABLE",
+    "UNKNOWN_SIZE",
     "LayerSummary",
     "ModelSummary",
     "get_formatted_model_size",

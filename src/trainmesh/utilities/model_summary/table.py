@@ -117,9 +117,9 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
     >>> [row.params for row in table.rows], table.total
     ([8320, 1290], 9610)
     """
-    if max_depth < -1:
-        raise ValueError(
-            f"max_depth={max_depth} is not a depth: use 1 for the top-level layers, a larger "
+    if not isinstance(max_depth, int) or max_depth < -1:
+        raise ValueError(  # Lightning's words first (its tests match them), then how to choose
+            f"`max_depth` can be -1, 0 or > 0, got {max_depth}. Use 1 for the top-level layers, a larger "
             "number for nested ones, -1 for every layer, or 0 for the totals only."
         )
     table = _totals(module)
@@ -246,6 +246,11 @@ def format_summary(summary: SummaryTable) -> str:
     0         Modules in eval mode
     0         Total Flops
     """
+    return "\n".join([*_table_lines(summary_columns(summary)), *_total_lines(summary)])
+
+
+def summary_columns(summary: SummaryTable) -> list[tuple[str, list[str]]]:
+    """Lightning's ``_get_summary_data``: each column's header and cells (what both summaries print)."""
     rows = summary.rows
     columns: list[tuple[str, list[str]]] = [
         (" ", [str(r.index) for r in rows]),
@@ -262,7 +267,7 @@ def format_summary(summary: SummaryTable) -> str:
         extra = [" ", LEFTOVER_PARAMS_NAME, NOT_APPLICABLE, _cell_count(leftover)] + [NOT_APPLICABLE] * 4
         for (_, cells), cell in zip(columns, extra):
             cells.append(cell)
-    return "\n".join([*_table_lines(columns), *_total_lines(summary)])
+    return columns
 
 
 def _table_lines(columns: list[tuple[str, list[str]]]) -> list[str]:
