@@ -87,7 +87,10 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     from trainmesh.utilities.combined_loader import CombinedBatches
 
     placed = ctx.runtime.setup_dataloaders(
-        *loader.flattened, train=train, shuffle=ctx.shuffle_training if train else None
+        *loader.flattened,
+        train=train,
+        shuffle=ctx.shuffle_training if train else None,
+        wrap_samplers=ctx.wrap_samplers,
     )
     placed = placed if isinstance(placed, list) else [placed]
     combined = copy.copy(loader)  # the user's keeps its own loaders
