@@ -50,6 +50,7 @@ class Model(pl.LightningModule):
         super().__init__()
         self.layer = nn.Linear(3, 1)
         self.seen = []
+        self.lr = 0.1  # where a LearningRateFinder puts its suggestion
 
     def training_step(self, batch, batch_idx):
         if isinstance(batch, dict):  # "combined": both loaders' batches, read together
@@ -60,7 +61,7 @@ class Model(pl.LightningModule):
         return F.mse_loss(self.layer(x), y)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
 class Lightning1Model(Model):
@@ -98,6 +99,7 @@ CASES = {
     "own_sampler": dict(data="own_sampler"),
     "overfit": dict(data="shuffled", overfit_batches=2),
     "combined": dict(data="combined"),
+    "lr_find": dict(data="shuffled", lr_find=True),
     "resumed": dict(data="shuffled"),
 }
 # Lightning 2.6 refuses a 1.x module: pytorch-lightning 1.9.5's ranks read these (recorded as data)
@@ -109,7 +111,12 @@ TRAINMESH_ONLY = {
 
 
 def fit(
-    data: str, strategy: str = "ddp", ckpt_path: Path | None = None, lightning1: bool = False, **settings
+    data: str,
+    strategy: str = "ddp",
+    ckpt_path: Path | None = None,
+    lightning1: bool = False,
+    lr_find: bool = False,
+    **settings,
 ) -> tuple[Model, pl.Trainer]:
     torch.manual_seed(3)  # the weights: the same in both frameworks without moving the sampler's seed
     model = Lightning1Model() if lightning1 else Model()
@@ -122,6 +129,8 @@ def fit(
         enable_checkpointing="callbacks" in settings,
         enable_progress_bar=False,
         enable_model_summary=False,
+        # a range test of 6 steps on each rank, as Lightning runs it: rank 0's results, the suggestion set
+        **(dict(callbacks=[pl.callbacks.LearningRateFinder(num_training_steps=6)]) if lr_find else {}),
         **settings,
     )
     # the 1.x module also validates on a shuffled loader of 10 samples (padded to 5 a rank, batch 3)
@@ -140,7 +149,7 @@ def run(out: Path, case: str, data: str, **settings) -> None:
         model, trainer = fit(data, lightning1=case in LIGHTNING1, **settings)
     # Whole tensors (a DTensor under fsdp: full_tensor is a collective, which every rank runs)
     weights = {k: getattr(v, "full_tensor", v.detach)().clone() for k, v in model.layer.state_dict().items()}
-    record = dict(seen=model.seen, weights=weights, seen_val=getattr(model, "seen_val", None))
+    record = dict(seen=model.seen, weights=weights, seen_val=getattr(model, "seen_val", None), lr=model.lr)
     torch.save(record, out / f"{case}-rank{trainer.global_rank}.pt")
 
 

@@ -7,8 +7,9 @@ it alike) and calls ``set_epoch`` each epoch. One launch per framework
 (tests/trainer/sampler_ddp_run.py) runs 2 epochs of 32 samples at batch 4 for each case: a
 ``shuffle=False`` loader before any ``seed_everything`` and after ``seed_everything(17)``, a
 ``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, a dict of two loaders (Lightning's
-``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), and a fit
-resumed mid-epoch.
+``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), a fit
+with a ``LearningRateFinder`` (its search on each rank, rank 0's results: the suggestion, the samples
+and weights of the fit after), and a fit resumed mid-epoch.
 Each rank's samples at every step are Lightning's rank's, exactly, and the trained weights
 Lightning's (to float noise). fsdp and zero1 (trainmesh's, in the same launch) read what
 Lightning's ddp ranks read: Lightning's strategies share one sampler. A pytorch-lightning 1.x module
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent / "sampler_ddp_run.py"
 RECORDED_1_9 = Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_sampler_ddp.json"
-CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined"]
+CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined", "lr_find"]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,7 @@ def test_each_rank_trains_on_lightning_s_samples(records, case, rank):
     theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
     assert ours["seen"] == theirs["seen"]
     assert _same_weights(ours["weights"], theirs["weights"])
+    assert ours["lr"] == theirs["lr"]  # lr_find: the suggestion each rank set (rank 0's search results)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
