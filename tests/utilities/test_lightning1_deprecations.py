@@ -197,3 +197,14 @@ def test_a_lightning1_module_logging_integers_hears_1_9_5_s_words():
 
     theirs = json.loads(RECORDED.read_text())["leftovers"]["log_integers"]
     assert log_integers(trainmesh) == theirs
+
+
+def test_trainer_tune_says_1_9_5_s_lines_about_its_trials():
+    """``trainer.tune`` with ``auto_scale_batch_size``: 1.9.5's "Batch size N succeeded, trying batch size M"
+    for each trial and its words for the temporary checkpoint ("... from the checkpoint file at");
+    trainmesh said only the closing line before."""
+    import trainmesh
+    from helpers.lightning1_leftovers import tune_lines
+
+    theirs = json.loads(RECORDED.read_text())["leftovers"]["tune_lines"]
+    assert tune_lines(trainmesh) == theirs
