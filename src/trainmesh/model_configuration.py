@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from trainmesh.module_hooks import ModelHooks
+from trainmesh.utilities.rank_zero import WarningCache
 
 
 def built_for_estimate(module: nn.Module) -> tuple[nn.Module, bool]:
@@ -97,3 +98,23 @@ def lightning1_number(module: Any, value: float) -> Any:
     values, ``callback_metrics`` and a checkpoint's ``best_model_score`` kept every digit. A 1.x module
     (:func:`is_lightning1_module`) gets 1.9.5's: a float64 tensor."""
     return torch.tensor(value) if hasattr(value, "dtype") and is_lightning1_module(module) else value
+
+
+# Once per name and hook, as 1.9.5's module-level warning cache in its result.py.
+_LIGHTNING1_WARNINGS = WarningCache()
+
+
+def lightning1_integer(module: Any, name: str, value: Any) -> Any:
+    """An integer or bool given to a 1.x module's ``self.log`` (:func:`is_lightning1_module`), a Python one
+    too, which pytorch-lightning 1.9.5 made an int64 tensor: 1.9.5's warning, in its words, once per name
+    and hook, and the value in the default dtype, as 1.9.5 converted it. (Lightning 2.6 logs a Python
+    number as a float silently and says other words for a tensor: trainer/results.py.)"""
+    collector = getattr(module, "_log_collector", None)
+    if collector is None or not is_lightning1_module(module):
+        return value
+    dtype = torch.get_default_dtype()
+    _LIGHTNING1_WARNINGS.warn(
+        f"You called `self.log({name!r}, ...)` in your `{collector.fx}` but the value needs to"
+        f" be floating point. Converting it to {dtype}."
+    )
+    return torch.as_tensor(value).to(dtype)

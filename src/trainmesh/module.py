@@ -23,7 +23,12 @@ from trainmesh.hyperparameters import (
     constructor_arguments,
     read_saved_checkpoint,
 )
-from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook, lightning1_number
+from trainmesh.model_configuration import (
+    call_configure_model,
+    configure_model_is_a_hook,
+    lightning1_integer,
+    lightning1_number,
+)
 from trainmesh.module_fabric import FabricHost
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_host import TRAINER_HOST, ModuleHost
@@ -251,6 +256,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         }
         if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
             value = lightning1_number(self, value)
+        elif type(value) in (int, bool) or (isinstance(value, torch.Tensor) and not value.is_floating_point()):
+            value = lightning1_integer(self, name, value)  # 1.9.5's words for a 1.x module
         self._host.log(self, name, value, options)
 
     def log_dict(

@@ -236,6 +236,7 @@ class Runtime:
         distribute: bool = True,
         shuffle: bool | None = None,
         predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         """Add what the strategy needs (a distributed sampler) and move batches to the device,
         through Lightning's batch-transfer ``batch_hooks`` where given (``dataloader_idx``: the
@@ -249,6 +250,8 @@ class Runtime:
         Evaluation loaders (``train=False``) are split as Lightning's Trainer splits them: rank r
         reads samples r, r+W, ... of the loader's order, padded by repeating the first so that
         every process runs as many batches; ``predict=True``: unpadded, every sample once.
+        ``wrap_samplers``: pytorch-lightning 1.9.5's shares (a 1.x module's loaders: every sampler
+        dealt out by ``DistributedSamplerWrapper``, ``strategies.sampling.shard_dataloader``).
 
         After ``seed_everything(seed, workers=True)``, a loader with workers and no
         ``worker_init_fn`` of its own gets one that seeds each worker from the loader's base seed, the
@@ -268,7 +271,9 @@ class Runtime:
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(loader, functools.partial(seed_worker, rank=self.global_rank))
             processed = (
-                self.strategy.process_dataloader(loader, train=train, seed=seed, shuffle=shuffle, predict=predict)
+                self.strategy.process_dataloader(
+                    loader, train=train, seed=seed, shuffle=shuffle, predict=predict, wrap_samplers=wrap_samplers
+                )
                 if distribute
                 else loader
             )

@@ -116,15 +116,6 @@ def test_a_search_during_the_fit_is_refused_with_the_reason(tmp_path) -> None:
         )
 
 
-def test_several_processes_are_refused_before_any_starts(tmp_path) -> None:
-    trainer = tm.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=str(tmp_path),
-        callbacks=[tm.callbacks.LearningRateFinder()],
-    )  # fmt: skip
-    with pytest.raises(ValueError, match="LearningRateFinder runs on one process only"):
-        trainer.fit(_model(tm)())
-
-
 def test_a_batch_size_finder_on_several_processes_is_refused_as_lightning_refuses_it(tmp_path) -> None:
     """Lightning's BatchSizeFinder.setup refuses a distributed Trainer (before: trainmesh's ValueError in its
     own words, which a program catching Lightning's MisconfigurationException missed)."""

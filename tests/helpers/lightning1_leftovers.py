@@ -213,6 +213,75 @@ def removed_module_paths(root: str) -> dict:
     return {"core.lightning": ["construct", None]}
 
 
+def log_integers(pl) -> dict:
+    """A 1.x module (it defines ``training_epoch_end``) logging an integer tensor, a Python int and a bool:
+    the warnings that name ``self.log`` and the logged values' dtype and number."""
+
+    class Logs(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            self.log("int_tensor", torch.tensor(3))
+            self.log("py_int", 4)
+            self.log("py_bool", True)
+            return self.layer(batch[0]).sum()
+
+        def training_epoch_end(self, outputs):
+            pass
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = pl.Trainer(max_epochs=1, default_root_dir=root, **QUIET)
+        trainer.fit(Logs(), data)
+    said = [str(w.message) for w in caught if "self.log" in str(w.message)]
+    return {"warnings": said, "values": {k: [str(v.dtype), v.item()] for k, v in trainer.callback_metrics.items()}}
+
+
+def tune_lines(pl) -> list:
+    """``Trainer(auto_scale_batch_size="power")`` and ``trainer.tune``: the lines its loggers say about the
+    search's trials and its temporary checkpoint (the path's folder and id left out)."""
+    import logging
+    import re
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.batch_size = torch.nn.Linear(2, 1), 2
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def training_epoch_end(self, outputs):
+            pass
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2)), self.batch_size)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    lines: list = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(re.sub(r" \S*(\.scale_batch_size)_\S*", r" \1", record.getMessage()))
+    logger = logging.getLogger(pl.__name__)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            pl.Trainer(max_epochs=1, default_root_dir=root, auto_scale_batch_size="power", **QUIET).tune(Model())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return [line for line in lines if line.startswith(("Batch size", "Restor", "Finished"))]
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -222,4 +291,6 @@ def measure(root: str) -> dict:
         "old_trainer_arguments": old_trainer_arguments(pl.Trainer),
         "seed_functions": seed_functions(root),
         "removed_module_paths": removed_module_paths(root),
+        "log_integers": log_integers(pl),
+        "tune_lines": tune_lines(pl),
     }

@@ -23,6 +23,8 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 if sys.argv[1] == "lightning":
     import lightning.pytorch as pl
+elif sys.argv[1] == "lightning1":  # pytorch-lightning 1.9.5 (helpers/record_lightning_1_9_sampler_ddp.py)
+    import pytorch_lightning as pl
 else:
     import trainmesh as pl
 
@@ -48,6 +50,7 @@ class Model(pl.LightningModule):
         super().__init__()
         self.layer = nn.Linear(3, 1)
         self.seen = []
+        self.lr = 0.1  # where a LearningRateFinder puts its suggestion
 
     def training_step(self, batch, batch_idx):
         if isinstance(batch, dict):  # "combined": both loaders' batches, read together
@@ -58,7 +61,24 @@ class Model(pl.LightningModule):
         return F.mse_loss(self.layer(x), y)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class Lightning1Model(Model):
+    """A module written for pytorch-lightning 1.x (it defines ``training_epoch_end``, which 2.0 removed),
+    whose shuffled validation loader's indices are recorded too (the sanity check's included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen_val = []
+
+    def validation_step(self, batch, batch_idx):
+        index, x, y = batch
+        self.seen_val.append((self.current_epoch, index.tolist()))
+        return F.mse_loss(self.layer(x), y)
+
+    def training_epoch_end(self, outputs):
+        pass
 
 
 def loader(kind: str) -> DataLoader | dict[str, DataLoader]:
@@ -79,17 +99,27 @@ CASES = {
     "own_sampler": dict(data="own_sampler"),
     "overfit": dict(data="shuffled", overfit_batches=2),
     "combined": dict(data="combined"),
+    "lr_find": dict(data="shuffled", lr_find=True),
     "resumed": dict(data="shuffled"),
 }
+# Lightning 2.6 refuses a 1.x module: pytorch-lightning 1.9.5's ranks read these (recorded as data)
+LIGHTNING1 = {"lightning1_shuffled": dict(data="shuffled")}
 TRAINMESH_ONLY = {
     "fsdp_in_order": dict(data="in_order", strategy="fsdp"),
     "zero1_shuffled": dict(data="shuffled", strategy="zero1"),
 }
 
 
-def fit(data: str, strategy: str = "ddp", ckpt_path: Path | None = None, **settings) -> tuple[Model, pl.Trainer]:
+def fit(
+    data: str,
+    strategy: str = "ddp",
+    ckpt_path: Path | None = None,
+    lightning1: bool = False,
+    lr_find: bool = False,
+    **settings,
+) -> tuple[Model, pl.Trainer]:
     torch.manual_seed(3)  # the weights: the same in both frameworks without moving the sampler's seed
-    model = Model()
+    model = Lightning1Model() if lightning1 else Model()
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
@@ -99,9 +129,13 @@ def fit(data: str, strategy: str = "ddp", ckpt_path: Path | None = None, **setti
         enable_checkpointing="callbacks" in settings,
         enable_progress_bar=False,
         enable_model_summary=False,
+        # a range test of 6 steps on each rank, as Lightning runs it: rank 0's results, the suggestion set
+        **(dict(callbacks=[pl.callbacks.LearningRateFinder(num_training_steps=6)]) if lr_find else {}),
         **settings,
     )
-    trainer.fit(model, loader(data), ckpt_path=ckpt_path)
+    # the 1.x module also validates on a shuffled loader of 10 samples (padded to 5 a rank, batch 3)
+    val = DataLoader(TensorDataset(*DATA[:10]), batch_size=3, shuffle=True) if lightning1 else None
+    trainer.fit(model, loader(data), val, ckpt_path=ckpt_path)
     return model, trainer
 
 
@@ -112,17 +146,20 @@ def run(out: Path, case: str, data: str, **settings) -> None:
         fit(data, callbacks=[saves])
         model, trainer = fit(data, ckpt_path=out / "steps" / "step=2.ckpt")
     else:
-        model, trainer = fit(data, **settings)
+        model, trainer = fit(data, lightning1=case in LIGHTNING1, **settings)
     # Whole tensors (a DTensor under fsdp: full_tensor is a collective, which every rank runs)
     weights = {k: getattr(v, "full_tensor", v.detach)().clone() for k, v in model.layer.state_dict().items()}
-    torch.save(dict(seen=model.seen, weights=weights), out / f"{case}-rank{trainer.global_rank}.pt")
+    record = dict(seen=model.seen, weights=weights, seen_val=getattr(model, "seen_val", None), lr=model.lr)
+    torch.save(record, out / f"{case}-rank{trainer.global_rank}.pt")
 
 
 def main(framework: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cases = dict(CASES, **(TRAINMESH_ONLY if framework == "trainmesh" else {}))
+    if framework != "lightning":
+        cases = LIGHTNING1 if framework == "lightning1" else dict(cases, **LIGHTNING1)
     for case, settings in cases.items():
-        if case == "in_order":
+        if case in ("in_order", *LIGHTNING1):
             pl.seed_everything(17)
         run(out, case, **settings)
 

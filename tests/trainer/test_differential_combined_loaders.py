@@ -2,7 +2,8 @@
 test and predict loader, under Lightning 2.6 and under trainmesh: the batches each step reads
 (with ``batch_idx`` and ``dataloader_idx``), the ``dataloader_idx`` the callbacks' batch hooks get,
 ``trainer.num_*_batches``, the keys logged (``/dataloader_idx_N``), what the call returns, and the
-error where Lightning refuses the mode (its type and words).
+error where Lightning refuses the mode (its type and words, and where: a sequential train loader
+after ``on_train_epoch_start``).
 
 Lightning counts an evaluation's batches per inner loader whatever the mode
 (``num_val_batches == [2, 3]`` while ``max_size_cycle`` reads 3 combined batches); trainmesh
@@ -59,6 +60,9 @@ def run(name: str, stage: str, mode: str, kind: str, root, **settings) -> dict[s
     class Hooks(pl.Callback):
         def __init__(self):
             self.calls = []
+
+        def on_train_epoch_start(self, trainer, module):
+            self.calls.append(("train_epoch_start", trainer.num_training_batches))
 
         def on_validation_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
             self.calls.append(("val", batch_idx, dataloader_idx))
@@ -118,7 +122,6 @@ def run(name: str, stage: str, mode: str, kind: str, root, **settings) -> dict[s
             warnings.simplefilter("ignore")
             if stage == "train":
                 trainer.fit(model, combined)
-                found["num"] = trainer.num_training_batches
             elif stage == "fit_val":
                 trainer.fit(model, DataLoader(torch.arange(2).float(), batch_size=2), combined)
                 found["num"] = (trainer.num_val_batches, trainer.num_sanity_val_batches)
@@ -130,6 +133,8 @@ def run(name: str, stage: str, mode: str, kind: str, root, **settings) -> dict[s
                 found["num"] = trainer.num_val_batches if stage == "validate" else trainer.num_test_batches
     except ValueError as error:
         found["error"] = f"{type(error).__name__}: {error}"
+    if stage == "train":  # sequential: counted (the sum), then refused after on_train_epoch_start
+        found["num"] = (trainer.num_training_batches, trainer.fit_loop.epoch_progress.current.started)
     found.update(seen=model.seen, calls=hooks.calls, keys=sorted(trainer.callback_metrics))
     return found
 

@@ -7,15 +7,18 @@ it alike) and calls ``set_epoch`` each epoch. One launch per framework
 (tests/trainer/sampler_ddp_run.py) runs 2 epochs of 32 samples at batch 4 for each case: a
 ``shuffle=False`` loader before any ``seed_everything`` and after ``seed_everything(17)``, a
 ``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, a dict of two loaders (Lightning's
-``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), and a fit
-resumed mid-epoch.
+``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), a fit
+with a ``LearningRateFinder`` (its search on each rank, rank 0's results: the suggestion, the samples
+and weights of the fit after), and a fit resumed mid-epoch.
 Each rank's samples at every step are Lightning's rank's, exactly, and the trained weights
 Lightning's (to float noise). fsdp and zero1 (trainmesh's, in the same launch) read what
-Lightning's ddp ranks read: Lightning's strategies share one sampler.
+Lightning's ddp ranks read: Lightning's strategies share one sampler. A pytorch-lightning 1.x module
+(same launch) reads what 1.9.5's ranks read (helpers/lightning_1_9_sampler_ddp.json).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,7 +30,8 @@ pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent / "sampler_ddp_run.py"
-CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined"]
+RECORDED_1_9 = Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_sampler_ddp.json"
+CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined", "lr_find"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,7 @@ def test_each_rank_trains_on_lightning_s_samples(records, case, rank):
     theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
     assert ours["seen"] == theirs["seen"]
     assert _same_weights(ours["weights"], theirs["weights"])
+    assert ours["lr"] == theirs["lr"]  # lr_find: the suggestion each rank set (rank 0's search results)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -89,3 +94,18 @@ def test_a_mid_epoch_resume_reads_the_rest_of_the_epoch(records, rank):
     assert _same_weights(ours["weights"], whole["weights"])
     assert theirs["seen"] == whole["seen"][:2] + whole["seen"][4:]
     assert not _same_weights(theirs["weights"], whole["weights"])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_lightning1_module_reads_1_9_5_s_samples(records, rank):
+    """pytorch-lightning 1.9.5 deals a loader's RandomSampler out through ``DistributedSamplerWrapper``
+    (data_connector.py ``_get_distributed_sampler``): each epoch the sampler draws a permutation from the
+    rank's global generator, which the wrapper permutes again with ``seed + epoch`` and splits. Lightning 2
+    shards the dataset with ``DistributedSampler`` instead, so a 1.x program read other samples (rank 0's
+    first batch 15, 13, 26, 8 where 1.9.5's is 6, 12, 20, 11) and trained to other weights. Training and
+    the shuffled validation loader (sanity check included), each step, and the weights: 1.9.5's."""
+    theirs = json.loads(RECORDED_1_9.read_text())["lightning1_shuffled"][str(rank)]
+    ours = _load(records, "trainmesh", "lightning1_shuffled", rank)
+    assert [[epoch, seen] for epoch, seen in ours["seen"]] == theirs["seen"]
+    assert [[epoch, seen] for epoch, seen in ours["seen_val"]] == theirs["seen_val"]
+    assert _same_weights(ours["weights"], {k: torch.tensor(v) for k, v in theirs["weights"].items()})

@@ -186,3 +186,25 @@ def test_weights_summary_and_distributed_backend_run_where_1_9_5_refuses_them():
     theirs = json.loads(RECORDED.read_text())["leftovers"]["old_trainer_arguments"]
     assert theirs == {"weights_summary": "TypeError", "distributed_backend": "TypeError"}
     assert old_trainer_arguments(tm.Trainer) == dict.fromkeys(theirs, "built")
+
+
+def test_a_lightning1_module_logging_integers_hears_1_9_5_s_words():
+    """1.9.5 warns "needs to be floating point" for an integer tensor, a Python int and a bool a 1.x module
+    logs (a Python number became an int64 tensor there); Lightning 2.6, and trainmesh before, said 2.6's
+    longer words for the tensor only. The values: float32, as both."""
+    import trainmesh
+    from helpers.lightning1_leftovers import log_integers
+
+    theirs = json.loads(RECORDED.read_text())["leftovers"]["log_integers"]
+    assert log_integers(trainmesh) == theirs
+
+
+def test_trainer_tune_says_1_9_5_s_lines_about_its_trials():
+    """``trainer.tune`` with ``auto_scale_batch_size``: 1.9.5's "Batch size N succeeded, trying batch size M"
+    for each trial and its words for the temporary checkpoint ("... from the checkpoint file at");
+    trainmesh said only the closing line before."""
+    import trainmesh
+    from helpers.lightning1_leftovers import tune_lines
+
+    theirs = json.loads(RECORDED.read_text())["leftovers"]["tune_lines"]
+    assert tune_lines(trainmesh) == theirs

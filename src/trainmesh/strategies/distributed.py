@@ -189,7 +189,14 @@ class DistributedStrategy(LightningStrategyFace):
         return contextlib.nullcontext()
 
     def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+        self,
+        loader: Any,
+        *,
+        train: bool,
+        seed: int,
+        shuffle: bool | None = None,
+        predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         mesh = self._mesh
         return shard_dataloader(
@@ -200,6 +207,7 @@ class DistributedStrategy(LightningStrategyFace):
             seed=seed,
             shuffle=shuffle,
             predict=predict,
+            wrap_samplers=wrap_samplers,
         )
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:

@@ -112,7 +112,14 @@ class FaultTolerantDDPStrategy(DDPStrategy):
         checkpoints.load_plain_state_dict(self._placed, self._optimizers, state, strict=True)
 
     def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+        self,
+        loader: Any,
+        *,
+        train: bool,
+        seed: int,
+        shuffle: bool | None = None,
+        predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         if not train:
             return loader  # every group validates on the whole set, as the job it is
@@ -126,6 +133,7 @@ class FaultTolerantDDPStrategy(DDPStrategy):
             train=True,
             seed=seed,
             shuffle=shuffle,
+            wrap_samplers=wrap_samplers,
         )
 
     def train_step(
@@ -211,11 +219,20 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
         checkpoints.load_sharded_state_dict(module, self._optimizers, _as_shards(state, params), strict=True)
 
     def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+        self,
+        loader: Any,
+        *,
+        train: bool,
+        seed: int,
+        shuffle: bool | None = None,
+        predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         if not train:
             # the group validates (and predicts) the whole set
-            return super().process_dataloader(loader, train=False, seed=seed, predict=predict)
+            return super().process_dataloader(
+                loader, train=False, seed=seed, predict=predict, wrap_samplers=wrap_samplers
+            )
         # The group's processes read consecutive shares of the data: group g's process r is
         # data-parallel rank g x processes + r of them all, fixed when the group starts again.
         ft, mesh = self.fault_tolerance, self._mesh
@@ -226,6 +243,7 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
             train=True,
             seed=seed,
             shuffle=shuffle,
+            wrap_samplers=wrap_samplers,
         )
 
     def train_step(

@@ -245,10 +245,8 @@ class ModelParallelStrategy(DistributedStrategy):
         keep_only(module, {part for parts in mine.values() for part in parts})
         return mine
 
-    def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
-    ) -> Any:
-        loader = super().process_dataloader(loader, train=train, seed=seed, shuffle=shuffle, predict=predict)
+    def process_dataloader(self, loader: Any, *, train: bool, seed: int, **sharding: Any) -> Any:
+        loader = super().process_dataloader(loader, train=train, seed=seed, **sharding)
         if self._mesh.group_size("pp") > 1:
             check_pipeline_loader(
                 loader, train=train, microbatches=self.microbatches or self._num_stages(), schedule=self.schedule

@@ -109,7 +109,14 @@ class Strategy(Protocol):
         placed one (None when a user's loop sets up optimizers first)."""
 
     def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+        self,
+        loader: Any,
+        *,
+        train: bool,
+        seed: int,
+        shuffle: bool | None = None,
+        predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         """Add a distributed sampler or anything else the strategy needs in the loader.
 
@@ -118,7 +125,9 @@ class Strategy(Protocol):
         ``shuffle`` orders a training loader's shards (``sampling.shard_dataloader``): None, as its
         sampler says; True/False, every loader shuffled or not, as Lightning's Trainer does.
         ``predict`` (with ``train=False``): the loader is a predict loader, whose shares are not
-        padded (``sampling.shard_for_evaluation``)."""
+        padded (``sampling.shard_for_evaluation``). ``wrap_samplers``: a pytorch-lightning 1.x
+        module's loader, every sampler (a ``RandomSampler`` too) dealt out by
+        ``DistributedSamplerWrapper``, as 1.9.5's Trainer deals it (Lightning 2 shards the dataset)."""
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks

@@ -37,6 +37,7 @@ def shard_dataloader(
     seed: int,
     shuffle: bool | None = None,
     predict: bool = False,
+    wrap_samplers: bool = False,
 ) -> Any:
     """``loader`` reading only data-parallel rank ``dp_rank``'s share out of ``dp_size``.
 
@@ -51,13 +52,19 @@ def shard_dataloader(
     ``seed`` (False under ``overfit_batches``), whatever the loader's own sampler, a custom
     sampler's indices permuted as Lightning's ``DistributedSamplerWrapper`` permutes them.
     Evaluation ignores it.
+
+    ``wrap_samplers`` (a pytorch-lightning 1.x module's loaders): every sampler dealt out by
+    ``DistributedSamplerWrapper``, as 1.9.5's ``_get_distributed_sampler`` deals it. It differs from
+    Lightning 2's ``DistributedSampler(dataset)`` over a ``RandomSampler``: each epoch the sampler
+    draws its own permutation from this rank's global generator, which the wrapper then permutes
+    with ``seed + epoch`` and splits.
     """
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader  # an iterable dataset shards itself (get_worker_info / rank)
     if _already_distributed(loader):
         return loader
     if not train:
-        return shard_for_evaluation(loader, dp_size, dp_rank, seed=seed, predict=predict)
+        return shard_for_evaluation(loader, dp_size, dp_rank, seed=seed, predict=predict, wrap=wrap_samplers)
     dataset = cast(Sized, loader.dataset)  # map-style (an iterable one returned above): it has a length
     if len(dataset) == 0:
         # Empty on every rank alike: the fit loop warns and trains nothing, as on one device.
@@ -69,7 +76,7 @@ def shard_dataloader(
             "devices or more data"
         )
     sampler = loader.sampler
-    if type(sampler) is SequentialSampler or _plain_shuffle(sampler):
+    if not wrap_samplers and (type(sampler) is SequentialSampler or _plain_shuffle(sampler)):
         shuffled = type(sampler) is RandomSampler if shuffle is None else shuffle
         shard: Any = DistributedSampler(loader.dataset, num_replicas=dp_size, rank=dp_rank, shuffle=shuffled, seed=seed)
     else:
@@ -101,7 +108,7 @@ def _plain_shuffle(sampler: Any) -> bool:
 
 
 def shard_for_evaluation(
-    loader: DataLoader[Any], world: int, rank: int, *, seed: int, predict: bool
+    loader: DataLoader[Any], world: int, rank: int, *, seed: int, predict: bool, wrap: bool = False
 ) -> DataLoader[Any]:
     """Rank ``rank``'s share of an evaluation loader, as Lightning 2.6's Trainer makes it
     (``data_connector._get_distributed_sampler``, ``utilities.data._update_dataloader``).
@@ -113,13 +120,14 @@ def shard_for_evaluation(
     batches and none is empty. Predict: the same shares, unpadded, and ``drop_last=False``. The
     share is batched at the loader's batch size; a batch sampler of the user's own class is made
     again around the share as Lightning makes it (``cls(sampler, batch_size=, drop_last=)``).
+    ``wrap``: pytorch-lightning 1.9.5's shares, every sampler's order through the wrapper.
     """
     shuffled = _is_shuffled(loader)
     order = cast("Sampler[int]", loader.sampler)
     share: Any
     if predict:
         share = UnrepeatedDistributedSampler(order, num_replicas=world, rank=rank, shuffle=shuffled)
-    elif isinstance(loader.sampler, (SequentialSampler, RandomSampler)):
+    elif not wrap and isinstance(loader.sampler, (SequentialSampler, RandomSampler)):
         share = DistributedSampler(loader.dataset, num_replicas=world, rank=rank, shuffle=shuffled, seed=seed)
     else:
         share = DistributedSamplerWrapper(order, num_replicas=world, rank=rank, shuffle=shuffled, seed=seed)

@@ -146,7 +146,14 @@ class SingleDeviceStrategy(LightningStrategyFace):
         return list(optimizers)
 
     def process_dataloader(
-        self, loader: Any, *, train: bool, seed: int, shuffle: bool | None = None, predict: bool = False
+        self,
+        loader: Any,
+        *,
+        train: bool,
+        seed: int,
+        shuffle: bool | None = None,
+        predict: bool = False,
+        wrap_samplers: bool = False,
     ) -> Any:
         return loader
 

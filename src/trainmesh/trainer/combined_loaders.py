@@ -3,7 +3,7 @@
 
 Training reads one loader: several train loaders (a list, a dict) are
 ``CombinedLoader(loaders, "max_size_cycle")``, and a ``CombinedLoader`` is read in its mode
-(``sequential`` is refused, as by Lightning). Evaluation reads a list of loaders: a
+(``sequential`` is refused where Lightning's epoch loop refuses it: ``refuse_sequential_training``). Evaluation reads a list of loaders: a
 ``sequential`` ``CombinedLoader`` (what Lightning makes of a dict of loaders) gives its iterables,
 each with its ``dataloader_idx``; another mode is one loader of combined batches.
 """
@@ -37,13 +37,19 @@ def train_loader(loaders: list[Any], mode: str = "max_size_cycle", *, given_as: 
         several = tuple(loaders) if isinstance(given_as, tuple) else loaders
         one_dict = len(loaders) == 1 and isinstance(loaders[0], dict)
         loader = CombinedLoader(loaders[0] if one_dict else several, mode)  # type: ignore[arg-type]
-    if is_instance(loader, _MODULE, "CombinedLoader") and loader.mode == "sequential":
+    return loader
+
+
+def refuse_sequential_training(loader: Any) -> None:
+    """Lightning's ``_FitLoop.advance``: a ``sequential`` ``CombinedLoader`` is read no batch of, refused
+    once the epoch has started (after the sanity check, ``on_train_start`` and ``on_train_epoch_start``,
+    its batches counted: ``trainer.num_training_batches`` the sum of its loaders'), in Lightning's words."""
+    combined = getattr(getattr(loader, "loader", loader), "combined", None)  # a placed CombinedBatches'
+    if combined is not None and combined.mode == "sequential":
         modes = ["min_size", "max_size_cycle", "max_size"]
         raise ValueError(
-            # Lightning's words (its _FitLoop.setup_data), so that a program matching them still does
             f'`_FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: {modes}'
         )
-    return loader
 
 
 def evaluation_loaders(loaders: list[Any], kind: str = "val") -> list[Any]:
@@ -87,7 +93,10 @@ def combined_batches(ctx: LoopContext, loader: Any, *, train: bool) -> Any:
     from trainmesh.utilities.combined_loader import CombinedBatches
 
     placed = ctx.runtime.setup_dataloaders(
-        *loader.flattened, train=train, shuffle=ctx.shuffle_training if train else None
+        *loader.flattened,
+        train=train,
+        shuffle=ctx.shuffle_training if train else None,
+        wrap_samplers=ctx.wrap_samplers,
     )
     placed = placed if isinstance(placed, list) else [placed]
     combined = copy.copy(loader)  # the user's keeps its own loaders

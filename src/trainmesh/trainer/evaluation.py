@@ -178,6 +178,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
         distribute=ctx.use_distributed_sampler,
         shuffle=ctx.shuffle_training if train else None,
         predict=kind == "predict",
+        wrap_samplers=ctx.wrap_samplers,
     )
     found = ctx.state.stage_loaders[kind] = list(placed) if len(loaders) > 1 else [placed]
     return found

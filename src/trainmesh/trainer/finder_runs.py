@@ -28,19 +28,16 @@ def finder_callbacks(callbacks: list[Any]) -> list[Any]:
 
 
 def refuse_several_processes(trainer: TrainerView, runtime: Runtime) -> None:
-    """Before the launch: a finder with the devices asked for (the processes are not started yet), or a launched world."""
-    finders = finder_callbacks(trainer.callbacks)
+    """Before the launch: a ``BatchSizeFinder`` with the devices asked for (the processes are not started
+    yet), or a launched world, as Lightning refuses it. Its ``LearningRateFinder`` runs on each rank, the
+    ranks stopping together and taking rank 0's results (``in_fit_searches.lr_find``)."""
+    finders = [cb for cb in finder_callbacks(trainer.callbacks) if is_instance(cb, _FINDERS, "BatchSizeFinder")]
     if finders and (trainer.world_size > 1 or len(runtime.device_indices) * runtime.num_nodes > 1):
-        if type(finders[0]).__name__ == "BatchSizeFinder":  # Lightning's refusal too: its exception and words
-            from trainmesh.utilities.exceptions import MisconfiguredValue
+        from trainmesh.utilities.exceptions import MisconfiguredValue
 
-            raise MisconfiguredValue(
-                "The Batch size finder is not supported with distributed strategies. Find the batch size with "
-                "one process (devices=1), then pass it to the distributed run"
-            )
-        raise ValueError(
-            f"{type(finders[0]).__name__} runs on one process only in trainmesh: find the value with one process "
-            "(devices=1), then pass it to the distributed run"
+        raise MisconfiguredValue(  # Lightning's refusal too: its exception and words
+            "The Batch size finder is not supported with distributed strategies. Find the batch size with "
+            "one process (devices=1), then pass it to the distributed run"
         )
 
 

@@ -17,6 +17,7 @@ import torch
 
 from trainmesh.seed import capture_rng_state, restore_rng_state
 from trainmesh.trainer import evaluation
+from trainmesh.trainer.combined_loaders import refuse_sequential_training
 from trainmesh.trainer.epoch_end import (
     run_epoch_end_hooks,
     step_due_plateau_schedulers,
@@ -217,6 +218,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
             log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
             hooks.call("on_train_epoch_start")
             progress.epochs.started()
+            refuse_sequential_training(loader)
         # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch
         # counts, and the validation batches counted across the epoch
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()

@@ -42,6 +42,8 @@ class LoopContext:
     use_distributed_sampler: bool = True
     # Lightning's distributed sampler shuffles every training loader, none under overfit_batches
     shuffle_training: bool = True
+    # A pytorch-lightning 1.x module's loaders are split as 1.9.5 splits them (strategies/sampling.py)
+    wrap_samplers: bool = False
     reload_every_n_epochs: int = 0
     detect_anomaly: bool = False
     log_hyperparams: bool = True

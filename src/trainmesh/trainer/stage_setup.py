@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.module import Module
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
@@ -111,6 +112,7 @@ def loop_context(
         profiler=trainer.profiler,
         use_distributed_sampler=behaviour.use_distributed_sampler,
         shuffle_training=not trainer.overfit_batches,
+        wrap_samplers=is_lightning1_module(model),
         reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
         detect_anomaly=behaviour.detect_anomaly,
         log_hyperparams=behaviour.enable_autolog_hparams,

@@ -88,6 +88,8 @@ def lr_find(
     if state.global_step != num_training + start:  # Lightning's line
         log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
     state.lr_scheduler_configs[:] = schedulers
+    # Each rank ran the search on its own share (the losses its own); every rank takes rank 0's, as Lightning's
+    finder.results = ctx.runtime.broadcast(finder.results, 0)
     trials.restore()
     temporary_checkpoint.restored(path)
     source = trials.fit_data.source

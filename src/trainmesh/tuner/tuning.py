@@ -58,7 +58,7 @@ class Trainer(Protocol):
 class Tuner:
     """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
 
-    _says_checkpoint = True  # Lightning 2.6's lines about its temporary checkpoint (temporary_checkpoint.py)
+    _says_checkpoint = "2.6"  # whose lines about the temporary checkpoint (temporary_checkpoint.py)
     # Lightning 2.6's: the search inside one fit (trainer/finder_runs.py); Lightning 1.x's trainer.tune
     # (trainer/lightning1/batch_size_search.py) runs 1.9.5's trials, each a fit of its own
     _in_one_fit = True

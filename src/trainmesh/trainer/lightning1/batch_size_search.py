@@ -16,14 +16,14 @@ On a CPU no trial runs out of memory; the halving and bisecting after one are 1.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, _is_oom
 from trainmesh.tuner.tuning import Tuner
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
-log = logging.getLogger(__name__)
+log = lightning_named_logger(__name__)  # 1.9.5's lines, shown as its tuner's
 
 Length = Callable[[], "tuple[int | None, int | None]"]
 
@@ -43,11 +43,14 @@ def loader_lengths(source: Any) -> tuple[int | None, int | None]:
 
 
 def adjust(
-    size: BatchSizeAttribute, length: Length, *, factor: float = 1.0, value: int | None = None
+    size: BatchSizeAttribute, length: Length, *, factor: float = 1.0, value: int | None = None, desc: str = ""
 ) -> tuple[int, bool]:
-    """1.9.5's ``_adjust_batch_size``: the new size and whether it changed."""
+    """1.9.5's ``_adjust_batch_size``: the new size and whether it changed; with ``desc`` ("succeeded",
+    "failed": how the trial went) 1.9.5's line, before the size is capped at the dataset's length."""
     batch_size = size.get()
     new_size = value if value is not None else int(batch_size * factor)
+    if desc:
+        log.info(f"Batch size {batch_size} {desc}, trying batch size {new_size}")
     batches, samples = length()
     if batches is not None and new_size > batches and samples is not None:
         new_size = min(new_size, samples)
@@ -61,14 +64,14 @@ def power_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: L
     for _ in range(max_trials):
         try:
             trial()
-            new_size, changed = adjust(size, length, factor=2.0)
+            new_size, changed = adjust(size, length, factor=2.0, desc="succeeded")
             if not changed:
                 break
             any_success = True
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
-            new_size, _ = adjust(size, length, factor=0.5)
+            new_size, _ = adjust(size, length, factor=0.5, desc="failed")
             if any_success:
                 break
     return new_size
@@ -87,16 +90,16 @@ def binsearch_scaling(trial: Callable[[], None], size: BatchSizeAttribute, lengt
             if high:
                 if high - low <= 1:
                     break
-                new_size, changed = adjust(size, length, value=(high + low) // 2)
+                new_size, changed = adjust(size, length, value=(high + low) // 2, desc="succeeded")
             else:
-                new_size, changed = adjust(size, length, factor=2.0)
+                new_size, changed = adjust(size, length, factor=2.0, desc="succeeded")
             if not changed:
                 break
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             high = new_size
-            new_size, _ = adjust(size, length, value=(high + low) // 2)
+            new_size, _ = adjust(size, length, value=(high + low) // 2, desc="failed")
             if high - low <= 1:
                 break
     return new_size
@@ -106,7 +109,7 @@ class LightningOneTuner(Tuner):
     """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
     (2.x's) do not exist in it."""
 
-    _says_checkpoint = False  # 2.6's lines about its temporary checkpoint: not compared with 1.9.5's here
+    _says_checkpoint = "1.9.5"  # its lines about the temporary checkpoint (restored, not the weights_only line)
     _in_one_fit = False  # 1.9.5's trials: each a fit
 
     def _batch_size_rules(

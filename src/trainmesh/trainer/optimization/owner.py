@@ -178,11 +178,9 @@ class OptimizerSteps:
             stepping = HookedOptimizer.of(optimizer, functools.partial(self.before_step, optimizer))
             self._hooked[id(optimizer)] = stepping
         (optimizer_step or default_optimizer_step)(state.current_epoch, batch_idx, stepping, closure)
-        if not closure.ran:
-            # Lightning counts the step once optimizer_step returns, before it finds the closure never ran:
-            # on_exception (and a program that catches the error) reads global_step 1 (every caller counts after)
+        if not closure.ran:  # Lightning counts the hook's step (global_step) before it finds the closure not run
             count_optimizer_steps(state)
-            closure.check_ran(type(self.module).__name__)
+        closure.check_ran(type(self.module).__name__)
         return closure.result
 
     def close_window(self) -> None:
