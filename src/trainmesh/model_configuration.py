@@ -118,3 +118,13 @@ def lightning1_integer(module: Any, name: str, value: Any) -> Any:
         f" be floating point. Converting it to {dtype}."
     )
     return torch.as_tensor(value).to(dtype)
+
+
+def lightning1_value(module: Any, name: str, value: Any) -> Any:
+    """A value given to ``self.log`` as pytorch-lightning 1.9.5 took it from a 1.x module (a NumPy float64
+    kept, an integer made float with 1.9.5's words); any other value, and any 2.x module's, unchanged."""
+    if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
+        return lightning1_number(module, value)
+    if type(value) in (int, bool) or (isinstance(value, torch.Tensor) and not value.is_floating_point()):
+        return lightning1_integer(module, name, value)
+    return value

@@ -23,12 +23,7 @@ from trainmesh.hyperparameters import (
     constructor_arguments,
     read_saved_checkpoint,
 )
-from trainmesh.model_configuration import (
-    call_configure_model,
-    configure_model_is_a_hook,
-    lightning1_integer,
-    lightning1_number,
-)
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook, lightning1_value
 from trainmesh.module_fabric import FabricHost
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_host import TRAINER_HOST, ModuleHost
@@ -254,11 +249,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             "metric_attribute": metric_attribute,
             "rank_zero_only": rank_zero_only,
         }
-        if type(value) is not float and isinstance(value, float):  # NumPy's float64: 1.9.5 kept its dtype
-            value = lightning1_number(self, value)
-        elif type(value) in (int, bool) or (isinstance(value, torch.Tensor) and not value.is_floating_point()):
-            value = lightning1_integer(self, name, value)  # 1.9.5's words for a 1.x module
-        self._host.log(self, name, value, options)
+        self._host.log(self, name, lightning1_value(self, name, value), options)  # 1.x: 1.9.5's conversions
 
     def log_dict(
         self,
