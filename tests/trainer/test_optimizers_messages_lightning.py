@@ -111,3 +111,41 @@ def test_configure_optimizers_refused_in_lightning_s_words(case):
         assert type(lightning).__name__ == "MisconfigurationException"
         assert isinstance(trainmesh, FRAMEWORKS["trainmesh"].utilities.exceptions.MisconfigurationException)
     assert str(trainmesh).startswith(words), str(trainmesh)
+
+
+def _frequency_warnings(framework, *, optimizer_idx):
+    """Warnings of a fit whose configure_optimizers gives a 1.x "frequency" (l-progs13 p10b: a manual GAN)."""
+
+    class Net(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            self.automatic_optimization = optimizer_idx
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            if not self.automatic_optimization:
+                self.manual_backward(loss)
+                self.optimizers().step()
+            return loss
+
+        def configure_optimizers(self):
+            return [{"optimizer": _sgd(self), "frequency": 2}]
+
+    if optimizer_idx:  # Lightning 1.x's turns: training_step names optimizer_idx (only trainmesh runs it)
+        Net.training_step = lambda self, batch, batch_idx, optimizer_idx=0: self.layer(batch[0]).pow(2).mean()
+    trainer = framework.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(2, 2)), batch_size=1))
+    return [str(w.message) for w in caught if "unsupported keys" in str(w.message)]
+
+
+def test_a_frequency_key_is_warned_of_as_lightning_2_warns_unless_training_step_takes_optimizer_idx():
+    expected = ["Found unsupported keys in the optimizer configuration: {'frequency'}"]
+    assert _frequency_warnings(pl, optimizer_idx=False) == expected
+    # before: trainmesh took "frequency" as 1.x's everywhere and said nothing
+    assert _frequency_warnings(FRAMEWORKS["trainmesh"], optimizer_idx=False) == expected
+    assert _frequency_warnings(FRAMEWORKS["trainmesh"], optimizer_idx=True) == []  # 1.9.5's valid key

@@ -5,6 +5,9 @@ printed the training step's names first (``{'loss': ..., 'lr': ..., 'val_loss': 
 trainmesh the validation names first (its dict was first filled at the first read, after validation).
 Lightning's order: the training step's names at step 1 (``name``, then ``name_step``), then
 validation's, then the training epoch's (``name_epoch``, what ``on_train_epoch_end`` logged).
+
+A name is only updated within a run, as Lightning's dict: at the second epoch's start the first epoch's
+training names are still there (trainmesh dropped the ones not logged yet in the new epoch).
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def _names(framework: str, root: str, read_at_step: bool) -> list[list[str]]:
         def on_train_batch_end(self, trainer, *args):
             if trainer.global_step == 1:
                 seen.append(list(trainer.callback_metrics))
+
+        def on_train_epoch_start(self, trainer, *args):
+            # the last epoch's names stay (Lightning only updates the dict within a run): l-progs13 p06
+            seen.append(sorted(trainer.callback_metrics))
 
     torch.manual_seed(0)
     trainer = pl.Trainer(

@@ -66,11 +66,20 @@ def configure_run_optimizers(
         # the loop steps no scheduler itself: any class (the module's lr_scheduler_step, or training_step)
         custom_scheduler_step=hooks.module_overrides("lr_scheduler_step") or is_manual(model),
         manual=is_manual(model),
+        # "frequency" is 1.x's, read where training_step takes optimizer_idx (its turns); 2.x warns of it
+        frequency_valid=_declares_optimizer_idx(type(model)),
     )
     state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
     state.optimizers = runtime.setup_optimizers(*optimizers)
     point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)
     share_loop_state(runtime, state, fault_tolerant=fault_tolerant)  # to groups recovering from a peer
+
+
+def _declares_optimizer_idx(module_class: Any) -> bool:
+    try:
+        return "optimizer_idx" in inspect.signature(module_class.training_step).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def point_schedulers_at(configs: list[SchedulerConfig], given: list[Any], prepared: list[Any]) -> None:

@@ -98,6 +98,7 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     finally:
         state.sanity_checking = False
         state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before
+        state.written_metrics, state.computed_metrics = {}, {}  # Lightning's reset_metrics after the check
 
 
 def run_validation(

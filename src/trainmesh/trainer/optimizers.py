@@ -26,7 +26,12 @@ SchedulerConfig = LRSchedulerConfig
 
 
 def parse_optimizers(
-    returned: Any, owner: str, *, custom_scheduler_step: bool = False, manual: bool = False
+    returned: Any,
+    owner: str,
+    *,
+    custom_scheduler_step: bool = False,
+    manual: bool = False,
+    frequency_valid: bool = True,
 ) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     """Normalise every form Lightning users write into (optimizers, scheduler configs).
 
@@ -34,8 +39,10 @@ def parse_optimizers(
     ``lr_scheduler_step``, or steps them in manual optimization), so a scheduler of any class is taken.
     ``manual``: manual optimization, where the module steps a plateau scheduler with its own metric
     (``sch.step(self.trainer.callback_metrics["loss"])``), so none needs a ``monitor``, as in Lightning.
+    ``frequency_valid``: an optimizer dict's ``"frequency"`` is Lightning 1.x's (a ``training_step`` that takes
+    ``optimizer_idx``); elsewhere Lightning 2.x warns of it as an unsupported key, and so do we.
     """
-    optimizers, configs = _parse(returned, owner)
+    optimizers, configs = _parse(returned, owner, frequency_valid)
     if manual:
         _warn_manual_keys(returned)
     for config in configs:
@@ -88,7 +95,9 @@ def optimizer_frequencies(returned: Any, owner: str) -> list[int]:
     return list(given)
 
 
-def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+def _parse(
+    returned: Any, owner: str, frequency_valid: bool = True
+) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     if returned is None:  # Lightning's: the fit runs, its steps run the closure and change nothing
         rank_zero_warn(
             "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer",
@@ -103,7 +112,7 @@ def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list
             f"{type(returned).__name__}; return {_FORMS}"
         )
     if isinstance(returned, Mapping):
-        return _from_dicts([returned], owner)
+        return _from_dicts([returned], owner, frequency_valid)
     if _two_lists(returned):
         optimizers = _check_optimizers(list(returned[0]), owner)
         schedulers = (
@@ -111,7 +120,7 @@ def _parse(returned: Any, owner: str) -> tuple[list[torch.optim.Optimizer], list
         )  # Lightning takes one alone
         return optimizers, [_scheduler_config(s, owner) for s in schedulers]
     if isinstance(returned, Sequence) and returned and all(isinstance(x, Mapping) for x in returned):
-        return _from_dicts(list(returned), owner)
+        return _from_dicts(list(returned), owner, frequency_valid)
     if isinstance(returned, Sequence) and returned:
         return _check_optimizers(list(returned), owner), []
     raise MisconfigurationException(  # Lightning's first words, then what to return
@@ -161,11 +170,12 @@ class NoOptimizer(torch.optim.Optimizer):
 
 
 def _from_dicts(
-    dicts: list[Mapping[str, Any]], owner: str
+    dicts: list[Mapping[str, Any]], owner: str, frequency_valid: bool = True
 ) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     optimizers, schedulers = [], []
+    known = {"optimizer", "lr_scheduler", "monitor"} | ({"frequency"} if frequency_valid else set())
     for entry in dicts:
-        extra = set(entry) - {"optimizer", "lr_scheduler", "monitor", "frequency"}  # frequency: Lightning 1.x's
+        extra = set(entry) - known
         if extra:
             rank_zero_warn(f"Found unsupported keys in the optimizer configuration: {extra}", category=RuntimeWarning)
         if "optimizer" not in entry:

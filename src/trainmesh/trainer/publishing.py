@@ -20,11 +20,10 @@ def callback_metrics(state: LoopState) -> dict[str, Any]:
     it loads it back with ``torch.load(weights_only=True)``). Step values are handed out as the
     tensors logged, so reading them here costs no device sync either.
     """
-    shown, before = state.written_metrics, state.computed_metrics
+    shown = state.written_metrics
     computed = _logged_values(state)
-    for name, value in before.items():
-        if name not in computed and shown.get(name) is value:  # no longer logged, and nobody wrote it
-            del shown[name]
+    # Only updated, as Lightning's (``_callback_metrics.update``, emptied only where a run or the sanity
+    # check starts or ends): a name the last epoch logged stays, with its last value, until logged again.
     shown.update(computed)
     state.computed_metrics = computed
     return shown
