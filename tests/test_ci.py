@@ -1,5 +1,5 @@
 """`.ci/run` runs exactly the README's test command (the docs' install page shows the same), and that command
-shows its progress."""
+shows its progress; the suite's test files can all be collected together (no two of one name)."""
 
 import re
 from pathlib import Path
@@ -41,3 +41,12 @@ def test_the_test_command_says_each_step_and_shows_the_slowest_tests():
         assert parts[at - 1].startswith("echo "), f"no line printed before {step}"
     assert " -q " not in command, "a quiet install hides a step that can take ten minutes"
     assert "--durations=30" in command
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports the test files by their names alone (no package __init__.py, its default import mode):
+    two of one name stop the whole suite's collection ("import file mismatch"), so .ci/run runs no test at all."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in names.items() if len(paths) > 1}
