@@ -319,6 +319,7 @@ def run(
     extra = {
         "checkpoint": lambda: cbs.ModelCheckpoint(dirpath=root / "ckpts"),
         "early_stopping": lambda: cbs.EarlyStopping(monitor="missing", check_on_train_epoch_end=False, strict=False),
+        "lr_monitor": lambda: cbs.LearningRateMonitor(),
     }
     arguments: dict[str, Any] = dict(
         accelerator="cpu",

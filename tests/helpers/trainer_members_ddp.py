@@ -27,6 +27,7 @@ CASES = {
         stages=("fit", "test"),
         loggers=True,
         log_every_n_steps=1,
+        callbacks=("lr_monitor",),
     ),
     "no_distributed_sampler": dict(max_epochs=1, limit_val_batches=1, use_distributed_sampler=False),
     "own_sampler": dict(max_epochs=2, limit_val_batches=1, use_distributed_sampler=False, data="own_sampler"),
