@@ -199,8 +199,43 @@ def recorder(framework: str, events: list[Any], shared_filesystem: Path | None =
     return Recorder()
 
 
+def call_logger(framework: str, events: list[Any]) -> Any:
+    """A program's own Logger without ``@rank_zero_only``: records each call the Trainer makes on this
+    rank (Lightning's Trainer calls a logger on every rank; its own loggers restrict themselves)."""
+    if framework == "lightning":
+        from lightning.pytorch.loggers import Logger
+    else:
+        from trainmesh.loggers import Logger
+
+    class CallLogger(Logger):
+        name, version = "calls", 0
+
+        def log_metrics(self, metrics, step=None):
+            events.append(("log_metrics", step, sorted(metrics)))
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            events.append(("log_hyperparams", sorted(params)))
+
+        def log_graph(self, model, input_array=None):
+            events.append(("log_graph", type(model).__name__))
+
+        def save(self):
+            events.append(("save",))
+
+        def finalize(self, status):
+            events.append(("finalize", status))
+
+    return CallLogger()
+
+
 def module(
-    framework: str, events: list[Any], *, data: str = "map", val_loaders: int = 1, onecycle: bool = False
+    framework: str,
+    events: list[Any],
+    *,
+    data: str = "map",
+    val_loaders: int = 1,
+    onecycle: bool = False,
+    log: bool = False,
 ) -> Any:
     _, _, core, _ = classes(framework)
 
@@ -208,16 +243,23 @@ def module(
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
+            if log:
+                self.save_hyperparameters({"lr": 0.1})
 
         def training_step(self, batch, batch_idx):
             events.append(("training_step", batch_idx, batch[2].tolist()))
-            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            if log:
+                self.log("loss", loss, on_step=True, on_epoch=True)
+            return loss
 
         def validation_step(self, batch, batch_idx, dataloader_idx=0):
-            return None
+            if log:
+                self.log("val", self.layer(batch[0]).sum())
 
         def test_step(self, batch, batch_idx):
-            return None
+            if log:
+                self.log("test", self.layer(batch[0]).sum(), on_step=True)
 
         def predict_step(self, batch, batch_idx):
             return self.layer(batch[0])
@@ -264,16 +306,20 @@ def run(
     onecycle: bool = False,
     callbacks: tuple[str, ...] = (),
     shared_filesystem: bool = False,
+    loggers: bool = False,
     **settings: Any,
 ) -> dict[str, Any]:
     """Run the program's ``stages`` under ``framework``; the record, and the trained weights
-    (``shared_filesystem``: the callback asks ``is_shared_filesystem`` at fit's setup)."""
+    (``shared_filesystem``: the callback asks ``is_shared_filesystem`` at fit's setup; ``loggers``: the
+    module logs, to a logger of the program's own that records its calls, a CSVLogger (``root/csv``)
+    and a TensorBoardLogger (``root/tb``))."""
     pl, cbs, _, _ = classes(framework)
     pl.seed_everything(0, workers=False)
     events: list[Any] = []
     extra = {
         "checkpoint": lambda: cbs.ModelCheckpoint(dirpath=root / "ckpts"),
         "early_stopping": lambda: cbs.EarlyStopping(monitor="missing", check_on_train_epoch_end=False, strict=False),
+        "lr_monitor": lambda: cbs.LearningRateMonitor(),
     }
     arguments: dict[str, Any] = dict(
         accelerator="cpu",
@@ -286,8 +332,15 @@ def run(
         callbacks=[recorder(framework, events, root / "shared" if shared_filesystem else None)]
         + [extra[name]() for name in callbacks],
     )
+    if loggers:
+        own = pl.loggers  # the package's loggers module (Lightning's, or trainmesh's)
+        arguments["logger"] = [
+            call_logger(framework, events),
+            own.CSVLogger(root, name="csv"),
+            own.TensorBoardLogger(root, name="tb"),
+        ]
     arguments.update(settings)
-    model = module(framework, events, data=data, val_loaders=val_loaders, onecycle=onecycle)
+    model = module(framework, events, data=data, val_loaders=val_loaders, onecycle=onecycle, log=loggers)
     trainer = pl.Trainer(**arguments)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

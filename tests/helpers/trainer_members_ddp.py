@@ -20,7 +20,14 @@ from helpers.trainer_members import run  # noqa: E402
 
 CASES = {
     "fit_test_onecycle": dict(
-        max_epochs=2, limit_val_batches=2, onecycle=True, accumulate_grad_batches=3, stages=("fit", "test")
+        max_epochs=2,
+        limit_val_batches=2,
+        onecycle=True,
+        accumulate_grad_batches=3,
+        stages=("fit", "test"),
+        loggers=True,
+        log_every_n_steps=1,
+        callbacks=("lr_monitor",),
     ),
     "no_distributed_sampler": dict(max_epochs=1, limit_val_batches=1, use_distributed_sampler=False),
     "own_sampler": dict(max_epochs=2, limit_val_batches=1, use_distributed_sampler=False, data="own_sampler"),

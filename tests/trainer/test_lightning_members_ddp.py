@@ -131,3 +131,33 @@ def test_members_under_ddp_read_as_lightning(records, rank):
     plugins = next(e for e in theirs["events"] if e[0] == "strategy_plugins")[1]
     assert plugins["cluster_environment"] == "LightningEnvironment" and plugins["places"] == (rank, 2, rank, 0)
     assert plugins["model"] == "DistributedDataParallel" and plugins["checkpoint_io"] == "TorchCheckpointIO"
+
+
+def _logger_files(root):
+    """Each file the loggers wrote under ``root`` (an event file's name is the host's and the time's:
+    counted as ``events``), with the text of every one but the event files."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.parts[len(root.parts)] in ("csv", "tb"):
+            name = path.relative_to(root).as_posix()
+            if path.name.startswith("events.out.tfevents"):
+                name = f"{path.parent.relative_to(root).as_posix()}/events"
+                files[name] = files.get(name, 0) + 1
+            else:
+                files[name] = path.read_text()
+    return files
+
+
+def test_logger_calls_and_files_under_ddp_as_lightning(records):
+    """A program's own Logger (no ``@rank_zero_only``) is called on each rank where Lightning calls it
+    (before: rank 1 got no call), and trainmesh's CSVLogger and TensorBoardLogger write what Lightning's
+    write, once (rank 0: fit's event file and test's), whereas the Trainer calls them on every rank too."""
+    for rank in (0, 1):
+        theirs = _load(records, "lightning", "fit_test_onecycle", rank)["events"]
+        ours = _load(records, "trainmesh", "fit_test_onecycle", rank)["events"]
+        calls = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize")
+        assert [e for e in ours if e[0] in calls] == [e for e in theirs if e[0] in calls]
+        assert ("finalize", "success") in theirs and any(e[0] == "log_metrics" for e in theirs)
+    theirs = _logger_files(records / "lightning" / "fit_test_onecycle")
+    assert theirs["tb/version_0/events"] == 2 and "csv/version_0/metrics.csv" in theirs
+    assert _logger_files(records / "trainmesh" / "fit_test_onecycle") == theirs

@@ -100,7 +100,7 @@ class LearningRateMonitor(Callback):
         # As Lightning's, the values are in callback_metrics too (a ModelCheckpoint may monitor them)
         device = trainer.runtime.device
         trainer.callback_metrics.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
-        if stats and trainer.is_global_zero:
+        if stats:  # to each logger on every rank, as Lightning's (its loggers write on rank 0 only)
             for logger in trainer.loggers:
                 logger.log_metrics(stats, step=trainer.loop.batches_stepped)
 

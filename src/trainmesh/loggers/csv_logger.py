@@ -300,7 +300,10 @@ class CSVLogger(Logger):
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Buffer one row: every metric of ``metrics`` at ``step`` (None: as Lightning's CSVLogger,
-        the count of rows buffered since the last flush)."""
+        the count of rows buffered since the last flush). Global rank 0 only, as Lightning's
+        (the Trainer calls it on every rank, as a Module's own call runs)."""
+        if not on_rank_zero():
+            return
         # An int stays one ("epoch": 0 is written 0, as Lightning's CSVLogger writes it)
         row: dict[str, float | int] = {
             (f"{self._prefix}-{key}" if self._prefix else key): value
@@ -309,23 +312,23 @@ class CSVLogger(Logger):
             for key, value in metrics.items()
         }
         row["step"] = len(self._buffer) if step is None else int(step)
-        if on_rank_zero():
-            self._check_log_dir()
+        self._check_log_dir()
         self._buffer.append(row)
         self._calls_since_flush += 1
         if self._calls_since_flush >= self._flush_every_n_steps:
             self.save()
 
     def save(self) -> None:
-        """Write the buffered rows to ``metrics.csv``."""
+        """Write the buffered rows to ``metrics.csv`` (global rank 0 only, as Lightning's)."""
+        if not on_rank_zero():
+            return
         self._calls_since_flush = 0
         if not self._buffer:
             return
         path = Path(self.metrics_file)
         path.parent.mkdir(parents=True, exist_ok=True)
         if self._columns is None:
-            if on_rank_zero():
-                self._check_log_dir()  # a file of an earlier run in this version is gone (Lightning's)
+            self._check_log_dir()  # a file of an earlier run in this version is gone (Lightning's)
             self._columns = _read_header(path)
         columns = list(self._columns)
         for row in self._buffer:

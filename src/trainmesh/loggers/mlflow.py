@@ -133,6 +133,8 @@ class MLFlowLogger(Logger):
             self._experiment_id, self._run_id = ids
 
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
+        if not on_rank_zero():  # the Trainer calls each logger on every rank, as Lightning's
+            return
         from mlflow.entities import Param
 
         flat = flatten_params(params)
@@ -142,6 +144,8 @@ class MLFlowLogger(Logger):
             self.experiment.log_batch(run_id=self.run_id, params=entries[start : start + 100], **self._log_batch_kwargs)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if not on_rank_zero():
+            return
         from mlflow.entities import Metric
 
         timestamp_ms = int(time.time() * 1000)
@@ -160,7 +164,7 @@ class MLFlowLogger(Logger):
         self.experiment.log_batch(run_id=self.run_id, metrics=entries, **self._log_batch_kwargs)
 
     def finalize(self, status: str = "success") -> None:
-        if not self._initialized:
+        if not self._initialized or not on_rank_zero():
             return
         status = {"success": "FINISHED", "failed": "FAILED", "finished": "FINISHED"}.get(status, status)
         if self.experiment.get_run(self.run_id):

@@ -264,6 +264,8 @@ class TensorBoardLogger(Logger):
         self.experiment.add_graph(model, input_array)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not on_rank_zero():  # the Trainer calls it on every rank, as Lightning's (rank_zero_only there)
+            return
         writer = self.experiment
         at = None if step is None else int(step)  # None: the writer's own default, as Lightning passes it
         for key, value in metrics.items():
@@ -284,6 +286,8 @@ class TensorBoardLogger(Logger):
             save_hparams_yaml(self.log_dir, self._hparams, file_name=self.NAME_HPARAMS_FILE)
 
     def finalize(self, status: str) -> None:
+        if not on_rank_zero():  # the Trainer calls it on every rank, as Lightning's (rank_zero_only there)
+            return
         if self._writer is not None:
             # Closed but kept, as Lightning keeps its experiment: the next run's start (save(), the
             # experiment read at setup) makes no new file; a later log call (trainer.test after fit

@@ -124,10 +124,14 @@ class WandbLogger(Logger):
             self._id = run_id
 
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
+        if not on_rank_zero():  # the Trainer calls each logger on every rank, as Lightning's
+            return
         params = vars(params) if isinstance(params, Namespace) else dict(params or {})
         self.experiment.config.update(json_serializable(sanitize_callables(params)), allow_val_change=True)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if not on_rank_zero():
+            return
         metrics = add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
         if step is not None and not self._wandb_init.get("sync_tensorboard"):
             self.experiment.log({**metrics, "trainer/global_step": step})

@@ -102,7 +102,9 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
 
 
 class Publisher:
-    """Puts the loop's metrics into the state and, on global rank 0, into the loggers."""
+    """Puts the loop's metrics into the state and into the loggers, on every rank, as Lightning's Trainer
+    calls them: its loggers (and trainmesh's) write on global rank 0 only, a program's own logger
+    without ``@rank_zero_only`` is called on each rank."""
 
     def __init__(self, state: LoopState, loggers: list[Any], *, is_global_zero: bool) -> None:
         self.state, self.loggers, self.is_global_zero = state, loggers, is_global_zero
@@ -172,17 +174,15 @@ class Publisher:
         counts = state.eval_step_counts.setdefault(counter, {})
         step = counts.get(loader_idx, 0)
         counts[loader_idx] = step + 1
-        if logged and self.loggers and self.is_global_zero:
+        if logged and self.loggers:
             _to_loggers(self.loggers, read_floats(logged), step)
 
     def hyperparameters(self) -> None:
         """At the start of each run (fit, validate, test, predict), as Lightning's: the saved
-        hyperparameters to each logger (none saved: no call; a clash raises on every rank)."""
+        hyperparameters to each logger, on every rank (none saved: no call; a clash raises on every rank)."""
         if not self.loggers:  # Lightning's _log_hyperparams: no logger, nothing merged (so no clash raised)
             return
         hparams = hyperparameters_to_log(self.state.module, self.state.datamodule)
-        if not self.is_global_zero:
-            return
         for logger in self.loggers:
             if hparams is not None:
                 logger.log_hyperparams(hparams)
@@ -199,7 +199,7 @@ class Publisher:
         logged as ``"step"`` is the step instead, as Lightning's ``LoggerConnector.log_metrics`` takes
         it (``int(...)``, out of the row, and no ``epoch`` added): ``log_dict({..., "step": epoch})``
         is how 1.x programs put epochs on a logger's x-axis."""
-        if metrics and self.loggers and self.is_global_zero and not self.state.sanity_checking:
+        if metrics and self.loggers and not self.state.sanity_checking:
             if step is None and "step" in metrics:
                 row = {name: value for name, value in metrics.items() if name != "step"}
                 _to_loggers(self.loggers, row, int(metrics["step"]))

@@ -52,8 +52,7 @@ def finish_stage(trainer: StageTrainer, data: DataSource, stage: str, status: st
     if stage == "fit" and trainer._layer_sync is not None and trainer.world_size > 1:
         trainer._layer_sync.revert(trainer.model)  # batch norms again after fit, as Lightning's strategies leave them
     end_run(trainer._state.trainer_state, succeeded=status == "success", keep_stage=status == "interrupted")
-    if trainer.is_global_zero:
-        for logger in trainer.loggers:
-            logger.finalize(status)
+    for logger in trainer.loggers:  # on every rank, as Lightning's (its loggers are rank-zero-only themselves)
+        logger.finalize(status)
     if status == "success":
         trainer.profiler.describe()  # the stage's report, as Lightning writes it
