@@ -1,9 +1,9 @@
 """Run or print something on global rank 0 only.
 
-The rank is read from the environment variables that every launcher trainmesh supports sets
-(torchrun's ``RANK``, which the elastic agent and the ddp_spawn/ddp_fork launcher also set for
-their workers; SLURM's ``SLURM_PROCID``), because a decorator at import time has no runtime
-object to ask.
+The rank is the process group's once it is up; before, it is read from the environment variables
+that every launcher trainmesh supports sets (torchrun's ``RANK``, which the elastic agent and the
+ddp_spawn/ddp_fork launcher also set for their workers; SLURM's ``SLURM_PROCID``), because a
+decorator at import time has no runtime object to ask.
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def global_rank_from_env() -> int:
+    # Once the process group is up its rank is the process's place, as Lightning's strategies then set
+    # rank_zero_only.rank: processes the user started with LOCAL_RANK/NODE_RANK and no RANK (LOCAL_RANK 0
+    # on every node) would otherwise each take themselves for rank 0 and each write the loggers' files.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
         value = os.environ.get(name)
         if value is not None and value.isdigit():
