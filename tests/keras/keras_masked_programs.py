@@ -11,8 +11,8 @@ python keras_masked_programs.py ddp OUT -> one launch of 2 processes, every prog
   (the last evaluation step rank 0's alone).
 - ``segment``: SparseCategoricalCrossentropy(from_logits=True, ignore_class=0) on a tiny segmentation, zero1.
 - ``masking``: Masking -> GRU(return_sequences) -> Dense, per-step mse.
-- ``own_step``: a functional tagger (its Embedding's mask is a keras.ops.NotEqual in the graph: a forward pass
-  the step probe checks) of a Model class with a train_step of its own, probed with the whole batch's count.
+- ``own_step``: a functional tagger of a Model class with a train_step of its own (so the step probe checks it),
+  probed with the whole batch's count.
 """
 
 import faulthandler

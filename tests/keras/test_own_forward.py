@@ -60,3 +60,22 @@ def test_a_forward_pass_of_its_own_combining_the_batch_s_samples_is_refused(comb
     x, y = programs.data(32)
     functional.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=1, verbose=0)
     assert refusal(functional, x, y, None, None, world=2) is None
+
+
+def test_keras_own_mask_ops_are_not_a_forward_pass_of_its_own():
+    """A functional model's Embedding(mask_zero=True) or Masking layer puts its compute_mask in the graph as
+    keras.ops nodes (NotEqual, Any): Keras' own, sample by sample, not the program's forward pass (before: every
+    such model was probed as "keras.ops.NotEqual in the functional model"). A keras.ops function the program applies
+    to the same model's tensors still is."""
+    import keras
+    from keras import ops
+    from trainmesh.keras.own_forward import forward_of_its_own
+
+    tokens = keras.Input((5,), dtype="int32")
+    embedded = keras.layers.Embedding(10, 4, mask_zero=True)(tokens)
+    tagger = keras.Model(tokens, keras.layers.Dense(3)(keras.layers.LSTM(4, return_sequences=True)(embedded)))
+    steps = keras.Input((5, 1))
+    masking = keras.Model(steps, keras.layers.GRU(2)(keras.layers.Masking(0.0)(steps)))
+    assert forward_of_its_own(tagger) is None and forward_of_its_own(masking) is None
+    pooled = keras.Model(tokens, keras.layers.Dense(1)(embedded + ops.sum(embedded, axis=0, keepdims=True)))
+    assert forward_of_its_own(pooled) == "keras.ops.Sum in the functional model"

@@ -49,6 +49,10 @@ def over_the_global_count(
 
     keras_apply = keras_loss.apply_mask
 
+    # Under jit_compile Keras' step is torch.compile'd: dynamo cannot trace which processes take the step (Python
+    # state) nor the all-reduce (it failed inside dynamo: "BooleanAtom not allowed in this context"), so this one
+    # function runs eagerly within the compiled step (a graph break), the rest of the step compiled as Keras' own.
+    @torch.compiler.disable
     def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
         takers = taking() if mask is not None and reduction in MEANS else None
         if takers is None or takers == [True] + [False] * (len(takers) - 1):  # rank 0's batch is the global one

@@ -43,10 +43,50 @@ def forward_of_its_own(model: Any) -> str | None:
         function = getattr(layer, "function", None)
         if isinstance(layer, keras.layers.Lambda) and own(function):
             return f"the Lambda layer's {getattr(function, '__name__', 'function')}"
+    keras_masks = _keras_mask_operations(model)
     for operation in getattr(model, "operations", None) or ():
-        if not isinstance(operation, keras.layers.Layer):  # keras.ops applied to a functional model's tensors
-            return f"keras.ops.{type(operation).__name__} in the functional model"
+        if not isinstance(operation, keras.layers.Layer) and id(operation) not in keras_masks:
+            return f"keras.ops.{type(operation).__name__} in the functional model"  # applied to the model's tensors
     return None
+
+
+def _keras_mask_operations(model: Any) -> set[int]:
+    """The ids of the functional model's ``keras.ops`` nodes that are a Keras layer's own mask computation.
+
+    Called on a symbolic tensor, a layer's ``compute_mask`` (``Embedding(mask_zero=True)``'s ``not_equal(inputs,
+    0)``, ``Masking``'s ``any(not_equal(...))``) is recorded in the graph as ``keras.ops`` nodes of their own. They
+    are Keras' code, sample by sample: every functional model with such a mask was probed as a forward pass of its
+    own before. Each layer's node whose output mask is new (not one of its inputs): the ops leading from its
+    inputs to that mask, found backward from the mask and only those (an op reading anything else is not
+    the layer's)."""
+    keras = require_keras()
+    found: set[int] = set()
+    for layer in getattr(model, "operations", None) or ():
+        if not isinstance(layer, keras.layers.Layer) or own_override(layer, "compute_mask"):
+            continue
+        for node in getattr(layer, "_inbound_nodes", ()):
+            inputs = {id(tensor) for tensor in node.input_tensors}
+            masks = {getattr(tensor, "_keras_mask", None) for tensor in node.output_tensors} - {None}
+            for mask in masks:
+                if id(mask) not in inputs:
+                    found |= _leading_to(mask, inputs, keras.layers.Layer)
+    return found
+
+
+def _leading_to(mask: Any, inputs: set[int], layer_class: type) -> set[int]:
+    """The ops computing ``mask`` from the tensors ``inputs`` only, or none where it reads anything else."""
+    operations: set[int] = set()
+    pending = [mask]
+    while pending:
+        tensor = pending.pop()
+        if id(tensor) in inputs:
+            continue
+        history = getattr(tensor, "_keras_history", None)
+        if history is None or history.operation is None or isinstance(history.operation, layer_class):
+            return set()
+        operations.add(id(history.operation))
+        pending.extend(history.operation._inbound_nodes[history.node_index].input_tensors)
+    return operations
 
 
 def forward_reason(model: Any, difference: float, world: int, samples: int) -> str:

@@ -38,7 +38,9 @@ differ), once per ``fit``.
 
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of fewer than 4
 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its error comes in the run) or
-whose halves apply other optimizers or draw otherwise than the whole batch, a batch-shaped ``shuffle`` draw.
+whose halves apply other optimizers than the whole batch, a batch-shaped ``shuffle`` draw. A step whose halves draw
+on other rows than the whole batch (one cutting its batch itself) is compared again with Keras' draws at their
+expected values (probe_expected_draws.py); torch's own draws and BatchNormalization's moments are still taped then.
 """
 
 from __future__ import annotations
@@ -52,13 +54,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainmesh.keras import hand_updates, masked_counts, probe_facts, probe_torch_draws, tensor_draws, unmapped_draws
+from trainmesh.keras import (
+    hand_updates,
+    masked_counts,
+    probe_expected_draws,
+    probe_facts,
+    probe_torch_draws,
+    tensor_draws,
+    unmapped_draws,
+)
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
-from trainmesh.keras.batch_metrics import probe_batch
 from trainmesh.keras.optimizers import keras_classes_with_apply
 from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
+from trainmesh.keras.probe_data import PROBED_SAMPLES
+from trainmesh.keras.probe_data import first_batch as _first_batch
 from trainmesh.keras.probe_reasons import relation, step_reason
 
 # Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
@@ -75,6 +86,10 @@ REPLAYED_BY_ROWS += probe_torch_draws.replayed_names() + tensor_draws.replayed_n
 
 class NotProbed(Exception):
     """A step the probe cannot compare (its runs differ in structure): left to the run itself."""
+
+
+class DrawsDiffer(NotProbed):
+    """The halves draw on other rows than the whole batch's: compared again with Keras' draws drawing nothing."""
 
 
 def needs_probe(model: Any) -> bool:
@@ -104,6 +119,7 @@ class _Tape:
         self.inside = False  # within a Keras draw: the torch functions it calls are part of it
         self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # the program's own, as found
         self.counts = masked_counts.CountTape()  # a loss over a mask: the whole batch's unmasked counts
+        self.expected = False  # Keras' draws at their expected values (probe_expected_draws.py), not taped
 
     def saw_generator(self, generator: torch.Generator | None) -> None:
         if generator is not None and id(generator) not in self.generators:
@@ -119,7 +135,7 @@ class _Tape:
         recorded = (self.draws, self.moments)[which]
         index = self.position[which]
         if index >= len(recorded) or (which == 0 and recorded[index][0] != name):
-            raise NotProbed(f"the runs differ at {name}")
+            raise DrawsDiffer(f"the runs differ at {name}")
         self.position[which] += 1
         return recorded[index][1] if which == 0 else recorded[index]
 
@@ -130,7 +146,7 @@ class _Tape:
         if leading is None or (leading == recorded.shape[0] and rows == whole):
             return recorded
         if name not in REPLAYED_BY_ROWS or leading % rows or recorded.shape[0] != leading // rows * whole:
-            raise NotProbed(f"{name} drew {leading} rows of a batch of {rows}")
+            raise DrawsDiffer(f"{name} drew {leading} rows of a batch of {rows}")
         index = torch.cat([part * whole + torch.arange(start, start + rows) for part in range(leading // rows)])
         return recorded[index.to(recorded.device)]
 
@@ -151,6 +167,8 @@ def _taped(keras_draw: Callable[..., Any], tape: _Tape, name: str) -> Callable[.
 
         if get_device() == "meta":  # Keras building symbolically: nothing drawn
             return keras_draw(*args, **kwargs)
+        if tape.expected:
+            return probe_expected_draws.expected_draw(keras_draw, name, args, kwargs)
         inputs = (args[0] if args else kwargs.get("inputs")) if name == "dropout" else None
         if tape.replaying is not None:
             out = tape.rows_of(name, tape.next(0, name), _leading(name, args, kwargs))
@@ -246,43 +264,6 @@ class _Restorer:
                 metric.reset_state()
 
 
-def _first_samples(x: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any] | None:
-    """The first ``PROBED_SAMPLES`` samples of the training data (arrays, a PyDataset's or a map-style
-    DataLoader's first samples; ``y`` may be None with arrays, as keras-io's GAN fits); None: not probed."""
-    keras = require_keras()
-    from trainmesh.keras.batches import is_batches
-
-    if is_batches(x) or y is not None:
-        batch = probe_batch(x, y)
-        return None if batch is None else (*batch, None if is_batches(x) else sample_weight)
-    leaves = keras.tree.flatten(x) if x is not None else []
-    if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
-        return None
-    return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), x), None, sample_weight
-
-
-def _first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
-    """The first samples (an even count, 4 at least) as Keras' fit hands a batch of them to ``train_step``."""
-    from keras.src.trainers.data_adapters import get_data_adapter
-
-    keras = require_keras()
-    found = _first_samples(x, y, sample_weight)
-    if found is None:
-        return None
-    inputs, targets, weights = found
-    count = min(len(leaf) for leaf in keras.tree.flatten(inputs)) // 2 * 2
-    if count < 4:
-        return None
-    inputs, targets = keras.tree.map_structure(lambda leaf: None if leaf is None else leaf[:count], (inputs, targets))
-    weights = None if weights is None else np.asarray(weights[:count])
-    adapter = get_data_adapter(inputs, targets, weights, batch_size=count, shuffle=False, class_weight=class_weight)
-    generator = torch.get_rng_state()
-    try:
-        return next(iter(adapter.get_torch_dataloader()))
-    finally:  # torch's DataLoader draws its workers' base seed from it
-        torch.set_rng_state(generator)
-
-
 def _gradients(model: Any, data: Any, facts: probe_facts.StepFacts | None = None) -> list[tuple[Any, list[Any]]]:
     """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
     the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
@@ -356,12 +337,21 @@ def _mean_of(first: list[tuple[Any, list[Any]]], second: list[tuple[Any, list[An
 def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[float, float, str]:
     """(the largest relative difference between the step's gradients on ``data`` and the mean of its
     halves', what torch's own draws alone move them: 0 when the step draws none, what the gradients are of
-    the halves': probe_reasons.relation)."""
+    the halves': probe_reasons.relation). Where the halves draw on other rows than the whole batch's (a step
+    cutting its batch itself), compared again with Keras' draws at their expected values, drawing nothing."""
+    try:
+        return _compared(model, data, limit, expected=False)
+    except DrawsDiffer:
+        return _compared(model, data, limit, expected=True)
+
+
+def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[float, float, str]:
     keras = require_keras()
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     halves = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
     restorer, tape, facts = _Restorer(model), _Tape(), probe_facts.StepFacts()
+    tape.expected = expected
     try:
         with _drawing_alike(tape):
             whole = _gradients(model, data, facts)
@@ -452,6 +442,3 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
     return step_reason(
         model, difference, noise, world, samples=PROBED_SAMPLES, found=found, own_losses=_own_losses(model)
     )
-
-
-PROBED_SAMPLES = 16  # batch_metrics.PROBED_SAMPLES: the samples probe_batch takes

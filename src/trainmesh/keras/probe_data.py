@@ -1,0 +1,51 @@
+"""The step probe's batch (step_probe.py): the first samples of the training data, as Keras' fit hands them to
+``train_step`` (its own data adapter, a batch of them), or None where the probe cannot index the data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batch_metrics import probe_batch
+
+PROBED_SAMPLES = 16  # batch_metrics.PROBED_SAMPLES: the samples probe_batch takes
+
+
+def _first_samples(x: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any] | None:
+    """The first ``PROBED_SAMPLES`` samples of the training data (arrays, a PyDataset's or a map-style
+    DataLoader's first samples; ``y`` may be None with arrays, as keras-io's GAN fits); None: not probed."""
+    keras = require_keras()
+    from trainmesh.keras.batches import is_batches
+
+    if is_batches(x) or y is not None:
+        batch = probe_batch(x, y)
+        return None if batch is None else (*batch, None if is_batches(x) else sample_weight)
+    leaves = keras.tree.flatten(x) if x is not None else []
+    if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
+        return None
+    return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), x), None, sample_weight
+
+
+def first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
+    """The first samples (an even count, 4 at least) as Keras' fit hands a batch of them to ``train_step``."""
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    keras = require_keras()
+    found = _first_samples(x, y, sample_weight)
+    if found is None:
+        return None
+    inputs, targets, weights = found
+    count = min(len(leaf) for leaf in keras.tree.flatten(inputs)) // 2 * 2
+    if count < 4:
+        return None
+    inputs, targets = keras.tree.map_structure(lambda leaf: None if leaf is None else leaf[:count], (inputs, targets))
+    weights = None if weights is None else np.asarray(weights[:count])
+    adapter = get_data_adapter(inputs, targets, weights, batch_size=count, shuffle=False, class_weight=class_weight)
+    generator = torch.get_rng_state()
+    try:
+        return next(iter(adapter.get_torch_dataloader()))
+    finally:  # torch's DataLoader draws its workers' base seed from it
+        torch.set_rng_state(generator)
