@@ -199,7 +199,7 @@ class DistributedStrategy(LightningStrategyFace):
         wrap_samplers: bool = False,
     ) -> Any:
         mesh = self._mesh
-        return shard_dataloader(
+        sharded = shard_dataloader(
             loader,
             dp_rank=mesh.dp_rank,
             dp_size=mesh.dp_size,
@@ -209,6 +209,11 @@ class DistributedStrategy(LightningStrategyFace):
             predict=predict,
             wrap_samplers=wrap_samplers,
         )
+        return self._checked_loader(sharded, train=train)
+
+    def _checked_loader(self, loader: Any, *, train: bool) -> Any:
+        """The sharded loader, checked for what the strategy needs of it (a pipeline: whole microbatches)."""
+        return loader
 
     def no_backward_sync(self, module: nn.Module) -> AbstractContextManager[Any]:
         return cast("DistributedDataParallel", module).no_sync()  # what setup_module wrapped it in

@@ -245,9 +245,8 @@ class ModelParallelStrategy(DistributedStrategy):
         keep_only(module, {part for parts in mine.values() for part in parts})
         return mine
 
-    def process_dataloader(self, loader: Any, *, train: bool, seed: int, **sharding: Any) -> Any:
-        loader = super().process_dataloader(loader, train=train, seed=seed, **sharding)
-        if self._mesh.group_size("pp") > 1:
+    def _checked_loader(self, loader: Any, *, train: bool) -> Any:
+        if self._mesh.group_size("pp") > 1:  # whole microbatches in every batch of the sharded loader
             check_pipeline_loader(
                 loader, train=train, microbatches=self.microbatches or self._num_stages(), schedule=self.schedule
             )
