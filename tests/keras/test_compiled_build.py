@@ -74,3 +74,20 @@ def test_a_built_model_whose_data_gives_no_first_samples_is_refused_before_spawn
     with pytest.raises(ValueError, match=r"cannot take from this DataLoader.*'ddp_fork' or 'ddp'"):
         pickle.dumps(Travelling(model, (torch.utils.data.DataLoader(Stream(), batch_size=2), None, None)))
     pickle.dumps(Travelling(model))  # predict: nothing built from data
+
+
+def test_a_model_declaring_its_batch_size_is_built_from_a_batch_of_that_size():
+    """A stateful SimpleRNN on ``keras.Input((8, 1), batch_size=4)`` (keras docs' stateful RNN): after
+    ddp_spawn's evaluate, the launching process builds the model's compiled metrics from the data's first
+    samples as Keras' evaluate builds them from its first batch; built from 2 samples it raised Keras'
+    "the batch size of the input sequences must be the same as the batch size of the initial state"
+    (a program Keras' own fit/evaluate runs). Now from as many as the inputs declare."""
+    from trainmesh.keras.arguments import CallResult, adopt_call, random_states
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 1), batch_size=4)
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.SimpleRNN(3, stateful=True)(inputs)))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    x, y = np.ones((12, 8, 1), dtype="float32"), np.ones((12, 1), dtype="float32")
+    assert adopt_call(CallResult(value="evaluated", states=random_states(), metrics=[]), model, x, y) == "evaluated"
+    assert model._compile_metrics.built

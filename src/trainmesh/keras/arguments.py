@@ -243,7 +243,7 @@ def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> 
         return result
     set_random_states(result.states)
     if model is not None and result.metrics is not None:
-        build_compiled(model, first_batch(x, y))  # specs only: nothing drawn, as Keras' evaluate builds
+        build_compiled(model, first_batch(x, y, model=model))  # specs only: nothing drawn, as Keras' evaluate builds
         if len(model.metrics_variables) == len(result.metrics):
             assign_values(model.metrics_variables, result.metrics)
     return result.value
