@@ -106,7 +106,7 @@ def fit(
         call,
         gather,
     )
-    return arguments.adopt_fit(model, result)
+    return arguments.adopt_fit(model, result, (x, y, fit_kwargs.get("sample_weight")))
 
 
 def agree(runtime: Runtime, state: SyncState, model: Any, coupled: list[str]) -> None:
