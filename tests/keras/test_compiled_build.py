@@ -12,7 +12,7 @@ import torch  # noqa: E402
 keras = pytest.importorskip("keras")
 
 
-@pytest.mark.parametrize("before", ["evaluate", "fit"])
+@pytest.mark.parametrize("before", ["evaluate", "fit", "spawned_fit"])
 def test_compiled_metrics_the_launching_process_built_arrive_built(before):
     """ddp_spawn pickles the model as Keras' .keras file, which keeps its compiled metrics and loss unbuilt:
     after a Keras evaluate (or fit) of the launching process's own, each worker's fit built them by iterating
@@ -23,7 +23,7 @@ def test_compiled_metrics_the_launching_process_built_arrive_built(before):
     same generators, bit-identical to the launching process's own fit, generators left alike."""
     import pickle
 
-    from trainmesh.keras.arguments import random_states, set_random_states
+    from trainmesh.keras.arguments import adopt_fit, fit_result, random_states, set_random_states
     from trainmesh.keras.travel import Travelling
 
     def model():
@@ -37,7 +37,12 @@ def test_compiled_metrics_the_launching_process_built_arrive_built(before):
     x = np.random.default_rng(0).random((32, 5)).astype("float32")
     y = x[:, :1].copy()
     parent = model()
-    getattr(parent, before)(x, y, batch_size=16, verbose=0)
+    if before == "spawned_fit":  # a worker's fit adopted (a second ddp_spawn fit was 1.6e-2 apart before)
+        worker = pickle.loads(pickle.dumps(Travelling(parent, (x, y, None)))).model
+        worker.set_weights(parent.get_weights())
+        adopt_fit(parent, fit_result(worker, worker.fit(x, y, batch_size=16, verbose=0)), (x, y, None))
+    else:
+        getattr(parent, before)(x, y, batch_size=16, verbose=0)
     sent, states = pickle.dumps(Travelling(parent, (x, y, None))), random_states()
     arrived = pickle.loads(sent).model
     assert random_states()["torch"].equal(states["torch"]), "arriving draws nothing"
@@ -74,3 +79,20 @@ def test_a_built_model_whose_data_gives_no_first_samples_is_refused_before_spawn
     with pytest.raises(ValueError, match=r"cannot take from this DataLoader.*'ddp_fork' or 'ddp'"):
         pickle.dumps(Travelling(model, (torch.utils.data.DataLoader(Stream(), batch_size=2), None, None)))
     pickle.dumps(Travelling(model))  # predict: nothing built from data
+
+
+def test_a_model_declaring_its_batch_size_is_built_from_a_batch_of_that_size():
+    """A stateful SimpleRNN on ``keras.Input((8, 1), batch_size=4)`` (keras docs' stateful RNN): after
+    ddp_spawn's evaluate, the launching process builds the model's compiled metrics from the data's first
+    samples as Keras' evaluate builds them from its first batch; built from 2 samples it raised Keras'
+    "the batch size of the input sequences must be the same as the batch size of the initial state"
+    (a program Keras' own fit/evaluate runs). Now from as many as the inputs declare."""
+    from trainmesh.keras.arguments import CallResult, adopt_call, random_states
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 1), batch_size=4)
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.SimpleRNN(3, stateful=True)(inputs)))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    x, y = np.ones((12, 8, 1), dtype="float32"), np.ones((12, 1), dtype="float32")
+    assert adopt_call(CallResult(value="evaluated", states=random_states(), metrics=[]), model, x, y) == "evaluated"
+    assert model._compile_metrics.built

@@ -8,6 +8,7 @@ across processes must be refused before training, on every rank, saying why.
 """
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -235,3 +236,53 @@ def test_a_tracker_a_train_step_updates_by_hand_is_probed_with_values():
                 check_fit(model, x, y, {"batch_size": 2}, world=2)
         else:
             check_fit(model, x, y, {"batch_size": 2}, world=2)
+
+
+@pytest.mark.parametrize("targets", ["list", "dict", "loader"])
+def test_the_metric_probe_reads_each_output_s_targets_and_a_loader_s(targets):
+    """A running maximum on one output of a model with two (keras-io's functional_api 2-output model,
+    compiled with a metric list/dict per output), or on a model a DataLoader feeds: before k-progs5 not
+    probed (only one array of targets was read), and at 2 processes its History read 3.1 (list) and 1.0
+    (dict) apart from Keras' own fit, silently. Refused before start now; Keras' own metrics pass."""
+    os.environ.setdefault("KERAS_BACKEND", "torch")  # this test may be a worker's first to import keras
+    import torch
+
+    import keras
+    from trainmesh.keras.metric_states import refuse_non_additive_metrics
+
+    class RunningMax(keras.metrics.Metric):
+        def __init__(self, name="running_max", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.peak = self.add_variable(shape=(), initializer="zeros", name="peak")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            error = keras.ops.max(keras.ops.abs(keras.ops.cast(y_true, "float32") - y_pred))
+            self.peak.assign(keras.ops.maximum(self.peak, error))
+
+        def result(self):
+            return self.peak
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,))
+    outputs = {
+        "flag": keras.layers.Dense(1, name="flag")(inputs),
+        "amount": keras.layers.Dense(1, name="amount")(inputs),
+    }
+    x = np.arange(48, dtype="float32").reshape(16, 3)  # the probe reads a loader's first 16 samples
+    y = {"flag": (x[:, :1] > 20).astype("float32"), "amount": x[:, 1:2] / 10}
+    if targets == "list":
+        model, y = keras.Model(inputs, [outputs["flag"], outputs["amount"]]), [y["flag"], y["amount"]]
+        metrics = lambda own: [["accuracy"], own]  # noqa: E731
+    elif targets == "dict":
+        model = keras.Model(inputs, outputs)
+        metrics = lambda own: {"flag": ["accuracy"], "amount": own}  # noqa: E731
+    else:
+        model = keras.Model(inputs, outputs["amount"])
+        data = torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y["amount"]))
+        x, y = torch.utils.data.DataLoader(data, batch_size=4), None
+        metrics = lambda own: own  # noqa: E731
+    model.compile(optimizer="sgd", loss="mse", metrics=metrics(["mae"]))
+    refuse_non_additive_metrics(model, x, y, world=2)
+    model.compile(optimizer="sgd", loss="mse", metrics=metrics([RunningMax()]))
+    with pytest.raises(ValueError, match=r"'running_max' \(RunningMax\) keeps a state that does not add up"):
+        refuse_non_additive_metrics(model, x, y, world=2)

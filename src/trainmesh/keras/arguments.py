@@ -243,7 +243,7 @@ def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> 
         return result
     set_random_states(result.states)
     if model is not None and result.metrics is not None:
-        build_compiled(model, first_batch(x, y))  # specs only: nothing drawn, as Keras' evaluate builds
+        build_compiled(model, first_batch(x, y, model=model))  # specs only: nothing drawn, as Keras' evaluate builds
         if len(model.metrics_variables) == len(result.metrics):
             assign_values(model.metrics_variables, result.metrics)
     return result.value
@@ -296,13 +296,18 @@ def plain(value: Any) -> Any:
     return value
 
 
-def adopt_fit(model: Any, result: Any) -> Any:
-    """In the parent of spawned workers: the user's model takes rank 0's trained variables."""
+def adopt_fit(model: Any, result: Any, data: tuple[Any, Any, Any] = (None, None, None)) -> Any:
+    """In the parent of spawned workers: the user's model takes rank 0's trained variables, and its compiled
+    metrics and loss are built from ``data``'s first samples' specs (``(x, y, sample_weight)``), as Keras'
+    own fit leaves them built: a second spawned fit's workers then build them from specs too, where
+    unbuilt each iterated a batch of its data, drawing a DataLoader seed one process does not (a second
+    ddp_spawn fit trained 1.6e-2 apart from Keras' own second fit, silently)."""
     if not isinstance(result, FitResult):
         return result
     keras = require_keras()
     if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
         model.build_from_config(result.build_config)
+    build_compiled(model, first_batch(*data, model=model))  # specs only: nothing drawn
     assign_values(model.variables, result.variables)
     if result.states is not None:  # a later draw (a second fit's shuffle, a Dropout) goes on from there
         set_random_states(result.states)

@@ -40,11 +40,22 @@ def unbuilt_parts(model: Any) -> bool:
     return any(part is not None and not part.built for part in parts)
 
 
-def first_batch(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
+def fixed_batch_size(model: Any) -> int | None:
+    """The batch size the model's inputs declare (``keras.Input(shape, batch_size=16)``, as a stateful RNN
+    needs), or None. Keras builds such a model from its first batch, of that size; built from
+    :data:`SAMPLES` samples, a stateful SimpleRNN raised "the batch size of the input sequences must be
+    the same as the batch size of the initial state" (ddp_spawn's evaluate after fit, which Keras runs)."""
+    sizes = {tensor.shape[0] for tensor in getattr(model, "inputs", None) or [] if len(tensor.shape)}
+    return next(iter(sizes)) if len(sizes) == 1 and None not in sizes else None
+
+
+def first_batch(x: Any, y: Any = None, sample_weight: Any = None, *, model: Any = None) -> Any:
     """The first samples of the data as Keras' data adapter hands a batch of them to a step: arrays sliced
     (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``), a PyDataset's first batch, a map-style
-    DataLoader's first samples collated; None where none can be taken without iterating the data."""
+    DataLoader's first samples collated; None where none can be taken without iterating the data.
+    :data:`SAMPLES` of them, or as many as ``model``'s inputs declare as their batch size."""
     keras = require_keras()
+    samples = (fixed_batch_size(model) if model is not None else None) or SAMPLES
     from torch.utils.data import DataLoader, IterableDataset
 
     from trainmesh.keras.batches import is_py_dataset
@@ -55,14 +66,14 @@ def first_batch(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
         if isinstance(x, DataLoader):
             if isinstance(x.dataset, IterableDataset):
                 return None
-            return x.collate_fn([x.dataset[i] for i in range(min(SAMPLES, len(x.dataset)))])  # type: ignore[arg-type]
+            return x.collate_fn([x.dataset[i] for i in range(min(samples, len(x.dataset)))])  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 -- data that cannot be indexed: None, said by the caller
         return None
     parts = tuple(part for part in (x, y, sample_weight) if part is not None)
     leaves = keras.tree.flatten(parts)
     if not parts or not all(hasattr(leaf, "shape") and len(leaf.shape) for leaf in leaves):
         return None
-    return keras.tree.map_structure(lambda leaf: leaf[:SAMPLES], parts)
+    return keras.tree.map_structure(lambda leaf: leaf[:samples], parts)
 
 
 def build_compiled(model: Any, batch: Any) -> None:

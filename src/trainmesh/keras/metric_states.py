@@ -6,7 +6,7 @@ leaves state(A) + state(B), as the totals and counts of Keras' own metrics do. A
 may keep another state (a running maximum, a mean assigned anew at each update): summed, it is
 silently wrong (a maximum of 3.7 reads 7.1 at 2 processes). Before start, each compiled metric of a
 class that is not Keras' own is probed on a copy (``from_config``) with two one-sample batches of the
-training targets with constant predictions of 0.25 and 0.75 (four batches, so that some score
+training targets (each output's in turn, for a model with several) with constant predictions of 0.25 and 0.75 (four batches, so that some score
 non-zero whatever the targets); one whose state after any ordered pair of them (a batch with itself
 too) is not the sum of its states after each alone is refused. A metric a ``train_step`` of the model's
 own updates by hand with one value (``self.peak.update_state(loss)``) is probed alike with the values
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.probe_data import probe_batch
 
 
 def own_metric_classes(model: Any) -> list[Any]:
@@ -63,15 +64,15 @@ def takes_values(metric: Any) -> bool:
 VALUES = [(np.float32(value),) for value in (0.25, 0.75, 1.5, 3.0)]
 
 
-def _targets(x: Any, y: Any) -> np.ndarray | None:
-    """Two samples of the training targets, where they are one array (or a PyDataset's first batch's)."""
+def _targets(x: Any, y: Any) -> list[np.ndarray]:
+    """Two samples of each of the training targets: one array, each output's of a model with several
+    (a list or dict of arrays: a metric on one output is probed with each output's targets), or those of
+    a PyDataset's or DataLoader's first batch."""
     keras = require_keras()
-    if y is None and isinstance(x, keras.utils.PyDataset):
-        batch = x[0]
-        y = batch[1] if isinstance(batch, tuple) and len(batch) > 1 else None
-    if y is None or isinstance(y, (dict, list, tuple)) or not hasattr(y, "shape") or len(y) < 2:
-        return None
-    return np.asarray(y[:2], dtype=np.float32)
+    found = probe_batch(x, y)
+    if found is None:
+        return []
+    return [np.asarray(leaf[:2], dtype=np.float32) for leaf in keras.tree.flatten(found[1])]
 
 
 def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
@@ -79,15 +80,18 @@ def refuse_non_additive_metrics(model: Any, x: Any, y: Any, world: int) -> None:
     if world == 1:
         return
     metrics = own_metric_classes(model)
-    targets = _targets(x, y) if metrics else None
     # Each target with a low and a high prediction: whatever the targets, some batches score non-zero
     # (a state of 0 first hides a decay: 0.9 * 0 + x adds up once, not when a non-zero state comes first).
-    batches = (
-        [] if targets is None else [(t, np.full_like(t, p)) for p in (0.25, 0.75) for t in (targets[:1], targets[1:])]
-    )
+    # Before k-progs5 only one array of targets was probed: a running maximum on one output of a model with
+    # two read 3.1 apart from Keras' own fit (its History) at 2 processes, silently.
+    batches = [
+        [(t, np.full_like(t, p)) for p in (0.25, 0.75) for t in (targets[:1], targets[1:])]
+        for targets in (_targets(x, y) if metrics else [])
+    ]
     for metric in metrics:
-        probes = VALUES if takes_values(metric) else batches
-        found = _not_adding_up(metric, probes) if probes else None
+        found = None
+        for probes in [VALUES] if takes_values(metric) else batches:
+            found = found or _not_adding_up(metric, probes)
         if found is not None:
             both, summed = found
             raise ValueError(

@@ -36,7 +36,7 @@ variables, Keras' global seed generator and torch's, numpy's and Python's genera
 fit goes on as Keras' own would. Costs three calls of the step on ``PROBED_SAMPLES`` samples (four where the halves
 differ), once per ``fit``.
 
-Not probed (said in docs/how-to/keras.md): data the probe cannot index (batch_metrics.probe_batch) or of fewer than 4
+Not probed (said in docs/how-to/keras.md): data the probe cannot index (probe_data.probe_batch) or of fewer than 4
 samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its error comes in the run) or
 whose halves apply other optimizers than the whole batch, a batch-shaped ``shuffle`` draw. A step whose halves draw
 on other rows than the whole batch (one cutting its batch itself) is compared again with Keras' draws at their

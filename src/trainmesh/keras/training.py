@@ -43,6 +43,7 @@ from trainmesh.keras.data import (
 from trainmesh.keras.draws import StepRows
 from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
+from trainmesh.keras.stateful_layers import refuse_stateful_across_calls
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.step_probe import probing_callback
 from trainmesh.keras.sync import SyncState, installed, sync_callback
@@ -85,6 +86,7 @@ def fit(
         >>> history = tk.fit(model, x, y, batch_size=32, epochs=2, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "fit", strategy, accelerator, devices, num_nodes)
+    refuse_stateful_across_calls(model, runtime, "fit")
     gather = arguments.check_fit(model, x, y, fit_kwargs, arguments.world_of(runtime))
     if runtime.capabilities.shards_optimizer_state:
         zero.refuse_unsupported(model, fit_kwargs, arguments.world_of(runtime))
@@ -104,7 +106,7 @@ def fit(
         call,
         gather,
     )
-    return arguments.adopt_fit(model, result)
+    return arguments.adopt_fit(model, result, (x, y, fit_kwargs.get("sample_weight")))
 
 
 def agree(runtime: Runtime, state: SyncState, model: Any, coupled: list[str]) -> None:
@@ -230,6 +232,7 @@ def evaluate(
         >>> loss, accuracy = tk.evaluate(model, x, y, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "evaluate", strategy, accelerator, devices, num_nodes)
+    refuse_stateful_across_calls(model, runtime, "evaluate")
     gather = arguments.check_evaluate(model, x, y, evaluate_kwargs, arguments.world_of(runtime))
     result = _launch(
         runtime,
@@ -296,6 +299,7 @@ def predict(
         >>> outputs = tk.predict(model, x, batch_size=64, strategy="ddp", devices=2)  # doctest: +SKIP
     """
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
+    refuse_stateful_across_calls(model, runtime, "predict")
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
     return arguments.adopt_call(_launch(runtime, _predict, Travelling(model), x, predict_kwargs))
 

@@ -77,7 +77,7 @@ def _batch_to_build(model: Any, data: tuple[Any, Any, Any] | None) -> Any:
     """The call's first samples where the model's compiled metrics or loss are built (None otherwise)."""
     if data is None or not built_parts(model):
         return None
-    batch = first_batch(*data)
+    batch = first_batch(*data, model=model)
     if batch is None:
         raise RefusedToTravel(
             "ddp_spawn sends the Keras model to new processes, where its compiled metrics and loss (built here by "
