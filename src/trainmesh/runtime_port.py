@@ -53,6 +53,13 @@ class TrainerPort:
         estimate for ``module`` fits a device; called before the processes start."""
         self._runtime._choose_strategy(module)
 
+    def refuse_strategy_for_trainer(self) -> None:
+        """Raise where the Trainer cannot run the strategy as built (Fabric's form of
+        ``ModelParallelStrategy``: its ``parallelize_fn``), as Lightning's Trainer-side class refuses it."""
+        refuse = getattr(self._runtime.strategy, "refuse_for_trainer", None)
+        if refuse is not None:
+            refuse()
+
     def reseed_for_run(self) -> None:
         """Seed every generator again with the latest ``seed_everything``'s seed where the strategy's
         ``capabilities.reseeds_each_run`` (Lightning's ``reset_seed()`` as its DDP, FSDP and

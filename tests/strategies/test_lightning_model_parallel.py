@@ -114,3 +114,19 @@ def test_a_module_without_configure_model_gets_lightning_s_type_error():
     for base in (trainmesh.LightningModule, nn.Module):
         with pytest.raises(TypeError, match=message):
             check_module_parallelized(type("Plain", (base,), {})(), 1)
+
+
+def test_a_trainer_refuses_fabric_s_parallelize_fn_with_lightning_s_type_error(tmp_path):
+    # Lightning's Trainer-side class takes no parallelize_fn (its TypeError, at the strategy's construction);
+    # trainmesh's class is Fabric's too, so its Trainer refuses it as it is built, before any process starts
+    import trainmesh
+
+    def parallelize(module, mesh):
+        return module
+
+    lightning = pytest.importorskip("lightning.pytorch")
+    with pytest.raises(TypeError) as theirs:
+        lightning.Trainer(strategy=lightning.strategies.ModelParallelStrategy(parallelize_fn=parallelize))
+    with pytest.raises(TypeError) as ours:
+        trainmesh.Trainer(strategy=ModelParallelStrategy(parallelize_fn=parallelize), default_root_dir=tmp_path)
+    assert str(ours.value).startswith(str(theirs.value))

@@ -50,6 +50,10 @@ class LightningStrategyFace:
         (its ``weakref.ref``) returns (the Trainer calls it)."""
         self._served = trainer_ref
 
+    def refuse_for_trainer(self) -> None:
+        """Raise where the Trainer cannot run this strategy as built (the Trainer asks at its
+        construction); every strategy it runs says nothing."""
+
     def _served_trainer(self) -> Any:
         return self._served() if self._served is not None else None
 

@@ -60,6 +60,19 @@ def lightning_form(kwargs: dict[str, Any], parallelize_fn: Any = None) -> Lightn
     return LightningForm(**kwargs)
 
 
+def refuse_fabric_form(form: LightningForm | None) -> None:
+    """Fabric's ``parallelize_fn`` given to a Trainer: Lightning's Trainer-side ``ModelParallelStrategy``
+    does not take it (its words, a TypeError); its module parallelizes itself in ``configure_model``."""
+    if form is not None and form.parallelize_fn is not None:
+        raise TypeError(
+            "ModelParallelStrategy.__init__() got an unexpected keyword argument 'parallelize_fn' (Lightning's "
+            "Trainer-side ModelParallelStrategy takes data_parallel_size=, tensor_parallel_size= and "
+            "save_distributed_checkpoint=: the LightningModule parallelizes itself in configure_model on "
+            "self.device_mesh. parallelize_fn is Lightning Fabric's form: use it with Fabric, or move its body "
+            "into configure_model)"
+        )
+
+
 def check_not_mixed(form: LightningForm | None, own: dict[str, Any]) -> None:
     """Lightning's sizes beside trainmesh's (``tp=``, ``dp_shard=``, ...): which layout is meant
     would be a guess, and the module would be parallelized once by each."""

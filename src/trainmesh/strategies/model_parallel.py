@@ -144,6 +144,9 @@ class ModelParallelStrategy(DistributedStrategy):
     def capabilities(self) -> StrategyCapabilities:
         return model_parallel_capabilities(self._mesh.dims, replicated=self.sizes["dp_replicate"] != 1)
 
+    def refuse_for_trainer(self) -> None:
+        lightning.refuse_fabric_form(self._lightning)
+
     @property
     def metrics_source(self) -> Any:
         if self._pipeline is None:

@@ -153,6 +153,8 @@ def build_runtime(
         compile=compile,
         fault_tolerance=fault_tolerance,
     )
+    # Fabric's ModelParallelStrategy(parallelize_fn): Lightning's Trainer-side class refuses it
+    runtime.trainer_port.refuse_strategy_for_trainer()
     runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     # AsyncCheckpointIO: saves in the background (checkpoint/saves.py)
     runtime.checkpoints.saves.use_plugins(plugged.background_writer)
