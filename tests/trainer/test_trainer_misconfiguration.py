@@ -96,6 +96,11 @@ def _cases(framework) -> dict:
     def fit(model, loaders=None, **kwargs):
         return trainer(max_steps=1, **kwargs).fit(model, loaders if loaders is not None else _loader())
 
+    def log_after_fit():  # no loop runs: Lightning's result collection is None
+        model = Model()
+        fit(model)
+        model.log("x", 1.0)
+
     return {
         "fast_dev_run=-1": lambda: trainer(fast_dev_run=-1),
         "limit_train_batches=1.5": lambda: trainer(limit_train_batches=1.5),
@@ -135,6 +140,7 @@ def _cases(framework) -> dict:
         "self.log in predict_step": lambda: trainer().predict(Model(log_in="predict_step"), _loader()),
         "self.log in on_fit_start": lambda: fit(Model(log_in="on_fit_start")),
         "self.log in on_train_end": lambda: fit(Model(log_in="on_train_end")),
+        "self.log after fit": log_after_fit,
         "limit_val_batches=0.01 of 4 batches": lambda: trainer(max_steps=1, limit_val_batches=0.01).fit(
             Model(), _loader(), _loader()
         ),

@@ -183,19 +183,12 @@ class HookDispatcher:
 
     def call_exception_hooks(self, exception: BaseException, datamodule: Any) -> None:
         """The callbacks' on_exception, then the data module's (Lightning's order). A hook's own error
-        is dropped: the run's matters more."""
-        calls: list[Callable[[], Any]] = [
-            functools.partial(cb.on_exception, self._trainer, self._module, exception)
-            for cb in self.callbacks_for("on_exception")
-        ]
+        propagates, the run's its context, and the later hooks are not called (Lightning's ``_interrupt``)."""
+        for callback in self.callbacks_for("on_exception"):
+            callback.on_exception(self._trainer, self._module, exception)
         on_exception = getattr(datamodule, "on_exception", None)
         if datamodule is not None and callable(on_exception):
-            calls.append(functools.partial(on_exception, exception))
-        for call in calls:
-            try:
-                call()
-            except Exception:
-                pass
+            on_exception(exception)
 
 
 def is_callback(obj: Any) -> bool:

@@ -46,13 +46,19 @@ NO_LOGGING = frozenset(
 )
 
 
+# The log collector's hook once its stage has ended (Lightning's trainer._results is None without a
+# running loop: self.log after fit raises as in a prediction run)
+NO_LOOP = ""
+
+
 def check_can_log(hook: str, fx: str) -> None:
     """Raise Lightning's error where it refuses ``self.log``: in any hook of a prediction run
-    (``hook``: the running stage's step hook), or in a hook of :data:`NO_LOGGING` (``fx``: the hook running).
+    (``hook``: the running stage's step hook) or outside any stage (:data:`NO_LOOP`), or in a hook of
+    :data:`NO_LOGGING` (``fx``: the hook running).
 
     >>> check_can_log("training_step", "on_train_batch_end")
     """
-    if hook == "predict_step" or fx == "predict_step" or fx.startswith("on_predict"):
+    if hook == "predict_step" or fx == "predict_step" or fx.startswith("on_predict") or fx == NO_LOOP:
         raise MisconfigurationException(
             "You are trying to `self.log()` but the loop's result collection is not registered"
             " yet. This is most likely because you are trying to log in a `predict` hook,"

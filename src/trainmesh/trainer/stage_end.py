@@ -8,10 +8,27 @@ from typing import TYPE_CHECKING, Any
 
 from trainmesh.callbacks.base import defines_hook
 from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
+from trainmesh.trainer.logging_hooks import NO_LOOP
 from trainmesh.trainer.states import end_run, hook_stage, interrupt_run
 
 if TYPE_CHECKING:
     from trainmesh.trainer.stage_trainer import StageTrainer
+
+
+# A run whose on_exception hook raised: that error reaches the caller (the run's own its context), and
+# the rest of Lightning's ``_interrupt`` never runs (the later hooks, the loggers' finalize("failed")).
+HOOK_RAISED = "on_exception raised"
+
+
+def on_stage_failure(trainer: StageTrainer, exc: BaseException) -> tuple[str, BaseException]:
+    """A stage that raised ``exc``: the exception hooks called; the stage's status and what the Trainer
+    raises (after Ctrl-C on one process Lightning's ``SystemExit(1)``, keyboard_interrupt.py)."""
+    if isinstance(exc, KeyboardInterrupt):
+        on_exception = functools.partial(on_stage_exception, trainer)
+        return "interrupted", shut_down_on_interrupt(on_exception, trainer.world_size, exc)
+    on_stage_exception(trainer, exc)
+    return "failed", exc
 
 
 def on_stage_exception(trainer: StageTrainer, exc: BaseException) -> None:
@@ -25,20 +42,13 @@ def on_stage_exception(trainer: StageTrainer, exc: BaseException) -> None:
 def on_spawned_exception(trainer: StageTrainer, exc: BaseException, model: Any, datamodule: Any) -> None:
     """A stage whose spawned workers raised, in the launching process, as Lightning's ``_interrupt`` there:
     the state interrupted, the callbacks' ``on_exception`` with this process's exception (torch's
-    ``ProcessRaisedException``), then the data module's; a hook's own error is dropped, as in a worker."""
+    ``ProcessRaisedException``), then the data module's; a hook's own error propagates, as Lightning's."""
     interrupt_run(trainer._state.trainer_state)
-    calls = [
-        functools.partial(callback.on_exception, trainer, model, exc)
-        for callback in trainer.callbacks
-        if defines_hook(callback, "on_exception")
-    ]
+    for callback in trainer.callbacks:
+        if defines_hook(callback, "on_exception"):
+            callback.on_exception(trainer, model, exc)
     if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
-        calls.append(functools.partial(datamodule.on_exception, exc))
-    for call in calls:
-        try:
-            call()
-        except Exception:
-            pass
+        datamodule.on_exception(exc)
 
 
 def finish_stage(trainer: StageTrainer, data: DataSource, stage: str, status: str) -> None:
@@ -51,7 +61,12 @@ def finish_stage(trainer: StageTrainer, data: DataSource, stage: str, status: st
         trainer._state.hooks.call_module("teardown", stage=hook_stage(stage))
     if stage == "fit" and trainer._layer_sync is not None and trainer.world_size > 1:
         trainer._layer_sync.revert(trainer.model)  # batch norms again after fit, as Lightning's strategies leave them
-    end_run(trainer._state.trainer_state, succeeded=status == "success", keep_stage=status == "interrupted")
+    keep_stage = status in ("interrupted", HOOK_RAISED)
+    end_run(trainer._state.trainer_state, succeeded=status == "success", keep_stage=keep_stage)
+    if not keep_stage:  # no loop runs now: self.log raises, as Lightning's without one (logging_hooks.py)
+        trainer._state.log_collector.hook = trainer._state.log_collector.fx = NO_LOOP
+    if status == HOOK_RAISED:
+        return
     for logger in trainer.loggers:  # on every rank, as Lightning's (its loggers are rank-zero-only themselves)
         logger.finalize(status)
     if status == "success":

@@ -28,7 +28,6 @@ from trainmesh.trainer.construction import (
 from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import refuse_several_processes
-from trainmesh.trainer.keyboard_interrupt import shut_down_on_interrupt
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
@@ -39,7 +38,7 @@ from trainmesh.trainer.results_table import print_results
 from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
-from trainmesh.trainer.stage_end import finish_stage, on_spawned_exception, on_stage_exception
+from trainmesh.trainer.stage_end import HOOK_RAISED, finish_stage, on_spawned_exception, on_stage_failure
 from trainmesh.trainer.stage_requirements import check_before_launch, refuse_missing_steps
 from trainmesh.trainer.stage_setup import prepare_stage
 from trainmesh.trainer.states import begin_run
@@ -370,13 +369,10 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         except TunerExit:  # the Tuner's search is over: the teardown hooks, as Lightning's
             status = "success"
             return None
-        except KeyboardInterrupt as exc:
-            status = "interrupted"
-            # Lightning's SystemExit(1) on one process, the interrupt its context (keyboard_interrupt.py)
-            raise shut_down_on_interrupt(functools.partial(on_stage_exception, self), self.world_size, exc)  # noqa: B904
         except BaseException as exc:
-            on_stage_exception(self, exc)
-            raise
+            status = HOOK_RAISED  # until the on_exception hooks return (stage_end.py)
+            status, raised = on_stage_failure(self, exc)
+            raise raised  # noqa: B904  # the run's own, or Ctrl-C's SystemExit(1) (its context the interrupt)
         finally:
             finish_stage(self, data, stage, status)
 
