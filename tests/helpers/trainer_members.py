@@ -352,5 +352,7 @@ def run(
             else:
                 getattr(trainer, stage)(model, verbose=False)
     events.append(("after", trainer.interrupted, loader_summary(trainer.train_dataloader)))
+    # After a test or predict, Lightning's fit data is the module again: the estimate asks its train_dataloader
+    events.append(("after estimate", _number(trainer.estimated_stepping_batches)))
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {"events": events, "weights": weights, "rank": trainer.global_rank}

@@ -82,8 +82,11 @@ def prepare_stage(
     state.log_collector.world_size = runtime.world_size  # sync_dist reduces with more than one process
     restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
     ctx = loop_context(trainer, model, data, hooks, restored)
-    if stage == "fit":  # before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader
-        state.fit_data = FitData(ctx, data)
+    # Before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader. Another
+    # stage points the fit's data at its own module or data module, as Lightning's attach_dataloaders:
+    # the estimate read after it asks their train_dataloader again.
+    fit_source = data if stage == "fit" else DataSource(datamodule=data.datamodule, model=model, trainer_fn="fit")
+    state.fit_data = FitData(ctx, fit_source)
     if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
         configure_run_optimizers(
             state, runtime, hooks, fault_tolerant=trainer._fault_tolerant, profiler=trainer.profiler
