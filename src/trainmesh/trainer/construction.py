@@ -29,6 +29,7 @@ from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies,
 from trainmesh.trainer.peer_state import share_loop_state
 from trainmesh.trainer.plugins_argument import sort_plugins
 from trainmesh.trainer.precision_flag import choose_precision, unified_precision
+from trainmesh.trainer.several_optimizers import refuse_several_automatic
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import rank_zero_info
 
@@ -69,6 +70,10 @@ def configure_run_optimizers(
         # "frequency" is 1.x's, read where training_step takes optimizer_idx (its turns); 2.x warns of it
         frequency_valid=_declares_optimizer_idx(type(model)),
     )
+    if state.optimizer_loop is None:  # (a connected 1.x OptimizerLoop runs them its own way)
+        # Lightning's point: before on_fit_start, the summary and hparams.yaml (several_optimizers.py)
+        manual, takes_index = is_manual(model), _declares_optimizer_idx(type(model))
+        refuse_several_automatic(model, len(optimizers), manual=manual, takes_index=takes_index)
     state.optimizer_frequencies = optimizer_frequencies(returned, type(model).__name__)
     state.optimizers = runtime.setup_optimizers(*optimizers)
     point_schedulers_at(state.lr_scheduler_configs, optimizers, state.optimizers)

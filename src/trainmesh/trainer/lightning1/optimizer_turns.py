@@ -37,30 +37,16 @@ from trainmesh.strategies.step import StepResult
 from trainmesh.trainer.hook_arguments import static_attribute
 from trainmesh.trainer.lightning1.optimizer_hooks import declares_optimizer_idx
 from trainmesh.trainer.optimization.owner import OptimizerSteps
+from trainmesh.trainer.several_optimizers import (
+    REMOVE_OPTIMIZER_IDX,
+    SeveralOptimizersRefused,
+    refuse_several_automatic,
+)
 from trainmesh.trainer.token_loss import TokenLossWindow
 from trainmesh.utilities.rank_zero import rank_zero_deprecation
 
 if TYPE_CHECKING:
     from trainmesh.trainer.loop_context import LoopContext
-
-
-class SeveralOptimizersRefused(RuntimeError, ValueError):
-    """What neither Lightning runs with its optimizers: a ``RuntimeError`` as Lightning 2.x raises it
-    (``_validate_multiple_optimizers_support``), and a ``ValueError`` as 1.9.5's loop raised it, so that
-    either version's ``except`` catches it."""
-
-
-# Lightning 2.x's words (core/optimizer.py), which a program may match
-_REMOVE_OPTIMIZER_IDX = (
-    "Training with multiple optimizers is only supported with manual optimization. Remove the `optimizer_idx`"
-    " argument from `training_step`, set `self.automatic_optimization = False` and access your optimizers"
-    " in `training_step` with `opt1, opt2, ... = self.optimizers()`."
-)
-_SET_MANUAL = (
-    "Training with multiple optimizers is only supported with manual optimization. Set"
-    " `self.automatic_optimization = False`, then access your optimizers in `training_step` with"
-    " `opt1, opt2, ... = self.optimizers()`."
-)
 
 
 class StepArguments:
@@ -141,27 +127,20 @@ def plan_turns(ctx: LoopContext, manual: bool) -> StepArguments | None:
     takes_index = inspect.isfunction(function) and declares_optimizer_idx(function)
     if manual and takes_index and count > 1:
         raise SeveralOptimizersRefused(
-            f"{_REMOVE_OPTIMIZER_IDX} ({name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
+            f"{REMOVE_OPTIMIZER_IDX} ({name}.training_step declares optimizer_idx, but {name} uses manual optimization (automatic_optimization "
             "= False), where training_step steps its optimizers itself (opt_g, opt_d = self.optimizers()). Remove "
             "optimizer_idx, or set automatic_optimization = True to have it called once per optimizer (Lightning 1.x))"
         )
     if not takes_index:
-        if count > 1 and not manual:
-            raise SeveralOptimizersRefused(
-                f"{_SET_MANUAL} ({name}.configure_optimizers returned {count} optimizers, but training_step takes no "
-                "optimizer_idx: "
-                "in automatic optimization Lightning calls training_step once per optimizer with its index (1.x: "
-                "training_step(self, batch, batch_idx, optimizer_idx)), and 2.x refuses several optimizers. Use manual "
-                "optimization (self.automatic_optimization = False; opt_a, opt_b = self.optimizers() in training_step; "
-                "the Lightning 2.x way), add optimizer_idx, or return one optimizer)"
-            )
+        # refused after configure_optimizers (several_optimizers.py); again here for optimizers set since
+        refuse_several_automatic(module, count, manual=manual, takes_index=False)
         return None
     if count == 1 or manual:
         # 1.9.5 passes optimizer_idx only where several optimizers take turns: a lone optimizer's training_step
         # runs with the parameter's default. Without one 1.9.5 stopped with a TypeError and 2.x refuses it.
         if inspect.signature(function).parameters["optimizer_idx"].default is not inspect.Parameter.empty:
             return StepArguments(takes_index=False)
-        raise SeveralOptimizersRefused(_REMOVE_OPTIMIZER_IDX)
+        raise SeveralOptimizersRefused(REMOVE_OPTIMIZER_IDX)
     strategy = ctx.runtime.strategy_name
     if not ctx.runtime.capabilities.lightning1_loops:  # weights checked against 1.9.5 (test_optimizer_idx.py)
         raise ValueError(
