@@ -154,7 +154,10 @@ COVERED_BY: dict[str, list[str]] = {
         "callbacks/test_model_summary.py",
         "callbacks/test_model_summary_as_lightning.py",
     ],
-    "utilities/model_summary/lightning_summary.py": ["test_lightning_module_paths.py"],
+    "utilities/model_summary/lightning_summary.py": [
+        "test_lightning_module_paths.py",
+        "callbacks/test_model_summary_as_lightning.py",
+    ],
     "checkpoint/verifying_reader.py": ["checkpoint/test_digest.py", "checkpoint/test_corrupt_checkpoints.py"],
     "accelerators/__init__.py": ["test_cpu_process_count.py", "test_cuda.py", "trainer/test_bad_input.py"],
     # Lightning's module paths below its packages: the same objects, their functions against Lightning's

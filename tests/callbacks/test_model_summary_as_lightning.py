@@ -219,3 +219,25 @@ def test_the_summary_s_training_modes_are_read_when_asked_as_lightning_s(modules
         module.pair.train()
     assert counts[0]["eval"] == 4
     assert counts[1] == counts[0]
+
+
+@pytest.mark.parametrize("depth", [1, 2, -1])
+def test_model_summary_summarize_returns_lightning_s_layers(modules, depth):
+    """Lightning's public ``ModelSummary.summarize()``: ``{name: LayerSummary}`` down to ``max_depth``, the
+    sizes from the example input run once more, every hook removed (its test_hooks_removed_after_summarize
+    reads ``_hook_handle``). Before: AttributeError."""
+    from lightning.pytorch.utilities.model_summary import ModelSummary as LightningSummary
+
+    from trainmesh.utilities.model_summary import ModelSummary as LightningNamedSummary
+
+    def read(summary):
+        layers = summary.summarize()
+        handles = [layer._hook_handle for layer in layers.values()]
+        hooked = any(h is not None and h.id in (h.hooks_dict_ref() or {}) for h in handles)
+        columns = [(n, s.layer_type, s.num_parameters, s.in_size, s.out_size, s.training) for n, s in layers.items()]
+        return columns, hooked, type(layers).__name__
+
+    theirs, ours = modules
+    expected = read(LightningSummary(theirs, max_depth=depth))
+    assert expected[1] is False and ("pair", "Pair", 40, [[5, 4], [5, 4]], [[5, 6], [5, 2]], True) in expected[0]
+    assert read(LightningNamedSummary(ours, max_depth=depth)) == expected

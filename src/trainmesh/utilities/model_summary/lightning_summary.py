@@ -4,6 +4,7 @@ Lightning's ``summarize`` returns; its columns as lists, its totals, ``str()`` t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -14,7 +15,9 @@ from trainmesh.utilities.model_summary.table import (
     _count_params,
     _Sizes,
     batch_shape,
+    forward_example_input,
     reread_size_columns,
+    summary_layers,
 )
 from trainmesh.utilities.model_summary.table import (
     summarize as summary_table,
@@ -77,6 +80,7 @@ class LayerSummary(_Sizes):
     def __init__(self, module: torch.nn.Module) -> None:
         super().__init__(module)
         self._module = module
+        self._hook_handle = self.handle  # Lightning's name; kept once removed (its tests read it)
 
     def detach_hook(self) -> None:
         """Stop recording sizes (the hook removes itself after the first forward anyway)."""
@@ -118,6 +122,27 @@ class ModelSummary:
     @property
     def max_depth(self) -> int:
         return self._max_depth
+
+    def summarize(self) -> dict[str, LayerSummary]:
+        """Lightning's: the layers down to ``max_depth`` by name, each a :class:`LayerSummary` whose sizes
+        the module's ``example_input_array`` (run through it once more, where it has one) recorded; their
+        hooks removed. The table ``str()`` prints stays the one made with the summary, as Lightning's.
+
+        >>> summary = ModelSummary(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()))
+        >>> {name: layer.num_parameters for name, layer in summary.summarize().items()}
+        {'0': 15, '1': 0}
+        """
+        layers = OrderedDict(
+            (name, LayerSummary(layer)) for name, layer in summary_layers(self._model, self._max_depth)
+        )
+        if getattr(self._model, "example_input_array", None) is not None:
+            forward_example_input(self._model, self._max_depth)
+        for layer in layers.values():
+            layer.detach_hook()
+        if self._max_depth >= 1:
+            for name in [name for name in layers if name.count(".") >= self._max_depth]:
+                del layers[name]
+        return layers
 
     @property
     def layer_names(self) -> list[str]:

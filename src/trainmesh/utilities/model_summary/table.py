@@ -123,14 +123,7 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
             "number for nested ones, -1 for every layer, or 0 for the totals only."
         )
     table = _totals(module)
-    # Lightning's choice of layers: the children at depth 1, else every module but the root
-    # (deeper ones dropped after the forward, so the hooks see the same calls).
-    if max_depth == 0:
-        layers: list[tuple[str, torch.nn.Module]] = []
-    elif max_depth == 1:
-        layers = list(module.named_children())
-    else:
-        layers = list(module.named_modules())[1:]
+    layers = summary_layers(module, max_depth)
     sizes = [_Sizes(layer) for _, layer in layers]
     flops: dict[str, dict[Any, int]] = {}
     if getattr(module, "example_input_array", None) is not None:
@@ -147,6 +140,16 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
         row = (name, type(layer).__name__, _count_params(layer), layer.training, layer_flops)
         table.rows.append(SummaryRow(index, *row, recorded.in_size, recorded.out_size))
     return table
+
+
+def summary_layers(module: torch.nn.Module, max_depth: int) -> list[tuple[str, torch.nn.Module]]:
+    """Lightning's choice of layers: the children at depth 1, else every module but the root (deeper
+    ones than ``max_depth`` dropped after the forward, so the hooks see the same calls)."""
+    if max_depth == 0:
+        return []
+    if max_depth == 1:
+        return list(module.named_children())
+    return list(module.named_modules())[1:]
 
 
 def reread_size_columns(table: SummaryTable, module: torch.nn.Module) -> None:
