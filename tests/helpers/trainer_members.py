@@ -236,6 +236,7 @@ def module(
     val_loaders: int = 1,
     onecycle: bool = False,
     log: bool = False,
+    local_head: bool = False,
 ) -> Any:
     _, _, core, _ = classes(framework)
 
@@ -245,10 +246,18 @@ def module(
             self.layer = torch.nn.Linear(4, 1)
             if log:
                 self.save_hyperparameters({"lr": 0.1})
+            if local_head:  # kept out of DDP's sync by torch's own name list: each rank's own values
+                self.local = torch.nn.Linear(4, 1)
+                self.register_buffer("seen", torch.zeros(()))
+                names = ["local.weight", "local.bias", "seen"]
+                torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self, names)
 
         def training_step(self, batch, batch_idx):
             events.append(("training_step", batch_idx, batch[2].tolist()))
             loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            if local_head:
+                self.seen += batch[0].sum()
+                loss = loss + torch.nn.functional.mse_loss(self.local(batch[0]), batch[1])
             if log:
                 self.log("loss", loss, on_step=True, on_epoch=True)
             return loss
@@ -307,6 +316,7 @@ def run(
     callbacks: tuple[str, ...] = (),
     shared_filesystem: bool = False,
     loggers: bool = False,
+    local_head: bool = False,
     **settings: Any,
 ) -> dict[str, Any]:
     """Run the program's ``stages`` under ``framework``; the record, and the trained weights
@@ -340,7 +350,9 @@ def run(
             own.TensorBoardLogger(root, name="tb"),
         ]
     arguments.update(settings)
-    model = module(framework, events, data=data, val_loaders=val_loaders, onecycle=onecycle, log=loggers)
+    model = module(
+        framework, events, data=data, val_loaders=val_loaders, onecycle=onecycle, log=loggers, local_head=local_head
+    )
     trainer = pl.Trainer(**arguments)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

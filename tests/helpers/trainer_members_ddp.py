@@ -30,7 +30,10 @@ CASES = {
         callbacks=("lr_monitor",),
     ),
     "no_distributed_sampler": dict(max_epochs=1, limit_val_batches=1, use_distributed_sampler=False),
-    "own_sampler": dict(max_epochs=2, limit_val_batches=1, use_distributed_sampler=False, data="own_sampler"),
+    # local_head: parameters and a buffer the module keeps out of DDP's sync (differ by rank, as Lightning's)
+    "own_sampler": dict(
+        max_epochs=2, limit_val_batches=1, use_distributed_sampler=False, data="own_sampler", local_head=True
+    ),
 }
 
 

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 pytest.importorskip("lightning.pytorch")
 
 
-def _interval_warnings(pl, root):
+def _interval_warnings(pl, root, *, reload=False):
     class Regressor(pl.LightningModule):
         def __init__(self):
             super().__init__()
@@ -25,12 +25,31 @@ def _interval_warnings(pl, root):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    g = torch.Generator().manual_seed(0)
-    loader = DataLoader(TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)), batch_size=4)
+    def loader(size):
+        g = torch.Generator().manual_seed(0)
+        return DataLoader(
+            TensorDataset(torch.randn(size, 4, generator=g), torch.randn(size, 1, generator=g)), batch_size=4
+        )
+
+    sizes = iter([8, 12, 12])  # a curriculum: each reloaded loader its own count, warned of again
+
+    class Reloading(Regressor):
+        def train_dataloader(self):
+            return loader(next(sizes))
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = pl.Trainer(max_epochs=1, default_root_dir=root, enable_progress_bar=False, enable_model_summary=False)
-        trainer.fit(Regressor(), loader)
+        trainer = pl.Trainer(
+            max_epochs=3 if reload else 1,
+            reload_dataloaders_every_n_epochs=1 if reload else 0,
+            default_root_dir=root,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        if reload:
+            trainer.fit(Reloading())
+        else:
+            trainer.fit(Regressor(), loader(16))
     return [(w.category.__name__, str(w.message)) for w in caught if "logging interval" in str(w.message)]
 
 
@@ -48,3 +67,13 @@ def test_a_short_epoch_is_warned_of_in_lightning_s_words(tmp_path):
         )
     ]
     assert _interval_warnings(trainmesh, tmp_path / "trainmesh") == expected
+
+
+def test_a_reloaded_loader_is_warned_of_again_as_lightning(tmp_path):
+    import lightning.pytorch as lightning
+
+    import trainmesh
+
+    expected = _interval_warnings(lightning, tmp_path / "lightning", reload=True)
+    assert [message.split()[5] for _, message in expected] == ["(2)", "(3)", "(3)"]
+    assert _interval_warnings(trainmesh, tmp_path / "trainmesh", reload=True) == expected

@@ -97,6 +97,19 @@ def test_use_distributed_sampler_false_reads_as_lightning(records, case, rank):
     theirs, ours = _load(records, "lightning", case, rank), _load(records, "trainmesh", case, rank)
     assert ours["events"] == theirs["events"]
     assert _weights_equal(ours, theirs)
+    if case == "own_sampler":  # a module's `_ddp_params_and_buffers_to_ignore` stays per rank (before: synced)
+        assert (
+            set(ours["weights"])
+            == set(theirs["weights"])
+            == {"layer.weight", "layer.bias", "local.weight", "local.bias", "seen"}
+        )
+
+
+def test_params_kept_out_of_ddp_differ_by_rank_as_lightning(records):
+    theirs = [_load(records, "lightning", "own_sampler", rank)["weights"] for rank in (0, 1)]
+    assert torch.equal(theirs[0]["layer.weight"], theirs[1]["layer.weight"])
+    assert not torch.equal(theirs[0]["local.weight"], theirs[1]["local.weight"])
+    assert not torch.equal(theirs[0]["seen"], theirs[1]["seen"])
 
 
 def _without_samples(events):

@@ -55,6 +55,12 @@ class StepDispatcher(nn.Module):
         super().__init__()
         self.module = module
         self.chunk_devices = list(chunk_devices) if chunk_devices else None
+        # torch's way to keep parameters/buffers out of DDP's sync (a per-rank head, a local
+        # count; Lightning's test_ddp_wrapper) is a name list on the module DDP wraps: DDP wraps
+        # this dispatcher, so the module's names are carried over under its "module." prefix.
+        ignored = getattr(module, "_ddp_params_and_buffers_to_ignore", None)
+        if ignored:
+            self._ddp_params_and_buffers_to_ignore = [f"module.{name}" for name in ignored]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args and isinstance(args[0], StepCall):

@@ -35,6 +35,7 @@ from trainmesh.strategies.lightning_arguments import check_hardware, ddp_argumen
 from trainmesh.strategies.lockstep import Lockstep
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, call_hook, run_eval_step, run_train_step
+from trainmesh.strategies.unused_parameters import unused_parameters_in_lightning_words
 
 if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -161,10 +162,10 @@ class DDPStrategy(DistributedStrategy):
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks
     ) -> StepResult:
-        if hooks.backward_scope is not None:
-            return self._manual_train_step(_ddp(module), batch, batch_idx, hooks)
-        step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None, call=hooks.call)
-        try:
+        with unused_parameters_in_lightning_words():
+            if hooks.backward_scope is not None:
+                return self._manual_train_step(_ddp(module), batch, batch_idx, hooks)
+            step = StepCall("training_step", hooks.chunk_scope if self.chunk_devices else None, call=hooks.call)
             return run_train_step(
                 lambda: module(step, batch, batch_idx),
                 combine=self.combine,
@@ -172,14 +173,6 @@ class DDPStrategy(DistributedStrategy):
                 autocast=self.precision.autocast(),
                 no_sync=None if sync_grads else _ddp(module).no_sync(),
             )
-        except RuntimeError as err:
-            if "find_unused_parameters" in str(err):
-                raise RuntimeError(
-                    "DDP found parameters that received no gradient in the last step (a branch not "
-                    "taken, a frozen head). Use Trainer(strategy=DDPStrategy(find_unused_parameters=True)), "
-                    f"or make every parameter take part in the loss.\nDDP said: {err}"
-                ) from err
-            raise
 
     def _manual_train_step(
         self, module: DistributedDataParallel, batch: Any, batch_idx: int, hooks: StepHooks

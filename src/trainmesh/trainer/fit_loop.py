@@ -85,6 +85,8 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
             while not fit_done(state, fit_limits(ctx), say=True):
                 if opened is None and fit_data.train_reload_due():  # reload_dataloaders_every_n_epochs
                     train_loader = fit_data.train_loader(reload=True)
+                    # Lightning's setup_data warns again for each reloaded loader's count
+                    _warn_of_unlogged_epochs(ctx, state.num_training_batches)
                 run_epoch(ctx, fit_data, train_loader, opened)
                 opened = None
         finally:
