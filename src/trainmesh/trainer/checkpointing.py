@@ -87,13 +87,7 @@ def build_checkpoint(
         **version_entry(),
         "state_dict": pieces["model"],
         # Lightning's progress counters of this position, for Lightning's own fit(ckpt_path=)
-        "loops": lightning_loops(
-            loop_entry,
-            checkpoint_epoch,
-            state.global_step,
-            automatic=getattr(module, "automatic_optimization", True),
-            counters=_loop_counters(state),
-        ),
+        "loops": lightning_loops_of(state),
         "callbacks": callback_states(trainer.callbacks),
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
@@ -153,13 +147,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         # Lightning writes its loops' counters in a weights-only checkpoint too
-        "loops": lightning_loops(
-            _loop_entry(state),
-            state.current_epoch,
-            state.global_step,
-            automatic=getattr(module, "automatic_optimization", True),
-            counters=_loop_counters(state),
-        ),
+        "loops": lightning_loops_of(state),
         "optimizer_states": [],
         **saved_hyperparameters(module),
         # Lightning dumps the data module's hyperparameters and state in a weights-only checkpoint too, so
@@ -172,6 +160,16 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     return checkpoint
+
+
+def lightning_loops_of(state: LoopState) -> dict[str, Any]:
+    """Lightning's ``loops`` entry for where ``state`` stands: its loops' ``state_dict()``s (``fit_loop``,
+    ``validate_loop``, ``test_loop``, ``predict_loop``), what ``trainer.fit_loop.state_dict()`` reads."""
+    automatic = getattr(state.module, "automatic_optimization", True)
+    entry = _loop_entry(state)
+    return lightning_loops(
+        entry, state.current_epoch, state.global_step, automatic=automatic, counters=_loop_counters(state)
+    )
 
 
 def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
