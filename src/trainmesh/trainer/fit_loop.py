@@ -202,6 +202,8 @@ def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None
         return Fetcher(iterator, count, fetched=skip)
     if resume_rng is not None:
         restore_rng_state(resume_rng)
+    if skip > 0:  # Lightning's checkpoint (no generators saved): its resume reads the loader afresh, counting on
+        return Fetcher(loader.batches(), count, fetched=skip)
     loop.epoch_start_rng = capture_rng_state()
     loop.batches_done = 0
     return Fetcher(loader.batches(), count)

@@ -69,7 +69,10 @@ def begin_fit(
         state.loop.epoch_loop_start = restore_shown_counts(
             state, checkpoint, accumulate=ctx.view.accumulate_grad_batches, restarting=restarting(ctx, checkpoint)
         )
-    restart_epoch_counts(state, resumed=checkpoint is not None, processed_again=processed_again)
+    iteration_based = fit_limits(ctx).max_steps != -1
+    restart_epoch_counts(
+        state, resumed=checkpoint is not None, processed_again=processed_again, iteration_based=iteration_based
+    )
     state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (fit_loop._end_epoch)
     state.progress.fit_started = True
 

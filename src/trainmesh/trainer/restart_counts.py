@@ -16,6 +16,7 @@ loop's start; the fit loop applies them there (``apply_epoch_loop_start``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,9 @@ def restore_shown_counts(
         # Lightning's _should_accumulate as its restart reads it: the saved batch stepped unless inside a window
         window_ended=ready % accumulate == 0 or batches.is_last_batch or ready >= state.num_training_batches,
     )
+    if at_start.stage == "inside":  # Lightning's reset_on_restart: the batch counts again, its total keeps the try
+        current = Counts.at(batches.current.completed)
+        at_start = dataclasses.replace(at_start, train_batches=Progress(dataclasses.replace(batches.total), current))
     progress.train_batches = batches
     progress.fit_validation = validation
     state.is_last_batch = batches.is_last_batch
@@ -118,6 +122,8 @@ def start_epoch_loop(state: LoopState, settings: LoopSettings, val_every: int | 
     counts = state.batch_counts.get("fit", [])
     if at_start.stage == "last" or not validation_due or not counts or max(counts) in (0, math.inf):
         return
+    for loader in state.val_loaders or []:  # Lightning's evaluation loop resets: its iterators start (a seed drawn)
+        iter(loader)
     validation, added = state.progress.fit_validation, int(max(counts))
     for kept in (validation.total, validation.current):
         kept.ready, kept.started = kept.ready + added, kept.started + added
