@@ -26,6 +26,8 @@ CHECKPOINTS = {
     "slash": dict(monitor="val/loss", filename="{epoch}-{val/loss:.2f}"),
     "versions": dict(monitor="step", filename="fixed", save_top_k=-1),  # STARTING_VERSION = 9 below
     "kept_all": dict(monitor="val_loss", mode="max", filename="{epoch}-{step}", save_top_k=-1),
+    # saved twice an epoch under one name: Lightning overwrites its previous best file (no -v1)
+    "unmonitored_same_name": dict(filename="{epoch}", save_top_k=-1, every_n_train_steps=1),
 }
 
 

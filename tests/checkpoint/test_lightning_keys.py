@@ -155,9 +155,10 @@ def test_scaler_state_read_from_either_key(tmp_path):
         assert _load(tmp_path / f"resume_{name}" / "after_fit.ckpt")["MixedPrecision"]["scale"] == 4.0, name
 
 
-def test_validate_from_a_lightning_checkpoint(tmp_path):
+def test_validate_and_fit_from_a_lightning_checkpoint(tmp_path):
     """validate(ckpt_path=) on a file Lightning wrote loads its weights and ModelCheckpoint state as Lightning
-    does (before, trainmesh refused the file); fit(ckpt_path=) still refuses it, saying why."""
+    does (before, trainmesh refused the file); fit(ckpt_path=) resumes from it as Lightning's own resume does
+    (before, refused: trainer/lightning_resume.py; each save point: tests/trainer/test_restart_counts_lightning.py)."""
     _fit(L, tmp_path / "pl")
     source = tmp_path / "pl" / "epoch_end.ckpt"
     outcomes = {}
@@ -171,5 +172,7 @@ def test_validate_from_a_lightning_checkpoint(tmp_path):
             metrics = trainer.validate(_model_class(framework)(), ckpt_path=source, verbose=False)
         outcomes[framework.__name__] = (metrics, callback.best_model_path)
     assert outcomes["trainmesh"] == outcomes[L.__name__]
-    with pytest.raises(tm.checkpoint.UnreadableCheckpoint, match="PyTorch Lightning checkpoint"):
-        _fit(tm, tmp_path / "resume", max_epochs=2, ckpt_path=source)
+    runs = (("pl", L), ("tm", tm))
+    resumed = {name: _fit(framework, tmp_path / name, max_epochs=2, ckpt_path=source) for name, framework in runs}
+    assert resumed["tm"][0].global_step == resumed["pl"][0].global_step == 4
+    assert torch.equal(resumed["tm"][1].layer.weight, resumed["pl"][1].layer.weight)

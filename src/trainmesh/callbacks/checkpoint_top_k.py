@@ -48,10 +48,11 @@ def _owners_missing_key(monitor: str, metrics: dict[str, Any]) -> str:
 
 
 def save_latest(callback: Any, trainer: TrainerView, metrics: dict[str, Any]) -> None:
-    """``monitor=None``: the newest checkpoint is the best one; ``save_top_k=1`` replaces the previous file."""
+    """``monitor=None``: the newest checkpoint is the best one; ``save_top_k=1`` replaces the previous file.
+    As Lightning's, the previous file is overwritten under any ``save_top_k`` where the new one has its
+    name (``filename="{epoch}"`` saved twice an epoch: one file, not a ``-v1`` beside it)."""
     previous = callback.best_model_path
-    replaceable = previous if callback.save_top_k == 1 else None
-    path = callback._free_path(trainer, metrics, None, replaceable)
+    path = callback._free_path(trainer, metrics, None, previous or None)
     callback.best_model_path = path
     callback._write(trainer, path)
     if callback.save_top_k == 1 and previous and previous != path:

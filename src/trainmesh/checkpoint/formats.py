@@ -112,7 +112,8 @@ def content_problem(checkpoint: Any, source: str) -> str | None:
     if isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint:
         return (
             f"{source} is a PyTorch Lightning checkpoint (Lightning {checkpoint['pytorch-lightning_version']}), "
-            "not a trainmesh one: its loop and callback state do not carry over. Load its weights into the "
+            "not a trainmesh one: it lacks what fit resumes a Lightning checkpoint from (its 'loops' progress "
+            "and 'optimizer_states'). Load its weights into the "
             f"module, module.load_state_dict(torch.load({source!r}, weights_only=False)['state_dict']), then "
             "fit without ckpt_path"
         )

@@ -27,6 +27,7 @@ from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import warn_returned_callback_state
+from trainmesh.trainer.lightning_resume import loop_entry_of, resumable_lightning_checkpoint
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -87,13 +88,7 @@ def build_checkpoint(
         **version_entry(),
         "state_dict": pieces["model"],
         # Lightning's progress counters of this position, for Lightning's own fit(ckpt_path=)
-        "loops": lightning_loops(
-            loop_entry,
-            checkpoint_epoch,
-            state.global_step,
-            automatic=getattr(module, "automatic_optimization", True),
-            counters=_loop_counters(state),
-        ),
+        "loops": lightning_loops_of(state),
         "callbacks": callback_states(trainer.callbacks),
         "optimizer_states": pieces["optim"],
         "lr_schedulers": [config.scheduler.state_dict() for config in state.lr_scheduler_configs],
@@ -153,13 +148,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         # Lightning writes its loops' counters in a weights-only checkpoint too
-        "loops": lightning_loops(
-            _loop_entry(state),
-            state.current_epoch,
-            state.global_step,
-            automatic=getattr(module, "automatic_optimization", True),
-            counters=_loop_counters(state),
-        ),
+        "loops": lightning_loops_of(state),
         "optimizer_states": [],
         **saved_hyperparameters(module),
         # Lightning dumps the data module's hyperparameters and state in a weights-only checkpoint too, so
@@ -172,6 +161,16 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
     if hasattr(module, "on_save_checkpoint"):
         module.on_save_checkpoint(checkpoint)
     return checkpoint
+
+
+def lightning_loops_of(state: LoopState) -> dict[str, Any]:
+    """Lightning's ``loops`` entry for where ``state`` stands: its loops' ``state_dict()``s (``fit_loop``,
+    ``validate_loop``, ``test_loop``, ``predict_loop``), what ``trainer.fit_loop.state_dict()`` reads."""
+    automatic = getattr(state.module, "automatic_optimization", True)
+    entry = _loop_entry(state)
+    return lightning_loops(
+        entry, state.current_epoch, state.global_step, automatic=automatic, counters=_loop_counters(state)
+    )
 
 
 def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
@@ -275,7 +274,9 @@ def restore_modules(
     module, model = state.module, state.model
     # Lightning's own checkpoint: its weights (and callback states) for validate/test/predict, as
     # Lightning loads them; fit does not resume from it (content_problem says why)
-    problem = None if weights_only and written_by_lightning(checkpoint) else content_problem(checkpoint, source)
+    # and a full one fit resumes from (lightning_resume.py)
+    lightning = weights_only and written_by_lightning(checkpoint) or resumable_lightning_checkpoint(checkpoint)
+    problem = None if lightning else content_problem(checkpoint, source)
     if problem is not None:
         raise UnreadableCheckpoint(problem)
     # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
@@ -342,7 +343,7 @@ def restore_checkpoint(
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(saved_precision_state(checkpoint))
-    loop_state = checkpoint["loop"]
+    loop_state = checkpoint["loop"] if "loop" in checkpoint else loop_entry_of(checkpoint)
     state.current_epoch = loop_state.get("stopped_epoch", checkpoint["epoch"])
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
@@ -362,8 +363,9 @@ def restore_checkpoint(
     )
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
-    rng: dict[str, Any] | None = own.get("rng", checkpoint["rng"])
-    return rng
+    rng: dict[str, Any] | None = own.get("rng", checkpoint.get("rng"))
+    # Lightning's checkpoint holds none (nor does its resume restore any): the generators as they are
+    return capture_rng_state() if rng is None else rng
 
 
 def announce_nothing_left(state: LoopState, settings: LoopSettings, source: str, *, announces: bool) -> None:
@@ -416,7 +418,8 @@ def _check_resumable(optimizer_count: int | None, checkpoint: dict[str, Any], so
             "from it. Load it for validate/test/predict(ckpt_path=...), or load its weights into the module and "
             "fit without ckpt_path; to resume later, save full checkpoints (save_weights_only=False)"
         )
-    missing = [key for key in ("epoch", "global_step", "loop") if key not in checkpoint]
+    loop = "loops" if resumable_lightning_checkpoint(checkpoint) else "loop"
+    missing = [key for key in ("epoch", "global_step", loop) if key not in checkpoint]
     if missing:
         raise ValueError(
             f"{source} holds weights but not where training stopped (no {missing}), so fit cannot "
@@ -442,4 +445,4 @@ def _own_entry(runtime: Runtime, checkpoint: dict[str, Any]) -> dict[str, Any]:
             f"the checkpoint was written by {len(per_rank)} process(es) and is resumed on {runtime.world_size}: "
             "gradients of an unfinished accumulation window and kept training_epoch_end outputs are dropped"
         )
-    return {"rng": checkpoint["rng"]}
+    return {"rng": checkpoint.get("rng")}

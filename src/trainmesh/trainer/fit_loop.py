@@ -35,6 +35,7 @@ from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
+from trainmesh.trainer.restart_counts import apply_epoch_loop_start, start_epoch_loop
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -91,6 +92,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
                 opened = None
         finally:
             state.loop.last_loss = None
+    state.loop.plateau_held = False  # Lightning's fit loop stops restarting before on_train_end
     hooks.call("on_train_end")
 
 
@@ -148,14 +150,16 @@ def _first_epoch(
         loop.batches_done = 0
         restore_rng_state(resume_rng)
         resume_rng = None
-    if fit_done(state, fit_limits(ctx), say=True):
+    # (after the saved epoch's last batch, Lightning's fit is not done as it starts: its on_train_start/end run)
+    if not after_last_batch and fit_done(state, fit_limits(ctx), say=True):
         if resume_rng is not None:
             # Resumed with nothing left to train: still hold the generators the checkpoint
             # held, for a checkpoint saved now.
             restore_rng_state(resume_rng)
         return None
     epochs = state.progress.epochs.total
-    epochs.completed = epochs.processed  # a resumed epoch-end save's epoch: Lightning completes it as it goes on
+    if fit_limits(ctx).max_steps == -1:  # a resumed epoch-end save's epoch: Lightning completes it as it goes on
+        epochs.completed = epochs.processed  # (not under max_steps: its iteration-based on_run_start)
     # A checkpoint taken at an epoch's start (batches_done 0: the one Trainer.save_checkpoint
     # writes after fit, say) starts that epoch afresh: its accumulators are the previous epoch's.
     mid_epoch_resume = resume_rng is not None and loop.batches_done > 0
@@ -200,6 +204,8 @@ def _open_epoch(state: LoopState, loader: Any, resume_rng: dict[str, Any] | None
         return Fetcher(iterator, count, fetched=skip)
     if resume_rng is not None:
         restore_rng_state(resume_rng)
+    if skip > 0:  # Lightning's checkpoint (no generators saved): its resume reads the loader afresh, counting on
+        return Fetcher(loader.batches(), count, fetched=skip)
     loop.epoch_start_rng = capture_rng_state()
     loop.batches_done = 0
     return Fetcher(loader.batches(), count)
@@ -211,6 +217,8 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     mid_epoch_resume = opened is not None and opened.mid_epoch_resume
     if opened is None:  # the first: started with on_train_start's logs, or a resumed epoch's restored accumulators
         log_collector.start_stage()
+    else:  # a resumed fit's counts as Lightning's epoch loop resets them (restart_counts.py)
+        apply_epoch_loop_start(state)
     train_results = log_collector.results
     state.train_results = train_results
     progress = state.progress
@@ -226,10 +234,12 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()
         progress.schedulers.current = Counts()
         progress.epoch_steps, progress.zero_grads.current = 0, Counts()  # its optimizer progress too
-    state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
+        state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
     batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
     val_every = val_check_batches(state, ctx.settings, fit_data)
+    if opened is not None:
+        start_epoch_loop(state, ctx.settings, val_every)
     if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
         # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)
         evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False)

@@ -19,6 +19,7 @@ from trainmesh.trainer.loop_state import LoopPosition
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization_hooks import refuse_uncallable_step_hooks, with_backward_hooks
 from trainmesh.trainer.restart import rerun_epoch_end_under_max_steps, restarting
+from trainmesh.trainer.restart_counts import restore_shown_counts
 from trainmesh.trainer.search_trials import TrainLoop
 from trainmesh.trainer.stop_limits import fit_limits
 
@@ -54,17 +55,24 @@ def begin_fit(
     # Lightning's zero_grad() as the stage starts; before the restore here, which brings back the gradients
     # of an accumulation window the checkpoint was taken in (a bit-identical resume)
     state.module.zero_grad()
-    resume_rng = None
+    resume_rng, processed_again = None, False
     if checkpoint is not None:
         restore = functools.partial(restore_checkpoint, state, runtime, ctx.view, checkpoint, source=source)
         resume_rng = restore(weights_only=False, modules_restored=ctx.modules_restored)
         say_restored(source, fitting=True)
         announce_nothing_left(state, fit_limits(ctx), source, announces=ctx.publisher.is_global_zero)
-        rerun_epoch_end_under_max_steps(ctx)
+        processed_again = rerun_epoch_end_under_max_steps(ctx)
         state.progress.train_batches.restart(state.loop.total_batches, state.loop.batches_done)
         state.progress.schedulers = scheduler_progress_of(checkpoint)
         restore_optimizer_progress(state.progress, checkpoint)
-    restart_epoch_counts(state, resumed=checkpoint is not None)
+        # what on_train_start reads is the checkpoint's counts, as Lightning's restored loops (restart_counts.py)
+        state.loop.epoch_loop_start = restore_shown_counts(
+            state, checkpoint, accumulate=ctx.view.accumulate_grad_batches, restarting=restarting(ctx, checkpoint)
+        )
+    iteration_based = fit_limits(ctx).max_steps != -1
+    restart_epoch_counts(
+        state, resumed=checkpoint is not None, processed_again=processed_again, iteration_based=iteration_based
+    )
     state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (fit_loop._end_epoch)
     state.progress.fit_started = True
 

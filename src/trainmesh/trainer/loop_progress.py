@@ -70,6 +70,19 @@ class Progress:
         self.total, self.current = Counts.at(total), Counts.at(current)
 
 
+@dataclass(frozen=True)
+class EpochLoopStart:
+    """A resumed fit's training batch counts as its epoch loop starts, and what its first ``advance`` does
+    (trainer/restart_counts.py)."""
+
+    train_batches: Progress
+    batches_stepped: int  # the checkpoint's _batches_that_stepped (Lightning's, without the saved batch's step)
+    # Lightning's restart stage of its epoch loop: "batch_end" (saved in on_train_batch_end), "last" (after
+    # the batch's end: a validation, an epoch end), "inside" (inside a batch: on_exception), "" (no restart)
+    stage: str
+    window_ended: bool  # the saved batch ended an accumulation window (Lightning's not _should_accumulate)
+
+
 @dataclass
 class LoopCounters:
     """The counters of Lightning's loops: the fit's epochs and training batches, the fit's own

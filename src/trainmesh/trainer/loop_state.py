@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
-from trainmesh.trainer.loop_progress import LoopCounters
+from trainmesh.trainer.loop_progress import EpochLoopStart, LoopCounters
 from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.states import RunningStage, TrainerState
 
@@ -80,6 +80,9 @@ class LoopPosition:
     # cadence keep theirs, as Lightning's, which settled them when the loader was set up). Not saved.
     forward_only: bool = False
     added_batches: int = 0
+    # A resumed fit's batch counts and stepped batches as its first epoch loop starts (restart_counts.py):
+    # until then it shows the checkpoint's, as Lightning's restored loops do. Not saved.
+    epoch_loop_start: EpochLoopStart | None = None
 
 
 @dataclass

@@ -174,6 +174,27 @@ class _View:
     def run(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise RefusedError(f"{self._where}.run(): {TRAINER_LOOPS_REFUSAL}")
 
+    def _state_dict_place(self) -> tuple[str, str]:
+        """Where the loop's state is in a checkpoint's Lightning ``loops``: the entry and its keys' prefix."""
+        raise AttributeError(f"`{self._where}` has no state_dict in Lightning 2.6")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning's ``_Loop.state_dict()``: the loop's progress as a checkpoint saved now holds it."""
+        from trainmesh.trainer.checkpointing import lightning_loops_of
+
+        entry, prefix = self._state_dict_place()
+        saved = lightning_loops_of(cast(Any, self._owner)._state)[entry]
+        if entry == "fit_loop":  # the epochs as counted (a resume's restart counts them its own way: fit_loop.py)
+            epochs = self._counters.epochs
+            saved["epoch_progress"] = {"total": vars(epochs.total).copy(), "current": vars(epochs.current).copy()}
+        return {key[len(prefix) :]: value for key, value in saved.items() if key.startswith(prefix)}
+
+    def load_state_dict(self, state_dict: dict[str, Any], prefix: str = "") -> NoReturn:
+        raise RefusedError(
+            f"{self._where}.load_state_dict(): trainmesh's loops are views of the Trainer's loop state; resume "
+            "a fit with trainer.fit(model, ckpt_path=...), which restores them as Lightning's do"
+        )
+
 
 class EvaluationLoopView(_View):
     """Lightning 2.6's ``_EvaluationLoop`` as read: ``batch_progress``, ``max_batches``, ``num_dataloaders``."""
@@ -190,6 +211,10 @@ class EvaluationLoopView(_View):
     def _progress(self) -> Progress:
         progress: Progress = getattr(self._counters, self._loop)
         return progress
+
+    def _state_dict_place(self) -> tuple[str, str]:
+        places = {"fit_validation": ("fit_loop", "epoch_loop.val_loop."), "validate": ("validate_loop", "")}
+        return places.get(self._loop, ("test_loop", ""))
 
     @property
     def batch_progress(self) -> ProgressCopy:
@@ -223,6 +248,9 @@ class TrainingEpochLoopView(_View):
 
     __slots__ = ()
     _where = "trainer.fit_loop.epoch_loop"
+
+    def _state_dict_place(self) -> tuple[str, str]:
+        return "fit_loop", "epoch_loop."
 
     @property
     def batch_progress(self) -> ProgressCopy:
@@ -296,6 +324,9 @@ class FitLoopView(_View):
     # A callback lengthening the running fit by a forward-only epoch (Lightning's StochasticWeightAveraging
     # on a model with batch norm: callbacks/stochastic_weight_avg.py) writes these three
     _running_writes = frozenset({"max_epochs", "max_batches", "_skip_backward"})
+
+    def _state_dict_place(self) -> tuple[str, str]:
+        return "fit_loop", ""
 
     @property
     def restarting(self) -> bool:

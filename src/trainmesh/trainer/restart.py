@@ -9,16 +9,18 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.stop_limits import fit_done, fit_limits
 
 
-def rerun_epoch_end_under_max_steps(ctx: LoopContext) -> None:
+def rerun_epoch_end_under_max_steps(ctx: LoopContext) -> bool:
     """Lightning 2.6.6's restart of a fit bounded by ``max_steps`` from a checkpoint taken at an
     epoch's end (its ``RESTARTED_ON_EPOCH_END``): with steps and epochs left, it runs that epoch's
-    ``on_train_epoch_end`` hooks again (without scheduler steps) before the next epoch."""
+    ``on_train_epoch_end`` hooks again (without scheduler steps) before the next epoch. Says whether
+    it does (that epoch then counts as processed twice in Lightning's epoch progress)."""
     state, limits = ctx.state, fit_limits(ctx)
     if limits.max_steps == -1 or not state.loop.epoch_finished or fit_done(state, limits):
-        return
+        return False
     if limits.max_epochs != -1 and state.current_epoch + 1 >= limits.max_epochs:
-        return  # nothing left: Lightning's fit ends before on_train_start
+        return False  # nothing left: Lightning's fit ends before on_train_start
     state.loop.epoch_finished, state.loop.epoch_end_due = False, True
+    return True
 
 
 def restarting(ctx: LoopContext, checkpoint: dict[str, Any] | None) -> bool:
