@@ -79,3 +79,36 @@ def test_keras_own_mask_ops_are_not_a_forward_pass_of_its_own():
     assert forward_of_its_own(tagger) is None and forward_of_its_own(masking) is None
     pooled = keras.Model(tokens, keras.layers.Dense(1)(embedded + ops.sum(embedded, axis=0, keepdims=True)))
     assert forward_of_its_own(pooled) == "keras.ops.Sum in the functional model"
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_a_loss_a_layer_of_its_own_adds_only_in_training_is_named_in_the_refusal(reduce):
+    """A layer of the program's own adding a penalty only in training (``if training: self.add_loss(...)``):
+    added_losses.py's probe calls the model in inference and does not see it; the step probe refuses the sum
+    (``ops.sum``: half of it at 2 x 16) but its reason spoke only of an output combining the samples
+    (``ops.tensordot``), which the program does not compute (/work/progs/k-progs6 penalty_when_training). Now it
+    names the add_loss and the fix; the mean passes."""
+    import keras_random_programs as programs
+
+    import keras
+    from keras import ops
+    from trainmesh.keras.step_probe import refusal
+
+    class TrainingPenalty(keras.layers.Layer):
+        def call(self, inputs, training=None):
+            if training:
+                self.add_loss(1e-2 * getattr(ops, reduce)(ops.square(inputs)))
+            return inputs
+
+    programs.fresh()
+    x, y = programs.data(32)
+    model = keras.Sequential(
+        [keras.Input(x.shape[1:]), keras.layers.Dense(8), TrainingPenalty(), keras.layers.Dense(1)]
+    )
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=1, verbose=0)
+    reason = refusal(model, x, y, None, None, world=2)
+    assert (reason is not None) == (reduce == "sum")
+    if reason is not None:
+        for part in ("add_loss in TrainingPenalty.call", "ops.mean instead of ops.sum", "on one process"):
+            assert part in reason, reason

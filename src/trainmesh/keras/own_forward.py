@@ -89,14 +89,37 @@ def _leading_to(mask: Any, inputs: set[int], layer_class: type) -> set[int]:
     return operations
 
 
+def added_in_training(model: Any) -> str | None:
+    """The first layer of the program's own whose ``call`` added a loss (``add_loss``) in the model's last call
+    (the step probe's, in training), as ``Name.call``; None where none did. Keras clears a layer's added losses
+    at the start of the model's next call, not after one, so they are still there when the probe's reason is made."""
+    for layer in model._flatten_layers(include_self=True):
+        if own_override(layer, "call") and getattr(layer, "_losses", None):
+            return f"{type(layer).__name__}.call"
+    return None
+
+
 def forward_reason(model: Any, difference: float, world: int, samples: int) -> str:
-    """Why a model whose forward pass of its own combines the batch's samples is refused (step_probe.py)."""
+    """Why a model whose forward pass of its own combines the batch's samples is refused (step_probe.py).
+
+    A loss a layer of its own adds only in training (``if training: self.add_loss(ops.sum(...))``) is not seen by
+    added_losses.py's probe (an inference call) and shows here; before, its refusal spoke of an output combining
+    the samples (``ops.tensordot``) only, which a program adding a summed penalty does not do."""
+    added = added_in_training(model)
+    if added is None:
+        what, fix = "combines the samples of a batch", ""
+    else:
+        what = f"combines the samples of a batch, or the loss it adds in training (add_loss in {added}) is no mean over them"
+        fix = (
+            "Make the added loss a mean over the batch (ops.mean instead of ops.sum, or divide by the batch size, as "
+            "Keras' activity_regularizer does; a sum weighs 1/N of it under N processes), and "
+        )
     return (
-        f"the model's forward pass ({forward_of_its_own(model)}) combines the samples of a batch: on the first "
+        f"the model's forward pass ({forward_of_its_own(model)}) {what}: on the first "
         f"{samples} samples of the training data its gradients differ from the mean of its gradients on each half by "
         f"{difference:.2e} of their norm (an output computed from several samples, such as "
         f"ops.tensordot(a, b, 2) contracting the batch axis, or a statistic over the batch). Under {world} "
         "processes each one computes it from its own part of every global batch: the run would train and differ "
-        "from one process's, silently. Compute each sample's output from that sample alone (ops.sum(a * b, "
-        "axis=1, keepdims=True) for a per-sample dot product), or run on one process"
+        f"from one process's, silently. {fix}{'c' if fix else 'C'}ompute each sample's output from that sample alone "
+        "(ops.sum(a * b, axis=1, keepdims=True) for a per-sample dot product), or run on one process"
     )
