@@ -85,6 +85,54 @@ def test_to_torchscript_gives_the_modules_outputs(method, tmp_path):
         ours.to_torchscript(method="compile")
 
 
+def _hooked_net_class(base, seen):
+    class Hooked(_net_class(base)):
+        def on_before_batch_transfer(self, batch, dataloader_idx):
+            seen.append(("before", type(self).__mro__[2].__module__.split(".")[0]))
+            return batch
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            return batch * 2  # a user's normalisation, applied to the traced example too
+
+    return Hooked
+
+
+def _outcome(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return "ok"
+
+
+def test_exports_feed_the_example_through_the_batch_hooks_and_fail_as_lightning_does():
+    """p05 (l-progs14): the traced example passes the batch hooks; a script export with a wrong keyword
+    leaves the module in eval mode (Lightning restores the mode after a successful export only);
+    to_onnx without onnx, and a wrong method, say Lightning 2.6.6's words."""
+    import importlib.util
+
+    torch.manual_seed(0)
+    seen: list = []
+    ours, theirs = _hooked_net_class(tm.Module, seen)(), _hooked_net_class(L.LightningModule, seen)()
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 3)
+    outcomes = []
+    for model in (ours, theirs):
+        model.example_input_array = x
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = model.to_torchscript(method="trace")
+            said = [_outcome(model.to_torchscript, method="compile"), model.training]
+            said += [_outcome(model.to_torchscript, method="script", example_input=x), model.training]
+        if importlib.util.find_spec("onnx") is None:
+            said.append(_outcome(model.to_onnx, "m.onnx").replace(type(model).__name__, "Net"))
+        outcomes.append((said, traced(x)))
+    assert outcomes[0][0] == outcomes[1][0]
+    assert outcomes[0][0][1] is True and outcomes[0][0][3] is False
+    assert torch.equal(outcomes[0][1], outcomes[1][1])  # traced on 2 * x: the same graph, the same numbers
+    assert [who for _, who in seen] == ["trainmesh", "lightning"]
+
+
 def _toggling(base, record):
     class TwoOptimizers(base):
         def __init__(self):

@@ -196,3 +196,51 @@ def test_lightning_one_mixed_precision_plugin_at_16_trains_as_pytorch_lightning_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the renamed class's warning
         assert tm_plugins.MixedPrecisionPlugin("16-mixed", "cpu").scaler.is_enabled()  # 2.6's: a CPU scaler
+
+
+def _gru_run(framework):
+    Trainer, Module = (pl.Trainer, pl.LightningModule) if framework == "lightning" else (tm.Trainer, tm.Module)
+
+    class Recurrent(Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.head, self.grads, self.cache = nn.GRU(4, 6, batch_first=True), nn.Linear(6, 1), [], []
+
+        def training_step(self, batch, batch_idx):
+            self.cache.append(torch.is_autocast_cache_enabled())
+            return self.head(self.rnn(batch[0])[0]).float().pow(2).mean()
+
+        def on_before_optimizer_step(self, optimizer):
+            self.grads.append([p.grad.clone() for p in self.parameters()])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    torch.manual_seed(0)
+    model = Recurrent()
+    x = torch.randn(8, 5, 4, generator=torch.Generator().manual_seed(1))
+    Trainer(max_steps=2, precision="bf16-mixed", accelerator="cpu", **QUIET).fit(
+        model, DataLoader(TensorDataset(x), batch_size=4)
+    )
+    return model
+
+
+def test_bf16_mixed_autocasts_without_the_weight_cache_as_lightnings_trainer_and_fabric_keeps_it():
+    """l-progs14 p11: Lightning's Trainer autocasts with ``cache_enabled=False``; with torch's cache a GRU's
+    weight cast once for all time steps gets other gradients (p11: weights 7e-4 away after 18 steps, the
+    first gradient already different). Lightning Fabric's autocast keeps the cache, as trainmesh's Fabric."""
+    ours, theirs = _gru_run("trainmesh"), _gru_run("lightning")
+    assert ours.cache == theirs.cache == [False, False]
+    for mine, lightnings in zip(ours.grads, theirs.grads):
+        assert all(torch.equal(a, b) for a, b in zip(mine, lightnings))
+    assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), theirs.parameters()))
+    from lightning.fabric import Fabric
+
+    caches = []
+    for fabric in (
+        tm.Fabric(accelerator="cpu", precision="bf16-mixed"),
+        Fabric(accelerator="cpu", precision="bf16-mixed"),
+    ):
+        with fabric.autocast():
+            caches.append(torch.is_autocast_cache_enabled())
+    assert caches == [True, True]

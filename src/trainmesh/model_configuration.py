@@ -80,15 +80,18 @@ def _overrides(module: Any, hook: str) -> bool:
 
 def call_configure_model(module: Any, mesh: Any) -> None:
     """``module.configure_model(mesh)``, or ``configure_model()`` when it takes no argument."""
-    configure = module.configure_model
-    try:
-        takes_mesh = len(inspect.signature(configure).parameters) >= 1
-    except (TypeError, ValueError):
-        takes_mesh = False
-    if takes_mesh:
-        configure(mesh)
+    if configure_model_takes_mesh(module):
+        module.configure_model(mesh)
     else:
-        configure()
+        module.configure_model()
+
+
+def configure_model_takes_mesh(module: Any) -> bool:
+    """Whether ``module.configure_model`` takes trainmesh's mesh argument (Lightning's hook takes none)."""
+    try:
+        return len(inspect.signature(module.configure_model).parameters) >= 1
+    except (TypeError, ValueError):
+        return False
 
 
 def lightning1_number(module: Any, value: float) -> Any:

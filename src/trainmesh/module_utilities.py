@@ -8,6 +8,7 @@ inherits these.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,39 +107,63 @@ class ModuleUtilities(nn.Module):
             "TorchScript is deprecated in PyTorch. Use `torch.export.export()` for model exporting instead. "
             "See https://pytorch.org/docs/stable/export.html for more information."
         )
+        # Lightning's order: the mode is restored after a successful export only (a failed export
+        # leaves the module in eval mode, as under Lightning), and a traced input goes through the
+        # batch-transfer hooks first, as a batch would.
         was_training = self.training
-        object.__setattr__(self, "_jit_is_scripting", True)
-        try:
-            if method == "script":
+        if method == "script":
+            with _jit_scripting(self):
                 scripted = torch.jit.script(self.eval(), **kwargs)
-            elif method == "trace":
-                inputs = self.example_input_array if example_inputs is None else example_inputs
-                if inputs is None:
+        elif method == "trace":
+            if example_inputs is None:
+                if self.example_input_array is None:
                     raise ValueError(
-                        "to_torchscript(method='trace') needs example_inputs, or example_input_array set on the module"
+                        "Choosing method=`trace` requires either `example_inputs`"
+                        " or `model.example_input_array` to be defined."
                     )
-                scripted = torch.jit.trace(self.eval(), example_inputs=inputs, **kwargs)
-            else:
-                raise ValueError(f"to_torchscript: method must be 'script' or 'trace', got {method!r}")
-        finally:
-            object.__setattr__(self, "_jit_is_scripting", False)
-            self.train(was_training)
+                example_inputs = self.example_input_array
+            if kwargs.get("check_inputs") is not None:
+                kwargs["check_inputs"] = self._through_batch_hooks(kwargs["check_inputs"])
+            example_inputs = self._through_batch_hooks(example_inputs)
+            with _jit_scripting(self):
+                scripted = torch.jit.trace(func=self.eval(), example_inputs=example_inputs, **kwargs)
+        else:
+            raise ValueError(f"The 'method' parameter only supports 'script' or 'trace', but value given was: {method}")
+        self.train(was_training)
         if file_path is not None:
             torch.jit.save(scripted, str(file_path))
         return scripted
 
     @torch.no_grad()
-    def to_onnx(self, file_path: str | Path, input_sample: Any = None, **kwargs: Any) -> Any:
+    def to_onnx(self, file_path: str | Path | Any = None, input_sample: Any = None, **kwargs: Any) -> Any:
         """Export to ONNX through ``torch.onnx.export`` with ``input_sample`` (by default
-        ``example_input_array``); torch's exporter needs its optional ``onnx`` packages installed."""
-        sample = self.example_input_array if input_sample is None else input_sample
-        if sample is None:
-            raise ValueError("to_onnx needs input_sample, or example_input_array set on the module")
+        ``example_input_array``, through the batch-transfer hooks), as Lightning 2.6.6 does: ``onnx`` (and
+        ``onnxscript`` for ``dynamo=True``) must be installed, which is checked before anything runs."""
+        if importlib.util.find_spec("onnx") is None:
+            raise ModuleNotFoundError(f"`{type(self).__name__}.to_onnx()` requires `onnx` to be installed.")
+        if kwargs.get("dynamo", False) and importlib.util.find_spec("onnxscript") is None:
+            raise ModuleNotFoundError(
+                f"`{type(self).__name__}.to_onnx(dynamo=True)` requires `onnxscript` and `torch>=2.5.0` to be installed."
+            )
         was_training = self.training
-        try:
-            return torch.onnx.export(self.eval(), sample, str(file_path), **kwargs)
-        finally:
-            self.train(was_training)
+        if input_sample is None:
+            if self.example_input_array is None:
+                raise ValueError(
+                    "Could not export to ONNX since neither `input_sample` nor"
+                    " `model.example_input_array` attribute is set."
+                )
+            input_sample = self.example_input_array
+        input_sample = self._through_batch_hooks(input_sample)
+        file_path = str(file_path) if isinstance(file_path, Path) else file_path
+        exported = torch.onnx.export(self, input_sample, file_path, **kwargs)
+        self.train(was_training)
+        return exported
+
+    def _through_batch_hooks(self, sample: Any) -> Any:
+        """An example input as a batch arrives: ``on_before_batch_transfer``, ``transfer_batch_to_device``,
+        ``on_after_batch_transfer`` (Lightning's exports and summary do the same)."""
+        owner: Any = self  # the batch-hook helpers are ModuleHooks' (Module inherits both)
+        return owner._apply_batch_transfer_handler(owner._on_before_batch_transfer(sample))
 
     def to_tensorrt(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(
@@ -184,3 +209,13 @@ def _is_compiled(model: Any) -> bool:
     if "torch._dynamo" not in sys.modules:
         return False
     return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+
+
+@contextlib.contextmanager
+def _jit_scripting(module: Any) -> Iterator[None]:
+    """``_jit_is_scripting`` set for the export (properties that read the Trainer then answer plainly)."""
+    object.__setattr__(module, "_jit_is_scripting", True)
+    try:
+        yield
+    finally:
+        object.__setattr__(module, "_jit_is_scripting", False)

@@ -51,9 +51,20 @@ class Precision:
     torch.bfloat16
     """
 
-    def __init__(self, precision: str | int, *, device_type: str, scaler: torch.amp.GradScaler | None = None) -> None:
+    def __init__(
+        self,
+        precision: str | int,
+        *,
+        device_type: str,
+        scaler: torch.amp.GradScaler | None = None,
+        autocast_cache: bool = True,
+    ) -> None:
         self.name = normalize_precision(precision)
         self.device_type = device_type
+        # torch.autocast's cache of the lower-precision copies of the weights: Fabric's (and FSDP's) autocast
+        # keeps it; the Trainer's MixedPrecision turns it off (Lightning 2.6's plugins/precision/amp.py), which
+        # changes the gradients of a weight used several times in a forward (an RNN's, over its time steps).
+        self.autocast_cache = autocast_cache
         assert scaler is None or self.name == "16-mixed", "only 16-mixed scales the loss"
         self.scaler: torch.amp.GradScaler | None = scaler
         if self.name == "16-mixed" and scaler is None:
@@ -85,7 +96,7 @@ class Precision:
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.name in _MIXED:
-            return torch.autocast(self.device_type, dtype=self.compute_dtype)
+            return torch.autocast(self.device_type, dtype=self.compute_dtype, cache_enabled=self.autocast_cache)
         return _NO_AUTOCAST
 
     def convert_module(self, module: nn.Module, *, device: torch.device | None = None) -> nn.Module:

@@ -1,8 +1,10 @@
 """Lightning's former names around building and placing the model: configure_sharded_model (1.x and
-2.0's configure_model) is called where configure_model is, in the strategy's init context, once
-per model object, with one warning line at the user's definition naming what replaces it;
+2.0's configure_model) is called where configure_model is, in the strategy's init context, at every
+stage as Lightning calls both (placement once per model object), with one warning line at the user's
+definition naming what replaces it;
 on_post_move_to_device (1.x, which no release measured against calls) is not called, said once."""
 
+import copy
 import warnings
 
 import pytest
@@ -67,8 +69,58 @@ def test_configure_sharded_model_runs_where_lightning_runs_it_and_on_post_move_t
     not_called = [str(w.message) for w in caught if "is not called" in str(w.message)]
     assert len(not_called) == 1 and not_called[0].startswith("Legacy.on_post_move_to_device is not called")
     assert module.calls == [("setup", "fit"), ("configure_sharded_model", "cpu"), ("configure_optimizers",)]
-    trainer.test(module, data(), verbose=False)  # once per model object, as configure_model
-    assert module.calls[-1] == ("setup", "test") and len(module.calls) == 4
+    trainer.test(module, data(), verbose=False)  # at every stage, as Lightning's _call_configure_model
+    assert module.calls[3:] == [("setup", "test"), ("configure_sharded_model", "cpu")]
+
+
+def _distilling(base):
+    class Distilling(base):
+        """l-progs14 p07's pattern: configure_model builds the student once and copies it into a teacher."""
+
+        def __init__(self):
+            super().__init__()
+            self.model, self.teacher, self.calls = None, None, []
+
+        def configure_model(self):
+            self.calls.append(self.trainer.state.fn.value)
+            if self.model is None:
+                self.model = torch.nn.Linear(4, 1)
+            self.teacher = copy.deepcopy(self.model)
+            self.teacher.eval()
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.model(batch[0]), batch[1])
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", F.mse_loss(self.model(batch[0]), batch[1]))
+
+        def predict_step(self, batch, batch_idx):
+            return self.teacher(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    return Distilling
+
+
+def test_configure_model_runs_at_every_stage_of_a_trainer_as_lightning_runs_it():
+    """Lightning calls configure_model at fit, validate and predict of the same Trainer (its docs: make it
+    idempotent); a hook that copies the trained student into a teacher sees each call. Before: trainmesh
+    called it once per model object, so after validate the teacher kept the untrained copy (p07: final
+    weights 0.19 away from Lightning's)."""
+    L = pytest.importorskip("lightning.pytorch")
+    seen = []
+    for framework, base in ((tm, tm.Module), (L, L.LightningModule)):
+        torch.manual_seed(0)
+        module = _distilling(base)()
+        trainer = quiet_trainer(framework=framework, max_epochs=1)
+        trainer.fit(module, data(), data())
+        trainer.validate(module, data(), verbose=False)
+        predicted = trainer.predict(module, data())
+        seen.append((module.calls, module.teacher.training, torch.cat(predicted), module.state_dict()))
+    (ours, ours_eval, ours_out, ours_sd), (theirs, theirs_eval, theirs_out, theirs_sd) = seen
+    assert ours == theirs == ["fit", "validate", "predict"] and ours_eval == theirs_eval
+    assert torch.equal(ours_out, theirs_out) and all(torch.equal(ours_sd[k], theirs_sd[k]) for k in theirs_sd)
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")

@@ -60,17 +60,15 @@ def release_gradients(hooks: HookDispatcher, module: Any) -> None:
 
 
 def warn_of_modules_in_eval_mode(module: nn.Module) -> None:
-    """Lightning's warning where training starts with modules in eval mode, in its words and category
-    (``PossibleUserWarning``, which ``disable_possible_user_warnings`` hides): it leaves each its mode (it
-    calls no ``train()`` at fit's start), which is right for a frozen part and a surprise otherwise.
-    The names of the parts follow Lightning's words."""
+    """Lightning's warning where training starts with modules in eval mode, in its words (nothing added: a
+    program that reads the message sees Lightning's) and category (``PossibleUserWarning``, which
+    ``disable_possible_user_warnings`` hides): it leaves each its mode (it calls no ``train()`` at fit's
+    start), which is right for a frozen part and a surprise otherwise."""
     in_eval = [name for name, part in module.named_modules() if not part.training]
     if in_eval:
-        names = ", ".join(name or "(the model)" for name in in_eval[:5]) + (", ..." if len(in_eval) > 5 else "")
         rank_zero_warn(
             f"Found {len(in_eval)} module(s) in eval mode at the start of training. This may lead to unexpected"
-            " behavior during training. If this is intentional, you can ignore this warning."
-            f" In eval mode in {type(module).__name__}: {names}.",
+            " behavior during training. If this is intentional, you can ignore this warning.",
             category=PossibleUserWarning,
         )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook, configure_model_takes_mesh
 from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.utilities.rank_zero import global_rank_from_env
@@ -41,6 +41,21 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
         model = layer_sync.apply(model)
     placed = runtime.setup_module(model)
     return placed
+
+
+def configure_placed_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher) -> None:
+    """A later stage of the same Trainer on a model placed already (validate or test after fit): Lightning's
+    ``_call_configure_model`` runs ``configure_sharded_model`` / ``configure_model`` at every stage, which is
+    why its docs ask for an idempotent hook; a hook that is not (``self.teacher = copy.deepcopy(self.model)``)
+    sees each call. Placement is not repeated, so a trainmesh hook taking the mesh (one that applies a
+    parallelism to the layers) is not called again."""
+    legacy = hooks.module_replaces("configure_sharded_model")
+    if legacy or (configure_model_is_a_hook(model) and not configure_model_takes_mesh(model)):
+        with runtime.module_init_context():
+            if legacy:
+                hooks.call_module("configure_sharded_model")
+            else:
+                model.configure_model()  # type: ignore[operator]
 
 
 def _deprecated(model: nn.Module, hook: str, what: str) -> None:

@@ -60,7 +60,9 @@ def choose_precision(flag: str, plugin: Any, *, device_type: str, strategy: Any)
     the ``flag`` (already unified) on ``device_type``, as Lightning's connector chooses it."""
     if plugin is not None:
         scaler = getattr(plugin, "scaler", None) if plugin.precision == "16-mixed" else None
-        chosen = Precision(plugin.precision, device_type=device_type, scaler=scaler)
+        chosen = Precision(
+            plugin.precision, device_type=device_type, scaler=scaler, autocast_cache=_autocast_cache(strategy)
+        )
         chosen.plugin = plugin  # trainer.precision_plugin is the object given, as Lightning's
         return chosen
     if flag.startswith("transformer-engine"):
@@ -84,7 +86,13 @@ def choose_precision(flag: str, plugin: Any, *, device_type: str, strategy: Any)
         flag = "bf16-mixed"
     if flag in ("16-mixed", "bf16-mixed"):
         rank_zero_info(f"Using {'16bit' if flag == '16-mixed' else 'bfloat16'} Automatic Mixed Precision (AMP)")
-    return Precision(flag, device_type=device_type)
+    return Precision(flag, device_type=device_type, autocast_cache=_autocast_cache(strategy))
+
+
+def _autocast_cache(strategy: Any) -> bool:
+    """Lightning's Trainer autocasts with ``cache_enabled=False`` (its MixedPrecision plugin), except under
+    FSDP, whose FSDPPrecision keeps torch's default."""
+    return "fsdp" in (strategy if isinstance(strategy, str) else type(strategy).__name__).lower()
 
 
 def _is_model_parallel(strategy: Any) -> bool:

@@ -20,7 +20,7 @@ from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.manual_optimization import ManualSteps, check_manual_settings, is_manual
-from trainmesh.trainer.model_placement import place_model
+from trainmesh.trainer.model_placement import configure_placed_model, place_model
 from trainmesh.trainer.profiling import hook_dispatcher, setup_profiler
 from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
@@ -78,6 +78,8 @@ def prepare_stage(
         state.model = place_model(model, runtime, hooks, trainer._layer_sync if stage == "fit" else None)
         state.prepared_module_id = id(model)
         state.optimizers, state.lr_scheduler_configs = [], []
+    else:  # Lightning calls the model's configure_model at every stage; placement runs once
+        configure_placed_model(model, runtime, hooks)
     state.log_collector.metrics_source = runtime.trainer_port.metrics_source
     state.log_collector.world_size = runtime.world_size  # sync_dist reduces with more than one process
     restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
