@@ -338,7 +338,7 @@ def restore_checkpoint(
     if modules_restored:
         _check_resumable(len(state.optimizers), checkpoint, source)
     model, module = state.model, state.module
-    runtime.checkpoints.load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    runtime.checkpoints.load_optimizer_states(model, state.optimizers, checkpoint)
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(saved_precision_state(checkpoint))
