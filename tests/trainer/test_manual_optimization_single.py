@@ -2,15 +2,12 @@
 accumulation over two batches (``no_backward_sync`` around the first backward), clipping by
 norm through ``self.clip_gradients``, a scheduler stepped with ``self.lr_schedulers()``."""
 
-import importlib
-
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainmesh as tm
-from helpers.programs import differences, run_both, trainer_kwargs
 from trainmesh.strategies import SingleDeviceStrategy, StrategyCapabilities
 
 CLIP, LR = 0.05, 0.5
@@ -117,46 +114,3 @@ def test_a_strategy_manual_optimization_was_not_checked_under_is_refused_before_
     with pytest.raises(ValueError, match=r"strategy '\w+' with Accumulating.automatic_optimization = False: manual"):
         trainer.fit(module, DataLoader(data(), batch_size=8))
     assert all(torch.equal(module.state_dict()[name], tensor) for name, tensor in before.items())
-
-
-def manual_step_returning(returned):
-    def program(L, root):
-        seen = []
-
-        class ReturnsNoLoss(L.pl.LightningModule):
-            def __init__(self):
-                super().__init__()
-                self.automatic_optimization = False
-                self.layer = nn.Linear(4, 1)
-
-            def training_step(self, batch, batch_idx):
-                return returned
-
-            def configure_optimizers(self):
-                return torch.optim.SGD(self.parameters(), lr=0.1)
-
-        class SeesTheError(L.pl.Callback):
-            def on_exception(self, trainer, pl_module, exception):
-                seen.append(type(exception).__name__ in ("MisconfigurationException", "MisconfiguredType"))
-
-        kwargs = trainer_kwargs(
-            root, max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[SeesTheError()]
-        )
-        exceptions = importlib.import_module(f"{L.pl.__name__}.utilities.exceptions")
-        try:
-            L.pl.Trainer(**kwargs).fit(ReturnsNoLoss(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
-        except exceptions.MisconfigurationException as error:
-            words = "In manual optimization, `training_step` must either return a Tensor or have no return."
-            return {"words": str(error).startswith(words), "seen": seen}
-        return "no error"
-
-    return program
-
-
-@pytest.mark.parametrize("returned", [5, "loss", [1.0]])
-def test_a_manual_training_step_returning_no_tensor_raises_lightning_s_words(returned, tmp_path):
-    """Lightning's loops/optimization/test_manual_loop.py: its ManualResult refuses what is neither a
-    Tensor, a Mapping nor None with MisconfigurationException (trainmesh raised a TypeError only)."""
-    found = run_both(manual_step_returning(returned), tmp_path)
-    assert found["lightning"] == {"words": True, "seen": [True]}
-    assert differences(found["lightning"], found["trainmesh"]) == []
