@@ -114,12 +114,15 @@ class ModuleUtilities(nn.Module):
             elif method == "trace":
                 inputs = self.example_input_array if example_inputs is None else example_inputs
                 if inputs is None:
-                    raise ValueError(
-                        "to_torchscript(method='trace') needs example_inputs, or example_input_array set on the module"
+                    raise ValueError(  # Lightning's words
+                        "Choosing method=`trace` requires either `example_inputs` or `model.example_input_array` to "
+                        "be defined."
                     )
                 scripted = torch.jit.trace(self.eval(), example_inputs=inputs, **kwargs)
             else:
-                raise ValueError(f"to_torchscript: method must be 'script' or 'trace', got {method!r}")
+                raise ValueError(  # Lightning's words
+                    f"The 'method' parameter only supports 'script' or 'trace', but value given was: {method}"
+                )
         finally:
             object.__setattr__(self, "_jit_is_scripting", False)
             self.train(was_training)
