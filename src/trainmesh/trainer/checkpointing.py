@@ -283,7 +283,7 @@ def restore_modules(
         module.on_load_checkpoint(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
-    strict = bool(getattr(module, "strict_loading", True))
+    strict = getattr(module, "strict_loading", True) in (None, True)  # Lightning's getter: None (unset) is strict
     check_state_dict_fits(
         runtime.checkpoints.state_dicts(model, [], sharded=True)["model"],
         checkpoint["state_dict"],
