@@ -135,6 +135,7 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/optimization/step_hooks.py": [
         "trainer/test_automatic_optimization.py",
         "trainer/test_training_step_none.py",
+        "trainer/test_step_outputs_lightning.py",
     ],
     "trainer/optimization/progress.py": ["trainer/test_manual_optimization.py", "trainer/test_optimizer_idx.py"],
     "runtime_optimizer.py": [

@@ -383,8 +383,11 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         return self._host.all_gather(self, data, group, sync_grads)
 
     # ---- manual optimization (trainmesh.manual_calls) -------------------------------------
-    # Set ``self.automatic_optimization = False`` to step the optimizers in training_step.
-    automatic_optimization: bool = True
+    # Set ``self.automatic_optimization = False`` to step the optimizers in training_step. Not annotated:
+    # torch.jit.script reads this class's annotations for a module's attributes, and this module's are
+    # strings (``from __future__ import annotations``) it cannot resolve: to_torchscript() failed on a
+    # module that set it ("Unknown type annotation: 'bool'"); the value's type is inferred instead.
+    automatic_optimization = True
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when configure_optimizers made several); ``step()`` goes through

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -95,9 +95,19 @@ class Precision:
         return self.name in _MIXED
 
     def autocast(self) -> AbstractContextManager[Any]:
+        """A step's context, as Lightning's precision plugins' ``forward_context``: autocast to the compute
+        dtype (mixed); under "16-true"/"bf16-true"/"64-true", tensors the step makes (``torch.zeros``,
+        ``torch.randn``) in the parameters' dtype, torch's default dtype for the step; else nothing."""
         if self.name in _MIXED:
             return torch.autocast(self.device_type, dtype=self.compute_dtype, cache_enabled=self.autocast_cache)
+        if self._true_dtype is not None:
+            return default_dtype(self._true_dtype)
         return _NO_AUTOCAST
+
+    def init_context(self) -> AbstractContextManager[Any]:
+        """Where ``configure_model`` builds layers: in the parameters' dtype under a "-true" precision
+        (Lightning's ``module_init_context``), else as it is."""
+        return default_dtype(self._true_dtype) if self._true_dtype is not None else _NO_AUTOCAST
 
     def convert_module(self, module: nn.Module, *, device: torch.device | None = None) -> nn.Module:
         """``module`` on ``device`` (None: where it is), its floating-point tensors in the
@@ -158,6 +168,17 @@ class Precision:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Tensors made inside get ``dtype`` (Lightning's ``_DtypeContextManager``)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _do_nothing() -> None:

@@ -22,6 +22,7 @@ from trainmesh.checkpoint.keys import CheckpointKeys
 from trainmesh.checkpoint.saves import CheckpointSaves
 from trainmesh.checkpoint.writers import SYNCHRONOUS
 from trainmesh.runtime_optimizer import RuntimeOptimizer, inner_optimizer
+from trainmesh.strategies.lightning_face import restore_optimizer_states
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.collections import detached_copies
 
@@ -70,6 +71,14 @@ class RuntimeCheckpoints:
         self._runtime.strategy.load_state_dict(model, [inner_optimizer(o) for o in optimizers], state, strict=strict)
 
     # ---- the Trainer's checkpoints -----------------------------------------------------------------
+    def load_optimizer_states(self, model: nn.Module | None, optimizers: Sequence[Any], checkpoint: Any) -> None:
+        """A resumed fit's ``checkpoint["optimizer_states"]``, as Lightning restores them: a Lightning strategy
+        subclass may skip them or load them itself (``lightning_restore_optimizer``, ``load_optimizer_state_dict``)."""
+        saved = {"optim": checkpoint.get("optimizer_states", [])}
+        restore_optimizer_states(
+            self._runtime.strategy, checkpoint, lambda: self.load_state_dicts(model, optimizers, saved)
+        )
+
     def write(self, checkpoint: dict[str, Any], path: str, *, sharded: CheckpointKeys) -> None:
         """Write ``checkpoint`` through :attr:`saves` (at once, or in the background), the entries
         ``sharded`` names shard by shard where the strategy shards."""

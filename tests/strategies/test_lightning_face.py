@@ -7,6 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.programs import differences, run_both, trainer_kwargs
+
 
 def _answers(framework) -> dict[str, object]:
     seen: dict[str, object] = {}
@@ -112,3 +114,61 @@ def test_a_spawned_run_pickles_a_trainer_whose_strategy_the_program_read() -> No
     assert trainer.strategy.optimizers == []  # serves the Trainer now
     copy = pickle.loads(pickle.dumps(trainer.runtime))
     assert copy.strategy.world_size == 1 and copy.strategy.optimizers == []  # no Trainer served there yet
+
+
+def restoring_strategy_program(restore: bool):
+    def program(L, root):
+        calls = []
+
+        class RestoresItself(L.pl.strategies.SingleDeviceStrategy):
+            @property
+            def lightning_restore_optimizer(self):
+                return restore
+
+            def load_optimizer_state_dict(self, checkpoint):
+                calls.append("optimizer_states" in checkpoint)
+                super().load_optimizer_state_dict(checkpoint)
+
+        class Model(L.pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch[0]).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+        found = {}
+
+        class Peek(L.pl.Callback):
+            def on_train_start(self, trainer, pl_module):
+                state = trainer.optimizers[0].state
+                found["momentum"] = [v["momentum_buffer"].clone() for v in state.values()]
+
+        data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+        strategy = RestoresItself(torch.device("cpu"))
+        kwargs = trainer_kwargs(root, max_steps=2, logger=False, enable_checkpointing=False, callbacks=[Peek()])
+        ckpt = root / "a.ckpt"
+        trainer = L.pl.Trainer(**{**kwargs, "strategy": strategy})
+        first = L.pl.Trainer(**trainer_kwargs(root, max_steps=1, logger=False, enable_checkpointing=False))
+        torch.manual_seed(0)
+        first.fit(Model(), data)
+        first.save_checkpoint(ckpt)
+        torch.manual_seed(0)
+        trainer.fit(Model(), data, ckpt_path=ckpt)
+        return {"calls": calls, **found}
+
+    return program
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_a_strategy_subclass_restores_the_optimizers_itself_as_in_lightning(restore, tmp_path):
+    """Lightning's strategies/test_custom_strategy.py: a resumed fit calls the strategy's
+    load_optimizer_state_dict, or restores no optimizer state where lightning_restore_optimizer is
+    False (trainmesh restored them itself either way, and never called the override)."""
+    found = run_both(restoring_strategy_program(restore), tmp_path)
+    assert found["lightning"]["calls"] == ([True] if restore else [])
+    assert len(found["lightning"]["momentum"]) == (2 if restore else 0)
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -94,9 +94,19 @@ def test_no_train_dataloader():
 
 
 def test_ckpt_path_that_does_not_exist(tmp_path):
+    """Lightning's words first (its trainer/connectors/test_checkpoint_connector.py matches them)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    missing = str(tmp_path / "nope.ckpt")
+    lightning = pl.Trainer(default_root_dir=tmp_path, max_steps=1, logger=False, enable_progress_bar=False)
+    with pytest.raises(FileNotFoundError) as theirs:
+        lightning.fit(BoringModel(), ckpt_path=missing)
     train, _ = loaders()
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        quiet_trainer(max_epochs=1).fit(DropoutNet(), train, ckpt_path=str(tmp_path / "nope.ckpt"))
+    with pytest.raises(FileNotFoundError, match="does not exist") as ours:
+        quiet_trainer(max_epochs=1).fit(DropoutNet(), train, ckpt_path=missing)
+    assert str(theirs.value) == f"Checkpoint file not found: {missing}"
+    assert str(ours.value).startswith(f"{theirs.value}. ")
 
 
 def test_ckpt_path_for_another_model_names_the_keys(tmp_path):

@@ -33,6 +33,11 @@ class Callback:
         """Key under which this callback's state is stored in a checkpoint."""
         return type(self).__qualname__
 
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """Lightning's helper for a ``state_key`` of one's own: the class name and ``kwargs``
+        (``MyCallback{'monitor': 'loss'}``), as its docs show callbacks that several instances keep apart."""
+        return f"{type(self).__qualname__}{kwargs!r}"
+
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None: ...
     def teardown(self, trainer: TrainerView, pl_module: Any, stage: str) -> None: ...
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None: ...
@@ -150,6 +155,25 @@ def state_key_of(callback: Any) -> str:
     """The key of ``callback``'s state in a checkpoint (a duck-typed callback may have no ``state_key``)."""
     key = getattr(callback, "state_key", None)
     return key if isinstance(key, str) else type(callback).__qualname__
+
+
+def refuse_shared_state_keys(callbacks: Iterable[Any]) -> None:
+    """Lightning's check when the Trainer is made: two callbacks with a state (a ``state_dict`` of
+    their own) under one ``state_key`` would save one state over the other, and restore both from it."""
+    seen: set[str] = set()
+    for callback in callbacks:
+        if getattr(type(callback), "state_dict", Callback.state_dict) is Callback.state_dict:
+            continue
+        key = state_key_of(callback)
+        if key in seen:
+            name = type(callback).__name__
+            raise RuntimeError(  # Lightning's words (its _validate_callbacks_list)
+                f"Found more than one stateful callback of type `{name}`. In the current configuration, this callback"
+                " does not support being saved alongside other instances of the same type. Please consult the"
+                f" documentation of `{name}` regarding valid settings for the callback state to be checkpointable."
+                " HINT: The `callback.state_key` must be unique among all callbacks in the Trainer."
+            )
+        seen.add(key)
 
 
 def callback_states(callbacks: Iterable[Any]) -> dict[str, Any]:

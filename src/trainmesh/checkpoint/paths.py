@@ -68,9 +68,9 @@ def resolve_checkpoint(
                 "path, or enable ModelCheckpoint(save_last=True) in the earlier run"
             )
     if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"ckpt_path={path!r} does not exist (looked at {os.path.abspath(path)}); pass a checkpoint "
-            "file written by trainmesh, 'last' or 'best'"
+        raise FileNotFoundError(  # Lightning's words first (its TorchCheckpointIO.load_checkpoint)
+            f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist (looked at "
+            f"{os.path.abspath(path)}); pass a checkpoint file written by trainmesh, 'last' or 'best'"
         )
     return path
 

@@ -22,29 +22,18 @@ its ``state_dict``/``load_state_dict``/``teardown`` nowhere, and neither does th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainmesh.precision import Precision
+from trainmesh.precision import Precision, default_dtype
 from trainmesh.utilities.collections import apply_to_tensors
 
 # ``runtime`` below is a trainmesh.Runtime, typed Any: trainmesh.plugins.precision (which the
 # strategies import) reads this module's casts for its Fabric hooks' defaults
-
-
-@contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Tensors made inside get ``dtype`` (Fabric's ``_DtypeContextManager``)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def _cast_floats(data: Any, dtype: torch.dtype) -> Any:

@@ -10,7 +10,7 @@ A base class of the single-device and distributed strategies; it reads only thei
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -95,6 +95,19 @@ class LightningStrategyFace:
                 f"to set; set it through the Trainer's strategy (trainer.strategy.{name})"
             )
         return trainer
+
+    # Lightning's two hooks for a strategy subclass that restores the optimizers' states itself
+    # (restore_optimizer_states below calls them in a resumed fit, as Lightning's checkpoint connector).
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        """False in a subclass that restores optimizer states itself: a resumed fit then loads none
+        (the schedulers' states still)."""
+        return True
+
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Lightning's: the checkpoint's ``optimizer_states`` into the run's optimizers, in order."""
+        for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
+            optimizer.load_state_dict(state)
 
     @property
     def mesh(self) -> Any:  # the strategy's (single.py, distributed.py)
@@ -244,6 +257,19 @@ class LightningStrategyFace:
         return bool(votes == self.world_size) if all else bool(votes > 0)
 
 
+def restore_optimizer_states(strategy: Any, checkpoint: Mapping[str, Any], own_restore: Callable[[], None]) -> None:
+    """A resumed fit's optimizer states, as Lightning restores them: none where the strategy's
+    ``lightning_restore_optimizer`` is False, through a subclass's own ``load_optimizer_state_dict``
+    where it overrides it, else ``own_restore`` (trainmesh's: full tensors or shards)."""
+    if not getattr(strategy, "lightning_restore_optimizer", True):
+        return
+    loader = getattr(type(strategy), "load_optimizer_state_dict", None)
+    if loader is not None and loader is not LightningStrategyFace.load_optimizer_state_dict:
+        strategy.load_optimizer_state_dict(checkpoint)
+        return
+    own_restore()
+
+
 def serving(strategy: Any, trainer_ref: Callable[[], Any]) -> Any:
     """``strategy``, its ``optimizers`` and ``lr_scheduler_configs`` now the Trainer's that ``trainer_ref``
     returns (``Trainer.strategy``: a strategy that is no LightningStrategyFace is returned as it is)."""
@@ -252,7 +278,7 @@ def serving(strategy: Any, trainer_ref: Callable[[], Any]) -> Any:
     return strategy
 
 
-__all__ = ["LightningStrategyFace", "serving"]
+__all__ = ["LightningStrategyFace", "restore_optimizer_states", "serving"]
 
 
 class AcceleratorConnectorView:

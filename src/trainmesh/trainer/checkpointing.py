@@ -284,7 +284,7 @@ def restore_modules(
         module.on_load_checkpoint(checkpoint)
     # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
     # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
-    strict = bool(getattr(module, "strict_loading", True))
+    strict = getattr(module, "strict_loading", True) in (None, True)  # Lightning's getter: None (unset) is strict
     check_state_dict_fits(
         runtime.checkpoints.state_dicts(model, [], sharded=True)["model"],
         checkpoint["state_dict"],
@@ -339,7 +339,7 @@ def restore_checkpoint(
     if modules_restored:
         _check_resumable(len(state.optimizers), checkpoint, source)
     model, module = state.model, state.module
-    runtime.checkpoints.load_state_dicts(model, state.optimizers, {"optim": checkpoint.get("optimizer_states", [])})
+    runtime.checkpoints.load_optimizer_states(model, state.optimizers, checkpoint)
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(saved_precision_state(checkpoint))

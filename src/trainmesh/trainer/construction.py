@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainmesh.accelerators import resolve_accelerator
-from trainmesh.callbacks.base import Callback
+from trainmesh.callbacks.base import Callback, refuse_shared_state_keys
 from trainmesh.callbacks.checkpoint import Checkpoint
 from trainmesh.runtime import Runtime
 from trainmesh.trainer.hooks import is_callback
@@ -256,7 +256,9 @@ def build_callbacks(
             f"Trainer was configured with `enable_checkpointing=False` but found `{found}` in callbacks list: "
             "drop the callback, or leave enable_checkpointing at True"
         )
-    return reordered(result + default_bar_and_summary(result, progress_bar=progress_bar, summary=summary))
+    result += default_bar_and_summary(result, progress_bar=progress_bar, summary=summary)
+    refuse_shared_state_keys(result)
+    return reordered(result)
 
 
 def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:

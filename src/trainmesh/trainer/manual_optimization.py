@@ -34,7 +34,7 @@ from trainmesh.trainer.optimization.progress import count_optimizer_steps
 from trainmesh.trainer.optimization_hooks import call_before_optimizer_step, then_hooks
 from trainmesh.trainer.token_loss import refuse_manual_tokens
 from trainmesh.trainer_view import RuntimeView
-from trainmesh.utilities.exceptions import MisconfiguredValue
+from trainmesh.utilities.exceptions import MisconfiguredType, MisconfiguredValue
 from trainmesh.utilities.wrapped_objects import sharing_state, slot_method
 
 if TYPE_CHECKING:
@@ -105,9 +105,12 @@ def manual_step_hooks(hooks: StepHooks, manual: ManualBackward, module: Any) -> 
     def loss_or_none(output: Any) -> torch.Tensor | None:
         loss = output.get("loss") if isinstance(output, dict) else output
         if loss is not None and not isinstance(loss, torch.Tensor):
-            raise TypeError(
-                f"{type(module).__name__}.training_step returned {type(loss).__name__}; with manual optimization "
-                "return None, a loss tensor, or a dict with 'loss'"
+            # Lightning's ManualResult refuses it with MisconfigurationException in these words; caught
+            # as TypeError too (trainmesh's type before).
+            raise MisconfiguredType(
+                "In manual optimization, `training_step` must either return a Tensor or have no return. "
+                f"{type(module).__name__}.training_step returned {type(loss).__name__}: return None, a loss "
+                "tensor, or a dict with 'loss'"
             )
         return loss.detach() if loss is not None else None
 

@@ -32,7 +32,8 @@ def place_model(model: nn.Module, runtime: Runtime, hooks: HookDispatcher, layer
         # Lightning's ModelParallelStrategy sets the module's mesh so before configure_model reads it
         model._device_mesh = device_mesh
     if legacy or configure_model_is_a_hook(model):  # not a 1.x module's method of its own (model_configuration.py)
-        with runtime.module_init_context():
+        # the precision's too: layers built in the parameters' dtype under "64-true" etc., as Lightning's _call_configure_model
+        with runtime.module_init_context(), runtime.precision.init_context():
             if legacy:
                 hooks.call_module("configure_sharded_model")  # where Lightning 2.0 called it: before configure_model
             else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -104,6 +105,9 @@ def loop_context(
 ) -> LoopContext:
     """The stage's loop context: the Trainer's state, settings and runtime with this stage's hooks."""
     behaviour = trainer._behaviour
+    # The strategy's Lightning optimizers are this Trainer's from the stage's start, as Lightning's
+    # strategy holds them from its setup: a subclass's load_optimizer_state_dict reads them in a resume.
+    trainer.runtime.trainer_port.strategy_serving(weakref.ref(trainer))
     return LoopContext(
         state=trainer._state,
         settings=trainer._settings,

@@ -4,7 +4,7 @@ and token count, with the errors a wrong output gets), backward, ``training_step
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -12,6 +12,7 @@ import torch
 from trainmesh.strategies.step import StepHooks, tokens_in
 from trainmesh.trainer import manual_optimization
 from trainmesh.trainer.optimization.closure import LossBackward
+from trainmesh.utilities.exceptions import MisconfiguredType, MisconfiguredValue
 from trainmesh.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
@@ -91,9 +92,11 @@ def loss_of(output: Any, module: Any) -> torch.Tensor:
     name = type(module).__name__
     if isinstance(output, torch.Tensor):
         loss = output
-    elif isinstance(output, dict):
-        if "loss" not in output:
-            raise ValueError(
+    elif isinstance(output, Mapping):  # a dict, or any Mapping (Lightning's ClosureResult takes both)
+        if output.get("loss") is None:
+            # Lightning's MisconfigurationException words first; a ValueError too (trainmesh's before)
+            raise MisconfiguredValue(
+                "In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present. "
                 f"{name}.training_step returned a dict without a 'loss' key (keys: {sorted(output)}); "
                 "put the tensor to minimise under 'loss'"
             )
@@ -104,8 +107,10 @@ def loss_of(output: Any, module: Any) -> torch.Tensor:
             "To skip a batch on purpose, return None from a manual-optimization module instead"
         )
     else:
-        raise TypeError(
-            f"{name}.training_step returned {type(output).__name__}; return the loss tensor or a dict with 'loss'"
+        raise MisconfiguredType(  # Lightning's words first; a TypeError too (trainmesh's before)
+            "In automatic optimization, `training_step` must return a Tensor, a dict, or None (where the step will"
+            f" be skipped). {name}.training_step returned {type(output).__name__}: return the loss tensor or a dict"
+            " with 'loss'"
         )
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
