@@ -198,10 +198,15 @@ def test_lightning_one_mixed_precision_plugin_at_16_trains_as_pytorch_lightning_
         assert tm_plugins.MixedPrecisionPlugin("16-mixed", "cpu").scaler.is_enabled()  # 2.6's: a CPU scaler
 
 
-def _gru_run(framework):
+def _gru_run(framework, lightning1=False):
     Trainer, Module = (pl.Trainer, pl.LightningModule) if framework == "lightning" else (tm.Trainer, tm.Module)
 
     class Recurrent(Module):
+        if lightning1:  # a hook only pytorch-lightning 1.x had: the module is a 1.x program's
+
+            def training_epoch_end(self, outputs):
+                pass
+
         def __init__(self):
             super().__init__()
             self.rnn, self.head, self.grads, self.cache = nn.GRU(4, 6, batch_first=True), nn.Linear(6, 1), [], []
@@ -244,3 +249,33 @@ def test_bf16_mixed_autocasts_without_the_weight_cache_as_lightnings_trainer_and
         with fabric.autocast():
             caches.append(torch.is_autocast_cache_enabled())
     assert caches == [True, True]
+
+
+def test_a_lightning_one_module_at_bf16_mixed_keeps_torch_s_autocast_cache_as_pytorch_lightning_1_9_5():
+    """pytorch-lightning 1.9.5's NativeMixedPrecisionPlugin autocasts with torch's default (the cache kept:
+    its native_amp.py ``torch.autocast(self.device, dtype=...)``), so a 1.x program's RNN keeps 1.9.5's
+    gradients; a 2.x module fitted by the same Trainer afterwards gets 2.6's (no cache) again."""
+    assert _gru_run("trainmesh", lightning1=True).cache == [True, True]
+
+    class Step(tm.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.cache = nn.Linear(4, 1), []
+
+        def training_step(self, batch, batch_idx):
+            self.cache.append(torch.is_autocast_cache_enabled())
+            return self.layer(batch[0]).float().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class OldStep(Step):
+        def training_epoch_end(self, outputs):
+            pass
+
+    trainer = tm.Trainer(max_epochs=1, precision="bf16-mixed", accelerator="cpu", **QUIET)
+    old, new = OldStep(), Step()
+    for model in (old, new):
+        trainer.fit(model, DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=4))
+        trainer.fit_loop.max_epochs += 1
+    assert old.cache == [True] and new.cache == [False]

@@ -64,7 +64,7 @@ class Precision:
         # torch.autocast's cache of the lower-precision copies of the weights: Fabric's (and FSDP's) autocast
         # keeps it; the Trainer's MixedPrecision turns it off (Lightning 2.6's plugins/precision/amp.py), which
         # changes the gradients of a weight used several times in a forward (an RNN's, over its time steps).
-        self.autocast_cache = autocast_cache
+        self.autocast_cache = self._chosen_autocast_cache = autocast_cache
         assert scaler is None or self.name == "16-mixed", "only 16-mixed scales the loss"
         self.scaler: torch.amp.GradScaler | None = scaler
         if self.name == "16-mixed" and scaler is None:
@@ -93,6 +93,12 @@ class Precision:
     def mixed(self) -> bool:
         """fp32 parameters, computed in a lower precision under autocast."""
         return self.name in _MIXED
+
+    def follow_module_generation(self, lightning1: bool) -> None:
+        """A stage's module written for pytorch-lightning 1.x autocasts with torch's cache, as 1.9.5's
+        NativeMixedPrecisionPlugin did (its ``torch.autocast`` keeps the default); a 2.x module gets the
+        Trainer's choice again (a Trainer may run modules of both generations)."""
+        self.autocast_cache = True if lightning1 else self._chosen_autocast_cache
 
     def autocast(self) -> AbstractContextManager[Any]:
         """A step's context, as Lightning's precision plugins' ``forward_context``: autocast to the compute

@@ -81,6 +81,7 @@ def prepare_stage(
         state.optimizers, state.lr_scheduler_configs = [], []
     else:  # Lightning calls the model's configure_model at every stage; placement runs once
         configure_placed_model(model, runtime, hooks)
+    runtime.precision.follow_module_generation(is_lightning1_module(model))
     state.log_collector.metrics_source = runtime.trainer_port.metrics_source
     state.log_collector.world_size = runtime.world_size  # sync_dist reduces with more than one process
     restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
