@@ -30,6 +30,11 @@ def state_keys_program(L, root):
     class NoState(L.pl.Callback):
         pass
 
+    class Broken(SameKey):  # its key reads an attribute it never set
+        @property
+        def state_key(self):
+            return self._generate_state_key(monitor=self.monitor)
+
     class Model(L.pl.LightningModule):
         def __init__(self):
             super().__init__()
@@ -53,6 +58,10 @@ def state_keys_program(L, root):
         L.pl.Trainer(callbacks=[SameKey(), NoState(), SameKey()], **kwargs)
     except RuntimeError as error:
         found["error"] = str(error)
+    try:  # a state_key that raises is not replaced by a default key
+        L.pl.Trainer(callbacks=[Broken(), SameKey()], **kwargs)
+    except AttributeError as error:
+        found["broken"] = str(error)
     return found
 
 

@@ -152,8 +152,12 @@ def _empty_body(method: Any) -> bool:
 
 
 def state_key_of(callback: Any) -> str:
-    """The key of ``callback``'s state in a checkpoint (a duck-typed callback may have no ``state_key``)."""
-    key = getattr(callback, "state_key", None)
+    """The key of ``callback``'s state in a checkpoint (a duck-typed callback may have no ``state_key``).
+    A ``state_key`` property that raises raises here, as where Lightning reads it: a default in its place
+    would save two callbacks' states under one key, and restore one of them from the other's."""
+    if not hasattr(type(callback), "state_key"):
+        return type(callback).__qualname__
+    key = callback.state_key
     return key if isinstance(key, str) else type(callback).__qualname__
 
 
