@@ -401,8 +401,16 @@ def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -
     weights = (fit_kwargs.get("sample_weight"), fit_kwargs.get("class_weight"))
 
     class StepProbe(keras.callbacks.Callback):  # type: ignore[name-defined]
+        begun: Any = None
+
         def on_train_begin(self, logs: Any = None) -> None:
             refuse_non_mean_step(runtime, self.model, x, y, *weights)
+            self.begun = hand_updates.values(self.model) if runtime.world_size > 1 and needs_probe(self.model) else None
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:  # the first: a variable updated from later on
+            begun, self.begun = self.begun, None
+            if begun is not None and runtime.broadcast(hand_updates.moved_by_hand(self.model, begun), 0):
+                refuse_non_mean_step(runtime, self.model, x, y, *weights)
 
     return StepProbe()
 
