@@ -102,12 +102,13 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
     trainable = list(model.trainable_variables)
     if runtime.world_size == 1 or not variables + trainable:
         return
-    zeros = broadcast_from_zero(runtime, [v.value for v in variables] + [_summary(trainable)])
+    zeros = broadcast_from_zero(runtime, [v.value for v in variables] + ([_summary(trainable)] if trainable else []))
     gaps = [(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=False)]
-    gaps.append((zeros[-1] - _summary(trainable)).abs().max().float())
+    if trainable:
+        gaps.append((zeros[-1] - _summary(trainable)).abs().max().float())
     apart = all_reduce_sum(runtime, [torch.stack(gaps)])[0]
-    parted = [(v.path, float(a)) for v, a in zip(variables, apart[:-1], strict=True) if float(a) > 0]
-    if float(apart[-1]) > 0:  # the trainable variables, which the averaged gradients keep bit-identical
+    parted = [(v.path, float(a)) for v, a in zip(variables, apart[: len(variables)], strict=True) if float(a) > 0]
+    if trainable and float(apart[-1]) > 0:  # the trainable variables, which the averaged gradients keep bit-identical
         raise ValueError(_trainable_apart(float(apart[-1])))
     if parted:
         path, gap = parted[0]
@@ -126,8 +127,9 @@ def _summary(trainable: list[Any]) -> torch.Tensor:
     rows = []
     for variable in trainable:
         flat = variable.value.detach().double().flatten()
-        rows.append(torch.stack([flat.sum(), (flat * torch.arange(1, flat.numel() + 1, dtype=flat.dtype)).sum()]))
-    return torch.stack(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
+        positions = torch.arange(1, flat.numel() + 1, dtype=flat.dtype, device=flat.device)
+        rows.append(torch.stack([flat.sum(), (flat * positions).sum()]))
+    return torch.stack(rows)
 
 
 def _trainable_apart(gap: float) -> str:
