@@ -225,6 +225,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/metric_states.py": ["keras/test_keras_unseen_programs.py"],
     "keras/masked_counts.py": ["keras/test_masked_losses.py"],
     "keras/probe_facts.py": ["keras/test_step_probe.py"],
+    "keras/probe_accumulation.py": ["keras/test_step_probe.py", "keras/test_keras_random_draws.py"],
     "keras/probe_data.py": ["keras/test_step_probe.py"],
     "keras/probe_expected_draws.py": ["keras/test_step_probe.py"],
     "keras/draws.py": ["keras/test_keras_random_draws.py", "keras/test_keras_zero1.py"],

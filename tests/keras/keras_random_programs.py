@@ -435,6 +435,10 @@ PROGRAMS = {
     "own_generator_step": lambda batch: tensor_method_step(batch, imported="generator"),
     "ema_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch),
     "ema_later_step": lambda batch: __import__("keras_hand_update_programs").hand_updated(batch, later=True),
+    "count_later_step": lambda b: __import__("keras_hand_update_programs").hand_updated(b, later=True, count_only=True),
+    "rescaled_step": lambda b: __import__("keras_hand_update_programs").hand_updated(b, rescaled=True),
+    "accumulating_step": lambda batch: __import__("keras_accumulating_programs").accumulating(batch),
+    "accumulating_dropout_step": lambda batch: __import__("keras_accumulating_programs").accumulating(batch, 0.3),
 }
 
 

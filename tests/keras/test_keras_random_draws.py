@@ -31,6 +31,9 @@ SAME += ["torch_drawing_step", "spatial_dropout"]
 SAME += ["tensor_method_step"]
 # own_generator_step: torch.randn(..., generator=g) of its own (torch_draws.py; before: apart, silently)
 SAME += ["own_generator_step"]
+# accumulating_step: gradients accumulated over 4 micro-batches, one apply (probe_accumulation.py; before: refused as
+# "not a mean")
+SAME += ["accumulating_step"]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +88,13 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
         ("ema_step", ("updates the variable 'hand_updated_step/centre' by hand", "keras.metrics.Mean")),
         # the same from the second step on (before: ranks 0.13 apart, silently): stopped at the first epoch's end
         ("ema_later_step", ("'hand_updated_step/centre' of the model is", "apart between the processes")),
+        # a count of samples alone from the second step (the copies agree; before: half Keras' count, silently):
+        # the probe runs the step again at the first epoch's end
+        ("count_later_step", ("updates the variable 'hand_updated_step/seen' by hand", "keras.metrics.Mean")),
+        # a trainable kernel rescaled by hand from the batch beside apply (before: ranks 1.9e-3 apart, silently)
+        ("rescaled_step", ("trainable variables of the model are apart between the processes", "kernel_constraint")),
+        # the same accumulation with a Dropout on each micro-batch (before: refused in the general words)
+        ("accumulating_dropout_step", ("accumulates gradients over 4 parts", "gradient_accumulation_steps")),
     ],
 )
 def test_what_no_rows_can_reproduce_is_refused_on_every_rank(ddp, name, parts):

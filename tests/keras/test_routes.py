@@ -74,9 +74,10 @@ def test_only_the_run_s_model_takes_the_routed_steps_and_keras_cache_comes_back(
     seen = []
 
     def step(kind):
-        def run(data):
+        def run(data, keras_step):
             seen.append(kind)
-            return getattr(model, f"{kind}_step")(data)
+            assert keras_step == getattr(model, f"{kind}_step")  # the model's own (not compiled: no jit_compile)
+            return keras_step(data)
 
         return run
 
@@ -90,6 +91,30 @@ def test_only_the_run_s_model_takes_the_routed_steps_and_keras_cache_comes_back(
     assert set(vars(model)) == names
     model.fit(x, y, batch_size=4, verbose=0)
     assert len(seen) == 6
+
+
+def test_under_jit_compile_the_model_s_step_is_compiled_and_trainmesh_s_around_it_is_not():
+    """jit_compile=True: Keras torch.compile's its step function, which calls the model's train_step. Before,
+    trainmesh's step around it (step counts, batch sizes, the batch logs' collectives) was compiled with it: a
+    graph break at each of its Python-state reads, and a callback reading the batch logs under 2 processes
+    failed in the first step with InternalTorchDynamoError (all_gather_object traced, /work/progs/k-left). Now
+    the model's step alone is compiled, as Keras compiles it, and trainmesh's runs eagerly (nothing is
+    compiled here: the step given is not called)."""
+    import keras
+    from trainmesh.keras.routes import steps_through
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    seen = []
+
+    def run(data, keras_step=None):
+        seen.append((torch.compiler.is_compiling(), getattr(keras_step, "_torchdynamo_orig_callable", None)))
+        return {}
+
+    with steps_through(model, {"train": run}):
+        model.fit(np.ones((4, 3), dtype="float32"), np.ones((4, 1), dtype="float32"), batch_size=4, verbose=0)
+    assert seen == [(False, model.train_step)]
 
 
 def test_a_model_overriding_a_routed_keras_method_is_refused_under_several_processes():

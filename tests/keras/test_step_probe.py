@@ -239,3 +239,24 @@ def test_the_probe_leaves_the_fit_as_it_was():
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     assert history == probed_history
     assert torch.equal(generator, probed_generator)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_a_step_accumulating_gradients_over_micro_batches_is_probed_by_what_it_applies(dropout):
+    """keras-io's gradient accumulation within a step (4 backward passes on micro-batches, one apply): a mean, not
+    refused (before: "not a mean", each pass compared, the first a quarter's; the ddp leg trains it as Keras at the
+    global batch: test_keras_random_draws.py); with a Dropout on each micro-batch, refused naming the accumulation
+    (before: the general words)."""
+    import keras_accumulating_programs as accumulating
+
+    from trainmesh.keras.step_probe import refusal
+
+    program = accumulating.accumulating(16, dropout)
+    model, fit = program["model"], program["fit"]
+    model.fit(fit["x"][:16], fit["y"][:16], batch_size=16, epochs=1, verbose=0)  # built as fit builds it
+    reason = refusal(model, fit["x"], fit["y"], None, None, world=2)
+    if not dropout:
+        assert reason is None
+        return
+    for part in ("accumulates gradients over 4 parts of its batch", "Dropout on a micro-batch", "run on one process"):
+        assert part in reason, reason

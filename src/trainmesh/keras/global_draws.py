@@ -4,7 +4,7 @@ torch's (torch_draws.py, which builds on draws.py), composed here so neither imp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainmesh.keras import draws
@@ -32,14 +32,14 @@ def predicting(model: Any, rows: draws.StepRows, shares: tuple[int, ...] | None,
         return
     steps = [0]
 
-    def predict_step(data: Any) -> Any:
+    def predict_step(data: Any, keras_step: Callable[[Any], Any]) -> Any:
         local = _leading(data)
         if shares is not None:
             rows.begin(local, draws.plan_sizes(shares, batch_size, steps[0]), blocks=False)
         else:
             rows.begin(local, None, blocks=False, refusal=draws.PREDICTING_BATCHES)
         try:
-            return model.predict_step(data)
+            return keras_step(data)
         finally:
             steps[0] += 1
             rows.end()

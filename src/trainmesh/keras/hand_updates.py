@@ -65,21 +65,51 @@ def reason(path: str, world: int) -> str:
     )
 
 
+def moved_by_hand(model: Any, begun: list[tuple[str, torch.Tensor]]) -> bool:
+    """Whether a non-trainable variable of the model (but BatchNormalization's statistics) is not at its value of
+    ``begun`` (:func:`values` when training began): a step updated it from a later step on than the one the step
+    probe runs (a count of samples from the second step: the processes' copies agree, each counting its part,
+    80 where Keras counts 160 at 2 processes, /work/progs/k-left), so the probe runs the step once more (step_probe.py)."""
+    keras = _keras()
+    statistics = {
+        v.path
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.built
+        for v in (layer.moving_mean, layer.moving_variance)
+    }
+    now = dict(values(model))
+    return any(path not in statistics and path in now and not torch.equal(now[path], value) for path, value in begun)
+
+
+def _keras() -> Any:
+    from trainmesh.keras.backend import require_keras
+
+    return require_keras()
+
+
 def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
     """At a training epoch's end under several processes (every process calls it): a non-trainable variable of
     the model (but ``skip``, BatchNormalization's statistics, and seed generators) whose copies the processes
     hold apart was updated by hand from each process's part of the batch at a step the probe does not see (from
-    the second step on, say): stopped on every process, naming it, rather than train on apart, silently."""
+    the second step on, say): stopped on every process, naming it, rather than train on apart, silently. The
+    trainable variables, which the averaged gradients keep bit-identical, are compared by two sums each: a step
+    assigning one by hand from its batch beside apply (a rescaling of its own: the ranks 1.9e-3 apart after 2
+    epochs, silently, /work/progs/k-left count_later.py) is stopped so too."""
     from trainmesh.keras.collectives import all_reduce_sum, broadcast_from_zero
 
     left_out = {id(v) for v in skip} | {id(g.state) for layer in model._flatten_layers() for g in _seeds(layer)}
     variables = [v for v in model.non_trainable_variables if id(v) not in left_out]
-    if runtime.world_size == 1 or not variables:
+    trainable = list(model.trainable_variables)
+    if runtime.world_size == 1 or not variables + trainable:
         return
-    zeros = broadcast_from_zero(runtime, [v.value for v in variables])
-    apart = torch.stack([(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=True)])
-    apart = all_reduce_sum(runtime, [apart])[0]
-    parted = [(v.path, float(a)) for v, a in zip(variables, apart, strict=True) if float(a) > 0]
+    zeros = broadcast_from_zero(runtime, [v.value for v in variables] + ([_summary(trainable)] if trainable else []))
+    gaps = [(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=False)]
+    if trainable:
+        gaps.append((zeros[-1] - _summary(trainable)).abs().max().float())
+    apart = all_reduce_sum(runtime, [torch.stack(gaps)])[0]
+    parted = [(v.path, float(a)) for v, a in zip(variables, apart[: len(variables)], strict=True) if float(a) > 0]
+    if trainable and float(apart[-1]) > 0:  # the trainable variables, which the averaged gradients keep bit-identical
+        raise ValueError(_trainable_apart(float(apart[-1])))
     if parted:
         path, gap = parted[0]
         raise ValueError(
@@ -89,6 +119,29 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
             "first), so each process holds its own copy and the run differs from one process's. "
             + reason(path, runtime.world_size).split(". ", 1)[1]
         )
+
+
+def _summary(trainable: list[Any]) -> torch.Tensor:
+    """Each trainable variable in two numbers (its sum, and its sum weighted by position): equal on every process
+    where the copies are bit-identical, without sending the weights."""
+    rows = []
+    for variable in trainable:
+        flat = variable.value.detach().double().flatten()
+        positions = torch.arange(1, flat.numel() + 1, dtype=flat.dtype, device=flat.device)
+        rows.append(torch.stack([flat.sum(), (flat * positions).sum()]))
+    return torch.stack(rows)
+
+
+def _trainable_apart(gap: float) -> str:
+    return (
+        f"the trainable variables of the model are apart between the processes at the end of a training epoch "
+        f"(their sums {gap:.2e} apart): trainmesh averages the gradients an optimizer's apply is given, so the "
+        f"copies stay bit-identical unless a step of yours assigns a trainable variable by hand (assign, "
+        "assign_sub: a constraint or a rescaling of its own from its batch) beside the optimizer's apply; each "
+        "process then changes its copy from its own part of the batch, and the run differs from one process's. "
+        "Use a Keras constraint (kernel_constraint=, applied after each update alike on every process), compute "
+        "the change from the averaged gradients (v.value.grad after backward), or run on one process"
+    )
 
 
 def _seeds(layer: Any) -> Any:

@@ -20,6 +20,8 @@ at the global batch. The loss tracker (a ``Mean`` weighted by each batch's size,
 processes) reads the same. A step only rank 0 takes (an evaluation's last, its batch the global one)
 and one process are Keras' own. Masked metrics are not concerned: Keras calls ``apply_mask`` for them
 with ``reduction="sum"`` (sums and counts, which add up over the processes), which is left as it is.
+An evaluation step that more than one process but not all take (3 processes or more, uneven shares) has no
+count to sum over all: refused at the call's first masked loss (:func:`refuse_partly_taken`).
 """
 
 from __future__ import annotations
@@ -38,25 +40,34 @@ MEANS = ("mean", "sum_over_batch_size")  # the reductions apply_mask turns into 
 
 @contextlib.contextmanager
 def over_the_global_count(
-    runtime: Runtime, taking: Callable[[], list[bool] | None], local: Callable[[], int]
+    runtime: Runtime,
+    taking: Callable[[], list[bool] | None],
+    local: Callable[[], int],
+    evaluation_steps: Callable[[], list[int] | None] = lambda: None,
 ) -> Iterator[None]:
     """Keras' ``apply_mask`` divides by the global batch's unmasked count within the block (``taking()``:
-    which processes take the running step, None outside one; ``local()``: this process's batch size)."""
+    which processes take the running step, None outside one; ``local()``: this process's batch size;
+    ``evaluation_steps()``: how many evaluation steps each process takes, None where not known)."""
     if runtime.world_size == 1:
         yield
         return
     from keras.src.losses import loss as keras_loss
 
     keras_apply = keras_loss.apply_mask
+    checked = [False]
 
     # Under jit_compile Keras' step is torch.compile'd: dynamo cannot trace which processes take the step (Python
-    # state) nor the all-reduce (it failed inside dynamo: "BooleanAtom not allowed in this context"), so this one
-    # function runs eagerly within the compiled step (a graph break), the rest of the step compiled as Keras' own.
+    # state) nor the all-reduce (it failed inside dynamo: "BooleanAtom not allowed in this context"), so a masked
+    # mean runs eagerly within the compiled step (a graph break). Keras calls apply_mask for every loss and metric:
+    # one with no mask or not a mean reduction is Keras' own, traced with the rest of the step (no break).
     @torch.compiler.disable
-    def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
-        takers = taking() if mask is not None and reduction in MEANS else None
+    def masked_mean(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
+        takers = taking()
+        if takers is not None and not checked[0]:  # the call's first masked loss (every process at once)
+            checked[0] = True
+            refuse_partly_taken(evaluation_steps())
         if takers is None or takers == [True] + [False] * (len(takers) - 1):  # rank 0's batch is the global one
-            return keras_apply(sample_weight, mask, dtype, reduction)  # (or no step, no mask, not a mean)
+            return keras_apply(sample_weight, mask, dtype, reduction)  # (or no step)
         if not all(takers):  # 3 processes or more, evaluation data of uneven shares: no count to sum over all
             raise RuntimeError(
                 f"an evaluation step taken by the processes {takers} computes a loss over a mask, which Keras "
@@ -66,11 +77,33 @@ def over_the_global_count(
             )
         return _weighed(sample_weight, mask, dtype, _global_weight(runtime, mask, dtype, local()))
 
+    def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
+        if mask is None or reduction not in MEANS:
+            return keras_apply(sample_weight, mask, dtype, reduction)
+        return masked_mean(sample_weight, mask, dtype, reduction)
+
     keras_loss.apply_mask = apply_mask
     try:
         yield
     finally:
         keras_loss.apply_mask = keras_apply
+
+
+def refuse_partly_taken(counts: list[int] | None) -> None:
+    """An evaluation of which a step is taken by more than one process but not by all (3 processes or more: the
+    last evaluation step of uneven shares), with a loss over a mask: refused at the call's first masked loss (the
+    first training step, before anything is updated), not at that evaluation step (after an epoch's training)."""
+    for step in range(max(counts or [0])):
+        takers = [count > step for count in counts or []]
+        if 1 < sum(takers) < len(takers):
+            raise ValueError(
+                f"the processes take {counts} evaluation steps on their shares of the evaluation data, so its step "
+                f"{step} is taken by the processes {[r for r, t in enumerate(takers) if t]} only, and the model's "
+                "loss is computed over a mask, which Keras divides by the step's global count of unmasked "
+                "positions: a count cannot be summed over only some processes. Use evaluation data of a number "
+                "of samples that is a multiple of processes x batch_size (a PyDataset or a DataLoader: of "
+                "batches, a multiple of the processes), or evaluate on one process"
+            )
 
 
 def _weighed(sample_weight: Any, mask: Any, dtype: Any, weight: Any) -> Any:

@@ -12,7 +12,11 @@ trainmesh's behaviour, any other object Keras' own method.
   model's ``train_function`` (``test_function``, ``predict_function``: Keras' cache), which calls
   ``self.train_step(data)``. For the run's model the function made calls trainmesh's step, which
   calls the model's own ``train_step``; it is made as Keras makes its own (the batch unwrapped,
-  evaluation and prediction under ``torch.no_grad()``, ``torch.compile`` under ``jit_compile``).
+  evaluation and prediction under ``torch.no_grad()``). Under ``jit_compile`` the model's step is
+  ``torch.compile``'d, as Keras compiles it, and trainmesh's bookkeeping around it (step counts, batch
+  sizes, the batch logs' collectives) runs outside the compiled region: traced, it broke the graph at
+  every step, and a collective of Python objects failed inside dynamo (a callback reading the batch
+  logs: ``InternalTorchDynamoError`` in the first step, /work/progs/k-left).
   The cache is put back as it was when the call ends, so that a later fit of Keras' own runs
   Keras' step function.
 - ``Trainer._get_metrics_result_or_logs`` and ``Trainer.compute_metrics`` (sync.py).
@@ -40,6 +44,8 @@ from trainmesh.keras.optimizers import own_overrides
 
 # The replacement on the run's object: ours(Keras' method bound to it, *args, **kwargs).
 Ours = Callable[..., Any]
+# trainmesh's step of a kind: step(data, keras_step), keras_step the model's own (compiled under jit_compile).
+Step = Callable[[Any, Callable[[Any], Any]], Any]
 
 # Each method a run of fit/evaluate/predict routes, that a user's class could override around it.
 DRIVERS = {
@@ -99,9 +105,10 @@ def on_optimizer(name: str, optimizer: Any, ours: Ours) -> contextlib.AbstractCo
 
 
 @contextlib.contextmanager
-def steps_through(model: Any, steps: dict[str, Callable[[Any], Any]]) -> Iterator[dict[str, list[Any]]]:
+def steps_through(model: Any, steps: dict[str, Step]) -> Iterator[dict[str, list[Any]]]:
     """Within the block, the step function Keras' torch trainer makes for ``model`` of each kind in
-    ``steps`` ("train", "test", "predict") calls ``steps[kind](data)``; Keras' cache put back after.
+    ``steps`` ("train", "test", "predict") calls ``steps[kind](data, keras_step)``, ``keras_step`` the model's
+    ``<kind>_step`` (``torch.compile``'d under ``jit_compile``, as Keras' own); Keras' cache put back after.
     Yields, for each kind, the function made (once made): a model class overriding the maker may leave
     another in ``model.train_function``, which is what Keras' fit calls."""
     from keras.src.backend.torch.trainer import TorchTrainer
@@ -119,7 +126,7 @@ def steps_through(model: Any, steps: dict[str, Callable[[Any], Any]]) -> Iterato
             setattr(model, f"{kind}_function", function)  # as Keras' own make_*_function writes it
 
 
-def _maker(model: Any, kind: str, step: Callable[[Any], Any], made: list[Any]) -> Ours:
+def _maker(model: Any, kind: str, step: Step, made: list[Any]) -> Ours:
     """Keras' torch ``make_<kind>_function`` for ``model``, its step function calling ``step``; ``made``:
     the function made in this call (then reused)."""
     attribute = f"{kind}_function"
@@ -131,15 +138,18 @@ def _maker(model: Any, kind: str, step: Callable[[Any], Any], made: list[Any]) -
         if model.steps_per_execution > 1:
             return keras_make(force=True)  # Keras' own error ("must be 1 with the PyTorch backend")
 
+        keras_step = getattr(model, f"{kind}_step")
+        if model._should_torch_compile():  # the model's step alone: trainmesh's around it stays eager
+            keras_step = torch.compile(keras_step)
+
         def one_step_on_data(data: Any) -> Any:
             if kind == "train":
-                return step(data[0])
+                return step(data[0], keras_step)
             with torch.no_grad():
-                return step(data[0])
+                return step(data[0], keras_step)
 
-        function = torch.compile(one_step_on_data) if model._should_torch_compile() else one_step_on_data
-        made[:] = [function]
-        setattr(model, attribute, function)
+        made[:] = [one_step_on_data]
+        setattr(model, attribute, one_step_on_data)
         return None
 
     return make

@@ -57,6 +57,7 @@ import torch
 from trainmesh.keras import (
     hand_updates,
     masked_counts,
+    probe_accumulation,
     probe_expected_draws,
     probe_facts,
     probe_torch_draws,
@@ -264,13 +265,15 @@ class _Restorer:
                 metric.reset_state()
 
 
-def _gradients(model: Any, data: Any, facts: probe_facts.StepFacts | None = None) -> list[tuple[Any, list[Any]]]:
+def _gradients(
+    model: Any, data: Any, facts: probe_facts.StepFacts | None = None, given: list[tuple[Any, list[Any]]] | None = None
+) -> list[tuple[Any, list[Any]]]:
     """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
     the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
     in a step running no backward pass (``torch.autograd.grad``), those each Keras optimizer's ``apply`` is
-    given (what sync.averaged_apply averages)."""
+    given (what sync.averaged_apply averages; recorded in ``given`` too)."""
     passes: list[tuple[Any, list[Any]]] = []
-    given: list[tuple[Any, list[Any]]] = []
+    given = [] if given is None else given
 
     def at_pass_end(gradients: list[Any], _batch: int) -> list[Any]:
         passes.append(("backward", [None if g is None else g.detach().clone() for g in gradients]))
@@ -354,12 +357,13 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
     tape.expected = expected
     try:
         with _drawing_alike(tape):
-            whole = _gradients(model, data, facts)
+            applied: list[list[tuple[Any, list[Any]]]] = [[], [], []]  # what each run's applies are given
+            whole = _gradients(model, data, facts, applied[0])
             parts, untaped, after = [], False, [hand_updates.values(model)]
-            for start, part in zip((0, half), halves, strict=True):
+            for start, part, given in zip((0, half), halves, applied[1:], strict=True):
                 restorer.restore()
                 tape.replay(start, half, count)
-                parts.append(_gradients(model, part))
+                parts.append(_gradients(model, part, given=given))
                 after.append(hand_updates.values(model))
                 untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
                 after_half = unmapped_draws.generator_states()
@@ -371,6 +375,10 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
                     raise unmapped_draws.UnmappedDraws(which)
             hand_updates.refuse_batch_dependent(after[0], after[1:])
             difference, _ = _relative(whole, _mean_of(*parts))
+            if difference > limit and probe_accumulation.applies_accumulated(whole, applied[0]):
+                difference, _ = _relative(applied[0], _mean_of(*applied[1:]))  # gradients accumulated: what it applies
+                if expected and difference <= limit:  # a mean, but drawing on parts of its batch it cuts itself
+                    raise probe_accumulation.AccumulatedDraws(len(whole))
             noise = 0.0
             if difference > limit and untaped:  # torch's draws the tape did not see: the whole batch again, elsewhere
                 restorer.restore()
@@ -393,8 +401,16 @@ def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -
     weights = (fit_kwargs.get("sample_weight"), fit_kwargs.get("class_weight"))
 
     class StepProbe(keras.callbacks.Callback):  # type: ignore[name-defined]
+        begun: Any = None
+
         def on_train_begin(self, logs: Any = None) -> None:
             refuse_non_mean_step(runtime, self.model, x, y, *weights)
+            self.begun = hand_updates.values(self.model) if runtime.world_size > 1 and needs_probe(self.model) else None
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:  # the first: a variable updated from later on
+            begun, self.begun = self.begun, None
+            if begun is not None and runtime.broadcast(hand_updates.moved_by_hand(self.model, begun), 0):
+                refuse_non_mean_step(runtime, self.model, x, y, *weights)
 
     return StepProbe()
 
@@ -434,6 +450,8 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
         return unmapped_draws.reason(unmapped.args[0], world)
     except hand_updates.HandUpdated as updated:
         return hand_updates.reason(updated.args[0], world)
+    except probe_accumulation.AccumulatedDraws as drawn:
+        return probe_accumulation.reason(drawn.args[0], world)
     except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
         return None
     limit = tolerance(model)

@@ -177,7 +177,7 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
     ``apply``, for the length of the block: through Keras' own classes (routes.py), not the model."""
     batch_sizes: list[int] = []  # the batch of the training step running (none: no step runs)
 
-    def train_step(data: Any) -> Any:
+    def train_step(data: Any, keras_step: Callable[[Any], Any]) -> Any:
         preemption = state.preemption
         if preemption is not None and preemption.skip:  # resumed mid-epoch: a batch trained before the stop
             preemption.skip -= 1
@@ -188,17 +188,17 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
         if state.backward is not None:
             state.backward.step_begins(model)
         try:  # state.plan: None on one process and for a PyDataset or a DataLoader
-            logs = run_step(state, model, state.plan, state.step, model.train_step, data, state.batch_logs, True)
+            logs = run_step(state, model, state.plan, state.step, keras_step, data, state.batch_logs, True)
         finally:
             state.step += 1
             batch_sizes.clear()
         refuse_unaveraged_step(state.world)  # a step that updated nothing through a Keras optimizer
         return logs
 
-    def test_step(data: Any) -> Any:
+    def test_step(data: Any, keras_step: Callable[[Any], Any]) -> Any:
         state.last_batch = batch_size_of(data)
         step, state.eval_step = state.eval_step, state.eval_step + 1
-        return run_step(state, model, state.eval_plan, step, model.test_step, data, state.test_batch_logs, False)
+        return run_step(state, model, state.eval_plan, step, keras_step, data, state.test_batch_logs, False)
 
     moments = over_the_global_batch(state.runtime, lambda: bool(batch_sizes))  # in training steps only
     apply = functools.partial(averaged_apply, state, model, batch_sizes)
@@ -217,7 +217,8 @@ def installed(model: Any, state: SyncState) -> Iterator[None]:
             stack.enter_context(block)
         stack.enter_context(_averaging_backward(state, batch_sizes))
         taking = lambda: takers(state) if state.rows.local is not None else None  # noqa: E731 -- in a step only
-        stack.enter_context(over_the_global_count(state.runtime, taking, lambda: state.last_batch))
+        counts = lambda: state.eval_counts  # noqa: E731 -- the evaluation's (fit's validation_data), set before the steps
+        stack.enter_context(over_the_global_count(state.runtime, taking, lambda: state.last_batch, counts))
         yield
 
 
