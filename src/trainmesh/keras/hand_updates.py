@@ -54,7 +54,8 @@ def refuse_batch_dependent(whole: list[tuple[str, torch.Tensor]], halves: list[l
 def reason(path: str, world: int) -> str:
     return (
         f"the model's train_step updates the variable {path!r} by hand (assign/assign_add, not through a Keras "
-        f"optimizer's apply) from its batch: run on the first samples of the training data and on each half of "
+        f"optimizer's apply) from its batch: run on a batch of the training data (its first samples before start; at "
+        f"the first epoch's end, for a variable that moved then) and on each half of "
         f"them, the step leaves it at other values. Under {world} processes each process runs the step on its part "
         "of every global batch, and trainmesh averages only what reaches an optimizer's apply (and "
         "BatchNormalization's statistics, and metrics' states): each process would update its own copy from its own "
