@@ -244,9 +244,17 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         data = DataSource(datamodule=datamodule, model=model, given=given, trainer_fn="fit")
         self._launch("fit", model, for_overfit(data, self.overfit_batches), None)
 
-    def _reset_fit_state(self) -> None:
-        """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind)."""
+    def _reset_fit_state(self, *, keep_metrics: bool = False) -> None:
+        """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind);
+        ``keep_metrics``: what the last run logged stays readable (``callback_metrics``, ``logged_metrics``)
+        until the next run starts, as after 1.9.5's ``trainer.tune``, whose searches are fits of their own."""
+        last = self._state
         self._state = self._new_loop_state()
+        if keep_metrics:
+            from trainmesh.trainer import publishing
+
+            self._state.written_metrics = publishing.callback_metrics(last)
+            self._state.logged_metrics = publishing.logged_metrics(last)
 
     def _new_loop_state(self) -> LoopState:
         decide = self.runtime.trainer_port.returns_predictions  # trainer.predict_loop.return_predictions = x

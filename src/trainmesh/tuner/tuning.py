@@ -51,7 +51,7 @@ class Trainer(Protocol):
     def fit(
         self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None
     ) -> None: ...
-    def _reset_fit_state(self) -> None: ...
+    def _reset_fit_state(self, *, keep_metrics: bool = False) -> None: ...
     def _fit_on_train_loader(self, model: Any, train_loader: Any, val_dataloaders: Any, datamodule: Any) -> None: ...
 
 
@@ -133,7 +133,7 @@ class Tuner:
                 for name, value in kept.items():
                     setattr(trainer, name, value)
                 model.load_state_dict(weights)
-                trainer._reset_fit_state()  # the next fit configures its optimizers and starts at step 0
+                trainer._reset_fit_state(keep_metrics=True)  # fit anew at step 0; 1.9.5's tune keeps the metrics
                 temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
             if train_dataloaders is None:
                 # Lightning's _lr_find resets the fit loop's data after its restore: train_dataloader() asked
@@ -207,7 +207,7 @@ class Tuner:
             for name, value in kept.items():
                 setattr(trainer, name, value)
             model.load_state_dict(weights)
-            trainer._reset_fit_state()
+            trainer._reset_fit_state(keep_metrics=True)  # the last trial's metrics stay, as 1.9.5's (1.x path)
             temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
         self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
