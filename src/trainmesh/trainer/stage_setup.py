@@ -73,15 +73,7 @@ def prepare_stage(
     # Lightning's order: the data module's setup (in data.prepare), the callbacks', the module's (stage=: its way)
     hooks.call_callbacks("setup", stage=hook_stage(stage))
     hooks.call_module("setup", stage=hook_stage(stage))
-    if state.prepared_module_id != id(model):
-        # configure_model and placement run once per model object, so fit-then-test keeps
-        # the trained (wrapped) model instead of wrapping it a second time.
-        state.model = place_model(model, runtime, hooks, trainer._layer_sync if stage == "fit" else None)
-        state.prepared_module_id = id(model)
-        state.optimizers, state.lr_scheduler_configs = [], []
-    else:  # Lightning calls the model's configure_model at every stage; placement runs once
-        configure_placed_model(model, runtime, hooks)
-    runtime.precision.follow_module_generation(is_lightning1_module(model))
+    _place_model(trainer, model, hooks, stage)
     state.log_collector.metrics_source = runtime.trainer_port.metrics_source
     state.log_collector.world_size = runtime.world_size  # sync_dist reduces with more than one process
     restored = early is not None and early()  # a resumed fit's module, in Lightning's order (trainer/resume.py)
@@ -99,6 +91,20 @@ def prepare_stage(
     if "SLURM_NTASKS" in os.environ and _under_slurm():  # SIGUSR1 requeues (supervision/preemption.py)
         _signals_log.info("SLURM auto-requeueing enabled. Setting signal handlers.")
     return ctx
+
+
+def _place_model(trainer: StageTrainer, model: Any, hooks: HookDispatcher, stage: str) -> None:
+    """The model placed, and its precision's autocast chosen for its Lightning generation. configure_model
+    and placement run once per model object, so fit-then-test keeps the trained (wrapped) model instead
+    of wrapping it a second time; Lightning calls configure_model again at every later stage."""
+    state, runtime = trainer._state, trainer.runtime
+    if state.prepared_module_id != id(model):
+        state.model = place_model(model, runtime, hooks, trainer._layer_sync if stage == "fit" else None)
+        state.prepared_module_id = id(model)
+        state.optimizers, state.lr_scheduler_configs = [], []
+    else:
+        configure_placed_model(model, runtime, hooks)
+    runtime.precision.follow_module_generation(is_lightning1_module(model))
 
 
 def loop_context(
