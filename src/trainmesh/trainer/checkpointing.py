@@ -28,6 +28,7 @@ from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_re
 from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import warn_returned_callback_state
 from trainmesh.trainer.lightning_resume import loop_entry_of, resumable_lightning_checkpoint
+from trainmesh.trainer.loader_states import train_loader_states
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -168,9 +169,13 @@ def lightning_loops_of(state: LoopState) -> dict[str, Any]:
     ``validate_loop``, ``test_loop``, ``predict_loop``), what ``trainer.fit_loop.state_dict()`` reads."""
     automatic = getattr(state.module, "automatic_optimization", True)
     entry = _loop_entry(state)
-    return lightning_loops(
+    loops = lightning_loops(
         entry, state.current_epoch, state.global_step, automatic=automatic, counters=_loop_counters(state)
     )
+    # the stateful train loaders' states, where Lightning's fit loop keeps them (loader_states.py)
+    if states := train_loader_states(getattr(state.fit_data, "asked_train_loader", None)):
+        loops["fit_loop"]["state_dict"]["combined_loader"] = states
+    return loops
 
 
 def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:

@@ -65,6 +65,11 @@ class FitData:
         if loader is not None and count != 0:
             self._started_epoch = (capture_rng_state(), Fetcher(loader.batches(), count))
 
+    @property
+    def asked_train_loader(self) -> Any:
+        """The train loader once asked for (None before, or where there is none)."""
+        return None if self._train is _NOT_ASKED else self._train
+
     def take_started_epoch(self) -> tuple[dict[str, Any], Fetcher] | None:
         """The first epoch's iterator :meth:`start_first_epoch` started (and the generators' state
         before it), once; None where none was started."""

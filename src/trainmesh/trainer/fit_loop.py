@@ -28,6 +28,7 @@ from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.fit_start import begin_fit
 from trainmesh.trainer.hooks import TrainBatchHooks
+from trainmesh.trainer.loader_states import load_loader_states, states_to_load
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
@@ -51,6 +52,8 @@ def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) ->
     assert fit_data is not None, "stage_setup.prepare_stage made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
     resume_rng = begin_fit(ctx, fit_data, checkpoint, source, train)
+    if checkpoint is not None and "loop" not in checkpoint:  # Lightning's: its loaders' states (loader_states.py)
+        ctx.state.loop.loader_states = states_to_load(checkpoint, iteration_based=ctx.settings.max_steps != -1)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():
         train(ctx, fit_data, resume_rng)
@@ -69,6 +72,8 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
             rank_zero_info("`Trainer.fit` stopped: No training batches.")
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
+    load_loader_states(train_loader, state.loop.loader_states)  # before its iterator starts, as Lightning's
+    state.loop.loader_states = []
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
     opened: _OpenedEpoch | None = _first_epoch(ctx, train_loader, resume_rng, fit_data.take_started_epoch())
     if opened is None:  # resumed with nothing left to train: as Lightning's, no on_train_start/end

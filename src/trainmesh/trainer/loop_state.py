@@ -61,6 +61,8 @@ class LoopPosition:
     # resumes with the next epoch, without the epoch's plateau step (Lightning's restart).
     epoch_ending: bool = False
     epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's loader started
+    # A resume of Lightning's checkpoint: its stateful train loaders' states, loaded as the fit's data starts
+    loader_states: list[dict[str, Any]] = field(default_factory=list)
     last_loss: torch.Tensor | None = None
     # The epoch's step outputs, kept (detached) only for a module that defines training_epoch_end.
     epoch_outputs: list[Any] = field(default_factory=list)
