@@ -43,7 +43,9 @@ def _program(pl, root):
 
         def mark(name):
             said[name] = [
-                str(w.message).replace(str(root), "ROOT") for w in caught if "Checkpoint directory" in str(w.message)
+                str(w.message).replace(str(root), "ROOT")
+                for w in caught
+                if "checkpoint directory" in str(w.message).lower()
             ]
             caught.clear()
 

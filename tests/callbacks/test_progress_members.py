@@ -57,3 +57,49 @@ def test_a_callback_reads_lightnings_progress_bar_members(tmp_path):
     ours = read_the_bar(tm.Trainer, TmBoringModel, tm.Callback, tmp_path / "tm")
     assert ours == theirs
     assert theirs[0][:3] == [("epoch", 3, 0, True), ("val", 0, 2), ("val", 0, 2)]
+
+
+def lines_of_a_bar_written_on_the_base(Trainer, BoringModel, ProgressBar, root):
+    """vis4d's DefaultProgressBar pattern: a bar written on the base with Lightning's own bars' ``_enabled``
+    attribute and disable()/enable(), printing (here: recording) a line per batch from the base's members."""
+    lines = []
+
+    class LineBar(ProgressBar):
+        def __init__(self):
+            super().__init__()
+            self._enabled = True
+
+        def disable(self):
+            self._enabled = False
+
+        def enable(self):
+            self._enabled = True
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if self._enabled:
+                lines.append((trainer.current_epoch, batch_idx + 1, self.total_train_batches))
+
+        def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            if self._enabled:
+                lines.append(("test", batch_idx + 1, self.trainer.num_test_batches[dataloader_idx]))
+
+    bar = LineBar()
+    trainer = Trainer(
+        default_root_dir=root, max_epochs=2, limit_train_batches=2, limit_val_batches=1, limit_test_batches=2,
+        logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar],
+    )  # fmt: skip
+    trainer.fit(BoringModel())
+    bar.disable()
+    trainer.test(BoringModel(), verbose=False)
+    bar.enable()
+    trainer.test(BoringModel(), verbose=False)
+    return lines, trainer.progress_bar_callback is bar
+
+
+def test_a_bar_written_on_the_base_may_keep_lightnings_enabled_attribute(tmp_path):
+    theirs = lines_of_a_bar_written_on_the_base(pl.Trainer, PlBoringModel, pl.callbacks.ProgressBar, tmp_path / "pl")
+    assert theirs == ([(0, 1, 2), (0, 2, 2), (1, 1, 2), (1, 2, 2), ("test", 1, 2), ("test", 2, 2)], True)
+    assert (
+        lines_of_a_bar_written_on_the_base(tm.Trainer, TmBoringModel, tm.callbacks.ProgressBar, tmp_path / "tm")
+        == theirs
+    )

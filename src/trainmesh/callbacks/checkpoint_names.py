@@ -8,7 +8,6 @@ import math
 import os
 import re
 import shutil
-import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -201,22 +200,3 @@ def warn_if_dir_not_empty(dirpath: str | None, save_top_k: int) -> None:
     folder already holds something (a file, a folder, a hidden one) and this callback saves."""
     if save_top_k != 0 and dirpath is not None and os.path.isdir(dirpath) and os.listdir(dirpath):
         rank_zero_warn(f"Checkpoint directory {dirpath} exists and is not empty.")
-
-
-def warn_about_foreign_files(dirpath: str | None, owned: set[str]) -> None:
-    """Say once that the folder already holds files this callback did not write (they are kept)."""
-    if dirpath is None or not os.path.isdir(dirpath):
-        return
-    foreign = [
-        entry.name
-        for entry in os.scandir(dirpath)
-        if not entry.name.startswith(".") and absolute(entry.path) not in owned
-    ]
-    if foreign:
-        warnings.warn(
-            f"checkpoint directory {dirpath} already holds files of another run ({len(foreign)}, e.g. "
-            f"{sorted(foreign)[0]}); they are kept, and a new checkpoint whose name is taken gets a -v1, -v2 "
-            "suffix. Set ModelCheckpoint(dirpath=...) to a fresh folder to keep runs apart",
-            UserWarning,
-            stacklevel=4,
-        )

@@ -30,7 +30,6 @@ from trainmesh.callbacks.checkpoint_names import (
     monitor_candidates,
     render_filename,
     saves_at_epoch_end,
-    warn_about_foreign_files,
     warn_if_dir_not_empty,
     worst,
     write_yaml,
@@ -122,7 +121,6 @@ class ModelCheckpoint(Checkpoint):
         self._validated_this_fit = False
         self._warned_missing = False
         self._deferred = False  # a step save waiting for the validation after the epoch's last batch
-        self._dir_checked = False
 
     @property
     def best_model_score(self) -> torch.Tensor | None:
@@ -168,7 +166,6 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._validated_since_check = self._validated_this_fit = False
-        self._dir_checked = False
         self._last_time_checked = time.monotonic()
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
@@ -336,10 +333,6 @@ class ModelCheckpoint(Checkpoint):
     def _save(self, trainer: TrainerView, *, mid_epoch: bool) -> None:
         metrics = self._monitor_candidates(trainer)
         ranked = monitor_available(self, metrics, mid_epoch)
-        if not self._dir_checked:
-            self._dir_checked = True
-            if trainer.is_global_zero:  # at the first save: a resumed run's restored files count as ours
-                warn_about_foreign_files(self.dirpath, self._owned)
         # Set before writing: this counter is part of the state the checkpoint holds.
         self._last_global_step_saved = trainer.global_step
         # Lightning's default callback saves once here (its save_last=True callback twice, kept for it).

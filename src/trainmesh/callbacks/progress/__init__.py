@@ -142,7 +142,7 @@ class ProgressBar(ProgressBarMembers, Callback):
             self._console = Console()
         return self._console
 
-    def _enabled(self, trainer: TrainerView) -> bool:
+    def _draws_on(self, trainer: TrainerView) -> bool:
         return self.is_enabled and bool(getattr(trainer, "is_global_zero", True))
 
     def _animated(self) -> bool:
@@ -179,7 +179,7 @@ class ProgressBar(ProgressBarMembers, Callback):
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         self._metered("on_train_epoch_start", trainer, pl_module)
-        if not self._enabled(trainer):
+        if not self._draws_on(trainer):
             return
         self._epoch_started_at = time.monotonic()
         self._train_done = 0
@@ -219,7 +219,7 @@ class ProgressBar(ProgressBarMembers, Callback):
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         self._metered("on_train_epoch_end", trainer, pl_module)
-        if not self._enabled(trainer):
+        if not self._draws_on(trainer):
             return
         if self._train_task is not None:
             self._update_train(trainer)
@@ -311,7 +311,7 @@ class ProgressBar(ProgressBarMembers, Callback):
 
     def _start_eval(self, trainer: TrainerView, label: str, count_attr: str) -> None:
         self.reset_dataloader_idx_tracker()
-        if not self._enabled(trainer):
+        if not self._draws_on(trainer):
             return
         self._eval_started_at = time.monotonic()
         self._eval_done = 0
@@ -348,7 +348,7 @@ class ProgressBar(ProgressBarMembers, Callback):
                 self._stop()
             else:
                 self._progress.refresh()
-        elif plain_label is not None and self._enabled(trainer) and not self._animated():
+        elif plain_label is not None and self._draws_on(trainer) and not self._animated():
             elapsed = time.monotonic() - self._eval_started_at
             self._print(f"{plain_label}: {self._eval_done} batches in {format_duration(elapsed)}")
 
