@@ -28,6 +28,7 @@ from trainmesh.module_fabric import FabricHost
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_host import TRAINER_HOST, ModuleHost
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
+from trainmesh.nested_metrics import log_nested
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.model_helpers import _restricted_classmethod
 
@@ -249,6 +250,8 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             "metric_attribute": metric_attribute,
             "rank_zero_only": rank_zero_only,
         }
+        if isinstance(value, Mapping):  # a 1.x module's: 1.9.5's nested metric (2.x refuses it: metric_values)
+            return log_nested(self, name, value, options)
         self._host.log(self, name, lightning1_value(self, name, value), options)  # 1.x: 1.9.5's conversions
 
     def log_dict(

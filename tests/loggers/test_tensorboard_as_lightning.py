@@ -196,3 +196,33 @@ def test_log_graph_sends_the_example_through_the_batch_transfer_hooks(tmp_path, 
     assert expected["calls"][:2] == [(owner, "before", "torch.uint8"), (owner, "after", "torch.uint8")]
     assert expected["graph"] is True
     assert _graph_through_batch_hooks(trainmesh, trainmesh_loggers, str(tmp_path / "t"), with_datamodule) == expected
+
+
+def _nested_scalars(loggers, root: str) -> dict[str, list]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = loggers.TensorBoardLogger(root, name="m")
+    logger.log_metrics({"training_step": {"train_loss": 0.5, "n": 2.0}, "val": 0.25}, step=3)
+    logger.experiment.flush()
+    scalars = {}
+    for folder, _, names in os.walk(root):
+        if any("tfevents" in n for n in names):
+            events = EventAccumulator(folder)
+            events.Reload()
+            for tag in events.Tags()["scalars"]:
+                key = f"{os.path.relpath(folder, root)}:{tag}"
+                scalars[key] = [(e.step, e.value) for e in events.Scalars(tag)]
+    return scalars
+
+
+def test_a_nested_metric_goes_to_tensorboard_with_add_scalars_as_lightning_s(tmp_path) -> None:
+    """A 1.x module's ``self.log(name, dict)`` reaches the loggers as a dict (``trainmesh.nested_metrics``):
+    TensorBoard writes it with ``add_scalars`` (a folder per key), as 1.9.5's and 2.6's TensorBoardLogger."""
+    pytest.importorskip("lightning.pytorch")
+    import lightning.pytorch.loggers as lightning_loggers
+
+    import trainmesh.loggers as trainmesh_loggers
+
+    expected = _nested_scalars(lightning_loggers, str(tmp_path / "lightning"))
+    assert len(expected) == 3
+    assert _nested_scalars(trainmesh_loggers, str(tmp_path / "trainmesh")) == expected

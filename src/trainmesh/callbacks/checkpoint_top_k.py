@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.checkpoint_names import as_score, worst
+from trainmesh.nested_metrics import refuse_nested_monitor
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 
@@ -63,6 +64,7 @@ def save_if_top_k(callback: Any, trainer: TrainerView, metrics: dict[str, Any], 
     """Save where ``value`` enters the top k, dropping the k-th file it replaces."""
     # Lightning's order (_save_monitor_checkpoint): a value outside the top k changes nothing,
     # current_score included; a NaN that enters (the top k not full yet) is kept as the worst value.
+    refuse_nested_monitor("ModelCheckpoint", callback.monitor, value, TypeError)  # 1.9.5's type
     current = as_score(value)
     if not _is_top_k(callback, trainer, float(current)):
         callback._say(trainer, f"{callback.monitor!r} was not in top {callback.save_top_k}")

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.nested_metrics import refuse_nested_monitor
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
@@ -179,6 +180,7 @@ class EarlyStopping(Callback):
         this; it is public so the rule can be checked without a Trainer. A number is taken as the
         float32 tensor ``self.log`` makes of it; a tensor is compared in its own dtype, as Lightning does.
         """
+        refuse_nested_monitor("EarlyStopping", self.monitor, value, AttributeError)  # 1.9.5's type
         current = value.detach().squeeze() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
         better = torch.lt if self.mode == "min" else torch.gt
         order = "<" if self.mode == "min" else ">"

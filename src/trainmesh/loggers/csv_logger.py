@@ -305,9 +305,11 @@ class CSVLogger(Logger):
         if not on_rank_zero():
             return
         # An int stays one ("epoch": 0 is written 0, as Lightning's CSVLogger writes it)
-        row: dict[str, float | int] = {
+        row: dict[str, Any] = {
             (f"{self._prefix}-{key}" if self._prefix else key): value
             if type(value) is int
+            else {k: metric_to_float(k, v) for k, v in value.items()}  # a 1.x nested metric: its dict, as 1.9.5's cell
+            if isinstance(value, Mapping)
             else metric_to_float(key, value)
             for key, value in metrics.items()
         }

@@ -270,7 +270,10 @@ class TensorBoardLogger(Logger):
         at = None if step is None else int(step)  # None: the writer's own default, as Lightning passes it
         for key, value in metrics.items():
             name = f"{self._prefix}-{key}" if self._prefix else key
-            writer.add_scalar(name, metric_to_float(key, value), global_step=at)
+            if isinstance(value, Mapping):  # a 1.x nested metric: 1.9.5's TensorBoardLogger writes it with add_scalars
+                writer.add_scalars(name, {k: metric_to_float(k, v) for k, v in value.items()}, global_step=at)
+            else:
+                writer.add_scalar(name, metric_to_float(key, value), global_step=at)
 
     def save(self) -> None:
         """As Lightning's (the Trainer calls it at the start of each run): the writer flushed, made

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.nested_metrics import nest_results
 from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
@@ -428,7 +429,8 @@ def _publish(
     shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
     row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    return [{**leading, **values, **shared, **leading} for values in own]  # (the hooks' value wins, as before)
+    # (the hooks' value wins, as before; a 1.x module's nested metric as one dict)
+    return [nest_results({**leading, **values, **shared, **leading}) for values in own]
 
 
 def _step_counter(ctx: LoopContext, stage: str) -> str | None:

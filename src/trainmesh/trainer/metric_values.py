@@ -87,7 +87,8 @@ def as_scalar(name: str, value: Any) -> torch.Tensor | float:
     if isinstance(value, Mapping):
         raise ValueError(  # Lightning 2.6's ValueError; 1.x's nested metric named with what to do instead
             f"`self.log({name}, {value!r})` was called, but `dict` values cannot be logged (Lightning 2.x refuses "
-            "them too; pytorch-lightning 1.x logged the dict as one nested metric, which trainmesh does not). "
+            "them too; pytorch-lightning 1.x logged the dict as one nested metric, as trainmesh does for a module "
+            "written for 1.x: one defining `training_step_end`, `training_epoch_end`, ...). "
             f"Log each value under its own name: self.log_dict({{'{name}/<key>': value, ...}})"
         )
     raise ValueError(  # Lightning's type for it, which a program may catch

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from trainmesh.hyperparameters import hyperparameters_to_log
+from trainmesh.nested_metrics import nest
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.metric_values import metric_tensor, read_floats, step_tensor
 
@@ -21,7 +22,7 @@ def callback_metrics(state: LoopState) -> dict[str, Any]:
     tensors logged, so reading them here costs no device sync either.
     """
     shown = state.written_metrics
-    computed = _logged_values(state)
+    computed = nest(_logged_values(state))
     # Only updated, as Lightning's (``_callback_metrics.update``, emptied only where a run or the sanity
     # check starts or ends): a name the last epoch logged stays, with its last value, until logged again.
     shown.update(computed)
@@ -71,7 +72,7 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
             # value, as Lightning's epoch-end log_metrics updates its logged_metrics (1.9.5 and 2.6 alike)
             if entry.logger and not (ended and name in state.epoch_metrics and name in state.logged_metrics):
                 metrics[name] = step_tensor(value)
-    return metrics
+    return nest(metrics)
 
 
 def _epoch_ended(state: LoopState) -> bool:
@@ -98,7 +99,7 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
             metrics.setdefault(name, value)
     for name, value in state.eval_bar_metrics.items():
         metrics.setdefault(name, value)
-    return metrics
+    return nest(metrics)
 
 
 class Publisher:
@@ -211,6 +212,7 @@ class Publisher:
 def _to_loggers(loggers: list[Any], row: dict[str, float], step: int) -> None:
     """As Lightning's logger connector: each logger's ``log_metrics`` then its ``save`` (so what a
     program logs itself without a step counts its rows from the Trainer's last write, as there)."""
+    row = nest(row)
     for logger in loggers:
         logger.log_metrics(metrics=row, step=step)  # by keyword, as Lightning's logger connector calls it
         if callable(getattr(logger, "save", None)):
