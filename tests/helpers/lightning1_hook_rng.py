@@ -45,9 +45,12 @@ def _draw() -> float:
     return value
 
 
-def hook_draws(pl, *, workers: int, sanity: bool, val_loaders: int = 1, lightning1: bool = True) -> list:
+def hook_draws(
+    pl, *, workers: int, sanity: bool, val_loaders: int = 1, lightning1: bool = True, reload: bool = False
+) -> list:
     """(hook, draw) at each hook of a fit (shuffling train loader, ``workers`` workers, two epochs), a test and a
-    predict run of a module with a 1.x hook (``training_epoch_end``; ``lightning1=False``: without it)."""
+    predict run of a module with a 1.x hook (``training_epoch_end``; ``lightning1=False``: without it); ``reload``:
+    the loaders asked for again every epoch (``reload_dataloaders_every_n_epochs=1``)."""
     seen = []
 
     class Probe(pl.Callback):
@@ -96,6 +99,7 @@ def hook_draws(pl, *, workers: int, sanity: bool, val_loaders: int = 1, lightnin
             max_epochs=2,
             limit_train_batches=1,
             num_sanity_val_steps=2 if sanity else 0,
+            reload_dataloaders_every_n_epochs=1 if reload else 0,
             default_root_dir=root,
             logger=False,
             enable_checkpointing=False,
@@ -121,6 +125,14 @@ VARIANTS = {
     for workers in (0, 1)
     for sanity in (True, False)
     for loaders in (1, 2)
+} | {
+    f"workers={workers},sanity={sanity},val_loaders=1,reload": {
+        "workers": workers,
+        "sanity": sanity,
+        "reload": True,
+    }
+    for workers in (0, 1)
+    for sanity in (True, False)
 }
 
 

@@ -15,7 +15,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
-from trainmesh.trainer.iterator_timing import iterator_after_epoch_start
+from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loader_checks import warn_of_loader_settings
 from trainmesh.trainer.loader_lengths import RuntimeSum, check_loader_lengths
 from trainmesh.trainer.loader_results import LoaderResults
@@ -215,7 +215,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
                 )
 
         # 2.x: made now, before the start hook; 1.9.5: after the epoch-start hook (trainer/iterator_timing.py)
-        fetcher = open_batches if iterator_after_epoch_start(state.module) else _made(open_batches())
+        fetcher = open_batches if makes_iterators_as_1_9(state.module) else _made(open_batches())
     state.set_batch_count(stage, limits[0])
     progress = state.progress.evaluation(stage, fitting=state.stage == "fit")
     if progress is not None:  # Lightning's loop resets its current count as a run starts

@@ -28,7 +28,7 @@ from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.fit_start import begin_fit
 from trainmesh.trainer.hooks import TrainBatchHooks
-from trainmesh.trainer.iterator_timing import iterator_after_epoch_start
+from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts
 from trainmesh.trainer.loop_state import LoopPosition, LoopState, StoppedInsideEpoch
@@ -170,7 +170,7 @@ def _first_epoch(
         loop.batches_done = 0
         loader.set_epoch(state.current_epoch)  # after the iterator is made, as Lightning's on_advance_start
         return _OpenedEpoch(batches, mid_epoch_resume, after_last_batch)
-    if resume_rng is None and iterator_after_epoch_start(state.module):
+    if resume_rng is None and makes_iterators_as_1_9(state.module):
         return _OpenedEpoch(None, mid_epoch_resume, after_last_batch)
     return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume, after_last_batch)
 

@@ -11,6 +11,10 @@ the iterator was made before it. The owners order it differently:
   (``on_train_epoch_start``, ``on_validation_epoch_start``: ``loops/dataloader/evaluation_loop.py``
   ``advance``, ``loops/epoch/training_epoch_loop.py`` ``reset`` / ``on_run_start``).
 
+A train loader asked for again (``reload_dataloaders_every_n_epochs``) is the same story: Lightning 2.x's
+``setup_data`` starts an iterator of the new loader before the epoch starts another; 1.9.5 starts only the
+epoch's, so every epoch after a reload shuffles with other numbers.
+
 A module written for 1.x (it defines a hook 2.0 removed) runs as 1.9.5 orders it; others as 2.x.
 """
 
@@ -19,6 +23,7 @@ from typing import Any
 from trainmesh.model_configuration import is_lightning1_module
 
 
-def iterator_after_epoch_start(module: Any) -> bool:
-    """Whether the stage's iterator is made after its epoch-start hook (1.9.5) rather than before its start hook."""
+def makes_iterators_as_1_9(module: Any) -> bool:
+    """Whether the stage's iterator is made after its epoch-start hook, and a reloaded train loader's only by its
+    epoch (1.9.5), rather than before the start hook and once more at the reload (2.x)."""
     return is_lightning1_module(module)
