@@ -16,6 +16,7 @@ from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
 from trainmesh.trainer.evaluation_shares import steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
+from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loader_checks import warn_of_loader_settings
 from trainmesh.trainer.loader_lengths import RuntimeSum, check_loader_lengths
 from trainmesh.trainer.loader_results import LoaderResults
@@ -189,7 +190,7 @@ def device_loaders(ctx: LoopContext, loaders: list[Any], *, train: bool, kind: s
 def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: int | float) -> list[Any]:
     """One evaluation run as Lightning's loop runs it: the loaders' batch counts, the first
     loader's iterator started (and read ahead where the count is unknown: trainer/fetching.py)
-    before the stage's hooks, the hooks and batches; with no batch to run (every count 0), no
+    before the stage's hooks (a 1.x module's after its epoch-start hook), the hooks and batches; with no batch to run (every count 0), no
     hook. Each loader's metric results, or its predictions for predict."""
     state, hooks = ctx.state, ctx.hooks
     limits = [_batch_limit(ctx, stage, loader, limit_setting) for loader in loaders]
@@ -203,14 +204,19 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     for loader in loaders:
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(state.progress.epochs.current.processed)
-    fetcher = None
+    fetcher: Callable[[], Fetcher] | None = None
     if stage == "predict" or hooks.module_replaces(_STEP_HOOK[stage]):
-        with _grad_mode(ctx):
-            fetcher = sequential_fetcher(
-                loaders,
-                limits,
-                start=lambda loader: iter(profiled_iter(loader.batches(), ctx.profiler, FETCH_ACTION[stage])),
-            )
+
+        def open_batches() -> Fetcher:
+            with _grad_mode(ctx):
+                return sequential_fetcher(
+                    loaders,
+                    limits,
+                    start=lambda loader: iter(profiled_iter(loader.batches(), ctx.profiler, FETCH_ACTION[stage])),
+                )
+
+        # 2.x: made now, before the start hook; 1.9.5: after the epoch-start hook (trainer/iterator_timing.py)
+        fetcher = open_batches if makes_iterators_as_1_9(state.module) else _made(open_batches())
     state.set_batch_count(stage, limits[0])
     progress = state.progress.evaluation(stage, fitting=state.stage == "fit")
     if progress is not None:  # Lightning's loop resets its current count as a run starts
@@ -231,6 +237,10 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         hooks.call(end)
     reset_metric_objects(logged)  # as Lightning's reset_results after on_validation_end / on_test_end
     return results
+
+
+def _made(fetcher: Fetcher) -> Callable[[], Fetcher]:
+    return lambda: fetcher
 
 
 def _record_batch_counts(
@@ -276,7 +286,7 @@ def _run_loop(
     stage: str,
     loaders: list[Any],
     limits: list[int | float],
-    fetcher: Fetcher,
+    fetcher: Callable[[], Fetcher],
     owed: int,
     logged: list[StageResults],
 ) -> list[Any]:
@@ -294,7 +304,7 @@ def _run_loop(
         keeps_outputs = outputs_hook is not None and hooks.module_overrides(outputs_hook)
         per_loader = LoaderResults(ctx, stage, limits, keeps_outputs=keeps_outputs)
         logged_before_batches = {id(entry) for entry in opening.entries.values()}  # the start hooks'
-        _run_batches(ctx, stage, loaders, fetcher, per_loader, extra_index, owed)
+        _run_batches(ctx, stage, loaders, fetcher(), per_loader, extra_index, owed)
         results, kept = per_loader.results, per_loader.kept
         if stage == "predict":
             state.predict_loop.finish(results)

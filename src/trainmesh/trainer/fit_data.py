@@ -21,6 +21,7 @@ from trainmesh.trainer.combined_loaders import inner_loaders, train_loader
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.evaluation import device_loaders
 from trainmesh.trainer.fetching import Fetcher
+from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loop_context import LoopContext
 
 
@@ -143,10 +144,10 @@ class FitData:
         _check_val_interval_fits(ctx, ctx.state.num_training_batches)
         if ctx.state.num_training_batches != 0:
             self._train_epoch = ctx.state.current_epoch
-        if reload:
+        if reload and not makes_iterators_as_1_9(ctx.state.module):
             # Lightning's setup_data starts the new loader's iterator (reading ahead where it has no
             # length), and the epoch starts another: the first one's draws from the global
-            # generators (the iterator's base seed) and reads happen here too.
+            # generators (the iterator's base seed) and reads happen here too. 1.9.5 starts only the epoch's.
             Fetcher(self._train.batches(), ctx.state.num_training_batches)
         return self._train
 

@@ -28,6 +28,7 @@ from trainmesh.trainer.fit_cadence import val_check_batches, validates_after
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.fit_start import begin_fit
 from trainmesh.trainer.hooks import TrainBatchHooks
+from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loader_states import load_loader_states, states_to_load
 from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_progress import Counts
@@ -117,9 +118,10 @@ def _warn_of_unlogged_epochs(ctx: LoopContext, num_batches: int | float) -> None
 
 @dataclass
 class _OpenedEpoch:
-    """The first epoch of a fit, its iterator started before ``on_train_start`` (Lightning's order)."""
+    """The first epoch of a fit, its iterator started before ``on_train_start`` (Lightning's order);
+    ``batches`` None: started after ``on_train_epoch_start`` instead, as 1.9.5's (trainer/iterator_timing.py)."""
 
-    batches: Fetcher
+    batches: Fetcher | None
     mid_epoch_resume: bool  # a resumed epoch: its epoch-start hooks ran in the interrupted run
     # Resumed from a save in the previous epoch's last on_train_batch_end: Lightning's restart holds that
     # epoch done (no epoch-end hooks, no validation) and starts this one without its epoch-start hooks.
@@ -173,6 +175,8 @@ def _first_epoch(
         loop.batches_done = 0
         loader.set_epoch(state.current_epoch)  # after the iterator is made, as Lightning's on_advance_start
         return _OpenedEpoch(batches, mid_epoch_resume, after_last_batch)
+    if resume_rng is None and makes_iterators_as_1_9(state.module):
+        return _OpenedEpoch(None, mid_epoch_resume, after_last_batch)
     return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume, after_last_batch)
 
 
@@ -241,7 +245,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
         progress.epoch_steps, progress.zero_grads.current = 0, Counts()  # its optimizer progress too
         state.is_last_batch = False  # Lightning's batch progress resets as the epoch's loop starts
     # A later epoch's iterator starts after on_train_epoch_start, as Lightning's
-    batches = opened.batches if opened is not None else _open_epoch(state, loader, None)
+    batches = opened.batches if opened is not None and opened.batches is not None else _open_epoch(state, loader, None)
     val_every = val_check_batches(state, ctx.settings, fit_data)
     if opened is not None:
         start_epoch_loop(state, ctx.settings, val_every)
