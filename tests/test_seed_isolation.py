@@ -258,9 +258,8 @@ def states():
     return random.getstate(), keys.tolist(), position, has_gauss, gauss, torch.get_rng_state().tolist()
 
 def first_progress_bar():
-    from trainmesh.callbacks import ProgressBar
-    from trainmesh.callbacks.progress import _make_progress
-    _make_progress(ProgressBar().console, transient=True)
+    from trainmesh.callbacks.progress.drawing_bar import DrawingProgressBar, _make_progress
+    _make_progress(DrawingProgressBar().console, transient=True)
 
 def default_logger():
     import trainmesh

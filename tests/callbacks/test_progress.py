@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from trainmesh.callbacks import ThroughputMonitor
-from trainmesh.callbacks.progress import ProgressBar, format_metrics
+from trainmesh.callbacks.progress import DrawingProgressBar, format_metrics
 
 
 def make_trainer(**overrides):
@@ -37,7 +37,7 @@ def plain_console() -> Console:
     return Console(file=io.StringIO(), width=160)
 
 
-def run_fit(bar: ProgressBar, trainer, epochs: int = 2) -> None:
+def run_fit(bar: DrawingProgressBar, trainer, epochs: int = 2) -> None:
     module = object()
     trainer.sanity_checking = True
     bar.on_sanity_check_start(trainer, module)
@@ -66,7 +66,7 @@ def run_fit(bar: ProgressBar, trainer, epochs: int = 2) -> None:
 
 def test_terminal_shows_epochs_counts_and_metrics():
     console = terminal_console()
-    bar = ProgressBar(console=console)
+    bar = DrawingProgressBar(console=console)
     run_fit(bar, make_trainer())
     out = console.file.getvalue()
     assert "Sanity check" in out
@@ -78,7 +78,7 @@ def test_terminal_shows_epochs_counts_and_metrics():
 
 
 def test_refresh_rate_limits_updates():
-    bar = ProgressBar(refresh_rate=3, console=terminal_console())
+    bar = DrawingProgressBar(refresh_rate=3, console=terminal_console())
     trainer = make_trainer(num_training_batches=7)
     bar.on_train_epoch_start(trainer, None)
     task = bar._progress.tasks[0]
@@ -94,7 +94,7 @@ def test_refresh_rate_limits_updates():
 
 def test_unknown_number_of_batches():
     console = terminal_console()
-    bar = ProgressBar(console=console)
+    bar = DrawingProgressBar(console=console)
     trainer = make_trainer(num_training_batches=float("inf"), max_epochs=None)
     bar.on_train_epoch_start(trainer, None)
     for i in range(5):
@@ -107,7 +107,7 @@ def test_unknown_number_of_batches():
 
 
 def test_on_exception_stops_live_display():
-    bar = ProgressBar(console=terminal_console())
+    bar = DrawingProgressBar(console=terminal_console())
     trainer = make_trainer()
     bar.on_train_epoch_start(trainer, None)
     bar.on_train_batch_end(trainer, None, None, None, 0)
@@ -124,15 +124,17 @@ def test_on_exception_stops_live_display():
 
 def test_test_and_predict_bars_are_transient():
     console = terminal_console()
-    bar = ProgressBar(console=console)
+    bar = DrawingProgressBar(console=console)
     trainer = make_trainer()
     bar.on_test_start(trainer, None)
     for i in range(3):
+        bar.on_test_batch_start(trainer, None, None, i)
         bar.on_test_batch_end(trainer, None, None, None, i)
     assert bar._progress.tasks[0].completed == 3
     bar.on_test_end(trainer, None)
     assert bar._progress is None
     bar.on_predict_start(trainer, None)
+    bar.on_predict_batch_start(trainer, None, None, 0)  # as the loop calls them
     bar.on_predict_batch_end(trainer, None, None, None, 0)
     bar.on_predict_end(trainer, None)
     assert bar._progress is None
@@ -141,7 +143,7 @@ def test_test_and_predict_bars_are_transient():
 
 def test_plain_output_is_one_line_per_epoch():
     console = plain_console()
-    bar = ProgressBar(console=console)
+    bar = DrawingProgressBar(console=console)
     trainer = make_trainer()
     run_fit(bar, trainer)
     bar.on_test_start(trainer, None)
@@ -158,7 +160,7 @@ def test_plain_output_is_one_line_per_epoch():
 
 
 def test_default_console_writes_to_stdout(capsys):
-    bar = ProgressBar()
+    bar = DrawingProgressBar()
     trainer = make_trainer()
     bar.on_train_epoch_start(trainer, None)
     trainer.progress_bar_metrics = {"loss": 1.5}
@@ -172,19 +174,19 @@ def test_default_console_writes_to_stdout(capsys):
 @pytest.mark.parametrize("trainer_kwargs, bar_kwargs", [({"is_global_zero": False}, {}), ({}, {"refresh_rate": 0})])
 def test_silent_off_rank_zero_and_when_disabled(trainer_kwargs, bar_kwargs):
     for console in (terminal_console(), plain_console()):
-        bar = ProgressBar(console=console, **bar_kwargs)
+        bar = DrawingProgressBar(console=console, **bar_kwargs)
         run_fit(bar, make_trainer(**trainer_kwargs))
         assert console.file.getvalue() == ""
 
 
 def test_leave_false_runs_and_cleans_up():
-    bar = ProgressBar(leave=False, console=terminal_console())
+    bar = DrawingProgressBar(leave=False, console=terminal_console())
     run_fit(bar, make_trainer())
     assert bar._progress is None
 
 
 def test_pickles_while_running():
-    bar = ProgressBar(console=terminal_console())
+    bar = DrawingProgressBar(console=terminal_console())
     trainer = make_trainer()
     bar.on_train_epoch_start(trainer, None)
     clone = pickle.loads(pickle.dumps(bar))
@@ -195,4 +197,4 @@ def test_pickles_while_running():
 def test_format_metrics_and_bad_refresh_rate():
     assert format_metrics({"loss": 0.23141, "val_acc": 0.95, "step": 7}) == "loss=0.231 val_acc=0.95 step=7"
     with pytest.raises(ValueError, match="refresh_rate"):
-        ProgressBar(refresh_rate=-1)
+        DrawingProgressBar(refresh_rate=-1)

@@ -61,7 +61,8 @@ def test_a_callback_reads_lightnings_progress_bar_members(tmp_path):
 
 def lines_of_a_bar_written_on_the_base(Trainer, BoringModel, ProgressBar, root):
     """vis4d's DefaultProgressBar pattern: a bar written on the base with Lightning's own bars' ``_enabled``
-    attribute and disable()/enable(), printing (here: recording) a line per batch from the base's members."""
+    attribute and disable()/enable(), printing (here: recording) a line per batch from the base's members.
+    Its test hook reads the current loader's total before telling the base which loader it is in."""
     lines = []
 
     class LineBar(ProgressBar):
@@ -80,8 +81,12 @@ def lines_of_a_bar_written_on_the_base(Trainer, BoringModel, ProgressBar, root):
                 lines.append((trainer.current_epoch, batch_idx + 1, self.total_train_batches))
 
         def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-            if self._enabled:
-                lines.append(("test", batch_idx + 1, self.trainer.num_test_batches[dataloader_idx]))
+            try:
+                total = self.total_test_batches_current_dataloader
+            except AssertionError:  # Lightning's, before has_dataloader_changed is first called
+                total = "AssertionError"
+            self.has_dataloader_changed(dataloader_idx)
+            lines.append(("test", self._enabled, batch_idx + 1, total, self.total_test_batches_current_dataloader))
 
     bar = LineBar()
     trainer = Trainer(
@@ -89,17 +94,34 @@ def lines_of_a_bar_written_on_the_base(Trainer, BoringModel, ProgressBar, root):
         logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar],
     )  # fmt: skip
     trainer.fit(BoringModel())
+    trainer.validate(BoringModel(), verbose=False)
     bar.disable()
     trainer.test(BoringModel(), verbose=False)
     bar.enable()
     trainer.test(BoringModel(), verbose=False)
+    trainer.predict(BoringModel())
     return lines, trainer.progress_bar_callback is bar
 
 
-def test_a_bar_written_on_the_base_may_keep_lightnings_enabled_attribute(tmp_path):
+def test_a_bar_written_on_the_base_draws_only_its_own_lines_as_lightnings(tmp_path, capsys):
+    """Lightning's base draws nothing: no "Epoch ..." / "Testing: N batches" / "Predicting: ..." line of
+    trainmesh's drawing bar beside the program's own bar, in fit, validate, test or predict."""
     theirs = lines_of_a_bar_written_on_the_base(pl.Trainer, PlBoringModel, pl.callbacks.ProgressBar, tmp_path / "pl")
-    assert theirs == ([(0, 1, 2), (0, 2, 2), (1, 1, 2), (1, 2, 2), ("test", 1, 2), ("test", 2, 2)], True)
-    assert (
-        lines_of_a_bar_written_on_the_base(tm.Trainer, TmBoringModel, tm.callbacks.ProgressBar, tmp_path / "tm")
-        == theirs
-    )
+    their_out = capsys.readouterr()
+    tests = [("test", False, 1, "AssertionError", 2), ("test", False, 2, 2, 2), ("test", True, 1, 2, 2)]
+    assert theirs == ([(0, 1, 2), (0, 2, 2), (1, 1, 2), (1, 2, 2), *tests, ("test", True, 2, 2, 2)], True)
+    ours = lines_of_a_bar_written_on_the_base(tm.Trainer, TmBoringModel, tm.callbacks.ProgressBar, tmp_path / "tm")
+    our_out = capsys.readouterr()
+    assert ours == theirs
+    assert (our_out.out, our_out.err) == (their_out.out, their_out.err) == ("", "")
+
+
+def test_the_base_leaves_disable_and_enable_to_the_bar_written_on_it():
+    for ProgressBar in (pl.callbacks.ProgressBar, tm.callbacks.ProgressBar):
+        bar = ProgressBar()
+        for switch in (bar.disable, bar.enable):
+            with pytest.raises(NotImplementedError):
+                switch()
+        assert not hasattr(bar, "is_enabled") and not hasattr(bar, "refresh_rate")
+        with pytest.raises(TypeError, match="unexpected keyword argument 'refresh_rate'"):
+            ProgressBar(refresh_rate=1)

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import trainmesh as tm
 from helpers.models import quiet_trainer
 from trainmesh.callbacks import ThroughputMonitor, throughput
-from trainmesh.callbacks.progress import ProgressBar
+from trainmesh.callbacks.progress import DrawingProgressBar
 from trainmesh.callbacks.throughput import peak_flops_for, throughput_figures
 from trainmesh.loggers import CSVLogger
 from trainmesh.strategies.mesh import ParallelDims
@@ -183,10 +183,10 @@ def test_integer_batches_of_shape_b_t_count_b_times_t_tokens():
 
 def test_a_trainer_with_a_progress_bar_reports_throughput_on_the_bar():
     console = Console(file=io.StringIO(), width=200)
-    bar = ProgressBar(console=console)
+    bar = DrawingProgressBar(console=console)
     trainer = quiet_trainer(max_epochs=1, callbacks=[bar], enable_progress_bar=True, log_every_n_steps=1)
     # the bar owns its monitor: trainer.callbacks lists what Lightning's lists (test_differential_callbacks.py)
-    assert [type(cb).__name__ for cb in trainer.callbacks] == ["ProgressBar"]
+    assert [type(cb).__name__ for cb in trainer.callbacks] == ["DrawingProgressBar"]
     trainer.fit(LinearNet(), linear_loader())
     assert "samples/s=" in console.file.getvalue()
     assert isinstance(bar._meter, ThroughputMonitor) and bar._meter.history, "the bar's monitor measured"
@@ -195,7 +195,7 @@ def test_a_trainer_with_a_progress_bar_reports_throughput_on_the_bar():
 
 def test_a_monitor_given_is_the_one_the_bar_shows():
     console = Console(file=io.StringIO(), width=200)
-    bar, given = ProgressBar(console=console), ThroughputMonitor(count_flops=False)
+    bar, given = DrawingProgressBar(console=console), ThroughputMonitor(count_flops=False)
     trainer = quiet_trainer(max_epochs=1, callbacks=[bar, given], enable_progress_bar=True, log_every_n_steps=1)
     trainer.fit(LinearNet(), linear_loader())
     assert bar._meter is None and given.history  # no second count

@@ -1,5 +1,5 @@
 """pytorch-lightning 1.9.5's callback names that 2.0 removed: ``ProgressBarBase`` (2.0 renamed it
-``ProgressBar``: here trainmesh's progress bar, as ``ProgressBar`` is) and ``QuantizationAwareTraining``
+``ProgressBar``: the base a custom bar subclasses, which draws nothing) and ``QuantizationAwareTraining``
 (2.0 removed it; refused with the reason).
 
 >>> ProgressBarBase is ProgressBar

@@ -350,7 +350,7 @@ def is_finder(callback: Any) -> bool:
 
 def _is_bar(callback: Any) -> bool:
     """A progress bar stands instead of the default one, a subclass of one too (Lightning's rule:
-    any ``ProgressBar``): progress.py's bar and Lightning's names for it, found by class name."""
+    any ``ProgressBar``): the base, trainmesh's drawing bar under Lightning's names, found by class name."""
     bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")
     return any(klass.__name__ in bars for klass in type(callback).__mro__)
 
