@@ -4,6 +4,7 @@ workers seeded per worker, rank and epoch, the distributed sampler shuffled with
 Run as a script (``python test_seed.py ddp OUT``), this file is the multi-process leg.
 """
 
+import logging
 import os
 import random
 import subprocess
@@ -258,4 +259,26 @@ def test_seed_set_names_the_rank_a_launcher_gave_as_lightning(monkeypatch, caplo
         lightning_seed.seed_everything(3)
         tm.seed_everything(3)
     theirs, ours = (r.getMessage() for r in caplog.records if "Seed set" in r.getMessage())
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "name", ["lightning.fabric", "lightning.fabric.utilities.seed", "lightning.pytorch", "lightning"]
+)
+def test_a_programs_level_on_lightning_s_loggers_governs_seed_set_as_lightning(caplog, name):
+    # Lightning logs "Seed set to N" from lightning.fabric.utilities.seed: WARNING on lightning.fabric (or that
+    # module's logger) silences it, on lightning.pytorch or lightning (lightning.fabric stays INFO) it does not
+    lightning_seed = pytest.importorskip("lightning.fabric.utilities.seed")
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with caplog.at_level("INFO"):
+            lightning_seed.seed_everything(3)
+            theirs = [r.getMessage() for r in caplog.records if "Seed set" in r.getMessage()]
+            caplog.clear()
+            tm.seed_everything(3)
+            ours = [r.getMessage() for r in caplog.records if "Seed set" in r.getMessage()]
+    finally:
+        logger.setLevel(level)
     assert ours == theirs

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import os
 import random
 import sys
@@ -15,7 +14,12 @@ from typing import Any
 
 import torch
 
+from trainmesh.utilities.lightning_loggers import FABRIC_TOPS, lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_prefixed_message, rank_zero_warn
+
+# Lightning logs "Seed set to N" from lightning.fabric.utilities.seed: a program's level on
+# ``lightning.fabric`` (or that module's logger) silences it, one on ``lightning.pytorch`` does not
+_log = lightning_named_logger("trainmesh.utilities.seed", tops=FABRIC_TOPS)
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     Args:
         seed: the seed; anything ``int()`` takes (None: ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
         workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
-        verbose: log "Seed set to N" to the ``trainmesh`` logger at INFO, as Lightning's, prefixed
+        verbose: log "Seed set to N" at INFO (logger ``trainmesh.utilities.seed``, governed by a program's levels on ``lightning.fabric``/``lightning.fabric.utilities.seed`` as Lightning's), prefixed
             "[rank: N] " in a process whose environment gives its rank (default ``True``).
 
     Examples:
@@ -72,7 +76,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     if verbose:
         # Lightning's: "[rank: N] " where the process's environment names its rank (a process a launcher
         # started; the one the user started, before any launch, has none)
-        logging.getLogger("trainmesh").info(rank_prefixed_message(f"Seed set to {seed}", _rank_in_environment()))
+        _log.info(rank_prefixed_message(f"Seed set to {seed}", _rank_in_environment()))
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     try:

@@ -110,6 +110,8 @@ def main() -> None:
         "step": state["step"],
         "calls": recorder.calls,
         "ranks": (fabric.global_rank, fabric.local_rank, fabric.world_size, fabric.is_global_zero),
+        # the set-up module's tree as a program walks it: DDP around the user's module, nothing between
+        "names": ([n for n, _ in model.named_modules()], [n for n, _ in model.named_parameters()]),
         "model_parallel": tensor_parallel(),
     }
     torch.save(record, os.path.join(OUT, f"rank{fabric.global_rank}.pt"))

@@ -4,7 +4,7 @@ One launch per framework (fabric_ddp_run.py; helpers/beside_lightning.py: Lightn
 its second process itself, trainmesh's runs on 2 forks in one process group) checks at once: the
 samples each rank reads, the weights after gradient accumulation with ``no_backward_sync`` and
 clipping (bit-identical), a method marked as a forward, the collectives' results (all_reduce in place, as Fabric's), the checkpoint's
-keys, what ``load`` restores, the callbacks' calls and the CSV logger's rows; then Fabric's
+keys, what ``load`` restores, the set-up module's submodule and parameter names, the callbacks' calls and the CSV logger's rows; then Fabric's
 ``ModelParallelStrategy(parallelize_fn)``: the mesh it is given, the whole weights (bit-identical).
 """
 
@@ -37,7 +37,7 @@ def test_each_rank_reads_trains_and_talks_as_lightning_fabric(out, rank):
     assert ours["seen"] == theirs["seen"]
     assert ours["weights"].keys() == theirs["weights"].keys()
     assert all(torch.equal(ours["weights"][k], theirs["weights"][k]) for k in theirs["weights"])
-    for key in ("gathered", "sent", "total", "in_place", "first", "step", "calls", "ranks"):
+    for key in ("gathered", "sent", "total", "in_place", "first", "step", "calls", "ranks", "names"):
         assert ours[key] == theirs[key], key
     (our_meshes, our_weights), (their_meshes, their_weights) = ours["model_parallel"], theirs["model_parallel"]
     assert our_meshes == their_meshes == [(("data_parallel", "tensor_parallel"), (1, 2))]

@@ -82,6 +82,23 @@ class _FabricModule(nn.Module):
             tensor.register_hook(_refuse_plain_backward)
         return tensor
 
+    def named_modules(self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True) -> Any:
+        # Fabric's tree: its DDP wraps the user's module itself (``_forward_module.module.<name>``); trainmesh's
+        # DDP wraps a step dispatcher around it, a layer of our own that programs walking the set-up module
+        # (named_parameters, modules(), ModelSummary's counts) must not see.
+        from trainmesh.strategies.data_parallel import StepDispatcher
+
+        hidden: list[str] = []
+        for name, module in super().named_modules(memo, prefix, remove_duplicate):
+            if isinstance(module, StepDispatcher) and module.chunk_devices is None and name.endswith(".module"):
+                hidden.append(name)
+                continue
+            for path in hidden:
+                if name == f"{path}.module" or name.startswith(f"{path}.module."):
+                    name = path + name[len(path) + len(".module") :]
+                    break
+            yield name, module
+
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         return self._original_module.state_dict(*args, **kwargs)
 

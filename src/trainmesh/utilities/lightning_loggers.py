@@ -31,6 +31,9 @@ import logging
 import sys
 
 LIGHTNING_TOPS = ("lightning.pytorch", "pytorch_lightning")
+# Lightning Fabric's lines ("Seed set to N" from lightning.fabric.utilities.seed, which Lightning's
+# seed_everything is too) are governed by the ``lightning.fabric`` family (``lightning_fabric`` for 1.9's)
+FABRIC_TOPS = ("lightning.fabric", "lightning_fabric")
 
 
 class LightningLoggerSettings(logging.Filter):
@@ -47,10 +50,14 @@ class LightningLoggerSettings(logging.Filter):
         >>> logging.getLogger("lightning.pytorch.callbacks").setLevel(logging.NOTSET)
     """
 
+    def __init__(self, tops: tuple[str, ...] = LIGHTNING_TOPS) -> None:
+        super().__init__()
+        self.tops = tops
+
     def filter(self, record: logging.LogRecord) -> bool:
         path = record.name.split(".")[1:] if record.name.startswith("trainmesh.") else []
         existing = logging.Logger.manager.loggerDict
-        for top in LIGHTNING_TOPS:
+        for top in self.tops:
             names = [".".join([top, *path[:depth]]) for depth in range(len(path), -1, -1)]
             loggers = [logger for name in names if isinstance(logger := existing.get(name), logging.Logger)]
             own = existing.get(names[0])
@@ -75,17 +82,20 @@ def _is_lightning_itself(top: str) -> bool:
     return module is not None and not module.__name__.startswith("trainmesh")
 
 
-_SETTINGS = LightningLoggerSettings()
+_SETTINGS: dict[tuple[str, ...], LightningLoggerSettings] = {
+    tops: LightningLoggerSettings(tops) for tops in (LIGHTNING_TOPS, FABRIC_TOPS)
+}
 
 
-def lightning_named_logger(name: str) -> logging.Logger:
+def lightning_named_logger(name: str, *, tops: tuple[str, ...] = LIGHTNING_TOPS) -> logging.Logger:
     """``logging.getLogger(name)`` for one of trainmesh's modules whose lines are Lightning's, with the
-    filter above, so a program's settings of Lightning's loggers govern them.
+    filter above, so a program's settings of Lightning's loggers (``tops``: Fabric's family for a line
+    Lightning logs from ``lightning.fabric``) govern them.
 
     >>> lightning_named_logger("trainmesh.callbacks.timer").name
     'trainmesh.callbacks.timer'
     """
     logger = logging.getLogger(name)
-    if _SETTINGS not in logger.filters:
-        logger.addFilter(_SETTINGS)
+    if _SETTINGS[tops] not in logger.filters:
+        logger.addFilter(_SETTINGS[tops])
     return logger
