@@ -24,6 +24,7 @@ def _fit(root, ckpt_path=None, max_epochs=2):
         callbacks=[checkpoint],
         logger=tm.loggers.CSVLogger(root, name="logs", version=0),
         default_root_dir=root,
+        exact_resume=True,  # the resumed fit == the run that never stopped
     )
     module = DropoutNet()
     trainer.fit(module, *loaders(), ckpt_path=ckpt_path)

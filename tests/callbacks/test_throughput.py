@@ -320,7 +320,9 @@ def test_a_run_resumed_inside_an_epoch_counts_its_next_step(tmp_path):
     first.fit(LinearNet(), linear_loader())
     first.save_checkpoint(tmp_path / "mid.ckpt")
     monitor = ThroughputMonitor()
-    resumed = quiet_trainer(max_epochs=1, callbacks=[monitor], log_every_n_steps=1)
+    # exact: the rest of the epoch the max_steps pause left (Lightning's resume of a file saved after that
+    # fit starts the next epoch, past max_epochs: nothing would train)
+    resumed = quiet_trainer(max_epochs=1, callbacks=[monitor], log_every_n_steps=1, exact_resume=True)
     resumed.fit(LinearNet(), linear_loader(), ckpt_path=str(tmp_path / "mid.ckpt"))
     assert resumed.global_step == 5 and monitor.flops_per_batch == 3 * (2 * B * IN * OUT)
     assert [round(f["samples_per_sec"] / f["batches_per_sec"]) for f in monitor.history] == [B], (

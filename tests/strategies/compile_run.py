@@ -84,6 +84,7 @@ def trainer_for(strategy: str, world: str, compile: str, steps: int, root: str) 
         max_steps=steps,
         default_root_dir=root,
         compile=options if options else False,
+        exact_resume=True,  # resumed == uninterrupted (a named ckpt_path resumes as Lightning otherwise)
     )
 
 

@@ -107,6 +107,7 @@ def main(argv: list[str]) -> None:
         logger=False,
         enable_checkpointing=False,
         default_root_dir=os.path.dirname(out),
+        exact_resume=True,  # the rest of the uninterrupted run, in another layout
     )
     ckpt_path = argv[3] if mode in ("resume", "refused") else None
     if mode == "refused":

@@ -97,6 +97,7 @@ def trainer_run(
         num_sanity_val_steps=0,
         callbacks=list(callbacks),
         default_root_dir=str(out / f"{name or sync}{group}"),
+        exact_resume=True,  # a mid-interval resume continues exactly (trainmesh's own strategy)
     )
     # Group 1 from another seed: it must start from group 0's (a resumed run: from its checkpoint).
     model = Net(seed=(100 if resume else 3) + group, optimizer=optimizer)

@@ -174,6 +174,7 @@ def train(layout: str, out: str, *options: str) -> None:
         callbacks=[losses],
         enable_checkpointing="save" in opts,
         default_root_dir=os.path.dirname(out),
+        exact_resume=True,  # a resume continues the run (the epoch's last steps), as one run
     )
     loader = token_loader(CONFIG, batch_size=GLOBAL_BATCH // dp, samples=SAMPLES, uneven_padding=False)
     if layout == "single":

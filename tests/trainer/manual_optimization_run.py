@@ -101,6 +101,7 @@ def run_trainer(out, strategy, devices, max_steps=2 * BATCHES, ckpt_dir=None, re
         limit_train_batches=BATCHES,
         callbacks=callbacks,
         enable_checkpointing=bool(ckpt_dir),
+        exact_resume=True,  # resumed == uninterrupted (a named ckpt_path resumes as Lightning otherwise)
     )
     model = GAN()
     trainer.fit(

@@ -232,6 +232,7 @@ def run_trainer(out, strategy, devices, num_nodes="1", max_steps="-1", ckpt_dir=
         limit_train_batches=BATCHES,
         callbacks=callbacks,
         enable_checkpointing=bool(ckpt_dir),
+        exact_resume=True,  # resumed == uninterrupted (a named ckpt_path resumes as Lightning otherwise)
     )
     model = TensorParallelGAN() if strategy in ("tp", "fsdp_tp") else CheckedGAN()
     loader = DataLoader(train_set(), batch_size=PER_RANK_BATCH)

@@ -32,6 +32,7 @@ def main(argv: list[str]) -> None:
         devices=2,
         max_steps=steps,
         default_root_dir=root,
+        exact_resume=True,  # the named resume and the restart alike continue exactly
         enable_checkpointing=True,
         callbacks=[
             ModelCheckpoint(dirpath=os.path.join(root, "ckpts"), save_top_k=-1, every_n_train_steps=2),

@@ -89,6 +89,7 @@ def main(argv: list[str]) -> None:
         devices=int(os.environ.get("DEVICES", "1")),
         accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
         val_check_interval=0.5,
+        exact_resume=True,  # resumed == the run that never stopped (a named ckpt_path resumes as Lightning)
     )
     trainer.fit(model, train, val, ckpt_path=argv[2] if mode == "resume" else None)
     if mode == "pause":

@@ -71,6 +71,7 @@ def fit(root: Path, *, plugins: list[Any], ckpt_path: str | None = None, callbac
         enable_model_summary=False,
         plugins=plugins,
         callbacks=[ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=3, save_top_k=-1), *callbacks],
+        exact_resume=True,  # the resumed fit == the run that never stopped
     )
     trainer.fit(model, DataLoader(random_classification(), batch_size=8, shuffle=True), ckpt_path=ckpt_path)
     return model

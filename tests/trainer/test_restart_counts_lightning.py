@@ -71,12 +71,12 @@ def _counters(trainer) -> dict:
     }
 
 
-def resumed(L, root: Path, case: str, written_by: str) -> dict:
+def resumed(L, root: Path, case: str, written_by: str, exact: bool = False) -> dict:
     first, (save_hook, at), second = _CASES[case]
     saved = str(root / "saved.ckpt")
     if written_by == "lightning" and root.name == "trainmesh":  # the checkpoint Lightning's leg wrote
         saved = str(root.parent / "lightning" / "saved.ckpt")
-    seen: dict = {"hooks": []}
+    seen: dict = {"hooks": [], "samples": []}
 
     class Saver(L.pl.Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -113,13 +113,15 @@ def resumed(L, root: Path, case: str, written_by: str) -> dict:
             self.net = nn.Linear(2, 1)
 
         def training_step(self, batch, batch_idx):
+            seen["samples"].append(batch[0].tolist())
             return self.net(batch[0]).pow(2).mean()
 
         def validation_step(self, batch, batch_idx):
             self.log("val", self.net(batch[0]).pow(2).mean())
 
         def train_dataloader(self):
-            return DataLoader(TensorDataset(torch.arange(16.0).view(8, 2) / 10), batch_size=2)
+            # shuffled: a resume reads from the generators it has (Lightning's) or the saved ones (exact)
+            return DataLoader(TensorDataset(torch.arange(16.0).view(8, 2) / 10), batch_size=2, shuffle=True)
 
         def val_dataloader(self):
             return DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
@@ -129,9 +131,15 @@ def resumed(L, root: Path, case: str, written_by: str) -> dict:
 
     settings = dict(logger=False, enable_checkpointing=False, num_sanity_val_steps=0)
     if saved.startswith(str(root)):
-        L.pl.Trainer(**trainer_kwargs(root, callbacks=[Saver()], **settings, **first)).fit(Model())
+        first_model = Model()  # it goes on to the end after saving: the uninterrupted run
+        L.pl.Trainer(**trainer_kwargs(root, callbacks=[Saver()], **settings, **first)).fit(first_model)
+        if exact:
+            seen["uninterrupted"] = (seen["samples"], first_model.net.weight.tolist())
+        seen["samples"] = []
+    L.pl.seed_everything(1)  # the resumed fit's own generators (the lightning case's trainmesh leg ran no first fit)
     model = Model()
-    trainer = L.pl.Trainer(**trainer_kwargs(root, callbacks=[Recorder()], **settings, **second))
+    own = dict(exact_resume=True) if exact else {}  # trainmesh's own argument: the rest of the saved epoch
+    trainer = L.pl.Trainer(**trainer_kwargs(root, callbacks=[Recorder()], **settings, **second, **own))
     trainer.fit(model, ckpt_path=saved)
     seen["end"] = _counters(trainer)
     seen["weights"] = model.net.weight.tolist()
@@ -147,11 +155,24 @@ def test_a_resumed_fit_shows_lightning_s_loop_counters(case, written_by, tmp_pat
     after a save in a validation; it called neither on_train_start nor on_train_end resuming from the
     fit's last on_train_batch_end, and left ``is_last_batch`` False through a rerun epoch end.
     ``written_by="lightning"``: trainmesh resumes the file Lightning wrote (before: refused), reading the
-    batches Lightning's resume reads, to the same weights."""
+    batches Lightning's resume reads, to the same weights. ``written_by="own"``: each resumes its own file
+    and reads the samples Lightning's resume reads, to its weights (before: trainmesh restored the saved
+    generators and read the rest of the saved epoch, the uninterrupted run's samples: 4 of 6 cases differed)."""
     found = run_both(lambda L, root: resumed(L, root, case, written_by), tmp_path)
     theirs, ours = found["lightning"], found["trainmesh"]
-    if (
-        case in _MID_EPOCH and written_by == "own"
-    ):  # Lightning reads the epoch's first batches again there (docs/how-to/lightning.md)
-        theirs.pop("weights"), ours.pop("weights")
     assert differences(theirs, ours) == []
+
+
+@pytest.mark.parametrize("case", _MID_EPOCH)
+def test_exact_resume_reads_the_rest_of_the_uninterrupted_run(case, tmp_path):
+    """``Trainer(exact_resume=True)`` (trainmesh's own): the resumed fit reads the samples the run that
+    never stopped read after its save and ends with its weights (Lightning's resume reads afresh)."""
+    from helpers.programs import port
+
+    L = port("trainmesh")
+    L.pl.seed_everything(0)
+    seen = resumed(L, tmp_path, case, "own", exact=True)
+    whole, weights = seen["uninterrupted"]
+    assert 0 < len(seen["samples"]) < len(whole)
+    assert seen["samples"] == whole[len(whole) - len(seen["samples"]) :]
+    assert seen["weights"] == weights

@@ -36,6 +36,7 @@ def _fit(folder, epochs, ckpt_path=None):
         default_root_dir=folder,
         enable_checkpointing=True,
         callbacks=[ModelCheckpoint(dirpath=folder / "ckpts", save_top_k=-1), first],
+        exact_resume=True,  # the named reference resume continues exactly, as the automatic restart does
     )
     trainer.fit(model, loaders()[0], ckpt_path=ckpt_path)
     return model, first.step

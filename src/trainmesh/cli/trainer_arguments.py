@@ -43,7 +43,7 @@ LIGHTNING_ORDER = (
 )  # fmt: skip
 
 # trainmesh's own Trainer arguments, listed after Lightning's; any other is Lightning 1.x's.
-TRAINMESH_OWN = ("max_restarts", "compile", "watchdog_timeout", "fault_tolerance")
+TRAINMESH_OWN = ("max_restarts", "exact_resume", "compile", "watchdog_timeout", "fault_tolerance")
 
 
 def _lightning_types() -> dict[str, tuple[Any, Any]]:

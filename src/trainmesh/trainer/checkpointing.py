@@ -348,7 +348,11 @@ def restore_checkpoint(
     for config, saved in zip(state.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         config.scheduler.load_state_dict(saved)
     runtime.precision.load_state_dict(saved_precision_state(checkpoint))
-    loop_state = checkpoint["loop"] if "loop" in checkpoint else loop_entry_of(checkpoint)
+    # fit(ckpt_path=...) named by the program resumes as Lightning 2.6 from any file with its "loops"
+    # entry (trainmesh's own too): the position, no generators, no pending gradients; trainmesh's
+    # automatic resume and Trainer(exact_resume=True) continue exactly ("loop": the rest of the epoch)
+    as_lightning = state.named_resume and "loops" in checkpoint
+    loop_state = checkpoint["loop"] if "loop" in checkpoint and not as_lightning else loop_entry_of(checkpoint)
     state.current_epoch = loop_state.get("stopped_epoch", checkpoint["epoch"])
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
@@ -361,14 +365,14 @@ def restore_checkpoint(
     state.loop.batches_stepped = loop_state.get("batches_stepped", state.global_step)  # older checkpoints
     # callback_metrics start empty in a resumed fit, as in Lightning's (it saves none): the
     # checkpoint's epoch_metrics are for reading a checkpoint, not restored into the run.
-    own = _own_entry(runtime, checkpoint)
+    own = {} if as_lightning else _own_entry(runtime, checkpoint)
     state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
     state.log_collector.results.load_state_dict(
         results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank, runtime.world_size)
     )
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
-    rng: dict[str, Any] | None = own.get("rng", checkpoint.get("rng"))
+    rng: dict[str, Any] | None = None if as_lightning else own.get("rng", checkpoint.get("rng"))
     # Lightning's checkpoint holds none (nor does its resume restore any): the generators as they are
     return capture_rng_state() if rng is None else rng
 

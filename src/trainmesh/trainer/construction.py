@@ -376,3 +376,14 @@ def log_device_info(runtime: Runtime) -> None:
             "GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`.",
             category=PossibleUserWarning,
         )
+
+
+def exact_resume_argument(exact_resume: Any) -> bool:
+    """``Trainer(exact_resume=...)``, trainmesh's own: ``fit(ckpt_path=...)`` then continues the saved
+    epoch exactly (its generators, the rest of its batches) instead of Lightning's fresh read."""
+    if not isinstance(exact_resume, bool):
+        raise TypeError(
+            f"Trainer(exact_resume={exact_resume!r}) takes True or False: True resumes fit(ckpt_path=...) exactly "
+            "(as the uninterrupted run), False as Lightning does"
+        )
+    return exact_resume

@@ -53,7 +53,8 @@ def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) ->
     assert fit_data is not None, "stage_setup.prepare_stage made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
     resume_rng = begin_fit(ctx, fit_data, checkpoint, source, train)
-    if checkpoint is not None and "loop" not in checkpoint:  # Lightning's: its loaders' states (loader_states.py)
+    # Lightning's file, or a named resume (as Lightning's): the loaders' saved states (loader_states.py)
+    if checkpoint is not None and ("loop" not in checkpoint or (ctx.state.named_resume and "loops" in checkpoint)):
         ctx.state.loop.loader_states = states_to_load(checkpoint, iteration_based=ctx.settings.max_steps != -1)
     # Lightning's anomaly mode covers its fit loop: from the train loader to on_train_end; its grad mode too
     with torch.autograd.set_detect_anomaly(ctx.detect_anomaly), torch.enable_grad():

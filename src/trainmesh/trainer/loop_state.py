@@ -133,6 +133,9 @@ class LoopState:
     batch_counts: dict[str, list[int | float]] = field(default_factory=dict)
     # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
     ckpt_path: str | None = None
+    # fit(ckpt_path=...) named by the program without Trainer(exact_resume=True): resumed as Lightning
+    # resumes (checkpointing.restore_checkpoint); trainmesh's automatic resume continues exactly
+    named_resume: bool = False
     epoch_metrics: dict[str, float] = field(default_factory=dict)
     logged_metrics: dict[str, torch.Tensor] = field(default_factory=dict)
     # What callbacks wrote into trainer.callback_metrics (LearningRateMonitor's rates, a user's own

@@ -62,6 +62,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         devices: int | str | list[int] = "auto",
         num_nodes: int = 1,
         max_restarts: int = 0,
+        exact_resume: bool = False,
         strategy: str | Any = "auto",
         precision: str | int | None = None,
         compile: bool | dict[str, Any] = False,
@@ -123,6 +124,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     ) -> None:
         self._lightning1 = construction.lightning_one_run(locals())  # 1.x's arguments (lightning1/)
         self.barebones = barebones
+        self._exact_resume = construction.exact_resume_argument(exact_resume)  # trainmesh's own (not Lightning's)
         # benchmark, detect_anomaly, ...: checked as Lightning checks them (lightning2_arguments.py)
         self._behaviour = construction.run_behaviour(locals())
         self.runtime, enable_model_summary, self._layer_sync = build_runtime(
@@ -184,8 +186,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         ckpt_path: str | None = None,
         weights_only: bool | None = None,
     ) -> None:
-        """Train ``model``; ``ckpt_path`` ("last" or a file) resumes a stopped run exactly (``weights_only``:
-        Lightning's, as ``torch.load`` takes it: None is torch's default)."""
+        """Train ``model``; ``ckpt_path`` ("last", "best", "hpc" or a file) resumes as Lightning 2.6 does: the position, weights and
+        optimizers, the loader read afresh (``Trainer(exact_resume=True)``: the rest of the saved epoch with its
+        generators; ``weights_only``: Lightning's, as ``torch.load`` takes it: None is torch's default)."""
         model = self.runtime.trainer_port.uncompiled(model)  # torch.compile(m): m, compiled where the strategy compiles
         self._settings = settle_limits(self._settings)  # Lightning's _parse_loop_limits: max/min_epochs read settled
         refuse_several_processes(self, self.runtime)  # the finder callbacks search inside the fit (finder_runs.py)
@@ -341,6 +344,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
             peek = functools.partial(checkpoints.read, with_optimizers=False)
             restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
+            # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
+            state.named_resume = stage == "fit" and ckpt_path is not None and not self._exact_resume
             loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,

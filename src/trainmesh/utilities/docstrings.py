@@ -13,6 +13,7 @@ Args:
     devices: devices (processes) per node, a list of indices, or ``"auto"`` (default ``'auto'``).
     num_nodes: number of nodes (default ``1``).
     max_restarts: restart every worker this many times after a failure, resuming from the newest checkpoint (default ``0``).
+    exact_resume: trainmesh's own: ``fit(ckpt_path=...)`` continues the saved epoch exactly (its random generators, the rest of its batches: the uninterrupted run's numbers) instead of Lightning's resume, which reads the loader afresh; an automatic restart always resumes exactly (default ``False``).
     strategy: a strategy name (``"ddp"``, ``"fsdp"``, ``"tp"``, ``"pp"``, ...) or a Strategy object; ``"auto"`` picks by memory (default ``'auto'``).
     precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"64-true"`` (``32``, ``16`` and ``"bf16"`` too); ``"16-mixed"`` on the CPU is ``"bf16-mixed"``, with Lightning's warning (float16 with a GradScaler there: ``plugins=[MixedPrecision("16-mixed", "cpu")]``); None: a precision plugin's, else ``"32-true"`` (default ``None``).
     compile: ``True`` or a dict of ``torch.compile`` options: compile in place where the strategy's order says (default ``False``).
