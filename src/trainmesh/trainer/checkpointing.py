@@ -367,8 +367,10 @@ def restore_checkpoint(
     # checkpoint's epoch_metrics are for reading a checkpoint, not restored into the run.
     own = {} if as_lightning else _own_entry(runtime, checkpoint)
     state.loop.epoch_outputs = list(own.get("epoch_outputs") or [])
+    # the epoch's running means: Lightning's resumed epoch starts them empty (it saves none)
+    saved_results = {} if as_lightning else checkpoint.get("train_results", {})
     state.log_collector.results.load_state_dict(
-        results_for_this_rank(checkpoint.get("train_results", {}), runtime.global_rank, runtime.world_size)
+        results_for_this_rank(saved_results, runtime.global_rank, runtime.world_size)
     )
     for param, grad in zip(module.parameters(), own.get("pending_gradients") or []):
         param.grad = None if grad is None else grad.to(param.device)
