@@ -176,6 +176,35 @@ def nested_metric_results(pl) -> dict:
     return measured
 
 
+def training_epoch_end_returning(pl) -> dict:
+    """A 0.x-style ``training_epoch_end`` returning ``{"log": ...}`` (scout-l1 q05): 1.9.5 stops at the first
+    epoch's end with a MisconfigurationException; what was trained and the error's type and words."""
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return {"loss": nn.functional.mse_loss(self.layer(batch[0]), batch[1])}
+
+        def training_epoch_end(self, outputs):
+            return {"log": {"train_loss": torch.stack([o["loss"] for o in outputs]).mean()}}
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = pl.Trainer(max_epochs=3, default_root_dir=root, enable_checkpointing=False, **QUIET)
+        try:
+            trainer.fit(Classifier(), loader)
+            return {"outcome": "trains", "global_step": trainer.global_step}
+        except Exception as error:
+            return {"outcome": type(error).__name__, "words": str(error), "global_step": trainer.global_step}
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -185,4 +214,5 @@ def measure(root: str) -> dict:
         "nested_metric_in_training_step": nested_metric(pl, where="training_step"),
         "nested_metric_in_training_step_end": nested_metric(pl, where="training_step_end"),
         "nested_metric_results": nested_metric_results(pl),
+        "training_epoch_end_returning": training_epoch_end_returning(pl),
     }

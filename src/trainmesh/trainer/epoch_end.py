@@ -10,6 +10,7 @@ from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics, logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
+from trainmesh.utilities.exceptions import MisconfigurationException
 
 
 def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
@@ -30,7 +31,12 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     log_collector.start_stage(train_results)
     if hooks.module_overrides("training_epoch_end"):  # Lightning 1.x's, before on_train_epoch_end
         log_collector.set_batch("training_epoch_end", None)
-        hooks.call_module("training_epoch_end", loop.epoch_outputs)
+        if hooks.call_module("training_epoch_end", loop.epoch_outputs) is not None:
+            # 1.9.5's check (its fit loop): a 0.x-style `return {"log": ...}` would be dropped silently
+            raise MisconfigurationException(
+                "`training_epoch_end` expects a return of None. "
+                "HINT: remove the return statement in `training_epoch_end`."
+            )
     loop.epoch_outputs = []
     trained = log_collector.epoch_metrics()
     ctx.publisher.epoch_metrics(trained, to_logger=False)
