@@ -147,9 +147,9 @@ def test_a_resumed_fit_calls_lightning_s_hooks(case, tmp_path):
     assert ours["counters"] == theirs["counters"]
     assert ours["lr"] == theirs["lr"]  # the plateau steps none at the end of a restart's first epoch
     if case == "end_validation_same_max_epochs":
-        # Lightning's checkpoint holds no epoch accumulators: its rerun epoch end has no epoch values;
-        # trainmesh's holds them, so that epoch end shows the epoch's means (docs/how-to/lightning.md)
-        assert theirs["callback_metrics"] == {} and set(ours["callback_metrics"]) == {"loss", "loss_epoch", "rising"}
+        # Lightning's checkpoint holds no epoch accumulators: its rerun epoch end has no epoch values, and
+        # a named ckpt_path of trainmesh's own starts them empty too (docs/how-to/lightning.md)
+        assert ours["callback_metrics"] == theirs["callback_metrics"] == {}
     elif case == "mid_epoch":  # Lightning reads the epoch's first batches again there (docs/how-to/lightning.md)
         assert set(ours["callback_metrics"]) == set(theirs["callback_metrics"])
     else:
