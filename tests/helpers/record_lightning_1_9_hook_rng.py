@@ -10,30 +10,11 @@ and rewrites ``tests/helpers/lightning_1_9_hook_rng.json``; ``tests/trainer/test
 program under trainmesh and compares.
 """
 
-import json
-import logging
 import sys
-import warnings
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "lightning_1_9_hook_rng.json"
-
 if __name__ == "__main__":
-    import pytorch_lightning as pl
-    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record_lightning_1_9_ported_programs import record
 
-    sys.path.insert(0, str(HERE))
-    from lightning1_hook_rng import measure
-
-    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
-    warnings.simplefilter("ignore")
-    recorded = {
-        "measured": measure("pytorch_lightning"),
-        "_source": (
-            f"pytorch-lightning {pl.__version__}, torch {torch.__version__.split('+')[0]} CPU: "
-            "tests/helpers/lightning1_hook_rng.py (tests/helpers/record_lightning_1_9_hook_rng.py)"
-        ),
-    }
-    OUT.write_text(json.dumps(recorded, indent=1) + "\n")
-    print("recorded", OUT.name)
+    record("lightning1_hook_rng", "lightning_1_9_hook_rng.json")
