@@ -355,6 +355,8 @@ COVERED_BY: dict[str, list[str]] = {
         "trainer/test_fit_loop.py",
         "trainer/test_differential_epoch_means.py",
     ],
+    "trainer/stage_results.py": ["trainer/test_resume_epoch_means_lightning.py", "trainer/test_results_per_hook.py"],
+    "trainer/epoch_values.py": ["trainer/test_differential_epoch_means.py", "trainer/test_results_sync_dtype.py"],
     "loggers/csv_logs.py": ["trainer/test_differential_programs_hydra.py"],
     "trainer/results_table.py": ["trainer/test_differential_programs_hydra.py", "test_seed_isolation.py"],
     "trainer/settings.py": ["trainer/test_bad_input.py"],

@@ -2,7 +2,8 @@
 
 Epoch values are batch-size-weighted means by default, accumulated on the device (so that the
 hot path never waits for a device-to-host copy) in Lightning's arithmetic: float32, or float64
-once a float64 value is logged.
+once a float64 value is logged. The entries it fills are ``stage_results.py``'s; their epoch
+values are reduced by ``epoch_values.py`` (both re-exported here, where the loops import them).
 """
 
 from __future__ import annotations
@@ -10,93 +11,27 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from trainmesh.trainer import metric_values
+from trainmesh.trainer.epoch_values import epoch_values, reset_metric_objects
 from trainmesh.trainer.logging_hooks import check_can_log
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
+from trainmesh.trainer.stage_results import LoggedEntry, StageResults
 from trainmesh.utilities.collections import infer_batch_size
 from trainmesh.utilities.data import extract_batch_size
 from trainmesh.utilities.exceptions import MisconfigurationException
-from trainmesh.utilities.process_group import process_group_exists
 from trainmesh.utilities.rank_zero import WarningCache
-from trainmesh.utilities.warnings import PossibleUserWarning
 
 Reducer = Callable[[torch.Tensor, str], torch.Tensor]
+__all__ = ["LogCollector", "LoggedEntry", "Reducer", "StageResults", "reset_metric_objects"]
 
 # Defaults Lightning users expect: per step while training, per epoch while evaluating.
 _STEP_HOOKS = {"training_step"}
-# Once per metric name and process, as Lightning's module-level cache in its result.py.
+# Once per metric name and process, as Lightning's module-level cache in its result.py (and epoch_values.py's).
 _WARNINGS = WarningCache()
-
-
-@dataclass
-class _Entry:
-    prog_bar: bool
-    logger: bool
-    on_step: bool
-    on_epoch: bool
-    reduce_fx: str
-    sync_dist: bool
-    total: torch.Tensor | None = None  # accumulator for "mean"/"sum" (Lightning's dtype), "max"/"min"
-    weight: float = 0.0
-    metric: Any = None  # a torchmetrics Metric computes its own epoch value
-    # A float64 tensor was logged: Lightning's epoch value is then float64, else float32 (lightning_dtype).
-    wide: bool = False
-    # False: an evaluation loader's value keeps its name, without "/dataloader_idx_N" (self.log's add_dataloader_idx)
-    add_dataloader_idx: bool = True
-    # Logged by rank 0 alone (self.log's rank_zero_only): never reduced across processes, as Lightning's
-    rank_zero_only: bool = False
-    # A step value and nothing else (training_step's default): self.log's fast path.
-    plain_step: bool = field(init=False, repr=False, compare=False)
-    # The name as logged, and the hook that logged it (Lightning keeps one metric per hook and name,
-    # so an entry's key in StageResults is the name, or "name<US>hook" for a second hook's)
-    name: str = field(default="", compare=False)
-    fx: str = field(default="training_step", compare=False)
-    # The self.log arguments of the latest call that matched (a call with others is checked: check_arguments)
-    given: tuple[Any, ...] = field(default=(), repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.plain_step = self.on_step and not self.on_epoch and not self.sync_dist
-
-
-@dataclass
-class StageResults:
-    """The metrics logged during one stage run (a training epoch, one validation run, ...)."""
-
-    entries: dict[str, _Entry] = field(default_factory=dict)
-    # The latest step value of each name: a detached tensor where it was logged (nothing is read
-    # from the device until a logger or the progress bar shows it), or a Python float.
-    step_values: dict[str, torch.Tensor | float] = field(default_factory=dict)
-
-    def state_dict(self) -> dict[str, Any]:
-        # Kept in checkpoints so a mid-epoch resume reports the same epoch means.
-        return {
-            name: {
-                "total": e.total,
-                "weight": e.weight,
-                "options": (e.prog_bar, e.logger, e.on_step, e.on_epoch, e.reduce_fx, e.sync_dist),
-                "name": e.name,
-                "fx": e.fx,
-            }
-            for name, e in self.entries.items()
-            if e.metric is None
-        }
-
-    @staticmethod
-    def saved_reduce_fx(saved: dict[str, Any]) -> str:
-        """The ``reduce_fx`` of one name's entry in ``state_dict()`` ("mean", "sum", "max", "min")."""
-        return _Entry(*saved["options"]).reduce_fx
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name, saved in state.items():
-            entry = _Entry(*saved["options"])
-            entry.total, entry.weight = saved["total"], saved["weight"]
-            entry.name, entry.fx = saved.get("name", name), saved.get("fx", "training_step")
-            self.entries[name] = entry
 
 
 class LogCollector:
@@ -192,7 +127,7 @@ class LogCollector:
         self.results.step_values[key] = value if kind is float else value.detach()
         return True
 
-    def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, _Entry]:
+    def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, LoggedEntry]:
         """The entry this hook (``self.fx``) logs ``name`` into, made at its first call; a call with
         other arguments than the hook's earlier ones is refused as Lightning refuses it."""
         check_can_log(self.hook, self.fx)  # (a hook's first call of a name: no cost per step)
@@ -233,9 +168,9 @@ class LogCollector:
         on_epoch: bool | None,
         reduce_fx: str,
         sync_dist: bool,
-    ) -> _Entry:
+    ) -> LoggedEntry:
         step_default = self.hook in _STEP_HOOKS
-        entry = _Entry(
+        entry = LoggedEntry(
             prog_bar=prog_bar,
             logger=logger,
             on_step=step_default if on_step is None else on_step,
@@ -251,7 +186,7 @@ class LogCollector:
             self.results.entries[name] = entry
         return entry
 
-    def _log_any(self, name: str, entry: _Entry, value: Any, batch_size: int | None) -> None:
+    def _log_any(self, name: str, entry: LoggedEntry, value: Any, batch_size: int | None) -> None:
         """Every other case: a metric object, a chunk of a split batch, an epoch value, sync_dist."""
         if is_metric_object(value):
             entry.metric = value
@@ -288,7 +223,7 @@ class LogCollector:
         self._chunk_steps[name] = (total, count)
         return (total / max(count, 1)).to(tensor.dtype)
 
-    def _accumulate(self, entry: _Entry, tensor: torch.Tensor, batch_size: int | None) -> None:
+    def _accumulate(self, entry: LoggedEntry, tensor: torch.Tensor, batch_size: int | None) -> None:
         if entry.reduce_fx == "mean" or entry.reduce_fx == "sum":
             if batch_size is None:
                 batch_size = self._mean_weight() if entry.reduce_fx == "mean" else 1
@@ -385,47 +320,14 @@ class LogCollector:
             if isinstance(value, torch.Tensor) and value.dtype == torch.float64
         }
 
-    def epoch_metrics(self) -> dict[str, tuple[float, _Entry]]:
+    def epoch_metrics(self) -> dict[str, tuple[float, LoggedEntry]]:
         """Each epoch-level metric: reduced across processes where logged with ``sync_dist``, else
         this process's own (Lightning's rule)."""
         self.end_step()
-        out: dict[str, tuple[float, _Entry]] = {}
-        for key, entry in self.results.entries.items():
-            name = entry.name or key  # a second hook's value under the same name replaces the first's, as Lightning's
-            if not entry.on_epoch:
-                continue
-            if entry.metric is not None:
-                # Lightning computes a logged Metric here and resets it only once its loop's
-                # results are done (reset_metric_objects): the epoch-end hooks may still call compute()
-                value = entry.metric.compute()
-                out[name] = (float(value), entry)
-                continue
-            if entry.total is None:
-                continue
-            # Lightning's condition: logged without sync_dist (rank_zero_only aside) while a process group
-            # exists (ddp on one device too), whatever the run's size
-            # (self.log's own sync_dist: an entry restored from a checkpoint holds no call's arguments)
-            asked_sync = entry.given[5] if entry.given else entry.sync_dist
-            if not asked_sync and process_group_exists():
-                _advise_sync_dist(name)
-            # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
-            # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
-            reduce = self._reduce if entry.sync_dist else _local
-            if entry.reduce_fx == "mean":
-                # Lightning's _ResultMetric.compute: the sum and the integer count each reduced with
-                # "mean" (over gloo its sum / world size, copied back into the count's int64: truncated)
-                total = reduce(entry.total.clone(), "mean")
-                count = reduce(torch.tensor(int(entry.weight), device=total.device), "mean").to(torch.int64)
-                value = total / count
-            elif entry.reduce_fx == "sum":
-                value = reduce(entry.total.clone(), "sum")
-            else:
-                value = reduce(entry.total.clone(), entry.reduce_fx)
-            out[name] = (float(value), entry)
-        return out
+        return epoch_values(self.results, self._reduce)
 
 
-def _arguments(entry: _Entry, world_size: int) -> tuple[Any, ...]:
+def _arguments(entry: LoggedEntry, world_size: int) -> tuple[Any, ...]:
     # What Lightning's _Metadata equality compares that trainmesh keeps; sync_dist only where it syncs
     return (
         entry.prog_bar,
@@ -434,25 +336,6 @@ def _arguments(entry: _Entry, world_size: int) -> tuple[Any, ...]:
         entry.on_epoch,
         entry.reduce_fx,
         entry.sync_dist and world_size > 1,
-    )
-
-
-def reset_metric_objects(logged: list[StageResults]) -> None:
-    """Reset the torchmetrics objects logged into ``logged`` (where Lightning's loops call
-    ``reset_results``: after ``on_validation_end`` / ``on_test_end``, after ``on_train_epoch_end``)."""
-    for results in logged:
-        for entry in results.entries.values():
-            if entry.metric is not None:
-                entry.metric.reset()
-
-
-def _advise_sync_dist(name: str) -> None:
-    """Lightning 2.6's advice (its ``_ResultCollection._get_cache``), once per name and process, when
-    a tensor is logged per epoch without ``sync_dist`` while a process group exists."""
-    _WARNINGS.warn(
-        f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging on epoch level in"
-        " distributed setting to accumulate the metric across devices.",
-        category=PossibleUserWarning,
     )
 
 
@@ -468,7 +351,3 @@ def _as_floating(name: str, fx: str, value: torch.Tensor) -> torch.Tensor:
         f" you can use `self.logger.log_metrics({{{name!r}: ...}})` instead."
     )
     return value.to(dtype)
-
-
-def _local(value: torch.Tensor, op: str) -> torch.Tensor:
-    return value  # this process's own value: logged without sync_dist (rank_zero_only too)
