@@ -106,6 +106,11 @@ COVERED_BY: dict[str, list[str]] = {
     "utilities/refusal.py": ["plugins/test_plugins.py"],
     "utilities/filesystem.py": ["utilities/test_filesystem.py", "utilities/test_remote_paths.py"],
     "module_hooks.py": ["trainer/test_hooks_order.py", "trainer/test_automatic_optimization.py"],
+    "module_log_calls.py": ["test_module_logging.py", "trainer/test_log_arguments.py"],
+    "module_manual_optimization.py": [
+        "trainer/test_manual_optimization.py",
+        "trainer/test_manual_optimization_single.py",
+    ],
     "manual_calls.py": [
         "trainer/test_manual_optimization.py",
         "trainer/test_manual_optimization_single.py",

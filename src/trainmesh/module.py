@@ -2,20 +2,23 @@
 
 It holds no device code: the strategy places it, and batches reach its hooks on the right
 device. While a Trainer runs it, ``self.trainer`` points back to that Trainer; logging and the
-loop-position properties read from there.
+loop-position properties read from there. Its members come in parts: the hooks' defaults
+(``module_hooks.py``, ``data_hooks.py``), hyperparameters (``hyperparameters.py``), Lightning's
+conveniences (``module_utilities.py``), the logging calls (``module_log_calls.py``) and the
+manual-optimization calls (``module_manual_optimization.py``); this file holds the step hooks, the
+properties that say where the module runs, and its checkpoint loading.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainmesh import hyperparameters, manual_calls
+from trainmesh import hyperparameters
 from trainmesh.data_hooks import DataHooks
 from trainmesh.hyperparameters import (
     PAST_HPARAMS_KEYS,
@@ -23,17 +26,18 @@ from trainmesh.hyperparameters import (
     constructor_arguments,
     read_saved_checkpoint,
 )
-from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook, lightning1_value
+from trainmesh.model_configuration import call_configure_model, configure_model_is_a_hook
 from trainmesh.module_fabric import FabricHost
 from trainmesh.module_hooks import ModelHooks
 from trainmesh.module_host import TRAINER_HOST, ModuleHost
+from trainmesh.module_log_calls import LogCalls
+from trainmesh.module_manual_optimization import ManualOptimization
 from trainmesh.module_utilities import ModuleUtilities, trainer_side_properties
-from trainmesh.nested_metrics import log_nested
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.model_helpers import _restricted_classmethod
 
 
-class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
+class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities, LogCalls, ManualOptimization):
     """Subclass this and define at least ``training_step`` and ``configure_optimizers``.
 
     Examples:
@@ -170,117 +174,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
             optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
         )
 
-    # ---- logging ------------------------------------------------------------------------------
-    def log(
-        self,
-        name: str,
-        value: Any,
-        prog_bar: bool = False,
-        logger: bool | None = None,
-        on_step: bool | None = None,
-        on_epoch: bool | None = None,
-        reduce_fx: str | Any = "mean",
-        enable_graph: bool = False,
-        sync_dist: bool = False,
-        sync_dist_group: Any = None,
-        add_dataloader_idx: bool = True,
-        batch_size: int | None = None,
-        metric_attribute: str | None = None,
-        rank_zero_only: bool = False,
-    ) -> None:
-        """Record a metric for the loggers, the progress bar and ``trainer.callback_metrics``
-        (Lightning's arguments, in Lightning's order).
-
-        In ``training_step`` the default is per step; in validation and test, per epoch. Epoch
-        values are batch-size-weighted means (or ``reduce_fx``: "sum", "max", "min").
-        ``value`` may be a number, a scalar tensor or a torchmetrics ``Metric``.
-
-        Args:
-            name: the metric's key.
-            value: a number, a scalar tensor or a torchmetrics ``Metric``.
-            prog_bar: show it in the progress bar.
-            logger: send it to the loggers (default ``True``).
-            on_step: record the step's value (default: in ``training_step``).
-            on_epoch: record the epoch's reduced value (default: outside ``training_step``).
-            reduce_fx: how the epoch value is reduced: "mean", "sum", "max", "min" (or torch's).
-            enable_graph: accepted for Lightning's programs: values are stored detached, which
-                changes no logged number.
-            sync_dist: reduce the epoch value across processes.
-            sync_dist_group: only ``None`` (every process); another group is refused.
-            add_dataloader_idx: with several evaluation loaders, append ``/dataloader_idx_N`` to
-                the name (``False``: the name as given; each loader must then log its own names,
-                as Lightning requires).
-            batch_size: the weight of this batch in the epoch mean (default: read from the batch).
-            metric_attribute: the module's attribute holding a logged ``Metric``; without it the
-                Metric must be one of the module's submodules (else ``MisconfigurationException``,
-                as in Lightning).
-            rank_zero_only: accepted for Lightning's programs (a value logged only on rank 0 is
-                not synced; trainmesh syncs only with ``sync_dist=True``).
-
-        Examples:
-            >>> # self.log("val_loss", loss, prog_bar=True, sync_dist=True)
-        """
-        collector = self._log_collector
-        if collector is not None and self._host is TRAINER_HOST and reduce_fx == "mean" and not collector.barebones:
-            # The common call, a step value of a name this hook logged before with the same arguments,
-            # stored without building the options (what TrainerHost.log and LogCollector.log do with them)
-            entry = collector.results.entries.get(name)
-            shown = True if logger is None else logger
-            given = (prog_bar, shown, on_step, on_epoch, "mean", sync_dist, add_dataloader_idx, rank_zero_only)
-            if (
-                entry is not None
-                and entry.plain_step
-                and entry.fx == collector.fx
-                and entry.given == given
-                and sync_dist_group is None
-                and metric_attribute is None
-                and collector.stored_step(name, value)
-            ):
-                return
-        options = {  # Lightning's arguments but name and value (enable_graph: values are stored detached)
-            "prog_bar": prog_bar,
-            "logger": logger,
-            "on_step": on_step,
-            "on_epoch": on_epoch,
-            "reduce_fx": reduce_fx,
-            "sync_dist": sync_dist,
-            "sync_dist_group": sync_dist_group,
-            "add_dataloader_idx": add_dataloader_idx,
-            "batch_size": batch_size,
-            "metric_attribute": metric_attribute,
-            "rank_zero_only": rank_zero_only,
-        }
-        if isinstance(value, Mapping):  # a 1.x module's: 1.9.5's nested metric (2.x refuses it: metric_values)
-            return log_nested(self, name, value, options)
-        self._host.log(self, name, lightning1_value(self, name, value), options)  # 1.x: 1.9.5's conversions
-
-    def log_dict(
-        self,
-        dictionary: Mapping[str, Any],
-        prog_bar: bool = False,
-        logger: bool | None = None,
-        on_step: bool | None = None,
-        on_epoch: bool | None = None,
-        reduce_fx: str | Any = "mean",
-        enable_graph: bool = False,
-        sync_dist: bool = False,
-        sync_dist_group: Any = None,
-        add_dataloader_idx: bool = True,
-        batch_size: int | None = None,
-        rank_zero_only: bool = False,
-    ) -> None:
-        """``self.log`` for each item of ``dictionary`` with the same options (Lightning's
-        arguments, in Lightning's order)."""
-        options = dict(locals())
-        del options["self"], options["dictionary"]
-        self._host.log_dict(self, dictionary, options)
-
-    def log_grad_norm(self, grad_norm_dict: dict[str, float]) -> None:
-        """Lightning 1.x's: with ``Trainer(track_grad_norm=p)`` called at each optimizer step, before
-        clipping, with the gradients' p-norms (``{"grad_2.0_norm/<param>": ..., "grad_2.0_norm_total": ...}``);
-        logs them on step and epoch, as pytorch-lightning 1.9.5's default. Override it to log otherwise."""
-        self.log_dict(grad_norm_dict, on_step=True, on_epoch=True, prog_bar=False, logger=True)
-
+    # log, log_dict, log_grad_norm: trainmesh.module_log_calls.LogCalls
     # save_hyperparameters() and hparams: trainmesh.hyperparameters.HyperparametersMixin
 
     # ---- where the module is running --------------------------------------------------------
@@ -385,44 +279,7 @@ class Module(DataHooks, ModelHooks, HyperparametersMixin, ModuleUtilities):
         """
         return self._host.all_gather(self, data, group, sync_grads)
 
-    # ---- manual optimization (trainmesh.manual_calls) -------------------------------------
-    # Set ``self.automatic_optimization = False`` to step the optimizers in training_step. Not annotated:
-    # torch.jit.script reads this class's annotations for a module's attributes, and this module's are
-    # strings (``from __future__ import annotations``) it cannot resolve: to_torchscript() failed on a
-    # module that set it ("Unknown type annotation: 'bool'"); the value's type is inferred instead.
-    automatic_optimization = True
-
-    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        """The optimizer (a list when configure_optimizers made several); ``step()`` goes through
-        the precision and the strategy, and counts in ``global_step``."""
-        return self._host.optimizers(self, use_pl_optimizer)
-
-    def lr_schedulers(self) -> Any:
-        """The scheduler (a list when there are several, None without); step them yourself."""
-        return manual_calls.lr_schedulers_of(self.trainer)
-
-    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward(*args, **kwargs)`` through the precision (loss scaling), the strategy (DDP's
-        sync) and the module's ``backward`` hook."""
-        self._host.manual_backward(self, loss, args, kwargs)
-
-    def no_backward_sync(self, enabled: bool = True) -> Any:
-        """Inside, ``manual_backward`` accumulates gradients locally, without the all-reduce."""
-        return self.trainer.runtime.no_backward_sync(self.trainer.model, enabled=enabled)
-
-    def toggle_optimizer(self, optimizer: Any) -> None:
-        """Turn off requires_grad of every parameter the other optimizers hold (until untoggle)."""
-        manual_calls.toggle_module(self, optimizer)
-
-    def untoggle_optimizer(self, optimizer: Any) -> None:
-        manual_calls.untoggle_module(self)
-
-    def clip_gradients(
-        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
-    ) -> torch.Tensor | None:
-        """Clip the gradients of ``optimizer``'s parameters (their global norm across devices, or by
-        value) before ``optimizer.step()``; None takes the Trainer's setting, as in Lightning."""
-        return self._host.clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+    # optimizers(), manual_backward(), toggle_optimizer(), clip_gradients()...: trainmesh.module_manual_optimization
 
     def _tm_attach(self, trainer: TrainerView, log_collector: Any) -> None:
         """Point the module at the running Trainer (called by the Trainer, not by users). Private, as
