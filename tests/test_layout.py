@@ -293,6 +293,7 @@ COVERED_BY: dict[str, list[str]] = {
     "strategies/lockstep.py": ["trainer/test_manual_optimization_split.py"],
     "strategies/model_parallel_support.py": ["strategies/test_model_parallel_errors.py", "trainer/test_step_hooks.py"],
     "strategies/pipeline_cut.py": ["strategies/test_model_parallel_errors.py", "strategies/test_seed_003.py"],
+    "strategies/pipeline_steps.py": ["strategies/test_pipeline.py", "strategies/test_pipeline_callbacks.py"],
     "strategies/model_parallel.py": [
         "strategies/test_llama_parallel.py",
         "strategies/test_llama_placement.py",

@@ -12,7 +12,8 @@
    with dp_replicate) or its ``replicate``. Never ``nn.parallel.DistributedDataParallel``: with
    pipeline or tensor parallelism it asserts, or runs and is silently wrong (see
    ``../shared/experiments/mesh_test.py``);
-5. the pipeline schedule, built at the first step (a stage fixes its shapes then).
+5. the pipeline schedule, built at the first step (a stage fixes its shapes then); a step through
+   it is ``pipeline_steps.py``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,11 +37,7 @@ from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import refuse_compile
 from trainmesh.strategies.data_parallel import StepCall
 from trainmesh.strategies.distributed import DistributedStrategy
-from trainmesh.strategies.fsdp import (
-    apply_activation_checkpointing,
-    gathered_whole,
-    refuse_keras,
-)
+from trainmesh.strategies.fsdp import apply_activation_checkpointing, refuse_keras
 from trainmesh.strategies.gradients import clip_gradients_globally, fsdp_gradient_sync_off
 from trainmesh.strategies.materialize import materialize, meta_tensor_names
 from trainmesh.strategies.mesh import AXES, ParallelDims
@@ -50,32 +47,15 @@ from trainmesh.strategies.model_parallel_support import (
     check_model_parallel_settings,
     model_parallel_capabilities,
 )
-from trainmesh.strategies.pipeline import (
-    Pipeline,
-    check_pipeline_loader,
-    choose_schedule,
-    rows,
-    rows_in,
-    shared_step_result,
-    stage_indices,
-)
+from trainmesh.strategies.pipeline import Pipeline, check_pipeline_loader, choose_schedule, stage_indices
 from trainmesh.strategies.pipeline_cut import keep_only, split_parts, stage_view
+from trainmesh.strategies.pipeline_steps import pipelined_eval_step, pipelined_train_step
 from trainmesh.strategies.protocol import Placement
-from trainmesh.strategies.stage_calls import refuse_direct_calls, replaying
-from trainmesh.strategies.step import (
-    StepHooks,
-    StepModule,
-    StepResult,
-    call_hook,
-    loss_to_backward,
-    run_eval_step,
-    run_train_step,
-    whole_output,
-)
+from trainmesh.strategies.stage_calls import refuse_direct_calls
+from trainmesh.strategies.step import StepHooks, StepResult, call_hook, run_eval_step, run_train_step, whole_output
 from trainmesh.strategies.tensor_parallel import apply_tp
 from trainmesh.strategies.tied import OWN_PLAN, PLAN, StageCopies, TieRecorder, retie_after_tp
 from trainmesh.utilities import docstrings
-from trainmesh.utilities.collections import apply_to_tensors
 
 # A model split over a machine's devices, replicated across machines: pipeline stages on
 # neighbouring ranks (one node), replicas across nodes.
@@ -289,66 +269,22 @@ class ModelParallelStrategy(DistributedStrategy):
                 return run_train_step(
                     forward, combine=whole_output, hooks=hooks, autocast=self.precision.autocast(), no_sync=no_sync
                 )
-        result = self._pipelined_train_step(module, batch, batch_idx, hooks)
+        result = pipelined_train_step(
+            self._pipeline,
+            module,
+            batch,
+            batch_idx,
+            hooks,
+            mesh=self._mesh,
+            device=self._device,
+            step_context=self._step_context,
+        )
         if self._stage_copies is not None and sync_grads and not self._gradient_sync_off:
             # The window's gradients are final here (data parallel reduced them in the schedule's
             # backward): each tied copy's becomes the sum of every stage's, before clipping and
             # the optimizer step, so the copies take the same update.
             self._stage_copies.sum_gradients(module, self._device)
         return result
-
-    def _pipelined_train_step(self, module: nn.Module, batch: Any, batch_idx: int, hooks: StepHooks) -> StepResult:
-        assert self._pipeline is not None
-        if hooks.step_end is not None:
-            raise ValueError(
-                f"{type(module).__name__}.training_step_end cannot run under pipeline parallelism: the "
-                "step's output exists per micro-batch on the last stage only; fold it into training_step"
-            )
-        hooks_of = cast(StepModule, module)
-        inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
-        microbatches = self._pipeline.microbatches
-        losses: list[torch.Tensor] = []
-        counts: list[torch.Tensor | None] = []
-        outputs: list[Any] = []  # each micro-batch's training_step output (on the last stage)
-
-        def loss_of_microbatch(output: Any, index: torch.Tensor) -> torch.Tensor:
-            microbatch = rows(batch, index)
-            with (
-                replaying(
-                    module,
-                    output,
-                    hooks_of.pipeline_input(microbatch),
-                    "training_step",
-                    hooks_of.pipeline_kwargs(microbatch),
-                ),
-                hooks.chunk_scope(microbatch),
-            ):
-                step_output = call_hook(module, "training_step", (microbatch, batch_idx), hooks.call)
-                loss, count = hooks.loss_of(step_output), hooks.count_of(step_output)
-            losses.append(loss.detach())
-            counts.append(count)
-            outputs.append(step_output)
-            if count is not None:
-                return loss  # summed over tokens: the gradients are divided by the global count later
-            # A mean loss: the batch's mean over its micro-batches (torch's scale_grads is off, see Pipeline).
-            loss = loss_to_backward(loss, None, hooks.loss_divisor)
-            return loss / microbatches
-
-        self._follow_mode(module)
-        with self._step_context():
-            self._pipeline.step(inputs, rows_in(inputs), training=True, loss=loss_of_microbatch, kwargs=kwargs)
-        loss, count, output = shared_step_result(
-            losses,
-            counts,
-            outputs,
-            rows=rows_in(inputs) // microbatches,
-            owner=type(module).__name__,
-            mesh=self._mesh,
-            stage_rank=self._pipeline.last_stage_rank,
-            device=self._device,
-        )
-        hooks.check_loss(loss)
-        return StepResult(loss, output, count)
 
     def eval_step(self, module: nn.Module, hook: str, batch: Any, batch_idx: int, *extra: Any, hooks: StepHooks) -> Any:
         if self._pipeline is None:
@@ -360,40 +296,18 @@ class ModelParallelStrategy(DistributedStrategy):
             )
             with self._step_context() if self.loss_parallel else contextlib.nullcontext():
                 return run_eval_step(forward, hooks=hooks, autocast=self.precision.autocast())
-        hooks_of = cast(StepModule, module)
-        inputs, kwargs = hooks_of.pipeline_input(batch), hooks_of.pipeline_kwargs(batch)
-        size = rows_in(inputs)
-        # Data-parallel peers may hold batches of different sizes here (micro-batches of other
-        # shapes), or an empty one: the shards are gathered once per batch, the same
-        # collective on every peer, and stay whole through the micro-batches.
-        sharded = self._mesh.group_size("dp_shard") > 1
-        with (
-            gathered_whole(module, self._pipeline.stages.values(), self.reshard_after_forward)
-            if sharded
-            else contextlib.nullcontext()
-        ):
-            if size == 0:
-                return None  # an empty batch: nothing to run
-            self._follow_mode(module)
-            with self._step_context():
-                output = self._pipeline.step(inputs, size, training=False, kwargs=kwargs)
-        result = None
-        if self._pipeline.holds_last:
-            with replaying(module, output, inputs, hook, kwargs):
-                result = run_eval_step(
-                    lambda: call_hook(module, hook, (batch, batch_idx, *extra), hooks.call),
-                    hooks=hooks,
-                    autocast=contextlib.nullcontext(),
-                )
-            result = apply_to_tensors(result, lambda t: t.detach().cpu())
-        return collectives.from_last_stage(self._mesh, result, stage_rank=self._pipeline.last_stage_rank)
-
-    def _follow_mode(self, module: nn.Module) -> None:
-        """Stage views of a rank with several stages follow the module's train/eval mode."""
-        assert self._pipeline is not None
-        for view in self._pipeline.stages.values():
-            if view is not module and view.training != module.training:
-                view.train(module.training)
+        return pipelined_eval_step(
+            self._pipeline,
+            module,
+            hook,
+            batch,
+            batch_idx,
+            extra,
+            hooks,
+            mesh=self._mesh,
+            reshard_after_forward=self.reshard_after_forward,
+            step_context=self._step_context,
+        )
 
     @contextlib.contextmanager
     def no_backward_sync(self, module: nn.Module) -> Iterator[None]:
