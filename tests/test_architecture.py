@@ -123,6 +123,9 @@ MIDDLE_LAYERS = {
 _ABOVE_THE_TRAINER_USERS = ("trainmesh.trainer", "trainmesh.cli", "trainmesh.scaling", "trainmesh.keras")
 TRAINER_USERS = {
     "trainmesh.module": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks"),
+    # The Module's members split out of module.py: its logging and its manual-optimization calls
+    "trainmesh.module_log_calls": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks"),
+    "trainmesh.module_manual_optimization": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks"),
     "trainmesh.manual_calls": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.callbacks", "trainmesh.module"),
     "trainmesh.callbacks": (*_ABOVE_THE_TRAINER_USERS, "trainmesh.module", "trainmesh.manual_calls"),
 }
