@@ -44,6 +44,7 @@ from trainmesh.keras.draws import StepRows
 from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.printing import printing_on_rank_0
+from trainmesh.keras.spawn_arguments import refuse_unpicklable_arguments
 from trainmesh.keras.stateful_layers import refuse_stateful_across_calls
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.step_probe import probing_callback
@@ -121,6 +122,7 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
     """``run(runtime, *args)`` in each process of the run. A run of one process happens in this one:
     its process group is left afterwards, as the worker processes of a larger run leave theirs by
     ending, so that a later run in this process (another world size) starts from none."""
+    refuse_unpicklable_arguments(runtime, args)  # ddp_spawn: in a Keras user's words, before any process starts
     try:
         return launch_raising_as_itself(runtime, run, *args)  # a spawned worker's exception, as itself
     finally:
