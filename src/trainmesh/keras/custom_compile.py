@@ -46,9 +46,13 @@ def refuse_uncompiled_rebuild(model: Any) -> None:
 
 
 def optimizer_state(model: Any) -> OptimizerState:
-    """The sender's optimizer variables, by name, where it is built (a fit ran before)."""
+    """The sender's optimizer variables, by name, where it is built (a fit ran before) and the class has a
+    compile_from_config of its own (Keras' own builds the optimizer and loads the saved state itself: nothing
+    travels twice)."""
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or not optimizer.built:
+        return None
+    if type(model).compile_from_config is require_keras().Model.compile_from_config:
         return None
     return [(variable.name, np.array(variable.numpy())) for variable in optimizer.variables]
 
