@@ -223,6 +223,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/travel.py": ["keras/test_keras_api.py", "keras/test_keras_ddp.py"],
     "keras/optimizers.py": ["keras/test_keras_zero1.py"],
     "keras/step_logs.py": ["keras/test_keras_callbacks_ddp.py"],
+    "keras/printing.py": ["keras/test_keras_callbacks_ddp.py", "keras/test_keras_ddp.py"],
     "keras/step_means.py": [
         "keras/test_keras_unseen_programs.py",
         "keras/test_keras_callbacks_ddp.py",

@@ -13,7 +13,9 @@ and ModelCheckpoint interrupted and resumed. The test compares
 each leg with Keras' own model.fit at 2 x BATCH in one process.
 """
 
+import contextlib
 import faulthandler
+import io
 import os
 import shutil
 import sys
@@ -45,13 +47,15 @@ def callbacks(leg: str, folder: str) -> list:
     """The Keras callbacks of each leg (one process builds the same ones)."""
     import keras
 
-    if leg == "plateau":
+    if leg == "plateau":  # verbose=1: each prints its decisions (on rank 0 only, as one process prints them once)
         return [
-            keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=2, mode="max", restore_best_weights=True),
-            keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=1, min_delta=0.04),
+            keras.callbacks.EarlyStopping(
+                monitor="val_accuracy", patience=2, mode="max", restore_best_weights=True, verbose=1
+            ),
+            keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=1, min_delta=0.04, verbose=1),
         ]
     if leg == "scheduler":
-        return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05 * 0.5**epoch)]
+        return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05 * 0.5**epoch, verbose=1)]
     if leg == "nan":
         return [keras.callbacks.TerminateOnNaN()]
     if leg == "custom_step":  # on the step's own metrics: a tracker of its own, and the loss tracker
@@ -106,6 +110,8 @@ def record(model, history, losses: list) -> dict:
 
 
 def fit_leg(leg: str, folder: str, **launch) -> dict:
+    """The leg's tk.fit in this process: what record() keeps, and the lines Keras printed (fit's verbose=0:
+    the callbacks' own)."""
     import keras
     import trainmesh.keras as tk
 
@@ -114,11 +120,12 @@ def fit_leg(leg: str, folder: str, **launch) -> dict:
     arguments["callbacks"].append(
         keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))
     )
-    history = tk.fit(model, x, y, verbose=0, **launch, **arguments)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        history = tk.fit(model, x, y, verbose=0, **launch, **arguments)
     if leg == "overrides":  # its test_step's compute_loss and compute_metrics too, over all of x
         evaluated = tk.evaluate(model, x, y, batch_size=BATCH, verbose=0, return_dict=True, **launch)
-        return {**record(model, history, losses), "evaluate": evaluated}
-    return record(model, history, losses)
+        return {**record(model, history, losses), "evaluate": evaluated, "stdout": printed.getvalue()}
+    return {**record(model, history, losses), "stdout": printed.getvalue()}
 
 
 def interrupted_then_resumed(folder: str, strategy: str | None = "ddp", batch: int = BATCH) -> dict:

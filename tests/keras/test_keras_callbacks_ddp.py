@@ -8,6 +8,7 @@ and with Keras' own model.fit/evaluate/predict in this process at the global bat
 test starts 2 torchrun nodes of one process each.
 """
 
+import contextlib
 import importlib.util
 import io
 import math
@@ -75,6 +76,20 @@ def test_early_stopping_and_reduce_lr_on_plateau_decide_alike_on_every_rank(ddp)
     assert zero["history"]["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
     assert zero["learning_rate"] == float(model.optimizer.learning_rate.numpy())
     assert largest_difference(zero["variables"], keras_run.variables(model)) < 1e-5
+
+
+@pytest.mark.parametrize("leg", ["plateau", "scheduler"])
+def test_callbacks_print_their_verbose_lines_once_on_rank_0(ddp, leg):
+    """EarlyStopping, ReduceLROnPlateau and LearningRateScheduler at verbose=1 run on every rank (they
+    decide alike) and print on rank 0 only: rank 0's stdout is Keras' own one-process transcript (each
+    "Epoch k: ReduceLROnPlateau reducing learning rate to ...", "Epoch k: early stopping", "Restoring model
+    weights ..." once), rank 1's empty. (Before: every line printed by both ranks.)"""
+    zero, one = ranks(ddp, leg)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        one_process(leg)
+    assert printed.getvalue().count("Epoch ") >= 3, "the leg's callbacks must print"
+    assert zero["stdout"] == printed.getvalue()
+    assert one["stdout"] == ""
 
 
 def test_a_custom_train_step_s_returned_values_are_over_all_processes(ddp):

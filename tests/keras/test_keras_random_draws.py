@@ -86,13 +86,24 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
         # an EMA of the batch's mean and a count of samples kept by hand (hand_updates.py; before: the ranks'
         # centres 0.21 apart, the count half Keras', silently)
         ("ema_step", ("updates the variable 'hand_updated_step/centre' by hand", "keras.metrics.Mean")),
-        # the same from the second step on (before: ranks 0.13 apart, silently): stopped at the first epoch's end
-        ("ema_later_step", ("'hand_updated_step/centre' of the model is", "apart between the processes")),
+        # the same at every other step, from the second on (before: ranks 0.13 apart, silently): stopped after the
+        # second step (before: at the first epoch's end)
+        (
+            "ema_later_step",
+            ("'hand_updated_step/centre' of the model is", "apart between the processes after training step 2"),
+        ),
         # a count of samples alone from the second step (the copies agree; before: half Keras' count, silently):
         # the probe runs the step again at the first epoch's end
         ("count_later_step", ("updates the variable 'hand_updated_step/seen' by hand", "keras.metrics.Mean")),
-        # a trainable kernel rescaled by hand from the batch beside apply (before: ranks 1.9e-3 apart, silently)
-        ("rescaled_step", ("trainable variables of the model are apart between the processes", "kernel_constraint")),
+        # a trainable kernel rescaled by hand from the batch beside apply (before: ranks 1.9e-3 apart, silently):
+        # stopped after the first step (before: at the first epoch's end)
+        (
+            "rescaled_step",
+            (
+                "trainable variables of the model are apart between the processes after training step 1",
+                "kernel_constraint",
+            ),
+        ),
         # the same accumulation with a Dropout on each micro-batch (before: refused in the general words)
         ("accumulating_dropout_step", ("accumulates gradients over 4 parts", "gradient_accumulation_steps")),
     ],

@@ -18,9 +18,10 @@ left out: the probe replays the whole batch's draws in the halves (step_probe.py
 process draws on every process (draws.py). Trainable variables are left to sync.py's check that a step applied a Keras
 optimizer (a torch optimizer stepping them is stopped after the first step).
 
-A step that updates such a variable only from a later step on (not at the step the probe runs) is caught at the
-first training epoch's end instead (``refuse_parted``, called by sync.py): rank 0's non-trainable variables are
-compared with each process's, and one held apart stops the fit on every process, naming it.
+A step that updates such a variable only from a later step on (not at the step the probe runs) is caught after
+the call's second training step, or at the first training epoch's end (``refuse_parted``, called by sync.py): rank
+0's non-trainable variables are compared with each process's, and one held apart stops the fit on every process,
+naming it.
 """
 
 from __future__ import annotations
@@ -88,8 +89,15 @@ def _keras() -> Any:
     return require_keras()
 
 
-def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
-    """At a training epoch's end under several processes (every process calls it): a non-trainable variable of
+# The first training steps of a call after which the processes' copies are compared too (sync.py), not only at
+# each epoch's end: a step (or a callback at a batch's end) moving a variable apart at every step, or at every
+# other one, is stopped after its first or second step instead of after a whole epoch trained apart.
+STEPS_CHECKED = 2
+
+
+def refuse_parted(runtime: Any, model: Any, skip: list[Any], step: int | None = None) -> None:
+    """At a training epoch's end (``step`` None), or after the call's training step ``step`` (one of its first
+    :data:`STEPS_CHECKED`), under several processes (every process calls it): a non-trainable variable of
     the model (but ``skip``, BatchNormalization's statistics, and seed generators) whose copies the processes
     hold apart was updated by hand from each process's part of the batch at a step the probe does not see (from
     the second step on, say): stopped on every process, naming it, rather than train on apart, silently. The
@@ -109,13 +117,13 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any]) -> None:
         gaps.append((zeros[-1] - _summary(trainable)).abs().max().float())
     apart = all_reduce_sum(runtime, [torch.stack(gaps)])[0]
     parted = [(v.path, float(a)) for v, a in zip(variables, apart[: len(variables)], strict=True) if float(a) > 0]
+    when = "at the end of a training epoch" if step is None else f"after training step {step}"
     if trainable and float(apart[-1]) > 0:  # the trainable variables, which the averaged gradients keep bit-identical
-        raise ValueError(_trainable_apart(float(apart[-1])))
+        raise ValueError(_trainable_apart(float(apart[-1]), when))
     if parted:
         path, gap = parted[0]
         raise ValueError(
-            f"the variable {path!r} of the model is {gap:.2e} apart between the processes at the end of a training "
-            "epoch: a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
+            f"the variable {path!r} of the model is {gap:.2e} apart between the processes {when}: a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
             "from each process's part of the batch, at a step the check before training does not run (not the "
             "first), so each process holds its own copy and the run differs from one process's. "
             + reason(path, runtime.world_size).split(". ", 1)[1]
@@ -133,9 +141,9 @@ def _summary(trainable: list[Any]) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _trainable_apart(gap: float) -> str:
+def _trainable_apart(gap: float, when: str) -> str:
     return (
-        f"the trainable variables of the model are apart between the processes at the end of a training epoch "
+        f"the trainable variables of the model are apart between the processes {when} "
         f"(their sums {gap:.2e} apart): trainmesh averages the gradients an optimizer's apply is given, so the "
         f"copies stay bit-identical unless a step of yours assigns a trainable variable by hand (assign, "
         "assign_sub: a constraint or a rescaling of its own from its batch) beside the optimizer's apply; each "

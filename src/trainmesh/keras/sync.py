@@ -398,6 +398,8 @@ def sync_callback(state: SyncState) -> Any:
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             agree_to_stop(state, self.model)
+            if state.world > 1 and state.step <= hand_updates.STEPS_CHECKED:  # a variable moved apart by hand
+                hand_updates.refuse_parted(state.runtime, self.model, batchnorm_statistics(self.model), state.step)
             if state.preemption is not None:
                 state.preemption.batches = batch + 1
                 supervision = state.runtime.supervision

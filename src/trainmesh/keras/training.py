@@ -43,6 +43,8 @@ from trainmesh.keras.data import (
 from trainmesh.keras.draws import StepRows
 from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
+from trainmesh.keras.printing import printing_on_rank_0
+from trainmesh.keras.spawn_arguments import refuse_unpicklable_arguments
 from trainmesh.keras.stateful_layers import refuse_stateful_across_calls
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
 from trainmesh.keras.step_probe import probing_callback
@@ -120,6 +122,7 @@ def _launch(runtime: Runtime, run: Callable[..., Any], *args: Any) -> Any:
     """``run(runtime, *args)`` in each process of the run. A run of one process happens in this one:
     its process group is left afterwards, as the worker processes of a larger run leave theirs by
     ending, so that a later run in this process (another world size) starts from none."""
+    refuse_unpicklable_arguments(runtime, args)  # ddp_spawn: in a Keras user's words, before any process starts
     try:
         return launch_raising_as_itself(runtime, run, *args)  # a spawned worker's exception, as itself
     finally:
@@ -174,7 +177,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     preemption.find()
     supervision = runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75 (preemption.py)
     with supervision.stop_signals(runtime.process, folder=preemption.folder, save=preemption.save):
-        with installed(model, state):
+        with installed(model, state), printing_on_rank_0(rank):
             history = model.fit(x, y, sample_weight=sample_weight, **kwargs)
         supervision.finish_fit(step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch)
     preemption.finished()
@@ -265,7 +268,7 @@ def _evaluate(
     if rank != 0:
         kwargs["verbose"] = 0
     x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
-    with installed(model, state):
+    with installed(model, state), printing_on_rank_0(rank):
         return arguments.call_result(runtime, model.evaluate(x, shard(y, rank, world), **kwargs), model)
 
 
@@ -314,7 +317,7 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     if batched and world > 1:  # each process predicts its run of the first steps * W batches, all of it
         x = split_for_prediction(x, runtime, kwargs.pop("steps", None))
     shares = None if batched or world == 1 else tuple(share_sizes(num_samples(x), world))
-    with predicting(model, StepRows(runtime), shares, kwargs.get("batch_size") or 32):
+    with predicting(model, StepRows(runtime), shares, kwargs.get("batch_size") or 32), printing_on_rank_0(rank):
         outputs = model.predict(x if batched else shard(x, rank, world), **kwargs)
     if world == 1:
         return outputs

@@ -34,6 +34,12 @@ import torch
 
 from trainmesh.keras.backend import is_keras_object, require_keras
 from trainmesh.keras.compiled_build import build_compiled, built_parts, first_batch
+from trainmesh.keras.custom_compile import (
+    OptimizerState,
+    optimizer_state,
+    refuse_uncompiled_rebuild,
+    restore_optimizer_state,
+)
 from trainmesh.launchers.spawn import RefusedToTravel
 
 
@@ -47,12 +53,14 @@ class Travelling:
         self.model, self.data = model, data
 
     def __reduce__(self) -> tuple[Any, ...]:
+        refuse_uncompiled_rebuild(self.model)
         objects, data = _saved(self.model)
         seeds = [initializer.seed for initializer in unseeded_initializers(self.model)]
         batch = _batch_to_build(self.model, self.data)
         unbuilt = not getattr(getattr(self.model, "optimizer", None), "built", True)
-        _check_rebuilds(objects, data, seeds, batch, unbuilt)
-        return (_arrive, (objects, data, seeds, batch, unbuilt))
+        state = optimizer_state(self.model)
+        _check_rebuilds(objects, data, seeds, batch, unbuilt, state)
+        return (_arrive, (objects, data, seeds, batch, unbuilt, state))
 
 
 def _saved(model: Any) -> tuple[dict[str, Any], bytes]:
@@ -101,14 +109,16 @@ def unseeded_initializers(model: Any) -> list[Any]:
     return found
 
 
-def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any, unbuilt: bool) -> None:
+def _check_rebuilds(
+    objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any, unbuilt: bool, state: OptimizerState
+) -> None:
     """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
     cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
     config's other entries) is refused before any process starts, not in every worker after it. The
     generators a rebuild draws seeds from are left as they were."""
     generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
-        _arrive(objects, data, seeds, batch, unbuilt)
+        _arrive(objects, data, seeds, batch, unbuilt, state)
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
         raise RefusedToTravel(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
@@ -123,14 +133,23 @@ def _check_rebuilds(objects: dict[str, Any], data: bytes, seeds: list[Any], batc
 
 
 def _arrive(
-    objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any = None, unbuilt: bool = False
+    objects: dict[str, Any],
+    data: bytes,
+    seeds: list[Any],
+    batch: Any = None,
+    unbuilt: bool = False,
+    state: OptimizerState = None,
 ) -> Travelling:
     with require_keras().saving.custom_object_scope(objects), warnings.catch_warnings():
-        if unbuilt:  # Keras' compile_from_config builds the rebuilt model's optimizer, then finds the sender's
+        if (
+            unbuilt or state is not None
+        ):  # Keras' compile_from_config builds the rebuilt model's optimizer, then finds the sender's
             # unbuilt one (its iterations and learning rate, which the config carries) short of slots and warns
-            # "Skipping variable loading": nothing of the sender's is lost, and Keras' own fit shows no warning
+            # "Skipping variable loading": nothing of the sender's is lost, and Keras' own fit shows no warning. A
+            # compile_from_config of the model's own may leave it unbuilt instead: the sender's state is restored below
             warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer", category=UserWarning)
         model = pickle.loads(data)
+    restore_optimizer_state(model, state)
     for initializer, seed in zip(unseeded_initializers(model), seeds, strict=True):
         initializer.seed = seed  # the rebuild drew its own: the launching process's initializer draws the weights
     build_compiled(model, batch)  # as the launching process had them: the worker's fit does not build them
