@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmesh.launchers.agent_link import AGENT_VARIABLE, die_with_agent, own_agent_run_id, take_preemption_report
+from trainmesh.launchers.agent_versions import hand_versions_to_workers
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.launchers.environments import (
     already_started,
@@ -60,6 +61,7 @@ class ElasticLauncher:
         if self._find_process() is not None:
             return _run_recording_errors(fn, *args, **kwargs)
         set_worker_environment(self.environment)  # the workers inherit this process's environment
+        hand_versions_to_workers()  # the log folders this process's loggers took before fit: theirs too
         run_agent(script_command(), devices=self.devices, num_nodes=self.num_nodes, max_restarts=self.max_restarts)
         raise SystemExit(0)  # the workers ran the whole script; this process has nothing left to do
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.launchers.agent_versions import claim_version, taken_from_agent
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.utilities.filesystem import local_path
 
@@ -214,7 +215,7 @@ class CSVLogger(Logger):
         # Resolved once, on first use, so that every file of this run lands in one folder even
         # if another run claims the next number meanwhile.
         if self._version is None:
-            self._version = next_version(self.root_dir)
+            self._version = claim_version(self.root_dir, next_version)
         return self._version
 
     @property
@@ -278,6 +279,8 @@ class CSVLogger(Logger):
             return
         self._log_dir_checked = True
         log_dir = Path(self.log_dir)
+        if taken_from_agent(self.root_dir, self.version):
+            return  # written by this run's first process before fit: Lightning's rank 0 is that process
         if log_dir.is_dir() and any(log_dir.iterdir()):
             warnings.warn(
                 f"Experiment logs directory {self.log_dir} exists and is not empty."

@@ -15,9 +15,9 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainmesh.launchers.agent_versions import claim_version
 from trainmesh.loggers.base import DummyExperiment, Logger, on_rank_zero
 from trainmesh.loggers.csv_logger import (
     HPARAMS_FILE,
@@ -179,7 +179,7 @@ class TensorBoardLogger(Logger):
     @property
     def version(self) -> int | str:
         if self._version is None:  # resolved once, so all files of this run share a folder
-            self._version = next_version(Path(self.root_dir))
+            self._version = claim_version(self.root_dir, next_version)
         return self._version
 
     @property

@@ -150,7 +150,9 @@ class DDPStrategy(DistributedStrategy):
             # ones the loss leaves out (Lightning 1.x's default).
             options = {**options, "find_unused_parameters": True}
         ddp = apply_ddp(module, device=self._device, chunk_devices=self.chunk_devices, options=options)
-        if self.comm_hook is not None:
+        if self.comm_hook is not None and self._device.type == "cuda":
+            # As Lightning's DDPStrategy._register_ddp_hooks: on CUDA only. On CPU Lightning trains
+            # without the hook (plain gloo all-reduce), and torch refuses some hooks there (bf16).
             self.comm_hook.register(ddp)
         return ddp
 

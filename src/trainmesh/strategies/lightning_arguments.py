@@ -81,7 +81,7 @@ class CommHook:
 
     def register(self, ddp: nn.Module) -> None:
         """As Lightning's ``_register_ddp_comm_hook``: the wrapper around the hook, then DDP's registration
-        (Lightning registers it on CUDA only; torch's DDP runs it on gloo too)."""
+        (called on CUDA only, as Lightning's DDPStrategy does)."""
         if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
             raise ValueError(
                 f"DDPStrategy(ddp_comm_hook=...) registers on torch's DDP, but configure_ddp returned a "
