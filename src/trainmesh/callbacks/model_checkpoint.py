@@ -225,9 +225,9 @@ class ModelCheckpoint(Checkpoint):
             self._save(trainer, mid_epoch=False)
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        """A fit that wrote no checkpoint (``save_top_k=0``, too short for the cadence) still leaves ``last.ckpt``,
-        as Lightning 2.6's, under ``fast_dev_run`` too (measured); not the Trainer's default callback (Lightning's
-        writes no last.ckpt: a fit that saved nothing, global_step 0, leaves no file)."""
+        """With ``save_last``, a fit that wrote no checkpoint (``save_top_k=0``, too short for the cadence) still
+        leaves ``last.ckpt``, as Lightning 2.6's, under ``fast_dev_run`` too (measured). The Trainer's default,
+        ``ModelCheckpoint()``, has no save_last: a fit that saved nothing (global_step 0) leaves no file."""
         if self.save_last and not self._last_checkpoint_saved:
             save_last(self, trainer, self._monitor_candidates(trainer))
 
